@@ -1,0 +1,146 @@
+//! Per-sector bitmaps of one line, stored as a slice of 64-bit words.
+//!
+//! A line of up to 32 KiB fits one word; a 1 MiB line needs 32. All
+//! functions take half-open sector ranges `[start, end)` within the line.
+
+/// Mask of bits `[start, end)` inside word `w` (bits counted from the line's start).
+#[inline]
+fn word_mask(w: usize, start: u32, end: u32) -> u64 {
+    let lo = (w as u32) * 64;
+    let s = start.max(lo) - lo;
+    let e = end.min(lo + 64) - lo;
+    if e <= s {
+        return 0;
+    }
+    let width = e - s;
+    let bits = if width == 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    };
+    bits << s
+}
+
+#[inline]
+fn words_in(start: u32, end: u32) -> std::ops::Range<usize> {
+    (start / 64) as usize..end.div_ceil(64) as usize
+}
+
+pub fn set_range(map: &mut [u64], start: u32, end: u32) {
+    for w in words_in(start, end) {
+        map[w] |= word_mask(w, start, end);
+    }
+}
+
+pub fn clear_range(map: &mut [u64], start: u32, end: u32) {
+    for w in words_in(start, end) {
+        map[w] &= !word_mask(w, start, end);
+    }
+}
+
+pub fn count_range(map: &[u64], start: u32, end: u32) -> u32 {
+    words_in(start, end)
+        .map(|w| (map[w] & word_mask(w, start, end)).count_ones())
+        .sum()
+}
+
+pub fn any(map: &[u64]) -> bool {
+    map.iter().any(|&w| w != 0)
+}
+
+pub fn count(map: &[u64]) -> u32 {
+    map.iter().map(|w| w.count_ones()).sum()
+}
+
+pub fn clear(map: &mut [u64]) {
+    map.fill(0);
+}
+
+fn bit(map: &[u64], sector: u32) -> bool {
+    map[(sector / 64) as usize] >> (sector % 64) & 1 == 1
+}
+
+/// Calls `f(start, end, is_set)` for each maximal run of equal bits in `[start, end)`.
+pub fn for_each_run(map: &[u64], start: u32, end: u32, mut f: impl FnMut(u32, u32, bool)) {
+    let mut run_start = start;
+    while run_start < end {
+        let value = bit(map, run_start);
+        let mut run_end = run_start + 1;
+        while run_end < end {
+            // Skip whole words when the rest of the word matches.
+            let w = (run_end / 64) as usize;
+            let offset = run_end % 64;
+            let word = if value { !map[w] } else { map[w] } >> offset;
+            let same = if word == 0 {
+                64 - offset
+            } else {
+                word.trailing_zeros()
+            };
+            if same == 0 {
+                break;
+            }
+            run_end = (run_end + same).min(end);
+        }
+        f(run_start, run_end, value);
+        run_start = run_end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(map: &[u64], start: u32, end: u32) -> Vec<(u32, u32, bool)> {
+        let mut out = Vec::new();
+        for_each_run(map, start, end, |s, e, v| out.push((s, e, v)));
+        out
+    }
+
+    #[test]
+    fn ranges_across_words() {
+        let mut map = vec![0u64; 3];
+        set_range(&mut map, 60, 130);
+        assert_eq!(count(&map), 70);
+        assert_eq!(count_range(&map, 0, 64), 4);
+        assert_eq!(count_range(&map, 64, 128), 64);
+        clear_range(&mut map, 64, 128);
+        assert_eq!(count(&map), 6);
+        assert_eq!(
+            runs(&map, 0, 192),
+            vec![
+                (0, 60, false),
+                (60, 64, true),
+                (64, 128, false),
+                (128, 130, true),
+                (130, 192, false)
+            ]
+        );
+        assert_eq!(runs(&map, 61, 62), vec![(61, 62, true)]);
+    }
+
+    #[test]
+    fn runs_match_bit_by_bit_reference() {
+        // A deterministic pseudo-random pattern checked against a naive scan.
+        let mut state = 0x1234_5678_9abc_def0u64;
+        for _ in 0..200 {
+            let mut map = vec![0u64; 2];
+            for w in map.iter_mut() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *w = state & (state >> 3);
+            }
+            let start = (state % 64) as u32;
+            let end = start + 1 + ((state >> 8) % (128 - start as u64)) as u32;
+            let mut expected: Vec<(u32, u32, bool)> = Vec::new();
+            for s in start..end {
+                let v = bit(&map, s);
+                match expected.last_mut() {
+                    Some(last) if last.2 == v => last.1 = s + 1,
+                    _ => expected.push((s, s + 1, v)),
+                }
+            }
+            assert_eq!(runs(&map, start, end), expected);
+        }
+    }
+}

@@ -1,0 +1,681 @@
+//! The cache: line metadata, the lookup index, and the decision logic that turns
+//! a request into ops under a write policy, a promotion policy and a
+//! replacement policy.
+//!
+//! No I/O, no threads, no clock: the caller passes `now_ns` and executes the ops.
+
+use crate::addr::{split_request, IoKind, LineKey, LinePart, LineSize, Request, SlotId, SECTOR_BYTES};
+use crate::bitmap;
+use crate::config::{CacheConfig, FlushOrder, WritePolicy};
+use crate::error::CoreError;
+use crate::fasthash::{map_with_capacity, FxHashMap};
+use crate::ops::{Op, OpList};
+use crate::policy::list::{Links, ListHead};
+use crate::policy::ReplacementPolicy;
+use crate::promotion::Promoter;
+use crate::stats::CacheStats;
+
+/// How one line access found the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineOutcome {
+    /// Every requested sector was valid.
+    FullHit,
+    /// Some requested sectors were valid.
+    PartialHit,
+    /// No requested sector was valid (the line may still be resident).
+    Miss,
+}
+
+/// Per-request summary returned by [`Cache::access`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AccessSummary {
+    pub lines: u32,
+    pub full_hits: u32,
+    pub partial_hits: u32,
+    pub misses: u32,
+}
+
+/// A snapshot of one resident line (for tests, tools and the engine's metadata).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineState {
+    pub slot: SlotId,
+    pub valid_sectors: u32,
+    pub dirty_sectors: u32,
+}
+
+/// A flush in progress for one line: hand it back to [`Cache::complete_flush`]
+/// once its write-back ops have finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlushToken {
+    pub slot: SlotId,
+    pub key: LineKey,
+    generation: u64,
+}
+
+pub struct Cache {
+    config: CacheConfig,
+    line: LineSize,
+    words: usize,
+    index: FxHashMap<LineKey, SlotId>,
+    slot_key: Vec<LineKey>,
+    resident: Vec<bool>,
+    valid: Vec<u64>,
+    dirty: Vec<u64>,
+    /// Bumped whenever a slot's contents change; a flush only cleans what it saw.
+    generation: Vec<u64>,
+    flushing: Vec<bool>,
+    dirty_links: Links,
+    /// Dirty lines, oldest-dirtied at the head.
+    dirty_list: ListHead,
+    dirty_listed: Vec<bool>,
+    dirty_since_ns: Vec<u64>,
+    free: Vec<SlotId>,
+    policy: Box<dyn ReplacementPolicy>,
+    promoter: Promoter,
+    stats: CacheStats,
+    flush_cursor: Option<LineKey>,
+    /// Slots this request has already used (for op ordering when one is evicted).
+    request_slots: Vec<SlotId>,
+    runs: Vec<(u32, u32, bool)>,
+}
+
+impl Cache {
+    pub fn new(config: CacheConfig) -> Result<Self, CoreError> {
+        config.validate()?;
+        let lines = config.capacity_lines as usize;
+        let line = config.line_size;
+        let words = line.bitmap_words();
+        let none = LineKey {
+            volume: 0,
+            line_index: 0,
+        };
+        Ok(Cache {
+            line,
+            words,
+            index: map_with_capacity(lines),
+            slot_key: vec![none; lines],
+            resident: vec![false; lines],
+            valid: vec![0; lines * words],
+            dirty: vec![0; lines * words],
+            generation: vec![0; lines],
+            flushing: vec![false; lines],
+            dirty_links: Links::new(lines),
+            dirty_list: ListHead::default(),
+            dirty_listed: vec![false; lines],
+            dirty_since_ns: vec![0; lines],
+            free: (0..lines as SlotId).rev().collect(),
+            policy: config.policy.build(lines),
+            promoter: Promoter::new(config.promotion, config.capacity_lines),
+            stats: CacheStats::default(),
+            flush_cursor: None,
+            request_slots: Vec::new(),
+            runs: Vec::new(),
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &CacheConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &CacheStats {
+        &self.stats
+    }
+
+    pub fn capacity_lines(&self) -> u64 {
+        self.config.capacity_lines
+    }
+
+    pub fn resident_lines(&self) -> u64 {
+        self.index.len() as u64
+    }
+
+    pub fn dirty_lines(&self) -> u64 {
+        self.dirty_list.len as u64
+    }
+
+    pub fn write_policy(&self) -> WritePolicy {
+        self.config.write_policy
+    }
+
+    /// Changes the write policy at run time (ReCA, LBICA). Dirty lines stay dirty
+    /// and keep being served and flushed under any policy.
+    pub fn set_write_policy(&mut self, policy: WritePolicy) {
+        self.config.write_policy = policy;
+    }
+
+    pub fn line_state(&self, key: LineKey) -> Option<LineState> {
+        let slot = *self.index.get(&key)?;
+        Some(LineState {
+            slot,
+            valid_sectors: bitmap::count(self.valid_of(slot)),
+            dirty_sectors: bitmap::count(self.dirty_of(slot)),
+        })
+    }
+
+    /// Decides how to serve `request` and writes the ops to perform into `ops`
+    /// (cleared first), in execution order.
+    pub fn access(&mut self, request: &Request, ops: &mut OpList) -> Result<AccessSummary, CoreError> {
+        request.validate()?;
+        ops.clear();
+        self.request_slots.clear();
+        self.stats.requests += 1;
+        match request.kind {
+            IoKind::Read => self.stats.read_requests += 1,
+            IoKind::Write => self.stats.write_requests += 1,
+        }
+        let mut summary = AccessSummary::default();
+        for part in split_request(request, self.line) {
+            let outcome = match request.kind {
+                IoKind::Read => self.read_part(&part, request.now_ns, ops),
+                IoKind::Write => self.write_part(&part, request.now_ns, ops),
+            };
+            summary.lines += 1;
+            match outcome {
+                LineOutcome::FullHit => summary.full_hits += 1,
+                LineOutcome::PartialHit => summary.partial_hits += 1,
+                LineOutcome::Miss => summary.misses += 1,
+            }
+        }
+        ops.seal();
+        Ok(summary)
+    }
+
+    fn valid_of(&self, slot: SlotId) -> &[u64] {
+        let at = slot as usize * self.words;
+        &self.valid[at..at + self.words]
+    }
+
+    fn dirty_of(&self, slot: SlotId) -> &[u64] {
+        let at = slot as usize * self.words;
+        &self.dirty[at..at + self.words]
+    }
+
+    /// Counts the access and classifies it by the valid sectors it finds.
+    fn classify(&mut self, part: &LinePart, slot: Option<SlotId>, kind: IoKind) -> LineOutcome {
+        let sectors = part.sectors();
+        let valid = match slot {
+            Some(slot) => bitmap::count_range(self.valid_of(slot), part.first_sector, part.end_sector),
+            None => 0,
+        };
+        let s = &mut self.stats;
+        s.accesses += 1;
+        s.requested_bytes += sectors as u64 * SECTOR_BYTES;
+        s.hit_bytes += valid as u64 * SECTOR_BYTES;
+        let outcome = if valid == sectors {
+            s.full_hits += 1;
+            LineOutcome::FullHit
+        } else if valid > 0 {
+            s.partial_hits += 1;
+            LineOutcome::PartialHit
+        } else {
+            s.misses += 1;
+            LineOutcome::Miss
+        };
+        let hit = outcome == LineOutcome::FullHit;
+        match kind {
+            IoKind::Read => {
+                s.read_accesses += 1;
+                s.read_hits += hit as u64;
+            }
+            IoKind::Write => {
+                s.write_accesses += 1;
+                s.write_hits += hit as u64;
+            }
+        }
+        outcome
+    }
+
+    fn read_part(&mut self, part: &LinePart, now_ns: u64, ops: &mut OpList) -> LineOutcome {
+        let policy = self.config.write_policy;
+        let found = self.index.get(&part.key).copied();
+        let outcome = self.classify(part, found, IoKind::Read);
+        match found {
+            Some(slot) => {
+                self.request_slots.push(slot);
+                if policy == WritePolicy::PassThrough {
+                    // Bypass, but dirty sectors exist only in the cache.
+                    self.transfer_runs(part, slot, ops, |c, s| c.dirty_of(s), false);
+                } else {
+                    self.policy.on_hit(slot, now_ns);
+                    let fill = policy.allocates_on_read();
+                    self.transfer_runs(part, slot, ops, |c, s| c.valid_of(s), fill);
+                    if fill {
+                        let at = slot as usize * self.words;
+                        bitmap::set_range(
+                            &mut self.valid[at..at + self.words],
+                            part.first_sector,
+                            part.end_sector,
+                        );
+                    }
+                }
+            }
+            None => {
+                let slot = if policy.allocates_on_read() {
+                    self.try_admit(part.key, now_ns, ops)
+                } else {
+                    None
+                };
+                self.emit(ops, self.backend_read(part, part.first_sector, part.end_sector));
+                match slot {
+                    Some(slot) => {
+                        self.request_slots.push(slot);
+                        self.emit(
+                            ops,
+                            self.cache_write(part, slot, part.first_sector, part.end_sector),
+                        );
+                        let at = slot as usize * self.words;
+                        bitmap::set_range(
+                            &mut self.valid[at..at + self.words],
+                            part.first_sector,
+                            part.end_sector,
+                        );
+                    }
+                    None => self.stats.bypassed_accesses += 1,
+                }
+            }
+        }
+        outcome
+    }
+
+    /// Reads a resident line's part: sectors set in `from_cache` come from the cache,
+    /// the rest from the backend (and, with `fill`, are then written into the cache).
+    fn transfer_runs(
+        &mut self,
+        part: &LinePart,
+        slot: SlotId,
+        ops: &mut OpList,
+        from_cache: impl Fn(&Self, SlotId) -> &[u64],
+        fill: bool,
+    ) {
+        let mut runs = std::mem::take(&mut self.runs);
+        runs.clear();
+        bitmap::for_each_run(
+            from_cache(self, slot),
+            part.first_sector,
+            part.end_sector,
+            |s, e, v| runs.push((s, e, v)),
+        );
+        for &(start, end, cached) in &runs {
+            if cached {
+                self.emit(ops, self.cache_read(part, slot, start, end));
+            } else {
+                self.emit(ops, self.backend_read(part, start, end));
+                if fill {
+                    self.emit(ops, self.cache_write(part, slot, start, end));
+                }
+            }
+        }
+        self.runs = runs;
+    }
+
+    fn write_part(&mut self, part: &LinePart, now_ns: u64, ops: &mut OpList) -> LineOutcome {
+        let policy = self.config.write_policy;
+        let found = self.index.get(&part.key).copied();
+        let outcome = self.classify(part, found, IoKind::Write);
+        let (first, end) = (part.first_sector, part.end_sector);
+        match policy {
+            WritePolicy::WriteBack | WritePolicy::WriteOnly | WritePolicy::WriteThrough => {
+                let slot = match found {
+                    Some(slot) => {
+                        self.policy.on_hit(slot, now_ns);
+                        Some(slot)
+                    }
+                    None => self.try_admit(part.key, now_ns, ops),
+                };
+                let write_back = policy != WritePolicy::WriteThrough;
+                if !write_back || slot.is_none() {
+                    self.emit(ops, self.backend_write(part));
+                }
+                let Some(slot) = slot else {
+                    self.stats.bypassed_accesses += 1;
+                    return outcome;
+                };
+                self.request_slots.push(slot);
+                self.emit(ops, self.cache_write(part, slot, first, end));
+                let at = slot as usize * self.words;
+                bitmap::set_range(&mut self.valid[at..at + self.words], first, end);
+                self.generation[slot as usize] += 1;
+                if write_back {
+                    bitmap::set_range(&mut self.dirty[at..at + self.words], first, end);
+                    self.mark_dirty(slot, now_ns);
+                } else {
+                    bitmap::clear_range(&mut self.dirty[at..at + self.words], first, end);
+                    self.unmark_dirty_if_clean(slot);
+                }
+            }
+            WritePolicy::WriteInvalidate => {
+                if let Some(slot) = found {
+                    // Dirty data outside the written range must reach the backend
+                    // before the line is dropped; dirty data inside it is superseded.
+                    let at = slot as usize * self.words;
+                    bitmap::clear_range(&mut self.dirty[at..at + self.words], first, end);
+                    self.drop_line(slot, ops);
+                }
+                self.emit(ops, self.backend_write(part));
+                self.stats.bypassed_accesses += 1;
+            }
+            WritePolicy::WriteAround | WritePolicy::PassThrough => {
+                if let Some(slot) = found {
+                    let at = slot as usize * self.words;
+                    bitmap::clear_range(&mut self.valid[at..at + self.words], first, end);
+                    bitmap::clear_range(&mut self.dirty[at..at + self.words], first, end);
+                    self.generation[slot as usize] += 1;
+                    if bitmap::any(&self.valid[at..at + self.words]) {
+                        self.unmark_dirty_if_clean(slot);
+                    } else {
+                        self.drop_line(slot, ops);
+                    }
+                }
+                self.emit(ops, self.backend_write(part));
+                self.stats.bypassed_accesses += 1;
+            }
+        }
+        outcome
+    }
+
+    /// Runs promotion and, if the line is admitted, finds it a slot (evicting if needed).
+    fn try_admit(&mut self, key: LineKey, now_ns: u64, ops: &mut OpList) -> Option<SlotId> {
+        let admit = match self.policy.admit(key, now_ns) {
+            Some(decision) => decision,
+            None => self.promoter.should_promote(key, self.resident_lines()),
+        };
+        if !admit {
+            return None;
+        }
+        let need_victim = self.free.is_empty();
+        let victim = self.policy.on_miss(key, need_victim, now_ns);
+        let slot = if need_victim {
+            let victim = victim?;
+            self.evict(victim, ops);
+            self.stats.evictions += 1;
+            victim
+        } else {
+            debug_assert!(victim.is_none(), "policy named a victim with free slots left");
+            self.free.pop()?
+        };
+        let s = slot as usize;
+        self.index.insert(key, slot);
+        self.slot_key[s] = key;
+        self.resident[s] = true;
+        self.generation[s] += 1;
+        self.policy.on_insert(slot, key, now_ns);
+        self.stats.promotions += 1;
+        Some(slot)
+    }
+
+    /// Empties `slot` (already forgotten by the policy), writing back its dirty sectors.
+    fn evict(&mut self, slot: SlotId, ops: &mut OpList) {
+        if self.request_slots.contains(&slot) {
+            // This request already has ops on the slot: keep them before its reuse.
+            ops.seal();
+        }
+        self.write_back_dirty(slot, ops);
+        let s = slot as usize;
+        self.index.remove(&self.slot_key[s]);
+        self.resident[s] = false;
+        self.generation[s] += 1;
+        let at = s * self.words;
+        bitmap::clear(&mut self.valid[at..at + self.words]);
+    }
+
+    /// Drops a resident line entirely (write invalidation), writing back its dirty sectors.
+    fn drop_line(&mut self, slot: SlotId, ops: &mut OpList) {
+        if self.request_slots.contains(&slot) {
+            ops.seal();
+        }
+        let key = self.slot_key[slot as usize];
+        self.policy.on_remove(slot);
+        self.evict(slot, ops);
+        self.emit(ops, Op::Invalidate { slot, key });
+        self.free.push(slot);
+        self.stats.invalidations += 1;
+    }
+
+    fn write_back_dirty(&mut self, slot: SlotId, ops: &mut OpList) {
+        let s = slot as usize;
+        let at = s * self.words;
+        if bitmap::any(&self.dirty[at..at + self.words]) {
+            let key = self.slot_key[s];
+            let mut runs = std::mem::take(&mut self.runs);
+            runs.clear();
+            bitmap::for_each_run(
+                &self.dirty[at..at + self.words],
+                0,
+                self.line.sectors(),
+                |a, b, d| {
+                    if d {
+                        runs.push((a, b, d))
+                    }
+                },
+            );
+            for &(start, end, _) in &runs {
+                self.emit(ops, self.write_back(slot, key, start, end));
+            }
+            self.runs = runs;
+            self.stats.dirty_writebacks += 1;
+            bitmap::clear(&mut self.dirty[at..at + self.words]);
+        }
+        self.unmark_dirty_if_clean(slot);
+    }
+
+    fn mark_dirty(&mut self, slot: SlotId, now_ns: u64) {
+        let s = slot as usize;
+        if !self.dirty_listed[s] {
+            self.dirty_listed[s] = true;
+            self.dirty_since_ns[s] = now_ns;
+            self.dirty_links.push_tail(&mut self.dirty_list, slot);
+        }
+    }
+
+    fn unmark_dirty_if_clean(&mut self, slot: SlotId) {
+        let s = slot as usize;
+        if self.dirty_listed[s] && !bitmap::any(self.dirty_of(slot)) {
+            self.dirty_listed[s] = false;
+            self.dirty_links.unlink(&mut self.dirty_list, slot);
+        }
+    }
+
+    /// Pushes `op` and counts its bytes.
+    fn emit(&mut self, ops: &mut OpList, op: Op) {
+        let s = &mut self.stats;
+        match op {
+            Op::ReadCache { length_bytes, .. } => s.cache_read_bytes += length_bytes as u64,
+            Op::WriteCache { length_bytes, .. } => s.cache_write_bytes += length_bytes as u64,
+            Op::ReadBackend { length_bytes, .. } => s.backend_read_bytes += length_bytes,
+            Op::WriteBackend { length_bytes, .. } => s.backend_write_bytes += length_bytes,
+            Op::WriteBack { length_bytes, .. } => {
+                s.cache_read_bytes += length_bytes as u64;
+                s.backend_write_bytes += length_bytes as u64;
+            }
+            Op::Invalidate { .. } => {}
+        }
+        ops.push(op);
+    }
+
+    fn line_offset(&self, key: LineKey) -> u64 {
+        key.line_index << self.line.shift()
+    }
+
+    fn cache_read(&self, part: &LinePart, slot: SlotId, start: u32, end: u32) -> Op {
+        Op::ReadCache {
+            slot,
+            line_offset_bytes: start * SECTOR_BYTES as u32,
+            length_bytes: (end - start) * SECTOR_BYTES as u32,
+            buffer_offset_bytes: part.buffer_offset_bytes + (start - part.first_sector) as u64 * SECTOR_BYTES,
+        }
+    }
+
+    fn cache_write(&self, part: &LinePart, slot: SlotId, start: u32, end: u32) -> Op {
+        Op::WriteCache {
+            slot,
+            line_offset_bytes: start * SECTOR_BYTES as u32,
+            length_bytes: (end - start) * SECTOR_BYTES as u32,
+            buffer_offset_bytes: part.buffer_offset_bytes + (start - part.first_sector) as u64 * SECTOR_BYTES,
+        }
+    }
+
+    fn backend_read(&self, part: &LinePart, start: u32, end: u32) -> Op {
+        Op::ReadBackend {
+            volume: part.key.volume,
+            offset_bytes: self.line_offset(part.key) + start as u64 * SECTOR_BYTES,
+            length_bytes: (end - start) as u64 * SECTOR_BYTES,
+            buffer_offset_bytes: part.buffer_offset_bytes + (start - part.first_sector) as u64 * SECTOR_BYTES,
+        }
+    }
+
+    fn backend_write(&self, part: &LinePart) -> Op {
+        Op::WriteBackend {
+            volume: part.key.volume,
+            offset_bytes: self.line_offset(part.key) + part.first_sector as u64 * SECTOR_BYTES,
+            length_bytes: part.sectors() as u64 * SECTOR_BYTES,
+            buffer_offset_bytes: part.buffer_offset_bytes,
+        }
+    }
+
+    fn write_back(&self, slot: SlotId, key: LineKey, start: u32, end: u32) -> Op {
+        Op::WriteBack {
+            slot,
+            line_offset_bytes: start * SECTOR_BYTES as u32,
+            length_bytes: (end - start) * SECTOR_BYTES as u32,
+            volume: key.volume,
+            offset_bytes: self.line_offset(key) + start as u64 * SECTOR_BYTES,
+        }
+    }
+
+    /// Chooses up to `max_lines` dirty lines not already being flushed, emits their
+    /// write-back ops into `ops` (cleared first) and a token per line into `tokens`.
+    pub fn begin_flush(
+        &mut self,
+        order: FlushOrder,
+        max_lines: usize,
+        ops: &mut OpList,
+        tokens: &mut Vec<FlushToken>,
+    ) {
+        ops.clear();
+        tokens.clear();
+        let candidates: Vec<SlotId> = match order {
+            FlushOrder::Oldest => self
+                .dirty_links
+                .iter(&self.dirty_list)
+                .filter(|&s| !self.flushing[s as usize])
+                .take(max_lines)
+                .collect(),
+            FlushOrder::Address => {
+                let mut dirty: Vec<(LineKey, SlotId)> = self
+                    .dirty_links
+                    .iter(&self.dirty_list)
+                    .filter(|&s| !self.flushing[s as usize])
+                    .map(|s| (self.slot_key[s as usize], s))
+                    .collect();
+                dirty.sort_unstable();
+                let start = match self.flush_cursor {
+                    Some(cursor) => dirty.partition_point(|(k, _)| *k <= cursor),
+                    None => 0,
+                };
+                let picked: Vec<SlotId> = dirty[start..]
+                    .iter()
+                    .chain(dirty[..start].iter())
+                    .take(max_lines)
+                    .map(|&(_, s)| s)
+                    .collect();
+                if let Some(&last) = picked.last() {
+                    self.flush_cursor = Some(self.slot_key[last as usize]);
+                }
+                picked
+            }
+        };
+        for slot in candidates {
+            let s = slot as usize;
+            let key = self.slot_key[s];
+            let at = s * self.words;
+            let mut runs = std::mem::take(&mut self.runs);
+            runs.clear();
+            bitmap::for_each_run(
+                &self.dirty[at..at + self.words],
+                0,
+                self.line.sectors(),
+                |a, b, d| {
+                    if d {
+                        runs.push((a, b, d))
+                    }
+                },
+            );
+            for &(start, end, _) in &runs {
+                self.emit(ops, self.write_back(slot, key, start, end));
+            }
+            self.runs = runs;
+            self.flushing[s] = true;
+            tokens.push(FlushToken {
+                slot,
+                key,
+                generation: self.generation[s],
+            });
+        }
+        ops.seal();
+    }
+
+    /// Finishes a flush. On success the line becomes clean unless it changed
+    /// (was written, evicted or invalidated) since `begin_flush`: then it stays
+    /// dirty and a later flush writes it again. Returns whether it was cleaned.
+    pub fn complete_flush(&mut self, token: &FlushToken, succeeded: bool) -> bool {
+        let s = token.slot as usize;
+        self.flushing[s] = false;
+        let unchanged =
+            self.resident[s] && self.slot_key[s] == token.key && self.generation[s] == token.generation;
+        if !(succeeded && unchanged) {
+            return false;
+        }
+        let at = s * self.words;
+        bitmap::clear(&mut self.dirty[at..at + self.words]);
+        self.unmark_dirty_if_clean(token.slot);
+        self.stats.flushed_lines += 1;
+        true
+    }
+
+    /// When the oldest dirty line became dirty (for lazy or age-based cleaning).
+    pub fn oldest_dirty_since_ns(&self) -> Option<u64> {
+        let head = self.dirty_list.head;
+        (head != crate::policy::list::NIL).then(|| self.dirty_since_ns[head as usize])
+    }
+
+    /// Checks every internal invariant; panics with a description if one fails.
+    /// Cost is O(capacity): for tests and debugging.
+    pub fn check_invariants(&self) {
+        let lines = self.config.capacity_lines as usize;
+        let mut resident = 0;
+        let mut dirty = 0;
+        for s in 0..lines {
+            let slot = s as SlotId;
+            if self.resident[s] {
+                resident += 1;
+                assert_eq!(
+                    self.index.get(&self.slot_key[s]),
+                    Some(&slot),
+                    "index lost slot {s}"
+                );
+                let (v, d) = (self.valid_of(slot), self.dirty_of(slot));
+                for w in 0..self.words {
+                    assert_eq!(d[w] & !v[w], 0, "slot {s} has dirty sectors that are not valid");
+                }
+                if bitmap::any(d) {
+                    dirty += 1;
+                    assert!(self.dirty_listed[s], "dirty slot {s} missing from dirty list");
+                }
+            } else {
+                assert!(!bitmap::any(self.dirty_of(slot)), "free slot {s} is dirty");
+            }
+            assert_eq!(
+                self.dirty_listed[s],
+                self.resident[s] && bitmap::any(self.dirty_of(slot))
+            );
+        }
+        assert_eq!(
+            resident,
+            self.index.len(),
+            "index size differs from resident slots"
+        );
+        assert_eq!(resident + self.free.len(), lines, "slots leaked");
+        assert_eq!(dirty, self.dirty_list.len as usize, "dirty list length");
+    }
+}

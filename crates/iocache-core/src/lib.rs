@@ -1,0 +1,37 @@
+//! The policy core of iocache: it decides hits, promotion, replacement, write
+//! policy and flushing, and does nothing else.
+//!
+//! It performs no I/O, spawns no thread and reads no clock: callers pass time
+//! in (`now_ns`) and carry out the [`Op`]s it returns. The simulator and the
+//! real engine both drive this crate, so a simulated decision and a real one
+//! are the same code.
+//!
+//! ```
+//! use iocache_core::{Cache, CacheConfig, LineSize, OpList, PolicySpec, Request};
+//! let config = CacheConfig::new(1024, LineSize::new(4096).unwrap(), PolicySpec::Lru);
+//! let mut cache = Cache::new(config).unwrap();
+//! let mut ops = OpList::new();
+//! let first = cache.access(&Request::read(0, 8192, 4096, 0), &mut ops).unwrap();
+//! assert_eq!(first.misses, 1); // read from the backend, then filled into the cache
+//! let again = cache.access(&Request::read(0, 8192, 4096, 1), &mut ops).unwrap();
+//! assert_eq!(again.full_hits, 1);
+//! ```
+
+pub mod addr;
+pub mod bitmap;
+mod cache;
+pub mod config;
+mod error;
+pub mod fasthash;
+pub mod ops;
+pub mod policy;
+pub mod promotion;
+pub mod stats;
+
+pub use addr::{IoKind, LineKey, LinePart, LineSize, Request, SlotId, VolumeId, SECTOR_BYTES};
+pub use cache::{AccessSummary, Cache, FlushToken, LineOutcome, LineState};
+pub use config::{CacheConfig, FlushOrder, Promotion, WritePolicy};
+pub use error::CoreError;
+pub use ops::{Op, OpList};
+pub use policy::{PolicySpec, ReplacementPolicy};
+pub use stats::CacheStats;

@@ -1,0 +1,273 @@
+//! The operations a runtime performs to carry out the core's decisions.
+//!
+//! The core never touches data. For each request it emits an ordered list of
+//! [`Op`]s; the simulator counts them and the real engine executes them. The
+//! contract for a runtime: the result must be as if the ops ran one after the
+//! other in list order. Ops in a row that touch different slots and disjoint
+//! backend ranges may run concurrently.
+
+use crate::addr::{LineKey, SlotId, VolumeId};
+
+/// One I/O (or metadata) action. Byte offsets inside a line are `line_offset_bytes`;
+/// the cache device offset of a slot is `slot × line_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Copy cache data into the request buffer.
+    ReadCache {
+        slot: SlotId,
+        line_offset_bytes: u32,
+        length_bytes: u32,
+        buffer_offset_bytes: u64,
+    },
+    /// Read backend data into the request buffer.
+    ReadBackend {
+        volume: VolumeId,
+        offset_bytes: u64,
+        length_bytes: u64,
+        buffer_offset_bytes: u64,
+    },
+    /// Store request-buffer data (the client's write, or data just read from the backend) in the cache.
+    WriteCache {
+        slot: SlotId,
+        line_offset_bytes: u32,
+        length_bytes: u32,
+        buffer_offset_bytes: u64,
+    },
+    /// Store the client's write on the backend.
+    WriteBackend {
+        volume: VolumeId,
+        offset_bytes: u64,
+        length_bytes: u64,
+        buffer_offset_bytes: u64,
+    },
+    /// Copy dirty data from a cache slot to the backend (eviction, invalidation or flush).
+    WriteBack {
+        slot: SlotId,
+        line_offset_bytes: u32,
+        length_bytes: u32,
+        volume: VolumeId,
+        offset_bytes: u64,
+    },
+    /// The line in `slot` no longer holds `key`: metadata only, no data moves.
+    Invalidate { slot: SlotId, key: LineKey },
+}
+
+/// Which phase of a request an op belongs to; see [`OpList`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Make room: write back and invalidate.
+    Clear = 0,
+    /// Reads from cache and backend, writes of client data to the backend.
+    Transfer = 1,
+    /// Writes into the cache (client data and fills).
+    Fill = 2,
+}
+
+/// The ordered op list of one request (or flush), built in phases so that
+/// adjacent backend transfers can be merged into one I/O.
+///
+/// Ops are collected into three phases (clear, transfer, fill) and the phases
+/// are appended in that order when the list is sealed. If a victim slot was
+/// already used by this request, the core seals before clearing it, so the
+/// list order stays a correct execution order.
+#[derive(Default, Debug)]
+pub struct OpList {
+    ops: Vec<Op>,
+    pending: [Vec<Op>; 3],
+}
+
+impl OpList {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The finished ops, in execution order.
+    pub fn ops(&self) -> &[Op] {
+        debug_assert!(self.pending.iter().all(Vec::is_empty), "unsealed ops");
+        &self.ops
+    }
+
+    pub fn clear(&mut self) {
+        self.ops.clear();
+        for phase in &mut self.pending {
+            phase.clear();
+        }
+    }
+
+    pub(crate) fn seal(&mut self) {
+        for phase in &mut self.pending {
+            self.ops.append(phase);
+        }
+    }
+
+    pub(crate) fn push(&mut self, op: Op) {
+        let phase = match op {
+            Op::WriteBack { .. } | Op::Invalidate { .. } => Phase::Clear,
+            Op::ReadCache { .. } | Op::ReadBackend { .. } | Op::WriteBackend { .. } => Phase::Transfer,
+            Op::WriteCache { .. } => Phase::Fill,
+        };
+        let list = &mut self.pending[phase as usize];
+        if let Some(last) = list.last_mut() {
+            if merge(last, &op) {
+                return;
+            }
+        }
+        list.push(op);
+    }
+}
+
+/// Extends `last` by `next` when they are the same kind of transfer and contiguous.
+fn merge(last: &mut Op, next: &Op) -> bool {
+    match (last, next) {
+        (
+            Op::ReadBackend {
+                volume,
+                offset_bytes,
+                length_bytes,
+                buffer_offset_bytes,
+            },
+            Op::ReadBackend {
+                volume: v2,
+                offset_bytes: o2,
+                length_bytes: l2,
+                buffer_offset_bytes: b2,
+            },
+        )
+        | (
+            Op::WriteBackend {
+                volume,
+                offset_bytes,
+                length_bytes,
+                buffer_offset_bytes,
+            },
+            Op::WriteBackend {
+                volume: v2,
+                offset_bytes: o2,
+                length_bytes: l2,
+                buffer_offset_bytes: b2,
+            },
+        ) if *volume == *v2
+            && *offset_bytes + *length_bytes == *o2
+            && *buffer_offset_bytes + *length_bytes == *b2 =>
+        {
+            *length_bytes += *l2;
+            true
+        }
+        (
+            Op::ReadCache {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                buffer_offset_bytes,
+            },
+            Op::ReadCache {
+                slot: s2,
+                line_offset_bytes: o2,
+                length_bytes: l2,
+                buffer_offset_bytes: b2,
+            },
+        )
+        | (
+            Op::WriteCache {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                buffer_offset_bytes,
+            },
+            Op::WriteCache {
+                slot: s2,
+                line_offset_bytes: o2,
+                length_bytes: l2,
+                buffer_offset_bytes: b2,
+            },
+        ) if *slot == *s2
+            && *line_offset_bytes + *length_bytes == *o2
+            && *buffer_offset_bytes + *length_bytes as u64 == *b2 =>
+        {
+            *length_bytes += *l2;
+            true
+        }
+        (
+            Op::WriteBack {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                volume,
+                offset_bytes,
+            },
+            Op::WriteBack {
+                slot: s2,
+                line_offset_bytes: lo2,
+                length_bytes: l2,
+                volume: v2,
+                offset_bytes: o2,
+            },
+        ) if *slot == *s2
+            && *volume == *v2
+            && *line_offset_bytes + *length_bytes == *lo2
+            && *offset_bytes + *length_bytes as u64 == *o2 =>
+        {
+            *length_bytes += *l2;
+            true
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_backend_reads_merge_and_phases_order() {
+        let mut list = OpList::new();
+        list.push(Op::WriteCache {
+            slot: 1,
+            line_offset_bytes: 0,
+            length_bytes: 512,
+            buffer_offset_bytes: 0,
+        });
+        list.push(Op::ReadBackend {
+            volume: 0,
+            offset_bytes: 4096,
+            length_bytes: 512,
+            buffer_offset_bytes: 0,
+        });
+        list.push(Op::ReadBackend {
+            volume: 0,
+            offset_bytes: 4608,
+            length_bytes: 1024,
+            buffer_offset_bytes: 512,
+        });
+        list.push(Op::ReadBackend {
+            volume: 1,
+            offset_bytes: 5632,
+            length_bytes: 512,
+            buffer_offset_bytes: 1536,
+        });
+        list.seal();
+        assert_eq!(
+            list.ops(),
+            &[
+                Op::ReadBackend {
+                    volume: 0,
+                    offset_bytes: 4096,
+                    length_bytes: 1536,
+                    buffer_offset_bytes: 0
+                },
+                Op::ReadBackend {
+                    volume: 1,
+                    offset_bytes: 5632,
+                    length_bytes: 512,
+                    buffer_offset_bytes: 1536
+                },
+                Op::WriteCache {
+                    slot: 1,
+                    line_offset_bytes: 0,
+                    length_bytes: 512,
+                    buffer_offset_bytes: 0
+                },
+            ]
+        );
+    }
+}

@@ -1,0 +1,237 @@
+//! Adaptive Replacement Cache, as in Megiddo & Modha, "ARC: A Self-Tuning, Low
+//! Overhead Replacement Cache", FAST'03 (Fig. 1 of the paper).
+//!
+//! T1 holds lines seen once recently, T2 lines seen at least twice; B1 and B2
+//! are ghost lists (keys only) of lines recently evicted from T1 and T2. A hit
+//! in B1 grows the target size `p` of T1, a hit in B2 shrinks it.
+//!
+//! Deviations, both forced by a cache that can also drop lines (invalidation
+//! by writes) rather than only replace them:
+//! - REPLACE runs only when the cache has no free slot (`need_victim`); in the
+//!   paper's model the cache is always full once ghosts exist, so the two agree.
+//! - An invalidated line leaves T1/T2 without becoming a ghost.
+//!   `p` adapts with integer steps (`max(1, |B2| / |B1|)`), as most implementations do.
+
+use super::list::{Links, ListHead};
+use super::ReplacementPolicy;
+use crate::addr::{LineKey, SlotId};
+use crate::fasthash::{map_with_capacity, FxHashMap};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Resident {
+    None,
+    T1,
+    T2,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ghost {
+    B1,
+    B2,
+}
+
+pub struct Arc {
+    capacity: u64,
+    /// Target size of T1, in lines.
+    p: u64,
+    slot_links: Links,
+    slot_list: Vec<Resident>,
+    slot_key: Vec<LineKey>,
+    t1: ListHead,
+    t2: ListHead,
+    ghost_links: Links,
+    ghost_key: Vec<LineKey>,
+    ghost_list: Vec<Ghost>,
+    ghost_free: Vec<u32>,
+    ghost_index: FxHashMap<LineKey, u32>,
+    b1: ListHead,
+    b2: ListHead,
+    /// Set by `on_miss` when the incoming line was a ghost: it enters T2.
+    incoming_to_t2: bool,
+}
+
+impl Arc {
+    pub fn new(capacity_lines: usize) -> Self {
+        // |T1|+|T2|+|B1|+|B2| <= 2c, so at most 2c ghosts exist (when invalidation
+        // has emptied the cache); one spare covers the ghost added before one is dropped.
+        let ghosts = 2 * capacity_lines + 1;
+        let none = LineKey {
+            volume: 0,
+            line_index: 0,
+        };
+        Arc {
+            capacity: capacity_lines as u64,
+            p: 0,
+            slot_links: Links::new(capacity_lines),
+            slot_list: vec![Resident::None; capacity_lines],
+            slot_key: vec![none; capacity_lines],
+            t1: ListHead::default(),
+            t2: ListHead::default(),
+            ghost_links: Links::new(ghosts),
+            ghost_key: vec![none; ghosts],
+            ghost_list: vec![Ghost::B1; ghosts],
+            ghost_free: (0..ghosts as u32).rev().collect(),
+            ghost_index: map_with_capacity(ghosts),
+            b1: ListHead::default(),
+            b2: ListHead::default(),
+            incoming_to_t2: false,
+        }
+    }
+
+    /// Current target size of T1 (for tests and inspection).
+    pub fn target_t1(&self) -> u64 {
+        self.p
+    }
+
+    /// Sizes of (T1, T2, B1, B2).
+    pub fn list_sizes(&self) -> (u32, u32, u32, u32) {
+        (self.t1.len, self.t2.len, self.b1.len, self.b2.len)
+    }
+
+    fn add_ghost(&mut self, key: LineKey, list: Ghost) {
+        if self.ghost_free.is_empty() {
+            // Only reachable when invalidations shrank T1+T2 while ghosts stayed:
+            // keep the directory bounded by forgetting the oldest ghost.
+            let longer = if self.b1.len >= self.b2.len {
+                Ghost::B1
+            } else {
+                Ghost::B2
+            };
+            self.drop_lru_ghost(longer);
+        }
+        let Some(g) = self.ghost_free.pop() else {
+            unreachable!("a ghost was just freed");
+        };
+        self.ghost_key[g as usize] = key;
+        self.ghost_list[g as usize] = list;
+        let head = match list {
+            Ghost::B1 => &mut self.b1,
+            Ghost::B2 => &mut self.b2,
+        };
+        self.ghost_links.push_head(head, g);
+        self.ghost_index.insert(key, g);
+    }
+
+    fn remove_ghost(&mut self, g: u32) {
+        let head = match self.ghost_list[g as usize] {
+            Ghost::B1 => &mut self.b1,
+            Ghost::B2 => &mut self.b2,
+        };
+        self.ghost_links.unlink(head, g);
+        self.ghost_index.remove(&self.ghost_key[g as usize]);
+        self.ghost_free.push(g);
+    }
+
+    fn drop_lru_ghost(&mut self, list: Ghost) {
+        let tail = match list {
+            Ghost::B1 => self.b1.tail,
+            Ghost::B2 => self.b2.tail,
+        };
+        if tail != super::list::NIL {
+            self.remove_ghost(tail);
+        }
+    }
+
+    /// Evicts the LRU line of T1 or T2 into the matching ghost list (REPLACE in the paper).
+    fn replace(&mut self, incoming_in_b2: bool) -> Option<SlotId> {
+        let t1_len = self.t1.len as u64;
+        let from_t1 = t1_len >= 1 && (t1_len > self.p || (incoming_in_b2 && t1_len == self.p));
+        let (from_t1, slot) = if from_t1 || self.t2.len == 0 {
+            (true, self.slot_links.pop_tail(&mut self.t1)?)
+        } else {
+            (false, self.slot_links.pop_tail(&mut self.t2)?)
+        };
+        self.slot_list[slot as usize] = Resident::None;
+        let key = self.slot_key[slot as usize];
+        self.add_ghost(key, if from_t1 { Ghost::B1 } else { Ghost::B2 });
+        Some(slot)
+    }
+}
+
+impl ReplacementPolicy for Arc {
+    fn name(&self) -> &'static str {
+        "arc"
+    }
+
+    fn on_hit(&mut self, slot: SlotId, _now_ns: u64) {
+        match self.slot_list[slot as usize] {
+            Resident::T1 => {
+                self.slot_links.unlink(&mut self.t1, slot);
+                self.slot_links.push_head(&mut self.t2, slot);
+                self.slot_list[slot as usize] = Resident::T2;
+            }
+            Resident::T2 => self.slot_links.move_to_head(&mut self.t2, slot),
+            Resident::None => debug_assert!(false, "hit on a slot ARC does not hold"),
+        }
+    }
+
+    fn on_miss(&mut self, key: LineKey, need_victim: bool, _now_ns: u64) -> Option<SlotId> {
+        let c = self.capacity;
+        match self.ghost_index.get(&key).copied() {
+            Some(g) => {
+                let (b1, b2) = (self.b1.len as u64, self.b2.len as u64);
+                let in_b2 = self.ghost_list[g as usize] == Ghost::B2;
+                if in_b2 {
+                    let delta = (b1 / b2.max(1)).max(1);
+                    self.p = self.p.saturating_sub(delta);
+                } else {
+                    let delta = (b2 / b1.max(1)).max(1);
+                    self.p = (self.p + delta).min(c);
+                }
+                let victim = if need_victim { self.replace(in_b2) } else { None };
+                self.remove_ghost(g);
+                self.incoming_to_t2 = true;
+                victim
+            }
+            None => {
+                self.incoming_to_t2 = false;
+                let (t1, t2) = (self.t1.len as u64, self.t2.len as u64);
+                let (b1, b2) = (self.b1.len as u64, self.b2.len as u64);
+                if t1 + b1 >= c {
+                    if t1 < c {
+                        self.drop_lru_ghost(Ghost::B1);
+                        if need_victim {
+                            self.replace(false)
+                        } else {
+                            None
+                        }
+                    } else {
+                        // T1 alone fills the cache: its LRU leaves without a ghost.
+                        let slot = self.slot_links.pop_tail(&mut self.t1)?;
+                        self.slot_list[slot as usize] = Resident::None;
+                        Some(slot)
+                    }
+                } else {
+                    if t1 + t2 + b1 + b2 >= 2 * c {
+                        self.drop_lru_ghost(Ghost::B2);
+                    }
+                    if need_victim {
+                        self.replace(false)
+                    } else {
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_insert(&mut self, slot: SlotId, key: LineKey, _now_ns: u64) {
+        self.slot_key[slot as usize] = key;
+        if std::mem::take(&mut self.incoming_to_t2) {
+            self.slot_links.push_head(&mut self.t2, slot);
+            self.slot_list[slot as usize] = Resident::T2;
+        } else {
+            self.slot_links.push_head(&mut self.t1, slot);
+            self.slot_list[slot as usize] = Resident::T1;
+        }
+    }
+
+    fn on_remove(&mut self, slot: SlotId) {
+        match self.slot_list[slot as usize] {
+            Resident::T1 => self.slot_links.unlink(&mut self.t1, slot),
+            Resident::T2 => self.slot_links.unlink(&mut self.t2, slot),
+            Resident::None => return,
+        }
+        self.slot_list[slot as usize] = Resident::None;
+    }
+}

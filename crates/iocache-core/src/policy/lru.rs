@@ -1,0 +1,50 @@
+//! Least-recently-used replacement: one queue, hits move to the head, the tail is evicted.
+
+use super::list::{Links, ListHead};
+use super::ReplacementPolicy;
+use crate::addr::{LineKey, SlotId};
+
+pub struct Lru {
+    links: Links,
+    queue: ListHead,
+}
+
+impl Lru {
+    pub fn new(capacity_lines: usize) -> Self {
+        Lru {
+            links: Links::new(capacity_lines),
+            queue: ListHead::default(),
+        }
+    }
+
+    /// Resident slots from most to least recently used (for tests and inspection).
+    pub fn order(&self) -> Vec<SlotId> {
+        self.links.iter(&self.queue).collect()
+    }
+}
+
+impl ReplacementPolicy for Lru {
+    fn name(&self) -> &'static str {
+        "lru"
+    }
+
+    fn on_hit(&mut self, slot: SlotId, _now_ns: u64) {
+        self.links.move_to_head(&mut self.queue, slot);
+    }
+
+    fn on_miss(&mut self, _key: LineKey, need_victim: bool, _now_ns: u64) -> Option<SlotId> {
+        if need_victim {
+            self.links.pop_tail(&mut self.queue)
+        } else {
+            None
+        }
+    }
+
+    fn on_insert(&mut self, slot: SlotId, _key: LineKey, _now_ns: u64) {
+        self.links.push_head(&mut self.queue, slot);
+    }
+
+    fn on_remove(&mut self, slot: SlotId) {
+        self.links.unlink(&mut self.queue, slot);
+    }
+}

@@ -1,0 +1,94 @@
+//! Counters a cache keeps about its own decisions; every byte count is derived
+//! from the ops it emitted, so the simulator's numbers are the engine's numbers.
+
+/// Cumulative counters. Subtract two snapshots ([`CacheStats::since`]) for an interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub requests: u64,
+    pub read_requests: u64,
+    pub write_requests: u64,
+    /// Line accesses (one per line a request touches).
+    pub accesses: u64,
+    pub read_accesses: u64,
+    pub write_accesses: u64,
+    /// Line accesses whose requested sectors were all valid in the cache.
+    pub full_hits: u64,
+    /// Line accesses that found some but not all requested sectors.
+    pub partial_hits: u64,
+    /// Line accesses that found none of the requested sectors.
+    pub misses: u64,
+    pub read_hits: u64,
+    pub write_hits: u64,
+    /// Bytes the requests asked for.
+    pub requested_bytes: u64,
+    /// Of those, bytes whose sectors were valid in the cache when asked for.
+    pub hit_bytes: u64,
+    /// Lines inserted.
+    pub promotions: u64,
+    /// Lines replaced to make room.
+    pub evictions: u64,
+    /// Lines dropped by write invalidation.
+    pub invalidations: u64,
+    /// Evicted or invalidated lines that had dirty data to write back.
+    pub dirty_writebacks: u64,
+    /// Lines cleaned by a completed flush.
+    pub flushed_lines: u64,
+    /// Line accesses that missed and were not inserted (promotion refused or policy forbids).
+    pub bypassed_accesses: u64,
+    pub backend_read_bytes: u64,
+    pub backend_write_bytes: u64,
+    pub cache_read_bytes: u64,
+    pub cache_write_bytes: u64,
+}
+
+impl CacheStats {
+    pub fn hit_ratio(&self) -> f64 {
+        ratio(self.full_hits, self.accesses)
+    }
+
+    pub fn byte_hit_ratio(&self) -> f64 {
+        ratio(self.hit_bytes, self.requested_bytes)
+    }
+
+    /// Counters accumulated after `earlier` was taken.
+    pub fn since(&self, earlier: &CacheStats) -> CacheStats {
+        macro_rules! diff {
+            ($($field:ident),*) => {
+                CacheStats { $($field: self.$field - earlier.$field),* }
+            };
+        }
+        diff!(
+            requests,
+            read_requests,
+            write_requests,
+            accesses,
+            read_accesses,
+            write_accesses,
+            full_hits,
+            partial_hits,
+            misses,
+            read_hits,
+            write_hits,
+            requested_bytes,
+            hit_bytes,
+            promotions,
+            evictions,
+            invalidations,
+            dirty_writebacks,
+            flushed_lines,
+            bypassed_accesses,
+            backend_read_bytes,
+            backend_write_bytes,
+            cache_read_bytes,
+            cache_write_bytes
+        )
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}

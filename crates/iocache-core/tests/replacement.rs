@@ -1,0 +1,253 @@
+//! Replacement policies on hand-computed sequences, and LRU against a naive model.
+
+mod common;
+
+use common::{cache, Harness};
+use iocache_core::policy::{Arc, Lru, ReplacementPolicy};
+use iocache_core::{LineKey, OpList, PolicySpec, Promotion, Request, WritePolicy};
+use proptest::prelude::*;
+
+fn key(i: u64) -> LineKey {
+    LineKey {
+        volume: 0,
+        line_index: i,
+    }
+}
+
+/// Drives a bare policy the way the cache does, with slots handed out in order.
+struct Driver<P: ReplacementPolicy> {
+    policy: P,
+    capacity: usize,
+    slots: Vec<Option<u64>>,
+    hits: u32,
+}
+
+impl<P: ReplacementPolicy> Driver<P> {
+    fn new(policy: P, capacity: usize) -> Self {
+        Driver {
+            policy,
+            capacity,
+            slots: Vec::new(),
+            hits: 0,
+        }
+    }
+
+    fn access(&mut self, line: u64) {
+        if let Some(slot) = self.slots.iter().position(|s| *s == Some(line)) {
+            self.hits += 1;
+            self.policy.on_hit(slot as u32, 0);
+            return;
+        }
+        let full = self.slots.len() == self.capacity && self.slots.iter().all(Option::is_some);
+        let slot = match self.policy.on_miss(key(line), full, 0) {
+            Some(victim) => victim as usize,
+            None => {
+                assert!(!full);
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        self.slots[slot] = Some(line);
+        self.policy.on_insert(slot as u32, key(line), 0);
+    }
+
+    fn resident(&self) -> Vec<u64> {
+        let mut r: Vec<u64> = self.slots.iter().flatten().copied().collect();
+        r.sort();
+        r
+    }
+}
+
+#[test]
+fn arc_follows_the_fast03_cases() {
+    let mut d = Driver::new(Arc::new(2), 2);
+    for line in [1, 2, 1] {
+        d.access(line);
+    }
+    assert_eq!(d.hits, 1);
+    assert_eq!(d.policy.list_sizes(), (1, 1, 0, 0)); // T1=[2], T2=[1]
+                                                     // Case IV: a new line; T1's LRU (2) goes to B1.
+    d.access(3);
+    assert_eq!(d.policy.list_sizes(), (1, 1, 1, 0));
+    assert_eq!(d.resident(), vec![1, 3]);
+    // Case II: 2 is in B1: p grows to 1; |T1| = p so T2's LRU (1) goes to B2; 2 enters T2.
+    d.access(2);
+    assert_eq!(d.policy.target_t1(), 1);
+    assert_eq!(d.policy.list_sizes(), (1, 1, 0, 1));
+    assert_eq!(d.resident(), vec![2, 3]);
+    // Case III: 1 is in B2: p shrinks to 0; T1's LRU (3) goes to B1; 1 enters T2.
+    d.access(1);
+    assert_eq!(d.policy.target_t1(), 0);
+    assert_eq!(d.policy.list_sizes(), (0, 2, 1, 0));
+    assert_eq!(d.resident(), vec![1, 2]);
+    // Case II with T1 empty: p back to 1, T2's LRU (2) goes to B2, 3 enters T2.
+    d.access(3);
+    assert_eq!(d.policy.target_t1(), 1);
+    assert_eq!(d.policy.list_sizes(), (0, 2, 0, 1));
+    assert_eq!(d.resident(), vec![1, 3]);
+    assert_eq!(d.hits, 1);
+}
+
+#[test]
+fn arc_resists_a_scan_that_flushes_lru() {
+    // A hot pair accessed twice, then a long one-time scan, then the pair again.
+    let hot = [100, 101];
+    let mut seq: Vec<u64> = Vec::new();
+    seq.extend(hot);
+    seq.extend(hot);
+    seq.extend(0..10);
+    seq.extend(hot);
+    let mut arc = Driver::new(Arc::new(4), 4);
+    let mut lru = Driver::new(Lru::new(4), 4);
+    for &l in &seq {
+        arc.access(l);
+        lru.access(l);
+    }
+    assert_eq!(lru.hits, 2, "LRU lost the hot pair to the scan");
+    assert_eq!(arc.hits, 4, "ARC kept the hot pair in T2");
+}
+
+#[test]
+fn lru_on_a_one_line_cache() {
+    let mut d = Driver::new(Lru::new(1), 1);
+    for line in [7, 7, 8, 7, 7] {
+        d.access(line);
+    }
+    assert_eq!(d.hits, 2);
+    assert_eq!(d.resident(), vec![7]);
+}
+
+#[test]
+fn lru_evicts_least_recently_used() {
+    let mut d = Driver::new(Lru::new(3), 3);
+    for line in [1, 2, 3, 1, 4] {
+        d.access(line);
+    }
+    assert_eq!(d.resident(), vec![1, 3, 4]);
+}
+
+/// The simplest possible LRU: a vector ordered from most to least recent.
+fn naive_lru_hits(capacity: usize, lines: &[u64]) -> (u64, Vec<u64>) {
+    let mut order: Vec<u64> = Vec::new();
+    let mut hits = 0;
+    for &l in lines {
+        if let Some(at) = order.iter().position(|&x| x == l) {
+            hits += 1;
+            order.remove(at);
+        } else if order.len() == capacity {
+            order.pop();
+        }
+        order.insert(0, l);
+    }
+    order.sort();
+    (hits, order)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn lru_cache_matches_naive_model(
+        capacity in 1u64..12,
+        lines in prop::collection::vec(0u64..24, 0..300),
+    ) {
+        let mut c = cache(capacity, 512, |_| {});
+        let mut ops = OpList::new();
+        for (t, &l) in lines.iter().enumerate() {
+            c.access(&Request::read(0, l * 512, 512, t as u64), &mut ops).unwrap();
+        }
+        let (hits, resident) = naive_lru_hits(capacity as usize, &lines);
+        prop_assert_eq!(c.stats().full_hits, hits);
+        let mut actual: Vec<u64> = resident.iter().copied()
+            .filter(|&l| c.line_state(key(l)).is_some()).collect();
+        actual.sort();
+        prop_assert_eq!(actual, resident.clone());
+        prop_assert_eq!(c.resident_lines() as usize, resident.len());
+        c.check_invariants();
+    }
+
+    #[test]
+    fn arc_lists_stay_within_bounds(
+        capacity in 1usize..10,
+        lines in prop::collection::vec(0u64..30, 0..400),
+    ) {
+        let mut d = Driver::new(Arc::new(capacity), capacity);
+        for &l in &lines {
+            d.access(l);
+            let (t1, t2, b1, b2) = d.policy.list_sizes();
+            let c = capacity as u32;
+            prop_assert!(t1 + t2 <= c);
+            prop_assert!(t1 + b1 <= c);
+            prop_assert!(t1 + t2 + b1 + b2 <= 2 * c);
+            prop_assert!(d.policy.target_t1() <= capacity as u64);
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Action {
+    Read(u32, u64, u64),
+    Write(u32, u64, u64),
+    SetPolicy(WritePolicy),
+    Flush(usize),
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    let policy = prop_oneof![
+        Just(WritePolicy::WriteBack),
+        Just(WritePolicy::WriteThrough),
+        Just(WritePolicy::WriteInvalidate),
+        Just(WritePolicy::WriteAround),
+        Just(WritePolicy::WriteOnly),
+        Just(WritePolicy::PassThrough),
+    ];
+    prop_oneof![
+        4 => (0u32..2, 0u64..64, 1u64..20).prop_map(|(v, s, n)| Action::Read(v, s, n)),
+        4 => (0u32..2, 0u64..64, 1u64..20).prop_map(|(v, s, n)| Action::Write(v, s, n)),
+        1 => policy.prop_map(Action::SetPolicy),
+        1 => (1usize..4).prop_map(Action::Flush),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Whatever the policies and their changes, a read returns the latest write,
+    /// and after flushing everything the backend holds every write.
+    #[test]
+    fn reads_are_never_stale_and_flush_loses_nothing(
+        capacity in 1u64..8,
+        line_shift in 0u32..5,
+        arc in any::<bool>(),
+        nhit in any::<bool>(),
+        start in prop_oneof![Just(WritePolicy::WriteBack), Just(WritePolicy::WriteThrough), Just(WritePolicy::WriteOnly)],
+        actions in prop::collection::vec(action(), 1..120),
+    ) {
+        let c = cache(capacity, 512 << line_shift, |c| {
+            c.write_policy = start;
+            c.policy = if arc { PolicySpec::Arc } else { PolicySpec::Lru };
+            if nhit {
+                c.promotion = Promotion::NHit { threshold: 2, trigger_percent: 0 };
+            }
+        });
+        let mut h = Harness::new(c);
+        let mut tokens = Vec::new();
+        let mut ops = OpList::new();
+        for (t, a) in actions.into_iter().enumerate() {
+            let now = t as u64;
+            match a {
+                Action::Read(v, s, n) => h.run(Request::read(v, s * 512, n * 512, now)),
+                Action::Write(v, s, n) => h.run(Request::write(v, s * 512, n * 512, now)),
+                Action::SetPolicy(p) => h.cache.set_write_policy(p),
+                Action::Flush(n) => {
+                    h.cache.begin_flush(iocache_core::FlushOrder::Oldest, n, &mut ops, &mut tokens);
+                    h.world.execute(&Request::read(0, 0, 512, now), ops.ops(), &mut []);
+                    for tok in &tokens {
+                        h.cache.complete_flush(tok, true);
+                    }
+                }
+            }
+        }
+        h.flush_all_and_check_backend();
+    }
+}
