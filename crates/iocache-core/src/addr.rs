@@ -63,7 +63,8 @@ impl Request {
                 offset_bytes: self.offset_bytes,
             });
         }
-        if self.offset_bytes % SECTOR_BYTES != 0 || self.length_bytes % SECTOR_BYTES != 0 {
+        if !self.offset_bytes.is_multiple_of(SECTOR_BYTES) || !self.length_bytes.is_multiple_of(SECTOR_BYTES)
+        {
             return Err(CoreError::Unaligned {
                 offset_bytes: self.offset_bytes,
                 length_bytes: self.length_bytes,
@@ -174,6 +175,14 @@ pub fn split_request(request: &Request, line: LineSize) -> impl Iterator<Item = 
         sector = part_end;
         Some(part)
     })
+}
+
+/// The keys of the lines a validated request touches, in address order.
+pub fn split_request_keys(request: &Request, line: LineSize) -> impl Iterator<Item = LineKey> {
+    let first_line = request.offset_bytes >> line.shift();
+    let last_line = (request.offset_bytes + request.length_bytes - 1) >> line.shift();
+    let volume = request.volume;
+    (first_line..=last_line).map(move |line_index| LineKey { volume, line_index })
 }
 
 #[cfg(test)]

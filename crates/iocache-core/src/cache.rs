@@ -8,7 +8,7 @@ use crate::addr::{split_request, IoKind, LineKey, LinePart, LineSize, Request, S
 use crate::bitmap;
 use crate::config::{CacheConfig, FlushOrder, WritePolicy};
 use crate::error::CoreError;
-use crate::fasthash::{map_with_capacity, FxHashMap};
+use crate::index::LineIndex;
 use crate::ops::{Op, OpList};
 use crate::policy::list::{Links, ListHead};
 use crate::policy::ReplacementPolicy;
@@ -52,23 +52,29 @@ pub struct FlushToken {
     generation: u64,
 }
 
+/// Everything about one slot but its bitmaps, together so an eviction touches one cache line.
+#[derive(Clone, Copy)]
+struct SlotMeta {
+    key: LineKey,
+    /// Bumped whenever the slot's contents change; a flush only cleans what it saw.
+    generation: u64,
+    dirty_since_ns: u64,
+    resident: bool,
+    dirty_listed: bool,
+    flushing: bool,
+}
+
 pub struct Cache {
     config: CacheConfig,
     line: LineSize,
     words: usize,
-    index: FxHashMap<LineKey, SlotId>,
-    slot_key: Vec<LineKey>,
-    resident: Vec<bool>,
-    valid: Vec<u64>,
-    dirty: Vec<u64>,
-    /// Bumped whenever a slot's contents change; a flush only cleans what it saw.
-    generation: Vec<u64>,
-    flushing: Vec<bool>,
+    index: LineIndex,
+    slots: Vec<SlotMeta>,
+    /// Per slot, `words` of valid bits then `words` of dirty bits.
+    bits: Vec<u64>,
     dirty_links: Links,
     /// Dirty lines, oldest-dirtied at the head.
     dirty_list: ListHead,
-    dirty_listed: Vec<bool>,
-    dirty_since_ns: Vec<u64>,
     free: Vec<SlotId>,
     policy: Box<dyn ReplacementPolicy>,
     promoter: Promoter,
@@ -92,17 +98,21 @@ impl Cache {
         Ok(Cache {
             line,
             words,
-            index: map_with_capacity(lines),
-            slot_key: vec![none; lines],
-            resident: vec![false; lines],
-            valid: vec![0; lines * words],
-            dirty: vec![0; lines * words],
-            generation: vec![0; lines],
-            flushing: vec![false; lines],
+            index: LineIndex::new(lines),
+            slots: vec![
+                SlotMeta {
+                    key: none,
+                    generation: 0,
+                    dirty_since_ns: 0,
+                    resident: false,
+                    dirty_listed: false,
+                    flushing: false,
+                };
+                lines
+            ],
+            bits: vec![0; lines * words * 2],
             dirty_links: Links::new(lines),
             dirty_list: ListHead::default(),
-            dirty_listed: vec![false; lines],
-            dirty_since_ns: vec![0; lines],
             free: (0..lines as SlotId).rev().collect(),
             policy: config.policy.build(lines),
             promoter: Promoter::new(config.promotion, config.capacity_lines),
@@ -145,7 +155,7 @@ impl Cache {
     }
 
     pub fn line_state(&self, key: LineKey) -> Option<LineState> {
-        let slot = *self.index.get(&key)?;
+        let slot = self.lookup(key)?;
         Some(LineState {
             slot,
             valid_sectors: bitmap::count(self.valid_of(slot)),
@@ -181,14 +191,30 @@ impl Cache {
         Ok(summary)
     }
 
+    #[inline]
+    fn lookup(&self, key: LineKey) -> Option<SlotId> {
+        let slots = &self.slots;
+        self.index.get(&key, |s| slots[s as usize].key)
+    }
+
     fn valid_of(&self, slot: SlotId) -> &[u64] {
-        let at = slot as usize * self.words;
-        &self.valid[at..at + self.words]
+        let at = slot as usize * self.words * 2;
+        &self.bits[at..at + self.words]
     }
 
     fn dirty_of(&self, slot: SlotId) -> &[u64] {
-        let at = slot as usize * self.words;
-        &self.dirty[at..at + self.words]
+        let at = (slot as usize * 2 + 1) * self.words;
+        &self.bits[at..at + self.words]
+    }
+
+    fn valid_mut(&mut self, slot: SlotId) -> &mut [u64] {
+        let at = slot as usize * self.words * 2;
+        &mut self.bits[at..at + self.words]
+    }
+
+    fn dirty_mut(&mut self, slot: SlotId) -> &mut [u64] {
+        let at = (slot as usize * 2 + 1) * self.words;
+        &mut self.bits[at..at + self.words]
     }
 
     /// Counts the access and classifies it by the valid sectors it finds.
@@ -228,7 +254,7 @@ impl Cache {
 
     fn read_part(&mut self, part: &LinePart, now_ns: u64, ops: &mut OpList) -> LineOutcome {
         let policy = self.config.write_policy;
-        let found = self.index.get(&part.key).copied();
+        let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Read);
         match found {
             Some(slot) => {
@@ -241,12 +267,7 @@ impl Cache {
                     let fill = policy.allocates_on_read();
                     self.transfer_runs(part, slot, ops, |c, s| c.valid_of(s), fill);
                     if fill {
-                        let at = slot as usize * self.words;
-                        bitmap::set_range(
-                            &mut self.valid[at..at + self.words],
-                            part.first_sector,
-                            part.end_sector,
-                        );
+                        bitmap::set_range(self.valid_mut(slot), part.first_sector, part.end_sector);
                     }
                 }
             }
@@ -264,12 +285,7 @@ impl Cache {
                             ops,
                             self.cache_write(part, slot, part.first_sector, part.end_sector),
                         );
-                        let at = slot as usize * self.words;
-                        bitmap::set_range(
-                            &mut self.valid[at..at + self.words],
-                            part.first_sector,
-                            part.end_sector,
-                        );
+                        bitmap::set_range(self.valid_mut(slot), part.first_sector, part.end_sector);
                     }
                     None => self.stats.bypassed_accesses += 1,
                 }
@@ -311,7 +327,7 @@ impl Cache {
 
     fn write_part(&mut self, part: &LinePart, now_ns: u64, ops: &mut OpList) -> LineOutcome {
         let policy = self.config.write_policy;
-        let found = self.index.get(&part.key).copied();
+        let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Write);
         let (first, end) = (part.first_sector, part.end_sector);
         match policy {
@@ -333,14 +349,13 @@ impl Cache {
                 };
                 self.request_slots.push(slot);
                 self.emit(ops, self.cache_write(part, slot, first, end));
-                let at = slot as usize * self.words;
-                bitmap::set_range(&mut self.valid[at..at + self.words], first, end);
-                self.generation[slot as usize] += 1;
+                bitmap::set_range(self.valid_mut(slot), first, end);
+                self.slots[slot as usize].generation += 1;
                 if write_back {
-                    bitmap::set_range(&mut self.dirty[at..at + self.words], first, end);
+                    bitmap::set_range(self.dirty_mut(slot), first, end);
                     self.mark_dirty(slot, now_ns);
                 } else {
-                    bitmap::clear_range(&mut self.dirty[at..at + self.words], first, end);
+                    bitmap::clear_range(self.dirty_mut(slot), first, end);
                     self.unmark_dirty_if_clean(slot);
                 }
             }
@@ -348,8 +363,7 @@ impl Cache {
                 if let Some(slot) = found {
                     // Dirty data outside the written range must reach the backend
                     // before the line is dropped; dirty data inside it is superseded.
-                    let at = slot as usize * self.words;
-                    bitmap::clear_range(&mut self.dirty[at..at + self.words], first, end);
+                    bitmap::clear_range(self.dirty_mut(slot), first, end);
                     self.drop_line(slot, ops);
                 }
                 self.emit(ops, self.backend_write(part));
@@ -357,11 +371,10 @@ impl Cache {
             }
             WritePolicy::WriteAround | WritePolicy::PassThrough => {
                 if let Some(slot) = found {
-                    let at = slot as usize * self.words;
-                    bitmap::clear_range(&mut self.valid[at..at + self.words], first, end);
-                    bitmap::clear_range(&mut self.dirty[at..at + self.words], first, end);
-                    self.generation[slot as usize] += 1;
-                    if bitmap::any(&self.valid[at..at + self.words]) {
+                    bitmap::clear_range(self.valid_mut(slot), first, end);
+                    bitmap::clear_range(self.dirty_mut(slot), first, end);
+                    self.slots[slot as usize].generation += 1;
+                    if bitmap::any(self.valid_of(slot)) {
                         self.unmark_dirty_if_clean(slot);
                     } else {
                         self.drop_line(slot, ops);
@@ -394,11 +407,11 @@ impl Cache {
             debug_assert!(victim.is_none(), "policy named a victim with free slots left");
             self.free.pop()?
         };
-        let s = slot as usize;
-        self.index.insert(key, slot);
-        self.slot_key[s] = key;
-        self.resident[s] = true;
-        self.generation[s] += 1;
+        self.index.insert(&key, slot);
+        let meta = &mut self.slots[slot as usize];
+        meta.key = key;
+        meta.resident = true;
+        meta.generation += 1;
         self.policy.on_insert(slot, key, now_ns);
         self.stats.promotions += 1;
         Some(slot)
@@ -411,12 +424,12 @@ impl Cache {
             ops.seal();
         }
         self.write_back_dirty(slot, ops);
-        let s = slot as usize;
-        self.index.remove(&self.slot_key[s]);
-        self.resident[s] = false;
-        self.generation[s] += 1;
-        let at = s * self.words;
-        bitmap::clear(&mut self.valid[at..at + self.words]);
+        let meta = &mut self.slots[slot as usize];
+        meta.resident = false;
+        meta.generation += 1;
+        let key = meta.key;
+        self.index.remove(&key, slot);
+        bitmap::clear(self.valid_mut(slot));
     }
 
     /// Drops a resident line entirely (write invalidation), writing back its dirty sectors.
@@ -424,7 +437,7 @@ impl Cache {
         if self.request_slots.contains(&slot) {
             ops.seal();
         }
-        let key = self.slot_key[slot as usize];
+        let key = self.slots[slot as usize].key;
         self.policy.on_remove(slot);
         self.evict(slot, ops);
         self.emit(ops, Op::Invalidate { slot, key });
@@ -433,45 +446,42 @@ impl Cache {
     }
 
     fn write_back_dirty(&mut self, slot: SlotId, ops: &mut OpList) {
-        let s = slot as usize;
-        let at = s * self.words;
-        if bitmap::any(&self.dirty[at..at + self.words]) {
-            let key = self.slot_key[s];
-            let mut runs = std::mem::take(&mut self.runs);
-            runs.clear();
-            bitmap::for_each_run(
-                &self.dirty[at..at + self.words],
-                0,
-                self.line.sectors(),
-                |a, b, d| {
-                    if d {
-                        runs.push((a, b, d))
-                    }
-                },
-            );
-            for &(start, end, _) in &runs {
-                self.emit(ops, self.write_back(slot, key, start, end));
-            }
-            self.runs = runs;
+        if bitmap::any(self.dirty_of(slot)) {
+            self.emit_write_backs(slot, ops);
             self.stats.dirty_writebacks += 1;
-            bitmap::clear(&mut self.dirty[at..at + self.words]);
+            bitmap::clear(self.dirty_mut(slot));
         }
         self.unmark_dirty_if_clean(slot);
     }
 
+    /// Emits one write-back op per run of dirty sectors in `slot`.
+    fn emit_write_backs(&mut self, slot: SlotId, ops: &mut OpList) {
+        let key = self.slots[slot as usize].key;
+        let mut runs = std::mem::take(&mut self.runs);
+        runs.clear();
+        bitmap::for_each_run(self.dirty_of(slot), 0, self.line.sectors(), |a, b, dirty| {
+            if dirty {
+                runs.push((a, b, dirty))
+            }
+        });
+        for &(start, end, _) in &runs {
+            self.emit(ops, self.write_back(slot, key, start, end));
+        }
+        self.runs = runs;
+    }
+
     fn mark_dirty(&mut self, slot: SlotId, now_ns: u64) {
-        let s = slot as usize;
-        if !self.dirty_listed[s] {
-            self.dirty_listed[s] = true;
-            self.dirty_since_ns[s] = now_ns;
+        let meta = &mut self.slots[slot as usize];
+        if !meta.dirty_listed {
+            meta.dirty_listed = true;
+            meta.dirty_since_ns = now_ns;
             self.dirty_links.push_tail(&mut self.dirty_list, slot);
         }
     }
 
     fn unmark_dirty_if_clean(&mut self, slot: SlotId) {
-        let s = slot as usize;
-        if self.dirty_listed[s] && !bitmap::any(self.dirty_of(slot)) {
-            self.dirty_listed[s] = false;
+        if self.slots[slot as usize].dirty_listed && !bitmap::any(self.dirty_of(slot)) {
+            self.slots[slot as usize].dirty_listed = false;
             self.dirty_links.unlink(&mut self.dirty_list, slot);
         }
     }
@@ -558,15 +568,15 @@ impl Cache {
             FlushOrder::Oldest => self
                 .dirty_links
                 .iter(&self.dirty_list)
-                .filter(|&s| !self.flushing[s as usize])
+                .filter(|&s| !self.slots[s as usize].flushing)
                 .take(max_lines)
                 .collect(),
             FlushOrder::Address => {
                 let mut dirty: Vec<(LineKey, SlotId)> = self
                     .dirty_links
                     .iter(&self.dirty_list)
-                    .filter(|&s| !self.flushing[s as usize])
-                    .map(|s| (self.slot_key[s as usize], s))
+                    .filter(|&s| !self.slots[s as usize].flushing)
+                    .map(|s| (self.slots[s as usize].key, s))
                     .collect();
                 dirty.sort_unstable();
                 let start = match self.flush_cursor {
@@ -580,36 +590,20 @@ impl Cache {
                     .map(|&(_, s)| s)
                     .collect();
                 if let Some(&last) = picked.last() {
-                    self.flush_cursor = Some(self.slot_key[last as usize]);
+                    self.flush_cursor = Some(self.slots[last as usize].key);
                 }
                 picked
             }
         };
         for slot in candidates {
-            let s = slot as usize;
-            let key = self.slot_key[s];
-            let at = s * self.words;
-            let mut runs = std::mem::take(&mut self.runs);
-            runs.clear();
-            bitmap::for_each_run(
-                &self.dirty[at..at + self.words],
-                0,
-                self.line.sectors(),
-                |a, b, d| {
-                    if d {
-                        runs.push((a, b, d))
-                    }
-                },
-            );
-            for &(start, end, _) in &runs {
-                self.emit(ops, self.write_back(slot, key, start, end));
-            }
-            self.runs = runs;
-            self.flushing[s] = true;
+            self.emit_write_backs(slot, ops);
+            let key = self.slots[slot as usize].key;
+            let meta = &mut self.slots[slot as usize];
+            meta.flushing = true;
             tokens.push(FlushToken {
                 slot,
                 key,
-                generation: self.generation[s],
+                generation: meta.generation,
             });
         }
         ops.seal();
@@ -619,15 +613,13 @@ impl Cache {
     /// (was written, evicted or invalidated) since `begin_flush`: then it stays
     /// dirty and a later flush writes it again. Returns whether it was cleaned.
     pub fn complete_flush(&mut self, token: &FlushToken, succeeded: bool) -> bool {
-        let s = token.slot as usize;
-        self.flushing[s] = false;
-        let unchanged =
-            self.resident[s] && self.slot_key[s] == token.key && self.generation[s] == token.generation;
+        let meta = &mut self.slots[token.slot as usize];
+        meta.flushing = false;
+        let unchanged = meta.resident && meta.key == token.key && meta.generation == token.generation;
         if !(succeeded && unchanged) {
             return false;
         }
-        let at = s * self.words;
-        bitmap::clear(&mut self.dirty[at..at + self.words]);
+        bitmap::clear(self.dirty_mut(token.slot));
         self.unmark_dirty_if_clean(token.slot);
         self.stats.flushed_lines += 1;
         true
@@ -636,7 +628,7 @@ impl Cache {
     /// When the oldest dirty line became dirty (for lazy or age-based cleaning).
     pub fn oldest_dirty_since_ns(&self) -> Option<u64> {
         let head = self.dirty_list.head;
-        (head != crate::policy::list::NIL).then(|| self.dirty_since_ns[head as usize])
+        (head != crate::policy::list::NIL).then(|| self.slots[head as usize].dirty_since_ns)
     }
 
     /// Checks every internal invariant; panics with a description if one fails.
@@ -647,27 +639,24 @@ impl Cache {
         let mut dirty = 0;
         for s in 0..lines {
             let slot = s as SlotId;
-            if self.resident[s] {
+            let meta = &self.slots[s];
+            if meta.resident {
                 resident += 1;
-                assert_eq!(
-                    self.index.get(&self.slot_key[s]),
-                    Some(&slot),
-                    "index lost slot {s}"
-                );
+                assert_eq!(self.lookup(meta.key), Some(slot), "index lost slot {s}");
                 let (v, d) = (self.valid_of(slot), self.dirty_of(slot));
                 for w in 0..self.words {
                     assert_eq!(d[w] & !v[w], 0, "slot {s} has dirty sectors that are not valid");
                 }
                 if bitmap::any(d) {
                     dirty += 1;
-                    assert!(self.dirty_listed[s], "dirty slot {s} missing from dirty list");
+                    assert!(meta.dirty_listed, "dirty slot {s} missing from dirty list");
                 }
             } else {
                 assert!(!bitmap::any(self.dirty_of(slot)), "free slot {s} is dirty");
             }
             assert_eq!(
-                self.dirty_listed[s],
-                self.resident[s] && bitmap::any(self.dirty_of(slot))
+                meta.dirty_listed,
+                meta.resident && bitmap::any(self.dirty_of(slot))
             );
         }
         assert_eq!(

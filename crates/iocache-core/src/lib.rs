@@ -23,12 +23,17 @@ mod cache;
 pub mod config;
 mod error;
 pub mod fasthash;
+pub mod index;
 pub mod ops;
 pub mod policy;
 pub mod promotion;
 pub mod stats;
+pub mod units;
 
-pub use addr::{IoKind, LineKey, LinePart, LineSize, Request, SlotId, VolumeId, SECTOR_BYTES};
+pub use addr::{
+    split_request, split_request_keys, IoKind, LineKey, LinePart, LineSize, Request, SlotId, VolumeId,
+    SECTOR_BYTES,
+};
 pub use cache::{AccessSummary, Cache, FlushToken, LineOutcome, LineState};
 pub use config::{CacheConfig, FlushOrder, Promotion, WritePolicy};
 pub use error::CoreError;

@@ -72,17 +72,17 @@ fn arc_follows_the_fast03_cases() {
     assert_eq!(d.resident(), vec![1, 3]);
     // Case II: 2 is in B1: p grows to 1; |T1| = p so T2's LRU (1) goes to B2; 2 enters T2.
     d.access(2);
-    assert_eq!(d.policy.target_t1(), 1);
+    assert_eq!(d.policy.target_t1(), 1.0);
     assert_eq!(d.policy.list_sizes(), (1, 1, 0, 1));
     assert_eq!(d.resident(), vec![2, 3]);
     // Case III: 1 is in B2: p shrinks to 0; T1's LRU (3) goes to B1; 1 enters T2.
     d.access(1);
-    assert_eq!(d.policy.target_t1(), 0);
+    assert_eq!(d.policy.target_t1(), 0.0);
     assert_eq!(d.policy.list_sizes(), (0, 2, 1, 0));
     assert_eq!(d.resident(), vec![1, 2]);
     // Case II with T1 empty: p back to 1, T2's LRU (2) goes to B2, 3 enters T2.
     d.access(3);
-    assert_eq!(d.policy.target_t1(), 1);
+    assert_eq!(d.policy.target_t1(), 1.0);
     assert_eq!(d.policy.list_sizes(), (0, 2, 0, 1));
     assert_eq!(d.resident(), vec![1, 3]);
     assert_eq!(d.hits, 1);
@@ -179,7 +179,7 @@ proptest! {
             prop_assert!(t1 + t2 <= c);
             prop_assert!(t1 + b1 <= c);
             prop_assert!(t1 + t2 + b1 + b2 <= 2 * c);
-            prop_assert!(d.policy.target_t1() <= capacity as u64);
+            prop_assert!(d.policy.target_t1() <= capacity as f64);
         }
     }
 }

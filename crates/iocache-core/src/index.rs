@@ -1,0 +1,168 @@
+//! The line index: which slot holds a line, as a compact open-addressing table.
+//!
+//! Entries are 8 bytes (32 hash bits and a slot id), the table is kept at most
+//! half full and probed linearly, and deletion shifts entries back instead of
+//! leaving tombstones, so lookups stay short under the constant churn of a
+//! cache. Keys themselves live in the slot metadata; an entry's key is read
+//! only when its 32 hash bits match. This halves the memory a general hash map
+//! of (key, slot) pairs needs and keeps most probes inside one cache line.
+
+use std::hash::BuildHasher;
+
+use crate::addr::{LineKey, SlotId};
+use crate::fasthash::FxBuildHasher;
+
+const EMPTY: SlotId = SlotId::MAX;
+
+#[derive(Clone, Copy)]
+struct Entry {
+    hash: u32,
+    slot: SlotId,
+}
+
+pub struct LineIndex {
+    entries: Vec<Entry>,
+    mask: usize,
+    len: usize,
+}
+
+#[inline]
+fn hash_of(key: &LineKey) -> u32 {
+    let full = FxBuildHasher::default().hash_one(key);
+    (full ^ (full >> 32)) as u32
+}
+
+impl LineIndex {
+    /// An index for up to `capacity` lines.
+    pub fn new(capacity: usize) -> Self {
+        let size = (capacity.max(1) * 2).next_power_of_two();
+        LineIndex {
+            entries: vec![Entry { hash: 0, slot: EMPTY }; size],
+            mask: size - 1,
+            len: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The slot holding `key`; `key_of` reads a slot's key from the caller's metadata.
+    #[inline]
+    pub fn get(&self, key: &LineKey, key_of: impl Fn(SlotId) -> LineKey) -> Option<SlotId> {
+        let hash = hash_of(key);
+        let mut at = hash as usize & self.mask;
+        loop {
+            let e = self.entries[at];
+            if e.slot == EMPTY {
+                return None;
+            }
+            if e.hash == hash && key_of(e.slot) == *key {
+                return Some(e.slot);
+            }
+            at = (at + 1) & self.mask;
+        }
+    }
+
+    /// Adds `key` → `slot`; the key must not be present.
+    #[inline]
+    pub fn insert(&mut self, key: &LineKey, slot: SlotId) {
+        debug_assert!(slot != EMPTY);
+        assert!(self.len < self.entries.len() / 2, "line index over capacity");
+        let hash = hash_of(key);
+        let mut at = hash as usize & self.mask;
+        while self.entries[at].slot != EMPTY {
+            at = (at + 1) & self.mask;
+        }
+        self.entries[at] = Entry { hash, slot };
+        self.len += 1;
+    }
+
+    /// Removes the entry of `slot`, which holds `key`. Returns whether it was there.
+    #[inline]
+    pub fn remove(&mut self, key: &LineKey, slot: SlotId) -> bool {
+        let hash = hash_of(key);
+        let mut at = hash as usize & self.mask;
+        loop {
+            let e = self.entries[at];
+            if e.slot == EMPTY {
+                return false;
+            }
+            if e.slot == slot {
+                break;
+            }
+            at = (at + 1) & self.mask;
+        }
+        // Backward-shift deletion: move later entries of the run into the hole
+        // when their home position allows it.
+        let mut hole = at;
+        let mut next = (hole + 1) & self.mask;
+        loop {
+            let e = self.entries[next];
+            if e.slot == EMPTY {
+                break;
+            }
+            let home = e.hash as usize & self.mask;
+            // Distance from home to `next` and to `hole`, wrapping around.
+            let dist_next = next.wrapping_sub(home) & self.mask;
+            let dist_hole = hole.wrapping_sub(home) & self.mask;
+            if dist_hole <= dist_next {
+                self.entries[hole] = e;
+                hole = next;
+            }
+            next = (next + 1) & self.mask;
+        }
+        self.entries[hole] = Entry { hash: 0, slot: EMPTY };
+        self.len -= 1;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn matches_a_hash_map_under_churn() {
+        // Slots hold keys; random inserts and removals compared with std's HashMap.
+        let capacity = 64;
+        let mut index = LineIndex::new(capacity);
+        let mut keys: Vec<Option<LineKey>> = vec![None; capacity];
+        let mut model: HashMap<LineKey, SlotId> = HashMap::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let key = LineKey {
+                volume: (state % 3) as u32,
+                line_index: (state >> 8) % 200,
+            };
+            let key_of = |s: SlotId| keys[s as usize].expect("indexed slot has a key");
+            match (index.get(&key, key_of), model.get(&key)) {
+                (Some(s), Some(&m)) => {
+                    assert_eq!(s, m);
+                    if state & 1 == 0 {
+                        assert!(index.remove(&key, s));
+                        model.remove(&key);
+                        keys[s as usize] = None;
+                    }
+                }
+                (None, None) => {
+                    if let Some(free) = keys.iter().position(Option::is_none) {
+                        keys[free] = Some(key);
+                        index.insert(&key, free as SlotId);
+                        model.insert(key, free as SlotId);
+                    }
+                }
+                (a, b) => panic!("index says {a:?}, model says {b:?}"),
+            }
+            assert_eq!(index.len(), model.len());
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Trace-driven simulation of iocache's policy core.
+//!
+//! The simulator feeds trace records to [`iocache_core::Cache`] instances, the
+//! same code the real engine runs, and reports what they decided: hit ratios,
+//! promotions, evictions and the bytes each device would move.
+
+mod error;
+pub mod report;
+mod run;
+pub mod spec;
+pub mod trace_stats;
+
+pub use error::SimError;
+pub use run::{request_of, simulate, RunResult, SimOptions, SimReport, BATCH_REQUESTS};
+pub use spec::{combinations, CacheSize, RunSpec, Warmup};

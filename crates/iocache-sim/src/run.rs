@@ -1,0 +1,237 @@
+//! The simulation loop: one pass over a trace feeds every configured cache.
+//!
+//! The main thread parses the trace into batches of requests; each batch is
+//! shared (not copied) with worker threads that each own some of the caches.
+//! Memory is bounded by the batch size and channel depth, not by trace length.
+
+use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use iocache_core::{Cache, CacheStats, IoKind, OpList, Request};
+use iocache_trace::{TraceReader, TraceRecord};
+
+use crate::error::SimError;
+use crate::spec::RunSpec;
+
+/// Requests per batch handed to the workers.
+pub const BATCH_REQUESTS: usize = 16 * 1024;
+/// Batches queued per worker before the parser waits.
+const QUEUE_BATCHES: usize = 4;
+
+#[derive(Clone, Copy, Debug)]
+pub struct SimOptions {
+    /// Requests that only warm the caches before counting starts.
+    pub warmup_requests: u64,
+    /// Worker threads at most (1 = everything on the calling thread).
+    pub threads: usize,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            warmup_requests: 0,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// The outcome of one simulated cache.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    pub spec: RunSpec,
+    /// Counters after warmup.
+    pub stats: CacheStats,
+    /// Time spent inside this cache's decisions (trace parsing excluded).
+    pub wall_seconds: f64,
+    pub resident_lines_at_end: u64,
+    pub dirty_lines_at_end: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct SimReport {
+    pub runs: Vec<RunResult>,
+    /// Data records read from the trace.
+    pub trace_records: u64,
+    pub warmup_requests: u64,
+    pub skipped_lines: u64,
+    pub ignored_records: u64,
+    pub threads: usize,
+    /// Whole simulation, parsing included.
+    pub wall_seconds: f64,
+}
+
+/// Turns a trace record into a core request, widened to whole sectors.
+pub fn request_of(record: &TraceRecord) -> Request {
+    let kind = match record.kind {
+        iocache_trace::IoKind::Read => IoKind::Read,
+        iocache_trace::IoKind::Write => IoKind::Write,
+    };
+    Request {
+        volume: record.volume,
+        offset_bytes: record.offset_bytes,
+        length_bytes: record.length_bytes,
+        kind,
+        now_ns: record.time_ns,
+    }
+    .aligned_outward()
+}
+
+struct Runner {
+    index: usize,
+    spec: RunSpec,
+    cache: Cache,
+    ops: OpList,
+    processed: u64,
+    warm_base: Option<CacheStats>,
+    busy: Duration,
+}
+
+impl Runner {
+    fn new(index: usize, spec: &RunSpec) -> Result<Self, SimError> {
+        Ok(Runner {
+            index,
+            spec: spec.clone(),
+            cache: Cache::new(spec.cache_config())?,
+            ops: OpList::new(),
+            processed: 0,
+            warm_base: None,
+            busy: Duration::ZERO,
+        })
+    }
+
+    fn feed(&mut self, batch: &[Request], warmup_requests: u64) {
+        let started = Instant::now();
+        for request in batch {
+            if self.processed == warmup_requests {
+                self.warm_base = Some(*self.cache.stats());
+            }
+            // Requests were validated when the batch was built.
+            let _ = self.cache.access(request, &mut self.ops);
+            self.processed += 1;
+        }
+        self.busy += started.elapsed();
+    }
+
+    fn finish(self) -> (usize, RunResult) {
+        let now = *self.cache.stats();
+        let base = self.warm_base.unwrap_or(now);
+        (
+            self.index,
+            RunResult {
+                spec: self.spec,
+                stats: now.since(&base),
+                wall_seconds: self.busy.as_secs_f64(),
+                resident_lines_at_end: self.cache.resident_lines(),
+                dirty_lines_at_end: self.cache.dirty_lines(),
+            },
+        )
+    }
+}
+
+/// Reads the next batch of requests; `Ok(empty)` at the end of the trace.
+fn next_batch(reader: &mut TraceReader, records: &mut u64) -> Result<Vec<Request>, SimError> {
+    let mut batch = Vec::with_capacity(BATCH_REQUESTS);
+    while let Some(record) = reader.next() {
+        let request = request_of(&record?);
+        if let Err(e) = request.validate() {
+            return Err(SimError::Spec(format!(
+                "{}: record {}: {e}",
+                reader.name(),
+                *records + 1
+            )));
+        }
+        batch.push(request);
+        *records += 1;
+        if batch.len() == BATCH_REQUESTS {
+            break;
+        }
+    }
+    Ok(batch)
+}
+
+/// Runs every spec over the trace in one pass. `progress` is called after each batch.
+pub fn simulate(
+    reader: &mut TraceReader,
+    specs: &[RunSpec],
+    options: &SimOptions,
+    progress: &mut dyn FnMut(&TraceReader, u64),
+) -> Result<SimReport, SimError> {
+    let started = Instant::now();
+    let mut runners = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| Runner::new(i, spec))
+        .collect::<Result<Vec<_>, _>>()?;
+    let threads = options.threads.clamp(1, runners.len().max(1));
+    let warmup = options.warmup_requests;
+    let mut records = 0u64;
+
+    let mut finished: Vec<(usize, RunResult)> = if threads == 1 {
+        loop {
+            let batch = next_batch(reader, &mut records)?;
+            if batch.is_empty() {
+                break;
+            }
+            for runner in &mut runners {
+                runner.feed(&batch, warmup);
+            }
+            progress(reader, records);
+        }
+        runners.into_iter().map(Runner::finish).collect()
+    } else {
+        let mut groups: Vec<Vec<Runner>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, runner) in runners.into_iter().enumerate() {
+            groups[i % threads].push(runner);
+        }
+        std::thread::scope(|scope| -> Result<Vec<(usize, RunResult)>, SimError> {
+            let mut senders = Vec::new();
+            let mut handles = Vec::new();
+            for mut group in groups {
+                let (tx, rx) = sync_channel::<Arc<Vec<Request>>>(QUEUE_BATCHES);
+                senders.push(tx);
+                handles.push(scope.spawn(move || {
+                    for batch in rx {
+                        for runner in &mut group {
+                            runner.feed(&batch, warmup);
+                        }
+                    }
+                    group.into_iter().map(Runner::finish).collect::<Vec<_>>()
+                }));
+            }
+            let fed = (|| {
+                loop {
+                    let batch = next_batch(reader, &mut records)?;
+                    if batch.is_empty() {
+                        return Ok(());
+                    }
+                    let batch = Arc::new(batch);
+                    for tx in &senders {
+                        // A worker only hangs up by panicking; join reports that below.
+                        let _ = tx.send(Arc::clone(&batch));
+                    }
+                    progress(reader, records);
+                }
+            })();
+            drop(senders);
+            let mut results = Vec::new();
+            for handle in handles {
+                match handle.join() {
+                    Ok(done) => results.extend(done),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            fed.map(|()| results)
+        })?
+    };
+    finished.sort_by_key(|(i, _)| *i);
+    Ok(SimReport {
+        runs: finished.into_iter().map(|(_, r)| r).collect(),
+        trace_records: records,
+        warmup_requests: warmup,
+        skipped_lines: reader.skipped_lines(),
+        ignored_records: reader.ignored_records(),
+        threads,
+        wall_seconds: started.elapsed().as_secs_f64(),
+    })
+}

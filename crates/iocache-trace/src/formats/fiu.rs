@@ -1,0 +1,113 @@
+//! FIU SRCMap / IODedup block traces (SNIA IOTTA), whitespace separated:
+//! `ts pid process lba size op major minor md5`.
+//!
+//! Per the FIU trace README: `ts` is in nanoseconds, `lba` and `size` are in
+//! 512-byte blocks, `op` is `R` or `W`, and the volume is the (major, minor)
+//! device pair, interned. A process name may contain spaces, so the fields
+//! after it are taken from the end of the line. `pid` and `md5` are not used
+//! and not validated.
+
+use super::{read_write, Outcome, SECTOR_BYTES};
+use crate::bytes::{check_extent, field_count, scale, split_ws, u32_field, u64_field};
+use crate::error::FieldError;
+use crate::intern::Interner;
+use crate::TraceRecord;
+
+const FIELDS: [&str; 9] = [
+    "ts", "pid", "process", "lba", "size", "op", "major", "minor", "md5",
+];
+
+/// Most fields a line may have (a process name with many spaces).
+const MAX_FIELDS: usize = 32;
+
+#[derive(Debug, Default)]
+pub(crate) struct Fiu {
+    volumes: Interner,
+}
+
+impl Fiu {
+    #[inline]
+    pub(crate) fn parse(&mut self, line: &[u8]) -> Result<Outcome, FieldError> {
+        let (f, n) = split_ws::<MAX_FIELDS>(line);
+        if n < FIELDS.len() {
+            return Err(field_count(&FIELDS, n, "whitespace-separated"));
+        }
+        if n > MAX_FIELDS {
+            return Err(FieldError::new(
+                "line",
+                format!("expected 9 whitespace-separated fields, found {n}"),
+            ));
+        }
+        let time_ns = u64_field(f[0], "ts")?;
+        let offset = scale(u64_field(f[n - 6], "lba")?, SECTOR_BYTES, "lba")?;
+        let length = scale(u64_field(f[n - 5], "size")?, SECTOR_BYTES, "size")?;
+        check_extent(offset, length, "lba", "size")?;
+        let kind = read_write(f[n - 4], "op")?;
+        let major = u32_field(f[n - 3], "major")?;
+        let minor = u32_field(f[n - 2], "minor")?;
+        let key = self.volumes.start();
+        key.extend_from_slice(&major.to_le_bytes());
+        key.extend_from_slice(&minor.to_le_bytes());
+        let volume = self.volumes.finish("major")?;
+        Ok(Outcome::Record(TraceRecord {
+            time_ns,
+            volume,
+            offset_bytes: offset,
+            length_bytes: length,
+            kind,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::{first_error, records, skipping};
+    use crate::{IoKind, TraceFormat, TraceRecord};
+
+    const F: TraceFormat = TraceFormat::Fiu;
+
+    #[test]
+    fn valid() {
+        let text = "89312454701617 4892 syslogd 904265560 8 W 6 0 531e779e4ec1ae9ad2fb3ebfa7f4dd1b\n\
+                    89312454801617 4893 kworker/0:1 100 16 R 8 16 0123456789abcdef0123456789abcdef\n\
+                    89312454901617 4894 Web Content 200 8 r 6 0 0123456789abcdef0123456789abcdef\n";
+        let r = records(F, text);
+        assert_eq!(
+            r[0],
+            TraceRecord {
+                time_ns: 89312454701617,
+                volume: 0,
+                offset_bytes: 904265560 * 512,
+                length_bytes: 4096,
+                kind: IoKind::Write,
+            }
+        );
+        assert_eq!(
+            (r[1].volume, r[1].kind, r[1].offset_bytes),
+            (1, IoKind::Read, 51200)
+        );
+        assert_eq!((r[2].volume, r[2].offset_bytes), (0, 200 * 512));
+    }
+
+    #[test]
+    fn errors() {
+        let good = "1 2 p 3 8 W 6 0 md5\n";
+        for (bad, field) in [
+            ("1 2 p 3 8 X 6 0 md5\n", "op"),
+            ("1 2 p 3 0 W 6 0 md5\n", "size"),
+            ("1 2 p x 8 W 6 0 md5\n", "lba"),
+            ("t 2 p 3 8 W 6 0 md5\n", "ts"),
+            ("1 2 p 3 8 W 6 m md5\n", "minor"),
+            ("1 2 p 3 8 W\n", "major"),
+        ] {
+            let (line, f, reason) = first_error(F, &format!("{good}{bad}"));
+            assert_eq!((line, f), (2, field), "{bad}: {reason}");
+        }
+    }
+
+    #[test]
+    fn skip_bad() {
+        let (r, skipped, _) = skipping(F, "1 2 p 3 8 W 6 0 m\nfoo\n1 2 p 3 8 R 6 0 m\n");
+        assert_eq!((r.len(), skipped), (2, 1));
+    }
+}

@@ -1,0 +1,101 @@
+//! SNIA SYSTOR'17 traces: CSV `Timestamp,Response,IOType,LUN,Offset,Size`
+//! with a header line.
+//!
+//! `Timestamp` is seconds since the Unix epoch with a fraction; it is parsed
+//! as a decimal straight to nanoseconds (no floating point). `IOType` is
+//! `R`/`W`, `LUN` is the volume, `Offset` and `Size` are bytes. `Response`
+//! (seconds) is not used and not validated (the published traces leave it
+//! empty on some lines). Header lines are recognised by their first field
+//! (`Timestamp`) wherever they appear, so concatenated files work.
+
+use super::{read_write, Outcome};
+use crate::bytes::{check_extent, field_count, fixed_field, split_sep, u32_field, u64_field};
+use crate::error::FieldError;
+use crate::TraceRecord;
+
+const FIELDS: [&str; 6] = ["Timestamp", "Response", "IOType", "LUN", "Offset", "Size"];
+
+#[derive(Debug)]
+pub(crate) struct Systor;
+
+impl Systor {
+    #[inline]
+    pub(crate) fn parse(&mut self, line: &[u8]) -> Result<Outcome, FieldError> {
+        let (f, n) = split_sep::<6>(line, b',');
+        if f[0].eq_ignore_ascii_case(b"timestamp") {
+            return Ok(Outcome::Skip);
+        }
+        if n != 6 {
+            return Err(field_count(&FIELDS, n, "comma-separated"));
+        }
+        let time_ns = fixed_field(f[0], 9, "Timestamp", "seconds")?;
+        let kind = read_write(f[2], "IOType")?;
+        let volume = u32_field(f[3], "LUN")?;
+        let offset = u64_field(f[4], "Offset")?;
+        let length = u64_field(f[5], "Size")?;
+        check_extent(offset, length, "Offset", "Size")?;
+        Ok(Outcome::Record(TraceRecord {
+            time_ns,
+            volume,
+            offset_bytes: offset,
+            length_bytes: length,
+            kind,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::{first_error, records, skipping};
+    use crate::{IoKind, TraceFormat, TraceRecord};
+
+    const F: TraceFormat = TraceFormat::Systor;
+
+    #[test]
+    fn valid() {
+        let text = "Timestamp,Response,IOType,LUN,Offset,Size\n\
+                    1456095145.133076000,0.000806000,R,0,899056122368,131072\n\
+                    1456095145.126285,,W,3,4256049987072,122880\r\n\
+                    7,0.1,w,1,0,512\n";
+        let r = records(F, text);
+        assert_eq!(r.len(), 3);
+        assert_eq!(
+            r[0],
+            TraceRecord {
+                time_ns: 1_456_095_145_133_076_000,
+                volume: 0,
+                offset_bytes: 899056122368,
+                length_bytes: 131072,
+                kind: IoKind::Read,
+            }
+        );
+        assert_eq!(r[1].time_ns, 1_456_095_145_126_285_000);
+        assert_eq!((r[1].volume, r[1].kind), (3, IoKind::Write));
+        assert_eq!(r[2].time_ns, 7_000_000_000);
+    }
+
+    #[test]
+    fn errors() {
+        let head = "Timestamp,Response,IOType,LUN,Offset,Size\n1.0,0.1,R,0,0,512\n";
+        for (bad, field) in [
+            ("1.0,0.1,X,0,0,512\n", "IOType"),
+            ("1.0,0.1,R,0,0,0\n", "Size"),
+            ("1.0,0.1,R,x,0,512\n", "LUN"),
+            ("1.0,0.1,R,99999999999,0,512\n", "LUN"),
+            ("1.0.0,0.1,R,0,0,512\n", "Timestamp"),
+            ("-1.0,0.1,R,0,0,512\n", "Timestamp"),
+            ("1.0,0.1,R,0,-5,512\n", "Offset"),
+            ("1.0,0.1,R,0\n", "Offset"),
+        ] {
+            let (line, f, reason) = first_error(F, &format!("{head}{bad}"));
+            assert_eq!((line, f), (3, field), "{bad}: {reason}");
+        }
+    }
+
+    #[test]
+    fn skip_bad() {
+        let text = "Timestamp,Response,IOType,LUN,Offset,Size\n1,0,R,0,0,512\n1,0,Q,0,0,512\n";
+        let (r, skipped, ignored) = skipping(F, text);
+        assert_eq!((r.len(), skipped, ignored), (1, 1, 0));
+    }
+}

@@ -1,0 +1,177 @@
+//! Reads the real trace samples in `../shared/traces` (see its README.md)
+//! end to end: format detection, record counts and a few spot values. The
+//! samples are not part of this repository; when the directory is missing the
+//! tests print a note and pass.
+
+use std::path::PathBuf;
+
+use iocache_trace::{IoKind, ReaderOptions, TraceFormat, TraceReader, TraceRecord};
+
+fn samples_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/"));
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        println!("skipped: ../shared/traces not present");
+        None
+    }
+}
+
+struct Summary {
+    format: TraceFormat,
+    records: Vec<TraceRecord>,
+    ignored: u64,
+    lines: u64,
+    consumed: u64,
+    len: Option<u64>,
+}
+
+fn read(name: &str) -> Option<Summary> {
+    let path = samples_dir()?.join(name);
+    let mut reader =
+        TraceReader::open(&path, None, ReaderOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let records = reader
+        .by_ref()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(reader.skipped_lines(), 0);
+    Some(Summary {
+        format: reader.format(),
+        records,
+        ignored: reader.ignored_records(),
+        lines: reader.lines_read(),
+        consumed: reader.input_bytes_consumed(),
+        len: reader.input_len(),
+    })
+}
+
+fn reads_writes(records: &[TraceRecord]) -> (usize, usize) {
+    let reads = records.iter().filter(|r| r.kind == IoKind::Read).count();
+    (reads, records.len() - reads)
+}
+
+#[test]
+fn arc_p2() {
+    let Some(s) = read("arc-P2.lis.zst") else { return };
+    assert_eq!(s.format, TraceFormat::Arc);
+    assert_eq!(s.records.len(), 666_176);
+    assert_eq!(s.ignored, 0);
+    // README: 666,176 requests = 12,729,495 sector accesses.
+    let sectors: u64 = s.records.iter().map(|r| r.length_bytes / 512).sum();
+    assert_eq!(sectors, 12_729_495);
+    assert!(s.records.iter().all(|r| r.kind == IoKind::Read && r.volume == 0));
+    assert_eq!(
+        s.records[0],
+        TraceRecord {
+            time_ns: 0,
+            volume: 0,
+            offset_bytes: 3050771 * 512,
+            length_bytes: 25 * 512,
+            kind: IoKind::Read,
+        }
+    );
+    assert_eq!(s.records[666_175].time_ns, 666_175);
+    assert_eq!(Some(s.consumed), s.len);
+}
+
+#[test]
+fn msr_hm0() {
+    let Some(s) = read("msr-hm0-sample.csv") else {
+        return;
+    };
+    assert_eq!(s.format, TraceFormat::Msr);
+    assert_eq!(s.records.len(), 1_000);
+    assert_eq!(s.lines, 1_000);
+    assert!(s.records.iter().all(|r| r.volume == 0));
+    assert_eq!(
+        s.records[0],
+        TraceRecord {
+            time_ns: (128166385295514663 - 116444736000000000) * 100,
+            volume: 0,
+            offset_bytes: 9056014336,
+            length_bytes: 2048,
+            kind: IoKind::Write,
+        }
+    );
+    println!("msr reads/writes: {:?}", reads_writes(&s.records));
+}
+
+#[test]
+fn systor17() {
+    let Some(s) = read("systor17-sample.csv.gz") else {
+        return;
+    };
+    assert_eq!(s.format, TraceFormat::Systor);
+    assert_eq!(s.records.len(), 999);
+    assert_eq!(s.lines, 1_000);
+    assert_eq!(reads_writes(&s.records), (826, 173));
+    assert_eq!(s.records[0].time_ns, 1_456_095_145_133_076_000);
+    assert_eq!(s.records[0].offset_bytes, 899056122368);
+    assert_eq!(s.records[0].length_bytes, 131072);
+    assert_eq!(Some(s.consumed), s.len);
+}
+
+#[test]
+fn tencent_cbs() {
+    let Some(s) = read("tencent-cbs-sample.csv.bz2") else {
+        return;
+    };
+    assert_eq!(s.format, TraceFormat::Tencent);
+    assert_eq!(s.records.len(), 50_000);
+    assert_eq!(
+        s.records[0],
+        TraceRecord {
+            time_ns: 1_538_323_200_000_000_000,
+            volume: 1058,
+            offset_bytes: 4247200 * 512,
+            length_bytes: 128 * 512,
+            kind: IoKind::Write,
+        }
+    );
+    println!("tencent reads/writes: {:?}", reads_writes(&s.records));
+}
+
+#[test]
+fn mqsim_disksim() {
+    for (name, count) in [("tpcc-small.disksim", 6_999), ("wsrch-small.disksim", 24_783)] {
+        let Some(s) = read(name) else { return };
+        assert_eq!(s.format, TraceFormat::Disksim, "{name}");
+        assert_eq!(s.records.len(), count, "{name}");
+        println!("{name} reads/writes: {:?}", reads_writes(&s.records));
+    }
+    let Some(s) = read("tpcc-small.disksim") else {
+        return;
+    };
+    assert_eq!(
+        s.records[0],
+        TraceRecord {
+            time_ns: 938513000,
+            volume: 4,
+            offset_bytes: 264719034 * 512,
+            length_bytes: 16 * 512,
+            kind: IoKind::Write,
+        }
+    );
+}
+
+#[test]
+fn cloudphysics() {
+    let Some(s) = read("cloudphysics-w106-sample.csv") else {
+        return;
+    };
+    assert_eq!(s.format, TraceFormat::VscsiCsv);
+    // 113,872 data lines, all opcodes 0x28 (read) or 0x2a (write).
+    assert_eq!(s.records.len(), 113_872);
+    assert_eq!(s.ignored, 0);
+    assert_eq!(reads_writes(&s.records), (46_974, 66_898));
+    assert_eq!(
+        s.records[0],
+        TraceRecord {
+            time_ns: 5_633_898_000_000_000,
+            volume: 0,
+            offset_bytes: 42932745 * 512,
+            length_bytes: 512,
+            kind: IoKind::Write,
+        }
+    );
+}

@@ -1,0 +1,335 @@
+//! The `iocache` binary: a thin command-line front end over the library crates.
+
+mod progress;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use iocache_core::{LineSize, PolicySpec, Promotion, WritePolicy};
+use iocache_sim::report::{render_table, table, JsonReport};
+use iocache_sim::trace_stats::{trace_stats, Window};
+use iocache_sim::{combinations, simulate, CacheSize, SimOptions, Warmup};
+use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
+
+#[derive(Parser)]
+#[command(
+    name = "iocache",
+    version,
+    about = "A block I/O cache and its trace-driven simulator"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Simulate caches over a block I/O trace (every policy × size in one pass).
+    Sim(SimArgs),
+    /// Work with trace files.
+    Trace {
+        #[command(subcommand)]
+        command: TraceCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TraceCommand {
+    /// Characterize a trace: mix, sizes, footprint and working-set size.
+    Stats(TraceStatsArgs),
+}
+
+#[derive(Args)]
+struct TraceInput {
+    /// Trace file (plain, gzip, zstd or bzip2; detected from content).
+    #[arg(long, value_name = "PATH")]
+    trace: PathBuf,
+    /// Trace format: msr, systor, tencent, fiu, vscsi-csv, disksim, arc, blkparse, fio, lba
+    /// (with parameters, e.g. blkparse:action=D, lba:block=4096). Detected when omitted.
+    #[arg(long, value_name = "NAME")]
+    format: Option<String>,
+    /// Skip malformed lines (and report how many) instead of stopping at the first.
+    #[arg(long)]
+    skip_bad_lines: bool,
+}
+
+impl TraceInput {
+    fn open(&self) -> Result<TraceReader> {
+        let format = self
+            .format
+            .as_deref()
+            .map(|f| f.parse::<TraceFormat>())
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--format: {e}"))?;
+        let options = ReaderOptions {
+            skip_bad_lines: self.skip_bad_lines,
+        };
+        Ok(TraceReader::open(&self.trace, format, options)?)
+    }
+}
+
+#[derive(Args)]
+struct SimArgs {
+    #[command(flatten)]
+    input: TraceInput,
+    /// Replacement policies, comma separated.
+    #[arg(long, default_value = "lru", value_delimiter = ',', value_name = "NAMES")]
+    policy: Vec<String>,
+    /// Cache sizes, comma separated: a line count (32768) or bytes with a unit (16MiB).
+    #[arg(long, default_value = "32768", value_delimiter = ',', value_name = "SIZES")]
+    cache_size: Vec<String>,
+    /// Cache line sizes in bytes (power of two, 512 B to 1 MiB), comma separated.
+    #[arg(long, default_value = "4096", value_delimiter = ',', value_name = "BYTES")]
+    line_size: Vec<String>,
+    /// Promotion: always, nhit:N or nhit:N:trigger=PERCENT.
+    #[arg(long, default_value = "always")]
+    promotion: String,
+    /// Write policy: wb, wt, wi, wa, wo, pt.
+    #[arg(long, default_value = "wb")]
+    write_policy: String,
+    /// Requests that only warm the cache: a fraction of the trace (0.2) or a count (100000).
+    #[arg(long, value_name = "FRACTION|REQUESTS")]
+    warmup: Option<String>,
+    /// Write results as JSON to PATH, or to stdout with `-` (the table is then not printed).
+    #[arg(long, value_name = "PATH|-")]
+    json: Option<String>,
+    /// Worker threads (default: the number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Args)]
+struct TraceStatsArgs {
+    /// Trace file.
+    #[arg(value_name = "PATH")]
+    trace: PathBuf,
+    /// Trace format (detected when omitted).
+    #[arg(long, value_name = "NAME")]
+    format: Option<String>,
+    #[arg(long)]
+    skip_bad_lines: bool,
+    /// Line size for footprint and working-set size.
+    #[arg(long, default_value = "4096", value_name = "BYTES")]
+    line_size: String,
+    /// Working-set window: trace time (30s, 15m, 6h, 1d, 1w) or requests (100000req).
+    #[arg(long)]
+    window: Option<String>,
+    /// Write the statistics as JSON to PATH, or to stdout with `-`.
+    #[arg(long, value_name = "PATH|-")]
+    json: Option<String>,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sim(args) => run_sim(args),
+        Command::Trace {
+            command: TraceCommand::Stats(args),
+        } => run_trace_stats(args),
+    };
+    if let Err(e) = result {
+        eprintln!("iocache: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn parse_list<T: std::str::FromStr>(what: &str, items: &[String]) -> Result<Vec<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    items
+        .iter()
+        .map(|s| s.parse::<T>().map_err(|e| anyhow::anyhow!("--{what}: {e}")))
+        .collect()
+}
+
+fn parse_line_size(text: &str) -> Result<LineSize> {
+    let bytes =
+        iocache_core::units::parse_byte_size(text).map_err(|e| anyhow::anyhow!("--line-size: {e}"))?;
+    LineSize::new(bytes).map_err(|e| anyhow::anyhow!("--line-size: {e}"))
+}
+
+/// Counts the trace's data records (for a warmup given as a fraction).
+fn count_records(input: &TraceInput) -> Result<u64> {
+    let mut reader = input.open()?;
+    let mut n = 0u64;
+    for record in reader.by_ref() {
+        record?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+fn run_sim(args: SimArgs) -> Result<()> {
+    let policies: Vec<PolicySpec> = parse_list("policy", &args.policy)?;
+    let sizes: Vec<CacheSize> = parse_list("cache-size", &args.cache_size)?;
+    let line_sizes = args
+        .line_size
+        .iter()
+        .map(|s| parse_line_size(s))
+        .collect::<Result<Vec<_>>>()?;
+    let promotion: Promotion = args
+        .promotion
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--promotion: {e}"))?;
+    let write_policy: WritePolicy = args
+        .write_policy
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--write-policy: {e}"))?;
+    let specs = combinations(&policies, &sizes, &line_sizes, write_policy, promotion)?;
+    let warmup_requests = match args.warmup.as_deref().map(str::parse::<Warmup>).transpose()? {
+        None | Some(Warmup::None) => 0,
+        Some(Warmup::Requests(n)) => n,
+        Some(Warmup::Fraction(f)) => (count_records(&args.input)? as f64 * f).round() as u64,
+    };
+    let options = SimOptions {
+        warmup_requests,
+        threads: args.threads.unwrap_or(SimOptions::default().threads).max(1),
+    };
+    let mut reader = args.input.open()?;
+    let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
+    let report = simulate(&mut reader, &specs, &options, &mut |r, records| {
+        bar.update(r, records)
+    })?;
+    bar.finish();
+    let trace_name = args.input.trace.display().to_string();
+    if reader.skipped_lines() > 0 {
+        eprintln!("iocache: skipped {} malformed lines", reader.skipped_lines());
+    }
+    if warmup_requests > 0 && warmup_requests >= report.trace_records {
+        eprintln!(
+            "iocache: warning: the warmup ({warmup_requests} requests) covers the whole trace ({} requests): nothing was counted",
+            report.trace_records
+        );
+    }
+    match args.json.as_deref() {
+        Some(path) => {
+            let json = JsonReport::new(&trace_name, reader.format().to_string(), &report);
+            let text = serde_json::to_string_pretty(&json)?;
+            if path == "-" {
+                println!("{text}");
+            } else {
+                std::fs::write(path, text + "\n").with_context(|| format!("writing {path}"))?;
+                print_sim_table(&trace_name, &reader, &report);
+            }
+        }
+        None => print_sim_table(&trace_name, &reader, &report),
+    }
+    Ok(())
+}
+
+fn print_sim_table(trace: &str, reader: &TraceReader, report: &iocache_sim::SimReport) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "trace {trace} ({}): {} requests, {} warmup, {} runs on {} threads in {:.2} s",
+        reader.format(),
+        report.trace_records,
+        report.warmup_requests,
+        report.runs.len(),
+        report.threads,
+        report.wall_seconds
+    );
+    let _ = write!(out, "{}", render_table(report));
+}
+
+fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
+    let input = TraceInput {
+        trace: args.trace,
+        format: args.format,
+        skip_bad_lines: args.skip_bad_lines,
+    };
+    let line = parse_line_size(&args.line_size)?;
+    let window = args.window.as_deref().map(str::parse::<Window>).transpose()?;
+    let mut reader = input.open()?;
+    let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
+    let stats = trace_stats(&mut reader, line, window, &mut |r, n| bar.update(r, n))?;
+    bar.finish();
+    if let Some(path) = args.json.as_deref() {
+        let text = serde_json::to_string_pretty(&stats)?;
+        if path == "-" {
+            println!("{text}");
+            return Ok(());
+        }
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {path}"))?;
+    }
+    if stats.requests == 0 {
+        bail!("{}: the trace holds no data requests", input.trace.display());
+    }
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "trace            {} ({})", stats.trace, stats.format);
+    let _ = writeln!(
+        out,
+        "requests         {} ({} reads, {} writes, {:.1} % reads)",
+        stats.requests,
+        stats.read_requests,
+        stats.write_requests,
+        stats.read_fraction * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "bytes            {} read, {} written",
+        mib(stats.read_bytes),
+        mib(stats.write_bytes)
+    );
+    let _ = writeln!(out, "volumes          {}", stats.volumes);
+    let _ = writeln!(
+        out,
+        "time span        {:.3} s",
+        (stats.last_time_ns - stats.first_time_ns) as f64 / 1e9
+    );
+    let _ = writeln!(
+        out,
+        "request size     min {} B, mean {:.0} B, max {} B",
+        stats.min_request_bytes, stats.mean_request_bytes, stats.max_request_bytes
+    );
+    let _ = writeln!(
+        out,
+        "footprint        {} lines of {} B = {} ({} read lines, {} written lines)",
+        stats.footprint_lines,
+        stats.line_size,
+        mib(stats.footprint_bytes),
+        stats.read_footprint_lines,
+        stats.write_footprint_lines
+    );
+    if stats.skipped_lines + stats.ignored_records > 0 {
+        let _ = writeln!(
+            out,
+            "skipped          {} malformed lines, {} non-data records",
+            stats.skipped_lines, stats.ignored_records
+        );
+    }
+    let _ = writeln!(out, "\nrequest sizes:");
+    let rows: Vec<Vec<String>> = stats
+        .request_sizes
+        .iter()
+        .map(|b| {
+            vec![
+                format!("<= {}", iocache_core::units::format_byte_size(b.max_bytes)),
+                b.requests.to_string(),
+                format!("{:.2}", b.requests as f64 * 100.0 / stats.requests as f64),
+            ]
+        })
+        .collect();
+    let _ = write!(out, "{}", table(&["size", "requests", "%"], &rows));
+    if let Some(window) = &stats.window {
+        let _ = writeln!(out, "\nworking set per window of {window}:");
+        let rows: Vec<Vec<String>> = stats
+            .windows
+            .iter()
+            .map(|w| {
+                vec![
+                    w.index.to_string(),
+                    w.requests.to_string(),
+                    w.unique_lines.to_string(),
+                    format!("{:.1}", w.unique_bytes as f64 / (1 << 20) as f64),
+                ]
+            })
+            .collect();
+        let _ = write!(out, "{}", table(&["window", "requests", "lines", "MiB"], &rows));
+    }
+    Ok(())
+}
