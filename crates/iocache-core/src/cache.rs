@@ -4,7 +4,9 @@
 //!
 //! No I/O, no threads, no clock: the caller passes `now_ns` and executes the ops.
 
-use crate::addr::{split_request, IoKind, LineKey, LinePart, LineSize, Request, SlotId, SECTOR_BYTES};
+use crate::addr::{
+    split_request, split_request_keys, IoKind, LineKey, LinePart, LineSize, Request, SlotId, SECTOR_BYTES,
+};
 use crate::bitmap;
 use crate::config::{CacheConfig, FlushOrder, WritePolicy};
 use crate::error::CoreError;
@@ -52,13 +54,22 @@ pub struct FlushToken {
     generation: u64,
 }
 
+/// Index positions prefetched per request at most.
+const PREFETCH_LINES_MAX: usize = 64;
+
+const VALID: usize = 0;
+const DIRTY: usize = 1;
+
 /// Everything about one slot but its bitmaps, together so an eviction touches one cache line.
 #[derive(Clone, Copy)]
+#[repr(align(64))]
 struct SlotMeta {
     key: LineKey,
     /// Bumped whenever the slot's contents change; a flush only cleans what it saw.
     generation: u64,
     dirty_since_ns: u64,
+    /// Valid and dirty bits, inline when one word covers the line (lines up to 32 KiB).
+    inline_bits: [u64; 2],
     resident: bool,
     dirty_listed: bool,
     flushing: bool,
@@ -70,7 +81,7 @@ pub struct Cache {
     words: usize,
     index: LineIndex,
     slots: Vec<SlotMeta>,
-    /// Per slot, `words` of valid bits then `words` of dirty bits.
+    /// For lines over 32 KiB: per slot, `words` of valid bits then `words` of dirty bits.
     bits: Vec<u64>,
     dirty_links: Links,
     /// Dirty lines, oldest-dirtied at the head.
@@ -104,13 +115,18 @@ impl Cache {
                     key: none,
                     generation: 0,
                     dirty_since_ns: 0,
+                    inline_bits: [0; 2],
                     resident: false,
                     dirty_listed: false,
                     flushing: false,
                 };
                 lines
             ],
-            bits: vec![0; lines * words * 2],
+            bits: if words == 1 {
+                Vec::new()
+            } else {
+                vec![0; lines * words * 2]
+            },
             dirty_links: Links::new(lines),
             dirty_list: ListHead::default(),
             free: (0..lines as SlotId).rev().collect(),
@@ -174,6 +190,11 @@ impl Cache {
             IoKind::Read => self.stats.read_requests += 1,
             IoKind::Write => self.stats.write_requests += 1,
         }
+        // Start loading every index position this request will probe, so the
+        // lookups of a multi-line request overlap instead of queueing.
+        for key in split_request_keys(request, self.line).take(PREFETCH_LINES_MAX) {
+            self.index.prefetch(&key);
+        }
         let mut summary = AccessSummary::default();
         for part in split_request(request, self.line) {
             let outcome = match request.kind {
@@ -197,24 +218,40 @@ impl Cache {
         self.index.get(&key, |s| slots[s as usize].key)
     }
 
+    #[inline]
+    fn bitmap(&self, slot: SlotId, which: usize) -> &[u64] {
+        if self.words == 1 {
+            std::slice::from_ref(&self.slots[slot as usize].inline_bits[which])
+        } else {
+            let at = (slot as usize * 2 + which) * self.words;
+            &self.bits[at..at + self.words]
+        }
+    }
+
+    #[inline]
+    fn bitmap_mut(&mut self, slot: SlotId, which: usize) -> &mut [u64] {
+        if self.words == 1 {
+            std::slice::from_mut(&mut self.slots[slot as usize].inline_bits[which])
+        } else {
+            let at = (slot as usize * 2 + which) * self.words;
+            &mut self.bits[at..at + self.words]
+        }
+    }
+
     fn valid_of(&self, slot: SlotId) -> &[u64] {
-        let at = slot as usize * self.words * 2;
-        &self.bits[at..at + self.words]
+        self.bitmap(slot, VALID)
     }
 
     fn dirty_of(&self, slot: SlotId) -> &[u64] {
-        let at = (slot as usize * 2 + 1) * self.words;
-        &self.bits[at..at + self.words]
+        self.bitmap(slot, DIRTY)
     }
 
     fn valid_mut(&mut self, slot: SlotId) -> &mut [u64] {
-        let at = slot as usize * self.words * 2;
-        &mut self.bits[at..at + self.words]
+        self.bitmap_mut(slot, VALID)
     }
 
     fn dirty_mut(&mut self, slot: SlotId) -> &mut [u64] {
-        let at = (slot as usize * 2 + 1) * self.words;
-        &mut self.bits[at..at + self.words]
+        self.bitmap_mut(slot, DIRTY)
     }
 
     /// Counts the access and classifies it by the valid sectors it finds.
@@ -402,6 +439,7 @@ impl Cache {
             let victim = victim?;
             self.evict(victim, ops);
             self.stats.evictions += 1;
+            self.prefetch_next_victims();
             victim
         } else {
             debug_assert!(victim.is_none(), "policy named a victim with free slots left");
@@ -415,6 +453,20 @@ impl Cache {
         self.policy.on_insert(slot, key, now_ns);
         self.stats.promotions += 1;
         Some(slot)
+    }
+
+    /// Misses often come in runs; load what the next evictions will touch while
+    /// this one finishes: the index entry of the next victim (its metadata was
+    /// prefetched by the previous eviction) and the metadata of the one after.
+    #[inline]
+    fn prefetch_next_victims(&self) {
+        let [next, after] = self.policy.next_victims();
+        if let Some(after) = after {
+            crate::prefetch::prefetch(&self.slots[after as usize]);
+        }
+        if let Some(next) = next {
+            self.index.prefetch(&self.slots[next as usize].key);
+        }
     }
 
     /// Empties `slot` (already forgotten by the policy), writing back its dirty sectors.
@@ -487,6 +539,7 @@ impl Cache {
     }
 
     /// Pushes `op` and counts its bytes.
+    #[inline(always)]
     fn emit(&mut self, ops: &mut OpList, op: Op) {
         let s = &mut self.stats;
         match op {

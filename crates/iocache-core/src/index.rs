@@ -68,6 +68,13 @@ impl LineIndex {
         }
     }
 
+    /// Hints the CPU to load the table position where `key`'s search starts.
+    #[inline]
+    pub fn prefetch(&self, key: &LineKey) {
+        let at = hash_of(key) as usize & self.mask;
+        crate::prefetch::prefetch(&self.entries[at]);
+    }
+
     /// Adds `key` → `slot`; the key must not be present.
     #[inline]
     pub fn insert(&mut self, key: &LineKey, slot: SlotId) {

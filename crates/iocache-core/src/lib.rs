@@ -26,6 +26,7 @@ pub mod fasthash;
 pub mod index;
 pub mod ops;
 pub mod policy;
+mod prefetch;
 pub mod promotion;
 pub mod stats;
 pub mod units;

@@ -100,6 +100,7 @@ impl OpList {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn push(&mut self, op: Op) {
         let phase = match op {
             Op::WriteBack { .. } | Op::Invalidate { .. } => Phase::Clear,
@@ -117,6 +118,7 @@ impl OpList {
 }
 
 /// Extends `last` by `next` when they are the same kind of transfer and contiguous.
+#[inline(always)]
 fn merge(last: &mut Op, next: &Op) -> bool {
     match (last, next) {
         (

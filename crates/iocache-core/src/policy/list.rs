@@ -6,11 +6,14 @@
 pub const NIL: u32 = u32::MAX;
 
 /// Links for many nodes; each node belongs to at most one [`ListHead`] at a time.
+/// `[prev, next]` of each node side by side: one cache line per node touched.
 #[derive(Clone, Debug)]
 pub struct Links {
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    nodes: Vec<[u32; 2]>,
 }
+
+const PREV: usize = 0;
+const NEXT: usize = 1;
 
 /// One list: `head` is the most recently inserted end, `tail` the oldest.
 #[derive(Clone, Copy, Debug)]
@@ -33,17 +36,14 @@ impl Default for ListHead {
 impl Links {
     pub fn new(nodes: usize) -> Self {
         Links {
-            prev: vec![NIL; nodes],
-            next: vec![NIL; nodes],
+            nodes: vec![[NIL, NIL]; nodes],
         }
     }
 
     pub fn push_head(&mut self, list: &mut ListHead, node: u32) {
-        let n = node as usize;
-        self.prev[n] = NIL;
-        self.next[n] = list.head;
+        self.nodes[node as usize] = [NIL, list.head];
         if list.head != NIL {
-            self.prev[list.head as usize] = node;
+            self.nodes[list.head as usize][PREV] = node;
         } else {
             list.tail = node;
         }
@@ -52,11 +52,9 @@ impl Links {
     }
 
     pub fn push_tail(&mut self, list: &mut ListHead, node: u32) {
-        let n = node as usize;
-        self.next[n] = NIL;
-        self.prev[n] = list.tail;
+        self.nodes[node as usize] = [list.tail, NIL];
         if list.tail != NIL {
-            self.next[list.tail as usize] = node;
+            self.nodes[list.tail as usize][NEXT] = node;
         } else {
             list.head = node;
         }
@@ -65,22 +63,20 @@ impl Links {
     }
 
     pub fn unlink(&mut self, list: &mut ListHead, node: u32) {
-        let n = node as usize;
-        let (p, x) = (self.prev[n], self.next[n]);
+        let [p, x] = self.nodes[node as usize];
         if p != NIL {
-            self.next[p as usize] = x;
+            self.nodes[p as usize][NEXT] = x;
         } else {
             debug_assert_eq!(list.head, node);
             list.head = x;
         }
         if x != NIL {
-            self.prev[x as usize] = p;
+            self.nodes[x as usize][PREV] = p;
         } else {
             debug_assert_eq!(list.tail, node);
             list.tail = p;
         }
-        self.prev[n] = NIL;
-        self.next[n] = NIL;
+        self.nodes[node as usize] = [NIL, NIL];
         list.len -= 1;
     }
 
@@ -100,9 +96,21 @@ impl Links {
         Some(tail)
     }
 
+    /// The node before `node`, toward the head.
+    pub fn prev(&self, node: u32) -> u32 {
+        self.nodes[node as usize][PREV]
+    }
+
+    /// Hints the CPU to load `node`'s links.
+    pub fn prefetch(&self, node: u32) {
+        if let Some(links) = self.nodes.get(node as usize) {
+            crate::prefetch::prefetch(links);
+        }
+    }
+
     /// The node after `node` toward the tail.
     pub fn next(&self, node: u32) -> u32 {
-        self.next[node as usize]
+        self.nodes[node as usize][NEXT]
     }
 
     /// Iterates from head (newest) to tail (oldest).
@@ -113,7 +121,7 @@ impl Links {
                 return None;
             }
             let node = at;
-            at = self.next[node as usize];
+            at = self.nodes[node as usize][NEXT];
             Some(node)
         })
     }

@@ -1,6 +1,6 @@
 //! Least-recently-used replacement: one queue, hits move to the head, the tail is evicted.
 
-use super::list::{Links, ListHead};
+use super::list::{Links, ListHead, NIL};
 use super::ReplacementPolicy;
 use crate::addr::{LineKey, SlotId};
 
@@ -46,5 +46,16 @@ impl ReplacementPolicy for Lru {
 
     fn on_remove(&mut self, slot: SlotId) {
         self.links.unlink(&mut self.queue, slot);
+    }
+
+    fn next_victims(&self) -> [Option<SlotId>; 2] {
+        let first = self.queue.tail;
+        if first == NIL {
+            return [None, None];
+        }
+        let second = self.links.prev(first);
+        // The eviction after next will rewrite the links of the node after `second`.
+        self.links.prefetch(second);
+        [Some(first), (second != NIL).then_some(second)]
     }
 }

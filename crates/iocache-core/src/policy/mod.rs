@@ -37,6 +37,12 @@ pub trait ReplacementPolicy: Send {
     /// The line in `slot` was dropped by the cache (invalidation), not chosen as a victim.
     fn on_remove(&mut self, slot: SlotId);
 
+    /// The slots this policy would most likely evict next and after that, if it
+    /// can tell cheaply. A hint only (used to prefetch metadata); it may be wrong.
+    fn next_victims(&self) -> [Option<SlotId>; 2] {
+        [None, None]
+    }
+
     /// Policies that decide admission themselves (SMQ, LARC) answer here; `None`
     /// leaves the decision to the cache's promotion policy.
     fn admit(&mut self, _key: LineKey, _now_ns: u64) -> Option<bool> {
