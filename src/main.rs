@@ -108,6 +108,7 @@ struct TraceStatsArgs {
     /// Trace format (detected when omitted).
     #[arg(long, value_name = "NAME")]
     format: Option<String>,
+    /// Skip malformed lines (and report how many) instead of stopping at the first.
     #[arg(long)]
     skip_bad_lines: bool,
     /// Line size for footprint and working-set size.
@@ -194,6 +195,9 @@ fn run_sim(args: SimArgs) -> Result<()> {
         bar.update(r, records)
     })?;
     bar.finish();
+    if report.trace_records == 0 {
+        bail!("{}: the trace holds no data requests", args.input.trace.display());
+    }
     let trace_name = args.input.trace.display().to_string();
     if reader.skipped_lines() > 0 {
         eprintln!("iocache: skipped {} malformed lines", reader.skipped_lines());
@@ -209,7 +213,7 @@ fn run_sim(args: SimArgs) -> Result<()> {
             let json = JsonReport::new(&trace_name, reader.format().to_string(), &report);
             let text = serde_json::to_string_pretty(&json)?;
             if path == "-" {
-                println!("{text}");
+                print_stdout(&text)?;
             } else {
                 std::fs::write(path, text + "\n").with_context(|| format!("writing {path}"))?;
                 print_sim_table(&trace_name, &reader, &report);
@@ -220,11 +224,20 @@ fn run_sim(args: SimArgs) -> Result<()> {
     Ok(())
 }
 
+/// Writes `text` and a newline to stdout; a closed pipe (`| head`) ends quietly.
+fn print_stdout(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
 fn print_sim_table(trace: &str, reader: &TraceReader, report: &iocache_sim::SimReport) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "trace {trace} ({}): {} requests, {} warmup, {} runs on {} threads in {:.2} s",
+        "trace {trace} ({}): {} requests, {} warmup, {} runs on {} thread(s) in {:.2} s",
         reader.format(),
         report.trace_records,
         report.warmup_requests,
@@ -247,16 +260,15 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
     let stats = trace_stats(&mut reader, line, window, &mut |r, n| bar.update(r, n))?;
     bar.finish();
+    if stats.requests == 0 {
+        bail!("{}: the trace holds no data requests", input.trace.display());
+    }
     if let Some(path) = args.json.as_deref() {
         let text = serde_json::to_string_pretty(&stats)?;
         if path == "-" {
-            println!("{text}");
-            return Ok(());
+            return print_stdout(&text);
         }
         std::fs::write(path, text + "\n").with_context(|| format!("writing {path}"))?;
-    }
-    if stats.requests == 0 {
-        bail!("{}: the trace holds no data requests", input.trace.display());
     }
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
     let mut out = std::io::stdout().lock();

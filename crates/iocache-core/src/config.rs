@@ -133,7 +133,10 @@ impl FromStr for Promotion {
         if trimmed == "always" {
             return Ok(Promotion::Always);
         }
-        let Some(rest) = trimmed.strip_prefix("nhit") else {
+        let Some(rest) = trimmed
+            .strip_prefix("nhit")
+            .filter(|rest| rest.is_empty() || rest.starts_with(':'))
+        else {
             return Err(CoreError::UnknownName {
                 what: "promotion policy",
                 given: s.to_string(),
@@ -244,5 +247,13 @@ mod tests {
         assert!("nhit:3:trigger=101".parse::<Promotion>().is_err());
         assert!("nhit:3:foo=1".parse::<Promotion>().is_err());
         assert!("sometimes".parse::<Promotion>().is_err());
+        assert!("nhitbogus".parse::<Promotion>().is_err());
+        assert_eq!(
+            "nhit".parse::<Promotion>().unwrap(),
+            Promotion::NHit {
+                threshold: 3,
+                trigger_percent: 0
+            }
+        );
     }
 }

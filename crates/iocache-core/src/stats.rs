@@ -33,7 +33,9 @@ pub struct CacheStats {
     pub dirty_writebacks: u64,
     /// Lines cleaned by a completed flush.
     pub flushed_lines: u64,
-    /// Line accesses that missed and were not inserted (promotion refused or policy forbids).
+    /// Line accesses the cache did not absorb: misses that were not inserted
+    /// (promotion refused, or the write policy does not allocate), and every
+    /// write under wi, wa and pt, which goes to the backend.
     pub bypassed_accesses: u64,
     pub backend_read_bytes: u64,
     pub backend_write_bytes: u64,

@@ -112,7 +112,7 @@ impl JsonRun {
             dirty_lines_at_end: r.dirty_lines_at_end,
             wall_seconds: r.wall_seconds,
             accesses_per_second: if r.wall_seconds > 0.0 {
-                s.accesses as f64 / r.wall_seconds
+                r.simulated_accesses as f64 / r.wall_seconds
             } else {
                 0.0
             },

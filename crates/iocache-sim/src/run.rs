@@ -42,8 +42,10 @@ pub struct RunResult {
     pub spec: RunSpec,
     /// Counters after warmup.
     pub stats: CacheStats,
-    /// Time spent inside this cache's decisions (trace parsing excluded).
+    /// Time spent inside this cache's decisions, warmup included (trace parsing excluded).
     pub wall_seconds: f64,
+    /// Line accesses simulated, warmup included (the work `wall_seconds` measures).
+    pub simulated_accesses: u64,
     pub resident_lines_at_end: u64,
     pub dirty_lines_at_end: u64,
 }
@@ -122,6 +124,7 @@ impl Runner {
                 spec: self.spec,
                 stats: now.since(&base),
                 wall_seconds: self.busy.as_secs_f64(),
+                simulated_accesses: now.accesses,
                 resident_lines_at_end: self.cache.resident_lines(),
                 dirty_lines_at_end: self.cache.dirty_lines(),
             },

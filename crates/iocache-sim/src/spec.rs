@@ -78,6 +78,7 @@ impl FromStr for Warmup {
             return Ok(if n == 0 { Warmup::None } else { Warmup::Requests(n) });
         }
         match t.parse::<f64>() {
+            Ok(0.0) => Ok(Warmup::None),
             Ok(f) if (0.0..1.0).contains(&f) => Ok(Warmup::Fraction(f)),
             _ => Err(SimError::Spec(format!(
                 "warmup `{s}` is neither a fraction in [0, 1) nor a request count"
@@ -158,6 +159,7 @@ mod tests {
         assert_eq!("0.25".parse::<Warmup>().unwrap(), Warmup::Fraction(0.25));
         assert_eq!("1000".parse::<Warmup>().unwrap(), Warmup::Requests(1000));
         assert_eq!("0".parse::<Warmup>().unwrap(), Warmup::None);
+        assert_eq!("0.0".parse::<Warmup>().unwrap(), Warmup::None);
         assert!("1.5".parse::<Warmup>().is_err());
         assert!("-1".parse::<Warmup>().is_err());
     }

@@ -53,6 +53,30 @@ impl FromStr for Window {
     }
 }
 
+impl std::fmt::Display for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Window::Requests { count } => write!(f, "{count}req"),
+            Window::Duration { nanos } => {
+                const UNITS: [(u64, &str); 6] = [
+                    (7 * 86_400 * 1_000_000_000, "w"),
+                    (86_400 * 1_000_000_000, "d"),
+                    (3_600 * 1_000_000_000, "h"),
+                    (60 * 1_000_000_000, "m"),
+                    (1_000_000_000, "s"),
+                    (1_000_000, "ms"),
+                ];
+                for (unit_ns, name) in UNITS {
+                    if nanos.is_multiple_of(unit_ns) {
+                        return write!(f, "{}{name}", nanos / unit_ns);
+                    }
+                }
+                write!(f, "{nanos}ns")
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct SizeBucket {
     /// Requests of at most this many bytes (and more than the previous bucket's bound).
@@ -81,6 +105,7 @@ pub struct TraceStats {
     pub read_bytes: u64,
     pub write_bytes: u64,
     pub volumes: u64,
+    /// Earliest and latest record times (traces are not always in time order).
     pub first_time_ns: u64,
     pub last_time_ns: u64,
     pub min_request_bytes: u64,
@@ -171,15 +196,19 @@ pub fn trace_stats(
         lines: LineSet::default(),
         done: Vec::new(),
     });
+    // Windows are counted from the first record's time.
+    let mut origin_ns = 0;
     while let Some(record) = reader.next() {
         let record = record?;
         let request = request_of(&record);
         let n = s.requests;
         if n == 0 {
+            origin_ns = record.time_ns;
             s.first_time_ns = record.time_ns;
             s.min_request_bytes = record.length_bytes;
         }
         s.requests += 1;
+        s.first_time_ns = s.first_time_ns.min(record.time_ns);
         s.last_time_ns = s.last_time_ns.max(record.time_ns);
         s.min_request_bytes = s.min_request_bytes.min(record.length_bytes);
         s.max_request_bytes = s.max_request_bytes.max(record.length_bytes);
@@ -199,7 +228,7 @@ pub fn trace_stats(
             }
         };
         if let Some(ws) = windows.as_mut() {
-            let index = ws.window_index(record.time_ns, s.first_time_ns, n);
+            let index = ws.window_index(record.time_ns, origin_ns, n);
             // Records slightly out of time order stay in the current window.
             if ws.current.as_ref().is_none_or(|c| index > c.index) {
                 ws.close(line);
@@ -255,10 +284,7 @@ pub fn trace_stats(
     s.read_footprint_lines = read_lines.len() as u64;
     s.write_footprint_lines = write_lines.len() as u64;
     if let Some(ws) = windows {
-        s.window = Some(match ws.window {
-            Window::Duration { nanos } => format!("{nanos}ns"),
-            Window::Requests { count } => format!("{count}req"),
-        });
+        s.window = Some(ws.window.to_string());
         s.windows = ws.done;
     }
     s.skipped_lines = reader.skipped_lines();
@@ -284,5 +310,8 @@ mod tests {
         );
         assert!("0s".parse::<Window>().is_err());
         assert!("5 fortnights".parse::<Window>().is_err());
+        for text in ["1w", "36h", "90s", "250ms", "100req"] {
+            assert_eq!(text.parse::<Window>().unwrap().to_string(), text);
+        }
     }
 }

@@ -200,6 +200,11 @@ impl ReplacementPolicy for Arc {
                         }
                     } else {
                         // T1 alone fills the cache: its LRU leaves without a ghost.
+                        // (|T1| = c means no slot is free, so a victim is wanted.)
+                        debug_assert!(need_victim);
+                        if !need_victim {
+                            return None;
+                        }
                         let slot = self.slot_links.pop_tail(&mut self.t1)?;
                         self.slot_list[slot as usize] = Resident::None;
                         Some(slot)
