@@ -45,7 +45,7 @@ fn random_trace(requests: usize) -> String {
         state ^= state << 17;
         let offset = (state % 4096) * 8;
         let sectors = 8 * (1 + (state >> 20) % 4);
-        let write = (state >> 40) % 3 == 0;
+        let write = (state >> 40).is_multiple_of(3);
         let volume = (state >> 50) % 2;
         out.push_str(&format!(
             "{},{offset},{sectors},{},{volume}\n",
