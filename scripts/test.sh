@@ -79,6 +79,11 @@ step "cargo clippy --workspace --all-targets --locked -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test --workspace --release --locked"
+if [[ -d ../shared/traces ]]; then
+    echo "../shared/traces is present: the tests on the published traces run"
+else
+    echo "../shared/traces is absent: the tests on the published traces are skipped"
+fi
 cargo test --workspace --release --locked
 
 step "smoke run: iocache sim on $SMOKE_TRACE"

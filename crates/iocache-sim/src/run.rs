@@ -23,7 +23,8 @@ const QUEUE_BATCHES: usize = 4;
 pub struct SimOptions {
     /// Requests that only warm the caches before counting starts.
     pub warmup_requests: u64,
-    /// Worker threads at most (1 = everything on the calling thread).
+    /// Worker threads at most; 1 runs everything on the calling thread, more
+    /// also moves trace parsing off the simulating threads.
     pub threads: usize,
 }
 
@@ -58,6 +59,8 @@ pub struct SimReport {
     pub warmup_requests: u64,
     pub skipped_lines: u64,
     pub ignored_records: u64,
+    /// Threads that ran caches (with `SimOptions::threads` > 1 the trace is
+    /// parsed on the calling thread besides these).
     pub threads: usize,
     /// Whole simulation, parsing included.
     pub wall_seconds: f64,
@@ -166,11 +169,14 @@ pub fn simulate(
         .enumerate()
         .map(|(i, spec)| Runner::new(i, spec))
         .collect::<Result<Vec<_>, _>>()?;
+    // With more than one core, the calling thread parses while workers
+    // simulate, even for a single cache; with one, everything runs inline.
     let threads = options.threads.clamp(1, runners.len().max(1));
+    let inline = options.threads <= 1;
     let warmup = options.warmup_requests;
     let mut records = 0u64;
 
-    let mut finished: Vec<(usize, RunResult)> = if threads == 1 {
+    let mut finished: Vec<(usize, RunResult)> = if inline {
         loop {
             let batch = next_batch(reader, &mut records)?;
             if batch.is_empty() {
