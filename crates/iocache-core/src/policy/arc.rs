@@ -15,10 +15,10 @@
 //! integer steps, as many implementations use, give 27.22 % instead of the
 //! paper's 27.38 % on trace P2 at 32,768 lines.
 
-use super::list::{Links, ListHead};
+use super::list::{Links, ListHead, NIL};
 use super::ReplacementPolicy;
 use crate::addr::{LineKey, SlotId};
-use crate::fasthash::{map_with_capacity, FxHashMap};
+use crate::index::LineIndex;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Resident {
@@ -46,7 +46,7 @@ pub struct Arc {
     ghost_key: Vec<LineKey>,
     ghost_list: Vec<Ghost>,
     ghost_free: Vec<u32>,
-    ghost_index: FxHashMap<LineKey, u32>,
+    ghost_index: LineIndex,
     b1: ListHead,
     b2: ListHead,
     /// Set by `on_miss` when the incoming line was a ghost: it enters T2.
@@ -74,7 +74,7 @@ impl Arc {
             ghost_key: vec![none; ghosts],
             ghost_list: vec![Ghost::B1; ghosts],
             ghost_free: (0..ghosts as u32).rev().collect(),
-            ghost_index: map_with_capacity(ghosts),
+            ghost_index: LineIndex::new(ghosts),
             b1: ListHead::default(),
             b2: ListHead::default(),
             incoming_to_t2: false,
@@ -112,7 +112,7 @@ impl Arc {
             Ghost::B2 => &mut self.b2,
         };
         self.ghost_links.push_head(head, g);
-        self.ghost_index.insert(key, g);
+        self.ghost_index.insert(&key, g);
     }
 
     fn remove_ghost(&mut self, g: u32) {
@@ -121,7 +121,8 @@ impl Arc {
             Ghost::B2 => &mut self.b2,
         };
         self.ghost_links.unlink(head, g);
-        self.ghost_index.remove(&self.ghost_key[g as usize]);
+        let key = self.ghost_key[g as usize];
+        self.ghost_index.remove(&key, g);
         self.ghost_free.push(g);
     }
 
@@ -130,7 +131,7 @@ impl Arc {
             Ghost::B1 => self.b1.tail,
             Ghost::B2 => self.b2.tail,
         };
-        if tail != super::list::NIL {
+        if tail != NIL {
             self.remove_ghost(tail);
         }
     }
@@ -170,7 +171,8 @@ impl ReplacementPolicy for Arc {
 
     fn on_miss(&mut self, key: LineKey, need_victim: bool, _now_ns: u64) -> Option<SlotId> {
         let c = self.capacity;
-        match self.ghost_index.get(&key).copied() {
+        let ghost_keys = &self.ghost_key;
+        match self.ghost_index.get(&key, |g| ghost_keys[g as usize]) {
             Some(g) => {
                 let (b1, b2) = (self.b1.len as f64, self.b2.len as f64);
                 let in_b2 = self.ghost_list[g as usize] == Ghost::B2;
@@ -232,6 +234,21 @@ impl ReplacementPolicy for Arc {
             self.slot_links.push_head(&mut self.t1, slot);
             self.slot_list[slot as usize] = Resident::T1;
         }
+    }
+
+    fn next_victims(&self) -> [Option<SlotId>; 2] {
+        // REPLACE's usual choice (ignoring the B2-hit tie case).
+        let list = if self.t1.len > 0 && (self.t1.len as f64 > self.p || self.t2.len == 0) {
+            &self.t1
+        } else {
+            &self.t2
+        };
+        if list.tail == NIL {
+            return [None, None];
+        }
+        let second = self.slot_links.prev(list.tail);
+        self.slot_links.prefetch(second);
+        [Some(list.tail), (second != NIL).then_some(second)]
     }
 
     fn on_remove(&mut self, slot: SlotId) {
