@@ -177,6 +177,13 @@ pub fn split_request(request: &Request, line: LineSize) -> impl Iterator<Item = 
     })
 }
 
+/// How many lines a validated request touches.
+pub fn request_lines(request: &Request, line: LineSize) -> u64 {
+    let first_line = request.offset_bytes >> line.shift();
+    let last_line = (request.offset_bytes + request.length_bytes - 1) >> line.shift();
+    last_line - first_line + 1
+}
+
 /// The keys of the lines a validated request touches, in address order.
 pub fn split_request_keys(request: &Request, line: LineSize) -> impl Iterator<Item = LineKey> {
     let first_line = request.offset_bytes >> line.shift();

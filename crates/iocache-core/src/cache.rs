@@ -5,7 +5,8 @@
 //! No I/O, no threads, no clock: the caller passes `now_ns` and executes the ops.
 
 use crate::addr::{
-    split_request, split_request_keys, IoKind, LineKey, LinePart, LineSize, Request, SlotId, SECTOR_BYTES,
+    request_lines, split_request, split_request_keys, IoKind, LineKey, LinePart, LineSize, Request, SlotId,
+    SECTOR_BYTES,
 };
 use crate::bitmap;
 use crate::config::{CacheConfig, FlushOrder, WritePolicy};
@@ -13,7 +14,7 @@ use crate::error::CoreError;
 use crate::index::LineIndex;
 use crate::ops::{Op, OpList};
 use crate::policy::list::{Links, ListHead};
-use crate::policy::ReplacementPolicy;
+use crate::policy::{AccessInfo, ReplacementPolicy};
 use crate::promotion::Promoter;
 use crate::stats::CacheStats;
 
@@ -94,6 +95,8 @@ pub struct Cache {
     /// Slots this request has already used (for op ordering when one is evicted).
     request_slots: Vec<SlotId>,
     runs: Vec<(u32, u32, bool)>,
+    victims: Vec<SlotId>,
+    request_seq: u64,
 }
 
 impl Cache {
@@ -136,6 +139,8 @@ impl Cache {
             flush_cursor: None,
             request_slots: Vec::new(),
             runs: Vec::new(),
+            victims: Vec::new(),
+            request_seq: 0,
             config,
         })
     }
@@ -195,11 +200,19 @@ impl Cache {
         for key in split_request_keys(request, self.line).take(PREFETCH_LINES_MAX) {
             self.index.prefetch(&key);
         }
+        self.request_seq += 1;
+        let info = AccessInfo {
+            now_ns: request.now_ns,
+            kind: request.kind,
+            request_seq: self.request_seq,
+            request_lines: request_lines(request, self.line).min(u32::MAX as u64) as u32,
+            dirty: false,
+        };
         let mut summary = AccessSummary::default();
         for part in split_request(request, self.line) {
             let outcome = match request.kind {
-                IoKind::Read => self.read_part(&part, request.now_ns, ops),
-                IoKind::Write => self.write_part(&part, request.now_ns, ops),
+                IoKind::Read => self.read_part(&part, &info, ops),
+                IoKind::Write => self.write_part(&part, &info, ops),
             };
             summary.lines += 1;
             match outcome {
@@ -289,7 +302,7 @@ impl Cache {
         outcome
     }
 
-    fn read_part(&mut self, part: &LinePart, now_ns: u64, ops: &mut OpList) -> LineOutcome {
+    fn read_part(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut OpList) -> LineOutcome {
         let policy = self.config.write_policy;
         let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Read);
@@ -300,7 +313,8 @@ impl Cache {
                     // Bypass, but dirty sectors exist only in the cache.
                     self.transfer_runs(part, slot, ops, |c, s| c.dirty_of(s), false);
                 } else {
-                    self.policy.on_hit(slot, now_ns);
+                    let dirty = bitmap::any(self.dirty_of(slot));
+                    self.policy.on_hit(slot, &AccessInfo { dirty, ..*info });
                     let fill = policy.allocates_on_read();
                     self.transfer_runs(part, slot, ops, |c, s| c.valid_of(s), fill);
                     if fill {
@@ -310,7 +324,7 @@ impl Cache {
             }
             None => {
                 let slot = if policy.allocates_on_read() {
-                    self.try_admit(part.key, now_ns, ops)
+                    self.try_admit(part.key, info, ops)
                 } else {
                     None
                 };
@@ -362,21 +376,25 @@ impl Cache {
         self.runs = runs;
     }
 
-    fn write_part(&mut self, part: &LinePart, now_ns: u64, ops: &mut OpList) -> LineOutcome {
+    fn write_part(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut OpList) -> LineOutcome {
         let policy = self.config.write_policy;
         let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Write);
         let (first, end) = (part.first_sector, part.end_sector);
         match policy {
             WritePolicy::WriteBack | WritePolicy::WriteOnly | WritePolicy::WriteThrough => {
-                let slot = match found {
-                    Some(slot) => {
-                        self.policy.on_hit(slot, now_ns);
-                        Some(slot)
-                    }
-                    None => self.try_admit(part.key, now_ns, ops),
-                };
                 let write_back = policy != WritePolicy::WriteThrough;
+                let slot = match found {
+                    Some(slot) => Some(slot),
+                    None => self.try_admit(
+                        part.key,
+                        &AccessInfo {
+                            dirty: write_back,
+                            ..*info
+                        },
+                        ops,
+                    ),
+                };
                 if !write_back || slot.is_none() {
                     self.emit(ops, self.backend_write(part));
                 }
@@ -390,10 +408,16 @@ impl Cache {
                 self.slots[slot as usize].generation += 1;
                 if write_back {
                     bitmap::set_range(self.dirty_mut(slot), first, end);
-                    self.mark_dirty(slot, now_ns);
+                    self.mark_dirty(slot, info.now_ns);
                 } else {
                     bitmap::clear_range(self.dirty_mut(slot), first, end);
-                    self.unmark_dirty_if_clean(slot);
+                    if self.unmark_dirty_if_clean(slot) && found.is_some() {
+                        self.policy.on_clean(slot);
+                    }
+                }
+                if found.is_some() {
+                    let dirty = self.slots[slot as usize].dirty_listed;
+                    self.policy.on_hit(slot, &AccessInfo { dirty, ..*info });
                 }
             }
             WritePolicy::WriteInvalidate => {
@@ -412,7 +436,9 @@ impl Cache {
                     bitmap::clear_range(self.dirty_mut(slot), first, end);
                     self.slots[slot as usize].generation += 1;
                     if bitmap::any(self.valid_of(slot)) {
-                        self.unmark_dirty_if_clean(slot);
+                        if self.unmark_dirty_if_clean(slot) {
+                            self.policy.on_clean(slot);
+                        }
                     } else {
                         self.drop_line(slot, ops);
                     }
@@ -425,8 +451,9 @@ impl Cache {
     }
 
     /// Runs promotion and, if the line is admitted, finds it a slot (evicting if needed).
-    fn try_admit(&mut self, key: LineKey, now_ns: u64, ops: &mut OpList) -> Option<SlotId> {
-        let admit = match self.policy.admit(key, now_ns) {
+    /// `info.dirty` says whether the line will be dirty once the access is done.
+    fn try_admit(&mut self, key: LineKey, info: &AccessInfo, ops: &mut OpList) -> Option<SlotId> {
+        let admit = match self.policy.admit(key, info) {
             Some(decision) => decision,
             None => self.promoter.should_promote(key, self.resident_lines()),
         };
@@ -434,23 +461,37 @@ impl Cache {
             return None;
         }
         let need_victim = self.free.is_empty();
-        let victim = self.policy.on_miss(key, need_victim, now_ns);
-        let slot = if need_victim {
-            let victim = victim?;
-            self.evict(victim, ops);
-            self.stats.evictions += 1;
+        let mut victims = std::mem::take(&mut self.victims);
+        victims.clear();
+        self.policy.on_miss(
+            key,
+            need_victim,
+            &AccessInfo {
+                dirty: false,
+                ..*info
+            },
+            &mut victims,
+        );
+        debug_assert!(
+            need_victim || victims.is_empty(),
+            "policy named victims with free slots left"
+        );
+        if !victims.is_empty() {
+            self.stats.record_eviction_batch(victims.len() as u64);
+            for &victim in &victims {
+                self.evict(victim, ops);
+                self.free.push(victim);
+            }
             self.prefetch_next_victims();
-            victim
-        } else {
-            debug_assert!(victim.is_none(), "policy named a victim with free slots left");
-            self.free.pop()?
-        };
+        }
+        self.victims = victims;
+        let slot = self.free.pop()?;
         self.index.insert(&key, slot);
         let meta = &mut self.slots[slot as usize];
         meta.key = key;
         meta.resident = true;
         meta.generation += 1;
-        self.policy.on_insert(slot, key, now_ns);
+        self.policy.on_insert(slot, key, info);
         self.stats.promotions += 1;
         Some(slot)
     }
@@ -471,6 +512,16 @@ impl Cache {
 
     /// Empties `slot` (already forgotten by the policy), writing back its dirty sectors.
     fn evict(&mut self, slot: SlotId, ops: &mut OpList) {
+        debug_assert!(
+            self.slots[slot as usize].resident,
+            "policy named a free slot as victim"
+        );
+        self.stats.evictions += 1;
+        self.empty_slot(slot, ops);
+    }
+
+    /// Writes back `slot`'s dirty sectors and forgets its line.
+    fn empty_slot(&mut self, slot: SlotId, ops: &mut OpList) {
         if self.request_slots.contains(&slot) {
             // This request already has ops on the slot: keep them before its reuse.
             ops.seal();
@@ -491,7 +542,7 @@ impl Cache {
         }
         let key = self.slots[slot as usize].key;
         self.policy.on_remove(slot);
-        self.evict(slot, ops);
+        self.empty_slot(slot, ops);
         self.emit(ops, Op::Invalidate { slot, key });
         self.free.push(slot);
         self.stats.invalidations += 1;
@@ -531,10 +582,14 @@ impl Cache {
         }
     }
 
-    fn unmark_dirty_if_clean(&mut self, slot: SlotId) {
+    /// Takes `slot` off the dirty list if it has no dirty sector left; says whether it did.
+    fn unmark_dirty_if_clean(&mut self, slot: SlotId) -> bool {
         if self.slots[slot as usize].dirty_listed && !bitmap::any(self.dirty_of(slot)) {
             self.slots[slot as usize].dirty_listed = false;
             self.dirty_links.unlink(&mut self.dirty_list, slot);
+            true
+        } else {
+            false
         }
     }
 
@@ -673,7 +728,9 @@ impl Cache {
             return false;
         }
         bitmap::clear(self.dirty_mut(token.slot));
-        self.unmark_dirty_if_clean(token.slot);
+        if self.unmark_dirty_if_clean(token.slot) {
+            self.policy.on_clean(token.slot);
+        }
         self.stats.flushed_lines += 1;
         true
     }

@@ -20,6 +20,8 @@ pub enum CoreError {
         given: String,
         expected: &'static str,
     },
+    #[error("unknown replacement policy `{given}`; expected one of: {expected}")]
+    UnknownPolicy { given: String, expected: String },
     #[error("bad parameter in `{given}`: {reason}")]
     BadParameter { given: String, reason: String },
 }

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use iocache_core::{Cache, CacheConfig, LineSize, OpList, PolicySpec, Request};
-//! let config = CacheConfig::new(1024, LineSize::new(4096).unwrap(), PolicySpec::Lru);
+//! let config = CacheConfig::new(1024, LineSize::new(4096).unwrap(), PolicySpec::lru());
 //! let mut cache = Cache::new(config).unwrap();
 //! let mut ops = OpList::new();
 //! let first = cache.access(&Request::read(0, 8192, 4096, 0), &mut ops).unwrap();

@@ -1,6 +1,9 @@
 //! Counters a cache keeps about its own decisions; every byte count is derived
 //! from the ops it emitted, so the simulator's numbers are the engine's numbers.
 
+/// Buckets of [`CacheStats::eviction_batch_sizes`]: 1, 2, 3-4, ... up to 2^15 and more.
+pub const EVICTION_BATCH_BUCKETS: usize = 17;
+
 /// Cumulative counters. Subtract two snapshots ([`CacheStats::since`]) for an interval.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
@@ -27,6 +30,12 @@ pub struct CacheStats {
     pub promotions: u64,
     /// Lines replaced to make room.
     pub evictions: u64,
+    /// Times the policy chose victims (one line each for LRU; block-level
+    /// policies evict several lines at once).
+    pub eviction_batches: u64,
+    /// Eviction batches by size: entry `i` counts batches of `2^(i-1) < n <= 2^i`
+    /// lines (entry 0: one line; the last entry: everything larger).
+    pub eviction_batch_sizes: [u64; EVICTION_BATCH_BUCKETS],
     /// Lines dropped by write invalidation.
     pub invalidations: u64,
     /// Evicted or invalidated lines that had dirty data to write back.
@@ -52,11 +61,26 @@ impl CacheStats {
         ratio(self.hit_bytes, self.requested_bytes)
     }
 
+    pub(crate) fn record_eviction_batch(&mut self, lines: u64) {
+        self.eviction_batches += 1;
+        let bucket = (64 - lines.saturating_sub(1).leading_zeros() as usize).min(EVICTION_BATCH_BUCKETS - 1);
+        self.eviction_batch_sizes[bucket] += 1;
+    }
+
+    /// Mean lines per eviction batch.
+    pub fn lines_per_eviction_batch(&self) -> f64 {
+        ratio(self.evictions, self.eviction_batches)
+    }
+
     /// Counters accumulated after `earlier` was taken.
     pub fn since(&self, earlier: &CacheStats) -> CacheStats {
+        let mut eviction_batch_sizes = self.eviction_batch_sizes;
+        for (now, then) in eviction_batch_sizes.iter_mut().zip(earlier.eviction_batch_sizes) {
+            *now -= then;
+        }
         macro_rules! diff {
             ($($field:ident),*) => {
-                CacheStats { $($field: self.$field - earlier.$field),* }
+                CacheStats { eviction_batch_sizes, $($field: self.$field - earlier.$field),* }
             };
         }
         diff!(
@@ -75,6 +99,7 @@ impl CacheStats {
             hit_bytes,
             promotions,
             evictions,
+            eviction_batches,
             invalidations,
             dirty_writebacks,
             flushed_lines,

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{cache, Harness};
-use iocache_core::policy::{Arc, Lru, ReplacementPolicy};
+use iocache_core::policy::{AccessInfo, Arc, Lru, ReplacementPolicy};
 use iocache_core::{LineKey, OpList, PolicySpec, Promotion, Request, WritePolicy};
 use proptest::prelude::*;
 
@@ -35,20 +35,25 @@ impl<P: ReplacementPolicy> Driver<P> {
     fn access(&mut self, line: u64) {
         if let Some(slot) = self.slots.iter().position(|s| *s == Some(line)) {
             self.hits += 1;
-            self.policy.on_hit(slot as u32, 0);
+            self.policy.on_hit(slot as u32, &AccessInfo::read_at(0));
             return;
         }
         let full = self.slots.len() == self.capacity && self.slots.iter().all(Option::is_some);
-        let slot = match self.policy.on_miss(key(line), full, 0) {
-            Some(victim) => victim as usize,
-            None => {
+        let mut victims = Vec::new();
+        self.policy
+            .on_miss(key(line), full, &AccessInfo::read_at(0), &mut victims);
+        let slot = match victims[..] {
+            [victim] => victim as usize,
+            [] => {
                 assert!(!full);
                 self.slots.push(None);
                 self.slots.len() - 1
             }
+            _ => panic!("LRU and ARC evict one line at a time"),
         };
         self.slots[slot] = Some(line);
-        self.policy.on_insert(slot as u32, key(line), 0);
+        self.policy
+            .on_insert(slot as u32, key(line), &AccessInfo::read_at(0));
     }
 
     fn resident(&self) -> Vec<u64> {
@@ -225,7 +230,7 @@ proptest! {
     ) {
         let c = cache(capacity, 512 << line_shift, |c| {
             c.write_policy = start;
-            c.policy = if arc { PolicySpec::Arc } else { PolicySpec::Lru };
+            c.policy = if arc { PolicySpec::arc() } else { PolicySpec::lru() };
             if nhit {
                 c.promotion = Promotion::NHit { threshold: 2, trigger_percent: 0 };
             }

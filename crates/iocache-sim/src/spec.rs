@@ -105,7 +105,7 @@ impl RunSpec {
             line_size: self.line_size,
             write_policy: self.write_policy,
             promotion: self.promotion,
-            policy: self.policy,
+            policy: self.policy.clone(),
         }
     }
 }
@@ -119,11 +119,11 @@ pub fn combinations(
     promotion: Promotion,
 ) -> Result<Vec<RunSpec>, SimError> {
     let mut runs = Vec::new();
-    for &policy in policies {
+    for policy in policies {
         for &size in sizes {
             for &line_size in line_sizes {
                 runs.push(RunSpec {
-                    policy,
+                    policy: policy.clone(),
                     size,
                     capacity_lines: size.lines(line_size)?,
                     line_size,

@@ -22,7 +22,7 @@ fn p2() -> Option<PathBuf> {
 fn lru_and_arc_hit_ratios_match_the_arc_paper_on_p2() {
     let Some(path) = p2() else { return };
     let specs = combinations(
-        &[PolicySpec::Lru, PolicySpec::Arc],
+        &[PolicySpec::lru(), PolicySpec::arc()],
         &[CacheSize::Lines(32_768)],
         &[LineSize::new(512).unwrap()],
         WritePolicy::WriteBack,

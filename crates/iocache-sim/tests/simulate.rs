@@ -60,7 +60,7 @@ fn random_trace(requests: usize) -> String {
 fn results_do_not_depend_on_the_thread_count() {
     let text = random_trace(60_000); // several batches
     let specs = specs(
-        &[PolicySpec::Lru, PolicySpec::Arc],
+        &[PolicySpec::lru(), PolicySpec::arc()],
         &[64, 512, 2048],
         WritePolicy::WriteBack,
     );
@@ -82,7 +82,7 @@ fn results_do_not_depend_on_the_thread_count() {
 fn warmup_requests_are_not_counted() {
     // Four reads of the same 4 KiB line: the first misses, the rest hit.
     let text = "0 8 0 0\n0 8 0 1\n0 8 0 2\n0 8 0 3\n";
-    let specs = specs(&[PolicySpec::Lru], &[4], WritePolicy::WriteBack);
+    let specs = specs(&[PolicySpec::lru()], &[4], WritePolicy::WriteBack);
     let cold = run(text, TraceFormat::Arc, &specs, 0, 1);
     assert_eq!(
         (cold.runs[0].stats.accesses, cold.runs[0].stats.full_hits),
@@ -105,7 +105,7 @@ fn write_policies_move_the_expected_bytes() {
     let wb = run(
         text,
         TraceFormat::Tencent,
-        &specs(&[PolicySpec::Lru], &[4], WritePolicy::WriteBack),
+        &specs(&[PolicySpec::lru()], &[4], WritePolicy::WriteBack),
         0,
         1,
     );
@@ -118,7 +118,7 @@ fn write_policies_move_the_expected_bytes() {
     let wt = run(
         text,
         TraceFormat::Tencent,
-        &specs(&[PolicySpec::Lru], &[4], WritePolicy::WriteThrough),
+        &specs(&[PolicySpec::lru()], &[4], WritePolicy::WriteThrough),
         0,
         1,
     );
@@ -130,7 +130,7 @@ fn write_policies_move_the_expected_bytes() {
     let wa = run(
         text,
         TraceFormat::Tencent,
-        &specs(&[PolicySpec::Lru], &[4], WritePolicy::WriteAround),
+        &specs(&[PolicySpec::lru()], &[4], WritePolicy::WriteAround),
         0,
         1,
     );
@@ -148,7 +148,7 @@ fn unaligned_records_are_widened_to_sectors() {
     let report = run(
         text,
         TraceFormat::Msr,
-        &specs(&[PolicySpec::Lru], &[4], WritePolicy::WriteBack),
+        &specs(&[PolicySpec::lru()], &[4], WritePolicy::WriteBack),
         0,
         1,
     );

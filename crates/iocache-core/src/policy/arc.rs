@@ -16,7 +16,7 @@
 //! paper's 27.38 % on trace P2 at 32,768 lines.
 
 use super::list::{Links, ListHead, NIL};
-use super::ReplacementPolicy;
+use super::{AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 use crate::index::LineIndex;
 
@@ -157,7 +157,7 @@ impl ReplacementPolicy for Arc {
         "arc"
     }
 
-    fn on_hit(&mut self, slot: SlotId, _now_ns: u64) {
+    fn on_hit(&mut self, slot: SlotId, _info: &AccessInfo) {
         match self.slot_list[slot as usize] {
             Resident::T1 => {
                 self.slot_links.unlink(&mut self.t1, slot);
@@ -169,7 +169,26 @@ impl ReplacementPolicy for Arc {
         }
     }
 
-    fn on_miss(&mut self, key: LineKey, need_victim: bool, _now_ns: u64) -> Option<SlotId> {
+    fn on_miss(&mut self, key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        victims.extend(self.choose_victim(key, need_victim));
+    }
+
+    fn on_insert(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
+        self.insert(slot, key);
+    }
+
+    fn on_remove(&mut self, slot: SlotId) {
+        self.remove(slot);
+    }
+
+    fn next_victims(&self) -> [Option<SlotId>; 2] {
+        self.likely_victims()
+    }
+}
+
+impl Arc {
+    /// The FAST'03 miss cases II-IV: adapt `p`, trim ghosts, REPLACE when full.
+    fn choose_victim(&mut self, key: LineKey, need_victim: bool) -> Option<SlotId> {
         let c = self.capacity;
         let ghost_keys = &self.ghost_key;
         match self.ghost_index.get(&key, |g| ghost_keys[g as usize]) {
@@ -225,7 +244,7 @@ impl ReplacementPolicy for Arc {
         }
     }
 
-    fn on_insert(&mut self, slot: SlotId, key: LineKey, _now_ns: u64) {
+    fn insert(&mut self, slot: SlotId, key: LineKey) {
         self.slot_key[slot as usize] = key;
         if std::mem::take(&mut self.incoming_to_t2) {
             self.slot_links.push_head(&mut self.t2, slot);
@@ -236,7 +255,7 @@ impl ReplacementPolicy for Arc {
         }
     }
 
-    fn next_victims(&self) -> [Option<SlotId>; 2] {
+    fn likely_victims(&self) -> [Option<SlotId>; 2] {
         // REPLACE's usual choice (ignoring the B2-hit tie case).
         let list = if self.t1.len > 0 && (self.t1.len as f64 > self.p || self.t2.len == 0) {
             &self.t1
@@ -251,7 +270,7 @@ impl ReplacementPolicy for Arc {
         [Some(list.tail), (second != NIL).then_some(second)]
     }
 
-    fn on_remove(&mut self, slot: SlotId) {
+    fn remove(&mut self, slot: SlotId) {
         match self.slot_list[slot as usize] {
             Resident::T1 => self.slot_links.unlink(&mut self.t1, slot),
             Resident::T2 => self.slot_links.unlink(&mut self.t2, slot),

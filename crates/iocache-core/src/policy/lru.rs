@@ -1,7 +1,7 @@
 //! Least-recently-used replacement: one queue, hits move to the head, the tail is evicted.
 
 use super::list::{Links, ListHead, NIL};
-use super::ReplacementPolicy;
+use super::{AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
 pub struct Lru {
@@ -28,19 +28,17 @@ impl ReplacementPolicy for Lru {
         "lru"
     }
 
-    fn on_hit(&mut self, slot: SlotId, _now_ns: u64) {
+    fn on_hit(&mut self, slot: SlotId, _info: &AccessInfo) {
         self.links.move_to_head(&mut self.queue, slot);
     }
 
-    fn on_miss(&mut self, _key: LineKey, need_victim: bool, _now_ns: u64) -> Option<SlotId> {
+    fn on_miss(&mut self, _key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
         if need_victim {
-            self.links.pop_tail(&mut self.queue)
-        } else {
-            None
+            victims.extend(self.links.pop_tail(&mut self.queue));
         }
     }
 
-    fn on_insert(&mut self, slot: SlotId, _key: LineKey, _now_ns: u64) {
+    fn on_insert(&mut self, slot: SlotId, _key: LineKey, _info: &AccessInfo) {
         self.links.push_head(&mut self.queue, slot);
     }
 

@@ -13,81 +13,301 @@ use std::str::FromStr;
 
 pub use self::arc::Arc;
 pub use self::lru::Lru;
-use crate::addr::{LineKey, SlotId};
+use crate::addr::{IoKind, LineKey, SlotId};
 use crate::error::CoreError;
 
+/// What the cache tells a policy about the access in progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessInfo {
+    /// The caller's clock.
+    pub now_ns: u64,
+    pub kind: IoKind,
+    /// Numbers requests in arrival order; equal for every line of one request.
+    pub request_seq: u64,
+    /// How many lines the whole request touches.
+    pub request_lines: u32,
+    /// Whether the line holds dirty data after this access (for `on_hit` and
+    /// `on_insert`; false in `on_miss`).
+    pub dirty: bool,
+}
+
+impl AccessInfo {
+    /// An access for tests and simple drivers: a one-line read at `now_ns`.
+    pub fn read_at(now_ns: u64) -> Self {
+        AccessInfo {
+            now_ns,
+            kind: IoKind::Read,
+            request_seq: now_ns,
+            request_lines: 1,
+            dirty: false,
+        }
+    }
+}
+
 /// The decisions a replacement policy makes. Calls for one admission come in
-/// the order `on_miss` (which may name a victim), then `on_insert`.
+/// the order `on_miss` (which may name victims), then `on_insert`.
 pub trait ReplacementPolicy: Send {
     /// The name it is selected by.
     fn name(&self) -> &'static str;
 
-    /// A resident line was accessed.
-    fn on_hit(&mut self, slot: SlotId, now_ns: u64);
+    /// A resident line was accessed (after the access changed its state).
+    fn on_hit(&mut self, slot: SlotId, info: &AccessInfo);
 
-    /// `key` is about to be admitted. When `need_victim` is true the cache has no
-    /// free slot and the policy must return a resident slot to evict, after
-    /// forgetting it; otherwise it returns `None`. Policies with history (ARC's
-    /// ghosts) update it here.
-    fn on_miss(&mut self, key: LineKey, need_victim: bool, now_ns: u64) -> Option<SlotId>;
+    /// `key` is about to be admitted. When `need_victim` is true the cache has
+    /// no free slot and the policy must push at least one resident slot to
+    /// evict into `victims`, after forgetting them; block-level policies may
+    /// push several (one eviction batch). Pushing none when a victim is needed
+    /// makes the cache bypass this line. Policies with history (ARC's ghosts)
+    /// update it here.
+    fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>);
 
     /// `key` now lives in `slot`.
-    fn on_insert(&mut self, slot: SlotId, key: LineKey, now_ns: u64);
+    fn on_insert(&mut self, slot: SlotId, key: LineKey, info: &AccessInfo);
 
     /// The line in `slot` was dropped by the cache (invalidation), not chosen as a victim.
     fn on_remove(&mut self, slot: SlotId);
+
+    /// The resident line in `slot` became clean (flushed, or its dirty sectors overwritten
+    /// by a write that went to the backend).
+    fn on_clean(&mut self, _slot: SlotId) {}
+
+    /// Policies that decide admission themselves (SMQ, LARC) answer here; `None`
+    /// leaves the decision to the cache's promotion policy.
+    fn admit(&mut self, _key: LineKey, _info: &AccessInfo) -> Option<bool> {
+        None
+    }
 
     /// The slots this policy would most likely evict next and after that, if it
     /// can tell cheaply. A hint only (used to prefetch metadata); it may be wrong.
     fn next_victims(&self) -> [Option<SlotId>; 2] {
         [None, None]
     }
+}
 
-    /// Policies that decide admission themselves (SMQ, LARC) answer here; `None`
-    /// leaves the decision to the cache's promotion policy.
-    fn admit(&mut self, _key: LineKey, _now_ns: u64) -> Option<bool> {
-        None
+/// Parameters given after a policy's name: `s3fifo:small=0.1:ghost=0.9`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PolicyParams {
+    pairs: Vec<(String, String)>,
+}
+
+impl PolicyParams {
+    /// A number parameter, `default` when absent; must lie in `range`.
+    pub fn f64_or(
+        &self,
+        name: &str,
+        default: f64,
+        range: std::ops::RangeInclusive<f64>,
+    ) -> Result<f64, CoreError> {
+        let Some(text) = self.get(name) else {
+            return Ok(default);
+        };
+        match text.parse::<f64>() {
+            Ok(v) if range.contains(&v) => Ok(v),
+            _ => Err(self.bad(
+                name,
+                text,
+                &format!("a number from {} to {}", range.start(), range.end()),
+            )),
+        }
+    }
+
+    /// An integer parameter, `default` when absent; must lie in `range`.
+    pub fn u64_or(
+        &self,
+        name: &str,
+        default: u64,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> Result<u64, CoreError> {
+        let Some(text) = self.get(name) else {
+            return Ok(default);
+        };
+        match text.parse::<u64>() {
+            Ok(v) if range.contains(&v) => Ok(v),
+            _ => Err(self.bad(
+                name,
+                text,
+                &format!("an integer from {} to {}", range.start(), range.end()),
+            )),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn bad(&self, name: &str, value: &str, expected: &str) -> CoreError {
+        CoreError::BadParameter {
+            given: format!("{name}={value}"),
+            reason: format!("`{name}` must be {expected}"),
+        }
     }
 }
 
+/// One selectable policy: its name, accepted parameters and constructor.
+pub struct PolicyEntry {
+    pub name: &'static str,
+    /// Parameter names it accepts (anything else is rejected).
+    pub params: &'static [&'static str],
+    /// One line for `--help` and documentation.
+    pub summary: &'static str,
+    pub build: fn(&PolicyParams, usize) -> Result<Box<dyn ReplacementPolicy>, CoreError>,
+}
+
+/// Every replacement policy, by name.
+pub static POLICIES: &[PolicyEntry] = &[
+    PolicyEntry {
+        name: "lru",
+        params: &[],
+        summary: "least recently used",
+        build: |_, lines| Ok(Box::new(Lru::new(lines))),
+    },
+    PolicyEntry {
+        name: "arc",
+        params: &[],
+        summary: "Adaptive Replacement Cache (Megiddo & Modha, FAST'03)",
+        build: |_, lines| Ok(Box::new(Arc::new(lines))),
+    },
+];
+
 /// A replacement policy chosen by name, with its parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PolicySpec {
-    Lru,
-    Arc,
+#[derive(Clone)]
+pub struct PolicySpec {
+    entry: &'static PolicyEntry,
+    params: PolicyParams,
+}
+
+impl PartialEq for PolicySpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.entry.name == other.entry.name && self.params == other.params
+    }
+}
+
+impl fmt::Debug for PolicySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PolicySpec({self})")
+    }
 }
 
 impl PolicySpec {
-    pub const NAMES: &'static str = "lru, arc";
+    pub fn lru() -> Self {
+        "lru".parse().expect("lru is registered")
+    }
 
-    pub fn build(self, capacity_lines: usize) -> Box<dyn ReplacementPolicy> {
-        match self {
-            PolicySpec::Lru => Box::new(Lru::new(capacity_lines)),
-            PolicySpec::Arc => Box::new(Arc::new(capacity_lines)),
-        }
+    pub fn arc() -> Self {
+        "arc".parse().expect("arc is registered")
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.entry.name
+    }
+
+    pub fn params(&self) -> &PolicyParams {
+        &self.params
+    }
+
+    /// The names accepted by `FromStr`, comma separated.
+    pub fn names() -> String {
+        POLICIES.iter().map(|e| e.name).collect::<Vec<_>>().join(", ")
+    }
+
+    pub fn build(&self, capacity_lines: usize) -> Box<dyn ReplacementPolicy> {
+        (self.entry.build)(&self.params, capacity_lines).expect("parameters were validated when parsed")
     }
 }
 
 impl fmt::Display for PolicySpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PolicySpec::Lru => "lru",
-            PolicySpec::Arc => "arc",
-        })
+        f.write_str(self.entry.name)?;
+        for (k, v) in &self.params.pairs {
+            write!(f, ":{k}={v}")?;
+        }
+        Ok(())
     }
 }
 
 impl FromStr for PolicySpec {
     type Err = CoreError;
+    /// `name` or `name:key=value[:key=value...]`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "lru" => Ok(PolicySpec::Lru),
-            "arc" => Ok(PolicySpec::Arc),
-            _ => Err(CoreError::UnknownName {
-                what: "replacement policy",
+        let mut parts = s.trim().split(':');
+        let name = parts.next().unwrap_or("").to_ascii_lowercase();
+        let Some(entry) = POLICIES.iter().find(|e| e.name == name) else {
+            return Err(CoreError::UnknownPolicy {
                 given: s.to_string(),
-                expected: Self::NAMES,
-            }),
+                expected: Self::names(),
+            });
+        };
+        let mut params = PolicyParams::default();
+        for part in parts {
+            let Some((key, value)) = part.split_once('=') else {
+                return Err(CoreError::BadParameter {
+                    given: s.to_string(),
+                    reason: format!("`{part}` is not key=value"),
+                });
+            };
+            if !entry.params.contains(&key) {
+                let accepted = if entry.params.is_empty() {
+                    "none".to_string()
+                } else {
+                    entry.params.join(", ")
+                };
+                return Err(CoreError::BadParameter {
+                    given: s.to_string(),
+                    reason: format!("{} has no parameter `{key}` (accepted: {accepted})", entry.name),
+                });
+            }
+            params.pairs.push((key.to_string(), value.to_string()));
+        }
+        // Validate the values once, on the smallest cache.
+        (entry.build)(&params, 1)?;
+        Ok(PolicySpec { entry, params })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_parameters_parse_and_print() {
+        assert_eq!("LRU".parse::<PolicySpec>().unwrap().to_string(), "lru");
+        let err = "mru".parse::<PolicySpec>().unwrap_err().to_string();
+        assert!(
+            err.contains("mru") && err.contains("lru") && err.contains("arc"),
+            "{err}"
+        );
+        let err = "lru:size=3".parse::<PolicySpec>().unwrap_err().to_string();
+        assert!(err.contains("no parameter `size`"), "{err}");
+        let err = "arc:oops".parse::<PolicySpec>().unwrap_err().to_string();
+        assert!(err.contains("key=value"), "{err}");
+    }
+
+    #[test]
+    fn every_registered_policy_survives_a_one_line_cache() {
+        for entry in POLICIES {
+            let mut policy = (entry.build)(&PolicyParams::default(), 1).unwrap();
+            let key = |i| LineKey {
+                volume: 0,
+                line_index: i,
+            };
+            let info = AccessInfo::read_at(0);
+            let mut victims = Vec::new();
+            policy.on_miss(key(0), false, &info, &mut victims);
+            assert!(victims.is_empty(), "{}", entry.name);
+            policy.on_insert(0, key(0), &info);
+            policy.on_hit(0, &info);
+            for i in 1..5 {
+                victims.clear();
+                policy.on_miss(key(i), true, &info, &mut victims);
+                if victims.is_empty() {
+                    continue; // the policy bypassed this line
+                }
+                assert_eq!(victims, vec![0], "{}", entry.name);
+                policy.on_insert(0, key(i), &info);
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use iocache_core::{Cache, CacheConfig, IoKind, LineSize, Op, OpList, PolicySpec, Request, SECTOR_BYTES};
 
 pub fn cache(lines: u64, line_bytes: u64, config: impl FnOnce(&mut CacheConfig)) -> Cache {
-    let mut c = CacheConfig::new(lines, LineSize::new(line_bytes).unwrap(), PolicySpec::Lru);
+    let mut c = CacheConfig::new(lines, LineSize::new(line_bytes).unwrap(), PolicySpec::lru());
     config(&mut c);
     Cache::new(c).unwrap()
 }
