@@ -146,6 +146,9 @@ impl PolicyParams {
     }
 }
 
+/// Builds a policy for a cache of the given number of lines, checking its parameters.
+pub type PolicyBuilder = fn(&PolicyParams, usize) -> Result<Box<dyn ReplacementPolicy>, CoreError>;
+
 /// One selectable policy: its name, accepted parameters and constructor.
 pub struct PolicyEntry {
     pub name: &'static str,
@@ -153,7 +156,7 @@ pub struct PolicyEntry {
     pub params: &'static [&'static str],
     /// One line for `--help` and documentation.
     pub summary: &'static str,
-    pub build: fn(&PolicyParams, usize) -> Result<Box<dyn ReplacementPolicy>, CoreError>,
+    pub build: PolicyBuilder,
 }
 
 /// Every replacement policy, by name.
