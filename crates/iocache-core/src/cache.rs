@@ -165,6 +165,11 @@ impl Cache {
         self.dirty_list.len as u64
     }
 
+    /// The replacement policy's own counters (see [`ReplacementPolicy::counters`]).
+    pub fn policy_counters(&self) -> Vec<(&'static str, u64)> {
+        self.policy.counters()
+    }
+
     pub fn write_policy(&self) -> WritePolicy {
         self.config.write_policy
     }

@@ -82,6 +82,12 @@ pub trait ReplacementPolicy: Send {
     fn next_victims(&self) -> [Option<SlotId>; 2] {
         [None, None]
     }
+
+    /// Counters of the policy's own (for example BPLRU's padding pages), by
+    /// name; reported beside the cache's statistics.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Parameters given after a policy's name: `s3fifo:small=0.1:ghost=0.9`.
