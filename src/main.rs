@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use iocache_core::{LineSize, PolicySpec, Promotion, WritePolicy};
 use iocache_sim::report::{render_table, table, JsonReport};
 use iocache_sim::trace_stats::{trace_stats, Window};
-use iocache_sim::{combinations, simulate, CacheSize, SimOptions, Warmup};
+use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, SimOptions, Warmup};
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 
 #[derive(Parser)]
@@ -28,6 +28,8 @@ struct Cli {
 enum Command {
     /// Simulate caches over a block I/O trace (every policy × size in one pass).
     Sim(SimArgs),
+    /// List the replacement policies, their parameters and sources.
+    Policies,
     /// Work with trace files.
     Trace {
         #[command(subcommand)]
@@ -74,7 +76,8 @@ impl TraceInput {
 struct SimArgs {
     #[command(flatten)]
     input: TraceInput,
-    /// Replacement policies, comma separated.
+    /// Replacement policies, comma separated, with parameters as name:key=value
+    /// (`iocache policies` lists them).
     #[arg(long, default_value = "lru", value_delimiter = ',', value_name = "NAMES")]
     policy: Vec<String>,
     /// Cache sizes, comma separated: a line count (32768) or bytes with a unit (16MiB).
@@ -89,6 +92,16 @@ struct SimArgs {
     /// Write policy: wb, wt, wi, wa, wo, pt.
     #[arg(long, default_value = "wb")]
     write_policy: String,
+    /// Background flushing of dirty lines: nop, lazy[:idle=10s:interval=20s:batch=100:stale=120s]
+    /// or aggressive[:interval=10ms:batch=128] (run at trace time).
+    #[arg(long, default_value = "nop", value_name = "POLICY")]
+    flush: String,
+    /// Send write misses to the backend when every cache line is dirty.
+    #[arg(long)]
+    write_miss_bypass: bool,
+    /// Sequential cutoff: off, or a stream length after which requests bypass (1MiB[:streams=16]).
+    #[arg(long, default_value = "off", value_name = "BYTES|off")]
+    seq_cutoff: String,
     /// Requests that only warm the cache: a fraction of the trace (0.2) or a count (100000).
     #[arg(long, value_name = "FRACTION|REQUESTS")]
     warmup: Option<String>,
@@ -126,6 +139,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => run_sim(args),
+        Command::Policies => list_policies(),
         Command::Trace {
             command: TraceCommand::Stats(args),
         } => run_trace_stats(args),
@@ -134,6 +148,21 @@ fn main() {
         eprintln!("iocache: error: {e:#}");
         std::process::exit(1);
     }
+}
+
+fn list_policies() -> Result<()> {
+    let rows: Vec<Vec<String>> = iocache_core::policy::POLICIES
+        .iter()
+        .map(|e| {
+            let params = if e.params.is_empty() {
+                "-".to_string()
+            } else {
+                e.params.join(", ")
+            };
+            vec![e.name.to_string(), params, e.summary.to_string()]
+        })
+        .collect();
+    print_stdout(table(&["policy", "parameters", "what it is"], &rows).trim_end())
 }
 
 fn parse_list<T: std::str::FromStr>(what: &str, items: &[String]) -> Result<Vec<T>>
@@ -179,7 +208,17 @@ fn run_sim(args: SimArgs) -> Result<()> {
         .write_policy
         .parse()
         .map_err(|e| anyhow::anyhow!("--write-policy: {e}"))?;
-    let specs = combinations(&policies, &sizes, &line_sizes, write_policy, promotion)?;
+    let settings = CacheSettings {
+        write_policy,
+        promotion,
+        cleaning: args.flush.parse().map_err(|e| anyhow::anyhow!("--flush: {e}"))?,
+        write_miss_bypass: args.write_miss_bypass,
+        seq_cutoff: args
+            .seq_cutoff
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--seq-cutoff: {e}"))?,
+    };
+    let specs = combinations(&policies, &sizes, &line_sizes, &settings)?;
     let warmup_requests = match args.warmup.as_deref().map(str::parse::<Warmup>).transpose()? {
         None | Some(Warmup::None) => 0,
         Some(Warmup::Requests(n)) => n,

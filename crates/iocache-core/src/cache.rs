@@ -9,6 +9,7 @@ use crate::addr::{
     SECTOR_BYTES,
 };
 use crate::bitmap;
+use crate::cleaning::CleaningPolicy;
 use crate::config::{CacheConfig, FlushOrder, WritePolicy};
 use crate::error::CoreError;
 use crate::index::LineIndex;
@@ -16,6 +17,7 @@ use crate::ops::{Op, OpList};
 use crate::policy::list::{Links, ListHead};
 use crate::policy::{AccessInfo, ReplacementPolicy};
 use crate::promotion::Promoter;
+use crate::seq_cutoff::SeqDetector;
 use crate::stats::CacheStats;
 
 /// How one line access found the cache.
@@ -97,6 +99,11 @@ pub struct Cache {
     runs: Vec<(u32, u32, bool)>,
     victims: Vec<SlotId>,
     request_seq: u64,
+    /// The write policy for the request in progress (pass-through under sequential cutoff).
+    request_policy: WritePolicy,
+    seq: SeqDetector,
+    last_request_ns: Option<u64>,
+    cleaner_last_ns: Option<u64>,
 }
 
 impl Cache {
@@ -141,6 +148,10 @@ impl Cache {
             runs: Vec::new(),
             victims: Vec::new(),
             request_seq: 0,
+            request_policy: config.write_policy,
+            seq: SeqDetector::new(config.seq_cutoff),
+            last_request_ns: None,
+            cleaner_last_ns: None,
             config,
         })
     }
@@ -206,6 +217,15 @@ impl Cache {
             self.index.prefetch(&key);
         }
         self.request_seq += 1;
+        self.last_request_ns = Some(
+            self.last_request_ns
+                .map_or(request.now_ns, |t| t.max(request.now_ns)),
+        );
+        self.request_policy = self.config.write_policy;
+        if self.seq.bypass(request) {
+            self.request_policy = WritePolicy::PassThrough;
+            self.stats.seq_cutoff_requests += 1;
+        }
         let info = AccessInfo {
             now_ns: request.now_ns,
             kind: request.kind,
@@ -308,7 +328,7 @@ impl Cache {
     }
 
     fn read_part(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut OpList) -> LineOutcome {
-        let policy = self.config.write_policy;
+        let policy = self.request_policy;
         let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Read);
         match found {
@@ -382,7 +402,7 @@ impl Cache {
     }
 
     fn write_part(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut OpList) -> LineOutcome {
-        let policy = self.config.write_policy;
+        let policy = self.request_policy;
         let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Write);
         let (first, end) = (part.first_sector, part.end_sector);
@@ -391,6 +411,10 @@ impl Cache {
                 let write_back = policy != WritePolicy::WriteThrough;
                 let slot = match found {
                     Some(slot) => Some(slot),
+                    None if self.config.write_miss_bypass && self.full_of_dirty_lines() => {
+                        self.stats.write_miss_bypasses += 1;
+                        None
+                    }
                     None => self.try_admit(
                         part.key,
                         &AccessInfo {
@@ -738,6 +762,65 @@ impl Cache {
         }
         self.stats.flushed_lines += 1;
         true
+    }
+
+    /// No free slot, and every resident line dirty.
+    fn full_of_dirty_lines(&self) -> bool {
+        self.free.is_empty() && self.dirty_lines() == self.resident_lines()
+    }
+
+    /// When the background cleaner should next run, if ever (see [`CleaningPolicy`]).
+    /// A runtime sleeps until then (the engine) or runs it before the first
+    /// request at or after that time (the simulator).
+    pub fn next_cleaning_ns(&self) -> Option<u64> {
+        let oldest = self.oldest_dirty_since_ns()?;
+        let after_last = |interval_ns: u64| self.cleaner_last_ns.map_or(0, |t| t.saturating_add(interval_ns));
+        match self.config.cleaning {
+            CleaningPolicy::Nop => None,
+            CleaningPolicy::Aggressive { interval_ns, .. } => Some(after_last(interval_ns).max(oldest)),
+            CleaningPolicy::Lazy {
+                idle_ns,
+                interval_ns,
+                stale_ns,
+                ..
+            } => {
+                let idle_since = self.last_request_ns.unwrap_or(0).saturating_add(idle_ns);
+                Some(
+                    after_last(interval_ns)
+                        .max(idle_since)
+                        .max(oldest.saturating_add(stale_ns)),
+                )
+            }
+        }
+    }
+
+    /// Runs the cleaner at `now_ns`: emits write-backs for its batch of dirty
+    /// lines into `ops` and a token per line into `tokens` (both cleared
+    /// first). Complete every token with [`Cache::complete_flush`].
+    pub fn run_cleaner(&mut self, now_ns: u64, ops: &mut OpList, tokens: &mut Vec<FlushToken>) {
+        let (batch, stale_ns) = match self.config.cleaning {
+            CleaningPolicy::Nop => (0, 0),
+            CleaningPolicy::Aggressive { batch_lines, .. } => (batch_lines as usize, 0),
+            CleaningPolicy::Lazy {
+                batch_lines,
+                stale_ns,
+                ..
+            } => (batch_lines as usize, stale_ns),
+        };
+        self.cleaner_last_ns = Some(now_ns);
+        // Oldest first; with a staleness threshold, only lines dirty long enough.
+        let fresh_from = now_ns.saturating_sub(stale_ns);
+        let eligible = self
+            .dirty_links
+            .iter(&self.dirty_list)
+            .filter(|&s| !self.slots[s as usize].flushing)
+            .take(batch)
+            .take_while(|&s| stale_ns == 0 || self.slots[s as usize].dirty_since_ns <= fresh_from)
+            .count();
+        self.begin_flush(FlushOrder::Oldest, eligible, ops, tokens);
+        if !tokens.is_empty() {
+            self.stats.cleaner_runs += 1;
+        }
     }
 
     /// When the oldest dirty line became dirty (for lazy or age-based cleaning).

@@ -4,8 +4,10 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::addr::LineSize;
+use crate::cleaning::CleaningPolicy;
 use crate::error::CoreError;
 use crate::policy::PolicySpec;
+use crate::seq_cutoff::SeqCutoff;
 
 /// What happens to writes (and whether read misses are inserted).
 ///
@@ -188,6 +190,13 @@ pub struct CacheConfig {
     pub write_policy: WritePolicy,
     pub promotion: Promotion,
     pub policy: PolicySpec,
+    /// Background write-back of dirty lines.
+    pub cleaning: CleaningPolicy,
+    /// When no slot is free and every resident line is dirty, send write misses
+    /// to the backend instead of evicting (ASPLOS'23 Fig. 11c).
+    pub write_miss_bypass: bool,
+    /// Large sequential streams bypass the cache.
+    pub seq_cutoff: SeqCutoff,
 }
 
 /// Upper bound on lines per cache: slot ids are `u32` and one id is reserved.
@@ -201,6 +210,9 @@ impl CacheConfig {
             write_policy: WritePolicy::WriteBack,
             promotion: Promotion::Always,
             policy,
+            cleaning: CleaningPolicy::Nop,
+            write_miss_bypass: false,
+            seq_cutoff: SeqCutoff::Off,
         }
     }
 

@@ -20,6 +20,7 @@
 pub mod addr;
 pub mod bitmap;
 mod cache;
+pub mod cleaning;
 pub mod config;
 mod error;
 pub mod fasthash;
@@ -28,6 +29,7 @@ pub mod ops;
 pub mod policy;
 mod prefetch;
 pub mod promotion;
+pub mod seq_cutoff;
 pub mod stats;
 pub mod units;
 
@@ -36,8 +38,10 @@ pub use addr::{
     SECTOR_BYTES,
 };
 pub use cache::{AccessSummary, Cache, FlushToken, LineOutcome, LineState};
+pub use cleaning::CleaningPolicy;
 pub use config::{CacheConfig, FlushOrder, Promotion, WritePolicy};
 pub use error::CoreError;
 pub use ops::{Op, OpList};
 pub use policy::{PolicySpec, ReplacementPolicy};
+pub use seq_cutoff::SeqCutoff;
 pub use stats::CacheStats;

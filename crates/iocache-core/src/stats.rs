@@ -46,6 +46,12 @@ pub struct CacheStats {
     /// (promotion refused, or the write policy does not allocate), and every
     /// write under wi, wa and pt, which goes to the backend.
     pub bypassed_accesses: u64,
+    /// Write misses sent to the backend because every line was dirty (write-miss bypass).
+    pub write_miss_bypasses: u64,
+    /// Requests that bypassed the cache as part of a long sequential stream.
+    pub seq_cutoff_requests: u64,
+    /// Times the background cleaner ran (and found lines to flush).
+    pub cleaner_runs: u64,
     pub backend_read_bytes: u64,
     pub backend_write_bytes: u64,
     pub cache_read_bytes: u64,
@@ -104,6 +110,9 @@ impl CacheStats {
             dirty_writebacks,
             flushed_lines,
             bypassed_accesses,
+            write_miss_bypasses,
+            seq_cutoff_requests,
+            cleaner_runs,
             backend_read_bytes,
             backend_write_bytes,
             cache_read_bytes,

@@ -73,3 +73,71 @@ mod tests {
         assert_eq!(format_byte_size(2048), "2KiB");
     }
 }
+
+/// Parses a duration: a number with a unit `ns`, `us`, `ms`, `s`, `m`, `h` or `d`.
+pub fn parse_duration_ns(text: &str) -> Result<u64, CoreError> {
+    let bad = |reason: &str| CoreError::BadParameter {
+        given: text.to_string(),
+        reason: reason.to_string(),
+    };
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    if digits.is_empty() {
+        return Err(bad("a duration is a number with a unit, e.g. 10ms, 20s, 2m"));
+    }
+    let number: u64 = digits.parse().map_err(|_| bad("number too large"))?;
+    let unit_ns: u64 = match unit.trim() {
+        "ns" => 1,
+        "us" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" | "min" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        "d" => 86_400_000_000_000,
+        "" => return Err(bad("a duration needs a unit: ns, us, ms, s, m, h or d")),
+        other => {
+            return Err(bad(&format!(
+                "unknown unit `{other}`; use ns, us, ms, s, m, h or d"
+            )))
+        }
+    };
+    number
+        .checked_mul(unit_ns)
+        .ok_or_else(|| bad("duration overflows 64 bits"))
+}
+
+/// Formats nanoseconds with the largest unit that divides them exactly ("10ms", "2m").
+pub fn format_duration_ns(nanos: u64) -> String {
+    for (unit_ns, unit) in [
+        (86_400_000_000_000, "d"),
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+    ] {
+        if nanos >= unit_ns && nanos.is_multiple_of(unit_ns) {
+            return format!("{}{unit}", nanos / unit_ns);
+        }
+    }
+    format!("{nanos}ns")
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+
+    #[test]
+    fn durations_round_trip() {
+        for text in ["10ms", "20s", "2m", "1h", "7d", "250us", "3ns"] {
+            assert_eq!(format_duration_ns(parse_duration_ns(text).unwrap()), text);
+        }
+        assert_eq!(parse_duration_ns("1500ms").unwrap(), 1_500_000_000);
+        assert!(parse_duration_ns("10").is_err());
+        assert!(parse_duration_ns("10 fortnights")
+            .unwrap_err()
+            .to_string()
+            .contains("fortnights"));
+    }
+}

@@ -12,4 +12,4 @@ pub mod trace_stats;
 
 pub use error::SimError;
 pub use run::{request_of, simulate, RunResult, SimOptions, SimReport, BATCH_REQUESTS};
-pub use spec::{combinations, CacheSize, RunSpec, Warmup};
+pub use spec::{combinations, CacheSettings, CacheSize, RunSpec, Warmup};

@@ -31,6 +31,9 @@ pub struct JsonRun {
     pub line_size: u64,
     pub write_policy: String,
     pub promotion: String,
+    pub flush: String,
+    pub write_miss_bypass: bool,
+    pub seq_cutoff: String,
     pub requests: u64,
     pub read_requests: u64,
     pub write_requests: u64,
@@ -50,9 +53,16 @@ pub struct JsonRun {
     pub byte_hit_ratio: f64,
     pub promotions: u64,
     pub evictions: u64,
+    pub eviction_batches: u64,
+    pub lines_per_eviction_batch: f64,
+    pub eviction_batch_sizes: Vec<BatchBucket>,
     pub invalidations: u64,
     pub dirty_writebacks: u64,
     pub bypassed_accesses: u64,
+    pub write_miss_bypasses: u64,
+    pub seq_cutoff_requests: u64,
+    pub cleaner_runs: u64,
+    pub flushed_lines: u64,
     pub backend_read_bytes: u64,
     pub backend_write_bytes: u64,
     pub cache_read_bytes: u64,
@@ -61,6 +71,14 @@ pub struct JsonRun {
     pub dirty_lines_at_end: u64,
     pub wall_seconds: f64,
     pub accesses_per_second: f64,
+    pub policy_counters: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// Eviction batches of at most `max_lines` lines (and more than the previous bucket's).
+#[derive(Serialize)]
+pub struct BatchBucket {
+    pub max_lines: u64,
+    pub batches: u64,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -80,8 +98,11 @@ impl JsonRun {
             cache_lines: r.spec.capacity_lines,
             cache_bytes: r.spec.capacity_lines * r.spec.line_size.bytes(),
             line_size: r.spec.line_size.bytes(),
-            write_policy: r.spec.write_policy.to_string(),
-            promotion: r.spec.promotion.to_string(),
+            write_policy: r.spec.settings.write_policy.to_string(),
+            promotion: r.spec.settings.promotion.to_string(),
+            flush: r.spec.settings.cleaning.to_string(),
+            write_miss_bypass: r.spec.settings.write_miss_bypass,
+            seq_cutoff: r.spec.settings.seq_cutoff.to_string(),
             requests: s.requests,
             read_requests: s.read_requests,
             write_requests: s.write_requests,
@@ -101,9 +122,29 @@ impl JsonRun {
             byte_hit_ratio: s.byte_hit_ratio(),
             promotions: s.promotions,
             evictions: s.evictions,
+            eviction_batches: s.eviction_batches,
+            lines_per_eviction_batch: s.lines_per_eviction_batch(),
+            eviction_batch_sizes: s
+                .eviction_batch_sizes
+                .iter()
+                .enumerate()
+                .filter(|(_, &n)| n > 0)
+                .map(|(i, &n)| BatchBucket {
+                    max_lines: if i + 1 == s.eviction_batch_sizes.len() {
+                        u64::MAX
+                    } else {
+                        1 << i
+                    },
+                    batches: n,
+                })
+                .collect(),
             invalidations: s.invalidations,
             dirty_writebacks: s.dirty_writebacks,
             bypassed_accesses: s.bypassed_accesses,
+            write_miss_bypasses: s.write_miss_bypasses,
+            seq_cutoff_requests: s.seq_cutoff_requests,
+            cleaner_runs: s.cleaner_runs,
+            flushed_lines: s.flushed_lines,
             backend_read_bytes: s.backend_read_bytes,
             backend_write_bytes: s.backend_write_bytes,
             cache_read_bytes: s.cache_read_bytes,
@@ -116,6 +157,7 @@ impl JsonRun {
             } else {
                 0.0
             },
+            policy_counters: r.policy_counters.iter().copied().collect(),
         }
     }
 }
@@ -137,9 +179,16 @@ impl<'a> JsonReport<'a> {
     }
 }
 
-/// A plain-text table, one row per run.
+/// A plain-text table, one row per run. Columns about batch eviction,
+/// background flushing and bypass appear only when some run used them.
 pub fn render_table(report: &SimReport) -> String {
-    let header = [
+    let runs: Vec<JsonRun> = report.runs.iter().map(JsonRun::from_result).collect();
+    let batches = runs.iter().any(|j| j.eviction_batches != j.evictions);
+    let flushing = runs.iter().any(|j| j.flushed_lines > 0 || j.cleaner_runs > 0);
+    let bypass = runs
+        .iter()
+        .any(|j| j.write_miss_bypasses + j.seq_cutoff_requests > 0);
+    let mut header = vec![
         "policy",
         "size",
         "lines",
@@ -154,14 +203,21 @@ pub fn render_table(report: &SimReport) -> String {
         "promotions",
         "evictions",
         "writebacks",
-        "Macc/s",
     ];
-    let rows: Vec<Vec<String>> = report
-        .runs
-        .iter()
-        .map(|r| {
-            let j = JsonRun::from_result(r);
-            vec![
+    if batches {
+        header.extend(["batches", "lines/batch"]);
+    }
+    if flushing {
+        header.push("flushed");
+    }
+    if bypass {
+        header.extend(["wm-bypass", "seq-cutoff"]);
+    }
+    header.push("Macc/s");
+    let rows: Vec<Vec<String>> = runs
+        .into_iter()
+        .map(|j| {
+            let mut row = vec![
                 j.policy,
                 j.cache_size,
                 j.cache_lines.to_string(),
@@ -176,8 +232,20 @@ pub fn render_table(report: &SimReport) -> String {
                 j.promotions.to_string(),
                 j.evictions.to_string(),
                 j.dirty_writebacks.to_string(),
-                format!("{:.2}", j.accesses_per_second / 1e6),
-            ]
+            ];
+            if batches {
+                row.push(j.eviction_batches.to_string());
+                row.push(format!("{:.2}", j.lines_per_eviction_batch));
+            }
+            if flushing {
+                row.push(j.flushed_lines.to_string());
+            }
+            if bypass {
+                row.push(j.write_miss_bypasses.to_string());
+                row.push(j.seq_cutoff_requests.to_string());
+            }
+            row.push(format!("{:.2}", j.accesses_per_second / 1e6));
+            row
         })
         .collect();
     table(&header, &rows)
@@ -193,9 +261,9 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     }
     let numeric = |col: usize| {
         rows.iter().all(|r| {
-            r[col]
-                .bytes()
-                .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-')
+            let cell = r[col].as_bytes();
+            cell.iter().any(u8::is_ascii_digit)
+                && cell.iter().all(|&b| b.is_ascii_digit() || b == b'.' || b == b'-')
         })
     };
     let mut out = String::new();

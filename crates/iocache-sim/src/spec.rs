@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use iocache_core::units::{format_byte_size, parse_byte_size};
-use iocache_core::{CacheConfig, LineSize, PolicySpec, Promotion, WritePolicy};
+use iocache_core::{CacheConfig, CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, WritePolicy};
 
 use crate::error::SimError;
 
@@ -87,6 +87,28 @@ impl FromStr for Warmup {
     }
 }
 
+/// Settings shared by every simulated cache of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CacheSettings {
+    pub write_policy: WritePolicy,
+    pub promotion: Promotion,
+    pub cleaning: CleaningPolicy,
+    pub write_miss_bypass: bool,
+    pub seq_cutoff: SeqCutoff,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        CacheSettings {
+            write_policy: WritePolicy::WriteBack,
+            promotion: Promotion::Always,
+            cleaning: CleaningPolicy::Nop,
+            write_miss_bypass: false,
+            seq_cutoff: SeqCutoff::Off,
+        }
+    }
+}
+
 /// One simulated cache.
 #[derive(Clone, Debug)]
 pub struct RunSpec {
@@ -94,18 +116,21 @@ pub struct RunSpec {
     pub size: CacheSize,
     pub capacity_lines: u64,
     pub line_size: LineSize,
-    pub write_policy: WritePolicy,
-    pub promotion: Promotion,
+    pub settings: CacheSettings,
 }
 
 impl RunSpec {
     pub fn cache_config(&self) -> CacheConfig {
+        let s = &self.settings;
         CacheConfig {
             capacity_lines: self.capacity_lines,
             line_size: self.line_size,
-            write_policy: self.write_policy,
-            promotion: self.promotion,
+            write_policy: s.write_policy,
+            promotion: s.promotion,
             policy: self.policy.clone(),
+            cleaning: s.cleaning,
+            write_miss_bypass: s.write_miss_bypass,
+            seq_cutoff: s.seq_cutoff,
         }
     }
 }
@@ -115,8 +140,7 @@ pub fn combinations(
     policies: &[PolicySpec],
     sizes: &[CacheSize],
     line_sizes: &[LineSize],
-    write_policy: WritePolicy,
-    promotion: Promotion,
+    settings: &CacheSettings,
 ) -> Result<Vec<RunSpec>, SimError> {
     let mut runs = Vec::new();
     for policy in policies {
@@ -127,8 +151,7 @@ pub fn combinations(
                     size,
                     capacity_lines: size.lines(line_size)?,
                     line_size,
-                    write_policy,
-                    promotion,
+                    settings: settings.clone(),
                 });
             }
         }

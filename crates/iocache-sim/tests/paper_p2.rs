@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use iocache_core::{LineSize, PolicySpec, Promotion, WritePolicy};
-use iocache_sim::{combinations, simulate, CacheSize, SimOptions};
+use iocache_core::{LineSize, PolicySpec};
+use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, SimOptions};
 use iocache_trace::{ReaderOptions, TraceReader};
 
 fn p2() -> Option<PathBuf> {
@@ -25,8 +25,7 @@ fn lru_and_arc_hit_ratios_match_the_arc_paper_on_p2() {
         &[PolicySpec::lru(), PolicySpec::arc()],
         &[CacheSize::Lines(32_768)],
         &[LineSize::new(512).unwrap()],
-        WritePolicy::WriteBack,
-        Promotion::Always,
+        &CacheSettings::default(),
     )
     .unwrap();
     let mut reader = TraceReader::open(&path, None, ReaderOptions::default()).unwrap();

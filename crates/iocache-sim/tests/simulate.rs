@@ -1,8 +1,8 @@
 //! The simulation loop: thread count does not change results, warmup excludes
 //! what it should, and hand-checked counts on a tiny in-memory trace.
 
-use iocache_core::{LineSize, PolicySpec, Promotion, WritePolicy};
-use iocache_sim::{combinations, simulate, CacheSize, RunSpec, SimOptions, SimReport};
+use iocache_core::{LineSize, PolicySpec, WritePolicy};
+use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, RunSpec, SimOptions, SimReport};
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 
 fn reader(text: &str, format: TraceFormat) -> TraceReader {
@@ -21,8 +21,10 @@ fn specs(policies: &[PolicySpec], sizes: &[u64], wp: WritePolicy) -> Vec<RunSpec
         policies,
         &sizes,
         &[LineSize::new(4096).unwrap()],
-        wp,
-        Promotion::Always,
+        &CacheSettings {
+            write_policy: wp,
+            ..CacheSettings::default()
+        },
     )
     .unwrap()
 }
