@@ -599,7 +599,7 @@ fn run_steps<P: ReplacementPolicy>(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(150))]
+    #![proptest_config(ProptestConfig::with_cases(250))]
 
     #[test]
     fn reqblock_lists_account_for_every_page(
@@ -829,7 +829,7 @@ fn run_harness(spec: &str, capacity: u64, line_shift: u32, start: WritePolicy, a
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(120))]
+    #![proptest_config(ProptestConfig::with_cases(300))]
 
     /// Under `wo` and `wb` (the write-buffer settings), reads are never stale and
     /// a final flush loses nothing.

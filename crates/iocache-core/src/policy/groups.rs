@@ -90,3 +90,33 @@ impl Groups {
         self.members.iter(&self.heads[g as usize])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_join_leave_and_drain_in_order() {
+        let mut g = Groups::new(6, 3);
+        let a = g.alloc();
+        let b = g.alloc();
+        for slot in [4, 0, 2] {
+            g.add(a, slot);
+        }
+        g.add(b, 5);
+        assert_eq!(g.members(a).collect::<Vec<_>>(), vec![4, 0, 2]);
+        assert_eq!((g.group_of(0), g.group_of(5), g.group_of(1)), (a, b, NIL));
+        assert_eq!(g.remove(0), a);
+        assert_eq!(g.remove(1), NIL);
+        let mut out = vec![9];
+        g.drain_into(a, &mut out);
+        assert_eq!(out, vec![9, 4, 2]);
+        assert_eq!((g.len(a), g.group_of(4)), (0, NIL));
+        let gen = g.generation(a);
+        g.release(a);
+        assert_ne!(g.generation(a), gen, "a released id changes generation");
+        assert_eq!(g.alloc(), a, "ids are recycled");
+        g.add(a, 4);
+        assert_eq!(g.len(a), 1);
+    }
+}
