@@ -5,14 +5,23 @@
 //! entries) it needs; the cache owns the data layout and the index.
 
 mod arc;
+mod bplru;
+mod cflru;
+mod groups;
 pub mod list;
 mod lru;
+mod reqblock;
+mod vbbms;
 
 use std::fmt;
 use std::str::FromStr;
 
 pub use self::arc::Arc;
+pub use self::bplru::Bplru;
+pub use self::cflru::Cflru;
 pub use self::lru::Lru;
+pub use self::reqblock::{BlockView, ReqBlock, ReqList};
+pub use self::vbbms::{Region, Vbbms};
 use crate::addr::{IoKind, LineKey, SlotId};
 use crate::error::CoreError;
 
@@ -178,6 +187,51 @@ pub static POLICIES: &[PolicyEntry] = &[
         params: &[],
         summary: "Adaptive Replacement Cache (Megiddo & Modha, FAST'03)",
         build: |_, lines| Ok(Box::new(Arc::new(lines))),
+    },
+    PolicyEntry {
+        name: "cflru",
+        params: &["window"],
+        summary: "Clean-First LRU (Park et al., CASES'06): clean pages first in the LRU window",
+        build: |p, lines| {
+            let window = p.f64_or("window", 0.25, 0.0..=1.0)?;
+            Ok(Box::new(Cflru::new(lines, window)))
+        },
+    },
+    PolicyEntry {
+        name: "bplru",
+        params: &["block_pages"],
+        summary: "Block Padding LRU (Kim & Ahn, FAST'08): flash-block LRU, padding, LRU compensation",
+        build: |p, lines| {
+            let block_pages = p.u64_or("block_pages", 64, 1..=1 << 20)?;
+            Ok(Box::new(Bplru::new(lines, block_pages)))
+        },
+    },
+    PolicyEntry {
+        name: "vbbms",
+        params: &["random", "random_vb", "seq_vb", "seq_threshold"],
+        summary: "VBBMS (Du et al., TCE'19): random/sequential regions of virtual blocks, LRU and FIFO",
+        build: |p, lines| {
+            let random = p.f64_or("random", 0.6, 0.0..=1.0)?;
+            let random_vb = p.u64_or("random_vb", 3, 1..=1 << 20)?;
+            let seq_vb = p.u64_or("seq_vb", 4, 1..=1 << 20)?;
+            let seq_threshold = p.u64_or("seq_threshold", 4, 1..=u32::MAX as u64)? as u32;
+            Ok(Box::new(Vbbms::new(
+                lines,
+                random,
+                random_vb,
+                seq_vb,
+                seq_threshold,
+            )))
+        },
+    },
+    PolicyEntry {
+        name: "reqblock",
+        params: &["delta"],
+        summary: "Req-block (Lin et al., ICPP'22): request blocks on IRL/SRL/DRL, Freq-based batch eviction",
+        build: |p, lines| {
+            let delta = p.u64_or("delta", 5, 1..=u32::MAX as u64)? as u32;
+            Ok(Box::new(ReqBlock::new(lines, delta)))
+        },
     },
 ];
 
