@@ -5,14 +5,18 @@
 //! entries) it needs; the cache owns the data layout and the index.
 
 mod arc;
+mod larc;
 pub mod list;
 mod lru;
+mod smq;
 
 use std::fmt;
 use std::str::FromStr;
 
 pub use self::arc::Arc;
+pub use self::larc::Larc;
 pub use self::lru::Lru;
+pub use self::smq::{ClockMode, Smq, SmqParams};
 use crate::addr::{IoKind, LineKey, SlotId};
 use crate::error::CoreError;
 
@@ -178,6 +182,23 @@ pub static POLICIES: &[PolicyEntry] = &[
         params: &[],
         summary: "Adaptive Replacement Cache (Megiddo & Modha, FAST'03)",
         build: |_, lines| Ok(Box::new(Arc::new(lines))),
+    },
+    PolicyEntry {
+        name: "smq",
+        params: smq::SMQ_PARAMS,
+        summary: "stochastic multiqueue with hotspot admission (Linux dm-cache's default)",
+        build: |params, lines| {
+            Ok(Box::new(Smq::with_params(
+                lines,
+                SmqParams::from_params(params)?,
+            )?))
+        },
+    },
+    PolicyEntry {
+        name: "larc",
+        params: larc::LARC_PARAMS,
+        summary: "Lazy Adaptive Replacement Cache: admit on the second miss (Huang et al., MSST'13/TOS'16)",
+        build: |params, lines| Ok(Box::new(Larc::from_params(params, lines)?)),
     },
 ];
 
