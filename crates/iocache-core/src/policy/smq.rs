@@ -22,7 +22,7 @@
 //! - `write_extra` (2, 0 to 64): extra hotspot levels a write miss needs over a
 //!   read miss to be promoted.
 //! - `mainline_max` (0 or 1, default 0): reproduce mainline's `max()` clamp of the
-//!   promotion threshold (see *Promotion levels*).
+//!   promotion threshold (see *Deviations*).
 //! - `strict` (0 or 1, default 0): choose victims exactly as mainline's demotion
 //!   does, bypassing the line when it finds none (see *Demotion*).
 //!
@@ -31,8 +31,8 @@
 //! **Entries and queues.** The kernel keeps one entry per cache block, per
 //! hotspot block and per sentinel in one array, linked by 28-bit indices. Here
 //! cache entries are the cache's slot ids and sentinels follow them in one
-//! [`Arena`] (one [`Links`] array plus a level byte per node); hotspot entries
-//! have their own arena. A [`MultiQueue`] is the kernel's `struct queue`: 64
+//! `Arena` (one [`Links`] array plus a level byte per node); hotspot entries
+//! have their own arena. A `MultiQueue` is the kernel's `struct queue`: 64
 //! levels, each an LRU list (head = oldest, tail = newest), a count of real
 //! (non-sentinel) entries per level and per queue, and per-level targets. There
 //! are three queues, as in the kernel: `clean` and `dirty` for resident lines,
@@ -44,7 +44,7 @@
 //! count anything: the entry moves up `extra` levels and swaps with the oldest
 //! entry of the destination level, which moves down to the hit entry's old
 //! level, so level populations stay constant between redistributions
-//! ([`MultiQueue::requeue`]). Cache entries rise one level per hit, and at most
+//! (`MultiQueue::requeue`). Cache entries rise one level per hit, and at most
 //! once per cache period (`cache_hit_bits`, cleared every 60 ticks); hotspot
 //! entries rise `hotspot_level_jump` levels on their first hit in a tick
 //! (`hotspot_hit_bits`, cleared every tick) and are only moved to the tail of
