@@ -80,6 +80,20 @@ impl Links {
         list.len -= 1;
     }
 
+    /// Links `node` just before `old` (toward the head); `old` must be on `list`.
+    pub fn insert_before(&mut self, list: &mut ListHead, old: u32, node: u32) {
+        let prev = self.nodes[old as usize][PREV];
+        self.nodes[node as usize] = [prev, old];
+        self.nodes[old as usize][PREV] = node;
+        if prev != NIL {
+            self.nodes[prev as usize][NEXT] = node;
+        } else {
+            debug_assert_eq!(list.head, old);
+            list.head = node;
+        }
+        list.len += 1;
+    }
+
     pub fn move_to_head(&mut self, list: &mut ListHead, node: u32) {
         if list.head != node {
             self.unlink(list, node);
@@ -151,5 +165,20 @@ mod tests {
         assert_eq!(links.pop_tail(&mut list), Some(0));
         assert_eq!(links.pop_tail(&mut list), None);
         assert_eq!(list.len, 0);
+    }
+
+    #[test]
+    fn insert_before_head_and_middle() {
+        let mut links = Links::new(4);
+        let mut list = ListHead::default();
+        links.push_tail(&mut list, 0);
+        links.push_tail(&mut list, 1);
+        links.insert_before(&mut list, 0, 2); // new head
+        links.insert_before(&mut list, 1, 3); // between 0 and 1
+        assert_eq!(links.iter(&list).collect::<Vec<_>>(), vec![2, 0, 3, 1]);
+        assert_eq!(links.prev(1), 3);
+        assert_eq!(list.len, 4);
+        links.unlink(&mut list, 3);
+        assert_eq!(links.iter(&list).collect::<Vec<_>>(), vec![2, 0, 1]);
     }
 }

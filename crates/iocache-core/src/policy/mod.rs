@@ -8,9 +8,11 @@ mod arc;
 mod bplru;
 mod cflru;
 mod groups;
+mod larc;
 pub mod list;
 mod lru;
 mod reqblock;
+mod smq;
 mod vbbms;
 
 use std::fmt;
@@ -19,8 +21,10 @@ use std::str::FromStr;
 pub use self::arc::Arc;
 pub use self::bplru::Bplru;
 pub use self::cflru::Cflru;
+pub use self::larc::Larc;
 pub use self::lru::Lru;
 pub use self::reqblock::{BlockView, ReqBlock, ReqList};
+pub use self::smq::{ClockMode, Smq, SmqParams};
 pub use self::vbbms::{Region, Vbbms};
 use crate::addr::{IoKind, LineKey, SlotId};
 use crate::error::CoreError;
@@ -232,6 +236,23 @@ pub static POLICIES: &[PolicyEntry] = &[
             let delta = p.u64_or("delta", 5, 1..=u32::MAX as u64)? as u32;
             Ok(Box::new(ReqBlock::new(lines, delta)))
         },
+    },
+    PolicyEntry {
+        name: "smq",
+        params: smq::SMQ_PARAMS,
+        summary: "stochastic multiqueue with hotspot admission (Linux dm-cache's default)",
+        build: |params, lines| {
+            Ok(Box::new(Smq::with_params(
+                lines,
+                SmqParams::from_params(params)?,
+            )?))
+        },
+    },
+    PolicyEntry {
+        name: "larc",
+        params: larc::LARC_PARAMS,
+        summary: "Lazy Adaptive Replacement Cache: admit on the second miss (Huang et al., MSST'13/TOS'16)",
+        build: |params, lines| Ok(Box::new(Larc::from_params(params, lines)?)),
     },
 ];
 
