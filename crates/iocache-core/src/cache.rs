@@ -140,7 +140,7 @@ impl Cache {
             dirty_links: Links::new(lines),
             dirty_list: ListHead::default(),
             free: (0..lines as SlotId).rev().collect(),
-            policy: config.policy.build(lines),
+            policy: config.policy.build(lines)?,
             promoter: Promoter::new(config.promotion, config.capacity_lines),
             stats: CacheStats::default(),
             flush_cursor: None,

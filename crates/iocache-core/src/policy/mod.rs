@@ -297,8 +297,10 @@ impl PolicySpec {
         POLICIES.iter().map(|e| e.name).collect::<Vec<_>>().join(", ")
     }
 
-    pub fn build(&self, capacity_lines: usize) -> Box<dyn ReplacementPolicy> {
-        (self.entry.build)(&self.params, capacity_lines).expect("parameters were validated when parsed")
+    /// Builds the policy for a cache of `capacity_lines` (parameters were checked
+    /// when parsed, but a policy may still refuse a capacity).
+    pub fn build(&self, capacity_lines: usize) -> Result<Box<dyn ReplacementPolicy>, CoreError> {
+        (self.entry.build)(&self.params, capacity_lines)
     }
 }
 
