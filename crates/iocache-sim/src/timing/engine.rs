@@ -173,10 +173,13 @@ pub struct TimingModel {
     in_flight: usize,
     track: bool,
     completions: VecDeque<Completion>,
+    last_completion: Option<Completion>,
     reads: Histogram,
     writes: Histogram,
     started: bool,
     measure_from: u64,
+    /// Requests from this id on are measured.
+    first_measured: RequestId,
     last_request_done: u64,
     horizon: u64,
     clamped: u64,
@@ -220,10 +223,12 @@ impl TimingModel {
             in_flight: 0,
             track: false,
             completions: VecDeque::new(),
+            last_completion: None,
             reads: Histogram::new(),
             writes: Histogram::new(),
             started: false,
             measure_from: 0,
+            first_measured: 0,
             last_request_done: 0,
             horizon: 0,
             clamped: 0,
@@ -286,17 +291,33 @@ impl TimingModel {
         self.build(at, None, NONE, ops);
     }
 
-    /// Processes events until the next request completes and returns it;
-    /// `None` when nothing is in flight. Intended for closed-loop replay.
+    /// Processes events until a request completes and returns it; `None`
+    /// when no event is left. Requests that complete while [`Self::submit`]
+    /// or [`Self::advance_to`] process events are only recorded, not
+    /// returned here, unless [`Self::track_completions`] is on: then every
+    /// completion is queued and this returns them in order. A closed-loop
+    /// driver needs only [`Self::in_flight`] and this.
     pub fn next_completion(&mut self) -> Option<Completion> {
-        self.track = true;
         loop {
             if let Some(c) = self.completions.pop_front() {
                 return Some(c);
             }
+            self.last_completion = None;
             if !self.step() {
                 return None;
             }
+            if let Some(c) = self.last_completion.take() {
+                return Some(c);
+            }
+        }
+    }
+
+    /// With `on`, every completion is queued for [`Self::next_completion`]
+    /// (the caller must drain the queue, or it grows with the trace).
+    pub fn track_completions(&mut self, on: bool) {
+        self.track = on;
+        if !on {
+            self.completions.clear();
         }
     }
 
@@ -317,10 +338,11 @@ impl TimingModel {
 
     /// Forgets the statistics gathered so far (latencies, device totals; not
     /// the time series) and measures from the current time on: the end of a
-    /// warmup. Requests that arrived before are not counted; device work
+    /// warmup. Requests submitted before are not counted; device work
     /// scheduled before is not either, even the part that runs later.
     pub fn reset_stats(&mut self) {
         self.measure_from = self.now;
+        self.first_measured = self.next_id;
         self.reads.clear();
         self.writes.clear();
         self.acc = Default::default();
@@ -702,7 +724,7 @@ impl TimingModel {
                 self.in_flight -= 1;
                 let latency = time - req.arrival;
                 let write = req.kind == IoKind::Write;
-                if req.arrival >= self.measure_from {
+                if req.id >= self.first_measured {
                     if write {
                         self.writes.record(latency);
                     } else {
@@ -713,13 +735,16 @@ impl TimingModel {
                 if let Some(s) = &mut self.series {
                     s.complete(write, latency);
                 }
+                let c = Completion {
+                    id: req.id,
+                    kind: req.kind,
+                    arrival_ns: req.arrival,
+                    completion_ns: time,
+                };
                 if self.track {
-                    self.completions.push_back(Completion {
-                        id: req.id,
-                        kind: req.kind,
-                        arrival_ns: req.arrival,
-                        completion_ns: time,
-                    });
+                    self.completions.push_back(c);
+                } else {
+                    self.last_completion = Some(c);
                 }
             }
         }

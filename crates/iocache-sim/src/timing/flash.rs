@@ -195,9 +195,12 @@ impl FlashSpec {
         let usable = (blocks - self.free_blocks_min() - 1) * self.pages_per_block as u64;
         if self.logical_pages_per_chip() > usable {
             return bad(format!(
-                "over-provisioning {} is too small for GC threshold {}: it must leave more spare \
-                 blocks than the GC keeps free",
-                self.over_provisioning, self.gc_threshold
+                "over-provisioning {} leaves too few spare blocks: {blocks} blocks per chip, GC keeps \
+                 {} free, so the {} logical pages per chip must fit in {usable} pages; raise the \
+                 over-provisioning or the capacity",
+                self.over_provisioning,
+                self.free_blocks_min(),
+                self.logical_pages_per_chip()
             ));
         }
         if self.logical_pages_per_chip() * self.chips() as u64 >= NONE as u64 {
