@@ -529,3 +529,11 @@ fn flash_backend_reports_garbage_collection() {
     // 16 chips programming 2 ms pages: at most 8000 page writes per second.
     assert!(r.iops < 8_000.0, "{}", r.iops);
 }
+
+/// The simulator moves each run to a worker thread.
+#[test]
+fn the_model_can_move_between_threads() {
+    fn send<T: Send>() {}
+    send::<TimingModel>();
+    send::<Replay>();
+}
