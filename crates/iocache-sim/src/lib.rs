@@ -8,6 +8,7 @@ mod error;
 pub mod report;
 mod run;
 pub mod spec;
+pub mod timing;
 pub mod trace_stats;
 
 pub use error::SimError;
