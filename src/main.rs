@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use iocache_core::{LineSize, PolicySpec, Promotion, WritePolicy};
-use iocache_sim::report::{render_table, table, JsonReport};
+use iocache_sim::report::{render_table, render_timing_table, table, JsonReport};
+use iocache_sim::timing::{parse_device, parse_duration_ns, ArrivalMode, SeriesRow};
 use iocache_sim::trace_stats::{trace_stats, Window};
-use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, SimOptions, Warmup};
+use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, SimOptions, TimingSetup, Warmup};
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 
 #[derive(Parser)]
@@ -27,7 +28,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Simulate caches over a block I/O trace (every policy × size in one pass).
-    Sim(SimArgs),
+    Sim(Box<SimArgs>),
     /// List the replacement policies, their parameters and sources.
     Policies,
     /// Work with trace files.
@@ -111,6 +112,69 @@ struct SimArgs {
     /// Worker threads (default: the number of cores).
     #[arg(long)]
     threads: Option<usize>,
+    #[command(flatten)]
+    timing: TimingArgs,
+}
+
+/// Device timing (docs/timing-model.md). Any of these turns it on.
+#[derive(Args)]
+struct TimingArgs {
+    /// Model device time: latency percentiles, IOPS, device utilization.
+    #[arg(long)]
+    timing: bool,
+    /// Cache device: a preset (ramdisk, nvdimm, optane, nvme, sata-ssd, ...) with
+    /// optional overrides, e.g. `optane:servers=4` [default: ramdisk].
+    #[arg(long, value_name = "DEVICE")]
+    cache_device: Option<String>,
+    /// Backend device preset [default: ssd-raid5].
+    #[arg(long, value_name = "DEVICE")]
+    backend_device: Option<String>,
+    /// Open-loop replay at trace time divided by this factor (20 = 20x faster) [default: 1].
+    #[arg(long, value_name = "FACTOR", conflicts_with = "closed_loop")]
+    speed: Option<f64>,
+    /// Closed loop: keep N requests outstanding, ignoring trace times.
+    #[arg(long, value_name = "N")]
+    closed_loop: Option<u32>,
+    /// Time-series interval (e.g. 100ms, 1s).
+    #[arg(long, value_name = "DURATION")]
+    series_interval: Option<String>,
+    /// Write the time series of every run to PATH (CSV if it ends in .csv, else JSON).
+    #[arg(long, value_name = "PATH", requires = "series_interval")]
+    series: Option<String>,
+}
+
+impl TimingArgs {
+    fn setup(&self) -> Result<Option<TimingSetup>> {
+        let wanted = self.timing
+            || self.cache_device.is_some()
+            || self.backend_device.is_some()
+            || self.speed.is_some()
+            || self.closed_loop.is_some()
+            || self.series_interval.is_some();
+        if !wanted {
+            return Ok(None);
+        }
+        let device = |flag: &str, given: &Option<String>, default: &str| {
+            parse_device(given.as_deref().unwrap_or(default)).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
+        };
+        let arrivals = match (self.closed_loop, self.speed) {
+            (Some(n), _) => ArrivalMode::Closed { outstanding: n },
+            (None, speed) => ArrivalMode::Open {
+                speed: speed.unwrap_or(1.0),
+            },
+        };
+        let series_interval_ns = self
+            .series_interval
+            .as_deref()
+            .map(|text| parse_duration_ns(text).map_err(|e| anyhow::anyhow!("--series-interval: {e}")))
+            .transpose()?;
+        Ok(Some(TimingSetup {
+            cache: device("cache-device", &self.cache_device, "ramdisk")?,
+            backend: device("backend-device", &self.backend_device, "ssd-raid5")?,
+            arrivals,
+            series_interval_ns,
+        }))
+    }
 }
 
 #[derive(Args)]
@@ -138,7 +202,7 @@ struct TraceStatsArgs {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Sim(args) => run_sim(args),
+        Command::Sim(args) => run_sim(*args),
         Command::Policies => list_policies(),
         Command::Trace {
             command: TraceCommand::Stats(args),
@@ -227,6 +291,7 @@ fn run_sim(args: SimArgs) -> Result<()> {
     let options = SimOptions {
         warmup_requests,
         threads: args.threads.unwrap_or(SimOptions::default().threads).max(1),
+        timing: args.timing.setup()?,
     };
     let mut reader = args.input.open()?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
@@ -236,6 +301,9 @@ fn run_sim(args: SimArgs) -> Result<()> {
     bar.finish();
     if report.trace_records == 0 {
         bail!("{}: the trace holds no data requests", args.input.trace.display());
+    }
+    if let Some(path) = args.timing.series.as_deref() {
+        write_series(path, &report).with_context(|| format!("writing --series {path}"))?;
     }
     let trace_name = args.input.trace.display().to_string();
     if reader.skipped_lines() > 0 {
@@ -285,6 +353,39 @@ fn print_sim_table(trace: &str, reader: &TraceReader, report: &iocache_sim::SimR
         report.wall_seconds
     );
     let _ = write!(out, "{}", render_table(report));
+    if let Some(timing) = render_timing_table(report) {
+        let _ = writeln!(out, "\ntiming (latencies in microseconds):");
+        let _ = write!(out, "{timing}");
+    }
+}
+
+/// The time series of every run: CSV with the run's policy and size first, or JSON.
+fn write_series(path: &str, report: &iocache_sim::SimReport) -> Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    if path.ends_with(".csv") {
+        writeln!(out, "policy,cache_size,{}", SeriesRow::CSV_HEADER)?;
+        for run in &report.runs {
+            for row in run.timing.iter().flat_map(|t| &t.series) {
+                writeln!(out, "{},{},{}", run.spec.policy, run.spec.size, row.csv_record())?;
+            }
+        }
+    } else {
+        let runs: Vec<serde_json::Value> = report
+            .runs
+            .iter()
+            .map(|run| {
+                serde_json::json!({
+                    "policy": run.spec.policy.to_string(),
+                    "cache_size": run.spec.size.to_string(),
+                    "series": run.timing.as_ref().map(|t| &t.series),
+                })
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut out, &serde_json::json!({ "runs": runs }))?;
+        writeln!(out)?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {

@@ -168,3 +168,54 @@ fn an_empty_trace_is_an_error() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no data requests"), "{}", stderr(&o));
 }
+
+#[test]
+fn timing_reports_latency_and_writes_a_series() {
+    let dir = std::env::temp_dir().join(format!("iocache-cli-series-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("series.csv");
+    let o = iocache(&[
+        "sim",
+        "--trace",
+        SAMPLE,
+        "--policy",
+        "lru,arc",
+        "--cache-size",
+        "1024",
+        "--cache-device",
+        "optane",
+        "--backend-device",
+        "hdd",
+        "--closed-loop",
+        "4",
+        "--series-interval",
+        "100ms",
+        "--series",
+        csv.to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    for run in json["runs"].as_array().unwrap() {
+        let t = &run["timing"];
+        assert_eq!(t["requests"], 20_000, "{t}");
+        assert!(t["iops"].as_f64().unwrap() > 0.0);
+        let read = &t["read"];
+        assert!(read["p99_ns"].as_u64().unwrap() >= read["p50_ns"].as_u64().unwrap());
+        // One HDD, four outstanding reads that mostly miss: the backend is nearly saturated.
+        assert!(t["backend_device"]["utilization"].as_f64().unwrap() > 0.5, "{t}");
+    }
+    let series = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = series.lines();
+    assert!(lines.next().unwrap().starts_with("policy,cache_size,start_ns"));
+    assert!(lines.clone().any(|l| l.starts_with("lru,1024,")) && lines.any(|l| l.starts_with("arc,1024,")));
+    // Without timing flags there is no timing block.
+    let o = iocache(&["sim", "--trace", SAMPLE, "--cache-size", "64", "--json", "-"]);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(json["runs"][0].get("timing").is_none());
+    // Bad devices are named.
+    let o = iocache(&["sim", "--trace", SAMPLE, "--cache-device", "floppy"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("floppy"), "{}", stderr(&o));
+}

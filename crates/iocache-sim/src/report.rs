@@ -72,6 +72,9 @@ pub struct JsonRun {
     pub wall_seconds: f64,
     pub accesses_per_second: f64,
     pub policy_counters: std::collections::BTreeMap<&'static str, u64>,
+    /// Latency, IOPS and device load when `--timing` was on (see docs/timing-model.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timing: Option<crate::timing::TimingReport>,
 }
 
 /// Eviction batches of at most `max_lines` lines (and more than the previous bucket's).
@@ -158,6 +161,7 @@ impl JsonRun {
                 0.0
             },
             policy_counters: r.policy_counters.iter().copied().collect(),
+            timing: r.timing.clone(),
         }
     }
 }
@@ -249,6 +253,50 @@ pub fn render_table(report: &SimReport) -> String {
         })
         .collect();
     table(&header, &rows)
+}
+
+/// The timing table: throughput, latency percentiles and device load per run.
+pub fn render_timing_table(report: &SimReport) -> Option<String> {
+    let us = |ns: f64| format!("{:.1}", ns / 1e3);
+    let rows: Vec<Vec<String>> = report
+        .runs
+        .iter()
+        .filter_map(|r| {
+            let t = r.timing.as_ref()?;
+            Some(vec![
+                r.spec.policy.to_string(),
+                r.spec.size.to_string(),
+                format!("{:.0}", t.iops),
+                us(t.read.mean_ns),
+                us(t.read.p99_ns as f64),
+                us(t.read.p9999_ns as f64),
+                us(t.write.mean_ns),
+                us(t.write.p99_ns as f64),
+                us(t.write.p9999_ns as f64),
+                format!("{:.2}", t.cache_device.utilization),
+                format!("{:.2}", t.backend_device.utilization),
+            ])
+        })
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    Some(table(
+        &[
+            "policy",
+            "size",
+            "IOPS",
+            "read mean",
+            "p99",
+            "p99.99",
+            "write mean",
+            "p99",
+            "p99.99",
+            "cache util",
+            "backend util",
+        ],
+        &rows,
+    ))
 }
 
 /// Right-aligns numeric-looking columns, left-aligns the rest.

@@ -13,19 +13,32 @@ use iocache_trace::{TraceReader, TraceRecord};
 
 use crate::error::SimError;
 use crate::spec::RunSpec;
+use crate::timing::{ArrivalMode, DeviceSpec, Replay, TimingConfig, TimingError, TimingModel, TimingReport};
 
 /// Requests per batch handed to the workers.
 pub const BATCH_REQUESTS: usize = 16 * 1024;
 /// Batches queued per worker before the parser waits.
 const QUEUE_BATCHES: usize = 4;
 
-#[derive(Clone, Copy, Debug)]
+/// Device timing for every run: the same devices and arrival mode for each cache.
+#[derive(Clone, Debug)]
+pub struct TimingSetup {
+    pub cache: DeviceSpec,
+    pub backend: DeviceSpec,
+    pub arrivals: ArrivalMode,
+    /// Time-series interval, if a series is wanted.
+    pub series_interval_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
 pub struct SimOptions {
     /// Requests that only warm the caches before counting starts.
     pub warmup_requests: u64,
     /// Worker threads at most; 1 runs everything on the calling thread, more
     /// also moves trace parsing off the simulating threads.
     pub threads: usize,
+    /// Model device time (latency, IOPS) as well as decisions.
+    pub timing: Option<TimingSetup>,
 }
 
 impl Default for SimOptions {
@@ -33,6 +46,7 @@ impl Default for SimOptions {
         SimOptions {
             warmup_requests: 0,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            timing: None,
         }
     }
 }
@@ -51,6 +65,8 @@ pub struct RunResult {
     pub dirty_lines_at_end: u64,
     /// The replacement policy's own counters at the end (warmup included).
     pub policy_counters: Vec<(&'static str, u64)>,
+    /// Latency, throughput and device load, when timing was modelled (after warmup).
+    pub timing: Option<TimingReport>,
 }
 
 #[derive(Clone, Debug)]
@@ -84,8 +100,15 @@ pub fn request_of(record: &TraceRecord) -> Request {
     .aligned_outward()
 }
 
+/// A run's device model and arrival process.
+struct Timed {
+    model: TimingModel,
+    replay: Replay,
+}
+
 struct Runner {
     index: usize,
+    timed: Option<Timed>,
     spec: RunSpec,
     cache: Cache,
     ops: OpList,
@@ -96,9 +119,26 @@ struct Runner {
 }
 
 impl Runner {
-    fn new(index: usize, spec: &RunSpec) -> Result<Self, SimError> {
+    fn new(index: usize, spec: &RunSpec, timing: Option<&TimingSetup>) -> Result<Self, SimError> {
+        let timed = match timing {
+            None => None,
+            Some(t) => {
+                let config = TimingConfig {
+                    cache: t.cache.clone(),
+                    backend: t.backend.clone(),
+                    line_bytes: spec.line_size.bytes(),
+                    series_interval_ns: t.series_interval_ns,
+                };
+                let timing_error = |e: TimingError| SimError::Spec(e.to_string());
+                Some(Timed {
+                    model: TimingModel::new(&config).map_err(timing_error)?,
+                    replay: Replay::new(t.arrivals).map_err(timing_error)?,
+                })
+            }
+        };
         Ok(Runner {
             index,
+            timed,
             spec: spec.clone(),
             cache: Cache::new(spec.cache_config())?,
             ops: OpList::new(),
@@ -112,12 +152,24 @@ impl Runner {
     fn feed(&mut self, batch: &[Request], warmup_requests: u64) {
         let started = Instant::now();
         for request in batch {
+            // With timing, the cache's clock is the arrival time the model gives
+            // (trace time / speed, or the closed loop's next free slot).
+            let mut request = *request;
+            if let Some(t) = &mut self.timed {
+                request.now_ns = t.replay.next_arrival(&mut t.model, request.now_ns);
+            }
             self.clean_until(request.now_ns);
             if self.processed == warmup_requests {
                 self.warm_base = Some(*self.cache.stats());
+                if let Some(t) = &mut self.timed {
+                    t.model.reset_stats();
+                }
             }
             // Requests were validated when the batch was built.
-            let _ = self.cache.access(request, &mut self.ops);
+            let _ = self.cache.access(&request, &mut self.ops);
+            if let Some(t) = &mut self.timed {
+                t.model.submit(request.now_ns, request.kind, self.ops.ops());
+            }
             self.processed += 1;
         }
         self.busy += started.elapsed();
@@ -133,6 +185,9 @@ impl Runner {
             self.cache.run_cleaner(at, &mut self.ops, &mut self.tokens);
             if self.tokens.is_empty() {
                 return;
+            }
+            if let Some(t) = &mut self.timed {
+                t.model.submit_background(at, self.ops.ops());
             }
             for token in &self.tokens {
                 self.cache.complete_flush(token, true);
@@ -153,6 +208,7 @@ impl Runner {
                 resident_lines_at_end: self.cache.resident_lines(),
                 dirty_lines_at_end: self.cache.dirty_lines(),
                 policy_counters: self.cache.policy_counters(),
+                timing: self.timed.map(|t| t.model.finish()),
             },
         )
     }
@@ -190,7 +246,7 @@ pub fn simulate(
     let mut runners = specs
         .iter()
         .enumerate()
-        .map(|(i, spec)| Runner::new(i, spec))
+        .map(|(i, spec)| Runner::new(i, spec, options.timing.as_ref()))
         .collect::<Result<Vec<_>, _>>()?;
     // With more than one core, the calling thread parses while workers
     // simulate, even for a single cache; with one, everything runs inline.
