@@ -33,6 +33,7 @@ fn run(text: &str, format: TraceFormat, specs: &[RunSpec], warmup: u64, threads:
     let options = SimOptions {
         warmup_requests: warmup,
         threads,
+        timing: None,
     };
     simulate(&mut reader(text, format), specs, &options, &mut |_, _| {}).unwrap()
 }
