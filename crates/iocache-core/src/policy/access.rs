@@ -5,19 +5,20 @@
 //!
 //! Source: R. Salkhordeh, S. Ebrahimi, H. Asadi, "ReCA: An Efficient
 //! Reconfigurable Cache Architecture for Storage Systems with Online Workload
-//! Characterization", IEEE TPDS 29(7), 2018. §6.1 describes the baseline: "an
+//! Characterization", IEEE Transactions on Parallel and Distributed Systems
+//! (TPDS), 2018. §6.1 describes the baseline: "an
 //! access frequency algorithm that counts the number of accesses to data
 //! pages", representing the frequency algorithms, which "counts the number of
 //! accesses to all data pages in the target address space which makes its
 //! memory overhead significantly higher than ReCA and LARC"; Fig. 15 reports
-//! it as *Access*. The paper gives no separate pseudo-code for it. It was run
-//! in the same EnhanceIO-based framework as ReCA, whose cache manager
-//! (Algorithm 1, CACHE_MANAGER, lines 15-29) takes a free block if there is
-//! one and otherwise replaces the resident block of minimum priority only if
-//! the missed block's priority is higher, else does not cache it. This module
-//! reads *Access* as that cache manager with the priority of a page equal to
-//! its access count (the "access frequency" metric §3.3 names for random
-//! workloads), so:
+//! it as *Access*. The paper gives no pseudo-code for it. ReCA's own cache
+//! manager (§4.2, Algorithm 1, CACHE_MANAGER, lines 15-29) takes a free block
+//! if there is one and otherwise replaces the resident block of minimum
+//! priority only if the missed block's priority is higher, else does not
+//! cache it. This module reads *Access* as that cache manager with the
+//! priority of a page equal to its access count (the "access frequency"
+//! metric §3.3.1 names for random workloads); that reading is ours, so the
+//! admission test can be switched off (`gate=0`). In short:
 //!
 //! - every access reported to the policy adds 1 to the line's count, resident
 //!   or not (hits in `on_hit`, misses in `admit`);

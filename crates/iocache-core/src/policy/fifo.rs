@@ -76,6 +76,9 @@ mod tests {
         assert_eq!(d.run(&[1, 2, 3, 1, 4, 1]), 1);
         assert_eq!(d.evicted, vec![1, 2]);
         assert_eq!(d.resident(), vec![1, 3, 4]);
+        let mut lru = Driver::new(crate::policy::Lru::new(3), 3);
+        assert_eq!(lru.run(&[1, 2, 3, 1, 4, 1]), 2);
+        assert_eq!(lru.evicted, vec![2]);
     }
 
     #[test]

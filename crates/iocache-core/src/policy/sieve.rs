@@ -4,7 +4,7 @@
 //!
 //! Source: Y. Zhang, J. Yang, Y. Yue, Y. Vigfusson, K. V. Rashmi, "SIEVE is
 //! Simpler than LRU: an Efficient Turn-Key Eviction Algorithm for Web Caches",
-//! NSDI'24, §3 and its Figure/Algorithm 1. No parameters.
+//! NSDI'24, §3 (the algorithm and its pseudo-code). No parameters.
 //!
 //! - A hit only sets the line's visited bit (no queue movement).
 //! - A new line enters at the head with its bit clear.

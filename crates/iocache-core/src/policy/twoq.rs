@@ -3,8 +3,8 @@
 //! re-referenced while remembered (Am).
 //!
 //! Source: T. Johnson, D. Shasha, "2Q: A Low Overhead High Performance Buffer
-//! Management Replacement Algorithm", VLDB'94, §2 ("Full version" of the
-//! algorithm and its `reclaimfor` routine), with the paper's recommended sizes
+//! Management Replacement Algorithm", VLDB'94, §2 (the full version of the
+//! algorithm with its `reclaimfor` routine), with the paper's recommended sizes
 //! Kin = 25 % and Kout = 50 % of the buffer.
 //!
 //! On an access to line X:
