@@ -40,6 +40,19 @@ impl Links {
         }
     }
 
+    /// Number of nodes these links can hold.
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Makes room for nodes `0..nodes` (for structures that grow up to a bound
+    /// instead of preallocating it); never shrinks.
+    pub fn grow_to(&mut self, nodes: usize) {
+        if nodes > self.nodes.len() {
+            self.nodes.resize(nodes, [NIL, NIL]);
+        }
+    }
+
     pub fn push_head(&mut self, list: &mut ListHead, node: u32) {
         self.nodes[node as usize] = [NIL, list.head];
         if list.head != NIL {

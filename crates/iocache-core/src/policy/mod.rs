@@ -4,27 +4,44 @@
 //! them, and chooses victims. It owns its own queues and any history (ghost
 //! entries) it needs; the cache owns the data layout and the index.
 
+mod access;
 mod arc;
 mod bplru;
 mod cflru;
+mod clock;
+mod fifo;
+mod ghost;
 mod groups;
 mod larc;
+mod lfu;
 pub mod list;
 mod lru;
 mod reqblock;
+mod s3fifo;
+mod sieve;
 mod smq;
+#[cfg(test)]
+mod testing;
+mod twoq;
 mod vbbms;
 
 use std::fmt;
 use std::str::FromStr;
 
+pub use self::access::Access;
 pub use self::arc::Arc;
 pub use self::bplru::Bplru;
 pub use self::cflru::Cflru;
+pub use self::clock::Clock;
+pub use self::fifo::Fifo;
 pub use self::larc::Larc;
+pub use self::lfu::Lfu;
 pub use self::lru::Lru;
 pub use self::reqblock::{BlockView, ReqBlock, ReqList};
+pub use self::s3fifo::S3Fifo;
+pub use self::sieve::Sieve;
 pub use self::smq::{ClockMode, Smq, SmqParams};
+pub use self::twoq::TwoQ;
 pub use self::vbbms::{Region, Vbbms};
 use crate::addr::{IoKind, LineKey, SlotId};
 use crate::error::CoreError;
@@ -165,6 +182,12 @@ impl PolicyParams {
     }
 }
 
+/// ⌊fraction × lines⌋ for sizing a policy's queues, immune to the last-bit
+/// error of products like 0.1 × 30 = 2.9999999999999996.
+pub(crate) fn lines_of(fraction: f64, lines: usize) -> usize {
+    (fraction * lines as f64 + 1e-9) as usize
+}
+
 /// Builds a policy for a cache of the given number of lines, checking its parameters.
 pub type PolicyBuilder = fn(&PolicyParams, usize) -> Result<Box<dyn ReplacementPolicy>, CoreError>;
 
@@ -253,6 +276,65 @@ pub static POLICIES: &[PolicyEntry] = &[
         params: larc::LARC_PARAMS,
         summary: "Lazy Adaptive Replacement Cache: admit on the second miss (Huang et al., MSST'13/TOS'16)",
         build: |params, lines| Ok(Box::new(Larc::from_params(params, lines)?)),
+    },
+    PolicyEntry {
+        name: "fifo",
+        params: &[],
+        summary: "first in, first out",
+        build: |_, lines| Ok(Box::new(Fifo::new(lines))),
+    },
+    PolicyEntry {
+        name: "clock",
+        params: &[],
+        summary: "CLOCK / second chance (Corbató, 1968)",
+        build: |_, lines| Ok(Box::new(Clock::new(lines))),
+    },
+    PolicyEntry {
+        name: "lfu",
+        params: &[],
+        summary: "least frequently used among resident lines, O(1) (Shah, Mitra & Matani, 2010)",
+        build: |_, lines| Ok(Box::new(Lfu::new(lines))),
+    },
+    PolicyEntry {
+        name: "2q",
+        params: &["kin", "kout"],
+        summary: "2Q, full version (Johnson & Shasha, VLDB'94); kin=0.25 kout=0.5 of the cache",
+        build: |p, lines| {
+            let kin = p.f64_or("kin", 0.25, 0.0..=1.0)?;
+            let kout = p.f64_or("kout", 0.5, 0.0..=4.0)?;
+            Ok(Box::new(TwoQ::new(lines, kin, kout)))
+        },
+    },
+    PolicyEntry {
+        name: "sieve",
+        params: &[],
+        summary: "SIEVE (Zhang et al., NSDI'24)",
+        build: |_, lines| Ok(Box::new(Sieve::new(lines))),
+    },
+    PolicyEntry {
+        name: "s3fifo",
+        params: &["small", "threshold", "ghost"],
+        summary: "S3-FIFO (Yang et al., SOSP'23); small=0.1 threshold=1, ghost as large as M",
+        build: |p, lines| {
+            let small = p.f64_or("small", 0.1, 0.0..=1.0)?;
+            let threshold = p.u64_or("threshold", 1, 0..=2)? as u8;
+            // Absent: as many ghost keys as M has lines (the paper's sizing).
+            let ghost = match p.get("ghost") {
+                Some(_) => Some(p.f64_or("ghost", 0.9, 0.0..=4.0)?),
+                None => None,
+            };
+            Ok(Box::new(S3Fifo::new(lines, small, threshold, ghost)))
+        },
+    },
+    PolicyEntry {
+        name: "access",
+        params: &["history", "gate"],
+        summary: "access-count baseline of ReCA (TPDS'18); history=64 x the cache, gate=1",
+        build: |p, lines| {
+            let history = p.u64_or("history", 64, 0..=4096)?;
+            let gate = p.u64_or("gate", 1, 0..=1)? == 1;
+            Ok(Box::new(Access::new(lines, history, gate)))
+        },
     },
 ];
 

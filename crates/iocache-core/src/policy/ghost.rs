@@ -1,0 +1,135 @@
+//! A bounded FIFO of line keys without data ("ghost" entries), used by 2Q
+//! (its A1out queue) and S3-FIFO (its ghost queue G).
+//!
+//! Entries live in arrays preallocated for `capacity` keys, linked in
+//! insertion order with [`Links`]; a [`LineIndex`] finds a key's entry. A push
+//! into a full FIFO first forgets the oldest key, and a key can be taken out
+//! from anywhere (a ghost hit), so the FIFO always holds the most recently
+//! pushed `capacity` keys that were not taken.
+
+use super::list::{Links, ListHead};
+use crate::addr::LineKey;
+use crate::index::LineIndex;
+
+pub struct GhostFifo {
+    capacity: usize,
+    links: Links,
+    keys: Vec<LineKey>,
+    free: Vec<u32>,
+    index: LineIndex,
+    queue: ListHead,
+}
+
+impl GhostFifo {
+    /// A FIFO of at most `capacity` keys (zero keeps none).
+    pub fn new(capacity: usize) -> Self {
+        let none = LineKey {
+            volume: 0,
+            line_index: 0,
+        };
+        GhostFifo {
+            capacity,
+            links: Links::new(capacity),
+            keys: vec![none; capacity],
+            free: (0..capacity as u32).rev().collect(),
+            index: LineIndex::new(capacity),
+            queue: ListHead::default(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.queue.len as usize
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn find(&self, key: &LineKey) -> Option<u32> {
+        let keys = &self.keys;
+        self.index.get(key, |g| keys[g as usize])
+    }
+
+    pub fn contains(&self, key: &LineKey) -> bool {
+        self.find(key).is_some()
+    }
+
+    fn forget(&mut self, g: u32) {
+        self.links.unlink(&mut self.queue, g);
+        let key = self.keys[g as usize];
+        self.index.remove(&key, g);
+        self.free.push(g);
+    }
+
+    /// Removes `key` if present; returns whether it was.
+    pub fn take(&mut self, key: &LineKey) -> bool {
+        match self.find(key) {
+            Some(g) => {
+                self.forget(g);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Adds `key` as the newest entry, forgetting the oldest one when full.
+    /// A key already present moves to the newest position.
+    pub fn push(&mut self, key: LineKey) {
+        if self.capacity == 0 {
+            return;
+        }
+        self.take(&key);
+        if self.len() == self.capacity {
+            let oldest = self.queue.tail;
+            self.forget(oldest);
+        }
+        let Some(g) = self.free.pop() else {
+            unreachable!("a full ghost FIFO frees its oldest entry first");
+        };
+        self.keys[g as usize] = key;
+        self.links.push_head(&mut self.queue, g);
+        self.index.insert(&key, g);
+    }
+
+    /// Keys from newest to oldest (for tests).
+    #[cfg(test)]
+    pub fn keys(&self) -> Vec<LineKey> {
+        self.links
+            .iter(&self.queue)
+            .map(|g| self.keys[g as usize])
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::testing::key;
+
+    #[test]
+    fn keeps_the_newest_keys_and_takes_from_the_middle() {
+        let mut g = GhostFifo::new(3);
+        for l in 1..=4 {
+            g.push(key(l));
+        }
+        // 1 was forgotten when 4 arrived.
+        assert_eq!(g.keys(), vec![key(4), key(3), key(2)]);
+        assert!(g.take(&key(3)));
+        assert!(!g.take(&key(3)));
+        assert!(!g.contains(&key(1)));
+        g.push(key(5));
+        // Taking 3 made room: nothing is forgotten.
+        assert_eq!(g.keys(), vec![key(5), key(4), key(2)]);
+        g.push(key(2)); // present: moves to the newest end
+        assert_eq!(g.keys(), vec![key(2), key(5), key(4)]);
+        assert_eq!(g.len(), 3);
+    }
+
+    #[test]
+    fn zero_capacity_holds_nothing() {
+        let mut g = GhostFifo::new(0);
+        g.push(key(1));
+        assert_eq!(g.len(), 0);
+        assert!(!g.take(&key(1)));
+    }
+}
