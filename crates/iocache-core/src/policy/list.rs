@@ -75,8 +75,14 @@ impl Links {
         list.len += 1;
     }
 
+    /// Removes `node` from `list`. A node that is not in the list (no
+    /// neighbours and not the head) is left alone rather than corrupting it.
     pub fn unlink(&mut self, list: &mut ListHead, node: u32) {
         let [p, x] = self.nodes[node as usize];
+        if p == NIL && list.head != node {
+            debug_assert!(false, "unlink of node {node} that is not in the list");
+            return;
+        }
         if p != NIL {
             self.nodes[p as usize][NEXT] = x;
         } else {

@@ -216,68 +216,6 @@ pub static POLICIES: &[PolicyEntry] = &[
         build: |_, lines| Ok(Box::new(Arc::new(lines))),
     },
     PolicyEntry {
-        name: "cflru",
-        params: &["window"],
-        summary: "Clean-First LRU (Park et al., CASES'06): clean pages first in the LRU window",
-        build: |p, lines| {
-            let window = p.f64_or("window", 0.25, 0.0..=1.0)?;
-            Ok(Box::new(Cflru::new(lines, window)))
-        },
-    },
-    PolicyEntry {
-        name: "bplru",
-        params: &["block_pages"],
-        summary: "Block Padding LRU (Kim & Ahn, FAST'08): flash-block LRU, padding, LRU compensation",
-        build: |p, lines| {
-            let block_pages = p.u64_or("block_pages", 64, 1..=1 << 20)?;
-            Ok(Box::new(Bplru::new(lines, block_pages)))
-        },
-    },
-    PolicyEntry {
-        name: "vbbms",
-        params: &["random", "random_vb", "seq_vb", "seq_threshold"],
-        summary: "VBBMS (Du et al., TCE'19): random/sequential regions of virtual blocks, LRU and FIFO",
-        build: |p, lines| {
-            let random = p.f64_or("random", 0.6, 0.0..=1.0)?;
-            let random_vb = p.u64_or("random_vb", 3, 1..=1 << 20)?;
-            let seq_vb = p.u64_or("seq_vb", 4, 1..=1 << 20)?;
-            let seq_threshold = p.u64_or("seq_threshold", 4, 1..=u32::MAX as u64)? as u32;
-            Ok(Box::new(Vbbms::new(
-                lines,
-                random,
-                random_vb,
-                seq_vb,
-                seq_threshold,
-            )))
-        },
-    },
-    PolicyEntry {
-        name: "reqblock",
-        params: &["delta"],
-        summary: "Req-block (Lin et al., ICPP'22): request blocks on IRL/SRL/DRL, Freq-based batch eviction",
-        build: |p, lines| {
-            let delta = p.u64_or("delta", 5, 1..=u32::MAX as u64)? as u32;
-            Ok(Box::new(ReqBlock::new(lines, delta)))
-        },
-    },
-    PolicyEntry {
-        name: "smq",
-        params: smq::SMQ_PARAMS,
-        summary: "stochastic multiqueue with hotspot admission (Linux dm-cache's default)",
-        build: |params, lines| {
-            Ok(Box::new(Smq::with_params(
-                lines,
-                SmqParams::from_params(params)?,
-            )?))
-        },
-    },
-    PolicyEntry {
-        name: "larc",
-        params: larc::LARC_PARAMS,
-        summary: "Lazy Adaptive Replacement Cache: admit on the second miss (Huang et al., MSST'13/TOS'16)",
-        build: |params, lines| Ok(Box::new(Larc::from_params(params, lines)?)),
-    },
-    PolicyEntry {
         name: "fifo",
         params: &[],
         summary: "first in, first out",
@@ -327,6 +265,23 @@ pub static POLICIES: &[PolicyEntry] = &[
         },
     },
     PolicyEntry {
+        name: "smq",
+        params: smq::SMQ_PARAMS,
+        summary: "stochastic multiqueue with hotspot admission (Linux dm-cache's default)",
+        build: |params, lines| {
+            Ok(Box::new(Smq::with_params(
+                lines,
+                SmqParams::from_params(params)?,
+            )?))
+        },
+    },
+    PolicyEntry {
+        name: "larc",
+        params: larc::LARC_PARAMS,
+        summary: "Lazy Adaptive Replacement Cache: admit on the second miss (Huang et al., MSST'13/TOS'16)",
+        build: |params, lines| Ok(Box::new(Larc::from_params(params, lines)?)),
+    },
+    PolicyEntry {
         name: "access",
         params: &["history", "gate"],
         summary: "access-count baseline of ReCA (TPDS'18); history=64 x the cache, gate=1",
@@ -334,6 +289,51 @@ pub static POLICIES: &[PolicyEntry] = &[
             let history = p.u64_or("history", 64, 0..=4096)?;
             let gate = p.u64_or("gate", 1, 0..=1)? == 1;
             Ok(Box::new(Access::new(lines, history, gate)))
+        },
+    },
+    PolicyEntry {
+        name: "cflru",
+        params: &["window"],
+        summary: "Clean-First LRU (Park et al., CASES'06): clean pages first in the LRU window",
+        build: |p, lines| {
+            let window = p.f64_or("window", 0.25, 0.0..=1.0)?;
+            Ok(Box::new(Cflru::new(lines, window)))
+        },
+    },
+    PolicyEntry {
+        name: "bplru",
+        params: &["block_pages"],
+        summary: "Block Padding LRU (Kim & Ahn, FAST'08): flash-block LRU, padding, LRU compensation",
+        build: |p, lines| {
+            let block_pages = p.u64_or("block_pages", 64, 1..=1 << 20)?;
+            Ok(Box::new(Bplru::new(lines, block_pages)))
+        },
+    },
+    PolicyEntry {
+        name: "vbbms",
+        params: &["random", "random_vb", "seq_vb", "seq_threshold"],
+        summary: "VBBMS (Du et al., TCE'19): random/sequential regions of virtual blocks, LRU and FIFO",
+        build: |p, lines| {
+            let random = p.f64_or("random", 0.6, 0.0..=1.0)?;
+            let random_vb = p.u64_or("random_vb", 3, 1..=1 << 20)?;
+            let seq_vb = p.u64_or("seq_vb", 4, 1..=1 << 20)?;
+            let seq_threshold = p.u64_or("seq_threshold", 4, 1..=u32::MAX as u64)? as u32;
+            Ok(Box::new(Vbbms::new(
+                lines,
+                random,
+                random_vb,
+                seq_vb,
+                seq_threshold,
+            )))
+        },
+    },
+    PolicyEntry {
+        name: "reqblock",
+        params: &["delta"],
+        summary: "Req-block (Lin et al., ICPP'22): request blocks on IRL/SRL/DRL, Freq-based batch eviction",
+        build: |p, lines| {
+            let delta = p.u64_or("delta", 5, 1..=u32::MAX as u64)? as u32;
+            Ok(Box::new(ReqBlock::new(lines, delta)))
         },
     },
 ];
@@ -427,6 +427,12 @@ impl FromStr for PolicySpec {
                     reason: format!("{} has no parameter `{key}` (accepted: {accepted})", entry.name),
                 });
             }
+            if params.get(key).is_some() {
+                return Err(CoreError::BadParameter {
+                    given: s.to_string(),
+                    reason: format!("`{key}` is given twice"),
+                });
+            }
             params.pairs.push((key.to_string(), value.to_string()));
         }
         // Validate the values once, on the smallest cache.
@@ -449,6 +455,11 @@ mod tests {
         );
         let err = "lru:size=3".parse::<PolicySpec>().unwrap_err().to_string();
         assert!(err.contains("no parameter `size`"), "{err}");
+        let err = "2q:kin=0.1:kin=0.2"
+            .parse::<PolicySpec>()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("twice"), "{err}");
         let err = "arc:oops".parse::<PolicySpec>().unwrap_err().to_string();
         assert!(err.contains("key=value"), "{err}");
     }
