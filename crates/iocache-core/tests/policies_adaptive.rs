@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{cache, Harness};
+use common::{action, cache, Harness};
 use iocache_core::policy::{AccessInfo, ClockMode, Larc, ReplacementPolicy, Smq, SmqParams};
 use iocache_core::{IoKind, LineKey, OpList, PolicySpec, Request, WritePolicy};
 use proptest::prelude::*;
@@ -650,31 +650,6 @@ proptest! {
 
 // ---------------------------------------------------------------- full cache
 
-#[derive(Debug, Clone)]
-enum Action {
-    Read(u32, u64, u64),
-    Write(u32, u64, u64),
-    SetPolicy(WritePolicy),
-    Flush(usize),
-}
-
-fn action() -> impl Strategy<Value = Action> {
-    let policy = prop_oneof![
-        Just(WritePolicy::WriteBack),
-        Just(WritePolicy::WriteThrough),
-        Just(WritePolicy::WriteInvalidate),
-        Just(WritePolicy::WriteAround),
-        Just(WritePolicy::WriteOnly),
-        Just(WritePolicy::PassThrough),
-    ];
-    prop_oneof![
-        4 => (0u32..2, 0u64..64, 1u64..20).prop_map(|(v, s, n)| Action::Read(v, s, n)),
-        4 => (0u32..2, 0u64..64, 1u64..20).prop_map(|(v, s, n)| Action::Write(v, s, n)),
-        1 => policy.prop_map(Action::SetPolicy),
-        1 => (1usize..4).prop_map(Action::Flush),
-    ]
-}
-
 const FULL_CACHE_SPECS: [&str; 4] = [
     "smq:hotspot_lines=2:hotspot_min=8:clock=requests:tick_requests=3",
     "smq:hotspot_lines=1:hotspot_min=4:clock=requests:tick_requests=1:strict=1",
@@ -701,22 +676,9 @@ proptest! {
             c.policy = FULL_CACHE_SPECS[spec].parse().unwrap();
         });
         let mut h = Harness::new(c);
-        let mut tokens = Vec::new();
-        let mut ops = OpList::new();
         for (t, a) in actions.into_iter().enumerate() {
             let now = t as u64;
-            match a {
-                Action::Read(v, s, n) => h.run(Request::read(v, s * 512, n * 512, now)),
-                Action::Write(v, s, n) => h.run(Request::write(v, s * 512, n * 512, now)),
-                Action::SetPolicy(p) => h.cache.set_write_policy(p),
-                Action::Flush(n) => {
-                    h.cache.begin_flush(iocache_core::FlushOrder::Oldest, n, &mut ops, &mut tokens);
-                    h.world.execute(&Request::read(0, 0, 512, now), ops.ops(), &mut []);
-                    for tok in &tokens {
-                        h.cache.complete_flush(tok, true);
-                    }
-                }
-            }
+            h.apply(a, now);
         }
         h.flush_all_and_check_backend();
     }

@@ -6,9 +6,9 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{cache, Harness};
+use common::{actions, cache, Action, Harness};
 use iocache_core::policy::{AccessInfo, Bplru, Cflru, Region, ReplacementPolicy, ReqBlock, ReqList, Vbbms};
-use iocache_core::{IoKind, LineKey, OpList, PolicySpec, Request, WritePolicy};
+use iocache_core::{IoKind, LineKey, PolicySpec, Request, WritePolicy};
 use proptest::prelude::*;
 
 fn key(line: u64) -> LineKey {
@@ -760,35 +760,6 @@ fn cflru_matches_a_naive_model() {
 
 // ---------------------------------------------------------------- full cache
 
-#[derive(Debug, Clone)]
-enum Action {
-    Read(u32, u64, u64),
-    Write(u32, u64, u64),
-    SetPolicy(WritePolicy),
-    Flush(usize),
-}
-
-fn action(switch: bool) -> BoxedStrategy<Action> {
-    let policy = prop_oneof![
-        Just(WritePolicy::WriteBack),
-        Just(WritePolicy::WriteThrough),
-        Just(WritePolicy::WriteInvalidate),
-        Just(WritePolicy::WriteAround),
-        Just(WritePolicy::WriteOnly),
-        Just(WritePolicy::PassThrough),
-    ];
-    let io = prop_oneof![
-        4 => (0u32..2, 0u64..96, 1u64..40).prop_map(|(v, s, n)| Action::Read(v, s, n)),
-        5 => (0u32..2, 0u64..96, 1u64..40).prop_map(|(v, s, n)| Action::Write(v, s, n)),
-        1 => (1usize..4).prop_map(Action::Flush),
-    ];
-    if switch {
-        prop_oneof![9 => io, 1 => policy.prop_map(Action::SetPolicy)].boxed()
-    } else {
-        io.boxed()
-    }
-}
-
 const SPECS: [&str; 6] = [
     "cflru",
     "cflru:window=0.6",
@@ -804,24 +775,9 @@ fn run_harness(spec: &str, capacity: u64, line_shift: u32, start: WritePolicy, a
         c.policy = spec.parse::<PolicySpec>().unwrap();
     });
     let mut h = Harness::new(c);
-    let mut tokens = Vec::new();
-    let mut ops = OpList::new();
     for (t, a) in actions.into_iter().enumerate() {
         let now = t as u64 * 1000;
-        match a {
-            Action::Read(v, s, n) => h.run(Request::read(v, s * 512, n * 512, now)),
-            Action::Write(v, s, n) => h.run(Request::write(v, s * 512, n * 512, now)),
-            Action::SetPolicy(p) => h.cache.set_write_policy(p),
-            Action::Flush(n) => {
-                h.cache
-                    .begin_flush(iocache_core::FlushOrder::Oldest, n, &mut ops, &mut tokens);
-                h.world
-                    .execute(&Request::read(0, 0, 512, now), ops.ops(), &mut []);
-                for tok in &tokens {
-                    h.cache.complete_flush(tok, true);
-                }
-            }
-        }
+        h.apply(a, now);
         let s = h.cache.stats();
         assert!(s.eviction_batches <= s.evictions);
     }
@@ -839,7 +795,7 @@ proptest! {
         capacity in 1u64..10,
         line_shift in 0u32..4,
         wb in any::<bool>(),
-        actions in prop::collection::vec(action(false), 1..100),
+        actions in prop::collection::vec(actions(96, 40, false), 1..100),
     ) {
         let start = if wb { WritePolicy::WriteBack } else { WritePolicy::WriteOnly };
         run_harness(SPECS[spec], capacity, line_shift, start, actions);
@@ -851,7 +807,7 @@ proptest! {
         spec in 0usize..SPECS.len(),
         capacity in 1u64..10,
         line_shift in 0u32..4,
-        actions in prop::collection::vec(action(true), 1..100),
+        actions in prop::collection::vec(actions(96, 40, true), 1..100),
     ) {
         run_harness(SPECS[spec], capacity, line_shift, WritePolicy::WriteOnly, actions);
     }

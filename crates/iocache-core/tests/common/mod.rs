@@ -5,7 +5,11 @@
 
 use std::collections::HashMap;
 
-use iocache_core::{Cache, CacheConfig, IoKind, LineSize, Op, OpList, PolicySpec, Request, SECTOR_BYTES};
+use iocache_core::{
+    Cache, CacheConfig, FlushOrder, FlushToken, IoKind, LineSize, Op, OpList, PolicySpec, Request,
+    WritePolicy, SECTOR_BYTES,
+};
+use proptest::prelude::*;
 
 pub fn cache(lines: u64, line_bytes: u64, config: impl FnOnce(&mut CacheConfig)) -> Cache {
     let mut c = CacheConfig::new(lines, LineSize::new(line_bytes).unwrap(), PolicySpec::lru());
@@ -184,6 +188,73 @@ impl Harness {
                 value,
                 "backend lost the write to volume {volume} sector {sector}"
             );
+        }
+    }
+}
+
+/// One step of a random workload for the data-model property tests.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Read `(volume, first sector, sectors)`.
+    Read(u32, u64, u64),
+    /// Write `(volume, first sector, sectors)`.
+    Write(u32, u64, u64),
+    /// Change the write policy at run time.
+    SetPolicy(WritePolicy),
+    /// Flush up to this many of the oldest dirty lines.
+    Flush(usize),
+}
+
+pub fn any_write_policy() -> impl Strategy<Value = WritePolicy> {
+    prop_oneof![
+        Just(WritePolicy::WriteBack),
+        Just(WritePolicy::WriteThrough),
+        Just(WritePolicy::WriteInvalidate),
+        Just(WritePolicy::WriteAround),
+        Just(WritePolicy::WriteOnly),
+        Just(WritePolicy::PassThrough),
+    ]
+}
+
+/// Reads and writes over two volumes of `space_sectors` sectors, each up to
+/// `max_sectors` long, with occasional flushes and (if `switch`) write-policy changes.
+pub fn actions(space_sectors: u64, max_sectors: u64, switch: bool) -> BoxedStrategy<Action> {
+    let io = prop_oneof![
+        4 => (0u32..2, 0..space_sectors, 1..max_sectors).prop_map(|(v, s, n)| Action::Read(v, s, n)),
+        4 => (0u32..2, 0..space_sectors, 1..max_sectors).prop_map(|(v, s, n)| Action::Write(v, s, n)),
+        1 => (1usize..4).prop_map(Action::Flush),
+    ];
+    if switch {
+        prop_oneof![9 => io, 1 => any_write_policy().prop_map(Action::SetPolicy)].boxed()
+    } else {
+        io.boxed()
+    }
+}
+
+/// The default mix: 64 sectors per volume, requests of up to 19 sectors, policy changes.
+pub fn action() -> BoxedStrategy<Action> {
+    actions(64, 20, true)
+}
+
+impl Harness {
+    /// Performs one workload step at `now_ns`, checking data and invariants.
+    pub fn apply(&mut self, action: Action, now_ns: u64) {
+        match action {
+            Action::Read(v, s, n) => self.run(Request::read(v, s * 512, n * 512, now_ns)),
+            Action::Write(v, s, n) => self.run(Request::write(v, s * 512, n * 512, now_ns)),
+            Action::SetPolicy(p) => self.cache.set_write_policy(p),
+            Action::Flush(n) => {
+                let mut tokens: Vec<FlushToken> = Vec::new();
+                self.cache
+                    .begin_flush(FlushOrder::Oldest, n, &mut self.ops, &mut tokens);
+                let ops = self.ops.ops().to_vec();
+                self.world
+                    .execute(&Request::read(0, 0, 512, now_ns), &ops, &mut []);
+                for token in &tokens {
+                    self.cache.complete_flush(token, true);
+                }
+                self.cache.check_invariants();
+            }
         }
     }
 }
