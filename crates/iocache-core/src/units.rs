@@ -74,27 +74,32 @@ mod tests {
     }
 }
 
-/// Parses a duration: a number with a unit `ns`, `us`, `ms`, `s`, `m`, `h` or `d`.
+/// Parses a duration: a number (decimals allowed) with a unit `ns`, `us`
+/// (or `µs`), `ms`, `s`, `m`, `h` or `d`, e.g. `10ms`, `2.5ms`, `75us`, `2m`.
+/// The result is rounded to whole nanoseconds.
 pub fn parse_duration_ns(text: &str) -> Result<u64, CoreError> {
     let bad = |reason: &str| CoreError::BadParameter {
         given: text.to_string(),
         reason: reason.to_string(),
     };
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    if digits.is_empty() {
-        return Err(bad("a duration is a number with a unit, e.g. 10ms, 20s, 2m"));
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    if number.is_empty() {
+        return Err(bad(
+            "a duration is a number with a unit, e.g. 10ms, 2.5ms, 20s, 2m",
+        ));
     }
-    let number: u64 = digits.parse().map_err(|_| bad("number too large"))?;
-    let unit_ns: u64 = match unit.trim() {
-        "ns" => 1,
-        "us" => 1_000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        "m" | "min" => 60_000_000_000,
-        "h" => 3_600_000_000_000,
-        "d" => 86_400_000_000_000,
+    let unit_ns: f64 = match unit.trim() {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3_600e9,
+        "d" => 86_400e9,
         "" => return Err(bad("a duration needs a unit: ns, us, ms, s, m, h or d")),
         other => {
             return Err(bad(&format!(
@@ -102,9 +107,18 @@ pub fn parse_duration_ns(text: &str) -> Result<u64, CoreError> {
             )))
         }
     };
-    number
-        .checked_mul(unit_ns)
-        .ok_or_else(|| bad("duration overflows 64 bits"))
+    // Whole numbers stay exact; only fractions go through floating point.
+    if let Ok(whole) = number.parse::<u64>() {
+        return whole
+            .checked_mul(unit_ns as u64)
+            .ok_or_else(|| bad("duration overflows 64 bits"));
+    }
+    let value: f64 = number.parse().map_err(|_| bad("not a number"))?;
+    let nanos = (value * unit_ns).round();
+    if !(0.0..=u64::MAX as f64).contains(&nanos) {
+        return Err(bad("duration overflows 64 bits"));
+    }
+    Ok(nanos as u64)
 }
 
 /// Formats nanoseconds with the largest unit that divides them exactly ("10ms", "2m").
@@ -134,6 +148,9 @@ mod duration_tests {
             assert_eq!(format_duration_ns(parse_duration_ns(text).unwrap()), text);
         }
         assert_eq!(parse_duration_ns("1500ms").unwrap(), 1_500_000_000);
+        assert_eq!(parse_duration_ns("2.5ms").unwrap(), 2_500_000);
+        assert_eq!(parse_duration_ns("75µs").unwrap(), 75_000);
+        assert!(parse_duration_ns("1.2.3s").is_err());
         assert!(parse_duration_ns("10").is_err());
         assert!(parse_duration_ns("10 fortnights")
             .unwrap_err()

@@ -212,29 +212,15 @@ pub fn preset(name: &str) -> Option<DeviceSpec> {
     })
 }
 
-/// Parses a duration: a number with a unit `ns`, `us`, `ms` or `s`
-/// (a bare number is nanoseconds), e.g. `1s`, `2.5ms`, `75us`.
+/// Parses a duration for a device parameter: a bare number is nanoseconds,
+/// otherwise a number with a unit as [`iocache_core::units::parse_duration_ns`]
+/// takes it (`1s`, `2.5ms`, `75us`).
 pub fn parse_duration_ns(s: &str) -> Result<u64, TimingError> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| c.is_ascii_alphabetic() || c == 'µ')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let scale = match unit {
-        "" | "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        _ => return Err(TimingError::BadParameter(format!("unknown time unit in {s:?}"))),
-    };
-    let value: f64 = num
-        .parse()
-        .map_err(|_| TimingError::BadParameter(format!("bad duration {s:?}")))?;
-    let ns = value * scale;
-    if !ns.is_finite() || !(0.0..=1e15).contains(&ns) {
-        return Err(TimingError::BadParameter(format!("duration {s:?} out of range")));
+    let t = s.trim();
+    if let Ok(nanos) = t.parse::<u64>() {
+        return Ok(nanos);
     }
-    Ok(ns.round() as u64)
+    iocache_core::units::parse_duration_ns(t).map_err(|e| TimingError::BadParameter(e.to_string()))
 }
 
 fn parse_f64(key: &str, v: &str) -> Result<f64, TimingError> {
@@ -414,7 +400,8 @@ mod tests {
         assert_eq!(parse_duration_ns("2.5ms").unwrap(), 2_500_000);
         assert_eq!(parse_duration_ns("75us").unwrap(), 75_000);
         assert_eq!(parse_duration_ns("10").unwrap(), 10);
-        assert!(parse_duration_ns("1h").is_err());
+        assert_eq!(parse_duration_ns("1h").unwrap(), 3_600_000_000_000);
+        assert!(parse_duration_ns("1 fortnight").is_err());
         assert!(parse_duration_ns("-1s").is_err());
         assert!(parse_duration_ns("x").is_err());
     }
