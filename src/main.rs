@@ -428,11 +428,19 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
         mib(stats.write_bytes)
     );
     let _ = writeln!(out, "volumes          {}", stats.volumes);
-    let _ = writeln!(
-        out,
-        "time span        {:.3} s",
-        (stats.last_time_ns - stats.first_time_ns) as f64 / 1e9
-    );
+    if reader.format().has_timestamps() {
+        let _ = writeln!(
+            out,
+            "time span        {:.3} s",
+            (stats.last_time_ns - stats.first_time_ns) as f64 / 1e9
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "time span        none: the {} format has no timestamps",
+            reader.format()
+        );
+    }
     let _ = writeln!(
         out,
         "request size     min {} B, mean {:.0} B, max {} B",

@@ -76,6 +76,11 @@ impl TraceFormat {
     };
 
     /// The format's base name, without parameters.
+    /// Whether records carry real times; `arc` and `lba` number records instead.
+    pub fn has_timestamps(&self) -> bool {
+        !matches!(self, TraceFormat::Arc | TraceFormat::Lba { .. })
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             TraceFormat::Msr => "msr",
