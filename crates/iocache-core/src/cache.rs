@@ -73,6 +73,9 @@ struct SlotMeta {
     dirty_since_ns: u64,
     /// Valid and dirty bits, inline when one word covers the line (lines up to 32 KiB).
     inline_bits: [u64; 2],
+    /// The last request (`request_seq`) with ops on this slot: evicting a slot
+    /// the current request already used seals the op list first.
+    used_by_request: u64,
     resident: bool,
     dirty_listed: bool,
     flushing: bool,
@@ -94,8 +97,6 @@ pub struct Cache {
     promoter: Promoter,
     stats: CacheStats,
     flush_cursor: Option<LineKey>,
-    /// Slots this request has already used (for op ordering when one is evicted).
-    request_slots: Vec<SlotId>,
     runs: Vec<(u32, u32, bool)>,
     victims: Vec<SlotId>,
     request_seq: u64,
@@ -126,6 +127,7 @@ impl Cache {
                     generation: 0,
                     dirty_since_ns: 0,
                     inline_bits: [0; 2],
+                    used_by_request: 0,
                     resident: false,
                     dirty_listed: false,
                     flushing: false,
@@ -144,7 +146,6 @@ impl Cache {
             promoter: Promoter::new(config.promotion, config.capacity_lines),
             stats: CacheStats::default(),
             flush_cursor: None,
-            request_slots: Vec::new(),
             runs: Vec::new(),
             victims: Vec::new(),
             request_seq: 0,
@@ -205,7 +206,6 @@ impl Cache {
     pub fn access(&mut self, request: &Request, ops: &mut OpList) -> Result<AccessSummary, CoreError> {
         request.validate()?;
         ops.clear();
-        self.request_slots.clear();
         self.stats.requests += 1;
         match request.kind {
             IoKind::Read => self.stats.read_requests += 1,
@@ -333,7 +333,7 @@ impl Cache {
         let outcome = self.classify(part, found, IoKind::Read);
         match found {
             Some(slot) => {
-                self.request_slots.push(slot);
+                self.slots[slot as usize].used_by_request = self.request_seq;
                 if policy == WritePolicy::PassThrough {
                     // Bypass, but dirty sectors exist only in the cache.
                     self.transfer_runs(part, slot, ops, |c, s| c.dirty_of(s), false);
@@ -356,7 +356,7 @@ impl Cache {
                 self.emit(ops, self.backend_read(part, part.first_sector, part.end_sector));
                 match slot {
                     Some(slot) => {
-                        self.request_slots.push(slot);
+                        self.slots[slot as usize].used_by_request = self.request_seq;
                         self.emit(
                             ops,
                             self.cache_write(part, slot, part.first_sector, part.end_sector),
@@ -431,7 +431,7 @@ impl Cache {
                     self.stats.bypassed_accesses += 1;
                     return outcome;
                 };
-                self.request_slots.push(slot);
+                self.slots[slot as usize].used_by_request = self.request_seq;
                 self.emit(ops, self.cache_write(part, slot, first, end));
                 bitmap::set_range(self.valid_mut(slot), first, end);
                 self.slots[slot as usize].generation += 1;
@@ -551,7 +551,7 @@ impl Cache {
 
     /// Writes back `slot`'s dirty sectors and forgets its line.
     fn empty_slot(&mut self, slot: SlotId, ops: &mut OpList) {
-        if self.request_slots.contains(&slot) {
+        if self.slots[slot as usize].used_by_request == self.request_seq {
             // This request already has ops on the slot: keep them before its reuse.
             ops.seal();
         }
@@ -566,7 +566,7 @@ impl Cache {
 
     /// Drops a resident line entirely (write invalidation), writing back its dirty sectors.
     fn drop_line(&mut self, slot: SlotId, ops: &mut OpList) {
-        if self.request_slots.contains(&slot) {
+        if self.slots[slot as usize].used_by_request == self.request_seq {
             ops.seal();
         }
         let key = self.slots[slot as usize].key;
