@@ -426,10 +426,7 @@ mod tests {
         assert_eq!(os(27), NBD_ENOSPC);
         assert_eq!(os(30), NBD_EPERM);
         assert_eq!(os(22), NBD_EINVAL);
-        assert_eq!(
-            ExportError::Io(io::Error::new(io::ErrorKind::Other, "x")).nbd_errno(),
-            NBD_EIO
-        );
+        assert_eq!(ExportError::Io(io::Error::other("x")).nbd_errno(), NBD_EIO);
     }
 
     #[test]

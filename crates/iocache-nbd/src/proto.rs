@@ -20,7 +20,7 @@ pub const NBD_MAGIC: u64 = 0x4e42_444d_4147_4943;
 pub const IHAVEOPT: u64 = 0x4948_4156_454f_5054;
 /// Oldstyle negotiation's second magic (`cliserv_magic`); never sent by us,
 /// recognised by the client so it can refuse oldstyle servers.
-pub const CLISERV_MAGIC: u64 = 0x0042_0281_8612_53;
+pub const CLISERV_MAGIC: u64 = 0x0000_4202_8186_1253;
 /// Magic of every option reply in fixed newstyle negotiation.
 pub const OPTION_REPLY_MAGIC: u64 = 0x0003_e889_0455_65a9;
 
@@ -358,11 +358,10 @@ impl ProtoError {
     /// The NBD error number to answer a non-fatal request error with.
     pub fn errno(&self) -> u32 {
         match self {
-            ProtoError::RangeOverflow { command, .. }
-                if matches!(command, Command::Write | Command::WriteZeroes) =>
-            {
-                NBD_ENOSPC
-            }
+            ProtoError::RangeOverflow {
+                command: Command::Write | Command::WriteZeroes,
+                ..
+            } => NBD_ENOSPC,
             _ => NBD_EINVAL,
         }
     }

@@ -741,7 +741,7 @@ impl Conn<'_> {
                 ));
             }
             let min = u64::from(self.neg.block_sizes.0);
-            if req.offset % min != 0 || u64::from(req.length) % min != 0 {
+            if !req.offset.is_multiple_of(min) || !u64::from(req.length).is_multiple_of(min) {
                 return Err((
                     NBD_EINVAL,
                     format!(

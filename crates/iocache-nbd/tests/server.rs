@@ -431,3 +431,76 @@ fn connection_limit_and_config_errors() {
     assert!(s.add_export("x", bad).is_err());
     assert!(s.set_default_export("nope").is_err());
 }
+
+mod random_streams {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::Shutdown;
+    use std::sync::OnceLock;
+
+    fn server() -> &'static iocache_nbd::RunningServer {
+        static S: OnceLock<iocache_nbd::RunningServer> = OnceLock::new();
+        S.get_or_init(|| {
+            let mut cfg = config("random");
+            cfg.limits.max_payload = 1 << 16;
+            start_with(cfg, vec![("disk", mem(1 << 20) as _)])
+        })
+    }
+
+    /// Pieces a client might send: valid requests of every command with
+    /// random fields (writes with their payload, or a shorter one), and
+    /// raw garbage.
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            (
+                0u16..9,
+                any::<u16>(),
+                any::<u64>(),
+                0u64..(2 << 20),
+                0u32..(1 << 17),
+                0usize..4096
+            )
+                .prop_map(|(command, flags, handle, offset, length, payload)| {
+                    let flags = flags & 0x1f;
+                    let mut v = RequestHeader {
+                        flags,
+                        command,
+                        handle,
+                        offset,
+                        length,
+                    }
+                    .encode()
+                    .to_vec();
+                    if command == NBD_CMD_WRITE {
+                        v.resize(v.len() + payload.min(length as usize), 0xab);
+                    }
+                    v
+                }),
+            proptest::collection::vec(any::<u8>(), 0..64),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Whatever a client sends after the handshake, then closes its
+        /// sending side: the server answers or hangs up, finishes, closes
+        /// the connection promptly and keeps serving others.
+        #[test]
+        fn transmission_survives_arbitrary_input(pieces in proptest::collection::vec(piece(), 0..12)) {
+            let server = server();
+            let mut raw = Raw::connect(server, pieces.len() % 2 == 0);
+            for p in &pieces {
+                let _ = raw.s.write_all(p);
+            }
+            let _ = raw.s.shutdown(Shutdown::Write);
+            let t0 = Instant::now();
+            let mut sink = Vec::new();
+            let _ = raw.s.read_to_end(&mut sink);
+            prop_assert!(t0.elapsed() < Duration::from_secs(8), "server did not close");
+            let mut c = Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
+            let mut buf = [0u8; 512];
+            c.read(0, &mut buf).unwrap();
+        }
+    }
+}
