@@ -110,7 +110,15 @@ pub fn effective_block_sizes(export: &dyn Export, max_payload: u32) -> (u32, u32
     let min = min.max(1);
     let capped = max.min(max_payload);
     let capped = (capped / min * min).max(min);
-    (min, pref, capped)
+    // The preferred size may not exceed the maximum: shrink it to the
+    // largest power of two that fits (still at least 512 when the maximum
+    // is, which the server's payload limit guarantees).
+    let pref = if pref > capped {
+        1 << (31 - capped.leading_zeros())
+    } else {
+        pref
+    };
+    (min, pref.max(min), capped)
 }
 
 fn read_exact_array<const N: usize, S: Read>(s: &mut S) -> io::Result<[u8; N]> {
@@ -539,6 +547,15 @@ mod tests {
         input.extend(go("disk", &[]));
         let (r, _) = run_with(input, &limits, false);
         assert_eq!(r.unwrap().block_sizes, (512, 4096, 1 << 20));
+    }
+
+    #[test]
+    fn effective_block_sizes_stay_consistent() {
+        let e = MemExport::new(1 << 20).with_block_sizes(4096, 1 << 20, 8 << 20);
+        assert_eq!(effective_block_sizes(&e, 32 << 20), (4096, 1 << 20, 8 << 20));
+        assert_eq!(effective_block_sizes(&e, 100_000), (4096, 65536, 98304));
+        let e = MemExport::new(1 << 20).with_block_sizes(512, 4096, u32::MAX);
+        assert_eq!(effective_block_sizes(&e, 1 << 20), (512, 4096, 1 << 20));
     }
 
     #[test]

@@ -32,6 +32,13 @@ use crate::export::{validate_block_sizes, Export, ExportError, Exports};
 use crate::handshake::{negotiate, HandshakeError, Negotiated, NegotiationLimits};
 use crate::proto::*;
 
+/// Smallest accepted `limits.max_payload`: the largest minimum block size an
+/// export may have (64 KiB), so every export can serve one block.
+pub const MIN_MAX_PAYLOAD: u32 = 64 * 1024;
+/// Largest accepted `limits.max_payload` (1 GiB), far below the 4 GiB - 8
+/// a single structured read chunk can carry.
+pub const MAX_MAX_PAYLOAD: u32 = 1 << 30;
+
 /// How the server listens and how much a client may make it hold.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -172,6 +179,12 @@ impl Server {
             return Err(ServerError::Config(
                 "workers_per_connection and queue_depth must be at least 1".into(),
             ));
+        }
+        let max_payload = config.limits.max_payload;
+        if !(MIN_MAX_PAYLOAD..=MAX_MAX_PAYLOAD).contains(&max_payload) {
+            return Err(ServerError::Config(format!(
+                "limits.max_payload {max_payload} is outside {MIN_MAX_PAYLOAD}..={MAX_MAX_PAYLOAD}"
+            )));
         }
         config.max_inflight_bytes = config.max_inflight_bytes.max(config.limits.max_payload as usize);
 
@@ -820,13 +833,14 @@ impl Conn<'_> {
         }
         self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
         if self.neg.structured {
-            match encode_chunk_offset_data_header(req.handle, req.offset, req.length, true) {
-                Some(h) => buf[..header_len].copy_from_slice(&h),
+            if len == 0 {
                 // A zero-length read has no content chunk.
-                None => {
-                    self.send(&encode_chunk_none(req.handle));
-                    return;
-                }
+                self.send(&encode_chunk_none(req.handle));
+                return;
+            }
+            // Cannot fail: 0 < len <= MAX_MAX_PAYLOAD.
+            if let Some(h) = encode_chunk_offset_data_header(req.handle, req.offset, req.length, true) {
+                buf[..header_len].copy_from_slice(&h);
             }
         } else {
             buf[..header_len].copy_from_slice(&encode_simple_reply(req.handle, 0));

@@ -430,6 +430,11 @@ fn connection_limit_and_config_errors() {
     let bad = Arc::new(MemExport::new(4096).with_block_sizes(3, 4096, 4096));
     assert!(s.add_export("x", bad).is_err());
     assert!(s.set_default_export("nope").is_err());
+    let mut cfg = config("payload");
+    cfg.limits.max_payload = 1000;
+    let mut s = iocache_nbd::Server::new(cfg);
+    s.add_export("x", mem(4096)).unwrap();
+    assert!(matches!(s.start(), Err(iocache_nbd::ServerError::Config(_))));
 }
 
 mod random_streams {
