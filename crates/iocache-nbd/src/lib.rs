@@ -19,6 +19,25 @@
 //!
 //! It depends on nothing but `std` and `thiserror`: no async runtime; the
 //! server uses threads and bounded queues.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use iocache_nbd::{Client, ConnectOptions, MemExport, Server, ServerConfig};
+//!
+//! let config = ServerConfig { tcp: Some("127.0.0.1:0".parse().unwrap()), ..ServerConfig::default() };
+//! let mut server = Server::new(config);
+//! server.add_export("disk", Arc::new(MemExport::new(1 << 20))).unwrap();
+//! let running = server.start().unwrap();
+//!
+//! let uri = format!("nbd://{}/disk", running.tcp_addr().unwrap());
+//! let mut client = Client::connect(&uri).unwrap();
+//! client.write(4096, &[7u8; 512], false).unwrap();
+//! let mut back = [0u8; 512];
+//! client.read(4096, &mut back).unwrap();
+//! assert_eq!(back, [7u8; 512]);
+//! client.disconnect().unwrap();
+//! running.shutdown();
+//! ```
 
 pub mod client;
 pub mod export;
