@@ -440,17 +440,8 @@ fn connection_limit_and_config_errors() {
 mod random_streams {
     use super::*;
     use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
     use std::net::Shutdown;
-    use std::sync::OnceLock;
-
-    fn server() -> &'static iocache_nbd::RunningServer {
-        static S: OnceLock<iocache_nbd::RunningServer> = OnceLock::new();
-        S.get_or_init(|| {
-            let mut cfg = config("random");
-            cfg.limits.max_payload = 1 << 16;
-            start_with(cfg, vec![("disk", mem(1 << 20) as _)])
-        })
-    }
 
     /// Pieces a client might send: valid requests of every command with
     /// random fields (writes with their payload, or a shorter one), and
@@ -485,27 +476,38 @@ mod random_streams {
         ]
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
-
-        /// Whatever a client sends after the handshake, then closes its
-        /// sending side: the server answers or hangs up, finishes, closes
-        /// the connection promptly and keeps serving others.
-        #[test]
-        fn transmission_survives_arbitrary_input(pieces in proptest::collection::vec(piece(), 0..12)) {
-            let server = server();
-            let mut raw = Raw::connect(server, pieces.len() % 2 == 0);
-            for p in &pieces {
-                let _ = raw.s.write_all(p);
-            }
-            let _ = raw.s.shutdown(Shutdown::Write);
-            let t0 = Instant::now();
-            let mut sink = Vec::new();
-            let _ = raw.s.read_to_end(&mut sink);
-            prop_assert!(t0.elapsed() < Duration::from_secs(8), "server did not close");
-            let mut c = Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
-            let mut buf = [0u8; 512];
-            c.read(0, &mut buf).unwrap();
-        }
+    /// Whatever a client sends after the handshake, then closes its sending
+    /// side: the server answers or hangs up, finishes, closes the connection
+    /// promptly and keeps serving others. One server for all cases.
+    #[test]
+    fn transmission_survives_arbitrary_input() {
+        let mut cfg = config("random");
+        cfg.limits.max_payload = 1 << 16;
+        let server = start_with(cfg, vec![("disk", mem(1 << 20) as _)]);
+        let mut runner = TestRunner::new(Config {
+            cases: 48,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        runner
+            .run(&proptest::collection::vec(piece(), 0..12), |pieces| {
+                let mut raw = Raw::connect(&server, pieces.len() % 2 == 0);
+                for p in &pieces {
+                    let _ = raw.s.write_all(p);
+                }
+                let _ = raw.s.shutdown(Shutdown::Write);
+                let t0 = Instant::now();
+                let mut sink = Vec::new();
+                let _ = raw.s.read_to_end(&mut sink);
+                prop_assert!(t0.elapsed() < Duration::from_secs(8), "server did not close");
+                let mut c =
+                    Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
+                let mut buf = [0u8; 512];
+                c.read(0, &mut buf).unwrap();
+                Ok(())
+            })
+            .unwrap();
+        let stats = server.shutdown();
+        assert_eq!(stats.active_connections, 0);
     }
 }
