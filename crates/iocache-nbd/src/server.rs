@@ -1,0 +1,884 @@
+//! The NBD server: listeners, connections, and the transmission phase.
+//!
+//! This is where the protocol meets threads and sockets. A [`Server`] holds
+//! the exports and a [`ServerConfig`]; [`Server::start`] binds a Unix socket
+//! and/or a TCP address and returns a [`RunningServer`]. Each accepted
+//! connection gets a thread that runs the handshake and then reads requests;
+//! requests go through a bounded queue to a small per-connection worker pool
+//! that calls the [`Export`] and writes replies under a mutex, so pipelined
+//! requests are answered out of order. Memory per connection is bounded by
+//! the queue depth and an in-flight byte budget; a full queue or budget
+//! stops the reader, which stops reading the socket (backpressure).
+//!
+//! Shutdown ([`RunningServer::shutdown`]) stops accepting, shuts down the
+//! read side of every connection so no new request is read, lets the
+//! workers finish and answer the requests already read, then closes.
+
+use std::collections::HashMap;
+use std::io::{self, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::export::{validate_block_sizes, Export, ExportError, Exports};
+use crate::handshake::{negotiate, HandshakeError, Negotiated, NegotiationLimits};
+use crate::proto::*;
+
+/// Smallest accepted `limits.max_payload`: the largest minimum block size an
+/// export may have (64 KiB), so every export can serve one block.
+pub const MIN_MAX_PAYLOAD: u32 = 64 * 1024;
+/// Largest accepted `limits.max_payload` (1 GiB), far below the 4 GiB - 8
+/// a single structured read chunk can carry.
+pub const MAX_MAX_PAYLOAD: u32 = 1 << 30;
+
+/// How the server listens and how much a client may make it hold.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Path of a Unix socket to listen on (a stale socket file there is
+    /// replaced; the file is removed at shutdown).
+    pub unix_socket: Option<PathBuf>,
+    /// TCP address to listen on (port 0 picks a free port; see
+    /// [`RunningServer::tcp_addr`]).
+    pub tcp: Option<SocketAddr>,
+    /// Worker threads per connection.
+    pub workers_per_connection: usize,
+    /// Requests read but not yet picked up by a worker, per connection.
+    pub queue_depth: usize,
+    /// Payload bytes (write data read, read data to send) held per
+    /// connection at once; raised to at least `limits.max_payload`.
+    pub max_inflight_bytes: usize,
+    /// Connections served at once; more are closed on accept.
+    pub max_connections: usize,
+    /// Time a client has to finish each read of the handshake.
+    pub handshake_timeout: Option<Duration>,
+    /// Time a reply may take to be written before the client is considered
+    /// gone (a client that stops reading replies cannot block shutdown
+    /// forever).
+    pub reply_timeout: Option<Duration>,
+    /// Handshake limits and the maximum READ/WRITE payload.
+    pub limits: NegotiationLimits,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            unix_socket: None,
+            tcp: None,
+            workers_per_connection: 4,
+            queue_depth: 16,
+            max_inflight_bytes: 64 << 20,
+            max_connections: 64,
+            handshake_timeout: Some(Duration::from_secs(30)),
+            reply_timeout: Some(Duration::from_secs(60)),
+            limits: NegotiationLimits::default(),
+        }
+    }
+}
+
+/// Why the server could not be set up.
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("cannot listen on {what}: {source}")]
+    Bind {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no listener configured (set unix_socket and/or tcp)")]
+    NoListener,
+    #[error("no exports")]
+    NoExports,
+    #[error("no export named {0:?}")]
+    UnknownExport(String),
+    #[error("export {name:?}: {reason}")]
+    BadExport { name: String, reason: String },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// Counters of a running server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Connections accepted (including those refused by the limit).
+    pub connections: u64,
+    /// Connections being served now.
+    pub active_connections: u64,
+    /// Connections that reached the transmission phase.
+    pub transmissions: u64,
+    /// Requests answered.
+    pub requests: u64,
+    /// Requests answered with an error.
+    pub errors: u64,
+}
+
+/// An NBD server before it listens.
+#[derive(Debug)]
+pub struct Server {
+    config: ServerConfig,
+    exports: Exports,
+}
+
+impl Server {
+    /// A server with no exports yet.
+    pub fn new(config: ServerConfig) -> Server {
+        Server {
+            config,
+            exports: Exports::new(),
+        }
+    }
+
+    /// Adds an export under `name`; the first one added is also the default
+    /// export, reachable under the empty name.
+    pub fn add_export(
+        &mut self,
+        name: impl Into<String>,
+        export: Arc<dyn Export>,
+    ) -> Result<(), ServerError> {
+        let name = name.into();
+        if name.len() > MAX_STRING_LEN || name.contains('\0') {
+            return Err(ServerError::BadExport {
+                name,
+                reason: "name longer than 4096 bytes or containing NUL".into(),
+            });
+        }
+        validate_block_sizes(export.block_sizes()).map_err(|reason| ServerError::BadExport {
+            name: name.clone(),
+            reason,
+        })?;
+        self.exports.insert(name, export);
+        Ok(())
+    }
+
+    /// Makes `name` the default export.
+    pub fn set_default_export(&mut self, name: &str) -> Result<(), ServerError> {
+        if self.exports.set_default(name) {
+            Ok(())
+        } else {
+            Err(ServerError::UnknownExport(name.to_string()))
+        }
+    }
+
+    /// Binds the listeners and starts accepting connections.
+    pub fn start(self) -> Result<RunningServer, ServerError> {
+        let mut config = self.config;
+        if config.unix_socket.is_none() && config.tcp.is_none() {
+            return Err(ServerError::NoListener);
+        }
+        if self.exports.is_empty() {
+            return Err(ServerError::NoExports);
+        }
+        if config.workers_per_connection == 0 || config.queue_depth == 0 {
+            return Err(ServerError::Config(
+                "workers_per_connection and queue_depth must be at least 1".into(),
+            ));
+        }
+        let max_payload = config.limits.max_payload;
+        if !(MIN_MAX_PAYLOAD..=MAX_MAX_PAYLOAD).contains(&max_payload) {
+            return Err(ServerError::Config(format!(
+                "limits.max_payload {max_payload} is outside {MIN_MAX_PAYLOAD}..={MAX_MAX_PAYLOAD}"
+            )));
+        }
+        config.max_inflight_bytes = config.max_inflight_bytes.max(config.limits.max_payload as usize);
+
+        let mut listeners = Vec::new();
+        let mut tcp_addr = None;
+        if let Some(addr) = config.tcp {
+            let l = TcpListener::bind(addr).map_err(|source| ServerError::Bind {
+                what: addr.to_string(),
+                source,
+            })?;
+            let local = l.local_addr().map_err(|source| ServerError::Bind {
+                what: addr.to_string(),
+                source,
+            })?;
+            tcp_addr = Some(local);
+            listeners.push(Listener::Tcp(l));
+        }
+        let mut unix_path = None;
+        if let Some(path) = &config.unix_socket {
+            remove_stale_socket(path);
+            let l = UnixListener::bind(path).map_err(|source| ServerError::Bind {
+                what: path.display().to_string(),
+                source,
+            })?;
+            unix_path = Some(path.clone());
+            listeners.push(Listener::Unix(l));
+        }
+
+        let shared = Arc::new(Shared {
+            exports: self.exports,
+            config,
+            shutting_down: AtomicBool::new(false),
+            conns: Mutex::new(Conns::default()),
+            stats: StatsCounters::default(),
+            tcp_addr,
+            unix_path: unix_path.clone(),
+        });
+        let mut accept_threads = Vec::new();
+        for l in listeners {
+            let shared = Arc::clone(&shared);
+            let t = thread::Builder::new()
+                .name("nbd-accept".into())
+                .spawn(move || accept_loop(shared, l))
+                .map_err(|e| ServerError::Config(format!("cannot spawn thread: {e}")))?;
+            accept_threads.push(t);
+        }
+        Ok(RunningServer {
+            shared,
+            accept_threads,
+            tcp_addr,
+            unix_path,
+            stopped: false,
+        })
+    }
+}
+
+/// Removes a leftover socket file from an earlier run (and nothing else).
+fn remove_stale_socket(path: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A server that is accepting connections. Dropping it shuts it down.
+pub struct RunningServer {
+    shared: Arc<Shared>,
+    accept_threads: Vec<JoinHandle<()>>,
+    tcp_addr: Option<SocketAddr>,
+    unix_path: Option<PathBuf>,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for RunningServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningServer")
+            .field("tcp_addr", &self.tcp_addr)
+            .field("unix_path", &self.unix_path)
+            .finish()
+    }
+}
+
+/// Triggers a shutdown from another thread (for example a signal handler's).
+#[derive(Clone)]
+pub struct ShutdownHandle(Arc<Shared>);
+
+impl ShutdownHandle {
+    /// Stops accepting and stops reading requests on every connection;
+    /// requests already read are still answered. Returns at once; the
+    /// [`RunningServer`] waits for the connections.
+    pub fn shutdown(&self) {
+        self.0.begin_shutdown();
+    }
+}
+
+impl RunningServer {
+    /// The bound TCP address (with the real port when 0 was asked for).
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.tcp_addr
+    }
+
+    /// The Unix socket path.
+    pub fn unix_path(&self) -> Option<&Path> {
+        self.unix_path.as_deref()
+    }
+
+    /// A handle that can start the shutdown from elsewhere.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle(Arc::clone(&self.shared))
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> ServerStats {
+        self.shared.stats.snapshot(&self.shared)
+    }
+
+    /// Graceful shutdown: stop accepting, finish the requests already read
+    /// on every connection, close them, and return.
+    pub fn shutdown(mut self) -> ServerStats {
+        self.shared.begin_shutdown();
+        self.finish();
+        self.stats()
+    }
+
+    /// Blocks until a [`ShutdownHandle`] stops the server, then finishes as
+    /// [`RunningServer::shutdown`] does.
+    pub fn wait(mut self) -> ServerStats {
+        self.finish();
+        self.stats()
+    }
+
+    fn finish(&mut self) {
+        if self.stopped {
+            return;
+        }
+        for t in self.accept_threads.drain(..) {
+            let _ = t.join();
+        }
+        // No connection can be added now; wait for the ones there are.
+        let handles: Vec<JoinHandle<()>> = {
+            let mut conns = lock(&self.shared.conns);
+            conns.threads.drain(..).collect()
+        };
+        for h in handles {
+            let _ = h.join();
+        }
+        if let Some(p) = &self.unix_path {
+            remove_stale_socket(p);
+        }
+        self.stopped = true;
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if !self.stopped {
+            self.shared.begin_shutdown();
+            self.finish();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Shared state, listeners and streams
+// ---------------------------------------------------------------------------
+
+struct Shared {
+    exports: Exports,
+    config: ServerConfig,
+    shutting_down: AtomicBool,
+    conns: Mutex<Conns>,
+    stats: StatsCounters,
+    tcp_addr: Option<SocketAddr>,
+    unix_path: Option<PathBuf>,
+}
+
+#[derive(Default)]
+struct Conns {
+    next_id: u64,
+    /// A clone of each live connection's stream, to stop its reads.
+    streams: HashMap<u64, Stream>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct StatsCounters {
+    connections: AtomicU64,
+    transmissions: AtomicU64,
+    requests: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl StatsCounters {
+    fn snapshot(&self, shared: &Shared) -> ServerStats {
+        ServerStats {
+            connections: self.connections.load(Ordering::Relaxed),
+            active_connections: lock(&shared.conns).streams.len() as u64,
+            transmissions: self.transmissions.load(Ordering::Relaxed),
+            requests: self.requests.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Locks a mutex, ignoring poisoning (a panicking export is caught, but the
+/// server must keep going whatever happened under a lock).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn begin_shutdown(&self) {
+        {
+            let conns = lock(&self.conns);
+            if self.shutting_down.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            for s in conns.streams.values() {
+                let _ = s.shutdown(Shutdown::Read);
+            }
+        }
+        // Wake the blocking accept() calls so the loops see the flag.
+        if let Some(addr) = self.tcp_addr {
+            let mut wake = addr;
+            if wake.ip().is_unspecified() {
+                wake.set_ip(match addr {
+                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                });
+            }
+            let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
+        }
+        if let Some(p) = &self.unix_path {
+            let _ = UnixStream::connect(p);
+        }
+    }
+}
+
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Listener {
+    fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, _) = l.accept()?;
+                // NBD replies are latency-bound; the spec asks for no Nagle.
+                let _ = s.set_nodelay(true);
+                Ok(Stream::Tcp(s))
+            }
+            Listener::Unix(l) => Ok(Stream::Unix(l.accept()?.0)),
+        }
+    }
+}
+
+/// A connected socket of either family.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    pub(crate) fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+        })
+    }
+
+    pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.shutdown(how),
+            Stream::Unix(s) => s.shutdown(how),
+        }
+    }
+
+    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+        }
+    }
+}
+
+fn accept_loop(shared: Arc<Shared>, listener: Listener) {
+    loop {
+        let stream = match listener.accept() {
+            Ok(s) => s,
+            Err(_) => {
+                if shared.shutting_down.load(Ordering::SeqCst) {
+                    return;
+                }
+                // EMFILE and friends: do not spin.
+                thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        let mut conns = lock(&shared.conns);
+        if shared.shutting_down.load(Ordering::SeqCst) {
+            return;
+        }
+        shared.stats.connections.fetch_add(1, Ordering::Relaxed);
+        conns.threads.retain(|t| !t.is_finished());
+        if conns.streams.len() >= shared.config.max_connections {
+            let _ = stream.shutdown(Shutdown::Both);
+            continue;
+        }
+        let Ok(registered) = stream.try_clone() else {
+            continue;
+        };
+        let id = conns.next_id;
+        conns.next_id += 1;
+        conns.streams.insert(id, registered);
+        let s2 = Arc::clone(&shared);
+        let spawned = thread::Builder::new()
+            .name(format!("nbd-conn-{id}"))
+            .spawn(move || {
+                serve_connection(&s2, stream);
+                lock(&s2.conns).streams.remove(&id);
+            });
+        match spawned {
+            Ok(t) => conns.threads.push(t),
+            Err(_) => {
+                conns.streams.remove(&id);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// One connection
+// ---------------------------------------------------------------------------
+
+/// Why a connection ended; kept for debugging, never reported to clients.
+#[derive(Debug)]
+#[allow(dead_code)]
+enum ConnEnd {
+    Handshake(HandshakeError),
+    Disconnect,
+    Eof,
+    Fatal(ProtoError),
+    Io(io::Error),
+}
+
+fn serve_connection(shared: &Shared, stream: Stream) {
+    let _ = stream.set_read_timeout(shared.config.handshake_timeout);
+    let mut hs = stream;
+    let negotiated = match negotiate(
+        &mut hs,
+        &shared.exports,
+        &shared.config.limits,
+        &shared.shutting_down,
+    ) {
+        Ok(n) => n,
+        Err(_) => {
+            let _ = hs.shutdown(Shutdown::Both);
+            return;
+        }
+    };
+    shared.stats.transmissions.fetch_add(1, Ordering::Relaxed);
+    let _ = hs.set_read_timeout(None);
+    let _ = hs.set_write_timeout(shared.config.reply_timeout);
+    let _ = transmission(shared, hs, negotiated);
+}
+
+/// A byte budget shared by a connection's reader and workers.
+struct Budget {
+    available: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Budget {
+    fn acquire(&self, n: usize) {
+        let mut a = lock(&self.available);
+        while *a < n {
+            a = self.freed.wait(a).unwrap_or_else(|e| e.into_inner());
+        }
+        *a -= n;
+    }
+
+    fn release(&self, n: usize) {
+        *lock(&self.available) += n;
+        self.freed.notify_all();
+    }
+}
+
+/// What a connection's workers share.
+struct Conn<'a> {
+    shared: &'a Shared,
+    neg: Negotiated,
+    writer: Mutex<Stream>,
+    /// Set when a reply could not be written: the client is gone.
+    broken: AtomicBool,
+    budget: Budget,
+}
+
+/// A request read from the socket, waiting for a worker.
+struct Job {
+    req: Request,
+    /// Write payload.
+    data: Vec<u8>,
+    /// Bytes of budget held until the reply is sent.
+    cost: usize,
+}
+
+fn transmission(shared: &Shared, stream: Stream, neg: Negotiated) -> ConnEnd {
+    let writer = match stream.try_clone() {
+        Ok(w) => w,
+        Err(e) => return ConnEnd::Io(e),
+    };
+    let conn = Conn {
+        shared,
+        neg,
+        writer: Mutex::new(writer),
+        broken: AtomicBool::new(false),
+        budget: Budget {
+            available: Mutex::new(shared.config.max_inflight_bytes),
+            freed: Condvar::new(),
+        },
+    };
+    let (tx, rx) = sync_channel::<Job>(shared.config.queue_depth);
+    let rx = Mutex::new(rx);
+    let end = thread::scope(|scope| {
+        for _ in 0..shared.config.workers_per_connection {
+            let conn = &conn;
+            let rx = &rx;
+            scope.spawn(move || worker(conn, rx));
+        }
+        let mut reader = BufReader::with_capacity(64 * 1024, stream);
+        let end = read_requests(&conn, &mut reader, &tx);
+        // Closing the queue lets the workers finish what was read and exit;
+        // the scope waits for them.
+        drop(tx);
+        let _ = reader.get_ref().shutdown(Shutdown::Read);
+        end
+    });
+    let w = lock(&conn.writer);
+    let _ = w.shutdown(Shutdown::Both);
+    end
+}
+
+fn read_exact_or_eof<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<bool, io::Error> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+fn read_requests<R: Read>(conn: &Conn<'_>, reader: &mut R, tx: &std::sync::mpsc::SyncSender<Job>) -> ConnEnd {
+    let max_payload = conn.shared.config.limits.max_payload;
+    loop {
+        if conn.broken.load(Ordering::Relaxed) {
+            return ConnEnd::Eof;
+        }
+        let mut hb = [0u8; REQUEST_HEADER_LEN];
+        match read_exact_or_eof(reader, &mut hb) {
+            Ok(true) => {}
+            Ok(false) => return ConnEnd::Eof,
+            Err(e) => return ConnEnd::Io(e),
+        }
+        let req = match RequestHeader::parse(&hb, max_payload) {
+            Ok(r) => r,
+            Err(e) if e.is_fatal() => return ConnEnd::Fatal(e),
+            Err(e) => {
+                if let Err(io) = crate::handshake::discard(reader, u64::from(e.payload_to_discard())) {
+                    return ConnEnd::Io(io);
+                }
+                let handle = e.handle().unwrap_or(0);
+                conn.reply_error(handle, e.is_read(), e.errno(), &e.to_string());
+                continue;
+            }
+        };
+        if req.command == Command::Disc {
+            return ConnEnd::Disconnect;
+        }
+        let cost = match req.command {
+            Command::Read | Command::Write => req.length as usize,
+            _ => 0,
+        };
+        conn.budget.acquire(cost);
+        let mut data = Vec::new();
+        if req.command == Command::Write {
+            data = vec![0u8; req.length as usize];
+            if let Err(e) = reader.read_exact(&mut data) {
+                conn.budget.release(cost);
+                return ConnEnd::Io(e);
+            }
+        }
+        if tx.send(Job { req, data, cost }).is_err() {
+            return ConnEnd::Eof;
+        }
+    }
+}
+
+fn worker(conn: &Conn<'_>, rx: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = {
+            let rx = lock(rx);
+            rx.recv()
+        };
+        let Ok(job) = job else {
+            return;
+        };
+        let cost = job.cost;
+        conn.execute(job);
+        conn.budget.release(cost);
+    }
+}
+
+impl Conn<'_> {
+    /// Checks a request against the export before running it.
+    fn check(&self, req: &Request) -> Result<(), (u32, String)> {
+        let export = &self.neg.export;
+        if req.command.has_range() {
+            let end = req.offset + u64::from(req.length); // checked by the parser
+            if end > export.size_bytes() {
+                let errno = match req.command {
+                    Command::Write | Command::WriteZeroes => NBD_ENOSPC,
+                    _ => NBD_EINVAL,
+                };
+                return Err((
+                    errno,
+                    format!("range {}+{} is past the end", req.offset, req.length),
+                ));
+            }
+            let min = u64::from(self.neg.block_sizes.0);
+            if !req.offset.is_multiple_of(min) || !u64::from(req.length).is_multiple_of(min) {
+                return Err((
+                    NBD_EINVAL,
+                    format!(
+                        "range {}+{} is not aligned to {min} bytes",
+                        req.offset, req.length
+                    ),
+                ));
+            }
+        }
+        if matches!(req.command, Command::Read | Command::Write) && req.length > self.neg.block_sizes.2 {
+            return Err((NBD_EINVAL, "request larger than the maximum block size".into()));
+        }
+        if self.neg.flags & NBD_FLAG_READ_ONLY != 0
+            && matches!(req.command, Command::Write | Command::Trim | Command::WriteZeroes)
+        {
+            return Err((NBD_EPERM, "export is read-only".into()));
+        }
+        if req.flags.df() && !self.neg.structured {
+            return Err((NBD_EINVAL, "DF without structured replies".into()));
+        }
+        Ok(())
+    }
+
+    fn execute(&self, job: Job) {
+        let req = job.req;
+        if let Err((errno, msg)) = self.check(&req) {
+            self.reply_error(req.handle, req.command == Command::Read, errno, &msg);
+            return;
+        }
+        let export = &*self.neg.export;
+        if req.command == Command::Read {
+            self.read(export, &req);
+            return;
+        }
+        let result = guarded(|| match req.command {
+            Command::Write => export.write(req.offset, &job.data, req.flags.fua()),
+            Command::Flush => export.flush(),
+            Command::Trim => {
+                export.trim(req.offset, u64::from(req.length))?;
+                if req.flags.fua() {
+                    export.flush()?;
+                }
+                Ok(())
+            }
+            Command::WriteZeroes => export.write_zeroes(
+                req.offset,
+                u64::from(req.length),
+                req.flags.fua(),
+                req.flags.no_hole(),
+            ),
+            Command::Read | Command::Disc => Ok(()),
+        });
+        drop(job.data);
+        match result {
+            Ok(()) => {
+                self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+                self.send(&encode_simple_reply(req.handle, 0));
+            }
+            Err(e) => self.reply_error(req.handle, false, e.nbd_errno(), &e.to_string()),
+        }
+    }
+
+    fn read(&self, export: &dyn Export, req: &Request) {
+        let len = req.length as usize;
+        let header_len = if self.neg.structured {
+            STRUCTURED_HEADER_LEN + 8
+        } else {
+            SIMPLE_REPLY_LEN
+        };
+        // One buffer for header and data: one write, no copy.
+        let mut buf = vec![0u8; header_len + len];
+        let result = guarded(|| export.read(req.offset, &mut buf[header_len..]));
+        if let Err(e) = result {
+            self.reply_error(req.handle, true, e.nbd_errno(), &e.to_string());
+            return;
+        }
+        self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+        if self.neg.structured {
+            if len == 0 {
+                // A zero-length read has no content chunk.
+                self.send(&encode_chunk_none(req.handle));
+                return;
+            }
+            // Cannot fail: 0 < len <= MAX_MAX_PAYLOAD.
+            if let Some(h) = encode_chunk_offset_data_header(req.handle, req.offset, req.length, true) {
+                buf[..header_len].copy_from_slice(&h);
+            }
+        } else {
+            buf[..header_len].copy_from_slice(&encode_simple_reply(req.handle, 0));
+        }
+        self.send(&buf);
+    }
+
+    /// Answers a request with an error: a structured error chunk when
+    /// structured replies are on (required for reads), a simple reply
+    /// otherwise.
+    fn reply_error(&self, handle: u64, _is_read: bool, errno: u32, message: &str) {
+        self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+        if self.neg.structured {
+            self.send(&encode_chunk_error(handle, errno, message, true));
+        } else {
+            self.send(&encode_simple_reply(handle, errno));
+        }
+    }
+
+    fn send(&self, bytes: &[u8]) {
+        if self.broken.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut w = lock(&self.writer);
+        if w.write_all(bytes).and_then(|_| w.flush()).is_err() {
+            self.broken.store(true, Ordering::Relaxed);
+            // Wake the reader: nobody will read our replies.
+            let _ = w.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Runs an export call, turning a panic into EIO so one bad request cannot
+/// take a worker (and with it the connection's progress) down.
+fn guarded<F: FnOnce() -> Result<(), ExportError>>(f: F) -> Result<(), ExportError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => Err(ExportError::Io(io::Error::other("export panicked"))),
+    }
+}

@@ -1,0 +1,513 @@
+//! The server driven by our own client and by hand-made byte streams:
+//! round trips of every command over both socket families and both reply
+//! styles, range and validation errors, pipelining with out-of-order
+//! replies, DISC and shutdown finishing in-flight work, and clients that
+//! send garbage or vanish mid-request.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use iocache_nbd::proto::*;
+use iocache_nbd::{list_exports, Client, ConnectOptions, MemExport, NbdAddr, ServerConfig};
+
+fn clients(server: &iocache_nbd::RunningServer, name: &str) -> Vec<(String, Client)> {
+    let mut v = Vec::new();
+    for structured in [true, false] {
+        let opts = ConnectOptions {
+            structured_replies: structured,
+            ..ConnectOptions::export(name)
+        };
+        let u = Client::connect_unix(server.unix_path().unwrap(), &opts).unwrap();
+        assert_eq!(u.structured(), structured);
+        v.push((format!("unix structured={structured}"), u));
+        let t = Client::connect_tcp(server.tcp_addr().unwrap(), &opts).unwrap();
+        v.push((format!("tcp structured={structured}"), t));
+    }
+    v
+}
+
+#[test]
+fn round_trips_over_unix_and_tcp_with_both_reply_styles() {
+    let export = mem(8 << 20);
+    let server = start("rt", export.clone());
+    for (i, (what, mut c)) in clients(&server, "disk").into_iter().enumerate() {
+        assert_eq!(c.size(), 8 << 20, "{what}");
+        assert_eq!(c.block_sizes(), Some((512, 4096, 32 << 20)));
+        let f = c.transmission_flags();
+        for bit in [
+            NBD_FLAG_HAS_FLAGS,
+            NBD_FLAG_SEND_FLUSH,
+            NBD_FLAG_SEND_FUA,
+            NBD_FLAG_SEND_TRIM,
+            NBD_FLAG_SEND_WRITE_ZEROES,
+            NBD_FLAG_CAN_MULTI_CONN,
+        ] {
+            assert_ne!(f & bit, 0, "{what}: flag {bit:#x}");
+        }
+        let base = i as u64 * (1 << 20);
+        for (off, len) in [(0u64, 512usize), (4096, 65536), (512 * 7, 512 * 9), (0, 1 << 20)] {
+            let data = pattern(len, base + off);
+            c.write(base + off, &data, off == 4096).unwrap();
+            let mut back = vec![0u8; len];
+            c.read(base + off, &mut back).unwrap();
+            assert_eq!(back, data, "{what} at {off}+{len}");
+        }
+        c.flush().unwrap();
+        c.write_zeroes(base + 4096, 8192, false, true).unwrap();
+        let mut back = vec![1u8; 8192];
+        c.read(base + 4096, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0), "{what}");
+        c.trim(base, 4096).unwrap();
+        let mut empty = [];
+        c.read(base, &mut empty).unwrap();
+        c.disconnect().unwrap();
+    }
+    // Everything went to the one shared export.
+    let snap = export.snapshot();
+    let base = 3 << 20;
+    assert!(snap[base + 65536..base + (1 << 20)] == pattern(1 << 20, base as u64)[65536..]);
+    let stats = server.shutdown();
+    assert!(stats.requests > 0);
+    assert_eq!(stats.transmissions, 4);
+}
+
+#[test]
+fn large_requests_are_split_by_the_client_and_capped_by_the_server() {
+    let mut config = config("large");
+    config.limits.max_payload = 1 << 20;
+    let server = start_with(config, vec![("disk", mem(4 << 20) as _)]);
+    let mut c = Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
+    assert_eq!(c.block_sizes(), Some((512, 4096, 1 << 20)));
+    let data = pattern(3 << 20, 9);
+    c.write(512, &data, false).unwrap();
+    let mut back = vec![0u8; 3 << 20];
+    c.read(512, &mut back).unwrap();
+    assert_eq!(back, data);
+    // A raw read above the maximum is refused with EINVAL, connection kept.
+    let mut big = vec![0u8; 2 << 20];
+    let e = c
+        .raw_request(NBD_CMD_READ, 0, 0, 2 << 20, &[], Some(&mut big))
+        .unwrap_err();
+    assert_eq!(e.errno(), Some(NBD_EINVAL));
+    c.read(0, &mut back[..512]).unwrap();
+    // write_zeroes and trim of more than the maximum are fine.
+    c.write_zeroes(0, 4 << 20, false, false).unwrap();
+    c.trim(0, 4 << 20).unwrap();
+}
+
+#[test]
+fn out_of_range_unaligned_and_invalid_requests() {
+    let server = start("range", mem(1 << 20));
+    for (what, mut c) in clients(&server, "") {
+        let size = c.size();
+        let mut buf = vec![0u8; 1024];
+        let raw_read = |c: &mut Client, off: u64, len: u32| {
+            let mut b = vec![0u8; len as usize];
+            c.raw_request(NBD_CMD_READ, 0, off, len, &[], Some(&mut b))
+        };
+        assert_eq!(
+            raw_read(&mut c, size - 512, 1024).unwrap_err().errno(),
+            Some(NBD_EINVAL),
+            "{what}"
+        );
+        assert_eq!(
+            raw_read(&mut c, 100, 512).unwrap_err().errno(),
+            Some(NBD_EINVAL),
+            "{what}"
+        );
+        assert_eq!(
+            raw_read(&mut c, u64::MAX - 511, 512).unwrap_err().errno(),
+            Some(NBD_EINVAL)
+        );
+        let e = c
+            .raw_request(NBD_CMD_WRITE, 0, size - 512, 1024, &buf, None)
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(NBD_ENOSPC), "{what}: write past the end");
+        let e = c
+            .raw_request(NBD_CMD_WRITE_ZEROES, 0, size, 512, &[], None)
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(NBD_ENOSPC), "{what}: write zeroes past the end");
+        let e = c.raw_request(NBD_CMD_TRIM, 0, size, 512, &[], None).unwrap_err();
+        assert_eq!(e.errno(), Some(NBD_EINVAL), "{what}: trim past the end");
+        // Unknown command, unknown flag on a write (payload skipped), block
+        // status without negotiation, FAST_ZERO not advertised.
+        for (cmd, flags, payload) in [
+            (99u16, 0u16, &[][..]),
+            (NBD_CMD_WRITE, 1 << 9, &buf[..512]),
+            (NBD_CMD_BLOCK_STATUS, 0, &[][..]),
+            (NBD_CMD_WRITE_ZEROES, NBD_CMD_FLAG_FAST_ZERO, &[][..]),
+            (NBD_CMD_CACHE, 0, &[][..]),
+        ] {
+            let e = c
+                .raw_request(cmd, flags, 0, payload.len() as u32, payload, None)
+                .unwrap_err();
+            assert_eq!(e.errno(), Some(NBD_EINVAL), "{what}: cmd {cmd} flags {flags:#x}");
+        }
+        // DF only with structured replies.
+        let r = c.raw_request(NBD_CMD_READ, NBD_CMD_FLAG_DF, 0, 512, &[], Some(&mut buf[..512]));
+        assert_eq!(r.is_ok(), c.structured(), "{what}");
+        // Still in frame after all that.
+        c.write(0, &pattern(1024, 1), false).unwrap();
+        c.read(0, &mut buf).unwrap();
+        assert_eq!(buf, pattern(1024, 1));
+        // The client refuses out-of-range requests itself.
+        assert!(c.read(size, &mut buf).is_err());
+    }
+}
+
+#[test]
+fn read_only_exports_refuse_writes_with_eperm() {
+    let ro = Arc::new(MemExport::from_vec(pattern(1 << 16, 3)).with_read_only(true));
+    let server = start("ro", ro);
+    let mut c = Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
+    assert_ne!(c.transmission_flags() & NBD_FLAG_READ_ONLY, 0);
+    let buf = vec![0u8; 512];
+    for (cmd, payload) in [
+        (NBD_CMD_WRITE, &buf[..]),
+        (NBD_CMD_TRIM, &[][..]),
+        (NBD_CMD_WRITE_ZEROES, &[][..]),
+    ] {
+        let e = c.raw_request(cmd, 0, 0, 512, payload, None).unwrap_err();
+        assert_eq!(e.errno(), Some(NBD_EPERM), "cmd {cmd}");
+    }
+    let mut back = vec![0u8; 1 << 16];
+    c.read(0, &mut back).unwrap();
+    assert_eq!(back, pattern(1 << 16, 3));
+}
+
+#[test]
+fn named_exports_default_listing_and_unknown_names() {
+    let a = Arc::new(MemExport::new(1 << 20).with_description("first"));
+    let b = Arc::new(MemExport::new(2 << 20));
+    let server = start_with(config("names"), vec![("a", a as _), ("b", b as _)]);
+    let path = server.unix_path().unwrap().to_path_buf();
+    let c = Client::connect(&format!("nbd+unix:///b?socket={}", path.display())).unwrap();
+    assert_eq!(c.size(), 2 << 20);
+    let c = Client::connect(&format!("nbd+unix:///?socket={}", path.display())).unwrap();
+    assert_eq!(c.size(), 1 << 20, "the first export is the default");
+    assert_eq!(c.description(), Some("first"));
+    let port = server.tcp_addr().unwrap().port();
+    let c = Client::connect(&format!("nbd://127.0.0.1:{port}/a")).unwrap();
+    assert_eq!(c.size(), 1 << 20);
+    let e = Client::connect(&format!("nbd://127.0.0.1:{port}/zz")).unwrap_err();
+    assert!(matches!(e, iocache_nbd::ClientError::UnknownExport(_)), "{e}");
+    let list = list_exports(&NbdAddr::Unix { socket: path }).unwrap();
+    assert_eq!(
+        list,
+        vec![
+            ("a".to_string(), "first".to_string()),
+            ("b".to_string(), String::new())
+        ]
+    );
+}
+
+#[test]
+fn fua_flush_trim_and_write_zeroes_reach_the_export() {
+    let e = Arc::new(Instrumented::new(1 << 20));
+    let server = start("fua", e.clone());
+    let mut c = Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
+    assert_eq!(
+        c.transmission_flags() & NBD_FLAG_CAN_MULTI_CONN,
+        0,
+        "not multi-conn unless the export says so"
+    );
+    c.write(0, &[1; 512], true).unwrap();
+    c.write(512, &[1; 512], false).unwrap();
+    assert_eq!(e.fua_writes.load(Ordering::SeqCst), 1);
+    c.flush().unwrap();
+    assert_eq!(e.flushes.load(Ordering::SeqCst), 1);
+    c.trim(4096, 8192).unwrap();
+    assert_eq!(*e.trims.lock().unwrap(), vec![(4096, 8192)]);
+    c.raw_request(NBD_CMD_TRIM, NBD_CMD_FLAG_FUA, 0, 512, &[], None)
+        .unwrap();
+    assert_eq!(e.flushes.load(Ordering::SeqCst), 2, "FUA trim flushes");
+    c.write_zeroes(0, 1024, true, true).unwrap();
+    c.write_zeroes(1024, 1024, false, false).unwrap();
+    assert_eq!(
+        *e.zeroes.lock().unwrap(),
+        vec![(0, 1024, true, true), (1024, 1024, false, false)]
+    );
+}
+
+#[test]
+fn pipelined_requests_are_answered_out_of_order() {
+    let e = Arc::new(Instrumented::new(1 << 20));
+    e.slow_offsets
+        .lock()
+        .unwrap()
+        .push((0, Duration::from_millis(300)));
+    let server = start("pipe", e.clone());
+    for structured in [true, false] {
+        let mut raw = Raw::connect(&server, structured);
+        // A slow read first, then 32 writes and reads elsewhere.
+        raw.send(1000, NBD_CMD_READ, 0, 0, 4096, &[]);
+        for i in 0..16u64 {
+            let data = pattern(4096, i);
+            raw.send(i, NBD_CMD_WRITE, 0, 4096 * (i + 1), 4096, &data);
+        }
+        let mut replies = Vec::new();
+        for _ in 0..17 {
+            replies.push(raw.recv(|h| if h == 1000 { 4096 } else { 0 }));
+        }
+        assert!(replies.iter().all(|r| r.1 == 0));
+        assert_eq!(replies.last().unwrap().0, 1000, "the slow read is answered last");
+        for i in 0..16u64 {
+            raw.send(100 + i, NBD_CMD_READ, 0, 4096 * (i + 1), 4096, &[]);
+        }
+        for _ in 0..16 {
+            let (h, errno, data) = raw.recv(|_| 4096);
+            assert_eq!(errno, 0);
+            assert_eq!(data, pattern(4096, h - 100));
+        }
+    }
+}
+
+#[test]
+fn disc_finishes_in_flight_requests_then_closes() {
+    let e = Arc::new(Instrumented::new(1 << 20));
+    e.slow_offsets
+        .lock()
+        .unwrap()
+        .push((8192, Duration::from_millis(300)));
+    let server = start("disc", e.clone());
+    let mut raw = Raw::connect(&server, false);
+    raw.send(1, NBD_CMD_WRITE, 0, 8192, 512, &[7; 512]);
+    raw.send(2, NBD_CMD_DISC, 0, 0, 0, &[]);
+    let (h, errno, _) = raw.recv(|_| 0);
+    assert_eq!((h, errno), (1, 0), "the write is answered before the close");
+    let mut rest = Vec::new();
+    raw.s.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "no reply to DISC, then EOF");
+    assert_eq!(e.inner.snapshot()[8192..8704], [7; 512]);
+}
+
+#[test]
+fn shutdown_finishes_in_flight_requests_and_stops_accepting() {
+    let e = Arc::new(Instrumented::new(1 << 20));
+    e.slow_offsets
+        .lock()
+        .unwrap()
+        .push((0, Duration::from_millis(400)));
+    let server = start("shutdown", e.clone());
+    let path = server.unix_path().unwrap().to_path_buf();
+    let tcp = server.tcp_addr().unwrap();
+    let mut raw = Raw::connect(&server, true);
+    let mut idle = Client::connect_unix(&path, &ConnectOptions::default()).unwrap();
+    raw.send(5, NBD_CMD_WRITE, 0, 0, 512, &[9; 512]);
+    std::thread::sleep(Duration::from_millis(100)); // let the reader hand it over
+    let t0 = Instant::now();
+    let stats = server.shutdown();
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert_eq!(stats.active_connections, 0);
+    let (h, errno, _) = raw.recv(|_| 0);
+    assert_eq!((h, errno), (5, 0), "the in-flight write was answered");
+    assert_eq!(e.inner.snapshot()[..512], [9; 512]);
+    let mut buf = [0u8; 512];
+    assert!(idle.read(0, &mut buf).is_err(), "idle connections are closed");
+    assert!(UnixStream::connect(&path).is_err(), "the socket is gone");
+    assert!(
+        std::net::TcpStream::connect(tcp).is_err(),
+        "no longer listening on TCP"
+    );
+}
+
+/// Sends `bytes` on a fresh connection, then checks the server closes it
+/// within the timeout and still serves a normal client afterwards.
+fn garbage_then_healthy(
+    server: &iocache_nbd::RunningServer,
+    bytes: &[u8],
+    after_handshake: bool,
+    close_early: bool,
+) {
+    let mut s = if after_handshake {
+        Raw::connect(server, true).s
+    } else {
+        let s = UnixStream::connect(server.unix_path().unwrap()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let _ = s.write_all(bytes);
+    if close_early {
+        drop(s);
+    } else {
+        // The server must end the conversation: EOF (or reset), not a hang.
+        let t0 = Instant::now();
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+        assert!(t0.elapsed() < Duration::from_secs(8), "server hung on garbage");
+    }
+    let mut c = Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
+    let mut buf = [0u8; 512];
+    c.read(0, &mut buf).unwrap();
+}
+
+#[test]
+fn garbage_and_vanishing_clients_do_not_hurt_the_server() {
+    let mut cfg = config("garbage");
+    cfg.handshake_timeout = Some(Duration::from_millis(500));
+    let server = start_with(cfg, vec![("disk", mem(1 << 20) as _)]);
+    let junk = pattern(4096, 77);
+    // Before or during the handshake.
+    garbage_then_healthy(&server, &junk, false, false);
+    garbage_then_healthy(&server, &[0, 0, 0, 1], false, false); // flags, then silence: timeout
+    garbage_then_healthy(&server, &[0, 0, 0, 0], false, false); // not fixed newstyle
+    let mut opt = 1u32.to_be_bytes().to_vec();
+    opt.extend(encode_option(NBD_OPT_GO, &[0xff; 3]));
+    opt.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    opt.extend_from_slice(&[0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff]); // 4 GiB option
+    garbage_then_healthy(&server, &opt, false, false);
+    // In transmission: bad magic, a header cut short, a write without its
+    // payload, an oversized write.
+    garbage_then_healthy(&server, &junk, true, false);
+    let hdr = RequestHeader {
+        flags: 0,
+        command: NBD_CMD_READ,
+        handle: 1,
+        offset: 0,
+        length: 512,
+    }
+    .encode();
+    garbage_then_healthy(&server, &hdr[..10], true, true);
+    let w = RequestHeader {
+        flags: 0,
+        command: NBD_CMD_WRITE,
+        handle: 1,
+        offset: 0,
+        length: 65536,
+    }
+    .encode();
+    let mut partial = w.to_vec();
+    partial.extend_from_slice(&[1; 1000]);
+    garbage_then_healthy(&server, &partial, true, true);
+    let huge = RequestHeader {
+        flags: 0,
+        command: NBD_CMD_WRITE,
+        handle: 1,
+        offset: 0,
+        length: u32::MAX,
+    }
+    .encode();
+    garbage_then_healthy(&server, &huge, true, false);
+    // Many requests, then vanish without reading replies.
+    let mut burst = Vec::new();
+    for i in 0..200u64 {
+        burst.extend(
+            RequestHeader {
+                flags: 0,
+                command: NBD_CMD_READ,
+                handle: i,
+                offset: 0,
+                length: 65536,
+            }
+            .encode(),
+        );
+    }
+    garbage_then_healthy(&server, &burst, true, true);
+    let stats = server.shutdown();
+    assert_eq!(stats.active_connections, 0);
+}
+
+#[test]
+fn connection_limit_and_config_errors() {
+    let mut cfg = config("limit");
+    cfg.max_connections = 1;
+    let server = start_with(cfg, vec![("disk", mem(1 << 16) as _)]);
+    let _first = Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
+    assert!(Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).is_err());
+    drop(server);
+
+    let s = iocache_nbd::Server::new(ServerConfig::default());
+    assert!(matches!(s.start(), Err(iocache_nbd::ServerError::NoListener)));
+    let s = iocache_nbd::Server::new(config("noexp"));
+    assert!(matches!(s.start(), Err(iocache_nbd::ServerError::NoExports)));
+    let mut s = iocache_nbd::Server::new(config("bad"));
+    let bad = Arc::new(MemExport::new(4096).with_block_sizes(3, 4096, 4096));
+    assert!(s.add_export("x", bad).is_err());
+    assert!(s.set_default_export("nope").is_err());
+    let mut cfg = config("payload");
+    cfg.limits.max_payload = 1000;
+    let mut s = iocache_nbd::Server::new(cfg);
+    s.add_export("x", mem(4096)).unwrap();
+    assert!(matches!(s.start(), Err(iocache_nbd::ServerError::Config(_))));
+}
+
+mod random_streams {
+    use super::*;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use std::net::Shutdown;
+
+    /// Pieces a client might send: valid requests of every command with
+    /// random fields (writes with their payload, or a shorter one), and
+    /// raw garbage.
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            (
+                0u16..9,
+                any::<u16>(),
+                any::<u64>(),
+                0u64..(2 << 20),
+                0u32..(1 << 17),
+                0usize..4096
+            )
+                .prop_map(|(command, flags, handle, offset, length, payload)| {
+                    let flags = flags & 0x1f;
+                    let mut v = RequestHeader {
+                        flags,
+                        command,
+                        handle,
+                        offset,
+                        length,
+                    }
+                    .encode()
+                    .to_vec();
+                    if command == NBD_CMD_WRITE {
+                        v.resize(v.len() + payload.min(length as usize), 0xab);
+                    }
+                    v
+                }),
+            proptest::collection::vec(any::<u8>(), 0..64),
+        ]
+    }
+
+    /// Whatever a client sends after the handshake, then closes its sending
+    /// side: the server answers or hangs up, finishes, closes the connection
+    /// promptly and keeps serving others. One server for all cases.
+    #[test]
+    fn transmission_survives_arbitrary_input() {
+        let mut cfg = config("random");
+        cfg.limits.max_payload = 1 << 16;
+        let server = start_with(cfg, vec![("disk", mem(1 << 20) as _)]);
+        let mut runner = TestRunner::new(Config {
+            cases: 48,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        runner
+            .run(&proptest::collection::vec(piece(), 0..12), |pieces| {
+                let mut raw = Raw::connect(&server, pieces.len() % 2 == 0);
+                for p in &pieces {
+                    let _ = raw.s.write_all(p);
+                }
+                let _ = raw.s.shutdown(Shutdown::Write);
+                let t0 = Instant::now();
+                let mut sink = Vec::new();
+                let _ = raw.s.read_to_end(&mut sink);
+                prop_assert!(t0.elapsed() < Duration::from_secs(8), "server did not close");
+                let mut c =
+                    Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
+                let mut buf = [0u8; 512];
+                c.read(0, &mut buf).unwrap();
+                Ok(())
+            })
+            .unwrap();
+        let stats = server.shutdown();
+        assert_eq!(stats.active_connections, 0);
+    }
+}
