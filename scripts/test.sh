@@ -6,8 +6,10 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# Debian packages the tests use. zstd is not essential to any test today.
-NEEDED_PACKAGES=(zstd)
+# Debian packages the tests use: real NBD clients and servers for the
+# iocache-nbd integration tests (qemu-io, qemu-img, nbdinfo, nbdcopy, fio's
+# nbd engine, nbdkit), and zstd for scripts/bench-sim.sh.
+NEEDED_PACKAGES=(qemu-utils libnbd-bin nbdkit fio zstd)
 
 SMOKE_TRACE=crates/iocache-sim/data/sample.lis
 
