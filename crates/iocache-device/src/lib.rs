@@ -17,7 +17,7 @@ mod rng;
 
 pub use aligned::AlignedBuf;
 pub use device::{check_range, is_aligned, BlockDevice, RawTarget};
-pub use engine::{IoBuf, IoEngine, IoRequest, PsyncEngine, UringEngine};
+pub use engine::{IoBuf, IoEngine, IoRequest, PsyncEngine, UringEngine, UringStats};
 pub use error::{DeviceError, IoKind};
 pub use fault::{FaultDevice, FaultStats, PowerCut, PowerCutReport, SECTOR};
 pub use file::{DirectIo, FileDevice, OpenOptions};

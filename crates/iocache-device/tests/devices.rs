@@ -130,6 +130,20 @@ fn file_direct_on_tmpfs_falls_back_or_works() {
     round_trips(&d);
 }
 
+/// The real refusal path: set IOCACHE_NODIRECT_DIR to a directory on a
+/// filesystem that refuses O_DIRECT (ramfs: `mount -t ramfs ramfs DIR`).
+#[test]
+fn file_direct_fallback_on_a_filesystem_without_o_direct() {
+    let Ok(dir) = std::env::var("IOCACHE_NODIRECT_DIR") else {
+        eprintln!("IOCACHE_NODIRECT_DIR not set: skipped");
+        return;
+    };
+    let (_p, d) = open_file(&dir, true);
+    assert_eq!(d.direct_io(), &DirectIo::FellBack { errno: libc_einval() });
+    assert_eq!(d.alignment(), 1);
+    round_trips(&d);
+}
+
 fn libc_einval() -> i32 {
     22
 }

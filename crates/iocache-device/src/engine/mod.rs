@@ -8,7 +8,7 @@ mod psync;
 mod uring;
 
 pub use psync::PsyncEngine;
-pub use uring::UringEngine;
+pub use uring::{UringEngine, UringStats};
 
 use crate::device::BlockDevice;
 use crate::error::{DeviceError, IoKind};

@@ -5,7 +5,7 @@
 //! back to the device's own methods for everything else.
 
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use io_uring::{opcode, squeue, types, IoUring};
@@ -23,6 +23,18 @@ pub struct UringEngine {
     rings: Box<[Mutex<IoUring>]>,
     entries: u32,
     next: AtomicUsize,
+    ring_ops: AtomicU64,
+    sync_ops: AtomicU64,
+}
+
+/// How a [`UringEngine`]'s requests were run so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UringStats {
+    /// Requests submitted to a ring.
+    pub ring_ops: u64,
+    /// Requests run through the device's own methods (no raw descriptor,
+    /// or not aligned as `O_DIRECT` requires).
+    pub sync_ops: u64,
 }
 
 impl std::fmt::Debug for UringEngine {
@@ -54,7 +66,17 @@ impl UringEngine {
             rings: v.into_boxed_slice(),
             entries,
             next: AtomicUsize::new(0),
+            ring_ops: AtomicU64::new(0),
+            sync_ops: AtomicU64::new(0),
         })
+    }
+
+    /// How requests were run so far.
+    pub fn stats(&self) -> UringStats {
+        UringStats {
+            ring_ops: self.ring_ops.load(Ordering::Relaxed),
+            sync_ops: self.sync_ops.load(Ordering::Relaxed),
+        }
     }
 
     fn with_ring<R>(&self, f: impl FnOnce(&mut IoUring) -> R) -> Result<R, DeviceError> {
@@ -175,6 +197,8 @@ impl IoEngine for UringEngine {
                 });
             }
         }
+        self.ring_ops.fetch_add(flights.len() as u64, Ordering::Relaxed);
+        self.sync_ops.fetch_add(sync.len() as u64, Ordering::Relaxed);
         if flights.is_empty() {
             for &i in &sync {
                 ops[i].run_sync();
