@@ -94,9 +94,11 @@ fn main() {
 
     let shm = "/dev/shm/iocache-devbench";
     let disk = "/var/tmp/iocache-devbench";
+    let disk_buffered = "/var/tmp/iocache-devbench-buffered";
     let targets: Vec<(&str, Box<dyn BlockDevice>)> = vec![
         ("mem", Box::new(MemDevice::new("mem", size))),
         ("shm buffered", Box::new(prepare(shm, size, false))),
+        ("var/tmp buffered", Box::new(prepare(disk_buffered, size, false))),
         ("var/tmp O_DIRECT", Box::new(prepare(disk, size, true))),
     ];
     for (label, dev) in &targets {
@@ -126,4 +128,5 @@ fn main() {
     }
     let _ = std::fs::remove_file(shm);
     let _ = std::fs::remove_file(disk);
+    let _ = std::fs::remove_file(disk_buffered);
 }

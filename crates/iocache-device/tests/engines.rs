@@ -276,9 +276,38 @@ fn uring_drives_aligned_file_requests_through_the_ring() {
         u.stats(),
         UringStats {
             ring_ops: 2,
-            sync_ops: 2
+            sync_ops: 2,
+            nowait_reads: 0
         }
     );
+}
+
+#[test]
+fn uring_serves_cached_buffered_reads_without_the_ring() {
+    let Ok(u) = UringEngine::new(8, 1) else {
+        eprintln!("io_uring unavailable: skipped");
+        return;
+    };
+    let (_p1, disk) = file(DISK_DIR, false);
+    let (_p2, shm) = file(TMPFS_DIR, false);
+    let data = pattern(8192, 5);
+    disk.write_at(&data, 4096).unwrap();
+    shm.write_at(&data, 4096).unwrap();
+    let mut a = vec![0u8; 8192];
+    let mut b = vec![0u8; 8192];
+    let mut ops = vec![
+        IoRequest::read(&disk, &mut a, 4096),
+        IoRequest::read(&shm, &mut b, 4096),
+    ];
+    u.submit(&mut ops).unwrap();
+    assert!(ops.iter().all(|o| o.outcome().is_ok()));
+    drop(ops);
+    assert!(a == data && b == data);
+    let st = u.stats();
+    // ext4 has non-blocking buffered reads (page cache hit after the write);
+    // tmpfs answers EOPNOTSUPP (Linux 6.18) or serves them too.
+    assert_eq!(st.nowait_reads + st.sync_ops, 2, "{st:?}");
+    assert!(st.nowait_reads >= 1, "{st:?}");
 }
 
 #[test]
