@@ -85,7 +85,9 @@ pub fn check_range<D: BlockDevice + ?Sized>(
 /// Whether a buffer address, offset and length all satisfy `alignment`.
 pub fn is_aligned(ptr: *const u8, offset: u64, len: usize, alignment: usize) -> bool {
     alignment <= 1
-        || ((ptr as usize) % alignment == 0 && offset % alignment as u64 == 0 && len % alignment == 0)
+        || ((ptr as usize).is_multiple_of(alignment)
+            && offset.is_multiple_of(alignment as u64)
+            && len.is_multiple_of(alignment))
 }
 
 impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {

@@ -164,7 +164,7 @@ impl IoEngine for PsyncEngine {
         {
             let mut q = self.shared.queue.lock().unwrap();
             for op in rest.iter_mut() {
-                let req = op as *mut IoRequest<'_> as *mut IoRequest<'static>;
+                let req = (op as *mut IoRequest<'_>).cast::<IoRequest<'static>>();
                 q.jobs.push_back(Job {
                     req,
                     latch: Arc::clone(&latch),
