@@ -1,0 +1,118 @@
+//! Why this file exists: the one trait every device implements, so the cache
+//! engine, the I/O engines and the tests can treat a cache SSD, a backing
+//! disk, a RAM device and a fault-injecting wrapper alike.
+
+use std::os::unix::io::RawFd;
+
+use crate::error::{DeviceError, IoKind};
+
+/// A fixed-size array of bytes with positional, thread-safe I/O.
+///
+/// Every method takes `&self`: concurrent requests to disjoint ranges are
+/// safe and independent; concurrent overlapping writes give no atomicity
+/// guarantee (as on a real disk). Buffers and offsets may have any alignment:
+/// a device whose [`alignment`](BlockDevice::alignment) is above 1 handles
+/// unaligned requests itself (more slowly).
+pub trait BlockDevice: Send + Sync + std::fmt::Debug {
+    /// Size of the device in bytes.
+    fn len_bytes(&self) -> u64;
+
+    /// Fills `buf` with the bytes at `offset..offset + buf.len()`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError>;
+
+    /// Writes `data` at `offset`. Not durable until [`flush`](BlockDevice::flush) returns.
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError>;
+
+    /// Makes every completed write durable (`fdatasync` for files).
+    fn flush(&self) -> Result<(), DeviceError>;
+
+    /// Tells the device that `offset..offset + len` is no longer needed.
+    /// Its contents are unspecified afterwards. The default does nothing.
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        check_range(self, IoKind::Discard, offset, len)
+    }
+
+    /// Alignment in bytes that buffers, offsets and lengths need for the
+    /// fast path: 1 normally, the direct-I/O alignment (512 or 4096) when
+    /// the device bypasses the page cache. Unaligned requests still work.
+    fn alignment(&self) -> usize {
+        1
+    }
+
+    /// A name for messages: the path for files.
+    fn name(&self) -> &str;
+
+    /// The raw file descriptor an I/O engine may drive directly (io_uring),
+    /// or `None` when requests must go through `read_at` / `write_at`
+    /// (RAM devices, fault-injecting wrappers).
+    fn raw_target(&self) -> Option<RawTarget> {
+        None
+    }
+}
+
+/// What an engine needs to drive a device's file descriptor itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawTarget {
+    /// The descriptor; valid as long as the device lives.
+    pub fd: RawFd,
+    /// Alignment of buffer address, offset and length required by the fd
+    /// (1 unless opened with `O_DIRECT`).
+    pub alignment: usize,
+    /// Whether writes must be refused.
+    pub read_only: bool,
+}
+
+/// Checks that `offset..offset + len` lies within `dev`.
+pub fn check_range<D: BlockDevice + ?Sized>(
+    dev: &D,
+    kind: IoKind,
+    offset: u64,
+    len: u64,
+) -> Result<(), DeviceError> {
+    let size = dev.len_bytes();
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(DeviceError::OutOfRange {
+            device: dev.name().to_string(),
+            kind,
+            offset,
+            len,
+            size,
+        }),
+    }
+}
+
+/// Whether a buffer address, offset and length all satisfy `alignment`.
+pub fn is_aligned(ptr: *const u8, offset: u64, len: usize, alignment: usize) -> bool {
+    alignment <= 1
+        || ((ptr as usize).is_multiple_of(alignment)
+            && offset.is_multiple_of(alignment as u64)
+            && len.is_multiple_of(alignment))
+}
+
+impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
+    fn len_bytes(&self) -> u64 {
+        (**self).len_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+        (**self).write_at(data, offset)
+    }
+    fn flush(&self) -> Result<(), DeviceError> {
+        (**self).flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        (**self).discard(offset, len)
+    }
+    fn alignment(&self) -> usize {
+        (**self).alignment()
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn raw_target(&self) -> Option<RawTarget> {
+        (**self).raw_target()
+    }
+}

@@ -1,0 +1,438 @@
+//! Why this file exists: the cache device and the backends are files or
+//! block devices. `FileDevice` gives them positional, thread-safe I/O with
+//! optional `O_DIRECT` (bypassing the page cache so the cache's own memory
+//! is the only cache), hides direct I/O's alignment rules behind an aligned
+//! bounce buffer, and makes `flush` mean `fdatasync`.
+
+use std::fs::File;
+use std::io::{self, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::aligned::AlignedBuf;
+use crate::device::{check_range, is_aligned, BlockDevice, RawTarget};
+use crate::error::{DeviceError, IoKind};
+
+/// Stripes of the lock that serialises read-modify-write of one aligned block.
+const RMW_STRIPES: usize = 64;
+
+/// How to open a [`FileDevice`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Ask for `O_DIRECT`. If the filesystem refuses it (tmpfs answers
+    /// `EINVAL`), the device is opened buffered and reports
+    /// [`DirectIo::FellBack`].
+    pub direct: bool,
+    /// Create the file if it is missing and make it at least this many bytes
+    /// (sparse); the device's size is then exactly this. For a block device
+    /// the size must not exceed the device's; the device is then limited to it.
+    pub create_size: Option<u64>,
+    /// Open read-only: writes, flushes of data and discards are refused.
+    pub read_only: bool,
+}
+
+/// Whether a device bypasses the page cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DirectIo {
+    /// Not asked for.
+    Off,
+    /// `O_DIRECT` is in effect; requests aligned to `alignment` go straight
+    /// to the device, others through a bounce buffer.
+    On {
+        /// Required alignment of buffers, offsets and lengths.
+        alignment: usize,
+    },
+    /// Asked for, refused by the filesystem with `errno`; the device is
+    /// buffered (the page cache is in use).
+    FellBack {
+        /// The errno of the refused open (`EINVAL` on tmpfs).
+        errno: i32,
+    },
+}
+
+/// A regular file or a block device.
+#[derive(Debug)]
+pub struct FileDevice {
+    file: File,
+    path: PathBuf,
+    name: String,
+    len: u64,
+    direct: DirectIo,
+    align: usize,
+    read_only: bool,
+    block_device: bool,
+    rmw_locks: Box<[Mutex<()>]>,
+}
+
+fn open_err(path: &Path, what: &'static str, source: io::Error) -> DeviceError {
+    DeviceError::Open {
+        path: path.to_path_buf(),
+        what,
+        source,
+    }
+}
+
+impl FileDevice {
+    /// Opens `path` as a device.
+    pub fn open(path: impl AsRef<Path>, opts: OpenOptions) -> Result<FileDevice, DeviceError> {
+        let path = path.as_ref();
+        if opts.read_only && opts.create_size.is_some() {
+            return Err(open_err(
+                path,
+                "options",
+                io::Error::new(io::ErrorKind::InvalidInput, "create_size with read_only"),
+            ));
+        }
+        let open = |direct: bool| {
+            let mut o = std::fs::OpenOptions::new();
+            o.read(true).write(!opts.read_only);
+            if opts.create_size.is_some() {
+                o.create(true);
+            }
+            if direct {
+                o.custom_flags(libc::O_DIRECT);
+            }
+            o.open(path)
+        };
+        let (mut file, mut direct) = open_direct_or_fallback(path, opts.direct, open)?;
+        let meta = file.metadata().map_err(|e| open_err(path, "stat", e))?;
+        let block_device = meta.file_type().is_block_device();
+        let mut len = if block_device {
+            file.seek(SeekFrom::End(0))
+                .map_err(|e| open_err(path, "seek to end", e))?
+        } else if meta.is_file() {
+            meta.len()
+        } else {
+            return Err(open_err(
+                path,
+                "type",
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "neither a regular file nor a block device",
+                ),
+            ));
+        };
+        if let Some(size) = opts.create_size {
+            if block_device {
+                if size > len {
+                    return Err(open_err(
+                        path,
+                        "size",
+                        io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!("create_size {size} exceeds the block device's {len} bytes"),
+                        ),
+                    ));
+                }
+            } else if len < size {
+                file.set_len(size)
+                    .map_err(|e| open_err(path, "extend (sparse)", e))?;
+            }
+            len = size;
+        }
+        let align = if let DirectIo::On { .. } = direct {
+            let a = direct_alignment(&file, block_device);
+            direct = DirectIo::On { alignment: a };
+            a
+        } else {
+            1
+        };
+        Ok(FileDevice {
+            file,
+            path: path.to_path_buf(),
+            name: path.display().to_string(),
+            len,
+            direct,
+            align,
+            read_only: opts.read_only,
+            block_device,
+            rmw_locks: (0..RMW_STRIPES).map(|_| Mutex::new(())).collect(),
+        })
+    }
+
+    /// Whether `O_DIRECT` is in effect, off, or was refused.
+    pub fn direct_io(&self) -> &DirectIo {
+        &self.direct
+    }
+
+    /// The path the device was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the path is a block device (rather than a regular file).
+    pub fn is_block_device(&self) -> bool {
+        self.block_device
+    }
+
+    fn io_err(&self, kind: IoKind, offset: u64, len: usize, source: io::Error) -> DeviceError {
+        DeviceError::Io {
+            device: self.name.clone(),
+            kind,
+            offset,
+            len: len as u64,
+            source,
+        }
+    }
+
+    fn read_only_err(&self, kind: IoKind, offset: u64, len: u64) -> DeviceError {
+        DeviceError::ReadOnly {
+            device: self.name.clone(),
+            kind,
+            offset,
+            len,
+        }
+    }
+
+    /// Reads `buf` at `offset`, tolerating end of file once at least `need`
+    /// bytes are in (the rest of `buf` is then left as it was). Stops after
+    /// a short read that satisfied `need`: with `O_DIRECT` the next offset
+    /// would be unaligned.
+    fn read_upto(&self, buf: &mut [u8], offset: u64, need: usize) -> io::Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let short = done + n < buf.len();
+                    done += n;
+                    if short && done >= need {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if done < need {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("end of file after {done} of {need} bytes"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn align_down(&self, x: u64) -> u64 {
+        x - x % self.align as u64
+    }
+
+    fn align_up(&self, x: u64) -> u64 {
+        self.align_down(x + self.align as u64 - 1)
+    }
+}
+
+/// Opens with `O_DIRECT` if asked, and without it if the filesystem
+/// answers `EINVAL` (the page cache is then in use: [`DirectIo::FellBack`]).
+fn open_direct_or_fallback(
+    path: &Path,
+    direct: bool,
+    open: impl Fn(bool) -> io::Result<File>,
+) -> Result<(File, DirectIo), DeviceError> {
+    if !direct {
+        let f = open(false).map_err(|e| open_err(path, "open", e))?;
+        return Ok((f, DirectIo::Off));
+    }
+    match open(true) {
+        Ok(f) => Ok((f, DirectIo::On { alignment: 0 })),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            let f = open(false).map_err(|e| open_err(path, "open", e))?;
+            Ok((f, DirectIo::FellBack { errno: libc::EINVAL }))
+        }
+        Err(e) => Err(open_err(path, "open with O_DIRECT", e)),
+    }
+}
+
+/// The direct-I/O alignment of an open file: the logical block size for a
+/// block device, `statx`'s DIO alignment for a file, 4096 when unknown.
+fn direct_alignment(file: &File, block_device: bool) -> usize {
+    let fd = file.as_raw_fd();
+    let mut align = 0usize;
+    if block_device {
+        let mut ssz: libc::c_int = 0;
+        // SAFETY: BLKSSZGET writes one int to the pointer we pass.
+        if unsafe { libc::ioctl(fd, libc::BLKSSZGET, &mut ssz) } == 0 && ssz > 0 {
+            align = ssz as usize;
+        }
+    } else {
+        // SAFETY: statx with AT_EMPTY_PATH on a valid fd fills the struct we own.
+        let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+        let rc = unsafe {
+            libc::statx(
+                fd,
+                c"".as_ptr(),
+                libc::AT_EMPTY_PATH,
+                libc::STATX_DIOALIGN,
+                &mut stx,
+            )
+        };
+        if rc == 0 && stx.stx_mask & libc::STATX_DIOALIGN != 0 {
+            align = (stx.stx_dio_offset_align as usize).max(stx.stx_dio_mem_align as usize);
+        }
+    }
+    if align == 0 || !align.is_power_of_two() {
+        4096
+    } else {
+        align
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn len_bytes(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        check_range(self, IoKind::Read, offset, buf.len() as u64)?;
+        let len = buf.len();
+        if len == 0 {
+            return Ok(());
+        }
+        if is_aligned(buf.as_ptr(), offset, len, self.align) {
+            return self
+                .read_upto(buf, offset, len)
+                .map_err(|e| self.io_err(IoKind::Read, offset, len, e));
+        }
+        let start = self.align_down(offset);
+        let end = self.align_up(offset + len as u64);
+        let mut bounce = AlignedBuf::zeroed((end - start) as usize, self.align);
+        let skip = (offset - start) as usize;
+        self.read_upto(&mut bounce, start, skip + len)
+            .map_err(|e| self.io_err(IoKind::Read, offset, len, e))?;
+        buf.copy_from_slice(&bounce[skip..skip + len]);
+        Ok(())
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+        let len = data.len();
+        if self.read_only {
+            return Err(self.read_only_err(IoKind::Write, offset, len as u64));
+        }
+        check_range(self, IoKind::Write, offset, len as u64)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let err = |e| self.io_err(IoKind::Write, offset, len, e);
+        if is_aligned(data.as_ptr(), offset, len, self.align) {
+            return self.file.write_all_at(data, offset).map_err(err);
+        }
+        let a = self.align as u64;
+        let start = self.align_down(offset);
+        let end = self.align_up(offset + len as u64);
+        let mut bounce = AlignedBuf::zeroed((end - start) as usize, self.align);
+        let skip = (offset - start) as usize;
+        let head_partial = offset != start;
+        let tail_partial = offset + len as u64 != end;
+        if !head_partial && !tail_partial {
+            // Only the buffer address is unaligned: copy, no read needed.
+            bounce.copy_from_slice(data);
+            return self.file.write_all_at(&bounce, start).map_err(err);
+        }
+        // Read-modify-write of the partial first and last blocks, under the
+        // stripe locks of those blocks so that two sub-block writes to
+        // disjoint bytes of one block do not lose each other's bytes.
+        let first_block = start / a;
+        let last_block = end / a - 1;
+        let s1 = (first_block % RMW_STRIPES as u64) as usize;
+        let s2 = (last_block % RMW_STRIPES as u64) as usize;
+        let (lo, hi) = (s1.min(s2), s1.max(s2));
+        let _g1 = self.rmw_locks[lo].lock().unwrap_or_else(|p| p.into_inner());
+        let _g2 = (hi != lo).then(|| self.rmw_locks[hi].lock().unwrap_or_else(|p| p.into_inner()));
+        let blen = bounce.len();
+        let ab = self.align;
+        if head_partial {
+            self.read_upto(&mut bounce[..ab], start, 0).map_err(err)?;
+        }
+        if tail_partial && (last_block != first_block || !head_partial) {
+            self.read_upto(&mut bounce[blen - ab..], end - a, 0)
+                .map_err(err)?;
+        }
+        bounce[skip..skip + len].copy_from_slice(data);
+        self.file.write_all_at(&bounce, start).map_err(err)
+    }
+
+    fn flush(&self) -> Result<(), DeviceError> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.file
+            .sync_data()
+            .map_err(|e| self.io_err(IoKind::Flush, 0, 0, e))
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        if self.read_only {
+            return Err(self.read_only_err(IoKind::Discard, offset, len));
+        }
+        check_range(self, IoKind::Discard, offset, len)?;
+        if self.block_device || len == 0 {
+            return Ok(());
+        }
+        // SAFETY: fallocate on our own fd with plain integer arguments.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                return Ok(());
+            }
+            return Err(self.io_err(IoKind::Discard, offset, len as usize, e));
+        }
+        Ok(())
+    }
+
+    fn alignment(&self) -> usize {
+        self.align
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn raw_target(&self) -> Option<RawTarget> {
+        Some(RawTarget {
+            fd: self.file.as_raw_fd(),
+            alignment: self.align,
+            read_only: self.read_only,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_refused_with_einval_falls_back_to_buffered() {
+        // tmpfs accepts O_DIRECT since Linux 6.6, so the refusal is simulated.
+        let path = std::env::temp_dir().join(format!("iocache-fallback-{}", std::process::id()));
+        let opener = |direct: bool| {
+            if direct {
+                Err(io::Error::from_raw_os_error(libc::EINVAL))
+            } else {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+            }
+        };
+        let (_f, d) = open_direct_or_fallback(&path, true, opener).unwrap();
+        assert_eq!(d, DirectIo::FellBack { errno: libc::EINVAL });
+        let (_f, d) = open_direct_or_fallback(&path, false, opener).unwrap();
+        assert_eq!(d, DirectIo::Off);
+        let e = open_direct_or_fallback(&path, true, |_| Err(io::Error::from_raw_os_error(libc::EACCES)))
+            .unwrap_err();
+        assert!(e.to_string().contains("iocache-fallback"), "{e}");
+        let _ = std::fs::remove_file(&path);
+    }
+}

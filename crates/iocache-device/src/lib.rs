@@ -1,0 +1,24 @@
+//! Why this crate exists: the device layer of iocache. The policy core
+//! decides which bytes move between the cache device and the backends; this
+//! crate moves them: block devices (files and block devices with optional
+//! `O_DIRECT`, RAM, a fault-injecting wrapper for tests) behind one
+//! [`BlockDevice`] trait, and I/O engines ([`PsyncEngine`], [`UringEngine`])
+//! that run a batch of positional reads and writes with the batch's I/Os in
+//! flight together.
+
+mod aligned;
+mod device;
+mod engine;
+mod error;
+mod fault;
+mod file;
+mod mem;
+mod rng;
+
+pub use aligned::AlignedBuf;
+pub use device::{check_range, is_aligned, BlockDevice, RawTarget};
+pub use engine::{IoBuf, IoEngine, IoRequest, PsyncEngine, UringEngine, UringStats};
+pub use error::{DeviceError, IoKind};
+pub use fault::{FaultDevice, FaultStats, PowerCut, PowerCutReport, SECTOR};
+pub use file::{DirectIo, FileDevice, OpenOptions};
+pub use mem::MemDevice;
