@@ -769,6 +769,45 @@ impl Cache {
         self.free.is_empty() && self.dirty_lines() == self.resident_lines()
     }
 
+    /// Forgets sectors `[first_sector, end_sector)` of `key` without writing
+    /// anything back, for a runtime whose cache-device write for them failed:
+    /// the cache must not serve data it could not store. The line is dropped
+    /// once it has no valid sector left. Returns whether anything was forgotten.
+    pub fn forget_sectors(&mut self, key: LineKey, first_sector: u32, end_sector: u32) -> bool {
+        let Some(slot) = self.lookup(key) else {
+            return false;
+        };
+        let end = end_sector.min(self.line.sectors());
+        bitmap::clear_range(self.valid_mut(slot), first_sector, end);
+        bitmap::clear_range(self.dirty_mut(slot), first_sector, end);
+        self.slots[slot as usize].generation += 1;
+        if bitmap::any(self.valid_of(slot)) {
+            if self.unmark_dirty_if_clean(slot) {
+                self.policy.on_clean(slot);
+            }
+        } else {
+            self.policy.on_remove(slot);
+            self.unmark_dirty_if_clean(slot);
+            let meta = &mut self.slots[slot as usize];
+            meta.resident = false;
+            self.index.remove(&key, slot);
+            self.free.push(slot);
+            self.stats.invalidations += 1;
+        }
+        true
+    }
+
+    /// The line held by `slot`, if any.
+    pub fn key_in_slot(&self, slot: SlotId) -> Option<LineKey> {
+        let meta = self.slots.get(slot as usize)?;
+        meta.resident.then_some(meta.key)
+    }
+
+    /// The line size.
+    pub fn line_size(&self) -> LineSize {
+        self.line
+    }
+
     /// When the background cleaner should next run, if ever (see [`CleaningPolicy`]).
     /// A runtime sleeps until then (the engine) or runs it before the first
     /// request at or after that time (the simulator).

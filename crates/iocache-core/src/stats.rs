@@ -58,6 +58,39 @@ pub struct CacheStats {
     pub cache_write_bytes: u64,
 }
 
+/// Applies `$op` (`+=` or `-=`) to every scalar counter of `$a` with `$b`'s.
+macro_rules! for_each_counter {
+    ($a:expr, $b:expr, $op:tt) => {
+        $a.requests $op $b.requests;
+        $a.read_requests $op $b.read_requests;
+        $a.write_requests $op $b.write_requests;
+        $a.accesses $op $b.accesses;
+        $a.read_accesses $op $b.read_accesses;
+        $a.write_accesses $op $b.write_accesses;
+        $a.full_hits $op $b.full_hits;
+        $a.partial_hits $op $b.partial_hits;
+        $a.misses $op $b.misses;
+        $a.read_hits $op $b.read_hits;
+        $a.write_hits $op $b.write_hits;
+        $a.requested_bytes $op $b.requested_bytes;
+        $a.hit_bytes $op $b.hit_bytes;
+        $a.promotions $op $b.promotions;
+        $a.evictions $op $b.evictions;
+        $a.eviction_batches $op $b.eviction_batches;
+        $a.invalidations $op $b.invalidations;
+        $a.dirty_writebacks $op $b.dirty_writebacks;
+        $a.flushed_lines $op $b.flushed_lines;
+        $a.bypassed_accesses $op $b.bypassed_accesses;
+        $a.write_miss_bypasses $op $b.write_miss_bypasses;
+        $a.seq_cutoff_requests $op $b.seq_cutoff_requests;
+        $a.cleaner_runs $op $b.cleaner_runs;
+        $a.backend_read_bytes $op $b.backend_read_bytes;
+        $a.backend_write_bytes $op $b.backend_write_bytes;
+        $a.cache_read_bytes $op $b.cache_read_bytes;
+        $a.cache_write_bytes $op $b.cache_write_bytes;
+    };
+}
+
 impl CacheStats {
     pub fn hit_ratio(&self) -> f64 {
         ratio(self.full_hits, self.accesses)
@@ -80,44 +113,28 @@ impl CacheStats {
 
     /// Counters accumulated after `earlier` was taken.
     pub fn since(&self, earlier: &CacheStats) -> CacheStats {
-        let mut eviction_batch_sizes = self.eviction_batch_sizes;
-        for (now, then) in eviction_batch_sizes.iter_mut().zip(earlier.eviction_batch_sizes) {
+        let mut out = *self;
+        for (now, then) in out
+            .eviction_batch_sizes
+            .iter_mut()
+            .zip(earlier.eviction_batch_sizes)
+        {
             *now -= then;
         }
-        macro_rules! diff {
-            ($($field:ident),*) => {
-                CacheStats { eviction_batch_sizes, $($field: self.$field - earlier.$field),* }
-            };
+        for_each_counter!(out, earlier, -=);
+        out
+    }
+
+    /// Adds `other`'s counters to these (totals over several caches).
+    pub fn merge(&mut self, other: &CacheStats) {
+        for (mine, theirs) in self
+            .eviction_batch_sizes
+            .iter_mut()
+            .zip(other.eviction_batch_sizes)
+        {
+            *mine += theirs;
         }
-        diff!(
-            requests,
-            read_requests,
-            write_requests,
-            accesses,
-            read_accesses,
-            write_accesses,
-            full_hits,
-            partial_hits,
-            misses,
-            read_hits,
-            write_hits,
-            requested_bytes,
-            hit_bytes,
-            promotions,
-            evictions,
-            eviction_batches,
-            invalidations,
-            dirty_writebacks,
-            flushed_lines,
-            bypassed_accesses,
-            write_miss_bypasses,
-            seq_cutoff_requests,
-            cleaner_runs,
-            backend_read_bytes,
-            backend_write_bytes,
-            cache_read_bytes,
-            cache_write_bytes
-        )
+        for_each_counter!(self, other, +=);
     }
 }
 

@@ -363,3 +363,22 @@ fn rejects_unaligned_and_empty_requests() {
     assert!(c.access(&Request::write(0, 0, 0, 0), &mut ops).is_err());
     assert_eq!(c.stats().requests, 0);
 }
+
+#[test]
+fn forget_sectors_drops_what_the_device_could_not_store() {
+    let mut c = cache(2, 4096, with(WritePolicy::WriteBack));
+    ops_of(&mut c, Request::write(0, 0, 4096, 0));
+    assert!(c.forget_sectors(key(0), 0, 4));
+    let state = c.line_state(key(0)).unwrap();
+    assert_eq!((state.valid_sectors, state.dirty_sectors), (4, 4));
+    assert!(c.forget_sectors(key(0), 4, 8));
+    assert_eq!(c.line_state(key(0)), None);
+    assert_eq!(c.dirty_lines(), 0);
+    assert!(!c.forget_sectors(key(0), 0, 8));
+    c.check_invariants();
+    // The freed slot is reused.
+    ops_of(&mut c, Request::read(0, 8192, 4096, 1));
+    ops_of(&mut c, Request::read(0, 16384, 4096, 2));
+    assert_eq!(c.stats().evictions, 0);
+    c.check_invariants();
+}

@@ -1,0 +1,789 @@
+//! The engine: shards of the policy core, per-key ticket queues, and the code
+//! that runs each request's ops on the cache device and the backend. See the
+//! crate documentation for the locking protocol.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use iocache_core::{
+    Cache, CacheConfig, CacheStats, CoreError, FlushOrder, FlushToken, IoKind, LineKey, Op, OpList, Request,
+    WritePolicy, SECTOR_BYTES,
+};
+use iocache_device::{BlockDevice, DeviceError};
+use thiserror::Error;
+
+/// Lines are assigned to shards in runs of this many, so that a request
+/// usually stays within one shard and its backend transfers stay merged.
+pub const SHARD_SPAN_LINES: u64 = 64;
+
+/// Shards at most in `fine` mode.
+const SHARDS_MAX: usize = 64;
+/// Lines per shard at least in `fine` mode.
+const SHARD_LINES_MIN: u64 = 16;
+/// Longest sleep of the background cleaner between checks.
+const CLEANER_POLL: Duration = Duration::from_millis(50);
+/// Lines written back per batch when flushing everything.
+const FLUSH_ALL_BATCH: usize = 256;
+
+/// How lookups are parallelized (the ASPLOS'23 lookup architectures).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Many independently locked shards; no global lock on the hit path.
+    Fine,
+    /// One shard behind one global lock.
+    Coarse,
+    /// One thread makes every lookup decision.
+    Single,
+}
+
+impl FromStr for Lookup {
+    type Err = EngineError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "fine" => Ok(Lookup::Fine),
+            "coarse" => Ok(Lookup::Coarse),
+            "single" => Ok(Lookup::Single),
+            other => Err(EngineError::Config(format!(
+                "unknown lookup `{other}`; expected fine, coarse or single"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for Lookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Lookup::Fine => "fine",
+            Lookup::Coarse => "coarse",
+            Lookup::Single => "single",
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// The whole cache: `capacity_lines` is split across the shards.
+    pub cache: CacheConfig,
+    pub lookup: Lookup,
+    /// Shards in `fine` mode; 0 chooses (up to 64, at least 16 lines each).
+    pub shards: usize,
+}
+
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("request at offset {offset} of length {length} lies outside the volume of {size} bytes")]
+    OutOfRange { offset: u64, length: u64, size: u64 },
+    #[error("request at offset {offset} of length {length} is not aligned to 512-byte sectors")]
+    Unaligned { offset: u64, length: u64 },
+    #[error("the cache device holds {device_bytes} bytes, less than the cache's {cache_bytes}")]
+    CacheDeviceTooSmall { device_bytes: u64, cache_bytes: u64 },
+    #[error("engine configuration: {0}")]
+    Config(String),
+    #[error("the engine is shut down")]
+    Shutdown,
+    #[error("{lines} dirty lines could not be written back to the backend")]
+    DirtyLinesRemain { lines: u64 },
+}
+
+/// Counters of the whole engine.
+#[derive(Clone, Debug, Default)]
+pub struct EngineStats {
+    /// The policy cores' counters, summed over shards.
+    pub cache: CacheStats,
+    pub capacity_lines: u64,
+    pub resident_lines: u64,
+    pub dirty_lines: u64,
+    pub shards: usize,
+    /// Requests that failed with a device error.
+    pub io_errors: u64,
+    /// Lines whose cache-device write failed and were forgotten.
+    pub forgotten_lines: u64,
+}
+
+/// What a ticket orders: a line of a volume (its backend range and its
+/// metadata) or a slot of the shard's region of the cache device (whatever
+/// line it holds: a clean victim leaves no trace in the op list but its slot
+/// is refilled).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum TicketKey {
+    Line(LineKey),
+    Slot(u32),
+}
+
+/// One key's FIFO: tickets `serving..next` are waiting or running.
+#[derive(Default)]
+struct KeyQueue {
+    next: u64,
+    serving: u64,
+}
+
+struct ShardState {
+    cache: Cache,
+    queues: HashMap<TicketKey, KeyQueue>,
+    ops: OpList,
+    tokens: Vec<FlushToken>,
+}
+
+struct Shard {
+    state: Mutex<ShardState>,
+    served: Condvar,
+    /// First slot of this shard on the cache device.
+    base_slot: u64,
+}
+
+/// A contiguous part of a request that falls in one shard.
+#[derive(Clone, Copy)]
+struct Segment {
+    shard: usize,
+    request: Request,
+    /// Where this segment starts in the request's buffer.
+    buffer_offset: usize,
+}
+
+struct PlannedSegment {
+    shard: usize,
+    buffer_offset: usize,
+    ops: Vec<Op>,
+}
+
+/// The decisions for one request and the tickets it must wait for.
+struct Plan {
+    segments: Vec<PlannedSegment>,
+    tickets: Vec<(usize, TicketKey, u64)>,
+}
+
+/// The client's buffer: read into, or written from.
+enum Buffer<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+}
+
+struct Inner {
+    shards: Vec<Shard>,
+    line_bytes: u64,
+    line_shift: u32,
+    cache_dev: Arc<dyn BlockDevice>,
+    backend: Arc<dyn BlockDevice>,
+    write_policy: WritePolicy,
+    started: Instant,
+    stopping: AtomicBool,
+    io_errors: AtomicU64,
+    forgotten_lines: AtomicU64,
+}
+
+type DecideJob = (Vec<Segment>, mpsc::Sender<Result<Plan, EngineError>>);
+
+pub struct Engine {
+    inner: Arc<Inner>,
+    lookup: Lookup,
+    single: Option<Mutex<mpsc::Sender<DecideJob>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Builds the engine over a cache device and one backend volume (volume 0).
+    pub fn new(
+        config: EngineConfig,
+        cache_dev: Arc<dyn BlockDevice>,
+        backend: Arc<dyn BlockDevice>,
+    ) -> Result<Engine, EngineError> {
+        config.cache.validate()?;
+        let line_bytes = config.cache.line_size.bytes();
+        let capacity = config.cache.capacity_lines;
+        let cache_bytes = capacity * line_bytes;
+        if cache_dev.len_bytes() < cache_bytes {
+            return Err(EngineError::CacheDeviceTooSmall {
+                device_bytes: cache_dev.len_bytes(),
+                cache_bytes,
+            });
+        }
+        let shards = match config.lookup {
+            Lookup::Coarse | Lookup::Single => 1,
+            Lookup::Fine if config.shards > 0 => config.shards,
+            Lookup::Fine => (capacity / SHARD_LINES_MIN).clamp(1, SHARDS_MAX as u64) as usize,
+        };
+        if shards as u64 > capacity {
+            return Err(EngineError::Config(format!(
+                "{shards} shards for a cache of {capacity} lines: each shard needs a line"
+            )));
+        }
+        let mut built = Vec::with_capacity(shards);
+        let mut base_slot = 0;
+        for i in 0..shards {
+            let lines = capacity / shards as u64 + u64::from((i as u64) < capacity % shards as u64);
+            let mut shard_config = config.cache.clone();
+            shard_config.capacity_lines = lines;
+            built.push(Shard {
+                state: Mutex::new(ShardState {
+                    cache: Cache::new(shard_config)?,
+                    queues: HashMap::new(),
+                    ops: OpList::new(),
+                    tokens: Vec::new(),
+                }),
+                served: Condvar::new(),
+                base_slot,
+            });
+            base_slot += lines;
+        }
+        let inner = Arc::new(Inner {
+            shards: built,
+            line_bytes,
+            line_shift: config.cache.line_size.shift(),
+            cache_dev,
+            backend,
+            write_policy: config.cache.write_policy,
+            started: Instant::now(),
+            stopping: AtomicBool::new(false),
+            io_errors: AtomicU64::new(0),
+            forgotten_lines: AtomicU64::new(0),
+        });
+        let mut threads = Vec::new();
+        let single = if config.lookup == Lookup::Single {
+            let (tx, rx) = mpsc::channel::<DecideJob>();
+            let decider = Arc::clone(&inner);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("iocache-lookup".into())
+                    .spawn(move || {
+                        for (segments, reply) in rx {
+                            let _ = reply.send(decider.decide(&segments));
+                        }
+                    })
+                    .map_err(|e| EngineError::Config(format!("cannot start the lookup thread: {e}")))?,
+            );
+            Some(Mutex::new(tx))
+        } else {
+            None
+        };
+        let cleaner = Arc::clone(&inner);
+        threads.push(
+            std::thread::Builder::new()
+                .name("iocache-cleaner".into())
+                .spawn(move || cleaner.run_cleaner())
+                .map_err(|e| EngineError::Config(format!("cannot start the cleaner thread: {e}")))?,
+        );
+        Ok(Engine {
+            inner,
+            lookup: config.lookup,
+            single,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    pub fn lookup(&self) -> Lookup {
+        self.lookup
+    }
+
+    /// The backend volume's size.
+    pub fn size_bytes(&self) -> u64 {
+        self.inner.backend.len_bytes()
+    }
+
+    pub fn write_policy(&self) -> WritePolicy {
+        self.inner.write_policy
+    }
+
+    /// Reads `buf.len()` bytes at `offset` of the volume.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        let segments = self.inner.segments(IoKind::Read, offset, buf.len() as u64)?;
+        let plan = self.decide(segments)?;
+        self.inner.run(plan, Buffer::Read(buf))
+    }
+
+    /// Writes `data` at `offset`; with `fua`, durable before returning.
+    pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), EngineError> {
+        let segments = self.inner.segments(IoKind::Write, offset, data.len() as u64)?;
+        let plan = self.decide(segments)?;
+        self.inner.run(plan, Buffer::Write(data))?;
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Makes every write completed before the call durable where the write
+    /// policy keeps it: the cache device for write-back and write-only, the
+    /// backend otherwise. Both are flushed, which covers a policy change.
+    pub fn flush(&self) -> Result<(), EngineError> {
+        self.inner.cache_dev.flush()?;
+        self.inner.backend.flush()?;
+        Ok(())
+    }
+
+    /// Writes every dirty line back to the backend and flushes it.
+    pub fn flush_all(&self) -> Result<(), EngineError> {
+        self.inner.flush_all()
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        let mut stats = EngineStats {
+            shards: self.inner.shards.len(),
+            io_errors: self.inner.io_errors.load(Ordering::Relaxed),
+            forgotten_lines: self.inner.forgotten_lines.load(Ordering::Relaxed),
+            ..EngineStats::default()
+        };
+        for shard in &self.inner.shards {
+            let state = lock(&shard.state);
+            stats.cache.merge(state.cache.stats());
+            stats.capacity_lines += state.cache.capacity_lines();
+            stats.resident_lines += state.cache.resident_lines();
+            stats.dirty_lines += state.cache.dirty_lines();
+        }
+        stats
+    }
+
+    /// Stops the background threads, writes back every dirty line and
+    /// flushes the devices. Requests still arriving afterwards fail.
+    pub fn shutdown(&self) -> Result<(), EngineError> {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        if let Some(single) = &self.single {
+            // Closing the channel ends the lookup thread.
+            drop(std::mem::replace(&mut *lock(single), mpsc::channel().0));
+        }
+        for handle in lock(&self.threads).drain(..) {
+            let _ = handle.join();
+        }
+        self.inner.flush_all()
+    }
+
+    fn decide(&self, segments: Vec<Segment>) -> Result<Plan, EngineError> {
+        match &self.single {
+            None => self.inner.decide(&segments),
+            Some(sender) => {
+                let (tx, rx) = mpsc::channel();
+                lock(sender)
+                    .send((segments, tx))
+                    .map_err(|_| EngineError::Shutdown)?;
+                rx.recv().map_err(|_| EngineError::Shutdown)?
+            }
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        if let Some(single) = &self.single {
+            drop(std::mem::replace(&mut *lock(single), mpsc::channel().0));
+        }
+        for handle in lock(&self.threads).drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding a shard lock leaves its state as consistent as the
+    // core keeps it between calls; keep serving rather than poison everything.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl Inner {
+    fn now_ns(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+
+    fn shard_of(&self, key: LineKey) -> usize {
+        if self.shards.len() == 1 {
+            return 0;
+        }
+        let span = (u64::from(key.volume) << 48) ^ (key.line_index / SHARD_SPAN_LINES);
+        (mix(span) % self.shards.len() as u64) as usize
+    }
+
+    fn key_of(&self, volume: u32, offset_bytes: u64) -> LineKey {
+        LineKey {
+            volume,
+            line_index: offset_bytes >> self.line_shift,
+        }
+    }
+
+    /// Validates a request and cuts it into per-shard segments.
+    fn segments(&self, kind: IoKind, offset: u64, length: u64) -> Result<Vec<Segment>, EngineError> {
+        if self.stopping.load(Ordering::Relaxed) {
+            return Err(EngineError::Shutdown);
+        }
+        let size = self.backend.len_bytes();
+        if length == 0 || offset.checked_add(length).is_none_or(|end| end > size) {
+            return Err(EngineError::OutOfRange { offset, length, size });
+        }
+        if !offset.is_multiple_of(SECTOR_BYTES) || !length.is_multiple_of(SECTOR_BYTES) {
+            return Err(EngineError::Unaligned { offset, length });
+        }
+        let now_ns = self.now_ns();
+        let span_bytes = SHARD_SPAN_LINES * self.line_bytes;
+        let mut segments = Vec::new();
+        let mut at = offset;
+        let end = offset + length;
+        while at < end {
+            let span_end = (at / span_bytes + 1) * span_bytes;
+            let seg_end = span_end.min(end);
+            let request = Request {
+                volume: 0,
+                offset_bytes: at,
+                length_bytes: seg_end - at,
+                kind,
+                now_ns,
+            };
+            segments.push(Segment {
+                shard: self.shard_of(self.key_of(0, at)),
+                request,
+                buffer_offset: (at - offset) as usize,
+            });
+            at = seg_end;
+        }
+        Ok(segments)
+    }
+
+    /// Steps 1-2 of the protocol: decisions and tickets under the shard locks.
+    fn decide(&self, segments: &[Segment]) -> Result<Plan, EngineError> {
+        let mut order: Vec<usize> = segments.iter().map(|s| s.shard).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<(usize, MutexGuard<'_, ShardState>)> =
+            order.iter().map(|&i| (i, lock(&self.shards[i].state))).collect();
+        let mut plan = Plan {
+            segments: Vec::with_capacity(segments.len()),
+            tickets: Vec::new(),
+        };
+        let mut keys: Vec<(usize, TicketKey)> = Vec::new();
+        for segment in segments {
+            let Some((_, state)) = guards.iter_mut().find(|(i, _)| *i == segment.shard) else {
+                unreachable!("every segment's shard is locked");
+            };
+            let ShardState { cache, ops, .. } = &mut **state;
+            cache.access(&segment.request, ops)?;
+            let request = &segment.request;
+            let first = request.offset_bytes >> self.line_shift;
+            let last = (request.offset_bytes + request.length_bytes - 1) >> self.line_shift;
+            for line_index in first..=last {
+                keys.push((
+                    segment.shard,
+                    TicketKey::Line(LineKey {
+                        volume: 0,
+                        line_index,
+                    }),
+                ));
+            }
+            for op in ops.ops() {
+                match *op {
+                    Op::WriteBack {
+                        slot,
+                        volume,
+                        offset_bytes,
+                        ..
+                    } => {
+                        keys.push((segment.shard, TicketKey::Line(self.key_of(volume, offset_bytes))));
+                        keys.push((segment.shard, TicketKey::Slot(slot)));
+                    }
+                    Op::Invalidate { slot, key } => {
+                        keys.push((segment.shard, TicketKey::Line(key)));
+                        keys.push((segment.shard, TicketKey::Slot(slot)));
+                    }
+                    Op::ReadCache { slot, .. } | Op::WriteCache { slot, .. } => {
+                        keys.push((segment.shard, TicketKey::Slot(slot)))
+                    }
+                    Op::ReadBackend { .. } | Op::WriteBackend { .. } => {}
+                }
+            }
+            plan.segments.push(PlannedSegment {
+                shard: segment.shard,
+                buffer_offset: segment.buffer_offset,
+                ops: ops.ops().to_vec(),
+            });
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        for (shard, key) in keys {
+            let Some((_, state)) = guards.iter_mut().find(|(i, _)| *i == shard) else {
+                unreachable!("every ticket's shard is locked");
+            };
+            let queue = state.queues.entry(key).or_default();
+            plan.tickets.push((shard, key, queue.next));
+            queue.next += 1;
+        }
+        drop(guards);
+        Ok(plan)
+    }
+
+    fn wait_for_tickets(&self, tickets: &[(usize, TicketKey, u64)]) {
+        for &(shard, key, ticket) in tickets {
+            let shard = &self.shards[shard];
+            let mut state = lock(&shard.state);
+            while state.queues.get(&key).map_or(ticket, |q| q.serving) != ticket {
+                state = shard.served.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+
+    fn release_tickets(&self, tickets: &[(usize, TicketKey, u64)]) {
+        let mut i = 0;
+        while i < tickets.len() {
+            let shard_index = tickets[i].0;
+            let shard = &self.shards[shard_index];
+            let mut state = lock(&shard.state);
+            while i < tickets.len() && tickets[i].0 == shard_index {
+                let key = tickets[i].1;
+                if let Some(queue) = state.queues.get_mut(&key) {
+                    queue.serving += 1;
+                    if queue.serving == queue.next {
+                        state.queues.remove(&key);
+                    }
+                }
+                i += 1;
+            }
+            drop(state);
+            shard.served.notify_all();
+        }
+    }
+
+    /// Step 3: wait, execute, release.
+    fn run(&self, plan: Plan, mut buffer: Buffer<'_>) -> Result<(), EngineError> {
+        self.wait_for_tickets(&plan.tickets);
+        let mut result = Ok(());
+        for segment in &plan.segments {
+            if let Err(e) = self.execute(segment, &mut buffer) {
+                result = Err(e);
+                break;
+            }
+        }
+        self.release_tickets(&plan.tickets);
+        if result.is_err() {
+            self.io_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn cache_offset(&self, shard: usize, slot: u32, line_offset: u32) -> u64 {
+        (self.shards[shard].base_slot + u64::from(slot)) * self.line_bytes + u64::from(line_offset)
+    }
+
+    fn execute(&self, segment: &PlannedSegment, buffer: &mut Buffer<'_>) -> Result<(), EngineError> {
+        let base = segment.buffer_offset;
+        for op in &segment.ops {
+            match *op {
+                Op::ReadCache {
+                    slot,
+                    line_offset_bytes,
+                    length_bytes,
+                    buffer_offset_bytes,
+                } => {
+                    let Buffer::Read(buf) = buffer else {
+                        unreachable!("the core reads only for read requests");
+                    };
+                    let at = base + buffer_offset_bytes as usize;
+                    self.cache_dev.read_at(
+                        &mut buf[at..at + length_bytes as usize],
+                        self.cache_offset(segment.shard, slot, line_offset_bytes),
+                    )?;
+                }
+                Op::ReadBackend {
+                    offset_bytes,
+                    length_bytes,
+                    buffer_offset_bytes,
+                    ..
+                } => {
+                    let Buffer::Read(buf) = buffer else {
+                        unreachable!("the core reads only for read requests");
+                    };
+                    let at = base + buffer_offset_bytes as usize;
+                    self.backend
+                        .read_at(&mut buf[at..at + length_bytes as usize], offset_bytes)?;
+                }
+                Op::WriteCache {
+                    slot,
+                    line_offset_bytes,
+                    length_bytes,
+                    buffer_offset_bytes,
+                } => {
+                    let at = base + buffer_offset_bytes as usize;
+                    let data = match buffer {
+                        Buffer::Read(buf) => &buf[at..at + length_bytes as usize],
+                        Buffer::Write(data) => &data[at..at + length_bytes as usize],
+                    };
+                    let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
+                    if let Err(e) = self.cache_dev.write_at(data, device_offset) {
+                        // The core believes those sectors are stored: make it forget them.
+                        self.forget(segment.shard, device_offset, length_bytes);
+                        if matches!(buffer, Buffer::Write(_)) {
+                            return Err(e.into());
+                        }
+                        // A failed fill only loses a cache copy: the read itself succeeded.
+                    }
+                }
+                Op::WriteBackend {
+                    offset_bytes,
+                    length_bytes,
+                    buffer_offset_bytes,
+                    ..
+                } => {
+                    let Buffer::Write(data) = buffer else {
+                        unreachable!("the core writes the backend only for write requests");
+                    };
+                    let at = base + buffer_offset_bytes as usize;
+                    self.backend
+                        .write_at(&data[at..at + length_bytes as usize], offset_bytes)?;
+                }
+                Op::WriteBack {
+                    slot,
+                    line_offset_bytes,
+                    length_bytes,
+                    offset_bytes,
+                    ..
+                } => {
+                    self.write_back(segment.shard, slot, line_offset_bytes, length_bytes, offset_bytes)?;
+                }
+                Op::Invalidate { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn write_back(
+        &self,
+        shard: usize,
+        slot: u32,
+        line_offset: u32,
+        length: u32,
+        backend_offset: u64,
+    ) -> Result<(), EngineError> {
+        let mut data = vec![0u8; length as usize];
+        self.cache_dev
+            .read_at(&mut data, self.cache_offset(shard, slot, line_offset))?;
+        self.backend.write_at(&data, backend_offset)?;
+        Ok(())
+    }
+
+    /// Drops the sectors of a failed cache-device write from the core's metadata.
+    fn forget(&self, shard: usize, device_offset: u64, length: u32) {
+        let shard_ref = &self.shards[shard];
+        let slot_in_shard = device_offset / self.line_bytes - shard_ref.base_slot;
+        let line_offset = (device_offset % self.line_bytes) as u32;
+        let mut state = lock(&shard_ref.state);
+        let ShardState { cache, .. } = &mut *state;
+        if let Some(key) = cache.key_in_slot(slot_in_shard as u32) {
+            let first = line_offset / SECTOR_BYTES as u32;
+            let end = first + length / SECTOR_BYTES as u32;
+            if cache.forget_sectors(key, first, end) {
+                self.forgotten_lines.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// One batch of flushing in `shard`: pick lines, wait for their keys,
+    /// write them back, then tell the core. Returns how many lines it took.
+    fn flush_batch(&self, shard_index: usize, order: FlushOrder, batch: usize, cleaner: bool) -> usize {
+        let shard = &self.shards[shard_index];
+        let (ops, tokens, tickets) = {
+            let mut state = lock(&shard.state);
+            let ShardState {
+                cache, ops, tokens, ..
+            } = &mut *state;
+            if cleaner {
+                cache.run_cleaner(self.now_ns(), ops, tokens);
+            } else {
+                cache.begin_flush(order, batch, ops, tokens);
+            }
+            if tokens.is_empty() {
+                return 0;
+            }
+            let ops = ops.ops().to_vec();
+            let tokens = tokens.clone();
+            let mut tickets = Vec::with_capacity(tokens.len() * 2);
+            for token in &tokens {
+                for key in [TicketKey::Line(token.key), TicketKey::Slot(token.slot)] {
+                    let queue = state.queues.entry(key).or_default();
+                    tickets.push((shard_index, key, queue.next));
+                    queue.next += 1;
+                }
+            }
+            (ops, tokens, tickets)
+        };
+        self.wait_for_tickets(&tickets);
+        let mut failed: Vec<LineKey> = Vec::new();
+        for op in &ops {
+            if let Op::WriteBack {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                volume,
+                offset_bytes,
+            } = *op
+            {
+                if self
+                    .write_back(shard_index, slot, line_offset_bytes, length_bytes, offset_bytes)
+                    .is_err()
+                {
+                    failed.push(self.key_of(volume, offset_bytes));
+                }
+            }
+        }
+        {
+            let mut state = lock(&shard.state);
+            for token in &tokens {
+                state.cache.complete_flush(token, !failed.contains(&token.key));
+            }
+        }
+        if !failed.is_empty() {
+            self.io_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        self.release_tickets(&tickets);
+        tokens.len()
+    }
+
+    fn flush_all(&self) -> Result<(), EngineError> {
+        for shard in 0..self.shards.len() {
+            // Bounded: each round cleans its batch or reports failure.
+            let mut rounds = 0;
+            while self.flush_batch(shard, FlushOrder::Address, FLUSH_ALL_BATCH, false) > 0 {
+                rounds += 1;
+                if rounds > 1_000_000 {
+                    break;
+                }
+            }
+            let dirty = lock(&self.shards[shard].state).cache.dirty_lines();
+            if dirty > 0 {
+                return Err(EngineError::DirtyLinesRemain { lines: dirty });
+            }
+        }
+        self.backend.flush()?;
+        Ok(())
+    }
+
+    /// The background cleaner: runs each shard's cleaning policy when due.
+    fn run_cleaner(&self) {
+        while !self.stopping.load(Ordering::Relaxed) {
+            let now = self.now_ns();
+            let mut next_wake = now + CLEANER_POLL.as_nanos() as u64;
+            for shard in 0..self.shards.len() {
+                let due = lock(&self.shards[shard].state).cache.next_cleaning_ns();
+                match due {
+                    Some(at) if at <= now => {
+                        self.flush_batch(shard, FlushOrder::Oldest, 0, true);
+                    }
+                    Some(at) => next_wake = next_wake.min(at),
+                    None => {}
+                }
+            }
+            let sleep = next_wake.saturating_sub(self.now_ns()).max(100_000);
+            std::thread::sleep(Duration::from_nanos(sleep).min(CLEANER_POLL));
+        }
+    }
+}

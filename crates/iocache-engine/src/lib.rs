@@ -1,0 +1,33 @@
+//! The real cache: executes the policy core's decisions on block devices,
+//! concurrently, and serves them as an NBD export.
+//!
+//! ## Concurrency
+//!
+//! The cache is split into shards, each a [`Cache`] of the policy core with
+//! its own lines and its own region of the cache device, behind its own
+//! mutex (`lookup = fine`; `coarse` is one shard, `single` is one shard whose
+//! decisions are all made by one dedicated thread). Lines are assigned to
+//! shards in runs of [`SHARD_SPAN_LINES`], so a typical request touches one
+//! shard.
+//!
+//! A request:
+//! 1. locks the shards it touches, in ascending order;
+//! 2. asks each shard's core for its decisions (the op list) and, for every
+//!    line key those ops touch (its own lines, and victims being written
+//!    back), takes a ticket in that key's FIFO queue;
+//! 3. unlocks the shards, waits until each of its tickets is served, runs its
+//!    ops on the devices, and releases its tickets.
+//!
+//! Because tickets are taken while all involved shards are locked, the order
+//! of tickets on every key is one global serialization order of requests,
+//! so waiting for tickets cannot deadlock, and I/O on any line (including a
+//! victim's write-back and the refill of its slot) happens in the order the
+//! decisions were made: a read never sees stale data and a write that lands
+//! on a line being flushed or evicted waits for it. The hit path takes only
+//! its shard's mutex, briefly, and no global lock.
+
+mod engine;
+mod export;
+
+pub use engine::{Engine, EngineConfig, EngineError, EngineStats, Lookup, SHARD_SPAN_LINES};
+pub use export::EngineExport;

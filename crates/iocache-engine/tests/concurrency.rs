@@ -1,0 +1,192 @@
+//! The engine under concurrent clients: every read returns the latest write of
+//! the sectors its thread owns, whatever the lookup mode, write policy and
+//! replacement policy, and after `flush_all` the backend holds every write.
+
+use std::sync::Arc;
+
+use iocache_core::{CacheConfig, LineSize, WritePolicy};
+use iocache_device::{BlockDevice, MemDevice};
+use iocache_engine::{Engine, EngineConfig, Lookup};
+
+const SECTOR: u64 = 512;
+const THREADS: u64 = 4;
+
+fn engine(
+    lookup: Lookup,
+    wp: WritePolicy,
+    policy: &str,
+    lines: u64,
+    line_bytes: u64,
+    volume_sectors: u64,
+    flush: &str,
+) -> (Arc<Engine>, Arc<MemDevice>) {
+    let mut cache = CacheConfig::new(lines, LineSize::new(line_bytes).unwrap(), policy.parse().unwrap());
+    cache.write_policy = wp;
+    cache.cleaning = flush.parse().unwrap();
+    let cache_dev = Arc::new(MemDevice::new("cache", lines * line_bytes));
+    let backend = Arc::new(MemDevice::new("backend", volume_sectors * SECTOR));
+    let engine = Engine::new(
+        EngineConfig {
+            cache,
+            lookup,
+            shards: 0,
+        },
+        cache_dev,
+        backend.clone(),
+    )
+    .unwrap();
+    (Arc::new(engine), backend)
+}
+
+/// A sector's content: the writer thread and its write number, repeated.
+fn pattern(thread: u64, seq: u64) -> [u8; SECTOR as usize] {
+    let mut s = [0u8; SECTOR as usize];
+    let word = (thread << 48 | seq).to_le_bytes();
+    for chunk in s.chunks_mut(8) {
+        chunk.copy_from_slice(&word);
+    }
+    s
+}
+
+fn workload(engine: &Engine, thread: u64, volume_sectors: u64, steps: u64) -> Vec<u64> {
+    // Thread `t` owns the sectors with `sector % THREADS == t`; requests span
+    // several sectors, so they touch lines and slots shared with other threads,
+    // but a thread only writes (and checks) its own sectors.
+    let mut model = vec![0u64; volume_sectors as usize];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (thread + 1).wrapping_mul(0x1234_5678_9abc_def1);
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for seq in 1..=steps {
+        let r = next();
+        let first = (r >> 8) % (volume_sectors - 8);
+        let count = 1 + (r >> 40) % 8;
+        if r % 3 == 0 {
+            // Write my sectors in [first, first + count) one by one (each a request).
+            for sector in first..first + count {
+                if sector % THREADS == thread {
+                    engine
+                        .write(sector * SECTOR, &pattern(thread, seq), r % 7 == 0)
+                        .unwrap();
+                    model[sector as usize] = seq;
+                }
+            }
+        } else {
+            let mut buf = vec![0u8; (count * SECTOR) as usize];
+            engine.read(first * SECTOR, &mut buf).unwrap();
+            for (i, sector) in (first..first + count).enumerate() {
+                if sector % THREADS == thread && model[sector as usize] != 0 {
+                    let got = &buf[i * SECTOR as usize..(i + 1) * SECTOR as usize];
+                    assert_eq!(
+                        got,
+                        &pattern(thread, model[sector as usize])[..],
+                        "thread {thread} read a stale sector {sector}"
+                    );
+                }
+            }
+        }
+        if r % 97 == 0 {
+            engine.flush().unwrap();
+        }
+    }
+    model
+}
+
+fn run(lookup: Lookup, wp: WritePolicy, policy: &str, lines: u64, line_bytes: u64, flush: &str) {
+    let volume_sectors = 4096;
+    let (engine, backend) = engine(lookup, wp, policy, lines, line_bytes, volume_sectors, flush);
+    let models: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let engine = &engine;
+                s.spawn(move || workload(engine, t, volume_sectors, 3000))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    engine.flush_all().unwrap();
+    let stats = engine.stats();
+    assert_eq!(stats.dirty_lines, 0);
+    if wp != WritePolicy::PassThrough {
+        assert!(stats.cache.evictions > 0, "the workload must overflow the cache");
+    }
+    let mut sector = [0u8; SECTOR as usize];
+    for s in 0..volume_sectors {
+        let owner = s % THREADS;
+        let seq = models[owner as usize][s as usize];
+        if seq != 0 {
+            backend.read_at(&mut sector, s * SECTOR).unwrap();
+            assert_eq!(
+                sector,
+                pattern(owner, seq),
+                "backend lost sector {s} ({lookup}, {wp})"
+            );
+        }
+    }
+}
+
+#[test]
+fn fine_write_back_lru() {
+    run(Lookup::Fine, WritePolicy::WriteBack, "lru", 64, 4096, "nop");
+}
+
+#[test]
+fn fine_write_back_arc_with_aggressive_cleaning() {
+    run(
+        Lookup::Fine,
+        WritePolicy::WriteBack,
+        "arc",
+        64,
+        4096,
+        "aggressive:interval=1ms:batch=8",
+    );
+}
+
+#[test]
+fn coarse_write_through() {
+    run(Lookup::Coarse, WritePolicy::WriteThrough, "lru", 32, 4096, "nop");
+}
+
+#[test]
+fn single_write_back_small_lines() {
+    run(Lookup::Single, WritePolicy::WriteBack, "s3fifo", 128, 512, "nop");
+}
+
+#[test]
+fn fine_other_write_policies() {
+    for wp in [
+        WritePolicy::WriteInvalidate,
+        WritePolicy::WriteAround,
+        WritePolicy::WriteOnly,
+        WritePolicy::PassThrough,
+    ] {
+        run(Lookup::Fine, wp, "lru", 48, 2048, "nop");
+    }
+}
+
+#[test]
+fn fine_block_eviction_policy() {
+    run(
+        Lookup::Fine,
+        WritePolicy::WriteBack,
+        "bplru:block_pages=4",
+        64,
+        4096,
+        "nop",
+    );
+}
+
+#[test]
+fn requests_outside_or_unaligned_are_refused() {
+    let (engine, _) = engine(Lookup::Fine, WritePolicy::WriteBack, "lru", 16, 4096, 64, "nop");
+    let mut buf = vec![0u8; 1024];
+    assert!(engine.read(64 * SECTOR - 512, &mut buf).is_err());
+    assert!(engine.read(100, &mut buf[..512]).is_err());
+    assert!(engine.write(0, &buf[..100], false).is_err());
+    engine.write(0, &buf, false).unwrap();
+    engine.shutdown().unwrap();
+    assert!(engine.read(0, &mut buf).is_err(), "no requests after shutdown");
+}
