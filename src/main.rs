@@ -1,6 +1,7 @@
 //! The `iocache` binary: a thin command-line front end over the library crates.
 
 mod progress;
+mod serve;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -27,6 +28,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve a cache device in front of a backend over NBD (defaults to ./iocache-data).
+    Serve(Box<serve::ServeArgs>),
     /// Simulate caches over a block I/O trace (every policy × size in one pass).
     Sim(Box<SimArgs>),
     /// List the replacement policies, their parameters and sources.
@@ -202,6 +205,7 @@ struct TraceStatsArgs {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => serve::run(*args),
         Command::Sim(args) => run_sim(*args),
         Command::Policies => list_policies(),
         Command::Trace {

@@ -28,6 +28,8 @@
 
 mod engine;
 mod export;
+mod nbd_backend;
 
 pub use engine::{Engine, EngineConfig, EngineError, EngineStats, Lookup, SHARD_SPAN_LINES};
 pub use export::EngineExport;
+pub use nbd_backend::NbdBackend;
