@@ -8,8 +8,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Debian packages the tests use: real NBD clients and servers for the
 # iocache-nbd integration tests (qemu-io, qemu-img, nbdinfo, nbdcopy, fio's
-# nbd engine, nbdkit), and zstd for scripts/bench-sim.sh.
-NEEDED_PACKAGES=(qemu-utils libnbd-bin nbdkit fio zstd)
+# nbd engine, nbdkit, nbdfuse), mkfs.ext4 and fsck for the ext4-on-NBD test,
+# and zstd for scripts/bench-sim.sh.
+NEEDED_PACKAGES=(qemu-utils libnbd-bin nbdkit fio e2fsprogs zstd)
 
 SMOKE_TRACE=crates/iocache-sim/data/sample.lis
 

@@ -30,6 +30,8 @@ struct Cli {
 enum Command {
     /// Serve a cache device in front of a backend over NBD (defaults to ./iocache-data).
     Serve(Box<serve::ServeArgs>),
+    /// Show the statistics of a running `iocache serve`.
+    Stats(serve::StatsArgs),
     /// Simulate caches over a block I/O trace (every policy × size in one pass).
     Sim(Box<SimArgs>),
     /// List the replacement policies, their parameters and sources.
@@ -206,6 +208,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
+        Command::Stats(args) => serve::stats(args),
         Command::Sim(args) => run_sim(*args),
         Command::Policies => list_policies(),
         Command::Trace {

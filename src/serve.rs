@@ -6,7 +6,9 @@
 //! stops accepting connections, finishes requests in flight, writes every
 //! dirty line back and exits 0.
 
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -70,6 +72,78 @@ pub struct ServeArgs {
     /// Export name (the export is also reachable under the empty name).
     #[arg(long, default_value = "iocache")]
     export: String,
+    /// Unix socket answering `iocache stats` [default: ./iocache-data/admin.sock].
+    #[arg(long, value_name = "PATH")]
+    admin_socket: Option<PathBuf>,
+}
+
+/// The statistics `iocache stats` shows, as JSON (one volume per entry).
+fn stats_json(engine: &Engine, export: &str, backend: &str, policy: &str) -> serde_json::Value {
+    let s = engine.stats();
+    let c = &s.cache;
+    let latency = |p: &iocache_engine::LatencyPercentiles| {
+        serde_json::json!({
+            "count": p.count,
+            "p50_us": p.p50_ns as f64 / 1e3,
+            "p99_us": p.p99_ns as f64 / 1e3,
+            "p99_9_us": p.p999_ns as f64 / 1e3,
+            "p99_99_us": p.p9999_ns as f64 / 1e3,
+            "max_us": p.max_ns as f64 / 1e3,
+        })
+    };
+    serde_json::json!({
+        "volumes": [{
+            "export": export,
+            "backend": backend,
+            "size_bytes": engine.size_bytes(),
+            "write_policy": engine.write_policy().to_string(),
+            "policy": policy,
+            "lookup": engine.lookup().to_string(),
+            "shards": s.shards,
+            "capacity_lines": s.capacity_lines,
+            "resident_lines": s.resident_lines,
+            "dirty_lines": s.dirty_lines,
+            "clean_lines": s.resident_lines - s.dirty_lines,
+            "occupancy": if s.capacity_lines == 0 { 0.0 } else { s.resident_lines as f64 / s.capacity_lines as f64 },
+            "requests": c.requests,
+            "read_requests": c.read_requests,
+            "write_requests": c.write_requests,
+            "line_accesses": c.accesses,
+            "read_hits": c.read_hits,
+            "write_hits": c.write_hits,
+            "partial_hits": c.partial_hits,
+            "full_misses": c.misses,
+            "hit_ratio": c.hit_ratio(),
+            "promotions": c.promotions,
+            "evictions": c.evictions,
+            "write_backs": c.dirty_writebacks + c.flushed_lines,
+            "bypassed_accesses": c.bypassed_accesses,
+            "seq_cutoff_requests": c.seq_cutoff_requests,
+            "write_miss_bypasses": c.write_miss_bypasses,
+            "io_errors": s.io_errors,
+            "forgotten_lines": s.forgotten_lines,
+            "latency": { "read": latency(&s.read_latency), "write": latency(&s.write_latency) },
+        }]
+    })
+}
+
+/// Answers every connection on the admin socket with the statistics as JSON.
+fn serve_admin(listener: UnixListener, engine: Arc<Engine>, export: String, backend: String, policy: String) {
+    for stream in listener.incoming() {
+        if STOP.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(mut stream) = stream else { continue };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut line = String::new();
+        let _ = BufReader::new(&stream).read_line(&mut line);
+        let reply = match line.trim() {
+            "stats" | "" => stats_json(&engine, &export, &backend, &policy).to_string(),
+            other => serde_json::json!({ "error": format!("unknown command `{other}`; expected `stats`") })
+                .to_string(),
+        };
+        let _ = writeln!(stream, "{reply}");
+    }
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -111,6 +185,77 @@ fn open_file(path: &PathBuf, create_bytes: u64, direct: bool) -> Result<FileDevi
         );
     }
     Ok(device)
+}
+
+#[derive(Args)]
+pub struct StatsArgs {
+    /// The admin socket of a running `iocache serve`.
+    #[arg(long, value_name = "PATH", default_value = "iocache-data/admin.sock")]
+    admin_socket: PathBuf,
+    /// Print the raw JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `iocache stats`: asks a running server for its statistics.
+pub fn stats(args: StatsArgs) -> Result<()> {
+    let mut stream = UnixStream::connect(&args.admin_socket)
+        .with_context(|| format!("connecting to the admin socket {}", args.admin_socket.display()))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    writeln!(stream, "stats")?;
+    let mut reply = String::new();
+    BufReader::new(&stream).read_line(&mut reply)?;
+    let json: serde_json::Value = serde_json::from_str(reply.trim())
+        .with_context(|| format!("the server's reply is not JSON: {reply}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
+        return Ok(());
+    }
+    for v in json["volumes"].as_array().into_iter().flatten() {
+        println!(
+            "volume {} ({} bytes) over {}",
+            v["export"], v["size_bytes"], v["backend"]
+        );
+        println!(
+            "  cache      {} policy, {} write policy, lookup {} ({} shards)",
+            v["policy"], v["write_policy"], v["lookup"], v["shards"]
+        );
+        println!(
+            "  occupancy  {} / {} lines ({:.1} %), {} clean, {} dirty",
+            v["resident_lines"],
+            v["capacity_lines"],
+            v["occupancy"].as_f64().unwrap_or(0.0) * 100.0,
+            v["clean_lines"],
+            v["dirty_lines"]
+        );
+        println!(
+            "  requests   {} ({} reads, {} writes); line hit ratio {:.2} %",
+            v["requests"],
+            v["read_requests"],
+            v["write_requests"],
+            v["hit_ratio"].as_f64().unwrap_or(0.0) * 100.0
+        );
+        println!(
+            "  lines      {} read hits, {} write hits, {} partial hits, {} full misses",
+            v["read_hits"], v["write_hits"], v["partial_hits"], v["full_misses"]
+        );
+        println!(
+            "  decisions  {} promotions, {} evictions, {} write-backs, {} bypassed, {} I/O errors",
+            v["promotions"], v["evictions"], v["write_backs"], v["bypassed_accesses"], v["io_errors"]
+        );
+        for kind in ["read", "write"] {
+            let l = &v["latency"][kind];
+            println!(
+                "  {kind:<5} µs  p50 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  ({} requests)",
+                l["p50_us"].as_f64().unwrap_or(0.0),
+                l["p99_us"].as_f64().unwrap_or(0.0),
+                l["p99_9_us"].as_f64().unwrap_or(0.0),
+                l["p99_99_us"].as_f64().unwrap_or(0.0),
+                l["count"]
+            );
+        }
+    }
+    Ok(())
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -208,6 +353,22 @@ pub fn run(args: ServeArgs) -> Result<()> {
         args.export.clone(),
         Arc::new(EngineExport::new(Arc::clone(&engine), Some(description))),
     )?;
+    let admin_path = args
+        .admin_socket
+        .clone()
+        .unwrap_or_else(|| dir.join("admin.sock"));
+    let _ = std::fs::remove_file(&admin_path);
+    let admin = UnixListener::bind(&admin_path)
+        .with_context(|| format!("--admin-socket {}", admin_path.display()))?;
+    {
+        let engine = Arc::clone(&engine);
+        let (export, backend_name, policy) = (
+            args.export.clone(),
+            backend.name().to_string(),
+            args.policy.clone(),
+        );
+        std::thread::spawn(move || serve_admin(admin, engine, export, backend_name, policy));
+    }
     install_signal_handlers();
     let running = server.start()?;
     let tcp = running
@@ -218,7 +379,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         "iocache: serving export `{}` ({} volume, {} cache, {} lines, lookup {}) on\n  \
          nbd+unix:///{}?socket={}\n  nbd://{}/{}\nConnect with, for example:\n  \
          nbdinfo 'nbd+unix:///{}?socket={}'\n  qemu-io -f raw -c 'read -v 0 512' 'nbd://{}/{}'\n  \
-         nbdfuse DIR/disk --unix {}\nStop with Ctrl-C (dirty lines are written back first).",
+         nbdfuse DIR/disk --unix {}\nStatistics: iocache stats --admin-socket {}\n\
+         Stop with Ctrl-C (dirty lines are written back first).",
         args.export,
         format_byte_size(backend.len_bytes()),
         format_byte_size(cache_bytes),
@@ -232,7 +394,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         socket_abs.display(),
         tcp,
         args.export,
-        socket_abs.display()
+        socket_abs.display(),
+        admin_path.display()
     );
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
@@ -242,6 +405,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let dirty = engine.stats().dirty_lines;
     eprintln!("iocache: writing back {dirty} dirty lines");
     engine.shutdown().context("writing back dirty lines")?;
+    let _ = std::fs::remove_file(&admin_path);
     let stats = engine.stats();
     eprintln!(
         "iocache: stopped after {} connections; {} requests, {:.2} % line hit ratio, {} I/O errors",

@@ -24,17 +24,12 @@ struct Served {
 impl Served {
     fn start(dir: &Path, extra: &[&str]) -> Served {
         std::fs::create_dir_all(dir).unwrap();
-        let mut args = vec![
-            "serve",
-            "--backend-size",
-            "64MiB",
-            "--cache-size",
-            "2MiB",
-            "--listen",
-            "127.0.0.1:0",
-        ];
+        let mut args = vec!["serve", "--backend-size", "64MiB", "--listen", "127.0.0.1:0"];
+        if !extra.contains(&"--cache-size") {
+            args.extend(["--cache-size", "2MiB"]);
+        }
         args.extend_from_slice(extra);
-        let child = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_iocache"))
             .args(&args)
             .current_dir(dir)
             .stdout(Stdio::null())
@@ -44,6 +39,10 @@ impl Served {
         let socket = dir.join("iocache-data/iocache.sock");
         let started = Instant::now();
         while !socket.exists() {
+            if child.try_wait().unwrap().is_some() {
+                let (_, err) = child.wait_with_output_timeout();
+                panic!("iocache serve {args:?} exited: {err}");
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(10),
                 "server did not start"
@@ -291,5 +290,157 @@ fn bad_arguments_are_named() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{cmd:?} failed: {text}");
+    text
+}
+
+#[test]
+fn ext4_on_nbdfuse_and_a_loop_device_checks_clean() {
+    let root = Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&root.stdout).trim() != "0" || !have("nbdfuse") || !have("mkfs.ext4") {
+        eprintln!("skipped: needs root, nbdfuse and mkfs.ext4");
+        return;
+    }
+    let dir = temp_dir("ext4");
+    let served = Served::start(&dir, &["--cache-size", "8MiB"]);
+    let fuse = dir.join("fuse");
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&fuse).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    let socket = dir.join("iocache-data/iocache.sock");
+    let mut nbdfuse = Command::new("nbdfuse")
+        .arg(fuse.join("disk"))
+        .args(["--unix", socket.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let disk = fuse.join("disk");
+    let started = Instant::now();
+    while !disk.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "nbdfuse did not mount"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let disk_s = disk.to_str().unwrap();
+    let mnt_s = mnt.to_str().unwrap();
+    run_ok(Command::new("mkfs.ext4").args(["-q", "-F", disk_s]));
+    run_ok(Command::new("mount").args(["-o", "loop", disk_s, mnt_s]));
+    // Fill it: a large file and many small ones, past the cache's 8 MiB.
+    let big: Vec<u8> = (0..(20u32 << 20))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(mnt.join("big"), &big).unwrap();
+    for i in 0..200 {
+        std::fs::write(
+            mnt.join(format!("small-{i}")),
+            format!("file {i}\n").repeat(i + 1),
+        )
+        .unwrap();
+    }
+    run_ok(Command::new("umount").arg(mnt_s));
+    let fsck = run_ok(Command::new("fsck.ext4").args(["-n", "-f", disk_s]));
+    assert!(
+        fsck.contains("202/") || fsck.contains("clean") || fsck.contains("files"),
+        "{fsck}"
+    );
+    run_ok(Command::new("mount").args(["-o", "loop", disk_s, mnt_s]));
+    assert!(
+        std::fs::read(mnt.join("big")).unwrap() == big,
+        "file content changed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("small-7")).unwrap(),
+        "file 7\n".repeat(8)
+    );
+    run_ok(Command::new("umount").arg(mnt_s));
+    let _ = Command::new("fusermount3").arg("-u").arg(&fuse).status();
+    let _ = Command::new("umount").arg(&fuse).status();
+    let _ = nbdfuse.wait();
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_backend_that_is_itself_an_nbdkit_export() {
+    if !have("nbdkit") || !have("qemu-io") {
+        eprintln!("skipped: needs nbdkit and qemu-io");
+        return;
+    }
+    let dir = temp_dir("nbdkit");
+    std::fs::create_dir_all(&dir).unwrap();
+    let kit_socket = dir.join("nbdkit.sock");
+    let mut nbdkit = Command::new("nbdkit")
+        .args(["-f", "-U", kit_socket.to_str().unwrap(), "memory", "32M"])
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !kit_socket.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "nbdkit did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let backend = format!("nbd+unix:///?socket={}", kit_socket.display());
+    let served = Served::start(&dir, &["--backend", &backend, "--cache-size", "1MiB"]);
+    // Patterns within the 32 MiB remote volume, through a 1 MiB cache.
+    let writes: Vec<String> = (0..16u64)
+        .map(|i| format!("write -P {} {} 262144", 0x40 + i, (i * 2) << 20))
+        .collect();
+    let reads: Vec<String> = (0..16u64)
+        .map(|i| format!("read -P {} {} 262144", 0x40 + i, (i * 2) << 20))
+        .collect();
+    qemu_io(&served.uri(), &writes);
+    qemu_io(&served.uri(), &reads);
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    // Everything reached nbdkit: read it there directly.
+    qemu_io(&backend, &reads);
+    let _ = nbdkit.kill();
+    let _ = nbdkit.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn stats_report_counters_and_latency() {
+    if !have("qemu-io") {
+        eprintln!("skipped: qemu-io is not installed");
+        return;
+    }
+    let dir = temp_dir("stats");
+    let served = Served::start(&dir, &[]);
+    qemu_io(&served.uri(), &pattern_commands("write"));
+    qemu_io(&served.uri(), &pattern_commands("read"));
+    let admin = dir.join("iocache-data/admin.sock");
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["stats", "--admin-socket", admin.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = &json["volumes"][0];
+    assert_eq!(v["write_policy"], "wb");
+    assert!(v["write_requests"].as_u64().unwrap() >= 8, "{v}");
+    assert!(v["read_requests"].as_u64().unwrap() >= 8, "{v}");
+    assert!(v["dirty_lines"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["latency"]["read"]["count"].as_u64().unwrap() >= 8, "{v}");
+    assert!(v["latency"]["write"]["p99_us"].as_f64().unwrap() > 0.0, "{v}");
+    // The readable form names the same things.
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["stats", "--admin-socket", admin.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("occupancy") && text.contains("p99.99"), "{text}");
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,6 +15,8 @@ use iocache_core::{
     WritePolicy, SECTOR_BYTES,
 };
 use iocache_device::{BlockDevice, DeviceError};
+
+use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use thiserror::Error;
 
 /// Lines are assigned to shards in runs of this many, so that a request
@@ -107,6 +109,9 @@ pub struct EngineStats {
     pub io_errors: u64,
     /// Lines whose cache-device write failed and were forgotten.
     pub forgotten_lines: u64,
+    /// Request latency seen by clients of `read` and `write`.
+    pub read_latency: LatencyPercentiles,
+    pub write_latency: LatencyPercentiles,
 }
 
 /// What a ticket orders: a line of a volume (its backend range and its
@@ -178,6 +183,8 @@ struct Inner {
     stopping: AtomicBool,
     io_errors: AtomicU64,
     forgotten_lines: AtomicU64,
+    read_latency: LatencyHistogram,
+    write_latency: LatencyHistogram,
 }
 
 type DecideJob = (Vec<Segment>, mpsc::Sender<Result<Plan, EngineError>>);
@@ -245,6 +252,8 @@ impl Engine {
             stopping: AtomicBool::new(false),
             io_errors: AtomicU64::new(0),
             forgotten_lines: AtomicU64::new(0),
+            read_latency: LatencyHistogram::default(),
+            write_latency: LatencyHistogram::default(),
         });
         let mut threads = Vec::new();
         let single = if config.lookup == Lookup::Single {
@@ -294,20 +303,29 @@ impl Engine {
 
     /// Reads `buf.len()` bytes at `offset` of the volume.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        let started = Instant::now();
         let segments = self.inner.segments(IoKind::Read, offset, buf.len() as u64)?;
         let plan = self.decide(segments)?;
-        self.inner.run(plan, Buffer::Read(buf))
+        let result = self.inner.run(plan, Buffer::Read(buf));
+        self.inner
+            .read_latency
+            .record(started.elapsed().as_nanos() as u64);
+        result
     }
 
     /// Writes `data` at `offset`; with `fua`, durable before returning.
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), EngineError> {
+        let started = Instant::now();
         let segments = self.inner.segments(IoKind::Write, offset, data.len() as u64)?;
         let plan = self.decide(segments)?;
-        self.inner.run(plan, Buffer::Write(data))?;
-        if fua {
-            self.flush()?;
+        let mut result = self.inner.run(plan, Buffer::Write(data));
+        if fua && result.is_ok() {
+            result = self.flush();
         }
-        Ok(())
+        self.inner
+            .write_latency
+            .record(started.elapsed().as_nanos() as u64);
+        result
     }
 
     /// Makes every write completed before the call durable where the write
@@ -329,6 +347,8 @@ impl Engine {
             shards: self.inner.shards.len(),
             io_errors: self.inner.io_errors.load(Ordering::Relaxed),
             forgotten_lines: self.inner.forgotten_lines.load(Ordering::Relaxed),
+            read_latency: self.inner.read_latency.percentiles(),
+            write_latency: self.inner.write_latency.percentiles(),
             ..EngineStats::default()
         };
         for shard in &self.inner.shards {
