@@ -2,7 +2,6 @@
 //! that runs each request's ops on the cache device and the backend. See the
 //! crate documentation for the locking protocol.
 
-use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -10,6 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use iocache_core::fasthash::FxHashMap;
 use iocache_core::{
     Cache, CacheConfig, CacheStats, CoreError, FlushOrder, FlushToken, IoKind, LineKey, Op, OpList, Request,
     WritePolicy, SECTOR_BYTES,
@@ -133,7 +133,9 @@ struct KeyQueue {
 
 struct ShardState {
     cache: Cache,
-    queues: HashMap<TicketKey, KeyQueue>,
+    queues: FxHashMap<TicketKey, KeyQueue>,
+    /// Threads waiting on `served`: releases notify only when someone waits.
+    waiters: usize,
     ops: OpList,
     tokens: Vec<FlushToken>,
 }
@@ -164,6 +166,8 @@ struct PlannedSegment {
 struct Plan {
     segments: Vec<PlannedSegment>,
     tickets: Vec<(usize, TicketKey, u64)>,
+    /// Whether every ticket was served when taken (nothing to wait for).
+    all_served: bool,
 }
 
 /// The client's buffer: read into, or written from.
@@ -232,7 +236,8 @@ impl Engine {
             built.push(Shard {
                 state: Mutex::new(ShardState {
                     cache: Cache::new(shard_config)?,
-                    queues: HashMap::new(),
+                    queues: FxHashMap::default(),
+                    waiters: 0,
                     ops: OpList::new(),
                     tokens: Vec::new(),
                 }),
@@ -482,6 +487,7 @@ impl Inner {
         let mut plan = Plan {
             segments: Vec::with_capacity(segments.len()),
             tickets: Vec::new(),
+            all_served: true,
         };
         let mut keys: Vec<(usize, TicketKey)> = Vec::new();
         for segment in segments {
@@ -536,6 +542,7 @@ impl Inner {
                 unreachable!("every ticket's shard is locked");
             };
             let queue = state.queues.entry(key).or_default();
+            plan.all_served &= queue.serving == queue.next;
             plan.tickets.push((shard, key, queue.next));
             queue.next += 1;
         }
@@ -548,7 +555,9 @@ impl Inner {
             let shard = &self.shards[shard];
             let mut state = lock(&shard.state);
             while state.queues.get(&key).map_or(ticket, |q| q.serving) != ticket {
+                state.waiters += 1;
                 state = shard.served.wait(state).unwrap_or_else(|p| p.into_inner());
+                state.waiters -= 1;
             }
         }
     }
@@ -569,14 +578,19 @@ impl Inner {
                 }
                 i += 1;
             }
+            let waiters = state.waiters;
             drop(state);
-            shard.served.notify_all();
+            if waiters > 0 {
+                shard.served.notify_all();
+            }
         }
     }
 
     /// Step 3: wait, execute, release.
     fn run(&self, plan: Plan, mut buffer: Buffer<'_>) -> Result<(), EngineError> {
-        self.wait_for_tickets(&plan.tickets);
+        if !plan.all_served {
+            self.wait_for_tickets(&plan.tickets);
+        }
         let mut result = Ok(());
         for segment in &plan.segments {
             if let Err(e) = self.execute(segment, &mut buffer) {

@@ -1,17 +1,26 @@
 //! A remote NBD export as the backend device: the SYSTOR'14 scenario of
 //! caching network storage on the client side.
+//!
+//! The client sends one request at a time per connection, so the backend
+//! keeps a pool of connections and each I/O takes a free one: misses of
+//! concurrent requests reach the remote server in parallel.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use iocache_device::{check_range, BlockDevice, DeviceError, IoKind};
 use iocache_nbd::Client;
 
-/// One connection to the remote export; requests take turns on it.
+/// Connections to the remote export, used by whichever I/O finds one free.
 pub struct NbdBackend {
     uri: String,
     size: u64,
-    client: Mutex<Client>,
+    clients: Vec<Mutex<Client>>,
+    next: AtomicUsize,
 }
+
+/// Connections opened by [`NbdBackend::connect`].
+pub const NBD_BACKEND_CONNECTIONS: usize = 8;
 
 impl std::fmt::Debug for NbdBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -20,17 +29,28 @@ impl std::fmt::Debug for NbdBackend {
 }
 
 impl NbdBackend {
-    /// Connects to `nbd://host[:port]/name` or `nbd+unix:///name?socket=PATH`.
+    /// Connects to `nbd://host[:port]/name` or `nbd+unix:///name?socket=PATH`
+    /// with [`NBD_BACKEND_CONNECTIONS`] connections.
     pub fn connect(uri: &str) -> Result<NbdBackend, DeviceError> {
-        let client = Client::connect(uri).map_err(|e| DeviceError::Open {
-            path: uri.into(),
-            what: "connect to the NBD export",
-            source: std::io::Error::other(e.to_string()),
-        })?;
+        Self::connect_with(uri, NBD_BACKEND_CONNECTIONS)
+    }
+
+    pub fn connect_with(uri: &str, connections: usize) -> Result<NbdBackend, DeviceError> {
+        let mut clients = Vec::with_capacity(connections.max(1));
+        for _ in 0..connections.max(1) {
+            let client = Client::connect(uri).map_err(|e| DeviceError::Open {
+                path: uri.into(),
+                what: "connect to the NBD export",
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            clients.push(Mutex::new(client));
+        }
+        let size = clients[0].lock().unwrap_or_else(|p| p.into_inner()).size();
         Ok(NbdBackend {
             uri: uri.to_string(),
-            size: client.size(),
-            client: Mutex::new(client),
+            size,
+            clients,
+            next: AtomicUsize::new(0),
         })
     }
 
@@ -44,8 +64,17 @@ impl NbdBackend {
         }
     }
 
+    /// A free connection if there is one, else the next in turn (waiting for it).
     fn client(&self) -> std::sync::MutexGuard<'_, Client> {
-        self.client.lock().unwrap_or_else(|p| p.into_inner())
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        for i in 0..self.clients.len() {
+            if let Ok(guard) = self.clients[(start + i) % self.clients.len()].try_lock() {
+                return guard;
+            }
+        }
+        self.clients[start % self.clients.len()]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -69,10 +98,16 @@ impl BlockDevice for NbdBackend {
             .map_err(|e| self.error(IoKind::Write, offset, data.len() as u64, e))
     }
 
+    /// Flushes every connection: a write completed on any of them is covered.
     fn flush(&self) -> Result<(), DeviceError> {
-        self.client()
-            .flush()
-            .map_err(|e| self.error(IoKind::Flush, 0, 0, e))
+        for client in &self.clients {
+            client
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .flush()
+                .map_err(|e| self.error(IoKind::Flush, 0, 0, e))?;
+        }
+        Ok(())
     }
 
     fn name(&self) -> &str {
