@@ -64,7 +64,7 @@ fn main() {
         .map(|j| {
             let (engine, stop, done) = (Arc::clone(&engine), Arc::clone(&stop), Arc::clone(&done));
             std::thread::spawn(move || {
-                let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (j as u64 + 1) * 0x1234_5678_9abc_def1;
+                let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ ((j as u64 + 1) * 0x1234_5678_9abc_def1);
                 let mut buf = vec![0u8; 4096];
                 let blocks = hot_bytes / 4096;
                 let mut n = 0u64;
