@@ -1,5 +1,6 @@
 //! The `iocache` binary: a thin command-line front end over the library crates.
 
+mod config;
 mod progress;
 mod serve;
 

@@ -1,33 +1,46 @@
-//! `iocache serve`: a cache device in front of a backend, served over NBD.
+//! `iocache serve`: cache devices in front of backends, served over NBD.
 //!
 //! With no arguments it creates `./iocache-data/backend.img` (1 GiB, sparse)
 //! and `./iocache-data/cache.img` (128 MiB) if absent and serves them on a
-//! Unix socket in that directory and on 127.0.0.1:10809. SIGINT or SIGTERM
-//! stops accepting connections, finishes requests in flight, writes every
-//! dirty line back and exits 0.
+//! Unix socket in that directory and on 127.0.0.1:10809. With `--config
+//! FILE` it serves every volume the TOML file describes (docs/config.md),
+//! each with its own cache device and `Engine`, all on one NBD server. The
+//! flags and the file both become a [`ServeConfig`]. SIGINT or SIGTERM stops
+//! accepting connections, finishes requests in flight, writes every volume's
+//! dirty lines back and exits 0.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::SocketAddr;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use iocache_core::units::{format_byte_size, parse_byte_size};
-use iocache_core::{CacheConfig, LineSize, PolicySpec};
+use iocache_core::units::format_byte_size;
+use iocache_core::CacheConfig;
 use iocache_device::{BlockDevice, FileDevice, OpenOptions};
-use iocache_engine::{Engine, EngineConfig, EngineExport, Lookup, NbdBackend};
+use iocache_engine::{Engine, EngineConfig, EngineExport, NbdBackend};
 use iocache_nbd::{Server, ServerConfig};
 
+use crate::config::{
+    parse_listen, Origin, ServeConfig, SizeText, VolumeConfig, VolumeText, DEFAULT_BACKEND_BYTES,
+    DEFAULT_CACHE_BYTES,
+};
+
 const DEFAULT_DIR: &str = "iocache-data";
-const DEFAULT_BACKEND_BYTES: u64 = 1 << 30;
-const DEFAULT_CACHE_BYTES: u64 = 128 << 20;
 
 #[derive(Args)]
 pub struct ServeArgs {
+    /// Serve the volumes a TOML file describes (docs/config.md) instead of
+    /// the one the flags below describe.
+    #[arg(long, value_name = "FILE", conflicts_with_all = [
+        "backend", "backend_size", "cache", "cache_size", "line_size", "write_policy",
+        "promotion", "policy", "lookup", "flush", "direct", "socket", "listen", "export",
+        "admin_socket",
+    ])]
+    config: Option<PathBuf>,
     /// Backend: a file or block device, or a remote NBD export
     /// (nbd://host:port/name, nbd+unix:///name?socket=PATH)
     /// [default: ./iocache-data/backend.img, created with 1 GiB].
@@ -77,10 +90,16 @@ pub struct ServeArgs {
     admin_socket: Option<PathBuf>,
 }
 
-/// The statistics `iocache stats` shows, as JSON (one volume per entry).
-fn stats_json(engine: &Engine, export: &str, backend: &str, policy: &str) -> serde_json::Value {
-    let s = engine.stats();
-    let c = &s.cache;
+/// A volume being served, as the admin socket reports it.
+struct ServedVolume {
+    export: String,
+    backend: String,
+    policy: String,
+    engine: Arc<Engine>,
+}
+
+/// The statistics `iocache stats` shows, as JSON (one entry per volume).
+fn stats_json(volumes: &[ServedVolume]) -> serde_json::Value {
     let latency = |p: &iocache_engine::LatencyPercentiles| {
         serde_json::json!({
             "count": p.count,
@@ -91,44 +110,51 @@ fn stats_json(engine: &Engine, export: &str, backend: &str, policy: &str) -> ser
             "max_us": p.max_ns as f64 / 1e3,
         })
     };
-    serde_json::json!({
-        "volumes": [{
-            "export": export,
-            "backend": backend,
-            "size_bytes": engine.size_bytes(),
-            "write_policy": engine.write_policy().to_string(),
-            "policy": policy,
-            "lookup": engine.lookup().to_string(),
-            "shards": s.shards,
-            "capacity_lines": s.capacity_lines,
-            "resident_lines": s.resident_lines,
-            "dirty_lines": s.dirty_lines,
-            "clean_lines": s.resident_lines - s.dirty_lines,
-            "occupancy": if s.capacity_lines == 0 { 0.0 } else { s.resident_lines as f64 / s.capacity_lines as f64 },
-            "requests": c.requests,
-            "read_requests": c.read_requests,
-            "write_requests": c.write_requests,
-            "line_accesses": c.accesses,
-            "read_hits": c.read_hits,
-            "write_hits": c.write_hits,
-            "partial_hits": c.partial_hits,
-            "full_misses": c.misses,
-            "hit_ratio": c.hit_ratio(),
-            "promotions": c.promotions,
-            "evictions": c.evictions,
-            "write_backs": c.dirty_writebacks + c.flushed_lines,
-            "bypassed_accesses": c.bypassed_accesses,
-            "seq_cutoff_requests": c.seq_cutoff_requests,
-            "write_miss_bypasses": c.write_miss_bypasses,
-            "io_errors": s.io_errors,
-            "forgotten_lines": s.forgotten_lines,
-            "latency": { "read": latency(&s.read_latency), "write": latency(&s.write_latency) },
-        }]
-    })
+    let entries: Vec<serde_json::Value> = volumes
+        .iter()
+        .map(|v| {
+            let engine = &v.engine;
+            let s = engine.stats();
+            let c = &s.cache;
+            serde_json::json!({
+                "export": v.export,
+                "backend": v.backend,
+                "size_bytes": engine.size_bytes(),
+                "write_policy": engine.write_policy().to_string(),
+                "policy": v.policy,
+                "lookup": engine.lookup().to_string(),
+                "shards": s.shards,
+                "capacity_lines": s.capacity_lines,
+                "resident_lines": s.resident_lines,
+                "dirty_lines": s.dirty_lines,
+                "clean_lines": s.resident_lines - s.dirty_lines,
+                "occupancy": if s.capacity_lines == 0 { 0.0 } else { s.resident_lines as f64 / s.capacity_lines as f64 },
+                "requests": c.requests,
+                "read_requests": c.read_requests,
+                "write_requests": c.write_requests,
+                "line_accesses": c.accesses,
+                "read_hits": c.read_hits,
+                "write_hits": c.write_hits,
+                "partial_hits": c.partial_hits,
+                "full_misses": c.misses,
+                "hit_ratio": c.hit_ratio(),
+                "promotions": c.promotions,
+                "evictions": c.evictions,
+                "write_backs": c.dirty_writebacks + c.flushed_lines,
+                "bypassed_accesses": c.bypassed_accesses,
+                "seq_cutoff_requests": c.seq_cutoff_requests,
+                "write_miss_bypasses": c.write_miss_bypasses,
+                "io_errors": s.io_errors,
+                "forgotten_lines": s.forgotten_lines,
+                "latency": { "read": latency(&s.read_latency), "write": latency(&s.write_latency) },
+            })
+        })
+        .collect();
+    serde_json::json!({ "volumes": entries })
 }
 
 /// Answers every connection on the admin socket with the statistics as JSON.
-fn serve_admin(listener: UnixListener, engine: Arc<Engine>, export: String, backend: String, policy: String) {
+fn serve_admin(listener: UnixListener, volumes: Arc<Vec<ServedVolume>>) {
     for stream in listener.incoming() {
         if STOP.load(Ordering::SeqCst) {
             return;
@@ -138,7 +164,7 @@ fn serve_admin(listener: UnixListener, engine: Arc<Engine>, export: String, back
         let mut line = String::new();
         let _ = BufReader::new(&stream).read_line(&mut line);
         let reply = match line.trim() {
-            "stats" | "" => stats_json(&engine, &export, &backend, &policy).to_string(),
+            "stats" | "" => stats_json(&volumes).to_string(),
             other => serde_json::json!({ "error": format!("unknown command `{other}`; expected `stats`") })
                 .to_string(),
         };
@@ -161,13 +187,23 @@ fn install_signal_handlers() {
     }
 }
 
-fn size_arg(flag: &str, text: &str) -> Result<u64> {
-    parse_byte_size(text).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
+/// Creates the directory `path` will be in, if missing.
+fn create_parent(path: &Path) -> Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
-/// Opens (creating a sparse file of `create_bytes` if missing) a file device.
-fn open_file(path: &PathBuf, create_bytes: u64, direct: bool) -> Result<FileDevice> {
+/// Opens (creating a sparse file of `create_bytes` if missing, and its
+/// directory) a file device.
+fn open_file(path: &Path, create_bytes: u64, direct: bool) -> Result<FileDevice> {
     let exists = path.exists();
+    if !exists {
+        create_parent(path)?;
+    }
     let device = FileDevice::open(
         path,
         OpenOptions {
@@ -258,161 +294,289 @@ pub fn stats(args: StatsArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn run(args: ServeArgs) -> Result<()> {
-    let dir = PathBuf::from(DEFAULT_DIR);
-    let uses_default_dir = args.backend.is_none() || args.cache.is_none() || args.socket.is_none();
-    if uses_default_dir {
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+impl ServeArgs {
+    /// The flags as a one-volume configuration (defaults in ./iocache-data).
+    fn into_config(self) -> Result<ServeConfig> {
+        let dir = Path::new(DEFAULT_DIR);
+        let backend = self
+            .backend
+            .unwrap_or_else(|| dir.join("backend.img").display().to_string());
+        // As a flag, --backend-size only matters when a file is created, and
+        // is ignored for a remote backend (the file rejects it).
+        let backend_size = self
+            .backend_size
+            .filter(|_| !backend.starts_with("nbd://") && !backend.starts_with("nbd+unix://"));
+        let text = VolumeText {
+            export: self.export,
+            backend,
+            backend_size: backend_size.map(SizeText),
+            cache: self.cache.unwrap_or_else(|| dir.join("cache.img")),
+            cache_size: self.cache_size.map(SizeText),
+            line_size: SizeText(self.line_size),
+            write_policy: self.write_policy,
+            promotion: self.promotion,
+            policy: self.policy,
+            lookup: self.lookup,
+            flush: self.flush,
+            direct: self.direct,
+        };
+        let mut volume = text.validate(&Origin::Flags)?;
+        if volume.backend_create_bytes.is_none() && !volume.backend_is_nbd() {
+            volume.backend_create_bytes = Some(DEFAULT_BACKEND_BYTES);
+        }
+        ServeConfig {
+            origin: Origin::Flags,
+            socket: Some(self.socket.unwrap_or_else(|| dir.join("iocache.sock"))),
+            listen: Some(parse_listen(&self.listen, "--listen")?),
+            admin_socket: Some(self.admin_socket.unwrap_or_else(|| dir.join("admin.sock"))),
+            volumes: vec![volume],
+        }
+        .check()
     }
-    let line_size = LineSize::new(size_arg("line-size", &args.line_size)?)
-        .map_err(|e| anyhow::anyhow!("--line-size: {e}"))?;
+}
 
-    let backend: Arc<dyn BlockDevice> = match args.backend.as_deref() {
-        Some(uri) if uri.starts_with("nbd://") || uri.starts_with("nbd+unix://") => {
-            Arc::new(NbdBackend::connect(uri).with_context(|| format!("--backend {uri}"))?)
+/// A volume opened and ready to serve.
+struct OpenVolume {
+    config: VolumeConfig,
+    engine: Arc<Engine>,
+    backend_name: String,
+    backend_bytes: u64,
+    cache_bytes: u64,
+    capacity_lines: u64,
+}
+
+/// Opens a volume's backend and cache device and builds its engine. `opened`
+/// holds the canonical paths of the files earlier volumes opened (with whose
+/// and what they are), so that no file serves twice under another name.
+fn open_volume(v: &VolumeConfig, opened: &mut Vec<(PathBuf, String, &'static str)>) -> Result<OpenVolume> {
+    let mut claim = |path: &Path, role: &'static str| -> Result<()> {
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        if let Some((_, export, other_role)) = opened.iter().find(|(p, _, _)| *p == canonical) {
+            bail!(
+                "{}: {} is the same file as volume `{export}`'s {other_role}",
+                v.key(role),
+                path.display()
+            );
         }
-        given => {
-            let path = given.map_or_else(|| dir.join("backend.img"), PathBuf::from);
-            let create = match args.backend_size.as_deref() {
-                Some(text) => size_arg("backend-size", text)?,
-                None => DEFAULT_BACKEND_BYTES,
-            };
-            Arc::new(open_file(&path, create, false)?)
-        }
+        opened.push((canonical, v.export.clone(), role));
+        Ok(())
     };
-    let cache_path = args.cache.clone().unwrap_or_else(|| dir.join("cache.img"));
-    let requested_cache = args
-        .cache_size
-        .as_deref()
-        .map(|text| size_arg("cache-size", text))
-        .transpose()?;
-    let cache_dev = open_file(
-        &cache_path,
-        requested_cache.unwrap_or(DEFAULT_CACHE_BYTES),
-        args.direct,
-    )?;
-    let cache_bytes = requested_cache.unwrap_or(cache_dev.len_bytes());
+    let backend: Arc<dyn BlockDevice> = if v.backend_is_nbd() {
+        Arc::new(
+            NbdBackend::connect(&v.backend).with_context(|| format!("{} {}", v.key("backend"), v.backend))?,
+        )
+    } else {
+        let path = Path::new(&v.backend);
+        if !path.exists() && v.backend_create_bytes.is_none() {
+            bail!(
+                "{}: {} does not exist (set backend_size to create it)",
+                v.key("backend"),
+                path.display()
+            );
+        }
+        let device =
+            open_file(path, v.backend_create_bytes.unwrap_or(0), false).with_context(|| v.key("backend"))?;
+        claim(path, "backend")?;
+        Arc::new(device)
+    };
+    let cache_dev = open_file(&v.cache, v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES), v.direct)
+        .with_context(|| v.key("cache"))?;
+    claim(&v.cache, "cache")?;
+    let cache_bytes = v.cache_bytes.unwrap_or(cache_dev.len_bytes());
     if cache_bytes > cache_dev.len_bytes() {
         bail!(
-            "--cache-size {} is larger than the cache device {} ({})",
+            "{}: {} is larger than the cache device {} ({})",
+            v.key("cache_size"),
             format_byte_size(cache_bytes),
-            cache_path.display(),
+            v.cache.display(),
             format_byte_size(cache_dev.len_bytes())
         );
     }
-    let capacity_lines = cache_bytes / line_size.bytes();
+    let capacity_lines = cache_bytes / v.line_size.bytes();
     if capacity_lines == 0 {
-        bail!("the cache holds no {}-byte line", line_size.bytes());
+        bail!(
+            "{}: the cache ({}) holds no line of {}",
+            v.key("cache_size"),
+            format_byte_size(cache_bytes),
+            format_byte_size(v.line_size.bytes())
+        );
     }
-    let policy: PolicySpec = args
-        .policy
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--policy: {e}"))?;
-    let mut cache = CacheConfig::new(capacity_lines, line_size, policy);
-    cache.write_policy = args
-        .write_policy
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--write-policy: {e}"))?;
-    cache.promotion = args
-        .promotion
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--promotion: {e}"))?;
-    cache.cleaning = args.flush.parse().map_err(|e| anyhow::anyhow!("--flush: {e}"))?;
-    let lookup: Lookup = args
-        .lookup
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--lookup: {e}"))?;
-    let engine = Arc::new(Engine::new(
+    let mut cache = CacheConfig::new(capacity_lines, v.line_size, v.policy.clone());
+    cache.write_policy = v.write_policy;
+    cache.promotion = v.promotion;
+    cache.cleaning = v.cleaning;
+    let engine = Engine::new(
         EngineConfig {
             cache,
-            lookup,
+            lookup: v.lookup,
             shards: 0,
         },
         Arc::new(cache_dev),
         Arc::clone(&backend),
-    )?);
+    )
+    .with_context(|| match &v.origin {
+        Origin::Flags => "building the cache".to_string(),
+        Origin::File(path) => format!("{path}: volume `{}`", v.export),
+    })?;
+    Ok(OpenVolume {
+        config: v.clone(),
+        engine: Arc::new(engine),
+        backend_name: backend.name().to_string(),
+        backend_bytes: backend.len_bytes(),
+        cache_bytes,
+        capacity_lines,
+    })
+}
 
-    let socket = args.socket.clone().unwrap_or_else(|| dir.join("iocache.sock"));
-    let listen: SocketAddr = args
-        .listen
-        .parse()
-        .with_context(|| format!("--listen {}: expected ADDR:PORT", args.listen))?;
+pub fn run(args: ServeArgs) -> Result<()> {
+    let config = match args.config.clone() {
+        Some(path) => ServeConfig::from_file(&path)?,
+        None => args.into_config()?,
+    };
+    serve(config)
+}
+
+/// Serves every volume of `config` until SIGINT or SIGTERM.
+fn serve(config: ServeConfig) -> Result<()> {
+    let mut opened = Vec::new();
+    let volumes = config
+        .volumes
+        .iter()
+        .map(|v| open_volume(v, &mut opened))
+        .collect::<Result<Vec<_>>>()?;
+
+    if let Some(socket) = &config.socket {
+        create_parent(socket)?;
+    }
     let mut server = Server::new(ServerConfig {
-        unix_socket: Some(socket.clone()),
-        tcp: Some(listen),
+        unix_socket: config.socket.clone(),
+        tcp: config.listen,
         ..ServerConfig::default()
     });
-    let description = format!(
-        "iocache: {} cache of {} lines of {} over {}",
-        engine.write_policy(),
-        capacity_lines,
-        format_byte_size(line_size.bytes()),
-        backend.name()
-    );
-    server.add_export(
-        args.export.clone(),
-        Arc::new(EngineExport::new(Arc::clone(&engine), Some(description))),
-    )?;
-    let admin_path = args
-        .admin_socket
-        .clone()
-        .unwrap_or_else(|| dir.join("admin.sock"));
-    let _ = std::fs::remove_file(&admin_path);
-    let admin = UnixListener::bind(&admin_path)
-        .with_context(|| format!("--admin-socket {}", admin_path.display()))?;
-    {
-        let engine = Arc::clone(&engine);
-        let (export, backend_name, policy) = (
-            args.export.clone(),
-            backend.name().to_string(),
-            args.policy.clone(),
+    for v in &volumes {
+        let description = format!(
+            "iocache: {} cache of {} lines of {} over {}",
+            v.engine.write_policy(),
+            v.capacity_lines,
+            format_byte_size(v.config.line_size.bytes()),
+            v.backend_name
         );
-        std::thread::spawn(move || serve_admin(admin, engine, export, backend_name, policy));
+        // The first export added is also the default one (the empty name).
+        server
+            .add_export(
+                v.config.export.clone(),
+                Arc::new(EngineExport::new(Arc::clone(&v.engine), Some(description))),
+            )
+            .with_context(|| v.config.key("export"))?;
+    }
+    let admin_path = config.admin_socket.clone();
+    if let Some(path) = &admin_path {
+        create_parent(path)?;
+        let _ = std::fs::remove_file(path);
+        let admin = UnixListener::bind(path)
+            .with_context(|| format!("{} {}", config.origin.server_key("admin_socket"), path.display()))?;
+        let served: Vec<ServedVolume> = volumes
+            .iter()
+            .map(|v| ServedVolume {
+                export: v.config.export.clone(),
+                backend: v.backend_name.clone(),
+                policy: v.config.policy.to_string(),
+                engine: Arc::clone(&v.engine),
+            })
+            .collect();
+        let served = Arc::new(served);
+        std::thread::spawn(move || serve_admin(admin, served));
     }
     install_signal_handlers();
     let running = server.start()?;
-    let tcp = running
-        .tcp_addr()
-        .map_or_else(|| listen.to_string(), |a| a.to_string());
-    let socket_abs = std::fs::canonicalize(&socket).unwrap_or(socket.clone());
-    println!(
-        "iocache: serving export `{}` ({} volume, {} cache, {} lines, lookup {}) on\n  \
-         nbd+unix:///{}?socket={}\n  nbd://{}/{}\nConnect with, for example:\n  \
-         nbdinfo 'nbd+unix:///{}?socket={}'\n  qemu-io -f raw -c 'read -v 0 512' 'nbd://{}/{}'\n  \
-         nbdfuse DIR/disk --unix {}\nStatistics: iocache stats --admin-socket {}\n\
-         Stop with Ctrl-C (dirty lines are written back first).",
-        args.export,
-        format_byte_size(backend.len_bytes()),
-        format_byte_size(cache_bytes),
-        capacity_lines,
-        lookup,
-        args.export,
-        socket_abs.display(),
-        tcp,
-        args.export,
-        args.export,
-        socket_abs.display(),
-        tcp,
-        args.export,
-        socket_abs.display(),
-        admin_path.display()
-    );
+    print_banner(&config, &volumes, running.tcp_addr(), admin_path.as_deref());
+
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("iocache: stopping: finishing requests in flight");
     let server_stats = running.shutdown();
-    let dirty = engine.stats().dirty_lines;
-    eprintln!("iocache: writing back {dirty} dirty lines");
-    engine.shutdown().context("writing back dirty lines")?;
-    let _ = std::fs::remove_file(&admin_path);
-    let stats = engine.stats();
-    eprintln!(
-        "iocache: stopped after {} connections; {} requests, {:.2} % line hit ratio, {} I/O errors",
-        server_stats.connections,
-        stats.cache.requests,
-        stats.cache.hit_ratio() * 100.0,
-        stats.io_errors
-    );
-    Ok(())
+    let mut failed = None;
+    for v in &volumes {
+        let dirty = v.engine.stats().dirty_lines;
+        eprintln!(
+            "iocache: volume `{}`: writing back {dirty} dirty lines",
+            v.config.export
+        );
+        if let Err(e) = v.engine.shutdown() {
+            eprintln!("iocache: volume `{}`: write-back failed: {e}", v.config.export);
+            failed.get_or_insert_with(|| {
+                format!("volume `{}`: writing back dirty lines: {e}", v.config.export)
+            });
+        }
+    }
+    if let Some(path) = &admin_path {
+        let _ = std::fs::remove_file(path);
+    }
+    for v in &volumes {
+        let stats = v.engine.stats();
+        eprintln!(
+            "iocache: volume `{}`: {} requests, {:.2} % line hit ratio, {} I/O errors",
+            v.config.export,
+            stats.cache.requests,
+            stats.cache.hit_ratio() * 100.0,
+            stats.io_errors
+        );
+    }
+    eprintln!("iocache: stopped after {} connections", server_stats.connections);
+    match failed {
+        Some(e) => bail!(e),
+        None => Ok(()),
+    }
+}
+
+/// Tells how to reach every export.
+fn print_banner(
+    config: &ServeConfig,
+    volumes: &[OpenVolume],
+    tcp: Option<std::net::SocketAddr>,
+    admin: Option<&Path>,
+) {
+    let socket = config
+        .socket
+        .as_ref()
+        .map(|s| std::fs::canonicalize(s).unwrap_or_else(|_| s.clone()));
+    let mut out = String::new();
+    for (i, v) in volumes.iter().enumerate() {
+        let name = &v.config.export;
+        out += &format!(
+            "iocache: serving export `{name}` ({}{} volume over {}, {} cache, {} lines of {}, {}, lookup {}) on\n",
+            if i == 0 { "the default export; " } else { "" },
+            format_byte_size(v.backend_bytes),
+            v.backend_name,
+            format_byte_size(v.cache_bytes),
+            v.capacity_lines,
+            format_byte_size(v.config.line_size.bytes()),
+            v.config.write_policy,
+            v.config.lookup
+        );
+        if let Some(socket) = &socket {
+            out += &format!("  nbd+unix:///{name}?socket={}\n", socket.display());
+        }
+        if let Some(tcp) = tcp {
+            out += &format!("  nbd://{tcp}/{name}\n");
+        }
+    }
+    let first = &volumes[0].config.export;
+    out += "Connect with, for example:\n";
+    if let Some(socket) = &socket {
+        out += &format!(
+            "  nbdinfo 'nbd+unix:///{first}?socket={}'\n  nbdfuse DIR/disk --unix {}\n",
+            socket.display(),
+            socket.display()
+        );
+    }
+    if let Some(tcp) = tcp {
+        out += &format!("  qemu-io -f raw -c 'read -v 0 512' 'nbd://{tcp}/{first}'\n");
+    }
+    if let Some(admin) = admin {
+        out += &format!("Statistics: iocache stats --admin-socket {}\n", admin.display());
+    }
+    out += "Stop with Ctrl-C (dirty lines are written back first).";
+    println!("{out}");
 }

@@ -23,14 +23,26 @@ struct Served {
 
 impl Served {
     fn start(dir: &Path, extra: &[&str]) -> Served {
-        std::fs::create_dir_all(dir).unwrap();
         let mut args = vec!["serve", "--backend-size", "64MiB", "--listen", "127.0.0.1:0"];
         if !extra.contains(&"--cache-size") {
             args.extend(["--cache-size", "2MiB"]);
         }
         args.extend_from_slice(extra);
+        Served::spawn(dir, &args)
+    }
+
+    /// Writes `toml` to DIR/iocache.toml and serves it with `--config`; the
+    /// file must put the NBD socket at iocache-data/iocache.sock.
+    fn start_config(dir: &Path, toml: &str) -> Served {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("iocache.toml"), toml).unwrap();
+        Served::spawn(dir, &["serve", "--config", "iocache.toml"])
+    }
+
+    fn spawn(dir: &Path, args: &[&str]) -> Served {
+        std::fs::create_dir_all(dir).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args(&args)
+            .args(args)
             .current_dir(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -56,11 +68,16 @@ impl Served {
         }
     }
 
-    fn uri(&self) -> String {
+    /// The Unix-socket URI of the export `name` ("" is the default export).
+    fn uri_of(&self, name: &str) -> String {
         format!(
-            "nbd+unix:///iocache?socket={}",
+            "nbd+unix:///{name}?socket={}",
             self.dir.join("iocache-data/iocache.sock").display()
         )
+    }
+
+    fn uri(&self) -> String {
+        self.uri_of("iocache")
     }
 
     /// SIGTERM, then the exit status and stderr.
@@ -442,5 +459,192 @@ fn stats_report_counters_and_latency() {
     assert!(text.contains("occupancy") && text.contains("p99.99"), "{text}");
     let (ok, err) = served.stop();
     assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const TWO_VOLUMES: &str = r#"
+[server]
+socket = "iocache-data/iocache.sock"
+listen = "127.0.0.1:0"
+admin_socket = "iocache-data/admin.sock"
+
+[[volume]]
+export = "fast"
+backend = "data/fast.img"
+backend_size = "64MiB"
+cache = "data/cache-fast.img"
+cache_size = "2MiB"
+
+[[volume]]
+export = "slow"
+backend = "data/slow.img"
+backend_size = "32MiB"
+cache = "data/cache-slow.img"
+cache_size = "1MiB"
+line_size = "64KiB"
+write_policy = "wt"
+lookup = "coarse"
+"#;
+
+/// Offsets and sizes within the smaller (32 MiB) volume, with one pattern byte.
+fn two_volume_commands(verb: &str, pattern: u8) -> Vec<String> {
+    [
+        (0u64, 4096u64),
+        (4096 + 512, 3 * 512),
+        (1 << 20, 64 << 10),
+        (5 << 20, 3 << 20),
+        ((32 << 20) - 4096, 4096),
+    ]
+    .iter()
+    .map(|(offset, len)| format!("{verb} -P {pattern} {offset} {len}"))
+    .collect()
+}
+
+#[test]
+fn a_config_file_serves_two_independent_volumes() {
+    if !have("qemu-io") {
+        eprintln!("skipped: qemu-io is not installed");
+        return;
+    }
+    let dir = temp_dir("config-two");
+    let served = Served::start_config(&dir, TWO_VOLUMES);
+    let (fast, slow) = (served.uri_of("fast"), served.uri_of("slow"));
+    // Different patterns at the same offsets: each export keeps its own.
+    qemu_io(&fast, &two_volume_commands("write", 0x11));
+    qemu_io(&slow, &two_volume_commands("write", 0x22));
+    qemu_io(&fast, &two_volume_commands("read", 0x11));
+    qemu_io(&slow, &two_volume_commands("read", 0x22));
+    // The first volume is also the default export.
+    qemu_io(&served.uri_of(""), &two_volume_commands("read", 0x11));
+    if have("nbdinfo") {
+        for (uri, size) in [(&fast, 64u64 << 20), (&slow, 32 << 20)] {
+            let out = Command::new("nbdinfo").args(["--size", uri]).output().unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                size.to_string(),
+                "{uri}"
+            );
+        }
+    }
+    let admin = dir.join("iocache-data/admin.sock");
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["stats", "--admin-socket", admin.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let volumes = json["volumes"].as_array().unwrap();
+    assert_eq!(volumes.len(), 2, "{json}");
+    assert_eq!(volumes[0]["export"], "fast");
+    assert_eq!(volumes[0]["write_policy"], "wb");
+    assert_eq!(volumes[0]["size_bytes"], 64u64 << 20);
+    assert!(volumes[0]["dirty_lines"].as_u64().unwrap() > 0, "{json}");
+    assert_eq!(volumes[1]["export"], "slow");
+    assert_eq!(volumes[1]["write_policy"], "wt");
+    assert_eq!(volumes[1]["lookup"], "coarse");
+    assert_eq!(volumes[1]["capacity_lines"], 16);
+    assert_eq!(volumes[1]["dirty_lines"], 0, "{json}");
+    for v in volumes {
+        assert!(v["write_requests"].as_u64().unwrap() >= 5, "{v}");
+        assert!(v["read_requests"].as_u64().unwrap() >= 5, "{v}");
+    }
+    let (ok, err) = served.stop();
+    assert!(ok, "serve did not exit 0: {err}");
+    assert!(err.contains("volume `fast`: writing back"), "{err}");
+    assert!(err.contains("volume `slow`: writing back"), "{err}");
+    // Every volume's dirty lines reached its own backend file.
+    for (file, pattern) in [("data/fast.img", 0x11u8), ("data/slow.img", 0x22)] {
+        let data = std::fs::read(dir.join(file)).unwrap();
+        for (offset, len) in [(0usize, 4096usize), (5 << 20, 3 << 20), ((32 << 20) - 4096, 4096)] {
+            assert!(
+                data[offset..offset + len].iter().all(|&b| b == pattern),
+                "{file} at {offset}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `iocache serve --config` on `toml` in `dir` and returns its stderr;
+/// it must fail.
+fn config_error(dir: &Path, toml: &str) -> String {
+    std::fs::write(dir.join("bad.toml"), toml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["serve", "--config", "bad.toml"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{toml}: {err}");
+    assert!(err.contains("bad.toml"), "the file is not named: {err}");
+    err
+}
+
+#[test]
+fn config_errors_name_the_file_the_volume_and_the_key() {
+    let dir = temp_dir("config-bad");
+    std::fs::create_dir_all(&dir).unwrap();
+    let unknown = TWO_VOLUMES.replace("lookup = \"coarse\"", "lookup = \"coarse\"\nreadahead = 4");
+    let err = config_error(&dir, &unknown);
+    assert!(err.contains("unknown field `readahead`"), "{err}");
+    let unknown_server = TWO_VOLUMES.replace("listen = ", "tcp = ");
+    let err = config_error(&dir, &unknown_server);
+    assert!(err.contains("`tcp`"), "{err}");
+    let err = config_error(&dir, &TWO_VOLUMES.replace("\"wt\"", "\"wz\""));
+    assert!(
+        err.contains("volume `slow`: write_policy") && err.contains("wz"),
+        "{err}"
+    );
+    let err = config_error(&dir, &TWO_VOLUMES.replace("\"slow\"", "\"fast\""));
+    assert!(
+        err.contains("volume `fast`: export") && err.contains("unique"),
+        "{err}"
+    );
+    let err = config_error(
+        &dir,
+        &TWO_VOLUMES.replace("cache = \"data/cache-slow.img\"\n", ""),
+    );
+    assert!(err.contains("missing field `cache`"), "{err}");
+    let err = config_error(&dir, &TWO_VOLUMES.replace("cache-slow.img", "cache-fast.img"));
+    assert!(
+        err.contains("volume `slow`: cache") && err.contains("own cache device"),
+        "{err}"
+    );
+    let err = config_error(&dir, &TWO_VOLUMES.replace("\"64KiB\"", "\"3000\""));
+    assert!(
+        err.contains("volume `slow`: line_size") && err.contains("power of two"),
+        "{err}"
+    );
+    let no_listener = TWO_VOLUMES
+        .replace("socket = \"iocache-data/iocache.sock\"\n", "")
+        .replace("listen = \"127.0.0.1:0\"\n", "");
+    let err = config_error(&dir, &no_listener);
+    assert!(err.contains("no listener"), "{err}");
+    // Found when the devices are opened: a cache size beyond an existing cache file.
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(dir.join("data/cache-fast.img"), vec![0u8; 1 << 20]).unwrap();
+    let err = config_error(&dir, TWO_VOLUMES);
+    assert!(
+        err.contains("volume `fast`: cache_size") && err.contains("larger than the cache device"),
+        "{err}"
+    );
+    std::fs::remove_file(dir.join("data/cache-fast.img")).unwrap();
+    let err = config_error(&dir, &TWO_VOLUMES.replace("backend_size = \"32MiB\"\n", ""));
+    assert!(
+        err.contains("volume `slow`: backend") && err.contains("does not exist"),
+        "{err}"
+    );
+    // The file and the per-volume flags do not mix.
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["serve", "--config", "bad.toml", "--write-policy", "wt"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--config") && err.contains("--write-policy"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

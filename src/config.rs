@@ -1,0 +1,611 @@
+//! What `iocache serve` serves: [`ServeConfig`], built either from the
+//! command-line flags (one volume) or from a TOML file (`--config`, any
+//! number of volumes; docs/config.md describes the format).
+//!
+//! Everything that can be checked without opening a device is checked here,
+//! and every error names what it is about: the flag (`--line-size: ...`) or
+//! the file, the volume and the key (`iocache.toml: volume `fast`:
+//! line_size: ...`). Checks that need the devices (a cache size larger than
+//! its device, two volumes on one cache file under different names) are made
+//! by `serve` when it opens them, with the same names.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use iocache_core::units::{format_byte_size, parse_byte_size};
+use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, WritePolicy};
+use iocache_engine::Lookup;
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+/// Size of a backend file `serve` creates when given no `--backend`.
+pub const DEFAULT_BACKEND_BYTES: u64 = 1 << 30;
+/// Size of a new cache file when no cache size is given.
+pub const DEFAULT_CACHE_BYTES: u64 = 128 << 20;
+
+/// Where a configuration came from, to name keys in errors.
+#[derive(Clone, Debug)]
+pub enum Origin {
+    /// The command line: keys are named as flags (`--line-size`).
+    Flags,
+    /// A TOML file: keys are named with the file and the volume.
+    File(String),
+}
+
+impl Origin {
+    /// How to name `key` of the `[server]` table.
+    pub fn server_key(&self, key: &str) -> String {
+        match self {
+            Origin::Flags => format!("--{}", key.replace('_', "-")),
+            Origin::File(path) => format!("{path}: server.{key}"),
+        }
+    }
+
+    /// How to name `key` of the volume exported as `export`.
+    pub fn volume_key(&self, export: &str, key: &str) -> String {
+        match self {
+            Origin::Flags => format!("--{}", key.replace('_', "-")),
+            Origin::File(path) => format!("{path}: volume `{export}`: {key}"),
+        }
+    }
+}
+
+/// Everything `iocache serve` needs to start, validated.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub origin: Origin,
+    /// Unix socket for NBD clients.
+    pub socket: Option<PathBuf>,
+    /// TCP address for NBD clients.
+    pub listen: Option<SocketAddr>,
+    /// Unix socket answering `iocache stats`.
+    pub admin_socket: Option<PathBuf>,
+    /// At least one; the first is also the default export (the empty name).
+    pub volumes: Vec<VolumeConfig>,
+}
+
+/// One cached volume: a backend, its own cache device and the cache's policies.
+#[derive(Clone)]
+pub struct VolumeConfig {
+    pub origin: Origin,
+    pub export: String,
+    /// A file or block device path, or an `nbd://` / `nbd+unix://` URI.
+    pub backend: String,
+    /// Create a missing backend file with this size.
+    pub backend_create_bytes: Option<u64>,
+    pub cache: PathBuf,
+    /// The cache's size; `None` uses the whole device (a new file gets
+    /// [`DEFAULT_CACHE_BYTES`]).
+    pub cache_bytes: Option<u64>,
+    pub line_size: LineSize,
+    pub write_policy: WritePolicy,
+    pub promotion: Promotion,
+    pub policy: PolicySpec,
+    pub lookup: Lookup,
+    pub cleaning: CleaningPolicy,
+    /// Open the cache device with O_DIRECT.
+    pub direct: bool,
+}
+
+impl fmt::Debug for VolumeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VolumeConfig")
+            .field("export", &self.export)
+            .field("backend", &self.backend)
+            .field("cache", &self.cache)
+            .field("cache_bytes", &self.cache_bytes)
+            .field("line_bytes", &self.line_size.bytes())
+            .field("write_policy", &self.write_policy)
+            .field("policy", &self.policy.to_string())
+            .field("lookup", &self.lookup)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VolumeConfig {
+    /// How to name `key` of this volume in an error.
+    pub fn key(&self, key: &str) -> String {
+        self.origin.volume_key(&self.export, key)
+    }
+
+    /// Whether the backend is a remote NBD export rather than a path.
+    pub fn backend_is_nbd(&self) -> bool {
+        is_nbd_uri(&self.backend)
+    }
+}
+
+fn is_nbd_uri(text: &str) -> bool {
+    text.starts_with("nbd://") || text.starts_with("nbd+unix://")
+}
+
+/// A volume's settings as text, before validation: the command line's flags
+/// and a `[[volume]]` table both become one of these.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeText {
+    pub export: String,
+    pub backend: String,
+    #[serde(default)]
+    pub backend_size: Option<SizeText>,
+    pub cache: PathBuf,
+    #[serde(default)]
+    pub cache_size: Option<SizeText>,
+    #[serde(default = "default_line_size")]
+    pub line_size: SizeText,
+    #[serde(default = "default_write_policy")]
+    pub write_policy: String,
+    #[serde(default = "default_promotion")]
+    pub promotion: String,
+    #[serde(default = "default_policy")]
+    pub policy: String,
+    #[serde(default = "default_lookup")]
+    pub lookup: String,
+    #[serde(default = "default_flush")]
+    pub flush: String,
+    #[serde(default)]
+    pub direct: bool,
+}
+
+fn default_line_size() -> SizeText {
+    SizeText("4KiB".into())
+}
+fn default_write_policy() -> String {
+    "wb".into()
+}
+fn default_promotion() -> String {
+    "always".into()
+}
+fn default_policy() -> String {
+    "lru".into()
+}
+fn default_lookup() -> String {
+    "fine".into()
+}
+fn default_flush() -> String {
+    "nop".into()
+}
+
+/// A size: a string with a unit (`"128MiB"`) or, in TOML, an integer of bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeText(pub String);
+
+impl<'de> Deserialize<'de> for SizeText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SizeVisitor;
+        impl Visitor<'_> for SizeVisitor {
+            type Value = SizeText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size such as \"128MiB\" or a number of bytes")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<SizeText, E> {
+                Ok(SizeText(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<SizeText, E> {
+                Ok(SizeText(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<SizeText, E> {
+                u64::try_from(v)
+                    .map(|v| SizeText(v.to_string()))
+                    .map_err(|_| E::custom(format!("a size cannot be negative ({v})")))
+            }
+        }
+        deserializer.deserialize_any(SizeVisitor)
+    }
+}
+
+/// The `[server]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerText {
+    socket: Option<PathBuf>,
+    listen: Option<String>,
+    admin_socket: Option<PathBuf>,
+}
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileText {
+    #[serde(default)]
+    server: ServerText,
+    #[serde(default)]
+    volume: Vec<VolumeText>,
+}
+
+impl VolumeText {
+    /// Validates the settings of one volume.
+    pub fn validate(self, origin: &Origin) -> Result<VolumeConfig> {
+        let key = |k: &str| origin.volume_key(&self.export, k);
+        if self.export.is_empty() {
+            bail!(
+                "{}: an export name cannot be empty (the first volume is also reachable under the empty name)",
+                key("export")
+            );
+        }
+        if self.export.len() > 4096 || self.export.contains('\0') {
+            bail!("{}: longer than 4096 bytes or containing NUL", key("export"));
+        }
+        if self.backend.is_empty() {
+            bail!("{}: empty", key("backend"));
+        }
+        if self.cache.as_os_str().is_empty() {
+            bail!("{}: empty", key("cache"));
+        }
+        let size = |k: &str, text: &SizeText| -> Result<u64> {
+            parse_byte_size(&text.0).map_err(|e| anyhow!("{}: {e}", key(k)))
+        };
+        let backend_create_bytes = self
+            .backend_size
+            .as_ref()
+            .map(|t| size("backend_size", t))
+            .transpose()?;
+        if backend_create_bytes.is_some() && is_nbd_uri(&self.backend) {
+            bail!(
+                "{}: only for a backend file; `{}` is an NBD export",
+                key("backend_size"),
+                self.backend
+            );
+        }
+        if backend_create_bytes == Some(0) {
+            bail!("{}: a backend cannot be empty", key("backend_size"));
+        }
+        let cache_bytes = self
+            .cache_size
+            .as_ref()
+            .map(|t| size("cache_size", t))
+            .transpose()?;
+        let line_size = LineSize::new(size("line_size", &self.line_size)?)
+            .map_err(|e| anyhow!("{}: {e}", key("line_size")))?;
+        if let Some(bytes) = cache_bytes {
+            if bytes < line_size.bytes() {
+                bail!(
+                    "{}: {} holds no line of {}",
+                    key("cache_size"),
+                    format_byte_size(bytes),
+                    format_byte_size(line_size.bytes())
+                );
+            }
+        }
+        // The parse errors quote the value they reject.
+        let parse = |k: &str| key(k) + ": ";
+        let write_policy: WritePolicy = self
+            .write_policy
+            .parse()
+            .map_err(|e| anyhow!("{}{e}", parse("write_policy")))?;
+        let promotion: Promotion = self
+            .promotion
+            .parse()
+            .map_err(|e| anyhow!("{}{e}", parse("promotion")))?;
+        let policy: PolicySpec = self
+            .policy
+            .parse()
+            .map_err(|e| anyhow!("{}{e}", parse("policy")))?;
+        let lookup: Lookup = self
+            .lookup
+            .parse()
+            .map_err(|e| anyhow!("{}{e}", parse("lookup")))?;
+        let cleaning: CleaningPolicy = self.flush.parse().map_err(|e| anyhow!("{}{e}", parse("flush")))?;
+        Ok(VolumeConfig {
+            origin: origin.clone(),
+            export: self.export,
+            backend: self.backend,
+            backend_create_bytes,
+            cache: self.cache,
+            cache_bytes,
+            line_size,
+            write_policy,
+            promotion,
+            policy,
+            lookup,
+            cleaning,
+            direct: self.direct,
+        })
+    }
+}
+
+/// `path` without `.` components and with `a/..` folded, for comparing paths
+/// before the files exist.
+pub fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.components().next_back(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Parses a listener address.
+pub fn parse_listen(text: &str, name: &str) -> Result<SocketAddr> {
+    text.parse()
+        .map_err(|_| anyhow!("{name}: `{text}`: expected ADDR:PORT, such as 127.0.0.1:10809"))
+}
+
+impl ServeConfig {
+    /// Reads and validates a TOML configuration file.
+    pub fn from_file(path: &Path) -> Result<ServeConfig> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("--config {}", path.display()))?;
+        ServeConfig::from_toml_str(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates a TOML configuration; `origin` (the file's path)
+    /// prefixes every error. Opens nothing.
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<ServeConfig> {
+        let file: FileText =
+            toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", e.to_string().trim_end()))?;
+        let o = Origin::File(origin.to_string());
+        let listen = file
+            .server
+            .listen
+            .as_deref()
+            .map(|t| parse_listen(t, &o.server_key("listen")))
+            .transpose()?;
+        if file.server.socket.is_none() && listen.is_none() {
+            bail!("{origin}: server: no listener: set server.socket (a Unix socket) and/or server.listen (ADDR:PORT)");
+        }
+        if file.volume.is_empty() {
+            bail!("{origin}: no volume: add at least one [[volume]] table with export, backend and cache");
+        }
+        let volumes = file
+            .volume
+            .into_iter()
+            .map(|v| v.validate(&o))
+            .collect::<Result<Vec<_>>>()?;
+        ServeConfig {
+            origin: o,
+            socket: file.server.socket,
+            listen,
+            admin_socket: file.server.admin_socket,
+            volumes,
+        }
+        .check()
+    }
+
+    /// Checks what concerns several volumes or the server: unique exports,
+    /// one cache file per volume, no file used twice, sockets apart.
+    pub fn check(self) -> Result<ServeConfig> {
+        if self.socket.is_none() && self.listen.is_none() {
+            bail!("no listener: give a Unix socket and/or a TCP address");
+        }
+        let mut exports: HashSet<&str> = HashSet::new();
+        // Every file a volume opens: normalized path -> (volume, role).
+        let mut files: HashMap<PathBuf, (&str, &str)> = HashMap::new();
+        for v in &self.volumes {
+            if !exports.insert(&v.export) {
+                bail!(
+                    "{}: `{}` names two volumes; export names must be unique",
+                    v.key("export"),
+                    v.export
+                );
+            }
+            let mut uses = vec![(normalize(&v.cache), "cache")];
+            if !v.backend_is_nbd() {
+                uses.push((normalize(Path::new(&v.backend)), "backend"));
+            }
+            for (path, role) in uses {
+                if let Some((other, other_role)) = files.get(&path) {
+                    let whose = if *other == v.export.as_str() {
+                        "this volume's".to_string()
+                    } else {
+                        format!("volume `{other}`'s")
+                    };
+                    let why = if role == "cache" || *other_role == "cache" {
+                        "each volume needs its own cache device"
+                    } else {
+                        "two volumes cannot share a backend"
+                    };
+                    bail!(
+                        "{}: {} is also {whose} {other_role}; {why}",
+                        v.key(role),
+                        path.display()
+                    );
+                }
+                files.insert(path, (&v.export, role));
+            }
+        }
+        let sockets = [
+            ("socket", self.socket.as_ref()),
+            ("admin_socket", self.admin_socket.as_ref()),
+        ];
+        if let (Some(a), Some(b)) = (sockets[0].1, sockets[1].1) {
+            if normalize(a) == normalize(b) {
+                bail!(
+                    "{}: {} is also the NBD socket",
+                    self.origin.server_key("admin_socket"),
+                    b.display()
+                );
+            }
+        }
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO: &str = r#"
+[server]
+socket = "d/iocache.sock"
+listen = "127.0.0.1:0"
+admin_socket = "d/admin.sock"
+
+[[volume]]
+export = "fast"
+backend = "d/fast.img"
+backend_size = "64MiB"
+cache = "d/cache-fast.img"
+cache_size = "2MiB"
+
+[[volume]]
+export = "slow"
+backend = "nbd+unix:///?socket=/tmp/x.sock"
+cache = "d/cache-slow.img"
+cache_size = 1048576
+line_size = "64KiB"
+write_policy = "wt"
+promotion = "nhit:2"
+policy = "s3fifo:small=0.1"
+lookup = "coarse"
+flush = "lazy"
+direct = true
+"#;
+
+    fn err(text: &str) -> String {
+        format!("{:#}", ServeConfig::from_toml_str(text, "conf.toml").unwrap_err())
+    }
+
+    #[test]
+    fn two_volumes_parse() {
+        let c = ServeConfig::from_toml_str(TWO, "conf.toml").unwrap();
+        assert_eq!(c.volumes.len(), 2);
+        assert_eq!(c.listen, Some("127.0.0.1:0".parse().unwrap()));
+        let (fast, slow) = (&c.volumes[0], &c.volumes[1]);
+        assert_eq!(fast.export, "fast");
+        assert_eq!(fast.backend_create_bytes, Some(64 << 20));
+        assert_eq!(fast.line_size.bytes(), 4096);
+        assert_eq!(fast.write_policy, WritePolicy::WriteBack);
+        assert_eq!(slow.cache_bytes, Some(1 << 20));
+        assert_eq!(slow.line_size.bytes(), 64 << 10);
+        assert_eq!(slow.write_policy.to_string(), "wt");
+        assert_eq!(slow.lookup, Lookup::Coarse);
+        assert!(slow.direct && slow.backend_is_nbd());
+    }
+
+    #[test]
+    fn the_shipped_example_is_valid() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/iocache.toml");
+        let c = ServeConfig::from_file(Path::new(path)).unwrap();
+        assert!(c.volumes.len() >= 2, "{c:?}");
+        assert!(c.socket.is_some() && c.listen.is_some() && c.admin_socket.is_some());
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_the_file() {
+        let e = err(&TWO.replace("direct = true", "directt = true"));
+        assert!(e.contains("conf.toml") && e.contains("directt"), "{e}");
+        let e = err(&TWO.replace("admin_socket", "admin_sock"));
+        assert!(e.contains("conf.toml") && e.contains("admin_sock"), "{e}");
+        let e = err(&format!("{TWO}\n[extra]\nx = 1\n"));
+        assert!(e.contains("extra"), "{e}");
+    }
+
+    #[test]
+    fn impossible_values_name_the_volume_and_key() {
+        for (from, to, needles) in [
+            (
+                "write_policy = \"wt\"",
+                "write_policy = \"wz\"",
+                &["volume `slow`", "write_policy", "wz"][..],
+            ),
+            (
+                "line_size = \"64KiB\"",
+                "line_size = \"3000\"",
+                &["volume `slow`", "line_size", "power of two"],
+            ),
+            (
+                "lookup = \"coarse\"",
+                "lookup = \"medium\"",
+                &["volume `slow`", "lookup", "medium"],
+            ),
+            (
+                "policy = \"s3fifo:small=0.1\"",
+                "policy = \"nope\"",
+                &["volume `slow`", "policy", "nope"],
+            ),
+            (
+                "flush = \"lazy\"",
+                "flush = \"sometimes\"",
+                &["volume `slow`", "flush"],
+            ),
+            (
+                "cache_size = 1048576",
+                "cache_size = \"1KiB\"",
+                &["volume `slow`", "cache_size", "no line"],
+            ),
+            (
+                "cache_size = 1048576",
+                "cache_size = \"lots\"",
+                &["volume `slow`", "cache_size"],
+            ),
+            (
+                "cache_size = 1048576",
+                "cache_size = -1",
+                &["cache_size", "negative"],
+            ),
+            (
+                "export = \"slow\"",
+                "export = \"fast\"",
+                &["volume `fast`", "export", "unique"],
+            ),
+            ("export = \"slow\"", "export = \"\"", &["export", "empty"]),
+            (
+                "d/cache-slow.img",
+                "d/./cache-fast.img",
+                &["volume `slow`", "cache", "volume `fast`"],
+            ),
+            (
+                "d/cache-slow.img",
+                "d/fast.img",
+                &["volume `slow`", "cache", "backend"],
+            ),
+            (
+                "nbd+unix:///?socket=/tmp/x.sock",
+                "d/fast.img",
+                &["volume `slow`: backend", "share a backend"],
+            ),
+            (
+                "listen = \"127.0.0.1:0\"",
+                "listen = \"nowhere\"",
+                &["server.listen", "nowhere"],
+            ),
+            ("direct = true", "direct = \"yes\"", &["direct"]),
+            ("cache = \"d/cache-slow.img\"\n", "", &["missing", "cache"]),
+        ] {
+            let text = TWO.replacen(from, to, 1);
+            assert_ne!(text, TWO, "{from}");
+            let e = err(&text);
+            assert!(e.starts_with("conf.toml"), "{e}");
+            for n in needles {
+                assert!(e.contains(n), "{from} -> {to}: `{n}` not in: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_listener_and_a_volume_are_required() {
+        let e = err("[server]\nadmin_socket = \"a.sock\"\n[[volume]]\nexport = \"a\"\nbackend = \"b\"\ncache = \"c\"\n");
+        assert!(e.contains("no listener"), "{e}");
+        let e = err("[server]\nsocket = \"a.sock\"\n");
+        assert!(e.contains("no volume"), "{e}");
+        let e = err("[server]\nsocket = \"a.sock\"\nadmin_socket = \"./a.sock\"\n[[volume]]\nexport = \"a\"\nbackend = \"b\"\ncache = \"c\"\n");
+        assert!(e.contains("admin_socket"), "{e}");
+    }
+
+    #[test]
+    fn flags_name_flags() {
+        let text = VolumeText {
+            export: "iocache".into(),
+            backend: "b.img".into(),
+            backend_size: None,
+            cache: "c.img".into(),
+            cache_size: None,
+            line_size: SizeText("3000".into()),
+            write_policy: "wb".into(),
+            promotion: "always".into(),
+            policy: "lru".into(),
+            lookup: "fine".into(),
+            flush: "nop".into(),
+            direct: false,
+        };
+        let e = format!("{:#}", text.validate(&Origin::Flags).unwrap_err());
+        assert!(e.starts_with("--line-size: "), "{e}");
+    }
+}
