@@ -218,6 +218,7 @@ fn fio_verifies_under_every_write_policy() {
                 "--verify_fatal=1",
                 "--do_verify=1",
                 "--number_ios=4000",
+                "--verify_state_save=0",
             ])
             .output()
             .unwrap();

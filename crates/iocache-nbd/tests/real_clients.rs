@@ -288,6 +288,7 @@ fn fio_nbd_engine_verifies_random_writes() {
             "--size=8M",
             "--iodepth=32",
             "--verify=crc32c",
+            "--verify_state_save=0",
             "--do_verify=1",
             "--verify_fatal=1",
         ]));
