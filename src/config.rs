@@ -16,7 +16,7 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use iocache_core::units::{format_byte_size, parse_byte_size};
-use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, WritePolicy};
+use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, WritePolicy};
 use iocache_engine::Lookup;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
@@ -86,6 +86,9 @@ pub struct VolumeConfig {
     pub policy: PolicySpec,
     pub lookup: Lookup,
     pub cleaning: CleaningPolicy,
+    /// Send write misses to the backend when every line is dirty.
+    pub write_miss_bypass: bool,
+    pub seq_cutoff: SeqCutoff,
     /// Open the cache device with O_DIRECT.
     pub direct: bool,
 }
@@ -146,7 +149,15 @@ pub struct VolumeText {
     #[serde(default = "default_flush")]
     pub flush: String,
     #[serde(default)]
+    pub write_miss_bypass: bool,
+    #[serde(default = "default_seq_cutoff")]
+    pub seq_cutoff: String,
+    #[serde(default)]
     pub direct: bool,
+}
+
+fn default_seq_cutoff() -> String {
+    "off".into()
 }
 
 fn default_line_size() -> SizeText {
@@ -288,6 +299,10 @@ impl VolumeText {
             .parse()
             .map_err(|e| anyhow!("{}{e}", parse("lookup")))?;
         let cleaning: CleaningPolicy = self.flush.parse().map_err(|e| anyhow!("{}{e}", parse("flush")))?;
+        let seq_cutoff: SeqCutoff = self
+            .seq_cutoff
+            .parse()
+            .map_err(|e| anyhow!("{}{e}", parse("seq_cutoff")))?;
         Ok(VolumeConfig {
             origin: origin.clone(),
             export: self.export,
@@ -301,6 +316,8 @@ impl VolumeText {
             policy,
             lookup,
             cleaning,
+            write_miss_bypass: self.write_miss_bypass,
+            seq_cutoff,
             direct: self.direct,
         })
     }
@@ -603,6 +620,8 @@ direct = true
             policy: "lru".into(),
             lookup: "fine".into(),
             flush: "nop".into(),
+            write_miss_bypass: false,
+            seq_cutoff: "off".into(),
             direct: false,
         };
         let e = format!("{:#}", text.validate(&Origin::Flags).unwrap_err());

@@ -37,7 +37,8 @@ pub struct ServeArgs {
     /// the one the flags below describe.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "cache", "cache_size", "line_size", "write_policy",
-        "promotion", "policy", "lookup", "flush", "direct", "socket", "listen", "export",
+        "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "direct", "socket",
+        "listen", "export",
         "admin_socket",
     ])]
     config: Option<PathBuf>,
@@ -73,6 +74,12 @@ pub struct ServeArgs {
     /// Background flushing: nop, lazy[:...] or aggressive[:...].
     #[arg(long, default_value = "nop", value_name = "POLICY")]
     flush: String,
+    /// Send write misses to the backend when every cache line is dirty.
+    #[arg(long)]
+    write_miss_bypass: bool,
+    /// Sequential cutoff: off, or a stream length after which requests bypass (1MiB[:streams=16]).
+    #[arg(long, default_value = "off", value_name = "BYTES|off")]
+    seq_cutoff: String,
     /// Open the cache device with O_DIRECT.
     #[arg(long)]
     direct: bool,
@@ -318,6 +325,8 @@ impl ServeArgs {
             policy: self.policy,
             lookup: self.lookup,
             flush: self.flush,
+            write_miss_bypass: self.write_miss_bypass,
+            seq_cutoff: self.seq_cutoff,
             direct: self.direct,
         };
         let mut volume = text.validate(&Origin::Flags)?;
@@ -405,6 +414,8 @@ fn open_volume(v: &VolumeConfig, opened: &mut Vec<(PathBuf, String, &'static str
     cache.write_policy = v.write_policy;
     cache.promotion = v.promotion;
     cache.cleaning = v.cleaning;
+    cache.write_miss_bypass = v.write_miss_bypass;
+    cache.seq_cutoff = v.seq_cutoff;
     let engine = Engine::new(
         EngineConfig {
             cache,
