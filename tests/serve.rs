@@ -649,3 +649,30 @@ fn config_errors_name_the_file_the_volume_and_the_key() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sequential_cutoff_and_write_miss_bypass_are_configurable() {
+    if !have("qemu-io") {
+        eprintln!("skipped: qemu-io is not installed");
+        return;
+    }
+    let dir = temp_dir("cutoff");
+    let served = Served::start(&dir, &["--seq-cutoff", "64KiB", "--write-miss-bypass"]);
+    // One sequential stream of 16 × 32 KiB: past 64 KiB its requests bypass the cache.
+    let writes: Vec<String> = (0..16u64)
+        .map(|i| format!("write -P 0x5a {} 32768", (8 << 20) + i * 32768))
+        .collect();
+    qemu_io(&served.uri(), &writes);
+    qemu_io(&served.uri(), &[format!("read -P 0x5a {} 524288", 8 << 20)]);
+    let admin = dir.join("iocache-data/admin.sock");
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["stats", "--admin-socket", admin.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = &json["volumes"][0];
+    assert!(v["seq_cutoff_requests"].as_u64().unwrap() >= 13, "{v}");
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
