@@ -676,3 +676,36 @@ fn sequential_cutoff_and_write_miss_bypass_are_configurable() {
     assert!(ok, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn nbdcopy_into_and_out_of_the_export() {
+    if !have("nbdcopy") {
+        eprintln!("skipped: nbdcopy is not installed");
+        return;
+    }
+    let dir = temp_dir("nbdcopy");
+    let served = Served::start(&dir, &[]);
+    let src = dir.join("src.img");
+    // 64 MiB, the whole export: larger than the 2 MiB cache, so copying evicts throughout.
+    let data: Vec<u8> = (0..(64u32 << 20))
+        .map(|i| (i.wrapping_mul(0x9e37_79b1) >> 24) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    let uri = served.uri();
+    run_ok(Command::new("nbdcopy").args([
+        "--flush",
+        "--requests=16",
+        "--connections=4",
+        src.to_str().unwrap(),
+        &uri,
+    ]));
+    let back = dir.join("back.img");
+    run_ok(Command::new("nbdcopy").args([&uri, back.to_str().unwrap()]));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "nbdcopy round trip differs"
+    );
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
