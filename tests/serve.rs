@@ -311,6 +311,16 @@ fn bad_arguments_are_named() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `iocache stats --json` against an admin socket.
+fn stats_json(admin: &Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["stats", "--admin-socket", admin.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn run_ok(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
@@ -438,12 +448,7 @@ fn stats_report_counters_and_latency() {
     qemu_io(&served.uri(), &pattern_commands("write"));
     qemu_io(&served.uri(), &pattern_commands("read"));
     let admin = dir.join("iocache-data/admin.sock");
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["stats", "--admin-socket", admin.to_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json = stats_json(&admin);
     let v = &json["volumes"][0];
     assert_eq!(v["write_policy"], "wb");
     assert!(v["write_requests"].as_u64().unwrap() >= 8, "{v}");
@@ -528,12 +533,7 @@ fn a_config_file_serves_two_independent_volumes() {
         }
     }
     let admin = dir.join("iocache-data/admin.sock");
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["stats", "--admin-socket", admin.to_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json = stats_json(&admin);
     let volumes = json["volumes"].as_array().unwrap();
     assert_eq!(volumes.len(), 2, "{json}");
     assert_eq!(volumes[0]["export"], "fast");
@@ -665,11 +665,7 @@ fn sequential_cutoff_and_write_miss_bypass_are_configurable() {
     qemu_io(&served.uri(), &writes);
     qemu_io(&served.uri(), &[format!("read -P 0x5a {} 524288", 8 << 20)]);
     let admin = dir.join("iocache-data/admin.sock");
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["stats", "--admin-socket", admin.to_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json = stats_json(&admin);
     let v = &json["volumes"][0];
     assert!(v["seq_cutoff_requests"].as_u64().unwrap() >= 13, "{v}");
     let (ok, err) = served.stop();
