@@ -17,7 +17,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use iocache_core::units::{format_byte_size, parse_byte_size};
 use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, WritePolicy};
-use iocache_engine::Lookup;
+use iocache_engine::{IoMode, Lookup};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
@@ -89,6 +89,8 @@ pub struct VolumeConfig {
     /// Send write misses to the backend when every line is dirty.
     pub write_miss_bypass: bool,
     pub seq_cutoff: SeqCutoff,
+    /// How cache reads of several lines are issued.
+    pub io: IoMode,
     /// Open the cache device with O_DIRECT.
     pub direct: bool,
 }
@@ -152,12 +154,18 @@ pub struct VolumeText {
     pub write_miss_bypass: bool,
     #[serde(default = "default_seq_cutoff")]
     pub seq_cutoff: String,
+    #[serde(default = "default_io_engine")]
+    pub io_engine: String,
     #[serde(default)]
     pub direct: bool,
 }
 
 fn default_seq_cutoff() -> String {
     "off".into()
+}
+
+fn default_io_engine() -> String {
+    "auto".into()
 }
 
 fn default_line_size() -> SizeText {
@@ -299,6 +307,13 @@ impl VolumeText {
             .parse()
             .map_err(|e| anyhow!("{}{e}", parse("lookup")))?;
         let cleaning: CleaningPolicy = self.flush.parse().map_err(|e| anyhow!("{}{e}", parse("flush")))?;
+        // `auto`: io_uring batches where they pay (O_DIRECT devices: about 2x the
+        // psync throughput at batch 16 in devbench), psync for buffered files.
+        let io: IoMode = match self.io_engine.trim() {
+            "auto" if self.direct => IoMode::Uring,
+            "auto" => IoMode::Psync,
+            other => other.parse().map_err(|e| anyhow!("{}{e}", parse("io_engine")))?,
+        };
         let seq_cutoff: SeqCutoff = self
             .seq_cutoff
             .parse()
@@ -318,6 +333,7 @@ impl VolumeText {
             cleaning,
             write_miss_bypass: self.write_miss_bypass,
             seq_cutoff,
+            io,
             direct: self.direct,
         })
     }
@@ -622,6 +638,7 @@ direct = true
             flush: "nop".into(),
             write_miss_bypass: false,
             seq_cutoff: "off".into(),
+            io_engine: "auto".into(),
             direct: false,
         };
         let e = format!("{:#}", text.validate(&Origin::Flags).unwrap_err());

@@ -37,7 +37,8 @@ pub struct ServeArgs {
     /// the one the flags below describe.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "cache", "cache_size", "line_size", "write_policy",
-        "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "direct", "socket",
+        "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "io_engine", "direct",
+        "socket",
         "listen", "export",
         "admin_socket",
     ])]
@@ -80,6 +81,10 @@ pub struct ServeArgs {
     /// Sequential cutoff: off, or a stream length after which requests bypass (1MiB[:streams=16]).
     #[arg(long, default_value = "off", value_name = "BYTES|off")]
     seq_cutoff: String,
+    /// How reads of several cache lines are issued: psync (one after the other), uring (one
+    /// io_uring batch) or auto (uring with --direct, psync otherwise).
+    #[arg(long, default_value = "auto", value_name = "ENGINE")]
+    io_engine: String,
     /// Open the cache device with O_DIRECT.
     #[arg(long)]
     direct: bool,
@@ -327,6 +332,7 @@ impl ServeArgs {
             flush: self.flush,
             write_miss_bypass: self.write_miss_bypass,
             seq_cutoff: self.seq_cutoff,
+            io_engine: self.io_engine,
             direct: self.direct,
         };
         let mut volume = text.validate(&Origin::Flags)?;
@@ -421,6 +427,7 @@ fn open_volume(v: &VolumeConfig, opened: &mut Vec<(PathBuf, String, &'static str
             cache,
             lookup: v.lookup,
             shards: 0,
+            io: v.io,
         },
         Arc::new(cache_dev),
         Arc::clone(&backend),

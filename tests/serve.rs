@@ -705,3 +705,20 @@ fn nbdcopy_into_and_out_of_the_export() {
     assert!(ok, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn batched_io_uring_reads_on_an_o_direct_cache() {
+    if !have("qemu-io") {
+        eprintln!("skipped: qemu-io is not installed");
+        return;
+    }
+    let dir = temp_dir("uring");
+    // 512-byte lines: every multi-sector hit is several cache reads, issued as one batch.
+    let served = Served::start(&dir, &["--line-size", "512", "--direct", "--io-engine", "uring"]);
+    qemu_io(&served.uri(), &pattern_commands("write"));
+    qemu_io(&served.uri(), &pattern_commands("read"));
+    qemu_io(&served.uri(), &pattern_commands("read"));
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,7 +3,7 @@
 //! the engine's hit path with the raw cache device (fio psync, same jobs).
 //!
 //! cargo run --release -p iocache-engine --example loadgen -- \
-//!     CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT]
+//!     CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring]]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use iocache_core::{CacheConfig, LineSize, PolicySpec};
 use iocache_device::{FileDevice, MemDevice, OpenOptions};
-use iocache_engine::{Engine, EngineConfig};
+use iocache_engine::{Engine, EngineConfig, IoMode};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 6 {
-        eprintln!("usage: loadgen CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT]");
+        eprintln!("usage: loadgen CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring]]");
         std::process::exit(2);
     }
     let cache_bytes: u64 = args[1].parse().expect("CACHE_BYTES");
@@ -42,6 +42,9 @@ fn main() {
                 cache: CacheConfig::new(cache_bytes / 4096, line, PolicySpec::lru()),
                 lookup,
                 shards: 0,
+                io: args
+                    .get(7)
+                    .map_or(IoMode::Psync, |m| m.parse().expect("IO: psync or uring")),
             },
             Arc::new(cache_dev),
             backend,

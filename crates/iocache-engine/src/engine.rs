@@ -14,7 +14,7 @@ use iocache_core::{
     Cache, CacheConfig, CacheStats, CoreError, FlushOrder, FlushToken, IoKind, LineKey, Op, OpList, Request,
     WritePolicy, SECTOR_BYTES,
 };
-use iocache_device::{BlockDevice, DeviceError};
+use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest, UringEngine};
 
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use thiserror::Error;
@@ -74,6 +74,31 @@ pub struct EngineConfig {
     pub lookup: Lookup,
     /// Shards in `fine` mode; 0 chooses (up to 64, at least 16 lines each).
     pub shards: usize,
+    /// How cache reads of several lines are issued.
+    pub io: IoMode,
+}
+
+/// How the engine issues a request's cache-device reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum IoMode {
+    /// One positional read after the other, on the request's thread.
+    #[default]
+    Psync,
+    /// Reads of several lines as one io_uring batch.
+    Uring,
+}
+
+impl FromStr for IoMode {
+    type Err = EngineError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "psync" => Ok(IoMode::Psync),
+            "uring" | "io_uring" => Ok(IoMode::Uring),
+            other => Err(EngineError::Config(format!(
+                "unknown I/O engine `{other}`; expected psync or uring"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Error)]
@@ -94,6 +119,8 @@ pub enum EngineError {
     Shutdown,
     #[error("{lines} dirty lines could not be written back to the backend")]
     DirtyLinesRemain { lines: u64 },
+    #[error("cache read failed: {0}")]
+    Io(String),
 }
 
 /// Counters of the whole engine.
@@ -189,6 +216,7 @@ struct Inner {
     forgotten_lines: AtomicU64,
     read_latency: LatencyHistogram,
     write_latency: LatencyHistogram,
+    io_engine: Option<Box<dyn IoEngine>>,
 }
 
 type DecideJob = (Vec<Segment>, mpsc::Sender<Result<Plan, EngineError>>);
@@ -246,6 +274,10 @@ impl Engine {
             });
             base_slot += lines;
         }
+        let io_engine: Option<Box<dyn IoEngine>> = match config.io {
+            IoMode::Psync => None,
+            IoMode::Uring => Some(Box::new(UringEngine::new(64, 2)?)),
+        };
         let inner = Arc::new(Inner {
             shards: built,
             line_bytes,
@@ -259,6 +291,7 @@ impl Engine {
             forgotten_lines: AtomicU64::new(0),
             read_latency: LatencyHistogram::default(),
             write_latency: LatencyHistogram::default(),
+            io_engine,
         });
         let mut threads = Vec::new();
         let single = if config.lookup == Lookup::Single {
@@ -609,9 +642,74 @@ impl Inner {
         (self.shards[shard].base_slot + u64::from(slot)) * self.line_bytes + u64::from(line_offset)
     }
 
+    /// Reads a run of consecutive `ReadCache` ops (disjoint buffer ranges) as
+    /// one batch through the I/O engine, so a multi-line hit's reads overlap.
+    fn read_cache_batch(
+        &self,
+        shard: usize,
+        base: usize,
+        ops: &[Op],
+        buf: &mut [u8],
+    ) -> Result<(), EngineError> {
+        let Some(io) = &self.io_engine else {
+            unreachable!("batches are only formed with an I/O engine");
+        };
+        // (buffer start, length, device offset), in buffer order for splitting.
+        let mut parts: Vec<(usize, usize, u64)> = ops
+            .iter()
+            .map(|op| match *op {
+                Op::ReadCache {
+                    slot,
+                    line_offset_bytes,
+                    length_bytes,
+                    buffer_offset_bytes,
+                } => (
+                    base + buffer_offset_bytes as usize,
+                    length_bytes as usize,
+                    self.cache_offset(shard, slot, line_offset_bytes),
+                ),
+                _ => unreachable!("only ReadCache ops are batched"),
+            })
+            .collect();
+        parts.sort_unstable_by_key(|p| p.0);
+        let device: &dyn BlockDevice = &*self.cache_dev;
+        let mut requests = Vec::with_capacity(parts.len());
+        let mut rest = buf;
+        let mut consumed = 0;
+        for (start, len, offset) in parts {
+            let (_, tail) = rest.split_at_mut(start - consumed);
+            let (chunk, tail) = tail.split_at_mut(len);
+            requests.push(IoRequest::read(device, chunk, offset));
+            rest = tail;
+            consumed = start + len;
+        }
+        io.submit(&mut requests)?;
+        for request in &requests {
+            if let Err(e) = request.outcome() {
+                return Err(EngineError::Io(e.to_string()));
+            }
+        }
+        Ok(())
+    }
+
     fn execute(&self, segment: &PlannedSegment, buffer: &mut Buffer<'_>) -> Result<(), EngineError> {
         let base = segment.buffer_offset;
-        for op in &segment.ops {
+        let mut i = 0;
+        while i < segment.ops.len() {
+            let run = segment.ops[i..]
+                .iter()
+                .take_while(|op| matches!(op, Op::ReadCache { .. }))
+                .count();
+            if run >= 2 && self.io_engine.is_some() {
+                let Buffer::Read(buf) = buffer else {
+                    unreachable!("the core reads only for read requests");
+                };
+                self.read_cache_batch(segment.shard, base, &segment.ops[i..i + run], buf)?;
+                i += run;
+                continue;
+            }
+            let op = &segment.ops[i];
+            i += 1;
             match *op {
                 Op::ReadCache {
                     slot,

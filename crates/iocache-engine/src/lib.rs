@@ -31,7 +31,7 @@ mod export;
 mod latency;
 mod nbd_backend;
 
-pub use engine::{Engine, EngineConfig, EngineError, EngineStats, Lookup, SHARD_SPAN_LINES};
+pub use engine::{Engine, EngineConfig, EngineError, EngineStats, IoMode, Lookup, SHARD_SPAN_LINES};
 pub use export::EngineExport;
 pub use latency::{LatencyHistogram, LatencyPercentiles};
 pub use nbd_backend::NbdBackend;

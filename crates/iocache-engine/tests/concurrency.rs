@@ -6,30 +6,35 @@ use std::sync::Arc;
 
 use iocache_core::{CacheConfig, LineSize, WritePolicy};
 use iocache_device::{BlockDevice, MemDevice};
-use iocache_engine::{Engine, EngineConfig, Lookup};
+use iocache_engine::{Engine, EngineConfig, IoMode, Lookup};
 
 const SECTOR: u64 = 512;
 const THREADS: u64 = 4;
 
-fn engine(
-    lookup: Lookup,
-    wp: WritePolicy,
-    policy: &str,
-    lines: u64,
-    line_bytes: u64,
-    volume_sectors: u64,
-    flush: &str,
-) -> (Arc<Engine>, Arc<MemDevice>) {
+fn config(wp: WritePolicy, policy: &str, lines: u64, line_bytes: u64, flush: &str) -> CacheConfig {
     let mut cache = CacheConfig::new(lines, LineSize::new(line_bytes).unwrap(), policy.parse().unwrap());
     cache.write_policy = wp;
     cache.cleaning = flush.parse().unwrap();
-    let cache_dev = Arc::new(MemDevice::new("cache", lines * line_bytes));
+    cache
+}
+
+fn engine(
+    io: IoMode,
+    lookup: Lookup,
+    cache: CacheConfig,
+    volume_sectors: u64,
+) -> (Arc<Engine>, Arc<MemDevice>) {
+    let cache_dev = Arc::new(MemDevice::new(
+        "cache",
+        cache.capacity_lines * cache.line_size.bytes(),
+    ));
     let backend = Arc::new(MemDevice::new("backend", volume_sectors * SECTOR));
     let engine = Engine::new(
         EngineConfig {
             cache,
             lookup,
             shards: 0,
+            io,
         },
         cache_dev,
         backend.clone(),
@@ -96,8 +101,25 @@ fn workload(engine: &Engine, thread: u64, volume_sectors: u64, steps: u64) -> Ve
 }
 
 fn run(lookup: Lookup, wp: WritePolicy, policy: &str, lines: u64, line_bytes: u64, flush: &str) {
+    run_with(IoMode::Psync, lookup, wp, policy, lines, line_bytes, flush)
+}
+
+fn run_with(
+    io: IoMode,
+    lookup: Lookup,
+    wp: WritePolicy,
+    policy: &str,
+    lines: u64,
+    line_bytes: u64,
+    flush: &str,
+) {
     let volume_sectors = 4096;
-    let (engine, backend) = engine(lookup, wp, policy, lines, line_bytes, volume_sectors, flush);
+    let (engine, backend) = engine(
+        io,
+        lookup,
+        config(wp, policy, lines, line_bytes, flush),
+        volume_sectors,
+    );
     let models: Vec<Vec<u64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
@@ -181,7 +203,12 @@ fn fine_block_eviction_policy() {
 
 #[test]
 fn requests_outside_or_unaligned_are_refused() {
-    let (engine, _) = engine(Lookup::Fine, WritePolicy::WriteBack, "lru", 16, 4096, 64, "nop");
+    let (engine, _) = engine(
+        IoMode::Psync,
+        Lookup::Fine,
+        config(WritePolicy::WriteBack, "lru", 16, 4096, "nop"),
+        64,
+    );
     let mut buf = vec![0u8; 1024];
     assert!(engine.read(64 * SECTOR - 512, &mut buf).is_err());
     assert!(engine.read(100, &mut buf[..512]).is_err());
@@ -189,4 +216,18 @@ fn requests_outside_or_unaligned_are_refused() {
     engine.write(0, &buf, false).unwrap();
     engine.shutdown().unwrap();
     assert!(engine.read(0, &mut buf).is_err(), "no requests after shutdown");
+}
+
+#[test]
+fn fine_write_back_small_lines_with_batched_cache_reads() {
+    // 512-byte lines: a multi-sector read hit is several ReadCache ops, read as one batch.
+    run_with(
+        IoMode::Uring,
+        Lookup::Fine,
+        WritePolicy::WriteBack,
+        "lru",
+        256,
+        512,
+        "nop",
+    );
 }
