@@ -152,15 +152,63 @@ enum TicketKey {
 }
 
 /// One key's FIFO: tickets `serving..next` are waiting or running.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct KeyQueue {
     next: u64,
     serving: u64,
 }
 
+/// A shard's ticket queues: a map for line keys (sparse), an array for the
+/// shard's slots (dense, so the hit path hashes one key, not two).
+struct Queues {
+    lines: FxHashMap<LineKey, KeyQueue>,
+    slots: Vec<KeyQueue>,
+}
+
+impl Queues {
+    fn new(slots: usize) -> Self {
+        Queues {
+            lines: FxHashMap::default(),
+            slots: vec![KeyQueue::default(); slots],
+        }
+    }
+
+    /// A new ticket for `key`, and whether it is served at once.
+    fn take(&mut self, key: TicketKey) -> (u64, bool) {
+        let queue = match key {
+            TicketKey::Line(line) => self.lines.entry(line).or_default(),
+            TicketKey::Slot(slot) => &mut self.slots[slot as usize],
+        };
+        let ticket = queue.next;
+        queue.next += 1;
+        (ticket, queue.serving == ticket)
+    }
+
+    fn serving(&self, key: TicketKey, default: u64) -> u64 {
+        match key {
+            TicketKey::Line(line) => self.lines.get(&line).map_or(default, |q| q.serving),
+            TicketKey::Slot(slot) => self.slots[slot as usize].serving,
+        }
+    }
+
+    fn release(&mut self, key: TicketKey) {
+        match key {
+            TicketKey::Line(line) => {
+                if let Some(queue) = self.lines.get_mut(&line) {
+                    queue.serving += 1;
+                    if queue.serving == queue.next {
+                        self.lines.remove(&line);
+                    }
+                }
+            }
+            TicketKey::Slot(slot) => self.slots[slot as usize].serving += 1,
+        }
+    }
+}
+
 struct ShardState {
     cache: Cache,
-    queues: FxHashMap<TicketKey, KeyQueue>,
+    queues: Queues,
     /// Threads waiting on `served`: releases notify only when someone waits.
     waiters: usize,
     ops: OpList,
@@ -264,7 +312,7 @@ impl Engine {
             built.push(Shard {
                 state: Mutex::new(ShardState {
                     cache: Cache::new(shard_config)?,
-                    queues: FxHashMap::default(),
+                    queues: Queues::new(lines as usize),
                     waiters: 0,
                     ops: OpList::new(),
                     tokens: Vec::new(),
@@ -342,7 +390,9 @@ impl Engine {
     /// Reads `buf.len()` bytes at `offset` of the volume.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
         let started = Instant::now();
-        let segments = self.inner.segments(IoKind::Read, offset, buf.len() as u64)?;
+        let segments = self
+            .inner
+            .segments(IoKind::Read, offset, buf.len() as u64, started)?;
         let plan = self.decide(segments)?;
         let result = self.inner.run(plan, Buffer::Read(buf));
         self.inner
@@ -354,7 +404,9 @@ impl Engine {
     /// Writes `data` at `offset`; with `fua`, durable before returning.
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), EngineError> {
         let started = Instant::now();
-        let segments = self.inner.segments(IoKind::Write, offset, data.len() as u64)?;
+        let segments = self
+            .inner
+            .segments(IoKind::Write, offset, data.len() as u64, started)?;
         let plan = self.decide(segments)?;
         let mut result = self.inner.run(plan, Buffer::Write(data));
         if fua && result.is_ok() {
@@ -474,7 +526,13 @@ impl Inner {
     }
 
     /// Validates a request and cuts it into per-shard segments.
-    fn segments(&self, kind: IoKind, offset: u64, length: u64) -> Result<Vec<Segment>, EngineError> {
+    fn segments(
+        &self,
+        kind: IoKind,
+        offset: u64,
+        length: u64,
+        started: Instant,
+    ) -> Result<Vec<Segment>, EngineError> {
         if self.stopping.load(Ordering::Relaxed) {
             return Err(EngineError::Shutdown);
         }
@@ -485,7 +543,7 @@ impl Inner {
         if !offset.is_multiple_of(SECTOR_BYTES) || !length.is_multiple_of(SECTOR_BYTES) {
             return Err(EngineError::Unaligned { offset, length });
         }
-        let now_ns = self.now_ns();
+        let now_ns = started.saturating_duration_since(self.started).as_nanos() as u64;
         let span_bytes = SHARD_SPAN_LINES * self.line_bytes;
         let mut segments = Vec::new();
         let mut at = offset;
@@ -574,10 +632,9 @@ impl Inner {
             let Some((_, state)) = guards.iter_mut().find(|(i, _)| *i == shard) else {
                 unreachable!("every ticket's shard is locked");
             };
-            let queue = state.queues.entry(key).or_default();
-            plan.all_served &= queue.serving == queue.next;
-            plan.tickets.push((shard, key, queue.next));
-            queue.next += 1;
+            let (ticket, served) = state.queues.take(key);
+            plan.all_served &= served;
+            plan.tickets.push((shard, key, ticket));
         }
         drop(guards);
         Ok(plan)
@@ -587,7 +644,7 @@ impl Inner {
         for &(shard, key, ticket) in tickets {
             let shard = &self.shards[shard];
             let mut state = lock(&shard.state);
-            while state.queues.get(&key).map_or(ticket, |q| q.serving) != ticket {
+            while state.queues.serving(key, ticket) != ticket {
                 state.waiters += 1;
                 state = shard.served.wait(state).unwrap_or_else(|p| p.into_inner());
                 state.waiters -= 1;
@@ -602,13 +659,7 @@ impl Inner {
             let shard = &self.shards[shard_index];
             let mut state = lock(&shard.state);
             while i < tickets.len() && tickets[i].0 == shard_index {
-                let key = tickets[i].1;
-                if let Some(queue) = state.queues.get_mut(&key) {
-                    queue.serving += 1;
-                    if queue.serving == queue.next {
-                        state.queues.remove(&key);
-                    }
-                }
+                state.queues.release(tickets[i].1);
                 i += 1;
             }
             let waiters = state.waiters;
@@ -841,9 +892,8 @@ impl Inner {
             let mut tickets = Vec::with_capacity(tokens.len() * 2);
             for token in &tokens {
                 for key in [TicketKey::Line(token.key), TicketKey::Slot(token.slot)] {
-                    let queue = state.queues.entry(key).or_default();
-                    tickets.push((shard_index, key, queue.next));
-                    queue.next += 1;
+                    let (ticket, _) = state.queues.take(key);
+                    tickets.push((shard_index, key, ticket));
                 }
             }
             (ops, tokens, tickets)
