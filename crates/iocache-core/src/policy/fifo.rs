@@ -7,26 +7,24 @@
 //!
 //! An invalidated line (`on_remove`) simply leaves the queue.
 
-use super::list::{Links, ListHead, NIL};
-use super::{AccessInfo, ReplacementPolicy};
+use super::{AccessInfo, Lru, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
+/// LRU's queue without the move on a hit: admission order is eviction order.
 pub struct Fifo {
-    links: Links,
-    queue: ListHead,
+    queue: Lru,
 }
 
 impl Fifo {
     pub fn new(capacity_lines: usize) -> Self {
         Fifo {
-            links: Links::new(capacity_lines),
-            queue: ListHead::default(),
+            queue: Lru::new(capacity_lines),
         }
     }
 
     /// Resident slots from newest to oldest (for tests and inspection).
     pub fn order(&self) -> Vec<SlotId> {
-        self.links.iter(&self.queue).collect()
+        self.queue.order()
     }
 }
 
@@ -37,28 +35,20 @@ impl ReplacementPolicy for Fifo {
 
     fn on_hit(&mut self, _slot: SlotId, _info: &AccessInfo) {}
 
-    fn on_miss(&mut self, _key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        if need_victim {
-            victims.extend(self.links.pop_tail(&mut self.queue));
-        }
+    fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        self.queue.on_miss(key, need_victim, info, victims);
     }
 
-    fn on_insert(&mut self, slot: SlotId, _key: LineKey, _info: &AccessInfo) {
-        self.links.push_head(&mut self.queue, slot);
+    fn on_insert(&mut self, slot: SlotId, key: LineKey, info: &AccessInfo) {
+        self.queue.on_insert(slot, key, info);
     }
 
     fn on_remove(&mut self, slot: SlotId) {
-        self.links.unlink(&mut self.queue, slot);
+        self.queue.on_remove(slot);
     }
 
     fn next_victims(&self) -> [Option<SlotId>; 2] {
-        let first = self.queue.tail;
-        if first == NIL {
-            return [None, None];
-        }
-        let second = self.links.prev(first);
-        self.links.prefetch(second);
-        [Some(first), (second != NIL).then_some(second)]
+        self.queue.next_victims()
     }
 }
 
