@@ -97,6 +97,7 @@ impl FileDevice {
             o.open(path)
         };
         let (mut file, mut direct) = open_direct_or_fallback(path, opts.direct, open)?;
+        set_noatime(&file);
         let meta = file.metadata().map_err(|e| open_err(path, "stat", e))?;
         let block_device = meta.file_type().is_block_device();
         let mut len = if block_device {
@@ -221,6 +222,21 @@ impl FileDevice {
 
     fn align_up(&self, x: u64) -> u64 {
         self.align_down(x + self.align as u64 - 1)
+    }
+}
+
+/// Stops reads from updating the file's access time: a device read on every
+/// cache hit has no use for it, and its check costs a few percent of a hit.
+/// Best effort: the kernel allows it only to the file's owner (or with
+/// `CAP_FOWNER`); otherwise the file keeps the mount's atime behaviour.
+fn set_noatime(file: &File) {
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL/F_SETFL on an fd we own; no pointers are passed.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NOATIME);
+        }
     }
 }
 

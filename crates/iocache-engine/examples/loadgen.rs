@@ -3,7 +3,7 @@
 //! the engine's hit path with the raw cache device (fio psync, same jobs).
 //!
 //! cargo run --release -p iocache-engine --example loadgen -- \
-//!     CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring]]
+//!     CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY]]]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use iocache_engine::{Engine, EngineConfig, IoMode};
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 6 {
-        eprintln!("usage: loadgen CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring]]");
+        eprintln!("usage: loadgen CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY]]]");
         std::process::exit(2);
     }
     let cache_bytes: u64 = args[1].parse().expect("CACHE_BYTES");
@@ -39,7 +39,12 @@ fn main() {
     let engine = Arc::new(
         Engine::new(
             EngineConfig {
-                cache: CacheConfig::new(cache_bytes / 4096, line, PolicySpec::lru()),
+                cache: CacheConfig::new(
+                    cache_bytes / 4096,
+                    line,
+                    args.get(8)
+                        .map_or(PolicySpec::lru(), |p| p.parse().expect("POLICY")),
+                ),
                 lookup,
                 shards: 0,
                 io: args
@@ -96,8 +101,9 @@ fn main() {
     let after = engine.stats().cache;
     let stats = after.since(&before);
     println!(
-        "lookup={} jobs={} write%={} iops={:.0} hit_ratio={:.4} requests={}",
+        "lookup={} policy={} jobs={} write%={} iops={:.0} hit_ratio={:.4} requests={}",
         engine.lookup(),
+        args.get(8).map_or("lru", |p| p.as_str()),
         jobs,
         write_percent,
         done.load(Ordering::Relaxed) as f64 / elapsed,

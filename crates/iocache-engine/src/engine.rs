@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use iocache_core::fasthash::FxHashMap;
 use iocache_core::{
@@ -16,7 +16,9 @@ use iocache_core::{
 };
 use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest, UringEngine};
 
+use crate::clock::Clock;
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
+use smallvec::SmallVec;
 use thiserror::Error;
 
 /// Lines are assigned to shards in runs of this many, so that a request
@@ -231,18 +233,35 @@ struct Segment {
     buffer_offset: usize,
 }
 
+/// A request's segments: inline for the usual one or two, so the hit path
+/// does not allocate.
+type Segments = SmallVec<[Segment; 2]>;
+
 struct PlannedSegment {
     shard: usize,
     buffer_offset: usize,
-    ops: Vec<Op>,
+    ops: SmallVec<[Op; 4]>,
 }
+
+/// A ticket taken: shard, key, number.
+type Ticket = (usize, TicketKey, u64);
 
 /// The decisions for one request and the tickets it must wait for.
 struct Plan {
-    segments: Vec<PlannedSegment>,
-    tickets: Vec<(usize, TicketKey, u64)>,
+    segments: SmallVec<[PlannedSegment; 1]>,
+    tickets: SmallVec<[Ticket; 4]>,
     /// Whether every ticket was served when taken (nothing to wait for).
     all_served: bool,
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Plan {
+            segments: SmallVec::new(),
+            tickets: SmallVec::new(),
+            all_served: true,
+        }
+    }
 }
 
 /// The client's buffer: read into, or written from.
@@ -258,7 +277,7 @@ struct Inner {
     cache_dev: Arc<dyn BlockDevice>,
     backend: Arc<dyn BlockDevice>,
     write_policy: WritePolicy,
-    started: Instant,
+    clock: Clock,
     stopping: AtomicBool,
     io_errors: AtomicU64,
     forgotten_lines: AtomicU64,
@@ -267,7 +286,7 @@ struct Inner {
     io_engine: Option<Box<dyn IoEngine>>,
 }
 
-type DecideJob = (Vec<Segment>, mpsc::Sender<Result<Plan, EngineError>>);
+type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
 
 pub struct Engine {
     inner: Arc<Inner>,
@@ -333,7 +352,7 @@ impl Engine {
             cache_dev,
             backend,
             write_policy: config.cache.write_policy,
-            started: Instant::now(),
+            clock: Clock::new(),
             stopping: AtomicBool::new(false),
             io_errors: AtomicU64::new(0),
             forgotten_lines: AtomicU64::new(0),
@@ -389,32 +408,34 @@ impl Engine {
 
     /// Reads `buf.len()` bytes at `offset` of the volume.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
-        let started = Instant::now();
+        let started_ns = self.inner.clock.now_ns();
         let segments = self
             .inner
-            .segments(IoKind::Read, offset, buf.len() as u64, started)?;
-        let plan = self.decide(segments)?;
-        let result = self.inner.run(plan, Buffer::Read(buf));
+            .segments(IoKind::Read, offset, buf.len() as u64, started_ns)?;
+        let mut plan = Plan::default();
+        self.decide(segments, &mut plan)?;
+        let result = self.inner.run(&plan, Buffer::Read(buf));
         self.inner
             .read_latency
-            .record(started.elapsed().as_nanos() as u64);
+            .record(self.inner.clock.now_ns().saturating_sub(started_ns));
         result
     }
 
     /// Writes `data` at `offset`; with `fua`, durable before returning.
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), EngineError> {
-        let started = Instant::now();
+        let started_ns = self.inner.clock.now_ns();
         let segments = self
             .inner
-            .segments(IoKind::Write, offset, data.len() as u64, started)?;
-        let plan = self.decide(segments)?;
-        let mut result = self.inner.run(plan, Buffer::Write(data));
+            .segments(IoKind::Write, offset, data.len() as u64, started_ns)?;
+        let mut plan = Plan::default();
+        self.decide(segments, &mut plan)?;
+        let mut result = self.inner.run(&plan, Buffer::Write(data));
         if fua && result.is_ok() {
             result = self.flush();
         }
         self.inner
             .write_latency
-            .record(started.elapsed().as_nanos() as u64);
+            .record(self.inner.clock.now_ns().saturating_sub(started_ns));
         result
     }
 
@@ -465,15 +486,16 @@ impl Engine {
         self.inner.flush_all()
     }
 
-    fn decide(&self, segments: Vec<Segment>) -> Result<Plan, EngineError> {
+    fn decide(&self, segments: Segments, plan: &mut Plan) -> Result<(), EngineError> {
         match &self.single {
-            None => self.inner.decide(&segments),
+            None => self.inner.decide_into(&segments, plan),
             Some(sender) => {
                 let (tx, rx) = mpsc::channel();
                 lock(sender)
                     .send((segments, tx))
                     .map_err(|_| EngineError::Shutdown)?;
-                rx.recv().map_err(|_| EngineError::Shutdown)?
+                *plan = rx.recv().map_err(|_| EngineError::Shutdown)??;
+                Ok(())
             }
         }
     }
@@ -507,7 +529,7 @@ fn mix(mut x: u64) -> u64 {
 
 impl Inner {
     fn now_ns(&self) -> u64 {
-        self.started.elapsed().as_nanos() as u64
+        self.clock.now_ns()
     }
 
     fn shard_of(&self, key: LineKey) -> usize {
@@ -526,13 +548,7 @@ impl Inner {
     }
 
     /// Validates a request and cuts it into per-shard segments.
-    fn segments(
-        &self,
-        kind: IoKind,
-        offset: u64,
-        length: u64,
-        started: Instant,
-    ) -> Result<Vec<Segment>, EngineError> {
+    fn segments(&self, kind: IoKind, offset: u64, length: u64, now_ns: u64) -> Result<Segments, EngineError> {
         if self.stopping.load(Ordering::Relaxed) {
             return Err(EngineError::Shutdown);
         }
@@ -543,9 +559,8 @@ impl Inner {
         if !offset.is_multiple_of(SECTOR_BYTES) || !length.is_multiple_of(SECTOR_BYTES) {
             return Err(EngineError::Unaligned { offset, length });
         }
-        let now_ns = started.saturating_duration_since(self.started).as_nanos() as u64;
         let span_bytes = SHARD_SPAN_LINES * self.line_bytes;
-        let mut segments = Vec::new();
+        let mut segments = Segments::new();
         let mut at = offset;
         let end = offset + length;
         while at < end {
@@ -569,18 +584,29 @@ impl Inner {
     }
 
     /// Steps 1-2 of the protocol: decisions and tickets under the shard locks.
+    ///
+    /// A segment takes the line tickets of its own lines only when its ops
+    /// touch the backend: a segment served wholly by the cache (a hit, or a
+    /// write kept in the cache) is ordered by its slot tickets, since every op
+    /// that changes what a slot holds or what its line's cached sectors
+    /// contain takes that slot's ticket, and an op that moves the line to or
+    /// from the backend takes the line's.
     fn decide(&self, segments: &[Segment]) -> Result<Plan, EngineError> {
-        let mut order: Vec<usize> = segments.iter().map(|s| s.shard).collect();
+        let mut plan = Plan::default();
+        self.decide_into(segments, &mut plan)?;
+        Ok(plan)
+    }
+
+    /// [`Inner::decide`] into a plan the caller owns (no large moves on the
+    /// hit path).
+    fn decide_into(&self, segments: &[Segment], plan: &mut Plan) -> Result<(), EngineError> {
+        let mut order: SmallVec<[usize; 2]> = segments.iter().map(|s| s.shard).collect();
         order.sort_unstable();
         order.dedup();
-        let mut guards: Vec<(usize, MutexGuard<'_, ShardState>)> =
+        let mut guards: SmallVec<[(usize, MutexGuard<'_, ShardState>); 2]> =
             order.iter().map(|&i| (i, lock(&self.shards[i].state))).collect();
-        let mut plan = Plan {
-            segments: Vec::with_capacity(segments.len()),
-            tickets: Vec::new(),
-            all_served: true,
-        };
-        let mut keys: Vec<(usize, TicketKey)> = Vec::new();
+        debug_assert!(plan.segments.is_empty() && plan.tickets.is_empty() && plan.all_served);
+        let mut keys: SmallVec<[(usize, TicketKey); 4]> = SmallVec::new();
         for segment in segments {
             let Some((_, state)) = guards.iter_mut().find(|(i, _)| *i == segment.shard) else {
                 unreachable!("every segment's shard is locked");
@@ -588,17 +614,7 @@ impl Inner {
             let ShardState { cache, ops, .. } = &mut **state;
             cache.access(&segment.request, ops)?;
             let request = &segment.request;
-            let first = request.offset_bytes >> self.line_shift;
-            let last = (request.offset_bytes + request.length_bytes - 1) >> self.line_shift;
-            for line_index in first..=last {
-                keys.push((
-                    segment.shard,
-                    TicketKey::Line(LineKey {
-                        volume: 0,
-                        line_index,
-                    }),
-                ));
-            }
+            let mut touches_backend = false;
             for op in ops.ops() {
                 match *op {
                     Op::WriteBack {
@@ -617,30 +633,48 @@ impl Inner {
                     Op::ReadCache { slot, .. } | Op::WriteCache { slot, .. } => {
                         keys.push((segment.shard, TicketKey::Slot(slot)))
                     }
-                    Op::ReadBackend { .. } | Op::WriteBackend { .. } => {}
+                    Op::ReadBackend { .. } | Op::WriteBackend { .. } => touches_backend = true,
+                }
+            }
+            if touches_backend {
+                let first = request.offset_bytes >> self.line_shift;
+                let last = (request.offset_bytes + request.length_bytes - 1) >> self.line_shift;
+                for line_index in first..=last {
+                    keys.push((
+                        segment.shard,
+                        TicketKey::Line(LineKey {
+                            volume: 0,
+                            line_index,
+                        }),
+                    ));
                 }
             }
             plan.segments.push(PlannedSegment {
                 shard: segment.shard,
                 buffer_offset: segment.buffer_offset,
-                ops: ops.ops().to_vec(),
+                ops: SmallVec::from_slice(ops.ops()),
             });
         }
         keys.sort_unstable();
         keys.dedup();
         for (shard, key) in keys {
-            let Some((_, state)) = guards.iter_mut().find(|(i, _)| *i == shard) else {
-                unreachable!("every ticket's shard is locked");
+            let state = if guards.len() == 1 {
+                &mut guards[0].1
+            } else {
+                let Some((_, state)) = guards.iter_mut().find(|(i, _)| *i == shard) else {
+                    unreachable!("every ticket's shard is locked");
+                };
+                state
             };
             let (ticket, served) = state.queues.take(key);
             plan.all_served &= served;
             plan.tickets.push((shard, key, ticket));
         }
         drop(guards);
-        Ok(plan)
+        Ok(())
     }
 
-    fn wait_for_tickets(&self, tickets: &[(usize, TicketKey, u64)]) {
+    fn wait_for_tickets(&self, tickets: &[Ticket]) {
         for &(shard, key, ticket) in tickets {
             let shard = &self.shards[shard];
             let mut state = lock(&shard.state);
@@ -652,7 +686,7 @@ impl Inner {
         }
     }
 
-    fn release_tickets(&self, tickets: &[(usize, TicketKey, u64)]) {
+    fn release_tickets(&self, tickets: &[Ticket]) {
         let mut i = 0;
         while i < tickets.len() {
             let shard_index = tickets[i].0;
@@ -671,7 +705,7 @@ impl Inner {
     }
 
     /// Step 3: wait, execute, release.
-    fn run(&self, plan: Plan, mut buffer: Buffer<'_>) -> Result<(), EngineError> {
+    fn run(&self, plan: &Plan, mut buffer: Buffer<'_>) -> Result<(), EngineError> {
         if !plan.all_served {
             self.wait_for_tickets(&plan.tickets);
         }

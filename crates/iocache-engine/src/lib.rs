@@ -13,8 +13,11 @@
 //! A request:
 //! 1. locks the shards it touches, in ascending order;
 //! 2. asks each shard's core for its decisions (the op list) and, for every
-//!    line key those ops touch (its own lines, and victims being written
-//!    back), takes a ticket in that key's FIFO queue;
+//!    key those ops touch, takes a ticket in that key's FIFO queue: the slot
+//!    of every cache op, the line of every victim written back or
+//!    invalidated, and the request's own lines when its ops touch the
+//!    backend (a request served wholly by the cache is ordered by its slots:
+//!    every op that changes a slot's contents takes the slot's ticket);
 //! 3. unlocks the shards, waits until each of its tickets is served, runs its
 //!    ops on the devices, and releases its tickets.
 //!
@@ -26,6 +29,7 @@
 //! on a line being flushed or evicted waits for it. The hit path takes only
 //! its shard's mutex, briefly, and no global lock.
 
+mod clock;
 mod engine;
 mod export;
 mod latency;
