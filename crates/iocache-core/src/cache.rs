@@ -81,6 +81,23 @@ struct SlotMeta {
     flushing: bool,
 }
 
+/// A view of one slot's line (see [`Cache::slot_snapshot`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SlotSnapshot<'a> {
+    pub key: LineKey,
+    pub valid: &'a [u64],
+    pub dirty: &'a [u64],
+}
+
+/// A line to load into a slot (see [`Cache::restore`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RestoredLine<'a> {
+    pub slot: SlotId,
+    pub key: LineKey,
+    pub valid: &'a [u64],
+    pub dirty: &'a [u64],
+}
+
 pub struct Cache {
     config: CacheConfig,
     line: LineSize,
@@ -795,6 +812,104 @@ impl Cache {
             self.stats.invalidations += 1;
         }
         true
+    }
+
+    /// What `slot` holds, for a runtime that persists metadata: its line and
+    /// its valid and dirty bitmaps (`bitmap_words` each), or `None` if free.
+    pub fn slot_snapshot(&self, slot: SlotId) -> Option<SlotSnapshot<'_>> {
+        let meta = self.slots.get(slot as usize)?;
+        meta.resident.then(|| SlotSnapshot {
+            key: meta.key,
+            valid: self.valid_of(slot),
+            dirty: self.dirty_of(slot),
+        })
+    }
+
+    /// Words per valid or dirty bitmap of a line.
+    pub fn bitmap_words(&self) -> usize {
+        self.words
+    }
+
+    /// Loads lines found on a persistent cache device into an empty cache,
+    /// each in the slot it was found in. Dirty lines join the dirty list as
+    /// dirty since `now_ns`; the replacement policy sees each as inserted, in
+    /// the order given. Checked: the cache must be empty, and each line's
+    /// slot in range and used once, its key unique, its bitmaps `bitmap_words`
+    /// long, not empty, and its dirty bits a subset of its valid bits.
+    pub fn restore(&mut self, lines: &[RestoredLine<'_>], now_ns: u64) -> Result<(), CoreError> {
+        let bad = |slot: SlotId, reason: String| CoreError::BadRestore {
+            slot: slot as u64,
+            reason,
+        };
+        if let Some(line) = lines.first() {
+            if self.index.len() != 0 {
+                return Err(bad(line.slot, "the cache is not empty".into()));
+            }
+        }
+        let mut taken = vec![false; self.slots.len()];
+        for line in lines {
+            let slot = line.slot;
+            if slot as usize >= self.slots.len() {
+                return Err(bad(
+                    slot,
+                    format!("beyond the cache's {} slots", self.slots.len()),
+                ));
+            }
+            if taken[slot as usize] {
+                return Err(bad(slot, "listed twice".into()));
+            }
+            if line.valid.len() != self.words || line.dirty.len() != self.words {
+                return Err(bad(
+                    slot,
+                    format!(
+                        "bitmaps of {} and {} words, expected {}",
+                        line.valid.len(),
+                        line.dirty.len(),
+                        self.words
+                    ),
+                ));
+            }
+            if !bitmap::any(line.valid) {
+                return Err(bad(slot, "no valid sector".into()));
+            }
+            if line.dirty.iter().zip(line.valid).any(|(d, v)| d & !v != 0) {
+                return Err(bad(slot, "dirty sectors that are not valid".into()));
+            }
+            let sectors = u64::from(self.line.sectors());
+            let beyond = line.valid.iter().enumerate().any(|(w, &bits)| {
+                let in_word = sectors.saturating_sub(w as u64 * 64).min(64);
+                let mask = if in_word == 64 { !0 } else { (1u64 << in_word) - 1 };
+                bits & !mask != 0
+            });
+            if beyond {
+                return Err(bad(slot, "bits set beyond the line's sectors".into()));
+            }
+            if self.lookup(line.key).is_some() {
+                return Err(bad(slot, format!("line {:?} is already restored", line.key)));
+            }
+            taken[slot as usize] = true;
+            self.index.insert(&line.key, slot);
+            let meta = &mut self.slots[slot as usize];
+            meta.key = line.key;
+            meta.resident = true;
+            meta.generation += 1;
+            self.valid_mut(slot).copy_from_slice(line.valid);
+            self.dirty_mut(slot).copy_from_slice(line.dirty);
+            let dirty = bitmap::any(line.dirty);
+            self.policy.on_insert(
+                slot,
+                line.key,
+                &AccessInfo {
+                    dirty,
+                    ..AccessInfo::read_at(now_ns)
+                },
+            );
+            if dirty {
+                self.mark_dirty(slot, now_ns);
+            }
+        }
+        self.free.retain(|&s| !taken[s as usize]);
+        Ok(())
     }
 
     /// The line held by `slot`, if any.

@@ -24,4 +24,6 @@ pub enum CoreError {
     UnknownPolicy { given: String, expected: String },
     #[error("bad parameter in `{given}`: {reason}")]
     BadParameter { given: String, reason: String },
+    #[error("cannot restore slot {slot}: {reason}")]
+    BadRestore { slot: u64, reason: String },
 }
