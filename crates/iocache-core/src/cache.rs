@@ -842,7 +842,7 @@ impl Cache {
             reason,
         };
         if let Some(line) = lines.first() {
-            if self.index.len() != 0 {
+            if !self.index.is_empty() {
                 return Err(bad(line.slot, "the cache is not empty".into()));
             }
         }
