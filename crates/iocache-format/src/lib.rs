@@ -1,0 +1,77 @@
+//! The on-disk format of iocache's cache device, as pure code: functions on
+//! byte slices, no I/O, no threads, no clock.
+//!
+//! A cache device is, in order ([`Layout`]):
+//!
+//! - superblock copy A at offset 0 and copy B at 4096 ([`Superblock`], 4096
+//!   bytes each, crc32c-protected, updated alternately; [`pick_superblock`]
+//!   takes the valid copy with the highest sequence);
+//! - the metadata area: two copy regions, each with one record per slot
+//!   ([`Record`], `record_bytes` each, crc32c-protected; a writer updates one
+//!   copy, [`load_metadata`] takes per slot the valid copy with the highest
+//!   sequence);
+//! - the data area: slot `i`'s line at `data_offset + i × line_bytes`.
+//!
+//! The torn-write model, the field tables and the loader's rules are in
+//! `docs/format.md`. In short: the device persists each 512-byte sector of a
+//! write entirely or not at all; a record copy of at most 512 bytes lies in
+//! one sector (so it is written atomically), a larger one (1 MiB lines) fills
+//! whole sectors of its own and a torn one fails its crc; either way the
+//! loader sees the old record or the new one, never a mixture.
+
+mod error;
+pub mod fuzzing;
+mod layout;
+mod load;
+mod record;
+mod superblock;
+
+pub use error::{FormatError, SuperblockAt};
+pub use layout::{Layout, LINE_BYTES_MAX, LINE_BYTES_MIN, METADATA_OFFSET, RECORD_BYTES_MIN, REGION_ALIGN};
+pub use load::{load_metadata, MetadataLoad, SlotDisk, MAX_CORRUPT_EXAMPLES};
+pub use record::{decode_record, encode_record, LineRecord, Record, RecordCopy, RECORD_TAG};
+pub use superblock::{
+    pick_superblock, Persistence, ShutdownState, Superblock, SuperblockFound, VolumeEntry,
+    MAX_SETTINGS_BYTES, MAX_VOLUMES, MAX_VOLUME_NAME_BYTES,
+};
+
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// The first eight bytes of each superblock copy.
+pub const MAGIC: [u8; 8] = *b"IOCACHE\0";
+/// Bytes of one superblock copy.
+pub const SUPERBLOCK_BYTES: usize = 4096;
+/// Device offsets of superblock copies A and B.
+pub const SUPERBLOCK_OFFSETS: [u64; 2] = [0, 4096];
+/// The unit the device persists atomically, and the unit of the bitmaps.
+pub const SECTOR_BYTES: u64 = 512;
+
+/// The data hash of a line: xxh3-64 of `bytes`, which are the line's valid
+/// sectors' bytes concatenated in ascending sector order (see
+/// [`data_hash_valid`] to hash them in place).
+pub fn data_hash(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+/// [`data_hash`] of the valid sectors of `line` (the whole line's bytes,
+/// `line.len() / 512` sectors), without copying them: equal to `data_hash`
+/// of their concatenation. Bits of `valid` beyond the line's sectors are
+/// ignored.
+pub fn data_hash_valid(line: &[u8], valid: &[u64]) -> u64 {
+    let sectors = line.len() / SECTOR_BYTES as usize;
+    let is_valid = |s: usize| valid.get(s / 64).is_some_and(|w| w >> (s % 64) & 1 == 1);
+    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+    let mut s = 0;
+    while s < sectors {
+        if !is_valid(s) {
+            s += 1;
+            continue;
+        }
+        let start = s;
+        while s < sectors && is_valid(s) {
+            s += 1;
+        }
+        hasher.update(&line[start * SECTOR_BYTES as usize..s * SECTOR_BYTES as usize]);
+    }
+    hasher.digest()
+}
