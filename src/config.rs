@@ -17,7 +17,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use iocache_core::units::{format_byte_size, parse_byte_size};
 use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, WritePolicy};
-use iocache_engine::{IoMode, Lookup};
+use iocache_engine::{IoMode, Lookup, Persistence};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
@@ -93,6 +93,8 @@ pub struct VolumeConfig {
     pub io: IoMode,
     /// Open the cache device with O_DIRECT.
     pub direct: bool,
+    /// Which lines' metadata the cache device keeps across restarts.
+    pub persistence: Persistence,
 }
 
 impl fmt::Debug for VolumeConfig {
@@ -158,6 +160,12 @@ pub struct VolumeText {
     pub io_engine: String,
     #[serde(default)]
     pub direct: bool,
+    #[serde(default = "default_persistence")]
+    pub persistence: String,
+}
+
+fn default_persistence() -> String {
+    "dirty".into()
 }
 
 fn default_seq_cutoff() -> String {
@@ -318,6 +326,10 @@ impl VolumeText {
             .seq_cutoff
             .parse()
             .map_err(|e| anyhow!("{}{e}", parse("seq_cutoff")))?;
+        let persistence: Persistence = self
+            .persistence
+            .parse()
+            .map_err(|e| anyhow!("{}{e}", parse("persistence")))?;
         Ok(VolumeConfig {
             origin: origin.clone(),
             export: self.export,
@@ -335,6 +347,7 @@ impl VolumeText {
             seq_cutoff,
             io,
             direct: self.direct,
+            persistence,
         })
     }
 }
@@ -640,6 +653,7 @@ direct = true
             seq_cutoff: "off".into(),
             io_engine: "auto".into(),
             direct: false,
+            persistence: "dirty".into(),
         };
         let e = format!("{:#}", text.validate(&Origin::Flags).unwrap_err());
         assert!(e.starts_with("--line-size: "), "{e}");

@@ -19,9 +19,10 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use iocache_core::units::format_byte_size;
-use iocache_core::CacheConfig;
+use iocache_core::{CacheConfig, WritePolicy};
 use iocache_device::{BlockDevice, FileDevice, OpenOptions};
-use iocache_engine::{Engine, EngineConfig, EngineExport, NbdBackend};
+use iocache_engine::{Engine, EngineConfig, EngineExport, InitMode, NbdBackend, Persistence};
+use iocache_format::Layout;
 use iocache_nbd::{Server, ServerConfig};
 
 use crate::config::{
@@ -38,7 +39,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "cache", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "io_engine", "direct",
-        "socket",
+        "persistence", "socket",
         "listen", "export",
         "admin_socket",
     ])]
@@ -88,6 +89,19 @@ pub struct ServeArgs {
     /// Open the cache device with O_DIRECT.
     #[arg(long)]
     direct: bool,
+    /// Metadata kept on the cache device across restarts and crashes: all (every line: a restart
+    /// finds a warm cache), dirty (dirty lines only), none (volatile: a FLUSH must write every
+    /// dirty line back; refused with write-back unless --force).
+    #[arg(long, default_value = "dirty", value_name = "MODE")]
+    persistence: String,
+    /// Format the cache devices instead of loading the caches they hold (refused when one holds
+    /// dirty lines, unless --force).
+    #[arg(long)]
+    init: bool,
+    /// Allow what loses data on purpose: --init over dirty lines, --persistence none with
+    /// write-back.
+    #[arg(long)]
+    force: bool,
     /// Unix socket to listen on [default: ./iocache-data/iocache.sock].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
@@ -334,6 +348,7 @@ impl ServeArgs {
             seq_cutoff: self.seq_cutoff,
             io_engine: self.io_engine,
             direct: self.direct,
+            persistence: self.persistence,
         };
         let mut volume = text.validate(&Origin::Flags)?;
         if volume.backend_create_bytes.is_none() && !volume.backend_is_nbd() {
@@ -363,7 +378,22 @@ struct OpenVolume {
 /// Opens a volume's backend and cache device and builds its engine. `opened`
 /// holds the canonical paths of the files earlier volumes opened (with whose
 /// and what they are), so that no file serves twice under another name.
-fn open_volume(v: &VolumeConfig, opened: &mut Vec<(PathBuf, String, &'static str)>) -> Result<OpenVolume> {
+fn open_volume(
+    v: &VolumeConfig,
+    opened: &mut Vec<(PathBuf, String, &'static str)>,
+    start: StartMode,
+) -> Result<OpenVolume> {
+    if v.persistence == Persistence::None
+        && matches!(v.write_policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
+        && !start.force
+    {
+        bail!(
+            "{}: none keeps no metadata on the cache device, so with write policy {} every FLUSH must \
+             write all dirty lines back and a crash loses the cache; choose all or dirty, or add --force",
+            v.key("persistence"),
+            v.write_policy
+        );
+    }
     let mut claim = |path: &Path, role: &'static str| -> Result<()> {
         let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         if let Some((_, export, other_role)) = opened.iter().find(|(p, _, _)| *p == canonical) {
@@ -394,19 +424,38 @@ fn open_volume(v: &VolumeConfig, opened: &mut Vec<(PathBuf, String, &'static str
         claim(path, "backend")?;
         Arc::new(device)
     };
-    let cache_dev = open_file(&v.cache, v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES), v.direct)
-        .with_context(|| v.key("cache"))?;
+    // The cache device holds a superblock and metadata records before the
+    // lines (docs/format.md): a new file gets room for both.
+    let line_bytes = v.line_size.bytes();
+    let layout_for = |data_bytes: u64| {
+        Layout::for_slots(line_bytes, (data_bytes / line_bytes).max(1))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", v.key("cache_size")))
+    };
+    let create_bytes = layout_for(v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))?.device_bytes();
+    let cache_dev = open_file(&v.cache, create_bytes, v.direct).with_context(|| v.key("cache"))?;
     claim(&v.cache, "cache")?;
-    let cache_bytes = v.cache_bytes.unwrap_or(cache_dev.len_bytes());
-    if cache_bytes > cache_dev.len_bytes() {
-        bail!(
-            "{}: {} is larger than the cache device {} ({})",
-            v.key("cache_size"),
-            format_byte_size(cache_bytes),
-            v.cache.display(),
-            format_byte_size(cache_dev.len_bytes())
-        );
-    }
+    let cache_bytes = match v.cache_bytes {
+        Some(bytes) => {
+            let needed = layout_for(bytes)?.device_bytes();
+            if needed > cache_dev.len_bytes() {
+                bail!(
+                    "{}: {} of lines and their metadata need {}, more than the cache device {} ({})",
+                    v.key("cache_size"),
+                    format_byte_size(bytes),
+                    format_byte_size(needed),
+                    v.cache.display(),
+                    format_byte_size(cache_dev.len_bytes())
+                );
+            }
+            bytes
+        }
+        None => {
+            Layout::fitting(line_bytes, cache_dev.len_bytes())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", v.key("cache")))?
+                .slots
+                * line_bytes
+        }
+    };
     let capacity_lines = cache_bytes / v.line_size.bytes();
     if capacity_lines == 0 {
         bail!(
@@ -428,6 +477,15 @@ fn open_volume(v: &VolumeConfig, opened: &mut Vec<(PathBuf, String, &'static str
             lookup: v.lookup,
             shards: 0,
             io: v.io,
+            persistence: v.persistence,
+            init: if start.init {
+                InitMode::Format {
+                    discard_dirty: start.force,
+                }
+            } else {
+                InitMode::Load
+            },
+            volume_name: v.export.clone(),
         },
         Arc::new(cache_dev),
         Arc::clone(&backend),
@@ -446,21 +504,32 @@ fn open_volume(v: &VolumeConfig, opened: &mut Vec<(PathBuf, String, &'static str
     })
 }
 
+/// How the cache devices are opened, for every volume.
+#[derive(Clone, Copy)]
+struct StartMode {
+    init: bool,
+    force: bool,
+}
+
 pub fn run(args: ServeArgs) -> Result<()> {
+    let start = StartMode {
+        init: args.init,
+        force: args.force,
+    };
     let config = match args.config.clone() {
         Some(path) => ServeConfig::from_file(&path)?,
         None => args.into_config()?,
     };
-    serve(config)
+    serve(config, start)
 }
 
 /// Serves every volume of `config` until SIGINT or SIGTERM.
-fn serve(config: ServeConfig) -> Result<()> {
+fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     let mut opened = Vec::new();
     let volumes = config
         .volumes
         .iter()
-        .map(|v| open_volume(v, &mut opened))
+        .map(|v| open_volume(v, &mut opened, start))
         .collect::<Result<Vec<_>>>()?;
 
     if let Some(socket) = &config.socket {

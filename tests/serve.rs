@@ -626,7 +626,7 @@ fn config_errors_name_the_file_the_volume_and_the_key() {
     std::fs::write(dir.join("data/cache-fast.img"), vec![0u8; 1 << 20]).unwrap();
     let err = config_error(&dir, TWO_VOLUMES);
     assert!(
-        err.contains("volume `fast`: cache_size") && err.contains("larger than the cache device"),
+        err.contains("volume `fast`: cache_size") && err.contains("more than the cache device"),
         "{err}"
     );
     std::fs::remove_file(dir.join("data/cache-fast.img")).unwrap();

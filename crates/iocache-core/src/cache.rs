@@ -376,7 +376,7 @@ impl Cache {
                         self.slots[slot as usize].used_by_request = self.request_seq;
                         self.emit(
                             ops,
-                            self.cache_write(part, slot, part.first_sector, part.end_sector),
+                            self.cache_write(part, slot, part.first_sector, part.end_sector, false),
                         );
                         bitmap::set_range(self.valid_mut(slot), part.first_sector, part.end_sector);
                     }
@@ -411,7 +411,7 @@ impl Cache {
             } else {
                 self.emit(ops, self.backend_read(part, start, end));
                 if fill {
-                    self.emit(ops, self.cache_write(part, slot, start, end));
+                    self.emit(ops, self.cache_write(part, slot, start, end, false));
                 }
             }
         }
@@ -449,7 +449,7 @@ impl Cache {
                     return outcome;
                 };
                 self.slots[slot as usize].used_by_request = self.request_seq;
-                self.emit(ops, self.cache_write(part, slot, first, end));
+                self.emit(ops, self.cache_write(part, slot, first, end, write_back));
                 bitmap::set_range(self.valid_mut(slot), first, end);
                 self.slots[slot as usize].generation += 1;
                 if write_back {
@@ -670,12 +670,13 @@ impl Cache {
         }
     }
 
-    fn cache_write(&self, part: &LinePart, slot: SlotId, start: u32, end: u32) -> Op {
+    fn cache_write(&self, part: &LinePart, slot: SlotId, start: u32, end: u32, dirty: bool) -> Op {
         Op::WriteCache {
             slot,
             line_offset_bytes: start * SECTOR_BYTES as u32,
             length_bytes: (end - start) * SECTOR_BYTES as u32,
             buffer_offset_bytes: part.buffer_offset_bytes + (start - part.first_sector) as u64 * SECTOR_BYTES,
+            dirty,
         }
     }
 

@@ -32,6 +32,10 @@ pub enum Op {
         line_offset_bytes: u32,
         length_bytes: u32,
         buffer_offset_bytes: u64,
+        /// Whether the written sectors are dirty afterwards (newer than the
+        /// backend: a write-back or write-only write), rather than clean (a
+        /// fill, or a write-through copy).
+        dirty: bool,
     },
     /// Store the client's write on the backend.
     WriteBackend {
@@ -175,12 +179,30 @@ fn merge(last: &mut Op, next: &Op) -> bool {
                 line_offset_bytes,
                 length_bytes,
                 buffer_offset_bytes,
+                dirty: false,
             },
             Op::WriteCache {
                 slot: s2,
                 line_offset_bytes: o2,
                 length_bytes: l2,
                 buffer_offset_bytes: b2,
+                dirty: false,
+            },
+        )
+        | (
+            Op::WriteCache {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                buffer_offset_bytes,
+                dirty: true,
+            },
+            Op::WriteCache {
+                slot: s2,
+                line_offset_bytes: o2,
+                length_bytes: l2,
+                buffer_offset_bytes: b2,
+                dirty: true,
             },
         ) if *slot == *s2
             && *line_offset_bytes + *length_bytes == *o2
@@ -228,6 +250,7 @@ mod tests {
             line_offset_bytes: 0,
             length_bytes: 512,
             buffer_offset_bytes: 0,
+            dirty: false,
         });
         list.push(Op::ReadBackend {
             volume: 0,
@@ -267,7 +290,8 @@ mod tests {
                     slot: 1,
                     line_offset_bytes: 0,
                     length_bytes: 512,
-                    buffer_offset_bytes: 0
+                    buffer_offset_bytes: 0,
+                    dirty: false
                 },
             ]
         );

@@ -26,7 +26,8 @@ fn write_back_caches_writes_and_writes_back_dirty_victims() {
             slot: 0,
             line_offset_bytes: 0,
             length_bytes: 4096,
-            buffer_offset_bytes: 0
+            buffer_offset_bytes: 0,
+            dirty: true
         }]
     );
     assert_eq!(c.dirty_lines(), 1);
@@ -63,7 +64,8 @@ fn write_back_caches_writes_and_writes_back_dirty_victims() {
                 slot: 0,
                 line_offset_bytes: 0,
                 length_bytes: 4096,
-                buffer_offset_bytes: 0
+                buffer_offset_bytes: 0,
+                dirty: false
             },
         ]
     );
@@ -105,13 +107,15 @@ fn partial_hit_reads_valid_sectors_from_cache_and_fills_the_rest() {
                 slot: 0,
                 line_offset_bytes: 0,
                 length_bytes: 1024,
-                buffer_offset_bytes: 0
+                buffer_offset_bytes: 0,
+                dirty: false
             },
             Op::WriteCache {
                 slot: 0,
                 line_offset_bytes: 2048,
                 length_bytes: 2048,
-                buffer_offset_bytes: 2048
+                buffer_offset_bytes: 2048,
+                dirty: false
             },
         ]
     );
@@ -140,13 +144,15 @@ fn write_through_keeps_clean_copies() {
                 slot: 0,
                 line_offset_bytes: 0,
                 length_bytes: 4096,
-                buffer_offset_bytes: 0
+                buffer_offset_bytes: 0,
+                dirty: false
             },
             Op::WriteCache {
                 slot: 1,
                 line_offset_bytes: 0,
                 length_bytes: 4096,
-                buffer_offset_bytes: 4096
+                buffer_offset_bytes: 4096,
+                dirty: false
             },
         ]
     );

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use iocache_core::{CacheConfig, LineSize, PolicySpec};
 use iocache_device::{FileDevice, MemDevice, OpenOptions};
-use iocache_engine::{Engine, EngineConfig, IoMode};
+use iocache_engine::{Engine, EngineConfig, InitMode, IoMode, Layout};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,7 +30,11 @@ fn main() {
         std::path::Path::new(&args[0]),
         OpenOptions {
             direct: false,
-            create_size: Some(cache_bytes),
+            create_size: Some(
+                Layout::for_slots(4096, cache_bytes / 4096)
+                    .unwrap()
+                    .device_bytes(),
+            ),
             read_only: false,
         },
     )
@@ -39,17 +43,17 @@ fn main() {
     let engine = Arc::new(
         Engine::new(
             EngineConfig {
-                cache: CacheConfig::new(
+                lookup,
+                io: args
+                    .get(7)
+                    .map_or(IoMode::Psync, |m| m.parse().expect("IO: psync or uring")),
+                init: InitMode::Format { discard_dirty: true },
+                ..EngineConfig::new(CacheConfig::new(
                     cache_bytes / 4096,
                     line,
                     args.get(8)
                         .map_or(PolicySpec::lru(), |p| p.parse().expect("POLICY")),
-                ),
-                lookup,
-                shards: 0,
-                io: args
-                    .get(7)
-                    .map_or(IoMode::Psync, |m| m.parse().expect("IO: psync or uring")),
+                ))
             },
             Arc::new(cache_dev),
             backend,

@@ -12,12 +12,15 @@ use std::time::Duration;
 use iocache_core::fasthash::FxHashMap;
 use iocache_core::{
     Cache, CacheConfig, CacheStats, CoreError, FlushOrder, FlushToken, IoKind, LineKey, Op, OpList, Request,
-    WritePolicy, SECTOR_BYTES,
+    RestoredLine, SlotId, WritePolicy, SECTOR_BYTES,
 };
 use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest, UringEngine};
+use iocache_format::{Persistence, ShutdownState, Superblock, VolumeEntry};
 
 use crate::clock::Clock;
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
+use crate::persist::{PlannedRecord, RecordWriter, Shadow};
+use crate::recovery::{self, InitMode, OpenSpec, RecoveryReport};
 use smallvec::SmallVec;
 use thiserror::Error;
 
@@ -78,6 +81,28 @@ pub struct EngineConfig {
     pub shards: usize,
     /// How cache reads of several lines are issued.
     pub io: IoMode,
+    /// Which lines' metadata survives a restart (docs/format.md).
+    pub persistence: Persistence,
+    /// Load the cache the device holds, or format over it.
+    pub init: InitMode,
+    /// The volume's name, recorded on the cache device.
+    pub volume_name: String,
+}
+
+impl EngineConfig {
+    /// A configuration with `fine` lookup, automatic shards, psync reads,
+    /// volatile metadata and a volume named `volume`.
+    pub fn new(cache: CacheConfig) -> EngineConfig {
+        EngineConfig {
+            cache,
+            lookup: Lookup::Fine,
+            shards: 0,
+            io: IoMode::Psync,
+            persistence: Persistence::None,
+            init: InitMode::Load,
+            volume_name: "volume".into(),
+        }
+    }
 }
 
 /// How the engine issues a request's cache-device reads.
@@ -123,6 +148,10 @@ pub enum EngineError {
     DirtyLinesRemain { lines: u64 },
     #[error("cache read failed: {0}")]
     Io(String),
+    #[error("cache device format: {0}")]
+    Format(String),
+    #[error("refusing to start: {0}")]
+    Refused(String),
 }
 
 /// Counters of the whole engine.
@@ -138,6 +167,13 @@ pub struct EngineStats {
     pub io_errors: u64,
     /// Lines whose cache-device write failed and were forgotten.
     pub forgotten_lines: u64,
+    pub persistence: Option<Persistence>,
+    /// What opening the cache device found.
+    pub recovery: RecoveryReport,
+    /// Metadata barriers run (FLUSH, FUA, shutdown, slot reuse).
+    pub barriers: u64,
+    /// Records written by those barriers.
+    pub records_written: u64,
     /// Request latency seen by clients of `read` and `write`.
     pub read_latency: LatencyPercentiles,
     pub write_latency: LatencyPercentiles,
@@ -211,6 +247,8 @@ impl Queues {
 struct ShardState {
     cache: Cache,
     queues: Queues,
+    /// What the shard's slots hold on the device (persistence on).
+    shadow: Shadow,
     /// Threads waiting on `served`: releases notify only when someone waits.
     waiters: usize,
     ops: OpList,
@@ -240,6 +278,8 @@ type Segments = SmallVec<[Segment; 2]>;
 struct PlannedSegment {
     shard: usize,
     buffer_offset: usize,
+    /// The segment's first byte in the volume.
+    request_offset: u64,
     ops: SmallVec<[Op; 4]>,
 }
 
@@ -284,6 +324,40 @@ struct Inner {
     read_latency: LatencyHistogram,
     write_latency: LatencyHistogram,
     io_engine: Option<Box<dyn IoEngine>>,
+    persistence: Persistence,
+    /// Where slot 0's line starts on the cache device.
+    data_offset: u64,
+    meta: Mutex<MetaState>,
+    recovery: RecoveryReport,
+    barriers: AtomicU64,
+    records_written: AtomicU64,
+    /// Write-backs of evicted lines in progress on request threads (volatile
+    /// metadata only: a FLUSH waits for those that began before it).
+    writebacks: Mutex<WritebackTracker>,
+    writeback_done: Condvar,
+    /// Held while a batch of lines is being cleaned (cleaner, FLUSH with
+    /// volatile metadata, flush_all), so that a FLUSH sees no line in flight.
+    cleaning: Mutex<()>,
+}
+
+#[derive(Default)]
+struct WritebackTracker {
+    next: u64,
+    in_flight: std::collections::BTreeSet<u64>,
+}
+
+/// What one flush batch did.
+#[derive(Clone, Copy, Debug, Default)]
+struct FlushBatch {
+    taken: usize,
+    failed: usize,
+}
+
+/// The superblock and the record writer: one barrier at a time.
+struct MetaState {
+    superblock: Superblock,
+    superblock_copy: u8,
+    writer: RecordWriter,
 }
 
 type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
@@ -296,7 +370,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Builds the engine over a cache device and one backend volume (volume 0).
+    /// Builds the engine over a cache device and one backend volume (volume
+    /// 0): formats a blank cache device, or loads the cache it holds and
+    /// recovers its lines (see [`InitMode`] and docs/format.md).
     pub fn new(
         config: EngineConfig,
         cache_dev: Arc<dyn BlockDevice>,
@@ -305,13 +381,6 @@ impl Engine {
         config.cache.validate()?;
         let line_bytes = config.cache.line_size.bytes();
         let capacity = config.cache.capacity_lines;
-        let cache_bytes = capacity * line_bytes;
-        if cache_dev.len_bytes() < cache_bytes {
-            return Err(EngineError::CacheDeviceTooSmall {
-                device_bytes: cache_dev.len_bytes(),
-                cache_bytes,
-            });
-        }
         let shards = match config.lookup {
             Lookup::Coarse | Lookup::Single => 1,
             Lookup::Fine if config.shards > 0 => config.shards,
@@ -322,6 +391,28 @@ impl Engine {
                 "{shards} shards for a cache of {capacity} lines: each shard needs a line"
             )));
         }
+        let opened = recovery::open(
+            &*cache_dev,
+            &*backend,
+            &OpenSpec {
+                line_bytes,
+                slots: capacity,
+                shards: shards as u32,
+                persistence: config.persistence,
+                init: config.init,
+                volume: VolumeEntry {
+                    id: 0,
+                    name: config.volume_name.clone(),
+                    size_bytes: backend.len_bytes(),
+                },
+                settings: format!(
+                    "write_policy={} policy={} lookup={}",
+                    config.cache.write_policy, config.cache.policy, config.lookup
+                ),
+            },
+        )?;
+        let persistent = config.persistence != Persistence::None;
+        let words = config.cache.line_size.bitmap_words();
         let mut built = Vec::with_capacity(shards);
         let mut base_slot = 0;
         for i in 0..shards {
@@ -332,6 +423,7 @@ impl Engine {
                 state: Mutex::new(ShardState {
                     cache: Cache::new(shard_config)?,
                     queues: Queues::new(lines as usize),
+                    shadow: Shadow::new(lines as usize, words, persistent),
                     waiters: 0,
                     ops: OpList::new(),
                     tokens: Vec::new(),
@@ -359,7 +451,22 @@ impl Engine {
             read_latency: LatencyHistogram::default(),
             write_latency: LatencyHistogram::default(),
             io_engine,
+            persistence: config.persistence,
+            data_offset: opened.writer.layout.data_offset,
+            meta: Mutex::new(MetaState {
+                superblock: opened.superblock,
+                superblock_copy: opened.superblock_copy,
+                writer: opened.writer,
+            }),
+            recovery: opened.report,
+            barriers: AtomicU64::new(0),
+            records_written: AtomicU64::new(0),
+            writebacks: Mutex::new(WritebackTracker::default()),
+            writeback_done: Condvar::new(),
+            cleaning: Mutex::new(()),
         });
+        inner.restore(opened.lines)?;
+        inner.mark_running()?;
         let mut threads = Vec::new();
         let single = if config.lookup == Lookup::Single {
             let (tx, rx) = mpsc::channel::<DecideJob>();
@@ -442,10 +549,13 @@ impl Engine {
     /// Makes every write completed before the call durable where the write
     /// policy keeps it: the cache device for write-back and write-only, the
     /// backend otherwise. Both are flushed, which covers a policy change.
+    ///
+    /// With persistent metadata this is a barrier: the records of every line
+    /// changed since the last one are written (docs/format.md). With volatile
+    /// metadata the cache cannot make dirty data durable, so every dirty
+    /// line is written back first.
     pub fn flush(&self) -> Result<(), EngineError> {
-        self.inner.cache_dev.flush()?;
-        self.inner.backend.flush()?;
-        Ok(())
+        self.inner.barrier(false)
     }
 
     /// Writes every dirty line back to the backend and flushes it.
@@ -460,6 +570,10 @@ impl Engine {
             forgotten_lines: self.inner.forgotten_lines.load(Ordering::Relaxed),
             read_latency: self.inner.read_latency.percentiles(),
             write_latency: self.inner.write_latency.percentiles(),
+            persistence: Some(self.inner.persistence),
+            recovery: self.inner.recovery.clone(),
+            barriers: self.inner.barriers.load(Ordering::Relaxed),
+            records_written: self.inner.records_written.load(Ordering::Relaxed),
             ..EngineStats::default()
         };
         for shard in &self.inner.shards {
@@ -483,7 +597,8 @@ impl Engine {
         for handle in lock(&self.threads).drain(..) {
             let _ = handle.join();
         }
-        self.inner.flush_all()
+        self.inner.flush_all()?;
+        self.inner.close()
     }
 
     fn decide(&self, segments: Segments, plan: &mut Plan) -> Result<(), EngineError> {
@@ -652,6 +767,7 @@ impl Inner {
             plan.segments.push(PlannedSegment {
                 shard: segment.shard,
                 buffer_offset: segment.buffer_offset,
+                request_offset: segment.request.offset_bytes,
                 ops: SmallVec::from_slice(ops.ops()),
             });
         }
@@ -724,7 +840,9 @@ impl Inner {
     }
 
     fn cache_offset(&self, shard: usize, slot: u32, line_offset: u32) -> u64 {
-        (self.shards[shard].base_slot + u64::from(slot)) * self.line_bytes + u64::from(line_offset)
+        self.data_offset
+            + (self.shards[shard].base_slot + u64::from(slot)) * self.line_bytes
+            + u64::from(line_offset)
     }
 
     /// Reads a run of consecutive `ReadCache` ops (disjoint buffer ranges) as
@@ -829,14 +947,40 @@ impl Inner {
                     line_offset_bytes,
                     length_bytes,
                     buffer_offset_bytes,
+                    dirty,
                 } => {
                     let at = base + buffer_offset_bytes as usize;
                     let data = match buffer {
                         Buffer::Read(buf) => &buf[at..at + length_bytes as usize],
                         Buffer::Write(data) => &data[at..at + length_bytes as usize],
                     };
+                    let key = self.key_of(
+                        0,
+                        segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
+                    );
+                    if self.persistence != Persistence::None {
+                        self.wait_until_reusable(segment.shard, slot, key)?;
+                    }
                     let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
-                    if let Err(e) = self.cache_dev.write_at(data, device_offset) {
+                    let written = self.cache_dev.write_at(data, device_offset);
+                    if written.is_ok() && self.persistence != Persistence::None {
+                        let full_line_hash = (self.persistence == Persistence::All
+                            && !dirty
+                            && line_offset_bytes == 0
+                            && u64::from(length_bytes) == self.line_bytes)
+                            .then(|| iocache_format::data_hash(data));
+                        let first = line_offset_bytes / SECTOR_BYTES as u32;
+                        let end = first + length_bytes / SECTOR_BYTES as u32;
+                        lock(&self.shards[segment.shard].state).shadow.note_cache_write(
+                            slot,
+                            key,
+                            first,
+                            end,
+                            dirty,
+                            full_line_hash,
+                        );
+                    }
+                    if let Err(e) = written {
                         // The core believes those sectors are stored: make it forget them.
                         self.forget(segment.shard, device_offset, length_bytes);
                         if matches!(buffer, Buffer::Write(_)) {
@@ -865,9 +1009,19 @@ impl Inner {
                     offset_bytes,
                     ..
                 } => {
-                    self.write_back(segment.shard, slot, line_offset_bytes, length_bytes, offset_bytes)?;
+                    let tracked = (self.persistence == Persistence::None).then(|| self.writeback_started());
+                    let result =
+                        self.write_back(segment.shard, slot, line_offset_bytes, length_bytes, offset_bytes);
+                    if let Some(id) = tracked {
+                        self.writeback_ended(id);
+                    }
+                    result?;
                 }
-                Op::Invalidate { .. } => {}
+                Op::Invalidate { slot, .. } => {
+                    if self.persistence != Persistence::None {
+                        lock(&self.shards[segment.shard].state).shadow.note_empty(slot);
+                    }
+                }
             }
         }
         Ok(())
@@ -885,19 +1039,29 @@ impl Inner {
         self.cache_dev
             .read_at(&mut data, self.cache_offset(shard, slot, line_offset))?;
         self.backend.write_at(&data, backend_offset)?;
+        if self.persistence != Persistence::None {
+            let first = line_offset / SECTOR_BYTES as u32;
+            lock(&self.shards[shard].state).shadow.note_write_back(
+                slot,
+                first,
+                first + length / SECTOR_BYTES as u32,
+            );
+        }
         Ok(())
     }
 
     /// Drops the sectors of a failed cache-device write from the core's metadata.
     fn forget(&self, shard: usize, device_offset: u64, length: u32) {
         let shard_ref = &self.shards[shard];
-        let slot_in_shard = device_offset / self.line_bytes - shard_ref.base_slot;
-        let line_offset = (device_offset % self.line_bytes) as u32;
+        let data_at = device_offset - self.data_offset;
+        let slot_in_shard = data_at / self.line_bytes - shard_ref.base_slot;
+        let line_offset = (data_at % self.line_bytes) as u32;
         let mut state = lock(&shard_ref.state);
-        let ShardState { cache, .. } = &mut *state;
+        let ShardState { cache, shadow, .. } = &mut *state;
+        let first = line_offset / SECTOR_BYTES as u32;
+        let end = first + length / SECTOR_BYTES as u32;
+        shadow.note_forget(slot_in_shard as u32, first, end);
         if let Some(key) = cache.key_in_slot(slot_in_shard as u32) {
-            let first = line_offset / SECTOR_BYTES as u32;
-            let end = first + length / SECTOR_BYTES as u32;
             if cache.forget_sectors(key, first, end) {
                 self.forgotten_lines.fetch_add(1, Ordering::Relaxed);
             }
@@ -906,7 +1070,7 @@ impl Inner {
 
     /// One batch of flushing in `shard`: pick lines, wait for their keys,
     /// write them back, then tell the core. Returns how many lines it took.
-    fn flush_batch(&self, shard_index: usize, order: FlushOrder, batch: usize, cleaner: bool) -> usize {
+    fn flush_batch(&self, shard_index: usize, order: FlushOrder, batch: usize, cleaner: bool) -> FlushBatch {
         let shard = &self.shards[shard_index];
         let (ops, tokens, tickets) = {
             let mut state = lock(&shard.state);
@@ -919,7 +1083,7 @@ impl Inner {
                 cache.begin_flush(order, batch, ops, tokens);
             }
             if tokens.is_empty() {
-                return 0;
+                return FlushBatch::default();
             }
             let ops = ops.ops().to_vec();
             let tokens = tokens.clone();
@@ -961,14 +1125,290 @@ impl Inner {
             self.io_errors.fetch_add(1, Ordering::Relaxed);
         }
         self.release_tickets(&tickets);
-        tokens.len()
+        FlushBatch {
+            taken: tokens.len(),
+            failed: failed.len(),
+        }
+    }
+
+    /// Loads the lines found on the cache device into their shards.
+    fn restore(&self, lines: Vec<recovery::RecoveredLine>) -> Result<(), EngineError> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let now_ns = self.now_ns();
+        let mut per_shard: Vec<Vec<recovery::RecoveredLine>> =
+            (0..self.shards.len()).map(|_| Vec::new()).collect();
+        let mut written_back = false;
+        for line in lines {
+            let shard = self.shards.partition_point(|s| s.base_slot <= line.slot) - 1;
+            if self.shard_of(line.key) == shard {
+                per_shard[shard].push(line);
+                continue;
+            }
+            // Its slot lies in another shard's region than its key maps to
+            // now (the shard layout changed): it cannot stay where it is.
+            let local = (line.slot - self.shards[shard].base_slot) as SlotId;
+            if line.dirty_on_disk {
+                self.write_back_dirty_sectors(shard, local, line.key, &line.dirty)?;
+                written_back = true;
+            }
+            let mut state = lock(&self.shards[shard].state);
+            state.shadow.restore(
+                local,
+                line.key,
+                &line.valid,
+                &line.dirty,
+                None,
+                line.dirty_on_disk,
+            );
+            state.shadow.note_empty(local);
+        }
+        if written_back {
+            self.backend.flush()?;
+        }
+        for (shard, lines) in per_shard.into_iter().enumerate() {
+            if lines.is_empty() {
+                continue;
+            }
+            let base = self.shards[shard].base_slot;
+            let mut state = lock(&self.shards[shard].state);
+            let restored: Vec<RestoredLine<'_>> = lines
+                .iter()
+                .map(|l| RestoredLine {
+                    slot: (l.slot - base) as SlotId,
+                    key: l.key,
+                    valid: &l.valid,
+                    dirty: &l.dirty,
+                })
+                .collect();
+            state.cache.restore(&restored, now_ns)?;
+            for l in &lines {
+                state.shadow.restore(
+                    (l.slot - base) as SlotId,
+                    l.key,
+                    &l.valid,
+                    &l.dirty,
+                    l.hash,
+                    l.dirty_on_disk,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn write_back_dirty_sectors(
+        &self,
+        shard: usize,
+        slot: SlotId,
+        key: LineKey,
+        dirty: &[u64],
+    ) -> Result<(), EngineError> {
+        let sectors = (self.line_bytes / SECTOR_BYTES) as u32;
+        let bit = |s: u32| dirty[(s / 64) as usize] >> (s % 64) & 1 == 1;
+        let mut s = 0;
+        while s < sectors {
+            if !bit(s) {
+                s += 1;
+                continue;
+            }
+            let start = s;
+            while s < sectors && bit(s) {
+                s += 1;
+            }
+            let length = (s - start) * SECTOR_BYTES as u32;
+            let line_offset = start * SECTOR_BYTES as u32;
+            let backend_offset = (key.line_index << self.line_shift) + u64::from(line_offset);
+            let mut data = vec![0u8; length as usize];
+            self.cache_dev
+                .read_at(&mut data, self.cache_offset(shard, slot, line_offset))?;
+            self.backend.write_at(&data, backend_offset)?;
+        }
+        Ok(())
+    }
+
+    /// Records on the device that the cache is in use (not cleanly shut
+    /// down), after start-up work that needs writing is done.
+    fn mark_running(&self) -> Result<(), EngineError> {
+        let restored_dirty = self.shards.iter().any(|s| lock(&s.state).cache.dirty_lines() > 0);
+        if self.persistence == Persistence::None && restored_dirty {
+            // Volatile metadata from now on: write the recovered dirty lines
+            // back, then blank the records that described them.
+            self.flush_all()?;
+            let meta = lock(&self.meta);
+            let layout = meta.writer.layout;
+            let zeros = vec![0u8; 1 << 20];
+            let mut at = 0;
+            while at < layout.copy_region_bytes * 2 {
+                let n = (layout.copy_region_bytes * 2 - at).min(zeros.len() as u64) as usize;
+                self.cache_dev
+                    .write_at(&zeros[..n], layout.metadata_offset + at)?;
+                at += n as u64;
+            }
+            self.cache_dev.flush()?;
+        }
+        self.write_superblock_state(ShutdownState::Running)?;
+        // Records of lines that could not stay in their slots.
+        self.barrier(false)
+    }
+
+    fn write_superblock_state(&self, state: ShutdownState) -> Result<(), EngineError> {
+        let mut meta = lock(&self.meta);
+        let mut superblock = meta.superblock.clone();
+        superblock.sequence += 1;
+        superblock.state = state;
+        let copy = 1 - meta.superblock_copy;
+        recovery::write_superblock(&*self.cache_dev, &superblock, copy)?;
+        meta.superblock = superblock;
+        meta.superblock_copy = copy;
+        Ok(())
+    }
+
+    /// After everything is written back: a full snapshot of the records and
+    /// a superblock saying the cache was shut down cleanly.
+    fn close(&self) -> Result<(), EngineError> {
+        self.barrier(true)?;
+        self.write_superblock_state(ShutdownState::Clean)
+    }
+
+    /// Waits until `key`'s data may be written into `slot` (rule 2 of
+    /// `persist.rs`): runs a barrier if the slot's record on the device may
+    /// still describe another line's dirty data.
+    fn wait_until_reusable(&self, shard: usize, slot: SlotId, key: LineKey) -> Result<(), EngineError> {
+        for _ in 0..4 {
+            if !lock(&self.shards[shard].state).shadow.blocks_reuse(slot, key) {
+                return Ok(());
+            }
+            self.barrier(false)?;
+        }
+        Err(EngineError::Io(format!(
+            "slot {slot} of shard {shard} still holds another line's dirty record after barriers"
+        )))
+    }
+
+    /// Makes every completed write durable where the write policy keeps it
+    /// (see [`Engine::flush`]); with `everything`, a full snapshot of the
+    /// records (clean shutdown).
+    fn barrier(&self, everything: bool) -> Result<(), EngineError> {
+        if self.persistence == Persistence::None {
+            return self.volatile_barrier();
+        }
+        let mut meta = lock(&self.meta);
+        let mut planned: Vec<(usize, Vec<PlannedRecord>)> = Vec::new();
+        for (i, shard) in self.shards.iter().enumerate() {
+            let records = lock(&shard.state)
+                .shadow
+                .take_records(self.persistence, everything);
+            if !records.is_empty() {
+                planned.push((i, records));
+            }
+        }
+        let result = self.write_records(&mut meta, &planned);
+        for (i, records) in &planned {
+            let mut state = lock(&self.shards[*i].state);
+            match result {
+                Ok(()) => state.shadow.records_durable(records),
+                Err(_) => state.shadow.requeue(records),
+            }
+        }
+        self.barriers.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    /// With volatile metadata the cache cannot make dirty data durable: a
+    /// FLUSH writes back every line dirty when it arrives, waits for the
+    /// write-backs of evicted lines already under way, and flushes both
+    /// devices. Lines dirtied meanwhile are left for the next one.
+    fn volatile_barrier(&self) -> Result<(), EngineError> {
+        let _cleaning = lock(&self.cleaning);
+        let horizon = lock(&self.writebacks).next;
+        let mut failed = 0;
+        for shard in 0..self.shards.len() {
+            let dirty = lock(&self.shards[shard].state).cache.dirty_lines() as usize;
+            if dirty > 0 {
+                failed += self.flush_batch(shard, FlushOrder::Address, dirty, false).failed;
+            }
+        }
+        {
+            let mut tracker = lock(&self.writebacks);
+            while tracker.in_flight.first().is_some_and(|&id| id < horizon) {
+                tracker = self
+                    .writeback_done
+                    .wait(tracker)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        self.barriers.fetch_add(1, Ordering::Relaxed);
+        if failed > 0 {
+            return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
+        }
+        self.backend.flush()?;
+        self.cache_dev.flush()?;
+        Ok(())
+    }
+
+    fn writeback_started(&self) -> u64 {
+        let mut tracker = lock(&self.writebacks);
+        let id = tracker.next;
+        tracker.next += 1;
+        tracker.in_flight.insert(id);
+        id
+    }
+
+    fn writeback_ended(&self, id: u64) {
+        lock(&self.writebacks).in_flight.remove(&id);
+        self.writeback_done.notify_all();
+    }
+
+    fn write_records(
+        &self,
+        meta: &mut MetaState,
+        planned: &[(usize, Vec<PlannedRecord>)],
+    ) -> Result<(), EngineError> {
+        // Rule 3: write-backs durable before records stop saying dirty;
+        // rule 1: data durable before records say it is there.
+        self.backend.flush()?;
+        self.cache_dev.flush()?;
+        let mut staged = Vec::new();
+        for (shard, records) in planned {
+            let base = self.shards[*shard].base_slot;
+            for record in records {
+                let slot = base + u64::from(record.slot);
+                if meta.writer.is_blank(slot, &record.line) {
+                    continue;
+                }
+                let copy = meta
+                    .writer
+                    .stage(slot, record.line.clone())
+                    .map_err(|e| EngineError::Format(e.to_string()))?;
+                staged.push((slot, copy));
+            }
+        }
+        if staged.is_empty() {
+            return Ok(());
+        }
+        for (offset, bytes) in meta.writer.take_writes() {
+            self.cache_dev.write_at(bytes, offset)?;
+        }
+        self.cache_dev.flush()?;
+        for &(slot, copy) in &staged {
+            meta.writer.durable(slot, copy);
+        }
+        self.records_written
+            .fetch_add(staged.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     fn flush_all(&self) -> Result<(), EngineError> {
+        let _cleaning = lock(&self.cleaning);
         for shard in 0..self.shards.len() {
             // Bounded: each round cleans its batch or reports failure.
             let mut rounds = 0;
-            while self.flush_batch(shard, FlushOrder::Address, FLUSH_ALL_BATCH, false) > 0 {
+            while self
+                .flush_batch(shard, FlushOrder::Address, FLUSH_ALL_BATCH, false)
+                .taken
+                > 0
+            {
                 rounds += 1;
                 if rounds > 1_000_000 {
                     break;
@@ -992,6 +1432,7 @@ impl Inner {
                 let due = lock(&self.shards[shard].state).cache.next_cleaning_ns();
                 match due {
                     Some(at) if at <= now => {
+                        let _cleaning = lock(&self.cleaning);
                         self.flush_batch(shard, FlushOrder::Oldest, 0, true);
                     }
                     Some(at) => next_wake = next_wake.min(at),

@@ -34,8 +34,12 @@ mod engine;
 mod export;
 mod latency;
 mod nbd_backend;
+mod persist;
+mod recovery;
 
 pub use engine::{Engine, EngineConfig, EngineError, EngineStats, IoMode, Lookup, SHARD_SPAN_LINES};
 pub use export::EngineExport;
+pub use iocache_format::{Layout, Persistence};
 pub use latency::{LatencyHistogram, LatencyPercentiles};
 pub use nbd_backend::NbdBackend;
+pub use recovery::{InitMode, RecoveryReport};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use iocache_core::{CacheConfig, LineSize, WritePolicy};
 use iocache_device::{BlockDevice, MemDevice};
-use iocache_engine::{Engine, EngineConfig, IoMode, Lookup};
+use iocache_engine::{Engine, EngineConfig, IoMode, Layout, Lookup, Persistence};
 
 const SECTOR: u64 = 512;
 const THREADS: u64 = 4;
@@ -23,18 +23,17 @@ fn engine(
     lookup: Lookup,
     cache: CacheConfig,
     volume_sectors: u64,
+    persistence: Persistence,
 ) -> (Arc<Engine>, Arc<MemDevice>) {
-    let cache_dev = Arc::new(MemDevice::new(
-        "cache",
-        cache.capacity_lines * cache.line_size.bytes(),
-    ));
+    let layout = Layout::for_slots(cache.line_size.bytes(), cache.capacity_lines).unwrap();
+    let cache_dev = Arc::new(MemDevice::new("cache", layout.device_bytes()));
     let backend = Arc::new(MemDevice::new("backend", volume_sectors * SECTOR));
     let engine = Engine::new(
         EngineConfig {
-            cache,
-            lookup,
-            shards: 0,
             io,
+            lookup,
+            persistence,
+            ..EngineConfig::new(cache)
         },
         cache_dev,
         backend.clone(),
@@ -101,9 +100,19 @@ fn workload(engine: &Engine, thread: u64, volume_sectors: u64, steps: u64) -> Ve
 }
 
 fn run(lookup: Lookup, wp: WritePolicy, policy: &str, lines: u64, line_bytes: u64, flush: &str) {
-    run_with(IoMode::Psync, lookup, wp, policy, lines, line_bytes, flush)
+    run_with(
+        IoMode::Psync,
+        lookup,
+        wp,
+        policy,
+        lines,
+        line_bytes,
+        flush,
+        Persistence::None,
+    )
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_with(
     io: IoMode,
     lookup: Lookup,
@@ -112,6 +121,7 @@ fn run_with(
     lines: u64,
     line_bytes: u64,
     flush: &str,
+    persistence: Persistence,
 ) {
     let volume_sectors = 4096;
     let (engine, backend) = engine(
@@ -119,6 +129,7 @@ fn run_with(
         lookup,
         config(wp, policy, lines, line_bytes, flush),
         volume_sectors,
+        persistence,
     );
     let models: Vec<Vec<u64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
@@ -208,6 +219,7 @@ fn requests_outside_or_unaligned_are_refused() {
         Lookup::Fine,
         config(WritePolicy::WriteBack, "lru", 16, 4096, "nop"),
         64,
+        Persistence::Dirty,
     );
     let mut buf = vec![0u8; 1024];
     assert!(engine.read(64 * SECTOR - 512, &mut buf).is_err());
@@ -229,5 +241,34 @@ fn fine_write_back_small_lines_with_batched_cache_reads() {
         256,
         512,
         "nop",
+        Persistence::None,
     );
+}
+
+#[test]
+fn fine_write_back_with_persistent_metadata() {
+    // Every write-back, fill and slot reuse also updates the records, and
+    // every FLUSH is a barrier: the data path must stay exactly as correct.
+    for persistence in [Persistence::Dirty, Persistence::All] {
+        run_with(
+            IoMode::Psync,
+            Lookup::Fine,
+            WritePolicy::WriteBack,
+            "lru",
+            64,
+            4096,
+            "aggressive:interval=1ms:batch=8",
+            persistence,
+        );
+        run_with(
+            IoMode::Psync,
+            Lookup::Coarse,
+            WritePolicy::WriteThrough,
+            "arc",
+            32,
+            1024,
+            "nop",
+            persistence,
+        );
+    }
 }

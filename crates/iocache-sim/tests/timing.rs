@@ -49,6 +49,7 @@ fn write_cache(slot: u32, buffer: u64) -> Op {
         line_offset_bytes: 0,
         length_bytes: LINE as u32,
         buffer_offset_bytes: buffer,
+        dirty: false,
     }
 }
 

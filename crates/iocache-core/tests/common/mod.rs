@@ -70,6 +70,7 @@ impl World {
                     line_offset_bytes,
                     length_bytes,
                     buffer_offset_bytes,
+                    ..
                 } => {
                     for i in 0..(length_bytes as u64 / s) {
                         let v = buffer[(buffer_offset_bytes / s + i) as usize];

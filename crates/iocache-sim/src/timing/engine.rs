@@ -570,6 +570,7 @@ impl TimingModel {
                     line_offset_bytes,
                     length_bytes,
                     buffer_offset_bytes,
+                    ..
                 } => {
                     let addr = slot as u64 * line + line_offset_bytes as u64;
                     let n = self.new_node(CACHE, Dir::Write, addr, length_bytes as u64, writing, request);

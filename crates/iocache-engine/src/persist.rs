@@ -1,0 +1,391 @@
+//! Persistent metadata: what the engine writes to the cache device so that a
+//! restart (clean or after a crash) finds every dirty line, and in mode
+//! `all` the clean ones too. The on-device format is `iocache-format`'s;
+//! this module decides what to write and when (docs/format.md, "Engine
+//! write ordering").
+//!
+//! Three rules keep a crash from ever exposing wrong data:
+//! 1. A record says "dirty" only for data that was durable on the cache
+//!    device before the record was written: records are written at barriers
+//!    (client FLUSH, FUA, shutdown), between two cache-device flushes, from a
+//!    *shadow* of each slot that is updated only after its data write
+//!    returned.
+//! 2. A slot whose on-device record may say "dirty, line X" is never
+//!    overwritten with another line's data before a later record for that
+//!    slot is durable (the writer runs a barrier first).
+//! 3. A dirty record is replaced by a clean or empty one only after the
+//!    backend is flushed (every barrier flushes the backend first).
+//!
+//! Clean lines (mode `all`) carry a hash of their data, taken when a fill
+//! wrote the whole line; after a crash a clean line is kept only if its data
+//! still has that hash, so a slot reused since its record was written is
+//! never mistaken for the old line.
+
+use iocache_core::{LineKey, SlotId};
+use iocache_format::{encode_record, Layout, LineRecord, Persistence, Record, SlotDisk};
+
+/// Bytes of the metadata images written as one unit (the O_DIRECT-friendly
+/// block size; records never straddle a sector, see iocache-format).
+pub const META_BLOCK_BYTES: usize = 4096;
+
+/// The engine's view of what each slot of one shard holds on the device,
+/// as far as executed I/O goes.
+pub struct Shadow {
+    enabled: bool,
+    words: usize,
+    keys: Vec<Option<LineKey>>,
+    /// Per slot: `words` valid bits then `words` dirty bits.
+    bits: Vec<u64>,
+    /// Hash of the whole line's data, known after a full-line clean fill.
+    hashes: Vec<Option<u64>>,
+    /// Slots changed since the last barrier took them.
+    pending: Vec<SlotId>,
+    queued: Vec<bool>,
+    /// The line whose dirty record may be on the device for the slot (set
+    /// when a barrier takes a dirty record, cleared once a later record for
+    /// the slot is durable).
+    disk_dirty: Vec<Option<LineKey>>,
+}
+
+/// A record a barrier will write: shard-local slot, and its content.
+pub struct PlannedRecord {
+    pub slot: SlotId,
+    pub line: Option<LineRecord>,
+}
+
+impl Shadow {
+    pub fn new(slots: usize, words: usize, enabled: bool) -> Shadow {
+        let n = if enabled { slots } else { 0 };
+        Shadow {
+            enabled,
+            words,
+            keys: vec![None; n],
+            bits: vec![0; n * words * 2],
+            hashes: vec![None; n],
+            pending: Vec::new(),
+            queued: vec![false; n],
+            disk_dirty: vec![None; n],
+        }
+    }
+
+    fn valid_mut(&mut self, slot: SlotId) -> &mut [u64] {
+        let at = slot as usize * self.words * 2;
+        &mut self.bits[at..at + self.words]
+    }
+
+    fn dirty_mut(&mut self, slot: SlotId) -> &mut [u64] {
+        let at = slot as usize * self.words * 2 + self.words;
+        &mut self.bits[at..at + self.words]
+    }
+
+    fn valid(&self, slot: SlotId) -> &[u64] {
+        let at = slot as usize * self.words * 2;
+        &self.bits[at..at + self.words]
+    }
+
+    fn dirty(&self, slot: SlotId) -> &[u64] {
+        let at = slot as usize * self.words * 2 + self.words;
+        &self.bits[at..at + self.words]
+    }
+
+    fn touch(&mut self, slot: SlotId) {
+        if !self.queued[slot as usize] {
+            self.queued[slot as usize] = true;
+            self.pending.push(slot);
+        }
+    }
+
+    /// Whether writing `key`'s data into `slot` must wait for a barrier:
+    /// the slot's on-device record may still say it holds another line's
+    /// dirty data (rule 2).
+    pub fn blocks_reuse(&self, slot: SlotId, key: LineKey) -> bool {
+        self.enabled && matches!(self.disk_dirty[slot as usize], Some(held) if held != key)
+    }
+
+    /// Sectors `[first, end)` of `key` were written into `slot`; `dirty`
+    /// says whether they are now dirty; `full_line_hash` is the hash of the
+    /// whole line when this write covered all of it.
+    pub fn note_cache_write(
+        &mut self,
+        slot: SlotId,
+        key: LineKey,
+        first: u32,
+        end: u32,
+        dirty: bool,
+        full_line_hash: Option<u64>,
+    ) {
+        if !self.enabled {
+            return;
+        }
+        if self.keys[slot as usize] != Some(key) {
+            self.keys[slot as usize] = Some(key);
+            self.valid_mut(slot).fill(0);
+            self.dirty_mut(slot).fill(0);
+        }
+        set_range(self.valid_mut(slot), first, end);
+        if dirty {
+            set_range(self.dirty_mut(slot), first, end);
+        } else {
+            clear_range(self.dirty_mut(slot), first, end);
+        }
+        self.hashes[slot as usize] = if dirty { None } else { full_line_hash };
+        self.touch(slot);
+    }
+
+    /// Sectors `[first, end)` of `slot` were written back to the backend.
+    pub fn note_write_back(&mut self, slot: SlotId, first: u32, end: u32) {
+        if !self.enabled {
+            return;
+        }
+        clear_range(self.dirty_mut(slot), first, end);
+        // The clean line's full data was not seen: it is not hashed.
+        self.hashes[slot as usize] = None;
+        self.touch(slot);
+    }
+
+    /// `slot` no longer holds anything.
+    pub fn note_empty(&mut self, slot: SlotId) {
+        if !self.enabled {
+            return;
+        }
+        self.keys[slot as usize] = None;
+        self.valid_mut(slot).fill(0);
+        self.dirty_mut(slot).fill(0);
+        self.hashes[slot as usize] = None;
+        self.touch(slot);
+    }
+
+    /// Sectors `[first, end)` of `slot` are no longer trusted (a failed write).
+    pub fn note_forget(&mut self, slot: SlotId, first: u32, end: u32) {
+        if !self.enabled {
+            return;
+        }
+        clear_range(self.valid_mut(slot), first, end);
+        clear_range(self.dirty_mut(slot), first, end);
+        self.hashes[slot as usize] = None;
+        if self.valid(slot).iter().all(|&w| w == 0) {
+            self.keys[slot as usize] = None;
+        }
+        self.touch(slot);
+    }
+
+    /// Loads a restored line (start-up).
+    pub fn restore(
+        &mut self,
+        slot: SlotId,
+        key: LineKey,
+        valid: &[u64],
+        dirty: &[u64],
+        hash: Option<u64>,
+        dirty_on_disk: bool,
+    ) {
+        if !self.enabled {
+            return;
+        }
+        self.keys[slot as usize] = Some(key);
+        self.valid_mut(slot).copy_from_slice(valid);
+        self.dirty_mut(slot).copy_from_slice(dirty);
+        self.hashes[slot as usize] = hash;
+        if dirty_on_disk {
+            self.disk_dirty[slot as usize] = Some(key);
+        }
+    }
+
+    /// The records a barrier writes for the slots changed since the last
+    /// one (all slots with `everything`), in mode `mode`. Marks the slots
+    /// whose record says dirty as possibly dirty on the device (rule 2).
+    pub fn take_records(&mut self, mode: Persistence, everything: bool) -> Vec<PlannedRecord> {
+        if !self.enabled {
+            return Vec::new();
+        }
+        let slots: Vec<SlotId> = if everything {
+            self.pending.clear();
+            (0..self.keys.len() as SlotId).collect()
+        } else {
+            std::mem::take(&mut self.pending)
+        };
+        let mut out = Vec::with_capacity(slots.len());
+        for slot in slots {
+            self.queued[slot as usize] = false;
+            let line = self.record_of(slot, mode, everything);
+            if let Some(line) = &line {
+                if line.dirty {
+                    self.disk_dirty[slot as usize] = Some(LineKey {
+                        volume: line.volume,
+                        line_index: line.line_index,
+                    });
+                }
+            }
+            out.push(PlannedRecord { slot, line });
+        }
+        out
+    }
+
+    /// A barrier failed: its slots are written by the next one.
+    pub fn requeue(&mut self, records: &[PlannedRecord]) {
+        for record in records {
+            self.touch(record.slot);
+        }
+    }
+
+    /// After the records of a barrier are durable: slots whose record is
+    /// not dirty no longer block reuse.
+    pub fn records_durable(&mut self, records: &[PlannedRecord]) {
+        for record in records {
+            if !record.line.as_ref().is_some_and(|l| l.dirty) {
+                self.disk_dirty[record.slot as usize] = None;
+            }
+        }
+    }
+
+    /// What the device should say about `slot`. With `unhashed_clean`
+    /// (a clean shutdown's full snapshot), clean lines are recorded without
+    /// a hash: the superblock's clean state vouches for them.
+    fn record_of(&self, slot: SlotId, mode: Persistence, unhashed_clean: bool) -> Option<LineRecord> {
+        let key = self.keys[slot as usize]?;
+        let valid = self.valid(slot);
+        let dirty = self.dirty(slot);
+        if valid.iter().all(|&w| w == 0) {
+            return None;
+        }
+        let is_dirty = dirty.iter().any(|&w| w != 0);
+        if !is_dirty {
+            let hash = self.hashes[slot as usize];
+            if mode != Persistence::All || (hash.is_none() && !unhashed_clean) {
+                return None;
+            }
+            return Some(LineRecord {
+                volume: key.volume,
+                line_index: key.line_index,
+                dirty: false,
+                data_hash: hash,
+                valid: valid.to_vec(),
+                dirty_bits: vec![0; self.words],
+            });
+        }
+        Some(LineRecord {
+            volume: key.volume,
+            line_index: key.line_index,
+            dirty: true,
+            data_hash: None,
+            valid: valid.to_vec(),
+            dirty_bits: dirty.to_vec(),
+        })
+    }
+}
+
+fn set_range(words: &mut [u64], first: u32, end: u32) {
+    for bit in first..end {
+        words[(bit / 64) as usize] |= 1 << (bit % 64);
+    }
+}
+
+fn clear_range(words: &mut [u64], first: u32, end: u32) {
+    for bit in first..end {
+        words[(bit / 64) as usize] &= !(1 << (bit % 64));
+    }
+}
+
+/// The in-memory images of the two record regions and, per slot, which
+/// copy holds the newest durable record: the writer always writes the other
+/// copy, so a torn write never damages the newest durable record.
+pub struct RecordWriter {
+    pub layout: Layout,
+    images: [Vec<u8>; 2],
+    slots: Vec<SlotDisk>,
+    /// Blocks of each image changed since they were last written.
+    changed: [Vec<usize>; 2],
+    changed_flag: [Vec<bool>; 2],
+}
+
+impl RecordWriter {
+    /// A writer over regions read from the device (`images`) and their
+    /// per-slot state as loaded.
+    pub fn new(layout: Layout, images: [Vec<u8>; 2], slots: Vec<SlotDisk>) -> RecordWriter {
+        let blocks = (layout.copy_region_bytes as usize).div_ceil(META_BLOCK_BYTES);
+        RecordWriter {
+            layout,
+            images,
+            slots,
+            changed: [Vec::new(), Vec::new()],
+            changed_flag: [vec![false; blocks], vec![false; blocks]],
+        }
+    }
+
+    /// Whether the newest record of `slot` is empty or absent, so writing
+    /// an empty record again can be skipped.
+    pub fn is_blank(&self, slot: u64, line: &Option<LineRecord>) -> bool {
+        line.is_none()
+            && self.slots[slot as usize].newest_copy.is_none_or(|copy| {
+                let at = (slot * self.layout.record_bytes) as usize;
+                let bytes = &self.images[copy as usize][at..at + self.layout.record_bytes as usize];
+                matches!(
+                    iocache_format::decode_record(bytes, &self.layout),
+                    iocache_format::RecordCopy::Valid(Record { line: None, .. })
+                )
+            })
+    }
+
+    /// Encodes the next record of `slot` into the copy that is not the
+    /// newest; returns that copy (to pass to [`RecordWriter::durable`]).
+    pub fn stage(&mut self, slot: u64, line: Option<LineRecord>) -> Result<u8, iocache_format::FormatError> {
+        let disk = self.slots[slot as usize];
+        let copy = match disk.newest_copy {
+            Some(c) => 1 - c,
+            None => 0,
+        };
+        let record = Record {
+            sequence: disk.sequence + 1,
+            line,
+        };
+        let bytes = self.layout.record_bytes as usize;
+        let at = slot as usize * bytes;
+        encode_record(
+            &record,
+            &self.layout,
+            &mut self.images[copy as usize][at..at + bytes],
+        )?;
+        let first = at / META_BLOCK_BYTES;
+        let last = (at + bytes - 1) / META_BLOCK_BYTES;
+        for block in first..=last {
+            if !self.changed_flag[copy as usize][block] {
+                self.changed_flag[copy as usize][block] = true;
+                self.changed[copy as usize].push(block);
+            }
+        }
+        Ok(copy)
+    }
+
+    /// The runs of changed bytes to write: (device offset, bytes), and
+    /// forgets them as changed.
+    pub fn take_writes(&mut self) -> Vec<(u64, &[u8])> {
+        let mut runs: Vec<(usize, usize, usize)> = Vec::new(); // (copy, first block, end block)
+        for copy in 0..2 {
+            let mut blocks = std::mem::take(&mut self.changed[copy]);
+            blocks.sort_unstable();
+            for &block in &blocks {
+                self.changed_flag[copy][block] = false;
+                match runs.last_mut() {
+                    Some((c, _, end)) if *c == copy && *end == block => *end += 1,
+                    _ => runs.push((copy, block, block + 1)),
+                }
+            }
+        }
+        let region = self.layout.copy_region_bytes as usize;
+        runs.into_iter()
+            .map(|(copy, first, end)| {
+                let start = first * META_BLOCK_BYTES;
+                let stop = (end * META_BLOCK_BYTES).min(region);
+                let offset = self.layout.metadata_offset + (copy * region + start) as u64;
+                (offset, &self.images[copy][start..stop])
+            })
+            .collect()
+    }
+
+    /// The staged record of `slot` in `copy` is durable.
+    pub fn durable(&mut self, slot: u64, copy: u8) {
+        let disk = &mut self.slots[slot as usize];
+        disk.sequence += 1;
+        disk.newest_copy = Some(copy);
+    }
+}

@@ -1,0 +1,406 @@
+//! Opening a cache device: formatting a blank one, or loading the cache it
+//! holds (superblock, then every slot's newest valid record) and deciding
+//! which lines can be trusted. See docs/format.md for the format and
+//! `persist.rs` for the rules that make the records trustworthy.
+
+use iocache_core::LineKey;
+use iocache_device::BlockDevice;
+use iocache_format::{
+    data_hash, load_metadata, pick_superblock, Layout, Persistence, ShutdownState, SlotDisk, Superblock,
+    SuperblockFound, VolumeEntry, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS,
+};
+
+use crate::persist::RecordWriter;
+use crate::EngineError;
+
+/// Whether an existing cache is loaded or replaced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InitMode {
+    /// Load the cache the device holds (format it if blank). A device whose
+    /// cache cannot be used as configured is refused with the reason.
+    #[default]
+    Load,
+    /// Format the device even if it holds a cache. Refused when that cache
+    /// holds dirty lines (or cannot be read), unless `discard_dirty`.
+    Format { discard_dirty: bool },
+}
+
+/// What the engine wants the device to be.
+pub struct OpenSpec {
+    pub line_bytes: u64,
+    pub slots: u64,
+    pub shards: u32,
+    pub persistence: Persistence,
+    pub init: InitMode,
+    pub volume: VolumeEntry,
+    pub settings: String,
+}
+
+/// A line found on the device that the engine should load.
+pub struct RecoveredLine {
+    pub slot: u64,
+    pub key: LineKey,
+    pub valid: Vec<u64>,
+    pub dirty: Vec<u64>,
+    pub hash: Option<u64>,
+    /// Whether the record that vouches for it says dirty.
+    pub dirty_on_disk: bool,
+}
+
+/// What opening found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The device held a cache (rather than being blank or formatted now).
+    pub loaded: bool,
+    /// It had been shut down cleanly.
+    pub clean_shutdown: bool,
+    pub dirty_lines: u64,
+    pub clean_lines: u64,
+    /// Clean lines not loaded: without a hash after a crash, whose data no
+    /// longer matches its hash, or not kept by the persistence mode.
+    pub dropped_clean_lines: u64,
+    pub corrupt_copies: u64,
+    pub corrupt_examples: Vec<(u64, String)>,
+    /// Dirty lines of an earlier geometry written straight back to the backend.
+    pub written_back_lines: u64,
+}
+
+pub struct Opened {
+    pub superblock: Superblock,
+    /// Which superblock copy holds `superblock`.
+    pub superblock_copy: u8,
+    pub writer: RecordWriter,
+    pub lines: Vec<RecoveredLine>,
+    pub report: RecoveryReport,
+}
+
+fn format_err(e: iocache_format::FormatError) -> EngineError {
+    EngineError::Format(e.to_string())
+}
+
+fn random_uuid() -> [u8; 16] {
+    // Not cryptographic: tells caches apart. Time, address-space layout and
+    // the process id give enough entropy for that.
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = [0u8; 16];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.write_u32(std::process::id());
+        h.write_usize(i);
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    out
+}
+
+/// Writes zeros over `[offset, offset + len)`.
+fn zero(dev: &dyn BlockDevice, offset: u64, len: u64) -> Result<(), EngineError> {
+    let chunk = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(chunk.len() as u64) as usize;
+        dev.write_at(&chunk[..n], offset + at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Writes `superblock` into `copy` and flushes.
+pub fn write_superblock(dev: &dyn BlockDevice, superblock: &Superblock, copy: u8) -> Result<(), EngineError> {
+    let bytes = superblock.encode().map_err(format_err)?;
+    dev.write_at(&bytes, SUPERBLOCK_OFFSETS[copy as usize])?;
+    dev.flush()?;
+    Ok(())
+}
+
+fn format_fresh(
+    dev: &dyn BlockDevice,
+    spec: &OpenSpec,
+    report: RecoveryReport,
+) -> Result<Opened, EngineError> {
+    let layout = Layout::for_slots(spec.line_bytes, spec.slots).map_err(format_err)?;
+    if dev.len_bytes() < layout.device_bytes() {
+        return Err(EngineError::CacheDeviceTooSmall {
+            device_bytes: dev.len_bytes(),
+            cache_bytes: layout.device_bytes(),
+        });
+    }
+    // Old records from whatever the device held before must not be read as
+    // this cache's: both record regions start blank.
+    zero(dev, layout.metadata_offset, layout.copy_region_bytes * 2)?;
+    zero(dev, SUPERBLOCK_OFFSETS[1], SUPERBLOCK_BYTES as u64)?;
+    let superblock = Superblock {
+        sequence: 1,
+        cache_uuid: random_uuid(),
+        layout,
+        shards: spec.shards,
+        persistence: spec.persistence,
+        state: ShutdownState::Running,
+        volumes: vec![spec.volume.clone()],
+        settings: spec.settings.clone(),
+    };
+    write_superblock(dev, &superblock, 0)?;
+    let region = layout.copy_region_bytes as usize;
+    let writer = RecordWriter::new(
+        layout,
+        [vec![0; region], vec![0; region]],
+        vec![SlotDisk::default(); layout.slots as usize],
+    );
+    Ok(Opened {
+        superblock,
+        superblock_copy: 0,
+        writer,
+        lines: Vec::new(),
+        report,
+    })
+}
+
+/// Formats a blank device or loads the cache it holds.
+pub fn open(
+    dev: &dyn BlockDevice,
+    backend: &dyn BlockDevice,
+    spec: &OpenSpec,
+) -> Result<Opened, EngineError> {
+    if dev.len_bytes() < 2 * SUPERBLOCK_BYTES as u64 {
+        return Err(EngineError::CacheDeviceTooSmall {
+            device_bytes: dev.len_bytes(),
+            cache_bytes: 2 * SUPERBLOCK_BYTES as u64,
+        });
+    }
+    let mut head = vec![0u8; 2 * SUPERBLOCK_BYTES];
+    dev.read_at(&mut head, 0)?;
+    let found = pick_superblock(&head[..SUPERBLOCK_BYTES], &head[SUPERBLOCK_BYTES..]);
+    let (superblock, copy) = match found {
+        Ok(SuperblockFound::Blank) => return format_fresh(dev, spec, RecoveryReport::default()),
+        Ok(SuperblockFound::Found { superblock, copy, .. }) => (superblock, copy),
+        Err(_) if spec.init == (InitMode::Format { discard_dirty: true }) => {
+            return format_fresh(dev, spec, RecoveryReport::default());
+        }
+        Err(e) => {
+            return Err(EngineError::Refused(format!(
+                "the cache device holds a cache whose superblock cannot be read ({e}), so whether it holds dirty \
+                 data is unknown; start with --init --force to format it, losing whatever it held"
+            )))
+        }
+    };
+    let layout = superblock.layout;
+    if dev.len_bytes() < layout.device_bytes() {
+        return Err(EngineError::Refused(format!(
+            "the cache device holds a cache of {} slots of {} B needing {} bytes, but has only {} bytes",
+            layout.slots,
+            layout.line_bytes,
+            layout.device_bytes(),
+            dev.len_bytes()
+        )));
+    }
+    let region = layout.copy_region_bytes as usize;
+    let mut images = [vec![0u8; region], vec![0u8; region]];
+    for (copy_index, image) in images.iter_mut().enumerate() {
+        dev.read_at(image, layout.metadata_offset + (copy_index * region) as u64)?;
+    }
+    let loaded = load_metadata(&images[0], &images[1], &layout).map_err(format_err)?;
+    let clean_shutdown = superblock.state == ShutdownState::Clean;
+    let dirty_count = loaded
+        .lines
+        .iter()
+        .filter(|(_, r)| r.line.as_ref().is_some_and(|l| l.dirty))
+        .count() as u64;
+    let mut report = RecoveryReport {
+        loaded: true,
+        clean_shutdown,
+        corrupt_copies: loaded.corrupt_copies,
+        corrupt_examples: loaded.corrupt_examples.clone(),
+        ..RecoveryReport::default()
+    };
+    if let InitMode::Format { discard_dirty } = spec.init {
+        if dirty_count > 0 && !discard_dirty {
+            return Err(EngineError::Refused(format!(
+                "the cache device holds {dirty_count} dirty lines ({} bytes at most) not yet written to the backend; \
+                 formatting it would lose them. Start without --init to recover and write them back, or add --force to lose them",
+                dirty_count * layout.line_bytes
+            )));
+        }
+        return format_fresh(dev, spec, report);
+    }
+    // Volumes: this engine serves one; a dirty line of any other volume
+    // cannot be written back by it.
+    let foreign_dirty = loaded
+        .lines
+        .iter()
+        .filter(|(_, r)| {
+            r.line
+                .as_ref()
+                .is_some_and(|l| l.dirty && l.volume != spec.volume.id)
+        })
+        .count();
+    if foreign_dirty > 0 {
+        return Err(EngineError::Refused(format!(
+            "the cache device holds {foreign_dirty} dirty lines of volumes this configuration does not serve \
+             (volumes on the device: {}); serve them again to write them back, or start with --init --force to lose them",
+            superblock
+                .volumes
+                .iter()
+                .map(|v| format!("{} `{}`", v.id, v.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    if let Some(volume) = superblock.volumes.iter().find(|v| v.id == spec.volume.id) {
+        if volume.size_bytes != spec.volume.size_bytes && dirty_count > 0 {
+            return Err(EngineError::Refused(format!(
+                "volume `{}` was {} bytes when its {dirty_count} dirty lines were cached, the backend now has {} bytes; \
+                 serve the original backend to write them back, or start with --init --force to lose them",
+                volume.name, volume.size_bytes, spec.volume.size_bytes
+            )));
+        }
+    }
+    let same_geometry = layout.line_bytes == spec.line_bytes
+        && layout.slots == spec.slots
+        && superblock.shards == spec.shards;
+    if !same_geometry {
+        // Another geometry: write the dirty lines straight back, then start
+        // over with the configured one.
+        for (slot, record) in &loaded.lines {
+            let Some(line) = &record.line else { continue };
+            if !line.dirty || line.volume != spec.volume.id {
+                continue;
+            }
+            write_back_record(dev, backend, &layout, *slot, line)?;
+            report.written_back_lines += 1;
+        }
+        backend.flush()?;
+        report.dropped_clean_lines = loaded.lines.len() as u64 - report.written_back_lines;
+        return format_fresh(dev, spec, report);
+    }
+    let mut lines = Vec::new();
+    let sectors = layout.sectors_per_line();
+    let mut line_buf = vec![0u8; layout.line_bytes as usize];
+    for (slot, record) in loaded.lines {
+        let Some(line) = record.line else { continue };
+        let key = LineKey {
+            volume: line.volume,
+            line_index: line.line_index,
+        };
+        if line.volume != spec.volume.id
+            || (line.line_index + 1) * layout.line_bytes
+                > spec.volume.size_bytes.next_multiple_of(layout.line_bytes)
+        {
+            // Clean lines of other volumes or beyond the volume: not ours.
+            report.dropped_clean_lines += 1;
+            continue;
+        }
+        if line.dirty {
+            // After a crash, only the dirty sectors are certain: a clean
+            // sector of a dirty line may have been overwritten in place by a
+            // write that was never flushed.
+            let valid = if clean_shutdown {
+                line.valid.clone()
+            } else {
+                line.dirty_bits.clone()
+            };
+            report.dirty_lines += 1;
+            lines.push(RecoveredLine {
+                slot,
+                key,
+                valid,
+                dirty: line.dirty_bits,
+                hash: None,
+                dirty_on_disk: true,
+            });
+            continue;
+        }
+        if spec.persistence != Persistence::All {
+            report.dropped_clean_lines += 1;
+            continue;
+        }
+        let trusted = if clean_shutdown {
+            true
+        } else if let Some(hash) = line.data_hash {
+            dev.read_at(&mut line_buf, layout.line_offset(slot))?;
+            hash == hash_valid_sectors(&line_buf, &line.valid, sectors)
+        } else {
+            false
+        };
+        if !trusted {
+            report.dropped_clean_lines += 1;
+            continue;
+        }
+        report.clean_lines += 1;
+        lines.push(RecoveredLine {
+            slot,
+            key,
+            valid: line.valid,
+            dirty: line.dirty_bits,
+            hash: line.data_hash,
+            dirty_on_disk: false,
+        });
+    }
+    let writer = RecordWriter::new(layout, images, loaded.slots);
+    let mut superblock = superblock;
+    superblock.persistence = spec.persistence;
+    superblock.settings = spec.settings.clone();
+    match superblock.volumes.iter_mut().find(|v| v.id == spec.volume.id) {
+        Some(v) => *v = spec.volume.clone(),
+        None => superblock.volumes.push(spec.volume.clone()),
+    }
+    Ok(Opened {
+        superblock,
+        superblock_copy: copy,
+        writer,
+        lines,
+        report,
+    })
+}
+
+/// The hash of a line's valid sectors, in ascending order (what a clean
+/// record's `data_hash` covers).
+pub fn hash_valid_sectors(line: &[u8], valid: &[u64], sectors: u32) -> u64 {
+    let all = (0..sectors).all(|s| valid[(s / 64) as usize] >> (s % 64) & 1 == 1);
+    if all {
+        return data_hash(line);
+    }
+    let mut bytes = Vec::with_capacity(line.len());
+    for s in 0..sectors {
+        if valid[(s / 64) as usize] >> (s % 64) & 1 == 1 {
+            let at = s as usize * 512;
+            bytes.extend_from_slice(&line[at..at + 512]);
+        }
+    }
+    data_hash(&bytes)
+}
+
+fn write_back_record(
+    dev: &dyn BlockDevice,
+    backend: &dyn BlockDevice,
+    layout: &Layout,
+    slot: u64,
+    line: &iocache_format::LineRecord,
+) -> Result<(), EngineError> {
+    let sectors = layout.sectors_per_line();
+    let mut s = 0;
+    while s < sectors {
+        if line.dirty_bits[(s / 64) as usize] >> (s % 64) & 1 == 0 {
+            s += 1;
+            continue;
+        }
+        let start = s;
+        while s < sectors && line.dirty_bits[(s / 64) as usize] >> (s % 64) & 1 == 1 {
+            s += 1;
+        }
+        let mut data = vec![0u8; ((s - start) * 512) as usize];
+        dev.read_at(&mut data, layout.line_offset(slot) + u64::from(start) * 512)?;
+        let at = line.line_index * layout.line_bytes + u64::from(start) * 512;
+        if at + data.len() as u64 > backend.len_bytes() {
+            return Err(EngineError::Refused(format!(
+                "a dirty line at backend offset {at} lies beyond the backend's {} bytes",
+                backend.len_bytes()
+            )));
+        }
+        backend.write_at(&data, at)?;
+    }
+    Ok(())
+}
