@@ -639,28 +639,30 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// The server's arguments: the harness's files and sizes, then `extra`; a
+/// flag given in `extra` replaces the harness's (e.g. `--line-size 512`).
 fn server_args(dir: &Path, extra: &[String]) -> Vec<String> {
     let p = |name: &str| dir.join(name).display().to_string();
-    let mut args: Vec<String> = vec![
-        "serve".into(),
-        "--backend".into(),
-        p("backend.img"),
-        "--backend-size".into(),
-        "32MiB".into(),
-        "--cache".into(),
-        p("cache.img"),
-        "--cache-size".into(),
-        "2MiB".into(),
-        "--line-size".into(),
-        "4KiB".into(),
-        "--socket".into(),
-        p("nbd.sock"),
+    let base = [
+        ("--backend", p("backend.img")),
+        ("--backend-size", "32MiB".to_string()),
+        ("--cache", p("cache.img")),
+        ("--cache-size", "2MiB".to_string()),
+        ("--line-size", "4KiB".to_string()),
+        ("--socket", p("nbd.sock")),
         // There is no way to turn TCP off: port 0 takes a free one.
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--admin-socket".into(),
-        p("admin.sock"),
+        ("--listen", "127.0.0.1:0".to_string()),
+        ("--admin-socket", p("admin.sock")),
     ];
+    let mut args = vec!["serve".to_string()];
+    for (flag, value) in base {
+        if !extra
+            .iter()
+            .any(|e| e == flag || e.starts_with(&format!("{flag}=")))
+        {
+            args.extend([flag.to_string(), value]);
+        }
+    }
     args.extend(extra.iter().cloned());
     args
 }
