@@ -1106,7 +1106,6 @@ fn crash_write_through() {
 const CLEANER: &str = "aggressive:interval=20ms:batch=64";
 
 #[test]
-#[ignore = "needs --persistence (issue 5)"]
 fn crash_write_back_persistence_all() {
     run_clean(
         "wb-all",
@@ -1116,7 +1115,6 @@ fn crash_write_back_persistence_all() {
 }
 
 #[test]
-#[ignore = "needs --persistence (issue 5)"]
 fn crash_write_back_persistence_dirty() {
     run_clean(
         "wb-dirty",
@@ -1133,7 +1131,6 @@ fn crash_write_back_persistence_dirty() {
 }
 
 #[test]
-#[ignore = "needs --persistence (issue 5)"]
 fn crash_write_back_persistence_none() {
     run_clean(
         "wb-none",

@@ -465,7 +465,7 @@ impl Engine {
             writeback_done: Condvar::new(),
             cleaning: Mutex::new(()),
         });
-        inner.restore(opened.lines)?;
+        inner.restore(opened.lines, &opened.stale_dirty)?;
         inner.mark_running()?;
         let mut threads = Vec::new();
         let single = if config.lookup == Lookup::Single {
@@ -1132,7 +1132,18 @@ impl Inner {
     }
 
     /// Loads the lines found on the cache device into their shards.
-    fn restore(&self, lines: Vec<recovery::RecoveredLine>) -> Result<(), EngineError> {
+    fn restore(
+        &self,
+        lines: Vec<recovery::RecoveredLine>,
+        stale_dirty: &[(u64, LineKey)],
+    ) -> Result<(), EngineError> {
+        for &(slot, key) in stale_dirty {
+            let shard = self.shards.partition_point(|s| s.base_slot <= slot) - 1;
+            let local = (slot - self.shards[shard].base_slot) as SlotId;
+            lock(&self.shards[shard].state)
+                .shadow
+                .stale_dirty_record(local, key);
+        }
         if lines.is_empty() {
             return Ok(());
         }
@@ -1377,11 +1388,11 @@ impl Inner {
                 if meta.writer.is_blank(slot, &record.line) {
                     continue;
                 }
-                let copy = meta
+                let (copy, sequence) = meta
                     .writer
                     .stage(slot, record.line.clone())
                     .map_err(|e| EngineError::Format(e.to_string()))?;
-                staged.push((slot, copy));
+                staged.push((slot, copy, sequence));
             }
         }
         if staged.is_empty() {
@@ -1391,8 +1402,8 @@ impl Inner {
             self.cache_dev.write_at(bytes, offset)?;
         }
         self.cache_dev.flush()?;
-        for &(slot, copy) in &staged {
-            meta.writer.durable(slot, copy);
+        for &(slot, copy, sequence) in &staged {
+            meta.writer.durable(slot, copy, sequence);
         }
         self.records_written
             .fetch_add(staged.len() as u64, Ordering::Relaxed);

@@ -191,6 +191,16 @@ impl Shadow {
         }
     }
 
+    /// `slot` is free but its record on the device says `key` is dirty in
+    /// it (start-up): block its reuse until a barrier rewrites the record.
+    pub fn stale_dirty_record(&mut self, slot: SlotId, key: LineKey) {
+        if !self.enabled {
+            return;
+        }
+        self.disk_dirty[slot as usize] = Some(key);
+        self.touch(slot);
+    }
+
     /// The records a barrier writes for the slots changed since the last
     /// one (all slots with `everything`), in mode `mode`. Marks the slots
     /// whose record says dirty as possibly dirty on the device (rule 2).
@@ -289,10 +299,15 @@ fn clear_range(words: &mut [u64], first: u32, end: u32) {
 /// The in-memory images of the two record regions and, per slot, which
 /// copy holds the newest durable record: the writer always writes the other
 /// copy, so a torn write never damages the newest durable record.
+///
+/// Sequences come from one counter for the whole device, so records of
+/// different slots are ordered too: when a crash leaves two slots claiming
+/// the same line, recovery knows which is newer.
 pub struct RecordWriter {
     pub layout: Layout,
     images: [Vec<u8>; 2],
     slots: Vec<SlotDisk>,
+    next_sequence: u64,
     /// Blocks of each image changed since they were last written.
     changed: [Vec<usize>; 2],
     changed_flag: [Vec<bool>; 2],
@@ -303,10 +318,12 @@ impl RecordWriter {
     /// per-slot state as loaded.
     pub fn new(layout: Layout, images: [Vec<u8>; 2], slots: Vec<SlotDisk>) -> RecordWriter {
         let blocks = (layout.copy_region_bytes as usize).div_ceil(META_BLOCK_BYTES);
+        let next_sequence = slots.iter().map(|s| s.sequence).max().unwrap_or(0) + 1;
         RecordWriter {
             layout,
             images,
             slots,
+            next_sequence,
             changed: [Vec::new(), Vec::new()],
             changed_flag: [vec![false; blocks], vec![false; blocks]],
         }
@@ -327,17 +344,21 @@ impl RecordWriter {
     }
 
     /// Encodes the next record of `slot` into the copy that is not the
-    /// newest; returns that copy (to pass to [`RecordWriter::durable`]).
-    pub fn stage(&mut self, slot: u64, line: Option<LineRecord>) -> Result<u8, iocache_format::FormatError> {
+    /// newest; returns that copy and the record's sequence (to pass to
+    /// [`RecordWriter::durable`]).
+    pub fn stage(
+        &mut self,
+        slot: u64,
+        line: Option<LineRecord>,
+    ) -> Result<(u8, u64), iocache_format::FormatError> {
         let disk = self.slots[slot as usize];
         let copy = match disk.newest_copy {
             Some(c) => 1 - c,
             None => 0,
         };
-        let record = Record {
-            sequence: disk.sequence + 1,
-            line,
-        };
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        let record = Record { sequence, line };
         let bytes = self.layout.record_bytes as usize;
         let at = slot as usize * bytes;
         encode_record(
@@ -353,7 +374,7 @@ impl RecordWriter {
                 self.changed[copy as usize].push(block);
             }
         }
-        Ok(copy)
+        Ok((copy, sequence))
     }
 
     /// The runs of changed bytes to write: (device offset, bytes), and
@@ -382,10 +403,10 @@ impl RecordWriter {
             .collect()
     }
 
-    /// The staged record of `slot` in `copy` is durable.
-    pub fn durable(&mut self, slot: u64, copy: u8) {
+    /// The staged record of `slot` in `copy`, numbered `sequence`, is durable.
+    pub fn durable(&mut self, slot: u64, copy: u8, sequence: u64) {
         let disk = &mut self.slots[slot as usize];
-        disk.sequence += 1;
+        disk.sequence = sequence;
         disk.newest_copy = Some(copy);
     }
 }

@@ -45,6 +45,8 @@ pub struct RecoveredLine {
     pub hash: Option<u64>,
     /// Whether the record that vouches for it says dirty.
     pub dirty_on_disk: bool,
+    /// The record's sequence (device-wide: larger is newer).
+    pub sequence: u64,
 }
 
 /// What opening found and did.
@@ -61,8 +63,12 @@ pub struct RecoveryReport {
     pub dropped_clean_lines: u64,
     pub corrupt_copies: u64,
     pub corrupt_examples: Vec<(u64, String)>,
-    /// Dirty lines of an earlier geometry written straight back to the backend.
+    /// Dirty lines written straight back to the backend at start-up: those
+    /// of an earlier geometry, and older copies of a line that a crash left
+    /// in two slots.
     pub written_back_lines: u64,
+    /// Lines found in two slots (the older record is dropped).
+    pub duplicate_lines: u64,
 }
 
 pub struct Opened {
@@ -71,6 +77,9 @@ pub struct Opened {
     pub superblock_copy: u8,
     pub writer: RecordWriter,
     pub lines: Vec<RecoveredLine>,
+    /// Slots whose record says dirty but whose line is not loaded (an older
+    /// copy of a line found twice): they must be rewritten before reuse.
+    pub stale_dirty: Vec<(u64, LineKey)>,
     pub report: RecoveryReport,
 }
 
@@ -155,6 +164,7 @@ fn format_fresh(
         superblock_copy: 0,
         writer,
         lines: Vec::new(),
+        stale_dirty: Vec::new(),
         report,
     })
 }
@@ -310,6 +320,7 @@ pub fn open(
                 dirty: line.dirty_bits,
                 hash: None,
                 dirty_on_disk: true,
+                sequence: record.sequence,
             });
             continue;
         }
@@ -337,8 +348,11 @@ pub fn open(
             dirty: line.dirty_bits,
             hash: line.data_hash,
             dirty_on_disk: false,
+            sequence: record.sequence,
         });
     }
+    let mut stale_dirty = Vec::new();
+    let lines = resolve_duplicates(dev, backend, &layout, lines, &mut report, &mut stale_dirty)?;
     let writer = RecordWriter::new(layout, images, loaded.slots);
     let mut superblock = superblock;
     superblock.persistence = spec.persistence;
@@ -352,8 +366,62 @@ pub fn open(
         superblock_copy: copy,
         writer,
         lines,
+        stale_dirty,
         report,
     })
+}
+
+/// A crash in the middle of a barrier can leave a line in two slots: the
+/// old slot's record still saying dirty, and the slot it was readmitted to.
+/// The newer record (larger sequence) wins. The older one's dirty sectors
+/// that the newer one does not hold dirty are written back first: they
+/// are the latest data of those sectors unless the newer copy came from a
+/// fill, which read them from the backend after the old copy was written
+/// back (so a clean newer copy needs no write-back).
+fn resolve_duplicates(
+    dev: &dyn BlockDevice,
+    backend: &dyn BlockDevice,
+    layout: &Layout,
+    mut lines: Vec<RecoveredLine>,
+    report: &mut RecoveryReport,
+    stale_dirty: &mut Vec<(u64, LineKey)>,
+) -> Result<Vec<RecoveredLine>, EngineError> {
+    lines.sort_by_key(|l| (l.key, std::cmp::Reverse(l.sequence)));
+    let mut kept: Vec<RecoveredLine> = Vec::with_capacity(lines.len());
+    let mut wrote_back = false;
+    for line in lines {
+        let Some(newer) = kept.last().filter(|k| k.key == line.key) else {
+            kept.push(line);
+            continue;
+        };
+        report.duplicate_lines += 1;
+        if line.dirty_on_disk && newer.dirty_on_disk {
+            let only_older: Vec<u64> = line.dirty.iter().zip(&newer.dirty).map(|(o, n)| o & !n).collect();
+            if only_older.iter().any(|&w| w != 0) {
+                let record = iocache_format::LineRecord {
+                    volume: line.key.volume,
+                    line_index: line.key.line_index,
+                    dirty: true,
+                    data_hash: None,
+                    valid: only_older.clone(),
+                    dirty_bits: only_older,
+                };
+                write_back_record(dev, backend, layout, line.slot, &record)?;
+                report.written_back_lines += 1;
+                wrote_back = true;
+            }
+        }
+        if line.dirty_on_disk {
+            report.dirty_lines -= 1;
+            stale_dirty.push((line.slot, line.key));
+        } else {
+            report.clean_lines -= 1;
+        }
+    }
+    if wrote_back {
+        backend.flush()?;
+    }
+    Ok(kept)
 }
 
 /// The hash of a line's valid sectors, in ascending order (what a clean
@@ -403,4 +471,123 @@ fn write_back_record(
         backend.write_at(&data, at)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iocache_device::MemDevice;
+    use iocache_format::LineRecord;
+
+    fn spec() -> OpenSpec {
+        OpenSpec {
+            line_bytes: 4096,
+            slots: 8,
+            shards: 1,
+            persistence: Persistence::Dirty,
+            init: InitMode::Load,
+            volume: VolumeEntry {
+                id: 0,
+                name: "v".into(),
+                size_bytes: 1 << 20,
+            },
+            settings: String::new(),
+        }
+    }
+
+    fn dirty_line(line_index: u64, dirty: u64) -> Option<LineRecord> {
+        Some(LineRecord {
+            volume: 0,
+            line_index,
+            dirty: true,
+            data_hash: None,
+            valid: vec![dirty],
+            dirty_bits: vec![dirty],
+        })
+    }
+
+    #[test]
+    fn a_line_in_two_slots_keeps_the_newer_and_writes_back_what_only_the_older_holds() {
+        let layout = Layout::for_slots(4096, 8).unwrap();
+        let dev = MemDevice::new("cache", layout.device_bytes());
+        let backend = MemDevice::new("backend", 1 << 20);
+        let mut opened = open(&dev, &backend, &spec()).unwrap();
+        assert!(!opened.report.loaded);
+        // Line 5: sectors 0-1 dirty in slot 1 (older), sector 1-2 in slot 3 (newer).
+        dev.write_at(&[0x11; 4096], layout.line_offset(1)).unwrap();
+        dev.write_at(&[0x33; 4096], layout.line_offset(3)).unwrap();
+        let (c1, s1) = opened.writer.stage(1, dirty_line(5, 0b011)).unwrap();
+        let (c3, s3) = opened.writer.stage(3, dirty_line(5, 0b110)).unwrap();
+        assert!(s3 > s1);
+        for (offset, bytes) in opened.writer.take_writes() {
+            dev.write_at(bytes, offset).unwrap();
+        }
+        opened.writer.durable(1, c1, s1);
+        opened.writer.durable(3, c3, s3);
+
+        let again = open(&dev, &backend, &spec()).unwrap();
+        assert_eq!(again.lines.len(), 1, "one copy of line 5 is loaded");
+        assert_eq!(again.lines[0].slot, 3);
+        assert_eq!(again.lines[0].dirty, vec![0b110]);
+        assert_eq!(
+            again.stale_dirty,
+            vec![(
+                1,
+                LineKey {
+                    volume: 0,
+                    line_index: 5
+                }
+            )]
+        );
+        assert_eq!(again.report.duplicate_lines, 1);
+        assert_eq!(again.report.written_back_lines, 1);
+        // Sector 0 only the older copy held dirty: it went to the backend;
+        // sector 1 is the newer copy's and stays in the cache.
+        let mut sector = [0u8; 1024];
+        backend.read_at(&mut sector, 5 * 4096).unwrap();
+        assert!(sector[..512].iter().all(|&b| b == 0x11));
+        assert!(
+            sector[512..].iter().all(|&b| b == 0),
+            "sector 1 is not written back from the older copy"
+        );
+    }
+
+    #[test]
+    fn formatting_over_dirty_lines_is_refused_unless_forced() {
+        let layout = Layout::for_slots(4096, 8).unwrap();
+        let dev = MemDevice::new("cache", layout.device_bytes());
+        let backend = MemDevice::new("backend", 1 << 20);
+        let mut opened = open(&dev, &backend, &spec()).unwrap();
+        let (c, s) = opened.writer.stage(2, dirty_line(7, 1)).unwrap();
+        for (offset, bytes) in opened.writer.take_writes() {
+            dev.write_at(bytes, offset).unwrap();
+        }
+        opened.writer.durable(2, c, s);
+        let format = |discard_dirty| OpenSpec {
+            init: InitMode::Format { discard_dirty },
+            ..spec()
+        };
+        let err = open(&dev, &backend, &format(false)).err().expect("refused");
+        assert!(err.to_string().contains("1 dirty lines"), "{err}");
+        let fresh = open(&dev, &backend, &format(true)).unwrap();
+        assert!(fresh.lines.is_empty());
+        let reloaded = open(&dev, &backend, &spec()).unwrap();
+        assert!(reloaded.lines.is_empty(), "formatting blanked the records");
+    }
+
+    #[test]
+    fn a_damaged_superblock_is_refused_and_named() {
+        let layout = Layout::for_slots(4096, 8).unwrap();
+        let dev = MemDevice::new("cache", layout.device_bytes());
+        let backend = MemDevice::new("backend", 1 << 20);
+        open(&dev, &backend, &spec()).unwrap();
+        dev.write_at(&[0xff; 16], 100).unwrap();
+        let err = open(&dev, &backend, &spec()).err().expect("refused");
+        assert!(err.to_string().contains("superblock"), "{err}");
+        let forced = OpenSpec {
+            init: InitMode::Format { discard_dirty: true },
+            ..spec()
+        };
+        assert!(open(&dev, &backend, &forced).is_ok());
+    }
 }
