@@ -1098,7 +1098,9 @@ fn expectations(inp: &mut Cur<'_>, entered: &Entered) -> (Vec<Expect>, Vec<Expec
             &[]
         };
         let mut errnos = Vec::new();
-        let end = h.offset + u64::from(h.length); // no overflow: classified
+        // Only commands with a range are known not to overflow (a FLUSH
+        // may carry any offset and length).
+        let end = h.offset.saturating_add(u64::from(h.length));
         if has_range(h.command) {
             if end > spec.size as u64 {
                 errnos.push(if matches!(h.command, NBD_CMD_WRITE | NBD_CMD_WRITE_ZEROES) {
