@@ -15,8 +15,9 @@
 #   CARGO_TARGET_DIR  build directory base (the fuzz build uses $CARGO_TARGET_DIR/fuzz)
 #
 # Needs cargo-fuzz (`cargo install cargo-fuzz`) and a C++ compiler (libfuzzer-sys
-# builds libFuzzer). On a stable toolchain the script sets RUSTC_BOOTSTRAP=1,
-# because cargo-fuzz passes unstable (-Z) flags to rustc.
+# builds libFuzzer). Without a sanitizer every flag cargo-fuzz passes to rustc
+# is stable; a sanitizer is -Zsanitizer=..., so on a stable toolchain the
+# script then sets RUSTC_BOOTSTRAP=1.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -42,8 +43,12 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "cargo-fuzz is not installed: cargo install cargo-fuzz" >&2
     exit 1
 fi
-if ! rustc --version | grep -q nightly; then
+if [[ "$sanitizer" != none ]] && ! rustc --version | grep -q nightly; then
     export RUSTC_BOOTSTRAP=1
+fi
+if [[ "$sanitizer" == address ]]; then
+    # One known false positive of the leak check; see the file.
+    export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 fi
 
 echo "==> seeding fuzz/corpus"
