@@ -46,10 +46,6 @@ fi
 if [[ "$sanitizer" != none ]] && ! rustc --version | grep -q nightly; then
     export RUSTC_BOOTSTRAP=1
 fi
-if [[ "$sanitizer" == address ]]; then
-    # One known false positive of the leak check; see the file.
-    export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-fi
 
 echo "==> seeding fuzz/corpus"
 cargo run --quiet --release -p iocache-nbd --example fuzz_seeds -- fuzz/corpus

@@ -753,17 +753,31 @@ fn transmission<S: ConnectionStream>(shared: &Shared, stream: S, neg: Negotiated
     let (tx, rx) = sync_channel::<Job>(shared.config.queue_depth);
     let rx = Mutex::new(rx);
     let end = thread::scope(|scope| {
-        for _ in 0..shared.config.workers_per_connection {
-            let conn = &conn;
-            let rx = &rx;
-            scope.spawn(move || worker(conn, rx));
-        }
+        let workers: Vec<_> = (0..shared.config.workers_per_connection)
+            .map(|_| {
+                let conn = &conn;
+                let rx = &rx;
+                scope.spawn(move || worker(conn, rx))
+            })
+            .collect();
         let mut reader = BufReader::with_capacity(64 * 1024, stream);
         let end = read_requests(&conn, &mut reader, &tx);
-        // Closing the queue lets the workers finish what was read and exit;
-        // the scope waits for them.
+        // Closing the queue lets the workers finish what was read and exit.
         drop(tx);
         let _ = reader.get_ref().shutdown(Shutdown::Read);
+        // Joined explicitly: the scope alone waits only for the closures,
+        // and the threads could still be running their thread-local
+        // destructors when the connection ends. A worker's panic is passed
+        // on, as the scope would.
+        let mut panic = None;
+        for w in workers {
+            if let Err(p) = w.join() {
+                panic.get_or_insert(p);
+            }
+        }
+        if let Some(p) = panic {
+            std::panic::resume_unwind(p);
+        }
         end
     });
     let w = lock(&conn.writer);
