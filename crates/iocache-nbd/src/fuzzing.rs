@@ -3,7 +3,8 @@
 //! checked by an independent client-side model.
 //!
 //! The same functions run under libFuzzer (`scripts/fuzz.sh`) and under
-//! proptest in CI, so a crash found by one is a failing case of the other.
+//! proptest in CI, so an input libFuzzer finds can be replayed as a fixed
+//! case of the tests (`tests/fuzz_session.rs`).
 //!
 //! - [`session`]: the input is everything a client sends, from the first
 //!   byte of the handshake on. The server ([`Server::serve_stream`]) serves
