@@ -4,7 +4,7 @@
 #
 #   scripts/fuzz.sh [TARGET] [SECONDS]
 #
-# TARGET is nbd_request, nbd_handshake or all (the default); SECONDS is the
+# TARGET is nbd_request, nbd_handshake, metadata_loader or all (the default); SECONDS is the
 # time per target (default 60). The corpus lives in fuzz/corpus/TARGET (seeded
 # from iocache_nbd::fuzzing::seeds on every run) and crashes land in
 # fuzz/artifacts/TARGET; both are ignored by git. See docs/fuzzing.md.
@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-ALL_TARGETS=(nbd_request nbd_handshake)
+ALL_TARGETS=(nbd_request nbd_handshake metadata_loader)
 target=${1:-all}
 seconds=${2:-60}
 sanitizer=${FUZZ_SANITIZER:-none}
@@ -49,6 +49,7 @@ fi
 
 echo "==> seeding fuzz/corpus"
 cargo run --quiet --release -p iocache-nbd --example fuzz_seeds -- fuzz/corpus
+cargo run --quiet --release -p iocache-format --example format_seeds -- fuzz/corpus
 
 for t in "${targets[@]}"; do
     echo "==> cargo fuzz run $t -s $sanitizer (${seconds}s)"

@@ -142,7 +142,7 @@ fn stats_json(volumes: &[ServedVolume]) -> serde_json::Value {
             let engine = &v.engine;
             let s = engine.stats();
             let c = &s.cache;
-            serde_json::json!({
+            let entry = serde_json::json!({
                 "export": v.export,
                 "backend": v.backend,
                 "size_bytes": engine.size_bytes(),
@@ -173,7 +173,32 @@ fn stats_json(volumes: &[ServedVolume]) -> serde_json::Value {
                 "io_errors": s.io_errors,
                 "forgotten_lines": s.forgotten_lines,
                 "latency": { "read": latency(&s.read_latency), "write": latency(&s.write_latency) },
-            })
+            });
+            let extra = serde_json::json!({
+                "dirty_victims_kept": c.dirty_victims_kept,
+                "cache_device_errors": s.cache_device_errors,
+                "backend_errors": s.backend_errors,
+                "failed_writebacks": s.failed_writebacks,
+                "cache_device_failed": s.cache_device_failed,
+                "persistence": s.persistence.map(|p| p.to_string()),
+                "barriers": s.barriers,
+                "records_written": s.records_written,
+                "recovery": {
+                    "loaded": s.recovery.loaded,
+                    "clean_shutdown": s.recovery.clean_shutdown,
+                    "dirty_lines": s.recovery.dirty_lines,
+                    "clean_lines": s.recovery.clean_lines,
+                    "dropped_clean_lines": s.recovery.dropped_clean_lines,
+                    "corrupt_copies": s.recovery.corrupt_copies,
+                    "duplicate_lines": s.recovery.duplicate_lines,
+                    "written_back_lines": s.recovery.written_back_lines,
+                },
+            });
+            let mut entry = entry;
+            if let (Some(entry), serde_json::Value::Object(extra)) = (entry.as_object_mut(), extra) {
+                entry.extend(extra);
+            }
+            entry
         })
         .collect();
     serde_json::json!({ "volumes": entries })
@@ -304,6 +329,28 @@ pub fn stats(args: StatsArgs) -> Result<()> {
         println!(
             "  decisions  {} promotions, {} evictions, {} write-backs, {} bypassed, {} I/O errors",
             v["promotions"], v["evictions"], v["write_backs"], v["bypassed_accesses"], v["io_errors"]
+        );
+        let r = &v["recovery"];
+        println!(
+            "  metadata   persistence {}, {} barriers, {} records written; at start: {} dirty and {} clean lines loaded, {} dropped, {} corrupt copies",
+            v["persistence"].as_str().unwrap_or("?"),
+            v["barriers"],
+            v["records_written"],
+            r["dirty_lines"],
+            r["clean_lines"],
+            r["dropped_clean_lines"],
+            r["corrupt_copies"]
+        );
+        println!(
+            "  health     cache device {} ({} errors), {} backend errors, {} failed write-backs",
+            if v["cache_device_failed"].as_bool().unwrap_or(false) {
+                "FAILED: pass-through"
+            } else {
+                "ok"
+            },
+            v["cache_device_errors"],
+            v["backend_errors"],
+            v["failed_writebacks"]
         );
         for kind in ["read", "write"] {
             let l = &v["latency"][kind];
@@ -494,6 +541,34 @@ fn open_volume(
         Origin::Flags => "building the cache".to_string(),
         Origin::File(path) => format!("{path}: volume `{}`", v.export),
     })?;
+    let r = engine.stats().recovery;
+    if r.loaded {
+        eprintln!(
+            "iocache: volume `{}`: loaded the cache on {} ({}): {} dirty and {} clean lines, {} clean lines dropped, \
+             {} corrupt record copies, {} lines written back",
+            v.export,
+            v.cache.display(),
+            if r.clean_shutdown { "shut down cleanly" } else { "not shut down cleanly: recovered" },
+            r.dirty_lines,
+            r.clean_lines,
+            r.dropped_clean_lines,
+            r.corrupt_copies,
+            r.written_back_lines
+        );
+        for (offset, reason) in r.corrupt_examples.iter().take(4) {
+            eprintln!(
+                "iocache: volume `{}`: corrupt metadata at offset {offset}: {reason}",
+                v.export
+            );
+        }
+    } else {
+        eprintln!(
+            "iocache: volume `{}`: formatted a new cache on {} (persistence {})",
+            v.export,
+            v.cache.display(),
+            v.persistence
+        );
+    }
     Ok(OpenVolume {
         config: v.clone(),
         engine: Arc::new(engine),
