@@ -48,7 +48,9 @@ pub mod server;
 pub use client::{
     list_exports, parse_nbd_uri, Client, ClientError, ConnectOptions, NbdAddr, NbdUri, UriError,
 };
-pub use export::{Export, ExportError, Exports, MemExport};
+pub use export::{Export, ExportError, ExportLookup, Exports, MemExport};
 pub use handshake::{HandshakeError, Negotiated, NegotiationLimits};
 pub use proto::{CmdFlags, Command, ProtoError, Request, RequestHeader};
-pub use server::{RunningServer, Server, ServerConfig, ServerError, ServerStats, ShutdownHandle};
+pub use server::{
+    ExportHandle, RunningServer, Server, ServerConfig, ServerError, ServerStats, ShutdownHandle,
+};
