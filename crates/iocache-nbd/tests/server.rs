@@ -568,6 +568,15 @@ fn exports_join_and_leave_a_running_server() {
     assert_eq!(listed.len(), 2);
     // A second connection sits in the transmission phase on `b`.
     let mut idle = Client::connect(&uri("b")).unwrap();
+    let started = Instant::now();
+    // The server registers a connection just after answering NBD_OPT_GO.
+    while handle.connections_to("b") < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "connections not registered"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(handle.connections_to("b"), 2);
 
     // Removed: new handshakes get NBD_REP_ERR_UNKNOWN, connections on it are
