@@ -1369,7 +1369,10 @@ impl Inner {
     /// down), after start-up work that needs writing is done.
     fn mark_running(&self) -> Result<(), EngineError> {
         let restored_dirty = self.shards.iter().any(|s| lock(&s.state).cache.dirty_lines() > 0);
-        if self.persistence == Persistence::None && restored_dirty {
+        // Clean records left from a persistent run: no barrier will blank
+        // them, and a volume attached later could take their volume id.
+        let stale_records = self.recovery.dropped_clean_lines > 0;
+        if self.persistence == Persistence::None && (restored_dirty || stale_records) {
             // Volatile metadata from now on: write the recovered dirty lines
             // back, then blank the records that described them.
             self.flush_all()?;

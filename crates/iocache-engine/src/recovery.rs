@@ -135,14 +135,11 @@ pub fn write_superblock(dev: &dyn BlockDevice, superblock: &Superblock, copy: u8
 }
 
 /// The id of each volume the configuration serves: the id its name has in
-/// the device's volume table, or a new one (the smallest unused). A device
-/// that records one volume, opened for one volume, keeps that volume
-/// whatever its name (an export renamed since keeps its cache, as before
-/// volumes could share a cache).
+/// the device's volume table, or a new one (the smallest the table does not
+/// use). Names are the identity of volumes: lines recorded under another
+/// name are never handed to a volume (a renamed export with dirty lines is
+/// refused by [`open`], naming the old name).
 pub fn assign_ids(table: &[VolumeEntry], wanted: &[(String, u64)]) -> Vec<u32> {
-    if table.len() == 1 && wanted.len() == 1 {
-        return vec![table[0].id];
-    }
     let mut taken: Vec<u32> = table.iter().map(|v| v.id).collect();
     let mut ids = Vec::with_capacity(wanted.len());
     for (name, _) in wanted {
@@ -693,5 +690,80 @@ mod tests {
             ..spec()
         };
         assert!(open(&dev, &[&backend], &forced).is_ok());
+    }
+
+    #[test]
+    fn volumes_keep_their_ids_by_name_and_new_ones_take_unused_ids() {
+        let entry = |id, name: &str| VolumeEntry {
+            id,
+            name: name.into(),
+            size_bytes: 1,
+        };
+        let table = [entry(0, "a"), entry(3, "b")];
+        let wanted = |names: &[&str]| names.iter().map(|n| (n.to_string(), 1)).collect::<Vec<_>>();
+        assert_eq!(assign_ids(&table, &wanted(&["b", "a"])), vec![3, 0]);
+        assert_eq!(assign_ids(&table, &wanted(&["c", "b", "d"])), vec![1, 3, 2]);
+        assert_eq!(assign_ids(&[], &wanted(&["x", "y"])), vec![0, 1]);
+        // One volume, another name: another volume.
+        assert_eq!(assign_ids(&[entry(0, "old")], &wanted(&["new"])), vec![1]);
+    }
+
+    #[test]
+    fn dirty_lines_of_a_volume_no_longer_served_are_refused_by_name() {
+        let layout = Layout::for_slots(4096, 8).unwrap();
+        let dev = MemDevice::new("cache", layout.device_bytes());
+        let backend = MemDevice::new("backend", 1 << 20);
+        let mut opened = open(&dev, &[&backend], &spec()).unwrap();
+        let (c, s) = opened.writer.stage(2, dirty_line(7, 1)).unwrap();
+        let clean = LineRecord {
+            volume: 0,
+            line_index: 9,
+            dirty: false,
+            data_hash: Some(1),
+            valid: vec![1],
+            dirty_bits: vec![0],
+        };
+        let (c5, s5) = opened.writer.stage(5, Some(clean)).unwrap();
+        for (offset, bytes) in opened.writer.take_writes() {
+            dev.write_at(bytes, offset).unwrap();
+        }
+        opened.writer.durable(2, c, s);
+        opened.writer.durable(5, c5, s5);
+        // The export was renamed: its dirty line is not handed to another name.
+        let renamed = OpenSpec {
+            volumes: vec![("w".into(), 1 << 20)],
+            ..spec()
+        };
+        let err = open(&dev, &[&backend], &renamed)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains("`v` (1 lines)") && err.contains("does not serve"),
+            "{err}"
+        );
+        // Served with another volume, it loads; the clean line of the other
+        // volume is listed for blanking.
+        let backend2 = MemDevice::new("backend2", 1 << 20);
+        let both = OpenSpec {
+            volumes: vec![("w".into(), 1 << 20), ("v".into(), 1 << 20)],
+            persistence: Persistence::Dirty,
+            ..spec()
+        };
+        let opened = open(&dev, &[&backend2, &backend], &both).unwrap();
+        assert_eq!(opened.volume_ids, vec![1, 0]);
+        assert_eq!(opened.lines.len(), 1);
+        assert_eq!(
+            opened.unloaded_slots,
+            vec![5],
+            "a clean line mode `dirty` does not keep"
+        );
+        let names: Vec<&str> = opened
+            .superblock
+            .volumes
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(names, ["w", "v"]);
     }
 }

@@ -663,3 +663,42 @@ fn init_formats_for_every_volume() {
         "two volumes of one name"
     );
 }
+
+#[test]
+fn a_volume_never_inherits_the_lines_of_another_that_had_its_id() {
+    for (middle, crash) in [
+        (Persistence::None, false),
+        (Persistence::Dirty, false),
+        (Persistence::Dirty, true),
+    ] {
+        let cache = cache_config(64, WritePolicy::WriteBack);
+        let disks = Disks::new(&cache, &["x", "y", "z"]);
+        // `x` caches clean lines; its clean shutdown records them.
+        let engine = disks.open(&cache, Persistence::All, &["x"]).unwrap();
+        disks.backend("x").write_at(&[0x77; 8192], 0).unwrap();
+        let mut line = vec![0u8; 8192];
+        engine.read(0, &mut line).unwrap();
+        engine.shutdown().unwrap();
+        drop(engine);
+        // Served without `x`, whose records are not loaded (and must go).
+        let engine = disks.open(&cache, middle, &["y"]).unwrap();
+        assert!(engine.stats().recovery.dropped_clean_lines > 0);
+        if crash {
+            drop(engine);
+            disks.power_cut();
+        } else {
+            engine.shutdown().unwrap();
+        }
+        // `z` comes with the id `x` had: it reads its own backend.
+        let engine = disks.open(&cache, Persistence::All, &["z"]).unwrap();
+        assert_eq!(
+            engine.volume_named("z").unwrap().id(),
+            0,
+            "`x`'s id is free again"
+        );
+        let mut buf = [1u8; 512];
+        engine.read(0, &mut buf).unwrap();
+        assert_eq!(buf, [0u8; 512], "{middle}: `z` read a line of `x`");
+        assert_eq!(engine.stats().recovery.clean_lines, 0, "{middle}");
+    }
+}
