@@ -63,7 +63,7 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
         let s = engine.stats();
         let c = &s.cache;
         let sharing: Vec<String> = engine.volumes().into_iter().map(|v| v.name).collect();
-        entries.push(json!({
+        let mut entry = json!({
             "export": name,
             "backend": backend,
             "volume_id": v.id,
@@ -89,7 +89,12 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
             "full_misses": v.misses,
             "hit_ratio": v.hit_ratio(),
             "failed_requests": v.errors,
-            // Decisions of the cache device as a whole (all its volumes).
+            "latency": { "read": latency(&v.read_latency), "write": latency(&v.write_latency) },
+        });
+        // The cache device as a whole (all its volumes): decisions, health,
+        // metadata and what opening it found. (Two objects: one is past the
+        // json! macro's recursion limit.)
+        let cache_wide = json!({
             "promotions": c.promotions,
             "evictions": c.evictions,
             "write_backs": c.dirty_writebacks + c.flushed_lines,
@@ -98,6 +103,24 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
             "write_miss_bypasses": c.write_miss_bypasses,
             "io_errors": s.io_errors,
             "forgotten_lines": s.forgotten_lines,
+            "dirty_victims_kept": c.dirty_victims_kept,
+            "cache_device_errors": s.cache_device_errors,
+            "backend_errors": s.backend_errors,
+            "failed_writebacks": s.failed_writebacks,
+            "cache_device_failed": s.cache_device_failed,
+            "persistence": s.persistence.map(|p| p.to_string()),
+            "barriers": s.barriers,
+            "records_written": s.records_written,
+            "recovery": {
+                "loaded": s.recovery.loaded,
+                "clean_shutdown": s.recovery.clean_shutdown,
+                "dirty_lines": s.recovery.dirty_lines,
+                "clean_lines": s.recovery.clean_lines,
+                "dropped_clean_lines": s.recovery.dropped_clean_lines,
+                "corrupt_copies": s.recovery.corrupt_copies,
+                "duplicate_lines": s.recovery.duplicate_lines,
+                "written_back_lines": s.recovery.written_back_lines,
+            },
             "cache": {
                 "path": group.path.display().to_string(),
                 "volumes": sharing,
@@ -106,8 +129,11 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
                 "requests": c.requests,
                 "hit_ratio": c.hit_ratio(),
             },
-            "latency": { "read": latency(&v.read_latency), "write": latency(&v.write_latency) },
-        }));
+        });
+        if let (Some(entry), Value::Object(extra)) = (entry.as_object_mut(), cache_wide) {
+            entry.extend(extra);
+        }
+        entries.push(entry);
     }
     Ok(json!({ "volumes": entries }))
 }
@@ -240,6 +266,28 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
         println!(
             "  cache-wide {} promotions, {} evictions, {} write-backs, {} bypassed, {} I/O errors",
             v["promotions"], v["evictions"], v["write_backs"], v["bypassed_accesses"], v["io_errors"]
+        );
+        let r = &v["recovery"];
+        println!(
+            "  metadata   persistence {}, {} barriers, {} records written; at start: {} dirty and {} clean lines loaded, {} dropped, {} corrupt copies",
+            v["persistence"].as_str().unwrap_or("?"),
+            v["barriers"],
+            v["records_written"],
+            r["dirty_lines"],
+            r["clean_lines"],
+            r["dropped_clean_lines"],
+            r["corrupt_copies"]
+        );
+        println!(
+            "  health     cache device {} ({} errors), {} backend errors, {} failed write-backs",
+            if v["cache_device_failed"].as_bool().unwrap_or(false) {
+                "FAILED: pass-through"
+            } else {
+                "ok"
+            },
+            v["cache_device_errors"],
+            v["backend_errors"],
+            v["failed_writebacks"]
         );
         for kind in ["read", "write"] {
             let l = &v["latency"][kind];

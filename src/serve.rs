@@ -320,6 +320,7 @@ fn open_cache_group(
                 .join(", ")
         ),
     })?;
+    report_start(config, members, &engine, v);
     Ok(CacheGroup {
         path: v.cache.clone(),
         canonical,
@@ -328,6 +329,45 @@ fn open_cache_group(
         cache_bytes,
         capacity_lines,
     })
+}
+
+/// Tells what opening a cache device found (for every volume sharing it).
+fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &VolumeConfig) {
+    let who = if members.len() == 1 {
+        format!("volume `{}`", v.export)
+    } else {
+        format!(
+            "volumes {}",
+            members
+                .iter()
+                .map(|&i| format!("`{}`", config.volumes[i].export))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let r = engine.stats().recovery;
+    if r.loaded {
+        eprintln!(
+            "iocache: {who}: loaded the cache on {} ({}): {} dirty and {} clean lines, {} clean lines dropped, \
+             {} corrupt record copies, {} lines written back",
+            v.cache.display(),
+            if r.clean_shutdown { "shut down cleanly" } else { "not shut down cleanly: recovered" },
+            r.dirty_lines,
+            r.clean_lines,
+            r.dropped_clean_lines,
+            r.corrupt_copies,
+            r.written_back_lines
+        );
+        for (offset, reason) in r.corrupt_examples.iter().take(4) {
+            eprintln!("iocache: {who}: corrupt metadata at offset {offset}: {reason}");
+        }
+    } else {
+        eprintln!(
+            "iocache: {who}: formatted a new cache on {} (persistence {})",
+            v.cache.display(),
+            v.persistence
+        );
+    }
 }
 
 /// How the cache devices are opened, for every volume.

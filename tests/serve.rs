@@ -963,7 +963,6 @@ fn a_crash_keeps_every_volume_of_a_shared_cache() {
     // all that is left of the dirty lines.
     served.child.kill().unwrap();
     served.child.wait().unwrap();
-    assert!(!file_holds(&dir.join("data/two.img"), 5 << 20, 1 << 20, 0x52));
     let _ = std::fs::remove_file(dir.join("iocache-data/iocache.sock"));
     // Without `two`, its dirty lines could not be written back: refused, naming it.
     let only_one = SHARED_CACHE

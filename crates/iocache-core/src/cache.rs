@@ -39,6 +39,9 @@ pub struct AccessSummary {
     pub full_hits: u32,
     pub partial_hits: u32,
     pub misses: u32,
+    /// Dirty victims kept resident by this request (only with
+    /// `inline_dirty_eviction = false`): a runtime should clean some lines.
+    pub dirty_victims_kept: u32,
 }
 
 /// A snapshot of one resident line (for tests, tools and the engine's metadata).
@@ -56,6 +59,13 @@ pub struct FlushToken {
     pub slot: SlotId,
     pub key: LineKey,
     generation: u64,
+}
+
+impl FlushToken {
+    /// The slot's generation when the flush began (see [`Cache::slot_generation`]).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
 }
 
 /// Index positions prefetched per request at most.
@@ -125,6 +135,8 @@ pub struct Cache {
     runs: Vec<(u32, u32, bool)>,
     victims: Vec<SlotId>,
     request_seq: u64,
+    /// Dirty victims kept by the request in progress.
+    request_dirty_victims_kept: u32,
     /// The write policy for the request in progress (pass-through under sequential cutoff).
     request_policy: WritePolicy,
     seq: SeqDetector,
@@ -177,6 +189,7 @@ impl Cache {
             runs: Vec::new(),
             victims: Vec::new(),
             request_seq: 0,
+            request_dirty_victims_kept: 0,
             request_policy: config.write_policy,
             seq: SeqDetector::new(config.seq_cutoff),
             last_request_ns: None,
@@ -263,6 +276,7 @@ impl Cache {
             dirty: false,
         };
         let mut summary = AccessSummary::default();
+        self.request_dirty_victims_kept = 0;
         for part in split_request(request, self.line) {
             let outcome = match request.kind {
                 IoKind::Read => self.read_part(&part, &info, ops),
@@ -276,6 +290,7 @@ impl Cache {
             }
         }
         ops.seal();
+        summary.dirty_victims_kept = self.request_dirty_victims_kept;
         Ok(summary)
     }
 
@@ -431,10 +446,20 @@ impl Cache {
     }
 
     fn write_part(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut OpList) -> LineOutcome {
-        let policy = self.request_policy;
+        let mut policy = self.request_policy;
         let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Write);
         let (first, end) = (part.first_sector, part.end_sector);
+        if !self.config.inline_dirty_eviction
+            && !matches!(policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
+            && found.is_some_and(|slot| bitmap::count_range(self.dirty_of(slot), first, end) > 0)
+        {
+            // The write supersedes dirty sectors whose only copy is the
+            // cache's: were it to go to the backend and fail there, the
+            // older data would be gone from both. Keep it in the cache,
+            // dirty, as write-back does; the cleaner writes it back.
+            policy = WritePolicy::WriteBack;
+        }
         match policy {
             WritePolicy::WriteBack | WritePolicy::WriteOnly | WritePolicy::WriteThrough => {
                 let write_back = policy != WritePolicy::WriteThrough;
@@ -461,7 +486,7 @@ impl Cache {
                     return outcome;
                 };
                 self.slots[slot as usize].used_by_request = self.request_seq;
-                self.emit(ops, self.cache_write(part, slot, first, end, write_back));
+                self.emit_cache_writes(part, slot, first, end, write_back, ops);
                 bitmap::set_range(self.valid_mut(slot), first, end);
                 self.slots[slot as usize].generation += 1;
                 if write_back {
@@ -477,6 +502,25 @@ impl Cache {
                     let dirty = self.slots[slot as usize].dirty_listed;
                     self.policy.on_hit(slot, &AccessInfo { dirty, ..*info });
                 }
+            }
+            WritePolicy::WriteInvalidate
+                if !self.config.inline_dirty_eviction
+                    && found.is_some_and(|slot| {
+                        let dirty = self.dirty_of(slot);
+                        bitmap::count(dirty) > bitmap::count_range(dirty, first, end)
+                    }) =>
+            {
+                // Dropping the line would write its other dirty sectors back
+                // inline: update the written sectors as write-through does.
+                let slot = found.expect("checked above");
+                self.emit(ops, self.backend_write(part));
+                self.slots[slot as usize].used_by_request = self.request_seq;
+                self.emit_cache_writes(part, slot, first, end, false, ops);
+                bitmap::set_range(self.valid_mut(slot), first, end);
+                bitmap::clear_range(self.dirty_mut(slot), first, end);
+                self.slots[slot as usize].generation += 1;
+                let dirty = self.slots[slot as usize].dirty_listed;
+                self.policy.on_hit(slot, &AccessInfo { dirty, ..*info });
             }
             WritePolicy::WriteInvalidate => {
                 if let Some(slot) = found {
@@ -534,6 +578,9 @@ impl Cache {
             need_victim || victims.is_empty(),
             "policy named victims with free slots left"
         );
+        if !self.config.inline_dirty_eviction {
+            self.keep_dirty_victims(key, info, &mut victims);
+        }
         if !victims.is_empty() {
             self.stats.record_eviction_batch(victims.len() as u64);
             for &victim in &victims {
@@ -553,6 +600,59 @@ impl Cache {
         self.policy.on_insert(slot, key, info);
         self.stats.promotions += 1;
         Some(slot)
+    }
+
+    /// Hands dirty victims back to the policy (they stay resident) and asks
+    /// it again, a few times, for clean ones. Leaves the clean victims found,
+    /// possibly none (the line then bypasses the cache).
+    fn keep_dirty_victims(&mut self, key: LineKey, info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        const ROUNDS: usize = 4;
+        for round in 0..ROUNDS {
+            if !victims.iter().any(|&v| self.slots[v as usize].dirty_listed) {
+                return;
+            }
+            let mut i = 0;
+            while i < victims.len() {
+                let victim = victims[i];
+                if !self.slots[victim as usize].dirty_listed {
+                    i += 1;
+                    continue;
+                }
+                victims.swap_remove(i);
+                let victim_key = self.slots[victim as usize].key;
+                self.policy
+                    .on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
+                self.stats.dirty_victims_kept += 1;
+                self.request_dirty_victims_kept += 1;
+            }
+            if !victims.is_empty() || round + 1 == ROUNDS {
+                return;
+            }
+            self.policy.on_miss(
+                key,
+                true,
+                &AccessInfo {
+                    dirty: false,
+                    ..*info
+                },
+                victims,
+            );
+        }
+        // Out of rounds with dirty victims left: keep them all.
+        let mut i = 0;
+        while i < victims.len() {
+            let victim = victims[i];
+            if self.slots[victim as usize].dirty_listed {
+                victims.swap_remove(i);
+                let victim_key = self.slots[victim as usize].key;
+                self.policy
+                    .on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
+                self.stats.dirty_victims_kept += 1;
+                self.request_dirty_victims_kept += 1;
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// Misses often come in runs; load what the next evictions will touch while
@@ -697,13 +797,36 @@ impl Cache {
         }
     }
 
+    /// Writes sectors `[start, end)` of `part` into `slot`: one op per run
+    /// of sectors that were valid before or not, so that each op's `fresh`
+    /// is exact.
+    fn emit_cache_writes(
+        &mut self,
+        part: &LinePart,
+        slot: SlotId,
+        start: u32,
+        end: u32,
+        dirty: bool,
+        ops: &mut OpList,
+    ) {
+        let mut runs = std::mem::take(&mut self.runs);
+        runs.clear();
+        bitmap::for_each_run(self.valid_of(slot), start, end, |s, e, v| runs.push((s, e, v)));
+        for &(s, e, _) in &runs {
+            self.emit(ops, self.cache_write(part, slot, s, e, dirty));
+        }
+        self.runs = runs;
+    }
+
     fn cache_write(&self, part: &LinePart, slot: SlotId, start: u32, end: u32, dirty: bool) -> Op {
+        let fresh = bitmap::count_range(self.valid_of(slot), start, end) == 0;
         Op::WriteCache {
             slot,
             line_offset_bytes: start * SECTOR_BYTES as u32,
             length_bytes: (end - start) * SECTOR_BYTES as u32,
             buffer_offset_bytes: part.buffer_offset_bytes + (start - part.first_sector) as u64 * SECTOR_BYTES,
             dirty,
+            fresh,
         }
     }
 
@@ -953,6 +1076,31 @@ impl Cache {
         }
         self.free.retain(|&s| !taken[s as usize]);
         Ok(())
+    }
+
+    /// Counts changes to `slot`'s contents (writes, evictions, forgetting):
+    /// a runtime compares it to detect decisions made after its own.
+    pub fn slot_generation(&self, slot: SlotId) -> u64 {
+        self.slots[slot as usize].generation
+    }
+
+    /// [`Cache::forget_sectors`], but only while `slot` still holds `key`
+    /// and its generation is still `generation` (nothing decided since
+    /// changed it: forgetting cannot undo a later request's decision).
+    /// Returns whether it forgot.
+    pub fn forget_sectors_if_unchanged(
+        &mut self,
+        slot: SlotId,
+        key: LineKey,
+        generation: u64,
+        first_sector: u32,
+        end_sector: u32,
+    ) -> bool {
+        let meta = &self.slots[slot as usize];
+        if !(meta.resident && meta.key == key && meta.generation == generation) {
+            return false;
+        }
+        self.forget_sectors(key, first_sector, end_sector)
     }
 
     /// The line held by `slot`, if any.

@@ -200,6 +200,16 @@ pub struct CacheConfig {
     pub write_miss_bypass: bool,
     /// Large sequential streams bypass the cache.
     pub seq_cutoff: SeqCutoff,
+    /// Whether a miss may evict a dirty line, writing it back as part of the
+    /// request (true: what the papers model and the simulator does). A
+    /// runtime whose backend can fail sets it false: dirty victims stay
+    /// resident (the policy gets them back), a clean victim is looked for
+    /// instead, and the line bypasses the cache when none is found; the
+    /// runtime's cleaner makes lines clean (see
+    /// [`AccessSummary::dirty_victims_kept`]). A write-invalidate write then
+    /// also keeps a line whose other sectors are dirty, updating the written
+    /// sectors as write-through would.
+    pub inline_dirty_eviction: bool,
 }
 
 /// Upper bound on lines per cache: slot ids are `u32` and one id is reserved.
@@ -216,6 +226,7 @@ impl CacheConfig {
             cleaning: CleaningPolicy::Nop,
             write_miss_bypass: false,
             seq_cutoff: SeqCutoff::Off,
+            inline_dirty_eviction: true,
         }
     }
 

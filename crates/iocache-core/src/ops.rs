@@ -36,6 +36,11 @@ pub enum Op {
         /// backend: a write-back or write-only write), rather than clean (a
         /// fill, or a write-through copy).
         dirty: bool,
+        /// Whether none of the written sectors held valid data of this line
+        /// before: if the op does not run, the runtime must make the core
+        /// forget them (`Cache::forget_sectors`), since the slot holds
+        /// something else there.
+        fresh: bool,
     },
     /// Store the client's write on the backend.
     WriteBackend {
@@ -172,39 +177,33 @@ fn merge(last: &mut Op, next: &Op) -> bool {
                 length_bytes: l2,
                 buffer_offset_bytes: b2,
             },
-        )
-        | (
+        ) if *slot == *s2
+            && *line_offset_bytes + *length_bytes == *o2
+            && *buffer_offset_bytes + *length_bytes as u64 == *b2 =>
+        {
+            *length_bytes += *l2;
+            true
+        }
+        (
             Op::WriteCache {
                 slot,
                 line_offset_bytes,
                 length_bytes,
                 buffer_offset_bytes,
-                dirty: false,
+                dirty,
+                fresh,
             },
             Op::WriteCache {
                 slot: s2,
                 line_offset_bytes: o2,
                 length_bytes: l2,
                 buffer_offset_bytes: b2,
-                dirty: false,
-            },
-        )
-        | (
-            Op::WriteCache {
-                slot,
-                line_offset_bytes,
-                length_bytes,
-                buffer_offset_bytes,
-                dirty: true,
-            },
-            Op::WriteCache {
-                slot: s2,
-                line_offset_bytes: o2,
-                length_bytes: l2,
-                buffer_offset_bytes: b2,
-                dirty: true,
+                dirty: d2,
+                fresh: f2,
             },
         ) if *slot == *s2
+            && *dirty == *d2
+            && *fresh == *f2
             && *line_offset_bytes + *length_bytes == *o2
             && *buffer_offset_bytes + *length_bytes as u64 == *b2 =>
         {
@@ -251,6 +250,7 @@ mod tests {
             length_bytes: 512,
             buffer_offset_bytes: 0,
             dirty: false,
+            fresh: true,
         });
         list.push(Op::ReadBackend {
             volume: 0,
@@ -291,7 +291,8 @@ mod tests {
                     line_offset_bytes: 0,
                     length_bytes: 512,
                     buffer_offset_bytes: 0,
-                    dirty: false
+                    dirty: false,
+                    fresh: true
                 },
             ]
         );

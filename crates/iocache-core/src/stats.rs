@@ -48,6 +48,9 @@ pub struct CacheStats {
     pub bypassed_accesses: u64,
     /// Write misses sent to the backend because every line was dirty (write-miss bypass).
     pub write_miss_bypasses: u64,
+    /// Dirty lines a miss chose as victims but kept, because dirty lines are
+    /// not evicted inline (`inline_dirty_eviction = false`).
+    pub dirty_victims_kept: u64,
     /// Requests that bypassed the cache as part of a long sequential stream.
     pub seq_cutoff_requests: u64,
     /// Times the background cleaner ran (and found lines to flush).
@@ -82,6 +85,7 @@ macro_rules! for_each_counter {
         $a.flushed_lines $op $b.flushed_lines;
         $a.bypassed_accesses $op $b.bypassed_accesses;
         $a.write_miss_bypasses $op $b.write_miss_bypasses;
+        $a.dirty_victims_kept $op $b.dirty_victims_kept;
         $a.seq_cutoff_requests $op $b.seq_cutoff_requests;
         $a.cleaner_runs $op $b.cleaner_runs;
         $a.backend_read_bytes $op $b.backend_read_bytes;

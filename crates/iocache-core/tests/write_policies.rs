@@ -27,7 +27,8 @@ fn write_back_caches_writes_and_writes_back_dirty_victims() {
             line_offset_bytes: 0,
             length_bytes: 4096,
             buffer_offset_bytes: 0,
-            dirty: true
+            dirty: true,
+            fresh: true
         }]
     );
     assert_eq!(c.dirty_lines(), 1);
@@ -65,7 +66,8 @@ fn write_back_caches_writes_and_writes_back_dirty_victims() {
                 line_offset_bytes: 0,
                 length_bytes: 4096,
                 buffer_offset_bytes: 0,
-                dirty: false
+                dirty: false,
+                fresh: true
             },
         ]
     );
@@ -108,14 +110,16 @@ fn partial_hit_reads_valid_sectors_from_cache_and_fills_the_rest() {
                 line_offset_bytes: 0,
                 length_bytes: 1024,
                 buffer_offset_bytes: 0,
-                dirty: false
+                dirty: false,
+                fresh: true
             },
             Op::WriteCache {
                 slot: 0,
                 line_offset_bytes: 2048,
                 length_bytes: 2048,
                 buffer_offset_bytes: 2048,
-                dirty: false
+                dirty: false,
+                fresh: true
             },
         ]
     );
@@ -145,14 +149,16 @@ fn write_through_keeps_clean_copies() {
                 line_offset_bytes: 0,
                 length_bytes: 4096,
                 buffer_offset_bytes: 0,
-                dirty: false
+                dirty: false,
+                fresh: true
             },
             Op::WriteCache {
                 slot: 1,
                 line_offset_bytes: 0,
                 length_bytes: 4096,
                 buffer_offset_bytes: 4096,
-                dirty: false
+                dirty: false,
+                fresh: true
             },
         ]
     );

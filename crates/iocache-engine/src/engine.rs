@@ -18,6 +18,7 @@ use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest, UringEngine}
 use iocache_format::{Persistence, ShutdownState, Superblock};
 
 use crate::clock::Clock;
+use crate::health::Health;
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use crate::persist::{PlannedRecord, RecordWriter, Shadow};
 use crate::recovery::{self, InitMode, OpenSpec, RecoveryReport};
@@ -41,6 +42,8 @@ const SHARD_LINES_MIN: u64 = 16;
 const CLEANER_POLL: Duration = Duration::from_millis(50);
 /// Lines written back per batch when flushing everything.
 const FLUSH_ALL_BATCH: usize = 256;
+/// Lines cleaned when requests found only dirty victims in a shard.
+const DEMAND_CLEAN_BATCH: usize = 32;
 
 /// How lookups are parallelized (the ASPLOS'23 lookup architectures).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,6 +186,12 @@ pub struct EngineStats {
     pub barriers: u64,
     /// Records written by those barriers.
     pub records_written: u64,
+    pub cache_device_errors: u64,
+    pub backend_errors: u64,
+    /// Lines whose write-back failed (left dirty, retried with back-off).
+    pub failed_writebacks: u64,
+    /// Past the error threshold: the volume runs pass-through.
+    pub cache_device_failed: bool,
     /// Request latency seen by clients of `read` and `write`.
     pub read_latency: LatencyPercentiles,
     pub write_latency: LatencyPercentiles,
@@ -258,6 +267,11 @@ struct ShardState {
     queues: Queues,
     /// What the shard's slots hold on the device (persistence on).
     shadow: Shadow,
+    /// Slots whose cache-device write failed, with the line and the sectors
+    /// concerned and whether they were clean (the backend has them) or the
+    /// client's dirty data (lost with the failed write): requests decided
+    /// before the failure must not read them from the cache.
+    poisoned: FxHashMap<SlotId, Poisoned>,
     /// Threads waiting on `served`: releases notify only when someone waits.
     waiters: usize,
     ops: OpList,
@@ -267,8 +281,37 @@ struct ShardState {
 struct Shard {
     state: Mutex<ShardState>,
     served: Condvar,
+    /// Entries in the state's `poisoned` map: readers check it only when
+    /// non-zero.
+    poisoned: AtomicU64,
+    /// A request found only dirty victims: the cleaner should clean some.
+    wants_cleaning: AtomicBool,
     /// First slot of this shard on the cache device.
     base_slot: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Poisoned {
+    key: LineKey,
+    /// Sectors the cache must not serve (or write back) from the slot.
+    sectors: SectorBits,
+    /// Of those, the ones whose data the backend holds (else a read fails).
+    clean: SectorBits,
+}
+
+/// A line's sector bitmap (up to 2048 sectors: 1 MiB lines).
+type SectorBits = SmallVec<[u64; 1]>;
+
+fn bits_range(words: usize, first: u32, end: u32) -> SectorBits {
+    let mut bits: SectorBits = SmallVec::from_elem(0, words);
+    for s in first..end {
+        bits[(s / 64) as usize] |= 1 << (s % 64);
+    }
+    bits
+}
+
+fn bits_overlap(a: &[u64], b: &[u64]) -> bool {
+    a.iter().zip(b).any(|(x, y)| x & y != 0)
 }
 
 /// A contiguous part of a request that falls in one shard.
@@ -289,6 +332,10 @@ struct PlannedSegment {
     /// The volume of the request.
     volume: VolumeId,
     buffer_offset: usize,
+    /// For each `WriteCache` op (in order), its slot's generation right
+    /// after the decision: a failure handler forgets what the op was to
+    /// write only if no later decision changed the slot.
+    generations: SmallVec<[u64; 2]>,
     /// The segment's first byte in the volume.
     request_offset: u64,
     ops: SmallVec<[Op; 4]>,
@@ -352,6 +399,9 @@ struct Inner {
     /// metadata only: a FLUSH waits for those that began before it).
     writebacks: Mutex<WritebackTracker>,
     writeback_done: Condvar,
+    health: Health,
+    /// Wakes the cleaner early (a request found only dirty victims).
+    cleaner_wake: (Mutex<bool>, Condvar),
     /// Held while a batch of lines is being cleaned (cleaner, FLUSH with
     /// volatile metadata, flush_all), so that a FLUSH sees no line in flight.
     cleaning: Mutex<()>,
@@ -455,6 +505,10 @@ impl Engine {
             let lines = capacity / shards as u64 + u64::from((i as u64) < capacity % shards as u64);
             let mut shard_config = config.cache.clone();
             shard_config.capacity_lines = lines;
+            // A backend write can fail: dirty lines are cleaned by the
+            // cleaner (with retries), never written back inside a request
+            // whose slot reuse could not be undone.
+            shard_config.inline_dirty_eviction = false;
             let mut cache = Cache::new(shard_config)?;
             cache.count_volume_lines();
             built.push(Shard {
@@ -462,11 +516,14 @@ impl Engine {
                     cache,
                     queues: Queues::new(lines as usize),
                     shadow: Shadow::new(lines as usize, words, persistent),
+                    poisoned: FxHashMap::default(),
                     waiters: 0,
                     ops: OpList::new(),
                     tokens: Vec::new(),
                 }),
                 served: Condvar::new(),
+                poisoned: AtomicU64::new(0),
+                wants_cleaning: AtomicBool::new(false),
                 base_slot,
             });
             base_slot += lines;
@@ -508,6 +565,8 @@ impl Engine {
             recovery: opened.report,
             barriers: AtomicU64::new(0),
             records_written: AtomicU64::new(0),
+            health: Health::new(config.cache.write_policy),
+            cleaner_wake: (Mutex::new(false), Condvar::new()),
             writebacks: Mutex::new(WritebackTracker::default()),
             writeback_done: Condvar::new(),
             cleaning: Mutex::new(()),
@@ -664,6 +723,10 @@ impl Engine {
             recovery: self.inner.recovery.clone(),
             barriers: self.inner.barriers.load(Ordering::Relaxed),
             records_written: self.inner.records_written.load(Ordering::Relaxed),
+            cache_device_errors: self.inner.health.cache_errors.load(Ordering::Relaxed),
+            backend_errors: self.inner.health.backend_errors.load(Ordering::Relaxed),
+            failed_writebacks: self.inner.health.failed_writebacks.load(Ordering::Relaxed),
+            cache_device_failed: self.inner.health.cache_failed.load(Ordering::Relaxed),
             ..EngineStats::default()
         };
         for shard in &self.inner.shards {
@@ -831,6 +894,12 @@ impl Inner {
             plan.summary.full_hits += summary.full_hits;
             plan.summary.partial_hits += summary.partial_hits;
             plan.summary.misses += summary.misses;
+            if summary.dirty_victims_kept > 0 {
+                self.shards[segment.shard]
+                    .wants_cleaning
+                    .store(true, Ordering::Relaxed);
+                self.wake_cleaner();
+            }
             let request = &segment.request;
             let mut touches_backend = false;
             for op in ops.ops() {
@@ -867,10 +936,19 @@ impl Inner {
                     ));
                 }
             }
+            let generations = ops
+                .ops()
+                .iter()
+                .filter_map(|op| match *op {
+                    Op::WriteCache { slot, .. } => Some(cache.slot_generation(slot)),
+                    _ => None,
+                })
+                .collect();
             plan.segments.push(PlannedSegment {
                 shard: segment.shard,
                 volume: segment.request.volume,
                 buffer_offset: segment.buffer_offset,
+                generations,
                 request_offset: segment.request.offset_bytes,
                 ops: SmallVec::from_slice(ops.ops()),
             });
@@ -930,8 +1008,10 @@ impl Inner {
             self.wait_for_tickets(&plan.tickets);
         }
         let mut result = Ok(());
-        for segment in &plan.segments {
-            if let Err(e) = self.execute(segment, &mut buffer) {
+        for (index, segment) in plan.segments.iter().enumerate() {
+            let mut done = 0;
+            if let Err(e) = self.execute(segment, &mut buffer, &mut done) {
+                self.abandon(plan, index, done);
                 result = Err(e);
                 break;
             }
@@ -999,19 +1079,126 @@ impl Inner {
         Ok(())
     }
 
-    fn execute(&self, segment: &PlannedSegment, buffer: &mut Buffer<'_>) -> Result<(), EngineError> {
+    /// A request failed at op `done` of segment `index`: the cache writes it
+    /// did not make leave the slot holding another line's data (`fresh`) or
+    /// a stale clean copy, so the core must forget those sectors (if no
+    /// later decision changed the slot; they are poisoned either way, and
+    /// read from the backend).
+    fn abandon(&self, plan: &Plan, index: usize, done: usize) {
+        for (i, segment) in plan.segments.iter().enumerate().skip(index) {
+            let mut write_no = 0;
+            for (o, op) in segment.ops.iter().enumerate() {
+                let Op::WriteCache {
+                    slot,
+                    line_offset_bytes,
+                    length_bytes,
+                    buffer_offset_bytes,
+                    fresh,
+                    dirty,
+                } = *op
+                else {
+                    continue;
+                };
+                let generation = segment.generations[write_no];
+                write_no += 1;
+                // Not run: a clean copy would now be stale (the backend
+                // may have the new data), fresh sectors hold another line's
+                // data; dirty sectors the line held keep its older data.
+                if (i == index && o < done) || (dirty && !fresh) {
+                    continue;
+                }
+                let key = self.key_of(
+                    segment.volume,
+                    segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
+                );
+                let first = line_offset_bytes / SECTOR_BYTES as u32;
+                let end = first + length_bytes / SECTOR_BYTES as u32;
+                self.forget_or_poison(segment.shard, slot, key, generation, first, end, true);
+            }
+        }
+    }
+
+    /// Makes the core forget sectors of `key` in `slot` that the device does
+    /// not hold, unless a later decision changed the slot; then poisons them
+    /// (`clean`: the backend has their data; else reading them fails).
+    #[allow(clippy::too_many_arguments)]
+    fn forget_or_poison(
+        &self,
+        shard: usize,
+        slot: SlotId,
+        key: LineKey,
+        generation: u64,
+        first: u32,
+        end: u32,
+        clean: bool,
+    ) {
+        let forgot = {
+            let mut state = lock(&self.shards[shard].state);
+            state
+                .cache
+                .forget_sectors_if_unchanged(slot, key, generation, first, end)
+        };
+        if forgot {
+            self.forgotten_lines.fetch_add(1, Ordering::Relaxed);
+        }
+        // Requests decided before this may still read the slot: poison it
+        // either way.
+        self.poison(shard, slot, key, first, end, clean);
+    }
+
+    fn execute(
+        &self,
+        segment: &PlannedSegment,
+        buffer: &mut Buffer<'_>,
+        done: &mut usize,
+    ) -> Result<(), EngineError> {
         let base = segment.buffer_offset;
         let mut i = 0;
+        let mut write_no = 0;
         while i < segment.ops.len() {
+            *done = i;
             let run = segment.ops[i..]
                 .iter()
                 .take_while(|op| matches!(op, Op::ReadCache { .. }))
                 .count();
-            if run >= 2 && self.io_engine.is_some() {
+            if run >= 2
+                && self.io_engine.is_some()
+                && self.shards[segment.shard].poisoned.load(Ordering::Relaxed) == 0
+            {
                 let Buffer::Read(buf) = buffer else {
                     unreachable!("the core reads only for read requests");
                 };
-                self.read_cache_batch(segment.shard, base, &segment.ops[i..i + run], buf)?;
+                if self
+                    .read_cache_batch(segment.shard, base, &segment.ops[i..i + run], buf)
+                    .is_ok()
+                {
+                    i += run;
+                    continue;
+                }
+                // One of the reads failed: redo them one by one, each with
+                // its own fall-back.
+                for op in &segment.ops[i..i + run] {
+                    if let Op::ReadCache {
+                        slot,
+                        line_offset_bytes,
+                        length_bytes,
+                        buffer_offset_bytes,
+                    } = *op
+                    {
+                        let at = base + buffer_offset_bytes as usize;
+                        let key = self.key_of(
+                            segment.volume,
+                            segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
+                        );
+                        self.read_cache(
+                            segment.shard,
+                            slot,
+                            key,
+                            line_offset_bytes,
+                            &mut buf[at..at + length_bytes as usize],
+                        )?;
+                    }
+                }
                 i += run;
                 continue;
             }
@@ -1028,9 +1215,16 @@ impl Inner {
                         unreachable!("the core reads only for read requests");
                     };
                     let at = base + buffer_offset_bytes as usize;
-                    self.cache_dev.read_at(
+                    let key = self.key_of(
+                        segment.volume,
+                        segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
+                    );
+                    self.read_cache(
+                        segment.shard,
+                        slot,
+                        key,
+                        line_offset_bytes,
                         &mut buf[at..at + length_bytes as usize],
-                        self.cache_offset(segment.shard, slot, line_offset_bytes),
                     )?;
                 }
                 Op::ReadBackend {
@@ -1044,7 +1238,8 @@ impl Inner {
                     };
                     let at = base + buffer_offset_bytes as usize;
                     self.backend_of(volume)?
-                        .read_at(&mut buf[at..at + length_bytes as usize], offset_bytes)?;
+                        .read_at(&mut buf[at..at + length_bytes as usize], offset_bytes)
+                        .map_err(|e| self.backend_error(e))?;
                 }
                 Op::WriteCache {
                     slot,
@@ -1052,7 +1247,10 @@ impl Inner {
                     length_bytes,
                     buffer_offset_bytes,
                     dirty,
+                    fresh,
                 } => {
+                    let generation = segment.generations[write_no];
+                    write_no += 1;
                     let at = base + buffer_offset_bytes as usize;
                     let data = match buffer {
                         Buffer::Read(buf) => &buf[at..at + length_bytes as usize],
@@ -1084,13 +1282,43 @@ impl Inner {
                             full_line_hash,
                         );
                     }
-                    if let Err(e) = written {
-                        // The core believes those sectors are stored: make it forget them.
-                        self.forget(segment.shard, device_offset, length_bytes);
-                        if matches!(buffer, Buffer::Write(_)) {
-                            return Err(e.into());
+                    let first = line_offset_bytes / SECTOR_BYTES as u32;
+                    let end = first + length_bytes / SECTOR_BYTES as u32;
+                    match written {
+                        Err(e) => {
+                            self.cache_error("write", &e);
+                            // A clean copy (a fill, write-through's) is stale
+                            // or foreign now, and so are sectors the line did
+                            // not hold before: the core must forget them and
+                            // requests decided before this must not read them
+                            // from the cache. Dirty sectors the line held
+                            // keep their old data (a failed write leaves the
+                            // old or the new), the only copy there is.
+                            if fresh || !dirty {
+                                lock(&self.shards[segment.shard].state)
+                                    .shadow
+                                    .note_forget(slot, first, end);
+                                self.forget_or_poison(
+                                    segment.shard,
+                                    slot,
+                                    key,
+                                    generation,
+                                    first,
+                                    end,
+                                    !dirty,
+                                );
+                            }
+                            if dirty {
+                                return Err(e.into());
+                            }
+                            // A clean copy (a fill, or write-through's) is
+                            // lost: the read or write itself succeeded.
                         }
-                        // A failed fill only loses a cache copy: the read itself succeeded.
+                        Ok(()) => {
+                            if self.shards[segment.shard].poisoned.load(Ordering::Relaxed) > 0 {
+                                self.unpoison(segment.shard, slot, key, first, end);
+                            }
+                        }
                     }
                 }
                 Op::WriteBackend {
@@ -1104,7 +1332,8 @@ impl Inner {
                     };
                     let at = base + buffer_offset_bytes as usize;
                     self.backend_of(volume)?
-                        .write_at(&data[at..at + length_bytes as usize], offset_bytes)?;
+                        .write_at(&data[at..at + length_bytes as usize], offset_bytes)
+                        .map_err(|e| self.backend_error(e))?;
                 }
                 Op::WriteBack {
                     slot,
@@ -1134,7 +1363,263 @@ impl Inner {
                 }
             }
         }
+        *done = segment.ops.len();
         Ok(())
+    }
+
+    fn words(&self) -> usize {
+        ((self.line_bytes / SECTOR_BYTES) as usize).div_ceil(64)
+    }
+
+    /// Whether sectors `[first, end)` of `key` in `slot` are poisoned, and
+    /// if so whether all of those poisoned are clean.
+    fn poisoned_in(&self, shard: usize, slot: SlotId, key: LineKey, first: u32, end: u32) -> Option<bool> {
+        if self.shards[shard].poisoned.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let range = bits_range(self.words(), first, end);
+        let state = lock(&self.shards[shard].state);
+        let p = state.poisoned.get(&slot).filter(|p| p.key == key)?;
+        if !bits_overlap(&p.sectors, &range) {
+            return None;
+        }
+        let all_clean = p
+            .sectors
+            .iter()
+            .zip(&p.clean)
+            .zip(&range)
+            .all(|((s, c), r)| s & r & !c == 0);
+        Some(all_clean)
+    }
+
+    /// Reads sectors of `key` held in `slot` from the cache device, or, if
+    /// that fails or the sectors were poisoned by a failed cache write, from
+    /// the backend when the cache's copy is clean (else an error: the only
+    /// copy of dirty data cannot be read).
+    fn read_cache(
+        &self,
+        shard: usize,
+        slot: SlotId,
+        key: LineKey,
+        line_offset: u32,
+        out: &mut [u8],
+    ) -> Result<(), EngineError> {
+        let first = line_offset / SECTOR_BYTES as u32;
+        let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
+        match self.poisoned_in(shard, slot, key, first, end) {
+            Some(true) => return self.read_around(shard, slot, key, line_offset, out, None),
+            Some(false) => {
+                return Err(EngineError::Io(format!(
+                    "sectors {first}..{end} of line {} were lost with a failed cache-device write",
+                    key.line_index
+                )))
+            }
+            None => {}
+        }
+        match self
+            .cache_dev
+            .read_at(out, self.cache_offset(shard, slot, line_offset))
+        {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.cache_error("read", &e);
+                self.read_around(shard, slot, key, line_offset, out, Some(e))
+            }
+        }
+    }
+
+    /// Serves a cache read from the backend, if the policy core says those
+    /// sectors of `key` are clean (the backend holds them).
+    fn read_around(
+        &self,
+        shard: usize,
+        slot: SlotId,
+        key: LineKey,
+        line_offset: u32,
+        out: &mut [u8],
+        cause: Option<DeviceError>,
+    ) -> Result<(), EngineError> {
+        let first = line_offset / SECTOR_BYTES as u32;
+        let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
+        let clean = {
+            let state = lock(&self.shards[shard].state);
+            state.cache.slot_snapshot(slot).is_none_or(|snap| {
+                snap.key != key || (first..end).all(|s| snap.dirty[(s / 64) as usize] >> (s % 64) & 1 == 0)
+            })
+        };
+        if !clean {
+            return Err(EngineError::Io(format!(
+                "cache device read of dirty sectors {first}..{end} of line {} failed{}",
+                key.line_index,
+                cause.map(|e| format!(": {e}")).unwrap_or_default()
+            )));
+        }
+        self.backend_of(key.volume)?
+            .read_at(out, (key.line_index << self.line_shift) + u64::from(line_offset))
+            .map_err(|e| self.backend_error(e))
+    }
+
+    fn poison(
+        &self,
+        shard: usize,
+        slot: SlotId,
+        key: LineKey,
+        first_sector: u32,
+        end_sector: u32,
+        clean: bool,
+    ) {
+        let shard_ref = &self.shards[shard];
+        let words = self.words();
+        let range = bits_range(words, first_sector, end_sector);
+        let mut state = lock(&shard_ref.state);
+        let fresh_entry = || Poisoned {
+            key,
+            sectors: SmallVec::from_elem(0, words),
+            clean: SmallVec::from_elem(0, words),
+        };
+        let entry = state.poisoned.entry(slot).or_insert_with(|| {
+            shard_ref.poisoned.fetch_add(1, Ordering::Relaxed);
+            fresh_entry()
+        });
+        if entry.key != key {
+            *entry = fresh_entry();
+        }
+        for w in 0..words {
+            entry.sectors[w] |= range[w];
+            if clean {
+                entry.clean[w] |= range[w];
+            } else {
+                entry.clean[w] &= !range[w];
+            }
+        }
+    }
+
+    /// A write of sectors `[first, end)` of `key` into `slot` succeeded:
+    /// they are no longer poisoned (nor anything of another line).
+    fn unpoison(&self, shard: usize, slot: SlotId, key: LineKey, first_sector: u32, end_sector: u32) {
+        let shard_ref = &self.shards[shard];
+        let range = bits_range(self.words(), first_sector, end_sector);
+        let mut state = lock(&shard_ref.state);
+        let Some(entry) = state.poisoned.get_mut(&slot) else {
+            return;
+        };
+        let empty = if entry.key != key {
+            true
+        } else {
+            for (w, r) in range.iter().enumerate() {
+                entry.sectors[w] &= !r;
+                entry.clean[w] &= !r;
+            }
+            entry.sectors.iter().all(|&w| w == 0)
+        };
+        if empty {
+            state.poisoned.remove(&slot);
+            shard_ref.poisoned.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Before a flush writes back `token`'s line: if a failed cache write
+    /// poisoned some of its sectors, the slot holds nothing of the line
+    /// there, so they must not reach the backend. The core forgets them if
+    /// nothing was decided about the slot since the flush began (and the
+    /// flush then counts as failed: the next one writes the rest back);
+    /// else the flush just fails and is retried.
+    fn poison_blocks_write_back(&self, shard: usize, token: &FlushToken, ops: &[Op]) -> bool {
+        if self.shards[shard].poisoned.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let mut written = bits_range(self.words(), 0, 0);
+        for op in ops {
+            if let Op::WriteBack {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                ..
+            } = *op
+            {
+                if slot == token.slot {
+                    let first = line_offset_bytes / SECTOR_BYTES as u32;
+                    for s in first..first + length_bytes / SECTOR_BYTES as u32 {
+                        written[(s / 64) as usize] |= 1 << (s % 64);
+                    }
+                }
+            }
+        }
+        let mut state = lock(&self.shards[shard].state);
+        let Some(p) = state.poisoned.get(&token.slot).filter(|p| p.key == token.key) else {
+            return false;
+        };
+        if !bits_overlap(&p.sectors, &written) {
+            return false;
+        }
+        let sectors: SectorBits = p.sectors.iter().zip(&written).map(|(a, b)| a & b).collect();
+        let line_sectors = (self.line_bytes / SECTOR_BYTES) as u32;
+        let mut s = 0;
+        while s < line_sectors {
+            if sectors[(s / 64) as usize] >> (s % 64) & 1 == 0 {
+                s += 1;
+                continue;
+            }
+            let start = s;
+            while s < line_sectors && sectors[(s / 64) as usize] >> (s % 64) & 1 == 1 {
+                s += 1;
+            }
+            state
+                .cache
+                .forget_sectors_if_unchanged(token.slot, token.key, token.generation(), start, s);
+        }
+        true
+    }
+
+    fn backend_error(&self, e: DeviceError) -> EngineError {
+        self.health.backend_error();
+        e.into()
+    }
+
+    /// Counts a cache-device error; past the threshold the volume falls
+    /// back to pass-through (dirty lines stay and are still served and
+    /// written back; nothing new is cached) until a probe succeeds.
+    fn cache_error(&self, what: &str, e: &DeviceError) {
+        if self.health.cache_error() {
+            eprintln!(
+                "iocache: cache device {}: {} I/O errors (last: {what}: {e}); falling back to pass-through until it answers again",
+                self.cache_dev.name(),
+                self.health.cache_errors.load(Ordering::Relaxed)
+            );
+            for shard in &self.shards {
+                lock(&shard.state)
+                    .cache
+                    .set_write_policy(WritePolicy::PassThrough);
+            }
+        }
+    }
+
+    /// Probes a failed cache device: a read and a rewrite of the
+    /// superblock's blocks. On success the configured write policy returns.
+    fn probe_cache_device(&self) {
+        let mut head = vec![0u8; 8192];
+        let ok = self.cache_dev.read_at(&mut head, 0).is_ok()
+            && self.cache_dev.write_at(&head, 0).is_ok()
+            && self.cache_dev.flush().is_ok();
+        if ok {
+            self.health.cache_recovered();
+            for shard in &self.shards {
+                lock(&shard.state)
+                    .cache
+                    .set_write_policy(self.health.configured_policy);
+            }
+            eprintln!(
+                "iocache: cache device {} answers again; back to write policy {}",
+                self.cache_dev.name(),
+                self.health.configured_policy
+            );
+        }
+    }
+
+    fn wake_cleaner(&self) {
+        let (flag, cv) = &self.cleaner_wake;
+        *lock(flag) = true;
+        cv.notify_one();
     }
 
     fn write_back(
@@ -1147,9 +1632,16 @@ impl Inner {
         backend_offset: u64,
     ) -> Result<(), EngineError> {
         let mut data = vec![0u8; length as usize];
-        self.cache_dev
-            .read_at(&mut data, self.cache_offset(shard, slot, line_offset))?;
-        self.backend_of(volume)?.write_at(&data, backend_offset)?;
+        if let Err(e) = self
+            .cache_dev
+            .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
+        {
+            self.cache_error("read for a write-back", &e);
+            return Err(e.into());
+        }
+        self.backend_of(volume)?
+            .write_at(&data, backend_offset)
+            .map_err(|e| self.backend_error(e))?;
         if self.persistence != Persistence::None {
             let first = line_offset / SECTOR_BYTES as u32;
             lock(&self.shards[shard].state).shadow.note_write_back(
@@ -1159,24 +1651,6 @@ impl Inner {
             );
         }
         Ok(())
-    }
-
-    /// Drops the sectors of a failed cache-device write from the core's metadata.
-    fn forget(&self, shard: usize, device_offset: u64, length: u32) {
-        let shard_ref = &self.shards[shard];
-        let data_at = device_offset - self.data_offset;
-        let slot_in_shard = data_at / self.line_bytes - shard_ref.base_slot;
-        let line_offset = (data_at % self.line_bytes) as u32;
-        let mut state = lock(&shard_ref.state);
-        let ShardState { cache, shadow, .. } = &mut *state;
-        let first = line_offset / SECTOR_BYTES as u32;
-        let end = first + length / SECTOR_BYTES as u32;
-        shadow.note_forget(slot_in_shard as u32, first, end);
-        if let Some(key) = cache.key_in_slot(slot_in_shard as u32) {
-            if cache.forget_sectors(key, first, end) {
-                self.forgotten_lines.fetch_add(1, Ordering::Relaxed);
-            }
-        }
     }
 
     /// One batch of flushing in `shard`: pick lines, wait for their keys,
@@ -1208,7 +1682,11 @@ impl Inner {
             (ops, tokens, tickets)
         };
         self.wait_for_tickets(&tickets);
-        let mut failed: Vec<LineKey> = Vec::new();
+        let mut failed: Vec<LineKey> = tokens
+            .iter()
+            .filter(|t| self.poison_blocks_write_back(shard_index, t, &ops))
+            .map(|t| t.key)
+            .collect();
         for op in &ops {
             if let Op::WriteBack {
                 slot,
@@ -1218,6 +1696,10 @@ impl Inner {
                 offset_bytes,
             } = *op
             {
+                let key = self.key_of(volume, offset_bytes);
+                if failed.contains(&key) {
+                    continue;
+                }
                 if self
                     .write_back(
                         shard_index,
@@ -1564,24 +2046,60 @@ impl Inner {
         Ok(())
     }
 
-    /// The background cleaner: runs each shard's cleaning policy when due.
+    /// The background cleaner: runs each shard's cleaning policy when due,
+    /// cleans on demand when requests found only dirty victims, backs off
+    /// after failed write-backs (the lines stay dirty and are retried), and
+    /// probes a failed cache device.
     fn run_cleaner(&self) {
         while !self.stopping.load(Ordering::Relaxed) {
             let now = self.now_ns();
             let mut next_wake = now + CLEANER_POLL.as_nanos() as u64;
-            for shard in 0..self.shards.len() {
-                let due = lock(&self.shards[shard].state).cache.next_cleaning_ns();
-                match due {
-                    Some(at) if at <= now => {
-                        let _cleaning = lock(&self.cleaning);
-                        self.flush_batch(shard, FlushOrder::Oldest, 0, true);
+            if self.health.probe_due(now) {
+                self.probe_cache_device();
+            }
+            if self.health.may_clean(now) {
+                let mut failed = 0;
+                let mut taken = 0;
+                for shard in 0..self.shards.len() {
+                    let demand = self.shards[shard].wants_cleaning.swap(false, Ordering::Relaxed);
+                    let due = lock(&self.shards[shard].state).cache.next_cleaning_ns();
+                    let batch = match due {
+                        Some(at) if at <= now => {
+                            let _cleaning = lock(&self.cleaning);
+                            Some(self.flush_batch(shard, FlushOrder::Oldest, 0, true))
+                        }
+                        Some(at) => {
+                            next_wake = next_wake.min(at);
+                            None
+                        }
+                        None => None,
+                    };
+                    let batch = match (batch, demand) {
+                        (None, true) => {
+                            let _cleaning = lock(&self.cleaning);
+                            Some(self.flush_batch(shard, FlushOrder::Oldest, DEMAND_CLEAN_BATCH, false))
+                        }
+                        (batch, _) => batch,
+                    };
+                    if let Some(b) = batch {
+                        failed += b.failed;
+                        taken += b.taken;
                     }
-                    Some(at) => next_wake = next_wake.min(at),
-                    None => {}
+                }
+                if taken > 0 {
+                    self.health.cleaned(self.now_ns(), failed);
                 }
             }
             let sleep = next_wake.saturating_sub(self.now_ns()).max(100_000);
-            std::thread::sleep(Duration::from_nanos(sleep).min(CLEANER_POLL));
+            let (flag, cv) = &self.cleaner_wake;
+            let mut woken = lock(flag);
+            if !*woken {
+                woken = cv
+                    .wait_timeout(woken, Duration::from_nanos(sleep).min(CLEANER_POLL))
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0);
+            }
+            *woken = false;
         }
     }
 }

@@ -32,6 +32,7 @@
 mod clock;
 mod engine;
 mod export;
+mod health;
 mod latency;
 mod nbd_backend;
 mod persist;

@@ -17,6 +17,9 @@
 //! - [`client`]: [`Client`], a minimal blocking client, and
 //!   [`parse_nbd_uri`] for `nbd://` and `nbd+unix://` URIs.
 //!
+//! `fuzzing` (hidden from the documentation) holds the bodies of the fuzz
+//! targets in `fuzz/` and of the property tests built on the same inputs.
+//!
 //! It depends on nothing but `std` and `thiserror`: no async runtime; the
 //! server uses threads and bounded queues.
 //!
@@ -41,6 +44,8 @@
 
 pub mod client;
 pub mod export;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod handshake;
 pub mod proto;
 pub mod server;
@@ -52,5 +57,6 @@ pub use export::{Export, ExportError, ExportLookup, Exports, MemExport};
 pub use handshake::{HandshakeError, Negotiated, NegotiationLimits};
 pub use proto::{CmdFlags, Command, ProtoError, Request, RequestHeader};
 pub use server::{
-    ExportHandle, RunningServer, Server, ServerConfig, ServerError, ServerStats, ShutdownHandle,
+    ConnectionStream, ExportHandle, RunningServer, Server, ServerConfig, ServerError, ServerStats,
+    ShutdownHandle,
 };

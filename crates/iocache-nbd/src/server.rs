@@ -157,12 +157,10 @@ impl Server {
         }
     }
 
-    /// Binds the listeners and starts accepting connections.
-    pub fn start(self) -> Result<RunningServer, ServerError> {
-        let mut config = self.config;
-        if config.unix_socket.is_none() && config.tcp.is_none() {
-            return Err(ServerError::NoListener);
-        }
+    /// Checks the configuration and the exports (listeners aside) and
+    /// returns the configuration the connections will use.
+    fn checked_config(&self) -> Result<ServerConfig, ServerError> {
+        let mut config = self.config.clone();
         if self.exports.is_empty() {
             return Err(ServerError::NoExports);
         }
@@ -178,6 +176,41 @@ impl Server {
             )));
         }
         config.max_inflight_bytes = config.max_inflight_bytes.max(config.limits.max_payload as usize);
+        Ok(config)
+    }
+
+    /// Serves one client over an already connected `stream`, on the calling
+    /// thread and the connection's workers, exactly as an accepted
+    /// connection is served (handshake, then transmission), and returns
+    /// the counters when the connection has ended. The listeners and the
+    /// connection limit of the configuration are not used, and nothing can
+    /// shut the connection down from elsewhere.
+    ///
+    /// This is how tests and fuzz targets drive a whole session without
+    /// sockets (the `fuzzing` module's `MemStream`); a `UnixStream` from
+    /// `UnixStream::pair` works too.
+    pub fn serve_stream<S: ConnectionStream>(&self, stream: S) -> Result<ServerStats, ServerError> {
+        let config = self.checked_config()?;
+        let shared = Shared {
+            exports: RwLock::new(self.exports.clone()),
+            config,
+            shutting_down: AtomicBool::new(false),
+            conns: Mutex::new(Conns::default()),
+            stats: StatsCounters::default(),
+            tcp_addr: None,
+            unix_path: None,
+        };
+        shared.stats.connections.fetch_add(1, Ordering::Relaxed);
+        serve_connection(&shared, stream, None);
+        Ok(shared.stats.snapshot(&shared))
+    }
+
+    /// Binds the listeners and starts accepting connections.
+    pub fn start(self) -> Result<RunningServer, ServerError> {
+        if self.config.unix_socket.is_none() && self.config.tcp.is_none() {
+            return Err(ServerError::NoListener);
+        }
+        let config = self.checked_config()?;
 
         let mut listeners = Vec::new();
         let mut tcp_addr = None;
@@ -544,6 +577,82 @@ impl Listener {
     }
 }
 
+/// A connected byte stream the server can serve one client over: a TCP or
+/// Unix socket, or an in-memory stream in tests and fuzz targets (see
+/// [`Server::serve_stream`]).
+///
+/// The connection's reader owns the stream; its workers write replies
+/// through a second handle from [`ConnectionStream::try_clone`].
+pub trait ConnectionStream: Read + Write + Send + Sized {
+    /// A second handle to the same stream (reads and writes of either go
+    /// to the same connection).
+    fn try_clone(&self) -> io::Result<Self>;
+
+    /// Shuts down the read side, the write side or both: later reads see
+    /// end of file, later writes fail. The server uses it to stop reading
+    /// requests and to close the connection.
+    fn shutdown(&self, how: Shutdown) -> io::Result<()>;
+
+    /// Bounds each read (the handshake's); `None` waits forever. Streams
+    /// that cannot block may ignore it (the default).
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        let _ = timeout;
+        Ok(())
+    }
+
+    /// Bounds each write (a reply's); `None` waits forever. Streams that
+    /// cannot block may ignore it (the default).
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        let _ = timeout;
+        Ok(())
+    }
+}
+
+impl ConnectionStream for TcpStream {
+    fn try_clone(&self) -> io::Result<Self> {
+        TcpStream::try_clone(self)
+    }
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        TcpStream::shutdown(self, how)
+    }
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_write_timeout(self, timeout)
+    }
+}
+
+impl ConnectionStream for UnixStream {
+    fn try_clone(&self) -> io::Result<Self> {
+        UnixStream::try_clone(self)
+    }
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        UnixStream::shutdown(self, how)
+    }
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_write_timeout(self, timeout)
+    }
+}
+
+impl ConnectionStream for Stream {
+    fn try_clone(&self) -> io::Result<Self> {
+        Stream::try_clone(self)
+    }
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        Stream::shutdown(self, how)
+    }
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        Stream::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        Stream::set_write_timeout(self, timeout)
+    }
+}
+
 /// A connected socket of either family.
 #[derive(Debug)]
 pub(crate) enum Stream {
@@ -638,7 +747,7 @@ fn accept_loop(shared: Arc<Shared>, listener: Listener) {
         let spawned = thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
-                serve_connection(&s2, stream, id);
+                serve_connection(&s2, stream, Some(id));
                 let mut conns = lock(&s2.conns);
                 conns.streams.remove(&id);
                 conns.exports.remove(&id);
@@ -667,7 +776,10 @@ enum ConnEnd {
     Io(io::Error),
 }
 
-fn serve_connection(shared: &Shared, stream: Stream, id: u64) {
+/// Serves one client: the handshake, then the transmission phase. `id` is
+/// the connection's key in the server's table (`None` for a stream served
+/// on its own, [`Server::serve_stream`]).
+fn serve_connection<S: ConnectionStream>(shared: &Shared, stream: S, id: Option<u64>) {
     let _ = stream.set_read_timeout(shared.config.handshake_timeout);
     let mut hs = stream;
     let negotiated = match negotiate(
@@ -682,7 +794,7 @@ fn serve_connection(shared: &Shared, stream: Stream, id: u64) {
             return;
         }
     };
-    {
+    if let Some(id) = id {
         // Registered before checking that the export is still served: a
         // removal either comes first (and the check sees it) or finds this
         // connection registered (and stops its reads).
@@ -723,10 +835,10 @@ impl Budget {
 }
 
 /// What a connection's workers share.
-struct Conn<'a> {
+struct Conn<'a, S> {
     shared: &'a Shared,
     neg: Negotiated,
-    writer: Mutex<Stream>,
+    writer: Mutex<S>,
     /// Set when a reply could not be written: the client is gone.
     broken: AtomicBool,
     budget: Budget,
@@ -741,7 +853,7 @@ struct Job {
     cost: usize,
 }
 
-fn transmission(shared: &Shared, stream: Stream, neg: Negotiated) -> ConnEnd {
+fn transmission<S: ConnectionStream>(shared: &Shared, stream: S, neg: Negotiated) -> ConnEnd {
     let writer = match stream.try_clone() {
         Ok(w) => w,
         Err(e) => return ConnEnd::Io(e),
@@ -759,17 +871,31 @@ fn transmission(shared: &Shared, stream: Stream, neg: Negotiated) -> ConnEnd {
     let (tx, rx) = sync_channel::<Job>(shared.config.queue_depth);
     let rx = Mutex::new(rx);
     let end = thread::scope(|scope| {
-        for _ in 0..shared.config.workers_per_connection {
-            let conn = &conn;
-            let rx = &rx;
-            scope.spawn(move || worker(conn, rx));
-        }
+        let workers: Vec<_> = (0..shared.config.workers_per_connection)
+            .map(|_| {
+                let conn = &conn;
+                let rx = &rx;
+                scope.spawn(move || worker(conn, rx))
+            })
+            .collect();
         let mut reader = BufReader::with_capacity(64 * 1024, stream);
         let end = read_requests(&conn, &mut reader, &tx);
-        // Closing the queue lets the workers finish what was read and exit;
-        // the scope waits for them.
+        // Closing the queue lets the workers finish what was read and exit.
         drop(tx);
         let _ = reader.get_ref().shutdown(Shutdown::Read);
+        // Joined explicitly: the scope alone waits only for the closures,
+        // and the threads could still be running their thread-local
+        // destructors when the connection ends. A worker's panic is passed
+        // on, as the scope would.
+        let mut panic = None;
+        for w in workers {
+            if let Err(p) = w.join() {
+                panic.get_or_insert(p);
+            }
+        }
+        if let Some(p) = panic {
+            std::panic::resume_unwind(p);
+        }
         end
     });
     let w = lock(&conn.writer);
@@ -791,7 +917,11 @@ fn read_exact_or_eof<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<bool, io::Err
     Ok(true)
 }
 
-fn read_requests<R: Read>(conn: &Conn<'_>, reader: &mut R, tx: &std::sync::mpsc::SyncSender<Job>) -> ConnEnd {
+fn read_requests<R: Read, S: ConnectionStream>(
+    conn: &Conn<'_, S>,
+    reader: &mut R,
+    tx: &std::sync::mpsc::SyncSender<Job>,
+) -> ConnEnd {
     let max_payload = conn.shared.config.limits.max_payload;
     loop {
         if conn.broken.load(Ordering::Relaxed) {
@@ -837,7 +967,7 @@ fn read_requests<R: Read>(conn: &Conn<'_>, reader: &mut R, tx: &std::sync::mpsc:
     }
 }
 
-fn worker(conn: &Conn<'_>, rx: &Mutex<Receiver<Job>>) {
+fn worker<S: ConnectionStream>(conn: &Conn<'_, S>, rx: &Mutex<Receiver<Job>>) {
     loop {
         let job = {
             let rx = lock(rx);
@@ -852,7 +982,7 @@ fn worker(conn: &Conn<'_>, rx: &Mutex<Receiver<Job>>) {
     }
 }
 
-impl Conn<'_> {
+impl<S: ConnectionStream> Conn<'_, S> {
     /// Checks a request against the export before running it.
     fn check(&self, req: &Request) -> Result<(), (u32, String)> {
         let export = &self.neg.export;

@@ -131,6 +131,8 @@ impl RunSpec {
             cleaning: s.cleaning,
             write_miss_bypass: s.write_miss_bypass,
             seq_cutoff: s.seq_cutoff,
+            // As the papers model it: a miss may evict and write back a dirty line.
+            inline_dirty_eviction: true,
         }
     }
 }

@@ -50,6 +50,7 @@ fn write_cache(slot: u32, buffer: u64) -> Op {
         length_bytes: LINE as u32,
         buffer_offset_bytes: buffer,
         dirty: false,
+        fresh: true,
     }
 }
 

@@ -16,9 +16,11 @@
 //!    back every dirty line of the volume (`FlushOrder::Volume`), flushes
 //!    its backend, drops its clean lines from the core
 //!    (`Cache::drop_clean_lines`) and from the shadow of the records, and
-//!    waits for every ticket still queued on one of its lines (write-backs
-//!    of its lines that other volumes' requests evicted before step 1 and
-//!    have not executed yet);
+//!    waits for every ticket still queued on one of its lines (any
+//!    operation on them decided before step 1 that has not run yet; with
+//!    the engine's `inline_dirty_eviction = false` requests of other
+//!    volumes no longer write its dirty victims back, but whatever still
+//!    holds a ticket on its lines must finish before its backend leaves);
 //! 3. runs a barrier, which flushes the backends (rule 3 of `persist.rs`:
 //!    a record saying dirty is replaced only after the backend is flushed)
 //!    and writes an empty record for each of its slots, so a restart never
@@ -405,8 +407,7 @@ impl Inner {
                     volume.name
                 )));
             }
-            // Operations on the volume's lines decided before it closed
-            // (write-backs of its lines evicted by other volumes' requests)
+            // Operations on the volume's lines decided before it closed may
             // still hold tickets: wait behind them.
             let queued: Vec<LineKey> = queues
                 .lines

@@ -1,0 +1,138 @@
+//! Device health: error counters, the cache device's fall-back to
+//! pass-through past an error threshold (and its return when the device
+//! answers again), and the cleaner's back-off after failed write-backs.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use iocache_core::WritePolicy;
+
+/// Cache-device errors after which the volume stops using the cache for new
+/// data (pass-through) until the device answers again.
+pub const CACHE_ERROR_THRESHOLD: u64 = 16;
+/// How often a failed cache device is probed.
+pub const CACHE_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// First and longest wait before the cleaner retries failed write-backs.
+pub const RETRY_MIN: Duration = Duration::from_millis(10);
+pub const RETRY_MAX: Duration = Duration::from_secs(5);
+
+pub struct Health {
+    pub cache_errors: AtomicU64,
+    pub backend_errors: AtomicU64,
+    /// Write-backs (of cleaner batches and flushes) that failed and were
+    /// left dirty for a retry.
+    pub failed_writebacks: AtomicU64,
+    /// Past the threshold: the write policy is pass-through.
+    pub cache_failed: AtomicBool,
+    /// The write policy to return to when the cache device recovers.
+    pub configured_policy: WritePolicy,
+    retry: Mutex<Retry>,
+}
+
+#[derive(Default)]
+struct Retry {
+    /// No cleaning before this time (engine clock, ns).
+    not_before_ns: u64,
+    delay_ns: u64,
+    /// Next probe of a failed cache device.
+    next_probe_ns: u64,
+}
+
+impl Health {
+    pub fn new(configured_policy: WritePolicy) -> Health {
+        Health {
+            cache_errors: AtomicU64::new(0),
+            backend_errors: AtomicU64::new(0),
+            failed_writebacks: AtomicU64::new(0),
+            cache_failed: AtomicBool::new(false),
+            configured_policy,
+            retry: Mutex::new(Retry::default()),
+        }
+    }
+
+    /// Counts a cache-device error; true when this one crosses the threshold.
+    pub fn cache_error(&self) -> bool {
+        let errors = self.cache_errors.fetch_add(1, Ordering::Relaxed) + 1;
+        errors >= CACHE_ERROR_THRESHOLD && !self.cache_failed.swap(true, Ordering::SeqCst)
+    }
+
+    pub fn backend_error(&self) {
+        self.backend_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the cleaner may try now (not backing off).
+    pub fn may_clean(&self, now_ns: u64) -> bool {
+        now_ns >= self.retry.lock().unwrap_or_else(|p| p.into_inner()).not_before_ns
+    }
+
+    /// A cleaning attempt wrote `failed` lines back unsuccessfully: back off
+    /// exponentially; a fully successful one resets the back-off.
+    pub fn cleaned(&self, now_ns: u64, failed: usize) {
+        let mut retry = self.retry.lock().unwrap_or_else(|p| p.into_inner());
+        if failed == 0 {
+            retry.delay_ns = 0;
+            retry.not_before_ns = 0;
+            return;
+        }
+        self.failed_writebacks.fetch_add(failed as u64, Ordering::Relaxed);
+        retry.delay_ns = (retry.delay_ns * 2).clamp(RETRY_MIN.as_nanos() as u64, RETRY_MAX.as_nanos() as u64);
+        retry.not_before_ns = now_ns + retry.delay_ns;
+    }
+
+    /// Whether a failed cache device is due for a probe (and books the next).
+    pub fn probe_due(&self, now_ns: u64) -> bool {
+        if !self.cache_failed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut retry = self.retry.lock().unwrap_or_else(|p| p.into_inner());
+        if now_ns < retry.next_probe_ns {
+            return false;
+        }
+        retry.next_probe_ns = now_ns + CACHE_PROBE_INTERVAL.as_nanos() as u64;
+        true
+    }
+
+    /// The cache device answered a probe: back to normal.
+    pub fn cache_recovered(&self) {
+        self.cache_errors.store(0, Ordering::Relaxed);
+        self.cache_failed.store(false, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threshold_is_crossed_once() {
+        let h = Health::new(WritePolicy::WriteBack);
+        let crossings = (0..3 * CACHE_ERROR_THRESHOLD).filter(|_| h.cache_error()).count();
+        assert_eq!(crossings, 1);
+        assert!(h.cache_failed.load(Ordering::SeqCst));
+        h.cache_recovered();
+        assert!(!h.cache_failed.load(Ordering::SeqCst));
+        let crossings = (0..CACHE_ERROR_THRESHOLD).filter(|_| h.cache_error()).count();
+        assert_eq!(crossings, 1, "a recovered device can fail again");
+    }
+
+    #[test]
+    fn back_off_doubles_up_to_the_limit_and_resets() {
+        let h = Health::new(WritePolicy::WriteBack);
+        let mut now = 1_000;
+        let mut last_wait = 0;
+        for _ in 0..20 {
+            h.cleaned(now, 1);
+            assert!(!h.may_clean(now));
+            let wait = h.retry.lock().unwrap().not_before_ns - now;
+            assert!(wait >= last_wait && wait <= RETRY_MAX.as_nanos() as u64);
+            last_wait = wait;
+            now += wait;
+            assert!(h.may_clean(now));
+        }
+        assert_eq!(last_wait, RETRY_MAX.as_nanos() as u64);
+        h.cleaned(now, 0);
+        assert!(h.may_clean(now));
+        assert_eq!(h.failed_writebacks.load(Ordering::Relaxed), 20);
+    }
+}

@@ -1,0 +1,263 @@
+//! Device faults under the engine: a backend that fails or disappears, a
+//! cache device that fails reads or writes. Acknowledged writes are never
+//! lost, a failed request gets an error, the engine keeps serving what it
+//! can, and no read ever returns wrong data.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use iocache_core::{CacheConfig, LineSize, PolicySpec, WritePolicy};
+use iocache_device::{BlockDevice, FaultDevice, IoKind, MemDevice};
+use iocache_engine::{Engine, EngineConfig, Layout, Persistence};
+
+const SECTOR: u64 = 512;
+const VOLUME_SECTORS: u64 = 1024;
+
+type Fault = Arc<FaultDevice<MemDevice>>;
+
+fn setup(wp: WritePolicy, lines: u64, flush: &str) -> (Engine, Fault, Fault) {
+    let mut cache = CacheConfig::new(lines, LineSize::new(4096).unwrap(), PolicySpec::lru());
+    cache.write_policy = wp;
+    cache.cleaning = flush.parse().unwrap();
+    let layout = Layout::for_slots(4096, lines).unwrap();
+    let cache_dev = Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes())));
+    let backend = Arc::new(FaultDevice::new(MemDevice::new(
+        "backend",
+        VOLUME_SECTORS * SECTOR,
+    )));
+    let engine = Engine::new(
+        EngineConfig {
+            shards: 2,
+            persistence: Persistence::Dirty,
+            ..EngineConfig::new(cache)
+        },
+        cache_dev.clone() as Arc<dyn BlockDevice>,
+        backend.clone() as Arc<dyn BlockDevice>,
+    )
+    .unwrap();
+    (engine, cache_dev, backend)
+}
+
+fn stamp(value: u64) -> Vec<u8> {
+    let mut s = vec![0u8; SECTOR as usize];
+    for chunk in s.chunks_mut(8) {
+        chunk.copy_from_slice(&value.to_le_bytes());
+    }
+    s
+}
+
+fn value_of(bytes: &[u8]) -> u64 {
+    let v = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    assert!(
+        bytes.chunks(8).all(|c| c == v.to_le_bytes()),
+        "a sector that is no value ever written: {:?}",
+        &bytes[..16]
+    );
+    v
+}
+
+fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_backend_outage_loses_nothing_and_cached_data_stays_readable() {
+    let (engine, _cache, backend) = setup(WritePolicy::WriteBack, 32, "aggressive:interval=1ms:batch=4");
+    // 16 lines written (dirty), acknowledged and flushed.
+    for sector in (0..128).step_by(8) {
+        engine.write(sector * SECTOR, &stamp(sector + 1), false).unwrap();
+    }
+    engine.flush().unwrap();
+    backend.set_offline(true);
+    // Cached data is served; more writes to cached lines are absorbed.
+    for sector in (0..128).step_by(8) {
+        let mut buf = vec![0u8; SECTOR as usize];
+        engine.read(sector * SECTOR, &mut buf).unwrap();
+        assert_eq!(value_of(&buf), sector + 1);
+        engine
+            .write(sector * SECTOR, &stamp(sector + 1000), false)
+            .unwrap();
+    }
+    // What needs the backend fails with an error, not wrong data.
+    let mut buf = vec![0u8; SECTOR as usize];
+    assert!(engine.read(900 * SECTOR, &mut buf).is_err());
+    assert!(
+        engine.flush().is_err(),
+        "a FLUSH cannot succeed without the backend"
+    );
+    // The cleaner keeps trying, backing off.
+    wait_until("failed write-backs", || engine.stats().failed_writebacks > 0);
+    let stats = engine.stats();
+    assert!(stats.backend_errors > 0);
+    assert!(
+        stats.dirty_lines > 0,
+        "dirty lines stay dirty while the backend is away"
+    );
+    // The backend comes back: the cleaner drains the dirty lines.
+    backend.set_offline(false);
+    engine.flush().unwrap();
+    wait_until("the cleaner to drain", || engine.stats().dirty_lines == 0);
+    for sector in (0..128).step_by(8) {
+        let mut buf = vec![0u8; SECTOR as usize];
+        backend.read_at(&mut buf, sector * SECTOR).unwrap();
+        assert_eq!(value_of(&buf), sector + 1000, "backend sector {sector}");
+    }
+}
+
+#[test]
+fn failing_cache_reads_are_served_from_the_backend_and_past_a_threshold_the_cache_steps_aside() {
+    let (engine, cache, backend) = setup(WritePolicy::WriteThrough, 64, "nop");
+    for sector in (0..256).step_by(8) {
+        engine.write(sector * SECTOR, &stamp(sector + 7), false).unwrap();
+    }
+    let hits = engine.stats().cache.read_hits;
+    // Every read of the cache device fails from now on.
+    cache.fail_range(0, cache.len_bytes(), true, false);
+    for round in 0..2 {
+        for sector in (0..256).step_by(8) {
+            let mut buf = vec![0u8; SECTOR as usize];
+            engine.read(sector * SECTOR, &mut buf).unwrap();
+            assert_eq!(value_of(&buf), sector + 7, "round {round}, sector {sector}");
+        }
+    }
+    let stats = engine.stats();
+    assert!(
+        stats.cache.read_hits > hits,
+        "the reads were hits, served around the device"
+    );
+    assert!(stats.cache_device_errors >= 16);
+    assert!(
+        stats.cache_device_failed,
+        "past the threshold the volume runs pass-through"
+    );
+    // Writes still work (to the backend) and reads stay right.
+    engine.write(8 * SECTOR, &stamp(99), false).unwrap();
+    let mut buf = vec![0u8; SECTOR as usize];
+    engine.read(8 * SECTOR, &mut buf).unwrap();
+    assert_eq!(value_of(&buf), 99);
+    backend.read_at(&mut buf, 8 * SECTOR).unwrap();
+    assert_eq!(value_of(&buf), 99);
+    // The device recovers: a probe notices and the cache is used again.
+    cache.clear_faults();
+    wait_until("the probe", || !engine.stats().cache_device_failed);
+}
+
+#[test]
+fn dirty_data_on_an_unreadable_cache_device_is_an_error_not_stale_data() {
+    let (engine, cache, _backend) = setup(WritePolicy::WriteBack, 32, "nop");
+    engine.write(0, &stamp(1), false).unwrap();
+    engine.flush().unwrap();
+    engine.write(0, &stamp(2), false).unwrap();
+    cache.fail_range(0, cache.len_bytes(), true, false);
+    let mut buf = vec![0u8; SECTOR as usize];
+    assert!(
+        engine.read(0, &mut buf).is_err(),
+        "the backend's older value must not be served"
+    );
+    cache.clear_faults();
+    engine.read(0, &mut buf).unwrap();
+    assert_eq!(value_of(&buf), 2);
+}
+
+/// A failed write (cache device or backend) leaves its sectors holding the
+/// old or the new value; every other sector keeps its value.
+#[test]
+fn random_faults_never_give_wrong_data_and_lose_no_acknowledged_write() {
+    let seeds: u64 = std::env::var("IOCACHE_FAULT_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    for seed in 1..=seeds {
+        random_faults(seed);
+    }
+}
+
+fn random_faults(seed: u64) {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let wp = [
+        WritePolicy::WriteBack,
+        WritePolicy::WriteThrough,
+        WritePolicy::WriteOnly,
+    ][(seed % 3) as usize];
+    let (engine, cache, backend) = setup(wp, 16, "aggressive:interval=1ms:batch=4");
+    // Per sector: the values it may hold (one after a successful write).
+    let mut possible: Vec<HashSet<u64>> = vec![HashSet::from([0]); VOLUME_SECTORS as usize];
+    let mut value = 0;
+    for _ in 0..1500 {
+        let r = next();
+        match r % 20 {
+            0 => cache.fail_nth(
+                if r & 64 == 0 { IoKind::Read } else { IoKind::Write },
+                1 + (r >> 8) % 5,
+            ),
+            1 => backend.fail_nth(
+                if r & 64 == 0 { IoKind::Read } else { IoKind::Write },
+                1 + (r >> 8) % 5,
+            ),
+            2 => backend.set_offline(r & 64 == 0),
+            3..=10 => {
+                let sectors = 1 + (r >> 8) % 12;
+                let first = (r >> 20) % (VOLUME_SECTORS - sectors);
+                let base = value + 1;
+                value += sectors;
+                let mut data = Vec::new();
+                for i in 0..sectors {
+                    data.extend_from_slice(&stamp(base + i));
+                }
+                let ok = engine.write(first * SECTOR, &data, false).is_ok();
+                for i in 0..sectors {
+                    let v = base + i;
+                    let set = &mut possible[(first + i) as usize];
+                    if ok {
+                        set.clear();
+                    }
+                    set.insert(v);
+                }
+            }
+            _ => {
+                let sectors = 1 + (r >> 8) % 16;
+                let first = (r >> 20) % (VOLUME_SECTORS - sectors);
+                let mut buf = vec![0u8; (sectors * SECTOR) as usize];
+                if engine.read(first * SECTOR, &mut buf).is_ok() {
+                    for (i, chunk) in buf.chunks(SECTOR as usize).enumerate() {
+                        let s = (first + i as u64) as usize;
+                        let got = value_of(chunk);
+                        assert!(
+                            possible[s].contains(&got),
+                            "seed {seed} ({wp}): sector {s} read {got}, possible {:?}",
+                            possible[s]
+                        );
+                        // What was read is what the sector holds from now on.
+                        possible[s] = HashSet::from([got]);
+                    }
+                }
+            }
+        }
+    }
+    // Faults end: everything acknowledged reaches the backend.
+    cache.clear_faults();
+    backend.clear_faults();
+    backend.set_offline(false);
+    wait_until("a successful flush", || engine.flush_all().is_ok());
+    for s in 0..VOLUME_SECTORS {
+        let mut buf = vec![0u8; SECTOR as usize];
+        backend.read_at(&mut buf, s * SECTOR).unwrap();
+        let got = value_of(&buf);
+        assert!(
+            possible[s as usize].contains(&got),
+            "seed {seed} ({wp}): backend sector {s} holds {got}, possible {:?}",
+            possible[s as usize]
+        );
+    }
+}
