@@ -616,10 +616,10 @@ fn a_detach_that_cannot_write_back_leaves_the_volume_serving() {
     assert!(matches!(err, EngineError::DirtyLinesRemain { .. }), "{err}");
     // Nothing lost, still served; the other volume never noticed.
     assert_eq!(read_sector(&engine, 0, 8), stamp(0, 0, 5, 8));
-    disks.backend("a").clear_faults();
-    // (While `a`'s backend fails, a request of `b` that evicts one of `a`'s
-    // dirty lines fails too: they share the cache.)
+    // The other volume keeps working (a FUA write: a barrier, which flushes
+    // every volume's backend).
     engine.write_volume(1, 0, &stamp(1, 0, 1, 0), true).unwrap();
+    disks.backend("a").clear_faults();
     disks.backend("a").fail_nth(IoKind::Flush, 1);
     assert!(
         engine.detach(0).is_err(),
