@@ -8,6 +8,10 @@
 //! line_size: ...`). Checks that need the devices (a cache size larger than
 //! its device, two volumes on one cache file under different names) are made
 //! by `serve` when it opens them, with the same names.
+//!
+//! Volumes whose `cache` is the same path share that cache device (one
+//! engine): the keys that describe the cache ([`CACHE_KEYS`]) may be written
+//! in any of them, and where written more than once must agree.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -20,6 +24,23 @@ use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, W
 use iocache_engine::{IoMode, Lookup, Persistence};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
+
+/// The keys of a `[[volume]]` table that describe its cache device, shared
+/// by every volume naming the same `cache`.
+pub const CACHE_KEYS: [&str; 12] = [
+    "cache_size",
+    "line_size",
+    "policy",
+    "promotion",
+    "lookup",
+    "flush",
+    "persistence",
+    "write_policy",
+    "seq_cutoff",
+    "write_miss_bypass",
+    "direct",
+    "io_engine",
+];
 
 /// Size of a backend file `serve` creates when given no `--backend`.
 pub const DEFAULT_BACKEND_BYTES: u64 = 1 << 30;
@@ -91,6 +112,8 @@ pub struct VolumeConfig {
     pub seq_cutoff: SeqCutoff,
     /// How cache reads of several lines are issued.
     pub io: IoMode,
+    /// `io_engine` was `auto`: `io` follows `direct`.
+    pub io_auto: bool,
     /// Open the cache device with O_DIRECT.
     pub direct: bool,
     /// Which lines' metadata the cache device keeps across restarts.
@@ -121,6 +144,60 @@ impl VolumeConfig {
     /// Whether the backend is a remote NBD export rather than a path.
     pub fn backend_is_nbd(&self) -> bool {
         is_nbd_uri(&self.backend)
+    }
+
+    /// The value of one of [`CACHE_KEYS`], as text to compare and show.
+    fn cache_key_value(&self, key: &str) -> String {
+        match key {
+            "cache_size" => self
+                .cache_bytes
+                .map_or("the device's size".into(), format_byte_size),
+            "line_size" => format_byte_size(self.line_size.bytes()),
+            "policy" => self.policy.to_string(),
+            "promotion" => self.promotion.to_string(),
+            "lookup" => self.lookup.to_string(),
+            "flush" => self.cleaning.to_string(),
+            "persistence" => self.persistence.to_string(),
+            "write_policy" => self.write_policy.to_string(),
+            "seq_cutoff" => self.seq_cutoff.to_string(),
+            "write_miss_bypass" => self.write_miss_bypass.to_string(),
+            "direct" => self.direct.to_string(),
+            "io_engine" => match (self.io_auto, self.io) {
+                (true, _) => "auto".into(),
+                (false, IoMode::Psync) => "psync".into(),
+                (false, IoMode::Uring) => "uring".into(),
+            },
+            other => unreachable!("not a cache key: {other}"),
+        }
+    }
+
+    /// Takes the value of one of [`CACHE_KEYS`] from `from`.
+    fn copy_cache_key(&mut self, from: &VolumeConfig, key: &str) {
+        match key {
+            "cache_size" => self.cache_bytes = from.cache_bytes,
+            "line_size" => self.line_size = from.line_size,
+            "policy" => self.policy = from.policy.clone(),
+            "promotion" => self.promotion = from.promotion,
+            "lookup" => self.lookup = from.lookup,
+            "flush" => self.cleaning = from.cleaning,
+            "persistence" => self.persistence = from.persistence,
+            "write_policy" => self.write_policy = from.write_policy,
+            "seq_cutoff" => self.seq_cutoff = from.seq_cutoff,
+            "write_miss_bypass" => self.write_miss_bypass = from.write_miss_bypass,
+            "direct" => self.direct = from.direct,
+            "io_engine" => {
+                self.io_auto = from.io_auto;
+                self.io = from.io;
+            }
+            other => unreachable!("not a cache key: {other}"),
+        }
+    }
+
+    /// `io` again after `direct` changed, for `io_engine = "auto"`.
+    fn resolve_io(&mut self) {
+        if self.io_auto {
+            self.io = if self.direct { IoMode::Uring } else { IoMode::Psync };
+        }
     }
 }
 
@@ -317,6 +394,7 @@ impl VolumeText {
         let cleaning: CleaningPolicy = self.flush.parse().map_err(|e| anyhow!("{}{e}", parse("flush")))?;
         // `auto`: io_uring batches where they pay (O_DIRECT devices: about 2x the
         // psync throughput at batch 16 in devbench), psync for buffered files.
+        let io_auto = self.io_engine.trim() == "auto";
         let io: IoMode = match self.io_engine.trim() {
             "auto" if self.direct => IoMode::Uring,
             "auto" => IoMode::Psync,
@@ -346,10 +424,70 @@ impl VolumeText {
             write_miss_bypass: self.write_miss_bypass,
             seq_cutoff,
             io,
+            io_auto,
             direct: self.direct,
             persistence,
         })
     }
+}
+
+/// Volumes naming the same cache share it: each key of [`CACHE_KEYS`] takes
+/// the value of the first volume that writes it, and every other volume
+/// writing it must write the same value.
+fn unify_shared_caches(
+    volumes: &mut [VolumeConfig],
+    written: &[HashSet<String>],
+    origin: &str,
+) -> Result<()> {
+    let groups = {
+        let mut groups: Vec<(PathBuf, Vec<usize>)> = Vec::new();
+        for (i, v) in volumes.iter().enumerate() {
+            let path = normalize(&v.cache);
+            match groups.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((path, vec![i])),
+            }
+        }
+        groups
+    };
+    let wrote = |i: usize, key: &str| written.get(i).is_some_and(|keys| keys.contains(key));
+    for (path, members) in groups.into_iter().filter(|(_, m)| m.len() > 1) {
+        for key in CACHE_KEYS {
+            let writers: Vec<usize> = members.iter().copied().filter(|&i| wrote(i, key)).collect();
+            let Some(&first) = writers.first() else {
+                continue;
+            };
+            if key == "io_engine" {
+                // `auto` depends on `direct`, unified just before.
+                for &i in &writers {
+                    volumes[i].resolve_io();
+                }
+            }
+            let value = volumes[first].cache_key_value(key);
+            for &other in &writers[1..] {
+                let theirs = volumes[other].cache_key_value(key);
+                if theirs != value {
+                    bail!(
+                        "{origin}: volumes `{}` and `{}` share the cache {} but disagree on {key}: `{value}` and \
+                         `{theirs}`; a key of a shared cache is written once, or with the same value in each volume",
+                        volumes[first].export,
+                        volumes[other].export,
+                        path.display()
+                    );
+                }
+            }
+            let reference = volumes[first].clone();
+            for &i in &members {
+                if i != first {
+                    volumes[i].copy_cache_key(&reference, key);
+                    if key == "direct" {
+                        volumes[i].resolve_io();
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `path` without `.` components and with `a/..` folded, for comparing paths
@@ -386,6 +524,24 @@ impl ServeConfig {
     pub fn from_toml_str(text: &str, origin: &str) -> Result<ServeConfig> {
         let file: FileText =
             toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", e.to_string().trim_end()))?;
+        // Which keys each [[volume]] table writes (the typed parse above
+        // filled in defaults): volumes sharing a cache take its keys from
+        // whichever of them writes them.
+        let raw: toml::Table = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+        let written: Vec<HashSet<String>> = raw
+            .get("volume")
+            .and_then(|v| v.as_array())
+            .map(|tables| {
+                tables
+                    .iter()
+                    .map(|t| {
+                        t.as_table()
+                            .map(|t| t.keys().cloned().collect())
+                            .unwrap_or_default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let o = Origin::File(origin.to_string());
         let listen = file
             .server
@@ -399,11 +555,12 @@ impl ServeConfig {
         if file.volume.is_empty() {
             bail!("{origin}: no volume: add at least one [[volume]] table with export, backend and cache");
         }
-        let volumes = file
+        let mut volumes = file
             .volume
             .into_iter()
             .map(|v| v.validate(&o))
             .collect::<Result<Vec<_>>>()?;
+        unify_shared_caches(&mut volumes, &written, origin)?;
         ServeConfig {
             origin: o,
             socket: file.server.socket,
@@ -414,8 +571,24 @@ impl ServeConfig {
         .check()
     }
 
+    /// The volumes grouped by cache device (the same `cache` path after
+    /// normalizing): indices into `volumes`, each group in file order, the
+    /// groups in the order of their first volume.
+    pub fn cache_groups(&self) -> Vec<Vec<usize>> {
+        let mut groups: Vec<(PathBuf, Vec<usize>)> = Vec::new();
+        for (i, v) in self.volumes.iter().enumerate() {
+            let path = normalize(&v.cache);
+            match groups.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((path, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, members)| members).collect()
+    }
+
     /// Checks what concerns several volumes or the server: unique exports,
-    /// one cache file per volume, no file used twice, sockets apart.
+    /// no file both a cache and a backend, no backend used twice, sockets
+    /// apart.
     pub fn check(self) -> Result<ServeConfig> {
         if self.socket.is_none() && self.listen.is_none() {
             bail!("no listener: give a Unix socket and/or a TCP address");
@@ -437,13 +610,17 @@ impl ServeConfig {
             }
             for (path, role) in uses {
                 if let Some((other, other_role)) = files.get(&path) {
+                    if role == "cache" && *other_role == "cache" {
+                        // A shared cache device (its keys were unified).
+                        continue;
+                    }
                     let whose = if *other == v.export.as_str() {
                         "this volume's".to_string()
                     } else {
                         format!("volume `{other}`'s")
                     };
                     let why = if role == "cache" || *other_role == "cache" {
-                        "each volume needs its own cache device"
+                        "a file cannot be both a cache device and a backend"
                     } else {
                         "two volumes cannot share a backend"
                     };
@@ -595,7 +772,11 @@ direct = true
             (
                 "d/cache-slow.img",
                 "d/./cache-fast.img",
-                &["volume `slow`", "cache", "volume `fast`"],
+                &[
+                    "volumes `fast` and `slow`",
+                    "share the cache d/cache-fast.img",
+                    "cache_size",
+                ],
             ),
             (
                 "d/cache-slow.img",
@@ -633,6 +814,91 @@ direct = true
         assert!(e.contains("no volume"), "{e}");
         let e = err("[server]\nsocket = \"a.sock\"\nadmin_socket = \"./a.sock\"\n[[volume]]\nexport = \"a\"\nbackend = \"b\"\ncache = \"c\"\n");
         assert!(e.contains("admin_socket"), "{e}");
+    }
+
+    const SHARED: &str = r#"
+[server]
+socket = "d/iocache.sock"
+
+[[volume]]
+export = "a"
+backend = "d/a.img"
+cache = "d/cache.img"
+cache_size = "4MiB"
+write_policy = "wt"
+direct = true
+
+[[volume]]
+export = "b"
+backend = "d/b.img"
+cache = "./d/cache.img"
+policy = "arc"
+
+[[volume]]
+export = "c"
+backend = "d/c.img"
+cache = "d/other-cache.img"
+"#;
+
+    #[test]
+    fn volumes_naming_one_cache_share_its_keys() {
+        let c = ServeConfig::from_toml_str(SHARED, "conf.toml").unwrap();
+        assert_eq!(c.cache_groups(), vec![vec![0, 1], vec![2]]);
+        let (a, b, other) = (&c.volumes[0], &c.volumes[1], &c.volumes[2]);
+        for v in [a, b] {
+            assert_eq!(v.cache_bytes, Some(4 << 20), "{}", v.export);
+            assert_eq!(v.write_policy, WritePolicy::WriteThrough);
+            assert_eq!(v.policy.to_string(), "arc");
+            assert!(v.direct);
+            assert_eq!(v.io, IoMode::Uring, "auto follows the shared direct");
+        }
+        // A volume of another cache keeps its own (default) settings.
+        assert_eq!(other.write_policy, WritePolicy::WriteBack);
+        assert!(!other.direct && other.io == IoMode::Psync);
+        // The same value twice is fine.
+        let twice = SHARED.replace("policy = \"arc\"", "policy = \"arc\"\nwrite_policy = \"wt\"");
+        assert!(ServeConfig::from_toml_str(&twice, "conf.toml").is_ok());
+    }
+
+    #[test]
+    fn a_disagreement_on_a_shared_cache_names_the_file_both_volumes_and_the_key() {
+        for (key, addition, shown) in [
+            ("write_policy", "write_policy = \"wb\"", "`wt` and `wb`"),
+            (
+                "line_size",
+                "line_size = \"64KiB\"\ncache_size = \"4MiB\"",
+                "`4KiB` and `64KiB`",
+            ),
+            ("cache_size", "cache_size = \"8MiB\"", "`4MiB` and `8MiB`"),
+            ("direct", "direct = false", "`true` and `false`"),
+            ("flush", "flush = \"lazy\"", "flush"),
+            ("persistence", "persistence = \"all\"", "`dirty` and `all`"),
+        ] {
+            // Written in `a` (or by default in `a` for line_size and persistence).
+            let mut text = SHARED.replace("policy = \"arc\"", &format!("policy = \"arc\"\n{addition}"));
+            if key == "line_size" {
+                text = text.replacen(
+                    "cache_size = \"4MiB\"",
+                    "cache_size = \"4MiB\"\nline_size = \"4KiB\"",
+                    1,
+                );
+            }
+            if key == "persistence" {
+                text = text.replacen("direct = true", "direct = true\npersistence = \"dirty\"", 1);
+            }
+            if key == "flush" {
+                text = text.replacen("direct = true", "direct = true\nflush = \"nop\"", 1);
+            }
+            let e = err(&text);
+            assert!(e.starts_with("conf.toml: "), "{e}");
+            for needle in ["volumes `a` and `b`", key, "d/cache.img"] {
+                assert!(e.contains(needle), "{key}: `{needle}` not in: {e}");
+            }
+            assert!(e.contains(shown), "{key}: `{shown}` not in: {e}");
+        }
+        // A cache file cannot be another volume's backend.
+        let e = err(&SHARED.replace("\"./d/cache.img\"", "\"d/a.img\""));
+        assert!(e.contains("volume `b`: cache") && e.contains("backend"), "{e}");
     }
 
     #[test]

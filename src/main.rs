@@ -1,5 +1,6 @@
 //! The `iocache` binary: a thin command-line front end over the library crates.
 
+mod admin;
 mod config;
 mod progress;
 mod serve;
@@ -32,7 +33,9 @@ enum Command {
     /// Serve a cache device in front of a backend over NBD (defaults to ./iocache-data).
     Serve(Box<serve::ServeArgs>),
     /// Show the statistics of a running `iocache serve`.
-    Stats(serve::StatsArgs),
+    Stats(admin::StatsArgs),
+    /// Attach, detach, flush or show a volume of a running `iocache serve`.
+    Ctl(admin::CtlArgs),
     /// Simulate caches over a block I/O trace (every policy × size in one pass).
     Sim(Box<SimArgs>),
     /// List the replacement policies, their parameters and sources.
@@ -209,7 +212,8 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
-        Command::Stats(args) => serve::stats(args),
+        Command::Stats(args) => admin::stats(args),
+        Command::Ctl(args) => admin::ctl(args),
         Command::Sim(args) => run_sim(*args),
         Command::Policies => list_policies(),
         Command::Trace {

@@ -3,30 +3,32 @@
 //! With no arguments it creates `./iocache-data/backend.img` (1 GiB, sparse)
 //! and `./iocache-data/cache.img` (128 MiB) if absent and serves them on a
 //! Unix socket in that directory and on 127.0.0.1:10809. With `--config
-//! FILE` it serves every volume the TOML file describes (docs/config.md),
-//! each with its own cache device and `Engine`, all on one NBD server. The
-//! flags and the file both become a [`ServeConfig`]. SIGINT or SIGTERM stops
-//! accepting connections, finishes requests in flight, writes every volume's
-//! dirty lines back and exits 0.
+//! FILE` it serves every volume the TOML file describes (docs/config.md):
+//! volumes naming the same cache device share it (one `Engine` per cache
+//! device), and every volume is an export of one NBD server. The flags and
+//! the file both become a [`ServeConfig`]. The admin socket answers
+//! `iocache stats` and `iocache ctl` (attach, detach and flush a volume at
+//! run time; `admin.rs`). SIGINT or SIGTERM stops accepting connections,
+//! finishes requests in flight, writes every volume's dirty lines back and
+//! exits 0.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use iocache_core::units::format_byte_size;
+use iocache_core::units::{format_byte_size, parse_byte_size};
 use iocache_core::{CacheConfig, WritePolicy};
 use iocache_device::{BlockDevice, FileDevice, OpenOptions};
-use iocache_engine::{Engine, EngineConfig, EngineExport, InitMode, NbdBackend, Persistence};
+use iocache_engine::{Engine, EngineConfig, EngineExport, InitMode, NbdBackend, Persistence, Volume};
 use iocache_format::Layout;
-use iocache_nbd::{Server, ServerConfig};
+use iocache_nbd::{ExportHandle, Server, ServerConfig};
 
 use crate::config::{
-    parse_listen, Origin, ServeConfig, SizeText, VolumeConfig, VolumeText, DEFAULT_BACKEND_BYTES,
+    normalize, parse_listen, Origin, ServeConfig, SizeText, VolumeConfig, VolumeText, DEFAULT_BACKEND_BYTES,
     DEFAULT_CACHE_BYTES,
 };
 
@@ -116,114 +118,625 @@ pub struct ServeArgs {
     admin_socket: Option<PathBuf>,
 }
 
-/// A volume being served, as the admin socket reports it.
-struct ServedVolume {
-    export: String,
-    backend: String,
-    policy: String,
-    engine: Arc<Engine>,
+/// One cache device and the engine that runs it (shared by its volumes).
+pub(crate) struct CacheGroup {
+    /// The path as configured.
+    pub(crate) path: PathBuf,
+    /// The path with symbolic links resolved, to recognize it.
+    canonical: PathBuf,
+    pub(crate) engine: Arc<Engine>,
+    /// The settings of the cache (those of its first volume).
+    pub(crate) config: VolumeConfig,
+    cache_bytes: u64,
+    pub(crate) capacity_lines: u64,
 }
 
-/// The statistics `iocache stats` shows, as JSON (one entry per volume).
-fn stats_json(volumes: &[ServedVolume]) -> serde_json::Value {
-    let latency = |p: &iocache_engine::LatencyPercentiles| {
-        serde_json::json!({
-            "count": p.count,
-            "p50_us": p.p50_ns as f64 / 1e3,
-            "p99_us": p.p99_ns as f64 / 1e3,
-            "p99_9_us": p.p999_ns as f64 / 1e3,
-            "p99_99_us": p.p9999_ns as f64 / 1e3,
-            "max_us": p.max_ns as f64 / 1e3,
-        })
-    };
-    let entries: Vec<serde_json::Value> = volumes
-        .iter()
-        .map(|v| {
-            let engine = &v.engine;
-            let s = engine.stats();
-            let c = &s.cache;
-            let entry = serde_json::json!({
-                "export": v.export,
-                "backend": v.backend,
-                "size_bytes": engine.size_bytes(),
-                "write_policy": engine.write_policy().to_string(),
-                "policy": v.policy,
-                "lookup": engine.lookup().to_string(),
-                "shards": s.shards,
-                "capacity_lines": s.capacity_lines,
-                "resident_lines": s.resident_lines,
-                "dirty_lines": s.dirty_lines,
-                "clean_lines": s.resident_lines - s.dirty_lines,
-                "occupancy": if s.capacity_lines == 0 { 0.0 } else { s.resident_lines as f64 / s.capacity_lines as f64 },
-                "requests": c.requests,
-                "read_requests": c.read_requests,
-                "write_requests": c.write_requests,
-                "line_accesses": c.accesses,
-                "read_hits": c.read_hits,
-                "write_hits": c.write_hits,
-                "partial_hits": c.partial_hits,
-                "full_misses": c.misses,
-                "hit_ratio": c.hit_ratio(),
-                "promotions": c.promotions,
-                "evictions": c.evictions,
-                "write_backs": c.dirty_writebacks + c.flushed_lines,
-                "bypassed_accesses": c.bypassed_accesses,
-                "seq_cutoff_requests": c.seq_cutoff_requests,
-                "write_miss_bypasses": c.write_miss_bypasses,
-                "io_errors": s.io_errors,
-                "forgotten_lines": s.forgotten_lines,
-                "latency": { "read": latency(&s.read_latency), "write": latency(&s.write_latency) },
-            });
-            let extra = serde_json::json!({
-                "dirty_victims_kept": c.dirty_victims_kept,
-                "cache_device_errors": s.cache_device_errors,
-                "backend_errors": s.backend_errors,
-                "failed_writebacks": s.failed_writebacks,
-                "cache_device_failed": s.cache_device_failed,
-                "persistence": s.persistence.map(|p| p.to_string()),
-                "barriers": s.barriers,
-                "records_written": s.records_written,
-                "recovery": {
-                    "loaded": s.recovery.loaded,
-                    "clean_shutdown": s.recovery.clean_shutdown,
-                    "dirty_lines": s.recovery.dirty_lines,
-                    "clean_lines": s.recovery.clean_lines,
-                    "dropped_clean_lines": s.recovery.dropped_clean_lines,
-                    "corrupt_copies": s.recovery.corrupt_copies,
-                    "duplicate_lines": s.recovery.duplicate_lines,
-                    "written_back_lines": s.recovery.written_back_lines,
-                },
-            });
-            let mut entry = entry;
-            if let (Some(entry), serde_json::Value::Object(extra)) = (entry.as_object_mut(), extra) {
-                entry.extend(extra);
-            }
-            entry
-        })
-        .collect();
-    serde_json::json!({ "volumes": entries })
+/// A volume being served: an export of the NBD server.
+pub(crate) struct ServedVolume {
+    pub(crate) export: String,
+    /// The backend's name (path or URI).
+    pub(crate) backend: String,
+    /// Its index in [`Running::caches`].
+    pub(crate) cache: usize,
+    pub(crate) volume: Volume,
 }
 
-/// Answers every connection on the admin socket with the statistics as JSON.
-fn serve_admin(listener: UnixListener, volumes: Arc<Vec<ServedVolume>>) {
-    for stream in listener.incoming() {
-        if STOP.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(mut stream) = stream else { continue };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-        let mut line = String::new();
-        let _ = BufReader::new(&stream).read_line(&mut line);
-        let reply = match line.trim() {
-            "stats" | "" => stats_json(&volumes).to_string(),
-            other => serde_json::json!({ "error": format!("unknown command `{other}`; expected `stats`") })
-                .to_string(),
+/// A file some volume opened: canonical path, volume (export) and role.
+type Claim = (PathBuf, String, &'static str);
+
+/// What the admin socket and the shutdown see of a running server.
+pub(crate) struct Running {
+    pub(crate) caches: Vec<CacheGroup>,
+    pub(crate) volumes: Mutex<Vec<ServedVolume>>,
+    exports: ExportHandle,
+    files: Mutex<Vec<Claim>>,
+    /// Serializes attach, detach, flush and shutdown.
+    admin: Mutex<()>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Records that `export` opens `path` as `role`, refusing a file some
+/// volume already opens (under any name).
+fn claim(
+    files: &mut Vec<Claim>,
+    path: &Path,
+    export: &str,
+    role: &'static str,
+    key: &str,
+) -> Result<PathBuf> {
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if let Some((_, other, other_role)) = files.iter().find(|(p, _, _)| *p == canonical) {
+        let hint = if role == "cache" && *other_role == "cache" {
+            " (volumes share a cache device when they name it with the same path)"
+        } else {
+            ""
         };
-        let _ = writeln!(stream, "{reply}");
+        bail!(
+            "{key}: {} is the same file as volume `{other}`'s {other_role}{hint}",
+            path.display()
+        );
+    }
+    files.push((canonical.clone(), export.to_string(), role));
+    Ok(canonical)
+}
+
+/// Opens a volume's backend: a file (created with `create_bytes` if
+/// missing and given) or a remote NBD export.
+fn open_backend(
+    backend: &str,
+    create_bytes: Option<u64>,
+    export: &str,
+    files: &mut Vec<Claim>,
+    key: &str,
+) -> Result<Arc<dyn BlockDevice>> {
+    if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
+        return Ok(Arc::new(
+            NbdBackend::connect(backend).with_context(|| format!("{key} {backend}"))?,
+        ));
+    }
+    let path = Path::new(backend);
+    if !path.exists() && create_bytes.is_none() {
+        bail!(
+            "{key}: {} does not exist (set backend_size to create it)",
+            path.display()
+        );
+    }
+    let device = open_file(path, create_bytes.unwrap_or(0), false).with_context(|| key.to_string())?;
+    claim(files, path, export, "backend", key)?;
+    Ok(Arc::new(device))
+}
+
+/// Opens a cache device and the backends of the volumes that share it
+/// (`members`, indices into `config.volumes`), and builds its engine.
+fn open_cache_group(
+    config: &ServeConfig,
+    members: &[usize],
+    files: &mut Vec<Claim>,
+    start: StartMode,
+) -> Result<CacheGroup> {
+    let v = &config.volumes[members[0]];
+    if v.persistence == Persistence::None
+        && matches!(v.write_policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
+        && !start.force
+    {
+        bail!(
+            "{}: none keeps no metadata on the cache device, so with write policy {} every FLUSH must \
+             write all dirty lines back and a crash loses the cache; choose all or dirty, or add --force",
+            v.key("persistence"),
+            v.write_policy
+        );
+    }
+    let mut backends = Vec::with_capacity(members.len());
+    for &i in members {
+        let m = &config.volumes[i];
+        let backend = open_backend(
+            &m.backend,
+            m.backend_create_bytes,
+            &m.export,
+            files,
+            &m.key("backend"),
+        )?;
+        backends.push((m.export.clone(), backend));
+    }
+    // The cache device holds a superblock and metadata records before the
+    // lines (docs/format.md): a new file gets room for both.
+    let line_bytes = v.line_size.bytes();
+    let layout_for = |data_bytes: u64| {
+        Layout::for_slots(line_bytes, (data_bytes / line_bytes).max(1))
+            .map_err(|e| anyhow!("{}: {e}", v.key("cache_size")))
+    };
+    let create_bytes = layout_for(v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))?.device_bytes();
+    let cache_dev = open_file(&v.cache, create_bytes, v.direct).with_context(|| v.key("cache"))?;
+    let canonical = claim(files, &v.cache, &v.export, "cache", &v.key("cache"))?;
+    let cache_bytes = match v.cache_bytes {
+        Some(bytes) => {
+            let needed = layout_for(bytes)?.device_bytes();
+            if needed > cache_dev.len_bytes() {
+                bail!(
+                    "{}: {} of lines and their metadata need {}, more than the cache device {} ({})",
+                    v.key("cache_size"),
+                    format_byte_size(bytes),
+                    format_byte_size(needed),
+                    v.cache.display(),
+                    format_byte_size(cache_dev.len_bytes())
+                );
+            }
+            bytes
+        }
+        None => {
+            Layout::fitting(line_bytes, cache_dev.len_bytes())
+                .map_err(|e| anyhow!("{}: {e}", v.key("cache")))?
+                .slots
+                * line_bytes
+        }
+    };
+    let capacity_lines = cache_bytes / v.line_size.bytes();
+    if capacity_lines == 0 {
+        bail!(
+            "{}: the cache ({}) holds no line of {}",
+            v.key("cache_size"),
+            format_byte_size(cache_bytes),
+            format_byte_size(v.line_size.bytes())
+        );
+    }
+    let mut cache = CacheConfig::new(capacity_lines, v.line_size, v.policy.clone());
+    cache.write_policy = v.write_policy;
+    cache.promotion = v.promotion;
+    cache.cleaning = v.cleaning;
+    cache.write_miss_bypass = v.write_miss_bypass;
+    cache.seq_cutoff = v.seq_cutoff;
+    let engine = Engine::with_volumes(
+        EngineConfig {
+            cache,
+            lookup: v.lookup,
+            shards: 0,
+            io: v.io,
+            persistence: v.persistence,
+            init: if start.init {
+                InitMode::Format {
+                    discard_dirty: start.force,
+                }
+            } else {
+                InitMode::Load
+            },
+            volume_name: v.export.clone(),
+        },
+        Arc::new(cache_dev),
+        backends,
+    )
+    .with_context(|| match &v.origin {
+        Origin::Flags => "building the cache".to_string(),
+        Origin::File(path) if members.len() == 1 => format!("{path}: volume `{}`", v.export),
+        Origin::File(path) => format!(
+            "{path}: cache {} of volumes {}",
+            v.cache.display(),
+            members
+                .iter()
+                .map(|&i| format!("`{}`", config.volumes[i].export))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })?;
+    report_start(config, members, &engine, v);
+    Ok(CacheGroup {
+        path: v.cache.clone(),
+        canonical,
+        engine: Arc::new(engine),
+        config: v.clone(),
+        cache_bytes,
+        capacity_lines,
+    })
+}
+
+/// Tells what opening a cache device found (for every volume sharing it).
+fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &VolumeConfig) {
+    let who = if members.len() == 1 {
+        format!("volume `{}`", v.export)
+    } else {
+        format!(
+            "volumes {}",
+            members
+                .iter()
+                .map(|&i| format!("`{}`", config.volumes[i].export))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let r = engine.stats().recovery;
+    if r.loaded {
+        eprintln!(
+            "iocache: {who}: loaded the cache on {} ({}): {} dirty and {} clean lines, {} clean lines dropped, \
+             {} corrupt record copies, {} lines written back",
+            v.cache.display(),
+            if r.clean_shutdown { "shut down cleanly" } else { "not shut down cleanly: recovered" },
+            r.dirty_lines,
+            r.clean_lines,
+            r.dropped_clean_lines,
+            r.corrupt_copies,
+            r.written_back_lines
+        );
+        for (offset, reason) in r.corrupt_examples.iter().take(4) {
+            eprintln!("iocache: {who}: corrupt metadata at offset {offset}: {reason}");
+        }
+    } else {
+        eprintln!(
+            "iocache: {who}: formatted a new cache on {} (persistence {})",
+            v.cache.display(),
+            v.persistence
+        );
     }
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
+/// How the cache devices are opened, for every volume.
+#[derive(Clone, Copy)]
+struct StartMode {
+    init: bool,
+    force: bool,
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let start = StartMode {
+        init: args.init,
+        force: args.force,
+    };
+    let config = match args.config.clone() {
+        Some(path) => ServeConfig::from_file(&path)?,
+        None => args.into_config()?,
+    };
+    serve(config, start)
+}
+
+/// What an NBD client reads as the export's description.
+fn describe(group: &CacheGroup, backend: &str) -> String {
+    format!(
+        "iocache: {} cache of {} lines of {} over {}",
+        group.engine.write_policy(),
+        group.capacity_lines,
+        format_byte_size(group.config.line_size.bytes()),
+        backend
+    )
+}
+
+/// Serves every volume of `config` until SIGINT or SIGTERM.
+fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
+    let mut files = Vec::new();
+    let mut caches = Vec::new();
+    let mut volumes = Vec::new();
+    for members in config.cache_groups() {
+        let group = open_cache_group(&config, &members, &mut files, start)?;
+        for &i in &members {
+            let v = &config.volumes[i];
+            let volume = group
+                .engine
+                .volume_named(&v.export)
+                .ok_or_else(|| anyhow!("volume `{}` is not in its engine", v.export))?;
+            volumes.push(ServedVolume {
+                export: v.export.clone(),
+                backend: volume.backend().name().to_string(),
+                cache: caches.len(),
+                volume,
+            });
+        }
+        caches.push(group);
+    }
+    // In the order of the configuration (the first is the default export).
+    let order: Vec<&str> = config.volumes.iter().map(|v| v.export.as_str()).collect();
+    volumes.sort_by_key(|v| order.iter().position(|e| *e == v.export));
+
+    if let Some(socket) = &config.socket {
+        create_parent(socket)?;
+    }
+    let mut server = Server::new(ServerConfig {
+        unix_socket: config.socket.clone(),
+        tcp: config.listen,
+        ..ServerConfig::default()
+    });
+    for v in &volumes {
+        let group = &caches[v.cache];
+        // The first export added is also the default one (the empty name).
+        server
+            .add_export(
+                v.export.clone(),
+                Arc::new(EngineExport::for_volume(
+                    Arc::clone(&group.engine),
+                    v.volume.clone(),
+                    Some(describe(group, &v.backend)),
+                )),
+            )
+            .with_context(|| {
+                config
+                    .volumes
+                    .iter()
+                    .find(|c| c.export == v.export)
+                    .map_or_else(String::new, |c| c.key("export"))
+            })?;
+    }
+    install_signal_handlers();
+    let running = server.start()?;
+    let state = Arc::new(Running {
+        caches,
+        volumes: Mutex::new(volumes),
+        exports: running.exports(),
+        files: Mutex::new(files),
+        admin: Mutex::new(()),
+    });
+    let admin_path = config.admin_socket.clone();
+    if let Some(path) = &admin_path {
+        create_parent(path)?;
+        let _ = std::fs::remove_file(path);
+        let admin = UnixListener::bind(path)
+            .with_context(|| format!("{} {}", config.origin.server_key("admin_socket"), path.display()))?;
+        let state = Arc::clone(&state);
+        std::thread::spawn(move || crate::admin::serve_admin(admin, state));
+    }
+    print_banner(&config, &state, running.tcp_addr(), admin_path.as_deref());
+
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("iocache: stopping: finishing requests in flight");
+    // No attach, detach or volume flush runs from now on.
+    let _admin = lock(&state.admin);
+    let server_stats = running.shutdown();
+    let mut failed = None;
+    let volumes = lock(&state.volumes);
+    for (index, group) in state.caches.iter().enumerate() {
+        let members: Vec<&ServedVolume> = volumes.iter().filter(|v| v.cache == index).collect();
+        for v in &members {
+            let dirty = group
+                .engine
+                .volume_stats(v.volume.id())
+                .map_or(0, |s| s.dirty_lines);
+            eprintln!("iocache: volume `{}`: writing back {dirty} dirty lines", v.export);
+        }
+        if let Err(e) = group.engine.shutdown() {
+            let names = members
+                .iter()
+                .map(|v| format!("`{}`", v.export))
+                .collect::<Vec<_>>()
+                .join(", ");
+            eprintln!(
+                "iocache: cache {} (volumes {names}): write-back failed: {e}",
+                group.path.display()
+            );
+            failed.get_or_insert_with(|| format!("volumes {names}: writing back dirty lines: {e}"));
+        }
+    }
+    if let Some(path) = &admin_path {
+        let _ = std::fs::remove_file(path);
+    }
+    for v in volumes.iter() {
+        let engine = &state.caches[v.cache].engine;
+        let Ok(stats) = engine.volume_stats(v.volume.id()) else {
+            continue;
+        };
+        eprintln!(
+            "iocache: volume `{}`: {} requests, {:.2} % line hit ratio, {} failed requests, {} I/O errors in its cache",
+            v.export,
+            stats.requests(),
+            stats.hit_ratio() * 100.0,
+            stats.errors,
+            engine.stats().io_errors
+        );
+    }
+    eprintln!("iocache: stopped after {} connections", server_stats.connections);
+    match failed {
+        Some(e) => bail!(e),
+        None => Ok(()),
+    }
+}
+
+/// What `attach` was asked to do (see `iocache ctl attach`).
+pub(crate) struct AttachRequest<'a> {
+    pub(crate) export: &'a str,
+    pub(crate) backend: &'a str,
+    pub(crate) backend_size: Option<&'a str>,
+    pub(crate) cache: Option<&'a str>,
+}
+
+impl Running {
+    fn cache_for(&self, cache: Option<&str>) -> Result<usize> {
+        match cache {
+            Some(path) => {
+                let wanted = std::fs::canonicalize(path).unwrap_or_else(|_| normalize(Path::new(path)));
+                self.caches
+                    .iter()
+                    .position(|g| g.canonical == wanted || normalize(&g.path) == normalize(Path::new(path)))
+                    .ok_or_else(|| anyhow!("cache {path}: not a cache device of this server"))
+            }
+            None if self.caches.len() == 1 => Ok(0),
+            None => bail!(
+                "this server has {} cache devices ({}); choose one with --cache PATH",
+                self.caches.len(),
+                self.caches
+                    .iter()
+                    .map(|g| g.path.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// Adds a volume to a cache device and serves it as a new export.
+    pub(crate) fn attach(&self, request: &AttachRequest<'_>) -> Result<serde_json::Value> {
+        let _admin = lock(&self.admin);
+        if STOP.load(Ordering::SeqCst) {
+            bail!("the server is stopping");
+        }
+        let export = request.export;
+        if export.is_empty() || export.len() > 255 || export.contains('\0') {
+            bail!("export: a name of 1 to 255 bytes without NUL, not `{export}`");
+        }
+        if lock(&self.volumes).iter().any(|v| v.export == export) {
+            bail!("export `{export}` is already served");
+        }
+        let index = self.cache_for(request.cache)?;
+        let group = &self.caches[index];
+        let create_bytes = request
+            .backend_size
+            .map(|t| parse_byte_size(t).map_err(|e| anyhow!("backend_size: {e}")))
+            .transpose()?;
+        if create_bytes == Some(0) {
+            bail!("backend_size: a backend cannot be empty");
+        }
+        let is_nbd = request.backend.starts_with("nbd://") || request.backend.starts_with("nbd+unix://");
+        if create_bytes.is_some() && is_nbd {
+            bail!(
+                "backend_size: only for a backend file; `{}` is an NBD export",
+                request.backend
+            );
+        }
+        let backend = {
+            let mut files = lock(&self.files);
+            open_backend(request.backend, create_bytes, export, &mut files, "backend")?
+        };
+        let release = || lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
+        let id = match group.engine.attach(export, Arc::clone(&backend)) {
+            Ok(id) => id,
+            Err(e) => {
+                release();
+                bail!("attaching `{export}`: {e}");
+            }
+        };
+        let volume = group.engine.volume(id)?;
+        let name = backend.name().to_string();
+        let served = EngineExport::for_volume(
+            Arc::clone(&group.engine),
+            volume.clone(),
+            Some(describe(group, &name)),
+        );
+        if let Err(e) = self.exports.add_export(export, Arc::new(served)) {
+            let _ = group.engine.detach(id);
+            release();
+            bail!("serving `{export}`: {e}");
+        }
+        eprintln!(
+            "iocache: attached export `{export}` ({} volume over {name}) to the cache {}",
+            format_byte_size(volume.size_bytes()),
+            group.path.display()
+        );
+        lock(&self.volumes).push(ServedVolume {
+            export: export.to_string(),
+            backend: name.clone(),
+            cache: index,
+            volume: volume.clone(),
+        });
+        Ok(serde_json::json!({
+            "export": export,
+            "volume_id": id,
+            "size_bytes": volume.size_bytes(),
+            "backend": name,
+            "cache": group.path.display().to_string(),
+        }))
+    }
+
+    fn served(&self, export: &str) -> Result<(usize, Volume)> {
+        lock(&self.volumes)
+            .iter()
+            .find(|v| v.export == export)
+            .map(|v| (v.cache, v.volume.clone()))
+            .ok_or_else(|| anyhow!("no export `{export}` is served"))
+    }
+
+    /// Stops serving a volume: its export disappears (new connections are
+    /// refused, connections on it close after answering what they sent),
+    /// its dirty lines are written back and its lines leave the cache.
+    pub(crate) fn detach(&self, export: &str) -> Result<serde_json::Value> {
+        let _admin = lock(&self.admin);
+        let (cache, volume) = self.served(export)?;
+        let engine = &self.caches[cache].engine;
+        let dirty = engine.volume_stats(volume.id()).map_or(0, |s| s.dirty_lines);
+        let removed = self.exports.remove_export(export);
+        if let Err(e) = engine.detach(volume.id()) {
+            if let Some(served) = removed {
+                let _ = self.exports.add_export(export, served);
+            }
+            bail!("detaching `{export}`: {e}; it is still served");
+        }
+        lock(&self.volumes).retain(|v| v.export != export);
+        lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
+        eprintln!("iocache: detached export `{export}`: {dirty} dirty lines written back");
+        Ok(serde_json::json!({ "export": export, "dirty_lines_written_back": dirty }))
+    }
+
+    /// Writes back a volume's dirty lines while it keeps serving.
+    pub(crate) fn flush(&self, export: &str) -> Result<serde_json::Value> {
+        let _admin = lock(&self.admin);
+        let (cache, volume) = self.served(export)?;
+        let written = self.caches[cache]
+            .engine
+            .flush_volume(volume.id())
+            .with_context(|| format!("flushing `{export}`"))?;
+        Ok(serde_json::json!({ "export": export, "written_back_lines": written }))
+    }
+}
+
+/// Tells how to reach every export.
+fn print_banner(
+    config: &ServeConfig,
+    state: &Running,
+    tcp: Option<std::net::SocketAddr>,
+    admin: Option<&Path>,
+) {
+    let socket = config
+        .socket
+        .as_ref()
+        .map(|s| std::fs::canonicalize(s).unwrap_or_else(|_| s.clone()));
+    let mut out = String::new();
+    let volumes = lock(&state.volumes);
+    for (i, v) in volumes.iter().enumerate() {
+        let group = &state.caches[v.cache];
+        let name = &v.export;
+        let shared = volumes.iter().filter(|o| o.cache == v.cache).count();
+        out += &format!(
+            "iocache: serving export `{name}` ({}{} volume over {}, {} cache{}, {} lines of {}, {}, lookup {}) on\n",
+            if i == 0 { "the default export; " } else { "" },
+            format_byte_size(v.volume.size_bytes()),
+            v.backend,
+            format_byte_size(group.cache_bytes),
+            if shared > 1 {
+                format!(" {} shared by {shared} volumes", group.path.display())
+            } else {
+                String::new()
+            },
+            group.capacity_lines,
+            format_byte_size(group.config.line_size.bytes()),
+            group.config.write_policy,
+            group.config.lookup
+        );
+        if let Some(socket) = &socket {
+            out += &format!("  nbd+unix:///{name}?socket={}\n", socket.display());
+        }
+        if let Some(tcp) = tcp {
+            out += &format!("  nbd://{tcp}/{name}\n");
+        }
+    }
+    let first = &volumes[0].export;
+    out += "Connect with, for example:\n";
+    if let Some(socket) = &socket {
+        out += &format!(
+            "  nbdinfo 'nbd+unix:///{first}?socket={}'\n  nbdfuse DIR/disk --unix {}\n",
+            socket.display(),
+            socket.display()
+        );
+    }
+    if let Some(tcp) = tcp {
+        out += &format!("  qemu-io -f raw -c 'read -v 0 512' 'nbd://{tcp}/{first}'\n");
+    }
+    if let Some(admin) = admin {
+        out += &format!(
+            "Statistics: iocache stats --admin-socket {0}\nVolumes: iocache ctl --admin-socket {0} attach|detach|flush|stats ...\n",
+            admin.display()
+        );
+    }
+    out += "Stop with Ctrl-C (dirty lines are written back first).";
+    println!("{out}");
+}
+
+pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_signal: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
@@ -274,99 +787,6 @@ fn open_file(path: &Path, create_bytes: u64, direct: bool) -> Result<FileDevice>
     Ok(device)
 }
 
-#[derive(Args)]
-pub struct StatsArgs {
-    /// The admin socket of a running `iocache serve`.
-    #[arg(long, value_name = "PATH", default_value = "iocache-data/admin.sock")]
-    admin_socket: PathBuf,
-    /// Print the raw JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-/// `iocache stats`: asks a running server for its statistics.
-pub fn stats(args: StatsArgs) -> Result<()> {
-    let mut stream = UnixStream::connect(&args.admin_socket)
-        .with_context(|| format!("connecting to the admin socket {}", args.admin_socket.display()))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    writeln!(stream, "stats")?;
-    let mut reply = String::new();
-    BufReader::new(&stream).read_line(&mut reply)?;
-    let json: serde_json::Value = serde_json::from_str(reply.trim())
-        .with_context(|| format!("the server's reply is not JSON: {reply}"))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&json)?);
-        return Ok(());
-    }
-    for v in json["volumes"].as_array().into_iter().flatten() {
-        println!(
-            "volume {} ({} bytes) over {}",
-            v["export"], v["size_bytes"], v["backend"]
-        );
-        println!(
-            "  cache      {} policy, {} write policy, lookup {} ({} shards)",
-            v["policy"], v["write_policy"], v["lookup"], v["shards"]
-        );
-        println!(
-            "  occupancy  {} / {} lines ({:.1} %), {} clean, {} dirty",
-            v["resident_lines"],
-            v["capacity_lines"],
-            v["occupancy"].as_f64().unwrap_or(0.0) * 100.0,
-            v["clean_lines"],
-            v["dirty_lines"]
-        );
-        println!(
-            "  requests   {} ({} reads, {} writes); line hit ratio {:.2} %",
-            v["requests"],
-            v["read_requests"],
-            v["write_requests"],
-            v["hit_ratio"].as_f64().unwrap_or(0.0) * 100.0
-        );
-        println!(
-            "  lines      {} read hits, {} write hits, {} partial hits, {} full misses",
-            v["read_hits"], v["write_hits"], v["partial_hits"], v["full_misses"]
-        );
-        println!(
-            "  decisions  {} promotions, {} evictions, {} write-backs, {} bypassed, {} I/O errors",
-            v["promotions"], v["evictions"], v["write_backs"], v["bypassed_accesses"], v["io_errors"]
-        );
-        let r = &v["recovery"];
-        println!(
-            "  metadata   persistence {}, {} barriers, {} records written; at start: {} dirty and {} clean lines loaded, {} dropped, {} corrupt copies",
-            v["persistence"].as_str().unwrap_or("?"),
-            v["barriers"],
-            v["records_written"],
-            r["dirty_lines"],
-            r["clean_lines"],
-            r["dropped_clean_lines"],
-            r["corrupt_copies"]
-        );
-        println!(
-            "  health     cache device {} ({} errors), {} backend errors, {} failed write-backs",
-            if v["cache_device_failed"].as_bool().unwrap_or(false) {
-                "FAILED: pass-through"
-            } else {
-                "ok"
-            },
-            v["cache_device_errors"],
-            v["backend_errors"],
-            v["failed_writebacks"]
-        );
-        for kind in ["read", "write"] {
-            let l = &v["latency"][kind];
-            println!(
-                "  {kind:<5} µs  p50 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  ({} requests)",
-                l["p50_us"].as_f64().unwrap_or(0.0),
-                l["p99_us"].as_f64().unwrap_or(0.0),
-                l["p99_9_us"].as_f64().unwrap_or(0.0),
-                l["p99_99_us"].as_f64().unwrap_or(0.0),
-                l["count"]
-            );
-        }
-    }
-    Ok(())
-}
-
 impl ServeArgs {
     /// The flags as a one-volume configuration (defaults in ./iocache-data).
     fn into_config(self) -> Result<ServeConfig> {
@@ -410,335 +830,4 @@ impl ServeArgs {
         }
         .check()
     }
-}
-
-/// A volume opened and ready to serve.
-struct OpenVolume {
-    config: VolumeConfig,
-    engine: Arc<Engine>,
-    backend_name: String,
-    backend_bytes: u64,
-    cache_bytes: u64,
-    capacity_lines: u64,
-}
-
-/// Opens a volume's backend and cache device and builds its engine. `opened`
-/// holds the canonical paths of the files earlier volumes opened (with whose
-/// and what they are), so that no file serves twice under another name.
-fn open_volume(
-    v: &VolumeConfig,
-    opened: &mut Vec<(PathBuf, String, &'static str)>,
-    start: StartMode,
-) -> Result<OpenVolume> {
-    if v.persistence == Persistence::None
-        && matches!(v.write_policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
-        && !start.force
-    {
-        bail!(
-            "{}: none keeps no metadata on the cache device, so with write policy {} every FLUSH must \
-             write all dirty lines back and a crash loses the cache; choose all or dirty, or add --force",
-            v.key("persistence"),
-            v.write_policy
-        );
-    }
-    let mut claim = |path: &Path, role: &'static str| -> Result<()> {
-        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        if let Some((_, export, other_role)) = opened.iter().find(|(p, _, _)| *p == canonical) {
-            bail!(
-                "{}: {} is the same file as volume `{export}`'s {other_role}",
-                v.key(role),
-                path.display()
-            );
-        }
-        opened.push((canonical, v.export.clone(), role));
-        Ok(())
-    };
-    let backend: Arc<dyn BlockDevice> = if v.backend_is_nbd() {
-        Arc::new(
-            NbdBackend::connect(&v.backend).with_context(|| format!("{} {}", v.key("backend"), v.backend))?,
-        )
-    } else {
-        let path = Path::new(&v.backend);
-        if !path.exists() && v.backend_create_bytes.is_none() {
-            bail!(
-                "{}: {} does not exist (set backend_size to create it)",
-                v.key("backend"),
-                path.display()
-            );
-        }
-        let device =
-            open_file(path, v.backend_create_bytes.unwrap_or(0), false).with_context(|| v.key("backend"))?;
-        claim(path, "backend")?;
-        Arc::new(device)
-    };
-    // The cache device holds a superblock and metadata records before the
-    // lines (docs/format.md): a new file gets room for both.
-    let line_bytes = v.line_size.bytes();
-    let layout_for = |data_bytes: u64| {
-        Layout::for_slots(line_bytes, (data_bytes / line_bytes).max(1))
-            .map_err(|e| anyhow::anyhow!("{}: {e}", v.key("cache_size")))
-    };
-    let create_bytes = layout_for(v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))?.device_bytes();
-    let cache_dev = open_file(&v.cache, create_bytes, v.direct).with_context(|| v.key("cache"))?;
-    claim(&v.cache, "cache")?;
-    let cache_bytes = match v.cache_bytes {
-        Some(bytes) => {
-            let needed = layout_for(bytes)?.device_bytes();
-            if needed > cache_dev.len_bytes() {
-                bail!(
-                    "{}: {} of lines and their metadata need {}, more than the cache device {} ({})",
-                    v.key("cache_size"),
-                    format_byte_size(bytes),
-                    format_byte_size(needed),
-                    v.cache.display(),
-                    format_byte_size(cache_dev.len_bytes())
-                );
-            }
-            bytes
-        }
-        None => {
-            Layout::fitting(line_bytes, cache_dev.len_bytes())
-                .map_err(|e| anyhow::anyhow!("{}: {e}", v.key("cache")))?
-                .slots
-                * line_bytes
-        }
-    };
-    let capacity_lines = cache_bytes / v.line_size.bytes();
-    if capacity_lines == 0 {
-        bail!(
-            "{}: the cache ({}) holds no line of {}",
-            v.key("cache_size"),
-            format_byte_size(cache_bytes),
-            format_byte_size(v.line_size.bytes())
-        );
-    }
-    let mut cache = CacheConfig::new(capacity_lines, v.line_size, v.policy.clone());
-    cache.write_policy = v.write_policy;
-    cache.promotion = v.promotion;
-    cache.cleaning = v.cleaning;
-    cache.write_miss_bypass = v.write_miss_bypass;
-    cache.seq_cutoff = v.seq_cutoff;
-    let engine = Engine::new(
-        EngineConfig {
-            cache,
-            lookup: v.lookup,
-            shards: 0,
-            io: v.io,
-            persistence: v.persistence,
-            init: if start.init {
-                InitMode::Format {
-                    discard_dirty: start.force,
-                }
-            } else {
-                InitMode::Load
-            },
-            volume_name: v.export.clone(),
-        },
-        Arc::new(cache_dev),
-        Arc::clone(&backend),
-    )
-    .with_context(|| match &v.origin {
-        Origin::Flags => "building the cache".to_string(),
-        Origin::File(path) => format!("{path}: volume `{}`", v.export),
-    })?;
-    let r = engine.stats().recovery;
-    if r.loaded {
-        eprintln!(
-            "iocache: volume `{}`: loaded the cache on {} ({}): {} dirty and {} clean lines, {} clean lines dropped, \
-             {} corrupt record copies, {} lines written back",
-            v.export,
-            v.cache.display(),
-            if r.clean_shutdown { "shut down cleanly" } else { "not shut down cleanly: recovered" },
-            r.dirty_lines,
-            r.clean_lines,
-            r.dropped_clean_lines,
-            r.corrupt_copies,
-            r.written_back_lines
-        );
-        for (offset, reason) in r.corrupt_examples.iter().take(4) {
-            eprintln!(
-                "iocache: volume `{}`: corrupt metadata at offset {offset}: {reason}",
-                v.export
-            );
-        }
-    } else {
-        eprintln!(
-            "iocache: volume `{}`: formatted a new cache on {} (persistence {})",
-            v.export,
-            v.cache.display(),
-            v.persistence
-        );
-    }
-    Ok(OpenVolume {
-        config: v.clone(),
-        engine: Arc::new(engine),
-        backend_name: backend.name().to_string(),
-        backend_bytes: backend.len_bytes(),
-        cache_bytes,
-        capacity_lines,
-    })
-}
-
-/// How the cache devices are opened, for every volume.
-#[derive(Clone, Copy)]
-struct StartMode {
-    init: bool,
-    force: bool,
-}
-
-pub fn run(args: ServeArgs) -> Result<()> {
-    let start = StartMode {
-        init: args.init,
-        force: args.force,
-    };
-    let config = match args.config.clone() {
-        Some(path) => ServeConfig::from_file(&path)?,
-        None => args.into_config()?,
-    };
-    serve(config, start)
-}
-
-/// Serves every volume of `config` until SIGINT or SIGTERM.
-fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
-    let mut opened = Vec::new();
-    let volumes = config
-        .volumes
-        .iter()
-        .map(|v| open_volume(v, &mut opened, start))
-        .collect::<Result<Vec<_>>>()?;
-
-    if let Some(socket) = &config.socket {
-        create_parent(socket)?;
-    }
-    let mut server = Server::new(ServerConfig {
-        unix_socket: config.socket.clone(),
-        tcp: config.listen,
-        ..ServerConfig::default()
-    });
-    for v in &volumes {
-        let description = format!(
-            "iocache: {} cache of {} lines of {} over {}",
-            v.engine.write_policy(),
-            v.capacity_lines,
-            format_byte_size(v.config.line_size.bytes()),
-            v.backend_name
-        );
-        // The first export added is also the default one (the empty name).
-        server
-            .add_export(
-                v.config.export.clone(),
-                Arc::new(EngineExport::new(Arc::clone(&v.engine), Some(description))),
-            )
-            .with_context(|| v.config.key("export"))?;
-    }
-    let admin_path = config.admin_socket.clone();
-    if let Some(path) = &admin_path {
-        create_parent(path)?;
-        let _ = std::fs::remove_file(path);
-        let admin = UnixListener::bind(path)
-            .with_context(|| format!("{} {}", config.origin.server_key("admin_socket"), path.display()))?;
-        let served: Vec<ServedVolume> = volumes
-            .iter()
-            .map(|v| ServedVolume {
-                export: v.config.export.clone(),
-                backend: v.backend_name.clone(),
-                policy: v.config.policy.to_string(),
-                engine: Arc::clone(&v.engine),
-            })
-            .collect();
-        let served = Arc::new(served);
-        std::thread::spawn(move || serve_admin(admin, served));
-    }
-    install_signal_handlers();
-    let running = server.start()?;
-    print_banner(&config, &volumes, running.tcp_addr(), admin_path.as_deref());
-
-    while !STOP.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    eprintln!("iocache: stopping: finishing requests in flight");
-    let server_stats = running.shutdown();
-    let mut failed = None;
-    for v in &volumes {
-        let dirty = v.engine.stats().dirty_lines;
-        eprintln!(
-            "iocache: volume `{}`: writing back {dirty} dirty lines",
-            v.config.export
-        );
-        if let Err(e) = v.engine.shutdown() {
-            eprintln!("iocache: volume `{}`: write-back failed: {e}", v.config.export);
-            failed.get_or_insert_with(|| {
-                format!("volume `{}`: writing back dirty lines: {e}", v.config.export)
-            });
-        }
-    }
-    if let Some(path) = &admin_path {
-        let _ = std::fs::remove_file(path);
-    }
-    for v in &volumes {
-        let stats = v.engine.stats();
-        eprintln!(
-            "iocache: volume `{}`: {} requests, {:.2} % line hit ratio, {} I/O errors",
-            v.config.export,
-            stats.cache.requests,
-            stats.cache.hit_ratio() * 100.0,
-            stats.io_errors
-        );
-    }
-    eprintln!("iocache: stopped after {} connections", server_stats.connections);
-    match failed {
-        Some(e) => bail!(e),
-        None => Ok(()),
-    }
-}
-
-/// Tells how to reach every export.
-fn print_banner(
-    config: &ServeConfig,
-    volumes: &[OpenVolume],
-    tcp: Option<std::net::SocketAddr>,
-    admin: Option<&Path>,
-) {
-    let socket = config
-        .socket
-        .as_ref()
-        .map(|s| std::fs::canonicalize(s).unwrap_or_else(|_| s.clone()));
-    let mut out = String::new();
-    for (i, v) in volumes.iter().enumerate() {
-        let name = &v.config.export;
-        out += &format!(
-            "iocache: serving export `{name}` ({}{} volume over {}, {} cache, {} lines of {}, {}, lookup {}) on\n",
-            if i == 0 { "the default export; " } else { "" },
-            format_byte_size(v.backend_bytes),
-            v.backend_name,
-            format_byte_size(v.cache_bytes),
-            v.capacity_lines,
-            format_byte_size(v.config.line_size.bytes()),
-            v.config.write_policy,
-            v.config.lookup
-        );
-        if let Some(socket) = &socket {
-            out += &format!("  nbd+unix:///{name}?socket={}\n", socket.display());
-        }
-        if let Some(tcp) = tcp {
-            out += &format!("  nbd://{tcp}/{name}\n");
-        }
-    }
-    let first = &volumes[0].config.export;
-    out += "Connect with, for example:\n";
-    if let Some(socket) = &socket {
-        out += &format!(
-            "  nbdinfo 'nbd+unix:///{first}?socket={}'\n  nbdfuse DIR/disk --unix {}\n",
-            socket.display(),
-            socket.display()
-        );
-    }
-    if let Some(tcp) = tcp {
-        out += &format!("  qemu-io -f raw -c 'read -v 0 512' 'nbd://{tcp}/{first}'\n");
-    }
-    if let Some(admin) = admin {
-        out += &format!("Statistics: iocache stats --admin-socket {}\n", admin.display());
-    }
-    out += "Stop with Ctrl-C (dirty lines are written back first).";
-    println!("{out}");
 }

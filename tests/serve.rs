@@ -606,9 +606,10 @@ fn config_errors_name_the_file_the_volume_and_the_key() {
         &TWO_VOLUMES.replace("cache = \"data/cache-slow.img\"\n", ""),
     );
     assert!(err.contains("missing field `cache`"), "{err}");
+    // Two volumes may share a cache device, but not disagree on its size.
     let err = config_error(&dir, &TWO_VOLUMES.replace("cache-slow.img", "cache-fast.img"));
     assert!(
-        err.contains("volume `slow`: cache") && err.contains("own cache device"),
+        err.contains("volumes `fast` and `slow`") && err.contains("cache_size"),
         "{err}"
     );
     let err = config_error(&dir, &TWO_VOLUMES.replace("\"64KiB\"", "\"3000\""));
@@ -720,5 +721,300 @@ fn batched_io_uring_reads_on_an_o_direct_cache() {
     qemu_io(&served.uri(), &pattern_commands("read"));
     let (ok, err) = served.stop();
     assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two volumes on one cache device (the keys of the cache written once).
+const SHARED_CACHE: &str = r#"
+[server]
+socket = "iocache-data/iocache.sock"
+listen = "127.0.0.1:0"
+admin_socket = "iocache-data/admin.sock"
+
+[[volume]]
+export = "one"
+backend = "data/one.img"
+backend_size = "32MiB"
+cache = "data/cache.img"
+cache_size = "8MiB"
+persistence = "dirty"
+
+[[volume]]
+export = "two"
+backend = "data/two.img"
+backend_size = "16MiB"
+cache = "data/cache.img"
+"#;
+
+/// Offsets and sizes within a 16 MiB volume.
+fn small_volume_commands(verb: &str, pattern: u8) -> Vec<String> {
+    [
+        (0u64, 4096u64),
+        (4096 + 512, 3 * 512),
+        (1 << 20, 64 << 10),
+        (5 << 20, 1 << 20),
+        ((16 << 20) - 4096, 4096),
+    ]
+    .iter()
+    .map(|(offset, len)| format!("{verb} -P {pattern} {offset} {len}"))
+    .collect()
+}
+
+/// `iocache ctl --admin-socket ADMIN ARGS...` run in the server's directory
+/// (relative paths are the caller's): success and stdout + stderr.
+fn ctl(admin: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .current_dir(admin.parent().unwrap().parent().unwrap())
+        .args(["ctl", "--admin-socket", admin.to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+fn ctl_ok(admin: &Path, args: &[&str]) -> String {
+    let (ok, text) = ctl(admin, args);
+    assert!(ok, "iocache ctl {args:?}: {text}");
+    text
+}
+
+/// Whether the file holds `pattern` over `[offset, offset + len)`.
+fn file_holds(path: &Path, offset: usize, len: usize, pattern: u8) -> bool {
+    let data = std::fs::read(path).unwrap();
+    data[offset..offset + len].iter().all(|&b| b == pattern)
+}
+
+fn nbdinfo_size(uri: &str) -> Option<u64> {
+    let out = Command::new("nbdinfo").args(["--size", uri]).output().unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().parse().unwrap())
+}
+
+#[test]
+fn volumes_share_a_cache_device_and_come_and_go_at_run_time() {
+    if !have("qemu-io") || !have("nbdinfo") {
+        eprintln!("skipped: needs qemu-io and nbdinfo");
+        return;
+    }
+    let dir = temp_dir("shared-cache");
+    let served = Served::start_config(&dir, SHARED_CACHE);
+    let admin = dir.join("iocache-data/admin.sock");
+    let (one, two) = (served.uri_of("one"), served.uri_of("two"));
+    qemu_io(&one, &small_volume_commands("write", 0x31));
+    qemu_io(&two, &small_volume_commands("write", 0x32));
+    qemu_io(&one, &small_volume_commands("read", 0x31));
+    qemu_io(&two, &small_volume_commands("read", 0x32));
+    assert_eq!(nbdinfo_size(&one), Some(32 << 20));
+    assert_eq!(nbdinfo_size(&two), Some(16 << 20));
+
+    // One cache device, one engine: both volumes see the same cache.
+    let json = stats_json(&admin);
+    let volumes = json["volumes"].as_array().unwrap();
+    assert_eq!(volumes.len(), 2, "{json}");
+    for v in volumes {
+        assert_eq!(v["cache"]["path"], "data/cache.img", "{v}");
+        assert_eq!(v["cache"]["volumes"], serde_json::json!(["one", "two"]), "{v}");
+        assert_eq!(v["capacity_lines"], 2048, "{v}");
+        assert!(v["dirty_lines"].as_u64().unwrap() > 0, "{v}");
+        assert!(v["write_requests"].as_u64().unwrap() >= 5, "{v}");
+    }
+    let resident: u64 = volumes
+        .iter()
+        .map(|v| v["resident_lines"].as_u64().unwrap())
+        .sum();
+    assert_eq!(resident, volumes[0]["cache"]["resident_lines"].as_u64().unwrap());
+    let text = ctl_ok(&admin, &["stats", "two"]);
+    assert!(
+        text.contains("shared by 2 volumes") && !text.contains("\"one\""),
+        "{text}"
+    );
+
+    // Attach a third volume at run time, on a backend created for it.
+    let text = ctl_ok(
+        &admin,
+        &["attach", "three", "data/three.img", "--backend-size", "8MiB"],
+    );
+    assert!(text.contains("attached export \"three\""), "{text}");
+    let three = served.uri_of("three");
+    assert_eq!(nbdinfo_size(&three), Some(8 << 20));
+    qemu_io(&three, &[format!("write -P 0x33 0 {}", 4 << 20)]);
+    qemu_io(&three, &[format!("read -P 0x33 0 {}", 4 << 20)]);
+    let (ok, text) = ctl(
+        &admin,
+        &["attach", "three", "data/other.img", "--backend-size", "1MiB"],
+    );
+    assert!(!ok && text.contains("already served"), "{text}");
+    let (ok, text) = ctl(&admin, &["attach", "four", "data/one.img"]);
+    assert!(
+        !ok && text.contains("same file as volume `one`'s backend"),
+        "{text}"
+    );
+    let (ok, text) = ctl(&admin, &["attach", "four", "data/missing.img"]);
+    assert!(!ok && text.contains("does not exist"), "{text}");
+    let (ok, text) = ctl(
+        &admin,
+        &[
+            "attach",
+            "four",
+            "data/x.img",
+            "--backend-size",
+            "1MiB",
+            "--cache",
+            "elsewhere.img",
+        ],
+    );
+    assert!(!ok && text.contains("not a cache device"), "{text}");
+
+    // Flush one volume: its dirty lines reach its backend, the others' stay.
+    let text = ctl_ok(&admin, &["flush", "one"]);
+    assert!(text.contains("lines written back"), "{text}");
+    let json = stats_json(&admin);
+    let by_name = |json: &serde_json::Value, name: &str| {
+        json["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["export"] == name)
+            .cloned()
+    };
+    assert_eq!(by_name(&json, "one").unwrap()["dirty_lines"], 0, "{json}");
+    assert!(
+        by_name(&json, "two").unwrap()["dirty_lines"].as_u64().unwrap() > 0,
+        "{json}"
+    );
+    assert!(file_holds(&dir.join("data/one.img"), 5 << 20, 1 << 20, 0x31));
+
+    // Detach `two` while `one` keeps serving a verifying workload.
+    let keep_going = {
+        let one = one.clone();
+        std::thread::spawn(move || {
+            for round in 0..6u8 {
+                let pattern = 0x40 + round;
+                qemu_io(&one, &small_volume_commands("write", pattern));
+                qemu_io(&one, &small_volume_commands("read", pattern));
+            }
+        })
+    };
+    let text = ctl_ok(&admin, &["detach", "two"]);
+    assert!(text.contains("detached export \"two\""), "{text}");
+    // Gone from the server: new connections are refused by name.
+    assert_eq!(nbdinfo_size(&two), None);
+    let out = Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "read 0 512", &two])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "qemu-io reached a detached export");
+    // Its dirty lines are on its backend file.
+    for (offset, len) in [(0usize, 4096usize), (5 << 20, 1 << 20), ((16 << 20) - 4096, 4096)] {
+        assert!(
+            file_holds(&dir.join("data/two.img"), offset, len, 0x32),
+            "two.img at {offset}"
+        );
+    }
+    let (ok, text) = ctl(&admin, &["detach", "two"]);
+    assert!(!ok && text.contains("no export `two`"), "{text}");
+    let json = stats_json(&admin);
+    let names: Vec<&str> = json["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["export"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["one", "three"], "{json}");
+    keep_going.join().unwrap();
+
+    // Attached again, on the same file: the data is there.
+    ctl_ok(&admin, &["attach", "two", "data/two.img"]);
+    qemu_io(&two, &small_volume_commands("read", 0x32));
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    for name in ["one", "two", "three"] {
+        assert!(err.contains(&format!("volume `{name}`: writing back")), "{err}");
+    }
+    assert!(file_holds(&dir.join("data/three.img"), 0, 4 << 20, 0x33));
+
+    // Restarted from the file: `one` and `two` again, `three` was never in it.
+    let served = Served::start_config(&dir, SHARED_CACHE);
+    qemu_io(&served.uri_of("one"), &small_volume_commands("read", 0x45));
+    qemu_io(&served.uri_of("two"), &small_volume_commands("read", 0x32));
+    assert_eq!(nbdinfo_size(&served.uri_of("three")), None);
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_crash_keeps_every_volume_of_a_shared_cache() {
+    if !have("qemu-io") {
+        eprintln!("skipped: qemu-io is not installed");
+        return;
+    }
+    let dir = temp_dir("shared-crash");
+    let mut served = Served::start_config(&dir, SHARED_CACHE);
+    let mut one = small_volume_commands("write", 0x51);
+    one.push("flush".into());
+    let mut two = small_volume_commands("write", 0x52);
+    two.push("flush".into());
+    qemu_io(&served.uri_of("one"), &one);
+    qemu_io(&served.uri_of("two"), &two);
+    // SIGKILL: nothing is written back; the records on the cache device are
+    // all that is left of the dirty lines.
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    let _ = std::fs::remove_file(dir.join("iocache-data/iocache.sock"));
+    // Without `two`, its dirty lines could not be written back: refused, naming it.
+    let only_one = SHARED_CACHE
+        .split("[[volume]]\nexport = \"two\"")
+        .next()
+        .unwrap()
+        .to_string();
+    std::fs::write(dir.join("one.toml"), &only_one).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["serve", "--config", "one.toml"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("`two`") && err.contains("does not serve"), "{err}");
+    // With both, every volume's data is found in the cache.
+    let served = Served::start_config(&dir, SHARED_CACHE);
+    qemu_io(&served.uri_of("one"), &small_volume_commands("read", 0x51));
+    qemu_io(&served.uri_of("two"), &small_volume_commands("read", 0x52));
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    assert!(file_holds(&dir.join("data/two.img"), 5 << 20, 1 << 20, 0x52));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn volumes_sharing_a_cache_must_agree_on_its_keys() {
+    let dir = temp_dir("shared-bad");
+    std::fs::create_dir_all(&dir).unwrap();
+    // `two` says another cache size than `one` (a key written once is shared).
+    let err = config_error(
+        &dir,
+        &SHARED_CACHE.replace(
+            "backend_size = \"16MiB\"",
+            "backend_size = \"16MiB\"\nwrite_policy = \"wt\"\ncache_size = \"4MiB\"",
+        ),
+    );
+    assert!(
+        err.contains("volumes `one` and `two`")
+            && err.contains("cache_size")
+            && err.contains("data/cache.img"),
+        "{err}"
+    );
+    let last = SHARED_CACHE.rfind("cache = \"data/cache.img\"").unwrap();
+    let err = config_error(
+        &dir,
+        &format!("{}cache = \"data/one.img\"\n", &SHARED_CACHE[..last]),
+    );
+    assert!(
+        err.contains("volume `two`: cache") && err.contains("backend"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

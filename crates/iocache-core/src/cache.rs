@@ -6,12 +6,13 @@
 
 use crate::addr::{
     request_lines, split_request, split_request_keys, IoKind, LineKey, LinePart, LineSize, Request, SlotId,
-    SECTOR_BYTES,
+    VolumeId, SECTOR_BYTES,
 };
 use crate::bitmap;
 use crate::cleaning::CleaningPolicy;
 use crate::config::{CacheConfig, FlushOrder, WritePolicy};
 use crate::error::CoreError;
+use crate::fasthash::FxHashMap;
 use crate::index::LineIndex;
 use crate::ops::{Op, OpList};
 use crate::policy::list::{Links, ListHead};
@@ -99,6 +100,13 @@ pub struct SlotSnapshot<'a> {
     pub dirty: &'a [u64],
 }
 
+/// How many lines of one volume a cache holds (see [`Cache::volume_lines`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VolumeLines {
+    pub resident: u64,
+    pub dirty: u64,
+}
+
 /// A line to load into a slot (see [`Cache::restore`]).
 #[derive(Clone, Copy, Debug)]
 pub struct RestoredLine<'a> {
@@ -134,6 +142,9 @@ pub struct Cache {
     seq: SeqDetector,
     last_request_ns: Option<u64>,
     cleaner_last_ns: Option<u64>,
+    /// Resident and dirty lines per volume, kept up to date once
+    /// [`Cache::count_volume_lines`] turned counting on.
+    volume_lines: Option<FxHashMap<VolumeId, VolumeLines>>,
 }
 
 impl Cache {
@@ -183,6 +194,7 @@ impl Cache {
             seq: SeqDetector::new(config.seq_cutoff),
             last_request_ns: None,
             cleaner_last_ns: None,
+            volume_lines: None,
             config,
         })
     }
@@ -584,6 +596,7 @@ impl Cache {
         meta.key = key;
         meta.resident = true;
         meta.generation += 1;
+        self.count_lines(key.volume, 1, 0);
         self.policy.on_insert(slot, key, info);
         self.stats.promotions += 1;
         Some(slot)
@@ -677,6 +690,7 @@ impl Cache {
         meta.resident = false;
         meta.generation += 1;
         let key = meta.key;
+        self.count_lines(key.volume, -1, 0);
         self.index.remove(&key, slot);
         bitmap::clear(self.valid_mut(slot));
     }
@@ -724,7 +738,19 @@ impl Cache {
         if !meta.dirty_listed {
             meta.dirty_listed = true;
             meta.dirty_since_ns = now_ns;
+            let volume = meta.key.volume;
             self.dirty_links.push_tail(&mut self.dirty_list, slot);
+            self.count_lines(volume, 0, 1);
+        }
+    }
+
+    /// Adds to the per-volume line counts, when they are kept.
+    #[inline]
+    fn count_lines(&mut self, volume: VolumeId, resident: i64, dirty: i64) {
+        if let Some(counts) = &mut self.volume_lines {
+            let entry = counts.entry(volume).or_default();
+            entry.resident = entry.resident.wrapping_add_signed(resident);
+            entry.dirty = entry.dirty.wrapping_add_signed(dirty);
         }
     }
 
@@ -733,6 +759,7 @@ impl Cache {
         if self.slots[slot as usize].dirty_listed && !bitmap::any(self.dirty_of(slot)) {
             self.slots[slot as usize].dirty_listed = false;
             self.dirty_links.unlink(&mut self.dirty_list, slot);
+            self.count_lines(self.slots[slot as usize].key.volume, 0, -1);
             true
         } else {
             false
@@ -872,6 +899,19 @@ impl Cache {
                 }
                 picked
             }
+            FlushOrder::Volume(volume) => {
+                let mut dirty: Vec<(LineKey, SlotId)> = self
+                    .dirty_links
+                    .iter(&self.dirty_list)
+                    .filter(|&s| {
+                        let meta = &self.slots[s as usize];
+                        meta.key.volume == volume && !meta.flushing
+                    })
+                    .map(|s| (self.slots[s as usize].key, s))
+                    .collect();
+                dirty.sort_unstable();
+                dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
+            }
         };
         for slot in candidates {
             self.emit_write_backs(slot, ops);
@@ -931,6 +971,7 @@ impl Cache {
             self.unmark_dirty_if_clean(slot);
             let meta = &mut self.slots[slot as usize];
             meta.resident = false;
+            self.count_lines(key.volume, -1, 0);
             self.index.remove(&key, slot);
             self.free.push(slot);
             self.stats.invalidations += 1;
@@ -1017,6 +1058,7 @@ impl Cache {
             meta.key = line.key;
             meta.resident = true;
             meta.generation += 1;
+            self.count_lines(line.key.volume, 1, 0);
             self.valid_mut(slot).copy_from_slice(line.valid);
             self.dirty_mut(slot).copy_from_slice(line.dirty);
             let dirty = bitmap::any(line.dirty);
@@ -1132,6 +1174,57 @@ impl Cache {
         (head != crate::policy::list::NIL).then(|| self.slots[head as usize].dirty_since_ns)
     }
 
+    /// Keeps resident and dirty line counts per volume from now on, so that
+    /// [`Cache::volume_lines`] answers without scanning the slots. Costs a
+    /// hash-map update whenever a line enters or leaves the cache or its
+    /// dirty list (the engine turns it on; the simulator does not).
+    pub fn count_volume_lines(&mut self) {
+        let mut counts: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
+        for (s, meta) in self.slots.iter().enumerate() {
+            if meta.resident {
+                let entry = counts.entry(meta.key.volume).or_default();
+                entry.resident += 1;
+                entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
+            }
+        }
+        self.volume_lines = Some(counts);
+    }
+
+    /// How many lines of `volume` are resident, and how many of those dirty.
+    /// O(1) once [`Cache::count_volume_lines`] was called, O(capacity) before.
+    pub fn volume_lines(&self, volume: VolumeId) -> VolumeLines {
+        if let Some(counts) = &self.volume_lines {
+            return counts.get(&volume).copied().unwrap_or_default();
+        }
+        let mut out = VolumeLines::default();
+        for (s, meta) in self.slots.iter().enumerate() {
+            if meta.resident && meta.key.volume == volume {
+                out.resident += 1;
+                out.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
+            }
+        }
+        out
+    }
+
+    /// Drops every resident line of `volume` that holds no dirty sector (a
+    /// volume being detached, after its dirty lines were flushed), emitting
+    /// one [`Op::Invalidate`] per line into `ops` (cleared first). Dirty lines
+    /// stay: flush them first. Returns how many lines were dropped. O(capacity).
+    pub fn drop_clean_lines(&mut self, volume: VolumeId, ops: &mut OpList) -> u64 {
+        ops.clear();
+        let mut dropped = 0;
+        for s in 0..self.slots.len() {
+            let slot = s as SlotId;
+            let meta = &self.slots[s];
+            if meta.resident && meta.key.volume == volume && !bitmap::any(self.dirty_of(slot)) {
+                self.drop_line(slot, ops);
+                dropped += 1;
+            }
+        }
+        ops.seal();
+        dropped
+    }
+
     /// Checks every internal invariant; panics with a description if one fails.
     /// Cost is O(capacity): for tests and debugging.
     pub fn check_invariants(&self) {
@@ -1167,5 +1260,25 @@ impl Cache {
         );
         assert_eq!(resident + self.free.len(), lines, "slots leaked");
         assert_eq!(dirty, self.dirty_list.len as usize, "dirty list length");
+        if let Some(counts) = &self.volume_lines {
+            let mut expected: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
+            for (s, meta) in self.slots.iter().enumerate() {
+                if meta.resident {
+                    let entry = expected.entry(meta.key.volume).or_default();
+                    entry.resident += 1;
+                    entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
+                }
+            }
+            for (volume, counted) in counts {
+                assert_eq!(
+                    *counted,
+                    expected.get(volume).copied().unwrap_or_default(),
+                    "line counts of volume {volume}"
+                );
+            }
+            for (volume, lines) in &expected {
+                assert_eq!(counts.get(volume), Some(lines), "line counts of volume {volume}");
+            }
+        }
     }
 }

@@ -180,6 +180,9 @@ pub enum FlushOrder {
     Oldest,
     /// Lines in (volume, address) order, continuing after the last line flushed.
     Address,
+    /// Only lines of this volume, in address order (flushing or detaching one
+    /// volume of a cache that several share).
+    Volume(crate::addr::VolumeId),
 }
 
 /// Everything that shapes one cache instance.

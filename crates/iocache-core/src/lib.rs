@@ -37,7 +37,9 @@ pub use addr::{
     split_request, split_request_keys, IoKind, LineKey, LinePart, LineSize, Request, SlotId, VolumeId,
     SECTOR_BYTES,
 };
-pub use cache::{AccessSummary, Cache, FlushToken, LineOutcome, LineState, RestoredLine, SlotSnapshot};
+pub use cache::{
+    AccessSummary, Cache, FlushToken, LineOutcome, LineState, RestoredLine, SlotSnapshot, VolumeLines,
+};
 pub use cleaning::CleaningPolicy;
 pub use config::{CacheConfig, FlushOrder, Promotion, WritePolicy};
 pub use error::CoreError;

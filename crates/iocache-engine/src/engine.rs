@@ -5,17 +5,17 @@
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use iocache_core::fasthash::FxHashMap;
 use iocache_core::{
-    Cache, CacheConfig, CacheStats, CoreError, FlushOrder, FlushToken, IoKind, LineKey, Op, OpList, Request,
-    RestoredLine, SlotId, WritePolicy, SECTOR_BYTES,
+    AccessSummary, Cache, CacheConfig, CacheStats, CoreError, FlushOrder, FlushToken, IoKind, LineKey, Op,
+    OpList, Request, RestoredLine, SlotId, VolumeId, WritePolicy, SECTOR_BYTES,
 };
 use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest, UringEngine};
-use iocache_format::{Persistence, ShutdownState, Superblock, VolumeEntry};
+use iocache_format::{Persistence, ShutdownState, Superblock};
 
 use crate::clock::Clock;
 use crate::health::Health;
@@ -24,6 +24,11 @@ use crate::persist::{PlannedRecord, RecordWriter, Shadow};
 use crate::recovery::{self, InitMode, OpenSpec, RecoveryReport};
 use smallvec::SmallVec;
 use thiserror::Error;
+use volumes::{VolumeState, VolumeTable};
+
+mod volumes;
+
+pub use volumes::{Volume, VolumeInfo, VolumeStats};
 
 /// Lines are assigned to shards in runs of this many, so that a request
 /// usually stays within one shard and its backend transfers stay merged.
@@ -155,6 +160,10 @@ pub enum EngineError {
     Format(String),
     #[error("refusing to start: {0}")]
     Refused(String),
+    #[error("no volume {0} is attached")]
+    UnknownVolume(String),
+    #[error("volume: {0}")]
+    Volume(String),
 }
 
 /// Counters of the whole engine.
@@ -320,6 +329,8 @@ type Segments = SmallVec<[Segment; 2]>;
 
 struct PlannedSegment {
     shard: usize,
+    /// The volume of the request.
+    volume: VolumeId,
     buffer_offset: usize,
     /// For each `WriteCache` op (in order), its slot's generation right
     /// after the decision: a failure handler forgets what the op was to
@@ -339,6 +350,8 @@ struct Plan {
     tickets: SmallVec<[Ticket; 4]>,
     /// Whether every ticket was served when taken (nothing to wait for).
     all_served: bool,
+    /// The core's verdicts on the request's lines (per-volume statistics).
+    summary: AccessSummary,
 }
 
 impl Default for Plan {
@@ -347,6 +360,7 @@ impl Default for Plan {
             segments: SmallVec::new(),
             tickets: SmallVec::new(),
             all_served: true,
+            summary: AccessSummary::default(),
         }
     }
 }
@@ -362,7 +376,10 @@ struct Inner {
     line_bytes: u64,
     line_shift: u32,
     cache_dev: Arc<dyn BlockDevice>,
-    backend: Arc<dyn BlockDevice>,
+    /// The attached volumes, each with its backend (see `volumes.rs`).
+    volumes: RwLock<VolumeTable>,
+    /// Serializes attach, detach, volume flushes and shutdown.
+    admin: Mutex<()>,
     write_policy: WritePolicy,
     clock: Clock,
     stopping: AtomicBool,
@@ -414,21 +431,40 @@ type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
 
 pub struct Engine {
     inner: Arc<Inner>,
+    /// The volume `read`, `write` and `size_bytes` are about: the first one
+    /// given at construction.
+    default: Volume,
     lookup: Lookup,
     single: Option<Mutex<mpsc::Sender<DecideJob>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Engine {
-    /// Builds the engine over a cache device and one backend volume (volume
-    /// 0): formats a blank cache device, or loads the cache it holds and
-    /// recovers its lines (see [`InitMode`] and docs/format.md).
+    /// Builds the engine over a cache device and one backend volume, named
+    /// `config.volume_name`: formats a blank cache device, or loads the cache
+    /// it holds and recovers its lines (see [`InitMode`] and docs/format.md).
     pub fn new(
         config: EngineConfig,
         cache_dev: Arc<dyn BlockDevice>,
         backend: Arc<dyn BlockDevice>,
     ) -> Result<Engine, EngineError> {
+        let name = config.volume_name.clone();
+        Engine::with_volumes(config, cache_dev, vec![(name, backend)])
+    }
+
+    /// Builds the engine over a cache device shared by several volumes, each
+    /// a name and a backend (`config.volume_name` is not used). The first is
+    /// the default volume of [`Engine::read`], [`Engine::write`] and
+    /// [`Engine::size_bytes`]. A volume keeps the id the cache device's
+    /// volume table gives its name, so its lines are found again after a
+    /// restart; see [`Engine::attach`] for volumes added later.
+    pub fn with_volumes(
+        config: EngineConfig,
+        cache_dev: Arc<dyn BlockDevice>,
+        volumes: Vec<(String, Arc<dyn BlockDevice>)>,
+    ) -> Result<Engine, EngineError> {
         config.cache.validate()?;
+        volumes::check_names(volumes.iter().map(|(name, _)| name.as_str()))?;
         let line_bytes = config.cache.line_size.bytes();
         let capacity = config.cache.capacity_lines;
         let shards = match config.lookup {
@@ -441,20 +477,20 @@ impl Engine {
                 "{shards} shards for a cache of {capacity} lines: each shard needs a line"
             )));
         }
+        let backends: Vec<&dyn BlockDevice> = volumes.iter().map(|(_, b)| &**b).collect();
         let opened = recovery::open(
             &*cache_dev,
-            &*backend,
+            &backends,
             &OpenSpec {
                 line_bytes,
                 slots: capacity,
                 shards: shards as u32,
                 persistence: config.persistence,
                 init: config.init,
-                volume: VolumeEntry {
-                    id: 0,
-                    name: config.volume_name.clone(),
-                    size_bytes: backend.len_bytes(),
-                },
+                volumes: volumes
+                    .iter()
+                    .map(|(name, backend)| (name.clone(), backend.len_bytes()))
+                    .collect(),
                 settings: format!(
                     "write_policy={} policy={} lookup={}",
                     config.cache.write_policy, config.cache.policy, config.lookup
@@ -473,9 +509,11 @@ impl Engine {
             // cleaner (with retries), never written back inside a request
             // whose slot reuse could not be undone.
             shard_config.inline_dirty_eviction = false;
+            let mut cache = Cache::new(shard_config)?;
+            cache.count_volume_lines();
             built.push(Shard {
                 state: Mutex::new(ShardState {
-                    cache: Cache::new(shard_config)?,
+                    cache,
                     queues: Queues::new(lines as usize),
                     shadow: Shadow::new(lines as usize, words, persistent),
                     poisoned: FxHashMap::default(),
@@ -494,12 +532,21 @@ impl Engine {
             IoMode::Psync => None,
             IoMode::Uring => Some(Box::new(UringEngine::new(64, 2)?)),
         };
+        let table = VolumeTable::new(
+            volumes
+                .into_iter()
+                .zip(&opened.volume_ids)
+                .map(|((name, backend), &id)| VolumeState::new(id, name, backend))
+                .collect(),
+        );
+        let default = table.first();
         let inner = Arc::new(Inner {
             shards: built,
             line_bytes,
             line_shift: config.cache.line_size.shift(),
             cache_dev,
-            backend,
+            volumes: RwLock::new(table),
+            admin: Mutex::new(()),
             write_policy: config.cache.write_policy,
             clock: Clock::new(),
             stopping: AtomicBool::new(false),
@@ -524,7 +571,7 @@ impl Engine {
             writeback_done: Condvar::new(),
             cleaning: Mutex::new(()),
         });
-        inner.restore(opened.lines, &opened.stale_dirty)?;
+        inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
         let mut threads = Vec::new();
         let single = if config.lookup == Lookup::Single {
@@ -553,6 +600,7 @@ impl Engine {
         );
         Ok(Engine {
             inner,
+            default,
             lookup: config.lookup,
             single,
             threads: Mutex::new(threads),
@@ -563,45 +611,87 @@ impl Engine {
         self.lookup
     }
 
-    /// The backend volume's size.
+    /// The default volume's size.
     pub fn size_bytes(&self) -> u64 {
-        self.inner.backend.len_bytes()
+        self.default.size_bytes()
     }
 
     pub fn write_policy(&self) -> WritePolicy {
         self.inner.write_policy
     }
 
-    /// Reads `buf.len()` bytes at `offset` of the volume.
+    /// Reads `buf.len()` bytes at `offset` of the default volume.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        self.read_with(&self.default, offset, buf)
+    }
+
+    /// Writes `data` at `offset` of the default volume; with `fua`, durable
+    /// before returning.
+    pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), EngineError> {
+        self.write_with(&self.default, offset, data, fua)
+    }
+
+    /// Reads `buf.len()` bytes at `offset` of `volume` (a handle from
+    /// [`Engine::volume`]).
+    pub fn read_with(&self, volume: &Volume, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        let volume = volume.state();
+        let _serving = volume.enter()?;
         let started_ns = self.inner.clock.now_ns();
-        let segments = self
-            .inner
-            .segments(IoKind::Read, offset, buf.len() as u64, started_ns)?;
+        let segments = self.inner.segments(
+            volume.id,
+            volume.size_bytes,
+            IoKind::Read,
+            offset,
+            buf.len() as u64,
+            started_ns,
+        )?;
         let mut plan = Plan::default();
         self.decide(segments, &mut plan)?;
+        let length = buf.len() as u64;
         let result = self.inner.run(&plan, Buffer::Read(buf));
-        self.inner
-            .read_latency
-            .record(self.inner.clock.now_ns().saturating_sub(started_ns));
+        let took = self.inner.clock.now_ns().saturating_sub(started_ns);
+        self.inner.read_latency.record(took);
+        volume
+            .counters
+            .record(IoKind::Read, length, &plan.summary, took, result.is_ok());
         result
     }
 
-    /// Writes `data` at `offset`; with `fua`, durable before returning.
-    pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), EngineError> {
+    /// Writes `data` at `offset` of `volume`; with `fua`, durable before
+    /// returning.
+    pub fn write_with(
+        &self,
+        volume: &Volume,
+        offset: u64,
+        data: &[u8],
+        fua: bool,
+    ) -> Result<(), EngineError> {
+        let volume = volume.state();
+        let _serving = volume.enter()?;
         let started_ns = self.inner.clock.now_ns();
-        let segments = self
-            .inner
-            .segments(IoKind::Write, offset, data.len() as u64, started_ns)?;
+        let segments = self.inner.segments(
+            volume.id,
+            volume.size_bytes,
+            IoKind::Write,
+            offset,
+            data.len() as u64,
+            started_ns,
+        )?;
         let mut plan = Plan::default();
         self.decide(segments, &mut plan)?;
         let mut result = self.inner.run(&plan, Buffer::Write(data));
         if fua && result.is_ok() {
             result = self.flush();
         }
-        self.inner
-            .write_latency
-            .record(self.inner.clock.now_ns().saturating_sub(started_ns));
+        let took = self.inner.clock.now_ns().saturating_sub(started_ns);
+        self.inner.write_latency.record(took);
+        volume.counters.record(
+            IoKind::Write,
+            data.len() as u64,
+            &plan.summary,
+            took,
+            result.is_ok(),
+        );
         result
     }
 
@@ -652,6 +742,7 @@ impl Engine {
     /// Stops the background threads, writes back every dirty line and
     /// flushes the devices. Requests still arriving afterwards fail.
     pub fn shutdown(&self) -> Result<(), EngineError> {
+        let _admin = lock(&self.inner.admin);
         self.inner.stopping.store(true, Ordering::SeqCst);
         if let Some(single) = &self.single {
             // Closing the channel ends the lookup thread.
@@ -725,12 +816,20 @@ impl Inner {
         }
     }
 
-    /// Validates a request and cuts it into per-shard segments.
-    fn segments(&self, kind: IoKind, offset: u64, length: u64, now_ns: u64) -> Result<Segments, EngineError> {
+    /// Validates a request to `volume` (of `size` bytes) and cuts it into
+    /// per-shard segments.
+    fn segments(
+        &self,
+        volume: VolumeId,
+        size: u64,
+        kind: IoKind,
+        offset: u64,
+        length: u64,
+        now_ns: u64,
+    ) -> Result<Segments, EngineError> {
         if self.stopping.load(Ordering::Relaxed) {
             return Err(EngineError::Shutdown);
         }
-        let size = self.backend.len_bytes();
         if length == 0 || offset.checked_add(length).is_none_or(|end| end > size) {
             return Err(EngineError::OutOfRange { offset, length, size });
         }
@@ -745,14 +844,14 @@ impl Inner {
             let span_end = (at / span_bytes + 1) * span_bytes;
             let seg_end = span_end.min(end);
             let request = Request {
-                volume: 0,
+                volume,
                 offset_bytes: at,
                 length_bytes: seg_end - at,
                 kind,
                 now_ns,
             };
             segments.push(Segment {
-                shard: self.shard_of(self.key_of(0, at)),
+                shard: self.shard_of(self.key_of(volume, at)),
                 request,
                 buffer_offset: (at - offset) as usize,
             });
@@ -791,6 +890,10 @@ impl Inner {
             };
             let ShardState { cache, ops, .. } = &mut **state;
             let summary = cache.access(&segment.request, ops)?;
+            plan.summary.lines += summary.lines;
+            plan.summary.full_hits += summary.full_hits;
+            plan.summary.partial_hits += summary.partial_hits;
+            plan.summary.misses += summary.misses;
             if summary.dirty_victims_kept > 0 {
                 self.shards[segment.shard]
                     .wants_cleaning
@@ -827,7 +930,7 @@ impl Inner {
                     keys.push((
                         segment.shard,
                         TicketKey::Line(LineKey {
-                            volume: 0,
+                            volume: request.volume,
                             line_index,
                         }),
                     ));
@@ -843,6 +946,7 @@ impl Inner {
                 .collect();
             plan.segments.push(PlannedSegment {
                 shard: segment.shard,
+                volume: segment.request.volume,
                 buffer_offset: segment.buffer_offset,
                 generations,
                 request_offset: segment.request.offset_bytes,
@@ -1004,7 +1108,7 @@ impl Inner {
                     continue;
                 }
                 let key = self.key_of(
-                    0,
+                    segment.volume,
                     segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
                 );
                 let first = line_offset_bytes / SECTOR_BYTES as u32;
@@ -1083,7 +1187,7 @@ impl Inner {
                     {
                         let at = base + buffer_offset_bytes as usize;
                         let key = self.key_of(
-                            0,
+                            segment.volume,
                             segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
                         );
                         self.read_cache(
@@ -1112,7 +1216,7 @@ impl Inner {
                     };
                     let at = base + buffer_offset_bytes as usize;
                     let key = self.key_of(
-                        0,
+                        segment.volume,
                         segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
                     );
                     self.read_cache(
@@ -1124,16 +1228,16 @@ impl Inner {
                     )?;
                 }
                 Op::ReadBackend {
+                    volume,
                     offset_bytes,
                     length_bytes,
                     buffer_offset_bytes,
-                    ..
                 } => {
                     let Buffer::Read(buf) = buffer else {
                         unreachable!("the core reads only for read requests");
                     };
                     let at = base + buffer_offset_bytes as usize;
-                    self.backend
+                    self.backend_of(volume)?
                         .read_at(&mut buf[at..at + length_bytes as usize], offset_bytes)
                         .map_err(|e| self.backend_error(e))?;
                 }
@@ -1153,7 +1257,7 @@ impl Inner {
                         Buffer::Write(data) => &data[at..at + length_bytes as usize],
                     };
                     let key = self.key_of(
-                        0,
+                        segment.volume,
                         segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
                     );
                     if self.persistence != Persistence::None {
@@ -1218,16 +1322,16 @@ impl Inner {
                     }
                 }
                 Op::WriteBackend {
+                    volume,
                     offset_bytes,
                     length_bytes,
                     buffer_offset_bytes,
-                    ..
                 } => {
                     let Buffer::Write(data) = buffer else {
                         unreachable!("the core writes the backend only for write requests");
                     };
                     let at = base + buffer_offset_bytes as usize;
-                    self.backend
+                    self.backend_of(volume)?
                         .write_at(&data[at..at + length_bytes as usize], offset_bytes)
                         .map_err(|e| self.backend_error(e))?;
                 }
@@ -1235,12 +1339,18 @@ impl Inner {
                     slot,
                     line_offset_bytes,
                     length_bytes,
+                    volume,
                     offset_bytes,
-                    ..
                 } => {
                     let tracked = (self.persistence == Persistence::None).then(|| self.writeback_started());
-                    let result =
-                        self.write_back(segment.shard, slot, line_offset_bytes, length_bytes, offset_bytes);
+                    let result = self.write_back(
+                        segment.shard,
+                        slot,
+                        line_offset_bytes,
+                        length_bytes,
+                        volume,
+                        offset_bytes,
+                    );
                     if let Some(id) = tracked {
                         self.writeback_ended(id);
                     }
@@ -1344,7 +1454,7 @@ impl Inner {
                 cause.map(|e| format!(": {e}")).unwrap_or_default()
             )));
         }
-        self.backend
+        self.backend_of(key.volume)?
             .read_at(out, (key.line_index << self.line_shift) + u64::from(line_offset))
             .map_err(|e| self.backend_error(e))
     }
@@ -1518,6 +1628,7 @@ impl Inner {
         slot: u32,
         line_offset: u32,
         length: u32,
+        volume: VolumeId,
         backend_offset: u64,
     ) -> Result<(), EngineError> {
         let mut data = vec![0u8; length as usize];
@@ -1528,7 +1639,7 @@ impl Inner {
             self.cache_error("read for a write-back", &e);
             return Err(e.into());
         }
-        self.backend
+        self.backend_of(volume)?
             .write_at(&data, backend_offset)
             .map_err(|e| self.backend_error(e))?;
         if self.persistence != Persistence::None {
@@ -1590,7 +1701,14 @@ impl Inner {
                     continue;
                 }
                 if self
-                    .write_back(shard_index, slot, line_offset_bytes, length_bytes, offset_bytes)
+                    .write_back(
+                        shard_index,
+                        slot,
+                        line_offset_bytes,
+                        length_bytes,
+                        volume,
+                        offset_bytes,
+                    )
                     .is_err()
                 {
                     failed.push(self.key_of(volume, offset_bytes));
@@ -1618,6 +1736,7 @@ impl Inner {
         &self,
         lines: Vec<recovery::RecoveredLine>,
         stale_dirty: &[(u64, LineKey)],
+        unloaded: &[u64],
     ) -> Result<(), EngineError> {
         for &(slot, key) in stale_dirty {
             let shard = self.shards.partition_point(|s| s.base_slot <= slot) - 1;
@@ -1625,6 +1744,14 @@ impl Inner {
             lock(&self.shards[shard].state)
                 .shadow
                 .stale_dirty_record(local, key);
+        }
+        // Records of clean lines not loaded (another volume's, another
+        // mode's, or no longer trusted) are blanked by the first barrier, so
+        // that a volume attached later never finds them.
+        for &slot in unloaded {
+            let shard = self.shards.partition_point(|s| s.base_slot <= slot) - 1;
+            let local = (slot - self.shards[shard].base_slot) as SlotId;
+            lock(&self.shards[shard].state).shadow.note_empty(local);
         }
         if lines.is_empty() {
             return Ok(());
@@ -1658,7 +1785,7 @@ impl Inner {
             state.shadow.note_empty(local);
         }
         if written_back {
-            self.backend.flush()?;
+            self.flush_backends()?;
         }
         for (shard, lines) in per_shard.into_iter().enumerate() {
             if lines.is_empty() {
@@ -1715,7 +1842,7 @@ impl Inner {
             let mut data = vec![0u8; length as usize];
             self.cache_dev
                 .read_at(&mut data, self.cache_offset(shard, slot, line_offset))?;
-            self.backend.write_at(&data, backend_offset)?;
+            self.backend_of(key.volume)?.write_at(&data, backend_offset)?;
         }
         Ok(())
     }
@@ -1724,7 +1851,10 @@ impl Inner {
     /// down), after start-up work that needs writing is done.
     fn mark_running(&self) -> Result<(), EngineError> {
         let restored_dirty = self.shards.iter().any(|s| lock(&s.state).cache.dirty_lines() > 0);
-        if self.persistence == Persistence::None && restored_dirty {
+        // Clean records left from a persistent run: no barrier will blank
+        // them, and a volume attached later could take their volume id.
+        let stale_records = self.recovery.dropped_clean_lines > 0;
+        if self.persistence == Persistence::None && (restored_dirty || stale_records) {
             // Volatile metadata from now on: write the recovered dirty lines
             // back, then blank the records that described them.
             self.flush_all()?;
@@ -1835,7 +1965,7 @@ impl Inner {
         if failed > 0 {
             return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
         }
-        self.backend.flush()?;
+        self.flush_backends()?;
         self.cache_dev.flush()?;
         Ok(())
     }
@@ -1860,7 +1990,7 @@ impl Inner {
     ) -> Result<(), EngineError> {
         // Rule 3: write-backs durable before records stop saying dirty;
         // rule 1: data durable before records say it is there.
-        self.backend.flush()?;
+        self.flush_backends()?;
         self.cache_dev.flush()?;
         let mut staged = Vec::new();
         for (shard, records) in planned {
@@ -1912,7 +2042,7 @@ impl Inner {
                 return Err(EngineError::DirtyLinesRemain { lines: dirty });
             }
         }
-        self.backend.flush()?;
+        self.flush_backends()?;
         Ok(())
     }
 

@@ -4,21 +4,38 @@ use std::sync::Arc;
 
 use iocache_nbd::{Export, ExportError};
 
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, Volume};
 
-/// Serves one engine (one cached volume) over NBD.
+/// Serves one volume of an engine over NBD.
 pub struct EngineExport {
     engine: Arc<Engine>,
+    volume: Volume,
     description: Option<String>,
 }
 
 impl EngineExport {
+    /// Serves the engine's default volume.
     pub fn new(engine: Arc<Engine>, description: Option<String>) -> Self {
-        EngineExport { engine, description }
+        let volume = engine.default_volume().clone();
+        EngineExport::for_volume(engine, volume, description)
+    }
+
+    /// Serves `volume` of `engine`; once it is detached, every request gets
+    /// ESHUTDOWN.
+    pub fn for_volume(engine: Arc<Engine>, volume: Volume, description: Option<String>) -> Self {
+        EngineExport {
+            engine,
+            volume,
+            description,
+        }
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    pub fn volume(&self) -> &Volume {
+        &self.volume
     }
 }
 
@@ -28,7 +45,7 @@ fn to_export_error(e: EngineError) -> ExportError {
         EngineError::Unaligned { offset, length } => ExportError::Invalid(format!(
             "offset {offset} and length {length} must be multiples of 512"
         )),
-        EngineError::Shutdown => ExportError::Shutdown,
+        EngineError::Shutdown | EngineError::UnknownVolume(_) => ExportError::Shutdown,
         EngineError::Device(d) => ExportError::Io(std::io::Error::other(d.to_string())),
         other => ExportError::Io(std::io::Error::other(other.to_string())),
     }
@@ -36,19 +53,23 @@ fn to_export_error(e: EngineError) -> ExportError {
 
 impl Export for EngineExport {
     fn size_bytes(&self) -> u64 {
-        self.engine.size_bytes()
+        self.volume.size_bytes()
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-        self.engine.read(offset, buf).map_err(to_export_error)
+        self.engine
+            .read_with(&self.volume, offset, buf)
+            .map_err(to_export_error)
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
-        self.engine.write(offset, data, fua).map_err(to_export_error)
+        self.engine
+            .write_with(&self.volume, offset, data, fua)
+            .map_err(to_export_error)
     }
 
     fn flush(&self) -> Result<(), ExportError> {
-        self.engine.flush().map_err(to_export_error)
+        self.engine.flush_with(&self.volume).map_err(to_export_error)
     }
 
     /// A flush on any connection covers writes completed on every connection.

@@ -38,7 +38,10 @@ mod nbd_backend;
 mod persist;
 mod recovery;
 
-pub use engine::{Engine, EngineConfig, EngineError, EngineStats, IoMode, Lookup, SHARD_SPAN_LINES};
+pub use engine::{
+    Engine, EngineConfig, EngineError, EngineStats, IoMode, Lookup, Volume, VolumeInfo, VolumeStats,
+    SHARD_SPAN_LINES,
+};
 pub use export::EngineExport;
 pub use iocache_format::{Layout, Persistence};
 pub use latency::{LatencyHistogram, LatencyPercentiles};

@@ -32,7 +32,9 @@ pub struct OpenSpec {
     pub shards: u32,
     pub persistence: Persistence,
     pub init: InitMode,
-    pub volume: VolumeEntry,
+    /// The volumes to serve: name and size in bytes, in the order of the
+    /// backends passed to [`open`].
+    pub volumes: Vec<(String, u64)>,
     pub settings: String,
 }
 
@@ -72,6 +74,12 @@ pub struct RecoveryReport {
 }
 
 pub struct Opened {
+    /// The id of each volume of [`OpenSpec::volumes`] (see [`assign_ids`]).
+    pub volume_ids: Vec<u32>,
+    /// Slots whose record describes a clean line that is not loaded: their
+    /// records should be blanked before a volume that could claim them is
+    /// attached.
+    pub unloaded_slots: Vec<u64>,
     pub superblock: Superblock,
     /// Which superblock copy holds `superblock`.
     pub superblock_copy: u8,
@@ -126,11 +134,47 @@ pub fn write_superblock(dev: &dyn BlockDevice, superblock: &Superblock, copy: u8
     Ok(())
 }
 
+/// The id of each volume the configuration serves: the id its name has in
+/// the device's volume table, or a new one (the smallest the table does not
+/// use). Names are the identity of volumes: lines recorded under another
+/// name are never handed to a volume (a renamed export with dirty lines is
+/// refused by [`open`], naming the old name).
+pub fn assign_ids(table: &[VolumeEntry], wanted: &[(String, u64)]) -> Vec<u32> {
+    let mut taken: Vec<u32> = table.iter().map(|v| v.id).collect();
+    let mut ids = Vec::with_capacity(wanted.len());
+    for (name, _) in wanted {
+        let id = match table.iter().find(|v| &v.name == name) {
+            Some(v) => v.id,
+            None => {
+                let id = (0..).find(|id| !taken.contains(id)).unwrap_or(u32::MAX);
+                taken.push(id);
+                id
+            }
+        };
+        ids.push(id);
+    }
+    ids
+}
+
+/// The volume table entries of the configured volumes.
+fn entries(spec: &OpenSpec, ids: &[u32]) -> Vec<VolumeEntry> {
+    spec.volumes
+        .iter()
+        .zip(ids)
+        .map(|((name, size_bytes), &id)| VolumeEntry {
+            id,
+            name: name.clone(),
+            size_bytes: *size_bytes,
+        })
+        .collect()
+}
+
 fn format_fresh(
     dev: &dyn BlockDevice,
     spec: &OpenSpec,
     report: RecoveryReport,
 ) -> Result<Opened, EngineError> {
+    let volume_ids: Vec<u32> = (0..spec.volumes.len() as u32).collect();
     let layout = Layout::for_slots(spec.line_bytes, spec.slots).map_err(format_err)?;
     if dev.len_bytes() < layout.device_bytes() {
         return Err(EngineError::CacheDeviceTooSmall {
@@ -149,7 +193,7 @@ fn format_fresh(
         shards: spec.shards,
         persistence: spec.persistence,
         state: ShutdownState::Running,
-        volumes: vec![spec.volume.clone()],
+        volumes: entries(spec, &volume_ids),
         settings: spec.settings.clone(),
     };
     write_superblock(dev, &superblock, 0)?;
@@ -160,6 +204,8 @@ fn format_fresh(
         vec![SlotDisk::default(); layout.slots as usize],
     );
     Ok(Opened {
+        volume_ids,
+        unloaded_slots: Vec::new(),
         superblock,
         superblock_copy: 0,
         writer,
@@ -169,12 +215,14 @@ fn format_fresh(
     })
 }
 
-/// Formats a blank device or loads the cache it holds.
+/// Formats a blank device or loads the cache it holds. `backends[i]` is the
+/// backend of `spec.volumes[i]`.
 pub fn open(
     dev: &dyn BlockDevice,
-    backend: &dyn BlockDevice,
+    backends: &[&dyn BlockDevice],
     spec: &OpenSpec,
 ) -> Result<Opened, EngineError> {
+    assert_eq!(backends.len(), spec.volumes.len(), "one backend per volume");
     if dev.len_bytes() < 2 * SUPERBLOCK_BYTES as u64 {
         return Err(EngineError::CacheDeviceTooSmall {
             device_bytes: dev.len_bytes(),
@@ -236,21 +284,46 @@ pub fn open(
         }
         return format_fresh(dev, spec, report);
     }
-    // Volumes: this engine serves one; a dirty line of any other volume
-    // cannot be written back by it.
-    let foreign_dirty = loaded
+    // Volumes: a dirty line of a volume this engine does not serve cannot
+    // be written back by it.
+    let ids = assign_ids(&superblock.volumes, &spec.volumes);
+    let position = |volume: u32| ids.iter().position(|&id| id == volume);
+    let dirty_of = |volume: u32| {
+        loaded
+            .lines
+            .iter()
+            .filter(|(_, r)| r.line.as_ref().is_some_and(|l| l.dirty && l.volume == volume))
+            .count()
+    };
+    let mut foreign: Vec<u32> = loaded
         .lines
         .iter()
-        .filter(|(_, r)| {
-            r.line
-                .as_ref()
-                .is_some_and(|l| l.dirty && l.volume != spec.volume.id)
-        })
-        .count();
-    if foreign_dirty > 0 {
+        .filter_map(|(_, r)| r.line.as_ref())
+        .filter(|l| l.dirty && position(l.volume).is_none())
+        .map(|l| l.volume)
+        .collect();
+    foreign.sort_unstable();
+    foreign.dedup();
+    if !foreign.is_empty() {
+        let name_of = |id: u32| {
+            superblock
+                .volumes
+                .iter()
+                .find(|v| v.id == id)
+                .map_or(format!("an unnamed volume (id {id})"), |v| {
+                    format!("`{}`", v.name)
+                })
+        };
+        let total: usize = foreign.iter().map(|&v| dirty_of(v)).sum();
         return Err(EngineError::Refused(format!(
-            "the cache device holds {foreign_dirty} dirty lines of volumes this configuration does not serve \
-             (volumes on the device: {}); serve them again to write them back, or start with --init --force to lose them",
+            "the cache device holds {total} dirty lines of volumes this configuration does not serve: {}; \
+             serve them again (same export names, same cache) to write them back, or start with --init --force \
+             to lose them (volumes on the device: {})",
+            foreign
+                .iter()
+                .map(|&v| format!("{} ({} lines)", name_of(v), dirty_of(v)))
+                .collect::<Vec<_>>()
+                .join(", "),
             superblock
                 .volumes
                 .iter()
@@ -259,12 +332,16 @@ pub fn open(
                 .join(", ")
         )));
     }
-    if let Some(volume) = superblock.volumes.iter().find(|v| v.id == spec.volume.id) {
-        if volume.size_bytes != spec.volume.size_bytes && dirty_count > 0 {
+    for ((_, size_bytes), &id) in spec.volumes.iter().zip(&ids) {
+        let Some(volume) = superblock.volumes.iter().find(|v| v.id == id) else {
+            continue;
+        };
+        let dirty = dirty_of(id);
+        if volume.size_bytes != *size_bytes && dirty > 0 {
             return Err(EngineError::Refused(format!(
-                "volume `{}` was {} bytes when its {dirty_count} dirty lines were cached, the backend now has {} bytes; \
+                "volume `{}` was {} bytes when its {dirty} dirty lines were cached, the backend now has {} bytes; \
                  serve the original backend to write them back, or start with --init --force to lose them",
-                volume.name, volume.size_bytes, spec.volume.size_bytes
+                volume.name, volume.size_bytes, size_bytes
             )));
         }
     }
@@ -276,17 +353,20 @@ pub fn open(
         // over with the configured one.
         for (slot, record) in &loaded.lines {
             let Some(line) = &record.line else { continue };
-            if !line.dirty || line.volume != spec.volume.id {
+            let Some(at) = position(line.volume).filter(|_| line.dirty) else {
                 continue;
-            }
-            write_back_record(dev, backend, &layout, *slot, line)?;
+            };
+            write_back_record(dev, backends[at], &layout, *slot, line)?;
             report.written_back_lines += 1;
         }
-        backend.flush()?;
+        for backend in backends {
+            backend.flush()?;
+        }
         report.dropped_clean_lines = loaded.lines.len() as u64 - report.written_back_lines;
         return format_fresh(dev, spec, report);
     }
     let mut lines = Vec::new();
+    let mut unloaded_slots = Vec::new();
     let sectors = layout.sectors_per_line();
     let mut line_buf = vec![0u8; layout.line_bytes as usize];
     for (slot, record) in loaded.lines {
@@ -295,12 +375,16 @@ pub fn open(
             volume: line.volume,
             line_index: line.line_index,
         };
-        if line.volume != spec.volume.id
-            || (line.line_index + 1) * layout.line_bytes
-                > spec.volume.size_bytes.next_multiple_of(layout.line_bytes)
-        {
+        let inside = position(line.volume).is_some_and(|at| {
+            (line.line_index + 1) * layout.line_bytes
+                <= spec.volumes[at].1.next_multiple_of(layout.line_bytes)
+        });
+        if !inside {
             // Clean lines of other volumes or beyond the volume: not ours.
             report.dropped_clean_lines += 1;
+            if !line.dirty {
+                unloaded_slots.push(slot);
+            }
             continue;
         }
         if line.dirty {
@@ -326,6 +410,7 @@ pub fn open(
         }
         if spec.persistence != Persistence::All {
             report.dropped_clean_lines += 1;
+            unloaded_slots.push(slot);
             continue;
         }
         let trusted = if clean_shutdown {
@@ -338,6 +423,7 @@ pub fn open(
         };
         if !trusted {
             report.dropped_clean_lines += 1;
+            unloaded_slots.push(slot);
             continue;
         }
         report.clean_lines += 1;
@@ -352,16 +438,26 @@ pub fn open(
         });
     }
     let mut stale_dirty = Vec::new();
-    let lines = resolve_duplicates(dev, backend, &layout, lines, &mut report, &mut stale_dirty)?;
+    let backend_of = |volume: u32| position(volume).map(|at| backends[at]);
+    let lines = resolve_duplicates(
+        dev,
+        &backend_of,
+        &layout,
+        lines,
+        &mut report,
+        &mut stale_dirty,
+        &mut unloaded_slots,
+    )?;
     let writer = RecordWriter::new(layout, images, loaded.slots);
     let mut superblock = superblock;
     superblock.persistence = spec.persistence;
     superblock.settings = spec.settings.clone();
-    match superblock.volumes.iter_mut().find(|v| v.id == spec.volume.id) {
-        Some(v) => *v = spec.volume.clone(),
-        None => superblock.volumes.push(spec.volume.clone()),
-    }
+    // The table names the volumes served: others had no dirty line (or
+    // opening was refused), and their clean lines are not loaded.
+    superblock.volumes = entries(spec, &ids);
     Ok(Opened {
+        volume_ids: ids,
+        unloaded_slots,
         superblock,
         superblock_copy: copy,
         writer,
@@ -378,17 +474,18 @@ pub fn open(
 /// are the latest data of those sectors unless the newer copy came from a
 /// fill, which read them from the backend after the old copy was written
 /// back (so a clean newer copy needs no write-back).
-fn resolve_duplicates(
+fn resolve_duplicates<'a>(
     dev: &dyn BlockDevice,
-    backend: &dyn BlockDevice,
+    backend_of: &dyn Fn(u32) -> Option<&'a dyn BlockDevice>,
     layout: &Layout,
     mut lines: Vec<RecoveredLine>,
     report: &mut RecoveryReport,
     stale_dirty: &mut Vec<(u64, LineKey)>,
+    unloaded: &mut Vec<u64>,
 ) -> Result<Vec<RecoveredLine>, EngineError> {
+    let mut flushed: Vec<u32> = Vec::new();
     lines.sort_by_key(|l| (l.key, std::cmp::Reverse(l.sequence)));
     let mut kept: Vec<RecoveredLine> = Vec::with_capacity(lines.len());
-    let mut wrote_back = false;
     for line in lines {
         let Some(newer) = kept.last().filter(|k| k.key == line.key) else {
             kept.push(line);
@@ -406,9 +503,14 @@ fn resolve_duplicates(
                     valid: only_older.clone(),
                     dirty_bits: only_older,
                 };
+                let backend = backend_of(line.key.volume).ok_or_else(|| {
+                    EngineError::Refused(format!("no backend for volume id {}", line.key.volume))
+                })?;
                 write_back_record(dev, backend, layout, line.slot, &record)?;
                 report.written_back_lines += 1;
-                wrote_back = true;
+                if !flushed.contains(&line.key.volume) {
+                    flushed.push(line.key.volume);
+                }
             }
         }
         if line.dirty_on_disk {
@@ -416,10 +518,13 @@ fn resolve_duplicates(
             stale_dirty.push((line.slot, line.key));
         } else {
             report.clean_lines -= 1;
+            unloaded.push(line.slot);
         }
     }
-    if wrote_back {
-        backend.flush()?;
+    for volume in flushed {
+        if let Some(backend) = backend_of(volume) {
+            backend.flush()?;
+        }
     }
     Ok(kept)
 }
@@ -486,11 +591,7 @@ mod tests {
             shards: 1,
             persistence: Persistence::Dirty,
             init: InitMode::Load,
-            volume: VolumeEntry {
-                id: 0,
-                name: "v".into(),
-                size_bytes: 1 << 20,
-            },
+            volumes: vec![("v".into(), 1 << 20)],
             settings: String::new(),
         }
     }
@@ -511,7 +612,7 @@ mod tests {
         let layout = Layout::for_slots(4096, 8).unwrap();
         let dev = MemDevice::new("cache", layout.device_bytes());
         let backend = MemDevice::new("backend", 1 << 20);
-        let mut opened = open(&dev, &backend, &spec()).unwrap();
+        let mut opened = open(&dev, &[&backend], &spec()).unwrap();
         assert!(!opened.report.loaded);
         // Line 5: sectors 0-1 dirty in slot 1 (older), sector 1-2 in slot 3 (newer).
         dev.write_at(&[0x11; 4096], layout.line_offset(1)).unwrap();
@@ -525,7 +626,7 @@ mod tests {
         opened.writer.durable(1, c1, s1);
         opened.writer.durable(3, c3, s3);
 
-        let again = open(&dev, &backend, &spec()).unwrap();
+        let again = open(&dev, &[&backend], &spec()).unwrap();
         assert_eq!(again.lines.len(), 1, "one copy of line 5 is loaded");
         assert_eq!(again.lines[0].slot, 3);
         assert_eq!(again.lines[0].dirty, vec![0b110]);
@@ -557,7 +658,7 @@ mod tests {
         let layout = Layout::for_slots(4096, 8).unwrap();
         let dev = MemDevice::new("cache", layout.device_bytes());
         let backend = MemDevice::new("backend", 1 << 20);
-        let mut opened = open(&dev, &backend, &spec()).unwrap();
+        let mut opened = open(&dev, &[&backend], &spec()).unwrap();
         let (c, s) = opened.writer.stage(2, dirty_line(7, 1)).unwrap();
         for (offset, bytes) in opened.writer.take_writes() {
             dev.write_at(bytes, offset).unwrap();
@@ -567,11 +668,11 @@ mod tests {
             init: InitMode::Format { discard_dirty },
             ..spec()
         };
-        let err = open(&dev, &backend, &format(false)).err().expect("refused");
+        let err = open(&dev, &[&backend], &format(false)).err().expect("refused");
         assert!(err.to_string().contains("1 dirty lines"), "{err}");
-        let fresh = open(&dev, &backend, &format(true)).unwrap();
+        let fresh = open(&dev, &[&backend], &format(true)).unwrap();
         assert!(fresh.lines.is_empty());
-        let reloaded = open(&dev, &backend, &spec()).unwrap();
+        let reloaded = open(&dev, &[&backend], &spec()).unwrap();
         assert!(reloaded.lines.is_empty(), "formatting blanked the records");
     }
 
@@ -580,14 +681,89 @@ mod tests {
         let layout = Layout::for_slots(4096, 8).unwrap();
         let dev = MemDevice::new("cache", layout.device_bytes());
         let backend = MemDevice::new("backend", 1 << 20);
-        open(&dev, &backend, &spec()).unwrap();
+        open(&dev, &[&backend], &spec()).unwrap();
         dev.write_at(&[0xff; 16], 100).unwrap();
-        let err = open(&dev, &backend, &spec()).err().expect("refused");
+        let err = open(&dev, &[&backend], &spec()).err().expect("refused");
         assert!(err.to_string().contains("superblock"), "{err}");
         let forced = OpenSpec {
             init: InitMode::Format { discard_dirty: true },
             ..spec()
         };
-        assert!(open(&dev, &backend, &forced).is_ok());
+        assert!(open(&dev, &[&backend], &forced).is_ok());
+    }
+
+    #[test]
+    fn volumes_keep_their_ids_by_name_and_new_ones_take_unused_ids() {
+        let entry = |id, name: &str| VolumeEntry {
+            id,
+            name: name.into(),
+            size_bytes: 1,
+        };
+        let table = [entry(0, "a"), entry(3, "b")];
+        let wanted = |names: &[&str]| names.iter().map(|n| (n.to_string(), 1)).collect::<Vec<_>>();
+        assert_eq!(assign_ids(&table, &wanted(&["b", "a"])), vec![3, 0]);
+        assert_eq!(assign_ids(&table, &wanted(&["c", "b", "d"])), vec![1, 3, 2]);
+        assert_eq!(assign_ids(&[], &wanted(&["x", "y"])), vec![0, 1]);
+        // One volume, another name: another volume.
+        assert_eq!(assign_ids(&[entry(0, "old")], &wanted(&["new"])), vec![1]);
+    }
+
+    #[test]
+    fn dirty_lines_of_a_volume_no_longer_served_are_refused_by_name() {
+        let layout = Layout::for_slots(4096, 8).unwrap();
+        let dev = MemDevice::new("cache", layout.device_bytes());
+        let backend = MemDevice::new("backend", 1 << 20);
+        let mut opened = open(&dev, &[&backend], &spec()).unwrap();
+        let (c, s) = opened.writer.stage(2, dirty_line(7, 1)).unwrap();
+        let clean = LineRecord {
+            volume: 0,
+            line_index: 9,
+            dirty: false,
+            data_hash: Some(1),
+            valid: vec![1],
+            dirty_bits: vec![0],
+        };
+        let (c5, s5) = opened.writer.stage(5, Some(clean)).unwrap();
+        for (offset, bytes) in opened.writer.take_writes() {
+            dev.write_at(bytes, offset).unwrap();
+        }
+        opened.writer.durable(2, c, s);
+        opened.writer.durable(5, c5, s5);
+        // The export was renamed: its dirty line is not handed to another name.
+        let renamed = OpenSpec {
+            volumes: vec![("w".into(), 1 << 20)],
+            ..spec()
+        };
+        let err = open(&dev, &[&backend], &renamed)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains("`v` (1 lines)") && err.contains("does not serve"),
+            "{err}"
+        );
+        // Served with another volume, it loads; the clean line of the other
+        // volume is listed for blanking.
+        let backend2 = MemDevice::new("backend2", 1 << 20);
+        let both = OpenSpec {
+            volumes: vec![("w".into(), 1 << 20), ("v".into(), 1 << 20)],
+            persistence: Persistence::Dirty,
+            ..spec()
+        };
+        let opened = open(&dev, &[&backend2, &backend], &both).unwrap();
+        assert_eq!(opened.volume_ids, vec![1, 0]);
+        assert_eq!(opened.lines.len(), 1);
+        assert_eq!(
+            opened.unloaded_slots,
+            vec![5],
+            "a clean line mode `dirty` does not keep"
+        );
+        let names: Vec<&str> = opened
+            .superblock
+            .volumes
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(names, ["w", "v"]);
     }
 }

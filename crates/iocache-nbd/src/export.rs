@@ -279,6 +279,29 @@ impl Export for MemExport {
     }
 }
 
+/// Where the handshake finds exports: a fixed [`Exports`], or the table of a
+/// running server that exports can join and leave (each option of a
+/// handshake looks it up afresh).
+pub trait ExportLookup {
+    /// The export a client asked for, with its canonical name (see
+    /// [`Exports::find`]).
+    fn find_export(&self, name: &str) -> Option<(String, Arc<dyn Export>)>;
+    /// Every export's name and description, for NBD_OPT_LIST.
+    fn list_exports(&self) -> Vec<(String, Option<String>)>;
+}
+
+impl ExportLookup for Exports {
+    fn find_export(&self, name: &str) -> Option<(String, Arc<dyn Export>)> {
+        self.find(name).map(|(n, e)| (n.to_string(), Arc::clone(e)))
+    }
+
+    fn list_exports(&self) -> Vec<(String, Option<String>)> {
+        self.iter()
+            .map(|(n, e)| (n.to_string(), e.description()))
+            .collect()
+    }
+}
+
 /// The exports of a server by name. The empty name `""` reaches the
 /// default export (the first one inserted unless [`Exports::set_default`]
 /// says otherwise), as NBD_OPT_EXPORT_NAME and NBD_OPT_GO require.
@@ -310,6 +333,18 @@ impl Exports {
             self.default = Some(name.clone());
         }
         self.map.insert(name, export);
+    }
+
+    /// Removes the export `name`, returning it. If it was the default export,
+    /// the empty name reaches nothing until an export of that name is
+    /// inserted again.
+    pub fn remove(&mut self, name: &str) -> Option<Arc<dyn Export>> {
+        self.map.remove(name)
+    }
+
+    /// Whether an export of exactly this name exists.
+    pub fn contains(&self, name: &str) -> bool {
+        self.map.contains_key(name)
     }
 
     /// Makes `name` the default export; false if there is no such export.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::export::{Export, Exports};
+use crate::export::{Export, ExportLookup};
 use crate::proto::*;
 
 /// Limits on what a client can make the server do during negotiation.
@@ -156,7 +156,7 @@ fn reply_error<S: Write>(s: &mut S, option: u32, reply_type: u32, message: &str)
 /// NBD_REP_ERR_SHUTDOWN.
 pub fn negotiate<S: Read + Write>(
     stream: &mut S,
-    exports: &Exports,
+    exports: &dyn ExportLookup,
     limits: &NegotiationLimits,
     shutting_down: &AtomicBool,
 ) -> Result<Negotiated, HandshakeError> {
@@ -203,18 +203,19 @@ pub fn negotiate<S: Read + Write>(
         match opt {
             NBD_OPT_EXPORT_NAME => {
                 let name = parse_string(&data)?;
-                let Some((canonical, export)) = exports.find(&name) else {
+                let Some((canonical, export)) = exports.find_export(&name) else {
                     return Err(HandshakeError::UnknownExport(name));
                 };
                 let flags = transmission_flags(export.as_ref(), structured);
                 stream.write_all(&encode_export_name_reply(export.size_bytes(), flags, no_zeroes))?;
                 stream.flush()?;
+                let block_sizes = effective_block_sizes(export.as_ref(), limits.max_payload);
                 return Ok(Negotiated {
-                    name: canonical.to_string(),
-                    export: Arc::clone(export),
+                    name: canonical,
+                    export,
                     structured,
                     flags,
-                    block_sizes: effective_block_sizes(export.as_ref(), limits.max_payload),
+                    block_sizes,
                 });
             }
             NBD_OPT_ABORT => {
@@ -227,8 +228,8 @@ pub fn negotiate<S: Read + Write>(
                     reply_error(stream, opt, NBD_REP_ERR_INVALID, "NBD_OPT_LIST takes no data")?;
                     continue;
                 }
-                for (name, export) in exports.iter() {
-                    let d = encode_rep_server(name, export.description().as_deref());
+                for (name, description) in exports.list_exports() {
+                    let d = encode_rep_server(&name, description.as_deref());
                     reply(stream, opt, NBD_REP_SERVER, &d)?;
                 }
                 reply(stream, opt, NBD_REP_ACK, &[])?;
@@ -251,7 +252,7 @@ pub fn negotiate<S: Read + Write>(
                         continue;
                     }
                 };
-                let Some((canonical, export)) = exports.find(&req.name) else {
+                let Some((canonical, export)) = exports.find_export(&req.name) else {
                     reply_error(stream, opt, NBD_REP_ERR_UNKNOWN, "no such export")?;
                     continue;
                 };
@@ -262,7 +263,7 @@ pub fn negotiate<S: Read + Write>(
                     flags,
                 }];
                 if req.requests.contains(&NBD_INFO_NAME) {
-                    infos.push(Info::Name(canonical.to_string()));
+                    infos.push(Info::Name(canonical.clone()));
                 }
                 if req.requests.contains(&NBD_INFO_DESCRIPTION) {
                     if let Some(d) = export.description() {
@@ -282,8 +283,8 @@ pub fn negotiate<S: Read + Write>(
                 if opt == NBD_OPT_GO {
                     stream.flush()?;
                     return Ok(Negotiated {
-                        name: canonical.to_string(),
-                        export: Arc::clone(export),
+                        name: canonical,
+                        export,
                         structured,
                         flags,
                         block_sizes,
@@ -300,7 +301,7 @@ pub fn negotiate<S: Read + Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::MemExport;
+    use crate::export::{Exports, MemExport};
 
     /// A byte stream for tests: reads from a fixed input, records output.
     struct Duplex {

@@ -53,9 +53,10 @@ pub mod server;
 pub use client::{
     list_exports, parse_nbd_uri, Client, ClientError, ConnectOptions, NbdAddr, NbdUri, UriError,
 };
-pub use export::{Export, ExportError, Exports, MemExport};
+pub use export::{Export, ExportError, ExportLookup, Exports, MemExport};
 pub use handshake::{HandshakeError, Negotiated, NegotiationLimits};
 pub use proto::{CmdFlags, Command, ProtoError, Request, RequestHeader};
 pub use server::{
-    ConnectionStream, RunningServer, Server, ServerConfig, ServerError, ServerStats, ShutdownHandle,
+    ConnectionStream, ExportHandle, RunningServer, Server, ServerConfig, ServerError, ServerStats,
+    ShutdownHandle,
 };

@@ -22,13 +22,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::export::{validate_block_sizes, Export, ExportError, Exports};
+use crate::export::{validate_block_sizes, Export, ExportError, ExportLookup, Exports};
 use crate::handshake::{negotiate, HandshakeError, Negotiated, NegotiationLimits};
 use crate::proto::*;
 
@@ -143,16 +143,7 @@ impl Server {
         export: Arc<dyn Export>,
     ) -> Result<(), ServerError> {
         let name = name.into();
-        if name.len() > MAX_STRING_LEN || name.contains('\0') {
-            return Err(ServerError::BadExport {
-                name,
-                reason: "name longer than 4096 bytes or containing NUL".into(),
-            });
-        }
-        validate_block_sizes(export.block_sizes()).map_err(|reason| ServerError::BadExport {
-            name: name.clone(),
-            reason,
-        })?;
+        check_export(&name, export.as_ref())?;
         self.exports.insert(name, export);
         Ok(())
     }
@@ -201,7 +192,7 @@ impl Server {
     pub fn serve_stream<S: ConnectionStream>(&self, stream: S) -> Result<ServerStats, ServerError> {
         let config = self.checked_config()?;
         let shared = Shared {
-            exports: self.exports.clone(),
+            exports: RwLock::new(self.exports.clone()),
             config,
             shutting_down: AtomicBool::new(false),
             conns: Mutex::new(Conns::default()),
@@ -210,7 +201,7 @@ impl Server {
             unix_path: None,
         };
         shared.stats.connections.fetch_add(1, Ordering::Relaxed);
-        serve_connection(&shared, stream);
+        serve_connection(&shared, stream, None);
         Ok(shared.stats.snapshot(&shared))
     }
 
@@ -247,7 +238,7 @@ impl Server {
         }
 
         let shared = Arc::new(Shared {
-            exports: self.exports,
+            exports: RwLock::new(self.exports),
             config,
             shutting_down: AtomicBool::new(false),
             conns: Mutex::new(Conns::default()),
@@ -272,6 +263,20 @@ impl Server {
             stopped: false,
         })
     }
+}
+
+/// Checks an export's name and block sizes before it is served.
+fn check_export(name: &str, export: &dyn Export) -> Result<(), ServerError> {
+    if name.len() > MAX_STRING_LEN || name.contains('\0') {
+        return Err(ServerError::BadExport {
+            name: name.to_string(),
+            reason: "name longer than 4096 bytes or containing NUL".into(),
+        });
+    }
+    validate_block_sizes(export.block_sizes()).map_err(|reason| ServerError::BadExport {
+        name: name.to_string(),
+        reason,
+    })
 }
 
 /// Removes a leftover socket file from an earlier run (and nothing else).
@@ -315,7 +320,80 @@ impl ShutdownHandle {
     }
 }
 
+/// Adds and removes exports of a running server (see
+/// [`RunningServer::exports`]). Every handshake looks exports up when the
+/// client names one, so a change applies to every connection negotiated
+/// after it.
+#[derive(Clone)]
+pub struct ExportHandle(Arc<Shared>);
+
+impl std::fmt::Debug for ExportHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ExportHandle").field(&self.names()).finish()
+    }
+}
+
+impl ExportHandle {
+    /// Serves `export` under `name` from now on. Refused if an export of
+    /// that name is being served (remove it first). If `name` was the
+    /// default export before it was removed, it is the default again.
+    pub fn add_export(&self, name: impl Into<String>, export: Arc<dyn Export>) -> Result<(), ServerError> {
+        let name = name.into();
+        check_export(&name, export.as_ref())?;
+        let mut exports = write_lock(&self.0.exports);
+        if exports.contains(&name) {
+            return Err(ServerError::BadExport {
+                name,
+                reason: "an export of this name is already served".into(),
+            });
+        }
+        exports.insert(name, export);
+        Ok(())
+    }
+
+    /// Stops serving the export `name`: new handshakes no longer find it
+    /// (NBD_OPT_GO and NBD_OPT_INFO get NBD_REP_ERR_UNKNOWN, NBD_OPT_EXPORT_NAME
+    /// a closed connection), and connections already using it stop reading
+    /// requests: those already read are still executed and answered (by
+    /// the export, which may answer ESHUTDOWN), then the connection closes.
+    /// Returns the export, or `None` if there was none of that name.
+    pub fn remove_export(&self, name: &str) -> Option<Arc<dyn Export>> {
+        let removed = write_lock(&self.0.exports).remove(name)?;
+        let conns = lock(&self.0.conns);
+        for (id, export) in &conns.exports {
+            if export == name {
+                if let Some(stream) = conns.streams.get(id) {
+                    let _ = stream.shutdown(Shutdown::Read);
+                }
+            }
+        }
+        Some(removed)
+    }
+
+    /// The names of the exports served now.
+    pub fn names(&self) -> Vec<String> {
+        read_lock(&self.0.exports)
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect()
+    }
+
+    /// Connections in the transmission phase on the export `name`.
+    pub fn connections_to(&self, name: &str) -> usize {
+        lock(&self.0.conns)
+            .exports
+            .values()
+            .filter(|e| *e == name)
+            .count()
+    }
+}
+
 impl RunningServer {
+    /// A handle to add and remove exports while the server runs.
+    pub fn exports(&self) -> ExportHandle {
+        ExportHandle(Arc::clone(&self.shared))
+    }
+
     /// The bound TCP address (with the real port when 0 was asked for).
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.tcp_addr
@@ -387,7 +465,7 @@ impl Drop for RunningServer {
 // ---------------------------------------------------------------------------
 
 struct Shared {
-    exports: Exports,
+    exports: RwLock<Exports>,
     config: ServerConfig,
     shutting_down: AtomicBool,
     conns: Mutex<Conns>,
@@ -401,6 +479,8 @@ struct Conns {
     next_id: u64,
     /// A clone of each live connection's stream, to stop its reads.
     streams: HashMap<u64, Stream>,
+    /// The export each connection in the transmission phase uses.
+    exports: HashMap<u64, String>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -421,6 +501,26 @@ impl StatsCounters {
             requests: self.requests.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
         }
+    }
+}
+
+fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The export table of a running server, looked up under its lock for each
+/// option of a handshake.
+impl ExportLookup for RwLock<Exports> {
+    fn find_export(&self, name: &str) -> Option<(String, Arc<dyn Export>)> {
+        read_lock(self).find_export(name)
+    }
+
+    fn list_exports(&self) -> Vec<(String, Option<String>)> {
+        read_lock(self).list_exports()
     }
 }
 
@@ -647,8 +747,10 @@ fn accept_loop(shared: Arc<Shared>, listener: Listener) {
         let spawned = thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
-                serve_connection(&s2, stream);
-                lock(&s2.conns).streams.remove(&id);
+                serve_connection(&s2, stream, Some(id));
+                let mut conns = lock(&s2.conns);
+                conns.streams.remove(&id);
+                conns.exports.remove(&id);
             });
         match spawned {
             Ok(t) => conns.threads.push(t),
@@ -674,7 +776,10 @@ enum ConnEnd {
     Io(io::Error),
 }
 
-fn serve_connection<S: ConnectionStream>(shared: &Shared, stream: S) {
+/// Serves one client: the handshake, then the transmission phase. `id` is
+/// the connection's key in the server's table (`None` for a stream served
+/// on its own, [`Server::serve_stream`]).
+fn serve_connection<S: ConnectionStream>(shared: &Shared, stream: S, id: Option<u64>) {
     let _ = stream.set_read_timeout(shared.config.handshake_timeout);
     let mut hs = stream;
     let negotiated = match negotiate(
@@ -689,6 +794,19 @@ fn serve_connection<S: ConnectionStream>(shared: &Shared, stream: S) {
             return;
         }
     };
+    if let Some(id) = id {
+        // Registered before checking that the export is still served: a
+        // removal either comes first (and the check sees it) or finds this
+        // connection registered (and stops its reads).
+        lock(&shared.conns).exports.insert(id, negotiated.name.clone());
+        let still_served = read_lock(&shared.exports)
+            .find(&negotiated.name)
+            .is_some_and(|(_, e)| Arc::ptr_eq(e, &negotiated.export));
+        if !still_served {
+            let _ = hs.shutdown(Shutdown::Both);
+            return;
+        }
+    }
     shared.stats.transmissions.fetch_add(1, Ordering::Relaxed);
     let _ = hs.set_read_timeout(None);
     let _ = hs.set_write_timeout(shared.config.reply_timeout);

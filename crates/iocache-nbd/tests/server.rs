@@ -511,3 +511,112 @@ mod random_streams {
         assert_eq!(stats.active_connections, 0);
     }
 }
+
+/// An export that fails every call with ESHUTDOWN once `closed` is set, as
+/// a detached cache volume does.
+struct Closable {
+    inner: MemExport,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl iocache_nbd::Export for Closable {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), iocache_nbd::ExportError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(iocache_nbd::ExportError::Shutdown);
+        }
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), iocache_nbd::ExportError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(iocache_nbd::ExportError::Shutdown);
+        }
+        self.inner.write(offset, data, fua)
+    }
+    fn flush(&self) -> Result<(), iocache_nbd::ExportError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn exports_join_and_leave_a_running_server() {
+    let a = Arc::new(MemExport::new(1 << 20));
+    let server = start_with(config("live"), vec![("a", a as _)]);
+    let path = server.unix_path().unwrap().to_path_buf();
+    let uri = |name: &str| format!("nbd+unix:///{name}?socket={}", path.display());
+    let handle = server.exports();
+    let e = Client::connect(&uri("b")).unwrap_err();
+    assert!(matches!(e, iocache_nbd::ClientError::UnknownExport(_)), "{e}");
+
+    // Added at run time: reachable, listed, refused twice.
+    let b = Arc::new(Closable {
+        inner: MemExport::new(2 << 20),
+        closed: Default::default(),
+    });
+    handle.add_export("b", b.clone()).unwrap();
+    assert!(
+        handle.add_export("b", mem(4096)).is_err(),
+        "a served name cannot be added again"
+    );
+    assert_eq!(handle.names(), vec!["a".to_string(), "b".to_string()]);
+    let mut c = Client::connect(&uri("b")).unwrap();
+    assert_eq!(c.size(), 2 << 20);
+    c.write(0, &[9u8; 4096], false).unwrap();
+    let listed = list_exports(&NbdAddr::Unix { socket: path.clone() }).unwrap();
+    assert_eq!(listed.len(), 2);
+    // A second connection sits in the transmission phase on `b`.
+    let mut idle = Client::connect(&uri("b")).unwrap();
+    let started = Instant::now();
+    // The server registers a connection just after answering NBD_OPT_GO.
+    while handle.connections_to("b") < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "connections not registered"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(handle.connections_to("b"), 2);
+
+    // Removed: new handshakes get NBD_REP_ERR_UNKNOWN, connections on it are
+    // closed after what they sent is answered, the other export is untouched.
+    b.closed.store(true, Ordering::SeqCst);
+    assert!(handle.remove_export("b").is_some());
+    assert!(handle.remove_export("b").is_none());
+    let e = Client::connect(&uri("b")).unwrap_err();
+    assert!(matches!(e, iocache_nbd::ClientError::UnknownExport(_)), "{e}");
+    let mut back = [0u8; 512];
+    let e = c.read(0, &mut back).unwrap_err();
+    assert!(
+        e.errno() == Some(NBD_ESHUTDOWN)
+            || matches!(
+                e,
+                iocache_nbd::ClientError::Io(_) | iocache_nbd::ClientError::Broken
+            ),
+        "{e}"
+    );
+    assert!(idle.read(0, &mut back).is_err());
+    let started = Instant::now();
+    while handle.connections_to("b") > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "connections to a removed export stay open"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut a_client = Client::connect(&uri("")).unwrap();
+    assert_eq!(a_client.size(), 1 << 20, "the default export still serves");
+    a_client.write(0, &[1u8; 512], true).unwrap();
+
+    // The name can serve again (here a new export), and is the default export again
+    // if it was before.
+    handle.add_export("b", mem(3 << 20)).unwrap();
+    assert_eq!(Client::connect(&uri("b")).unwrap().size(), 3 << 20);
+    assert!(handle.remove_export("a").is_some());
+    let e = Client::connect(&uri("")).unwrap_err();
+    assert!(matches!(e, iocache_nbd::ClientError::UnknownExport(_)), "{e}");
+    handle.add_export("a", mem(5 << 20)).unwrap();
+    assert_eq!(Client::connect(&uri("")).unwrap().size(), 5 << 20);
+    server.shutdown();
+}

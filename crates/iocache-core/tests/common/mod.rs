@@ -204,6 +204,10 @@ pub enum Action {
     SetPolicy(WritePolicy),
     /// Flush up to this many of the oldest dirty lines.
     Flush(usize),
+    /// Flush up to this many dirty lines of one volume (`FlushOrder::Volume`).
+    FlushVolume(u32, usize),
+    /// Drop every clean line of one volume (`Cache::drop_clean_lines`).
+    DropClean(u32),
 }
 
 pub fn any_write_policy() -> impl Strategy<Value = WritePolicy> {
@@ -244,10 +248,35 @@ impl Harness {
             Action::Read(v, s, n) => self.run(Request::read(v, s * 512, n * 512, now_ns)),
             Action::Write(v, s, n) => self.run(Request::write(v, s * 512, n * 512, now_ns)),
             Action::SetPolicy(p) => self.cache.set_write_policy(p),
-            Action::Flush(n) => {
+            Action::DropClean(v) => {
+                self.cache.drop_clean_lines(v, &mut self.ops);
+                assert!(self
+                    .ops
+                    .ops()
+                    .iter()
+                    .all(|op| matches!(op, Op::Invalidate { key, .. } if key.volume == v)));
+                assert_eq!(
+                    self.cache.volume_lines(v).resident,
+                    self.cache.volume_lines(v).dirty
+                );
+                self.cache.check_invariants();
+            }
+            Action::Flush(_) | Action::FlushVolume(..) => {
+                let (order, n) = match action {
+                    Action::FlushVolume(v, n) => (FlushOrder::Volume(v), n),
+                    Action::Flush(n) => (FlushOrder::Oldest, n),
+                    _ => unreachable!(),
+                };
                 let mut tokens: Vec<FlushToken> = Vec::new();
-                self.cache
-                    .begin_flush(FlushOrder::Oldest, n, &mut self.ops, &mut tokens);
+                self.cache.begin_flush(order, n, &mut self.ops, &mut tokens);
+                if let FlushOrder::Volume(v) = order {
+                    assert!(tokens.iter().all(|t| t.key.volume == v));
+                    assert!(self
+                        .ops
+                        .ops()
+                        .iter()
+                        .all(|op| matches!(op, Op::WriteBack { volume, .. } if *volume == v)));
+                }
                 let ops = self.ops.ops().to_vec();
                 self.world
                     .execute(&Request::read(0, 0, 512, now_ns), &ops, &mut []);

@@ -1,0 +1,419 @@
+//! The admin socket of `iocache serve` and its clients, `iocache stats` and
+//! `iocache ctl`.
+//!
+//! The protocol is one request line and one reply line per connection. The
+//! line `stats` (or an empty line) asks for the statistics of every volume;
+//! any other request is a JSON object with a `command`:
+//!
+//! - `{"command":"stats","export":NAME?}`: statistics, of one volume if named;
+//! - `{"command":"attach","export":NAME,"backend":PATH|URI,"backend_size":SIZE?,"cache":PATH?}`:
+//!   adds a volume to a cache device (the only one, or the one named) and
+//!   serves it as a new export; `backend_size` creates a missing file;
+//! - `{"command":"flush","export":NAME}`: writes back the volume's dirty lines;
+//! - `{"command":"detach","export":NAME}`: stops serving the volume, after
+//!   writing back its dirty lines and dropping its lines from the cache.
+//!
+//! The reply is a JSON object: the statistics (`{"volumes":[...]}`), what
+//! was done, or `{"error": MESSAGE}`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use crate::serve::{AttachRequest, Running, STOP};
+
+/// The statistics as JSON: one entry per volume (of `export` only, if given).
+fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
+    let latency = |p: &iocache_engine::LatencyPercentiles| {
+        json!({
+            "count": p.count,
+            "p50_us": p.p50_ns as f64 / 1e3,
+            "p99_us": p.p99_ns as f64 / 1e3,
+            "p99_9_us": p.p999_ns as f64 / 1e3,
+            "p99_99_us": p.p9999_ns as f64 / 1e3,
+            "max_us": p.max_ns as f64 / 1e3,
+        })
+    };
+    let volumes: Vec<(String, String, usize, iocache_engine::Volume)> = state
+        .volumes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|v| export.is_none_or(|e| e == v.export))
+        .map(|v| (v.export.clone(), v.backend.clone(), v.cache, v.volume.clone()))
+        .collect();
+    if let (Some(name), true) = (export, volumes.is_empty()) {
+        bail!("no export `{name}` is served");
+    }
+    let mut entries = Vec::new();
+    for (name, backend, cache, volume) in volumes {
+        let group = &state.caches[cache];
+        let engine = &group.engine;
+        // Detached meanwhile: not listed.
+        let Ok(v) = engine.volume_stats(volume.id()) else {
+            continue;
+        };
+        let s = engine.stats();
+        let c = &s.cache;
+        let sharing: Vec<String> = engine.volumes().into_iter().map(|v| v.name).collect();
+        let mut entry = json!({
+            "export": name,
+            "backend": backend,
+            "volume_id": v.id,
+            "size_bytes": v.size_bytes,
+            "write_policy": engine.write_policy().to_string(),
+            "policy": group.config.policy.to_string(),
+            "lookup": engine.lookup().to_string(),
+            "shards": s.shards,
+            "capacity_lines": s.capacity_lines,
+            "resident_lines": v.resident_lines,
+            "dirty_lines": v.dirty_lines,
+            "clean_lines": v.resident_lines - v.dirty_lines,
+            "occupancy": if s.capacity_lines == 0 { 0.0 } else { v.resident_lines as f64 / s.capacity_lines as f64 },
+            "requests": v.requests(),
+            "read_requests": v.read_requests,
+            "write_requests": v.write_requests,
+            "read_bytes": v.read_bytes,
+            "write_bytes": v.write_bytes,
+            "line_accesses": v.line_accesses,
+            "read_hits": v.read_hits,
+            "write_hits": v.write_hits,
+            "partial_hits": v.partial_hits,
+            "full_misses": v.misses,
+            "hit_ratio": v.hit_ratio(),
+            "failed_requests": v.errors,
+            "latency": { "read": latency(&v.read_latency), "write": latency(&v.write_latency) },
+        });
+        // The cache device as a whole (all its volumes): decisions, health,
+        // metadata and what opening it found. (Two objects: one is past the
+        // json! macro's recursion limit.)
+        let cache_wide = json!({
+            "promotions": c.promotions,
+            "evictions": c.evictions,
+            "write_backs": c.dirty_writebacks + c.flushed_lines,
+            "bypassed_accesses": c.bypassed_accesses,
+            "seq_cutoff_requests": c.seq_cutoff_requests,
+            "write_miss_bypasses": c.write_miss_bypasses,
+            "io_errors": s.io_errors,
+            "forgotten_lines": s.forgotten_lines,
+            "dirty_victims_kept": c.dirty_victims_kept,
+            "cache_device_errors": s.cache_device_errors,
+            "backend_errors": s.backend_errors,
+            "failed_writebacks": s.failed_writebacks,
+            "cache_device_failed": s.cache_device_failed,
+            "persistence": s.persistence.map(|p| p.to_string()),
+            "barriers": s.barriers,
+            "records_written": s.records_written,
+            "recovery": {
+                "loaded": s.recovery.loaded,
+                "clean_shutdown": s.recovery.clean_shutdown,
+                "dirty_lines": s.recovery.dirty_lines,
+                "clean_lines": s.recovery.clean_lines,
+                "dropped_clean_lines": s.recovery.dropped_clean_lines,
+                "corrupt_copies": s.recovery.corrupt_copies,
+                "duplicate_lines": s.recovery.duplicate_lines,
+                "written_back_lines": s.recovery.written_back_lines,
+            },
+            "cache": {
+                "path": group.path.display().to_string(),
+                "volumes": sharing,
+                "resident_lines": s.resident_lines,
+                "dirty_lines": s.dirty_lines,
+                "requests": c.requests,
+                "hit_ratio": c.hit_ratio(),
+            },
+        });
+        if let (Some(entry), Value::Object(extra)) = (entry.as_object_mut(), cache_wide) {
+            entry.extend(extra);
+        }
+        entries.push(entry);
+    }
+    Ok(json!({ "volumes": entries }))
+}
+
+/// Runs one admin request.
+fn dispatch(state: &Running, line: &str) -> Result<Value> {
+    match line {
+        "stats" | "" => return stats_json(state, None),
+        text if !text.starts_with('{') => {
+            bail!("unknown command `{text}`; expected `stats` or a JSON request")
+        }
+        _ => {}
+    }
+    let request: Value = serde_json::from_str(line).context("the request is not JSON")?;
+    let field = |name: &str| request.get(name).and_then(Value::as_str);
+    let needed = |name: &str| field(name).ok_or_else(|| anyhow::anyhow!("the request needs `{name}`"));
+    match field("command") {
+        Some("stats") => stats_json(state, field("export")),
+        Some("attach") => state.attach(&AttachRequest {
+            export: needed("export")?,
+            backend: needed("backend")?,
+            backend_size: field("backend_size"),
+            cache: field("cache"),
+        }),
+        Some("detach") => state.detach(needed("export")?),
+        Some("flush") => state.flush(needed("export")?),
+        Some(other) => bail!("unknown command `{other}`; expected stats, attach, detach or flush"),
+        None => bail!("the request needs a `command`"),
+    }
+}
+
+/// Answers the admin socket until the server stops: one thread per
+/// connection, so a long detach does not hold up `iocache stats`.
+pub(crate) fn serve_admin(listener: UnixListener, state: Arc<Running>) {
+    for stream in listener.incoming() {
+        if STOP.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(mut stream) = stream else { continue };
+        let state = Arc::clone(&state);
+        std::thread::spawn(move || {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut line = String::new();
+            let _ = BufReader::new(&stream).read_line(&mut line);
+            let reply = match dispatch(&state, line.trim()) {
+                Ok(value) => value,
+                Err(e) => json!({ "error": format!("{e:#}") }),
+            };
+            let _ = writeln!(stream, "{reply}");
+        });
+    }
+}
+
+/// Sends one request and returns the reply, failing with the server's error.
+fn request(socket: &Path, line: &str, timeout: Option<Duration>) -> Result<Value> {
+    let mut stream = UnixStream::connect(socket)
+        .with_context(|| format!("connecting to the admin socket {}", socket.display()))?;
+    stream.set_read_timeout(timeout)?;
+    writeln!(stream, "{line}")?;
+    let mut reply = String::new();
+    BufReader::new(&stream).read_line(&mut reply)?;
+    let json: Value = serde_json::from_str(reply.trim())
+        .with_context(|| format!("the server's reply is not JSON: {reply}"))?;
+    if let Some(error) = json.get("error").and_then(Value::as_str) {
+        bail!("{error}");
+    }
+    Ok(json)
+}
+
+#[derive(Args)]
+pub struct StatsArgs {
+    /// The admin socket of a running `iocache serve`.
+    #[arg(long, value_name = "PATH", default_value = "iocache-data/admin.sock")]
+    admin_socket: PathBuf,
+    /// Print the raw JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `iocache stats`: asks a running server for its statistics.
+pub fn stats(args: StatsArgs) -> Result<()> {
+    let json = request(&args.admin_socket, "stats", Some(Duration::from_secs(10)))?;
+    print_stats(&json, args.json)
+}
+
+fn print_stats(json: &Value, raw: bool) -> Result<()> {
+    if raw {
+        println!("{}", serde_json::to_string_pretty(json)?);
+        return Ok(());
+    }
+    for v in json["volumes"].as_array().into_iter().flatten() {
+        println!(
+            "volume {} ({} bytes) over {}",
+            v["export"], v["size_bytes"], v["backend"]
+        );
+        let sharing = v["cache"]["volumes"].as_array().map_or(0, Vec::len);
+        println!(
+            "  cache      {} ({}), {} policy, {} write policy, lookup {} ({} shards)",
+            v["cache"]["path"],
+            if sharing > 1 {
+                format!("shared by {sharing} volumes")
+            } else {
+                "its own".to_string()
+            },
+            v["policy"],
+            v["write_policy"],
+            v["lookup"],
+            v["shards"]
+        );
+        println!(
+            "  occupancy  {} / {} lines ({:.1} %), {} clean, {} dirty",
+            v["resident_lines"],
+            v["capacity_lines"],
+            v["occupancy"].as_f64().unwrap_or(0.0) * 100.0,
+            v["clean_lines"],
+            v["dirty_lines"]
+        );
+        println!(
+            "  requests   {} ({} reads, {} writes, {} failed); line hit ratio {:.2} %",
+            v["requests"],
+            v["read_requests"],
+            v["write_requests"],
+            v["failed_requests"],
+            v["hit_ratio"].as_f64().unwrap_or(0.0) * 100.0
+        );
+        println!(
+            "  lines      {} read hits, {} write hits, {} partial hits, {} full misses",
+            v["read_hits"], v["write_hits"], v["partial_hits"], v["full_misses"]
+        );
+        println!(
+            "  cache-wide {} promotions, {} evictions, {} write-backs, {} bypassed, {} I/O errors",
+            v["promotions"], v["evictions"], v["write_backs"], v["bypassed_accesses"], v["io_errors"]
+        );
+        let r = &v["recovery"];
+        println!(
+            "  metadata   persistence {}, {} barriers, {} records written; at start: {} dirty and {} clean lines loaded, {} dropped, {} corrupt copies",
+            v["persistence"].as_str().unwrap_or("?"),
+            v["barriers"],
+            v["records_written"],
+            r["dirty_lines"],
+            r["clean_lines"],
+            r["dropped_clean_lines"],
+            r["corrupt_copies"]
+        );
+        println!(
+            "  health     cache device {} ({} errors), {} backend errors, {} failed write-backs",
+            if v["cache_device_failed"].as_bool().unwrap_or(false) {
+                "FAILED: pass-through"
+            } else {
+                "ok"
+            },
+            v["cache_device_errors"],
+            v["backend_errors"],
+            v["failed_writebacks"]
+        );
+        for kind in ["read", "write"] {
+            let l = &v["latency"][kind];
+            println!(
+                "  {kind:<5} µs  p50 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  ({} requests)",
+                l["p50_us"].as_f64().unwrap_or(0.0),
+                l["p99_us"].as_f64().unwrap_or(0.0),
+                l["p99_9_us"].as_f64().unwrap_or(0.0),
+                l["p99_99_us"].as_f64().unwrap_or(0.0),
+                l["count"]
+            );
+        }
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct CtlArgs {
+    /// The admin socket of a running `iocache serve`.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "iocache-data/admin.sock",
+        global = true
+    )]
+    admin_socket: PathBuf,
+    #[command(subcommand)]
+    command: CtlCommand,
+}
+
+#[derive(Subcommand)]
+enum CtlCommand {
+    /// Add a volume to a cache device and serve it as a new export.
+    Attach {
+        /// The new export's name.
+        export: String,
+        /// Its backend: a file or block device, or nbd://host:port/name, nbd+unix:///name?socket=PATH.
+        backend: String,
+        /// Create a missing backend file with this size (sparse).
+        #[arg(long, value_name = "SIZE")]
+        backend_size: Option<String>,
+        /// The cache device to share (needed when the server has several).
+        #[arg(long, value_name = "PATH")]
+        cache: Option<PathBuf>,
+    },
+    /// Stop serving an export: write back its dirty lines, drop its lines from the cache.
+    Detach { export: String },
+    /// Write back an export's dirty lines (it keeps serving).
+    Flush { export: String },
+    /// Show the statistics of every export, or of one.
+    Stats {
+        export: Option<String>,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A path given to `ctl`, as the server (which may run elsewhere) must see it.
+fn absolute(path: &str) -> Result<String> {
+    if path.starts_with("nbd://") || path.starts_with("nbd+unix://") {
+        return Ok(path.to_string());
+    }
+    Ok(std::path::absolute(path)
+        .with_context(|| format!("resolving {path}"))?
+        .display()
+        .to_string())
+}
+
+/// `iocache ctl`: attach, detach, flush or show one volume of a running server.
+pub fn ctl(args: CtlArgs) -> Result<()> {
+    let socket = &args.admin_socket;
+    match args.command {
+        CtlCommand::Attach {
+            export,
+            backend,
+            backend_size,
+            cache,
+        } => {
+            let mut req = json!({
+                "command": "attach",
+                "export": export,
+                "backend": absolute(&backend)?,
+            });
+            if let Some(size) = backend_size {
+                req["backend_size"] = json!(size);
+            }
+            if let Some(cache) = cache {
+                req["cache"] = json!(absolute(&cache.display().to_string())?);
+            }
+            let reply = request(socket, &req.to_string(), None)?;
+            println!(
+                "attached export {} (volume {}, {} bytes over {}) to the cache {}",
+                reply["export"], reply["volume_id"], reply["size_bytes"], reply["backend"], reply["cache"]
+            );
+        }
+        CtlCommand::Detach { export } => {
+            let reply = request(
+                socket,
+                &json!({"command": "detach", "export": export}).to_string(),
+                None,
+            )?;
+            println!(
+                "detached export {}: its {} dirty lines are on its backend, its lines left the cache",
+                reply["export"], reply["dirty_lines_written_back"]
+            );
+        }
+        CtlCommand::Flush { export } => {
+            let reply = request(
+                socket,
+                &json!({"command": "flush", "export": export}).to_string(),
+                None,
+            )?;
+            println!(
+                "flushed export {}: {} lines written back",
+                reply["export"], reply["written_back_lines"]
+            );
+        }
+        CtlCommand::Stats { export, json } => {
+            let mut req = json!({"command": "stats"});
+            if let Some(export) = export {
+                req["export"] = json!(export);
+            }
+            let reply = request(socket, &req.to_string(), Some(Duration::from_secs(10)))?;
+            print_stats(&reply, json)?;
+        }
+    }
+    Ok(())
+}
