@@ -261,3 +261,116 @@ fn random_faults(seed: u64) {
         );
     }
 }
+
+/// A tmpfs of `bytes` mounted for the test and unmounted when dropped.
+struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    fn mount(bytes: u64) -> Option<SmallFs> {
+        let dir = std::env::temp_dir().join(format!("iocache-smallfs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(&dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallFs(dir))
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The cache device fills up: its file is sparse on a tmpfs smaller than
+/// the cache, so cache writes start failing with ENOSPC part way. Nothing
+/// wrong is ever read, nothing acknowledged is lost, and past the error
+/// threshold the volume runs pass-through.
+#[test]
+fn a_cache_device_that_fills_up() {
+    let Some(fs) = SmallFs::mount(1 << 20) else {
+        eprintln!("skipped: cannot mount a tmpfs (needs root)");
+        return;
+    };
+    for wp in [WritePolicy::WriteThrough, WritePolicy::WriteBack] {
+        let lines = 1024; // 4 MiB of lines on a 1 MiB file system
+        let mut cache = CacheConfig::new(lines, LineSize::new(4096).unwrap(), PolicySpec::lru());
+        cache.write_policy = wp;
+        cache.cleaning = "aggressive:interval=1ms:batch=16".parse().unwrap();
+        let layout = Layout::for_slots(4096, lines).unwrap();
+        let path = fs.0.join(format!("cache-{wp}.img"));
+        let cache_dev = iocache_device::FileDevice::open(
+            &path,
+            iocache_device::OpenOptions {
+                direct: false,
+                create_size: Some(layout.device_bytes()),
+                read_only: false,
+            },
+        )
+        .unwrap();
+        let backend = Arc::new(MemDevice::new("backend", 8 << 20));
+        let engine = Engine::new(
+            EngineConfig {
+                persistence: Persistence::Dirty,
+                ..EngineConfig::new(cache)
+            },
+            Arc::new(cache_dev),
+            backend.clone() as Arc<dyn BlockDevice>,
+        )
+        .unwrap();
+        let sectors = (8u64 << 20) / SECTOR;
+        let mut possible: Vec<HashSet<u64>> = vec![HashSet::from([0]); sectors as usize];
+        let mut value = 0;
+        for round in 0..3u64 {
+            for line in 0..(8u64 << 20) / 4096 {
+                let first = line * 8 + (round % 8);
+                value += 1;
+                let ok = engine.write(first * SECTOR, &stamp(value), false).is_ok();
+                let set = &mut possible[first as usize];
+                if ok {
+                    set.clear();
+                }
+                set.insert(value);
+                let mut buf = vec![0u8; 4096];
+                if engine.read(line * 4096, &mut buf).is_ok() {
+                    for (i, chunk) in buf.chunks(SECTOR as usize).enumerate() {
+                        let s = (line * 8 + i as u64) as usize;
+                        let got = value_of(chunk);
+                        assert!(
+                            possible[s].contains(&got),
+                            "{wp}: sector {s} read {got}, possible {:?}",
+                            possible[s]
+                        );
+                        possible[s] = HashSet::from([got]);
+                    }
+                }
+            }
+        }
+        let stats = engine.stats();
+        assert!(
+            stats.cache_device_errors > 0,
+            "{wp}: the file system never filled up"
+        );
+        assert!(
+            stats.cache_device_failed,
+            "{wp}: past the threshold the volume runs pass-through"
+        );
+        wait_until("a successful flush", || engine.flush_all().is_ok());
+        for s in 0..sectors {
+            let mut buf = vec![0u8; SECTOR as usize];
+            backend.read_at(&mut buf, s * SECTOR).unwrap();
+            let got = value_of(&buf);
+            assert!(
+                possible[s as usize].contains(&got),
+                "{wp}: backend sector {s} holds {got}, possible {:?}",
+                possible[s as usize]
+            );
+        }
+        drop(engine);
+        let _ = std::fs::remove_file(&path);
+    }
+}
