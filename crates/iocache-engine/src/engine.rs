@@ -36,8 +36,10 @@ pub const SHARD_SPAN_LINES: u64 = 64;
 
 /// Shards at most in `fine` mode.
 const SHARDS_MAX: usize = 64;
-/// Lines per shard at least in `fine` mode.
-const SHARD_LINES_MIN: u64 = 16;
+/// Lines per shard at least in `fine` mode (when the shard count is
+/// chosen): four spans, so that a sequential burst of one span (all in one
+/// shard) does not overflow its shard and bypass the cache.
+const SHARD_LINES_MIN: u64 = 4 * SHARD_SPAN_LINES;
 /// Longest sleep of the background cleaner between checks.
 const CLEANER_POLL: Duration = Duration::from_millis(50);
 /// Lines written back per batch when flushing everything.
@@ -85,7 +87,7 @@ pub struct EngineConfig {
     /// The whole cache: `capacity_lines` is split across the shards.
     pub cache: CacheConfig,
     pub lookup: Lookup,
-    /// Shards in `fine` mode; 0 chooses (up to 64, at least 16 lines each).
+    /// Shards in `fine` mode; 0 chooses (up to 64, at least 256 lines each).
     pub shards: usize,
     /// How cache reads of several lines are issued.
     pub io: IoMode,

@@ -33,6 +33,9 @@ fn engine(
             io,
             lookup,
             persistence,
+            // Small caches would get one shard by default: keep several, so
+            // requests cross shards and victims live in other shards.
+            shards: if lookup == Lookup::Fine { 4 } else { 0 },
             ..EngineConfig::new(cache)
         },
         cache_dev,
