@@ -280,6 +280,9 @@ struct ShardState {
     tokens: Vec<FlushToken>,
 }
 
+/// Aligned so that no two shards share a cache line (threads working on
+/// different shards must not slow each other down).
+#[repr(align(128))]
 struct Shard {
     state: Mutex<ShardState>,
     served: Condvar,

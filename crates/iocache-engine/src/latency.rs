@@ -1,8 +1,12 @@
 //! Latency histograms that many threads record into without locking: log-
 //! linear buckets (16 per power of two, so a percentile is within 1/16 of
-//! the true value) of relaxed atomic counters. Memory is fixed.
+//! the true value) of relaxed atomic counters, one set per stripe of
+//! threads (see `stripe.rs`) so that threads do not share cache lines.
+//! Memory is fixed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::stripe::{stripe, STRIPES};
 
 const SUB_BUCKETS: usize = 16;
 const POWERS: usize = 64;
@@ -22,10 +26,12 @@ pub struct LatencyPercentiles {
     pub max_ns: u64,
 }
 
+const BUCKETS: usize = POWERS * SUB_BUCKETS;
+
 impl Default for LatencyHistogram {
     fn default() -> Self {
         LatencyHistogram {
-            counts: (0..POWERS * SUB_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            counts: (0..BUCKETS * STRIPES).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
@@ -53,11 +59,14 @@ fn upper_bound(bucket: usize) -> u64 {
 
 impl LatencyHistogram {
     pub fn record(&self, ns: u64) {
-        self.counts[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+        self.counts[stripe() * BUCKETS + bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn percentiles(&self) -> LatencyPercentiles {
-        let counts: Vec<u64> = self.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let mut counts = vec![0u64; BUCKETS];
+        for (i, c) in self.counts.iter().enumerate() {
+            counts[i % BUCKETS] += c.load(Ordering::Relaxed);
+        }
         let total: u64 = counts.iter().sum();
         if total == 0 {
             return LatencyPercentiles::default();

@@ -37,6 +37,7 @@ mod latency;
 mod nbd_backend;
 mod persist;
 mod recovery;
+mod stripe;
 
 pub use engine::{
     Engine, EngineConfig, EngineError, EngineStats, IoMode, Lookup, Volume, VolumeInfo, VolumeStats,

@@ -30,7 +30,7 @@
 //! If step 2 cannot write everything back, the volume is reopened and the
 //! error returned: nothing is lost, and detaching can be tried again.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +41,7 @@ use iocache_format::{Persistence, VolumeEntry};
 use super::{lock, Engine, EngineError, Inner, ShardState, Ticket, TicketKey, FLUSH_ALL_BATCH};
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use crate::recovery;
+use crate::stripe::{stripe, Padded, STRIPES};
 
 /// Longest volume name: the superblock stores its length in one byte.
 const NAME_BYTES_MAX: usize = 255;
@@ -55,7 +56,7 @@ pub(super) struct VolumeState {
     pub(super) size_bytes: u64,
     /// Requests of this volume between [`VolumeState::enter`] and the end
     /// of their [`Serving`].
-    inflight: AtomicU64,
+    inflight: [Padded<AtomicI64>; STRIPES],
     /// Set while the volume is being detached (and for good once it is).
     closed: AtomicBool,
     pub(super) counters: VolumeCounters,
@@ -63,11 +64,11 @@ pub(super) struct VolumeState {
 
 /// A request of a volume in progress: the volume cannot finish detaching
 /// until this is dropped.
-pub(super) struct Serving<'a>(&'a VolumeState);
+pub(super) struct Serving<'a>(&'a VolumeState, usize);
 
 impl Drop for Serving<'_> {
     fn drop(&mut self) {
-        self.0.inflight.fetch_sub(1, Ordering::SeqCst);
+        self.0.inflight[self.1].fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -78,7 +79,7 @@ impl VolumeState {
             name,
             size_bytes: backend.len_bytes(),
             backend,
-            inflight: AtomicU64::new(0),
+            inflight: Default::default(),
             closed: AtomicBool::new(false),
             counters: VolumeCounters::default(),
         })
@@ -89,8 +90,9 @@ impl VolumeState {
     /// the count, both sequentially consistent: a request either sees the
     /// flag or is waited for.)
     pub(super) fn enter(&self) -> Result<Serving<'_>, EngineError> {
-        self.inflight.fetch_add(1, Ordering::SeqCst);
-        let serving = Serving(self);
+        let stripe = stripe();
+        self.inflight[stripe].fetch_add(1, Ordering::SeqCst);
+        let serving = Serving(self, stripe);
         if self.closed.load(Ordering::SeqCst) {
             return Err(EngineError::Shutdown);
         }
@@ -100,7 +102,15 @@ impl VolumeState {
     /// Closes the gate and waits for the requests already let in.
     fn close_and_drain(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        while self.inflight.load(Ordering::SeqCst) > 0 {
+        // A request may end on another stripe than its thread's next one,
+        // never on another than it began: the sum is what is in flight.
+        while self
+            .inflight
+            .iter()
+            .map(|c| c.load(Ordering::SeqCst))
+            .sum::<i64>()
+            > 0
+        {
             std::thread::sleep(DRAIN_POLL);
         }
     }
@@ -110,9 +120,17 @@ impl VolumeState {
     }
 }
 
-/// Per-volume request counters (the core's counters are per cache).
+/// Per-volume request counters (the core's counters are per cache), one
+/// set per stripe of request threads (`stripe.rs`).
 #[derive(Default)]
 pub(super) struct VolumeCounters {
+    stripes: [Padded<CounterStripe>; STRIPES],
+    read_latency: LatencyHistogram,
+    write_latency: LatencyHistogram,
+}
+
+#[derive(Default)]
+struct CounterStripe {
     read_requests: AtomicU64,
     write_requests: AtomicU64,
     read_bytes: AtomicU64,
@@ -123,14 +141,21 @@ pub(super) struct VolumeCounters {
     partial_hits: AtomicU64,
     misses: AtomicU64,
     errors: AtomicU64,
-    read_latency: LatencyHistogram,
-    write_latency: LatencyHistogram,
 }
 
 impl VolumeCounters {
+    /// The sum of one counter over the stripes.
+    fn sum(&self, field: impl Fn(&CounterStripe) -> &AtomicU64) -> u64 {
+        self.stripes
+            .iter()
+            .map(|s| field(&s.0).load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Counts one request of `bytes` whose lines the core judged as
     /// `summary`, which took `took_ns`.
     pub(super) fn record(&self, kind: IoKind, bytes: u64, summary: &AccessSummary, took_ns: u64, ok: bool) {
+        let c = &self.stripes[stripe()].0;
         let add = |counter: &AtomicU64, n: u64| {
             if n > 0 {
                 counter.fetch_add(n, Ordering::Relaxed);
@@ -138,23 +163,23 @@ impl VolumeCounters {
         };
         match kind {
             IoKind::Read => {
-                add(&self.read_requests, 1);
-                add(&self.read_bytes, bytes);
-                add(&self.read_hits, u64::from(summary.full_hits));
+                add(&c.read_requests, 1);
+                add(&c.read_bytes, bytes);
+                add(&c.read_hits, u64::from(summary.full_hits));
                 self.read_latency.record(took_ns);
             }
             IoKind::Write => {
-                add(&self.write_requests, 1);
-                add(&self.write_bytes, bytes);
-                add(&self.write_hits, u64::from(summary.full_hits));
+                add(&c.write_requests, 1);
+                add(&c.write_bytes, bytes);
+                add(&c.write_hits, u64::from(summary.full_hits));
                 self.write_latency.record(took_ns);
             }
         }
-        add(&self.line_accesses, u64::from(summary.lines));
-        add(&self.partial_hits, u64::from(summary.partial_hits));
-        add(&self.misses, u64::from(summary.misses));
+        add(&c.line_accesses, u64::from(summary.lines));
+        add(&c.partial_hits, u64::from(summary.partial_hits));
+        add(&c.misses, u64::from(summary.misses));
         if !ok {
-            add(&self.errors, 1);
+            add(&c.errors, 1);
         }
     }
 }
@@ -583,21 +608,20 @@ impl Engine {
     pub fn volume_stats(&self, id: VolumeId) -> Result<VolumeStats, EngineError> {
         let volume = self.inner.volume_state(id)?;
         let c = &volume.counters;
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut stats = VolumeStats {
             id,
             name: volume.name.clone(),
             size_bytes: volume.size_bytes,
-            read_requests: load(&c.read_requests),
-            write_requests: load(&c.write_requests),
-            read_bytes: load(&c.read_bytes),
-            write_bytes: load(&c.write_bytes),
-            line_accesses: load(&c.line_accesses),
-            read_hits: load(&c.read_hits),
-            write_hits: load(&c.write_hits),
-            partial_hits: load(&c.partial_hits),
-            misses: load(&c.misses),
-            errors: load(&c.errors),
+            read_requests: c.sum(|s| &s.read_requests),
+            write_requests: c.sum(|s| &s.write_requests),
+            read_bytes: c.sum(|s| &s.read_bytes),
+            write_bytes: c.sum(|s| &s.write_bytes),
+            line_accesses: c.sum(|s| &s.line_accesses),
+            read_hits: c.sum(|s| &s.read_hits),
+            write_hits: c.sum(|s| &s.write_hits),
+            partial_hits: c.sum(|s| &s.partial_hits),
+            misses: c.sum(|s| &s.misses),
+            errors: c.sum(|s| &s.errors),
             read_latency: c.read_latency.percentiles(),
             write_latency: c.write_latency.percentiles(),
             ..VolumeStats::default()
