@@ -1585,7 +1585,7 @@ impl Inner {
     /// back to pass-through (dirty lines stay and are still served and
     /// written back; nothing new is cached) until a probe succeeds.
     fn cache_error(&self, what: &str, e: &DeviceError) {
-        if self.health.cache_error() {
+        if self.health.cache_error(self.now_ns()) {
             eprintln!(
                 "iocache: cache device {}: {} I/O errors (last: {what}: {e}); falling back to pass-through until it answers again",
                 self.cache_dev.name(),
@@ -1607,7 +1607,7 @@ impl Inner {
             && self.cache_dev.write_at(&head, 0).is_ok()
             && self.cache_dev.flush().is_ok();
         if ok {
-            self.health.cache_recovered();
+            self.health.cache_recovered(self.now_ns());
             for shard in &self.shards {
                 lock(&shard.state)
                     .cache

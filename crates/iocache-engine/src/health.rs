@@ -11,8 +11,14 @@ use iocache_core::WritePolicy;
 /// Cache-device errors after which the volume stops using the cache for new
 /// data (pass-through) until the device answers again.
 pub const CACHE_ERROR_THRESHOLD: u64 = 16;
-/// How often a failed cache device is probed.
+/// How often a failed cache device is probed at first.
 pub const CACHE_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// The longest wait between probes: a device that passes the probe but
+/// fails again soon after (a full file system, whose superblock blocks are
+/// allocated) is probed less and less often, up to this.
+pub const CACHE_PROBE_INTERVAL_MAX: Duration = Duration::from_secs(64);
+/// Failing again within this time of a recovery counts as a relapse.
+pub const RELAPSE_WINDOW: Duration = Duration::from_secs(30);
 /// First and longest wait before the cleaner retries failed write-backs.
 pub const RETRY_MIN: Duration = Duration::from_millis(10);
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
@@ -37,6 +43,10 @@ struct Retry {
     delay_ns: u64,
     /// Next probe of a failed cache device.
     next_probe_ns: u64,
+    /// Current wait between probes (0: the initial one).
+    probe_interval_ns: u64,
+    /// When the device last recovered (for relapses).
+    recovered_at_ns: Option<u64>,
 }
 
 impl Health {
@@ -51,10 +61,26 @@ impl Health {
         }
     }
 
-    /// Counts a cache-device error; true when this one crosses the threshold.
-    pub fn cache_error(&self) -> bool {
+    /// Counts a cache-device error at `now_ns`; true when this one crosses
+    /// the threshold. Crossing it again soon after a recovery doubles the
+    /// time to the next probe.
+    pub fn cache_error(&self, now_ns: u64) -> bool {
         let errors = self.cache_errors.fetch_add(1, Ordering::Relaxed) + 1;
-        errors >= CACHE_ERROR_THRESHOLD && !self.cache_failed.swap(true, Ordering::SeqCst)
+        let crossed = errors >= CACHE_ERROR_THRESHOLD && !self.cache_failed.swap(true, Ordering::SeqCst);
+        if crossed {
+            let mut retry = self.retry.lock().unwrap_or_else(|p| p.into_inner());
+            let initial = CACHE_PROBE_INTERVAL.as_nanos() as u64;
+            let relapse = retry
+                .recovered_at_ns
+                .is_some_and(|at| now_ns.saturating_sub(at) < RELAPSE_WINDOW.as_nanos() as u64);
+            retry.probe_interval_ns = if relapse {
+                (retry.probe_interval_ns.max(initial) * 2).min(CACHE_PROBE_INTERVAL_MAX.as_nanos() as u64)
+            } else {
+                initial
+            };
+            retry.next_probe_ns = now_ns + retry.probe_interval_ns;
+        }
+        crossed
     }
 
     pub fn backend_error(&self) {
@@ -89,14 +115,27 @@ impl Health {
         if now_ns < retry.next_probe_ns {
             return false;
         }
-        retry.next_probe_ns = now_ns + CACHE_PROBE_INTERVAL.as_nanos() as u64;
+        retry.next_probe_ns = now_ns
+            + retry
+                .probe_interval_ns
+                .max(CACHE_PROBE_INTERVAL.as_nanos() as u64);
         true
     }
 
-    /// The cache device answered a probe: back to normal.
-    pub fn cache_recovered(&self) {
+    /// The cache device answered a probe at `now_ns`: back to normal.
+    pub fn cache_recovered(&self, now_ns: u64) {
+        self.retry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .recovered_at_ns = Some(now_ns);
         self.cache_errors.store(0, Ordering::Relaxed);
         self.cache_failed.store(false, Ordering::SeqCst);
+    }
+
+    /// The wait before the next probe (for tests and statistics).
+    #[cfg(test)]
+    fn probe_interval_ns(&self) -> u64 {
+        self.retry.lock().unwrap().probe_interval_ns
     }
 }
 
@@ -107,13 +146,46 @@ mod tests {
     #[test]
     fn threshold_is_crossed_once() {
         let h = Health::new(WritePolicy::WriteBack);
-        let crossings = (0..3 * CACHE_ERROR_THRESHOLD).filter(|_| h.cache_error()).count();
+        let crossings = (0..3 * CACHE_ERROR_THRESHOLD)
+            .filter(|_| h.cache_error(0))
+            .count();
         assert_eq!(crossings, 1);
         assert!(h.cache_failed.load(Ordering::SeqCst));
-        h.cache_recovered();
+        h.cache_recovered(0);
         assert!(!h.cache_failed.load(Ordering::SeqCst));
-        let crossings = (0..CACHE_ERROR_THRESHOLD).filter(|_| h.cache_error()).count();
+        let crossings = (0..CACHE_ERROR_THRESHOLD).filter(|_| h.cache_error(0)).count();
         assert_eq!(crossings, 1, "a recovered device can fail again");
+    }
+
+    #[test]
+    fn a_device_that_relapses_is_probed_less_often() {
+        let h = Health::new(WritePolicy::WriteBack);
+        let second = 1_000_000_000u64;
+        let fail = |now| {
+            for _ in 0..CACHE_ERROR_THRESHOLD {
+                h.cache_error(now);
+            }
+        };
+        let mut now = 0;
+        fail(now);
+        assert_eq!(h.probe_interval_ns(), 2 * second);
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            // Probe when due, recover, fail again a second later.
+            now += h.probe_interval_ns();
+            assert!(h.probe_due(now));
+            h.cache_recovered(now);
+            now += second;
+            fail(now);
+            waits.push(h.probe_interval_ns() / second);
+        }
+        assert_eq!(waits, vec![4, 8, 16, 32, 64, 64, 64, 64]);
+        // Failing long after a recovery starts over.
+        now += h.probe_interval_ns();
+        assert!(h.probe_due(now));
+        h.cache_recovered(now);
+        fail(now + 60 * second);
+        assert_eq!(h.probe_interval_ns(), 2 * second);
     }
 
     #[test]
