@@ -639,27 +639,7 @@ impl Engine {
     /// Reads `buf.len()` bytes at `offset` of `volume` (a handle from
     /// [`Engine::volume`]).
     pub fn read_with(&self, volume: &Volume, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
-        let volume = volume.state();
-        let _serving = volume.enter()?;
-        let started_ns = self.inner.clock.now_ns();
-        let segments = self.inner.segments(
-            volume.id,
-            volume.size_bytes,
-            IoKind::Read,
-            offset,
-            buf.len() as u64,
-            started_ns,
-        )?;
-        let mut plan = Plan::default();
-        self.decide(segments, &mut plan)?;
-        let length = buf.len() as u64;
-        let result = self.inner.run(&plan, Buffer::Read(buf));
-        let took = self.inner.clock.now_ns().saturating_sub(started_ns);
-        self.inner.read_latency.record(took);
-        volume
-            .counters
-            .record(IoKind::Read, length, &plan.summary, took, result.is_ok());
-        result
+        self.request(volume, offset, Buffer::Read(buf), false)
     }
 
     /// Writes `data` at `offset` of `volume`; with `fua`, durable before
@@ -671,32 +651,42 @@ impl Engine {
         data: &[u8],
         fua: bool,
     ) -> Result<(), EngineError> {
+        self.request(volume, offset, Buffer::Write(data), fua)
+    }
+
+    /// One client request: decide, run, and count it (latency, the volume's
+    /// counters); a write with `fua` is flushed before it returns.
+    fn request(
+        &self,
+        volume: &Volume,
+        offset: u64,
+        buffer: Buffer<'_>,
+        fua: bool,
+    ) -> Result<(), EngineError> {
         let volume = volume.state();
         let _serving = volume.enter()?;
         let started_ns = self.inner.clock.now_ns();
-        let segments = self.inner.segments(
-            volume.id,
-            volume.size_bytes,
-            IoKind::Write,
-            offset,
-            data.len() as u64,
-            started_ns,
-        )?;
+        let (kind, length) = match &buffer {
+            Buffer::Read(buf) => (IoKind::Read, buf.len() as u64),
+            Buffer::Write(data) => (IoKind::Write, data.len() as u64),
+        };
+        let segments = self
+            .inner
+            .segments(volume.id, volume.size_bytes, kind, offset, length, started_ns)?;
         let mut plan = Plan::default();
         self.decide(segments, &mut plan)?;
-        let mut result = self.inner.run(&plan, Buffer::Write(data));
+        let mut result = self.inner.run(&plan, buffer);
         if fua && result.is_ok() {
             result = self.flush();
         }
         let took = self.inner.clock.now_ns().saturating_sub(started_ns);
-        self.inner.write_latency.record(took);
-        volume.counters.record(
-            IoKind::Write,
-            data.len() as u64,
-            &plan.summary,
-            took,
-            result.is_ok(),
-        );
+        match kind {
+            IoKind::Read => self.inner.read_latency.record(took),
+            IoKind::Write => self.inner.write_latency.record(took),
+        }
+        volume
+            .counters
+            .record(kind, length, &plan.summary, took, result.is_ok());
         result
     }
 
