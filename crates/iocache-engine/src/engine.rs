@@ -1102,10 +1102,7 @@ impl Inner {
                 if (i == index && o < done) || (dirty && !fresh) {
                     continue;
                 }
-                let key = self.key_of(
-                    segment.volume,
-                    segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
-                );
+                let key = self.op_key(segment, buffer_offset_bytes, line_offset_bytes);
                 let first = line_offset_bytes / SECTOR_BYTES as u32;
                 let end = first + length_bytes / SECTOR_BYTES as u32;
                 self.forget_or_poison(segment.shard, slot, key, generation, first, end, true);
@@ -1141,6 +1138,37 @@ impl Inner {
         self.poison(shard, slot, key, first, end, clean);
     }
 
+    /// The line a cache op of `segment` belongs to: the segment's volume,
+    /// at the op's buffer position minus its offset in the line.
+    fn op_key(&self, segment: &PlannedSegment, buffer_offset_bytes: u64, line_offset_bytes: u32) -> LineKey {
+        self.key_of(
+            segment.volume,
+            segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
+        )
+    }
+
+    /// Runs one `ReadCache` op of `segment` into the request's buffer `buf`.
+    fn read_cache_op(&self, segment: &PlannedSegment, op: &Op, buf: &mut [u8]) -> Result<(), EngineError> {
+        let Op::ReadCache {
+            slot,
+            line_offset_bytes,
+            length_bytes,
+            buffer_offset_bytes,
+        } = *op
+        else {
+            unreachable!("only ReadCache ops are read from the cache");
+        };
+        let at = segment.buffer_offset + buffer_offset_bytes as usize;
+        let key = self.op_key(segment, buffer_offset_bytes, line_offset_bytes);
+        self.read_cache(
+            segment.shard,
+            slot,
+            key,
+            line_offset_bytes,
+            &mut buf[at..at + length_bytes as usize],
+        )
+    }
+
     fn execute(
         &self,
         segment: &PlannedSegment,
@@ -1173,26 +1201,7 @@ impl Inner {
                 // One of the reads failed: redo them one by one, each with
                 // its own fall-back.
                 for op in &segment.ops[i..i + run] {
-                    if let Op::ReadCache {
-                        slot,
-                        line_offset_bytes,
-                        length_bytes,
-                        buffer_offset_bytes,
-                    } = *op
-                    {
-                        let at = base + buffer_offset_bytes as usize;
-                        let key = self.key_of(
-                            segment.volume,
-                            segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
-                        );
-                        self.read_cache(
-                            segment.shard,
-                            slot,
-                            key,
-                            line_offset_bytes,
-                            &mut buf[at..at + length_bytes as usize],
-                        )?;
-                    }
+                    self.read_cache_op(segment, op, buf)?;
                 }
                 i += run;
                 continue;
@@ -1200,27 +1209,11 @@ impl Inner {
             let op = &segment.ops[i];
             i += 1;
             match *op {
-                Op::ReadCache {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    buffer_offset_bytes,
-                } => {
+                Op::ReadCache { .. } => {
                     let Buffer::Read(buf) = buffer else {
                         unreachable!("the core reads only for read requests");
                     };
-                    let at = base + buffer_offset_bytes as usize;
-                    let key = self.key_of(
-                        segment.volume,
-                        segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
-                    );
-                    self.read_cache(
-                        segment.shard,
-                        slot,
-                        key,
-                        line_offset_bytes,
-                        &mut buf[at..at + length_bytes as usize],
-                    )?;
+                    self.read_cache_op(segment, op, buf)?;
                 }
                 Op::ReadBackend {
                     volume,
@@ -1251,10 +1244,7 @@ impl Inner {
                         Buffer::Read(buf) => &buf[at..at + length_bytes as usize],
                         Buffer::Write(data) => &data[at..at + length_bytes as usize],
                     };
-                    let key = self.key_of(
-                        segment.volume,
-                        segment.request_offset + buffer_offset_bytes - u64::from(line_offset_bytes),
-                    );
+                    let key = self.op_key(segment, buffer_offset_bytes, line_offset_bytes);
                     if self.persistence != Persistence::None {
                         self.wait_until_reusable(segment.shard, slot, key)?;
                     }
