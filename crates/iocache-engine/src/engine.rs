@@ -9,6 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use iocache_core::bitmap;
 use iocache_core::fasthash::FxHashMap;
 use iocache_core::{
     AccessSummary, Cache, CacheConfig, CacheStats, CoreError, FlushOrder, FlushToken, IoKind, LineKey, Op,
@@ -309,9 +310,7 @@ type SectorBits = SmallVec<[u64; 1]>;
 
 fn bits_range(words: usize, first: u32, end: u32) -> SectorBits {
     let mut bits: SectorBits = SmallVec::from_elem(0, words);
-    for s in first..end {
-        bits[(s / 64) as usize] |= 1 << (s % 64);
-    }
+    bitmap::set_range(&mut bits, first, end);
     bits
 }
 
@@ -1428,9 +1427,10 @@ impl Inner {
         let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
         let clean = {
             let state = lock(&self.shards[shard].state);
-            state.cache.slot_snapshot(slot).is_none_or(|snap| {
-                snap.key != key || (first..end).all(|s| snap.dirty[(s / 64) as usize] >> (s % 64) & 1 == 0)
-            })
+            state
+                .cache
+                .slot_snapshot(slot)
+                .is_none_or(|snap| snap.key != key || bitmap::count_range(snap.dirty, first, end) == 0)
         };
         if !clean {
             return Err(EngineError::Io(format!(
@@ -1524,9 +1524,7 @@ impl Inner {
             {
                 if slot == token.slot {
                     let first = line_offset_bytes / SECTOR_BYTES as u32;
-                    for s in first..first + length_bytes / SECTOR_BYTES as u32 {
-                        written[(s / 64) as usize] |= 1 << (s % 64);
-                    }
+                    bitmap::set_range(&mut written, first, first + length_bytes / SECTOR_BYTES as u32);
                 }
             }
         }
@@ -1539,20 +1537,17 @@ impl Inner {
         }
         let sectors: SectorBits = p.sectors.iter().zip(&written).map(|(a, b)| a & b).collect();
         let line_sectors = (self.line_bytes / SECTOR_BYTES) as u32;
-        let mut s = 0;
-        while s < line_sectors {
-            if sectors[(s / 64) as usize] >> (s % 64) & 1 == 0 {
-                s += 1;
-                continue;
+        bitmap::for_each_run(&sectors, 0, line_sectors, |start, end, poisoned| {
+            if poisoned {
+                state.cache.forget_sectors_if_unchanged(
+                    token.slot,
+                    token.key,
+                    token.generation(),
+                    start,
+                    end,
+                );
             }
-            let start = s;
-            while s < line_sectors && sectors[(s / 64) as usize] >> (s % 64) & 1 == 1 {
-                s += 1;
-            }
-            state
-                .cache
-                .forget_sectors_if_unchanged(token.slot, token.key, token.generation(), start, s);
-        }
+        });
         true
     }
 
@@ -1809,27 +1804,14 @@ impl Inner {
         key: LineKey,
         dirty: &[u64],
     ) -> Result<(), EngineError> {
-        let sectors = (self.line_bytes / SECTOR_BYTES) as u32;
-        let bit = |s: u32| dirty[(s / 64) as usize] >> (s % 64) & 1 == 1;
-        let mut s = 0;
-        while s < sectors {
-            if !bit(s) {
-                s += 1;
-                continue;
-            }
-            let start = s;
-            while s < sectors && bit(s) {
-                s += 1;
-            }
-            let length = (s - start) * SECTOR_BYTES as u32;
-            let line_offset = start * SECTOR_BYTES as u32;
-            let backend_offset = (key.line_index << self.line_shift) + u64::from(line_offset);
-            let mut data = vec![0u8; length as usize];
-            self.cache_dev
-                .read_at(&mut data, self.cache_offset(shard, slot, line_offset))?;
-            self.backend_of(key.volume)?.write_at(&data, backend_offset)?;
-        }
-        Ok(())
+        recovery::write_back_dirty_runs(
+            &*self.cache_dev,
+            self.cache_offset(shard, slot, 0),
+            &*self.backend_of(key.volume)?,
+            key.line_index << self.line_shift,
+            dirty,
+            (self.line_bytes / SECTOR_BYTES) as u32,
+        )
     }
 
     /// Records on the device that the cache is in use (not cleanly shut

@@ -21,6 +21,7 @@
 //! still has that hash, so a slot reused since its record was written is
 //! never mistaken for the old line.
 
+use iocache_core::bitmap::{clear_range, set_range};
 use iocache_core::{LineKey, SlotId};
 use iocache_format::{encode_record, Layout, LineRecord, Persistence, Record, SlotDisk};
 
@@ -281,18 +282,6 @@ impl Shadow {
             valid: valid.to_vec(),
             dirty_bits: dirty.to_vec(),
         })
-    }
-}
-
-fn set_range(words: &mut [u64], first: u32, end: u32) {
-    for bit in first..end {
-        words[(bit / 64) as usize] |= 1 << (bit % 64);
-    }
-}
-
-fn clear_range(words: &mut [u64], first: u32, end: u32) {
-    for bit in first..end {
-        words[(bit / 64) as usize] &= !(1 << (bit % 64));
     }
 }
 

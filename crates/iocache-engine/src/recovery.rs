@@ -3,6 +3,7 @@
 //! which lines can be trusted. See docs/format.md for the format and
 //! `persist.rs` for the rules that make the records trustworthy.
 
+use iocache_core::bitmap;
 use iocache_core::LineKey;
 use iocache_device::BlockDevice;
 use iocache_format::{
@@ -532,17 +533,15 @@ fn resolve_duplicates<'a>(
 /// The hash of a line's valid sectors, in ascending order (what a clean
 /// record's `data_hash` covers).
 pub fn hash_valid_sectors(line: &[u8], valid: &[u64], sectors: u32) -> u64 {
-    let all = (0..sectors).all(|s| valid[(s / 64) as usize] >> (s % 64) & 1 == 1);
-    if all {
+    if bitmap::count_range(valid, 0, sectors) == sectors {
         return data_hash(line);
     }
     let mut bytes = Vec::with_capacity(line.len());
-    for s in 0..sectors {
-        if valid[(s / 64) as usize] >> (s % 64) & 1 == 1 {
-            let at = s as usize * 512;
-            bytes.extend_from_slice(&line[at..at + 512]);
+    bitmap::for_each_run(valid, 0, sectors, |start, end, set| {
+        if set {
+            bytes.extend_from_slice(&line[start as usize * 512..end as usize * 512]);
         }
-    }
+    });
     data_hash(&bytes)
 }
 
@@ -553,26 +552,42 @@ fn write_back_record(
     slot: u64,
     line: &iocache_format::LineRecord,
 ) -> Result<(), EngineError> {
-    let sectors = layout.sectors_per_line();
-    let mut s = 0;
-    while s < sectors {
-        if line.dirty_bits[(s / 64) as usize] >> (s % 64) & 1 == 0 {
-            s += 1;
-            continue;
+    write_back_dirty_runs(
+        dev,
+        layout.line_offset(slot),
+        backend,
+        line.line_index * layout.line_bytes,
+        &line.dirty_bits,
+        layout.sectors_per_line(),
+    )
+}
+
+/// Copies each run of `dirty` sectors of a line from the cache device (the
+/// line at `line_at`) to the backend (the line at `backend_at`).
+pub(crate) fn write_back_dirty_runs(
+    dev: &dyn BlockDevice,
+    line_at: u64,
+    backend: &dyn BlockDevice,
+    backend_at: u64,
+    dirty: &[u64],
+    sectors: u32,
+) -> Result<(), EngineError> {
+    let mut runs = Vec::new();
+    bitmap::for_each_run(dirty, 0, sectors, |start, end, set| {
+        if set {
+            runs.push((u64::from(start) * 512, u64::from(end - start) * 512));
         }
-        let start = s;
-        while s < sectors && line.dirty_bits[(s / 64) as usize] >> (s % 64) & 1 == 1 {
-            s += 1;
-        }
-        let mut data = vec![0u8; ((s - start) * 512) as usize];
-        dev.read_at(&mut data, layout.line_offset(slot) + u64::from(start) * 512)?;
-        let at = line.line_index * layout.line_bytes + u64::from(start) * 512;
-        if at + data.len() as u64 > backend.len_bytes() {
+    });
+    for (offset, length) in runs {
+        let at = backend_at + offset;
+        if at + length > backend.len_bytes() {
             return Err(EngineError::Refused(format!(
                 "a dirty line at backend offset {at} lies beyond the backend's {} bytes",
                 backend.len_bytes()
             )));
         }
+        let mut data = vec![0u8; length as usize];
+        dev.read_at(&mut data, line_at + offset)?;
         backend.write_at(&data, at)?;
     }
     Ok(())
