@@ -128,6 +128,10 @@ pub struct Cache {
     /// Dirty lines, oldest-dirtied at the head.
     dirty_list: ListHead,
     free: Vec<SlotId>,
+    /// Slots taken out of service for good (their device failed); empty
+    /// until [`Cache::retire_slots`] first runs.
+    retired: Vec<bool>,
+    retired_count: usize,
     policy: Box<dyn ReplacementPolicy>,
     promoter: Promoter,
     stats: CacheStats,
@@ -182,6 +186,8 @@ impl Cache {
             dirty_links: Links::new(lines),
             dirty_list: ListHead::default(),
             free: (0..lines as SlotId).rev().collect(),
+            retired: Vec::new(),
+            retired_count: 0,
             policy: config.policy.build(lines)?,
             promoter: Promoter::new(config.promotion, config.capacity_lines),
             stats: CacheStats::default(),
@@ -232,6 +238,53 @@ impl Cache {
     /// and keep being served and flushed under any policy.
     pub fn set_write_policy(&mut self, policy: WritePolicy) {
         self.config.write_policy = policy;
+    }
+
+    /// Changes the dirty-line cap at run time (see
+    /// [`CacheConfig::max_dirty_lines`]); lines already dirty stay dirty.
+    pub fn set_max_dirty_lines(&mut self, cap: Option<u64>) {
+        self.config.max_dirty_lines = cap;
+    }
+
+    /// Slots taken out of service by [`Cache::retire_slots`].
+    pub fn retired_slots(&self) -> u64 {
+        self.retired_count as u64
+    }
+
+    /// Takes the slots `retire` names out of service for good: free ones
+    /// leave the free list, resident clean ones are dropped (one
+    /// [`Op::Invalidate`] each into `ops`, cleared first). Dirty lines stay
+    /// until they are clean (flush them, then call again). Returns how many
+    /// named slots still hold dirty lines. O(capacity).
+    pub fn retire_slots(&mut self, retire: impl Fn(SlotId) -> bool, ops: &mut OpList) -> u64 {
+        ops.clear();
+        if self.retired.is_empty() {
+            self.retired = vec![false; self.slots.len()];
+        }
+        let mut dirty_left = 0;
+        for s in 0..self.slots.len() {
+            let slot = s as SlotId;
+            if self.retired[s] || !retire(slot) {
+                continue;
+            }
+            if self.slots[s].resident {
+                if bitmap::any(self.dirty_of(slot)) {
+                    dirty_left += 1;
+                    continue;
+                }
+                let key = self.slots[s].key;
+                self.policy.on_remove(slot);
+                self.empty_slot(slot, ops);
+                self.emit(ops, Op::Invalidate { slot, key });
+                self.stats.invalidations += 1;
+            } else {
+                self.free.retain(|&f| f != slot);
+            }
+            self.retired[s] = true;
+            self.retired_count += 1;
+        }
+        ops.seal();
+        dirty_left
     }
 
     pub fn line_state(&self, key: LineKey) -> Option<LineState> {
@@ -459,6 +512,16 @@ impl Cache {
             // older data would be gone from both. Keep it in the cache,
             // dirty, as write-back does; the cleaner writes it back.
             policy = WritePolicy::WriteBack;
+        }
+        if let Some(cap) = self.config.max_dirty_lines {
+            if matches!(policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
+                && self.dirty_lines() >= cap
+                && !found.is_some_and(|slot| self.slots[slot as usize].dirty_listed)
+            {
+                // One more dirty line would pass the cap: write through.
+                policy = WritePolicy::WriteThrough;
+                self.stats.dirty_cap_write_throughs += 1;
+            }
         }
         match policy {
             WritePolicy::WriteBack | WritePolicy::WriteOnly | WritePolicy::WriteThrough => {
@@ -1258,7 +1321,17 @@ impl Cache {
             self.index.len(),
             "index size differs from resident slots"
         );
-        assert_eq!(resident + self.free.len(), lines, "slots leaked");
+        assert_eq!(
+            resident + self.free.len() + self.retired_count,
+            lines,
+            "slots leaked"
+        );
+        for &f in &self.free {
+            assert!(
+                self.retired.is_empty() || !self.retired[f as usize],
+                "retired slot {f} is on the free list"
+            );
+        }
         assert_eq!(dirty, self.dirty_list.len as usize, "dirty list length");
         if let Some(counts) = &self.volume_lines {
             let mut expected: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();

@@ -210,6 +210,12 @@ pub struct CacheConfig {
     /// also keeps a line whose other sectors are dirty, updating the written
     /// sectors as write-through would.
     pub inline_dirty_eviction: bool,
+    /// At most this many dirty lines: a write that would make one more line
+    /// dirty under wb or wo is handled as write-through instead (counted in
+    /// [`CacheStats::dirty_cap_write_throughs`]). Writes to lines already
+    /// dirty stay write-back. A cache whose dirty lines need a mirror slot
+    /// each (cache RAID) caps them at the mirror slots it has. `None`: no cap.
+    pub max_dirty_lines: Option<u64>,
 }
 
 /// Upper bound on lines per cache: slot ids are `u32` and one id is reserved.
@@ -227,6 +233,7 @@ impl CacheConfig {
             write_miss_bypass: false,
             seq_cutoff: SeqCutoff::Off,
             inline_dirty_eviction: true,
+            max_dirty_lines: None,
         }
     }
 

@@ -51,6 +51,9 @@ pub struct CacheStats {
     /// Dirty lines a miss chose as victims but kept, because dirty lines are
     /// not evicted inline (`inline_dirty_eviction = false`).
     pub dirty_victims_kept: u64,
+    /// Writes handled as write-through because the dirty-line cap
+    /// ([`CacheConfig::max_dirty_lines`](crate::CacheConfig::max_dirty_lines)) was reached.
+    pub dirty_cap_write_throughs: u64,
     /// Requests that bypassed the cache as part of a long sequential stream.
     pub seq_cutoff_requests: u64,
     /// Times the background cleaner ran (and found lines to flush).
@@ -86,6 +89,7 @@ macro_rules! for_each_counter {
         $a.bypassed_accesses $op $b.bypassed_accesses;
         $a.write_miss_bypasses $op $b.write_miss_bypasses;
         $a.dirty_victims_kept $op $b.dirty_victims_kept;
+        $a.dirty_cap_write_throughs $op $b.dirty_cap_write_throughs;
         $a.seq_cutoff_requests $op $b.seq_cutoff_requests;
         $a.cleaner_runs $op $b.cleaner_runs;
         $a.backend_read_bytes $op $b.backend_read_bytes;

@@ -133,6 +133,7 @@ impl RunSpec {
             seq_cutoff: s.seq_cutoff,
             // As the papers model it: a miss may evict and write back a dirty line.
             inline_dirty_eviction: true,
+            max_dirty_lines: None,
         }
     }
 }
