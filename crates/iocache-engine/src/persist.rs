@@ -272,6 +272,7 @@ impl Shadow {
                 data_hash: hash,
                 valid: valid.to_vec(),
                 dirty_bits: vec![0; self.words],
+                mirror: None,
             });
         }
         Some(LineRecord {
@@ -281,6 +282,7 @@ impl Shadow {
             data_hash: None,
             valid: valid.to_vec(),
             dirty_bits: dirty.to_vec(),
+            mirror: None,
         })
     }
 }

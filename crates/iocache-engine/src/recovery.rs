@@ -503,6 +503,7 @@ fn resolve_duplicates<'a>(
                     data_hash: None,
                     valid: only_older.clone(),
                     dirty_bits: only_older,
+                    mirror: None,
                 };
                 let backend = backend_of(line.key.volume).ok_or_else(|| {
                     EngineError::Refused(format!("no backend for volume id {}", line.key.volume))
@@ -619,6 +620,7 @@ mod tests {
             data_hash: None,
             valid: vec![dirty],
             dirty_bits: vec![dirty],
+            mirror: None,
         })
     }
 
@@ -737,6 +739,7 @@ mod tests {
             data_hash: Some(1),
             valid: vec![1],
             dirty_bits: vec![0],
+            mirror: None,
         };
         let (c5, s5) = opened.writer.stage(5, Some(clean)).unwrap();
         for (offset, bytes) in opened.writer.take_writes() {

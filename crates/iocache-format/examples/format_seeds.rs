@@ -46,6 +46,7 @@ fn image(line_bytes: u64, slots: u64, dirty: bool) -> Vec<u8> {
                 vec![0; words]
             },
             valid,
+            mirror: None,
         };
         let record = Record {
             sequence: 10 + slot,

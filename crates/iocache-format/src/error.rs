@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::{FORMAT_VERSION, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS};
+use crate::{FORMAT_VERSION, FORMAT_VERSION_OLDEST, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS};
 
 /// Names a superblock copy by its device offset in messages:
 /// `superblock copy A at offset 0`, `superblock copy B at offset 4096`, or
@@ -91,7 +91,7 @@ pub enum FormatError {
     /// A well-formed superblock of a format version this build does not read.
     #[error(
         "{at}: field format_version = {found} at offset {offset}: \
-         this build reads format version {FORMAT_VERSION} only"
+         this build reads format versions {FORMAT_VERSION_OLDEST} to {FORMAT_VERSION}"
     )]
     UnsupportedVersion {
         /// Which copy.

@@ -35,8 +35,14 @@ pub use superblock::{
     MAX_SETTINGS_BYTES, MAX_VOLUMES, MAX_VOLUME_NAME_BYTES,
 };
 
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes. Version 2 added the mirror field
+/// of line records (cache arrays); a version 1 device reads as version 2
+/// with no mirrors, and is written as version 2 from then on. A build that
+/// reads version 1 only refuses a version 2 device rather than mistaking a
+/// mirrored record for a corrupt one.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build reads.
+pub const FORMAT_VERSION_OLDEST: u32 = 1;
 /// The first eight bytes of each superblock copy.
 pub const MAGIC: [u8; 8] = *b"IOCACHE\0";
 /// Bytes of one superblock copy.

@@ -6,12 +6,14 @@
 //! ```text
 //!  0  tag          [u8; 4]  "IOCR"
 //!  4  kind         u8       1 empty, 2 line
-//!  5  flags        u8       bit 0 dirty, bit 1 has data_hash (0 for empty)
+//!  5  flags        u8       bit 0 dirty, bit 1 has data_hash, bit 2 mirrored
+//!                           (0 for empty)
 //!  6  line_shift   u8       log2(line_bytes), 9..=20
 //!  7  reserved     u8       0
 //!  8  sequence     u64
 //! 16  volume       u32      (0 for empty)
-//! 20  reserved     u32      0
+//! 20  mirror       u32      mirror slot of a dirty line on a cache array
+//!                           (format version 2; 0 unless the flag is set)
 //! 24  line_index   u64      (0 for empty)
 //! 32  data_hash    u64      (0 unless the flag is set)
 //! 40  valid        B bytes  bit s%8 of byte s/8 = sector s, B = ceil(sectors/8)
@@ -30,6 +32,7 @@ const KIND_EMPTY: u8 = 1;
 const KIND_LINE: u8 = 2;
 const FLAG_DIRTY: u8 = 1;
 const FLAG_HASH: u8 = 2;
+const FLAG_MIRROR: u8 = 4;
 
 mod off {
     pub const TAG: usize = 0;
@@ -39,7 +42,7 @@ mod off {
     pub const RESERVED0: usize = 7;
     pub const SEQUENCE: usize = 8;
     pub const VOLUME: usize = 16;
-    pub const RESERVED1: usize = 20;
+    pub const MIRROR: usize = 20;
     pub const LINE_INDEX: usize = 24;
     pub const DATA_HASH: usize = 32;
     pub const BITMAPS: usize = 40;
@@ -62,6 +65,9 @@ pub struct LineRecord {
     pub valid: Vec<u64>,
     /// One bit per sector, a subset of `valid`, `bitmap_words` words.
     pub dirty_bits: Vec<u64>,
+    /// On a cache array (cache RAID), the mirror slot holding a second copy
+    /// of the dirty sectors; only on dirty lines.
+    pub mirror: Option<u32>,
 }
 
 /// One record: a sequence number and what the slot holds.
@@ -198,6 +204,11 @@ fn line_problem(line: &LineRecord, layout: &Layout) -> Option<LineProblem> {
             );
         }
     }
+    if let Some(mirror) = line.mirror {
+        if !line.dirty {
+            return problem("mirror", mirror, "set on a clean line");
+        }
+    }
     if line.line_index.checked_mul(layout.line_bytes).is_none() {
         return problem("line_index", line.line_index, "its byte offset overflows 64 bits");
     }
@@ -260,6 +271,10 @@ pub fn encode_record(record: &Record, layout: &Layout, out: &mut [u8]) -> Result
             if let Some(hash) = line.data_hash {
                 flags |= FLAG_HASH;
                 out[off::DATA_HASH..off::DATA_HASH + 8].copy_from_slice(&hash.to_le_bytes());
+            }
+            if let Some(mirror) = line.mirror {
+                flags |= FLAG_MIRROR;
+                out[off::MIRROR..off::MIRROR + 4].copy_from_slice(&mirror.to_le_bytes());
             }
             out[off::FLAGS] = flags;
             out[off::VOLUME..off::VOLUME + 4].copy_from_slice(&line.volume.to_le_bytes());
@@ -341,13 +356,6 @@ fn decode_nonblank(bytes: &[u8], layout: &Layout) -> Result<Record, String> {
             bytes[off::RESERVED0]
         ));
     }
-    if get_u32(bytes, off::RESERVED1) != 0 {
-        return Err(format!(
-            "reserved u32 at +{} is {:#x}, must be zero",
-            off::RESERVED1,
-            get_u32(bytes, off::RESERVED1)
-        ));
-    }
     let b = layout.bitmap_bytes();
     let padding_at = off::BITMAPS + 2 * b;
     if let Some(i) = bytes[padding_at..crc_at].iter().position(|&x| x != 0) {
@@ -364,13 +372,14 @@ fn decode_nonblank(bytes: &[u8], layout: &Layout) -> Result<Record, String> {
     let volume = get_u32(bytes, off::VOLUME);
     let line_index = get_u64(bytes, off::LINE_INDEX);
     let hash = get_u64(bytes, off::DATA_HASH);
+    let mirror = get_u32(bytes, off::MIRROR);
     match bytes[off::KIND] {
         KIND_EMPTY => {
             if flags != 0 {
                 return Err(format!("empty record with flags {flags:#04x} at +{}", off::FLAGS));
             }
-            if volume != 0 || line_index != 0 || hash != 0 {
-                return Err("empty record with a nonzero volume, line_index or data_hash".into());
+            if volume != 0 || line_index != 0 || hash != 0 || mirror != 0 {
+                return Err("empty record with a nonzero volume, line_index, data_hash or mirror".into());
             }
             if bytes[off::BITMAPS..padding_at].iter().any(|&x| x != 0) {
                 return Err("empty record with bitmap bits set".into());
@@ -378,13 +387,19 @@ fn decode_nonblank(bytes: &[u8], layout: &Layout) -> Result<Record, String> {
             Ok(Record::empty(sequence))
         }
         KIND_LINE => {
-            if flags & !(FLAG_DIRTY | FLAG_HASH) != 0 {
+            if flags & !(FLAG_DIRTY | FLAG_HASH | FLAG_MIRROR) != 0 {
                 return Err(format!("unknown flags {flags:#04x} at +{}", off::FLAGS));
             }
             if flags & FLAG_HASH == 0 && hash != 0 {
                 return Err(format!(
                     "data_hash {hash:#018x} at +{} without the hash flag",
                     off::DATA_HASH
+                ));
+            }
+            if flags & FLAG_MIRROR == 0 && mirror != 0 {
+                return Err(format!(
+                    "mirror {mirror} at +{} without the mirror flag",
+                    off::MIRROR
                 ));
             }
             let words = layout.bitmap_words();
@@ -395,6 +410,7 @@ fn decode_nonblank(bytes: &[u8], layout: &Layout) -> Result<Record, String> {
                 data_hash: (flags & FLAG_HASH != 0).then_some(hash),
                 valid: get_bitmap(&bytes[off::BITMAPS..off::BITMAPS + b], words),
                 dirty_bits: get_bitmap(&bytes[off::BITMAPS + b..padding_at], words),
+                mirror: (flags & FLAG_MIRROR != 0).then_some(mirror),
             };
             if let Some(p) = line_problem(&line, layout) {
                 return Err(format!("{} = {}: {}", p.field, p.value, p.reason));

@@ -32,7 +32,7 @@ use std::str::FromStr;
 
 use crate::error::{FormatError, SuperblockAt};
 use crate::layout::{check_line_bytes, Layout};
-use crate::{FORMAT_VERSION, MAGIC, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS};
+use crate::{FORMAT_VERSION, FORMAT_VERSION_OLDEST, MAGIC, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS};
 
 /// Most volumes a superblock lists.
 pub const MAX_VOLUMES: usize = 64;
@@ -353,7 +353,7 @@ impl Superblock {
             });
         }
         let version = get_u32(bytes, off::VERSION);
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&version) {
             return Err(FormatError::UnsupportedVersion {
                 at,
                 offset: device_offset + off::VERSION as u64,

@@ -22,6 +22,7 @@ fn sample_line(layout: &Layout) -> Record {
             data_hash: Some(0xdead_beef_cafe_f00d),
             valid,
             dirty_bits,
+            mirror: None,
         }),
     }
 }
@@ -63,10 +64,17 @@ fn records_with_a_good_crc_but_a_broken_rule_are_corrupt() {
     let cases: Vec<(Edit, &str)> = vec![
         (Box::new(|b| b[0] = b'X'), "tag"),
         (Box::new(|b| b[4] = 3), "kind 3"),
-        (Box::new(|b| b[5] |= 4), "unknown flags"),
+        (
+            Box::new(|b| {
+                b[5] = (b[5] & !1) | 4;
+                b[41] = 0
+            }),
+            "mirror = 0: set on a clean line",
+        ),
         (Box::new(|b| b[6] = 13), "line_shift 13"),
         (Box::new(|b| b[7] = 1), "reserved byte at +7"),
-        (Box::new(|b| b[21] = 1), "reserved u32 at +20"),
+        (Box::new(|b| b[21] = 1), "mirror 256 at +20 without the mirror flag"),
+        (Box::new(|b| b[5] |= 8), "unknown flags"),
         (Box::new(|b| b[50] = 1), "padding byte at +50"),
         (Box::new(|b| b[41] |= 0x02), "dirty but not valid"),
         (Box::new(|b| b[5] &= !1), "dirty = false"),
@@ -353,10 +361,10 @@ fn field_errors_name_the_field_and_device_offset() {
             "field volumes[1].id = 0 at offset 145: same id as volumes[0]",
         ),
         (
-            edit(&|b| b[8..12].copy_from_slice(&2u32.to_le_bytes())),
+            edit(&|b| b[8..12].copy_from_slice(&3u32.to_le_bytes())),
             4096,
-            "superblock copy B at offset 4096: field format_version = 2 at offset 4104: \
-             this build reads format version 1 only",
+            "superblock copy B at offset 4096: field format_version = 3 at offset 4104: \
+             this build reads format versions 1 to 2",
         ),
     ];
     for (bytes, offset, expected) in cases {

@@ -74,6 +74,7 @@ fn records_of_every_line_size_round_trip_at_the_extremes() {
                     data_hash: Some(u64::MAX),
                     valid: full.clone(),
                     dirty_bits: full.clone(),
+                    mirror: None,
                 }),
             },
             Record {
@@ -85,6 +86,7 @@ fn records_of_every_line_size_round_trip_at_the_extremes() {
                     data_hash: None,
                     valid: vec![0; words],
                     dirty_bits: vec![0; words],
+                    mirror: None,
                 }),
             },
             Record {
@@ -96,6 +98,7 @@ fn records_of_every_line_size_round_trip_at_the_extremes() {
                     data_hash: Some(0),
                     valid: full.clone(),
                     dirty_bits: vec![0; words],
+                    mirror: None,
                 }),
             },
         ];
@@ -122,6 +125,7 @@ fn record_bitmaps_are_little_endian_bits_per_sector() {
             data_hash: None,
             valid: vec![1 | 1 << 9, 1 << 63],
             dirty_bits: vec![1 << 9, 0],
+            mirror: None,
         }),
     };
     let bytes = encode(&record, &layout);
@@ -153,6 +157,7 @@ fn encode_record_rejects_broken_lines() {
         data_hash: None,
         valid: vec![0b1111],
         dirty_bits: vec![0b0011],
+        mirror: None,
     };
     let mut out = vec![0u8; 64];
     let try_encode = |line: LineRecord, out: &mut [u8]| {
@@ -377,7 +382,13 @@ fn superblock_fields_sit_at_their_documented_offsets() {
     let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
     let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
     assert_eq!(&b[0..8], b"IOCACHE\0");
-    assert_eq!(u32_at(8), 1);
+    assert_eq!(u32_at(8), 2);
+    // A version 1 device (no mirror fields) still reads.
+    let mut v1 = b.clone();
+    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c(&v1[..4092]);
+    v1[4092..].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(Superblock::decode(&v1, 0).unwrap(), sb);
     assert_eq!(u64_at(16), 0x1122_3344_5566_7788);
     assert_eq!(&b[24..40], b"0123456789abcdef");
     assert_eq!(u64_at(40), 64 << 10);

@@ -77,6 +77,7 @@ fn full_line(layout: &Layout, seed: u64, dirty: bool) -> LineRecord {
         },
         valid,
         dirty_bits,
+        mirror: None,
     }
 }
 

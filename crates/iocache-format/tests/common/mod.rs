@@ -57,8 +57,9 @@ pub fn line_record(layout: Layout) -> impl Strategy<Value = LineRecord> {
         prop::collection::vec(any::<u64>(), words),
         prop::collection::vec(0u8..4, words),
         any::<Option<u64>>(),
+        any::<Option<u32>>(),
     )
-        .prop_map(move |(volume, line_index, v, d, density, hash)| {
+        .prop_map(move |(volume, line_index, v, d, density, hash, mirror)| {
             // Vary the density: some words full, some empty, some random.
             let valid: Vec<u64> = v
                 .iter()
@@ -83,6 +84,7 @@ pub fn line_record(layout: Layout) -> impl Strategy<Value = LineRecord> {
                 data_hash,
                 valid,
                 dirty_bits,
+                mirror: mirror.filter(|_| dirty),
             }
         })
 }
