@@ -133,6 +133,30 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
         if let (Some(entry), Value::Object(extra)) = (entry.as_object_mut(), cache_wide) {
             entry.extend(extra);
         }
+        let array = match &s.array {
+            None => Value::Null,
+            Some(a) => json!({
+                "members": a.array.members.iter().map(|(name, failed)| json!({
+                    "device": name,
+                    "state": if *failed { "failed" } else { "ok" },
+                })).collect::<Vec<_>>(),
+                "degraded": a.degraded,
+                "evacuated": a.evacuated,
+                "dirty_cap": a.dirty_cap,
+                "dirty_cap_write_throughs": c.dirty_cap_write_throughs,
+                "mirror_slots": a.array.mirror_slots,
+                "mirror_slots_used": a.array.mirror_slots_used,
+                "mirror_writes": a.array.mirror_writes,
+                "mirror_reads": a.array.mirror_reads,
+                "through_writes": a.array.through_writes,
+                "evacuated_lines": a.evacuated_lines,
+                "retired_slots": a.retired_slots,
+                "lost_lines": a.lost_lines,
+            }),
+        };
+        if let Some(entry) = entry.as_object_mut() {
+            entry.insert("array".into(), array);
+        }
         entries.push(entry);
     }
     Ok(json!({ "volumes": entries }))
@@ -289,6 +313,43 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
             v["backend_errors"],
             v["failed_writebacks"]
         );
+        let a = &v["array"];
+        if let Some(members) = a["members"].as_array() {
+            let listed: Vec<String> = members
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{} {}",
+                        m["device"].as_str().unwrap_or("?"),
+                        m["state"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect();
+            println!(
+                "  array      {}{}: {}",
+                if a["degraded"].as_bool().unwrap_or(false) {
+                    "DEGRADED"
+                } else {
+                    "healthy"
+                },
+                if a["degraded"].as_bool().unwrap_or(false) && !a["evacuated"].as_bool().unwrap_or(false) {
+                    " (writing back lines that lost a copy)"
+                } else {
+                    ""
+                },
+                listed.join(", ")
+            );
+            println!(
+                "  mirrors    {} / {} mirror slots used, dirty cap {} lines ({} writes written through at the cap), {} mirror reads, {} lines evacuated, {} lost",
+                a["mirror_slots_used"],
+                a["mirror_slots"],
+                a["dirty_cap"],
+                a["dirty_cap_write_throughs"],
+                a["mirror_reads"],
+                a["evacuated_lines"],
+                a["lost_lines"]
+            );
+        }
         for kind in ["read", "write"] {
             let l = &v["latency"][kind];
             println!(

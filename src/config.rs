@@ -27,8 +27,10 @@ use serde::Deserialize;
 
 /// The keys of a `[[volume]]` table that describe its cache device, shared
 /// by every volume naming the same `cache`.
-pub const CACHE_KEYS: [&str; 12] = [
+pub const CACHE_KEYS: [&str; 14] = [
     "cache_size",
+    "cache_array",
+    "mirror_percent",
     "line_size",
     "policy",
     "promotion",
@@ -98,6 +100,11 @@ pub struct VolumeConfig {
     /// Create a missing backend file with this size.
     pub backend_create_bytes: Option<u64>,
     pub cache: PathBuf,
+    /// Cache RAID: the other devices of an array with `cache` (clean lines
+    /// striped over all, dirty lines mirrored); empty for one device.
+    pub cache_array: Vec<PathBuf>,
+    /// Share of each array device's line slots kept for mirrors of dirty lines.
+    pub mirror_percent: u32,
     /// The cache's size; `None` uses the whole device (a new file gets
     /// [`DEFAULT_CACHE_BYTES`]).
     pub cache_bytes: Option<u64>,
@@ -153,6 +160,8 @@ impl VolumeConfig {
                 .cache_bytes
                 .map_or("the device's size".into(), format_byte_size),
             "line_size" => format_byte_size(self.line_size.bytes()),
+            "cache_array" => format!("{:?}", self.cache_array),
+            "mirror_percent" => self.mirror_percent.to_string(),
             "policy" => self.policy.to_string(),
             "promotion" => self.promotion.to_string(),
             "lookup" => self.lookup.to_string(),
@@ -176,6 +185,8 @@ impl VolumeConfig {
         match key {
             "cache_size" => self.cache_bytes = from.cache_bytes,
             "line_size" => self.line_size = from.line_size,
+            "cache_array" => self.cache_array = from.cache_array.clone(),
+            "mirror_percent" => self.mirror_percent = from.mirror_percent,
             "policy" => self.policy = from.policy.clone(),
             "promotion" => self.promotion = from.promotion,
             "lookup" => self.lookup = from.lookup,
@@ -216,6 +227,10 @@ pub struct VolumeText {
     pub backend_size: Option<SizeText>,
     pub cache: PathBuf,
     #[serde(default)]
+    pub cache_array: Vec<PathBuf>,
+    #[serde(default = "default_mirror_percent")]
+    pub mirror_percent: u32,
+    #[serde(default)]
     pub cache_size: Option<SizeText>,
     #[serde(default = "default_line_size")]
     pub line_size: SizeText,
@@ -239,6 +254,10 @@ pub struct VolumeText {
     pub direct: bool,
     #[serde(default = "default_persistence")]
     pub persistence: String,
+}
+
+fn default_mirror_percent() -> u32 {
+    25
 }
 
 fn default_persistence() -> String {
@@ -338,6 +357,31 @@ impl VolumeText {
         if self.cache.as_os_str().is_empty() {
             bail!("{}: empty", key("cache"));
         }
+        if let Some(i) = self.cache_array.iter().position(|p| p.as_os_str().is_empty()) {
+            bail!("{}: entry {} is empty", key("cache_array"), i + 1);
+        }
+        if self.cache_array.len() + 1 > iocache_engine::RAID_MEMBERS_MAX {
+            bail!(
+                "{}: {} devices with `cache`; an array has at most {}",
+                key("cache_array"),
+                self.cache_array.len() + 1,
+                iocache_engine::RAID_MEMBERS_MAX
+            );
+        }
+        if !(1..=50).contains(&self.mirror_percent) {
+            bail!(
+                "{}: {} is outside 1..=50 (percent of each array device kept for mirrors of dirty lines)",
+                key("mirror_percent"),
+                self.mirror_percent
+            );
+        }
+        if !self.cache_array.is_empty() && self.cache_size.is_some() {
+            bail!(
+                "{}: a cache array uses its devices whole (with {}); leave it out",
+                key("cache_size"),
+                key("cache_array")
+            );
+        }
         let size = |k: &str, text: &SizeText| -> Result<u64> {
             parse_byte_size(&text.0).map_err(|e| anyhow!("{}: {e}", key(k)))
         };
@@ -414,6 +458,8 @@ impl VolumeText {
             backend: self.backend,
             backend_create_bytes,
             cache: self.cache,
+            cache_array: self.cache_array,
+            mirror_percent: self.mirror_percent,
             cache_bytes,
             line_size,
             write_policy,
@@ -908,6 +954,8 @@ cache = "d/other-cache.img"
             backend: "b.img".into(),
             backend_size: None,
             cache: "c.img".into(),
+            cache_array: Vec::new(),
+            mirror_percent: 25,
             cache_size: None,
             line_size: SizeText("3000".into()),
             write_policy: "wb".into(),

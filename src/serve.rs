@@ -23,7 +23,9 @@ use clap::Args;
 use iocache_core::units::{format_byte_size, parse_byte_size};
 use iocache_core::{CacheConfig, WritePolicy};
 use iocache_device::{BlockDevice, FileDevice, OpenOptions};
-use iocache_engine::{Engine, EngineConfig, EngineExport, InitMode, NbdBackend, Persistence, Volume};
+use iocache_engine::{
+    CacheArray, Engine, EngineConfig, EngineExport, InitMode, NbdBackend, Persistence, Volume,
+};
 use iocache_format::Layout;
 use iocache_nbd::{ExportHandle, Server, ServerConfig};
 
@@ -39,7 +41,7 @@ pub struct ServeArgs {
     /// Serve the volumes a TOML file describes (docs/config.md) instead of
     /// the one the flags below describe.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
-        "backend", "backend_size", "cache", "cache_size", "line_size", "write_policy",
+        "backend", "backend_size", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "io_engine", "direct",
         "persistence", "socket",
         "listen", "export",
@@ -57,6 +59,14 @@ pub struct ServeArgs {
     /// Cache device: a file or block device [default: ./iocache-data/cache.img].
     #[arg(long, value_name = "PATH")]
     cache: Option<PathBuf>,
+    /// Cache RAID: more cache devices, forming an array with --cache: clean lines striped over
+    /// all of them, dirty lines mirrored on two, so losing one loses no write (comma-separated).
+    #[arg(long, value_name = "PATH,...", value_delimiter = ',')]
+    cache_array: Vec<PathBuf>,
+    /// Share of each array device's line slots kept for mirrors of dirty lines (1-50); dirty
+    /// lines are capped at what the mirrors hold.
+    #[arg(long, default_value_t = 25, value_name = "PERCENT")]
+    mirror_percent: u32,
     /// Cache size [default: the cache device's size, or 128MiB for a new file].
     #[arg(long, value_name = "SIZE")]
     cache_size: Option<String>,
@@ -249,9 +259,31 @@ fn open_cache_group(
             .map_err(|e| anyhow!("{}: {e}", v.key("cache_size")))
     };
     let create_bytes = layout_for(v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))?.device_bytes();
-    let cache_dev = open_file(&v.cache, create_bytes, v.direct).with_context(|| v.key("cache"))?;
+    let mut cache_file = Some(open_file(&v.cache, create_bytes, v.direct).with_context(|| v.key("cache"))?);
     let canonical = claim(files, &v.cache, &v.export, "cache", &v.key("cache"))?;
+    let array = if v.cache_array.is_empty() {
+        None
+    } else {
+        let mut members: Vec<(String, Option<Arc<dyn BlockDevice>>)> = vec![(
+            v.cache.display().to_string(),
+            Some(Arc::new(cache_file.take().expect("opened above"))),
+        )];
+        for path in &v.cache_array {
+            claim(files, path, &v.export, "cache", &v.key("cache_array"))?;
+            let dev = open_file(path, create_bytes, v.direct).with_context(|| v.key("cache_array"))?;
+            members.push((path.display().to_string(), Some(Arc::new(dev))));
+        }
+        Some(Arc::new(
+            CacheArray::open_or_create(members, line_bytes, v.mirror_percent)
+                .with_context(|| v.key("cache_array"))?,
+        ))
+    };
+    let cache_dev: Arc<dyn BlockDevice> = match &array {
+        Some(array) => array.clone(),
+        None => Arc::new(cache_file.take().expect("opened above")),
+    };
     let cache_bytes = match v.cache_bytes {
+        _ if array.is_some() => array.as_ref().expect("checked").geometry().slots() * line_bytes,
         Some(bytes) => {
             let needed = layout_for(bytes)?.device_bytes();
             if needed > cache_dev.len_bytes() {
@@ -303,8 +335,9 @@ fn open_cache_group(
                 InitMode::Load
             },
             volume_name: v.export.clone(),
+            array,
         },
-        Arc::new(cache_dev),
+        cache_dev,
         backends,
     )
     .with_context(|| match &v.origin {
@@ -804,6 +837,8 @@ impl ServeArgs {
             backend,
             backend_size: backend_size.map(SizeText),
             cache: self.cache.unwrap_or_else(|| dir.join("cache.img")),
+            cache_array: self.cache_array,
+            mirror_percent: self.mirror_percent,
             cache_size: self.cache_size.map(SizeText),
             line_size: SizeText(self.line_size),
             write_policy: self.write_policy,

@@ -8,7 +8,11 @@ use proptest::prelude::*;
 const LINE: u64 = 4096;
 
 fn config(lines: u64, policy: &str, cap: Option<u64>) -> CacheConfig {
-    let mut c = CacheConfig::new(lines, LineSize::new(LINE).unwrap(), policy.parse::<PolicySpec>().unwrap());
+    let mut c = CacheConfig::new(
+        lines,
+        LineSize::new(LINE).unwrap(),
+        policy.parse::<PolicySpec>().unwrap(),
+    );
     c.write_policy = WritePolicy::WriteBack;
     c.inline_dirty_eviction = false;
     c.max_dirty_lines = cap;
@@ -20,19 +24,30 @@ fn writes_past_the_cap_go_through_and_dirty_lines_stay_writable() {
     let mut cache = Cache::new(config(64, "lru", Some(3))).unwrap();
     let mut ops = OpList::new();
     for line in 0..10u64 {
-        cache.access(&Request::write(0, line * LINE, LINE, line), &mut ops).unwrap();
+        cache
+            .access(&Request::write(0, line * LINE, LINE, line), &mut ops)
+            .unwrap();
         let to_backend = ops.ops().iter().any(|op| matches!(op, Op::WriteBackend { .. }));
-        assert_eq!(to_backend, line >= 3, "line {line}: write-through only past the cap");
+        assert_eq!(
+            to_backend,
+            line >= 3,
+            "line {line}: write-through only past the cap"
+        );
     }
     assert_eq!(cache.dirty_lines(), 3);
     assert_eq!(cache.stats().dirty_cap_write_throughs, 7);
     // A dirty line takes more writes as write-back, cap or not.
     cache.access(&Request::write(0, 512, 512, 20), &mut ops).unwrap();
     assert!(!ops.ops().iter().any(|op| matches!(op, Op::WriteBackend { .. })));
-    assert!(ops.ops().iter().any(|op| matches!(op, Op::WriteCache { dirty: true, .. })));
+    assert!(ops
+        .ops()
+        .iter()
+        .any(|op| matches!(op, Op::WriteCache { dirty: true, .. })));
     // Lowering the cap to zero makes every new write write-through.
     cache.set_max_dirty_lines(Some(0));
-    cache.access(&Request::write(0, 30 * LINE, LINE, 21), &mut ops).unwrap();
+    cache
+        .access(&Request::write(0, 30 * LINE, LINE, 21), &mut ops)
+        .unwrap();
     assert!(ops.ops().iter().any(|op| matches!(op, Op::WriteBackend { .. })));
     assert_eq!(cache.dirty_lines(), 3);
     cache.check_invariants();
@@ -53,7 +68,12 @@ fn retired_slots_are_never_used_again() {
     }
     let odd = |slot: u32| slot % 2 == 1;
     let dirty_on_odd = (0..16u32)
-        .filter(|&s| odd(s) && cache.slot_snapshot(s).is_some_and(|snap| snap.dirty.iter().any(|w| *w != 0)))
+        .filter(|&s| {
+            odd(s)
+                && cache
+                    .slot_snapshot(s)
+                    .is_some_and(|snap| snap.dirty.iter().any(|w| *w != 0))
+        })
         .count() as u64;
     let left = cache.retire_slots(odd, &mut ops);
     assert_eq!(left, dirty_on_odd);
@@ -66,11 +86,16 @@ fn retired_slots_are_never_used_again() {
     }
     // Fill the cache with new lines: no new line lands in an odd slot.
     for line in 100..200u64 {
-        cache.access(&Request::read(0, line * LINE, LINE, line), &mut ops).unwrap();
+        cache
+            .access(&Request::read(0, line * LINE, LINE, line), &mut ops)
+            .unwrap();
         for op in ops.ops().iter() {
             if let Op::WriteCache { slot, .. } = *op {
                 let dirty_odd_line = cache.slot_snapshot(slot).is_some_and(|s| s.key.line_index < 4);
-                assert!(!odd(slot) || dirty_odd_line, "line {line} placed in retired slot {slot}");
+                assert!(
+                    !odd(slot) || dirty_odd_line,
+                    "line {line} placed in retired slot {slot}"
+                );
             }
         }
     }

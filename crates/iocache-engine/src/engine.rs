@@ -22,6 +22,7 @@ use crate::clock::Clock;
 use crate::health::Health;
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use crate::persist::{PlannedRecord, RecordWriter, Shadow};
+use crate::raid::{ArrayStats, CacheArray, MirrorState};
 use crate::recovery::{self, InitMode, OpenSpec, RecoveryReport};
 use smallvec::SmallVec;
 use thiserror::Error;
@@ -98,6 +99,9 @@ pub struct EngineConfig {
     pub init: InitMode,
     /// The volume's name, recorded on the cache device.
     pub volume_name: String,
+    /// Cache RAID: the cache device given to the engine is this array
+    /// (clean lines striped, dirty lines mirrored; see `raid.rs`).
+    pub array: Option<Arc<CacheArray>>,
 }
 
 impl EngineConfig {
@@ -112,6 +116,7 @@ impl EngineConfig {
             persistence: Persistence::None,
             init: InitMode::Load,
             volume_name: "volume".into(),
+            array: None,
         }
     }
 }
@@ -195,9 +200,31 @@ pub struct EngineStats {
     pub failed_writebacks: u64,
     /// Past the error threshold: the volume runs pass-through.
     pub cache_device_failed: bool,
+    /// Cache RAID: members, mirror slots and degraded-mode counters.
+    pub array: Option<ArrayEngineStats>,
     /// Request latency seen by clients of `read` and `write`.
     pub read_latency: LatencyPercentiles,
     pub write_latency: LatencyPercentiles,
+}
+
+/// A cache array's state as the engine sees it.
+#[derive(Clone, Debug, Default)]
+pub struct ArrayEngineStats {
+    pub array: ArrayStats,
+    /// Members failed: the array runs degraded.
+    pub degraded: bool,
+    /// Dirty lines the array may hold now (mirror slots a failure leaves).
+    pub dirty_cap: u64,
+    /// Lines dropped from failed members' slots (after their dirty data
+    /// was written back from the mirror or was already in the backend).
+    pub evacuated_lines: u64,
+    /// Slots out of service on failed members.
+    pub retired_slots: u64,
+    /// Dirty lines whose both copies were lost (two failures): never
+    /// written back, reads of them fail.
+    pub lost_lines: u64,
+    /// Degraded-mode evacuation finished for every failure seen.
+    pub evacuated: bool,
 }
 
 /// What a ticket orders: a line of a volume (its backend range and its
@@ -409,6 +436,17 @@ struct Inner {
     /// Held while a batch of lines is being cleaned (cleaner, FLUSH with
     /// volatile metadata, flush_all), so that a FLUSH sees no line in flight.
     cleaning: Mutex<()>,
+    /// Cache RAID (see `raid.rs`); `cache_dev` is this array.
+    array: Option<Arc<CacheArray>>,
+    /// Member failures the cleaner has finished evacuating.
+    array_failures_handled: AtomicU64,
+    /// Global slots whose mirror may be freed after the next barrier (a
+    /// durable record may still name it).
+    mirror_releases: Mutex<Vec<u64>>,
+    evacuated_lines: AtomicU64,
+    lost_lines: AtomicU64,
+    /// Clock reading of the last mirror sweep.
+    last_mirror_sweep_ns: AtomicU64,
 }
 
 #[derive(Default)]
@@ -481,6 +519,16 @@ impl Engine {
                 "{shards} shards for a cache of {capacity} lines: each shard needs a line"
             )));
         }
+        if let Some(array) = &config.array {
+            let g = array.geometry();
+            if g.slots() != capacity || g.line_bytes != line_bytes {
+                return Err(EngineError::Config(format!(
+                    "the cache array holds {} lines of {} bytes; the configuration asks for {capacity} of {line_bytes}",
+                    g.slots(),
+                    g.line_bytes
+                )));
+            }
+        }
         let backends: Vec<&dyn BlockDevice> = volumes.iter().map(|(_, b)| &**b).collect();
         let opened = recovery::open(
             &*cache_dev,
@@ -513,6 +561,12 @@ impl Engine {
             // cleaner (with retries), never written back inside a request
             // whose slot reuse could not be undone.
             shard_config.inline_dirty_eviction = false;
+            if let Some(array) = &config.array {
+                shard_config.max_dirty_lines = Some(
+                    shard_dirty_cap(array.dirty_cap(), lines, capacity)
+                        .min(config.cache.max_dirty_lines.unwrap_or(u64::MAX)),
+                );
+            }
             let mut cache = Cache::new(shard_config)?;
             cache.count_volume_lines();
             built.push(Shard {
@@ -574,6 +628,12 @@ impl Engine {
             writebacks: Mutex::new(WritebackTracker::default()),
             writeback_done: Condvar::new(),
             cleaning: Mutex::new(()),
+            array: config.array.clone(),
+            array_failures_handled: AtomicU64::new(0),
+            mirror_releases: Mutex::new(Vec::new()),
+            evacuated_lines: AtomicU64::new(0),
+            lost_lines: AtomicU64::new(0),
+            last_mirror_sweep_ns: AtomicU64::new(0),
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
@@ -723,12 +783,26 @@ impl Engine {
             cache_device_failed: self.inner.health.cache_failed.load(Ordering::Relaxed),
             ..EngineStats::default()
         };
+        let mut retired = 0;
         for shard in &self.inner.shards {
             let state = lock(&shard.state);
             stats.cache.merge(state.cache.stats());
             stats.capacity_lines += state.cache.capacity_lines();
             stats.resident_lines += state.cache.resident_lines();
             stats.dirty_lines += state.cache.dirty_lines();
+            retired += state.cache.retired_slots();
+        }
+        if let Some(array) = &self.inner.array {
+            let failures = array.failures();
+            stats.array = Some(ArrayEngineStats {
+                array: array.stats(),
+                degraded: failures > 0,
+                dirty_cap: array.dirty_cap(),
+                evacuated_lines: self.inner.evacuated_lines.load(Ordering::Relaxed),
+                retired_slots: retired,
+                lost_lines: self.inner.lost_lines.load(Ordering::Relaxed),
+                evacuated: self.inner.array_failures_handled.load(Ordering::Acquire) == failures,
+            });
         }
         stats
     }
@@ -774,6 +848,20 @@ impl Drop for Engine {
             let _ = handle.join();
         }
     }
+}
+
+/// A shard's share of the array's dirty-line cap: the shares never sum
+/// past the total.
+fn shard_dirty_cap(total: u64, shard_lines: u64, capacity: u64) -> u64 {
+    (u128::from(total) * u128::from(shard_lines) / u128::from(capacity.max(1))) as u64
+}
+
+/// Whether the core holds dirty sectors in `slot`.
+fn slot_is_dirty(state: &ShardState, slot: SlotId) -> bool {
+    state
+        .cache
+        .slot_snapshot(slot)
+        .is_some_and(|snap| bitmap::any(snap.dirty))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1248,7 +1336,13 @@ impl Inner {
                         self.wait_until_reusable(segment.shard, slot, key)?;
                     }
                     let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
-                    let written = self.cache_dev.write_at(data, device_offset);
+                    let (written, mirror) = match &self.array {
+                        None => (self.cache_dev.write_at(data, device_offset), None),
+                        Some(array) => {
+                            let global = self.shards[segment.shard].base_slot + u64::from(slot);
+                            self.write_array(array, global, key, data, line_offset_bytes, dirty)
+                        }
+                    };
                     if written.is_ok() && self.persistence != Persistence::None {
                         let full_line_hash = (self.persistence == Persistence::All
                             && !dirty
@@ -1257,14 +1351,13 @@ impl Inner {
                             .then(|| iocache_format::data_hash(data));
                         let first = line_offset_bytes / SECTOR_BYTES as u32;
                         let end = first + length_bytes / SECTOR_BYTES as u32;
-                        lock(&self.shards[segment.shard].state).shadow.note_cache_write(
-                            slot,
-                            key,
-                            first,
-                            end,
-                            dirty,
-                            full_line_hash,
-                        );
+                        let mut state = lock(&self.shards[segment.shard].state);
+                        state
+                            .shadow
+                            .note_cache_write(slot, key, first, end, dirty, full_line_hash);
+                        if dirty && self.array.is_some() {
+                            state.shadow.note_mirror(slot, mirror);
+                        }
                     }
                     let first = line_offset_bytes / SECTOR_BYTES as u32;
                     let end = first + length_bytes / SECTOR_BYTES as u32;
@@ -1341,8 +1434,10 @@ impl Inner {
                     result?;
                 }
                 Op::Invalidate { slot, .. } => {
-                    if self.persistence != Persistence::None {
-                        lock(&self.shards[segment.shard].state).shadow.note_empty(slot);
+                    if self.persistence != Persistence::None || self.array.is_some() {
+                        let mut state = lock(&self.shards[segment.shard].state);
+                        state.shadow.note_empty(slot);
+                        self.mirror_unneeded(&state, segment.shard, slot);
                     }
                 }
             }
@@ -1391,6 +1486,10 @@ impl Inner {
         let first = line_offset / SECTOR_BYTES as u32;
         let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
         match self.poisoned_in(shard, slot, key, first, end) {
+            Some(true) if self.array.is_some() => {
+                let array = self.array.as_deref().expect("checked");
+                return self.read_degraded(array, shard, slot, key, line_offset, out);
+            }
             Some(true) => return self.read_around(shard, slot, key, line_offset, out, None),
             Some(false) => {
                 return Err(EngineError::Io(format!(
@@ -1399,6 +1498,18 @@ impl Inner {
                 )))
             }
             None => {}
+        }
+        if let Some(array) = &self.array {
+            let global = self.shards[shard].base_slot + u64::from(slot);
+            if array.primary_failed(global)
+                || self
+                    .cache_dev
+                    .read_at(out, self.cache_offset(shard, slot, line_offset))
+                    .is_err()
+            {
+                return self.read_degraded(array, shard, slot, key, line_offset, out);
+            }
+            return Ok(());
         }
         match self
             .cache_dev
@@ -1409,6 +1520,147 @@ impl Inner {
                 self.cache_error("read", &e);
                 self.read_around(shard, slot, key, line_offset, out, Some(e))
             }
+        }
+    }
+
+    /// Writes a cache op's data on a cache array: clean data to the slot's
+    /// member only; dirty data to the slot and to its mirror, or, with no
+    /// mirror to be had, to the backend too. Succeeds when the data is
+    /// where later reads and write-backs look for it (a dirty write whose
+    /// slot's member failed is still readable from its mirror or the
+    /// backend). Returns the mirror the record must name.
+    fn write_array(
+        &self,
+        array: &CacheArray,
+        global: u64,
+        key: LineKey,
+        data: &[u8],
+        line_offset: u32,
+        dirty: bool,
+    ) -> (Result<(), DeviceError>, Option<u32>) {
+        let offset = self.data_offset + global * self.line_bytes + u64::from(line_offset);
+        if !dirty {
+            return (self.cache_dev.write_at(data, offset), None);
+        }
+        let state = array.ensure_mirror(global);
+        let primary = if array.primary_failed(global) {
+            Err(None)
+        } else {
+            self.cache_dev.write_at(data, offset).map_err(Some)
+        };
+        match state {
+            MirrorState::Mirrored(m) => {
+                let mirrored = array.write_mirror(m, u64::from(line_offset), data).is_ok();
+                let result = match primary {
+                    Ok(()) => Ok(()),
+                    Err(_) if mirrored => Ok(()),
+                    Err(Some(e)) => Err(e),
+                    Err(None) => Err(self.array_member_failed(array, offset, data.len())),
+                };
+                (result, Some(m))
+            }
+            MirrorState::Through | MirrorState::None => {
+                array.note_through_write();
+                let backend = self
+                    .backend_of(key.volume)
+                    .map_err(|e| DeviceError::Io {
+                        device: self.cache_dev.name().to_string(),
+                        kind: iocache_device::IoKind::Write,
+                        offset,
+                        len: data.len() as u64,
+                        source: std::io::Error::other(e.to_string()),
+                    })
+                    .and_then(|b| {
+                        b.write_at(data, (key.line_index << self.line_shift) + u64::from(line_offset))
+                    });
+                let result = match (backend, primary) {
+                    (Err(e), _) => Err(e),
+                    (Ok(()), Ok(())) | (Ok(()), Err(None)) => Ok(()),
+                    (Ok(()), Err(Some(e))) => Err(e),
+                };
+                (result, None)
+            }
+        }
+    }
+
+    fn array_member_failed(&self, array: &CacheArray, offset: u64, len: usize) -> DeviceError {
+        DeviceError::Io {
+            device: array.name().to_string(),
+            kind: iocache_device::IoKind::Write,
+            offset,
+            len: len as u64,
+            source: std::io::Error::other("the cache array member of this line and its mirror failed"),
+        }
+    }
+
+    /// Serves a cache read whose slot's member failed (or failed now):
+    /// clean sectors from the backend, dirty ones from the mirror (or the
+    /// backend, when the line's dirty writes went there too).
+    fn read_degraded(
+        &self,
+        array: &CacheArray,
+        shard: usize,
+        slot: SlotId,
+        key: LineKey,
+        line_offset: u32,
+        out: &mut [u8],
+    ) -> Result<(), EngineError> {
+        let first = line_offset / SECTOR_BYTES as u32;
+        let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
+        let dirty: Option<Vec<u64>> = {
+            let state = lock(&self.shards[shard].state);
+            state
+                .cache
+                .slot_snapshot(slot)
+                .filter(|snap| snap.key == key && bitmap::count_range(snap.dirty, first, end) > 0)
+                .map(|snap| snap.dirty.to_vec())
+        };
+        self.backend_of(key.volume)?
+            .read_at(out, (key.line_index << self.line_shift) + u64::from(line_offset))
+            .map_err(|e| self.backend_error(e))?;
+        let Some(dirty) = dirty else {
+            return Ok(());
+        };
+        let global = self.shards[shard].base_slot + u64::from(slot);
+        match array.mirror_state(global) {
+            MirrorState::Through => Ok(()),
+            MirrorState::Mirrored(m) => {
+                let mut result = Ok(());
+                bitmap::for_each_run(&dirty, first, end, |a, b, is_dirty| {
+                    if !is_dirty || result.is_err() {
+                        return;
+                    }
+                    let at = ((a - first) as u64 * SECTOR_BYTES) as usize;
+                    let len = ((b - a) as u64 * SECTOR_BYTES) as usize;
+                    result = array.read_mirror(m, u64::from(a) * SECTOR_BYTES, &mut out[at..at + len]);
+                });
+                result.map_err(|e| {
+                    EngineError::Io(format!(
+                        "dirty sectors {first}..{end} of line {}: both cache copies failed: {e}",
+                        key.line_index
+                    ))
+                })
+            }
+            MirrorState::None => Err(EngineError::Io(format!(
+                "dirty sectors {first}..{end} of line {}: the cache device holding them failed and they have no mirror",
+                key.line_index
+            ))),
+        }
+    }
+
+    /// A line of `slot` stopped being dirty (or left the slot): its mirror
+    /// can go, now with volatile metadata, else once a barrier made a
+    /// record that no longer names it durable. Call under the shard lock.
+    fn mirror_unneeded(&self, state: &ShardState, shard: usize, slot: SlotId) {
+        let Some(array) = &self.array else { return };
+        let global = self.shards[shard].base_slot + u64::from(slot);
+        if array.mirror_state(global) == MirrorState::None || slot_is_dirty(state, slot) {
+            return;
+        }
+        if self.persistence == Persistence::None {
+            array.release_mirror(global);
+        } else {
+            lock(&self.mirror_releases).push(global);
         }
     }
 
@@ -1560,6 +1812,12 @@ impl Inner {
     /// back to pass-through (dirty lines stay and are still served and
     /// written back; nothing new is cached) until a probe succeeds.
     fn cache_error(&self, what: &str, e: &DeviceError) {
+        if self.array.as_ref().is_some_and(|a| a.live_members() > 0) {
+            // A cache array fails members one by one and runs degraded on
+            // the others (the cleaner evacuates); pass-through is for when
+            // none is left.
+            return;
+        }
         if self.health.cache_error(self.now_ns()) {
             eprintln!(
                 "iocache: cache device {}: {} I/O errors (last: {what}: {e}); falling back to pass-through until it answers again",
@@ -1612,16 +1870,38 @@ impl Inner {
         backend_offset: u64,
     ) -> Result<(), EngineError> {
         let mut data = vec![0u8; length as usize];
-        if let Err(e) = self
+        let mut already_in_backend = false;
+        if let Some(array) = &self.array {
+            let global = self.shards[shard].base_slot + u64::from(slot);
+            let primary_ok = !array.primary_failed(global)
+                && self
+                    .cache_dev
+                    .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
+                    .is_ok();
+            if !primary_ok {
+                // Dirty sectors: the mirror has them, or the backend already does.
+                match array.mirror_state(global) {
+                    MirrorState::Mirrored(m) => array.read_mirror(m, u64::from(line_offset), &mut data)?,
+                    MirrorState::Through => already_in_backend = true,
+                    MirrorState::None => {
+                        return Err(EngineError::Io(format!(
+                            "write-back of slot {global}: its cache device failed and it has no mirror"
+                        )))
+                    }
+                }
+            }
+        } else if let Err(e) = self
             .cache_dev
             .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
         {
             self.cache_error("read for a write-back", &e);
             return Err(e.into());
         }
-        self.backend_of(volume)?
-            .write_at(&data, backend_offset)
-            .map_err(|e| self.backend_error(e))?;
+        if !already_in_backend {
+            self.backend_of(volume)?
+                .write_at(&data, backend_offset)
+                .map_err(|e| self.backend_error(e))?;
+        }
         if self.persistence != Persistence::None {
             let first = line_offset / SECTOR_BYTES as u32;
             lock(&self.shards[shard].state).shadow.note_write_back(
@@ -1700,6 +1980,11 @@ impl Inner {
             for token in &tokens {
                 state.cache.complete_flush(token, !failed.contains(&token.key));
             }
+            if self.array.is_some() {
+                for token in &tokens {
+                    self.mirror_unneeded(&state, shard_index, token.slot);
+                }
+            }
         }
         if !failed.is_empty() {
             self.io_errors.fetch_add(1, Ordering::Relaxed);
@@ -1742,6 +2027,34 @@ impl Inner {
         let mut written_back = false;
         for line in lines {
             let shard = self.shards.partition_point(|s| s.base_slot <= line.slot) - 1;
+            if let Some(array) = &self.array {
+                if array.primary_failed(line.slot) {
+                    // Its member is gone: write its dirty sectors back from
+                    // the mirror (or find them in the backend already).
+                    written_back |= self.recover_from_mirror(array, &line)?;
+                    let local = (line.slot - self.shards[shard].base_slot) as SlotId;
+                    let mut state = lock(&self.shards[shard].state);
+                    state.shadow.restore(
+                        local,
+                        line.key,
+                        &line.valid,
+                        &line.dirty,
+                        None,
+                        line.dirty_on_disk,
+                        line.mirror,
+                    );
+                    state.shadow.note_empty(local);
+                    continue;
+                }
+                let claimed = match line.mirror {
+                    Some(m) => MirrorState::Mirrored(m),
+                    None if line.dirty_on_disk => MirrorState::Through,
+                    None => MirrorState::None,
+                };
+                array
+                    .claim(line.slot, claimed)
+                    .map_err(|e| EngineError::Format(format!("record of slot {}: {e}", line.slot)))?;
+            }
             if self.shard_of(line.key) == shard {
                 per_shard[shard].push(line);
                 continue;
@@ -1761,6 +2074,7 @@ impl Inner {
                 &line.dirty,
                 None,
                 line.dirty_on_disk,
+                line.mirror,
             );
             state.shadow.note_empty(local);
         }
@@ -1791,10 +2105,156 @@ impl Inner {
                     &l.dirty,
                     l.hash,
                     l.dirty_on_disk,
+                    l.mirror,
                 );
             }
         }
         Ok(())
+    }
+
+    /// A recovered dirty line whose cache-array member failed: writes its
+    /// dirty sectors to the backend from the mirror. Returns whether it
+    /// wrote anything.
+    fn recover_from_mirror(
+        &self,
+        array: &CacheArray,
+        line: &recovery::RecoveredLine,
+    ) -> Result<bool, EngineError> {
+        if !line.dirty_on_disk {
+            return Ok(false);
+        }
+        let Some(m) = line.mirror else {
+            // Written through when it was written: the backend has it.
+            return Ok(false);
+        };
+        let backend = self.backend_of(line.key.volume)?;
+        let base = line.key.line_index << self.line_shift;
+        let mut result = Ok(());
+        bitmap::for_each_run(
+            &line.dirty,
+            0,
+            (self.line_bytes / SECTOR_BYTES) as u32,
+            |a, b, dirty| {
+                if !dirty || result.is_err() {
+                    return;
+                }
+                let offset = u64::from(a) * SECTOR_BYTES;
+                let mut data = vec![0u8; ((b - a) as u64 * SECTOR_BYTES) as usize];
+                result = array
+                    .read_mirror(m, offset, &mut data)
+                    .and_then(|()| backend.write_at(&data, base + offset));
+            },
+        );
+        match result {
+            Ok(()) => {
+                self.evacuated_lines.fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            Err(e) => {
+                self.lost_lines.fetch_add(1, Ordering::Relaxed);
+                Err(EngineError::Io(format!(
+                    "line {} of volume {}: its cache-array member failed and its mirror could not be written back: {e}",
+                    line.key.line_index, line.key.volume
+                )))
+            }
+        }
+    }
+
+    /// Degraded mode, run by the cleaner after a cache-array member failed:
+    /// lowers the dirty-line cap to what the live members can mirror,
+    /// writes back every dirty line (those that lost a copy among them;
+    /// reads fall back to the surviving copy), and takes the failed
+    /// members' slots out of service. Returns whether it finished.
+    fn evacuate_failed_members(&self, array: &CacheArray) -> bool {
+        let failures = array.failures();
+        if self.array_failures_handled.load(Ordering::Acquire) == failures {
+            return true;
+        }
+        let capacity: u64 = self
+            .shards
+            .iter()
+            .map(|s| lock(&s.state).cache.capacity_lines())
+            .sum();
+        let cap = array.dirty_cap();
+        for shard in &self.shards {
+            let mut state = lock(&shard.state);
+            let lines = state.cache.capacity_lines();
+            state
+                .cache
+                .set_max_dirty_lines(Some(shard_dirty_cap(cap, lines, capacity)));
+        }
+        let retire = |this: &Self| -> u64 {
+            let mut dirty_left = 0;
+            for (i, shard) in this.shards.iter().enumerate() {
+                let mut guard = lock(&shard.state);
+                let state = &mut *guard;
+                let base = shard.base_slot;
+                let mut ops = std::mem::take(&mut state.ops);
+                dirty_left += state
+                    .cache
+                    .retire_slots(|slot| array.primary_failed(base + u64::from(slot)), &mut ops);
+                for op in ops.ops() {
+                    if let Op::Invalidate { slot, .. } = *op {
+                        state.shadow.note_empty(slot);
+                        this.mirror_unneeded(state, i, slot);
+                        this.evacuated_lines.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                state.ops = ops;
+            }
+            dirty_left
+        };
+        retire(self);
+        if self.flush_all().is_err() {
+            return false;
+        }
+        if retire(self) > 0 {
+            return false;
+        }
+        // Make the dropped lines' records say so before anything reuses
+        // their mirrors.
+        if self.persistence != Persistence::None && self.barrier(false).is_err() {
+            return false;
+        }
+        self.array_failures_handled.store(failures, Ordering::Release);
+        eprintln!(
+            "iocache: cache array degraded: {} of {} members live, dirty lines capped at {cap}; lost lines written back",
+            array.live_members(),
+            array.geometry().members
+        );
+        true
+    }
+
+    /// Frees mirrors whose line is no longer dirty but were missed (a
+    /// forgotten line, a failed write); with persistent metadata, runs a
+    /// barrier when releases wait for one.
+    fn sweep_mirrors(&self, array: &CacheArray) {
+        let now = self.now_ns();
+        let last = self.last_mirror_sweep_ns.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < 1_000_000_000 {
+            return;
+        }
+        self.last_mirror_sweep_ns.store(now, Ordering::Relaxed);
+        for (i, shard) in self.shards.iter().enumerate() {
+            let state = lock(&shard.state);
+            for slot in 0..state.cache.capacity_lines() as SlotId {
+                if matches!(
+                    array.mirror_state(shard.base_slot + u64::from(slot)),
+                    MirrorState::Mirrored(_)
+                ) {
+                    self.mirror_unneeded(&state, i, slot);
+                }
+            }
+        }
+        let waiting = {
+            let mut releases = lock(&self.mirror_releases);
+            releases.sort_unstable();
+            releases.dedup();
+            releases.len()
+        };
+        if waiting > 0 && self.persistence != Persistence::None {
+            let _ = self.barrier(false);
+        }
     }
 
     fn write_back_dirty_sectors(
@@ -1884,6 +2344,9 @@ impl Inner {
             return self.volatile_barrier();
         }
         let mut meta = lock(&self.meta);
+        // Mirrors whose line was clean before the records below were taken:
+        // free once those records are durable.
+        let releases = std::mem::take(&mut *lock(&self.mirror_releases));
         let mut planned: Vec<(usize, Vec<PlannedRecord>)> = Vec::new();
         for (i, shard) in self.shards.iter().enumerate() {
             let records = lock(&shard.state)
@@ -1899,6 +2362,21 @@ impl Inner {
             match result {
                 Ok(()) => state.shadow.records_durable(records),
                 Err(_) => state.shadow.requeue(records),
+            }
+        }
+        if let Some(array) = &self.array {
+            if result.is_ok() {
+                for global in releases {
+                    let shard = self.shards.partition_point(|s| s.base_slot <= global) - 1;
+                    let state = lock(&self.shards[shard].state);
+                    let local = (global - self.shards[shard].base_slot) as SlotId;
+                    // Dirty again since (it kept its mirror): keep it.
+                    if !slot_is_dirty(&state, local) {
+                        array.release_mirror(global);
+                    }
+                }
+            } else {
+                lock(&self.mirror_releases).extend(releases);
             }
         }
         self.barriers.fetch_add(1, Ordering::Relaxed);
@@ -2023,6 +2501,12 @@ impl Inner {
             let mut next_wake = now + CLEANER_POLL.as_nanos() as u64;
             if self.health.probe_due(now) {
                 self.probe_cache_device();
+            }
+            if let Some(array) = &self.array {
+                if !self.evacuate_failed_members(array) {
+                    next_wake = next_wake.min(now + 10_000_000);
+                }
+                self.sweep_mirrors(array);
             }
             if self.health.may_clean(now) {
                 let mut failed = 0;

@@ -36,15 +36,19 @@ mod health;
 mod latency;
 mod nbd_backend;
 mod persist;
+mod raid;
 mod recovery;
 mod stripe;
 
 pub use engine::{
-    Engine, EngineConfig, EngineError, EngineStats, IoMode, Lookup, Volume, VolumeInfo, VolumeStats,
-    SHARD_SPAN_LINES,
+    ArrayEngineStats, Engine, EngineConfig, EngineError, EngineStats, IoMode, Lookup, Volume, VolumeInfo,
+    VolumeStats, SHARD_SPAN_LINES,
 };
 pub use export::EngineExport;
 pub use iocache_format::{Layout, Persistence};
 pub use latency::{LatencyHistogram, LatencyPercentiles};
 pub use nbd_backend::NbdBackend;
+pub use raid::{
+    ArrayError, ArrayGeometry, ArrayStats, CacheArray, MirrorState, MEMBERS_MAX as RAID_MEMBERS_MAX,
+};
 pub use recovery::{InitMode, RecoveryReport};

@@ -39,6 +39,8 @@ pub struct Shadow {
     bits: Vec<u64>,
     /// Hash of the whole line's data, known after a full-line clean fill.
     hashes: Vec<Option<u64>>,
+    /// Cache arrays: the mirror slot holding a copy of the dirty sectors.
+    mirrors: Vec<Option<u32>>,
     /// Slots changed since the last barrier took them.
     pending: Vec<SlotId>,
     queued: Vec<bool>,
@@ -63,6 +65,7 @@ impl Shadow {
             keys: vec![None; n],
             bits: vec![0; n * words * 2],
             hashes: vec![None; n],
+            mirrors: vec![None; n],
             pending: Vec::new(),
             queued: vec![false; n],
             disk_dirty: vec![None; n],
@@ -122,6 +125,7 @@ impl Shadow {
             self.keys[slot as usize] = Some(key);
             self.valid_mut(slot).fill(0);
             self.dirty_mut(slot).fill(0);
+            self.mirrors[slot as usize] = None;
         }
         set_range(self.valid_mut(slot), first, end);
         if dirty {
@@ -131,6 +135,18 @@ impl Shadow {
         }
         self.hashes[slot as usize] = if dirty { None } else { full_line_hash };
         self.touch(slot);
+    }
+
+    /// The dirty sectors of `slot` also live in mirror slot `mirror` (a
+    /// cache array), or nowhere else on the cache (`None`).
+    pub fn note_mirror(&mut self, slot: SlotId, mirror: Option<u32>) {
+        if !self.enabled {
+            return;
+        }
+        if self.mirrors[slot as usize] != mirror {
+            self.mirrors[slot as usize] = mirror;
+            self.touch(slot);
+        }
     }
 
     /// Sectors `[first, end)` of `slot` were written back to the backend.
@@ -153,6 +169,7 @@ impl Shadow {
         self.valid_mut(slot).fill(0);
         self.dirty_mut(slot).fill(0);
         self.hashes[slot as usize] = None;
+        self.mirrors[slot as usize] = None;
         self.touch(slot);
     }
 
@@ -171,6 +188,7 @@ impl Shadow {
     }
 
     /// Loads a restored line (start-up).
+    #[allow(clippy::too_many_arguments)]
     pub fn restore(
         &mut self,
         slot: SlotId,
@@ -179,10 +197,12 @@ impl Shadow {
         dirty: &[u64],
         hash: Option<u64>,
         dirty_on_disk: bool,
+        mirror: Option<u32>,
     ) {
         if !self.enabled {
             return;
         }
+        self.mirrors[slot as usize] = mirror;
         self.keys[slot as usize] = Some(key);
         self.valid_mut(slot).copy_from_slice(valid);
         self.dirty_mut(slot).copy_from_slice(dirty);
@@ -282,7 +302,7 @@ impl Shadow {
             data_hash: None,
             valid: valid.to_vec(),
             dirty_bits: dirty.to_vec(),
-            mirror: None,
+            mirror: self.mirrors[slot as usize],
         })
     }
 }

@@ -50,6 +50,8 @@ pub struct RecoveredLine {
     pub dirty_on_disk: bool,
     /// The record's sequence (device-wide: larger is newer).
     pub sequence: u64,
+    /// The mirror slot of a dirty line on a cache array.
+    pub mirror: Option<u32>,
 }
 
 /// What opening found and did.
@@ -406,6 +408,7 @@ pub fn open(
                 hash: None,
                 dirty_on_disk: true,
                 sequence: record.sequence,
+                mirror: line.mirror,
             });
             continue;
         }
@@ -417,8 +420,9 @@ pub fn open(
         let trusted = if clean_shutdown {
             true
         } else if let Some(hash) = line.data_hash {
-            dev.read_at(&mut line_buf, layout.line_offset(slot))?;
-            hash == hash_valid_sectors(&line_buf, &line.valid, sectors)
+            // A line on a failed cache-array member does not read: not trusted.
+            dev.read_at(&mut line_buf, layout.line_offset(slot)).is_ok()
+                && hash == hash_valid_sectors(&line_buf, &line.valid, sectors)
         } else {
             false
         };
@@ -436,6 +440,7 @@ pub fn open(
             hash: line.data_hash,
             dirty_on_disk: false,
             sequence: record.sequence,
+            mirror: None,
         });
     }
     let mut stale_dirty = Vec::new();

@@ -13,42 +13,8 @@ use iocache_core::{CacheConfig, CleaningPolicy, LineSize, PolicySpec, WritePolic
 use iocache_device::{BlockDevice, FaultDevice, MemDevice, PowerCut};
 use iocache_engine::{Engine, EngineConfig, Layout, Lookup, Persistence};
 
-const SECTOR: u64 = 512;
-const VOLUME_SECTORS: u64 = 2048;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// A sector's content: the write that stored it and the sector it belongs to.
-fn stamp(write: u64, sector: u64) -> [u8; SECTOR as usize] {
-    let mut s = [0u8; SECTOR as usize];
-    for (i, chunk) in s.chunks_mut(16).enumerate() {
-        chunk[..8].copy_from_slice(&write.to_le_bytes());
-        chunk[8..].copy_from_slice(&(sector ^ (i as u64) << 48).to_le_bytes());
-    }
-    s
-}
-
-/// Which write a sector's content came from; `Some(0)` for never written
-/// (zeros), `None` for anything that is not a well-formed stamp of `sector`.
-fn decode(bytes: &[u8], sector: u64) -> Option<u64> {
-    if bytes.iter().all(|&b| b == 0) {
-        return Some(0);
-    }
-    let write = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-    (bytes == stamp(write, sector)).then_some(write)
-}
+mod common;
+use common::{decode, stamp, Model, Rng, SECTOR, VOLUME_SECTORS};
 
 type Devices = (Arc<FaultDevice<MemDevice>>, Arc<FaultDevice<MemDevice>>);
 
@@ -77,41 +43,6 @@ fn open(config: &CacheConfig, persistence: Persistence, devs: &Devices) -> Engin
         backend,
     )
     .expect("engine opens the devices")
-}
-
-/// Per sector: the value guaranteed durable, and every value written since.
-struct Model {
-    durable: Vec<u64>,
-    since: Vec<Vec<u64>>,
-    latest: Vec<u64>,
-}
-
-impl Model {
-    fn new() -> Model {
-        Model {
-            durable: vec![0; VOLUME_SECTORS as usize],
-            since: vec![Vec::new(); VOLUME_SECTORS as usize],
-            latest: vec![0; VOLUME_SECTORS as usize],
-        }
-    }
-    fn wrote(&mut self, sector: u64, write: u64, fua: bool) {
-        let s = sector as usize;
-        self.latest[s] = write;
-        if fua {
-            self.durable[s] = write;
-            self.since[s].clear();
-        } else {
-            self.since[s].push(write);
-        }
-    }
-    fn flushed(&mut self) {
-        self.durable.copy_from_slice(&self.latest);
-        self.since.iter_mut().for_each(Vec::clear);
-    }
-    fn acceptable(&self, sector: u64, found: u64) -> bool {
-        let s = sector as usize;
-        found == self.durable[s] || self.since[s].contains(&found)
-    }
 }
 
 fn read_sector(engine: &Engine, sector: u64) -> [u8; SECTOR as usize] {

@@ -73,7 +73,10 @@ fn records_with_a_good_crc_but_a_broken_rule_are_corrupt() {
         ),
         (Box::new(|b| b[6] = 13), "line_shift 13"),
         (Box::new(|b| b[7] = 1), "reserved byte at +7"),
-        (Box::new(|b| b[21] = 1), "mirror 256 at +20 without the mirror flag"),
+        (
+            Box::new(|b| b[21] = 1),
+            "mirror 256 at +20 without the mirror flag",
+        ),
         (Box::new(|b| b[5] |= 8), "unknown flags"),
         (Box::new(|b| b[50] = 1), "padding byte at +50"),
         (Box::new(|b| b[41] |= 0x02), "dirty but not valid"),
