@@ -1018,3 +1018,57 @@ fn volumes_sharing_a_cache_must_agree_on_its_keys() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
+    if !have("qemu-io") {
+        eprintln!("skipped: qemu-io is not installed");
+        return;
+    }
+    let dir = temp_dir("array");
+    let args = [
+        "serve",
+        "--backend-size",
+        "64MiB",
+        "--listen",
+        "127.0.0.1:0",
+        "--cache",
+        "iocache-data/c0.img",
+        "--cache-array",
+        "iocache-data/c1.img",
+        "--admin-socket",
+        "iocache-data/admin.sock",
+    ];
+    let mut served = Served::spawn(&dir, &args);
+    let mut writes = pattern_commands("write");
+    writes.push("flush".into());
+    qemu_io(&served.uri(), &writes);
+    let stats = stats_json(&dir.join("iocache-data/admin.sock"));
+    let array = &stats["volumes"][0]["array"];
+    assert_eq!(array["members"][0]["state"], "ok", "{array}");
+    assert_eq!(array["members"][1]["state"], "ok", "{array}");
+    assert!(array["mirror_slots_used"].as_u64().unwrap() > 0, "{array}");
+    assert_eq!(array["degraded"], false, "{array}");
+    // A crash, and one cache device is gone (replaced by a blank one).
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    let _ = std::fs::remove_file(dir.join("iocache-data/iocache.sock"));
+    std::fs::remove_file(dir.join("iocache-data/c1.img")).unwrap();
+    let served = Served::spawn(&dir, &args);
+    qemu_io(&served.uri(), &pattern_commands("read"));
+    let stats = stats_json(&dir.join("iocache-data/admin.sock"));
+    let array = &stats["volumes"][0]["array"];
+    assert_eq!(array["members"][1]["state"], "failed", "{array}");
+    assert_eq!(array["degraded"], true, "{array}");
+    assert_eq!(array["lost_lines"], 0, "{array}");
+    // Degraded, it still takes writes (written through: one device left).
+    qemu_io(&served.uri(), &pattern_commands("write"));
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    assert!(err.contains("running without it"), "{err}");
+    // Every pattern is in the backend itself.
+    let backend = dir.join("iocache-data/backend.img");
+    assert!(file_holds(&backend, 5 << 20, 3 << 20, 0x15));
+    assert!(file_holds(&backend, 4096, 4096, 0x11));
+    let _ = std::fs::remove_dir_all(&dir);
+}
