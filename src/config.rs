@@ -796,6 +796,21 @@ direct = true
             ),
             (
                 "cache_size = 1048576",
+                "cache_size = 1048576\ncache_array = [\"b.img\"]",
+                &["volume `slow`", "cache_size", "cache_array", "whole"],
+            ),
+            (
+                "cache_size = 1048576",
+                "cache_array = [\"b.img\"]\nmirror_percent = 70",
+                &["volume `slow`", "mirror_percent", "70", "1..=50"],
+            ),
+            (
+                "cache_size = 1048576",
+                "cache_array = [\"\"]",
+                &["volume `slow`", "cache_array", "entry 1 is empty"],
+            ),
+            (
+                "cache_size = 1048576",
                 "cache_size = \"1KiB\"",
                 &["volume `slow`", "cache_size", "no line"],
             ),

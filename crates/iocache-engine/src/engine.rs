@@ -562,10 +562,11 @@ impl Engine {
             // whose slot reuse could not be undone.
             shard_config.inline_dirty_eviction = false;
             if let Some(array) = &config.array {
-                shard_config.max_dirty_lines = Some(
-                    shard_dirty_cap(array.dirty_cap(), lines, capacity)
-                        .min(config.cache.max_dirty_lines.unwrap_or(u64::MAX)),
-                );
+                // Each shard may use the whole mirror pool (lines are spread
+                // over shards unevenly); when the pool runs out, dirty
+                // writes also go to the backend (`MirrorState::Through`).
+                shard_config.max_dirty_lines =
+                    Some(array.dirty_cap().min(config.cache.max_dirty_lines.unwrap_or(u64::MAX)));
             }
             let mut cache = Cache::new(shard_config)?;
             cache.count_volume_lines();
@@ -848,12 +849,6 @@ impl Drop for Engine {
             let _ = handle.join();
         }
     }
-}
-
-/// A shard's share of the array's dirty-line cap: the shares never sum
-/// past the total.
-fn shard_dirty_cap(total: u64, shard_lines: u64, capacity: u64) -> u64 {
-    (u128::from(total) * u128::from(shard_lines) / u128::from(capacity.max(1))) as u64
 }
 
 /// Whether the core holds dirty sectors in `slot`.
@@ -1573,11 +1568,11 @@ impl Inner {
                     .and_then(|b| {
                         b.write_at(data, (key.line_index << self.line_shift) + u64::from(line_offset))
                     });
-                let result = match (backend, primary) {
-                    (Err(e), _) => Err(e),
-                    (Ok(()), Ok(())) | (Ok(()), Err(None)) => Ok(()),
-                    (Ok(()), Err(Some(e))) => Err(e),
-                };
+                // With the backend written, a failed slot write only means
+                // its member has failed (any error fails it): reads and
+                // write-backs of the line find the data in the backend.
+                let _ = primary;
+                let result = backend;
                 (result, None)
             }
         }
@@ -2170,18 +2165,9 @@ impl Inner {
         if self.array_failures_handled.load(Ordering::Acquire) == failures {
             return true;
         }
-        let capacity: u64 = self
-            .shards
-            .iter()
-            .map(|s| lock(&s.state).cache.capacity_lines())
-            .sum();
         let cap = array.dirty_cap();
         for shard in &self.shards {
-            let mut state = lock(&shard.state);
-            let lines = state.cache.capacity_lines();
-            state
-                .cache
-                .set_max_dirty_lines(Some(shard_dirty_cap(cap, lines, capacity)));
+            lock(&shard.state).cache.set_max_dirty_lines(Some(cap));
         }
         let retire = |this: &Self| -> u64 {
             let mut dirty_left = 0;

@@ -13,12 +13,13 @@
 //!   engine writes its dirty sectors to both. Clean sectors live only in
 //!   the primary slot (the backend holds them too).
 //!
-//! The engine caps dirty lines at the mirror slots a failure leaves usable,
-//! `(live members - 1) * mirror_per_member`, through the core's dirty-line
-//! cap; if a mirror still cannot be had (releases wait for a metadata
-//! barrier), the line's dirty writes also go to the backend
-//! ([`MirrorState::Through`]). Either way every acknowledged dirty sector is
-//! on two devices.
+//! The engine caps each shard's dirty lines at the mirror slots a failure
+//! leaves usable, `(live members - 1) * mirror_per_member` (zero with one
+//! member left: every write is then written through), through the core's
+//! dirty-line cap; the shards share the pool, so when it runs out (or a
+//! release still waits for a metadata barrier) a line's dirty writes also go
+//! to the backend ([`MirrorState::Through`]). Either way every acknowledged
+//! dirty sector is on two devices.
 //!
 //! A member that fails an I/O is marked failed for good: the array's member
 //! headers (4 KiB at the start of each member, below the address space)
