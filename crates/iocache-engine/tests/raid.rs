@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use iocache_core::{CacheConfig, CleaningPolicy, LineSize, PolicySpec, WritePolicy};
 use iocache_device::{BlockDevice, FaultDevice, MemDevice, PowerCut};
-use iocache_engine::{CacheArray, Engine, EngineConfig, Lookup, Persistence};
+use iocache_engine::{CacheArray, Engine, EngineConfig, IoMode, Lookup, Persistence};
 
 mod common;
 use common::{decode, stamp, Model, Rng, SECTOR, VOLUME_SECTORS};
@@ -29,6 +29,8 @@ struct Rig {
     backend: Arc<FaultDevice<MemDevice>>,
     config: CacheConfig,
     persistence: Persistence,
+    /// io_uring writes a dirty line's two copies at once; psync in turn.
+    io: IoMode,
 }
 
 impl Rig {
@@ -50,6 +52,11 @@ impl Rig {
             ))),
             config,
             persistence,
+            io: if seed % 3 == 0 {
+                IoMode::Uring
+            } else {
+                IoMode::Psync
+            },
         }
     }
 
@@ -73,6 +80,7 @@ impl Rig {
                 lookup: Lookup::Fine,
                 shards: 2,
                 persistence: self.persistence,
+                io: self.io,
                 array: Some(array),
                 ..EngineConfig::new(config)
             },
