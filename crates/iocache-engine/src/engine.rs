@@ -1546,37 +1546,6 @@ impl Inner {
         } else {
             self.cache_dev.write_at(data, offset).map_err(Some)
         };
-        if let (MirrorState::Mirrored(m), Some(io)) = (state, &self.io_engine) {
-            // Both copies at once: the request waits for the slower one,
-            // not for the two in turn.
-            let targets = (
-                array.slot_target(global, u64::from(line_offset)),
-                array.mirror_target(m, u64::from(line_offset)),
-            );
-            if let (Some((pm, pd, po)), Some((mm, md, mo))) = targets {
-                let mut requests = [IoRequest::write(pd, data, po), IoRequest::write(md, data, mo)];
-                if io.submit(&mut requests).is_ok() {
-                    let primary = requests[0].outcome().map_err(|e| e.to_string());
-                    let mirror = requests[1].outcome().map_err(|e| e.to_string());
-                    for (member, outcome) in [(pm, &primary), (mm, &mirror)] {
-                        if let Err(e) = outcome {
-                            array.member_error(
-                                member,
-                                &self.array_member_failed(array, offset, data.len(), e),
-                            );
-                        }
-                    }
-                    if mirror.is_ok() {
-                        array.note_mirror_write();
-                    }
-                    let result = match (primary, mirror) {
-                        (Err(e), Err(_)) => Err(self.array_member_failed(array, offset, data.len(), &e)),
-                        _ => Ok(()),
-                    };
-                    return (result, Some(m));
-                }
-            }
-        }
         match state {
             MirrorState::Mirrored(m) => {
                 let mirrored = array.write_mirror(m, u64::from(line_offset), data).is_ok();
@@ -1584,7 +1553,7 @@ impl Inner {
                     Ok(()) => Ok(()),
                     Err(_) if mirrored => Ok(()),
                     Err(Some(e)) => Err(e),
-                    Err(None) => Err(self.array_member_failed(array, offset, data.len(), "member failed")),
+                    Err(None) => Err(self.array_member_failed(array, offset, data.len())),
                 };
                 (result, Some(m))
             }
@@ -1612,13 +1581,13 @@ impl Inner {
         }
     }
 
-    fn array_member_failed(&self, array: &CacheArray, offset: u64, len: usize, cause: &str) -> DeviceError {
+    fn array_member_failed(&self, array: &CacheArray, offset: u64, len: usize) -> DeviceError {
         DeviceError::Io {
             device: array.name().to_string(),
             kind: iocache_device::IoKind::Write,
             offset,
             len: len as u64,
-            source: std::io::Error::other(format!("cache array write of a dirty line: {cause}")),
+            source: std::io::Error::other("the cache array member of this line and its mirror failed"),
         }
     }
 

@@ -688,40 +688,6 @@ impl CacheArray {
         io(&**dev).inspect_err(|e| self.fail_member(member, e))
     }
 
-    /// The live member device and its byte offset holding `line_offset` of
-    /// global slot `slot`, with the member's index; `None` if it failed.
-    pub fn slot_target(&self, slot: u64, line_offset: u64) -> Option<(usize, &dyn BlockDevice, u64)> {
-        let g = &self.geometry;
-        let member = self.member_of_slot(slot);
-        let offset =
-            MEMBER_HEADER_BYTES + g.meta_bytes + (slot / g.members as u64) * g.line_bytes + line_offset;
-        self.live_device(member).map(|d| (member, d, offset))
-    }
-
-    /// As [`CacheArray::slot_target`], for mirror slot `mirror`.
-    pub fn mirror_target(&self, mirror: u32, line_offset: u64) -> Option<(usize, &dyn BlockDevice, u64)> {
-        let (member, offset) = self.mirror_location(mirror, line_offset);
-        self.live_device(member).map(|d| (member, d, offset))
-    }
-
-    fn live_device(&self, member: usize) -> Option<&dyn BlockDevice> {
-        let m = &self.members[member];
-        match &m.device {
-            Some(d) if !m.failed.load(Ordering::Acquire) => Some(&**d),
-            _ => None,
-        }
-    }
-
-    /// An I/O on a member's device (through a target above) failed.
-    pub fn member_error(&self, member: usize, cause: &DeviceError) {
-        self.fail_member(member, cause);
-    }
-
-    /// Counts a mirror write made through [`CacheArray::mirror_target`].
-    pub fn note_mirror_write(&self) {
-        self.mirror_writes.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// Writes `data` at `line_offset` of mirror slot `mirror`.
     pub fn write_mirror(&self, mirror: u32, line_offset: u64, data: &[u8]) -> Result<(), DeviceError> {
         let (member, offset) = self.mirror_location(mirror, line_offset);
