@@ -14,14 +14,18 @@ in /var/tmp, opened with O_DIRECT):
                  (--mirror-percent 25: dirty lines capped at 25 % of a
                  device's slots), a device loss loses nothing.
 
-Workloads (fio nbd engine, 4 KiB, QD 16, SECONDS each, after a warm-up that
+The cache files are written whole before each run (no sparse holes: a
+first write into a hole would allocate blocks mid-run, which a block device
+never does). Workloads (fio nbd engine, 4 KiB, QD 16, SECONDS each, after a warm-up that
 reads the range once): random writes on a 12 MiB range (fits the dirty cap),
 random writes on 64 MiB (past it), a 70/30 read/write mix on 100 MiB with
 85 % of accesses on 10 % of it, and random reads of a cached 32 MiB range.
 Backend: nbdkit's file plugin behind its delay filter (1 ms per request), as
 in scripts/bench-engine.py. Persistence `dirty` everywhere.
 
-Usage: scripts/bench-raid.py [SECONDS_PER_RUN]   (default 10)
+Usage: scripts/bench-raid.py [SECONDS_PER_RUN] [CACHE_DIR]
+  (defaults 10 and /var/tmp/iocache-raid: a disk, O_DIRECT; a directory under
+  /dev/shm puts the cache devices in RAM, opened without O_DIRECT)
 Needs: fio, nbdkit, a release build (cargo build --release).
 """
 
@@ -29,6 +33,7 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,6 +44,8 @@ _spec.loader.exec_module(bench)
 SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 bench.SECONDS = SECONDS
 WORK = bench.WORK = "/var/tmp/iocache-raid"
+CACHE_DIR = sys.argv[2] if len(sys.argv) > 2 else WORK
+DIRECT = not CACHE_DIR.startswith("/dev/shm")
 BIN = bench.BIN
 MEMBER = 64 << 20
 
@@ -57,24 +64,35 @@ WORKLOADS = [
 ]
 
 
+def allocated_file(path, size):
+    """A file of `size` zero bytes, all blocks allocated: a cache device
+    behaves like a block device, with no block allocation (and file-system
+    journal writes) on a first write into a hole during the run."""
+    chunk = b"\0" * (1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(size // len(chunk)):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def start(name, policy, array, backend_uri):
     d = f"{WORK}/{name}"
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
+    c = f"{CACHE_DIR}/{name}-cache"
+    for path in (d, c):
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path)
     sock = bench.fresh("iocache")
-    args = [BIN, "serve", "--backend", backend_uri, "--write-policy", policy, "--direct",
+    args = [BIN, "serve", "--backend", backend_uri, "--write-policy", policy,
             "--persistence", "dirty", "--socket", sock, "--admin-socket", f"{d}/admin.sock",
-            "--listen", "127.0.0.1:0"]
+            "--listen", "127.0.0.1:0"] + (["--direct"] if DIRECT else [])
     if array:
         for i in range(2):
-            with open(f"{d}/c{i}.img", "wb") as f:
-                f.truncate(MEMBER)
-        args += ["--cache", f"{d}/c0.img", "--cache-array", f"{d}/c1.img"]
+            allocated_file(f"{c}/c{i}.img", MEMBER)
+        args += ["--cache", f"{c}/c0.img", "--cache-array", f"{c}/c1.img"]
     else:
-        args += ["--cache", f"{d}/c0.img", "--cache-size", "120MiB"]
-        with open(f"{d}/c0.img", "wb") as f:
-            f.truncate(2 * MEMBER)
-    import subprocess
+        args += ["--cache", f"{c}/c0.img", "--cache-size", "120MiB"]
+        allocated_file(f"{c}/c0.img", 2 * MEMBER)
     p = subprocess.Popen(args, cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     bench.wait_socket(sock, p)
     return p, f"nbd+unix:///?socket={sock}", f"{d}/admin.sock"
@@ -115,7 +133,11 @@ def main():
                 print(title, name, json.dumps(results[(title, name)]), file=sys.stderr, flush=True)
     finally:
         bench.stop(backend)
-    print(f"# Cache RAID vs one-device write-back and write-through ({SECONDS} s per run)\n")
+        if CACHE_DIR != WORK:
+            for name, _, _ in CONFIGS:
+                shutil.rmtree(f"{CACHE_DIR}/{name}-cache", ignore_errors=True)
+    where = f"{CACHE_DIR} ({'O_DIRECT' if DIRECT else 'buffered'})"
+    print(f"# Cache RAID vs one-device write-back and write-through ({SECONDS} s per run, caches in {where})\n")
     print("| workload | config | read IOPS | write IOPS | write p99 µs | read p99 µs | line hit ratio |"
           " dirty lines at the end (cap) | capacity lines |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
