@@ -712,11 +712,6 @@ impl CacheArray {
         self.through_writes.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Global slots whose line lives on a failed member.
-    pub fn slot_on_failed_member(&self, slot: u64) -> bool {
-        self.primary_failed(slot)
-    }
-
     pub fn stats(&self) -> ArrayStats {
         let total = self.geometry.mirror_per_member * self.members.len() as u64;
         let used = self

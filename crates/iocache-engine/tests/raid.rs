@@ -37,7 +37,7 @@ impl Rig {
     fn new(seed: u64, members: usize, persistence: Persistence) -> Rig {
         let mut config = CacheConfig::new(1, LineSize::new(LINE).unwrap(), PolicySpec::lru());
         config.write_policy = WritePolicy::WriteBack;
-        if seed % 2 == 0 {
+        if seed.is_multiple_of(2) {
             config.cleaning = "aggressive:interval=1ms:batch=4"
                 .parse::<CleaningPolicy>()
                 .unwrap();
@@ -52,7 +52,7 @@ impl Rig {
             ))),
             config,
             persistence,
-            io: if seed % 3 == 0 {
+            io: if seed.is_multiple_of(3) {
                 IoMode::Uring
             } else {
                 IoMode::Psync
@@ -285,7 +285,7 @@ fn losing_one_of_two_members_loses_no_write() {
         live_run(
             seed,
             2,
-            if seed % 2 == 0 {
+            if seed.is_multiple_of(2) {
                 Persistence::Dirty
             } else {
                 Persistence::None
@@ -304,7 +304,7 @@ fn losing_one_of_three_members_keeps_mirroring() {
 #[test]
 fn a_crash_after_a_member_died_keeps_every_flushed_write() {
     for seed in 0..iterations() {
-        let persistence = if seed % 2 == 0 {
+        let persistence = if seed.is_multiple_of(2) {
             Persistence::Dirty
         } else {
             Persistence::All
