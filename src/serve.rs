@@ -378,12 +378,31 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
                 .join(", ")
         )
     };
-    let r = engine.stats().recovery;
+    let stats = engine.stats();
+    let r = stats.recovery;
+    let device = match &stats.array {
+        None => v.cache.display().to_string(),
+        Some(a) => {
+            let members: Vec<String> = a
+                .array
+                .members
+                .iter()
+                .map(|(name, failed)| {
+                    if *failed {
+                        format!("{name} (failed)")
+                    } else {
+                        name.clone()
+                    }
+                })
+                .collect();
+            format!("the cache array {}", members.join(" + "))
+        }
+    };
     if r.loaded {
         eprintln!(
             "iocache: {who}: loaded the cache on {} ({}): {} dirty and {} clean lines, {} clean lines dropped, \
              {} corrupt record copies, {} lines written back",
-            v.cache.display(),
+            device,
             if r.clean_shutdown { "shut down cleanly" } else { "not shut down cleanly: recovered" },
             r.dirty_lines,
             r.clean_lines,
@@ -397,8 +416,7 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
     } else {
         eprintln!(
             "iocache: {who}: formatted a new cache on {} (persistence {})",
-            v.cache.display(),
-            v.persistence
+            device, v.persistence
         );
     }
 }

@@ -203,6 +203,7 @@ pub enum ArrayError {
     Device(#[from] DeviceError),
 }
 
+#[derive(Debug)]
 struct Header {
     member: u32,
     members: u32,
@@ -334,10 +335,16 @@ impl CacheArray {
             };
             headers.push(found);
         }
-        let newest = headers
+        // The array is the one most members belong to (then the newest);
+        // its newest header says which members failed.
+        let valid: Vec<&Header> = headers
             .iter()
             .filter_map(|h| h.as_ref().ok().and_then(|h| h.as_ref()))
-            .max_by_key(|h| h.epoch);
+            .collect();
+        let newest = valid
+            .iter()
+            .max_by_key(|h| (valid.iter().filter(|o| o.uuid == h.uuid).count(), h.epoch))
+            .copied();
         let Some(newest) = newest else {
             // A new array: every member must be present and blank.
             for ((name, _), h) in members.iter().zip(&headers) {
@@ -978,6 +985,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("4096") && e.contains("8192"), "{e}");
+    }
+
+    #[test]
+    fn corrupt_foreign_or_misplaced_members_are_failed_members() {
+        let devs = members(3, 4 << 20);
+        CacheArray::open_or_create(devs.clone(), 4096, 25).unwrap();
+        // A flipped bit in member 2's header: its crc no longer matches.
+        let dev = devs[2].1.clone().unwrap();
+        let mut b = vec![0u8; 4096];
+        dev.read_at(&mut b, 0).unwrap();
+        b[50] ^= 1;
+        dev.write_at(&b, 0).unwrap();
+        let array = CacheArray::open_or_create(devs.clone(), 4096, 25).unwrap();
+        assert_eq!(array.stats().members.iter().filter(|m| m.1).count(), 1);
+        assert!(array.stats().members[2].1, "the corrupt member is failed");
+        assert!(Header::decode(&b).unwrap_err().contains("crc32c"));
+        // A member of another array in its place, and two members swapped.
+        let other = members(2, 4 << 20);
+        CacheArray::open_or_create(other.clone(), 4096, 25).unwrap();
+        let mixed = vec![devs[0].clone(), other[1].clone(), devs[1].clone()];
+        let array = CacheArray::open_or_create(mixed, 4096, 25).unwrap();
+        let failed: Vec<bool> = array.stats().members.iter().map(|m| m.1).collect();
+        assert_eq!(
+            failed,
+            vec![false, true, true],
+            "foreign member 1 and misplaced member 2"
+        );
     }
 
     #[test]
