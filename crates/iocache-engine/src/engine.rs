@@ -2025,25 +2025,25 @@ impl Inner {
         let mut written_back = false;
         for line in lines {
             let shard = self.shards.partition_point(|s| s.base_slot <= line.slot) - 1;
-            if let Some(array) = &self.array {
-                if array.primary_failed(line.slot) {
-                    // Its member is gone: write its dirty sectors back from
-                    // the mirror (or find them in the backend already).
-                    written_back |= self.recover_from_mirror(array, &line)?;
+            if let Some(array) = self.array.as_ref().filter(|a| a.primary_failed(line.slot)) {
+                // Its member is gone: write its dirty sectors back from the
+                // mirror (or find them in the backend already).
+                written_back |= self.recover_from_mirror(array, &line)?;
+                self.leave_recovered_line(shard, &line);
+                continue;
+            }
+            if self.shard_of(line.key) != shard {
+                // Its slot lies in another shard's region than its key maps
+                // to now (the shard layout changed): it cannot stay there.
+                if line.dirty_on_disk {
                     let local = (line.slot - self.shards[shard].base_slot) as SlotId;
-                    let mut state = lock(&self.shards[shard].state);
-                    state.shadow.restore(
-                        local,
-                        line.key,
-                        &line.valid,
-                        &line.dirty,
-                        None,
-                        line.dirty_on_disk,
-                        line.mirror,
-                    );
-                    state.shadow.note_empty(local);
-                    continue;
+                    self.write_back_dirty_sectors(shard, local, line.key, &line.dirty)?;
+                    written_back = true;
                 }
+                self.leave_recovered_line(shard, &line);
+                continue;
+            }
+            if let Some(array) = &self.array {
                 let claimed = match line.mirror {
                     Some(m) => MirrorState::Mirrored(m),
                     None if line.dirty_on_disk => MirrorState::Through,
@@ -2053,28 +2053,7 @@ impl Inner {
                     .claim(line.slot, claimed)
                     .map_err(|e| EngineError::Format(format!("record of slot {}: {e}", line.slot)))?;
             }
-            if self.shard_of(line.key) == shard {
-                per_shard[shard].push(line);
-                continue;
-            }
-            // Its slot lies in another shard's region than its key maps to
-            // now (the shard layout changed): it cannot stay where it is.
-            let local = (line.slot - self.shards[shard].base_slot) as SlotId;
-            if line.dirty_on_disk {
-                self.write_back_dirty_sectors(shard, local, line.key, &line.dirty)?;
-                written_back = true;
-            }
-            let mut state = lock(&self.shards[shard].state);
-            state.shadow.restore(
-                local,
-                line.key,
-                &line.valid,
-                &line.dirty,
-                None,
-                line.dirty_on_disk,
-                line.mirror,
-            );
-            state.shadow.note_empty(local);
+            per_shard[shard].push(line);
         }
         if written_back {
             self.flush_backends()?;
@@ -2108,6 +2087,24 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// A recovered line that is not loaded (its dirty sectors were written
+    /// back): the shadow learns what its record says, then that the slot is
+    /// empty, so the next barrier records it so.
+    fn leave_recovered_line(&self, shard: usize, line: &recovery::RecoveredLine) {
+        let local = (line.slot - self.shards[shard].base_slot) as SlotId;
+        let mut state = lock(&self.shards[shard].state);
+        state.shadow.restore(
+            local,
+            line.key,
+            &line.valid,
+            &line.dirty,
+            None,
+            line.dirty_on_disk,
+            line.mirror,
+        );
+        state.shadow.note_empty(local);
     }
 
     /// A recovered dirty line whose cache-array member failed: writes its

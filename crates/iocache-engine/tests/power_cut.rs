@@ -14,7 +14,7 @@ use iocache_device::{BlockDevice, FaultDevice, MemDevice, PowerCut};
 use iocache_engine::{Engine, EngineConfig, Layout, Lookup, Persistence};
 
 mod common;
-use common::{decode, stamp, Model, Rng, SECTOR, VOLUME_SECTORS};
+use common::{decode, stamps, Model, Rng, SECTOR, VOLUME_SECTORS};
 
 type Devices = (Arc<FaultDevice<MemDevice>>, Arc<FaultDevice<MemDevice>>);
 
@@ -75,10 +75,7 @@ fn run_iteration(seed: u64, wp: WritePolicy, persistence: Persistence, line_byte
                 let sectors = 1 + rng.below(16);
                 let first = rng.below(VOLUME_SECTORS - sectors);
                 write_no += 1;
-                let mut data = Vec::with_capacity((sectors * SECTOR) as usize);
-                for s in first..first + sectors {
-                    data.extend_from_slice(&stamp(write_no, s));
-                }
+                let data = stamps(write_no, first, sectors);
                 let fua = rng.below(8) == 0;
                 engine.write(first * SECTOR, &data, fua).unwrap();
                 for s in first..first + sectors {

@@ -30,6 +30,15 @@ pub fn stamp(write: u64, sector: u64) -> [u8; SECTOR as usize] {
     s
 }
 
+/// The contents write `write` gives sectors `first..first + sectors`.
+pub fn stamps(write: u64, first: u64, sectors: u64) -> Vec<u8> {
+    let mut data = Vec::with_capacity((sectors * SECTOR) as usize);
+    for s in first..first + sectors {
+        data.extend_from_slice(&stamp(write, s));
+    }
+    data
+}
+
 /// Which write a sector's content came from; `Some(0)` for never written
 /// (zeros), `None` for anything that is not a well-formed stamp of `sector`.
 pub fn decode(bytes: &[u8], sector: u64) -> Option<u64> {
