@@ -701,21 +701,8 @@ impl Cache {
                 victims,
             );
         }
-        // Out of rounds with dirty victims left: keep them all.
-        let mut i = 0;
-        while i < victims.len() {
-            let victim = victims[i];
-            if self.slots[victim as usize].dirty_listed {
-                victims.swap_remove(i);
-                let victim_key = self.slots[victim as usize].key;
-                self.policy
-                    .on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
-                self.stats.dirty_victims_kept += 1;
-                self.request_dirty_victims_kept += 1;
-            } else {
-                i += 1;
-            }
-        }
+        // Every round hands its dirty victims back, and the last one returns
+        // whatever it found: no dirty victim leaves the loop.
     }
 
     /// Misses often come in runs; load what the next evictions will touch while

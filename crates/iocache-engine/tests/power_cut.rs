@@ -155,10 +155,7 @@ fn run_iteration(seed: u64, wp: WritePolicy, persistence: Persistence, line_byte
 }
 
 fn iterations() -> u64 {
-    std::env::var("IOCACHE_POWER_CUT_ITERATIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30)
+    common::count_from_env("IOCACHE_POWER_CUT_ITERATIONS", 30)
 }
 
 #[test]

@@ -270,10 +270,7 @@ fn crash_run(seed: u64, members: usize, persistence: Persistence) {
 }
 
 fn iterations() -> u64 {
-    std::env::var("IOCACHE_RAID_ITERATIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12)
+    common::count_from_env("IOCACHE_RAID_ITERATIONS", 12)
 }
 
 #[test]

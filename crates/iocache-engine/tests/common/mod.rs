@@ -6,6 +6,14 @@
 pub const SECTOR: u64 = 512;
 pub const VOLUME_SECTORS: u64 = 2048;
 
+/// The count in environment variable `var` (a soak raises it), or `default`.
+pub fn count_from_env(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 pub struct Rng(pub u64);
 
 impl Rng {
