@@ -31,6 +31,13 @@ printf '| cache file on | hot set | jobs | run | engine IOPS | fio IOPS | ratio 
 printf '|---|---:|---:|---:|---:|---:|---:|\n'
 for dir in "${dirs[@]}"; do
     file=$dir/iocache-hitpath.img
+    # Write every byte of the file first: fio reads the file's first HOT
+    # bytes, and in a sparse file it would read holes (the kernel copies its
+    # zero page, which is always in the CPU caches), not data pages like the
+    # engine's slots.
+    rm -f "$file"
+    fio --name=fill --ioengine=psync --rw=write --bs=1m --filename="$file" \
+        --size=$((cache_bytes + (32 << 20))) --output-format=terse >/dev/null
     for hot in $hot_list; do
         for jobs in $jobs_list; do
             for run in $(seq 1 "$runs"); do

@@ -74,7 +74,8 @@ const PREFETCH_LINES_MAX: usize = 64;
 const VALID: usize = 0;
 const DIRTY: usize = 1;
 
-/// Everything about one slot but its bitmaps, together so an eviction touches one cache line.
+/// Everything about one slot but its bitmaps, together so an eviction (and
+/// a hit) touches one cache line: 64 bytes, checked below.
 #[derive(Clone, Copy)]
 #[repr(align(64))]
 struct SlotMeta {
@@ -84,13 +85,20 @@ struct SlotMeta {
     dirty_since_ns: u64,
     /// Valid and dirty bits, inline when one word covers the line (lines up to 32 KiB).
     inline_bits: [u64; 2],
-    /// The last request (`request_seq`) with ops on this slot: evicting a slot
-    /// the current request already used seals the op list first.
-    used_by_request: u64,
+    /// The last request (`request_seq`, truncated) with ops on this slot:
+    /// evicting a slot the current request already used seals the op list
+    /// first. A slot last used 2^32 requests ago matches too, which only
+    /// seals early (op order stays correct).
+    used_by_request: u32,
+    /// The driver's word for this slot (see [`Cache::slot_driver_word_mut`]),
+    /// here so that its hit path finds it in the cache line it already loaded.
+    driver_word: u64,
     resident: bool,
     dirty_listed: bool,
     flushing: bool,
 }
+
+const _: () = assert!(std::mem::size_of::<SlotMeta>() == 64);
 
 /// A view of one slot's line (see [`Cache::slot_snapshot`]).
 #[derive(Clone, Copy, Debug)]
@@ -172,6 +180,7 @@ impl Cache {
                     dirty_since_ns: 0,
                     inline_bits: [0; 2],
                     used_by_request: 0,
+                    driver_word: 0,
                     resident: false,
                     dirty_listed: false,
                     flushing: false,
@@ -350,7 +359,19 @@ impl Cache {
     #[inline]
     fn lookup(&self, key: LineKey) -> Option<SlotId> {
         let slots = &self.slots;
-        self.index.get(&key, |s| slots[s as usize].key)
+        let policy = &self.policy;
+        self.index.get(&key, |s| {
+            // Load the policy's state of the slot while its key is read.
+            policy.prefetch_hit(s);
+            slots[s as usize].key
+        })
+    }
+
+    /// A handle that prefetches index entries without borrowing the cache
+    /// (see [`crate::index::IndexPrefetcher`]): a driver starts loading a
+    /// request's entry before it takes the lock around the cache.
+    pub fn index_prefetcher(&self) -> crate::index::IndexPrefetcher {
+        self.index.prefetcher()
     }
 
     #[inline]
@@ -430,7 +451,7 @@ impl Cache {
         let outcome = self.classify(part, found, IoKind::Read);
         match found {
             Some(slot) => {
-                self.slots[slot as usize].used_by_request = self.request_seq;
+                self.slots[slot as usize].used_by_request = self.request_seq as u32;
                 if policy == WritePolicy::PassThrough {
                     // Bypass, but dirty sectors exist only in the cache.
                     self.transfer_runs(part, slot, ops, |c, s| c.dirty_of(s), false);
@@ -453,7 +474,7 @@ impl Cache {
                 self.emit(ops, self.backend_read(part, part.first_sector, part.end_sector));
                 match slot {
                     Some(slot) => {
-                        self.slots[slot as usize].used_by_request = self.request_seq;
+                        self.slots[slot as usize].used_by_request = self.request_seq as u32;
                         self.emit(
                             ops,
                             self.cache_write(part, slot, part.first_sector, part.end_sector, false),
@@ -548,7 +569,7 @@ impl Cache {
                     self.stats.bypassed_accesses += 1;
                     return outcome;
                 };
-                self.slots[slot as usize].used_by_request = self.request_seq;
+                self.slots[slot as usize].used_by_request = self.request_seq as u32;
                 self.emit_cache_writes(part, slot, first, end, write_back, ops);
                 bitmap::set_range(self.valid_mut(slot), first, end);
                 self.slots[slot as usize].generation += 1;
@@ -577,7 +598,7 @@ impl Cache {
                 // inline: update the written sectors as write-through does.
                 let slot = found.expect("checked above");
                 self.emit(ops, self.backend_write(part));
-                self.slots[slot as usize].used_by_request = self.request_seq;
+                self.slots[slot as usize].used_by_request = self.request_seq as u32;
                 self.emit_cache_writes(part, slot, first, end, false, ops);
                 bitmap::set_range(self.valid_mut(slot), first, end);
                 bitmap::clear_range(self.dirty_mut(slot), first, end);
@@ -731,7 +752,7 @@ impl Cache {
 
     /// Writes back `slot`'s dirty sectors and forgets its line.
     fn empty_slot(&mut self, slot: SlotId, ops: &mut OpList) {
-        if self.slots[slot as usize].used_by_request == self.request_seq {
+        if self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             // This request already has ops on the slot: keep them before its reuse.
             ops.seal();
         }
@@ -747,7 +768,7 @@ impl Cache {
 
     /// Drops a resident line entirely (write invalidation), writing back its dirty sectors.
     fn drop_line(&mut self, slot: SlotId, ops: &mut OpList) {
-        if self.slots[slot as usize].used_by_request == self.request_seq {
+        if self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             ops.seal();
         }
         let key = self.slots[slot as usize].key;
@@ -1126,6 +1147,22 @@ impl Cache {
         }
         self.free.retain(|&s| !taken[s as usize]);
         Ok(())
+    }
+
+    /// A word per slot that the cache stores for its driver and never reads
+    /// or changes (zero at first, kept across evictions, restores and
+    /// retirement). It shares the slot's metadata cache line, so a driver's
+    /// per-slot state costs no extra memory access on a hit (the engine keeps
+    /// its slot ticket queue here).
+    #[inline]
+    pub fn slot_driver_word_mut(&mut self, slot: SlotId) -> &mut u64 {
+        &mut self.slots[slot as usize].driver_word
+    }
+
+    /// Reads the driver's word of `slot` (see [`Cache::slot_driver_word_mut`]).
+    #[inline]
+    pub fn slot_driver_word(&self, slot: SlotId) -> u64 {
+        self.slots[slot as usize].driver_word
     }
 
     /// Counts changes to `slot`'s contents (writes, evictions, forgetting):

@@ -75,6 +75,16 @@ impl LineIndex {
         crate::prefetch::prefetch(&self.entries[at]);
     }
 
+    /// A handle that prefetches this table's entries without borrowing it, so
+    /// a driver can start loading a request's index entry before it takes the
+    /// lock that guards the cache (see [`IndexPrefetcher`]).
+    pub fn prefetcher(&self) -> IndexPrefetcher {
+        IndexPrefetcher {
+            base_address: self.entries.as_ptr() as usize,
+            mask: self.mask,
+        }
+    }
+
     /// Adds `key` → `slot`; the key must not be present.
     #[inline]
     pub fn insert(&mut self, key: &LineKey, slot: SlotId) {
@@ -126,6 +136,26 @@ impl LineIndex {
         self.entries[hole] = Entry { hash: 0, slot: EMPTY };
         self.len -= 1;
         true
+    }
+}
+
+/// Where an index keeps its entries, for prefetching only: it holds an
+/// address, never dereferences it, and so stays harmless (a prefetch does not
+/// fault) even if it outlives the table. The table is allocated once at its
+/// full size, so the address holds for the cache's lifetime.
+#[derive(Clone, Copy, Debug)]
+pub struct IndexPrefetcher {
+    base_address: usize,
+    mask: usize,
+}
+
+impl IndexPrefetcher {
+    /// Hints the CPU to load the table position where `key`'s search starts.
+    #[inline]
+    pub fn prefetch(&self, key: &LineKey) {
+        let at = hash_of(key) as usize & self.mask;
+        let address = self.base_address.wrapping_add(at * std::mem::size_of::<Entry>());
+        crate::prefetch::prefetch_address(address);
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use iocache_core::bitmap;
 use iocache_core::fasthash::FxHashMap;
+use iocache_core::index::IndexPrefetcher;
 use iocache_core::{
     AccessSummary, Cache, CacheConfig, CacheStats, CoreError, FlushOrder, FlushToken, IoKind, LineKey, Op,
     OpList, Request, RestoredLine, SlotId, VolumeId, WritePolicy, SECTOR_BYTES,
@@ -237,64 +238,70 @@ enum TicketKey {
     Slot(u32),
 }
 
-/// One key's FIFO: tickets `serving..next` are waiting or running.
+/// One line key's FIFO: tickets `serving..next` are waiting or running.
 #[derive(Default, Clone, Copy)]
 struct KeyQueue {
     next: u64,
     serving: u64,
 }
 
-/// A shard's ticket queues: a map for line keys (sparse), an array for the
-/// shard's slots (dense, so the hit path hashes one key, not two).
-struct Queues {
+/// A shard's ticket queues of line keys (sparse: a map). A slot's queue is
+/// kept in the core's per-slot driver word instead (see [`SlotQueue`]).
+#[derive(Default)]
+struct LineQueues {
     lines: FxHashMap<LineKey, KeyQueue>,
-    slots: Vec<KeyQueue>,
 }
 
-impl Queues {
-    fn new(slots: usize) -> Self {
-        Queues {
-            lines: FxHashMap::default(),
-            slots: vec![KeyQueue::default(); slots],
-        }
-    }
-
-    /// A new ticket for `key`, and whether it is served at once.
-    fn take(&mut self, key: TicketKey) -> (u64, bool) {
-        let queue = match key {
-            TicketKey::Line(line) => self.lines.entry(line).or_default(),
-            TicketKey::Slot(slot) => &mut self.slots[slot as usize],
-        };
+impl LineQueues {
+    /// A new ticket for `line`, and whether it is served at once.
+    fn take(&mut self, line: LineKey) -> (u64, bool) {
+        let queue = self.lines.entry(line).or_default();
         let ticket = queue.next;
         queue.next += 1;
         (ticket, queue.serving == ticket)
     }
 
-    fn serving(&self, key: TicketKey, default: u64) -> u64 {
-        match key {
-            TicketKey::Line(line) => self.lines.get(&line).map_or(default, |q| q.serving),
-            TicketKey::Slot(slot) => self.slots[slot as usize].serving,
-        }
+    fn serving(&self, line: LineKey, default: u64) -> u64 {
+        self.lines.get(&line).map_or(default, |q| q.serving)
     }
 
-    fn release(&mut self, key: TicketKey) {
-        match key {
-            TicketKey::Line(line) => {
-                if let Some(queue) = self.lines.get_mut(&line) {
-                    queue.serving += 1;
-                    if queue.serving == queue.next {
-                        self.lines.remove(&line);
-                    }
-                }
+    fn release(&mut self, line: LineKey) {
+        if let Some(queue) = self.lines.get_mut(&line) {
+            queue.serving += 1;
+            if queue.serving == queue.next {
+                self.lines.remove(&line);
             }
-            TicketKey::Slot(slot) => self.slots[slot as usize].serving += 1,
         }
+    }
+}
+
+/// A slot's FIFO packed in the slot's driver word, which shares the cache
+/// line of the slot's metadata (a hit then loads no other line for its
+/// ticket): the next ticket in the low 32 bits, the one served in the high
+/// 32. Both wrap; fewer than 2^32 tickets are ever outstanding on a slot.
+struct SlotQueue;
+
+impl SlotQueue {
+    fn take(word: &mut u64) -> (u64, bool) {
+        let next = *word as u32;
+        let serving = (*word >> 32) as u32;
+        *word = (u64::from(serving) << 32) | u64::from(next.wrapping_add(1));
+        (u64::from(next), serving == next)
+    }
+
+    fn serving(word: u64) -> u64 {
+        word >> 32
+    }
+
+    fn release(word: &mut u64) {
+        let serving = ((*word >> 32) as u32).wrapping_add(1);
+        *word = (u64::from(serving) << 32) | (*word & u64::from(u32::MAX));
     }
 }
 
 struct ShardState {
     cache: Cache,
-    queues: Queues,
+    queues: LineQueues,
     /// What the shard's slots hold on the device (persistence on).
     shadow: Shadow,
     /// Slots whose cache-device write failed, with the line and the sectors
@@ -321,6 +328,10 @@ struct Shard {
     wants_cleaning: AtomicBool,
     /// First slot of this shard on the cache device.
     base_slot: u64,
+    /// Starts loading a line's index entry before the state is locked (the
+    /// entry is the first memory access of a lookup, and a miss in the CPU
+    /// caches when the cache is large).
+    index_prefetcher: IndexPrefetcher,
 }
 
 #[derive(Clone, Debug)]
@@ -573,10 +584,11 @@ impl Engine {
             }
             let mut cache = Cache::new(shard_config)?;
             cache.count_volume_lines();
+            let index_prefetcher = cache.index_prefetcher();
             built.push(Shard {
                 state: Mutex::new(ShardState {
                     cache,
-                    queues: Queues::new(lines as usize),
+                    queues: LineQueues::default(),
                     shadow: Shadow::new(lines as usize, words, persistent),
                     poisoned: FxHashMap::default(),
                     waiters: 0,
@@ -587,6 +599,7 @@ impl Engine {
                 poisoned: AtomicU64::new(0),
                 wants_cleaning: AtomicBool::new(false),
                 base_slot,
+                index_prefetcher,
             });
             base_slot += lines;
         }
@@ -727,6 +740,10 @@ impl Engine {
         fua: bool,
     ) -> Result<(), EngineError> {
         let volume = volume.state();
+        // The request's first index entry is the first memory access of its
+        // lookup and usually a miss in the CPU caches: start loading it now,
+        // so the gate, the clock and the segmenting below overlap it.
+        self.inner.prefetch_index(volume.id, offset);
         let _serving = volume.enter()?;
         let started_ns = self.inner.clock.now_ns();
         let (kind, length) = match &buffer {
@@ -854,6 +871,31 @@ impl Drop for Engine {
     }
 }
 
+impl ShardState {
+    /// A new ticket for `key`, and whether it is served at once.
+    fn take_ticket(&mut self, key: TicketKey) -> (u64, bool) {
+        match key {
+            TicketKey::Line(line) => self.queues.take(line),
+            TicketKey::Slot(slot) => SlotQueue::take(self.cache.slot_driver_word_mut(slot)),
+        }
+    }
+
+    /// The ticket `key` serves now (`default` for a line nobody queues on).
+    fn serving(&self, key: TicketKey, default: u64) -> u64 {
+        match key {
+            TicketKey::Line(line) => self.queues.serving(line, default),
+            TicketKey::Slot(slot) => SlotQueue::serving(self.cache.slot_driver_word(slot)),
+        }
+    }
+
+    fn release_ticket(&mut self, key: TicketKey) {
+        match key {
+            TicketKey::Line(line) => self.queues.release(line),
+            TicketKey::Slot(slot) => SlotQueue::release(self.cache.slot_driver_word_mut(slot)),
+        }
+    }
+}
+
 /// Whether the core holds dirty sectors in `slot`.
 fn slot_is_dirty(state: &ShardState, slot: SlotId) -> bool {
     state
@@ -887,6 +929,14 @@ impl Inner {
         }
         let span = (u64::from(key.volume) << 48) ^ (key.line_index / SHARD_SPAN_LINES);
         (mix(span) % self.shards.len() as u64) as usize
+    }
+
+    /// Starts loading the index entry of the line at `offset_bytes` of
+    /// `volume` (a hint: any offset is harmless).
+    #[inline]
+    fn prefetch_index(&self, volume: VolumeId, offset_bytes: u64) {
+        let key = self.key_of(volume, offset_bytes);
+        self.shards[self.shard_of(key)].index_prefetcher.prefetch(&key);
     }
 
     fn key_of(&self, volume: u32, offset_bytes: u64) -> LineKey {
@@ -930,8 +980,14 @@ impl Inner {
                 kind,
                 now_ns,
             };
+            let key = self.key_of(volume, at);
+            let shard = self.shard_of(key);
+            if at != offset {
+                // The first was prefetched by `Engine::request`.
+                self.shards[shard].index_prefetcher.prefetch(&key);
+            }
             segments.push(Segment {
-                shard: self.shard_of(self.key_of(volume, at)),
+                shard,
                 request,
                 buffer_offset: (at - offset) as usize,
             });
@@ -1044,7 +1100,7 @@ impl Inner {
                 };
                 state
             };
-            let (ticket, served) = state.queues.take(key);
+            let (ticket, served) = state.take_ticket(key);
             plan.all_served &= served;
             plan.tickets.push((shard, key, ticket));
         }
@@ -1056,7 +1112,7 @@ impl Inner {
         for &(shard, key, ticket) in tickets {
             let shard = &self.shards[shard];
             let mut state = lock(&shard.state);
-            while state.queues.serving(key, ticket) != ticket {
+            while state.serving(key, ticket) != ticket {
                 state.waiters += 1;
                 state = shard.served.wait(state).unwrap_or_else(|p| p.into_inner());
                 state.waiters -= 1;
@@ -1071,7 +1127,7 @@ impl Inner {
             let shard = &self.shards[shard_index];
             let mut state = lock(&shard.state);
             while i < tickets.len() && tickets[i].0 == shard_index {
-                state.queues.release(tickets[i].1);
+                state.release_ticket(tickets[i].1);
                 i += 1;
             }
             let waiters = state.waiters;
@@ -1933,7 +1989,7 @@ impl Inner {
             let mut tickets = Vec::with_capacity(tokens.len() * 2);
             for token in &tokens {
                 for key in [TicketKey::Line(token.key), TicketKey::Slot(token.slot)] {
-                    let (ticket, _) = state.queues.take(key);
+                    let (ticket, _) = state.take_ticket(key);
                     tickets.push((shard_index, key, ticket));
                 }
             }
@@ -2537,6 +2593,43 @@ impl Inner {
                     .unwrap_or_else(|p| p.into_inner().0);
             }
             *woken = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SlotQueue;
+
+    /// A slot's packed FIFO serves tickets in the order taken, also where
+    /// its 32-bit counters wrap.
+    #[test]
+    fn a_slot_queue_serves_in_order_across_the_wrap() {
+        for start in [0u32, u32::MAX - 2] {
+            let mut word = (u64::from(start) << 32) | u64::from(start);
+            let (first, served) = SlotQueue::take(&mut word);
+            assert!(served, "an idle queue serves the first ticket at once");
+            let taken: Vec<u64> = (0..4)
+                .map(|_| SlotQueue::take(&mut word))
+                .map(|(t, s)| {
+                    assert!(!s, "a busy queue makes later tickets wait");
+                    t
+                })
+                .collect();
+            let mut expected = first;
+            for ticket in std::iter::once(first).chain(taken) {
+                assert_eq!(ticket, expected);
+                assert_eq!(
+                    SlotQueue::serving(word),
+                    ticket,
+                    "ticket {ticket} is served in turn"
+                );
+                SlotQueue::release(&mut word);
+                expected = u64::from((expected as u32).wrapping_add(1));
+            }
+            let (next, served) = SlotQueue::take(&mut word);
+            assert!(served, "all released: the next ticket is served at once");
+            assert_eq!(next, u64::from(start.wrapping_add(5)));
         }
     }
 }

@@ -62,6 +62,12 @@ impl ReplacementPolicy for Clock {
         "clock"
     }
 
+    fn prefetch_hit(&self, slot: SlotId) {
+        if let Some(flag) = self.referenced.get(slot as usize) {
+            crate::prefetch::prefetch(flag);
+        }
+    }
+
     fn on_hit(&mut self, slot: SlotId, _info: &AccessInfo) {
         self.referenced[slot as usize] = true;
     }

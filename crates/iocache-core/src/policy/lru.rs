@@ -32,6 +32,10 @@ impl ReplacementPolicy for Lru {
         self.links.move_to_head(&mut self.queue, slot);
     }
 
+    fn prefetch_hit(&self, slot: SlotId) {
+        self.links.prefetch(slot);
+    }
+
     fn on_miss(&mut self, _key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
         if need_victim {
             victims.extend(self.links.pop_tail(&mut self.queue));

@@ -113,6 +113,12 @@ pub trait ReplacementPolicy: Send {
         [None, None]
     }
 
+    /// A lookup is about to find `slot` (its index entry matched): start
+    /// loading what [`ReplacementPolicy::on_hit`] will touch, so that load
+    /// overlaps the cache's own read of the slot. A hint only.
+    #[inline]
+    fn prefetch_hit(&self, _slot: SlotId) {}
+
     /// Counters of the policy's own (for example BPLRU's padding pages), by
     /// name; reported beside the cache's statistics.
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -441,7 +441,7 @@ impl Inner {
                 .copied()
                 .collect();
             for key in queued {
-                let (ticket, _) = queues.take(TicketKey::Line(key));
+                let (ticket, _) = queues.take(key);
                 tickets.push((index, TicketKey::Line(key), ticket));
             }
         }
