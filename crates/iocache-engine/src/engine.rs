@@ -328,10 +328,6 @@ struct Shard {
     wants_cleaning: AtomicBool,
     /// First slot of this shard on the cache device.
     base_slot: u64,
-    /// Starts loading a line's index entry before the state is locked (the
-    /// entry is the first memory access of a lookup, and a miss in the CPU
-    /// caches when the cache is large).
-    index_prefetcher: IndexPrefetcher,
 }
 
 #[derive(Clone, Debug)]
@@ -415,6 +411,11 @@ enum Buffer<'a> {
 
 struct Inner {
     shards: Vec<Shard>,
+    /// Per shard, starts loading a line's index entry before the shard is
+    /// locked (the entry is the first memory access of a lookup, and a miss
+    /// in the CPU caches when the cache is large). Apart from the shards so
+    /// that these few bytes stay in the CPU caches.
+    index_prefetchers: Vec<IndexPrefetcher>,
     line_bytes: u64,
     line_shift: u32,
     cache_dev: Arc<dyn BlockDevice>,
@@ -563,6 +564,7 @@ impl Engine {
         let persistent = config.persistence != Persistence::None;
         let words = config.cache.line_size.bitmap_words();
         let mut built = Vec::with_capacity(shards);
+        let mut index_prefetchers = Vec::with_capacity(shards);
         let mut base_slot = 0;
         for i in 0..shards {
             let lines = capacity / shards as u64 + u64::from((i as u64) < capacity % shards as u64);
@@ -584,7 +586,7 @@ impl Engine {
             }
             let mut cache = Cache::new(shard_config)?;
             cache.count_volume_lines();
-            let index_prefetcher = cache.index_prefetcher();
+            index_prefetchers.push(cache.index_prefetcher());
             built.push(Shard {
                 state: Mutex::new(ShardState {
                     cache,
@@ -599,7 +601,6 @@ impl Engine {
                 poisoned: AtomicU64::new(0),
                 wants_cleaning: AtomicBool::new(false),
                 base_slot,
-                index_prefetcher,
             });
             base_slot += lines;
         }
@@ -617,6 +618,7 @@ impl Engine {
         let default = table.first();
         let inner = Arc::new(Inner {
             shards: built,
+            index_prefetchers,
             line_bytes,
             line_shift: config.cache.line_size.shift(),
             cache_dev,
@@ -936,7 +938,7 @@ impl Inner {
     #[inline]
     fn prefetch_index(&self, volume: VolumeId, offset_bytes: u64) {
         let key = self.key_of(volume, offset_bytes);
-        self.shards[self.shard_of(key)].index_prefetcher.prefetch(&key);
+        self.index_prefetchers[self.shard_of(key)].prefetch(&key);
     }
 
     fn key_of(&self, volume: u32, offset_bytes: u64) -> LineKey {
@@ -984,7 +986,7 @@ impl Inner {
             let shard = self.shard_of(key);
             if at != offset {
                 // The first was prefetched by `Engine::request`.
-                self.shards[shard].index_prefetcher.prefetch(&key);
+                self.index_prefetchers[shard].prefetch(&key);
             }
             segments.push(Segment {
                 shard,
