@@ -20,5 +20,5 @@ pub use device::{check_range, is_aligned, BlockDevice, RawTarget};
 pub use engine::{IoBuf, IoEngine, IoRequest, PsyncEngine, UringEngine, UringStats};
 pub use error::{DeviceError, IoKind};
 pub use fault::{FaultDevice, FaultStats, PowerCut, PowerCutReport, SECTOR};
-pub use file::{DirectIo, FileDevice, OpenOptions};
+pub use file::{thread_stripe, DirectIo, FileDevice, OpenOptions};
 pub use mem::MemDevice;

@@ -4,8 +4,6 @@
 //! stripes up. Two threads sharing one counter made the engine scale 1.3x
 //! from one to two request threads where the raw device scales 1.9x.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 /// Stripes per counter set: more than the request threads that usually
 /// run at once on the machines this targets.
 pub const STRIPES: usize = 8;
@@ -13,11 +11,7 @@ pub const STRIPES: usize = 8;
 /// This thread's stripe.
 #[inline]
 pub fn stripe() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
-    }
-    STRIPE.with(|s| *s)
+    iocache_device::thread_stripe() % STRIPES
 }
 
 /// A value alone on its cache lines (two, against adjacent-line prefetch).
