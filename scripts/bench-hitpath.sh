@@ -3,6 +3,11 @@
 # with the same method (psync, 4 KiB random reads) and the same number of
 # threads, alternating runs so both see the same machine state.
 #
+# This machine's speed drifts by tens of percent from one run to the next
+# (other guests on the host), so each configuration alternates short runs of
+# both and the summary gives medians, the median of the paired ratios and the
+# share of pairs at or above 0.8.
+#
 # usage: scripts/bench-hitpath.sh [RUNS] [SECONDS]
 # Needs root for the noatime tmpfs mount (skipped otherwise) and fio.
 # Environment: JOBS (default "1 2"), HOT_MIB (default "128 16"), POLICY (lru).
@@ -27,6 +32,8 @@ else
     echo "not root: skipping the noatime tmpfs" >&2
 fi
 
+summary=$(mktemp)
+trap 'rm -f "$summary"' EXIT
 printf '| cache file on | hot set | jobs | run | engine IOPS | fio IOPS | ratio |\n'
 printf '|---|---:|---:|---:|---:|---:|---:|\n'
 for dir in "${dirs[@]}"; do
@@ -49,8 +56,25 @@ for dir in "${dirs[@]}"; do
                     python3 -c 'import json,sys; print(int(json.load(sys.stdin)["jobs"][0]["read"]["iops"]))')
                 ratio=$(python3 -c "print(f'{$engine/$raw:.2f}')")
                 printf '| %s | %s MiB | %s | %s | %s | %s | %s |\n' "$dir" "$hot" "$jobs" "$run" "$engine" "$raw" "$ratio"
+                printf '%s %s %s %s %s\n' "$dir" "$hot" "$jobs" "$engine" "$raw" >>"$summary"
             done
         done
     done
     rm -f "$file"
 done
+
+echo
+python3 - "$summary" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    d, hot, jobs, engine, raw = line.split()
+    rows.setdefault((d, hot, jobs), []).append((int(engine), int(raw)))
+print("| cache file on | hot set | jobs | pairs | engine IOPS (median) | fio IOPS (median) | ratio (median of pairs) | pairs >= 0.8 |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for (d, hot, jobs), pairs in rows.items():
+    ratios = [e / r for e, r in pairs]
+    print(f"| {d} | {hot} MiB | {jobs} | {len(pairs)} | {statistics.median(e for e, _ in pairs):,.0f} "
+          f"| {statistics.median(r for _, r in pairs):,.0f} | {statistics.median(ratios):.2f} "
+          f"| {sum(x >= 0.8 for x in ratios)} of {len(ratios)} |")
+PY

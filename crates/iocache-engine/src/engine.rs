@@ -1015,11 +1015,20 @@ impl Inner {
     /// [`Inner::decide`] into a plan the caller owns (no large moves on the
     /// hit path).
     fn decide_into(&self, segments: &[Segment], plan: &mut Plan) -> Result<(), EngineError> {
-        let mut order: SmallVec<[usize; 2]> = segments.iter().map(|s| s.shard).collect();
-        order.sort_unstable();
-        order.dedup();
-        let mut guards: SmallVec<[(usize, MutexGuard<'_, ShardState>); 2]> =
-            order.iter().map(|&i| (i, lock(&self.shards[i].state))).collect();
+        // Loops and pushes rather than iterator `collect`s: these small
+        // vectors are built on every hit, and the collects were calls.
+        let mut order: SmallVec<[usize; 2]> = SmallVec::new();
+        for segment in segments {
+            order.push(segment.shard);
+        }
+        if order.len() > 1 {
+            order.sort_unstable();
+            order.dedup();
+        }
+        let mut guards: SmallVec<[(usize, MutexGuard<'_, ShardState>); 2]> = SmallVec::new();
+        for &i in &order {
+            guards.push((i, lock(&self.shards[i].state)));
+        }
         debug_assert!(plan.segments.is_empty() && plan.tickets.is_empty() && plan.all_served);
         let mut keys: SmallVec<[(usize, TicketKey); 4]> = SmallVec::new();
         for segment in segments {
@@ -1074,14 +1083,12 @@ impl Inner {
                     ));
                 }
             }
-            let generations = ops
-                .ops()
-                .iter()
-                .filter_map(|op| match *op {
-                    Op::WriteCache { slot, .. } => Some(cache.slot_generation(slot)),
-                    _ => None,
-                })
-                .collect();
+            let mut generations = SmallVec::new();
+            for op in ops.ops() {
+                if let Op::WriteCache { slot, .. } = *op {
+                    generations.push(cache.slot_generation(slot));
+                }
+            }
             plan.segments.push(PlannedSegment {
                 shard: segment.shard,
                 volume: segment.request.volume,
@@ -1091,8 +1098,10 @@ impl Inner {
                 ops: SmallVec::from_slice(ops.ops()),
             });
         }
-        keys.sort_unstable();
-        keys.dedup();
+        if keys.len() > 1 {
+            keys.sort_unstable();
+            keys.dedup();
+        }
         for (shard, key) in keys {
             let state = if guards.len() == 1 {
                 &mut guards[0].1
