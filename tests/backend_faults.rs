@@ -91,7 +91,7 @@ fn a_failing_backend_gets_eio_loses_nothing_and_recovers() {
     let mut nbdkit = Reap(nbdkit);
     wait_for(&dir.join("backend.sock"), &mut nbdkit.0, "nbdkit");
     let backend_uri = format!("nbd+unix:///?socket={}", dir.join("backend.sock").display());
-    // 64 MiB of cache: 64 shards of 256 lines, so the 64 lines written
+    // 64 MiB of cache: 2 shards of 8,192 lines, so the 64 lines written
     // below (one shard's span) all fit.
     let server = Command::new(env!("CARGO_BIN_EXE_iocache"))
         .args(["serve", "--backend", &backend_uri, "--cache"])

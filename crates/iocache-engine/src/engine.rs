@@ -40,9 +40,15 @@ pub const SHARD_SPAN_LINES: u64 = 64;
 /// Shards at most in `fine` mode.
 const SHARDS_MAX: usize = 64;
 /// Lines per shard at least in `fine` mode (when the shard count is
-/// chosen): four spans, so that a sequential burst of one span (all in one
-/// shard) does not overflow its shard and bypass the cache.
-const SHARD_LINES_MIN: u64 = 4 * SHARD_SPAN_LINES;
+/// chosen): 128 spans. Spans land in shards by hash and each shard has a
+/// fixed share of the capacity, so a shard's share of a working set varies
+/// like a binomial draw, and an over-full shard misses while others have
+/// room. With 128 spans per shard a working set of 90 % of the cache loses
+/// about 0.5 % of its hits that way (75 %: none); with the 4 spans per
+/// shard used before, a 256 MiB cache of 4 KiB lines (64 shards) served a
+/// working set of 90 % of its size with a hit ratio of 0.940 where one
+/// shard gives 1.000 (`examples/loadgen`), and 0.996 at 50 %.
+const SHARD_LINES_MIN: u64 = 128 * SHARD_SPAN_LINES;
 /// Longest sleep of the background cleaner between checks.
 const CLEANER_POLL: Duration = Duration::from_millis(50);
 /// Lines written back per batch when flushing everything.
