@@ -57,7 +57,7 @@ const FLUSH_ALL_BATCH: usize = 256;
 /// batch holds the tickets of its lines until each is written back, so
 /// requests for them wait up to a batch of backend writes: with 32 lines
 /// and a 1 ms backend, the 70/30 mix of `scripts/bench-engine.py` had a
-/// p99.99 of 17-34 ms; with 8, 4-5 ms at the same IOPS. The cleaning rate
+/// p99.99 of 16-34 ms; with 8, 4-5 ms at the same IOPS. The cleaning rate
 /// is the same (one write-back after the other either way).
 const DEMAND_CLEAN_BATCH: usize = 8;
 
