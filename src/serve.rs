@@ -451,8 +451,27 @@ fn describe(group: &CacheGroup, backend: &str) -> String {
     )
 }
 
+/// Raises the soft limit on open files to the hard one, as servers do: a
+/// file device holds several open descriptions of its file (one per
+/// thread stripe), and every client connection and backend connection is
+/// a descriptor too. Best effort: the limit stays as it was on failure.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit with a pointer to a local rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 /// Serves every volume of `config` until SIGINT or SIGTERM.
 fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
+    raise_open_file_limit();
     let mut files = Vec::new();
     let mut caches = Vec::new();
     let mut volumes = Vec::new();
@@ -882,5 +901,34 @@ impl ServeArgs {
             volumes: vec![volume],
         }
         .check()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::raise_open_file_limit;
+
+    fn open_file_limit() -> libc::rlimit {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit with a pointer to a local rlimit.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) }, 0);
+        limit
+    }
+
+    #[test]
+    fn the_open_file_limit_is_raised_to_the_hard_limit() {
+        let mut lowered = open_file_limit();
+        // One below the hard limit: lower, so the test can see a raise, yet
+        // high enough for whatever else this test binary runs meanwhile.
+        lowered.rlim_cur = lowered.rlim_max - 1;
+        // SAFETY: setrlimit with a pointer to a local rlimit.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lowered) }, 0);
+        assert_eq!(open_file_limit().rlim_cur, lowered.rlim_max - 1);
+        raise_open_file_limit();
+        let raised = open_file_limit();
+        assert_eq!(raised.rlim_cur, raised.rlim_max);
     }
 }
