@@ -1,17 +1,11 @@
 //! A CPU cache prefetch hint, for hot paths whose next memory access is known
-//! early (the next eviction victim). It never changes program behaviour.
+//! early (the next eviction victim, a request's index entry). It never
+//! changes program behaviour.
 
 /// Hints the CPU to load the cache line holding `value`.
 #[inline(always)]
 pub fn prefetch<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch never faults and never writes; the pointer comes from a reference.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(value as *const T as *const i8) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
+    prefetch_address(value as *const T as usize);
 }
 
 /// Hints the CPU to load the cache line at `address`, which need not be
