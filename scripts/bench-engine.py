@@ -88,7 +88,7 @@ def start_iocache(backend_uri, lookup="fine", extra=()):
         os.remove(cache)
     p = subprocess.Popen([BIN, "serve", "--backend", backend_uri, "--cache", cache, "--cache-size", str(CACHE),
                           "--socket", sock, "--admin-socket", f"{d}/admin.sock", "--listen", "127.0.0.1:0",
-                          "--lookup", lookup] + list(extra),
+                          "--lookup", lookup, "--init"] + list(extra),
                          cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_socket(sock, p)
     return p, f"nbd+unix:///?socket={sock}"

@@ -85,7 +85,7 @@ def start(name, policy, array, backend_uri):
     sock = bench.fresh("iocache")
     args = [BIN, "serve", "--backend", backend_uri, "--write-policy", policy,
             "--persistence", "dirty", "--socket", sock, "--admin-socket", f"{d}/admin.sock",
-            "--listen", "127.0.0.1:0"] + (["--direct"] if DIRECT else [])
+            "--listen", "127.0.0.1:0", "--init"] + (["--direct"] if DIRECT else [])
     if array:
         for i in range(2):
             allocated_file(f"{c}/c{i}.img", MEMBER)

@@ -12,7 +12,6 @@
 //! finishes requests in flight, writes every volume's dirty lines back and
 //! exits 0.
 
-use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -168,16 +167,30 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Records that `export` opens `path` as `role`, refusing a file some
-/// volume already opens (under any name).
-fn claim(
-    files: &mut Vec<Claim>,
-    path: &Path,
-    export: &str,
-    role: &'static str,
-    key: &str,
-) -> Result<PathBuf> {
-    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+/// The path with symbolic links resolved; for a file not created yet, its
+/// directory's resolved path and its name, or the absolute path.
+fn canonical_path(path: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
+    if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        if let Ok(d) = std::fs::canonicalize(dir) {
+            return d.join(name);
+        }
+    }
+    normalize(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
+}
+
+/// Refuses a file some volume of this server already opens (under any
+/// name), naming that volume and its role. Checked before a file is
+/// opened: its exclusive open would only say "in use by this process".
+fn check_claim(files: &[Claim], path: &Path, role: &'static str, key: &str) -> Result<()> {
+    let canonical = canonical_path(path);
     if let Some((_, other, other_role)) = files.iter().find(|(p, _, _)| *p == canonical) {
         let hint = if role == "cache" && *other_role == "cache" {
             " (volumes share a cache device when they name it with the same path)"
@@ -189,23 +202,29 @@ fn claim(
             path.display()
         );
     }
+    Ok(())
+}
+
+/// Records that `export` opened `path` as `role` (once the file exists).
+fn record_claim(files: &mut Vec<Claim>, path: &Path, export: &str, role: &'static str) -> PathBuf {
+    let canonical = canonical_path(path);
     files.push((canonical.clone(), export.to_string(), role));
-    Ok(canonical)
+    canonical
 }
 
 /// Opens a volume's backend: a file (created with `create_bytes` if
-/// missing and given) or a remote NBD export.
+/// missing and given) or a remote NBD export. Also says whether this call
+/// created the file (a new, empty volume).
 fn open_backend(
     backend: &str,
     create_bytes: Option<u64>,
     export: &str,
     files: &mut Vec<Claim>,
     key: &str,
-) -> Result<Arc<dyn BlockDevice>> {
+) -> Result<(Arc<dyn BlockDevice>, bool)> {
     if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
-        return Ok(Arc::new(
-            NbdBackend::connect(backend).with_context(|| format!("{key} {backend}"))?,
-        ));
+        let remote = NbdBackend::connect(backend).with_context(|| format!("{key} {backend}"))?;
+        return Ok((Arc::new(remote), false));
     }
     let path = Path::new(backend);
     if !path.exists() && create_bytes.is_none() {
@@ -214,9 +233,11 @@ fn open_backend(
             path.display()
         );
     }
+    check_claim(files, path, "backend", key)?;
+    let created = !path.exists();
     let device = open_file(path, create_bytes.unwrap_or(0), false).with_context(|| key.to_string())?;
-    claim(files, path, export, "backend", key)?;
-    Ok(Arc::new(device))
+    record_claim(files, path, export, "backend");
+    Ok((Arc::new(device), created))
 }
 
 /// Opens a cache device and the backends of the volumes that share it
@@ -240,15 +261,21 @@ fn open_cache_group(
         );
     }
     let mut backends = Vec::with_capacity(members.len());
+    // Backends that existed before this start (they may have been served
+    // through this cache before).
+    let mut existing_backends = Vec::new();
     for &i in members {
         let m = &config.volumes[i];
-        let backend = open_backend(
+        let (backend, created) = open_backend(
             &m.backend,
             m.backend_create_bytes,
             &m.export,
             files,
             &m.key("backend"),
         )?;
+        if !created {
+            existing_backends.push(m.backend.clone());
+        }
         backends.push((m.export.clone(), backend));
     }
     // The cache device holds a superblock and metadata records before the
@@ -259,8 +286,16 @@ fn open_cache_group(
             .map_err(|e| anyhow!("{}: {e}", v.key("cache_size")))
     };
     let create_bytes = layout_for(v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))?.device_bytes();
+    // A missing cache device is refused before anything is created.
+    let missing = std::iter::once(&v.cache)
+        .chain(&v.cache_array)
+        .all(|p| std::fs::symlink_metadata(p).is_err());
+    if missing && !start.init && !existing_backends.is_empty() {
+        bail!(refuse_empty_cache(v, &existing_backends, "does not exist"));
+    }
+    check_claim(files, &v.cache, "cache", &v.key("cache"))?;
     let mut cache_file = Some(open_file(&v.cache, create_bytes, v.direct).with_context(|| v.key("cache"))?);
-    let canonical = claim(files, &v.cache, &v.export, "cache", &v.key("cache"))?;
+    let canonical = record_claim(files, &v.cache, &v.export, "cache");
     let array = if v.cache_array.is_empty() {
         None
     } else {
@@ -269,8 +304,9 @@ fn open_cache_group(
             Some(Arc::new(cache_file.take().expect("opened above"))),
         )];
         for path in &v.cache_array {
-            claim(files, path, &v.export, "cache", &v.key("cache_array"))?;
+            check_claim(files, path, "cache", &v.key("cache_array"))?;
             let dev = open_file(path, create_bytes, v.direct).with_context(|| v.key("cache_array"))?;
+            record_claim(files, path, &v.export, "cache");
             members.push((path.display().to_string(), Some(Arc::new(dev))));
         }
         Some(Arc::new(
@@ -313,6 +349,13 @@ fn open_cache_group(
             format_byte_size(cache_bytes),
             format_byte_size(v.line_size.bytes())
         );
+    }
+    if !start.init && !existing_backends.is_empty() && is_blank(cache_dev.as_ref())? {
+        bail!(refuse_empty_cache(
+            v,
+            &existing_backends,
+            "holds no cache (blank)"
+        ));
     }
     let mut cache = CacheConfig::new(capacity_lines, v.line_size, v.policy.clone());
     cache.write_policy = v.write_policy;
@@ -362,6 +405,37 @@ fn open_cache_group(
         cache_bytes,
         capacity_lines,
     })
+}
+
+/// Why a new (missing or blank) cache device is not formatted over
+/// backends that existed before this start, and the way out.
+fn refuse_empty_cache(v: &VolumeConfig, existing_backends: &[String], found: &str) -> String {
+    format!(
+        "{}: {} {found}, but the backend {} existed before: if it was served through a cache \
+         before, that cache may hold its newest writes (lost if the cache device was deleted, \
+         replaced or mistyped). Check the path; start with --init to begin with an empty cache \
+         over it",
+        v.key("cache"),
+        v.cache.display(),
+        existing_backends.join(", ")
+    )
+}
+
+/// Whether a cache device holds no cache: neither superblock copy carries
+/// the magic (a damaged superblock is not blank: the engine refuses it).
+fn is_blank(dev: &dyn BlockDevice) -> Result<bool> {
+    let head = (iocache_format::SUPERBLOCK_BYTES * 2) as u64;
+    if dev.len_bytes() < head {
+        return Ok(true);
+    }
+    let mut bytes = vec![0u8; head as usize];
+    dev.read_at(&mut bytes, 0)
+        .with_context(|| format!("reading the superblocks of {}", dev.name()))?;
+    let (a, b) = bytes.split_at(iocache_format::SUPERBLOCK_BYTES);
+    Ok(matches!(
+        iocache_format::pick_superblock(a, b),
+        Ok(iocache_format::SuperblockFound::Blank)
+    ))
 }
 
 /// Tells what opening a cache device found (for every volume sharing it).
@@ -472,6 +546,38 @@ fn raise_open_file_limit() {
 /// Serves every volume of `config` until SIGINT or SIGTERM.
 fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     raise_open_file_limit();
+    // Listeners first: a busy port, or a server already answering on one
+    // of the socket paths, stops this start before any device is opened
+    // (and so before anything on them is read or changed).
+    if let Some(socket) = &config.socket {
+        create_parent(socket)?;
+    }
+    let mut server = Server::new(ServerConfig {
+        unix_socket: config.socket.clone(),
+        tcp: config.listen,
+        ..ServerConfig::default()
+    });
+    if let Err(e) = server.bind() {
+        let key = match e {
+            iocache_nbd::ServerError::Listen(_) => "socket",
+            _ => "listen",
+        };
+        return Err(anyhow!(e).context(config.origin.server_key(key)));
+    }
+    let admin_path = config.admin_socket.clone();
+    let admin = match &admin_path {
+        Some(path) => {
+            create_parent(path)?;
+            Some(
+                iocache_nbd::bind_unix_socket(path, 0o600)
+                    .with_context(|| config.origin.server_key("admin_socket"))?,
+            )
+        }
+        None => None,
+    };
+    // Removes the admin socket file however this function returns.
+    let _admin_file = RemoveOnDrop(admin.as_ref().map(|a| a.remover()));
+
     let mut files = Vec::new();
     let mut caches = Vec::new();
     let mut volumes = Vec::new();
@@ -496,14 +602,6 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     let order: Vec<&str> = config.volumes.iter().map(|v| v.export.as_str()).collect();
     volumes.sort_by_key(|v| order.iter().position(|e| *e == v.export));
 
-    if let Some(socket) = &config.socket {
-        create_parent(socket)?;
-    }
-    let mut server = Server::new(ServerConfig {
-        unix_socket: config.socket.clone(),
-        tcp: config.listen,
-        ..ServerConfig::default()
-    });
     for v in &volumes {
         let group = &caches[v.cache];
         // The first export added is also the default one (the empty name).
@@ -533,14 +631,9 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         files: Mutex::new(files),
         admin: Mutex::new(()),
     });
-    let admin_path = config.admin_socket.clone();
-    if let Some(path) = &admin_path {
-        create_parent(path)?;
-        let _ = std::fs::remove_file(path);
-        let admin = UnixListener::bind(path)
-            .with_context(|| format!("{} {}", config.origin.server_key("admin_socket"), path.display()))?;
+    if let Some(admin) = admin {
         let state = Arc::clone(&state);
-        std::thread::spawn(move || crate::admin::serve_admin(admin, state));
+        std::thread::spawn(move || crate::admin::serve_admin(admin.listener, state));
     }
     print_banner(&config, &state, running.tcp_addr(), admin_path.as_deref());
 
@@ -575,9 +668,6 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
             failed.get_or_insert_with(|| format!("volumes {names}: writing back dirty lines: {e}"));
         }
     }
-    if let Some(path) = &admin_path {
-        let _ = std::fs::remove_file(path);
-    }
     for v in volumes.iter() {
         let engine = &state.caches[v.cache].engine;
         let Ok(stats) = engine.volume_stats(v.volume.id()) else {
@@ -596,6 +686,18 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     match failed {
         Some(e) => bail!(e),
         None => Ok(()),
+    }
+}
+
+/// Removes a socket file this process bound when dropped (if it is still
+/// the one bound).
+struct RemoveOnDrop(Option<iocache_nbd::SocketFileRemover>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(r) = &self.0 {
+            r.remove();
+        }
     }
 }
 
@@ -659,7 +761,7 @@ impl Running {
                 request.backend
             );
         }
-        let backend = {
+        let (backend, _) = {
             let mut files = lock(&self.files);
             open_backend(request.backend, create_bytes, export, &mut files, "backend")?
         };
@@ -844,6 +946,7 @@ fn open_file(path: &Path, create_bytes: u64, direct: bool) -> Result<FileDevice>
             direct,
             create_size: (!exists).then_some(create_bytes),
             read_only: false,
+            exclusive: true,
         },
     )
     .with_context(|| format!("opening {}", path.display()))?;

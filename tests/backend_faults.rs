@@ -102,6 +102,8 @@ fn a_failing_backend_gets_eio_loses_nothing_and_recovers() {
         .arg(dir.join("admin.sock"))
         .args(["--write-policy", "wb", "--persistence", "dirty"])
         .args(["--flush", "aggressive:interval=5ms:batch=16"])
+        // A new cache over a remote volume that exists already.
+        .arg("--init")
         .stderr(Stdio::null())
         .spawn()
         .unwrap();

@@ -897,12 +897,17 @@ fn run_crash(config: &CrashConfig) -> Outcome {
             out.iterations = iteration + 1;
             break;
         }
+        let mut restart_args = args.clone();
         if let Some(sabotage) = config.sabotage {
             sabotage(&dir);
+            // The sabotage deletes the cache device: the server refuses a
+            // new cache over an existing backend unless told to start
+            // empty, as an operator who replaced the device would.
+            restart_args.push("--init".to_string());
         }
 
         let restart_started = Instant::now();
-        child = spawn_server(&dir, &args);
+        child = spawn_server(&dir, &restart_args);
         let mut client = match connect_when_ready(&dir, &mut child) {
             Ok(c) => c,
             Err(e) => {

@@ -418,7 +418,9 @@ fn a_backend_that_is_itself_an_nbdkit_export() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let backend = format!("nbd+unix:///?socket={}", kit_socket.display());
-    let served = Served::start(&dir, &["--backend", &backend, "--cache-size", "1MiB"]);
+    // A remote volume that exists already: the new cache is formatted over
+    // it only when asked (--init), as it may have been served before.
+    let served = Served::start(&dir, &["--backend", &backend, "--cache-size", "1MiB", "--init"]);
     // Patterns within the 32 MiB remote volume, through a 1 MiB cache.
     let writes: Vec<String> = (0..16u64)
         .map(|i| format!("write -P {} {} 262144", 0x40 + i, (i * 2) << 20))
@@ -567,11 +569,12 @@ fn a_config_file_serves_two_independent_volumes() {
 }
 
 /// Runs `iocache serve --config` on `toml` in `dir` and returns its stderr;
-/// it must fail.
+/// it must fail. With `--init`: the backends some earlier case created
+/// exist, and a new cache over them is refused without it.
 fn config_error(dir: &Path, toml: &str) -> String {
     std::fs::write(dir.join("bad.toml"), toml).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["serve", "--config", "bad.toml"])
+        .args(["serve", "--config", "bad.toml", "--init"])
         .current_dir(dir)
         .output()
         .unwrap();

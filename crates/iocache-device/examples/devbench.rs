@@ -29,6 +29,7 @@ fn prepare(path: &str, size: u64, direct: bool) -> FileDevice {
             direct,
             create_size: Some(size),
             read_only: false,
+            exclusive: false,
         },
     )
     .expect("open bench file");

@@ -41,6 +41,10 @@ pub enum DeviceError {
         #[source]
         source: io::Error,
     },
+    /// Another open of the same file or block device holds it: another
+    /// process (named in `holders` where `/proc` tells), or this one.
+    #[error("{path} is in use by {}: a device is served by one process at a time (two caches on one device overwrite each other's data)", holders_text(.holders))]
+    Busy { path: PathBuf, holders: Vec<String> },
     /// A request reaches past the end of the device.
     #[error("{kind} of {len} bytes at offset {offset} is out of range on device {device} ({size} bytes)")]
     OutOfRange {
@@ -100,6 +104,14 @@ pub enum DeviceError {
         offset: u64,
         len: u64,
     },
+}
+
+fn holders_text(holders: &[String]) -> String {
+    if holders.is_empty() {
+        "another process".to_string()
+    } else {
+        holders.join(", ")
+    }
 }
 
 impl DeviceError {

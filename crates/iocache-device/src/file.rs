@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use crate::aligned::AlignedBuf;
 use crate::device::{check_range, is_aligned, BlockDevice, RawTarget};
 use crate::error::{DeviceError, IoKind};
+use crate::exclusive;
 
 /// Stripes of the lock that serialises read-modify-write of one aligned block.
 const RMW_STRIPES: usize = 64;
@@ -35,6 +36,12 @@ pub struct OpenOptions {
     pub create_size: Option<u64>,
     /// Open read-only: writes, flushes of data and discards are refused.
     pub read_only: bool,
+    /// Claim the device for this open (see `exclusive.rs`): a whole-file
+    /// lock on a regular file (shared when `read_only`), `O_EXCL` on a
+    /// block device, taken before anything is read, written or resized.
+    /// A second claim, by any process or by this one, fails with
+    /// [`DeviceError::Busy`]; the claim ends when the device is dropped.
+    pub exclusive: bool,
 }
 
 /// Whether a device bypasses the page cache.
@@ -97,18 +104,47 @@ impl FileDevice {
                 io::Error::new(io::ErrorKind::InvalidInput, "create_size with read_only"),
             ));
         }
+        // The kernel's exclusive claim of a block device is asked for at
+        // open; a regular file is locked right after it (below).
+        let excl_block =
+            opts.exclusive && std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
         let open = |direct: bool| {
             let mut o = std::fs::OpenOptions::new();
             o.read(true).write(!opts.read_only);
             if opts.create_size.is_some() {
                 o.create(true);
             }
+            let mut flags = 0;
             if direct {
-                o.custom_flags(libc::O_DIRECT);
+                flags |= libc::O_DIRECT;
             }
+            if excl_block {
+                flags |= libc::O_EXCL;
+            }
+            o.custom_flags(flags);
             o.open(path)
         };
-        let (mut file, mut direct) = open_direct_or_fallback(path, opts.direct, open)?;
+        let busy = |path: &Path| DeviceError::Busy {
+            path: path.to_path_buf(),
+            holders: std::fs::metadata(path)
+                .map(|m| exclusive::holders(&m))
+                .unwrap_or_default(),
+        };
+        let (mut file, mut direct) = match open_direct_or_fallback(path, opts.direct, open) {
+            Err(DeviceError::Open { source, .. }) if excl_block && exclusive::is_busy(&source) => {
+                return Err(busy(path));
+            }
+            other => other?,
+        };
+        if opts.exclusive && !excl_block {
+            if let Err(e) = exclusive::lock_whole_file(&file, opts.read_only) {
+                if exclusive::is_busy(&e) {
+                    drop(file);
+                    return Err(busy(path));
+                }
+                return Err(open_err(path, "lock", e));
+            }
+        }
         set_noatime(&file);
         let meta = file.metadata().map_err(|e| open_err(path, "stat", e))?;
         let block_device = meta.file_type().is_block_device();
@@ -523,6 +559,7 @@ mod tests {
                     direct,
                     create_size: Some((threads * 4096) as u64),
                     read_only: false,
+                    exclusive: false,
                 },
             )
             .unwrap();
@@ -560,6 +597,7 @@ mod tests {
                     direct,
                     create_size: None,
                     read_only: true,
+                    exclusive: false,
                 },
             )
             .unwrap();

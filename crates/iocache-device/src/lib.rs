@@ -10,6 +10,7 @@ mod aligned;
 mod device;
 mod engine;
 mod error;
+mod exclusive;
 mod fault;
 mod file;
 mod mem;

@@ -20,6 +20,7 @@ fn open_file(dir: &str, direct: bool) -> (TempPath, FileDevice) {
             direct,
             create_size: Some(SIZE),
             read_only: false,
+            exclusive: false,
         },
     )
     .expect("open");
@@ -203,6 +204,7 @@ fn file_create_is_sparse_reopen_keeps_data_and_read_only_refuses_writes() {
         &p.0,
         OpenOptions {
             read_only: true,
+            exclusive: false,
             direct: true,
             ..Default::default()
         },
@@ -493,4 +495,83 @@ fn power_cut_on_a_file_device() {
     let mut b = vec![0u8; 4096];
     d.inner().read_at(&mut b, 0).unwrap();
     assert!(b.iter().all(|&x| x == 1));
+}
+
+/// Old failure: two servers opened the same cache file and each overwrote
+/// the other's lines. An exclusive open claims the file itself, so a second
+/// exclusive open fails under any name (the path, a hard link, a symbolic
+/// link) until the first is dropped; read-only opens share.
+#[test]
+fn an_exclusive_open_refuses_a_second_opener_under_any_name() {
+    let p = TempPath::new(DISK_DIR, "exclusive");
+    let opts = |read_only: bool| OpenOptions {
+        create_size: (!read_only).then_some(SIZE),
+        read_only,
+        exclusive: true,
+        ..Default::default()
+    };
+    let first = FileDevice::open(&p.0, opts(false)).expect("first open");
+    first.write_at(b"owned", 0).unwrap();
+    let hard = p.0.with_extension("hardlink");
+    let soft = p.0.with_extension("symlink");
+    std::fs::hard_link(&p.0, &hard).unwrap();
+    std::os::unix::fs::symlink(&p.0, &soft).unwrap();
+    for (name, path) in [("path", &p.0), ("hard link", &hard), ("symbolic link", &soft)] {
+        for read_only in [false, true] {
+            let err = FileDevice::open(
+                path,
+                OpenOptions {
+                    create_size: None,
+                    ..opts(read_only)
+                },
+            )
+            .expect_err(&format!(
+                "a second open by {name} (read_only {read_only}) must fail"
+            ));
+            match &err {
+                DeviceError::Busy { path: busy, holders } => {
+                    assert_eq!(busy, path);
+                    assert!(
+                        holders.iter().any(|h| h == "this process"),
+                        "the holder is named: {holders:?}"
+                    );
+                }
+                other => panic!("expected Busy, got {other}"),
+            }
+            let text = err.to_string();
+            assert!(text.contains("in use by this process"), "{text}");
+        }
+    }
+    // A non-exclusive open (tests, inspection tools) is not refused, and
+    // the refused opens changed nothing.
+    let peek = FileDevice::open(&p.0, OpenOptions::default()).unwrap();
+    let mut b = [0u8; 5];
+    peek.read_at(&mut b, 0).unwrap();
+    assert_eq!(&b, b"owned");
+    assert_eq!(std::fs::metadata(&p.0).unwrap().len(), SIZE);
+    drop(first);
+    // Released with the device: readers share, and exclude a writer.
+    let r1 = FileDevice::open(&p.0, opts(true)).expect("read-only after release");
+    let r2 = FileDevice::open(&hard, opts(true)).expect("a second reader shares");
+    assert!(matches!(
+        FileDevice::open(
+            &soft,
+            OpenOptions {
+                create_size: None,
+                ..opts(false)
+            }
+        ),
+        Err(DeviceError::Busy { .. })
+    ));
+    drop((r1, r2));
+    FileDevice::open(
+        &soft,
+        OpenOptions {
+            create_size: None,
+            ..opts(false)
+        },
+    )
+    .expect("free again");
+    let _ = std::fs::remove_file(&hard);
+    let _ = std::fs::remove_file(&soft);
 }

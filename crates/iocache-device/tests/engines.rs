@@ -47,6 +47,7 @@ fn file(dir: &str, direct: bool) -> (TempPath, FileDevice) {
             direct,
             create_size: Some(SIZE),
             read_only: false,
+            exclusive: false,
         },
     )
     .unwrap();
@@ -167,6 +168,7 @@ fn errors_are_per_request() {
             &ro_path.0,
             OpenOptions {
                 read_only: true,
+                exclusive: false,
                 ..Default::default()
             },
         )

@@ -36,6 +36,7 @@ fn main() {
                     .device_bytes(),
             ),
             read_only: false,
+            exclusive: true,
         },
     )
     .expect("cache file");

@@ -309,6 +309,7 @@ fn a_cache_device_that_fills_up() {
                 direct: false,
                 create_size: Some(layout.device_bytes()),
                 read_only: false,
+                exclusive: false,
             },
         )
         .unwrap();

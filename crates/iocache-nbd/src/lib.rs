@@ -47,6 +47,7 @@ pub mod export;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod handshake;
+pub mod listen;
 pub mod proto;
 pub mod server;
 
@@ -55,6 +56,7 @@ pub use client::{
 };
 pub use export::{Export, ExportError, ExportLookup, Exports, MemExport};
 pub use handshake::{HandshakeError, Negotiated, NegotiationLimits};
+pub use listen::{bind_unix_socket, BoundUnixSocket, ListenError, SocketFileRemover};
 pub use proto::{CmdFlags, Command, ProtoError, Request, RequestHeader};
 pub use server::{
     ConnectionStream, ExportHandle, RunningServer, Server, ServerConfig, ServerError, ServerStats,

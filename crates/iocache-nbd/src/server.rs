@@ -30,6 +30,7 @@ use thiserror::Error;
 
 use crate::export::{validate_block_sizes, Export, ExportError, ExportLookup, Exports};
 use crate::handshake::{negotiate, HandshakeError, Negotiated, NegotiationLimits};
+use crate::listen::{bind_unix_socket, ListenError, SocketFileRemover};
 use crate::proto::*;
 
 /// Smallest accepted `limits.max_payload`: the largest minimum block size an
@@ -43,8 +44,12 @@ pub const MAX_MAX_PAYLOAD: u32 = 1 << 30;
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Path of a Unix socket to listen on (a stale socket file there is
-    /// replaced; the file is removed at shutdown).
+    /// replaced, a live one or anything else refused; the file is removed
+    /// at shutdown if it is still the one bound).
     pub unix_socket: Option<PathBuf>,
+    /// Permission bits of the Unix socket (0o600: its owner only; a
+    /// client needs write permission on it to connect).
+    pub unix_socket_mode: u32,
     /// TCP address to listen on (port 0 picks a free port; see
     /// [`RunningServer::tcp_addr`]).
     pub tcp: Option<SocketAddr>,
@@ -71,6 +76,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             unix_socket: None,
+            unix_socket_mode: 0o600,
             tcp: None,
             workers_per_connection: 4,
             queue_depth: 16,
@@ -92,6 +98,8 @@ pub enum ServerError {
         #[source]
         source: io::Error,
     },
+    #[error(transparent)]
+    Listen(#[from] ListenError),
     #[error("no listener configured (set unix_socket and/or tcp)")]
     NoListener,
     #[error("no exports")]
@@ -124,6 +132,16 @@ pub struct ServerStats {
 pub struct Server {
     config: ServerConfig,
     exports: Exports,
+    /// The listeners, once [`Server::bind`] (or `start`) bound them.
+    bound: Option<Bound>,
+}
+
+/// Listeners bound before the server starts accepting.
+#[derive(Debug)]
+struct Bound {
+    listeners: Vec<Listener>,
+    tcp_addr: Option<SocketAddr>,
+    unix: Option<SocketFileRemover>,
 }
 
 impl Server {
@@ -132,6 +150,7 @@ impl Server {
         Server {
             config,
             exports: Exports::new(),
+            bound: None,
         }
     }
 
@@ -197,24 +216,29 @@ impl Server {
             shutting_down: AtomicBool::new(false),
             conns: Mutex::new(Conns::default()),
             stats: StatsCounters::default(),
-            tcp_addr: None,
-            unix_path: None,
+            wake: Mutex::new(Vec::new()),
         };
         shared.stats.connections.fetch_add(1, Ordering::Relaxed);
         serve_connection(&shared, stream, None);
         Ok(shared.stats.snapshot(&shared))
     }
 
-    /// Binds the listeners and starts accepting connections.
-    pub fn start(self) -> Result<RunningServer, ServerError> {
+    /// Binds the listeners without accepting yet: a program binds first,
+    /// so that a busy address or a live server on the socket path stops it
+    /// before it opens (and changes) anything else. The Unix socket is
+    /// bound with `unix_socket_mode` (see `listen.rs`: a live server's
+    /// socket is never taken, nor a file that is not a socket removed).
+    /// Connections that arrive before [`Server::start`] wait in the backlog.
+    pub fn bind(&mut self) -> Result<(), ServerError> {
+        if self.bound.is_some() {
+            return Ok(());
+        }
         if self.config.unix_socket.is_none() && self.config.tcp.is_none() {
             return Err(ServerError::NoListener);
         }
-        let config = self.checked_config()?;
-
         let mut listeners = Vec::new();
         let mut tcp_addr = None;
-        if let Some(addr) = config.tcp {
+        if let Some(addr) = self.config.tcp {
             let l = TcpListener::bind(addr).map_err(|source| ServerError::Bind {
                 what: addr.to_string(),
                 source,
@@ -226,25 +250,53 @@ impl Server {
             tcp_addr = Some(local);
             listeners.push(Listener::Tcp(l));
         }
-        let mut unix_path = None;
-        if let Some(path) = &config.unix_socket {
-            remove_stale_socket(path);
-            let l = UnixListener::bind(path).map_err(|source| ServerError::Bind {
-                what: path.display().to_string(),
-                source,
-            })?;
-            unix_path = Some(path.clone());
-            listeners.push(Listener::Unix(l));
+        let mut unix = None;
+        if let Some(path) = &self.config.unix_socket {
+            let bound = bind_unix_socket(path, self.config.unix_socket_mode)?;
+            unix = Some(bound.remover());
+            listeners.push(Listener::Unix(bound.listener));
         }
+        self.bound = Some(Bound {
+            listeners,
+            tcp_addr,
+            unix,
+        });
+        Ok(())
+    }
+
+    /// The TCP address bound by [`Server::bind`] (port 0 resolved).
+    pub fn bound_tcp_addr(&self) -> Option<SocketAddr> {
+        self.bound.as_ref().and_then(|b| b.tcp_addr)
+    }
+
+    /// Binds the listeners (unless [`Server::bind`] did) and starts
+    /// accepting connections.
+    pub fn start(mut self) -> Result<RunningServer, ServerError> {
+        if self.config.unix_socket.is_none() && self.config.tcp.is_none() {
+            return Err(ServerError::NoListener);
+        }
+        let config = self.checked_config()?;
+        self.bind()?;
+        let Bound {
+            listeners,
+            tcp_addr,
+            unix,
+        } = self.bound.take().expect("bound above");
+        let exports = std::mem::take(&mut self.exports);
+        let unix_path = unix
+            .as_ref()
+            .map(|_| config.unix_socket.clone().expect("bound from it"));
+        // Second handles on the listening sockets: shutting them down wakes
+        // the accept calls (whatever became of the socket file meanwhile).
+        let wake = listeners.iter().filter_map(|l| l.try_clone().ok()).collect();
 
         let shared = Arc::new(Shared {
-            exports: RwLock::new(self.exports),
+            exports: RwLock::new(exports),
             config,
             shutting_down: AtomicBool::new(false),
             conns: Mutex::new(Conns::default()),
             stats: StatsCounters::default(),
-            tcp_addr,
-            unix_path: unix_path.clone(),
+            wake: Mutex::new(wake),
         });
         let mut accept_threads = Vec::new();
         for l in listeners {
@@ -260,8 +312,18 @@ impl Server {
             accept_threads,
             tcp_addr,
             unix_path,
+            unix_remover: unix,
             stopped: false,
         })
+    }
+}
+
+impl Drop for Server {
+    /// A server bound but never started removes its socket file.
+    fn drop(&mut self) {
+        if let Some(unix) = self.bound.as_ref().and_then(|b| b.unix.as_ref()) {
+            unix.remove();
+        }
     }
 }
 
@@ -279,22 +341,13 @@ fn check_export(name: &str, export: &dyn Export) -> Result<(), ServerError> {
     })
 }
 
-/// Removes a leftover socket file from an earlier run (and nothing else).
-fn remove_stale_socket(path: &Path) {
-    use std::os::unix::fs::FileTypeExt;
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if meta.file_type().is_socket() {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 /// A server that is accepting connections. Dropping it shuts it down.
 pub struct RunningServer {
     shared: Arc<Shared>,
     accept_threads: Vec<JoinHandle<()>>,
     tcp_addr: Option<SocketAddr>,
     unix_path: Option<PathBuf>,
+    unix_remover: Option<SocketFileRemover>,
     stopped: bool,
 }
 
@@ -444,8 +497,8 @@ impl RunningServer {
         for h in handles {
             let _ = h.join();
         }
-        if let Some(p) = &self.unix_path {
-            remove_stale_socket(p);
+        if let Some(r) = &self.unix_remover {
+            r.remove();
         }
         self.stopped = true;
     }
@@ -470,8 +523,8 @@ struct Shared {
     shutting_down: AtomicBool,
     conns: Mutex<Conns>,
     stats: StatsCounters,
-    tcp_addr: Option<SocketAddr>,
-    unix_path: Option<PathBuf>,
+    /// Second handles on the listening sockets, shut down to stop accepting.
+    wake: Mutex<Vec<Listener>>,
 }
 
 #[derive(Default)]
@@ -541,29 +594,40 @@ impl Shared {
                 let _ = s.shutdown(Shutdown::Read);
             }
         }
-        // Wake the blocking accept() calls so the loops see the flag.
-        if let Some(addr) = self.tcp_addr {
-            let mut wake = addr;
-            if wake.ip().is_unspecified() {
-                wake.set_ip(match addr {
-                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-                });
-            }
-            let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
-        }
-        if let Some(p) = &self.unix_path {
-            let _ = UnixStream::connect(p);
+        // Wake the blocking accept() calls so the loops see the flag: a
+        // listening socket shut down fails its accept with EINVAL (Linux),
+        // even when its file was removed or its address is unreachable.
+        for l in lock(&self.wake).drain(..) {
+            l.shutdown_listening();
         }
     }
 }
 
+#[derive(Debug)]
 enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener),
 }
 
 impl Listener {
+    fn try_clone(&self) -> io::Result<Listener> {
+        Ok(match self {
+            Listener::Tcp(l) => Listener::Tcp(l.try_clone()?),
+            Listener::Unix(l) => Listener::Unix(l.try_clone()?),
+        })
+    }
+
+    /// Shuts the listening socket down, so accept calls on it fail.
+    fn shutdown_listening(&self) {
+        use std::os::unix::io::AsRawFd;
+        let fd = match self {
+            Listener::Tcp(l) => l.as_raw_fd(),
+            Listener::Unix(l) => l.as_raw_fd(),
+        };
+        // SAFETY: shutdown on a socket descriptor this handle owns.
+        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+    }
+
     fn accept(&self) -> io::Result<Stream> {
         match self {
             Listener::Tcp(l) => {

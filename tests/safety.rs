@@ -1,0 +1,387 @@
+//! Issue 11, "never silently wrong", as regression tests of the binary:
+//! one owner per device, and no start that can lose an earlier cache's
+//! writes (issue 11 §1 and the blank-device case of §2). Each test is an
+//! operator mistake that once lost data: a second `iocache serve` on the
+//! same files (by the same path, a hard link or a symbolic link), a second
+//! start that failed on a busy port after rewriting the first's superblock,
+//! socket paths that took a live server's socket or deleted a regular
+//! file, and a cache device deleted or blank under a backend that existed.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use iocache_nbd::{Client, ConnectOptions};
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("iocache-own-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The arguments of a server on the files of `dir` with its own sockets
+/// (`tag` tells two servers' sockets apart).
+fn args(dir: &Path, tag: &str, backend: &str, cache: &str) -> Vec<String> {
+    let p = |name: &str| dir.join(name).display().to_string();
+    vec![
+        "serve".into(),
+        "--backend".into(),
+        p(backend),
+        "--backend-size".into(),
+        "16MiB".into(),
+        "--cache".into(),
+        p(cache),
+        "--cache-size".into(),
+        "1MiB".into(),
+        "--socket".into(),
+        p(&format!("nbd-{tag}.sock")),
+        "--admin-socket".into(),
+        p(&format!("admin-{tag}.sock")),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+    ]
+}
+
+fn iocache() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_iocache"))
+}
+
+/// Runs a server that must refuse to start (within 20 s) and returns its stderr.
+fn refused(args: &[String]) -> String {
+    let mut child = iocache()
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            assert!(!status.success(), "the start must be refused: {err}");
+            return err;
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the server started instead of refusing: {args:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Server {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path, tag: &str, args: &[String]) -> Server {
+        let log = std::fs::File::create(dir.join(format!("server-{tag}.log"))).unwrap();
+        let child = iocache()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut server = Server {
+            child,
+            socket: dir.join(format!("nbd-{tag}.sock")),
+        };
+        // Ready once a client completes the handshake.
+        let started = Instant::now();
+        while server.connect_once().is_none() {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(dir.join(format!("server-{tag}.log"))).unwrap();
+                panic!("server {tag} exited ({status}): {log}");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "server {tag} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn connect_once(&self) -> Option<Client> {
+        Client::connect_unix(&self.socket, &ConnectOptions::default()).ok()
+    }
+
+    fn client(&self) -> Client {
+        self.connect_once().expect("the server answers")
+    }
+
+    fn stop(mut self) -> Output {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let started = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child.wait_with_output().unwrap()
+    }
+}
+
+/// The first 8 KiB of the cache file: both superblock copies.
+fn superblocks(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()[..8192].to_vec()
+}
+
+fn write_pattern(client: &mut Client, lines: u64, seed: u8) {
+    for i in 0..lines {
+        client
+            .write(i * 4096, &[seed.wrapping_add(i as u8); 4096], false)
+            .unwrap();
+    }
+    client.flush().unwrap();
+}
+
+fn check_pattern(client: &mut Client, lines: u64, seed: u8) {
+    let mut buf = vec![0u8; 4096];
+    for i in 0..lines {
+        client.read(i * 4096, &mut buf).unwrap();
+        assert!(
+            buf.iter().all(|&b| b == seed.wrapping_add(i as u8)),
+            "line {i} does not hold what was written"
+        );
+    }
+}
+
+/// Old failure: the second server "recovered" the first's live cache,
+/// overwrote its lines and unlinked its sockets; even a start that failed
+/// on a busy port had rewritten the first's superblock.
+#[test]
+fn a_second_server_on_the_same_files_is_refused_under_any_name() {
+    let dir = temp_dir("second");
+    let first = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
+    let mut client = first.client();
+    write_pattern(&mut client, 64, 1);
+    let before = superblocks(&dir.join("cache.img"));
+    std::fs::hard_link(dir.join("backend.img"), dir.join("backend-link.img")).unwrap();
+    std::os::unix::fs::symlink(dir.join("cache.img"), dir.join("cache-link.img")).unwrap();
+
+    // The same files, under the same names and under other names.
+    for (backend, cache, what) in [
+        ("backend.img", "cache.img", "backend.img"),
+        ("other-backend.img", "cache.img", "cache.img"),
+        ("backend.img", "other-cache.img", "backend.img"),
+        ("backend-link.img", "cache-link.img", "backend-link.img"),
+        ("other-backend.img", "cache-link.img", "cache-link.img"),
+    ] {
+        let err = refused(&args(&dir, "b", backend, cache));
+        assert!(
+            err.contains(&format!("{what} is in use by pid {}", first.child.id())),
+            "{err}"
+        );
+        assert!(err.contains("(iocache)"), "the holder is named: {err}");
+        // Refused before its own sockets were left behind.
+        assert!(!dir.join("nbd-b.sock").exists() && !dir.join("admin-b.sock").exists());
+    }
+    assert_eq!(
+        superblocks(&dir.join("cache.img")),
+        before,
+        "the refused starts wrote the cache"
+    );
+
+    // A start on the first's TCP port fails before it opens any device:
+    // its new cache file is not even created.
+    let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
+    let port = log
+        .split("nbd://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("the banner names the TCP port")
+        .to_string();
+    let mut busy_port = args(&dir, "c", "backend.img", "cache-new.img");
+    let listen = busy_port.iter().position(|a| a == "--listen").unwrap();
+    busy_port[listen + 1] = format!("127.0.0.1:{port}");
+    let err = refused(&busy_port);
+    assert!(
+        err.contains("--listen") && err.contains("Address already in use"),
+        "{err}"
+    );
+    assert!(
+        !dir.join("cache-new.img").exists(),
+        "a device was opened before the listener"
+    );
+
+    // Nothing of the first was disturbed.
+    assert!(dir.join("nbd-a.sock").exists() && dir.join("admin-a.sock").exists());
+    check_pattern(&mut first.client(), 64, 1);
+    assert_eq!(superblocks(&dir.join("cache.img")), before);
+    drop(client);
+    let out = first.stop();
+    assert!(out.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Old failure: a second server's --socket or --admin-socket on the first's
+/// path unlinked the first's live socket; a path naming a regular file was
+/// deleted.
+#[test]
+fn socket_paths_never_take_a_live_socket_nor_delete_a_file() {
+    let dir = temp_dir("sockets");
+    let first = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
+    let other = |socket: &str, admin: &str| {
+        let mut a = args(&dir, "b", "backend-b.img", "cache-b.img");
+        let s = a.iter().position(|x| x == "--socket").unwrap();
+        a[s + 1] = dir.join(socket).display().to_string();
+        let s = a.iter().position(|x| x == "--admin-socket").unwrap();
+        a[s + 1] = dir.join(admin).display().to_string();
+        a
+    };
+    let err = refused(&other("nbd-a.sock", "admin-b.sock"));
+    assert!(
+        err.contains("--socket") && err.contains("a server is already listening"),
+        "{err}"
+    );
+    let err = refused(&other("nbd-b.sock", "admin-a.sock"));
+    assert!(
+        err.contains("--admin-socket") && err.contains("a server is already listening"),
+        "{err}"
+    );
+    std::fs::write(dir.join("precious.txt"), b"keep me").unwrap();
+    let err = refused(&other("nbd-b.sock", "precious.txt"));
+    assert!(
+        err.contains("is not a socket (a regular file); not removing it"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(dir.join("precious.txt")).unwrap(), b"keep me");
+    let err = refused(&other("precious.txt", "admin-b.sock"));
+    assert!(err.contains("not removing it"), "{err}");
+    assert_eq!(std::fs::read(dir.join("precious.txt")).unwrap(), b"keep me");
+    // None of them opened a device.
+    assert!(!dir.join("cache-b.img").exists() && !dir.join("backend-b.img").exists());
+    // The first still answers on both sockets, which are its owner's only.
+    let mut client = first.client();
+    write_pattern(&mut client, 4, 7);
+    let stats = iocache()
+        .args(["stats", "--admin-socket"])
+        .arg(dir.join("admin-a.sock"))
+        .output()
+        .unwrap();
+    assert!(
+        stats.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stats.stderr)
+    );
+    use std::os::unix::fs::PermissionsExt;
+    for s in ["nbd-a.sock", "admin-a.sock"] {
+        let mode = std::fs::metadata(dir.join(s)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{s}");
+    }
+    drop(client);
+    assert!(first.stop().status.success());
+    // A server's exit removes its own sockets (a stale one is replaced on the next start).
+    assert!(!dir.join("nbd-a.sock").exists() && !dir.join("admin-a.sock").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ctl attach` of a file another process serves is refused before the
+/// file is read or written, naming the holder.
+#[test]
+fn attach_refuses_a_file_another_server_holds() {
+    let dir = temp_dir("attach");
+    let a = Server::start(&dir, "a", &args(&dir, "a", "backend-a.img", "cache-a.img"));
+    let b = Server::start(&dir, "b", &args(&dir, "b", "backend-b.img", "cache-b.img"));
+    let mut client = b.client();
+    write_pattern(&mut client, 8, 3);
+    let before = std::fs::read(dir.join("cache-b.img")).unwrap();
+    for file in ["backend-b.img", "cache-b.img"] {
+        let out = iocache()
+            .args(["ctl", "--admin-socket"])
+            .arg(dir.join("admin-a.sock"))
+            .args(["attach", "stolen"])
+            .arg(dir.join(file))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(
+            text.contains(&format!("in use by pid {}", b.child.id())),
+            "{text}"
+        );
+    }
+    assert_eq!(std::fs::read(dir.join("cache-b.img")).unwrap(), before);
+    check_pattern(&mut client, 8, 3);
+    drop(client);
+    assert!(a.stop().status.success());
+    assert!(b.stop().status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Old failure: the cache file deleted while the server ran, then a kill
+/// -9: the restart formatted a new cache and the flushed writes it held
+/// were gone, silently. A blank or missing cache device under a backend
+/// that existed before is formatted only with --init.
+#[test]
+fn a_missing_or_blank_cache_over_an_existing_backend_needs_init() {
+    let dir = temp_dir("blank");
+    let base = args(&dir, "a", "backend.img", "cache.img");
+    // First start: both files new, nothing to lose.
+    let server = Server::start(&dir, "a", &base);
+    write_pattern(&mut server.client(), 16, 9);
+    assert!(server.stop().status.success());
+
+    std::fs::remove_file(dir.join("cache.img")).unwrap();
+    let err = refused(&base);
+    assert!(
+        err.contains("cache.img does not exist") && err.contains("--init"),
+        "{err}"
+    );
+    assert!(
+        !dir.join("cache.img").exists(),
+        "the refused start created the cache file"
+    );
+
+    std::fs::write(dir.join("cache.img"), vec![0u8; 2 << 20]).unwrap();
+    let err = refused(&base);
+    assert!(
+        err.contains("holds no cache (blank)") && err.contains("backend.img existed before"),
+        "{err}"
+    );
+
+    let mut init = base.clone();
+    init.push("--init".into());
+    let server = Server::start(&dir, "a", &init);
+    check_pattern(&mut server.client(), 16, 9);
+    assert!(server.stop().status.success());
+    // And the cache it formatted loads without --init from now on.
+    let server = Server::start(&dir, "a", &base);
+    check_pattern(&mut server.client(), 16, 9);
+    assert!(server.stop().status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Old failure: SIGTERM after the Unix socket file was removed hung
+/// forever (the accept thread was woken by connecting to the path).
+#[test]
+fn sigterm_stops_the_server_after_its_socket_file_was_removed() {
+    let dir = temp_dir("unlinked");
+    let server = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
+    write_pattern(&mut server.client(), 4, 5);
+    std::fs::remove_file(dir.join("nbd-a.sock")).unwrap();
+    std::fs::remove_file(dir.join("admin-a.sock")).unwrap();
+    let started = Instant::now();
+    let out = server.stop();
+    assert!(out.status.success());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
