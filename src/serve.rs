@@ -161,6 +161,52 @@ pub(crate) struct Running {
     files: Mutex<Vec<Claim>>,
     /// Serializes attach, detach, flush and shutdown.
     admin: Mutex<()>,
+    /// Where this server listens (no volume may use it as its backend).
+    own: OwnEndpoints,
+}
+
+/// The NBD endpoints this server listens on.
+pub(crate) struct OwnEndpoints {
+    /// The Unix socket, symbolic links resolved.
+    socket: Option<PathBuf>,
+    /// The bound TCP address.
+    tcp: Option<std::net::SocketAddr>,
+}
+
+impl OwnEndpoints {
+    /// Whether the NBD URI `uri` reaches this server.
+    fn is_own(&self, uri: &str) -> bool {
+        let Ok(parsed) = iocache_nbd::parse_nbd_uri(uri) else {
+            return false;
+        };
+        match parsed.addr {
+            iocache_nbd::NbdAddr::Unix { socket } => self.socket.as_ref() == Some(&canonical_path(&socket)),
+            iocache_nbd::NbdAddr::Tcp { host, port } => {
+                let Some(own) = self.tcp else {
+                    return false;
+                };
+                if port != own.port() {
+                    return false;
+                }
+                use std::net::ToSocketAddrs;
+                let Ok(addrs) = (host.as_str(), port).to_socket_addrs() else {
+                    return false;
+                };
+                // Listening on a wildcard address takes the port on every
+                // local address; otherwise only the address itself is ours.
+                addrs.into_iter().any(|a| {
+                    a.ip() == own.ip()
+                        || own.ip().is_unspecified()
+                            && (a.ip().is_loopback() || a.ip().is_unspecified() || is_local_address(a.ip()))
+                })
+            }
+        }
+    }
+}
+
+/// Whether `ip` is one of this machine's addresses (it can be bound).
+fn is_local_address(ip: std::net::IpAddr) -> bool {
+    std::net::TcpListener::bind((ip, 0)).is_ok()
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -221,8 +267,15 @@ fn open_backend(
     export: &str,
     files: &mut Vec<Claim>,
     key: &str,
+    own: &OwnEndpoints,
 ) -> Result<(Arc<dyn BlockDevice>, bool)> {
     if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
+        if own.is_own(backend) {
+            bail!(
+                "{key}: {backend} is this server's own export: a volume cannot be its own backend \
+                 (every FLUSH and the shutdown would wait for themselves)"
+            );
+        }
         let remote = NbdBackend::connect(backend).with_context(|| format!("{key} {backend}"))?;
         return Ok((Arc::new(remote), false));
     }
@@ -247,6 +300,7 @@ fn open_cache_group(
     members: &[usize],
     files: &mut Vec<Claim>,
     start: StartMode,
+    own: &OwnEndpoints,
 ) -> Result<CacheGroup> {
     let v = &config.volumes[members[0]];
     if v.persistence == Persistence::None
@@ -272,6 +326,7 @@ fn open_cache_group(
             &m.export,
             files,
             &m.key("backend"),
+            own,
         )?;
         if !created {
             existing_backends.push(m.backend.clone());
@@ -564,6 +619,10 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         };
         return Err(anyhow!(e).context(config.origin.server_key(key)));
     }
+    let own = OwnEndpoints {
+        socket: config.socket.as_deref().map(canonical_path),
+        tcp: server.bound_tcp_addr(),
+    };
     let admin_path = config.admin_socket.clone();
     let admin = match &admin_path {
         Some(path) => {
@@ -582,7 +641,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     let mut caches = Vec::new();
     let mut volumes = Vec::new();
     for members in config.cache_groups() {
-        let group = open_cache_group(&config, &members, &mut files, start)?;
+        let group = open_cache_group(&config, &members, &mut files, start, &own)?;
         for &i in &members {
             let v = &config.volumes[i];
             let volume = group
@@ -630,6 +689,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         exports: running.exports(),
         files: Mutex::new(files),
         admin: Mutex::new(()),
+        own,
     });
     if let Some(admin) = admin {
         let state = Arc::clone(&state);
@@ -662,7 +722,8 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(", ");
             eprintln!(
-                "iocache: cache {} (volumes {names}): write-back failed: {e}",
+                "iocache: cache {} (volumes {names}): write-back failed: {e}; the dirty lines stay on \
+                 the cache device and are written back when it is served again",
                 group.path.display()
             );
             failed.get_or_insert_with(|| format!("volumes {names}: writing back dirty lines: {e}"));
@@ -763,7 +824,14 @@ impl Running {
         }
         let (backend, _) = {
             let mut files = lock(&self.files);
-            open_backend(request.backend, create_bytes, export, &mut files, "backend")?
+            open_backend(
+                request.backend,
+                create_bytes,
+                export,
+                &mut files,
+                "backend",
+                &self.own,
+            )?
         };
         let release = || lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
         let id = match group.engine.attach(export, Arc::clone(&backend)) {

@@ -53,6 +53,10 @@ const SHARD_LINES_MIN: u64 = 128 * SHARD_SPAN_LINES;
 const CLEANER_POLL: Duration = Duration::from_millis(50);
 /// Lines written back per batch when flushing everything.
 const FLUSH_ALL_BATCH: usize = 256;
+
+/// How long [`Engine::shutdown`] keeps retrying write-backs that fail
+/// before it leaves the dirty lines on the cache device.
+pub const SHUTDOWN_WRITE_BACK_PATIENCE: Duration = Duration::from_secs(10);
 /// Lines cleaned when requests found only dirty victims in a shard. A
 /// batch holds the tickets of its lines until each is written back, so
 /// requests for them wait up to a batch of backend writes: with 32 lines
@@ -842,8 +846,20 @@ impl Engine {
     }
 
     /// Stops the background threads, writes back every dirty line and
-    /// flushes the devices. Requests still arriving afterwards fail.
+    /// flushes the devices. Requests still arriving afterwards fail. See
+    /// [`Engine::shutdown_within`]; this one tries for
+    /// [`SHUTDOWN_WRITE_BACK_PATIENCE`].
     pub fn shutdown(&self) -> Result<(), EngineError> {
+        self.shutdown_within(SHUTDOWN_WRITE_BACK_PATIENCE)
+    }
+
+    /// Shuts down in bounded time: write-back rounds are retried with
+    /// back-off while they make progress or until `patience` has passed;
+    /// then the metadata is written whatever happened, so dirty lines that
+    /// could not be written back (a backend that is down) stay on the
+    /// cache device, described by durable records, for the next start.
+    /// The error then says how many remain.
+    pub fn shutdown_within(&self, patience: Duration) -> Result<(), EngineError> {
         let _admin = lock(&self.inner.admin);
         self.inner.stopping.store(true, Ordering::SeqCst);
         if let Some(single) = &self.single {
@@ -853,8 +869,28 @@ impl Engine {
         for handle in lock(&self.threads).drain(..) {
             let _ = handle.join();
         }
-        self.inner.flush_all()?;
-        self.inner.close()
+        let deadline = std::time::Instant::now() + patience;
+        let mut wait = Duration::from_millis(50);
+        let written_back = loop {
+            match self.inner.flush_all() {
+                Ok(()) => break Ok(()),
+                Err(e) if std::time::Instant::now() + wait < deadline => {
+                    let _ = e;
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        let closed = self.inner.close();
+        match (written_back, closed) {
+            (Ok(()), closed) => closed,
+            (Err(e), Ok(())) => Err(e),
+            (Err(e), Err(close)) => Err(EngineError::Io(format!(
+                "{e}; and the metadata could not be written at shutdown ({close}): the next start \
+                 recovers the cache as after a crash, from the records of the last barrier"
+            ))),
+        }
     }
 
     fn decide(&self, segments: Segments, plan: &mut Plan) -> Result<(), EngineError> {
@@ -2533,23 +2569,33 @@ impl Inner {
 
     fn flush_all(&self) -> Result<(), EngineError> {
         let _cleaning = lock(&self.cleaning);
+        let mut remaining = 0;
         for shard in 0..self.shards.len() {
-            // Bounded: each round cleans its batch or reports failure.
-            let mut rounds = 0;
-            while self
-                .flush_batch(shard, FlushOrder::Address, FLUSH_ALL_BATCH, false)
-                .taken
-                > 0
-            {
-                rounds += 1;
-                if rounds > 1_000_000 {
+            // Bounded: the address cursor moves past a line whose
+            // write-back failed, so the shard is given up once every line
+            // still dirty has failed since the last success (a backend
+            // that is down must not keep this loop, and so a shutdown,
+            // spinning), and in any case after a million rounds.
+            let mut failed_since_success = 0u64;
+            for _round in 0..1_000_000 {
+                let batch = self.flush_batch(shard, FlushOrder::Address, FLUSH_ALL_BATCH, false);
+                if batch.taken == 0 {
+                    break;
+                }
+                if batch.failed == batch.taken {
+                    failed_since_success += batch.failed as u64;
+                } else {
+                    failed_since_success = batch.failed as u64;
+                }
+                let dirty = lock(&self.shards[shard].state).cache.dirty_lines();
+                if dirty == 0 || failed_since_success >= dirty {
                     break;
                 }
             }
-            let dirty = lock(&self.shards[shard].state).cache.dirty_lines();
-            if dirty > 0 {
-                return Err(EngineError::DirtyLinesRemain { lines: dirty });
-            }
+            remaining += lock(&self.shards[shard].state).cache.dirty_lines();
+        }
+        if remaining > 0 {
+            return Err(EngineError::DirtyLinesRemain { lines: remaining });
         }
         self.flush_backends()?;
         Ok(())

@@ -42,12 +42,12 @@ mod stripe;
 
 pub use engine::{
     ArrayEngineStats, Engine, EngineConfig, EngineError, EngineStats, IoMode, Lookup, Volume, VolumeInfo,
-    VolumeStats, SHARD_SPAN_LINES,
+    VolumeStats, SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
 };
 pub use export::EngineExport;
 pub use iocache_format::{Layout, Persistence};
 pub use latency::{LatencyHistogram, LatencyPercentiles};
-pub use nbd_backend::NbdBackend;
+pub use nbd_backend::{NbdBackend, NBD_BACKEND_CONNECTIONS, NBD_BACKEND_REQUEST_TIMEOUT};
 pub use raid::{
     ArrayError, ArrayGeometry, ArrayStats, CacheArray, MirrorState, MEMBERS_MAX as RAID_MEMBERS_MAX,
 };

@@ -4,23 +4,73 @@
 //! The client sends one request at a time per connection, so the backend
 //! keeps a pool of connections and each I/O takes a free one: misses of
 //! concurrent requests reach the remote server in parallel.
+//!
+//! A remote server can stall, restart or vanish, and none of that may hang
+//! the cache or leave it failing forever. So every request has a deadline
+//! (the connection's socket timeouts); a connection that fails at the
+//! transport level (not an NBD error reply, after which it stays usable)
+//! is dropped and opened again by the next request that needs it; and the
+//! first such failure opens a circuit breaker: for a back-off that doubles
+//! from 100 ms to 5 s while the server stays unreachable, requests fail at
+//! once with EIO instead of each waiting out its own deadline. The engine
+//! already treats a failed backend request as "retry later" (dirty lines
+//! stay dirty), so a restarted server is simply used again.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use iocache_device::{check_range, BlockDevice, DeviceError, IoKind};
-use iocache_nbd::Client;
+use iocache_nbd::proto::NBD_FLAG_CAN_MULTI_CONN;
+use iocache_nbd::{parse_nbd_uri, Client, ClientError, ConnectOptions, NbdAddr};
+
+/// Connections opened by [`NbdBackend::connect`].
+pub const NBD_BACKEND_CONNECTIONS: usize = 8;
+
+/// How long one request (or a connection's handshake) may take before the
+/// connection is considered dead.
+pub const NBD_BACKEND_REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The first and the longest wait of the circuit breaker.
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// One connection of the pool: absent after a transport failure until a
+/// request reopens it.
+struct Conn {
+    client: Option<Client>,
+    /// Writes completed on this connection since its last FLUSH.
+    unflushed_writes: bool,
+}
+
+/// Whether requests are let through.
+#[derive(Default)]
+struct Breaker {
+    /// Requests fail at once until then.
+    closed_until: Option<Instant>,
+    backoff: Duration,
+    /// The failure that opened it, for the errors it returns.
+    reason: String,
+}
 
 /// Connections to the remote export, used by whichever I/O finds one free.
 pub struct NbdBackend {
     uri: String,
+    addr: NbdAddr,
+    options: ConnectOptions,
     size: u64,
-    clients: Vec<Mutex<Client>>,
+    /// The server said a FLUSH on one connection covers writes completed on
+    /// every connection (NBD_FLAG_CAN_MULTI_CONN).
+    multi_conn: bool,
+    conns: Vec<Mutex<Conn>>,
     next: AtomicUsize,
+    breaker: Mutex<Breaker>,
+    /// A connection was lost after writes it had not flushed: without
+    /// multi-conn, no FLUSH on another connection covers them, so the
+    /// next FLUSH reports it instead of claiming durability.
+    lost_unflushed: Mutex<bool>,
+    reconnects: AtomicU64,
 }
-
-/// Connections opened by [`NbdBackend::connect`].
-pub const NBD_BACKEND_CONNECTIONS: usize = 8;
 
 impl std::fmt::Debug for NbdBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -28,30 +78,62 @@ impl std::fmt::Debug for NbdBackend {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn open_error(uri: &str, e: impl std::fmt::Display) -> DeviceError {
+    DeviceError::Open {
+        path: uri.into(),
+        what: "connect to the NBD export",
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
 impl NbdBackend {
     /// Connects to `nbd://host[:port]/name` or `nbd+unix:///name?socket=PATH`
     /// with [`NBD_BACKEND_CONNECTIONS`] connections.
     pub fn connect(uri: &str) -> Result<NbdBackend, DeviceError> {
-        Self::connect_with(uri, NBD_BACKEND_CONNECTIONS)
+        Self::connect_with(uri, NBD_BACKEND_CONNECTIONS, NBD_BACKEND_REQUEST_TIMEOUT)
     }
 
-    pub fn connect_with(uri: &str, connections: usize) -> Result<NbdBackend, DeviceError> {
-        let mut clients = Vec::with_capacity(connections.max(1));
+    /// Connects with `connections` connections, each request bounded by
+    /// `timeout`.
+    pub fn connect_with(uri: &str, connections: usize, timeout: Duration) -> Result<NbdBackend, DeviceError> {
+        let parsed = parse_nbd_uri(uri).map_err(|e| open_error(uri, e))?;
+        let options = ConnectOptions {
+            timeout: Some(timeout),
+            ..ConnectOptions::export(parsed.export_name.clone())
+        };
+        let mut conns = Vec::with_capacity(connections.max(1));
+        let mut size = 0;
+        let mut multi_conn = false;
         for _ in 0..connections.max(1) {
-            let client = Client::connect(uri).map_err(|e| DeviceError::Open {
-                path: uri.into(),
-                what: "connect to the NBD export",
-                source: std::io::Error::other(e.to_string()),
-            })?;
-            clients.push(Mutex::new(client));
+            let client = Client::connect_addr(&parsed.addr, &options).map_err(|e| open_error(uri, e))?;
+            size = client.size();
+            multi_conn = client.transmission_flags() & NBD_FLAG_CAN_MULTI_CONN != 0;
+            conns.push(Mutex::new(Conn {
+                client: Some(client),
+                unflushed_writes: false,
+            }));
         }
-        let size = clients[0].lock().unwrap_or_else(|p| p.into_inner()).size();
         Ok(NbdBackend {
             uri: uri.to_string(),
+            addr: parsed.addr,
+            options,
             size,
-            clients,
+            multi_conn,
+            conns,
             next: AtomicUsize::new(0),
+            breaker: Mutex::new(Breaker::default()),
+            lost_unflushed: Mutex::new(false),
+            reconnects: AtomicU64::new(0),
         })
+    }
+
+    /// Connections opened again after a failure, since the start.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
     }
 
     fn error(&self, kind: IoKind, offset: u64, len: u64, e: impl std::fmt::Display) -> DeviceError {
@@ -65,16 +147,102 @@ impl NbdBackend {
     }
 
     /// A free connection if there is one, else the next in turn (waiting for it).
-    fn client(&self) -> std::sync::MutexGuard<'_, Client> {
+    fn conn(&self) -> std::sync::MutexGuard<'_, Conn> {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        for i in 0..self.clients.len() {
-            if let Ok(guard) = self.clients[(start + i) % self.clients.len()].try_lock() {
+        for i in 0..self.conns.len() {
+            if let Ok(guard) = self.conns[(start + i) % self.conns.len()].try_lock() {
                 return guard;
             }
         }
-        self.clients[start % self.clients.len()]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.conns[start % self.conns.len()])
+    }
+
+    /// `Err(reason)` while the breaker holds requests back.
+    fn check_breaker(&self) -> Result<(), String> {
+        let breaker = lock(&self.breaker);
+        match breaker.closed_until {
+            Some(until) if Instant::now() < until => Err(format!(
+                "the NBD backend is unreachable ({}); retrying within {} ms",
+                breaker.reason,
+                until.saturating_duration_since(Instant::now()).as_millis()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn trip(&self, reason: &str) {
+        let mut breaker = lock(&self.breaker);
+        breaker.backoff = if breaker.backoff.is_zero() {
+            BACKOFF_FIRST
+        } else {
+            (breaker.backoff * 2).min(BACKOFF_MAX)
+        };
+        breaker.closed_until = Some(Instant::now() + breaker.backoff);
+        breaker.reason = reason.to_string();
+    }
+
+    fn healthy(&self) {
+        let mut breaker = lock(&self.breaker);
+        if breaker.closed_until.is_some() || !breaker.backoff.is_zero() {
+            *breaker = Breaker::default();
+        }
+    }
+
+    /// Runs `f` on a connection (reopened if it was lost), with the breaker
+    /// and the connection's fate handled.
+    fn request<T>(
+        &self,
+        kind: IoKind,
+        offset: u64,
+        len: u64,
+        f: impl FnOnce(&mut Client) -> Result<T, ClientError>,
+    ) -> Result<T, DeviceError> {
+        self.check_breaker()
+            .map_err(|e| self.error(kind, offset, len, e))?;
+        let mut conn = self.conn();
+        if conn.client.is_none() {
+            let client = Client::connect_addr(&self.addr, &self.options).map_err(|e| {
+                let reason = format!("reconnecting: {e}");
+                self.trip(&reason);
+                self.error(kind, offset, len, reason)
+            })?;
+            if client.size() != self.size {
+                let reason = format!(
+                    "the export now has {} bytes, not {}: not the volume this cache was started on",
+                    client.size(),
+                    self.size
+                );
+                self.trip(&reason);
+                return Err(self.error(kind, offset, len, reason));
+            }
+            self.reconnects.fetch_add(1, Ordering::Relaxed);
+            conn.client = Some(client);
+            conn.unflushed_writes = false;
+        }
+        let client = conn.client.as_mut().expect("opened above");
+        match f(client) {
+            Ok(v) => {
+                if kind == IoKind::Write {
+                    conn.unflushed_writes = true;
+                }
+                drop(conn);
+                self.healthy();
+                Ok(v)
+            }
+            // The server answered with an error: the connection is fine.
+            Err(e) if e.errno().is_some() => Err(self.error(kind, offset, len, e)),
+            Err(e) => {
+                if conn.unflushed_writes && !self.multi_conn {
+                    *lock(&self.lost_unflushed) = true;
+                }
+                conn.client = None;
+                conn.unflushed_writes = false;
+                drop(conn);
+                let reason = e.to_string();
+                self.trip(&reason);
+                Err(self.error(kind, offset, len, reason))
+            }
+        }
     }
 }
 
@@ -86,27 +254,52 @@ impl BlockDevice for NbdBackend {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         check_range(self, IoKind::Read, offset, buf.len() as u64)?;
         let len = buf.len() as u64;
-        self.client()
-            .read(offset, buf)
-            .map_err(|e| self.error(IoKind::Read, offset, len, e))
+        self.request(IoKind::Read, offset, len, |c| c.read(offset, buf))
     }
 
     fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
         check_range(self, IoKind::Write, offset, data.len() as u64)?;
-        self.client()
-            .write(offset, data, false)
-            .map_err(|e| self.error(IoKind::Write, offset, data.len() as u64, e))
+        self.request(IoKind::Write, offset, data.len() as u64, |c| {
+            c.write(offset, data, false)
+        })
     }
 
-    /// Flushes every connection: a write completed on any of them is covered.
+    /// Flushes every live connection: a write completed on any of them is
+    /// covered. Fails (once) if a connection was lost after writes it had
+    /// not flushed and the server does not promise multi-conn consistency.
     fn flush(&self) -> Result<(), DeviceError> {
-        for client in &self.clients {
-            client
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .flush()
-                .map_err(|e| self.error(IoKind::Flush, 0, 0, e))?;
+        self.check_breaker()
+            .map_err(|e| self.error(IoKind::Flush, 0, 0, e))?;
+        for slot in &self.conns {
+            let mut conn = lock(slot);
+            let Some(client) = conn.client.as_mut() else {
+                continue;
+            };
+            match client.flush() {
+                Ok(()) => conn.unflushed_writes = false,
+                Err(e) if e.errno().is_some() => return Err(self.error(IoKind::Flush, 0, 0, e)),
+                Err(e) => {
+                    if conn.unflushed_writes && !self.multi_conn {
+                        *lock(&self.lost_unflushed) = true;
+                    }
+                    conn.client = None;
+                    conn.unflushed_writes = false;
+                    drop(conn);
+                    self.trip(&e.to_string());
+                    return Err(self.error(IoKind::Flush, 0, 0, e));
+                }
+            }
         }
+        if std::mem::take(&mut *lock(&self.lost_unflushed)) {
+            return Err(self.error(
+                IoKind::Flush,
+                0,
+                0,
+                "a connection was lost after writes it had not flushed, and the server does not \
+                 promise that a FLUSH on another connection covers them (no multi-conn)",
+            ));
+        }
+        self.healthy();
         Ok(())
     }
 

@@ -70,6 +70,9 @@ pub struct ServerConfig {
     pub reply_timeout: Option<Duration>,
     /// Handshake limits and the maximum READ/WRITE payload.
     pub limits: NegotiationLimits,
+    /// How long a shutdown waits for connections to answer the requests
+    /// they read before it closes them.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServerConfig {
@@ -85,6 +88,7 @@ impl Default for ServerConfig {
             handshake_timeout: Some(Duration::from_secs(30)),
             reply_timeout: Some(Duration::from_secs(60)),
             limits: NegotiationLimits::default(),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -489,11 +493,23 @@ impl RunningServer {
         for t in self.accept_threads.drain(..) {
             let _ = t.join();
         }
-        // No connection can be added now; wait for the ones there are.
+        // No connection can be added now; wait for the ones there are, for
+        // at most `shutdown_grace`: then every connection still open (a
+        // client that stopped reading its replies, say) is closed, which
+        // fails the writes its workers are blocked in.
         let handles: Vec<JoinHandle<()>> = {
             let mut conns = lock(&self.shared.conns);
             conns.threads.drain(..).collect()
         };
+        let deadline = std::time::Instant::now() + self.shared.config.shutdown_grace;
+        while handles.iter().any(|h| !h.is_finished()) && std::time::Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        if handles.iter().any(|h| !h.is_finished()) {
+            for s in lock(&self.shared.conns).streams.values() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
         for h in handles {
             let _ = h.join();
         }

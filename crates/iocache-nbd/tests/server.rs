@@ -620,3 +620,29 @@ fn exports_join_and_leave_a_running_server() {
     assert_eq!(Client::connect(&uri("")).unwrap().size(), 5 << 20);
     server.shutdown();
 }
+
+/// Old failure: a client that stopped reading its replies delayed a
+/// shutdown by about two minutes (each blocked reply waited out its own
+/// timeout). Now a shutdown waits `shutdown_grace`, then closes it.
+#[test]
+fn a_client_that_stops_reading_replies_cannot_hold_a_shutdown() {
+    let config = ServerConfig {
+        reply_timeout: Some(Duration::from_secs(60)),
+        shutdown_grace: Duration::from_millis(500),
+        ..config("unread")
+    };
+    let server = start_with(config, vec![("disk", mem(64 << 20) as _)]);
+    let mut raw = Raw::connect(&server, true);
+    // 32 MiB of replies the client never reads: more than the socket buffers hold.
+    for handle in 0..16u64 {
+        raw.send(handle, NBD_CMD_READ, 0, handle * (2 << 20), 2 << 20, &[]);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    server.shutdown();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+}
