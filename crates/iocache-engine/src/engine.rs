@@ -24,7 +24,7 @@ use crate::health::Health;
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use crate::persist::{PlannedRecord, RecordWriter, Shadow};
 use crate::raid::{ArrayStats, CacheArray, MirrorState};
-use crate::recovery::{self, InitMode, OpenSpec, RecoveryReport};
+use crate::recovery::{self, DamagedMetadata, InitMode, OpenSpec, RecoveryReport};
 use smallvec::SmallVec;
 use thiserror::Error;
 use volumes::{VolumeState, VolumeTable};
@@ -184,6 +184,10 @@ pub enum EngineError {
     Format(String),
     #[error("refusing to start: {0}")]
     Refused(String),
+    /// Records that may describe dirty lines are damaged (see
+    /// [`InitMode::LoadAcceptingDamage`] to start anyway).
+    #[error("refusing to start: {0}")]
+    DamagedMetadata(#[from] DamagedMetadata),
     #[error("no volume {0} is attached")]
     UnknownVolume(String),
     #[error("volume: {0}")]
@@ -862,6 +866,8 @@ impl Engine {
     pub fn shutdown_within(&self, patience: Duration) -> Result<(), EngineError> {
         let _admin = lock(&self.inner.admin);
         self.inner.stopping.store(true, Ordering::SeqCst);
+        // The cleaner would otherwise notice only at its next poll.
+        self.inner.wake_cleaner();
         if let Some(single) = &self.single {
             // Closing the channel ends the lookup thread.
             drop(std::mem::replace(&mut *lock(single), mpsc::channel().0));
@@ -911,6 +917,8 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         self.inner.stopping.store(true, Ordering::SeqCst);
+        // The cleaner would otherwise notice only at its next poll.
+        self.inner.wake_cleaner();
         if let Some(single) = &self.single {
             drop(std::mem::replace(&mut *lock(single), mpsc::channel().0));
         }
@@ -2380,7 +2388,7 @@ impl Inner {
         let restored_dirty = self.shards.iter().any(|s| lock(&s.state).cache.dirty_lines() > 0);
         // Clean records left from a persistent run: no barrier will blank
         // them, and a volume attached later could take their volume id.
-        let stale_records = self.recovery.dropped_clean_lines > 0;
+        let stale_records = self.recovery.dropped_clean_lines > 0 || !self.recovery.damaged_slots.is_empty();
         if self.persistence == Persistence::None && (restored_dirty || stale_records) {
             // Volatile metadata from now on: write the recovered dirty lines
             // back, then blank the records that described them.

@@ -51,4 +51,4 @@ pub use nbd_backend::{NbdBackend, NBD_BACKEND_CONNECTIONS, NBD_BACKEND_REQUEST_T
 pub use raid::{
     ArrayError, ArrayGeometry, ArrayStats, CacheArray, MirrorState, MEMBERS_MAX as RAID_MEMBERS_MAX,
 };
-pub use recovery::{InitMode, RecoveryReport};
+pub use recovery::{DamagedMetadata, DamagedSlot, InitMode, ProbableLine, RecoveryReport};

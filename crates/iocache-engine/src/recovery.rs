@@ -22,8 +22,82 @@ pub enum InitMode {
     #[default]
     Load,
     /// Format the device even if it holds a cache. Refused when that cache
-    /// holds dirty lines (or cannot be read), unless `discard_dirty`.
+    /// holds dirty lines (or cannot be read, or its metadata is damaged
+    /// where dirty lines may be), unless `discard_dirty`.
     Format { discard_dirty: bool },
+    /// Like `Load`, but start even when the metadata is damaged where it may
+    /// describe dirty lines (which `Load` refuses with
+    /// [`EngineError::DamagedMetadata`]): the operator accepts losing
+    /// whatever the damaged records described. Only what can be verified is
+    /// loaded from the damaged slots, the damage is reported
+    /// ([`RecoveryReport::damaged_slots`]) and the damaged copies are
+    /// blanked, so the next start does not refuse again.
+    LoadAcceptingDamage,
+}
+
+/// What a damaged record copy probably described (its fields read without
+/// checks: a guess, for the operator).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbableLine {
+    pub volume: u32,
+    /// The volume's name in the superblock's table, if the id is there.
+    pub volume_name: Option<String>,
+    pub line_index: u64,
+    pub dirty: bool,
+}
+
+/// A slot whose metadata cannot be trusted: a corrupt record copy that may
+/// have been its newest record (and may have described dirty data).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DamagedSlot {
+    pub slot: u64,
+    /// Device offsets of the damaged record copies.
+    pub device_offsets: Vec<u64>,
+    /// Why each is not valid.
+    pub problem: String,
+    /// What the damaged copies probably described (the first that seems to
+    /// describe a line), when their fields say anything.
+    pub probably: Option<ProbableLine>,
+}
+
+impl std::fmt::Display for DamagedSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let offsets: Vec<String> = self.device_offsets.iter().map(u64::to_string).collect();
+        write!(
+            f,
+            "slot {} (record at device offset {}: {})",
+            self.slot,
+            offsets.join(" and "),
+            self.problem
+        )?;
+        if let Some(p) = &self.probably {
+            let volume = match &p.volume_name {
+                Some(name) => format!("volume `{name}` (id {})", p.volume),
+                None => format!("volume id {}", p.volume),
+            };
+            write!(
+                f,
+                ", probably {} line {} of {volume}",
+                if p.dirty { "dirty" } else { "clean" },
+                p.line_index
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The start was refused: records that may describe dirty lines are damaged.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the cache device's metadata is damaged where it may describe dirty data: {}{}; \
+     the data those records vouched for cannot be verified and is not served. Start with the \
+     acknowledgement of damaged metadata (--force) to start with what can be verified, losing what \
+     they described",
+    .slots.iter().take(8).map(ToString::to_string).collect::<Vec<_>>().join("; "),
+    if .slots.len() > 8 { format!("; and {} more slots", .slots.len() - 8) } else { String::new() }
+)]
+pub struct DamagedMetadata {
+    pub slots: Vec<DamagedSlot>,
 }
 
 /// What the engine wants the device to be.
@@ -74,6 +148,13 @@ pub struct RecoveryReport {
     pub written_back_lines: u64,
     /// Lines found in two slots (the older record is dropped).
     pub duplicate_lines: u64,
+    /// A superblock copy is damaged (not valid, not blank): why. The cache
+    /// is then treated as not shut down cleanly, whatever the valid copy says.
+    pub damaged_superblock: Option<String>,
+    /// Slots whose records are damaged where they may have described dirty
+    /// data, started over with [`InitMode::LoadAcceptingDamage`] (without
+    /// it, the start is refused with [`EngineError::DamagedMetadata`]).
+    pub damaged_slots: Vec<DamagedSlot>,
 }
 
 pub struct Opened {
@@ -235,9 +316,20 @@ pub fn open(
     let mut head = vec![0u8; 2 * SUPERBLOCK_BYTES];
     dev.read_at(&mut head, 0)?;
     let found = pick_superblock(&head[..SUPERBLOCK_BYTES], &head[SUPERBLOCK_BYTES..]);
-    let (superblock, copy) = match found {
+    let shutdown_state = found.as_ref().ok().and_then(SuperblockFound::shutdown_state);
+    let (superblock, copy, damaged_superblock) = match found {
         Ok(SuperblockFound::Blank) => return format_fresh(dev, spec, RecoveryReport::default()),
-        Ok(SuperblockFound::Found { superblock, copy, .. }) => (superblock, copy),
+        Ok(SuperblockFound::Found {
+            superblock,
+            copy,
+            other_copy_error,
+            other_copy_damaged,
+        }) => {
+            let damaged = other_copy_damaged.then(|| {
+                other_copy_error.map_or_else(|| "damaged".to_string(), |e| e.to_string())
+            });
+            (superblock, copy, damaged)
+        }
         Err(_) if spec.init == (InitMode::Format { discard_dirty: true }) => {
             return format_fresh(dev, spec, RecoveryReport::default());
         }
@@ -263,20 +355,71 @@ pub fn open(
     for (copy_index, image) in images.iter_mut().enumerate() {
         dev.read_at(image, layout.metadata_offset + (copy_index * region) as u64)?;
     }
-    let loaded = load_metadata(&images[0], &images[1], &layout).map_err(format_err)?;
-    let clean_shutdown = superblock.state == ShutdownState::Clean;
-    let dirty_count = loaded
-        .lines
-        .iter()
-        .filter(|(_, r)| r.line.as_ref().is_some_and(|l| l.dirty))
-        .count() as u64;
+    let mut loaded = load_metadata(&images[0], &images[1], &layout).map_err(format_err)?;
+    // An invalid superblock copy never means "clean" (it may be the newest).
+    let clean_shutdown = shutdown_state == Some(ShutdownState::Clean);
+    if let Some(why) = &damaged_superblock {
+        eprintln!(
+            "iocache: a superblock copy of the cache device is damaged ({why}); treating the cache as not shut \
+             down cleanly"
+        );
+    }
+    let damaged = damaged_slots(&loaded, &superblock, damaged_superblock.is_some());
     let mut report = RecoveryReport {
         loaded: true,
         clean_shutdown,
         corrupt_copies: loaded.corrupt_copies,
         corrupt_examples: loaded.corrupt_examples.clone(),
+        damaged_superblock: damaged_superblock.clone(),
         ..RecoveryReport::default()
     };
+    let accept_damage = match spec.init {
+        InitMode::Load => false,
+        InitMode::LoadAcceptingDamage => true,
+        InitMode::Format { discard_dirty } => discard_dirty,
+    };
+    if !damaged.is_empty() && !accept_damage {
+        return Err(EngineError::DamagedMetadata(DamagedMetadata { slots: damaged }));
+    }
+    // Accepted damage: the damaged slots keep only what can be verified
+    // (their valid copy may be older than the damaged one, and the slot may
+    // hold another line's data since), and their damaged copies are blanked
+    // so that the next start does not stop on them again.
+    let mut damaged_dirty = Vec::new();
+    let mut damaged_unloaded = Vec::new();
+    if !damaged.is_empty() {
+        for d in &damaged {
+            eprintln!("iocache: starting despite damaged metadata: {d}");
+        }
+        if spec.init == InitMode::LoadAcceptingDamage {
+            blank_damaged_copies(dev, &layout, &mut images, &damaged)?;
+        }
+        let mut line_buf = vec![0u8; layout.line_bytes as usize];
+        loaded.lines.retain(|(slot, record)| {
+            let Some(line) = &record.line else { return true };
+            if damaged.binary_search_by_key(slot, |d| d.slot).is_err()
+                || data_matches_hash(dev, &layout, *slot, line, &mut line_buf)
+            {
+                return true;
+            }
+            let key = LineKey {
+                volume: line.volume,
+                line_index: line.line_index,
+            };
+            if line.dirty {
+                damaged_dirty.push((*slot, key));
+            } else {
+                damaged_unloaded.push(*slot);
+            }
+            false
+        });
+        report.damaged_slots = damaged;
+    }
+    let dirty_count = loaded
+        .lines
+        .iter()
+        .filter(|(_, r)| r.line.as_ref().is_some_and(|l| l.dirty))
+        .count() as u64;
     if let InitMode::Format { discard_dirty } = spec.init {
         if dirty_count > 0 && !discard_dirty {
             return Err(EngineError::Refused(format!(
@@ -443,7 +586,8 @@ pub fn open(
             mirror: None,
         });
     }
-    let mut stale_dirty = Vec::new();
+    unloaded_slots.extend(damaged_unloaded);
+    let mut stale_dirty = damaged_dirty;
     let backend_of = |volume: u32| position(volume).map(|at| backends[at]);
     let lines = resolve_duplicates(
         dev,
@@ -471,6 +615,102 @@ pub fn open(
         stale_dirty,
         report,
     })
+}
+
+/// The slots whose corrupt record copies may hide dirty data. A corrupt
+/// copy may have been the slot's newest record (damaged after it was
+/// written: its valid copy is then older and may describe data the slot no
+/// longer holds), so it is harmless only when it cannot have described
+/// anything: its header is all zero (no record was written there; a record
+/// always has a nonzero tag, kind and line shift), or the last run kept no
+/// records at all (`persistence = none` in a superblock whose other copy is
+/// sound, so that it is the last run's).
+///
+/// A torn record write is not told apart from damage. Records of at most
+/// 512 bytes lie in one sector and are never torn, so a corrupt one is
+/// damage. A 1024-byte record (1 MiB lines) torn by a power loss in the
+/// middle of a barrier is corrupt too; it is refused like damage (the
+/// conservative choice: the barrier it belonged to had not completed, so
+/// accepting it, [`InitMode::LoadAcceptingDamage`], loses nothing that was
+/// promised; but the loader cannot know that the damage is not elsewhere).
+fn damaged_slots(
+    loaded: &iocache_format::MetadataLoad,
+    superblock: &Superblock,
+    superblock_damaged: bool,
+) -> Vec<DamagedSlot> {
+    if superblock.persistence == Persistence::None && !superblock_damaged {
+        return Vec::new();
+    }
+    let mut out: Vec<DamagedSlot> = Vec::new();
+    for corrupt in &loaded.corrupt {
+        let Some(guess) = &corrupt.guess else { continue };
+        let problem = format!("copy {}: {}", corrupt.copy, corrupt.reason);
+        let probably = guess.line.then(|| ProbableLine {
+            volume: guess.volume,
+            volume_name: superblock
+                .volumes
+                .iter()
+                .find(|v| v.id == guess.volume)
+                .map(|v| v.name.clone()),
+            line_index: guess.line_index,
+            dirty: guess.dirty,
+        });
+        match out.last_mut() {
+            Some(last) if last.slot == corrupt.slot => {
+                last.device_offsets.push(corrupt.device_offset);
+                last.problem = format!("{}; {problem}", last.problem);
+                if last.probably.is_none() {
+                    last.probably = probably;
+                }
+            }
+            _ => out.push(DamagedSlot {
+                slot: corrupt.slot,
+                device_offsets: vec![corrupt.device_offset],
+                problem,
+                probably,
+            }),
+        }
+    }
+    out
+}
+
+/// Zeroes the damaged record copies, in the images and on the device
+/// (whole sectors, rewritten from the images), and flushes.
+fn blank_damaged_copies(
+    dev: &dyn BlockDevice,
+    layout: &Layout,
+    images: &mut [Vec<u8>; 2],
+    damaged: &[DamagedSlot],
+) -> Result<(), EngineError> {
+    let record_bytes = layout.record_bytes as usize;
+    for d in damaged {
+        for &offset in &d.device_offsets {
+            let copy = u8::from(offset >= layout.copy_region_offset(1));
+            let at = d.slot as usize * record_bytes;
+            images[copy as usize][at..at + record_bytes].fill(0);
+            let (start, len) = layout.record_write_span(d.slot, copy);
+            let from = (start - layout.copy_region_offset(copy)) as usize;
+            dev.write_at(&images[copy as usize][from..from + len as usize], start)?;
+        }
+    }
+    dev.flush()?;
+    Ok(())
+}
+
+/// Whether the slot's data matches the record's hash: a clean record's
+/// covers its valid sectors, a dirty record's its dirty sectors. A record
+/// without a hash, or data that does not read, does not match.
+fn data_matches_hash(
+    dev: &dyn BlockDevice,
+    layout: &Layout,
+    slot: u64,
+    line: &iocache_format::LineRecord,
+    buf: &mut [u8],
+) -> bool {
+    let Some(hash) = line.data_hash else { return false };
+    let covered = if line.dirty { &line.dirty_bits } else { &line.valid };
+    dev.read_at(buf, layout.line_offset(slot)).is_ok()
+        && hash == hash_valid_sectors(buf, covered, layout.sectors_per_line())
 }
 
 /// A crash in the middle of a barrier can leave a line in two slots: the

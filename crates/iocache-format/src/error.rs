@@ -75,6 +75,20 @@ pub enum FormatError {
         found: [u8; 8],
     },
 
+    /// The copy does not start with [`MAGIC`](crate::MAGIC), but its crc32c
+    /// matches its bytes with the magic put back: a superblock whose magic
+    /// was damaged, not a device that never held one.
+    #[error(
+        "{at}: field magic = {found:02x?} at offset {at_offset}: damaged (the crc32c matches \"IOCACHE\\0\")",
+        at_offset = .at.0
+    )]
+    DamagedMagic {
+        /// Which copy.
+        at: SuperblockAt,
+        /// The first eight bytes found.
+        found: [u8; 8],
+    },
+
     /// The stored crc32c does not match the copy's bytes.
     #[error("{at}: crc32c {stored:#010x} (field crc32c at offset {offset}) expected {computed:#010x}")]
     SuperblockCrc {

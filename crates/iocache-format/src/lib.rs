@@ -28,8 +28,10 @@ mod superblock;
 
 pub use error::{FormatError, SuperblockAt};
 pub use layout::{Layout, LINE_BYTES_MAX, LINE_BYTES_MIN, METADATA_OFFSET, RECORD_BYTES_MIN, REGION_ALIGN};
-pub use load::{load_metadata, MetadataLoad, SlotDisk, MAX_CORRUPT_EXAMPLES};
-pub use record::{decode_record, encode_record, LineRecord, Record, RecordCopy, RECORD_TAG};
+pub use load::{load_metadata, CorruptCopy, MetadataLoad, SlotDisk, MAX_CORRUPT_EXAMPLES};
+pub use record::{
+    decode_record, encode_record, guess_record, LineRecord, Record, RecordCopy, RecordGuess, RECORD_TAG,
+};
 pub use superblock::{
     pick_superblock, Persistence, ShutdownState, Superblock, SuperblockFound, VolumeEntry,
     MAX_SETTINGS_BYTES, MAX_VOLUMES, MAX_VOLUME_NAME_BYTES,

@@ -3,7 +3,7 @@
 
 use crate::error::FormatError;
 use crate::layout::Layout;
-use crate::record::{decode_record, Record, RecordCopy};
+use crate::record::{decode_record, guess_record, Record, RecordCopy, RecordGuess};
 
 /// Most corrupt copies [`MetadataLoad::corrupt_examples`] lists.
 pub const MAX_CORRUPT_EXAMPLES: usize = 16;
@@ -31,6 +31,22 @@ impl SlotDisk {
     }
 }
 
+/// A record copy that is neither blank nor valid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CorruptCopy {
+    /// The slot it belongs to.
+    pub slot: u64,
+    /// Copy 0 or 1.
+    pub copy: u8,
+    /// Its device offset.
+    pub device_offset: u64,
+    /// The first check it failed.
+    pub reason: String,
+    /// What its fields say, read without checks ([`guess_record`]); `None`
+    /// when its header is all zero (no record was ever written there).
+    pub guess: Option<RecordGuess>,
+}
+
 /// The metadata area as loaded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetadataLoad {
@@ -44,6 +60,10 @@ pub struct MetadataLoad {
     /// `(device offset, reason)` for the first [`MAX_CORRUPT_EXAMPLES`]
     /// corrupt copies, in slot order (copy 0 before copy 1).
     pub corrupt_examples: Vec<(u64, String)>,
+    /// Every corrupt copy, in slot order (copy 0 before copy 1). A corrupt
+    /// copy is never used, but it may have been the slot's newest record:
+    /// the caller decides whether the slot's valid copy can be trusted.
+    pub corrupt: Vec<CorruptCopy>,
 }
 
 /// Loads the metadata area: `copy0` and `copy1` are the bytes of the two
@@ -78,21 +98,31 @@ pub fn load_metadata(copy0: &[u8], copy1: &[u8], layout: &Layout) -> Result<Meta
         slots: Vec::with_capacity(slot_count),
         corrupt_copies: 0,
         corrupt_examples: Vec::new(),
+        corrupt: Vec::new(),
     };
     for slot in 0..slot_count {
         let range = slot * record_bytes..(slot + 1) * record_bytes;
         let mut best: Option<(u8, Record)> = None;
         for (copy, region) in [(0u8, copy0), (1u8, copy1)] {
-            match decode_record(&region[range.clone()], layout) {
+            let bytes = &region[range.clone()];
+            match decode_record(bytes, layout) {
                 RecordCopy::Blank => {}
                 RecordCopy::Corrupt(reason) => {
                     load.corrupt_copies += 1;
+                    let device_offset = layout.record_offset(slot as u64, copy);
                     if load.corrupt_examples.len() < MAX_CORRUPT_EXAMPLES {
                         load.corrupt_examples.push((
-                            layout.record_offset(slot as u64, copy),
+                            device_offset,
                             format!("slot {slot} metadata copy {copy}: {reason}"),
                         ));
                     }
+                    load.corrupt.push(CorruptCopy {
+                        slot: slot as u64,
+                        copy,
+                        device_offset,
+                        reason,
+                        guess: guess_record(bytes, layout),
+                    });
                 }
                 RecordCopy::Valid(record) => {
                     if best.as_ref().is_none_or(|(_, b)| record.sequence > b.sequence) {

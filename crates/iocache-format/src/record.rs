@@ -98,6 +98,65 @@ pub enum RecordCopy {
     Corrupt(String),
 }
 
+/// What the fields of a corrupt record copy say, read without checking
+/// anything ([`guess_record`]): a best guess at what the copy described,
+/// for error messages. Nothing in it can be trusted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordGuess {
+    /// The `sequence` field.
+    pub sequence: u64,
+    /// Whether the copy seems to describe a line rather than an empty slot
+    /// (`kind` 2, or `kind` neither 1 nor 2 with a volume, line index or
+    /// bitmap bit set).
+    pub line: bool,
+    /// The `volume` field.
+    pub volume: u32,
+    /// The `line_index` field.
+    pub line_index: u64,
+    /// The dirty flag or any dirty bit is set.
+    pub dirty: bool,
+    /// Number of sectors the dirty bitmap marks (bits beyond the line ignored).
+    pub dirty_sectors: u32,
+}
+
+/// Reads the fields of a record copy ignoring its crc and every rule, for
+/// messages about a corrupt copy. `None` when the copy's first eight bytes
+/// (tag, kind, flags, line shift, reserved) are all zero: no record was
+/// written there (a record always has its tag, kind and line shift
+/// nonzero, so only damage to five or more of those bytes or a torn write
+/// whose first sector never reached the device leaves them so), or when
+/// `bytes` is not `layout.record_bytes` long.
+pub fn guess_record(bytes: &[u8], layout: &Layout) -> Option<RecordGuess> {
+    if check_record_layout(layout).is_err()
+        || bytes.len() as u64 != layout.record_bytes
+        || bytes[..8].iter().all(|&b| b == 0)
+    {
+        return None;
+    }
+    let b = layout.bitmap_bytes();
+    let sectors = layout.sectors_per_line() as usize;
+    let words = layout.bitmap_words();
+    let valid = get_bitmap(&bytes[off::BITMAPS..off::BITMAPS + b], words);
+    let dirty = get_bitmap(&bytes[off::BITMAPS + b..off::BITMAPS + 2 * b], words);
+    let dirty_sectors: u32 = dirty
+        .iter()
+        .enumerate()
+        .map(|(w, d)| (d & word_mask(sectors, w)).count_ones())
+        .sum();
+    let volume = get_u32(bytes, off::VOLUME);
+    let line_index = get_u64(bytes, off::LINE_INDEX);
+    let kind = bytes[off::KIND];
+    let anything = volume != 0 || line_index != 0 || valid.iter().chain(&dirty).any(|&w| w != 0);
+    Some(RecordGuess {
+        sequence: get_u64(bytes, off::SEQUENCE),
+        line: kind == KIND_LINE || (kind != KIND_EMPTY && anything),
+        volume,
+        line_index,
+        dirty: bytes[off::FLAGS] & FLAG_DIRTY != 0 || dirty_sectors > 0,
+        dirty_sectors,
+    })
+}
+
 /// Checks a layout enough to encode or decode records with it.
 fn check_record_layout(layout: &Layout) -> Result<(), FormatError> {
     check_line_bytes(layout.line_bytes)

@@ -339,10 +339,17 @@ impl Superblock {
             return Err(FormatError::SuperblockLength { at, len: bytes.len() });
         }
         let magic: [u8; 8] = bytes[..8].try_into().expect("8 bytes");
+        let stored = get_u32(bytes, off::CRC);
         if magic != MAGIC {
+            // A flipped byte in the magic must not make a cache look like a
+            // blank device (which would be formatted): with the magic put
+            // back, does the crc match?
+            let restored = crc32c::crc32c_append(crc32c::crc32c(&MAGIC), &bytes[8..off::CRC]);
+            if restored == stored {
+                return Err(FormatError::DamagedMagic { at, found: magic });
+            }
             return Err(FormatError::NoMagic { at, found: magic });
         }
-        let stored = get_u32(bytes, off::CRC);
         let computed = crc32c::crc32c(&bytes[..off::CRC]);
         if stored != computed {
             return Err(FormatError::SuperblockCrc {
@@ -567,10 +574,31 @@ pub enum SuperblockFound {
         /// Why the other copy is not valid, if it is not (`NoMagic` when it
         /// was never written).
         other_copy_error: Option<FormatError>,
+        /// The other copy is not valid and not all zero: damaged, or torn by
+        /// an update that did not complete. It may have been the newest
+        /// copy, so what `superblock` says about the shutdown cannot be
+        /// believed: see [`SuperblockFound::shutdown_state`].
+        other_copy_damaged: bool,
     },
 }
 
 impl SuperblockFound {
+    /// The shutdown state to act on: the found superblock's, unless the
+    /// other copy is damaged, in which case [`ShutdownState::Running`]. An
+    /// invalid copy never means "clean": it may be the newest copy (damaged
+    /// after it was written, or torn while being written), saying "running",
+    /// while the valid older one says "clean". `None` for a blank device.
+    pub fn shutdown_state(&self) -> Option<ShutdownState> {
+        match self {
+            SuperblockFound::Blank => None,
+            SuperblockFound::Found {
+                other_copy_damaged: true,
+                ..
+            } => Some(ShutdownState::Running),
+            SuperblockFound::Found { superblock, .. } => Some(superblock.state),
+        }
+    }
+
     /// Where the next superblock update goes: the copy that is not the
     /// current one, and the sequence it carries (current + 1). `None` for a
     /// blank device, which is formatted instead (both copies written).
@@ -588,7 +616,10 @@ impl SuperblockFound {
 /// offset 0, `copy_b` at 4096, each exactly [`SUPERBLOCK_BYTES`]).
 ///
 /// - Both valid: the one with the higher sequence (A on a tie).
-/// - One valid: that one, with the other's error.
+/// - One valid: that one, with the other's error; the other copy counts as
+///   damaged (`other_copy_damaged`, so the state is taken as running, see
+///   [`SuperblockFound::shutdown_state`]) unless it is all zero (never
+///   written).
 /// - Neither carries the magic: [`SuperblockFound::Blank`].
 /// - Otherwise (a magic but no valid copy): [`FormatError::NoValidSuperblock`]
 ///   naming both copies' problems.
@@ -606,29 +637,34 @@ pub fn pick_superblock(copy_a: &[u8], copy_b: &[u8]) -> Result<SuperblockFound, 
     }
     let a = Superblock::decode(copy_a, SUPERBLOCK_OFFSETS[0]);
     let b = Superblock::decode(copy_b, SUPERBLOCK_OFFSETS[1]);
+    let written = |bytes: &[u8]| bytes.iter().any(|&x| x != 0);
     match (a, b) {
         (Ok(a), Ok(b)) => Ok(if b.sequence > a.sequence {
             SuperblockFound::Found {
                 superblock: b,
                 copy: 1,
                 other_copy_error: None,
+                other_copy_damaged: false,
             }
         } else {
             SuperblockFound::Found {
                 superblock: a,
                 copy: 0,
                 other_copy_error: None,
+                other_copy_damaged: false,
             }
         }),
         (Ok(a), Err(e)) => Ok(SuperblockFound::Found {
             superblock: a,
             copy: 0,
             other_copy_error: Some(e),
+            other_copy_damaged: written(copy_b),
         }),
         (Err(e), Ok(b)) => Ok(SuperblockFound::Found {
             superblock: b,
             copy: 1,
             other_copy_error: Some(e),
+            other_copy_damaged: written(copy_a),
         }),
         (Err(ea), Err(eb)) => {
             if matches!(ea, FormatError::NoMagic { .. }) && matches!(eb, FormatError::NoMagic { .. }) {

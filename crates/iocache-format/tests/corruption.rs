@@ -157,6 +157,7 @@ fn every_single_bit_flip_of_a_superblock_is_detected() {
                 superblock,
                 copy: 0,
                 other_copy_error: Some(_),
+                other_copy_damaged: true,
             } => {
                 assert_eq!(superblock, older)
             }
@@ -188,7 +189,7 @@ fn newest_valid_superblock_wins() {
     let b = sample_superblock(6).encode().unwrap();
     let found = pick_superblock(&a, &b).unwrap();
     assert!(
-        matches!(&found, SuperblockFound::Found { superblock, copy: 1, other_copy_error: None } if superblock.sequence == 6)
+        matches!(&found, SuperblockFound::Found { superblock, copy: 1, other_copy_error: None, other_copy_damaged: false } if superblock.sequence == 6)
     );
     assert_eq!(found.update_target(), Some((0, 7)));
     let found = pick_superblock(&b, &a).unwrap();
@@ -216,6 +217,7 @@ fn a_corrupt_newest_superblock_falls_back_to_the_older() {
             superblock,
             copy: 0,
             other_copy_error: Some(e),
+            other_copy_damaged: true,
         } => {
             assert_eq!(superblock.sequence, 5);
             let text = e.to_string();
@@ -234,6 +236,7 @@ fn a_corrupt_newest_superblock_falls_back_to_the_older() {
         SuperblockFound::Found {
             copy: 1,
             other_copy_error: Some(FormatError::NoMagic { .. }),
+            other_copy_damaged: false,
             ..
         } => {}
         other => panic!("{other:?}"),
@@ -373,5 +376,120 @@ fn field_errors_name_the_field_and_device_offset() {
     for (bytes, offset, expected) in cases {
         let text = Superblock::decode(&bytes, offset).unwrap_err().to_string();
         assert!(text.contains(expected), "expected {expected:?} in {text:?}");
+    }
+}
+
+/// An invalid copy never means "clean": whichever copy is damaged, the
+/// shutdown state read is "running"; a copy never written (all zero) does
+/// not count as damaged.
+#[test]
+fn a_damaged_copy_makes_the_state_running_whatever_the_valid_copy_says() {
+    let mut clean = sample_superblock(5);
+    clean.state = ShutdownState::Clean;
+    let clean_bytes = clean.encode().unwrap();
+    let mut running = sample_superblock(6);
+    running.state = ShutdownState::Running;
+    let running_bytes = running.encode().unwrap();
+    let found = pick_superblock(&clean_bytes, &running_bytes).unwrap();
+    assert_eq!(found.shutdown_state(), Some(ShutdownState::Running));
+    // Every byte of the newest (running) copy, damaged: the older clean
+    // copy is found, but the state is running.
+    for at in (0..SUPERBLOCK_BYTES).step_by(7).chain([0, 3, 7, 4092, 4095]) {
+        let mut damaged = running_bytes.clone();
+        damaged[at] ^= 0x10;
+        let found = pick_superblock(&clean_bytes, &damaged).unwrap();
+        assert!(
+            matches!(
+                &found,
+                SuperblockFound::Found {
+                    copy: 0,
+                    other_copy_damaged: true,
+                    ..
+                }
+            ),
+            "byte {at}: {found:?}"
+        );
+        assert_eq!(found.shutdown_state(), Some(ShutdownState::Running), "byte {at}");
+    }
+    // Torn update: the first sectors of the new copy over the old one.
+    let mut torn = clean_bytes.clone();
+    torn[..1024].copy_from_slice(&running_bytes[..1024]);
+    let found = pick_superblock(&torn, &clean_bytes).unwrap();
+    assert_eq!(found.shutdown_state(), Some(ShutdownState::Running));
+    // Never written: not damage, the clean state stands.
+    let zero = vec![0u8; SUPERBLOCK_BYTES];
+    let found = pick_superblock(&clean_bytes, &zero).unwrap();
+    assert_eq!(found.shutdown_state(), Some(ShutdownState::Clean));
+    assert_eq!(SuperblockFound::Blank.shutdown_state(), None);
+}
+
+/// A flipped magic byte is told apart from a device that never held a
+/// cache: with the magic put back the crc matches.
+#[test]
+fn a_damaged_magic_is_not_mistaken_for_a_blank_copy() {
+    let bytes = sample_superblock(3).encode().unwrap();
+    for at in 0..8 {
+        let mut damaged = bytes.clone();
+        damaged[at] ^= 0x01;
+        let err = Superblock::decode(&damaged, 0).unwrap_err();
+        assert!(
+            matches!(err, FormatError::DamagedMagic { .. }),
+            "byte {at}: {err}"
+        );
+        // Alone on the device (the other copy never written): an error,
+        // not a blank device to format.
+        let zero = vec![0u8; SUPERBLOCK_BYTES];
+        let err = pick_superblock(&damaged, &zero).unwrap_err();
+        assert!(err.to_string().contains("damaged"), "{err}");
+    }
+}
+
+/// The best-effort guess of a corrupt record names what it described.
+#[test]
+fn corrupt_records_are_guessed_from_their_fields() {
+    for line_bytes in [512, 4096, 65536, 1 << 20] {
+        let layout = Layout::for_slots(line_bytes, 4).unwrap();
+        let mut bytes = encode(&sample_line(&layout), &layout);
+        bytes[40] ^= 0x80; // a valid bit: the crc fails
+        assert!(matches!(decode_record(&bytes, &layout), RecordCopy::Corrupt(_)));
+        let guess = guess_record(&bytes, &layout).expect("a header to read");
+        assert_eq!(
+            (
+                guess.sequence,
+                guess.line,
+                guess.volume,
+                guess.line_index,
+                guess.dirty
+            ),
+            (0x0102_0304_0506_0708, true, 42, 123_456, true)
+        );
+        let empty = encode(&Record::empty(9), &layout);
+        let guess = guess_record(&empty, &layout).unwrap();
+        assert!(!guess.line && !guess.dirty);
+        // A header of zeros: nothing was ever written there.
+        let mut junk = vec![0u8; layout.record_bytes as usize];
+        junk[20] = 7;
+        assert_eq!(guess_record(&junk, &layout), None);
+        // load_metadata lists every corrupt copy with its guess.
+        let mut copy0 = vec![0u8; layout.copy_region_bytes as usize];
+        let rb = layout.record_bytes as usize;
+        copy0[rb..2 * rb].copy_from_slice(&bytes);
+        copy0[2 * rb..3 * rb].copy_from_slice(&junk);
+        let copy1 = vec![0u8; layout.copy_region_bytes as usize];
+        let load = load_metadata(&copy0, &copy1, &layout).unwrap();
+        assert_eq!(load.corrupt.len(), 2);
+        assert_eq!(
+            (
+                load.corrupt[0].slot,
+                load.corrupt[0].copy,
+                load.corrupt[0].device_offset
+            ),
+            (1, 0, layout.record_offset(1, 0))
+        );
+        assert!(load.corrupt[0]
+            .guess
+            .as_ref()
+            .is_some_and(|g| g.line_index == 123_456));
+        assert_eq!((load.corrupt[1].slot, load.corrupt[1].guess.clone()), (2, None));
     }
 }
