@@ -113,6 +113,11 @@ pub struct ServeArgs {
     /// write-back.
     #[arg(long)]
     force: bool,
+    /// Start on a cache whose metadata is damaged where it may describe dirty data (the start is
+    /// refused without it, naming the slots and the lines they probably held): only what can be
+    /// verified is loaded, and what the damaged records described is lost.
+    #[arg(long, conflicts_with = "init")]
+    accept_damaged_metadata: bool,
     /// Unix socket to listen on [default: ./iocache-data/iocache.sock].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
@@ -429,6 +434,8 @@ fn open_cache_group(
                 InitMode::Format {
                     discard_dirty: start.force,
                 }
+            } else if start.accept_damage {
+                InitMode::LoadAcceptingDamage
             } else {
                 InitMode::Load
             },
@@ -542,6 +549,16 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
         for (offset, reason) in r.corrupt_examples.iter().take(4) {
             eprintln!("iocache: {who}: corrupt metadata at offset {offset}: {reason}");
         }
+        if !r.damaged_slots.is_empty() {
+            eprintln!(
+                "iocache: {who}: started over damaged metadata (--accept-damaged-metadata): {} slots \
+                 dropped what they may have described",
+                r.damaged_slots.len()
+            );
+            for slot in r.damaged_slots.iter().take(8) {
+                eprintln!("iocache: {who}: damaged: {slot}");
+            }
+        }
     } else {
         eprintln!(
             "iocache: {who}: formatted a new cache on {} (persistence {})",
@@ -555,12 +572,14 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
 struct StartMode {
     init: bool,
     force: bool,
+    accept_damage: bool,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
     let start = StartMode {
         init: args.init,
         force: args.force,
+        accept_damage: args.accept_damaged_metadata,
     };
     let config = match args.config.clone() {
         Some(path) => ServeConfig::from_file(&path)?,

@@ -385,3 +385,198 @@ fn sigterm_stops_the_server_after_its_socket_file_was_removed() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Old failure: one flipped byte in a dirty line's record, after a crash,
+/// and the server started, logged one line and served the backend's old
+/// data for a write that was flushed. Now the start is refused, naming the
+/// slot and the line, until the operator accepts the loss.
+#[test]
+fn a_damaged_dirty_record_refuses_the_start_until_accepted() {
+    let dir = temp_dir("damaged");
+    let mut base = args(&dir, "a", "backend.img", "cache.img");
+    base.extend([
+        "--write-policy".into(),
+        "wb".into(),
+        "--persistence".into(),
+        "dirty".into(),
+    ]);
+    let mut server = Server::start(&dir, "a", &base);
+    write_pattern(&mut server.client(), 32, 11);
+    // Crash: the records of the 32 dirty lines are durable (FLUSH).
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+
+    // Flip one byte (the line index) of the first dirty record found.
+    let mut cache = std::fs::read(dir.join("cache.img")).unwrap();
+    let at = (8192..cache.len() - 64)
+        .step_by(64)
+        .find(|&at| &cache[at..at + 4] == b"IOCR" && cache[at + 4] == 2 && cache[at + 5] & 1 == 1)
+        .expect("a dirty line record");
+    cache[at + 24] ^= 0x40;
+    std::fs::write(dir.join("cache.img"), &cache).unwrap();
+
+    let err = refused(&base);
+    assert!(err.contains("metadata is damaged"), "{err}");
+    assert!(
+        err.contains(&format!("{at}")),
+        "the device offset is named: {err}"
+    );
+    assert!(err.contains("probably dirty line"), "the line is named: {err}");
+    assert!(
+        err.contains("--accept-damaged-metadata"),
+        "the way out is named: {err}"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("cache.img")).unwrap(),
+        cache,
+        "a refused start wrote the cache"
+    );
+
+    let mut accept = base.clone();
+    accept.push("--accept-damaged-metadata".into());
+    let server = Server::start(&dir, "a", &accept);
+    let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
+    assert!(log.contains("started over damaged metadata"), "{log}");
+    // Every other line is intact.
+    let mut client = server.client();
+    let mut buf = vec![0u8; 4096];
+    let mut intact = 0;
+    for i in 0..32u64 {
+        client.read(i * 4096, &mut buf).unwrap();
+        intact += usize::from(buf.iter().all(|&b| b == 11u8.wrapping_add(i as u8)));
+    }
+    assert_eq!(intact, 31, "only the line of the damaged record is lost");
+    drop(client);
+    assert!(server.stop().status.success());
+    // The damage was cleared: a plain start works.
+    let server = Server::start(&dir, "a", &base);
+    assert!(server.stop().status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// An nbdkit file export of `image` on `socket`, ready when returned.
+fn nbdkit(socket: &Path, image: &Path) -> Child {
+    let mut child = Command::new("nbdkit")
+        .args(["-f", "-U"])
+        .arg(socket)
+        .arg("file")
+        .arg(image)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !socket.exists() {
+        assert!(child.try_wait().unwrap().is_none(), "nbdkit exited");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "nbdkit did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Old failure: SIGTERM with the NBD backend gone spun at 100 % CPU
+/// writing back and never exited. Now the shutdown gives up after its
+/// patience, says how many dirty lines stay on the cache device, exits
+/// non-zero, and the next start (backend back) writes them back.
+#[test]
+fn shutdown_with_the_backend_gone_is_bounded_and_keeps_the_dirty_lines() {
+    if !have("nbdkit") {
+        eprintln!("SKIPPED: nbdkit is not installed");
+        return;
+    }
+    let dir = temp_dir("gone");
+    let image = dir.join("backend.img");
+    std::fs::File::create(&image).unwrap().set_len(16 << 20).unwrap();
+    let kit_socket = dir.join("kit.sock");
+    let mut kit = nbdkit(&kit_socket, &image);
+    let mut base = args(&dir, "a", "unused", "cache.img");
+    let b = base.iter().position(|a| a == "--backend").unwrap();
+    base[b + 1] = format!("nbd+unix:///?socket={}", kit_socket.display());
+    base.retain(|a| a != "--backend-size" && a != "16MiB");
+    base.extend(["--write-policy".into(), "wb".into()]);
+    let mut first = base.clone();
+    first.push("--init".into());
+    let server = Server::start(&dir, "a", &first);
+    write_pattern(&mut server.client(), 32, 21);
+    kit.kill().unwrap();
+    kit.wait().unwrap();
+
+    let started = Instant::now();
+    let out = server.stop();
+    let took = started.elapsed();
+    let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
+    assert!(
+        !out.status.success(),
+        "the exit status says dirty lines remain: {log}"
+    );
+    assert!(took < Duration::from_secs(40), "the shutdown took {took:?}");
+    assert!(log.contains("32 dirty lines could not be written back"), "{log}");
+    assert!(log.contains("stay on the cache device"), "{log}");
+    assert!(std::fs::read(&image).unwrap()[..4096].iter().all(|&b| b == 0));
+
+    // The backend is back: the lines are served from the cache and written
+    // back at the next shutdown.
+    let _ = std::fs::remove_file(&kit_socket);
+    let mut kit = nbdkit(&kit_socket, &image);
+    let server = Server::start(&dir, "a", &base);
+    check_pattern(&mut server.client(), 32, 21);
+    assert!(server.stop().status.success());
+    let data = std::fs::read(&image).unwrap();
+    for i in 0..32usize {
+        assert!(
+            data[i * 4096..(i + 1) * 4096]
+                .iter()
+                .all(|&b| b == 21u8.wrapping_add(i as u8)),
+            "line {i}"
+        );
+    }
+    kit.kill().unwrap();
+    kit.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Old failure: a volume whose backend is the server's own export
+/// deadlocked every FLUSH and SIGTERM. Refused at attach.
+#[test]
+fn a_volume_cannot_be_its_own_backend() {
+    let dir = temp_dir("self");
+    let server = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
+    let socket = dir.join("nbd-a.sock");
+    let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
+    let port = log
+        .split("nbd://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("the banner names the TCP port")
+        .to_string();
+    for uri in [
+        format!("nbd+unix:///?socket={}", socket.display()),
+        format!("nbd://127.0.0.1:{port}/iocache"),
+        format!("nbd://localhost:{port}/"),
+    ] {
+        let out = iocache()
+            .args(["ctl", "--admin-socket"])
+            .arg(dir.join("admin-a.sock"))
+            .args(["attach", "loop", &uri])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && text.contains("this server's own export"),
+            "{uri}: {text}"
+        );
+    }
+    let started = Instant::now();
+    assert!(server.stop().status.success());
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+}

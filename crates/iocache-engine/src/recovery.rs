@@ -91,7 +91,7 @@ impl std::fmt::Display for DamagedSlot {
 #[error(
     "the cache device's metadata is damaged where it may describe dirty data: {}{}; \
      the data those records vouched for cannot be verified and is not served. Start with the \
-     acknowledgement of damaged metadata (--force) to start with what can be verified, losing what \
+     acknowledgement of damaged metadata (--accept-damaged-metadata) to start with what can be verified, losing what \
      they described",
     .slots.iter().take(8).map(ToString::to_string).collect::<Vec<_>>().join("; "),
     if .slots.len() > 8 { format!("; and {} more slots", .slots.len() - 8) } else { String::new() }
