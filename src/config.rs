@@ -86,6 +86,13 @@ pub struct ServeConfig {
     pub listen: Option<SocketAddr>,
     /// Unix socket answering `iocache stats`.
     pub admin_socket: Option<PathBuf>,
+    /// Directories under which `iocache ctl attach` may open (or create)
+    /// backend files; none: only NBD backends can be attached.
+    pub attach_dirs: Vec<PathBuf>,
+    /// The default data directory, when some path was defaulted into it:
+    /// it must be this user's alone (created 0700), and files in it are
+    /// opened without following symbolic links.
+    pub private_dir: Option<PathBuf>,
     /// At least one; the first is also the default export (the empty name).
     pub volumes: Vec<VolumeConfig>,
 }
@@ -326,6 +333,8 @@ struct ServerText {
     socket: Option<PathBuf>,
     listen: Option<String>,
     admin_socket: Option<PathBuf>,
+    #[serde(default)]
+    attach_dirs: Vec<PathBuf>,
 }
 
 /// The whole file.
@@ -612,6 +621,8 @@ impl ServeConfig {
             socket: file.server.socket,
             listen,
             admin_socket: file.server.admin_socket,
+            attach_dirs: file.server.attach_dirs,
+            private_dir: None,
             volumes,
         }
         .check()

@@ -44,7 +44,7 @@ pub struct ServeArgs {
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "io_engine", "direct",
         "persistence", "socket",
         "listen", "export",
-        "admin_socket",
+        "admin_socket", "attach_dir",
     ])]
     config: Option<PathBuf>,
     /// Backend: a file or block device, or a remote NBD export
@@ -121,15 +121,22 @@ pub struct ServeArgs {
     /// Unix socket to listen on [default: ./iocache-data/iocache.sock].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// TCP address to listen on.
-    #[arg(long, default_value = "127.0.0.1:10809", value_name = "ADDR:PORT")]
-    listen: String,
+    /// Also listen on TCP (none by default: only the Unix socket, whose mode limits who may
+    /// connect; any local user can connect to a TCP port, and there is no TLS yet), e.g.
+    /// 127.0.0.1:10809.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Option<String>,
     /// Export name (the export is also reachable under the empty name).
     #[arg(long, default_value = "iocache")]
     export: String,
     /// Unix socket answering `iocache stats` [default: ./iocache-data/admin.sock].
     #[arg(long, value_name = "PATH")]
     admin_socket: Option<PathBuf>,
+    /// A directory under which `iocache ctl attach` may open or create backend files
+    /// (repeatable) [default: ./iocache-data when it is the data directory; none otherwise: only
+    /// NBD backends can be attached].
+    #[arg(long, value_name = "DIR")]
+    attach_dir: Vec<PathBuf>,
 }
 
 /// One cache device and the engine that runs it (shared by its volumes).
@@ -167,18 +174,55 @@ pub(crate) struct Running {
     /// Serializes attach, detach, flush and shutdown.
     admin: Mutex<()>,
     /// Where this server listens (no volume may use it as its backend).
-    own: OwnEndpoints,
+    own: Scope,
 }
 
-/// The NBD endpoints this server listens on.
-pub(crate) struct OwnEndpoints {
+/// Where this server listens and which paths it may open how.
+pub(crate) struct Scope {
     /// The Unix socket, symbolic links resolved.
     socket: Option<PathBuf>,
     /// The bound TCP address.
     tcp: Option<std::net::SocketAddr>,
+    /// The default data directory, if used: files in it are opened
+    /// without following symbolic links.
+    private_dir: Option<PathBuf>,
+    /// Directories (absolute; resolved when used) under which `attach` may
+    /// open backend files.
+    attach_dirs: Vec<PathBuf>,
 }
 
-impl OwnEndpoints {
+impl Scope {
+    /// Whether a file at `path` is opened without following a symbolic
+    /// link in its last component.
+    fn no_follow(&self, path: &Path) -> bool {
+        self.private_dir.as_ref().is_some_and(|d| path.starts_with(d))
+    }
+
+    /// Refuses a backend file outside the directories attach may use.
+    fn check_attach_path(&self, path: &Path) -> Result<()> {
+        if self.attach_dirs.is_empty() {
+            bail!(
+                "backend: this server attaches no backend files (only NBD exports): start it with \
+                 --attach-dir DIR (server.attach_dirs in a config file) to allow files under DIR"
+            );
+        }
+        let resolved = canonical_path(path);
+        let allowed = |d: &PathBuf| std::fs::canonicalize(d).is_ok_and(|d| resolved.starts_with(d));
+        if !self.attach_dirs.iter().any(allowed) {
+            bail!(
+                "backend: {} is not under a directory this server attaches files from ({}; \
+                 --attach-dir / server.attach_dirs)",
+                resolved.display(),
+                self.attach_dirs
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Ok(())
+    }
+
     /// Whether the NBD URI `uri` reaches this server.
     fn is_own(&self, uri: &str) -> bool {
         let Ok(parsed) = iocache_nbd::parse_nbd_uri(uri) else {
@@ -272,7 +316,7 @@ fn open_backend(
     export: &str,
     files: &mut Vec<Claim>,
     key: &str,
-    own: &OwnEndpoints,
+    own: &Scope,
 ) -> Result<(Arc<dyn BlockDevice>, bool)> {
     if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
         if own.is_own(backend) {
@@ -293,7 +337,8 @@ fn open_backend(
     }
     check_claim(files, path, "backend", key)?;
     let created = !path.exists();
-    let device = open_file(path, create_bytes.unwrap_or(0), false).with_context(|| key.to_string())?;
+    let device = open_file(path, create_bytes.unwrap_or(0), false, own.no_follow(path))
+        .with_context(|| key.to_string())?;
     record_claim(files, path, export, "backend");
     Ok((Arc::new(device), created))
 }
@@ -305,7 +350,7 @@ fn open_cache_group(
     members: &[usize],
     files: &mut Vec<Claim>,
     start: StartMode,
-    own: &OwnEndpoints,
+    own: &Scope,
 ) -> Result<CacheGroup> {
     let v = &config.volumes[members[0]];
     if v.persistence == Persistence::None
@@ -354,7 +399,10 @@ fn open_cache_group(
         bail!(refuse_empty_cache(v, &existing_backends, "does not exist"));
     }
     check_claim(files, &v.cache, "cache", &v.key("cache"))?;
-    let mut cache_file = Some(open_file(&v.cache, create_bytes, v.direct).with_context(|| v.key("cache"))?);
+    let mut cache_file = Some(
+        open_file(&v.cache, create_bytes, v.direct, own.no_follow(&v.cache))
+            .with_context(|| v.key("cache"))?,
+    );
     let canonical = record_claim(files, &v.cache, &v.export, "cache");
     let array = if v.cache_array.is_empty() {
         None
@@ -365,7 +413,8 @@ fn open_cache_group(
         )];
         for path in &v.cache_array {
             check_claim(files, path, "cache", &v.key("cache_array"))?;
-            let dev = open_file(path, create_bytes, v.direct).with_context(|| v.key("cache_array"))?;
+            let dev = open_file(path, create_bytes, v.direct, own.no_follow(path))
+                .with_context(|| v.key("cache_array"))?;
             record_claim(files, path, &v.export, "cache");
             members.push((path.display().to_string(), Some(Arc::new(dev))));
         }
@@ -588,14 +637,20 @@ pub fn run(args: ServeArgs) -> Result<()> {
     serve(config, start)
 }
 
-/// What an NBD client reads as the export's description.
+/// What an NBD client reads as the export's description: the cache, not
+/// where the data lives (no path or address of the backend is told to
+/// clients).
 fn describe(group: &CacheGroup, backend: &str) -> String {
+    let kind = if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
+        "a remote NBD volume"
+    } else {
+        "a local volume"
+    };
     format!(
-        "iocache: {} cache of {} lines of {} over {}",
+        "iocache: {} cache of {} lines of {} over {kind}",
         group.engine.write_policy(),
         group.capacity_lines,
         format_byte_size(group.config.line_size.bytes()),
-        backend
     )
 }
 
@@ -620,6 +675,9 @@ fn raise_open_file_limit() {
 /// Serves every volume of `config` until SIGINT or SIGTERM.
 fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     raise_open_file_limit();
+    if let Some(dir) = &config.private_dir {
+        ensure_private_dir(dir)?;
+    }
     // Listeners first: a busy port, or a server already answering on one
     // of the socket paths, stops this start before any device is opened
     // (and so before anything on them is read or changed).
@@ -638,9 +696,22 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         };
         return Err(anyhow!(e).context(config.origin.server_key(key)));
     }
-    let own = OwnEndpoints {
+    if let Some(addr) = config.listen.filter(|a| !a.ip().is_loopback()) {
+        eprintln!(
+            "iocache: warning: listening on {addr}, beyond this machine's loopback: any host that \
+             reaches it can read and write every export (no TLS and no authentication yet); \
+             prefer the Unix socket or a loopback address behind an SSH tunnel"
+        );
+    }
+    let own = Scope {
         socket: config.socket.as_deref().map(canonical_path),
         tcp: server.bound_tcp_addr(),
+        private_dir: config.private_dir.clone(),
+        attach_dirs: config
+            .attach_dirs
+            .iter()
+            .map(|d| normalize(&std::path::absolute(d).unwrap_or_else(|_| d.clone())))
+            .collect(),
     };
     let admin_path = config.admin_socket.clone();
     let admin = match &admin_path {
@@ -835,6 +906,9 @@ impl Running {
             bail!("backend_size: a backend cannot be empty");
         }
         let is_nbd = request.backend.starts_with("nbd://") || request.backend.starts_with("nbd+unix://");
+        if !is_nbd {
+            self.own.check_attach_path(Path::new(request.backend))?;
+        }
         if create_bytes.is_some() && is_nbd {
             bail!(
                 "backend_size: only for a backend file; `{}` is an NBD export",
@@ -1010,6 +1084,49 @@ fn install_signal_handlers() {
     }
 }
 
+/// Makes sure the default data directory is this user's alone: created
+/// 0700 if missing; refused if it is a symbolic link, another user's, or
+/// writable by others (where someone else could plant links to files this
+/// server would format); tightened to 0700 otherwise.
+fn ensure_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating the data directory {}", dir.display())),
+        Err(e) => Err(e).with_context(|| format!("examining the data directory {}", dir.display())),
+        Ok(meta) => {
+            // SAFETY: geteuid has no preconditions.
+            let me = unsafe { libc::geteuid() };
+            let problem = if meta.file_type().is_symlink() {
+                Some("is a symbolic link".to_string())
+            } else if !meta.is_dir() {
+                Some("is not a directory".to_string())
+            } else if meta.uid() != me {
+                Some(format!("belongs to user {}, not to this user ({me})", meta.uid()))
+            } else if meta.mode() & 0o022 != 0 {
+                Some(format!("is writable by others (mode {:o})", meta.mode() & 0o7777))
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                bail!(
+                    "the data directory {} {problem}: files in it could be replaced by links to \
+                     files this server would format. Remove it, or name every file and socket with \
+                     --backend, --cache, --socket and --admin-socket",
+                    dir.display()
+                );
+            }
+            if meta.mode() & 0o077 != 0 {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    .with_context(|| format!("making {} private (0700)", dir.display()))?;
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Creates the directory `path` will be in, if missing.
 fn create_parent(path: &Path) -> Result<()> {
     match path.parent() {
@@ -1022,10 +1139,17 @@ fn create_parent(path: &Path) -> Result<()> {
 
 /// Opens (creating a sparse file of `create_bytes` if missing, and its
 /// directory) a file device.
-fn open_file(path: &Path, create_bytes: u64, direct: bool) -> Result<FileDevice> {
+fn open_file(path: &Path, create_bytes: u64, direct: bool, no_follow: bool) -> Result<FileDevice> {
     let exists = path.exists();
     if !exists {
         create_parent(path)?;
+    }
+    if no_follow && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        bail!(
+            "{} is a symbolic link in the data directory: not following it (someone may have \
+             planted it); remove it, or name the file you mean with its own flag",
+            path.display()
+        );
     }
     let device = FileDevice::open(
         path,
@@ -1034,6 +1158,7 @@ fn open_file(path: &Path, create_bytes: u64, direct: bool) -> Result<FileDevice>
             create_size: (!exists).then_some(create_bytes),
             read_only: false,
             exclusive: true,
+            no_follow,
         },
     )
     .with_context(|| format!("opening {}", path.display()))?;
@@ -1051,6 +1176,8 @@ impl ServeArgs {
     /// The flags as a one-volume configuration (defaults in ./iocache-data).
     fn into_config(self) -> Result<ServeConfig> {
         let dir = Path::new(DEFAULT_DIR);
+        let backend_defaulted = self.backend.is_none();
+        let cache_defaulted = self.cache.is_none();
         let backend = self
             .backend
             .unwrap_or_else(|| dir.join("backend.img").display().to_string());
@@ -1063,7 +1190,7 @@ impl ServeArgs {
             export: self.export,
             backend,
             backend_size: backend_size.map(SizeText),
-            cache: self.cache.unwrap_or_else(|| dir.join("cache.img")),
+            cache: self.cache.clone().unwrap_or_else(|| dir.join("cache.img")),
             cache_array: self.cache_array,
             mirror_percent: self.mirror_percent,
             cache_size: self.cache_size.map(SizeText),
@@ -1083,11 +1210,25 @@ impl ServeArgs {
         if volume.backend_create_bytes.is_none() && !volume.backend_is_nbd() {
             volume.backend_create_bytes = Some(DEFAULT_BACKEND_BYTES);
         }
+        let defaulted =
+            backend_defaulted || cache_defaulted || self.socket.is_none() || self.admin_socket.is_none();
+        let private_dir = defaulted.then(|| dir.to_path_buf());
+        let attach_dirs = if self.attach_dir.is_empty() {
+            private_dir.iter().cloned().collect()
+        } else {
+            self.attach_dir
+        };
         ServeConfig {
             origin: Origin::Flags,
             socket: Some(self.socket.unwrap_or_else(|| dir.join("iocache.sock"))),
-            listen: Some(parse_listen(&self.listen, "--listen")?),
+            listen: self
+                .listen
+                .as_deref()
+                .map(|l| parse_listen(l, "--listen"))
+                .transpose()?,
             admin_socket: Some(self.admin_socket.unwrap_or_else(|| dir.join("admin.sock"))),
+            attach_dirs,
+            private_dir,
             volumes: vec![volume],
         }
         .check()

@@ -295,7 +295,9 @@ fn socket_paths_never_take_a_live_socket_nor_delete_a_file() {
 #[test]
 fn attach_refuses_a_file_another_server_holds() {
     let dir = temp_dir("attach");
-    let a = Server::start(&dir, "a", &args(&dir, "a", "backend-a.img", "cache-a.img"));
+    let mut a_args = args(&dir, "a", "backend-a.img", "cache-a.img");
+    a_args.extend(["--attach-dir".into(), dir.display().to_string()]);
+    let a = Server::start(&dir, "a", &a_args);
     let b = Server::start(&dir, "b", &args(&dir, "b", "backend-b.img", "cache-b.img"));
     let mut client = b.client();
     write_pattern(&mut client, 8, 3);
@@ -578,5 +580,142 @@ fn a_volume_cannot_be_its_own_backend() {
     let started = Instant::now();
     assert!(server.stop().status.success());
     assert!(started.elapsed() < Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Old exposure: `serve` always opened TCP on 127.0.0.1:10809 beside the
+/// Unix socket (any local user could read and write the volume over TCP
+/// whatever the socket's mode), files and sockets took the umask, and
+/// clients were told the backend's path. Now the defaults expose nothing
+/// beyond the owner.
+#[test]
+fn the_defaults_expose_nothing_beyond_the_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("defaults");
+    let log = std::fs::File::create(dir.join("server.log")).unwrap();
+    let mut child = iocache()
+        .args(["serve", "--backend-size", "16MiB", "--cache-size", "1MiB"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let data = dir.join("iocache-data");
+    let server = Server {
+        socket: data.join("iocache.sock"),
+        child: {
+            let started = Instant::now();
+            while Client::connect_unix(&data.join("iocache.sock"), &ConnectOptions::default()).is_err() {
+                assert!(child.try_wait().unwrap().is_none(), "the server exited");
+                assert!(started.elapsed() < Duration::from_secs(20));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            child
+        },
+    };
+    let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700, "the data directory");
+    for f in ["backend.img", "cache.img", "iocache.sock", "admin.sock"] {
+        assert_eq!(mode(&data.join(f)), 0o600, "{f}");
+    }
+    let client = server.client();
+    let description = client.description().unwrap_or_default().to_string();
+    assert!(
+        !description.contains("iocache-data") && !description.contains(".img"),
+        "{description}"
+    );
+    // No TCP socket of the process listens (state 0A in /proc/net/tcp*).
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|l| {
+            l.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')
+                .map(str::to_string)
+        })
+        .collect();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table).unwrap_or_default().lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            assert!(
+                !(fields[3] == "0A" && inodes.iter().any(|i| i == fields[9])),
+                "the server listens on TCP by default: {line}"
+            );
+        }
+    }
+    drop(client);
+    let out = server.stop();
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    assert!(!text.contains("nbd://"), "the banner offers TCP: {text}");
+
+    // Beyond loopback only with a warning.
+    let server = Server::start(&dir, "w", &{
+        let mut a = args(&dir, "w", "backend-w.img", "cache-w.img");
+        let l = a.iter().position(|x| x == "--listen").unwrap();
+        a[l + 1] = "0.0.0.0:0".into();
+        a
+    });
+    assert!(server.stop().status.success());
+    let text = std::fs::read_to_string(dir.join("server-w.log")).unwrap();
+    assert!(text.contains("warning: listening on 0.0.0.0"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Old failure: a symbolic link planted in a shared working directory made
+/// the default `serve` format its target. The default data directory must
+/// be the user's alone, and links in it are not followed.
+#[test]
+fn a_planted_link_or_a_shared_data_directory_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("planted");
+    let data = dir.join("iocache-data");
+    std::fs::create_dir(&data).unwrap();
+    let victim = dir.join("victim.img");
+    std::fs::write(&victim, vec![0x77u8; 4 << 20]).unwrap();
+    std::os::unix::fs::symlink(&victim, data.join("cache.img")).unwrap();
+    let serve = |extra: &[&str]| {
+        let out = iocache()
+            .args([
+                "serve",
+                "--backend-size",
+                "16MiB",
+                "--cache-size",
+                "1MiB",
+                "--init",
+                "--force",
+            ])
+            .args(extra)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let err = serve(&[]);
+    assert!(err.contains("is a symbolic link in the data directory"), "{err}");
+    assert!(
+        std::fs::read(&victim).unwrap().iter().all(|&b| b == 0x77),
+        "the target was written"
+    );
+
+    std::fs::remove_file(data.join("cache.img")).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = serve(&[]);
+    assert!(err.contains("is writable by others"), "{err}");
+    std::fs::remove_dir_all(&data).unwrap();
+    std::os::unix::fs::symlink(&victim, &data).unwrap();
+    let err = serve(&[]);
+    assert!(
+        err.contains("data directory") && err.contains("is a symbolic link"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read(&victim).unwrap().iter().all(|&b| b == 0x77),
+        "the target was written"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

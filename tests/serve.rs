@@ -733,6 +733,7 @@ const SHARED_CACHE: &str = r#"
 socket = "iocache-data/iocache.sock"
 listen = "127.0.0.1:0"
 admin_socket = "iocache-data/admin.sock"
+attach_dirs = ["data"]
 
 [[volume]]
 export = "one"
@@ -856,6 +857,19 @@ fn volumes_share_a_cache_device_and_come_and_go_at_run_time() {
     );
     let (ok, text) = ctl(&admin, &["attach", "four", "data/missing.img"]);
     assert!(!ok && text.contains("does not exist"), "{text}");
+    // Files are attached only from the directories the operator allowed.
+    std::fs::write(dir.join("outside.img"), vec![0u8; 1 << 20]).unwrap();
+    let (ok, text) = ctl(&admin, &["attach", "four", "outside.img"]);
+    assert!(
+        !ok && text.contains("is not under a directory this server attaches"),
+        "{text}"
+    );
+    std::os::unix::fs::symlink(dir.join("outside.img"), dir.join("data/link.img")).unwrap();
+    let (ok, text) = ctl(&admin, &["attach", "four", "data/link.img"]);
+    assert!(
+        !ok && text.contains("is not under a directory this server attaches"),
+        "{text}"
+    );
     let (ok, text) = ctl(
         &admin,
         &[

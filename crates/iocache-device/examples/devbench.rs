@@ -30,6 +30,7 @@ fn prepare(path: &str, size: u64, direct: bool) -> FileDevice {
             create_size: Some(size),
             read_only: false,
             exclusive: false,
+            no_follow: false,
         },
     )
     .expect("open bench file");

@@ -42,6 +42,9 @@ pub struct OpenOptions {
     /// A second claim, by any process or by this one, fails with
     /// [`DeviceError::Busy`]; the claim ends when the device is dropped.
     pub exclusive: bool,
+    /// Refuse a path whose last component is a symbolic link (`O_NOFOLLOW`):
+    /// for paths in a directory others could plant links in.
+    pub no_follow: bool,
 }
 
 /// Whether a device bypasses the page cache.
@@ -114,7 +117,12 @@ impl FileDevice {
             if opts.create_size.is_some() {
                 o.create(true);
             }
+            // A file created here is its owner's only: it holds a volume's data.
+            o.mode(0o600);
             let mut flags = 0;
+            if opts.no_follow {
+                flags |= libc::O_NOFOLLOW;
+            }
             if direct {
                 flags |= libc::O_DIRECT;
             }
@@ -560,6 +568,7 @@ mod tests {
                     create_size: Some((threads * 4096) as u64),
                     read_only: false,
                     exclusive: false,
+                    no_follow: false,
                 },
             )
             .unwrap();
@@ -598,6 +607,7 @@ mod tests {
                     create_size: None,
                     read_only: true,
                     exclusive: false,
+                    no_follow: false,
                 },
             )
             .unwrap();

@@ -21,6 +21,7 @@ fn open_file(dir: &str, direct: bool) -> (TempPath, FileDevice) {
             create_size: Some(SIZE),
             read_only: false,
             exclusive: false,
+            no_follow: false,
         },
     )
     .expect("open");
@@ -205,6 +206,7 @@ fn file_create_is_sparse_reopen_keeps_data_and_read_only_refuses_writes() {
         OpenOptions {
             read_only: true,
             exclusive: false,
+            no_follow: false,
             direct: true,
             ..Default::default()
         },
@@ -508,6 +510,7 @@ fn an_exclusive_open_refuses_a_second_opener_under_any_name() {
         create_size: (!read_only).then_some(SIZE),
         read_only,
         exclusive: true,
+        no_follow: false,
         ..Default::default()
     };
     let first = FileDevice::open(&p.0, opts(false)).expect("first open");

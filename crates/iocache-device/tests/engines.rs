@@ -48,6 +48,7 @@ fn file(dir: &str, direct: bool) -> (TempPath, FileDevice) {
             create_size: Some(SIZE),
             read_only: false,
             exclusive: false,
+            no_follow: false,
         },
     )
     .unwrap();
@@ -169,6 +170,7 @@ fn errors_are_per_request() {
             OpenOptions {
                 read_only: true,
                 exclusive: false,
+                no_follow: false,
                 ..Default::default()
             },
         )

@@ -144,7 +144,7 @@ proptest! {
         for engine in &engines {
             let p1 = TempPath::new(TMPFS_DIR, "prop");
             let p2 = TempPath::new(DISK_DIR, "prop");
-            let opts = |direct| OpenOptions { direct, create_size: Some(SIZE), read_only: false, exclusive: false };
+            let opts = |direct| OpenOptions { direct, create_size: Some(SIZE), read_only: false, exclusive: false, no_follow: false };
             let devs: Vec<Box<dyn BlockDevice>> = vec![
                 Box::new(MemDevice::new("mem", SIZE)),
                 Box::new(FileDevice::open(&p1.0, opts(false)).unwrap()),

@@ -37,6 +37,7 @@ fn main() {
             ),
             read_only: false,
             exclusive: true,
+            no_follow: false,
         },
     )
     .expect("cache file");

@@ -310,6 +310,7 @@ fn a_cache_device_that_fills_up() {
                 create_size: Some(layout.device_bytes()),
                 read_only: false,
                 exclusive: false,
+                no_follow: false,
             },
         )
         .unwrap();
