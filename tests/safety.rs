@@ -719,3 +719,42 @@ fn a_planted_link_or_a_shared_data_directory_is_refused() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A block device is claimed with O_EXCL: a second server on the same
+/// loop device is refused, naming the holder. Needs root and losetup
+/// (skipped otherwise).
+#[test]
+fn a_block_device_is_claimed_exclusively() {
+    let dir = temp_dir("loop");
+    std::fs::File::create(dir.join("c.img"))
+        .unwrap()
+        .set_len(32 << 20)
+        .unwrap();
+    let attached = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(dir.join("c.img"))
+        .output();
+    let Some(out) = attached.ok().filter(|o| o.status.success()) else {
+        eprintln!("SKIPPED: no loop device (needs root and losetup)");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    };
+    let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let with_cache = |tag: &str| {
+        let mut a = args(&dir, tag, &format!("backend-{tag}.img"), "unused");
+        let c = a.iter().position(|x| x == "--cache").unwrap();
+        a[c + 1] = device.clone();
+        a.push("--init".into());
+        a
+    };
+    let first = Server::start(&dir, "a", &with_cache("a"));
+    let err = refused(&with_cache("b"));
+    assert!(
+        err.contains(&format!("{device} is in use by pid {}", first.child.id())),
+        "{err}"
+    );
+    write_pattern(&mut first.client(), 8, 4);
+    assert!(first.stop().status.success());
+    let _ = Command::new("losetup").args(["-d", &device]).status();
+    let _ = std::fs::remove_dir_all(&dir);
+}
