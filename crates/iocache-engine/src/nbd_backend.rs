@@ -16,7 +16,7 @@
 //! already treats a failed backend request as "retry later" (dirty lines
 //! stay dirty), so a restarted server is simply used again.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,9 @@ pub struct NbdBackend {
     conns: Vec<Mutex<Conn>>,
     next: AtomicUsize,
     breaker: Mutex<Breaker>,
+    /// Whether the breaker holds any state (read without its lock on every
+    /// request: a healthy backend never takes it).
+    breaker_armed: AtomicBool,
     /// A connection was lost after writes it had not flushed: without
     /// multi-conn, no FLUSH on another connection covers them, so the
     /// next FLUSH reports it instead of claiming durability.
@@ -126,6 +129,7 @@ impl NbdBackend {
             conns,
             next: AtomicUsize::new(0),
             breaker: Mutex::new(Breaker::default()),
+            breaker_armed: AtomicBool::new(false),
             lost_unflushed: Mutex::new(false),
             reconnects: AtomicU64::new(0),
         })
@@ -159,6 +163,9 @@ impl NbdBackend {
 
     /// `Err(reason)` while the breaker holds requests back.
     fn check_breaker(&self) -> Result<(), String> {
+        if !self.breaker_armed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let breaker = lock(&self.breaker);
         match breaker.closed_until {
             Some(until) if Instant::now() < until => Err(format!(
@@ -179,13 +186,16 @@ impl NbdBackend {
         };
         breaker.closed_until = Some(Instant::now() + breaker.backoff);
         breaker.reason = reason.to_string();
+        self.breaker_armed.store(true, Ordering::Release);
     }
 
     fn healthy(&self) {
-        let mut breaker = lock(&self.breaker);
-        if breaker.closed_until.is_some() || !breaker.backoff.is_zero() {
-            *breaker = Breaker::default();
+        if !self.breaker_armed.load(Ordering::Acquire) {
+            return;
         }
+        let mut breaker = lock(&self.breaker);
+        *breaker = Breaker::default();
+        self.breaker_armed.store(false, Ordering::Release);
     }
 
     /// Runs `f` on a connection (reopened if it was lost), with the breaker
