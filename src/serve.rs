@@ -816,7 +816,9 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
                  the cache device and are written back when it is served again",
                 group.path.display()
             );
-            failed.get_or_insert_with(|| format!("volumes {names}: writing back dirty lines: {e}"));
+            failed.get_or_insert_with(|| {
+                format!("volumes {names}: not every dirty line was written back (see above)")
+            });
         }
     }
     for v in volumes.iter() {

@@ -178,6 +178,12 @@ pub enum EngineError {
     Shutdown,
     #[error("{lines} dirty lines could not be written back to the backend")]
     DirtyLinesRemain { lines: u64 },
+    #[error(
+        "{lines} dirty lines could not be written back to the backend, and the metadata could not \
+         be marked clean at shutdown ({close}): the next start recovers the cache as after a crash, \
+         from the records of the last barrier"
+    )]
+    ShutdownIncomplete { lines: u64, close: String },
     #[error("cache read failed: {0}")]
     Io(String),
     #[error("cache device format: {0}")]
@@ -892,10 +898,13 @@ impl Engine {
         match (written_back, closed) {
             (Ok(()), closed) => closed,
             (Err(e), Ok(())) => Err(e),
-            (Err(e), Err(close)) => Err(EngineError::Io(format!(
-                "{e}; and the metadata could not be written at shutdown ({close}): the next start \
-                 recovers the cache as after a crash, from the records of the last barrier"
-            ))),
+            (Err(EngineError::DirtyLinesRemain { lines }), Err(close)) => {
+                Err(EngineError::ShutdownIncomplete {
+                    lines,
+                    close: close.to_string(),
+                })
+            }
+            (Err(e), Err(_)) => Err(e),
         }
     }
 
