@@ -86,6 +86,9 @@ pub struct ServeConfig {
     pub listen: Option<SocketAddr>,
     /// Unix socket answering `iocache stats`.
     pub admin_socket: Option<PathBuf>,
+    /// A group whose members may connect to the NBD Unix socket (mode
+    /// 0660 then); none: the socket is its owner's only (0600).
+    pub socket_group: Option<String>,
     /// Directories under which `iocache ctl attach` may open (or create)
     /// backend files; none: only NBD backends can be attached.
     pub attach_dirs: Vec<PathBuf>,
@@ -333,6 +336,7 @@ struct ServerText {
     socket: Option<PathBuf>,
     listen: Option<String>,
     admin_socket: Option<PathBuf>,
+    socket_group: Option<String>,
     #[serde(default)]
     attach_dirs: Vec<PathBuf>,
 }
@@ -621,6 +625,7 @@ impl ServeConfig {
             socket: file.server.socket,
             listen,
             admin_socket: file.server.admin_socket,
+            socket_group: file.server.socket_group,
             attach_dirs: file.server.attach_dirs,
             private_dir: None,
             volumes,

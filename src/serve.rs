@@ -44,7 +44,7 @@ pub struct ServeArgs {
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "io_engine", "direct",
         "persistence", "socket",
         "listen", "export",
-        "admin_socket", "attach_dir",
+        "admin_socket", "attach_dir", "socket_group",
     ])]
     config: Option<PathBuf>,
     /// Backend: a file or block device, or a remote NBD export
@@ -132,6 +132,10 @@ pub struct ServeArgs {
     /// Unix socket answering `iocache stats` [default: ./iocache-data/admin.sock].
     #[arg(long, value_name = "PATH")]
     admin_socket: Option<PathBuf>,
+    /// Let the members of this group (a name or a number) connect to the NBD Unix socket: it is
+    /// then given to the group with mode 0660 (0600, its owner's only, without it).
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
     /// A directory under which `iocache ctl attach` may open or create backend files
     /// (repeatable) [default: ./iocache-data when it is the data directory; none otherwise: only
     /// NBD backends can be attached].
@@ -684,8 +688,15 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     if let Some(socket) = &config.socket {
         create_parent(socket)?;
     }
+    let socket_group = config
+        .socket_group
+        .as_deref()
+        .map(|g| group_id(g).with_context(|| config.origin.server_key("socket_group")))
+        .transpose()?;
     let mut server = Server::new(ServerConfig {
         unix_socket: config.socket.clone(),
+        unix_socket_mode: if socket_group.is_some() { 0o660 } else { 0o600 },
+        unix_socket_group: socket_group,
         tcp: config.listen,
         ..ServerConfig::default()
     });
@@ -718,7 +729,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         Some(path) => {
             create_parent(path)?;
             Some(
-                iocache_nbd::bind_unix_socket(path, 0o600)
+                iocache_nbd::bind_unix_socket(path, 0o600, None)
                     .with_context(|| config.origin.server_key("admin_socket"))?,
             )
         }
@@ -1129,6 +1140,24 @@ fn ensure_private_dir(dir: &Path) -> Result<()> {
     }
 }
 
+/// The id of a group given by name or number.
+fn group_id(group: &str) -> Result<u32> {
+    if let Ok(gid) = group.parse::<u32>() {
+        return Ok(gid);
+    }
+    let name = std::ffi::CString::new(group).map_err(|_| anyhow!("group `{group}`: contains NUL"))?;
+    let mut entry: libc::group = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: getgrnam_r writes into `entry` and `buf`, which outlive the
+    // call, and sets `found` to `&mut entry` or null.
+    let rc = unsafe { libc::getgrnam_r(name.as_ptr(), &mut entry, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() {
+        bail!("no group named `{group}` on this system");
+    }
+    Ok(entry.gr_gid)
+}
+
 /// Creates the directory `path` will be in, if missing.
 fn create_parent(path: &Path) -> Result<()> {
     match path.parent() {
@@ -1229,6 +1258,7 @@ impl ServeArgs {
                 .map(|l| parse_listen(l, "--listen"))
                 .transpose()?,
             admin_socket: Some(self.admin_socket.unwrap_or_else(|| dir.join("admin.sock"))),
+            socket_group: self.socket_group,
             attach_dirs,
             private_dir,
             volumes: vec![volume],

@@ -758,3 +758,43 @@ fn a_block_device_is_claimed_exclusively() {
     let _ = Command::new("losetup").args(["-d", &device]).status();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The NBD socket is shared with a group only when asked (`--socket-group`):
+/// then 0660 and that group's; an unknown group is refused by name.
+#[test]
+fn a_socket_group_shares_the_socket_with_that_group_only() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = temp_dir("group");
+    let mut a = args(&dir, "a", "backend.img", "cache.img");
+    a.extend(["--socket-group".into(), "no-such-group-here".into()]);
+    let err = refused(&a);
+    assert!(
+        err.contains("--socket-group") && err.contains("no group named `no-such-group-here`"),
+        "{err}"
+    );
+    // A numeric group id needs no entry in /etc/group (root may give a
+    // file to any group; another user only to its own groups).
+    // SAFETY: getegid has no preconditions.
+    let gid = if unsafe { libc::geteuid() } == 0 {
+        12345
+    } else {
+        unsafe { libc::getegid() }
+    };
+    let mut a = args(&dir, "a", "backend.img", "cache.img");
+    a.extend(["--socket-group".into(), gid.to_string()]);
+    let server = Server::start(&dir, "a", &a);
+    let meta = std::fs::metadata(dir.join("nbd-a.sock")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    assert_eq!(meta.gid(), gid);
+    // The admin socket stays its owner's.
+    assert_eq!(
+        std::fs::metadata(dir.join("admin-a.sock"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    assert!(server.stop().status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

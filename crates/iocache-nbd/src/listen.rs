@@ -65,14 +65,16 @@ fn describe_kind(t: std::fs::FileType) -> &'static str {
     }
 }
 
-/// Binds a Unix socket at `path` with permission bits `mode` (e.g. 0o600).
+/// Binds a Unix socket at `path` with permission bits `mode` (e.g. 0o600)
+/// and, if given, owned by the group `group` (e.g. with mode 0o660, to
+/// share the socket with that group's members).
 ///
 /// Nothing at `path`: bound. A socket at `path` that refuses connections
 /// (its server is gone): removed and bound again. A socket a server accepts
 /// on: [`ListenError::InUse`], nothing touched. Anything else (a regular
 /// file, a directory, a symbolic link, even to a socket):
 /// [`ListenError::NotASocket`], nothing touched.
-pub fn bind_unix_socket(path: &Path, mode: u32) -> Result<BoundUnixSocket, ListenError> {
+pub fn bind_unix_socket(path: &Path, mode: u32, group: Option<u32>) -> Result<BoundUnixSocket, ListenError> {
     let io_err = |what: &'static str| {
         move |source: io::Error| ListenError::Io {
             path: path.to_path_buf(),
@@ -119,6 +121,9 @@ pub fn bind_unix_socket(path: &Path, mode: u32) -> Result<BoundUnixSocket, Liste
             io_err("binding")(source)
         }
     })?;
+    if let Some(gid) = group {
+        std::os::unix::fs::lchown(path, None, Some(gid)).map_err(io_err("giving the socket to its group"))?;
+    }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(io_err("setting the socket's mode"))?;
     let meta = std::fs::symlink_metadata(path).map_err(io_err("examining the bound socket"))?;
@@ -179,11 +184,11 @@ mod tests {
     fn a_live_socket_is_never_taken_and_a_stale_one_is_replaced() {
         let dir = temp_dir("live");
         let path = dir.join("s.sock");
-        let first = bind_unix_socket(&path, 0o600).unwrap();
+        let first = bind_unix_socket(&path, 0o600, None).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         // Old failure: the second server unlinked the first's socket.
-        let err = bind_unix_socket(&path, 0o600).unwrap_err();
+        let err = bind_unix_socket(&path, 0o600, None).unwrap_err();
         assert!(matches!(err, ListenError::InUse { .. }), "{err}");
         assert!(
             UnixStream::connect(&path).is_ok(),
@@ -196,7 +201,7 @@ mod tests {
         // (a server's socket lives far longer than that).
         std::thread::sleep(std::time::Duration::from_millis(20));
         // Its server is gone: a stale socket, replaced.
-        let second = bind_unix_socket(&path, 0o660).unwrap();
+        let second = bind_unix_socket(&path, 0o660, None).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o660);
         // The first's remover does not remove the second's socket.
@@ -212,7 +217,7 @@ mod tests {
         let dir = temp_dir("file");
         let file = dir.join("precious.img");
         std::fs::write(&file, b"data").unwrap();
-        let err = bind_unix_socket(&file, 0o600).unwrap_err();
+        let err = bind_unix_socket(&file, 0o600, None).unwrap_err();
         assert!(
             err.to_string().contains("is not a socket (a regular file)"),
             "{err}"
@@ -220,10 +225,10 @@ mod tests {
         assert_eq!(std::fs::read(&file).unwrap(), b"data");
         let link = dir.join("link.sock");
         std::os::unix::fs::symlink(&file, &link).unwrap();
-        let err = bind_unix_socket(&link, 0o600).unwrap_err();
+        let err = bind_unix_socket(&link, 0o600, None).unwrap_err();
         assert!(matches!(err, ListenError::NotASocket { .. }), "{err}");
         assert_eq!(std::fs::read(&file).unwrap(), b"data");
-        let err = bind_unix_socket(&dir, 0o600).unwrap_err();
+        let err = bind_unix_socket(&dir, 0o600, None).unwrap_err();
         assert!(err.to_string().contains("a directory"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -50,6 +50,9 @@ pub struct ServerConfig {
     /// Permission bits of the Unix socket (0o600: its owner only; a
     /// client needs write permission on it to connect).
     pub unix_socket_mode: u32,
+    /// The group the Unix socket belongs to (the process's group if
+    /// `None`): with mode 0o660, that group's members may connect.
+    pub unix_socket_group: Option<u32>,
     /// TCP address to listen on (port 0 picks a free port; see
     /// [`RunningServer::tcp_addr`]).
     pub tcp: Option<SocketAddr>,
@@ -80,6 +83,7 @@ impl Default for ServerConfig {
         ServerConfig {
             unix_socket: None,
             unix_socket_mode: 0o600,
+            unix_socket_group: None,
             tcp: None,
             workers_per_connection: 4,
             queue_depth: 16,
@@ -256,7 +260,7 @@ impl Server {
         }
         let mut unix = None;
         if let Some(path) = &self.config.unix_socket {
-            let bound = bind_unix_socket(path, self.config.unix_socket_mode)?;
+            let bound = bind_unix_socket(path, self.config.unix_socket_mode, self.config.unix_socket_group)?;
             unix = Some(bound.remover());
             listeners.push(Listener::Unix(bound.listener));
         }
