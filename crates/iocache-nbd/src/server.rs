@@ -1482,7 +1482,11 @@ fn worker<S: ConnectionStream>(conn: &Conn<'_, S>, rx: &Mutex<Receiver<Job>>) {
             return;
         };
         let cost = job.cost;
-        conn.execute(job);
+        // Nobody reads the replies of a broken connection: do not run
+        // what it still had queued (and give its budget back at once).
+        if !conn.broken.load(Ordering::Relaxed) {
+            conn.execute(job);
+        }
         conn.done(cost);
     }
 }
