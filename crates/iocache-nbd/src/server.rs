@@ -30,9 +30,12 @@
 //!   its header and its reply, and both ends are bounded in time: a WRITE's
 //!   payload must arrive, and a reply must be written, within
 //!   `reply_timeout` (a whole-transfer deadline, not one per system call),
-//!   else the connection is closed and its budget returned. So a client
-//!   that never reads its replies holds budget for at most `reply_timeout`
-//!   and cannot deadlock the others.
+//!   and, while another connection waits for the shared budget, without
+//!   ever making no progress for `stall_timeout`; else the connection is
+//!   closed and its budget returned. So a client that never reads its
+//!   replies holds budget for at most `reply_timeout`, and for at most
+//!   `stall_timeout` once someone else needs it: it cannot deadlock the
+//!   others, nor keep them waiting long.
 //! - **Connections.** Each listener (the Unix socket, TCP) has its own
 //!   `max_connections`, so a TCP flood cannot lock out the local socket
 //!   (the administrator's way in). When a listener is full, a new
@@ -131,6 +134,11 @@ pub struct ServerConfig {
     /// client that stops reading replies cannot hold budget or block
     /// shutdown forever). A deadline for the whole transfer.
     pub reply_timeout: Option<Duration>,
+    /// While some connection waits for the shared payload budget, a reply
+    /// (or a WRITE's payload) that makes no progress at all for this long
+    /// closes its connection, giving its budget back: clients that stop
+    /// reading cannot keep the others waiting for a whole `reply_timeout`.
+    pub stall_timeout: Duration,
     /// Handshake limits and the maximum READ/WRITE payload.
     pub limits: NegotiationLimits,
     /// How long a shutdown waits for connections to answer the requests
@@ -153,6 +161,7 @@ impl Default for ServerConfig {
             idle_eviction: Some(Duration::from_secs(60)),
             handshake_timeout: Some(Duration::from_secs(30)),
             reply_timeout: Some(Duration::from_secs(60)),
+            stall_timeout: Duration::from_secs(5),
             limits: NegotiationLimits::default(),
             shutdown_grace: Duration::from_secs(10),
         }
@@ -282,6 +291,8 @@ impl Server {
             .max_total_inflight_bytes
             .max(config.limits.max_payload as usize);
         config.max_handshakes = config.max_handshakes.max(1).min(config.max_connections.max(1));
+        // A zero socket timeout is refused by the system.
+        config.stall_timeout = config.stall_timeout.max(Duration::from_millis(1));
         Ok(config)
     }
 
@@ -748,6 +759,8 @@ struct GlobalState {
     peak: usize,
     next_ticket: u64,
     serving: u64,
+    /// Readers waiting for budget now.
+    waiting: usize,
 }
 
 impl GlobalBudget {
@@ -769,9 +782,11 @@ impl GlobalBudget {
         let mut s = lock(&self.state);
         let ticket = s.next_ticket;
         s.next_ticket += 1;
+        s.waiting += 1;
         while s.serving != ticket || s.held + n > self.limit {
             s = self.freed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
+        s.waiting -= 1;
         s.held += n;
         s.peak = s.peak.max(s.held);
         s.serving += 1;
@@ -787,6 +802,11 @@ impl GlobalBudget {
         let n = n.min(self.limit);
         lock(&self.state).held -= n;
         self.freed.notify_all();
+    }
+
+    /// Whether some reader is waiting for budget.
+    fn contended(&self) -> bool {
+        lock(&self.state).waiting > 0
     }
 
     fn held_and_peak(&self) -> (usize, usize) {
@@ -1174,7 +1194,13 @@ fn serve_connection<S: ConnectionStream>(
     }
     shared.stats.transmissions.fetch_add(1, Ordering::Relaxed);
     let _ = hs.set_read_timeout(None);
-    let _ = hs.set_write_timeout(shared.config.reply_timeout);
+    let step = shared
+        .config
+        .reply_timeout
+        .map_or(shared.config.stall_timeout, |t| {
+            t.min(shared.config.stall_timeout)
+        });
+    let _ = hs.set_write_timeout(Some(step.max(Duration::from_millis(1))));
     let _ = transmission(shared, hs, negotiated, activity);
 }
 
@@ -1227,70 +1253,71 @@ impl<S: ConnectionStream> Write for Deadlined<'_, S> {
     }
 }
 
-/// Writes all of `bytes` within `timeout` in total (the stream's write
-/// timeout is `timeout` already; it is shortened for each further call
-/// when one write does not take everything, and restored after).
+/// Writes all of `bytes` within `timeout` in total. The stream's write
+/// timeout is `min(timeout, stall)` (set once after the handshake), so a
+/// write call blocks at most that long without progress; the deadline is
+/// checked after each call, and a call that made no progress fails the
+/// reply at once when `pressure` says other connections are waiting for the
+/// shared budget.
 fn write_all_within<S: ConnectionStream>(
     w: &mut S,
     mut bytes: &[u8],
     timeout: Option<Duration>,
+    pressure: impl Fn() -> bool,
 ) -> io::Result<()> {
     let deadline = timeout.map(|t| Instant::now() + t);
-    let mut shortened = false;
-    let result = loop {
+    loop {
         match w.write(bytes) {
-            Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => bytes = &bytes[n..],
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => break Err(e),
+            Err(e) if is_timeout(&e) => {
+                if pressure() {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
         }
         if bytes.is_empty() {
-            break w.flush();
+            return w.flush();
         }
-        if let Some(d) = deadline {
-            match time_left(d).and_then(|left| w.set_write_timeout(Some(left))) {
-                Ok(()) => shortened = true,
-                Err(e) => break Err(e),
-            }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(deadline_passed());
         }
-    };
-    if shortened {
-        let _ = w.set_write_timeout(timeout);
     }
-    result
 }
 
-/// Fills `buf` from `reader` within `timeout` in total (a WRITE's
-/// payload): bytes already buffered are taken without a system call; the
-/// socket's read timeout is set for each read and cleared after.
+/// Fills `buf` from `reader` (a WRITE's payload) within `timeout` in total,
+/// under the same rule as [`write_all_within`]: each read blocks at most
+/// `min(timeout, stall)`, and one that brought nothing fails at once under
+/// `pressure`. Bytes already buffered are taken without a system call; the
+/// read timeout is cleared after.
 fn read_exact_within<S: ConnectionStream>(
     reader: &mut BufReader<S>,
     buf: &mut [u8],
     timeout: Option<Duration>,
+    stall: Duration,
+    pressure: impl Fn() -> bool,
 ) -> io::Result<()> {
-    if reader.buffer().len() >= buf.len() || timeout.is_none() {
+    if reader.buffer().len() >= buf.len() {
         return reader.read_exact(buf);
     }
     let deadline = timeout.map(|t| Instant::now() + t);
+    let step = timeout.map_or(stall, |t| t.min(stall));
+    let mut result = reader.get_ref().set_read_timeout(Some(step));
     let mut got = 0;
-    let result = loop {
-        if got == buf.len() {
-            break Ok(());
-        }
-        if reader.buffer().is_empty() {
-            if let Some(d) = deadline {
-                if let Err(e) = time_left(d).and_then(|left| reader.get_ref().set_read_timeout(Some(left))) {
-                    break Err(e);
-                }
-            }
-        }
+    while result.is_ok() && got < buf.len() {
         match reader.read(&mut buf[got..]) {
-            Ok(0) => break Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(0) => result = Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => break Err(e),
+            Err(e) if is_timeout(&e) && !pressure() => {}
+            Err(e) => result = Err(e),
         }
-    };
+        if got < buf.len() && deadline.is_some_and(|d| Instant::now() >= d) {
+            result = Err(deadline_passed());
+        }
+    }
     let _ = reader.get_ref().set_read_timeout(None);
     result
 }
@@ -1460,7 +1487,15 @@ fn read_requests<S: ConnectionStream>(
         let mut data = Vec::new();
         if req.command == Command::Write {
             data = vec![0u8; req.length as usize];
-            if let Err(e) = read_exact_within(reader, &mut data, conn.shared.config.reply_timeout) {
+            let config = &conn.shared.config;
+            let pressure = || conn.shared.global.contended();
+            if let Err(e) = read_exact_within(
+                reader,
+                &mut data,
+                config.reply_timeout,
+                config.stall_timeout,
+                pressure,
+            ) {
                 conn.done(cost);
                 return ConnEnd::Io(e);
             }
@@ -1629,7 +1664,8 @@ impl<S: ConnectionStream> Conn<'_, S> {
             return;
         }
         let mut w = lock(&self.writer);
-        if write_all_within(&mut *w, bytes, self.shared.config.reply_timeout).is_err() {
+        let pressure = || self.shared.global.contended();
+        if write_all_within(&mut *w, bytes, self.shared.config.reply_timeout, pressure).is_err() {
             self.broken.store(true, Ordering::Relaxed);
             // Wake the reader: nobody will read our replies.
             let _ = w.shutdown(Shutdown::Both);
