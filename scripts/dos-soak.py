@@ -17,6 +17,9 @@ admin socket) and runs, for --duration seconds, all at once:
 - admin floods: --admin idle admin connections, reconnected, plus one
   request line of 1 MiB without a newline every second.
 
+Attackers reopen a connection the server closed after --reconnect-delay
+seconds (0 turns every attack into a connection flood).
+
 Every --probe seconds a fresh client connects on each listener, negotiates
 and reads 4 KiB, and `stats` is asked on the admin socket; each probe is
 counted as served or not, with its latency. Every half second the server's
@@ -35,6 +38,7 @@ import argparse
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -53,6 +57,9 @@ NBD_REP_ACK = 1
 REQUEST_MAGIC = 0x25609513
 SIMPLE_REPLY_MAGIC = 0x67446698
 CMD_READ = 0
+# Seconds an attacker waits before reopening a connection the server closed
+# (--reconnect-delay).
+RECONNECT_DELAY = 1.0
 
 
 def recv_exact(s, n):
@@ -143,6 +150,7 @@ def idle_worker(target, family, stop, counters):
         counters.add(f"idle_{family}_connections")
         wait_closed(s, stop)
         s.close()
+        stop.wait(RECONNECT_DELAY)
 
 
 def slowloris_worker(target, family, stop, counters, trickle):
@@ -173,6 +181,7 @@ def slowloris_worker(target, family, stop, counters, trickle):
         except OSError:
             pass
         s.close()
+        stop.wait(RECONNECT_DELAY)
 
 
 def unread_worker(target, stop, counters, reads, read_size, export_size):
@@ -192,19 +201,17 @@ def unread_worker(target, stop, counters, reads, read_size, export_size):
                 s.sendall(read_request(h, off - off % 4096, read_size))
         except OSError:
             pass
-        # Never read a reply: wait for the server to give up on us.
-        s.settimeout(0.5)
+        # Never read a reply: wait for the server to give up on us (the
+        # replies already sent stay unread in our buffer, so watch for the
+        # hang-up rather than for end of file).
+        poller = select.poll()
+        poller.register(s, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
         while not stop.is_set():
-            try:
-                # Peek without consuming: the replies stay unread.
-                if not s.recv(1, socket.MSG_PEEK):
-                    break
-                time.sleep(0.5)
-            except socket.timeout:
-                continue
-            except OSError:
+            if poller.poll(500):
+                counters.add("unread_closed_by_server")
                 break
         s.close()
+        stop.wait(RECONNECT_DELAY)
 
 
 def admin_idle_worker(target, stop, counters):
@@ -219,6 +226,7 @@ def admin_idle_worker(target, stop, counters):
         counters.add("admin_idle_connections")
         wait_closed(s, stop)
         s.close()
+        stop.wait(RECONNECT_DELAY)
 
 
 def admin_long_line_worker(target, stop, counters):
@@ -245,7 +253,7 @@ def admin_long_line_worker(target, stop, counters):
 def probe_nbd(target, family):
     started = time.monotonic()
     try:
-        s = target.connect(family, timeout=5)
+        s = target.connect(family, timeout=15)
         negotiate(s)
         s.sendall(read_request(1, 0, 4096))
         magic, error, _handle = struct.unpack(">IIQ", recv_exact(s, 16))
@@ -304,8 +312,12 @@ def main():
     ap.add_argument("--read-size", type=int, default=32 << 20)
     ap.add_argument("--admin", type=int, default=40, help="idle admin connections")
     ap.add_argument("--probe", type=float, default=2.0, help="seconds between fresh-client probes")
+    ap.add_argument("--reconnect-delay", type=float, default=1.0,
+                    help="seconds before an attacker reopens a connection the server closed (0: at once, a flood)")
     ap.add_argument("--keep", action="store_true", help="keep the server's directory")
     args = ap.parse_args()
+    global RECONNECT_DELAY
+    RECONNECT_DELAY = args.reconnect_delay
 
     binary = args.binary or os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release", "iocache")
     if not os.access(binary, os.X_OK):
