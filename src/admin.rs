@@ -15,13 +15,24 @@
 //!
 //! The reply is a JSON object: the statistics (`{"volumes":[...]}`), what
 //! was done, or `{"error": MESSAGE}`.
+//!
+//! What a client can make the server hold is bounded (issue 11, section 4):
+//! a request line is read up to [`MAX_REQUEST_BYTES`] (a longer one is
+//! answered with an error naming the limit, after reading at most one byte
+//! more, and is never echoed); the whole line must arrive within
+//! [`REQUEST_DEADLINE`] (a client trickling bytes gets an error when it
+//! passes); at most [`MAX_CONNECTIONS`] connections are served at once
+//! (more are answered with a one-line error and closed by the accept thread
+//! itself); and a thread that cannot be created refuses that one
+//! connection (a line on stderr at most every ten seconds), never panics
+//! the accept thread.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -167,7 +178,10 @@ fn dispatch(state: &Running, line: &str) -> Result<Value> {
     match line {
         "stats" | "" => return stats_json(state, None),
         text if !text.starts_with('{') => {
-            bail!("unknown command `{text}`; expected `stats` or a JSON request")
+            bail!(
+                "unknown command `{}`; expected `stats` or a JSON request",
+                shortened(text)
+            )
         }
         _ => {}
     }
@@ -189,25 +203,185 @@ fn dispatch(state: &Running, line: &str) -> Result<Value> {
     }
 }
 
+/// Longest request line read (64 KiB, far above any real request: an
+/// attach with two 4 KiB paths is about 8.3 KiB).
+pub(crate) const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Admin connections served at once. A connection holds a thread and at
+/// most `MAX_REQUEST_BYTES` of request for at most `REQUEST_DEADLINE`
+/// (then the time its request takes to run).
+pub(crate) const MAX_CONNECTIONS: usize = 16;
+/// Time a client has to send its whole request line, counted from the
+/// moment its connection is taken up (every real client writes the line in
+/// one go right after connecting).
+pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+/// Time the reply may take to be written (a client that does not read it
+/// cannot keep its thread).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Characters of an unknown command echoed in the error.
+const ECHO_CHARS: usize = 64;
+
+/// The start of `text`, for an error message.
+fn shortened(text: &str) -> String {
+    match text.char_indices().nth(ECHO_CHARS) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+/// Why no request could be read.
+#[derive(Debug)]
+enum BadRequest {
+    TooLong,
+    Deadline,
+    NotUtf8,
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for BadRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadRequest::TooLong => write!(
+                f,
+                "the request line is longer than {MAX_REQUEST_BYTES} bytes (the limit); it was not read"
+            ),
+            BadRequest::Deadline => write!(
+                f,
+                "no complete request line within {} s",
+                REQUEST_DEADLINE.as_secs_f64()
+            ),
+            BadRequest::NotUtf8 => write!(f, "the request is not UTF-8"),
+            BadRequest::Io(e) => write!(f, "cannot read the request: {e}"),
+        }
+    }
+}
+
+/// Whether a read failed because its timeout passed.
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// Reads one request line (up to a newline or the end of the stream),
+/// reading at most `MAX_REQUEST_BYTES + 1` bytes and giving up at
+/// `deadline`. Bytes after the newline are ignored.
+fn read_request(stream: &UnixStream, deadline: Instant) -> Result<String, BadRequest> {
+    let mut line = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(BadRequest::Deadline);
+        }
+        stream.set_read_timeout(Some(left)).map_err(BadRequest::Io)?;
+        let want = (MAX_REQUEST_BYTES + 1 - line.len()).min(chunk.len());
+        let n = match (&*stream).read(&mut chunk[..want]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if is_timeout(&e) => return Err(BadRequest::Deadline),
+            Err(e) => return Err(BadRequest::Io(e)),
+        };
+        if n == 0 {
+            break;
+        }
+        if let Some(end) = chunk[..n].iter().position(|&b| b == b'\n') {
+            line.extend_from_slice(&chunk[..end]);
+            if line.len() > MAX_REQUEST_BYTES {
+                return Err(BadRequest::TooLong);
+            }
+            break;
+        }
+        line.extend_from_slice(&chunk[..n]);
+        if line.len() > MAX_REQUEST_BYTES {
+            return Err(BadRequest::TooLong);
+        }
+    }
+    String::from_utf8(line).map_err(|_| BadRequest::NotUtf8)
+}
+
+/// Answers one admin connection.
+fn answer(mut stream: UnixStream, state: &Running) {
+    let reply = match read_request(&stream, Instant::now() + REQUEST_DEADLINE) {
+        Ok(line) => match dispatch(state, line.trim()) {
+            Ok(value) => value,
+            Err(e) => json!({ "error": format!("{e:#}") }),
+        },
+        Err(e) => json!({ "error": e.to_string() }),
+    };
+    let _ = stream.set_write_timeout(Some(REPLY_TIMEOUT));
+    let _ = writeln!(stream, "{reply}");
+}
+
+/// Tells a client there is no room for it, without ever blocking the
+/// accept thread, and closes the connection.
+fn refuse(stream: UnixStream, why: &str) {
+    if stream.set_nonblocking(true).is_ok() {
+        let _ = writeln!(&stream, "{}", json!({ "error": why }));
+    }
+}
+
+/// One of the `MAX_CONNECTIONS` places, given back when dropped (also
+/// when the thread it was moved into could not be created).
+struct Place(Arc<AtomicUsize>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Writes `message` on stderr unless a line went out less than ten
+/// seconds ago.
+fn log_rate_limited(last: &Mutex<Option<Instant>>, message: &str) {
+    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+    if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+        *last = Some(Instant::now());
+        eprintln!("iocache: admin socket: {message}");
+    }
+}
+
 /// Answers the admin socket until the server stops: one thread per
-/// connection, so a long detach does not hold up `iocache stats`.
+/// connection, so a long detach does not hold up `iocache stats`; at most
+/// `MAX_CONNECTIONS` at once.
 pub(crate) fn serve_admin(listener: UnixListener, state: Arc<Running>) {
-    for stream in listener.incoming() {
+    let active = Arc::new(AtomicUsize::new(0));
+    let last_log = Mutex::new(None);
+    loop {
+        let accepted = listener.accept();
         if STOP.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(mut stream) = stream else { continue };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                // EMFILE and friends: do not spin.
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            active.fetch_sub(1, Ordering::SeqCst);
+            refuse(
+                stream,
+                &format!("too many admin connections (at most {MAX_CONNECTIONS} at once); try again"),
+            );
+            continue;
+        }
+        let place = Place(Arc::clone(&active));
         let state = Arc::clone(&state);
-        std::thread::spawn(move || {
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut line = String::new();
-            let _ = BufReader::new(&stream).read_line(&mut line);
-            let reply = match dispatch(&state, line.trim()) {
-                Ok(value) => value,
-                Err(e) => json!({ "error": format!("{e:#}") }),
-            };
-            let _ = writeln!(stream, "{reply}");
+        let spawned = std::thread::Builder::new().name("admin".into()).spawn(move || {
+            let _place = place;
+            answer(stream, &state);
         });
+        if let Err(e) = spawned {
+            // The closure, with the stream and the place, was dropped: the
+            // connection is closed and its place free.
+            log_rate_limited(
+                &last_log,
+                &format!("cannot start a thread ({e}); connection refused"),
+            );
+        }
     }
 }
 

@@ -13,6 +13,49 @@
 //! Shutdown ([`RunningServer::shutdown`]) stops accepting, shuts down the
 //! read side of every connection so no new request is read, lets the
 //! workers finish and answer the requests already read, then closes.
+//!
+//! # Resource bounds (issue 11, section 4)
+//!
+//! What clients can make the server hold is bounded per client and in
+//! total:
+//!
+//! - **Payload bytes.** Each request's payload (a WRITE's data read, a
+//!   READ's data to send) takes budget from its connection
+//!   (`max_inflight_bytes`) and then from a budget all connections share
+//!   (`max_total_inflight_bytes`), before the buffer exists; it is given
+//!   back when the reply is written or fails. A reader that cannot get
+//!   budget waits (and so stops reading its socket); the shared budget is
+//!   handed out first come, first served, so a large request is not
+//!   starved by small ones. Budget is only ever held by a request between
+//!   its header and its reply, and both ends are bounded in time: a WRITE's
+//!   payload must arrive, and a reply must be written, within
+//!   `reply_timeout` (a whole-transfer deadline, not one per system call),
+//!   and, while another connection waits for the shared budget, without
+//!   ever making no progress for `stall_timeout`; else the connection is
+//!   closed and its budget returned. So a client that never reads its
+//!   replies holds budget for at most `reply_timeout`, and for at most
+//!   `stall_timeout` once someone else needs it: it cannot deadlock the
+//!   others, nor keep them waiting long.
+//! - **Connections.** Each listener (the Unix socket, TCP) has its own
+//!   `max_connections`, so a TCP flood cannot lock out the local socket
+//!   (the administrator's way in). When a listener is full, a new
+//!   connection makes room: first by closing the oldest connection still
+//!   in its handshake, then by closing the transmission connection that
+//!   has had nothing in flight for longest, if that is at least
+//!   `idle_eviction`; otherwise the new connection is closed. At most
+//!   `max_handshakes` connections of a listener may be in the handshake at
+//!   once (a new one evicts the oldest), and a handshake must finish within
+//!   `handshake_timeout` in total, so neither idle nor trickling
+//!   ("slowloris") handshakes can keep a legitimate client out: it only
+//!   needs to finish its handshake before `max_handshakes` newer
+//!   connections arrive. Idle transmission connections are closed only
+//!   when their listener is full: they hold no request, so nothing a
+//!   client was told is lost, and clients that reconnect (qemu, nbdkit)
+//!   reconnect on their next request.
+//! - **Threads.** A thread that cannot be created (the connection's, or a
+//!   worker) never panics: the connection is closed (or served by the
+//!   workers that could be created), counted in
+//!   [`ServerStats::spawn_failures`], and the server keeps serving.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
@@ -20,11 +63,11 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -39,6 +82,14 @@ pub const MIN_MAX_PAYLOAD: u32 = 64 * 1024;
 /// Largest accepted `limits.max_payload` (1 GiB), far below the 4 GiB - 8
 /// a single structured read chunk can carry.
 pub const MAX_MAX_PAYLOAD: u32 = 1 << 30;
+
+/// Default of [`ServerConfig::max_total_inflight_bytes`]: 256 MiB, four
+/// connections' full budgets (eight maximum-size requests). Far more than
+/// any device's bandwidth-delay product (3 GB/s at 10 ms is 30 MB), so it
+/// costs no throughput, while the payload memory all clients together can
+/// pin stays a small part of a cache server's RAM (without it, 64
+/// connections could pin 4 GiB).
+pub const DEFAULT_MAX_TOTAL_INFLIGHT_BYTES: usize = 256 << 20;
 
 /// How the server listens and how much a client may make it hold.
 #[derive(Debug, Clone)]
@@ -63,14 +114,34 @@ pub struct ServerConfig {
     /// Payload bytes (write data read, read data to send) held per
     /// connection at once; raised to at least `limits.max_payload`.
     pub max_inflight_bytes: usize,
-    /// Connections served at once; more are closed on accept.
+    /// Payload bytes held by all connections together; raised to at least
+    /// `limits.max_payload`. A connection that cannot get budget stops
+    /// reading its socket until some is given back (see the module doc).
+    pub max_total_inflight_bytes: usize,
+    /// Connections served at once on each listener (the Unix socket and
+    /// TCP are counted apart). A new connection on a full listener evicts
+    /// the oldest handshaking one, or an idle one (`idle_eviction`), or is
+    /// closed.
     pub max_connections: usize,
-    /// Time a client has to finish each read of the handshake.
+    /// Connections of one listener in the handshake at once (at most
+    /// `max_connections`); one more evicts the oldest.
+    pub max_handshakes: usize,
+    /// On a full listener, a transmission connection with no request in
+    /// flight for at least this long may be closed to make room for a new
+    /// one (the one idle longest). `None`: never.
+    pub idle_eviction: Option<Duration>,
+    /// Time a client has to finish the whole handshake (not each read).
     pub handshake_timeout: Option<Duration>,
-    /// Time a reply may take to be written before the client is considered
-    /// gone (a client that stops reading replies cannot block shutdown
-    /// forever).
+    /// Time a reply may take to be written, and a WRITE's payload to
+    /// arrive after its header, before the client is considered gone (a
+    /// client that stops reading replies cannot hold budget or block
+    /// shutdown forever). A deadline for the whole transfer.
     pub reply_timeout: Option<Duration>,
+    /// While some connection waits for the shared payload budget, a reply
+    /// (or a WRITE's payload) that makes no progress at all for this long
+    /// closes its connection, giving its budget back: clients that stop
+    /// reading cannot keep the others waiting for a whole `reply_timeout`.
+    pub stall_timeout: Duration,
     /// Handshake limits and the maximum READ/WRITE payload.
     pub limits: NegotiationLimits,
     /// How long a shutdown waits for connections to answer the requests
@@ -88,9 +159,13 @@ impl Default for ServerConfig {
             workers_per_connection: 4,
             queue_depth: 16,
             max_inflight_bytes: 64 << 20,
+            max_total_inflight_bytes: DEFAULT_MAX_TOTAL_INFLIGHT_BYTES,
             max_connections: 64,
+            max_handshakes: 16,
+            idle_eviction: Some(Duration::from_secs(60)),
             handshake_timeout: Some(Duration::from_secs(30)),
             reply_timeout: Some(Duration::from_secs(60)),
+            stall_timeout: Duration::from_secs(5),
             limits: NegotiationLimits::default(),
             shutdown_grace: Duration::from_secs(10),
         }
@@ -133,6 +208,19 @@ pub struct ServerStats {
     pub requests: u64,
     /// Requests answered with an error.
     pub errors: u64,
+    /// Payload bytes held now, all connections together.
+    pub inflight_bytes: u64,
+    /// The most payload bytes held at once since the start.
+    pub peak_inflight_bytes: u64,
+    /// Connections closed on accept because their listener was full.
+    pub refused_connections: u64,
+    /// Connections closed to make room for a new one (handshaking or idle).
+    pub evicted_connections: u64,
+    /// Handshakes closed because they did not finish in time.
+    pub handshake_timeouts: u64,
+    /// Threads that could not be created (each closed a connection, or
+    /// left it with fewer workers).
+    pub spawn_failures: u64,
 }
 
 /// An NBD server before it listens.
@@ -203,6 +291,12 @@ impl Server {
             )));
         }
         config.max_inflight_bytes = config.max_inflight_bytes.max(config.limits.max_payload as usize);
+        config.max_total_inflight_bytes = config
+            .max_total_inflight_bytes
+            .max(config.limits.max_payload as usize);
+        config.max_handshakes = config.max_handshakes.max(1).min(config.max_connections.max(1));
+        // A zero socket timeout is refused by the system.
+        config.stall_timeout = config.stall_timeout.max(Duration::from_millis(1));
         Ok(config)
     }
 
@@ -218,16 +312,9 @@ impl Server {
     /// `UnixStream::pair` works too.
     pub fn serve_stream<S: ConnectionStream>(&self, stream: S) -> Result<ServerStats, ServerError> {
         let config = self.checked_config()?;
-        let shared = Shared {
-            exports: RwLock::new(self.exports.clone()),
-            config,
-            shutting_down: AtomicBool::new(false),
-            conns: Mutex::new(Conns::default()),
-            stats: StatsCounters::default(),
-            wake: Mutex::new(Vec::new()),
-        };
+        let shared = Shared::new(self.exports.clone(), config, Vec::new());
         shared.stats.connections.fetch_add(1, Ordering::Relaxed);
-        serve_connection(&shared, stream, None);
+        serve_connection(&shared, stream, None, Arc::new(Activity::default()));
         Ok(shared.stats.snapshot(&shared))
     }
 
@@ -298,14 +385,7 @@ impl Server {
         // the accept calls (whatever became of the socket file meanwhile).
         let wake = listeners.iter().filter_map(|l| l.try_clone().ok()).collect();
 
-        let shared = Arc::new(Shared {
-            exports: RwLock::new(exports),
-            config,
-            shutting_down: AtomicBool::new(false),
-            conns: Mutex::new(Conns::default()),
-            stats: StatsCounters::default(),
-            wake: Mutex::new(wake),
-        });
+        let shared = Arc::new(Shared::new(exports, config, wake));
         let mut accept_threads = Vec::new();
         for l in listeners {
             let shared = Arc::clone(&shared);
@@ -421,11 +501,9 @@ impl ExportHandle {
     pub fn remove_export(&self, name: &str) -> Option<Arc<dyn Export>> {
         let removed = write_lock(&self.0.exports).remove(name)?;
         let conns = lock(&self.0.conns);
-        for (id, export) in &conns.exports {
-            if export == name {
-                if let Some(stream) = conns.streams.get(id) {
-                    let _ = stream.shutdown(Shutdown::Read);
-                }
+        for entry in conns.entries.values() {
+            if entry.export.as_deref() == Some(name) {
+                let _ = entry.stream.shutdown(Shutdown::Read);
             }
         }
         Some(removed)
@@ -442,9 +520,9 @@ impl ExportHandle {
     /// Connections in the transmission phase on the export `name`.
     pub fn connections_to(&self, name: &str) -> usize {
         lock(&self.0.conns)
-            .exports
+            .entries
             .values()
-            .filter(|e| *e == name)
+            .filter(|e| e.export.as_deref() == Some(name))
             .count()
     }
 }
@@ -510,8 +588,8 @@ impl RunningServer {
             thread::sleep(Duration::from_millis(10));
         }
         if handles.iter().any(|h| !h.is_finished()) {
-            for s in lock(&self.shared.conns).streams.values() {
-                let _ = s.shutdown(Shutdown::Both);
+            for e in lock(&self.shared.conns).entries.values() {
+                let _ = e.stream.shutdown(Shutdown::Both);
             }
         }
         for h in handles {
@@ -545,16 +623,98 @@ struct Shared {
     stats: StatsCounters,
     /// Second handles on the listening sockets, shut down to stop accepting.
     wake: Mutex<Vec<Listener>>,
+    /// The payload budget all connections share.
+    global: GlobalBudget,
+    /// The origin of [`Activity::last_ms`].
+    epoch: Instant,
 }
 
 #[derive(Default)]
 struct Conns {
     next_id: u64,
-    /// A clone of each live connection's stream, to stop its reads.
-    streams: HashMap<u64, Stream>,
-    /// The export each connection in the transmission phase uses.
-    exports: HashMap<u64, String>,
+    /// Every live connection (until its thread ends).
+    entries: HashMap<u64, Entry>,
     threads: Vec<JoinHandle<()>>,
+}
+
+/// Which listener a connection came from: each has its own connection
+/// budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Tcp,
+    Unix,
+}
+
+/// A live connection, as the accept loop and the export table see it.
+struct Entry {
+    /// A clone of the connection's stream, to stop its reads or close it.
+    stream: Stream,
+    family: Family,
+    accepted: Instant,
+    /// The export, once in the transmission phase; `None` in the handshake.
+    export: Option<String>,
+    activity: Arc<Activity>,
+    /// Closed to make room for another: no longer counted.
+    evicted: bool,
+}
+
+/// When a connection last did something, and what it has in flight.
+#[derive(Default)]
+struct Activity {
+    /// Requests read and not yet answered.
+    in_flight: AtomicUsize,
+    /// Milliseconds since [`Shared::epoch`] of the last request read or
+    /// answered (or of the start of transmission).
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn touch(&self, shared: &Shared) {
+        self.last_ms.store(shared.now_ms(), Ordering::Relaxed);
+    }
+}
+
+impl Conns {
+    /// Makes room for one more connection on `family`'s listener if its
+    /// budget allows (see the module doc: the oldest handshake, then the
+    /// longest-idle transmission connection idle at least `idle_eviction`,
+    /// is closed); false if the new connection must be refused.
+    fn make_room(&mut self, family: Family, shared: &Shared) -> bool {
+        let config = &shared.config;
+        let live = || {
+            self.entries
+                .iter()
+                .filter(move |(_, e)| e.family == family && !e.evicted)
+        };
+        let handshaking = live().filter(|(_, e)| e.export.is_none()).count();
+        let total = live().count();
+        if handshaking < config.max_handshakes && total < config.max_connections {
+            return true;
+        }
+        let oldest_handshake = live()
+            .filter(|(_, e)| e.export.is_none())
+            .min_by_key(|(_, e)| e.accepted)
+            .map(|(id, _)| *id);
+        let victim = oldest_handshake.or_else(|| {
+            let min_idle = config.idle_eviction?;
+            let now = shared.now_ms();
+            live()
+                .filter(|(_, e)| e.activity.in_flight.load(Ordering::SeqCst) == 0)
+                .map(|(id, e)| (*id, now.saturating_sub(e.activity.last_ms.load(Ordering::SeqCst))))
+                .filter(|(_, idle)| *idle >= min_idle.as_millis() as u64)
+                .max_by_key(|(_, idle)| *idle)
+                .map(|(id, _)| id)
+        });
+        let Some(entry) = victim.and_then(|id| self.entries.get_mut(&id)) else {
+            return false;
+        };
+        entry.evicted = true;
+        let _ = entry.stream.shutdown(Shutdown::Both);
+        shared.stats.evicted_connections.fetch_add(1, Ordering::Relaxed);
+        // One out, one in: a listener over its handshake budget (after a
+        // change of configuration, say) loses one per new connection.
+        true
+    }
 }
 
 #[derive(Default)]
@@ -563,17 +723,99 @@ struct StatsCounters {
     transmissions: AtomicU64,
     requests: AtomicU64,
     errors: AtomicU64,
+    refused_connections: AtomicU64,
+    evicted_connections: AtomicU64,
+    handshake_timeouts: AtomicU64,
+    spawn_failures: AtomicU64,
 }
 
 impl StatsCounters {
     fn snapshot(&self, shared: &Shared) -> ServerStats {
+        let (held, peak) = shared.global.held_and_peak();
         ServerStats {
             connections: self.connections.load(Ordering::Relaxed),
-            active_connections: lock(&shared.conns).streams.len() as u64,
+            active_connections: lock(&shared.conns).entries.len() as u64,
             transmissions: self.transmissions.load(Ordering::Relaxed),
             requests: self.requests.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
+            inflight_bytes: held as u64,
+            peak_inflight_bytes: peak as u64,
+            refused_connections: self.refused_connections.load(Ordering::Relaxed),
+            evicted_connections: self.evicted_connections.load(Ordering::Relaxed),
+            handshake_timeouts: self.handshake_timeouts.load(Ordering::Relaxed),
+            spawn_failures: self.spawn_failures.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// The payload budget all connections share, handed out in the order it
+/// was asked for (a ticket queue): a request waiting for many bytes is not
+/// overtaken forever by smaller ones.
+struct GlobalBudget {
+    limit: usize,
+    state: Mutex<GlobalState>,
+    freed: Condvar,
+}
+
+#[derive(Default)]
+struct GlobalState {
+    held: usize,
+    peak: usize,
+    next_ticket: u64,
+    serving: u64,
+    /// Readers waiting for budget now.
+    waiting: usize,
+}
+
+impl GlobalBudget {
+    fn new(limit: usize) -> GlobalBudget {
+        GlobalBudget {
+            limit,
+            state: Mutex::new(GlobalState::default()),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Waits for `n` bytes (at most the limit: a request's payload is at
+    /// most `max_payload`, and the limit is raised to it).
+    fn acquire(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let n = n.min(self.limit);
+        let mut s = lock(&self.state);
+        let ticket = s.next_ticket;
+        s.next_ticket += 1;
+        s.waiting += 1;
+        while s.serving != ticket || s.held + n > self.limit {
+            s = self.freed.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s.waiting -= 1;
+        s.held += n;
+        s.peak = s.peak.max(s.held);
+        s.serving += 1;
+        drop(s);
+        // The next ticket may fit too.
+        self.freed.notify_all();
+    }
+
+    fn release(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let n = n.min(self.limit);
+        lock(&self.state).held -= n;
+        self.freed.notify_all();
+    }
+
+    /// Whether some reader is waiting for budget.
+    fn contended(&self) -> bool {
+        lock(&self.state).waiting > 0
+    }
+
+    fn held_and_peak(&self) -> (usize, usize) {
+        let s = lock(&self.state);
+        (s.held, s.peak)
     }
 }
 
@@ -604,14 +846,31 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Shared {
+    fn new(exports: Exports, config: ServerConfig, wake: Vec<Listener>) -> Shared {
+        Shared {
+            exports: RwLock::new(exports),
+            global: GlobalBudget::new(config.max_total_inflight_bytes),
+            config,
+            shutting_down: AtomicBool::new(false),
+            conns: Mutex::new(Conns::default()),
+            stats: StatsCounters::default(),
+            wake: Mutex::new(wake),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
     fn begin_shutdown(&self) {
         {
             let conns = lock(&self.conns);
             if self.shutting_down.swap(true, Ordering::SeqCst) {
                 return;
             }
-            for s in conns.streams.values() {
-                let _ = s.shutdown(Shutdown::Read);
+            for e in conns.entries.values() {
+                let _ = e.stream.shutdown(Shutdown::Read);
             }
         }
         // Wake the blocking accept() calls so the loops see the flag: a
@@ -646,6 +905,13 @@ impl Listener {
         };
         // SAFETY: shutdown on a socket descriptor this handle owns.
         unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+    }
+
+    fn family(&self) -> Family {
+        match self {
+            Listener::Tcp(_) => Family::Tcp,
+            Listener::Unix(_) => Family::Unix,
+        }
     }
 
     fn accept(&self) -> io::Result<Stream> {
@@ -811,13 +1077,15 @@ fn accept_loop(shared: Arc<Shared>, listener: Listener) {
                 continue;
             }
         };
+        let family = listener.family();
         let mut conns = lock(&shared.conns);
         if shared.shutting_down.load(Ordering::SeqCst) {
             return;
         }
         shared.stats.connections.fetch_add(1, Ordering::Relaxed);
         conns.threads.retain(|t| !t.is_finished());
-        if conns.streams.len() >= shared.config.max_connections {
+        if !conns.make_room(family, &shared) {
+            shared.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
             let _ = stream.shutdown(Shutdown::Both);
             continue;
         }
@@ -826,20 +1094,34 @@ fn accept_loop(shared: Arc<Shared>, listener: Listener) {
         };
         let id = conns.next_id;
         conns.next_id += 1;
-        conns.streams.insert(id, registered);
+        let activity = Arc::new(Activity::default());
+        conns.entries.insert(
+            id,
+            Entry {
+                stream: registered,
+                family,
+                accepted: Instant::now(),
+                export: None,
+                activity: Arc::clone(&activity),
+                evicted: false,
+            },
+        );
         let s2 = Arc::clone(&shared);
         let spawned = thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
-                serve_connection(&s2, stream, Some(id));
-                let mut conns = lock(&s2.conns);
-                conns.streams.remove(&id);
-                conns.exports.remove(&id);
+                serve_connection(&s2, stream, Some(id), activity);
+                lock(&s2.conns).entries.remove(&id);
             });
         match spawned {
             Ok(t) => conns.threads.push(t),
             Err(_) => {
-                conns.streams.remove(&id);
+                // The closure (and the stream in it) was dropped; the
+                // registered clone goes too: the connection is closed.
+                shared.stats.spawn_failures.fetch_add(1, Ordering::Relaxed);
+                if let Some(e) = conns.entries.remove(&id) {
+                    let _ = e.stream.shutdown(Shutdown::Both);
+                }
             }
         }
     }
@@ -863,26 +1145,49 @@ enum ConnEnd {
 /// Serves one client: the handshake, then the transmission phase. `id` is
 /// the connection's key in the server's table (`None` for a stream served
 /// on its own, [`Server::serve_stream`]).
-fn serve_connection<S: ConnectionStream>(shared: &Shared, stream: S, id: Option<u64>) {
-    let _ = stream.set_read_timeout(shared.config.handshake_timeout);
+fn serve_connection<S: ConnectionStream>(
+    shared: &Shared,
+    stream: S,
+    id: Option<u64>,
+    activity: Arc<Activity>,
+) {
     let mut hs = stream;
+    let deadline = shared.config.handshake_timeout.map(|t| Instant::now() + t);
     let negotiated = match negotiate(
-        &mut hs,
+        &mut Deadlined {
+            stream: &mut hs,
+            deadline,
+        },
         &shared.exports,
         &shared.config.limits,
         &shared.shutting_down,
     ) {
         Ok(n) => n,
-        Err(_) => {
+        Err(e) => {
+            if matches!(&e, HandshakeError::Io(io) if is_timeout(io)) {
+                shared.stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+            }
             let _ = hs.shutdown(Shutdown::Both);
             return;
         }
     };
+    activity.touch(shared);
     if let Some(id) = id {
         // Registered before checking that the export is still served: a
         // removal either comes first (and the check sees it) or finds this
-        // connection registered (and stops its reads).
-        lock(&shared.conns).exports.insert(id, negotiated.name.clone());
+        // connection registered (and stops its reads). A connection
+        // evicted during its handshake stops here.
+        {
+            let mut conns = lock(&shared.conns);
+            match conns.entries.get_mut(&id) {
+                Some(entry) if !entry.evicted => entry.export = Some(negotiated.name.clone()),
+                _ => {
+                    drop(conns);
+                    let _ = hs.shutdown(Shutdown::Both);
+                    return;
+                }
+            }
+        }
         let still_served = read_lock(&shared.exports)
             .find(&negotiated.name)
             .is_some_and(|(_, e)| Arc::ptr_eq(e, &negotiated.export));
@@ -893,8 +1198,132 @@ fn serve_connection<S: ConnectionStream>(shared: &Shared, stream: S, id: Option<
     }
     shared.stats.transmissions.fetch_add(1, Ordering::Relaxed);
     let _ = hs.set_read_timeout(None);
-    let _ = hs.set_write_timeout(shared.config.reply_timeout);
-    let _ = transmission(shared, hs, negotiated);
+    let step = shared
+        .config
+        .reply_timeout
+        .map_or(shared.config.stall_timeout, |t| {
+            t.min(shared.config.stall_timeout)
+        });
+    let _ = hs.set_write_timeout(Some(step.max(Duration::from_millis(1))));
+    let _ = transmission(shared, hs, negotiated, activity);
+}
+
+/// Whether an I/O error is a timeout (`SO_RCVTIMEO` / `SO_SNDTIMEO` make a
+/// blocked call fail with `EAGAIN`).
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+fn deadline_passed() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "deadline passed")
+}
+
+/// What is left until `deadline`, or an error if it has passed.
+fn time_left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(deadline_passed())
+    } else {
+        Ok(left)
+    }
+}
+
+/// The handshake's view of a stream: every read and write is bounded by
+/// what is left of one deadline for the whole handshake, so a client
+/// trickling a byte at a time cannot stretch it.
+struct Deadlined<'a, S: ConnectionStream> {
+    stream: &'a mut S,
+    deadline: Option<Instant>,
+}
+
+impl<S: ConnectionStream> Read for Deadlined<'_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(d) = self.deadline {
+            self.stream.set_read_timeout(Some(time_left(d)?))?;
+        }
+        self.stream.read(buf)
+    }
+}
+
+impl<S: ConnectionStream> Write for Deadlined<'_, S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(d) = self.deadline {
+            self.stream.set_write_timeout(Some(time_left(d)?))?;
+        }
+        self.stream.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+/// Writes all of `bytes` within `timeout` in total. The stream's write
+/// timeout is `min(timeout, stall)` (set once after the handshake), so a
+/// write call blocks at most that long without progress; the deadline is
+/// checked after each call, and a call that made no progress fails the
+/// reply at once when `pressure` says other connections are waiting for the
+/// shared budget.
+fn write_all_within<S: ConnectionStream>(
+    w: &mut S,
+    mut bytes: &[u8],
+    timeout: Option<Duration>,
+    pressure: impl Fn() -> bool,
+) -> io::Result<()> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        match w.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_timeout(&e) => {
+                if pressure() {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        if bytes.is_empty() {
+            return w.flush();
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(deadline_passed());
+        }
+    }
+}
+
+/// Fills `buf` from `reader` (a WRITE's payload) within `timeout` in total,
+/// under the same rule as [`write_all_within`]: each read blocks at most
+/// `min(timeout, stall)`, and one that brought nothing fails at once under
+/// `pressure`. Bytes already buffered are taken without a system call; the
+/// read timeout is cleared after.
+fn read_exact_within<S: ConnectionStream>(
+    reader: &mut BufReader<S>,
+    buf: &mut [u8],
+    timeout: Option<Duration>,
+    stall: Duration,
+    pressure: impl Fn() -> bool,
+) -> io::Result<()> {
+    if reader.buffer().len() >= buf.len() {
+        return reader.read_exact(buf);
+    }
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let step = timeout.map_or(stall, |t| t.min(stall));
+    let mut result = reader.get_ref().set_read_timeout(Some(step));
+    let mut got = 0;
+    while result.is_ok() && got < buf.len() {
+        match reader.read(&mut buf[got..]) {
+            Ok(0) => result = Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_timeout(&e) && !pressure() => {}
+            Err(e) => result = Err(e),
+        }
+        if got < buf.len() && deadline.is_some_and(|d| Instant::now() >= d) {
+            result = Err(deadline_passed());
+        }
+    }
+    let _ = reader.get_ref().set_read_timeout(None);
+    result
 }
 
 /// A byte budget shared by a connection's reader and workers.
@@ -926,6 +1355,7 @@ struct Conn<'a, S> {
     /// Set when a reply could not be written: the client is gone.
     broken: AtomicBool,
     budget: Budget,
+    activity: Arc<Activity>,
 }
 
 /// A request read from the socket, waiting for a worker.
@@ -937,7 +1367,12 @@ struct Job {
     cost: usize,
 }
 
-fn transmission<S: ConnectionStream>(shared: &Shared, stream: S, neg: Negotiated) -> ConnEnd {
+fn transmission<S: ConnectionStream>(
+    shared: &Shared,
+    stream: S,
+    neg: Negotiated,
+    activity: Arc<Activity>,
+) -> ConnEnd {
     let writer = match stream.try_clone() {
         Ok(w) => w,
         Err(e) => return ConnEnd::Io(e),
@@ -951,19 +1386,30 @@ fn transmission<S: ConnectionStream>(shared: &Shared, stream: S, neg: Negotiated
             available: Mutex::new(shared.config.max_inflight_bytes),
             freed: Condvar::new(),
         },
+        activity,
     };
     let (tx, rx) = sync_channel::<Job>(shared.config.queue_depth);
     let rx = Mutex::new(rx);
     let end = thread::scope(|scope| {
-        let workers: Vec<_> = (0..shared.config.workers_per_connection)
-            .map(|_| {
-                let conn = &conn;
-                let rx = &rx;
-                scope.spawn(move || worker(conn, rx))
-            })
-            .collect();
+        let mut workers = Vec::new();
+        for _ in 0..shared.config.workers_per_connection {
+            let conn = &conn;
+            let rx = &rx;
+            match thread::Builder::new().spawn_scoped(scope, move || worker(conn, rx)) {
+                Ok(w) => workers.push(w),
+                Err(_) => {
+                    // Served by the workers there are, if any.
+                    shared.stats.spawn_failures.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
         let mut reader = BufReader::with_capacity(64 * 1024, stream);
-        let end = read_requests(&conn, &mut reader, &tx);
+        let end = if workers.is_empty() {
+            ConnEnd::Io(io::Error::other("no worker thread could be created"))
+        } else {
+            read_requests(&conn, &mut reader, &tx)
+        };
         // Closing the queue lets the workers finish what was read and exit.
         drop(tx);
         let _ = reader.get_ref().shutdown(Shutdown::Read);
@@ -1001,9 +1447,9 @@ fn read_exact_or_eof<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<bool, io::Err
     Ok(true)
 }
 
-fn read_requests<R: Read, S: ConnectionStream>(
+fn read_requests<S: ConnectionStream>(
     conn: &Conn<'_, S>,
-    reader: &mut R,
+    reader: &mut BufReader<S>,
     tx: &std::sync::mpsc::SyncSender<Job>,
 ) -> ConnEnd {
     let max_payload = conn.shared.config.limits.max_payload;
@@ -1036,16 +1482,30 @@ fn read_requests<R: Read, S: ConnectionStream>(
             Command::Read | Command::Write => req.length as usize,
             _ => 0,
         };
+        conn.activity.in_flight.fetch_add(1, Ordering::SeqCst);
+        conn.activity.touch(conn.shared);
+        // The connection's budget, then the server's: a reader waiting for
+        // either stops reading its socket.
         conn.budget.acquire(cost);
+        conn.shared.global.acquire(cost);
         let mut data = Vec::new();
         if req.command == Command::Write {
             data = vec![0u8; req.length as usize];
-            if let Err(e) = reader.read_exact(&mut data) {
-                conn.budget.release(cost);
+            let config = &conn.shared.config;
+            let pressure = || conn.shared.global.contended();
+            if let Err(e) = read_exact_within(
+                reader,
+                &mut data,
+                config.reply_timeout,
+                config.stall_timeout,
+                pressure,
+            ) {
+                conn.done(cost);
                 return ConnEnd::Io(e);
             }
         }
-        if tx.send(Job { req, data, cost }).is_err() {
+        if let Err(unsent) = tx.send(Job { req, data, cost }) {
+            conn.done(unsent.0.cost);
             return ConnEnd::Eof;
         }
     }
@@ -1061,12 +1521,25 @@ fn worker<S: ConnectionStream>(conn: &Conn<'_, S>, rx: &Mutex<Receiver<Job>>) {
             return;
         };
         let cost = job.cost;
-        conn.execute(job);
-        conn.budget.release(cost);
+        // Nobody reads the replies of a broken connection: do not run
+        // what it still had queued (and give its budget back at once).
+        if !conn.broken.load(Ordering::Relaxed) {
+            conn.execute(job);
+        }
+        conn.done(cost);
     }
 }
 
 impl<S: ConnectionStream> Conn<'_, S> {
+    /// A request is over (answered, or dropped with its connection): its
+    /// budget goes back.
+    fn done(&self, cost: usize) {
+        self.shared.global.release(cost);
+        self.budget.release(cost);
+        self.activity.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.activity.touch(self.shared);
+    }
+
     /// Checks a request against the export before running it.
     fn check(&self, req: &Request) -> Result<(), (u32, String)> {
         let export = &self.neg.export;
@@ -1195,7 +1668,8 @@ impl<S: ConnectionStream> Conn<'_, S> {
             return;
         }
         let mut w = lock(&self.writer);
-        if w.write_all(bytes).and_then(|_| w.flush()).is_err() {
+        let pressure = || self.shared.global.contended();
+        if write_all_within(&mut *w, bytes, self.shared.config.reply_timeout, pressure).is_err() {
             self.broken.store(true, Ordering::Relaxed);
             // Wake the reader: nobody will read our replies.
             let _ = w.shutdown(Shutdown::Both);

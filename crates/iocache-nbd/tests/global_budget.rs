@@ -1,0 +1,121 @@
+//! Issue 11, section 4: payload memory is bounded in total, not only per
+//! connection. Its own test binary, because it counts every heap byte the
+//! process holds (a counting global allocator), which other tests running
+//! alongside would disturb.
+//!
+//! Old failure: each connection could hold its own `max_inflight_bytes`
+//! (64 MiB) of replies its client never read, and nothing bounded the sum:
+//! 64 connections pinned 4 GiB. Here 8 connections may each hold 4 MiB
+//! (32 MiB together) but the server's budget is 8 MiB: the heap grows by
+//! about 8 MiB, the server's own accounting never passes 8 MiB, and a fresh
+//! client is served within seconds: stuck replies give their budget back
+//! after `stall_timeout` once someone waits for it, not after the whole
+//! `reply_timeout`.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use iocache_nbd::proto::NBD_CMD_READ;
+use iocache_nbd::{Client, ConnectOptions, ServerConfig};
+
+/// The system allocator, counting the bytes live now and the peak.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is passed on to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const MIB: usize = 1 << 20;
+
+#[test]
+fn unread_replies_across_many_connections_stay_within_the_global_budget() {
+    let mut config = ServerConfig {
+        max_inflight_bytes: 4 * MIB,
+        max_total_inflight_bytes: 8 * MIB,
+        reply_timeout: Some(Duration::from_secs(60)),
+        stall_timeout: Duration::from_millis(300),
+        ..config("global")
+    };
+    config.limits.max_payload = MIB as u32;
+    let server = start_with(config, vec![("disk", mem(16 * MIB) as _)]);
+    // Every connection's workers and buffers exist before the baseline.
+    let mut raws: Vec<Raw> = (0..8).map(|_| Raw::connect(&server, true)).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let baseline = LIVE.load(Ordering::SeqCst);
+    PEAK.store(baseline, Ordering::SeqCst);
+
+    // 8 pipelined 1 MiB reads per connection, replies never read.
+    for raw in &mut raws {
+        for handle in 0..8u64 {
+            raw.send(handle, NBD_CMD_READ, 0, handle * MIB as u64, MIB as u32, &[]);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let stats = server.stats();
+    let grown = PEAK.load(Ordering::SeqCst).saturating_sub(baseline);
+    assert!(
+        stats.peak_inflight_bytes <= 8 * MIB as u64,
+        "accounting: {} bytes held at the peak",
+        stats.peak_inflight_bytes
+    );
+    assert!(
+        stats.inflight_bytes >= 6 * MIB as u64,
+        "the budget is in use: {} bytes",
+        stats.inflight_bytes
+    );
+    assert!(
+        grown < 12 * MIB,
+        "the heap grew by {} MiB for 64 MiB of unread replies (budget 8 MiB)",
+        grown / MIB
+    );
+
+    // No deadlock, and no wait for reply_timeout (60 s): while the fresh
+    // client waits for budget, the replies that make no progress for
+    // stall_timeout fail, their budget comes back, and it is served.
+    let started = Instant::now();
+    let mut fresh = Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
+    let mut buf = vec![0u8; MIB];
+    fresh.read(0, &mut buf).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "served after {:?}",
+        started.elapsed()
+    );
+    drop(raws);
+    let started = Instant::now();
+    while server.stats().inflight_bytes != 0 {
+        assert!(started.elapsed() < Duration::from_secs(5), "budget given back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.shutdown();
+}
