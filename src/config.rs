@@ -86,6 +86,10 @@ pub struct ServeConfig {
     pub listen: Option<SocketAddr>,
     /// Unix socket answering `iocache stats`.
     pub admin_socket: Option<PathBuf>,
+    /// TLS for NBD clients (STARTTLS): off, on (offered) or require.
+    pub tls: iocache_nbd::TlsMode,
+    /// The directory holding server-cert.pem and server-key.pem.
+    pub tls_certificates: Option<PathBuf>,
     /// A group whose members may connect to the NBD Unix socket (mode
     /// 0660 then); none: the socket is its owner's only (0600).
     pub socket_group: Option<String>,
@@ -339,6 +343,8 @@ struct ServerText {
     socket_group: Option<String>,
     #[serde(default)]
     attach_dirs: Vec<PathBuf>,
+    tls: Option<String>,
+    tls_certificates: Option<PathBuf>,
 }
 
 /// The whole file.
@@ -620,11 +626,23 @@ impl ServeConfig {
             .map(|v| v.validate(&o))
             .collect::<Result<Vec<_>>>()?;
         unify_shared_caches(&mut volumes, &written, origin)?;
+        let tls = file
+            .server
+            .tls
+            .as_deref()
+            .map(|t| {
+                t.parse()
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", o.server_key("tls")))
+            })
+            .transpose()?
+            .unwrap_or_default();
         ServeConfig {
             origin: o,
             socket: file.server.socket,
             listen,
             admin_socket: file.server.admin_socket,
+            tls,
+            tls_certificates: file.server.tls_certificates,
             socket_group: file.server.socket_group,
             attach_dirs: file.server.attach_dirs,
             private_dir: None,

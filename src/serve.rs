@@ -44,7 +44,7 @@ pub struct ServeArgs {
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "io_engine", "direct",
         "persistence", "socket",
         "listen", "export",
-        "admin_socket", "attach_dir", "socket_group",
+        "admin_socket", "attach_dir", "socket_group", "tls", "tls_certificates",
     ])]
     config: Option<PathBuf>,
     /// Backend: a file or block device, or a remote NBD export
@@ -132,6 +132,14 @@ pub struct ServeArgs {
     /// Unix socket answering `iocache stats` [default: ./iocache-data/admin.sock].
     #[arg(long, value_name = "PATH")]
     admin_socket: Option<PathBuf>,
+    /// TLS for NBD clients (NBD_OPT_STARTTLS): off, on (offered to clients that ask) or require
+    /// (every client, on TCP and on the Unix socket, must upgrade before any other option).
+    #[arg(long, default_value = "off", value_name = "off|on|require")]
+    tls: String,
+    /// The directory holding the server's certificate chain and key (server-cert.pem and
+    /// server-key.pem, as nbdkit and qemu-nbd name them); needed with --tls on|require.
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
     /// Let the members of this group (a name or a number) connect to the NBD Unix socket: it is
     /// then given to the group with mode 0660 (0600, its owner's only, without it).
     #[arg(long, value_name = "GROUP")]
@@ -693,7 +701,21 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         .as_deref()
         .map(|g| group_id(g).with_context(|| config.origin.server_key("socket_group")))
         .transpose()?;
+    let tls = match (config.tls, &config.tls_certificates) {
+        (iocache_nbd::TlsMode::Off, _) => None,
+        (_, None) => bail!(
+            "{}: TLS {} needs the server's certificate and key: give {}",
+            config.origin.server_key("tls"),
+            config.tls,
+            config.origin.server_key("tls_certificates")
+        ),
+        (mode, Some(dir)) => Some(
+            iocache_nbd::TlsServer::from_dir(dir, mode)
+                .with_context(|| config.origin.server_key("tls_certificates"))?,
+        ),
+    };
     let mut server = Server::new(ServerConfig {
+        tls,
         unix_socket: config.socket.clone(),
         unix_socket_mode: if socket_group.is_some() { 0o660 } else { 0o600 },
         unix_socket_group: socket_group,
@@ -708,11 +730,20 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         return Err(anyhow!(e).context(config.origin.server_key(key)));
     }
     if let Some(addr) = config.listen.filter(|a| !a.ip().is_loopback()) {
-        eprintln!(
-            "iocache: warning: listening on {addr}, beyond this machine's loopback: any host that \
-             reaches it can read and write every export (no TLS and no authentication yet); \
-             prefer the Unix socket or a loopback address behind an SSH tunnel"
-        );
+        if config.tls == iocache_nbd::TlsMode::Require {
+            eprintln!(
+                "iocache: listening on {addr}, beyond this machine's loopback, with TLS required \
+                 (clients are not authenticated: anyone who reaches it and trusts the certificate \
+                 may read and write every export)"
+            );
+        } else {
+            eprintln!(
+                "iocache: warning: listening on {addr}, beyond this machine's loopback, without \
+                 --tls require: any host that reaches it can read and write every export, in the \
+                 clear; prefer the Unix socket, a loopback address behind an SSH tunnel, or \
+                 --tls require"
+            );
+        }
     }
     let own = Scope {
         socket: config.socket.as_deref().map(canonical_path),
@@ -1259,6 +1290,8 @@ impl ServeArgs {
                 .transpose()?,
             admin_socket: Some(self.admin_socket.unwrap_or_else(|| dir.join("admin.sock"))),
             socket_group: self.socket_group,
+            tls: self.tls.parse().map_err(|e| anyhow!("--tls: {e}"))?,
+            tls_certificates: self.tls_certificates,
             attach_dirs,
             private_dir,
             volumes: vec![volume],

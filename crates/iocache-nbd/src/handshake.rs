@@ -15,6 +15,7 @@ use thiserror::Error;
 
 use crate::export::{Export, ExportLookup};
 use crate::proto::*;
+use crate::tls::TlsMode;
 
 /// Limits on what a client can make the server do during negotiation.
 #[derive(Debug, Clone)]
@@ -82,6 +83,36 @@ pub enum HandshakeError {
     TooManyOptions(u32),
     #[error("client aborted the negotiation")]
     Aborted,
+    #[error("NBD_OPT_EXPORT_NAME before TLS on a server that requires TLS")]
+    TlsRequired,
+}
+
+/// Where option haggling stands: kept across a TLS upgrade, which ends one
+/// call of [`negotiate_tls`] and starts the next on the upgraded stream.
+#[derive(Clone, Debug, Default)]
+pub struct Haggle {
+    greeted: bool,
+    no_zeroes: bool,
+    structured: bool,
+    options: u32,
+    tls_active: bool,
+}
+
+impl Haggle {
+    /// Whether the session runs inside TLS.
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
+    }
+}
+
+/// How a call of [`negotiate_tls`] ended.
+pub enum Negotiation {
+    /// The client chose an export: transmission starts.
+    Done(Negotiated),
+    /// The client asked for TLS and was told yes: the caller must run the
+    /// TLS handshake on the stream and go on with [`negotiate_tls`] over
+    /// the upgraded stream (or drop the connection).
+    StartTls,
 }
 
 /// The transmission flags for `export`.
@@ -150,8 +181,9 @@ fn reply_error<S: Write>(s: &mut S, option: u32, reply_type: u32, message: &str)
 /// answer with fixed newstyle, then answers options until the client enters
 /// transmission with NBD_OPT_GO or NBD_OPT_EXPORT_NAME. Supported options:
 /// EXPORT_NAME, ABORT, LIST, INFO, GO (with NBD_INFO_EXPORT, NAME,
-/// DESCRIPTION, BLOCK_SIZE) and STRUCTURED_REPLY; STARTTLS, metadata
-/// contexts, extended headers and unknown options get NBD_REP_ERR_UNSUP.
+/// DESCRIPTION, BLOCK_SIZE) and STRUCTURED_REPLY; STARTTLS (without TLS:
+/// see [`negotiate_tls`]), metadata contexts, extended headers and unknown
+/// options get NBD_REP_ERR_UNSUP.
 /// While `shutting_down` is set, options other than ABORT get
 /// NBD_REP_ERR_SHUTDOWN.
 pub fn negotiate<S: Read + Write>(
@@ -160,23 +192,57 @@ pub fn negotiate<S: Read + Write>(
     limits: &NegotiationLimits,
     shutting_down: &AtomicBool,
 ) -> Result<Negotiated, HandshakeError> {
-    stream.write_all(&encode_greeting(NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES))?;
-    stream.flush()?;
-    let client_flags = u32::from_be_bytes(read_exact_array::<4, _>(stream)?);
-    if client_flags & !KNOWN_CLIENT_FLAGS != 0 {
-        return Err(HandshakeError::UnknownClientFlags(client_flags));
+    match negotiate_tls(
+        stream,
+        exports,
+        limits,
+        shutting_down,
+        TlsMode::Off,
+        &mut Haggle::default(),
+    )? {
+        Negotiation::Done(n) => Ok(n),
+        // TlsMode::Off answers STARTTLS with NBD_REP_ERR_UNSUP.
+        Negotiation::StartTls => unreachable!("STARTTLS accepted with TLS off"),
     }
-    if client_flags & NBD_FLAG_C_FIXED_NEWSTYLE == 0 {
-        return Err(HandshakeError::NotFixedNewstyle);
+}
+
+/// [`negotiate`] with TLS: `tls` says whether NBD_OPT_STARTTLS is refused
+/// (off), accepted (on), or required before any other option (require:
+/// NBD_REP_ERR_TLS_REQD, and NBD_OPT_EXPORT_NAME ends the session). On
+/// STARTTLS the call returns [`Negotiation::StartTls`] after acknowledging;
+/// option haggling then goes on, inside TLS, with a second call on the
+/// upgraded stream and the same `haggle` (what was negotiated before TLS,
+/// such as structured replies, is forgotten: only options sent inside TLS
+/// count).
+pub fn negotiate_tls<S: Read + Write>(
+    stream: &mut S,
+    exports: &dyn ExportLookup,
+    limits: &NegotiationLimits,
+    shutting_down: &AtomicBool,
+    tls: TlsMode,
+    haggle: &mut Haggle,
+) -> Result<Negotiation, HandshakeError> {
+    if !haggle.greeted {
+        stream.write_all(&encode_greeting(NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES))?;
+        stream.flush()?;
+        let client_flags = u32::from_be_bytes(read_exact_array::<4, _>(stream)?);
+        if client_flags & !KNOWN_CLIENT_FLAGS != 0 {
+            return Err(HandshakeError::UnknownClientFlags(client_flags));
+        }
+        if client_flags & NBD_FLAG_C_FIXED_NEWSTYLE == 0 {
+            return Err(HandshakeError::NotFixedNewstyle);
+        }
+        haggle.greeted = true;
+        haggle.no_zeroes = client_flags & NBD_FLAG_C_NO_ZEROES != 0;
     }
-    let no_zeroes = client_flags & NBD_FLAG_C_NO_ZEROES != 0;
-    let mut structured = false;
-    let mut count = 0u32;
+    let no_zeroes = haggle.no_zeroes;
+    let mut structured = haggle.structured;
     loop {
-        count += 1;
-        if count > limits.max_options {
+        haggle.options += 1;
+        if haggle.options > limits.max_options {
             return Err(HandshakeError::TooManyOptions(limits.max_options));
         }
+        haggle.structured = structured;
         stream.flush()?;
         let header = OptionHeader::parse(&read_exact_array::<OPTION_HEADER_LEN, _>(stream)?)?;
         let opt = header.option;
@@ -200,7 +266,34 @@ pub fn negotiate<S: Read + Write>(
             continue;
         }
 
+        if tls == TlsMode::Require && !haggle.tls_active && opt != NBD_OPT_STARTTLS && opt != NBD_OPT_ABORT {
+            if opt == NBD_OPT_EXPORT_NAME {
+                // It cannot be answered with an error.
+                return Err(HandshakeError::TlsRequired);
+            }
+            reply_error(
+                stream,
+                opt,
+                NBD_REP_ERR_TLS_REQD,
+                "this server requires TLS: send NBD_OPT_STARTTLS first",
+            )?;
+            continue;
+        }
+
         match opt {
+            NBD_OPT_STARTTLS if tls != TlsMode::Off => {
+                if haggle.tls_active {
+                    reply_error(stream, opt, NBD_REP_ERR_INVALID, "TLS is already negotiated")?;
+                } else if !data.is_empty() {
+                    reply_error(stream, opt, NBD_REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data")?;
+                } else {
+                    reply(stream, opt, NBD_REP_ACK, &[])?;
+                    stream.flush()?;
+                    haggle.tls_active = true;
+                    haggle.structured = false;
+                    return Ok(Negotiation::StartTls);
+                }
+            }
             NBD_OPT_EXPORT_NAME => {
                 let name = parse_string(&data)?;
                 let Some((canonical, export)) = exports.find_export(&name) else {
@@ -210,13 +303,13 @@ pub fn negotiate<S: Read + Write>(
                 stream.write_all(&encode_export_name_reply(export.size_bytes(), flags, no_zeroes))?;
                 stream.flush()?;
                 let block_sizes = effective_block_sizes(export.as_ref(), limits.max_payload);
-                return Ok(Negotiated {
+                return Ok(Negotiation::Done(Negotiated {
                     name: canonical,
                     export,
                     structured,
                     flags,
                     block_sizes,
-                });
+                }));
             }
             NBD_OPT_ABORT => {
                 // Best effort: the client may already have hung up.
@@ -241,6 +334,7 @@ pub fn negotiate<S: Read + Write>(
                     reply_error(stream, opt, NBD_REP_ERR_INVALID, "already negotiated")?;
                 } else {
                     structured = true;
+                    haggle.structured = true;
                     reply(stream, opt, NBD_REP_ACK, &[])?;
                 }
             }
@@ -282,13 +376,13 @@ pub fn negotiate<S: Read + Write>(
                 reply(stream, opt, NBD_REP_ACK, &[])?;
                 if opt == NBD_OPT_GO {
                     stream.flush()?;
-                    return Ok(Negotiated {
+                    return Ok(Negotiation::Done(Negotiated {
                         name: canonical,
                         export,
                         structured,
                         flags,
                         block_sizes,
-                    });
+                    }));
                 }
             }
             _ => {
@@ -386,6 +480,89 @@ mod tests {
             }
             .encode(),
         )
+    }
+
+    /// Runs `input` through [`negotiate_tls`] in `mode` (one call).
+    fn run_tls(
+        input: Vec<u8>,
+        mode: TlsMode,
+        haggle: &mut Haggle,
+    ) -> (Result<Negotiation, HandshakeError>, Vec<u8>) {
+        let mut d = Duplex {
+            input: io::Cursor::new(input),
+            output: Vec::new(),
+        };
+        let r = negotiate_tls(
+            &mut d,
+            &exports(),
+            &NegotiationLimits::default(),
+            &AtomicBool::new(false),
+            mode,
+            haggle,
+        );
+        (r, d.output)
+    }
+
+    #[test]
+    fn required_tls_refuses_every_option_but_starttls_and_abort() {
+        let mut input = client_flags(NBD_FLAG_C_FIXED_NEWSTYLE);
+        input.extend(encode_option(NBD_OPT_LIST, &[]));
+        input.extend(go("disk", &[]));
+        input.extend(encode_option(NBD_OPT_STRUCTURED_REPLY, &[]));
+        input.extend(encode_option(NBD_OPT_STARTTLS, &[1]));
+        input.extend(encode_option(NBD_OPT_STARTTLS, &[]));
+        let mut haggle = Haggle::default();
+        let (r, out) = run_tls(input, TlsMode::Require, &mut haggle);
+        assert!(matches!(r, Ok(Negotiation::StartTls)));
+        assert!(haggle.tls_active());
+        let got: Vec<(u32, u32)> = replies(&out).iter().map(|(o, t, _)| (*o, *t)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (NBD_OPT_LIST, NBD_REP_ERR_TLS_REQD),
+                (NBD_OPT_GO, NBD_REP_ERR_TLS_REQD),
+                (NBD_OPT_STRUCTURED_REPLY, NBD_REP_ERR_TLS_REQD),
+                (NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID),
+                (NBD_OPT_STARTTLS, NBD_REP_ACK),
+            ]
+        );
+        // Inside TLS (the same haggle, no new greeting): a second STARTTLS
+        // is invalid, and the export is served.
+        let mut input = encode_option(NBD_OPT_STARTTLS, &[]);
+        input.extend(go("disk", &[]));
+        let (r, out) = run_tls(input, TlsMode::Require, &mut haggle);
+        let Ok(Negotiation::Done(n)) = r else {
+            panic!("GO inside TLS failed")
+        };
+        assert_eq!(n.name, "disk");
+        assert!(!out.starts_with(&NBD_MAGIC.to_be_bytes()), "no second greeting");
+        // NBD_OPT_EXPORT_NAME before TLS cannot be answered: the session ends.
+        let mut input = client_flags(NBD_FLAG_C_FIXED_NEWSTYLE);
+        input.extend(encode_option(NBD_OPT_EXPORT_NAME, b"disk"));
+        let (r, _) = run_tls(input, TlsMode::Require, &mut Haggle::default());
+        assert!(matches!(r, Err(HandshakeError::TlsRequired)));
+    }
+
+    #[test]
+    fn structured_replies_negotiated_before_tls_are_forgotten() {
+        let mut input = client_flags(NBD_FLAG_C_FIXED_NEWSTYLE);
+        input.extend(encode_option(NBD_OPT_STRUCTURED_REPLY, &[]));
+        input.extend(encode_option(NBD_OPT_STARTTLS, &[]));
+        let mut haggle = Haggle::default();
+        let (r, _) = run_tls(input, TlsMode::On, &mut haggle);
+        assert!(matches!(r, Ok(Negotiation::StartTls)));
+        let (r, _) = run_tls(go("disk", &[]), TlsMode::On, &mut haggle);
+        let Ok(Negotiation::Done(n)) = r else {
+            panic!("GO failed")
+        };
+        assert!(!n.structured);
+        // With TLS off, STARTTLS is unsupported and nothing else changes.
+        let mut input = client_flags(NBD_FLAG_C_FIXED_NEWSTYLE);
+        input.extend(encode_option(NBD_OPT_STARTTLS, &[]));
+        input.extend(go("disk", &[]));
+        let (r, out) = run_tls(input, TlsMode::Off, &mut Haggle::default());
+        assert!(matches!(r, Ok(Negotiation::Done(_))));
+        assert_eq!(replies(&out)[0].1, NBD_REP_ERR_UNSUP);
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub mod handshake;
 pub mod listen;
 pub mod proto;
 pub mod server;
+pub mod tls;
 
 pub use client::{
     list_exports, parse_nbd_uri, Client, ClientError, ConnectOptions, NbdAddr, NbdUri, UriError,
@@ -62,3 +63,4 @@ pub use server::{
     ConnectionStream, ExportHandle, RunningServer, Server, ServerConfig, ServerError, ServerStats,
     ShutdownHandle,
 };
+pub use tls::{TlsError, TlsMode, TlsServer};

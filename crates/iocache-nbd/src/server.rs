@@ -72,9 +72,10 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::export::{validate_block_sizes, Export, ExportError, ExportLookup, Exports};
-use crate::handshake::{negotiate, HandshakeError, Negotiated, NegotiationLimits};
+use crate::handshake::{negotiate_tls, Haggle, HandshakeError, Negotiated, Negotiation, NegotiationLimits};
 use crate::listen::{bind_unix_socket, ListenError, SocketFileRemover};
 use crate::proto::*;
+use crate::tls::{TlsMode, TlsServer};
 
 /// Smallest accepted `limits.max_payload`: the largest minimum block size an
 /// export may have (64 KiB), so every export can serve one block.
@@ -144,6 +145,9 @@ pub struct ServerConfig {
     pub stall_timeout: Duration,
     /// Handshake limits and the maximum READ/WRITE payload.
     pub limits: NegotiationLimits,
+    /// TLS (NBD_OPT_STARTTLS): its mode and credentials; `None` refuses
+    /// STARTTLS (NBD_REP_ERR_UNSUP), as [`TlsMode::Off`] does.
+    pub tls: Option<TlsServer>,
     /// How long a shutdown waits for connections to answer the requests
     /// they read before it closes them.
     pub shutdown_grace: Duration,
@@ -167,6 +171,7 @@ impl Default for ServerConfig {
             reply_timeout: Some(Duration::from_secs(60)),
             stall_timeout: Duration::from_secs(5),
             limits: NegotiationLimits::default(),
+            tls: None,
             shutdown_grace: Duration::from_secs(10),
         }
     }
@@ -218,6 +223,8 @@ pub struct ServerStats {
     pub evicted_connections: u64,
     /// Handshakes closed because they did not finish in time.
     pub handshake_timeouts: u64,
+    /// TLS handshakes that failed (after NBD_OPT_STARTTLS was acknowledged).
+    pub tls_failures: u64,
     /// Threads that could not be created (each closed a connection, or
     /// left it with fewer workers).
     pub spawn_failures: u64,
@@ -726,6 +733,7 @@ struct StatsCounters {
     refused_connections: AtomicU64,
     evicted_connections: AtomicU64,
     handshake_timeouts: AtomicU64,
+    tls_failures: AtomicU64,
     spawn_failures: AtomicU64,
 }
 
@@ -743,6 +751,7 @@ impl StatsCounters {
             refused_connections: self.refused_connections.load(Ordering::Relaxed),
             evicted_connections: self.evicted_connections.load(Ordering::Relaxed),
             handshake_timeouts: self.handshake_timeouts.load(Ordering::Relaxed),
+            tls_failures: self.tls_failures.load(Ordering::Relaxed),
             spawn_failures: self.spawn_failures.load(Ordering::Relaxed),
         }
     }
@@ -956,6 +965,15 @@ pub trait ConnectionStream: Read + Write + Send + Sized {
         let _ = timeout;
         Ok(())
     }
+
+    /// Runs the server side of a TLS handshake on the stream (after
+    /// NBD_OPT_STARTTLS was acknowledged) within `timeout`, and returns the
+    /// plaintext end of the session (see `tls.rs`). Streams without a
+    /// socket cannot (the default).
+    fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
+        let _ = (tls, timeout);
+        Err(io::Error::new(io::ErrorKind::Unsupported, "TLS needs a socket"))
+    }
 }
 
 impl ConnectionStream for TcpStream {
@@ -970,6 +988,9 @@ impl ConnectionStream for TcpStream {
     }
     fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         TcpStream::set_write_timeout(self, timeout)
+    }
+    fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
+        crate::tls::upgrade(self, tls, timeout)
     }
 }
 
@@ -986,6 +1007,9 @@ impl ConnectionStream for UnixStream {
     fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         UnixStream::set_write_timeout(self, timeout)
     }
+    fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
+        crate::tls::upgrade(self, tls, timeout)
+    }
 }
 
 impl ConnectionStream for Stream {
@@ -1000,6 +1024,12 @@ impl ConnectionStream for Stream {
     }
     fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         Stream::set_write_timeout(self, timeout)
+    }
+    fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
+        match self {
+            Stream::Tcp(s) => crate::tls::upgrade(s, tls, timeout),
+            Stream::Unix(s) => crate::tls::upgrade(s, tls, timeout),
+        }
     }
 }
 
@@ -1153,7 +1183,10 @@ fn serve_connection<S: ConnectionStream>(
 ) {
     let mut hs = stream;
     let deadline = shared.config.handshake_timeout.map(|t| Instant::now() + t);
-    let negotiated = match negotiate(
+    let tls = shared.config.tls.as_ref();
+    let tls_mode = tls.map_or(TlsMode::Off, |t| t.mode);
+    let mut haggle = Haggle::default();
+    let first = negotiate_tls(
         &mut Deadlined {
             stream: &mut hs,
             deadline,
@@ -1161,16 +1194,67 @@ fn serve_connection<S: ConnectionStream>(
         &shared.exports,
         &shared.config.limits,
         &shared.shutting_down,
-    ) {
-        Ok(n) => n,
+        tls_mode,
+        &mut haggle,
+    );
+    match first {
+        Ok(Negotiation::Done(negotiated)) => enter_transmission(shared, hs, negotiated, id, activity),
+        Ok(Negotiation::StartTls) => {
+            let Some(tls) = tls else {
+                return; // negotiate_tls never accepts STARTTLS with TLS off
+            };
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            // The TLS handshake, then the rest of the options inside TLS,
+            // over the plaintext end of the relay (see tls.rs).
+            let Ok(mut plain) = hs.start_tls(tls, left) else {
+                shared.stats.tls_failures.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            let _ = plain.set_read_timeout(shared.config.handshake_timeout);
+            let second = negotiate_tls(
+                &mut Deadlined {
+                    stream: &mut plain,
+                    deadline,
+                },
+                &shared.exports,
+                &shared.config.limits,
+                &shared.shutting_down,
+                tls_mode,
+                &mut haggle,
+            );
+            match second {
+                Ok(Negotiation::Done(negotiated)) => {
+                    enter_transmission(shared, plain, negotiated, id, activity)
+                }
+                Ok(Negotiation::StartTls) => {
+                    let _ = plain.shutdown(Shutdown::Both);
+                }
+                Err(e) => {
+                    if matches!(&e, HandshakeError::Io(io) if is_timeout(io)) {
+                        shared.stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let _ = plain.shutdown(Shutdown::Both);
+                }
+            }
+        }
         Err(e) => {
             if matches!(&e, HandshakeError::Io(io) if is_timeout(io)) {
                 shared.stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
             }
             let _ = hs.shutdown(Shutdown::Both);
-            return;
         }
-    };
+    }
+}
+
+/// Registers a negotiated connection and serves its transmission phase on
+/// `hs` (the socket, or the plaintext end of a TLS relay).
+fn enter_transmission<T: ConnectionStream>(
+    shared: &Shared,
+    hs: T,
+    negotiated: Negotiated,
+    id: Option<u64>,
+    activity: Arc<Activity>,
+) {
     activity.touch(shared);
     if let Some(id) = id {
         // Registered before checking that the export is still served: a
