@@ -72,6 +72,7 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
             continue;
         };
         let s = engine.stats();
+        let effective = engine.effective_mode();
         let c = &s.cache;
         let sharing: Vec<String> = engine.volumes().into_iter().map(|v| v.name).collect();
         let mut entry = json!({
@@ -80,6 +81,8 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
             "volume_id": v.id,
             "size_bytes": v.size_bytes,
             "write_policy": engine.write_policy().to_string(),
+            "effective_write_policy": effective.policy.to_string(),
+            "effective_write_policy_cause": effective.cause.name(),
             "policy": group.config.policy.to_string(),
             "lookup": engine.lookup().to_string(),
             "shards": s.shards,
@@ -428,6 +431,15 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
             v["export"], v["size_bytes"], v["backend"]
         );
         let sharing = v["cache"]["volumes"].as_array().map_or(0, Vec::len);
+        // The write policy in force, and why when it is not the configured one.
+        let write_policy = if v["effective_write_policy"] == v["write_policy"] {
+            v["write_policy"].to_string()
+        } else {
+            format!(
+                "{} (configured {}; {})",
+                v["effective_write_policy"], v["write_policy"], v["effective_write_policy_cause"]
+            )
+        };
         println!(
             "  cache      {} ({}), {} policy, {} write policy, lookup {} ({} shards)",
             v["cache"]["path"],
@@ -437,7 +449,7 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
                 "its own".to_string()
             },
             v["policy"],
-            v["write_policy"],
+            write_policy,
             v["lookup"],
             v["shards"]
         );

@@ -14,6 +14,7 @@ use crate::config::{CacheConfig, FlushOrder, WritePolicy};
 use crate::error::CoreError;
 use crate::fasthash::FxHashMap;
 use crate::index::LineIndex;
+use crate::mode::{self, EffectiveMode, LineFacts, ModeCause, ModeSettings, RequestFacts};
 use crate::ops::{Op, OpList};
 use crate::policy::list::{Links, ListHead};
 use crate::policy::{AccessInfo, ReplacementPolicy};
@@ -149,7 +150,12 @@ pub struct Cache {
     request_seq: u64,
     /// Dirty victims kept by the request in progress.
     request_dirty_victims_kept: u32,
-    /// The write policy for the request in progress (pass-through under sequential cutoff).
+    /// What decides the effective write policy besides the request: the
+    /// configured policy, a controller's, a failed cache device (`mode.rs`).
+    mode: ModeSettings,
+    /// What the decision knows about the request in progress.
+    request_facts: RequestFacts,
+    /// The write policy for the request in progress (`mode::resolve`).
     request_policy: WritePolicy,
     seq: SeqDetector,
     last_request_ns: Option<u64>,
@@ -205,6 +211,8 @@ impl Cache {
             victims: Vec::new(),
             request_seq: 0,
             request_dirty_victims_kept: 0,
+            mode: ModeSettings::new(config.write_policy),
+            request_facts: RequestFacts::default(),
             request_policy: config.write_policy,
             seq: SeqDetector::new(config.seq_cutoff),
             last_request_ns: None,
@@ -239,14 +247,40 @@ impl Cache {
         self.policy.counters()
     }
 
+    /// The configured write policy (see [`Cache::effective_mode`] for the
+    /// one in force).
     pub fn write_policy(&self) -> WritePolicy {
         self.config.write_policy
     }
 
-    /// Changes the write policy at run time (ReCA, LBICA). Dirty lines stay dirty
-    /// and keep being served and flushed under any policy.
+    /// Changes the configured write policy at run time. Dirty lines stay
+    /// dirty and keep being served and flushed under any policy.
     pub fn set_write_policy(&mut self, policy: WritePolicy) {
         self.config.write_policy = policy;
+        self.mode.configured = policy;
+    }
+
+    /// Sets (or, with `None`, withdraws) a controller's write policy, which
+    /// replaces the configured one until withdrawn (ReCA, LBICA).
+    pub fn set_controller_policy(&mut self, policy: Option<WritePolicy>) {
+        self.mode.controller = policy;
+    }
+
+    /// Marks the cache device failed (everything passes through; dirty
+    /// lines are still served and written back) or recovered.
+    pub fn set_cache_device_failed(&mut self, failed: bool) {
+        self.mode.cache_device_failed = failed;
+    }
+
+    /// The inputs of the effective-mode decision.
+    pub fn mode_settings(&self) -> ModeSettings {
+        self.mode
+    }
+
+    /// The write policy in force for a request that is not sequential and
+    /// touches no dirty line, and why ([`mode::resolve`]).
+    pub fn effective_mode(&self) -> EffectiveMode {
+        mode::resolve(&self.mode, None, None)
     }
 
     /// Changes the dirty-line cap at run time (see
@@ -325,11 +359,13 @@ impl Cache {
             self.last_request_ns
                 .map_or(request.now_ns, |t| t.max(request.now_ns)),
         );
-        self.request_policy = self.config.write_policy;
-        if self.seq.bypass(request) {
-            self.request_policy = WritePolicy::PassThrough;
+        self.request_facts = RequestFacts {
+            sequential_bypass: self.seq.bypass(request),
+        };
+        if self.request_facts.sequential_bypass {
             self.stats.seq_cutoff_requests += 1;
         }
+        self.request_policy = mode::resolve(&self.mode, Some(&self.request_facts), None).policy;
         let info = AccessInfo {
             now_ns: request.now_ns,
             kind: request.kind,
@@ -520,29 +556,22 @@ impl Cache {
     }
 
     fn write_part(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut OpList) -> LineOutcome {
-        let mut policy = self.request_policy;
         let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Write);
         let (first, end) = (part.first_sector, part.end_sector);
-        if !self.config.inline_dirty_eviction
-            && !matches!(policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
-            && found.is_some_and(|slot| bitmap::count_range(self.dirty_of(slot), first, end) > 0)
-        {
-            // The write supersedes dirty sectors whose only copy is the
-            // cache's: were it to go to the backend and fail there, the
-            // older data would be gone from both. Keep it in the cache,
-            // dirty, as write-back does; the cleaner writes it back.
-            policy = WritePolicy::WriteBack;
-        }
-        if let Some(cap) = self.config.max_dirty_lines {
-            if matches!(policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
-                && self.dirty_lines() >= cap
-                && !found.is_some_and(|slot| self.slots[slot as usize].dirty_listed)
-            {
-                // One more dirty line would pass the cap: write through.
-                policy = WritePolicy::WriteThrough;
-                self.stats.dirty_cap_write_throughs += 1;
-            }
+        // The line's facts; `mode::resolve` decides (dirty supersede, dirty cap).
+        let line = LineFacts {
+            supersedes_dirty: found
+                .is_some_and(|slot| bitmap::count_range(self.dirty_of(slot), first, end) > 0),
+            already_dirty: found.is_some_and(|slot| self.slots[slot as usize].dirty_listed),
+            dirty_lines: self.dirty_lines(),
+            dirty_cap: self.config.max_dirty_lines,
+            inline_dirty_eviction: self.config.inline_dirty_eviction,
+        };
+        let decided = mode::resolve(&self.mode, Some(&self.request_facts), Some(&line));
+        let policy = decided.policy;
+        if decided.cause == ModeCause::DirtyCap {
+            self.stats.dirty_cap_write_throughs += 1;
         }
         match policy {
             WritePolicy::WriteBack | WritePolicy::WriteOnly | WritePolicy::WriteThrough => {

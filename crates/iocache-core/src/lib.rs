@@ -25,6 +25,7 @@ pub mod config;
 mod error;
 pub mod fasthash;
 pub mod index;
+pub mod mode;
 pub mod ops;
 pub mod policy;
 mod prefetch;
@@ -43,6 +44,7 @@ pub use cache::{
 pub use cleaning::CleaningPolicy;
 pub use config::{CacheConfig, FlushOrder, Promotion, WritePolicy};
 pub use error::CoreError;
+pub use mode::{EffectiveMode, ModeCause, ModeSettings};
 pub use ops::{Op, OpList};
 pub use policy::{PolicySpec, ReplacementPolicy};
 pub use seq_cutoff::SeqCutoff;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use iocache_core::bitmap;
 use iocache_core::fasthash::FxHashMap;
 use iocache_core::index::IndexPrefetcher;
+use iocache_core::EffectiveMode;
 use iocache_core::{
     AccessSummary, Cache, CacheConfig, CacheStats, CoreError, FlushOrder, FlushToken, IoKind, LineKey, Op,
     OpList, Request, RestoredLine, SlotId, VolumeId, WritePolicy, SECTOR_BYTES,
@@ -448,7 +449,6 @@ struct Inner {
     volumes: RwLock<VolumeTable>,
     /// Serializes attach, detach, volume flushes and shutdown.
     admin: Mutex<()>,
-    write_policy: WritePolicy,
     clock: Clock,
     stopping: AtomicBool,
     io_errors: AtomicU64,
@@ -649,7 +649,6 @@ impl Engine {
             cache_dev,
             volumes: RwLock::new(table),
             admin: Mutex::new(()),
-            write_policy: config.cache.write_policy,
             clock: Clock::new(),
             stopping: AtomicBool::new(false),
             io_errors: AtomicU64::new(0),
@@ -667,7 +666,7 @@ impl Engine {
             recovery: opened.report,
             barriers: AtomicU64::new(0),
             records_written: AtomicU64::new(0),
-            health: Health::new(config.cache.write_policy),
+            health: Health::new(),
             cleaner_wake: (Mutex::new(false), Condvar::new()),
             writebacks: Mutex::new(WritebackTracker::default()),
             writeback_done: Condvar::new(),
@@ -724,8 +723,16 @@ impl Engine {
         self.default.size_bytes()
     }
 
+    /// The configured write policy (every shard has the same).
     pub fn write_policy(&self) -> WritePolicy {
-        self.inner.write_policy
+        lock(&self.inner.shards[0].state).cache.write_policy()
+    }
+
+    /// The write policy in force and why (`iocache_core::mode::resolve`):
+    /// the configured one, a controller's, or pass-through while the cache
+    /// device is failed.
+    pub fn effective_mode(&self) -> EffectiveMode {
+        lock(&self.inner.shards[0].state).cache.effective_mode()
     }
 
     /// Reads `buf.len()` bytes at `offset` of the default volume.
@@ -1954,9 +1961,7 @@ impl Inner {
                 self.health.cache_errors.load(Ordering::Relaxed)
             );
             for shard in &self.shards {
-                lock(&shard.state)
-                    .cache
-                    .set_write_policy(WritePolicy::PassThrough);
+                lock(&shard.state).cache.set_cache_device_failed(true);
             }
         }
     }
@@ -1971,14 +1976,12 @@ impl Inner {
         if ok {
             self.health.cache_recovered(self.now_ns());
             for shard in &self.shards {
-                lock(&shard.state)
-                    .cache
-                    .set_write_policy(self.health.configured_policy);
+                lock(&shard.state).cache.set_cache_device_failed(false);
             }
             eprintln!(
                 "iocache: cache device {} answers again; back to write policy {}",
                 self.cache_dev.name(),
-                self.health.configured_policy
+                lock(&self.shards[0].state).cache.effective_mode().policy
             );
         }
     }

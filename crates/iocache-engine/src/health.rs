@@ -6,8 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use iocache_core::WritePolicy;
-
 /// Cache-device errors after which the volume stops using the cache for new
 /// data (pass-through) until the device answers again.
 pub const CACHE_ERROR_THRESHOLD: u64 = 16;
@@ -23,16 +21,16 @@ pub const RELAPSE_WINDOW: Duration = Duration::from_secs(30);
 pub const RETRY_MIN: Duration = Duration::from_millis(10);
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
 
+#[derive(Default)]
 pub struct Health {
     pub cache_errors: AtomicU64,
     pub backend_errors: AtomicU64,
     /// Write-backs (of cleaner batches and flushes) that failed and were
     /// left dirty for a retry.
     pub failed_writebacks: AtomicU64,
-    /// Past the threshold: the write policy is pass-through.
+    /// Past the threshold: the cores are told the cache device failed
+    /// (`Cache::set_cache_device_failed`: pass-through) until a probe passes.
     pub cache_failed: AtomicBool,
-    /// The write policy to return to when the cache device recovers.
-    pub configured_policy: WritePolicy,
     retry: Mutex<Retry>,
 }
 
@@ -50,13 +48,12 @@ struct Retry {
 }
 
 impl Health {
-    pub fn new(configured_policy: WritePolicy) -> Health {
+    pub fn new() -> Health {
         Health {
             cache_errors: AtomicU64::new(0),
             backend_errors: AtomicU64::new(0),
             failed_writebacks: AtomicU64::new(0),
             cache_failed: AtomicBool::new(false),
-            configured_policy,
             retry: Mutex::new(Retry::default()),
         }
     }
@@ -145,7 +142,7 @@ mod tests {
 
     #[test]
     fn threshold_is_crossed_once() {
-        let h = Health::new(WritePolicy::WriteBack);
+        let h = Health::new();
         let crossings = (0..3 * CACHE_ERROR_THRESHOLD)
             .filter(|_| h.cache_error(0))
             .count();
@@ -159,7 +156,7 @@ mod tests {
 
     #[test]
     fn a_device_that_relapses_is_probed_less_often() {
-        let h = Health::new(WritePolicy::WriteBack);
+        let h = Health::new();
         let second = 1_000_000_000u64;
         let fail = |now| {
             for _ in 0..CACHE_ERROR_THRESHOLD {
@@ -190,7 +187,7 @@ mod tests {
 
     #[test]
     fn back_off_doubles_up_to_the_limit_and_resets() {
-        let h = Health::new(WritePolicy::WriteBack);
+        let h = Health::new();
         let mut now = 1_000;
         let mut last_wait = 0;
         for _ in 0..20 {

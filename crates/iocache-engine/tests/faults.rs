@@ -135,6 +135,11 @@ fn failing_cache_reads_are_served_from_the_backend_and_past_a_threshold_the_cach
         stats.cache_device_failed,
         "past the threshold the volume runs pass-through"
     );
+    // Said truthfully: the configured policy, and the one in force with why.
+    assert_eq!(engine.write_policy(), WritePolicy::WriteThrough);
+    let effective = engine.effective_mode();
+    assert_eq!(effective.policy, WritePolicy::PassThrough);
+    assert_eq!(effective.cause, iocache_core::ModeCause::CacheDeviceFailed);
     // Writes still work (to the backend) and reads stay right.
     engine.write(8 * SECTOR, &stamp(99), false).unwrap();
     let mut buf = vec![0u8; SECTOR as usize];
@@ -145,6 +150,11 @@ fn failing_cache_reads_are_served_from_the_backend_and_past_a_threshold_the_cach
     // The device recovers: a probe notices and the cache is used again.
     cache.clear_faults();
     wait_until("the probe", || !engine.stats().cache_device_failed);
+    let effective = engine.effective_mode();
+    assert_eq!(
+        (effective.policy, effective.cause),
+        (WritePolicy::WriteThrough, iocache_core::ModeCause::Configured)
+    );
 }
 
 #[test]
