@@ -10,16 +10,16 @@ use crate::addr::{
 };
 use crate::bitmap;
 use crate::cleaning::CleaningPolicy;
-use crate::config::{CacheConfig, FlushOrder, WritePolicy};
+use crate::config::{CacheConfig, FlushOrder, Promotion, WritePolicy};
 use crate::error::CoreError;
 use crate::fasthash::FxHashMap;
 use crate::index::LineIndex;
 use crate::mode::{self, EffectiveMode, LineFacts, ModeCause, ModeSettings, RequestFacts};
 use crate::ops::{Op, OpList};
 use crate::policy::list::{Links, ListHead};
-use crate::policy::{AccessInfo, ReplacementPolicy};
+use crate::policy::{AccessInfo, PolicySpec, ReplacementPolicy};
 use crate::promotion::Promoter;
-use crate::seq_cutoff::SeqDetector;
+use crate::seq_cutoff::{SeqCutoff, SeqDetector};
 use crate::stats::CacheStats;
 
 /// How one line access found the cache.
@@ -287,6 +287,58 @@ impl Cache {
     /// [`CacheConfig::max_dirty_lines`]); lines already dirty stay dirty.
     pub fn set_max_dirty_lines(&mut self, cap: Option<u64>) {
         self.config.max_dirty_lines = cap;
+    }
+
+    /// Changes the promotion policy at run time. An `nhit` history starts
+    /// empty (it is a hint of recent misses, not cache contents).
+    pub fn set_promotion(&mut self, promotion: Promotion) {
+        self.config.promotion = promotion;
+        self.promoter = Promoter::new(promotion, self.config.capacity_lines);
+    }
+
+    /// Changes the background cleaning policy at run time.
+    pub fn set_cleaning(&mut self, cleaning: CleaningPolicy) {
+        self.config.cleaning = cleaning;
+    }
+
+    /// Turns write-miss bypass on or off at run time.
+    pub fn set_write_miss_bypass(&mut self, on: bool) {
+        self.config.write_miss_bypass = on;
+    }
+
+    /// Changes the sequential cutoff at run time; streams are detected
+    /// afresh from the next request.
+    pub fn set_seq_cutoff(&mut self, cutoff: SeqCutoff) {
+        self.config.seq_cutoff = cutoff;
+        self.seq = SeqDetector::new(cutoff);
+    }
+
+    /// Replaces the replacement policy at run time, keeping every cached
+    /// line: the new policy is built for the same capacity and told of each
+    /// resident line as if it had just been admitted at `now_ns`, dirty ones
+    /// as dirty, in ascending slot order (the old policy's ranking is not
+    /// carried over: policies do not share a notion of rank). Nothing is
+    /// evicted or invalidated; the switch is O(resident lines).
+    pub fn set_replacement_policy(&mut self, spec: PolicySpec, now_ns: u64) -> Result<(), CoreError> {
+        let mut policy = spec.build(self.config.capacity_lines as usize)?;
+        for s in 0..self.config.capacity_lines as usize {
+            let meta = &self.slots[s];
+            if !meta.resident {
+                continue;
+            }
+            let dirty = bitmap::any(self.dirty_of(s as SlotId));
+            policy.on_insert(
+                s as SlotId,
+                meta.key,
+                &AccessInfo {
+                    dirty,
+                    ..AccessInfo::read_at(now_ns)
+                },
+            );
+        }
+        self.policy = policy;
+        self.config.policy = spec;
+        Ok(())
     }
 
     /// Slots taken out of service by [`Cache::retire_slots`].
