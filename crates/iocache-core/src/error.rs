@@ -26,4 +26,7 @@ pub enum CoreError {
     BadParameter { given: String, reason: String },
     #[error("cannot restore slot {slot}: {reason}")]
     BadRestore { slot: u64, reason: String },
+    /// A run-time setting that cannot be parsed or applied.
+    #[error("{0}")]
+    BadSetting(String),
 }

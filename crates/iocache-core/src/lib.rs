@@ -31,6 +31,7 @@ pub mod policy;
 mod prefetch;
 pub mod promotion;
 pub mod seq_cutoff;
+pub mod setting;
 pub mod stats;
 pub mod units;
 
@@ -48,4 +49,5 @@ pub use mode::{EffectiveMode, ModeCause, ModeSettings};
 pub use ops::{Op, OpList};
 pub use policy::{PolicySpec, ReplacementPolicy};
 pub use seq_cutoff::SeqCutoff;
+pub use setting::Setting;
 pub use stats::CacheStats;
