@@ -30,7 +30,10 @@ use smallvec::SmallVec;
 use thiserror::Error;
 use volumes::{VolumeState, VolumeTable};
 
+mod settings;
 mod volumes;
+
+pub use settings::KnobState;
 
 pub use volumes::{Volume, VolumeInfo, VolumeStats};
 
@@ -436,6 +439,12 @@ enum Buffer<'a> {
 }
 
 struct Inner {
+    /// The knobs' configured and current values (`settings.rs`).
+    knobs: Mutex<settings::Knobs>,
+    /// The informational part of the superblock's settings text.
+    settings_informational: String,
+    /// A background drain of dirty lines is running (`settings.rs`).
+    draining: AtomicBool,
     shards: Vec<Shard>,
     /// Per shard, starts loading a line's index entry before the shard is
     /// locked (the entry is the first memory access of a lookup, and a miss
@@ -567,6 +576,10 @@ impl Engine {
             }
         }
         let backends: Vec<&dyn BlockDevice> = volumes.iter().map(|(_, b)| &**b).collect();
+        let settings_informational = format!(
+            "write_policy={} policy={} lookup={}",
+            config.cache.write_policy, config.cache.policy, config.lookup
+        );
         let opened = recovery::open(
             &*cache_dev,
             &backends,
@@ -580,10 +593,7 @@ impl Engine {
                     .iter()
                     .map(|(name, backend)| (name.clone(), backend.len_bytes()))
                     .collect(),
-                settings: format!(
-                    "write_policy={} policy={} lookup={}",
-                    config.cache.write_policy, config.cache.policy, config.lookup
-                ),
+                settings: settings_informational.clone(),
             },
         )?;
         let persistent = config.persistence != Persistence::None;
@@ -641,7 +651,17 @@ impl Engine {
                 .collect(),
         );
         let default = table.first();
+        // Knobs changed at run time in an earlier run come back if the
+        // configuration still says what it said then (settings.rs).
+        let knobs = settings::Knobs::new(settings::configured(&config.cache));
+        let mut opened = opened;
+        let (restored, dropped) = knobs.recorded(&opened.previous_settings);
+        opened.report.restored_settings = restored.iter().map(ToString::to_string).collect();
+        opened.report.dropped_settings = dropped;
         let inner = Arc::new(Inner {
+            knobs: Mutex::new(knobs),
+            settings_informational,
+            draining: AtomicBool::new(false),
             shards: built,
             index_prefetchers,
             line_bytes,
@@ -680,6 +700,8 @@ impl Engine {
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
+        inner.apply_settings(&restored)?;
+        inner.persist_settings()?;
         let mut threads = Vec::new();
         let single = if config.lookup == Lookup::Single {
             let (tx, rx) = mpsc::channel::<DecideJob>();
@@ -2300,8 +2322,25 @@ impl Inner {
             return true;
         }
         let cap = array.dirty_cap();
+        let user_cap = match lock(&self.knobs)
+            .current
+            .iter()
+            .find(|k| k.key() == "max_dirty_lines")
+        {
+            Some(iocache_core::Setting::MaxDirtyLines(cap)) => *cap,
+            _ => None,
+        };
+        let capacity: u64 = self
+            .shards
+            .iter()
+            .map(|s| lock(&s.state).cache.capacity_lines())
+            .sum();
         for shard in &self.shards {
-            lock(&shard.state).cache.set_max_dirty_lines(Some(cap));
+            let mut state = lock(&shard.state);
+            let lines = state.cache.capacity_lines();
+            state
+                .cache
+                .set_max_dirty_lines(settings::shard_dirty_cap(user_cap, Some(cap), lines, capacity));
         }
         let retire = |this: &Self| -> u64 {
             let mut dirty_left = 0;

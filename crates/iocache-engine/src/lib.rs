@@ -41,8 +41,8 @@ mod recovery;
 mod stripe;
 
 pub use engine::{
-    ArrayEngineStats, Engine, EngineConfig, EngineError, EngineStats, IoMode, Lookup, Volume, VolumeInfo,
-    VolumeStats, SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
+    ArrayEngineStats, Engine, EngineConfig, EngineError, EngineStats, IoMode, KnobState, Lookup, Volume,
+    VolumeInfo, VolumeStats, SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
 };
 pub use export::EngineExport;
 pub use iocache_format::{Layout, Persistence};

@@ -148,6 +148,11 @@ pub struct RecoveryReport {
     pub written_back_lines: u64,
     /// Lines found in two slots (the older record is dropped).
     pub duplicate_lines: u64,
+    /// Knobs changed at run time before, brought back (`KEY=VALUE`).
+    pub restored_settings: Vec<String>,
+    /// Run-time changes not brought back, and why (the configuration
+    /// changed since).
+    pub dropped_settings: Vec<String>,
     /// A superblock copy is damaged (not valid, not blank): why. The cache
     /// is then treated as not shut down cleanly, whatever the valid copy says.
     pub damaged_superblock: Option<String>,
@@ -173,6 +178,9 @@ pub struct Opened {
     /// copy of a line found twice): they must be rewritten before reuse.
     pub stale_dirty: Vec<(u64, LineKey)>,
     pub report: RecoveryReport,
+    /// The settings text the superblock held before this start (empty for
+    /// a new cache): run-time changes of knobs are recorded there.
+    pub previous_settings: String,
 }
 
 fn format_err(e: iocache_format::FormatError) -> EngineError {
@@ -296,6 +304,7 @@ fn format_fresh(
         lines: Vec::new(),
         stale_dirty: Vec::new(),
         report,
+        previous_settings: String::new(),
     })
 }
 
@@ -601,7 +610,7 @@ pub fn open(
     let writer = RecordWriter::new(layout, images, loaded.slots);
     let mut superblock = superblock;
     superblock.persistence = spec.persistence;
-    superblock.settings = spec.settings.clone();
+    let previous_settings = std::mem::replace(&mut superblock.settings, spec.settings.clone());
     // The table names the volumes served: others had no dirty line (or
     // opening was refused), and their clean lines are not loaded.
     superblock.volumes = entries(spec, &ids);
@@ -614,6 +623,7 @@ pub fn open(
         lines,
         stale_dirty,
         report,
+        previous_settings,
     })
 }
 

@@ -1,0 +1,306 @@
+//! Why this file exists: an operator changes a serving cache's knobs
+//! (`iocache ctl set`, as `casadm --set-cache-mode` / `--set-param` do),
+//! and the change must reach every shard's core without stopping I/O,
+//! lose no cached or dirty line, survive a restart, and never leave a
+//! crash in between unsafe. The cores do the switching ([`Cache::apply`]);
+//! this file applies a change to all of them, keeps the configured and the
+//! current values, writes the changes into the superblock (an A/B update,
+//! so a crash finds either the old or the new values, never a mixture),
+//! drains dirty lines in the background when the new write policy keeps
+//! none, and brings the changes back at the next start.
+//!
+//! At start, a value changed at run time comes back only if the
+//! configuration still says what it said when the change was made: an
+//! operator who edits the configuration file (or the flags) since gets what
+//! the configuration now says.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use iocache_core::{Cache, Setting, WritePolicy};
+
+use super::{lock, Engine, EngineError, Inner};
+
+/// One knob: its configured value and the one in force (both in the
+/// syntax of [`Setting::parse`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KnobState {
+    pub key: &'static str,
+    pub configured: String,
+    pub current: String,
+}
+
+/// The knobs' values: as configured at start, and as changed since.
+#[derive(Debug, Default)]
+pub(super) struct Knobs {
+    /// The configuration's values, in [`Setting::KEYS`] order.
+    pub configured: Vec<Setting>,
+    /// The values in force, in the same order.
+    pub current: Vec<Setting>,
+}
+
+/// The marker of a run-time change in the superblock's settings text:
+/// `set:KEY=VALUE|CONFIGURED` (the configured value it replaced).
+const MARK: &str = "set:";
+
+impl Knobs {
+    pub fn new(configured: Vec<Setting>) -> Knobs {
+        Knobs {
+            current: configured.clone(),
+            configured,
+        }
+    }
+
+    fn index(key: &str) -> usize {
+        Setting::KEYS.iter().position(|k| *k == key).expect("a known key")
+    }
+
+    /// The superblock's settings text: `informational` and every value
+    /// that differs from the configuration.
+    pub fn encode(&self, informational: &str) -> String {
+        let mut text = informational.to_string();
+        for (configured, current) in self.configured.iter().zip(&self.current) {
+            if configured != current {
+                text += &format!(" {MARK}{current}|{}", configured.value_text());
+            }
+        }
+        text
+    }
+
+    /// The run-time changes recorded in a superblock's settings text that
+    /// still apply: those whose configured value is what the configuration
+    /// says now. Returns them, and the ones dropped (with why).
+    pub fn recorded(&self, text: &str) -> (Vec<Setting>, Vec<String>) {
+        let mut keep = Vec::new();
+        let mut dropped = Vec::new();
+        for token in text.split_whitespace() {
+            let Some(entry) = token.strip_prefix(MARK) else {
+                continue;
+            };
+            let Some((setting, was)) = entry.rsplit_once('|') else {
+                dropped.push(format!("`{entry}`: not KEY=VALUE|CONFIGURED"));
+                continue;
+            };
+            match setting.parse::<Setting>() {
+                Ok(s) => {
+                    let now = self.configured[Self::index(s.key())].value_text();
+                    if now == was {
+                        keep.push(s);
+                    } else {
+                        dropped.push(format!(
+                            "{s} (set at run time over {was}): the configuration says {now} now"
+                        ));
+                    }
+                }
+                Err(e) => dropped.push(format!("`{setting}`: {e}")),
+            }
+        }
+        (keep, dropped)
+    }
+}
+
+/// The configured values of every knob, in [`Setting::KEYS`] order.
+pub(super) fn configured(config: &iocache_core::CacheConfig) -> Vec<Setting> {
+    vec![
+        Setting::WritePolicy(config.write_policy),
+        Setting::Promotion(config.promotion),
+        Setting::Policy(config.policy.clone()),
+        Setting::Flush(config.cleaning),
+        Setting::WriteMissBypass(config.write_miss_bypass),
+        Setting::SeqCutoff(config.seq_cutoff),
+        Setting::MaxDirtyLines(config.max_dirty_lines),
+    ]
+}
+
+/// The per-shard dirty cap: the operator's cap shared by the shards in
+/// proportion to their lines (rounded up), and at most what a cache array
+/// can mirror.
+pub(super) fn shard_dirty_cap(
+    user_cap: Option<u64>,
+    array_cap: Option<u64>,
+    shard_lines: u64,
+    capacity_lines: u64,
+) -> Option<u64> {
+    let user = user_cap.map(|cap| (cap * shard_lines).div_ceil(capacity_lines.max(1)));
+    match (user, array_cap) {
+        (Some(u), Some(a)) => Some(u.min(a)),
+        (u, a) => u.or(a),
+    }
+}
+
+fn keeps_dirty(policy: WritePolicy) -> bool {
+    matches!(policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
+}
+
+impl Inner {
+    /// Applies `changes` to every shard's core and to the knobs' record.
+    /// Every change is checked before any is applied.
+    pub(super) fn apply_settings(&self, changes: &[Setting]) -> Result<(), EngineError> {
+        for change in changes {
+            if let Setting::Policy(spec) = change {
+                spec.build(1)
+                    .map_err(|e| EngineError::Config(format!("policy={spec}: {e}")))?;
+            }
+        }
+        let now_ns = self.now_ns();
+        let mut knobs = lock(&self.knobs);
+        let capacity: u64 = self
+            .shards
+            .iter()
+            .map(|s| lock(&s.state).cache.capacity_lines())
+            .sum();
+        let array_cap = self.array.as_ref().map(|a| a.dirty_cap());
+        for change in changes {
+            for shard in &self.shards {
+                let mut state = lock(&shard.state);
+                let cache: &mut Cache = &mut state.cache;
+                match change {
+                    Setting::MaxDirtyLines(cap) => {
+                        let lines = cache.capacity_lines();
+                        cache.set_max_dirty_lines(shard_dirty_cap(*cap, array_cap, lines, capacity));
+                    }
+                    other => cache.apply(other, now_ns)?,
+                }
+            }
+            let i = Knobs::index(change.key());
+            knobs.current[i] = change.clone();
+        }
+        Ok(())
+    }
+
+    /// The superblock's settings text now (an A/B update of the superblock).
+    pub(super) fn persist_settings(&self) -> Result<(), EngineError> {
+        let text = lock(&self.knobs).encode(&self.settings_informational);
+        let mut meta = lock(&self.meta);
+        if meta.superblock.settings == text {
+            return Ok(());
+        }
+        let mut superblock = meta.superblock.clone();
+        superblock.settings = text;
+        superblock.sequence += 1;
+        let copy = 1 - meta.superblock_copy;
+        crate::recovery::write_superblock(&*self.cache_dev, &superblock, copy)?;
+        meta.superblock = superblock;
+        meta.superblock_copy = copy;
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// Changes knobs while the cache serves (see the module doc): every
+    /// shard switches between two requests; no cached or dirty line is
+    /// dropped. Leaving a write policy that keeps dirty data (wb, wo) for
+    /// one that does not (wt, wi, wa, pt) writes the dirty lines back in the
+    /// background while new writes follow the new policy; until then they
+    /// are served from the cache as before. Returns the knobs' values.
+    pub fn apply_settings(&self, changes: &[Setting]) -> Result<Vec<KnobState>, EngineError> {
+        let _admin = lock(&self.inner.admin);
+        if self.inner.stopping.load(Ordering::SeqCst) {
+            return Err(EngineError::Shutdown);
+        }
+        self.inner.apply_settings(changes)?;
+        self.inner.persist_settings()?;
+        if changes.iter().any(|c| matches!(c, Setting::WritePolicy(_))) {
+            self.drain_if_needed();
+        }
+        Ok(self.settings())
+    }
+
+    /// The knobs: configured and current values.
+    pub fn settings(&self) -> Vec<KnobState> {
+        let knobs = lock(&self.inner.knobs);
+        knobs
+            .configured
+            .iter()
+            .zip(&knobs.current)
+            .map(|(configured, current)| KnobState {
+                key: configured.key(),
+                configured: configured.value_text(),
+                current: current.value_text(),
+            })
+            .collect()
+    }
+
+    /// Writes dirty lines back in the background when the policy in force
+    /// keeps none (one drain at a time; it ends when none is left, the
+    /// policy keeps dirty data again, or the engine stops).
+    fn drain_if_needed(&self) {
+        let inner = &self.inner;
+        if keeps_dirty(self.effective_mode().policy) || inner.draining.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let inner = Arc::clone(inner);
+        let spawned = std::thread::Builder::new()
+            .name("iocache-drain".into())
+            .spawn(move || {
+                while !inner.stopping.load(Ordering::SeqCst) {
+                    let policy = lock(&inner.shards[0].state).cache.effective_mode().policy;
+                    let dirty: u64 = inner
+                        .shards
+                        .iter()
+                        .map(|s| lock(&s.state).cache.dirty_lines())
+                        .sum();
+                    if dirty == 0 || keeps_dirty(policy) {
+                        break;
+                    }
+                    if inner.flush_all().is_err() {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                }
+                inner.draining.store(false, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            // No thread: the dirty lines stay dirty (served and written
+            // back by cleaning, a FLUSH or the shutdown).
+            self.inner.draining.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn knobs() -> Knobs {
+        let cache = Cache::new(iocache_core::CacheConfig::new(
+            8,
+            iocache_core::LineSize::new(4096).unwrap(),
+            iocache_core::PolicySpec::lru(),
+        ))
+        .unwrap();
+        Knobs::new(cache.settings())
+    }
+
+    #[test]
+    fn run_time_changes_come_back_only_over_the_same_configuration() {
+        let mut k = knobs();
+        k.current[0] = "write_policy=wt".parse().unwrap();
+        k.current[2] = "policy=arc".parse().unwrap();
+        let text = k.encode("write_policy=wb policy=lru lookup=fine");
+        assert!(
+            text.contains("set:write_policy=wt|wb") && text.contains("set:policy=arc|lru"),
+            "{text}"
+        );
+        let (keep, dropped) = knobs().recorded(&text);
+        assert_eq!(keep.len(), 2);
+        assert!(dropped.is_empty());
+        // The configuration changed since: its value wins.
+        let mut other = knobs();
+        other.configured[0] = "write_policy=wa".parse().unwrap();
+        let (keep, dropped) = other.recorded(&text);
+        assert_eq!(keep, vec!["policy=arc".parse::<Setting>().unwrap()]);
+        assert!(
+            dropped[0].contains("the configuration says wa now"),
+            "{dropped:?}"
+        );
+    }
+
+    #[test]
+    fn the_dirty_cap_is_shared_by_the_shards_and_bounded_by_the_array() {
+        assert_eq!(shard_dirty_cap(Some(100), None, 250, 1000), Some(25));
+        assert_eq!(shard_dirty_cap(Some(10), None, 333, 1000), Some(4));
+        assert_eq!(shard_dirty_cap(Some(100), Some(10), 250, 1000), Some(10));
+        assert_eq!(shard_dirty_cap(None, Some(10), 250, 1000), Some(10));
+        assert_eq!(shard_dirty_cap(None, None, 250, 1000), None);
+    }
+}
