@@ -324,7 +324,7 @@ fn fine_every_knob_switched_under_load() {
             let mut applied = 0;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 let change: iocache_core::Setting = changes[applied % changes.len()].parse().unwrap();
-                let knobs = engine.apply_settings(&[change.clone()]).unwrap();
+                let knobs = engine.apply_settings(std::slice::from_ref(&change)).unwrap();
                 let knob = knobs.iter().find(|k| k.key == change.key()).unwrap();
                 assert_eq!(knob.current, change.value_text());
                 applied += 1;
