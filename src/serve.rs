@@ -22,11 +22,10 @@ use clap::Args;
 use iocache_core::units::{format_byte_size, parse_byte_size};
 use iocache_core::{CacheConfig, WritePolicy};
 use iocache_device::{BlockDevice, FileDevice, OpenOptions};
-use iocache_engine::{
-    CacheArray, Engine, EngineConfig, EngineExport, InitMode, NbdBackend, Persistence, Volume,
-};
+use iocache_engine::{CacheArray, Engine, EngineConfig, InitMode, Persistence, Volume};
 use iocache_format::Layout;
 use iocache_nbd::{ExportHandle, Server, ServerConfig};
+use iocache_serving::{EngineExport, NbdBackend};
 
 use crate::config::{
     normalize, parse_listen, Origin, ServeConfig, SizeText, VolumeConfig, VolumeText, DEFAULT_BACKEND_BYTES,
