@@ -22,8 +22,8 @@ use clap::Args;
 use iocache_core::units::{format_byte_size, parse_byte_size};
 use iocache_core::{CacheConfig, WritePolicy};
 use iocache_device::{BlockDevice, FileDevice, OpenOptions};
+use iocache_engine::layout::{self, LayoutError};
 use iocache_engine::{CacheArray, Engine, EngineConfig, InitMode, Persistence, Volume};
-use iocache_format::Layout;
 use iocache_nbd::{ExportHandle, Server, ServerConfig};
 use iocache_serving::{EngineExport, NbdBackend};
 
@@ -397,11 +397,8 @@ fn open_cache_group(
     // The cache device holds a superblock and metadata records before the
     // lines (docs/format.md): a new file gets room for both.
     let line_bytes = v.line_size.bytes();
-    let layout_for = |data_bytes: u64| {
-        Layout::for_slots(line_bytes, (data_bytes / line_bytes).max(1))
-            .map_err(|e| anyhow!("{}: {e}", v.key("cache_size")))
-    };
-    let create_bytes = layout_for(v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))?.device_bytes();
+    let create_bytes = layout::device_bytes_for(line_bytes, v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))
+        .map_err(|e| anyhow!("{}: {e}", v.key("cache_size")))?;
     // A missing cache device is refused before anything is created.
     let missing = std::iter::once(&v.cache)
         .chain(&v.cache_array)
@@ -440,24 +437,25 @@ fn open_cache_group(
     };
     let cache_bytes = match v.cache_bytes {
         _ if array.is_some() => array.as_ref().expect("checked").geometry().slots() * line_bytes,
-        Some(bytes) => {
-            let needed = layout_for(bytes)?.device_bytes();
-            if needed > cache_dev.len_bytes() {
-                bail!(
-                    "{}: {} of lines and their metadata need {}, more than the cache device {} ({})",
-                    v.key("cache_size"),
-                    format_byte_size(bytes),
-                    format_byte_size(needed),
-                    v.cache.display(),
-                    format_byte_size(cache_dev.len_bytes())
-                );
-            }
-            bytes
-        }
+        Some(bytes) => match layout::fit_bytes(line_bytes, bytes, cache_dev.len_bytes()) {
+            Ok(_) => bytes,
+            Err(LayoutError::DoesNotFit {
+                needed_bytes,
+                device_bytes,
+                ..
+            }) => bail!(
+                "{}: {} of lines and their metadata need {}, more than the cache device {} ({})",
+                v.key("cache_size"),
+                format_byte_size(bytes),
+                format_byte_size(needed_bytes),
+                v.cache.display(),
+                format_byte_size(device_bytes)
+            ),
+            Err(e) => bail!("{}: {e}", v.key("cache_size")),
+        },
         None => {
-            Layout::fitting(line_bytes, cache_dev.len_bytes())
+            layout::slots_fitting(line_bytes, cache_dev.len_bytes())
                 .map_err(|e| anyhow!("{}: {e}", v.key("cache")))?
-                .slots
                 * line_bytes
         }
     };

@@ -33,6 +33,7 @@ mod clock;
 mod engine;
 mod health;
 mod latency;
+pub mod layout;
 mod persist;
 mod raid;
 mod recovery;
@@ -44,6 +45,7 @@ pub use engine::{
 };
 pub use iocache_format::{Layout, Persistence};
 pub use latency::{LatencyHistogram, LatencyPercentiles};
+pub use layout::LayoutError;
 pub use raid::{
     ArrayError, ArrayGeometry, ArrayStats, CacheArray, MirrorState, MEMBERS_MAX as RAID_MEMBERS_MAX,
 };
