@@ -38,7 +38,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-use crate::serve::{AttachRequest, Running, STOP};
+use crate::running::{AttachRequest, Running, STOP};
 
 /// The statistics as JSON: one entry per volume (of `export` only, if given).
 fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {

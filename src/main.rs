@@ -2,7 +2,9 @@
 
 mod admin;
 mod config;
+mod devices;
 mod progress;
+mod running;
 mod serve;
 
 use std::io::{IsTerminal, Write};

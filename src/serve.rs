@@ -8,30 +8,34 @@
 //! device), and every volume is an export of one NBD server. The flags and
 //! the file both become a [`ServeConfig`]. The admin socket answers
 //! `iocache stats` and `iocache ctl` (attach, detach and flush a volume at
-//! run time; `admin.rs`). SIGINT or SIGTERM stops accepting connections,
+//! run time; `admin.rs`, through the state of the running server,
+//! `running.rs`; files are opened by `devices.rs`). SIGINT or SIGTERM stops accepting connections,
 //! finishes requests in flight, writes every volume's dirty lines back and
 //! exits 0.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use iocache_core::units::{format_byte_size, parse_byte_size};
+use iocache_core::units::format_byte_size;
 use iocache_core::{CacheConfig, WritePolicy};
-use iocache_device::{BlockDevice, FileDevice, OpenOptions};
-use iocache_engine::{
-    CacheArray, Engine, EngineConfig, EngineExport, InitMode, NbdBackend, Persistence, Volume,
-};
-use iocache_format::Layout;
-use iocache_nbd::{ExportHandle, Server, ServerConfig};
+use iocache_device::BlockDevice;
+use iocache_engine::layout::{self, LayoutError};
+use iocache_engine::{CacheArray, Engine, EngineConfig, InitMode, Persistence};
+use iocache_nbd::{Server, ServerConfig};
+use iocache_serving::EngineExport;
 
 use crate::config::{
     normalize, parse_listen, Origin, ServeConfig, SizeText, VolumeConfig, VolumeText, DEFAULT_BACKEND_BYTES,
     DEFAULT_CACHE_BYTES,
 };
+use crate::devices::{
+    canonical_path, check_claim, create_parent, open_backend, open_file, record_claim, Claim, Scope,
+};
+use crate::running::{describe, install_signal_handlers, lock, CacheGroup, Running, ServedVolume, STOP};
 
 const DEFAULT_DIR: &str = "iocache-data";
 
@@ -151,210 +155,6 @@ pub struct ServeArgs {
     attach_dir: Vec<PathBuf>,
 }
 
-/// One cache device and the engine that runs it (shared by its volumes).
-pub(crate) struct CacheGroup {
-    /// The path as configured.
-    pub(crate) path: PathBuf,
-    /// The path with symbolic links resolved, to recognize it.
-    canonical: PathBuf,
-    pub(crate) engine: Arc<Engine>,
-    /// The settings of the cache (those of its first volume).
-    pub(crate) config: VolumeConfig,
-    cache_bytes: u64,
-    pub(crate) capacity_lines: u64,
-}
-
-/// A volume being served: an export of the NBD server.
-pub(crate) struct ServedVolume {
-    pub(crate) export: String,
-    /// The backend's name (path or URI).
-    pub(crate) backend: String,
-    /// Its index in [`Running::caches`].
-    pub(crate) cache: usize,
-    pub(crate) volume: Volume,
-}
-
-/// A file some volume opened: canonical path, volume (export) and role.
-type Claim = (PathBuf, String, &'static str);
-
-/// What the admin socket and the shutdown see of a running server.
-pub(crate) struct Running {
-    pub(crate) caches: Vec<CacheGroup>,
-    pub(crate) volumes: Mutex<Vec<ServedVolume>>,
-    exports: ExportHandle,
-    files: Mutex<Vec<Claim>>,
-    /// Serializes attach, detach, flush and shutdown.
-    admin: Mutex<()>,
-    /// Where this server listens (no volume may use it as its backend).
-    own: Scope,
-}
-
-/// Where this server listens and which paths it may open how.
-pub(crate) struct Scope {
-    /// The Unix socket, symbolic links resolved.
-    socket: Option<PathBuf>,
-    /// The bound TCP address.
-    tcp: Option<std::net::SocketAddr>,
-    /// The default data directory, if used: files in it are opened
-    /// without following symbolic links.
-    private_dir: Option<PathBuf>,
-    /// Directories (absolute; resolved when used) under which `attach` may
-    /// open backend files.
-    attach_dirs: Vec<PathBuf>,
-}
-
-impl Scope {
-    /// Whether a file at `path` is opened without following a symbolic
-    /// link in its last component.
-    fn no_follow(&self, path: &Path) -> bool {
-        self.private_dir.as_ref().is_some_and(|d| path.starts_with(d))
-    }
-
-    /// Refuses a backend file outside the directories attach may use.
-    fn check_attach_path(&self, path: &Path) -> Result<()> {
-        if self.attach_dirs.is_empty() {
-            bail!(
-                "backend: this server attaches no backend files (only NBD exports): start it with \
-                 --attach-dir DIR (server.attach_dirs in a config file) to allow files under DIR"
-            );
-        }
-        let resolved = canonical_path(path);
-        let allowed = |d: &PathBuf| std::fs::canonicalize(d).is_ok_and(|d| resolved.starts_with(d));
-        if !self.attach_dirs.iter().any(allowed) {
-            bail!(
-                "backend: {} is not under a directory this server attaches files from ({}; \
-                 --attach-dir / server.attach_dirs)",
-                resolved.display(),
-                self.attach_dirs
-                    .iter()
-                    .map(|d| d.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        Ok(())
-    }
-
-    /// Whether the NBD URI `uri` reaches this server.
-    fn is_own(&self, uri: &str) -> bool {
-        let Ok(parsed) = iocache_nbd::parse_nbd_uri(uri) else {
-            return false;
-        };
-        match parsed.addr {
-            iocache_nbd::NbdAddr::Unix { socket } => self.socket.as_ref() == Some(&canonical_path(&socket)),
-            iocache_nbd::NbdAddr::Tcp { host, port } => {
-                let Some(own) = self.tcp else {
-                    return false;
-                };
-                if port != own.port() {
-                    return false;
-                }
-                use std::net::ToSocketAddrs;
-                let Ok(addrs) = (host.as_str(), port).to_socket_addrs() else {
-                    return false;
-                };
-                // Listening on a wildcard address takes the port on every
-                // local address; otherwise only the address itself is ours.
-                addrs.into_iter().any(|a| {
-                    a.ip() == own.ip()
-                        || own.ip().is_unspecified()
-                            && (a.ip().is_loopback() || a.ip().is_unspecified() || is_local_address(a.ip()))
-                })
-            }
-        }
-    }
-}
-
-/// Whether `ip` is one of this machine's addresses (it can be bound).
-fn is_local_address(ip: std::net::IpAddr) -> bool {
-    std::net::TcpListener::bind((ip, 0)).is_ok()
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The path with symbolic links resolved; for a file not created yet, its
-/// directory's resolved path and its name, or the absolute path.
-fn canonical_path(path: &Path) -> PathBuf {
-    if let Ok(p) = std::fs::canonicalize(path) {
-        return p;
-    }
-    if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
-        let dir = if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        };
-        if let Ok(d) = std::fs::canonicalize(dir) {
-            return d.join(name);
-        }
-    }
-    normalize(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
-}
-
-/// Refuses a file some volume of this server already opens (under any
-/// name), naming that volume and its role. Checked before a file is
-/// opened: its exclusive open would only say "in use by this process".
-fn check_claim(files: &[Claim], path: &Path, role: &'static str, key: &str) -> Result<()> {
-    let canonical = canonical_path(path);
-    if let Some((_, other, other_role)) = files.iter().find(|(p, _, _)| *p == canonical) {
-        let hint = if role == "cache" && *other_role == "cache" {
-            " (volumes share a cache device when they name it with the same path)"
-        } else {
-            ""
-        };
-        bail!(
-            "{key}: {} is the same file as volume `{other}`'s {other_role}{hint}",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
-/// Records that `export` opened `path` as `role` (once the file exists).
-fn record_claim(files: &mut Vec<Claim>, path: &Path, export: &str, role: &'static str) -> PathBuf {
-    let canonical = canonical_path(path);
-    files.push((canonical.clone(), export.to_string(), role));
-    canonical
-}
-
-/// Opens a volume's backend: a file (created with `create_bytes` if
-/// missing and given) or a remote NBD export. Also says whether this call
-/// created the file (a new, empty volume).
-fn open_backend(
-    backend: &str,
-    create_bytes: Option<u64>,
-    export: &str,
-    files: &mut Vec<Claim>,
-    key: &str,
-    own: &Scope,
-) -> Result<(Arc<dyn BlockDevice>, bool)> {
-    if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
-        if own.is_own(backend) {
-            bail!(
-                "{key}: {backend} is this server's own export: a volume cannot be its own backend \
-                 (every FLUSH and the shutdown would wait for themselves)"
-            );
-        }
-        let remote = NbdBackend::connect(backend).with_context(|| format!("{key} {backend}"))?;
-        return Ok((Arc::new(remote), false));
-    }
-    let path = Path::new(backend);
-    if !path.exists() && create_bytes.is_none() {
-        bail!(
-            "{key}: {} does not exist (set backend_size to create it)",
-            path.display()
-        );
-    }
-    check_claim(files, path, "backend", key)?;
-    let created = !path.exists();
-    let device = open_file(path, create_bytes.unwrap_or(0), false, own.no_follow(path))
-        .with_context(|| key.to_string())?;
-    record_claim(files, path, export, "backend");
-    Ok((Arc::new(device), created))
-}
-
 /// Opens a cache device and the backends of the volumes that share it
 /// (`members`, indices into `config.volumes`), and builds its engine.
 fn open_cache_group(
@@ -398,11 +198,8 @@ fn open_cache_group(
     // The cache device holds a superblock and metadata records before the
     // lines (docs/format.md): a new file gets room for both.
     let line_bytes = v.line_size.bytes();
-    let layout_for = |data_bytes: u64| {
-        Layout::for_slots(line_bytes, (data_bytes / line_bytes).max(1))
-            .map_err(|e| anyhow!("{}: {e}", v.key("cache_size")))
-    };
-    let create_bytes = layout_for(v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))?.device_bytes();
+    let create_bytes = layout::device_bytes_for(line_bytes, v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))
+        .map_err(|e| anyhow!("{}: {e}", v.key("cache_size")))?;
     // A missing cache device is refused before anything is created.
     let missing = std::iter::once(&v.cache)
         .chain(&v.cache_array)
@@ -441,24 +238,25 @@ fn open_cache_group(
     };
     let cache_bytes = match v.cache_bytes {
         _ if array.is_some() => array.as_ref().expect("checked").geometry().slots() * line_bytes,
-        Some(bytes) => {
-            let needed = layout_for(bytes)?.device_bytes();
-            if needed > cache_dev.len_bytes() {
-                bail!(
-                    "{}: {} of lines and their metadata need {}, more than the cache device {} ({})",
-                    v.key("cache_size"),
-                    format_byte_size(bytes),
-                    format_byte_size(needed),
-                    v.cache.display(),
-                    format_byte_size(cache_dev.len_bytes())
-                );
-            }
-            bytes
-        }
+        Some(bytes) => match layout::fit_bytes(line_bytes, bytes, cache_dev.len_bytes()) {
+            Ok(_) => bytes,
+            Err(LayoutError::DoesNotFit {
+                needed_bytes,
+                device_bytes,
+                ..
+            }) => bail!(
+                "{}: {} of lines and their metadata need {}, more than the cache device {} ({})",
+                v.key("cache_size"),
+                format_byte_size(bytes),
+                format_byte_size(needed_bytes),
+                v.cache.display(),
+                format_byte_size(device_bytes)
+            ),
+            Err(e) => bail!("{}: {e}", v.key("cache_size")),
+        },
         None => {
-            Layout::fitting(line_bytes, cache_dev.len_bytes())
+            layout::slots_fitting(line_bytes, cache_dev.len_bytes())
                 .map_err(|e| anyhow!("{}: {e}", v.key("cache")))?
-                .slots
                 * line_bytes
         }
     };
@@ -649,23 +447,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
     serve(config, start)
 }
 
-/// What an NBD client reads as the export's description: the cache, not
-/// where the data lives (no path or address of the backend is told to
-/// clients).
-fn describe(group: &CacheGroup, backend: &str) -> String {
-    let kind = if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
-        "a remote NBD volume"
-    } else {
-        "a local volume"
-    };
-    format!(
-        "iocache: {} cache of {} lines of {} over {kind}",
-        group.engine.write_policy(),
-        group.capacity_lines,
-        format_byte_size(group.config.line_size.bytes()),
-    )
-}
-
 /// Raises the soft limit on open files to the hard one, as servers do: a
 /// file device holds several open descriptions of its file (one per
 /// thread stripe), and every client connection and backend connection is
@@ -815,14 +596,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     }
     install_signal_handlers();
     let running = server.start()?;
-    let state = Arc::new(Running {
-        caches,
-        volumes: Mutex::new(volumes),
-        exports: running.exports(),
-        files: Mutex::new(files),
-        admin: Mutex::new(()),
-        own,
-    });
+    let state = Arc::new(Running::new(caches, volumes, running.exports(), files, own));
     if let Some(admin) = admin {
         let state = Arc::clone(&state);
         std::thread::spawn(move || crate::admin::serve_admin(admin.listener, state));
@@ -834,7 +608,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     }
     eprintln!("iocache: stopping: finishing requests in flight");
     // No attach, detach or volume flush runs from now on.
-    let _admin = lock(&state.admin);
+    let _admin = state.lock_admin();
     let server_stats = running.shutdown();
     let mut failed = None;
     let volumes = lock(&state.volumes);
@@ -893,161 +667,6 @@ impl Drop for RemoveOnDrop {
         if let Some(r) = &self.0 {
             r.remove();
         }
-    }
-}
-
-/// What `attach` was asked to do (see `iocache ctl attach`).
-pub(crate) struct AttachRequest<'a> {
-    pub(crate) export: &'a str,
-    pub(crate) backend: &'a str,
-    pub(crate) backend_size: Option<&'a str>,
-    pub(crate) cache: Option<&'a str>,
-}
-
-impl Running {
-    fn cache_for(&self, cache: Option<&str>) -> Result<usize> {
-        match cache {
-            Some(path) => {
-                let wanted = std::fs::canonicalize(path).unwrap_or_else(|_| normalize(Path::new(path)));
-                self.caches
-                    .iter()
-                    .position(|g| g.canonical == wanted || normalize(&g.path) == normalize(Path::new(path)))
-                    .ok_or_else(|| anyhow!("cache {path}: not a cache device of this server"))
-            }
-            None if self.caches.len() == 1 => Ok(0),
-            None => bail!(
-                "this server has {} cache devices ({}); choose one with --cache PATH",
-                self.caches.len(),
-                self.caches
-                    .iter()
-                    .map(|g| g.path.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        }
-    }
-
-    /// Adds a volume to a cache device and serves it as a new export.
-    pub(crate) fn attach(&self, request: &AttachRequest<'_>) -> Result<serde_json::Value> {
-        let _admin = lock(&self.admin);
-        if STOP.load(Ordering::SeqCst) {
-            bail!("the server is stopping");
-        }
-        let export = request.export;
-        if export.is_empty() || export.len() > 255 || export.contains('\0') {
-            bail!("export: a name of 1 to 255 bytes without NUL, not `{export}`");
-        }
-        if lock(&self.volumes).iter().any(|v| v.export == export) {
-            bail!("export `{export}` is already served");
-        }
-        let index = self.cache_for(request.cache)?;
-        let group = &self.caches[index];
-        let create_bytes = request
-            .backend_size
-            .map(|t| parse_byte_size(t).map_err(|e| anyhow!("backend_size: {e}")))
-            .transpose()?;
-        if create_bytes == Some(0) {
-            bail!("backend_size: a backend cannot be empty");
-        }
-        let is_nbd = request.backend.starts_with("nbd://") || request.backend.starts_with("nbd+unix://");
-        if !is_nbd {
-            self.own.check_attach_path(Path::new(request.backend))?;
-        }
-        if create_bytes.is_some() && is_nbd {
-            bail!(
-                "backend_size: only for a backend file; `{}` is an NBD export",
-                request.backend
-            );
-        }
-        let (backend, _) = {
-            let mut files = lock(&self.files);
-            open_backend(
-                request.backend,
-                create_bytes,
-                export,
-                &mut files,
-                "backend",
-                &self.own,
-            )?
-        };
-        let release = || lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
-        let id = match group.engine.attach(export, Arc::clone(&backend)) {
-            Ok(id) => id,
-            Err(e) => {
-                release();
-                bail!("attaching `{export}`: {e}");
-            }
-        };
-        let volume = group.engine.volume(id)?;
-        let name = backend.name().to_string();
-        let served = EngineExport::for_volume(
-            Arc::clone(&group.engine),
-            volume.clone(),
-            Some(describe(group, &name)),
-        );
-        if let Err(e) = self.exports.add_export(export, Arc::new(served)) {
-            let _ = group.engine.detach(id);
-            release();
-            bail!("serving `{export}`: {e}");
-        }
-        eprintln!(
-            "iocache: attached export `{export}` ({} volume over {name}) to the cache {}",
-            format_byte_size(volume.size_bytes()),
-            group.path.display()
-        );
-        lock(&self.volumes).push(ServedVolume {
-            export: export.to_string(),
-            backend: name.clone(),
-            cache: index,
-            volume: volume.clone(),
-        });
-        Ok(serde_json::json!({
-            "export": export,
-            "volume_id": id,
-            "size_bytes": volume.size_bytes(),
-            "backend": name,
-            "cache": group.path.display().to_string(),
-        }))
-    }
-
-    fn served(&self, export: &str) -> Result<(usize, Volume)> {
-        lock(&self.volumes)
-            .iter()
-            .find(|v| v.export == export)
-            .map(|v| (v.cache, v.volume.clone()))
-            .ok_or_else(|| anyhow!("no export `{export}` is served"))
-    }
-
-    /// Stops serving a volume: its export disappears (new connections are
-    /// refused, connections on it close after answering what they sent),
-    /// its dirty lines are written back and its lines leave the cache.
-    pub(crate) fn detach(&self, export: &str) -> Result<serde_json::Value> {
-        let _admin = lock(&self.admin);
-        let (cache, volume) = self.served(export)?;
-        let engine = &self.caches[cache].engine;
-        let dirty = engine.volume_stats(volume.id()).map_or(0, |s| s.dirty_lines);
-        let removed = self.exports.remove_export(export);
-        if let Err(e) = engine.detach(volume.id()) {
-            if let Some(served) = removed {
-                let _ = self.exports.add_export(export, served);
-            }
-            bail!("detaching `{export}`: {e}; it is still served");
-        }
-        lock(&self.volumes).retain(|v| v.export != export);
-        lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
-        eprintln!("iocache: detached export `{export}`: {dirty} dirty lines written back");
-        Ok(serde_json::json!({ "export": export, "dirty_lines_written_back": dirty }))
-    }
-
-    /// Writes back a volume's dirty lines while it keeps serving.
-    pub(crate) fn flush(&self, export: &str) -> Result<serde_json::Value> {
-        let _admin = lock(&self.admin);
-        let (cache, volume) = self.served(export)?;
-        let written = self.caches[cache]
-            .engine
-            .flush_volume(volume.id())
-            .with_context(|| format!("flushing `{export}`"))?;
-        Ok(serde_json::json!({ "export": export, "written_back_lines": written }))
     }
 }
 
@@ -1113,21 +732,6 @@ fn print_banner(
     println!("{out}");
 }
 
-pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_signal: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-fn install_signal_handlers() {
-    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
-    }
-}
-
 /// Makes sure the default data directory is this user's alone: created
 /// 0700 if missing; refused if it is a symbolic link, another user's, or
 /// writable by others (where someone else could plant links to files this
@@ -1187,51 +791,6 @@ fn group_id(group: &str) -> Result<u32> {
         bail!("no group named `{group}` on this system");
     }
     Ok(entry.gr_gid)
-}
-
-/// Creates the directory `path` will be in, if missing.
-fn create_parent(path: &Path) -> Result<()> {
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Opens (creating a sparse file of `create_bytes` if missing, and its
-/// directory) a file device.
-fn open_file(path: &Path, create_bytes: u64, direct: bool, no_follow: bool) -> Result<FileDevice> {
-    let exists = path.exists();
-    if !exists {
-        create_parent(path)?;
-    }
-    if no_follow && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-        bail!(
-            "{} is a symbolic link in the data directory: not following it (someone may have \
-             planted it); remove it, or name the file you mean with its own flag",
-            path.display()
-        );
-    }
-    let device = FileDevice::open(
-        path,
-        OpenOptions {
-            direct,
-            create_size: (!exists).then_some(create_bytes),
-            read_only: false,
-            exclusive: true,
-            no_follow,
-        },
-    )
-    .with_context(|| format!("opening {}", path.display()))?;
-    if !exists {
-        eprintln!(
-            "iocache: created {} ({})",
-            path.display(),
-            format_byte_size(create_bytes)
-        );
-    }
-    Ok(device)
 }
 
 impl ServeArgs {

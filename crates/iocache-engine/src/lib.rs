@@ -31,10 +31,9 @@
 
 mod clock;
 mod engine;
-mod export;
 mod health;
 mod latency;
-mod nbd_backend;
+pub mod layout;
 mod persist;
 mod raid;
 mod recovery;
@@ -44,10 +43,9 @@ pub use engine::{
     ArrayEngineStats, Engine, EngineConfig, EngineError, EngineStats, IoMode, KnobState, Lookup, Volume,
     VolumeInfo, VolumeStats, SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
 };
-pub use export::EngineExport;
 pub use iocache_format::{Layout, Persistence};
 pub use latency::{LatencyHistogram, LatencyPercentiles};
-pub use nbd_backend::{NbdBackend, NBD_BACKEND_CONNECTIONS, NBD_BACKEND_REQUEST_TIMEOUT};
+pub use layout::LayoutError;
 pub use raid::{
     ArrayError, ArrayGeometry, ArrayStats, CacheArray, MirrorState, MEMBERS_MAX as RAID_MEMBERS_MAX,
 };

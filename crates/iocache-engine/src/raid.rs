@@ -47,7 +47,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use iocache_device::{check_range, BlockDevice, DeviceError, IoKind};
-use iocache_format::Layout;
+
+use crate::layout::layout_for_slots;
 
 /// Bytes of the member header that precedes the array's address space.
 pub const MEMBER_HEADER_BYTES: u64 = 4096;
@@ -104,7 +105,7 @@ impl ArrayGeometry {
             |primary: u64| (primary * u64::from(mirror_percent)).div_ceil(u64::from(100 - mirror_percent));
         let fits = |primary: u64| -> Option<ArrayGeometry> {
             let slots = primary.checked_mul(members as u64)?;
-            let layout = Layout::for_slots(line_bytes, slots.max(1)).ok()?;
+            let layout = layout_for_slots(line_bytes, slots.max(1)).ok()?;
             let mirrors = mirrors_for(primary);
             let need = MEMBER_HEADER_BYTES
                 .checked_add(layout.data_offset)?

@@ -11,6 +11,7 @@ use iocache_format::{
     SuperblockFound, VolumeEntry, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS,
 };
 
+use crate::layout::{fit_slots, LayoutError};
 use crate::persist::RecordWriter;
 use crate::EngineError;
 
@@ -267,13 +268,17 @@ fn format_fresh(
     report: RecoveryReport,
 ) -> Result<Opened, EngineError> {
     let volume_ids: Vec<u32> = (0..spec.volumes.len() as u32).collect();
-    let layout = Layout::for_slots(spec.line_bytes, spec.slots).map_err(format_err)?;
-    if dev.len_bytes() < layout.device_bytes() {
-        return Err(EngineError::CacheDeviceTooSmall {
-            device_bytes: dev.len_bytes(),
-            cache_bytes: layout.device_bytes(),
-        });
-    }
+    let layout = fit_slots(spec.line_bytes, spec.slots, dev.len_bytes()).map_err(|e| match e {
+        LayoutError::Format(e) => format_err(e),
+        LayoutError::DoesNotFit {
+            needed_bytes,
+            device_bytes,
+            ..
+        } => EngineError::CacheDeviceTooSmall {
+            device_bytes,
+            cache_bytes: needed_bytes,
+        },
+    })?;
     // Old records from whatever the device held before must not be read as
     // this cache's: both record regions start blank.
     zero(dev, layout.metadata_offset, layout.copy_region_bytes * 2)?;

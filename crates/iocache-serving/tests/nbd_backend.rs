@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iocache_device::BlockDevice;
-use iocache_engine::NbdBackend;
 use iocache_nbd::{Export, ExportError, MemExport, RunningServer, Server, ServerConfig};
+use iocache_serving::NbdBackend;
 
 /// An export whose reads and flushes wait while `stall` is set.
 struct Stalling {

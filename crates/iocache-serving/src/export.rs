@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use iocache_nbd::{Export, ExportError};
 
-use crate::engine::{Engine, EngineError, Volume};
+use iocache_engine::{Engine, EngineError, Volume};
 
 /// Serves one volume of an engine over NBD.
 pub struct EngineExport {

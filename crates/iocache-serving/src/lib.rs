@@ -1,0 +1,16 @@
+//! The serving layer: what connects the engine to NBD, in both directions.
+//!
+//! The engine (`iocache-engine`) runs a cache over block devices and knows
+//! nothing of NBD; the NBD crate (`iocache-nbd`) serves any export and knows
+//! nothing of caches. This crate is the only one that knows both:
+//!
+//! - [`EngineExport`] serves one volume of an engine as an NBD export (what
+//!   the server calls for each command);
+//! - [`NbdBackend`] is a remote NBD export as the backend device of a volume
+//!   (a pool of connections, reconnection and a circuit breaker).
+
+mod export;
+mod nbd_backend;
+
+pub use export::EngineExport;
+pub use nbd_backend::{NbdBackend, NBD_BACKEND_CONNECTIONS, NBD_BACKEND_REQUEST_TIMEOUT};

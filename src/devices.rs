@@ -1,0 +1,224 @@
+//! Opening what a server serves, the same way at start (`serve.rs`) and for
+//! `ctl attach` while it runs (`running.rs`): backend files and remote NBD
+//! exports, cache device files, the files some volume already claims, and
+//! the server's [`Scope`] (where it listens, which paths it may open how).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use iocache_core::units::format_byte_size;
+use iocache_device::{BlockDevice, FileDevice, OpenOptions};
+use iocache_serving::NbdBackend;
+
+use crate::config::normalize;
+
+/// A file some volume opened: canonical path, volume (export) and role.
+pub(crate) type Claim = (PathBuf, String, &'static str);
+
+/// Where this server listens and which paths it may open how.
+pub(crate) struct Scope {
+    /// The Unix socket, symbolic links resolved.
+    pub(crate) socket: Option<PathBuf>,
+    /// The bound TCP address.
+    pub(crate) tcp: Option<std::net::SocketAddr>,
+    /// The default data directory, if used: files in it are opened
+    /// without following symbolic links.
+    pub(crate) private_dir: Option<PathBuf>,
+    /// Directories (absolute; resolved when used) under which `attach` may
+    /// open backend files.
+    pub(crate) attach_dirs: Vec<PathBuf>,
+}
+
+impl Scope {
+    /// Whether a file at `path` is opened without following a symbolic
+    /// link in its last component.
+    pub(crate) fn no_follow(&self, path: &Path) -> bool {
+        self.private_dir.as_ref().is_some_and(|d| path.starts_with(d))
+    }
+
+    /// Refuses a backend file outside the directories attach may use.
+    pub(crate) fn check_attach_path(&self, path: &Path) -> Result<()> {
+        if self.attach_dirs.is_empty() {
+            bail!(
+                "backend: this server attaches no backend files (only NBD exports): start it with \
+                 --attach-dir DIR (server.attach_dirs in a config file) to allow files under DIR"
+            );
+        }
+        let resolved = canonical_path(path);
+        let allowed = |d: &PathBuf| std::fs::canonicalize(d).is_ok_and(|d| resolved.starts_with(d));
+        if !self.attach_dirs.iter().any(allowed) {
+            bail!(
+                "backend: {} is not under a directory this server attaches files from ({}; \
+                 --attach-dir / server.attach_dirs)",
+                resolved.display(),
+                self.attach_dirs
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the NBD URI `uri` reaches this server.
+    fn is_own(&self, uri: &str) -> bool {
+        let Ok(parsed) = iocache_nbd::parse_nbd_uri(uri) else {
+            return false;
+        };
+        match parsed.addr {
+            iocache_nbd::NbdAddr::Unix { socket } => self.socket.as_ref() == Some(&canonical_path(&socket)),
+            iocache_nbd::NbdAddr::Tcp { host, port } => {
+                let Some(own) = self.tcp else {
+                    return false;
+                };
+                if port != own.port() {
+                    return false;
+                }
+                use std::net::ToSocketAddrs;
+                let Ok(addrs) = (host.as_str(), port).to_socket_addrs() else {
+                    return false;
+                };
+                // Listening on a wildcard address takes the port on every
+                // local address; otherwise only the address itself is ours.
+                addrs.into_iter().any(|a| {
+                    a.ip() == own.ip()
+                        || own.ip().is_unspecified()
+                            && (a.ip().is_loopback() || a.ip().is_unspecified() || is_local_address(a.ip()))
+                })
+            }
+        }
+    }
+}
+
+/// Whether `ip` is one of this machine's addresses (it can be bound).
+fn is_local_address(ip: std::net::IpAddr) -> bool {
+    std::net::TcpListener::bind((ip, 0)).is_ok()
+}
+
+/// The path with symbolic links resolved; for a file not created yet, its
+/// directory's resolved path and its name, or the absolute path.
+pub(crate) fn canonical_path(path: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
+    if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        if let Ok(d) = std::fs::canonicalize(dir) {
+            return d.join(name);
+        }
+    }
+    normalize(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
+}
+
+/// Refuses a file some volume of this server already opens (under any
+/// name), naming that volume and its role. Checked before a file is
+/// opened: its exclusive open would only say "in use by this process".
+pub(crate) fn check_claim(files: &[Claim], path: &Path, role: &'static str, key: &str) -> Result<()> {
+    let canonical = canonical_path(path);
+    if let Some((_, other, other_role)) = files.iter().find(|(p, _, _)| *p == canonical) {
+        let hint = if role == "cache" && *other_role == "cache" {
+            " (volumes share a cache device when they name it with the same path)"
+        } else {
+            ""
+        };
+        bail!(
+            "{key}: {} is the same file as volume `{other}`'s {other_role}{hint}",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Records that `export` opened `path` as `role` (once the file exists).
+pub(crate) fn record_claim(files: &mut Vec<Claim>, path: &Path, export: &str, role: &'static str) -> PathBuf {
+    let canonical = canonical_path(path);
+    files.push((canonical.clone(), export.to_string(), role));
+    canonical
+}
+
+/// Opens a volume's backend: a file (created with `create_bytes` if
+/// missing and given) or a remote NBD export. Also says whether this call
+/// created the file (a new, empty volume).
+pub(crate) fn open_backend(
+    backend: &str,
+    create_bytes: Option<u64>,
+    export: &str,
+    files: &mut Vec<Claim>,
+    key: &str,
+    own: &Scope,
+) -> Result<(Arc<dyn BlockDevice>, bool)> {
+    if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
+        if own.is_own(backend) {
+            bail!(
+                "{key}: {backend} is this server's own export: a volume cannot be its own backend \
+                 (every FLUSH and the shutdown would wait for themselves)"
+            );
+        }
+        let remote = NbdBackend::connect(backend).with_context(|| format!("{key} {backend}"))?;
+        return Ok((Arc::new(remote), false));
+    }
+    let path = Path::new(backend);
+    if !path.exists() && create_bytes.is_none() {
+        bail!(
+            "{key}: {} does not exist (set backend_size to create it)",
+            path.display()
+        );
+    }
+    check_claim(files, path, "backend", key)?;
+    let created = !path.exists();
+    let device = open_file(path, create_bytes.unwrap_or(0), false, own.no_follow(path))
+        .with_context(|| key.to_string())?;
+    record_claim(files, path, export, "backend");
+    Ok((Arc::new(device), created))
+}
+
+/// Creates the directory `path` will be in, if missing.
+pub(crate) fn create_parent(path: &Path) -> Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Opens (creating a sparse file of `create_bytes` if missing, and its
+/// directory) a file device.
+pub(crate) fn open_file(path: &Path, create_bytes: u64, direct: bool, no_follow: bool) -> Result<FileDevice> {
+    let exists = path.exists();
+    if !exists {
+        create_parent(path)?;
+    }
+    if no_follow && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        bail!(
+            "{} is a symbolic link in the data directory: not following it (someone may have \
+             planted it); remove it, or name the file you mean with its own flag",
+            path.display()
+        );
+    }
+    let device = FileDevice::open(
+        path,
+        OpenOptions {
+            direct,
+            create_size: (!exists).then_some(create_bytes),
+            read_only: false,
+            exclusive: true,
+            no_follow,
+        },
+    )
+    .with_context(|| format!("opening {}", path.display()))?;
+    if !exists {
+        eprintln!(
+            "iocache: created {} ({})",
+            path.display(),
+            format_byte_size(create_bytes)
+        );
+    }
+    Ok(device)
+}

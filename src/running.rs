@@ -1,0 +1,272 @@
+//! The state of a running server, shared by `serve.rs` (which builds it at
+//! start and stops it on SIGINT or SIGTERM) and `admin.rs` (which reports its
+//! statistics and asks it to attach, detach and flush volumes). It is a
+//! module of its own so that neither of those two imports the other: admin
+//! depends on this module, serve on both, and only `main.rs` on serve.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::{anyhow, bail, Context, Result};
+use iocache_core::units::{format_byte_size, parse_byte_size};
+use iocache_engine::{Engine, Volume};
+use iocache_nbd::ExportHandle;
+use iocache_serving::EngineExport;
+
+use crate::config::{normalize, VolumeConfig};
+use crate::devices::{open_backend, Claim, Scope};
+
+/// One cache device and the engine that runs it (shared by its volumes).
+pub(crate) struct CacheGroup {
+    /// The path as configured.
+    pub(crate) path: PathBuf,
+    /// The path with symbolic links resolved, to recognize it.
+    pub(crate) canonical: PathBuf,
+    pub(crate) engine: Arc<Engine>,
+    /// The settings of the cache (those of its first volume).
+    pub(crate) config: VolumeConfig,
+    pub(crate) cache_bytes: u64,
+    pub(crate) capacity_lines: u64,
+}
+
+/// A volume being served: an export of the NBD server.
+pub(crate) struct ServedVolume {
+    pub(crate) export: String,
+    /// The backend's name (path or URI).
+    pub(crate) backend: String,
+    /// Its index in [`Running::caches`].
+    pub(crate) cache: usize,
+    pub(crate) volume: Volume,
+}
+
+/// What the admin socket and the shutdown see of a running server.
+pub(crate) struct Running {
+    pub(crate) caches: Vec<CacheGroup>,
+    pub(crate) volumes: Mutex<Vec<ServedVolume>>,
+    exports: ExportHandle,
+    files: Mutex<Vec<Claim>>,
+    /// Serializes attach, detach, flush and shutdown.
+    admin: Mutex<()>,
+    /// Where this server listens (no volume may use it as its backend).
+    own: Scope,
+}
+
+/// Locks `m`, even if a thread panicked while holding it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What an NBD client reads as the export's description: the cache, not
+/// where the data lives (no path or address of the backend is told to
+/// clients).
+pub(crate) fn describe(group: &CacheGroup, backend: &str) -> String {
+    let kind = if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
+        "a remote NBD volume"
+    } else {
+        "a local volume"
+    };
+    format!(
+        "iocache: {} cache of {} lines of {} over {kind}",
+        group.engine.write_policy(),
+        group.capacity_lines,
+        format_byte_size(group.config.line_size.bytes()),
+    )
+}
+
+/// What `attach` was asked to do (see `iocache ctl attach`).
+pub(crate) struct AttachRequest<'a> {
+    pub(crate) export: &'a str,
+    pub(crate) backend: &'a str,
+    pub(crate) backend_size: Option<&'a str>,
+    pub(crate) cache: Option<&'a str>,
+}
+
+impl Running {
+    /// The state of a server that serves `volumes` from `caches` through
+    /// the export table `exports`.
+    pub(crate) fn new(
+        caches: Vec<CacheGroup>,
+        volumes: Vec<ServedVolume>,
+        exports: ExportHandle,
+        files: Vec<Claim>,
+        own: Scope,
+    ) -> Running {
+        Running {
+            caches,
+            volumes: Mutex::new(volumes),
+            exports,
+            files: Mutex::new(files),
+            admin: Mutex::new(()),
+            own,
+        }
+    }
+
+    /// Holds back attach, detach and flush (for as long as the guard lives:
+    /// the shutdown keeps it).
+    pub(crate) fn lock_admin(&self) -> MutexGuard<'_, ()> {
+        lock(&self.admin)
+    }
+
+    fn cache_for(&self, cache: Option<&str>) -> Result<usize> {
+        match cache {
+            Some(path) => {
+                let wanted = std::fs::canonicalize(path).unwrap_or_else(|_| normalize(Path::new(path)));
+                self.caches
+                    .iter()
+                    .position(|g| g.canonical == wanted || normalize(&g.path) == normalize(Path::new(path)))
+                    .ok_or_else(|| anyhow!("cache {path}: not a cache device of this server"))
+            }
+            None if self.caches.len() == 1 => Ok(0),
+            None => bail!(
+                "this server has {} cache devices ({}); choose one with --cache PATH",
+                self.caches.len(),
+                self.caches
+                    .iter()
+                    .map(|g| g.path.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// Adds a volume to a cache device and serves it as a new export.
+    pub(crate) fn attach(&self, request: &AttachRequest<'_>) -> Result<serde_json::Value> {
+        let _admin = lock(&self.admin);
+        if STOP.load(Ordering::SeqCst) {
+            bail!("the server is stopping");
+        }
+        let export = request.export;
+        if export.is_empty() || export.len() > 255 || export.contains('\0') {
+            bail!("export: a name of 1 to 255 bytes without NUL, not `{export}`");
+        }
+        if lock(&self.volumes).iter().any(|v| v.export == export) {
+            bail!("export `{export}` is already served");
+        }
+        let index = self.cache_for(request.cache)?;
+        let group = &self.caches[index];
+        let create_bytes = request
+            .backend_size
+            .map(|t| parse_byte_size(t).map_err(|e| anyhow!("backend_size: {e}")))
+            .transpose()?;
+        if create_bytes == Some(0) {
+            bail!("backend_size: a backend cannot be empty");
+        }
+        let is_nbd = request.backend.starts_with("nbd://") || request.backend.starts_with("nbd+unix://");
+        if !is_nbd {
+            self.own.check_attach_path(Path::new(request.backend))?;
+        }
+        if create_bytes.is_some() && is_nbd {
+            bail!(
+                "backend_size: only for a backend file; `{}` is an NBD export",
+                request.backend
+            );
+        }
+        let (backend, _) = {
+            let mut files = lock(&self.files);
+            open_backend(
+                request.backend,
+                create_bytes,
+                export,
+                &mut files,
+                "backend",
+                &self.own,
+            )?
+        };
+        let release = || lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
+        let id = match group.engine.attach(export, Arc::clone(&backend)) {
+            Ok(id) => id,
+            Err(e) => {
+                release();
+                bail!("attaching `{export}`: {e}");
+            }
+        };
+        let volume = group.engine.volume(id)?;
+        let name = backend.name().to_string();
+        let served = EngineExport::for_volume(
+            Arc::clone(&group.engine),
+            volume.clone(),
+            Some(describe(group, &name)),
+        );
+        if let Err(e) = self.exports.add_export(export, Arc::new(served)) {
+            let _ = group.engine.detach(id);
+            release();
+            bail!("serving `{export}`: {e}");
+        }
+        eprintln!(
+            "iocache: attached export `{export}` ({} volume over {name}) to the cache {}",
+            format_byte_size(volume.size_bytes()),
+            group.path.display()
+        );
+        lock(&self.volumes).push(ServedVolume {
+            export: export.to_string(),
+            backend: name.clone(),
+            cache: index,
+            volume: volume.clone(),
+        });
+        Ok(serde_json::json!({
+            "export": export,
+            "volume_id": id,
+            "size_bytes": volume.size_bytes(),
+            "backend": name,
+            "cache": group.path.display().to_string(),
+        }))
+    }
+
+    fn served(&self, export: &str) -> Result<(usize, Volume)> {
+        lock(&self.volumes)
+            .iter()
+            .find(|v| v.export == export)
+            .map(|v| (v.cache, v.volume.clone()))
+            .ok_or_else(|| anyhow!("no export `{export}` is served"))
+    }
+
+    /// Stops serving a volume: its export disappears (new connections are
+    /// refused, connections on it close after answering what they sent),
+    /// its dirty lines are written back and its lines leave the cache.
+    pub(crate) fn detach(&self, export: &str) -> Result<serde_json::Value> {
+        let _admin = lock(&self.admin);
+        let (cache, volume) = self.served(export)?;
+        let engine = &self.caches[cache].engine;
+        let dirty = engine.volume_stats(volume.id()).map_or(0, |s| s.dirty_lines);
+        let removed = self.exports.remove_export(export);
+        if let Err(e) = engine.detach(volume.id()) {
+            if let Some(served) = removed {
+                let _ = self.exports.add_export(export, served);
+            }
+            bail!("detaching `{export}`: {e}; it is still served");
+        }
+        lock(&self.volumes).retain(|v| v.export != export);
+        lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
+        eprintln!("iocache: detached export `{export}`: {dirty} dirty lines written back");
+        Ok(serde_json::json!({ "export": export, "dirty_lines_written_back": dirty }))
+    }
+
+    /// Writes back a volume's dirty lines while it keeps serving.
+    pub(crate) fn flush(&self, export: &str) -> Result<serde_json::Value> {
+        let _admin = lock(&self.admin);
+        let (cache, volume) = self.served(export)?;
+        let written = self.caches[cache]
+            .engine
+            .flush_volume(volume.id())
+            .with_context(|| format!("flushing `{export}`"))?;
+        Ok(serde_json::json!({ "export": export, "written_back_lines": written }))
+    }
+}
+
+/// Set by SIGINT or SIGTERM: the server stops (and `attach` is refused).
+pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_signal: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Makes SIGINT and SIGTERM set [`STOP`].
+pub(crate) fn install_signal_handlers() {
+    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
