@@ -1,5 +1,6 @@
 //! The real cache: executes the policy core's decisions on block devices,
-//! concurrently, and serves them as an NBD export.
+//! concurrently, for any caller (the serving layer, iocache-serving, puts
+//! it behind NBD).
 //!
 //! ## Concurrency
 //!
