@@ -12,6 +12,12 @@
 //! - `{"command":"flush","export":NAME}`: writes back the volume's dirty lines;
 //! - `{"command":"detach","export":NAME}`: stops serving the volume, after
 //!   writing back its dirty lines and dropping its lines from the cache.
+//! - `{"command":"get","export":NAME?}`: the knobs of the cache the volume
+//!   uses (or the only one), configured and current, and the write policy
+//!   in force with its cause;
+//! - `{"command":"set","export":NAME?,"settings":["KEY=VALUE",...]}`:
+//!   changes knobs while the cache serves (`iocache_core::Setting`), and
+//!   answers as `get`.
 //!
 //! The reply is a JSON object: the statistics (`{"volumes":[...]}`), what
 //! was done, or `{"error": MESSAGE}`.
@@ -201,7 +207,22 @@ fn dispatch(state: &Running, line: &str) -> Result<Value> {
         }),
         Some("detach") => state.detach(needed("export")?),
         Some("flush") => state.flush(needed("export")?),
-        Some(other) => bail!("unknown command `{other}`; expected stats, attach, detach or flush"),
+        Some("get") => state.get_settings(field("export")),
+        Some("set") => {
+            let changes: Vec<String> = request
+                .get("settings")
+                .and_then(Value::as_array)
+                .ok_or_else(|| anyhow::anyhow!("the request needs `settings`: a list of \"KEY=VALUE\""))?
+                .iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<_>>()
+                .ok_or_else(|| anyhow::anyhow!("`settings` must be a list of strings"))?;
+            state.set_settings(field("export"), &changes)
+        }
+        Some(other) => bail!(
+            "unknown command `{}`; expected stats, attach, detach, flush, get or set",
+            shortened(other)
+        ),
         None => bail!("the request needs a `command`"),
     }
 }
@@ -584,6 +605,27 @@ enum CtlCommand {
     Detach { export: String },
     /// Write back an export's dirty lines (it keeps serving).
     Flush { export: String },
+    /// Change knobs of a running cache (KEY=VALUE with the configuration file's keys:
+    /// write_policy, promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines).
+    /// No cached or dirty line is lost; leaving wb/wo for a policy that keeps no dirty data
+    /// writes the dirty lines back in the background. Changes survive restarts.
+    Set {
+        /// The export whose cache to change (needed when the server has several caches).
+        #[arg(long, value_name = "NAME")]
+        export: Option<String>,
+        /// KEY=VALUE, one or more.
+        #[arg(required = true, value_name = "KEY=VALUE")]
+        settings: Vec<String>,
+    },
+    /// Show the knobs of a running cache: configured and current values.
+    Get {
+        /// The export whose cache to show (needed when the server has several caches).
+        #[arg(long, value_name = "NAME")]
+        export: Option<String>,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the statistics of every export, or of one.
     Stats {
         export: Option<String>,
@@ -591,6 +633,30 @@ enum CtlCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Prints a cache's knobs: one line each, the current value and, when it
+/// differs, the configured one; then the write policy in force.
+fn print_settings(reply: &Value) {
+    println!("cache {} (volumes {})", reply["cache"], reply["volumes"]);
+    for k in reply["settings"].as_array().into_iter().flatten() {
+        let current = k["current"].as_str().unwrap_or("?");
+        let configured = k["configured"].as_str().unwrap_or("?");
+        if current == configured {
+            println!("  {:<18} {current}", k["key"].as_str().unwrap_or("?"));
+        } else {
+            println!(
+                "  {:<18} {current} (configured {configured})",
+                k["key"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    println!(
+        "  in force: {} write policy ({}); {} dirty lines",
+        reply["effective_write_policy"].as_str().unwrap_or("?"),
+        reply["effective_write_policy_cause"].as_str().unwrap_or("?"),
+        reply["dirty_lines"]
+    );
 }
 
 /// A path given to `ctl`, as the server (which may run elsewhere) must see it.
@@ -652,6 +718,26 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
                 "flushed export {}: {} lines written back",
                 reply["export"], reply["written_back_lines"]
             );
+        }
+        CtlCommand::Set { export, settings } => {
+            let mut req = json!({"command": "set", "settings": settings});
+            if let Some(export) = export {
+                req["export"] = json!(export);
+            }
+            let reply = request(socket, &req.to_string(), Some(Duration::from_secs(30)))?;
+            print_settings(&reply);
+        }
+        CtlCommand::Get { export, json } => {
+            let mut req = json!({"command": "get"});
+            if let Some(export) = export {
+                req["export"] = json!(export);
+            }
+            let reply = request(socket, &req.to_string(), Some(Duration::from_secs(10)))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&reply)?);
+            } else {
+                print_settings(&reply);
+            }
         }
         CtlCommand::Stats { export, json } => {
             let mut req = json!({"command": "stats"});

@@ -117,6 +117,12 @@ struct SimArgs {
     /// Requests that only warm the cache: a fraction of the trace (0.2) or a count (100000).
     #[arg(long, value_name = "FRACTION|REQUESTS")]
     warmup: Option<String>,
+    /// Change knobs during the replay (repeatable), as `iocache ctl set` does on a server:
+    /// REQUEST:KEY=VALUE[,KEY=VALUE...] applies before that request (0-based),
+    /// TIME:KEY=VALUE[,...] from that trace time on (30s, 500ms). Keys: write_policy,
+    /// promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines.
+    #[arg(long, value_name = "AT:KEY=VALUE,...")]
+    reconfigure: Vec<String>,
     /// Write results as JSON to PATH, or to stdout with `-` (the table is then not printed).
     #[arg(long, value_name = "PATH|-")]
     json: Option<String>,
@@ -306,6 +312,11 @@ fn run_sim(args: SimArgs) -> Result<()> {
         warmup_requests,
         threads: args.threads.unwrap_or(SimOptions::default().threads).max(1),
         timing: args.timing.setup()?,
+        reconfigure: args
+            .reconfigure
+            .iter()
+            .map(|r| r.parse::<iocache_sim::Reconfigure>())
+            .collect::<Result<Vec<_>, _>>()?,
     };
     let mut reader = args.input.open()?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());

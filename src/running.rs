@@ -243,6 +243,64 @@ impl Running {
     }
 
     /// Writes back a volume's dirty lines while it keeps serving.
+    /// The cache `export` names (its volume's), or the only one.
+    fn cache_of_export(&self, export: Option<&str>) -> Result<usize> {
+        match export {
+            Some(export) => Ok(self.served(export)?.0),
+            None if self.caches.len() == 1 => Ok(0),
+            None => bail!(
+                "this server has {} cache devices: name an export whose cache to set (--export NAME)",
+                self.caches.len()
+            ),
+        }
+    }
+
+    /// The knobs of the cache `export` uses (or the only one): configured,
+    /// current, and the write policy in force with its cause.
+    pub(crate) fn get_settings(&self, export: Option<&str>) -> Result<serde_json::Value> {
+        let group = &self.caches[self.cache_of_export(export)?];
+        Ok(settings_json(group))
+    }
+
+    /// Changes knobs of the cache `export` uses (or the only one) while it
+    /// serves; `changes` are `KEY=VALUE` in the configuration file's syntax.
+    /// All are checked before any is applied.
+    pub(crate) fn set_settings(&self, export: Option<&str>, changes: &[String]) -> Result<serde_json::Value> {
+        let _admin = lock(&self.admin);
+        if STOP.load(Ordering::SeqCst) {
+            bail!("the server is stopping");
+        }
+        if changes.is_empty() {
+            bail!(
+                "nothing to set: give KEY=VALUE (keys: {})",
+                iocache_core::Setting::KEYS.join(", ")
+            );
+        }
+        let parsed = changes
+            .iter()
+            .map(|c| c.parse::<iocache_core::Setting>().map_err(|e| anyhow!("{e}")))
+            .collect::<Result<Vec<_>>>()?;
+        let index = self.cache_of_export(export)?;
+        let group = &self.caches[index];
+        group.engine.apply_settings(&parsed).with_context(|| {
+            format!(
+                "setting {} on the cache {}",
+                changes.join(" "),
+                group.path.display()
+            )
+        })?;
+        eprintln!(
+            "iocache: cache {}: set {}",
+            group.path.display(),
+            parsed
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        Ok(settings_json(group))
+    }
+
     pub(crate) fn flush(&self, export: &str) -> Result<serde_json::Value> {
         let _admin = lock(&self.admin);
         let (cache, volume) = self.served(export)?;
@@ -252,6 +310,26 @@ impl Running {
             .with_context(|| format!("flushing `{export}`"))?;
         Ok(serde_json::json!({ "export": export, "written_back_lines": written }))
     }
+}
+
+/// A cache's knobs as JSON: for each, configured and current; and the
+/// write policy in force with its cause.
+fn settings_json(group: &CacheGroup) -> serde_json::Value {
+    let engine = &group.engine;
+    let effective = engine.effective_mode();
+    let knobs: Vec<serde_json::Value> = engine
+        .settings()
+        .into_iter()
+        .map(|k| serde_json::json!({"key": k.key, "configured": k.configured, "current": k.current}))
+        .collect();
+    serde_json::json!({
+        "cache": group.path.display().to_string(),
+        "volumes": engine.volumes().into_iter().map(|v| v.name).collect::<Vec<_>>(),
+        "settings": knobs,
+        "effective_write_policy": effective.policy.to_string(),
+        "effective_write_policy_cause": effective.cause.name(),
+        "dirty_lines": engine.stats().dirty_lines,
+    })
 }
 
 /// Set by SIGINT or SIGTERM: the server stops (and `attach` is refused).

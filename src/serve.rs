@@ -408,6 +408,15 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
         for (offset, reason) in r.corrupt_examples.iter().take(4) {
             eprintln!("iocache: {who}: corrupt metadata at offset {offset}: {reason}");
         }
+        if !r.restored_settings.is_empty() {
+            eprintln!(
+                "iocache: {who}: settings changed at run time before, kept: {} (iocache ctl set to change them)",
+                r.restored_settings.join(" ")
+            );
+        }
+        for dropped in &r.dropped_settings {
+            eprintln!("iocache: {who}: a setting changed at run time is not kept: {dropped}");
+        }
         if !r.damaged_slots.is_empty() {
             eprintln!(
                 "iocache: {who}: started over damaged metadata (--accept-damaged-metadata): {} slots \
@@ -700,7 +709,7 @@ fn print_banner(
             },
             group.capacity_lines,
             format_byte_size(group.config.line_size.bytes()),
-            group.config.write_policy,
+            group.engine.write_policy(),
             group.config.lookup
         );
         if let Some(socket) = &socket {

@@ -45,7 +45,7 @@ impl ModeCause {
     /// A short name for statistics and logs.
     pub fn name(self) -> &'static str {
         match self {
-            ModeCause::Configured => "configured",
+            ModeCause::Configured => "configured or set",
             ModeCause::Controller => "controller",
             ModeCause::CacheDeviceFailed => "cache device failed",
             ModeCause::SequentialCutoff => "sequential cutoff",

@@ -12,5 +12,7 @@ pub mod timing;
 pub mod trace_stats;
 
 pub use error::SimError;
-pub use run::{request_of, simulate, RunResult, SimOptions, SimReport, TimingSetup, BATCH_REQUESTS};
+pub use run::{
+    request_of, simulate, Reconfigure, RunResult, SimOptions, SimReport, TimingSetup, Trigger, BATCH_REQUESTS,
+};
 pub use spec::{combinations, CacheSettings, CacheSize, RunSpec, Warmup};

@@ -39,6 +39,10 @@ pub struct SimOptions {
     pub threads: usize,
     /// Model device time (latency, IOPS) as well as decisions.
     pub timing: Option<TimingSetup>,
+    /// Knobs changed during the replay, in the order given (each applied
+    /// to every simulated cache before the first request its trigger
+    /// reaches, through the same `Cache::apply` the engine uses).
+    pub reconfigure: Vec<Reconfigure>,
 }
 
 impl Default for SimOptions {
@@ -47,7 +51,56 @@ impl Default for SimOptions {
             warmup_requests: 0,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             timing: None,
+            reconfigure: Vec::new(),
         }
+    }
+}
+
+/// When a reconfiguration applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// Before the request with this 0-based number.
+    Request(u64),
+    /// Before the first request at or after this trace time (ns since the
+    /// trace's first request).
+    TimeNs(u64),
+}
+
+/// `--reconfigure TRIGGER:KEY=VALUE[,KEY=VALUE...]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reconfigure {
+    pub at: Trigger,
+    pub settings: Vec<iocache_core::Setting>,
+}
+
+impl std::str::FromStr for Reconfigure {
+    type Err = SimError;
+    /// `100000:write_policy=wt,policy=arc` (before request 100000) or
+    /// `30s:write_policy=wt` (from trace time 30 s on).
+    fn from_str(text: &str) -> Result<Reconfigure, SimError> {
+        let bad = |why: String| SimError::Spec(format!("--reconfigure `{text}`: {why}"));
+        let (at, rest) = text
+            .split_once(':')
+            .ok_or_else(|| bad("expected REQUEST_OR_TIME:KEY=VALUE[,KEY=VALUE...]".into()))?;
+        let at = if at.chars().all(|c| c.is_ascii_digit()) && !at.is_empty() {
+            Trigger::Request(
+                at.parse()
+                    .map_err(|_| bad(format!("request number `{at}` too large")))?,
+            )
+        } else {
+            Trigger::TimeNs(
+                iocache_core::units::parse_duration_ns(at)
+                    .map_err(|e| bad(format!("`{at}` is neither a request number nor a time: {e}")))?,
+            )
+        };
+        let settings = rest
+            .split(',')
+            .map(|kv| {
+                kv.parse::<iocache_core::Setting>()
+                    .map_err(|e| bad(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Reconfigure { at, settings })
     }
 }
 
@@ -116,6 +169,11 @@ struct Runner {
     processed: u64,
     warm_base: Option<CacheStats>,
     busy: Duration,
+    /// The reconfigurations, and how many were applied.
+    reconfigure: Vec<Reconfigure>,
+    reconfigured: usize,
+    /// The first request's trace time (time triggers count from it).
+    first_ns: Option<u64>,
 }
 
 impl Runner {
@@ -146,6 +204,9 @@ impl Runner {
             processed: 0,
             warm_base: None,
             busy: Duration::ZERO,
+            reconfigure: Vec::new(),
+            reconfigured: 0,
+            first_ns: None,
         })
     }
 
@@ -159,6 +220,7 @@ impl Runner {
                 request.now_ns = t.replay.next_arrival(&mut t.model, request.now_ns);
             }
             self.clean_until(request.now_ns);
+            self.reconfigure_until(&request);
             if self.processed == warmup_requests {
                 self.warm_base = Some(*self.cache.stats());
                 if let Some(t) = &mut self.timed {
@@ -173,6 +235,26 @@ impl Runner {
             self.processed += 1;
         }
         self.busy += started.elapsed();
+    }
+
+    /// Applies the reconfigurations whose trigger `request` reaches.
+    fn reconfigure_until(&mut self, request: &Request) {
+        let first = *self.first_ns.get_or_insert(request.now_ns);
+        while let Some(r) = self.reconfigure.get(self.reconfigured) {
+            let due = match r.at {
+                Trigger::Request(n) => self.processed >= n,
+                Trigger::TimeNs(t) => request.now_ns.saturating_sub(first) >= t,
+            };
+            if !due {
+                return;
+            }
+            for setting in &r.settings {
+                // Checked when parsed; a policy that cannot be built for
+                // this cache was refused before the replay started.
+                let _ = self.cache.apply(setting, request.now_ns);
+            }
+            self.reconfigured += 1;
+        }
     }
 
     /// Runs the background cleaner at each wake-up due by `now_ns` (trace time).
@@ -248,6 +330,22 @@ pub fn simulate(
         .enumerate()
         .map(|(i, spec)| Runner::new(i, spec, options.timing.as_ref()))
         .collect::<Result<Vec<_>, _>>()?;
+    // Reconfigurations are checked once against every cache (a policy that
+    // cannot be built for one is refused before the replay), then kept in
+    // trigger order.
+    for r in &options.reconfigure {
+        for runner in &runners {
+            for setting in &r.settings {
+                if let iocache_core::Setting::Policy(p) = setting {
+                    p.build(runner.spec.capacity_lines as usize)
+                        .map_err(|e| SimError::Spec(format!("--reconfigure {setting}: {e}")))?;
+                }
+            }
+        }
+    }
+    for runner in &mut runners {
+        runner.reconfigure = options.reconfigure.clone();
+    }
     // With more than one core, the calling thread parses while workers
     // simulate, even for a single cache; with one, everything runs inline.
     let threads = options.threads.clamp(1, runners.len().max(1));
