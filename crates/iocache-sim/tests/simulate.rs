@@ -193,9 +193,8 @@ fn reconfigure_applies_the_core_settings_at_the_given_request() {
 
     let mut cache = Cache::new(specs[0].cache_config()).unwrap();
     let mut ops = OpList::new();
-    let mut reader = reader(&trace, TraceFormat::Tencent);
     let mut n = 0u64;
-    while let Some(record) = reader.next() {
+    for record in reader(&trace, TraceFormat::Tencent) {
         let request = request_of(&record.unwrap());
         for change in &changes {
             if change.at == iocache_sim::Trigger::Request(n) {
