@@ -193,8 +193,7 @@ fn reconfigure_applies_the_core_settings_at_the_given_request() {
 
     let mut cache = Cache::new(specs[0].cache_config()).unwrap();
     let mut ops = OpList::new();
-    let mut n = 0u64;
-    for record in reader(&trace, TraceFormat::Tencent) {
+    for (n, record) in (0u64..).zip(reader(&trace, TraceFormat::Tencent)) {
         let request = request_of(&record.unwrap());
         for change in &changes {
             if change.at == iocache_sim::Trigger::Request(n) {
@@ -204,7 +203,6 @@ fn reconfigure_applies_the_core_settings_at_the_given_request() {
             }
         }
         cache.access(&request, &mut ops).unwrap();
-        n += 1;
     }
     assert_eq!(simulated.runs[0].stats, *cache.stats());
     assert_eq!(
