@@ -27,7 +27,7 @@ use serde::Deserialize;
 
 /// The keys of a `[[volume]]` table that describe its cache device, shared
 /// by every volume naming the same `cache`.
-pub const CACHE_KEYS: [&str; 14] = [
+pub const CACHE_KEYS: [&str; 15] = [
     "cache_size",
     "cache_array",
     "mirror_percent",
@@ -40,6 +40,7 @@ pub const CACHE_KEYS: [&str; 14] = [
     "write_policy",
     "seq_cutoff",
     "write_miss_bypass",
+    "max_dirty_lines",
     "direct",
     "io_engine",
 ];
@@ -131,6 +132,9 @@ pub struct VolumeConfig {
     /// Send write misses to the backend when every line is dirty.
     pub write_miss_bypass: bool,
     pub seq_cutoff: SeqCutoff,
+    /// At most this many dirty lines in the whole cache (a write that
+    /// would make one more is written through); `None`: no cap.
+    pub max_dirty_lines: Option<u64>,
     /// How cache reads of several lines are issued.
     pub io: IoMode,
     /// `io_engine` was `auto`: `io` follows `direct`.
@@ -184,6 +188,7 @@ impl VolumeConfig {
             "write_policy" => self.write_policy.to_string(),
             "seq_cutoff" => self.seq_cutoff.to_string(),
             "write_miss_bypass" => self.write_miss_bypass.to_string(),
+            "max_dirty_lines" => self.max_dirty_lines.map_or("off".into(), |n| n.to_string()),
             "direct" => self.direct.to_string(),
             "io_engine" => match (self.io_auto, self.io) {
                 (true, _) => "auto".into(),
@@ -209,6 +214,7 @@ impl VolumeConfig {
             "write_policy" => self.write_policy = from.write_policy,
             "seq_cutoff" => self.seq_cutoff = from.seq_cutoff,
             "write_miss_bypass" => self.write_miss_bypass = from.write_miss_bypass,
+            "max_dirty_lines" => self.max_dirty_lines = from.max_dirty_lines,
             "direct" => self.direct = from.direct,
             "io_engine" => {
                 self.io_auto = from.io_auto;
@@ -260,6 +266,9 @@ pub struct VolumeText {
     pub flush: String,
     #[serde(default)]
     pub write_miss_bypass: bool,
+    /// A number of lines (or absent: no cap).
+    #[serde(default)]
+    pub max_dirty_lines: Option<u64>,
     #[serde(default = "default_seq_cutoff")]
     pub seq_cutoff: String,
     #[serde(default = "default_io_engine")]
@@ -488,6 +497,7 @@ impl VolumeText {
             cleaning,
             write_miss_bypass: self.write_miss_bypass,
             seq_cutoff,
+            max_dirty_lines: self.max_dirty_lines,
             io,
             io_auto,
             direct: self.direct,
@@ -1013,6 +1023,7 @@ cache = "d/other-cache.img"
             lookup: "fine".into(),
             flush: "nop".into(),
             write_miss_bypass: false,
+            max_dirty_lines: None,
             seq_cutoff: "off".into(),
             io_engine: "auto".into(),
             direct: false,

@@ -45,7 +45,7 @@ pub struct ServeArgs {
     /// the one the flags below describe.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
-        "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "io_engine", "direct",
+        "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
         "persistence", "socket",
         "listen", "export",
         "admin_socket", "attach_dir", "socket_group", "tls", "tls_certificates",
@@ -97,6 +97,10 @@ pub struct ServeArgs {
     /// Sequential cutoff: off, or a stream length after which requests bypass (1MiB[:streams=16]).
     #[arg(long, default_value = "off", value_name = "BYTES|off")]
     seq_cutoff: String,
+    /// At most this many dirty lines in the cache (a write that would make one more is written
+    /// through) [default: no cap].
+    #[arg(long, value_name = "LINES")]
+    max_dirty_lines: Option<u64>,
     /// How reads of several cache lines are issued: psync (one after the other), uring (one
     /// io_uring batch) or auto (uring with --direct, psync otherwise).
     #[arg(long, default_value = "auto", value_name = "ENGINE")]
@@ -282,6 +286,7 @@ fn open_cache_group(
     cache.cleaning = v.cleaning;
     cache.write_miss_bypass = v.write_miss_bypass;
     cache.seq_cutoff = v.seq_cutoff;
+    cache.max_dirty_lines = v.max_dirty_lines;
     let engine = Engine::with_volumes(
         EngineConfig {
             cache,
@@ -831,6 +836,7 @@ impl ServeArgs {
             lookup: self.lookup,
             flush: self.flush,
             write_miss_bypass: self.write_miss_bypass,
+            max_dirty_lines: self.max_dirty_lines,
             seq_cutoff: self.seq_cutoff,
             io_engine: self.io_engine,
             direct: self.direct,

@@ -609,16 +609,16 @@ impl Engine {
             // cleaner (with retries), never written back inside a request
             // whose slot reuse could not be undone.
             shard_config.inline_dirty_eviction = false;
-            if let Some(array) = &config.array {
-                // Each shard may use the whole mirror pool (lines are spread
-                // over shards unevenly); when the pool runs out, dirty
-                // writes also go to the backend (`MirrorState::Through`).
-                shard_config.max_dirty_lines = Some(
-                    array
-                        .dirty_cap()
-                        .min(config.cache.max_dirty_lines.unwrap_or(u64::MAX)),
-                );
-            }
+            // The operator's cap is cache-wide: each shard takes its share.
+            // On an array, each shard may also use the whole mirror pool
+            // (lines are spread over shards unevenly); when the pool runs
+            // out, dirty writes also go to the backend (`MirrorState::Through`).
+            shard_config.max_dirty_lines = settings::shard_dirty_cap(
+                config.cache.max_dirty_lines,
+                config.array.as_ref().map(|a| a.dirty_cap()),
+                lines,
+                capacity,
+            );
             let mut cache = Cache::new(shard_config)?;
             cache.count_volume_lines();
             index_prefetchers.push(cache.index_prefetcher());
