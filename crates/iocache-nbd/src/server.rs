@@ -25,8 +25,10 @@
 //!   (`max_total_inflight_bytes`), before the buffer exists; it is given
 //!   back when the reply is written or fails. A reader that cannot get
 //!   budget waits (and so stops reading its socket); the shared budget is
-//!   handed out first come, first served, so a large request is not
-//!   starved by small ones. Budget is only ever held by a request between
+//!   two pools, one for requests of at most 128 KiB (an eighth of it) and
+//!   one for larger ones, each handed out first come, first served: a
+//!   large request is not starved by small ones, and clients pinning large
+//!   replies cannot make a small request wait. Budget is only ever held by a request between
 //!   its header and its reply, and both ends are bounded in time: a WRITE's
 //!   payload must arrive, and a reply must be written, within
 //!   `reply_timeout` (a whole-transfer deadline, not one per system call),
@@ -757,41 +759,57 @@ impl StatsCounters {
     }
 }
 
-/// The payload budget all connections share, handed out in the order it
-/// was asked for (a ticket queue): a request waiting for many bytes is not
-/// overtaken forever by smaller ones.
+/// Requests at most this big draw from the small requests' share of the
+/// shared budget (see [`GlobalBudget`]).
+pub const SMALL_REQUEST_BYTES: usize = 128 << 10;
+
+/// The payload budget all connections share, in two pools, each handed
+/// out in the order it was asked for (a ticket queue, so a request waiting
+/// for many bytes is not overtaken forever by smaller ones):
+///
+/// - the small pool, an eighth of the budget (but never so much that the
+///   rest cannot hold one request of `max_payload`), for requests of at
+///   most [`SMALL_REQUEST_BYTES`];
+/// - the large pool, the rest, for larger requests.
+///
+/// So clients that pin large requests (32 MiB reads whose replies they
+/// never read) cannot make a small request wait for them: a fresh client's
+/// 4 KiB read is served from the small pool at once. Clients that pin small
+/// requests compete with other small requests only, and give their budget
+/// back after `stall_timeout` as before.
 struct GlobalBudget {
+    small: Pool,
+    large: Pool,
+    /// Bytes held in both pools, and the most ever held.
+    totals: Mutex<(usize, usize)>,
+}
+
+/// One pool of budget with its ticket queue.
+struct Pool {
     limit: usize,
-    state: Mutex<GlobalState>,
+    state: Mutex<PoolState>,
     freed: Condvar,
 }
 
 #[derive(Default)]
-struct GlobalState {
+struct PoolState {
     held: usize,
-    peak: usize,
     next_ticket: u64,
     serving: u64,
     /// Readers waiting for budget now.
     waiting: usize,
 }
 
-impl GlobalBudget {
-    fn new(limit: usize) -> GlobalBudget {
-        GlobalBudget {
+impl Pool {
+    fn new(limit: usize) -> Pool {
+        Pool {
             limit,
-            state: Mutex::new(GlobalState::default()),
+            state: Mutex::new(PoolState::default()),
             freed: Condvar::new(),
         }
     }
 
-    /// Waits for `n` bytes (at most the limit: a request's payload is at
-    /// most `max_payload`, and the limit is raised to it).
     fn acquire(&self, n: usize) {
-        if n == 0 {
-            return;
-        }
-        let n = n.min(self.limit);
         let mut s = lock(&self.state);
         let ticket = s.next_ticket;
         s.next_ticket += 1;
@@ -801,7 +819,6 @@ impl GlobalBudget {
         }
         s.waiting -= 1;
         s.held += n;
-        s.peak = s.peak.max(s.held);
         s.serving += 1;
         drop(s);
         // The next ticket may fit too.
@@ -809,22 +826,61 @@ impl GlobalBudget {
     }
 
     fn release(&self, n: usize) {
+        lock(&self.state).held -= n;
+        self.freed.notify_all();
+    }
+}
+
+impl GlobalBudget {
+    /// A budget of `limit` bytes; `max_payload` is the largest request.
+    fn new(limit: usize, max_payload: usize) -> GlobalBudget {
+        let small = (limit / 8).min(limit.saturating_sub(max_payload));
+        GlobalBudget {
+            small: Pool::new(small),
+            large: Pool::new(limit - small),
+            totals: Mutex::new((0, 0)),
+        }
+    }
+
+    /// The pool a request of `n` bytes draws from, and the bytes it takes
+    /// (at most the pool's size: a request's payload is at most
+    /// `max_payload`, which the large pool always holds).
+    fn pool_of(&self, n: usize) -> (&Pool, usize) {
+        if n <= SMALL_REQUEST_BYTES && self.small.limit >= n {
+            (&self.small, n)
+        } else {
+            (&self.large, n.min(self.large.limit))
+        }
+    }
+
+    /// Waits for `n` bytes.
+    fn acquire(&self, n: usize) {
         if n == 0 {
             return;
         }
-        let n = n.min(self.limit);
-        lock(&self.state).held -= n;
-        self.freed.notify_all();
+        let (pool, n) = self.pool_of(n);
+        pool.acquire(n);
+        let mut t = lock(&self.totals);
+        t.0 += n;
+        t.1 = t.1.max(t.0);
+    }
+
+    fn release(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let (pool, n) = self.pool_of(n);
+        lock(&self.totals).0 -= n;
+        pool.release(n);
     }
 
     /// Whether some reader is waiting for budget.
     fn contended(&self) -> bool {
-        lock(&self.state).waiting > 0
+        lock(&self.small.state).waiting > 0 || lock(&self.large.state).waiting > 0
     }
 
     fn held_and_peak(&self) -> (usize, usize) {
-        let s = lock(&self.state);
-        (s.held, s.peak)
+        *lock(&self.totals)
     }
 }
 
@@ -858,7 +914,10 @@ impl Shared {
     fn new(exports: Exports, config: ServerConfig, wake: Vec<Listener>) -> Shared {
         Shared {
             exports: RwLock::new(exports),
-            global: GlobalBudget::new(config.max_total_inflight_bytes),
+            global: GlobalBudget::new(
+                config.max_total_inflight_bytes,
+                config.limits.max_payload as usize,
+            ),
             config,
             shutting_down: AtomicBool::new(false),
             conns: Mutex::new(Conns::default()),

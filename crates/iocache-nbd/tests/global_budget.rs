@@ -119,3 +119,44 @@ fn unread_replies_across_many_connections_stay_within_the_global_budget() {
     }
     server.shutdown();
 }
+
+/// A fresh client's small request is not queued behind large replies
+/// nobody reads: it draws from the small requests' pool at once, long
+/// before `stall_timeout` (set to a minute here) would free anything.
+#[test]
+fn small_requests_are_not_queued_behind_pinned_large_replies() {
+    let mut config = ServerConfig {
+        max_inflight_bytes: 4 * MIB,
+        max_total_inflight_bytes: 8 * MIB,
+        reply_timeout: Some(Duration::from_secs(60)),
+        stall_timeout: Duration::from_secs(60),
+        ..config("small-pool")
+    };
+    config.limits.max_payload = MIB as u32;
+    let server = start_with(config, vec![("disk", mem(16 * MIB) as _)]);
+    let mut raws: Vec<Raw> = (0..8).map(|_| Raw::connect(&server, true)).collect();
+    for raw in &mut raws {
+        for handle in 0..8u64 {
+            raw.send(handle, NBD_CMD_READ, 0, handle * MIB as u64, MIB as u32, &[]);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        server.stats().inflight_bytes >= 6 * MIB as u64,
+        "the large pool is pinned"
+    );
+    let started = Instant::now();
+    let mut fresh = Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for i in 0..64u64 {
+        fresh.read(i * 4096, &mut buf).unwrap();
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "64 small reads took {:?} behind pinned large replies",
+        started.elapsed()
+    );
+    assert!(server.stats().peak_inflight_bytes <= 8 * MIB as u64);
+    drop(raws);
+    server.shutdown();
+}

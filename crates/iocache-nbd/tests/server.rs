@@ -419,6 +419,14 @@ fn connection_limit_and_config_errors() {
     cfg.max_connections = 1;
     let server = start_with(cfg, vec![("disk", mem(1 << 16) as _)]);
     let _first = Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).unwrap();
+    // The client has its GO reply a moment before the server counts it as
+    // out of the handshake (until then a new connection may evict it as the
+    // oldest handshake): wait for that.
+    let started = std::time::Instant::now();
+    while server.stats().transmissions < 1 {
+        assert!(started.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(Client::connect_unix(server.unix_path().unwrap(), &ConnectOptions::default()).is_err());
     drop(server);
 
