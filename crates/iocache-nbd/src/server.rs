@@ -44,7 +44,10 @@
 //!   connection makes room: first by closing the oldest connection still
 //!   in its handshake, then by closing the transmission connection that
 //!   has had nothing in flight for longest, if that is at least
-//!   `idle_eviction`; otherwise the new connection is closed. At most
+//!   `idle_eviction`, then by closing the connection whose requests in
+//!   flight have made no progress (no request read, no reply finished) for
+//!   longest, if that is at least `stall_timeout` (a client that stopped
+//!   reading its replies); otherwise the new connection is closed. At most
 //!   `max_handshakes` connections of a listener may be in the handshake at
 //!   once (a new one evicts the oldest), and a handshake must finish within
 //!   `handshake_timeout` in total, so neither idle nor trickling
@@ -704,16 +707,30 @@ impl Conns {
             .filter(|(_, e)| e.export.is_none())
             .min_by_key(|(_, e)| e.accepted)
             .map(|(id, _)| *id);
-        let victim = oldest_handshake.or_else(|| {
-            let min_idle = config.idle_eviction?;
-            let now = shared.now_ms();
-            live()
-                .filter(|(_, e)| e.activity.in_flight.load(Ordering::SeqCst) == 0)
-                .map(|(id, e)| (*id, now.saturating_sub(e.activity.last_ms.load(Ordering::SeqCst))))
-                .filter(|(_, idle)| *idle >= min_idle.as_millis() as u64)
-                .max_by_key(|(_, idle)| *idle)
-                .map(|(id, _)| id)
-        });
+        let now = shared.now_ms();
+        let quiet_ms = |e: &Entry| now.saturating_sub(e.activity.last_ms.load(Ordering::SeqCst));
+        let victim = oldest_handshake
+            .or_else(|| {
+                let min_idle = config.idle_eviction?;
+                live()
+                    .filter(|(_, e)| e.export.is_some() && e.activity.in_flight.load(Ordering::SeqCst) == 0)
+                    .map(|(id, e)| (*id, quiet_ms(e)))
+                    .filter(|(_, idle)| *idle >= min_idle.as_millis() as u64)
+                    .max_by_key(|(_, idle)| *idle)
+                    .map(|(id, _)| id)
+            })
+            .or_else(|| {
+                // A connection with requests in flight that has neither read
+                // a request nor finished a reply for `stall_timeout` (a
+                // client that stopped reading its replies): closing it loses
+                // nothing its client was told was done.
+                live()
+                    .filter(|(_, e)| e.export.is_some() && e.activity.in_flight.load(Ordering::SeqCst) > 0)
+                    .map(|(id, e)| (*id, quiet_ms(e)))
+                    .filter(|(_, quiet)| *quiet >= config.stall_timeout.as_millis() as u64)
+                    .max_by_key(|(_, quiet)| *quiet)
+                    .map(|(id, _)| id)
+            });
         let Some(entry) = victim.and_then(|id| self.entries.get_mut(&id)) else {
             return false;
         };

@@ -199,3 +199,38 @@ fn idle_transmission_connections_make_room_only_when_the_listener_is_full() {
     assert_eq!(server.stats().evicted_connections, 1);
     server.shutdown();
 }
+
+/// Old failure (the DoS soak): connections that pipelined reads and never
+/// read the replies took every place of their listener, and being busy they
+/// were never evicted as idle, so fresh clients were refused. Now a full
+/// listener closes the connection that has made no progress for longest,
+/// once that is at least `stall_timeout`.
+#[test]
+fn connections_that_stopped_reading_make_room_on_a_full_listener() {
+    use iocache_nbd::proto::NBD_CMD_READ;
+    let config = ServerConfig {
+        max_connections: 4,
+        max_inflight_bytes: 8 << 20,
+        reply_timeout: Some(Duration::from_secs(60)),
+        stall_timeout: Duration::from_millis(300),
+        ..config("stuck")
+    };
+    let server = start_with(config, vec![("disk", mem(16 << 20) as _)]);
+    let mut stuck: Vec<Raw> = (0..4).map(|_| Raw::connect(&server, true)).collect();
+    for raw in &mut stuck {
+        // 8 MiB of replies: more than the socket buffers take.
+        for handle in 0..4u64 {
+            raw.send(handle, NBD_CMD_READ, 0, handle << 21, 2 << 20, &[]);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !served(unix_client(&server)),
+        "the listener is full and nobody is stuck long enough yet"
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(served(unix_client(&server)), "a stuck connection made room");
+    assert!(server.stats().evicted_connections >= 1);
+    drop(stuck);
+    server.shutdown();
+}
