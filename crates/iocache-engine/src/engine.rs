@@ -26,10 +26,12 @@ use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use crate::persist::{PlannedRecord, RecordWriter, Shadow};
 use crate::raid::{ArrayStats, CacheArray, MirrorState};
 use crate::recovery::{self, DamagedMetadata, InitMode, OpenSpec, RecoveryReport};
+use cleaner::Cleaner;
 use smallvec::SmallVec;
 use thiserror::Error;
 use volumes::{VolumeState, VolumeTable};
 
+mod cleaner;
 mod settings;
 mod volumes;
 
@@ -53,21 +55,10 @@ const SHARDS_MAX: usize = 64;
 /// working set of 90 % of its size with a hit ratio of 0.940 where one
 /// shard gives 1.000 (`examples/loadgen`), and 0.996 at 50 %.
 const SHARD_LINES_MIN: u64 = 128 * SHARD_SPAN_LINES;
-/// Longest sleep of the background cleaner between checks.
-const CLEANER_POLL: Duration = Duration::from_millis(50);
-/// Lines written back per batch when flushing everything.
-const FLUSH_ALL_BATCH: usize = 256;
 
 /// How long [`Engine::shutdown`] keeps retrying write-backs that fail
 /// before it leaves the dirty lines on the cache device.
 pub const SHUTDOWN_WRITE_BACK_PATIENCE: Duration = Duration::from_secs(10);
-/// Lines cleaned when requests found only dirty victims in a shard. A
-/// batch holds the tickets of its lines until each is written back, so
-/// requests for them wait up to a batch of backend writes: with 32 lines
-/// and a 1 ms backend, the 70/30 mix of `scripts/bench-engine.py` had a
-/// p99.99 of 16-34 ms; with 8, 4-5 ms at the same IOPS. The cleaning rate
-/// is the same (one write-back after the other either way).
-const DEMAND_CLEAN_BATCH: usize = 8;
 
 /// How lookups are parallelized (the ASPLOS'23 lookup architectures).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -472,40 +463,12 @@ struct Inner {
     recovery: RecoveryReport,
     barriers: AtomicU64,
     records_written: AtomicU64,
-    /// Write-backs of evicted lines in progress on request threads (volatile
-    /// metadata only: a FLUSH waits for those that began before it).
-    writebacks: Mutex<WritebackTracker>,
-    writeback_done: Condvar,
     health: Health,
-    /// Wakes the cleaner early (a request found only dirty victims).
-    cleaner_wake: (Mutex<bool>, Condvar),
-    /// Held while a batch of lines is being cleaned (cleaner, FLUSH with
-    /// volatile metadata, flush_all), so that a FLUSH sees no line in flight.
-    cleaning: Mutex<()>,
+    /// The background cleaner's state: wake-ups, write-back tracking,
+    /// evacuation, mirror releases (`cleaner.rs`).
+    cleaner: Cleaner,
     /// Cache RAID (see `raid.rs`); `cache_dev` is this array.
     array: Option<Arc<CacheArray>>,
-    /// Member failures the cleaner has finished evacuating.
-    array_failures_handled: AtomicU64,
-    /// Global slots whose mirror may be freed after the next barrier (a
-    /// durable record may still name it).
-    mirror_releases: Mutex<Vec<u64>>,
-    evacuated_lines: AtomicU64,
-    lost_lines: AtomicU64,
-    /// Clock reading of the last mirror sweep.
-    last_mirror_sweep_ns: AtomicU64,
-}
-
-#[derive(Default)]
-struct WritebackTracker {
-    next: u64,
-    in_flight: std::collections::BTreeSet<u64>,
-}
-
-/// What one flush batch did.
-#[derive(Clone, Copy, Debug, Default)]
-struct FlushBatch {
-    taken: usize,
-    failed: usize,
 }
 
 /// The superblock and the record writer: one barrier at a time.
@@ -687,16 +650,8 @@ impl Engine {
             barriers: AtomicU64::new(0),
             records_written: AtomicU64::new(0),
             health: Health::new(),
-            cleaner_wake: (Mutex::new(false), Condvar::new()),
-            writebacks: Mutex::new(WritebackTracker::default()),
-            writeback_done: Condvar::new(),
-            cleaning: Mutex::new(()),
+            cleaner: Cleaner::new(),
             array: config.array.clone(),
-            array_failures_handled: AtomicU64::new(0),
-            mirror_releases: Mutex::new(Vec::new()),
-            evacuated_lines: AtomicU64::new(0),
-            lost_lines: AtomicU64::new(0),
-            last_mirror_sweep_ns: AtomicU64::new(0),
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
@@ -875,10 +830,10 @@ impl Engine {
                 array: array.stats(),
                 degraded: failures > 0,
                 dirty_cap: array.dirty_cap(),
-                evacuated_lines: self.inner.evacuated_lines.load(Ordering::Relaxed),
+                evacuated_lines: self.inner.cleaner.evacuated_lines.load(Ordering::Relaxed),
                 retired_slots: retired,
-                lost_lines: self.inner.lost_lines.load(Ordering::Relaxed),
-                evacuated: self.inner.array_failures_handled.load(Ordering::Acquire) == failures,
+                lost_lines: self.inner.cleaner.lost_lines.load(Ordering::Relaxed),
+                evacuated: self.inner.cleaner.array_failures_handled.load(Ordering::Acquire) == failures,
             });
         }
         stats
@@ -1806,22 +1761,6 @@ impl Inner {
         }
     }
 
-    /// A line of `slot` stopped being dirty (or left the slot): its mirror
-    /// can go, now with volatile metadata, else once a barrier made a
-    /// record that no longer names it durable. Call under the shard lock.
-    fn mirror_unneeded(&self, state: &ShardState, shard: usize, slot: SlotId) {
-        let Some(array) = &self.array else { return };
-        let global = self.shards[shard].base_slot + u64::from(slot);
-        if array.mirror_state(global) == MirrorState::None || slot_is_dirty(state, slot) {
-            return;
-        }
-        if self.persistence == Persistence::None {
-            array.release_mirror(global);
-        } else {
-            lock(&self.mirror_releases).push(global);
-        }
-    }
-
     /// Serves a cache read from the backend, if the policy core says those
     /// sectors of `key` are clean (the backend holds them).
     fn read_around(
@@ -2008,148 +1947,6 @@ impl Inner {
         }
     }
 
-    fn wake_cleaner(&self) {
-        let (flag, cv) = &self.cleaner_wake;
-        *lock(flag) = true;
-        cv.notify_one();
-    }
-
-    fn write_back(
-        &self,
-        shard: usize,
-        slot: u32,
-        line_offset: u32,
-        length: u32,
-        volume: VolumeId,
-        backend_offset: u64,
-    ) -> Result<(), EngineError> {
-        let mut data = vec![0u8; length as usize];
-        let mut already_in_backend = false;
-        if let Some(array) = &self.array {
-            let global = self.shards[shard].base_slot + u64::from(slot);
-            let primary_ok = !array.primary_failed(global)
-                && self
-                    .cache_dev
-                    .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
-                    .is_ok();
-            if !primary_ok {
-                // Dirty sectors: the mirror has them, or the backend already does.
-                match array.mirror_state(global) {
-                    MirrorState::Mirrored(m) => array.read_mirror(m, u64::from(line_offset), &mut data)?,
-                    MirrorState::Through => already_in_backend = true,
-                    MirrorState::None => {
-                        return Err(EngineError::Io(format!(
-                            "write-back of slot {global}: its cache device failed and it has no mirror"
-                        )))
-                    }
-                }
-            }
-        } else if let Err(e) = self
-            .cache_dev
-            .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
-        {
-            self.cache_error("read for a write-back", &e);
-            return Err(e.into());
-        }
-        if !already_in_backend {
-            self.backend_of(volume)?
-                .write_at(&data, backend_offset)
-                .map_err(|e| self.backend_error(e))?;
-        }
-        if self.persistence != Persistence::None {
-            let first = line_offset / SECTOR_BYTES as u32;
-            lock(&self.shards[shard].state).shadow.note_write_back(
-                slot,
-                first,
-                first + length / SECTOR_BYTES as u32,
-            );
-        }
-        Ok(())
-    }
-
-    /// One batch of flushing in `shard`: pick lines, wait for their keys,
-    /// write them back, then tell the core. Returns how many lines it took.
-    fn flush_batch(&self, shard_index: usize, order: FlushOrder, batch: usize, cleaner: bool) -> FlushBatch {
-        let shard = &self.shards[shard_index];
-        let (ops, tokens, tickets) = {
-            let mut state = lock(&shard.state);
-            let ShardState {
-                cache, ops, tokens, ..
-            } = &mut *state;
-            if cleaner {
-                cache.run_cleaner(self.now_ns(), ops, tokens);
-            } else {
-                cache.begin_flush(order, batch, ops, tokens);
-            }
-            if tokens.is_empty() {
-                return FlushBatch::default();
-            }
-            let ops = ops.ops().to_vec();
-            let tokens = tokens.clone();
-            let mut tickets = Vec::with_capacity(tokens.len() * 2);
-            for token in &tokens {
-                for key in [TicketKey::Line(token.key), TicketKey::Slot(token.slot)] {
-                    let (ticket, _) = state.take_ticket(key);
-                    tickets.push((shard_index, key, ticket));
-                }
-            }
-            (ops, tokens, tickets)
-        };
-        debug_assert_eq!(tickets.len(), 2 * tokens.len());
-        self.wait_for_tickets(&tickets);
-        // Line by line: each line is told to the core and its tickets are
-        // released as soon as its write-back ends, so a request for a line
-        // early in the batch does not wait for the whole batch (a batch of
-        // 32 lines on a backend taking 1 ms per write held every one of its
-        // lines for 32 ms).
-        let mut failed = 0;
-        for (i, token) in tokens.iter().enumerate() {
-            let mut written = !self.poison_blocks_write_back(shard_index, token, &ops);
-            for op in &ops {
-                let Op::WriteBack {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    volume,
-                    offset_bytes,
-                } = *op
-                else {
-                    continue;
-                };
-                if !written || slot != token.slot {
-                    continue;
-                }
-                written = self
-                    .write_back(
-                        shard_index,
-                        slot,
-                        line_offset_bytes,
-                        length_bytes,
-                        volume,
-                        offset_bytes,
-                    )
-                    .is_ok();
-            }
-            {
-                let mut state = lock(&shard.state);
-                state.cache.complete_flush(token, written);
-                if self.array.is_some() {
-                    self.mirror_unneeded(&state, shard_index, token.slot);
-                }
-            }
-            failed += usize::from(!written);
-            // This token's line and slot tickets, taken in that order above.
-            self.release_tickets(&tickets[2 * i..2 * i + 2]);
-        }
-        if failed > 0 {
-            self.io_errors.fetch_add(1, Ordering::Relaxed);
-        }
-        FlushBatch {
-            taken: tokens.len(),
-            failed,
-        }
-    }
-
     /// Loads the lines found on the cache device into their shards.
     fn restore(
         &self,
@@ -2298,121 +2095,16 @@ impl Inner {
         );
         match result {
             Ok(()) => {
-                self.evacuated_lines.fetch_add(1, Ordering::Relaxed);
+                self.cleaner.evacuated_lines.fetch_add(1, Ordering::Relaxed);
                 Ok(true)
             }
             Err(e) => {
-                self.lost_lines.fetch_add(1, Ordering::Relaxed);
+                self.cleaner.lost_lines.fetch_add(1, Ordering::Relaxed);
                 Err(EngineError::Io(format!(
                     "line {} of volume {}: its cache-array member failed and its mirror could not be written back: {e}",
                     line.key.line_index, line.key.volume
                 )))
             }
-        }
-    }
-
-    /// Degraded mode, run by the cleaner after a cache-array member failed:
-    /// lowers the dirty-line cap to what the live members can mirror,
-    /// writes back every dirty line (those that lost a copy among them;
-    /// reads fall back to the surviving copy), and takes the failed
-    /// members' slots out of service. Returns whether it finished.
-    fn evacuate_failed_members(&self, array: &CacheArray) -> bool {
-        let failures = array.failures();
-        if self.array_failures_handled.load(Ordering::Acquire) == failures {
-            return true;
-        }
-        let cap = array.dirty_cap();
-        let user_cap = match lock(&self.knobs)
-            .current
-            .iter()
-            .find(|k| k.key() == "max_dirty_lines")
-        {
-            Some(iocache_core::Setting::MaxDirtyLines(cap)) => *cap,
-            _ => None,
-        };
-        let capacity: u64 = self
-            .shards
-            .iter()
-            .map(|s| lock(&s.state).cache.capacity_lines())
-            .sum();
-        for shard in &self.shards {
-            let mut state = lock(&shard.state);
-            let lines = state.cache.capacity_lines();
-            state
-                .cache
-                .set_max_dirty_lines(settings::shard_dirty_cap(user_cap, Some(cap), lines, capacity));
-        }
-        let retire = |this: &Self| -> u64 {
-            let mut dirty_left = 0;
-            for (i, shard) in this.shards.iter().enumerate() {
-                let mut guard = lock(&shard.state);
-                let state = &mut *guard;
-                let base = shard.base_slot;
-                let mut ops = std::mem::take(&mut state.ops);
-                dirty_left += state
-                    .cache
-                    .retire_slots(|slot| array.primary_failed(base + u64::from(slot)), &mut ops);
-                for op in ops.ops() {
-                    if let Op::Invalidate { slot, .. } = *op {
-                        state.shadow.note_empty(slot);
-                        this.mirror_unneeded(state, i, slot);
-                        this.evacuated_lines.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                state.ops = ops;
-            }
-            dirty_left
-        };
-        retire(self);
-        if self.flush_all().is_err() {
-            return false;
-        }
-        if retire(self) > 0 {
-            return false;
-        }
-        // Make the dropped lines' records say so before anything reuses
-        // their mirrors.
-        if self.persistence != Persistence::None && self.barrier(false).is_err() {
-            return false;
-        }
-        self.array_failures_handled.store(failures, Ordering::Release);
-        eprintln!(
-            "iocache: cache array degraded: {} of {} members live, dirty lines capped at {cap}; lost lines written back",
-            array.live_members(),
-            array.geometry().members
-        );
-        true
-    }
-
-    /// Frees mirrors whose line is no longer dirty but were missed (a
-    /// forgotten line, a failed write); with persistent metadata, runs a
-    /// barrier when releases wait for one.
-    fn sweep_mirrors(&self, array: &CacheArray) {
-        let now = self.now_ns();
-        let last = self.last_mirror_sweep_ns.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < 1_000_000_000 {
-            return;
-        }
-        self.last_mirror_sweep_ns.store(now, Ordering::Relaxed);
-        for (i, shard) in self.shards.iter().enumerate() {
-            let state = lock(&shard.state);
-            for slot in 0..state.cache.capacity_lines() as SlotId {
-                if matches!(
-                    array.mirror_state(shard.base_slot + u64::from(slot)),
-                    MirrorState::Mirrored(_)
-                ) {
-                    self.mirror_unneeded(&state, i, slot);
-                }
-            }
-        }
-        let waiting = {
-            let mut releases = lock(&self.mirror_releases);
-            releases.sort_unstable();
-            releases.dedup();
-            releases.len()
-        };
-        if waiting > 0 && self.persistence != Persistence::None {
-            let _ = self.barrier(false);
         }
     }
 
@@ -2505,7 +2197,7 @@ impl Inner {
         let mut meta = lock(&self.meta);
         // Mirrors whose line was clean before the records below were taken:
         // free once those records are durable.
-        let releases = std::mem::take(&mut *lock(&self.mirror_releases));
+        let releases = std::mem::take(&mut *lock(&self.cleaner.mirror_releases));
         let mut planned: Vec<(usize, Vec<PlannedRecord>)> = Vec::new();
         for (i, shard) in self.shards.iter().enumerate() {
             let records = lock(&shard.state)
@@ -2535,7 +2227,7 @@ impl Inner {
                     }
                 }
             } else {
-                lock(&self.mirror_releases).extend(releases);
+                lock(&self.cleaner.mirror_releases).extend(releases);
             }
         }
         self.barriers.fetch_add(1, Ordering::Relaxed);
@@ -2547,8 +2239,8 @@ impl Inner {
     /// write-backs of evicted lines already under way, and flushes both
     /// devices. Lines dirtied meanwhile are left for the next one.
     fn volatile_barrier(&self) -> Result<(), EngineError> {
-        let _cleaning = lock(&self.cleaning);
-        let horizon = lock(&self.writebacks).next;
+        let _cleaning = lock(&self.cleaner.cleaning);
+        let horizon = self.cleaner.writebacks_horizon();
         let mut failed = 0;
         for shard in 0..self.shards.len() {
             let dirty = lock(&self.shards[shard].state).cache.dirty_lines() as usize;
@@ -2556,15 +2248,7 @@ impl Inner {
                 failed += self.flush_batch(shard, FlushOrder::Address, dirty, false).failed;
             }
         }
-        {
-            let mut tracker = lock(&self.writebacks);
-            while tracker.in_flight.first().is_some_and(|&id| id < horizon) {
-                tracker = self
-                    .writeback_done
-                    .wait(tracker)
-                    .unwrap_or_else(|p| p.into_inner());
-            }
-        }
+        self.cleaner.wait_for_writebacks_before(horizon);
         self.barriers.fetch_add(1, Ordering::Relaxed);
         if failed > 0 {
             return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
@@ -2572,19 +2256,6 @@ impl Inner {
         self.flush_backends()?;
         self.cache_dev.flush()?;
         Ok(())
-    }
-
-    fn writeback_started(&self) -> u64 {
-        let mut tracker = lock(&self.writebacks);
-        let id = tracker.next;
-        tracker.next += 1;
-        tracker.in_flight.insert(id);
-        id
-    }
-
-    fn writeback_ended(&self, id: u64) {
-        lock(&self.writebacks).in_flight.remove(&id);
-        self.writeback_done.notify_all();
     }
 
     fn write_records(
@@ -2624,103 +2295,6 @@ impl Inner {
         self.records_written
             .fetch_add(staged.len() as u64, Ordering::Relaxed);
         Ok(())
-    }
-
-    fn flush_all(&self) -> Result<(), EngineError> {
-        let _cleaning = lock(&self.cleaning);
-        let mut remaining = 0;
-        for shard in 0..self.shards.len() {
-            // Bounded: the address cursor moves past a line whose
-            // write-back failed, so the shard is given up once every line
-            // still dirty has failed since the last success (a backend
-            // that is down must not keep this loop, and so a shutdown,
-            // spinning), and in any case after a million rounds.
-            let mut failed_since_success = 0u64;
-            for _round in 0..1_000_000 {
-                let batch = self.flush_batch(shard, FlushOrder::Address, FLUSH_ALL_BATCH, false);
-                if batch.taken == 0 {
-                    break;
-                }
-                if batch.failed == batch.taken {
-                    failed_since_success += batch.failed as u64;
-                } else {
-                    failed_since_success = batch.failed as u64;
-                }
-                let dirty = lock(&self.shards[shard].state).cache.dirty_lines();
-                if dirty == 0 || failed_since_success >= dirty {
-                    break;
-                }
-            }
-            remaining += lock(&self.shards[shard].state).cache.dirty_lines();
-        }
-        if remaining > 0 {
-            return Err(EngineError::DirtyLinesRemain { lines: remaining });
-        }
-        self.flush_backends()?;
-        Ok(())
-    }
-
-    /// The background cleaner: runs each shard's cleaning policy when due,
-    /// cleans on demand when requests found only dirty victims, backs off
-    /// after failed write-backs (the lines stay dirty and are retried), and
-    /// probes a failed cache device.
-    fn run_cleaner(&self) {
-        while !self.stopping.load(Ordering::Relaxed) {
-            let now = self.now_ns();
-            let mut next_wake = now + CLEANER_POLL.as_nanos() as u64;
-            if self.health.probe_due(now) {
-                self.probe_cache_device();
-            }
-            if let Some(array) = &self.array {
-                if !self.evacuate_failed_members(array) {
-                    next_wake = next_wake.min(now + 10_000_000);
-                }
-                self.sweep_mirrors(array);
-            }
-            if self.health.may_clean(now) {
-                let mut failed = 0;
-                let mut taken = 0;
-                for shard in 0..self.shards.len() {
-                    let demand = self.shards[shard].wants_cleaning.swap(false, Ordering::Relaxed);
-                    let due = lock(&self.shards[shard].state).cache.next_cleaning_ns();
-                    let batch = match due {
-                        Some(at) if at <= now => {
-                            let _cleaning = lock(&self.cleaning);
-                            Some(self.flush_batch(shard, FlushOrder::Oldest, 0, true))
-                        }
-                        Some(at) => {
-                            next_wake = next_wake.min(at);
-                            None
-                        }
-                        None => None,
-                    };
-                    let batch = match (batch, demand) {
-                        (None, true) => {
-                            let _cleaning = lock(&self.cleaning);
-                            Some(self.flush_batch(shard, FlushOrder::Oldest, DEMAND_CLEAN_BATCH, false))
-                        }
-                        (batch, _) => batch,
-                    };
-                    if let Some(b) = batch {
-                        failed += b.failed;
-                        taken += b.taken;
-                    }
-                }
-                if taken > 0 {
-                    self.health.cleaned(self.now_ns(), failed);
-                }
-            }
-            let sleep = next_wake.saturating_sub(self.now_ns()).max(100_000);
-            let (flag, cv) = &self.cleaner_wake;
-            let mut woken = lock(flag);
-            if !*woken {
-                woken = cv
-                    .wait_timeout(woken, Duration::from_nanos(sleep).min(CLEANER_POLL))
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|p| p.into_inner().0);
-            }
-            *woken = false;
-        }
     }
 }
 

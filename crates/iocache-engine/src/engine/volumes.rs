@@ -38,7 +38,8 @@ use iocache_core::{AccessSummary, FlushOrder, IoKind, LineKey, Op, VolumeId};
 use iocache_device::BlockDevice;
 use iocache_format::{Persistence, VolumeEntry};
 
-use super::{lock, Engine, EngineError, Inner, ShardState, Ticket, TicketKey, FLUSH_ALL_BATCH};
+use super::cleaner::FLUSH_ALL_BATCH;
+use super::{lock, Engine, EngineError, Inner, ShardState, Ticket, TicketKey};
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use crate::recovery;
 use crate::stripe::{stripe, Padded, STRIPES};
@@ -403,7 +404,7 @@ impl Inner {
     /// Steps 2 of a detach (see the module documentation): the volume's
     /// gate is closed and its requests drained.
     fn empty_volume(&self, volume: &VolumeState) -> Result<(), EngineError> {
-        let _cleaning = lock(&self.cleaning);
+        let _cleaning = lock(&self.cleaner.cleaning);
         self.write_back_volume(volume)?;
         let dirty = self.dirty_lines_of(volume.id);
         if dirty > 0 {
@@ -526,7 +527,7 @@ impl Engine {
         let volume = self.inner.volume_state(id)?;
         let _serving = volume.enter()?;
         let written = {
-            let _cleaning = lock(&self.inner.cleaning);
+            let _cleaning = lock(&self.inner.cleaner.cleaning);
             self.inner.write_back_volume(&volume)?
         };
         if self.inner.persistence != Persistence::None {
