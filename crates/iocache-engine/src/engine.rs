@@ -14,23 +14,25 @@ use iocache_core::fasthash::FxHashMap;
 use iocache_core::index::IndexPrefetcher;
 use iocache_core::EffectiveMode;
 use iocache_core::{
-    AccessSummary, Cache, CacheConfig, CacheStats, CoreError, FlushOrder, FlushToken, IoKind, LineKey, Op,
-    OpList, Request, RestoredLine, SlotId, VolumeId, WritePolicy, SECTOR_BYTES,
+    AccessSummary, Cache, CacheConfig, CacheStats, CoreError, FlushToken, IoKind, LineKey, Op, OpList,
+    Request, RestoredLine, SlotId, VolumeId, WritePolicy, SECTOR_BYTES,
 };
 use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest, UringEngine};
-use iocache_format::{Persistence, ShutdownState, Superblock};
+use iocache_format::Persistence;
 
 use crate::clock::Clock;
 use crate::health::Health;
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
-use crate::persist::{PlannedRecord, RecordWriter, Shadow};
+use crate::persist::Shadow;
 use crate::raid::{ArrayStats, CacheArray, MirrorState};
 use crate::recovery::{self, DamagedMetadata, InitMode, OpenSpec, RecoveryReport};
+use barrier::{Durability, MetaState};
 use cleaner::Cleaner;
 use smallvec::SmallVec;
 use thiserror::Error;
 use volumes::{VolumeState, VolumeTable};
 
+mod barrier;
 mod cleaner;
 mod settings;
 mod volumes;
@@ -459,23 +461,16 @@ struct Inner {
     persistence: Persistence,
     /// Where slot 0's line starts on the cache device.
     data_offset: u64,
-    meta: Mutex<MetaState>,
+    /// The persistence barrier's state: superblock, record writer,
+    /// counters (`barrier.rs`).
+    durability: Durability,
     recovery: RecoveryReport,
-    barriers: AtomicU64,
-    records_written: AtomicU64,
     health: Health,
     /// The background cleaner's state: wake-ups, write-back tracking,
     /// evacuation, mirror releases (`cleaner.rs`).
     cleaner: Cleaner,
     /// Cache RAID (see `raid.rs`); `cache_dev` is this array.
     array: Option<Arc<CacheArray>>,
-}
-
-/// The superblock and the record writer: one barrier at a time.
-struct MetaState {
-    superblock: Superblock,
-    superblock_copy: u8,
-    writer: RecordWriter,
 }
 
 type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
@@ -641,14 +636,12 @@ impl Engine {
             io_engine,
             persistence: config.persistence,
             data_offset: opened.writer.layout.data_offset,
-            meta: Mutex::new(MetaState {
+            durability: Durability::new(MetaState {
                 superblock: opened.superblock,
                 superblock_copy: opened.superblock_copy,
                 writer: opened.writer,
             }),
             recovery: opened.report,
-            barriers: AtomicU64::new(0),
-            records_written: AtomicU64::new(0),
             health: Health::new(),
             cleaner: Cleaner::new(),
             array: config.array.clone(),
@@ -807,8 +800,8 @@ impl Engine {
             write_latency: self.inner.write_latency.percentiles(),
             persistence: Some(self.inner.persistence),
             recovery: self.inner.recovery.clone(),
-            barriers: self.inner.barriers.load(Ordering::Relaxed),
-            records_written: self.inner.records_written.load(Ordering::Relaxed),
+            barriers: self.inner.durability.barriers.load(Ordering::Relaxed),
+            records_written: self.inner.durability.records_written.load(Ordering::Relaxed),
             cache_device_errors: self.inner.health.cache_errors.load(Ordering::Relaxed),
             backend_errors: self.inner.health.backend_errors.load(Ordering::Relaxed),
             failed_writebacks: self.inner.health.failed_writebacks.load(Ordering::Relaxed),
@@ -2123,178 +2116,6 @@ impl Inner {
             dirty,
             (self.line_bytes / SECTOR_BYTES) as u32,
         )
-    }
-
-    /// Records on the device that the cache is in use (not cleanly shut
-    /// down), after start-up work that needs writing is done.
-    fn mark_running(&self) -> Result<(), EngineError> {
-        let restored_dirty = self.shards.iter().any(|s| lock(&s.state).cache.dirty_lines() > 0);
-        // Clean records left from a persistent run: no barrier will blank
-        // them, and a volume attached later could take their volume id.
-        let stale_records = self.recovery.dropped_clean_lines > 0 || !self.recovery.damaged_slots.is_empty();
-        if self.persistence == Persistence::None && (restored_dirty || stale_records) {
-            // Volatile metadata from now on: write the recovered dirty lines
-            // back, then blank the records that described them.
-            self.flush_all()?;
-            let meta = lock(&self.meta);
-            let layout = meta.writer.layout;
-            let zeros = vec![0u8; 1 << 20];
-            let mut at = 0;
-            while at < layout.copy_region_bytes * 2 {
-                let n = (layout.copy_region_bytes * 2 - at).min(zeros.len() as u64) as usize;
-                self.cache_dev
-                    .write_at(&zeros[..n], layout.metadata_offset + at)?;
-                at += n as u64;
-            }
-            self.cache_dev.flush()?;
-        }
-        self.write_superblock_state(ShutdownState::Running)?;
-        // Records of lines that could not stay in their slots.
-        self.barrier(false)
-    }
-
-    fn write_superblock_state(&self, state: ShutdownState) -> Result<(), EngineError> {
-        let mut meta = lock(&self.meta);
-        let mut superblock = meta.superblock.clone();
-        superblock.sequence += 1;
-        superblock.state = state;
-        let copy = 1 - meta.superblock_copy;
-        recovery::write_superblock(&*self.cache_dev, &superblock, copy)?;
-        meta.superblock = superblock;
-        meta.superblock_copy = copy;
-        Ok(())
-    }
-
-    /// After everything is written back: a full snapshot of the records and
-    /// a superblock saying the cache was shut down cleanly.
-    fn close(&self) -> Result<(), EngineError> {
-        self.barrier(true)?;
-        self.write_superblock_state(ShutdownState::Clean)
-    }
-
-    /// Waits until `key`'s data may be written into `slot` (rule 2 of
-    /// `persist.rs`): runs a barrier if the slot's record on the device may
-    /// still describe another line's dirty data.
-    fn wait_until_reusable(&self, shard: usize, slot: SlotId, key: LineKey) -> Result<(), EngineError> {
-        for _ in 0..4 {
-            if !lock(&self.shards[shard].state).shadow.blocks_reuse(slot, key) {
-                return Ok(());
-            }
-            self.barrier(false)?;
-        }
-        Err(EngineError::Io(format!(
-            "slot {slot} of shard {shard} still holds another line's dirty record after barriers"
-        )))
-    }
-
-    /// Makes every completed write durable where the write policy keeps it
-    /// (see [`Engine::flush`]); with `everything`, a full snapshot of the
-    /// records (clean shutdown).
-    fn barrier(&self, everything: bool) -> Result<(), EngineError> {
-        if self.persistence == Persistence::None {
-            return self.volatile_barrier();
-        }
-        let mut meta = lock(&self.meta);
-        // Mirrors whose line was clean before the records below were taken:
-        // free once those records are durable.
-        let releases = std::mem::take(&mut *lock(&self.cleaner.mirror_releases));
-        let mut planned: Vec<(usize, Vec<PlannedRecord>)> = Vec::new();
-        for (i, shard) in self.shards.iter().enumerate() {
-            let records = lock(&shard.state)
-                .shadow
-                .take_records(self.persistence, everything);
-            if !records.is_empty() {
-                planned.push((i, records));
-            }
-        }
-        let result = self.write_records(&mut meta, &planned);
-        for (i, records) in &planned {
-            let mut state = lock(&self.shards[*i].state);
-            match result {
-                Ok(()) => state.shadow.records_durable(records),
-                Err(_) => state.shadow.requeue(records),
-            }
-        }
-        if let Some(array) = &self.array {
-            if result.is_ok() {
-                for global in releases {
-                    let shard = self.shards.partition_point(|s| s.base_slot <= global) - 1;
-                    let state = lock(&self.shards[shard].state);
-                    let local = (global - self.shards[shard].base_slot) as SlotId;
-                    // Dirty again since (it kept its mirror): keep it.
-                    if !slot_is_dirty(&state, local) {
-                        array.release_mirror(global);
-                    }
-                }
-            } else {
-                lock(&self.cleaner.mirror_releases).extend(releases);
-            }
-        }
-        self.barriers.fetch_add(1, Ordering::Relaxed);
-        result
-    }
-
-    /// With volatile metadata the cache cannot make dirty data durable: a
-    /// FLUSH writes back every line dirty when it arrives, waits for the
-    /// write-backs of evicted lines already under way, and flushes both
-    /// devices. Lines dirtied meanwhile are left for the next one.
-    fn volatile_barrier(&self) -> Result<(), EngineError> {
-        let _cleaning = lock(&self.cleaner.cleaning);
-        let horizon = self.cleaner.writebacks_horizon();
-        let mut failed = 0;
-        for shard in 0..self.shards.len() {
-            let dirty = lock(&self.shards[shard].state).cache.dirty_lines() as usize;
-            if dirty > 0 {
-                failed += self.flush_batch(shard, FlushOrder::Address, dirty, false).failed;
-            }
-        }
-        self.cleaner.wait_for_writebacks_before(horizon);
-        self.barriers.fetch_add(1, Ordering::Relaxed);
-        if failed > 0 {
-            return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
-        }
-        self.flush_backends()?;
-        self.cache_dev.flush()?;
-        Ok(())
-    }
-
-    fn write_records(
-        &self,
-        meta: &mut MetaState,
-        planned: &[(usize, Vec<PlannedRecord>)],
-    ) -> Result<(), EngineError> {
-        // Rule 3: write-backs durable before records stop saying dirty;
-        // rule 1: data durable before records say it is there.
-        self.flush_backends()?;
-        self.cache_dev.flush()?;
-        let mut staged = Vec::new();
-        for (shard, records) in planned {
-            let base = self.shards[*shard].base_slot;
-            for record in records {
-                let slot = base + u64::from(record.slot);
-                if meta.writer.is_blank(slot, &record.line) {
-                    continue;
-                }
-                let (copy, sequence) = meta
-                    .writer
-                    .stage(slot, record.line.clone())
-                    .map_err(|e| EngineError::Format(e.to_string()))?;
-                staged.push((slot, copy, sequence));
-            }
-        }
-        if staged.is_empty() {
-            return Ok(());
-        }
-        for (offset, bytes) in meta.writer.take_writes() {
-            self.cache_dev.write_at(bytes, offset)?;
-        }
-        self.cache_dev.flush()?;
-        for &(slot, copy, sequence) in &staged {
-            meta.writer.durable(slot, copy, sequence);
-        }
-        self.records_written
-            .fetch_add(staged.len() as u64, Ordering::Relaxed);
-        Ok(())
     }
 }
 

@@ -489,4 +489,31 @@ impl Inner {
             lock(&self.cleaner.mirror_releases).push(global);
         }
     }
+
+    /// The mirrors waiting for a barrier, handed to one about to take its
+    /// records (those lines were clean before the records are taken).
+    pub(super) fn take_mirror_releases(&self) -> Vec<u64> {
+        std::mem::take(&mut *lock(&self.cleaner.mirror_releases))
+    }
+
+    /// A barrier's report on the records it took after
+    /// `take_mirror_releases`: durable, so the mirrors of lines still clean
+    /// go; or not, so they wait for the next barrier.
+    pub(super) fn mirror_records_durable(&self, releases: Vec<u64>, durable: bool) {
+        if let Some(array) = &self.array {
+            if durable {
+                for global in releases {
+                    let shard = self.shards.partition_point(|s| s.base_slot <= global) - 1;
+                    let state = lock(&self.shards[shard].state);
+                    let local = (global - self.shards[shard].base_slot) as SlotId;
+                    // Dirty again since (it kept its mirror): keep it.
+                    if !slot_is_dirty(&state, local) {
+                        array.release_mirror(global);
+                    }
+                }
+            } else {
+                lock(&self.cleaner.mirror_releases).extend(releases);
+            }
+        }
+    }
 }

@@ -453,7 +453,7 @@ impl Inner {
 
     /// Replaces the superblock's volume table (an A/B update).
     fn update_volume_table(&self, change: impl FnOnce(&mut Vec<VolumeEntry>)) -> Result<(), EngineError> {
-        let mut meta = lock(&self.meta);
+        let mut meta = lock(&self.durability.meta);
         let mut superblock = meta.superblock.clone();
         change(&mut superblock.volumes);
         superblock.sequence += 1;
@@ -551,7 +551,7 @@ impl Engine {
             )));
         }
         let id = {
-            let meta = lock(&self.inner.meta);
+            let meta = lock(&self.inner.durability.meta);
             let table = self.inner.volumes.read().unwrap_or_else(|p| p.into_inner());
             (0..)
                 .find(|id| table.get(*id).is_none() && meta.superblock.volumes.iter().all(|v| v.id != *id))
