@@ -435,12 +435,7 @@ impl Inner {
             }
             // Operations on the volume's lines decided before it closed may
             // still hold tickets: wait behind them.
-            let queued: Vec<LineKey> = queues
-                .lines
-                .keys()
-                .filter(|k| k.volume == volume.id)
-                .copied()
-                .collect();
+            let queued: Vec<LineKey> = queues.queued_lines(volume.id).collect();
             for key in queued {
                 let (ticket, _) = queues.take(key);
                 tickets.push((index, TicketKey::Line(key), ticket));
