@@ -1235,6 +1235,9 @@ impl Inner {
         )
     }
 
+    /// Runs one segment's ops in list order: the dispatch of each op to
+    /// its handler. `done` is how many ops finished (a failure abandons the
+    /// rest, see `abandon`).
     fn execute(
         &self,
         segment: &PlannedSegment,
@@ -1257,18 +1260,7 @@ impl Inner {
                 let Buffer::Read(buf) = buffer else {
                     unreachable!("the core reads only for read requests");
                 };
-                if self
-                    .read_cache_batch(segment.shard, base, &segment.ops[i..i + run], buf)
-                    .is_ok()
-                {
-                    i += run;
-                    continue;
-                }
-                // One of the reads failed: redo them one by one, each with
-                // its own fall-back.
-                for op in &segment.ops[i..i + run] {
-                    self.read_cache_op(segment, op, buf)?;
-                }
+                self.read_cache_run(segment, &segment.ops[i..i + run], buf)?;
                 i += run;
                 continue;
             }
@@ -1295,87 +1287,10 @@ impl Inner {
                         .read_at(&mut buf[at..at + length_bytes as usize], offset_bytes)
                         .map_err(|e| self.backend_error(e))?;
                 }
-                Op::WriteCache {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    buffer_offset_bytes,
-                    dirty,
-                    fresh,
-                } => {
+                Op::WriteCache { .. } => {
                     let generation = segment.generations[write_no];
                     write_no += 1;
-                    let at = base + buffer_offset_bytes as usize;
-                    let data = match buffer {
-                        Buffer::Read(buf) => &buf[at..at + length_bytes as usize],
-                        Buffer::Write(data) => &data[at..at + length_bytes as usize],
-                    };
-                    let key = self.op_key(segment, buffer_offset_bytes, line_offset_bytes);
-                    if self.persistence != Persistence::None {
-                        self.wait_until_reusable(segment.shard, slot, key)?;
-                    }
-                    let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
-                    let (written, mirror) = match &self.array {
-                        None => (self.cache_dev.write_at(data, device_offset), None),
-                        Some(array) => {
-                            let global = self.shards[segment.shard].base_slot + u64::from(slot);
-                            self.write_array(array, global, key, data, line_offset_bytes, dirty)
-                        }
-                    };
-                    if written.is_ok() && self.persistence != Persistence::None {
-                        let full_line_hash = (self.persistence == Persistence::All
-                            && !dirty
-                            && line_offset_bytes == 0
-                            && u64::from(length_bytes) == self.line_bytes)
-                            .then(|| iocache_format::data_hash(data));
-                        let first = line_offset_bytes / SECTOR_BYTES as u32;
-                        let end = first + length_bytes / SECTOR_BYTES as u32;
-                        let mut state = lock(&self.shards[segment.shard].state);
-                        state
-                            .shadow
-                            .note_cache_write(slot, key, first, end, dirty, full_line_hash);
-                        if dirty && self.array.is_some() {
-                            state.shadow.note_mirror(slot, mirror);
-                        }
-                    }
-                    let first = line_offset_bytes / SECTOR_BYTES as u32;
-                    let end = first + length_bytes / SECTOR_BYTES as u32;
-                    match written {
-                        Err(e) => {
-                            self.cache_error("write", &e);
-                            // A clean copy (a fill, write-through's) is stale
-                            // or foreign now, and so are sectors the line did
-                            // not hold before: the core must forget them and
-                            // requests decided before this must not read them
-                            // from the cache. Dirty sectors the line held
-                            // keep their old data (a failed write leaves the
-                            // old or the new), the only copy there is.
-                            if fresh || !dirty {
-                                lock(&self.shards[segment.shard].state)
-                                    .shadow
-                                    .note_forget(slot, first, end);
-                                self.forget_or_poison(
-                                    segment.shard,
-                                    slot,
-                                    key,
-                                    generation,
-                                    first,
-                                    end,
-                                    !dirty,
-                                );
-                            }
-                            if dirty {
-                                return Err(e.into());
-                            }
-                            // A clean copy (a fill, or write-through's) is
-                            // lost: the read or write itself succeeded.
-                        }
-                        Ok(()) => {
-                            if self.shards[segment.shard].poisoned.load(Ordering::Relaxed) > 0 {
-                                self.unpoison(segment.shard, slot, key, first, end);
-                            }
-                        }
-                    }
+                    self.write_cache_op(segment, op, generation, buffer)?;
                 }
                 Op::WriteBackend {
                     volume,
@@ -1391,27 +1306,7 @@ impl Inner {
                         .write_at(&data[at..at + length_bytes as usize], offset_bytes)
                         .map_err(|e| self.backend_error(e))?;
                 }
-                Op::WriteBack {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    volume,
-                    offset_bytes,
-                } => {
-                    let tracked = (self.persistence == Persistence::None).then(|| self.writeback_started());
-                    let result = self.write_back(
-                        segment.shard,
-                        slot,
-                        line_offset_bytes,
-                        length_bytes,
-                        volume,
-                        offset_bytes,
-                    );
-                    if let Some(id) = tracked {
-                        self.writeback_ended(id);
-                    }
-                    result?;
-                }
+                Op::WriteBack { .. } => self.write_back_evicted(segment.shard, op)?,
                 Op::Invalidate { slot, .. } => {
                     if self.persistence != Persistence::None || self.array.is_some() {
                         let mut state = lock(&self.shards[segment.shard].state);
@@ -1422,6 +1317,117 @@ impl Inner {
             }
         }
         *done = segment.ops.len();
+        Ok(())
+    }
+
+    /// A run of `ReadCache` ops (a multi-line hit) as one batch on the
+    /// I/O engine; if one of the reads failed, redone one by one, each with
+    /// its own fall-back.
+    fn read_cache_run(
+        &self,
+        segment: &PlannedSegment,
+        ops: &[Op],
+        buf: &mut [u8],
+    ) -> Result<(), EngineError> {
+        if self
+            .read_cache_batch(segment.shard, segment.buffer_offset, ops, buf)
+            .is_ok()
+        {
+            return Ok(());
+        }
+        for op in ops {
+            self.read_cache_op(segment, op, buf)?;
+        }
+        Ok(())
+    }
+
+    /// A `WriteCache` op: waits until the slot may be reused (persistent
+    /// metadata), writes the slot (and its mirror on a cache array), notes
+    /// the write in the shadow, and on failure forgets or poisons what the
+    /// write was to leave there. `generation` is the slot's generation right
+    /// after the decision.
+    fn write_cache_op(
+        &self,
+        segment: &PlannedSegment,
+        op: &Op,
+        generation: u64,
+        buffer: &Buffer<'_>,
+    ) -> Result<(), EngineError> {
+        let Op::WriteCache {
+            slot,
+            line_offset_bytes,
+            length_bytes,
+            buffer_offset_bytes,
+            dirty,
+            fresh,
+        } = *op
+        else {
+            unreachable!("only WriteCache ops are written to the cache");
+        };
+        let base = segment.buffer_offset;
+        let at = base + buffer_offset_bytes as usize;
+        let data = match buffer {
+            Buffer::Read(buf) => &buf[at..at + length_bytes as usize],
+            Buffer::Write(data) => &data[at..at + length_bytes as usize],
+        };
+        let key = self.op_key(segment, buffer_offset_bytes, line_offset_bytes);
+        if self.persistence != Persistence::None {
+            self.wait_until_reusable(segment.shard, slot, key)?;
+        }
+        let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
+        let (written, mirror) = match &self.array {
+            None => (self.cache_dev.write_at(data, device_offset), None),
+            Some(array) => {
+                let global = self.shards[segment.shard].base_slot + u64::from(slot);
+                self.write_array(array, global, key, data, line_offset_bytes, dirty)
+            }
+        };
+        if written.is_ok() && self.persistence != Persistence::None {
+            let full_line_hash = (self.persistence == Persistence::All
+                && !dirty
+                && line_offset_bytes == 0
+                && u64::from(length_bytes) == self.line_bytes)
+                .then(|| iocache_format::data_hash(data));
+            let first = line_offset_bytes / SECTOR_BYTES as u32;
+            let end = first + length_bytes / SECTOR_BYTES as u32;
+            let mut state = lock(&self.shards[segment.shard].state);
+            state
+                .shadow
+                .note_cache_write(slot, key, first, end, dirty, full_line_hash);
+            if dirty && self.array.is_some() {
+                state.shadow.note_mirror(slot, mirror);
+            }
+        }
+        let first = line_offset_bytes / SECTOR_BYTES as u32;
+        let end = first + length_bytes / SECTOR_BYTES as u32;
+        match written {
+            Err(e) => {
+                self.cache_error("write", &e);
+                // A clean copy (a fill, write-through's) is stale
+                // or foreign now, and so are sectors the line did
+                // not hold before: the core must forget them and
+                // requests decided before this must not read them
+                // from the cache. Dirty sectors the line held
+                // keep their old data (a failed write leaves the
+                // old or the new), the only copy there is.
+                if fresh || !dirty {
+                    lock(&self.shards[segment.shard].state)
+                        .shadow
+                        .note_forget(slot, first, end);
+                    self.forget_or_poison(segment.shard, slot, key, generation, first, end, !dirty);
+                }
+                if dirty {
+                    return Err(e.into());
+                }
+                // A clean copy (a fill, or write-through's) is
+                // lost: the read or write itself succeeded.
+            }
+            Ok(()) => {
+                if self.shards[segment.shard].poisoned.load(Ordering::Relaxed) > 0 {
+                    self.unpoison(segment.shard, slot, key, first, end);
+                }
+            }
+        }
         Ok(())
     }
 

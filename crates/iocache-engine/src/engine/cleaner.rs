@@ -354,6 +354,27 @@ impl Inner {
         Ok(())
     }
 
+    /// A `WriteBack` op on a request thread (an evicted dirty line),
+    /// tracked with volatile metadata so that a FLUSH waits for it.
+    pub(super) fn write_back_evicted(&self, shard: usize, op: &Op) -> Result<(), EngineError> {
+        let Op::WriteBack {
+            slot,
+            line_offset_bytes,
+            length_bytes,
+            volume,
+            offset_bytes,
+        } = *op
+        else {
+            unreachable!("only WriteBack ops are written back");
+        };
+        let tracked = (self.persistence == Persistence::None).then(|| self.writeback_started());
+        let result = self.write_back(shard, slot, line_offset_bytes, length_bytes, volume, offset_bytes);
+        if let Some(id) = tracked {
+            self.writeback_ended(id);
+        }
+        result
+    }
+
     pub(super) fn writeback_started(&self) -> u64 {
         let mut tracker = lock(&self.cleaner.writebacks);
         let id = tracker.next;
