@@ -14,23 +14,29 @@ use iocache_core::fasthash::FxHashMap;
 use iocache_core::index::IndexPrefetcher;
 use iocache_core::EffectiveMode;
 use iocache_core::{
-    AccessSummary, Cache, CacheConfig, CacheStats, CoreError, FlushOrder, FlushToken, IoKind, LineKey, Op,
-    OpList, Request, RestoredLine, SlotId, VolumeId, WritePolicy, SECTOR_BYTES,
+    AccessSummary, Cache, CacheConfig, CacheStats, CoreError, FlushToken, IoKind, LineKey, Op, OpList,
+    Request, RestoredLine, SlotId, VolumeId, WritePolicy, SECTOR_BYTES,
 };
 use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest, UringEngine};
-use iocache_format::{Persistence, ShutdownState, Superblock};
+use iocache_format::Persistence;
 
 use crate::clock::Clock;
 use crate::health::Health;
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
-use crate::persist::{PlannedRecord, RecordWriter, Shadow};
+use crate::persist::Shadow;
 use crate::raid::{ArrayStats, CacheArray, MirrorState};
 use crate::recovery::{self, DamagedMetadata, InitMode, OpenSpec, RecoveryReport};
+use barrier::{Durability, MetaState};
+use cleaner::Cleaner;
 use smallvec::SmallVec;
 use thiserror::Error;
+use tickets::{LineQueues, Ticket, TicketKey};
 use volumes::{VolumeState, VolumeTable};
 
+mod barrier;
+mod cleaner;
 mod settings;
+mod tickets;
 mod volumes;
 
 pub use settings::KnobState;
@@ -53,21 +59,10 @@ const SHARDS_MAX: usize = 64;
 /// working set of 90 % of its size with a hit ratio of 0.940 where one
 /// shard gives 1.000 (`examples/loadgen`), and 0.996 at 50 %.
 const SHARD_LINES_MIN: u64 = 128 * SHARD_SPAN_LINES;
-/// Longest sleep of the background cleaner between checks.
-const CLEANER_POLL: Duration = Duration::from_millis(50);
-/// Lines written back per batch when flushing everything.
-const FLUSH_ALL_BATCH: usize = 256;
 
 /// How long [`Engine::shutdown`] keeps retrying write-backs that fail
 /// before it leaves the dirty lines on the cache device.
 pub const SHUTDOWN_WRITE_BACK_PATIENCE: Duration = Duration::from_secs(10);
-/// Lines cleaned when requests found only dirty victims in a shard. A
-/// batch holds the tickets of its lines until each is written back, so
-/// requests for them wait up to a batch of backend writes: with 32 lines
-/// and a 1 ms backend, the 70/30 mix of `scripts/bench-engine.py` had a
-/// p99.99 of 16-34 ms; with 8, 4-5 ms at the same IOPS. The cleaning rate
-/// is the same (one write-back after the other either way).
-const DEMAND_CLEAN_BATCH: usize = 8;
 
 /// How lookups are parallelized (the ASPLOS'23 lookup architectures).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,77 +252,6 @@ pub struct ArrayEngineStats {
     pub evacuated: bool,
 }
 
-/// What a ticket orders: a line of a volume (its backend range and its
-/// metadata) or a slot of the shard's region of the cache device (whatever
-/// line it holds: a clean victim leaves no trace in the op list but its slot
-/// is refilled).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum TicketKey {
-    Line(LineKey),
-    Slot(u32),
-}
-
-/// One line key's FIFO: tickets `serving..next` are waiting or running.
-#[derive(Default, Clone, Copy)]
-struct KeyQueue {
-    next: u64,
-    serving: u64,
-}
-
-/// A shard's ticket queues of line keys (sparse: a map). A slot's queue is
-/// kept in the core's per-slot driver word instead (see [`SlotQueue`]).
-#[derive(Default)]
-struct LineQueues {
-    lines: FxHashMap<LineKey, KeyQueue>,
-}
-
-impl LineQueues {
-    /// A new ticket for `line`, and whether it is served at once.
-    fn take(&mut self, line: LineKey) -> (u64, bool) {
-        let queue = self.lines.entry(line).or_default();
-        let ticket = queue.next;
-        queue.next += 1;
-        (ticket, queue.serving == ticket)
-    }
-
-    fn serving(&self, line: LineKey, default: u64) -> u64 {
-        self.lines.get(&line).map_or(default, |q| q.serving)
-    }
-
-    fn release(&mut self, line: LineKey) {
-        if let Some(queue) = self.lines.get_mut(&line) {
-            queue.serving += 1;
-            if queue.serving == queue.next {
-                self.lines.remove(&line);
-            }
-        }
-    }
-}
-
-/// A slot's FIFO packed in the slot's driver word, which shares the cache
-/// line of the slot's metadata (a hit then loads no other line for its
-/// ticket): the next ticket in the low 32 bits, the one served in the high
-/// 32. Both wrap; fewer than 2^32 tickets are ever outstanding on a slot.
-struct SlotQueue;
-
-impl SlotQueue {
-    fn take(word: &mut u64) -> (u64, bool) {
-        let next = *word as u32;
-        let serving = (*word >> 32) as u32;
-        *word = (u64::from(serving) << 32) | u64::from(next.wrapping_add(1));
-        (u64::from(next), serving == next)
-    }
-
-    fn serving(word: u64) -> u64 {
-        word >> 32
-    }
-
-    fn release(word: &mut u64) {
-        let serving = ((*word >> 32) as u32).wrapping_add(1);
-        *word = (u64::from(serving) << 32) | (*word & u64::from(u32::MAX));
-    }
-}
-
 struct ShardState {
     cache: Cache,
     queues: LineQueues,
@@ -408,9 +332,6 @@ struct PlannedSegment {
     ops: SmallVec<[Op; 4]>,
 }
 
-/// A ticket taken: shard, key, number.
-type Ticket = (usize, TicketKey, u64);
-
 /// The decisions for one request and the tickets it must wait for.
 struct Plan {
     segments: SmallVec<[PlannedSegment; 1]>,
@@ -468,51 +389,16 @@ struct Inner {
     persistence: Persistence,
     /// Where slot 0's line starts on the cache device.
     data_offset: u64,
-    meta: Mutex<MetaState>,
+    /// The persistence barrier's state: superblock, record writer,
+    /// counters (`barrier.rs`).
+    durability: Durability,
     recovery: RecoveryReport,
-    barriers: AtomicU64,
-    records_written: AtomicU64,
-    /// Write-backs of evicted lines in progress on request threads (volatile
-    /// metadata only: a FLUSH waits for those that began before it).
-    writebacks: Mutex<WritebackTracker>,
-    writeback_done: Condvar,
     health: Health,
-    /// Wakes the cleaner early (a request found only dirty victims).
-    cleaner_wake: (Mutex<bool>, Condvar),
-    /// Held while a batch of lines is being cleaned (cleaner, FLUSH with
-    /// volatile metadata, flush_all), so that a FLUSH sees no line in flight.
-    cleaning: Mutex<()>,
+    /// The background cleaner's state: wake-ups, write-back tracking,
+    /// evacuation, mirror releases (`cleaner.rs`).
+    cleaner: Cleaner,
     /// Cache RAID (see `raid.rs`); `cache_dev` is this array.
     array: Option<Arc<CacheArray>>,
-    /// Member failures the cleaner has finished evacuating.
-    array_failures_handled: AtomicU64,
-    /// Global slots whose mirror may be freed after the next barrier (a
-    /// durable record may still name it).
-    mirror_releases: Mutex<Vec<u64>>,
-    evacuated_lines: AtomicU64,
-    lost_lines: AtomicU64,
-    /// Clock reading of the last mirror sweep.
-    last_mirror_sweep_ns: AtomicU64,
-}
-
-#[derive(Default)]
-struct WritebackTracker {
-    next: u64,
-    in_flight: std::collections::BTreeSet<u64>,
-}
-
-/// What one flush batch did.
-#[derive(Clone, Copy, Debug, Default)]
-struct FlushBatch {
-    taken: usize,
-    failed: usize,
-}
-
-/// The superblock and the record writer: one barrier at a time.
-struct MetaState {
-    superblock: Superblock,
-    superblock_copy: u8,
-    writer: RecordWriter,
 }
 
 type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
@@ -678,25 +564,15 @@ impl Engine {
             io_engine,
             persistence: config.persistence,
             data_offset: opened.writer.layout.data_offset,
-            meta: Mutex::new(MetaState {
+            durability: Durability::new(MetaState {
                 superblock: opened.superblock,
                 superblock_copy: opened.superblock_copy,
                 writer: opened.writer,
             }),
             recovery: opened.report,
-            barriers: AtomicU64::new(0),
-            records_written: AtomicU64::new(0),
             health: Health::new(),
-            cleaner_wake: (Mutex::new(false), Condvar::new()),
-            writebacks: Mutex::new(WritebackTracker::default()),
-            writeback_done: Condvar::new(),
-            cleaning: Mutex::new(()),
+            cleaner: Cleaner::new(),
             array: config.array.clone(),
-            array_failures_handled: AtomicU64::new(0),
-            mirror_releases: Mutex::new(Vec::new()),
-            evacuated_lines: AtomicU64::new(0),
-            lost_lines: AtomicU64::new(0),
-            last_mirror_sweep_ns: AtomicU64::new(0),
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
@@ -852,8 +728,8 @@ impl Engine {
             write_latency: self.inner.write_latency.percentiles(),
             persistence: Some(self.inner.persistence),
             recovery: self.inner.recovery.clone(),
-            barriers: self.inner.barriers.load(Ordering::Relaxed),
-            records_written: self.inner.records_written.load(Ordering::Relaxed),
+            barriers: self.inner.durability.barriers.load(Ordering::Relaxed),
+            records_written: self.inner.durability.records_written.load(Ordering::Relaxed),
             cache_device_errors: self.inner.health.cache_errors.load(Ordering::Relaxed),
             backend_errors: self.inner.health.backend_errors.load(Ordering::Relaxed),
             failed_writebacks: self.inner.health.failed_writebacks.load(Ordering::Relaxed),
@@ -875,10 +751,10 @@ impl Engine {
                 array: array.stats(),
                 degraded: failures > 0,
                 dirty_cap: array.dirty_cap(),
-                evacuated_lines: self.inner.evacuated_lines.load(Ordering::Relaxed),
+                evacuated_lines: self.inner.cleaner.evacuated_lines.load(Ordering::Relaxed),
                 retired_slots: retired,
-                lost_lines: self.inner.lost_lines.load(Ordering::Relaxed),
-                evacuated: self.inner.array_failures_handled.load(Ordering::Acquire) == failures,
+                lost_lines: self.inner.cleaner.lost_lines.load(Ordering::Relaxed),
+                evacuated: self.inner.cleaner.array_failures_handled.load(Ordering::Acquire) == failures,
             });
         }
         stats
@@ -962,31 +838,6 @@ impl Drop for Engine {
         }
         for handle in lock(&self.threads).drain(..) {
             let _ = handle.join();
-        }
-    }
-}
-
-impl ShardState {
-    /// A new ticket for `key`, and whether it is served at once.
-    fn take_ticket(&mut self, key: TicketKey) -> (u64, bool) {
-        match key {
-            TicketKey::Line(line) => self.queues.take(line),
-            TicketKey::Slot(slot) => SlotQueue::take(self.cache.slot_driver_word_mut(slot)),
-        }
-    }
-
-    /// The ticket `key` serves now (`default` for a line nobody queues on).
-    fn serving(&self, key: TicketKey, default: u64) -> u64 {
-        match key {
-            TicketKey::Line(line) => self.queues.serving(line, default),
-            TicketKey::Slot(slot) => SlotQueue::serving(self.cache.slot_driver_word(slot)),
-        }
-    }
-
-    fn release_ticket(&mut self, key: TicketKey) {
-        match key {
-            TicketKey::Line(line) => self.queues.release(line),
-            TicketKey::Slot(slot) => SlotQueue::release(self.cache.slot_driver_word_mut(slot)),
         }
     }
 }
@@ -1212,36 +1063,6 @@ impl Inner {
         Ok(())
     }
 
-    fn wait_for_tickets(&self, tickets: &[Ticket]) {
-        for &(shard, key, ticket) in tickets {
-            let shard = &self.shards[shard];
-            let mut state = lock(&shard.state);
-            while state.serving(key, ticket) != ticket {
-                state.waiters += 1;
-                state = shard.served.wait(state).unwrap_or_else(|p| p.into_inner());
-                state.waiters -= 1;
-            }
-        }
-    }
-
-    fn release_tickets(&self, tickets: &[Ticket]) {
-        let mut i = 0;
-        while i < tickets.len() {
-            let shard_index = tickets[i].0;
-            let shard = &self.shards[shard_index];
-            let mut state = lock(&shard.state);
-            while i < tickets.len() && tickets[i].0 == shard_index {
-                state.release_ticket(tickets[i].1);
-                i += 1;
-            }
-            let waiters = state.waiters;
-            drop(state);
-            if waiters > 0 {
-                shard.served.notify_all();
-            }
-        }
-    }
-
     /// Step 3: wait, execute, release.
     fn run(&self, plan: &Plan, mut buffer: Buffer<'_>) -> Result<(), EngineError> {
         if !plan.all_served {
@@ -1414,6 +1235,9 @@ impl Inner {
         )
     }
 
+    /// Runs one segment's ops in list order: the dispatch of each op to
+    /// its handler. `done` is how many ops finished (a failure abandons the
+    /// rest, see `abandon`).
     fn execute(
         &self,
         segment: &PlannedSegment,
@@ -1436,18 +1260,7 @@ impl Inner {
                 let Buffer::Read(buf) = buffer else {
                     unreachable!("the core reads only for read requests");
                 };
-                if self
-                    .read_cache_batch(segment.shard, base, &segment.ops[i..i + run], buf)
-                    .is_ok()
-                {
-                    i += run;
-                    continue;
-                }
-                // One of the reads failed: redo them one by one, each with
-                // its own fall-back.
-                for op in &segment.ops[i..i + run] {
-                    self.read_cache_op(segment, op, buf)?;
-                }
+                self.read_cache_run(segment, &segment.ops[i..i + run], buf)?;
                 i += run;
                 continue;
             }
@@ -1474,87 +1287,10 @@ impl Inner {
                         .read_at(&mut buf[at..at + length_bytes as usize], offset_bytes)
                         .map_err(|e| self.backend_error(e))?;
                 }
-                Op::WriteCache {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    buffer_offset_bytes,
-                    dirty,
-                    fresh,
-                } => {
+                Op::WriteCache { .. } => {
                     let generation = segment.generations[write_no];
                     write_no += 1;
-                    let at = base + buffer_offset_bytes as usize;
-                    let data = match buffer {
-                        Buffer::Read(buf) => &buf[at..at + length_bytes as usize],
-                        Buffer::Write(data) => &data[at..at + length_bytes as usize],
-                    };
-                    let key = self.op_key(segment, buffer_offset_bytes, line_offset_bytes);
-                    if self.persistence != Persistence::None {
-                        self.wait_until_reusable(segment.shard, slot, key)?;
-                    }
-                    let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
-                    let (written, mirror) = match &self.array {
-                        None => (self.cache_dev.write_at(data, device_offset), None),
-                        Some(array) => {
-                            let global = self.shards[segment.shard].base_slot + u64::from(slot);
-                            self.write_array(array, global, key, data, line_offset_bytes, dirty)
-                        }
-                    };
-                    if written.is_ok() && self.persistence != Persistence::None {
-                        let full_line_hash = (self.persistence == Persistence::All
-                            && !dirty
-                            && line_offset_bytes == 0
-                            && u64::from(length_bytes) == self.line_bytes)
-                            .then(|| iocache_format::data_hash(data));
-                        let first = line_offset_bytes / SECTOR_BYTES as u32;
-                        let end = first + length_bytes / SECTOR_BYTES as u32;
-                        let mut state = lock(&self.shards[segment.shard].state);
-                        state
-                            .shadow
-                            .note_cache_write(slot, key, first, end, dirty, full_line_hash);
-                        if dirty && self.array.is_some() {
-                            state.shadow.note_mirror(slot, mirror);
-                        }
-                    }
-                    let first = line_offset_bytes / SECTOR_BYTES as u32;
-                    let end = first + length_bytes / SECTOR_BYTES as u32;
-                    match written {
-                        Err(e) => {
-                            self.cache_error("write", &e);
-                            // A clean copy (a fill, write-through's) is stale
-                            // or foreign now, and so are sectors the line did
-                            // not hold before: the core must forget them and
-                            // requests decided before this must not read them
-                            // from the cache. Dirty sectors the line held
-                            // keep their old data (a failed write leaves the
-                            // old or the new), the only copy there is.
-                            if fresh || !dirty {
-                                lock(&self.shards[segment.shard].state)
-                                    .shadow
-                                    .note_forget(slot, first, end);
-                                self.forget_or_poison(
-                                    segment.shard,
-                                    slot,
-                                    key,
-                                    generation,
-                                    first,
-                                    end,
-                                    !dirty,
-                                );
-                            }
-                            if dirty {
-                                return Err(e.into());
-                            }
-                            // A clean copy (a fill, or write-through's) is
-                            // lost: the read or write itself succeeded.
-                        }
-                        Ok(()) => {
-                            if self.shards[segment.shard].poisoned.load(Ordering::Relaxed) > 0 {
-                                self.unpoison(segment.shard, slot, key, first, end);
-                            }
-                        }
-                    }
+                    self.write_cache_op(segment, op, generation, buffer)?;
                 }
                 Op::WriteBackend {
                     volume,
@@ -1570,27 +1306,7 @@ impl Inner {
                         .write_at(&data[at..at + length_bytes as usize], offset_bytes)
                         .map_err(|e| self.backend_error(e))?;
                 }
-                Op::WriteBack {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    volume,
-                    offset_bytes,
-                } => {
-                    let tracked = (self.persistence == Persistence::None).then(|| self.writeback_started());
-                    let result = self.write_back(
-                        segment.shard,
-                        slot,
-                        line_offset_bytes,
-                        length_bytes,
-                        volume,
-                        offset_bytes,
-                    );
-                    if let Some(id) = tracked {
-                        self.writeback_ended(id);
-                    }
-                    result?;
-                }
+                Op::WriteBack { .. } => self.write_back_evicted(segment.shard, op)?,
                 Op::Invalidate { slot, .. } => {
                     if self.persistence != Persistence::None || self.array.is_some() {
                         let mut state = lock(&self.shards[segment.shard].state);
@@ -1601,6 +1317,117 @@ impl Inner {
             }
         }
         *done = segment.ops.len();
+        Ok(())
+    }
+
+    /// A run of `ReadCache` ops (a multi-line hit) as one batch on the
+    /// I/O engine; if one of the reads failed, redone one by one, each with
+    /// its own fall-back.
+    fn read_cache_run(
+        &self,
+        segment: &PlannedSegment,
+        ops: &[Op],
+        buf: &mut [u8],
+    ) -> Result<(), EngineError> {
+        if self
+            .read_cache_batch(segment.shard, segment.buffer_offset, ops, buf)
+            .is_ok()
+        {
+            return Ok(());
+        }
+        for op in ops {
+            self.read_cache_op(segment, op, buf)?;
+        }
+        Ok(())
+    }
+
+    /// A `WriteCache` op: waits until the slot may be reused (persistent
+    /// metadata), writes the slot (and its mirror on a cache array), notes
+    /// the write in the shadow, and on failure forgets or poisons what the
+    /// write was to leave there. `generation` is the slot's generation right
+    /// after the decision.
+    fn write_cache_op(
+        &self,
+        segment: &PlannedSegment,
+        op: &Op,
+        generation: u64,
+        buffer: &Buffer<'_>,
+    ) -> Result<(), EngineError> {
+        let Op::WriteCache {
+            slot,
+            line_offset_bytes,
+            length_bytes,
+            buffer_offset_bytes,
+            dirty,
+            fresh,
+        } = *op
+        else {
+            unreachable!("only WriteCache ops are written to the cache");
+        };
+        let base = segment.buffer_offset;
+        let at = base + buffer_offset_bytes as usize;
+        let data = match buffer {
+            Buffer::Read(buf) => &buf[at..at + length_bytes as usize],
+            Buffer::Write(data) => &data[at..at + length_bytes as usize],
+        };
+        let key = self.op_key(segment, buffer_offset_bytes, line_offset_bytes);
+        if self.persistence != Persistence::None {
+            self.wait_until_reusable(segment.shard, slot, key)?;
+        }
+        let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
+        let (written, mirror) = match &self.array {
+            None => (self.cache_dev.write_at(data, device_offset), None),
+            Some(array) => {
+                let global = self.shards[segment.shard].base_slot + u64::from(slot);
+                self.write_array(array, global, key, data, line_offset_bytes, dirty)
+            }
+        };
+        if written.is_ok() && self.persistence != Persistence::None {
+            let full_line_hash = (self.persistence == Persistence::All
+                && !dirty
+                && line_offset_bytes == 0
+                && u64::from(length_bytes) == self.line_bytes)
+                .then(|| iocache_format::data_hash(data));
+            let first = line_offset_bytes / SECTOR_BYTES as u32;
+            let end = first + length_bytes / SECTOR_BYTES as u32;
+            let mut state = lock(&self.shards[segment.shard].state);
+            state
+                .shadow
+                .note_cache_write(slot, key, first, end, dirty, full_line_hash);
+            if dirty && self.array.is_some() {
+                state.shadow.note_mirror(slot, mirror);
+            }
+        }
+        let first = line_offset_bytes / SECTOR_BYTES as u32;
+        let end = first + length_bytes / SECTOR_BYTES as u32;
+        match written {
+            Err(e) => {
+                self.cache_error("write", &e);
+                // A clean copy (a fill, write-through's) is stale
+                // or foreign now, and so are sectors the line did
+                // not hold before: the core must forget them and
+                // requests decided before this must not read them
+                // from the cache. Dirty sectors the line held
+                // keep their old data (a failed write leaves the
+                // old or the new), the only copy there is.
+                if fresh || !dirty {
+                    lock(&self.shards[segment.shard].state)
+                        .shadow
+                        .note_forget(slot, first, end);
+                    self.forget_or_poison(segment.shard, slot, key, generation, first, end, !dirty);
+                }
+                if dirty {
+                    return Err(e.into());
+                }
+                // A clean copy (a fill, or write-through's) is
+                // lost: the read or write itself succeeded.
+            }
+            Ok(()) => {
+                if self.shards[segment.shard].poisoned.load(Ordering::Relaxed) > 0 {
+                    self.unpoison(segment.shard, slot, key, first, end);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1806,22 +1633,6 @@ impl Inner {
         }
     }
 
-    /// A line of `slot` stopped being dirty (or left the slot): its mirror
-    /// can go, now with volatile metadata, else once a barrier made a
-    /// record that no longer names it durable. Call under the shard lock.
-    fn mirror_unneeded(&self, state: &ShardState, shard: usize, slot: SlotId) {
-        let Some(array) = &self.array else { return };
-        let global = self.shards[shard].base_slot + u64::from(slot);
-        if array.mirror_state(global) == MirrorState::None || slot_is_dirty(state, slot) {
-            return;
-        }
-        if self.persistence == Persistence::None {
-            array.release_mirror(global);
-        } else {
-            lock(&self.mirror_releases).push(global);
-        }
-    }
-
     /// Serves a cache read from the backend, if the policy core says those
     /// sectors of `key` are clean (the backend holds them).
     fn read_around(
@@ -2008,148 +1819,6 @@ impl Inner {
         }
     }
 
-    fn wake_cleaner(&self) {
-        let (flag, cv) = &self.cleaner_wake;
-        *lock(flag) = true;
-        cv.notify_one();
-    }
-
-    fn write_back(
-        &self,
-        shard: usize,
-        slot: u32,
-        line_offset: u32,
-        length: u32,
-        volume: VolumeId,
-        backend_offset: u64,
-    ) -> Result<(), EngineError> {
-        let mut data = vec![0u8; length as usize];
-        let mut already_in_backend = false;
-        if let Some(array) = &self.array {
-            let global = self.shards[shard].base_slot + u64::from(slot);
-            let primary_ok = !array.primary_failed(global)
-                && self
-                    .cache_dev
-                    .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
-                    .is_ok();
-            if !primary_ok {
-                // Dirty sectors: the mirror has them, or the backend already does.
-                match array.mirror_state(global) {
-                    MirrorState::Mirrored(m) => array.read_mirror(m, u64::from(line_offset), &mut data)?,
-                    MirrorState::Through => already_in_backend = true,
-                    MirrorState::None => {
-                        return Err(EngineError::Io(format!(
-                            "write-back of slot {global}: its cache device failed and it has no mirror"
-                        )))
-                    }
-                }
-            }
-        } else if let Err(e) = self
-            .cache_dev
-            .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
-        {
-            self.cache_error("read for a write-back", &e);
-            return Err(e.into());
-        }
-        if !already_in_backend {
-            self.backend_of(volume)?
-                .write_at(&data, backend_offset)
-                .map_err(|e| self.backend_error(e))?;
-        }
-        if self.persistence != Persistence::None {
-            let first = line_offset / SECTOR_BYTES as u32;
-            lock(&self.shards[shard].state).shadow.note_write_back(
-                slot,
-                first,
-                first + length / SECTOR_BYTES as u32,
-            );
-        }
-        Ok(())
-    }
-
-    /// One batch of flushing in `shard`: pick lines, wait for their keys,
-    /// write them back, then tell the core. Returns how many lines it took.
-    fn flush_batch(&self, shard_index: usize, order: FlushOrder, batch: usize, cleaner: bool) -> FlushBatch {
-        let shard = &self.shards[shard_index];
-        let (ops, tokens, tickets) = {
-            let mut state = lock(&shard.state);
-            let ShardState {
-                cache, ops, tokens, ..
-            } = &mut *state;
-            if cleaner {
-                cache.run_cleaner(self.now_ns(), ops, tokens);
-            } else {
-                cache.begin_flush(order, batch, ops, tokens);
-            }
-            if tokens.is_empty() {
-                return FlushBatch::default();
-            }
-            let ops = ops.ops().to_vec();
-            let tokens = tokens.clone();
-            let mut tickets = Vec::with_capacity(tokens.len() * 2);
-            for token in &tokens {
-                for key in [TicketKey::Line(token.key), TicketKey::Slot(token.slot)] {
-                    let (ticket, _) = state.take_ticket(key);
-                    tickets.push((shard_index, key, ticket));
-                }
-            }
-            (ops, tokens, tickets)
-        };
-        debug_assert_eq!(tickets.len(), 2 * tokens.len());
-        self.wait_for_tickets(&tickets);
-        // Line by line: each line is told to the core and its tickets are
-        // released as soon as its write-back ends, so a request for a line
-        // early in the batch does not wait for the whole batch (a batch of
-        // 32 lines on a backend taking 1 ms per write held every one of its
-        // lines for 32 ms).
-        let mut failed = 0;
-        for (i, token) in tokens.iter().enumerate() {
-            let mut written = !self.poison_blocks_write_back(shard_index, token, &ops);
-            for op in &ops {
-                let Op::WriteBack {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    volume,
-                    offset_bytes,
-                } = *op
-                else {
-                    continue;
-                };
-                if !written || slot != token.slot {
-                    continue;
-                }
-                written = self
-                    .write_back(
-                        shard_index,
-                        slot,
-                        line_offset_bytes,
-                        length_bytes,
-                        volume,
-                        offset_bytes,
-                    )
-                    .is_ok();
-            }
-            {
-                let mut state = lock(&shard.state);
-                state.cache.complete_flush(token, written);
-                if self.array.is_some() {
-                    self.mirror_unneeded(&state, shard_index, token.slot);
-                }
-            }
-            failed += usize::from(!written);
-            // This token's line and slot tickets, taken in that order above.
-            self.release_tickets(&tickets[2 * i..2 * i + 2]);
-        }
-        if failed > 0 {
-            self.io_errors.fetch_add(1, Ordering::Relaxed);
-        }
-        FlushBatch {
-            taken: tokens.len(),
-            failed,
-        }
-    }
-
     /// Loads the lines found on the cache device into their shards.
     fn restore(
         &self,
@@ -2298,121 +1967,16 @@ impl Inner {
         );
         match result {
             Ok(()) => {
-                self.evacuated_lines.fetch_add(1, Ordering::Relaxed);
+                self.cleaner.evacuated_lines.fetch_add(1, Ordering::Relaxed);
                 Ok(true)
             }
             Err(e) => {
-                self.lost_lines.fetch_add(1, Ordering::Relaxed);
+                self.cleaner.lost_lines.fetch_add(1, Ordering::Relaxed);
                 Err(EngineError::Io(format!(
                     "line {} of volume {}: its cache-array member failed and its mirror could not be written back: {e}",
                     line.key.line_index, line.key.volume
                 )))
             }
-        }
-    }
-
-    /// Degraded mode, run by the cleaner after a cache-array member failed:
-    /// lowers the dirty-line cap to what the live members can mirror,
-    /// writes back every dirty line (those that lost a copy among them;
-    /// reads fall back to the surviving copy), and takes the failed
-    /// members' slots out of service. Returns whether it finished.
-    fn evacuate_failed_members(&self, array: &CacheArray) -> bool {
-        let failures = array.failures();
-        if self.array_failures_handled.load(Ordering::Acquire) == failures {
-            return true;
-        }
-        let cap = array.dirty_cap();
-        let user_cap = match lock(&self.knobs)
-            .current
-            .iter()
-            .find(|k| k.key() == "max_dirty_lines")
-        {
-            Some(iocache_core::Setting::MaxDirtyLines(cap)) => *cap,
-            _ => None,
-        };
-        let capacity: u64 = self
-            .shards
-            .iter()
-            .map(|s| lock(&s.state).cache.capacity_lines())
-            .sum();
-        for shard in &self.shards {
-            let mut state = lock(&shard.state);
-            let lines = state.cache.capacity_lines();
-            state
-                .cache
-                .set_max_dirty_lines(settings::shard_dirty_cap(user_cap, Some(cap), lines, capacity));
-        }
-        let retire = |this: &Self| -> u64 {
-            let mut dirty_left = 0;
-            for (i, shard) in this.shards.iter().enumerate() {
-                let mut guard = lock(&shard.state);
-                let state = &mut *guard;
-                let base = shard.base_slot;
-                let mut ops = std::mem::take(&mut state.ops);
-                dirty_left += state
-                    .cache
-                    .retire_slots(|slot| array.primary_failed(base + u64::from(slot)), &mut ops);
-                for op in ops.ops() {
-                    if let Op::Invalidate { slot, .. } = *op {
-                        state.shadow.note_empty(slot);
-                        this.mirror_unneeded(state, i, slot);
-                        this.evacuated_lines.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                state.ops = ops;
-            }
-            dirty_left
-        };
-        retire(self);
-        if self.flush_all().is_err() {
-            return false;
-        }
-        if retire(self) > 0 {
-            return false;
-        }
-        // Make the dropped lines' records say so before anything reuses
-        // their mirrors.
-        if self.persistence != Persistence::None && self.barrier(false).is_err() {
-            return false;
-        }
-        self.array_failures_handled.store(failures, Ordering::Release);
-        eprintln!(
-            "iocache: cache array degraded: {} of {} members live, dirty lines capped at {cap}; lost lines written back",
-            array.live_members(),
-            array.geometry().members
-        );
-        true
-    }
-
-    /// Frees mirrors whose line is no longer dirty but were missed (a
-    /// forgotten line, a failed write); with persistent metadata, runs a
-    /// barrier when releases wait for one.
-    fn sweep_mirrors(&self, array: &CacheArray) {
-        let now = self.now_ns();
-        let last = self.last_mirror_sweep_ns.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < 1_000_000_000 {
-            return;
-        }
-        self.last_mirror_sweep_ns.store(now, Ordering::Relaxed);
-        for (i, shard) in self.shards.iter().enumerate() {
-            let state = lock(&shard.state);
-            for slot in 0..state.cache.capacity_lines() as SlotId {
-                if matches!(
-                    array.mirror_state(shard.base_slot + u64::from(slot)),
-                    MirrorState::Mirrored(_)
-                ) {
-                    self.mirror_unneeded(&state, i, slot);
-                }
-            }
-        }
-        let waiting = {
-            let mut releases = lock(&self.mirror_releases);
-            releases.sort_unstable();
-            releases.dedup();
-            releases.len()
-        };
-        if waiting > 0 && self.persistence != Persistence::None {
-            let _ = self.barrier(false);
         }
     }
 
@@ -2431,332 +1995,5 @@ impl Inner {
             dirty,
             (self.line_bytes / SECTOR_BYTES) as u32,
         )
-    }
-
-    /// Records on the device that the cache is in use (not cleanly shut
-    /// down), after start-up work that needs writing is done.
-    fn mark_running(&self) -> Result<(), EngineError> {
-        let restored_dirty = self.shards.iter().any(|s| lock(&s.state).cache.dirty_lines() > 0);
-        // Clean records left from a persistent run: no barrier will blank
-        // them, and a volume attached later could take their volume id.
-        let stale_records = self.recovery.dropped_clean_lines > 0 || !self.recovery.damaged_slots.is_empty();
-        if self.persistence == Persistence::None && (restored_dirty || stale_records) {
-            // Volatile metadata from now on: write the recovered dirty lines
-            // back, then blank the records that described them.
-            self.flush_all()?;
-            let meta = lock(&self.meta);
-            let layout = meta.writer.layout;
-            let zeros = vec![0u8; 1 << 20];
-            let mut at = 0;
-            while at < layout.copy_region_bytes * 2 {
-                let n = (layout.copy_region_bytes * 2 - at).min(zeros.len() as u64) as usize;
-                self.cache_dev
-                    .write_at(&zeros[..n], layout.metadata_offset + at)?;
-                at += n as u64;
-            }
-            self.cache_dev.flush()?;
-        }
-        self.write_superblock_state(ShutdownState::Running)?;
-        // Records of lines that could not stay in their slots.
-        self.barrier(false)
-    }
-
-    fn write_superblock_state(&self, state: ShutdownState) -> Result<(), EngineError> {
-        let mut meta = lock(&self.meta);
-        let mut superblock = meta.superblock.clone();
-        superblock.sequence += 1;
-        superblock.state = state;
-        let copy = 1 - meta.superblock_copy;
-        recovery::write_superblock(&*self.cache_dev, &superblock, copy)?;
-        meta.superblock = superblock;
-        meta.superblock_copy = copy;
-        Ok(())
-    }
-
-    /// After everything is written back: a full snapshot of the records and
-    /// a superblock saying the cache was shut down cleanly.
-    fn close(&self) -> Result<(), EngineError> {
-        self.barrier(true)?;
-        self.write_superblock_state(ShutdownState::Clean)
-    }
-
-    /// Waits until `key`'s data may be written into `slot` (rule 2 of
-    /// `persist.rs`): runs a barrier if the slot's record on the device may
-    /// still describe another line's dirty data.
-    fn wait_until_reusable(&self, shard: usize, slot: SlotId, key: LineKey) -> Result<(), EngineError> {
-        for _ in 0..4 {
-            if !lock(&self.shards[shard].state).shadow.blocks_reuse(slot, key) {
-                return Ok(());
-            }
-            self.barrier(false)?;
-        }
-        Err(EngineError::Io(format!(
-            "slot {slot} of shard {shard} still holds another line's dirty record after barriers"
-        )))
-    }
-
-    /// Makes every completed write durable where the write policy keeps it
-    /// (see [`Engine::flush`]); with `everything`, a full snapshot of the
-    /// records (clean shutdown).
-    fn barrier(&self, everything: bool) -> Result<(), EngineError> {
-        if self.persistence == Persistence::None {
-            return self.volatile_barrier();
-        }
-        let mut meta = lock(&self.meta);
-        // Mirrors whose line was clean before the records below were taken:
-        // free once those records are durable.
-        let releases = std::mem::take(&mut *lock(&self.mirror_releases));
-        let mut planned: Vec<(usize, Vec<PlannedRecord>)> = Vec::new();
-        for (i, shard) in self.shards.iter().enumerate() {
-            let records = lock(&shard.state)
-                .shadow
-                .take_records(self.persistence, everything);
-            if !records.is_empty() {
-                planned.push((i, records));
-            }
-        }
-        let result = self.write_records(&mut meta, &planned);
-        for (i, records) in &planned {
-            let mut state = lock(&self.shards[*i].state);
-            match result {
-                Ok(()) => state.shadow.records_durable(records),
-                Err(_) => state.shadow.requeue(records),
-            }
-        }
-        if let Some(array) = &self.array {
-            if result.is_ok() {
-                for global in releases {
-                    let shard = self.shards.partition_point(|s| s.base_slot <= global) - 1;
-                    let state = lock(&self.shards[shard].state);
-                    let local = (global - self.shards[shard].base_slot) as SlotId;
-                    // Dirty again since (it kept its mirror): keep it.
-                    if !slot_is_dirty(&state, local) {
-                        array.release_mirror(global);
-                    }
-                }
-            } else {
-                lock(&self.mirror_releases).extend(releases);
-            }
-        }
-        self.barriers.fetch_add(1, Ordering::Relaxed);
-        result
-    }
-
-    /// With volatile metadata the cache cannot make dirty data durable: a
-    /// FLUSH writes back every line dirty when it arrives, waits for the
-    /// write-backs of evicted lines already under way, and flushes both
-    /// devices. Lines dirtied meanwhile are left for the next one.
-    fn volatile_barrier(&self) -> Result<(), EngineError> {
-        let _cleaning = lock(&self.cleaning);
-        let horizon = lock(&self.writebacks).next;
-        let mut failed = 0;
-        for shard in 0..self.shards.len() {
-            let dirty = lock(&self.shards[shard].state).cache.dirty_lines() as usize;
-            if dirty > 0 {
-                failed += self.flush_batch(shard, FlushOrder::Address, dirty, false).failed;
-            }
-        }
-        {
-            let mut tracker = lock(&self.writebacks);
-            while tracker.in_flight.first().is_some_and(|&id| id < horizon) {
-                tracker = self
-                    .writeback_done
-                    .wait(tracker)
-                    .unwrap_or_else(|p| p.into_inner());
-            }
-        }
-        self.barriers.fetch_add(1, Ordering::Relaxed);
-        if failed > 0 {
-            return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
-        }
-        self.flush_backends()?;
-        self.cache_dev.flush()?;
-        Ok(())
-    }
-
-    fn writeback_started(&self) -> u64 {
-        let mut tracker = lock(&self.writebacks);
-        let id = tracker.next;
-        tracker.next += 1;
-        tracker.in_flight.insert(id);
-        id
-    }
-
-    fn writeback_ended(&self, id: u64) {
-        lock(&self.writebacks).in_flight.remove(&id);
-        self.writeback_done.notify_all();
-    }
-
-    fn write_records(
-        &self,
-        meta: &mut MetaState,
-        planned: &[(usize, Vec<PlannedRecord>)],
-    ) -> Result<(), EngineError> {
-        // Rule 3: write-backs durable before records stop saying dirty;
-        // rule 1: data durable before records say it is there.
-        self.flush_backends()?;
-        self.cache_dev.flush()?;
-        let mut staged = Vec::new();
-        for (shard, records) in planned {
-            let base = self.shards[*shard].base_slot;
-            for record in records {
-                let slot = base + u64::from(record.slot);
-                if meta.writer.is_blank(slot, &record.line) {
-                    continue;
-                }
-                let (copy, sequence) = meta
-                    .writer
-                    .stage(slot, record.line.clone())
-                    .map_err(|e| EngineError::Format(e.to_string()))?;
-                staged.push((slot, copy, sequence));
-            }
-        }
-        if staged.is_empty() {
-            return Ok(());
-        }
-        for (offset, bytes) in meta.writer.take_writes() {
-            self.cache_dev.write_at(bytes, offset)?;
-        }
-        self.cache_dev.flush()?;
-        for &(slot, copy, sequence) in &staged {
-            meta.writer.durable(slot, copy, sequence);
-        }
-        self.records_written
-            .fetch_add(staged.len() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn flush_all(&self) -> Result<(), EngineError> {
-        let _cleaning = lock(&self.cleaning);
-        let mut remaining = 0;
-        for shard in 0..self.shards.len() {
-            // Bounded: the address cursor moves past a line whose
-            // write-back failed, so the shard is given up once every line
-            // still dirty has failed since the last success (a backend
-            // that is down must not keep this loop, and so a shutdown,
-            // spinning), and in any case after a million rounds.
-            let mut failed_since_success = 0u64;
-            for _round in 0..1_000_000 {
-                let batch = self.flush_batch(shard, FlushOrder::Address, FLUSH_ALL_BATCH, false);
-                if batch.taken == 0 {
-                    break;
-                }
-                if batch.failed == batch.taken {
-                    failed_since_success += batch.failed as u64;
-                } else {
-                    failed_since_success = batch.failed as u64;
-                }
-                let dirty = lock(&self.shards[shard].state).cache.dirty_lines();
-                if dirty == 0 || failed_since_success >= dirty {
-                    break;
-                }
-            }
-            remaining += lock(&self.shards[shard].state).cache.dirty_lines();
-        }
-        if remaining > 0 {
-            return Err(EngineError::DirtyLinesRemain { lines: remaining });
-        }
-        self.flush_backends()?;
-        Ok(())
-    }
-
-    /// The background cleaner: runs each shard's cleaning policy when due,
-    /// cleans on demand when requests found only dirty victims, backs off
-    /// after failed write-backs (the lines stay dirty and are retried), and
-    /// probes a failed cache device.
-    fn run_cleaner(&self) {
-        while !self.stopping.load(Ordering::Relaxed) {
-            let now = self.now_ns();
-            let mut next_wake = now + CLEANER_POLL.as_nanos() as u64;
-            if self.health.probe_due(now) {
-                self.probe_cache_device();
-            }
-            if let Some(array) = &self.array {
-                if !self.evacuate_failed_members(array) {
-                    next_wake = next_wake.min(now + 10_000_000);
-                }
-                self.sweep_mirrors(array);
-            }
-            if self.health.may_clean(now) {
-                let mut failed = 0;
-                let mut taken = 0;
-                for shard in 0..self.shards.len() {
-                    let demand = self.shards[shard].wants_cleaning.swap(false, Ordering::Relaxed);
-                    let due = lock(&self.shards[shard].state).cache.next_cleaning_ns();
-                    let batch = match due {
-                        Some(at) if at <= now => {
-                            let _cleaning = lock(&self.cleaning);
-                            Some(self.flush_batch(shard, FlushOrder::Oldest, 0, true))
-                        }
-                        Some(at) => {
-                            next_wake = next_wake.min(at);
-                            None
-                        }
-                        None => None,
-                    };
-                    let batch = match (batch, demand) {
-                        (None, true) => {
-                            let _cleaning = lock(&self.cleaning);
-                            Some(self.flush_batch(shard, FlushOrder::Oldest, DEMAND_CLEAN_BATCH, false))
-                        }
-                        (batch, _) => batch,
-                    };
-                    if let Some(b) = batch {
-                        failed += b.failed;
-                        taken += b.taken;
-                    }
-                }
-                if taken > 0 {
-                    self.health.cleaned(self.now_ns(), failed);
-                }
-            }
-            let sleep = next_wake.saturating_sub(self.now_ns()).max(100_000);
-            let (flag, cv) = &self.cleaner_wake;
-            let mut woken = lock(flag);
-            if !*woken {
-                woken = cv
-                    .wait_timeout(woken, Duration::from_nanos(sleep).min(CLEANER_POLL))
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|p| p.into_inner().0);
-            }
-            *woken = false;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::SlotQueue;
-
-    /// A slot's packed FIFO serves tickets in the order taken, also where
-    /// its 32-bit counters wrap.
-    #[test]
-    fn a_slot_queue_serves_in_order_across_the_wrap() {
-        for start in [0u32, u32::MAX - 2] {
-            let mut word = (u64::from(start) << 32) | u64::from(start);
-            let (first, served) = SlotQueue::take(&mut word);
-            assert!(served, "an idle queue serves the first ticket at once");
-            let taken: Vec<u64> = (0..4)
-                .map(|_| SlotQueue::take(&mut word))
-                .map(|(t, s)| {
-                    assert!(!s, "a busy queue makes later tickets wait");
-                    t
-                })
-                .collect();
-            let mut expected = first;
-            for ticket in std::iter::once(first).chain(taken) {
-                assert_eq!(ticket, expected);
-                assert_eq!(
-                    SlotQueue::serving(word),
-                    ticket,
-                    "ticket {ticket} is served in turn"
-                );
-                SlotQueue::release(&mut word);
-                expected = u64::from((expected as u32).wrapping_add(1));
-            }
-            let (next, served) = SlotQueue::take(&mut word);
-            assert!(served, "all released: the next ticket is served at once");
-            assert_eq!(next, u64::from(start.wrapping_add(5)));
-        }
     }
 }

@@ -171,7 +171,7 @@ impl Inner {
     /// The superblock's settings text now (an A/B update of the superblock).
     pub(super) fn persist_settings(&self) -> Result<(), EngineError> {
         let text = lock(&self.knobs).encode(&self.settings_informational);
-        let mut meta = lock(&self.meta);
+        let mut meta = lock(&self.durability.meta);
         if meta.superblock.settings == text {
             return Ok(());
         }

@@ -38,7 +38,8 @@ use iocache_core::{AccessSummary, FlushOrder, IoKind, LineKey, Op, VolumeId};
 use iocache_device::BlockDevice;
 use iocache_format::{Persistence, VolumeEntry};
 
-use super::{lock, Engine, EngineError, Inner, ShardState, Ticket, TicketKey, FLUSH_ALL_BATCH};
+use super::cleaner::FLUSH_ALL_BATCH;
+use super::{lock, Engine, EngineError, Inner, ShardState, Ticket, TicketKey};
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use crate::recovery;
 use crate::stripe::{stripe, Padded, STRIPES};
@@ -403,7 +404,7 @@ impl Inner {
     /// Steps 2 of a detach (see the module documentation): the volume's
     /// gate is closed and its requests drained.
     fn empty_volume(&self, volume: &VolumeState) -> Result<(), EngineError> {
-        let _cleaning = lock(&self.cleaning);
+        let _cleaning = lock(&self.cleaner.cleaning);
         self.write_back_volume(volume)?;
         let dirty = self.dirty_lines_of(volume.id);
         if dirty > 0 {
@@ -434,12 +435,7 @@ impl Inner {
             }
             // Operations on the volume's lines decided before it closed may
             // still hold tickets: wait behind them.
-            let queued: Vec<LineKey> = queues
-                .lines
-                .keys()
-                .filter(|k| k.volume == volume.id)
-                .copied()
-                .collect();
+            let queued: Vec<LineKey> = queues.queued_lines(volume.id).collect();
             for key in queued {
                 let (ticket, _) = queues.take(key);
                 tickets.push((index, TicketKey::Line(key), ticket));
@@ -452,7 +448,7 @@ impl Inner {
 
     /// Replaces the superblock's volume table (an A/B update).
     fn update_volume_table(&self, change: impl FnOnce(&mut Vec<VolumeEntry>)) -> Result<(), EngineError> {
-        let mut meta = lock(&self.meta);
+        let mut meta = lock(&self.durability.meta);
         let mut superblock = meta.superblock.clone();
         change(&mut superblock.volumes);
         superblock.sequence += 1;
@@ -526,7 +522,7 @@ impl Engine {
         let volume = self.inner.volume_state(id)?;
         let _serving = volume.enter()?;
         let written = {
-            let _cleaning = lock(&self.inner.cleaning);
+            let _cleaning = lock(&self.inner.cleaner.cleaning);
             self.inner.write_back_volume(&volume)?
         };
         if self.inner.persistence != Persistence::None {
@@ -550,7 +546,7 @@ impl Engine {
             )));
         }
         let id = {
-            let meta = lock(&self.inner.meta);
+            let meta = lock(&self.inner.durability.meta);
             let table = self.inner.volumes.read().unwrap_or_else(|p| p.into_inner());
             (0..)
                 .find(|id| table.get(*id).is_none() && meta.superblock.volumes.iter().all(|v| v.id != *id))

@@ -1,0 +1,215 @@
+//! The persistence barrier: the one place that makes completed writes
+//! durable and says so. A barrier (FLUSH, FUA, shutdown, the reuse of a
+//! slot whose record may still name another line's dirty data) writes the
+//! records of changed slots between a backend flush and cache flushes
+//! (docs/format.md, "Engine write ordering"); with volatile metadata it
+//! writes back the lines dirty when it arrives instead. It owns the
+//! superblock, its current copy and the record writer ([`MetaState`]) and
+//! the barrier counters ([`Durability`], one field of `Inner`). It reports
+//! whether the records are durable; freeing the mirrors that waited for
+//! that is the cleaner's job (`cleaner.rs`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use iocache_core::{FlushOrder, LineKey, SlotId};
+use iocache_format::{Persistence, ShutdownState, Superblock};
+
+use super::{lock, EngineError, Inner};
+use crate::persist::{PlannedRecord, RecordWriter};
+use crate::recovery;
+
+/// The superblock and the record writer: one barrier at a time.
+pub(super) struct MetaState {
+    pub(super) superblock: Superblock,
+    pub(super) superblock_copy: u8,
+    pub(super) writer: RecordWriter,
+}
+
+/// What the barrier owns.
+pub(super) struct Durability {
+    /// The superblock and the record writer: one barrier at a time.
+    pub(super) meta: Mutex<MetaState>,
+    /// Barriers run (FLUSH, FUA, shutdown, slot reuse).
+    pub(super) barriers: AtomicU64,
+    /// Records written by those barriers.
+    pub(super) records_written: AtomicU64,
+}
+
+impl Durability {
+    pub(super) fn new(meta: MetaState) -> Durability {
+        Durability {
+            meta: Mutex::new(meta),
+            barriers: AtomicU64::new(0),
+            records_written: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Inner {
+    /// Makes every completed write durable where the write policy keeps it
+    /// (see [`Engine::flush`]); with `everything`, a full snapshot of the
+    /// records (clean shutdown).
+    pub(super) fn barrier(&self, everything: bool) -> Result<(), EngineError> {
+        if self.persistence == Persistence::None {
+            return self.volatile_barrier();
+        }
+        let mut meta = lock(&self.durability.meta);
+        // Mirrors whose line was clean before the records below were taken:
+        // the cleaner frees them once those records are durable.
+        let releases = self.take_mirror_releases();
+        let mut planned: Vec<(usize, Vec<PlannedRecord>)> = Vec::new();
+        for (i, shard) in self.shards.iter().enumerate() {
+            let records = lock(&shard.state)
+                .shadow
+                .take_records(self.persistence, everything);
+            if !records.is_empty() {
+                planned.push((i, records));
+            }
+        }
+        let result = self.write_records(&mut meta, &planned);
+        for (i, records) in &planned {
+            let mut state = lock(&self.shards[*i].state);
+            match result {
+                Ok(()) => state.shadow.records_durable(records),
+                Err(_) => state.shadow.requeue(records),
+            }
+        }
+        // The barrier reports whether the records are durable; the cleaner
+        // frees the mirrors (or keeps them for the next barrier).
+        self.mirror_records_durable(releases, result.is_ok());
+        self.durability.barriers.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    /// With volatile metadata the cache cannot make dirty data durable: a
+    /// FLUSH writes back every line dirty when it arrives, waits for the
+    /// write-backs of evicted lines already under way, and flushes both
+    /// devices. Lines dirtied meanwhile are left for the next one.
+    pub(super) fn volatile_barrier(&self) -> Result<(), EngineError> {
+        let _cleaning = lock(&self.cleaner.cleaning);
+        let horizon = self.cleaner.writebacks_horizon();
+        let mut failed = 0;
+        for shard in 0..self.shards.len() {
+            let dirty = lock(&self.shards[shard].state).cache.dirty_lines() as usize;
+            if dirty > 0 {
+                failed += self.flush_batch(shard, FlushOrder::Address, dirty, false).failed;
+            }
+        }
+        self.cleaner.wait_for_writebacks_before(horizon);
+        self.durability.barriers.fetch_add(1, Ordering::Relaxed);
+        if failed > 0 {
+            return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
+        }
+        self.flush_backends()?;
+        self.cache_dev.flush()?;
+        Ok(())
+    }
+
+    fn write_records(
+        &self,
+        meta: &mut MetaState,
+        planned: &[(usize, Vec<PlannedRecord>)],
+    ) -> Result<(), EngineError> {
+        // Rule 3: write-backs durable before records stop saying dirty;
+        // rule 1: data durable before records say it is there.
+        self.flush_backends()?;
+        self.cache_dev.flush()?;
+        let mut staged = Vec::new();
+        for (shard, records) in planned {
+            let base = self.shards[*shard].base_slot;
+            for record in records {
+                let slot = base + u64::from(record.slot);
+                if meta.writer.is_blank(slot, &record.line) {
+                    continue;
+                }
+                let (copy, sequence) = meta
+                    .writer
+                    .stage(slot, record.line.clone())
+                    .map_err(|e| EngineError::Format(e.to_string()))?;
+                staged.push((slot, copy, sequence));
+            }
+        }
+        if staged.is_empty() {
+            return Ok(());
+        }
+        for (offset, bytes) in meta.writer.take_writes() {
+            self.cache_dev.write_at(bytes, offset)?;
+        }
+        self.cache_dev.flush()?;
+        for &(slot, copy, sequence) in &staged {
+            meta.writer.durable(slot, copy, sequence);
+        }
+        self.durability
+            .records_written
+            .fetch_add(staged.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// After everything is written back: a full snapshot of the records and
+    /// a superblock saying the cache was shut down cleanly.
+    pub(super) fn close(&self) -> Result<(), EngineError> {
+        self.barrier(true)?;
+        self.write_superblock_state(ShutdownState::Clean)
+    }
+
+    pub(super) fn write_superblock_state(&self, state: ShutdownState) -> Result<(), EngineError> {
+        let mut meta = lock(&self.durability.meta);
+        let mut superblock = meta.superblock.clone();
+        superblock.sequence += 1;
+        superblock.state = state;
+        let copy = 1 - meta.superblock_copy;
+        recovery::write_superblock(&*self.cache_dev, &superblock, copy)?;
+        meta.superblock = superblock;
+        meta.superblock_copy = copy;
+        Ok(())
+    }
+
+    /// Records on the device that the cache is in use (not cleanly shut
+    /// down), after start-up work that needs writing is done.
+    pub(super) fn mark_running(&self) -> Result<(), EngineError> {
+        let restored_dirty = self.shards.iter().any(|s| lock(&s.state).cache.dirty_lines() > 0);
+        // Clean records left from a persistent run: no barrier will blank
+        // them, and a volume attached later could take their volume id.
+        let stale_records = self.recovery.dropped_clean_lines > 0 || !self.recovery.damaged_slots.is_empty();
+        if self.persistence == Persistence::None && (restored_dirty || stale_records) {
+            // Volatile metadata from now on: write the recovered dirty lines
+            // back, then blank the records that described them.
+            self.flush_all()?;
+            let meta = lock(&self.durability.meta);
+            let layout = meta.writer.layout;
+            let zeros = vec![0u8; 1 << 20];
+            let mut at = 0;
+            while at < layout.copy_region_bytes * 2 {
+                let n = (layout.copy_region_bytes * 2 - at).min(zeros.len() as u64) as usize;
+                self.cache_dev
+                    .write_at(&zeros[..n], layout.metadata_offset + at)?;
+                at += n as u64;
+            }
+            self.cache_dev.flush()?;
+        }
+        self.write_superblock_state(ShutdownState::Running)?;
+        // Records of lines that could not stay in their slots.
+        self.barrier(false)
+    }
+
+    /// Waits until `key`'s data may be written into `slot` (rule 2 of
+    /// `persist.rs`): runs a barrier if the slot's record on the device may
+    /// still describe another line's dirty data.
+    pub(super) fn wait_until_reusable(
+        &self,
+        shard: usize,
+        slot: SlotId,
+        key: LineKey,
+    ) -> Result<(), EngineError> {
+        for _ in 0..4 {
+            if !lock(&self.shards[shard].state).shadow.blocks_reuse(slot, key) {
+                return Ok(());
+            }
+            self.barrier(false)?;
+        }
+        Err(EngineError::Io(format!(
+            "slot {slot} of shard {shard} still holds another line's dirty record after barriers"
+        )))
+    }
+}
