@@ -21,13 +21,13 @@ use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest, UringEngine}
 use iocache_format::Persistence;
 
 use crate::clock::Clock;
-use crate::health::Health;
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use crate::persist::Shadow;
 use crate::raid::{ArrayStats, CacheArray, MirrorState};
 use crate::recovery::{self, DamagedMetadata, InitMode, OpenSpec, RecoveryReport};
 use barrier::{Durability, MetaState};
 use cleaner::Cleaner;
+use health_state::{HealthState, Poisoned};
 use smallvec::SmallVec;
 use thiserror::Error;
 use tickets::{LineQueues, Ticket, TicketKey};
@@ -35,6 +35,7 @@ use volumes::{VolumeState, VolumeTable};
 
 mod barrier;
 mod cleaner;
+mod health_state;
 mod settings;
 mod tickets;
 mod volumes;
@@ -283,28 +284,6 @@ struct Shard {
     base_slot: u64,
 }
 
-#[derive(Clone, Debug)]
-struct Poisoned {
-    key: LineKey,
-    /// Sectors the cache must not serve (or write back) from the slot.
-    sectors: SectorBits,
-    /// Of those, the ones whose data the backend holds (else a read fails).
-    clean: SectorBits,
-}
-
-/// A line's sector bitmap (up to 2048 sectors: 1 MiB lines).
-type SectorBits = SmallVec<[u64; 1]>;
-
-fn bits_range(words: usize, first: u32, end: u32) -> SectorBits {
-    let mut bits: SectorBits = SmallVec::from_elem(0, words);
-    bitmap::set_range(&mut bits, first, end);
-    bits
-}
-
-fn bits_overlap(a: &[u64], b: &[u64]) -> bool {
-    a.iter().zip(b).any(|(x, y)| x & y != 0)
-}
-
 /// A contiguous part of a request that falls in one shard.
 #[derive(Clone, Copy)]
 struct Segment {
@@ -381,8 +360,6 @@ struct Inner {
     admin: Mutex<()>,
     clock: Clock,
     stopping: AtomicBool,
-    io_errors: AtomicU64,
-    forgotten_lines: AtomicU64,
     read_latency: LatencyHistogram,
     write_latency: LatencyHistogram,
     io_engine: Option<Box<dyn IoEngine>>,
@@ -393,7 +370,9 @@ struct Inner {
     /// counters (`barrier.rs`).
     durability: Durability,
     recovery: RecoveryReport,
-    health: Health,
+    /// Poisoning and health: device error counters, pass-through
+    /// fall-back, failed requests, forgotten lines (`health_state.rs`).
+    health: HealthState,
     /// The background cleaner's state: wake-ups, write-back tracking,
     /// evacuation, mirror releases (`cleaner.rs`).
     cleaner: Cleaner,
@@ -557,8 +536,6 @@ impl Engine {
             admin: Mutex::new(()),
             clock: Clock::new(),
             stopping: AtomicBool::new(false),
-            io_errors: AtomicU64::new(0),
-            forgotten_lines: AtomicU64::new(0),
             read_latency: LatencyHistogram::default(),
             write_latency: LatencyHistogram::default(),
             io_engine,
@@ -570,7 +547,7 @@ impl Engine {
                 writer: opened.writer,
             }),
             recovery: opened.report,
-            health: Health::new(),
+            health: HealthState::new(),
             cleaner: Cleaner::new(),
             array: config.array.clone(),
         });
@@ -722,18 +699,23 @@ impl Engine {
     pub fn stats(&self) -> EngineStats {
         let mut stats = EngineStats {
             shards: self.inner.shards.len(),
-            io_errors: self.inner.io_errors.load(Ordering::Relaxed),
-            forgotten_lines: self.inner.forgotten_lines.load(Ordering::Relaxed),
+            io_errors: self.inner.health.io_errors.load(Ordering::Relaxed),
+            forgotten_lines: self.inner.health.forgotten_lines.load(Ordering::Relaxed),
             read_latency: self.inner.read_latency.percentiles(),
             write_latency: self.inner.write_latency.percentiles(),
             persistence: Some(self.inner.persistence),
             recovery: self.inner.recovery.clone(),
             barriers: self.inner.durability.barriers.load(Ordering::Relaxed),
             records_written: self.inner.durability.records_written.load(Ordering::Relaxed),
-            cache_device_errors: self.inner.health.cache_errors.load(Ordering::Relaxed),
-            backend_errors: self.inner.health.backend_errors.load(Ordering::Relaxed),
-            failed_writebacks: self.inner.health.failed_writebacks.load(Ordering::Relaxed),
-            cache_device_failed: self.inner.health.cache_failed.load(Ordering::Relaxed),
+            cache_device_errors: self.inner.health.devices.cache_errors.load(Ordering::Relaxed),
+            backend_errors: self.inner.health.devices.backend_errors.load(Ordering::Relaxed),
+            failed_writebacks: self
+                .inner
+                .health
+                .devices
+                .failed_writebacks
+                .load(Ordering::Relaxed),
+            cache_device_failed: self.inner.health.devices.cache_failed.load(Ordering::Relaxed),
             ..EngineStats::default()
         };
         let mut retired = 0;
@@ -1079,7 +1061,7 @@ impl Inner {
         }
         self.release_tickets(&plan.tickets);
         if result.is_err() {
-            self.io_errors.fetch_add(1, Ordering::Relaxed);
+            self.health.io_errors.fetch_add(1, Ordering::Relaxed);
         }
         result
     }
@@ -1174,34 +1156,6 @@ impl Inner {
                 self.forget_or_poison(segment.shard, slot, key, generation, first, end, true);
             }
         }
-    }
-
-    /// Makes the core forget sectors of `key` in `slot` that the device does
-    /// not hold, unless a later decision changed the slot; then poisons them
-    /// (`clean`: the backend has their data; else reading them fails).
-    #[allow(clippy::too_many_arguments)]
-    fn forget_or_poison(
-        &self,
-        shard: usize,
-        slot: SlotId,
-        key: LineKey,
-        generation: u64,
-        first: u32,
-        end: u32,
-        clean: bool,
-    ) {
-        let forgot = {
-            let mut state = lock(&self.shards[shard].state);
-            state
-                .cache
-                .forget_sectors_if_unchanged(slot, key, generation, first, end)
-        };
-        if forgot {
-            self.forgotten_lines.fetch_add(1, Ordering::Relaxed);
-        }
-        // Requests decided before this may still read the slot: poison it
-        // either way.
-        self.poison(shard, slot, key, first, end, clean);
     }
 
     /// The line a cache op of `segment` belongs to: the segment's volume,
@@ -1431,31 +1385,6 @@ impl Inner {
         Ok(())
     }
 
-    fn words(&self) -> usize {
-        ((self.line_bytes / SECTOR_BYTES) as usize).div_ceil(64)
-    }
-
-    /// Whether sectors `[first, end)` of `key` in `slot` are poisoned, and
-    /// if so whether all of those poisoned are clean.
-    fn poisoned_in(&self, shard: usize, slot: SlotId, key: LineKey, first: u32, end: u32) -> Option<bool> {
-        if self.shards[shard].poisoned.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let range = bits_range(self.words(), first, end);
-        let state = lock(&self.shards[shard].state);
-        let p = state.poisoned.get(&slot).filter(|p| p.key == key)?;
-        if !bits_overlap(&p.sectors, &range) {
-            return None;
-        }
-        let all_clean = p
-            .sectors
-            .iter()
-            .zip(&p.clean)
-            .zip(&range)
-            .all(|((s, c), r)| s & r & !c == 0);
-        Some(all_clean)
-    }
-
     /// Reads sectors of `key` held in `slot` from the cache device, or, if
     /// that fails or the sectors were poisoned by a failed cache write, from
     /// the backend when the cache's copy is clean (else an error: the only
@@ -1663,160 +1592,6 @@ impl Inner {
         self.backend_of(key.volume)?
             .read_at(out, (key.line_index << self.line_shift) + u64::from(line_offset))
             .map_err(|e| self.backend_error(e))
-    }
-
-    fn poison(
-        &self,
-        shard: usize,
-        slot: SlotId,
-        key: LineKey,
-        first_sector: u32,
-        end_sector: u32,
-        clean: bool,
-    ) {
-        let shard_ref = &self.shards[shard];
-        let words = self.words();
-        let range = bits_range(words, first_sector, end_sector);
-        let mut state = lock(&shard_ref.state);
-        let fresh_entry = || Poisoned {
-            key,
-            sectors: SmallVec::from_elem(0, words),
-            clean: SmallVec::from_elem(0, words),
-        };
-        let entry = state.poisoned.entry(slot).or_insert_with(|| {
-            shard_ref.poisoned.fetch_add(1, Ordering::Relaxed);
-            fresh_entry()
-        });
-        if entry.key != key {
-            *entry = fresh_entry();
-        }
-        for w in 0..words {
-            entry.sectors[w] |= range[w];
-            if clean {
-                entry.clean[w] |= range[w];
-            } else {
-                entry.clean[w] &= !range[w];
-            }
-        }
-    }
-
-    /// A write of sectors `[first, end)` of `key` into `slot` succeeded:
-    /// they are no longer poisoned (nor anything of another line).
-    fn unpoison(&self, shard: usize, slot: SlotId, key: LineKey, first_sector: u32, end_sector: u32) {
-        let shard_ref = &self.shards[shard];
-        let range = bits_range(self.words(), first_sector, end_sector);
-        let mut state = lock(&shard_ref.state);
-        let Some(entry) = state.poisoned.get_mut(&slot) else {
-            return;
-        };
-        let empty = if entry.key != key {
-            true
-        } else {
-            for (w, r) in range.iter().enumerate() {
-                entry.sectors[w] &= !r;
-                entry.clean[w] &= !r;
-            }
-            entry.sectors.iter().all(|&w| w == 0)
-        };
-        if empty {
-            state.poisoned.remove(&slot);
-            shard_ref.poisoned.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Before a flush writes back `token`'s line: if a failed cache write
-    /// poisoned some of its sectors, the slot holds nothing of the line
-    /// there, so they must not reach the backend. The core forgets them if
-    /// nothing was decided about the slot since the flush began (and the
-    /// flush then counts as failed: the next one writes the rest back);
-    /// else the flush just fails and is retried.
-    fn poison_blocks_write_back(&self, shard: usize, token: &FlushToken, ops: &[Op]) -> bool {
-        if self.shards[shard].poisoned.load(Ordering::Relaxed) == 0 {
-            return false;
-        }
-        let mut written = bits_range(self.words(), 0, 0);
-        for op in ops {
-            if let Op::WriteBack {
-                slot,
-                line_offset_bytes,
-                length_bytes,
-                ..
-            } = *op
-            {
-                if slot == token.slot {
-                    let first = line_offset_bytes / SECTOR_BYTES as u32;
-                    bitmap::set_range(&mut written, first, first + length_bytes / SECTOR_BYTES as u32);
-                }
-            }
-        }
-        let mut state = lock(&self.shards[shard].state);
-        let Some(p) = state.poisoned.get(&token.slot).filter(|p| p.key == token.key) else {
-            return false;
-        };
-        if !bits_overlap(&p.sectors, &written) {
-            return false;
-        }
-        let sectors: SectorBits = p.sectors.iter().zip(&written).map(|(a, b)| a & b).collect();
-        let line_sectors = (self.line_bytes / SECTOR_BYTES) as u32;
-        bitmap::for_each_run(&sectors, 0, line_sectors, |start, end, poisoned| {
-            if poisoned {
-                state.cache.forget_sectors_if_unchanged(
-                    token.slot,
-                    token.key,
-                    token.generation(),
-                    start,
-                    end,
-                );
-            }
-        });
-        true
-    }
-
-    fn backend_error(&self, e: DeviceError) -> EngineError {
-        self.health.backend_error();
-        e.into()
-    }
-
-    /// Counts a cache-device error; past the threshold the volume falls
-    /// back to pass-through (dirty lines stay and are still served and
-    /// written back; nothing new is cached) until a probe succeeds.
-    fn cache_error(&self, what: &str, e: &DeviceError) {
-        if self.array.as_ref().is_some_and(|a| a.live_members() > 0) {
-            // A cache array fails members one by one and runs degraded on
-            // the others (the cleaner evacuates); pass-through is for when
-            // none is left.
-            return;
-        }
-        if self.health.cache_error(self.now_ns()) {
-            eprintln!(
-                "iocache: cache device {}: {} I/O errors (last: {what}: {e}); falling back to pass-through until it answers again",
-                self.cache_dev.name(),
-                self.health.cache_errors.load(Ordering::Relaxed)
-            );
-            for shard in &self.shards {
-                lock(&shard.state).cache.set_cache_device_failed(true);
-            }
-        }
-    }
-
-    /// Probes a failed cache device: a read and a rewrite of the
-    /// superblock's blocks. On success the configured write policy returns.
-    fn probe_cache_device(&self) {
-        let mut head = vec![0u8; 8192];
-        let ok = self.cache_dev.read_at(&mut head, 0).is_ok()
-            && self.cache_dev.write_at(&head, 0).is_ok()
-            && self.cache_dev.flush().is_ok();
-        if ok {
-            self.health.cache_recovered(self.now_ns());
-            for shard in &self.shards {
-                lock(&shard.state).cache.set_cache_device_failed(false);
-            }
-            eprintln!(
-                "iocache: cache device {} answers again; back to write policy {}",
-                self.cache_dev.name(),
-                lock(&self.shards[0].state).cache.effective_mode().policy
-            );
-        }
     }
 
     /// Loads the lines found on the cache device into their shards.

@@ -117,7 +117,7 @@ impl Inner {
         while !self.stopping.load(Ordering::Relaxed) {
             let now = self.now_ns();
             let mut next_wake = now + CLEANER_POLL.as_nanos() as u64;
-            if self.health.probe_due(now) {
+            if self.health.devices.probe_due(now) {
                 self.probe_cache_device();
             }
             if let Some(array) = &self.array {
@@ -126,7 +126,7 @@ impl Inner {
                 }
                 self.sweep_mirrors(array);
             }
-            if self.health.may_clean(now) {
+            if self.health.devices.may_clean(now) {
                 let mut failed = 0;
                 let mut taken = 0;
                 for shard in 0..self.shards.len() {
@@ -156,7 +156,7 @@ impl Inner {
                     }
                 }
                 if taken > 0 {
-                    self.health.cleaned(self.now_ns(), failed);
+                    self.health.devices.cleaned(self.now_ns(), failed);
                 }
             }
             let sleep = next_wake.saturating_sub(self.now_ns()).max(100_000);
@@ -259,7 +259,7 @@ impl Inner {
             self.release_tickets(&tickets[2 * i..2 * i + 2]);
         }
         if failed > 0 {
-            self.io_errors.fetch_add(1, Ordering::Relaxed);
+            self.health.io_errors.fetch_add(1, Ordering::Relaxed);
         }
         FlushBatch {
             taken: tokens.len(),
