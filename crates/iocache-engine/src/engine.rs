@@ -17,7 +17,7 @@ use iocache_core::{
     AccessSummary, Cache, CacheConfig, CacheStats, CoreError, FlushToken, IoKind, LineKey, Op, OpList,
     Request, RestoredLine, SlotId, VolumeId, WritePolicy, SECTOR_BYTES,
 };
-use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest, UringEngine};
+use iocache_device::{BlockDevice, DeviceError, IoEngine, UringEngine};
 use iocache_format::Persistence;
 
 use crate::clock::Clock;
@@ -28,6 +28,7 @@ use crate::recovery::{self, DamagedMetadata, InitMode, OpenSpec, RecoveryReport}
 use barrier::{Durability, MetaState};
 use cleaner::Cleaner;
 use health_state::{HealthState, Poisoned};
+use slots::SlotStore;
 use smallvec::SmallVec;
 use thiserror::Error;
 use tickets::{LineQueues, Ticket, TicketKey};
@@ -37,6 +38,7 @@ mod barrier;
 mod cleaner;
 mod health_state;
 mod settings;
+mod slots;
 mod tickets;
 mod volumes;
 
@@ -353,7 +355,6 @@ struct Inner {
     index_prefetchers: Vec<IndexPrefetcher>,
     line_bytes: u64,
     line_shift: u32,
-    cache_dev: Arc<dyn BlockDevice>,
     /// The attached volumes, each with its backend (see `volumes.rs`).
     volumes: RwLock<VolumeTable>,
     /// Serializes attach, detach, volume flushes and shutdown.
@@ -362,10 +363,7 @@ struct Inner {
     stopping: AtomicBool,
     read_latency: LatencyHistogram,
     write_latency: LatencyHistogram,
-    io_engine: Option<Box<dyn IoEngine>>,
     persistence: Persistence,
-    /// Where slot 0's line starts on the cache device.
-    data_offset: u64,
     /// The persistence barrier's state: superblock, record writer,
     /// counters (`barrier.rs`).
     durability: Durability,
@@ -376,8 +374,9 @@ struct Inner {
     /// The background cleaner's state: wake-ups, write-back tracking,
     /// evacuation, mirror releases (`cleaner.rs`).
     cleaner: Cleaner,
-    /// Cache RAID (see `raid.rs`); `cache_dev` is this array.
-    array: Option<Arc<CacheArray>>,
+    /// The slot store: cache device or array, where slots lie on it
+    /// (`slots.rs`).
+    slots: SlotStore,
 }
 
 type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
@@ -523,6 +522,7 @@ impl Engine {
         let (restored, dropped) = knobs.recorded(&opened.previous_settings);
         opened.report.restored_settings = restored.iter().map(ToString::to_string).collect();
         opened.report.dropped_settings = dropped;
+        let data_offset = opened.writer.layout.data_offset;
         let inner = Arc::new(Inner {
             knobs: Mutex::new(knobs),
             settings_informational,
@@ -531,16 +531,13 @@ impl Engine {
             index_prefetchers,
             line_bytes,
             line_shift: config.cache.line_size.shift(),
-            cache_dev,
             volumes: RwLock::new(table),
             admin: Mutex::new(()),
             clock: Clock::new(),
             stopping: AtomicBool::new(false),
             read_latency: LatencyHistogram::default(),
             write_latency: LatencyHistogram::default(),
-            io_engine,
             persistence: config.persistence,
-            data_offset: opened.writer.layout.data_offset,
             durability: Durability::new(MetaState {
                 superblock: opened.superblock,
                 superblock_copy: opened.superblock_copy,
@@ -549,7 +546,12 @@ impl Engine {
             recovery: opened.report,
             health: HealthState::new(),
             cleaner: Cleaner::new(),
-            array: config.array.clone(),
+            slots: SlotStore {
+                dev: cache_dev,
+                array: config.array.clone(),
+                data_offset,
+                io_engine,
+            },
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
@@ -727,7 +729,7 @@ impl Engine {
             stats.dirty_lines += state.cache.dirty_lines();
             retired += state.cache.retired_slots();
         }
-        if let Some(array) = &self.inner.array {
+        if let Some(array) = &self.inner.slots.array {
             let failures = array.failures();
             stats.array = Some(ArrayEngineStats {
                 array: array.stats(),
@@ -1066,62 +1068,6 @@ impl Inner {
         result
     }
 
-    fn cache_offset(&self, shard: usize, slot: u32, line_offset: u32) -> u64 {
-        self.data_offset
-            + (self.shards[shard].base_slot + u64::from(slot)) * self.line_bytes
-            + u64::from(line_offset)
-    }
-
-    /// Reads a run of consecutive `ReadCache` ops (disjoint buffer ranges) as
-    /// one batch through the I/O engine, so a multi-line hit's reads overlap.
-    fn read_cache_batch(
-        &self,
-        shard: usize,
-        base: usize,
-        ops: &[Op],
-        buf: &mut [u8],
-    ) -> Result<(), EngineError> {
-        let Some(io) = &self.io_engine else {
-            unreachable!("batches are only formed with an I/O engine");
-        };
-        // (buffer start, length, device offset), in buffer order for splitting.
-        let mut parts: Vec<(usize, usize, u64)> = ops
-            .iter()
-            .map(|op| match *op {
-                Op::ReadCache {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    buffer_offset_bytes,
-                } => (
-                    base + buffer_offset_bytes as usize,
-                    length_bytes as usize,
-                    self.cache_offset(shard, slot, line_offset_bytes),
-                ),
-                _ => unreachable!("only ReadCache ops are batched"),
-            })
-            .collect();
-        parts.sort_unstable_by_key(|p| p.0);
-        let device: &dyn BlockDevice = &*self.cache_dev;
-        let mut requests = Vec::with_capacity(parts.len());
-        let mut rest = buf;
-        let mut consumed = 0;
-        for (start, len, offset) in parts {
-            let (_, tail) = rest.split_at_mut(start - consumed);
-            let (chunk, tail) = tail.split_at_mut(len);
-            requests.push(IoRequest::read(device, chunk, offset));
-            rest = tail;
-            consumed = start + len;
-        }
-        io.submit(&mut requests)?;
-        for request in &requests {
-            if let Err(e) = request.outcome() {
-                return Err(EngineError::Io(e.to_string()));
-            }
-        }
-        Ok(())
-    }
-
     /// A request failed at op `done` of segment `index`: the cache writes it
     /// did not make leave the slot holding another line's data (`fresh`) or
     /// a stale clean copy, so the core must forget those sectors (if no
@@ -1208,7 +1154,7 @@ impl Inner {
                 .take_while(|op| matches!(op, Op::ReadCache { .. }))
                 .count();
             if run >= 2
-                && self.io_engine.is_some()
+                && self.slots.io_engine.is_some()
                 && self.shards[segment.shard].poisoned.load(Ordering::Relaxed) == 0
             {
                 let Buffer::Read(buf) = buffer else {
@@ -1262,7 +1208,7 @@ impl Inner {
                 }
                 Op::WriteBack { .. } => self.write_back_evicted(segment.shard, op)?,
                 Op::Invalidate { slot, .. } => {
-                    if self.persistence != Persistence::None || self.array.is_some() {
+                    if self.persistence != Persistence::None || self.slots.array.is_some() {
                         let mut state = lock(&self.shards[segment.shard].state);
                         state.shadow.note_empty(slot);
                         self.mirror_unneeded(&state, segment.shard, slot);
@@ -1329,8 +1275,8 @@ impl Inner {
             self.wait_until_reusable(segment.shard, slot, key)?;
         }
         let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
-        let (written, mirror) = match &self.array {
-            None => (self.cache_dev.write_at(data, device_offset), None),
+        let (written, mirror) = match &self.slots.array {
+            None => (self.slots.dev.write_at(data, device_offset), None),
             Some(array) => {
                 let global = self.shards[segment.shard].base_slot + u64::from(slot);
                 self.write_array(array, global, key, data, line_offset_bytes, dirty)
@@ -1348,7 +1294,7 @@ impl Inner {
             state
                 .shadow
                 .note_cache_write(slot, key, first, end, dirty, full_line_hash);
-            if dirty && self.array.is_some() {
+            if dirty && self.slots.array.is_some() {
                 state.shadow.note_mirror(slot, mirror);
             }
         }
@@ -1385,215 +1331,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Reads sectors of `key` held in `slot` from the cache device, or, if
-    /// that fails or the sectors were poisoned by a failed cache write, from
-    /// the backend when the cache's copy is clean (else an error: the only
-    /// copy of dirty data cannot be read).
-    fn read_cache(
-        &self,
-        shard: usize,
-        slot: SlotId,
-        key: LineKey,
-        line_offset: u32,
-        out: &mut [u8],
-    ) -> Result<(), EngineError> {
-        let first = line_offset / SECTOR_BYTES as u32;
-        let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
-        match self.poisoned_in(shard, slot, key, first, end) {
-            Some(true) if self.array.is_some() => {
-                let array = self.array.as_deref().expect("checked");
-                return self.read_degraded(array, shard, slot, key, line_offset, out);
-            }
-            Some(true) => return self.read_around(shard, slot, key, line_offset, out, None),
-            Some(false) => {
-                return Err(EngineError::Io(format!(
-                    "sectors {first}..{end} of line {} were lost with a failed cache-device write",
-                    key.line_index
-                )))
-            }
-            None => {}
-        }
-        if let Some(array) = &self.array {
-            let global = self.shards[shard].base_slot + u64::from(slot);
-            if array.primary_failed(global)
-                || self
-                    .cache_dev
-                    .read_at(out, self.cache_offset(shard, slot, line_offset))
-                    .is_err()
-            {
-                return self.read_degraded(array, shard, slot, key, line_offset, out);
-            }
-            return Ok(());
-        }
-        match self
-            .cache_dev
-            .read_at(out, self.cache_offset(shard, slot, line_offset))
-        {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.cache_error("read", &e);
-                self.read_around(shard, slot, key, line_offset, out, Some(e))
-            }
-        }
-    }
-
-    /// Writes a cache op's data on a cache array: clean data to the slot's
-    /// member only; dirty data to the slot and to its mirror, or, with no
-    /// mirror to be had, to the backend too. Succeeds when the data is
-    /// where later reads and write-backs look for it (a dirty write whose
-    /// slot's member failed is still readable from its mirror or the
-    /// backend). Returns the mirror the record must name.
-    fn write_array(
-        &self,
-        array: &CacheArray,
-        global: u64,
-        key: LineKey,
-        data: &[u8],
-        line_offset: u32,
-        dirty: bool,
-    ) -> (Result<(), DeviceError>, Option<u32>) {
-        let offset = self.data_offset + global * self.line_bytes + u64::from(line_offset);
-        if !dirty {
-            return (self.cache_dev.write_at(data, offset), None);
-        }
-        let state = array.ensure_mirror(global);
-        let primary = if array.primary_failed(global) {
-            Err(None)
-        } else {
-            self.cache_dev.write_at(data, offset).map_err(Some)
-        };
-        match state {
-            MirrorState::Mirrored(m) => {
-                let mirrored = array.write_mirror(m, u64::from(line_offset), data).is_ok();
-                let result = match primary {
-                    Ok(()) => Ok(()),
-                    Err(_) if mirrored => Ok(()),
-                    Err(Some(e)) => Err(e),
-                    Err(None) => Err(self.array_member_failed(array, offset, data.len())),
-                };
-                (result, Some(m))
-            }
-            MirrorState::Through | MirrorState::None => {
-                array.note_through_write();
-                let backend = self
-                    .backend_of(key.volume)
-                    .map_err(|e| DeviceError::Io {
-                        device: self.cache_dev.name().to_string(),
-                        kind: iocache_device::IoKind::Write,
-                        offset,
-                        len: data.len() as u64,
-                        source: std::io::Error::other(e.to_string()),
-                    })
-                    .and_then(|b| {
-                        b.write_at(data, (key.line_index << self.line_shift) + u64::from(line_offset))
-                    });
-                // With the backend written, a failed slot write only means
-                // its member has failed (any error fails it): reads and
-                // write-backs of the line find the data in the backend.
-                let _ = primary;
-                let result = backend;
-                (result, None)
-            }
-        }
-    }
-
-    fn array_member_failed(&self, array: &CacheArray, offset: u64, len: usize) -> DeviceError {
-        DeviceError::Io {
-            device: array.name().to_string(),
-            kind: iocache_device::IoKind::Write,
-            offset,
-            len: len as u64,
-            source: std::io::Error::other("the cache array member of this line and its mirror failed"),
-        }
-    }
-
-    /// Serves a cache read whose slot's member failed (or failed now):
-    /// clean sectors from the backend, dirty ones from the mirror (or the
-    /// backend, when the line's dirty writes went there too).
-    fn read_degraded(
-        &self,
-        array: &CacheArray,
-        shard: usize,
-        slot: SlotId,
-        key: LineKey,
-        line_offset: u32,
-        out: &mut [u8],
-    ) -> Result<(), EngineError> {
-        let first = line_offset / SECTOR_BYTES as u32;
-        let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
-        let dirty: Option<Vec<u64>> = {
-            let state = lock(&self.shards[shard].state);
-            state
-                .cache
-                .slot_snapshot(slot)
-                .filter(|snap| snap.key == key && bitmap::count_range(snap.dirty, first, end) > 0)
-                .map(|snap| snap.dirty.to_vec())
-        };
-        self.backend_of(key.volume)?
-            .read_at(out, (key.line_index << self.line_shift) + u64::from(line_offset))
-            .map_err(|e| self.backend_error(e))?;
-        let Some(dirty) = dirty else {
-            return Ok(());
-        };
-        let global = self.shards[shard].base_slot + u64::from(slot);
-        match array.mirror_state(global) {
-            MirrorState::Through => Ok(()),
-            MirrorState::Mirrored(m) => {
-                let mut result = Ok(());
-                bitmap::for_each_run(&dirty, first, end, |a, b, is_dirty| {
-                    if !is_dirty || result.is_err() {
-                        return;
-                    }
-                    let at = ((a - first) as u64 * SECTOR_BYTES) as usize;
-                    let len = ((b - a) as u64 * SECTOR_BYTES) as usize;
-                    result = array.read_mirror(m, u64::from(a) * SECTOR_BYTES, &mut out[at..at + len]);
-                });
-                result.map_err(|e| {
-                    EngineError::Io(format!(
-                        "dirty sectors {first}..{end} of line {}: both cache copies failed: {e}",
-                        key.line_index
-                    ))
-                })
-            }
-            MirrorState::None => Err(EngineError::Io(format!(
-                "dirty sectors {first}..{end} of line {}: the cache device holding them failed and they have no mirror",
-                key.line_index
-            ))),
-        }
-    }
-
-    /// Serves a cache read from the backend, if the policy core says those
-    /// sectors of `key` are clean (the backend holds them).
-    fn read_around(
-        &self,
-        shard: usize,
-        slot: SlotId,
-        key: LineKey,
-        line_offset: u32,
-        out: &mut [u8],
-        cause: Option<DeviceError>,
-    ) -> Result<(), EngineError> {
-        let first = line_offset / SECTOR_BYTES as u32;
-        let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
-        let clean = {
-            let state = lock(&self.shards[shard].state);
-            state
-                .cache
-                .slot_snapshot(slot)
-                .is_none_or(|snap| snap.key != key || bitmap::count_range(snap.dirty, first, end) == 0)
-        };
-        if !clean {
-            return Err(EngineError::Io(format!(
-                "cache device read of dirty sectors {first}..{end} of line {} failed{}",
-                key.line_index,
-                cause.map(|e| format!(": {e}")).unwrap_or_default()
-            )));
-        }
-        self.backend_of(key.volume)?
-            .read_at(out, (key.line_index << self.line_shift) + u64::from(line_offset))
-            .map_err(|e| self.backend_error(e))
-    }
-
     /// Loads the lines found on the cache device into their shards.
     fn restore(
         &self,
@@ -1625,7 +1362,7 @@ impl Inner {
         let mut written_back = false;
         for line in lines {
             let shard = self.shards.partition_point(|s| s.base_slot <= line.slot) - 1;
-            if let Some(array) = self.array.as_ref().filter(|a| a.primary_failed(line.slot)) {
+            if let Some(array) = self.slots.array.as_ref().filter(|a| a.primary_failed(line.slot)) {
                 // Its member is gone: write its dirty sectors back from the
                 // mirror (or find them in the backend already).
                 written_back |= self.recover_from_mirror(array, &line)?;
@@ -1643,7 +1380,7 @@ impl Inner {
                 self.leave_recovered_line(shard, &line);
                 continue;
             }
-            if let Some(array) = &self.array {
+            if let Some(array) = &self.slots.array {
                 let claimed = match line.mirror {
                     Some(m) => MirrorState::Mirrored(m),
                     None if line.dirty_on_disk => MirrorState::Through,
@@ -1763,7 +1500,7 @@ impl Inner {
         dirty: &[u64],
     ) -> Result<(), EngineError> {
         recovery::write_back_dirty_runs(
-            &*self.cache_dev,
+            &*self.slots.dev,
             self.cache_offset(shard, slot, 0),
             &*self.backend_of(key.volume)?,
             key.line_index << self.line_shift,

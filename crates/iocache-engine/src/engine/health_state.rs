@@ -249,7 +249,7 @@ impl Inner {
     /// back to pass-through (dirty lines stay and are still served and
     /// written back; nothing new is cached) until a probe succeeds.
     pub(super) fn cache_error(&self, what: &str, e: &DeviceError) {
-        if self.array.as_ref().is_some_and(|a| a.live_members() > 0) {
+        if self.slots.array.as_ref().is_some_and(|a| a.live_members() > 0) {
             // A cache array fails members one by one and runs degraded on
             // the others (the cleaner evacuates); pass-through is for when
             // none is left.
@@ -258,7 +258,7 @@ impl Inner {
         if self.health.devices.cache_error(self.now_ns()) {
             eprintln!(
                 "iocache: cache device {}: {} I/O errors (last: {what}: {e}); falling back to pass-through until it answers again",
-                self.cache_dev.name(),
+                self.slots.dev.name(),
                 self.health.devices.cache_errors.load(Ordering::Relaxed)
             );
             for shard in &self.shards {
@@ -271,9 +271,9 @@ impl Inner {
     /// superblock's blocks. On success the configured write policy returns.
     pub(super) fn probe_cache_device(&self) {
         let mut head = vec![0u8; 8192];
-        let ok = self.cache_dev.read_at(&mut head, 0).is_ok()
-            && self.cache_dev.write_at(&head, 0).is_ok()
-            && self.cache_dev.flush().is_ok();
+        let ok = self.slots.dev.read_at(&mut head, 0).is_ok()
+            && self.slots.dev.write_at(&head, 0).is_ok()
+            && self.slots.dev.flush().is_ok();
         if ok {
             self.health.devices.cache_recovered(self.now_ns());
             for shard in &self.shards {
@@ -281,7 +281,7 @@ impl Inner {
             }
             eprintln!(
                 "iocache: cache device {} answers again; back to write policy {}",
-                self.cache_dev.name(),
+                self.slots.dev.name(),
                 lock(&self.shards[0].state).cache.effective_mode().policy
             );
         }
