@@ -14,28 +14,32 @@ use iocache_core::fasthash::FxHashMap;
 use iocache_core::index::IndexPrefetcher;
 use iocache_core::EffectiveMode;
 use iocache_core::{
-    AccessSummary, Cache, CacheConfig, CacheStats, CoreError, FlushToken, IoKind, LineKey, Op, OpList,
-    Request, RestoredLine, SlotId, VolumeId, WritePolicy, SECTOR_BYTES,
+    Cache, CacheConfig, CacheStats, CoreError, FlushToken, IoKind, LineKey, Op, OpList, RestoredLine, SlotId,
+    VolumeId, WritePolicy, SECTOR_BYTES,
 };
-use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest, UringEngine};
+use iocache_device::{BlockDevice, DeviceError, IoEngine, UringEngine};
 use iocache_format::Persistence;
 
 use crate::clock::Clock;
-use crate::health::Health;
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use crate::persist::Shadow;
 use crate::raid::{ArrayStats, CacheArray, MirrorState};
 use crate::recovery::{self, DamagedMetadata, InitMode, OpenSpec, RecoveryReport};
 use barrier::{Durability, MetaState};
 use cleaner::Cleaner;
-use smallvec::SmallVec;
+use health_state::{HealthState, Poisoned};
+use planning::{Plan, PlannedSegment, Segments};
+use slots::SlotStore;
 use thiserror::Error;
 use tickets::{LineQueues, Ticket, TicketKey};
 use volumes::{VolumeState, VolumeTable};
 
 mod barrier;
 mod cleaner;
+mod health_state;
+mod planning;
 mod settings;
+mod slots;
 mod tickets;
 mod volumes;
 
@@ -283,76 +287,6 @@ struct Shard {
     base_slot: u64,
 }
 
-#[derive(Clone, Debug)]
-struct Poisoned {
-    key: LineKey,
-    /// Sectors the cache must not serve (or write back) from the slot.
-    sectors: SectorBits,
-    /// Of those, the ones whose data the backend holds (else a read fails).
-    clean: SectorBits,
-}
-
-/// A line's sector bitmap (up to 2048 sectors: 1 MiB lines).
-type SectorBits = SmallVec<[u64; 1]>;
-
-fn bits_range(words: usize, first: u32, end: u32) -> SectorBits {
-    let mut bits: SectorBits = SmallVec::from_elem(0, words);
-    bitmap::set_range(&mut bits, first, end);
-    bits
-}
-
-fn bits_overlap(a: &[u64], b: &[u64]) -> bool {
-    a.iter().zip(b).any(|(x, y)| x & y != 0)
-}
-
-/// A contiguous part of a request that falls in one shard.
-#[derive(Clone, Copy)]
-struct Segment {
-    shard: usize,
-    request: Request,
-    /// Where this segment starts in the request's buffer.
-    buffer_offset: usize,
-}
-
-/// A request's segments: inline for the usual one or two, so the hit path
-/// does not allocate.
-type Segments = SmallVec<[Segment; 2]>;
-
-struct PlannedSegment {
-    shard: usize,
-    /// The volume of the request.
-    volume: VolumeId,
-    buffer_offset: usize,
-    /// For each `WriteCache` op (in order), its slot's generation right
-    /// after the decision: a failure handler forgets what the op was to
-    /// write only if no later decision changed the slot.
-    generations: SmallVec<[u64; 2]>,
-    /// The segment's first byte in the volume.
-    request_offset: u64,
-    ops: SmallVec<[Op; 4]>,
-}
-
-/// The decisions for one request and the tickets it must wait for.
-struct Plan {
-    segments: SmallVec<[PlannedSegment; 1]>,
-    tickets: SmallVec<[Ticket; 4]>,
-    /// Whether every ticket was served when taken (nothing to wait for).
-    all_served: bool,
-    /// The core's verdicts on the request's lines (per-volume statistics).
-    summary: AccessSummary,
-}
-
-impl Default for Plan {
-    fn default() -> Self {
-        Plan {
-            segments: SmallVec::new(),
-            tickets: SmallVec::new(),
-            all_served: true,
-            summary: AccessSummary::default(),
-        }
-    }
-}
-
 /// The client's buffer: read into, or written from.
 enum Buffer<'a> {
     Read(&'a mut [u8]),
@@ -374,31 +308,28 @@ struct Inner {
     index_prefetchers: Vec<IndexPrefetcher>,
     line_bytes: u64,
     line_shift: u32,
-    cache_dev: Arc<dyn BlockDevice>,
     /// The attached volumes, each with its backend (see `volumes.rs`).
     volumes: RwLock<VolumeTable>,
     /// Serializes attach, detach, volume flushes and shutdown.
     admin: Mutex<()>,
     clock: Clock,
     stopping: AtomicBool,
-    io_errors: AtomicU64,
-    forgotten_lines: AtomicU64,
     read_latency: LatencyHistogram,
     write_latency: LatencyHistogram,
-    io_engine: Option<Box<dyn IoEngine>>,
     persistence: Persistence,
-    /// Where slot 0's line starts on the cache device.
-    data_offset: u64,
     /// The persistence barrier's state: superblock, record writer,
     /// counters (`barrier.rs`).
     durability: Durability,
     recovery: RecoveryReport,
-    health: Health,
+    /// Poisoning and health: device error counters, pass-through
+    /// fall-back, failed requests, forgotten lines (`health_state.rs`).
+    health: HealthState,
     /// The background cleaner's state: wake-ups, write-back tracking,
     /// evacuation, mirror releases (`cleaner.rs`).
     cleaner: Cleaner,
-    /// Cache RAID (see `raid.rs`); `cache_dev` is this array.
-    array: Option<Arc<CacheArray>>,
+    /// The slot store: cache device or array, where slots lie on it
+    /// (`slots.rs`).
+    slots: SlotStore,
 }
 
 type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
@@ -544,6 +475,7 @@ impl Engine {
         let (restored, dropped) = knobs.recorded(&opened.previous_settings);
         opened.report.restored_settings = restored.iter().map(ToString::to_string).collect();
         opened.report.dropped_settings = dropped;
+        let data_offset = opened.writer.layout.data_offset;
         let inner = Arc::new(Inner {
             knobs: Mutex::new(knobs),
             settings_informational,
@@ -552,27 +484,27 @@ impl Engine {
             index_prefetchers,
             line_bytes,
             line_shift: config.cache.line_size.shift(),
-            cache_dev,
             volumes: RwLock::new(table),
             admin: Mutex::new(()),
             clock: Clock::new(),
             stopping: AtomicBool::new(false),
-            io_errors: AtomicU64::new(0),
-            forgotten_lines: AtomicU64::new(0),
             read_latency: LatencyHistogram::default(),
             write_latency: LatencyHistogram::default(),
-            io_engine,
             persistence: config.persistence,
-            data_offset: opened.writer.layout.data_offset,
             durability: Durability::new(MetaState {
                 superblock: opened.superblock,
                 superblock_copy: opened.superblock_copy,
                 writer: opened.writer,
             }),
             recovery: opened.report,
-            health: Health::new(),
+            health: HealthState::new(),
             cleaner: Cleaner::new(),
-            array: config.array.clone(),
+            slots: SlotStore {
+                dev: cache_dev,
+                array: config.array.clone(),
+                data_offset,
+                io_engine,
+            },
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
@@ -722,18 +654,23 @@ impl Engine {
     pub fn stats(&self) -> EngineStats {
         let mut stats = EngineStats {
             shards: self.inner.shards.len(),
-            io_errors: self.inner.io_errors.load(Ordering::Relaxed),
-            forgotten_lines: self.inner.forgotten_lines.load(Ordering::Relaxed),
+            io_errors: self.inner.health.io_errors.load(Ordering::Relaxed),
+            forgotten_lines: self.inner.health.forgotten_lines.load(Ordering::Relaxed),
             read_latency: self.inner.read_latency.percentiles(),
             write_latency: self.inner.write_latency.percentiles(),
             persistence: Some(self.inner.persistence),
             recovery: self.inner.recovery.clone(),
             barriers: self.inner.durability.barriers.load(Ordering::Relaxed),
             records_written: self.inner.durability.records_written.load(Ordering::Relaxed),
-            cache_device_errors: self.inner.health.cache_errors.load(Ordering::Relaxed),
-            backend_errors: self.inner.health.backend_errors.load(Ordering::Relaxed),
-            failed_writebacks: self.inner.health.failed_writebacks.load(Ordering::Relaxed),
-            cache_device_failed: self.inner.health.cache_failed.load(Ordering::Relaxed),
+            cache_device_errors: self.inner.health.devices.cache_errors.load(Ordering::Relaxed),
+            backend_errors: self.inner.health.devices.backend_errors.load(Ordering::Relaxed),
+            failed_writebacks: self
+                .inner
+                .health
+                .devices
+                .failed_writebacks
+                .load(Ordering::Relaxed),
+            cache_device_failed: self.inner.health.devices.cache_failed.load(Ordering::Relaxed),
             ..EngineStats::default()
         };
         let mut retired = 0;
@@ -745,7 +682,7 @@ impl Engine {
             stats.dirty_lines += state.cache.dirty_lines();
             retired += state.cache.retired_slots();
         }
-        if let Some(array) = &self.inner.array {
+        if let Some(array) = &self.inner.slots.array {
             let failures = array.failures();
             stats.array = Some(ArrayEngineStats {
                 array: array.stats(),
@@ -892,177 +829,6 @@ impl Inner {
         }
     }
 
-    /// Validates a request to `volume` (of `size` bytes) and cuts it into
-    /// per-shard segments.
-    fn segments(
-        &self,
-        volume: VolumeId,
-        size: u64,
-        kind: IoKind,
-        offset: u64,
-        length: u64,
-        now_ns: u64,
-    ) -> Result<Segments, EngineError> {
-        if self.stopping.load(Ordering::Relaxed) {
-            return Err(EngineError::Shutdown);
-        }
-        if length == 0 || offset.checked_add(length).is_none_or(|end| end > size) {
-            return Err(EngineError::OutOfRange { offset, length, size });
-        }
-        if !offset.is_multiple_of(SECTOR_BYTES) || !length.is_multiple_of(SECTOR_BYTES) {
-            return Err(EngineError::Unaligned { offset, length });
-        }
-        let span_bytes = SHARD_SPAN_LINES * self.line_bytes;
-        let mut segments = Segments::new();
-        let mut at = offset;
-        let end = offset + length;
-        while at < end {
-            let span_end = (at / span_bytes + 1) * span_bytes;
-            let seg_end = span_end.min(end);
-            let request = Request {
-                volume,
-                offset_bytes: at,
-                length_bytes: seg_end - at,
-                kind,
-                now_ns,
-            };
-            let key = self.key_of(volume, at);
-            let shard = self.shard_of(key);
-            if at != offset {
-                // The first was prefetched by `Engine::request`.
-                self.index_prefetchers[shard].prefetch(&key);
-            }
-            segments.push(Segment {
-                shard,
-                request,
-                buffer_offset: (at - offset) as usize,
-            });
-            at = seg_end;
-        }
-        Ok(segments)
-    }
-
-    /// Steps 1-2 of the protocol: decisions and tickets under the shard locks.
-    ///
-    /// A segment takes the line tickets of its own lines only when its ops
-    /// touch the backend: a segment served wholly by the cache (a hit, or a
-    /// write kept in the cache) is ordered by its slot tickets, since every op
-    /// that changes what a slot holds or what its line's cached sectors
-    /// contain takes that slot's ticket, and an op that moves the line to or
-    /// from the backend takes the line's.
-    fn decide(&self, segments: &[Segment]) -> Result<Plan, EngineError> {
-        let mut plan = Plan::default();
-        self.decide_into(segments, &mut plan)?;
-        Ok(plan)
-    }
-
-    /// [`Inner::decide`] into a plan the caller owns (no large moves on the
-    /// hit path).
-    fn decide_into(&self, segments: &[Segment], plan: &mut Plan) -> Result<(), EngineError> {
-        // Loops and pushes rather than iterator `collect`s: these small
-        // vectors are built on every hit, and the collects were calls.
-        let mut order: SmallVec<[usize; 2]> = SmallVec::new();
-        for segment in segments {
-            order.push(segment.shard);
-        }
-        if order.len() > 1 {
-            order.sort_unstable();
-            order.dedup();
-        }
-        let mut guards: SmallVec<[(usize, MutexGuard<'_, ShardState>); 2]> = SmallVec::new();
-        for &i in &order {
-            guards.push((i, lock(&self.shards[i].state)));
-        }
-        debug_assert!(plan.segments.is_empty() && plan.tickets.is_empty() && plan.all_served);
-        let mut keys: SmallVec<[(usize, TicketKey); 4]> = SmallVec::new();
-        for segment in segments {
-            let Some((_, state)) = guards.iter_mut().find(|(i, _)| *i == segment.shard) else {
-                unreachable!("every segment's shard is locked");
-            };
-            let ShardState { cache, ops, .. } = &mut **state;
-            let summary = cache.access(&segment.request, ops)?;
-            plan.summary.lines += summary.lines;
-            plan.summary.full_hits += summary.full_hits;
-            plan.summary.partial_hits += summary.partial_hits;
-            plan.summary.misses += summary.misses;
-            if summary.dirty_victims_kept > 0 {
-                self.shards[segment.shard]
-                    .wants_cleaning
-                    .store(true, Ordering::Relaxed);
-                self.wake_cleaner();
-            }
-            let request = &segment.request;
-            let mut touches_backend = false;
-            for op in ops.ops() {
-                match *op {
-                    Op::WriteBack {
-                        slot,
-                        volume,
-                        offset_bytes,
-                        ..
-                    } => {
-                        keys.push((segment.shard, TicketKey::Line(self.key_of(volume, offset_bytes))));
-                        keys.push((segment.shard, TicketKey::Slot(slot)));
-                    }
-                    Op::Invalidate { slot, key } => {
-                        keys.push((segment.shard, TicketKey::Line(key)));
-                        keys.push((segment.shard, TicketKey::Slot(slot)));
-                    }
-                    Op::ReadCache { slot, .. } | Op::WriteCache { slot, .. } => {
-                        keys.push((segment.shard, TicketKey::Slot(slot)))
-                    }
-                    Op::ReadBackend { .. } | Op::WriteBackend { .. } => touches_backend = true,
-                }
-            }
-            if touches_backend {
-                let first = request.offset_bytes >> self.line_shift;
-                let last = (request.offset_bytes + request.length_bytes - 1) >> self.line_shift;
-                for line_index in first..=last {
-                    keys.push((
-                        segment.shard,
-                        TicketKey::Line(LineKey {
-                            volume: request.volume,
-                            line_index,
-                        }),
-                    ));
-                }
-            }
-            let mut generations = SmallVec::new();
-            for op in ops.ops() {
-                if let Op::WriteCache { slot, .. } = *op {
-                    generations.push(cache.slot_generation(slot));
-                }
-            }
-            plan.segments.push(PlannedSegment {
-                shard: segment.shard,
-                volume: segment.request.volume,
-                buffer_offset: segment.buffer_offset,
-                generations,
-                request_offset: segment.request.offset_bytes,
-                ops: SmallVec::from_slice(ops.ops()),
-            });
-        }
-        if keys.len() > 1 {
-            keys.sort_unstable();
-            keys.dedup();
-        }
-        for (shard, key) in keys {
-            let state = if guards.len() == 1 {
-                &mut guards[0].1
-            } else {
-                let Some((_, state)) = guards.iter_mut().find(|(i, _)| *i == shard) else {
-                    unreachable!("every ticket's shard is locked");
-                };
-                state
-            };
-            let (ticket, served) = state.take_ticket(key);
-            plan.all_served &= served;
-            plan.tickets.push((shard, key, ticket));
-        }
-        drop(guards);
-        Ok(())
-    }
-
     /// Step 3: wait, execute, release.
     fn run(&self, plan: &Plan, mut buffer: Buffer<'_>) -> Result<(), EngineError> {
         if !plan.all_served {
@@ -1079,65 +845,9 @@ impl Inner {
         }
         self.release_tickets(&plan.tickets);
         if result.is_err() {
-            self.io_errors.fetch_add(1, Ordering::Relaxed);
+            self.health.io_errors.fetch_add(1, Ordering::Relaxed);
         }
         result
-    }
-
-    fn cache_offset(&self, shard: usize, slot: u32, line_offset: u32) -> u64 {
-        self.data_offset
-            + (self.shards[shard].base_slot + u64::from(slot)) * self.line_bytes
-            + u64::from(line_offset)
-    }
-
-    /// Reads a run of consecutive `ReadCache` ops (disjoint buffer ranges) as
-    /// one batch through the I/O engine, so a multi-line hit's reads overlap.
-    fn read_cache_batch(
-        &self,
-        shard: usize,
-        base: usize,
-        ops: &[Op],
-        buf: &mut [u8],
-    ) -> Result<(), EngineError> {
-        let Some(io) = &self.io_engine else {
-            unreachable!("batches are only formed with an I/O engine");
-        };
-        // (buffer start, length, device offset), in buffer order for splitting.
-        let mut parts: Vec<(usize, usize, u64)> = ops
-            .iter()
-            .map(|op| match *op {
-                Op::ReadCache {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    buffer_offset_bytes,
-                } => (
-                    base + buffer_offset_bytes as usize,
-                    length_bytes as usize,
-                    self.cache_offset(shard, slot, line_offset_bytes),
-                ),
-                _ => unreachable!("only ReadCache ops are batched"),
-            })
-            .collect();
-        parts.sort_unstable_by_key(|p| p.0);
-        let device: &dyn BlockDevice = &*self.cache_dev;
-        let mut requests = Vec::with_capacity(parts.len());
-        let mut rest = buf;
-        let mut consumed = 0;
-        for (start, len, offset) in parts {
-            let (_, tail) = rest.split_at_mut(start - consumed);
-            let (chunk, tail) = tail.split_at_mut(len);
-            requests.push(IoRequest::read(device, chunk, offset));
-            rest = tail;
-            consumed = start + len;
-        }
-        io.submit(&mut requests)?;
-        for request in &requests {
-            if let Err(e) = request.outcome() {
-                return Err(EngineError::Io(e.to_string()));
-            }
-        }
-        Ok(())
     }
 
     /// A request failed at op `done` of segment `index`: the cache writes it
@@ -1174,34 +884,6 @@ impl Inner {
                 self.forget_or_poison(segment.shard, slot, key, generation, first, end, true);
             }
         }
-    }
-
-    /// Makes the core forget sectors of `key` in `slot` that the device does
-    /// not hold, unless a later decision changed the slot; then poisons them
-    /// (`clean`: the backend has their data; else reading them fails).
-    #[allow(clippy::too_many_arguments)]
-    fn forget_or_poison(
-        &self,
-        shard: usize,
-        slot: SlotId,
-        key: LineKey,
-        generation: u64,
-        first: u32,
-        end: u32,
-        clean: bool,
-    ) {
-        let forgot = {
-            let mut state = lock(&self.shards[shard].state);
-            state
-                .cache
-                .forget_sectors_if_unchanged(slot, key, generation, first, end)
-        };
-        if forgot {
-            self.forgotten_lines.fetch_add(1, Ordering::Relaxed);
-        }
-        // Requests decided before this may still read the slot: poison it
-        // either way.
-        self.poison(shard, slot, key, first, end, clean);
     }
 
     /// The line a cache op of `segment` belongs to: the segment's volume,
@@ -1254,7 +936,7 @@ impl Inner {
                 .take_while(|op| matches!(op, Op::ReadCache { .. }))
                 .count();
             if run >= 2
-                && self.io_engine.is_some()
+                && self.slots.io_engine.is_some()
                 && self.shards[segment.shard].poisoned.load(Ordering::Relaxed) == 0
             {
                 let Buffer::Read(buf) = buffer else {
@@ -1308,7 +990,7 @@ impl Inner {
                 }
                 Op::WriteBack { .. } => self.write_back_evicted(segment.shard, op)?,
                 Op::Invalidate { slot, .. } => {
-                    if self.persistence != Persistence::None || self.array.is_some() {
+                    if self.persistence != Persistence::None || self.slots.array.is_some() {
                         let mut state = lock(&self.shards[segment.shard].state);
                         state.shadow.note_empty(slot);
                         self.mirror_unneeded(&state, segment.shard, slot);
@@ -1375,8 +1057,8 @@ impl Inner {
             self.wait_until_reusable(segment.shard, slot, key)?;
         }
         let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
-        let (written, mirror) = match &self.array {
-            None => (self.cache_dev.write_at(data, device_offset), None),
+        let (written, mirror) = match &self.slots.array {
+            None => (self.slots.dev.write_at(data, device_offset), None),
             Some(array) => {
                 let global = self.shards[segment.shard].base_slot + u64::from(slot);
                 self.write_array(array, global, key, data, line_offset_bytes, dirty)
@@ -1394,7 +1076,7 @@ impl Inner {
             state
                 .shadow
                 .note_cache_write(slot, key, first, end, dirty, full_line_hash);
-            if dirty && self.array.is_some() {
+            if dirty && self.slots.array.is_some() {
                 state.shadow.note_mirror(slot, mirror);
             }
         }
@@ -1431,394 +1113,6 @@ impl Inner {
         Ok(())
     }
 
-    fn words(&self) -> usize {
-        ((self.line_bytes / SECTOR_BYTES) as usize).div_ceil(64)
-    }
-
-    /// Whether sectors `[first, end)` of `key` in `slot` are poisoned, and
-    /// if so whether all of those poisoned are clean.
-    fn poisoned_in(&self, shard: usize, slot: SlotId, key: LineKey, first: u32, end: u32) -> Option<bool> {
-        if self.shards[shard].poisoned.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let range = bits_range(self.words(), first, end);
-        let state = lock(&self.shards[shard].state);
-        let p = state.poisoned.get(&slot).filter(|p| p.key == key)?;
-        if !bits_overlap(&p.sectors, &range) {
-            return None;
-        }
-        let all_clean = p
-            .sectors
-            .iter()
-            .zip(&p.clean)
-            .zip(&range)
-            .all(|((s, c), r)| s & r & !c == 0);
-        Some(all_clean)
-    }
-
-    /// Reads sectors of `key` held in `slot` from the cache device, or, if
-    /// that fails or the sectors were poisoned by a failed cache write, from
-    /// the backend when the cache's copy is clean (else an error: the only
-    /// copy of dirty data cannot be read).
-    fn read_cache(
-        &self,
-        shard: usize,
-        slot: SlotId,
-        key: LineKey,
-        line_offset: u32,
-        out: &mut [u8],
-    ) -> Result<(), EngineError> {
-        let first = line_offset / SECTOR_BYTES as u32;
-        let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
-        match self.poisoned_in(shard, slot, key, first, end) {
-            Some(true) if self.array.is_some() => {
-                let array = self.array.as_deref().expect("checked");
-                return self.read_degraded(array, shard, slot, key, line_offset, out);
-            }
-            Some(true) => return self.read_around(shard, slot, key, line_offset, out, None),
-            Some(false) => {
-                return Err(EngineError::Io(format!(
-                    "sectors {first}..{end} of line {} were lost with a failed cache-device write",
-                    key.line_index
-                )))
-            }
-            None => {}
-        }
-        if let Some(array) = &self.array {
-            let global = self.shards[shard].base_slot + u64::from(slot);
-            if array.primary_failed(global)
-                || self
-                    .cache_dev
-                    .read_at(out, self.cache_offset(shard, slot, line_offset))
-                    .is_err()
-            {
-                return self.read_degraded(array, shard, slot, key, line_offset, out);
-            }
-            return Ok(());
-        }
-        match self
-            .cache_dev
-            .read_at(out, self.cache_offset(shard, slot, line_offset))
-        {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.cache_error("read", &e);
-                self.read_around(shard, slot, key, line_offset, out, Some(e))
-            }
-        }
-    }
-
-    /// Writes a cache op's data on a cache array: clean data to the slot's
-    /// member only; dirty data to the slot and to its mirror, or, with no
-    /// mirror to be had, to the backend too. Succeeds when the data is
-    /// where later reads and write-backs look for it (a dirty write whose
-    /// slot's member failed is still readable from its mirror or the
-    /// backend). Returns the mirror the record must name.
-    fn write_array(
-        &self,
-        array: &CacheArray,
-        global: u64,
-        key: LineKey,
-        data: &[u8],
-        line_offset: u32,
-        dirty: bool,
-    ) -> (Result<(), DeviceError>, Option<u32>) {
-        let offset = self.data_offset + global * self.line_bytes + u64::from(line_offset);
-        if !dirty {
-            return (self.cache_dev.write_at(data, offset), None);
-        }
-        let state = array.ensure_mirror(global);
-        let primary = if array.primary_failed(global) {
-            Err(None)
-        } else {
-            self.cache_dev.write_at(data, offset).map_err(Some)
-        };
-        match state {
-            MirrorState::Mirrored(m) => {
-                let mirrored = array.write_mirror(m, u64::from(line_offset), data).is_ok();
-                let result = match primary {
-                    Ok(()) => Ok(()),
-                    Err(_) if mirrored => Ok(()),
-                    Err(Some(e)) => Err(e),
-                    Err(None) => Err(self.array_member_failed(array, offset, data.len())),
-                };
-                (result, Some(m))
-            }
-            MirrorState::Through | MirrorState::None => {
-                array.note_through_write();
-                let backend = self
-                    .backend_of(key.volume)
-                    .map_err(|e| DeviceError::Io {
-                        device: self.cache_dev.name().to_string(),
-                        kind: iocache_device::IoKind::Write,
-                        offset,
-                        len: data.len() as u64,
-                        source: std::io::Error::other(e.to_string()),
-                    })
-                    .and_then(|b| {
-                        b.write_at(data, (key.line_index << self.line_shift) + u64::from(line_offset))
-                    });
-                // With the backend written, a failed slot write only means
-                // its member has failed (any error fails it): reads and
-                // write-backs of the line find the data in the backend.
-                let _ = primary;
-                let result = backend;
-                (result, None)
-            }
-        }
-    }
-
-    fn array_member_failed(&self, array: &CacheArray, offset: u64, len: usize) -> DeviceError {
-        DeviceError::Io {
-            device: array.name().to_string(),
-            kind: iocache_device::IoKind::Write,
-            offset,
-            len: len as u64,
-            source: std::io::Error::other("the cache array member of this line and its mirror failed"),
-        }
-    }
-
-    /// Serves a cache read whose slot's member failed (or failed now):
-    /// clean sectors from the backend, dirty ones from the mirror (or the
-    /// backend, when the line's dirty writes went there too).
-    fn read_degraded(
-        &self,
-        array: &CacheArray,
-        shard: usize,
-        slot: SlotId,
-        key: LineKey,
-        line_offset: u32,
-        out: &mut [u8],
-    ) -> Result<(), EngineError> {
-        let first = line_offset / SECTOR_BYTES as u32;
-        let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
-        let dirty: Option<Vec<u64>> = {
-            let state = lock(&self.shards[shard].state);
-            state
-                .cache
-                .slot_snapshot(slot)
-                .filter(|snap| snap.key == key && bitmap::count_range(snap.dirty, first, end) > 0)
-                .map(|snap| snap.dirty.to_vec())
-        };
-        self.backend_of(key.volume)?
-            .read_at(out, (key.line_index << self.line_shift) + u64::from(line_offset))
-            .map_err(|e| self.backend_error(e))?;
-        let Some(dirty) = dirty else {
-            return Ok(());
-        };
-        let global = self.shards[shard].base_slot + u64::from(slot);
-        match array.mirror_state(global) {
-            MirrorState::Through => Ok(()),
-            MirrorState::Mirrored(m) => {
-                let mut result = Ok(());
-                bitmap::for_each_run(&dirty, first, end, |a, b, is_dirty| {
-                    if !is_dirty || result.is_err() {
-                        return;
-                    }
-                    let at = ((a - first) as u64 * SECTOR_BYTES) as usize;
-                    let len = ((b - a) as u64 * SECTOR_BYTES) as usize;
-                    result = array.read_mirror(m, u64::from(a) * SECTOR_BYTES, &mut out[at..at + len]);
-                });
-                result.map_err(|e| {
-                    EngineError::Io(format!(
-                        "dirty sectors {first}..{end} of line {}: both cache copies failed: {e}",
-                        key.line_index
-                    ))
-                })
-            }
-            MirrorState::None => Err(EngineError::Io(format!(
-                "dirty sectors {first}..{end} of line {}: the cache device holding them failed and they have no mirror",
-                key.line_index
-            ))),
-        }
-    }
-
-    /// Serves a cache read from the backend, if the policy core says those
-    /// sectors of `key` are clean (the backend holds them).
-    fn read_around(
-        &self,
-        shard: usize,
-        slot: SlotId,
-        key: LineKey,
-        line_offset: u32,
-        out: &mut [u8],
-        cause: Option<DeviceError>,
-    ) -> Result<(), EngineError> {
-        let first = line_offset / SECTOR_BYTES as u32;
-        let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
-        let clean = {
-            let state = lock(&self.shards[shard].state);
-            state
-                .cache
-                .slot_snapshot(slot)
-                .is_none_or(|snap| snap.key != key || bitmap::count_range(snap.dirty, first, end) == 0)
-        };
-        if !clean {
-            return Err(EngineError::Io(format!(
-                "cache device read of dirty sectors {first}..{end} of line {} failed{}",
-                key.line_index,
-                cause.map(|e| format!(": {e}")).unwrap_or_default()
-            )));
-        }
-        self.backend_of(key.volume)?
-            .read_at(out, (key.line_index << self.line_shift) + u64::from(line_offset))
-            .map_err(|e| self.backend_error(e))
-    }
-
-    fn poison(
-        &self,
-        shard: usize,
-        slot: SlotId,
-        key: LineKey,
-        first_sector: u32,
-        end_sector: u32,
-        clean: bool,
-    ) {
-        let shard_ref = &self.shards[shard];
-        let words = self.words();
-        let range = bits_range(words, first_sector, end_sector);
-        let mut state = lock(&shard_ref.state);
-        let fresh_entry = || Poisoned {
-            key,
-            sectors: SmallVec::from_elem(0, words),
-            clean: SmallVec::from_elem(0, words),
-        };
-        let entry = state.poisoned.entry(slot).or_insert_with(|| {
-            shard_ref.poisoned.fetch_add(1, Ordering::Relaxed);
-            fresh_entry()
-        });
-        if entry.key != key {
-            *entry = fresh_entry();
-        }
-        for w in 0..words {
-            entry.sectors[w] |= range[w];
-            if clean {
-                entry.clean[w] |= range[w];
-            } else {
-                entry.clean[w] &= !range[w];
-            }
-        }
-    }
-
-    /// A write of sectors `[first, end)` of `key` into `slot` succeeded:
-    /// they are no longer poisoned (nor anything of another line).
-    fn unpoison(&self, shard: usize, slot: SlotId, key: LineKey, first_sector: u32, end_sector: u32) {
-        let shard_ref = &self.shards[shard];
-        let range = bits_range(self.words(), first_sector, end_sector);
-        let mut state = lock(&shard_ref.state);
-        let Some(entry) = state.poisoned.get_mut(&slot) else {
-            return;
-        };
-        let empty = if entry.key != key {
-            true
-        } else {
-            for (w, r) in range.iter().enumerate() {
-                entry.sectors[w] &= !r;
-                entry.clean[w] &= !r;
-            }
-            entry.sectors.iter().all(|&w| w == 0)
-        };
-        if empty {
-            state.poisoned.remove(&slot);
-            shard_ref.poisoned.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Before a flush writes back `token`'s line: if a failed cache write
-    /// poisoned some of its sectors, the slot holds nothing of the line
-    /// there, so they must not reach the backend. The core forgets them if
-    /// nothing was decided about the slot since the flush began (and the
-    /// flush then counts as failed: the next one writes the rest back);
-    /// else the flush just fails and is retried.
-    fn poison_blocks_write_back(&self, shard: usize, token: &FlushToken, ops: &[Op]) -> bool {
-        if self.shards[shard].poisoned.load(Ordering::Relaxed) == 0 {
-            return false;
-        }
-        let mut written = bits_range(self.words(), 0, 0);
-        for op in ops {
-            if let Op::WriteBack {
-                slot,
-                line_offset_bytes,
-                length_bytes,
-                ..
-            } = *op
-            {
-                if slot == token.slot {
-                    let first = line_offset_bytes / SECTOR_BYTES as u32;
-                    bitmap::set_range(&mut written, first, first + length_bytes / SECTOR_BYTES as u32);
-                }
-            }
-        }
-        let mut state = lock(&self.shards[shard].state);
-        let Some(p) = state.poisoned.get(&token.slot).filter(|p| p.key == token.key) else {
-            return false;
-        };
-        if !bits_overlap(&p.sectors, &written) {
-            return false;
-        }
-        let sectors: SectorBits = p.sectors.iter().zip(&written).map(|(a, b)| a & b).collect();
-        let line_sectors = (self.line_bytes / SECTOR_BYTES) as u32;
-        bitmap::for_each_run(&sectors, 0, line_sectors, |start, end, poisoned| {
-            if poisoned {
-                state.cache.forget_sectors_if_unchanged(
-                    token.slot,
-                    token.key,
-                    token.generation(),
-                    start,
-                    end,
-                );
-            }
-        });
-        true
-    }
-
-    fn backend_error(&self, e: DeviceError) -> EngineError {
-        self.health.backend_error();
-        e.into()
-    }
-
-    /// Counts a cache-device error; past the threshold the volume falls
-    /// back to pass-through (dirty lines stay and are still served and
-    /// written back; nothing new is cached) until a probe succeeds.
-    fn cache_error(&self, what: &str, e: &DeviceError) {
-        if self.array.as_ref().is_some_and(|a| a.live_members() > 0) {
-            // A cache array fails members one by one and runs degraded on
-            // the others (the cleaner evacuates); pass-through is for when
-            // none is left.
-            return;
-        }
-        if self.health.cache_error(self.now_ns()) {
-            eprintln!(
-                "iocache: cache device {}: {} I/O errors (last: {what}: {e}); falling back to pass-through until it answers again",
-                self.cache_dev.name(),
-                self.health.cache_errors.load(Ordering::Relaxed)
-            );
-            for shard in &self.shards {
-                lock(&shard.state).cache.set_cache_device_failed(true);
-            }
-        }
-    }
-
-    /// Probes a failed cache device: a read and a rewrite of the
-    /// superblock's blocks. On success the configured write policy returns.
-    fn probe_cache_device(&self) {
-        let mut head = vec![0u8; 8192];
-        let ok = self.cache_dev.read_at(&mut head, 0).is_ok()
-            && self.cache_dev.write_at(&head, 0).is_ok()
-            && self.cache_dev.flush().is_ok();
-        if ok {
-            self.health.cache_recovered(self.now_ns());
-            for shard in &self.shards {
-                lock(&shard.state).cache.set_cache_device_failed(false);
-            }
-            eprintln!(
-                "iocache: cache device {} answers again; back to write policy {}",
-                self.cache_dev.name(),
-                lock(&self.shards[0].state).cache.effective_mode().policy
-            );
-        }
-    }
-
     /// Loads the lines found on the cache device into their shards.
     fn restore(
         &self,
@@ -1850,7 +1144,7 @@ impl Inner {
         let mut written_back = false;
         for line in lines {
             let shard = self.shards.partition_point(|s| s.base_slot <= line.slot) - 1;
-            if let Some(array) = self.array.as_ref().filter(|a| a.primary_failed(line.slot)) {
+            if let Some(array) = self.slots.array.as_ref().filter(|a| a.primary_failed(line.slot)) {
                 // Its member is gone: write its dirty sectors back from the
                 // mirror (or find them in the backend already).
                 written_back |= self.recover_from_mirror(array, &line)?;
@@ -1868,7 +1162,7 @@ impl Inner {
                 self.leave_recovered_line(shard, &line);
                 continue;
             }
-            if let Some(array) = &self.array {
+            if let Some(array) = &self.slots.array {
                 let claimed = match line.mirror {
                     Some(m) => MirrorState::Mirrored(m),
                     None if line.dirty_on_disk => MirrorState::Through,
@@ -1988,7 +1282,7 @@ impl Inner {
         dirty: &[u64],
     ) -> Result<(), EngineError> {
         recovery::write_back_dirty_runs(
-            &*self.cache_dev,
+            &*self.slots.dev,
             self.cache_offset(shard, slot, 0),
             &*self.backend_of(key.volume)?,
             key.line_index << self.line_shift,

@@ -102,7 +102,7 @@ impl Inner {
             return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
         }
         self.flush_backends()?;
-        self.cache_dev.flush()?;
+        self.slots.dev.flush()?;
         Ok(())
     }
 
@@ -114,7 +114,7 @@ impl Inner {
         // Rule 3: write-backs durable before records stop saying dirty;
         // rule 1: data durable before records say it is there.
         self.flush_backends()?;
-        self.cache_dev.flush()?;
+        self.slots.dev.flush()?;
         let mut staged = Vec::new();
         for (shard, records) in planned {
             let base = self.shards[*shard].base_slot;
@@ -134,9 +134,9 @@ impl Inner {
             return Ok(());
         }
         for (offset, bytes) in meta.writer.take_writes() {
-            self.cache_dev.write_at(bytes, offset)?;
+            self.slots.dev.write_at(bytes, offset)?;
         }
-        self.cache_dev.flush()?;
+        self.slots.dev.flush()?;
         for &(slot, copy, sequence) in &staged {
             meta.writer.durable(slot, copy, sequence);
         }
@@ -159,7 +159,7 @@ impl Inner {
         superblock.sequence += 1;
         superblock.state = state;
         let copy = 1 - meta.superblock_copy;
-        recovery::write_superblock(&*self.cache_dev, &superblock, copy)?;
+        recovery::write_superblock(&*self.slots.dev, &superblock, copy)?;
         meta.superblock = superblock;
         meta.superblock_copy = copy;
         Ok(())
@@ -182,11 +182,12 @@ impl Inner {
             let mut at = 0;
             while at < layout.copy_region_bytes * 2 {
                 let n = (layout.copy_region_bytes * 2 - at).min(zeros.len() as u64) as usize;
-                self.cache_dev
+                self.slots
+                    .dev
                     .write_at(&zeros[..n], layout.metadata_offset + at)?;
                 at += n as u64;
             }
-            self.cache_dev.flush()?;
+            self.slots.dev.flush()?;
         }
         self.write_superblock_state(ShutdownState::Running)?;
         // Records of lines that could not stay in their slots.

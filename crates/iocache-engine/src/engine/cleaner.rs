@@ -117,16 +117,16 @@ impl Inner {
         while !self.stopping.load(Ordering::Relaxed) {
             let now = self.now_ns();
             let mut next_wake = now + CLEANER_POLL.as_nanos() as u64;
-            if self.health.probe_due(now) {
+            if self.health.devices.probe_due(now) {
                 self.probe_cache_device();
             }
-            if let Some(array) = &self.array {
+            if let Some(array) = &self.slots.array {
                 if !self.evacuate_failed_members(array) {
                     next_wake = next_wake.min(now + 10_000_000);
                 }
                 self.sweep_mirrors(array);
             }
-            if self.health.may_clean(now) {
+            if self.health.devices.may_clean(now) {
                 let mut failed = 0;
                 let mut taken = 0;
                 for shard in 0..self.shards.len() {
@@ -156,7 +156,7 @@ impl Inner {
                     }
                 }
                 if taken > 0 {
-                    self.health.cleaned(self.now_ns(), failed);
+                    self.health.devices.cleaned(self.now_ns(), failed);
                 }
             }
             let sleep = next_wake.saturating_sub(self.now_ns()).max(100_000);
@@ -250,7 +250,7 @@ impl Inner {
             {
                 let mut state = lock(&shard.state);
                 state.cache.complete_flush(token, written);
-                if self.array.is_some() {
+                if self.slots.array.is_some() {
                     self.mirror_unneeded(&state, shard_index, token.slot);
                 }
             }
@@ -259,7 +259,7 @@ impl Inner {
             self.release_tickets(&tickets[2 * i..2 * i + 2]);
         }
         if failed > 0 {
-            self.io_errors.fetch_add(1, Ordering::Relaxed);
+            self.health.io_errors.fetch_add(1, Ordering::Relaxed);
         }
         FlushBatch {
             taken: tokens.len(),
@@ -312,11 +312,12 @@ impl Inner {
     ) -> Result<(), EngineError> {
         let mut data = vec![0u8; length as usize];
         let mut already_in_backend = false;
-        if let Some(array) = &self.array {
+        if let Some(array) = &self.slots.array {
             let global = self.shards[shard].base_slot + u64::from(slot);
             let primary_ok = !array.primary_failed(global)
                 && self
-                    .cache_dev
+                    .slots
+                    .dev
                     .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
                     .is_ok();
             if !primary_ok {
@@ -332,7 +333,8 @@ impl Inner {
                 }
             }
         } else if let Err(e) = self
-            .cache_dev
+            .slots
+            .dev
             .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
         {
             self.cache_error("read for a write-back", &e);
@@ -499,7 +501,7 @@ impl Inner {
     /// can go, now with volatile metadata, else once a barrier made a
     /// record that no longer names it durable. Call under the shard lock.
     pub(super) fn mirror_unneeded(&self, state: &ShardState, shard: usize, slot: SlotId) {
-        let Some(array) = &self.array else { return };
+        let Some(array) = &self.slots.array else { return };
         let global = self.shards[shard].base_slot + u64::from(slot);
         if array.mirror_state(global) == MirrorState::None || slot_is_dirty(state, slot) {
             return;
@@ -521,7 +523,7 @@ impl Inner {
     /// `take_mirror_releases`: durable, so the mirrors of lines still clean
     /// go; or not, so they wait for the next barrier.
     pub(super) fn mirror_records_durable(&self, releases: Vec<u64>, durable: bool) {
-        if let Some(array) = &self.array {
+        if let Some(array) = &self.slots.array {
             if durable {
                 for global in releases {
                     let shard = self.shards.partition_point(|s| s.base_slot <= global) - 1;

@@ -149,7 +149,7 @@ impl Inner {
             .iter()
             .map(|s| lock(&s.state).cache.capacity_lines())
             .sum();
-        let array_cap = self.array.as_ref().map(|a| a.dirty_cap());
+        let array_cap = self.slots.array.as_ref().map(|a| a.dirty_cap());
         for change in changes {
             for shard in &self.shards {
                 let mut state = lock(&shard.state);
@@ -179,7 +179,7 @@ impl Inner {
         superblock.settings = text;
         superblock.sequence += 1;
         let copy = 1 - meta.superblock_copy;
-        crate::recovery::write_superblock(&*self.cache_dev, &superblock, copy)?;
+        crate::recovery::write_superblock(&*self.slots.dev, &superblock, copy)?;
         meta.superblock = superblock;
         meta.superblock_copy = copy;
         Ok(())

@@ -453,7 +453,7 @@ impl Inner {
         change(&mut superblock.volumes);
         superblock.sequence += 1;
         let copy = 1 - meta.superblock_copy;
-        recovery::write_superblock(&*self.cache_dev, &superblock, copy)?;
+        recovery::write_superblock(&*self.slots.dev, &superblock, copy)?;
         meta.superblock = superblock;
         meta.superblock_copy = copy;
         Ok(())
