@@ -154,10 +154,27 @@ impl Inner {
     }
 
     pub(super) fn write_superblock_state(&self, state: ShutdownState) -> Result<(), EngineError> {
+        self.update_superblock(|superblock| {
+            superblock.state = state;
+            true
+        })
+    }
+
+    /// An A/B update of the superblock: `change` edits a copy of the
+    /// current one (returning false when there is nothing to write); the
+    /// copy is written, with the next sequence, over the copy that is not
+    /// the current one, so a crash finds the old superblock or the new one.
+    /// The one place the superblock is rewritten while the engine runs.
+    pub(super) fn update_superblock(
+        &self,
+        change: impl FnOnce(&mut iocache_format::Superblock) -> bool,
+    ) -> Result<(), EngineError> {
         let mut meta = lock(&self.durability.meta);
         let mut superblock = meta.superblock.clone();
+        if !change(&mut superblock) {
+            return Ok(());
+        }
         superblock.sequence += 1;
-        superblock.state = state;
         let copy = 1 - meta.superblock_copy;
         recovery::write_superblock(&*self.slots.dev, &superblock, copy)?;
         meta.superblock = superblock;

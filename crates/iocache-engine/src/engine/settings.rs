@@ -171,18 +171,11 @@ impl Inner {
     /// The superblock's settings text now (an A/B update of the superblock).
     pub(super) fn persist_settings(&self) -> Result<(), EngineError> {
         let text = lock(&self.knobs).encode(&self.settings_informational);
-        let mut meta = lock(&self.durability.meta);
-        if meta.superblock.settings == text {
-            return Ok(());
-        }
-        let mut superblock = meta.superblock.clone();
-        superblock.settings = text;
-        superblock.sequence += 1;
-        let copy = 1 - meta.superblock_copy;
-        crate::recovery::write_superblock(&*self.slots.dev, &superblock, copy)?;
-        meta.superblock = superblock;
-        meta.superblock_copy = copy;
-        Ok(())
+        self.update_superblock(|superblock| {
+            let changed = superblock.settings != text;
+            superblock.settings = text;
+            changed
+        })
     }
 }
 

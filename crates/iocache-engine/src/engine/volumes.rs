@@ -41,7 +41,6 @@ use iocache_format::{Persistence, VolumeEntry};
 use super::cleaner::FLUSH_ALL_BATCH;
 use super::{lock, Engine, EngineError, Inner, ShardState, Ticket, TicketKey};
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
-use crate::recovery;
 use crate::stripe::{stripe, Padded, STRIPES};
 
 /// Longest volume name: the superblock stores its length in one byte.
@@ -448,15 +447,10 @@ impl Inner {
 
     /// Replaces the superblock's volume table (an A/B update).
     fn update_volume_table(&self, change: impl FnOnce(&mut Vec<VolumeEntry>)) -> Result<(), EngineError> {
-        let mut meta = lock(&self.durability.meta);
-        let mut superblock = meta.superblock.clone();
-        change(&mut superblock.volumes);
-        superblock.sequence += 1;
-        let copy = 1 - meta.superblock_copy;
-        recovery::write_superblock(&*self.slots.dev, &superblock, copy)?;
-        meta.superblock = superblock;
-        meta.superblock_copy = copy;
-        Ok(())
+        self.update_superblock(|superblock| {
+            change(&mut superblock.volumes);
+            true
+        })
     }
 }
 
