@@ -34,6 +34,12 @@ pub enum WritePolicy {
 impl WritePolicy {
     pub const NAMES: &'static str = "wb, wt, wi, wa, wo, pt";
 
+    /// Whether a write under this policy may leave the cache's copy as the
+    /// only one (write-back, write-only).
+    pub fn keeps_dirty(self) -> bool {
+        matches!(self, WritePolicy::WriteBack | WritePolicy::WriteOnly)
+    }
+
     /// Whether a read miss may insert the line (subject to promotion).
     pub fn allocates_on_read(self) -> bool {
         matches!(

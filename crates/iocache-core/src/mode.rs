@@ -109,10 +109,6 @@ pub struct LineFacts {
     pub inline_dirty_eviction: bool,
 }
 
-fn keeps_dirty(policy: WritePolicy) -> bool {
-    matches!(policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
-}
-
 /// The effective policy: the cache-wide one when `request` and `line` are
 /// `None`, a request's when `line` is `None`, a written line's with both.
 /// The one place that decides it (see the module doc for the order).
@@ -144,14 +140,14 @@ pub fn resolve(
         };
     }
     if let Some(line) = line {
-        if !line.inline_dirty_eviction && !keeps_dirty(mode.policy) && line.supersedes_dirty {
+        if !line.inline_dirty_eviction && !mode.policy.keeps_dirty() && line.supersedes_dirty {
             mode = EffectiveMode {
                 policy: WritePolicy::WriteBack,
                 cause: ModeCause::DirtySupersede,
             };
         }
         if let Some(cap) = line.dirty_cap {
-            if keeps_dirty(mode.policy) && line.dirty_lines >= cap && !line.already_dirty {
+            if mode.policy.keeps_dirty() && line.dirty_lines >= cap && !line.already_dirty {
                 mode = EffectiveMode {
                     policy: WritePolicy::WriteThrough,
                     cause: ModeCause::DirtyCap,

@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use crate::cache::Cache;
 use crate::cleaning::CleaningPolicy;
-use crate::config::{Promotion, WritePolicy};
+use crate::config::{CacheConfig, Promotion, WritePolicy};
 use crate::error::CoreError;
 use crate::policy::PolicySpec;
 use crate::seq_cutoff::SeqCutoff;
@@ -145,7 +145,13 @@ impl Cache {
 
     /// The current value of every setting, in [`Setting::KEYS`] order.
     pub fn settings(&self) -> Vec<Setting> {
-        let c = self.config();
+        Setting::all_of(self.config())
+    }
+}
+
+impl Setting {
+    /// The value of every setting in `c`, in [`Setting::KEYS`] order.
+    pub fn all_of(c: &CacheConfig) -> Vec<Setting> {
         vec![
             Setting::WritePolicy(c.write_policy),
             Setting::Promotion(c.promotion),
@@ -161,7 +167,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{CacheConfig, LineSize};
+    use crate::LineSize;
 
     #[test]
     fn every_setting_round_trips_through_its_text() {

@@ -470,7 +470,7 @@ impl Engine {
         let default = table.first();
         // Knobs changed at run time in an earlier run come back if the
         // configuration still says what it said then (settings.rs).
-        let knobs = settings::Knobs::new(settings::configured(&config.cache));
+        let knobs = settings::Knobs::new(iocache_core::Setting::all_of(&config.cache));
         let mut opened = opened;
         let (restored, dropped) = knobs.recorded(&opened.previous_settings);
         opened.report.restored_settings = restored.iter().map(ToString::to_string).collect();

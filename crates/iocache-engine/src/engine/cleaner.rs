@@ -19,7 +19,7 @@ use iocache_core::{FlushOrder, Op, SlotId, VolumeId, SECTOR_BYTES};
 use iocache_device::BlockDevice;
 use iocache_format::Persistence;
 
-use super::{lock, settings, slot_is_dirty, EngineError, Inner, ShardState, TicketKey};
+use super::{lock, slot_is_dirty, EngineError, Inner, ShardState, TicketKey};
 use crate::raid::{CacheArray, MirrorState};
 
 /// Longest sleep of the background cleaner between checks.
@@ -401,26 +401,8 @@ impl Inner {
             return true;
         }
         let cap = array.dirty_cap();
-        let user_cap = match lock(&self.knobs)
-            .current
-            .iter()
-            .find(|k| k.key() == "max_dirty_lines")
-        {
-            Some(iocache_core::Setting::MaxDirtyLines(cap)) => *cap,
-            _ => None,
-        };
-        let capacity: u64 = self
-            .shards
-            .iter()
-            .map(|s| lock(&s.state).cache.capacity_lines())
-            .sum();
-        for shard in &self.shards {
-            let mut state = lock(&shard.state);
-            let lines = state.cache.capacity_lines();
-            state
-                .cache
-                .set_max_dirty_lines(settings::shard_dirty_cap(user_cap, Some(cap), lines, capacity));
-        }
+        let user_cap = lock(&self.knobs).dirty_cap();
+        self.set_dirty_caps(user_cap);
         let retire = |this: &Self| -> u64 {
             let mut dirty_left = 0;
             for (i, shard) in this.shards.iter().enumerate() {

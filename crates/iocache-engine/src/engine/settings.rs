@@ -17,7 +17,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use iocache_core::{Cache, Setting, WritePolicy};
+use iocache_core::Setting;
 
 use super::{lock, Engine, EngineError, Inner};
 
@@ -48,6 +48,14 @@ impl Knobs {
         Knobs {
             current: configured.clone(),
             configured,
+        }
+    }
+
+    /// The operator's dirty cap in force.
+    pub fn dirty_cap(&self) -> Option<u64> {
+        match self.current[Self::index("max_dirty_lines")] {
+            Setting::MaxDirtyLines(cap) => cap,
+            _ => unreachable!("max_dirty_lines holds a MaxDirtyLines"),
         }
     }
 
@@ -99,19 +107,6 @@ impl Knobs {
     }
 }
 
-/// The configured values of every knob, in [`Setting::KEYS`] order.
-pub(super) fn configured(config: &iocache_core::CacheConfig) -> Vec<Setting> {
-    vec![
-        Setting::WritePolicy(config.write_policy),
-        Setting::Promotion(config.promotion),
-        Setting::Policy(config.policy.clone()),
-        Setting::Flush(config.cleaning),
-        Setting::WriteMissBypass(config.write_miss_bypass),
-        Setting::SeqCutoff(config.seq_cutoff),
-        Setting::MaxDirtyLines(config.max_dirty_lines),
-    ]
-}
-
 /// The per-shard dirty cap: the operator's cap shared by the shards in
 /// proportion to their lines (rounded up), and at most what a cache array
 /// can mirror.
@@ -128,10 +123,6 @@ pub(super) fn shard_dirty_cap(
     }
 }
 
-fn keeps_dirty(policy: WritePolicy) -> bool {
-    matches!(policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
-}
-
 impl Inner {
     /// Applies `changes` to every shard's core and to the knobs' record.
     /// Every change is checked before any is applied.
@@ -144,28 +135,37 @@ impl Inner {
         }
         let now_ns = self.now_ns();
         let mut knobs = lock(&self.knobs);
-        let capacity: u64 = self
-            .shards
-            .iter()
-            .map(|s| lock(&s.state).cache.capacity_lines())
-            .sum();
-        let array_cap = self.slots.array.as_ref().map(|a| a.dirty_cap());
         for change in changes {
-            for shard in &self.shards {
-                let mut state = lock(&shard.state);
-                let cache: &mut Cache = &mut state.cache;
-                match change {
-                    Setting::MaxDirtyLines(cap) => {
-                        let lines = cache.capacity_lines();
-                        cache.set_max_dirty_lines(shard_dirty_cap(*cap, array_cap, lines, capacity));
+            match change {
+                Setting::MaxDirtyLines(cap) => self.set_dirty_caps(*cap),
+                other => {
+                    for shard in &self.shards {
+                        lock(&shard.state).cache.apply(other, now_ns)?;
                     }
-                    other => cache.apply(other, now_ns)?,
                 }
             }
             let i = Knobs::index(change.key());
             knobs.current[i] = change.clone();
         }
         Ok(())
+    }
+
+    /// Gives every shard its share of the operator's dirty cap `user_cap`,
+    /// bounded by what a cache array can mirror now.
+    pub(super) fn set_dirty_caps(&self, user_cap: Option<u64>) {
+        let capacity: u64 = self
+            .shards
+            .iter()
+            .map(|s| lock(&s.state).cache.capacity_lines())
+            .sum();
+        let array_cap = self.slots.array.as_ref().map(|a| a.dirty_cap());
+        for shard in &self.shards {
+            let mut state = lock(&shard.state);
+            let lines = state.cache.capacity_lines();
+            state
+                .cache
+                .set_max_dirty_lines(shard_dirty_cap(user_cap, array_cap, lines, capacity));
+        }
     }
 
     /// The superblock's settings text now (an A/B update of the superblock).
@@ -219,7 +219,7 @@ impl Engine {
     /// policy keeps dirty data again, or the engine stops).
     fn drain_if_needed(&self) {
         let inner = &self.inner;
-        if keeps_dirty(self.effective_mode().policy) || inner.draining.swap(true, Ordering::SeqCst) {
+        if self.effective_mode().policy.keeps_dirty() || inner.draining.swap(true, Ordering::SeqCst) {
             return;
         }
         let inner = Arc::clone(inner);
@@ -233,7 +233,7 @@ impl Engine {
                         .iter()
                         .map(|s| lock(&s.state).cache.dirty_lines())
                         .sum();
-                    if dirty == 0 || keeps_dirty(policy) {
+                    if dirty == 0 || policy.keeps_dirty() {
                         break;
                     }
                     if inner.flush_all().is_err() {
@@ -255,13 +255,11 @@ mod tests {
     use super::*;
 
     fn knobs() -> Knobs {
-        let cache = Cache::new(iocache_core::CacheConfig::new(
+        Knobs::new(Setting::all_of(&iocache_core::CacheConfig::new(
             8,
             iocache_core::LineSize::new(4096).unwrap(),
             iocache_core::PolicySpec::lru(),
-        ))
-        .unwrap();
-        Knobs::new(cache.settings())
+        )))
     }
 
     #[test]
