@@ -797,8 +797,10 @@ pub const SMALL_REQUEST_BYTES: usize = 128 << 10;
 struct GlobalBudget {
     small: Pool,
     large: Pool,
-    /// Bytes held in both pools, and the most ever held.
-    totals: Mutex<(usize, usize)>,
+    /// Bytes held in both pools, and the most ever held (statistics only:
+    /// atomics, so a request takes no lock beyond its pool's).
+    held: AtomicUsize,
+    peak: AtomicUsize,
 }
 
 /// One pool of budget with its ticket queue.
@@ -855,7 +857,8 @@ impl GlobalBudget {
         GlobalBudget {
             small: Pool::new(small),
             large: Pool::new(limit - small),
-            totals: Mutex::new((0, 0)),
+            held: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
         }
     }
 
@@ -877,9 +880,8 @@ impl GlobalBudget {
         }
         let (pool, n) = self.pool_of(n);
         pool.acquire(n);
-        let mut t = lock(&self.totals);
-        t.0 += n;
-        t.1 = t.1.max(t.0);
+        let held = self.held.fetch_add(n, Ordering::Relaxed) + n;
+        self.peak.fetch_max(held, Ordering::Relaxed);
     }
 
     fn release(&self, n: usize) {
@@ -887,7 +889,7 @@ impl GlobalBudget {
             return;
         }
         let (pool, n) = self.pool_of(n);
-        lock(&self.totals).0 -= n;
+        self.held.fetch_sub(n, Ordering::Relaxed);
         pool.release(n);
     }
 
@@ -897,7 +899,10 @@ impl GlobalBudget {
     }
 
     fn held_and_peak(&self) -> (usize, usize) {
-        *lock(&self.totals)
+        (
+            self.held.load(Ordering::Relaxed),
+            self.peak.load(Ordering::Relaxed),
+        )
     }
 }
 
