@@ -198,6 +198,19 @@ impl NbdBackend {
         self.breaker_armed.store(false, Ordering::Release);
     }
 
+    /// Drops a connection that failed at the transport level (the next
+    /// request reopens it), remembers writes it had not flushed, and opens
+    /// the breaker.
+    fn lose(&self, mut conn: std::sync::MutexGuard<'_, Conn>, e: &ClientError) {
+        if conn.unflushed_writes && !self.multi_conn {
+            *lock(&self.lost_unflushed) = true;
+        }
+        conn.client = None;
+        conn.unflushed_writes = false;
+        drop(conn);
+        self.trip(&e.to_string());
+    }
+
     /// Runs `f` on a connection (reopened if it was lost), with the breaker
     /// and the connection's fate handled.
     fn request<T>(
@@ -242,15 +255,8 @@ impl NbdBackend {
             // The server answered with an error: the connection is fine.
             Err(e) if e.errno().is_some() => Err(self.error(kind, offset, len, e)),
             Err(e) => {
-                if conn.unflushed_writes && !self.multi_conn {
-                    *lock(&self.lost_unflushed) = true;
-                }
-                conn.client = None;
-                conn.unflushed_writes = false;
-                drop(conn);
-                let reason = e.to_string();
-                self.trip(&reason);
-                Err(self.error(kind, offset, len, reason))
+                self.lose(conn, &e);
+                Err(self.error(kind, offset, len, e))
             }
         }
     }
@@ -289,13 +295,7 @@ impl BlockDevice for NbdBackend {
                 Ok(()) => conn.unflushed_writes = false,
                 Err(e) if e.errno().is_some() => return Err(self.error(IoKind::Flush, 0, 0, e)),
                 Err(e) => {
-                    if conn.unflushed_writes && !self.multi_conn {
-                        *lock(&self.lost_unflushed) = true;
-                    }
-                    conn.client = None;
-                    conn.unflushed_writes = false;
-                    drop(conn);
-                    self.trip(&e.to_string());
+                    self.lose(conn, &e);
                     return Err(self.error(IoKind::Flush, 0, 0, e));
                 }
             }
