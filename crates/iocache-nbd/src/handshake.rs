@@ -236,13 +236,11 @@ pub fn negotiate_tls<S: Read + Write>(
         haggle.no_zeroes = client_flags & NBD_FLAG_C_NO_ZEROES != 0;
     }
     let no_zeroes = haggle.no_zeroes;
-    let mut structured = haggle.structured;
     loop {
         haggle.options += 1;
         if haggle.options > limits.max_options {
             return Err(HandshakeError::TooManyOptions(limits.max_options));
         }
-        haggle.structured = structured;
         stream.flush()?;
         let header = OptionHeader::parse(&read_exact_array::<OPTION_HEADER_LEN, _>(stream)?)?;
         let opt = header.option;
@@ -299,14 +297,14 @@ pub fn negotiate_tls<S: Read + Write>(
                 let Some((canonical, export)) = exports.find_export(&name) else {
                     return Err(HandshakeError::UnknownExport(name));
                 };
-                let flags = transmission_flags(export.as_ref(), structured);
+                let flags = transmission_flags(export.as_ref(), haggle.structured);
                 stream.write_all(&encode_export_name_reply(export.size_bytes(), flags, no_zeroes))?;
                 stream.flush()?;
                 let block_sizes = effective_block_sizes(export.as_ref(), limits.max_payload);
                 return Ok(Negotiation::Done(Negotiated {
                     name: canonical,
                     export,
-                    structured,
+                    structured: haggle.structured,
                     flags,
                     block_sizes,
                 }));
@@ -330,10 +328,9 @@ pub fn negotiate_tls<S: Read + Write>(
             NBD_OPT_STRUCTURED_REPLY => {
                 if !data.is_empty() {
                     reply_error(stream, opt, NBD_REP_ERR_INVALID, "option takes no data")?;
-                } else if structured {
+                } else if haggle.structured {
                     reply_error(stream, opt, NBD_REP_ERR_INVALID, "already negotiated")?;
                 } else {
-                    structured = true;
                     haggle.structured = true;
                     reply(stream, opt, NBD_REP_ACK, &[])?;
                 }
@@ -350,7 +347,7 @@ pub fn negotiate_tls<S: Read + Write>(
                     reply_error(stream, opt, NBD_REP_ERR_UNKNOWN, "no such export")?;
                     continue;
                 };
-                let flags = transmission_flags(export.as_ref(), structured);
+                let flags = transmission_flags(export.as_ref(), haggle.structured);
                 let block_sizes = effective_block_sizes(export.as_ref(), limits.max_payload);
                 let mut infos = vec![Info::Export {
                     size: export.size_bytes(),
@@ -379,7 +376,7 @@ pub fn negotiate_tls<S: Read + Write>(
                     return Ok(Negotiation::Done(Negotiated {
                         name: canonical,
                         export,
-                        structured,
+                        structured: haggle.structured,
                         flags,
                         block_sizes,
                     }));
