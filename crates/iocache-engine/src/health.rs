@@ -48,16 +48,6 @@ struct Retry {
 }
 
 impl Health {
-    pub fn new() -> Health {
-        Health {
-            cache_errors: AtomicU64::new(0),
-            backend_errors: AtomicU64::new(0),
-            failed_writebacks: AtomicU64::new(0),
-            cache_failed: AtomicBool::new(false),
-            retry: Mutex::new(Retry::default()),
-        }
-    }
-
     /// Counts a cache-device error at `now_ns`; true when this one crosses
     /// the threshold. Crossing it again soon after a recovery doubles the
     /// time to the next probe.
@@ -142,7 +132,7 @@ mod tests {
 
     #[test]
     fn threshold_is_crossed_once() {
-        let h = Health::new();
+        let h = Health::default();
         let crossings = (0..3 * CACHE_ERROR_THRESHOLD)
             .filter(|_| h.cache_error(0))
             .count();
@@ -156,7 +146,7 @@ mod tests {
 
     #[test]
     fn a_device_that_relapses_is_probed_less_often() {
-        let h = Health::new();
+        let h = Health::default();
         let second = 1_000_000_000u64;
         let fail = |now| {
             for _ in 0..CACHE_ERROR_THRESHOLD {
@@ -187,7 +177,7 @@ mod tests {
 
     #[test]
     fn back_off_doubles_up_to_the_limit_and_resets() {
-        let h = Health::new();
+        let h = Health::default();
         let mut now = 1_000;
         let mut last_wait = 0;
         for _ in 0..20 {

@@ -36,7 +36,7 @@ pub(super) struct HealthState {
 impl HealthState {
     pub(super) fn new() -> HealthState {
         HealthState {
-            devices: Health::new(),
+            devices: Health::default(),
             io_errors: AtomicU64::new(0),
             forgotten_lines: AtomicU64::new(0),
         }
