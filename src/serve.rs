@@ -273,7 +273,11 @@ fn open_cache_group(
             format_byte_size(v.line_size.bytes())
         );
     }
-    if !start.init && !existing_backends.is_empty() && is_blank(cache_dev.as_ref())? {
+    if !start.init
+        && !existing_backends.is_empty()
+        && iocache_engine::is_blank(cache_dev.as_ref())
+            .with_context(|| format!("reading the superblocks of {}", cache_dev.name()))?
+    {
         bail!(refuse_empty_cache(
             v,
             &existing_backends,
@@ -345,23 +349,6 @@ fn refuse_empty_cache(v: &VolumeConfig, existing_backends: &[String], found: &st
         v.cache.display(),
         existing_backends.join(", ")
     )
-}
-
-/// Whether a cache device holds no cache: neither superblock copy carries
-/// the magic (a damaged superblock is not blank: the engine refuses it).
-fn is_blank(dev: &dyn BlockDevice) -> Result<bool> {
-    let head = (iocache_format::SUPERBLOCK_BYTES * 2) as u64;
-    if dev.len_bytes() < head {
-        return Ok(true);
-    }
-    let mut bytes = vec![0u8; head as usize];
-    dev.read_at(&mut bytes, 0)
-        .with_context(|| format!("reading the superblocks of {}", dev.name()))?;
-    let (a, b) = bytes.split_at(iocache_format::SUPERBLOCK_BYTES);
-    Ok(matches!(
-        iocache_format::pick_superblock(a, b),
-        Ok(iocache_format::SuperblockFound::Blank)
-    ))
 }
 
 /// Tells what opening a cache device found (for every volume sharing it).

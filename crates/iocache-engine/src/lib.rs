@@ -50,4 +50,4 @@ pub use layout::LayoutError;
 pub use raid::{
     ArrayError, ArrayGeometry, ArrayStats, CacheArray, MirrorState, MEMBERS_MAX as RAID_MEMBERS_MAX,
 };
-pub use recovery::{DamagedMetadata, DamagedSlot, InitMode, ProbableLine, RecoveryReport};
+pub use recovery::{is_blank, DamagedMetadata, DamagedSlot, InitMode, ProbableLine, RecoveryReport};

@@ -313,6 +313,28 @@ fn format_fresh(
     })
 }
 
+/// Reads both superblock copies of `dev` and picks the current one.
+fn read_superblocks(
+    dev: &dyn BlockDevice,
+) -> Result<Result<SuperblockFound, iocache_format::FormatError>, EngineError> {
+    let mut head = vec![0u8; 2 * SUPERBLOCK_BYTES];
+    dev.read_at(&mut head, 0)?;
+    Ok(pick_superblock(
+        &head[..SUPERBLOCK_BYTES],
+        &head[SUPERBLOCK_BYTES..],
+    ))
+}
+
+/// Whether `dev` holds no cache: too small for the superblocks, or neither
+/// copy carries the magic (a damaged superblock is not blank: [`open`]
+/// refuses it).
+pub fn is_blank(dev: &dyn BlockDevice) -> Result<bool, EngineError> {
+    if dev.len_bytes() < 2 * SUPERBLOCK_BYTES as u64 {
+        return Ok(true);
+    }
+    Ok(matches!(read_superblocks(dev)?, Ok(SuperblockFound::Blank)))
+}
+
 /// Formats a blank device or loads the cache it holds. `backends[i]` is the
 /// backend of `spec.volumes[i]`.
 pub fn open(
@@ -327,9 +349,7 @@ pub fn open(
             cache_bytes: 2 * SUPERBLOCK_BYTES as u64,
         });
     }
-    let mut head = vec![0u8; 2 * SUPERBLOCK_BYTES];
-    dev.read_at(&mut head, 0)?;
-    let found = pick_superblock(&head[..SUPERBLOCK_BYTES], &head[SUPERBLOCK_BYTES..]);
+    let found = read_superblocks(dev)?;
     let shutdown_state = found.as_ref().ok().and_then(SuperblockFound::shutdown_state);
     let (superblock, copy, damaged_superblock) = match found {
         Ok(SuperblockFound::Blank) => return format_fresh(dev, spec, RecoveryReport::default()),
