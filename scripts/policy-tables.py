@@ -69,7 +69,7 @@ def wbuf_table(sizes):
     for name in WRITE_SAMPLES:
         path = os.path.join(TRACES, name)
         cmd, j = sim(["--trace", path, "--policy", ",".join(WBUF_POLICIES), "--cache-size",
-                      ",".join(map(str, sizes)), "--line-size", "4096", "--write-policy", "wo"])
+                      ",".join(map(str, sizes)), "--line-size", "4KiB", "--write-policy", "wo"])
         commands.append(cmd)
         by = {(r["policy"], r["cache_lines"]): r for r in j["runs"]}
         for size in sizes:

@@ -96,7 +96,7 @@ if [[ ! -f "$SMOKE_TRACE" ]]; then
     exit 1
 fi
 smoke=(cargo run --release --locked -- sim --trace "$SMOKE_TRACE"
-    --policy "lru,arc" --cache-size 256 --line-size 4096 --json -)
+    --policy "lru,arc" --cache-size 256 --line-size 4KiB --json -)
 if command -v python3 >/dev/null 2>&1; then
     "${smoke[@]}" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d["runs"])==2'
     echo "smoke run: JSON has 2 runs"

@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
@@ -409,10 +409,37 @@ pub(crate) fn serve_admin(listener: UnixListener, state: Arc<Running>) {
     }
 }
 
+/// Why the admin socket did not answer, and what to do, in words.
+fn not_answering(socket: &Path, error: &std::io::Error) -> anyhow::Error {
+    let shown = socket.display();
+    let way_out = "start it with `iocache serve`, or name the socket it uses with --admin-socket PATH";
+    match error.raw_os_error() {
+        Some(libc::ENOENT) => {
+            anyhow!("no iocache server is running with the admin socket {shown} (there is no such file); {way_out}")
+        }
+        Some(libc::ECONNREFUSED | libc::ENOTSOCK) if !is_socket(socket) => {
+            anyhow!("{shown} is not a socket: name the server's admin socket with --admin-socket PATH")
+        }
+        Some(libc::ECONNREFUSED) => anyhow!(
+            "no iocache server is running with the admin socket {shown} (the socket file is left from one \
+             that stopped); {way_out}"
+        ),
+        Some(libc::EACCES) => anyhow!(
+            "the admin socket {shown} refuses this user (permission denied): run as the user that started the \
+             server, or one in its --socket-group"
+        ),
+        _ => anyhow!("connecting to the admin socket {shown}: {error}"),
+    }
+}
+
+fn is_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
 /// Sends one request and returns the reply, failing with the server's error.
 fn request(socket: &Path, line: &str, timeout: Option<Duration>) -> Result<Value> {
-    let mut stream = UnixStream::connect(socket)
-        .with_context(|| format!("connecting to the admin socket {}", socket.display()))?;
+    let mut stream = UnixStream::connect(socket).map_err(|e| not_answering(socket, &e))?;
     stream.set_read_timeout(timeout)?;
     writeln!(stream, "{line}")?;
     let mut reply = String::new();
@@ -559,13 +586,18 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
         }
         for kind in ["read", "write"] {
             let l = &v["latency"][kind];
+            let requests = l["count"].as_u64().unwrap_or(0);
+            if requests == 0 {
+                println!("  {kind:<5} µs  no {kind}s yet");
+                continue;
+            }
             println!(
-                "  {kind:<5} µs  p50 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  ({} requests)",
+                "  {kind:<5} µs  p50 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  ({})",
                 l["p50_us"].as_f64().unwrap_or(0.0),
                 l["p99_us"].as_f64().unwrap_or(0.0),
                 l["p99_9_us"].as_f64().unwrap_or(0.0),
                 l["p99_99_us"].as_f64().unwrap_or(0.0),
-                l["count"]
+                crate::text::count(requests, "request")
             );
         }
     }
@@ -715,8 +747,9 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
                 None,
             )?;
             println!(
-                "flushed export {}: {} lines written back",
-                reply["export"], reply["written_back_lines"]
+                "flushed export {}: {} written back",
+                reply["export"],
+                crate::text::count(reply["written_back_lines"].as_u64().unwrap_or(0), "line")
             );
         }
         CtlCommand::Set { export, settings } => {

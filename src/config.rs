@@ -143,6 +143,10 @@ pub struct VolumeConfig {
     pub direct: bool,
     /// Which lines' metadata the cache device keeps across restarts.
     pub persistence: Persistence,
+    /// Clients may only read this export (NBD_FLAG_READ_ONLY; writes,
+    /// trims and write-zeroes get EPERM). Dirty lines from an earlier run
+    /// are still written back, so the backend stays open for writing.
+    pub read_only: bool,
 }
 
 impl fmt::Debug for VolumeConfig {
@@ -277,6 +281,8 @@ pub struct VolumeText {
     pub direct: bool,
     #[serde(default = "default_persistence")]
     pub persistence: String,
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 fn default_mirror_percent() -> u32 {
@@ -284,8 +290,13 @@ fn default_mirror_percent() -> u32 {
 }
 
 fn default_persistence() -> String {
-    "dirty".into()
+    DEFAULT_PERSISTENCE.into()
 }
+
+/// Persistence when none is given: `all`, so a restart finds a warm cache
+/// (as dm-cache and Open CAS do); its cost is measured in
+/// docs/results/durability.md.
+pub const DEFAULT_PERSISTENCE: &str = "all";
 
 fn default_seq_cutoff() -> String {
     "off".into()
@@ -502,6 +513,7 @@ impl VolumeText {
             io_auto,
             direct: self.direct,
             persistence,
+            read_only: self.read_only,
         })
     }
 }
@@ -761,7 +773,7 @@ cache_size = "2MiB"
 export = "slow"
 backend = "nbd+unix:///?socket=/tmp/x.sock"
 cache = "d/cache-slow.img"
-cache_size = 1048576
+cache_size = "1MiB"
 line_size = "64KiB"
 write_policy = "wt"
 promotion = "nhit:2"
@@ -820,7 +832,7 @@ direct = true
             ),
             (
                 "line_size = \"64KiB\"",
-                "line_size = \"3000\"",
+                "line_size = \"3000B\"",
                 &["volume `slow`", "line_size", "power of two"],
             ),
             (
@@ -1016,7 +1028,7 @@ cache = "d/other-cache.img"
             cache_array: Vec::new(),
             mirror_percent: 25,
             cache_size: None,
-            line_size: SizeText("3000".into()),
+            line_size: SizeText("3000B".into()),
             write_policy: "wb".into(),
             promotion: "always".into(),
             policy: "lru".into(),

@@ -165,8 +165,16 @@ pub(crate) fn open_backend(
     }
     let path = Path::new(backend);
     if !path.exists() && create_bytes.is_none() {
+        // The size key is named as the backend key is: a flag for flags,
+        // the file's key otherwise.
+        let size_key = if key.starts_with("--") {
+            "--backend-size SIZE".to_string()
+        } else {
+            "backend_size".to_string()
+        };
         bail!(
-            "{key}: {} does not exist (set backend_size to create it)",
+            "{key}: {} does not exist; to create a new backend file there, give its size with {size_key} \
+             (a mistyped path would otherwise become an empty disk)",
             path.display()
         );
     }

@@ -6,6 +6,9 @@ mod devices;
 mod progress;
 mod running;
 mod serve;
+mod text;
+
+use text::count;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -16,7 +19,7 @@ use iocache_core::{LineSize, PolicySpec, Promotion, WritePolicy};
 use iocache_sim::report::{render_table, render_timing_table, table, JsonReport};
 use iocache_sim::timing::{parse_device, parse_duration_ns, ArrivalMode, SeriesRow};
 use iocache_sim::trace_stats::{trace_stats, Window};
-use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, SimOptions, TimingSetup, Warmup};
+use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, SimOptions, TimingSetup, SimError, Warmup};
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 
 #[derive(Parser)]
@@ -57,8 +60,8 @@ enum TraceCommand {
 
 #[derive(Args)]
 struct TraceInput {
-    /// Trace file (plain, gzip, zstd or bzip2; detected from content).
-    #[arg(long, value_name = "PATH")]
+    /// Trace file (plain, gzip, zstd or bzip2; detected from content), or `-` for stdin.
+    #[arg(long, value_name = "PATH|-")]
     trace: PathBuf,
     /// Trace format: msr, systor, tencent, fiu, vscsi-csv, disksim, arc, blkparse, fio, lba
     /// (with parameters, e.g. blkparse:action=D, lba:block=4096). Detected when omitted.
@@ -80,7 +83,97 @@ impl TraceInput {
         let options = ReaderOptions {
             skip_bad_lines: self.skip_bad_lines,
         };
+        if self.is_stdin() {
+            return Ok(TraceReader::from_reader(
+                "stdin",
+                Box::new(std::io::stdin()),
+                format,
+                options,
+            )?);
+        }
         Ok(TraceReader::open(&self.trace, format, options)?)
+    }
+
+    fn is_stdin(&self) -> bool {
+        self.trace.as_os_str() == "-"
+    }
+
+    /// Adds the way out to an error reading the trace: a malformed line
+    /// names the format the file looks like when `--format` chose another,
+    /// and `--skip-bad-lines` otherwise.
+    fn explain(&self, error: anyhow::Error) -> anyhow::Error {
+        let trace_error = error.chain().find_map(|c| {
+            c.downcast_ref::<iocache_trace::TraceError>().or_else(|| match c.downcast_ref::<SimError>() {
+                Some(SimError::Trace(t)) => Some(t),
+                _ => None,
+            })
+        });
+        let Some(iocache_trace::TraceError::Parse { .. }) = trace_error else {
+            return error;
+        };
+        let detected = (!self.is_stdin() && self.format.is_some())
+            .then(|| TraceReader::open(&self.trace, None, ReaderOptions::default()).ok())
+            .flatten()
+            .map(|r| r.format().to_string())
+            .filter(|detected| Some(detected.as_str()) != self.format.as_deref());
+        let hint = match detected {
+            Some(detected) => format!(
+                "the file looks like `{detected}` traces: try --format {detected}, or leave --format out to detect it"
+            ),
+            None if self.skip_bad_lines => return error,
+            None => "to skip malformed lines (they are counted and reported), add --skip-bad-lines".to_string(),
+        };
+        anyhow::anyhow!("{}\n  hint: {hint}", error_chain_text(&error))
+    }
+}
+
+/// An output file named before a long run, opened (created when missing)
+/// before the run starts so a mistyped directory fails at once; a file this
+/// created is removed again when the run fails.
+struct OutputFile {
+    path: PathBuf,
+    file: std::fs::File,
+    created: bool,
+    kept: bool,
+}
+
+impl OutputFile {
+    /// Opens `path` for `flag`; `-` (stdout) is `None`.
+    fn check(flag: &str, path: Option<&str>) -> Result<Option<OutputFile>> {
+        let Some(path) = path.filter(|p| *p != "-") else {
+            return Ok(None);
+        };
+        let path = PathBuf::from(path);
+        let created = !path.exists();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("{flag} {}: cannot write there", path.display()))?;
+        Ok(Some(OutputFile {
+            path,
+            file,
+            created,
+            kept: false,
+        }))
+    }
+
+    /// Replaces the file's contents with `text`.
+    fn write(mut self, text: &str) -> Result<()> {
+        self.file.set_len(0)?;
+        self.file.write_all(text.as_bytes())?;
+        self.file.flush()?;
+        self.kept = true;
+        Ok(())
+    }
+}
+
+impl Drop for OutputFile {
+    fn drop(&mut self) {
+        if self.created && !self.kept {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -92,11 +185,12 @@ struct SimArgs {
     /// (`iocache policies` lists them).
     #[arg(long, default_value = "lru", value_delimiter = ',', value_name = "NAMES")]
     policy: Vec<String>,
-    /// Cache sizes, comma separated: a line count (32768) or bytes with a unit (16MiB).
+    /// Cache sizes, comma separated: a bare number is a line count (32768); a size with a unit
+    /// is bytes (16MiB, 1.5GiB; K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024).
     #[arg(long, default_value = "32768", value_delimiter = ',', value_name = "SIZES")]
     cache_size: Vec<String>,
-    /// Cache line sizes in bytes (power of two, 512 B to 1 MiB), comma separated.
-    #[arg(long, default_value = "4096", value_delimiter = ',', value_name = "BYTES")]
+    /// Cache line sizes (power of two, 512B to 1MiB; a size takes a unit), comma separated.
+    #[arg(long, default_value = "4KiB", value_delimiter = ',', value_name = "SIZES")]
     line_size: Vec<String>,
     /// Promotion: always, nhit:N or nhit:N:trigger=PERCENT.
     #[arg(long, default_value = "always")]
@@ -205,8 +299,8 @@ struct TraceStatsArgs {
     /// Skip malformed lines (and report how many) instead of stopping at the first.
     #[arg(long)]
     skip_bad_lines: bool,
-    /// Line size for footprint and working-set size.
-    #[arg(long, default_value = "4096", value_name = "BYTES")]
+    /// Line size for footprint and working-set size (a size with a unit: 4KiB, 512B).
+    #[arg(long, default_value = "4KiB", value_name = "SIZE")]
     line_size: String,
     /// Working-set window: trace time (30s, 15m, 6h, 1d, 1w) or requests (100000req).
     #[arg(long)]
@@ -229,9 +323,28 @@ fn main() {
         } => run_trace_stats(args),
     };
     if let Err(e) = result {
-        eprintln!("iocache: error: {e:#}");
+        eprintln!("iocache: error: {}", error_chain_text(&e));
         std::process::exit(1);
     }
+}
+
+/// An error and its causes, each said once: `context: cause: cause`. A
+/// library error whose message already includes its source's (thiserror's
+/// `"{0}"` with `#[source]`) would otherwise print that source twice, so a
+/// cause whose text the message so far already contains is left out.
+fn error_chain_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if part.is_empty() || text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 fn list_policies() -> Result<()> {
@@ -306,8 +419,17 @@ fn run_sim(args: SimArgs) -> Result<()> {
     let warmup_requests = match args.warmup.as_deref().map(str::parse::<Warmup>).transpose()? {
         None | Some(Warmup::None) => 0,
         Some(Warmup::Requests(n)) => n,
-        Some(Warmup::Fraction(f)) => (count_records(&args.input)? as f64 * f).round() as u64,
+        Some(Warmup::Fraction(_)) if args.input.is_stdin() => bail!(
+            "--warmup {}: a fraction needs the trace's length, and stdin can be read only once; \
+             give a request count instead (e.g. --warmup 100000)",
+            args.warmup.as_deref().unwrap_or_default()
+        ),
+        Some(Warmup::Fraction(f)) => {
+            (count_records(&args.input).map_err(|e| args.input.explain(e))? as f64 * f).round() as u64
+        }
     };
+    let json_file = OutputFile::check("--json", args.json.as_deref())?;
+    let series_file = OutputFile::check("--series", args.timing.series.as_deref())?;
     let options = SimOptions {
         warmup_requests,
         threads: args.threads.unwrap_or(SimOptions::default().threads).max(1),
@@ -318,22 +440,21 @@ fn run_sim(args: SimArgs) -> Result<()> {
             .map(|r| r.parse::<iocache_sim::Reconfigure>())
             .collect::<Result<Vec<_>, _>>()?,
     };
-    let mut reader = args.input.open()?;
+    let mut reader = args.input.open().map_err(|e| args.input.explain(e))?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
     let report = simulate(&mut reader, &specs, &options, &mut |r, records| {
         bar.update(r, records)
-    })?;
+    })
+    .map_err(|e| args.input.explain(e.into()))?;
     bar.finish();
     if report.trace_records == 0 {
         bail!("{}: the trace holds no data requests", args.input.trace.display());
     }
-    if let Some(path) = args.timing.series.as_deref() {
-        write_series(path, &report).with_context(|| format!("writing --series {path}"))?;
+    if let (Some(path), Some(file)) = (args.timing.series.as_deref(), series_file) {
+        file.write(&series_text(path, &report)?)
+            .with_context(|| format!("writing --series {path}"))?;
     }
-    let trace_name = args.input.trace.display().to_string();
-    if reader.skipped_lines() > 0 {
-        eprintln!("iocache: skipped {} malformed lines", reader.skipped_lines());
-    }
+    let trace_name = reader.name().to_string();
     if warmup_requests > 0 && warmup_requests >= report.trace_records {
         eprintln!(
             "iocache: warning: the warmup ({warmup_requests} requests) covers the whole trace ({} requests): nothing was counted",
@@ -344,11 +465,12 @@ fn run_sim(args: SimArgs) -> Result<()> {
         Some(path) => {
             let json = JsonReport::new(&trace_name, reader.format().to_string(), &report);
             let text = serde_json::to_string_pretty(&json)?;
-            if path == "-" {
-                print_stdout(&text)?;
-            } else {
-                std::fs::write(path, text + "\n").with_context(|| format!("writing {path}"))?;
-                print_sim_table(&trace_name, &reader, &report);
+            match json_file {
+                None => print_stdout(&text)?,
+                Some(file) => {
+                    file.write(&(text + "\n")).with_context(|| format!("writing {path}"))?;
+                    print_sim_table(&trace_name, &reader, &report);
+                }
             }
         }
         None => print_sim_table(&trace_name, &reader, &report),
@@ -365,16 +487,28 @@ fn print_stdout(text: &str) -> Result<()> {
     }
 }
 
+/// The malformed lines skipped, said whenever --skip-bad-lines was given
+/// (without it the first one stops the run), as ", N malformed lines
+/// skipped".
+fn skipped_text(reader: &TraceReader) -> String {
+    if reader.skips_bad_lines() {
+        format!(", {} skipped", count(reader.skipped_lines(), "malformed line"))
+    } else {
+        String::new()
+    }
+}
+
 fn print_sim_table(trace: &str, reader: &TraceReader, report: &iocache_sim::SimReport) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "trace {trace} ({}): {} requests, {} warmup, {} runs on {} thread(s) in {:.2} s",
+        "trace {trace} ({}): {}{}, {} warmup, {} on {} in {:.2} s",
         reader.format(),
-        report.trace_records,
+        count(report.trace_records, "request"),
+        skipped_text(reader),
         report.warmup_requests,
-        report.runs.len(),
-        report.threads,
+        count(report.runs.len() as u64, "run"),
+        count(report.threads as u64, "thread"),
         report.wall_seconds
     );
     let _ = write!(out, "{}", render_table(report));
@@ -384,9 +518,11 @@ fn print_sim_table(trace: &str, reader: &TraceReader, report: &iocache_sim::SimR
     }
 }
 
-/// The time series of every run: CSV with the run's policy and size first, or JSON.
-fn write_series(path: &str, report: &iocache_sim::SimReport) -> Result<()> {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+/// The time series of every run: CSV (`path` ending in .csv) with the
+/// run's policy and size first, or JSON.
+fn series_text(path: &str, report: &iocache_sim::SimReport) -> Result<String> {
+    use std::fmt::Write as _;
+    let mut out = String::new();
     if path.ends_with(".csv") {
         writeln!(out, "policy,cache_size,{}", SeriesRow::CSV_HEADER)?;
         for run in &report.runs {
@@ -406,11 +542,10 @@ fn write_series(path: &str, report: &iocache_sim::SimReport) -> Result<()> {
                 })
             })
             .collect();
-        serde_json::to_writer_pretty(&mut out, &serde_json::json!({ "runs": runs }))?;
-        writeln!(out)?;
+        out = serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))?;
+        out.push('\n');
     }
-    out.flush()?;
-    Ok(())
+    Ok(out)
 }
 
 fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
@@ -421,19 +556,21 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
     };
     let line = parse_line_size(&args.line_size)?;
     let window = args.window.as_deref().map(str::parse::<Window>).transpose()?;
-    let mut reader = input.open()?;
+    let json_file = OutputFile::check("--json", args.json.as_deref())?;
+    let mut reader = input.open().map_err(|e| input.explain(e))?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
-    let stats = trace_stats(&mut reader, line, window, &mut |r, n| bar.update(r, n))?;
+    let stats = trace_stats(&mut reader, line, window, &mut |r, n| bar.update(r, n))
+        .map_err(|e| input.explain(e.into()))?;
     bar.finish();
     if stats.requests == 0 {
         bail!("{}: the trace holds no data requests", input.trace.display());
     }
     if let Some(path) = args.json.as_deref() {
         let text = serde_json::to_string_pretty(&stats)?;
-        if path == "-" {
-            return print_stdout(&text);
+        match json_file {
+            None => return print_stdout(&text),
+            Some(file) => file.write(&(text + "\n")).with_context(|| format!("writing {path}"))?,
         }
-        std::fs::write(path, text + "\n").with_context(|| format!("writing {path}"))?;
     }
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
     let mut out = std::io::stdout().lock();
@@ -480,11 +617,12 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
         stats.read_footprint_lines,
         stats.write_footprint_lines
     );
-    if stats.skipped_lines + stats.ignored_records > 0 {
+    if input.skip_bad_lines || stats.ignored_records > 0 {
         let _ = writeln!(
             out,
-            "skipped          {} malformed lines, {} non-data records",
-            stats.skipped_lines, stats.ignored_records
+            "skipped          {}, {}",
+            count(stats.skipped_lines, "malformed line"),
+            count(stats.ignored_records, "non-data record")
         );
     }
     let _ = writeln!(out, "\nrequest sizes:");
@@ -517,4 +655,37 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
         let _ = write!(out, "{}", table(&["window", "requests", "lines", "MiB"], &rows));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod error_text_tests {
+    use super::error_chain_text;
+
+    /// A library error as thiserror writes `#[error("reading trace: {0}")]`
+    /// with `#[source]`: its message already holds its source's.
+    #[derive(Debug)]
+    struct Wrapping(std::io::Error);
+
+    impl std::fmt::Display for Wrapping {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "reading trace: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapping {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let e = anyhow::Error::new(Wrapping(io)).context("--trace t.csv");
+        let text = error_chain_text(&e);
+        assert_eq!(text.matches("No such file or directory").count(), 1, "{text}");
+        assert!(text.starts_with("--trace t.csv: reading trace: "), "{text}");
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain_text(&plain), "outer: inner");
+    }
 }

@@ -46,7 +46,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
-        "persistence", "socket",
+        "persistence", "read_only", "socket",
         "listen", "export",
         "admin_socket", "attach_dir", "socket_group", "tls", "tls_certificates",
     ])]
@@ -56,7 +56,9 @@ pub struct ServeArgs {
     /// [default: ./iocache-data/backend.img, created with 1 GiB].
     #[arg(long, value_name = "PATH|URI")]
     backend: Option<String>,
-    /// Size of a backend file to create when it does not exist [default: 1GiB].
+    /// Size of the backend file to create when it does not exist; needed to create a named
+    /// --backend (a mistyped path is refused) [default: 1GiB for the default backend].
+    /// Sizes take a unit: B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024; 1.5GiB allowed).
     #[arg(long, value_name = "SIZE")]
     backend_size: Option<String>,
     /// Cache device: a file or block device [default: ./iocache-data/cache.img].
@@ -111,8 +113,12 @@ pub struct ServeArgs {
     /// Metadata kept on the cache device across restarts and crashes: all (every line: a restart
     /// finds a warm cache), dirty (dirty lines only), none (volatile: a FLUSH must write every
     /// dirty line back; refused with write-back unless --force).
-    #[arg(long, default_value = "dirty", value_name = "MODE")]
+    #[arg(long, default_value = crate::config::DEFAULT_PERSISTENCE, value_name = "MODE")]
     persistence: String,
+    /// Serve the export read-only (writes, trims and write-zeroes get EPERM); dirty lines an
+    /// earlier run left are still written back to the backend.
+    #[arg(long)]
+    read_only: bool,
     /// Format the cache devices instead of loading the caches they hold (refused when one holds
     /// dirty lines, unless --force).
     #[arg(long)]
@@ -575,17 +581,21 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     let order: Vec<&str> = config.volumes.iter().map(|v| v.export.as_str()).collect();
     volumes.sort_by_key(|v| order.iter().position(|e| *e == v.export));
 
+    let read_only = |export: &str| config.volumes.iter().any(|c| c.export == export && c.read_only);
     for v in &volumes {
         let group = &caches[v.cache];
         // The first export added is also the default one (the empty name).
         server
             .add_export(
                 v.export.clone(),
-                Arc::new(EngineExport::for_volume(
-                    Arc::clone(&group.engine),
-                    v.volume.clone(),
-                    Some(describe(group, &v.backend)),
-                )),
+                Arc::new(
+                    EngineExport::for_volume(
+                        Arc::clone(&group.engine),
+                        v.volume.clone(),
+                        Some(describe(group, &v.backend)),
+                    )
+                    .with_read_only(read_only(&v.export)),
+                ),
             )
             .with_context(|| {
                 config
@@ -652,7 +662,10 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
             engine.stats().io_errors
         );
     }
-    eprintln!("iocache: stopped after {} connections", server_stats.connections);
+    eprintln!(
+        "iocache: stopped after {}",
+        crate::text::count(server_stats.connections, "connection")
+    );
     match failed {
         Some(e) => bail!(e),
         None => Ok(()),
@@ -689,8 +702,13 @@ fn print_banner(
         let name = &v.export;
         let shared = volumes.iter().filter(|o| o.cache == v.cache).count();
         out += &format!(
-            "iocache: serving export `{name}` ({}{} volume over {}, {} cache{}, {} lines of {}, {}, lookup {}) on\n",
+            "iocache: serving export `{name}` ({}{}{} volume over {}, {} cache{}, {} lines of {}, {}, lookup {}) on\n",
             if i == 0 { "the default export; " } else { "" },
+            if config.volumes.iter().any(|c| &c.export == name && c.read_only) {
+                "read-only "
+            } else {
+                ""
+            },
             format_byte_size(v.volume.size_bytes()),
             v.backend,
             format_byte_size(group.cache_bytes),
@@ -828,9 +846,13 @@ impl ServeArgs {
             io_engine: self.io_engine,
             direct: self.direct,
             persistence: self.persistence,
+            read_only: self.read_only,
         };
         let mut volume = text.validate(&Origin::Flags)?;
-        if volume.backend_create_bytes.is_none() && !volume.backend_is_nbd() {
+        // Only the embedded default creates its backend unasked: a named
+        // backend that does not exist is a mistyped path until
+        // --backend-size says otherwise.
+        if backend_defaulted && volume.backend_create_bytes.is_none() {
             volume.backend_create_bytes = Some(DEFAULT_BACKEND_BYTES);
         }
         let defaulted =

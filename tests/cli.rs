@@ -127,7 +127,7 @@ fn bad_options_name_what_is_wrong() {
     let cases: [(&[&str], &str); 6] = [
         (&["--policy", "mru"], "mru"),
         (&["--cache-size", "12parsecs"], "parsecs"),
-        (&["--line-size", "3000"], "power of two"),
+        (&["--line-size", "3000B"], "power of two"),
         (&["--write-policy", "wz"], "wz"),
         (&["--promotion", "nhit:zero"], "nhit:zero"),
         (&["--format", "nosuch"], "nosuch"),

@@ -640,7 +640,7 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 /// The server's arguments: the harness's files and sizes, then `extra`; a
-/// flag given in `extra` replaces the harness's (e.g. `--line-size 512`).
+/// flag given in `extra` replaces the harness's (e.g. `--line-size 512B`).
 fn server_args(dir: &Path, extra: &[String]) -> Vec<String> {
     let p = |name: &str| dir.join(name).display().to_string();
     let base = [

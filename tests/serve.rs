@@ -296,7 +296,7 @@ fn bad_arguments_are_named() {
     for (args, needle) in [
         (vec!["serve", "--write-policy", "wz"], "wz"),
         (vec!["serve", "--lookup", "medium"], "medium"),
-        (vec!["serve", "--line-size", "3000"], "power of two"),
+        (vec!["serve", "--line-size", "3000B"], "power of two"),
         (vec!["serve", "--listen", "nowhere"], "nowhere"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
@@ -718,7 +718,7 @@ fn batched_io_uring_reads_on_an_o_direct_cache() {
     }
     let dir = temp_dir("uring");
     // 512-byte lines: every multi-sector hit is several cache reads, issued as one batch.
-    let served = Served::start(&dir, &["--line-size", "512", "--direct", "--io-engine", "uring"]);
+    let served = Served::start(&dir, &["--line-size", "512B", "--direct", "--io-engine", "uring"]);
     qemu_io(&served.uri(), &pattern_commands("write"));
     qemu_io(&served.uri(), &pattern_commands("read"));
     qemu_io(&served.uri(), &pattern_commands("read"));

@@ -2,39 +2,88 @@
 
 use crate::error::CoreError;
 
-/// Parses a byte size: a plain number of bytes, or a number with a unit.
-/// `K`, `M`, `G`, `T` and `KiB`..`TiB` are powers of 1024; `KB`..`TB` are powers of 1000.
+/// The one size grammar of every front end (flags, TOML, `ctl`), as one
+/// line of help text.
+pub const SIZE_GRAMMAR: &str = "a number with a unit: B, K/KiB, M/MiB, G/GiB, T/TiB \
+(powers of 1024; decimals allowed, e.g. 1.5GiB)";
+
+/// Parses a byte size: a number (decimals allowed) with a unit.
+///
+/// `K`, `M`, `G`, `T` and `KiB`..`TiB` are powers of 1024, as in qemu,
+/// nbdkit and LVM; `B` is bytes. `KB`..`TB` are refused: they mean powers
+/// of 1000 to some and of 1024 to others, and a cache sized a few percent
+/// off its intent is a surprise. A bare number is refused too (a size
+/// always says its unit); the simulator reads a bare number as a line count
+/// before it calls this. A fraction must come to whole bytes (`1.5KiB` is
+/// 1536 bytes, `0.3KiB` is refused).
 pub fn parse_byte_size(text: &str) -> Result<u64, CoreError> {
-    let bad = |reason: &str| CoreError::BadParameter {
+    let bad = |reason: String| CoreError::BadParameter {
         given: text.to_string(),
-        reason: reason.to_string(),
+        reason,
     };
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    if digits.is_empty() {
-        return Err(bad("a size starts with a number, e.g. 4096, 64KiB or 16MiB"));
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    if number.is_empty() || number == "." {
+        return Err(bad(format!("a size is {SIZE_GRAMMAR}")));
     }
-    let number: u64 = digits.parse().map_err(|_| bad("number too large"))?;
-    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        other => {
-            return Err(bad(&format!(
-                "unknown unit `{other}`; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB"
-            )))
+    let shift: u32 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" => {
+            let binary = number
+                .parse::<u64>()
+                .ok()
+                .map(format_byte_size)
+                .filter(|b| b.ends_with("iB"))
+                .map_or(String::new(), |b| format!(" or {b}"));
+            return Err(bad(format!(
+                "a size needs a unit: write {number}B for bytes{binary}; a size is {SIZE_GRAMMAR}"
+            )));
         }
+        "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        "t" | "tib" => 40,
+        decimal @ ("kb" | "mb" | "gb" | "tb") => {
+            let letter = decimal[..1].to_ascii_uppercase();
+            return Err(bad(format!(
+                "`{}` is ambiguous (1000 or 1024?): write {number}{letter}iB for powers of 1024, or the number of bytes with B",
+                &unit.trim()
+            )));
+        }
+        other => return Err(bad(format!("unknown unit `{other}`; a size is {SIZE_GRAMMAR}"))),
     };
-    number
-        .checked_mul(multiplier)
-        .ok_or_else(|| bad("size overflows 64 bits"))
+    let (whole_text, fraction_text) = number.split_once('.').unwrap_or((number, ""));
+    if fraction_text.contains('.') {
+        return Err(bad("more than one decimal point".into()));
+    }
+    let overflow = || bad("size overflows 64 bits".into());
+    let whole: u64 = if whole_text.is_empty() {
+        0
+    } else {
+        whole_text.parse().map_err(|_| overflow())?
+    };
+    let mut bytes = whole.checked_mul(1u64 << shift).ok_or_else(overflow)?;
+    let fraction_text = fraction_text.trim_end_matches('0');
+    if !fraction_text.is_empty() {
+        // fraction × 2^shift / 10^digits must be whole: exact in u128.
+        if fraction_text.len() > 30 {
+            return Err(bad("too many decimals".into()));
+        }
+        let numerator = fraction_text.parse::<u128>().map_err(|_| overflow())? << shift;
+        let denominator = 10u128.pow(fraction_text.len() as u32);
+        if numerator % denominator != 0 {
+            return Err(bad(format!(
+                "{number}{} is not a whole number of bytes",
+                unit.trim()
+            )));
+        }
+        let part = u64::try_from(numerator / denominator).map_err(|_| overflow())?;
+        bytes = bytes.checked_add(part).ok_or_else(overflow)?;
+    }
+    Ok(bytes)
 }
 
 /// Formats bytes with the largest binary unit that divides them exactly ("16MiB"), else "N B".
@@ -53,17 +102,39 @@ mod tests {
 
     #[test]
     fn sizes_parse() {
-        assert_eq!(parse_byte_size("4096").unwrap(), 4096);
+        assert_eq!(parse_byte_size("4096B").unwrap(), 4096);
         assert_eq!(parse_byte_size("16MiB").unwrap(), 16 << 20);
         assert_eq!(parse_byte_size("4k").unwrap(), 4096);
-        assert_eq!(parse_byte_size("1GB").unwrap(), 1_000_000_000);
+        assert_eq!(parse_byte_size("4K").unwrap(), 4096);
         assert_eq!(parse_byte_size(" 2 GiB ").unwrap(), 2 << 30);
+        assert_eq!(parse_byte_size("1.5GiB").unwrap(), 3 << 29);
+        assert_eq!(parse_byte_size("1.5KiB").unwrap(), 1536);
+        assert_eq!(parse_byte_size("0.5k").unwrap(), 512);
+        assert_eq!(parse_byte_size("2.000M").unwrap(), 2 << 20);
+        assert_eq!(parse_byte_size(".25MiB").unwrap(), 256 << 10);
+        assert_eq!(parse_byte_size("16383.75T").unwrap(), (16383 << 40) + (3 << 38));
         assert!(parse_byte_size("MiB").is_err());
+        assert!(parse_byte_size(".").is_err());
+        assert!(parse_byte_size("1.2.3MiB").is_err());
+        assert!(parse_byte_size("16777216T").is_err());
         assert!(parse_byte_size("3 parsecs")
             .unwrap_err()
             .to_string()
             .contains("parsecs"));
         assert!(parse_byte_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn sizes_refused_say_how_to_write_them() {
+        let message = |t: &str| parse_byte_size(t).unwrap_err().to_string();
+        let bare = message("4096");
+        assert!(bare.contains("4096B or 4KiB") && bare.contains("unit"), "{bare}");
+        assert!(message("3000").contains("write 3000B for bytes;"), "{}", message("3000"));
+        let decimal = message("1GB");
+        assert!(decimal.contains("1GiB") && decimal.contains("ambiguous"), "{decimal}");
+        assert!(message("10 MB").contains("10MiB"), "{}", message("10 MB"));
+        let partial = message("0.3KiB");
+        assert!(partial.contains("whole number of bytes"), "{partial}");
     }
 
     #[test]

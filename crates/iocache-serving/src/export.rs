@@ -11,6 +11,7 @@ pub struct EngineExport {
     engine: Arc<Engine>,
     volume: Volume,
     description: Option<String>,
+    read_only: bool,
 }
 
 impl EngineExport {
@@ -27,7 +28,16 @@ impl EngineExport {
             engine,
             volume,
             description,
+            read_only: false,
         }
+    }
+
+    /// Serves the volume read-only: the NBD server advertises
+    /// NBD_FLAG_READ_ONLY and answers writes, trims and write-zeroes with
+    /// EPERM before they reach the engine.
+    pub fn with_read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -75,6 +85,10 @@ impl Export for EngineExport {
     /// A flush on any connection covers writes completed on every connection.
     fn can_multi_conn(&self) -> bool {
         true
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
     }
 
     fn block_sizes(&self) -> (u32, u32, u32) {

@@ -18,6 +18,22 @@ pub enum TraceError {
         #[source]
         source: std::io::Error,
     },
+    /// Reading stopped part-way: a compressed input that ends inside a
+    /// frame (a copy cut short), or a read error after some requests.
+    #[error("{path}: {} after {records} requests (line {line}): {source}", stop_word(*.truncated))]
+    Interrupted {
+        /// The file name.
+        path: String,
+        /// Whether the input looks cut short (rather than unreadable).
+        truncated: bool,
+        /// Requests read before the error.
+        records: u64,
+        /// Lines read before the error.
+        line: u64,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A malformed line.
     #[error("{path}:{line}: field `{field}`: {reason}")]
     Parse {
@@ -92,5 +108,14 @@ mod tests {
             reason: "why".into(),
         };
         assert_eq!(e.to_string(), "x: cannot determine the trace format: why");
+    }
+}
+
+/// How [`TraceError::Interrupted`] names its stop.
+fn stop_word(truncated: bool) -> &'static str {
+    if truncated {
+        "truncated"
+    } else {
+        "read failed"
     }
 }

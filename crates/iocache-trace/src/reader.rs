@@ -77,6 +77,24 @@ impl std::fmt::Debug for TraceReader {
     }
 }
 
+/// A read error part-way through: a compressed input that ends inside a
+/// frame is "truncated" (the decoders say so with UnexpectedEof or, for
+/// zstd, "incomplete frame").
+#[cold]
+fn interrupted(name: &str, records: u64, line: u64, source: io::Error) -> TraceError {
+    let text = source.to_string();
+    let truncated = source.kind() == io::ErrorKind::UnexpectedEof
+        || text.contains("incomplete frame")
+        || text.contains("unexpected end");
+    TraceError::Interrupted {
+        path: name.to_string(),
+        truncated,
+        records,
+        line,
+        source,
+    }
+}
+
 fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
@@ -122,7 +140,7 @@ impl TraceReader {
         let format = match format {
             Some(format) => format,
             None => {
-                pending = read_ahead(&mut input).map_err(io_err)?;
+                pending = read_ahead(&mut input).map_err(|e| interrupted(name, 0, 0, e))?;
                 detect(name, &pending)?
             }
         };
@@ -158,6 +176,11 @@ impl TraceReader {
     /// The name used in messages (the path for files).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether malformed lines are skipped (and counted) rather than errors.
+    pub fn skips_bad_lines(&self) -> bool {
+        self.skip_bad_lines
     }
 
     /// Malformed lines skipped so far (only with `skip_bad_lines`).
@@ -292,10 +315,7 @@ impl TraceReader {
             }
             Err(source) => {
                 self.done = true;
-                return Some(Some(Err(TraceError::Io {
-                    path: self.name.clone(),
-                    source,
-                })));
+                return Some(Some(Err(interrupted(&self.name, self.records, self.line_no, source))));
             }
         }
         self.line_no += 1;

@@ -114,6 +114,47 @@ fn large_compressed_stream_is_streamed() {
     }
 }
 
+/// A compressed trace cut short says so, with how far it got: a copy that
+/// stopped part-way must not pass for a short trace.
+#[test]
+fn truncated_compressed_streams_say_how_far_they_got() {
+    let mut text = String::new();
+    for i in 0..100_000u64 {
+        text.push_str(&format!("{} 8 0 {}\n", i * 8, i));
+    }
+    for (name, compress) in [("gzip", gzip as Compressor), ("zstd", zstd), ("bzip2", bzip2)] {
+        let mut packed = compress(text.as_bytes());
+        packed.truncate(packed.len() * 3 / 4);
+        let mut reader = TraceReader::from_reader(
+            "cut.lis",
+            Box::new(Cursor::new(packed)),
+            Some(TraceFormat::Arc),
+            ReaderOptions::default(),
+        )
+        .unwrap();
+        let read = reader.by_ref().take_while(Result::is_ok).count() as u64;
+        assert!(read > 0 && read < 100_000, "{name}: {read}");
+        let message = TraceReader::from_reader(
+            "cut.lis",
+            Box::new(Cursor::new({
+                let mut p = compress(text.as_bytes());
+                p.truncate(p.len() * 3 / 4);
+                p
+            })),
+            Some(TraceFormat::Arc),
+            ReaderOptions::default(),
+        )
+        .unwrap()
+        .find_map(Result::err)
+        .expect("an error")
+        .to_string();
+        assert!(
+            message.starts_with(&format!("cut.lis: truncated after {read} requests")),
+            "{name}: {message}"
+        );
+    }
+}
+
 #[test]
 fn corrupt_compressed_stream_is_an_io_error() {
     let mut packed = gzip(TEXT.as_bytes());
@@ -127,6 +168,9 @@ fn corrupt_compressed_stream_is_an_io_error() {
     )
     .unwrap();
     let err = reader.by_ref().find_map(Result::err).expect("an error");
-    assert!(matches!(err, iocache_trace::TraceError::Io { .. }), "{err}");
+    assert!(
+        matches!(err, iocache_trace::TraceError::Interrupted { truncated: true, records: 0, .. }),
+        "{err}"
+    );
     assert!(reader.next().is_none());
 }
