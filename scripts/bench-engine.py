@@ -86,7 +86,7 @@ def start_iocache(backend_uri, lookup="fine", extra=()):
     cache = f"{SHM}/iocache-cache.img"
     if os.path.exists(cache):
         os.remove(cache)
-    p = subprocess.Popen([BIN, "serve", "--backend", backend_uri, "--cache", cache, "--cache-size", str(CACHE),
+    p = subprocess.Popen([BIN, "serve", "--backend", backend_uri, "--cache", cache, "--cache-size", f"{CACHE}B",
                           "--socket", sock, "--admin-socket", f"{d}/admin.sock", "--listen", "127.0.0.1:0",
                           "--lookup", lookup, "--init"] + list(extra),
                          cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -45,7 +45,7 @@ def start(mode, backend_uri, init):
     d = f"{WORK}/iocache"
     os.makedirs(d, exist_ok=True)
     sock = bench.fresh("iocache")
-    args = [BIN, "serve", "--backend", backend_uri, "--cache", f"{WORK}/cache.img", "--cache-size", str(CACHE),
+    args = [BIN, "serve", "--backend", backend_uri, "--cache", f"{WORK}/cache.img", "--cache-size", f"{CACHE}B",
             "--direct", "--persistence", mode, "--socket", sock, "--admin-socket", f"{d}/admin.sock",
             "--listen", "127.0.0.1:0"]
     if init:

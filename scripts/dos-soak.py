@@ -328,7 +328,7 @@ def main():
     export_size = 256 << 20
     cmd = [
         binary, "serve",
-        "--backend", p("backend.img"), "--backend-size", str(export_size),
+        "--backend", p("backend.img"), "--backend-size", f"{export_size}B",
         "--cache", p("cache.img"), "--cache-size", "64MiB",
         "--socket", p("nbd.sock"), "--admin-socket", p("admin.sock"),
         "--listen", "127.0.0.1:0",

@@ -40,7 +40,7 @@ def hit_table(sizes, line_size, samples, promotions=False):
     for name in samples:
         path = os.path.join(TRACES, name)
         cmd, j = sim(["--trace", path, "--policy", ",".join(POLICIES), "--cache-size", ",".join(map(str, sizes)),
-                      "--line-size", str(line_size)])
+                      "--line-size", f"{line_size}B"])
         commands.append(cmd)
         by = {(r["policy"], r["cache_lines"]): r for r in j["runs"]}
         for size in sizes:

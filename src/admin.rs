@@ -361,7 +361,7 @@ fn log_rate_limited(last: &Mutex<Option<Instant>>, message: &str) {
     let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
     if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
         *last = Some(Instant::now());
-        eprintln!("iocache: admin socket: {message}");
+        log::warn!("admin socket: {message}");
     }
 }
 
@@ -458,14 +458,197 @@ pub struct StatsArgs {
     #[arg(long, value_name = "PATH", default_value = "iocache-data/admin.sock")]
     admin_socket: PathBuf,
     /// Print the raw JSON.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["watch", "csv"])]
     json: bool,
+    /// Every SECONDS (decimals allowed), print each volume's rates over the interval, as iostat
+    /// does: requests and MiB per second, the line hit ratio, dirty and cached lines.
+    #[arg(long, value_name = "SECONDS")]
+    watch: Option<f64>,
+    /// With --watch: stop after N intervals.
+    #[arg(long, value_name = "N", requires = "watch")]
+    count: Option<u64>,
+    /// Print CSV (a header, then one row per volume; per interval with --watch).
+    #[arg(long)]
+    csv: bool,
 }
 
 /// `iocache stats`: asks a running server for its statistics.
 pub fn stats(args: StatsArgs) -> Result<()> {
-    let json = request(&args.admin_socket, "stats", Some(Duration::from_secs(10)))?;
-    print_stats(&json, args.json)
+    let ask = || request(&args.admin_socket, "stats", Some(Duration::from_secs(10)));
+    let Some(seconds) = args.watch else {
+        let json = ask()?;
+        if args.csv {
+            print!("{}", totals_csv(&json));
+            return Ok(());
+        }
+        return print_stats(&json, args.json);
+    };
+    if !(seconds.is_finite() && (0.01..=86_400.0).contains(&seconds)) {
+        bail!("--watch {seconds}: an interval of 0.01 to 86400 seconds");
+    }
+    let interval = Duration::from_secs_f64(seconds);
+    let mut previous = ask()?;
+    let mut previous_at = Instant::now();
+    if args.csv {
+        println!("{}", WatchRow::CSV_HEADER);
+    }
+    let mut printed = 0u64;
+    while args.count.is_none_or(|n| printed < n) {
+        std::thread::sleep(interval);
+        let now = ask()?;
+        let now_at = Instant::now();
+        let rows = watch_rows(&previous, &now, now_at.duration_since(previous_at).as_secs_f64());
+        if args.csv {
+            for row in &rows {
+                println!("{}", row.csv());
+            }
+        } else {
+            print_watch(&rows, printed);
+        }
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        (previous, previous_at) = (now, now_at);
+        printed += 1;
+    }
+    Ok(())
+}
+
+/// One volume over one interval of `stats --watch`.
+struct WatchRow {
+    time: String,
+    export: String,
+    reads_per_second: f64,
+    writes_per_second: f64,
+    read_mib_per_second: f64,
+    write_mib_per_second: f64,
+    /// Full line hits over line accesses in the interval (none: no access).
+    line_hit_ratio: Option<f64>,
+    dirty_lines: u64,
+    resident_lines: u64,
+    failed_requests: u64,
+}
+
+impl WatchRow {
+    const CSV_HEADER: &str = "time,export,reads_per_s,writes_per_s,read_mib_per_s,write_mib_per_s,line_hit_ratio,dirty_lines,resident_lines,failed_requests";
+
+    fn csv(&self) -> String {
+        format!(
+            "{},{},{:.1},{:.1},{:.3},{:.3},{},{},{},{}",
+            self.time,
+            self.export,
+            self.reads_per_second,
+            self.writes_per_second,
+            self.read_mib_per_second,
+            self.write_mib_per_second,
+            self.line_hit_ratio.map_or(String::new(), |r| format!("{r:.4}")),
+            self.dirty_lines,
+            self.resident_lines,
+            self.failed_requests
+        )
+    }
+}
+
+/// Each volume's rates between two `stats` replies `seconds` apart (a
+/// volume attached meanwhile counts from zero).
+fn watch_rows(before: &Value, after: &Value, seconds: f64) -> Vec<WatchRow> {
+    let time = time_of_day_utc();
+    let seconds = seconds.max(1e-9);
+    let mut rows = Vec::new();
+    for v in after["volumes"].as_array().into_iter().flatten() {
+        let export = v["export"].as_str().unwrap_or("").to_string();
+        let old = before["volumes"].as_array().and_then(|vs| {
+            vs.iter()
+                .find(|o| o["export"] == v["export"] && o["volume_id"] == v["volume_id"])
+        });
+        let delta = |key: &str| {
+            let now = v[key].as_u64().unwrap_or(0);
+            now.saturating_sub(old.and_then(|o| o[key].as_u64()).unwrap_or(0))
+        };
+        let accesses = delta("line_accesses");
+        let hits = delta("read_hits") + delta("write_hits");
+        rows.push(WatchRow {
+            time: time.clone(),
+            export,
+            reads_per_second: delta("read_requests") as f64 / seconds,
+            writes_per_second: delta("write_requests") as f64 / seconds,
+            read_mib_per_second: delta("read_bytes") as f64 / seconds / (1 << 20) as f64,
+            write_mib_per_second: delta("write_bytes") as f64 / seconds / (1 << 20) as f64,
+            line_hit_ratio: (accesses > 0).then(|| hits as f64 / accesses as f64),
+            dirty_lines: v["dirty_lines"].as_u64().unwrap_or(0),
+            resident_lines: v["resident_lines"].as_u64().unwrap_or(0),
+            failed_requests: delta("failed_requests"),
+        });
+    }
+    rows
+}
+
+/// The time of day (UTC), `HH:MM:SS`.
+fn time_of_day_utc() -> String {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+        % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+}
+
+fn print_watch(rows: &[WatchRow], printed: u64) {
+    if printed.is_multiple_of(20) {
+        println!(
+            "{:<8} {:<16} {:>9} {:>9} {:>9} {:>9} {:>7} {:>10} {:>10} {:>6}",
+            "time(UTC)", "export", "r/s", "w/s", "rMiB/s", "wMiB/s", "hit%", "dirty", "cached", "failed"
+        );
+    }
+    for r in rows {
+        println!(
+            "{:<8} {:<16} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>10} {:>10} {:>6}",
+            r.time,
+            r.export,
+            r.reads_per_second,
+            r.writes_per_second,
+            r.read_mib_per_second,
+            r.write_mib_per_second,
+            r.line_hit_ratio
+                .map_or("-".to_string(), |h| format!("{:.2}", h * 100.0)),
+            r.dirty_lines,
+            r.resident_lines,
+            r.failed_requests
+        );
+    }
+}
+
+/// `stats --csv`: each volume's counters since the server started.
+fn totals_csv(json: &Value) -> String {
+    const KEYS: [&str; 14] = [
+        "read_requests",
+        "write_requests",
+        "read_bytes",
+        "write_bytes",
+        "line_accesses",
+        "read_hits",
+        "write_hits",
+        "partial_hits",
+        "full_misses",
+        "failed_requests",
+        "resident_lines",
+        "dirty_lines",
+        "promotions",
+        "evictions",
+    ];
+    let mut out = format!("export,{}\n", KEYS.join(","));
+    for v in json["volumes"].as_array().into_iter().flatten() {
+        let values: Vec<String> = KEYS
+            .iter()
+            .map(|k| v[*k].as_u64().unwrap_or(0).to_string())
+            .collect();
+        out += &format!("{},{}\n", v["export"].as_str().unwrap_or(""), values.join(","));
+    }
+    out
 }
 
 fn print_stats(json: &Value, raw: bool) -> Result<()> {

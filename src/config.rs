@@ -87,6 +87,10 @@ pub struct ServeConfig {
     pub listen: Option<SocketAddr>,
     /// Unix socket answering `iocache stats`.
     pub admin_socket: Option<PathBuf>,
+    /// TCP address answering Prometheus scrapes on /metrics.
+    pub metrics: Option<SocketAddr>,
+    /// A file to write this process's id to while it runs.
+    pub pid_file: Option<PathBuf>,
     /// TLS for NBD clients (STARTTLS): off, on (offered) or require.
     pub tls: iocache_nbd::TlsMode,
     /// The directory holding server-cert.pem and server-key.pem.
@@ -360,6 +364,8 @@ struct ServerText {
     socket: Option<PathBuf>,
     listen: Option<String>,
     admin_socket: Option<PathBuf>,
+    metrics: Option<String>,
+    pid_file: Option<PathBuf>,
     socket_group: Option<String>,
     #[serde(default)]
     attach_dirs: Vec<PathBuf>,
@@ -658,11 +664,19 @@ impl ServeConfig {
             })
             .transpose()?
             .unwrap_or_default();
+        let metrics = file
+            .server
+            .metrics
+            .as_deref()
+            .map(|m| parse_listen(m, &o.server_key("metrics")))
+            .transpose()?;
         ServeConfig {
             origin: o,
             socket: file.server.socket,
             listen,
             admin_socket: file.server.admin_socket,
+            metrics,
+            pid_file: file.server.pid_file,
             tls,
             tls_certificates: file.server.tls_certificates,
             socket_group: file.server.socket_group,
@@ -851,32 +865,42 @@ direct = true
                 &["volume `slow`", "flush"],
             ),
             (
-                "cache_size = 1048576",
-                "cache_size = 1048576\ncache_array = [\"b.img\"]",
+                "cache_size = \"1MiB\"",
+                "cache_size = \"1MiB\"\ncache_array = [\"b.img\"]",
                 &["volume `slow`", "cache_size", "cache_array", "whole"],
             ),
             (
-                "cache_size = 1048576",
+                "cache_size = \"1MiB\"",
                 "cache_array = [\"b.img\"]\nmirror_percent = 70",
                 &["volume `slow`", "mirror_percent", "70", "1..=50"],
             ),
             (
-                "cache_size = 1048576",
+                "cache_size = \"1MiB\"",
                 "cache_array = [\"\"]",
                 &["volume `slow`", "cache_array", "entry 1 is empty"],
             ),
             (
-                "cache_size = 1048576",
+                "cache_size = \"1MiB\"",
                 "cache_size = \"1KiB\"",
                 &["volume `slow`", "cache_size", "no line"],
             ),
             (
-                "cache_size = 1048576",
+                "cache_size = \"1MiB\"",
                 "cache_size = \"lots\"",
                 &["volume `slow`", "cache_size"],
             ),
             (
+                "cache_size = \"1MiB\"",
                 "cache_size = 1048576",
+                &["volume `slow`", "cache_size", "1048576B for bytes or 1MiB"],
+            ),
+            (
+                "cache_size = \"1MiB\"",
+                "cache_size = \"1GB\"",
+                &["volume `slow`", "cache_size", "ambiguous", "1GiB"],
+            ),
+            (
+                "cache_size = \"1MiB\"",
                 "cache_size = -1",
                 &["cache_size", "negative"],
             ),
@@ -1040,6 +1064,7 @@ cache = "d/other-cache.img"
             io_engine: "auto".into(),
             direct: false,
             persistence: "dirty".into(),
+            read_only: false,
         };
         let e = format!("{:#}", text.validate(&Origin::Flags).unwrap_err());
         assert!(e.starts_with("--line-size: "), "{e}");

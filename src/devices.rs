@@ -222,11 +222,7 @@ pub(crate) fn open_file(path: &Path, create_bytes: u64, direct: bool, no_follow:
     )
     .with_context(|| format!("opening {}", path.display()))?;
     if !exists {
-        eprintln!(
-            "iocache: created {} ({})",
-            path.display(),
-            format_byte_size(create_bytes)
-        );
+        log::info!("created {} ({})", path.display(), format_byte_size(create_bytes));
     }
     Ok(device)
 }

@@ -3,9 +3,12 @@
 mod admin;
 mod config;
 mod devices;
+mod logging;
+mod metrics;
 mod progress;
 mod running;
 mod serve;
+mod service;
 mod text;
 
 use text::count;
@@ -19,7 +22,9 @@ use iocache_core::{LineSize, PolicySpec, Promotion, WritePolicy};
 use iocache_sim::report::{render_table, render_timing_table, table, JsonReport};
 use iocache_sim::timing::{parse_device, parse_duration_ns, ArrivalMode, SeriesRow};
 use iocache_sim::trace_stats::{trace_stats, Window};
-use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, SimOptions, TimingSetup, SimError, Warmup};
+use iocache_sim::{
+    combinations, simulate, CacheSettings, CacheSize, SimError, SimOptions, TimingSetup, Warmup,
+};
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 
 #[derive(Parser)]
@@ -31,6 +36,12 @@ use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log more: -v debug, -vv trace (RUST_LOG=LEVEL[,TARGET=LEVEL] when neither -v nor -q).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Log less: -q warnings and errors only, -qq errors only.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    quiet: u8,
 }
 
 #[derive(Subcommand)]
@@ -43,6 +54,17 @@ enum Command {
     Ctl(admin::CtlArgs),
     /// Simulate caches over a block I/O trace (every policy × size in one pass).
     Sim(Box<SimArgs>),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout, e.g.
+    /// `iocache completions bash > /etc/bash_completion.d/iocache`.
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (iocache.1, iocache-serve.1, ...) into DIR.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
     /// List the replacement policies, their parameters and sources.
     Policies,
     /// Work with trace files.
@@ -103,10 +125,11 @@ impl TraceInput {
     /// and `--skip-bad-lines` otherwise.
     fn explain(&self, error: anyhow::Error) -> anyhow::Error {
         let trace_error = error.chain().find_map(|c| {
-            c.downcast_ref::<iocache_trace::TraceError>().or_else(|| match c.downcast_ref::<SimError>() {
-                Some(SimError::Trace(t)) => Some(t),
-                _ => None,
-            })
+            c.downcast_ref::<iocache_trace::TraceError>()
+                .or_else(|| match c.downcast_ref::<SimError>() {
+                    Some(SimError::Trace(t)) => Some(t),
+                    _ => None,
+                })
         });
         let Some(iocache_trace::TraceError::Parse { .. }) = trace_error else {
             return error;
@@ -312,12 +335,23 @@ struct TraceStatsArgs {
 
 fn main() {
     let cli = Cli::parse();
+    if let Err(e) = logging::init(cli.verbose, cli.quiet) {
+        eprintln!("iocache: error: {e}");
+        std::process::exit(2);
+    }
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Stats(args) => admin::stats(args),
         Command::Ctl(args) => admin::ctl(args),
         Command::Sim(args) => run_sim(*args),
         Command::Policies => list_policies(),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "iocache", &mut script);
+            print_stdout(String::from_utf8_lossy(&script).trim_end())
+        }
+        Command::Man { dir } => write_man_pages(&dir),
         Command::Trace {
             command: TraceCommand::Stats(args),
         } => run_trace_stats(args),
@@ -345,6 +379,35 @@ fn error_chain_text(error: &anyhow::Error) -> String {
         text.push_str(&part);
     }
     text
+}
+
+/// Writes a man page for the command and for each subcommand (`iocache-serve.1`, ...).
+fn write_man_pages(dir: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let command = <Cli as clap::CommandFactory>::command();
+    let mut written = Vec::new();
+    let mut pages = vec![("iocache".to_string(), command.clone())];
+    for sub in command.get_subcommands() {
+        pages.push((format!("iocache-{}", sub.get_name()), sub.clone()));
+        for nested in sub.get_subcommands() {
+            pages.push((
+                format!("iocache-{}-{}", sub.get_name(), nested.get_name()),
+                nested.clone(),
+            ));
+        }
+    }
+    for (name, page) in pages {
+        // clap names are 'static without its `string` feature; a few
+        // short names for a command that exits next is no leak to mind.
+        let page = page.name(&*Box::leak(name.clone().into_boxed_str()));
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(page).render(&mut out)?;
+        std::fs::write(&path, out).with_context(|| format!("writing {}", path.display()))?;
+        written.push(path.display().to_string());
+    }
+    println!("wrote {}", written.join(", "));
+    Ok(())
 }
 
 fn list_policies() -> Result<()> {
@@ -456,8 +519,8 @@ fn run_sim(args: SimArgs) -> Result<()> {
     }
     let trace_name = reader.name().to_string();
     if warmup_requests > 0 && warmup_requests >= report.trace_records {
-        eprintln!(
-            "iocache: warning: the warmup ({warmup_requests} requests) covers the whole trace ({} requests): nothing was counted",
+        log::warn!(
+            "the warmup ({warmup_requests} requests) covers the whole trace ({} requests): nothing was counted",
             report.trace_records
         );
     }
@@ -466,9 +529,20 @@ fn run_sim(args: SimArgs) -> Result<()> {
             let json = JsonReport::new(&trace_name, reader.format().to_string(), &report);
             let text = serde_json::to_string_pretty(&json)?;
             match json_file {
-                None => print_stdout(&text)?,
+                None => {
+                    // The table (which says it) is not printed: say it here.
+                    if reader.skips_bad_lines() {
+                        log::info!(
+                            "{}: {} skipped",
+                            trace_name,
+                            count(reader.skipped_lines(), "malformed line")
+                        );
+                    }
+                    print_stdout(&text)?
+                }
                 Some(file) => {
-                    file.write(&(text + "\n")).with_context(|| format!("writing {path}"))?;
+                    file.write(&(text + "\n"))
+                        .with_context(|| format!("writing {path}"))?;
                     print_sim_table(&trace_name, &reader, &report);
                 }
             }
@@ -569,7 +643,9 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
         let text = serde_json::to_string_pretty(&stats)?;
         match json_file {
             None => return print_stdout(&text),
-            Some(file) => file.write(&(text + "\n")).with_context(|| format!("writing {path}"))?,
+            Some(file) => file
+                .write(&(text + "\n"))
+                .with_context(|| format!("writing {path}"))?,
         }
     }
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);

@@ -193,8 +193,8 @@ impl Running {
             release();
             bail!("serving `{export}`: {e}");
         }
-        eprintln!(
-            "iocache: attached export `{export}` ({} volume over {name}) to the cache {}",
+        log::info!(
+            "attached export `{export}` ({} volume over {name}) to the cache {}",
             format_byte_size(volume.size_bytes()),
             group.path.display()
         );
@@ -238,7 +238,7 @@ impl Running {
         }
         lock(&self.volumes).retain(|v| v.export != export);
         lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
-        eprintln!("iocache: detached export `{export}`: {dirty} dirty lines written back");
+        log::info!("detached export `{export}`: {dirty} dirty lines written back");
         Ok(serde_json::json!({ "export": export, "dirty_lines_written_back": dirty }))
     }
 
@@ -289,8 +289,8 @@ impl Running {
                 group.path.display()
             )
         })?;
-        eprintln!(
-            "iocache: cache {}: set {}",
+        log::info!(
+            "cache {}: set {}",
             group.path.display(),
             parsed
                 .iter()

@@ -48,7 +48,7 @@ pub struct ServeArgs {
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
         "persistence", "read_only", "socket",
         "listen", "export",
-        "admin_socket", "attach_dir", "socket_group", "tls", "tls_certificates",
+        "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
     ])]
     config: Option<PathBuf>,
     /// Backend: a file or block device, or a remote NBD export
@@ -146,6 +146,16 @@ pub struct ServeArgs {
     /// Unix socket answering `iocache stats` [default: ./iocache-data/admin.sock].
     #[arg(long, value_name = "PATH")]
     admin_socket: Option<PathBuf>,
+    /// Serve Prometheus/OpenMetrics text on http://ADDR:PORT/metrics (per volume and per cache
+    /// device: the counters of `iocache stats` and latency histograms). Off by default; it has
+    /// no authentication, so keep it on loopback or a monitoring network.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<String>,
+    /// Write this process's id to PATH while it runs (refused if a running process is named
+    /// there). Under systemd, `Type=notify` also works: READY=1 is sent once every volume is
+    /// loaded and the listeners answer.
+    #[arg(long, value_name = "PATH")]
+    pid_file: Option<PathBuf>,
     /// TLS for NBD clients (NBD_OPT_STARTTLS): off, on (offered to clients that ask) or require
     /// (every client, on TCP and on the Unix socket, must upgrade before any other option).
     #[arg(long, default_value = "off", value_name = "off|on|require")]
@@ -255,12 +265,16 @@ fn open_cache_group(
                 device_bytes,
                 ..
             }) => bail!(
-                "{}: {} of lines and their metadata need {}, more than the cache device {} ({})",
+                "{}: {} of lines and their metadata need {}, more than the cache device {} ({}); to grow \
+                 the cache, grow the device first (a file: truncate -s {} {}), or give a size that fits \
+                 (docs/ops.md, \"Growing or shrinking a cache\")",
                 v.key("cache_size"),
                 format_byte_size(bytes),
                 format_byte_size(needed_bytes),
                 v.cache.display(),
-                format_byte_size(device_bytes)
+                format_byte_size(device_bytes),
+                needed_bytes,
+                v.cache.display()
             ),
             Err(e) => bail!("{}: {e}", v.key("cache_size")),
         },
@@ -392,43 +406,55 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
         }
     };
     if r.loaded {
-        eprintln!(
-            "iocache: {who}: loaded the cache on {} ({}): {} dirty and {} clean lines, {} clean lines dropped, \
+        log::info!(
+            "{who}: loaded the cache on {} ({}): {} dirty and {} clean lines, {} clean lines dropped, \
              {} corrupt record copies, {} lines written back",
             device,
-            if r.clean_shutdown { "shut down cleanly" } else { "not shut down cleanly: recovered" },
+            if r.clean_shutdown {
+                "shut down cleanly"
+            } else {
+                "not shut down cleanly: recovered"
+            },
             r.dirty_lines,
             r.clean_lines,
             r.dropped_clean_lines,
             r.corrupt_copies,
             r.written_back_lines
         );
+        if let Some((was, now)) = &r.geometry_changed {
+            log::info!(
+                "{who}: the cache on {device} had another geometry ({was}); its {} dirty lines were written back \
+                 and it was formatted anew as {now} (clean lines start cold)",
+                r.written_back_lines
+            );
+        }
         for (offset, reason) in r.corrupt_examples.iter().take(4) {
-            eprintln!("iocache: {who}: corrupt metadata at offset {offset}: {reason}");
+            log::warn!("{who}: corrupt metadata at offset {offset}: {reason}");
         }
         if !r.restored_settings.is_empty() {
-            eprintln!(
-                "iocache: {who}: settings changed at run time before, kept: {} (iocache ctl set to change them)",
+            log::info!(
+                "{who}: settings changed at run time before, kept: {} (iocache ctl set to change them)",
                 r.restored_settings.join(" ")
             );
         }
         for dropped in &r.dropped_settings {
-            eprintln!("iocache: {who}: a setting changed at run time is not kept: {dropped}");
+            log::warn!("{who}: a setting changed at run time is not kept: {dropped}");
         }
         if !r.damaged_slots.is_empty() {
-            eprintln!(
-                "iocache: {who}: started over damaged metadata (--accept-damaged-metadata): {} slots \
+            log::warn!(
+                "{who}: started over damaged metadata (--accept-damaged-metadata): {} slots \
                  dropped what they may have described",
                 r.damaged_slots.len()
             );
             for slot in r.damaged_slots.iter().take(8) {
-                eprintln!("iocache: {who}: damaged: {slot}");
+                log::warn!("{who}: damaged: {slot}");
             }
         }
     } else {
-        eprintln!(
-            "iocache: {who}: formatted a new cache on {} (persistence {})",
-            device, v.persistence
+        log::info!(
+            "{who}: formatted a new cache on {} (persistence {})",
+            device,
+            v.persistence
         );
     }
 }
@@ -519,14 +545,14 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     }
     if let Some(addr) = config.listen.filter(|a| !a.ip().is_loopback()) {
         if config.tls == iocache_nbd::TlsMode::Require {
-            eprintln!(
-                "iocache: listening on {addr}, beyond this machine's loopback, with TLS required \
+            log::info!(
+                "listening on {addr}, beyond this machine's loopback, with TLS required \
                  (clients are not authenticated: anyone who reaches it and trusts the certificate \
                  may read and write every export)"
             );
         } else {
-            eprintln!(
-                "iocache: warning: listening on {addr}, beyond this machine's loopback, without \
+            log::warn!(
+                "listening on {addr}, beyond this machine's loopback, without \
                  --tls require: any host that reaches it can read and write every export, in the \
                  clear; prefer the Unix socket, a loopback address behind an SSH tunnel, or \
                  --tls require"
@@ -556,6 +582,15 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     };
     // Removes the admin socket file however this function returns.
     let _admin_file = RemoveOnDrop(admin.as_ref().map(|a| a.remover()));
+    let _pid_file = config
+        .pid_file
+        .as_deref()
+        .map(crate::service::PidFile::create)
+        .transpose()?;
+    let metrics = config
+        .metrics
+        .map(|address| crate::metrics::bind(&address.to_string()))
+        .transpose()?;
 
     let mut files = Vec::new();
     let mut caches = Vec::new();
@@ -612,12 +647,25 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         let state = Arc::clone(&state);
         std::thread::spawn(move || crate::admin::serve_admin(admin.listener, state));
     }
+    if let Some(listener) = metrics {
+        if let Ok(address) = listener.local_addr() {
+            log::info!("metrics on http://{address}/metrics");
+        }
+        let state = Arc::clone(&state);
+        std::thread::spawn(move || crate::metrics::serve(listener, state));
+    }
     print_banner(&config, &state, running.tcp_addr(), admin_path.as_deref());
+    crate::service::notify(&format!(
+        "READY=1\nSTATUS=serving {}\nMAINPID={}",
+        crate::text::count(config.volumes.len() as u64, "volume"),
+        std::process::id()
+    ));
 
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
     }
-    eprintln!("iocache: stopping: finishing requests in flight");
+    log::info!("stopping: finishing requests in flight");
+    crate::service::notify("STOPPING=1\nSTATUS=writing back dirty lines");
     // No attach, detach or volume flush runs from now on.
     let _admin = state.lock_admin();
     let server_stats = running.shutdown();
@@ -630,7 +678,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
                 .engine
                 .volume_stats(v.volume.id())
                 .map_or(0, |s| s.dirty_lines);
-            eprintln!("iocache: volume `{}`: writing back {dirty} dirty lines", v.export);
+            log::info!("volume `{}`: writing back {dirty} dirty lines", v.export);
         }
         if let Err(e) = group.engine.shutdown() {
             let names = members
@@ -638,8 +686,8 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
                 .map(|v| format!("`{}`", v.export))
                 .collect::<Vec<_>>()
                 .join(", ");
-            eprintln!(
-                "iocache: cache {} (volumes {names}): write-back failed: {e}; the dirty lines stay on \
+            log::warn!(
+                "cache {} (volumes {names}): write-back failed: {e}; the dirty lines stay on \
                  the cache device and are written back when it is served again",
                 group.path.display()
             );
@@ -653,8 +701,8 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         let Ok(stats) = engine.volume_stats(v.volume.id()) else {
             continue;
         };
-        eprintln!(
-            "iocache: volume `{}`: {} requests, {:.2} % line hit ratio, {} failed requests, {} I/O errors in its cache",
+        log::info!(
+            "volume `{}`: {} requests, {:.2} % line hit ratio, {} failed requests, {} I/O errors in its cache",
             v.export,
             stats.requests(),
             stats.hit_ratio() * 100.0,
@@ -662,8 +710,8 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
             engine.stats().io_errors
         );
     }
-    eprintln!(
-        "iocache: stopped after {}",
+    log::info!(
+        "stopped after {}",
         crate::text::count(server_stats.connections, "connection")
     );
     match failed {
@@ -872,6 +920,12 @@ impl ServeArgs {
                 .map(|l| parse_listen(l, "--listen"))
                 .transpose()?,
             admin_socket: Some(self.admin_socket.unwrap_or_else(|| dir.join("admin.sock"))),
+            metrics: self
+                .metrics
+                .as_deref()
+                .map(|m| parse_listen(m, "--metrics"))
+                .transpose()?,
+            pid_file: self.pid_file,
             socket_group: self.socket_group,
             tls: self.tls.parse().map_err(|e| anyhow!("--tls: {e}"))?,
             tls_certificates: self.tls_certificates,

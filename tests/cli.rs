@@ -40,7 +40,7 @@ fn sim_json_has_the_documented_fields_for_every_combination() {
         "--cache-size",
         "256,4MiB",
         "--line-size",
-        "4096",
+        "4KiB",
         "--json",
         "-",
     ]);
@@ -105,6 +105,7 @@ fn malformed_lines_are_reported_with_file_line_and_field() {
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(err.contains("bad.csv:2") && err.contains("offset"), "{err}");
+    assert!(err.contains("add --skip-bad-lines"), "{err}");
     let o = iocache(&[
         "sim",
         "--trace",
@@ -116,7 +117,7 @@ fn malformed_lines_are_reported_with_file_line_and_field() {
         "-",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("skipped 1 malformed line"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("1 malformed line skipped"), "{}", stderr(&o));
     let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(json["skipped_lines"], 1);
     assert_eq!(json["runs"][0]["requests"], 2);
@@ -218,4 +219,207 @@ fn timing_reports_latency_and_writes_a_series() {
     let o = iocache(&["sim", "--trace", SAMPLE, "--cache-device", "floppy"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("floppy"), "{}", stderr(&o));
+}
+
+/// Runs `iocache args` with `input` on its stdin.
+fn iocache_with_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("iocache runs");
+    // The command may refuse before reading its input (a closed pipe).
+    let _ = child.stdin.take().unwrap().write_all(input);
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn sizes_take_one_grammar_and_a_bare_number_is_a_line_count_only_in_sim() {
+    // A bare --cache-size is lines in sim; a size with a unit is bytes.
+    let o = iocache(&[
+        "sim",
+        "--trace",
+        SAMPLE,
+        "--cache-size",
+        "64,1.5MiB",
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(json["runs"][0]["cache_lines"], 64, "{json}");
+    assert_eq!(json["runs"][1]["cache_lines"], 384, "{json}");
+    // A line size without a unit is refused, saying how to write it.
+    let o = iocache(&["sim", "--trace", SAMPLE, "--line-size", "4096"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("4096B for bytes or 4KiB"), "{}", stderr(&o));
+    // KB/MB are refused, naming the 1024-based spelling.
+    let o = iocache(&["sim", "--trace", SAMPLE, "--cache-size", "2MB"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("ambiguous") && stderr(&o).contains("2MiB"),
+        "{}",
+        stderr(&o)
+    );
+    let help = stdout(&iocache(&["sim", "--help"]));
+    assert!(help.contains("a bare number is a line count"), "{help}");
+    let help = stdout(&iocache(&["serve", "--help"]));
+    assert!(help.contains("powers of 1024"), "{help}");
+}
+
+#[test]
+fn errors_say_each_cause_once_and_the_way_out() {
+    let o = iocache(&["sim", "--trace", "no/such/trace.csv"]);
+    let err = stderr(&o);
+    assert!(!o.status.success());
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    assert!(err.contains("no/such/trace.csv"), "{err}");
+
+    // A compressed trace cut short: how far it got, and the file.
+    let sample = std::fs::read(SAMPLE).unwrap();
+    let mut packed = zstd_compress(&sample);
+    packed.truncate(packed.len() / 2);
+    let cut = temp_file("cut.lis.zst", "");
+    std::fs::write(&cut, packed).unwrap();
+    let o = iocache(&["sim", "--trace", cut.to_str().unwrap(), "--format", "arc"]);
+    let err = stderr(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("cut.lis.zst: truncated after "), "{err}");
+    assert_eq!(err.matches("incomplete frame").count(), 1, "{err}");
+
+    // The wrong --format: the detected one is suggested.
+    let msr = temp_file(
+        "msr.csv",
+        "128166372003061629,hm,0,Read,383726592,4096,1\n128166372016382155,hm,0,Write,3041245184,4096,1\n",
+    );
+    let o = iocache(&["sim", "--trace", msr.to_str().unwrap(), "--format", "systor"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("try --format msr"), "{}", stderr(&o));
+
+    // --json into a directory that does not exist fails before the run.
+    let o = iocache(&["sim", "--trace", SAMPLE, "--json", "/no/such/dir/out.json"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--json /no/such/dir/out.json"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stdout(&o).contains("hit%"), "the run went ahead: {}", stdout(&o));
+
+    // stats and ctl with no server say so and name the socket.
+    for command in [
+        &["stats", "--admin-socket", "/no/such/admin.sock"][..],
+        &["ctl", "--admin-socket", "/no/such/admin.sock", "get"],
+    ] {
+        let o = iocache(command);
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert!(
+            err.contains("no iocache server is running") && err.contains("/no/such/admin.sock"),
+            "{err}"
+        );
+    }
+}
+
+fn zstd_compress(data: &[u8]) -> Vec<u8> {
+    // The binary's own dependency tree has zstd; the test shells out to the
+    // command to stay independent of it.
+    let dir = std::env::temp_dir().join(format!("iocache-cli-zstd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plain = dir.join("in");
+    std::fs::write(&plain, data).unwrap();
+    let out = Command::new("zstd").args(["-q", "-f", "-c"]).arg(&plain).output();
+    match out {
+        Ok(o) if o.status.success() => o.stdout,
+        _ => panic!("the zstd command is needed (scripts/test.sh installs it)"),
+    }
+}
+
+#[test]
+fn a_trace_on_stdin_and_the_warmup_fraction_it_cannot_give() {
+    let sample = std::fs::read(SAMPLE).unwrap();
+    let o = iocache_with_stdin(
+        &["sim", "--trace", "-", "--format", "arc", "--json", "-"],
+        &sample,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let piped: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let o = iocache(&["sim", "--trace", SAMPLE, "--json", "-"]);
+    let from_file: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(piped["runs"][0]["hits"], from_file["runs"][0]["hits"]);
+    assert_eq!(piped["trace"], "stdin");
+    let o = iocache_with_stdin(&["sim", "--trace", "-", "--warmup", "0.2"], &sample);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("request count"), "{}", stderr(&o));
+}
+
+#[test]
+fn counts_read_as_english() {
+    let one = temp_file("one.lis", "0 8 0 1\n");
+    let o = iocache(&[
+        "sim",
+        "--trace",
+        one.to_str().unwrap(),
+        "--format",
+        "arc",
+        "--threads",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains(": 1 request, 0 warmup, 1 run on 1 thread"), "{out}");
+    let o = iocache(&[
+        "sim",
+        "--trace",
+        one.to_str().unwrap(),
+        "--format",
+        "arc",
+        "--skip-bad-lines",
+        "--threads",
+        "1",
+    ]);
+    assert!(
+        stdout(&o).contains("1 request, 0 malformed lines skipped"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn log_levels_completions_and_man_pages() {
+    // -q keeps warnings, drops info; each line has a UTC timestamp.
+    let o = iocache(&["-q", "sim", "--trace", SAMPLE, "--warmup", "1000000"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let warning = err
+        .lines()
+        .find(|l| l.contains("covers the whole trace"))
+        .expect("the warning");
+    assert!(warning.contains(" WARN "), "{warning}");
+    assert!(
+        warning.len() > 24 && warning.as_bytes()[10] == b'T' && warning[..24].ends_with('Z'),
+        "{warning}"
+    );
+    let o = iocache(&["-qq", "sim", "--trace", SAMPLE, "--warmup", "1000000"]);
+    assert!(!stderr(&o).contains("covers the whole trace"), "{}", stderr(&o));
+
+    let o = iocache(&["completions", "bash"]);
+    assert!(
+        o.status.success() && stdout(&o).contains("_iocache"),
+        "{}",
+        stderr(&o)
+    );
+    let dir = std::env::temp_dir().join(format!("iocache-cli-man-{}", std::process::id()));
+    let o = iocache(&["man", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(dir.join("iocache-serve.1")).unwrap();
+    assert!(
+        page.contains("read\\-only") || page.contains("read-only"),
+        "{page}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -661,7 +661,11 @@ fn the_defaults_expose_nothing_beyond_the_owner() {
     });
     assert!(server.stop().status.success());
     let text = std::fs::read_to_string(dir.join("server-w.log")).unwrap();
-    assert!(text.contains("warning: listening on 0.0.0.0"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(" WARN ") && l.contains("listening on 0.0.0.0")),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -298,6 +298,16 @@ fn bad_arguments_are_named() {
         (vec!["serve", "--lookup", "medium"], "medium"),
         (vec!["serve", "--line-size", "3000B"], "power of two"),
         (vec!["serve", "--listen", "nowhere"], "nowhere"),
+        // One size grammar: a size takes a unit; KB/MB are ambiguous.
+        (
+            vec!["serve", "--cache-size", "1048576"],
+            "1048576B for bytes or 1MiB",
+        ),
+        (vec!["serve", "--cache-size", "1GB"], "1GiB"),
+        (vec!["serve", "--cache-size", "0.3KiB"], "whole number of bytes"),
+        // A named backend that does not exist is a mistyped path until
+        // --backend-size says to create it.
+        (vec!["serve", "--backend", "typo.img"], "--backend-size"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
             .args(&args)
@@ -307,7 +317,100 @@ fn bad_arguments_are_named() {
         assert!(!out.status.success(), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line, each cause once: {err}");
     }
+    assert!(!dir.join("typo.img").exists(), "the mistyped backend was created");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--read-only` (qemu-nbd -r, nbdkit -r): clients see a read-only export,
+/// writes fail with EPERM and change nothing; reads are cached as usual.
+#[test]
+fn a_read_only_export_refuses_writes() {
+    if !have("qemu-io") || !have("nbdinfo") {
+        eprintln!("skipped: qemu-io or nbdinfo is not installed");
+        return;
+    }
+    let dir = temp_dir("read-only");
+    std::fs::create_dir_all(dir.join("iocache-data")).unwrap();
+    let backend = dir.join("iocache-data/backend.img");
+    std::fs::write(&backend, vec![0x5au8; 4 << 20]).unwrap();
+    let served = Served::spawn(
+        &dir,
+        &[
+            "serve",
+            "--backend",
+            "iocache-data/backend.img",
+            "--cache-size",
+            "1MiB",
+            "--read-only",
+            "--init",
+        ],
+    );
+    let out = Command::new("nbdinfo").arg(served.uri()).output().unwrap();
+    let info = String::from_utf8_lossy(&out.stdout);
+    assert!(info.contains("is_read_only: true"), "{info}");
+    let out = Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 0x11 0 64k", &served.uri()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            || text.contains("ermission denied")
+            || text.contains("read-only")
+            || text.contains("read only"),
+        "a write to a read-only export was accepted: {text}"
+    );
+    // (The server's EPERM for a client that writes anyway is tested in
+    // crates/iocache-nbd; qemu-io refuses before sending.)
+    for _ in 0..2 {
+        let out = Command::new("qemu-io")
+            .args(["-r", "-f", "raw", "-c", "read -P 0x5a 0 1M", &served.uri()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !text.contains("failed"), "{text}");
+    }
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    let data = std::fs::read(&backend).unwrap();
+    assert!(data.iter().all(|&b| b == 0x5a), "the backend changed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Restarts come back warm by default (persistence `all`): lines read
+/// before a clean stop are hits after the restart.
+#[test]
+fn a_restart_comes_back_warm_by_default() {
+    if !have("qemu-io") {
+        eprintln!("skipped: qemu-io is not installed");
+        return;
+    }
+    let dir = temp_dir("warm");
+    let admin = dir.join("iocache-data/admin.sock");
+    let served = Served::start(&dir, &[]);
+    qemu_io(
+        &served.uri(),
+        &["write -P 0x33 0 1M".to_string(), "read -P 0x33 0 1M".to_string()],
+    );
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    let served = Served::start(&dir, &[]);
+    let before = stats_json(&admin);
+    qemu_io(&served.uri(), &["read -P 0x33 0 1M".to_string()]);
+    let after = stats_json(&admin);
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("256 clean lines"),
+        "the restart did not load the lines: {err}"
+    );
+    let hits = |s: &serde_json::Value| s["volumes"][0]["read_hits"].as_u64().unwrap_or(0);
+    assert!(
+        hits(&after) >= hits(&before) + 256,
+        "not warm: {before} then {after}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -615,7 +718,7 @@ fn config_errors_name_the_file_the_volume_and_the_key() {
         err.contains("volumes `fast` and `slow`") && err.contains("cache_size"),
         "{err}"
     );
-    let err = config_error(&dir, &TWO_VOLUMES.replace("\"64KiB\"", "\"3000\""));
+    let err = config_error(&dir, &TWO_VOLUMES.replace("\"64KiB\"", "\"3000B\""));
     assert!(
         err.contains("volume `slow`: line_size") && err.contains("power of two"),
         "{err}"
@@ -1087,5 +1190,205 @@ fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
     let backend = dir.join("iocache-data/backend.img");
     assert!(file_holds(&backend, 5 << 20, 3 << 20, 0x15));
     assert!(file_holds(&backend, 4096, 4096, 0x11));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `GET path` on `address`, returning the status line and the body.
+fn http_get(address: &str, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    (head.lines().next().unwrap_or("").to_string(), body.to_string())
+}
+
+/// `serve --metrics`: after traffic, the OpenMetrics text parses with the
+/// Prometheus project's own Python parser, the counters moved, and the
+/// latency histograms have their buckets.
+#[test]
+fn the_metrics_endpoint_parses_and_moves_with_traffic() {
+    // The distribution's Python (a pyenv shim first in PATH may lack the
+    // Debian package).
+    let python = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+        Command::new(p)
+            .args(["-c", "import prometheus_client.openmetrics.parser"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    let (true, Some(python)) = (have("qemu-io"), python) else {
+        eprintln!("skipped: qemu-io or python3-prometheus-client is not installed");
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let dir = temp_dir("metrics");
+    let served = Served::start(&dir, &["--metrics", &address]);
+    let (status, before) = http_get(&address, "/metrics");
+    assert!(status.contains("200"), "{status}");
+    qemu_io(
+        &served.uri(),
+        &["write -P 0x21 0 1M".to_string(), "read -P 0x21 0 1M".to_string()],
+    );
+    let (_, after) = http_get(&address, "/metrics");
+    let (status, _) = http_get(&address, "/nothing");
+    assert!(status.contains("404"), "{status}");
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    let check = r#"
+import sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse
+def samples(text):
+    found = {}
+    for family in parse(text):
+        for s in family.samples:
+            found[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        found[("type", family.name)] = family.type
+    return found
+before, after = samples(open(sys.argv[1]).read()), samples(open(sys.argv[2]).read())
+key = ("iocache_volume_requests_total", (("export", "iocache"), ("kind", "write")))
+assert before[key] == 0 and after[key] == 1, (before.get(key), after.get(key))
+reads = ("iocache_volume_line_hits_total", (("export", "iocache"), ("kind", "read")))
+assert after[reads] >= 256, after[reads]
+assert after[("type", "iocache_volume_request_duration_seconds")] == "histogram"
+inf = ("iocache_volume_request_duration_seconds_bucket", (("export", "iocache"), ("kind", "read"), ("le", "+Inf")))
+assert after[inf] == 1, after.get(inf)
+count = ("iocache_volume_request_duration_seconds_count", (("export", "iocache"), ("kind", "read")))
+assert after[count] == 1
+decisions = [v for (n, l), v in after.items() if n == "iocache_cache_decisions_total" and ("decision", "promotion") in l]
+assert decisions and decisions[0] >= 256, decisions
+failed = [v for (n, l), v in after.items() if n == "iocache_cache_device_failed"]
+assert failed == [0], failed
+print("ok", len(after))
+"#;
+    std::fs::write(dir.join("before.txt"), &before).unwrap();
+    std::fs::write(dir.join("after.txt"), &after).unwrap();
+    let out = Command::new(python)
+        .args(["-c", check])
+        .arg(dir.join("before.txt"))
+        .arg(dir.join("after.txt"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}\n{after}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The service basics: a pid file while serving (gone after), `stats --csv`
+/// and `stats --watch --csv` with rates that follow the traffic, and a
+/// restart with a bigger cache that formats it anew and says so.
+#[test]
+fn pid_file_stats_watch_and_a_resize_at_restart() {
+    if !have("qemu-io") {
+        eprintln!("skipped: qemu-io is not installed");
+        return;
+    }
+    let dir = temp_dir("service");
+    let admin = dir.join("iocache-data/admin.sock");
+    let pid_file = dir.join("iocache.pid");
+    let served = Served::start(&dir, &["--pid-file", pid_file.to_str().unwrap()]);
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    assert_eq!(pid.trim(), served.child.id().to_string());
+    // A second server naming the same pid file is refused before it opens
+    // anything (the devices are held too, but the pid file is checked first).
+    let second = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args([
+            "serve",
+            "--socket",
+            "other.sock",
+            "--admin-socket",
+            "other-admin.sock",
+        ])
+        .args(["--pid-file", pid_file.to_str().unwrap()])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("--pid-file") && err.contains("is running"), "{err}");
+
+    let watch = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["stats", "--admin-socket", admin.to_str().unwrap()])
+        .args(["--watch", "1.5", "--count", "1", "--csv"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    qemu_io(
+        &served.uri(),
+        &["write -P 0x44 0 1M".to_string(), "read -P 0x44 0 1M".to_string()],
+    );
+    let out = watch.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert!(
+        lines.next().unwrap().starts_with("time,export,reads_per_s"),
+        "{text}"
+    );
+    let row: Vec<&str> = lines.next().expect("a row").split(',').collect();
+    assert_eq!(row[1], "iocache", "{text}");
+    let writes_per_second: f64 = row[3].parse().unwrap();
+    let write_mib_per_second: f64 = row[5].parse().unwrap();
+    assert!(writes_per_second > 0.0 && write_mib_per_second > 0.3, "{text}");
+
+    let totals = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["stats", "--admin-socket", admin.to_str().unwrap(), "--csv"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&totals.stdout);
+    assert!(
+        text.starts_with("export,read_requests,write_requests,read_bytes,write_bytes"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("iocache,1,1,1048576,1048576,"),
+        "{text}"
+    );
+
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    assert!(!pid_file.exists(), "the pid file outlived the server");
+
+    // A bigger cache than the device holds: refused with the way to grow it.
+    let refused = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["serve", "--cache-size", "4MiB"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("truncate -s") && err.contains("Growing or shrinking"),
+        "{err}"
+    );
+    // Grown as it says: formatted anew at the next start, logged, data kept.
+    let cache = dir.join("iocache-data/cache.img");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&cache)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let served = Served::start(&dir, &["--cache-size", "4MiB"]);
+    qemu_io(&served.uri(), &["read -P 0x44 0 1M".to_string()]);
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("had another geometry") && err.contains("formatted anew"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -74,7 +74,7 @@ pub fn parse_byte_size(text: &str) -> Result<u64, CoreError> {
         }
         let numerator = fraction_text.parse::<u128>().map_err(|_| overflow())? << shift;
         let denominator = 10u128.pow(fraction_text.len() as u32);
-        if numerator % denominator != 0 {
+        if !numerator.is_multiple_of(denominator) {
             return Err(bad(format!(
                 "{number}{} is not a whole number of bytes",
                 unit.trim()
@@ -128,10 +128,20 @@ mod tests {
     fn sizes_refused_say_how_to_write_them() {
         let message = |t: &str| parse_byte_size(t).unwrap_err().to_string();
         let bare = message("4096");
-        assert!(bare.contains("4096B or 4KiB") && bare.contains("unit"), "{bare}");
-        assert!(message("3000").contains("write 3000B for bytes;"), "{}", message("3000"));
+        assert!(
+            bare.contains("4096B for bytes or 4KiB") && bare.contains("unit"),
+            "{bare}"
+        );
+        assert!(
+            message("3000").contains("write 3000B for bytes;"),
+            "{}",
+            message("3000")
+        );
         let decimal = message("1GB");
-        assert!(decimal.contains("1GiB") && decimal.contains("ambiguous"), "{decimal}");
+        assert!(
+            decimal.contains("1GiB") && decimal.contains("ambiguous"),
+            "{decimal}"
+        );
         assert!(message("10 MB").contains("10MiB"), "{}", message("10 MB"));
         let partial = message("0.3KiB");
         assert!(partial.contains("whole number of bytes"), "{partial}");

@@ -12,10 +12,34 @@ const SUB_BUCKETS: usize = 16;
 const POWERS: usize = 64;
 
 pub struct LatencyHistogram {
+    /// Per stripe: [`BUCKETS`] counters, then the sum of the values.
     counts: Vec<AtomicU64>,
 }
 
-/// Percentiles of one histogram, in nanoseconds (bucket upper bounds).
+/// The upper bounds of the cumulative buckets exported as a Prometheus
+/// histogram (`le`), in nanoseconds: 10 µs to 10 s, 1-2.5-5 per decade.
+/// A recorded value is counted under a bound when the histogram bucket
+/// holding it ends at or below the bound, so a count is exact to within the
+/// buckets' 1/16 width.
+pub const LATENCY_BOUNDS_NS: [u64; 13] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+    10_000_000_000,
+];
+
+/// Percentiles of one histogram, in nanoseconds (bucket upper bounds), and
+/// what a Prometheus histogram needs: the sum and the cumulative counts at
+/// [`LATENCY_BOUNDS_NS`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LatencyPercentiles {
     pub count: u64,
@@ -24,14 +48,20 @@ pub struct LatencyPercentiles {
     pub p999_ns: u64,
     pub p9999_ns: u64,
     pub max_ns: u64,
+    /// The sum of every recorded value.
+    pub sum_ns: u64,
+    /// Values at or below each of [`LATENCY_BOUNDS_NS`].
+    pub at_most: [u64; LATENCY_BOUNDS_NS.len()],
 }
 
 const BUCKETS: usize = POWERS * SUB_BUCKETS;
+/// A stripe's counters: the buckets and the sum.
+const STRIPE_SLOTS: usize = BUCKETS + 1;
 
 impl Default for LatencyHistogram {
     fn default() -> Self {
         LatencyHistogram {
-            counts: (0..BUCKETS * STRIPES).map(|_| AtomicU64::new(0)).collect(),
+            counts: (0..STRIPE_SLOTS * STRIPES).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
@@ -59,13 +89,20 @@ fn upper_bound(bucket: usize) -> u64 {
 
 impl LatencyHistogram {
     pub fn record(&self, ns: u64) {
-        self.counts[stripe() * BUCKETS + bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+        let base = stripe() * STRIPE_SLOTS;
+        self.counts[base + bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+        self.counts[base + BUCKETS].fetch_add(ns, Ordering::Relaxed);
     }
 
     pub fn percentiles(&self) -> LatencyPercentiles {
         let mut counts = vec![0u64; BUCKETS];
+        let mut sum_ns = 0u64;
         for (i, c) in self.counts.iter().enumerate() {
-            counts[i % BUCKETS] += c.load(Ordering::Relaxed);
+            let value = c.load(Ordering::Relaxed);
+            match i % STRIPE_SLOTS {
+                BUCKETS => sum_ns = sum_ns.wrapping_add(value),
+                bucket => counts[bucket] += value,
+            }
         }
         let total: u64 = counts.iter().sum();
         if total == 0 {
@@ -82,6 +119,15 @@ impl LatencyHistogram {
             }
             upper_bound(counts.len() - 1)
         };
+        let mut at_most = [0u64; LATENCY_BOUNDS_NS.len()];
+        for (bound, slot) in LATENCY_BOUNDS_NS.iter().zip(at_most.iter_mut()) {
+            *slot = counts
+                .iter()
+                .enumerate()
+                .take_while(|(i, _)| upper_bound(*i) <= *bound)
+                .map(|(_, c)| c)
+                .sum();
+        }
         LatencyPercentiles {
             count: total,
             p50_ns: at(0.5),
@@ -89,6 +135,8 @@ impl LatencyHistogram {
             p999_ns: at(0.999),
             p9999_ns: at(0.9999),
             max_ns: at(1.0),
+            sum_ns,
+            at_most,
         }
     }
 }
@@ -134,5 +182,26 @@ mod tests {
         assert!(close(p.p50_ns, 5_000_000), "{p:?}");
         assert!(close(p.p99_ns, 9_900_000), "{p:?}");
         assert!(close(p.max_ns, 10_000_000), "{p:?}");
+    }
+
+    #[test]
+    fn sum_and_cumulative_counts_for_an_exported_histogram() {
+        let h = LatencyHistogram::default();
+        for ns in 1..=10_000u64 {
+            h.record(ns * 1000);
+        }
+        let p = h.percentiles();
+        assert_eq!(p.sum_ns, 1000 * 10_000 * 10_001 / 2);
+        // Cumulative, ending with every value by 10 ms... within a bucket.
+        assert!(p.at_most.windows(2).all(|w| w[0] <= w[1]), "{p:?}");
+        let near = |got: u64, want: u64| got.abs_diff(want) <= want / 16 + 1;
+        assert!(near(p.at_most[0], 10), "10 µs: {p:?}");
+        assert!(near(p.at_most[3], 100), "100 µs: {p:?}");
+        assert!(near(p.at_most[6], 1000), "1 ms: {p:?}");
+        assert_eq!(p.at_most[LATENCY_BOUNDS_NS.len() - 1], 10_000);
+        assert_eq!(
+            LatencyHistogram::default().percentiles(),
+            LatencyPercentiles::default()
+        );
     }
 }

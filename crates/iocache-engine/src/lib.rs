@@ -45,7 +45,7 @@ pub use engine::{
     VolumeInfo, VolumeStats, SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
 };
 pub use iocache_format::{Layout, Persistence};
-pub use latency::{LatencyHistogram, LatencyPercentiles};
+pub use latency::{LatencyHistogram, LatencyPercentiles, LATENCY_BOUNDS_NS};
 pub use layout::LayoutError;
 pub use raid::{
     ArrayError, ArrayGeometry, ArrayStats, CacheArray, MirrorState, MEMBERS_MAX as RAID_MEMBERS_MAX,

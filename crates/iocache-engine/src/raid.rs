@@ -407,7 +407,7 @@ impl CacheArray {
             };
             if let Some(problem) = problem {
                 if failed_mask & (1 << i) == 0 {
-                    eprintln!("iocache: cache array member {name}: {problem}; running without it");
+                    log::warn!("cache array member {name}: {problem}; running without it");
                 }
                 failed_mask |= 1 << i;
             } else if let Some(dev) = device {
@@ -530,16 +530,16 @@ impl CacheArray {
         if self.members[i].failed.swap(true, Ordering::AcqRel) {
             return;
         }
-        eprintln!(
-            "iocache: cache array member {} failed ({cause}); running degraded on the others",
+        log::warn!(
+            "cache array member {} failed ({cause}); running degraded on the others",
             self.members[i].name
         );
         self.failures.fetch_add(1, Ordering::AcqRel);
         // Its free mirror slots are gone; used ones are found by the engine.
         self.free_mirrors.lock().unwrap_or_else(|p| p.into_inner())[i].clear();
         if let Err(e) = self.write_headers() {
-            eprintln!(
-                "iocache: cache array: recording the failure of {} failed: {e}",
+            log::error!(
+                "cache array: recording the failure of {} failed: {e}",
                 self.members[i].name
             );
         }

@@ -161,6 +161,10 @@ pub struct RecoveryReport {
     /// data, started over with [`InitMode::LoadAcceptingDamage`] (without
     /// it, the start is refused with [`EngineError::DamagedMetadata`]).
     pub damaged_slots: Vec<DamagedSlot>,
+    /// The cache had another geometry (line size, lines or shards): its
+    /// dirty lines were written back and it was formatted anew. Says what
+    /// it was and what it is now (e.g. `16384 lines of 4096 B in 4 shards`).
+    pub geometry_changed: Option<(String, String)>,
 }
 
 pub struct Opened {
@@ -393,8 +397,8 @@ pub fn open(
     // An invalid superblock copy never means "clean" (it may be the newest).
     let clean_shutdown = shutdown_state == Some(ShutdownState::Clean);
     if let Some(why) = &damaged_superblock {
-        eprintln!(
-            "iocache: a superblock copy of the cache device is damaged ({why}); treating the cache as not shut \
+        log::warn!(
+            "a superblock copy of the cache device is damaged ({why}); treating the cache as not shut \
              down cleanly"
         );
     }
@@ -423,7 +427,7 @@ pub fn open(
     let mut damaged_unloaded = Vec::new();
     if !damaged.is_empty() {
         for d in &damaged {
-            eprintln!("iocache: starting despite damaged metadata: {d}");
+            log::warn!("starting despite damaged metadata: {d}");
         }
         if spec.init == InitMode::LoadAcceptingDamage {
             blank_damaged_copies(dev, &layout, &mut images, &damaged)?;
@@ -530,7 +534,14 @@ pub fn open(
         && superblock.shards == spec.shards;
     if !same_geometry {
         // Another geometry: write the dirty lines straight back, then start
-        // over with the configured one.
+        // over with the configured one (how a cache is grown or shrunk).
+        let describe = |slots: u64, line_bytes: u64, shards| {
+            format!("{slots} lines of {line_bytes} B in {shards} shards")
+        };
+        report.geometry_changed = Some((
+            describe(layout.slots, layout.line_bytes, superblock.shards),
+            describe(spec.slots, spec.line_bytes, spec.shards),
+        ));
         for (slot, record) in &loaded.lines {
             let Some(line) = &record.line else { continue };
             let Some(at) = position(line.volume).filter(|_| line.dirty) else {

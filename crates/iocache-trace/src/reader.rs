@@ -315,7 +315,12 @@ impl TraceReader {
             }
             Err(source) => {
                 self.done = true;
-                return Some(Some(Err(interrupted(&self.name, self.records, self.line_no, source))));
+                return Some(Some(Err(interrupted(
+                    &self.name,
+                    self.records,
+                    self.line_no,
+                    source,
+                ))));
             }
         }
         self.line_no += 1;

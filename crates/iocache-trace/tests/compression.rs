@@ -169,7 +169,14 @@ fn corrupt_compressed_stream_is_an_io_error() {
     .unwrap();
     let err = reader.by_ref().find_map(Result::err).expect("an error");
     assert!(
-        matches!(err, iocache_trace::TraceError::Interrupted { truncated: true, records: 0, .. }),
+        matches!(
+            err,
+            iocache_trace::TraceError::Interrupted {
+                truncated: true,
+                records: 0,
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(reader.next().is_none());

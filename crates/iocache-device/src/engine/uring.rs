@@ -399,7 +399,7 @@ fn abandon(ring: &mut IoUring, mut inflight: usize, e: io::Error) -> DeviceError
         if ring.submitter().submit_and_wait(1).is_err() {
             tries += 1;
             if tries > 1000 {
-                eprintln!("iocache-device: io_uring failed with I/O in flight ({e}); aborting");
+                log::error!("io_uring failed with I/O in flight ({e}); aborting");
                 std::process::abort();
             }
         }

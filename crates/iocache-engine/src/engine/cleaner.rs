@@ -439,8 +439,8 @@ impl Inner {
         self.cleaner
             .array_failures_handled
             .store(failures, Ordering::Release);
-        eprintln!(
-            "iocache: cache array degraded: {} of {} members live, dirty lines capped at {cap}; lost lines written back",
+        log::warn!(
+            "cache array degraded: {} of {} members live, dirty lines capped at {cap}; lost lines written back",
             array.live_members(),
             array.geometry().members
         );

@@ -256,8 +256,8 @@ impl Inner {
             return;
         }
         if self.health.devices.cache_error(self.now_ns()) {
-            eprintln!(
-                "iocache: cache device {}: {} I/O errors (last: {what}: {e}); falling back to pass-through until it answers again",
+            log::warn!(
+                "cache device {}: {} I/O errors (last: {what}: {e}); falling back to pass-through until it answers again",
                 self.slots.dev.name(),
                 self.health.devices.cache_errors.load(Ordering::Relaxed)
             );
@@ -279,8 +279,8 @@ impl Inner {
             for shard in &self.shards {
                 lock(&shard.state).cache.set_cache_device_failed(false);
             }
-            eprintln!(
-                "iocache: cache device {} answers again; back to write policy {}",
+            log::info!(
+                "cache device {} answers again; back to write policy {}",
                 self.slots.dev.name(),
                 lock(&self.shards[0].state).cache.effective_mode().policy
             );

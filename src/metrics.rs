@@ -1,0 +1,316 @@
+//! Why this file exists: operators watch a daemon with Prometheus, not by
+//! polling `iocache stats`. `serve --metrics ADDR:PORT` answers
+//! `GET /metrics` with the counters `iocache stats` shows, per volume and
+//! per cache device, and the request latency histograms, in the
+//! OpenMetrics text format (written by the Prometheus project's own Rust
+//! client, `prometheus-client`). The values are read from the engines at
+//! each scrape; nothing is kept here. The HTTP side is deliberately tiny:
+//! one request per connection, a bounded request head, a read deadline,
+//! one connection at a time.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use iocache_engine::{LatencyPercentiles, LATENCY_BOUNDS_NS};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::running::{lock, Running};
+
+/// The longest request head read (a scraper sends a few hundred bytes).
+const MAX_REQUEST_HEAD_BYTES: u64 = 16 << 10;
+/// How long a client may take to send its request.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Binds the metrics listener (before any device is opened, as the other
+/// listeners are).
+pub fn bind(address: &str) -> Result<TcpListener> {
+    TcpListener::bind(address).with_context(|| format!("--metrics: cannot listen on {address}"))
+}
+
+/// Answers scrapes until the process exits.
+pub fn serve(listener: TcpListener, state: Arc<Running>) {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(EngineCollector { state }));
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        if let Err(e) = answer(stream, &registry) {
+            log::debug!("metrics: a scrape failed: {e}");
+        }
+    }
+}
+
+fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(REQUEST_DEADLINE))?;
+    stream.set_write_timeout(Some(REQUEST_DEADLINE))?;
+    let mut head = BufReader::new((&stream).take(MAX_REQUEST_HEAD_BYTES));
+    let mut request_line = String::new();
+    head.read_line(&mut request_line)?;
+    // The rest of the head, up to the empty line.
+    loop {
+        let mut line = String::new();
+        if head.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
+            break;
+        }
+    }
+    let mut parts = request_line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, content_type, body) = match (method, path) {
+        ("GET" | "HEAD", "/metrics") => {
+            let mut text = String::new();
+            match prometheus_client::encoding::text::encode(&mut text, registry) {
+                Ok(()) => (
+                    "200 OK",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    text,
+                ),
+                Err(_) => (
+                    "500 Internal Server Error",
+                    "text/plain",
+                    "encoding failed\n".into(),
+                ),
+            }
+        }
+        ("GET" | "HEAD", _) => (
+            "404 Not Found",
+            "text/plain",
+            "the metrics are at /metrics\n".into(),
+        ),
+        _ => ("405 Method Not Allowed", "text/plain", "GET /metrics\n".into()),
+    };
+    let mut reply = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    if method != "HEAD" {
+        reply.push_str(&body);
+    }
+    stream.write_all(reply.as_bytes())
+}
+
+/// Reads the engines at each scrape.
+struct EngineCollector {
+    state: Arc<Running>,
+}
+
+impl std::fmt::Debug for EngineCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineCollector")
+    }
+}
+
+/// One metric family: its name (without `iocache_` and, for counters,
+/// `_total`), help and type, and its samples as (labels, value).
+struct Family<'a> {
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+    samples: Vec<(Vec<(&'static str, String)>, Sample<'a>)>,
+}
+
+enum Sample<'a> {
+    Count(u64),
+    Level(i64),
+    Latency(&'a LatencyPercentiles),
+}
+
+impl<'a> Family<'a> {
+    fn new(name: &'static str, help: &'static str, kind: MetricType) -> Family<'a> {
+        Family {
+            name,
+            help,
+            kind,
+            samples: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, labels: Vec<(&'static str, String)>, sample: Sample<'a>) {
+        self.samples.push((labels, sample));
+    }
+
+    fn encode(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let name = format!("iocache_{}", self.name);
+        let mut metric = encoder.encode_descriptor(&name, self.help, None, self.kind)?;
+        for (labels, sample) in &self.samples {
+            let mut one = metric.encode_family(labels)?;
+            encode_sample(&mut one, sample)?;
+        }
+        Ok(())
+    }
+}
+
+fn encode_sample(encoder: &mut MetricEncoder<'_>, sample: &Sample<'_>) -> Result<(), std::fmt::Error> {
+    match sample {
+        Sample::Count(v) => encoder.encode_counter::<NoLabelSet, u64, u64>(v, None),
+        Sample::Level(v) => encoder.encode_gauge(v),
+        Sample::Latency(p) => {
+            let mut buckets = Vec::with_capacity(LATENCY_BOUNDS_NS.len() + 1);
+            let mut below = 0;
+            for (bound_ns, at_most) in LATENCY_BOUNDS_NS.iter().zip(p.at_most) {
+                buckets.push((*bound_ns as f64 / 1e9, at_most - below));
+                below = at_most;
+            }
+            buckets.push((f64::MAX, p.count - below));
+            encoder.encode_histogram::<NoLabelSet>(p.sum_ns as f64 / 1e9, p.count, &buckets, None)
+        }
+    }
+}
+
+impl Collector for EngineCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        use MetricType::{Counter, Gauge, Histogram};
+        use Sample::{Count, Latency, Level};
+        let state = &self.state;
+        let served: Vec<_> = lock(&state.volumes)
+            .iter()
+            .map(|v| (v.export.clone(), v.cache, v.volume.clone()))
+            .collect();
+        let volume_stats: Vec<_> = served
+            .iter()
+            .filter_map(|(export, cache, volume)| {
+                let stats = state.caches[*cache].engine.volume_stats(volume.id()).ok()?;
+                Some((export.clone(), stats))
+            })
+            .collect();
+        let mut requests = Family::new("volume_requests", "Requests served.", Counter);
+        let mut bytes = Family::new("volume_bytes", "Bytes read and written by clients.", Counter);
+        let mut accesses = Family::new(
+            "volume_line_accesses",
+            "Cache lines the requests touched (one per line per request).",
+            Counter,
+        );
+        let mut hits = Family::new(
+            "volume_line_hits",
+            "Line accesses whose sectors were all cached.",
+            Counter,
+        );
+        let mut partial = Family::new(
+            "volume_line_partial_hits",
+            "Line accesses with some sectors cached.",
+            Counter,
+        );
+        let mut misses = Family::new(
+            "volume_line_misses",
+            "Line accesses with no sector cached.",
+            Counter,
+        );
+        let mut failed = Family::new("volume_failed_requests", "Requests that failed.", Counter);
+        let mut lines = Family::new("volume_lines", "The volume's lines in the cache.", Gauge);
+        let mut latency = Family::new(
+            "volume_request_duration_seconds",
+            "Time from a request's arrival at the engine to its completion.",
+            Histogram,
+        );
+        for (export, v) in &volume_stats {
+            let e = || ("export", export.clone());
+            for (kind, n, b, h) in [
+                ("read", v.read_requests, v.read_bytes, v.read_hits),
+                ("write", v.write_requests, v.write_bytes, v.write_hits),
+            ] {
+                requests.add(vec![e(), ("kind", kind.into())], Count(n));
+                bytes.add(vec![e(), ("kind", kind.into())], Count(b));
+                hits.add(vec![e(), ("kind", kind.into())], Count(h));
+            }
+            accesses.add(vec![e()], Count(v.line_accesses));
+            partial.add(vec![e()], Count(v.partial_hits));
+            misses.add(vec![e()], Count(v.misses));
+            failed.add(vec![e()], Count(v.errors));
+            let clean = v.resident_lines.saturating_sub(v.dirty_lines);
+            lines.add(vec![e(), ("state", "clean".into())], Level(clean as i64));
+            lines.add(vec![e(), ("state", "dirty".into())], Level(v.dirty_lines as i64));
+            latency.add(vec![e(), ("kind", "read".into())], Latency(&v.read_latency));
+            latency.add(vec![e(), ("kind", "write".into())], Latency(&v.write_latency));
+        }
+        for family in [
+            &requests, &bytes, &accesses, &hits, &partial, &misses, &failed, &lines, &latency,
+        ] {
+            family.encode(&mut encoder)?;
+        }
+
+        // The cache devices, each once however many volumes share it.
+        let engine_stats: Vec<_> = state
+            .caches
+            .iter()
+            .map(|g| {
+                (
+                    g.path.display().to_string(),
+                    g.engine.stats(),
+                    g.engine.effective_mode(),
+                )
+            })
+            .collect();
+        let mut capacity = Family::new("cache_capacity_lines", "Lines the cache device holds.", Gauge);
+        let mut resident = Family::new("cache_lines", "Lines in the cache, by state.", Gauge);
+        let mut decisions = Family::new(
+            "cache_decisions",
+            "The policy core's decisions: promotions, evictions, write-backs, bypassed accesses.",
+            Counter,
+        );
+        let mut errors = Family::new("cache_errors", "Errors, by where they happened.", Counter);
+        let mut fallback = Family::new(
+            "cache_device_failed",
+            "1 while the cache device is failed and requests pass through to the backend.",
+            Gauge,
+        );
+        let mut barriers = Family::new("cache_metadata_barriers", "Metadata barriers run.", Counter);
+        let mut records = Family::new(
+            "cache_metadata_records_written",
+            "Metadata records written.",
+            Counter,
+        );
+        let mut mode = Family::new(
+            "cache_write_policy",
+            "1 for the write policy in force, labelled with why (configured, controller, fall-back).",
+            Gauge,
+        );
+        for (cache, s, effective) in &engine_stats {
+            let c = || ("cache", cache.clone());
+            capacity.add(vec![c()], Level(s.capacity_lines as i64));
+            let clean = s.resident_lines.saturating_sub(s.dirty_lines);
+            resident.add(vec![c(), ("state", "clean".into())], Level(clean as i64));
+            resident.add(vec![c(), ("state", "dirty".into())], Level(s.dirty_lines as i64));
+            let k = &s.cache;
+            for (what, n) in [
+                ("promotion", k.promotions),
+                ("eviction", k.evictions),
+                ("write_back", k.dirty_writebacks + k.flushed_lines),
+                ("bypass", k.bypassed_accesses),
+                ("seq_cutoff", k.seq_cutoff_requests),
+                ("write_miss_bypass", k.write_miss_bypasses),
+            ] {
+                decisions.add(vec![c(), ("decision", what.into())], Count(n));
+            }
+            for (place, n) in [
+                ("cache_device", s.cache_device_errors),
+                ("backend", s.backend_errors),
+                ("write_back", s.failed_writebacks),
+                ("request", s.io_errors),
+            ] {
+                errors.add(vec![c(), ("place", place.into())], Count(n));
+            }
+            fallback.add(vec![c()], Level(i64::from(s.cache_device_failed)));
+            barriers.add(vec![c()], Count(s.barriers));
+            records.add(vec![c()], Count(s.records_written));
+            mode.add(
+                vec![
+                    c(),
+                    ("policy", effective.policy.to_string()),
+                    ("cause", effective.cause.name().replace(' ', "_")),
+                ],
+                Level(1),
+            );
+        }
+        for family in [
+            &capacity, &resident, &decisions, &errors, &fallback, &barriers, &records, &mode,
+        ] {
+            family.encode(&mut encoder)?;
+        }
+        Ok(())
+    }
+}
