@@ -427,3 +427,59 @@ mod tests {
         assert_eq!(out[0].class.access, AccessClass::Sequential);
     }
 }
+
+#[cfg(test)]
+mod model_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Request `i` of one stream is compared with requests `i+1 ..= i+history`
+    /// (those in the queue when it leaves; fewer at the end of the trace).
+    fn naive(p: &ClassifierParams, reqs: &[(u64, u64, bool)]) -> Vec<(AccessClass, bool)> {
+        (0..reqs.len())
+            .map(|i| {
+                let (b, len, _) = reqs[i];
+                let e = b + len;
+                let later = &reqs[i + 1..reqs.len().min(i + 1 + p.history)];
+                let seq = len > p.seq_size_bytes || later.iter().any(|&(tb, _, _)| tb == e);
+                let strided = later.iter().any(|&(tb, tl, _)| {
+                    let te = tb + tl;
+                    (b > te && b - te < p.stride_bytes) || (e < tb && tb - e < p.stride_bytes)
+                });
+                let over = later.iter().any(|&(tb, tl, _)| b < tb + tl && tb < e);
+                let access = if seq {
+                    AccessClass::Sequential
+                } else if strided {
+                    AccessClass::Strided
+                } else {
+                    AccessClass::Random
+                };
+                (access, over)
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn the_classifier_matches_a_direct_reading_of_its_definition(
+            history in 1usize..6,
+            reqs in prop::collection::vec((0u64..48, 1u64..5, any::<bool>()), 1..60),
+        ) {
+            let p = ClassifierParams { history, stride_bytes: 2048, seq_size_bytes: 1536, max_streams: 4 };
+            let reqs: Vec<(u64, u64, bool)> = reqs.into_iter().map(|(s, n, w)| (s * 512, n * 512, w)).collect();
+            let mut c = Classifier::new(p);
+            let mut out = Vec::new();
+            for &(b, len, w) in &reqs {
+                let r = if w { Request::write(3, b, len, 0) } else { Request::read(3, b, len, 0) };
+                c.push(&r, &mut out);
+            }
+            c.drain_all(&mut out);
+            let got: Vec<(AccessClass, bool)> = out.iter().map(|c| (c.class.access, c.class.overlapped)).collect();
+            prop_assert_eq!(got, naive(&p, &reqs));
+            for (c, &(b, len, w)) in out.iter().zip(&reqs) {
+                prop_assert_eq!((c.offset_bytes, c.length_bytes), (b, len));
+                prop_assert_eq!(c.class.kind == IoKind::Write, w);
+            }
+        }
+    }
+}

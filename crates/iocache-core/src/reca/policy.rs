@@ -669,3 +669,121 @@ impl RecaPolicy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::IoKind;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Access(u64, bool),
+        Remove(u64),
+        Reconfigure(usize),
+    }
+
+    const SPECS: [&str; 5] = [
+        "evict=priority",
+        "evict=lru:neighbours=2",
+        "evict=priority_lru:lru_window=3:over=2:read=1/0/3",
+        "evict=priority:sets=4:pages=1:write=0/5/0",
+        "evict=priority:history=2:stride=0",
+    ];
+
+    fn params(i: usize) -> PolicyParams {
+        let spec: crate::PolicySpec = format!("reca:{}", SPECS[i]).parse().unwrap();
+        spec.params().clone()
+    }
+
+    proptest! {
+        /// Driven the way the cache drives it, with invalidations and live
+        /// parameter changes: its heaps, list and history stay consistent,
+        /// it never holds more than the capacity, and every victim it names
+        /// is a resident line.
+        #[test]
+        fn the_bare_policy_stays_consistent(
+            capacity in 1usize..8,
+            first in 0usize..5,
+            steps in prop::collection::vec(prop_oneof![
+                8 => (0u64..24, any::<bool>()).prop_map(|(l, w)| Step::Access(l, w)),
+                1 => (0u64..24).prop_map(Step::Remove),
+                1 => (0usize..5).prop_map(Step::Reconfigure),
+            ], 1..200),
+        ) {
+            let line = LineSize::new(4096).unwrap();
+            let mut p = RecaPolicy::from_params(&params(first), capacity).unwrap();
+            let mut slots: Vec<Option<u64>> = vec![None; capacity];
+            let key = |l: u64| LineKey { volume: 0, line_index: l };
+            for (t, step) in steps.into_iter().enumerate() {
+                let t = t as u64;
+                match step {
+                    Step::Access(l, write) => {
+                        let request = if write {
+                            Request::write(0, l * 4096, 4096, t)
+                        } else {
+                            Request::read(0, l * 4096, 4096, t)
+                        };
+                        let info = AccessInfo { kind: if write { IoKind::Write } else { IoKind::Read }, ..AccessInfo::read_at(t) };
+                        p.on_request(&request, line, &info);
+                        if let Some(s) = slots.iter().position(|x| *x == Some(l)) {
+                            p.on_hit(s as SlotId, &info);
+                        } else if p.admit(key(l), &info) != Some(false) {
+                            let need = slots.iter().all(Option::is_some);
+                            let mut victims = Vec::new();
+                            p.on_miss(key(l), need, &info, &mut victims);
+                            prop_assert!(need || victims.is_empty());
+                            for v in victims {
+                                prop_assert!(slots[v as usize].take().is_some(), "victim {v} not resident");
+                            }
+                            if let Some(s) = slots.iter().position(Option::is_none) {
+                                slots[s] = Some(l);
+                                p.on_insert(s as SlotId, key(l), &info);
+                            }
+                        }
+                    }
+                    Step::Remove(l) => {
+                        if let Some(s) = slots.iter().position(|x| *x == Some(l)) {
+                            slots[s] = None;
+                            p.on_remove(s as SlotId);
+                        }
+                    }
+                    Step::Reconfigure(i) => {
+                        prop_assert!(p.reconfigure(&params(i)).unwrap());
+                    }
+                }
+                p.check();
+                prop_assert_eq!(p.resident_count(), slots.iter().flatten().count());
+            }
+        }
+    }
+
+    #[test]
+    fn priorities_follow_the_weights_of_each_class() {
+        // history=1: a request's class reaches its line at the next request.
+        let spec: crate::PolicySpec = "reca:history=1:access=1/2/4:read=0/0/0:write=10/10/10:over=100"
+            .parse()
+            .unwrap();
+        let mut p = RecaPolicy::from_params(spec.params(), 4).unwrap();
+        let line = LineSize::new(4096).unwrap();
+        let info = AccessInfo::read_at(0);
+        let key = |l: u64| LineKey {
+            volume: 0,
+            line_index: l,
+        };
+        p.on_insert(0, key(0), &info);
+        p.on_insert(1, key(1), &info);
+        // Line 0 read, then line 1 read right after it: line 0 sequential (1).
+        p.on_request(&Request::read(0, 0, 4096, 0), line, &info);
+        p.on_request(&Request::read(0, 4096, 4096, 1), line, &info);
+        assert_eq!(p.priority(0), Some(1000));
+        // Line 1 read then far away: random (4).
+        p.on_request(&Request::write(0, 1 << 30, 4096, 2), line, &info);
+        assert_eq!(p.priority(1), Some(4000));
+        // The far write then overwritten: random write, overlapped: 4 + 10 + 100,
+        // remembered while not resident.
+        p.on_request(&Request::read(0, 1 << 30, 4096, 3), line, &info);
+        assert_eq!(p.remembered_priority(&key(1 << 18)), Some(114_000));
+        p.check();
+    }
+}
