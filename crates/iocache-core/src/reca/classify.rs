@@ -37,11 +37,18 @@
 //! - `Seq_threshold` has no value in the paper; the default is 128 KiB, the
 //!   paper's large cache line: a request that fills a large line by itself
 //!   is served by the disk like a sequential run.
-//! - Streams: a queue per volume (requests carry no process or VM id), at
-//!   most `max_streams` of them; when a new stream would exceed that, the
-//!   least recently used stream's queued requests are classified against
-//!   each other and the stream is dropped. Memory: `max_streams × history`
-//!   requests.
+//! - Streams: a queue per volume (requests carry no process or VM id). A
+//!   single queue (the paper's) would compare a request with the other
+//!   volumes' requests, which say nothing of its own stream's pattern.
+//! - Age rule (ours): a request of a stream that goes quiet would wait in
+//!   its queue indefinitely, and a window's workload vector would then count
+//!   requests of long ago; so a request also leaves after `max_wait` (4096)
+//!   requests of any stream have arrived after it, classified against the
+//!   requests of its stream that came meanwhile. A stream whose queue
+//!   empties is forgotten. At most `max_streams` (4096) streams: when a new
+//!   one would exceed that, the least recently used stream's queued
+//!   requests are classified against each other and it is dropped. Memory:
+//!   at most `max_wait` queued requests and `max_wait` arrival records.
 
 use std::collections::VecDeque;
 
@@ -101,6 +108,9 @@ pub struct ClassifierParams {
     pub seq_size_bytes: u64,
     /// Streams tracked at once.
     pub max_streams: usize,
+    /// A request waits at most this many requests (of any stream) before
+    /// it is classified, even if its stream's queue is not full.
+    pub max_wait: u64,
 }
 
 impl Default for ClassifierParams {
@@ -109,7 +119,8 @@ impl Default for ClassifierParams {
             history: 64,
             stride_bytes: 8 << 10,
             seq_size_bytes: 128 << 10,
-            max_streams: 64,
+            max_streams: 4096,
+            max_wait: 4096,
         }
     }
 }
@@ -119,6 +130,8 @@ struct Queued {
     begin: u64,
     end: u64,
     kind: IoKind,
+    /// Arrival number.
+    tick: u64,
 }
 
 struct Stream {
@@ -130,18 +143,23 @@ struct Stream {
 pub struct Classifier {
     params: ClassifierParams,
     streams: FxHashMap<VolumeId, Stream>,
+    /// (arrival number, stream) of the last `max_wait` requests, oldest
+    /// first, for the age rule.
+    arrivals: VecDeque<(u64, VolumeId)>,
     tick: u64,
     dropped_streams: u64,
 }
 
 impl Classifier {
-    /// `history` and `max_streams` are raised to at least 1.
+    /// `history`, `max_streams` and `max_wait` are raised to at least 1.
     pub fn new(mut params: ClassifierParams) -> Self {
         params.history = params.history.max(1);
         params.max_streams = params.max_streams.max(1);
+        params.max_wait = params.max_wait.max(1);
         Classifier {
             params,
             streams: FxHashMap::default(),
+            arrivals: VecDeque::new(),
             tick: 0,
             dropped_streams: 0,
         }
@@ -162,7 +180,8 @@ impl Classifier {
     }
 
     /// Queues `request`; appends to `out` the request that left its
-    /// stream's queue (if any), and those of a stream dropped to make room.
+    /// stream's queue (if any), those that waited `max_wait` requests, and
+    /// those of a stream dropped to make room.
     pub fn push(&mut self, request: &Request, out: &mut Vec<Classified>) {
         self.tick += 1;
         let volume = request.volume;
@@ -176,6 +195,7 @@ impl Classifier {
             let mut stream = self.streams.remove(&oldest).expect("present");
             self.dropped_streams += 1;
             Self::drain(&self.params, oldest, &mut stream.queue, out);
+            // Their entries in `arrivals` find no queue and are skipped.
         }
         let history = self.params.history;
         let stream = self.streams.entry(volume).or_insert_with(|| Stream {
@@ -187,10 +207,31 @@ impl Classifier {
             begin: request.offset_bytes,
             end: request.offset_bytes.saturating_add(request.length_bytes),
             kind: request.kind,
+            tick: self.tick,
         });
         if stream.queue.len() > history {
             let old = stream.queue.pop_front().expect("non-empty");
             out.push(classify(&self.params, volume, &old, stream.queue.iter()));
+        }
+        self.arrivals.push_back((self.tick, volume));
+        // The age rule: requests that waited `max_wait` requests leave now
+        // (those that left by the history rule are skipped); a stream left
+        // empty is forgotten, so streams stay within `max_wait`.
+        while let Some(&(tick, v)) = self.arrivals.front() {
+            if self.tick - tick < self.params.max_wait {
+                break;
+            }
+            self.arrivals.pop_front();
+            let Some(stream) = self.streams.get_mut(&v) else {
+                continue;
+            };
+            if stream.queue.front().is_some_and(|q| q.tick == tick) {
+                let old = stream.queue.pop_front().expect("non-empty");
+                out.push(classify(&self.params, v, &old, stream.queue.iter()));
+            }
+            if stream.queue.is_empty() {
+                self.streams.remove(&v);
+            }
         }
     }
 
@@ -203,6 +244,7 @@ impl Classifier {
             let mut stream = self.streams.remove(&v).expect("present");
             Self::drain(&self.params, v, &mut stream.queue, out);
         }
+        self.arrivals.clear();
     }
 
     fn drain(
@@ -410,6 +452,36 @@ mod tests {
     }
 
     #[test]
+    fn a_request_waits_at_most_max_wait_requests() {
+        let p = ClassifierParams {
+            max_wait: 10,
+            ..params(64)
+        };
+        let mut c = Classifier::new(p);
+        let mut out = Vec::new();
+        // Volume 1 sends two adjacent requests, then goes quiet.
+        c.push(&Request::read(1, 0, 4096, 0), &mut out);
+        c.push(&Request::read(1, 4096, 4096, 0), &mut out);
+        for i in 0..8u64 {
+            c.push(&Request::read(2, i << 30, 4096, 0), &mut out);
+        }
+        assert!(out.is_empty());
+        // The 10th request after the first makes it leave, classified
+        // against its stream's later request (sequential).
+        c.push(&Request::read(2, 9 << 30, 4096, 0), &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].volume, out[0].class.access), (1, AccessClass::Sequential));
+        c.push(&Request::read(2, 10 << 30, 4096, 0), &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!((out[1].volume, out[1].class.access), (1, AccessClass::Random));
+        // Nothing waits longer than 10 requests, so at most 10 are queued.
+        for i in 0..100u64 {
+            c.push(&Request::read((i % 7) as u32, i << 20, 4096, 0), &mut out);
+            assert!(c.queued() <= 10);
+        }
+    }
+
+    #[test]
     fn streams_beyond_the_bound_are_dropped_after_classification() {
         let p = ClassifierParams {
             max_streams: 2,
@@ -465,7 +537,7 @@ mod model_tests {
             history in 1usize..6,
             reqs in prop::collection::vec((0u64..48, 1u64..5, any::<bool>()), 1..60),
         ) {
-            let p = ClassifierParams { history, stride_bytes: 2048, seq_size_bytes: 1536, max_streams: 4 };
+            let p = ClassifierParams { history, stride_bytes: 2048, seq_size_bytes: 1536, max_streams: 4, max_wait: 1000 };
             let reqs: Vec<(u64, u64, bool)> = reqs.into_iter().map(|(s, n, w)| (s * 512, n * 512, w)).collect();
             let mut c = Classifier::new(p);
             let mut out = Vec::new();

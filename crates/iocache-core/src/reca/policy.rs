@@ -12,7 +12,7 @@
 //!
 //! Parameters (`iocache policies`): `reca:evict=priority:over=0:
 //! access=1/1/1:read=0/0/0:write=0/0/0:neighbours=0:sets=1:lru_window=16:
-//! pages=8:history=64:stride=8192:seq_size=131072:streams=64`.
+//! pages=8:history=64:stride=8192:seq_size=131072:streams=4096:wait=4096`.
 //!
 //! - `evict`: `lru` (least recently used, every miss admitted), `priority`
 //!   (Algorithm 1), `priority_lru` (Algorithm 1 among the `lru_window`
@@ -26,8 +26,8 @@
 //!   (by hash of the line), as §4.2 does to bound the comparison cost;
 //! - `pages`: lines remembered while not resident, in multiples of the
 //!   capacity;
-//! - `history`, `stride`, `seq_size`, `streams`: the classifier's
-//!   (`classify.rs`).
+//! - `history`, `stride`, `seq_size`, `streams`, `wait`: the classifier's
+//!   (`classify.rs`; `wait` is its `max_wait`).
 //!
 //! How priorities change with the category: a line keeps *how many*
 //! requests of each class touched it (7 counters: sequential, strided,
@@ -79,11 +79,12 @@ pub const RECA_PARAMS: &[&str] = &[
     "stride",
     "seq_size",
     "streams",
+    "wait",
 ];
 
 /// The parameters a category does not set (kept when the controller
 /// switches categories).
-pub const RECA_KEPT_PARAMS: [&str; 7] = [
+pub const RECA_KEPT_PARAMS: [&str; 8] = [
     "sets",
     "lru_window",
     "pages",
@@ -91,6 +92,7 @@ pub const RECA_KEPT_PARAMS: [&str; 7] = [
     "stride",
     "seq_size",
     "streams",
+    "wait",
 ];
 
 /// Priorities are kept as integers in thousandths of the table's units, so
@@ -172,7 +174,8 @@ impl RecaParams {
                 history: p.u64_or("history", 64, 1..=4096)? as usize,
                 stride_bytes: p.u64_or("stride", 8 << 10, 0..=1 << 40)?,
                 seq_size_bytes: p.u64_or("seq_size", 128 << 10, 0..=1 << 40)?,
-                max_streams: p.u64_or("streams", 64, 1..=65536)? as usize,
+                max_streams: p.u64_or("streams", 4096, 1..=65536)? as usize,
+                max_wait: p.u64_or("wait", 4096, 1..=1 << 20)?,
             },
         })
     }
