@@ -190,6 +190,65 @@ proptest! {
     }
 }
 
+/// Every ordered pair of categories, deterministically: a mixed workload,
+/// the first category, more of it, the second, more of it; every read
+/// returns the latest write throughout and the backend gets every write.
+#[test]
+fn every_pair_of_categories_switches_without_loss() {
+    let table = CategoryTable::builtin();
+    let n = table.categories.len();
+    let mut x = 0x1234_5678_9abc_def1u64;
+    let mut step = |h: &mut Harness, t: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let volume = (x % 2) as u32;
+        let sector = (x >> 8) % 2048;
+        let sectors = 1 + (x >> 24) % 64;
+        let r = if (x >> 40).is_multiple_of(2) {
+            Request::write(volume, sector * 512, sectors * 512, t)
+        } else {
+            Request::read(volume, sector * 512, sectors * 512, t)
+        };
+        h.run(r);
+    };
+    for a in 0..n {
+        for b in 0..n {
+            if a == b {
+                continue;
+            }
+            let mut controller = RecaController::new(table.clone(), RecaControllerParams::default());
+            let mut h = Harness::new(cache(64, 4096, |_| {}));
+            let mut t = 0;
+            for category in [a, b] {
+                for _ in 0..300 {
+                    t += 1;
+                    step(&mut h, t);
+                }
+                let mut event = controller.set_category(category, t, t).expect("a change");
+                controller.apply(&mut h.cache, &mut event, t).unwrap();
+                if let Some(line) = event.line_size {
+                    switch_line_size(&mut h, line, t);
+                }
+                assert_eq!(h.cache.line_size(), table.categories[category].line_size);
+                assert_eq!(
+                    h.cache.effective_mode().policy,
+                    table.categories[category].write_policy
+                );
+                assert_eq!(
+                    h.cache.config().policy,
+                    table.categories[category].policy_spec(None)
+                );
+            }
+            for _ in 0..300 {
+                t += 1;
+                step(&mut h, t);
+            }
+            h.flush_all_and_check_backend();
+        }
+    }
+}
+
 /// Replaces the harness's cache by `relayout`'s, moving the data model's
 /// cache contents to the new slots, and checks every sector was kept or
 /// (dirty) written back or (clean) counted as dropped.
