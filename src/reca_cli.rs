@@ -217,6 +217,30 @@ pub fn print_trace(c: &RecaCharacterization) {
         rows.push(r);
     }
     let _ = write!(out, "{}", table(&header, &rows));
+    if c.volumes.len() > 1 {
+        const SHOWN: usize = 10;
+        let _ = writeln!(
+            out,
+            "per volume (each its own stream; {} volumes, the {} with most requests shown):",
+            c.volumes.len(),
+            SHOWN.min(c.volumes.len())
+        );
+        let mut header: Vec<&str> = vec!["volume"];
+        header.extend(FEATURE_NAMES);
+        header.push("category");
+        let rows: Vec<Vec<String>> = c
+            .volumes
+            .iter()
+            .take(SHOWN)
+            .map(|v| {
+                let mut r = vec![v.volume.to_string()];
+                r.extend(pct(&v.features));
+                r.push(v.category.clone());
+                r
+            })
+            .collect();
+        let _ = write!(out, "{}", table(&header, &rows));
+    }
     let d: Vec<String> = c.distances.iter().map(|(n, d)| format!("{n} {d:.3}")).collect();
     let _ = writeln!(
         out,

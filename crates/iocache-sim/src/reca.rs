@@ -235,6 +235,17 @@ pub struct RecaCharacterization {
     pub category: String,
     pub distances: Vec<(String, f64)>,
     pub windows: Vec<RecaWindowClass>,
+    /// Per stream (volume), most classified requests first.
+    pub volumes: Vec<RecaVolumeClass>,
+}
+
+/// One volume's class shares over the whole trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecaVolumeClass {
+    pub volume: u32,
+    pub classified: u64,
+    pub features: [f64; 7],
+    pub category: String,
 }
 
 /// Classifies every request of the trace and matches the whole trace and
@@ -252,9 +263,16 @@ pub fn reca_characterize(
     let mut window_classified = 0u64;
     let mut in_window = 0u64;
     let mut windows = Vec::new();
-    let count = |out: &mut Vec<Classified>, total: &mut [u64; 7], window: &mut [u64; 7]| {
+    let mut per_volume: std::collections::HashMap<u32, [u64; 8]> = std::collections::HashMap::new();
+    let mut count = |out: &mut Vec<Classified>, total: &mut [u64; 7], window: &mut [u64; 7]| {
         for c in out.drain(..) {
             let f = iocache_core::reca::table::feature_of(&c.class);
+            let v = per_volume.entry(c.volume).or_default();
+            v[f] += 1;
+            v[7] += 1;
+            if c.class.overlapped {
+                v[6] += 1;
+            }
             for counts in [&mut *total, &mut *window] {
                 counts[f] += 1;
                 if c.class.overlapped {
@@ -310,6 +328,20 @@ pub fn reca_characterize(
     if in_window > 0 {
         close(&mut window, window_classified, in_window, &mut windows);
     }
+    let mut volumes: Vec<RecaVolumeClass> = per_volume
+        .into_iter()
+        .map(|(volume, c)| {
+            let counts: [u64; 7] = c[..7].try_into().expect("7 counts");
+            let f = shares(&counts, c[7]);
+            RecaVolumeClass {
+                volume,
+                classified: c[7],
+                features: f.0,
+                category: table.categories[table.nearest(&f).0].name.clone(),
+            }
+        })
+        .collect();
+    volumes.sort_by(|a, b| b.classified.cmp(&a.classified).then(a.volume.cmp(&b.volume)));
     let f = shares(&total, classified);
     let (best, d) = table.nearest(&f);
     Ok(RecaCharacterization {
@@ -324,5 +356,6 @@ pub fn reca_characterize(
             .map(|(c, d)| (c.name.clone(), d))
             .collect(),
         windows,
+        volumes,
     })
 }
