@@ -613,6 +613,22 @@ mod tests {
     }
 
     #[test]
+    fn a_category_added_by_a_user_is_chosen_when_nearest() {
+        let added = "\n[[category]]\nname = \"index_scanners\"\nsequential_read = 0\nsequential_write = 0\n\
+                     strided_read = 0.9\nstrided_write = 0\nrandom_read = 0.1\nrandom_write = 0\noverlapped = 0\n\
+                     line_size = \"16KiB\"\nwrite_policy = \"wa\"\neviction = \"priority\"\naccess_priority = [0, 5, 1]\n";
+        let text = format!("{BUILTIN_TABLE}{added}");
+        let t = CategoryTable::parse(&text, "mine.toml").unwrap();
+        assert_eq!(t.categories.len(), 6);
+        let mut v = Features::default();
+        v.0[2] = 0.8;
+        v.0[4] = 0.2;
+        let (best, _) = t.nearest(&v);
+        assert_eq!(t.categories[best].name, "index_scanners");
+        assert_eq!(t.categories[best].line_size.bytes(), 16384);
+    }
+
+    #[test]
     fn comments_and_defaults() {
         let t = CategoryTable::parse(
             &minimal("access_priority = [1, 2, 3] # trailing\nread_priority = [0.5, 0, 0]\n"),
