@@ -6,6 +6,7 @@ mod devices;
 mod logging;
 mod metrics;
 mod progress;
+mod reca_cli;
 mod running;
 mod serve;
 mod service;
@@ -248,6 +249,8 @@ struct SimArgs {
     threads: Option<usize>,
     #[command(flatten)]
     timing: TimingArgs,
+    #[command(flatten)]
+    reca: reca_cli::SimRecaArgs,
 }
 
 /// Device timing (docs/timing-model.md). Any of these turns it on.
@@ -331,6 +334,8 @@ struct TraceStatsArgs {
     /// Write the statistics as JSON to PATH, or to stdout with `-`.
     #[arg(long, value_name = "PATH|-")]
     json: Option<String>,
+    #[command(flatten)]
+    reca: reca_cli::TraceRecaArgs,
 }
 
 fn main() {
@@ -502,6 +507,7 @@ fn run_sim(args: SimArgs) -> Result<()> {
             .iter()
             .map(|r| r.parse::<iocache_sim::Reconfigure>())
             .collect::<Result<Vec<_>, _>>()?,
+        reca: reca_cli::sim_options(&args.reca)?,
     };
     let mut reader = args.input.open().map_err(|e| args.input.explain(e))?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
@@ -548,6 +554,9 @@ fn run_sim(args: SimArgs) -> Result<()> {
             }
         }
         None => print_sim_table(&trace_name, &reader, &report),
+    }
+    if args.json.as_deref() != Some("-") {
+        reca_cli::report(&args.reca, &report)?;
     }
     Ok(())
 }
@@ -630,6 +639,9 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
     };
     let line = parse_line_size(&args.line_size)?;
     let window = args.window.as_deref().map(str::parse::<Window>).transpose()?;
+    if args.reca.reca && input.is_stdin() {
+        bail!("--reca reads the trace a second time, which stdin cannot give: name the trace file");
+    }
     let json_file = OutputFile::check("--json", args.json.as_deref())?;
     let mut reader = input.open().map_err(|e| input.explain(e))?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
@@ -639,8 +651,13 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
     if stats.requests == 0 {
         bail!("{}: the trace holds no data requests", input.trace.display());
     }
+    let reca = reca_cli::trace(&args.reca, || input.open())?;
     if let Some(path) = args.json.as_deref() {
-        let text = serde_json::to_string_pretty(&stats)?;
+        let mut value = serde_json::to_value(&stats)?;
+        if let (Some(reca), Some(map)) = (&reca, value.as_object_mut()) {
+            map.insert("reca".into(), serde_json::to_value(reca)?);
+        }
+        let text = serde_json::to_string_pretty(&value)?;
         match json_file {
             None => return print_stdout(&text),
             Some(file) => file
@@ -729,6 +746,10 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
             })
             .collect();
         let _ = write!(out, "{}", table(&["window", "requests", "lines", "MiB"], &rows));
+    }
+    drop(out);
+    if let Some(reca) = &reca {
+        reca_cli::print_trace(reca);
     }
     Ok(())
 }

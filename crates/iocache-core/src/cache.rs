@@ -318,8 +318,14 @@ impl Cache {
     /// resident line as if it had just been admitted at `now_ns`, dirty ones
     /// as dirty, in ascending slot order (the old policy's ranking is not
     /// carried over: policies do not share a notion of rank). Nothing is
-    /// evicted or invalidated; the switch is O(resident lines).
+    /// evicted or invalidated; the switch is O(resident lines). A policy of
+    /// the same name may take the new parameters in place instead, keeping
+    /// its state (`ReplacementPolicy::reconfigure`).
     pub fn set_replacement_policy(&mut self, spec: PolicySpec, now_ns: u64) -> Result<(), CoreError> {
+        if spec.name() == self.config.policy.name() && self.policy.reconfigure(spec.params())? {
+            self.config.policy = spec;
+            return Ok(());
+        }
         let mut policy = spec.build(self.config.capacity_lines as usize)?;
         for s in 0..self.config.capacity_lines as usize {
             let meta = &self.slots[s];
@@ -425,6 +431,7 @@ impl Cache {
             request_lines: request_lines(request, self.line).min(u32::MAX as u64) as u32,
             dirty: false,
         };
+        self.policy.on_request(request, self.line, &info);
         let mut summary = AccessSummary::default();
         self.request_dirty_victims_kept = 0;
         for part in split_request(request, self.line) {

@@ -30,6 +30,7 @@ pub mod ops;
 pub mod policy;
 mod prefetch;
 pub mod promotion;
+pub mod reca;
 pub mod seq_cutoff;
 pub mod setting;
 pub mod stats;

@@ -32,7 +32,18 @@ fn knob() -> impl Strategy<Value = Knob> {
         proptest::option::of(common::any_write_policy()).prop_map(Knob::Controller),
         any::<bool>().prop_map(Knob::DeviceFailed),
         prop::sample::select(vec![
-            "lru", "arc", "fifo", "clock", "2q", "s3fifo", "sieve", "lfu", "smq", "larc"
+            "lru",
+            "arc",
+            "fifo",
+            "clock",
+            "2q",
+            "s3fifo",
+            "sieve",
+            "lfu",
+            "smq",
+            "larc",
+            "reca",
+            "reca:evict=lru:neighbours=2"
         ])
         .prop_map(Knob::Replacement),
         prop::sample::select(vec!["always", "nhit:2", "nhit:3"]).prop_map(Knob::Promotion),

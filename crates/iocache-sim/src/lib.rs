@@ -5,6 +5,7 @@
 //! promotions, evictions and the bytes each device would move.
 
 mod error;
+pub mod reca;
 pub mod report;
 mod run;
 pub mod spec;

@@ -43,6 +43,8 @@ pub struct SimOptions {
     /// to every simulated cache before the first request its trigger
     /// reaches, through the same `Cache::apply` the engine uses).
     pub reconfigure: Vec<Reconfigure>,
+    /// `--adapt reca`: ReCA's controller beside every cache (`reca.rs`).
+    pub reca: Option<crate::reca::RecaOptions>,
 }
 
 impl Default for SimOptions {
@@ -52,6 +54,7 @@ impl Default for SimOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             timing: None,
             reconfigure: Vec::new(),
+            reca: None,
         }
     }
 }
@@ -120,6 +123,8 @@ pub struct RunResult {
     pub policy_counters: Vec<(&'static str, u64)>,
     /// Latency, throughput and device load, when timing was modelled (after warmup).
     pub timing: Option<TimingReport>,
+    /// What ReCA's controller did, with `--adapt reca`.
+    pub reca: Option<crate::reca::RecaRun>,
 }
 
 #[derive(Clone, Debug)]
@@ -174,10 +179,12 @@ struct Runner {
     reconfigured: usize,
     /// The first request's trace time (time triggers count from it).
     first_ns: Option<u64>,
+    reca: Option<crate::reca::RecaDriver>,
 }
 
 impl Runner {
-    fn new(index: usize, spec: &RunSpec, timing: Option<&TimingSetup>) -> Result<Self, SimError> {
+    fn new(index: usize, spec: &RunSpec, options: &SimOptions) -> Result<Self, SimError> {
+        let timing = options.timing.as_ref();
         let timed = match timing {
             None => None,
             Some(t) => {
@@ -207,6 +214,10 @@ impl Runner {
             reconfigure: Vec::new(),
             reconfigured: 0,
             first_ns: None,
+            reca: options
+                .reca
+                .as_ref()
+                .map(|r| crate::reca::RecaDriver::new(r, timing.is_none())),
         })
     }
 
@@ -222,7 +233,7 @@ impl Runner {
             self.clean_until(request.now_ns);
             self.reconfigure_until(&request);
             if self.processed == warmup_requests {
-                self.warm_base = Some(*self.cache.stats());
+                self.warm_base = Some(self.total_stats());
                 if let Some(t) = &mut self.timed {
                     t.model.reset_stats();
                 }
@@ -231,6 +242,9 @@ impl Runner {
             let _ = self.cache.access(&request, &mut self.ops);
             if let Some(t) = &mut self.timed {
                 t.model.submit(request.now_ns, request.kind, self.ops.ops());
+            }
+            if let Some(reca) = &mut self.reca {
+                reca.after_access(&mut self.cache, &request);
             }
             self.processed += 1;
         }
@@ -277,8 +291,16 @@ impl Runner {
         }
     }
 
+    /// Counters over the whole replay (a ReCA line-size change replaces the cache).
+    fn total_stats(&self) -> CacheStats {
+        match &self.reca {
+            Some(reca) => reca.total(&self.cache),
+            None => *self.cache.stats(),
+        }
+    }
+
     fn finish(self) -> (usize, RunResult) {
-        let now = *self.cache.stats();
+        let now = self.total_stats();
         let base = self.warm_base.unwrap_or(now);
         (
             self.index,
@@ -291,6 +313,7 @@ impl Runner {
                 dirty_lines_at_end: self.cache.dirty_lines(),
                 policy_counters: self.cache.policy_counters(),
                 timing: self.timed.map(|t| t.model.finish()),
+                reca: self.reca.map(crate::reca::RecaDriver::finish),
             },
         )
     }
@@ -328,7 +351,7 @@ pub fn simulate(
     let mut runners = specs
         .iter()
         .enumerate()
-        .map(|(i, spec)| Runner::new(i, spec, options.timing.as_ref()))
+        .map(|(i, spec)| Runner::new(i, spec, options))
         .collect::<Result<Vec<_>, _>>()?;
     // Reconfigurations are checked once against every cache (a policy that
     // cannot be built for one is refused before the replay), then kept in

@@ -43,7 +43,7 @@ pub use self::sieve::Sieve;
 pub use self::smq::{ClockMode, Smq, SmqParams};
 pub use self::twoq::TwoQ;
 pub use self::vbbms::{Region, Vbbms};
-use crate::addr::{IoKind, LineKey, SlotId};
+use crate::addr::{IoKind, LineKey, LineSize, Request, SlotId};
 use crate::error::CoreError;
 
 /// What the cache tells a policy about the access in progress.
@@ -123,6 +123,18 @@ pub trait ReplacementPolicy: Send {
     /// name; reported beside the cache's statistics.
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
+    }
+
+    /// A request arrives, before any of its lines is looked up, with the
+    /// cache's line size. Policies that characterise whole requests (ReCA)
+    /// look here.
+    fn on_request(&mut self, _request: &Request, _line: LineSize, _info: &AccessInfo) {}
+
+    /// New parameters for this policy, taken in place without losing its
+    /// state: `Ok(true)` when taken, `Ok(false)` when the cache must build
+    /// a new policy instead (the default).
+    fn reconfigure(&mut self, _params: &PolicyParams) -> Result<bool, CoreError> {
+        Ok(false)
     }
 }
 
@@ -296,6 +308,13 @@ pub static POLICIES: &[PolicyEntry] = &[
             let gate = p.u64_or("gate", 1, 0..=1)? == 1;
             Ok(Box::new(Access::new(lines, history, gate)))
         },
+    },
+    PolicyEntry {
+        name: "reca",
+        params: crate::reca::policy::RECA_PARAMS,
+        summary:
+            "ReCA's priority admission and eviction (TPDS'18 Algorithm 1); evict=priority|lru|priority_lru",
+        build: |p, lines| Ok(Box::new(crate::reca::RecaPolicy::from_params(p, lines)?)),
     },
     PolicyEntry {
         name: "cflru",

@@ -37,6 +37,7 @@ use std::collections::BinaryHeap;
 use serde::Serialize;
 
 use super::flash::{FlashDevice, FlashSpec};
+use super::hdd::{HddDevice, HddSpec};
 use super::TimingError;
 
 /// Direction of one device I/O.
@@ -119,6 +120,8 @@ impl QueueSpec {
 pub enum DeviceModel {
     Queue(QueueSpec),
     Flash(FlashSpec),
+    /// A disk head whose cost depends on the seek (`hdd.rs`).
+    Hdd(HddSpec),
 }
 
 /// A device's model and the name it was chosen by.
@@ -154,6 +157,7 @@ impl DeviceSpec {
         match &self.model {
             DeviceModel::Queue(q) => q.validate(),
             DeviceModel::Flash(f) => f.validate(),
+            DeviceModel::Hdd(h) => h.validate(),
         }
     }
 
@@ -162,6 +166,7 @@ impl DeviceSpec {
         match &self.model {
             DeviceModel::Queue(q) => q.servers,
             DeviceModel::Flash(f) => f.channels * f.chips_per_channel,
+            DeviceModel::Hdd(_) => 1,
         }
     }
 
@@ -171,6 +176,7 @@ impl DeviceSpec {
         match &self.model {
             DeviceModel::Queue(q) => q.cost(dir).service(bytes),
             DeviceModel::Flash(f) => f.idle_service_ns(dir, bytes),
+            DeviceModel::Hdd(h) => h.idle_service_ns(dir, bytes),
         }
     }
 }
@@ -240,6 +246,7 @@ impl QueueDevice {
 pub enum Device {
     Queue(QueueDevice),
     Flash(Box<FlashDevice>),
+    Hdd(HddDevice),
 }
 
 impl Device {
@@ -248,6 +255,7 @@ impl Device {
         Ok(match &spec.model {
             DeviceModel::Queue(q) => Device::Queue(QueueDevice::new(*q)),
             DeviceModel::Flash(f) => Device::Flash(Box::new(FlashDevice::new(f.clone())?)),
+            DeviceModel::Hdd(h) => Device::Hdd(HddDevice::new(*h)),
         })
     }
 
@@ -264,13 +272,16 @@ impl Device {
         match self {
             Device::Queue(q) => q.schedule(at, dir, bytes, sink),
             Device::Flash(f) => f.schedule(at, dir, address, bytes, sink),
+            Device::Hdd(h) => h.schedule(at, dir, address, bytes, sink),
         }
     }
 
     /// Zeroes the model's own counters (not its state).
     pub fn reset_counters(&mut self) {
-        if let Device::Flash(f) = self {
-            f.reset_counters();
+        match self {
+            Device::Queue(_) => {}
+            Device::Flash(f) => f.reset_counters(),
+            Device::Hdd(h) => h.reset_counters(),
         }
     }
 
@@ -279,6 +290,7 @@ impl Device {
         match self {
             Device::Queue(_) => Vec::new(),
             Device::Flash(f) => f.counters(),
+            Device::Hdd(h) => h.counters(),
         }
     }
 }

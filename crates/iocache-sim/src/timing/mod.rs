@@ -5,7 +5,8 @@
 //! this module says *when* that I/O runs. It models the cache device and the
 //! backend as queueing servers ([`device`]) or, for an SSD's internal DRAM
 //! write buffer, as flash with channels, chips, an FTL and garbage collection
-//! ([`flash`]), turns each request's ops into device I/Os with the
+//! ([`flash`]), or as a disk head whose cost depends on the seek
+//! ([`hdd`]), turns each request's ops into device I/Os with the
 //! dependencies between them, runs them in simulated time ([`engine`]), and
 //! reports latency percentiles, throughput, device utilization and queue
 //! lengths, overall and as a time series ([`report`], [`series`]).
@@ -42,6 +43,7 @@
 pub mod device;
 pub mod engine;
 pub mod flash;
+pub mod hdd;
 pub mod histogram;
 pub mod presets;
 pub mod replay;
@@ -52,6 +54,7 @@ pub mod series;
 pub use device::{DeviceModel, DeviceSpec, Dir, OpCost, QueueSpec};
 pub use engine::{Completion, RequestId, TimingConfig, TimingModel};
 pub use flash::FlashSpec;
+pub use hdd::HddSpec;
 pub use histogram::{Histogram, LatencySummary};
 pub use presets::{parse_device, parse_duration_ns, preset, Preset, PRESETS};
 pub use replay::{ArrivalMode, Replay};

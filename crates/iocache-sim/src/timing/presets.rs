@@ -34,6 +34,7 @@ use iocache_core::units::parse_byte_size;
 
 use super::device::{DeviceModel, DeviceSpec, OpCost, QueueSpec};
 use super::flash::FlashSpec;
+use super::hdd::HddSpec;
 use super::TimingError;
 
 /// A named device preset.
@@ -171,6 +172,13 @@ pub static PRESETS: &[Preset] = &[
         build: || DeviceModel::Queue(from_iops_and_bandwidth(80.0, 150.0, 120.0, 120.0)),
     },
     Preset {
+        name: "hdd-reca",
+        summary:
+            "HDD (WD Red Pro) whose cost depends on the seek: sequential, strided (<8 KiB gap) or random",
+        source: "ReCA (TPDS'18) Table 1 and §3.1's Fig. 5 ratios (hdd.rs)",
+        build: || DeviceModel::Hdd(HddSpec::reca()),
+    },
+    Preset {
         name: "sata-flash",
         summary: "SATA MLC flash (Intel, 120 GB): 190.5/54.5 us random 4K read/write, one server",
         source: "SYSTOR'14 Table 3 (bandwidth from ReCA Table 1)",
@@ -276,6 +284,35 @@ pub fn parse_device(s: &str) -> Result<DeviceSpec, TimingError> {
                     )))
                 }
             },
+            DeviceModel::Hdd(h) => {
+                let costs = match key.split_once('-') {
+                    Some((_, "read")) => Some(&mut h.read),
+                    Some((_, "write")) => Some(&mut h.write),
+                    _ => None,
+                };
+                match (key, costs) {
+                    ("stride", _) => {
+                        h.stride_bytes =
+                            parse_byte_size(value).map_err(|e| TimingError::BadParameter(e.to_string()))?
+                    }
+                    ("kib", _) => h.per_kib_ns = parse_f64(key, value.trim_end_matches("ns"))?,
+                    (k, Some(c)) if k.starts_with("seq-") => {
+                        c.sequential_ns = parse_duration_ns(value)? as f64
+                    }
+                    (k, Some(c)) if k.starts_with("strided-") => {
+                        c.strided_ns = parse_duration_ns(value)? as f64
+                    }
+                    (k, Some(c)) if k.starts_with("random-") => {
+                        c.random_ns = parse_duration_ns(value)? as f64
+                    }
+                    _ => {
+                        return Err(TimingError::BadParameter(format!(
+                            "unknown key {key:?} for an hdd device (stride, kib, seq-read, seq-write, \
+                             strided-read, strided-write, random-read, random-write)"
+                        )))
+                    }
+                }
+            }
             DeviceModel::Flash(f) => match key {
                 "channels" => f.channels = parse_u32(key, value)?,
                 "chips" => f.chips_per_channel = parse_u32(key, value)?,
@@ -320,7 +357,7 @@ mod tests {
     fn queue(name: &str) -> QueueSpec {
         match preset(name).unwrap().model {
             DeviceModel::Queue(q) => q,
-            DeviceModel::Flash(_) => panic!("{name} is flash"),
+            DeviceModel::Flash(_) | DeviceModel::Hdd(_) => panic!("{name} is not a queue"),
         }
     }
 
@@ -392,6 +429,12 @@ mod tests {
         assert!(parse_device("sata-ssd:servers=0").is_err());
         assert!(parse_device("sata-ssd:speed=3").is_err());
         assert!(parse_device("hdd:servers").is_err());
+        let d = parse_device("hdd-reca:stride=16KiB:random-read=5ms:seq-write=1us").unwrap();
+        let DeviceModel::Hdd(h) = d.model else { panic!() };
+        assert_eq!(h.stride_bytes, 16 << 10);
+        assert_eq!(h.read.random_ns, 5e6);
+        assert_eq!(h.write.sequential_ns, 1e3);
+        assert!(parse_device("hdd-reca:seek=1ms").is_err());
     }
 
     #[test]

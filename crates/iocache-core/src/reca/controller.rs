@@ -1,0 +1,311 @@
+//! Why this file exists: ReCA's online part (TPDS'18 §4, Algorithm 1 lines
+//! 39-42 and Algorithm 2 ANALYZE_WORKLOAD): every window of requests
+//! (100,000 in the paper) the share of each request class forms a workload
+//! vector, the nearest category of the table is chosen, and when it differs
+//! from the current one the cache is reconfigured for it. The controller
+//! decides; it changes a cache only through the doors every adaptive
+//! controller uses: `Cache::set_controller_policy` for the write policy
+//! (`mode::resolve` reports it as the controller's) and `Cache::apply` with
+//! a `Setting::Policy` for the `reca` policy's parameters (taken in place,
+//! so priorities survive). A line size cannot be changed on a running core
+//! cache: the controller reports the line size it wants, and the driver
+//! (the simulator) rebuilds its cache with it.
+//!
+//! Every category change is a [`RecaEvent`] (request number, time, old and
+//! new category, distance to every category, the vector, what changed).
+//! No I/O, no clock: time comes with each request. Memory: the classifier's
+//! bound, and 7 counters.
+
+use super::classify::{Classified, Classifier, ClassifierParams};
+use super::table::{feature_of, Category, CategoryTable, Features};
+use crate::addr::{LineSize, Request};
+use crate::cache::Cache;
+use crate::error::CoreError;
+use crate::setting::Setting;
+use crate::units::format_byte_size;
+
+/// The controller's parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecaControllerParams {
+    /// Requests per window (Workload_Check_Threshold; the paper: 100,000).
+    pub window_requests: u64,
+    pub classifier: ClassifierParams,
+}
+
+impl Default for RecaControllerParams {
+    fn default() -> Self {
+        RecaControllerParams {
+            window_requests: 100_000,
+            classifier: ClassifierParams::default(),
+        }
+    }
+}
+
+/// One window's characterization.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowReport {
+    /// 0 for the first window.
+    pub index: u64,
+    /// Requests observed when the window closed (including this window's).
+    pub requests: u64,
+    pub now_ns: u64,
+    /// Requests classified during the window (they left the history queue).
+    pub classified: u64,
+    pub features: Features,
+    /// The nearest category (index in the table) and the distances to all.
+    pub category: usize,
+    pub distances: Vec<f64>,
+    /// Set when the category differs from the one before.
+    pub change: Option<RecaEvent>,
+}
+
+/// A category change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecaEvent {
+    pub requests: u64,
+    pub now_ns: u64,
+    pub old: Option<String>,
+    pub new: String,
+    /// (category, distance) for every category, in table order.
+    pub distances: Vec<(String, f64)>,
+    pub features: Features,
+    /// What changed, one `what: old -> new` each; filled by
+    /// [`RecaController::apply`].
+    pub changes: Vec<String>,
+    /// The line size the new category wants when it differs from the
+    /// cache's (the driver applies it, see the module doc).
+    pub line_size: Option<LineSize>,
+}
+
+impl std::fmt::Display for RecaEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "reca: request {} t={:.3}s {} -> {} [{}] distances:",
+            self.requests,
+            self.now_ns as f64 / 1e9,
+            self.old.as_deref().unwrap_or("(none)"),
+            self.new,
+            self.features
+        )?;
+        for (name, d) in &self.distances {
+            write!(f, " {name}={d:.3}")?;
+        }
+        if !self.changes.is_empty() {
+            write!(f, "; {}", self.changes.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Windows, categories and reconfiguration (see the module doc).
+pub struct RecaController {
+    params: RecaControllerParams,
+    table: CategoryTable,
+    classifier: Classifier,
+    out: Vec<Classified>,
+    counts: [u64; 7],
+    classified: u64,
+    in_window: u64,
+    requests: u64,
+    windows: u64,
+    current: Option<usize>,
+}
+
+impl RecaController {
+    pub fn new(table: CategoryTable, mut params: RecaControllerParams) -> RecaController {
+        params.window_requests = params.window_requests.max(1);
+        RecaController {
+            classifier: Classifier::new(params.classifier),
+            params,
+            table,
+            out: Vec::new(),
+            counts: [0; 7],
+            classified: 0,
+            in_window: 0,
+            requests: 0,
+            windows: 0,
+            current: None,
+        }
+    }
+
+    pub fn table(&self) -> &CategoryTable {
+        &self.table
+    }
+
+    pub fn params(&self) -> RecaControllerParams {
+        self.params
+    }
+
+    /// The category in force, if one was chosen.
+    pub fn current(&self) -> Option<&Category> {
+        self.current.map(|i| &self.table.categories[i])
+    }
+
+    /// Puts the category at `index` in force now (a starting category, or
+    /// an operator's choice); returns the change event if it is a change.
+    /// Panics if `index` is not in the table.
+    pub fn set_category(&mut self, index: usize, requests: u64, now_ns: u64) -> Option<RecaEvent> {
+        let category = &self.table.categories[index];
+        let event = (self.current != Some(index)).then(|| RecaEvent {
+            requests,
+            now_ns,
+            old: self.current.map(|i| self.table.categories[i].name.clone()),
+            new: category.name.clone(),
+            distances: Vec::new(),
+            features: Features::default(),
+            changes: Vec::new(),
+            line_size: None,
+        });
+        self.current = Some(index);
+        event
+    }
+
+    /// Counts `request`; when it closes a window, returns the window's
+    /// report (with a change event when the category changed).
+    pub fn observe(&mut self, request: &Request) -> Option<WindowReport> {
+        self.requests += 1;
+        self.in_window += 1;
+        self.out.clear();
+        self.classifier.push(request, &mut self.out);
+        for c in &self.out {
+            self.counts[feature_of(&c.class)] += 1;
+            if c.class.overlapped {
+                self.counts[6] += 1;
+            }
+            self.classified += 1;
+        }
+        if self.in_window < self.params.window_requests {
+            return None;
+        }
+        Some(self.close_window(request.now_ns))
+    }
+
+    /// Closes the window in progress (the end of a trace); `None` if no
+    /// request was classified in it.
+    pub fn finish(&mut self, now_ns: u64) -> Option<WindowReport> {
+        (self.classified > 0).then(|| self.close_window(now_ns))
+    }
+
+    fn close_window(&mut self, now_ns: u64) -> WindowReport {
+        let mut features = Features::default();
+        if self.classified > 0 {
+            for (f, &c) in features.0.iter_mut().zip(&self.counts) {
+                *f = c as f64 / self.classified as f64;
+            }
+        }
+        let (best, distances) = self.table.nearest(&features);
+        // A window with nothing classified keeps the category in force.
+        let category = match self.current {
+            Some(cur) if self.classified == 0 => cur,
+            _ => best,
+        };
+        let change = (self.current != Some(category)).then(|| RecaEvent {
+            requests: self.requests,
+            now_ns,
+            old: self.current.map(|i| self.table.categories[i].name.clone()),
+            new: self.table.categories[category].name.clone(),
+            distances: self
+                .table
+                .categories
+                .iter()
+                .zip(&distances)
+                .map(|(c, &d)| (c.name.clone(), d))
+                .collect(),
+            features,
+            changes: Vec::new(),
+            line_size: None,
+        });
+        self.current = Some(category);
+        let report = WindowReport {
+            index: self.windows,
+            requests: self.requests,
+            now_ns,
+            classified: self.classified,
+            features,
+            category,
+            distances,
+            change,
+        };
+        self.windows += 1;
+        self.counts = [0; 7];
+        self.classified = 0;
+        self.in_window = 0;
+        report
+    }
+
+    /// Configures `cache` for the current category at `now_ns`: its write
+    /// policy as the controller's, and the `reca` policy with its
+    /// priorities and eviction rule (in place when the cache runs `reca`
+    /// already). Records in `event` what changed, and the line size wanted
+    /// when it differs from the cache's. Nothing cached is dropped.
+    pub fn apply(&self, cache: &mut Cache, event: &mut RecaEvent, now_ns: u64) -> Result<(), CoreError> {
+        let Some(category) = self.current() else {
+            return Ok(());
+        };
+        let old_mode = cache.effective_mode().policy;
+        cache.set_controller_policy(Some(category.write_policy));
+        let new_mode = cache.effective_mode().policy;
+        if old_mode != new_mode {
+            event
+                .changes
+                .push(format!("write policy: {old_mode} -> {new_mode}"));
+        }
+        let old_spec = cache.config().policy.clone();
+        let spec = category.policy_spec(Some(&old_spec));
+        if spec != old_spec {
+            cache.apply(&Setting::Policy(spec.clone()), now_ns)?;
+            event.changes.push(format!("policy: {old_spec} -> {spec}"));
+        }
+        if category.line_size != cache.line_size() {
+            event.line_size = Some(category.line_size);
+            event.changes.push(format!(
+                "line size: {} -> {}",
+                format_byte_size(cache.line_size().bytes()),
+                format_byte_size(category.line_size.bytes())
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(window: u64) -> RecaController {
+        RecaController::new(
+            CategoryTable::builtin(),
+            RecaControllerParams {
+                window_requests: window,
+                ..RecaControllerParams::default()
+            },
+        )
+    }
+
+    #[test]
+    fn a_window_of_random_reads_is_random_consumers() {
+        let mut c = small(1000);
+        let mut x: u64 = 1;
+        let mut reports = Vec::new();
+        for i in 0..3000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = ((x >> 20) % (1 << 20)) * 4096;
+            reports.extend(c.observe(&Request::read(0, off, 4096, i)));
+        }
+        assert_eq!(reports.len(), 3);
+        let name = |r: &WindowReport| c.table().categories[r.category].name.clone();
+        assert!(
+            reports.iter().all(|r| name(r) == "random_consumers"),
+            "{reports:?}"
+        );
+        // Only the first window is a change (from no category).
+        assert!(reports[0].change.as_ref().is_some_and(|e| e.old.is_none()));
+        assert!(reports[1..].iter().all(|r| r.change.is_none()));
+        // The first window classifies all but the 64 requests still queued.
+        assert_eq!(reports[0].classified, 1000 - 64);
+        assert!(reports[1].features.0[4] > 0.99, "{}", reports[1].features);
+    }
+}

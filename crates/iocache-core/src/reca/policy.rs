@@ -1,0 +1,792 @@
+//! Why this file exists: ReCA's cache manager (TPDS'18 Algorithm 1) is a
+//! replacement policy of its own: each line has a priority accumulated from
+//! the classes of the requests that touched it (ACCESS_HISTORY_MANAGER adds
+//! PRIORITY_CALC of a request to every line it touched when the request
+//! leaves the 64-request history queue), a miss is admitted when a slot is
+//! free or when its priority is higher than the least priority of the
+//! resident lines it is compared with (CACHE_MANAGER), and the least
+//! priority line is the victim. The ReCA controller changes its
+//! parameters (priorities, eviction rule, neighbour eviction) while it runs,
+//! through `Cache::apply(Setting::Policy(..))`, and [`RecaPolicy`] takes them
+//! in place (`ReplacementPolicy::reconfigure`) without losing what it knows.
+//!
+//! Parameters (`iocache policies`): `reca:evict=priority:over=0:
+//! access=1/1/1:read=0/0/0:write=0/0/0:neighbours=0:sets=1:lru_window=16:
+//! pages=8:history=64:stride=8192:seq_size=131072:streams=4096:wait=4096`.
+//!
+//! - `evict`: `lru` (least recently used, every miss admitted), `priority`
+//!   (Algorithm 1), `priority_lru` (Algorithm 1 among the `lru_window`
+//!   least recently used lines: recency and frequency, §3.3.4);
+//! - `over`, `access`, `read`, `write`: PRIORITY_CALC's weights (overlapped;
+//!   per access class sequential/strided/random; read and write per access
+//!   class, as §4.2 says the implementation does);
+//! - `neighbours`: also evict up to this many resident lines adjacent to a
+//!   victim on each side (large file generators, §3.3.5);
+//! - `sets`: priorities are compared within one of `sets` sets of lines
+//!   (by hash of the line), as §4.2 does to bound the comparison cost;
+//! - `pages`: lines remembered while not resident, in multiples of the
+//!   capacity;
+//! - `history`, `stride`, `seq_size`, `streams`, `wait`: the classifier's
+//!   (`classify.rs`; `wait` is its `max_wait`).
+//!
+//! How priorities change with the category: a line keeps *how many*
+//! requests of each class touched it (7 counters: sequential, strided,
+//! random × read, write; overlapped), and its priority is those counts
+//! weighted by the current weights. The paper accumulates the weighted sum
+//! itself, and on a category change "starts by changing the priorities of
+//! data pages based on the new workload type" without saying how; keeping
+//! the counts lets a new category recompute every priority exactly as if it
+//! had been in force all along.
+//!
+//! Deviations, and why:
+//! - **Bounded priority table.** The paper's priority table grows to half
+//!   of free memory. Here lines not resident are remembered in an LRU of at
+//!   most `pages` × capacity entries (default 8×, our choice); a forgotten
+//!   line restarts at zero.
+//! - **Ties** go to the least recently used line (the paper is silent).
+//! - **Sets.** The paper gives no number of sets; the default is 1 (one
+//!   heap over the whole cache, O(log n) per change, so sets are not needed
+//!   for cost). With `sets` > 1 a miss is compared with the least priority
+//!   line of its own set; if that set has no line, with the least of all.
+//! - **What it sees.** The classifier sees every request (`on_request`),
+//!   but admission is asked only for misses the write policy would insert.
+//! - **No asynchronous fills or eviction throttling.** The paper limits
+//!   pending fills and concurrent evictions; a simulator and a
+//!   sans-I/O core have no such queue, so both happen at once.
+
+use std::hash::{Hash, Hasher};
+
+use super::classify::{Classified, Classifier, ClassifierParams};
+use super::table::{feature_of, EvictionRule};
+use crate::addr::{split_request_keys, LineKey, LineSize, Request, SlotId};
+use crate::error::CoreError;
+use crate::fasthash::{FxHashMap, FxHasher};
+use crate::policy::list::{Links, ListHead, NIL};
+use crate::policy::{AccessInfo, PolicyParams, ReplacementPolicy};
+
+/// Every parameter of the `reca` policy.
+pub const RECA_PARAMS: &[&str] = &[
+    "evict",
+    "over",
+    "access",
+    "read",
+    "write",
+    "neighbours",
+    "sets",
+    "lru_window",
+    "pages",
+    "history",
+    "stride",
+    "seq_size",
+    "streams",
+    "wait",
+];
+
+/// The parameters a category does not set (kept when the controller
+/// switches categories).
+pub const RECA_KEPT_PARAMS: [&str; 8] = [
+    "sets",
+    "lru_window",
+    "pages",
+    "history",
+    "stride",
+    "seq_size",
+    "streams",
+    "wait",
+];
+
+/// Priorities are kept as integers in thousandths of the table's units, so
+/// comparisons are exact.
+const PRIORITY_SCALE: f64 = 1000.0;
+
+/// Counts per line: one per feature dimension (`table::FEATURE_NAMES`).
+type Counts = [u32; 7];
+
+/// The `reca` policy's parameters, parsed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecaParams {
+    pub rule: EvictionRule,
+    /// Weight of each count, in thousandths.
+    pub weights: [u64; 7],
+    pub neighbours: u32,
+    pub sets: u32,
+    pub lru_window: u32,
+    pub pages: u64,
+    pub classifier: ClassifierParams,
+}
+
+fn triple(p: &PolicyParams, name: &str, default: [f64; 3]) -> Result<[f64; 3], CoreError> {
+    let Some(text) = p.get(name) else {
+        return Ok(default);
+    };
+    let bad = || CoreError::BadParameter {
+        given: format!("{name}={text}"),
+        reason: format!(
+            "`{name}` must be three numbers from 0 to 1000000 as A/B/C (sequential/strided/random)"
+        ),
+    };
+    let parts: Vec<&str> = text.split('/').collect();
+    if parts.len() != 3 {
+        return Err(bad());
+    }
+    let mut out = [0.0; 3];
+    for (o, part) in out.iter_mut().zip(parts) {
+        *o = part
+            .parse::<f64>()
+            .ok()
+            .filter(|v| (0.0..=1e6).contains(v))
+            .ok_or_else(bad)?;
+    }
+    Ok(out)
+}
+
+fn milli(v: f64) -> u64 {
+    (v * PRIORITY_SCALE).round() as u64
+}
+
+impl RecaParams {
+    pub fn from_params(p: &PolicyParams) -> Result<RecaParams, CoreError> {
+        let rule = match p.get("evict") {
+            None => EvictionRule::Priority,
+            Some(text) => EvictionRule::parse(text).ok_or_else(|| CoreError::BadParameter {
+                given: format!("evict={text}"),
+                reason: format!("`evict` must be one of {}", EvictionRule::NAMES),
+            })?,
+        };
+        let over = p.f64_or("over", 0.0, 0.0..=1e6)?;
+        let access = triple(p, "access", [1.0; 3])?;
+        let read = triple(p, "read", [0.0; 3])?;
+        let write = triple(p, "write", [0.0; 3])?;
+        let mut weights = [0; 7];
+        for a in 0..3 {
+            weights[2 * a] = milli(access[a] + read[a]);
+            weights[2 * a + 1] = milli(access[a] + write[a]);
+        }
+        weights[6] = milli(over);
+        Ok(RecaParams {
+            rule,
+            weights,
+            neighbours: p.u64_or("neighbours", 0, 0..=1024)? as u32,
+            sets: p.u64_or("sets", 1, 1..=1 << 16)? as u32,
+            lru_window: p.u64_or("lru_window", 16, 1..=1 << 20)? as u32,
+            pages: p.u64_or("pages", 8, 0..=4096)?,
+            classifier: ClassifierParams {
+                history: p.u64_or("history", 64, 1..=4096)? as usize,
+                stride_bytes: p.u64_or("stride", 8 << 10, 0..=1 << 40)?,
+                seq_size_bytes: p.u64_or("seq_size", 128 << 10, 0..=1 << 40)?,
+                max_streams: p.u64_or("streams", 4096, 1..=65536)? as usize,
+                max_wait: p.u64_or("wait", 4096, 1..=1 << 20)?,
+            },
+        })
+    }
+}
+
+/// ReCA's priority-based replacement (see the module doc).
+pub struct RecaPolicy {
+    capacity: usize,
+    params: RecaParams,
+    classifier: Classifier,
+    classified: Vec<Classified>,
+    tick: u64,
+    slot_key: Vec<LineKey>,
+    slot_counts: Vec<Counts>,
+    slot_priority: Vec<u64>,
+    slot_stamp: Vec<u64>,
+    slot_set: Vec<u32>,
+    /// Position in its set's heap; `NIL` when not resident.
+    heap_pos: Vec<u32>,
+    /// Per set, a min-heap of resident slots on (priority, stamp).
+    heaps: Vec<Vec<SlotId>>,
+    lru_links: Links,
+    /// Head: most recently used.
+    lru: ListHead,
+    resident: FxHashMap<LineKey, SlotId>,
+    hist_cap: usize,
+    hist_links: Links,
+    hist_list: ListHead,
+    hist_key: Vec<LineKey>,
+    hist_counts: Vec<Counts>,
+    hist_free: Vec<u32>,
+    hist_index: FxHashMap<LineKey, u32>,
+    rejected: u64,
+    forgotten: u64,
+    neighbour_evictions: u64,
+    reconfigurations: u64,
+    classified_requests: u64,
+}
+
+impl RecaPolicy {
+    pub fn new(capacity_lines: usize, params: RecaParams) -> RecaPolicy {
+        let none = LineKey {
+            volume: 0,
+            line_index: 0,
+        };
+        let hist_cap = Self::history_bound(capacity_lines, params.pages);
+        RecaPolicy {
+            capacity: capacity_lines,
+            classifier: Classifier::new(params.classifier),
+            classified: Vec::new(),
+            tick: 0,
+            slot_key: vec![none; capacity_lines],
+            slot_counts: vec![[0; 7]; capacity_lines],
+            slot_priority: vec![0; capacity_lines],
+            slot_stamp: vec![0; capacity_lines],
+            slot_set: vec![0; capacity_lines],
+            heap_pos: vec![NIL; capacity_lines],
+            heaps: vec![Vec::new(); params.sets as usize],
+            lru_links: Links::new(capacity_lines),
+            lru: ListHead::default(),
+            resident: FxHashMap::default(),
+            hist_cap,
+            hist_links: Links::new(0),
+            hist_list: ListHead::default(),
+            hist_key: Vec::new(),
+            hist_counts: Vec::new(),
+            hist_free: Vec::new(),
+            hist_index: FxHashMap::default(),
+            rejected: 0,
+            forgotten: 0,
+            neighbour_evictions: 0,
+            reconfigurations: 0,
+            classified_requests: 0,
+            params,
+        }
+    }
+
+    pub fn from_params(p: &PolicyParams, capacity_lines: usize) -> Result<RecaPolicy, CoreError> {
+        Ok(RecaPolicy::new(capacity_lines, RecaParams::from_params(p)?))
+    }
+
+    fn history_bound(capacity: usize, pages: u64) -> usize {
+        (capacity as u64).saturating_mul(pages).min(u32::MAX as u64 - 1) as usize
+    }
+
+    pub fn params(&self) -> &RecaParams {
+        &self.params
+    }
+
+    /// The priority of a resident line, in thousandths.
+    pub fn priority(&self, slot: SlotId) -> Option<u64> {
+        (self.heap_pos[slot as usize] != NIL).then(|| self.slot_priority[slot as usize])
+    }
+
+    /// The priority of a line not resident but remembered, in thousandths.
+    pub fn remembered_priority(&self, key: &LineKey) -> Option<u64> {
+        self.hist_index
+            .get(key)
+            .map(|&h| self.weigh(&self.hist_counts[h as usize]))
+    }
+
+    pub fn resident_count(&self) -> usize {
+        self.resident.len()
+    }
+
+    fn weigh(&self, counts: &Counts) -> u64 {
+        counts.iter().zip(self.params.weights).fold(0u64, |sum, (&c, w)| {
+            sum.saturating_add(u64::from(c).saturating_mul(w))
+        })
+    }
+
+    fn set_of(&self, key: &LineKey) -> u32 {
+        if self.params.sets == 1 {
+            return 0;
+        }
+        let mut h = FxHasher::default();
+        key.hash(&mut h);
+        (h.finish() % u64::from(self.params.sets)) as u32
+    }
+
+    // ---- heaps ----
+
+    fn less(&self, a: SlotId, b: SlotId) -> bool {
+        let (a, b) = (a as usize, b as usize);
+        (self.slot_priority[a], self.slot_stamp[a]) < (self.slot_priority[b], self.slot_stamp[b])
+    }
+
+    fn place(&mut self, set: usize, i: usize, slot: SlotId) {
+        self.heaps[set][i] = slot;
+        self.heap_pos[slot as usize] = i as u32;
+    }
+
+    fn sift_up(&mut self, set: usize, mut i: usize) {
+        let slot = self.heaps[set][i];
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            let p = self.heaps[set][parent];
+            if !self.less(slot, p) {
+                break;
+            }
+            self.place(set, i, p);
+            i = parent;
+        }
+        self.place(set, i, slot);
+    }
+
+    fn sift_down(&mut self, set: usize, mut i: usize) {
+        let slot = self.heaps[set][i];
+        let n = self.heaps[set].len();
+        loop {
+            let left = 2 * i + 1;
+            if left >= n {
+                break;
+            }
+            let right = left + 1;
+            let child = if right < n && self.less(self.heaps[set][right], self.heaps[set][left]) {
+                right
+            } else {
+                left
+            };
+            let c = self.heaps[set][child];
+            if !self.less(c, slot) {
+                break;
+            }
+            self.place(set, i, c);
+            i = child;
+        }
+        self.place(set, i, slot);
+    }
+
+    /// Restores the heap order around `slot` after its key changed.
+    fn reheap(&mut self, slot: SlotId) {
+        let set = self.slot_set[slot as usize] as usize;
+        let i = self.heap_pos[slot as usize] as usize;
+        self.sift_down(set, i);
+        self.sift_up(set, self.heap_pos[slot as usize] as usize);
+    }
+
+    fn heap_push(&mut self, slot: SlotId) {
+        let set = self.slot_set[slot as usize] as usize;
+        self.heaps[set].push(slot);
+        let i = self.heaps[set].len() - 1;
+        self.heap_pos[slot as usize] = i as u32;
+        self.sift_up(set, i);
+    }
+
+    fn heap_remove(&mut self, slot: SlotId) {
+        let set = self.slot_set[slot as usize] as usize;
+        let i = self.heap_pos[slot as usize] as usize;
+        self.heap_pos[slot as usize] = NIL;
+        let last = self.heaps[set].pop().expect("a resident slot is in its heap");
+        if last != slot {
+            self.place(set, i, last);
+            self.reheap(last);
+        }
+    }
+
+    /// Rebuilds every heap (after the weights or the number of sets changed).
+    fn rebuild_heaps(&mut self) {
+        self.heaps = vec![Vec::new(); self.params.sets as usize];
+        let slots: Vec<SlotId> = self.resident.values().copied().collect();
+        for slot in slots {
+            let key = self.slot_key[slot as usize];
+            self.slot_set[slot as usize] = self.set_of(&key);
+            self.slot_priority[slot as usize] = self.weigh(&self.slot_counts[slot as usize]);
+            self.heap_push(slot);
+        }
+    }
+
+    // ---- the history of lines not resident ----
+
+    fn take_history(&mut self, key: &LineKey) -> Counts {
+        match self.hist_index.remove(key) {
+            Some(h) => {
+                self.hist_links.unlink(&mut self.hist_list, h);
+                self.hist_free.push(h);
+                self.hist_counts[h as usize]
+            }
+            None => [0; 7],
+        }
+    }
+
+    /// The history entry of `key`, created (most recent) if absent; `None`
+    /// when the history holds nothing.
+    fn history_entry(&mut self, key: LineKey) -> Option<u32> {
+        if let Some(&h) = self.hist_index.get(&key) {
+            self.hist_links.move_to_head(&mut self.hist_list, h);
+            return Some(h);
+        }
+        if self.hist_cap == 0 {
+            self.forgotten += 1;
+            return None;
+        }
+        while self.hist_list.len as usize >= self.hist_cap {
+            let oldest = self.hist_list.tail;
+            let old_key = self.hist_key[oldest as usize];
+            self.take_history(&old_key);
+            self.forgotten += 1;
+        }
+        let h = match self.hist_free.pop() {
+            Some(h) => {
+                self.hist_key[h as usize] = key;
+                self.hist_counts[h as usize] = [0; 7];
+                h
+            }
+            None => {
+                self.hist_key.push(key);
+                self.hist_counts.push([0; 7]);
+                let h = self.hist_key.len() - 1;
+                if h >= self.hist_links.nodes() {
+                    let grown = (2 * self.hist_links.nodes()).max(16).min(self.hist_cap);
+                    self.hist_links.grow_to(grown.max(h + 1));
+                }
+                h as u32
+            }
+        };
+        self.hist_links.push_head(&mut self.hist_list, h);
+        self.hist_index.insert(key, h);
+        Some(h)
+    }
+
+    fn remember(&mut self, key: LineKey, counts: Counts) {
+        if counts == [0; 7] {
+            return;
+        }
+        if let Some(h) = self.history_entry(key) {
+            self.hist_counts[h as usize] = counts;
+        }
+    }
+
+    // ---- Algorithm 1 ----
+
+    /// ACCESS_HISTORY_MANAGER, lines 35-37: a request that left the queue
+    /// adds its class to every line it touched.
+    fn account(&mut self, c: &Classified, line: LineSize) {
+        let feature = feature_of(&c.class);
+        let request = Request::read(c.volume, c.offset_bytes, c.length_bytes, 0);
+        for key in split_request_keys(&request, line) {
+            if let Some(&slot) = self.resident.get(&key) {
+                let counts = &mut self.slot_counts[slot as usize];
+                counts[feature] = counts[feature].saturating_add(1);
+                if c.class.overlapped {
+                    counts[6] = counts[6].saturating_add(1);
+                }
+                self.slot_priority[slot as usize] = self.weigh(&self.slot_counts[slot as usize]);
+                self.reheap(slot);
+            } else if let Some(h) = self.history_entry(key) {
+                let counts = &mut self.hist_counts[h as usize];
+                counts[feature] = counts[feature].saturating_add(1);
+                if c.class.overlapped {
+                    counts[6] = counts[6].saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// The line CACHE_MANAGER would replace to make room for `key`.
+    fn candidate(&self, key: &LineKey) -> Option<SlotId> {
+        match self.params.rule {
+            EvictionRule::Lru => (self.lru.tail != NIL).then_some(self.lru.tail),
+            EvictionRule::Priority => {
+                let set = self.set_of(key) as usize;
+                if let Some(&slot) = self.heaps[set].first() {
+                    return Some(slot);
+                }
+                self.heaps
+                    .iter()
+                    .filter_map(|h| h.first().copied())
+                    .reduce(|a, b| if self.less(b, a) { b } else { a })
+            }
+            EvictionRule::PriorityLru => {
+                let mut best: Option<SlotId> = None;
+                let mut node = self.lru.tail;
+                for _ in 0..self.params.lru_window {
+                    if node == NIL {
+                        break;
+                    }
+                    if best.is_none_or(|b| self.less(node, b)) {
+                        best = Some(node);
+                    }
+                    node = self.lru_links.prev(node);
+                }
+                best
+            }
+        }
+    }
+
+    /// Forgets a resident slot, keeping its counts in the history.
+    fn drop_slot(&mut self, slot: SlotId) {
+        if self.heap_pos[slot as usize] == NIL {
+            debug_assert!(false, "slot {slot} is not resident in ReCA");
+            return;
+        }
+        self.heap_remove(slot);
+        self.lru_links.unlink(&mut self.lru, slot);
+        let key = self.slot_key[slot as usize];
+        self.resident.remove(&key);
+        self.remember(key, self.slot_counts[slot as usize]);
+    }
+}
+
+impl ReplacementPolicy for RecaPolicy {
+    fn name(&self) -> &'static str {
+        "reca"
+    }
+
+    fn on_request(&mut self, request: &Request, line: LineSize, _info: &AccessInfo) {
+        let mut out = std::mem::take(&mut self.classified);
+        out.clear();
+        self.classifier.push(request, &mut out);
+        for c in &out {
+            self.classified_requests += 1;
+            self.account(c, line);
+        }
+        self.classified = out;
+    }
+
+    fn on_hit(&mut self, slot: SlotId, _info: &AccessInfo) {
+        if self.heap_pos[slot as usize] == NIL {
+            debug_assert!(false, "hit on a slot ReCA does not hold");
+            return;
+        }
+        self.tick += 1;
+        self.slot_stamp[slot as usize] = self.tick;
+        self.lru_links.move_to_head(&mut self.lru, slot);
+        let set = self.slot_set[slot as usize] as usize;
+        self.sift_down(set, self.heap_pos[slot as usize] as usize);
+    }
+
+    fn admit(&mut self, key: LineKey, _info: &AccessInfo) -> Option<bool> {
+        if self.params.rule == EvictionRule::Lru || self.resident.len() < self.capacity {
+            return Some(true);
+        }
+        let mine = self.remembered_priority(&key).unwrap_or(0);
+        let admit = self
+            .candidate(&key)
+            .is_none_or(|victim| self.slot_priority[victim as usize] < mine);
+        if !admit {
+            self.rejected += 1;
+        }
+        Some(admit)
+    }
+
+    fn on_miss(&mut self, key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        if !need_victim {
+            return;
+        }
+        let Some(victim) = self.candidate(&key) else {
+            return;
+        };
+        let victim_key = self.slot_key[victim as usize];
+        self.drop_slot(victim);
+        victims.push(victim);
+        for direction in [-1i64, 1] {
+            for d in 1..=i64::from(self.params.neighbours) {
+                let Some(index) = victim_key.line_index.checked_add_signed(direction * d) else {
+                    break;
+                };
+                let near = LineKey {
+                    volume: victim_key.volume,
+                    line_index: index,
+                };
+                let Some(&slot) = self.resident.get(&near) else {
+                    break;
+                };
+                self.drop_slot(slot);
+                victims.push(slot);
+                self.neighbour_evictions += 1;
+            }
+        }
+    }
+
+    fn on_insert(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
+        if self.heap_pos[slot as usize] != NIL {
+            debug_assert!(false, "insert into slot {slot} that ReCA holds");
+            self.drop_slot(slot);
+        }
+        self.tick += 1;
+        let counts = self.take_history(&key);
+        let s = slot as usize;
+        self.slot_key[s] = key;
+        self.slot_counts[s] = counts;
+        self.slot_priority[s] = self.weigh(&counts);
+        self.slot_stamp[s] = self.tick;
+        self.slot_set[s] = self.set_of(&key);
+        self.resident.insert(key, slot);
+        self.lru_links.push_head(&mut self.lru, slot);
+        self.heap_push(slot);
+    }
+
+    fn on_remove(&mut self, slot: SlotId) {
+        self.drop_slot(slot);
+    }
+
+    fn reconfigure(&mut self, params: &PolicyParams) -> Result<bool, CoreError> {
+        let new = RecaParams::from_params(params)?;
+        if new.classifier != self.params.classifier {
+            // Requests still queued are dropped unclassified.
+            self.classifier = Classifier::new(new.classifier);
+        }
+        let rebuild = new.weights != self.params.weights || new.sets != self.params.sets;
+        self.hist_cap = Self::history_bound(self.capacity, new.pages);
+        while self.hist_list.len as usize > self.hist_cap {
+            let oldest = self.hist_list.tail;
+            let old_key = self.hist_key[oldest as usize];
+            self.take_history(&old_key);
+            self.forgotten += 1;
+        }
+        self.params = new;
+        if rebuild {
+            self.rebuild_heaps();
+        }
+        self.reconfigurations += 1;
+        Ok(true)
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("reca_rejected", self.rejected),
+            ("reca_forgotten", self.forgotten),
+            ("reca_neighbour_evictions", self.neighbour_evictions),
+            ("reca_reconfigurations", self.reconfigurations),
+            ("reca_classified_requests", self.classified_requests),
+        ]
+    }
+}
+
+impl RecaPolicy {
+    /// Checks the heaps, the LRU list and the history bound (for tests).
+    pub fn check(&self) {
+        let mut in_heaps = 0;
+        for (set, heap) in self.heaps.iter().enumerate() {
+            for (i, &s) in heap.iter().enumerate() {
+                assert_eq!(self.heap_pos[s as usize], i as u32);
+                assert_eq!(self.slot_set[s as usize] as usize, set);
+                assert_eq!(
+                    self.slot_priority[s as usize],
+                    self.weigh(&self.slot_counts[s as usize])
+                );
+                if i > 0 {
+                    assert!(!self.less(s, heap[(i - 1) / 2]), "heap order");
+                }
+            }
+            in_heaps += heap.len();
+        }
+        assert_eq!(in_heaps, self.resident.len());
+        assert_eq!(self.lru.len as usize, self.resident.len());
+        assert!(self.resident.len() <= self.capacity);
+        assert_eq!(self.hist_index.len(), self.hist_list.len as usize);
+        assert!(self.hist_list.len as usize <= self.hist_cap);
+        for (key, &slot) in &self.resident {
+            assert_eq!(self.slot_key[slot as usize], *key);
+            assert!(!self.hist_index.contains_key(key));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::IoKind;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Access(u64, bool),
+        Remove(u64),
+        Reconfigure(usize),
+    }
+
+    const SPECS: [&str; 5] = [
+        "evict=priority",
+        "evict=lru:neighbours=2",
+        "evict=priority_lru:lru_window=3:over=2:read=1/0/3",
+        "evict=priority:sets=4:pages=1:write=0/5/0",
+        "evict=priority:history=2:stride=0",
+    ];
+
+    fn params(i: usize) -> PolicyParams {
+        let spec: crate::PolicySpec = format!("reca:{}", SPECS[i]).parse().unwrap();
+        spec.params().clone()
+    }
+
+    proptest! {
+        /// Driven the way the cache drives it, with invalidations and live
+        /// parameter changes: its heaps, list and history stay consistent,
+        /// it never holds more than the capacity, and every victim it names
+        /// is a resident line.
+        #[test]
+        fn the_bare_policy_stays_consistent(
+            capacity in 1usize..8,
+            first in 0usize..5,
+            steps in prop::collection::vec(prop_oneof![
+                8 => (0u64..24, any::<bool>()).prop_map(|(l, w)| Step::Access(l, w)),
+                1 => (0u64..24).prop_map(Step::Remove),
+                1 => (0usize..5).prop_map(Step::Reconfigure),
+            ], 1..200),
+        ) {
+            let line = LineSize::new(4096).unwrap();
+            let mut p = RecaPolicy::from_params(&params(first), capacity).unwrap();
+            let mut slots: Vec<Option<u64>> = vec![None; capacity];
+            let key = |l: u64| LineKey { volume: 0, line_index: l };
+            for (t, step) in steps.into_iter().enumerate() {
+                let t = t as u64;
+                match step {
+                    Step::Access(l, write) => {
+                        let request = if write {
+                            Request::write(0, l * 4096, 4096, t)
+                        } else {
+                            Request::read(0, l * 4096, 4096, t)
+                        };
+                        let info = AccessInfo { kind: if write { IoKind::Write } else { IoKind::Read }, ..AccessInfo::read_at(t) };
+                        p.on_request(&request, line, &info);
+                        if let Some(s) = slots.iter().position(|x| *x == Some(l)) {
+                            p.on_hit(s as SlotId, &info);
+                        } else if p.admit(key(l), &info) != Some(false) {
+                            let need = slots.iter().all(Option::is_some);
+                            let mut victims = Vec::new();
+                            p.on_miss(key(l), need, &info, &mut victims);
+                            prop_assert!(need || victims.is_empty());
+                            for v in victims {
+                                prop_assert!(slots[v as usize].take().is_some(), "victim {v} not resident");
+                            }
+                            if let Some(s) = slots.iter().position(Option::is_none) {
+                                slots[s] = Some(l);
+                                p.on_insert(s as SlotId, key(l), &info);
+                            }
+                        }
+                    }
+                    Step::Remove(l) => {
+                        if let Some(s) = slots.iter().position(|x| *x == Some(l)) {
+                            slots[s] = None;
+                            p.on_remove(s as SlotId);
+                        }
+                    }
+                    Step::Reconfigure(i) => {
+                        prop_assert!(p.reconfigure(&params(i)).unwrap());
+                    }
+                }
+                p.check();
+                prop_assert_eq!(p.resident_count(), slots.iter().flatten().count());
+            }
+        }
+    }
+
+    #[test]
+    fn priorities_follow_the_weights_of_each_class() {
+        // history=1: a request's class reaches its line at the next request.
+        let spec: crate::PolicySpec = "reca:history=1:access=1/2/4:read=0/0/0:write=10/10/10:over=100"
+            .parse()
+            .unwrap();
+        let mut p = RecaPolicy::from_params(spec.params(), 4).unwrap();
+        let line = LineSize::new(4096).unwrap();
+        let info = AccessInfo::read_at(0);
+        let key = |l: u64| LineKey {
+            volume: 0,
+            line_index: l,
+        };
+        p.on_insert(0, key(0), &info);
+        p.on_insert(1, key(1), &info);
+        // Line 0 read, then line 1 read right after it: line 0 sequential (1).
+        p.on_request(&Request::read(0, 0, 4096, 0), line, &info);
+        p.on_request(&Request::read(0, 4096, 4096, 1), line, &info);
+        assert_eq!(p.priority(0), Some(1000));
+        // Line 1 read then far away: random (4).
+        p.on_request(&Request::write(0, 1 << 30, 4096, 2), line, &info);
+        assert_eq!(p.priority(1), Some(4000));
+        // The far write then overwritten: random write, overlapped: 4 + 10 + 100,
+        // remembered while not resident.
+        p.on_request(&Request::read(0, 1 << 30, 4096, 3), line, &info);
+        assert_eq!(p.remembered_priority(&key(1 << 18)), Some(114_000));
+        p.check();
+    }
+}

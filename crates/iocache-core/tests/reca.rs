@@ -1,0 +1,386 @@
+//! ReCA through the full `Cache` (issue 15): the `reca` policy's admission
+//! and eviction on hand-computed sequences, the stale-read property under
+//! every eviction rule, reconfiguration between every pair of categories
+//! (and line-size changes by `relayout`) under load without losing a cached
+//! or dirty sector, and a workload whose phase changes being recognised
+//! within two windows.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{actions, cache, Harness};
+use iocache_core::reca::{relayout, CategoryTable, RecaController, RecaControllerParams};
+use iocache_core::{Cache, LineKey, LineSize, OpList, PolicySpec, Request, SECTOR_BYTES};
+use proptest::prelude::*;
+
+const RECA_SPECS: &[&str] = &[
+    "reca",
+    "reca:history=1",
+    "reca:evict=lru:neighbours=2",
+    "reca:evict=priority_lru:lru_window=2:over=1:read=1/0/2",
+    "reca:sets=3:history=4:pages=0",
+    "reca:evict=priority:write=0/0/5:neighbours=1:history=2",
+];
+
+fn key(i: u64) -> LineKey {
+    LineKey {
+        volume: 0,
+        line_index: i,
+    }
+}
+
+#[test]
+fn algorithm_1_admits_a_miss_only_above_the_least_priority() {
+    // Two 4 KiB lines; a request's priority (1 per request) reaches its
+    // lines when it leaves a history queue of 1, i.e. at the next request.
+    let mut c = cache(2, 4096, |c| c.policy = "reca:history=1".parse().unwrap());
+    let mut ops = OpList::new();
+    let mut t = 0;
+    let mut read = |c: &mut Cache, line: u64| {
+        t += 1;
+        c.access(&Request::read(0, line * 4096, 4096, t), &mut ops)
+            .unwrap()
+    };
+    read(&mut c, 0); // A: free slot
+    read(&mut c, 1); // B: free slot; A gets 1
+                     // C: B gets 1; C has 0, not above the least (1): not cached.
+    assert_eq!(read(&mut c, 2).misses, 1);
+    assert!(c.line_state(key(2)).is_none());
+    // C again: the first C gets 1; still not above 1.
+    read(&mut c, 2);
+    assert!(c.line_state(key(2)).is_none());
+    // C a third time: C has 2 > 1: admitted, replacing A (tied with B at 1
+    // and less recently used).
+    read(&mut c, 2);
+    assert!(c.line_state(key(2)).is_some());
+    assert!(c.line_state(key(0)).is_none());
+    assert!(c.line_state(key(1)).is_some());
+    assert_eq!(
+        c.policy_counters().iter().find(|(n, _)| *n == "reca_rejected"),
+        Some(&("reca_rejected", 2))
+    );
+    c.check_invariants();
+}
+
+#[test]
+fn neighbour_eviction_takes_the_adjacent_resident_run() {
+    let mut c = cache(5, 4096, |c| {
+        c.policy = "reca:evict=lru:neighbours=2".parse().unwrap()
+    });
+    let mut ops = OpList::new();
+    for (t, line) in [3u64, 2, 4, 5, 9].into_iter().enumerate() {
+        c.access(&Request::write(0, line * 4096, 4096, t as u64), &mut ops)
+            .unwrap();
+    }
+    // Full. A miss evicts the LRU line (3) and up to 2 resident neighbours
+    // each side: 2 (then 1 is absent), 4 and 5.
+    c.access(&Request::read(0, 100 * 4096, 4096, 9), &mut ops)
+        .unwrap();
+    let resident: Vec<u64> = [2u64, 3, 4, 5, 9, 100]
+        .into_iter()
+        .filter(|&l| c.line_state(key(l)).is_some())
+        .collect();
+    assert_eq!(resident, vec![9, 100]);
+    assert_eq!(c.stats().eviction_batches, 1);
+    assert_eq!(c.stats().evictions, 4);
+    assert_eq!(c.stats().dirty_writebacks, 4);
+    c.check_invariants();
+}
+
+#[test]
+fn new_weights_recompute_the_priorities_in_place() {
+    // Lines 0 and 1 are each read twice; line 1 also written twice. Under
+    // read-only weights (write=0 after access=0), line 1 ranks below line 0
+    // only if the counts survive the reconfiguration.
+    let spec = |w: &str| -> PolicySpec { format!("reca:history=1:access=0/0/0:{w}").parse().unwrap() };
+    let mut c = cache(2, 4096, |c| c.policy = spec("read=1/1/1:write=1/1/1"));
+    let mut ops = OpList::new();
+    let mut t = 0;
+    for (line, write) in [
+        (0, false),
+        (1, true),
+        (0, false),
+        (1, true),
+        (0, false),
+        (1, false),
+    ] {
+        t += 1;
+        let r = if write {
+            Request::write(0, line * 4096, 4096, t)
+        } else {
+            Request::read(0, line * 4096, 4096, t)
+        };
+        c.access(&r, &mut ops).unwrap();
+    }
+    // Counts now: line 0: 3 reads; line 1: 2 writes (its read is queued).
+    // Only reads count from here on: line 1's priority drops to 0.
+    c.apply(&iocache_core::Setting::Policy(spec("read=1/1/1:write=0/0/0")), t)
+        .unwrap();
+    assert_eq!(c.config().policy, spec("read=1/1/1:write=0/0/0"));
+    // Line 2, read twice, reaches 1 > 0: it replaces line 1, not line 0.
+    for _ in 0..3 {
+        t += 1;
+        c.access(&Request::read(0, 2 * 4096, 4096, t), &mut ops).unwrap();
+    }
+    assert!(c.line_state(key(2)).is_some());
+    assert!(c.line_state(key(0)).is_some());
+    assert!(c.line_state(key(1)).is_none());
+    // Counted once: the in-place change is a reconfiguration, not a rebuild.
+    assert_eq!(
+        c.policy_counters()
+            .iter()
+            .find(|(n, _)| *n == "reca_reconfigurations"),
+        Some(&("reca_reconfigurations", 1))
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Reads return the latest write and flushing loses nothing, under every
+    /// eviction rule of `reca`.
+    #[test]
+    fn reca_never_reads_stale_data(
+        spec in prop::sample::select(RECA_SPECS),
+        capacity in 1u64..10,
+        line_shift in 0u32..4,
+        steps in prop::collection::vec(actions(64, 20, true), 1..150),
+    ) {
+        let spec: PolicySpec = spec.parse().unwrap();
+        let mut h = Harness::new(cache(capacity, 512 << line_shift, |c| c.policy = spec));
+        for (t, a) in steps.into_iter().enumerate() {
+            h.apply(a, t as u64);
+        }
+        h.flush_all_and_check_backend();
+    }
+
+    /// Switching between any two categories under load (priorities,
+    /// eviction rule, write policy, and the line size by `relayout`) keeps
+    /// every cached and dirty sector, the cache's invariants, and every
+    /// read's data.
+    #[test]
+    fn reconfiguring_between_categories_loses_nothing(
+        switches in prop::collection::vec((0usize..5, prop::collection::vec(actions(96, 24, false), 0..40)), 1..8),
+        capacity_kib in 8u64..64,
+    ) {
+        let table = CategoryTable::builtin();
+        let mut controller = RecaController::new(table, RecaControllerParams::default());
+        // Start in 4 KiB lines; categories then move between 4 and 128 KiB.
+        let mut h = Harness::new(cache(capacity_kib / 4, 4096, |_| {}));
+        let mut t = 0u64;
+        for (category, steps) in switches {
+            for a in steps {
+                t += 1;
+                h.apply(a, t);
+            }
+            t += 1;
+            let Some(mut event) = controller.set_category(category, t, t) else { continue };
+            controller.apply(&mut h.cache, &mut event, t).unwrap();
+            h.cache.check_invariants();
+            let want = &controller.table().categories[category];
+            prop_assert_eq!(h.cache.effective_mode().policy, want.write_policy);
+            prop_assert_eq!(h.cache.config().policy.name(), "reca");
+            if let Some(line) = event.line_size {
+                prop_assert_eq!(line, want.line_size);
+                switch_line_size(&mut h, line, t);
+            }
+        }
+        h.flush_all_and_check_backend();
+    }
+}
+
+/// Every ordered pair of categories, deterministically: a mixed workload,
+/// the first category, more of it, the second, more of it; every read
+/// returns the latest write throughout and the backend gets every write.
+#[test]
+fn every_pair_of_categories_switches_without_loss() {
+    let table = CategoryTable::builtin();
+    let n = table.categories.len();
+    let mut x = 0x1234_5678_9abc_def1u64;
+    let mut step = |h: &mut Harness, t: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let volume = (x % 2) as u32;
+        let sector = (x >> 8) % 2048;
+        let sectors = 1 + (x >> 24) % 64;
+        let r = if (x >> 40).is_multiple_of(2) {
+            Request::write(volume, sector * 512, sectors * 512, t)
+        } else {
+            Request::read(volume, sector * 512, sectors * 512, t)
+        };
+        h.run(r);
+    };
+    for a in 0..n {
+        for b in 0..n {
+            if a == b {
+                continue;
+            }
+            let mut controller = RecaController::new(table.clone(), RecaControllerParams::default());
+            let mut h = Harness::new(cache(64, 4096, |_| {}));
+            let mut t = 0;
+            for category in [a, b] {
+                for _ in 0..300 {
+                    t += 1;
+                    step(&mut h, t);
+                }
+                let mut event = controller.set_category(category, t, t).expect("a change");
+                controller.apply(&mut h.cache, &mut event, t).unwrap();
+                if let Some(line) = event.line_size {
+                    switch_line_size(&mut h, line, t);
+                }
+                assert_eq!(h.cache.line_size(), table.categories[category].line_size);
+                assert_eq!(
+                    h.cache.effective_mode().policy,
+                    table.categories[category].write_policy
+                );
+                assert_eq!(
+                    h.cache.config().policy,
+                    table.categories[category].policy_spec(None)
+                );
+            }
+            for _ in 0..300 {
+                t += 1;
+                step(&mut h, t);
+            }
+            h.flush_all_and_check_backend();
+        }
+    }
+}
+
+/// Replaces the harness's cache by `relayout`'s, moving the data model's
+/// cache contents to the new slots, and checks every sector was kept or
+/// (dirty) written back or (clean) counted as dropped.
+fn switch_line_size(h: &mut Harness, line: LineSize, now_ns: u64) {
+    let old_line = h.cache.line_size();
+    let per_old = u64::from(old_line.sectors());
+    let per_new = u64::from(line.sectors());
+    // Every valid sector of the old cache: (volume, sector) -> (slot, dirty).
+    let mut held: HashMap<(u32, u64), (u32, u64, bool)> = HashMap::new();
+    for slot in 0..h.cache.capacity_lines() as u32 {
+        if let Some(snap) = h.cache.slot_snapshot(slot) {
+            for i in 0..per_old {
+                let (w, b) = ((i / 64) as usize, i % 64);
+                if snap.valid[w] >> b & 1 == 1 {
+                    let dirty = snap.dirty[w] >> b & 1 == 1;
+                    held.insert(
+                        (snap.key.volume, snap.key.line_index * per_old + i),
+                        (slot, i, dirty),
+                    );
+                }
+            }
+        }
+    }
+    let r = relayout(&h.cache, line, now_ns).unwrap();
+    r.cache.check_invariants();
+    assert_eq!(
+        r.kept_sectors + r.dropped_clean_sectors + r.written_back_sectors,
+        held.len() as u64
+    );
+    let dummy = Request::read(0, 0, SECTOR_BYTES, 0);
+    h.world.execute(&dummy, &r.write_backs, &mut []);
+    let mut new_device = HashMap::new();
+    let mut kept = 0;
+    for (&(volume, sector), &(old_slot, old_i, dirty)) in &held {
+        let key = LineKey {
+            volume,
+            line_index: sector / per_new,
+        };
+        let i = sector % per_new;
+        match r.cache.line_state(key) {
+            Some(state) => {
+                let snap = r.cache.slot_snapshot(state.slot).unwrap();
+                let (w, b) = ((i / 64) as usize, i % 64);
+                assert_eq!(snap.valid[w] >> b & 1, 1, "sector {sector} lost");
+                assert_eq!(snap.dirty[w] >> b & 1 == 1, dirty, "dirtiness of {sector}");
+                let v = h.world.cache_device.get(&(old_slot, old_i)).copied().unwrap_or(0);
+                new_device.insert((state.slot, i), v);
+                kept += 1;
+            }
+            None => {
+                if dirty {
+                    let v = h.world.cache_device.get(&(old_slot, old_i)).copied().unwrap_or(0);
+                    assert_eq!(h.world.backend.get(&(volume, sector)).copied().unwrap_or(0), v);
+                }
+            }
+        }
+    }
+    assert_eq!(kept, r.kept_sectors);
+    if per_new <= per_old {
+        assert_eq!(kept, held.len() as u64, "splitting always fits");
+    }
+    h.world.cache_device = new_device;
+    h.cache = r.cache;
+}
+
+/// A file server's sequential reads and writes of medium files, then a mail
+/// server's random reads and writes: the category changes within two
+/// windows of the phase change (window: 5,000 requests).
+#[test]
+fn a_phase_change_is_recognised_within_two_windows() {
+    let table = CategoryTable::builtin();
+    let window = 5_000u64;
+    let mut controller = RecaController::new(
+        table,
+        RecaControllerParams {
+            window_requests: window,
+            ..RecaControllerParams::default()
+        },
+    );
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let change_at = 52_500u64;
+    let mut categories = Vec::new();
+    // Phase 1: 8 files of 64 MiB, each read or written front to back in 16
+    // KiB requests, files interleaved at random.
+    let mut cursor = [0u64; 8];
+    let mut t = 0u64;
+    while t < 100_000 {
+        t += 1;
+        let request = if t <= change_at {
+            let f = (rand() % 8) as usize;
+            let offset = ((f as u64) << 26) + cursor[f];
+            cursor[f] = (cursor[f] + 16384) % (1 << 26);
+            if f.is_multiple_of(2) {
+                Request::read(0, offset, 16384, t)
+            } else {
+                Request::write(0, offset, 16384, t)
+            }
+        } else {
+            let offset = (rand() % (1 << 18)) * 4096;
+            if rand() % 100 < 55 {
+                Request::read(0, offset, 4096, t)
+            } else {
+                Request::write(0, offset, 4096, t)
+            }
+        };
+        if let Some(report) = controller.observe(&request) {
+            categories.push((
+                report.requests,
+                controller.table().categories[report.category].name.clone(),
+            ));
+        }
+    }
+    let before: Vec<_> = categories.iter().filter(|(r, _)| *r <= change_at).collect();
+    assert!(
+        before.iter().all(|(_, n)| n == "sequential_producer_consumers"),
+        "{categories:?}"
+    );
+    // The window that holds the change is mixed; the one after it must be
+    // the new category (at most two windows after the change).
+    let first_after = categories
+        .iter()
+        .find(|(r, n)| *r > change_at && n == "random_producer_consumers")
+        .expect("recognised");
+    assert!(first_after.0 <= change_at + 2 * window, "{categories:?}");
+    assert!(categories
+        .iter()
+        .filter(|(r, _)| *r > change_at + 2 * window)
+        .all(|(_, n)| n == "random_producer_consumers"));
+}

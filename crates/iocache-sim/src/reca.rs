@@ -1,0 +1,361 @@
+//! Why this file exists: `iocache sim --adapt reca` runs ReCA's controller
+//! (iocache_core::reca) beside each simulated cache, applies its decisions
+//! at the request that closed the window, rebuilds the cache when a
+//! category wants another line size (`relayout`: the core cannot change a
+//! cache's line size in place, so this is the simulator's doing), and keeps
+//! what happened: the change events and one row per window (hit ratios,
+//! category, line size). `reca_characterize` is the same characterization
+//! without a cache, for `iocache trace stats --reca`.
+
+use iocache_core::reca::{
+    relayout, CategoryTable, Classified, Classifier, Features, RecaController, RecaControllerParams,
+    RecaEvent, FEATURE_NAMES,
+};
+use iocache_core::{Cache, CacheStats, Request};
+use iocache_trace::TraceReader;
+use serde::Serialize;
+
+use crate::error::SimError;
+use crate::run::request_of;
+
+/// What `--adapt reca` needs.
+#[derive(Clone, Debug)]
+pub struct RecaOptions {
+    pub table: CategoryTable,
+    pub params: RecaControllerParams,
+}
+
+/// One window of an adaptive run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecaWindowRow {
+    pub index: u64,
+    /// Requests replayed when the window closed.
+    pub requests: u64,
+    pub time_ns: u64,
+    /// The category chosen from this window (in force from its end).
+    pub category: String,
+    /// The line size the window's requests were served with.
+    pub line_bytes: u64,
+    pub accesses: u64,
+    pub hit_ratio: f64,
+    pub read_hit_ratio: f64,
+    pub write_hit_ratio: f64,
+    pub byte_hit_ratio: f64,
+    /// The workload vector, in `FEATURE_NAMES` order.
+    pub features: [f64; 7],
+}
+
+impl RecaWindowRow {
+    pub fn csv_header() -> String {
+        let mut h = String::from(
+            "window,requests,time_ns,category,line_bytes,accesses,hit_ratio,read_hit_ratio,write_hit_ratio,byte_hit_ratio",
+        );
+        for name in FEATURE_NAMES {
+            h.push(',');
+            h.push_str(name);
+        }
+        h
+    }
+
+    pub fn csv_record(&self) -> String {
+        let mut r = format!(
+            "{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6}",
+            self.index,
+            self.requests,
+            self.time_ns,
+            self.category,
+            self.line_bytes,
+            self.accesses,
+            self.hit_ratio,
+            self.read_hit_ratio,
+            self.write_hit_ratio,
+            self.byte_hit_ratio
+        );
+        for f in self.features {
+            r.push_str(&format!(",{f:.4}"));
+        }
+        r
+    }
+}
+
+/// What ReCA did during one run.
+#[derive(Clone, Debug, Default)]
+pub struct RecaRun {
+    pub events: Vec<RecaEvent>,
+    pub windows: Vec<RecaWindowRow>,
+    /// Caches rebuilt for a new line size.
+    pub relayouts: u64,
+    /// Bytes a runtime would copy between slots to rebuild them.
+    pub moved_bytes: u64,
+    /// Dirty bytes written back because they did not fit.
+    pub written_back_bytes: u64,
+    /// Clean bytes dropped because they did not fit.
+    pub dropped_clean_bytes: u64,
+}
+
+/// The controller beside one simulated cache.
+pub(crate) struct RecaDriver {
+    controller: RecaController,
+    run: RecaRun,
+    /// Counters of the caches replaced by a relayout (with the relayout's
+    /// own traffic), so totals span the whole replay.
+    carried: CacheStats,
+    window_base: CacheStats,
+    /// Whether line-size changes are applied (not with a timing model,
+    /// whose slots have a fixed size).
+    line_size_changes: bool,
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+impl RecaDriver {
+    pub(crate) fn new(options: &RecaOptions, line_size_changes: bool) -> RecaDriver {
+        RecaDriver {
+            controller: RecaController::new(options.table.clone(), options.params),
+            run: RecaRun::default(),
+            carried: CacheStats::default(),
+            window_base: CacheStats::default(),
+            line_size_changes,
+        }
+    }
+
+    /// Totals over the replay: the replaced caches' and `cache`'s.
+    pub(crate) fn total(&self, cache: &Cache) -> CacheStats {
+        let mut t = self.carried;
+        t.merge(cache.stats());
+        t
+    }
+
+    /// After `request` was served: counts it, and at a window's end
+    /// records the window and applies a category change.
+    pub(crate) fn after_access(&mut self, cache: &mut Cache, request: &Request) {
+        let Some(report) = self.controller.observe(request) else {
+            return;
+        };
+        let total = self.total(cache);
+        let w = total.since(&self.window_base);
+        self.window_base = total;
+        let category = self.controller.table().categories[report.category].name.clone();
+        self.run.windows.push(RecaWindowRow {
+            index: report.index,
+            requests: report.requests,
+            time_ns: request.now_ns,
+            category,
+            line_bytes: cache.line_size().bytes(),
+            accesses: w.accesses,
+            hit_ratio: w.hit_ratio(),
+            read_hit_ratio: ratio(w.read_hits, w.read_accesses),
+            write_hit_ratio: ratio(w.write_hits, w.write_accesses),
+            byte_hit_ratio: w.byte_hit_ratio(),
+            features: report.features.0,
+        });
+        let Some(mut event) = report.change else {
+            return;
+        };
+        // Policies were checked when the table was read; a failure here is
+        // a bug, reported in the event rather than stopping the replay.
+        if let Err(e) = self.controller.apply(cache, &mut event, request.now_ns) {
+            event.changes.push(format!("not applied: {e}"));
+        }
+        if let Some(line) = event.line_size {
+            if self.line_size_changes {
+                self.change_line_size(cache, line, request.now_ns, &mut event);
+            } else {
+                event
+                    .changes
+                    .push("line size not changed: the timing model's slots have a fixed size".into());
+            }
+        }
+        self.run.events.push(event);
+    }
+
+    fn change_line_size(
+        &mut self,
+        cache: &mut Cache,
+        line: iocache_core::LineSize,
+        now_ns: u64,
+        event: &mut RecaEvent,
+    ) {
+        match relayout(cache, line, now_ns) {
+            Ok(r) => {
+                let sector = iocache_core::SECTOR_BYTES;
+                let mut old = *cache.stats();
+                // The rebuild's traffic: written-back dirty sectors, and
+                // the copy of every kept sector to its new slot.
+                old.backend_write_bytes += r.written_back_sectors * sector;
+                old.cache_read_bytes += (r.written_back_sectors + r.kept_sectors) * sector;
+                old.cache_write_bytes += r.kept_sectors * sector;
+                self.carried.merge(&old);
+                self.run.relayouts += 1;
+                self.run.moved_bytes += r.kept_sectors * sector;
+                self.run.written_back_bytes += r.written_back_sectors * sector;
+                self.run.dropped_clean_bytes += r.dropped_clean_sectors * sector;
+                event.changes.push(format!(
+                    "cache rebuilt: {} lines, {} KiB kept, {} KiB written back, {} KiB clean dropped",
+                    r.cache.capacity_lines(),
+                    r.kept_sectors * sector / 1024,
+                    r.written_back_sectors * sector / 1024,
+                    r.dropped_clean_sectors * sector / 1024
+                ));
+                *cache = r.cache;
+            }
+            Err(e) => event.changes.push(format!("line size not changed: {e}")),
+        }
+    }
+
+    pub(crate) fn finish(self) -> RecaRun {
+        self.run
+    }
+}
+
+/// One window of a characterization without a cache.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecaWindowClass {
+    pub index: u64,
+    pub requests: u64,
+    pub classified: u64,
+    pub features: [f64; 7],
+    pub category: String,
+    pub distance: f64,
+}
+
+/// ReCA's view of a whole trace: class shares overall and per window.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecaCharacterization {
+    pub window_requests: u64,
+    pub classified: u64,
+    /// Over the whole trace, in `FEATURE_NAMES` order.
+    pub features: [f64; 7],
+    pub category: String,
+    pub distances: Vec<(String, f64)>,
+    pub windows: Vec<RecaWindowClass>,
+    /// Per stream (volume), most classified requests first.
+    pub volumes: Vec<RecaVolumeClass>,
+}
+
+/// One volume's class shares over the whole trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecaVolumeClass {
+    pub volume: u32,
+    pub classified: u64,
+    pub features: [f64; 7],
+    pub category: String,
+}
+
+/// Classifies every request of the trace and matches the whole trace and
+/// each window of `params.window_requests` requests against `table`.
+pub fn reca_characterize(
+    reader: &mut TraceReader,
+    table: &CategoryTable,
+    params: RecaControllerParams,
+) -> Result<RecaCharacterization, SimError> {
+    let mut classifier = Classifier::new(params.classifier);
+    let mut out: Vec<Classified> = Vec::new();
+    let mut total = [0u64; 7];
+    let mut window = [0u64; 7];
+    let mut classified = 0u64;
+    let mut window_classified = 0u64;
+    let mut in_window = 0u64;
+    let mut windows = Vec::new();
+    let mut per_volume: std::collections::HashMap<u32, [u64; 8]> = std::collections::HashMap::new();
+    let mut count = |out: &mut Vec<Classified>, total: &mut [u64; 7], window: &mut [u64; 7]| {
+        for c in out.drain(..) {
+            let f = iocache_core::reca::table::feature_of(&c.class);
+            let v = per_volume.entry(c.volume).or_default();
+            v[f] += 1;
+            v[7] += 1;
+            if c.class.overlapped {
+                v[6] += 1;
+            }
+            for counts in [&mut *total, &mut *window] {
+                counts[f] += 1;
+                if c.class.overlapped {
+                    counts[6] += 1;
+                }
+            }
+        }
+    };
+    let shares = |counts: &[u64; 7], n: u64| {
+        let mut f = Features::default();
+        if n > 0 {
+            for (x, &c) in f.0.iter_mut().zip(counts) {
+                *x = c as f64 / n as f64;
+            }
+        }
+        f
+    };
+    let close = |window: &mut [u64; 7], n: u64, in_window: u64, windows: &mut Vec<RecaWindowClass>| {
+        let f = shares(window, n);
+        let (best, d) = table.nearest(&f);
+        windows.push(RecaWindowClass {
+            index: windows.len() as u64,
+            requests: in_window,
+            classified: n,
+            features: f.0,
+            category: table.categories[best].name.clone(),
+            distance: d[best],
+        });
+        *window = [0; 7];
+    };
+    let window_requests = params.window_requests.max(1);
+    for record in reader.by_ref() {
+        let request = request_of(&record?);
+        in_window += 1;
+        let before = out.len();
+        classifier.push(&request, &mut out);
+        let n = (out.len() - before) as u64;
+        classified += n;
+        window_classified += n;
+        count(&mut out, &mut total, &mut window);
+        if in_window == window_requests {
+            close(&mut window, window_classified, in_window, &mut windows);
+            window_classified = 0;
+            in_window = 0;
+        }
+    }
+    let before = out.len();
+    classifier.drain_all(&mut out);
+    let n = (out.len() - before) as u64;
+    classified += n;
+    window_classified += n;
+    count(&mut out, &mut total, &mut window);
+    if in_window > 0 {
+        close(&mut window, window_classified, in_window, &mut windows);
+    }
+    let mut volumes: Vec<RecaVolumeClass> = per_volume
+        .into_iter()
+        .map(|(volume, c)| {
+            let counts: [u64; 7] = c[..7].try_into().expect("7 counts");
+            let f = shares(&counts, c[7]);
+            RecaVolumeClass {
+                volume,
+                classified: c[7],
+                features: f.0,
+                category: table.categories[table.nearest(&f).0].name.clone(),
+            }
+        })
+        .collect();
+    volumes.sort_by(|a, b| b.classified.cmp(&a.classified).then(a.volume.cmp(&b.volume)));
+    let f = shares(&total, classified);
+    let (best, d) = table.nearest(&f);
+    Ok(RecaCharacterization {
+        window_requests,
+        classified,
+        features: f.0,
+        category: table.categories[best].name.clone(),
+        distances: table
+            .categories
+            .iter()
+            .zip(d)
+            .map(|(c, d)| (c.name.clone(), d))
+            .collect(),
+        windows,
+        volumes,
+    })
+}

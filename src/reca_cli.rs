@@ -1,0 +1,251 @@
+//! Why this file exists: the command-line face of ReCA (issue 15), kept out
+//! of main.rs: `iocache sim --adapt reca [--reca-table FILE]
+//! [--reca-window N] [--reca-series PATH]` and `iocache trace stats --reca`.
+//! It reads the category table, prints the controller's events and
+//! windows, and writes the per-window series.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use iocache_core::reca::{CategoryTable, RecaControllerParams, FEATURE_NAMES};
+use iocache_sim::reca::{reca_characterize, RecaCharacterization, RecaOptions, RecaWindowRow};
+use iocache_sim::report::table;
+use iocache_trace::TraceReader;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Adapt {
+    /// ReCA (TPDS'18): recognise the workload category per window and
+    /// reconfigure the cache for it.
+    Reca,
+}
+
+/// ReCA's options of `iocache sim`.
+#[derive(Args)]
+pub struct SimRecaArgs {
+    /// An adaptive controller beside every simulated cache.
+    #[arg(long, value_enum, value_name = "CONTROLLER")]
+    adapt: Option<Adapt>,
+    #[command(flatten)]
+    table: TableArgs,
+    /// Write ReCA's per-window series (hit ratios, category, line size,
+    /// workload vector) to PATH: CSV if it ends in .csv, else JSON.
+    #[arg(long, value_name = "PATH", requires = "adapt")]
+    reca_series: Option<PathBuf>,
+}
+
+/// The category table and window, shared by `sim` and `trace stats`.
+#[derive(Args)]
+pub struct TableArgs {
+    /// ReCA's category table (TOML; default: the built-in
+    /// crates/iocache-core/data/reca-categories.toml).
+    #[arg(long, value_name = "FILE")]
+    reca_table: Option<PathBuf>,
+    /// Requests per ReCA window (the paper: 100000).
+    #[arg(long, value_name = "REQUESTS", default_value = "100000")]
+    reca_window: u64,
+}
+
+impl TableArgs {
+    fn load(&self) -> Result<(CategoryTable, RecaControllerParams)> {
+        let table = match &self.reca_table {
+            None => CategoryTable::builtin(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("--reca-table {}", path.display()))?;
+                CategoryTable::parse(&text, &path.display().to_string())?
+            }
+        };
+        if self.reca_window == 0 {
+            bail!("--reca-window must be at least 1");
+        }
+        let params = RecaControllerParams {
+            window_requests: self.reca_window,
+            ..RecaControllerParams::default()
+        };
+        Ok((table, params))
+    }
+}
+
+/// The simulator's ReCA options, when `--adapt reca` is given.
+pub fn sim_options(args: &SimRecaArgs) -> Result<Option<RecaOptions>> {
+    if args.adapt.is_none() {
+        if args.table.reca_table.is_some() {
+            // A table alone is still checked, so a typo is not silent.
+            args.table.load()?;
+        }
+        return Ok(None);
+    }
+    let (table, params) = args.table.load()?;
+    Ok(Some(RecaOptions { table, params }))
+}
+
+/// Prints each run's category changes and windows, and writes the series.
+pub fn report(args: &SimRecaArgs, report: &iocache_sim::SimReport) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    for run in &report.runs {
+        let Some(reca) = &run.reca else { continue };
+        let _ = writeln!(
+            out,
+            "\nReCA on {} {}: {} windows, {} category changes, {} cache rebuilds ({:.1} MiB moved, {:.1} MiB written back, {:.1} MiB clean dropped)",
+            run.spec.policy,
+            run.spec.size,
+            reca.windows.len(),
+            reca.events.len(),
+            reca.relayouts,
+            reca.moved_bytes as f64 / (1 << 20) as f64,
+            reca.written_back_bytes as f64 / (1 << 20) as f64,
+            reca.dropped_clean_bytes as f64 / (1 << 20) as f64,
+        );
+        for event in &reca.events {
+            let _ = writeln!(out, "  {event}");
+        }
+        let rows: Vec<Vec<String>> = reca
+            .windows
+            .iter()
+            .map(|w| {
+                vec![
+                    w.index.to_string(),
+                    w.requests.to_string(),
+                    w.category.clone(),
+                    iocache_core::units::format_byte_size(w.line_bytes),
+                    format!("{:.4}", w.hit_ratio),
+                    format!("{:.4}", w.read_hit_ratio),
+                    format!("{:.4}", w.write_hit_ratio),
+                    format!("{:.4}", w.byte_hit_ratio),
+                ]
+            })
+            .collect();
+        let _ = write!(
+            out,
+            "{}",
+            table(
+                &[
+                    "window",
+                    "requests",
+                    "category (from its end)",
+                    "line",
+                    "hit",
+                    "read hit",
+                    "write hit",
+                    "byte hit"
+                ],
+                &rows
+            )
+        );
+    }
+    if let Some(path) = &args.reca_series {
+        write_series(path, report).with_context(|| format!("writing --reca-series {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn write_series(path: &Path, report: &iocache_sim::SimReport) -> Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    if path.extension().is_some_and(|e| e == "csv") {
+        writeln!(out, "policy,cache_size,{}", RecaWindowRow::csv_header())?;
+        for run in &report.runs {
+            for row in run.reca.iter().flat_map(|r| &r.windows) {
+                writeln!(out, "{},{},{}", run.spec.policy, run.spec.size, row.csv_record())?;
+            }
+        }
+    } else {
+        let runs: Vec<serde_json::Value> = report
+            .runs
+            .iter()
+            .map(|run| {
+                serde_json::json!({
+                    "policy": run.spec.policy.to_string(),
+                    "cache_size": run.spec.size.to_string(),
+                    "windows": run.reca.as_ref().map(|r| &r.windows),
+                    "events": run.reca.as_ref().map(|r| r.events.iter().map(ToString::to_string).collect::<Vec<_>>()),
+                })
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut out, &serde_json::json!({ "runs": runs }))?;
+        writeln!(out)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// ReCA's options of `iocache trace stats`.
+#[derive(Args)]
+pub struct TraceRecaArgs {
+    /// Also classify the requests as ReCA does and report the class shares
+    /// and the category, overall and per window (a second pass).
+    #[arg(long)]
+    pub reca: bool,
+    #[command(flatten)]
+    table: TableArgs,
+}
+
+/// The ReCA section of `trace stats`, when `--reca` is given.
+pub fn trace(
+    args: &TraceRecaArgs,
+    open: impl FnOnce() -> Result<TraceReader>,
+) -> Result<Option<RecaCharacterization>> {
+    if !args.reca {
+        return Ok(None);
+    }
+    let (table, params) = args.table.load()?;
+    let mut reader = open()?;
+    Ok(Some(reca_characterize(&mut reader, &table, params)?))
+}
+
+/// Prints the section `trace` returned.
+pub fn print_trace(c: &RecaCharacterization) {
+    let mut out = std::io::stdout().lock();
+    let pct = |v: &[f64]| v.iter().map(|x| format!("{:.1}", x * 100.0)).collect::<Vec<_>>();
+    let _ = writeln!(
+        out,
+        "\nReCA classes (TPDS'18 §3.1; {} requests classified), % of requests:",
+        c.classified
+    );
+    let mut row = vec!["all".to_string()];
+    row.extend(pct(&c.features));
+    row.push(c.category.clone());
+    let mut header: Vec<&str> = vec!["window"];
+    header.extend(FEATURE_NAMES);
+    header.push("category");
+    let mut rows = vec![row];
+    for w in &c.windows {
+        let mut r = vec![w.index.to_string()];
+        r.extend(pct(&w.features));
+        r.push(w.category.clone());
+        rows.push(r);
+    }
+    let _ = write!(out, "{}", table(&header, &rows));
+    if c.volumes.len() > 1 {
+        const SHOWN: usize = 10;
+        let _ = writeln!(
+            out,
+            "per volume (each its own stream; {} volumes, the {} with most requests shown):",
+            c.volumes.len(),
+            SHOWN.min(c.volumes.len())
+        );
+        let mut header: Vec<&str> = vec!["volume"];
+        header.extend(FEATURE_NAMES);
+        header.push("category");
+        let rows: Vec<Vec<String>> = c
+            .volumes
+            .iter()
+            .take(SHOWN)
+            .map(|v| {
+                let mut r = vec![v.volume.to_string()];
+                r.extend(pct(&v.features));
+                r.push(v.category.clone());
+                r
+            })
+            .collect();
+        let _ = write!(out, "{}", table(&header, &rows));
+    }
+    let d: Vec<String> = c.distances.iter().map(|(n, d)| format!("{n} {d:.3}")).collect();
+    let _ = writeln!(
+        out,
+        "distance of the whole trace to each category: {} (windows of {} requests)",
+        d.join(", "),
+        c.window_requests
+    );
+}
