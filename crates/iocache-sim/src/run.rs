@@ -8,9 +8,10 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iocache_core::{Cache, CacheStats, FlushToken, IoKind, OpList, Request};
+use iocache_core::{AccessHints, Cache, CacheStats, FlushToken, IoKind, OpList, Request};
 use iocache_trace::{TraceReader, TraceRecord};
 
+use crate::adapt::{AdaptReport, AdaptSpec, Adapter};
 use crate::error::SimError;
 use crate::spec::RunSpec;
 use crate::timing::{ArrivalMode, DeviceSpec, Replay, TimingConfig, TimingError, TimingModel, TimingReport};
@@ -43,6 +44,8 @@ pub struct SimOptions {
     /// to every simulated cache before the first request its trigger
     /// reaches, through the same `Cache::apply` the engine uses).
     pub reconfigure: Vec<Reconfigure>,
+    /// An adaptive controller driving every cache (needs `timing`).
+    pub adapt: Option<AdaptSpec>,
 }
 
 impl Default for SimOptions {
@@ -52,6 +55,7 @@ impl Default for SimOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             timing: None,
             reconfigure: Vec::new(),
+            adapt: None,
         }
     }
 }
@@ -120,6 +124,8 @@ pub struct RunResult {
     pub policy_counters: Vec<(&'static str, u64)>,
     /// Latency, throughput and device load, when timing was modelled (after warmup).
     pub timing: Option<TimingReport>,
+    /// The adaptive controller's intervals and decisions, with `--adapt`.
+    pub adapt: Option<AdaptReport>,
 }
 
 #[derive(Clone, Debug)]
@@ -157,6 +163,7 @@ pub fn request_of(record: &TraceRecord) -> Request {
 struct Timed {
     model: TimingModel,
     replay: Replay,
+    adapter: Option<Adapter>,
 }
 
 struct Runner {
@@ -177,8 +184,18 @@ struct Runner {
 }
 
 impl Runner {
-    fn new(index: usize, spec: &RunSpec, timing: Option<&TimingSetup>) -> Result<Self, SimError> {
+    fn new(
+        index: usize,
+        spec: &RunSpec,
+        timing: Option<&TimingSetup>,
+        adapt: Option<&AdaptSpec>,
+    ) -> Result<Self, SimError> {
         let timed = match timing {
+            None if adapt.is_some() => {
+                return Err(SimError::Spec(
+                    "--adapt needs the timing model (--timing): controllers read the device queues".into(),
+                ))
+            }
             None => None,
             Some(t) => {
                 let config = TimingConfig {
@@ -188,9 +205,15 @@ impl Runner {
                     series_interval_ns: t.series_interval_ns,
                 };
                 let timing_error = |e: TimingError| SimError::Spec(e.to_string());
+                let mut model = TimingModel::new(&config).map_err(timing_error)?;
+                let adapter = adapt.map(|a| {
+                    model.track_queues();
+                    Adapter::new(a, &t.cache, &t.backend, config.line_bytes, t.series_interval_ns)
+                });
                 Some(Timed {
-                    model: TimingModel::new(&config).map_err(timing_error)?,
+                    model,
                     replay: Replay::new(t.arrivals).map_err(timing_error)?,
+                    adapter,
                 })
             }
         };
@@ -227,8 +250,16 @@ impl Runner {
                     t.model.reset_stats();
                 }
             }
+            let hints = match &mut self.timed {
+                Some(Timed {
+                    model,
+                    adapter: Some(adapter),
+                    ..
+                }) => adapter.before_request(request.now_ns, request.kind, &mut self.cache, model),
+                _ => AccessHints::default(),
+            };
             // Requests were validated when the batch was built.
-            let _ = self.cache.access(&request, &mut self.ops);
+            let _ = self.cache.access_with(&request, hints, &mut self.ops);
             if let Some(t) = &mut self.timed {
                 t.model.submit(request.now_ns, request.kind, self.ops.ops());
             }
@@ -277,7 +308,12 @@ impl Runner {
         }
     }
 
-    fn finish(self) -> (usize, RunResult) {
+    fn finish(mut self) -> (usize, RunResult) {
+        let adapt = self
+            .timed
+            .as_mut()
+            .and_then(|t| t.adapter.take())
+            .map(|a| a.finish(&mut self.cache));
         let now = *self.cache.stats();
         let base = self.warm_base.unwrap_or(now);
         (
@@ -291,6 +327,7 @@ impl Runner {
                 dirty_lines_at_end: self.cache.dirty_lines(),
                 policy_counters: self.cache.policy_counters(),
                 timing: self.timed.map(|t| t.model.finish()),
+                adapt,
             },
         )
     }
@@ -328,7 +365,7 @@ pub fn simulate(
     let mut runners = specs
         .iter()
         .enumerate()
-        .map(|(i, spec)| Runner::new(i, spec, options.timing.as_ref()))
+        .map(|(i, spec)| Runner::new(i, spec, options.timing.as_ref(), options.adapt.as_ref()))
         .collect::<Result<Vec<_>, _>>()?;
     // Reconfigurations are checked once against every cache (a policy that
     // cannot be built for one is refused before the replay), then kept in

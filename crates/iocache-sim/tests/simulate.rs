@@ -35,6 +35,7 @@ fn run(text: &str, format: TraceFormat, specs: &[RunSpec], warmup: u64, threads:
         threads,
         timing: None,
         reconfigure: Vec::new(),
+        adapt: None,
     };
     simulate(&mut reader(text, format), specs, &options, &mut |_, _| {}).unwrap()
 }
