@@ -64,7 +64,7 @@ impl AdaptSpec {
     /// Every name `--adapt` knows.
     pub const NAMES: &'static str = "lbica, sib";
     pub const SYNTAX: &'static str = "lbica[:interval=100ms:enter=1:floor=1:enter-intervals=1:hold=2:\
-exit-intervals=2:exit-load=0.5:seq-read=0.75:pair=0.6] or sib[:interval=100ms:margin=1]";
+exit-intervals=2:exit-load=0.5:seq-read=0.75:pair=0.6:second=0.2:other=bypass|none] or sib[:interval=100ms:margin=1]";
 
     pub fn name(&self) -> &'static str {
         match self.kind {
@@ -131,6 +131,14 @@ impl FromStr for AdaptSpec {
                 (AdaptKind::Lbica(c), "exit-load") => c.exit_load_fraction = number()?,
                 (AdaptKind::Lbica(c), "seq-read") => c.thresholds.sequential_read_share = number()?,
                 (AdaptKind::Lbica(c), "pair") => c.thresholds.min_pair_share = number()?,
+                (AdaptKind::Lbica(c), "second") => c.thresholds.min_second_share = number()?,
+                (AdaptKind::Lbica(c), "other") => {
+                    c.unclassified_bypass = match value {
+                        "bypass" => true,
+                        "none" => false,
+                        _ => return Err(bad(format!("other: `{value}` is neither bypass nor none"))),
+                    }
+                }
                 (AdaptKind::Sib(c), "margin") => c.margin = number()?,
                 _ => return Err(bad(format!("unknown key `{key}` for {name}"))),
             }

@@ -23,7 +23,11 @@
 //!    the cache queue bypassed to the backend ([`Balancer::bypass`]: a
 //!    request goes to the backend when it would complete there sooner);
 //!    sequential read → the configured policy (the cache is not what the
-//!    requests wait for). Unclassified queues change nothing.
+//!    requests wait for). Unclassified queues (the paper leaves them out)
+//!    get the tail bypass, our extension (`unclassified_bypass`, on by
+//!    default): the commonest of them is a queue of read hits, the paper's
+//!    own motivating case (§I: hits queue at the cache while the disk
+//!    idles), where neither WO nor RO would take anything off the cache.
 //!
 //! # Hysteresis (how a burst episode begins and ends)
 //!
@@ -65,6 +69,8 @@ pub struct LbicaConfig {
     /// An interval is calm when its arrivals are at most this fraction of
     /// the episode's peak.
     pub exit_load_fraction: f64,
+    /// Whether an unclassified queue gets the tail bypass (else nothing).
+    pub unclassified_bypass: bool,
     pub thresholds: GroupThresholds,
 }
 
@@ -77,14 +83,15 @@ impl Default for LbicaConfig {
             min_hold_intervals: 2,
             exit_intervals: 2,
             exit_load_fraction: 0.5,
+            unclassified_bypass: true,
             thresholds: GroupThresholds::default(),
         }
     }
 }
 
 impl LbicaConfig {
-    /// The action §III-C assigns to a group.
-    pub fn action_for(group: WorkloadGroup) -> Action {
+    /// The action §III-C assigns to a group (unclassified: see the module doc).
+    pub fn action_for(&self, group: WorkloadGroup) -> Action {
         match group {
             WorkloadGroup::RandomRead => Action {
                 policy: Some(WritePolicy::WriteOnly),
@@ -98,7 +105,11 @@ impl LbicaConfig {
                 policy: None,
                 bypass: true,
             },
-            WorkloadGroup::SequentialRead | WorkloadGroup::Unclassified => Action::default(),
+            WorkloadGroup::Unclassified => Action {
+                policy: None,
+                bypass: self.unclassified_bypass,
+            },
+            WorkloadGroup::SequentialRead => Action::default(),
         }
     }
 }
@@ -160,7 +171,7 @@ impl Balancer for Lbica {
                 if run >= self.config.enter_intervals.max(1) {
                     let g = characterize(&shares, &self.config.thresholds);
                     group = Some(g);
-                    let action = LbicaConfig::action_for(g);
+                    let action = self.config.action_for(g);
                     if action == Action::default() {
                         State::Watching { bottleneck_run: run }
                     } else {
@@ -334,6 +345,25 @@ mod tests {
         let d = l.on_interval(&interval(0, 3000.0, 1.0, [5.0, 0.0, 95.0, 0.0], 1000));
         assert_eq!(d.group, Some(WorkloadGroup::SequentialRead));
         assert_eq!(d.action, Action::default());
+        // A queue of read hits: the tail bypass, unless told to follow the
+        // paper to the letter.
+        let hits = [95.0, 4.5, 0.5, 0.0];
+        let mut l = Lbica::new(LbicaConfig::default());
+        let d = l.on_interval(&interval(0, 3000.0, 1.0, hits, 1000));
+        assert_eq!(d.group, Some(WorkloadGroup::Unclassified));
+        assert_eq!(
+            d.action,
+            Action {
+                policy: None,
+                bypass: true
+            }
+        );
+        let mut strict = Lbica::new(LbicaConfig {
+            unclassified_bypass: false,
+            ..LbicaConfig::default()
+        });
+        let d = strict.on_interval(&interval(0, 3000.0, 1.0, hits, 1000));
+        assert_eq!((d.action, d.changed), (Action::default(), false));
     }
 
     #[test]

@@ -17,9 +17,14 @@
 //!    `min_pair_share` (default 60 %): R+P is a random read (Group 1), R+W a
 //!    mixed read-write workload (Group 2), W+E a write-intensive one
 //!    (Group 3), random when W ≥ E and sequential otherwise. On a tie the
-//!    order is R+P, R+W, W+E.
+//!    order is R+P, R+W, W+E. R+P and R+W count only when P (resp. W)
+//!    makes at least `min_second_share` (default 20 %) of the queue: the
+//!    policy chosen for them takes exactly that class off the cache (WO the
+//!    promotions, RO the writes), and a queue of 95 % read hits is neither
+//!    a random read with misses nor a mixed workload (every example of the
+//!    paper has the second class at 51 % or more).
 //! 3. Anything else (R+E or W+P majorities, which the paper says do not
-//!    occur, or no clear majority) is unclassified.
+//!    occur, a queue of read hits, or no clear majority) is unclassified.
 
 use std::fmt;
 
@@ -146,6 +151,8 @@ pub struct GroupThresholds {
     pub sequential_read_share: f64,
     /// The share the largest pair must reach to name the group.
     pub min_pair_share: f64,
+    /// The share P must have for R+P, and W for R+W, to count.
+    pub min_second_share: f64,
 }
 
 impl Default for GroupThresholds {
@@ -153,6 +160,7 @@ impl Default for GroupThresholds {
         GroupThresholds {
             sequential_read_share: 0.75,
             min_pair_share: 0.6,
+            min_second_share: 0.2,
         }
     }
 }
@@ -176,21 +184,21 @@ pub fn characterize(shares: &MixShares, thresholds: &GroupThresholds) -> Workloa
     } else {
         WorkloadGroup::SequentialWrite
     };
+    let second = thresholds.min_second_share;
     let pairs = [
-        (r + p, WorkloadGroup::RandomRead),
-        (r + w, WorkloadGroup::MixedReadWrite),
-        (w + e, write_group),
+        (p >= second, r + p, WorkloadGroup::RandomRead),
+        (w >= second, r + w, WorkloadGroup::MixedReadWrite),
+        (true, w + e, write_group),
     ];
-    let mut best = pairs[0];
-    for pair in &pairs[1..] {
-        if pair.0 > best.0 {
-            best = *pair;
+    let mut best: Option<(f64, WorkloadGroup)> = None;
+    for &(eligible, share, group) in &pairs {
+        if eligible && best.is_none_or(|(b, _)| share > b) {
+            best = Some((share, group));
         }
     }
-    if best.0 >= thresholds.min_pair_share {
-        best.1
-    } else {
-        WorkloadGroup::Unclassified
+    match best {
+        Some((share, group)) if share >= thresholds.min_pair_share => group,
+        _ => WorkloadGroup::Unclassified,
     }
 }
 
@@ -224,6 +232,11 @@ mod tests {
         assert_eq!(group(50.0, 0.0, 0.0, 50.0), WorkloadGroup::Unclassified);
         assert_eq!(group(0.0, 50.0, 50.0, 0.0), WorkloadGroup::Unclassified);
         assert_eq!(group(0.0, 0.0, 0.0, 0.0), WorkloadGroup::Unclassified);
+        // Mostly read hits: too few P or W for WO or RO to relieve the cache.
+        assert_eq!(group(95.0, 4.5, 0.5, 0.0), WorkloadGroup::Unclassified);
+        assert_eq!(group(70.0, 19.0, 11.0, 0.0), WorkloadGroup::Unclassified);
+        assert_eq!(group(70.0, 9.0, 21.0, 0.0), WorkloadGroup::RandomRead);
+        assert_eq!(group(70.0, 21.0, 9.0, 0.0), WorkloadGroup::MixedReadWrite);
         // A pair of exactly 60 % counts.
         assert_eq!(group(30.0, 30.0, 20.0, 20.0), WorkloadGroup::MixedReadWrite);
         assert_eq!(group(29.0, 30.0, 21.0, 20.0), WorkloadGroup::Unclassified);
