@@ -63,7 +63,7 @@ pub struct AdaptSpec {
 impl AdaptSpec {
     /// Every name `--adapt` knows.
     pub const NAMES: &'static str = "lbica, sib";
-    pub const SYNTAX: &'static str = "lbica[:interval=100ms:enter=1:floor=1:enter-intervals=1:hold=2:\
+    pub const SYNTAX: &'static str = "lbica[:interval=100ms:enter=1:floor=0.1:enter-intervals=1:hold=2:\
 exit-intervals=2:exit-load=0.5:seq-read=0.75:pair=0.6:second=0.2:other=bypass|none] or sib[:interval=100ms:margin=1]";
 
     pub fn name(&self) -> &'static str {

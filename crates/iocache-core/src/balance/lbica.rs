@@ -11,10 +11,12 @@
 //!    the mean number of requests queued or in service over the interval and
 //!    `L` the time per queued request. The cache is the bottleneck when
 //!    `T_cache > enter_ratio × T_backend` (the paper: ratio 1) and, our
-//!    addition, `T_cache > service_floor × S_backend` (one backend service
-//!    time, by default): Eq. 1 alone calls an idle system a bottleneck as
-//!    soon as one request waits at the cache and none at the backend, when
-//!    sending it to the backend would only make it slower.
+//!    addition, `T_cache > service_floor × S_backend` (a tenth of a
+//!    backend service time, by default): Eq. 1 alone calls a nearly idle
+//!    system a bottleneck as soon as one request waits at the cache and none
+//!    at the backend. (With the floor at 1, a queue must be longer than one
+//!    backend service before anything moves, which reacts late to bursts
+//!    over disks; docs/results/lbica.md compares.)
 //! 2. **Characterization** (§III-B): the cache queue's R/W/P/E mix gives a
 //!    [`WorkloadGroup`] (`queue_mix.rs`).
 //! 3. **Policy** (§III-C): random read → WO (read misses are not promoted);
@@ -78,7 +80,7 @@ impl Default for LbicaConfig {
     fn default() -> Self {
         LbicaConfig {
             enter_ratio: 1.0,
-            service_floor: 1.0,
+            service_floor: 0.1,
             enter_intervals: 1,
             min_hold_intervals: 2,
             exit_intervals: 2,
@@ -296,7 +298,7 @@ mod tests {
         // 5 at the backend: 25 ms > 20 ms.
         assert!(!l.is_bottleneck(&c, &DeviceLoad { queued: 5.0, ..HDD }));
         // An idle backend and a short cache queue: Eq. 1 alone says yes,
-        // the service floor says a request would not gain (0.1 ms < 5 ms).
+        // the service floor says no (0.1 ms < 0.1 × 5 ms).
         let short = DeviceLoad { queued: 10.0, ..SSD };
         assert!(!l.is_bottleneck(&short, &HDD));
         let eq1_only = Lbica::new(LbicaConfig {
