@@ -126,7 +126,7 @@ struct SimArgs {
     #[arg(long, value_name = "AT:KEY=VALUE,...")]
     reconfigure: Vec<String>,
     /// Adaptive controller driving the cache from the simulated device queues (needs timing):
-    /// lbica[:interval=100ms:...] or sib[:margin=1] (docs/results/lbica.md).
+    /// lbica[:interval=100ms:...], sib[:margin=1] or observe (measure only; docs/results/lbica.md).
     #[arg(long, value_name = "NAME[:KEY=VALUE...]")]
     adapt: Option<String>,
     /// Write results as JSON to PATH, or to stdout with `-` (the table is then not printed).

@@ -11,7 +11,8 @@
 //! the R/W/P/E shares, the group and the policy).
 //!
 //! Controllers, by `--adapt` name: `lbica` and `sib` (`iocache_core::
-//! balance`). The name list is [`AdaptSpec::NAMES`]; other controllers
+//! balance`), and `observe`, which measures the same rows and never acts
+//! (the baseline's queues, for the paper's Figs. 4-5). The name list is [`AdaptSpec::NAMES`]; other controllers
 //! (ReCA) add theirs to [`AdaptKind`].
 //!
 //! # The measurements
@@ -30,8 +31,10 @@
 use std::fmt::Write as _;
 use std::str::FromStr;
 
+use iocache_core::balance::queue_mix::{characterize, GroupThresholds};
 use iocache_core::balance::{
-    Balancer, DeviceLoad, IntervalInputs, Lbica, LbicaConfig, QueueMix, RequestClass, Sib, SibConfig,
+    Action, Balancer, Decision, DeviceLoad, IntervalInputs, Lbica, LbicaConfig, QueueMix, RequestClass, Sib,
+    SibConfig,
 };
 use iocache_core::units::{format_duration_ns, parse_duration_ns};
 use iocache_core::{AccessHints, Cache, IoKind};
@@ -49,6 +52,7 @@ pub const DEFAULT_INTERVAL_NS: u64 = 100_000_000;
 pub enum AdaptKind {
     Lbica(LbicaConfig),
     Sib(SibConfig),
+    Observe,
 }
 
 /// `--adapt NAME[:KEY=VALUE...]`.
@@ -62,14 +66,16 @@ pub struct AdaptSpec {
 
 impl AdaptSpec {
     /// Every name `--adapt` knows.
-    pub const NAMES: &'static str = "lbica, sib";
+    pub const NAMES: &'static str = "lbica, sib, observe";
     pub const SYNTAX: &'static str = "lbica[:interval=100ms:enter=1:floor=0.1:enter-intervals=1:hold=2:\
-exit-intervals=2:exit-load=0.5:seq-read=0.75:pair=0.6:second=0.2:other=bypass|none] or sib[:interval=100ms:margin=1]";
+exit-intervals=2:exit-load=0.5:seq-read=0.75:pair=0.6:second=0.2:other=bypass|none], \
+sib[:interval=100ms:margin=1] or observe[:interval=100ms]";
 
     pub fn name(&self) -> &'static str {
         match self.kind {
             AdaptKind::Lbica(_) => "lbica",
             AdaptKind::Sib(_) => "sib",
+            AdaptKind::Observe => "observe",
         }
     }
 
@@ -77,6 +83,7 @@ exit-intervals=2:exit-load=0.5:seq-read=0.75:pair=0.6:second=0.2:other=bypass|no
         match self.kind {
             AdaptKind::Lbica(c) => Box::new(Lbica::new(c)),
             AdaptKind::Sib(c) => Box::new(Sib::new(c)),
+            AdaptKind::Observe => Box::new(Observer),
         }
     }
 }
@@ -91,6 +98,7 @@ impl FromStr for AdaptSpec {
         let mut kind = match name {
             "lbica" => AdaptKind::Lbica(LbicaConfig::default()),
             "sib" => AdaptKind::Sib(SibConfig::default()),
+            "observe" => AdaptKind::Observe,
             other => {
                 return Err(bad(format!(
                     "unknown controller `{other}`; known: {}",
@@ -144,6 +152,38 @@ impl FromStr for AdaptSpec {
             }
         }
         Ok(AdaptSpec { kind, interval_ns })
+    }
+}
+
+/// `--adapt observe`: the measurements of a controller, no action.
+struct Observer;
+
+impl Balancer for Observer {
+    fn name(&self) -> &'static str {
+        "observe"
+    }
+
+    fn on_interval(&mut self, inputs: &IntervalInputs) -> Decision {
+        let shares = inputs.cache_mix.shares();
+        Decision {
+            interval: inputs.interval,
+            now_ns: inputs.now_ns,
+            cache_queue_time_ns: inputs.cache.queue_time_ns(),
+            backend_queue_time_ns: inputs.backend.queue_time_ns(),
+            shares,
+            bottleneck: inputs.cache.queue_time_ns() > inputs.backend.queue_time_ns(),
+            group: Some(characterize(&shares, &GroupThresholds::default())),
+            action: Action::default(),
+            changed: false,
+        }
+    }
+
+    fn action(&self) -> Action {
+        Action::default()
+    }
+
+    fn bypass(&self, _: &DeviceLoad, _: &DeviceLoad) -> bool {
+        false
     }
 }
 
@@ -487,8 +527,10 @@ mod tests {
             "sib:margin=2".parse::<AdaptSpec>().unwrap().kind,
             AdaptKind::Sib(SibConfig { margin: 2.0 })
         );
+        assert_eq!("observe".parse::<AdaptSpec>().unwrap().kind, AdaptKind::Observe);
         for bad in [
             "reca2",
+            "observe:margin=1",
             "lbica:margin=1",
             "sib:hold=2",
             "lbica:hold",

@@ -165,6 +165,30 @@ fn lbica_switches_to_wo_in_each_burst_and_back_after_it() {
         mean(&wb)
     );
     assert!(wb.adapt.is_none());
+
+    // Observing measures without changing anything, and shows the queue
+    // LBICA kept shorter in the bursts (the paper's Fig. 4).
+    let observed = simulate_with(&spec, WritePolicy::WriteBack, Some("observe"));
+    assert_eq!(mean(&observed), mean(&wb));
+    assert_eq!(observed.stats, wb.stats);
+    let peak = |r: &iocache_sim::RunResult| {
+        r.adapt
+            .as_ref()
+            .unwrap()
+            .rows
+            .iter()
+            .filter(|row| in_burst(&spec, row.start_ns))
+            .map(|row| row.max_cache_queue_time_ns)
+            .fold(0.0, f64::max)
+    };
+    let observed_adapt = observed.adapt.as_ref().unwrap();
+    assert_eq!(observed_adapt.switches + observed_adapt.bypassed, 0);
+    assert!(
+        peak(&lbica) < 0.5 * peak(&observed),
+        "{} vs {}",
+        peak(&lbica),
+        peak(&observed)
+    );
 }
 
 #[test]
