@@ -68,7 +68,7 @@ impl AdaptSpec {
     /// Every name `--adapt` knows.
     pub const NAMES: &'static str = "lbica, sib, observe";
     pub const SYNTAX: &'static str = "lbica[:interval=100ms:enter=1:floor=0.1:enter-intervals=1:hold=2:\
-exit-intervals=2:exit-load=0.5:seq-read=0.75:pair=0.6:second=0.2:other=bypass|none], \
+exit-intervals=2:exit-load=0.5:seq-read=0.75:pair=0.6:second=0.2:other=bypass|none:backoff=2], \
 sib[:interval=100ms:margin=1] or observe[:interval=100ms]";
 
     pub fn name(&self) -> &'static str {
@@ -140,6 +140,7 @@ impl FromStr for AdaptSpec {
                 (AdaptKind::Lbica(c), "seq-read") => c.thresholds.sequential_read_share = number()?,
                 (AdaptKind::Lbica(c), "pair") => c.thresholds.min_pair_share = number()?,
                 (AdaptKind::Lbica(c), "second") => c.thresholds.min_second_share = number()?,
+                (AdaptKind::Lbica(c), "backoff") => c.backoff = number()?,
                 (AdaptKind::Lbica(c), "other") => {
                     c.unclassified_bypass = match value {
                         "bypass" => true,

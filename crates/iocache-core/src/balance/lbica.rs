@@ -50,6 +50,19 @@
 //!
 //! A burst that changes character without calming down keeps the first
 //! action until it calms (a known limit, in docs/results/lbica.md).
+//!
+//! # Back-off (our extension)
+//!
+//! WO and RO move work to the backend; RO moves every write, and its
+//! write-around also drops the cached copies of the written lines, so
+//! their reads miss too. Over disks that can overload the backend for the
+//! rest of the burst. So, during an episode whose action sets a policy,
+//! once the backend is the bottleneck (`T_backend > T_cache`) with
+//! `T_backend` above `backoff` times its value when the episode began (and
+//! above the service floor) for `exit_intervals` consecutive intervals, the
+//! policy is withdrawn for the rest of the episode and only the tail bypass
+//! stays (it moves a request only when the backend would serve it sooner).
+//! `backoff = 0` turns this off (the paper has no such rule).
 
 use crate::balance::queue_mix::{characterize, GroupThresholds, WorkloadGroup};
 use crate::balance::{backend_is_faster, Action, Balancer, Decision, DeviceLoad, IntervalInputs};
@@ -73,6 +86,9 @@ pub struct LbicaConfig {
     pub exit_load_fraction: f64,
     /// Whether an unclassified queue gets the tail bypass (else nothing).
     pub unclassified_bypass: bool,
+    /// The growth of `T_backend` since the episode began past which a
+    /// policy that overloads the backend is withdrawn (0: never).
+    pub backoff: f64,
     pub thresholds: GroupThresholds,
 }
 
@@ -86,6 +102,7 @@ impl Default for LbicaConfig {
             exit_intervals: 2,
             exit_load_fraction: 0.5,
             unclassified_bypass: true,
+            backoff: 2.0,
             thresholds: GroupThresholds::default(),
         }
     }
@@ -127,6 +144,10 @@ enum State {
         held: u32,
         peak_arrivals: u64,
         calm_run: u32,
+        /// `T_backend` when the episode began.
+        entry_backend_ns: f64,
+        /// Consecutive intervals with the backend overloaded (back-off).
+        overload_run: u32,
     },
 }
 
@@ -183,6 +204,8 @@ impl Balancer for Lbica {
                             held: 1,
                             peak_arrivals: inputs.arrivals,
                             calm_run: 0,
+                            entry_backend_ns: inputs.backend.queue_time_ns(),
+                            overload_run: 0,
                         }
                     }
                 } else {
@@ -191,16 +214,31 @@ impl Balancer for Lbica {
             }
             State::Balancing {
                 group: g,
-                action,
+                mut action,
                 held,
                 peak_arrivals,
                 calm_run,
+                entry_backend_ns,
+                overload_run,
             } => {
                 group = Some(g);
                 let peak = peak_arrivals.max(inputs.arrivals);
                 let calm = inputs.arrivals as f64 <= self.config.exit_load_fraction * peak as f64;
                 let calm_run = if calm { calm_run + 1 } else { 0 };
                 let held = held + 1;
+                let t_backend = inputs.backend.queue_time_ns();
+                let overloaded = self.config.backoff > 0.0
+                    && action.policy.is_some()
+                    && t_backend > inputs.cache.queue_time_ns()
+                    && t_backend > self.config.backoff * entry_backend_ns
+                    && t_backend > self.config.service_floor * inputs.backend.service_ns;
+                let overload_run = if overloaded { overload_run + 1 } else { 0 };
+                if overload_run >= self.config.exit_intervals.max(1) {
+                    action = Action {
+                        policy: None,
+                        bypass: true,
+                    };
+                }
                 if held > self.config.min_hold_intervals && calm_run >= self.config.exit_intervals.max(1) {
                     State::Watching { bottleneck_run: 0 }
                 } else {
@@ -210,6 +248,8 @@ impl Balancer for Lbica {
                         held,
                         peak_arrivals: peak,
                         calm_run,
+                        entry_backend_ns,
+                        overload_run,
                     }
                 }
             }
@@ -437,6 +477,70 @@ mod tests {
             changes += d.changed as u32;
         }
         assert_eq!(changes, 2);
+    }
+
+    #[test]
+    fn a_policy_that_overloads_the_backend_is_withdrawn() {
+        let ra = Some(WritePolicy::WriteAround);
+        let run = |backoff: f64| -> Vec<(Option<WritePolicy>, bool)> {
+            let mut l = Lbica::new(LbicaConfig {
+                backoff,
+                ..LbicaConfig::default()
+            });
+            // RO sends the writes to the disks: their queue grows from 1 to
+            // 20 while the burst lasts, then the burst calms.
+            let steps = [
+                (3000.0, 1.0, 1000),
+                (50.0, 3.0, 1000),
+                (10.0, 10.0, 1000),
+                (10.0, 20.0, 1000),
+                (10.0, 20.0, 1000),
+                (10.0, 1.0, 100),
+                (10.0, 1.0, 100),
+            ];
+            steps
+                .iter()
+                .enumerate()
+                .map(|(i, &(c, b, arrivals))| {
+                    let d = l.on_interval(&interval(i as u64, c, b, MAIL, arrivals));
+                    (d.action.policy, d.action.bypass)
+                })
+                .collect()
+        };
+        // T_backend: 5 ms at entry, then 15 and 50 ms against T_cache at
+        // most 0.5 ms: overloaded twice in a row, withdrawn.
+        assert_eq!(
+            run(2.0),
+            [
+                (ra, false),
+                (ra, false),
+                (None, true),
+                (None, true),
+                (None, true),
+                (None, true),
+                (None, false)
+            ]
+        );
+        // Off, RO stays until the burst calms.
+        assert_eq!(
+            run(0.0),
+            [
+                (ra, false),
+                (ra, false),
+                (ra, false),
+                (ra, false),
+                (ra, false),
+                (ra, false),
+                (None, false)
+            ]
+        );
+        // Far from doubling (a random-read burst's misses, as under WB): kept.
+        let mut l = Lbica::new(LbicaConfig::default());
+        for (i, b) in [4.0, 5.0, 5.0, 5.0].into_iter().enumerate() {
+            let c = if i == 0 { 3000.0 } else { 10.0 };
+            let d = l.on_interval(&interval(i as u64, c, b, TPCC, 1000));
+            assert_eq!(d.action.policy, Some(WritePolicy::WriteOnly), "{i}");
+        }
     }
 
     #[test]
