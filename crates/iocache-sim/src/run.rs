@@ -184,12 +184,9 @@ struct Runner {
 }
 
 impl Runner {
-    fn new(
-        index: usize,
-        spec: &RunSpec,
-        timing: Option<&TimingSetup>,
-        adapt: Option<&AdaptSpec>,
-    ) -> Result<Self, SimError> {
+    fn new(index: usize, spec: &RunSpec, options: &SimOptions) -> Result<Self, SimError> {
+        let timing = options.timing.as_ref();
+        let adapt = options.adapt.as_ref();
         let timed = match timing {
             None if adapt.is_some() => {
                 return Err(SimError::Spec(
@@ -365,7 +362,7 @@ pub fn simulate(
     let mut runners = specs
         .iter()
         .enumerate()
-        .map(|(i, spec)| Runner::new(i, spec, options.timing.as_ref(), options.adapt.as_ref()))
+        .map(|(i, spec)| Runner::new(i, spec, options))
         .collect::<Result<Vec<_>, _>>()?;
     // Reconfigurations are checked once against every cache (a policy that
     // cannot be built for one is refused before the replay), then kept in
