@@ -24,7 +24,7 @@ use iocache_sim::report::{render_table, render_timing_table, table, JsonReport};
 use iocache_sim::timing::{parse_device, parse_duration_ns, ArrivalMode, SeriesRow};
 use iocache_sim::trace_stats::{trace_stats, Window};
 use iocache_sim::{
-    combinations, simulate, CacheSettings, CacheSize, SimError, SimOptions, TimingSetup, Warmup,
+    combinations, simulate, AdaptRow, CacheSettings, CacheSize, SimError, SimOptions, TimingSetup, Warmup,
 };
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 
@@ -241,6 +241,12 @@ struct SimArgs {
     /// promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines.
     #[arg(long, value_name = "AT:KEY=VALUE,...")]
     reconfigure: Vec<String>,
+    /// Adaptive controller beside every simulated cache: reca (workload categories per window,
+    /// --reca-table; docs/results/reca.md), or, driven by the simulated device queues (needs
+    /// timing), lbica[:interval=100ms:...], sib[:margin=1] or observe (measure only;
+    /// docs/results/lbica.md).
+    #[arg(long, value_name = "NAME[:KEY=VALUE...]")]
+    adapt: Option<String>,
     /// Write results as JSON to PATH, or to stdout with `-` (the table is then not printed).
     #[arg(long, value_name = "PATH|-")]
     json: Option<String>,
@@ -507,7 +513,13 @@ fn run_sim(args: SimArgs) -> Result<()> {
             .iter()
             .map(|r| r.parse::<iocache_sim::Reconfigure>())
             .collect::<Result<Vec<_>, _>>()?,
-        reca: reca_cli::sim_options(&args.reca)?,
+        reca: reca_cli::sim_options(&args.reca, args.adapt.as_deref())?,
+        adapt: args
+            .adapt
+            .as_deref()
+            .filter(|a| !reca_cli::is_reca(Some(a)))
+            .map(str::parse)
+            .transpose()?,
     };
     let mut reader = args.input.open().map_err(|e| args.input.explain(e))?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
@@ -599,6 +611,10 @@ fn print_sim_table(trace: &str, reader: &TraceReader, report: &iocache_sim::SimR
         let _ = writeln!(out, "\ntiming (latencies in microseconds):");
         let _ = write!(out, "{timing}");
     }
+    for run in report.runs.iter().filter(|r| r.adapt.is_some()) {
+        let adapt = run.adapt.as_ref().map(|a| a.summary()).unwrap_or_default();
+        let _ = writeln!(out, "adapt {} {}: {adapt}", run.spec.policy, run.spec.size);
+    }
 }
 
 /// The time series of every run: CSV (`path` ending in .csv) with the
@@ -607,10 +623,34 @@ fn series_text(path: &str, report: &iocache_sim::SimReport) -> Result<String> {
     use std::fmt::Write as _;
     let mut out = String::new();
     if path.ends_with(".csv") {
-        writeln!(out, "policy,cache_size,{}", SeriesRow::CSV_HEADER)?;
+        // With a controller, its interval of the same start joins each row.
+        let adapt = report.runs.iter().any(|r| r.adapt.is_some());
+        let adapt_header = if adapt {
+            format!(",{}", AdaptRow::CSV_HEADER)
+        } else {
+            String::new()
+        };
+        writeln!(out, "policy,cache_size,{}{adapt_header}", SeriesRow::CSV_HEADER)?;
         for run in &report.runs {
+            let rows: std::collections::HashMap<u64, &AdaptRow> = run
+                .adapt
+                .iter()
+                .flat_map(|a| &a.rows)
+                .map(|r| (r.start_ns, r))
+                .collect();
             for row in run.timing.iter().flat_map(|t| &t.series) {
-                writeln!(out, "{},{},{}", run.spec.policy, run.spec.size, row.csv_record())?;
+                let extra = match (adapt, rows.get(&row.start_ns)) {
+                    (false, _) => String::new(),
+                    (true, Some(a)) => format!(",{}", a.csv_record()),
+                    (true, None) => format!(",{}", AdaptRow::csv_empty()),
+                };
+                writeln!(
+                    out,
+                    "{},{},{}{extra}",
+                    run.spec.policy,
+                    run.spec.size,
+                    row.csv_record()
+                )?;
             }
         }
     } else {
@@ -622,6 +662,7 @@ fn series_text(path: &str, report: &iocache_sim::SimReport) -> Result<String> {
                     "policy": run.spec.policy.to_string(),
                     "cache_size": run.spec.size.to_string(),
                     "series": run.timing.as_ref().map(|t| &t.series),
+                    "adapt": run.adapt.as_ref(),
                 })
             })
             .collect();

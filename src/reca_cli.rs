@@ -8,25 +8,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use iocache_core::reca::{CategoryTable, RecaControllerParams, FEATURE_NAMES};
 use iocache_sim::reca::{reca_characterize, RecaCharacterization, RecaOptions, RecaWindowRow};
 use iocache_sim::report::table;
 use iocache_trace::TraceReader;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Adapt {
-    /// ReCA (TPDS'18): recognise the workload category per window and
-    /// reconfigure the cache for it.
-    Reca,
-}
-
 /// ReCA's options of `iocache sim`.
 #[derive(Args)]
 pub struct SimRecaArgs {
-    /// An adaptive controller beside every simulated cache.
-    #[arg(long, value_enum, value_name = "CONTROLLER")]
-    adapt: Option<Adapt>,
     #[command(flatten)]
     table: TableArgs,
     /// Write ReCA's per-window series (hit ratios, category, line size,
@@ -68,9 +58,15 @@ impl TableArgs {
     }
 }
 
+/// `--adapt` names ReCA (the other controllers are the simulator's
+/// `AdaptSpec`).
+pub fn is_reca(adapt: Option<&str>) -> bool {
+    adapt.is_some_and(|a| a.trim() == "reca")
+}
+
 /// The simulator's ReCA options, when `--adapt reca` is given.
-pub fn sim_options(args: &SimRecaArgs) -> Result<Option<RecaOptions>> {
-    if args.adapt.is_none() {
+pub fn sim_options(args: &SimRecaArgs, adapt: Option<&str>) -> Result<Option<RecaOptions>> {
+    if !is_reca(adapt) {
         if args.table.reca_table.is_some() {
             // A table alone is still checked, so a typo is not silent.
             args.table.load()?;

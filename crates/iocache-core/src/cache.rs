@@ -8,6 +8,7 @@ use crate::addr::{
     request_lines, split_request, split_request_keys, IoKind, LineKey, LinePart, LineSize, Request, SlotId,
     VolumeId, SECTOR_BYTES,
 };
+use crate::balance::AccessHints;
 use crate::bitmap;
 use crate::cleaning::CleaningPolicy;
 use crate::config::{CacheConfig, FlushOrder, Promotion, WritePolicy};
@@ -400,6 +401,17 @@ impl Cache {
     /// Decides how to serve `request` and writes the ops to perform into `ops`
     /// (cleared first), in execution order.
     pub fn access(&mut self, request: &Request, ops: &mut OpList) -> Result<AccessSummary, CoreError> {
+        self.access_with(request, AccessHints::default(), ops)
+    }
+
+    /// [`Cache::access`] with what a driver adds about the request (a load
+    /// balancer's bypass, `balance/`).
+    pub fn access_with(
+        &mut self,
+        request: &Request,
+        hints: AccessHints,
+        ops: &mut OpList,
+    ) -> Result<AccessSummary, CoreError> {
         request.validate()?;
         ops.clear();
         self.stats.requests += 1;
@@ -417,11 +429,19 @@ impl Cache {
             self.last_request_ns
                 .map_or(request.now_ns, |t| t.max(request.now_ns)),
         );
+        let balance_bypass = hints.balance_bypass && !self.touches_dirty_sectors(request);
         self.request_facts = RequestFacts {
             sequential_bypass: self.seq.bypass(request),
+            balance_bypass,
         };
         if self.request_facts.sequential_bypass {
             self.stats.seq_cutoff_requests += 1;
+        }
+        if hints.balance_bypass {
+            match balance_bypass {
+                true => self.stats.balance_bypasses += 1,
+                false => self.stats.balance_bypasses_refused_dirty += 1,
+            }
         }
         self.request_policy = mode::resolve(&self.mode, Some(&self.request_facts), None).policy;
         let info = AccessInfo {
@@ -449,6 +469,16 @@ impl Cache {
         ops.seal();
         summary.dirty_victims_kept = self.request_dirty_victims_kept;
         Ok(summary)
+    }
+
+    /// Whether a sector `request` touches is dirty in the cache (its only
+    /// up-to-date copy is here, so the request must not go around it).
+    fn touches_dirty_sectors(&self, request: &Request) -> bool {
+        split_request(request, self.line).any(|part| {
+            self.lookup(part.key).is_some_and(|slot| {
+                bitmap::count_range(self.dirty_of(slot), part.first_sector, part.end_sector) > 0
+            })
+        })
     }
 
     #[inline]

@@ -18,6 +18,7 @@
 //! ```
 
 pub mod addr;
+pub mod balance;
 pub mod bitmap;
 mod cache;
 pub mod cleaning;
@@ -40,6 +41,7 @@ pub use addr::{
     split_request, split_request_keys, IoKind, LineKey, LinePart, LineSize, Request, SlotId, VolumeId,
     SECTOR_BYTES,
 };
+pub use balance::AccessHints;
 pub use cache::{
     AccessSummary, Cache, FlushToken, LineOutcome, LineState, RestoredLine, SlotSnapshot, VolumeLines,
 };

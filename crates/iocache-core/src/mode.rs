@@ -13,7 +13,10 @@
 //!
 //! 1. the configured policy, replaced by the controller's while it sets one;
 //! 2. pass-through while the cache device is failed;
-//! 3. pass-through for a request of a sequential stream past the cutoff;
+//! 3. pass-through for a request of a sequential stream past the cutoff,
+//!    and for a request a load balancer sends to the backend (LBICA's tail
+//!    bypass, SIB: `balance/`; the cache asks for it only when none of the
+//!    request's sectors is dirty, so the backend holds its latest data);
 //! 4. per written line: write-back when the write would supersede dirty
 //!    sectors whose only copy is the cache's and the policy would send it to
 //!    the backend (were the backend write to fail, the older data would be
@@ -35,6 +38,8 @@ pub enum ModeCause {
     CacheDeviceFailed,
     /// The request belongs to a sequential stream past the cutoff.
     SequentialCutoff,
+    /// A load balancer sent the request to the backend (its data is clean).
+    LoadBalance,
     /// The write supersedes dirty sectors only the cache holds.
     DirtySupersede,
     /// The cap on dirty lines is reached.
@@ -49,6 +54,7 @@ impl ModeCause {
             ModeCause::Controller => "controller",
             ModeCause::CacheDeviceFailed => "cache device failed",
             ModeCause::SequentialCutoff => "sequential cutoff",
+            ModeCause::LoadBalance => "load balance",
             ModeCause::DirtySupersede => "dirty supersede",
             ModeCause::DirtyCap => "dirty cap",
         }
@@ -92,6 +98,9 @@ impl ModeSettings {
 pub struct RequestFacts {
     /// The sequential-cutoff detector sent the request around the cache.
     pub sequential_bypass: bool,
+    /// A load balancer sends the request to the backend, and none of its
+    /// sectors is dirty in the cache.
+    pub balance_bypass: bool,
 }
 
 /// What the decision needs to know about one line a write touches.
@@ -137,6 +146,12 @@ pub fn resolve(
         mode = EffectiveMode {
             policy: WritePolicy::PassThrough,
             cause: ModeCause::SequentialCutoff,
+        };
+    }
+    if request.is_some_and(|r| r.balance_bypass) && mode.policy != WritePolicy::PassThrough {
+        mode = EffectiveMode {
+            policy: WritePolicy::PassThrough,
+            cause: ModeCause::LoadBalance,
         };
     }
     if let Some(line) = line {
@@ -196,6 +211,7 @@ mod tests {
             };
             let seq = RequestFacts {
                 sequential_bypass: true,
+                ..RequestFacts::default()
             };
             let m = resolve(&s, Some(&seq), Some(&line));
             assert_eq!(
@@ -247,5 +263,37 @@ mod tests {
             ..at_cap
         };
         assert_eq!(resolve(&ws, None, Some(&superseding)).cause, ModeCause::DirtyCap);
+    }
+
+    #[test]
+    fn a_balance_bypass_passes_through_but_never_drops_dirty_data() {
+        for configured in ALL {
+            let mut s = ModeSettings::new(configured);
+            s.controller = Some(WritePolicy::WriteOnly);
+            let bypass = RequestFacts {
+                balance_bypass: true,
+                ..RequestFacts::default()
+            };
+            let m = resolve(&s, Some(&bypass), None);
+            assert_eq!(
+                (m.policy, m.cause),
+                (WritePolicy::PassThrough, ModeCause::LoadBalance)
+            );
+            // A written line with dirty sectors stays in the cache.
+            let line = LineFacts {
+                supersedes_dirty: true,
+                ..LineFacts::default()
+            };
+            assert_eq!(
+                resolve(&s, Some(&bypass), Some(&line)).cause,
+                ModeCause::DirtySupersede
+            );
+            // An earlier reason for passing through is kept.
+            let both = RequestFacts {
+                sequential_bypass: true,
+                balance_bypass: true,
+            };
+            assert_eq!(resolve(&s, Some(&both), None).cause, ModeCause::SequentialCutoff);
+        }
     }
 }

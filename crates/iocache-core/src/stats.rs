@@ -56,6 +56,11 @@ pub struct CacheStats {
     pub dirty_cap_write_throughs: u64,
     /// Requests that bypassed the cache as part of a long sequential stream.
     pub seq_cutoff_requests: u64,
+    /// Requests a load balancer sent to the backend (`balance/`).
+    pub balance_bypasses: u64,
+    /// Requests a load balancer asked to send to the backend that stayed,
+    /// because some of their sectors were dirty in the cache.
+    pub balance_bypasses_refused_dirty: u64,
     /// Times the background cleaner ran (and found lines to flush).
     pub cleaner_runs: u64,
     pub backend_read_bytes: u64,
@@ -91,6 +96,8 @@ macro_rules! for_each_counter {
         $a.dirty_victims_kept $op $b.dirty_victims_kept;
         $a.dirty_cap_write_throughs $op $b.dirty_cap_write_throughs;
         $a.seq_cutoff_requests $op $b.seq_cutoff_requests;
+        $a.balance_bypasses $op $b.balance_bypasses;
+        $a.balance_bypasses_refused_dirty $op $b.balance_bypasses_refused_dirty;
         $a.cleaner_runs $op $b.cleaner_runs;
         $a.backend_read_bytes $op $b.backend_read_bytes;
         $a.backend_write_bytes $op $b.backend_write_bytes;

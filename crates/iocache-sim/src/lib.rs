@@ -4,6 +4,8 @@
 //! same code the real engine runs, and reports what they decided: hit ratios,
 //! promotions, evictions and the bytes each device would move.
 
+pub mod adapt;
+pub mod burst;
 mod error;
 pub mod reca;
 pub mod report;
@@ -12,6 +14,7 @@ pub mod spec;
 pub mod timing;
 pub mod trace_stats;
 
+pub use adapt::{AdaptReport, AdaptRow, AdaptSpec, Adapter};
 pub use error::SimError;
 pub use run::{
     request_of, simulate, Reconfigure, RunResult, SimOptions, SimReport, TimingSetup, Trigger, BATCH_REQUESTS,

@@ -75,6 +75,9 @@ pub struct JsonRun {
     /// Latency, IOPS and device load when `--timing` was on (see docs/timing-model.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timing: Option<crate::timing::TimingReport>,
+    /// The adaptive controller's intervals when `--adapt` was on (`adapt.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapt: Option<crate::adapt::AdaptReport>,
 }
 
 /// Eviction batches of at most `max_lines` lines (and more than the previous bucket's).
@@ -162,6 +165,7 @@ impl JsonRun {
             },
             policy_counters: r.policy_counters.iter().copied().collect(),
             timing: r.timing.clone(),
+            adapt: r.adapt.clone(),
         }
     }
 }

@@ -8,9 +8,10 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iocache_core::{Cache, CacheStats, FlushToken, IoKind, OpList, Request};
+use iocache_core::{AccessHints, Cache, CacheStats, FlushToken, IoKind, OpList, Request};
 use iocache_trace::{TraceReader, TraceRecord};
 
+use crate::adapt::{AdaptReport, AdaptSpec, Adapter};
 use crate::error::SimError;
 use crate::spec::RunSpec;
 use crate::timing::{ArrivalMode, DeviceSpec, Replay, TimingConfig, TimingError, TimingModel, TimingReport};
@@ -45,6 +46,8 @@ pub struct SimOptions {
     pub reconfigure: Vec<Reconfigure>,
     /// `--adapt reca`: ReCA's controller beside every cache (`reca.rs`).
     pub reca: Option<crate::reca::RecaOptions>,
+    /// An adaptive controller driving every cache (needs `timing`).
+    pub adapt: Option<AdaptSpec>,
 }
 
 impl Default for SimOptions {
@@ -55,6 +58,7 @@ impl Default for SimOptions {
             timing: None,
             reconfigure: Vec::new(),
             reca: None,
+            adapt: None,
         }
     }
 }
@@ -125,6 +129,8 @@ pub struct RunResult {
     pub timing: Option<TimingReport>,
     /// What ReCA's controller did, with `--adapt reca`.
     pub reca: Option<crate::reca::RecaRun>,
+    /// The adaptive controller's intervals and decisions, with `--adapt`.
+    pub adapt: Option<AdaptReport>,
 }
 
 #[derive(Clone, Debug)]
@@ -162,6 +168,7 @@ pub fn request_of(record: &TraceRecord) -> Request {
 struct Timed {
     model: TimingModel,
     replay: Replay,
+    adapter: Option<Adapter>,
 }
 
 struct Runner {
@@ -185,7 +192,13 @@ struct Runner {
 impl Runner {
     fn new(index: usize, spec: &RunSpec, options: &SimOptions) -> Result<Self, SimError> {
         let timing = options.timing.as_ref();
+        let adapt = options.adapt.as_ref();
         let timed = match timing {
+            None if adapt.is_some() => {
+                return Err(SimError::Spec(
+                    "--adapt needs the timing model (--timing): controllers read the device queues".into(),
+                ))
+            }
             None => None,
             Some(t) => {
                 let config = TimingConfig {
@@ -195,9 +208,15 @@ impl Runner {
                     series_interval_ns: t.series_interval_ns,
                 };
                 let timing_error = |e: TimingError| SimError::Spec(e.to_string());
+                let mut model = TimingModel::new(&config).map_err(timing_error)?;
+                let adapter = adapt.map(|a| {
+                    model.track_queues();
+                    Adapter::new(a, &t.cache, &t.backend, config.line_bytes, t.series_interval_ns)
+                });
                 Some(Timed {
-                    model: TimingModel::new(&config).map_err(timing_error)?,
+                    model,
                     replay: Replay::new(t.arrivals).map_err(timing_error)?,
+                    adapter,
                 })
             }
         };
@@ -238,8 +257,16 @@ impl Runner {
                     t.model.reset_stats();
                 }
             }
+            let hints = match &mut self.timed {
+                Some(Timed {
+                    model,
+                    adapter: Some(adapter),
+                    ..
+                }) => adapter.before_request(request.now_ns, request.kind, &mut self.cache, model),
+                _ => AccessHints::default(),
+            };
             // Requests were validated when the batch was built.
-            let _ = self.cache.access(&request, &mut self.ops);
+            let _ = self.cache.access_with(&request, hints, &mut self.ops);
             if let Some(t) = &mut self.timed {
                 t.model.submit(request.now_ns, request.kind, self.ops.ops());
             }
@@ -299,7 +326,12 @@ impl Runner {
         }
     }
 
-    fn finish(self) -> (usize, RunResult) {
+    fn finish(mut self) -> (usize, RunResult) {
+        let adapt = self
+            .timed
+            .as_mut()
+            .and_then(|t| t.adapter.take())
+            .map(|a| a.finish(&mut self.cache));
         let now = self.total_stats();
         let base = self.warm_base.unwrap_or(now);
         (
@@ -314,6 +346,7 @@ impl Runner {
                 policy_counters: self.cache.policy_counters(),
                 timing: self.timed.map(|t| t.model.finish()),
                 reca: self.reca.map(crate::reca::RecaDriver::finish),
+                adapt,
             },
         )
     }

@@ -36,6 +36,7 @@ fn run(text: &str, format: TraceFormat, specs: &[RunSpec], warmup: u64, threads:
         timing: None,
         reconfigure: Vec::new(),
         reca: None,
+        adapt: None,
     };
     simulate(&mut reader(text, format), specs, &options, &mut |_, _| {}).unwrap()
 }

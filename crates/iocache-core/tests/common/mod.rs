@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use iocache_core::{
-    Cache, CacheConfig, FlushOrder, FlushToken, IoKind, LineSize, Op, OpList, PolicySpec, Request,
-    WritePolicy, SECTOR_BYTES,
+    AccessHints, Cache, CacheConfig, FlushOrder, FlushToken, IoKind, LineSize, Op, OpList, PolicySpec,
+    Request, WritePolicy, SECTOR_BYTES,
 };
 use proptest::prelude::*;
 
@@ -137,6 +137,11 @@ impl Harness {
 
     /// Runs one request; for reads, asserts the data returned is the latest written.
     pub fn run(&mut self, request: Request) {
+        self.run_with(request, AccessHints::default());
+    }
+
+    /// [`Harness::run`] through `Cache::access_with`.
+    pub fn run_with(&mut self, request: Request, hints: AccessHints) {
         let sectors = (request.length_bytes / SECTOR_BYTES) as usize;
         let first = request.offset_bytes / SECTOR_BYTES;
         let mut buffer = vec![0u64; sectors];
@@ -147,7 +152,7 @@ impl Harness {
                 self.reference.insert((request.volume, first + i as u64), *value);
             }
         }
-        self.cache.access(&request, &mut self.ops).unwrap();
+        self.cache.access_with(&request, hints, &mut self.ops).unwrap();
         self.world.execute(&request, self.ops.ops(), &mut buffer);
         self.cache.check_invariants();
         if request.kind == IoKind::Read {

@@ -62,6 +62,7 @@ use iocache_core::{IoKind, Op};
 
 use super::device::{Device, DeviceSpec, Dir};
 use super::histogram::Histogram;
+use super::queues::{cache_class, DeviceQueue, QueueTracker};
 use super::report::{DeviceReport, TimingReport};
 use super::series::{Series, Span};
 use super::TimingError;
@@ -186,6 +187,8 @@ pub struct TimingModel {
     background_ops: u64,
     series_interval: Option<u64>,
     series: Option<Series>,
+    /// What each device holds, when a load balancer asks (`queues.rs`).
+    queues: Option<QueueTracker>,
     // Scratch for building one op list's graph.
     slot_last: FxHashMap<u32, u32>,
     backend_reads: Vec<(u64, u64, u32)>,
@@ -235,6 +238,7 @@ impl TimingModel {
             background_ops: 0,
             series_interval: config.series_interval_ns,
             series: config.series_interval_ns.map(|i| Series::new(i, servers)),
+            queues: None,
             slot_last: FxHashMap::default(),
             backend_reads: Vec::new(),
             write_backs: Vec::new(),
@@ -245,6 +249,22 @@ impl TimingModel {
     /// The model's clock: the time of the last event processed or request submitted.
     pub fn now_ns(&self) -> u64 {
         self.now
+    }
+
+    /// Starts keeping what each device holds, for [`Self::queues`].
+    pub fn track_queues(&mut self) {
+        self.queues.get_or_insert_with(QueueTracker::default);
+    }
+
+    /// What the cache device (`[0]`, by R/W/P/E class) and the backend
+    /// (`[1]`, reads and writes) hold at the model's clock: I/Os waiting or
+    /// in service. Empty unless [`Self::track_queues`] was called before
+    /// they were scheduled.
+    pub fn queues(&mut self) -> [DeviceQueue; 2] {
+        let now = self.now;
+        self.queues
+            .as_mut()
+            .map_or([DeviceQueue::default(); 2], |q| q.at(now))
     }
 
     /// Requests submitted and not yet completed (background work not counted).
@@ -676,6 +696,14 @@ impl TimingModel {
             series.add(d, Span::Waiting, at, s.start_ns);
         }
         self.horizon = self.horizon.max(s.end_ns);
+        if let Some(q) = &mut self.queues {
+            let class = match (node.device, node.dir) {
+                (CACHE, dir) => cache_class(dir, node.visible) as u8,
+                (_, Dir::Read) => 0,
+                (_, Dir::Write) => 1,
+            };
+            q.add(d, class, s.end_ns);
+        }
         if node.first_edge != NONE {
             self.push(s.end_ns, EventKind::Done, n);
         } else {
