@@ -87,6 +87,15 @@ impl fmt::Display for FieldError {
     }
 }
 
+/// How [`TraceError::Interrupted`] names its stop.
+fn stop_word(truncated: bool) -> &'static str {
+    if truncated {
+        "truncated"
+    } else {
+        "read failed"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,14 +117,5 @@ mod tests {
             reason: "why".into(),
         };
         assert_eq!(e.to_string(), "x: cannot determine the trace format: why");
-    }
-}
-
-/// How [`TraceError::Interrupted`] names its stop.
-fn stop_word(truncated: bool) -> &'static str {
-    if truncated {
-        "truncated"
-    } else {
-        "read failed"
     }
 }
