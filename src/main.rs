@@ -5,6 +5,7 @@ mod config;
 mod devices;
 mod logging;
 mod metrics;
+mod mrc_cli;
 mod progress;
 mod reca_cli;
 mod running;
@@ -79,6 +80,9 @@ enum Command {
 enum TraceCommand {
     /// Characterize a trace: mix, sizes, footprint and working-set size.
     Stats(TraceStatsArgs),
+    /// Miss-ratio curves of LRU at every cache size in one pass: exact (stack distances) or
+    /// sampled (SHARDS); each exact point equals `iocache sim --policy lru` at that size.
+    Mrc(mrc_cli::TraceMrcArgs),
 }
 
 #[derive(Args)]
@@ -366,6 +370,9 @@ fn main() {
         Command::Trace {
             command: TraceCommand::Stats(args),
         } => run_trace_stats(args),
+        Command::Trace {
+            command: TraceCommand::Mrc(args),
+        } => mrc_cli::run(args),
     };
     if let Err(e) = result {
         eprintln!("iocache: error: {}", error_chain_text(&e));

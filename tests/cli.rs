@@ -423,3 +423,50 @@ fn log_levels_completions_and_man_pages() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn trace_mrc_writes_the_documented_json_and_matches_sim() {
+    let o = iocache(&[
+        "trace",
+        "mrc",
+        SAMPLE,
+        "--sizes",
+        "64,1MiB",
+        "--method",
+        "exact,shards:0.5",
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let curves = json["curves"].as_array().unwrap();
+    assert_eq!(curves.len(), 2);
+    assert_eq!(curves[0]["method"], "exact");
+    let points = curves[0]["points"].as_array().unwrap();
+    assert_eq!(points[0]["cache_lines"], 64);
+    assert_eq!(points[1]["cache_lines"], 256);
+    assert_eq!(points[1]["cache_bytes"], 1 << 20);
+    assert!(curves[1]["max_error_vs_exact"].as_f64().is_some());
+    let o = iocache(&[
+        "sim",
+        "--trace",
+        SAMPLE,
+        "--policy",
+        "lru",
+        "--cache-size",
+        "64,256",
+        "--json",
+        "-",
+    ]);
+    let sim: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    for (point, run) in points.iter().zip(sim["runs"].as_array().unwrap()) {
+        let miss = 1.0 - run["hits"].as_f64().unwrap() / run["accesses"].as_f64().unwrap();
+        assert!(
+            (point["miss_ratio"].as_f64().unwrap() - miss).abs() < 1e-12,
+            "{point} vs {miss}"
+        );
+    }
+    let o = iocache(&["trace", "mrc", SAMPLE, "--method", "belady"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("shards:RATE"), "{}", stderr(&o));
+}

@@ -1,0 +1,136 @@
+//! Miss-ratio curves against the simulator they summarize: every exact
+//! point equals `simulate` with LRU at that size, access for access (also
+//! with requests that cover parts of lines, reads and writes, several
+//! volumes), and SHARDS stays within its error bound on a skewed workload.
+
+use iocache_core::{LineSize, PolicySpec, WritePolicy};
+use iocache_sim::mrc::{miss_ratio_curves, MrcMethod, MrcReport};
+use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, SimOptions};
+use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
+
+fn reader(text: &str) -> TraceReader {
+    TraceReader::from_reader(
+        "memory",
+        Box::new(std::io::Cursor::new(text.as_bytes().to_vec())),
+        Some(TraceFormat::Tencent),
+        ReaderOptions::default(),
+    )
+    .unwrap()
+}
+
+/// A pseudo-random Tencent-format trace (offsets and sizes in sectors,
+/// 0 = read): a hot set and a cold range, sector-granular offsets and
+/// sizes so that lines are often partly accessed.
+fn trace(requests: usize, span_sectors: u64, seed: u64) -> String {
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut out = String::new();
+    for i in 0..requests {
+        let r = next();
+        let hot = r % 10 < 7;
+        let offset = if hot {
+            next() % (span_sectors / 20)
+        } else {
+            next() % span_sectors
+        };
+        let sectors = 1 + next() % 24;
+        let write = next() % 4 == 0;
+        let volume = next() % 2;
+        out.push_str(&format!(
+            "{},{offset},{sectors},{},{volume}\n",
+            i / 100,
+            write as u8
+        ));
+    }
+    out
+}
+
+fn curves(text: &str, line: u64, methods: &[MrcMethod], sizes: &[u64]) -> MrcReport {
+    miss_ratio_curves(
+        &mut reader(text),
+        LineSize::new(line).unwrap(),
+        methods,
+        Some(sizes),
+        &mut |_, _| {},
+    )
+    .unwrap()
+}
+
+/// Hits of the simulator's LRU (write-back, promotion always) per size.
+fn lru_hits(text: &str, line: u64, sizes: &[u64]) -> Vec<(u64, u64)> {
+    let specs = combinations(
+        &[PolicySpec::lru()],
+        &sizes.iter().map(|&n| CacheSize::Lines(n)).collect::<Vec<_>>(),
+        &[LineSize::new(line).unwrap()],
+        &CacheSettings {
+            write_policy: WritePolicy::WriteBack,
+            ..CacheSettings::default()
+        },
+    )
+    .unwrap();
+    let options = SimOptions {
+        threads: 1,
+        ..SimOptions::default()
+    };
+    let report = simulate(&mut reader(text), &specs, &options, &mut |_, _| {}).unwrap();
+    report
+        .runs
+        .iter()
+        .map(|r| (r.stats.read_hits + r.stats.write_hits, r.stats.accesses))
+        .collect()
+}
+
+#[test]
+fn exact_points_equal_the_simulated_lru_access_for_access() {
+    let sizes = [1, 2, 3, 5, 8, 13, 40, 100, 333, 1000, 4000];
+    for (line, seed) in [(4096, 7), (512, 11), (16384, 13), (32768, 17)] {
+        let text = trace(6000, 40_000, seed);
+        let report = curves(&text, line, &[MrcMethod::Exact], &sizes);
+        let simulated = lru_hits(&text, line, &sizes);
+        for (point, (hits, accesses)) in report.curves[0].points.iter().zip(&simulated) {
+            assert_eq!(report.line_accesses, *accesses);
+            let curve_hits = ((1.0 - point.miss_ratio) * *accesses as f64).round() as u64;
+            assert_eq!(
+                curve_hits, *hits,
+                "line {line} B, {} lines: the curve says {curve_hits} hits, LRU had {hits}",
+                point.cache_lines
+            );
+        }
+    }
+}
+
+#[test]
+fn sampled_curves_stay_near_the_exact_one() {
+    // A larger footprint, so that sampling has lines to sample.
+    let text = trace(200_000, 4_000_000, 99);
+    let sizes: Vec<u64> = (4..18).map(|p| 1u64 << p).collect();
+    let report = curves(
+        &text,
+        4096,
+        &[
+            MrcMethod::Exact,
+            MrcMethod::Shards { rate: 0.1 },
+            MrcMethod::ShardsFixed { max_lines: 8192 },
+        ],
+        &sizes,
+    );
+    for curve in &report.curves[1..] {
+        let error = curve.max_error_vs_exact.unwrap();
+        assert!(error < 0.02, "{}: largest difference {error}", curve.method);
+        assert!(curve.sampled_accesses < report.line_accesses);
+    }
+    let fixed = &report.curves[2];
+    assert!(fixed.sampled_lines <= 8192 && fixed.final_rate < 1.0, "{fixed:?}");
+    // A curve never rises with the cache size.
+    for curve in &report.curves {
+        assert!(curve
+            .points
+            .windows(2)
+            .all(|w| w[1].miss_ratio <= w[0].miss_ratio + 1e-12));
+    }
+}

@@ -1,0 +1,145 @@
+//! Why this file exists: `iocache trace mrc`, the command line of the
+//! simulator's miss-ratio curves (`iocache_sim::mrc`), kept out of main.rs
+//! so that each command's options and output live in one place.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use iocache_sim::mrc::{miss_ratio_curves, MrcMethod, MrcReport};
+use iocache_sim::CacheSize;
+
+use crate::{parse_line_size, print_stdout, progress, OutputFile, TraceInput};
+
+#[derive(Args)]
+pub struct TraceMrcArgs {
+    /// Trace file, or `-` for stdin.
+    #[arg(value_name = "PATH")]
+    trace: PathBuf,
+    /// Trace format (detected when omitted).
+    #[arg(long, value_name = "NAME")]
+    format: Option<String>,
+    /// Skip malformed lines (and report how many) instead of stopping at the first.
+    #[arg(long)]
+    skip_bad_lines: bool,
+    /// Cache line size (a size with a unit, 512B to 32KiB).
+    #[arg(long, default_value = "4KiB", value_name = "SIZE")]
+    line_size: String,
+    /// Cache sizes of the curve's points, comma separated: a bare number is a line count, a size
+    /// with a unit is bytes (default: powers of two up to the footprint).
+    #[arg(long, value_delimiter = ',', value_name = "SIZES")]
+    sizes: Vec<String>,
+    /// Methods, comma separated: exact (stack distances, every access), shards:RATE (spatial
+    /// sampling at RATE, e.g. shards:0.01), shards-fixed:LINES (at most LINES sampled lines).
+    #[arg(long, default_value = "exact", value_delimiter = ',', value_name = "METHODS")]
+    method: Vec<String>,
+    /// Write the curves as JSON to PATH, or to stdout with `-` (docs/sim-json.md).
+    #[arg(long, value_name = "PATH|-")]
+    json: Option<String>,
+}
+
+/// `iocache trace mrc`.
+pub fn run(args: TraceMrcArgs) -> Result<()> {
+    let input = TraceInput {
+        trace: args.trace,
+        format: args.format,
+        skip_bad_lines: args.skip_bad_lines,
+    };
+    let line = parse_line_size(&args.line_size)?;
+    let methods = args
+        .method
+        .iter()
+        .map(|m| m.parse::<MrcMethod>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let sizes: Vec<u64> = args
+        .sizes
+        .iter()
+        .map(|s| {
+            let size: CacheSize = s.parse().with_context(|| format!("--sizes {s}"))?;
+            let lines = match size {
+                CacheSize::Lines(n) => n,
+                CacheSize::Bytes(b) => b / line.bytes(),
+            };
+            if lines == 0 {
+                bail!("--sizes {s}: less than one line of {}", line.bytes());
+            }
+            Ok(lines)
+        })
+        .collect::<Result<_>>()?;
+    let mut sizes = sizes;
+    sizes.sort_unstable();
+    sizes.dedup();
+    let json_file = OutputFile::check("--json", args.json.as_deref())?;
+    let mut reader = input.open().map_err(|e| input.explain(e))?;
+    let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
+    let report = miss_ratio_curves(
+        &mut reader,
+        line,
+        &methods,
+        (!sizes.is_empty()).then_some(sizes.as_slice()),
+        &mut |r, n| bar.update(r, n),
+    )
+    .map_err(|e| input.explain(e.into()))?;
+    bar.finish();
+    if report.requests == 0 {
+        bail!("{}: the trace holds no data requests", reader.name());
+    }
+    let json = serde_json::to_string_pretty(&report)?;
+    match (args.json.as_deref(), json_file) {
+        (Some(_), None) => return print_stdout(&json),
+        (Some(path), Some(file)) => file
+            .write(&(json + "\n"))
+            .with_context(|| format!("writing {path}"))?,
+        _ => {}
+    }
+    print_table(&report);
+    Ok(())
+}
+
+fn print_table(report: &MrcReport) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "trace {} ({}): {} line accesses of {} B lines, footprint {} lines, {} in {:.2} s",
+        report.trace,
+        report.format,
+        report.line_accesses,
+        report.line_size,
+        report.footprint_lines,
+        crate::text::count(report.curves.len() as u64, "curve"),
+        report.seconds
+    );
+    for curve in &report.curves {
+        if curve.method != "exact" {
+            let _ = writeln!(
+                out,
+                "{}: {} sampled lines, final rate {:.5}{}",
+                curve.method,
+                curve.sampled_lines,
+                curve.final_rate,
+                curve.max_error_vs_exact.map_or(String::new(), |e| format!(
+                    ", largest difference from exact {e:.4}"
+                ))
+            );
+        }
+    }
+    let mut header = vec!["cache lines".to_string(), "cache size".to_string()];
+    header.extend(report.curves.iter().map(|c| format!("miss {}", c.method)));
+    let mut rows = Vec::new();
+    for (i, point) in report.curves[0].points.iter().enumerate() {
+        let mut row = vec![
+            point.cache_lines.to_string(),
+            iocache_core::units::format_byte_size(point.cache_bytes),
+        ];
+        row.extend(
+            report
+                .curves
+                .iter()
+                .map(|c| format!("{:.4}", c.points[i].miss_ratio)),
+        );
+        rows.push(row);
+    }
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let _ = write!(out, "{}", iocache_sim::report::table(&header, &rows));
+}
