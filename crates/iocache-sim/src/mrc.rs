@@ -217,6 +217,8 @@ struct Accumulator {
     /// Sampled lines by hash, for shards-fixed to drop the largest.
     by_hash: BTreeSet<(u64, LineKey)>,
     markers: TimeMarkers,
+    /// Lines with a marker (`lines.len()`, kept apart for the borrow).
+    lines_tracked: usize,
     time: usize,
     /// Weight of accesses that hit every cache above `threshold lines`
     /// (scaled), keyed by that threshold.
@@ -256,6 +258,7 @@ impl Accumulator {
             lines: HashMap::default(),
             by_hash: BTreeSet::new(),
             markers: TimeMarkers::new(),
+            lines_tracked: 0,
             time: 0,
             hits_above: HashMap::default(),
             accesses: 0.0,
@@ -289,14 +292,18 @@ impl Accumulator {
                     },
                 );
                 self.markers.add(now, 1);
+                self.lines_tracked += 1;
                 if matches!(self.method, MrcMethod::ShardsFixed { .. }) {
                     self.by_hash.insert((hash, key));
                     self.shrink_to_fit();
                 }
             }
             Some(line) => {
-                // Distinct lines since this line's previous access.
-                let distance = self.markers.prefix(now) - self.markers.prefix(line.last_time + 1);
+                // Distinct lines since this line's previous access: every
+                // tracked line has one marker, at its latest access, and
+                // all of them are before `now`.
+                let tracked = self.lines_tracked as u64;
+                let distance = tracked - self.markers.prefix(line.last_time + 1);
                 let mut covered = 0u64;
                 let mut largest = distance;
                 let mut threshold = None;
@@ -350,6 +357,7 @@ impl Accumulator {
             let (hash, key) = self.by_hash.pop_last().expect("above max_lines");
             if let Some(line) = self.lines.remove(&key) {
                 self.markers.add(line.last_time, -1);
+                self.lines_tracked -= 1;
             }
             self.threshold = hash;
         }
