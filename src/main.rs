@@ -3,6 +3,7 @@
 mod admin;
 mod config;
 mod devices;
+mod gen_cli;
 mod logging;
 mod metrics;
 mod mrc_cli;
@@ -56,6 +57,8 @@ enum Command {
     Ctl(admin::CtlArgs),
     /// Simulate caches over a block I/O trace (every policy × size in one pass).
     Sim(Box<SimArgs>),
+    /// Generate a synthetic workload from a TOML spec: a trace (and the equivalent fio job).
+    Gen(gen_cli::GenArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout, e.g.
     /// `iocache completions bash > /etc/bash_completion.d/iocache`.
     Completions {
@@ -360,6 +363,7 @@ fn main() {
         Command::Ctl(args) => admin::ctl(args),
         Command::Sim(args) => run_sim(*args),
         Command::Policies => list_policies(),
+        Command::Gen(args) => gen_cli::run(args),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();

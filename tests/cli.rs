@@ -470,3 +470,54 @@ fn trace_mrc_writes_the_documented_json_and_matches_sim() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("shards:RATE"), "{}", stderr(&o));
 }
+
+#[test]
+fn gen_writes_a_trace_sim_reads_and_a_fio_job() {
+    let dir = std::env::temp_dir().join(format!("iocache-cli-gen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("zoned.csv.gz");
+    let fio = dir.join("zoned.fio");
+    let o = iocache(&[
+        "gen",
+        "examples/workloads/asplos-zoned.toml",
+        "-o",
+        trace.to_str().unwrap(),
+        "--fio",
+        fio.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&fio)
+        .unwrap()
+        .contains("random_distribution=zoned:85/10:15/90"));
+    let o = iocache(&[
+        "sim",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--cache-size",
+        "100MiB",
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(json["format"], "msr");
+    assert_eq!(json["trace_records"], 300_000);
+    let again = iocache(&["gen", "examples/workloads/asplos-zoned.toml"]);
+    let once_more = iocache(&["gen", "examples/workloads/asplos-zoned.toml"]);
+    assert!(
+        again.status.success() && again.stdout == once_more.stdout,
+        "not reproducible"
+    );
+    let bad = temp_file(
+        "bad.toml",
+        "volume_size = \"1GiB\"\n[[phase]]\nrequests = 10\ndistribution = \"zipf\"\n",
+    );
+    let o = iocache(&["gen", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("phase 1") && stderr(&o).contains("zipf"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,6 +14,7 @@ mod run;
 pub mod spec;
 pub mod timing;
 pub mod trace_stats;
+pub mod workload;
 
 pub use adapt::{AdaptReport, AdaptRow, AdaptSpec, Adapter};
 pub use error::SimError;
