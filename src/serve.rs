@@ -46,7 +46,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
-        "persistence", "read_only", "socket",
+        "persistence", "read_only", "socket", "adapt", "adapt_interval",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
     ])]
@@ -119,6 +119,16 @@ pub struct ServeArgs {
     /// earlier run left are still written back to the backend.
     #[arg(long)]
     read_only: bool,
+    /// A load balancer between the cache device and the backend (docs/results/lbica.md): lbica
+    /// (changes the write policy while the cache device is the bottleneck, and sends the tail of
+    /// its queue to the backend) or sib (sends single requests to the backend when they would
+    /// complete there sooner), with the simulator's knobs: lbica[:enter=1:floor=0.1:hold=2:...],
+    /// sib[:margin=1]. Requests whose sectors are dirty in the cache are never sent around it.
+    #[arg(long, value_name = "lbica|sib[:KEY=VALUE...]")]
+    adapt: Option<String>,
+    /// The load balancer's interval [default: 100ms].
+    #[arg(long, value_name = "DURATION", requires = "adapt")]
+    adapt_interval: Option<String>,
     /// Format the cache devices instead of loading the caches they hold (refused when one holds
     /// dirty lines, unless --force).
     #[arg(long)]
@@ -329,6 +339,7 @@ fn open_cache_group(
             },
             volume_name: v.export.clone(),
             array,
+            balance: v.adapt.as_ref().map(|a| a.config),
         },
         cache_dev,
         backends,
@@ -347,6 +358,9 @@ fn open_cache_group(
         ),
     })?;
     report_start(config, members, &engine, v);
+    if let Some(adapt) = &v.adapt {
+        log::info!("cache {}: load balancer {}", v.cache.display(), adapt.text);
+    }
     Ok(CacheGroup {
         path: v.cache.clone(),
         canonical,
@@ -895,6 +909,8 @@ impl ServeArgs {
             direct: self.direct,
             persistence: self.persistence,
             read_only: self.read_only,
+            adapt: self.adapt,
+            adapt_interval: self.adapt_interval,
         };
         let mut volume = text.validate(&Origin::Flags)?;
         // Only the embedded default creates its backend unasked: a named
