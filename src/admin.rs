@@ -253,9 +253,13 @@ fn balance_json(s: &iocache_engine::EngineStats, config: &crate::config::VolumeC
 
 /// The text lines of `queue_json`: each class's count, in flight and mean
 /// latency.
-fn queue_text(q: &Value) -> String {
+fn queue_text(q: &Value, order: &[&str]) -> String {
     let mut parts = Vec::new();
-    for (name, c) in q["classes"].as_object().into_iter().flatten() {
+    for name in order {
+        let c = &q["classes"][name];
+        if c.is_null() {
+            continue;
+        }
         parts.push(format!(
             "{name} {} ({} in flight, {:.1} µs)",
             c["completed"],
@@ -852,8 +856,14 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
             );
         }
         if v["queues"].is_object() {
-            println!("  cache I/O  {}", queue_text(&v["queues"]["cache"]));
-            println!("  backend IO {}", queue_text(&v["queues"]["backend"]));
+            println!(
+                "  cache I/O  {}",
+                queue_text(&v["queues"]["cache"], &["R", "W", "P", "E"])
+            );
+            println!(
+                "  backend IO {}",
+                queue_text(&v["queues"]["backend"], &["read", "write", "writeback"])
+            );
         }
         let b = &v["balance"];
         if b.is_object() {
