@@ -158,6 +158,34 @@ pub struct VolumeConfig {
     /// A load balancer between the cache device and the backends
     /// (`adapt = "lbica"`), with the text it was given.
     pub adapt: Option<Adapt>,
+    /// For experiments (`serve --slow-cache`, a hidden flag): the cache
+    /// device slowed down.
+    pub slow_cache: Option<SlowCache>,
+}
+
+/// `--slow-cache LATENCY[:servers=N]`: latency added to every cache-device
+/// I/O, through `servers` at once (0: no limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlowCache {
+    pub latency_ns: u64,
+    pub servers: u64,
+}
+
+impl SlowCache {
+    pub fn parse(text: &str) -> Result<SlowCache> {
+        let mut parts = text.split(':');
+        let latency_ns = parse_duration_ns(parts.next().unwrap_or(""))?;
+        let mut servers = 1;
+        for part in parts {
+            match part.split_once('=') {
+                Some(("servers", n)) => {
+                    servers = n.parse().map_err(|_| anyhow!("servers: `{n}` is not a count"))?
+                }
+                _ => bail!("`{part}`: expected servers=N"),
+            }
+        }
+        Ok(SlowCache { latency_ns, servers })
+    }
 }
 
 /// `adapt` and `adapt_interval`, validated.
@@ -602,6 +630,7 @@ impl VolumeText {
             persistence,
             read_only: self.read_only,
             adapt,
+            slow_cache: None,
         })
     }
 }
