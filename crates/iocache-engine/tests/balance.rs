@@ -286,3 +286,60 @@ fn sib_bypassing_loses_nothing() {
     assert_eq!(switches, 0, "SIB never changes the policy");
     assert!(bypassed > 0, "SIB sent nothing around a saturated cache");
 }
+
+/// SIB over a cache restarted warm, serving only hits: the backend serves
+/// nothing, so only the controller's probe can tell SIB how fast it is;
+/// once it knows, the saturated cache's tail goes to the backend, and
+/// every read still returns what was written.
+#[test]
+fn sib_learns_a_backend_the_cache_never_used() {
+    const LINES: u64 = 24;
+    let devices = Devices::new();
+    let data = |line: u64| pattern(line % THREADS, line + 1).repeat(8);
+    // A first run writes the lines; its shutdown writes them back and
+    // leaves them cached and clean.
+    let engine = devices.engine(None);
+    for line in 0..LINES {
+        engine.write(line * 4096, &data(line), false).unwrap();
+    }
+    engine.shutdown().unwrap();
+    drop(engine);
+    devices.cache.set_latency(Duration::from_micros(250));
+    devices.cache.set_servers(1);
+    devices.backend.set_latency(Duration::from_micros(100));
+    let engine = devices.engine(Some(BalanceConfig {
+        controller: BalanceController::Sib(SibConfig::default()),
+        interval_ns: 20_000_000,
+    }));
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let engine = &engine;
+            s.spawn(move || {
+                let started = Instant::now();
+                let mut n = t;
+                let mut buf = vec![0u8; 4096];
+                while started.elapsed() < Duration::from_millis(800) {
+                    n += 7;
+                    let line = n % LINES;
+                    engine.read(line * 4096, &mut buf).unwrap();
+                    assert!(buf == data(line), "line {line} wrong");
+                }
+            });
+        }
+    });
+    let stats = engine.stats();
+    assert_eq!(
+        stats.recovery.clean_lines, LINES,
+        "the lines were not cached warm"
+    );
+    assert!(
+        stats.backend_queue.classes[0].completed > 0,
+        "the backend was never probed"
+    );
+    assert!(
+        stats.cache.balance_bypasses > 0,
+        "SIB sent nothing around a saturated cache: {:?}",
+        stats.balance
+    );
+    engine.shutdown().unwrap();
+}

@@ -26,12 +26,15 @@
 //! The request path reads the I/Os in flight on both devices now and the
 //! last interval's `L` and `S` (`DeviceLoad`), only when the controller
 //! has a bypass in force. No bypass is published before both devices have
-//! a measured `S`.
+//! a measured `S`; a device that has served nothing yet (the backend of a
+//! cache that absorbs every request, which SIB alone would never send
+//! anything to) is probed with one line-sized read per interval until it
+//! has (counted with the backend's, or the cache's R, reads).
 //!
 //! Volumes sharing the cache device count as one backend (a known limit).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use iocache_core::balance::queue_mix::QueueMix;
@@ -40,7 +43,7 @@ use iocache_core::balance::{
 };
 use iocache_core::{AccessHints, WritePolicy};
 
-use super::queues::QueueSnapshot;
+use super::queues::{backend_class, cache_class, QueueSnapshot};
 use super::{lock, Inner};
 
 /// Which controller, with its knobs.
@@ -265,6 +268,26 @@ impl Inner {
         (requests, bypasses)
     }
 
+    /// One line-sized read of the cache device (at slot 0's place) or of
+    /// the first volume's backend (at its start), timed like the others:
+    /// the `S` of a device that has served nothing yet. A failed probe
+    /// measures nothing.
+    fn probe(&self, backend: bool) {
+        if backend {
+            let device = Arc::clone(lock_read(&self.volumes).first().backend());
+            let mut buf = vec![0u8; self.line_bytes.min(device.len_bytes()) as usize];
+            let _ = self
+                .queues
+                .backend
+                .time(&self.clock, backend_class::READ, || device.read_at(&mut buf, 0));
+        } else {
+            let mut buf = vec![0u8; self.line_bytes as usize];
+            let _ = self.queues.cache.time(&self.clock, cache_class::READ_HIT, || {
+                self.slots.dev.read_at(&mut buf, self.slots.data_offset)
+            });
+        }
+    }
+
     /// The controller thread (see the module doc): runs until the engine
     /// stops, then withdraws its policy.
     pub(super) fn run_balancer(&self) {
@@ -327,6 +350,11 @@ impl Inner {
                 applied = policy;
             }
             balance.publish(balancer.bypass_margin(), &costs[0], &costs[1]);
+            for (device, cost) in costs.iter().enumerate() {
+                if cost.service_ns.is_none() {
+                    self.probe(device == 1);
+                }
+            }
             let group = decision.group.map(|g| g.name());
             let shares = decision.shares;
             if decision.changed {
@@ -378,4 +406,8 @@ impl Inner {
             self.set_controller_policy(None);
         }
     }
+}
+
+fn lock_read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
 }
