@@ -9,7 +9,8 @@
 # usage: scripts/lbica-live.sh [OUT] [SECONDS]
 # Environment: IOCACHE (the binary; default $CARGO_TARGET_DIR/release/iocache),
 # CACHE_DELAY (200us:servers=1), BACKEND_DELAY (2ms), WORKLOADS ("hits misses mixed"),
-# ADAPTS ("none sib lbica").
+# ADAPTS ("none sib sib@wt lbica": the controller, none for plain WB, @POLICY for
+# another write policy than wb).
 # Needs fio (with the nbd engine) and nbdkit (memory plugin, delay filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ bin=${IOCACHE:-${CARGO_TARGET_DIR:-target}/release/iocache}
 cache_delay=${CACHE_DELAY:-200us:servers=1}
 backend_delay=${BACKEND_DELAY:-2ms}
 workloads=${WORKLOADS:-"hits misses mixed"}
-adapts=${ADAPTS:-"none sib lbica"}
+adapts=${ADAPTS:-"none sib sib@wt lbica"}
 mkdir -p "$out"
 dir=$(mktemp -d /dev/shm/lbica-live.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
@@ -42,7 +43,10 @@ fio_run() { # NAME RW SIZE [extra fio args...]
 }
 
 for workload in $workloads; do
-    for adapt in $adapts; do
+    for run in $adapts; do
+        adapt=${run%@*}
+        policy=wb
+        [[ $run == *@* ]] && policy=${run#*@}
         rm -f "$dir"/*.img "$dir"/*.sock "$dir"/*.json
         nbdkit -f -U "$dir/backend.sock" --filter=delay memory 1G \
             rdelay="$backend_delay" wdelay="$backend_delay" &
@@ -50,10 +54,11 @@ for workload in $workloads; do
         wait_for "$dir/backend.sock"
         adapt_args=()
         [ "$adapt" != none ] && adapt_args=(--adapt "$adapt")
+        adapt=$run
         "$bin" serve --backend "nbd+unix:///?socket=$dir/backend.sock" \
             --cache "$dir/cache.img" --cache-size 256MiB --init \
             --socket "$dir/iocache.sock" --admin-socket "$dir/admin.sock" \
-            --slow-cache "$cache_delay" "${adapt_args[@]}" >/dev/null 2>"$out/$workload-$adapt.log" &
+            --write-policy "$policy" --slow-cache "$cache_delay" "${adapt_args[@]}" >/dev/null 2>"$out/$workload-$adapt.log" &
         serve_pid=$!
         wait_for "$dir/admin.sock"
         wait_for "$dir/iocache.sock"
