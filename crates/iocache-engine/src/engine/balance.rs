@@ -411,3 +411,49 @@ impl Inner {
 fn lock_read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|p| p.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(completed: [u64; 2], latency_ns: [u64; 2]) -> QueueSnapshot<2> {
+        QueueSnapshot {
+            issued: completed,
+            completed,
+            latency_ns,
+        }
+    }
+
+    #[test]
+    fn costs_from_an_interval() {
+        let mut cost = Cost::default();
+        // Nothing yet: no S, nothing queued.
+        let (load, _, done) = cost.update(&delta([0, 0], [0, 0]), None, 100_000_000);
+        assert_eq!((load.queued, load.service_ns, done), (0.0, 0.0, 0));
+        assert_eq!(cost.service_ns, None);
+        // Light load: 100 I/Os of 200 µs in 100 ms, Q = 0.2: S is their
+        // mean, and L = S (the device idled between them).
+        let (load, _, _) = cost.update(
+            &delta([60, 40], [12_000_000, 8_000_000]),
+            Some(150_000),
+            100_000_000,
+        );
+        assert!((load.queued - 0.2).abs() < 1e-9, "{load:?}");
+        assert_eq!((load.service_ns, load.per_request_ns), (200_000.0, 200_000.0));
+        // Saturated: 1,000 I/Os in 100 ms, each 3.2 ms (32 queued at 100 µs):
+        // Q = 32, S = the smallest latency, L = 100 µs (the drain rate).
+        let (load, mix, _) = cost.update(&delta([1000, 0], [3_200_000_000, 0]), Some(120_000), 100_000_000);
+        assert!(
+            (load.queued - 32.0).abs() < 1e-9 && mix == [32.0, 0.0],
+            "{load:?}"
+        );
+        assert_eq!((load.service_ns, load.per_request_ns), (120_000.0, 100_000.0));
+        assert!((load.queue_time_ns() - 3_200_000.0).abs() < 1.0);
+        // An idle interval keeps S and charges it per request.
+        let (load, _, _) = cost.update(&delta([0, 0], [0, 0]), None, 100_000_000);
+        assert_eq!(
+            (load.queued, load.service_ns, load.per_request_ns),
+            (0.0, 120_000.0, 120_000.0)
+        );
+    }
+}
