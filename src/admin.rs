@@ -176,10 +176,98 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
         };
         if let Some(entry) = entry.as_object_mut() {
             entry.insert("array".into(), array);
+            entry.insert(
+                "queues".into(),
+                json!({
+                    "cache": queue_json(&s.cache_queue),
+                    "backend": queue_json(&s.backend_queue),
+                }),
+            );
+            entry.insert("balance".into(), balance_json(&s, &group.config));
         }
         entries.push(entry);
     }
     Ok(json!({ "volumes": entries }))
+}
+
+/// The I/O the engine issued to one device, by class (`queues.rs`).
+fn queue_json(q: &iocache_engine::DeviceQueueStats) -> Value {
+    let classes: serde_json::Map<String, Value> = q
+        .classes
+        .iter()
+        .map(|c| {
+            (
+                c.class.to_string(),
+                json!({
+                    "issued": c.issued,
+                    "completed": c.completed,
+                    "in_flight": c.in_flight,
+                    "mean_latency_us": c.mean_latency_ns() as f64 / 1e3,
+                }),
+            )
+        })
+        .collect();
+    json!({ "in_flight": q.in_flight, "classes": classes })
+}
+
+/// The load balancer's state (null when none runs).
+fn balance_json(s: &iocache_engine::EngineStats, config: &crate::config::VolumeConfig) -> Value {
+    let Some(b) = &s.balance else {
+        return Value::Null;
+    };
+    let load = |l: &iocache_engine::BalanceLoad| {
+        json!({
+            "queued": l.queued,
+            "per_request_us": l.per_request_ns / 1e3,
+            "service_us": l.service_ns / 1e3,
+            "queue_time_ms": l.queue_time_ns / 1e6,
+            "completed": l.completed,
+        })
+    };
+    let last = b.last.as_ref().map(|d| {
+        json!({
+            "interval": d.interval,
+            "cache": load(&d.cache),
+            "backend": load(&d.backend),
+            "shares": { "R": d.shares[0], "W": d.shares[1], "P": d.shares[2], "E": d.shares[3] },
+            "arrivals": d.arrivals,
+            "bypassed": d.bypassed,
+            "bottleneck": d.bottleneck,
+            "group": d.group,
+        })
+    });
+    json!({
+        "controller": b.controller,
+        "spec": config.adapt.as_ref().map(|a| a.text.clone()),
+        "interval_ms": b.interval_ns as f64 / 1e6,
+        "policy": b.policy.map(|p| p.to_string()),
+        "bypass": b.bypass,
+        "action": b.action,
+        "intervals": b.intervals,
+        "switches": b.switches,
+        "bypassed_requests": s.cache.balance_bypasses,
+        "bypasses_refused_dirty": s.cache.balance_bypasses_refused_dirty,
+        "last": last,
+    })
+}
+
+/// The text lines of `queue_json`: each class's count, in flight and mean
+/// latency.
+fn queue_text(q: &Value, order: &[&str]) -> String {
+    let mut parts = Vec::new();
+    for name in order {
+        let c = &q["classes"][name];
+        if c.is_null() {
+            continue;
+        }
+        parts.push(format!(
+            "{name} {} ({} in flight, {:.1} µs)",
+            c["completed"],
+            c["in_flight"],
+            c["mean_latency_us"].as_f64().unwrap_or(0.0)
+        ));
+    }
+    format!("{}; {} in flight", parts.join(", "), q["in_flight"])
 }
 
 /// Runs one admin request.
@@ -766,6 +854,55 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
                 a["evacuated_lines"],
                 a["lost_lines"]
             );
+        }
+        if v["queues"].is_object() {
+            println!(
+                "  cache I/O  {}",
+                queue_text(&v["queues"]["cache"], &["R", "W", "P", "E"])
+            );
+            println!(
+                "  backend IO {}",
+                queue_text(&v["queues"]["backend"], &["read", "write", "writeback"])
+            );
+        }
+        let b = &v["balance"];
+        if b.is_object() {
+            println!(
+                "  balance    {}: {}{} ({} switches in {} intervals), {} requests sent to the backend ({} refused: dirty)",
+                b["spec"].as_str().unwrap_or("?"),
+                b["action"].as_str().unwrap_or("?"),
+                if b["policy"].is_null() {
+                    ""
+                } else {
+                    " set by the controller"
+                },
+                b["switches"],
+                b["intervals"],
+                b["bypassed_requests"],
+                b["bypasses_refused_dirty"]
+            );
+            let d = &b["last"];
+            if d.is_object() {
+                let f = |x: &Value| x.as_f64().unwrap_or(0.0);
+                println!(
+                    "  last       interval {}: T_cache {:.3} ms (Q {:.1}), T_backend {:.3} ms (Q {:.1}), R/W/P/E {:.0}/{:.0}/{:.0}/{:.0} %, {}group {}",
+                    d["interval"],
+                    f(&d["cache"]["queue_time_ms"]),
+                    f(&d["cache"]["queued"]),
+                    f(&d["backend"]["queue_time_ms"]),
+                    f(&d["backend"]["queued"]),
+                    f(&d["shares"]["R"]) * 100.0,
+                    f(&d["shares"]["W"]) * 100.0,
+                    f(&d["shares"]["P"]) * 100.0,
+                    f(&d["shares"]["E"]) * 100.0,
+                    if d["bottleneck"].as_bool().unwrap_or(false) {
+                        "cache bottleneck, "
+                    } else {
+                        ""
+                    },
+                    d["group"].as_str().unwrap_or("-")
+                );
+            }
         }
         for kind in ["read", "write"] {
             let l = &v["latency"][kind];

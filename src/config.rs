@@ -19,15 +19,17 @@ use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
-use iocache_core::units::{format_byte_size, parse_byte_size};
+use iocache_core::units::{format_byte_size, format_duration_ns, parse_byte_size, parse_duration_ns};
 use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, WritePolicy};
-use iocache_engine::{IoMode, Lookup, Persistence};
+use iocache_engine::{BalanceConfig, BalanceController, IoMode, Lookup, Persistence};
+use iocache_sim::adapt::AdaptKind;
+use iocache_sim::AdaptSpec;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 /// The keys of a `[[volume]]` table that describe its cache device, shared
 /// by every volume naming the same `cache`.
-pub const CACHE_KEYS: [&str; 15] = [
+pub const CACHE_KEYS: [&str; 17] = [
     "cache_size",
     "cache_array",
     "mirror_percent",
@@ -43,6 +45,8 @@ pub const CACHE_KEYS: [&str; 15] = [
     "max_dirty_lines",
     "direct",
     "io_engine",
+    "adapt",
+    "adapt_interval",
 ];
 
 /// Size of a backend file `serve` creates when given no `--backend`.
@@ -151,6 +155,96 @@ pub struct VolumeConfig {
     /// trims and write-zeroes get EPERM). Dirty lines from an earlier run
     /// are still written back, so the backend stays open for writing.
     pub read_only: bool,
+    /// A load balancer between the cache device and the backends
+    /// (`adapt = "lbica"`), with the text it was given.
+    pub adapt: Option<Adapt>,
+    /// For experiments (`serve --slow-cache`, a hidden flag): the cache
+    /// device slowed down.
+    pub slow_cache: Option<SlowCache>,
+}
+
+/// `--slow-cache LATENCY[:servers=N]`: latency added to every cache-device
+/// I/O, through `servers` at once (0: no limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlowCache {
+    pub latency_ns: u64,
+    pub servers: u64,
+}
+
+impl SlowCache {
+    pub fn parse(text: &str) -> Result<SlowCache> {
+        let mut parts = text.split(':');
+        let latency_ns = parse_duration_ns(parts.next().unwrap_or(""))?;
+        let mut servers = 1;
+        for part in parts {
+            match part.split_once('=') {
+                Some(("servers", n)) => {
+                    servers = n.parse().map_err(|_| anyhow!("servers: `{n}` is not a count"))?
+                }
+                _ => bail!("`{part}`: expected servers=N"),
+            }
+        }
+        Ok(SlowCache { latency_ns, servers })
+    }
+}
+
+/// `adapt` and `adapt_interval`, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Adapt {
+    /// The controller and its interval, as `iocache stats` shows them.
+    pub text: String,
+    pub config: BalanceConfig,
+}
+
+/// The controller interval when neither `adapt_interval` nor `interval=`
+/// gives one.
+pub const DEFAULT_ADAPT_INTERVAL_NS: u64 = 100_000_000;
+
+/// Parses `adapt` (`lbica|sib[:KEY=VALUE...]`, the simulator's syntax) and
+/// `adapt_interval` (a duration with a unit; `interval=` in the spec says
+/// the same, and giving both is refused).
+pub fn parse_adapt(spec: &str, interval: Option<&str>) -> Result<Adapt> {
+    let parsed: AdaptSpec = spec.parse().map_err(|e: iocache_sim::SimError| anyhow!("{e}"))?;
+    let controller = match parsed.kind {
+        AdaptKind::Lbica(c) => BalanceController::Lbica(c),
+        AdaptKind::Sib(c) => BalanceController::Sib(c),
+        AdaptKind::Observe => bail!(
+            "`observe` is for the simulator; a serving cache shows its queues in `iocache stats` \
+             without a controller (serve knows lbica and sib)"
+        ),
+    };
+    let interval_ns = match (parsed.interval_ns, interval) {
+        (Some(_), Some(flag)) => {
+            bail!("`{spec}` gives an interval and so does the interval setting ({flag}): give one")
+        }
+        (Some(ns), None) => ns,
+        (None, Some(text)) => {
+            let ns = parse_duration_ns(text).map_err(|e| anyhow!("interval: {e}"))?;
+            if ns == 0 {
+                bail!("interval: must be positive");
+            }
+            ns
+        }
+        (None, None) => DEFAULT_ADAPT_INTERVAL_NS,
+    };
+    let name = spec.trim().split(':').next().unwrap_or("");
+    Ok(Adapt {
+        text: format!(
+            "{}{} every {}",
+            name,
+            spec.trim()
+                .split(':')
+                .skip(1)
+                .filter(|p| !p.starts_with("interval="))
+                .map(|p| format!(":{p}"))
+                .collect::<String>(),
+            format_duration_ns(interval_ns)
+        ),
+        config: BalanceConfig {
+            controller,
+            interval_ns,
+        },
+    })
 }
 
 impl fmt::Debug for VolumeConfig {
@@ -198,6 +292,7 @@ impl VolumeConfig {
             "write_miss_bypass" => self.write_miss_bypass.to_string(),
             "max_dirty_lines" => self.max_dirty_lines.map_or("off".into(), |n| n.to_string()),
             "direct" => self.direct.to_string(),
+            "adapt" | "adapt_interval" => self.adapt.as_ref().map_or("off".into(), |a| a.text.clone()),
             "io_engine" => match (self.io_auto, self.io) {
                 (true, _) => "auto".into(),
                 (false, IoMode::Psync) => "psync".into(),
@@ -224,6 +319,7 @@ impl VolumeConfig {
             "write_miss_bypass" => self.write_miss_bypass = from.write_miss_bypass,
             "max_dirty_lines" => self.max_dirty_lines = from.max_dirty_lines,
             "direct" => self.direct = from.direct,
+            "adapt" | "adapt_interval" => self.adapt = from.adapt.clone(),
             "io_engine" => {
                 self.io_auto = from.io_auto;
                 self.io = from.io;
@@ -287,6 +383,12 @@ pub struct VolumeText {
     pub persistence: String,
     #[serde(default)]
     pub read_only: bool,
+    /// A load balancer: `lbica` or `sib`, with `:KEY=VALUE` knobs.
+    #[serde(default)]
+    pub adapt: Option<String>,
+    /// The load balancer's interval (a duration with a unit).
+    #[serde(default)]
+    pub adapt_interval: Option<String>,
 }
 
 fn default_mirror_percent() -> u32 {
@@ -497,6 +599,13 @@ impl VolumeText {
             .persistence
             .parse()
             .map_err(|e| anyhow!("{}{e}", parse("persistence")))?;
+        let adapt = match (&self.adapt, &self.adapt_interval) {
+            (Some(spec), interval) => {
+                Some(parse_adapt(spec, interval.as_deref()).map_err(|e| anyhow!("{}{e}", parse("adapt")))?)
+            }
+            (None, Some(_)) => bail!("{}: only with {}", key("adapt_interval"), key("adapt")),
+            (None, None) => None,
+        };
         Ok(VolumeConfig {
             origin: origin.clone(),
             export: self.export,
@@ -520,6 +629,8 @@ impl VolumeText {
             direct: self.direct,
             persistence,
             read_only: self.read_only,
+            adapt,
+            slow_cache: None,
         })
     }
 }
@@ -1002,6 +1113,53 @@ cache = "d/other-cache.img"
     }
 
     #[test]
+    fn adapt_parses_and_is_shared_by_a_cache() {
+        let a = parse_adapt("lbica:hold=3", Some("50ms")).unwrap();
+        assert_eq!(a.text, "lbica:hold=3 every 50ms");
+        assert_eq!(a.config.interval_ns, 50_000_000);
+        match a.config.controller {
+            BalanceController::Lbica(c) => assert_eq!(c.min_hold_intervals, 3),
+            other => panic!("{other:?}"),
+        }
+        let s = parse_adapt("sib:margin=2:interval=20ms", None).unwrap();
+        assert_eq!(
+            (s.text.as_str(), s.config.interval_ns),
+            ("sib:margin=2 every 20ms", 20_000_000)
+        );
+        assert_eq!(
+            parse_adapt("sib", None).unwrap().config.interval_ns,
+            DEFAULT_ADAPT_INTERVAL_NS
+        );
+        for (spec, interval, why) in [
+            ("observe", None, "simulator"),
+            ("reca", None, "unknown controller"),
+            ("lbica:interval=10ms", Some("20ms"), "give one"),
+            ("lbica", Some("100"), "unit"),
+            ("lbica", Some("0s"), "positive"),
+            ("sib:hold=2", None, "unknown key"),
+        ] {
+            let e = format!("{:#}", parse_adapt(spec, interval).unwrap_err());
+            assert!(e.contains(why), "{spec}: {e}");
+        }
+        // A key of the cache: written in one volume, both have it.
+        let shared = SHARED.replace(
+            "direct = true",
+            "direct = true\nadapt = \"lbica\"\nadapt_interval = \"50ms\"",
+        );
+        let c = ServeConfig::from_toml_str(&shared, "conf.toml").unwrap();
+        assert_eq!(c.volumes[1].adapt, c.volumes[0].adapt);
+        assert_eq!(
+            c.volumes[0].adapt.as_ref().unwrap().config.interval_ns,
+            50_000_000
+        );
+        assert_eq!(c.volumes[2].adapt, None);
+        let e = err(&SHARED.replace("direct = true", "direct = true\nadapt_interval = \"50ms\""));
+        assert!(e.contains("adapt_interval: only with"), "{e}");
+        let e = err(&SHARED.replace("direct = true", "direct = true\nadapt = \"fast\""));
+        assert!(e.contains("volume `a`: adapt") && e.contains("fast"), "{e}");
+    }
+
+    #[test]
     fn a_disagreement_on_a_shared_cache_names_the_file_both_volumes_and_the_key() {
         for (key, addition, shown) in [
             ("write_policy", "write_policy = \"wb\"", "`wt` and `wb`"),
@@ -1065,6 +1223,8 @@ cache = "d/other-cache.img"
             direct: false,
             persistence: "dirty".into(),
             read_only: false,
+            adapt: None,
+            adapt_interval: None,
         };
         let e = format!("{:#}", text.validate(&Origin::Flags).unwrap_err());
         assert!(e.starts_with("--line-size: "), "{e}");

@@ -269,8 +269,53 @@ impl Collector for EngineCollector {
             "1 for the write policy in force, labelled with why (configured, controller, fall-back).",
             Gauge,
         );
+        let mut io = Family::new(
+            "device_io",
+            "I/Os completed on the cache device (class R, W, P, E) and the backends (read, write, writeback).",
+            Counter,
+        );
+        let mut io_in_flight = Family::new(
+            "device_io_in_flight",
+            "I/Os issued and not completed, by device and class.",
+            Gauge,
+        );
+        let mut io_latency = Family::new(
+            "device_io_latency_microseconds",
+            "The sum of the completed I/Os' latencies, by device and class.",
+            Counter,
+        );
+        let mut balance_switches = Family::new(
+            "balance_switches",
+            "Changes of the load balancer's action (write policy or bypass).",
+            Counter,
+        );
+        let mut balance_queue_time = Family::new(
+            "balance_queue_time_microseconds",
+            "Eq. 1's T = Q x L of each device over the load balancer's last interval.",
+            Gauge,
+        );
         for (cache, s, effective) in &engine_stats {
             let c = || ("cache", cache.clone());
+            for (device, q) in [("cache", &s.cache_queue), ("backend", &s.backend_queue)] {
+                for class in &q.classes {
+                    let labels = || vec![c(), ("device", device.into()), ("class", class.class.into())];
+                    io.add(labels(), Count(class.completed));
+                    io_in_flight.add(labels(), Level(class.in_flight as i64));
+                    io_latency.add(labels(), Count(class.latency_ns_total / 1000));
+                }
+            }
+            if let Some(b) = &s.balance {
+                let controller = || ("controller", b.controller.to_string());
+                balance_switches.add(vec![c(), controller()], Count(b.switches));
+                if let Some(last) = &b.last {
+                    for (device, load) in [("cache", &last.cache), ("backend", &last.backend)] {
+                        balance_queue_time.add(
+                            vec![c(), controller(), ("device", device.into())],
+                            Level((load.queue_time_ns / 1e3) as i64),
+                        );
+                    }
+                }
+            }
             capacity.add(vec![c()], Level(s.capacity_lines as i64));
             let clean = s.resident_lines.saturating_sub(s.dirty_lines);
             resident.add(vec![c(), ("state", "clean".into())], Level(clean as i64));
@@ -283,6 +328,8 @@ impl Collector for EngineCollector {
                 ("bypass", k.bypassed_accesses),
                 ("seq_cutoff", k.seq_cutoff_requests),
                 ("write_miss_bypass", k.write_miss_bypasses),
+                ("balance_bypass", k.balance_bypasses),
+                ("balance_bypass_refused_dirty", k.balance_bypasses_refused_dirty),
             ] {
                 decisions.add(vec![c(), ("decision", what.into())], Count(n));
             }
@@ -307,7 +354,19 @@ impl Collector for EngineCollector {
             );
         }
         for family in [
-            &capacity, &resident, &decisions, &errors, &fallback, &barriers, &records, &mode,
+            &capacity,
+            &resident,
+            &decisions,
+            &errors,
+            &fallback,
+            &barriers,
+            &records,
+            &mode,
+            &io,
+            &io_in_flight,
+            &io_latency,
+            &balance_switches,
+            &balance_queue_time,
         ] {
             family.encode(&mut encoder)?;
         }

@@ -46,7 +46,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
-        "persistence", "read_only", "socket",
+        "persistence", "read_only", "socket", "adapt", "adapt_interval", "slow_cache",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
     ])]
@@ -119,6 +119,20 @@ pub struct ServeArgs {
     /// earlier run left are still written back to the backend.
     #[arg(long)]
     read_only: bool,
+    /// A load balancer between the cache device and the backend (docs/results/lbica.md): lbica
+    /// (changes the write policy while the cache device is the bottleneck, and sends the tail of
+    /// its queue to the backend) or sib (sends single requests to the backend when they would
+    /// complete there sooner), with the simulator's knobs: lbica[:enter=1:floor=0.1:hold=2:...],
+    /// sib[:margin=1]. Requests whose sectors are dirty in the cache are never sent around it.
+    #[arg(long, value_name = "lbica|sib[:KEY=VALUE...]")]
+    adapt: Option<String>,
+    /// The load balancer's interval [default: 100ms].
+    #[arg(long, value_name = "DURATION", requires = "adapt")]
+    adapt_interval: Option<String>,
+    /// For experiments only (docs/results/lbica.md): slow the cache device down, adding LATENCY
+    /// to every I/O through N servers (an I/O beyond N waits), as a saturating device would.
+    #[arg(long, hide = true, value_name = "LATENCY[:servers=N]")]
+    slow_cache: Option<String>,
     /// Format the cache devices instead of loading the caches they hold (refused when one holds
     /// dirty lines, unless --force).
     #[arg(long)]
@@ -252,9 +266,23 @@ fn open_cache_group(
                 .with_context(|| v.key("cache_array"))?,
         ))
     };
-    let cache_dev: Arc<dyn BlockDevice> = match &array {
-        Some(array) => array.clone(),
-        None => Arc::new(cache_file.take().expect("opened above")),
+    let cache_dev: Arc<dyn BlockDevice> = match (&array, v.slow_cache) {
+        (Some(_), Some(_)) => bail!("--slow-cache: not with a cache array"),
+        (Some(array), None) => array.clone(),
+        (None, None) => Arc::new(cache_file.take().expect("opened above")),
+        (None, Some(slow)) => {
+            let dev = iocache_device::FaultDevice::new(cache_file.take().expect("opened above"));
+            dev.set_journal(false);
+            dev.set_latency(Duration::from_nanos(slow.latency_ns));
+            dev.set_servers(slow.servers);
+            log::warn!(
+                "{}: slowed down for an experiment: {} per I/O through {} servers",
+                v.cache.display(),
+                iocache_core::units::format_duration_ns(slow.latency_ns),
+                slow.servers
+            );
+            Arc::new(dev)
+        }
     };
     let cache_bytes = match v.cache_bytes {
         _ if array.is_some() => array.as_ref().expect("checked").geometry().slots() * line_bytes,
@@ -329,6 +357,7 @@ fn open_cache_group(
             },
             volume_name: v.export.clone(),
             array,
+            balance: v.adapt.as_ref().map(|a| a.config),
         },
         cache_dev,
         backends,
@@ -347,6 +376,9 @@ fn open_cache_group(
         ),
     })?;
     report_start(config, members, &engine, v);
+    if let Some(adapt) = &v.adapt {
+        log::info!("cache {}: load balancer {}", v.cache.display(), adapt.text);
+    }
     Ok(CacheGroup {
         path: v.cache.clone(),
         canonical,
@@ -895,8 +927,16 @@ impl ServeArgs {
             direct: self.direct,
             persistence: self.persistence,
             read_only: self.read_only,
+            adapt: self.adapt,
+            adapt_interval: self.adapt_interval,
         };
         let mut volume = text.validate(&Origin::Flags)?;
+        volume.slow_cache = self
+            .slow_cache
+            .as_deref()
+            .map(crate::config::SlowCache::parse)
+            .transpose()
+            .context("--slow-cache")?;
         // Only the embedded default creates its backend unasked: a named
         // backend that does not exist is a mistyped path until
         // --backend-size says otherwise.

@@ -568,8 +568,53 @@ fn stats_report_counters_and_latency() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("occupancy") && text.contains("p99.99"), "{text}");
+    // The engine's I/O accounting: the writes went to the cache (W), the
+    // reads were hits (R); no load balancer runs.
+    let cache_io = &v["queues"]["cache"]["classes"];
+    assert!(cache_io["W"]["completed"].as_u64().unwrap() >= 8, "{v}");
+    assert!(cache_io["R"]["completed"].as_u64().unwrap() >= 8, "{v}");
+    assert!(v["balance"].is_null(), "{v}");
+    assert!(
+        text.contains("cache I/O  R ") && !text.contains("balance"),
+        "{text}"
+    );
     let (ok, err) = served.stop();
     assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `serve --adapt`: the controller runs, closes intervals and shows its
+/// last decision in `stats`; the data is served as without it.
+#[test]
+fn adapt_runs_a_load_balancer_shown_in_stats() {
+    if !have("qemu-io") {
+        eprintln!("skipped: qemu-io is not installed");
+        return;
+    }
+    let dir = temp_dir("adapt");
+    let served = Served::start(&dir, &["--adapt", "lbica:hold=3", "--adapt-interval", "20ms"]);
+    qemu_io(&served.uri(), &pattern_commands("write"));
+    qemu_io(&served.uri(), &pattern_commands("read"));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let admin = dir.join("iocache-data/admin.sock");
+    let json = stats_json(&admin);
+    let b = &json["volumes"][0]["balance"];
+    assert_eq!(b["controller"], "lbica", "{b}");
+    assert_eq!(b["spec"], "lbica:hold=3 every 20ms", "{b}");
+    assert!(b["intervals"].as_u64().unwrap() >= 3, "{b}");
+    assert!(b["last"]["cache"]["queued"].is_number(), "{b}");
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["stats", "--admin-socket", admin.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("balance    lbica:hold=3 every 20ms") && text.contains("T_cache"),
+        "{text}"
+    );
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    assert!(err.contains("load balancer lbica:hold=3 every 20ms"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1265,6 +1310,9 @@ decisions = [v for (n, l), v in after.items() if n == "iocache_cache_decisions_t
 assert decisions and decisions[0] >= 256, decisions
 failed = [v for (n, l), v in after.items() if n == "iocache_cache_device_failed"]
 assert failed == [0], failed
+cache_io = [v for (n, l), v in after.items() if n == "iocache_device_io_total" and ("device", "cache") in l and ("class", "W") in l]
+assert cache_io and cache_io[0] >= 256, cache_io
+assert after[("type", "iocache_device_io_in_flight")] == "gauge"
 print("ok", len(after))
 "#;
     std::fs::write(dir.join("before.txt"), &before).unwrap();

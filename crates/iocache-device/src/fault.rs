@@ -1,12 +1,13 @@
 //! Why this file exists: the cache engine must survive failing devices and
 //! crashes, and tests need to cause both on demand. `FaultDevice` wraps any
 //! device and fails the n-th read, write or flush, fails I/O touching a byte
-//! range, adds latency, goes offline, and simulates a power cut by undoing
+//! range, adds latency (optionally through a limited number of servers, so
+//! that a burst queues as at a saturated device), goes offline, and simulates a power cut by undoing
 //! (wholly or sector by sector) the writes made since the last flush.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Condvar, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::device::{check_range, BlockDevice};
@@ -94,6 +95,11 @@ pub struct FaultDevice<D: BlockDevice> {
     nth: [AtomicU64; 3],
     ranges: RwLock<Vec<FaultRange>>,
     latency_ns: AtomicU64,
+    /// Servers of the latency (0: every I/O sleeps at once).
+    servers: AtomicU64,
+    /// I/Os sleeping their latency now, when servers are limited.
+    busy: Mutex<u64>,
+    server_free: Condvar,
     offline: AtomicBool,
     journal: Mutex<Journal>,
 }
@@ -107,6 +113,9 @@ impl<D: BlockDevice> FaultDevice<D> {
             nth: Default::default(),
             ranges: RwLock::new(Vec::new()),
             latency_ns: AtomicU64::new(0),
+            servers: AtomicU64::new(0),
+            busy: Mutex::new(0),
+            server_free: Condvar::new(),
             offline: AtomicBool::new(false),
             journal: Mutex::new(Journal {
                 enabled: true,
@@ -157,6 +166,33 @@ impl<D: BlockDevice> FaultDevice<D> {
         self.latency_ns.store(latency.as_nanos() as u64, Ordering::SeqCst);
     }
 
+    /// Limits how many I/Os spend the added latency at once (0: no limit,
+    /// the default): with `n` servers, I/Os beyond `n` wait for one to
+    /// finish, so the device saturates at `n / latency` I/Os per second
+    /// and a burst builds a queue, as at a real device.
+    pub fn set_servers(&self, n: u64) {
+        self.servers.store(n, Ordering::SeqCst);
+        self.server_free.notify_all();
+    }
+
+    /// Sleeps the added latency, on one of the servers when they are limited.
+    fn serve_latency(&self, ns: u64) {
+        let servers = self.servers.load(Ordering::Relaxed);
+        if servers == 0 {
+            std::thread::sleep(Duration::from_nanos(ns));
+            return;
+        }
+        let mut busy = self.busy.lock().unwrap();
+        while *busy >= servers.max(1) && self.servers.load(Ordering::Relaxed) != 0 {
+            busy = self.server_free.wait(busy).unwrap();
+        }
+        *busy += 1;
+        drop(busy);
+        std::thread::sleep(Duration::from_nanos(ns));
+        *self.busy.lock().unwrap() -= 1;
+        self.server_free.notify_one();
+    }
+
     /// Takes the device offline (every I/O fails) or back online.
     pub fn set_offline(&self, offline: bool) {
         self.offline.store(offline, Ordering::SeqCst);
@@ -201,7 +237,7 @@ impl<D: BlockDevice> FaultDevice<D> {
         let count = self.counts[s].fetch_add(1, Ordering::SeqCst) + 1;
         let ns = self.latency_ns.load(Ordering::Relaxed);
         if ns > 0 {
-            std::thread::sleep(Duration::from_nanos(ns));
+            self.serve_latency(ns);
         }
         if self.offline.load(Ordering::SeqCst) {
             return Err(self.injected(kind, offset, len, "offline"));

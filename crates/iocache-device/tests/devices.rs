@@ -363,6 +363,36 @@ fn fault_ranges_offline_and_latency() {
 }
 
 #[test]
+fn limited_servers_make_concurrent_io_queue() {
+    // 8 reads of 20 ms from 8 threads: about 20 ms with no limit, at least
+    // 80 ms through 2 servers (4 rounds).
+    let d = Arc::new(fault(64 * 1024));
+    d.set_journal(false);
+    d.set_latency(Duration::from_millis(20));
+    let run = |d: &Arc<FaultDevice<MemDevice>>| {
+        let t = Instant::now();
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let d = Arc::clone(d);
+                std::thread::spawn(move || {
+                    let mut b = [0u8; 512];
+                    d.read_at(&mut b, 0).unwrap();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        t.elapsed()
+    };
+    assert!(run(&d) < Duration::from_millis(75));
+    d.set_servers(2);
+    assert!(run(&d) >= Duration::from_millis(80));
+    d.set_servers(0);
+    assert!(run(&d) < Duration::from_millis(75));
+}
+
+#[test]
 fn power_cut_drops_exactly_the_unflushed_writes() {
     let d = fault(64 * 1024);
     d.write_at(&[1; 3000], 100).unwrap();

@@ -3,20 +3,24 @@
 //! the engine's hit path with the raw cache device (fio psync, same jobs).
 //!
 //! cargo run --release -p iocache-engine --example loadgen -- \
-//!     CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY]]]
+//!     CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY [ADAPT]]]]
+//!
+//! ADAPT: none (default), lbica or sib, with default knobs and a 100 ms
+//! interval (the cost of a load balancer on the hit path).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use iocache_core::balance::{LbicaConfig, SibConfig};
 use iocache_core::{CacheConfig, LineSize, PolicySpec};
 use iocache_device::{FileDevice, MemDevice, OpenOptions};
-use iocache_engine::{Engine, EngineConfig, InitMode, IoMode, Layout};
+use iocache_engine::{BalanceConfig, BalanceController, Engine, EngineConfig, InitMode, IoMode, Layout};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 6 {
-        eprintln!("usage: loadgen CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY]]]");
+        eprintln!("usage: loadgen CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY [none|lbica|sib]]]]");
         std::process::exit(2);
     }
     let cache_bytes: u64 = args[1].parse().expect("CACHE_BYTES");
@@ -26,6 +30,16 @@ fn main() {
     let lookup = args[5].parse().expect("LOOKUP: fine, coarse or single");
     let write_percent: u64 = args.get(6).map_or(0, |w| w.parse().expect("WRITE_PERCENT"));
     let line = LineSize::new(4096).unwrap();
+    let balance = match args.get(9).map_or("none", String::as_str) {
+        "none" => None,
+        "lbica" => Some(BalanceController::Lbica(LbicaConfig::default())),
+        "sib" => Some(BalanceController::Sib(SibConfig::default())),
+        other => panic!("ADAPT: none, lbica or sib, not {other}"),
+    }
+    .map(|controller| BalanceConfig {
+        controller,
+        interval_ns: 100_000_000,
+    });
     let cache_dev = FileDevice::open(
         std::path::Path::new(&args[0]),
         OpenOptions {
@@ -50,6 +64,7 @@ fn main() {
                     .get(7)
                     .map_or(IoMode::Psync, |m| m.parse().expect("IO: psync or uring")),
                 init: InitMode::Format { discard_dirty: true },
+                balance,
                 ..EngineConfig::new(CacheConfig::new(
                     cache_bytes / 4096,
                     line,
@@ -107,9 +122,10 @@ fn main() {
     let after = engine.stats().cache;
     let stats = after.since(&before);
     println!(
-        "lookup={} policy={} jobs={} write%={} iops={:.0} hit_ratio={:.4} requests={}",
+        "lookup={} policy={} adapt={} jobs={} write%={} iops={:.0} hit_ratio={:.4} requests={}",
         engine.lookup(),
         args.get(8).map_or("lru", |p| p.as_str()),
+        args.get(9).map_or("none", |p| p.as_str()),
         jobs,
         write_percent,
         done.load(Ordering::Relaxed) as f64 / elapsed,

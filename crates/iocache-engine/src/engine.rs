@@ -34,15 +34,19 @@ use thiserror::Error;
 use tickets::{LineQueues, Ticket, TicketKey};
 use volumes::{VolumeState, VolumeTable};
 
+mod balance;
 mod barrier;
 mod cleaner;
 mod health_state;
 mod planning;
+mod queues;
 mod settings;
 mod slots;
 mod tickets;
 mod volumes;
 
+pub use balance::{BalanceConfig, BalanceController, BalanceDecision, BalanceLoad, BalanceStats};
+pub use queues::{DeviceQueueStats, QueueClassStats};
 pub use settings::KnobState;
 
 pub use volumes::{Volume, VolumeInfo, VolumeStats};
@@ -121,6 +125,9 @@ pub struct EngineConfig {
     /// Cache RAID: the cache device given to the engine is this array
     /// (clean lines striped, dirty lines mirrored; see `raid.rs`).
     pub array: Option<Arc<CacheArray>>,
+    /// A load balancer (LBICA, SIB) driven by the engine's I/O accounting
+    /// (`balance.rs`); none by default.
+    pub balance: Option<BalanceConfig>,
 }
 
 impl EngineConfig {
@@ -136,6 +143,7 @@ impl EngineConfig {
             init: InitMode::Load,
             volume_name: "volume".into(),
             array: None,
+            balance: None,
         }
     }
 }
@@ -234,6 +242,12 @@ pub struct EngineStats {
     /// Request latency seen by clients of `read` and `write`.
     pub read_latency: LatencyPercentiles,
     pub write_latency: LatencyPercentiles,
+    /// The I/O issued to the cache device (R, W, P, E) and to the backends
+    /// (read, write, writeback): counts, in flight, latencies (`queues.rs`).
+    pub cache_queue: DeviceQueueStats,
+    pub backend_queue: DeviceQueueStats,
+    /// The load balancer's state, when one runs.
+    pub balance: Option<BalanceStats>,
 }
 
 /// A cache array's state as the engine sees it.
@@ -330,6 +344,11 @@ struct Inner {
     /// The slot store: cache device or array, where slots lie on it
     /// (`slots.rs`).
     slots: SlotStore,
+    /// The I/O in flight on each device, by class, and its latency
+    /// (`queues.rs`).
+    queues: queues::Queues,
+    /// The load balancer, if configured (`balance.rs`).
+    balance: Option<balance::Balance>,
 }
 
 type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
@@ -505,6 +524,8 @@ impl Engine {
                 data_offset,
                 io_engine,
             },
+            queues: queues::Queues::default(),
+            balance: config.balance.map(balance::Balance::new),
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
@@ -535,6 +556,17 @@ impl Engine {
                 .spawn(move || cleaner.run_cleaner())
                 .map_err(|e| EngineError::Config(format!("cannot start the cleaner thread: {e}")))?,
         );
+        if inner.balance.is_some() {
+            let balancer = Arc::clone(&inner);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("iocache-balance".into())
+                    .spawn(move || balancer.run_balancer())
+                    .map_err(|e| {
+                        EngineError::Config(format!("cannot start the load balancer thread: {e}"))
+                    })?,
+            );
+        }
         Ok(Engine {
             inner,
             default,
@@ -671,6 +703,9 @@ impl Engine {
                 .failed_writebacks
                 .load(Ordering::Relaxed),
             cache_device_failed: self.inner.health.devices.cache_failed.load(Ordering::Relaxed),
+            cache_queue: self.inner.queues.cache.stats(&queues::cache_class::NAMES),
+            backend_queue: self.inner.queues.backend.stats(&queues::backend_class::NAMES),
+            balance: self.inner.balance.as_ref().map(|b| lock(&b.status).clone()),
             ..EngineStats::default()
         };
         let mut retired = 0;
@@ -721,6 +756,8 @@ impl Engine {
             drop(std::mem::replace(&mut *lock(single), mpsc::channel().0));
         }
         for handle in lock(&self.threads).drain(..) {
+            // The load balancer sleeps parked until its next interval.
+            handle.thread().unpark();
             let _ = handle.join();
         }
         let deadline = std::time::Instant::now() + patience;
@@ -774,6 +811,8 @@ impl Drop for Engine {
             drop(std::mem::replace(&mut *lock(single), mpsc::channel().0));
         }
         for handle in lock(&self.threads).drain(..) {
+            // The load balancer sleeps parked until its next interval.
+            handle.thread().unpark();
             let _ = handle.join();
         }
     }
@@ -965,8 +1004,12 @@ impl Inner {
                         unreachable!("the core reads only for read requests");
                     };
                     let at = base + buffer_offset_bytes as usize;
-                    self.backend_of(volume)?
-                        .read_at(&mut buf[at..at + length_bytes as usize], offset_bytes)
+                    let backend = self.backend_of(volume)?;
+                    self.queues
+                        .backend
+                        .time(&self.clock, queues::backend_class::READ, || {
+                            backend.read_at(&mut buf[at..at + length_bytes as usize], offset_bytes)
+                        })
                         .map_err(|e| self.backend_error(e))?;
                 }
                 Op::WriteCache { .. } => {
@@ -984,8 +1027,12 @@ impl Inner {
                         unreachable!("the core writes the backend only for write requests");
                     };
                     let at = base + buffer_offset_bytes as usize;
-                    self.backend_of(volume)?
-                        .write_at(&data[at..at + length_bytes as usize], offset_bytes)
+                    let backend = self.backend_of(volume)?;
+                    self.queues
+                        .backend
+                        .time(&self.clock, queues::backend_class::WRITE, || {
+                            backend.write_at(&data[at..at + length_bytes as usize], offset_bytes)
+                        })
                         .map_err(|e| self.backend_error(e))?;
                 }
                 Op::WriteBack { .. } => self.write_back_evicted(segment.shard, op)?,
@@ -1057,13 +1104,20 @@ impl Inner {
             self.wait_until_reusable(segment.shard, slot, key)?;
         }
         let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
-        let (written, mirror) = match &self.slots.array {
-            None => (self.slots.dev.write_at(data, device_offset), None),
-            Some(array) => {
-                let global = self.shards[segment.shard].base_slot + u64::from(slot);
-                self.write_array(array, global, key, data, line_offset_bytes, dirty)
-            }
+        let class = match buffer {
+            Buffer::Read(_) => queues::cache_class::PROMOTION,
+            Buffer::Write(_) => queues::cache_class::WRITE,
         };
+        let (written, mirror) = self
+            .queues
+            .cache
+            .time(&self.clock, class, || match &self.slots.array {
+                None => (self.slots.dev.write_at(data, device_offset), None),
+                Some(array) => {
+                    let global = self.shards[segment.shard].base_slot + u64::from(slot);
+                    self.write_array(array, global, key, data, line_offset_bytes, dirty)
+                }
+            });
         if written.is_ok() && self.persistence != Persistence::None {
             let full_line_hash = (self.persistence == Persistence::All
                 && !dirty

@@ -187,6 +187,10 @@ impl Balancer for Observer {
     fn bypass(&self, _: &DeviceLoad, _: &DeviceLoad) -> bool {
         false
     }
+
+    fn bypass_margin(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// One controller interval: what it measured and what it decided.

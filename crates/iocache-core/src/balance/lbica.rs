@@ -278,6 +278,10 @@ impl Balancer for Lbica {
     fn bypass(&self, cache_now: &DeviceLoad, backend_now: &DeviceLoad) -> bool {
         self.action().bypass && backend_is_faster(cache_now, backend_now)
     }
+
+    fn bypass_margin(&self) -> Option<f64> {
+        self.action().bypass.then_some(1.0)
+    }
 }
 
 #[cfg(test)]
@@ -422,8 +426,10 @@ mod tests {
             },
             &b
         ));
+        assert_eq!(l.bypass_margin(), Some(1.0));
         // No bypass outside an episode or under WO.
         let mut w = Lbica::new(LbicaConfig::default());
+        assert_eq!(w.bypass_margin(), None);
         assert!(!w.bypass(
             &DeviceLoad {
                 queued: 5000.0,
@@ -439,6 +445,7 @@ mod tests {
             },
             &b
         ));
+        assert_eq!(w.bypass_margin(), None);
     }
 
     #[test]

@@ -137,13 +137,26 @@ pub trait Balancer: Send {
     /// Whether a request arriving now, with the devices loaded as given
     /// (their queues at this instant), should go to the backend.
     fn bypass(&self, cache_now: &DeviceLoad, backend_now: &DeviceLoad) -> bool;
+    /// The per-request test in force, in a form a driver can evaluate on
+    /// its request path without the controller (the engine publishes it
+    /// once per interval): `Some(margin)` when [`Balancer::bypass`] is
+    /// [`bypass_with_margin`] with that margin, `None` when it bypasses
+    /// nothing.
+    fn bypass_margin(&self) -> Option<f64>;
+}
+
+/// The per-request bypass test of LBICA's tail bypass and SIB: a request
+/// joining the cache queue now would complete later there than `margin`
+/// times its completion at the backend.
+pub fn bypass_with_margin(margin: f64, cache_now: &DeviceLoad, backend_now: &DeviceLoad) -> bool {
+    cache_now.response_ns_if_joined() > margin * backend_now.response_ns_if_joined()
 }
 
 /// The bypass test LBICA's tail bypass and SIB share: a request joining the
 /// cache queue now would complete later there than at the backend (it is
 /// in the queue's tail past the point where the backend is faster).
 pub fn backend_is_faster(cache_now: &DeviceLoad, backend_now: &DeviceLoad) -> bool {
-    cache_now.response_ns_if_joined() > backend_now.response_ns_if_joined()
+    bypass_with_margin(1.0, cache_now, backend_now)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 //! dirty sectors (possible under WO), as for LBICA.
 
 use crate::balance::queue_mix::{characterize, GroupThresholds};
-use crate::balance::{Action, Balancer, Decision, DeviceLoad, IntervalInputs};
+use crate::balance::{bypass_with_margin, Action, Balancer, Decision, DeviceLoad, IntervalInputs};
 
 /// SIB's knob.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -77,7 +77,11 @@ impl Balancer for Sib {
     }
 
     fn bypass(&self, cache_now: &DeviceLoad, backend_now: &DeviceLoad) -> bool {
-        cache_now.response_ns_if_joined() > self.config.margin * backend_now.response_ns_if_joined()
+        bypass_with_margin(self.config.margin, cache_now, backend_now)
+    }
+
+    fn bypass_margin(&self) -> Option<f64> {
+        Some(self.config.margin)
     }
 }
 
@@ -105,6 +109,14 @@ mod tests {
         let cautious = Sib::new(SibConfig { margin: 2.0 });
         assert!(!cautious.bypass(&cache(296.0), &backend));
         assert!(cautious.bypass(&cache(596.0), &backend));
+        // The margin a driver evaluates itself gives the same answers.
+        for q in [0.0, 295.0, 296.0, 595.0, 596.0] {
+            let m = cautious.bypass_margin().unwrap();
+            assert_eq!(
+                bypass_with_margin(m, &cache(q), &backend),
+                cautious.bypass(&cache(q), &backend)
+            );
+        }
     }
 
     #[test]

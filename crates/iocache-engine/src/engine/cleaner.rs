@@ -19,6 +19,7 @@ use iocache_core::{FlushOrder, Op, SlotId, VolumeId, SECTOR_BYTES};
 use iocache_device::BlockDevice;
 use iocache_format::Persistence;
 
+use super::queues::{backend_class, cache_class};
 use super::{lock, slot_is_dirty, EngineError, Inner, ShardState, TicketKey};
 use crate::raid::{CacheArray, MirrorState};
 
@@ -316,9 +317,13 @@ impl Inner {
             let global = self.shards[shard].base_slot + u64::from(slot);
             let primary_ok = !array.primary_failed(global)
                 && self
-                    .slots
-                    .dev
-                    .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
+                    .queues
+                    .cache
+                    .time(&self.clock, cache_class::EVICTION, || {
+                        self.slots
+                            .dev
+                            .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
+                    })
                     .is_ok();
             if !primary_ok {
                 // Dirty sectors: the mirror has them, or the backend already does.
@@ -332,17 +337,21 @@ impl Inner {
                     }
                 }
             }
-        } else if let Err(e) = self
-            .slots
-            .dev
-            .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
-        {
+        } else if let Err(e) = self.queues.cache.time(&self.clock, cache_class::EVICTION, || {
+            self.slots
+                .dev
+                .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
+        }) {
             self.cache_error("read for a write-back", &e);
             return Err(e.into());
         }
         if !already_in_backend {
-            self.backend_of(volume)?
-                .write_at(&data, backend_offset)
+            let backend = self.backend_of(volume)?;
+            self.queues
+                .backend
+                .time(&self.clock, backend_class::WRITE_BACK, || {
+                    backend.write_at(&data, backend_offset)
+                })
                 .map_err(|e| self.backend_error(e))?;
         }
         if self.persistence != Persistence::None {

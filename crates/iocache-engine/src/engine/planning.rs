@@ -141,6 +141,9 @@ impl Inner {
             order.sort_unstable();
             order.dedup();
         }
+        // A load balancer's answer for the request, before the locks (it
+        // reads only atomics).
+        let hints = self.balance_hints();
         let mut guards: SmallVec<[(usize, MutexGuard<'_, ShardState>); 2]> = SmallVec::new();
         for &i in &order {
             guards.push((i, lock(&self.shards[i].state)));
@@ -152,7 +155,7 @@ impl Inner {
                 unreachable!("every segment's shard is locked");
             };
             let ShardState { cache, ops, .. } = &mut **state;
-            let summary = cache.access(&segment.request, ops)?;
+            let summary = cache.access_with(&segment.request, hints, ops)?;
             plan.summary.lines += summary.lines;
             plan.summary.full_hits += summary.full_hits;
             plan.summary.partial_hits += summary.partial_hits;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use iocache_core::{bitmap, LineKey, Op, SlotId, SECTOR_BYTES};
 use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest};
 
+use super::queues::cache_class;
 use super::{lock, EngineError, Inner};
 use crate::raid::{CacheArray, MirrorState};
 
@@ -78,7 +79,10 @@ impl Inner {
             rest = tail;
             consumed = start + len;
         }
-        io.submit(&mut requests)?;
+        let n = requests.len() as u64;
+        self.queues
+            .cache
+            .time_n(&self.clock, cache_class::READ_HIT, n, || io.submit(&mut requests))?;
         for request in &requests {
             if let Err(e) = request.outcome() {
                 return Err(EngineError::Io(e.to_string()));
@@ -119,20 +123,24 @@ impl Inner {
             let global = self.shards[shard].base_slot + u64::from(slot);
             if array.primary_failed(global)
                 || self
-                    .slots
-                    .dev
-                    .read_at(out, self.cache_offset(shard, slot, line_offset))
+                    .queues
+                    .cache
+                    .time(&self.clock, cache_class::READ_HIT, || {
+                        self.slots
+                            .dev
+                            .read_at(out, self.cache_offset(shard, slot, line_offset))
+                    })
                     .is_err()
             {
                 return self.read_degraded(array, shard, slot, key, line_offset, out);
             }
             return Ok(());
         }
-        match self
-            .slots
-            .dev
-            .read_at(out, self.cache_offset(shard, slot, line_offset))
-        {
+        match self.queues.cache.time(&self.clock, cache_class::READ_HIT, || {
+            self.slots
+                .dev
+                .read_at(out, self.cache_offset(shard, slot, line_offset))
+        }) {
             Ok(()) => Ok(()),
             Err(e) => {
                 self.cache_error("read", &e);

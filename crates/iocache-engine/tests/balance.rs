@@ -1,0 +1,345 @@
+//! Why this file exists: a load balancer changes the cache's write policy
+//! and sends requests around the cache while clients read and write; none
+//! of that may serve a stale read or lose a write, now or after a restart.
+//! Here LBICA (and SIB) run in the engine over a cache device slowed to
+//! the point of saturation (`FaultDevice` latency through one server),
+//! under a multi-threaded workload whose phases (random reads with misses,
+//! mixed reads and writes, writes, calm) make LBICA switch policies
+//! repeatedly; every read is checked against the thread's model, then the
+//! engine is dropped after a barrier, reopened on the same devices, and
+//! every sector is checked through the new engine and, after its shutdown,
+//! on the backend.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use iocache_core::balance::{LbicaConfig, SibConfig};
+use iocache_core::{CacheConfig, LineSize, WritePolicy};
+use iocache_device::{BlockDevice, FaultDevice, MemDevice};
+use iocache_engine::{BalanceConfig, BalanceController, Engine, EngineConfig, Layout, Persistence};
+
+const SECTOR: u64 = 512;
+const THREADS: u64 = 6;
+/// A 2 MiB volume over a cache of 128 lines of 4 KiB (a quarter of it).
+const VOLUME_SECTORS: u64 = 4096;
+const CACHE_LINES: u64 = 128;
+
+struct Devices {
+    cache: Arc<FaultDevice<MemDevice>>,
+    backend: Arc<FaultDevice<MemDevice>>,
+}
+
+impl Devices {
+    fn new() -> Devices {
+        let layout = Layout::for_slots(4096, CACHE_LINES).unwrap();
+        let cache = Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes())));
+        let backend = Arc::new(FaultDevice::new(MemDevice::new(
+            "backend",
+            VOLUME_SECTORS * SECTOR,
+        )));
+        cache.set_journal(false);
+        backend.set_journal(false);
+        Devices { cache, backend }
+    }
+
+    fn engine(&self, balance: Option<BalanceConfig>) -> Engine {
+        let mut cache = CacheConfig::new(CACHE_LINES, LineSize::new(4096).unwrap(), "lru".parse().unwrap());
+        cache.write_policy = WritePolicy::WriteBack;
+        Engine::new(
+            EngineConfig {
+                persistence: Persistence::All,
+                shards: 4,
+                balance,
+                ..EngineConfig::new(cache)
+            },
+            self.cache.clone(),
+            self.backend.clone(),
+        )
+        .unwrap()
+    }
+}
+
+/// A sector's content: the writer thread and its write number, repeated.
+fn pattern(thread: u64, seq: u64) -> [u8; SECTOR as usize] {
+    let mut s = [0u8; SECTOR as usize];
+    let word = (thread << 48 | seq).to_le_bytes();
+    for chunk in s.chunks_mut(8) {
+        chunk.copy_from_slice(&word);
+    }
+    s
+}
+
+/// The workload's phases, by time since the start: what share of requests
+/// write, over how much of the volume, and whether this thread rests.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Phase {
+    /// Reads over the whole volume (four times the cache): hits and misses.
+    RandomRead,
+    /// Half reads, half writes, over the cache's size.
+    Mixed,
+    /// Nine writes in ten.
+    Writes,
+    /// One thread, slowly.
+    Calm,
+}
+
+const PHASES: [Phase; 8] = [
+    Phase::RandomRead,
+    Phase::Calm,
+    Phase::Mixed,
+    Phase::Calm,
+    Phase::Writes,
+    Phase::Calm,
+    Phase::RandomRead,
+    Phase::Calm,
+];
+const PHASE: Duration = Duration::from_millis(300);
+
+/// One thread's workload until `stop`; returns its model (the last write
+/// number of each sector it owns, 0 for none).
+fn workload(engine: &Engine, thread: u64, started: Instant, stop: &AtomicBool) -> Vec<u64> {
+    let mut model = vec![0u64; VOLUME_SECTORS as usize];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (thread + 1).wrapping_mul(0x1234_5678_9abc_def1);
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut seq = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let phase = PHASES[(started.elapsed().as_millis() / PHASE.as_millis()) as usize % PHASES.len()];
+        let (write_percent, span_sectors) = match phase {
+            Phase::RandomRead => (0, VOLUME_SECTORS),
+            Phase::Mixed => (50, CACHE_LINES * 8),
+            Phase::Writes => (90, VOLUME_SECTORS),
+            Phase::Calm if thread > 0 => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Phase::Calm => {
+                std::thread::sleep(Duration::from_millis(2));
+                (20, VOLUME_SECTORS)
+            }
+        };
+        seq += 1;
+        let r = next();
+        let first = (r >> 8) % (span_sectors - 8);
+        let count = 1 + (r >> 40) % 8;
+        if (r >> 20) % 100 < write_percent {
+            // My sectors in [first, first + count), each its own request.
+            for sector in (first..first + count).filter(|s| s % THREADS == thread) {
+                engine
+                    .write(sector * SECTOR, &pattern(thread, seq), r % 13 == 0)
+                    .unwrap();
+                model[sector as usize] = seq;
+            }
+        } else {
+            let mut buf = vec![0u8; (count * SECTOR) as usize];
+            engine.read(first * SECTOR, &mut buf).unwrap();
+            check(thread, &model, first, &buf, "read");
+        }
+        if r % 211 == 0 {
+            engine.flush().unwrap();
+        }
+    }
+    model
+}
+
+/// `buf` holds sectors from `first`: those of `thread` must be its latest
+/// writes (zeros where it wrote none).
+fn check(thread: u64, model: &[u64], first: u64, buf: &[u8], what: &str) {
+    for (i, got) in buf.chunks(SECTOR as usize).enumerate() {
+        let sector = first + i as u64;
+        if sector % THREADS != thread {
+            continue;
+        }
+        let want = match model[sector as usize] {
+            0 => [0u8; SECTOR as usize],
+            seq => pattern(thread, seq),
+        };
+        assert!(
+            got == want,
+            "{what}: thread {thread}, sector {sector}: stale or lost (want write {})",
+            model[sector as usize]
+        );
+    }
+}
+
+/// Runs the phases under `balance` with the cache device saturated; checks
+/// every read, then every sector after a restart. Returns the controller's
+/// switches and the requests it sent around the cache.
+fn run(balance: BalanceConfig) -> (u64, u64) {
+    let devices = Devices::new();
+    // About 4000 cache I/Os a second at most; the backend is slower per
+    // I/O (0.5 ms) but serves any number at once: under load, the cache is
+    // the bottleneck.
+    devices.cache.set_latency(Duration::from_micros(250));
+    devices.cache.set_servers(1);
+    devices.backend.set_latency(Duration::from_micros(500));
+    let engine = devices.engine(Some(balance));
+    let stop = AtomicBool::new(false);
+    let policies = Mutex::new(Vec::new());
+    let started = Instant::now();
+    let models: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (engine, stop) = (&engine, &stop);
+                s.spawn(move || workload(engine, t, started, stop))
+            })
+            .collect();
+        // Watch the policy in force while the workload runs.
+        while started.elapsed() < PHASE * PHASES.len() as u32 * 2 {
+            let policy = engine.effective_mode().policy;
+            let mut seen = policies.lock().unwrap();
+            if seen.last() != Some(&policy) {
+                seen.push(policy);
+            }
+            drop(seen);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::Relaxed);
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let stats = engine.stats();
+    let balance_stats = stats.balance.clone().expect("a controller runs");
+    eprintln!(
+        "{}: policies in force {:?}; {} switches in {} intervals; {} requests bypassed, {} refused (dirty); \
+         cache I/O {:?}",
+        balance_stats.controller,
+        policies.lock().unwrap(),
+        balance_stats.switches,
+        balance_stats.intervals,
+        stats.cache.balance_bypasses,
+        stats.cache.balance_bypasses_refused_dirty,
+        stats
+            .cache_queue
+            .classes
+            .iter()
+            .map(|c| (c.class, c.completed, c.mean_latency_ns() / 1000))
+            .collect::<Vec<_>>()
+    );
+    assert!(balance_stats.intervals > 20, "{balance_stats:?}");
+    assert_eq!(stats.io_errors, 0);
+    // Every sector is owned by one thread: merge the models.
+    let latest: Vec<(u64, u64)> = (0..VOLUME_SECTORS)
+        .map(|s| (s % THREADS, models[(s % THREADS) as usize][s as usize]))
+        .collect();
+    // A barrier, then a crash: the restart must find every write.
+    engine.flush().unwrap();
+    drop(engine);
+    devices.cache.set_latency(Duration::ZERO);
+    devices.backend.set_latency(Duration::ZERO);
+    let engine = devices.engine(None);
+    let verify = |read: &dyn Fn(u64, &mut [u8]), what: &str| {
+        let mut buf = vec![0u8; 64 * 1024];
+        for chunk in 0..VOLUME_SECTORS * SECTOR / buf.len() as u64 {
+            let offset = chunk * buf.len() as u64;
+            read(offset, &mut buf);
+            for (i, got) in buf.chunks(SECTOR as usize).enumerate() {
+                let sector = offset / SECTOR + i as u64;
+                let (thread, seq) = latest[sector as usize];
+                let want = match seq {
+                    0 => [0u8; SECTOR as usize],
+                    seq => pattern(thread, seq),
+                };
+                assert!(
+                    got == want,
+                    "{what}: sector {sector} lost (want thread {thread} write {seq})"
+                );
+            }
+        }
+    };
+    verify(
+        &|offset, buf| engine.read(offset, buf).unwrap(),
+        "after the restart",
+    );
+    engine.shutdown().unwrap();
+    verify(
+        &|offset, buf| devices.backend.read_at(buf, offset).unwrap(),
+        "the backend after the shutdown",
+    );
+    (balance_stats.switches, stats.cache.balance_bypasses)
+}
+
+#[test]
+fn lbica_switching_policies_loses_nothing() {
+    // Short intervals and holds, so that each phase makes its own episode.
+    let (switches, _) = run(BalanceConfig {
+        controller: BalanceController::Lbica(LbicaConfig {
+            min_hold_intervals: 1,
+            exit_intervals: 1,
+            ..LbicaConfig::default()
+        }),
+        interval_ns: 20_000_000,
+    });
+    assert!(switches >= 4, "LBICA switched {switches} times");
+}
+
+#[test]
+fn sib_bypassing_loses_nothing() {
+    let (switches, bypassed) = run(BalanceConfig {
+        controller: BalanceController::Sib(SibConfig::default()),
+        interval_ns: 20_000_000,
+    });
+    assert_eq!(switches, 0, "SIB never changes the policy");
+    assert!(bypassed > 0, "SIB sent nothing around a saturated cache");
+}
+
+/// SIB over a cache restarted warm, serving only hits: the backend serves
+/// nothing, so only the controller's probe can tell SIB how fast it is;
+/// once it knows, the saturated cache's tail goes to the backend, and
+/// every read still returns what was written.
+#[test]
+fn sib_learns_a_backend_the_cache_never_used() {
+    const LINES: u64 = 24;
+    let devices = Devices::new();
+    let data = |line: u64| pattern(line % THREADS, line + 1).repeat(8);
+    // A first run writes the lines; its shutdown writes them back and
+    // leaves them cached and clean.
+    let engine = devices.engine(None);
+    for line in 0..LINES {
+        engine.write(line * 4096, &data(line), false).unwrap();
+    }
+    engine.shutdown().unwrap();
+    drop(engine);
+    devices.cache.set_latency(Duration::from_micros(250));
+    devices.cache.set_servers(1);
+    devices.backend.set_latency(Duration::from_micros(100));
+    let engine = devices.engine(Some(BalanceConfig {
+        controller: BalanceController::Sib(SibConfig::default()),
+        interval_ns: 20_000_000,
+    }));
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let engine = &engine;
+            s.spawn(move || {
+                let started = Instant::now();
+                let mut n = t;
+                let mut buf = vec![0u8; 4096];
+                while started.elapsed() < Duration::from_millis(800) {
+                    n += 7;
+                    let line = n % LINES;
+                    engine.read(line * 4096, &mut buf).unwrap();
+                    assert!(buf == data(line), "line {line} wrong");
+                }
+            });
+        }
+    });
+    let stats = engine.stats();
+    assert_eq!(
+        stats.recovery.clean_lines, LINES,
+        "the lines were not cached warm"
+    );
+    assert!(
+        stats.backend_queue.classes[0].completed > 0,
+        "the backend was never probed"
+    );
+    assert!(
+        stats.cache.balance_bypasses > 0,
+        "SIB sent nothing around a saturated cache: {:?}",
+        stats.balance
+    );
+    engine.shutdown().unwrap();
+}
