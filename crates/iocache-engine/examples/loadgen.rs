@@ -3,7 +3,11 @@
 //! the engine's hit path with the raw cache device (fio psync, same jobs).
 //!
 //! cargo run --release -p iocache-engine --example loadgen -- \
-//!     CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY]]]
+//!     CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY [none|reca|reca-all]]]]
+//!
+//! With `reca` as the last argument, ReCA runs beside the engine (built-in
+//! table, 100,000-request windows, the default characterization budget);
+//! with `reca-all`, without a budget: every request is characterized.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use iocache_core::{CacheConfig, LineSize, PolicySpec};
 use iocache_device::{FileDevice, MemDevice, OpenOptions};
-use iocache_engine::{Engine, EngineConfig, InitMode, IoMode, Layout};
+use iocache_engine::{Engine, EngineConfig, InitMode, IoMode, Layout, RecaSetup};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 6 {
-        eprintln!("usage: loadgen CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY]]]");
+        eprintln!("usage: loadgen CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY [none|reca|reca-all]]]]");
         std::process::exit(2);
     }
     let cache_bytes: u64 = args[1].parse().expect("CACHE_BYTES");
@@ -62,6 +66,19 @@ fn main() {
         )
         .expect("engine"),
     );
+    let adapt = args.get(9).map_or("none", |a| a.as_str());
+    match adapt {
+        "none" => {}
+        "reca" => engine.start_reca(RecaSetup::builtin()).expect("ReCA"),
+        // Every request characterized (no budget).
+        "reca-all" => engine
+            .start_reca(RecaSetup {
+                max_requests_per_second: None,
+                ..RecaSetup::builtin()
+            })
+            .expect("ReCA"),
+        other => panic!("ADAPT: none or reca, not {other}"),
+    }
     // Warm: read the hot range once, so every later read hits.
     let mut buf = vec![0u8; 1 << 20];
     let mut at = 0;
@@ -107,7 +124,7 @@ fn main() {
     let after = engine.stats().cache;
     let stats = after.since(&before);
     println!(
-        "lookup={} policy={} jobs={} write%={} iops={:.0} hit_ratio={:.4} requests={}",
+        "lookup={} adapt={adapt} policy={} jobs={} write%={} iops={:.0} hit_ratio={:.4} requests={}",
         engine.lookup(),
         args.get(8).map_or("lru", |p| p.as_str()),
         jobs,
@@ -116,4 +133,14 @@ fn main() {
         stats.hit_ratio(),
         stats.requests
     );
+    if let Some(reca) = engine.reca_status() {
+        println!(
+            "reca: category={} windows={} observed={} skipped={} dropped={}",
+            reca.category.as_deref().unwrap_or("(none)"),
+            reca.windows,
+            reca.observed_requests,
+            reca.skipped_requests,
+            reca.dropped_requests
+        );
+    }
 }

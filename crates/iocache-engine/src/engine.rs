@@ -5,7 +5,7 @@
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -38,11 +38,13 @@ mod barrier;
 mod cleaner;
 mod health_state;
 mod planning;
+mod reca;
 mod settings;
 mod slots;
 mod tickets;
 mod volumes;
 
+pub use reca::{RecaSetup, RecaStatus, RECA_MAX_REQUESTS_PER_SECOND, RECA_PERIOD, RECA_TICK};
 pub use settings::KnobState;
 
 pub use volumes::{Volume, VolumeInfo, VolumeStats};
@@ -330,6 +332,8 @@ struct Inner {
     /// The slot store: cache device or array, where slots lie on it
     /// (`slots.rs`).
     slots: SlotStore,
+    /// ReCA, once started (`reca.rs`): every request served is shown to it.
+    reca: OnceLock<Arc<reca::RecaLive>>,
 }
 
 type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
@@ -505,6 +509,7 @@ impl Engine {
                 data_offset,
                 io_engine,
             },
+            reca: OnceLock::new(),
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
@@ -617,6 +622,15 @@ impl Engine {
         let segments = self
             .inner
             .segments(volume.id, volume.size_bytes, kind, offset, length, started_ns)?;
+        if let Some(reca) = self.inner.reca.get() {
+            reca.observe(iocache_core::Request {
+                volume: volume.id,
+                offset_bytes: offset,
+                length_bytes: length,
+                kind,
+                now_ns: started_ns,
+            });
+        }
         let mut plan = Plan::default();
         self.decide(segments, &mut plan)?;
         let mut result = self.inner.run(&plan, buffer);
