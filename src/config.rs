@@ -27,7 +27,7 @@ use serde::Deserialize;
 
 /// The keys of a `[[volume]]` table that describe its cache device, shared
 /// by every volume naming the same `cache`.
-pub const CACHE_KEYS: [&str; 15] = [
+pub const CACHE_KEYS: [&str; 18] = [
     "cache_size",
     "cache_array",
     "mirror_percent",
@@ -43,6 +43,9 @@ pub const CACHE_KEYS: [&str; 15] = [
     "max_dirty_lines",
     "direct",
     "io_engine",
+    "adapt",
+    "reca_table",
+    "reca_window",
 ];
 
 /// Size of a backend file `serve` creates when given no `--backend`.
@@ -147,6 +150,8 @@ pub struct VolumeConfig {
     pub direct: bool,
     /// Which lines' metadata the cache device keeps across restarts.
     pub persistence: Persistence,
+    /// An adaptive controller beside the cache: `Some` for ReCA.
+    pub reca: Option<RecaConfig>,
     /// Clients may only read this export (NBD_FLAG_READ_ONLY; writes,
     /// trims and write-zeroes get EPERM). Dirty lines from an earlier run
     /// are still written back, so the backend stays open for writing.
@@ -203,6 +208,17 @@ impl VolumeConfig {
                 (false, IoMode::Psync) => "psync".into(),
                 (false, IoMode::Uring) => "uring".into(),
             },
+            "adapt" => if self.reca.is_some() { "reca" } else { "off" }.into(),
+            "reca_table" => self
+                .reca
+                .as_ref()
+                .and_then(|r| r.table.as_ref())
+                .map_or("built-in".into(), |t| t.display().to_string()),
+            "reca_window" => self
+                .reca
+                .as_ref()
+                .map_or(DEFAULT_RECA_WINDOW, |r| r.window_requests)
+                .to_string(),
             other => unreachable!("not a cache key: {other}"),
         }
     }
@@ -228,6 +244,21 @@ impl VolumeConfig {
                 self.io_auto = from.io_auto;
                 self.io = from.io;
             }
+            "adapt" => match (&mut self.reca, &from.reca) {
+                (_, None) => self.reca = None,
+                (None, Some(theirs)) => self.reca = Some(theirs.clone()),
+                (Some(_), Some(_)) => {}
+            },
+            "reca_table" => {
+                if let (Some(mine), Some(theirs)) = (&mut self.reca, &from.reca) {
+                    mine.table = theirs.table.clone();
+                }
+            }
+            "reca_window" => {
+                if let (Some(mine), Some(theirs)) = (&mut self.reca, &from.reca) {
+                    mine.window_requests = theirs.window_requests;
+                }
+            }
             other => unreachable!("not a cache key: {other}"),
         }
     }
@@ -239,6 +270,17 @@ impl VolumeConfig {
         }
     }
 }
+
+/// `adapt = "reca"`: ReCA's category table and window (issue 15).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecaConfig {
+    /// The category table's file; `None`: the built-in table.
+    pub table: Option<PathBuf>,
+    pub window_requests: u64,
+}
+
+/// ReCA's window when none is given (the paper's).
+pub const DEFAULT_RECA_WINDOW: u64 = 100_000;
 
 fn is_nbd_uri(text: &str) -> bool {
     text.starts_with("nbd://") || text.starts_with("nbd+unix://")
@@ -287,6 +329,17 @@ pub struct VolumeText {
     pub persistence: String,
     #[serde(default)]
     pub read_only: bool,
+    /// `off` or `reca`.
+    #[serde(default = "default_adapt")]
+    pub adapt: String,
+    #[serde(default)]
+    pub reca_table: Option<PathBuf>,
+    #[serde(default)]
+    pub reca_window: Option<u64>,
+}
+
+fn default_adapt() -> String {
+    "off".into()
 }
 
 fn default_mirror_percent() -> u32 {
@@ -497,6 +550,36 @@ impl VolumeText {
             .persistence
             .parse()
             .map_err(|e| anyhow!("{}{e}", parse("persistence")))?;
+        let reca = match self.adapt.trim() {
+            "off" => {
+                if self.reca_table.is_some() || self.reca_window.is_some() {
+                    bail!(
+                        "{}: ReCA's settings need {} = \"reca\"",
+                        key(if self.reca_table.is_some() {
+                            "reca_table"
+                        } else {
+                            "reca_window"
+                        }),
+                        key("adapt")
+                    );
+                }
+                None
+            }
+            "reca" => {
+                let window_requests = self.reca_window.unwrap_or(DEFAULT_RECA_WINDOW);
+                if window_requests == 0 {
+                    bail!("{}: a window holds at least 1 request", key("reca_window"));
+                }
+                Some(RecaConfig {
+                    table: self.reca_table,
+                    window_requests,
+                })
+            }
+            other => bail!(
+                "{}unknown controller `{other}`; expected off or reca",
+                parse("adapt")
+            ),
+        };
         Ok(VolumeConfig {
             origin: origin.clone(),
             export: self.export,
@@ -519,6 +602,7 @@ impl VolumeText {
             io_auto,
             direct: self.direct,
             persistence,
+            reca,
             read_only: self.read_only,
         })
     }
@@ -1065,8 +1149,42 @@ cache = "d/other-cache.img"
             direct: false,
             persistence: "dirty".into(),
             read_only: false,
+            adapt: "off".into(),
+            reca_table: None,
+            reca_window: None,
         };
         let e = format!("{:#}", text.validate(&Origin::Flags).unwrap_err());
         assert!(e.starts_with("--line-size: "), "{e}");
+    }
+
+    #[test]
+    fn reca_keys_are_cache_keys_and_checked() {
+        // Written in one volume of a shared cache: the cache's.
+        let shared = SHARED.replace(
+            "policy = \"arc\"",
+            "policy = \"arc\"\nadapt = \"reca\"\nreca_window = 5000\nreca_table = \"t.toml\"",
+        );
+        let c = ServeConfig::from_toml_str(&shared, "conf.toml").unwrap();
+        let want = Some(RecaConfig {
+            table: Some("t.toml".into()),
+            window_requests: 5000,
+        });
+        assert_eq!(c.volumes[0].reca, want);
+        assert_eq!(c.volumes[1].reca, want);
+        assert_eq!(c.volumes[2].reca, None);
+        let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"lbica\""));
+        assert!(
+            e.contains("volume `b`: adapt") && e.contains("expected off or reca"),
+            "{e}"
+        );
+        let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"reca\"\nreca_window = 0"));
+        assert!(e.contains("volume `b`: reca_window"), "{e}");
+        let e = err(&SHARED.replace("policy = \"arc\"", "reca_window = 10"));
+        assert!(e.contains("volume `b`: reca_window: ReCA's settings need"), "{e}");
+        // Two volumes of one cache disagreeing.
+        let e = err(&SHARED
+            .replace("direct = true", "direct = true\nadapt = \"reca\"")
+            .replace("policy = \"arc\"", "adapt = \"off\""));
+        assert!(e.contains("adapt"), "{e}");
     }
 }

@@ -46,7 +46,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
-        "persistence", "read_only", "socket",
+        "persistence", "read_only", "socket", "adapt", "reca_table", "reca_window",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
     ])]
@@ -115,6 +115,19 @@ pub struct ServeArgs {
     /// dirty line back; refused with write-back unless --force).
     #[arg(long, default_value = crate::config::DEFAULT_PERSISTENCE, value_name = "MODE")]
     persistence: String,
+    /// Adaptive controller beside the cache: off, or reca (ReCA: every request is characterized,
+    /// and each window of --reca-window requests puts the nearest workload category's write
+    /// policy and reca replacement policy in force; its line size is shown as pending, applied
+    /// at a restart with that --line-size).
+    #[arg(long, default_value = "off", value_name = "off|reca")]
+    adapt: String,
+    /// ReCA's category table (TOML; default: the built-in
+    /// crates/iocache-core/data/reca-categories.toml). Needs --adapt reca.
+    #[arg(long, value_name = "FILE")]
+    reca_table: Option<PathBuf>,
+    /// Requests per ReCA window [default: 100000, the paper's]. Needs --adapt reca.
+    #[arg(long, value_name = "REQUESTS")]
+    reca_window: Option<u64>,
     /// Serve the export read-only (writes, trims and write-zeroes get EPERM); dirty lines an
     /// earlier run left are still written back to the backend.
     #[arg(long)]
@@ -347,6 +360,12 @@ fn open_cache_group(
         ),
     })?;
     report_start(config, members, &engine, v);
+    if let Some(reca) = &v.reca {
+        crate::reca_cli::start_live(&engine, reca, &v.cache).with_context(|| match &v.origin {
+            Origin::Flags => "--reca-table".to_string(),
+            Origin::File(path) => format!("{path}: volume `{}`: reca_table", v.export),
+        })?;
+    }
     Ok(CacheGroup {
         path: v.cache.clone(),
         canonical,
@@ -895,6 +914,9 @@ impl ServeArgs {
             direct: self.direct,
             persistence: self.persistence,
             read_only: self.read_only,
+            adapt: self.adapt,
+            reca_table: self.reca_table,
+            reca_window: self.reca_window,
         };
         let mut volume = text.validate(&Origin::Flags)?;
         // Only the embedded default creates its backend unasked: a named
