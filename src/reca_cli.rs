@@ -155,19 +155,21 @@ pub fn print_status(r: &Value, indent: &str) {
     if r.is_null() {
         return;
     }
-    let category = r["category"].as_str().unwrap_or("(none yet)");
+    let category = match (r["category"].as_str(), r["since_s"].as_f64()) {
+        (Some(name), Some(since)) => format!("{name} since {since:.1}s"),
+        _ => "none yet".into(),
+    };
     println!(
-        "{indent}reca       category {category} since {}s ({} changes, {} windows of {} requests; table {})",
-        r["since_s"].as_f64().map_or("-".into(), |s| format!("{s:.1}")),
+        "{indent}reca       category {category} ({} changes, {} windows of {} requests; table {})",
         r["category_changes"],
         r["windows"],
         r["window_requests"],
         r["table"].as_str().unwrap_or("?")
     );
     if let Some(vector) = r["vector"].as_object() {
-        let v: Vec<String> = vector
+        let v: Vec<String> = FEATURE_NAMES
             .iter()
-            .map(|(k, x)| format!("{k} {:.2}", x.as_f64().unwrap_or(0.0)))
+            .filter_map(|k| Some(format!("{k} {:.2}", vector.get(*k)?.as_f64()?)))
             .collect();
         println!("{indent}           last vector: {}", v.join(", "));
     }
