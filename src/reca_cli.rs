@@ -13,10 +13,12 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use iocache_core::reca::{CategoryTable, RecaControllerParams, FEATURE_NAMES};
 use iocache_core::units::format_byte_size;
-use iocache_engine::{Engine, RecaSetup, RecaStatus, RECA_MAX_REQUESTS_PER_SECOND};
+use iocache_core::LineSize;
+use iocache_device::BlockDevice;
+use iocache_engine::{recorded_reca_line_size, Engine, RecaSetup, RecaStatus, RECA_MAX_REQUESTS_PER_SECOND};
 use serde_json::{json, Value};
 
-use crate::config::RecaConfig;
+use crate::config::{RecaConfig, VolumeConfig};
 use iocache_sim::reca::{reca_characterize, RecaCharacterization, RecaOptions, RecaWindowRow};
 use iocache_sim::report::table;
 use iocache_trace::TraceReader;
@@ -77,7 +79,12 @@ pub fn read_table(path: Option<&Path>) -> Result<(CategoryTable, String)> {
 
 /// Starts ReCA on a serving cache (`serve --adapt reca`, or `adapt =
 /// "reca"` in the configuration file).
-pub fn start_live(engine: &Engine, reca: &RecaConfig, cache: &Path) -> Result<()> {
+pub fn start_live(
+    engine: &Engine,
+    reca: &RecaConfig,
+    cache: &Path,
+    configured_line_size: LineSize,
+) -> Result<()> {
     let (table, table_source) = read_table(reca.table.as_deref())?;
     let names: Vec<&str> = table.categories.iter().map(|c| c.name.as_str()).collect();
     log::info!(
@@ -97,8 +104,54 @@ pub fn start_live(engine: &Engine, reca: &RecaConfig, cache: &Path) -> Result<()
             ..RecaControllerParams::default()
         },
         max_requests_per_second: Some(RECA_MAX_REQUESTS_PER_SECOND),
+        configured_line_bytes: Some(configured_line_size.bytes()),
     })?;
     Ok(())
+}
+
+/// The line size ReCA chose in the last run of the cache on `dev`, when it
+/// differs from `v`'s and `v` still configures the line size it was chosen
+/// over (an operator who changed `line_size` since gets what the
+/// configuration says). Logged when taken.
+pub fn line_size_to_start_with(dev: &dyn BlockDevice, v: &VolumeConfig) -> Result<Option<LineSize>> {
+    let Some(recorded) = recorded_reca_line_size(dev)
+        .with_context(|| format!("reading the superblocks of {}", v.cache.display()))?
+    else {
+        return Ok(None);
+    };
+    let configured = v.line_size.bytes();
+    if recorded.configured_line_bytes != configured {
+        log::info!(
+            "cache {}: ReCA's line size {} of the last run was chosen over a configured {}; the \
+             configuration says {} now, which is used",
+            v.cache.display(),
+            format_byte_size(recorded.line_bytes),
+            format_byte_size(recorded.configured_line_bytes),
+            format_byte_size(configured)
+        );
+        return Ok(None);
+    }
+    let Ok(line_size) = LineSize::new(recorded.line_bytes) else {
+        return Ok(None);
+    };
+    if recorded.device_line_bytes != recorded.line_bytes {
+        log::info!(
+            "cache {}: starting with ReCA's line size {} (configured {}; the cache holds {} lines): \
+             the dirty lines are written back and the device is formatted for it",
+            v.cache.display(),
+            format_byte_size(recorded.line_bytes),
+            format_byte_size(configured),
+            format_byte_size(recorded.device_line_bytes)
+        );
+    } else {
+        log::info!(
+            "cache {}: keeping ReCA's line size {} (configured {})",
+            v.cache.display(),
+            format_byte_size(recorded.line_bytes),
+            format_byte_size(configured)
+        );
+    }
+    Ok(Some(line_size))
 }
 
 /// Reloads a running cache's category table (`ctl reca-reload`): `path`,
@@ -144,6 +197,7 @@ pub fn status_json(s: &RecaStatus) -> Value {
         "write_policy": s.write_policy,
         "policy": s.policy,
         "line_bytes": s.line_size,
+        "configured_line_bytes": s.configured_line_size,
         "pending_line_bytes": s.pending_line_size,
         "last_event": s.last_event,
     })
@@ -173,21 +227,19 @@ pub fn print_status(r: &Value, indent: &str) {
             .collect();
         println!("{indent}           last vector: {}", v.join(", "));
     }
-    if r["write_policy"].is_string() {
-        let line = |v: &Value| v.as_u64().map_or("?".into(), format_byte_size);
-        let pending = match r["pending_line_bytes"].as_u64() {
-            Some(p) => format!(
-                "; line size {} PENDING (wanted {}; applied at a restart with that line size)",
-                line(&r["line_bytes"]),
-                format_byte_size(p)
-            ),
-            None => format!("; line size {}", line(&r["line_bytes"])),
-        };
-        println!(
-            "{indent}           in force: write policy {}, policy {}{pending}",
-            r["write_policy"].as_str().unwrap_or("?"),
-            r["policy"].as_str().unwrap_or("?"),
-        );
+    let line = |v: &Value| v.as_u64().map_or("?".into(), format_byte_size);
+    let mut line_size = format!("line size {}", line(&r["line_bytes"]));
+    if r["line_bytes"] != r["configured_line_bytes"] {
+        line_size += &format!(" (ReCA's; configured {})", line(&r["configured_line_bytes"]));
+    }
+    if let Some(p) = r["pending_line_bytes"].as_u64() {
+        line_size += &format!(" -> {} PENDING (taken at the next start)", format_byte_size(p));
+    }
+    match (r["write_policy"].as_str(), r["policy"].as_str()) {
+        (Some(write_policy), Some(policy)) => {
+            println!("{indent}           in force: write policy {write_policy}, policy {policy}; {line_size}")
+        }
+        _ => println!("{indent}           in force: the configured policies until a category; {line_size}"),
     }
     println!(
         "{indent}           {} requests characterized, {} skipped (over {} per second), {} dropped",

@@ -246,6 +246,26 @@ fn open_cache_group(
             .with_context(|| v.key("cache"))?,
     );
     let canonical = record_claim(files, &v.cache, &v.export, "cache");
+    // ReCA's line size from the last run, while the configuration still
+    // says what it said then (one device only: an array's geometry is its
+    // members').
+    let configured_line_size = v.line_size;
+    let recorded = match (&v.reca, v.cache_array.is_empty(), start.init, &cache_file) {
+        (Some(_), true, false, Some(file)) => crate::reca_cli::line_size_to_start_with(file, v)?,
+        _ => None,
+    };
+    let with_reca_line;
+    let v = match recorded {
+        Some(line_size) => {
+            with_reca_line = VolumeConfig {
+                line_size,
+                ..v.clone()
+            };
+            &with_reca_line
+        }
+        None => v,
+    };
+    let line_bytes = v.line_size.bytes();
     let array = if v.cache_array.is_empty() {
         None
     } else {
@@ -361,10 +381,12 @@ fn open_cache_group(
     })?;
     report_start(config, members, &engine, v);
     if let Some(reca) = &v.reca {
-        crate::reca_cli::start_live(&engine, reca, &v.cache).with_context(|| match &v.origin {
-            Origin::Flags => "--reca-table".to_string(),
-            Origin::File(path) => format!("{path}: volume `{}`: reca_table", v.export),
-        })?;
+        crate::reca_cli::start_live(&engine, reca, &v.cache, configured_line_size).with_context(
+            || match &v.origin {
+                Origin::Flags => "--reca-table".to_string(),
+                Origin::File(path) => format!("{path}: volume `{}`: reca_table", v.export),
+            },
+        )?;
     }
     Ok(CacheGroup {
         path: v.cache.clone(),

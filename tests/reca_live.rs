@@ -26,7 +26,7 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn start(dir: &Path) -> Child {
+fn start(dir: &Path, extra: &[&str]) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -44,6 +44,7 @@ fn start(dir: &Path) -> Child {
             "--reca-window",
             "1000",
         ])
+        .args(extra)
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
@@ -168,7 +169,7 @@ fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
         return;
     }
     let dir = temp_dir("fio");
-    let server = start(&dir);
+    let server = start(&dir, &[]);
     // Before any window: ReCA runs, no category yet.
     let r = reca(&dir);
     assert_eq!(r["table"], "built-in");
@@ -240,7 +241,7 @@ fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
     // Everything written reads back, then again after a restart.
     fio(&dir, Job::Verify, "write", "0");
     stop(server);
-    let server = start(&dir);
+    let server = start(&dir, &[]);
     fio(&dir, Job::Verify, "write", "0");
     fio(&dir, Job::Verify, "randwrite", "32M");
     stop(server);
@@ -263,5 +264,64 @@ fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
         );
     }
     assert!(log.contains("line size: 4KiB -> 128KiB pending"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// ReCA's line size, recorded on the cache device, is taken at the next
+/// start while the configuration says what it said; a changed `--line-size`
+/// wins. Every block survives both reformats.
+#[test]
+fn the_line_size_reca_chose_is_taken_at_the_next_start() {
+    if !have("fio") {
+        eprintln!("SKIPPED: fio is not installed");
+        return;
+    }
+    let dir = temp_dir("line");
+    let server = start(&dir, &[]);
+    fio(&dir, Job::Write, "write", "0");
+    let r = wait_for(&dir, "large_file_generators");
+    assert_eq!(r["pending_line_bytes"], 128 << 10);
+    stop(server);
+
+    let server = start(&dir, &[]);
+    let r = reca(&dir);
+    assert_eq!(
+        (r["line_bytes"].as_u64(), r["configured_line_bytes"].as_u64()),
+        (Some(128 << 10), Some(4096))
+    );
+    let (ok, text) = ctl(&dir, &["get"]);
+    assert!(
+        ok && text.contains("line size 128KiB (ReCA's; configured 4KiB)"),
+        "{text}"
+    );
+    fio(&dir, Job::Verify, "write", "0");
+    // Sequential reads: archival consumers, who want 128 KiB too.
+    let r = wait_for(&dir, "archival_consumers");
+    assert!(r["pending_line_bytes"].is_null(), "{r:#}");
+    stop(server);
+
+    // Still recorded: the next start keeps 128 KiB without a reformat.
+    let server = start(&dir, &[]);
+    assert_eq!(reca(&dir)["line_bytes"], 128 << 10);
+    stop(server);
+
+    // The configuration changed since: it wins.
+    let server = start(&dir, &["--line-size", "8KiB"]);
+    let r = reca(&dir);
+    assert_eq!(
+        (r["line_bytes"].as_u64(), r["configured_line_bytes"].as_u64()),
+        (Some(8192), Some(8192))
+    );
+    fio(&dir, Job::Verify, "write", "0");
+    stop(server);
+
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    for needle in [
+        "starting with ReCA's line size 128KiB (configured 4KiB; the cache holds 4KiB lines)",
+        "keeping ReCA's line size 128KiB (configured 4KiB)",
+        "ReCA's line size 128KiB of the last run was chosen over a configured 4KiB; the configuration says 8KiB now",
+    ] {
+        assert!(log.contains(needle), "no `{needle}` in:\n{log}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

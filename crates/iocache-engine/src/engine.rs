@@ -44,7 +44,10 @@ mod slots;
 mod tickets;
 mod volumes;
 
-pub use reca::{RecaSetup, RecaStatus, RECA_MAX_REQUESTS_PER_SECOND, RECA_PERIOD, RECA_TICK};
+pub use reca::{
+    recorded_reca_line_size, RecaSetup, RecaStatus, RecordedLineSize, RECA_MAX_REQUESTS_PER_SECOND,
+    RECA_PERIOD, RECA_TICK,
+};
 pub use settings::KnobState;
 
 pub use volumes::{Volume, VolumeInfo, VolumeStats};

@@ -41,9 +41,9 @@ mod recovery;
 mod stripe;
 
 pub use engine::{
-    ArrayEngineStats, Engine, EngineConfig, EngineError, EngineStats, IoMode, KnobState, Lookup, RecaSetup,
-    RecaStatus, Volume, VolumeInfo, VolumeStats, RECA_MAX_REQUESTS_PER_SECOND, RECA_PERIOD, RECA_TICK,
-    SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
+    recorded_reca_line_size, ArrayEngineStats, Engine, EngineConfig, EngineError, EngineStats, IoMode,
+    KnobState, Lookup, RecaSetup, RecaStatus, RecordedLineSize, Volume, VolumeInfo, VolumeStats,
+    RECA_MAX_REQUESTS_PER_SECOND, RECA_PERIOD, RECA_TICK, SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
 };
 pub use iocache_format::{Layout, Persistence};
 pub use latency::{LatencyHistogram, LatencyPercentiles, LATENCY_BOUNDS_NS};

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use iocache_core::reca::RecaControllerParams;
 use iocache_core::{CacheConfig, LineSize, WritePolicy};
 use iocache_device::{BlockDevice, MemDevice};
-use iocache_engine::{Engine, EngineConfig, Layout, Lookup, Persistence, RecaSetup};
+use iocache_engine::{
+    recorded_reca_line_size, Engine, EngineConfig, Layout, Lookup, Persistence, RecaSetup, RecordedLineSize,
+};
 
 const SECTOR: u64 = 512;
 const BLOCK: u64 = 4096;
@@ -87,7 +89,14 @@ impl Model {
     }
 }
 
-fn open(cache_dev: &Arc<MemDevice>, backend: &Arc<MemDevice>, line_bytes: u64) -> Engine {
+/// Opens the engine with `line_bytes` (`configured_line_bytes` is what the
+/// configuration says) and starts ReCA.
+fn open(
+    cache_dev: &Arc<MemDevice>,
+    backend: &Arc<MemDevice>,
+    line_bytes: u64,
+    configured_line_bytes: u64,
+) -> Engine {
     let mut cache = CacheConfig::new(
         CACHE_BYTES / line_bytes,
         LineSize::new(line_bytes).unwrap(),
@@ -112,6 +121,7 @@ fn open(cache_dev: &Arc<MemDevice>, backend: &Arc<MemDevice>, line_bytes: u64) -
                 ..RecaControllerParams::default()
             },
             max_requests_per_second: None,
+            configured_line_bytes: Some(configured_line_bytes),
             ..RecaSetup::builtin()
         })
         .unwrap();
@@ -164,7 +174,7 @@ fn reca_switches_category_with_the_workload_and_keeps_every_byte() {
     let mut model = Model::new();
     let mut rng = Rng(0x5eed_1234_abcd_0001);
 
-    let engine = open(&cache_dev, &backend, BLOCK);
+    let engine = open(&cache_dev, &backend, BLOCK, BLOCK);
     // Phase 1: random reads and writes, half each.
     random_phase(&engine, &mut model, &mut rng, 10 * WINDOW_REQUESTS, 50);
     let status = wait_for(&engine, "random_producer_consumers");
@@ -205,7 +215,7 @@ fn reca_switches_category_with_the_workload_and_keeps_every_byte() {
     let dirty = engine.stats().dirty_lines;
     assert!(dirty > 0, "the test needs dirty lines across the restart");
     drop(engine);
-    let engine = open(&cache_dev, &backend, BLOCK);
+    let engine = open(&cache_dev, &backend, BLOCK, BLOCK);
     assert_eq!(engine.stats().recovery.dirty_lines, dirty);
     assert_eq!(engine.reca_status().unwrap().category, None);
     model.check_all(&engine);
@@ -221,20 +231,41 @@ fn reca_switches_category_with_the_workload_and_keeps_every_byte() {
     wait_for(&engine, "large_file_generators");
     model.check_all(&engine);
 
-    // The line size large file generators asked for, applied at a restart
-    // (after a flush only: dirty lines are written back by the reformat).
+    // The line size large file generators asked for is recorded on the
+    // cache device, and a start takes it (as `serve --adapt reca` does;
+    // after a flush only: the reformat writes the dirty lines back).
+    let recorded = recorded_reca_line_size(&*cache_dev).unwrap();
+    assert_eq!(
+        recorded,
+        Some(RecordedLineSize {
+            line_bytes: 128 << 10,
+            configured_line_bytes: BLOCK,
+            device_line_bytes: BLOCK,
+        })
+    );
     engine.flush().unwrap();
     let dirty = engine.stats().dirty_lines;
     drop(engine);
-    let engine = open(&cache_dev, &backend, 128 << 10);
+    let engine = open(&cache_dev, &backend, recorded.unwrap().line_bytes, BLOCK);
     let report = engine.stats().recovery;
     assert!(report.geometry_changed.is_some(), "{report:?}");
     assert_eq!(report.written_back_lines, dirty);
-    assert_eq!(engine.reca_status().unwrap().line_size, 128 << 10);
+    let status = engine.reca_status().unwrap();
+    assert_eq!(
+        (status.line_size, status.configured_line_size),
+        (128 << 10, BLOCK)
+    );
     model.check_all(&engine);
     sequential_writes(&engine, &mut model, 10 * WINDOW_REQUESTS);
     let status = wait_for(&engine, "large_file_generators");
     assert_eq!(status.pending_line_size, None, "{status:?}");
+    // Still ReCA's choice over the configuration: it stays recorded.
+    assert_eq!(
+        recorded_reca_line_size(&*cache_dev)
+            .unwrap()
+            .map(|r| r.device_line_bytes),
+        Some(128 << 10)
+    );
     engine.shutdown().unwrap();
     // Everything is on the backend now.
     let mut data = vec![0u8; VOLUME_BYTES as usize];

@@ -36,11 +36,15 @@
 //!
 //! A category's line size is not applied live: the slot layout and the
 //! records on the cache device depend on it. It becomes a pending line
-//! size ([`RecaStatus::pending_line_size`]), logged and shown, which the
-//! operator (or `serve --adapt reca` at its next start) applies by
-//! restarting with it: the engine then writes every dirty line back and
-//! formats the device for the new geometry (`recovery.rs`), so no dirty
-//! sector is lost.
+//! size ([`RecaStatus::pending_line_size`]), logged and shown, and is
+//! recorded in the superblock's settings text (`reca:line_size=CHOSEN|
+//! CONFIGURED`, an A/B update) whenever ReCA's choice differs from the
+//! configured line size. A start reads it with [`recorded_reca_line_size`]
+//! and may open the cache with it (`serve --adapt reca` does, while the
+//! configuration still says CONFIGURED): the engine then writes every dirty
+//! line back and formats the device for the new geometry (`recovery.rs`; a
+//! crash in between finds the old superblock and does it again), so no
+//! dirty sector is lost, only clean lines.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,7 +54,11 @@ use iocache_core::reca::{CategoryTable, Features, RecaController, RecaController
 use iocache_core::units::format_byte_size;
 use iocache_core::Request;
 
+use iocache_device::BlockDevice;
+use iocache_format::SuperblockFound;
+
 use super::{lock, Engine, EngineError, Inner};
+use crate::recovery;
 use crate::stripe::{stripe, Padded, STRIPES};
 
 /// How often the controller thread takes the buffered requests.
@@ -74,6 +82,10 @@ pub struct RecaSetup {
     /// Requests characterized per second at most (see the module doc);
     /// `None`: every request.
     pub max_requests_per_second: Option<u64>,
+    /// The line size the configuration asks for, when the engine was
+    /// opened with another (ReCA's, from [`recorded_reca_line_size`]);
+    /// `None`: the engine's.
+    pub configured_line_bytes: Option<u64>,
 }
 
 impl RecaSetup {
@@ -84,8 +96,43 @@ impl RecaSetup {
             table_source: "built-in".into(),
             params: RecaControllerParams::default(),
             max_requests_per_second: Some(RECA_MAX_REQUESTS_PER_SECOND),
+            configured_line_bytes: None,
         }
     }
+}
+
+/// A line size ReCA chose, recorded on a cache device for the next start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordedLineSize {
+    /// ReCA's choice.
+    pub line_bytes: u64,
+    /// The configured line size it was chosen over.
+    pub configured_line_bytes: u64,
+    /// The line size the device is formatted with now.
+    pub device_line_bytes: u64,
+}
+
+/// The superblock's mark of ReCA's line size: `reca:line_size=CHOSEN|CONFIGURED`.
+const LINE_MARK: &str = "reca:line_size=";
+
+/// The line size ReCA chose in an earlier run of the cache on `dev`, if it
+/// recorded one (see the module doc); `None` for a blank device, an
+/// unreadable superblock (the start reports it) or no record.
+pub fn recorded_reca_line_size(dev: &dyn BlockDevice) -> Result<Option<RecordedLineSize>, EngineError> {
+    if dev.len_bytes() < 2 * iocache_format::SUPERBLOCK_BYTES as u64 {
+        return Ok(None);
+    }
+    let Ok(SuperblockFound::Found { superblock, .. }) = recovery::read_superblocks(dev)? else {
+        return Ok(None);
+    };
+    Ok(superblock.settings.split_whitespace().find_map(|token| {
+        let (chosen, configured) = token.strip_prefix(LINE_MARK)?.split_once('|')?;
+        Some(RecordedLineSize {
+            line_bytes: chosen.parse().ok()?,
+            configured_line_bytes: configured.parse().ok()?,
+            device_line_bytes: superblock.layout.line_bytes,
+        })
+    }))
 }
 
 /// What ReCA is doing in a running engine.
@@ -113,9 +160,12 @@ pub struct RecaStatus {
     /// The configuration the category put in force (`None` before one).
     pub write_policy: Option<String>,
     pub policy: Option<String>,
-    /// The engine's line size, and the one the category wants when it
-    /// differs (applied at the next restart, see the module doc).
+    /// The engine's line size, the configured one (they differ when a
+    /// start applied ReCA's), and the one the category wants when it
+    /// differs from the engine's (recorded for the next start, see the
+    /// module doc).
     pub line_size: u64,
+    pub configured_line_size: u64,
     pub pending_line_size: Option<u64>,
     /// The last category change, as logged.
     pub last_event: Option<String>,
@@ -191,6 +241,10 @@ struct Control {
 pub(super) struct RecaLive {
     feed: Feed,
     control: Mutex<Control>,
+    configured_line_bytes: u64,
+    /// ReCA's line size when it differs from the configured one (0: none),
+    /// recorded in the superblock.
+    chosen_line_bytes: AtomicU64,
 }
 
 impl RecaLive {
@@ -202,6 +256,17 @@ impl RecaLive {
 }
 
 impl Inner {
+    /// ReCA's part of the superblock's settings text (see the module doc).
+    pub(super) fn reca_settings_token(&self) -> String {
+        let Some(reca) = self.reca.get() else {
+            return String::new();
+        };
+        match reca.chosen_line_bytes.load(Ordering::SeqCst) {
+            0 => String::new(),
+            chosen => format!(" {LINE_MARK}{chosen}|{}", reca.configured_line_bytes),
+        }
+    }
+
     /// The controller thread: every tick, the buffered requests in time
     /// order to the controller, and each category change applied.
     fn run_reca(self: &Arc<Inner>, reca: &RecaLive) {
@@ -233,12 +298,12 @@ impl Inner {
             batch.sort_by_key(|r| r.now_ns);
             let mut control = lock(&reca.control);
             for request in &batch {
-                self.reca_step(&mut control, request);
+                self.reca_step(reca, &mut control, request);
             }
         }
     }
 
-    fn reca_step(self: &Arc<Inner>, control: &mut Control, request: &Request) {
+    fn reca_step(self: &Arc<Inner>, reca: &RecaLive, control: &mut Control, request: &Request) {
         let Some(report) = control.controller.observe(request) else {
             return;
         };
@@ -257,13 +322,14 @@ impl Inner {
             return;
         };
         status.category_changes += 1;
-        self.reca_apply(controller, status, &mut event, report.now_ns);
+        self.reca_apply(reca, controller, status, &mut event, report.now_ns);
     }
 
     /// Puts the controller's current category in force on every shard,
     /// records it in `status` and logs `event` (with what changed).
     fn reca_apply(
         self: &Arc<Inner>,
+        reca: &RecaLive,
         controller: &RecaController,
         status: &mut RecaStatus,
         event: &mut RecaEvent,
@@ -286,17 +352,38 @@ impl Inner {
             }
         }
         let policy = lock(&self.shards[0].state).cache.config().policy.to_string();
+        let wanted = category.line_size.bytes();
+        let chosen = if wanted == reca.configured_line_bytes {
+            0
+        } else {
+            wanted
+        };
+        let recorded = if reca.chosen_line_bytes.swap(chosen, Ordering::SeqCst) == chosen {
+            Ok(())
+        } else {
+            self.persist_settings()
+        };
         if let Some(line) = event.line_size {
-            let pending = format!(
-                " pending: the cache keeps {} lines until a restart with line_size={} \
-                 (which writes the dirty lines back and reformats)",
-                format_byte_size(self.line_bytes),
-                format_byte_size(line.bytes())
-            );
+            let pending = match &recorded {
+                Ok(()) => format!(
+                    " pending: the cache keeps {} lines until the next start, which takes {} \
+                     (recorded on the cache device), writing the dirty lines back and reformatting",
+                    format_byte_size(self.line_bytes),
+                    format_byte_size(line.bytes())
+                ),
+                Err(e) => format!(
+                    " pending, not recorded on the cache device ({e}): the cache keeps {} lines",
+                    format_byte_size(self.line_bytes)
+                ),
+            };
             match event.changes.iter_mut().find(|c| c.starts_with("line size:")) {
                 Some(change) => change.push_str(&pending),
                 None => event.changes.push(format!("line size{pending}")),
             }
+        } else if let Err(e) = &recorded {
+            event
+                .changes
+                .push(format!("the line size to start with could not be recorded: {e}"));
         }
         status.category = Some(category.name.clone());
         status.since_ns = Some(now_ns);
@@ -323,12 +410,15 @@ impl Engine {
         if self.inner.stopping.load(Ordering::SeqCst) {
             return Err(EngineError::Shutdown);
         }
+        let line_bytes = self.inner.line_bytes;
+        let configured_line_bytes = setup.configured_line_bytes.unwrap_or(line_bytes);
         let status = RecaStatus {
             table_source: setup.table_source,
             categories: setup.table.categories.iter().map(|c| c.name.clone()).collect(),
             window_requests: setup.params.window_requests,
             max_requests_per_second: setup.max_requests_per_second,
-            line_size: self.inner.line_bytes,
+            line_size: line_bytes,
+            configured_line_size: configured_line_bytes,
             ..RecaStatus::default()
         };
         let live = Arc::new(RecaLive {
@@ -337,9 +427,20 @@ impl Engine {
                 controller: RecaController::new(setup.table, setup.params),
                 status,
             }),
+            configured_line_bytes,
+            // Opened with ReCA's line size: it stays recorded until a
+            // category wants another.
+            chosen_line_bytes: AtomicU64::new(if line_bytes == configured_line_bytes {
+                0
+            } else {
+                line_bytes
+            }),
         });
         if self.inner.reca.set(Arc::clone(&live)).is_err() {
             return Err(EngineError::Config("ReCA runs already".into()));
+        }
+        if line_bytes != configured_line_bytes {
+            self.inner.persist_settings()?;
         }
         let inner = Arc::clone(&self.inner);
         let handle = std::thread::Builder::new()
@@ -391,7 +492,8 @@ impl Engine {
                         changes: vec!["table reloaded".into()],
                         line_size: None,
                     };
-                    self.inner.reca_apply(controller, status, &mut event, now_ns);
+                    self.inner
+                        .reca_apply(live, controller, status, &mut event, now_ns);
                 }
                 None => {
                     let Control { status, .. } = &mut *control;

@@ -170,7 +170,8 @@ impl Inner {
 
     /// The superblock's settings text now (an A/B update of the superblock).
     pub(super) fn persist_settings(&self) -> Result<(), EngineError> {
-        let text = lock(&self.knobs).encode(&self.settings_informational);
+        let mut text = lock(&self.knobs).encode(&self.settings_informational);
+        text += &self.reca_settings_token();
         self.update_superblock(|superblock| {
             let changed = superblock.settings != text;
             superblock.settings = text;
