@@ -279,3 +279,47 @@ fn reca_switches_category_with_the_workload_and_keeps_every_byte() {
         assert!(got == want.as_slice(), "backend sector {s}");
     }
 }
+
+/// With a budget far below the request rate, ReCA characterizes a sample
+/// (the rest is counted as skipped) and still finds the category.
+#[test]
+fn a_budget_characterizes_a_sample_and_still_finds_the_category() {
+    let layout = Layout::for_slots(BLOCK, CACHE_BYTES / BLOCK).unwrap();
+    let cache_dev = Arc::new(MemDevice::new("cache", layout.device_bytes()));
+    let backend = Arc::new(MemDevice::new("backend", VOLUME_BYTES));
+    let engine = Engine::new(
+        EngineConfig::new(CacheConfig::new(
+            CACHE_BYTES / BLOCK,
+            LineSize::new(BLOCK).unwrap(),
+            "lru".parse().unwrap(),
+        )),
+        cache_dev,
+        backend,
+    )
+    .unwrap();
+    engine
+        .start_reca(RecaSetup {
+            params: RecaControllerParams {
+                window_requests: WINDOW_REQUESTS,
+                ..RecaControllerParams::default()
+            },
+            // 200 requests per 100 ms period.
+            max_requests_per_second: Some(2_000),
+            ..RecaSetup::builtin()
+        })
+        .unwrap();
+    let mut model = Model::new();
+    let mut rng = Rng(7);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        random_phase(&engine, &mut model, &mut rng, 1000, 50);
+        let status = engine.reca_status().unwrap();
+        if status.category.as_deref() == Some("random_producer_consumers") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "{status:?}");
+    };
+    assert!(status.skipped_requests > 0, "{status:?}");
+    assert!(status.observed_requests >= WINDOW_REQUESTS, "{status:?}");
+    model.check_all(&engine);
+}

@@ -18,8 +18,9 @@
 //! is scanned for each; `examples/loadgen` with `reca`), a third of a core
 //! at 2 million hits per second. So the controller characterizes at most
 //! [`RecaSetup::max_requests_per_second`]: once a [`RECA_PERIOD`] has
-//! brought that many, the feed closes (requests then cost one relaxed
-//! load and a per-stripe count) until the next period. What it sees is
+//! brought that many (counted at each tick, so one tick's requests may go
+//! over), the feed closes (requests then cost one relaxed load and a
+//! per-stripe count) until the next period. What it sees is
 //! whole ticks of consecutive requests, so runs and strides within them
 //! are kept; a window of `window_requests` then spans more time. Below the
 //! rate every request is characterized, as in the paper.
@@ -506,5 +507,37 @@ impl Engine {
             }
         }
         Ok(self.reca_status().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_feed_counts_requests_and_a_full_stripe_drops_them() {
+        let feed = Feed::new();
+        for i in 0..3 {
+            feed.push(Request::read(1, i * 4096, 4096, i));
+        }
+        feed.open.store(false, Ordering::Relaxed);
+        feed.push(Request::read(1, 0, 4096, 3));
+        feed.push(Request::write(1, 0, 4096, 4));
+        let (mut out, mut spare) = (Vec::new(), Vec::new());
+        feed.take(&mut out, &mut spare);
+        assert_eq!(out.iter().map(|r| r.now_ns).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!((feed.skipped(), feed.dropped.load(Ordering::Relaxed)), (2, 0));
+        // One thread fills one stripe: what does not fit is dropped.
+        feed.open.store(true, Ordering::Relaxed);
+        for i in 0..FEED_REQUESTS_PER_STRIPE as u64 + 5 {
+            feed.push(Request::read(1, 0, 4096, i));
+        }
+        assert_eq!(feed.dropped.load(Ordering::Relaxed), 5);
+        out.clear();
+        feed.take(&mut out, &mut spare);
+        assert_eq!(out.len(), FEED_REQUESTS_PER_STRIPE);
+        out.clear();
+        feed.take(&mut out, &mut spare);
+        assert!(out.is_empty());
     }
 }

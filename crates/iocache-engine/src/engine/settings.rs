@@ -171,8 +171,11 @@ impl Inner {
     /// The superblock's settings text now (an A/B update of the superblock).
     pub(super) fn persist_settings(&self) -> Result<(), EngineError> {
         let mut text = lock(&self.knobs).encode(&self.settings_informational);
-        text += &self.reca_settings_token();
         self.update_superblock(|superblock| {
+            // Read under the superblock's lock: ReCA's thread persists
+            // without the admin lock, and the last update must carry its
+            // latest choice.
+            text += &self.reca_settings_token();
             let changed = superblock.settings != text;
             superblock.settings = text;
             changed
