@@ -63,6 +63,22 @@ fn start(dir: &Path, extra: &[&str]) -> Child {
     child
 }
 
+/// A loopback address nothing listens on (yet).
+fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+/// `GET /metrics`.
+fn scrape(address: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {address}\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
+
 fn stop(mut server: Child) {
     assert!(Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
@@ -169,7 +185,8 @@ fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
         return;
     }
     let dir = temp_dir("fio");
-    let server = start(&dir, &[]);
+    let metrics = free_address();
+    let server = start(&dir, &["--metrics", &metrics]);
     // Before any window: ReCA runs, no category yet.
     let r = reca(&dir);
     assert_eq!(r["table"], "built-in");
@@ -215,6 +232,14 @@ fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
         ok && text.contains("reca       category random_consumers"),
         "{text}"
     );
+    let scraped = scrape(&metrics);
+    for needle in [
+        "iocache_cache_reca_category{cache=\"iocache-data/cache.img\",category=\"random_consumers\"} 1",
+        "iocache_cache_reca_line_bytes{cache=\"iocache-data/cache.img\",state=\"in_force\"} 4096",
+        "iocache_cache_reca_requests_total{cache=\"iocache-data/cache.img\",outcome=\"characterized\"}",
+    ] {
+        assert!(scraped.contains(needle), "no `{needle}` in:\n{scraped}");
+    }
 
     // A table with a mistake is refused, naming the file, line and field;
     // the table in force stays.
