@@ -142,13 +142,14 @@ pub struct RecaStatus {
     pub table_source: String,
     pub categories: Vec<String>,
     pub window_requests: u64,
-    /// Requests shown to the classifier.
+    /// Requests shown to the classifier (counted at each tick).
     pub observed_requests: u64,
     /// Requests not shown to it: a stripe's buffer was full.
     pub dropped_requests: u64,
     /// Requests not shown to it: the period's budget was spent.
     pub skipped_requests: u64,
     pub max_requests_per_second: Option<u64>,
+    /// Windows closed (also across table reloads).
     pub windows: u64,
     pub category_changes: u64,
     /// The category in force (none before the first window).
@@ -298,6 +299,7 @@ impl Inner {
             // Stripes are taken one after the other: restore arrival order.
             batch.sort_by_key(|r| r.now_ns);
             let mut control = lock(&reca.control);
+            control.status.observed_requests += batch.len() as u64;
             for request in &batch {
                 self.reca_step(reca, &mut control, request);
             }
@@ -309,8 +311,7 @@ impl Inner {
             return;
         };
         let Control { controller, status } = control;
-        status.observed_requests = report.requests;
-        status.windows = report.index + 1;
+        status.windows += 1;
         status.last_features = Some(report.features);
         status.last_distances = controller
             .table()
@@ -390,8 +391,7 @@ impl Inner {
         status.since_ns = Some(now_ns);
         status.write_policy = Some(category.write_policy.to_string());
         status.policy = Some(policy);
-        status.pending_line_size =
-            (category.line_size.bytes() != self.line_bytes).then(|| category.line_size.bytes());
+        status.pending_line_size = (wanted != self.line_bytes).then_some(wanted);
         let text = format!("{} (cache of {})", event, self.volume_names().join(", "));
         log::info!("{text}");
         status.last_event = Some(text);
