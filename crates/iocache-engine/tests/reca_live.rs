@@ -10,7 +10,8 @@ use iocache_core::reca::RecaControllerParams;
 use iocache_core::{CacheConfig, LineSize, WritePolicy};
 use iocache_device::{BlockDevice, MemDevice};
 use iocache_engine::{
-    recorded_reca_line_size, Engine, EngineConfig, Layout, Lookup, Persistence, RecaSetup, RecordedLineSize,
+    recorded_reca_line_size, CacheArray, Engine, EngineConfig, Layout, Lookup, Persistence, RecaSetup,
+    RecordedLineSize,
 };
 
 const SECTOR: u64 = 512;
@@ -396,4 +397,54 @@ fn each_volume_is_its_own_stream() {
             assert!(back == data(n, rounds - 1), "volume {n}");
         }
     }
+}
+
+/// On a cache array (members formatted for one line size) a category's
+/// line size is logged as not applied, neither pending nor recorded.
+#[test]
+fn a_cache_array_keeps_its_line_size() {
+    let members: Vec<(String, Option<Arc<dyn BlockDevice>>)> = (0..2)
+        .map(|i| {
+            let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(format!("m{i}"), 4 << 20));
+            (format!("m{i}"), Some(dev))
+        })
+        .collect();
+    let array = Arc::new(CacheArray::open_or_create(members, BLOCK, 25).unwrap());
+    let cache_dev: Arc<dyn BlockDevice> = array.clone();
+    let engine = Engine::new(
+        EngineConfig {
+            array: Some(Arc::clone(&array)),
+            ..EngineConfig::new(CacheConfig::new(
+                array.geometry().slots(),
+                LineSize::new(BLOCK).unwrap(),
+                "lru".parse().unwrap(),
+            ))
+        },
+        cache_dev,
+        Arc::new(MemDevice::new("backend", VOLUME_BYTES)),
+    )
+    .unwrap();
+    engine
+        .start_reca(RecaSetup {
+            params: RecaControllerParams {
+                window_requests: WINDOW_REQUESTS,
+                ..RecaControllerParams::default()
+            },
+            max_requests_per_second: None,
+            ..RecaSetup::builtin()
+        })
+        .unwrap();
+    let mut model = Model::new();
+    sequential_writes(&engine, &mut model, 5 * WINDOW_REQUESTS);
+    let status = wait_for(&engine, "large_file_generators");
+    assert_eq!(status.pending_line_size, None, "{status:?}");
+    assert!(
+        status
+            .last_event
+            .as_deref()
+            .is_some_and(|e| e.contains("line size: 4KiB -> 128KiB not applied: a cache array")),
+        "{status:?}"
+    );
+    assert_eq!(recorded_reca_line_size(&*array).unwrap(), None);
+    model.check_all(&engine);
 }

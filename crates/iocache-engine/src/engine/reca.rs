@@ -45,7 +45,8 @@
 //! configuration still says CONFIGURED): the engine then writes every dirty
 //! line back and formats the device for the new geometry (`recovery.rs`; a
 //! crash in between finds the old superblock and does it again), so no
-//! dirty sector is lost, only clean lines.
+//! dirty sector is lost, only clean lines. A cache array keeps its line
+//! size (its members were formatted with it): the change is only logged.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -355,7 +356,9 @@ impl Inner {
         }
         let policy = lock(&self.shards[0].state).cache.config().policy.to_string();
         let wanted = category.line_size.bytes();
-        let chosen = if wanted == reca.configured_line_bytes {
+        // A cache array's members were formatted for one line size.
+        let on_array = self.slots.array.is_some();
+        let chosen = if wanted == reca.configured_line_bytes || on_array {
             0
         } else {
             wanted
@@ -367,6 +370,10 @@ impl Inner {
         };
         if let Some(line) = event.line_size {
             let pending = match &recorded {
+                Ok(()) if on_array => format!(
+                    " not applied: a cache array keeps the {} lines its members were formatted with",
+                    format_byte_size(self.line_bytes)
+                ),
                 Ok(()) => format!(
                     " pending: the cache keeps {} lines until the next start, which takes {} \
                      (recorded on the cache device), writing the dirty lines back and reformatting",
@@ -391,7 +398,7 @@ impl Inner {
         status.since_ns = Some(now_ns);
         status.write_policy = Some(category.write_policy.to_string());
         status.policy = Some(policy);
-        status.pending_line_size = (wanted != self.line_bytes).then_some(wanted);
+        status.pending_line_size = (wanted != self.line_bytes && !on_array).then_some(wanted);
         let text = format!("{} (cache of {})", event, self.volume_names().join(", "));
         log::info!("{text}");
         status.last_event = Some(text);
