@@ -184,6 +184,12 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
                 }),
             );
             entry.insert("balance".into(), balance_json(&s, &group.config));
+            entry.insert(
+                "reca".into(),
+                engine
+                    .reca_status()
+                    .map_or(Value::Null, |r| crate::reca_cli::status_json(&r)),
+            );
         }
         entries.push(entry);
     }
@@ -307,8 +313,9 @@ fn dispatch(state: &Running, line: &str) -> Result<Value> {
                 .ok_or_else(|| anyhow::anyhow!("`settings` must be a list of strings"))?;
             state.set_settings(field("export"), &changes)
         }
+        Some("reca-reload") => state.reca_reload(field("export"), field("table")),
         Some(other) => bail!(
-            "unknown command `{}`; expected stats, attach, detach, flush, get or set",
+            "unknown command `{}`; expected stats, attach, detach, flush, get, set or reca-reload",
             shortened(other)
         ),
         None => bail!("the request needs a `command`"),
@@ -904,6 +911,7 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
                 );
             }
         }
+        crate::reca_cli::print_status(&v["reca"], "  ");
         for kind in ["read", "write"] {
             let l = &v["latency"][kind];
             let requests = l["count"].as_u64().unwrap_or(0);
@@ -978,6 +986,17 @@ enum CtlCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Reload ReCA's category table in a running server (serve --adapt reca): FILE, or the
+    /// file in use. The category in force stays if the new table has it (with its new
+    /// configuration); a table with errors is refused, naming the file, line and field.
+    RecaReload {
+        /// The export whose cache to change (needed when the server has several caches).
+        #[arg(long, value_name = "NAME")]
+        export: Option<String>,
+        /// The new table (TOML, the fields of crates/iocache-core/data/reca-categories.toml).
+        #[arg(long, value_name = "FILE")]
+        table: Option<PathBuf>,
+    },
     /// Show the statistics of every export, or of one.
     Stats {
         export: Option<String>,
@@ -1009,6 +1028,7 @@ fn print_settings(reply: &Value) {
         reply["effective_write_policy_cause"].as_str().unwrap_or("?"),
         reply["dirty_lines"]
     );
+    crate::reca_cli::print_status(&reply["reca"], "  ");
 }
 
 /// A path given to `ctl`, as the server (which may run elsewhere) must see it.
@@ -1091,6 +1111,22 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
             } else {
                 print_settings(&reply);
             }
+        }
+        CtlCommand::RecaReload { export, table } => {
+            let mut req = json!({"command": "reca-reload"});
+            if let Some(export) = export {
+                req["export"] = json!(export);
+            }
+            if let Some(table) = table {
+                req["table"] = json!(absolute(&table.display().to_string())?);
+            }
+            let reply = request(socket, &req.to_string(), Some(Duration::from_secs(30)))?;
+            println!(
+                "reloaded ReCA's table from {} ({} categories)",
+                reply["table"].as_str().unwrap_or("?"),
+                reply["categories"].as_array().map_or(0, Vec::len)
+            );
+            crate::reca_cli::print_status(&reply, "  ");
         }
         CtlCommand::Stats { export, json } => {
             let mut req = json!({"command": "stats"});

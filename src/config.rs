@@ -29,7 +29,7 @@ use serde::Deserialize;
 
 /// The keys of a `[[volume]]` table that describe its cache device, shared
 /// by every volume naming the same `cache`.
-pub const CACHE_KEYS: [&str; 17] = [
+pub const CACHE_KEYS: [&str; 19] = [
     "cache_size",
     "cache_array",
     "mirror_percent",
@@ -47,6 +47,8 @@ pub const CACHE_KEYS: [&str; 17] = [
     "io_engine",
     "adapt",
     "adapt_interval",
+    "reca_table",
+    "reca_window",
 ];
 
 /// Size of a backend file `serve` creates when given no `--backend`.
@@ -151,6 +153,8 @@ pub struct VolumeConfig {
     pub direct: bool,
     /// Which lines' metadata the cache device keeps across restarts.
     pub persistence: Persistence,
+    /// An adaptive controller beside the cache: `Some` for ReCA.
+    pub reca: Option<RecaConfig>,
     /// Clients may only read this export (NBD_FLAG_READ_ONLY; writes,
     /// trims and write-zeroes get EPERM). Dirty lines from an earlier run
     /// are still written back, so the backend stays open for writing.
@@ -292,12 +296,26 @@ impl VolumeConfig {
             "write_miss_bypass" => self.write_miss_bypass.to_string(),
             "max_dirty_lines" => self.max_dirty_lines.map_or("off".into(), |n| n.to_string()),
             "direct" => self.direct.to_string(),
-            "adapt" | "adapt_interval" => self.adapt.as_ref().map_or("off".into(), |a| a.text.clone()),
+            "adapt" | "adapt_interval" => match (&self.reca, &self.adapt) {
+                (Some(_), _) => "reca".into(),
+                (None, Some(a)) => a.text.clone(),
+                (None, None) => "off".into(),
+            },
             "io_engine" => match (self.io_auto, self.io) {
                 (true, _) => "auto".into(),
                 (false, IoMode::Psync) => "psync".into(),
                 (false, IoMode::Uring) => "uring".into(),
             },
+            "reca_table" => self
+                .reca
+                .as_ref()
+                .and_then(|r| r.table.as_ref())
+                .map_or("built-in".into(), |t| t.display().to_string()),
+            "reca_window" => self
+                .reca
+                .as_ref()
+                .map_or(DEFAULT_RECA_WINDOW, |r| r.window_requests)
+                .to_string(),
             other => unreachable!("not a cache key: {other}"),
         }
     }
@@ -319,10 +337,28 @@ impl VolumeConfig {
             "write_miss_bypass" => self.write_miss_bypass = from.write_miss_bypass,
             "max_dirty_lines" => self.max_dirty_lines = from.max_dirty_lines,
             "direct" => self.direct = from.direct,
-            "adapt" | "adapt_interval" => self.adapt = from.adapt.clone(),
+            "adapt_interval" => self.adapt = from.adapt.clone(),
             "io_engine" => {
                 self.io_auto = from.io_auto;
                 self.io = from.io;
+            }
+            "adapt" => {
+                self.adapt = from.adapt.clone();
+                match (&mut self.reca, &from.reca) {
+                    (_, None) => self.reca = None,
+                    (None, Some(theirs)) => self.reca = Some(theirs.clone()),
+                    (Some(_), Some(_)) => {}
+                }
+            }
+            "reca_table" => {
+                if let (Some(mine), Some(theirs)) = (&mut self.reca, &from.reca) {
+                    mine.table = theirs.table.clone();
+                }
+            }
+            "reca_window" => {
+                if let (Some(mine), Some(theirs)) = (&mut self.reca, &from.reca) {
+                    mine.window_requests = theirs.window_requests;
+                }
             }
             other => unreachable!("not a cache key: {other}"),
         }
@@ -335,6 +371,17 @@ impl VolumeConfig {
         }
     }
 }
+
+/// `adapt = "reca"`: ReCA's category table and window (issue 15).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecaConfig {
+    /// The category table's file; `None`: the built-in table.
+    pub table: Option<PathBuf>,
+    pub window_requests: u64,
+}
+
+/// ReCA's window when none is given (the paper's).
+pub const DEFAULT_RECA_WINDOW: u64 = 100_000;
 
 fn is_nbd_uri(text: &str) -> bool {
     text.starts_with("nbd://") || text.starts_with("nbd+unix://")
@@ -383,12 +430,19 @@ pub struct VolumeText {
     pub persistence: String,
     #[serde(default)]
     pub read_only: bool,
-    /// A load balancer: `lbica` or `sib`, with `:KEY=VALUE` knobs.
+    /// An adaptive controller: `off`, `reca`, or a load balancer
+    /// (`lbica` or `sib`, with `:KEY=VALUE` knobs).
     #[serde(default)]
     pub adapt: Option<String>,
     /// The load balancer's interval (a duration with a unit).
     #[serde(default)]
     pub adapt_interval: Option<String>,
+    /// ReCA's category table (with `adapt = "reca"`).
+    #[serde(default)]
+    pub reca_table: Option<PathBuf>,
+    /// ReCA's window in requests (with `adapt = "reca"`).
+    #[serde(default)]
+    pub reca_window: Option<u64>,
 }
 
 fn default_mirror_percent() -> u32 {
@@ -599,12 +653,45 @@ impl VolumeText {
             .persistence
             .parse()
             .map_err(|e| anyhow!("{}{e}", parse("persistence")))?;
-        let adapt = match (&self.adapt, &self.adapt_interval) {
-            (Some(spec), interval) => {
-                Some(parse_adapt(spec, interval.as_deref()).map_err(|e| anyhow!("{}{e}", parse("adapt")))?)
+        // One controller at a time: `reca` or a load balancer.
+        let adapt_text = self.adapt.as_deref().map_or("off", str::trim);
+        let reca = match adapt_text {
+            "reca" => {
+                let window_requests = self.reca_window.unwrap_or(DEFAULT_RECA_WINDOW);
+                if window_requests == 0 {
+                    bail!("{}: a window holds at least 1 request", key("reca_window"));
+                }
+                Some(RecaConfig {
+                    table: self.reca_table,
+                    window_requests,
+                })
             }
-            (None, Some(_)) => bail!("{}: only with {}", key("adapt_interval"), key("adapt")),
-            (None, None) => None,
+            _ => {
+                if self.reca_table.is_some() || self.reca_window.is_some() {
+                    bail!(
+                        "{}: ReCA's settings need {} = \"reca\"",
+                        key(if self.reca_table.is_some() {
+                            "reca_table"
+                        } else {
+                            "reca_window"
+                        }),
+                        key("adapt")
+                    );
+                }
+                None
+            }
+        };
+        let adapt = match (adapt_text, &self.adapt_interval) {
+            ("off" | "reca", Some(_)) => bail!(
+                "{}: only with a load balancer ({} lbica or sib)",
+                key("adapt_interval"),
+                key("adapt")
+            ),
+            ("off" | "reca", None) => None,
+            (spec, interval) => Some(
+                parse_adapt(spec, interval.as_deref())
+                    .map_err(|e| anyhow!("{}{e} (or off, reca)", parse("adapt")))?,
+            ),
         };
         Ok(VolumeConfig {
             origin: origin.clone(),
@@ -628,6 +715,7 @@ impl VolumeText {
             io_auto,
             direct: self.direct,
             persistence,
+            reca,
             read_only: self.read_only,
             adapt,
             slow_cache: None,
@@ -1225,8 +1313,53 @@ cache = "d/other-cache.img"
             read_only: false,
             adapt: None,
             adapt_interval: None,
+            reca_table: None,
+            reca_window: None,
         };
         let e = format!("{:#}", text.validate(&Origin::Flags).unwrap_err());
         assert!(e.starts_with("--line-size: "), "{e}");
+    }
+
+    #[test]
+    fn reca_keys_are_cache_keys_and_checked() {
+        // Written in one volume of a shared cache: the cache's.
+        let shared = SHARED.replace(
+            "policy = \"arc\"",
+            "policy = \"arc\"\nadapt = \"reca\"\nreca_window = 5000\nreca_table = \"t.toml\"",
+        );
+        let c = ServeConfig::from_toml_str(&shared, "conf.toml").unwrap();
+        let want = Some(RecaConfig {
+            table: Some("t.toml".into()),
+            window_requests: 5000,
+        });
+        assert_eq!(c.volumes[0].reca, want);
+        assert_eq!(c.volumes[1].reca, want);
+        assert_eq!(c.volumes[2].reca, None);
+        // lbica is a controller too, so ReCA's keys beside it are refused,
+        // and so is an unknown one (naming every choice).
+        let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"lbica\"\nreca_window = 10"));
+        assert!(e.contains("volume `b`: reca_window: ReCA's settings need"), "{e}");
+        let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"nope\""));
+        assert!(e.contains("volume `b`: adapt") && e.contains("off, reca"), "{e}");
+        let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"reca\"\nadapt_interval = \"1s\""));
+        assert!(
+            e.contains("volume `b`: adapt_interval: only with a load balancer"),
+            "{e}"
+        );
+        let c = ServeConfig::from_toml_str(
+            &SHARED.replace("policy = \"arc\"", "adapt = \"lbica\""),
+            "conf.toml",
+        )
+        .unwrap();
+        assert!(c.volumes[0].adapt.is_some() && c.volumes[0].reca.is_none());
+        let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"reca\"\nreca_window = 0"));
+        assert!(e.contains("volume `b`: reca_window"), "{e}");
+        let e = err(&SHARED.replace("policy = \"arc\"", "reca_window = 10"));
+        assert!(e.contains("volume `b`: reca_window: ReCA's settings need"), "{e}");
+        // Two volumes of one cache disagreeing.
+        let e = err(&SHARED
+            .replace("direct = true", "direct = true\nadapt = \"reca\"")
+            .replace("policy = \"arc\"", "adapt = \"off\""));
+        assert!(e.contains("adapt"), "{e}");
     }
 }

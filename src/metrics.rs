@@ -242,6 +242,7 @@ impl Collector for EngineCollector {
                     g.path.display().to_string(),
                     g.engine.stats(),
                     g.engine.effective_mode(),
+                    g.engine.reca_status(),
                 )
             })
             .collect();
@@ -294,7 +295,24 @@ impl Collector for EngineCollector {
             "Eq. 1's T = Q x L of each device over the load balancer's last interval.",
             Gauge,
         );
-        for (cache, s, effective) in &engine_stats {
+        let mut reca_category = Family::new(
+            "cache_reca_category",
+            "ReCA (adapt = reca): 1 for the workload category in force.",
+            Gauge,
+        );
+        let mut reca_changes =
+            Family::new("cache_reca_category_changes", "ReCA's category changes.", Counter);
+        let mut reca_requests = Family::new(
+            "cache_reca_requests",
+            "Requests ReCA characterized, skipped (over its budget) or dropped (a full buffer).",
+            Counter,
+        );
+        let mut reca_line = Family::new(
+            "cache_reca_line_bytes",
+            "The line size in force and, when ReCA wants another, the pending one (taken at the next start).",
+            Gauge,
+        );
+        for (cache, s, effective, reca) in &engine_stats {
             let c = || ("cache", cache.clone());
             for (device, q) in [("cache", &s.cache_queue), ("backend", &s.backend_queue)] {
                 for class in &q.classes {
@@ -352,6 +370,23 @@ impl Collector for EngineCollector {
                 ],
                 Level(1),
             );
+            if let Some(r) = reca {
+                if let Some(category) = &r.category {
+                    reca_category.add(vec![c(), ("category", category.clone())], Level(1));
+                }
+                reca_changes.add(vec![c()], Count(r.category_changes));
+                for (outcome, n) in [
+                    ("characterized", r.observed_requests),
+                    ("skipped", r.skipped_requests),
+                    ("dropped", r.dropped_requests),
+                ] {
+                    reca_requests.add(vec![c(), ("outcome", outcome.into())], Count(n));
+                }
+                reca_line.add(vec![c(), ("state", "in_force".into())], Level(r.line_size as i64));
+                if let Some(pending) = r.pending_line_size {
+                    reca_line.add(vec![c(), ("state", "pending".into())], Level(pending as i64));
+                }
+            }
         }
         for family in [
             &capacity,
@@ -367,6 +402,10 @@ impl Collector for EngineCollector {
             &io_latency,
             &balance_switches,
             &balance_queue_time,
+            &reca_category,
+            &reca_changes,
+            &reca_requests,
+            &reca_line,
         ] {
             family.encode(&mut encoder)?;
         }

@@ -1,8 +1,10 @@
 //! Why this file exists: the command-line face of ReCA (issue 15), kept out
 //! of main.rs: `iocache sim --adapt reca [--reca-table FILE]
-//! [--reca-window N] [--reca-series PATH]` and `iocache trace stats --reca`.
-//! It reads the category table, prints the controller's events and
-//! windows, and writes the per-window series.
+//! [--reca-window N] [--reca-series PATH]`, `iocache trace stats --reca`,
+//! and the live parts of `iocache serve --adapt reca` (starting it on an
+//! engine, its status in `iocache stats` and `ctl get`, `ctl
+//! reca-reload`). It reads the category table, prints the controller's
+//! events and windows, and writes the per-window series.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -10,6 +12,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use iocache_core::reca::{CategoryTable, RecaControllerParams, FEATURE_NAMES};
+use iocache_core::units::format_byte_size;
+use iocache_core::LineSize;
+use iocache_device::BlockDevice;
+use iocache_engine::{recorded_reca_line_size, Engine, RecaSetup, RecaStatus, RECA_MAX_REQUESTS_PER_SECOND};
+use serde_json::{json, Value};
+
+use crate::config::{RecaConfig, VolumeConfig};
 use iocache_sim::reca::{reca_characterize, RecaCharacterization, RecaOptions, RecaWindowRow};
 use iocache_sim::report::table;
 use iocache_trace::TraceReader;
@@ -39,14 +48,7 @@ pub struct TableArgs {
 
 impl TableArgs {
     fn load(&self) -> Result<(CategoryTable, RecaControllerParams)> {
-        let table = match &self.reca_table {
-            None => CategoryTable::builtin(),
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("--reca-table {}", path.display()))?;
-                CategoryTable::parse(&text, &path.display().to_string())?
-            }
-        };
+        let (table, _) = read_table(self.reca_table.as_deref()).context("--reca-table")?;
         if self.reca_window == 0 {
             bail!("--reca-window must be at least 1");
         }
@@ -56,6 +58,193 @@ impl TableArgs {
         };
         Ok((table, params))
     }
+}
+
+/// The name a table read from no file is shown with.
+pub const BUILTIN_TABLE: &str = "built-in";
+
+/// Reads ReCA's category table: `path`, or the built-in one without.
+/// Returns it with where it came from; its errors name the file, the line
+/// and the field.
+pub fn read_table(path: Option<&Path>) -> Result<(CategoryTable, String)> {
+    match path {
+        None => Ok((CategoryTable::builtin(), BUILTIN_TABLE.into())),
+        Some(path) => {
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {shown}"))?;
+            Ok((CategoryTable::parse(&text, &shown)?, shown))
+        }
+    }
+}
+
+/// Starts ReCA on a serving cache (`serve --adapt reca`, or `adapt =
+/// "reca"` in the configuration file).
+pub fn start_live(
+    engine: &Engine,
+    reca: &RecaConfig,
+    cache: &Path,
+    configured_line_size: LineSize,
+) -> Result<()> {
+    let (table, table_source) = read_table(reca.table.as_deref())?;
+    let names: Vec<&str> = table.categories.iter().map(|c| c.name.as_str()).collect();
+    log::info!(
+        "cache {}: ReCA on: {} categories ({}) from {table_source}, windows of {} requests, \
+         at most {} requests characterized per second",
+        cache.display(),
+        names.len(),
+        names.join(", "),
+        reca.window_requests,
+        RECA_MAX_REQUESTS_PER_SECOND
+    );
+    engine.start_reca(RecaSetup {
+        table,
+        table_source,
+        params: RecaControllerParams {
+            window_requests: reca.window_requests,
+            ..RecaControllerParams::default()
+        },
+        max_requests_per_second: Some(RECA_MAX_REQUESTS_PER_SECOND),
+        configured_line_bytes: Some(configured_line_size.bytes()),
+    })?;
+    Ok(())
+}
+
+/// The line size ReCA chose in the last run of the cache on `dev`, when it
+/// differs from `v`'s and `v` still configures the line size it was chosen
+/// over (an operator who changed `line_size` since gets what the
+/// configuration says). Logged when taken.
+pub fn line_size_to_start_with(dev: &dyn BlockDevice, v: &VolumeConfig) -> Result<Option<LineSize>> {
+    let Some(recorded) = recorded_reca_line_size(dev)
+        .with_context(|| format!("reading the superblocks of {}", v.cache.display()))?
+    else {
+        return Ok(None);
+    };
+    let configured = v.line_size.bytes();
+    if recorded.configured_line_bytes != configured {
+        log::info!(
+            "cache {}: ReCA's line size {} of the last run was chosen over a configured {}; the \
+             configuration says {} now, which is used",
+            v.cache.display(),
+            format_byte_size(recorded.line_bytes),
+            format_byte_size(recorded.configured_line_bytes),
+            format_byte_size(configured)
+        );
+        return Ok(None);
+    }
+    let Ok(line_size) = LineSize::new(recorded.line_bytes) else {
+        return Ok(None);
+    };
+    if recorded.device_line_bytes != recorded.line_bytes {
+        log::info!(
+            "cache {}: starting with ReCA's line size {} (configured {}; the cache holds {} lines): \
+             the dirty lines are written back and the device is formatted for it",
+            v.cache.display(),
+            format_byte_size(recorded.line_bytes),
+            format_byte_size(configured),
+            format_byte_size(recorded.device_line_bytes)
+        );
+    } else {
+        log::info!(
+            "cache {}: keeping ReCA's line size {} (configured {})",
+            v.cache.display(),
+            format_byte_size(recorded.line_bytes),
+            format_byte_size(configured)
+        );
+    }
+    Ok(Some(line_size))
+}
+
+/// Reloads a running cache's category table (`ctl reca-reload`): `path`,
+/// or the file in use (the built-in table if none).
+pub fn reload(engine: &Engine, path: Option<&Path>) -> Result<Value> {
+    let in_use = engine
+        .reca_status()
+        .ok_or_else(|| anyhow::anyhow!("ReCA does not run on this cache (serve --adapt reca)"))?
+        .table_source;
+    let path = match path {
+        Some(p) => Some(p.to_path_buf()),
+        None if in_use == BUILTIN_TABLE => None,
+        None => Some(PathBuf::from(in_use)),
+    };
+    let (table, source) = read_table(path.as_deref())?;
+    let status = engine.reca_reload(table, source)?;
+    Ok(status_json(&status))
+}
+
+/// ReCA's status as the admin socket answers it.
+pub fn status_json(s: &RecaStatus) -> Value {
+    let vector = s.last_features.map(|f| {
+        FEATURE_NAMES
+            .iter()
+            .zip(f.0)
+            .map(|(name, v)| (name.to_string(), json!(v)))
+            .collect::<serde_json::Map<_, _>>()
+    });
+    json!({
+        "table": s.table_source,
+        "categories": s.categories,
+        "window_requests": s.window_requests,
+        "max_requests_per_second": s.max_requests_per_second,
+        "observed_requests": s.observed_requests,
+        "skipped_requests": s.skipped_requests,
+        "dropped_requests": s.dropped_requests,
+        "windows": s.windows,
+        "category_changes": s.category_changes,
+        "category": s.category,
+        "since_s": s.since_ns.map(|ns| ns as f64 / 1e9),
+        "vector": vector,
+        "distances": s.last_distances.iter().map(|(n, d)| (n.clone(), json!(d))).collect::<serde_json::Map<_, _>>(),
+        "write_policy": s.write_policy,
+        "policy": s.policy,
+        "line_bytes": s.line_size,
+        "configured_line_bytes": s.configured_line_size,
+        "pending_line_bytes": s.pending_line_size,
+        "last_event": s.last_event,
+    })
+}
+
+/// ReCA's status as text (`iocache stats`, `ctl get`), each line indented
+/// by `indent`.
+pub fn print_status(r: &Value, indent: &str) {
+    if r.is_null() {
+        return;
+    }
+    let category = match (r["category"].as_str(), r["since_s"].as_f64()) {
+        (Some(name), Some(since)) => format!("{name} since {since:.1}s"),
+        _ => "none yet".into(),
+    };
+    println!(
+        "{indent}reca       category {category} ({} changes, {} windows of {} requests; table {})",
+        r["category_changes"],
+        r["windows"],
+        r["window_requests"],
+        r["table"].as_str().unwrap_or("?")
+    );
+    if let Some(vector) = r["vector"].as_object() {
+        let v: Vec<String> = FEATURE_NAMES
+            .iter()
+            .filter_map(|k| Some(format!("{k} {:.2}", vector.get(*k)?.as_f64()?)))
+            .collect();
+        println!("{indent}           last vector: {}", v.join(", "));
+    }
+    let line = |v: &Value| v.as_u64().map_or("?".into(), format_byte_size);
+    let mut line_size = format!("line size {}", line(&r["line_bytes"]));
+    if r["line_bytes"] != r["configured_line_bytes"] {
+        line_size += &format!(" (ReCA's; configured {})", line(&r["configured_line_bytes"]));
+    }
+    if let Some(p) = r["pending_line_bytes"].as_u64() {
+        line_size += &format!(" -> {} PENDING (taken at the next start)", format_byte_size(p));
+    }
+    match (r["write_policy"].as_str(), r["policy"].as_str()) {
+        (Some(write_policy), Some(policy)) => {
+            println!("{indent}           in force: write policy {write_policy}, policy {policy}; {line_size}")
+        }
+        _ => println!("{indent}           in force: the configured policies until a category; {line_size}"),
+    }
+    println!(
+        "{indent}           {} requests characterized, {} skipped (over {} per second), {} dropped",
+        r["observed_requests"], r["skipped_requests"], r["max_requests_per_second"], r["dropped_requests"]
+    );
 }
 
 /// `--adapt` names ReCA (the other controllers are the simulator's

@@ -262,6 +262,18 @@ impl Running {
         Ok(settings_json(group))
     }
 
+    /// Reloads ReCA's category table of the cache `export` uses (or the
+    /// only one): `table`, or the file in use.
+    pub(crate) fn reca_reload(&self, export: Option<&str>, table: Option<&str>) -> Result<serde_json::Value> {
+        let _admin = lock(&self.admin);
+        if STOP.load(Ordering::SeqCst) {
+            bail!("the server is stopping");
+        }
+        let group = &self.caches[self.cache_of_export(export)?];
+        crate::reca_cli::reload(&group.engine, table.map(Path::new))
+            .with_context(|| format!("reloading ReCA's table on the cache {}", group.path.display()))
+    }
+
     /// Changes knobs of the cache `export` uses (or the only one) while it
     /// serves; `changes` are `KEY=VALUE` in the configuration file's syntax.
     /// All are checked before any is applied.
@@ -329,6 +341,7 @@ fn settings_json(group: &CacheGroup) -> serde_json::Value {
         "effective_write_policy": effective.policy.to_string(),
         "effective_write_policy_cause": effective.cause.name(),
         "dirty_lines": engine.stats().dirty_lines,
+        "reca": engine.reca_status().map_or(serde_json::Value::Null, |r| crate::reca_cli::status_json(&r)),
     })
 }
 

@@ -46,7 +46,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
-        "persistence", "read_only", "socket", "adapt", "adapt_interval", "slow_cache",
+        "persistence", "read_only", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
     ])]
@@ -115,16 +115,27 @@ pub struct ServeArgs {
     /// dirty line back; refused with write-back unless --force).
     #[arg(long, default_value = crate::config::DEFAULT_PERSISTENCE, value_name = "MODE")]
     persistence: String,
+    /// ReCA's category table (TOML; default: the built-in
+    /// crates/iocache-core/data/reca-categories.toml). Needs --adapt reca.
+    #[arg(long, value_name = "FILE")]
+    reca_table: Option<PathBuf>,
+    /// Requests per ReCA window [default: 100000, the paper's]. Needs --adapt reca.
+    #[arg(long, value_name = "REQUESTS")]
+    reca_window: Option<u64>,
     /// Serve the export read-only (writes, trims and write-zeroes get EPERM); dirty lines an
     /// earlier run left are still written back to the backend.
     #[arg(long)]
     read_only: bool,
-    /// A load balancer between the cache device and the backend (docs/results/lbica.md): lbica
-    /// (changes the write policy while the cache device is the bottleneck, and sends the tail of
-    /// its queue to the backend) or sib (sends single requests to the backend when they would
-    /// complete there sooner), with the simulator's knobs: lbica[:enter=1:floor=0.1:hold=2:...],
-    /// sib[:margin=1]. Requests whose sectors are dirty in the cache are never sent around it.
-    #[arg(long, value_name = "lbica|sib[:KEY=VALUE...]")]
+    /// An adaptive controller beside the cache (one at a time; default off). reca: every request
+    /// is characterized, and each window of --reca-window requests puts the nearest workload
+    /// category's write policy and reca replacement policy in force (its line size is shown as
+    /// pending, applied at a restart with that --line-size; docs/results/reca.md). lbica: a load
+    /// balancer that changes the write policy while the cache device is the bottleneck and sends
+    /// the tail of its queue to the backend; sib: sends single requests to the backend when they
+    /// would complete there sooner (docs/results/lbica.md), with the simulator's knobs:
+    /// lbica[:enter=1:floor=0.1:hold=2:...], sib[:margin=1]. Requests whose sectors are dirty in
+    /// the cache are never sent around it.
+    #[arg(long, value_name = "off|reca|lbica|sib[:KEY=VALUE...]")]
     adapt: Option<String>,
     /// The load balancer's interval [default: 100ms].
     #[arg(long, value_name = "DURATION", requires = "adapt")]
@@ -247,6 +258,26 @@ fn open_cache_group(
             .with_context(|| v.key("cache"))?,
     );
     let canonical = record_claim(files, &v.cache, &v.export, "cache");
+    // ReCA's line size from the last run, while the configuration still
+    // says what it said then (one device only: an array's geometry is its
+    // members').
+    let configured_line_size = v.line_size;
+    let recorded = match (&v.reca, v.cache_array.is_empty(), start.init, &cache_file) {
+        (Some(_), true, false, Some(file)) => crate::reca_cli::line_size_to_start_with(file, v)?,
+        _ => None,
+    };
+    let with_reca_line;
+    let v = match recorded {
+        Some(line_size) => {
+            with_reca_line = VolumeConfig {
+                line_size,
+                ..v.clone()
+            };
+            &with_reca_line
+        }
+        None => v,
+    };
+    let line_bytes = v.line_size.bytes();
     let array = if v.cache_array.is_empty() {
         None
     } else {
@@ -378,6 +409,14 @@ fn open_cache_group(
     report_start(config, members, &engine, v);
     if let Some(adapt) = &v.adapt {
         log::info!("cache {}: load balancer {}", v.cache.display(), adapt.text);
+    }
+    if let Some(reca) = &v.reca {
+        crate::reca_cli::start_live(&engine, reca, &v.cache, configured_line_size).with_context(
+            || match &v.origin {
+                Origin::Flags => "--reca-table".to_string(),
+                Origin::File(path) => format!("{path}: volume `{}`: reca_table", v.export),
+            },
+        )?;
     }
     Ok(CacheGroup {
         path: v.cache.clone(),
@@ -929,6 +968,8 @@ impl ServeArgs {
             read_only: self.read_only,
             adapt: self.adapt,
             adapt_interval: self.adapt_interval,
+            reca_table: self.reca_table,
+            reca_window: self.reca_window,
         };
         let mut volume = text.validate(&Origin::Flags)?;
         volume.slow_cache = self

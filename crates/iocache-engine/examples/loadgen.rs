@@ -5,8 +5,11 @@
 //! cargo run --release -p iocache-engine --example loadgen -- \
 //!     CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY [ADAPT]]]]
 //!
-//! ADAPT: none (default), lbica or sib, with default knobs and a 100 ms
-//! interval (the cost of a load balancer on the hit path).
+//! ADAPT: none (default); lbica or sib, with default knobs and a 100 ms
+//! interval (the cost of a load balancer on the hit path); reca, ReCA
+//! beside the engine (built-in table, 100,000-request windows, the default
+//! characterization budget), or reca-all, without a budget (every request
+//! characterized).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,12 +18,14 @@ use std::time::{Duration, Instant};
 use iocache_core::balance::{LbicaConfig, SibConfig};
 use iocache_core::{CacheConfig, LineSize, PolicySpec};
 use iocache_device::{FileDevice, MemDevice, OpenOptions};
-use iocache_engine::{BalanceConfig, BalanceController, Engine, EngineConfig, InitMode, IoMode, Layout};
+use iocache_engine::{
+    BalanceConfig, BalanceController, Engine, EngineConfig, InitMode, IoMode, Layout, RecaSetup,
+};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 6 {
-        eprintln!("usage: loadgen CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY [none|lbica|sib]]]]");
+        eprintln!("usage: loadgen CACHE_FILE CACHE_BYTES HOT_BYTES JOBS SECONDS LOOKUP [WRITE_PERCENT [psync|uring [POLICY [none|lbica|sib|reca|reca-all]]]]");
         std::process::exit(2);
     }
     let cache_bytes: u64 = args[1].parse().expect("CACHE_BYTES");
@@ -31,10 +36,10 @@ fn main() {
     let write_percent: u64 = args.get(6).map_or(0, |w| w.parse().expect("WRITE_PERCENT"));
     let line = LineSize::new(4096).unwrap();
     let balance = match args.get(9).map_or("none", String::as_str) {
-        "none" => None,
+        "none" | "reca" | "reca-all" => None,
         "lbica" => Some(BalanceController::Lbica(LbicaConfig::default())),
         "sib" => Some(BalanceController::Sib(SibConfig::default())),
-        other => panic!("ADAPT: none, lbica or sib, not {other}"),
+        other => panic!("ADAPT: none, lbica, sib, reca or reca-all, not {other}"),
     }
     .map(|controller| BalanceConfig {
         controller,
@@ -77,6 +82,19 @@ fn main() {
         )
         .expect("engine"),
     );
+    let adapt = args.get(9).map_or("none", |a| a.as_str());
+    match adapt {
+        "none" | "lbica" | "sib" => {}
+        "reca" => engine.start_reca(RecaSetup::builtin()).expect("ReCA"),
+        // Every request characterized (no budget).
+        "reca-all" => engine
+            .start_reca(RecaSetup {
+                max_requests_per_second: None,
+                ..RecaSetup::builtin()
+            })
+            .expect("ReCA"),
+        other => unreachable!("checked above: {other}"),
+    }
     // Warm: read the hot range once, so every later read hits.
     let mut buf = vec![0u8; 1 << 20];
     let mut at = 0;
@@ -132,4 +150,14 @@ fn main() {
         stats.hit_ratio(),
         stats.requests
     );
+    if let Some(reca) = engine.reca_status() {
+        println!(
+            "reca: category={} windows={} observed={} skipped={} dropped={}",
+            reca.category.as_deref().unwrap_or("(none)"),
+            reca.windows,
+            reca.observed_requests,
+            reca.skipped_requests,
+            reca.dropped_requests
+        );
+    }
 }

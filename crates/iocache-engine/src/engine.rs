@@ -5,7 +5,7 @@
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -40,6 +40,7 @@ mod cleaner;
 mod health_state;
 mod planning;
 mod queues;
+mod reca;
 mod settings;
 mod slots;
 mod tickets;
@@ -47,6 +48,10 @@ mod volumes;
 
 pub use balance::{BalanceConfig, BalanceController, BalanceDecision, BalanceLoad, BalanceStats};
 pub use queues::{DeviceQueueStats, QueueClassStats};
+pub use reca::{
+    recorded_reca_line_size, RecaSetup, RecaStatus, RecordedLineSize, RECA_MAX_REQUESTS_PER_SECOND,
+    RECA_PERIOD, RECA_TICK,
+};
 pub use settings::KnobState;
 
 pub use volumes::{Volume, VolumeInfo, VolumeStats};
@@ -349,6 +354,8 @@ struct Inner {
     queues: queues::Queues,
     /// The load balancer, if configured (`balance.rs`).
     balance: Option<balance::Balance>,
+    /// ReCA, once started (`reca.rs`): every request served is shown to it.
+    reca: OnceLock<Arc<reca::RecaLive>>,
 }
 
 type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
@@ -526,6 +533,7 @@ impl Engine {
             },
             queues: queues::Queues::default(),
             balance: config.balance.map(balance::Balance::new),
+            reca: OnceLock::new(),
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
@@ -649,6 +657,15 @@ impl Engine {
         let segments = self
             .inner
             .segments(volume.id, volume.size_bytes, kind, offset, length, started_ns)?;
+        if let Some(reca) = self.inner.reca.get() {
+            reca.observe(iocache_core::Request {
+                volume: volume.id,
+                offset_bytes: offset,
+                length_bytes: length,
+                kind,
+                now_ns: started_ns,
+            });
+        }
         let mut plan = Plan::default();
         self.decide(segments, &mut plan)?;
         let mut result = self.inner.run(&plan, buffer);

@@ -41,9 +41,11 @@ mod recovery;
 mod stripe;
 
 pub use engine::{
-    ArrayEngineStats, BalanceConfig, BalanceController, BalanceDecision, BalanceLoad, BalanceStats,
-    DeviceQueueStats, Engine, EngineConfig, EngineError, EngineStats, IoMode, KnobState, Lookup,
-    QueueClassStats, Volume, VolumeInfo, VolumeStats, SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
+    recorded_reca_line_size, ArrayEngineStats, BalanceConfig, BalanceController, BalanceDecision,
+    BalanceLoad, BalanceStats, DeviceQueueStats, Engine, EngineConfig, EngineError, EngineStats, IoMode,
+    KnobState, Lookup, QueueClassStats, RecaSetup, RecaStatus, RecordedLineSize, Volume, VolumeInfo,
+    VolumeStats, RECA_MAX_REQUESTS_PER_SECOND, RECA_PERIOD, RECA_TICK, SHARD_SPAN_LINES,
+    SHUTDOWN_WRITE_BACK_PATIENCE,
 };
 pub use iocache_format::{Layout, Persistence};
 pub use latency::{LatencyHistogram, LatencyPercentiles, LATENCY_BOUNDS_NS};

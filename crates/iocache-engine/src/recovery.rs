@@ -318,7 +318,7 @@ fn format_fresh(
 }
 
 /// Reads both superblock copies of `dev` and picks the current one.
-fn read_superblocks(
+pub(crate) fn read_superblocks(
     dev: &dyn BlockDevice,
 ) -> Result<Result<SuperblockFound, iocache_format::FormatError>, EngineError> {
     let mut head = vec![0u8; 2 * SUPERBLOCK_BYTES];

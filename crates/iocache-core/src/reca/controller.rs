@@ -178,6 +178,13 @@ impl RecaController {
         if self.in_window < self.params.window_requests {
             return None;
         }
+        // Before any category is in force, a window that classified
+        // nothing (every stream's queue still filling, e.g. many volumes)
+        // goes on until something is: an empty vector says nothing of the
+        // workload, and would put an arbitrary category in force.
+        if self.current.is_none() && self.classified == 0 {
+            return None;
+        }
         Some(self.close_window(request.now_ns))
     }
 
@@ -272,6 +279,28 @@ impl RecaController {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_window_waits_until_a_request_is_classified() {
+        let mut c = small(10);
+        // 20 volumes, 3 requests each: no stream's queue fills.
+        for i in 0..60u64 {
+            let r = Request::write((i % 20) as u32, (i / 20) * 4096, 4096, i);
+            assert!(c.observe(&r).is_none(), "request {i}");
+        }
+        assert!(c.current().is_none());
+        // One stream fills its queue: the window closes with what it holds.
+        let report = (0..100u64)
+            .find_map(|i| c.observe(&Request::write(99, i * 4096, 4096, 60 + i)))
+            .expect("a window closes");
+        assert!(report.classified > 0, "{report:?}");
+        assert_eq!(
+            c.table().categories[report.category].name,
+            "large_file_generators"
+        );
+        // The first category is a change (from none).
+        assert!(report.change.as_ref().is_some_and(|e| e.old.is_none()));
+    }
 
     fn small(window: u64) -> RecaController {
         RecaController::new(

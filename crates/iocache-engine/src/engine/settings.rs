@@ -170,8 +170,12 @@ impl Inner {
 
     /// The superblock's settings text now (an A/B update of the superblock).
     pub(super) fn persist_settings(&self) -> Result<(), EngineError> {
-        let text = lock(&self.knobs).encode(&self.settings_informational);
+        let mut text = lock(&self.knobs).encode(&self.settings_informational);
         self.update_superblock(|superblock| {
+            // Read under the superblock's lock: ReCA's thread persists
+            // without the admin lock, and the last update must carry its
+            // latest choice.
+            text += &self.reca_settings_token();
             let changed = superblock.settings != text;
             superblock.settings = text;
             changed
@@ -194,7 +198,7 @@ impl Engine {
         self.inner.apply_settings(changes)?;
         self.inner.persist_settings()?;
         if changes.iter().any(|c| matches!(c, Setting::WritePolicy(_))) {
-            self.drain_if_needed();
+            Inner::drain_if_needed(&self.inner);
         }
         Ok(self.settings())
     }
@@ -213,19 +217,26 @@ impl Engine {
             })
             .collect()
     }
+}
 
+impl Inner {
     /// Writes dirty lines back in the background when the policy in force
     /// keeps none (one drain at a time; it ends when none is left, the
     /// policy keeps dirty data again, or the engine stops).
-    fn drain_if_needed(&self) {
-        let inner = &self.inner;
-        if self.effective_mode().policy.keeps_dirty() || inner.draining.swap(true, Ordering::SeqCst) {
+    pub(super) fn drain_if_needed(inner: &Arc<Inner>) {
+        let keeps_dirty = lock(&inner.shards[0].state)
+            .cache
+            .effective_mode()
+            .policy
+            .keeps_dirty();
+        if keeps_dirty || inner.draining.swap(true, Ordering::SeqCst) {
             return;
         }
-        let inner = Arc::clone(inner);
+        let drainer = Arc::clone(inner);
         let spawned = std::thread::Builder::new()
             .name("iocache-drain".into())
             .spawn(move || {
+                let inner = drainer;
                 while !inner.stopping.load(Ordering::SeqCst) {
                     let policy = lock(&inner.shards[0].state).cache.effective_mode().policy;
                     let dirty: u64 = inner
@@ -245,7 +256,7 @@ impl Engine {
         if spawned.is_err() {
             // No thread: the dirty lines stay dirty (served and written
             // back by cleaning, a FLUSH or the shutdown).
-            self.inner.draining.store(false, Ordering::SeqCst);
+            inner.draining.store(false, Ordering::SeqCst);
         }
     }
 }

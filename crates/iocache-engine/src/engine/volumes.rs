@@ -246,6 +246,11 @@ impl VolumeTable {
     fn get(&self, id: VolumeId) -> Option<&Arc<VolumeState>> {
         self.volumes.iter().find(|v| v.id == id)
     }
+
+    /// The volumes' names, in order.
+    pub(super) fn names(&self) -> Vec<String> {
+        self.volumes.iter().map(|v| v.name.clone()).collect()
+    }
 }
 
 /// An attached volume, as [`Engine::volumes`] lists it.

@@ -1,0 +1,352 @@
+//! `iocache serve --adapt reca` (issue 15 §4) with a real client: fio's
+//! phases (sequential writes, random writes, verifying reads, random
+//! reads) move
+//! the running cache from one ReCA category to the next, `ctl get` and
+//! `stats` show it, every change is logged once, a table with a mistake is
+//! refused by `ctl reca-reload` naming the file, line and field, and every
+//! block fio wrote reads back intact (crc32c), also after a restart.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use iocache_nbd::{Client, ConnectOptions};
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("iocache-reca-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn start(dir: &Path, extra: &[&str]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("server.log"))
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args([
+            "serve",
+            "--backend-size",
+            "64MiB",
+            "--cache-size",
+            "8MiB",
+            "--adapt",
+            "reca",
+            "--reca-window",
+            "1000",
+        ])
+        .args(extra)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let socket = dir.join("iocache-data/iocache.sock");
+    let started = Instant::now();
+    while Client::connect_unix(&socket, &ConnectOptions::default()).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// A loopback address nothing listens on (yet).
+fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+/// `GET /metrics`.
+fn scrape(address: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {address}\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
+
+fn stop(mut server: Child) {
+    assert!(Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert!(server.wait().unwrap().success());
+}
+
+fn ctl(dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .current_dir(dir)
+        .args(["ctl", "--admin-socket", "iocache-data/admin.sock"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// ReCA's part of `ctl get --json`.
+fn reca(dir: &Path) -> serde_json::Value {
+    let (ok, text) = ctl(dir, &["get", "--json"]);
+    assert!(ok, "{text}");
+    let reply: serde_json::Value = serde_json::from_str(&text).unwrap();
+    reply["reca"].clone()
+}
+
+fn wait_for(dir: &Path, category: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = reca(dir);
+        if r["category"] == category {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "not {category}: {r:#}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What a fio job does.
+#[derive(Clone, Copy, PartialEq)]
+enum Job {
+    /// Writes every 4 KiB block once, with a crc32c of it inside.
+    Write,
+    /// Reads back what the same `Write` job wrote, checking every block.
+    Verify,
+    /// Reads every block once, not checked (for the workload only).
+    Read,
+}
+
+/// One fio job over 16 MiB at `offset` in 4 KiB blocks; `rw` is its
+/// order (the `Write` job's for `Verify`, which reads in offset order).
+fn fio(dir: &Path, job: Job, rw: &str, offset: &str) -> Output {
+    let uri = format!(
+        "nbd+unix:///?socket={}",
+        dir.join("iocache-data/iocache.sock").display()
+    );
+    let mut cmd = Command::new("fio");
+    cmd.args([
+        "--name=reca",
+        "--ioengine=nbd",
+        &format!("--uri={uri}"),
+        &format!("--rw={rw}"),
+        &format!("--offset={offset}"),
+        "--size=16M",
+        "--bs=4k",
+        "--iodepth=4",
+        "--randseed=15",
+        "--random_generator=lfsr",
+    ]);
+    match job {
+        Job::Write => cmd.args(["--verify=crc32c", "--do_verify=0"]),
+        Job::Verify => cmd.args([
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--verify_state_save=0",
+            "--verify_only",
+            "--do_verify=1",
+        ]),
+        Job::Read => cmd.args(["--verify=0"]),
+    };
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !text.contains("verify: bad") && text.contains("err= 0"),
+        "fio {rw} at {offset}: {text}"
+    );
+    // Every block was written, or read back (4096 of 4 KiB).
+    let issued = match job {
+        Job::Write => "issued rwts: total=0,4096,",
+        Job::Verify | Job::Read => "issued rwts: total=4096,",
+    };
+    assert!(text.contains(issued), "fio {rw} at {offset}: {text}");
+    out
+}
+
+#[test]
+fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
+    if !have("fio") {
+        eprintln!("SKIPPED: fio is not installed");
+        return;
+    }
+    let dir = temp_dir("fio");
+    let metrics = free_address();
+    let server = start(&dir, &["--metrics", &metrics]);
+    // Before any window: ReCA runs, no category yet.
+    let r = reca(&dir);
+    assert_eq!(r["table"], "built-in");
+    assert!(r["category"].is_null(), "{r:#}");
+
+    // Sequential writes: large file generators, who want 128 KiB lines
+    // (pending: the cache keeps its 4 KiB lines until a restart).
+    fio(&dir, Job::Write, "write", "0");
+    let r = wait_for(&dir, "large_file_generators");
+    assert_eq!(r["write_policy"], "wb");
+    assert_eq!(r["line_bytes"], 4096);
+    assert_eq!(r["pending_line_bytes"], 128 << 10);
+    let (ok, text) = ctl(&dir, &["get"]);
+    assert!(
+        ok && text.contains("category large_file_generators") && text.contains("PENDING"),
+        "{text}"
+    );
+
+    // Random writes: random producer/consumers.
+    fio(&dir, Job::Write, "randwrite", "32M");
+    let r = wait_for(&dir, "random_producer_consumers");
+    assert!(r["pending_line_bytes"].is_null(), "{r:#}");
+    assert!(
+        r["policy"].as_str().unwrap().starts_with("reca:evict=priority"),
+        "{r:#}"
+    );
+
+    // Reading it all back, each block checked: fio reads in offset order,
+    // so mostly sequential reads: archival consumers, a read-only cache
+    // (wa) while the dirty lines from before are still served (and
+    // drained).
+    fio(&dir, Job::Verify, "randwrite", "32M");
+    let r = wait_for(&dir, "archival_consumers");
+    assert_eq!(r["write_policy"], "wa");
+    let (ok, text) = ctl(&dir, &["get"]);
+    assert!(ok && text.contains("wa write policy (controller)"), "{text}");
+
+    // Random reads: random consumers.
+    fio(&dir, Job::Read, "randread", "32M");
+    wait_for(&dir, "random_consumers");
+    let (ok, text) = ctl(&dir, &["stats"]);
+    assert!(
+        ok && text.contains("reca       category random_consumers"),
+        "{text}"
+    );
+    let scraped = scrape(&metrics);
+    for needle in [
+        "iocache_cache_reca_category{cache=\"iocache-data/cache.img\",category=\"random_consumers\"} 1",
+        "iocache_cache_reca_line_bytes{cache=\"iocache-data/cache.img\",state=\"in_force\"} 4096",
+        "iocache_cache_reca_requests_total{cache=\"iocache-data/cache.img\",outcome=\"characterized\"}",
+    ] {
+        assert!(scraped.contains(needle), "no `{needle}` in:\n{scraped}");
+    }
+
+    // A table with a mistake is refused, naming the file, line and field;
+    // the table in force stays.
+    let bad = dir.join("bad.toml");
+    let builtin = include_str!("../crates/iocache-core/data/reca-categories.toml");
+    std::fs::write(
+        &bad,
+        builtin.replacen("line_size = \"4KiB\"", "line_size = \"3KiB\"", 1),
+    )
+    .unwrap();
+    let (ok, text) = ctl(&dir, &["reca-reload", "--table", bad.to_str().unwrap()]);
+    assert!(!ok, "{text}");
+    let line = builtin.lines().position(|l| l == "line_size = \"4KiB\"").unwrap() + 1;
+    assert!(text.contains(&format!("bad.toml:{line}: line_size")), "{text}");
+    assert_eq!(reca(&dir)["table"], "built-in");
+    // A good one is taken; the category stays.
+    let good = dir.join("good.toml");
+    std::fs::write(&good, builtin).unwrap();
+    let (ok, text) = ctl(&dir, &["reca-reload", "--table", good.to_str().unwrap()]);
+    assert!(ok && text.contains("good.toml"), "{text}");
+    let r = reca(&dir);
+    assert_eq!(r["category"], "random_consumers");
+
+    // Everything written reads back, then again after a restart.
+    fio(&dir, Job::Verify, "write", "0");
+    stop(server);
+    let server = start(&dir, &[]);
+    fio(&dir, Job::Verify, "write", "0");
+    fio(&dir, Job::Verify, "randwrite", "32M");
+    stop(server);
+
+    // Each change was logged once, with its vector and distances.
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    for change in [
+        "-> large_file_generators",
+        "-> random_producer_consumers",
+        "-> archival_consumers",
+        "-> random_consumers",
+    ] {
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(change)).collect();
+        assert!(!lines.is_empty(), "no `{change}` in:\n{log}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.contains("distances:") && l.contains("sw=")),
+            "{lines:?}"
+        );
+    }
+    assert!(log.contains("line size: 4KiB -> 128KiB pending"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// ReCA's line size, recorded on the cache device, is taken at the next
+/// start while the configuration says what it said; a changed `--line-size`
+/// wins. Every block survives both reformats.
+#[test]
+fn the_line_size_reca_chose_is_taken_at_the_next_start() {
+    if !have("fio") {
+        eprintln!("SKIPPED: fio is not installed");
+        return;
+    }
+    let dir = temp_dir("line");
+    let server = start(&dir, &[]);
+    fio(&dir, Job::Write, "write", "0");
+    let r = wait_for(&dir, "large_file_generators");
+    assert_eq!(r["pending_line_bytes"], 128 << 10);
+    stop(server);
+
+    let server = start(&dir, &[]);
+    let r = reca(&dir);
+    assert_eq!(
+        (r["line_bytes"].as_u64(), r["configured_line_bytes"].as_u64()),
+        (Some(128 << 10), Some(4096))
+    );
+    let (ok, text) = ctl(&dir, &["get"]);
+    assert!(
+        ok && text.contains("line size 128KiB (ReCA's; configured 4KiB)"),
+        "{text}"
+    );
+    fio(&dir, Job::Verify, "write", "0");
+    // Sequential reads: archival consumers, who want 128 KiB too.
+    let r = wait_for(&dir, "archival_consumers");
+    assert!(r["pending_line_bytes"].is_null(), "{r:#}");
+    stop(server);
+
+    // Still recorded: the next start keeps 128 KiB without a reformat.
+    let server = start(&dir, &[]);
+    assert_eq!(reca(&dir)["line_bytes"], 128 << 10);
+    stop(server);
+
+    // The configuration changed since: it wins.
+    let server = start(&dir, &["--line-size", "8KiB"]);
+    let r = reca(&dir);
+    assert_eq!(
+        (r["line_bytes"].as_u64(), r["configured_line_bytes"].as_u64()),
+        (Some(8192), Some(8192))
+    );
+    fio(&dir, Job::Verify, "write", "0");
+    stop(server);
+
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    for needle in [
+        "starting with ReCA's line size 128KiB (configured 4KiB; the cache holds 4KiB lines)",
+        "keeping ReCA's line size 128KiB (configured 4KiB)",
+        "ReCA's line size 128KiB of the last run was chosen over a configured 4KiB; the configuration says 8KiB now",
+    ] {
+        assert!(log.contains(needle), "no `{needle}` in:\n{log}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
