@@ -343,3 +343,20 @@ fn sib_learns_a_backend_the_cache_never_used() {
     );
     engine.shutdown().unwrap();
 }
+
+/// The controller keeps running when no volume is attached (it probes the
+/// backend of the first volume while the backend is unmeasured: here there
+/// is none to probe).
+#[test]
+fn the_controller_survives_detaching_every_volume() {
+    let devices = Devices::new();
+    let engine = devices.engine(Some(BalanceConfig {
+        controller: BalanceController::Sib(SibConfig::default()),
+        interval_ns: 50_000_000,
+    }));
+    engine.detach(engine.default_volume().id()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let intervals = engine.stats().balance.unwrap().intervals;
+    assert!(intervals >= 3, "{intervals} intervals");
+    engine.shutdown().unwrap();
+}

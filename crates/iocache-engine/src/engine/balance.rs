@@ -34,7 +34,7 @@
 //! Volumes sharing the cache device count as one backend (a known limit).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use iocache_core::balance::queue_mix::QueueMix;
@@ -270,11 +270,13 @@ impl Inner {
 
     /// One line-sized read of the cache device (at slot 0's place) or of
     /// the first volume's backend (at its start), timed like the others:
-    /// the `S` of a device that has served nothing yet. A failed probe
-    /// measures nothing.
+    /// the `S` of a device that has served nothing yet. A failed probe (or
+    /// no volume attached) measures nothing.
     fn probe(&self, backend: bool) {
         if backend {
-            let device = Arc::clone(lock_read(&self.volumes).first().backend());
+            let Some(device) = lock_read(&self.volumes).first_backend() else {
+                return;
+            };
             let mut buf = vec![0u8; self.line_bytes.min(device.len_bytes()) as usize];
             let _ = self
                 .queues
@@ -306,7 +308,6 @@ impl Inner {
         let (mut last_requests, mut last_bypasses) = self.requests_and_bypasses();
         self.queues.cache.take_min_latency_ns();
         self.queues.backend.take_min_latency_ns();
-        let configured = lock(&self.shards[0].state).cache.write_policy();
         loop {
             let deadline = last_ns + interval_ns;
             while !self.stopping.load(Ordering::Relaxed) {
@@ -344,6 +345,8 @@ impl Inner {
                 arrivals,
             };
             let decision = balancer.on_interval(&inputs);
+            // The configured policy, which `ctl set` may have changed.
+            let configured = lock(&self.shards[0].state).cache.write_policy();
             let policy = decision.action.policy;
             if policy != applied {
                 self.set_controller_policy(policy);

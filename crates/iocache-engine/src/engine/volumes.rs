@@ -243,6 +243,11 @@ impl VolumeTable {
         Volume(Arc::clone(&self.volumes[0]))
     }
 
+    /// The backend of the first volume attached, if any is.
+    pub(super) fn first_backend(&self) -> Option<Arc<dyn BlockDevice>> {
+        self.volumes.first().map(|v| Arc::clone(&v.backend))
+    }
+
     fn get(&self, id: VolumeId) -> Option<&Arc<VolumeState>> {
         self.volumes.iter().find(|v| v.id == id)
     }
