@@ -26,31 +26,45 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn start(dir: &Path, extra: &[&str]) -> Child {
+/// A running server: killed if the test fails before [`stop`].
+struct Server(Option<Child>);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn start(dir: &Path, extra: &[&str]) -> Server {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("server.log"))
         .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args([
-            "serve",
-            "--backend-size",
-            "64MiB",
-            "--cache-size",
-            "8MiB",
-            "--adapt",
-            "reca",
-            "--reca-window",
-            "1000",
-        ])
-        .args(extra)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let server = Server(Some(
+        Command::new(env!("CARGO_BIN_EXE_iocache"))
+            .args([
+                "serve",
+                "--backend-size",
+                "64MiB",
+                "--cache-size",
+                "8MiB",
+                "--adapt",
+                "reca",
+                "--reca-window",
+                "1000",
+            ])
+            .args(extra)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    ));
     let socket = dir.join("iocache-data/iocache.sock");
     let started = Instant::now();
     while Client::connect_unix(&socket, &ConnectOptions::default()).is_err() {
@@ -60,7 +74,7 @@ fn start(dir: &Path, extra: &[&str]) -> Child {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    child
+    server
 }
 
 /// A loopback address nothing listens on (yet).
@@ -79,13 +93,15 @@ fn scrape(address: &str) -> String {
     reply
 }
 
-fn stop(mut server: Child) {
+/// SIGTERM: the server writes every dirty line back and exits 0.
+fn stop(mut server: Server) {
+    let mut child = server.0.take().expect("running");
     assert!(Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
+        .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap()
         .success());
-    assert!(server.wait().unwrap().success());
+    assert!(child.wait().unwrap().success());
 }
 
 fn ctl(dir: &Path, args: &[&str]) -> (bool, String) {
