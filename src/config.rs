@@ -669,7 +669,7 @@ impl VolumeText {
             _ => {
                 if self.reca_table.is_some() || self.reca_window.is_some() {
                     bail!(
-                        "{}: ReCA's settings need {} = \"reca\"",
+                        "{}: only with ReCA ({} reca)",
                         key(if self.reca_table.is_some() {
                             "reca_table"
                         } else {
@@ -688,10 +688,11 @@ impl VolumeText {
                 key("adapt")
             ),
             ("off" | "reca", None) => None,
-            (spec, interval) => Some(
-                parse_adapt(spec, interval.as_deref())
-                    .map_err(|e| anyhow!("{}{e} (or off, reca)", parse("adapt")))?,
+            (spec, _) if !matches!(spec.split(':').next(), Some("lbica" | "sib")) => bail!(
+                "{}: unknown controller `{spec}`; expected off, reca, lbica[:KEY=VALUE...] or sib[:KEY=VALUE...]",
+                key("adapt")
             ),
+            (spec, interval) => Some(parse_adapt(spec, interval.as_deref()).map_err(|e| anyhow!("{}{e}", parse("adapt")))?),
         };
         Ok(VolumeConfig {
             origin: origin.clone(),
@@ -1338,9 +1339,12 @@ cache = "d/other-cache.img"
         // lbica is a controller too, so ReCA's keys beside it are refused,
         // and so is an unknown one (naming every choice).
         let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"lbica\"\nreca_window = 10"));
-        assert!(e.contains("volume `b`: reca_window: ReCA's settings need"), "{e}");
+        assert!(e.contains("volume `b`: reca_window: only with ReCA"), "{e}");
         let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"nope\""));
-        assert!(e.contains("volume `b`: adapt") && e.contains("off, reca"), "{e}");
+        assert!(
+            e.contains("volume `b`: adapt: unknown controller `nope`; expected off, reca"),
+            "{e}"
+        );
         let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"reca\"\nadapt_interval = \"1s\""));
         assert!(
             e.contains("volume `b`: adapt_interval: only with a load balancer"),
@@ -1355,7 +1359,7 @@ cache = "d/other-cache.img"
         let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"reca\"\nreca_window = 0"));
         assert!(e.contains("volume `b`: reca_window"), "{e}");
         let e = err(&SHARED.replace("policy = \"arc\"", "reca_window = 10"));
-        assert!(e.contains("volume `b`: reca_window: ReCA's settings need"), "{e}");
+        assert!(e.contains("volume `b`: reca_window: only with ReCA"), "{e}");
         // Two volumes of one cache disagreeing.
         let e = err(&SHARED
             .replace("direct = true", "direct = true\nadapt = \"reca\"")
