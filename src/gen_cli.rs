@@ -61,34 +61,15 @@ pub fn run(args: GenArgs) -> Result<()> {
     } else {
         sink
     };
-    let mut buffered = std::io::BufWriter::with_capacity(1 << 16, &mut out);
-    let mut written = 0u64;
-    for r in generator {
-        // Timestamps as relative 100 ns ticks (the reader keeps them as
-        // ticks × 100 ns); the disk number is the volume.
-        let kind = match r.kind {
-            IoKind::Read => "Read",
-            IoKind::Write => "Write",
-        };
-        let line = writeln!(
-            buffered,
-            "{},gen,{},{kind},{},{},0",
-            r.time_ns / 100,
-            r.volume,
-            r.offset_bytes,
-            r.length_bytes
-        );
-        match line {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-            other => other?,
+    let written = match write_msr(generator, &mut out) {
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            return Ok(())
         }
-        written += 1;
-    }
-    match buffered.flush() {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
         other => other?,
-    }
-    drop(buffered);
+    };
     drop(out);
     if args.output != "-" {
         log::info!(
@@ -98,4 +79,29 @@ pub fn run(args: GenArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Writes the generator's requests as MSR Cambridge CSV; returns how many.
+pub fn write_msr(generator: iocache_sim::workload::Generator, out: &mut dyn Write) -> Result<u64> {
+    let mut buffered = std::io::BufWriter::with_capacity(1 << 16, out);
+    let mut written = 0u64;
+    for r in generator {
+        // Timestamps as relative 100 ns ticks (the reader keeps them as
+        // ticks × 100 ns); the disk number is the volume.
+        let kind = match r.kind {
+            IoKind::Read => "Read",
+            IoKind::Write => "Write",
+        };
+        writeln!(
+            buffered,
+            "{},gen,{},{kind},{},{},0",
+            r.time_ns / 100,
+            r.volume,
+            r.offset_bytes,
+            r.length_bytes
+        )?;
+        written += 1;
+    }
+    buffered.flush()?;
+    Ok(written)
 }

@@ -4,6 +4,7 @@ mod admin;
 mod config;
 mod devices;
 mod gen_cli;
+mod lab_cli;
 mod logging;
 mod metrics;
 mod mrc_cli;
@@ -57,6 +58,11 @@ enum Command {
     Ctl(admin::CtlArgs),
     /// Simulate caches over a block I/O trace (every policy × size in one pass).
     Sim(Box<SimArgs>),
+    /// Experiments over a grid of knobs (docs/lab.md): run, resume, shard and merge.
+    Lab {
+        #[command(subcommand)]
+        command: lab_cli::LabCommand,
+    },
     /// Generate a synthetic workload from a TOML spec: a trace (and the equivalent fio job).
     Gen(gen_cli::GenArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout, e.g.
@@ -364,6 +370,10 @@ fn main() {
         Command::Sim(args) => run_sim(*args),
         Command::Policies => list_policies(),
         Command::Gen(args) => gen_cli::run(args),
+        Command::Lab { command } => match command {
+            lab_cli::LabCommand::Run(args) => lab_cli::run(args),
+            lab_cli::LabCommand::Merge(args) => lab_cli::merge(args),
+        },
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();

@@ -521,3 +521,86 @@ fn gen_writes_a_trace_sim_reads_and_a_fio_job() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `lab run`: shards merged equal one run, and a rerun runs only what is
+/// missing.
+#[test]
+fn lab_shards_merge_to_one_run_and_runs_resume() {
+    let dir = std::env::temp_dir().join(format!("iocache-cli-lab-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(SAMPLE);
+    let experiment = dir.join("e.toml");
+    std::fs::write(
+        &experiment,
+        format!(
+            "[[workload]]\nname = \"sample\"\ntrace = \"{}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"1MiB\", \"512\"]\nwrite_policy = [\"wb\", \"wt\"]\n",
+            sample.display()
+        ),
+    )
+    .unwrap();
+    let e = experiment.to_str().unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let strip = |file: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(file)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v.as_object_mut().unwrap().remove("seconds");
+                v
+            })
+            .collect()
+    };
+    let o = iocache(&["lab", "run", e, "--out", &path("whole.jsonl"), "--threads", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let whole = strip(&path("whole.jsonl"));
+    assert_eq!(whole.len(), 12);
+    for i in 0..3 {
+        let shard = format!("{i}/3");
+        let o = iocache(&[
+            "lab",
+            "run",
+            e,
+            "--shard",
+            &shard,
+            "--out",
+            &path(&format!("part{i}.jsonl")),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(strip(&path(&format!("part{i}.jsonl"))).len(), 4);
+    }
+    let o = iocache(&[
+        "lab",
+        "merge",
+        &path("part2.jsonl"),
+        &path("part0.jsonl"),
+        &path("part1.jsonl"),
+        "-o",
+        &path("merged.jsonl"),
+        "--csv",
+        &path("merged.csv"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        strip(&path("merged.jsonl")),
+        whole,
+        "shards merged differ from one run"
+    );
+    let csv = std::fs::read_to_string(path("merged.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 13);
+    assert!(csv.lines().next().unwrap().contains("write_policy"));
+    // Resume: a file holding one shard gets only the other points.
+    std::fs::copy(path("part0.jsonl"), path("resumed.jsonl")).unwrap();
+    let o = iocache(&["lab", "run", e, "--out", &path("resumed.jsonl")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("4 already in") && stderr(&o).contains("8 to run"),
+        "{}",
+        stderr(&o)
+    );
+    let mut resumed = strip(&path("resumed.jsonl"));
+    resumed.sort_by_key(|r| r["point"].as_u64());
+    assert_eq!(resumed, whole);
+    let _ = std::fs::remove_dir_all(&dir);
+}
