@@ -138,6 +138,10 @@ fn one_off() -> Vec<String> {
 struct Point {
     index: usize,
     workload: usize,
+    /// `cache_size = "10%"`: this share of the workload's footprint, in
+    /// lines, set when the workload is read (libCacheSim's cachesim sizes
+    /// caches this way).
+    footprint_share: Option<f64>,
     knobs: BTreeMap<&'static str, String>,
     spec: RunSpec,
 }
@@ -160,9 +164,31 @@ fn points(experiment: &Experiment, file: &str) -> Result<Vec<Point>> {
                 .parse()
                 .map_err(|e: iocache_core::CoreError| at("policy", e.to_string()))?;
             for size in &g.cache_size {
-                let cache_size: CacheSize = size
-                    .parse()
-                    .map_err(|e: iocache_sim::SimError| at("cache_size", e.to_string()))?;
+                let footprint_share = match size.trim().strip_suffix('%') {
+                    None => None,
+                    Some(pct) => Some(
+                        pct.trim()
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|p| *p > 0.0 && *p <= 100.0)
+                            .ok_or_else(|| {
+                                at(
+                                    "cache_size",
+                                    format!(
+                                        "`{size}`: a share of the footprint is above 0 % and at most 100 %"
+                                    ),
+                                )
+                            })?
+                            / 100.0,
+                    ),
+                };
+                // A share is sized per workload when it is read.
+                let cache_size: CacheSize = if footprint_share.is_some() {
+                    CacheSize::Lines(1)
+                } else {
+                    size.parse()
+                        .map_err(|e: iocache_sim::SimError| at("cache_size", e.to_string()))?
+                };
                 for line in &g.line_size {
                     let bytes = iocache_core::units::parse_byte_size(line)
                         .map_err(|e| at("line_size", e.to_string()))?;
@@ -205,6 +231,7 @@ fn points(experiment: &Experiment, file: &str) -> Result<Vec<Point>> {
                                         points.push(Point {
                                             index: points.len(),
                                             workload,
+                                            footprint_share,
                                             knobs,
                                             spec: RunSpec {
                                                 policy: policy_spec.clone(),
@@ -344,7 +371,26 @@ pub fn run(args: RunArgs) -> Result<()> {
         if points.is_empty() {
             continue;
         }
-        let specs: Vec<RunSpec> = points.iter().map(|p| p.spec.clone()).collect();
+        // Shares of the footprint: one counting pass per line size asked.
+        let mut footprints: BTreeMap<u64, u64> = BTreeMap::new();
+        for p in points.iter().filter(|p| p.footprint_share.is_some()) {
+            let line = p.spec.line_size;
+            if let std::collections::btree_map::Entry::Vacant(slot) = footprints.entry(line.bytes()) {
+                slot.insert(footprint_lines(open_workload(entry, &dir, &file)?, line)?);
+            }
+        }
+        let specs: Vec<RunSpec> = points
+            .iter()
+            .map(|p| {
+                let mut spec = p.spec.clone();
+                if let Some(share) = p.footprint_share {
+                    let lines = ((footprints[&spec.line_size.bytes()] as f64 * share).ceil() as u64).max(1);
+                    spec.size = CacheSize::Lines(lines);
+                    spec.capacity_lines = lines;
+                }
+                spec
+            })
+            .collect();
         let mut reader = open_workload(entry, &dir, &file)?;
         let options = SimOptions {
             threads: args.threads.unwrap_or(SimOptions::default().threads).max(1),
@@ -355,6 +401,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             .with_context(|| format!("workload `{}`", entry.name))?;
         bar.finish();
         for (point, run) in points.iter().zip(&report.runs) {
+            let footprint = footprints.get(&run.spec.line_size.bytes()).copied();
             let s = &run.stats;
             let mut row = json!({
                 "point": point.index,
@@ -371,6 +418,7 @@ pub fn run(args: RunArgs) -> Result<()> {
                 "evictions": s.evictions,
                 "write_backs": s.dirty_writebacks + s.flushed_lines,
                 "cache_lines": run.spec.capacity_lines,
+                "footprint_lines": footprint,
                 "seconds": run.wall_seconds,
             });
             if let Some(map) = row.as_object_mut() {
@@ -394,6 +442,21 @@ pub fn run(args: RunArgs) -> Result<()> {
         write_csv(&read_rows(std::slice::from_ref(&out))?, csv)?;
     }
     Ok(())
+}
+
+/// Distinct lines of `line` bytes a workload touches.
+fn footprint_lines(mut reader: TraceReader, line: LineSize) -> Result<u64> {
+    let mut lines = std::collections::HashSet::new();
+    for record in reader.by_ref() {
+        let request = iocache_sim::request_of(&record?);
+        if request.length_bytes == 0 {
+            continue;
+        }
+        for part in iocache_core::split_request(&request, line) {
+            lines.insert(part.key);
+        }
+    }
+    Ok(lines.len() as u64)
 }
 
 fn read_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {

@@ -604,3 +604,63 @@ fn lab_shards_merge_to_one_run_and_runs_resume() {
     assert_eq!(resumed, whole);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `cache_size = "10%"` in a lab grid is that share of the workload's
+/// footprint (as `iocache trace stats` counts it), and the point equals
+/// `iocache sim` at that many lines.
+#[test]
+fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
+    let dir = std::env::temp_dir().join(format!("iocache-cli-lab-share-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(SAMPLE);
+    let experiment = dir.join("e.toml");
+    std::fs::write(
+        &experiment,
+        format!(
+            "[[workload]]\nname = \"s\"\ntrace = \"{}\"\n[grid]\ncache_size = [\"10%\"]\n",
+            sample.display()
+        ),
+    )
+    .unwrap();
+    let out = dir.join("r.jsonl");
+    let o = iocache(&[
+        "lab",
+        "run",
+        experiment.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let row: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&out).unwrap().trim()).unwrap();
+    let stats: serde_json::Value =
+        serde_json::from_str(&stdout(&iocache(&["trace", "stats", SAMPLE, "--json", "-"]))).unwrap();
+    let footprint = stats["footprint_lines"].as_u64().unwrap();
+    assert_eq!(row["footprint_lines"], footprint);
+    let lines = (footprint as f64 * 0.1).ceil() as u64;
+    assert_eq!(row["cache_lines"], lines);
+    let sim: serde_json::Value = serde_json::from_str(&stdout(&iocache(&[
+        "sim",
+        "--trace",
+        SAMPLE,
+        "--cache-size",
+        &lines.to_string(),
+        "--json",
+        "-",
+    ])))
+    .unwrap();
+    assert_eq!(row["hits"], sim["runs"][0]["hits"]);
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[workload]]\nname = \"s\"\ntrace = \"x\"\n[grid]\ncache_size = [\"150%\"]\n",
+    )
+    .unwrap();
+    let o = iocache(&["lab", "run", bad.to_str().unwrap()]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("grid.cache_size"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
