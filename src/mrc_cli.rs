@@ -31,7 +31,8 @@ pub struct TraceMrcArgs {
     #[arg(long, value_delimiter = ',', value_name = "SIZES")]
     sizes: Vec<String>,
     /// Methods, comma separated: exact (stack distances, every access), shards:RATE (spatial
-    /// sampling at RATE, e.g. shards:0.01), shards-fixed:LINES (at most LINES sampled lines).
+    /// sampling at RATE, e.g. shards:0.01), shards-fixed:LINES (at most LINES sampled lines), opt
+    /// (Belady: the bound no policy beats; computed per size).
     #[arg(long, default_value = "exact", value_delimiter = ',', value_name = "METHODS")]
     method: Vec<String>,
     /// Write the curves as JSON to PATH, or to stdout with `-` (docs/sim-json.md).

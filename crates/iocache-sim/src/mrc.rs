@@ -54,6 +54,10 @@ pub enum MrcMethod {
     Shards { rate: f64 },
     /// At most `max_lines` sampled lines; the rate starts at 1 and drops.
     ShardsFixed { max_lines: usize },
+    /// Belady's OPT (MIN): on a miss in a full cache, evict the line used
+    /// farthest in the future; computed at each size (O(n log C) each), with
+    /// the same sector-level hits as the others. The bound no policy beats.
+    Opt,
 }
 
 impl MrcMethod {
@@ -67,6 +71,7 @@ impl fmt::Display for MrcMethod {
             MrcMethod::Exact => f.write_str("exact"),
             MrcMethod::Shards { rate } => write!(f, "shards:{rate}"),
             MrcMethod::ShardsFixed { max_lines } => write!(f, "shards-fixed:{max_lines}"),
+            MrcMethod::Opt => f.write_str("opt"),
         }
     }
 }
@@ -77,6 +82,7 @@ impl FromStr for MrcMethod {
         let bad = |why: &str| SimError::Spec(format!("--method `{text}`: {why}; expected {}", Self::SYNTAX));
         match text.trim().split_once(':') {
             None if text.trim() == "exact" => Ok(MrcMethod::Exact),
+            None if text.trim() == "opt" => Ok(MrcMethod::Opt),
             Some(("shards", rate)) => {
                 let rate: f64 = rate.parse().map_err(|_| bad("the rate is not a number"))?;
                 if !(rate > 0.0 && rate <= 1.0) {
@@ -248,7 +254,7 @@ fn line_hash(key: LineKey) -> u64 {
 impl Accumulator {
     fn new(method: MrcMethod) -> Self {
         let threshold = match method {
-            MrcMethod::Exact | MrcMethod::ShardsFixed { .. } => u64::MAX,
+            MrcMethod::Exact | MrcMethod::ShardsFixed { .. } | MrcMethod::Opt => u64::MAX,
             MrcMethod::Shards { rate } if rate >= 1.0 => u64::MAX,
             MrcMethod::Shards { rate } => (rate * 2f64.powi(64)) as u64,
         };
@@ -379,7 +385,7 @@ impl Accumulator {
         // (rate × all accesses); the difference is put in the first bucket
         // (hits in every cache), and the total is the expected one.
         let (total, adjustment) = match self.method {
-            MrcMethod::Exact => (self.accesses, 0.0),
+            MrcMethod::Exact | MrcMethod::Opt => (self.accesses, 0.0),
             MrcMethod::Shards { .. } => {
                 let expected = total_accesses as f64 * rate;
                 (expected, expected - self.accesses)
@@ -456,7 +462,15 @@ pub fn miss_ratio_curves(
     } else {
         (1u64 << sectors) - 1
     };
-    let mut accumulators: Vec<Accumulator> = methods.iter().map(|m| Accumulator::new(*m)).collect();
+    let mut accumulators: Vec<Accumulator> = methods
+        .iter()
+        .filter(|m| **m != MrcMethod::Opt)
+        .map(|m| Accumulator::new(*m))
+        .collect();
+    // OPT needs the future: every line access, as (dense line id, mask).
+    let want_opt = methods.contains(&MrcMethod::Opt);
+    let mut ids: HashMap<LineKey, u32, FxBuildHasher> = HashMap::default();
+    let mut sequence: Vec<(u32, u64)> = Vec::new();
     let mut requests = 0u64;
     let mut line_accesses = 0u64;
     while let Some(record) = reader.next() {
@@ -477,6 +491,11 @@ pub fn miss_ratio_curves(
             for a in &mut accumulators {
                 a.access(part.key, mask, full_mask);
             }
+            if want_opt {
+                let next = ids.len() as u32;
+                let id = *ids.entry(part.key).or_insert(next);
+                sequence.push((id, mask));
+            }
         }
         if requests.is_multiple_of(65_536) {
             progress(reader, requests);
@@ -485,7 +504,8 @@ pub fn miss_ratio_curves(
     let exact_footprint = accumulators
         .iter()
         .find(|a| a.method == MrcMethod::Exact)
-        .map(|a| a.lines.len() as u64);
+        .map(|a| a.lines.len() as u64)
+        .or(want_opt.then_some(ids.len() as u64));
     let footprint_lines = exact_footprint.unwrap_or_else(|| {
         let a = &accumulators[0];
         (a.lines.len() as f64 / a.rate()).round() as u64
@@ -494,14 +514,22 @@ pub fn miss_ratio_curves(
         Some(s) => s.to_vec(),
         None => default_sizes(footprint_lines),
     };
-    let mut curves: Vec<MrcCurve> = accumulators
+    let mut finished = accumulators
         .into_iter()
-        .map(|a| a.finish(line_accesses, &sizes, line.bytes()))
+        .map(|a| a.finish(line_accesses, &sizes, line.bytes()));
+    // In the order asked.
+    let mut curves: Vec<MrcCurve> = methods
+        .iter()
+        .map(|m| match m {
+            MrcMethod::Opt => opt_curve(&sequence, ids.len(), &sizes, line.bytes()),
+            _ => finished.next().expect("one accumulator per other method"),
+        })
         .collect();
     if let Some(exact) = curves.iter().position(|c| c.method == "exact") {
         let reference: Vec<f64> = curves[exact].points.iter().map(|p| p.miss_ratio).collect();
         for (i, curve) in curves.iter_mut().enumerate() {
-            if i != exact {
+            // OPT is a bound, not an estimate of the exact curve.
+            if i != exact && curve.method != "opt" {
                 curve.max_error_vs_exact = Some(
                     curve
                         .points
@@ -523,6 +551,66 @@ pub fn miss_ratio_curves(
         seconds: started.elapsed().as_secs_f64(),
         curves,
     })
+}
+
+/// Belady's OPT at each size: hits as the core counts them (every
+/// requested sector valid; a line holds what was accessed since it was
+/// inserted), evicting the line whose next use is farthest.
+fn opt_curve(sequence: &[(u32, u64)], lines: usize, sizes: &[u64], line_bytes: u64) -> MrcCurve {
+    // next[i]: the index of the next access to the same line (or MAX).
+    let mut next = vec![u64::MAX; sequence.len()];
+    let mut later = vec![u64::MAX; lines];
+    for (i, &(id, _)) in sequence.iter().enumerate().rev() {
+        next[i] = later[id as usize];
+        later[id as usize] = i as u64;
+    }
+    let total = sequence.len() as f64;
+    let points = sizes
+        .iter()
+        .map(|&capacity| {
+            // Per line: its next use while resident (MAX: not resident
+            // is told by `valid == 0`), and its valid sectors.
+            let mut resident_next = vec![0u64; lines];
+            let mut valid = vec![0u64; lines];
+            let mut by_next: BTreeSet<(u64, u32)> = BTreeSet::new();
+            let mut hits = 0u64;
+            for (i, &(id, mask)) in sequence.iter().enumerate() {
+                let slot = id as usize;
+                if valid[slot] != 0 {
+                    if valid[slot] & mask == mask {
+                        hits += 1;
+                    }
+                    by_next.remove(&(resident_next[slot], id));
+                } else if by_next.len() as u64 >= capacity {
+                    let (_, victim) = by_next.pop_last().expect("full");
+                    valid[victim as usize] = 0;
+                }
+                valid[slot] |= mask;
+                resident_next[slot] = next[i];
+                // Ties (never used again) broken by id, so the set holds
+                // one entry per resident line.
+                by_next.insert((next[i], id));
+            }
+            MrcPoint {
+                cache_lines: capacity,
+                cache_bytes: capacity * line_bytes,
+                miss_ratio: if total > 0.0 {
+                    1.0 - hits as f64 / total
+                } else {
+                    0.0
+                },
+            }
+        })
+        .collect();
+    MrcCurve {
+        method: "opt".into(),
+        accesses: total,
+        sampled_accesses: sequence.len() as u64,
+        sampled_lines: lines as u64,
+        final_rate: 1.0,
+        points,
+        max_error_vs_exact: None,
+    }
 }
 
 #[cfg(test)]

@@ -134,3 +134,68 @@ fn sampled_curves_stay_near_the_exact_one() {
             .all(|w| w[1].miss_ratio <= w[0].miss_ratio + 1e-12));
     }
 }
+
+/// Belady's OPT: against a direct (quadratic) simulation of the same rule,
+/// and never above LRU where every access covers its whole line.
+#[test]
+fn opt_is_belady_and_bounds_lru() {
+    let text = trace(3000, 6000, 23);
+    let sizes = [1, 4, 16, 64, 256];
+    for line in [512u64, 4096] {
+        let report = curves(&text, line, &[MrcMethod::Exact, MrcMethod::Opt], &sizes);
+        let opt = &report.curves[1];
+        assert_eq!(opt.method, "opt");
+        // The line accesses, as the module splits them.
+        let mut accesses: Vec<(iocache_core::LineKey, u64)> = Vec::new();
+        let mut r = reader(&text);
+        for record in r.by_ref() {
+            let request = iocache_sim::request_of(&record.unwrap());
+            for part in iocache_core::split_request(&request, LineSize::new(line).unwrap()) {
+                let width = part.end_sector - part.first_sector;
+                let mask = if width == 64 {
+                    u64::MAX
+                } else {
+                    ((1u64 << width) - 1) << part.first_sector
+                };
+                accesses.push((part.key, mask));
+            }
+        }
+        for (point, &capacity) in opt.points.iter().zip(&sizes) {
+            let mut resident: Vec<(iocache_core::LineKey, u64)> = Vec::new();
+            let mut hits = 0u64;
+            for (i, &(key, mask)) in accesses.iter().enumerate() {
+                let next_use = |k: iocache_core::LineKey| {
+                    accesses[i + 1..]
+                        .iter()
+                        .position(|(x, _)| *x == k)
+                        .unwrap_or(usize::MAX)
+                };
+                if let Some(entry) = resident.iter_mut().find(|(k, _)| *k == key) {
+                    if entry.1 & mask == mask {
+                        hits += 1;
+                    }
+                    entry.1 |= mask;
+                    continue;
+                }
+                if resident.len() as u64 >= capacity {
+                    let victim = (0..resident.len())
+                        .max_by_key(|&j| (next_use(resident[j].0), resident[j].0))
+                        .unwrap();
+                    resident.swap_remove(victim);
+                }
+                resident.push((key, mask));
+            }
+            let curve_hits = ((1.0 - point.miss_ratio) * accesses.len() as f64).round() as u64;
+            assert_eq!(curve_hits, hits, "line {line} B, {capacity} lines");
+        }
+        if line == 512 {
+            for (o, e) in opt.points.iter().zip(&report.curves[0].points) {
+                assert!(
+                    o.miss_ratio <= e.miss_ratio + 1e-12,
+                    "OPT above LRU at {} lines",
+                    o.cache_lines
+                );
+            }
+        }
+    }
+}
