@@ -254,6 +254,11 @@ struct SimArgs {
     /// promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines.
     #[arg(long, value_name = "AT:KEY=VALUE,...")]
     reconfigure: Vec<String>,
+    /// Restart every cache every DURATION of trace time (1h, 30m), keeping what the persistence
+    /// mode keeps: all (every line; the default), dirty (dirty lines only), none (dirty lines
+    /// written back, the cache empty): DURATION[:persistence=all|dirty|none] (SYSTOR'14 Fig. 19).
+    #[arg(long, value_name = "DURATION[:persistence=MODE]")]
+    restart_every: Option<String>,
     /// Adaptive controller beside every simulated cache: reca (workload categories per window,
     /// --reca-table; docs/results/reca.md), or, driven by the simulated device queues (needs
     /// timing), lbica[:interval=100ms:...], sib[:margin=1] or observe (measure only;
@@ -541,6 +546,7 @@ fn run_sim(args: SimArgs) -> Result<()> {
             .filter(|a| !reca_cli::is_reca(Some(a)))
             .map(str::parse)
             .transpose()?,
+        restarts: args.restart_every.as_deref().map(str::parse).transpose()?,
     };
     let mut reader = args.input.open().map_err(|e| args.input.explain(e))?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());

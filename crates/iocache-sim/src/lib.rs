@@ -19,6 +19,7 @@ pub mod workload;
 pub use adapt::{AdaptReport, AdaptRow, AdaptSpec, Adapter};
 pub use error::SimError;
 pub use run::{
-    request_of, simulate, Reconfigure, RunResult, SimOptions, SimReport, TimingSetup, Trigger, BATCH_REQUESTS,
+    request_of, simulate, Reconfigure, RestartKeep, Restarts, RunResult, SimOptions, SimReport, TimingSetup,
+    Trigger, BATCH_REQUESTS,
 };
 pub use spec::{combinations, CacheSettings, CacheSize, RunSpec, Warmup};

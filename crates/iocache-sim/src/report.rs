@@ -78,6 +78,8 @@ pub struct JsonRun {
     /// The adaptive controller's intervals when `--adapt` was on (`adapt.rs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adapt: Option<crate::adapt::AdaptReport>,
+    /// Restarts during the replay (`--restart-every`; 0 without).
+    pub restarts: u64,
 }
 
 /// Eviction batches of at most `max_lines` lines (and more than the previous bucket's).
@@ -166,6 +168,7 @@ impl JsonRun {
             policy_counters: r.policy_counters.iter().copied().collect(),
             timing: r.timing.clone(),
             adapt: r.adapt.clone(),
+            restarts: r.restarts,
         }
     }
 }

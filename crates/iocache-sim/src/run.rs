@@ -8,7 +8,7 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iocache_core::{AccessHints, Cache, CacheStats, FlushToken, IoKind, OpList, Request};
+use iocache_core::{AccessHints, Cache, CacheStats, FlushOrder, FlushToken, IoKind, OpList, Request};
 use iocache_trace::{TraceReader, TraceRecord};
 
 use crate::adapt::{AdaptReport, AdaptSpec, Adapter};
@@ -48,6 +48,54 @@ pub struct SimOptions {
     pub reca: Option<crate::reca::RecaOptions>,
     /// An adaptive controller driving every cache (needs `timing`).
     pub adapt: Option<AdaptSpec>,
+    /// Restarts of every cache during the replay, and what survives them.
+    pub restarts: Option<Restarts>,
+}
+
+/// `--restart-every DURATION[:persistence=all|dirty|none]`: every
+/// `every_ns` of trace time the cache is restarted cleanly; what it keeps
+/// depends on the persistence mode, as in the engine (SYSTOR'14 Fig. 19):
+/// `all` keeps every line; `dirty` keeps the dirty lines only (the clean
+/// ones are dropped); `none` writes the dirty lines back and starts empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Restarts {
+    pub every_ns: u64,
+    pub keep: RestartKeep,
+}
+
+/// What a restart keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestartKeep {
+    All,
+    Dirty,
+    None,
+}
+
+impl std::str::FromStr for Restarts {
+    type Err = SimError;
+    fn from_str(text: &str) -> Result<Restarts, SimError> {
+        let bad = |why: &str| {
+            SimError::Spec(format!(
+                "--restart-every `{text}`: {why} (DURATION[:persistence=all|dirty|none])"
+            ))
+        };
+        let mut parts = text.trim().split(':');
+        let every_ns =
+            crate::timing::parse_duration_ns(parts.next().unwrap_or("")).map_err(|e| bad(&e.to_string()))?;
+        if every_ns == 0 {
+            return Err(bad("the interval must be above 0"));
+        }
+        let mut keep = RestartKeep::All;
+        for part in parts {
+            keep = match part.split_once('=') {
+                Some(("persistence", "all")) => RestartKeep::All,
+                Some(("persistence", "dirty")) => RestartKeep::Dirty,
+                Some(("persistence", "none")) => RestartKeep::None,
+                _ => return Err(bad(&format!("`{part}` is not persistence=all, dirty or none"))),
+            };
+        }
+        Ok(Restarts { every_ns, keep })
+    }
 }
 
 impl Default for SimOptions {
@@ -59,6 +107,7 @@ impl Default for SimOptions {
             reconfigure: Vec::new(),
             reca: None,
             adapt: None,
+            restarts: None,
         }
     }
 }
@@ -131,6 +180,8 @@ pub struct RunResult {
     pub reca: Option<crate::reca::RecaRun>,
     /// The adaptive controller's intervals and decisions, with `--adapt`.
     pub adapt: Option<AdaptReport>,
+    /// Restarts during the replay (`--restart-every`).
+    pub restarts: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -187,6 +238,10 @@ struct Runner {
     /// The first request's trace time (time triggers count from it).
     first_ns: Option<u64>,
     reca: Option<crate::reca::RecaDriver>,
+    restarts: Option<Restarts>,
+    /// Restarts done so far, and the volumes seen (whose lines they drop).
+    restarts_done: u64,
+    volumes_seen: std::collections::BTreeSet<iocache_core::VolumeId>,
 }
 
 impl Runner {
@@ -237,6 +292,9 @@ impl Runner {
                 .reca
                 .as_ref()
                 .map(|r| crate::reca::RecaDriver::new(r, timing.is_none())),
+            restarts: options.restarts,
+            restarts_done: 0,
+            volumes_seen: std::collections::BTreeSet::new(),
         })
     }
 
@@ -251,6 +309,7 @@ impl Runner {
             }
             self.clean_until(request.now_ns);
             self.reconfigure_until(&request);
+            self.restart_until(&request);
             if self.processed == warmup_requests {
                 self.warm_base = Some(self.total_stats());
                 if let Some(t) = &mut self.timed {
@@ -276,6 +335,37 @@ impl Runner {
             self.processed += 1;
         }
         self.busy += started.elapsed();
+    }
+
+    /// Restarts the cache as many times as `request`'s trace time passes
+    /// restart points (counted from the first request).
+    fn restart_until(&mut self, request: &Request) {
+        let Some(r) = self.restarts else { return };
+        self.volumes_seen.insert(request.volume);
+        let first = *self.first_ns.get_or_insert(request.now_ns);
+        let elapsed = request.now_ns.saturating_sub(first);
+        while elapsed >= (self.restarts_done + 1).saturating_mul(r.every_ns) {
+            self.restarts_done += 1;
+            match r.keep {
+                RestartKeep::All => {}
+                RestartKeep::Dirty => {
+                    for &v in &self.volumes_seen {
+                        self.cache.drop_clean_lines(v, &mut self.ops);
+                    }
+                }
+                RestartKeep::None => {
+                    // A clean stop writes every dirty line back first.
+                    self.cache
+                        .begin_flush(FlushOrder::Oldest, usize::MAX, &mut self.ops, &mut self.tokens);
+                    for token in std::mem::take(&mut self.tokens) {
+                        self.cache.complete_flush(&token, true);
+                    }
+                    for &v in &self.volumes_seen {
+                        self.cache.drop_clean_lines(v, &mut self.ops);
+                    }
+                }
+            }
+        }
     }
 
     /// Applies the reconfigurations whose trigger `request` reaches.
@@ -347,6 +437,7 @@ impl Runner {
                 timing: self.timed.map(|t| t.model.finish()),
                 reca: self.reca.map(crate::reca::RecaDriver::finish),
                 adapt,
+                restarts: self.restarts_done,
             },
         )
     }

@@ -92,6 +92,7 @@ fn simulate_with(spec: &BurstSpec, write_policy: WritePolicy, adapt: Option<&str
         reconfigure: Vec::new(),
         reca: None,
         adapt: adapt.map(|a| a.parse().unwrap()),
+        restarts: None,
     };
     let mut report = simulate(&mut reader, &specs, &options, &mut |_, _| {}).unwrap();
     report.runs.remove(0)

@@ -37,6 +37,7 @@ fn run(text: &str, format: TraceFormat, specs: &[RunSpec], warmup: u64, threads:
         reconfigure: Vec::new(),
         reca: None,
         adapt: None,
+        restarts: None,
     };
     simulate(&mut reader(text, format), specs, &options, &mut |_, _| {}).unwrap()
 }
@@ -217,4 +218,51 @@ fn reconfigure_applies_the_core_settings_at_the_given_request() {
         plain.runs[0].stats, simulated.runs[0].stats,
         "the changes changed nothing"
     );
+}
+
+/// `--restart-every`: keeping every line (persistence all) changes nothing;
+/// keeping only dirty lines loses hits, and starting empty loses more; the
+/// restarts are counted, and `none` writes the dirty lines back.
+#[test]
+fn restarts_keep_what_the_persistence_mode_keeps() {
+    let text = random_trace(20_000); // 200 s of trace time
+    let specs = specs(&[PolicySpec::lru()], &[2048], WritePolicy::WriteBack);
+    let with = |restarts: Option<&str>| {
+        let options = SimOptions {
+            threads: 1,
+            restarts: restarts.map(|r| r.parse().unwrap()),
+            ..SimOptions::default()
+        };
+        simulate(
+            &mut reader(&text, TraceFormat::Tencent),
+            &specs,
+            &options,
+            &mut |_, _| {},
+        )
+        .unwrap()
+        .runs
+        .remove(0)
+    };
+    let plain = with(None);
+    let all = with(Some("10s"));
+    let dirty = with(Some("10s:persistence=dirty"));
+    let none = with(Some("10s:persistence=none"));
+    assert_eq!(plain.restarts, 0);
+    assert_eq!(all.restarts, 19);
+    assert_eq!(all.stats.full_hits, plain.stats.full_hits);
+    assert!(
+        dirty.stats.full_hits < all.stats.full_hits,
+        "{} {}",
+        dirty.stats.full_hits,
+        all.stats.full_hits
+    );
+    assert!(
+        none.stats.full_hits < dirty.stats.full_hits,
+        "{} {}",
+        none.stats.full_hits,
+        dirty.stats.full_hits
+    );
+    assert!(none.stats.flushed_lines > 0);
+    assert!("0s".parse::<iocache_sim::Restarts>().is_err());
+    assert!("1h:persistence=some".parse::<iocache_sim::Restarts>().is_err());
 }
