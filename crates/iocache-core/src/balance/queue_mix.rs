@@ -17,7 +17,8 @@
 //!    `min_pair_share` (default 60 %): R+P is a random read (Group 1), R+W a
 //!    mixed read-write workload (Group 2), W+E a write-intensive one
 //!    (Group 3), random when W ≥ E and sequential otherwise. On a tie the
-//!    order is R+P, R+W, W+E. R+P and R+W count only when P (resp. W)
+//!    order is R+P, W+E, R+W (a queue of writes alone, R = E = 0, ties R+W
+//!    with W+E and is write-intensive, not mixed). R+P and R+W count only when P (resp. W)
 //!    makes at least `min_second_share` (default 20 %) of the queue: the
 //!    policy chosen for them takes exactly that class off the cache (WO the
 //!    promotions, RO the writes), and a queue of 95 % read hits is neither
@@ -187,8 +188,8 @@ pub fn characterize(shares: &MixShares, thresholds: &GroupThresholds) -> Workloa
     let second = thresholds.min_second_share;
     let pairs = [
         (p >= second, r + p, WorkloadGroup::RandomRead),
-        (w >= second, r + w, WorkloadGroup::MixedReadWrite),
         (true, w + e, write_group),
+        (w >= second, r + w, WorkloadGroup::MixedReadWrite),
     ];
     let mut best: Option<(f64, WorkloadGroup)> = None;
     for &(eligible, share, group) in &pairs {
@@ -237,6 +238,8 @@ mod tests {
         assert_eq!(group(70.0, 19.0, 11.0, 0.0), WorkloadGroup::Unclassified);
         assert_eq!(group(70.0, 9.0, 21.0, 0.0), WorkloadGroup::RandomRead);
         assert_eq!(group(70.0, 21.0, 9.0, 0.0), WorkloadGroup::MixedReadWrite);
+        // Writes alone: write-intensive, not mixed (R+W ties W+E).
+        assert_eq!(group(0.0, 100.0, 0.0, 0.0), WorkloadGroup::RandomWrite);
         // A pair of exactly 60 % counts.
         assert_eq!(group(30.0, 30.0, 20.0, 20.0), WorkloadGroup::MixedReadWrite);
         assert_eq!(group(29.0, 30.0, 21.0, 20.0), WorkloadGroup::Unclassified);
