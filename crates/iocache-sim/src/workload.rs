@@ -13,6 +13,7 @@ use iocache_trace::{IoKind, TraceRecord};
 use serde::Deserialize;
 
 use crate::error::SimError;
+use crate::timing::rng::SplitMix64;
 
 /// A whole workload: phases run one after another.
 #[derive(Clone, Debug, Deserialize)]
@@ -186,41 +187,6 @@ struct Phase {
     zipf_cdf: Vec<f64>,
 }
 
-/// A small, fast, seeded generator (xoshiro256** style state update).
-struct Rng(u64, u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        let mut s = seed ^ 0x9e37_79b9_7f4a_7c15;
-        let mut next = || {
-            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
-        Rng(next(), next() | 1)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        // xorshift128+.
-        let (mut a, b) = (self.0, self.1);
-        self.0 = b;
-        a ^= a << 23;
-        self.1 = a ^ b ^ (a >> 17) ^ (b >> 26);
-        self.1.wrapping_add(b)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-}
-
 /// The most blocks a Zipf phase may range over (its table of cumulative
 /// weights is 8 bytes per block).
 pub const MAX_ZIPF_BLOCKS: u64 = 1 << 26;
@@ -362,7 +328,7 @@ impl WorkloadSpec {
     pub fn generator(&self) -> Result<Generator, SimError> {
         let (block_bytes, phases) = self.phases()?;
         Ok(Generator {
-            rng: Rng::new(self.seed),
+            rng: SplitMix64::new(self.seed),
             block_bytes,
             phases,
             phase: 0,
@@ -475,7 +441,7 @@ impl WorkloadSpec {
 
 /// Yields the workload's requests, in time order.
 pub struct Generator {
-    rng: Rng,
+    rng: SplitMix64,
     block_bytes: u64,
     phases: Vec<Phase>,
     phase: usize,
@@ -506,7 +472,7 @@ impl Iterator for Generator {
         }
         let time_ns = self.phase_start_ns + elapsed as u64;
         self.time_ns = self.time_ns.max(time_ns as f64 + p.interval_ns);
-        let u = rng.unit();
+        let u = rng.next_f64();
         let length_bytes = p
             .sizes
             .iter()
@@ -518,14 +484,14 @@ impl Iterator for Generator {
         let block = match &p.distribution {
             Distribution::Uniform => rng.below(span),
             Distribution::Zipf { .. } => {
-                let u = rng.unit();
+                let u = rng.next_f64();
                 let rank = p.zipf_cdf.partition_point(|c| *c <= u) as u64;
                 // Scatter ranks over the blocks (a fixed permutation: an
                 // odd multiplier modulo a power of two, folded into span).
                 scatter(rank.min(p.blocks - 1), p.blocks) % span
             }
             Distribution::Zoned(zones) => {
-                let u = rng.unit() * 100.0;
+                let u = rng.next_f64() * 100.0;
                 let (mut access, mut space_start) = (0.0, 0.0);
                 let mut chosen = (0.0, 100.0);
                 for (a, s) in zones {
@@ -557,7 +523,7 @@ impl Iterator for Generator {
                 position
             }
         };
-        let kind = if rng.unit() < p.read_share {
+        let kind = if rng.next_f64() < p.read_share {
             IoKind::Read
         } else {
             IoKind::Write
