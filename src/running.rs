@@ -38,6 +38,8 @@ pub(crate) struct ServedVolume {
     /// Its index in [`Running::caches`].
     pub(crate) cache: usize,
     pub(crate) volume: Volume,
+    /// Served read-only (`--read-only`, `read_only = true`).
+    pub(crate) read_only: bool,
 }
 
 /// What the admin socket and the shutdown see of a running server.
@@ -203,6 +205,7 @@ impl Running {
             backend: name.clone(),
             cache: index,
             volume: volume.clone(),
+            read_only: false,
         });
         Ok(serde_json::json!({
             "export": export,

@@ -679,6 +679,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
                 backend: volume.backend().name().to_string(),
                 cache: caches.len(),
                 volume,
+                read_only: v.read_only,
             });
         }
         caches.push(group);
@@ -687,7 +688,6 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     let order: Vec<&str> = config.volumes.iter().map(|v| v.export.as_str()).collect();
     volumes.sort_by_key(|v| order.iter().position(|e| *e == v.export));
 
-    let read_only = |export: &str| config.volumes.iter().any(|c| c.export == export && c.read_only);
     for v in &volumes {
         let group = &caches[v.cache];
         // The first export added is also the default one (the empty name).
@@ -700,7 +700,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
                         v.volume.clone(),
                         Some(describe(group, &v.backend)),
                     )
-                    .with_read_only(read_only(&v.export)),
+                    .with_read_only(v.read_only),
                 ),
             )
             .with_context(|| {
@@ -823,7 +823,7 @@ fn print_banner(
         out += &format!(
             "iocache: serving export `{name}` ({}{}{} volume over {}, {} cache{}, {} lines of {}, {}, lookup {}) on\n",
             if i == 0 { "the default export; " } else { "" },
-            if config.volumes.iter().any(|c| &c.export == name && c.read_only) {
+            if v.read_only {
                 "read-only "
             } else {
                 ""
