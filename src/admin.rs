@@ -131,12 +131,15 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
             "persistence": s.persistence.map(|p| p.to_string()),
             "barriers": s.barriers,
             "records_written": s.records_written,
+            "checksums_withdrawn": s.checksums_withdrawn,
             "recovery": {
                 "loaded": s.recovery.loaded,
                 "clean_shutdown": s.recovery.clean_shutdown,
                 "dirty_lines": s.recovery.dirty_lines,
                 "clean_lines": s.recovery.clean_lines,
                 "dropped_clean_lines": s.recovery.dropped_clean_lines,
+                "verified_dirty_lines": s.recovery.verified_dirty_lines,
+                "repaired_from_mirror": s.recovery.repaired_from_mirror,
                 "corrupt_copies": s.recovery.corrupt_copies,
                 "duplicate_lines": s.recovery.duplicate_lines,
                 "written_back_lines": s.recovery.written_back_lines,
@@ -805,10 +808,11 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
         );
         let r = &v["recovery"];
         println!(
-            "  metadata   persistence {}, {} barriers, {} records written; at start: {} dirty and {} clean lines loaded, {} dropped, {} corrupt copies",
+            "  metadata   persistence {}, {} barriers, {} records written ({} checksum withdrawals); at start: {} dirty and {} clean lines loaded, {} dropped, {} corrupt copies",
             v["persistence"].as_str().unwrap_or("?"),
             v["barriers"],
             v["records_written"],
+            v["checksums_withdrawn"],
             r["dirty_lines"],
             r["clean_lines"],
             r["dropped_clean_lines"],

@@ -265,6 +265,11 @@ impl Collector for EngineCollector {
             "Metadata records written.",
             Counter,
         );
+        let mut withdrawals = Family::new(
+            "cache_metadata_checksums_withdrawn",
+            "Dirty-data checksums withdrawn before a write in place (a record write and a flush each).",
+            Counter,
+        );
         let mut mode = Family::new(
             "cache_write_policy",
             "1 for the write policy in force, labelled with why (configured, controller, fall-back).",
@@ -362,6 +367,7 @@ impl Collector for EngineCollector {
             fallback.add(vec![c()], Level(i64::from(s.cache_device_failed)));
             barriers.add(vec![c()], Count(s.barriers));
             records.add(vec![c()], Count(s.records_written));
+            withdrawals.add(vec![c()], Count(s.checksums_withdrawn));
             mode.add(
                 vec![
                     c(),
@@ -396,6 +402,7 @@ impl Collector for EngineCollector {
             &fallback,
             &barriers,
             &records,
+            &withdrawals,
             &mode,
             &io,
             &io_in_flight,

@@ -389,6 +389,7 @@ fn open_cache_group(
             volume_name: v.export.clone(),
             array,
             balance: v.adapt.as_ref().map(|a| a.config),
+            dirty_checksums: true,
         },
         cache_dev,
         backends,
@@ -478,8 +479,8 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
     };
     if r.loaded {
         log::info!(
-            "{who}: loaded the cache on {} ({}): {} dirty and {} clean lines, {} clean lines dropped, \
-             {} corrupt record copies, {} lines written back",
+            "{who}: loaded the cache on {} ({}): {} dirty ({} verified by checksum{}) and {} clean lines, \
+             {} clean lines dropped, {} corrupt record copies, {} lines written back",
             device,
             if r.clean_shutdown {
                 "shut down cleanly"
@@ -487,6 +488,12 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
                 "not shut down cleanly: recovered"
             },
             r.dirty_lines,
+            r.verified_dirty_lines,
+            if r.repaired_from_mirror > 0 {
+                format!(", {} repaired from their mirror", r.repaired_from_mirror)
+            } else {
+                String::new()
+            },
             r.clean_lines,
             r.dropped_clean_lines,
             r.corrupt_copies,

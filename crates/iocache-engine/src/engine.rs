@@ -133,6 +133,9 @@ pub struct EngineConfig {
     /// A load balancer (LBICA, SIB) driven by the engine's I/O accounting
     /// (`balance.rs`); none by default.
     pub balance: Option<BalanceConfig>,
+    /// Dirty records carry a checksum of the dirty data, verified at every
+    /// start (persistent metadata only; `persist.rs`, rule 4). On by default.
+    pub dirty_checksums: bool,
 }
 
 impl EngineConfig {
@@ -149,6 +152,7 @@ impl EngineConfig {
             volume_name: "volume".into(),
             array: None,
             balance: None,
+            dirty_checksums: true,
         }
     }
 }
@@ -234,8 +238,11 @@ pub struct EngineStats {
     pub recovery: RecoveryReport,
     /// Metadata barriers run (FLUSH, FUA, shutdown, slot reuse).
     pub barriers: u64,
-    /// Records written by those barriers.
+    /// Records written by those barriers and by checksum withdrawals.
     pub records_written: u64,
+    /// Dirty checksums withdrawn before a write in place (each a record
+    /// write and a cache-device flush on the write's path).
+    pub checksums_withdrawn: u64,
     pub cache_device_errors: u64,
     pub backend_errors: u64,
     /// Lines whose write-back failed (left dirty, retried with back-off).
@@ -336,6 +343,9 @@ struct Inner {
     read_latency: LatencyHistogram,
     write_latency: LatencyHistogram,
     persistence: Persistence,
+    /// Dirty records carry checksums of the dirty data (persistent metadata
+    /// with `EngineConfig::dirty_checksums`).
+    dirty_checksums: bool,
     /// The persistence barrier's state: superblock, record writer,
     /// counters (`barrier.rs`).
     durability: Durability,
@@ -438,6 +448,7 @@ impl Engine {
                     .collect(),
                 settings: settings_informational.clone(),
             },
+            config.array.as_deref(),
         )?;
         let persistent = config.persistence != Persistence::None;
         let words = config.cache.line_size.bitmap_words();
@@ -469,7 +480,13 @@ impl Engine {
                 state: Mutex::new(ShardState {
                     cache,
                     queues: LineQueues::default(),
-                    shadow: Shadow::new(lines as usize, words, persistent),
+                    shadow: Shadow::new(
+                        lines as usize,
+                        words,
+                        (line_bytes / SECTOR_BYTES) as u32,
+                        persistent,
+                        config.dirty_checksums,
+                    ),
                     poisoned: FxHashMap::default(),
                     waiters: 0,
                     ops: OpList::new(),
@@ -517,6 +534,7 @@ impl Engine {
             read_latency: LatencyHistogram::default(),
             write_latency: LatencyHistogram::default(),
             persistence: config.persistence,
+            dirty_checksums: persistent && config.dirty_checksums,
             durability: Durability::new(MetaState {
                 superblock: opened.superblock,
                 superblock_copy: opened.superblock_copy,
@@ -711,6 +729,7 @@ impl Engine {
             recovery: self.inner.recovery.clone(),
             barriers: self.inner.durability.barriers.load(Ordering::Relaxed),
             records_written: self.inner.durability.records_written.load(Ordering::Relaxed),
+            checksums_withdrawn: self.inner.durability.checksums_withdrawn.load(Ordering::Relaxed),
             cache_device_errors: self.inner.health.devices.cache_errors.load(Ordering::Relaxed),
             backend_errors: self.inner.health.devices.backend_errors.load(Ordering::Relaxed),
             failed_writebacks: self
@@ -1117,8 +1136,11 @@ impl Inner {
             Buffer::Write(data) => &data[at..at + length_bytes as usize],
         };
         let key = self.op_key(segment, buffer_offset_bytes, line_offset_bytes);
+        let first = line_offset_bytes / SECTOR_BYTES as u32;
+        let end = first + length_bytes / SECTOR_BYTES as u32;
         if self.persistence != Persistence::None {
             self.wait_until_reusable(segment.shard, slot, key)?;
+            self.begin_cache_write(segment.shard, slot, first, end)?;
         }
         let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
         let class = match buffer {
@@ -1141,20 +1163,27 @@ impl Inner {
                 && line_offset_bytes == 0
                 && u64::from(length_bytes) == self.line_bytes)
                 .then(|| iocache_format::data_hash(data));
-            let first = line_offset_bytes / SECTOR_BYTES as u32;
-            let end = first + length_bytes / SECTOR_BYTES as u32;
+            // Outside the shard's lock: a line may be a megabyte.
+            let sector_sums: Vec<u64> = if dirty && self.dirty_checksums {
+                iocache_format::sector_checksums(first, data).collect()
+            } else {
+                Vec::new()
+            };
             let mut state = lock(&self.shards[segment.shard].state);
             state
                 .shadow
-                .note_cache_write(slot, key, first, end, dirty, full_line_hash);
+                .note_cache_write(slot, key, first, end, dirty, full_line_hash, &sector_sums);
             if dirty && self.slots.array.is_some() {
                 state.shadow.note_mirror(slot, mirror);
             }
         }
-        let first = line_offset_bytes / SECTOR_BYTES as u32;
-        let end = first + length_bytes / SECTOR_BYTES as u32;
         match written {
             Err(e) => {
+                if self.persistence != Persistence::None {
+                    lock(&self.shards[segment.shard].state)
+                        .shadow
+                        .cache_write_failed(slot, first, end);
+                }
                 self.cache_error("write", &e);
                 // A clean copy (a fill, write-through's) is stale
                 // or foreign now, and so are sectors the line did

@@ -31,6 +31,7 @@
 //! its shard's mutex, briefly, and no global lock.
 
 mod clock;
+mod dirty_sums;
 mod engine;
 mod health;
 mod latency;

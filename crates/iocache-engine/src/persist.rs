@@ -20,8 +20,21 @@
 //! wrote the whole line; after a crash a clean line is kept only if its data
 //! still has that hash, so a slot reused since its record was written is
 //! never mistaken for the old line.
+//!
+//! Dirty lines carry a checksum of their dirty sectors
+//! ([`iocache_format::dirty_checksum`]), kept up to date from the data of
+//! each write as it is noted, so that damaged dirty data is found at start-up
+//! instead of being served or written back. A checksum on the device stops
+//! matching as soon as a write lands in place on the sectors it covers,
+//! which is legal between two barriers; so such a write first *withdraws*
+//! it (4. below), and a barrier puts no checksum on a slot with a write in
+//! flight:
+//! 4. Before a write overlapping sectors that a checksum on the device
+//!    covers is issued, a record of the slot without the checksum is
+//!    durable (`Inner::withdraw_dirty_checksum`).
 
-use iocache_core::bitmap::{clear_range, set_range};
+use crate::dirty_sums::DirtySums;
+use iocache_core::bitmap::{clear_range, count_range, set_range};
 use iocache_core::{LineKey, SlotId};
 use iocache_format::{encode_record, Layout, LineRecord, Persistence, Record, SlotDisk};
 
@@ -39,6 +52,16 @@ pub struct Shadow {
     bits: Vec<u64>,
     /// Hash of the whole line's data, known after a full-line clean fill.
     hashes: Vec<Option<u64>>,
+    /// Whether dirty records carry checksums.
+    dirty_checksums: bool,
+    /// The checksums of the dirty sectors as the executed writes left them.
+    dirty_sums: DirtySums,
+    /// Per slot: data writes begun ([`Shadow::begin_cache_write`]) and not
+    /// yet noted. A barrier puts no checksum on such a slot.
+    writes_in_flight: Vec<u32>,
+    /// Per slot, `words` bits: the sectors covered by a checksum in a record
+    /// that is, or may be, the slot's newest on the device (rule 4).
+    checksummed_on_disk: Vec<u64>,
     /// Cache arrays: the mirror slot holding a copy of the dirty sectors.
     mirrors: Vec<Option<u32>>,
     /// Slots changed since the last barrier took them.
@@ -57,14 +80,27 @@ pub struct PlannedRecord {
 }
 
 impl Shadow {
-    pub fn new(slots: usize, words: usize, enabled: bool) -> Shadow {
+    /// A shadow of `slots` slots of `words` bitmap words each; `enabled`
+    /// with persistent metadata, `dirty_checksums` to checksum dirty data.
+    pub fn new(
+        slots: usize,
+        words: usize,
+        sectors_per_line: u32,
+        enabled: bool,
+        dirty_checksums: bool,
+    ) -> Shadow {
         let n = if enabled { slots } else { 0 };
+        let checked = if enabled && dirty_checksums { slots } else { 0 };
         Shadow {
             enabled,
             words,
             keys: vec![None; n],
             bits: vec![0; n * words * 2],
             hashes: vec![None; n],
+            dirty_checksums: enabled && dirty_checksums,
+            dirty_sums: DirtySums::new(sectors_per_line, words),
+            writes_in_flight: vec![0; checked],
+            checksummed_on_disk: vec![0; checked * words],
             mirrors: vec![None; n],
             pending: Vec::new(),
             queued: vec![false; n],
@@ -92,6 +128,67 @@ impl Shadow {
         &self.bits[at..at + self.words]
     }
 
+    fn checksummed_mut(&mut self, slot: SlotId) -> &mut [u64] {
+        let at = slot as usize * self.words;
+        &mut self.checksummed_on_disk[at..at + self.words]
+    }
+
+    /// Clears dirty sectors `[first, end)` of `slot` (all with `None`),
+    /// keeping the dirty checksums in step.
+    fn clear_dirty(&mut self, slot: SlotId, range: Option<(u32, u32)>) {
+        if self.dirty_checksums {
+            let before = self.dirty(slot).to_vec();
+            self.dirty_sums.shrinking(slot, &before);
+        }
+        match range {
+            Some((first, end)) => clear_range(self.dirty_mut(slot), first, end),
+            None => self.dirty_mut(slot).fill(0),
+        }
+        if self.dirty_checksums {
+            let words = self.words;
+            let at = slot as usize * words * 2 + words;
+            self.dirty_sums.cleaned(slot, &self.bits[at..at + words]);
+        }
+    }
+
+    /// Called before a data write to sectors `[first, end)` of `slot` is
+    /// issued. `true`: the write is counted in flight until it is noted
+    /// ([`Shadow::note_cache_write`] or [`Shadow::cache_write_failed`]).
+    /// `false`: a checksum on the device covers some of those sectors and
+    /// must be withdrawn first (rule 4); nothing was counted.
+    pub fn begin_cache_write(&mut self, slot: SlotId, first: u32, end: u32) -> bool {
+        if !self.dirty_checksums {
+            return true;
+        }
+        let at = slot as usize * self.words;
+        if count_range(&self.checksummed_on_disk[at..at + self.words], first, end) > 0 {
+            return false;
+        }
+        self.writes_in_flight[slot as usize] += 1;
+        true
+    }
+
+    /// A record of `slot` without a checksum is durable (rule 4).
+    pub fn checksum_withdrawn(&mut self, slot: SlotId) {
+        if self.dirty_checksums {
+            self.checksummed_mut(slot).fill(0);
+        }
+    }
+
+    /// A begun write to `[first, end)` of `slot` failed: the sectors hold
+    /// the old data or the new.
+    pub fn cache_write_failed(&mut self, slot: SlotId, first: u32, end: u32) {
+        if !self.dirty_checksums {
+            return;
+        }
+        let in_flight = &mut self.writes_in_flight[slot as usize];
+        *in_flight = in_flight.checked_sub(1).expect("a failed write was begun");
+        if count_range(self.dirty(slot), first, end) > 0 {
+            let before = self.dirty(slot).to_vec();
+            self.dirty_sums.unseen(slot, &before, first, end);
+        }
+    }
+
     fn touch(&mut self, slot: SlotId) {
         if !self.queued[slot as usize] {
             self.queued[slot as usize] = true;
@@ -108,7 +205,10 @@ impl Shadow {
 
     /// Sectors `[first, end)` of `key` were written into `slot`; `dirty`
     /// says whether they are now dirty; `full_line_hash` is the hash of the
-    /// whole line when this write covered all of it.
+    /// whole line when this write covered all of it; `sector_sums` are the
+    /// [`iocache_format::sector_checksums`] of the data written (dirty
+    /// writes, with dirty checksums). Ends a begun write.
+    #[allow(clippy::too_many_arguments)]
     pub fn note_cache_write(
         &mut self,
         slot: SlotId,
@@ -117,6 +217,7 @@ impl Shadow {
         end: u32,
         dirty: bool,
         full_line_hash: Option<u64>,
+        sector_sums: &[u64],
     ) {
         if !self.enabled {
             return;
@@ -126,14 +227,30 @@ impl Shadow {
             self.valid_mut(slot).fill(0);
             self.dirty_mut(slot).fill(0);
             self.mirrors[slot as usize] = None;
+            self.dirty_sums.line_replaced(slot);
+        }
+        if self.dirty_checksums {
+            let in_flight = &mut self.writes_in_flight[slot as usize];
+            *in_flight = in_flight.checked_sub(1).expect("a noted write was begun");
+        }
+        if !dirty {
+            set_range(self.valid_mut(slot), first, end);
+            self.clear_dirty(slot, Some((first, end)));
+            self.hashes[slot as usize] = full_line_hash;
+            self.touch(slot);
+            return;
+        }
+        if self.dirty_checksums {
+            let before = self.dirty(slot).to_vec();
+            if sector_sums.len() == (end - first) as usize {
+                self.dirty_sums.written(slot, &before, first, sector_sums);
+            } else {
+                self.dirty_sums.unseen(slot, &before, first, end);
+            }
         }
         set_range(self.valid_mut(slot), first, end);
-        if dirty {
-            set_range(self.dirty_mut(slot), first, end);
-        } else {
-            clear_range(self.dirty_mut(slot), first, end);
-        }
-        self.hashes[slot as usize] = if dirty { None } else { full_line_hash };
+        set_range(self.dirty_mut(slot), first, end);
+        self.hashes[slot as usize] = None;
         self.touch(slot);
     }
 
@@ -154,7 +271,7 @@ impl Shadow {
         if !self.enabled {
             return;
         }
-        clear_range(self.dirty_mut(slot), first, end);
+        self.clear_dirty(slot, Some((first, end)));
         // The clean line's full data was not seen: it is not hashed.
         self.hashes[slot as usize] = None;
         self.touch(slot);
@@ -167,7 +284,7 @@ impl Shadow {
         }
         self.keys[slot as usize] = None;
         self.valid_mut(slot).fill(0);
-        self.dirty_mut(slot).fill(0);
+        self.clear_dirty(slot, None);
         self.hashes[slot as usize] = None;
         self.mirrors[slot as usize] = None;
         self.touch(slot);
@@ -179,7 +296,7 @@ impl Shadow {
             return;
         }
         clear_range(self.valid_mut(slot), first, end);
-        clear_range(self.dirty_mut(slot), first, end);
+        self.clear_dirty(slot, Some((first, end)));
         self.hashes[slot as usize] = None;
         if self.valid(slot).iter().all(|&w| w == 0) {
             self.keys[slot as usize] = None;
@@ -187,7 +304,9 @@ impl Shadow {
         self.touch(slot);
     }
 
-    /// Loads a restored line (start-up).
+    /// Loads a restored line (start-up). `hash` is a clean line's data
+    /// hash or a dirty line's verified checksum (which its record on the
+    /// device carries).
     #[allow(clippy::too_many_arguments)]
     pub fn restore(
         &mut self,
@@ -206,7 +325,15 @@ impl Shadow {
         self.keys[slot as usize] = Some(key);
         self.valid_mut(slot).copy_from_slice(valid);
         self.dirty_mut(slot).copy_from_slice(dirty);
-        self.hashes[slot as usize] = hash;
+        let is_dirty = dirty.iter().any(|&w| w != 0);
+        self.hashes[slot as usize] = if is_dirty { None } else { hash };
+        if self.dirty_checksums {
+            self.dirty_sums.line_replaced(slot);
+            if let (true, Some(checksum)) = (is_dirty, hash) {
+                self.dirty_sums.restored(slot, checksum);
+                self.checksummed_mut(slot).copy_from_slice(dirty);
+            }
+        }
         if dirty_on_disk {
             self.disk_dirty[slot as usize] = Some(key);
         }
@@ -245,6 +372,18 @@ impl Shadow {
                         volume: line.volume,
                         line_index: line.line_index,
                     });
+                    if line.data_hash.is_some() {
+                        // Until a later record is durable, this one or the
+                        // one before may be the newest: both count.
+                        let words = self.words;
+                        let at = slot as usize * words;
+                        for (on_disk, &d) in self.checksummed_on_disk[at..at + words]
+                            .iter_mut()
+                            .zip(&line.dirty_bits)
+                        {
+                            *on_disk |= d;
+                        }
+                    }
                 }
             }
             out.push(PlannedRecord { slot, line });
@@ -265,6 +404,17 @@ impl Shadow {
         for record in records {
             if !record.line.as_ref().is_some_and(|l| l.dirty) {
                 self.disk_dirty[record.slot as usize] = None;
+            }
+            if self.dirty_checksums {
+                let covered = match &record.line {
+                    Some(line) if line.dirty && line.data_hash.is_some() => Some(line.dirty_bits.clone()),
+                    _ => None,
+                };
+                let on_disk = self.checksummed_mut(record.slot);
+                match covered {
+                    Some(bits) => on_disk.copy_from_slice(&bits),
+                    None => on_disk.fill(0),
+                }
             }
         }
     }
@@ -295,11 +445,18 @@ impl Shadow {
                 mirror: None,
             });
         }
+        // A write in flight may land in place on the sectors a checksum
+        // would cover, before or after the record: no checksum then.
+        let checksum = if self.dirty_checksums && self.writes_in_flight[slot as usize] == 0 {
+            self.dirty_sums.checksum(slot, dirty)
+        } else {
+            None
+        };
         Some(LineRecord {
             volume: key.volume,
             line_index: key.line_index,
             dirty: true,
-            data_hash: None,
+            data_hash: checksum,
             valid: valid.to_vec(),
             dirty_bits: dirty.to_vec(),
             mirror: self.mirrors[slot as usize],
@@ -412,6 +569,17 @@ impl RecordWriter {
                 (offset, &self.images[copy][start..stop])
             })
             .collect()
+    }
+
+    /// The newest durable record of `slot`, if it has one.
+    pub fn newest(&self, slot: u64) -> Option<Record> {
+        let copy = self.slots[slot as usize].newest_copy?;
+        let bytes = self.layout.record_bytes as usize;
+        let at = slot as usize * bytes;
+        match iocache_format::decode_record(&self.images[copy as usize][at..at + bytes], &self.layout) {
+            iocache_format::RecordCopy::Valid(record) => Some(record),
+            _ => None,
+        }
     }
 
     /// The staged record of `slot` in `copy`, numbered `sequence`, is durable.

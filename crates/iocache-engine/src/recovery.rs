@@ -13,6 +13,7 @@ use iocache_format::{
 
 use crate::layout::{fit_slots, LayoutError};
 use crate::persist::RecordWriter;
+use crate::raid::CacheArray;
 use crate::EngineError;
 
 /// Whether an existing cache is loaded or replaced.
@@ -143,6 +144,13 @@ pub struct RecoveryReport {
     pub dropped_clean_lines: u64,
     pub corrupt_copies: u64,
     pub corrupt_examples: Vec<(u64, String)>,
+    /// Dirty lines whose data was checked against their record's checksum
+    /// and matched (lines recorded without one, by an older build or while
+    /// a write was in flight, are not counted).
+    pub verified_dirty_lines: u64,
+    /// Of those, lines on a cache array whose primary copy failed the check
+    /// and was rewritten from its mirror, which passed.
+    pub repaired_from_mirror: u64,
     /// Dirty lines written straight back to the backend at start-up: those
     /// of an earlier geometry, and older copies of a line that a crash left
     /// in two slots.
@@ -345,6 +353,7 @@ pub fn open(
     dev: &dyn BlockDevice,
     backends: &[&dyn BlockDevice],
     spec: &OpenSpec,
+    array: Option<&CacheArray>,
 ) -> Result<Opened, EngineError> {
     assert_eq!(backends.len(), spec.volumes.len(), "one backend per volume");
     if dev.len_bytes() < 2 * SUPERBLOCK_BYTES as u64 {
@@ -402,10 +411,29 @@ pub fn open(
              down cleanly"
         );
     }
-    let damaged = damaged_slots(&loaded, &superblock, damaged_superblock.is_some());
+    let mut damaged = damaged_slots(&loaded, &superblock, damaged_superblock.is_some());
+    let checksums = verify_dirty_checksums(dev, array, &layout, &superblock, &loaded)?;
+    if !checksums.damaged.is_empty() {
+        for d in checksums.damaged {
+            match damaged.binary_search_by_key(&d.slot, |x| x.slot) {
+                Ok(at) => {
+                    let x = &mut damaged[at];
+                    x.problem = format!("{}; {}", x.problem, d.problem);
+                    for offset in d.device_offsets {
+                        if !x.device_offsets.contains(&offset) {
+                            x.device_offsets.push(offset);
+                        }
+                    }
+                }
+                Err(at) => damaged.insert(at, d),
+            }
+        }
+    }
     let mut report = RecoveryReport {
         loaded: true,
         clean_shutdown,
+        verified_dirty_lines: checksums.verified,
+        repaired_from_mirror: checksums.repaired_from_mirror,
         corrupt_copies: loaded.corrupt_copies,
         corrupt_examples: loaded.corrupt_examples.clone(),
         damaged_superblock: damaged_superblock.clone(),
@@ -593,7 +621,8 @@ pub fn open(
                 key,
                 valid,
                 dirty: line.dirty_bits,
-                hash: None,
+                // Verified above (a mismatch refused the start or dropped it).
+                hash: line.data_hash,
                 dirty_on_disk: true,
                 sequence: record.sequence,
                 mirror: line.mirror,
@@ -744,8 +773,8 @@ fn blank_damaged_copies(
 }
 
 /// Whether the slot's data matches the record's hash: a clean record's
-/// covers its valid sectors, a dirty record's its dirty sectors. A record
-/// without a hash, or data that does not read, does not match.
+/// covers its valid sectors, a dirty record's checksum its dirty sectors. A
+/// record without a hash, or data that does not read, does not match.
 fn data_matches_hash(
     dev: &dyn BlockDevice,
     layout: &Layout,
@@ -754,9 +783,144 @@ fn data_matches_hash(
     buf: &mut [u8],
 ) -> bool {
     let Some(hash) = line.data_hash else { return false };
-    let covered = if line.dirty { &line.dirty_bits } else { &line.valid };
-    dev.read_at(buf, layout.line_offset(slot)).is_ok()
-        && hash == hash_valid_sectors(buf, covered, layout.sectors_per_line())
+    if dev.read_at(buf, layout.line_offset(slot)).is_err() {
+        return false;
+    }
+    if line.dirty {
+        hash == iocache_format::dirty_checksum(buf, &line.dirty_bits)
+    } else {
+        hash == hash_valid_sectors(buf, &line.valid, layout.sectors_per_line())
+    }
+}
+
+/// What checking the dirty lines' checksums found.
+struct ChecksumCheck {
+    /// Dirty lines whose data matched their checksum.
+    verified: u64,
+    /// Of those, lines whose primary copy did not match (or did not read)
+    /// and whose mirror did: the primary was rewritten from the mirror.
+    repaired_from_mirror: u64,
+    /// Slots whose dirty data matches neither copy.
+    damaged: Vec<DamagedSlot>,
+}
+
+/// Reads every dirty line whose record carries a checksum and checks its
+/// dirty sectors (docs/format.md, "Dirty checksums"). On a cache array a
+/// line whose primary copy fails the check is checked in its mirror, and
+/// repaired from it when that matches. A mismatch makes the slot damaged:
+/// the start is refused, or with damage accepted the line is dropped.
+fn verify_dirty_checksums(
+    dev: &dyn BlockDevice,
+    array: Option<&CacheArray>,
+    layout: &Layout,
+    superblock: &Superblock,
+    loaded: &iocache_format::MetadataLoad,
+) -> Result<ChecksumCheck, EngineError> {
+    let mut check = ChecksumCheck {
+        verified: 0,
+        repaired_from_mirror: 0,
+        damaged: Vec::new(),
+    };
+    let mut buf = vec![0u8; layout.line_bytes as usize];
+    for (slot, record) in &loaded.lines {
+        let Some(line) = &record.line else { continue };
+        let (true, Some(sum)) = (line.dirty, line.data_hash) else {
+            continue;
+        };
+        // A copy that does not read (a failed array member) proves nothing:
+        // the engine reads the other copy, or the line is not served from
+        // the cache. Only a copy that reads and does not match is damage.
+        let primary = match dev.read_at(&mut buf, layout.line_offset(*slot)) {
+            Ok(()) if iocache_format::dirty_checksum(&buf, &line.dirty_bits) == sum => {
+                check.verified += 1;
+                continue;
+            }
+            Ok(()) => Some("its data does not match the checksum its record carries".to_string()),
+            Err(e) => {
+                log::warn!(
+                    "dirty line {} in slot {slot}: its data does not read ({e}); not verified",
+                    line.line_index
+                );
+                None
+            }
+        };
+        let mirror = match (array, line.mirror) {
+            (Some(array), Some(mirror)) => match array.read_mirror(mirror, 0, &mut buf) {
+                Ok(()) => Some(iocache_format::dirty_checksum(&buf, &line.dirty_bits) == sum),
+                Err(_) => None,
+            },
+            _ => None,
+        };
+        match (&primary, mirror) {
+            (_, Some(true)) => {
+                // The mirror holds the dirty sectors: put them back in place
+                // when the primary copy reads but is wrong.
+                if let Some(why) = &primary {
+                    let repaired = match write_dirty_runs(dev, layout, *slot, &line.dirty_bits, &buf) {
+                        Ok(()) => "was copied back".to_string(),
+                        Err(e) => format!("is used (copying it back failed: {e})"),
+                    };
+                    log::warn!(
+                        "dirty line {} of volume id {} in slot {slot}: {why}; its mirror matches and {repaired}",
+                        line.line_index,
+                        line.volume
+                    );
+                    check.repaired_from_mirror += 1;
+                }
+                check.verified += 1;
+                continue;
+            }
+            (None, None) => continue,
+            _ => {}
+        }
+        let primary = primary.unwrap_or_else(|| "its data does not read".to_string());
+        let problem = if mirror == Some(false) {
+            format!("{primary}; its mirror does not match either")
+        } else {
+            primary
+        };
+        check.damaged.push(DamagedSlot {
+            slot: *slot,
+            // Both copies: with the damage accepted, an older copy must not
+            // come back as the slot's record.
+            device_offsets: vec![layout.record_offset(*slot, 0), layout.record_offset(*slot, 1)],
+            problem: format!("dirty line: {problem}"),
+            probably: Some(ProbableLine {
+                volume: line.volume,
+                volume_name: superblock
+                    .volumes
+                    .iter()
+                    .find(|v| v.id == line.volume)
+                    .map(|v| v.name.clone()),
+                line_index: line.line_index,
+                dirty: true,
+            }),
+        });
+    }
+    Ok(check)
+}
+
+const SECTOR_BYTES: usize = iocache_format::SECTOR_BYTES as usize;
+
+/// Writes the runs of `dirty` sectors of `line` (a whole line's bytes) to
+/// `slot`, and flushes.
+fn write_dirty_runs(
+    dev: &dyn BlockDevice,
+    layout: &Layout,
+    slot: u64,
+    dirty: &[u64],
+    line: &[u8],
+) -> Result<(), EngineError> {
+    let mut result = Ok(());
+    bitmap::for_each_run(dirty, 0, layout.sectors_per_line(), |first, end, set| {
+        if set && result.is_ok() {
+            let (a, b) = (first as usize * SECTOR_BYTES, end as usize * SECTOR_BYTES);
+            result = dev.write_at(&line[a..b], layout.line_offset(slot) + a as u64);
+        }
+    });
+    result?;
+    dev.flush()?;
+    Ok(())
 }
 
 /// A crash in the middle of a barrier can leave a line in two slots: the
@@ -920,7 +1084,7 @@ mod tests {
         let layout = Layout::for_slots(4096, 8).unwrap();
         let dev = MemDevice::new("cache", layout.device_bytes());
         let backend = MemDevice::new("backend", 1 << 20);
-        let mut opened = open(&dev, &[&backend], &spec()).unwrap();
+        let mut opened = open(&dev, &[&backend], &spec(), None).unwrap();
         assert!(!opened.report.loaded);
         // Line 5: sectors 0-1 dirty in slot 1 (older), sector 1-2 in slot 3 (newer).
         dev.write_at(&[0x11; 4096], layout.line_offset(1)).unwrap();
@@ -934,7 +1098,7 @@ mod tests {
         opened.writer.durable(1, c1, s1);
         opened.writer.durable(3, c3, s3);
 
-        let again = open(&dev, &[&backend], &spec()).unwrap();
+        let again = open(&dev, &[&backend], &spec(), None).unwrap();
         assert_eq!(again.lines.len(), 1, "one copy of line 5 is loaded");
         assert_eq!(again.lines[0].slot, 3);
         assert_eq!(again.lines[0].dirty, vec![0b110]);
@@ -966,7 +1130,7 @@ mod tests {
         let layout = Layout::for_slots(4096, 8).unwrap();
         let dev = MemDevice::new("cache", layout.device_bytes());
         let backend = MemDevice::new("backend", 1 << 20);
-        let mut opened = open(&dev, &[&backend], &spec()).unwrap();
+        let mut opened = open(&dev, &[&backend], &spec(), None).unwrap();
         let (c, s) = opened.writer.stage(2, dirty_line(7, 1)).unwrap();
         for (offset, bytes) in opened.writer.take_writes() {
             dev.write_at(bytes, offset).unwrap();
@@ -976,11 +1140,13 @@ mod tests {
             init: InitMode::Format { discard_dirty },
             ..spec()
         };
-        let err = open(&dev, &[&backend], &format(false)).err().expect("refused");
+        let err = open(&dev, &[&backend], &format(false), None)
+            .err()
+            .expect("refused");
         assert!(err.to_string().contains("1 dirty lines"), "{err}");
-        let fresh = open(&dev, &[&backend], &format(true)).unwrap();
+        let fresh = open(&dev, &[&backend], &format(true), None).unwrap();
         assert!(fresh.lines.is_empty());
-        let reloaded = open(&dev, &[&backend], &spec()).unwrap();
+        let reloaded = open(&dev, &[&backend], &spec(), None).unwrap();
         assert!(reloaded.lines.is_empty(), "formatting blanked the records");
     }
 
@@ -989,15 +1155,15 @@ mod tests {
         let layout = Layout::for_slots(4096, 8).unwrap();
         let dev = MemDevice::new("cache", layout.device_bytes());
         let backend = MemDevice::new("backend", 1 << 20);
-        open(&dev, &[&backend], &spec()).unwrap();
+        open(&dev, &[&backend], &spec(), None).unwrap();
         dev.write_at(&[0xff; 16], 100).unwrap();
-        let err = open(&dev, &[&backend], &spec()).err().expect("refused");
+        let err = open(&dev, &[&backend], &spec(), None).err().expect("refused");
         assert!(err.to_string().contains("superblock"), "{err}");
         let forced = OpenSpec {
             init: InitMode::Format { discard_dirty: true },
             ..spec()
         };
-        assert!(open(&dev, &[&backend], &forced).is_ok());
+        assert!(open(&dev, &[&backend], &forced, None).is_ok());
     }
 
     #[test]
@@ -1021,7 +1187,7 @@ mod tests {
         let layout = Layout::for_slots(4096, 8).unwrap();
         let dev = MemDevice::new("cache", layout.device_bytes());
         let backend = MemDevice::new("backend", 1 << 20);
-        let mut opened = open(&dev, &[&backend], &spec()).unwrap();
+        let mut opened = open(&dev, &[&backend], &spec(), None).unwrap();
         let (c, s) = opened.writer.stage(2, dirty_line(7, 1)).unwrap();
         let clean = LineRecord {
             volume: 0,
@@ -1043,7 +1209,7 @@ mod tests {
             volumes: vec![("w".into(), 1 << 20)],
             ..spec()
         };
-        let err = open(&dev, &[&backend], &renamed)
+        let err = open(&dev, &[&backend], &renamed, None)
             .err()
             .expect("refused")
             .to_string();
@@ -1059,7 +1225,7 @@ mod tests {
             persistence: Persistence::Dirty,
             ..spec()
         };
-        let opened = open(&dev, &[&backend2, &backend], &both).unwrap();
+        let opened = open(&dev, &[&backend2, &backend], &both, None).unwrap();
         assert_eq!(opened.volume_ids, vec![1, 0]);
         assert_eq!(opened.lines.len(), 1);
         assert_eq!(

@@ -61,6 +61,44 @@ pub fn data_hash(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
 }
 
+/// The checksum a dirty record carries over its dirty sectors: the sum
+/// (wrapping, mod 2^64) over those sectors of xxh3-64 of the sector's 512
+/// bytes seeded with the sector's index in the line. A sum, unlike
+/// [`data_hash`], can be kept up to date as writes to disjoint sectors
+/// arrive one by one ([`dirty_checksum_of_run`]), without reading the line
+/// back; it still changes when any byte or the position of any sector does.
+/// No dirty sector: 0.
+pub fn dirty_checksum(line: &[u8], dirty: &[u64]) -> u64 {
+    let sectors = line.len() / SECTOR_BYTES as usize;
+    let mut sum = 0u64;
+    for s in 0..sectors {
+        if dirty.get(s / 64).is_some_and(|w| w >> (s % 64) & 1 == 1) {
+            let at = s * SECTOR_BYTES as usize;
+            sum = sum.wrapping_add(sector_checksum(s as u32, &line[at..at + SECTOR_BYTES as usize]));
+        }
+    }
+    sum
+}
+
+/// The part of [`dirty_checksum`] that sectors `first..` of a line
+/// contribute when `data` (whole sectors) is written there.
+pub fn dirty_checksum_of_run(first_sector: u32, data: &[u8]) -> u64 {
+    sector_checksums(first_sector, data).fold(0u64, u64::wrapping_add)
+}
+
+/// Each sector's term of [`dirty_checksum`] when `data` (whole sectors) is
+/// written at sector `first_sector` of a line, in order.
+pub fn sector_checksums(first_sector: u32, data: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    debug_assert_eq!(data.len() % SECTOR_BYTES as usize, 0, "whole sectors");
+    data.chunks_exact(SECTOR_BYTES as usize)
+        .zip(first_sector..)
+        .map(|(sector, s)| sector_checksum(s, sector))
+}
+
+fn sector_checksum(sector_in_line: u32, bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(bytes, u64::from(sector_in_line))
+}
+
 /// [`data_hash`] of the valid sectors of `line` (the whole line's bytes,
 /// `line.len() / 512` sectors), without copying them: equal to `data_hash`
 /// of their concatenation. Bits of `valid` beyond the line's sectors are
@@ -82,4 +120,43 @@ pub fn data_hash_valid(line: &[u8], valid: &[u64]) -> u64 {
         hasher.update(&line[start * SECTOR_BYTES as usize..s * SECTOR_BYTES as usize]);
     }
     hasher.digest()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(sectors: usize) -> Vec<u8> {
+        (0..sectors * SECTOR_BYTES as usize)
+            .map(|i| (i * 7 + i / 512) as u8)
+            .collect()
+    }
+
+    #[test]
+    fn dirty_checksum_is_the_sum_of_its_runs_and_sees_every_change() {
+        let data = line(8);
+        let all = [0xffu64];
+        let whole = dirty_checksum(&data, &all);
+        let runs = dirty_checksum_of_run(0, &data[..3 * 512])
+            .wrapping_add(dirty_checksum_of_run(3, &data[3 * 512..]));
+        assert_eq!(whole, runs);
+        assert_eq!(whole, dirty_checksum_of_run(0, &data));
+        // Only dirty sectors count.
+        assert_eq!(
+            dirty_checksum(&data, &[0b100]),
+            dirty_checksum_of_run(2, &data[1024..1536])
+        );
+        assert_eq!(dirty_checksum(&data, &[0]), 0);
+        // A flipped bit anywhere in a dirty sector changes it.
+        for at in [0, 511, 512, 4095] {
+            let mut changed = data.clone();
+            changed[at] ^= 1;
+            assert_ne!(dirty_checksum(&changed, &all), whole, "byte {at}");
+        }
+        // So does a sector's data at another position (sectors swapped).
+        let mut swapped = data.clone();
+        swapped.copy_within(0..512, 4096 - 512);
+        swapped[..512].copy_from_slice(&data[4096 - 512..]);
+        assert_ne!(dirty_checksum(&swapped, &all), whole);
+    }
 }

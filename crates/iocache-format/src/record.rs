@@ -57,9 +57,10 @@ pub struct LineRecord {
     pub line_index: u64,
     /// Whether the line has dirty sectors; equals `dirty_bits` having a bit set.
     pub dirty: bool,
-    /// xxh3-64 of the valid sectors' bytes in ascending sector order
-    /// ([`data_hash`](crate::data_hash)); only meaningful, and only checked
-    /// by the engine, for clean lines. Needs at least one valid sector.
+    /// A clean line's: xxh3-64 of the valid sectors' bytes in ascending
+    /// sector order ([`data_hash`](crate::data_hash)). A dirty line's: the
+    /// checksum of its dirty sectors ([`dirty_checksum`](crate::dirty_checksum)).
+    /// Needs at least one valid sector.
     pub data_hash: Option<u64>,
     /// One bit per sector (bit `s % 64` of word `s / 64`), `bitmap_words` words.
     pub valid: Vec<u64>,

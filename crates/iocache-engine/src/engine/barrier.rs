@@ -32,8 +32,11 @@ pub(super) struct Durability {
     pub(super) meta: Mutex<MetaState>,
     /// Barriers run (FLUSH, FUA, shutdown, slot reuse).
     pub(super) barriers: AtomicU64,
-    /// Records written by those barriers.
+    /// Records written by those barriers and by checksum withdrawals.
     pub(super) records_written: AtomicU64,
+    /// Dirty checksums withdrawn before an in-place write (each a record
+    /// write and a cache flush).
+    pub(super) checksums_withdrawn: AtomicU64,
 }
 
 impl Durability {
@@ -42,6 +45,7 @@ impl Durability {
             meta: Mutex::new(meta),
             barriers: AtomicU64::new(0),
             records_written: AtomicU64::new(0),
+            checksums_withdrawn: AtomicU64::new(0),
         }
     }
 }
@@ -209,6 +213,78 @@ impl Inner {
         self.write_superblock_state(ShutdownState::Running)?;
         // Records of lines that could not stay in their slots.
         self.barrier(false)
+    }
+
+    /// Before a data write to sectors `[first, end)` of `slot` is issued
+    /// (persistent metadata): counts it in flight, first withdrawing a
+    /// checksum on the device that covers some of those sectors (rule 4 of
+    /// `persist.rs`).
+    pub(super) fn begin_cache_write(
+        &self,
+        shard: usize,
+        slot: SlotId,
+        first: u32,
+        end: u32,
+    ) -> Result<(), EngineError> {
+        if lock(&self.shards[shard].state)
+            .shadow
+            .begin_cache_write(slot, first, end)
+        {
+            return Ok(());
+        }
+        self.withdraw_dirty_checksum(shard, slot, first, end)
+    }
+
+    /// Makes a record of `slot` without a dirty checksum durable (its
+    /// newest durable record again, without the checksum, under the next
+    /// sequence), then begins the write to `[first, end)`. Holding the
+    /// metadata lock throughout, no barrier can put a checksum back in
+    /// between.
+    fn withdraw_dirty_checksum(
+        &self,
+        shard: usize,
+        slot: SlotId,
+        first: u32,
+        end: u32,
+    ) -> Result<(), EngineError> {
+        let mut meta = lock(&self.durability.meta);
+        // A barrier may have made a record without a checksum durable while
+        // this waited for the lock.
+        if lock(&self.shards[shard].state)
+            .shadow
+            .begin_cache_write(slot, first, end)
+        {
+            return Ok(());
+        }
+        let global = self.shards[shard].base_slot + u64::from(slot);
+        let line = meta
+            .writer
+            .newest(global)
+            .and_then(|record| record.line)
+            .map(|mut line| {
+                if line.dirty {
+                    line.data_hash = None;
+                }
+                line
+            });
+        let (copy, sequence) = meta
+            .writer
+            .stage(global, line)
+            .map_err(|e| EngineError::Format(e.to_string()))?;
+        for (offset, bytes) in meta.writer.take_writes() {
+            self.slots.dev.write_at(bytes, offset)?;
+        }
+        self.slots.dev.flush()?;
+        meta.writer.durable(global, copy, sequence);
+        self.durability.records_written.fetch_add(1, Ordering::Relaxed);
+        self.durability
+            .checksums_withdrawn
+            .fetch_add(1, Ordering::Relaxed);
+        let mut state = lock(&self.shards[shard].state);
+        state.shadow.checksum_withdrawn(slot);
+        let begun = state.shadow.begin_cache_write(slot, first, end);
+        assert!(begun, "a withdrawn checksum still covers the write");
+        Ok(())
     }
 
     /// Waits until `key`'s data may be written into `slot` (rule 2 of
