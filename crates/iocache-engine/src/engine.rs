@@ -243,6 +243,9 @@ pub struct EngineStats {
     /// Dirty checksums withdrawn before a write in place (each a record
     /// write and a cache-device flush on the write's path).
     pub checksums_withdrawn: u64,
+    /// Cache-device flushes those withdrawals took (writers waiting at once,
+    /// and the lines of one request, share one).
+    pub checksum_withdrawal_flushes: u64,
     pub cache_device_errors: u64,
     pub backend_errors: u64,
     /// Lines whose write-back failed (left dirty, retried with back-off).
@@ -730,6 +733,7 @@ impl Engine {
             barriers: self.inner.durability.barriers.load(Ordering::Relaxed),
             records_written: self.inner.durability.records_written.load(Ordering::Relaxed),
             checksums_withdrawn: self.inner.durability.checksums_withdrawn.load(Ordering::Relaxed),
+            checksum_withdrawal_flushes: self.inner.durability.withdrawal_flushes.load(Ordering::Relaxed),
             cache_device_errors: self.inner.health.devices.cache_errors.load(Ordering::Relaxed),
             backend_errors: self.inner.health.devices.backend_errors.load(Ordering::Relaxed),
             failed_writebacks: self
@@ -909,6 +913,9 @@ impl Inner {
         if !plan.all_served {
             self.wait_for_tickets(&plan.tickets);
         }
+        if self.dirty_checksums {
+            self.want_withdrawals(plan);
+        }
         let mut result = Ok(());
         for (index, segment) in plan.segments.iter().enumerate() {
             let mut done = 0;
@@ -923,6 +930,35 @@ impl Inner {
             self.health.io_errors.fetch_add(1, Ordering::Relaxed);
         }
         result
+    }
+
+    /// Asks for the withdrawal of every dirty checksum on the device that
+    /// a cache write of `plan` will land on, so that the first of them
+    /// withdraws them all with one flush (a 32 MiB rewrite of flushed dirty
+    /// lines then costs one flush, not one per line).
+    fn want_withdrawals(&self, plan: &Plan) {
+        let mut wanted = Vec::new();
+        for segment in &plan.segments {
+            let state = lock(&self.shards[segment.shard].state);
+            for op in &segment.ops {
+                if let Op::WriteCache {
+                    slot,
+                    line_offset_bytes,
+                    length_bytes,
+                    ..
+                } = *op
+                {
+                    let first = line_offset_bytes / SECTOR_BYTES as u32;
+                    let end = first + length_bytes / SECTOR_BYTES as u32;
+                    if state.shadow.checksum_covers(slot, first, end) {
+                        wanted.push((segment.shard, slot));
+                    }
+                }
+            }
+        }
+        if !wanted.is_empty() {
+            lock(&self.durability.withdrawals_wanted).extend(wanted);
+        }
     }
 
     /// A request failed at op `done` of segment `index`: the cache writes it

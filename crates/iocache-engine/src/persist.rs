@@ -160,12 +160,21 @@ impl Shadow {
         if !self.dirty_checksums {
             return true;
         }
-        let at = slot as usize * self.words;
-        if count_range(&self.checksummed_on_disk[at..at + self.words], first, end) > 0 {
+        if self.checksum_covers(slot, first, end) {
             return false;
         }
         self.writes_in_flight[slot as usize] += 1;
         true
+    }
+
+    /// Whether a checksum on the device may cover some of sectors
+    /// `[first, end)` of `slot` (a write there must withdraw it first).
+    pub fn checksum_covers(&self, slot: SlotId, first: u32, end: u32) -> bool {
+        if !self.dirty_checksums {
+            return false;
+        }
+        let at = slot as usize * self.words;
+        count_range(&self.checksummed_on_disk[at..at + self.words], first, end) > 0
     }
 
     /// A record of `slot` without a checksum is durable (rule 4).

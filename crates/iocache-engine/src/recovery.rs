@@ -802,7 +802,12 @@ struct ChecksumCheck {
     repaired_from_mirror: u64,
     /// Slots whose dirty data matches neither copy.
     damaged: Vec<DamagedSlot>,
+    /// Lines whose copies do not read (a failed array member): not verified.
+    unreadable: u64,
 }
+
+/// Lines of one kind logged one by one at start-up; the rest are counted.
+const LOGGED_EXAMPLES: u64 = 4;
 
 /// Reads every dirty line whose record carries a checksum and checks its
 /// dirty sectors (docs/format.md, "Dirty checksums"). On a cache array a
@@ -820,6 +825,7 @@ fn verify_dirty_checksums(
         verified: 0,
         repaired_from_mirror: 0,
         damaged: Vec::new(),
+        unreadable: 0,
     };
     let mut buf = vec![0u8; layout.line_bytes as usize];
     for (slot, record) in &loaded.lines {
@@ -837,10 +843,13 @@ fn verify_dirty_checksums(
             }
             Ok(()) => Some("its data does not match the checksum its record carries".to_string()),
             Err(e) => {
-                log::warn!(
-                    "dirty line {} in slot {slot}: its data does not read ({e}); not verified",
-                    line.line_index
-                );
+                check.unreadable += 1;
+                if check.unreadable <= LOGGED_EXAMPLES {
+                    log::warn!(
+                        "dirty line {} in slot {slot}: its data does not read ({e}); not verified",
+                        line.line_index
+                    );
+                }
                 None
             }
         };
@@ -860,12 +869,14 @@ fn verify_dirty_checksums(
                         Ok(()) => "was copied back".to_string(),
                         Err(e) => format!("is used (copying it back failed: {e})"),
                     };
-                    log::warn!(
-                        "dirty line {} of volume id {} in slot {slot}: {why}; its mirror matches and {repaired}",
-                        line.line_index,
-                        line.volume
-                    );
                     check.repaired_from_mirror += 1;
+                    if check.repaired_from_mirror <= LOGGED_EXAMPLES {
+                        log::warn!(
+                            "dirty line {} of volume id {} in slot {slot}: {why}; its mirror matches and {repaired}",
+                            line.line_index,
+                            line.volume
+                        );
+                    }
                 }
                 check.verified += 1;
                 continue;
@@ -896,6 +907,14 @@ fn verify_dirty_checksums(
                 dirty: true,
             }),
         });
+    }
+    if check.unreadable > LOGGED_EXAMPLES || check.repaired_from_mirror > LOGGED_EXAMPLES {
+        log::warn!(
+            "dirty checksums at start-up: {} lines not verified (their data does not read), {} repaired from \
+             their mirror",
+            check.unreadable,
+            check.repaired_from_mirror
+        );
     }
     Ok(check)
 }

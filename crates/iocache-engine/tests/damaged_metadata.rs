@@ -512,7 +512,8 @@ fn a_flipped_byte_in_flushed_dirty_data_refuses_the_start_naming_the_line() {
 #[test]
 fn rewriting_flushed_dirty_data_in_place_then_crashing_is_not_damage() {
     let line_bytes = 16384; // four writes of 4 KiB per line
-    let cache = config(line_bytes, 16);
+                            // Ten dirty lines stay far below the cleaner's dirty threshold.
+    let cache = config(line_bytes, 64);
     let cache_dev = cache_device(&cache);
     let backend = Arc::new(MemDevice::new("backend", 64 * line_bytes));
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
@@ -542,13 +543,27 @@ fn rewriting_flushed_dirty_data_in_place_then_crashing_is_not_damage() {
     write(&engine, &mut model, 0, 2);
     write(&engine, &mut model, 40, 8);
     assert_eq!(engine.stats().checksums_withdrawn, withdrawn_before + 2);
+    // Many flushed dirty lines rewritten by one request: one flush for all.
+    for line in 2..10 {
+        write(&engine, &mut model, line * 32, 32);
+    }
+    engine.flush().unwrap();
+    model.flushed();
+    let before = engine.stats();
+    write(&engine, &mut model, 2 * 32, 8 * 32);
+    let after = engine.stats();
+    assert_eq!(after.checksums_withdrawn - before.checksums_withdrawn, 8);
+    assert_eq!(
+        after.checksum_withdrawal_flushes - before.checksum_withdrawal_flushes,
+        1
+    );
     drop(engine); // crash without a flush
 
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend)
         .expect("a crash after in-place rewrites is not damage");
     let report = engine.stats().recovery;
-    assert_eq!(report.dirty_lines, 2, "{report:?}");
-    let mut volume = vec![0u8; 64 * SECTOR as usize];
+    assert_eq!(report.dirty_lines, 10, "{report:?}");
+    let mut volume = vec![0u8; 320 * SECTOR as usize];
     engine.read(0, &mut volume).unwrap();
     for (sector, bytes) in volume.chunks(SECTOR as usize).enumerate() {
         let sector = sector as u64;
@@ -558,15 +573,12 @@ fn rewriting_flushed_dirty_data_in_place_then_crashing_is_not_damage() {
             "sector {sector} holds {found:?}"
         );
     }
-    // The recovered lines' records carried no checksum (withdrawn), and
-    // this run has not seen their data: unverifiable until rewritten.
-    engine.flush().unwrap();
-    drop(engine);
-    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
-    assert_eq!(engine.stats().recovery.verified_dirty_lines, 0);
-    // Rewritten in overlapping pieces and flushed: every dirty sector's data
-    // was seen, so the records carry checksums again, verified at the next start.
-    for (first, sectors) in [(0, 24), (16, 16), (32, 20), (40, 24)] {
+    // Lines recovered from withdrawn records carry no checksum until this
+    // run has seen every dirty sector's data again: rewritten (here in
+    // overlapping pieces) and flushed, they carry one again, verified at
+    // the next start.
+    assert!(report.verified_dirty_lines < 10, "{report:?}");
+    for (first, sectors) in [(0, 24), (16, 16), (32, 20), (40, 24), (64, 256)] {
         engine
             .write(first * SECTOR, &stamps(99, first, sectors), false)
             .unwrap();
@@ -574,7 +586,7 @@ fn rewriting_flushed_dirty_data_in_place_then_crashing_is_not_damage() {
     engine.flush().unwrap();
     drop(engine);
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
-    assert_eq!(engine.stats().recovery.verified_dirty_lines, 2);
+    assert_eq!(engine.stats().recovery.verified_dirty_lines, 10);
 }
 
 /// Every single-byte change of the flushed dirty data of a crashed cache
@@ -611,14 +623,20 @@ fn every_corruption_of_checksummed_dirty_data_is_refused() {
             }
         }
         assert!(checked > 0, "{persistence}: no checksummed dirty line to damage");
-        assert_eq!(
-            unchecksummed, 0,
-            "{persistence}: dirty records without a checksum after a quiet crash"
-        );
-        // Anywhere in the data area: refused, or correct data.
+        // Anywhere else in the data area: refused, or correct data. (Not
+        // in the lines whose checksum a write after the last flush
+        // withdrew: those are trusted unverified, docs/format.md.)
+        let unverified: Vec<u64> = records
+            .iter()
+            .filter(|(_, l)| l.dirty && l.data_hash.is_none())
+            .map(|(slot, _)| *slot)
+            .collect();
         let data_end = layout.line_offset(layout.slots);
         for _ in 0..400 {
             let offset = layout.line_offset(0) + rng.below(data_end - layout.line_offset(0));
+            if unverified.contains(&((offset - layout.line_offset(0)) / layout.line_bytes)) {
+                continue;
+            }
             check_corruption(
                 &cache,
                 persistence,
@@ -627,6 +645,10 @@ fn every_corruption_of_checksummed_dirty_data_is_refused() {
                 1 + rng.below(255) as u8,
             );
         }
-        eprintln!("{persistence}: {checked} dirty-sector corruptions refused");
+        // Records without one: lines whose checksum a write after the last
+        // flush withdrew (how many depends on the cleaner's timing).
+        eprintln!(
+            "{persistence}: {checked} dirty-sector corruptions refused; {unchecksummed} dirty records without a checksum"
+        );
     }
 }

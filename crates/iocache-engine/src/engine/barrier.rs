@@ -37,6 +37,11 @@ pub(super) struct Durability {
     /// Dirty checksums withdrawn before an in-place write (each a record
     /// write and a cache flush).
     pub(super) checksums_withdrawn: AtomicU64,
+    /// Slots (shard, shard-local slot) whose writers wait to withdraw a
+    /// dirty checksum: the next withdrawal takes them all.
+    pub(super) withdrawals_wanted: Mutex<Vec<(usize, SlotId)>>,
+    /// Cache-device flushes those withdrawals took (one per group).
+    pub(super) withdrawal_flushes: AtomicU64,
 }
 
 impl Durability {
@@ -46,6 +51,8 @@ impl Durability {
             barriers: AtomicU64::new(0),
             records_written: AtomicU64::new(0),
             checksums_withdrawn: AtomicU64::new(0),
+            withdrawals_wanted: Mutex::new(Vec::new()),
+            withdrawal_flushes: AtomicU64::new(0),
         }
     }
 }
@@ -239,7 +246,10 @@ impl Inner {
     /// newest durable record again, without the checksum, under the next
     /// sequence), then begins the write to `[first, end)`. Holding the
     /// metadata lock throughout, no barrier can put a checksum back in
-    /// between.
+    /// between. Withdrawals wait for one another on that lock, so whoever
+    /// gets it withdraws every slot asked for meanwhile too, with one
+    /// cache-device flush for all (group commit): the others find theirs
+    /// done.
     fn withdraw_dirty_checksum(
         &self,
         shard: usize,
@@ -247,42 +257,62 @@ impl Inner {
         first: u32,
         end: u32,
     ) -> Result<(), EngineError> {
+        lock(&self.durability.withdrawals_wanted).push((shard, slot));
         let mut meta = lock(&self.durability.meta);
-        // A barrier may have made a record without a checksum durable while
-        // this waited for the lock.
+        // Done by another writer's withdrawal, or by a barrier, while this
+        // waited for the lock.
         if lock(&self.shards[shard].state)
             .shadow
             .begin_cache_write(slot, first, end)
         {
             return Ok(());
         }
-        let global = self.shards[shard].base_slot + u64::from(slot);
-        let line = meta
-            .writer
-            .newest(global)
-            .and_then(|record| record.line)
-            .map(|mut line| {
-                if line.dirty {
-                    line.data_hash = None;
-                }
-                line
-            });
-        let (copy, sequence) = meta
-            .writer
-            .stage(global, line)
-            .map_err(|e| EngineError::Format(e.to_string()))?;
+        let mut wanted = std::mem::take(&mut *lock(&self.durability.withdrawals_wanted));
+        if !wanted.contains(&(shard, slot)) {
+            // Taken by a withdrawal that failed: ask again.
+            wanted.push((shard, slot));
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut staged = Vec::with_capacity(wanted.len());
+        for &(shard, slot) in &wanted {
+            let global = self.shards[shard].base_slot + u64::from(slot);
+            let line = meta
+                .writer
+                .newest(global)
+                .and_then(|record| record.line)
+                .map(|mut line| {
+                    if line.dirty {
+                        line.data_hash = None;
+                    }
+                    line
+                });
+            let (copy, sequence) = meta
+                .writer
+                .stage(global, line)
+                .map_err(|e| EngineError::Format(e.to_string()))?;
+            staged.push((global, copy, sequence));
+        }
         for (offset, bytes) in meta.writer.take_writes() {
             self.slots.dev.write_at(bytes, offset)?;
         }
         self.slots.dev.flush()?;
-        meta.writer.durable(global, copy, sequence);
-        self.durability.records_written.fetch_add(1, Ordering::Relaxed);
+        self.durability.withdrawal_flushes.fetch_add(1, Ordering::Relaxed);
+        for &(global, copy, sequence) in &staged {
+            meta.writer.durable(global, copy, sequence);
+        }
+        self.durability
+            .records_written
+            .fetch_add(staged.len() as u64, Ordering::Relaxed);
         self.durability
             .checksums_withdrawn
-            .fetch_add(1, Ordering::Relaxed);
-        let mut state = lock(&self.shards[shard].state);
-        state.shadow.checksum_withdrawn(slot);
-        let begun = state.shadow.begin_cache_write(slot, first, end);
+            .fetch_add(staged.len() as u64, Ordering::Relaxed);
+        for &(shard, slot) in &wanted {
+            lock(&self.shards[shard].state).shadow.checksum_withdrawn(slot);
+        }
+        let begun = lock(&self.shards[shard].state)
+            .shadow
+            .begin_cache_write(slot, first, end);
         assert!(begun, "a withdrawn checksum still covers the write");
         Ok(())
     }

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""What dirty-data checksums cost on the write path (issue 11 §2).
+
+Not run by CI; results go in docs/results/durability.md. Runs the cost run
+of scripts/bench-persistence.py (fio nbd engine, 4 KiB, 70 % random writes,
+QD 16, a FLUSH every 32 writes, on a range that fits the cache; persistence
+`all`; cache file in /var/tmp with O_DIRECT, backend nbdkit's file plugin
+behind a 1 ms delay) with two builds, alternated, ROUNDS times each:
+
+  * this build (target/release/iocache): dirty records carry checksums, and
+    the first in-place rewrite of a flushed dirty line withdraws one;
+  * BASELINE: a build from before checksums (e.g. commit d802549).
+
+Usage: scripts/bench-dirty-checksums.py BASELINE [SECONDS_PER_RUN] [ROUNDS]
+   e.g. git worktree add /tmp/old d802549 &&
+        (cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target cargo build --release) &&
+        scripts/bench-dirty-checksums.py /tmp/old-target/release/iocache 10 2
+"""
+
+import importlib.util
+import os
+import shutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location("bench_persistence", os.path.join(HERE, "bench-persistence.py"))
+persistence = importlib.util.module_from_spec(_spec)
+sys.argv = [sys.argv[0]] + sys.argv[1:]
+BASELINE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else None
+SECONDS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+# bench-persistence reads its own argv[1] as seconds.
+sys.argv = [sys.argv[0], str(SECONDS)]
+_spec.loader.exec_module(persistence)
+bench = persistence.bench
+
+
+def run(binary):
+    persistence.BIN = binary
+    p, uri, admin = persistence.start("all", BACKEND_URI, init=True)
+    try:
+        bench.warm(uri, 96 << 20)
+        r = bench.fio(uri, "cost", ["--rw=randrw", "--rwmixwrite=70", f"--size={persistence.RANGE}",
+                                    "--iodepth=16", "--fsync=32"])
+        s = persistence.stats(admin)
+    finally:
+        bench.stop(p)
+    return r, s
+
+
+def main():
+    global BACKEND_URI
+    if not BASELINE or not os.path.exists(BASELINE):
+        raise SystemExit(__doc__)
+    work = persistence.WORK
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    with open(f"{work}/backend.img", "wb") as f:
+        f.truncate(bench.VOLUME)
+    backend, BACKEND_URI = bench.start_backend()
+    rows = []
+    try:
+        for round_no in range(ROUNDS):
+            for name, binary in (("checksums", persistence.bench.BIN), ("baseline", BASELINE)):
+                r, s = run(binary)
+                rows.append((round_no + 1, name, r, s))
+                print(name, round_no + 1, f"{r['write']['iops']:.0f}", file=sys.stderr, flush=True)
+    finally:
+        bench.stop(backend)
+    print(f"# Dirty checksums: cost ({SECONDS} s per run, {ROUNDS} rounds alternated)\n")
+    print("| round | build | read IOPS | write IOPS | write p99 µs | write p99.99 µs | barriers |"
+          " records written | checksums withdrawn |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for round_no, name, r, s in rows:
+        print(f"| {round_no} | {name} | {r['read']['iops']:.0f} | {r['write']['iops']:.0f} | "
+              f"{r['write']['p99_us']:.0f} | {r['write']['p9999_us']:.0f} | "
+              f"{s['barriers']} | {s['records_written']} | {s.get('checksums_withdrawn', '-')} |")
+
+
+if __name__ == "__main__":
+    main()
