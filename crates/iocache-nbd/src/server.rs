@@ -1079,7 +1079,8 @@ impl ConnectionStream for TcpStream {
         crate::tls::upgrade(self, tls, timeout)
     }
     fn peer_name(&self) -> String {
-        self.peer_addr().map_or_else(|_| "a TCP client".into(), |a| a.to_string())
+        self.peer_addr()
+            .map_or_else(|_| "a TCP client".into(), |a| a.to_string())
     }
 }
 

@@ -95,7 +95,11 @@ pub enum TlsError {
     #[error("{path}: {what}")]
     Psk { path: PathBuf, what: String },
     #[error("{path}, line {line}: {what}")]
-    PskLine { path: PathBuf, line: usize, what: String },
+    PskLine {
+        path: PathBuf,
+        line: usize,
+        what: String,
+    },
     #[error(
         "{path}: the pre-shared keys are open to group or others (mode {mode:04o}): \
          refused, as ssh refuses such keys; make it the owner's only (chmod 600)"
@@ -112,7 +116,10 @@ pub enum TlsError {
 impl TlsError {
     /// Whether the PSK file is at fault (rather than the certificates).
     pub fn concerns_psk(&self) -> bool {
-        matches!(self, TlsError::Psk { .. } | TlsError::PskLine { .. } | TlsError::PskMode { .. })
+        matches!(
+            self,
+            TlsError::Psk { .. } | TlsError::PskLine { .. } | TlsError::PskMode { .. }
+        )
     }
 }
 
@@ -177,7 +184,10 @@ pub fn parse_psk_file(text: &str) -> Result<PskKeys, (usize, String)> {
             continue;
         }
         let Some((identity, hex)) = line.split_once(':') else {
-            return Err((n, "no `:` between the identity and the key (expected identity:hexkey)".into()));
+            return Err((
+                n,
+                "no `:` between the identity and the key (expected identity:hexkey)".into(),
+            ));
         };
         if identity.is_empty() {
             return Err((n, "empty identity".into()));
@@ -187,7 +197,10 @@ pub fn parse_psk_file(text: &str) -> Result<PskKeys, (usize, String)> {
         }
         let key = parse_hex(hex).map_err(|what| (n, format!("identity `{identity}`: {what}")))?;
         if key.len() > MAX_KEY_BYTES {
-            return Err((n, format!("identity `{identity}`: key longer than {MAX_KEY_BYTES} bytes")));
+            return Err((
+                n,
+                format!("identity `{identity}`: key longer than {MAX_KEY_BYTES} bytes"),
+            ));
         }
         if keys.insert(identity.to_string(), key).is_some() {
             return Err((n, format!("identity `{identity}` is given twice")));
@@ -274,6 +287,11 @@ impl TlsServer {
         let psk_seen = Ssl::new_ex_index::<PskSeen>()?;
         if let Some(path) = &creds.psk {
             let keys = Arc::new(load_psk_file(path)?);
+            // A key from the PSK callback is used in TLS 1.3 only with a
+            // SHA-256 cipher suite (RFC 8446's default for external keys),
+            // and OpenSSL prefers those by itself only when it has no
+            // certificate: so with a PSK file, TLS 1.3 offers those alone.
+            b.set_ciphersuites("TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256")?;
             b.set_psk_server_callback(move |ssl: &mut SslRef, identity: Option<&[u8]>, out: &mut [u8]| {
                 let identity = String::from_utf8_lossy(identity.unwrap_or_default()).into_owned();
                 match keys.get(&identity) {
@@ -312,7 +330,12 @@ fn load_certificates(b: &mut SslContextBuilder, dir: &Path, verify_peer: bool) -
     let pem = std::fs::read(&cert_path)
         .map_err(|e| fail(&cert_path, format!("cannot read the certificate chain: {e}")))?;
     let mut chain = X509::stack_from_pem(&pem)
-        .map_err(|e| fail(&cert_path, format!("not a PEM certificate chain: {}", reasons(&e))))?
+        .map_err(|e| {
+            fail(
+                &cert_path,
+                format!("not a PEM certificate chain: {}", reasons(&e)),
+            )
+        })?
         .into_iter();
     let leaf = chain
         .next()
@@ -321,10 +344,16 @@ fn load_certificates(b: &mut SslContextBuilder, dir: &Path, verify_peer: bool) -
     for extra in chain {
         b.add_extra_chain_cert(extra)?;
     }
-    let pem = std::fs::read(&key_path).map_err(|e| fail(&key_path, format!("cannot read the private key: {e}")))?;
+    let pem =
+        std::fs::read(&key_path).map_err(|e| fail(&key_path, format!("cannot read the private key: {e}")))?;
     let key = PKey::private_key_from_pem(&pem)
         .map_err(|e| fail(&key_path, format!("no PEM private key: {}", reasons(&e))))?;
-    let mismatch = |e: ErrorStack| fail(&key_path, format!("does not match the certificate: {}", reasons(&e)));
+    let mismatch = |e: ErrorStack| {
+        fail(
+            &key_path,
+            format!("does not match the certificate: {}", reasons(&e)),
+        )
+    };
     b.set_private_key(&key).map_err(mismatch)?;
     b.check_private_key().map_err(mismatch)?;
     if verify_peer {
@@ -411,12 +440,19 @@ fn wait_for(fd: i32, events: libc::c_short, deadline: Option<Instant>) -> io::Re
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Err(io::Error::new(io::ErrorKind::TimedOut, "the TLS handshake timed out"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the TLS handshake timed out",
+                    ));
                 }
                 left.as_millis().clamp(1, i32::MAX as u128) as i32
             }
         };
-        let mut p = libc::pollfd { fd, events, revents: 0 };
+        let mut p = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
         // SAFETY: poll on one valid pollfd.
         let rc = unsafe { libc::poll(&mut p, 1, ms) };
         if rc > 0 {
@@ -457,7 +493,7 @@ fn describe_failure(tls: &TlsServer, e: &ssl::Error, session: &SslRef) -> String
     match session.ex_data(tls.psk_seen) {
         Some(PskSeen::Unknown(id)) => {
             let file = tls.psk_file.as_deref().unwrap_or(Path::new("the PSK file"));
-            return format!("PSK identity `{id}` is not in {} ({what})", file.display());
+            return format!("the client's PSK identity `{id}` is not in {}", file.display());
         }
         Some(PskSeen::Known(id)) => {
             what = format!("{what} (PSK identity `{id}`: the client's key differs from the file's?)");
@@ -497,8 +533,8 @@ where
                 }
             }
             Err(e) => {
-                // Send the alert OpenSSL queued, if it can go at once.
-                let _ = send_all(&mut raw, &mut conn.get_mut().outgoing, Some(Instant::now()));
+                // Send the alert OpenSSL queued (small: one write).
+                let _ = raw.write(&conn.get_ref().outgoing);
                 return Err(io::Error::other(describe_failure(tls, &e, conn.ssl())));
             }
         }
@@ -566,7 +602,9 @@ fn pump<S: Read + Write + AsRawFd>(mut raw: S, mut conn: SslStream<Wire>, mut pa
                 }
                 Err(e) if e.code() == ErrorCode::WANT_READ || e.code() == ErrorCode::WANT_WRITE => break,
                 // close_notify, or the socket's end without it.
-                Err(e) if e.code() == ErrorCode::ZERO_RETURN || e.code() == ErrorCode::SYSCALL => raw_eof = true,
+                Err(e) if e.code() == ErrorCode::ZERO_RETURN || e.code() == ErrorCode::SYSCALL => {
+                    raw_eof = true
+                }
                 Err(_) => {
                     // A fatal alert may be queued: try to send it, then stop.
                     let out = std::mem::take(&mut conn.get_mut().outgoing);
