@@ -131,18 +131,26 @@ impl Served {
 
     /// Starts a server with these TLS arguments.
     fn start_with(dir: &Path, tls_args: &[String]) -> Served {
+        let mut args: Vec<String> = [
+            "--backend-size",
+            "32MiB",
+            "--cache-size",
+            "4MiB",
+            "--listen",
+            "127.0.0.1:0",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend_from_slice(tls_args);
+        Served::start_serve(dir, &args)
+    }
+
+    /// Starts `iocache serve ARGS` in `dir`.
+    fn start_serve(dir: &Path, args: &[String]) -> Served {
         let log = std::fs::File::create(dir.join("server.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args([
-                "serve",
-                "--backend-size",
-                "32MiB",
-                "--cache-size",
-                "4MiB",
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .args(tls_args)
+            .arg("serve")
+            .args(args)
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -650,6 +658,35 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
     let tcp = format!("127.0.0.1:{}", served.port);
     assert_eq!(
         nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", none.display())).unwrap(),
+        (32u64 << 20).to_string()
+    );
+    served.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_config_file_takes_the_psk_file() {
+    if !need(&["nbdinfo", "openssl"]) {
+        return;
+    }
+    let dir = temp_dir("psk-config");
+    let psk = dir.join("keys.psk");
+    write_psk(&psk, &format!("alice:{}\n", random_key()));
+    std::fs::write(
+        dir.join("iocache.toml"),
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nsocket = \"iocache-data/iocache.sock\"\n\
+             tls = \"require\"\ntls_psk = \"{}\"\n\n[[volume]]\nexport = \"psk\"\n\
+             backend = \"iocache-data/b.img\"\nbackend_size = \"32MiB\"\n\
+             cache = \"iocache-data/c.img\"\ncache_size = \"4MiB\"\n",
+            psk.display()
+        ),
+    )
+    .unwrap();
+    let served = Served::start_serve(&dir, &["--config".into(), "iocache.toml".into()]);
+    let tcp = format!("127.0.0.1:{}", served.port);
+    assert_eq!(
+        nbdinfo_size(&format!("nbds://alice@{tcp}/psk?tls-psk-file={}", psk.display())).unwrap(),
         (32u64 << 20).to_string()
     );
     served.stop();

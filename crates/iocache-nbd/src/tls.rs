@@ -173,9 +173,10 @@ const MAX_IDENTITY_BYTES: usize = 128;
 const MAX_KEY_BYTES: usize = 512;
 
 /// Parses a PSK file's text: one `identity:hexkey` per line, as GnuTLS's
-/// `psktool` writes; empty lines are skipped. An error gives the line (from
-/// 1) and what is wrong: a missing colon, an empty or overlong identity, a
-/// duplicate identity, a key that is empty, overlong or not hex digits.
+/// `psktool` writes; empty lines are skipped. An error gives the line
+/// (counted from one) and what is wrong: a missing colon, an empty or
+/// overlong identity, a duplicate identity, a key that is empty, overlong
+/// or not hex digits.
 pub fn parse_psk_file(text: &str) -> Result<PskKeys, (usize, String)> {
     let mut keys = PskKeys::new();
     for (i, line) in text.lines().enumerate() {
@@ -216,7 +217,7 @@ fn parse_hex(hex: &str) -> Result<Vec<u8>, String> {
     if let Some((at, c)) = hex.char_indices().find(|(_, c)| !c.is_ascii_hexdigit()) {
         return Err(format!("the key is not hex: `{c}` at its character {}", at + 1));
     }
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return Err(format!("the key has an odd number of hex digits ({})", hex.len()));
     }
     Ok((0..hex.len())
