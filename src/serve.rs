@@ -654,11 +654,19 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         return Err(anyhow!(e).context(config.origin.server_key(key)));
     }
     if let Some(addr) = config.listen.filter(|a| !a.ip().is_loopback()) {
-        if config.tls == iocache_nbd::TlsMode::Require {
+        if config.tls == iocache_nbd::TlsMode::Require
+            && (config.tls_verify_peer || config.tls_certificates.is_none())
+        {
+            log::info!(
+                "listening on {addr}, beyond this machine's loopback, with TLS required and clients \
+                 authenticated (a client certificate from the CA or a pre-shared key)"
+            );
+        } else if config.tls == iocache_nbd::TlsMode::Require {
             log::info!(
                 "listening on {addr}, beyond this machine's loopback, with TLS required \
-                 (clients are not authenticated: anyone who reaches it and trusts the certificate \
-                 may read and write every export)"
+                 (clients are not authenticated unless by a pre-shared key: anyone who reaches it \
+                 and trusts the certificate may read and write every export; --tls-verify-peer \
+                 requires client certificates)"
             );
         } else {
             log::warn!(
