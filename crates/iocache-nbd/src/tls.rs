@@ -146,6 +146,17 @@ enum PskSeen {
     Unknown(String),
 }
 
+/// The session slot where the PSK callback leaves what it saw: one for
+/// the process (OpenSSL's indexes are global and never freed).
+fn psk_seen_index() -> Result<openssl::ex_data::Index<Ssl, PskSeen>, ErrorStack> {
+    static INDEX: std::sync::OnceLock<openssl::ex_data::Index<Ssl, PskSeen>> = std::sync::OnceLock::new();
+    if let Some(i) = INDEX.get() {
+        return Ok(*i);
+    }
+    let i = Ssl::new_ex_index::<PskSeen>()?;
+    Ok(*INDEX.get_or_init(|| i))
+}
+
 /// A server's TLS mode and credentials.
 #[derive(Clone)]
 pub struct TlsServer {
@@ -285,7 +296,7 @@ impl TlsServer {
         if let Some(dir) = &creds.certificates {
             load_certificates(&mut b, dir, creds.verify_peer)?;
         }
-        let psk_seen = Ssl::new_ex_index::<PskSeen>()?;
+        let psk_seen = psk_seen_index()?;
         if let Some(path) = &creds.psk {
             let keys = Arc::new(load_psk_file(path)?);
             // A key from the PSK callback is used in TLS 1.3 only with a
@@ -487,7 +498,13 @@ fn send_all<S: Write + AsRawFd>(raw: &mut S, out: &mut Vec<u8>, deadline: Option
 /// Why a handshake failed, in words for the log.
 fn describe_failure(tls: &TlsServer, e: &ssl::Error, session: &SslRef) -> String {
     let mut what = match (e.ssl_error(), e.io_error()) {
-        (Some(stack), _) => reasons(stack),
+        // The last error is the handshake's own ("certificate verify
+        // failed"); those before it are the library's steps to it.
+        (Some(stack), _) => stack
+            .errors()
+            .last()
+            .and_then(|e| e.reason())
+            .map_or_else(|| reasons(stack), str::to_string),
         (None, Some(io)) => io.to_string(),
         (None, None) => "the client closed the connection".into(),
     };
