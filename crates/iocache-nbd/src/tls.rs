@@ -136,8 +136,8 @@ pub struct TlsCredentials {
     pub verify_peer: bool,
 }
 
-/// What the PSK callback saw of a client: kept on the session so a failed
-/// handshake can say why.
+/// What the PSK callback saw of a client (its identity, escaped for the
+/// log): kept on the session so a failed handshake can say why.
 #[derive(Debug)]
 enum PskSeen {
     /// The client's identity is in the file (so a failure means a wrong key).
@@ -305,17 +305,20 @@ impl TlsServer {
             // certificate: so with a PSK file, TLS 1.3 offers those alone.
             b.set_ciphersuites("TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256")?;
             b.set_psk_server_callback(move |ssl: &mut SslRef, identity: Option<&[u8]>, out: &mut [u8]| {
-                let identity = String::from_utf8_lossy(identity.unwrap_or_default()).into_owned();
-                match keys.get(&identity) {
+                let identity = identity.unwrap_or_default();
+                // The client chose these bytes: escaped before they reach the log.
+                let shown = String::from_utf8_lossy(identity).escape_debug().to_string();
+                // Identities in the file are text: others match none.
+                match std::str::from_utf8(identity).ok().and_then(|i| keys.get(i)) {
                     Some(key) if key.len() <= out.len() => {
                         out[..key.len()].copy_from_slice(key);
-                        ssl.set_ex_data(psk_seen, PskSeen::Known(identity));
+                        ssl.set_ex_data(psk_seen, PskSeen::Known(shown));
                         Ok(key.len())
                     }
                     _ => {
                         // No key: OpenSSL goes on without a PSK (and fails
                         // unless the client can use the certificate).
-                        ssl.set_ex_data(psk_seen, PskSeen::Unknown(identity));
+                        ssl.set_ex_data(psk_seen, PskSeen::Unknown(shown));
                         Ok(0)
                     }
                 }
