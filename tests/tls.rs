@@ -208,6 +208,16 @@ impl Served {
     }
 }
 
+/// A test that fails leaves no server behind.
+impl Drop for Served {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn nbdinfo_size(uri: &str) -> Result<String, String> {
     let out = Command::new("nbdinfo").args(["--size", uri]).output().unwrap();
     if out.status.success() {
