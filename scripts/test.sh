@@ -10,9 +10,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # iocache-nbd integration tests (qemu-io, qemu-img, nbdinfo, nbdcopy, fio's
 # nbd engine, nbdkit, nbdfuse), mkfs.ext4 and fsck for the ext4-on-NBD test,
 # zstd for scripts/bench-sim.sh and the truncated-trace test, openssl to
-# make the certificates of the TLS tests (tests/tls.rs), and the Prometheus
+# make the certificates of the TLS tests (tests/tls.rs), libssl-dev and
+# pkg-config to build against the system's OpenSSL (iocache-nbd's TLS), and the Prometheus
 # project's Python client, whose OpenMetrics parser checks `serve --metrics`.
-NEEDED_PACKAGES=(qemu-utils libnbd-bin nbdkit fio e2fsprogs zstd openssl python3-prometheus-client)
+NEEDED_PACKAGES=(qemu-utils libnbd-bin nbdkit fio e2fsprogs zstd openssl libssl-dev pkg-config python3-prometheus-client)
 
 SMOKE_TRACE=crates/iocache-sim/data/sample.lis
 

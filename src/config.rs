@@ -99,8 +99,13 @@ pub struct ServeConfig {
     pub pid_file: Option<PathBuf>,
     /// TLS for NBD clients (STARTTLS): off, on (offered) or require.
     pub tls: iocache_nbd::TlsMode,
-    /// The directory holding server-cert.pem and server-key.pem.
+    /// The directory holding server-cert.pem and server-key.pem (and
+    /// ca-cert.pem with `tls_verify_peer`).
     pub tls_certificates: Option<PathBuf>,
+    /// A file of TLS pre-shared keys (`identity:hexkey` lines, psktool's).
+    pub tls_psk: Option<PathBuf>,
+    /// Require client certificates signed by tls_certificates/ca-cert.pem.
+    pub tls_verify_peer: bool,
     /// A group whose members may connect to the NBD Unix socket (mode
     /// 0660 then); none: the socket is its owner's only (0600).
     pub socket_group: Option<String>,
@@ -527,6 +532,9 @@ struct ServerText {
     attach_dirs: Vec<PathBuf>,
     tls: Option<String>,
     tls_certificates: Option<PathBuf>,
+    tls_psk: Option<PathBuf>,
+    #[serde(default)]
+    tls_verify_peer: bool,
 }
 
 /// The whole file.
@@ -879,6 +887,8 @@ impl ServeConfig {
             pid_file: file.server.pid_file,
             tls,
             tls_certificates: file.server.tls_certificates,
+            tls_psk: file.server.tls_psk,
+            tls_verify_peer: file.server.tls_verify_peer,
             socket_group: file.server.socket_group,
             attach_dirs: file.server.attach_dirs,
             private_dir: None,

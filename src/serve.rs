@@ -49,6 +49,7 @@ pub struct ServeArgs {
         "persistence", "read_only", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
+        "tls_psk", "tls_verify_peer",
     ])]
     config: Option<PathBuf>,
     /// Backend: a file or block device, or a remote NBD export
@@ -186,9 +187,20 @@ pub struct ServeArgs {
     #[arg(long, default_value = "off", value_name = "off|on|require")]
     tls: String,
     /// The directory holding the server's certificate chain and key (server-cert.pem and
-    /// server-key.pem, as nbdkit and qemu-nbd name them); needed with --tls on|require.
+    /// server-key.pem, as nbdkit and qemu-nbd name them); with --tls on|require, this or
+    /// --tls-psk (or both) is needed.
     #[arg(long, value_name = "DIR")]
     tls_certificates: Option<PathBuf>,
+    /// TLS-PSK: a file of pre-shared keys, one `identity:hexkey` a line (as GnuTLS's psktool
+    /// writes; nbdkit's --tls-psk, qemu's tls-creds-psk). It must be its owner's only (0600).
+    /// Usable alone or with --tls-certificates: a client offering a key from it needs no
+    /// certificate.
+    #[arg(long, value_name = "FILE")]
+    tls_psk: Option<PathBuf>,
+    /// Require a client certificate signed by the CA in --tls-certificates (its ca-cert.pem),
+    /// as nbdkit's --tls-verify-peer (clients authenticated by --tls-psk need none).
+    #[arg(long)]
+    tls_verify_peer: bool,
     /// Let the members of this group (a name or a number) connect to the NBD Unix socket: it is
     /// then given to the group with mode 0660 (0600, its owner's only, without it).
     #[arg(long, value_name = "GROUP")]
@@ -593,19 +605,46 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         .as_deref()
         .map(|g| group_id(g).with_context(|| config.origin.server_key("socket_group")))
         .transpose()?;
-    let tls = match (config.tls, &config.tls_certificates) {
-        (iocache_nbd::TlsMode::Off, _) => None,
-        (_, None) => bail!(
-            "{}: TLS {} needs the server's certificate and key: give {}",
-            config.origin.server_key("tls"),
-            config.tls,
-            config.origin.server_key("tls_certificates")
-        ),
-        (mode, Some(dir)) => Some(
-            iocache_nbd::TlsServer::from_dir(dir, mode)
-                .with_context(|| config.origin.server_key("tls_certificates"))?,
-        ),
+    let tls = if config.tls == iocache_nbd::TlsMode::Off {
+        None
+    } else {
+        if config.tls_certificates.is_none() && config.tls_psk.is_none() {
+            bail!(
+                "{}: TLS {} needs credentials: give {} (the server's certificate and key), {} \
+                 (pre-shared keys), or both",
+                config.origin.server_key("tls"),
+                config.tls,
+                config.origin.server_key("tls_certificates"),
+                config.origin.server_key("tls_psk")
+            );
+        }
+        if config.tls_verify_peer && config.tls_certificates.is_none() {
+            bail!(
+                "{} needs {} (its ca-cert.pem signs the clients' certificates)",
+                config.origin.server_key("tls_verify_peer"),
+                config.origin.server_key("tls_certificates")
+            );
+        }
+        let creds = iocache_nbd::TlsCredentials {
+            certificates: config.tls_certificates.clone(),
+            psk: config.tls_psk.clone(),
+            verify_peer: config.tls_verify_peer,
+        };
+        let key = match iocache_nbd::TlsServer::new(config.tls, &creds) {
+            Ok(server) => Ok(server),
+            Err(e) if e.concerns_psk() => Err((e, "tls_psk")),
+            Err(e) => Err((e, "tls_certificates")),
+        };
+        Some(key.map_err(|(e, key)| anyhow!(e).context(config.origin.server_key(key)))?)
     };
+    if config.tls == iocache_nbd::TlsMode::Off && (config.tls_psk.is_some() || config.tls_verify_peer) {
+        log::warn!(
+            "{} and {} have no effect without {} on or require",
+            config.origin.server_key("tls_psk"),
+            config.origin.server_key("tls_verify_peer"),
+            config.origin.server_key("tls")
+        );
+    }
     let mut server = Server::new(ServerConfig {
         tls,
         unix_socket: config.socket.clone(),
@@ -622,11 +661,19 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         return Err(anyhow!(e).context(config.origin.server_key(key)));
     }
     if let Some(addr) = config.listen.filter(|a| !a.ip().is_loopback()) {
-        if config.tls == iocache_nbd::TlsMode::Require {
+        if config.tls == iocache_nbd::TlsMode::Require
+            && (config.tls_verify_peer || config.tls_certificates.is_none())
+        {
+            log::info!(
+                "listening on {addr}, beyond this machine's loopback, with TLS required and clients \
+                 authenticated (a client certificate from the CA or a pre-shared key)"
+            );
+        } else if config.tls == iocache_nbd::TlsMode::Require {
             log::info!(
                 "listening on {addr}, beyond this machine's loopback, with TLS required \
-                 (clients are not authenticated: anyone who reaches it and trusts the certificate \
-                 may read and write every export)"
+                 (clients are not authenticated unless by a pre-shared key: anyone who reaches it \
+                 and trusts the certificate may read and write every export; --tls-verify-peer \
+                 requires client certificates)"
             );
         } else {
             log::warn!(
@@ -1017,6 +1064,8 @@ impl ServeArgs {
             socket_group: self.socket_group,
             tls: self.tls.parse().map_err(|e| anyhow!("--tls: {e}"))?,
             tls_certificates: self.tls_certificates,
+            tls_psk: self.tls_psk,
+            tls_verify_peer: self.tls_verify_peer,
             attach_dirs,
             private_dir,
             volumes: vec![volume],

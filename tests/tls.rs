@@ -1,8 +1,12 @@
 //! TLS for NBD clients (NBD_OPT_STARTTLS), end to end with real clients:
-//! nbdinfo (libnbd, `nbds://`) and qemu-io (QEMU's `tls-creds-x509`), on
-//! TCP and on the Unix socket, in `--tls require` and `--tls on`. The
-//! certificates are made for each run with the openssl command. Skipped
-//! (with a message) when openssl, nbdinfo or qemu-io is missing.
+//! nbdinfo and nbdcopy (libnbd, `nbds://`) and qemu-io (QEMU's
+//! `tls-creds-x509` and `tls-creds-psk`), on TCP and on the Unix socket, in
+//! `--tls require` and `--tls on`, with certificates, pre-shared keys
+//! (`--tls-psk`) and client certificates (`--tls-verify-peer`). The
+//! certificates are made for each run with the openssl command. When
+//! openssl, nbdinfo, nbdcopy or qemu-io is missing a test says SKIPPED and
+//! passes, except under CI (`CI` set, as `.ci/run` does), where it fails:
+//! CI installs them (scripts/test.sh), so a missing one is a broken setup.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -13,6 +17,22 @@ fn have(tool: &str) -> bool {
         .arg(if tool == "openssl" { "version" } else { "--version" })
         .output()
         .is_ok_and(|o| o.status.success())
+}
+
+/// Whether every tool in `tools` is installed; if not, says SKIPPED (or,
+/// under CI, fails the test naming what is missing).
+fn need(tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !have(t)).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "needs {} (installed by scripts/test.sh), missing under CI",
+        missing.join(", ")
+    );
+    eprintln!("SKIPPED: needs {}", missing.join(", "));
+    false
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -93,25 +113,44 @@ fn make_pki(dir: &Path) {
 
 struct Served {
     child: Child,
+    dir: PathBuf,
     port: u16,
     socket: PathBuf,
 }
 
 impl Served {
     fn start(dir: &Path, mode: &str, pki: &Path) -> Served {
+        let mut args = vec![
+            "--tls".to_string(),
+            mode.to_string(),
+            "--tls-certificates".to_string(),
+        ];
+        args.push(pki.display().to_string());
+        Served::start_with(dir, &args)
+    }
+
+    /// Starts a server with these TLS arguments.
+    fn start_with(dir: &Path, tls_args: &[String]) -> Served {
+        let mut args: Vec<String> = [
+            "--backend-size",
+            "32MiB",
+            "--cache-size",
+            "4MiB",
+            "--listen",
+            "127.0.0.1:0",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend_from_slice(tls_args);
+        Served::start_serve(dir, &args)
+    }
+
+    /// Starts `iocache serve ARGS` in `dir`.
+    fn start_serve(dir: &Path, args: &[String]) -> Served {
         let log = std::fs::File::create(dir.join("server.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args([
-                "serve",
-                "--backend-size",
-                "32MiB",
-                "--cache-size",
-                "4MiB",
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .args(["--tls", mode, "--tls-certificates"])
-            .arg(pki)
+            .arg("serve")
+            .args(args)
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -120,6 +159,7 @@ impl Served {
             .unwrap();
         let mut served = Served {
             child,
+            dir: dir.to_path_buf(),
             port: 0,
             socket: dir.join("iocache-data/iocache.sock"),
         };
@@ -144,9 +184,37 @@ impl Served {
         }
     }
 
+    /// The server's log so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap()
+    }
+
+    /// The server's log once it holds every one of `needles` (a refused
+    /// client may exit before the server has logged why), or after 10 s.
+    fn log_with(&self, needles: &[&str]) -> String {
+        let started = Instant::now();
+        loop {
+            let log = self.log();
+            if needles.iter().all(|n| log.contains(n)) || started.elapsed() > Duration::from_secs(10) {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn stop(mut self) {
         run(Command::new("kill").args(["-TERM", &self.child.id().to_string()]));
         assert!(self.child.wait().unwrap().success());
+    }
+}
+
+/// A test that fails leaves no server behind.
+impl Drop for Served {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -161,26 +229,35 @@ fn nbdinfo_size(uri: &str) -> Result<String, String> {
 
 /// qemu-io over TLS (x509 credentials from `pki`) against `server`.
 fn qemu_io_tls(server: &str, pki: &Path, commands: &[&str]) -> String {
+    let creds = format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", pki.display());
+    qemu_io_with(&creds, server, commands).unwrap()
+}
+
+/// qemu-io with the TLS credentials object `creds` (id `tls0`) against
+/// `server`: its output, or its error when it failed.
+fn qemu_io_with(creds: &str, server: &str, commands: &[&str]) -> Result<String, String> {
     let mut cmd = Command::new("qemu-io");
-    cmd.arg("--object")
-        .arg(format!(
-            "tls-creds-x509,id=tls0,endpoint=client,dir={}",
-            pki.display()
-        ))
-        .arg("--image-opts");
+    cmd.arg("--object").arg(creds).arg("--image-opts");
     for c in commands {
         cmd.args(["-c", c]);
     }
-    let out = run(cmd.arg(format!(
-        "driver=nbd,{server},tls-creds=tls0,tls-hostname=localhost"
-    )));
-    String::from_utf8_lossy(&out.stdout).to_string()
+    let out = cmd
+        .arg(format!(
+            "driver=nbd,{server},tls-creds=tls0,tls-hostname=localhost"
+        ))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    if out.status.success() && !stdout.contains("error") {
+        Ok(stdout)
+    } else {
+        Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
+    }
 }
 
 #[test]
 fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
-    if !have("openssl") || !have("nbdinfo") || !have("qemu-io") {
-        eprintln!("SKIPPED: needs openssl, nbdinfo and qemu-io");
+    if !need(&["openssl", "nbdinfo", "qemu-io"]) {
         return;
     }
     let dir = temp_dir("require");
@@ -235,8 +312,7 @@ fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
 
 #[test]
 fn tls_on_serves_both_and_bad_credentials_are_named() {
-    if !have("openssl") || !have("nbdinfo") {
-        eprintln!("SKIPPED: needs openssl and nbdinfo");
+    if !need(&["openssl", "nbdinfo"]) {
         return;
     }
     let dir = temp_dir("on");
@@ -276,5 +352,380 @@ fn tls_on_serves_both_and_bad_credentials_are_named() {
         err.contains("server-key.pem") && err.contains("does not match"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writes `lines` as a PSK file (mode 0600, as the server requires).
+fn write_psk(path: &Path, lines: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, lines).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// A random key, as `psktool` makes them (32 bytes, hex).
+fn random_key() -> String {
+    let out = run(Command::new("openssl").args(["rand", "-hex", "32"]));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The first `len` bytes of the export, read with nbdcopy.
+fn nbdcopy_head(uri: &str, len: usize) -> Vec<u8> {
+    let out = run(Command::new("nbdcopy").args([uri, "-"]));
+    out.stdout[..len].to_vec()
+}
+
+#[test]
+fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
+    if !need(&["openssl", "nbdinfo", "nbdcopy", "qemu-io"]) {
+        return;
+    }
+    let dir = temp_dir("psk");
+    let key = random_key();
+    let psk = dir.join("keys.psk");
+    write_psk(&psk, &format!("alice:{key}\ncarol:{}\n", random_key()));
+    // qemu's tls-creds-psk reads DIR/keys.psk.
+    let qemu_dir = dir.join("qemu");
+    std::fs::create_dir_all(&qemu_dir).unwrap();
+    write_psk(&qemu_dir.join("keys.psk"), &format!("alice:{key}\n"));
+    let served = Served::start_with(
+        &dir,
+        &[
+            "--tls".into(),
+            "require".into(),
+            "--tls-psk".into(),
+            psk.display().to_string(),
+        ],
+    );
+    let tcp = format!("127.0.0.1:{}", served.port);
+    let size = (32u64 << 20).to_string();
+
+    // Plain clients are refused; PSK clients are served, on TCP and Unix.
+    let err = nbdinfo_size(&format!("nbd://{tcp}/")).unwrap_err();
+    assert!(err.contains("requires TLS"), "{err}");
+    let uri = format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display());
+    assert_eq!(nbdinfo_size(&uri).unwrap(), size);
+    let creds = format!(
+        "tls-creds-psk,id=tls0,endpoint=client,dir={},username=alice",
+        qemu_dir.display()
+    );
+    let server = format!(
+        "server.type=inet,server.host=127.0.0.1,server.port={}",
+        served.port
+    );
+    let out = qemu_io_with(
+        &creds,
+        &server,
+        &["write -P 0x3a 0 8M", "flush", "read -P 0x3a 0 8M"],
+    )
+    .unwrap();
+    assert!(out.contains("read 8388608/8388608"), "{out}");
+    let unix = format!("server.type=unix,server.path={}", served.socket.display());
+    let out = qemu_io_with(&creds, &unix, &["read -P 0x3a 0 8M"]).unwrap();
+    assert!(out.contains("read 8388608/8388608"), "{out}");
+    // libnbd reads back, through PSK, what qemu wrote through PSK.
+    let data = nbdcopy_head(&uri, 8 << 20);
+    assert!(data.iter().all(|&b| b == 0x3a), "nbdcopy read other bytes");
+
+    // A wrong key for a known identity, and an identity not in the file,
+    // are refused by the handshake, and the log says which.
+    let wrong = dir.join("wrong.psk");
+    write_psk(&wrong, &format!("alice:{}\nmallory:{key}\n", random_key()));
+    let err = nbdinfo_size(&format!("nbds://alice@{tcp}/?tls-psk-file={}", wrong.display())).unwrap_err();
+    assert!(!err.is_empty());
+    let err = nbdinfo_size(&format!("nbds://mallory@{tcp}/?tls-psk-file={}", wrong.display())).unwrap_err();
+    assert!(!err.is_empty());
+    let wrong_dir = dir.join("qemu-wrong");
+    std::fs::create_dir_all(&wrong_dir).unwrap();
+    std::fs::copy(&wrong, wrong_dir.join("keys.psk")).unwrap();
+    let creds = format!(
+        "tls-creds-psk,id=tls0,endpoint=client,dir={},username=alice",
+        wrong_dir.display()
+    );
+    assert!(qemu_io_with(&creds, &server, &["read 0 4k"]).is_err());
+    let log = served.log_with(&[
+        "PSK identity `alice`: the client's key differs",
+        "PSK identity `mallory` is not in",
+    ]);
+    assert!(
+        log.contains("PSK identity `alice`: the client's key differs"),
+        "{log}"
+    );
+    assert!(
+        log.contains("PSK identity `mallory` is not in") && log.contains("keys.psk"),
+        "{log}"
+    );
+    served.stop();
+
+    // Certificates and PSK together: either kind of client is served.
+    let pki = dir.join("pki");
+    make_pki(&pki);
+    let served = Served::start_with(
+        &dir,
+        &[
+            "--tls".into(),
+            "require".into(),
+            "--tls-certificates".into(),
+            pki.display().to_string(),
+            "--tls-psk".into(),
+            psk.display().to_string(),
+        ],
+    );
+    let tcp = format!("127.0.0.1:{}", served.port);
+    assert_eq!(
+        nbdinfo_size(&format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display())).unwrap(),
+        size
+    );
+    assert_eq!(
+        nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", pki.display())).unwrap(),
+        size
+    );
+    served.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn malformed_or_exposed_psk_files_are_refused_at_start() {
+    let dir = temp_dir("psk-bad");
+    let psk = dir.join("keys.psk");
+    let refuse = |text: &str| {
+        write_psk(&psk, text);
+        let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+            .args([
+                "serve",
+                "--backend-size",
+                "32MiB",
+                "--cache-size",
+                "4MiB",
+                "--tls",
+                "on",
+                "--tls-psk",
+            ])
+            .arg(&psk)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let cases = [
+        ("alice:00112233\nbob:00zz\n", "line 2", "not hex"),
+        ("alice:00112233\nbob 0011\n", "line 2", "no `:`"),
+        ("alice:00112233\n\n:0011\n", "line 3", "empty identity"),
+        ("alice:00112233\nalice:0011\n", "line 2", "given twice"),
+        ("alice:001\n", "line 1", "odd number"),
+    ];
+    for (text, line, what) in cases {
+        let err = refuse(text);
+        assert!(
+            err.contains("--tls-psk") && err.contains(&format!("keys.psk, {line}")) && err.contains(what),
+            "{text:?}: {err}"
+        );
+    }
+    // Readable by others: refused, as ssh refuses such keys.
+    std::fs::write(&psk, "alice:00112233\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&psk, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args([
+            "serve",
+            "--backend-size",
+            "32MiB",
+            "--cache-size",
+            "4MiB",
+            "--tls",
+            "on",
+            "--tls-psk",
+        ])
+        .arg(&psk)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mode 0644") && err.contains("chmod 600"), "{err}");
+    // --tls-verify-peer needs the certificates directory (its CA).
+    write_psk(&psk, "alice:00112233\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args([
+            "serve",
+            "--backend-size",
+            "32MiB",
+            "--cache-size",
+            "4MiB",
+            "--tls",
+            "on",
+            "--tls-verify-peer",
+        ])
+        .arg("--tls-psk")
+        .arg(&psk)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--tls-verify-peer needs --tls-certificates"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A client certificate signed by the CA in `ca_dir`, with the CA's
+/// certificate, in `dir` as qemu and libnbd look for them.
+fn make_client_cert(dir: &Path, ca_dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::copy(ca_dir.join("ca-cert.pem"), dir.join("ca-cert.pem")).unwrap();
+    let ssl = |args: &[&str]| {
+        run(Command::new("openssl").args(args).current_dir(dir));
+    };
+    ssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "client-key.pem",
+        "-out",
+        "client.csr",
+        "-subj",
+        "/CN=iocache test client",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    let ca_cert = ca_dir.join("ca-cert.pem");
+    let ca_key = ca_dir.join("ca-key.pem");
+    ssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        ca_cert.to_str().unwrap(),
+        "-CAkey",
+        ca_key.to_str().unwrap(),
+        "-CAcreateserial",
+        "-out",
+        "client-cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+}
+
+#[test]
+fn verify_peer_requires_a_client_certificate_from_the_ca() {
+    if !need(&["openssl", "nbdinfo", "qemu-io"]) {
+        return;
+    }
+    let dir = temp_dir("verify-peer");
+    let pki = dir.join("pki");
+    make_pki(&pki);
+    // A client with a certificate from the server's CA; one with none (the
+    // CA only, to trust the server); one with a certificate from another CA
+    // of the same name (make_pki names every CA alike), which GnuTLS clients
+    // send, so that the server's own check refuses it.
+    let good = dir.join("client");
+    make_client_cert(&good, &pki);
+    let none = dir.join("anonymous");
+    std::fs::create_dir_all(&none).unwrap();
+    std::fs::copy(pki.join("ca-cert.pem"), none.join("ca-cert.pem")).unwrap();
+    let other_ca = dir.join("other-pki");
+    make_pki(&other_ca);
+    let stranger = dir.join("stranger");
+    make_client_cert(&stranger, &other_ca);
+    std::fs::copy(pki.join("ca-cert.pem"), stranger.join("ca-cert.pem")).unwrap();
+
+    // Clients with a key from the PSK file need no certificate.
+    let psk = dir.join("keys.psk");
+    write_psk(&psk, &format!("alice:{}\n", random_key()));
+    let served = Served::start_with(
+        &dir,
+        &[
+            "--tls".into(),
+            "require".into(),
+            "--tls-certificates".into(),
+            pki.display().to_string(),
+            "--tls-verify-peer".into(),
+            "--tls-psk".into(),
+            psk.display().to_string(),
+        ],
+    );
+    let tcp = format!("127.0.0.1:{}", served.port);
+    let server = format!(
+        "server.type=inet,server.host=127.0.0.1,server.port={}",
+        served.port
+    );
+    let x509 = |d: &Path| format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", d.display());
+
+    // Accepted: qemu-io and nbdinfo with a certificate from the CA.
+    let out = qemu_io_with(
+        &x509(&good),
+        &server,
+        &["write -P 0x77 0 4M", "read -P 0x77 0 4M"],
+    )
+    .unwrap();
+    assert!(out.contains("read 4194304/4194304"), "{out}");
+    assert_eq!(
+        nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", good.display())).unwrap(),
+        (32u64 << 20).to_string()
+    );
+    assert_eq!(
+        nbdinfo_size(&format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display())).unwrap(),
+        (32u64 << 20).to_string()
+    );
+    // Refused: no client certificate, or one from another CA.
+    let err = qemu_io_with(&x509(&none), &server, &["read 0 4k"]).unwrap_err();
+    assert!(!err.is_empty());
+    nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", none.display())).unwrap_err();
+    qemu_io_with(&x509(&stranger), &server, &["read 0 4k"]).unwrap_err();
+    nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", stranger.display())).unwrap_err();
+    let log = served.log_with(&["peer did not return a certificate", "certificate verify failed"]);
+    assert!(log.contains("peer did not return a certificate"), "{log}");
+    assert!(log.contains("certificate verify failed"), "{log}");
+    served.stop();
+
+    // Without --tls-verify-peer the anonymous client is served.
+    let served = Served::start(&dir, "require", &pki);
+    let tcp = format!("127.0.0.1:{}", served.port);
+    assert_eq!(
+        nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", none.display())).unwrap(),
+        (32u64 << 20).to_string()
+    );
+    served.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_config_file_takes_the_psk_file() {
+    if !need(&["nbdinfo", "openssl"]) {
+        return;
+    }
+    let dir = temp_dir("psk-config");
+    let psk = dir.join("keys.psk");
+    write_psk(&psk, &format!("alice:{}\n", random_key()));
+    std::fs::write(
+        dir.join("iocache.toml"),
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nsocket = \"iocache-data/iocache.sock\"\n\
+             tls = \"require\"\ntls_psk = \"{}\"\n\n[[volume]]\nexport = \"psk\"\n\
+             backend = \"iocache-data/b.img\"\nbackend_size = \"32MiB\"\n\
+             cache = \"iocache-data/c.img\"\ncache_size = \"4MiB\"\n",
+            psk.display()
+        ),
+    )
+    .unwrap();
+    let served = Served::start_serve(&dir, &["--config".into(), "iocache.toml".into()]);
+    let tcp = format!("127.0.0.1:{}", served.port);
+    assert_eq!(
+        nbdinfo_size(&format!("nbds://alice@{tcp}/psk?tls-psk-file={}", psk.display())).unwrap(),
+        (32u64 << 20).to_string()
+    );
+    served.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -63,4 +63,4 @@ pub use server::{
     ConnectionStream, ExportHandle, RunningServer, Server, ServerConfig, ServerError, ServerStats,
     ShutdownHandle,
 };
-pub use tls::{TlsError, TlsMode, TlsServer};
+pub use tls::{load_psk_file, parse_psk_file, PskKeys, TlsCredentials, TlsError, TlsMode, TlsServer};

@@ -1055,6 +1055,11 @@ pub trait ConnectionStream: Read + Write + Send + Sized {
         let _ = (tls, timeout);
         Err(io::Error::new(io::ErrorKind::Unsupported, "TLS needs a socket"))
     }
+
+    /// Who is at the other end, for the log ("a client" by default).
+    fn peer_name(&self) -> String {
+        "a client".into()
+    }
 }
 
 impl ConnectionStream for TcpStream {
@@ -1073,6 +1078,10 @@ impl ConnectionStream for TcpStream {
     fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
         crate::tls::upgrade(self, tls, timeout)
     }
+    fn peer_name(&self) -> String {
+        self.peer_addr()
+            .map_or_else(|_| "a TCP client".into(), |a| a.to_string())
+    }
 }
 
 impl ConnectionStream for UnixStream {
@@ -1090,6 +1099,9 @@ impl ConnectionStream for UnixStream {
     }
     fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
         crate::tls::upgrade(self, tls, timeout)
+    }
+    fn peer_name(&self) -> String {
+        "a Unix socket client".into()
     }
 }
 
@@ -1110,6 +1122,12 @@ impl ConnectionStream for Stream {
         match self {
             Stream::Tcp(s) => crate::tls::upgrade(s, tls, timeout),
             Stream::Unix(s) => crate::tls::upgrade(s, tls, timeout),
+        }
+    }
+    fn peer_name(&self) -> String {
+        match self {
+            Stream::Tcp(s) => s.peer_name(),
+            Stream::Unix(s) => s.peer_name(),
         }
     }
 }
@@ -1287,9 +1305,14 @@ fn serve_connection<S: ConnectionStream>(
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             // The TLS handshake, then the rest of the options inside TLS,
             // over the plaintext end of the relay (see tls.rs).
-            let Ok(mut plain) = hs.start_tls(tls, left) else {
-                shared.stats.tls_failures.fetch_add(1, Ordering::Relaxed);
-                return;
+            let peer = hs.peer_name();
+            let mut plain = match hs.start_tls(tls, left) {
+                Ok(plain) => plain,
+                Err(e) => {
+                    shared.stats.tls_failures.fetch_add(1, Ordering::Relaxed);
+                    log::warn!("TLS handshake with {peer} failed: {e}");
+                    return;
+                }
             };
             let _ = plain.set_read_timeout(shared.config.handshake_timeout);
             let second = negotiate_tls(
