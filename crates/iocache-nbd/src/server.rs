@@ -157,8 +157,8 @@ pub struct ServerConfig {
     /// Default 16, a quarter of `max_connections`: at least four peers are
     /// needed to fill a listener, so one client that reconnects as fast as
     /// it is evicted can no longer take every place; and 16 is more than
-    /// one legitimate client opens (qemu and nbdcopy use at most 4 to 16
-    /// connections to one export with multi-conn).
+    /// one legitimate client opens (nbdcopy, a multi-conn client, opens 4
+    /// by default).
     pub max_connections_per_peer: usize,
     /// Connections of one peer in the handshake at once on each listener
     /// (at most `max_handshakes` and `max_connections_per_peer`); one more
