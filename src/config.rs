@@ -109,7 +109,7 @@ pub struct ServeConfig {
     /// default (16 of the 64).
     pub max_connections_per_peer: Option<usize>,
     /// Connections one peer may have in the handshake at once on each
-    /// listener; `None`: the server's default (4 of the 16).
+    /// listener; `None`: the server's default (16, the listener's own limit).
     pub max_handshakes_per_peer: Option<usize>,
     /// Directories under which `iocache ctl attach` may open (or create)
     /// backend files; none: only NBD backends can be attached.

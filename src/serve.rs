@@ -200,7 +200,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     max_connections_per_peer: Option<usize>,
     /// Connections one peer may have in the NBD handshake at once on each listener (of its 16);
-    /// one more closes the peer's own oldest handshake [default: 4].
+    /// one more closes the peer's own oldest handshake [default: 16].
     #[arg(long, value_name = "N")]
     max_handshakes_per_peer: Option<usize>,
     /// A directory under which `iocache ctl attach` may open or create backend files

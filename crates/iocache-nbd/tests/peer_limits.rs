@@ -492,3 +492,35 @@ fn a_peer_at_its_limit_is_refused_and_churns_only_its_own_handshakes() {
     drop(held);
     server.shutdown();
 }
+
+/// With 4 handshakes per peer (the first default), `fio --ioengine=nbd
+/// --numjobs=8` lost jobs: its connections' handshakes all start at once,
+/// and the fifth evicted the first. With the defaults, 16 clients of one
+/// user connecting at once are all served.
+#[test]
+fn sixteen_clients_of_one_user_connecting_at_once_are_all_served() {
+    let server = start("burst", mem(1 << 20));
+    let path = server.unix_path().unwrap().to_path_buf();
+    let barrier = Arc::new(std::sync::Barrier::new(16));
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let (path, barrier) = (path.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut c = Client::connect_unix(&path, &probe_options()).ok()?;
+                // Every connection stays open until all have read.
+                let mut buf = [0u8; 4096];
+                c.read(0, &mut buf).ok()?;
+                Some(c)
+            })
+        })
+        .collect();
+    let served = clients
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .filter(Option::is_some)
+        .count();
+    let stats = server.shutdown();
+    assert_eq!(served, 16, "{stats:?}");
+    assert_eq!(stats.evicted_connections + stats.refused_per_peer, 0, "{stats:?}");
+}
