@@ -80,8 +80,7 @@ fn idle_handshakes_do_not_lock_out_new_clients_on_either_listener() {
     idle_unix[0]
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();
-    // (Evicted so early, by the limit of handshakes per peer, that it may
-    // not even have had the greeting.)
+    // (Evicted so early that it may not even have had the greeting.)
     assert!(
         closed_within(&mut idle_unix[0], Duration::from_secs(2)).is_some(),
         "the oldest handshake was evicted"

@@ -475,13 +475,17 @@ fn a_peer_at_its_limit_is_refused_and_churns_only_its_own_handshakes() {
     );
     assert_eq!(server.stats().evicted_connections, 2);
     drop(mine);
-    // Two in transmission: the peer is at its limit, nothing to evict.
-    let held: Vec<Client> = (0..2)
-        .map(|_| Client::connect_tcp(addr, &probe_options()).unwrap())
+    // Two in transmission: the peer is at its limit, nothing to evict. The
+    // server marks a connection as in transmission just after its client
+    // has the reply to NBD_OPT_GO: until then it is a handshake, which the
+    // next connection of the peer (at one handshake) would evict.
+    let held: Vec<Client> = (1..=2)
+        .map(|n| {
+            let c = Client::connect_tcp(addr, &probe_options()).unwrap();
+            wait_for(&server, "in transmission", |s| s.transmissions == n);
+            c
+        })
         .collect();
-    // The server marks a connection as in transmission just after its
-    // client has the reply to NBD_OPT_GO.
-    wait_for(&server, "two in transmission", |s| s.transmissions == 2);
     assert!(!served(Client::connect_tcp(addr, &probe_options())));
     assert_eq!(server.stats().refused_per_peer, 1);
     assert_eq!(server.stats().refused_connections, 0);
