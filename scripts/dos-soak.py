@@ -20,6 +20,21 @@ admin socket) and runs, for --duration seconds, all at once:
 Attackers reopen a connection the server closed after --reconnect-delay
 seconds (0 turns every attack into a connection flood).
 
+The server limits connections per peer (a user id on the Unix socket, an
+address on TCP), so by default the attackers and the probes are one peer,
+the probing client's. To attack as someone else:
+
+- --attacker-uid UID runs the NBD attacks (idle, slowloris, unread) in a
+  child process with that user and group id (as root only); the server is
+  started with --socket-group UID and its directory made traversable, so
+  that user may connect. The admin attacks stay the server owner's (the
+  admin socket is 0600).
+- --attacker-source ADDR (repeatable) binds the TCP attackers' sockets to
+  these local addresses in turn (127.0.0.2, 127.0.0.3: all of 127/8 is
+  loopback on Linux); probes come from 127.0.0.1.
+- --serve-arg ARG (repeatable) appends ARG to the server's command line
+  (e.g. --serve-arg=--max-connections-per-peer --serve-arg=8).
+
 Every --probe seconds a fresh client connects on each listener, negotiates
 and reads 4 KiB, and `stats` is asked on the admin socket; each probe is
 counted as served or not, with its latency. Every half second the server's
@@ -28,6 +43,8 @@ prints the peak RSS (VmHWM), the peak thread count and the probe results,
 and stops the server with SIGTERM.
 
     scripts/dos-soak.py --duration 60
+    scripts/dos-soak.py --duration 30 --reconnect-delay 0 \
+        --attacker-uid 65534 --attacker-source 127.0.0.2
     CARGO_TARGET_DIR=... scripts/dos-soak.py --binary path/to/iocache
 
 The binary defaults to $CARGO_TARGET_DIR/release/iocache (target/ without
@@ -35,6 +52,9 @@ it); build it first with `cargo build --release`.
 """
 
 import argparse
+# Loaded now: --attacker-uid's child drops to a user that may not be able
+# to read the Python library, and connecting to a host name needs it.
+import encodings.idna  # noqa: F401
 import json
 import os
 import re
@@ -97,10 +117,23 @@ def read_request(handle, offset, length):
 
 
 class Target:
-    def __init__(self, unix_path, tcp_addr, admin_path):
+    def __init__(self, unix_path, tcp_addr, admin_path, sources=None):
         self.unix_path = unix_path
         self.tcp_addr = tcp_addr
         self.admin_path = admin_path
+        # Local addresses TCP connections are bound to, in turn (none: the
+        # system's choice).
+        self.sources = list(sources or [])
+        self.next_source = 0
+        self.lock = threading.Lock()
+
+    def source(self):
+        if not self.sources:
+            return None
+        with self.lock:
+            addr = self.sources[self.next_source % len(self.sources)]
+            self.next_source += 1
+        return (addr, 0)
 
     def connect(self, family, timeout=5.0):
         if family == "unix":
@@ -108,7 +141,7 @@ class Target:
             s.settimeout(timeout)
             s.connect(self.unix_path)
         else:
-            s = socket.create_connection(self.tcp_addr, timeout=timeout)
+            s = socket.create_connection(self.tcp_addr, timeout=timeout, source_address=self.source())
         return s
 
 
@@ -314,8 +347,16 @@ def main():
     ap.add_argument("--probe", type=float, default=2.0, help="seconds between fresh-client probes")
     ap.add_argument("--reconnect-delay", type=float, default=1.0,
                     help="seconds before an attacker reopens a connection the server closed (0: at once, a flood)")
+    ap.add_argument("--attacker-uid", type=int,
+                    help="run the NBD attackers as this user and group id (needs root)")
+    ap.add_argument("--attacker-source", action="append", default=[],
+                    help="local address the TCP attackers connect from (repeatable)")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="one more argument for iocache serve (repeatable)")
     ap.add_argument("--keep", action="store_true", help="keep the server's directory")
     args = ap.parse_args()
+    if args.attacker_uid is not None and os.geteuid() != 0:
+        sys.exit("--attacker-uid needs root")
     global RECONNECT_DELAY
     RECONNECT_DELAY = args.reconnect_delay
 
@@ -333,6 +374,12 @@ def main():
         "--socket", p("nbd.sock"), "--admin-socket", p("admin.sock"),
         "--listen", "127.0.0.1:0",
     ]
+    if args.attacker_uid is not None:
+        # The attackers' user must reach the socket: through its group,
+        # and a directory others may traverse.
+        cmd += ["--socket-group", str(args.attacker_uid)]
+        os.chmod(work, 0o711)
+    cmd += args.serve_arg
     print("server:", " ".join(cmd), flush=True)
     log = open(p("server.log"), "w+")
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -346,8 +393,49 @@ def main():
     if tcp_addr is None:
         server.kill()
         sys.exit("the server did not start; see " + p("server.log"))
-    threading.Thread(target=lambda: [None for _ in server.stdout], daemon=True).start()
     target = Target(p("nbd.sock"), tcp_addr, p("admin.sock"))
+    attack_target = Target(p("nbd.sock"), tcp_addr, p("admin.sock"), args.attacker_source)
+
+    def nbd_attacks(spawn, stop, counters):
+        for family in ("tcp", "unix"):
+            for _ in range(args.idle):
+                spawn(idle_worker, attack_target, family, stop, counters)
+            for _ in range(args.slowloris):
+                spawn(slowloris_worker, attack_target, family, stop, counters, args.trickle)
+        for _ in range(args.unread):
+            spawn(unread_worker, attack_target, stop, counters, args.reads, args.read_size, export_size)
+
+    # Another user's attackers: a child forked before any thread exists,
+    # which drops to that user, attacks until the parent closes `stop_w`,
+    # then writes its counters to `out_w`.
+    attacker_pid = None
+    if args.attacker_uid is not None:
+        stop_r, stop_w = os.pipe()
+        out_r, out_w = os.pipe()
+        attacker_pid = os.fork()
+        if attacker_pid == 0:
+            try:
+                os.close(stop_w)
+                os.close(out_r)
+                os.setgroups([])
+                os.setgid(args.attacker_uid)
+                os.setuid(args.attacker_uid)
+                child_stop = threading.Event()
+                child_counters = Counters()
+
+                def child_spawn(fn, *a):
+                    threading.Thread(target=fn, args=a, daemon=True).start()
+
+                nbd_attacks(child_spawn, child_stop, child_counters)
+                os.read(stop_r, 1)
+                child_stop.set()
+                os.write(out_w, json.dumps(child_counters.values).encode())
+            finally:
+                os._exit(0)
+        os.close(stop_r)
+        os.close(out_w)
+
+    threading.Thread(target=lambda: [None for _ in server.stdout], daemon=True).start()
     base = proc_status(server.pid)
     print(f"server pid {server.pid}, tcp {tcp_addr[0]}:{tcp_addr[1]}; at rest: "
           f"RSS {base.get('VmRSS', 0) // 1024} MiB, {base.get('Threads', 0)} threads", flush=True)
@@ -362,17 +450,15 @@ def main():
         t.start()
         threads.append(t)
 
-    for family in ("tcp", "unix"):
-        for _ in range(args.idle):
-            spawn(idle_worker, target, family, stop, counters)
-        for _ in range(args.slowloris):
-            spawn(slowloris_worker, target, family, stop, counters, args.trickle)
-    for _ in range(args.unread):
-        spawn(unread_worker, target, stop, counters, args.reads, args.read_size, export_size)
+    if attacker_pid is None:
+        nbd_attacks(spawn, stop, counters)
     for _ in range(args.admin):
         spawn(admin_idle_worker, target, stop, counters)
     spawn(admin_long_line_worker, target, stop, counters)
-    print(f"attack: {args.idle} idle + {args.slowloris} slowloris per listener, "
+    who = f"as uid {args.attacker_uid}" if attacker_pid else "as this user"
+    if args.attacker_source:
+        who += ", TCP from " + " ".join(args.attacker_source)
+    print(f"attack ({who}): {args.idle} idle + {args.slowloris} slowloris per listener, "
           f"{args.unread} x {args.reads} unread {args.read_size >> 20} MiB reads, "
           f"{args.admin} idle admin connections + a 1 MiB admin line a second, "
           f"for {args.duration:.0f} s", flush=True)
@@ -397,6 +483,17 @@ def main():
         time.sleep(0.5)
     final = proc_status(server.pid)
     stop.set()
+    if attacker_pid is not None:
+        os.close(stop_w)
+        chunks = []
+        while True:
+            chunk = os.read(out_r, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.waitpid(attacker_pid, 0)
+        for key, n in json.loads(b"".join(chunks) or b"{}").items():
+            counters.add(key, n)
 
     print()
     print(f"peak RSS (VmHWM): {final.get('VmHWM', 0) / 1024:.0f} MiB "

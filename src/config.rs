@@ -109,6 +109,13 @@ pub struct ServeConfig {
     /// A group whose members may connect to the NBD Unix socket (mode
     /// 0660 then); none: the socket is its owner's only (0600).
     pub socket_group: Option<String>,
+    /// Connections one peer (a user on the Unix socket, an address or an
+    /// IPv6 /64 on TCP) may hold on each listener; `None`: the server's
+    /// default (16 of the 64).
+    pub max_connections_per_peer: Option<usize>,
+    /// Connections one peer may have in the handshake at once on each
+    /// listener; `None`: the server's default (16, the listener's own limit).
+    pub max_handshakes_per_peer: Option<usize>,
     /// Directories under which `iocache ctl attach` may open (or create)
     /// backend files; none: only NBD backends can be attached.
     pub attach_dirs: Vec<PathBuf>,
@@ -528,6 +535,8 @@ struct ServerText {
     metrics: Option<String>,
     pid_file: Option<PathBuf>,
     socket_group: Option<String>,
+    max_connections_per_peer: Option<usize>,
+    max_handshakes_per_peer: Option<usize>,
     #[serde(default)]
     attach_dirs: Vec<PathBuf>,
     tls: Option<String>,
@@ -890,6 +899,8 @@ impl ServeConfig {
             tls_psk: file.server.tls_psk,
             tls_verify_peer: file.server.tls_verify_peer,
             socket_group: file.server.socket_group,
+            max_connections_per_peer: file.server.max_connections_per_peer,
+            max_handshakes_per_peer: file.server.max_handshakes_per_peer,
             attach_dirs: file.server.attach_dirs,
             private_dir: None,
             volumes,
@@ -918,6 +929,29 @@ impl ServeConfig {
     pub fn check(self) -> Result<ServeConfig> {
         if self.socket.is_none() && self.listen.is_none() {
             bail!("no listener: give a Unix socket and/or a TCP address");
+        }
+        let server = iocache_nbd::ServerConfig::default();
+        let limits = [
+            (
+                "max_connections_per_peer",
+                self.max_connections_per_peer,
+                server.max_connections,
+                "connections",
+            ),
+            (
+                "max_handshakes_per_peer",
+                self.max_handshakes_per_peer,
+                server.max_handshakes,
+                "handshakes",
+            ),
+        ];
+        for (key, value, most, what) in limits {
+            if let Some(n) = value.filter(|n| !(1..=most).contains(n)) {
+                bail!(
+                    "{}: {n} is not between 1 and {most} (the {what} a listener serves at once)",
+                    self.origin.server_key(key)
+                );
+            }
         }
         let mut exports: HashSet<&str> = HashSet::new();
         // Every file a volume opens: normalized path -> (volume, role).
@@ -1034,6 +1068,35 @@ direct = true
         let c = ServeConfig::from_file(Path::new(path)).unwrap();
         assert!(c.volumes.len() >= 2, "{c:?}");
         assert!(c.socket.is_some() && c.listen.is_some() && c.admin_socket.is_some());
+    }
+
+    #[test]
+    fn limits_per_peer_are_read_and_checked() {
+        let with = |keys: &str| TWO.replace("admin_socket =", &format!("{keys}\nadmin_socket ="));
+        let c = ServeConfig::from_toml_str(
+            &with("max_connections_per_peer = 8\nmax_handshakes_per_peer = 2"),
+            "conf.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.max_connections_per_peer, c.max_handshakes_per_peer),
+            (Some(8), Some(2))
+        );
+        let c = ServeConfig::from_toml_str(TWO, "conf.toml").unwrap();
+        assert_eq!(
+            (c.max_connections_per_peer, c.max_handshakes_per_peer),
+            (None, None)
+        );
+        let e = err(&with("max_connections_per_peer = 0"));
+        assert!(
+            e.contains("server.max_connections_per_peer: 0 is not between 1 and 64"),
+            "{e}"
+        );
+        let e = err(&with("max_handshakes_per_peer = 17"));
+        assert!(
+            e.contains("server.max_handshakes_per_peer: 17 is not between 1 and 16"),
+            "{e}"
+        );
     }
 
     #[test]

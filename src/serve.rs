@@ -49,7 +49,7 @@ pub struct ServeArgs {
         "persistence", "read_only", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
-        "tls_psk", "tls_verify_peer",
+        "tls_psk", "tls_verify_peer", "max_connections_per_peer", "max_handshakes_per_peer",
     ])]
     config: Option<PathBuf>,
     /// Backend: a file or block device, or a remote NBD export
@@ -205,6 +205,15 @@ pub struct ServeArgs {
     /// then given to the group with mode 0660 (0600, its owner's only, without it).
     #[arg(long, value_name = "GROUP")]
     socket_group: Option<String>,
+    /// Connections one peer may hold at once on each listener (of its 64); one more first closes
+    /// the peer's own oldest handshake, else it is refused. A peer is a user id on the Unix
+    /// socket, an IPv4 address or an IPv6 /64 on TCP [default: 16].
+    #[arg(long, value_name = "N")]
+    max_connections_per_peer: Option<usize>,
+    /// Connections one peer may have in the NBD handshake at once on each listener (of its 16);
+    /// one more closes the peer's own oldest handshake [default: 16].
+    #[arg(long, value_name = "N")]
+    max_handshakes_per_peer: Option<usize>,
     /// A directory under which `iocache ctl attach` may open or create backend files
     /// (repeatable) [default: ./iocache-data when it is the data directory; none otherwise: only
     /// NBD backends can be attached].
@@ -645,13 +654,20 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
             config.origin.server_key("tls")
         );
     }
+    let defaults = ServerConfig::default();
     let mut server = Server::new(ServerConfig {
         tls,
         unix_socket: config.socket.clone(),
         unix_socket_mode: if socket_group.is_some() { 0o660 } else { 0o600 },
         unix_socket_group: socket_group,
         tcp: config.listen,
-        ..ServerConfig::default()
+        max_connections_per_peer: config
+            .max_connections_per_peer
+            .unwrap_or(defaults.max_connections_per_peer),
+        max_handshakes_per_peer: config
+            .max_handshakes_per_peer
+            .unwrap_or(defaults.max_handshakes_per_peer),
+        ..defaults
     });
     if let Err(e) = server.bind() {
         let key = match e {
@@ -1062,6 +1078,8 @@ impl ServeArgs {
                 .transpose()?,
             pid_file: self.pid_file,
             socket_group: self.socket_group,
+            max_connections_per_peer: self.max_connections_per_peer,
+            max_handshakes_per_peer: self.max_handshakes_per_peer,
             tls: self.tls.parse().map_err(|e| anyhow!("--tls: {e}"))?,
             tls_certificates: self.tls_certificates,
             tls_psk: self.tls_psk,

@@ -832,6 +832,45 @@ fn a_block_device_is_claimed_exclusively() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--max-connections-per-peer` reaches the server: with 2, a third
+/// connection of the same user is closed while two are served, and one
+/// more is served once one of them hangs up; out of range, the start is
+/// refused naming the flag.
+#[test]
+fn the_connection_limit_per_peer_is_a_flag() {
+    let dir = temp_dir("perpeer");
+    let mut a = args(&dir, "a", "backend.img", "cache.img");
+    a.extend(["--max-connections-per-peer".into(), "0".into()]);
+    let err = refused(&a);
+    assert!(
+        err.contains("--max-connections-per-peer: 0 is not between 1 and 64"),
+        "{err}"
+    );
+    let mut a = args(&dir, "a", "backend.img", "cache.img");
+    a.extend(["--max-connections-per-peer".into(), "2".into()]);
+    let server = Server::start(&dir, "a", &a);
+    // The readiness probe's connection is gone before counting.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut first = server.client();
+    let second = server.client();
+    // Marked as in transmission just after the client has its reply.
+    std::thread::sleep(Duration::from_millis(100));
+    let mut buf = vec![0u8; 4096];
+    let third = server.connect_once().map(|mut c| c.read(0, &mut buf).is_ok());
+    assert_ne!(
+        third,
+        Some(true),
+        "a third connection of the same user is refused"
+    );
+    first.read(0, &mut buf).unwrap();
+    drop(second);
+    std::thread::sleep(Duration::from_millis(300));
+    server.client().read(0, &mut buf).unwrap();
+    drop(first);
+    assert!(server.stop().status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The NBD socket is shared with a group only when asked (`--socket-group`):
 /// then 0660 and that group's; an unknown group is refused by name.
 #[test]

@@ -48,6 +48,7 @@ pub mod export;
 pub mod fuzzing;
 pub mod handshake;
 pub mod listen;
+pub mod peer;
 pub mod proto;
 pub mod server;
 pub mod tls;
@@ -58,6 +59,7 @@ pub use client::{
 pub use export::{Export, ExportError, ExportLookup, Exports, MemExport};
 pub use handshake::{HandshakeError, Negotiated, NegotiationLimits};
 pub use listen::{bind_unix_socket, BoundUnixSocket, ListenError, SocketFileRemover};
+pub use peer::Peer;
 pub use proto::{CmdFlags, Command, ProtoError, Request, RequestHeader};
 pub use server::{
     ConnectionStream, ExportHandle, RunningServer, Server, ServerConfig, ServerError, ServerStats,

@@ -57,6 +57,18 @@
 //!   when their listener is full: they hold no request, so nothing a
 //!   client was told is lost, and clients that reconnect (qemu, nbdkit)
 //!   reconnect on their next request.
+//! - **Connections per peer.** A peer (the client's user id on the Unix
+//!   socket, its IPv4 address or IPv6 /64 on TCP: `peer.rs`) may hold at
+//!   most `max_connections_per_peer` places of a listener and
+//!   `max_handshakes_per_peer` handshakes. Past either, a new connection
+//!   of the peer displaces one of the peer's own (its oldest handshake,
+//!   or as above its idle or stalled connection) or is closed before the
+//!   greeting ([`ServerStats::refused_per_peer`]); it never takes another
+//!   peer's place. A full listener evicts the oldest handshake *of the
+//!   peer holding the most places*, not the oldest of all. So one client
+//!   reconnecting as fast as it is evicted (the DoS soak with no
+//!   reconnect delay) holds at most its share, and a client of another
+//!   peer always finds a place.
 //! - **Threads.** A thread that cannot be created (the connection's, or a
 //!   worker) never panics: the connection is closed (or served by the
 //!   workers that could be created), counted in
@@ -79,6 +91,7 @@ use thiserror::Error;
 use crate::export::{validate_block_sizes, Export, ExportError, ExportLookup, Exports};
 use crate::handshake::{negotiate_tls, Haggle, HandshakeError, Negotiated, Negotiation, NegotiationLimits};
 use crate::listen::{bind_unix_socket, ListenError, SocketFileRemover};
+use crate::peer::Peer;
 use crate::proto::*;
 use crate::tls::{TlsMode, TlsServer};
 
@@ -130,8 +143,38 @@ pub struct ServerConfig {
     /// closed.
     pub max_connections: usize,
     /// Connections of one listener in the handshake at once (at most
-    /// `max_connections`); one more evicts the oldest.
+    /// `max_connections`); one more evicts the oldest, taken from the peer
+    /// holding the most places.
     pub max_handshakes: usize,
+    /// Connections one peer (a user on the Unix socket, an IPv4 address or
+    /// an IPv6 /64 on TCP: see `peer.rs`) may hold at once on each
+    /// listener (at most `max_connections`). One more first closes the
+    /// peer's own oldest handshake (or, as on a full listener, its own
+    /// idle or stalled connection); if the peer has none, it is closed at
+    /// once, before the greeting, and counted in
+    /// [`ServerStats::refused_per_peer`].
+    ///
+    /// Default 16, a quarter of `max_connections`: at least four peers are
+    /// needed to fill a listener, so one client that reconnects as fast as
+    /// it is evicted can no longer take every place; and 16 is more than
+    /// one client usually opens (nbdcopy, a multi-conn client, opens 4 by
+    /// default). Raise it when many clients run as one user: libvirt runs
+    /// every virtual machine's qemu as the same user.
+    pub max_connections_per_peer: usize,
+    /// Connections of one peer in the handshake at once on each listener
+    /// (at most `max_handshakes` and `max_connections_per_peer`); one more
+    /// evicts the peer's own oldest handshake, never another peer's.
+    ///
+    /// Default 16, no tighter than `max_handshakes`: clients open their
+    /// connections at once (`fio --ioengine=nbd --numjobs=16`, as
+    /// scripts/bench-engine.py runs it, makes 16 handshakes at once from
+    /// one user; with 4 here, `--numjobs=8` already lost jobs whose
+    /// handshakes were evicted). Other peers need no tighter limit: a full
+    /// listener evicts the handshakes of the peer holding the most places,
+    /// which is the flooding peer, and a peer at
+    /// `max_connections_per_peer` only evicts its own. Lower it to keep a
+    /// peer from using the whole handshake budget for a moment.
+    pub max_handshakes_per_peer: usize,
     /// On a full listener, a transmission connection with no request in
     /// flight for at least this long may be closed to make room for a new
     /// one (the one idle longest). `None`: never.
@@ -171,6 +214,8 @@ impl Default for ServerConfig {
             max_total_inflight_bytes: DEFAULT_MAX_TOTAL_INFLIGHT_BYTES,
             max_connections: 64,
             max_handshakes: 16,
+            max_connections_per_peer: 16,
+            max_handshakes_per_peer: 16,
             idle_eviction: Some(Duration::from_secs(60)),
             handshake_timeout: Some(Duration::from_secs(30)),
             reply_timeout: Some(Duration::from_secs(60)),
@@ -224,6 +269,10 @@ pub struct ServerStats {
     pub peak_inflight_bytes: u64,
     /// Connections closed on accept because their listener was full.
     pub refused_connections: u64,
+    /// Connections closed on accept because their peer held
+    /// `max_connections_per_peer` places on the listener, none of which
+    /// could be given up (not counted in `refused_connections`).
+    pub refused_per_peer: u64,
     /// Connections closed to make room for a new one (handshaking or idle).
     pub evicted_connections: u64,
     /// Handshakes closed because they did not finish in time.
@@ -307,6 +356,15 @@ impl Server {
             .max_total_inflight_bytes
             .max(config.limits.max_payload as usize);
         config.max_handshakes = config.max_handshakes.max(1).min(config.max_connections.max(1));
+        config.max_connections_per_peer = config
+            .max_connections_per_peer
+            .max(1)
+            .min(config.max_connections.max(1));
+        config.max_handshakes_per_peer = config
+            .max_handshakes_per_peer
+            .max(1)
+            .min(config.max_handshakes)
+            .min(config.max_connections_per_peer);
         // A zero socket timeout is refused by the system.
         config.stall_timeout = config.stall_timeout.max(Duration::from_millis(1));
         Ok(config)
@@ -662,6 +720,8 @@ struct Entry {
     /// A clone of the connection's stream, to stop its reads or close it.
     stream: Stream,
     family: Family,
+    /// Who it comes from (see `peer.rs`), for the limits per peer.
+    peer: Peer,
     accepted: Instant,
     /// The export, once in the transmission phase; `None` in the handshake.
     export: Option<String>,
@@ -686,60 +746,147 @@ impl Activity {
     }
 }
 
+/// What [`Conns::make_room`] decided for a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// It may be served (a connection may have been closed for it).
+    Made,
+    /// Its listener is full and nothing could be closed.
+    ListenerFull,
+    /// Its peer holds all the places it may, none of which can be closed.
+    PeerFull,
+}
+
+/// Which connections a new one may displace (see [`Conns::victim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Victims {
+    /// Handshakes only.
+    Handshakes,
+    /// Handshakes, then idle, then stalled transmission connections.
+    Any,
+}
+
 impl Conns {
-    /// Makes room for one more connection on `family`'s listener if its
-    /// budget allows (see the module doc: the oldest handshake, then the
-    /// longest-idle transmission connection idle at least `idle_eviction`,
-    /// is closed); false if the new connection must be refused.
-    fn make_room(&mut self, family: Family, shared: &Shared) -> bool {
+    /// The live (not evicted) connections of `family`'s listener.
+    fn live(&self, family: Family) -> impl Iterator<Item = (&u64, &Entry)> {
+        self.entries
+            .iter()
+            .filter(move |(_, e)| e.family == family && !e.evicted)
+    }
+
+    /// Makes room for one more connection from `peer` on `family`'s
+    /// listener if the budgets allow (see the module doc):
+    ///
+    /// 1. A peer at `max_handshakes_per_peer` loses its own oldest
+    ///    handshake; a peer at `max_connections_per_peer` loses its own
+    ///    oldest handshake, or idle or stalled connection, or the new
+    ///    connection is refused ([`Room::PeerFull`]). A peer over its
+    ///    limits never takes a place from another peer.
+    /// 2. A listener at `max_handshakes` or `max_connections` closes the
+    ///    oldest handshake of the peer holding the most places on it, then
+    ///    the transmission connection idle longest (at least
+    ///    `idle_eviction`), then the one stalled longest (at least
+    ///    `stall_timeout`); else the new connection is refused
+    ///    ([`Room::ListenerFull`]).
+    fn make_room(&mut self, family: Family, peer: Peer, shared: &Shared) -> Room {
         let config = &shared.config;
-        let live = || {
-            self.entries
-                .iter()
-                .filter(move |(_, e)| e.family == family && !e.evicted)
-        };
-        let handshaking = live().filter(|(_, e)| e.export.is_none()).count();
-        let total = live().count();
-        if handshaking < config.max_handshakes && total < config.max_connections {
-            return true;
+        let mine = |e: &Entry| e.peer == peer;
+        let peer_total = self.live(family).filter(|(_, e)| mine(e)).count();
+        let peer_handshakes = self
+            .live(family)
+            .filter(|(_, e)| mine(e) && e.export.is_none())
+            .count();
+        if peer_handshakes >= config.max_handshakes_per_peer || peer_total >= config.max_connections_per_peer
+        {
+            let which = if peer_handshakes >= config.max_handshakes_per_peer {
+                Victims::Handshakes
+            } else {
+                Victims::Any
+            };
+            match self.victim(family, Some(peer), which, shared) {
+                Some(id) => self.evict(id, shared),
+                None => return Room::PeerFull,
+            }
         }
-        let oldest_handshake = live()
+        let handshaking = self.live(family).filter(|(_, e)| e.export.is_none()).count();
+        let total = self.live(family).count();
+        if handshaking < config.max_handshakes && total < config.max_connections {
+            return Room::Made;
+        }
+        match self.victim(family, None, Victims::Any, shared) {
+            // One out, one in: a listener over its handshake budget (after
+            // a change of configuration, say) loses one per new connection.
+            Some(id) => {
+                self.evict(id, shared);
+                Room::Made
+            }
+            None => Room::ListenerFull,
+        }
+    }
+
+    /// The connection of `family`'s listener (of `only` if given) that a
+    /// new one may displace: the oldest handshake of the peer holding the
+    /// most places on the listener; else (with [`Victims::Any`]) the
+    /// transmission connection with nothing in flight idle longest, if that
+    /// is at least `idle_eviction`; else the one whose requests in flight
+    /// have made no progress for longest, if that is at least
+    /// `stall_timeout`.
+    fn victim(&self, family: Family, only: Option<Peer>, which: Victims, shared: &Shared) -> Option<u64> {
+        let config = &shared.config;
+        let candidates = || {
+            self.live(family)
+                .filter(move |(_, e)| only.is_none_or(|p| e.peer == p))
+        };
+        let mut places: HashMap<Peer, usize> = HashMap::new();
+        for (_, e) in self.live(family) {
+            *places.entry(e.peer).or_default() += 1;
+        }
+        // Fairness: the biggest peer's handshake goes first, so a peer
+        // holding few places is not the one a flood from another peer
+        // keeps evicting; among equals, the oldest handshake.
+        let handshake = candidates()
             .filter(|(_, e)| e.export.is_none())
-            .min_by_key(|(_, e)| e.accepted)
+            .max_by_key(|(_, e)| {
+                (
+                    places.get(&e.peer).copied().unwrap_or(0),
+                    std::cmp::Reverse(e.accepted),
+                )
+            })
             .map(|(id, _)| *id);
+        if handshake.is_some() || which == Victims::Handshakes {
+            return handshake;
+        }
         let now = shared.now_ms();
         let quiet_ms = |e: &Entry| now.saturating_sub(e.activity.last_ms.load(Ordering::SeqCst));
-        let victim = oldest_handshake
-            .or_else(|| {
-                let min_idle = config.idle_eviction?;
-                live()
-                    .filter(|(_, e)| e.export.is_some() && e.activity.in_flight.load(Ordering::SeqCst) == 0)
-                    .map(|(id, e)| (*id, quiet_ms(e)))
-                    .filter(|(_, idle)| *idle >= min_idle.as_millis() as u64)
-                    .max_by_key(|(_, idle)| *idle)
-                    .map(|(id, _)| id)
-            })
-            .or_else(|| {
-                // A connection with requests in flight that has neither read
-                // a request nor finished a reply for `stall_timeout` (a
-                // client that stopped reading its replies): closing it loses
-                // nothing its client was told was done.
-                live()
-                    .filter(|(_, e)| e.export.is_some() && e.activity.in_flight.load(Ordering::SeqCst) > 0)
-                    .map(|(id, e)| (*id, quiet_ms(e)))
-                    .filter(|(_, quiet)| *quiet >= config.stall_timeout.as_millis() as u64)
-                    .max_by_key(|(_, quiet)| *quiet)
-                    .map(|(id, _)| id)
-            });
-        let Some(entry) = victim.and_then(|id| self.entries.get_mut(&id)) else {
-            return false;
-        };
-        entry.evicted = true;
-        let _ = entry.stream.shutdown(Shutdown::Both);
-        shared.stats.evicted_connections.fetch_add(1, Ordering::Relaxed);
-        // One out, one in: a listener over its handshake budget (after a
-        // change of configuration, say) loses one per new connection.
-        true
+        let idle = config.idle_eviction.and_then(|min_idle| {
+            candidates()
+                .filter(|(_, e)| e.export.is_some() && e.activity.in_flight.load(Ordering::SeqCst) == 0)
+                .map(|(id, e)| (*id, quiet_ms(e)))
+                .filter(|(_, idle)| *idle >= min_idle.as_millis() as u64)
+                .max_by_key(|(_, idle)| *idle)
+                .map(|(id, _)| id)
+        });
+        idle.or_else(|| {
+            // A connection with requests in flight that has neither read
+            // a request nor finished a reply for `stall_timeout` (a client
+            // that stopped reading its replies): closing it loses nothing
+            // its client was told was done.
+            candidates()
+                .filter(|(_, e)| e.export.is_some() && e.activity.in_flight.load(Ordering::SeqCst) > 0)
+                .map(|(id, e)| (*id, quiet_ms(e)))
+                .filter(|(_, quiet)| *quiet >= config.stall_timeout.as_millis() as u64)
+                .max_by_key(|(_, quiet)| *quiet)
+                .map(|(id, _)| id)
+        })
+    }
+
+    /// Closes connection `id` to make room for another; it no longer counts.
+    fn evict(&mut self, id: u64, shared: &Shared) {
+        if let Some(entry) = self.entries.get_mut(&id) {
+            entry.evicted = true;
+            let _ = entry.stream.shutdown(Shutdown::Both);
+            shared.stats.evicted_connections.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -750,6 +897,7 @@ struct StatsCounters {
     requests: AtomicU64,
     errors: AtomicU64,
     refused_connections: AtomicU64,
+    refused_per_peer: AtomicU64,
     evicted_connections: AtomicU64,
     handshake_timeouts: AtomicU64,
     tls_failures: AtomicU64,
@@ -768,6 +916,7 @@ impl StatsCounters {
             inflight_bytes: held as u64,
             peak_inflight_bytes: peak as u64,
             refused_connections: self.refused_connections.load(Ordering::Relaxed),
+            refused_per_peer: self.refused_per_peer.load(Ordering::Relaxed),
             evicted_connections: self.evicted_connections.load(Ordering::Relaxed),
             handshake_timeouts: self.handshake_timeouts.load(Ordering::Relaxed),
             tls_failures: self.tls_failures.load(Ordering::Relaxed),
@@ -1004,15 +1153,20 @@ impl Listener {
         }
     }
 
-    fn accept(&self) -> io::Result<Stream> {
+    /// The next connection and the peer it comes from.
+    fn accept(&self) -> io::Result<(Stream, Peer)> {
         match self {
             Listener::Tcp(l) => {
-                let (s, _) = l.accept()?;
+                let (s, addr) = l.accept()?;
                 // NBD replies are latency-bound; the spec asks for no Nagle.
                 let _ = s.set_nodelay(true);
-                Ok(Stream::Tcp(s))
+                Ok((Stream::Tcp(s), Peer::of_ip(addr.ip())))
             }
-            Listener::Unix(l) => Ok(Stream::Unix(l.accept()?.0)),
+            Listener::Unix(l) => {
+                let s = l.accept()?.0;
+                let peer = Peer::of_unix(&s);
+                Ok((Stream::Unix(s), peer))
+            }
         }
     }
 }
@@ -1195,8 +1349,8 @@ impl Write for Stream {
 
 fn accept_loop(shared: Arc<Shared>, listener: Listener) {
     loop {
-        let stream = match listener.accept() {
-            Ok(s) => s,
+        let (stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
             Err(_) => {
                 if shared.shutting_down.load(Ordering::SeqCst) {
                     return;
@@ -1213,10 +1367,20 @@ fn accept_loop(shared: Arc<Shared>, listener: Listener) {
         }
         shared.stats.connections.fetch_add(1, Ordering::Relaxed);
         conns.threads.retain(|t| !t.is_finished());
-        if !conns.make_room(family, &shared) {
-            shared.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
-            let _ = stream.shutdown(Shutdown::Both);
-            continue;
+        match conns.make_room(family, peer, &shared) {
+            Room::Made => {}
+            refused => {
+                // Closed before the greeting: the protocol has no way to
+                // say why before the client sends an option, and waiting
+                // for one would hold a thread for the refused client.
+                let counter = match refused {
+                    Room::PeerFull => &shared.stats.refused_per_peer,
+                    _ => &shared.stats.refused_connections,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                let _ = stream.shutdown(Shutdown::Both);
+                continue;
+            }
         }
         let Ok(registered) = stream.try_clone() else {
             continue;
@@ -1229,6 +1393,7 @@ fn accept_loop(shared: Arc<Shared>, listener: Listener) {
             Entry {
                 stream: registered,
                 family,
+                peer,
                 accepted: Instant::now(),
                 export: None,
                 activity: Arc::clone(&activity),
