@@ -288,6 +288,14 @@ pub trait ExportLookup {
     fn find_export(&self, name: &str) -> Option<(String, Arc<dyn Export>)>;
     /// Every export's name and description, for NBD_OPT_LIST.
     fn list_exports(&self) -> Vec<(String, Option<String>)>;
+    /// The client's last option was accepted for export `name`: called just
+    /// before the reply that puts the client in transmission is written, so
+    /// the server can count the connection as transmitting before the
+    /// client can act on it. `false` (the connection was closed meanwhile)
+    /// ends the handshake without that reply.
+    fn entering_transmission(&self, _name: &str) -> bool {
+        true
+    }
 }
 
 impl ExportLookup for Exports {

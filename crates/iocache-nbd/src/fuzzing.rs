@@ -251,7 +251,6 @@ impl ConnectionStream for MemStream {
 pub fn server() -> Result<Server, Violation> {
     let config = ServerConfig {
         workers_per_connection: 1,
-        queue_depth: 4,
         max_inflight_bytes: 2 * MAX_PAYLOAD as usize,
         handshake_timeout: Some(Duration::from_secs(5)),
         reply_timeout: Some(Duration::from_secs(5)),

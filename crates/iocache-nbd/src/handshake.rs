@@ -83,6 +83,8 @@ pub enum HandshakeError {
     TooManyOptions(u32),
     #[error("client aborted the negotiation")]
     Aborted,
+    #[error("the connection was closed during the handshake")]
+    Closed,
     #[error("NBD_OPT_EXPORT_NAME before TLS on a server that requires TLS")]
     TlsRequired,
 }
@@ -298,6 +300,9 @@ pub fn negotiate_tls<S: Read + Write>(
                     return Err(HandshakeError::UnknownExport(name));
                 };
                 let flags = transmission_flags(export.as_ref(), haggle.structured);
+                if !exports.entering_transmission(&canonical) {
+                    return Err(HandshakeError::Closed);
+                }
                 stream.write_all(&encode_export_name_reply(export.size_bytes(), flags, no_zeroes))?;
                 stream.flush()?;
                 let block_sizes = effective_block_sizes(export.as_ref(), limits.max_payload);
@@ -367,6 +372,9 @@ pub fn negotiate_tls<S: Read + Write>(
                     preferred: block_sizes.1,
                     maximum: block_sizes.2,
                 });
+                if opt == NBD_OPT_GO && !exports.entering_transmission(&canonical) {
+                    return Err(HandshakeError::Closed);
+                }
                 for info in &infos {
                     reply(stream, opt, NBD_REP_INFO, &info.encode())?;
                 }

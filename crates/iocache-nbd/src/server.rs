@@ -3,16 +3,20 @@
 //! This is where the protocol meets threads and sockets. A [`Server`] holds
 //! the exports and a [`ServerConfig`]; [`Server::start`] binds a Unix socket
 //! and/or a TCP address and returns a [`RunningServer`]. Each accepted
-//! connection gets a thread that runs the handshake and then reads requests;
-//! requests go through a bounded queue to a small per-connection worker pool
-//! that calls the [`Export`] and writes replies under a mutex, so pipelined
-//! requests are answered out of order. Memory per connection is bounded by
-//! the queue depth and an in-flight byte budget; a full queue or budget
-//! stops the reader, which stops reading the socket (backpressure).
+//! connection gets a thread that runs the handshake, then a few threads
+//! (`workers_per_connection`) serve its requests as leader and followers:
+//! the one holding the reader role reads one request, hands the role to the
+//! next free thread and serves the request itself (calls the [`Export`],
+//! writes the reply under a mutex). So a request is served by the thread
+//! the socket woke, with no hand-off between threads, and pipelined
+//! requests are still served in parallel and answered out of order. Memory
+//! per connection is bounded by the threads and an in-flight byte budget;
+//! when every thread is busy, or the budget is spent, nobody reads the
+//! socket (backpressure).
 //!
 //! Shutdown ([`RunningServer::shutdown`]) stops accepting, shuts down the
 //! read side of every connection so no new request is read, lets the
-//! workers finish and answer the requests already read, then closes.
+//! threads finish and answer the requests already read, then closes.
 //!
 //! # Resource bounds (issue 11, section 4)
 //!
@@ -81,7 +85,6 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -126,10 +129,10 @@ pub struct ServerConfig {
     /// TCP address to listen on (port 0 picks a free port; see
     /// [`RunningServer::tcp_addr`]).
     pub tcp: Option<SocketAddr>,
-    /// Worker threads per connection.
+    /// Threads serving one connection's requests: each reads a request when
+    /// it holds the reader role, then serves it; so also the most requests
+    /// of one connection served at once.
     pub workers_per_connection: usize,
-    /// Requests read but not yet picked up by a worker, per connection.
-    pub queue_depth: usize,
     /// Payload bytes (write data read, read data to send) held per
     /// connection at once; raised to at least `limits.max_payload`.
     pub max_inflight_bytes: usize,
@@ -209,7 +212,6 @@ impl Default for ServerConfig {
             unix_socket_group: None,
             tcp: None,
             workers_per_connection: 4,
-            queue_depth: 16,
             max_inflight_bytes: 64 << 20,
             max_total_inflight_bytes: DEFAULT_MAX_TOTAL_INFLIGHT_BYTES,
             max_connections: 64,
@@ -340,9 +342,9 @@ impl Server {
         if self.exports.is_empty() {
             return Err(ServerError::NoExports);
         }
-        if config.workers_per_connection == 0 || config.queue_depth == 0 {
+        if config.workers_per_connection == 0 {
             return Err(ServerError::Config(
-                "workers_per_connection and queue_depth must be at least 1".into(),
+                "workers_per_connection must be at least 1".into(),
             ));
         }
         let max_payload = config.limits.max_payload;
@@ -1075,6 +1077,37 @@ impl ExportLookup for RwLock<Exports> {
     }
 }
 
+/// The exports as one connection's handshake sees them: entering
+/// transmission marks the connection as transmitting in the server's table
+/// before the client gets the reply that lets it send requests, so a new
+/// connection making room never takes it for a handshake still under way.
+struct ConnLookup<'a> {
+    shared: &'a Shared,
+    id: Option<u64>,
+}
+
+impl ExportLookup for ConnLookup<'_> {
+    fn find_export(&self, name: &str) -> Option<(String, Arc<dyn Export>)> {
+        self.shared.exports.find_export(name)
+    }
+
+    fn list_exports(&self) -> Vec<(String, Option<String>)> {
+        self.shared.exports.list_exports()
+    }
+
+    fn entering_transmission(&self, name: &str) -> bool {
+        let Some(id) = self.id else { return true };
+        let mut conns = lock(&self.shared.conns);
+        match conns.entries.get_mut(&id) {
+            Some(entry) if !entry.evicted => {
+                entry.export = Some(name.to_string());
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Locks a mutex, ignoring poisoning (a panicking export is caught, but the
 /// server must keep going whatever happened under a lock).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -1455,7 +1488,7 @@ fn serve_connection<S: ConnectionStream>(
             stream: &mut hs,
             deadline,
         },
-        &shared.exports,
+        &ConnLookup { shared, id },
         &shared.config.limits,
         &shared.shutting_down,
         tls_mode,
@@ -1485,7 +1518,7 @@ fn serve_connection<S: ConnectionStream>(
                     stream: &mut plain,
                     deadline,
                 },
-                &shared.exports,
+                &ConnLookup { shared, id },
                 &shared.config.limits,
                 &shared.shutting_down,
                 tls_mode,
@@ -1711,14 +1744,25 @@ struct Conn<'a, S> {
     activity: Arc<Activity>,
 }
 
-/// A request read from the socket, waiting for a worker.
+/// A request read from the socket, served by the thread that read it.
 struct Job {
     req: Request,
-    /// Write payload.
-    data: Vec<u8>,
     /// Bytes of budget held until the reply is sent.
     cost: usize,
 }
+
+/// The reader role (leader/follower): the thread holding the lock reads
+/// the next request; the others wait for it.
+struct ReaderRole<S> {
+    reader: BufReader<S>,
+    /// Why the connection stopped reading (EOF, DISC, an error, shutdown);
+    /// threads that find it set exit.
+    end: Option<ConnEnd>,
+}
+
+/// A thread's payload buffer (a WRITE's data, a READ's reply) above this is
+/// dropped after use rather than kept for the next request.
+const KEPT_BUFFER_BYTES: usize = 1 << 20;
 
 fn transmission<S: ConnectionStream>(
     shared: &Shared,
@@ -1741,49 +1785,84 @@ fn transmission<S: ConnectionStream>(
         },
         activity,
     };
-    let (tx, rx) = sync_channel::<Job>(shared.config.queue_depth);
-    let rx = Mutex::new(rx);
-    let end = thread::scope(|scope| {
-        let mut workers = Vec::new();
-        for _ in 0..shared.config.workers_per_connection {
-            let conn = &conn;
-            let rx = &rx;
-            match thread::Builder::new().spawn_scoped(scope, move || worker(conn, rx)) {
-                Ok(w) => workers.push(w),
+    let role = Mutex::new(ReaderRole {
+        reader: BufReader::with_capacity(64 * 1024, stream),
+        end: None,
+    });
+    thread::scope(|scope| {
+        let mut followers = Vec::new();
+        // This thread is one of them.
+        for _ in 1..shared.config.workers_per_connection {
+            let (conn, role) = (&conn, &role);
+            match thread::Builder::new().spawn_scoped(scope, move || serve_requests(conn, role)) {
+                Ok(t) => followers.push(t),
                 Err(_) => {
-                    // Served by the workers there are, if any.
+                    // Served by the threads there are (this one at least).
                     shared.stats.spawn_failures.fetch_add(1, Ordering::Relaxed);
                     break;
                 }
             }
         }
-        let mut reader = BufReader::with_capacity(64 * 1024, stream);
-        let end = if workers.is_empty() {
-            ConnEnd::Io(io::Error::other("no worker thread could be created"))
-        } else {
-            read_requests(&conn, &mut reader, &tx)
-        };
-        // Closing the queue lets the workers finish what was read and exit.
-        drop(tx);
-        let _ = reader.get_ref().shutdown(Shutdown::Read);
+        serve_requests(&conn, &role);
         // Joined explicitly: the scope alone waits only for the closures,
         // and the threads could still be running their thread-local
-        // destructors when the connection ends. A worker's panic is passed
+        // destructors when the connection ends. A thread's panic is passed
         // on, as the scope would.
         let mut panic = None;
-        for w in workers {
-            if let Err(p) = w.join() {
+        for t in followers {
+            if let Err(p) = t.join() {
                 panic.get_or_insert(p);
             }
         }
         if let Some(p) = panic {
             std::panic::resume_unwind(p);
         }
-        end
     });
+    let end = role
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .end
+        .unwrap_or(ConnEnd::Eof);
     let w = lock(&conn.writer);
     let _ = w.shutdown(Shutdown::Both);
     end
+}
+
+/// One thread of a connection: takes the reader role, reads a request,
+/// gives the role up (a waiting thread reads the next one meanwhile) and
+/// serves the request; until the connection stops reading.
+fn serve_requests<S: ConnectionStream>(conn: &Conn<'_, S>, role: &Mutex<ReaderRole<S>>) {
+    // Reused from one request to the next: no allocation per request.
+    let mut buffer = Vec::new();
+    loop {
+        let job = {
+            let mut role = lock(role);
+            if role.end.is_some() {
+                return;
+            }
+            match read_request(conn, &mut role.reader, &mut buffer) {
+                Ok(Some(job)) => job,
+                Ok(None) => continue,
+                Err(end) => {
+                    role.end = Some(end);
+                    // Nothing more is read: wake nobody, let the others
+                    // finish what they serve.
+                    let _ = role.reader.get_ref().shutdown(Shutdown::Read);
+                    return;
+                }
+            }
+        };
+        let cost = job.cost;
+        // Nobody reads the replies of a broken connection: do not run
+        // what it still had (and give its budget back at once).
+        if !conn.broken.load(Ordering::Relaxed) {
+            conn.execute(job, &mut buffer);
+        }
+        if buffer.capacity() > KEPT_BUFFER_BYTES {
+            buffer = Vec::new();
+        }
+        conn.done(cost);
+    }
 }
 
 fn read_exact_or_eof<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<bool, io::Error> {
@@ -1800,87 +1879,62 @@ fn read_exact_or_eof<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<bool, io::Err
     Ok(true)
 }
 
-fn read_requests<S: ConnectionStream>(
+/// Reads one request (its header, and a WRITE's payload, into `data`,
+/// after taking its budget). `Ok(None)`: a request the header parser
+/// refused was answered with an error; read the next. `Err`: the
+/// connection stops reading.
+fn read_request<S: ConnectionStream>(
     conn: &Conn<'_, S>,
     reader: &mut BufReader<S>,
-    tx: &std::sync::mpsc::SyncSender<Job>,
-) -> ConnEnd {
+    data: &mut Vec<u8>,
+) -> Result<Option<Job>, ConnEnd> {
     let max_payload = conn.shared.config.limits.max_payload;
-    loop {
-        if conn.broken.load(Ordering::Relaxed) {
-            return ConnEnd::Eof;
-        }
-        let mut hb = [0u8; REQUEST_HEADER_LEN];
-        match read_exact_or_eof(reader, &mut hb) {
-            Ok(true) => {}
-            Ok(false) => return ConnEnd::Eof,
-            Err(e) => return ConnEnd::Io(e),
-        }
-        let req = match RequestHeader::parse(&hb, max_payload) {
-            Ok(r) => r,
-            Err(e) if e.is_fatal() => return ConnEnd::Fatal(e),
-            Err(e) => {
-                if let Err(io) = crate::handshake::discard(reader, u64::from(e.payload_to_discard())) {
-                    return ConnEnd::Io(io);
-                }
-                let handle = e.handle().unwrap_or(0);
-                conn.reply_error(handle, e.is_read(), e.errno(), &e.to_string());
-                continue;
+    if conn.broken.load(Ordering::Relaxed) {
+        return Err(ConnEnd::Eof);
+    }
+    let mut hb = [0u8; REQUEST_HEADER_LEN];
+    match read_exact_or_eof(reader, &mut hb) {
+        Ok(true) => {}
+        Ok(false) => return Err(ConnEnd::Eof),
+        Err(e) => return Err(ConnEnd::Io(e)),
+    }
+    let req = match RequestHeader::parse(&hb, max_payload) {
+        Ok(r) => r,
+        Err(e) if e.is_fatal() => return Err(ConnEnd::Fatal(e)),
+        Err(e) => {
+            if let Err(io) = crate::handshake::discard(reader, u64::from(e.payload_to_discard())) {
+                return Err(ConnEnd::Io(io));
             }
-        };
-        if req.command == Command::Disc {
-            return ConnEnd::Disconnect;
+            let handle = e.handle().unwrap_or(0);
+            conn.reply_error(handle, e.is_read(), e.errno(), &e.to_string());
+            return Ok(None);
         }
-        let cost = match req.command {
-            Command::Read | Command::Write => req.length as usize,
-            _ => 0,
-        };
-        conn.activity.in_flight.fetch_add(1, Ordering::SeqCst);
-        conn.activity.touch(conn.shared);
-        // The connection's budget, then the server's: a reader waiting for
-        // either stops reading its socket.
-        conn.budget.acquire(cost);
-        conn.shared.global.acquire(cost);
-        let mut data = Vec::new();
-        if req.command == Command::Write {
-            data = vec![0u8; req.length as usize];
-            let config = &conn.shared.config;
-            let pressure = || conn.shared.global.contended();
-            if let Err(e) = read_exact_within(
-                reader,
-                &mut data,
-                config.reply_timeout,
-                config.stall_timeout,
-                pressure,
-            ) {
-                conn.done(cost);
-                return ConnEnd::Io(e);
-            }
-        }
-        if let Err(unsent) = tx.send(Job { req, data, cost }) {
-            conn.done(unsent.0.cost);
-            return ConnEnd::Eof;
+    };
+    if req.command == Command::Disc {
+        return Err(ConnEnd::Disconnect);
+    }
+    let cost = match req.command {
+        Command::Read | Command::Write => req.length as usize,
+        _ => 0,
+    };
+    conn.activity.in_flight.fetch_add(1, Ordering::SeqCst);
+    conn.activity.touch(conn.shared);
+    // The connection's budget, then the server's: a reader waiting for
+    // either stops reading its socket.
+    conn.budget.acquire(cost);
+    conn.shared.global.acquire(cost);
+    if req.command == Command::Write {
+        data.clear();
+        data.resize(req.length as usize, 0);
+        let config = &conn.shared.config;
+        let pressure = || conn.shared.global.contended();
+        if let Err(e) = read_exact_within(reader, data, config.reply_timeout, config.stall_timeout, pressure)
+        {
+            conn.done(cost);
+            return Err(ConnEnd::Io(e));
         }
     }
-}
-
-fn worker<S: ConnectionStream>(conn: &Conn<'_, S>, rx: &Mutex<Receiver<Job>>) {
-    loop {
-        let job = {
-            let rx = lock(rx);
-            rx.recv()
-        };
-        let Ok(job) = job else {
-            return;
-        };
-        let cost = job.cost;
-        // Nobody reads the replies of a broken connection: do not run
-        // what it still had queued (and give its budget back at once).
-        if !conn.broken.load(Ordering::Relaxed) {
-            conn.execute(job);
-        }
-        conn.done(cost);
-    }
+    Ok(Some(Job { req, cost }))
 }
 
 impl<S: ConnectionStream> Conn<'_, S> {
@@ -1933,7 +1987,9 @@ impl<S: ConnectionStream> Conn<'_, S> {
         Ok(())
     }
 
-    fn execute(&self, job: Job) {
+    /// Serves one request and writes its reply; `buffer` is the thread's:
+    /// a WRITE's payload as read, and for a READ the reply to fill.
+    fn execute(&self, job: Job, buffer: &mut Vec<u8>) {
         let req = job.req;
         if let Err((errno, msg)) = self.check(&req) {
             self.reply_error(req.handle, req.command == Command::Read, errno, &msg);
@@ -1941,11 +1997,11 @@ impl<S: ConnectionStream> Conn<'_, S> {
         }
         let export = &*self.neg.export;
         if req.command == Command::Read {
-            self.read(export, &req);
+            self.read(export, &req, buffer);
             return;
         }
         let result = guarded(|| match req.command {
-            Command::Write => export.write(req.offset, &job.data, req.flags.fua()),
+            Command::Write => export.write(req.offset, buffer, req.flags.fua()),
             Command::Flush => export.flush(),
             Command::Trim => {
                 export.trim(req.offset, u64::from(req.length))?;
@@ -1962,7 +2018,6 @@ impl<S: ConnectionStream> Conn<'_, S> {
             ),
             Command::Read | Command::Disc => Ok(()),
         });
-        drop(job.data);
         match result {
             Ok(()) => {
                 self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -1972,7 +2027,7 @@ impl<S: ConnectionStream> Conn<'_, S> {
         }
     }
 
-    fn read(&self, export: &dyn Export, req: &Request) {
+    fn read(&self, export: &dyn Export, req: &Request, buf: &mut Vec<u8>) {
         let len = req.length as usize;
         let header_len = if self.neg.structured {
             STRUCTURED_HEADER_LEN + 8
@@ -1980,7 +2035,8 @@ impl<S: ConnectionStream> Conn<'_, S> {
             SIMPLE_REPLY_LEN
         };
         // One buffer for header and data: one write, no copy.
-        let mut buf = vec![0u8; header_len + len];
+        buf.clear();
+        buf.resize(header_len + len, 0);
         let result = guarded(|| export.read(req.offset, &mut buf[header_len..]));
         if let Err(e) = result {
             self.reply_error(req.handle, true, e.nbd_errno(), &e.to_string());
@@ -2000,7 +2056,7 @@ impl<S: ConnectionStream> Conn<'_, S> {
         } else {
             buf[..header_len].copy_from_slice(&encode_simple_reply(req.handle, 0));
         }
-        self.send(&buf);
+        self.send(buf);
     }
 
     /// Answers a request with an error: a structured error chunk when

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""The NBD serving path side by side with nbdkit (issue 14 §1).
+
+Not run by CI; results go in docs/results/engine.md. Every system serves a
+256 MiB volume whose data is all in memory, so only the serving path is
+measured:
+
+  * iocache: `iocache serve`, backend a file in /var/tmp (page cache),
+    cache file in /dev/shm, the range read once first (100 % hits);
+  * baseline (optional): another iocache binary, same setup (e.g. a build
+    from before a change, to compare in the same run);
+  * nbdkit-cache: nbdkit's file plugin behind its cache filter with
+    `cache-min-block-size=4096` (its best block size for 4 KiB requests),
+    its cache in /dev/shm (TMPDIR), warmed the same way;
+  * nbdkit-memory: nbdkit's memory plugin (the transport's ceiling here).
+
+Workloads (fio's nbd engine, 4 KiB random reads over 64 MiB): QD 1 on one
+connection, QD 16 on one connection, QD 16 on each of 4 connections; and
+sequential 64 KiB and 1 MiB reads and writes (MB/s) at QD 4. Over the Unix
+socket, and over TCP on loopback with --tcp. Systems alternate within each
+round; ROUNDS rounds.
+
+Usage: scripts/bench-serving.py [--seconds S] [--rounds N] [--tcp] [--baseline PATH] [--only LIST]
+Needs: fio, nbdkit, a release build (cargo build --release).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BIN = os.path.join(ROOT, "target/release/iocache")
+WORK = "/var/tmp/iocache-serving"
+SHM = "/dev/shm/iocache-serving"
+VOLUME = 256 << 20
+RANGE = "64m"
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def wait_ready(uri, proc):
+    for _ in range(400):
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited: {proc.stderr.read() if proc.stderr else ''}")
+        if subprocess.run(["nbdinfo", "--size", uri], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"{uri} did not answer")
+
+
+class Server:
+    def __init__(self, name, tcp, port):
+        self.name, self.tcp, self.port = name, tcp, port
+        self.sock = f"{WORK}/{name}.sock"
+        self.proc = None
+
+    def uri(self):
+        if self.tcp:
+            return f"nbd://127.0.0.1:{self.port}/"
+        return f"nbd+unix:///?socket={self.sock}"
+
+    def start(self):
+        if os.path.exists(self.sock):
+            os.remove(self.sock)
+        listen = ["-p", str(self.port), "-i", "127.0.0.1"] if self.tcp else ["-U", self.sock]
+        if self.name in ("iocache", "baseline"):
+            binary = BIN if self.name == "iocache" else BASELINE
+            d = f"{WORK}/{self.name}-data"
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d)
+            cache = f"{SHM}/{self.name}-cache.img"
+            if os.path.exists(cache):
+                os.remove(cache)
+            args = [binary, "serve", "--backend", f"{WORK}/backend.img", "--cache", cache,
+                    "--cache-size", "128MiB", "--socket", self.sock, "--admin-socket", f"{d}/admin.sock",
+                    "--init", "--force"]
+            if self.tcp:
+                args += ["--listen", f"127.0.0.1:{self.port}"]
+            self.proc = subprocess.Popen(args, cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        elif self.name == "nbdkit-cache":
+            env = dict(os.environ, TMPDIR=SHM)
+            self.proc = subprocess.Popen(["nbdkit", "-f", *listen, "--filter=cache", "file", f"{WORK}/backend.img",
+                                          "cache-min-block-size=4096", "cache-on-read=true"],
+                                         stderr=subprocess.PIPE, text=True, env=env)
+        elif self.name == "nbdkit-memory":
+            self.proc = subprocess.Popen(["nbdkit", "-f", *listen, "memory", str(VOLUME)],
+                                         stderr=subprocess.PIPE, text=True)
+        wait_ready(self.uri(), self.proc)
+        # Warm: every system holds the range before it is measured.
+        fio(self.uri(), ["--rw=read", "--bs=1m", f"--size={RANGE}", "--iodepth=4"], seconds=0)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def fio(uri, extra, seconds=None):
+    cmd = ["fio", "--name=x", "--ioengine=nbd", f"--uri={uri}", "--output-format=json",
+           "--percentile_list=50:99:99.99", "--group_reporting"] + extra
+    if seconds:
+        cmd += ["--time_based", f"--runtime={seconds}"]
+    out = sh(cmd).stdout
+    job = json.loads(out[out.index("{"):])["jobs"][0]
+    res = {}
+    for kind in ("read", "write"):
+        k = job[kind]
+        pct = k.get("clat_ns", {}).get("percentile", {})
+        res[kind] = {"iops": k["iops"], "mbps": k["bw_bytes"] / 1e6,
+                     "p50_us": pct.get("50.000000", 0) / 1e3, "p9999_us": pct.get("99.990000", 0) / 1e3}
+    return res
+
+
+WORKLOADS = [
+    ("4k rand read QD1 x1", ["--rw=randread", "--bs=4k", "--iodepth=1", "--numjobs=1"], "read", "iops"),
+    ("4k rand read QD16 x1", ["--rw=randread", "--bs=4k", "--iodepth=16", "--numjobs=1"], "read", "iops"),
+    ("4k rand read QD16 x4", ["--rw=randread", "--bs=4k", "--iodepth=16", "--numjobs=4"], "read", "iops"),
+    ("64k seq read QD4", ["--rw=read", "--bs=64k", "--iodepth=4"], "read", "mbps"),
+    ("1m seq read QD4", ["--rw=read", "--bs=1m", "--iodepth=4"], "read", "mbps"),
+    ("64k seq write QD4", ["--rw=write", "--bs=64k", "--iodepth=4"], "write", "mbps"),
+    ("1m seq write QD4", ["--rw=write", "--bs=1m", "--iodepth=4"], "write", "mbps"),
+]
+
+
+def main():
+    global BASELINE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--tcp", action="store_true")
+    ap.add_argument("--baseline", help="another iocache binary to compare in the same run")
+    ap.add_argument("--only", help="comma-separated workload numbers (1-based) to run")
+    args = ap.parse_args()
+    BASELINE = os.path.abspath(args.baseline) if args.baseline else None
+    for tool in ("fio", "nbdkit", "nbdinfo"):
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} is needed")
+    shutil.rmtree(WORK, ignore_errors=True)
+    shutil.rmtree(SHM, ignore_errors=True)
+    os.makedirs(WORK)
+    os.makedirs(SHM)
+    with open(f"{WORK}/backend.img", "wb") as f:
+        f.write(os.urandom(1 << 20) * (VOLUME >> 20))
+    names = ["iocache"] + (["baseline"] if BASELINE else []) + ["nbdkit-cache", "nbdkit-memory"]
+    workloads = WORKLOADS
+    if args.only:
+        workloads = [WORKLOADS[int(i) - 1] for i in args.only.split(",")]
+    results = {}  # (workload, system) -> list of (value, p50, p9999)
+    for round_no in range(args.rounds):
+        order = names if round_no % 2 == 0 else list(reversed(names))
+        for i, name in enumerate(order):
+            server = Server(name, args.tcp, 10900 + i)
+            server.start()
+            try:
+                for label, extra, kind, unit in workloads:
+                    r = fio(server.uri(), extra + [f"--size={RANGE}"], seconds=args.seconds)[kind]
+                    results.setdefault((label, name), []).append((r[unit], r["p50_us"], r["p9999_us"]))
+                    print(f"round {round_no + 1} {name:14} {label:22} {r[unit]:10.0f} {unit}"
+                          f"  p50 {r['p50_us']:.0f} µs  p99.99 {r['p9999_us']:.0f} µs", file=sys.stderr, flush=True)
+            finally:
+                server.stop()
+    transport = "TCP loopback" if args.tcp else "Unix socket"
+    print(f"# Serving path, {transport}: {args.rounds} rounds of {args.seconds} s, alternated; medians\n")
+    print("| workload | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    for label, _, _, unit in workloads:
+        cells = []
+        for name in names:
+            rows = results[(label, name)]
+            value = statistics.median(r[0] for r in rows)
+            p50 = statistics.median(r[1] for r in rows)
+            p9999 = statistics.median(r[2] for r in rows)
+            if unit == "iops":
+                cells.append(f"{value / 1000:.1f}k IOPS, p50 {p50:.0f} µs, p99.99 {p9999:.0f} µs")
+            else:
+                cells.append(f"{value:.0f} MB/s")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
