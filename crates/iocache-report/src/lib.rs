@@ -69,16 +69,6 @@ pub enum Ticks {
     Nanoseconds,
 }
 
-/// Where a chart's legend goes, inside the plotting area.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Legend {
-    #[default]
-    UpperRight,
-    UpperLeft,
-    LowerRight,
-    LowerLeft,
-}
-
 /// An axis of a chart.
 #[derive(Clone, Debug, Default)]
 pub struct Axis {
@@ -89,13 +79,13 @@ pub struct Axis {
     pub range: Option<(f64, f64)>,
 }
 
-/// A line chart: one line (with markers when points are few) per series.
+/// A line chart: one line (with markers when points are few) per series,
+/// and a legend beside the plot naming them.
 #[derive(Clone, Debug, Default)]
 pub struct Chart {
     pub title: String,
     pub x: Axis,
     pub y: Axis,
-    pub legend: Legend,
     pub series: Vec<Series>,
 }
 
@@ -157,7 +147,12 @@ pub fn render(report: &Report) -> Result<String, ReportError> {
                 Block::Facts(pairs) => facts(&mut out, pairs),
                 Block::Table(t) => table(&mut out, t),
                 Block::Chart(c) => {
-                    out.push_str("<figure class=\"chart\">\n");
+                    // The SVG has the title; the figure names it for
+                    // readers that do not read SVG text.
+                    out.push_str(&format!(
+                        "<figure class=\"chart\" aria-label=\"{}\">\n",
+                        escape(&c.title)
+                    ));
                     if c.series.iter().all(|s| plot::drawable(c, s).next().is_none()) {
                         out.push_str(&format!(
                             "<p class=\"empty\">{}: no data to plot</p>\n",
@@ -166,7 +161,6 @@ pub fn render(report: &Report) -> Result<String, ReportError> {
                     } else {
                         out.push_str(&render_svg(c)?);
                     }
-                    out.push_str(&format!("<figcaption>{}</figcaption>\n", escape(&c.title)));
                     out.push_str("</figure>\n");
                 }
             }
@@ -245,7 +239,6 @@ dl.facts dd { margin: 0; font-family: ui-monospace, monospace; }
 div.charts { display: flex; flex-wrap: wrap; gap: 1em; }
 figure.chart { margin: 0; border: 1px solid #ddd; padding: 0.5em; background: #fff; }
 figure.chart svg { max-width: 100%; height: auto; display: block; }
-figcaption { font-size: 0.85em; color: #555; text-align: center; }
 div.table { overflow-x: auto; margin: 1em 0; }
 table { border-collapse: collapse; font-size: 0.85em; }
 caption { text-align: left; font-weight: 600; padding: 0.3em 0; }

@@ -6,11 +6,19 @@ use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::{Axis, Chart, Legend, ReportError, Scale, Series, Ticks};
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-/// Width and height of every chart, in SVG user units (scaled to fit by
-/// the page's CSS).
-const SIZE: (u32, u32) = (720, 440);
+use crate::{Axis, Chart, ReportError, Scale, Series, Ticks};
+
+/// Width and height of every chart's plot, in SVG user units (scaled to
+/// fit by the page's CSS); the legend is to its right, as wide as the
+/// longest name needs.
+const SIZE: (u32, u32) = (600, 400);
+/// Legend: height of a row, width of a character (estimated: SVG text is
+/// laid out by the browser), and the widest it gets.
+const LEGEND_ROW: i32 = 18;
+const LEGEND_CHAR: f64 = 7.2;
+const LEGEND_MAX: u32 = 420;
 
 /// Series colours: distinct on white and for the common colour blindnesses
 /// (after the Okabe–Ito and Tableau palettes), then repeated.
@@ -29,6 +37,32 @@ const COLOURS: [RGBColor; 10] = [
 
 /// Series with at most this many points get a marker at each.
 const MARKERS_UP_TO: usize = 60;
+
+/// A series' marker: the colours repeat after ten series, the shapes tell
+/// those apart.
+#[derive(Clone, Copy)]
+struct Style {
+    colour: RGBColor,
+    shape: usize,
+}
+
+impl Style {
+    fn of(i: usize) -> Style {
+        Style {
+            colour: COLOURS[i % COLOURS.len()],
+            shape: (i / COLOURS.len()) % 3,
+        }
+    }
+
+    fn marker<DB: DrawingBackend>(self, at: (i32, i32)) -> DynElement<'static, DB, (i32, i32)> {
+        let style = self.colour.filled();
+        match self.shape {
+            0 => Circle::new(at, 3, style).into_dyn(),
+            1 => TriangleMarker::new(at, 4, style).into_dyn(),
+            _ => Cross::new(at, 4, self.colour.stroke_width(2)).into_dyn(),
+        }
+    }
+}
 
 /// The points of `series` that `chart`'s axes can show: finite, and above
 /// 0 on a logarithmic axis.
@@ -82,10 +116,17 @@ pub fn render_svg(chart: &Chart) -> Result<String, ReportError> {
         chart.series.iter().flat_map(|s| drawable(chart, s).map(|p| p.1)),
     );
     let base = |axis: &Axis| if axis.ticks == Ticks::Bytes { 2.0 } else { 10.0 };
+    let names = chart
+        .series
+        .iter()
+        .filter(|s| drawable(chart, s).next().is_some());
+    let longest = names.map(|s| s.name.chars().count()).max().unwrap_or(0);
+    let legend_width = ((longest as f64 * LEGEND_CHAR) as u32 + 44).min(LEGEND_MAX);
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        let result = match (chart.x.scale, chart.y.scale) {
+        let whole = SVGBackend::with_string(&mut svg, (SIZE.0 + legend_width, SIZE.1)).into_drawing_area();
+        let (root, legend) = whole.split_horizontally(SIZE.0);
+        let result = draw_legend(&legend, chart).and_then(|()| match (chart.x.scale, chart.y.scale) {
             (Scale::Linear, Scale::Linear) => draw(&root, chart, x.0..x.1, y.0..y.1),
             (Scale::Log, Scale::Linear) => draw(
                 &root,
@@ -105,7 +146,8 @@ pub fn render_svg(chart: &Chart) -> Result<String, ReportError> {
                 (x.0..x.1).log_scale().base(base(&chart.x)),
                 (y.0..y.1).log_scale().base(base(&chart.y)),
             ),
-        };
+        });
+        let result = result.and_then(|()| whole.present().map_err(|e| e.to_string()));
         result.map_err(|message| ReportError::Draw {
             chart: chart.title.clone(),
             message,
@@ -147,37 +189,51 @@ where
         .draw()
         .map_err(|e| text(&e))?;
     for (i, series) in chart.series.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
+        let style = Style::of(i);
         let points: Vec<(f64, f64)> = drawable(chart, series).collect();
         if points.is_empty() {
             continue;
         }
         context
-            .draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2)))
-            .map_err(|e| text(&e))?
-            .label(&series.name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                style.colour.stroke_width(2),
+            ))
+            .map_err(|e| text(&e))?;
         if points.len() <= MARKERS_UP_TO {
             context
-                .draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled())))
+                .draw_series(points.iter().map(|&p| EmptyElement::at(p) + style.marker((0, 0))))
                 .map_err(|e| text(&e))?;
         }
     }
-    let position = match chart.legend {
-        Legend::UpperRight => SeriesLabelPosition::UpperRight,
-        Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
-        Legend::LowerRight => SeriesLabelPosition::LowerRight,
-        Legend::LowerLeft => SeriesLabelPosition::LowerLeft,
-    };
-    context
-        .configure_series_labels()
-        .position(position)
-        .label_font(("sans-serif", 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .draw()
+    Ok(())
+}
+
+/// The legend, beside the plot: a line and marker per series with data,
+/// and its name.
+fn draw_legend(area: &DrawingArea<SVGBackend<'_>, Shift>, chart: &Chart) -> Result<(), String> {
+    let text = |e: &dyn std::fmt::Display| e.to_string();
+    area.fill(&WHITE).map_err(|e| text(&e))?;
+    let mut y = 50;
+    for (i, series) in chart.series.iter().enumerate() {
+        if drawable(chart, series).next().is_none() {
+            continue;
+        }
+        let style = Style::of(i);
+        area.draw(&PathElement::new(
+            vec![(4, y), (28, y)],
+            style.colour.stroke_width(2),
+        ))
         .map_err(|e| text(&e))?;
-    root.present().map_err(|e| text(&e))?;
+        area.draw(&style.marker((16, y))).map_err(|e| text(&e))?;
+        area.draw(&Text::new(
+            series.name.as_str(),
+            (36, y),
+            TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(|e| text(&e))?;
+        y += LEGEND_ROW;
+    }
     Ok(())
 }
 
