@@ -246,7 +246,6 @@ fn single_points_and_flat_lines_plot() {
                 name: "p".into(),
                 points: vec![(5.0, 5.0)],
             }],
-            ..Chart::default()
         };
         well_formed(&render_svg(&chart).unwrap());
     }
