@@ -123,7 +123,7 @@ const LAB_KNOBS: [&str; 8] = [
     "seq_cutoff",
 ];
 /// Result columns in table order; others follow in name order.
-const LAB_METRICS: [&str; 15] = [
+const LAB_METRICS: [&str; 13] = [
     "requests",
     "accesses",
     "hits",
@@ -137,8 +137,6 @@ const LAB_METRICS: [&str; 15] = [
     "cache_lines",
     "footprint_lines",
     "seconds",
-    "point",
-    "point_id",
 ];
 
 /// `iocache lab report`: the results of an experiment, one section per
@@ -153,7 +151,10 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
     let mut extra_metrics: BTreeSet<String> = BTreeSet::new();
     for row in &objects {
         for (k, v) in row.iter() {
-            if matches!(k.as_str(), "point_id" | "workload") || knobs.contains(k) || metrics.contains(k) {
+            if matches!(k.as_str(), "point" | "point_id" | "workload")
+                || knobs.contains(k)
+                || metrics.contains(k)
+            {
                 continue;
             }
             if v.is_string() {
@@ -166,7 +167,7 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
     knobs.extend(extra);
     knobs.retain(|k| objects.iter().any(|r| r.contains_key(k)));
     metrics.extend(extra_metrics);
-    metrics.retain(|k| objects.iter().any(|r| r.contains_key(k)) && k != "point_id");
+    metrics.retain(|k| objects.iter().any(|r| r.contains_key(k)));
     let values_of = |k: &str| -> BTreeSet<String> { objects.iter().map(|r| cell(&r[k])).collect() };
     let constant: Vec<&String> = knobs.iter().filter(|k| values_of(k).len() == 1).collect();
     let varying: Vec<&String> = knobs
@@ -310,7 +311,8 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
                 "One cache size per series: no curve to draw; the table has the results.".into(),
             ));
         }
-        let mut header: Vec<String> = knobs.clone();
+        let mut header: Vec<String> = vec!["point".to_string()];
+        header.extend(knobs.iter().cloned());
         header.extend(metrics.iter().cloned());
         let rows: Vec<Vec<String>> = mine
             .iter()

@@ -89,7 +89,9 @@ pub struct Chart {
     pub series: Vec<Series>,
 }
 
-/// One named line of a chart. Points are drawn in the order given.
+/// One named line of a chart. Points are drawn in the order given; a
+/// series of more than 2000 is thinned to about 2000 (every k-th point and
+/// the last).
 #[derive(Clone, Debug, Default)]
 pub struct Series {
     pub name: String,

@@ -17,6 +17,7 @@ const SIZE: (u32, u32) = (600, 400);
 /// Legend: height of a row, width of a character (estimated: SVG text is
 /// laid out by the browser), and the widest it gets.
 const LEGEND_ROW: i32 = 18;
+const LEGEND_TOP: i32 = 50;
 const LEGEND_CHAR: f64 = 7.2;
 const LEGEND_MAX: u32 = 420;
 
@@ -37,6 +38,9 @@ const COLOURS: [RGBColor; 10] = [
 
 /// Series with at most this many points get a marker at each.
 const MARKERS_UP_TO: usize = 60;
+/// Series with more points are thinned to about this many (every k-th
+/// point and the last), so a long time series keeps the page small.
+const POINTS_UP_TO: usize = 2000;
 
 /// A series' marker: the colours repeat after ten series, the shapes tell
 /// those apart.
@@ -120,12 +124,17 @@ pub fn render_svg(chart: &Chart) -> Result<String, ReportError> {
         .series
         .iter()
         .filter(|s| drawable(chart, s).next().is_some());
-    let longest = names.map(|s| s.name.chars().count()).max().unwrap_or(0);
+    let (count, longest) = names.fold((0, 0), |(n, longest), s| {
+        (n + 1, longest.max(s.name.chars().count()))
+    });
     let legend_width = ((longest as f64 * LEGEND_CHAR) as u32 + 44).min(LEGEND_MAX);
+    // A long legend makes the picture taller, never the plot.
+    let height = SIZE.1.max(LEGEND_TOP as u32 + count * LEGEND_ROW as u32 + 10);
     let mut svg = String::new();
     {
-        let whole = SVGBackend::with_string(&mut svg, (SIZE.0 + legend_width, SIZE.1)).into_drawing_area();
-        let (root, legend) = whole.split_horizontally(SIZE.0);
+        let whole = SVGBackend::with_string(&mut svg, (SIZE.0 + legend_width, height)).into_drawing_area();
+        let (left, legend) = whole.split_horizontally(SIZE.0);
+        let (root, _) = left.split_vertically(SIZE.1);
         let result = draw_legend(&legend, chart).and_then(|()| match (chart.x.scale, chart.y.scale) {
             (Scale::Linear, Scale::Linear) => draw(&root, chart, x.0..x.1, y.0..y.1),
             (Scale::Log, Scale::Linear) => draw(
@@ -190,9 +199,17 @@ where
         .map_err(|e| text(&e))?;
     for (i, series) in chart.series.iter().enumerate() {
         let style = Style::of(i);
-        let points: Vec<(f64, f64)> = drawable(chart, series).collect();
+        let mut points: Vec<(f64, f64)> = drawable(chart, series).collect();
         if points.is_empty() {
             continue;
+        }
+        if points.len() > POINTS_UP_TO {
+            let step = points.len().div_ceil(POINTS_UP_TO);
+            let last = *points.last().expect("not empty");
+            points = points.into_iter().step_by(step).collect();
+            if points.last() != Some(&last) {
+                points.push(last);
+            }
         }
         context
             .draw_series(LineSeries::new(
@@ -214,7 +231,7 @@ where
 fn draw_legend(area: &DrawingArea<SVGBackend<'_>, Shift>, chart: &Chart) -> Result<(), String> {
     let text = |e: &dyn std::fmt::Display| e.to_string();
     area.fill(&WHITE).map_err(|e| text(&e))?;
-    let mut y = 50;
+    let mut y = LEGEND_TOP;
     for (i, series) in chart.series.iter().enumerate() {
         if drawable(chart, series).next().is_none() {
             continue;

@@ -252,6 +252,35 @@ fn single_points_and_flat_lines_plot() {
 }
 
 #[test]
+fn long_series_are_thinned_and_long_legends_grow_the_picture() {
+    let chart = Chart {
+        title: "many".into(),
+        series: (0..40)
+            .map(|i| Series {
+                name: format!("series {i}"),
+                points: (0..10_000).map(|x| (x as f64, (x * i) as f64)).collect(),
+            })
+            .collect(),
+        ..Chart::default()
+    };
+    let svg = render_svg(&chart).unwrap();
+    well_formed(&svg);
+    // About 2000 points a line: 40 lines of 10,000 points would be ~5 MB.
+    assert!(svg.len() < 2_000_000, "{} bytes", svg.len());
+    assert!(svg.contains("series 39"));
+    let height: u32 = svg
+        .split("height=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(height >= 50 + 40 * 18, "height {height}");
+}
+
+#[test]
 fn tick_labels() {
     use plot::{short, tick};
     assert_eq!(short(0.25), "0.25");
