@@ -11,9 +11,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # nbd engine, nbdkit, nbdfuse), mkfs.ext4 and fsck for the ext4-on-NBD test,
 # zstd for scripts/bench-sim.sh and the truncated-trace test, openssl to
 # make the certificates of the TLS tests (tests/tls.rs), libssl-dev and
-# pkg-config to build against the system's OpenSSL (iocache-nbd's TLS), and the Prometheus
-# project's Python client, whose OpenMetrics parser checks `serve --metrics`.
-NEEDED_PACKAGES=(qemu-utils libnbd-bin nbdkit fio e2fsprogs zstd openssl libssl-dev pkg-config python3-prometheus-client)
+# pkg-config to build against the system's OpenSSL (iocache-nbd's TLS), the Prometheus
+# project's Python client, whose OpenMetrics parser checks `serve --metrics`, and headless
+# Chromium, which loads the HTML reports in tests/report.rs.
+NEEDED_PACKAGES=(qemu-utils libnbd-bin nbdkit fio e2fsprogs zstd openssl libssl-dev pkg-config python3-prometheus-client
+    chromium-headless-shell)
 
 SMOKE_TRACE=crates/iocache-sim/data/sample.lis
 

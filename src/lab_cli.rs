@@ -26,6 +26,18 @@ pub enum LabCommand {
     Run(RunArgs),
     /// Join result files (slices of one experiment) into one, each point once, in grid order.
     Merge(MergeArgs),
+    /// Write results as one HTML page: plots against cache size per workload, and the tables.
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// Result files (JSON lines of `lab run` or `lab merge`; several are joined as by merge).
+    #[arg(value_name = "RESULTS", required = true)]
+    results: Vec<PathBuf>,
+    /// The page [default: the first RESULTS with the extension .html].
+    #[arg(long, value_name = "FILE.html")]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -524,4 +536,16 @@ pub fn merge(args: MergeArgs) -> Result<()> {
         args.output.display()
     );
     Ok(())
+}
+
+/// `iocache lab report`.
+pub fn report(args: ReportArgs) -> Result<()> {
+    let rows = read_rows(&args.results)?;
+    if rows.is_empty() {
+        bail!("{}: no results", args.results[0].display());
+    }
+    let out = args.out.unwrap_or_else(|| args.results[0].with_extension("html"));
+    let file = crate::OutputFile::check_path("--out", Some(&out))?.expect("a path");
+    let sources: Vec<String> = args.results.iter().map(|p| p.display().to_string()).collect();
+    crate::reports::write(file, &crate::reports::lab(&rows, &sources.join(", "))?)
 }

@@ -10,6 +10,7 @@ mod metrics;
 mod mrc_cli;
 mod progress;
 mod reca_cli;
+mod reports;
 mod running;
 mod serve;
 mod service;
@@ -196,6 +197,15 @@ impl OutputFile {
         }))
     }
 
+    /// Opens `path` for `flag`, where stdout is no choice (an HTML page).
+    fn check_path(flag: &str, path: Option<&std::path::Path>) -> Result<Option<OutputFile>> {
+        match path {
+            Some(p) if p.as_os_str() == "-" => bail!("{flag}: give a file name (the page is HTML)"),
+            Some(p) => OutputFile::check(flag, Some(&p.to_string_lossy())),
+            None => Ok(None),
+        }
+    }
+
     /// Replaces the file's contents with `text`.
     fn write(mut self, text: &str) -> Result<()> {
         self.file.set_len(0)?;
@@ -268,6 +278,10 @@ struct SimArgs {
     /// Write results as JSON to PATH, or to stdout with `-` (the table is then not printed).
     #[arg(long, value_name = "PATH|-")]
     json: Option<String>,
+    /// Also write an HTML report (tables; hit ratio against size when sizes were swept; latency
+    /// CDFs with timing; time series with --series-interval): one file, readable offline.
+    #[arg(long, value_name = "FILE.html")]
+    report: Option<PathBuf>,
     /// Worker threads (default: the number of cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -378,6 +392,7 @@ fn main() {
         Command::Lab { command } => match command {
             lab_cli::LabCommand::Run(args) => lab_cli::run(args),
             lab_cli::LabCommand::Merge(args) => lab_cli::merge(args),
+            lab_cli::LabCommand::Report(args) => lab_cli::report(args),
         },
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
@@ -530,6 +545,7 @@ fn run_sim(args: SimArgs) -> Result<()> {
     };
     let json_file = OutputFile::check("--json", args.json.as_deref())?;
     let series_file = OutputFile::check("--series", args.timing.series.as_deref())?;
+    let report_file = OutputFile::check_path("--report", args.report.as_deref())?;
     let options = SimOptions {
         warmup_requests,
         threads: args.threads.unwrap_or(SimOptions::default().threads).max(1),
@@ -563,6 +579,10 @@ fn run_sim(args: SimArgs) -> Result<()> {
             .with_context(|| format!("writing --series {path}"))?;
     }
     let trace_name = reader.name().to_string();
+    if let Some(file) = report_file {
+        let format = reader.format().to_string();
+        reports::write(file, &reports::sim(&trace_name, &format, &report)?)?;
+    }
     if warmup_requests > 0 && warmup_requests >= report.trace_records {
         log::warn!(
             "the warmup ({warmup_requests} requests) covers the whole trace ({} requests): nothing was counted",

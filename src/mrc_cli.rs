@@ -38,6 +38,10 @@ pub struct TraceMrcArgs {
     /// Write the curves as JSON to PATH, or to stdout with `-` (docs/sim-json.md).
     #[arg(long, value_name = "PATH|-")]
     json: Option<String>,
+    /// Also write an HTML report (the curves, their table and each sampled curve's difference
+    /// from exact): one file, readable offline.
+    #[arg(long, value_name = "FILE.html")]
+    report: Option<PathBuf>,
 }
 
 /// `iocache trace mrc`.
@@ -72,6 +76,7 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
     sizes.sort_unstable();
     sizes.dedup();
     let json_file = OutputFile::check("--json", args.json.as_deref())?;
+    let report_file = OutputFile::check_path("--report", args.report.as_deref())?;
     let mut reader = input.open().map_err(|e| input.explain(e))?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
     let report = miss_ratio_curves(
@@ -85,6 +90,9 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
     bar.finish();
     if report.requests == 0 {
         bail!("{}: the trace holds no data requests", reader.name());
+    }
+    if let Some(file) = report_file {
+        crate::reports::write(file, &crate::reports::mrc(&report))?;
     }
     let json = serde_json::to_string_pretty(&report)?;
     match (args.json.as_deref(), json_file) {

@@ -664,3 +664,90 @@ fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--report`: the page is written beside the usual output, checked before
+/// the run, and refused on stdout; `lab report` names its page after the
+/// results and refuses an empty file. (tests/report.rs loads the pages in a
+/// browser.)
+#[test]
+fn reports_are_written_where_asked() {
+    let dir = std::env::temp_dir().join(format!("iocache-cli-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+
+    // One size: the table, no curve against size.
+    let o = iocache(&[
+        "sim",
+        "--trace",
+        SAMPLE,
+        "--cache-size",
+        "256",
+        "--report",
+        &path("one.html"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("lru"), "the table is still printed");
+    let html = std::fs::read_to_string(path("one.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<table>"));
+    assert!(!html.contains("<svg"), "no sweep, no plot");
+
+    // With --json -, stdout holds only the JSON and the page is written.
+    let o = iocache(&[
+        "trace",
+        "mrc",
+        SAMPLE,
+        "--json",
+        "-",
+        "--report",
+        &path("mrc.html"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_str::<serde_json::Value>(&stdout(&o)).expect("only JSON on stdout");
+    assert!(std::fs::read_to_string(path("mrc.html"))
+        .unwrap()
+        .contains("<svg"));
+
+    let o = iocache(&["sim", "--trace", SAMPLE, "--report", "-"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--report: give a file name"),
+        "{}",
+        stderr(&o)
+    );
+    let o = iocache(&["sim", "--trace", SAMPLE, "--report", "/nonexistent-dir/r.html"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--report /nonexistent-dir/r.html: cannot write there"));
+
+    let experiment = dir.join("e.toml");
+    std::fs::write(
+        &experiment,
+        format!(
+            "[[workload]]\nname = \"sample\"\ntrace = \"{}\"\nformat = \"arc\"\n\n[grid]\ncache_size = [\"64\", \"512\"]\n",
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(SAMPLE).display()
+        ),
+    )
+    .unwrap();
+    let o = iocache(&["lab", "run", experiment.to_str().unwrap(), "--threads", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = iocache(&["lab", "report", &path("e.results.jsonl")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(path("e.results.html")).unwrap();
+    assert!(html.contains("sample: hit ratio vs cache size"));
+    // Nothing varies but the size: one series, every knob said once.
+    assert!(
+        html.contains("<dt>policy</dt><dd>lru</dd>"),
+        "constant knobs at the top"
+    );
+    std::fs::write(path("empty.jsonl"), "").unwrap();
+    let o = iocache(&[
+        "lab",
+        "report",
+        &path("empty.jsonl"),
+        "--out",
+        &path("empty.html"),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no results"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

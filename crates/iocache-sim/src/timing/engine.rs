@@ -446,6 +446,8 @@ impl TimingModel {
             background_ops: self.background_ops,
             series_interval_ns: self.series_interval,
             series: self.series.take().map(|s| s.rows).unwrap_or_default(),
+            read_cdf: self.reads.cdf(),
+            write_cdf: self.writes.cdf(),
         }
     }
 

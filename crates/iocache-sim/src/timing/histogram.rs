@@ -172,6 +172,18 @@ impl Histogram {
         self.percentiles([p])[0]
     }
 
+    /// The cumulative distribution at [`CDF_QUANTILES`]: `(quantile,
+    /// latency)` pairs, latency ascending; empty when there are no samples.
+    /// Enough points to draw the curve (every percent, and the tail to
+    /// 99.999 %), not every bucket.
+    pub fn cdf(&self) -> Vec<(f64, u64)> {
+        if self.count == 0 {
+            return Vec::new();
+        }
+        let values = self.percentiles(CDF_QUANTILES);
+        CDF_QUANTILES.iter().copied().zip(values).collect()
+    }
+
     /// The usual summary of this histogram.
     pub fn summary(&self) -> LatencySummary {
         let [p50, p99, p999, p9999] = self.percentiles([0.5, 0.99, 0.999, 0.9999]);
@@ -186,6 +198,23 @@ impl Histogram {
         }
     }
 }
+
+/// The quantiles [`Histogram::cdf`] reports: 0, every percent, then the tail.
+pub const CDF_QUANTILES: [f64; 106] = {
+    let mut q = [0.0; 106];
+    let mut i = 1;
+    while i < 100 {
+        q[i] = i as f64 / 100.0;
+        i += 1;
+    }
+    let tail = [0.995, 0.999, 0.9995, 0.9999, 0.99999, 1.0];
+    let mut j = 0;
+    while j < tail.len() {
+        q[100 + j] = tail[j];
+        j += 1;
+    }
+    q
+};
 
 /// Count, mean and tail percentiles of a set of latencies, in nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -254,6 +283,21 @@ mod tests {
         const { assert!(MAX_RELATIVE_ERROR < 0.01) };
         let exact_mean = exact.iter().map(|&v| v as f64).sum::<f64>() / exact.len() as f64;
         assert!((h.mean() - exact_mean).abs() / exact_mean < 1e-9);
+    }
+
+    #[test]
+    fn cdf_is_monotone_and_ends_at_the_maximum() {
+        assert!(Histogram::new().cdf().is_empty());
+        let mut h = Histogram::new();
+        for v in 1..=100 {
+            h.record(v);
+        }
+        let cdf = h.cdf();
+        assert_eq!(cdf.len(), CDF_QUANTILES.len());
+        assert!(cdf.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+        assert_eq!(cdf[0], (0.0, 1));
+        assert_eq!(cdf[50], (0.5, 50));
+        assert_eq!(*cdf.last().unwrap(), (1.0, 100));
     }
 
     #[test]

@@ -61,6 +61,12 @@ pub struct TimingReport {
     pub background_ops: u64,
     pub series_interval_ns: Option<u64>,
     pub series: Vec<SeriesRow>,
+    /// The read and write latency distributions (`Histogram::cdf`), for
+    /// plots (`sim --report`); not in the JSON.
+    #[serde(skip)]
+    pub read_cdf: Vec<(f64, u64)>,
+    #[serde(skip)]
+    pub write_cdf: Vec<(f64, u64)>,
 }
 
 impl TimingReport {
