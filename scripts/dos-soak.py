@@ -14,6 +14,10 @@ admin socket) and runs, for --duration seconds, all at once:
   seconds; reconnected when closed;
 - unread replies: --unread connections (Unix) that negotiate, pipeline
   --reads reads of --read-size bytes and never read a reply; reconnected;
+- half-sent writes: --half-writes connections (Unix) that negotiate,
+  pipeline a few 4 KiB reads, send a 1 MiB write header and half its
+  payload, then hang up (a client dying in the middle of a request);
+  reconnected at once;
 - admin floods: --admin idle admin connections, reconnected, plus one
   request line of 1 MiB without a newline every second.
 
@@ -77,6 +81,7 @@ NBD_REP_ACK = 1
 REQUEST_MAGIC = 0x25609513
 SIMPLE_REPLY_MAGIC = 0x67446698
 CMD_READ = 0
+CMD_WRITE = 1
 # Seconds an attacker waits before reopening a connection the server closed
 # (--reconnect-delay).
 RECONNECT_DELAY = 1.0
@@ -247,6 +252,30 @@ def unread_worker(target, stop, counters, reads, read_size, export_size):
         stop.wait(RECONNECT_DELAY)
 
 
+def half_write_worker(target, stop, counters):
+    """Pipelines reads, starts a 1 MiB write, sends half of it, hangs up."""
+    payload = b"\xa5" * (512 << 10)
+    while not stop.is_set():
+        try:
+            s = target.connect("unix")
+            negotiate(s)
+            s.settimeout(5)
+            for h in range(4):
+                s.sendall(read_request(h, h * 4096, 4096))
+            s.sendall(struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_WRITE, 99, 0, 1 << 20) + payload)
+            counters.add("half_writes")
+        except OSError:
+            counters.add("half_write_connect_failed")
+            time.sleep(0.2)
+            continue
+        finally:
+            try:
+                s.close()
+            except (OSError, UnboundLocalError):
+                pass
+        stop.wait(min(RECONNECT_DELAY, 0.1))
+
+
 def admin_idle_worker(target, stop, counters):
     while not stop.is_set():
         try:
@@ -343,6 +372,8 @@ def main():
     ap.add_argument("--unread", type=int, default=64, help="connections with unread replies")
     ap.add_argument("--reads", type=int, default=8, help="pipelined reads per unread connection")
     ap.add_argument("--read-size", type=int, default=32 << 20)
+    ap.add_argument("--half-writes", type=int, default=8,
+                    help="connections that send half a write and hang up, again and again")
     ap.add_argument("--admin", type=int, default=40, help="idle admin connections")
     ap.add_argument("--probe", type=float, default=2.0, help="seconds between fresh-client probes")
     ap.add_argument("--reconnect-delay", type=float, default=1.0,
@@ -404,6 +435,8 @@ def main():
                 spawn(slowloris_worker, attack_target, family, stop, counters, args.trickle)
         for _ in range(args.unread):
             spawn(unread_worker, attack_target, stop, counters, args.reads, args.read_size, export_size)
+        for _ in range(args.half_writes):
+            spawn(half_write_worker, attack_target, stop, counters)
 
     # Another user's attackers: a child forked before any thread exists,
     # which drops to that user, attacks until the parent closes `stop_w`,
