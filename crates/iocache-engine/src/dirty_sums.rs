@@ -5,11 +5,12 @@
 //! back. The shadow (`persist.rs`) owns one per shard and asks it for a
 //! record's checksum at each barrier.
 //!
-//! Memory: one `u64` per sector of each *dirty* line (1/64 of the dirty
-//! data), released when the line is clean again.
+//! Memory: one `u32` per slot, and one `u64` per sector of each line dirty
+//! at once (1/64 of the dirty data), kept in a slab whose entries are
+//! reused when lines become clean (no allocation per write: this is on
+//! every dirty write's path).
 
 use iocache_core::bitmap::{clear_range, set_range};
-use iocache_core::fasthash::FxHashMap;
 use iocache_core::SlotId;
 
 /// What is known of one dirty line's sectors.
@@ -29,21 +30,63 @@ struct LineSums {
 pub struct DirtySums {
     sectors_per_line: u32,
     words: usize,
-    lines: FxHashMap<SlotId, LineSums>,
+    /// Per slot: its entry in `slab`, or [`NO_ENTRY`].
+    index: Vec<u32>,
+    slab: Vec<LineSums>,
+    /// Entries of `slab` no slot uses.
+    free: Vec<u32>,
 }
+
+const NO_ENTRY: u32 = u32::MAX;
 
 fn any(bits: &[u64]) -> bool {
     bits.iter().any(|&w| w != 0)
 }
 
 impl DirtySums {
-    /// For lines of `sectors_per_line` sectors (bitmaps of `words` words).
-    pub fn new(sectors_per_line: u32, words: usize) -> DirtySums {
+    /// For `slots` slots holding lines of `sectors_per_line` sectors
+    /// (bitmaps of `words` words).
+    pub fn new(slots: usize, sectors_per_line: u32, words: usize) -> DirtySums {
         DirtySums {
             sectors_per_line,
             words,
-            lines: FxHashMap::default(),
+            index: vec![NO_ENTRY; slots],
+            slab: Vec::new(),
+            free: Vec::new(),
         }
+    }
+
+    fn get(&self, slot: SlotId) -> Option<&LineSums> {
+        let at = *self.index.get(slot as usize)?;
+        (at != NO_ENTRY).then(|| &self.slab[at as usize])
+    }
+
+    fn get_mut(&mut self, slot: SlotId) -> Option<&mut LineSums> {
+        let at = *self.index.get(slot as usize)?;
+        (at != NO_ENTRY).then(|| &mut self.slab[at as usize])
+    }
+
+    /// A fresh entry for `slot` (which has none) with everything unknown
+    /// as `unknown` says.
+    fn insert(&mut self, slot: SlotId, unknown: &[u64], restored: Option<u64>) -> &mut LineSums {
+        let at = match self.free.pop() {
+            Some(at) => {
+                let line = &mut self.slab[at as usize];
+                line.unknown.copy_from_slice(unknown);
+                line.restored = restored;
+                at
+            }
+            None => {
+                self.slab.push(LineSums {
+                    sector: vec![0; self.sectors_per_line as usize].into_boxed_slice(),
+                    unknown: unknown.to_vec().into_boxed_slice(),
+                    restored,
+                });
+                (self.slab.len() - 1) as u32
+            }
+        };
+        self.index[slot as usize] = at;
+        &mut self.slab[at as usize]
     }
 
     /// The entry of `slot`, created when missing: sectors dirty before
@@ -51,13 +94,11 @@ impl DirtySums {
     /// total stops applying once the dirty sectors change, so it is turned
     /// into "every dirty sector unknown".
     fn entry(&mut self, slot: SlotId, dirty_before: &[u64]) -> &mut LineSums {
-        let (sectors, words) = (self.sectors_per_line as usize, self.words);
-        let line = self.lines.entry(slot).or_insert_with(|| LineSums {
-            sector: vec![0; sectors].into_boxed_slice(),
-            unknown: dirty_before.to_vec().into_boxed_slice(),
-            restored: None,
-        });
-        debug_assert_eq!(line.unknown.len(), words);
+        debug_assert_eq!(dirty_before.len(), self.words);
+        if self.get(slot).is_none() {
+            return self.insert(slot, dirty_before, None);
+        }
+        let line = self.get_mut(slot).expect("an entry");
         if line.restored.take().is_some() {
             line.unknown.copy_from_slice(dirty_before);
         }
@@ -66,7 +107,10 @@ impl DirtySums {
 
     /// `slot` now holds another line (or nothing): forget what it held.
     pub fn line_replaced(&mut self, slot: SlotId) {
-        self.lines.remove(&slot);
+        let at = std::mem::replace(&mut self.index[slot as usize], NO_ENTRY);
+        if at != NO_ENTRY {
+            self.free.push(at);
+        }
     }
 
     /// Dirty data was written to sectors `first..` of `slot`;
@@ -89,7 +133,7 @@ impl DirtySums {
     /// back, overwritten clean, forgotten): `dirty_before` is the dirty set
     /// before. Call [`DirtySums::cleaned`] after.
     pub fn shrinking(&mut self, slot: SlotId, dirty_before: &[u64]) {
-        if let Some(line) = self.lines.get_mut(&slot) {
+        if let Some(line) = self.get_mut(slot) {
             if line.restored.take().is_some() {
                 line.unknown.copy_from_slice(dirty_before);
             }
@@ -100,22 +144,16 @@ impl DirtySums {
     /// while it has dirty sectors.
     pub fn cleaned(&mut self, slot: SlotId, dirty_after: &[u64]) {
         if !any(dirty_after) {
-            self.lines.remove(&slot);
+            self.line_replaced(slot);
         }
     }
 
     /// A dirty line loaded at start-up whose record carried `checksum`,
     /// verified against its data.
     pub fn restored(&mut self, slot: SlotId, checksum: u64) {
-        let (sectors, words) = (self.sectors_per_line as usize, self.words);
-        self.lines.insert(
-            slot,
-            LineSums {
-                sector: vec![0; sectors].into_boxed_slice(),
-                unknown: vec![0; words].into_boxed_slice(),
-                restored: Some(checksum),
-            },
-        );
+        self.line_replaced(slot);
+        let none = vec![0; self.words];
+        self.insert(slot, &none, Some(checksum));
     }
 
     /// The checksum of `slot`'s dirty sectors `dirty` (0 with none), if
@@ -124,7 +162,7 @@ impl DirtySums {
         if !any(dirty) {
             return Some(0);
         }
-        let line = self.lines.get(&slot)?;
+        let line = self.get(slot)?;
         if let Some(total) = line.restored {
             return Some(total);
         }
@@ -143,7 +181,7 @@ impl DirtySums {
     /// Dirty lines tracked.
     #[cfg(test)]
     pub fn lines(&self) -> usize {
-        self.lines.len()
+        self.slab.len() - self.free.len()
     }
 }
 
@@ -170,7 +208,7 @@ mod tests {
 
     #[test]
     fn overlapping_writes_keep_the_checksum_known_and_right() {
-        let mut sums = DirtySums::new(16, 1);
+        let mut sums = DirtySums::new(2, 16, 1);
         let mut line = vec![0u8; 16 * 512];
         let mut dirty = 0u64;
         write(&mut sums, &mut line, &mut dirty, 0, 4, 1);
@@ -194,7 +232,7 @@ mod tests {
 
     #[test]
     fn unseen_data_makes_the_checksum_unknown_until_rewritten() {
-        let mut sums = DirtySums::new(16, 1);
+        let mut sums = DirtySums::new(2, 16, 1);
         let mut line = vec![0u8; 16 * 512];
         let mut dirty = 0u64;
         write(&mut sums, &mut line, &mut dirty, 0, 8, 1);
@@ -206,7 +244,7 @@ mod tests {
 
     #[test]
     fn a_restored_total_holds_until_the_dirty_sectors_change() {
-        let mut sums = DirtySums::new(16, 1);
+        let mut sums = DirtySums::new(2, 16, 1);
         let mut line = vec![7u8; 16 * 512];
         let mut dirty = 0b1111u64;
         sums.restored(0, reference(&line, dirty));

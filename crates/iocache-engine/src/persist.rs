@@ -98,7 +98,7 @@ impl Shadow {
             bits: vec![0; n * words * 2],
             hashes: vec![None; n],
             dirty_checksums: enabled && dirty_checksums,
-            dirty_sums: DirtySums::new(sectors_per_line, words),
+            dirty_sums: DirtySums::new(checked, sectors_per_line, words),
             writes_in_flight: vec![0; checked],
             checksummed_on_disk: vec![0; checked * words],
             mirrors: vec![None; n],

@@ -62,8 +62,8 @@ pub fn data_hash(bytes: &[u8]) -> u64 {
 }
 
 /// The checksum a dirty record carries over its dirty sectors: the sum
-/// (wrapping, mod 2^64) over those sectors of xxh3-64 of the sector's 512
-/// bytes seeded with the sector's index in the line. A sum, unlike
+/// (wrapping, mod 2^64) over those sectors of a term mixing xxh3-64 of the
+/// sector's 512 bytes with the sector's index in the line. A sum, unlike
 /// [`data_hash`], can be kept up to date as writes to disjoint sectors
 /// arrive one by one ([`dirty_checksum_of_run`]), without reading the line
 /// back; it still changes when any byte or the position of any sector does.
@@ -95,8 +95,16 @@ pub fn sector_checksums(first_sector: u32, data: &[u8]) -> impl Iterator<Item = 
         .map(|(sector, s)| sector_checksum(s, sector))
 }
 
+/// A sector's term: xxh3-64 of its bytes, mixed with its index so that the
+/// same data at another place counts differently (the SplitMix64
+/// finalizer, a bijection, over the hash xor the index times the golden
+/// ratio). Unseeded xxh3: a seed would derive a new secret on every call.
 fn sector_checksum(sector_in_line: u32, bytes: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(bytes, u64::from(sector_in_line))
+    let mut x =
+        xxhash_rust::xxh3::xxh3_64(bytes) ^ u64::from(sector_in_line).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// [`data_hash`] of the valid sectors of `line` (the whole line's bytes,

@@ -95,7 +95,8 @@ pub trait Export: Send + Sync + 'static {
     /// Size of the export in bytes. Must not change while it is served.
     fn size_bytes(&self) -> u64;
 
-    /// Fills `buf` with the bytes at `offset`.
+    /// Fills `buf` with the bytes at `offset`: every byte, on success (the
+    /// server reuses its buffers and does not clear them first).
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError>;
 
     /// Writes `data` at `offset`; with `fua`, the data must be persistent
