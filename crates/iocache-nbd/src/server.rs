@@ -990,14 +990,23 @@ impl Pool {
         s.waiting -= 1;
         s.held += n;
         s.serving += 1;
+        let others = s.waiting > 0;
         drop(s);
-        // The next ticket may fit too.
-        self.freed.notify_all();
+        // The next ticket may fit too. (A notification is a system call:
+        // only when someone waits.)
+        if others {
+            self.freed.notify_all();
+        }
     }
 
     fn release(&self, n: usize) {
-        lock(&self.state).held -= n;
-        self.freed.notify_all();
+        let mut s = lock(&self.state);
+        s.held -= n;
+        let waiting = s.waiting > 0;
+        drop(s);
+        if waiting {
+            self.freed.notify_all();
+        }
     }
 }
 
@@ -1714,22 +1723,31 @@ fn read_exact_within<S: ConnectionStream>(
 
 /// A byte budget shared by a connection's reader and workers.
 struct Budget {
-    available: Mutex<usize>,
+    /// Bytes available, and readers waiting for more.
+    available: Mutex<(usize, usize)>,
     freed: Condvar,
 }
 
 impl Budget {
     fn acquire(&self, n: usize) {
         let mut a = lock(&self.available);
-        while *a < n {
+        while a.0 < n {
+            a.1 += 1;
             a = self.freed.wait(a).unwrap_or_else(|e| e.into_inner());
+            a.1 -= 1;
         }
-        *a -= n;
+        a.0 -= n;
     }
 
     fn release(&self, n: usize) {
-        *lock(&self.available) += n;
-        self.freed.notify_all();
+        let mut a = lock(&self.available);
+        a.0 += n;
+        let waiting = a.1 > 0;
+        drop(a);
+        // A notification is a system call: only when someone waits.
+        if waiting {
+            self.freed.notify_all();
+        }
     }
 }
 
@@ -1780,7 +1798,7 @@ fn transmission<S: ConnectionStream>(
         writer: Mutex::new(writer),
         broken: AtomicBool::new(false),
         budget: Budget {
-            available: Mutex::new(shared.config.max_inflight_bytes),
+            available: Mutex::new((shared.config.max_inflight_bytes, 0)),
             freed: Condvar::new(),
         },
         activity,
