@@ -157,6 +157,22 @@ impl EngineConfig {
     }
 }
 
+/// A `WriteCache` op ready to be written: what `Inner::prepare_cache_write`
+/// worked out, for the write and for `Inner::finish_cache_write`.
+struct PreparedWrite<'b> {
+    slot: SlotId,
+    key: LineKey,
+    data: &'b [u8],
+    /// Where `data` starts in the request's buffer.
+    buffer_at: usize,
+    device_offset: u64,
+    line_offset_bytes: u32,
+    first: u32,
+    end: u32,
+    dirty: bool,
+    fresh: bool,
+}
+
 /// How the engine issues a request's cache-device reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum IoMode {
@@ -1085,6 +1101,14 @@ impl Inner {
                         .map_err(|e| self.backend_error(e))?;
                 }
                 Op::WriteCache { .. } => {
+                    let run = self.cache_write_run_len(segment, &segment.ops[i - 1..]);
+                    if run >= 2 {
+                        let generations = &segment.generations[write_no..write_no + run];
+                        self.write_cache_run(segment, &segment.ops[i - 1..i - 1 + run], generations, buffer)?;
+                        write_no += run;
+                        i += run - 1;
+                        continue;
+                    }
                     let generation = segment.generations[write_no];
                     write_no += 1;
                     self.write_cache_op(segment, op, generation, buffer)?;
@@ -1154,6 +1178,134 @@ impl Inner {
         generation: u64,
         buffer: &Buffer<'_>,
     ) -> Result<(), EngineError> {
+        let w = self.prepare_cache_write(segment, op, buffer)?;
+        let class = match buffer {
+            Buffer::Read(_) => queues::cache_class::PROMOTION,
+            Buffer::Write(_) => queues::cache_class::WRITE,
+        };
+        let (written, mirror) = self
+            .queues
+            .cache
+            .time(&self.clock, class, || match &self.slots.array {
+                None => (self.slots.dev.write_at(w.data, w.device_offset), None),
+                Some(array) => {
+                    let global = self.shards[segment.shard].base_slot + u64::from(w.slot);
+                    self.write_array(array, global, w.key, w.data, w.line_offset_bytes, w.dirty)
+                }
+            });
+        self.finish_cache_write(segment, &w, generation, written, mirror)
+    }
+
+    /// A run of `WriteCache` ops whose slots' ranges follow one another on
+    /// the cache device and whose data follow one another in the buffer (a
+    /// sequential write or fill into consecutive slots): written with one
+    /// device write instead of one per line; each op's bookkeeping is its
+    /// own, as in [`Inner::write_cache_op`]. Not on a cache array.
+    fn write_cache_run(
+        &self,
+        segment: &PlannedSegment,
+        ops: &[Op],
+        generations: &[u64],
+        buffer: &Buffer<'_>,
+    ) -> Result<(), EngineError> {
+        debug_assert!(self.slots.array.is_none());
+        let mut prepared: Vec<PreparedWrite<'_>> = Vec::with_capacity(ops.len());
+        for op in ops {
+            match self.prepare_cache_write(segment, op, buffer) {
+                Ok(w) => prepared.push(w),
+                Err(e) => {
+                    // Nothing was written: the writes begun end here.
+                    if self.persistence != Persistence::None {
+                        let mut state = lock(&self.shards[segment.shard].state);
+                        for w in &prepared {
+                            state.shadow.cache_write_failed(w.slot, w.first, w.end);
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let (first, last) = (&prepared[0], &prepared[prepared.len() - 1]);
+        let data = Self::buffer_slice(buffer, first.buffer_at, last.buffer_at + last.data.len());
+        let class = match buffer {
+            Buffer::Read(_) => queues::cache_class::PROMOTION,
+            Buffer::Write(_) => queues::cache_class::WRITE,
+        };
+        let written = self.queues.cache.time(&self.clock, class, || {
+            self.slots.dev.write_at(data, first.device_offset)
+        });
+        let mut result = Ok(());
+        for (w, &generation) in prepared.iter().zip(generations) {
+            let this = match &written {
+                Ok(()) => Ok(()),
+                Err(e) => Err(DeviceError::Io {
+                    device: self.slots.dev.name().to_string(),
+                    kind: iocache_device::IoKind::Write,
+                    offset: w.device_offset,
+                    len: w.data.len() as u64,
+                    source: std::io::Error::other(e.to_string()),
+                }),
+            };
+            if let Err(e) = self.finish_cache_write(segment, w, generation, this, None) {
+                result = result.and(Err(e));
+            }
+        }
+        result
+    }
+
+    fn buffer_slice<'b>(buffer: &'b Buffer<'_>, from: usize, to: usize) -> &'b [u8] {
+        match buffer {
+            Buffer::Read(buf) => &buf[from..to],
+            Buffer::Write(data) => &data[from..to],
+        }
+    }
+
+    /// The length of the run of `WriteCache` ops at the start of `ops` that
+    /// [`Inner::write_cache_run`] can write at once (1: none).
+    fn cache_write_run_len(&self, segment: &PlannedSegment, ops: &[Op]) -> usize {
+        if self.slots.array.is_some() || self.shards[segment.shard].poisoned.load(Ordering::Relaxed) > 0 {
+            return 1;
+        }
+        let place = |op: &Op| match *op {
+            Op::WriteCache {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                buffer_offset_bytes,
+                dirty,
+                ..
+            } => Some((
+                self.cache_offset(segment.shard, slot, line_offset_bytes),
+                buffer_offset_bytes,
+                u64::from(length_bytes),
+                dirty,
+            )),
+            _ => None,
+        };
+        let Some(mut at) = place(&ops[0]) else { return 1 };
+        let mut n = 1;
+        // At most 1 MiB at once: a bounded write, like the client's.
+        let mut bytes = at.2;
+        for op in &ops[1..] {
+            let Some(next) = place(op) else { break };
+            if next.0 != at.0 + at.2 || next.1 != at.1 + at.2 || next.3 != at.3 || bytes + next.2 > 1 << 20 {
+                break;
+            }
+            bytes += next.2;
+            at = next;
+            n += 1;
+        }
+        n
+    }
+
+    /// Before a `WriteCache` op's data is written: the slot may be reused,
+    /// and (dirty checksums) the write is counted in flight.
+    fn prepare_cache_write<'b>(
+        &self,
+        segment: &PlannedSegment,
+        op: &Op,
+        buffer: &'b Buffer<'_>,
+    ) -> Result<PreparedWrite<'b>, EngineError> {
         let Op::WriteCache {
             slot,
             line_offset_bytes,
@@ -1165,12 +1317,8 @@ impl Inner {
         else {
             unreachable!("only WriteCache ops are written to the cache");
         };
-        let base = segment.buffer_offset;
-        let at = base + buffer_offset_bytes as usize;
-        let data = match buffer {
-            Buffer::Read(buf) => &buf[at..at + length_bytes as usize],
-            Buffer::Write(data) => &data[at..at + length_bytes as usize],
-        };
+        let at = segment.buffer_offset + buffer_offset_bytes as usize;
+        let data = Self::buffer_slice(buffer, at, at + length_bytes as usize);
         let key = self.op_key(segment, buffer_offset_bytes, line_offset_bytes);
         let first = line_offset_bytes / SECTOR_BYTES as u32;
         let end = first + length_bytes / SECTOR_BYTES as u32;
@@ -1178,26 +1326,47 @@ impl Inner {
             self.wait_until_reusable(segment.shard, slot, key)?;
             self.begin_cache_write(segment.shard, slot, first, end)?;
         }
-        let device_offset = self.cache_offset(segment.shard, slot, line_offset_bytes);
-        let class = match buffer {
-            Buffer::Read(_) => queues::cache_class::PROMOTION,
-            Buffer::Write(_) => queues::cache_class::WRITE,
-        };
-        let (written, mirror) = self
-            .queues
-            .cache
-            .time(&self.clock, class, || match &self.slots.array {
-                None => (self.slots.dev.write_at(data, device_offset), None),
-                Some(array) => {
-                    let global = self.shards[segment.shard].base_slot + u64::from(slot);
-                    self.write_array(array, global, key, data, line_offset_bytes, dirty)
-                }
-            });
+        Ok(PreparedWrite {
+            slot,
+            key,
+            data,
+            buffer_at: at,
+            device_offset: self.cache_offset(segment.shard, slot, line_offset_bytes),
+            line_offset_bytes,
+            first,
+            end,
+            dirty,
+            fresh,
+        })
+    }
+
+    /// After a `WriteCache` op's data write returned `written`: notes it in
+    /// the shadow, and on failure forgets or poisons what the write was to
+    /// leave there.
+    fn finish_cache_write(
+        &self,
+        segment: &PlannedSegment,
+        w: &PreparedWrite<'_>,
+        generation: u64,
+        written: Result<(), DeviceError>,
+        mirror: Option<u32>,
+    ) -> Result<(), EngineError> {
+        let PreparedWrite {
+            slot,
+            key,
+            data,
+            line_offset_bytes,
+            first,
+            end,
+            dirty,
+            fresh,
+            ..
+        } = *w;
         if written.is_ok() && self.persistence != Persistence::None {
             let full_line_hash = (self.persistence == Persistence::All
                 && !dirty
                 && line_offset_bytes == 0
-                && u64::from(length_bytes) == self.line_bytes)
+                && data.len() as u64 == self.line_bytes)
                 .then(|| iocache_format::data_hash(data));
             // Outside the shard's lock: a line may be a megabyte.
             let sector_sums: Vec<u64> = if dirty && self.dirty_checksums {
