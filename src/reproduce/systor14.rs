@@ -51,7 +51,7 @@ impl Source {
 /// over a window of the volume shifted by `shift` % from the last.
 fn drifting(name: &str, write_pct: u32, theta: f64, sizes: &str, requests: u64, shift: u32) -> String {
     let phases = 10;
-    let mut text = format!("seed = 14\nvolume_size = \"4GiB\"\nblock_size = \"4KiB\"\n");
+    let mut text = String::from("seed = 14\nvolume_size = \"4GiB\"\nblock_size = \"4KiB\"\n");
     for i in 0..phases {
         let lo = i * shift;
         text += &format!(
