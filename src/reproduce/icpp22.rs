@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Result;
+use iocache_core::units::format_byte_size;
 use iocache_core::{LineSize, PolicySpec, WritePolicy};
 use iocache_report::{Chart, Scale, Ticks};
 use iocache_sim::timing::{preset, ArrivalMode};
@@ -295,7 +296,8 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 other.to_uppercase()
             ),
             format!(
-                "{ours:+.1} % lower on average over {n} cases (timing model, closed loop of {OUTSTANDING})"
+                "{} (timing model, closed loop of {OUTSTANDING})",
+                rel.text("lower")
             ),
             Check::Effect {
                 paper_lo: paper,
@@ -313,9 +315,9 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let delta_size = *gen_sizes.last().expect("a size");
     let mut fig7 = Chart {
         title: format!(
-            "Fig. 7: hit ratio against δ, normalised to δ = 1 ({} MiB buffer; samples {} MiB)",
-            delta_size * 4 / 1024,
-            sample_sizes.last().expect("a size") * 4 / 1024
+            "Fig. 7: hit ratio against δ, normalised to δ = 1 ({} buffer; samples {})",
+            format_byte_size(delta_size * 4096),
+            format_byte_size(sample_sizes.last().expect("a size") * 4096)
         ),
         x: axis("δ (pages)", Scale::Linear, Ticks::Number),
         y: axis("hit ratio / hit ratio at δ = 1", Scale::Linear, Ticks::Number),
@@ -358,7 +360,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     // Figs. 9-11 as one chart each: x = case number (listed in the setup).
     let mut names = Vec::new();
     for (i, (r, s)) in cases.iter().enumerate() {
-        names.push(format!("{}: {} ({} MiB)", i + 1, r.name, s * 4 / 1024));
+        names.push(format!("{}: {} ({})", i + 1, r.name, format_byte_size(s * 4096)));
     }
     verdict
         .setup
