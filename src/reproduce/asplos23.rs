@@ -206,13 +206,21 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         let ratio = iops(d, ZIPF.1, "nhit:2", 4096) / iops(d, ZIPF.1, "always", 4096);
         verdict.push(Claim::new(
             "Fig. 8 (Zipf 1.1)",
-            format!("{d}: on a skewed workload (Zipf 1.1) nhit-2 gains much less, about 10 % IOPS over always"),
+            format!(
+                "{d}: on a skewed workload (Zipf 1.1) nhit-2 gains much less, about 10 % IOPS over always"
+            ),
             format!(
                 "nhit-2 / always IOPS = {ratio:.3} ({:.0}K vs {:.0}K; hit ratio {:.1} % vs {:.1} %)",
                 iops(d, ZIPF.1, "nhit:2", 4096) / 1e3,
                 iops(d, ZIPF.1, "always", 4096) / 1e3,
-                hit_ratios.get(&(d, ZIPF.1, "nhit:2".into(), 4096)).unwrap_or(&f64::NAN) * 100.0,
-                hit_ratios.get(&(d, ZIPF.1, "always".into(), 4096)).unwrap_or(&f64::NAN) * 100.0
+                hit_ratios
+                    .get(&(d, ZIPF.1, "nhit:2".into(), 4096))
+                    .unwrap_or(&f64::NAN)
+                    * 100.0,
+                hit_ratios
+                    .get(&(d, ZIPF.1, "always".into(), 4096))
+                    .unwrap_or(&f64::NAN)
+                    * 100.0
             ),
             Check::Effect {
                 paper_lo: 1.1,
