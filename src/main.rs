@@ -11,6 +11,7 @@ mod mrc_cli;
 mod progress;
 mod reca_cli;
 mod reports;
+mod reproduce;
 mod running;
 mod serve;
 mod service;
@@ -393,6 +394,7 @@ fn main() {
             lab_cli::LabCommand::Run(args) => lab_cli::run(args),
             lab_cli::LabCommand::Merge(args) => lab_cli::merge(args),
             lab_cli::LabCommand::Report(args) => lab_cli::report(args),
+            lab_cli::LabCommand::Reproduce(args) => reproduce::run(args),
         },
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

@@ -1,0 +1,271 @@
+//! Why this file exists: `iocache lab reproduce NAME` (issue 17 §5). Each
+//! seed paper's key findings are re-run in the simulator, in process,
+//! through the library (`iocache_sim::simulate`, or `iocache_core::Cache`
+//! directly where a per-interval count is needed), and each reproduction
+//! writes its figures (SVG, drawn by `iocache-report`), a `verdict.json`
+//! and a `verdict.md` into its own directory and prints the verdict. The
+//! verdicts come from the numbers through `verdict.rs`, with the
+//! tolerances stated there and in each claim. A reproduction that needs
+//! the shared traces says which parts it skipped when they are absent.
+//!
+//! Adding one: a module with `run(&Context) -> Result<Verdict>`, an entry
+//! in [`REPRODUCTIONS`] (ReCA's and LBICA's issues add theirs here).
+
+mod arc_p2;
+mod asplos23;
+mod icpp22;
+mod systor14;
+pub mod verdict;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use clap::Args;
+use iocache_report::{Axis, Chart, Scale, Series, Ticks};
+use iocache_sim::workload::WorkloadSpec;
+use iocache_sim::{simulate, RunSpec, SimOptions, SimReport};
+use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
+
+use verdict::Verdict;
+
+#[derive(Args)]
+pub struct ReproduceArgs {
+    /// arc-p2, asplos23, icpp22, systor14, all; `list` prints them.
+    #[arg(value_name = "NAME")]
+    name: String,
+    /// Where to write each reproduction's directory (figures, verdict.md, verdict.json).
+    #[arg(long, value_name = "DIR", default_value = "reproductions")]
+    out: PathBuf,
+    /// Shorter workloads (for tests): the same claims, less confidence.
+    #[arg(long)]
+    quick: bool,
+    /// The shared trace samples [default: ../shared/traces beside the current directory].
+    #[arg(long, value_name = "DIR")]
+    traces: Option<PathBuf>,
+    /// Worker threads per simulation pass (default: the number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+/// One reproduction.
+struct Entry {
+    name: &'static str,
+    summary: &'static str,
+    run: fn(&Context) -> Result<Verdict>,
+}
+
+const REPRODUCTIONS: &[Entry] = &[
+    Entry {
+        name: "arc-p2",
+        summary: "ARC paper (FAST'03) Table IV on trace P2: LRU and ARC hit ratios at 32,768 pages (fidelity check)",
+        run: arc_p2::run,
+    },
+    Entry {
+        name: "asplos23",
+        summary: "ASPLOS'23 Figs. 8-10: promotion always vs nhit and line sizes on fio-zoned workloads, Optane/NVMe timing: IOPS, p99/p99.99",
+        run: asplos23::run,
+    },
+    Entry {
+        name: "icpp22",
+        summary: "ICPP'22 Req-block vs LRU, BPLRU, VBBMS: hit ratio, pages per eviction, flash writes, response time, delta sensitivity (Fig. 7)",
+        run: icpp22::run,
+    },
+    Entry {
+        name: "systor14",
+        summary: "SYSTOR'14: WT vs WB server load over time, hit ratio vs reboot frequency (persistence all vs dirty), working-set curves",
+        run: systor14::run,
+    },
+];
+
+/// What a reproduction gets: where to write, how long to run, the traces.
+pub struct Context {
+    pub dir: PathBuf,
+    pub quick: bool,
+    /// The shared traces, when present.
+    pub traces: Option<PathBuf>,
+    pub threads: usize,
+}
+
+impl Context {
+    /// A shared trace, or `None` (and a note in `skipped`) when absent.
+    pub fn trace(&self, file: &str, verdict: &mut Verdict, what: &str) -> Option<PathBuf> {
+        match &self.traces {
+            Some(dir) if dir.join(file).is_file() => Some(dir.join(file)),
+            Some(dir) => {
+                verdict
+                    .skipped
+                    .push(format!("{what}: {} is missing", dir.join(file).display()));
+                None
+            }
+            None => {
+                verdict.skipped.push(format!(
+                    "{what}: the shared traces (../shared/traces or --traces DIR) are absent"
+                ));
+                None
+            }
+        }
+    }
+
+    /// Runs `specs` over a trace file in one pass.
+    pub fn simulate_file(&self, path: &Path, specs: &[RunSpec], options: SimOptions) -> Result<SimReport> {
+        let mut reader = TraceReader::open(path, None, ReaderOptions::default())
+            .with_context(|| format!("{}", path.display()))?;
+        self.simulate(&mut reader, specs, options)
+            .with_context(|| format!("{}", path.display()))
+    }
+
+    /// Runs `specs` over a generated workload in one pass.
+    pub fn simulate_gen(
+        &self,
+        spec: &WorkloadSpec,
+        specs: &[RunSpec],
+        options: SimOptions,
+    ) -> Result<SimReport> {
+        self.simulate(&mut gen_reader(spec)?, specs, options)
+    }
+
+    fn simulate(
+        &self,
+        reader: &mut TraceReader,
+        specs: &[RunSpec],
+        options: SimOptions,
+    ) -> Result<SimReport> {
+        let options = SimOptions {
+            threads: self.threads,
+            ..options
+        };
+        Ok(simulate(reader, specs, &options, &mut |_, _| {})?)
+    }
+
+    /// Writes a chart as `NAME.svg` in the output directory and lists it.
+    pub fn figure(&self, verdict: &mut Verdict, name: &str, chart: &Chart) -> Result<()> {
+        let svg = iocache_report::render_svg(chart)?;
+        let file = format!("{name}.svg");
+        std::fs::write(self.dir.join(&file), svg)
+            .with_context(|| format!("{}", self.dir.join(&file).display()))?;
+        verdict.figures.push(file);
+        Ok(())
+    }
+}
+
+/// A generated workload as a trace reader (MSR CSV in memory, as `lab run` does).
+pub fn gen_reader(spec: &WorkloadSpec) -> Result<TraceReader> {
+    let generator = spec.generator()?;
+    let mut csv = Vec::new();
+    crate::gen_cli::write_msr(generator, &mut csv)?;
+    Ok(TraceReader::from_reader(
+        "generated",
+        Box::new(std::io::Cursor::new(csv)),
+        Some(TraceFormat::Msr),
+        ReaderOptions::default(),
+    )?)
+}
+
+/// A workload spec from TOML text.
+pub fn workload(text: &str) -> Result<WorkloadSpec> {
+    toml::from_str(text).map_err(|e| anyhow!("built-in workload: {e}"))
+}
+
+/// An axis with a label.
+pub fn axis(label: &str, scale: Scale, ticks: Ticks) -> Axis {
+    Axis {
+        label: label.into(),
+        scale,
+        ticks,
+        range: None,
+    }
+}
+
+pub fn series(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+    Series {
+        name: name.into(),
+        points,
+    }
+}
+
+/// The traces directory: `--traces`, else `../shared/traces` from the
+/// current directory, else beside the source tree this binary was built
+/// from (so tests find it from any directory).
+fn traces_dir(given: Option<&Path>) -> Result<Option<PathBuf>> {
+    if let Some(dir) = given {
+        if !dir.is_dir() {
+            bail!("--traces {}: not a directory", dir.display());
+        }
+        return Ok(Some(dir.to_path_buf()));
+    }
+    let candidates = [
+        PathBuf::from("../shared/traces"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces"),
+    ];
+    Ok(candidates.into_iter().find(|d| d.join("README.md").is_file()))
+}
+
+/// `iocache lab reproduce`.
+pub fn run(args: ReproduceArgs) -> Result<()> {
+    if args.name == "list" {
+        for e in REPRODUCTIONS {
+            println!("{:<10} {}", e.name, e.summary);
+        }
+        println!("{:<10} every one above, in turn", "all");
+        return Ok(());
+    }
+    let chosen: Vec<&Entry> = if args.name == "all" {
+        REPRODUCTIONS.iter().collect()
+    } else {
+        vec![REPRODUCTIONS
+            .iter()
+            .find(|e| e.name == args.name)
+            .ok_or_else(|| {
+                anyhow!(
+                    "unknown reproduction `{}`; known: {}, all, list",
+                    args.name,
+                    REPRODUCTIONS
+                        .iter()
+                        .map(|e| e.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?]
+    };
+    let traces = traces_dir(args.traces.as_deref())?;
+    match &traces {
+        Some(dir) => log::info!("shared traces: {}", dir.display()),
+        None => log::warn!(
+            "shared traces not found (../shared/traces or --traces DIR): the parts that need them are skipped"
+        ),
+    }
+    let threads = args.threads.unwrap_or(SimOptions::default().threads).max(1);
+    for entry in chosen {
+        let dir = args.out.join(entry.name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("--out {}", dir.display()))?;
+        let context = Context {
+            dir: dir.clone(),
+            quick: args.quick,
+            traces: traces.clone(),
+            threads,
+        };
+        let started = std::time::Instant::now();
+        let verdict = (entry.run)(&context).with_context(|| format!("reproduction `{}`", entry.name))?;
+        std::fs::write(
+            dir.join("verdict.json"),
+            serde_json::to_string_pretty(&verdict)? + "\n",
+        )?;
+        std::fs::write(dir.join("verdict.md"), verdict.markdown())?;
+        print!("{}", verdict.text());
+        println!(
+            "  wrote {} ({:.1} s)\n",
+            dir.display(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// Mean of a list (0 when empty).
+pub fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        0.0
+    } else {
+        values.iter().sum::<f64>() / values.len() as f64
+    }
+}
