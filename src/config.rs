@@ -83,6 +83,10 @@ impl Origin {
     }
 }
 
+/// The most threads `threads_per_connection` may ask for: each connection
+/// gets that many, and 64 connections per listener are allowed.
+pub const THREADS_PER_CONNECTION_MAX: usize = 64;
+
 /// Everything `iocache serve` needs to start, validated.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -116,6 +120,9 @@ pub struct ServeConfig {
     /// Connections one peer may have in the handshake at once on each
     /// listener; `None`: the server's default (16, the listener's own limit).
     pub max_handshakes_per_peer: Option<usize>,
+    /// Threads serving one connection's requests (leader and followers);
+    /// `None`: the server's default (4).
+    pub threads_per_connection: Option<usize>,
     /// Directories under which `iocache ctl attach` may open (or create)
     /// backend files; none: only NBD backends can be attached.
     pub attach_dirs: Vec<PathBuf>,
@@ -537,6 +544,7 @@ struct ServerText {
     socket_group: Option<String>,
     max_connections_per_peer: Option<usize>,
     max_handshakes_per_peer: Option<usize>,
+    threads_per_connection: Option<usize>,
     #[serde(default)]
     attach_dirs: Vec<PathBuf>,
     tls: Option<String>,
@@ -901,6 +909,7 @@ impl ServeConfig {
             socket_group: file.server.socket_group,
             max_connections_per_peer: file.server.max_connections_per_peer,
             max_handshakes_per_peer: file.server.max_handshakes_per_peer,
+            threads_per_connection: file.server.threads_per_connection,
             attach_dirs: file.server.attach_dirs,
             private_dir: None,
             volumes,
@@ -936,19 +945,25 @@ impl ServeConfig {
                 "max_connections_per_peer",
                 self.max_connections_per_peer,
                 server.max_connections,
-                "connections",
+                "the connections a listener serves at once",
             ),
             (
                 "max_handshakes_per_peer",
                 self.max_handshakes_per_peer,
                 server.max_handshakes,
-                "handshakes",
+                "the handshakes a listener serves at once",
+            ),
+            (
+                "threads_per_connection",
+                self.threads_per_connection,
+                THREADS_PER_CONNECTION_MAX,
+                "the threads a connection may have",
             ),
         ];
         for (key, value, most, what) in limits {
             if let Some(n) = value.filter(|n| !(1..=most).contains(n)) {
                 bail!(
-                    "{}: {n} is not between 1 and {most} (the {what} a listener serves at once)",
+                    "{}: {n} is not between 1 and {most} ({what})",
                     self.origin.server_key(key)
                 );
             }

@@ -50,6 +50,7 @@ pub struct ServeArgs {
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
         "tls_psk", "tls_verify_peer", "max_connections_per_peer", "max_handshakes_per_peer",
+        "threads_per_connection",
     ])]
     config: Option<PathBuf>,
     /// Backend: a file or block device, or a remote NBD export
@@ -214,6 +215,11 @@ pub struct ServeArgs {
     /// one more closes the peer's own oldest handshake [default: 16].
     #[arg(long, value_name = "N")]
     max_handshakes_per_peer: Option<usize>,
+    /// Threads serving one connection's requests, taking turns reading them (leader and
+    /// followers, as nbdkit's --threads); also the most requests of one connection served at
+    /// once [default: 4].
+    #[arg(long, value_name = "N")]
+    threads_per_connection: Option<usize>,
     /// A directory under which `iocache ctl attach` may open or create backend files
     /// (repeatable) [default: ./iocache-data when it is the data directory; none otherwise: only
     /// NBD backends can be attached].
@@ -667,6 +673,9 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         max_handshakes_per_peer: config
             .max_handshakes_per_peer
             .unwrap_or(defaults.max_handshakes_per_peer),
+        workers_per_connection: config
+            .threads_per_connection
+            .unwrap_or(defaults.workers_per_connection),
         ..defaults
     });
     if let Err(e) = server.bind() {
@@ -1080,6 +1089,7 @@ impl ServeArgs {
             socket_group: self.socket_group,
             max_connections_per_peer: self.max_connections_per_peer,
             max_handshakes_per_peer: self.max_handshakes_per_peer,
+            threads_per_connection: self.threads_per_connection,
             tls: self.tls.parse().map_err(|e| anyhow!("--tls: {e}"))?,
             tls_certificates: self.tls_certificates,
             tls_psk: self.tls_psk,

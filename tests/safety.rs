@@ -836,6 +836,29 @@ fn a_block_device_is_claimed_exclusively() {
 /// connection of the same user is closed while two are served, and one
 /// more is served once one of them hangs up; out of range, the start is
 /// refused naming the flag.
+/// `--threads-per-connection` reaches the server: out of range is refused
+/// naming the flag; one thread (leader and only follower) serves.
+#[test]
+fn threads_per_connection_is_a_flag() {
+    let dir = temp_dir("threads");
+    let mut a = args(&dir, "a", "backend.img", "cache.img");
+    a.extend(["--threads-per-connection".into(), "0".into()]);
+    let err = refused(&a);
+    assert!(
+        err.contains("--threads-per-connection: 0 is not between 1 and 64"),
+        "{err}"
+    );
+    let mut a = args(&dir, "a", "backend.img", "cache.img");
+    a.extend(["--threads-per-connection".into(), "1".into()]);
+    let server = Server::start(&dir, "a", &a);
+    let mut client = server.client();
+    write_pattern(&mut client, 8, 3);
+    check_pattern(&mut client, 8, 3);
+    drop(client);
+    assert!(server.stop().status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_connection_limit_per_peer_is_a_flag() {
     let dir = temp_dir("perpeer");
