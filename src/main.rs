@@ -832,10 +832,22 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
                     w.requests.to_string(),
                     w.unique_lines.to_string(),
                     format!("{:.1}", w.unique_bytes as f64 / (1 << 20) as f64),
+                    w.cumulative_lines.to_string(),
+                    format!(
+                        "{:.1}",
+                        (w.cumulative_lines * stats.line_size) as f64 / (1 << 20) as f64
+                    ),
                 ]
             })
             .collect();
-        let _ = write!(out, "{}", table(&["window", "requests", "lines", "MiB"], &rows));
+        let _ = write!(
+            out,
+            "{}",
+            table(
+                &["window", "requests", "lines", "MiB", "lines so far", "MiB so far"],
+                &rows
+            )
+        );
     }
     drop(out);
     if let Some(reca) = &reca {

@@ -159,7 +159,15 @@ fn trace_stats_reports_requests_footprint_and_windows() {
     for w in windows {
         assert_eq!(w["requests"], 5000);
         assert!(w["unique_lines"].as_u64().unwrap() <= footprint);
+        assert!(w["cumulative_lines"].as_u64().unwrap() >= w["unique_lines"].as_u64().unwrap());
     }
+    // The cumulative curve never falls and ends at the footprint.
+    let cumulative: Vec<u64> = windows
+        .iter()
+        .map(|w| w["cumulative_lines"].as_u64().unwrap())
+        .collect();
+    assert!(cumulative.windows(2).all(|p| p[0] <= p[1]), "{cumulative:?}");
+    assert_eq!(*cumulative.last().unwrap(), footprint);
 }
 
 #[test]

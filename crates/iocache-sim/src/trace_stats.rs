@@ -92,6 +92,10 @@ pub struct WindowStats {
     /// Distinct lines touched in this window.
     pub unique_lines: u64,
     pub unique_bytes: u64,
+    /// Distinct lines touched from the start of the trace to the end of
+    /// this window (the cumulative working-set curve; the last window's
+    /// equals the footprint).
+    pub cumulative_lines: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -134,10 +138,13 @@ struct WindowState {
 }
 
 impl WindowState {
-    fn close(&mut self, line: LineSize) {
+    /// Ends the current window; `cumulative_lines` distinct lines were
+    /// touched from the start through it.
+    fn close(&mut self, line: LineSize, cumulative_lines: u64) {
         if let Some(mut w) = self.current.take() {
             w.unique_lines = self.lines.len() as u64;
             w.unique_bytes = w.unique_lines * line.bytes();
+            w.cumulative_lines = cumulative_lines;
             self.done.push(w);
         }
         self.lines.clear();
@@ -231,13 +238,14 @@ pub fn trace_stats(
             let index = ws.window_index(record.time_ns, origin_ns, n);
             // Records slightly out of time order stay in the current window.
             if ws.current.as_ref().is_none_or(|c| index > c.index) {
-                ws.close(line);
+                ws.close(line, all.len() as u64);
                 ws.current = Some(WindowStats {
                     index,
                     first_time_ns: record.time_ns,
                     requests: 0,
                     unique_lines: 0,
                     unique_bytes: 0,
+                    cumulative_lines: 0,
                 });
             }
             if let Some(c) = ws.current.as_mut() {
@@ -256,7 +264,7 @@ pub fn trace_stats(
         }
     }
     if let Some(ws) = windows.as_mut() {
-        ws.close(line);
+        ws.close(line, all.len() as u64);
     }
     let total_bytes = s.read_bytes + s.write_bytes;
     s.read_fraction = if s.requests == 0 {
