@@ -68,7 +68,7 @@ fn every_quick_reproduction_writes_figures_and_a_verdict() {
     ]);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    for name in ["arc-p2", "asplos23", "icpp22", "systor14"] {
+    for name in ["arc-p2", "asplos23", "icpp22", "systor14", "reca"] {
         let verdict = check_dir(&out.join(name), name);
         assert!(
             !verdict["claims"].as_array().unwrap().is_empty(),
@@ -135,7 +135,7 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
     let o = iocache(&["lab", "reproduce", "list"]);
     assert!(o.status.success());
     let list = String::from_utf8_lossy(&o.stdout);
-    for name in ["arc-p2", "asplos23", "icpp22", "systor14", "all"] {
+    for name in ["arc-p2", "asplos23", "icpp22", "systor14", "reca", "all"] {
         assert!(list.contains(name), "{list}");
     }
     let o = iocache(&["lab", "reproduce", "nosuch"]);

@@ -14,6 +14,7 @@
 mod arc_p2;
 mod asplos23;
 mod icpp22;
+mod reca;
 mod systor14;
 pub mod verdict;
 
@@ -30,7 +31,7 @@ use verdict::Verdict;
 
 #[derive(Args)]
 pub struct ReproduceArgs {
-    /// arc-p2, asplos23, icpp22, systor14, all; `list` prints them.
+    /// arc-p2, asplos23, icpp22, systor14, reca, all; `list` prints them.
     #[arg(value_name = "NAME")]
     name: String,
     /// Where to write each reproduction's directory (figures, verdict.md, verdict.json).
@@ -74,6 +75,11 @@ const REPRODUCTIONS: &[Entry] = &[
         name: "systor14",
         summary: "SYSTOR'14: WT vs WB server load over time, hit ratio vs reboot frequency (persistence all vs dirty), working-set curves",
         run: systor14::run,
+    },
+    Entry {
+        name: "reca",
+        summary: "ReCA (TPDS'18) Fig. 18: hit ratio with and without reconfiguration when the workload changes category",
+        run: reca::run,
     },
 ];
 
