@@ -16,7 +16,7 @@ use crate::error::CoreError;
 use crate::fasthash::FxHashMap;
 use crate::index::LineIndex;
 use crate::mode::{self, EffectiveMode, LineFacts, ModeCause, ModeSettings, RequestFacts};
-use crate::ops::{Op, OpList};
+use crate::ops::{DiscardOps, Op, OpList, OpSink};
 use crate::policy::list::{Links, ListHead};
 use crate::policy::{AccessInfo, PolicySpec, ReplacementPolicy};
 use crate::promotion::Promoter;
@@ -412,6 +412,30 @@ impl Cache {
         hints: AccessHints,
         ops: &mut OpList,
     ) -> Result<AccessSummary, CoreError> {
+        self.access_into(request, hints, ops)
+    }
+
+    /// [`Cache::access_with`] for a driver that only counts (the simulator
+    /// without a timing model): the same decisions, the same counters
+    /// ([`Cache::stats`]) and the same summary, but no op list is built.
+    /// It runs the very code `access_with` runs, with the ops discarded
+    /// where they would be stored, so the two cannot drift apart.
+    pub fn access_counted(
+        &mut self,
+        request: &Request,
+        hints: AccessHints,
+    ) -> Result<AccessSummary, CoreError> {
+        self.access_into(request, hints, &mut DiscardOps)
+    }
+
+    /// The decision for one request, its ops handed to `ops`.
+    #[inline]
+    fn access_into<S: OpSink>(
+        &mut self,
+        request: &Request,
+        hints: AccessHints,
+        ops: &mut S,
+    ) -> Result<AccessSummary, CoreError> {
         request.validate()?;
         ops.clear();
         self.stats.requests += 1;
@@ -570,7 +594,7 @@ impl Cache {
         outcome
     }
 
-    fn read_part(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut OpList) -> LineOutcome {
+    fn read_part<S: OpSink>(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut S) -> LineOutcome {
         let policy = self.request_policy;
         let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Read);
@@ -583,10 +607,19 @@ impl Cache {
                 } else {
                     let dirty = bitmap::any(self.dirty_of(slot));
                     self.policy.on_hit(slot, &AccessInfo { dirty, ..*info });
-                    let fill = policy.allocates_on_read();
-                    self.transfer_runs(part, slot, ops, |c, s| c.valid_of(s), fill);
-                    if fill {
-                        bitmap::set_range(self.valid_mut(slot), part.first_sector, part.end_sector);
+                    if outcome == LineOutcome::FullHit {
+                        // One run, all cached, nothing to fill: what the
+                        // general branch below does, without the run scan.
+                        self.emit(
+                            ops,
+                            self.cache_read(part, slot, part.first_sector, part.end_sector),
+                        );
+                    } else {
+                        let fill = policy.allocates_on_read();
+                        self.transfer_runs(part, slot, ops, |c, s| c.valid_of(s), fill);
+                        if fill {
+                            bitmap::set_range(self.valid_mut(slot), part.first_sector, part.end_sector);
+                        }
                     }
                 }
             }
@@ -615,11 +648,11 @@ impl Cache {
 
     /// Reads a resident line's part: sectors set in `from_cache` come from the cache,
     /// the rest from the backend (and, with `fill`, are then written into the cache).
-    fn transfer_runs(
+    fn transfer_runs<S: OpSink>(
         &mut self,
         part: &LinePart,
         slot: SlotId,
-        ops: &mut OpList,
+        ops: &mut S,
         from_cache: impl Fn(&Self, SlotId) -> &[u64],
         fill: bool,
     ) {
@@ -644,7 +677,7 @@ impl Cache {
         self.runs = runs;
     }
 
-    fn write_part(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut OpList) -> LineOutcome {
+    fn write_part<S: OpSink>(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut S) -> LineOutcome {
         let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Write);
         let (first, end) = (part.first_sector, part.end_sector);
@@ -756,7 +789,7 @@ impl Cache {
 
     /// Runs promotion and, if the line is admitted, finds it a slot (evicting if needed).
     /// `info.dirty` says whether the line will be dirty once the access is done.
-    fn try_admit(&mut self, key: LineKey, info: &AccessInfo, ops: &mut OpList) -> Option<SlotId> {
+    fn try_admit<S: OpSink>(&mut self, key: LineKey, info: &AccessInfo, ops: &mut S) -> Option<SlotId> {
         let admit = match self.policy.admit(key, info) {
             Some(decision) => decision,
             None => self.promoter.should_promote(key, self.resident_lines()),
@@ -859,7 +892,7 @@ impl Cache {
     }
 
     /// Empties `slot` (already forgotten by the policy), writing back its dirty sectors.
-    fn evict(&mut self, slot: SlotId, ops: &mut OpList) {
+    fn evict<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         debug_assert!(
             self.slots[slot as usize].resident,
             "policy named a free slot as victim"
@@ -869,7 +902,7 @@ impl Cache {
     }
 
     /// Writes back `slot`'s dirty sectors and forgets its line.
-    fn empty_slot(&mut self, slot: SlotId, ops: &mut OpList) {
+    fn empty_slot<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         if self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             // This request already has ops on the slot: keep them before its reuse.
             ops.seal();
@@ -885,7 +918,7 @@ impl Cache {
     }
 
     /// Drops a resident line entirely (write invalidation), writing back its dirty sectors.
-    fn drop_line(&mut self, slot: SlotId, ops: &mut OpList) {
+    fn drop_line<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         if self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             ops.seal();
         }
@@ -897,7 +930,7 @@ impl Cache {
         self.stats.invalidations += 1;
     }
 
-    fn write_back_dirty(&mut self, slot: SlotId, ops: &mut OpList) {
+    fn write_back_dirty<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         if bitmap::any(self.dirty_of(slot)) {
             self.emit_write_backs(slot, ops);
             self.stats.dirty_writebacks += 1;
@@ -907,7 +940,7 @@ impl Cache {
     }
 
     /// Emits one write-back op per run of dirty sectors in `slot`.
-    fn emit_write_backs(&mut self, slot: SlotId, ops: &mut OpList) {
+    fn emit_write_backs<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         let key = self.slots[slot as usize].key;
         let mut runs = std::mem::take(&mut self.runs);
         runs.clear();
@@ -957,7 +990,7 @@ impl Cache {
 
     /// Pushes `op` and counts its bytes.
     #[inline(always)]
-    fn emit(&mut self, ops: &mut OpList, op: Op) {
+    fn emit<S: OpSink>(&mut self, ops: &mut S, op: Op) {
         let s = &mut self.stats;
         match op {
             Op::ReadCache { length_bytes, .. } => s.cache_read_bytes += length_bytes as u64,
@@ -989,14 +1022,14 @@ impl Cache {
     /// Writes sectors `[start, end)` of `part` into `slot`: one op per run
     /// of sectors that were valid before or not, so that each op's `fresh`
     /// is exact.
-    fn emit_cache_writes(
+    fn emit_cache_writes<S: OpSink>(
         &mut self,
         part: &LinePart,
         slot: SlotId,
         start: u32,
         end: u32,
         dirty: bool,
-        ops: &mut OpList,
+        ops: &mut S,
     ) {
         let mut runs = std::mem::take(&mut self.runs);
         runs.clear();

@@ -7,10 +7,7 @@
 //! only when its 32 hash bits match. This halves the memory a general hash map
 //! of (key, slot) pairs needs and keeps most probes inside one cache line.
 
-use std::hash::BuildHasher;
-
 use crate::addr::{LineKey, SlotId};
-use crate::fasthash::FxBuildHasher;
 
 const EMPTY: SlotId = SlotId::MAX;
 
@@ -26,10 +23,18 @@ pub struct LineIndex {
     len: usize,
 }
 
-#[inline]
+/// 32 well-mixed bits of `key`: one folded 64×64→128-bit multiply (the
+/// high and low halves of the product xored), cheaper than a general
+/// `Hasher` and mixing every key bit into the low bits the table uses.
+/// Consecutive line indices (sequential I/O) land far apart.
+#[inline(always)]
 fn hash_of(key: &LineKey) -> u32 {
-    let full = FxBuildHasher::default().hash_one(key);
-    (full ^ (full >> 32)) as u32
+    const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+    const VOLUME_MIX: u64 = 0xc2b2_ae3d_27d4_eb4f;
+    let x = key.line_index ^ (key.volume as u64).wrapping_mul(VOLUME_MIX);
+    let product = (x as u128) * (MIX as u128);
+    let folded = (product as u64) ^ ((product >> 64) as u64);
+    (folded ^ (folded >> 32)) as u32
 }
 
 impl LineIndex {

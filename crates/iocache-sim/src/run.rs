@@ -324,10 +324,13 @@ impl Runner {
                 }) => adapter.before_request(request.now_ns, request.kind, &mut self.cache, model),
                 _ => AccessHints::default(),
             };
-            // Requests were validated when the batch was built.
-            let _ = self.cache.access_with(&request, hints, &mut self.ops);
+            // Requests were validated when the batch was built. Only the
+            // timing model reads the ops; without it the cache only counts.
             if let Some(t) = &mut self.timed {
+                let _ = self.cache.access_with(&request, hints, &mut self.ops);
                 t.model.submit(request.now_ns, request.kind, self.ops.ops());
+            } else {
+                let _ = self.cache.access_counted(&request, hints);
             }
             if let Some(reca) = &mut self.reca {
                 reca.after_access(&mut self.cache, &request);

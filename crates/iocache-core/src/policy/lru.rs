@@ -38,7 +38,9 @@ impl ReplacementPolicy for Lru {
 
     fn on_miss(&mut self, _key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
         if need_victim {
-            victims.extend(self.links.pop_tail(&mut self.queue));
+            if let Some(victim) = self.links.pop_tail(&mut self.queue) {
+                victims.push(victim);
+            }
         }
     }
 
