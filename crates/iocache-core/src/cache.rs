@@ -18,7 +18,7 @@ use crate::index::LineIndex;
 use crate::mode::{self, EffectiveMode, LineFacts, ModeCause, ModeSettings, RequestFacts};
 use crate::ops::{DiscardOps, Op, OpList, OpSink};
 use crate::policy::list::{Links, ListHead};
-use crate::policy::{AccessInfo, PolicySpec, ReplacementPolicy};
+use crate::policy::{AccessInfo, ActivePolicy, PolicySpec, ReplacementPolicy};
 use crate::promotion::Promoter;
 use crate::seq_cutoff::{SeqCutoff, SeqDetector};
 use crate::stats::CacheStats;
@@ -142,7 +142,7 @@ pub struct Cache {
     /// until [`Cache::retire_slots`] first runs.
     retired: Vec<bool>,
     retired_count: usize,
-    policy: Box<dyn ReplacementPolicy>,
+    policy: ActivePolicy,
     promoter: Promoter,
     stats: CacheStats,
     flush_cursor: Option<LineKey>,
@@ -204,7 +204,7 @@ impl Cache {
             free: (0..lines as SlotId).rev().collect(),
             retired: Vec::new(),
             retired_count: 0,
-            policy: config.policy.build(lines)?,
+            policy: ActivePolicy::build(&config.policy, lines)?,
             promoter: Promoter::new(config.promotion, config.capacity_lines),
             stats: CacheStats::default(),
             flush_cursor: None,
@@ -327,7 +327,7 @@ impl Cache {
             self.config.policy = spec;
             return Ok(());
         }
-        let mut policy = spec.build(self.config.capacity_lines as usize)?;
+        let mut policy = ActivePolicy::build(&spec, self.config.capacity_lines as usize)?;
         for s in 0..self.config.capacity_lines as usize {
             let meta = &self.slots[s];
             if !meta.resident {
@@ -560,6 +560,7 @@ impl Cache {
     }
 
     /// Counts the access and classifies it by the valid sectors it finds.
+    #[inline]
     fn classify(&mut self, part: &LinePart, slot: Option<SlotId>, kind: IoKind) -> LineOutcome {
         let sectors = part.sectors();
         let valid = match slot {
@@ -1006,10 +1007,12 @@ impl Cache {
         ops.push(op);
     }
 
+    #[inline]
     fn line_offset(&self, key: LineKey) -> u64 {
         key.line_index << self.line.shift()
     }
 
+    #[inline]
     fn cache_read(&self, part: &LinePart, slot: SlotId, start: u32, end: u32) -> Op {
         Op::ReadCache {
             slot,
@@ -1040,6 +1043,7 @@ impl Cache {
         self.runs = runs;
     }
 
+    #[inline]
     fn cache_write(&self, part: &LinePart, slot: SlotId, start: u32, end: u32, dirty: bool) -> Op {
         let fresh = bitmap::count_range(self.valid_of(slot), start, end) == 0;
         Op::WriteCache {
@@ -1052,6 +1056,7 @@ impl Cache {
         }
     }
 
+    #[inline]
     fn backend_read(&self, part: &LinePart, start: u32, end: u32) -> Op {
         Op::ReadBackend {
             volume: part.key.volume,
@@ -1061,6 +1066,7 @@ impl Cache {
         }
     }
 
+    #[inline]
     fn backend_write(&self, part: &LinePart) -> Op {
         Op::WriteBackend {
             volume: part.key.volume,
@@ -1070,6 +1076,7 @@ impl Cache {
         }
     }
 
+    #[inline]
     fn write_back(&self, slot: SlotId, key: LineKey, start: u32, end: u32) -> Op {
         Op::WriteBack {
             slot,

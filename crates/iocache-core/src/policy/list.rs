@@ -53,6 +53,7 @@ impl Links {
         }
     }
 
+    #[inline]
     pub fn push_head(&mut self, list: &mut ListHead, node: u32) {
         self.nodes[node as usize] = [NIL, list.head];
         if list.head != NIL {
@@ -77,6 +78,7 @@ impl Links {
 
     /// Removes `node` from `list`. A node that is not in the list (no
     /// neighbours and not the head) is left alone rather than corrupting it.
+    #[inline]
     pub fn unlink(&mut self, list: &mut ListHead, node: u32) {
         let [p, x] = self.nodes[node as usize];
         if p == NIL && list.head != node {
@@ -113,6 +115,7 @@ impl Links {
         list.len += 1;
     }
 
+    #[inline]
     pub fn move_to_head(&mut self, list: &mut ListHead, node: u32) {
         if list.head != node {
             self.unlink(list, node);
@@ -120,6 +123,7 @@ impl Links {
         }
     }
 
+    #[inline]
     pub fn pop_tail(&mut self, list: &mut ListHead) -> Option<u32> {
         let tail = list.tail;
         if tail == NIL {
@@ -130,11 +134,13 @@ impl Links {
     }
 
     /// The node before `node`, toward the head.
+    #[inline]
     pub fn prev(&self, node: u32) -> u32 {
         self.nodes[node as usize][PREV]
     }
 
     /// Hints the CPU to load `node`'s links.
+    #[inline]
     pub fn prefetch(&self, node: u32) {
         if let Some(links) = self.nodes.get(node as usize) {
             crate::prefetch::prefetch(links);
@@ -142,6 +148,7 @@ impl Links {
     }
 
     /// The node after `node` toward the tail.
+    #[inline]
     pub fn next(&self, node: u32) -> u32 {
         self.nodes[node as usize][NEXT]
     }
