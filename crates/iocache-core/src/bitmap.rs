@@ -88,6 +88,9 @@ pub fn count_range(map: &[u64], start: u32, end: u32) -> u32 {
 
 #[inline]
 pub fn any(map: &[u64]) -> bool {
+    if let [word] = map {
+        return *word != 0;
+    }
     map.iter().any(|&w| w != 0)
 }
 
@@ -98,6 +101,10 @@ pub fn count(map: &[u64]) -> u32 {
 
 #[inline]
 pub fn clear(map: &mut [u64]) {
+    if let [word] = map {
+        *word = 0;
+        return;
+    }
     map.fill(0);
 }
 

@@ -76,31 +76,43 @@ const PREFETCH_LINES_MAX: usize = 64;
 const VALID: usize = 0;
 const DIRTY: usize = 1;
 
-/// Everything about one slot but its bitmaps, together so an eviction (and
-/// a hit) touches one cache line: 64 bytes, checked below.
+/// What a lookup and a hit read of one slot: its line's key and (for lines
+/// up to 32 KiB) its valid and dirty bits. 32 bytes, two slots per CPU
+/// cache line, so the records the hit path walks take half the memory
+/// they would beside the rest of the slot's state ([`SlotMeta`]).
 #[derive(Clone, Copy)]
-#[repr(align(64))]
-struct SlotMeta {
+#[repr(align(32))]
+struct SlotLine {
     key: LineKey,
+    /// Valid and dirty bits, inline when one word covers the line (lines up to 32 KiB).
+    inline_bits: [u64; 2],
+}
+
+const _: () = assert!(std::mem::size_of::<SlotLine>() == 32);
+
+/// The rest of a slot's state, touched when a line is admitted, evicted,
+/// dirtied or flushed (and, through `used_by_request` and the driver's
+/// word, by a driver that keeps ops). 32 bytes.
+#[derive(Clone, Copy)]
+#[repr(align(32))]
+struct SlotMeta {
     /// Bumped whenever the slot's contents change; a flush only cleans what it saw.
     generation: u64,
     dirty_since_ns: u64,
-    /// Valid and dirty bits, inline when one word covers the line (lines up to 32 KiB).
-    inline_bits: [u64; 2],
+    /// The driver's word for this slot (see [`Cache::slot_driver_word_mut`]).
+    driver_word: u64,
     /// The last request (`request_seq`, truncated) with ops on this slot:
     /// evicting a slot the current request already used seals the op list
     /// first. A slot last used 2^32 requests ago matches too, which only
-    /// seals early (op order stays correct).
+    /// seals early (op order stays correct). Not kept when the ops are
+    /// discarded ([`Cache::access_counted`]): sealing then does nothing.
     used_by_request: u32,
-    /// The driver's word for this slot (see [`Cache::slot_driver_word_mut`]),
-    /// here so that its hit path finds it in the cache line it already loaded.
-    driver_word: u64,
     resident: bool,
     dirty_listed: bool,
     flushing: bool,
 }
 
-const _: () = assert!(std::mem::size_of::<SlotMeta>() == 64);
+const _: () = assert!(std::mem::size_of::<SlotMeta>() == 32);
 
 /// A view of one slot's line (see [`Cache::slot_snapshot`]).
 #[derive(Clone, Copy, Debug)]
@@ -131,6 +143,9 @@ pub struct Cache {
     line: LineSize,
     words: usize,
     index: LineIndex,
+    /// Per slot: key and inline bitmaps (the hit path's half).
+    lines: Vec<SlotLine>,
+    /// Per slot: everything else.
     slots: Vec<SlotMeta>,
     /// For lines over 32 KiB: per slot, `words` of valid bits then `words` of dirty bits.
     bits: Vec<u64>,
@@ -180,12 +195,17 @@ impl Cache {
             line,
             words,
             index: LineIndex::new(lines),
+            lines: vec![
+                SlotLine {
+                    key: none,
+                    inline_bits: [0; 2],
+                };
+                lines
+            ],
             slots: vec![
                 SlotMeta {
-                    key: none,
                     generation: 0,
                     dirty_since_ns: 0,
-                    inline_bits: [0; 2],
                     used_by_request: 0,
                     driver_word: 0,
                     resident: false,
@@ -336,7 +356,7 @@ impl Cache {
             let dirty = bitmap::any(self.dirty_of(s as SlotId));
             policy.on_insert(
                 s as SlotId,
-                meta.key,
+                self.lines[s].key,
                 &AccessInfo {
                     dirty,
                     ..AccessInfo::read_at(now_ns)
@@ -374,7 +394,7 @@ impl Cache {
                     dirty_left += 1;
                     continue;
                 }
-                let key = self.slots[s].key;
+                let key = self.lines[s].key;
                 self.policy.on_remove(slot);
                 self.empty_slot(slot, ops);
                 self.emit(ops, Op::Invalidate { slot, key });
@@ -507,7 +527,7 @@ impl Cache {
 
     #[inline]
     fn lookup(&self, key: LineKey) -> Option<SlotId> {
-        let slots = &self.slots;
+        let slots = &self.lines;
         let policy = &self.policy;
         self.index.get(&key, |s| {
             // Load the policy's state of the slot while its key is read.
@@ -526,7 +546,7 @@ impl Cache {
     #[inline]
     fn bitmap(&self, slot: SlotId, which: usize) -> &[u64] {
         if self.words == 1 {
-            std::slice::from_ref(&self.slots[slot as usize].inline_bits[which])
+            std::slice::from_ref(&self.lines[slot as usize].inline_bits[which])
         } else {
             let at = (slot as usize * 2 + which) * self.words;
             &self.bits[at..at + self.words]
@@ -536,7 +556,7 @@ impl Cache {
     #[inline]
     fn bitmap_mut(&mut self, slot: SlotId, which: usize) -> &mut [u64] {
         if self.words == 1 {
-            std::slice::from_mut(&mut self.slots[slot as usize].inline_bits[which])
+            std::slice::from_mut(&mut self.lines[slot as usize].inline_bits[which])
         } else {
             let at = (slot as usize * 2 + which) * self.words;
             &mut self.bits[at..at + self.words]
@@ -560,7 +580,7 @@ impl Cache {
     }
 
     /// Counts the access and classifies it by the valid sectors it finds.
-    #[inline]
+    #[inline(always)]
     fn classify(&mut self, part: &LinePart, slot: Option<SlotId>, kind: IoKind) -> LineOutcome {
         let sectors = part.sectors();
         let valid = match slot {
@@ -601,7 +621,7 @@ impl Cache {
         let outcome = self.classify(part, found, IoKind::Read);
         match found {
             Some(slot) => {
-                self.slots[slot as usize].used_by_request = self.request_seq as u32;
+                self.mark_used::<S>(slot);
                 if policy == WritePolicy::PassThrough {
                     // Bypass, but dirty sectors exist only in the cache.
                     self.transfer_runs(part, slot, ops, |c, s| c.dirty_of(s), false);
@@ -633,7 +653,7 @@ impl Cache {
                 self.emit(ops, self.backend_read(part, part.first_sector, part.end_sector));
                 match slot {
                     Some(slot) => {
-                        self.slots[slot as usize].used_by_request = self.request_seq as u32;
+                        self.mark_used::<S>(slot);
                         self.emit(
                             ops,
                             self.cache_write(part, slot, part.first_sector, part.end_sector, false),
@@ -721,7 +741,7 @@ impl Cache {
                     self.stats.bypassed_accesses += 1;
                     return outcome;
                 };
-                self.slots[slot as usize].used_by_request = self.request_seq as u32;
+                self.mark_used::<S>(slot);
                 self.emit_cache_writes(part, slot, first, end, write_back, ops);
                 bitmap::set_range(self.valid_mut(slot), first, end);
                 self.slots[slot as usize].generation += 1;
@@ -750,7 +770,7 @@ impl Cache {
                 // inline: update the written sectors as write-through does.
                 let slot = found.expect("checked above");
                 self.emit(ops, self.backend_write(part));
-                self.slots[slot as usize].used_by_request = self.request_seq as u32;
+                self.mark_used::<S>(slot);
                 self.emit_cache_writes(part, slot, first, end, false, ops);
                 bitmap::set_range(self.valid_mut(slot), first, end);
                 bitmap::clear_range(self.dirty_mut(slot), first, end);
@@ -817,19 +837,28 @@ impl Cache {
         if !self.config.inline_dirty_eviction {
             self.keep_dirty_victims(key, info, &mut victims);
         }
+        // The victims join the free list and the last one pushed is taken;
+        // a single victim (the common case) is taken directly, the same slot.
+        let mut taken = None;
         if !victims.is_empty() {
             self.stats.record_eviction_batch(victims.len() as u64);
             for &victim in &victims {
                 self.evict(victim, ops);
-                self.free.push(victim);
+            }
+            match victims[..] {
+                [victim] => taken = Some(victim),
+                _ => self.free.extend_from_slice(&victims),
             }
             self.prefetch_next_victims();
         }
         self.victims = victims;
-        let slot = self.free.pop()?;
+        let slot = match taken {
+            Some(slot) => slot,
+            None => self.free.pop()?,
+        };
         self.index.insert(&key, slot);
         let meta = &mut self.slots[slot as usize];
-        meta.key = key;
+        self.lines[slot as usize].key = key;
         meta.resident = true;
         meta.generation += 1;
         self.count_lines(key.volume, 1, 0);
@@ -855,7 +884,7 @@ impl Cache {
                     continue;
                 }
                 victims.swap_remove(i);
-                let victim_key = self.slots[victim as usize].key;
+                let victim_key = self.lines[victim as usize].key;
                 self.policy
                     .on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
                 self.stats.dirty_victims_kept += 1;
@@ -885,10 +914,20 @@ impl Cache {
     fn prefetch_next_victims(&self) {
         let [next, after] = self.policy.next_victims();
         if let Some(after) = after {
+            crate::prefetch::prefetch(&self.lines[after as usize]);
             crate::prefetch::prefetch(&self.slots[after as usize]);
         }
         if let Some(next) = next {
-            self.index.prefetch(&self.slots[next as usize].key);
+            self.index.prefetch(&self.lines[next as usize].key);
+        }
+    }
+
+    /// Records that the request in progress has ops on `slot` (see
+    /// `SlotMeta::used_by_request`); nothing when the ops are discarded.
+    #[inline(always)]
+    fn mark_used<S: OpSink>(&mut self, slot: SlotId) {
+        if S::KEEPS_OPS {
+            self.slots[slot as usize].used_by_request = self.request_seq as u32;
         }
     }
 
@@ -904,7 +943,7 @@ impl Cache {
 
     /// Writes back `slot`'s dirty sectors and forgets its line.
     fn empty_slot<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
-        if self.slots[slot as usize].used_by_request == self.request_seq as u32 {
+        if S::KEEPS_OPS && self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             // This request already has ops on the slot: keep them before its reuse.
             ops.seal();
         }
@@ -912,7 +951,7 @@ impl Cache {
         let meta = &mut self.slots[slot as usize];
         meta.resident = false;
         meta.generation += 1;
-        let key = meta.key;
+        let key = self.lines[slot as usize].key;
         self.count_lines(key.volume, -1, 0);
         self.index.remove(&key, slot);
         bitmap::clear(self.valid_mut(slot));
@@ -920,10 +959,10 @@ impl Cache {
 
     /// Drops a resident line entirely (write invalidation), writing back its dirty sectors.
     fn drop_line<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
-        if self.slots[slot as usize].used_by_request == self.request_seq as u32 {
+        if S::KEEPS_OPS && self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             ops.seal();
         }
-        let key = self.slots[slot as usize].key;
+        let key = self.lines[slot as usize].key;
         self.policy.on_remove(slot);
         self.empty_slot(slot, ops);
         self.emit(ops, Op::Invalidate { slot, key });
@@ -942,7 +981,7 @@ impl Cache {
 
     /// Emits one write-back op per run of dirty sectors in `slot`.
     fn emit_write_backs<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
-        let key = self.slots[slot as usize].key;
+        let key = self.lines[slot as usize].key;
         let mut runs = std::mem::take(&mut self.runs);
         runs.clear();
         bitmap::for_each_run(self.dirty_of(slot), 0, self.line.sectors(), |a, b, dirty| {
@@ -961,7 +1000,7 @@ impl Cache {
         if !meta.dirty_listed {
             meta.dirty_listed = true;
             meta.dirty_since_ns = now_ns;
-            let volume = meta.key.volume;
+            let volume = self.lines[slot as usize].key.volume;
             self.dirty_links.push_tail(&mut self.dirty_list, slot);
             self.count_lines(volume, 0, 1);
         }
@@ -978,11 +1017,12 @@ impl Cache {
     }
 
     /// Takes `slot` off the dirty list if it has no dirty sector left; says whether it did.
+    #[inline]
     fn unmark_dirty_if_clean(&mut self, slot: SlotId) -> bool {
         if self.slots[slot as usize].dirty_listed && !bitmap::any(self.dirty_of(slot)) {
             self.slots[slot as usize].dirty_listed = false;
             self.dirty_links.unlink(&mut self.dirty_list, slot);
-            self.count_lines(self.slots[slot as usize].key.volume, 0, -1);
+            self.count_lines(self.lines[slot as usize].key.volume, 0, -1);
             true
         } else {
             false
@@ -1110,7 +1150,7 @@ impl Cache {
                     .dirty_links
                     .iter(&self.dirty_list)
                     .filter(|&s| !self.slots[s as usize].flushing)
-                    .map(|s| (self.slots[s as usize].key, s))
+                    .map(|s| (self.lines[s as usize].key, s))
                     .collect();
                 dirty.sort_unstable();
                 let start = match self.flush_cursor {
@@ -1124,7 +1164,7 @@ impl Cache {
                     .map(|&(_, s)| s)
                     .collect();
                 if let Some(&last) = picked.last() {
-                    self.flush_cursor = Some(self.slots[last as usize].key);
+                    self.flush_cursor = Some(self.lines[last as usize].key);
                 }
                 picked
             }
@@ -1134,9 +1174,9 @@ impl Cache {
                     .iter(&self.dirty_list)
                     .filter(|&s| {
                         let meta = &self.slots[s as usize];
-                        meta.key.volume == volume && !meta.flushing
+                        self.lines[s as usize].key.volume == volume && !meta.flushing
                     })
-                    .map(|s| (self.slots[s as usize].key, s))
+                    .map(|s| (self.lines[s as usize].key, s))
                     .collect();
                 dirty.sort_unstable();
                 dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
@@ -1144,7 +1184,7 @@ impl Cache {
         };
         for slot in candidates {
             self.emit_write_backs(slot, ops);
-            let key = self.slots[slot as usize].key;
+            let key = self.lines[slot as usize].key;
             let meta = &mut self.slots[slot as usize];
             meta.flushing = true;
             tokens.push(FlushToken {
@@ -1162,7 +1202,9 @@ impl Cache {
     pub fn complete_flush(&mut self, token: &FlushToken, succeeded: bool) -> bool {
         let meta = &mut self.slots[token.slot as usize];
         meta.flushing = false;
-        let unchanged = meta.resident && meta.key == token.key && meta.generation == token.generation;
+        let unchanged = meta.resident
+            && self.lines[token.slot as usize].key == token.key
+            && meta.generation == token.generation;
         if !(succeeded && unchanged) {
             return false;
         }
@@ -1213,7 +1255,7 @@ impl Cache {
     pub fn slot_snapshot(&self, slot: SlotId) -> Option<SlotSnapshot<'_>> {
         let meta = self.slots.get(slot as usize)?;
         meta.resident.then(|| SlotSnapshot {
-            key: meta.key,
+            key: self.lines[slot as usize].key,
             valid: self.valid_of(slot),
             dirty: self.dirty_of(slot),
         })
@@ -1284,7 +1326,7 @@ impl Cache {
             taken[slot as usize] = true;
             self.index.insert(&line.key, slot);
             let meta = &mut self.slots[slot as usize];
-            meta.key = line.key;
+            self.lines[slot as usize].key = line.key;
             meta.resident = true;
             meta.generation += 1;
             self.count_lines(line.key.volume, 1, 0);
@@ -1342,7 +1384,7 @@ impl Cache {
         end_sector: u32,
     ) -> bool {
         let meta = &self.slots[slot as usize];
-        if !(meta.resident && meta.key == key && meta.generation == generation) {
+        if !(meta.resident && self.lines[slot as usize].key == key && meta.generation == generation) {
             return false;
         }
         self.forget_sectors(key, first_sector, end_sector)
@@ -1351,7 +1393,7 @@ impl Cache {
     /// The line held by `slot`, if any.
     pub fn key_in_slot(&self, slot: SlotId) -> Option<LineKey> {
         let meta = self.slots.get(slot as usize)?;
-        meta.resident.then_some(meta.key)
+        meta.resident.then_some(self.lines[slot as usize].key)
     }
 
     /// The line size.
@@ -1427,7 +1469,7 @@ impl Cache {
         let mut counts: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
         for (s, meta) in self.slots.iter().enumerate() {
             if meta.resident {
-                let entry = counts.entry(meta.key.volume).or_default();
+                let entry = counts.entry(self.lines[s].key.volume).or_default();
                 entry.resident += 1;
                 entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
             }
@@ -1443,7 +1485,7 @@ impl Cache {
         }
         let mut out = VolumeLines::default();
         for (s, meta) in self.slots.iter().enumerate() {
-            if meta.resident && meta.key.volume == volume {
+            if meta.resident && self.lines[s].key.volume == volume {
                 out.resident += 1;
                 out.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
             }
@@ -1461,7 +1503,7 @@ impl Cache {
         for s in 0..self.slots.len() {
             let slot = s as SlotId;
             let meta = &self.slots[s];
-            if meta.resident && meta.key.volume == volume && !bitmap::any(self.dirty_of(slot)) {
+            if meta.resident && self.lines[s].key.volume == volume && !bitmap::any(self.dirty_of(slot)) {
                 self.drop_line(slot, ops);
                 dropped += 1;
             }
@@ -1481,7 +1523,7 @@ impl Cache {
             let meta = &self.slots[s];
             if meta.resident {
                 resident += 1;
-                assert_eq!(self.lookup(meta.key), Some(slot), "index lost slot {s}");
+                assert_eq!(self.lookup(self.lines[s].key), Some(slot), "index lost slot {s}");
                 let (v, d) = (self.valid_of(slot), self.dirty_of(slot));
                 for w in 0..self.words {
                     assert_eq!(d[w] & !v[w], 0, "slot {s} has dirty sectors that are not valid");
@@ -1519,7 +1561,7 @@ impl Cache {
             let mut expected: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
             for (s, meta) in self.slots.iter().enumerate() {
                 if meta.resident {
-                    let entry = expected.entry(meta.key.volume).or_default();
+                    let entry = expected.entry(self.lines[s].key.volume).or_default();
                     entry.resident += 1;
                     entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
                 }

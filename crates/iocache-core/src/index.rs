@@ -18,7 +18,8 @@ struct Entry {
 }
 
 pub struct LineIndex {
-    entries: Vec<Entry>,
+    /// Never resized: its length is `mask + 1` for the table's lifetime.
+    entries: Box<[Entry]>,
     mask: usize,
     len: usize,
 }
@@ -42,7 +43,7 @@ impl LineIndex {
     pub fn new(capacity: usize) -> Self {
         let size = (capacity.max(1) * 2).next_power_of_two();
         LineIndex {
-            entries: vec![Entry { hash: 0, slot: EMPTY }; size],
+            entries: vec![Entry { hash: 0, slot: EMPTY }; size].into_boxed_slice(),
             mask: size - 1,
             len: 0,
         }
@@ -50,6 +51,23 @@ impl LineIndex {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The entry at table position `at` (wrapped into the table).
+    #[inline(always)]
+    fn entry(&self, at: usize) -> Entry {
+        debug_assert_eq!(self.entries.len(), self.mask + 1);
+        // SAFETY: `entries` has exactly `mask + 1` elements (built so in
+        // `new`, a boxed slice never resized), so `at & mask` is in bounds.
+        unsafe { *self.entries.get_unchecked(at & self.mask) }
+    }
+
+    /// Stores `entry` at table position `at` (wrapped into the table).
+    #[inline(always)]
+    fn set_entry(&mut self, at: usize, entry: Entry) {
+        debug_assert_eq!(self.entries.len(), self.mask + 1);
+        // SAFETY: as in `entry`.
+        unsafe { *self.entries.get_unchecked_mut(at & self.mask) = entry }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -62,7 +80,7 @@ impl LineIndex {
         let hash = hash_of(key);
         let mut at = hash as usize & self.mask;
         loop {
-            let e = self.entries[at];
+            let e = self.entry(at);
             if e.slot == EMPTY {
                 return None;
             }
@@ -77,7 +95,8 @@ impl LineIndex {
     #[inline]
     pub fn prefetch(&self, key: &LineKey) {
         let at = hash_of(key) as usize & self.mask;
-        crate::prefetch::prefetch(&self.entries[at]);
+        let address = self.entries.as_ptr() as usize + at * std::mem::size_of::<Entry>();
+        crate::prefetch::prefetch_address(address);
     }
 
     /// A handle that prefetches this table's entries without borrowing it, so
@@ -97,10 +116,10 @@ impl LineIndex {
         assert!(self.len < self.entries.len() / 2, "line index over capacity");
         let hash = hash_of(key);
         let mut at = hash as usize & self.mask;
-        while self.entries[at].slot != EMPTY {
+        while self.entry(at).slot != EMPTY {
             at = (at + 1) & self.mask;
         }
-        self.entries[at] = Entry { hash, slot };
+        self.set_entry(at, Entry { hash, slot });
         self.len += 1;
     }
 
@@ -110,7 +129,7 @@ impl LineIndex {
         let hash = hash_of(key);
         let mut at = hash as usize & self.mask;
         loop {
-            let e = self.entries[at];
+            let e = self.entry(at);
             if e.slot == EMPTY {
                 return false;
             }
@@ -124,7 +143,7 @@ impl LineIndex {
         let mut hole = at;
         let mut next = (hole + 1) & self.mask;
         loop {
-            let e = self.entries[next];
+            let e = self.entry(next);
             if e.slot == EMPTY {
                 break;
             }
@@ -133,12 +152,12 @@ impl LineIndex {
             let dist_next = next.wrapping_sub(home) & self.mask;
             let dist_hole = hole.wrapping_sub(home) & self.mask;
             if dist_hole <= dist_next {
-                self.entries[hole] = e;
+                self.set_entry(hole, e);
                 hole = next;
             }
             next = (next + 1) & self.mask;
         }
-        self.entries[hole] = Entry { hash: 0, slot: EMPTY };
+        self.set_entry(hole, Entry { hash: 0, slot: EMPTY });
         self.len -= 1;
         true
     }

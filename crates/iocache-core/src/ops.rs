@@ -131,12 +131,15 @@ impl OpList {
 /// core's decision code is generic over it, so both run the same decisions;
 /// byte counters are kept by the core before an op reaches the sink.
 pub(crate) trait OpSink {
+    /// Whether the ops are kept (and so their order matters).
+    const KEEPS_OPS: bool;
     fn push(&mut self, op: Op);
     fn seal(&mut self);
     fn clear(&mut self);
 }
 
 impl OpSink for OpList {
+    const KEEPS_OPS: bool = true;
     #[inline(always)]
     fn push(&mut self, op: Op) {
         OpList::push(self, op)
@@ -155,6 +158,7 @@ impl OpSink for OpList {
 pub(crate) struct DiscardOps;
 
 impl OpSink for DiscardOps {
+    const KEEPS_OPS: bool = false;
     #[inline(always)]
     fn push(&mut self, _op: Op) {}
     #[inline(always)]
