@@ -498,8 +498,17 @@ impl Cache {
         self.policy.on_request(request, self.line, &info);
         let mut summary = AccessSummary::default();
         self.request_dirty_victims_kept = 0;
+        // Reads that only count, on lines whose bitmaps are inline, under a
+        // policy that fills on read: full hits and misses take the
+        // counting path (`read_part_counted`), the rest `read_part`.
+        let counted_reads = !S::KEEPS_OPS
+            && request.kind == IoKind::Read
+            && self.words == 1
+            && self.request_policy.allocates_on_read()
+            && self.request_policy != WritePolicy::PassThrough;
         for part in split_request(request, self.line) {
             let outcome = match request.kind {
+                IoKind::Read if counted_reads => self.read_part_counted(&part, &info),
                 IoKind::Read => self.read_part(&part, &info, ops),
                 IoKind::Write => self.write_part(&part, &info, ops),
             };
@@ -665,6 +674,65 @@ impl Cache {
             }
         }
         outcome
+    }
+
+    /// [`Cache::read_part`] for a driver that only counts, when the line's
+    /// bitmaps are inline and the write policy in force fills on read and is
+    /// not pass-through: the same decisions and counters, with the full-hit
+    /// and miss cases written out so that no op is built. A partial hit (or
+    /// a resident line missing every requested sector) goes to `read_part`.
+    /// `tests/counted_access.rs` checks it against `read_part` with ops kept.
+    #[inline(always)]
+    fn read_part_counted(&mut self, part: &LinePart, info: &AccessInfo) -> LineOutcome {
+        debug_assert!(self.words == 1 && self.request_policy.allocates_on_read());
+        let found = self.lookup(part.key);
+        let mask = bitmap::single_word_mask(part.first_sector, part.end_sector);
+        let bytes = part.sectors() as u64 * SECTOR_BYTES;
+        match found {
+            Some(slot) => {
+                let [valid, dirty] = self.lines[slot as usize].inline_bits;
+                if valid & mask != mask {
+                    return self.read_part(part, info, &mut DiscardOps);
+                }
+                // `classify`'s full hit, then `read_part`'s: one ReadCache
+                // of the whole part, nothing to fill.
+                let s = &mut self.stats;
+                s.accesses += 1;
+                s.requested_bytes += bytes;
+                s.hit_bytes += bytes;
+                s.full_hits += 1;
+                s.read_accesses += 1;
+                s.read_hits += 1;
+                s.cache_read_bytes += bytes;
+                self.policy.on_hit(
+                    slot,
+                    &AccessInfo {
+                        dirty: dirty != 0,
+                        ..*info
+                    },
+                );
+                LineOutcome::FullHit
+            }
+            None => {
+                // `classify`'s miss, then `read_part`'s: admit, read the
+                // backend, fill the slot if one was found.
+                let s = &mut self.stats;
+                s.accesses += 1;
+                s.requested_bytes += bytes;
+                s.misses += 1;
+                s.read_accesses += 1;
+                let slot = self.try_admit(part.key, info, &mut DiscardOps);
+                self.stats.backend_read_bytes += bytes;
+                match slot {
+                    Some(slot) => {
+                        self.stats.cache_write_bytes += bytes;
+                        self.lines[slot as usize].inline_bits[VALID] |= mask;
+                    }
+                    None => self.stats.bypassed_accesses += 1,
+                }
+                LineOutcome::Miss
+            }
+        }
     }
 
     /// Reads a resident line's part: sectors set in `from_cache` come from the cache,
