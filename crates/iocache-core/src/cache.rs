@@ -982,8 +982,10 @@ impl Cache {
     fn prefetch_next_victims(&self) {
         let [next, after] = self.policy.next_victims();
         if let Some(after) = after {
-            crate::prefetch::prefetch(&self.lines[after as usize]);
-            crate::prefetch::prefetch(&self.slots[after as usize]);
+            // Addresses only (a prefetch of a bad one is harmless): no bounds checks.
+            let at = after as usize;
+            crate::prefetch::prefetch_address(self.lines.as_ptr().wrapping_add(at) as usize);
+            crate::prefetch::prefetch_address(self.slots.as_ptr().wrapping_add(at) as usize);
         }
         if let Some(next) = next {
             self.index.prefetch(&self.lines[next as usize].key);
@@ -1000,6 +1002,7 @@ impl Cache {
     }
 
     /// Empties `slot` (already forgotten by the policy), writing back its dirty sectors.
+    #[inline]
     fn evict<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         debug_assert!(
             self.slots[slot as usize].resident,
@@ -1010,6 +1013,7 @@ impl Cache {
     }
 
     /// Writes back `slot`'s dirty sectors and forgets its line.
+    #[inline]
     fn empty_slot<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         if S::KEEPS_OPS && self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             // This request already has ops on the slot: keep them before its reuse.
@@ -1038,13 +1042,22 @@ impl Cache {
         self.stats.invalidations += 1;
     }
 
+    #[inline]
     fn write_back_dirty<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         if bitmap::any(self.dirty_of(slot)) {
-            self.emit_write_backs(slot, ops);
-            self.stats.dirty_writebacks += 1;
-            bitmap::clear(self.dirty_mut(slot));
+            self.write_back_dirty_sectors(slot, ops);
         }
         self.unmark_dirty_if_clean(slot);
+    }
+
+    /// The dirty half of [`Cache::write_back_dirty`], kept out of line so
+    /// that evicting a clean line (the usual case) stays short.
+    #[cold]
+    #[inline(never)]
+    fn write_back_dirty_sectors<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
+        self.emit_write_backs(slot, ops);
+        self.stats.dirty_writebacks += 1;
+        bitmap::clear(self.dirty_mut(slot));
     }
 
     /// Emits one write-back op per run of dirty sectors in `slot`.

@@ -142,9 +142,8 @@ impl Links {
     /// Hints the CPU to load `node`'s links.
     #[inline]
     pub fn prefetch(&self, node: u32) {
-        if let Some(links) = self.nodes.get(node as usize) {
-            crate::prefetch::prefetch(links);
-        }
+        // An address only (a prefetch of a bad one is harmless): no bounds check.
+        crate::prefetch::prefetch_address(self.nodes.as_ptr().wrapping_add(node as usize) as usize);
     }
 
     /// The node after `node` toward the tail.
