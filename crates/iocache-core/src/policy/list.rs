@@ -117,10 +117,30 @@ impl Links {
 
     #[inline]
     pub fn move_to_head(&mut self, list: &mut ListHead, node: u32) {
-        if list.head != node {
+        if list.head == node {
+            return;
+        }
+        let [prev, next] = self.nodes[node as usize];
+        if prev == NIL {
+            // Not on the list (it is not the head): what unlink and
+            // push_head do for such a node.
             self.unlink(list, node);
             self.push_head(list, node);
+            return;
         }
+        // On the list and not its head: it has a predecessor, and the list
+        // has a head other than it. Unlink and push in one go (the length
+        // does not change).
+        self.nodes[prev as usize][NEXT] = next;
+        if next != NIL {
+            self.nodes[next as usize][PREV] = prev;
+        } else {
+            list.tail = prev;
+        }
+        let head = list.head;
+        self.nodes[node as usize] = [NIL, head];
+        self.nodes[head as usize][PREV] = node;
+        list.head = node;
     }
 
     #[inline]
@@ -190,6 +210,45 @@ mod tests {
         assert_eq!(links.pop_tail(&mut list), Some(0));
         assert_eq!(links.pop_tail(&mut list), None);
         assert_eq!(list.len, 0);
+    }
+
+    #[test]
+    fn move_to_head_matches_unlink_then_push() {
+        // Every node of lists of 1..6 nodes moved to the head, compared
+        // with the unlink-then-push it stands for.
+        for len in 1..6u32 {
+            for node in 0..len {
+                let mut a = Links::new(len as usize);
+                let mut list_a = ListHead::default();
+                for n in 0..len {
+                    a.push_head(&mut list_a, n);
+                }
+                let (mut b, mut list_b) = (a.clone(), list_a);
+                a.move_to_head(&mut list_a, node);
+                if list_b.head != node {
+                    b.unlink(&mut list_b, node);
+                    b.push_head(&mut list_b, node);
+                }
+                assert_eq!(
+                    a.iter(&list_a).collect::<Vec<_>>(),
+                    b.iter(&list_b).collect::<Vec<_>>()
+                );
+                assert_eq!(
+                    (list_a.head, list_a.tail, list_a.len),
+                    (list_b.head, list_b.tail, list_b.len)
+                );
+                let backwards = |l: &Links, h: &ListHead| {
+                    let mut out = Vec::new();
+                    let mut at = h.tail;
+                    while at != NIL {
+                        out.push(at);
+                        at = l.prev(at);
+                    }
+                    out
+                };
+                assert_eq!(backwards(&a, &list_a), backwards(&b, &list_b));
+            }
+        }
     }
 
     #[test]
