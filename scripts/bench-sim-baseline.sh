@@ -16,8 +16,12 @@
 #    --cache-size 32768,131072 --line-size 512B,4KiB) with --threads 1, 2
 #    and all cores: line accesses of all 16 caches per second of wall time.
 #
-# Usage: scripts/bench-sim-baseline.sh   (TRACE=path RUNS=n SWEEP_RUNS=n,
-#        CARGO_TARGET_DIR honoured)
+# With BEFORE_BIN=path/to/another/iocache (say, a build of an earlier
+# commit), that binary's LRU and ARC runs join the same alternation and
+# tables, as "before".
+#
+# Usage: scripts/bench-sim-baseline.sh   (TRACE=path RUNS=n SWEEP_RUNS=n
+#        BEFORE_BIN=path; CARGO_TARGET_DIR honoured)
 # Needs: cargo, gcc, zstd, python3.
 set -euo pipefail
 
@@ -50,10 +54,10 @@ cargo build --release --locked -p iocache >&2
 gcc -O2 -o "$WORK/lru-baseline" scripts/bench/lru-baseline.c
 zstd -dcqf "$TRACE" >"$WORK/trace.lis"
 
-python3 - "$WORK" "$BIN" "$RUNS" "$SWEEP_RUNS" "$TRACE" <<'PY'
+python3 - "$WORK" "$BIN" "$RUNS" "$SWEEP_RUNS" "$TRACE" "${BEFORE_BIN:-}" <<'PY'
 import json, os, statistics, subprocess, sys, time
 
-work, binary, runs, sweep_runs, trace_name = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+work, binary, runs, sweep_runs, trace_name, before = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 trace = os.path.join(work, "trace.lis")
 
 def timed(argv, stdin=None):
@@ -67,9 +71,9 @@ def run_c():
     fields = dict(line.split() for line in out.decode().splitlines())
     return wall, int(fields["accesses"]), int(fields["hits"])
 
-def run_sim(policies, sizes, line_sizes, threads):
+def run_sim(policies, sizes, line_sizes, threads, program=binary):
     out_json = os.path.join(work, "sim.json")
-    wall, _ = timed([binary, "sim", "--trace", trace, "--format", "arc", "--policy", policies,
+    wall, _ = timed([program, "sim", "--trace", trace, "--format", "arc", "--policy", policies,
                      "--cache-size", sizes, "--line-size", line_sizes, "--threads", str(threads),
                      "--json", out_json])
     report = json.load(open(out_json))
@@ -83,14 +87,17 @@ print(f"- CPU: {cpu}, {os.cpu_count()} cores; load average at start {os.getloada
 print(f"- trace: {trace_name}, decompressed first (parsing included, decompression excluded)")
 print()
 
-rows = {"c-lru": [], "lru": [], "arc": []}
+programs = [("lru", binary, "lru"), ("arc", binary, "arc")]
+if before:
+    programs += [("before-lru", before, "lru"), ("before-arc", before, "arc")]
+rows = {"c-lru": [], **{name: [] for name, _, _ in programs}}
 for i in range(runs):
     wall, accesses, hits = run_c()
     rows["c-lru"].append((wall, accesses, hits))
-    for policy in ("lru", "arc"):
-        wall, results = run_sim(policy, "131072", "512B", 1)
+    for name, program, policy in programs:
+        wall, results = run_sim(policy, "131072", "512B", 1, program)
         r = results[0]
-        rows[policy].append((wall, r["accesses"], r["hits"]))
+        rows[name].append((wall, r["accesses"], r["hits"]))
     print(f"    run {i + 1}: C {rows['c-lru'][-1][0]:.3f} s, iocache lru {rows['lru'][-1][0]:.3f} s, "
           f"arc {rows['arc'][-1][0]:.3f} s", file=sys.stderr)
 
@@ -103,7 +110,10 @@ print("Runs alternate C, iocache LRU, iocache ARC. Ratio = iocache accesses/s / 
 print("| program | accesses | hits | hit ratio | wall s (median) | wall s (min..max) | M accesses/s (median) | ratio to C |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 c_median = statistics.median(w for w, _, _ in rows["c-lru"])
-for name, label in (("c-lru", "C LRU baseline"), ("lru", "iocache sim, LRU"), ("arc", "iocache sim, ARC")):
+labels = [("c-lru", "C LRU baseline"), ("lru", "iocache sim, LRU"), ("arc", "iocache sim, ARC")]
+if before:
+    labels += [("before-lru", "iocache sim, LRU, before"), ("before-arc", "iocache sim, ARC, before")]
+for name, label in labels:
     walls = [w for w, _, _ in rows[name]]
     accesses, hits = rows[name][0][1], rows[name][0][2]
     med = statistics.median(walls)
@@ -115,20 +125,23 @@ print()
 print("16 configurations in one pass: `--policy lru,arc,fifo,clock --cache-size 32768,131072 --line-size 512B,4KiB`;")
 print(f"accesses/s = line accesses of all 16 caches / wall time (median of {sweep_runs} runs, runs alternate thread counts).\n")
 threads_list = sorted({1, 2, os.cpu_count() or 1})
-sweep = {t: [] for t in threads_list}
+sweep_programs = [("", binary)] + ([("before", before)] if before else [])
+sweep = {(p, t): [] for p, _ in sweep_programs for t in threads_list}
 for _ in range(sweep_runs):
+    for p, program in sweep_programs:
+        for t in threads_list:
+            wall, results = run_sim("lru,arc,fifo,clock", "32768,131072", "512B,4KiB", t, program)
+            assert len(results) == 16, len(results)
+            sweep[(p, t)].append((wall, sum(r["accesses"] for r in results)))
+            print(f"    sweep {p} --threads {t}: {wall:.2f} s", file=sys.stderr)
+print("| program | --threads | configurations | accesses (all caches) | wall s (median) | wall s (min..max) | M accesses/s | speed-up vs 1 thread |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for p, _ in sweep_programs:
+    base = statistics.median(w for w, _ in sweep[(p, 1)])
     for t in threads_list:
-        wall, results = run_sim("lru,arc,fifo,clock", "32768,131072", "512B,4KiB", t)
-        assert len(results) == 16, len(results)
-        sweep[t].append((wall, sum(r["accesses"] for r in results)))
-        print(f"    sweep --threads {t}: {wall:.2f} s", file=sys.stderr)
-print("| --threads | configurations | accesses (all caches) | wall s (median) | wall s (min..max) | M accesses/s | speed-up vs 1 |")
-print("|---:|---:|---:|---:|---:|---:|---:|")
-base = statistics.median(w for w, _ in sweep[1])
-for t in threads_list:
-    walls = [w for w, _ in sweep[t]]
-    med = statistics.median(walls)
-    acc = sweep[t][0][1]
-    label = f"{t} (all)" if t == os.cpu_count() else str(t)
-    print(f"| {label} | 16 | {acc} | {med:.2f} | {min(walls):.2f}..{max(walls):.2f} | {acc / med / 1e6:.1f} | {base / med:.2f} |")
+        walls = [w for w, _ in sweep[(p, t)]]
+        med = statistics.median(walls)
+        acc = sweep[(p, t)][0][1]
+        label = f"{t} (all)" if t == os.cpu_count() else str(t)
+        print(f"| iocache sim{', ' + p if p else ''} | {label} | 16 | {acc} | {med:.2f} | {min(walls):.2f}..{max(walls):.2f} | {acc / med / 1e6:.1f} | {base / med:.2f} |")
 PY
