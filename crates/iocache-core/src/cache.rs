@@ -16,9 +16,9 @@ use crate::error::CoreError;
 use crate::fasthash::FxHashMap;
 use crate::index::LineIndex;
 use crate::mode::{self, EffectiveMode, LineFacts, ModeCause, ModeSettings, RequestFacts};
-use crate::ops::{Op, OpList};
+use crate::ops::{DiscardOps, Op, OpList, OpSink};
 use crate::policy::list::{Links, ListHead};
-use crate::policy::{AccessInfo, PolicySpec, ReplacementPolicy};
+use crate::policy::{AccessInfo, ActivePolicy, PolicySpec, ReplacementPolicy};
 use crate::promotion::Promoter;
 use crate::seq_cutoff::{SeqCutoff, SeqDetector};
 use crate::stats::CacheStats;
@@ -76,31 +76,43 @@ const PREFETCH_LINES_MAX: usize = 64;
 const VALID: usize = 0;
 const DIRTY: usize = 1;
 
-/// Everything about one slot but its bitmaps, together so an eviction (and
-/// a hit) touches one cache line: 64 bytes, checked below.
+/// What a lookup and a hit read of one slot: its line's key and (for lines
+/// up to 32 KiB) its valid and dirty bits. 32 bytes, two slots per CPU
+/// cache line, so the records the hit path walks take half the memory
+/// they would beside the rest of the slot's state ([`SlotMeta`]).
 #[derive(Clone, Copy)]
-#[repr(align(64))]
-struct SlotMeta {
+#[repr(align(32))]
+struct SlotLine {
     key: LineKey,
+    /// Valid and dirty bits, inline when one word covers the line (lines up to 32 KiB).
+    inline_bits: [u64; 2],
+}
+
+const _: () = assert!(std::mem::size_of::<SlotLine>() == 32);
+
+/// The rest of a slot's state, touched when a line is admitted, evicted,
+/// dirtied or flushed (and, through `used_by_request` and the driver's
+/// word, by a driver that keeps ops). 32 bytes.
+#[derive(Clone, Copy)]
+#[repr(align(32))]
+struct SlotMeta {
     /// Bumped whenever the slot's contents change; a flush only cleans what it saw.
     generation: u64,
     dirty_since_ns: u64,
-    /// Valid and dirty bits, inline when one word covers the line (lines up to 32 KiB).
-    inline_bits: [u64; 2],
+    /// The driver's word for this slot (see [`Cache::slot_driver_word_mut`]).
+    driver_word: u64,
     /// The last request (`request_seq`, truncated) with ops on this slot:
     /// evicting a slot the current request already used seals the op list
     /// first. A slot last used 2^32 requests ago matches too, which only
-    /// seals early (op order stays correct).
+    /// seals early (op order stays correct). Not kept when the ops are
+    /// discarded ([`Cache::access_counted`]): sealing then does nothing.
     used_by_request: u32,
-    /// The driver's word for this slot (see [`Cache::slot_driver_word_mut`]),
-    /// here so that its hit path finds it in the cache line it already loaded.
-    driver_word: u64,
     resident: bool,
     dirty_listed: bool,
     flushing: bool,
 }
 
-const _: () = assert!(std::mem::size_of::<SlotMeta>() == 64);
+const _: () = assert!(std::mem::size_of::<SlotMeta>() == 32);
 
 /// A view of one slot's line (see [`Cache::slot_snapshot`]).
 #[derive(Clone, Copy, Debug)]
@@ -131,6 +143,9 @@ pub struct Cache {
     line: LineSize,
     words: usize,
     index: LineIndex,
+    /// Per slot: key and inline bitmaps (the hit path's half).
+    lines: Vec<SlotLine>,
+    /// Per slot: everything else.
     slots: Vec<SlotMeta>,
     /// For lines over 32 KiB: per slot, `words` of valid bits then `words` of dirty bits.
     bits: Vec<u64>,
@@ -142,7 +157,7 @@ pub struct Cache {
     /// until [`Cache::retire_slots`] first runs.
     retired: Vec<bool>,
     retired_count: usize,
-    policy: Box<dyn ReplacementPolicy>,
+    policy: ActivePolicy,
     promoter: Promoter,
     stats: CacheStats,
     flush_cursor: Option<LineKey>,
@@ -180,12 +195,17 @@ impl Cache {
             line,
             words,
             index: LineIndex::new(lines),
+            lines: vec![
+                SlotLine {
+                    key: none,
+                    inline_bits: [0; 2],
+                };
+                lines
+            ],
             slots: vec![
                 SlotMeta {
-                    key: none,
                     generation: 0,
                     dirty_since_ns: 0,
-                    inline_bits: [0; 2],
                     used_by_request: 0,
                     driver_word: 0,
                     resident: false,
@@ -204,7 +224,7 @@ impl Cache {
             free: (0..lines as SlotId).rev().collect(),
             retired: Vec::new(),
             retired_count: 0,
-            policy: config.policy.build(lines)?,
+            policy: ActivePolicy::build(&config.policy, lines)?,
             promoter: Promoter::new(config.promotion, config.capacity_lines),
             stats: CacheStats::default(),
             flush_cursor: None,
@@ -327,7 +347,7 @@ impl Cache {
             self.config.policy = spec;
             return Ok(());
         }
-        let mut policy = spec.build(self.config.capacity_lines as usize)?;
+        let mut policy = ActivePolicy::build(&spec, self.config.capacity_lines as usize)?;
         for s in 0..self.config.capacity_lines as usize {
             let meta = &self.slots[s];
             if !meta.resident {
@@ -336,7 +356,7 @@ impl Cache {
             let dirty = bitmap::any(self.dirty_of(s as SlotId));
             policy.on_insert(
                 s as SlotId,
-                meta.key,
+                self.lines[s].key,
                 &AccessInfo {
                     dirty,
                     ..AccessInfo::read_at(now_ns)
@@ -374,7 +394,7 @@ impl Cache {
                     dirty_left += 1;
                     continue;
                 }
-                let key = self.slots[s].key;
+                let key = self.lines[s].key;
                 self.policy.on_remove(slot);
                 self.empty_slot(slot, ops);
                 self.emit(ops, Op::Invalidate { slot, key });
@@ -411,6 +431,30 @@ impl Cache {
         request: &Request,
         hints: AccessHints,
         ops: &mut OpList,
+    ) -> Result<AccessSummary, CoreError> {
+        self.access_into(request, hints, ops)
+    }
+
+    /// [`Cache::access_with`] for a driver that only counts (the simulator
+    /// without a timing model): the same decisions, the same counters
+    /// ([`Cache::stats`]) and the same summary, but no op list is built.
+    /// It runs the very code `access_with` runs, with the ops discarded
+    /// where they would be stored, so the two cannot drift apart.
+    pub fn access_counted(
+        &mut self,
+        request: &Request,
+        hints: AccessHints,
+    ) -> Result<AccessSummary, CoreError> {
+        self.access_into(request, hints, &mut DiscardOps)
+    }
+
+    /// The decision for one request, its ops handed to `ops`.
+    #[inline]
+    fn access_into<S: OpSink>(
+        &mut self,
+        request: &Request,
+        hints: AccessHints,
+        ops: &mut S,
     ) -> Result<AccessSummary, CoreError> {
         request.validate()?;
         ops.clear();
@@ -454,8 +498,17 @@ impl Cache {
         self.policy.on_request(request, self.line, &info);
         let mut summary = AccessSummary::default();
         self.request_dirty_victims_kept = 0;
+        // Reads that only count, on lines whose bitmaps are inline, under a
+        // policy that fills on read: full hits and misses take the
+        // counting path (`read_part_counted`), the rest `read_part`.
+        let counted_reads = !S::KEEPS_OPS
+            && request.kind == IoKind::Read
+            && self.words == 1
+            && self.request_policy.allocates_on_read()
+            && self.request_policy != WritePolicy::PassThrough;
         for part in split_request(request, self.line) {
             let outcome = match request.kind {
+                IoKind::Read if counted_reads => self.read_part_counted(&part, &info),
                 IoKind::Read => self.read_part(&part, &info, ops),
                 IoKind::Write => self.write_part(&part, &info, ops),
             };
@@ -483,7 +536,7 @@ impl Cache {
 
     #[inline]
     fn lookup(&self, key: LineKey) -> Option<SlotId> {
-        let slots = &self.slots;
+        let slots = &self.lines;
         let policy = &self.policy;
         self.index.get(&key, |s| {
             // Load the policy's state of the slot while its key is read.
@@ -502,7 +555,7 @@ impl Cache {
     #[inline]
     fn bitmap(&self, slot: SlotId, which: usize) -> &[u64] {
         if self.words == 1 {
-            std::slice::from_ref(&self.slots[slot as usize].inline_bits[which])
+            std::slice::from_ref(&self.lines[slot as usize].inline_bits[which])
         } else {
             let at = (slot as usize * 2 + which) * self.words;
             &self.bits[at..at + self.words]
@@ -512,7 +565,7 @@ impl Cache {
     #[inline]
     fn bitmap_mut(&mut self, slot: SlotId, which: usize) -> &mut [u64] {
         if self.words == 1 {
-            std::slice::from_mut(&mut self.slots[slot as usize].inline_bits[which])
+            std::slice::from_mut(&mut self.lines[slot as usize].inline_bits[which])
         } else {
             let at = (slot as usize * 2 + which) * self.words;
             &mut self.bits[at..at + self.words]
@@ -536,6 +589,7 @@ impl Cache {
     }
 
     /// Counts the access and classifies it by the valid sectors it finds.
+    #[inline(always)]
     fn classify(&mut self, part: &LinePart, slot: Option<SlotId>, kind: IoKind) -> LineOutcome {
         let sectors = part.sectors();
         let valid = match slot {
@@ -570,23 +624,32 @@ impl Cache {
         outcome
     }
 
-    fn read_part(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut OpList) -> LineOutcome {
+    fn read_part<S: OpSink>(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut S) -> LineOutcome {
         let policy = self.request_policy;
         let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Read);
         match found {
             Some(slot) => {
-                self.slots[slot as usize].used_by_request = self.request_seq as u32;
+                self.mark_used::<S>(slot);
                 if policy == WritePolicy::PassThrough {
                     // Bypass, but dirty sectors exist only in the cache.
                     self.transfer_runs(part, slot, ops, |c, s| c.dirty_of(s), false);
                 } else {
                     let dirty = bitmap::any(self.dirty_of(slot));
                     self.policy.on_hit(slot, &AccessInfo { dirty, ..*info });
-                    let fill = policy.allocates_on_read();
-                    self.transfer_runs(part, slot, ops, |c, s| c.valid_of(s), fill);
-                    if fill {
-                        bitmap::set_range(self.valid_mut(slot), part.first_sector, part.end_sector);
+                    if outcome == LineOutcome::FullHit {
+                        // One run, all cached, nothing to fill: what the
+                        // general branch below does, without the run scan.
+                        self.emit(
+                            ops,
+                            self.cache_read(part, slot, part.first_sector, part.end_sector),
+                        );
+                    } else {
+                        let fill = policy.allocates_on_read();
+                        self.transfer_runs(part, slot, ops, |c, s| c.valid_of(s), fill);
+                        if fill {
+                            bitmap::set_range(self.valid_mut(slot), part.first_sector, part.end_sector);
+                        }
                     }
                 }
             }
@@ -599,7 +662,7 @@ impl Cache {
                 self.emit(ops, self.backend_read(part, part.first_sector, part.end_sector));
                 match slot {
                     Some(slot) => {
-                        self.slots[slot as usize].used_by_request = self.request_seq as u32;
+                        self.mark_used::<S>(slot);
                         self.emit(
                             ops,
                             self.cache_write(part, slot, part.first_sector, part.end_sector, false),
@@ -613,13 +676,72 @@ impl Cache {
         outcome
     }
 
+    /// [`Cache::read_part`] for a driver that only counts, when the line's
+    /// bitmaps are inline and the write policy in force fills on read and is
+    /// not pass-through: the same decisions and counters, with the full-hit
+    /// and miss cases written out so that no op is built. A partial hit (or
+    /// a resident line missing every requested sector) goes to `read_part`.
+    /// `tests/counted_access.rs` checks it against `read_part` with ops kept.
+    #[inline(always)]
+    fn read_part_counted(&mut self, part: &LinePart, info: &AccessInfo) -> LineOutcome {
+        debug_assert!(self.words == 1 && self.request_policy.allocates_on_read());
+        let found = self.lookup(part.key);
+        let mask = bitmap::single_word_mask(part.first_sector, part.end_sector);
+        let bytes = part.sectors() as u64 * SECTOR_BYTES;
+        match found {
+            Some(slot) => {
+                let [valid, dirty] = self.lines[slot as usize].inline_bits;
+                if valid & mask != mask {
+                    return self.read_part(part, info, &mut DiscardOps);
+                }
+                // `classify`'s full hit, then `read_part`'s: one ReadCache
+                // of the whole part, nothing to fill.
+                let s = &mut self.stats;
+                s.accesses += 1;
+                s.requested_bytes += bytes;
+                s.hit_bytes += bytes;
+                s.full_hits += 1;
+                s.read_accesses += 1;
+                s.read_hits += 1;
+                s.cache_read_bytes += bytes;
+                self.policy.on_hit(
+                    slot,
+                    &AccessInfo {
+                        dirty: dirty != 0,
+                        ..*info
+                    },
+                );
+                LineOutcome::FullHit
+            }
+            None => {
+                // `classify`'s miss, then `read_part`'s: admit, read the
+                // backend, fill the slot if one was found.
+                let s = &mut self.stats;
+                s.accesses += 1;
+                s.requested_bytes += bytes;
+                s.misses += 1;
+                s.read_accesses += 1;
+                let slot = self.try_admit(part.key, info, &mut DiscardOps);
+                self.stats.backend_read_bytes += bytes;
+                match slot {
+                    Some(slot) => {
+                        self.stats.cache_write_bytes += bytes;
+                        self.lines[slot as usize].inline_bits[VALID] |= mask;
+                    }
+                    None => self.stats.bypassed_accesses += 1,
+                }
+                LineOutcome::Miss
+            }
+        }
+    }
+
     /// Reads a resident line's part: sectors set in `from_cache` come from the cache,
     /// the rest from the backend (and, with `fill`, are then written into the cache).
-    fn transfer_runs(
+    fn transfer_runs<S: OpSink>(
         &mut self,
         part: &LinePart,
         slot: SlotId,
-        ops: &mut OpList,
+        ops: &mut S,
         from_cache: impl Fn(&Self, SlotId) -> &[u64],
         fill: bool,
     ) {
@@ -644,7 +766,7 @@ impl Cache {
         self.runs = runs;
     }
 
-    fn write_part(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut OpList) -> LineOutcome {
+    fn write_part<S: OpSink>(&mut self, part: &LinePart, info: &AccessInfo, ops: &mut S) -> LineOutcome {
         let found = self.lookup(part.key);
         let outcome = self.classify(part, found, IoKind::Write);
         let (first, end) = (part.first_sector, part.end_sector);
@@ -687,7 +809,7 @@ impl Cache {
                     self.stats.bypassed_accesses += 1;
                     return outcome;
                 };
-                self.slots[slot as usize].used_by_request = self.request_seq as u32;
+                self.mark_used::<S>(slot);
                 self.emit_cache_writes(part, slot, first, end, write_back, ops);
                 bitmap::set_range(self.valid_mut(slot), first, end);
                 self.slots[slot as usize].generation += 1;
@@ -716,7 +838,7 @@ impl Cache {
                 // inline: update the written sectors as write-through does.
                 let slot = found.expect("checked above");
                 self.emit(ops, self.backend_write(part));
-                self.slots[slot as usize].used_by_request = self.request_seq as u32;
+                self.mark_used::<S>(slot);
                 self.emit_cache_writes(part, slot, first, end, false, ops);
                 bitmap::set_range(self.valid_mut(slot), first, end);
                 bitmap::clear_range(self.dirty_mut(slot), first, end);
@@ -756,7 +878,7 @@ impl Cache {
 
     /// Runs promotion and, if the line is admitted, finds it a slot (evicting if needed).
     /// `info.dirty` says whether the line will be dirty once the access is done.
-    fn try_admit(&mut self, key: LineKey, info: &AccessInfo, ops: &mut OpList) -> Option<SlotId> {
+    fn try_admit<S: OpSink>(&mut self, key: LineKey, info: &AccessInfo, ops: &mut S) -> Option<SlotId> {
         let admit = match self.policy.admit(key, info) {
             Some(decision) => decision,
             None => self.promoter.should_promote(key, self.resident_lines()),
@@ -783,19 +905,28 @@ impl Cache {
         if !self.config.inline_dirty_eviction {
             self.keep_dirty_victims(key, info, &mut victims);
         }
+        // The victims join the free list and the last one pushed is taken;
+        // a single victim (the common case) is taken directly, the same slot.
+        let mut taken = None;
         if !victims.is_empty() {
             self.stats.record_eviction_batch(victims.len() as u64);
             for &victim in &victims {
                 self.evict(victim, ops);
-                self.free.push(victim);
+            }
+            match victims[..] {
+                [victim] => taken = Some(victim),
+                _ => self.free.extend_from_slice(&victims),
             }
             self.prefetch_next_victims();
         }
         self.victims = victims;
-        let slot = self.free.pop()?;
+        let slot = match taken {
+            Some(slot) => slot,
+            None => self.free.pop()?,
+        };
         self.index.insert(&key, slot);
         let meta = &mut self.slots[slot as usize];
-        meta.key = key;
+        self.lines[slot as usize].key = key;
         meta.resident = true;
         meta.generation += 1;
         self.count_lines(key.volume, 1, 0);
@@ -821,7 +952,7 @@ impl Cache {
                     continue;
                 }
                 victims.swap_remove(i);
-                let victim_key = self.slots[victim as usize].key;
+                let victim_key = self.lines[victim as usize].key;
                 self.policy
                     .on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
                 self.stats.dirty_victims_kept += 1;
@@ -851,15 +982,28 @@ impl Cache {
     fn prefetch_next_victims(&self) {
         let [next, after] = self.policy.next_victims();
         if let Some(after) = after {
-            crate::prefetch::prefetch(&self.slots[after as usize]);
+            // Addresses only (a prefetch of a bad one is harmless): no bounds checks.
+            let at = after as usize;
+            crate::prefetch::prefetch_address(self.lines.as_ptr().wrapping_add(at) as usize);
+            crate::prefetch::prefetch_address(self.slots.as_ptr().wrapping_add(at) as usize);
         }
         if let Some(next) = next {
-            self.index.prefetch(&self.slots[next as usize].key);
+            self.index.prefetch(&self.lines[next as usize].key);
+        }
+    }
+
+    /// Records that the request in progress has ops on `slot` (see
+    /// `SlotMeta::used_by_request`); nothing when the ops are discarded.
+    #[inline(always)]
+    fn mark_used<S: OpSink>(&mut self, slot: SlotId) {
+        if S::KEEPS_OPS {
+            self.slots[slot as usize].used_by_request = self.request_seq as u32;
         }
     }
 
     /// Empties `slot` (already forgotten by the policy), writing back its dirty sectors.
-    fn evict(&mut self, slot: SlotId, ops: &mut OpList) {
+    #[inline]
+    fn evict<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         debug_assert!(
             self.slots[slot as usize].resident,
             "policy named a free slot as victim"
@@ -869,8 +1013,9 @@ impl Cache {
     }
 
     /// Writes back `slot`'s dirty sectors and forgets its line.
-    fn empty_slot(&mut self, slot: SlotId, ops: &mut OpList) {
-        if self.slots[slot as usize].used_by_request == self.request_seq as u32 {
+    #[inline]
+    fn empty_slot<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
+        if S::KEEPS_OPS && self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             // This request already has ops on the slot: keep them before its reuse.
             ops.seal();
         }
@@ -878,18 +1023,18 @@ impl Cache {
         let meta = &mut self.slots[slot as usize];
         meta.resident = false;
         meta.generation += 1;
-        let key = meta.key;
+        let key = self.lines[slot as usize].key;
         self.count_lines(key.volume, -1, 0);
         self.index.remove(&key, slot);
         bitmap::clear(self.valid_mut(slot));
     }
 
     /// Drops a resident line entirely (write invalidation), writing back its dirty sectors.
-    fn drop_line(&mut self, slot: SlotId, ops: &mut OpList) {
-        if self.slots[slot as usize].used_by_request == self.request_seq as u32 {
+    fn drop_line<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
+        if S::KEEPS_OPS && self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             ops.seal();
         }
-        let key = self.slots[slot as usize].key;
+        let key = self.lines[slot as usize].key;
         self.policy.on_remove(slot);
         self.empty_slot(slot, ops);
         self.emit(ops, Op::Invalidate { slot, key });
@@ -897,18 +1042,27 @@ impl Cache {
         self.stats.invalidations += 1;
     }
 
-    fn write_back_dirty(&mut self, slot: SlotId, ops: &mut OpList) {
+    #[inline]
+    fn write_back_dirty<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         if bitmap::any(self.dirty_of(slot)) {
-            self.emit_write_backs(slot, ops);
-            self.stats.dirty_writebacks += 1;
-            bitmap::clear(self.dirty_mut(slot));
+            self.write_back_dirty_sectors(slot, ops);
         }
         self.unmark_dirty_if_clean(slot);
     }
 
+    /// The dirty half of [`Cache::write_back_dirty`], kept out of line so
+    /// that evicting a clean line (the usual case) stays short.
+    #[cold]
+    #[inline(never)]
+    fn write_back_dirty_sectors<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
+        self.emit_write_backs(slot, ops);
+        self.stats.dirty_writebacks += 1;
+        bitmap::clear(self.dirty_mut(slot));
+    }
+
     /// Emits one write-back op per run of dirty sectors in `slot`.
-    fn emit_write_backs(&mut self, slot: SlotId, ops: &mut OpList) {
-        let key = self.slots[slot as usize].key;
+    fn emit_write_backs<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
+        let key = self.lines[slot as usize].key;
         let mut runs = std::mem::take(&mut self.runs);
         runs.clear();
         bitmap::for_each_run(self.dirty_of(slot), 0, self.line.sectors(), |a, b, dirty| {
@@ -927,7 +1081,7 @@ impl Cache {
         if !meta.dirty_listed {
             meta.dirty_listed = true;
             meta.dirty_since_ns = now_ns;
-            let volume = meta.key.volume;
+            let volume = self.lines[slot as usize].key.volume;
             self.dirty_links.push_tail(&mut self.dirty_list, slot);
             self.count_lines(volume, 0, 1);
         }
@@ -944,11 +1098,12 @@ impl Cache {
     }
 
     /// Takes `slot` off the dirty list if it has no dirty sector left; says whether it did.
+    #[inline]
     fn unmark_dirty_if_clean(&mut self, slot: SlotId) -> bool {
         if self.slots[slot as usize].dirty_listed && !bitmap::any(self.dirty_of(slot)) {
             self.slots[slot as usize].dirty_listed = false;
             self.dirty_links.unlink(&mut self.dirty_list, slot);
-            self.count_lines(self.slots[slot as usize].key.volume, 0, -1);
+            self.count_lines(self.lines[slot as usize].key.volume, 0, -1);
             true
         } else {
             false
@@ -957,7 +1112,7 @@ impl Cache {
 
     /// Pushes `op` and counts its bytes.
     #[inline(always)]
-    fn emit(&mut self, ops: &mut OpList, op: Op) {
+    fn emit<S: OpSink>(&mut self, ops: &mut S, op: Op) {
         let s = &mut self.stats;
         match op {
             Op::ReadCache { length_bytes, .. } => s.cache_read_bytes += length_bytes as u64,
@@ -973,10 +1128,12 @@ impl Cache {
         ops.push(op);
     }
 
+    #[inline]
     fn line_offset(&self, key: LineKey) -> u64 {
         key.line_index << self.line.shift()
     }
 
+    #[inline]
     fn cache_read(&self, part: &LinePart, slot: SlotId, start: u32, end: u32) -> Op {
         Op::ReadCache {
             slot,
@@ -989,14 +1146,14 @@ impl Cache {
     /// Writes sectors `[start, end)` of `part` into `slot`: one op per run
     /// of sectors that were valid before or not, so that each op's `fresh`
     /// is exact.
-    fn emit_cache_writes(
+    fn emit_cache_writes<S: OpSink>(
         &mut self,
         part: &LinePart,
         slot: SlotId,
         start: u32,
         end: u32,
         dirty: bool,
-        ops: &mut OpList,
+        ops: &mut S,
     ) {
         let mut runs = std::mem::take(&mut self.runs);
         runs.clear();
@@ -1007,6 +1164,7 @@ impl Cache {
         self.runs = runs;
     }
 
+    #[inline]
     fn cache_write(&self, part: &LinePart, slot: SlotId, start: u32, end: u32, dirty: bool) -> Op {
         let fresh = bitmap::count_range(self.valid_of(slot), start, end) == 0;
         Op::WriteCache {
@@ -1019,6 +1177,7 @@ impl Cache {
         }
     }
 
+    #[inline]
     fn backend_read(&self, part: &LinePart, start: u32, end: u32) -> Op {
         Op::ReadBackend {
             volume: part.key.volume,
@@ -1028,6 +1187,7 @@ impl Cache {
         }
     }
 
+    #[inline]
     fn backend_write(&self, part: &LinePart) -> Op {
         Op::WriteBackend {
             volume: part.key.volume,
@@ -1037,6 +1197,7 @@ impl Cache {
         }
     }
 
+    #[inline]
     fn write_back(&self, slot: SlotId, key: LineKey, start: u32, end: u32) -> Op {
         Op::WriteBack {
             slot,
@@ -1070,7 +1231,7 @@ impl Cache {
                     .dirty_links
                     .iter(&self.dirty_list)
                     .filter(|&s| !self.slots[s as usize].flushing)
-                    .map(|s| (self.slots[s as usize].key, s))
+                    .map(|s| (self.lines[s as usize].key, s))
                     .collect();
                 dirty.sort_unstable();
                 let start = match self.flush_cursor {
@@ -1084,7 +1245,7 @@ impl Cache {
                     .map(|&(_, s)| s)
                     .collect();
                 if let Some(&last) = picked.last() {
-                    self.flush_cursor = Some(self.slots[last as usize].key);
+                    self.flush_cursor = Some(self.lines[last as usize].key);
                 }
                 picked
             }
@@ -1094,9 +1255,9 @@ impl Cache {
                     .iter(&self.dirty_list)
                     .filter(|&s| {
                         let meta = &self.slots[s as usize];
-                        meta.key.volume == volume && !meta.flushing
+                        self.lines[s as usize].key.volume == volume && !meta.flushing
                     })
-                    .map(|s| (self.slots[s as usize].key, s))
+                    .map(|s| (self.lines[s as usize].key, s))
                     .collect();
                 dirty.sort_unstable();
                 dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
@@ -1104,7 +1265,7 @@ impl Cache {
         };
         for slot in candidates {
             self.emit_write_backs(slot, ops);
-            let key = self.slots[slot as usize].key;
+            let key = self.lines[slot as usize].key;
             let meta = &mut self.slots[slot as usize];
             meta.flushing = true;
             tokens.push(FlushToken {
@@ -1122,7 +1283,9 @@ impl Cache {
     pub fn complete_flush(&mut self, token: &FlushToken, succeeded: bool) -> bool {
         let meta = &mut self.slots[token.slot as usize];
         meta.flushing = false;
-        let unchanged = meta.resident && meta.key == token.key && meta.generation == token.generation;
+        let unchanged = meta.resident
+            && self.lines[token.slot as usize].key == token.key
+            && meta.generation == token.generation;
         if !(succeeded && unchanged) {
             return false;
         }
@@ -1173,7 +1336,7 @@ impl Cache {
     pub fn slot_snapshot(&self, slot: SlotId) -> Option<SlotSnapshot<'_>> {
         let meta = self.slots.get(slot as usize)?;
         meta.resident.then(|| SlotSnapshot {
-            key: meta.key,
+            key: self.lines[slot as usize].key,
             valid: self.valid_of(slot),
             dirty: self.dirty_of(slot),
         })
@@ -1244,7 +1407,7 @@ impl Cache {
             taken[slot as usize] = true;
             self.index.insert(&line.key, slot);
             let meta = &mut self.slots[slot as usize];
-            meta.key = line.key;
+            self.lines[slot as usize].key = line.key;
             meta.resident = true;
             meta.generation += 1;
             self.count_lines(line.key.volume, 1, 0);
@@ -1302,7 +1465,7 @@ impl Cache {
         end_sector: u32,
     ) -> bool {
         let meta = &self.slots[slot as usize];
-        if !(meta.resident && meta.key == key && meta.generation == generation) {
+        if !(meta.resident && self.lines[slot as usize].key == key && meta.generation == generation) {
             return false;
         }
         self.forget_sectors(key, first_sector, end_sector)
@@ -1311,7 +1474,7 @@ impl Cache {
     /// The line held by `slot`, if any.
     pub fn key_in_slot(&self, slot: SlotId) -> Option<LineKey> {
         let meta = self.slots.get(slot as usize)?;
-        meta.resident.then_some(meta.key)
+        meta.resident.then_some(self.lines[slot as usize].key)
     }
 
     /// The line size.
@@ -1387,7 +1550,7 @@ impl Cache {
         let mut counts: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
         for (s, meta) in self.slots.iter().enumerate() {
             if meta.resident {
-                let entry = counts.entry(meta.key.volume).or_default();
+                let entry = counts.entry(self.lines[s].key.volume).or_default();
                 entry.resident += 1;
                 entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
             }
@@ -1403,7 +1566,7 @@ impl Cache {
         }
         let mut out = VolumeLines::default();
         for (s, meta) in self.slots.iter().enumerate() {
-            if meta.resident && meta.key.volume == volume {
+            if meta.resident && self.lines[s].key.volume == volume {
                 out.resident += 1;
                 out.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
             }
@@ -1421,7 +1584,7 @@ impl Cache {
         for s in 0..self.slots.len() {
             let slot = s as SlotId;
             let meta = &self.slots[s];
-            if meta.resident && meta.key.volume == volume && !bitmap::any(self.dirty_of(slot)) {
+            if meta.resident && self.lines[s].key.volume == volume && !bitmap::any(self.dirty_of(slot)) {
                 self.drop_line(slot, ops);
                 dropped += 1;
             }
@@ -1441,7 +1604,7 @@ impl Cache {
             let meta = &self.slots[s];
             if meta.resident {
                 resident += 1;
-                assert_eq!(self.lookup(meta.key), Some(slot), "index lost slot {s}");
+                assert_eq!(self.lookup(self.lines[s].key), Some(slot), "index lost slot {s}");
                 let (v, d) = (self.valid_of(slot), self.dirty_of(slot));
                 for w in 0..self.words {
                     assert_eq!(d[w] & !v[w], 0, "slot {s} has dirty sectors that are not valid");
@@ -1479,7 +1642,7 @@ impl Cache {
             let mut expected: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
             for (s, meta) in self.slots.iter().enumerate() {
                 if meta.resident {
-                    let entry = expected.entry(meta.key.volume).or_default();
+                    let entry = expected.entry(self.lines[s].key.volume).or_default();
                     entry.resident += 1;
                     entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
                 }

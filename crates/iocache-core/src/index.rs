@@ -1,18 +1,19 @@
 //! The line index: which slot holds a line, as a compact open-addressing table.
 //!
 //! Entries are 8 bytes (32 hash bits and a slot id), the table is kept at most
-//! half full and probed linearly, and deletion shifts entries back instead of
+//! a quarter full (half full past 4M lines, to bound memory) and probed linearly, and deletion shifts entries back instead of
 //! leaving tombstones, so lookups stay short under the constant churn of a
 //! cache. Keys themselves live in the slot metadata; an entry's key is read
 //! only when its 32 hash bits match. This halves the memory a general hash map
 //! of (key, slot) pairs needs and keeps most probes inside one cache line.
 
-use std::hash::BuildHasher;
-
 use crate::addr::{LineKey, SlotId};
-use crate::fasthash::FxBuildHasher;
 
 const EMPTY: SlotId = SlotId::MAX;
+
+/// The largest table kept at most a quarter full: 2^24 entries (128 MiB,
+/// 4M lines); larger indexes are kept at most half full.
+const SPARSE_ENTRIES_MAX: usize = 1 << 24;
 
 #[derive(Clone, Copy)]
 struct Entry {
@@ -21,23 +22,42 @@ struct Entry {
 }
 
 pub struct LineIndex {
-    entries: Vec<Entry>,
+    /// Never resized: its length is `mask + 1` for the table's lifetime.
+    entries: Box<[Entry]>,
     mask: usize,
     len: usize,
 }
 
-#[inline]
+/// 32 well-mixed bits of `key`: one folded 64×64→128-bit multiply (the
+/// high and low halves of the product xored), cheaper than a general
+/// `Hasher` and mixing every key bit into the low bits the table uses.
+/// Consecutive line indices (sequential I/O) land far apart.
+#[inline(always)]
 fn hash_of(key: &LineKey) -> u32 {
-    let full = FxBuildHasher::default().hash_one(key);
-    (full ^ (full >> 32)) as u32
+    const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+    const VOLUME_MIX: u64 = 0xc2b2_ae3d_27d4_eb4f;
+    let x = key.line_index ^ (key.volume as u64).wrapping_mul(VOLUME_MIX);
+    let product = (x as u128) * (MIX as u128);
+    let folded = (product as u64) ^ ((product >> 64) as u64);
+    (folded ^ (folded >> 32)) as u32
 }
 
 impl LineIndex {
     /// An index for up to `capacity` lines.
     pub fn new(capacity: usize) -> Self {
-        let size = (capacity.max(1) * 2).next_power_of_two();
+        // A quarter full at most while the table stays small: removals then
+        // shift about 0.4 entries on average instead of 2 at half full, and
+        // the loops' branches are mostly predicted (this halves the cost of
+        // an eviction's removal). Past SPARSE_ENTRIES_MAX entries, memory
+        // wins: half full.
+        let sparse = (capacity.max(1) * 4).next_power_of_two();
+        let size = if sparse <= SPARSE_ENTRIES_MAX {
+            sparse
+        } else {
+            (capacity.max(1) * 2).next_power_of_two()
+        };
         LineIndex {
-            entries: vec![Entry { hash: 0, slot: EMPTY }; size],
+            entries: vec![Entry { hash: 0, slot: EMPTY }; size].into_boxed_slice(),
             mask: size - 1,
             len: 0,
         }
@@ -45,6 +65,23 @@ impl LineIndex {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The entry at table position `at` (wrapped into the table).
+    #[inline(always)]
+    fn entry(&self, at: usize) -> Entry {
+        debug_assert_eq!(self.entries.len(), self.mask + 1);
+        // SAFETY: `entries` has exactly `mask + 1` elements (built so in
+        // `new`, a boxed slice never resized), so `at & mask` is in bounds.
+        unsafe { *self.entries.get_unchecked(at & self.mask) }
+    }
+
+    /// Stores `entry` at table position `at` (wrapped into the table).
+    #[inline(always)]
+    fn set_entry(&mut self, at: usize, entry: Entry) {
+        debug_assert_eq!(self.entries.len(), self.mask + 1);
+        // SAFETY: as in `entry`.
+        unsafe { *self.entries.get_unchecked_mut(at & self.mask) = entry }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -57,7 +94,7 @@ impl LineIndex {
         let hash = hash_of(key);
         let mut at = hash as usize & self.mask;
         loop {
-            let e = self.entries[at];
+            let e = self.entry(at);
             if e.slot == EMPTY {
                 return None;
             }
@@ -72,7 +109,8 @@ impl LineIndex {
     #[inline]
     pub fn prefetch(&self, key: &LineKey) {
         let at = hash_of(key) as usize & self.mask;
-        crate::prefetch::prefetch(&self.entries[at]);
+        let address = self.entries.as_ptr() as usize + at * std::mem::size_of::<Entry>();
+        crate::prefetch::prefetch_address(address);
     }
 
     /// A handle that prefetches this table's entries without borrowing it, so
@@ -92,10 +130,10 @@ impl LineIndex {
         assert!(self.len < self.entries.len() / 2, "line index over capacity");
         let hash = hash_of(key);
         let mut at = hash as usize & self.mask;
-        while self.entries[at].slot != EMPTY {
+        while self.entry(at).slot != EMPTY {
             at = (at + 1) & self.mask;
         }
-        self.entries[at] = Entry { hash, slot };
+        self.set_entry(at, Entry { hash, slot });
         self.len += 1;
     }
 
@@ -105,7 +143,7 @@ impl LineIndex {
         let hash = hash_of(key);
         let mut at = hash as usize & self.mask;
         loop {
-            let e = self.entries[at];
+            let e = self.entry(at);
             if e.slot == EMPTY {
                 return false;
             }
@@ -119,7 +157,7 @@ impl LineIndex {
         let mut hole = at;
         let mut next = (hole + 1) & self.mask;
         loop {
-            let e = self.entries[next];
+            let e = self.entry(next);
             if e.slot == EMPTY {
                 break;
             }
@@ -128,12 +166,12 @@ impl LineIndex {
             let dist_next = next.wrapping_sub(home) & self.mask;
             let dist_hole = hole.wrapping_sub(home) & self.mask;
             if dist_hole <= dist_next {
-                self.entries[hole] = e;
+                self.set_entry(hole, e);
                 hole = next;
             }
             next = (next + 1) & self.mask;
         }
-        self.entries[hole] = Entry { hash: 0, slot: EMPTY };
+        self.set_entry(hole, Entry { hash: 0, slot: EMPTY });
         self.len -= 1;
         true
     }

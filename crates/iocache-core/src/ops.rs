@@ -126,6 +126,47 @@ impl OpList {
     }
 }
 
+/// Where the core puts the ops of a decision: an [`OpList`] for a runtime
+/// that performs them, [`DiscardOps`] for a driver that only counts. The
+/// core's decision code is generic over it, so both run the same decisions;
+/// byte counters are kept by the core before an op reaches the sink.
+pub(crate) trait OpSink {
+    /// Whether the ops are kept (and so their order matters).
+    const KEEPS_OPS: bool;
+    fn push(&mut self, op: Op);
+    fn seal(&mut self);
+    fn clear(&mut self);
+}
+
+impl OpSink for OpList {
+    const KEEPS_OPS: bool = true;
+    #[inline(always)]
+    fn push(&mut self, op: Op) {
+        OpList::push(self, op)
+    }
+    #[inline(always)]
+    fn seal(&mut self) {
+        OpList::seal(self)
+    }
+    #[inline(always)]
+    fn clear(&mut self) {
+        OpList::clear(self)
+    }
+}
+
+/// A sink that drops every op (see [`crate::Cache::access_counted`]).
+pub(crate) struct DiscardOps;
+
+impl OpSink for DiscardOps {
+    const KEEPS_OPS: bool = false;
+    #[inline(always)]
+    fn push(&mut self, _op: Op) {}
+    #[inline(always)]
+    fn seal(&mut self) {}
+    #[inline(always)]
+    fn clear(&mut self) {}
+}
+
 /// Extends `last` by `next` when they are the same kind of transfer and contiguous.
 #[inline(always)]
 fn merge(last: &mut Op, next: &Op) -> bool {

@@ -40,7 +40,15 @@ impl Promoter {
     }
 
     /// Records a miss on `key` and says whether to insert it now.
+    #[inline]
     pub fn should_promote(&mut self, key: LineKey, resident_lines: u64) -> bool {
+        match self.policy {
+            Promotion::Always => true,
+            Promotion::NHit { .. } => self.should_promote_nhit(key, resident_lines),
+        }
+    }
+
+    fn should_promote_nhit(&mut self, key: LineKey, resident_lines: u64) -> bool {
         let Promotion::NHit {
             threshold,
             trigger_percent,

@@ -1,11 +1,13 @@
 //! The simulation loop: one pass over a trace feeds every configured cache.
 //!
 //! The main thread parses the trace into batches of requests; each batch is
-//! shared (not copied) with worker threads that each own some of the caches.
+//! shared (not copied) with worker threads, which share the caches out
+//! among themselves batch by batch.
 //! Memory is bounded by the batch size and channel depth, not by trace length.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::sync_channel;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use iocache_core::{AccessHints, Cache, CacheStats, FlushOrder, FlushToken, IoKind, OpList, Request};
@@ -324,10 +326,13 @@ impl Runner {
                 }) => adapter.before_request(request.now_ns, request.kind, &mut self.cache, model),
                 _ => AccessHints::default(),
             };
-            // Requests were validated when the batch was built.
-            let _ = self.cache.access_with(&request, hints, &mut self.ops);
+            // Requests were validated when the batch was built. Only the
+            // timing model reads the ops; without it the cache only counts.
             if let Some(t) = &mut self.timed {
+                let _ = self.cache.access_with(&request, hints, &mut self.ops);
                 t.model.submit(request.now_ns, request.kind, self.ops.ops());
+            } else {
+                let _ = self.cache.access_counted(&request, hints);
             }
             if let Some(reca) = &mut self.reca {
                 reca.after_access(&mut self.cache, &request);
@@ -464,6 +469,48 @@ fn next_batch(reader: &mut TraceReader, records: &mut u64) -> Result<Vec<Request
     Ok(batch)
 }
 
+/// One worker's share of batch `batch_no`: takes caches from `taken` (which
+/// counts from `first` for this batch) until none is left, feeding each the
+/// batch once it has fed the previous one.
+fn feed_shared(
+    shared: &[Mutex<(Runner, usize)>],
+    taken: &AtomicUsize,
+    first: usize,
+    batch_no: usize,
+    batch: &[Request],
+    warmup: u64,
+) {
+    let end = first + shared.len();
+    loop {
+        let at = taken.load(Ordering::Relaxed);
+        if at >= end {
+            return;
+        }
+        if taken
+            .compare_exchange_weak(at, at + 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            continue;
+        }
+        let cache = &shared[at - first];
+        loop {
+            // A poisoned lock means another worker panicked: stop too (the
+            // caller reports the first panic).
+            let mut guard = cache
+                .lock()
+                .unwrap_or_else(|_| panic!("a simulation worker panicked"));
+            let (runner, fed) = &mut *guard;
+            if *fed == batch_no {
+                runner.feed(batch, warmup);
+                *fed += 1;
+                break;
+            }
+            drop(guard);
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// Runs every spec over the trace in one pass. `progress` is called after each batch.
 pub fn simulate(
     reader: &mut TraceReader,
@@ -513,23 +560,25 @@ pub fn simulate(
         }
         runners.into_iter().map(Runner::finish).collect()
     } else {
-        let mut groups: Vec<Vec<Runner>> = (0..threads).map(|_| Vec::new()).collect();
-        for (i, runner) in runners.into_iter().enumerate() {
-            groups[i % threads].push(runner);
-        }
-        std::thread::scope(|scope| -> Result<Vec<(usize, RunResult)>, SimError> {
+        // Every worker sees every batch and takes caches for it one at a
+        // time from a shared count, so the work balances whatever the
+        // caches cost (a 512-byte-line cache can cost ten times a 4 KiB
+        // one). Each cache still takes the batches in order: a worker that
+        // takes a cache for batch k waits until it has fed batch k - 1.
+        let caches = runners.len();
+        let shared: Vec<Mutex<(Runner, usize)>> = runners.into_iter().map(|r| Mutex::new((r, 0))).collect();
+        let taken = AtomicUsize::new(0);
+        std::thread::scope(|scope| -> Result<(), SimError> {
             let mut senders = Vec::new();
             let mut handles = Vec::new();
-            for mut group in groups {
+            for _ in 0..threads {
                 let (tx, rx) = sync_channel::<Arc<Vec<Request>>>(QUEUE_BATCHES);
                 senders.push(tx);
+                let (shared, taken) = (&shared, &taken);
                 handles.push(scope.spawn(move || {
-                    for batch in rx {
-                        for runner in &mut group {
-                            runner.feed(&batch, warmup);
-                        }
+                    for (batch_no, batch) in rx.into_iter().enumerate() {
+                        feed_shared(shared, taken, batch_no * caches, batch_no, &batch, warmup);
                     }
-                    group.into_iter().map(Runner::finish).collect::<Vec<_>>()
                 }));
             }
             let fed = (|| {
@@ -547,15 +596,20 @@ pub fn simulate(
                 }
             })();
             drop(senders);
-            let mut results = Vec::new();
             for handle in handles {
-                match handle.join() {
-                    Ok(done) => results.extend(done),
-                    Err(panic) => std::panic::resume_unwind(panic),
+                if let Err(panic) = handle.join() {
+                    std::panic::resume_unwind(panic);
                 }
             }
-            fed.map(|()| results)
-        })?
+            fed
+        })?;
+        shared
+            .into_iter()
+            .map(|cache| {
+                let (runner, _) = cache.into_inner().unwrap_or_else(|e| e.into_inner());
+                runner.finish()
+            })
+            .collect()
     };
     finished.sort_by_key(|(i, _)| *i);
     Ok(SimReport {

@@ -53,6 +53,7 @@ impl Links {
         }
     }
 
+    #[inline]
     pub fn push_head(&mut self, list: &mut ListHead, node: u32) {
         self.nodes[node as usize] = [NIL, list.head];
         if list.head != NIL {
@@ -77,6 +78,7 @@ impl Links {
 
     /// Removes `node` from `list`. A node that is not in the list (no
     /// neighbours and not the head) is left alone rather than corrupting it.
+    #[inline]
     pub fn unlink(&mut self, list: &mut ListHead, node: u32) {
         let [p, x] = self.nodes[node as usize];
         if p == NIL && list.head != node {
@@ -113,13 +115,35 @@ impl Links {
         list.len += 1;
     }
 
+    #[inline]
     pub fn move_to_head(&mut self, list: &mut ListHead, node: u32) {
-        if list.head != node {
+        if list.head == node {
+            return;
+        }
+        let [prev, next] = self.nodes[node as usize];
+        if prev == NIL {
+            // Not on the list (it is not the head): what unlink and
+            // push_head do for such a node.
             self.unlink(list, node);
             self.push_head(list, node);
+            return;
         }
+        // On the list and not its head: it has a predecessor, and the list
+        // has a head other than it. Unlink and push in one go (the length
+        // does not change).
+        self.nodes[prev as usize][NEXT] = next;
+        if next != NIL {
+            self.nodes[next as usize][PREV] = prev;
+        } else {
+            list.tail = prev;
+        }
+        let head = list.head;
+        self.nodes[node as usize] = [NIL, head];
+        self.nodes[head as usize][PREV] = node;
+        list.head = node;
     }
 
+    #[inline]
     pub fn pop_tail(&mut self, list: &mut ListHead) -> Option<u32> {
         let tail = list.tail;
         if tail == NIL {
@@ -130,18 +154,20 @@ impl Links {
     }
 
     /// The node before `node`, toward the head.
+    #[inline]
     pub fn prev(&self, node: u32) -> u32 {
         self.nodes[node as usize][PREV]
     }
 
     /// Hints the CPU to load `node`'s links.
+    #[inline]
     pub fn prefetch(&self, node: u32) {
-        if let Some(links) = self.nodes.get(node as usize) {
-            crate::prefetch::prefetch(links);
-        }
+        // An address only (a prefetch of a bad one is harmless): no bounds check.
+        crate::prefetch::prefetch_address(self.nodes.as_ptr().wrapping_add(node as usize) as usize);
     }
 
     /// The node after `node` toward the tail.
+    #[inline]
     pub fn next(&self, node: u32) -> u32 {
         self.nodes[node as usize][NEXT]
     }
@@ -184,6 +210,45 @@ mod tests {
         assert_eq!(links.pop_tail(&mut list), Some(0));
         assert_eq!(links.pop_tail(&mut list), None);
         assert_eq!(list.len, 0);
+    }
+
+    #[test]
+    fn move_to_head_matches_unlink_then_push() {
+        // Every node of lists of 1..6 nodes moved to the head, compared
+        // with the unlink-then-push it stands for.
+        for len in 1..6u32 {
+            for node in 0..len {
+                let mut a = Links::new(len as usize);
+                let mut list_a = ListHead::default();
+                for n in 0..len {
+                    a.push_head(&mut list_a, n);
+                }
+                let (mut b, mut list_b) = (a.clone(), list_a);
+                a.move_to_head(&mut list_a, node);
+                if list_b.head != node {
+                    b.unlink(&mut list_b, node);
+                    b.push_head(&mut list_b, node);
+                }
+                assert_eq!(
+                    a.iter(&list_a).collect::<Vec<_>>(),
+                    b.iter(&list_b).collect::<Vec<_>>()
+                );
+                assert_eq!(
+                    (list_a.head, list_a.tail, list_a.len),
+                    (list_b.head, list_b.tail, list_b.len)
+                );
+                let backwards = |l: &Links, h: &ListHead| {
+                    let mut out = Vec::new();
+                    let mut at = h.tail;
+                    while at != NIL {
+                        out.push(at);
+                        at = l.prev(at);
+                    }
+                    out
+                };
+                assert_eq!(backwards(&a, &list_a), backwards(&b, &list_b));
+            }
+        }
     }
 
     #[test]

@@ -28,20 +28,26 @@ impl ReplacementPolicy for Lru {
         "lru"
     }
 
+    #[inline]
     fn on_hit(&mut self, slot: SlotId, _info: &AccessInfo) {
         self.links.move_to_head(&mut self.queue, slot);
     }
 
+    #[inline]
     fn prefetch_hit(&self, slot: SlotId) {
         self.links.prefetch(slot);
     }
 
+    #[inline]
     fn on_miss(&mut self, _key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
         if need_victim {
-            victims.extend(self.links.pop_tail(&mut self.queue));
+            if let Some(victim) = self.links.pop_tail(&mut self.queue) {
+                victims.push(victim);
+            }
         }
     }
 
+    #[inline]
     fn on_insert(&mut self, slot: SlotId, _key: LineKey, _info: &AccessInfo) {
         self.links.push_head(&mut self.queue, slot);
     }
@@ -50,6 +56,7 @@ impl ReplacementPolicy for Lru {
         self.links.unlink(&mut self.queue, slot);
     }
 
+    #[inline]
     fn next_victims(&self) -> [Option<SlotId>; 2] {
         let first = self.queue.tail;
         if first == NIL {

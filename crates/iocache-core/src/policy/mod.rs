@@ -5,6 +5,7 @@
 //! entries) it needs; the cache owns the data layout and the index.
 
 mod access;
+mod active;
 mod arc;
 mod bplru;
 mod cflru;
@@ -29,6 +30,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use self::access::Access;
+pub(crate) use self::active::ActivePolicy;
 pub use self::arc::Arc;
 pub use self::bplru::Bplru;
 pub use self::cflru::Cflru;
@@ -145,6 +147,11 @@ pub struct PolicyParams {
 }
 
 impl PolicyParams {
+    /// Whether no parameter was given.
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
     /// A number parameter, `default` when absent; must lie in `range`.
     pub fn f64_or(
         &self,

@@ -21,6 +21,29 @@ pub(crate) struct Arc {
 impl Arc {
     #[inline]
     pub(crate) fn parse(&mut self, line: &[u8]) -> Result<Outcome, FieldError> {
+        match well_formed(line) {
+            Some((start_sector, sectors)) => {
+                Ok(self.record(start_sector * SECTOR_BYTES, sectors * SECTOR_BYTES))
+            }
+            None => self.parse_checked(line),
+        }
+    }
+
+    fn record(&mut self, offset: u64, length: u64) -> Outcome {
+        let time_ns = self.index;
+        self.index += 1;
+        Outcome::Record(TraceRecord {
+            time_ns,
+            volume: 0,
+            offset_bytes: offset,
+            length_bytes: length,
+            kind: IoKind::Read,
+        })
+    }
+
+    /// The general parse: every check, and the error that names the field.
+    #[cold]
+    fn parse_checked(&mut self, line: &[u8]) -> Result<Outcome, FieldError> {
         let (f, n) = split_ws::<4>(line);
         if n != 4 {
             return Err(field_count(&FIELDS, n, "whitespace-separated"));
@@ -28,16 +51,64 @@ impl Arc {
         let offset = scale(u64_field(f[0], "start_sector")?, SECTOR_BYTES, "start_sector")?;
         let length = scale(u64_field(f[1], "nsectors")?, SECTOR_BYTES, "nsectors")?;
         check_extent(offset, length, "start_sector", "nsectors")?;
-        let time_ns = self.index;
-        self.index += 1;
-        Ok(Outcome::Record(TraceRecord {
-            time_ns,
-            volume: 0,
-            offset_bytes: offset,
-            length_bytes: length,
-            kind: IoKind::Read,
-        }))
+        Ok(self.record(offset, length))
     }
+}
+
+/// Digits a field may have for the fast path: with at most 15, a sector
+/// number times 512 and the sum of two such byte counts fit in a u64.
+const FAST_DIGITS_MAX: u32 = 15;
+
+/// One pass over a line of exactly four whitespace-separated fields whose
+/// first two are short decimal numbers with a non-zero second: returns
+/// them (start sector, sector count), or `None` for anything else, which
+/// [`Arc::parse_checked`] then parses or reports. Like it, the last two
+/// fields are not validated.
+#[inline]
+fn well_formed(line: &[u8]) -> Option<(u64, u64)> {
+    let mut rest = line;
+    let start_sector = leading_number(&mut rest)?;
+    let sectors = leading_number(&mut rest)?;
+    let mut more_fields = 0;
+    let mut in_field = false;
+    for &b in rest {
+        let separator = is_separator(b);
+        more_fields += usize::from(!separator && !in_field);
+        in_field = !separator;
+    }
+    (more_fields == 2 && sectors != 0).then_some((start_sector, sectors))
+}
+
+#[inline(always)]
+fn is_separator(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+/// Skips separators, then takes a field of 1 to [`FAST_DIGITS_MAX`]
+/// digits ending at a separator or the end of the line.
+#[inline(always)]
+fn leading_number(rest: &mut &[u8]) -> Option<u64> {
+    let line = *rest;
+    let mut i = 0;
+    while i < line.len() && is_separator(line[i]) {
+        i += 1;
+    }
+    let begin = i;
+    let mut value = 0u64;
+    while i < line.len() {
+        let digit = line[i].wrapping_sub(b'0');
+        if digit > 9 {
+            break;
+        }
+        value = value * 10 + u64::from(digit);
+        i += 1;
+    }
+    let digits = i - begin;
+    if digits == 0 || digits > FAST_DIGITS_MAX as usize || (i < line.len() && !is_separator(line[i])) {
+        return None;
+    }
+    *rest = &line[i..];
+    Some(value)
 }
 
 #[cfg(test)]
@@ -62,6 +133,32 @@ mod tests {
             }
         );
         assert_eq!(r.iter().map(|r| r.time_ns).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+
+    #[test]
+    fn fast_and_checked_parses_agree() {
+        use super::{well_formed, Arc};
+        for line in [
+            "3050771 25 0 0",
+            "  1\t8   0 0 ",
+            "0 1 x y",
+            "999999999999999 1 0 0",
+            "9999999999999999 1 0 0",
+            "36028797018963967 1 0 0",
+            "1 0 0 0",
+            "1 8 0",
+            "1 8 0 0 0",
+            "1 -8 0 0",
+            "1 8a 0 0",
+        ] {
+            let mut fast = Arc::default();
+            let mut checked = Arc::default();
+            let checked_result = checked.parse_checked(line.as_bytes());
+            assert_eq!(fast.parse(line.as_bytes()), checked_result, "{line}");
+            if well_formed(line.as_bytes()).is_some() {
+                assert!(checked_result.is_ok(), "{line}");
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,99 @@
+//! `Cache::access_counted` (the simulator's counting-only path: no op list)
+//! must make exactly the decisions `Cache::access` makes: two caches fed the
+//! same random requests, one through each, agree on every per-request
+//! summary, every counter the simulator reports, the policy's own counters
+//! and the final contents, for every registered policy, line sizes with one
+//! and several bitmap words, every write policy and both promotion modes.
+
+use iocache_core::policy::POLICIES;
+use iocache_core::{
+    Cache, CacheConfig, FlushOrder, LineKey, LineSize, OpList, PolicySpec, Promotion, Request, WritePolicy,
+};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Step {
+    Read {
+        offset_sectors: u64,
+        sectors: u64,
+    },
+    Write {
+        offset_sectors: u64,
+        sectors: u64,
+    },
+    /// Flush up to this many dirty lines (writes back, then completes).
+    Flush(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    // A small address space so lines are hit again, partially and fully.
+    prop_oneof![
+        6 => (0u64..400, 1u64..40).prop_map(|(offset_sectors, sectors)| Step::Read { offset_sectors, sectors }),
+        3 => (0u64..400, 1u64..40).prop_map(|(offset_sectors, sectors)| Step::Write { offset_sectors, sectors }),
+        1 => (1usize..8).prop_map(Step::Flush),
+    ]
+}
+
+const WRITE_POLICIES: &[WritePolicy] = &[
+    WritePolicy::WriteBack,
+    WritePolicy::WriteThrough,
+    WritePolicy::WriteInvalidate,
+    WritePolicy::WriteAround,
+    WritePolicy::WriteOnly,
+    WritePolicy::PassThrough,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(600))]
+
+    #[test]
+    fn counted_access_decides_as_access_does(
+        policy in 0..POLICIES.len(),
+        capacity in 1u64..48,
+        line_shift in prop::sample::select(vec![0u32, 1, 3, 7]),
+        write_policy in prop::sample::select(WRITE_POLICIES),
+        nhit in any::<bool>(),
+        inline_dirty_eviction in any::<bool>(),
+        steps in prop::collection::vec(step(), 1..200),
+    ) {
+        let spec: PolicySpec = POLICIES[policy].name.parse().unwrap();
+        let mut config = CacheConfig::new(capacity, LineSize::new(512 << line_shift).unwrap(), spec);
+        config.write_policy = write_policy;
+        config.inline_dirty_eviction = inline_dirty_eviction;
+        if nhit {
+            config.promotion = Promotion::NHit { threshold: 2, trigger_percent: 0 };
+        }
+        let mut full = Cache::new(config.clone()).unwrap();
+        let mut counted = Cache::new(config).unwrap();
+        let (mut ops, mut tokens) = (OpList::new(), Vec::new());
+        for (now, step) in steps.iter().enumerate() {
+            let now = now as u64 * 1000;
+            let request = match *step {
+                Step::Read { offset_sectors, sectors } => Request::read(0, offset_sectors * 512, sectors * 512, now),
+                Step::Write { offset_sectors, sectors } => Request::write(0, offset_sectors * 512, sectors * 512, now),
+                Step::Flush(lines) => {
+                    for cache in [&mut full, &mut counted] {
+                        cache.begin_flush(FlushOrder::Oldest, lines, &mut ops, &mut tokens);
+                        for token in &tokens {
+                            cache.complete_flush(token, true);
+                        }
+                    }
+                    continue;
+                }
+            };
+            let a = full.access(&request, &mut ops).unwrap();
+            let b = counted.access_counted(&request, Default::default()).unwrap();
+            prop_assert_eq!(a, b, "summary of {:?}", request);
+            prop_assert_eq!(full.stats(), counted.stats(), "counters after {:?}", request);
+        }
+        prop_assert_eq!(full.policy_counters(), counted.policy_counters());
+        prop_assert_eq!(full.resident_lines(), counted.resident_lines());
+        prop_assert_eq!(full.dirty_lines(), counted.dirty_lines());
+        let lines_touched = (440 * 512) >> (9 + line_shift);
+        for line_index in 0..=lines_touched {
+            let key = LineKey { volume: 0, line_index };
+            prop_assert_eq!(full.line_state(key), counted.line_state(key), "line {}", line_index);
+        }
+        counted.check_invariants();
+    }
+}
