@@ -196,7 +196,25 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
         }
         entries.push(entry);
     }
-    Ok(json!({ "volumes": entries }))
+    let s = state.server_stats();
+    Ok(json!({
+        "volumes": entries,
+        "server": {
+            "connections": s.connections,
+            "active_connections": s.active_connections,
+            "transmissions": s.transmissions,
+            "requests": s.requests,
+            "errors": s.errors,
+            "inflight_bytes": s.inflight_bytes,
+            "peak_inflight_bytes": s.peak_inflight_bytes,
+            "refused_connections": s.refused_connections,
+            "refused_per_peer": s.refused_per_peer,
+            "evicted_connections": s.evicted_connections,
+            "handshake_timeouts": s.handshake_timeouts,
+            "tls_failures": s.tls_failures,
+            "spawn_failures": s.spawn_failures,
+        },
+    }))
 }
 
 /// The I/O the engine issued to one device, by class (`queues.rs`).
@@ -932,6 +950,24 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
                 crate::text::count(requests, "request")
             );
         }
+    }
+    let s = &json["server"];
+    if s.is_object() {
+        println!(
+            "server: {} connections now ({} accepted, {} reached transmission); refused {} (listener full) and {} (peer's \
+             share), evicted {}, {} handshake timeouts, {} TLS failures, {} thread failures; payload held {} B (peak {} B)",
+            s["active_connections"],
+            s["connections"],
+            s["transmissions"],
+            s["refused_connections"],
+            s["refused_per_peer"],
+            s["evicted_connections"],
+            s["handshake_timeouts"],
+            s["tls_failures"],
+            s["spawn_failures"],
+            s["inflight_bytes"],
+            s["peak_inflight_bytes"]
+        );
     }
     Ok(())
 }

@@ -416,6 +416,36 @@ impl Collector for EngineCollector {
         ] {
             family.encode(&mut encoder)?;
         }
+        // The NBD server: connections and what its limits did.
+        let s = state.server_stats();
+        let mut connections = Family::new("nbd_connections", "NBD connections being served now.", Gauge);
+        connections.add(Vec::new(), Level(s.active_connections as i64));
+        let mut accepted = Family::new("nbd_accepted_connections", "NBD connections accepted.", Counter);
+        accepted.add(Vec::new(), Count(s.connections));
+        let mut closed = Family::new(
+            "nbd_closed_connections",
+            "NBD connections closed by a limit, by why: listener full, the peer's share, evicted to make room, handshake too slow, TLS handshake failed, no thread.",
+            Counter,
+        );
+        for (why, n) in [
+            ("listener_full", s.refused_connections),
+            ("peer_share", s.refused_per_peer),
+            ("evicted", s.evicted_connections),
+            ("handshake_timeout", s.handshake_timeouts),
+            ("tls_failure", s.tls_failures),
+            ("no_thread", s.spawn_failures),
+        ] {
+            closed.add(vec![("why", why.into())], Count(n));
+        }
+        let mut held = Family::new(
+            "nbd_payload_bytes",
+            "Request payload bytes held now, all connections.",
+            Gauge,
+        );
+        held.add(Vec::new(), Level(s.inflight_bytes as i64));
+        for family in [&connections, &accepted, &closed, &held] {
+            family.encode(&mut encoder)?;
+        }
         Ok(())
     }
 }

@@ -85,6 +85,11 @@ pub(crate) struct AttachRequest<'a> {
 }
 
 impl Running {
+    /// The NBD server's statistics (connections, limits, requests).
+    pub fn server_stats(&self) -> iocache_nbd::ServerStats {
+        self.exports.server_stats()
+    }
+
     /// The state of a server that serves `volumes` from `caches` through
     /// the export table `exports`.
     pub(crate) fn new(

@@ -555,6 +555,11 @@ fn stats_report_counters_and_latency() {
     let admin = dir.join("iocache-data/admin.sock");
     let json = stats_json(&admin);
     let v = &json["volumes"][0];
+    // The NBD server's own counters: two qemu-io sessions at least.
+    let server = &json["server"];
+    assert!(server["connections"].as_u64().unwrap() >= 2, "{server}");
+    assert!(server["transmissions"].as_u64().unwrap() >= 2, "{server}");
+    assert_eq!(server["refused_per_peer"], 0, "{server}");
     assert_eq!(v["write_policy"], "wb");
     assert!(v["write_requests"].as_u64().unwrap() >= 8, "{v}");
     assert!(v["read_requests"].as_u64().unwrap() >= 8, "{v}");
@@ -1314,6 +1319,10 @@ cache_io = [v for (n, l), v in after.items() if n == "iocache_device_io_total" a
 # 256 lines in consecutive slots: written in runs of up to 1 MiB.
 assert cache_io and 1 <= cache_io[0] <= 256, cache_io
 assert after[("type", "iocache_device_io_in_flight")] == "gauge"
+accepted = after[("iocache_nbd_accepted_connections_total", ())]
+assert accepted >= 1, accepted
+closed = [v for (n, l), v in after.items() if n == "iocache_nbd_closed_connections_total"]
+assert len(closed) == 6 and all(v == 0 for v in closed), closed
 print("ok", len(after))
 "#;
     std::fs::write(dir.join("before.txt"), &before).unwrap();

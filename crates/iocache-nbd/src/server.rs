@@ -547,6 +547,11 @@ impl std::fmt::Debug for ExportHandle {
 }
 
 impl ExportHandle {
+    /// The server's statistics now (as [`RunningServer::stats`]).
+    pub fn server_stats(&self) -> ServerStats {
+        self.0.stats.snapshot(&self.0)
+    }
+
     /// Serves `export` under `name` from now on. Refused if an export of
     /// that name is being served (remove it first). If `name` was the
     /// default export before it was removed, it is the default again.
