@@ -133,21 +133,27 @@ impl Shadow {
         &mut self.checksummed_on_disk[at..at + self.words]
     }
 
+    /// `slot`'s dirty bits beside the dirty checksums (disjoint fields:
+    /// no copy of the bits on the write path).
+    fn dirty_and_sums(&mut self, slot: SlotId) -> (&[u64], &mut DirtySums) {
+        let at = slot as usize * self.words * 2 + self.words;
+        (&self.bits[at..at + self.words], &mut self.dirty_sums)
+    }
+
     /// Clears dirty sectors `[first, end)` of `slot` (all with `None`),
     /// keeping the dirty checksums in step.
     fn clear_dirty(&mut self, slot: SlotId, range: Option<(u32, u32)>) {
         if self.dirty_checksums {
-            let before = self.dirty(slot).to_vec();
-            self.dirty_sums.shrinking(slot, &before);
+            let (before, sums) = self.dirty_and_sums(slot);
+            sums.shrinking(slot, before);
         }
         match range {
             Some((first, end)) => clear_range(self.dirty_mut(slot), first, end),
             None => self.dirty_mut(slot).fill(0),
         }
         if self.dirty_checksums {
-            let words = self.words;
-            let at = slot as usize * words * 2 + words;
-            self.dirty_sums.cleaned(slot, &self.bits[at..at + words]);
+            let (after, sums) = self.dirty_and_sums(slot);
+            sums.cleaned(slot, after);
         }
     }
 
@@ -192,9 +198,9 @@ impl Shadow {
         }
         let in_flight = &mut self.writes_in_flight[slot as usize];
         *in_flight = in_flight.checked_sub(1).expect("a failed write was begun");
-        if count_range(self.dirty(slot), first, end) > 0 {
-            let before = self.dirty(slot).to_vec();
-            self.dirty_sums.unseen(slot, &before, first, end);
+        let (before, sums) = self.dirty_and_sums(slot);
+        if count_range(before, first, end) > 0 {
+            sums.unseen(slot, before, first, end);
         }
     }
 
@@ -250,11 +256,11 @@ impl Shadow {
             return;
         }
         if self.dirty_checksums {
-            let before = self.dirty(slot).to_vec();
+            let (before, sums) = self.dirty_and_sums(slot);
             if sector_sums.len() == (end - first) as usize {
-                self.dirty_sums.written(slot, &before, first, sector_sums);
+                sums.written(slot, before, first, sector_sums);
             } else {
-                self.dirty_sums.unseen(slot, &before, first, end);
+                sums.unseen(slot, before, first, end);
             }
         }
         set_range(self.valid_mut(slot), first, end);

@@ -65,7 +65,7 @@ pub fn data_hash(bytes: &[u8]) -> u64 {
 /// (wrapping, mod 2^64) over those sectors of a term mixing xxh3-64 of the
 /// sector's 512 bytes with the sector's index in the line. A sum, unlike
 /// [`data_hash`], can be kept up to date as writes to disjoint sectors
-/// arrive one by one ([`dirty_checksum_of_run`]), without reading the line
+/// arrive one by one ([`sector_checksums`]), without reading the line
 /// back; it still changes when any byte or the position of any sector does.
 /// No dirty sector: 0.
 pub fn dirty_checksum(line: &[u8], dirty: &[u64]) -> u64 {
@@ -78,12 +78,6 @@ pub fn dirty_checksum(line: &[u8], dirty: &[u64]) -> u64 {
         }
     }
     sum
-}
-
-/// The part of [`dirty_checksum`] that sectors `first..` of a line
-/// contribute when `data` (whole sectors) is written there.
-pub fn dirty_checksum_of_run(first_sector: u32, data: &[u8]) -> u64 {
-    sector_checksums(first_sector, data).fold(0u64, u64::wrapping_add)
 }
 
 /// Each sector's term of [`dirty_checksum`] when `data` (whole sectors) is
@@ -138,6 +132,11 @@ mod tests {
         (0..sectors * SECTOR_BYTES as usize)
             .map(|i| (i * 7 + i / 512) as u8)
             .collect()
+    }
+
+    /// What sectors `first..` contribute when `data` is written there.
+    fn dirty_checksum_of_run(first: u32, data: &[u8]) -> u64 {
+        sector_checksums(first, data).fold(0, u64::wrapping_add)
     }
 
     #[test]
