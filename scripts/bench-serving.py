@@ -25,7 +25,7 @@ Needs: fio, nbdkit, a release build (cargo build --release).
 """
 
 import argparse
-import json
+import importlib.util
 import os
 import shutil
 import signal
@@ -36,15 +36,16 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+_spec = importlib.util.spec_from_file_location("bench_engine", os.path.join(HERE, "bench-engine.py"))
+bench = importlib.util.module_from_spec(_spec)
+_argv, sys.argv = sys.argv, sys.argv[:1]  # bench-engine.py reads its own argv[1] at import
+_spec.loader.exec_module(bench)
+sys.argv = _argv
 BIN = os.path.join(ROOT, "target/release/iocache")
 WORK = "/var/tmp/iocache-serving"
 SHM = "/dev/shm/iocache-serving"
 VOLUME = 256 << 20
 RANGE = "64m"
-
-
-def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
 
 
 def wait_ready(uri, proc):
@@ -107,19 +108,8 @@ class Server:
 
 
 def fio(uri, extra, seconds=None):
-    cmd = ["fio", "--name=x", "--ioengine=nbd", f"--uri={uri}", "--output-format=json",
-           "--percentile_list=50:99:99.99", "--group_reporting"] + extra
-    if seconds:
-        cmd += ["--time_based", f"--runtime={seconds}"]
-    out = sh(cmd).stdout
-    job = json.loads(out[out.index("{"):])["jobs"][0]
-    res = {}
-    for kind in ("read", "write"):
-        k = job[kind]
-        pct = k.get("clat_ns", {}).get("percentile", {})
-        res[kind] = {"iops": k["iops"], "mbps": k["bw_bytes"] / 1e6,
-                     "p50_us": pct.get("50.000000", 0) / 1e3, "p9999_us": pct.get("99.990000", 0) / 1e3}
-    return res
+    """bench-engine.py's fio run (4 KiB unless `extra` says otherwise), jobs reported as one."""
+    return bench.fio(uri, "x", ["--group_reporting"] + extra, seconds=seconds)
 
 
 WORKLOADS = [
