@@ -108,6 +108,25 @@ fn sorted(mut points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
     points
 }
 
+/// Named points gathered into one series per name (in the order names
+/// first appear), each sorted by x.
+fn grouped_series(points: impl IntoIterator<Item = (String, f64, f64)>) -> Vec<Series> {
+    let mut groups: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for (name, x, y) in points {
+        match groups.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, p)) => p.push((x, y)),
+            None => groups.push((name, vec![(x, y)])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(name, points)| Series {
+            name,
+            points: sorted(points),
+        })
+        .collect()
+}
+
 // ---- lab report ----
 
 /// The knobs of `lab run`, in the order the tables show them; knobs a
@@ -229,24 +248,10 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
         let mut blocks = Vec::new();
         // One series per group, points sorted by size.
         let series_of = |metric: &dyn Fn(&serde_json::Map<String, Value>) -> Option<f64>| -> Vec<Series> {
-            let mut groups: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-            for row in &mine {
-                let (Some(x), Some(y)) = (bytes_of(row), metric(row)) else {
-                    continue;
-                };
-                let name = series_name(row);
-                match groups.iter_mut().find(|(n, _)| *n == name) {
-                    Some((_, points)) => points.push((x, y)),
-                    None => groups.push((name, vec![(x, y)])),
-                }
-            }
-            groups
-                .into_iter()
-                .map(|(name, points)| Series {
-                    name,
-                    points: sorted(points),
-                })
-                .collect()
+            grouped_series(
+                mine.iter()
+                    .filter_map(|row| Some((series_name(row), bytes_of(row)?, metric(row)?))),
+            )
         };
         let field =
             |k: &'static str| move |r: &serde_json::Map<String, Value>| r.get(k).and_then(Value::as_f64);
@@ -411,24 +416,11 @@ pub fn sim(trace: &str, format: &str, report: &SimReport) -> Result<Report> {
 
     // Hit ratio against size, per policy.
     let by_group = |metric: &dyn Fn(&Value) -> Option<f64>| -> Vec<Series> {
-        let mut groups: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-        for (i, run) in runs.iter().enumerate() {
-            let (Some(x), Some(y)) = (run["cache_bytes"].as_f64(), metric(run)) else {
-                continue;
-            };
-            let name = group(i);
-            match groups.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, p)) => p.push((x, y)),
-                None => groups.push((name, vec![(x, y)])),
-            }
-        }
-        groups
-            .into_iter()
-            .map(|(name, points)| Series {
-                name,
-                points: sorted(points),
-            })
-            .collect()
+        grouped_series(
+            runs.iter()
+                .enumerate()
+                .filter_map(|(i, run)| Some((group(i), run["cache_bytes"].as_f64()?, metric(run)?))),
+        )
     };
     let hit = by_group(&|r| r["hit_ratio"].as_f64());
     let mut blocks = Vec::new();
