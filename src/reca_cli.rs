@@ -398,19 +398,30 @@ pub fn print_trace(c: &RecaCharacterization) {
     for w in &c.windows {
         let mut r = vec![w.index.to_string()];
         r.extend(pct(&w.features));
-        r.push(w.category.clone());
+        // A window in which no request left the history queues has no
+        // vector to match (the controller keeps its category then).
+        r.push(if w.classified == 0 {
+            "(none classified)".to_string()
+        } else {
+            w.category.clone()
+        });
         rows.push(r);
     }
     let _ = write!(out, "{}", table(&header, &rows));
     if c.volumes.len() > 1 {
         const SHOWN: usize = 10;
+        let processes = c.volumes.iter().any(|v| v.process != 0);
+        let what = if processes { "stream (volume and process)" } else { "volume" };
         let _ = writeln!(
             out,
-            "per volume (each its own stream; {} volumes, the {} with most requests shown):",
+            "per {what} (each its own stream; {} streams, the {} with most requests shown):",
             c.volumes.len(),
             SHOWN.min(c.volumes.len())
         );
         let mut header: Vec<&str> = vec!["volume"];
+        if processes {
+            header.push("process");
+        }
         header.extend(FEATURE_NAMES);
         header.push("category");
         let rows: Vec<Vec<String>> = c
@@ -419,6 +430,9 @@ pub fn print_trace(c: &RecaCharacterization) {
             .take(SHOWN)
             .map(|v| {
                 let mut r = vec![v.volume.to_string()];
+                if processes {
+                    r.push(v.process.to_string());
+                }
                 r.extend(pct(&v.features));
                 r.push(v.category.clone());
                 r

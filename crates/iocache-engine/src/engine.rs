@@ -701,6 +701,7 @@ impl Engine {
                 length_bytes: length,
                 kind,
                 now_ns: started_ns,
+                process: 0,
             });
         }
         let mut plan = Plan::default();

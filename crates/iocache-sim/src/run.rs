@@ -213,6 +213,7 @@ pub fn request_of(record: &TraceRecord) -> Request {
         length_bytes: record.length_bytes,
         kind,
         now_ns: record.time_ns,
+        process: record.process,
     }
     .aligned_outward()
 }

@@ -254,6 +254,7 @@ fn data_check(spec: &BurstSpec, configured: WritePolicy, adapt: &str) -> (AdaptR
             length_bytes: length,
             kind,
             now_ns: now,
+            process: 0,
         };
         let hints: AccessHints = adapter.before_request(now, kind, &mut cache, &mut model);
         cache.access_with(&request, hints, &mut ops).unwrap();
