@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use iocache_report::{Axis, Block, Chart, Report, Scale, Section, Series, Table, Ticks};
 use iocache_sim::mrc::MrcReport;
 use iocache_sim::report::JsonReport;
+use iocache_sim::trace_stats::Window;
 use iocache_sim::SimReport;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -345,6 +346,54 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
     })
 }
 
+/// One window of a cache series as the plots read it (`sim --series-every`,
+/// lab `[series]`): the run's name, the x value, and the plotted values.
+pub struct WindowPoint {
+    pub run: String,
+    pub x: f64,
+    pub hit_ratio: f64,
+    pub dirty_lines: f64,
+    pub resident_lines: f64,
+    pub backend_bytes: f64,
+}
+
+/// The cache series' plots over trace time (or requests): hit ratio,
+/// dirty lines, lines in use and backend traffic, one series per run.
+fn window_charts(title: &str, x_label: &str, points: &[WindowPoint]) -> Vec<Block> {
+    type Pick = fn(&WindowPoint) -> f64;
+    let charts: [(&str, &str, Pick); 4] = [
+        ("hit ratio", "hit ratio", |p| p.hit_ratio),
+        ("dirty lines", "dirty lines at the window's end", |p| p.dirty_lines),
+        ("lines in use", "resident lines at the window's end", |p| {
+            p.resident_lines
+        }),
+        ("backend traffic", "bytes read and written", |p| p.backend_bytes),
+    ];
+    charts
+        .into_iter()
+        .map(|(what, label, pick)| {
+            let series = grouped_series(points.iter().map(|p| (p.run.clone(), p.x, pick(p))));
+            let y = if what == "hit ratio" {
+                ratio_axis(label, &series)
+            } else {
+                Axis {
+                    label: label.into(),
+                    ..Axis::default()
+                }
+            };
+            Block::Chart(Chart {
+                title: format!("{title}{what} over {x_label}"),
+                x: Axis {
+                    label: x_label.into(),
+                    ..Axis::default()
+                },
+                y,
+                series,
+            })
+        })
+        .collect()
+}
+
 // ---- sim report ----
 
 /// Columns of `sim --report`'s run table, from the JSON run.
@@ -614,6 +663,41 @@ pub fn sim(trace: &str, format: &str, report: &SimReport) -> Result<Report> {
         sections.push(Section {
             heading: "time series".into(),
             blocks,
+        });
+    }
+    // The cache series, with --series-every (every volume together).
+    let by_requests = report
+        .runs
+        .iter()
+        .any(|r| matches!(r.series_every, Some(Window::Requests { .. })));
+    let points: Vec<WindowPoint> = report
+        .runs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            r.series
+                .iter()
+                .filter(|w| w.volume.is_none())
+                .map(move |w| (i, w))
+        })
+        .map(|(i, w)| WindowPoint {
+            run: run_name(i),
+            x: if by_requests {
+                w.first_request as f64
+            } else {
+                w.start_ns as f64 / 1e9
+            },
+            hit_ratio: w.hit_ratio,
+            dirty_lines: w.dirty_lines as f64,
+            resident_lines: w.resident_lines as f64,
+            backend_bytes: (w.counts.backend_read_bytes + w.counts.backend_write_bytes) as f64,
+        })
+        .collect();
+    if !points.is_empty() {
+        let x_label = if by_requests { "requests" } else { "trace time (s)" };
+        sections.push(Section {
+            heading: "cache series".into(),
+            blocks: window_charts("", x_label, &points),
         });
     }
     Ok(Report {
