@@ -162,7 +162,7 @@ const LAB_METRICS: [&str; 13] = [
 /// `iocache lab report`: the results of an experiment, one section per
 /// workload. The knobs that vary besides the cache size make the series;
 /// the ones that do not are said once at the top.
-pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
+pub fn lab(rows: &[Value], series_rows: &[Value], sources: &str) -> Result<Report> {
     let objects: Vec<&serde_json::Map<String, Value>> = rows.iter().filter_map(Value::as_object).collect();
     // Knobs are the text columns (lab writes every knob as text).
     let mut knobs: Vec<String> = LAB_KNOBS.iter().map(|k| k.to_string()).collect();
@@ -316,6 +316,38 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
             blocks.push(Block::Text(
                 "One cache size per series: no curve to draw; the table has the results.".into(),
             ));
+        }
+        // The cache series (`[series]` in the experiment), every volume together.
+        let sized = values_of("cache_size").len() > 1;
+        let mut by_requests = false;
+        let windows: Vec<WindowPoint> = series_rows
+            .iter()
+            .filter_map(Value::as_object)
+            .filter(|w| cell(&w["workload"]) == *workload && !w.contains_key("volume"))
+            .filter_map(|w| {
+                by_requests |= w.get("by_requests").and_then(Value::as_bool) == Some(true);
+                let run = match (series_name(w), sized) {
+                    (name, true) => format!("{name} {}", cell(&w["cache_size"])),
+                    (name, false) => name,
+                };
+                let f = |k: &str| w.get(k).and_then(Value::as_f64);
+                Some(WindowPoint {
+                    run,
+                    x: if by_requests {
+                        f("first_request")?
+                    } else {
+                        f("start_ns")? / 1e9
+                    },
+                    hit_ratio: f("hit_ratio")?,
+                    dirty_lines: f("dirty_lines")?,
+                    resident_lines: f("resident_lines")?,
+                    backend_bytes: f("backend_read_bytes")? + f("backend_write_bytes")?,
+                })
+            })
+            .collect();
+        if !windows.is_empty() {
+            let x_label = if by_requests { "requests" } else { "trace time (s)" };
+            blocks.extend(window_charts(&format!("{workload}: "), x_label, &windows));
         }
         let mut header: Vec<String> = vec!["point".to_string()];
         header.extend(knobs.iter().cloned());
