@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use iocache_core::{LineSize, PolicySpec};
-use iocache_sim::workload::WorkloadSpec;
 use iocache_sim::timing::{parse_device, ArrivalMode};
+use iocache_sim::workload::WorkloadSpec;
 use iocache_sim::{
-    simulate_each, AdaptSpec, CacheSettings, CacheSize, Restarts, RunSpec, SimOptions, TallyOptions, TimingSetup,
-    Warmup,
+    simulate_each, AdaptSpec, CacheSettings, CacheSize, Restarts, RunSpec, SimOptions, TallyOptions,
+    TimingSetup, Warmup,
 };
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 use serde::Deserialize;
@@ -163,7 +163,10 @@ fn grid_values(grid: &Grid, file: &str) -> Result<Vec<(&'static str, Vec<String>
     for key in grid.keys() {
         if !KNOBS.iter().any(|(k, _)| k == key) {
             let known: Vec<&str> = KNOBS.iter().map(|(k, _)| *k).collect();
-            bail!("{file}: grid.{key}: not a knob; the knobs are {}", known.join(", "));
+            bail!(
+                "{file}: grid.{key}: not a knob; the knobs are {}",
+                known.join(", ")
+            );
         }
     }
     let timed_by_default = TIMING_KNOBS.iter().any(|k| grid.contains_key(*k));
@@ -180,7 +183,9 @@ fn grid_values(grid: &Grid, file: &str) -> Result<Vec<(&'static str, Vec<String>
                     .iter()
                     .map(|v| knob_text(file, key, v))
                     .collect::<Result<Vec<_>>>()?,
-                Some(_) => bail!("{file}: grid.{key}: expected a list of values, e.g. {key} = [\"{default}\"]"),
+                Some(_) => {
+                    bail!("{file}: grid.{key}: expected a list of values, e.g. {key} = [\"{default}\"]")
+                }
             };
             Ok((key, values))
         })
@@ -211,11 +216,9 @@ impl Point {
         let knobs: Vec<String> = self
             .knobs
             .iter()
-            .filter(|(k, v)| {
-                match KNOBS.iter().position(|(name, _)| name == *k) {
-                    Some(i) if i >= FIRST_LATER_KNOB => KNOBS[i].1 != v.as_str(),
-                    _ => true,
-                }
+            .filter(|(k, v)| match KNOBS.iter().position(|(name, _)| name == *k) {
+                Some(i) if i >= FIRST_LATER_KNOB => KNOBS[i].1 != v.as_str(),
+                _ => true,
             })
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
@@ -250,8 +253,13 @@ fn points(experiment: &Experiment, file: &str, dir: &Path) -> Result<Vec<Point>>
         break;
     }
     let mut reca_tables: BTreeMap<(String, u64), iocache_sim::reca::RecaOptions> = BTreeMap::new();
-    let mut resolved: Vec<(BTreeMap<&'static str, String>, Option<f64>, RunSpec, SimOptions, Warmup)> =
-        Vec::new();
+    let mut resolved: Vec<(
+        BTreeMap<&'static str, String>,
+        Option<f64>,
+        RunSpec,
+        SimOptions,
+        Warmup,
+    )> = Vec::new();
     let mut seen: BTreeSet<Vec<(&'static str, String)>> = BTreeSet::new();
     for mut knobs in combos {
         let point = resolve(&mut knobs, file, dir, tally, &mut reca_tables)?;
@@ -330,7 +338,8 @@ fn resolve(
         size.parse()
             .map_err(|e: iocache_sim::SimError| at("cache_size", e.to_string()))?
     };
-    let bytes = iocache_core::units::parse_byte_size(&k("line_size")).map_err(|e| at("line_size", e.to_string()))?;
+    let bytes =
+        iocache_core::units::parse_byte_size(&k("line_size")).map_err(|e| at("line_size", e.to_string()))?;
     let line_size = LineSize::new(bytes).map_err(|e| at("line_size", e.to_string()))?;
     let core = |key: &str, e: iocache_core::CoreError| at(key, e.to_string());
     let bypass = match k("write_miss_bypass").as_str() {
@@ -355,7 +364,9 @@ fn resolve(
         line_size,
         settings,
     };
-    let warmup: Warmup = k("warmup").parse().map_err(|e: iocache_sim::SimError| at("warmup", e.to_string()))?;
+    let warmup: Warmup = k("warmup")
+        .parse()
+        .map_err(|e: iocache_sim::SimError| at("warmup", e.to_string()))?;
 
     // Timing: on with `timing = true`; the device knobs apply only then.
     let timed = match k("timing").as_str() {
@@ -383,11 +394,9 @@ fn resolve(
                     );
                 }
                 ArrivalMode::Closed {
-                    outstanding: n
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .ok_or_else(|| at("closed_loop", format!("`{n}` is neither off nor a count above 0")))?,
+                    outstanding: n.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        at("closed_loop", format!("`{n}` is neither off nor a count above 0"))
+                    })?,
                 }
             }
         };
@@ -592,7 +601,11 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
         // Warmups given as a fraction: one counting pass.
         let records = if points.iter().any(|p| matches!(p.warmup, Warmup::Fraction(_))) {
-            Some(open_workload(entry, &dir, &file)?.by_ref().try_fold(0u64, |n, r| r.map(|_| n + 1))?)
+            Some(
+                open_workload(entry, &dir, &file)?
+                    .by_ref()
+                    .try_fold(0u64, |n, r| r.map(|_| n + 1))?,
+            )
         } else {
             None
         };
@@ -641,14 +654,28 @@ pub fn run(args: RunArgs) -> Result<()> {
             for window in &run.series {
                 let mut side = to_object(window)?;
                 head(&mut side);
-                let by_requests = matches!(run.series_every, Some(iocache_sim::trace_stats::Window::Requests { .. }));
+                let by_requests = matches!(
+                    run.series_every,
+                    Some(iocache_sim::trace_stats::Window::Requests { .. })
+                );
                 side.insert("by_requests".into(), json!(by_requests));
-                writeln!(side_file(&mut side_files, &out, SERIES)?, "{}", Value::Object(side))?;
+                writeln!(
+                    side_file(&mut side_files, &out, SERIES)?,
+                    "{}",
+                    Value::Object(side)
+                )?;
             }
-            for volume in &run.volumes {
+            // In volume order, as `lab merge` joins them.
+            let mut volumes: Vec<&iocache_sim::VolumeResult> = run.volumes.iter().collect();
+            volumes.sort_by_key(|v| v.volume);
+            for volume in volumes {
                 let mut side = to_object(volume)?;
                 head(&mut side);
-                writeln!(side_file(&mut side_files, &out, VOLUMES)?, "{}", Value::Object(side))?;
+                writeln!(
+                    side_file(&mut side_files, &out, VOLUMES)?,
+                    "{}",
+                    Value::Object(side)
+                )?;
             }
             main_rows += &(Value::Object(row).to_string() + "\n");
         }

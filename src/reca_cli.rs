@@ -48,7 +48,12 @@ pub struct TableArgs {
 
 impl TableArgs {
     fn load(&self) -> Result<(CategoryTable, RecaControllerParams)> {
-        let options = reca_options(self.reca_table.as_deref(), self.reca_window, "--reca-table", "--reca-window")?;
+        let options = reca_options(
+            self.reca_table.as_deref(),
+            self.reca_window,
+            "--reca-table",
+            "--reca-window",
+        )?;
         Ok((options.table, options.params))
     }
 }

@@ -53,6 +53,12 @@ fn cell(v: &Value) -> String {
     }
 }
 
+/// A row's field as a table cell; empty when the row lacks it (a knob
+/// that does not apply to the point, e.g. a device without timing).
+fn text_of(row: &serde_json::Map<String, Value>, key: &str) -> String {
+    row.get(key).map(cell).unwrap_or_default()
+}
+
 /// A y axis for ratios: the data's extent with a margin, within 0..1, so
 /// close curves stay apart.
 fn ratio_axis(label: &str, series: &[Series]) -> Axis {
@@ -188,7 +194,7 @@ pub fn lab(rows: &[Value], series_rows: &[Value], sources: &str) -> Result<Repor
     knobs.retain(|k| objects.iter().any(|r| r.contains_key(k)));
     metrics.extend(extra_metrics);
     metrics.retain(|k| objects.iter().any(|r| r.contains_key(k)));
-    let values_of = |k: &str| -> BTreeSet<String> { objects.iter().map(|r| cell(&r[k])).collect() };
+    let values_of = |k: &str| -> BTreeSet<String> { objects.iter().map(|r| text_of(r, k)).collect() };
     let constant: Vec<&String> = knobs.iter().filter(|k| values_of(k).len() == 1).collect();
     let varying: Vec<&String> = knobs
         .iter()
@@ -222,10 +228,10 @@ pub fn lab(rows: &[Value], series_rows: &[Value], sources: &str) -> Result<Repor
     let series_name = |row: &serde_json::Map<String, Value>| -> String {
         match varying.as_slice() {
             [] => "all".to_string(),
-            [one] => cell(&row[one.as_str()]),
+            [one] => text_of(row, one),
             many => many
                 .iter()
-                .map(|k| format!("{k}={}", cell(&row[k.as_str()])))
+                .map(|k| format!("{k}={}", text_of(row, k)))
                 .collect::<Vec<_>>()
                 .join(" "),
         }
@@ -327,7 +333,7 @@ pub fn lab(rows: &[Value], series_rows: &[Value], sources: &str) -> Result<Repor
             .filter_map(|w| {
                 by_requests |= w.get("by_requests").and_then(Value::as_bool) == Some(true);
                 let run = match (series_name(w), sized) {
-                    (name, true) => format!("{name} {}", cell(&w["cache_size"])),
+                    (name, true) => format!("{name} {}", text_of(w, "cache_size")),
                     (name, false) => name,
                 };
                 let f = |k: &str| w.get(k).and_then(Value::as_f64);
@@ -395,7 +401,9 @@ fn window_charts(title: &str, x_label: &str, points: &[WindowPoint]) -> Vec<Bloc
     type Pick = fn(&WindowPoint) -> f64;
     let charts: [(&str, &str, Pick); 4] = [
         ("hit ratio", "hit ratio", |p| p.hit_ratio),
-        ("dirty lines", "dirty lines at the window's end", |p| p.dirty_lines),
+        ("dirty lines", "dirty lines at the window's end", |p| {
+            p.dirty_lines
+        }),
         ("lines in use", "resident lines at the window's end", |p| {
             p.resident_lines
         }),

@@ -20,8 +20,8 @@ pub mod workload;
 pub use adapt::{AdaptReport, AdaptRow, AdaptSpec, Adapter};
 pub use error::SimError;
 pub use run::{
-    request_of, simulate, simulate_each, Reconfigure, RestartKeep, Restarts, RunResult, SimOptions, SimReport, TimingSetup,
-    Trigger, BATCH_REQUESTS,
+    request_of, simulate, simulate_each, Reconfigure, RestartKeep, Restarts, RunResult, SimOptions,
+    SimReport, TimingSetup, Trigger, BATCH_REQUESTS,
 };
 pub use spec::{combinations, CacheSettings, CacheSize, RunSpec, Warmup};
 pub use tally::{Counts, SeriesWindow, TallyOptions, VolumeResult};

@@ -387,7 +387,12 @@ impl Tally {
                 }
             })
             .collect();
-        volumes.sort_by(|a, b| b.counts.requests.cmp(&a.counts.requests).then(a.volume.cmp(&b.volume)));
+        volumes.sort_by(|a, b| {
+            b.counts
+                .requests
+                .cmp(&a.counts.requests)
+                .then(a.volume.cmp(&b.volume))
+        });
         (self.rows, volumes)
     }
 }
@@ -400,4 +405,267 @@ pub fn parse_every(text: &str) -> Result<Window, crate::SimError> {
         return format!("{t}req").parse();
     }
     t.parse()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{simulate, CacheSettings, CacheSize, RunSpec, SimOptions};
+    use iocache_core::{LineSize, PolicySpec};
+    use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
+
+    /// An MSR trace: `(ms since start, disk, write, 4 KiB block)` per request.
+    fn trace(records: &[(u64, u32, bool, u64)]) -> TraceReader {
+        let mut text = String::new();
+        for &(ms, disk, write, block) in records {
+            let ticks = 128_166_385_295_514_663u64 + ms * 10_000;
+            let kind = if write { "Write" } else { "Read" };
+            text += &format!("{ticks},host,{disk},{kind},{},4096,0\n", block * 4096);
+        }
+        TraceReader::from_reader(
+            "test",
+            Box::new(std::io::Cursor::new(text.into_bytes())),
+            Some(TraceFormat::Msr),
+            ReaderOptions::default(),
+        )
+        .unwrap()
+    }
+
+    fn spec(lines: u64) -> RunSpec {
+        RunSpec {
+            policy: "lru".parse::<PolicySpec>().unwrap(),
+            size: CacheSize::Lines(lines),
+            capacity_lines: lines,
+            line_size: LineSize::new(4096).unwrap(),
+            settings: CacheSettings::default(),
+        }
+    }
+
+    fn options(series: Option<Window>, per_volume: bool, warmup: u64) -> SimOptions {
+        SimOptions {
+            threads: 1,
+            warmup_requests: warmup,
+            tally: TallyOptions { series, per_volume },
+            ..SimOptions::default()
+        }
+    }
+
+    /// Four windows of four requests on a 4-line LRU cache: A B A B (2
+    /// hits), A A A A (4), C D E F (0; the cache now holds C..F, C the
+    /// oldest), then A (a miss evicting C), C (a miss evicting D), write C
+    /// (a hit), write G (a miss evicting E): 1 hit, C and G dirty.
+    fn known() -> Vec<(u64, u32, bool, u64)> {
+        let blocks = [
+            (false, 0),
+            (false, 1),
+            (false, 0),
+            (false, 1),
+            (false, 0),
+            (false, 0),
+            (false, 0),
+            (false, 0),
+            (false, 2),
+            (false, 3),
+            (false, 4),
+            (false, 5),
+            (false, 0),
+            (false, 2),
+            (true, 2),
+            (true, 6),
+        ];
+        blocks
+            .iter()
+            .enumerate()
+            .map(|(i, &(w, b))| (i as u64 * 10, 0, w, b))
+            .collect()
+    }
+
+    #[test]
+    fn a_known_trace_gives_the_expected_window_hit_ratios() {
+        for every in [
+            Window::Requests { count: 4 },
+            Window::Duration { nanos: 40_000_000 },
+        ] {
+            let report = simulate(
+                &mut trace(&known()),
+                &[spec(4)],
+                &options(Some(every), false, 0),
+                &mut |_, _| {},
+            )
+            .unwrap();
+            let run = &report.runs[0];
+            let ratios: Vec<f64> = run.series.iter().map(|w| w.hit_ratio).collect();
+            assert_eq!(ratios, [0.5, 1.0, 0.0, 0.25], "{every:?}");
+            let last = &run.series[3];
+            assert_eq!((last.counts.read_hits, last.counts.write_hits), (0, 1));
+            assert_eq!((last.resident_lines, last.dirty_lines), (4, 2));
+            assert_eq!(run.series[2].counts.backend_reads, 4);
+            assert_eq!(
+                run.series.iter().map(|w| w.first_request).collect::<Vec<_>>(),
+                [0, 4, 8, 12]
+            );
+            if let Window::Duration { .. } = every {
+                assert_eq!((last.start_ns, last.end_ns), (120_000_000, 160_000_000));
+            }
+        }
+    }
+
+    /// A trace with three volumes, reads and writes, reuse and evictions.
+    fn mixed() -> Vec<(u64, u32, bool, u64)> {
+        let mut x = 12345u64;
+        (0..5000)
+            .map(|i| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = x >> 33;
+                (i / 3, (r % 3) as u32, r % 5 == 0, (r >> 4) % 700)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn windows_and_volumes_add_up_to_the_run() {
+        let lines = 256;
+        for warmup in [0, 1000] {
+            let plain = simulate(
+                &mut trace(&mixed()),
+                &[spec(lines)],
+                &options(None, false, warmup),
+                &mut |_, _| {},
+            )
+            .unwrap();
+            let report = simulate(
+                &mut trace(&mixed()),
+                &[spec(lines)],
+                &options(Some(Window::Duration { nanos: 100_000_000 }), true, warmup),
+                &mut |_, _| {},
+            )
+            .unwrap();
+            let run = &report.runs[0];
+            // Tallying changes nothing the run counts.
+            assert_eq!(run.stats, plain.runs[0].stats);
+            let s = &run.stats;
+            let all: Vec<&SeriesWindow> = run.series.iter().filter(|w| w.volume.is_none()).collect();
+            assert!(all.len() > 10);
+            let sum = |f: &dyn Fn(&Counts) -> u64, rows: &[&SeriesWindow]| -> u64 {
+                rows.iter().map(|w| f(&w.counts)).sum()
+            };
+            if warmup == 0 {
+                assert_eq!(sum(&|c| c.requests, &all), s.requests);
+                assert_eq!(sum(&|c| c.hits, &all), s.full_hits);
+                assert_eq!(sum(&|c| c.accesses, &all), s.accesses);
+                assert_eq!(sum(&|c| c.backend_read_bytes, &all), s.backend_read_bytes);
+                assert_eq!(sum(&|c| c.backend_write_bytes, &all), s.backend_write_bytes);
+            } else {
+                assert_eq!(sum(&|c| c.requests, &all), s.requests + warmup);
+            }
+            // The volumes of each window add up to the window.
+            for w in &all {
+                let parts: Vec<&SeriesWindow> = run
+                    .series
+                    .iter()
+                    .filter(|v| v.volume.is_some() && v.index == w.index)
+                    .collect();
+                assert_eq!(parts.len(), 3);
+                assert_eq!(sum(&|c| c.hits, &parts), w.counts.hits);
+                assert_eq!(
+                    sum(&|c| c.backend_write_bytes, &parts),
+                    w.counts.backend_write_bytes
+                );
+                assert_eq!(
+                    parts.iter().map(|p| p.resident_lines).sum::<u64>(),
+                    w.resident_lines
+                );
+                assert_eq!(parts.iter().map(|p| p.dirty_lines).sum::<u64>(), w.dirty_lines);
+            }
+            // The volumes of the run add up to its totals (after the warmup).
+            let v = &run.volumes;
+            assert_eq!(v.len(), 3);
+            assert!(v.windows(2).all(|p| p[0].counts.requests >= p[1].counts.requests));
+            assert_eq!(v.iter().map(|v| v.counts.requests).sum::<u64>(), s.requests);
+            assert_eq!(v.iter().map(|v| v.counts.hits).sum::<u64>(), s.full_hits);
+            assert_eq!(v.iter().map(|v| v.counts.read_hits).sum::<u64>(), s.read_hits);
+            assert_eq!(v.iter().map(|v| v.counts.hit_bytes).sum::<u64>(), s.hit_bytes);
+            assert_eq!(
+                v.iter().map(|v| v.counts.backend_read_bytes).sum::<u64>(),
+                s.backend_read_bytes
+            );
+            assert_eq!(
+                v.iter().map(|v| v.counts.backend_write_bytes).sum::<u64>(),
+                s.backend_write_bytes
+            );
+            assert_eq!(
+                v.iter().map(|v| v.resident_lines_at_end).sum::<u64>(),
+                run.resident_lines_at_end
+            );
+            assert_eq!(
+                v.iter().map(|v| v.dirty_lines_at_end).sum::<u64>(),
+                run.dirty_lines_at_end
+            );
+            assert!(
+                s.full_hits > 0 && s.dirty_writebacks > 0,
+                "the trace exercises hits and write-backs"
+            );
+        }
+    }
+
+    /// `simulate_each` (the lab's one pass over points with different
+    /// options) gives each run what `simulate` gives it alone.
+    #[test]
+    fn each_run_with_its_own_options_equals_the_run_alone() {
+        use crate::timing::{parse_device, ArrivalMode};
+        use crate::{simulate_each, RestartKeep, Restarts, TimingSetup};
+        let timed = SimOptions {
+            timing: Some(TimingSetup {
+                cache: parse_device("optane").unwrap(),
+                backend: parse_device("ssd-raid5").unwrap(),
+                arrivals: ArrivalMode::Open { speed: 4.0 },
+                series_interval_ns: None,
+            }),
+            ..options(None, false, 300)
+        };
+        let restarted = SimOptions {
+            restarts: Some(Restarts {
+                every_ns: 200_000_000,
+                keep: RestartKeep::Dirty,
+            }),
+            ..options(Some(Window::Requests { count: 1000 }), true, 0)
+        };
+        let plain = options(None, false, 0);
+        let runs = vec![(spec(128), timed), (spec(256), restarted), (spec(512), plain)];
+        for threads in [1, 3] {
+            let together = simulate_each(&mut trace(&mixed()), &runs, threads, &mut |_, _| {}).unwrap();
+            for (i, (spec, options)) in runs.iter().enumerate() {
+                let alone = simulate(
+                    &mut trace(&mixed()),
+                    std::slice::from_ref(spec),
+                    options,
+                    &mut |_, _| {},
+                )
+                .unwrap();
+                let (a, b) = (&alone.runs[0], &together.runs[i]);
+                assert_eq!(a.stats, b.stats, "run {i}");
+                assert_eq!(a.restarts, b.restarts);
+                assert_eq!(a.series, b.series);
+                assert_eq!(a.volumes, b.volumes);
+                assert_eq!(
+                    a.timing.as_ref().map(|t| (t.all.p99_ns, t.iops.to_bits())),
+                    b.timing.as_ref().map(|t| (t.all.p99_ns, t.iops.to_bits()))
+                );
+            }
+            assert!(together.runs[0].timing.is_some() && together.runs[1].restarts > 0);
+        }
+    }
+
+    #[test]
+    fn every_takes_requests_or_time() {
+        assert_eq!(parse_every("10000").unwrap(), Window::Requests { count: 10000 });
+        assert_eq!(parse_every("5req").unwrap(), Window::Requests { count: 5 });
+        assert_eq!(
+            parse_every("2s").unwrap(),
+            Window::Duration { nanos: 2_000_000_000 }
+        );
+        assert!(parse_every("0").is_err() && parse_every("soon").is_err());
+    }
 }
