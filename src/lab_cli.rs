@@ -253,32 +253,26 @@ fn points(experiment: &Experiment, file: &str, dir: &Path) -> Result<Vec<Point>>
         break;
     }
     let mut reca_tables: BTreeMap<(String, u64), iocache_sim::reca::RecaOptions> = BTreeMap::new();
-    let mut resolved: Vec<(
-        BTreeMap<&'static str, String>,
-        Option<f64>,
-        RunSpec,
-        SimOptions,
-        Warmup,
-    )> = Vec::new();
+    let mut resolved: Vec<(BTreeMap<&'static str, String>, Resolved)> = Vec::new();
     let mut seen: BTreeSet<Vec<(&'static str, String)>> = BTreeSet::new();
     for mut knobs in combos {
         let point = resolve(&mut knobs, file, dir, tally, &mut reca_tables)?;
         // Knobs that do not apply were dropped: points that then coincide are one.
         if seen.insert(knobs.iter().map(|(k, v)| (*k, v.clone())).collect()) {
-            resolved.push((knobs, point.0, point.1, point.2, point.3));
+            resolved.push((knobs, point));
         }
     }
     let mut points = Vec::new();
     for workload in 0..experiment.workloads.len() {
-        for (knobs, footprint_share, spec, options, warmup) in &resolved {
+        for (knobs, r) in &resolved {
             points.push(Point {
                 index: points.len(),
                 workload,
-                footprint_share: *footprint_share,
+                footprint_share: r.footprint_share,
                 knobs: knobs.clone(),
-                spec: spec.clone(),
-                options: options.clone(),
-                warmup: *warmup,
+                spec: r.spec.clone(),
+                options: r.options.clone(),
+                warmup: r.warmup,
             });
         }
     }
@@ -298,6 +292,14 @@ fn tally_options(experiment: &Experiment, file: &str) -> Result<TallyOptions> {
     })
 }
 
+/// What one combination of knob values runs (see [`Point`]).
+struct Resolved {
+    footprint_share: Option<f64>,
+    spec: RunSpec,
+    options: SimOptions,
+    warmup: Warmup,
+}
+
 /// One combination's run: its spec, options and warmup, with the knobs
 /// that do not apply to it removed from `knobs`.
 fn resolve(
@@ -306,7 +308,7 @@ fn resolve(
     dir: &Path,
     tally: TallyOptions,
     reca_tables: &mut BTreeMap<(String, u64), iocache_sim::reca::RecaOptions>,
-) -> Result<(Option<f64>, RunSpec, SimOptions, Warmup)> {
+) -> Result<Resolved> {
     let at = |key: &str, e: String| anyhow!("{file}: grid.{key}: {e}");
     let given = knobs.clone();
     let k = |key: &str| given[key].clone();
@@ -469,7 +471,12 @@ fn resolve(
         tally,
         ..SimOptions::default()
     };
-    Ok((footprint_share, spec, options, warmup))
+    Ok(Resolved {
+        footprint_share,
+        spec,
+        options,
+        warmup,
+    })
 }
 
 fn parse_shard(text: &str) -> Result<(usize, usize)> {

@@ -770,7 +770,7 @@ fn three_volume_trace(dir: &std::path::Path, n: u64) -> PathBuf {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         let r = x >> 33;
-        let kind = if r % 4 == 0 { "Write" } else { "Read" };
+        let kind = if r.is_multiple_of(4) { "Write" } else { "Read" };
         let ticks = 128_166_385_295_514_663u64 + i * 10_000;
         text += &format!(
             "{ticks},host,{},{kind},{},4096,0\n",

@@ -519,7 +519,7 @@ mod tests {
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
                 let r = x >> 33;
-                (i / 3, (r % 3) as u32, r % 5 == 0, (r >> 4) % 700)
+                (i / 3, (r % 3) as u32, r.is_multiple_of(5), (r >> 4) % 700)
             })
             .collect()
     }
