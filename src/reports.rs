@@ -304,7 +304,11 @@ pub fn lab(rows: &[Value], series_rows: &[Value], sources: &str) -> Result<Repor
                 ));
             }
             // Latencies, when the results hold any (fields in nanoseconds).
-            for metric in metrics.iter().filter(|m| m.ends_with("_ns")) {
+            // The overall latencies and each kind's p99 (the table has the rest).
+            for metric in metrics
+                .iter()
+                .filter(|m| m.ends_with("_ns") && (m.starts_with("latency_") || m.ends_with("_p99_ns")))
+            {
                 let key = metric.clone();
                 let series = series_of(&move |r| r.get(&key).and_then(Value::as_f64));
                 blocks.push(size_chart(
