@@ -161,6 +161,9 @@ fn knob_text(file: &str, key: &str, value: &toml::Value) -> Result<String> {
 /// Each knob's values, in [`KNOBS`] order, defaults filled in.
 fn grid_values(grid: &Grid, file: &str) -> Result<Vec<(&'static str, Vec<String>)>> {
     for key in grid.keys() {
+        if key == "per_volume" {
+            bail!("{file}: grid.per_volume: not a knob; `per_volume = true` goes at the top of the file, before the first [[workload]]");
+        }
         if !KNOBS.iter().any(|(k, _)| k == key) {
             let known: Vec<&str> = KNOBS.iter().map(|(k, _)| *k).collect();
             bail!(

@@ -934,6 +934,7 @@ fn lab_refuses_invalid_knob_combinations_at_load() {
         ),
         ("restart_every = [\"soon\"]", "grid.restart_every"),
         ("colour = [\"red\"]", "grid.colour: not a knob"),
+        ("per_volume = true", "goes at the top of the file"),
     ] {
         let experiment = dir.join("bad.toml");
         std::fs::write(
