@@ -48,16 +48,33 @@ pub struct TableArgs {
 
 impl TableArgs {
     fn load(&self) -> Result<(CategoryTable, RecaControllerParams)> {
-        let (table, _) = read_table(self.reca_table.as_deref()).context("--reca-table")?;
-        if self.reca_window == 0 {
-            bail!("--reca-window must be at least 1");
-        }
-        let params = RecaControllerParams {
-            window_requests: self.reca_window,
-            ..RecaControllerParams::default()
-        };
-        Ok((table, params))
+        let options = reca_options(
+            self.reca_table.as_deref(),
+            self.reca_window,
+            "--reca-table",
+            "--reca-window",
+        )?;
+        Ok((options.table, options.params))
     }
+}
+
+/// ReCA's options from a category table (the built-in one without a path)
+/// and a window in requests; `table_name` and `window_name` name them in errors.
+pub fn reca_options(
+    table: Option<&Path>,
+    window: u64,
+    table_name: &str,
+    window_name: &str,
+) -> Result<RecaOptions> {
+    let (table, _) = read_table(table).with_context(|| table_name.to_string())?;
+    if window == 0 {
+        bail!("{window_name} must be at least 1");
+    }
+    let params = RecaControllerParams {
+        window_requests: window,
+        ..RecaControllerParams::default()
+    };
+    Ok(RecaOptions { table, params })
 }
 
 /// The name a table read from no file is shown with.

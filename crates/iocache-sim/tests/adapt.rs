@@ -93,6 +93,7 @@ fn simulate_with(spec: &BurstSpec, write_policy: WritePolicy, adapt: Option<&str
         reca: None,
         adapt: adapt.map(|a| a.parse().unwrap()),
         restarts: None,
+        tally: Default::default(),
     };
     let mut report = simulate(&mut reader, &specs, &options, &mut |_, _| {}).unwrap();
     report.runs.remove(0)
