@@ -428,7 +428,11 @@ pub fn print_trace(c: &RecaCharacterization) {
     if c.volumes.len() > 1 {
         const SHOWN: usize = 10;
         let processes = c.volumes.iter().any(|v| v.process != 0);
-        let what = if processes { "stream (volume and process)" } else { "volume" };
+        let what = if processes {
+            "stream (volume and process)"
+        } else {
+            "volume"
+        };
         let _ = writeln!(
             out,
             "per {what} (each its own stream; {} streams, the {} with most requests shown):",

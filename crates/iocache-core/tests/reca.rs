@@ -90,9 +90,10 @@ fn neighbour_eviction_takes_the_adjacent_resident_run() {
 
 #[test]
 fn new_weights_recompute_the_priorities_in_place() {
-    // Lines 0 and 1 are each read twice; line 1 also written twice. Under
+    // Line 0 is read five times, line 1 written twice and read once. Under
     // read-only weights (write=0 after access=0), line 1 ranks below line 0
-    // only if the counts survive the reconfiguration.
+    // only if the counts survive the reconfiguration (halved by it: a new
+    // category ages every count).
     let spec = |w: &str| -> PolicySpec { format!("reca:history=1:access=0/0/0:{w}").parse().unwrap() };
     let mut c = cache(2, 4096, |c| c.policy = spec("read=1/1/1:write=1/1/1"));
     let mut ops = OpList::new();
@@ -102,6 +103,8 @@ fn new_weights_recompute_the_priorities_in_place() {
         (1, true),
         (0, false),
         (1, true),
+        (0, false),
+        (0, false),
         (0, false),
         (1, false),
     ] {
@@ -113,12 +116,13 @@ fn new_weights_recompute_the_priorities_in_place() {
         };
         c.access(&r, &mut ops).unwrap();
     }
-    // Counts now: line 0: 3 reads; line 1: 2 writes (its read is queued).
-    // Only reads count from here on: line 1's priority drops to 0.
+    // Counts now: line 0: 5 reads; line 1: 2 writes (its read is queued).
+    // Halved: 2 reads, 1 write; only reads count from here on: line 0 is
+    // at 2, line 1 at 0, then 1 once its queued read is counted.
     c.apply(&iocache_core::Setting::Policy(spec("read=1/1/1:write=0/0/0")), t)
         .unwrap();
     assert_eq!(c.config().policy, spec("read=1/1/1:write=0/0/0"));
-    // Line 2, read twice, reaches 1 > 0: it replaces line 1, not line 0.
+    // Line 2, read three times, reaches 2 > 1: it replaces line 1, not line 0.
     for _ in 0..3 {
         t += 1;
         c.access(&Request::read(0, 2 * 4096, 4096, t), &mut ops).unwrap();

@@ -1105,16 +1105,21 @@ impl Inner {
                 .iter()
                 .take_while(|op| matches!(op, Op::ReadCache { .. }))
                 .count();
-            if run >= 2
-                && self.slots.io_engine.is_some()
-                && self.shards[segment.shard].poisoned.load(Ordering::Relaxed) == 0
-            {
+            if run >= 2 && self.shards[segment.shard].poisoned.load(Ordering::Relaxed) == 0 {
                 let Buffer::Read(buf) = buffer else {
                     unreachable!("the core reads only for read requests");
                 };
-                self.read_cache_run(segment, &segment.ops[i..i + run], buf)?;
-                i += run;
-                continue;
+                if self.slots.io_engine.is_some() {
+                    self.read_cache_run(segment, &segment.ops[i..i + run], buf)?;
+                    i += run;
+                    continue;
+                }
+                let span = self.cache_read_span_len(segment, &segment.ops[i..i + run]);
+                if span >= 2 {
+                    self.read_cache_span(segment, &segment.ops[i..i + span], buf)?;
+                    i += span;
+                    continue;
+                }
             }
             let op = &segment.ops[i];
             i += 1;
@@ -1201,6 +1206,85 @@ impl Inner {
             .read_cache_batch(segment.shard, segment.buffer_offset, ops, buf)
             .is_ok()
         {
+            return Ok(());
+        }
+        for op in ops {
+            self.read_cache_op(segment, op, buf)?;
+        }
+        Ok(())
+    }
+
+    /// The length of the run of `ReadCache` ops at the start of `ops` whose
+    /// ranges follow one another on the cache device and in the buffer (a
+    /// sequential hit on consecutive slots), at most 1 MiB: read with one
+    /// device read by [`Inner::read_cache_span`] (1: none). Not on a cache
+    /// array (its members' offsets differ).
+    fn cache_read_span_len(&self, segment: &PlannedSegment, ops: &[Op]) -> usize {
+        if self.slots.array.is_some() {
+            return 1;
+        }
+        let place = |op: &Op| match *op {
+            Op::ReadCache {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                buffer_offset_bytes,
+            } => Some((
+                self.cache_offset(segment.shard, slot, line_offset_bytes),
+                buffer_offset_bytes,
+                u64::from(length_bytes),
+            )),
+            _ => None,
+        };
+        let Some(mut at) = place(&ops[0]) else { return 1 };
+        let mut n = 1;
+        let mut bytes = at.2;
+        for op in &ops[1..] {
+            let Some(next) = place(op) else { break };
+            if next.0 != at.0 + at.2 || next.1 != at.1 + at.2 || bytes + next.2 > 1 << 20 {
+                break;
+            }
+            bytes += next.2;
+            at = next;
+            n += 1;
+        }
+        n
+    }
+
+    /// Reads `ops` (see [`Inner::cache_read_span_len`]) with one device
+    /// read; if it fails, each op again on its own, with its own fall-back.
+    fn read_cache_span(
+        &self,
+        segment: &PlannedSegment,
+        ops: &[Op],
+        buf: &mut [u8],
+    ) -> Result<(), EngineError> {
+        let span = |op: &Op| match *op {
+            Op::ReadCache {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                buffer_offset_bytes,
+            } => (
+                self.cache_offset(segment.shard, slot, line_offset_bytes),
+                segment.buffer_offset + buffer_offset_bytes as usize,
+                length_bytes as usize,
+            ),
+            _ => unreachable!("only ReadCache ops are read from the cache"),
+        };
+        let (device_offset, from, _) = span(&ops[0]);
+        let (_, last_at, last_len) = span(&ops[ops.len() - 1]);
+        let read = self.queues.cache.time_n(
+            &self.clock,
+            queues::cache_class::READ_HIT,
+            ops.len() as u64,
+            || {
+                self.slots
+                    .dev
+                    .read_at(&mut buf[from..last_at + last_len], device_offset)
+            },
+        );
+        if read.is_ok() {
             return Ok(());
         }
         for op in ops {

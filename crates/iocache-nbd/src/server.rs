@@ -1010,6 +1010,16 @@ impl Pool {
         }
     }
 
+    /// Takes `n` bytes if nobody waits and they are free now.
+    fn try_acquire(&self, n: usize) -> bool {
+        let mut s = lock(&self.state);
+        if s.serving != s.next_ticket || s.held + n > self.limit {
+            return false;
+        }
+        s.held += n;
+        true
+    }
+
     fn release(&self, n: usize) {
         let mut s = lock(&self.state);
         s.held -= n;
@@ -1053,6 +1063,20 @@ impl GlobalBudget {
         pool.acquire(n);
         let held = self.held.fetch_add(n, Ordering::Relaxed) + n;
         self.peak.fetch_max(held, Ordering::Relaxed);
+    }
+
+    /// Takes `n` bytes if that needs no wait.
+    fn try_acquire(&self, n: usize) -> bool {
+        if n == 0 {
+            return true;
+        }
+        let (pool, n) = self.pool_of(n);
+        if !pool.try_acquire(n) {
+            return false;
+        }
+        let held = self.held.fetch_add(n, Ordering::Relaxed) + n;
+        self.peak.fetch_max(held, Ordering::Relaxed);
+        true
     }
 
     fn release(&self, n: usize) {
@@ -1750,6 +1774,16 @@ impl Budget {
         a.0 -= n;
     }
 
+    /// Takes `n` bytes if they are available now.
+    fn try_acquire(&self, n: usize) -> bool {
+        let mut a = lock(&self.available);
+        if a.0 < n {
+            return false;
+        }
+        a.0 -= n;
+        true
+    }
+
     fn release(&self, n: usize) {
         let mut a = lock(&self.available);
         a.0 += n;
@@ -1871,14 +1905,14 @@ fn serve_requests<S: ConnectionStream>(conn: &Conn<'_, S>, role: &Mutex<ReaderRo
             // Replies wait in the batch only while the next request can be
             // read without waiting for the client, which may be waiting
             // for them.
-            if !batch.is_empty() && !request_buffered(held.reader.buffer()) {
+            if !batch.is_empty() && (batch.is_full() || !request_buffered(held.reader.buffer())) {
                 batch.send(conn);
             }
             if held.end.is_some() {
                 batch.send(conn);
                 return;
             }
-            let job = match read_request(conn, &mut held.reader, &mut buffer) {
+            let job = match read_request(conn, &mut held.reader, &mut buffer, &mut batch) {
                 Ok(Some(job)) => job,
                 Ok(None) => continue,
                 Err(end) => {
@@ -1923,9 +1957,20 @@ fn request_buffered(buffered: &[u8]) -> bool {
     command != crate::proto::NBD_CMD_WRITE || buffered.len() - REQUEST_HEADER_LEN >= length
 }
 
-/// Replies of reads served inline, sent with one write.
+/// Reads above this size are never served inline: a batch holds a few
+/// small replies, not a large one (which gains nothing from sharing a
+/// write).
+const INLINE_READ_MAX_BYTES: usize = 64 << 10;
+
+/// Replies of reads served inline, sent with one write. Their requests'
+/// budget is given back when the batch is sent, so what it holds counts in
+/// the connection's and the server's payload budgets.
 #[derive(Default)]
 struct ReplyBatch {
+    /// Budget taken by the requests whose replies are held, and how many
+    /// they are (header errors hold no budget and are not counted).
+    cost: usize,
+    requests: usize,
     /// The replies are `bytes[..used]` (what follows is old, kept so a
     /// batch does not zero its buffer again).
     bytes: Vec<u8>,
@@ -1947,11 +1992,22 @@ impl ReplyBatch {
         self.replies >= Self::MAX_REPLIES || self.used >= Self::MAX_BYTES
     }
 
+    /// Appends a whole reply.
+    fn push(&mut self, reply: &[u8]) {
+        let end = self.used + reply.len();
+        sized(&mut self.bytes, end)[self.used..].copy_from_slice(reply);
+        self.used = end;
+        self.replies += 1;
+    }
+
     fn send<S: ConnectionStream>(&mut self, conn: &Conn<'_, S>) {
         if self.replies > 0 {
             conn.send(&self.bytes[..self.used]);
             self.used = 0;
             self.replies = 0;
+        }
+        if self.requests > 0 {
+            conn.done_many(std::mem::take(&mut self.requests), std::mem::take(&mut self.cost));
         }
         if self.bytes.capacity() > KEPT_BUFFER_BYTES {
             self.bytes = Vec::new();
@@ -1981,6 +2037,7 @@ fn read_request<S: ConnectionStream>(
     conn: &Conn<'_, S>,
     reader: &mut BufReader<S>,
     data: &mut Vec<u8>,
+    batch: &mut ReplyBatch,
 ) -> Result<Option<Job>, ConnEnd> {
     let max_payload = conn.shared.config.limits.max_payload;
     if conn.broken.load(Ordering::Relaxed) {
@@ -1999,8 +2056,9 @@ fn read_request<S: ConnectionStream>(
             if let Err(io) = crate::handshake::discard(reader, u64::from(e.payload_to_discard())) {
                 return Err(ConnEnd::Io(io));
             }
+            // Answered after the replies this thread holds, as it read them.
             let handle = e.handle().unwrap_or(0);
-            conn.reply_error(handle, e.is_read(), e.errno(), &e.to_string());
+            batch.push(&conn.error_reply(handle, e.errno(), &e.to_string()));
             return Ok(None);
         }
     };
@@ -2014,9 +2072,17 @@ fn read_request<S: ConnectionStream>(
     conn.activity.in_flight.fetch_add(1, Ordering::SeqCst);
     conn.activity.touch(conn.shared);
     // The connection's budget, then the server's: a reader waiting for
-    // either stops reading its socket.
-    conn.budget.acquire(cost);
-    conn.shared.global.acquire(cost);
+    // either stops reading its socket. Replies this thread holds keep their
+    // budget until they are sent: it sends them rather than wait for budget
+    // they may be holding.
+    if !conn.budget.try_acquire(cost) {
+        batch.send(conn);
+        conn.budget.acquire(cost);
+    }
+    if !conn.shared.global.try_acquire(cost) {
+        batch.send(conn);
+        conn.shared.global.acquire(cost);
+    }
     if req.command == Command::Write {
         let payload = sized(data, req.length as usize);
         let config = &conn.shared.config;
@@ -2050,9 +2116,15 @@ impl<S: ConnectionStream> Conn<'_, S> {
     /// A request is over (answered, or dropped with its connection): its
     /// budget goes back.
     fn done(&self, cost: usize) {
+        self.done_many(1, cost);
+    }
+
+    /// `requests` requests are answered: their budget (`cost` in all) is
+    /// given back.
+    fn done_many(&self, requests: usize, cost: usize) {
         self.shared.global.release(cost);
         self.budget.release(cost);
-        self.activity.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.activity.in_flight.fetch_sub(requests, Ordering::SeqCst);
         self.activity.touch(self.shared);
     }
 
@@ -2117,20 +2189,31 @@ impl<S: ConnectionStream> Conn<'_, S> {
         let cost = job.cost;
         let req = job.req;
         if !self.broken.load(Ordering::Relaxed) {
-            if let Err((errno, msg)) = self.check(&req) {
-                self.reply_error(req.handle, true, errno, &msg);
-            } else if let Some(end) = self.read_reply(&*self.neg.export, &req, &mut batch.bytes, batch.used) {
-                batch.used = end;
-                batch.replies += 1;
+            // Every reply of this thread goes into the batch, in order.
+            let result = self
+                .check(&req)
+                .and_then(|()| self.read_reply(&*self.neg.export, &req, &mut batch.bytes, batch.used));
+            match result {
+                Ok(end) => {
+                    batch.used = end;
+                    batch.replies += 1;
+                }
+                Err((errno, msg)) => batch.push(&self.error_reply(req.handle, errno, &msg)),
             }
         }
         self.shared.stats.served_inline.fetch_add(1, Ordering::Relaxed);
-        self.done(cost);
+        // The request stays in flight, its budget taken, while its reply
+        // waits in the batch.
+        batch.cost += cost;
+        batch.requests += 1;
     }
 
-    /// Whether `req` is a read the export says it serves at once.
+    /// Whether `req` is a read of at most [`INLINE_READ_MAX_BYTES`] the
+    /// export says it serves at once.
     fn is_quick(&self, req: &Request) -> bool {
-        req.command == Command::Read && self.neg.export.read_is_quick(req.offset, u64::from(req.length))
+        req.command == Command::Read
+            && req.length as usize <= INLINE_READ_MAX_BYTES
+            && self.neg.export.read_is_quick(req.offset, u64::from(req.length))
     }
 
     fn execute(&self, job: Job, buffer: &mut Vec<u8>) {
@@ -2172,17 +2255,24 @@ impl<S: ConnectionStream> Conn<'_, S> {
     }
 
     fn read(&self, export: &dyn Export, req: &Request, buf: &mut Vec<u8>) {
-        if let Some(end) = self.read_reply(export, req, buf, 0) {
-            self.send(&buf[..end]);
+        match self.read_reply(export, req, buf, 0) {
+            Ok(end) => self.send(&buf[..end]),
+            Err((errno, msg)) => self.reply_error(req.handle, true, errno, &msg),
         }
     }
 
     /// Writes the whole reply to the READ `req` (header and data in one
     /// buffer: one write, no copy) into `out` from `start` on, growing it
     /// as needed (without zeroing what it held: the read fills it all), and
-    /// returns where the reply ends; `None` when the read failed (then
-    /// answered with an error).
-    fn read_reply(&self, export: &dyn Export, req: &Request, out: &mut Vec<u8>, start: usize) -> Option<usize> {
+    /// returns where the reply ends; the error to answer with when the
+    /// read failed.
+    fn read_reply(
+        &self,
+        export: &dyn Export,
+        req: &Request,
+        out: &mut Vec<u8>,
+        start: usize,
+    ) -> Result<usize, (u32, String)> {
         let len = req.length as usize;
         let header_len = if self.neg.structured {
             STRUCTURED_HEADER_LEN + 8
@@ -2192,8 +2282,7 @@ impl<S: ConnectionStream> Conn<'_, S> {
         let reply = &mut sized(out, start + header_len + len)[start..];
         let result = guarded(|| export.read(req.offset, &mut reply[header_len..]));
         if let Err(e) = result {
-            self.reply_error(req.handle, true, e.nbd_errno(), &e.to_string());
-            return None;
+            return Err((e.nbd_errno(), e.to_string()));
         }
         self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
         if self.neg.structured {
@@ -2201,7 +2290,7 @@ impl<S: ConnectionStream> Conn<'_, S> {
                 // A zero-length read has no content chunk.
                 let chunk = encode_chunk_none(req.handle);
                 sized(out, start + chunk.len())[start..].copy_from_slice(&chunk);
-                return Some(start + chunk.len());
+                return Ok(start + chunk.len());
             }
             // Cannot fail: 0 < len <= MAX_MAX_PAYLOAD.
             if let Some(h) = encode_chunk_offset_data_header(req.handle, req.offset, req.length, true) {
@@ -2210,19 +2299,24 @@ impl<S: ConnectionStream> Conn<'_, S> {
         } else {
             reply[..header_len].copy_from_slice(&encode_simple_reply(req.handle, 0));
         }
-        Some(start + header_len + len)
+        Ok(start + header_len + len)
     }
 
     /// Answers a request with an error: a structured error chunk when
     /// structured replies are on (required for reads), a simple reply
     /// otherwise.
     fn reply_error(&self, handle: u64, _is_read: bool, errno: u32, message: &str) {
+        self.send(&self.error_reply(handle, errno, message));
+    }
+
+    /// The bytes of an error reply (counted as answered, and as an error).
+    fn error_reply(&self, handle: u64, errno: u32, message: &str) -> Vec<u8> {
         self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
         self.shared.stats.errors.fetch_add(1, Ordering::Relaxed);
         if self.neg.structured {
-            self.send(&encode_chunk_error(handle, errno, message, true));
+            encode_chunk_error(handle, errno, message, true)
         } else {
-            self.send(&encode_simple_reply(handle, errno));
+            encode_simple_reply(handle, errno).to_vec()
         }
     }
 

@@ -308,7 +308,13 @@ fn buffered_quick_reads_are_served_inline_and_answered_once_each() {
                 match i % 16 {
                     // A write elsewhere, answered without data.
                     5 => {
-                        push(handle, NBD_CMD_WRITE, 4096 * (100 + i), 4096, &pattern(4096, handle));
+                        push(
+                            handle,
+                            NBD_CMD_WRITE,
+                            4096 * (100 + i),
+                            4096,
+                            &pattern(4096, handle),
+                        );
                         expect.insert(handle, (0, Vec::new()));
                     }
                     // Out of range: an error, no data.

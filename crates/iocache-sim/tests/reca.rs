@@ -133,7 +133,9 @@ fn many_readers_trace(anonymous: bool) -> String {
             let sector = (p << 21) + i * 32;
             let seq = i * 100 + p + 1;
             let time = format!("{}.{:09}", seq / 1000, (seq % 1000) * 1_000_000);
-            out.push_str(&format!("  8,0 0 {seq} {time} {pid} Q R {sector} + 32 [reader]\n"));
+            out.push_str(&format!(
+                "  8,0 0 {seq} {time} {pid} Q R {sector} + 32 [reader]\n"
+            ));
         }
     }
     out
@@ -163,7 +165,10 @@ fn each_process_of_a_blkparse_trace_is_a_stream_of_its_own() {
     let per_process = characterize(false);
     assert!(per_process.features[0] > 0.95, "{:?}", per_process.features);
     assert_eq!(per_process.volumes.len(), 100);
-    assert!(per_process.volumes.iter().all(|v| v.volume == 0 && v.process >= 1000));
+    assert!(per_process
+        .volumes
+        .iter()
+        .all(|v| v.volume == 0 && v.process >= 1000));
     assert_ne!(per_process.category, "random_consumers");
     // One PID for all: one stream whose 64-request history never holds a
     // request's successor (100 requests later): all random.

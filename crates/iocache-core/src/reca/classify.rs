@@ -503,7 +503,9 @@ mod tests {
         };
         // All but each process's last request.
         assert_eq!(sequential(&out), 1900);
-        assert!(out.iter().all(|c| c.volume == 3 && (1..=100).contains(&c.process)));
+        assert!(out
+            .iter()
+            .all(|c| c.volume == 3 && (1..=100).contains(&c.process)));
         // The same requests without a process: one stream, no run seen.
         let anonymous: Vec<Request> = reqs.iter().map(|r| r.from_process(0)).collect();
         assert_eq!(sequential(&classify_all(&anonymous)), 0);
