@@ -9,12 +9,13 @@
 //! the shared traces says which parts it skipped when they are absent.
 //!
 //! Adding one: a module with `run(&Context) -> Result<Verdict>`, an entry
-//! in [`REPRODUCTIONS`] (ReCA's and LBICA's issues add theirs here).
+//! in [`REPRODUCTIONS`].
 
 mod arc_p2;
 mod asplos23;
 mod asplos23_live;
 mod icpp22;
+mod lbica;
 mod reca;
 mod systor14;
 pub mod verdict;
@@ -95,6 +96,12 @@ const REPRODUCTIONS: &[Entry] = &[
         run: reca::run,
         in_all: true,
     },
+    Entry {
+        name: "lbica",
+        summary: "LBICA (DATE'19) Figs. 4, 5, 7: WB vs SIB vs LBICA under bursts: mean latency, cache and backend queue time over time",
+        run: lbica::run,
+        in_all: true,
+    },
 ];
 
 /// What a reproduction gets: where to write, how long to run, the traces.
@@ -144,7 +151,8 @@ impl Context {
         self.simulate(&mut gen_reader(spec)?, specs, options)
     }
 
-    fn simulate(
+    /// Runs `specs` over any trace reader in one pass.
+    pub fn simulate(
         &self,
         reader: &mut TraceReader,
         specs: &[RunSpec],
