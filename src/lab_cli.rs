@@ -492,11 +492,13 @@ fn run_live(
         let cache_lines = match p.footprint_share {
             None => p.spec.capacity_lines,
             Some(share) => {
-                let key = (p.workload, line.bytes());
-                if !footprints.contains_key(&key) {
-                    footprints.insert(key, footprint_lines(open_workload(entry, dir, file)?, line)?);
-                }
-                ((footprints[&key] as f64 * share).ceil() as u64).max(1)
+                let lines = match footprints.entry((p.workload, line.bytes())) {
+                    std::collections::btree_map::Entry::Occupied(e) => *e.get(),
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        *e.insert(footprint_lines(open_workload(entry, dir, file)?, line)?)
+                    }
+                };
+                ((lines as f64 * share).ceil() as u64).max(1)
             }
         };
         live.push(crate::lab_live::LivePoint {

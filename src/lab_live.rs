@@ -34,9 +34,15 @@ pub struct Targets {
 /// Reads `target`: absent means the simulator only.
 pub fn targets(list: Option<&[String]>, file: &str) -> Result<Targets> {
     let Some(list) = list else {
-        return Ok(Targets { sim: true, live: false });
+        return Ok(Targets {
+            sim: true,
+            live: false,
+        });
     };
-    let mut t = Targets { sim: false, live: false };
+    let mut t = Targets {
+        sim: false,
+        live: false,
+    };
     for name in list {
         match name.as_str() {
             "sim" => t.sim = true,
@@ -248,7 +254,11 @@ pub struct ServeSetup {
 
 impl ServeSetup {
     /// From a lab point's knobs (the names of the `[grid]` keys).
-    pub fn from_knobs(knobs: &BTreeMap<&'static str, String>, cache_lines: u64, line_bytes: u64) -> ServeSetup {
+    pub fn from_knobs(
+        knobs: &BTreeMap<&'static str, String>,
+        cache_lines: u64,
+        line_bytes: u64,
+    ) -> ServeSetup {
         let knob = |k: &str, default: &str| knobs.get(k).cloned().unwrap_or_else(|| default.to_string());
         ServeSetup {
             policy: knob("policy", "lru"),
@@ -373,10 +383,19 @@ fn wait_socket(socket: &Path, guard: &mut Guard, log: &Path) -> Result<()> {
         }
         let child = guard.child.as_mut().expect("running");
         if let Some(status) = child.try_wait()? {
-            bail!("{} exited ({status}) before listening:\n{}", guard.what, tail(log));
+            bail!(
+                "{} exited ({status}) before listening:\n{}",
+                guard.what,
+                tail(log)
+            );
         }
         if started.elapsed() > Duration::from_secs(60) {
-            bail!("{} did not open {} within 60 s:\n{}", guard.what, socket.display(), tail(log));
+            bail!(
+                "{} did not open {} within 60 s:\n{}",
+                guard.what,
+                socket.display(),
+                tail(log)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -493,20 +512,32 @@ fn server_counts(admin: &Path) -> Result<(u64, u64, u64)> {
         .and_then(|v| v.first())
         .ok_or_else(|| anyhow!("the server's stats list no volume"))?;
     let n = |k: &str| v[k].as_u64().unwrap_or(0);
-    Ok((n("read_hits") + n("write_hits"), n("line_accesses"), n("promotions")))
+    Ok((
+        n("read_hits") + n("write_hits"),
+        n("line_accesses"),
+        n("promotions"),
+    ))
 }
 
 /// One live run: a fresh server with `setup` in front of a backend of
 /// `volume_bytes`, warmed and measured with the fio job of `spec`.
 /// `label` names the run in errors and in the files' names.
-pub fn measure(settings: &LiveSettings, setup: &ServeSetup, spec: &WorkloadSpec, label: &str) -> Result<Measured> {
+pub fn measure(
+    settings: &LiveSettings,
+    setup: &ServeSetup,
+    spec: &WorkloadSpec,
+    label: &str,
+) -> Result<Measured> {
     let volume_bytes = parse_byte_size(&spec.volume_size)?;
     let work = WorkDir::new(&settings.dir, "iocache-live").context("live.dir")?;
     let backend_work = match &settings.backend_dir {
         Some(dir) => Some(WorkDir::new(dir, "iocache-live-backend").context("live.backend_dir")?),
         None => None,
     };
-    let backend_file = backend_work.as_ref().map_or(work.path(), |d| d.path()).join("backend.img");
+    let backend_file = backend_work
+        .as_ref()
+        .map_or(work.path(), |d| d.path())
+        .join("backend.img");
     let mut _nbdkit = None;
     let backend = match &settings.backend_delay {
         None => backend_file.display().to_string(),
@@ -591,7 +622,9 @@ pub fn measure(settings: &LiveSettings, setup: &ServeSetup, spec: &WorkloadSpec,
             bail!("fio ({name} run) failed ({status}):\n{}", tail(&errors));
         }
         let text = std::fs::read_to_string(&output).with_context(|| format!("{}", output.display()))?;
-        Ok(Some(parse_fio(&text).with_context(|| format!("fio's {name} run"))?))
+        Ok(Some(
+            parse_fio(&text).with_context(|| format!("fio's {name} run"))?,
+        ))
     };
     fio(seconds(&settings.warmup)?, "warmup")?;
     let before = server_counts(&admin)?;
@@ -625,22 +658,33 @@ pub fn run(settings: &LiveSettings, points: &[LivePoint], results: &mut std::fs:
     if points.is_empty() {
         return Ok(());
     }
+    if let Some(point) = points.iter().find(|p| p.spec.is_none()) {
+        bail!(
+            "live point {} ({}): workload `{}` is a trace; the live target runs `iocache gen` specs only (fio would not replay a trace's timing and mix)",
+            point.index,
+            point.id,
+            point.workload
+        );
+    }
     let version = check_fio(&settings.fio)?;
     crate::running::install_signal_handlers();
-    log::info!("live target: {} to run with {version}", crate::text::count(points.len() as u64, "point"));
+    log::info!(
+        "live target: {} to run with {version}",
+        crate::text::count(points.len() as u64, "point")
+    );
     for (n, point) in points.iter().enumerate() {
         let what = format!("live point {} ({})", point.index, point.id);
         let Some(spec_path) = &point.spec else {
-            bail!(
-                "{what}: workload `{}` is a trace; the live target runs `iocache gen` specs only (fio cannot replay a trace's timing and mix here)",
-                point.workload
-            );
+            bail!("{what}: not a generated workload");
         };
-        let text = std::fs::read_to_string(spec_path).with_context(|| format!("{what}: {}", spec_path.display()))?;
-        let spec: WorkloadSpec = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", spec_path.display()))?;
+        let text =
+            std::fs::read_to_string(spec_path).with_context(|| format!("{what}: {}", spec_path.display()))?;
+        let spec: WorkloadSpec =
+            toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", spec_path.display()))?;
         let setup = ServeSetup::from_knobs(point.knobs, point.cache_lines, point.line_bytes);
         log::info!("[{}/{}] {what}", n + 1, points.len());
-        let measured = measure(settings, &setup, &spec, &format!("point {}", point.index)).with_context(|| what.clone())?;
+        let measured = measure(settings, &setup, &spec, &format!("point {}", point.index))
+            .with_context(|| what.clone())?;
         let mut row = json!({
             "point": point.index,
             "point_id": point.id,
@@ -679,10 +723,24 @@ mod tests {
 
     #[test]
     fn targets_default_to_the_simulator_and_reject_typos() {
-        assert_eq!(targets(None, "e").unwrap(), Targets { sim: true, live: false });
+        assert_eq!(
+            targets(None, "e").unwrap(),
+            Targets {
+                sim: true,
+                live: false
+            }
+        );
         let both = ["sim".to_string(), "live".to_string()];
-        assert_eq!(targets(Some(&both), "e").unwrap(), Targets { sim: true, live: true });
-        let err = targets(Some(&["lve".to_string()]), "e.toml").unwrap_err().to_string();
+        assert_eq!(
+            targets(Some(&both), "e").unwrap(),
+            Targets {
+                sim: true,
+                live: true
+            }
+        );
+        let err = targets(Some(&["lve".to_string()]), "e.toml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("e.toml: target: `lve`"), "{err}");
         assert!(targets(Some(&[]), "e").is_err());
     }
@@ -707,7 +765,10 @@ mod tests {
         )
         .unwrap();
         let job = fio_job(&spec, "nbd+unix:///x?socket=/s", 3, &LiveSettings::default()).unwrap();
-        assert!(job.contains("runtime=3\n") && job.contains("time_based=1\n"), "{job}");
+        assert!(
+            job.contains("runtime=3\n") && job.contains("time_based=1\n"),
+            "{job}"
+        );
         assert!(job.contains("iodepth=16\n") && job.contains("random_distribution=zoned:85/10:15/90"));
         assert!(!job.contains("number_ios") && !job.contains("rate_iops") && !job.contains("time_based=0"));
         let paced = LiveSettings {
@@ -721,8 +782,8 @@ mod tests {
 
     #[test]
     fn fio_json_phases_are_joined_and_percentiles_come_from_the_bins() {
-        // Two phases of 1 s each: 100 and 300 reads; latencies 10 µs (99 of
-        // them in total... ) as bins.
+        // Two phases of 1 s each: 100 and 300 reads (and 10 writes), their
+        // completion latencies as fio's json+ bins (ns: count).
         let text = r#"note: a line fio prints first
 {"jobs": [
  {"jobname": "a", "error": 0, "job_runtime": 1000,
@@ -743,14 +804,26 @@ mod tests {
         assert_eq!(m.read.p99_9_ns, 5_000_000);
         assert_eq!(m.write.iops, 5.0);
         assert_eq!(m.write.p99_99_ns, 30_000);
-        let failed = text.replace("\"error\": 0, \"job_runtime\": 1000,\n  \"read\": {\"total_ios\": 300", "\"error\": 5, \"job_runtime\": 1000,\n  \"read\": {\"total_ios\": 300");
-        assert!(parse_fio(&failed).unwrap_err().to_string().contains("job `b` failed"));
+        let failed = text.replace(
+            "\"error\": 0, \"job_runtime\": 1000,\n  \"read\": {\"total_ios\": 300",
+            "\"error\": 5, \"job_runtime\": 1000,\n  \"read\": {\"total_ios\": 300",
+        );
+        assert!(parse_fio(&failed)
+            .unwrap_err()
+            .to_string()
+            .contains("job `b` failed"));
     }
 
     #[test]
     fn live_rows_are_keyed_apart_from_simulated_ones() {
         assert_eq!(row_key(&json!({"point_id": "w|x"})).unwrap(), "w|x");
-        assert_eq!(row_key(&json!({"point_id": "w|x", "target": "sim"})).unwrap(), "w|x");
-        assert_eq!(row_key(&json!({"point_id": "w|x", "target": "live"})).unwrap(), "w|x@live");
+        assert_eq!(
+            row_key(&json!({"point_id": "w|x", "target": "sim"})).unwrap(),
+            "w|x"
+        );
+        assert_eq!(
+            row_key(&json!({"point_id": "w|x", "target": "live"})).unwrap(),
+            "w|x@live"
+        );
     }
 }

@@ -96,7 +96,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 write_miss_bypass: false,
                 seq_cutoff: "off".into(),
             };
-            let label = format!("hit{hit} {promotion} {} KiB lines, round {}", line / 1024, round + 1);
+            let label = format!(
+                "hit{hit} {promotion} {} KiB lines, round {}",
+                line / 1024,
+                round + 1
+            );
             log::info!("asplos23-live: {label}");
             let m = lab_live::measure(&settings, &setup, &spec, &label)?;
             runs.entry((hit, promotion, line)).or_default().push(m);
@@ -117,7 +121,12 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let described = |k: Key, f: &dyn Fn(&Measured) -> f64, scale: f64, unit: &str| -> String {
         let (mean, min, max) = spread(&values(k, f));
         if rounds > 1 {
-            format!("{:.0}{unit} ({:.0}-{:.0})", mean / scale, min / scale, max / scale)
+            format!(
+                "{:.0}{unit} ({:.0}-{:.0})",
+                mean / scale,
+                min / scale,
+                max / scale
+            )
         } else {
             format!("{:.0}{unit}", mean / scale)
         }
@@ -232,7 +241,10 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     for p in PROMOTIONS {
         fig8.series.push(series(
             p,
-            [25, 85, 100].iter().map(|&h| (h as f64, iops(h, p, 4096))).collect(),
+            [25, 85, 100]
+                .iter()
+                .map(|&h| (h as f64, iops(h, p, 4096)))
+                .collect(),
         ));
     }
     ctx.figure(&mut verdict, "asplos23-live-fig8-iops", &fig8)?;
@@ -245,7 +257,10 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     for p in ["always", "nhit:2"] {
         fig9.series.push(series(
             p,
-            [4096u64, 32_768].iter().map(|&l| (l as f64, iops(85, p, l))).collect(),
+            [4096u64, 32_768]
+                .iter()
+                .map(|&l| (l as f64, iops(85, p, l)))
+                .collect(),
         ));
     }
     ctx.figure(&mut verdict, "asplos23-live-fig9-hit85", &fig9)?;
@@ -293,4 +308,19 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         .collect();
     verdict.setup.push(format!("measured: {}", table.join("; ")));
     Ok(verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spreads_give_the_mean_and_the_extremes() {
+        assert_eq!(spread(&[3.0, 1.0, 2.0]), (2.0, 1.0, 3.0));
+        // Three promotions at each of three setups, and two at 32 KiB
+        // lines for Fig. 9: eleven runs a round.
+        let keys = configurations();
+        assert_eq!(keys.len(), 11);
+        assert!(keys.contains(&(85, "always", 32_768)) && keys.contains(&(25, "nhit:4", 4096)));
+    }
 }

@@ -234,7 +234,10 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         for e in REPRODUCTIONS {
             println!("{:<13} {}", e.name, e.summary);
         }
-        println!("{:<13} every one above marked for it (all but the live ones), in turn", "all");
+        println!(
+            "{:<13} every one above marked for it (all but the live ones), in turn",
+            "all"
+        );
         return Ok(());
     }
     let chosen: Vec<&Entry> = if args.name == "all" {
