@@ -691,8 +691,8 @@ pub fn run(settings: &LiveSettings, points: &[LivePoint], results: &mut std::fs:
             "target": "live",
             "workload": point.workload,
             "cache_lines": point.cache_lines,
-            "live_duration": settings.duration,
-            "live_warmup": settings.warmup,
+            "live_duration_s": seconds(&settings.duration)?,
+            "live_warmup_s": seconds(&settings.warmup)?,
             "live_iodepth": settings.iodepth,
         });
         if let (Some(map), Value::Object(extra)) = (row.as_object_mut(), measured.columns()) {

@@ -161,6 +161,12 @@ const LAB_METRICS: [&str; 13] = [
 /// `iocache lab report`: the results of an experiment, one section per
 /// workload. The knobs that vary besides the cache size make the series;
 /// the ones that do not are said once at the top.
+/// A row's column, or null where the row has none (live and simulated
+/// rows, or results of different versions, have different columns).
+fn at<'a>(row: &'a serde_json::Map<String, Value>, key: &str) -> &'a Value {
+    row.get(key).unwrap_or(&Value::Null)
+}
+
 pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
     let objects: Vec<&serde_json::Map<String, Value>> = rows.iter().filter_map(Value::as_object).collect();
     // Knobs are the text columns (lab writes every knob as text).
@@ -187,7 +193,7 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
     knobs.retain(|k| objects.iter().any(|r| r.contains_key(k)));
     metrics.extend(extra_metrics);
     metrics.retain(|k| objects.iter().any(|r| r.contains_key(k)));
-    let values_of = |k: &str| -> BTreeSet<String> { objects.iter().map(|r| cell(&r[k])).collect() };
+    let values_of = |k: &str| -> BTreeSet<String> { objects.iter().map(|r| cell(at(r, k))).collect() };
     let constant: Vec<&String> = knobs.iter().filter(|k| values_of(k).len() == 1).collect();
     let varying: Vec<&String> = knobs
         .iter()
@@ -195,7 +201,7 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
         .collect();
     let mut workloads: Vec<String> = Vec::new();
     for row in &objects {
-        let w = cell(&row["workload"]);
+        let w = cell(at(row, "workload"));
         if !workloads.contains(&w) {
             workloads.push(w);
         }
@@ -221,10 +227,10 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
     let series_name = |row: &serde_json::Map<String, Value>| -> String {
         match varying.as_slice() {
             [] => "all".to_string(),
-            [one] => cell(&row[one.as_str()]),
+            [one] => cell(at(row, one)),
             many => many
                 .iter()
-                .map(|k| format!("{k}={}", cell(&row[k.as_str()])))
+                .map(|k| format!("{k}={}", cell(at(row, k))))
                 .collect::<Vec<_>>()
                 .join(" "),
         }
@@ -243,7 +249,7 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
     for workload in &workloads {
         let mine: Vec<&&serde_json::Map<String, Value>> = objects
             .iter()
-            .filter(|r| cell(&r["workload"]) == *workload)
+            .filter(|r| cell(at(r, "workload")) == *workload)
             .collect();
         let mut blocks = Vec::new();
         // One series per group, points sorted by size.
