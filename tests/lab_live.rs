@@ -158,3 +158,62 @@ fn live_errors_name_the_point_the_key_or_the_missing_program() {
     assert!(err.contains("target: `simulator`"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Ctrl-C (SIGINT to `lab run` alone) in the middle of a live point stops
+/// fio and the server, writes no row for the point and says why.
+#[test]
+fn an_interrupted_live_run_stops_its_server() {
+    if !have_fio() {
+        eprintln!("skipped: fio is not installed (apt-get install fio); the live target needs it");
+        return;
+    }
+    let dir = temp_dir("interrupt");
+    let live = dir.join("live");
+    std::fs::create_dir_all(&live).unwrap();
+    std::fs::write(dir.join("w.toml"), SPEC).unwrap();
+    std::fs::write(
+        dir.join("e.toml"),
+        format!(
+            "target = [\"live\"]\n[[workload]]\nname = \"z\"\nspec = \"w.toml\"\n\
+             [live]\ndir = \"{}\"\nduration = \"60s\"\nwarmup = \"0s\"\niodepth = 2\n",
+            live.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["lab", "run", "e.toml"])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until fio runs against the server (its job file is written).
+    let started = std::time::Instant::now();
+    let running = || {
+        std::fs::read_dir(&live)
+            .unwrap()
+            .flatten()
+            .any(|d| d.path().join("measure.fio").exists())
+    };
+    while !running() {
+        assert!(started.elapsed().as_secs() < 60, "the live point never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill(2) on our own child's id.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("interrupted") && stderr.contains("live point 0"),
+        "{stderr}"
+    );
+    assert!(started.elapsed().as_secs() < 50, "it ran fio to the end");
+    let left = processes_mentioning(&live.display().to_string());
+    assert!(left.is_empty(), "still running: {left:?}");
+    assert_eq!(std::fs::read_dir(&live).unwrap().count(), 0);
+    let rows = std::fs::read_to_string(dir.join("e.results.jsonl")).unwrap_or_default();
+    assert!(rows.trim().is_empty(), "{rows}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
