@@ -1,8 +1,9 @@
 //! `iocache lab run` with `target = ["sim", "live"]` end to end: a 2-point
 //! grid runs in the simulator and against `iocache serve` driven by fio
-//! over NBD (a second of fio per point); each point gets a simulated and a
-//! live row with sane measurements, a rerun runs nothing, and no server
-//! outlives the run. Skipped, with the reason printed, when fio is absent
+//! over NBD (a second of fio per point), as two shards merged; each point
+//! gets a simulated and a live row with sane measurements, a rerun runs
+//! nothing, the report takes both, no server outlives the run, and Ctrl-C
+//! stops the server it interrupts. Skipped, with the reason printed, when fio is absent
 //! (CI installs it). The errors that need no fio run everywhere.
 
 use std::path::{Path, PathBuf};
@@ -83,7 +84,26 @@ fn a_live_grid_gets_a_row_beside_each_simulated_one_and_stops_its_servers() {
         ),
     )
     .unwrap();
-    let o = iocache(&["lab", "run", "e.toml", "--csv", "e.csv"], &dir);
+    // Two shards (a point each, simulated and live), merged.
+    for (shard, out) in [("0/2", "a.jsonl"), ("1/2", "b.jsonl")] {
+        let o = iocache(&["lab", "run", "e.toml", "--shard", shard, "--out", out], &dir);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let part = std::fs::read_to_string(dir.join(out)).unwrap();
+        assert_eq!(part.lines().count(), 2, "{shard}: {part}");
+    }
+    let o = iocache(
+        &[
+            "lab",
+            "merge",
+            "a.jsonl",
+            "b.jsonl",
+            "-o",
+            "e.results.jsonl",
+            "--csv",
+            "e.csv",
+        ],
+        &dir,
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = std::fs::read_to_string(dir.join("e.results.jsonl")).unwrap();
     let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -121,13 +141,19 @@ fn a_live_grid_gets_a_row_beside_each_simulated_one_and_stops_its_servers() {
     let left = processes_mentioning(&live.display().to_string());
     assert!(left.is_empty(), "still running: {left:?}");
     assert_eq!(std::fs::read_dir(&live).unwrap().count(), 0);
-    // A rerun finds every point (simulated and live) done.
+    // A rerun over the merged results finds every point (simulated and live) done.
     let o = iocache(&["lab", "run", "e.toml"], &dir);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
         std::fs::read_to_string(dir.join("e.results.jsonl")).unwrap(),
         text
     );
+    // The report takes simulated and live rows together (their columns
+    // differ) and plots the live latency columns.
+    let o = iocache(&["lab", "report", "e.results.jsonl"], &dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let page = std::fs::read_to_string(dir.join("e.results.html")).unwrap();
+    assert!(page.contains("read_p99_ns") && page.contains("live"), "{page}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
