@@ -381,14 +381,24 @@ pub fn run(args: RunArgs) -> Result<()> {
         .iter()
         .filter(|p| targets.sim && p.index % shards == shard && !done.contains(&p.id(&experiment.workloads)))
         .collect();
-    log::info!(
-        "{file}: {} points in the grid, {} in this shard, {} already in {}, {} to run",
-        all.len(),
-        all.iter().filter(|p| p.index % shards == shard).count(),
-        all.iter().filter(|p| p.index % shards == shard).count() - todo.len(),
-        out.display(),
-        todo.len()
-    );
+    let in_shard = all.iter().filter(|p| p.index % shards == shard).count();
+    if targets.live {
+        log::info!(
+            "{file}: {} points in the grid, {in_shard} in this shard; to run: {} simulated, {} live (the others are in {})",
+            all.len(),
+            todo.len(),
+            live_todo.len(),
+            out.display()
+        );
+    } else {
+        log::info!(
+            "{file}: {} points in the grid, {in_shard} in this shard, {} already in {}, {} to run",
+            all.len(),
+            in_shard - todo.len(),
+            out.display(),
+            todo.len()
+        );
+    }
     let mut results = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
