@@ -113,7 +113,8 @@ def fio(uri, name, extra, seconds=SECONDS):
     for kind in ("read", "write"):
         k = job[kind]
         pct = k.get("clat_ns", {}).get("percentile", {})
-        res[kind] = {"iops": k["iops"], "mbps": k["bw_bytes"] / 1e6, "p50_us": pct.get("50.000000", 0) / 1e3,
+        res[kind] = {"iops": k["iops"], "ios": k["total_ios"], "mbps": k["bw_bytes"] / 1e6,
+                     "p50_us": pct.get("50.000000", 0) / 1e3,
                      "p99_us": pct.get("99.000000", 0) / 1e3, "p9999_us": pct.get("99.990000", 0) / 1e3}
     return res
 

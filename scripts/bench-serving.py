@@ -20,7 +20,13 @@ sequential 64 KiB and 1 MiB reads and writes (MB/s) at QD 4. Over the Unix
 socket, and over TCP on loopback with --tcp. Systems alternate within each
 round; ROUNDS rounds.
 
-Usage: scripts/bench-serving.py [--seconds S] [--rounds N] [--tcp] [--baseline PATH] [--only LIST]
+With --cpu, every (workload, system) gets a server of its own, and the
+server's CPU time and context switches (all its threads, from wait4 when it
+exits, less those of a server started, warmed and stopped without a
+workload) are divided by the requests fio completed: CPU µs and switches
+per request, which a busy machine disturbs far less than IOPS.
+
+Usage: scripts/bench-serving.py [--seconds S] [--rounds N] [--tcp] [--baseline PATH] [--only LIST] [--cpu]
 Needs: fio, nbdkit, a release build (cargo build --release).
 """
 
@@ -100,11 +106,18 @@ class Server:
         fio(self.uri(), ["--rw=read", "--bs=1m", f"--size={RANGE}", "--iodepth=4"], seconds=0)
 
     def stop(self):
+        """Stops the server; returns (CPU seconds, context switches) of all its threads."""
         self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                self.proc.returncode = status
+                return usage.ru_utime + usage.ru_stime, usage.ru_nvcsw + usage.ru_nivcsw
+            time.sleep(0.01)
+        self.proc.kill()
+        _, _, usage = os.wait4(self.proc.pid, 0)
+        return usage.ru_utime + usage.ru_stime, usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def fio(uri, extra, seconds=None):
@@ -131,6 +144,7 @@ def main():
     ap.add_argument("--tcp", action="store_true")
     ap.add_argument("--baseline", help="another iocache binary to compare in the same run")
     ap.add_argument("--only", help="comma-separated workload numbers (1-based) to run")
+    ap.add_argument("--cpu", action="store_true", help="a server per workload: CPU µs and context switches per request")
     args = ap.parse_args()
     BASELINE = os.path.abspath(args.baseline) if args.baseline else None
     for tool in ("fio", "nbdkit", "nbdinfo"):
@@ -146,6 +160,8 @@ def main():
     workloads = WORKLOADS
     if args.only:
         workloads = [WORKLOADS[int(i) - 1] for i in args.only.split(",")]
+    if args.cpu:
+        return cpu_main(args, names, workloads)
     results = {}  # (workload, system) -> list of (value, p50, p9999)
     for round_no in range(args.rounds):
         order = names if round_no % 2 == 0 else list(reversed(names))
@@ -175,6 +191,44 @@ def main():
                 cells.append(f"{value / 1000:.1f}k IOPS, p50 {p50:.0f} µs, p99.99 {p9999:.0f} µs")
             else:
                 cells.append(f"{value:.0f} MB/s")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+def cpu_main(args, names, workloads):
+    """--cpu: a server per (workload, system); its CPU and context switches per request."""
+    results = {}  # (workload, system) -> list of (value, cpu µs per request, switches per request)
+    for round_no in range(args.rounds):
+        order = names if round_no % 2 == 0 else list(reversed(names))
+        for i, name in enumerate(order):
+            idle = Server(name, args.tcp, 10900 + i)
+            idle.start()
+            idle_cpu, idle_cs = idle.stop()
+            for label, extra, kind, unit in workloads:
+                server = Server(name, args.tcp, 10900 + i)
+                server.start()
+                try:
+                    r = fio(server.uri(), extra + [f"--size={RANGE}"], seconds=args.seconds)[kind]
+                finally:
+                    cpu, cs = server.stop()
+                ios = max(r["ios"], 1)
+                cpu_us = max(cpu - idle_cpu, 0) * 1e6 / ios
+                cs_per = max(cs - idle_cs, 0) / ios
+                results.setdefault((label, name), []).append((r[unit], cpu_us, cs_per))
+                print(f"round {round_no + 1} {name:14} {label:22} {r[unit]:10.0f} {unit}"
+                      f"  {cpu_us:.2f} CPU µs/req  {cs_per:.3f} switches/req", file=sys.stderr, flush=True)
+    transport = "TCP loopback" if args.tcp else "Unix socket"
+    print(f"# Server CPU per request, {transport}: {args.rounds} rounds of {args.seconds} s, alternated; medians\n")
+    print("| workload | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    for label, _, _, unit in workloads:
+        cells = []
+        for name in names:
+            rows = results[(label, name)]
+            value = statistics.median(r[0] for r in rows)
+            cpu_us = statistics.median(r[1] for r in rows)
+            cs_per = statistics.median(r[2] for r in rows)
+            shown = f"{value / 1000:.1f}k IOPS" if unit == "iops" else f"{value:.0f} MB/s"
+            cells.append(f"{cpu_us:.2f} µs, {cs_per:.2f} cs ({shown})")
         print(f"| {label} | " + " | ".join(cells) + " |")
 
 

@@ -205,6 +205,7 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
             "transmissions": s.transmissions,
             "requests": s.requests,
             "errors": s.errors,
+            "served_inline": s.served_inline,
             "inflight_bytes": s.inflight_bytes,
             "peak_inflight_bytes": s.peak_inflight_bytes,
             "refused_connections": s.refused_connections,

@@ -14,8 +14,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use iocache_core::{LineSize, PolicySpec};
+use iocache_sim::timing::{parse_device, ArrivalMode};
 use iocache_sim::workload::WorkloadSpec;
-use iocache_sim::{simulate, CacheSettings, CacheSize, RunSpec, SimOptions};
+use iocache_sim::{
+    simulate_each, AdaptSpec, CacheSettings, CacheSize, Restarts, RunSpec, SimOptions, TallyOptions,
+    TimingSetup, Warmup,
+};
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -77,10 +81,15 @@ pub struct MergeArgs {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Experiment {
+    /// Per-volume results (`FILE.volumes.jsonl`), and per volume in the series.
+    #[serde(default)]
+    per_volume: bool,
     #[serde(rename = "workload")]
     workloads: Vec<WorkloadEntry>,
     #[serde(default)]
     grid: Grid,
+    /// A per-window series of every point (`FILE.series.jsonl`).
+    series: Option<SeriesSection>,
     /// `["sim"]` (default), `["live"]` or both (src/lab_live.rs).
     target: Option<Vec<String>>,
     /// How live points run (`[live]`; docs/lab.md).
@@ -98,58 +107,96 @@ struct WorkloadEntry {
     spec: Option<PathBuf>,
 }
 
-/// A list of values per knob; every combination is a point.
-#[derive(Deserialize)]
+/// The knobs of a grid, in the order points are enumerated (the last
+/// varies fastest), each with its default: one value, as `iocache sim`
+/// takes it. A `[grid]` key names a knob and lists its values.
+const KNOBS: [(&str, &str); 18] = [
+    ("policy", "lru"),
+    ("cache_size", "16MiB"),
+    ("line_size", "4KiB"),
+    ("write_policy", "wb"),
+    ("promotion", "always"),
+    ("flush", "nop"),
+    ("write_miss_bypass", "false"),
+    ("seq_cutoff", "off"),
+    ("warmup", "0"),
+    ("timing", "false"),
+    ("cache_device", "ramdisk"),
+    ("backend_device", "ssd-raid5"),
+    ("speed", "1"),
+    ("closed_loop", "off"),
+    ("adapt", "none"),
+    ("reca_window", "100000"),
+    ("reca_table", "built-in"),
+    ("restart_every", "off"),
+];
+
+/// Knobs from this index on came after results files existed: a point's
+/// id names one only when it is not at its default, so the ids of older
+/// results (and so their resumption) stay as they were.
+const FIRST_LATER_KNOB: usize = 8;
+
+/// The device knobs: any of them in the grid turns timing on (as any
+/// device option does in `sim`); without timing they do not apply.
+const TIMING_KNOBS: [&str; 4] = ["cache_device", "backend_device", "speed", "closed_loop"];
+
+/// What the results record beside each point's totals.
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct Grid {
-    #[serde(default = "one_lru")]
-    policy: Vec<String>,
-    /// `sim --cache-size`'s grammar: a bare number is lines.
-    #[serde(default = "one_size")]
-    cache_size: Vec<String>,
-    #[serde(default = "one_line")]
-    line_size: Vec<String>,
-    #[serde(default = "one_wb")]
-    write_policy: Vec<String>,
-    #[serde(default = "one_always")]
-    promotion: Vec<String>,
-    #[serde(default = "one_nop")]
-    flush: Vec<String>,
-    #[serde(default = "one_false")]
-    write_miss_bypass: Vec<bool>,
-    #[serde(default = "one_off")]
-    seq_cutoff: Vec<String>,
+struct SeriesSection {
+    /// A window of trace time (`1s`) or of requests (`10000`, `10000req`).
+    every: String,
 }
 
-impl Default for Grid {
-    fn default() -> Self {
-        toml::from_str("").expect("every key has a default")
+/// The `[grid]` table: knob name to its list of values.
+type Grid = BTreeMap<String, toml::Value>;
+
+/// A knob value as text: strings as they are, numbers and booleans as TOML writes them.
+fn knob_text(file: &str, key: &str, value: &toml::Value) -> Result<String> {
+    Ok(match value {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        other => bail!("{file}: grid.{key}: `{other:?}` is not a knob value (a string, number or boolean)"),
+    })
+}
+
+/// Each knob's values, in [`KNOBS`] order, defaults filled in.
+fn grid_values(grid: &Grid, file: &str) -> Result<Vec<(&'static str, Vec<String>)>> {
+    for key in grid.keys() {
+        if key == "per_volume" {
+            bail!("{file}: grid.per_volume: not a knob; `per_volume = true` goes at the top of the file, before the first [[workload]]");
+        }
+        if !KNOBS.iter().any(|(k, _)| k == key) {
+            let known: Vec<&str> = KNOBS.iter().map(|(k, _)| *k).collect();
+            bail!(
+                "{file}: grid.{key}: not a knob; the knobs are {}",
+                known.join(", ")
+            );
+        }
     }
-}
-
-fn one_lru() -> Vec<String> {
-    vec!["lru".into()]
-}
-fn one_size() -> Vec<String> {
-    vec!["16MiB".into()]
-}
-fn one_line() -> Vec<String> {
-    vec!["4KiB".into()]
-}
-fn one_wb() -> Vec<String> {
-    vec!["wb".into()]
-}
-fn one_always() -> Vec<String> {
-    vec!["always".into()]
-}
-fn one_nop() -> Vec<String> {
-    vec!["nop".into()]
-}
-fn one_false() -> Vec<bool> {
-    vec![false]
-}
-fn one_off() -> Vec<String> {
-    vec!["off".into()]
+    let timed_by_default = TIMING_KNOBS.iter().any(|k| grid.contains_key(*k));
+    KNOBS
+        .iter()
+        .map(|&(key, default)| {
+            let values = match grid.get(key) {
+                None if key == "timing" => vec![timed_by_default.to_string()],
+                None => vec![default.to_string()],
+                Some(toml::Value::Array(list)) if list.is_empty() => {
+                    bail!("{file}: grid.{key}: an empty list has no point; leave the key out for the default")
+                }
+                Some(toml::Value::Array(list)) => list
+                    .iter()
+                    .map(|v| knob_text(file, key, v))
+                    .collect::<Result<Vec<_>>>()?,
+                Some(_) => {
+                    bail!("{file}: grid.{key}: expected a list of values, e.g. {key} = [\"{default}\"]")
+                }
+            };
+            Ok((key, values))
+        })
+        .collect()
 }
 
 /// One point: its index in the grid, its knobs as text, its run.
@@ -160,115 +207,283 @@ struct Point {
     /// lines, set when the workload is read (libCacheSim's cachesim sizes
     /// caches this way).
     footprint_share: Option<f64>,
+    /// The knobs that apply to this point (device knobs only with timing,
+    /// ReCA's only with `adapt = "reca"`).
     knobs: BTreeMap<&'static str, String>,
     spec: RunSpec,
+    /// Everything but the warmup, which a fraction sets per workload.
+    options: SimOptions,
+    warmup: Warmup,
 }
 
 impl Point {
-    /// Names the point in results: the workload and every knob.
+    /// Names the point in results: the workload and every knob (the later
+    /// knobs only when not at their default).
     fn id(&self, workloads: &[WorkloadEntry]) -> String {
-        let knobs: Vec<String> = self.knobs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let knobs: Vec<String> = self
+            .knobs
+            .iter()
+            .filter(|(k, v)| match KNOBS.iter().position(|(name, _)| name == *k) {
+                Some(i) if i >= FIRST_LATER_KNOB => KNOBS[i].1 != v.as_str(),
+                _ => true,
+            })
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         format!("{}|{}", workloads[self.workload].name, knobs.join("|"))
     }
 }
 
-fn points(experiment: &Experiment, file: &str) -> Result<Vec<Point>> {
-    let g = &experiment.grid;
-    let at = |key: &str, e: String| anyhow!("{file}: grid.{key}: {e}");
+/// Every point of the grid, each checked: values that do not parse, and
+/// combinations that cannot run together, are refused here, before any
+/// workload is read.
+fn points(experiment: &Experiment, file: &str, dir: &Path) -> Result<Vec<Point>> {
+    let values = grid_values(&experiment.grid, file)?;
+    let tally = tally_options(experiment, file)?;
+    let mut combos: Vec<BTreeMap<&'static str, String>> = Vec::new();
+    // An odometer over the lists, the last knob turning fastest.
+    let mut at = vec![0usize; values.len()];
+    'combos: loop {
+        combos.push(
+            values
+                .iter()
+                .zip(&at)
+                .map(|((k, list), &i)| (*k, list[i].clone()))
+                .collect(),
+        );
+        for digit in (0..at.len()).rev() {
+            at[digit] += 1;
+            if at[digit] < values[digit].1.len() {
+                continue 'combos;
+            }
+            at[digit] = 0;
+        }
+        break;
+    }
+    let mut reca_tables: BTreeMap<(String, u64), iocache_sim::reca::RecaOptions> = BTreeMap::new();
+    let mut resolved: Vec<(BTreeMap<&'static str, String>, Resolved)> = Vec::new();
+    let mut seen: BTreeSet<Vec<(&'static str, String)>> = BTreeSet::new();
+    for mut knobs in combos {
+        let point = resolve(&mut knobs, file, dir, tally, &mut reca_tables)?;
+        // Knobs that do not apply were dropped: points that then coincide are one.
+        if seen.insert(knobs.iter().map(|(k, v)| (*k, v.clone())).collect()) {
+            resolved.push((knobs, point));
+        }
+    }
     let mut points = Vec::new();
     for workload in 0..experiment.workloads.len() {
-        for policy in &g.policy {
-            let policy_spec: PolicySpec = policy
-                .parse()
-                .map_err(|e: iocache_core::CoreError| at("policy", e.to_string()))?;
-            for size in &g.cache_size {
-                let footprint_share = match size.trim().strip_suffix('%') {
-                    None => None,
-                    Some(pct) => Some(
-                        pct.trim()
-                            .parse::<f64>()
-                            .ok()
-                            .filter(|p| *p > 0.0 && *p <= 100.0)
-                            .ok_or_else(|| {
-                                at(
-                                    "cache_size",
-                                    format!(
-                                        "`{size}`: a share of the footprint is above 0 % and at most 100 %"
-                                    ),
-                                )
-                            })?
-                            / 100.0,
-                    ),
-                };
-                // A share is sized per workload when it is read.
-                let cache_size: CacheSize = if footprint_share.is_some() {
-                    CacheSize::Lines(1)
-                } else {
-                    size.parse()
-                        .map_err(|e: iocache_sim::SimError| at("cache_size", e.to_string()))?
-                };
-                for line in &g.line_size {
-                    let bytes = iocache_core::units::parse_byte_size(line)
-                        .map_err(|e| at("line_size", e.to_string()))?;
-                    let line_size = LineSize::new(bytes).map_err(|e| at("line_size", e.to_string()))?;
-                    for wp in &g.write_policy {
-                        for promotion in &g.promotion {
-                            for flush in &g.flush {
-                                for &bypass in &g.write_miss_bypass {
-                                    for cutoff in &g.seq_cutoff {
-                                        let settings = CacheSettings {
-                                            write_policy: wp.parse().map_err(
-                                                |e: iocache_core::CoreError| {
-                                                    at("write_policy", e.to_string())
-                                                },
-                                            )?,
-                                            promotion: promotion.parse().map_err(
-                                                |e: iocache_core::CoreError| at("promotion", e.to_string()),
-                                            )?,
-                                            cleaning: flush.parse().map_err(
-                                                |e: iocache_core::CoreError| at("flush", e.to_string()),
-                                            )?,
-                                            write_miss_bypass: bypass,
-                                            seq_cutoff: cutoff.parse().map_err(
-                                                |e: iocache_core::CoreError| at("seq_cutoff", e.to_string()),
-                                            )?,
-                                        };
-                                        let capacity_lines = cache_size
-                                            .lines(line_size)
-                                            .map_err(|e| at("cache_size", e.to_string()))?;
-                                        let knobs = BTreeMap::from([
-                                            ("policy", policy.clone()),
-                                            ("cache_size", size.clone()),
-                                            ("line_size", line.clone()),
-                                            ("write_policy", wp.clone()),
-                                            ("promotion", promotion.clone()),
-                                            ("flush", flush.clone()),
-                                            ("write_miss_bypass", bypass.to_string()),
-                                            ("seq_cutoff", cutoff.clone()),
-                                        ]);
-                                        points.push(Point {
-                                            index: points.len(),
-                                            workload,
-                                            footprint_share,
-                                            knobs,
-                                            spec: RunSpec {
-                                                policy: policy_spec.clone(),
-                                                size: cache_size,
-                                                capacity_lines,
-                                                line_size,
-                                                settings,
-                                            },
-                                        });
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+        for (knobs, r) in &resolved {
+            points.push(Point {
+                index: points.len(),
+                workload,
+                footprint_share: r.footprint_share,
+                knobs: knobs.clone(),
+                spec: r.spec.clone(),
+                options: r.options.clone(),
+                warmup: r.warmup,
+            });
         }
     }
     Ok(points)
+}
+
+/// The `[series]` and `per_volume` settings, as the simulator takes them.
+fn tally_options(experiment: &Experiment, file: &str) -> Result<TallyOptions> {
+    Ok(TallyOptions {
+        series: experiment
+            .series
+            .as_ref()
+            .map(|s| iocache_sim::tally::parse_every(&s.every))
+            .transpose()
+            .map_err(|e| anyhow!("{file}: series.every: {e}"))?,
+        per_volume: experiment.per_volume,
+    })
+}
+
+/// What one combination of knob values runs (see [`Point`]).
+struct Resolved {
+    footprint_share: Option<f64>,
+    spec: RunSpec,
+    options: SimOptions,
+    warmup: Warmup,
+}
+
+/// One combination's run: its spec, options and warmup, with the knobs
+/// that do not apply to it removed from `knobs`.
+fn resolve(
+    knobs: &mut BTreeMap<&'static str, String>,
+    file: &str,
+    dir: &Path,
+    tally: TallyOptions,
+    reca_tables: &mut BTreeMap<(String, u64), iocache_sim::reca::RecaOptions>,
+) -> Result<Resolved> {
+    let at = |key: &str, e: String| anyhow!("{file}: grid.{key}: {e}");
+    let given = knobs.clone();
+    let k = |key: &str| given[key].clone();
+    let policy = k("policy");
+    let policy_spec: PolicySpec = policy
+        .parse()
+        .map_err(|e: iocache_core::CoreError| at("policy", e.to_string()))?;
+    let size = k("cache_size");
+    let footprint_share = match size.trim().strip_suffix('%') {
+        None => None,
+        Some(pct) => Some(
+            pct.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|p| *p > 0.0 && *p <= 100.0)
+                .ok_or_else(|| {
+                    at(
+                        "cache_size",
+                        format!("`{size}`: a share of the footprint is above 0 % and at most 100 %"),
+                    )
+                })?
+                / 100.0,
+        ),
+    };
+    // A share is sized per workload when it is read.
+    let cache_size: CacheSize = if footprint_share.is_some() {
+        CacheSize::Lines(1)
+    } else {
+        size.parse()
+            .map_err(|e: iocache_sim::SimError| at("cache_size", e.to_string()))?
+    };
+    let bytes =
+        iocache_core::units::parse_byte_size(&k("line_size")).map_err(|e| at("line_size", e.to_string()))?;
+    let line_size = LineSize::new(bytes).map_err(|e| at("line_size", e.to_string()))?;
+    let core = |key: &str, e: iocache_core::CoreError| at(key, e.to_string());
+    let bypass = match k("write_miss_bypass").as_str() {
+        "true" => true,
+        "false" => false,
+        other => return Err(at("write_miss_bypass", format!("`{other}` is not true or false"))),
+    };
+    let settings = CacheSettings {
+        write_policy: k("write_policy").parse().map_err(|e| core("write_policy", e))?,
+        promotion: k("promotion").parse().map_err(|e| core("promotion", e))?,
+        cleaning: k("flush").parse().map_err(|e| core("flush", e))?,
+        write_miss_bypass: bypass,
+        seq_cutoff: k("seq_cutoff").parse().map_err(|e| core("seq_cutoff", e))?,
+    };
+    let capacity_lines = cache_size
+        .lines(line_size)
+        .map_err(|e| at("cache_size", e.to_string()))?;
+    let spec = RunSpec {
+        policy: policy_spec,
+        size: cache_size,
+        capacity_lines,
+        line_size,
+        settings,
+    };
+    let warmup: Warmup = k("warmup")
+        .parse()
+        .map_err(|e: iocache_sim::SimError| at("warmup", e.to_string()))?;
+
+    // Timing: on with `timing = true`; the device knobs apply only then.
+    let timed = match k("timing").as_str() {
+        "true" => true,
+        "false" => false,
+        other => return Err(at("timing", format!("`{other}` is not true or false"))),
+    };
+    let timing = if timed {
+        let device = |key: &str| parse_device(&given[key]).map_err(|e| at(key, e.to_string()));
+        let speed = k("speed");
+        let closed = k("closed_loop");
+        let arrivals = match closed.as_str() {
+            "off" => ArrivalMode::Open {
+                speed: speed
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s > 0.0)
+                    .ok_or_else(|| at("speed", format!("`{speed}` is not a factor above 0")))?,
+            },
+            n => {
+                if speed != "1" {
+                    bail!(
+                        "{file}: grid: speed = {speed} with closed_loop = {n}: a replay is open loop at a speed \
+                         or closed loop, not both (give closed_loop = \"off\" with a speed, or speed = 1 with a loop)"
+                    );
+                }
+                ArrivalMode::Closed {
+                    outstanding: n.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        at("closed_loop", format!("`{n}` is neither off nor a count above 0"))
+                    })?,
+                }
+            }
+        };
+        Some(TimingSetup {
+            cache: device("cache_device")?,
+            backend: device("backend_device")?,
+            arrivals,
+            series_interval_ns: None,
+        })
+    } else {
+        for key in TIMING_KNOBS {
+            knobs.remove(key);
+        }
+        None
+    };
+
+    let adapt_text = k("adapt");
+    let (reca, adapt) = match adapt_text.trim() {
+        "none" => (None, None),
+        "reca" => {
+            let window_text = k("reca_window");
+            let window: u64 = window_text
+                .parse()
+                .map_err(|_| at("reca_window", format!("`{window_text}` is not a request count")))?;
+            let table = k("reca_table");
+            let key = (table.clone(), window);
+            if !reca_tables.contains_key(&key) {
+                let path = (table != "built-in").then(|| dir.join(&table));
+                let options = crate::reca_cli::reca_options(
+                    path.as_deref(),
+                    window,
+                    &format!("{file}: grid.reca_table `{table}`"),
+                    &format!("{file}: grid.reca_window"),
+                )?;
+                reca_tables.insert(key.clone(), options);
+            }
+            (Some(reca_tables[&key].clone()), None)
+        }
+        other => {
+            let spec: AdaptSpec = other
+                .parse()
+                .map_err(|e: iocache_sim::SimError| at("adapt", format!("{e}; or none, reca")))?;
+            if timing.is_none() {
+                bail!(
+                    "{file}: grid: adapt = {other} with timing = false: the controller reads the simulated \
+                     device queues; give the grid a device knob (cache_device, backend_device, speed, \
+                     closed_loop) or timing = [true]"
+                );
+            }
+            (None, Some(spec))
+        }
+    };
+    if reca.is_none() {
+        knobs.remove("reca_window");
+        knobs.remove("reca_table");
+    }
+    let restarts_text = k("restart_every");
+    let restarts: Option<Restarts> = match restarts_text.trim() {
+        "off" => None,
+        text => Some(
+            text.parse()
+                .map_err(|e: iocache_sim::SimError| at("restart_every", e.to_string()))?,
+        ),
+    };
+    let options = SimOptions {
+        timing,
+        reca,
+        adapt,
+        restarts,
+        tally,
+        ..SimOptions::default()
+    };
+    Ok(Resolved {
+        footprint_share,
+        spec,
+        options,
+        warmup,
+    })
 }
 
 fn parse_shard(text: &str) -> Result<(usize, usize)> {
@@ -354,7 +569,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         bail!("{file}: no [[workload]]");
     }
     let dir = args.experiment.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let all = points(&experiment, &file)?;
+    let all = points(&experiment, &file, &dir)?;
     let (shard, shards) = args
         .shard
         .as_deref()
@@ -404,6 +619,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         .append(true)
         .open(&out)
         .with_context(|| format!("--out {}", out.display()))?;
+    let mut side_files: BTreeMap<&'static str, std::fs::File> = BTreeMap::new();
     let started = std::time::Instant::now();
     for (w, entry) in experiment.workloads.iter().enumerate() {
         let points: Vec<&&Point> = todo.iter().filter(|p| p.workload == w).collect();
@@ -418,7 +634,18 @@ pub fn run(args: RunArgs) -> Result<()> {
                 slot.insert(footprint_lines(open_workload(entry, &dir, &file)?, line)?);
             }
         }
-        let specs: Vec<RunSpec> = points
+        // Warmups given as a fraction: one counting pass.
+        let records = if points.iter().any(|p| matches!(p.warmup, Warmup::Fraction(_))) {
+            Some(
+                open_workload(entry, &dir, &file)?
+                    .by_ref()
+                    .try_fold(0u64, |n, r| r.map(|_| n + 1))?,
+            )
+        } else {
+            None
+        };
+        let threads = args.threads.unwrap_or(SimOptions::default().threads).max(1);
+        let runs: Vec<(RunSpec, SimOptions)> = points
             .iter()
             .map(|p| {
                 let mut spec = p.spec.clone();
@@ -427,49 +654,73 @@ pub fn run(args: RunArgs) -> Result<()> {
                     spec.size = CacheSize::Lines(lines);
                     spec.capacity_lines = lines;
                 }
-                spec
+                let mut options = p.options.clone();
+                options.threads = threads;
+                options.warmup_requests = match p.warmup {
+                    Warmup::None => 0,
+                    Warmup::Requests(n) => n,
+                    Warmup::Fraction(f) => (records.unwrap_or(0) as f64 * f).round() as u64,
+                };
+                (spec, options)
             })
             .collect();
         let mut reader = open_workload(entry, &dir, &file)?;
-        let options = SimOptions {
-            threads: args.threads.unwrap_or(SimOptions::default().threads).max(1),
-            ..SimOptions::default()
-        };
         let mut bar = crate::progress::Bar::new(std::io::stderr().is_terminal());
-        let report = simulate(&mut reader, &specs, &options, &mut |r, n| bar.update(r, n))
+        let report = simulate_each(&mut reader, &runs, threads, &mut |r, n| bar.update(r, n))
             .with_context(|| format!("workload `{}`", entry.name))?;
         bar.finish();
-        for (point, run) in points.iter().zip(&report.runs) {
+        let mut main_rows = String::new();
+        for ((point, run), (_, options)) in points.iter().zip(&report.runs).zip(&runs) {
             let footprint = footprints.get(&run.spec.line_size.bytes()).copied();
-            let s = &run.stats;
-            let mut row = json!({
-                "point": point.index,
-                "point_id": point.id(&experiment.workloads),
-                "target": "sim",
-                "workload": entry.name,
-                "requests": report.trace_records,
-                "accesses": s.accesses,
-                "hits": s.full_hits,
-                "hit_ratio": s.hit_ratio(),
-                "byte_hit_ratio": s.byte_hit_ratio(),
-                "read_hits": s.read_hits,
-                "write_hits": s.write_hits,
-                "promotions": s.promotions,
-                "evictions": s.evictions,
-                "write_backs": s.dirty_writebacks + s.flushed_lines,
-                "cache_lines": run.spec.capacity_lines,
-                "footprint_lines": footprint,
-                "seconds": run.wall_seconds,
-            });
-            if let Some(map) = row.as_object_mut() {
+            let id = point.id(&experiment.workloads);
+            let head = |map: &mut serde_json::Map<String, Value>| {
+                map.insert("point".into(), json!(point.index));
+                map.insert("point_id".into(), json!(id));
+                map.insert("workload".into(), json!(entry.name));
                 for (k, v) in &point.knobs {
                     map.insert((*k).to_string(), Value::String(v.clone()));
                 }
+            };
+            let mut row = result_row(run, report.trace_records, footprint, options.warmup_requests);
+            head(&mut row);
+            row.insert("target".into(), json!("sim"));
+            // Series and per-volume rows go first: a point in the results
+            // has its side rows (a rerun after a cut may repeat some, which
+            // readers take once).
+            for window in &run.series {
+                let mut side = to_object(window)?;
+                head(&mut side);
+                let by_requests = matches!(
+                    run.series_every,
+                    Some(iocache_sim::trace_stats::Window::Requests { .. })
+                );
+                side.insert("by_requests".into(), json!(by_requests));
+                writeln!(
+                    side_file(&mut side_files, &out, SERIES)?,
+                    "{}",
+                    Value::Object(side)
+                )?;
             }
-            // One line per point, written as soon as its workload's pass
-            // ends: an interrupted run keeps what it finished.
-            writeln!(results, "{row}")?;
+            // In volume order, as `lab merge` joins them.
+            let mut volumes: Vec<&iocache_sim::VolumeResult> = run.volumes.iter().collect();
+            volumes.sort_by_key(|v| v.volume);
+            for volume in volumes {
+                let mut side = to_object(volume)?;
+                head(&mut side);
+                writeln!(
+                    side_file(&mut side_files, &out, VOLUMES)?,
+                    "{}",
+                    Value::Object(side)
+                )?;
+            }
+            main_rows += &(Value::Object(row).to_string() + "\n");
         }
+        for file in side_files.values_mut() {
+            file.flush()?;
+        }
+        // One line per point, written as soon as its workload's pass
+        // ends: an interrupted run keeps what it finished.
+        results.write_all(main_rows.as_bytes())?;
         results.flush()?;
         log::info!(
             "workload `{}`: {} in {:.1} s",
@@ -519,9 +770,100 @@ fn run_live(
             knobs: &p.knobs,
             cache_lines,
             line_bytes: line.bytes(),
+            dir,
         });
     }
     crate::lab_live::run(settings, &live, results)
+}
+
+/// The side files beside a results file: `R.series.jsonl` (the cache
+/// series, one line per point per window) and `R.volumes.jsonl` (one line
+/// per point per volume), for results `R.jsonl`.
+const SERIES: &str = "series.jsonl";
+const VOLUMES: &str = "volumes.jsonl";
+
+fn side_path(results: &Path, kind: &str) -> PathBuf {
+    results.with_extension(kind)
+}
+
+/// The side file `kind` beside `results`, opened for appending on first use.
+fn side_file<'a>(
+    files: &'a mut BTreeMap<&'static str, std::fs::File>,
+    results: &Path,
+    kind: &'static str,
+) -> Result<&'a mut std::fs::File> {
+    if !files.contains_key(kind) {
+        let path = side_path(results, kind);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("{}", path.display()))?;
+        files.insert(kind, file);
+    }
+    Ok(files.get_mut(kind).expect("inserted above"))
+}
+
+fn to_object(value: &impl serde::Serialize) -> Result<serde_json::Map<String, Value>> {
+    match serde_json::to_value(value)? {
+        Value::Object(map) => Ok(map),
+        other => bail!("expected an object, got {other}"),
+    }
+}
+
+/// A point's results: the totals, and the timing, restart and controller
+/// figures when the point had them.
+fn result_row(
+    run: &iocache_sim::RunResult,
+    trace_records: u64,
+    footprint: Option<u64>,
+    warmup: u64,
+) -> serde_json::Map<String, Value> {
+    let s = &run.stats;
+    let mut row = json!({
+        "requests": trace_records,
+        "accesses": s.accesses,
+        "hits": s.full_hits,
+        "hit_ratio": s.hit_ratio(),
+        "byte_hit_ratio": s.byte_hit_ratio(),
+        "read_hits": s.read_hits,
+        "write_hits": s.write_hits,
+        "promotions": s.promotions,
+        "evictions": s.evictions,
+        "write_backs": s.dirty_writebacks + s.flushed_lines,
+        "cache_lines": run.spec.capacity_lines,
+        "footprint_lines": footprint,
+        "seconds": run.wall_seconds,
+    });
+    let map = row.as_object_mut().expect("an object");
+    if warmup > 0 {
+        map.insert("warmup_requests".into(), json!(warmup));
+        map.insert("counted_requests".into(), json!(s.requests));
+    }
+    if let Some(t) = &run.timing {
+        map.insert("iops".into(), json!(t.iops));
+        for (prefix, l) in [("latency", &t.all), ("read", &t.read), ("write", &t.write)] {
+            map.insert(format!("{prefix}_mean_ns"), json!(l.mean_ns));
+            map.insert(format!("{prefix}_p50_ns"), json!(l.p50_ns));
+            map.insert(format!("{prefix}_p99_ns"), json!(l.p99_ns));
+            map.insert(format!("{prefix}_p999_ns"), json!(l.p999_ns));
+            map.insert(format!("{prefix}_p9999_ns"), json!(l.p9999_ns));
+        }
+        map.insert("cache_utilization".into(), json!(t.cache_device.utilization));
+        map.insert("backend_utilization".into(), json!(t.backend_device.utilization));
+    }
+    if run.restarts > 0 {
+        map.insert("restarts".into(), json!(run.restarts));
+    }
+    if let Some(a) = &run.adapt {
+        map.insert("adapt_switches".into(), json!(a.switches));
+        map.insert("adapt_bypassed".into(), json!(a.bypassed));
+    }
+    if let Some(r) = &run.reca {
+        map.insert("reca_changes".into(), json!(r.events.len()));
+        map.insert("reca_relayouts".into(), json!(r.relayouts));
+    }
+    row.as_object().cloned().unwrap_or_default()
 }
 
 /// Distinct lines of `line` bytes a workload touches.
@@ -560,6 +902,36 @@ fn read_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
     Ok(rows)
 }
 
+/// The rows of side files (series or volumes), each (point, window,
+/// volume) once, in point, window and volume order (a rerun after an
+/// interruption may have written some twice).
+fn read_side_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
+    let mut rows: BTreeMap<(u64, u64, i64, String), Value> = BTreeMap::new();
+    for path in paths {
+        let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+        for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let row: Value = serde_json::from_str(&line)
+                .with_context(|| format!("{}:{}: not a JSON object", path.display(), n + 1))?;
+            let id = row["point_id"]
+                .as_str()
+                .ok_or_else(|| anyhow!("{}:{}: no point_id", path.display(), n + 1))?
+                .to_string();
+            let key = (
+                row["point"].as_u64().unwrap_or(u64::MAX),
+                row["index"].as_u64().unwrap_or(0),
+                row["volume"].as_i64().unwrap_or(-1),
+                id,
+            );
+            rows.entry(key).or_insert(row);
+        }
+    }
+    Ok(rows.into_values().collect())
+}
+
 fn write_csv(rows: &[Value], path: &Path) -> Result<()> {
     let mut columns: Vec<String> = Vec::new();
     for row in rows {
@@ -596,6 +968,24 @@ pub fn merge(args: MergeArgs) -> Result<()> {
     if let Some(csv) = &args.csv {
         write_csv(&rows, csv)?;
     }
+    // The side files of the parts that have them, joined the same way.
+    for kind in [SERIES, VOLUMES] {
+        let parts: Vec<PathBuf> = args
+            .parts
+            .iter()
+            .map(|p| side_path(p, kind))
+            .filter(|p| p.exists())
+            .collect();
+        if parts.is_empty() {
+            continue;
+        }
+        let out = side_path(&args.output, kind);
+        let mut text = String::new();
+        for row in read_side_rows(&parts)? {
+            text += &(row.to_string() + "\n");
+        }
+        std::fs::write(&out, text).with_context(|| format!("{}", out.display()))?;
+    }
     log::info!(
         "{} in {}",
         crate::text::count(rows.len() as u64, "point"),
@@ -613,5 +1003,13 @@ pub fn report(args: ReportArgs) -> Result<()> {
     let out = args.out.unwrap_or_else(|| args.results[0].with_extension("html"));
     let file = crate::OutputFile::check_path("--out", Some(&out))?.expect("a path");
     let sources: Vec<String> = args.results.iter().map(|p| p.display().to_string()).collect();
-    crate::reports::write(file, &crate::reports::lab(&rows, &sources.join(", "))?)
+    // The series beside the results, when the experiment asked for one.
+    let series_files: Vec<PathBuf> = args
+        .results
+        .iter()
+        .map(|p| side_path(p, SERIES))
+        .filter(|p| p.exists())
+        .collect();
+    let series = read_side_rows(&series_files)?;
+    crate::reports::write(file, &crate::reports::lab(&rows, &series, &sources.join(", "))?)
 }

@@ -250,17 +250,37 @@ pub struct ServeSetup {
     pub flush: String,
     pub write_miss_bypass: bool,
     pub seq_cutoff: String,
+    /// `--adapt` and, for ReCA, `--reca-window` and `--reca-table`.
+    pub adapt: Option<String>,
+    pub reca_window: Option<String>,
+    pub reca_table: Option<PathBuf>,
 }
 
 impl ServeSetup {
-    /// From a lab point's knobs (the names of the `[grid]` keys).
+    /// From a lab point's knobs (the names of the `[grid]` keys; a ReCA
+    /// table's path is relative to `dir`, the experiment's directory). The
+    /// grid's `adapt` goes to `serve --adapt` (`observe`, which only
+    /// watches, is none); the simulator-only knobs (devices, speed, closed
+    /// loop, warmup, restarts) have no live counterpart.
     pub fn from_knobs(
         knobs: &BTreeMap<&'static str, String>,
         cache_lines: u64,
         line_bytes: u64,
+        dir: &Path,
     ) -> ServeSetup {
         let knob = |k: &str, default: &str| knobs.get(k).cloned().unwrap_or_else(|| default.to_string());
+        let adapt = knobs
+            .get("adapt")
+            .filter(|a| !matches!(a.as_str(), "none" | "off" | "observe") && !a.starts_with("observe:"))
+            .cloned();
+        let reca = adapt.as_deref() == Some("reca");
         ServeSetup {
+            adapt,
+            reca_window: knobs.get("reca_window").filter(|_| reca).cloned(),
+            reca_table: knobs
+                .get("reca_table")
+                .filter(|t| reca && t.as_str() != "built-in")
+                .map(|t| dir.join(t)),
             policy: knob("policy", "lru"),
             cache_bytes: cache_lines * line_bytes,
             line_bytes,
@@ -291,6 +311,15 @@ impl ServeSetup {
         ];
         if self.write_miss_bypass {
             f.push("--write-miss-bypass".into());
+        }
+        if let Some(adapt) = &self.adapt {
+            f.extend(["--adapt".into(), adapt.clone()]);
+        }
+        if let Some(window) = &self.reca_window {
+            f.extend(["--reca-window".into(), window.clone()]);
+        }
+        if let Some(table) = &self.reca_table {
+            f.extend(["--reca-table".into(), table.display().to_string()]);
         }
         f
     }
@@ -586,7 +615,7 @@ pub fn measure(
     if let Some(slow) = &settings.slow_cache {
         command.args(["--slow-cache", slow]);
     }
-    if let Some(adapt) = &settings.adapt {
+    if let Some(adapt) = settings.adapt.as_ref().filter(|_| setup.adapt.is_none()) {
         command.args(["--adapt", adapt]);
     }
     command
@@ -650,6 +679,8 @@ pub struct LivePoint<'a> {
     pub knobs: &'a BTreeMap<&'static str, String>,
     pub cache_lines: u64,
     pub line_bytes: u64,
+    /// The experiment file's directory (relative paths in knobs).
+    pub dir: &'a Path,
 }
 
 /// Runs `points` live, appending one row per point to `results` as each
@@ -681,7 +712,7 @@ pub fn run(settings: &LiveSettings, points: &[LivePoint], results: &mut std::fs:
             std::fs::read_to_string(spec_path).with_context(|| format!("{what}: {}", spec_path.display()))?;
         let spec: WorkloadSpec =
             toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", spec_path.display()))?;
-        let setup = ServeSetup::from_knobs(point.knobs, point.cache_lines, point.line_bytes);
+        let setup = ServeSetup::from_knobs(point.knobs, point.cache_lines, point.line_bytes, point.dir);
         log::info!("[{}/{}] {what}", n + 1, points.len());
         let measured = measure(settings, &setup, &spec, &format!("point {}", point.index))
             .with_context(|| what.clone())?;
@@ -812,6 +843,40 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("job `b` failed"));
+    }
+
+    #[test]
+    fn the_grid_knobs_become_serve_flags() {
+        let knobs = BTreeMap::from([
+            ("policy", "arc".to_string()),
+            ("promotion", "nhit:2".to_string()),
+            ("write_miss_bypass", "true".to_string()),
+            ("adapt", "reca".to_string()),
+            ("reca_window", "5000".to_string()),
+            ("reca_table", "t.toml".to_string()),
+            ("cache_device", "optane".to_string()),
+        ]);
+        let flags = ServeSetup::from_knobs(&knobs, 256, 8192, Path::new("/e"))
+            .flags()
+            .join(" ");
+        assert!(
+            flags.contains("--policy arc --cache-size 2097152B --line-size 8192B"),
+            "{flags}"
+        );
+        assert!(
+            flags.contains("--promotion nhit:2") && flags.contains("--write-miss-bypass"),
+            "{flags}"
+        );
+        assert!(
+            flags.contains("--adapt reca --reca-window 5000 --reca-table /e/t.toml"),
+            "{flags}"
+        );
+        assert!(!flags.contains("optane"), "{flags}");
+        let observe = BTreeMap::from([("adapt", "observe".to_string()), ("reca_window", "5".to_string())]);
+        let flags = ServeSetup::from_knobs(&observe, 1, 4096, Path::new("."))
+            .flags()
+            .join(" ");
+        assert!(!flags.contains("--adapt") && !flags.contains("--reca"), "{flags}");
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use iocache_core::{LineSize, PolicySpec, Promotion, WritePolicy};
-use iocache_sim::report::{render_table, render_timing_table, table, JsonReport};
+use iocache_sim::report::{render_table, render_timing_table, render_volume_table, table, JsonReport};
 use iocache_sim::timing::{parse_device, parse_duration_ns, ArrivalMode, SeriesRow};
 use iocache_sim::trace_stats::{trace_stats, Window};
 use iocache_sim::{
@@ -287,6 +287,15 @@ struct SimArgs {
     /// Worker threads (default: the number of cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// A per-window series without the timing model: hit ratios, backend traffic, dirty and
+    /// resident lines per window of trace time (1s, 500ms, 1h) or of requests (10000, 10000req);
+    /// per volume too with --per-volume. Into --json (`cache_series`), --series and --report.
+    #[arg(long, value_name = "WINDOW")]
+    series_every: Option<String>,
+    /// Results per volume of a shared cache (requests, hits, backend traffic, lines held at the
+    /// end): the N busiest in the table (default 10; `all` for every one), all in --json.
+    #[arg(long, value_name = "N|all", num_args = 0..=1, default_missing_value = "10")]
+    per_volume: Option<String>,
     #[command(flatten)]
     timing: TimingArgs,
     #[command(flatten)]
@@ -315,8 +324,9 @@ struct TimingArgs {
     /// Time-series interval (e.g. 100ms, 1s).
     #[arg(long, value_name = "DURATION")]
     series_interval: Option<String>,
-    /// Write the time series of every run to PATH (CSV if it ends in .csv, else JSON).
-    #[arg(long, value_name = "PATH", requires = "series_interval")]
+    /// Write the time series of every run to PATH (CSV if it ends in .csv, else JSON): the timing
+    /// series of --series-interval, or the cache series of --series-every.
+    #[arg(long, value_name = "PATH")]
     series: Option<String>,
 }
 
@@ -546,6 +556,32 @@ fn run_sim(args: SimArgs) -> Result<()> {
             (count_records(&args.input).map_err(|e| args.input.explain(e))? as f64 * f).round() as u64
         }
     };
+    let series_every = args
+        .series_every
+        .as_deref()
+        .map(iocache_sim::tally::parse_every)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--series-every: {e}"))?;
+    let volumes_shown = match args.per_volume.as_deref().map(str::trim) {
+        None => None,
+        Some("all") => Some(None),
+        Some(n) => Some(Some(n.parse::<usize>().map_err(|_| {
+            anyhow::anyhow!("--per-volume {n}: expected a number of volumes to show, or all")
+        })?)),
+    };
+    if let Some(path) = args.timing.series.as_deref() {
+        match (args.timing.series_interval.is_some(), series_every.is_some()) {
+            (false, false) => bail!(
+                "--series {path}: there is no series to write: add --series-every WINDOW (hit ratios \
+                 per window) or --series-interval DURATION (the timing model's series)"
+            ),
+            (true, true) if path.ends_with(".csv") => bail!(
+                "--series {path}: with both --series-interval and --series-every the two series have \
+                 different rows; write them as JSON (a path not ending in .csv)"
+            ),
+            _ => {}
+        }
+    }
     let json_file = OutputFile::check("--json", args.json.as_deref())?;
     let series_file = OutputFile::check("--series", args.timing.series.as_deref())?;
     let report_file = OutputFile::check_path("--report", args.report.as_deref())?;
@@ -566,6 +602,10 @@ fn run_sim(args: SimArgs) -> Result<()> {
             .map(str::parse)
             .transpose()?,
         restarts: args.restart_every.as_deref().map(str::parse).transpose()?,
+        tally: iocache_sim::TallyOptions {
+            series: series_every,
+            per_volume: volumes_shown.is_some(),
+        },
     };
     let mut reader = args.input.open().map_err(|e| args.input.explain(e))?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
@@ -611,11 +651,11 @@ fn run_sim(args: SimArgs) -> Result<()> {
                 Some(file) => {
                     file.write(&(text + "\n"))
                         .with_context(|| format!("writing {path}"))?;
-                    print_sim_table(&trace_name, &reader, &report);
+                    print_sim_table(&trace_name, &reader, &report, volumes_shown);
                 }
             }
         }
-        None => print_sim_table(&trace_name, &reader, &report),
+        None => print_sim_table(&trace_name, &reader, &report, volumes_shown),
     }
     if args.json.as_deref() != Some("-") {
         reca_cli::report(&args.reca, &report)?;
@@ -643,7 +683,14 @@ fn skipped_text(reader: &TraceReader) -> String {
     }
 }
 
-fn print_sim_table(trace: &str, reader: &TraceReader, report: &iocache_sim::SimReport) {
+/// The run table, the timing table, and the `volumes` busiest volumes per
+/// run with `--per-volume` (`Some(None)`: every one).
+fn print_sim_table(
+    trace: &str,
+    reader: &TraceReader,
+    report: &iocache_sim::SimReport,
+    volumes: Option<Option<usize>>,
+) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -661,6 +708,10 @@ fn print_sim_table(trace: &str, reader: &TraceReader, report: &iocache_sim::SimR
         let _ = writeln!(out, "\ntiming (latencies in microseconds):");
         let _ = write!(out, "{timing}");
     }
+    if let Some(table) = volumes.and_then(|limit| render_volume_table(report, limit)) {
+        let _ = writeln!(out, "\nper volume (busiest first):");
+        let _ = write!(out, "{table}");
+    }
     for run in report.runs.iter().filter(|r| r.adapt.is_some()) {
         let adapt = run.adapt.as_ref().map(|a| a.summary()).unwrap_or_default();
         let _ = writeln!(out, "adapt {} {}: {adapt}", run.spec.policy, run.spec.size);
@@ -672,7 +723,19 @@ fn print_sim_table(trace: &str, reader: &TraceReader, report: &iocache_sim::SimR
 fn series_text(path: &str, report: &iocache_sim::SimReport) -> Result<String> {
     use std::fmt::Write as _;
     let mut out = String::new();
-    if path.ends_with(".csv") {
+    let timed = report
+        .runs
+        .iter()
+        .any(|r| r.timing.as_ref().is_some_and(|t| t.series_interval_ns.is_some()));
+    if path.ends_with(".csv") && !timed {
+        // The cache series (--series-every) alone.
+        writeln!(out, "policy,cache_size,{}", iocache_sim::SeriesWindow::CSV_HEADER)?;
+        for run in &report.runs {
+            for row in &run.series {
+                writeln!(out, "{},{},{}", run.spec.policy, run.spec.size, row.csv_record())?;
+            }
+        }
+    } else if path.ends_with(".csv") {
         // With a controller, its interval of the same start joins each row.
         let adapt = report.runs.iter().any(|r| r.adapt.is_some());
         let adapt_header = if adapt {
@@ -713,6 +776,7 @@ fn series_text(path: &str, report: &iocache_sim::SimReport) -> Result<String> {
                     "cache_size": run.spec.size.to_string(),
                     "series": run.timing.as_ref().map(|t| &t.series),
                     "adapt": run.adapt.as_ref(),
+                    "cache_series": &run.series,
                 })
             })
             .collect();

@@ -48,16 +48,33 @@ pub struct TableArgs {
 
 impl TableArgs {
     fn load(&self) -> Result<(CategoryTable, RecaControllerParams)> {
-        let (table, _) = read_table(self.reca_table.as_deref()).context("--reca-table")?;
-        if self.reca_window == 0 {
-            bail!("--reca-window must be at least 1");
-        }
-        let params = RecaControllerParams {
-            window_requests: self.reca_window,
-            ..RecaControllerParams::default()
-        };
-        Ok((table, params))
+        let options = reca_options(
+            self.reca_table.as_deref(),
+            self.reca_window,
+            "--reca-table",
+            "--reca-window",
+        )?;
+        Ok((options.table, options.params))
     }
+}
+
+/// ReCA's options from a category table (the built-in one without a path)
+/// and a window in requests; `table_name` and `window_name` name them in errors.
+pub fn reca_options(
+    table: Option<&Path>,
+    window: u64,
+    table_name: &str,
+    window_name: &str,
+) -> Result<RecaOptions> {
+    let (table, _) = read_table(table).with_context(|| table_name.to_string())?;
+    if window == 0 {
+        bail!("{window_name} must be at least 1");
+    }
+    let params = RecaControllerParams {
+        window_requests: window,
+        ..RecaControllerParams::default()
+    };
+    Ok(RecaOptions { table, params })
 }
 
 /// The name a table read from no file is shown with.
@@ -398,19 +415,30 @@ pub fn print_trace(c: &RecaCharacterization) {
     for w in &c.windows {
         let mut r = vec![w.index.to_string()];
         r.extend(pct(&w.features));
-        r.push(w.category.clone());
+        // A window in which no request left the history queues has no
+        // vector to match (the controller keeps its category then).
+        r.push(if w.classified == 0 {
+            "(none classified)".to_string()
+        } else {
+            w.category.clone()
+        });
         rows.push(r);
     }
     let _ = write!(out, "{}", table(&header, &rows));
     if c.volumes.len() > 1 {
         const SHOWN: usize = 10;
+        let processes = c.volumes.iter().any(|v| v.process != 0);
+        let what = if processes { "stream (volume and process)" } else { "volume" };
         let _ = writeln!(
             out,
-            "per volume (each its own stream; {} volumes, the {} with most requests shown):",
+            "per {what} (each its own stream; {} streams, the {} with most requests shown):",
             c.volumes.len(),
             SHOWN.min(c.volumes.len())
         );
         let mut header: Vec<&str> = vec!["volume"];
+        if processes {
+            header.push("process");
+        }
         header.extend(FEATURE_NAMES);
         header.push("category");
         let rows: Vec<Vec<String>> = c
@@ -419,6 +447,9 @@ pub fn print_trace(c: &RecaCharacterization) {
             .take(SHOWN)
             .map(|v| {
                 let mut r = vec![v.volume.to_string()];
+                if processes {
+                    r.push(v.process.to_string());
+                }
                 r.extend(pct(&v.features));
                 r.push(v.category.clone());
                 r

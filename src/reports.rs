@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use iocache_report::{Axis, Block, Chart, Report, Scale, Section, Series, Table, Ticks};
 use iocache_sim::mrc::MrcReport;
 use iocache_sim::report::JsonReport;
+use iocache_sim::trace_stats::Window;
 use iocache_sim::SimReport;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,6 +51,12 @@ fn cell(v: &Value) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// A row's field as a table cell; empty when the row lacks it (a knob
+/// that does not apply to the point, e.g. a device without timing).
+fn text_of(row: &serde_json::Map<String, Value>, key: &str) -> String {
+    row.get(key).map(cell).unwrap_or_default()
 }
 
 /// A y axis for ratios: the data's extent with a margin, within 0..1, so
@@ -161,13 +168,7 @@ const LAB_METRICS: [&str; 13] = [
 /// `iocache lab report`: the results of an experiment, one section per
 /// workload. The knobs that vary besides the cache size make the series;
 /// the ones that do not are said once at the top.
-/// A row's column, or null where the row has none (live and simulated
-/// rows, or results of different versions, have different columns).
-fn at<'a>(row: &'a serde_json::Map<String, Value>, key: &str) -> &'a Value {
-    row.get(key).unwrap_or(&Value::Null)
-}
-
-pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
+pub fn lab(rows: &[Value], series_rows: &[Value], sources: &str) -> Result<Report> {
     let objects: Vec<&serde_json::Map<String, Value>> = rows.iter().filter_map(Value::as_object).collect();
     // Knobs are the text columns (lab writes every knob as text).
     let mut knobs: Vec<String> = LAB_KNOBS.iter().map(|k| k.to_string()).collect();
@@ -193,7 +194,7 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
     knobs.retain(|k| objects.iter().any(|r| r.contains_key(k)));
     metrics.extend(extra_metrics);
     metrics.retain(|k| objects.iter().any(|r| r.contains_key(k)));
-    let values_of = |k: &str| -> BTreeSet<String> { objects.iter().map(|r| cell(at(r, k))).collect() };
+    let values_of = |k: &str| -> BTreeSet<String> { objects.iter().map(|r| text_of(r, k)).collect() };
     let constant: Vec<&String> = knobs.iter().filter(|k| values_of(k).len() == 1).collect();
     let varying: Vec<&String> = knobs
         .iter()
@@ -201,7 +202,7 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
         .collect();
     let mut workloads: Vec<String> = Vec::new();
     for row in &objects {
-        let w = cell(at(row, "workload"));
+        let w = cell(&row["workload"]);
         if !workloads.contains(&w) {
             workloads.push(w);
         }
@@ -227,10 +228,10 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
     let series_name = |row: &serde_json::Map<String, Value>| -> String {
         match varying.as_slice() {
             [] => "all".to_string(),
-            [one] => cell(at(row, one)),
+            [one] => text_of(row, one),
             many => many
                 .iter()
-                .map(|k| format!("{k}={}", cell(at(row, k))))
+                .map(|k| format!("{k}={}", text_of(row, k)))
                 .collect::<Vec<_>>()
                 .join(" "),
         }
@@ -249,7 +250,7 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
     for workload in &workloads {
         let mine: Vec<&&serde_json::Map<String, Value>> = objects
             .iter()
-            .filter(|r| cell(at(r, "workload")) == *workload)
+            .filter(|r| cell(&r["workload"]) == *workload)
             .collect();
         let mut blocks = Vec::new();
         // One series per group, points sorted by size.
@@ -303,7 +304,11 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
                 ));
             }
             // Latencies, when the results hold any (fields in nanoseconds).
-            for metric in metrics.iter().filter(|m| m.ends_with("_ns")) {
+            // The overall latencies and each kind's p99 (the table has the rest).
+            for metric in metrics
+                .iter()
+                .filter(|m| m.ends_with("_ns") && (m.starts_with("latency_") || m.ends_with("_p99_ns")))
+            {
                 let key = metric.clone();
                 let series = series_of(&move |r| r.get(&key).and_then(Value::as_f64));
                 blocks.push(size_chart(
@@ -321,6 +326,38 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
             blocks.push(Block::Text(
                 "One cache size per series: no curve to draw; the table has the results.".into(),
             ));
+        }
+        // The cache series (`[series]` in the experiment), every volume together.
+        let sized = values_of("cache_size").len() > 1;
+        let mut by_requests = false;
+        let windows: Vec<WindowPoint> = series_rows
+            .iter()
+            .filter_map(Value::as_object)
+            .filter(|w| cell(&w["workload"]) == *workload && !w.contains_key("volume"))
+            .filter_map(|w| {
+                by_requests |= w.get("by_requests").and_then(Value::as_bool) == Some(true);
+                let run = match (series_name(w), sized) {
+                    (name, true) => format!("{name} {}", text_of(w, "cache_size")),
+                    (name, false) => name,
+                };
+                let f = |k: &str| w.get(k).and_then(Value::as_f64);
+                Some(WindowPoint {
+                    run,
+                    x: if by_requests {
+                        f("first_request")?
+                    } else {
+                        f("start_ns")? / 1e9
+                    },
+                    hit_ratio: f("hit_ratio")?,
+                    dirty_lines: f("dirty_lines")?,
+                    resident_lines: f("resident_lines")?,
+                    backend_bytes: f("backend_read_bytes")? + f("backend_write_bytes")?,
+                })
+            })
+            .collect();
+        if !windows.is_empty() {
+            let x_label = if by_requests { "requests" } else { "trace time (s)" };
+            blocks.extend(window_charts(&format!("{workload}: "), x_label, &windows));
         }
         let mut header: Vec<String> = vec!["point".to_string()];
         header.extend(knobs.iter().cloned());
@@ -349,6 +386,56 @@ pub fn lab(rows: &[Value], sources: &str) -> Result<Report> {
         facts,
         sections,
     })
+}
+
+/// One window of a cache series as the plots read it (`sim --series-every`,
+/// lab `[series]`): the run's name, the x value, and the plotted values.
+pub struct WindowPoint {
+    pub run: String,
+    pub x: f64,
+    pub hit_ratio: f64,
+    pub dirty_lines: f64,
+    pub resident_lines: f64,
+    pub backend_bytes: f64,
+}
+
+/// The cache series' plots over trace time (or requests): hit ratio,
+/// dirty lines, lines in use and backend traffic, one series per run.
+fn window_charts(title: &str, x_label: &str, points: &[WindowPoint]) -> Vec<Block> {
+    type Pick = fn(&WindowPoint) -> f64;
+    let charts: [(&str, &str, Pick); 4] = [
+        ("hit ratio", "hit ratio", |p| p.hit_ratio),
+        ("dirty lines", "dirty lines at the window's end", |p| {
+            p.dirty_lines
+        }),
+        ("lines in use", "resident lines at the window's end", |p| {
+            p.resident_lines
+        }),
+        ("backend traffic", "bytes read and written", |p| p.backend_bytes),
+    ];
+    charts
+        .into_iter()
+        .map(|(what, label, pick)| {
+            let series = grouped_series(points.iter().map(|p| (p.run.clone(), p.x, pick(p))));
+            let y = if what == "hit ratio" {
+                ratio_axis(label, &series)
+            } else {
+                Axis {
+                    label: label.into(),
+                    ..Axis::default()
+                }
+            };
+            Block::Chart(Chart {
+                title: format!("{title}{what} over {x_label}"),
+                x: Axis {
+                    label: x_label.into(),
+                    ..Axis::default()
+                },
+                y,
+                series,
+            })
+        })
+        .collect()
 }
 
 // ---- sim report ----
@@ -620,6 +707,41 @@ pub fn sim(trace: &str, format: &str, report: &SimReport) -> Result<Report> {
         sections.push(Section {
             heading: "time series".into(),
             blocks,
+        });
+    }
+    // The cache series, with --series-every (every volume together).
+    let by_requests = report
+        .runs
+        .iter()
+        .any(|r| matches!(r.series_every, Some(Window::Requests { .. })));
+    let points: Vec<WindowPoint> = report
+        .runs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            r.series
+                .iter()
+                .filter(|w| w.volume.is_none())
+                .map(move |w| (i, w))
+        })
+        .map(|(i, w)| WindowPoint {
+            run: run_name(i),
+            x: if by_requests {
+                w.first_request as f64
+            } else {
+                w.start_ns as f64 / 1e9
+            },
+            hit_ratio: w.hit_ratio,
+            dirty_lines: w.dirty_lines as f64,
+            resident_lines: w.resident_lines as f64,
+            backend_bytes: (w.counts.backend_read_bytes + w.counts.backend_write_bytes) as f64,
+        })
+        .collect();
+    if !points.is_empty() {
+        let x_label = if by_requests { "requests" } else { "trace time (s)" };
+        sections.push(Section {
+            heading: "cache series".into(),
+            blocks: window_charts("", x_label, &points),
         });
     }
     Ok(Report {

@@ -759,3 +759,387 @@ fn reports_are_written_where_asked() {
     assert!(stderr(&o).contains("no results"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An MSR trace of `n` requests over three disks, one request per
+/// millisecond, reads and writes, with reuse: written into `dir`.
+fn three_volume_trace(dir: &std::path::Path, n: u64) -> PathBuf {
+    let mut x = 99u64;
+    let mut text = String::new();
+    for i in 0..n {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let r = x >> 33;
+        let kind = if r.is_multiple_of(4) { "Write" } else { "Read" };
+        let ticks = 128_166_385_295_514_663u64 + i * 10_000;
+        text += &format!(
+            "{ticks},host,{},{kind},{},4096,0\n",
+            r % 3,
+            ((r >> 4) % 900) * 4096
+        );
+    }
+    let path = dir.join("three.csv");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn lab_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("iocache-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("seconds");
+            v
+        })
+        .collect()
+}
+
+/// Every point of a grid over the timing, adaptation, restart and warmup
+/// knobs equals `iocache sim` run alone with the same flags: totals,
+/// latency, restarts, controller switches, the per-volume results and the
+/// cache series.
+#[test]
+fn lab_grid_over_timing_adapt_and_restarts_equals_sim_alone() {
+    let dir = lab_dir("lab-knobs");
+    let trace = three_volume_trace(&dir, 3000);
+    let experiment = dir.join("e.toml");
+    std::fs::write(
+        &experiment,
+        format!(
+            "per_volume = true\n[[workload]]\nname = \"three\"\ntrace = \"{}\"\n\n[grid]\ncache_size = [\"512\"]\n\
+             cache_device = [\"optane\"]\nspeed = [1, 4]\nadapt = [\"none\", \"observe\", \"reca\"]\nreca_window = [500]\n\
+             restart_every = [\"off\", \"700ms:persistence=dirty\"]\nwarmup = [\"0\", \"0.2\"]\n\n[series]\nevery = \"1000\"\n",
+            trace.display()
+        ),
+    )
+    .unwrap();
+    let out = dir.join("r.jsonl");
+    let o = iocache(&[
+        "lab",
+        "run",
+        experiment.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = json_lines(&out);
+    assert_eq!(rows.len(), 24);
+    let volumes = json_lines(&dir.join("r.volumes.jsonl"));
+    let series = json_lines(&dir.join("r.series.jsonl"));
+    for row in &rows {
+        let knob = |k: &str| row[k].as_str().unwrap().to_string();
+        let mut args = vec![
+            "sim".to_string(),
+            "--trace".into(),
+            trace.to_str().unwrap().into(),
+            "--cache-size".into(),
+            knob("cache_size"),
+            "--cache-device".into(),
+            knob("cache_device"),
+            "--speed".into(),
+            knob("speed"),
+            "--per-volume".into(),
+            "all".into(),
+            "--series-every".into(),
+            "1000".into(),
+            "--json".into(),
+            "-".into(),
+        ];
+        if knob("adapt") != "none" {
+            args.extend(["--adapt".into(), knob("adapt")]);
+        }
+        if knob("adapt") == "reca" {
+            args.extend(["--reca-window".into(), knob("reca_window")]);
+        }
+        if knob("restart_every") != "off" {
+            args.extend(["--restart-every".into(), knob("restart_every")]);
+        }
+        if knob("warmup") != "0" {
+            args.extend(["--warmup".into(), knob("warmup")]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = iocache(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let sim: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let run = &sim["runs"][0];
+        let id = &row["point_id"];
+        assert_eq!(row["hits"], run["hits"], "{id}");
+        assert_eq!(row["accesses"], run["accesses"], "{id}");
+        assert_eq!(
+            row["write_backs"].as_u64().unwrap(),
+            run["dirty_writebacks"].as_u64().unwrap() + run["flushed_lines"].as_u64().unwrap()
+        );
+        assert_eq!(row["iops"], run["timing"]["iops"], "{id}");
+        assert_eq!(row["latency_p99_ns"], run["timing"]["all"]["p99_ns"], "{id}");
+        assert_eq!(row["read_p9999_ns"], run["timing"]["read"]["p9999_ns"], "{id}");
+        assert_eq!(row["write_mean_ns"], run["timing"]["write"]["mean_ns"], "{id}");
+        assert_eq!(
+            row["backend_utilization"],
+            run["timing"]["backend_device"]["utilization"]
+        );
+        assert_eq!(
+            row["restarts"].as_u64().unwrap_or(0),
+            run["restarts"].as_u64().unwrap(),
+            "{id}"
+        );
+        assert_eq!(row["adapt_switches"], run["adapt"]["switches"], "{id}");
+        if knob("restart_every") != "off" {
+            assert!(row["restarts"].as_u64().unwrap() > 0, "{id}");
+        }
+        let mine = |rows: &[serde_json::Value]| -> Vec<serde_json::Value> {
+            rows.iter()
+                .filter(|r| r["point_id"] == *id)
+                .map(|r| {
+                    let mut r = r.clone();
+                    let map = r.as_object_mut().unwrap();
+                    map.retain(|k, _| {
+                        run["volumes"][0].get(k).is_some() || run["cache_series"][0].get(k).is_some()
+                    });
+                    r
+                })
+                .collect()
+        };
+        assert_eq!(mine(&volumes), *run["volumes"].as_array().unwrap(), "{id}");
+        assert_eq!(volumes.iter().filter(|r| r["point_id"] == *id).count(), 3);
+        assert_eq!(mine(&series), *run["cache_series"].as_array().unwrap(), "{id}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Knob values that cannot run together are refused when the experiment
+/// is read, naming the knobs and values, before any workload is opened.
+#[test]
+fn lab_refuses_invalid_knob_combinations_at_load() {
+    let dir = lab_dir("lab-invalid");
+    for (grid, message) in [
+        (
+            "adapt = [\"none\", \"lbica\"]",
+            "adapt = lbica with timing = false",
+        ),
+        (
+            "speed = [2]\nclosed_loop = [\"off\", \"8\"]",
+            "speed = 2 with closed_loop = 8",
+        ),
+        (
+            "timing = [true]\ncache_device = [\"floppy\"]",
+            "grid.cache_device",
+        ),
+        ("restart_every = [\"soon\"]", "grid.restart_every"),
+        ("colour = [\"red\"]", "grid.colour: not a knob"),
+        ("per_volume = true", "goes at the top of the file"),
+    ] {
+        let experiment = dir.join("bad.toml");
+        std::fs::write(
+            &experiment,
+            format!("[[workload]]\nname = \"w\"\ntrace = \"no-such-trace\"\n[grid]\n{grid}\n"),
+        )
+        .unwrap();
+        let o = iocache(&["lab", "run", experiment.to_str().unwrap()]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(message), "{grid}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("no-such-trace"), "{}", stderr(&o));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `sim --series-every` without timing: the windows add up to the run's
+/// totals; `--per-volume` adds up to them too; `--series` writes the CSV
+/// and is refused when there is no series to write.
+#[test]
+fn sim_series_without_timing_and_per_volume_add_up() {
+    let dir = lab_dir("sim-series");
+    let trace = three_volume_trace(&dir, 4000);
+    let csv = dir.join("s.csv");
+    let report = dir.join("s.html");
+    let o = iocache(&[
+        "sim",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--cache-size",
+        "300",
+        "--series-every",
+        "500ms",
+        "--per-volume",
+        "--series",
+        csv.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sim: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let run = &sim["runs"][0];
+    assert!(run.get("timing").is_none());
+    let windows: Vec<&serde_json::Value> = run["cache_series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w.get("volume").is_none())
+        .collect();
+    assert_eq!(windows.len(), 8, "4000 requests at 1 ms in windows of 500 ms");
+    let sum = |rows: &[&serde_json::Value], k: &str| rows.iter().map(|r| r[k].as_u64().unwrap()).sum::<u64>();
+    for k in [
+        "requests",
+        "hits",
+        "accesses",
+        "read_hits",
+        "write_hits",
+        "backend_read_bytes",
+        "backend_write_bytes",
+    ] {
+        assert_eq!(sum(&windows, k), run[k].as_u64().unwrap(), "{k}");
+    }
+    let volumes: Vec<&serde_json::Value> = run["volumes"].as_array().unwrap().iter().collect();
+    assert_eq!(volumes.len(), 3);
+    for k in [
+        "requests",
+        "hits",
+        "hit_bytes",
+        "backend_read_bytes",
+        "backend_write_bytes",
+    ] {
+        assert_eq!(sum(&volumes, k), run[k].as_u64().unwrap(), "{k}");
+    }
+    assert_eq!(
+        sum(&volumes, "resident_lines_at_end"),
+        run["resident_lines_at_end"].as_u64().unwrap()
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        text.starts_with("policy,cache_size,index,volume,start_ns"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().count(),
+        1 + 8 * 4,
+        "a row per window, and per volume"
+    );
+    let page = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        page.contains("hit ratio over trace time (s)") && page.contains("dirty lines over trace time (s)")
+    );
+    // The table shows the busiest volumes.
+    let o = iocache(&["sim", "--trace", trace.to_str().unwrap(), "--per-volume", "2"]);
+    assert!(
+        stdout(&o).contains("per volume (busiest first)"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("1 quieter volume rows left out"),
+        "{}",
+        stdout(&o)
+    );
+    let o = iocache(&[
+        "sim",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--series",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("--series-every"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With the later knobs, a series and per-volume results, shards merged
+/// equal one run (side files included), and a resumed run completes one
+/// shard's results to the whole.
+#[test]
+fn lab_shards_and_resumption_hold_with_the_new_knobs() {
+    let dir = lab_dir("lab-shards-knobs");
+    let trace = three_volume_trace(&dir, 2000);
+    let experiment = dir.join("e.toml");
+    std::fs::write(
+        &experiment,
+        format!(
+            "per_volume = true\n[[workload]]\nname = \"three\"\ntrace = \"{}\"\n\n[grid]\ncache_size = [\"128\", \"512\"]\n\
+             timing = [false, true]\ncache_device = [\"optane\", \"nvme\"]\nadapt = [\"none\", \"reca\"]\nreca_window = [300]\n\
+             restart_every = [\"off\", \"500ms:persistence=none\"]\n\n[series]\nevery = \"400ms\"\n",
+            trace.display()
+        ),
+    )
+    .unwrap();
+    let e = experiment.to_str().unwrap();
+    let path = |name: &str| dir.join(name);
+    let s = |name: &str| path(name).to_str().unwrap().to_string();
+    let o = iocache(&["lab", "run", e, "--out", &s("whole.jsonl")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let whole = json_lines(&path("whole.jsonl"));
+    // Without timing the device knobs do not apply: 8 untimed points, 16 timed.
+    assert_eq!(whole.len(), 24);
+    assert_eq!(
+        whole.iter().filter(|r| r.get("cache_device").is_none()).count(),
+        8
+    );
+    for i in 0..2 {
+        let shard = format!("{i}/2");
+        let o = iocache(&[
+            "lab",
+            "run",
+            e,
+            "--shard",
+            &shard,
+            "--out",
+            &s(&format!("part{i}.jsonl")),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = iocache(&[
+        "lab",
+        "merge",
+        &s("part1.jsonl"),
+        &s("part0.jsonl"),
+        "-o",
+        &s("merged.jsonl"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(json_lines(&path("merged.jsonl")), whole);
+    for side in ["series", "volumes"] {
+        let whole_side = json_lines(&path(&format!("whole.{side}.jsonl")));
+        assert!(!whole_side.is_empty());
+        assert_eq!(
+            json_lines(&path(&format!("merged.{side}.jsonl"))),
+            whole_side,
+            "{side}"
+        );
+    }
+    // Resume from one shard's results (and side files): the rest is run.
+    for ext in ["jsonl", "series.jsonl", "volumes.jsonl"] {
+        std::fs::copy(path(&format!("part0.{ext}")), path(&format!("resumed.{ext}"))).unwrap();
+    }
+    let o = iocache(&["lab", "run", e, "--out", &s("resumed.jsonl")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("12 already in") && stderr(&o).contains("12 to run"),
+        "{}",
+        stderr(&o)
+    );
+    let o = iocache(&["lab", "merge", &s("resumed.jsonl"), "-o", &s("resorted.jsonl")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(json_lines(&path("resorted.jsonl")), whole);
+    assert_eq!(
+        json_lines(&path("resorted.series.jsonl")),
+        json_lines(&path("whole.series.jsonl"))
+    );
+    let o = iocache(&["lab", "report", &s("whole.jsonl")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(path("whole.html")).unwrap();
+    assert!(
+        page.contains("three: hit ratio over trace time (s)"),
+        "the series is plotted"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -119,6 +119,9 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 flush: "nop".into(),
                 write_miss_bypass: false,
                 seq_cutoff: "off".into(),
+                adapt: None,
+                reca_window: None,
+                reca_table: None,
             };
             let label = format!(
                 "hit{hit} {promotion} {} KiB lines, round {}",

@@ -33,6 +33,11 @@ pub struct Request {
     pub length_bytes: u64,
     pub kind: IoKind,
     pub now_ns: u64,
+    /// The process, VM or client that issued the request, where the trace
+    /// or the driver knows it (blkparse and FIU traces give a PID); 0 when
+    /// unknown. Only ReCA's classifier looks at it (one stream per volume
+    /// and process); every cache decision ignores it.
+    pub process: u32,
 }
 
 impl Request {
@@ -43,6 +48,7 @@ impl Request {
             length_bytes,
             kind: IoKind::Read,
             now_ns,
+            process: 0,
         }
     }
 
@@ -53,7 +59,13 @@ impl Request {
             length_bytes,
             kind: IoKind::Write,
             now_ns,
+            process: 0,
         }
+    }
+
+    /// The same request, issued by `process` (see [`Request::process`]).
+    pub fn from_process(self, process: u32) -> Self {
+        Request { process, ..self }
     }
 
     /// Checks the request is non-empty, sector aligned and does not overflow.

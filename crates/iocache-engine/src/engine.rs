@@ -60,6 +60,10 @@ pub use volumes::{Volume, VolumeInfo, VolumeStats};
 /// usually stays within one shard and its backend transfers stay merged.
 pub const SHARD_SPAN_LINES: u64 = 64;
 
+/// The most lines a read may span for [`Engine::read_would_hit`] to look
+/// (4 locks): longer reads are not "quick".
+pub const QUICK_READ_MAX_LINES: u64 = 4;
+
 /// Shards at most in `fine` mode.
 const SHARDS_MAX: usize = 64;
 /// Lines per shard at least in `fine` mode (when the shard count is
@@ -671,6 +675,44 @@ impl Engine {
         self.request(volume, offset, Buffer::Write(data), fua)
     }
 
+    /// Whether a read of `length` bytes at `offset` of `volume` would now be
+    /// served from the cache device alone: it spans at most
+    /// [`QUICK_READ_MAX_LINES`] lines, each resident with every sector
+    /// valid, in shards with no poisoned line. A hint for a scheduler (the
+    /// NBD server serves such reads on the thread that read them instead of
+    /// waking another): it changes nothing, and the cache may change before
+    /// the read runs, which then only takes longer.
+    pub fn read_would_hit(&self, volume: &Volume, offset: u64, length: u64) -> bool {
+        let volume = volume.state();
+        let Some(end) = offset.checked_add(length) else {
+            return false;
+        };
+        if length == 0 || end > volume.size_bytes {
+            return false;
+        }
+        let inner = &*self.inner;
+        let first = offset >> inner.line_shift;
+        let last = (end - 1) >> inner.line_shift;
+        if last - first >= QUICK_READ_MAX_LINES {
+            return false;
+        }
+        let sectors_per_line = ((1u64 << inner.line_shift) / SECTOR_BYTES) as u32;
+        (first..=last).all(|line_index| {
+            let key = LineKey {
+                volume: volume.id,
+                line_index,
+            };
+            let shard = &inner.shards[inner.shard_of(key)];
+            if shard.poisoned.load(Ordering::Relaxed) != 0 {
+                return false;
+            }
+            lock(&shard.state)
+                .cache
+                .line_state(key)
+                .is_some_and(|line| line.valid_sectors == sectors_per_line)
+        })
+    }
+
     /// One client request: decide, run, and count it (latency, the volume's
     /// counters); a write with `fua` is flushed before it returns.
     fn request(
@@ -701,6 +743,7 @@ impl Engine {
                 length_bytes: length,
                 kind,
                 now_ns: started_ns,
+                process: 0,
             });
         }
         let mut plan = Plan::default();

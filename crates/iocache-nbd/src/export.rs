@@ -99,6 +99,16 @@ pub trait Export: Send + Sync + 'static {
     /// server reuses its buffers and does not clear them first).
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError>;
 
+    /// Whether a read of `length` bytes at `offset` would complete now
+    /// without waiting on slow I/O (a cache hit, memory). A hint: the server
+    /// then serves the read on the thread that read the request, while more
+    /// requests wait in its buffer, instead of waking another thread; a
+    /// wrong "yes" only delays the requests behind it. The default says no.
+    fn read_is_quick(&self, offset: u64, length: u64) -> bool {
+        let _ = (offset, length);
+        false
+    }
+
     /// Writes `data` at `offset`; with `fua`, the data must be persistent
     /// before returning.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError>;
@@ -229,6 +239,11 @@ impl Export for MemExport {
         let data = self.data.read().unwrap_or_else(|e| e.into_inner());
         buf.copy_from_slice(&data[r]);
         Ok(())
+    }
+
+    /// Memory: every read in range is served at once.
+    fn read_is_quick(&self, offset: u64, length: u64) -> bool {
+        self.range(offset, length).is_ok()
     }
 
     fn write(&self, offset: u64, src: &[u8], _fua: bool) -> Result<(), ExportError> {

@@ -265,6 +265,10 @@ pub struct ServerStats {
     pub requests: u64,
     /// Requests answered with an error.
     pub errors: u64,
+    /// Reads served by the thread that read them while it kept the reader
+    /// role (the next request was buffered and the export said the read
+    /// was quick): no other thread was woken for them.
+    pub served_inline: u64,
     /// Payload bytes held now, all connections together.
     pub inflight_bytes: u64,
     /// The most payload bytes held at once since the start.
@@ -903,6 +907,7 @@ struct StatsCounters {
     transmissions: AtomicU64,
     requests: AtomicU64,
     errors: AtomicU64,
+    served_inline: AtomicU64,
     refused_connections: AtomicU64,
     refused_per_peer: AtomicU64,
     evicted_connections: AtomicU64,
@@ -920,6 +925,7 @@ impl StatsCounters {
             transmissions: self.transmissions.load(Ordering::Relaxed),
             requests: self.requests.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
+            served_inline: self.served_inline.load(Ordering::Relaxed),
             inflight_bytes: held as u64,
             peak_inflight_bytes: peak as u64,
             refused_connections: self.refused_connections.load(Ordering::Relaxed),
@@ -1857,34 +1863,99 @@ fn transmission<S: ConnectionStream>(
 fn serve_requests<S: ConnectionStream>(conn: &Conn<'_, S>, role: &Mutex<ReaderRole<S>>) {
     // Reused from one request to the next: no allocation per request.
     let mut buffer = Vec::new();
+    // Replies to reads served inline, written together (see below).
+    let mut batch = ReplyBatch::default();
     loop {
-        let job = {
-            let mut role = lock(role);
-            if role.end.is_some() {
+        let mut held = lock(role);
+        let job = loop {
+            // Replies wait in the batch only while the next request can be
+            // read without waiting for the client, which may be waiting
+            // for them.
+            if !batch.is_empty() && !request_buffered(held.reader.buffer()) {
+                batch.send(conn);
+            }
+            if held.end.is_some() {
+                batch.send(conn);
                 return;
             }
-            match read_request(conn, &mut role.reader, &mut buffer) {
+            let job = match read_request(conn, &mut held.reader, &mut buffer) {
                 Ok(Some(job)) => job,
                 Ok(None) => continue,
                 Err(end) => {
-                    role.end = Some(end);
+                    held.end = Some(end);
+                    batch.send(conn);
                     // Nothing more is read: wake nobody, let the others
                     // finish what they serve.
-                    let _ = role.reader.get_ref().shutdown(Shutdown::Read);
+                    let _ = held.reader.get_ref().shutdown(Shutdown::Read);
                     return;
                 }
+            };
+            // The next request is already buffered and this one is a read
+            // the export serves at once (a cache hit): serve it here and
+            // keep the reader role, instead of waking a thread to read the
+            // next one (a wake-up costs more than a hit), and keep its
+            // reply with the others served so until the buffer runs out
+            // (one write for all, and one wake-up of the client). Requests
+            // that may wait (misses, writes, flushes) hand the role on.
+            if !held.reader.buffer().is_empty() && conn.is_quick(&job.req) {
+                conn.run_inline(job, &mut batch);
+                if batch.is_full() {
+                    batch.send(conn);
+                }
+                continue;
             }
+            break job;
         };
-        let cost = job.cost;
-        // Nobody reads the replies of a broken connection: do not run
-        // what it still had (and give its budget back at once).
-        if !conn.broken.load(Ordering::Relaxed) {
-            conn.execute(job, &mut buffer);
+        drop(held);
+        batch.send(conn);
+        conn.run(job, &mut buffer);
+    }
+}
+
+/// Whether `buffered` holds a whole request (its header, and a WRITE's
+/// payload): reading it will not wait for the client.
+fn request_buffered(buffered: &[u8]) -> bool {
+    let Some(header) = buffered.get(..REQUEST_HEADER_LEN) else {
+        return false;
+    };
+    let command = u16::from_be_bytes([header[6], header[7]]);
+    let length = u32::from_be_bytes([header[24], header[25], header[26], header[27]]) as usize;
+    command != crate::proto::NBD_CMD_WRITE || buffered.len() - REQUEST_HEADER_LEN >= length
+}
+
+/// Replies of reads served inline, sent with one write.
+#[derive(Default)]
+struct ReplyBatch {
+    /// The replies are `bytes[..used]` (what follows is old, kept so a
+    /// batch does not zero its buffer again).
+    bytes: Vec<u8>,
+    used: usize,
+    replies: usize,
+}
+
+impl ReplyBatch {
+    /// Replies kept at most before they are sent.
+    const MAX_REPLIES: usize = 32;
+    /// Bytes kept at most before they are sent.
+    const MAX_BYTES: usize = 256 << 10;
+
+    fn is_empty(&self) -> bool {
+        self.replies == 0
+    }
+
+    fn is_full(&self) -> bool {
+        self.replies >= Self::MAX_REPLIES || self.used >= Self::MAX_BYTES
+    }
+
+    fn send<S: ConnectionStream>(&mut self, conn: &Conn<'_, S>) {
+        if self.replies > 0 {
+            conn.send(&self.bytes[..self.used]);
+            self.used = 0;
+            self.replies = 0;
         }
-        if buffer.capacity() > KEPT_BUFFER_BYTES {
-            buffer = Vec::new();
+        if self.bytes.capacity() > KEPT_BUFFER_BYTES {
+            self.bytes = Vec::new();
         }
-        conn.done(cost);
     }
 }
 
@@ -2027,6 +2098,41 @@ impl<S: ConnectionStream> Conn<'_, S> {
 
     /// Serves one request and writes its reply; `buffer` is the thread's:
     /// a WRITE's payload as read, and for a READ the reply to fill.
+    /// Executes `job` (unless the connection broke: nobody would read the
+    /// reply) and gives its budget back.
+    fn run(&self, job: Job, buffer: &mut Vec<u8>) {
+        let cost = job.cost;
+        if !self.broken.load(Ordering::Relaxed) {
+            self.execute(job, buffer);
+        }
+        if buffer.capacity() > KEPT_BUFFER_BYTES {
+            *buffer = Vec::new();
+        }
+        self.done(cost);
+    }
+
+    /// Serves a quick read (see [`Conn::is_quick`]), its reply appended to
+    /// `batch`; an error is answered at once.
+    fn run_inline(&self, job: Job, batch: &mut ReplyBatch) {
+        let cost = job.cost;
+        let req = job.req;
+        if !self.broken.load(Ordering::Relaxed) {
+            if let Err((errno, msg)) = self.check(&req) {
+                self.reply_error(req.handle, true, errno, &msg);
+            } else if let Some(end) = self.read_reply(&*self.neg.export, &req, &mut batch.bytes, batch.used) {
+                batch.used = end;
+                batch.replies += 1;
+            }
+        }
+        self.shared.stats.served_inline.fetch_add(1, Ordering::Relaxed);
+        self.done(cost);
+    }
+
+    /// Whether `req` is a read the export says it serves at once.
+    fn is_quick(&self, req: &Request) -> bool {
+        req.command == Command::Read && self.neg.export.read_is_quick(req.offset, u64::from(req.length))
+    }
+
     fn execute(&self, job: Job, buffer: &mut Vec<u8>) {
         let req = job.req;
         if let Err((errno, msg)) = self.check(&req) {
@@ -2066,34 +2172,45 @@ impl<S: ConnectionStream> Conn<'_, S> {
     }
 
     fn read(&self, export: &dyn Export, req: &Request, buf: &mut Vec<u8>) {
+        if let Some(end) = self.read_reply(export, req, buf, 0) {
+            self.send(&buf[..end]);
+        }
+    }
+
+    /// Writes the whole reply to the READ `req` (header and data in one
+    /// buffer: one write, no copy) into `out` from `start` on, growing it
+    /// as needed (without zeroing what it held: the read fills it all), and
+    /// returns where the reply ends; `None` when the read failed (then
+    /// answered with an error).
+    fn read_reply(&self, export: &dyn Export, req: &Request, out: &mut Vec<u8>, start: usize) -> Option<usize> {
         let len = req.length as usize;
         let header_len = if self.neg.structured {
             STRUCTURED_HEADER_LEN + 8
         } else {
             SIMPLE_REPLY_LEN
         };
-        // One buffer for header and data: one write, no copy.
-        let buf = sized(buf, header_len + len);
-        let result = guarded(|| export.read(req.offset, &mut buf[header_len..]));
+        let reply = &mut sized(out, start + header_len + len)[start..];
+        let result = guarded(|| export.read(req.offset, &mut reply[header_len..]));
         if let Err(e) = result {
             self.reply_error(req.handle, true, e.nbd_errno(), &e.to_string());
-            return;
+            return None;
         }
         self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
         if self.neg.structured {
             if len == 0 {
                 // A zero-length read has no content chunk.
-                self.send(&encode_chunk_none(req.handle));
-                return;
+                let chunk = encode_chunk_none(req.handle);
+                sized(out, start + chunk.len())[start..].copy_from_slice(&chunk);
+                return Some(start + chunk.len());
             }
             // Cannot fail: 0 < len <= MAX_MAX_PAYLOAD.
             if let Some(h) = encode_chunk_offset_data_header(req.handle, req.offset, req.length, true) {
-                buf[..header_len].copy_from_slice(&h);
+                reply[..header_len].copy_from_slice(&h);
             }
         } else {
-            buf[..header_len].copy_from_slice(&encode_simple_reply(req.handle, 0));
+            reply[..header_len].copy_from_slice(&encode_simple_reply(req.handle, 0));
         }
-        self.send(buf);
+        Some(start + header_len + len)
     }
 
     /// Answers a request with an error: a structured error chunk when

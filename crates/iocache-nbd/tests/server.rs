@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use iocache_nbd::proto::*;
-use iocache_nbd::{list_exports, Client, ConnectOptions, MemExport, NbdAddr, ServerConfig};
+use iocache_nbd::{list_exports, Client, ConnectOptions, Export, MemExport, NbdAddr, ServerConfig};
 
 fn clients(server: &iocache_nbd::RunningServer, name: &str) -> Vec<(String, Client)> {
     let mut v = Vec::new();
@@ -265,6 +265,120 @@ fn pipelined_requests_are_answered_out_of_order() {
             assert_eq!(errno, 0);
             assert_eq!(data, pattern(4096, h - 100));
         }
+    }
+}
+
+/// Requests sent in one write, so the server finds them buffered: quick
+/// reads are served by the thread that read them and their replies sent
+/// together; writes, errors and a read the export wrongly called quick are
+/// mixed in. Every request gets exactly one correct reply.
+#[test]
+fn buffered_quick_reads_are_served_inline_and_answered_once_each() {
+    let e = Arc::new(Instrumented {
+        claims_quick: true,
+        ..Instrumented::new(1 << 20)
+    });
+    e.slow_offsets
+        .lock()
+        .unwrap()
+        .push((4096 * 200, Duration::from_millis(200)));
+    for i in 0..64u64 {
+        e.inner.write(4096 * i, &pattern(4096, i), false).unwrap();
+    }
+    let server = start("inline", e.clone());
+    for structured in [true, false] {
+        let mut raw = Raw::connect(&server, structured);
+        let before = server.stats().served_inline;
+        let mut bytes = Vec::new();
+        let mut expect = std::collections::HashMap::new();
+        let mut push = |handle: u64, command: u16, offset: u64, length: u32, payload: &[u8]| {
+            let h = RequestHeader {
+                flags: 0,
+                command,
+                handle,
+                offset,
+                length,
+            };
+            bytes.extend_from_slice(&h.encode());
+            bytes.extend_from_slice(payload);
+        };
+        for round in 0..4u64 {
+            for i in 0..64u64 {
+                let handle = round * 1000 + i;
+                match i % 16 {
+                    // A write elsewhere, answered without data.
+                    5 => {
+                        push(handle, NBD_CMD_WRITE, 4096 * (100 + i), 4096, &pattern(4096, handle));
+                        expect.insert(handle, (0, Vec::new()));
+                    }
+                    // Out of range: an error, no data.
+                    9 => {
+                        push(handle, NBD_CMD_READ, 1 << 20, 4096, &[]);
+                        expect.insert(handle, (NBD_EINVAL, Vec::new()));
+                    }
+                    _ => {
+                        push(handle, NBD_CMD_READ, 4096 * i, 4096, &[]);
+                        expect.insert(handle, (0, pattern(4096, i)));
+                    }
+                }
+            }
+        }
+        // A read the export calls quick but that takes 200 ms, among them.
+        push(7777, NBD_CMD_READ, 4096 * 200, 4096, &[]);
+        expect.insert(7777, (0, vec![0; 4096]));
+        for i in 0..8u64 {
+            push(8000 + i, NBD_CMD_READ, 4096 * i, 4096, &[]);
+            expect.insert(8000 + i, (0, pattern(4096, i)));
+        }
+        raw.s.write_all(&bytes).unwrap();
+        // Simple replies do not say their length: reads that succeed carry 4096.
+        let data_len = |h: u64| match expect.get(&h) {
+            Some((0, data)) => data.len(),
+            _ => 0,
+        };
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..expect.len() {
+            let (h, errno, data) = raw.recv(data_len);
+            assert!(seen.insert(h), "handle {h} answered twice");
+            let (want_errno, want) = &expect[&h];
+            assert_eq!(errno, *want_errno, "handle {h}");
+            assert_eq!(&data, want, "handle {h}");
+        }
+        let inline = server.stats().served_inline - before;
+        assert!(inline > 0, "no read was served inline");
+    }
+    // A request cut in two: the replies of those before it must not wait
+    // for its second half (the client may wait for them before sending it).
+    let mut raw = Raw::connect(&server, true);
+    let mut bytes = Vec::new();
+    for i in 0..20u64 {
+        let h = RequestHeader {
+            flags: 0,
+            command: NBD_CMD_READ,
+            handle: i,
+            offset: 4096 * i,
+            length: 4096,
+        };
+        bytes.extend_from_slice(&h.encode());
+    }
+    raw.s.write_all(&bytes[..20 * REQUEST_HEADER_LEN - 10]).unwrap();
+    for _ in 0..19 {
+        let (h, errno, data) = raw.recv(|_| 4096);
+        assert_eq!((errno, data), (0, pattern(4096, h)), "handle {h}");
+    }
+    raw.s.write_all(&bytes[20 * REQUEST_HEADER_LEN - 10..]).unwrap();
+    let (h, errno, data) = raw.recv(|_| 4096);
+    assert_eq!((h, errno, data), (19, 0, pattern(4096, 19)));
+    // Each written block holds one of the four rounds' data (writes to the
+    // same block in flight together may run in any order).
+    let snapshot = e.inner.snapshot();
+    for i in [5u64, 21, 37, 53] {
+        let block = &snapshot[(4096 * (100 + i)) as usize..][..4096];
+        assert!(
+            (0..4u64).any(|round| block == &pattern(4096, round * 1000 + i)[..]),
+            "block {}",
+            100 + i
+        );
     }
 }
 

@@ -72,6 +72,10 @@ impl Export for EngineExport {
             .map_err(to_export_error)
     }
 
+    fn read_is_quick(&self, offset: u64, length: u64) -> bool {
+        self.engine.read_would_hit(&self.volume, offset, length)
+    }
+
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
         self.engine
             .write_with(&self.volume, offset, data, fua)

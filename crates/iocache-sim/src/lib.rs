@@ -12,6 +12,7 @@ pub mod reca;
 pub mod report;
 mod run;
 pub mod spec;
+pub mod tally;
 pub mod timing;
 pub mod trace_stats;
 pub mod workload;
@@ -19,7 +20,8 @@ pub mod workload;
 pub use adapt::{AdaptReport, AdaptRow, AdaptSpec, Adapter};
 pub use error::SimError;
 pub use run::{
-    request_of, simulate, Reconfigure, RestartKeep, Restarts, RunResult, SimOptions, SimReport, TimingSetup,
-    Trigger, BATCH_REQUESTS,
+    request_of, simulate, simulate_each, Reconfigure, RestartKeep, Restarts, RunResult, SimOptions,
+    SimReport, TimingSetup, Trigger, BATCH_REQUESTS,
 };
 pub use spec::{combinations, CacheSettings, CacheSize, RunSpec, Warmup};
+pub use tally::{Counts, SeriesWindow, TallyOptions, VolumeResult};

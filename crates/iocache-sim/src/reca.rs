@@ -239,10 +239,12 @@ pub struct RecaCharacterization {
     pub volumes: Vec<RecaVolumeClass>,
 }
 
-/// One volume's class shares over the whole trace.
+/// One stream's class shares over the whole trace: a volume, or a process
+/// on a volume when the trace names processes (`process` is 0 otherwise).
 #[derive(Clone, Debug, Serialize)]
 pub struct RecaVolumeClass {
     pub volume: u32,
+    pub process: u32,
     pub classified: u64,
     pub features: [f64; 7],
     pub category: String,
@@ -263,11 +265,11 @@ pub fn reca_characterize(
     let mut window_classified = 0u64;
     let mut in_window = 0u64;
     let mut windows = Vec::new();
-    let mut per_volume: std::collections::HashMap<u32, [u64; 8]> = std::collections::HashMap::new();
+    let mut per_volume: std::collections::HashMap<(u32, u32), [u64; 8]> = std::collections::HashMap::new();
     let mut count = |out: &mut Vec<Classified>, total: &mut [u64; 7], window: &mut [u64; 7]| {
         for c in out.drain(..) {
             let f = iocache_core::reca::table::feature_of(&c.class);
-            let v = per_volume.entry(c.volume).or_default();
+            let v = per_volume.entry((c.volume, c.process)).or_default();
             v[f] += 1;
             v[7] += 1;
             if c.class.overlapped {
@@ -330,18 +332,24 @@ pub fn reca_characterize(
     }
     let mut volumes: Vec<RecaVolumeClass> = per_volume
         .into_iter()
-        .map(|(volume, c)| {
+        .map(|((volume, process), c)| {
             let counts: [u64; 7] = c[..7].try_into().expect("7 counts");
             let f = shares(&counts, c[7]);
             RecaVolumeClass {
                 volume,
+                process,
                 classified: c[7],
                 features: f.0,
                 category: table.categories[table.nearest(&f).0].name.clone(),
             }
         })
         .collect();
-    volumes.sort_by(|a, b| b.classified.cmp(&a.classified).then(a.volume.cmp(&b.volume)));
+    volumes.sort_by(|a, b| {
+        b.classified
+            .cmp(&a.classified)
+            .then(a.volume.cmp(&b.volume))
+            .then(a.process.cmp(&b.process))
+    });
     let f = shares(&total, classified);
     let (best, d) = table.nearest(&f);
     Ok(RecaCharacterization {

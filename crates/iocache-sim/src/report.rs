@@ -80,6 +80,12 @@ pub struct JsonRun {
     pub adapt: Option<crate::adapt::AdaptReport>,
     /// Restarts during the replay (`--restart-every`; 0 without).
     pub restarts: u64,
+    /// The per-window series without timing (`--series-every`; `tally.rs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cache_series: Vec<crate::tally::SeriesWindow>,
+    /// Results per volume, busiest first (`--per-volume`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::tally::VolumeResult>,
 }
 
 /// Eviction batches of at most `max_lines` lines (and more than the previous bucket's).
@@ -169,6 +175,8 @@ impl JsonRun {
             timing: r.timing.clone(),
             adapt: r.adapt.clone(),
             restarts: r.restarts,
+            cache_series: r.series.clone(),
+            volumes: r.volumes.clone(),
         }
     }
 }
@@ -304,6 +312,60 @@ pub fn render_timing_table(report: &SimReport) -> Option<String> {
         ],
         &rows,
     ))
+}
+
+/// The per-volume table (`--per-volume`): per run, its `limit` busiest
+/// volumes (all with `None`), and a line saying how many were left out.
+pub fn render_volume_table(report: &SimReport, limit: Option<usize>) -> Option<String> {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut left_out = 0;
+    for r in report.runs.iter().filter(|r| !r.volumes.is_empty()) {
+        let shown = limit.unwrap_or(usize::MAX).min(r.volumes.len());
+        left_out += r.volumes.len() - shown;
+        for v in &r.volumes[..shown] {
+            let c = &v.counts;
+            rows.push(vec![
+                r.spec.policy.to_string(),
+                r.spec.size.to_string(),
+                v.volume.to_string(),
+                c.requests.to_string(),
+                c.hits.to_string(),
+                format!("{:.2}", v.hit_ratio * 100.0),
+                format!("{:.2}", v.byte_hit_ratio * 100.0),
+                c.read_hits.to_string(),
+                c.write_hits.to_string(),
+                c.backend_read_bytes.to_string(),
+                c.backend_write_bytes.to_string(),
+                v.resident_lines_at_end.to_string(),
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        return None;
+    }
+    let mut out = table(
+        &[
+            "policy",
+            "size",
+            "volume",
+            "requests",
+            "hits",
+            "hit%",
+            "byte hit%",
+            "read hits",
+            "write hits",
+            "backend read B",
+            "backend write B",
+            "lines at end",
+        ],
+        &rows,
+    );
+    if left_out > 0 {
+        out.push_str(&format!(
+            "({left_out} quieter volume rows left out: --per-volume all shows every one)\n"
+        ));
+    }
+    Some(out)
 }
 
 /// Right-aligns numeric-looking columns, left-aligns the rest.

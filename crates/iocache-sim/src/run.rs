@@ -16,6 +16,7 @@ use iocache_trace::{TraceReader, TraceRecord};
 use crate::adapt::{AdaptReport, AdaptSpec, Adapter};
 use crate::error::SimError;
 use crate::spec::RunSpec;
+use crate::tally::{SeriesWindow, Tally, TallyOptions, VolumeResult};
 use crate::timing::{ArrivalMode, DeviceSpec, Replay, TimingConfig, TimingError, TimingModel, TimingReport};
 
 /// Requests per batch handed to the workers.
@@ -52,6 +53,8 @@ pub struct SimOptions {
     pub adapt: Option<AdaptSpec>,
     /// Restarts of every cache during the replay, and what survives them.
     pub restarts: Option<Restarts>,
+    /// A per-window series and per-volume results without the timing model (`tally.rs`).
+    pub tally: TallyOptions,
 }
 
 /// `--restart-every DURATION[:persistence=all|dirty|none]`: every
@@ -110,6 +113,7 @@ impl Default for SimOptions {
             reca: None,
             adapt: None,
             restarts: None,
+            tally: TallyOptions::default(),
         }
     }
 }
@@ -184,6 +188,12 @@ pub struct RunResult {
     pub adapt: Option<AdaptReport>,
     /// Restarts during the replay (`--restart-every`).
     pub restarts: u64,
+    /// The per-window series (`--series-every`; warmup included), empty without.
+    pub series: Vec<SeriesWindow>,
+    /// The series' window (`--series-every`).
+    pub series_every: Option<crate::trace_stats::Window>,
+    /// Per-volume results after the warmup, busiest first (`--per-volume`), empty without.
+    pub volumes: Vec<VolumeResult>,
 }
 
 #[derive(Clone, Debug)]
@@ -213,6 +223,7 @@ pub fn request_of(record: &TraceRecord) -> Request {
         length_bytes: record.length_bytes,
         kind,
         now_ns: record.time_ns,
+        process: record.process,
     }
     .aligned_outward()
 }
@@ -244,6 +255,11 @@ struct Runner {
     /// Restarts done so far, and the volumes seen (whose lines they drop).
     restarts_done: u64,
     volumes_seen: std::collections::BTreeSet<iocache_core::VolumeId>,
+    /// Requests that only warm this cache.
+    warmup_requests: u64,
+    /// The series and per-volume counts, when asked for.
+    tally: Option<Tally>,
+    tally_options: TallyOptions,
 }
 
 impl Runner {
@@ -277,11 +293,16 @@ impl Runner {
                 })
             }
         };
+        let mut cache = Cache::new(spec.cache_config())?;
+        let tally = options
+            .tally
+            .is_on()
+            .then(|| Tally::new(options.tally, &mut cache));
         Ok(Runner {
             index,
             timed,
             spec: spec.clone(),
-            cache: Cache::new(spec.cache_config())?,
+            cache,
             ops: OpList::new(),
             tokens: Vec::new(),
             processed: 0,
@@ -297,12 +318,25 @@ impl Runner {
             restarts: options.restarts,
             restarts_done: 0,
             volumes_seen: std::collections::BTreeSet::new(),
+            warmup_requests: options.warmup_requests,
+            tally,
+            tally_options: options.tally,
         })
     }
 
-    fn feed(&mut self, batch: &[Request], warmup_requests: u64) {
+    fn feed(&mut self, batch: &[Request]) {
         let started = Instant::now();
+        let warmup_requests = self.warmup_requests;
         for request in batch {
+            if let Some(tally) = &mut self.tally {
+                // Windows go by trace time, whatever the replay's clock.
+                tally.begin(
+                    self.processed,
+                    request.now_ns,
+                    &self.cache,
+                    self.processed > warmup_requests,
+                );
+            }
             // With timing, the cache's clock is the arrival time the model gives
             // (trace time / speed, or the closed loop's next free slot).
             let mut request = *request;
@@ -316,6 +350,9 @@ impl Runner {
                 self.warm_base = Some(self.total_stats());
                 if let Some(t) = &mut self.timed {
                     t.model.reset_stats();
+                }
+                if let Some(tally) = &mut self.tally {
+                    tally.start_counting();
                 }
             }
             let hints = match &mut self.timed {
@@ -331,8 +368,13 @@ impl Runner {
             if let Some(t) = &mut self.timed {
                 let _ = self.cache.access_with(&request, hints, &mut self.ops);
                 t.model.submit(request.now_ns, request.kind, self.ops.ops());
+            } else if self.tally.is_some() {
+                let _ = self.cache.access_with(&request, hints, &mut self.ops);
             } else {
                 let _ = self.cache.access_counted(&request, hints);
+            }
+            if let Some(tally) = &mut self.tally {
+                tally.request(&request, &self.cache, self.ops.ops());
             }
             if let Some(reca) = &mut self.reca {
                 reca.after_access(&mut self.cache, &request);
@@ -362,6 +404,9 @@ impl Runner {
                     // A clean stop writes every dirty line back first.
                     self.cache
                         .begin_flush(FlushOrder::Oldest, usize::MAX, &mut self.ops, &mut self.tokens);
+                    if let Some(tally) = &mut self.tally {
+                        tally.ops(self.ops.ops());
+                    }
                     for token in std::mem::take(&mut self.tokens) {
                         self.cache.complete_flush(&token, true);
                     }
@@ -407,6 +452,9 @@ impl Runner {
             if let Some(t) = &mut self.timed {
                 t.model.submit_background(at, self.ops.ops());
             }
+            if let Some(tally) = &mut self.tally {
+                tally.ops(self.ops.ops());
+            }
             for token in &self.tokens {
                 self.cache.complete_flush(token, true);
             }
@@ -427,6 +475,10 @@ impl Runner {
             .as_mut()
             .and_then(|t| t.adapter.take())
             .map(|a| a.finish(&mut self.cache));
+        let (series, volumes) = match self.tally.take() {
+            Some(tally) => tally.finish(&mut self.cache),
+            None => (Vec::new(), Vec::new()),
+        };
         let now = self.total_stats();
         let base = self.warm_base.unwrap_or(now);
         (
@@ -443,6 +495,9 @@ impl Runner {
                 reca: self.reca.map(crate::reca::RecaDriver::finish),
                 adapt,
                 restarts: self.restarts_done,
+                series,
+                series_every: self.tally_options.series,
+                volumes,
             },
         )
     }
@@ -478,7 +533,6 @@ fn feed_shared(
     first: usize,
     batch_no: usize,
     batch: &[Request],
-    warmup: u64,
 ) {
     let end = first + shared.len();
     loop {
@@ -501,7 +555,7 @@ fn feed_shared(
                 .unwrap_or_else(|_| panic!("a simulation worker panicked"));
             let (runner, fed) = &mut *guard;
             if *fed == batch_no {
-                runner.feed(batch, warmup);
+                runner.feed(batch);
                 *fed += 1;
                 break;
             }
@@ -518,17 +572,34 @@ pub fn simulate(
     options: &SimOptions,
     progress: &mut dyn FnMut(&TraceReader, u64),
 ) -> Result<SimReport, SimError> {
+    let runs: Vec<(RunSpec, SimOptions)> = specs.iter().map(|s| (s.clone(), options.clone())).collect();
+    let mut report = simulate_each(reader, &runs, options.threads, progress)?;
+    report.warmup_requests = options.warmup_requests;
+    Ok(report)
+}
+
+/// Runs every spec, each with its own options (timing, adaptation,
+/// restarts, warmup, tally), over the trace in one pass, as `simulate`
+/// runs one set of options (`iocache lab` runs a grid over those knobs this
+/// way). `threads` is [`SimOptions::threads`] for the whole pass; the
+/// report's `warmup_requests` is the first run's.
+pub fn simulate_each(
+    reader: &mut TraceReader,
+    runs: &[(RunSpec, SimOptions)],
+    threads: usize,
+    progress: &mut dyn FnMut(&TraceReader, u64),
+) -> Result<SimReport, SimError> {
     let started = Instant::now();
-    let mut runners = specs
+    let mut runners = runs
         .iter()
         .enumerate()
-        .map(|(i, spec)| Runner::new(i, spec, options))
+        .map(|(i, (spec, options))| Runner::new(i, spec, options))
         .collect::<Result<Vec<_>, _>>()?;
     // Reconfigurations are checked once against every cache (a policy that
     // cannot be built for one is refused before the replay), then kept in
     // trigger order.
-    for r in &options.reconfigure {
-        for runner in &runners {
+    for (runner, (_, options)) in runners.iter_mut().zip(runs) {
+        for r in &options.reconfigure {
             for setting in &r.settings {
                 if let iocache_core::Setting::Policy(p) = setting {
                     p.build(runner.spec.capacity_lines as usize)
@@ -536,15 +607,13 @@ pub fn simulate(
                 }
             }
         }
-    }
-    for runner in &mut runners {
         runner.reconfigure = options.reconfigure.clone();
     }
     // With more than one core, the calling thread parses while workers
     // simulate, even for a single cache; with one, everything runs inline.
-    let threads = options.threads.clamp(1, runners.len().max(1));
-    let inline = options.threads <= 1;
-    let warmup = options.warmup_requests;
+    let inline = threads <= 1;
+    let threads = threads.clamp(1, runners.len().max(1));
+    let warmup = runs.first().map_or(0, |(_, o)| o.warmup_requests);
     let mut records = 0u64;
 
     let mut finished: Vec<(usize, RunResult)> = if inline {
@@ -554,7 +623,7 @@ pub fn simulate(
                 break;
             }
             for runner in &mut runners {
-                runner.feed(&batch, warmup);
+                runner.feed(&batch);
             }
             progress(reader, records);
         }
@@ -577,7 +646,7 @@ pub fn simulate(
                 let (shared, taken) = (&shared, &taken);
                 handles.push(scope.spawn(move || {
                     for (batch_no, batch) in rx.into_iter().enumerate() {
-                        feed_shared(shared, taken, batch_no * caches, batch_no, &batch, warmup);
+                        feed_shared(shared, taken, batch_no * caches, batch_no, &batch);
                     }
                 }));
             }

@@ -535,6 +535,7 @@ impl Iterator for Generator {
             offset_bytes: (p.first_block + block) * self.block_bytes,
             length_bytes,
             kind,
+            process: 0,
         })
     }
 }

@@ -93,6 +93,7 @@ fn simulate_with(spec: &BurstSpec, write_policy: WritePolicy, adapt: Option<&str
         reca: None,
         adapt: adapt.map(|a| a.parse().unwrap()),
         restarts: None,
+        tally: Default::default(),
     };
     let mut report = simulate(&mut reader, &specs, &options, &mut |_, _| {}).unwrap();
     report.runs.remove(0)
@@ -254,6 +255,7 @@ fn data_check(spec: &BurstSpec, configured: WritePolicy, adapt: &str) -> (AdaptR
             length_bytes: length,
             kind,
             now_ns: now,
+            process: 0,
         };
         let hints: AccessHints = adapter.before_request(now, kind, &mut cache, &mut model);
         cache.access_with(&request, hints, &mut ops).unwrap();

@@ -121,3 +121,53 @@ fn the_controller_follows_the_phases_and_counts_every_request() {
     assert!(reca.windows[0].hit_ratio > 0.5, "{:?}", reca.windows[0]);
     assert!(reca.windows[2].hit_ratio > 0.95, "{:?}", reca.windows[2]);
 }
+
+/// blkparse text: 100 processes read files of their own front to back in
+/// 16 KiB requests, in turn, on one device; `pid` gives each its PID or,
+/// with `anonymous`, the same one.
+fn many_readers_trace(anonymous: bool) -> String {
+    let mut out = String::new();
+    for i in 0..50u64 {
+        for p in 0..100u64 {
+            let pid = if anonymous { 1 } else { 1000 + p };
+            let sector = (p << 21) + i * 32;
+            let seq = i * 100 + p + 1;
+            let time = format!("{}.{:09}", seq / 1000, (seq % 1000) * 1_000_000);
+            out.push_str(&format!("  8,0 0 {seq} {time} {pid} Q R {sector} + 32 [reader]\n"));
+        }
+    }
+    out
+}
+
+#[test]
+fn each_process_of_a_blkparse_trace_is_a_stream_of_its_own() {
+    let characterize = |anonymous: bool| {
+        let mut reader = TraceReader::from_reader(
+            "memory",
+            Box::new(std::io::Cursor::new(many_readers_trace(anonymous).into_bytes())),
+            Some(TraceFormat::BLKPARSE),
+            ReaderOptions::default(),
+        )
+        .unwrap();
+        iocache_sim::reca::reca_characterize(
+            &mut reader,
+            &CategoryTable::builtin(),
+            RecaControllerParams {
+                window_requests: 1_000,
+                ..RecaControllerParams::default()
+            },
+        )
+        .unwrap()
+    };
+    // Feature 0 is the share of sequential reads, 4 of random reads.
+    let per_process = characterize(false);
+    assert!(per_process.features[0] > 0.95, "{:?}", per_process.features);
+    assert_eq!(per_process.volumes.len(), 100);
+    assert!(per_process.volumes.iter().all(|v| v.volume == 0 && v.process >= 1000));
+    assert_ne!(per_process.category, "random_consumers");
+    // One PID for all: one stream whose 64-request history never holds a
+    // request's successor (100 requests later): all random.
+    let anonymous = characterize(true);
+    assert!(anonymous.features[4] > 0.95, "{:?}", anonymous.features);
+    assert_eq!(anonymous.category, "random_consumers");
+}

@@ -38,6 +38,7 @@ fn run(text: &str, format: TraceFormat, specs: &[RunSpec], warmup: u64, threads:
         reca: None,
         adapt: None,
         restarts: None,
+        tally: Default::default(),
     };
     simulate(&mut reader(text, format), specs, &options, &mut |_, _| {}).unwrap()
 }

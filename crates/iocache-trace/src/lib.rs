@@ -94,4 +94,7 @@ pub struct TraceRecord {
     pub length_bytes: u64,
     /// Read or write.
     pub kind: IoKind,
+    /// The process that issued the request, where the format records one
+    /// (blkparse's and FIU's PID); 0 otherwise.
+    pub process: u32,
 }

@@ -18,6 +18,7 @@ fn expected() -> Vec<TraceRecord> {
             offset_bytes: 899056122368,
             length_bytes: 131072,
             kind: IoKind::Read,
+            process: 0,
         },
         TraceRecord {
             time_ns: 1_456_095_145_126_285_000,
@@ -25,6 +26,7 @@ fn expected() -> Vec<TraceRecord> {
             offset_bytes: 4256049987072,
             length_bytes: 122880,
             kind: IoKind::Write,
+            process: 0,
         },
     ]
 }

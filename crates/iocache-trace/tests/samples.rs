@@ -73,6 +73,7 @@ fn arc_p2() {
             offset_bytes: 3050771 * 512,
             length_bytes: 25 * 512,
             kind: IoKind::Read,
+            process: 0,
         }
     );
     assert_eq!(s.records[666_175].time_ns, 666_175);
@@ -100,6 +101,7 @@ fn msr_hm0() {
             offset_bytes: 9056014336,
             length_bytes: 2048,
             kind: IoKind::Write,
+            process: 0,
         }
     );
     println!("msr reads/writes: {:?}", reads_writes(&s.records));
@@ -143,6 +145,7 @@ fn tencent_cbs() {
             offset_bytes: 4247200 * 512,
             length_bytes: 128 * 512,
             kind: IoKind::Write,
+            process: 0,
         }
     );
     println!("tencent reads/writes: {:?}", reads_writes(&s.records));
@@ -171,6 +174,7 @@ fn mqsim_disksim() {
             offset_bytes: 264719034 * 512,
             length_bytes: 16 * 512,
             kind: IoKind::Write,
+            process: 0,
         }
     );
 }
@@ -197,6 +201,7 @@ fn cloudphysics() {
             offset_bytes: 42932745 * 512,
             length_bytes: 512,
             kind: IoKind::Write,
+            process: 0,
         }
     );
 }

@@ -97,6 +97,7 @@ impl Inner {
                 length_bytes: seg_end - at,
                 kind,
                 now_ns,
+                process: 0,
             };
             let key = self.key_of(volume, at);
             let shard = self.shard_of(key);

@@ -72,6 +72,8 @@ pub struct Instrumented {
     pub zeroes: Mutex<Vec<(u64, u64, bool, bool)>>,
     pub slow_offsets: Mutex<Vec<(u64, Duration)>>,
     pub multi_conn: bool,
+    /// Say every read is quick, the slow ones too (a wrong hint).
+    pub claims_quick: bool,
 }
 
 impl Instrumented {
@@ -84,18 +86,21 @@ impl Instrumented {
             zeroes: Mutex::new(Vec::new()),
             slow_offsets: Mutex::new(Vec::new()),
             multi_conn: false,
+            claims_quick: false,
         }
     }
 
-    fn maybe_sleep(&self, offset: u64) {
-        let d = self
-            .slow_offsets
+    fn delay(&self, offset: u64) -> Option<Duration> {
+        self.slow_offsets
             .lock()
             .unwrap()
             .iter()
             .find(|(o, _)| *o == offset)
-            .map(|(_, d)| *d);
-        if let Some(d) = d {
+            .map(|(_, d)| *d)
+    }
+
+    fn maybe_sleep(&self, offset: u64) {
+        if let Some(d) = self.delay(offset) {
             std::thread::sleep(d);
         }
     }
@@ -108,6 +113,9 @@ impl Export for Instrumented {
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
         self.maybe_sleep(offset);
         self.inner.read(offset, buf)
+    }
+    fn read_is_quick(&self, offset: u64, length: u64) -> bool {
+        (self.claims_quick || self.delay(offset).is_none()) && self.inner.read_is_quick(offset, length)
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
         self.maybe_sleep(offset);

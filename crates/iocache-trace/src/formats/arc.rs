@@ -38,6 +38,7 @@ impl Arc {
             offset_bytes: offset,
             length_bytes: length,
             kind: IoKind::Read,
+            process: 0,
         })
     }
 
@@ -130,6 +131,7 @@ mod tests {
                 offset_bytes: 3050771 * 512,
                 length_bytes: 25 * 512,
                 kind: IoKind::Read,
+                process: 0,
             }
         );
         assert_eq!(r.iter().map(|r| r.time_ns).collect::<Vec<_>>(), [0, 1, 2]);

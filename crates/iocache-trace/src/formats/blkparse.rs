@@ -9,14 +9,15 @@
 //! else (`N`, flush-only `F...`) → ignored. A flush without a sector range
 //! (`Q FWS [proc]`) or with zero sectors is ignored too. `time` is seconds
 //! with nanoseconds since the start of the trace; `sector` and `nsectors` are
-//! 512-byte sectors; the volume is the (major, minor) device, interned.
+//! 512-byte sectors; the volume is the (major, minor) device, interned;
+//! `pid` is the record's process.
 //!
 //! The summary blkparse prints at the end (`CPU0 (8,0):`, `Total (8,0):`,
 //! ` Reads Queued: ...`, `Throughput (R/W): ...`, `Events (8,0): ...`,
 //! `Skips: ...`) is recognised and skipped.
 
 use super::{Outcome, SECTOR_BYTES};
-use crate::bytes::{check_extent, fixed_field, parse_u32, scale, show, split_ws, u64_field};
+use crate::bytes::{check_extent, fixed_field, parse_u32, scale, show, split_ws, u32_field, u64_field};
 use crate::error::FieldError;
 use crate::intern::Interner;
 use crate::{IoKind, TraceRecord};
@@ -112,6 +113,7 @@ impl Blkparse {
             ));
         }
         let time_ns = fixed_field(f[3], 9, "time", "seconds")?;
+        let process = u32_field(f[4], "pid")?;
         let offset = scale(u64_field(f[7], "sector")?, SECTOR_BYTES, "sector")?;
         let sectors = u64_field(f[9], "nsectors")?;
         if sectors == 0 && is_flush {
@@ -129,6 +131,7 @@ impl Blkparse {
             offset_bytes: offset,
             length_bytes: length,
             kind,
+            process,
         }))
     }
 }
@@ -178,6 +181,7 @@ Skips: 0 forward (0 -   0.0%)
                     offset_bytes: 3417048 * 512,
                     length_bytes: 4096,
                     kind: IoKind::Write,
+                    process: 697,
                 },
                 TraceRecord {
                     time_ns: 1_500_000_001,
@@ -185,6 +189,7 @@ Skips: 0 forward (0 -   0.0%)
                     offset_bytes: 100 * 512,
                     length_bytes: 16 * 512,
                     kind: IoKind::Read,
+                    process: 1234,
                 },
                 TraceRecord {
                     time_ns: 1_600_000_000,
@@ -192,6 +197,7 @@ Skips: 0 forward (0 -   0.0%)
                     offset_bytes: 200 * 512,
                     length_bytes: 8 * 512,
                     kind: IoKind::Read,
+                    process: 1234,
                 },
             ]
         );
@@ -223,6 +229,7 @@ Skips: 0 forward (0 -   0.0%)
             ("8,0 3 1 zero 697 Q WS 1 + 8 [x]\n", "time"),
             ("8,0 3 1 0.0 697 Q WS [x]\n", "sector"),
             ("8,0 3 1 0.0\n", "pid"),
+            ("8,0 3 1 0.0 p697 Q WS 1 + 8 [x]\n", "pid"),
             ("8,0 3 1 0.0 697 Q\n", "rwbs"),
         ] {
             let (line, f, reason) = first_error(TraceFormat::BLKPARSE, &format!("{good}{bad}"));

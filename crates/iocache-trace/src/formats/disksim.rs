@@ -48,6 +48,7 @@ impl Disksim {
             offset_bytes: offset,
             length_bytes: length,
             kind,
+            process: 0,
         }))
     }
 }
@@ -73,6 +74,7 @@ mod tests {
                 offset_bytes: 264719034 * 512,
                 length_bytes: 16 * 512,
                 kind: IoKind::Write,
+                process: 0,
             }
         );
         assert_eq!((r[1].kind, r[1].volume), (IoKind::Read, 0));

@@ -167,6 +167,7 @@ impl Fio {
             offset_bytes: offset,
             length_bytes: length,
             kind,
+            process: 0,
         }))
     }
 }
@@ -203,6 +204,7 @@ mod tests {
                     offset_bytes: 4096,
                     length_bytes: 512,
                     kind: IoKind::Read,
+                    process: 0,
                 },
                 TraceRecord {
                     time_ns: 1_000_000,
@@ -210,6 +212,7 @@ mod tests {
                     offset_bytes: 0,
                     length_bytes: 8192,
                     kind: IoKind::Write,
+                    process: 0,
                 },
                 TraceRecord {
                     time_ns: 1_500_000,
@@ -217,6 +220,7 @@ mod tests {
                     offset_bytes: 8192,
                     length_bytes: 4096,
                     kind: IoKind::Write,
+                    process: 0,
                 },
             ]
         );

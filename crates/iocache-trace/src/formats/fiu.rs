@@ -3,9 +3,9 @@
 //!
 //! Per the FIU trace README: `ts` is in nanoseconds, `lba` and `size` are in
 //! 512-byte blocks, `op` is `R` or `W`, and the volume is the (major, minor)
-//! device pair, interned. A process name may contain spaces, so the fields
-//! after it are taken from the end of the line. `pid` and `md5` are not used
-//! and not validated.
+//! device pair, interned; `pid` is the record's process. A process name may
+//! contain spaces, so the fields after it are taken from the end of the
+//! line. `md5` is not used and not validated.
 
 use super::{read_write, Outcome, SECTOR_BYTES};
 use crate::bytes::{check_extent, field_count, scale, split_ws, u32_field, u64_field};
@@ -39,6 +39,7 @@ impl Fiu {
             ));
         }
         let time_ns = u64_field(f[0], "ts")?;
+        let process = u32_field(f[1], "pid")?;
         let offset = scale(u64_field(f[n - 6], "lba")?, SECTOR_BYTES, "lba")?;
         let length = scale(u64_field(f[n - 5], "size")?, SECTOR_BYTES, "size")?;
         check_extent(offset, length, "lba", "size")?;
@@ -55,6 +56,7 @@ impl Fiu {
             offset_bytes: offset,
             length_bytes: length,
             kind,
+            process,
         }))
     }
 }
@@ -80,6 +82,7 @@ mod tests {
                 offset_bytes: 904265560 * 512,
                 length_bytes: 4096,
                 kind: IoKind::Write,
+                process: 4892,
             }
         );
         assert_eq!(
@@ -97,6 +100,7 @@ mod tests {
             ("1 2 p 3 0 W 6 0 md5\n", "size"),
             ("1 2 p x 8 W 6 0 md5\n", "lba"),
             ("t 2 p 3 8 W 6 0 md5\n", "ts"),
+            ("1 -2 p 3 8 W 6 0 md5\n", "pid"),
             ("1 2 p 3 8 W 6 m md5\n", "minor"),
             ("1 2 p 3 8 W\n", "major"),
         ] {

@@ -43,6 +43,7 @@ impl Lba {
             offset_bytes: offset,
             length_bytes: self.block_bytes,
             kind: IoKind::Read,
+            process: 0,
         }))
     }
 }
@@ -63,21 +64,24 @@ mod tests {
                     volume: 0,
                     offset_bytes: 2560,
                     length_bytes: 512,
-                    kind: IoKind::Read
+                    kind: IoKind::Read,
+                    process: 0,
                 },
                 TraceRecord {
                     time_ns: 1,
                     volume: 0,
                     offset_bytes: 3584,
                     length_bytes: 512,
-                    kind: IoKind::Read
+                    kind: IoKind::Read,
+                    process: 0,
                 },
                 TraceRecord {
                     time_ns: 2,
                     volume: 0,
                     offset_bytes: 0,
                     length_bytes: 512,
-                    kind: IoKind::Read
+                    kind: IoKind::Read,
+                    process: 0,
                 },
             ]
         );

@@ -69,6 +69,7 @@ impl Msr {
             offset_bytes: offset,
             length_bytes: length,
             kind,
+            process: 0,
         }))
     }
 }
@@ -97,6 +98,7 @@ mod tests {
                 offset_bytes: 9056014336,
                 length_bytes: 2048,
                 kind: IoKind::Write,
+                process: 0,
             }
         );
         assert_eq!((r[1].volume, r[1].kind), (1, IoKind::Read));

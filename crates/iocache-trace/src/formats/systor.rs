@@ -40,6 +40,7 @@ impl Systor {
             offset_bytes: offset,
             length_bytes: length,
             kind,
+            process: 0,
         }))
     }
 }
@@ -67,6 +68,7 @@ mod tests {
                 offset_bytes: 899056122368,
                 length_bytes: 131072,
                 kind: IoKind::Read,
+                process: 0,
             }
         );
         assert_eq!(r[1].time_ns, 1_456_095_145_126_285_000);

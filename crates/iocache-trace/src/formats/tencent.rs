@@ -48,6 +48,7 @@ impl Tencent {
             offset_bytes: offset,
             length_bytes: length,
             kind,
+            process: 0,
         }))
     }
 }
@@ -71,6 +72,7 @@ mod tests {
                     offset_bytes: 4247200 * 512,
                     length_bytes: 128 * 512,
                     kind: IoKind::Write,
+                    process: 0,
                 },
                 TraceRecord {
                     time_ns: 1_538_323_199_000_000_000,
@@ -78,6 +80,7 @@ mod tests {
                     offset_bytes: 13896880 * 512,
                     length_bytes: 8 * 512,
                     kind: IoKind::Read,
+                    process: 0,
                 },
             ]
         );

@@ -60,6 +60,7 @@ impl Vscsi {
             offset_bytes: offset,
             length_bytes: length,
             kind,
+            process: 0,
         }))
     }
 }
@@ -89,6 +90,7 @@ mod tests {
                 offset_bytes: 42932745 * 512,
                 length_bytes: 512,
                 kind: IoKind::Write,
+                process: 0,
             }
         );
         assert_eq!((r[1].kind, r[1].length_bytes), (IoKind::Read, 6656));
