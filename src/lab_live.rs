@@ -225,8 +225,8 @@ impl Measured {
             map.insert(format!("{name}_mbps"), json!(s.mbps));
             map.insert(format!("{name}_p50_ns"), json!(s.p50_ns));
             map.insert(format!("{name}_p99_ns"), json!(s.p99_ns));
-            map.insert(format!("{name}_p99_9_ns"), json!(s.p99_9_ns));
-            map.insert(format!("{name}_p99_99_ns"), json!(s.p99_99_ns));
+            map.insert(format!("{name}_p999_ns"), json!(s.p99_9_ns));
+            map.insert(format!("{name}_p9999_ns"), json!(s.p99_99_ns));
         }
         map.insert("iops".into(), json!(self.iops()));
         map.insert("mbps".into(), json!(self.read.mbps + self.write.mbps));
