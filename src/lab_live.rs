@@ -333,26 +333,31 @@ struct Guard {
 }
 
 impl Guard {
-    fn stop(&mut self) -> Result<()> {
+    /// Stops the child (if it still runs) and returns how it exited
+    /// (`None`: it was stopped already).
+    fn stop(&mut self) -> Result<Option<std::process::ExitStatus>> {
         let Some(mut child) = self.child.take() else {
-            return Ok(());
+            return Ok(None);
         };
-        if child.try_wait()?.is_none() {
-            // SAFETY: kill(2) on the id of a child we have not reaped yet.
-            unsafe {
-                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-            }
-            let started = Instant::now();
-            while child.try_wait()?.is_none() {
-                if started.elapsed() > Duration::from_secs(60) {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    bail!("{} did not stop within 60 s of SIGTERM: killed", self.what);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
         }
-        Ok(())
+        // SAFETY: kill(2) on the id of a child we have not reaped yet.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(Some(status));
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("{} did not stop within 60 s of SIGTERM: killed", self.what);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
@@ -662,9 +667,14 @@ pub fn measure(
     measured.hits = after.0.saturating_sub(before.0);
     measured.accesses = after.1.saturating_sub(before.1);
     measured.promotions = after.2.saturating_sub(before.2);
-    server.stop()?;
-    if let Some(status) = server.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-        log::debug!("server exited: {status}");
+    // The server writes dirty lines back as it stops: a failure there is
+    // the point's failure too.
+    if let Some(status) = server.stop()?.filter(|s| !s.success()) {
+        bail!(
+            "{} exited with {status} when stopped:\n{}",
+            server.what,
+            tail(&log)
+        );
     }
     Ok(measured)
 }
