@@ -555,7 +555,7 @@ fn server_counts(admin: &Path) -> Result<(u64, u64, u64)> {
 
 /// One live run: a fresh server with `setup` in front of a backend of
 /// `volume_bytes`, warmed and measured with the fio job of `spec`.
-/// `label` names the run in errors and in the files' names.
+/// `label` names the run in errors.
 pub fn measure(
     settings: &LiveSettings,
     setup: &ServeSetup,
