@@ -555,7 +555,7 @@ fn is_socket(path: &Path) -> bool {
 }
 
 /// Sends one request and returns the reply, failing with the server's error.
-fn request(socket: &Path, line: &str, timeout: Option<Duration>) -> Result<Value> {
+pub(crate) fn request(socket: &Path, line: &str, timeout: Option<Duration>) -> Result<Value> {
     let mut stream = UnixStream::connect(socket).map_err(|e| not_answering(socket, &e))?;
     stream.set_read_timeout(timeout)?;
     writeln!(stream, "{line}")?;

@@ -90,6 +90,10 @@ struct Experiment {
     grid: Grid,
     /// A per-window series of every point (`FILE.series.jsonl`).
     series: Option<SeriesSection>,
+    /// `["sim"]` (default), `["live"]` or both (src/lab_live.rs).
+    target: Option<Vec<String>>,
+    /// How live points run (`[live]`; docs/lab.md).
+    live: Option<crate::lab_live::LiveSettings>,
 }
 
 #[derive(Deserialize)]
@@ -518,8 +522,8 @@ fn done_ids(path: &Path) -> Result<BTreeSet<String>> {
                 n + 1
             )
         })?;
-        if let Some(id) = row["point_id"].as_str() {
-            ids.insert(id.to_string());
+        if let Some(key) = crate::lab_live::row_key(&row) {
+            ids.insert(key);
         }
     }
     Ok(ids)
@@ -577,18 +581,39 @@ pub fn run(args: RunArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| args.experiment.with_extension("results.jsonl"));
     let done = done_ids(&out)?;
+    let targets = crate::lab_live::targets(experiment.target.as_deref(), &file)?;
+    let live_settings = experiment.live.clone().unwrap_or_default();
+    live_settings.check(&file)?;
+    let live_todo: Vec<&Point> = all
+        .iter()
+        .filter(|p| {
+            targets.live
+                && p.index % shards == shard
+                && !done.contains(&format!("{}@live", p.id(&experiment.workloads)))
+        })
+        .collect();
     let todo: Vec<&Point> = all
         .iter()
-        .filter(|p| p.index % shards == shard && !done.contains(&p.id(&experiment.workloads)))
+        .filter(|p| targets.sim && p.index % shards == shard && !done.contains(&p.id(&experiment.workloads)))
         .collect();
-    log::info!(
-        "{file}: {} points in the grid, {} in this shard, {} already in {}, {} to run",
-        all.len(),
-        all.iter().filter(|p| p.index % shards == shard).count(),
-        all.iter().filter(|p| p.index % shards == shard).count() - todo.len(),
-        out.display(),
-        todo.len()
-    );
+    let in_shard = all.iter().filter(|p| p.index % shards == shard).count();
+    if targets.live {
+        log::info!(
+            "{file}: {} points in the grid, {in_shard} in this shard; to run: {} simulated, {} live (the others are in {})",
+            all.len(),
+            todo.len(),
+            live_todo.len(),
+            out.display()
+        );
+    } else {
+        log::info!(
+            "{file}: {} points in the grid, {in_shard} in this shard, {} already in {}, {} to run",
+            all.len(),
+            in_shard - todo.len(),
+            out.display(),
+            todo.len()
+        );
+    }
     let mut results = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -658,6 +683,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             };
             let mut row = result_row(run, report.trace_records, footprint, options.warmup_requests);
             head(&mut row);
+            row.insert("target".into(), json!("sim"));
             // Series and per-volume rows go first: a point in the results
             // has its side rows (a rerun after a cut may repeat some, which
             // readers take once).
@@ -703,10 +729,51 @@ pub fn run(args: RunArgs) -> Result<()> {
             started.elapsed().as_secs_f64()
         );
     }
+    run_live(&experiment, &dir, &file, &live_settings, &live_todo, &mut results)?;
     if let Some(csv) = &args.csv {
         write_csv(&read_rows(std::slice::from_ref(&out))?, csv)?;
     }
     Ok(())
+}
+
+/// The live target's points (src/lab_live.rs), sized as the simulator sizes them.
+fn run_live(
+    experiment: &Experiment,
+    dir: &Path,
+    file: &str,
+    settings: &crate::lab_live::LiveSettings,
+    todo: &[&Point],
+    results: &mut std::fs::File,
+) -> Result<()> {
+    let mut footprints: BTreeMap<(usize, u64), u64> = BTreeMap::new();
+    let mut live = Vec::new();
+    for p in todo {
+        let entry = &experiment.workloads[p.workload];
+        let line = p.spec.line_size;
+        let cache_lines = match p.footprint_share {
+            None => p.spec.capacity_lines,
+            Some(share) => {
+                let lines = match footprints.entry((p.workload, line.bytes())) {
+                    std::collections::btree_map::Entry::Occupied(e) => *e.get(),
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        *e.insert(footprint_lines(open_workload(entry, dir, file)?, line)?)
+                    }
+                };
+                ((lines as f64 * share).ceil() as u64).max(1)
+            }
+        };
+        live.push(crate::lab_live::LivePoint {
+            index: p.index,
+            id: p.id(&experiment.workloads),
+            workload: &entry.name,
+            spec: entry.spec.as_ref().map(|s| dir.join(s)),
+            knobs: &p.knobs,
+            cache_lines,
+            line_bytes: line.bytes(),
+            dir,
+        });
+    }
+    crate::lab_live::run(settings, &live, results)
 }
 
 /// The side files beside a results file: `R.series.jsonl` (the cache
@@ -825,10 +892,8 @@ fn read_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
             }
             let row: Value = serde_json::from_str(&line)
                 .with_context(|| format!("{}:{}: not a JSON object", path.display(), n + 1))?;
-            let id = row["point_id"]
-                .as_str()
-                .ok_or_else(|| anyhow!("{}:{}: no point_id", path.display(), n + 1))?
-                .to_string();
+            let id = crate::lab_live::row_key(&row)
+                .ok_or_else(|| anyhow!("{}:{}: no point_id", path.display(), n + 1))?;
             rows.entry(id).or_insert(row);
         }
     }

@@ -5,6 +5,7 @@ mod config;
 mod devices;
 mod gen_cli;
 mod lab_cli;
+mod lab_live;
 mod logging;
 mod metrics;
 mod mrc_cli;

@@ -68,7 +68,7 @@ fn every_quick_reproduction_writes_figures_and_a_verdict() {
     ]);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    for name in ["arc-p2", "asplos23", "icpp22", "systor14", "reca"] {
+    for name in ["arc-p2", "asplos23", "icpp22", "systor14", "reca", "lbica"] {
         let verdict = check_dir(&out.join(name), name);
         assert!(
             !verdict["claims"].as_array().unwrap().is_empty(),
@@ -82,6 +82,8 @@ fn every_quick_reproduction_writes_figures_and_a_verdict() {
         assert!(OUTCOMES.contains(&outcome));
         assert!(stdout.contains(name), "{stdout}");
     }
+    // The live one is not part of `all` (it needs fio and a quiet machine).
+    assert!(!out.join("asplos23-live").exists());
     // The fidelity check holds at the paper's size even in a quick run.
     let arc = check_dir(&out.join("arc-p2"), "arc-p2");
     assert_eq!(arc["outcome"], "reproduced", "{arc}");
@@ -135,7 +137,16 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
     let o = iocache(&["lab", "reproduce", "list"]);
     assert!(o.status.success());
     let list = String::from_utf8_lossy(&o.stdout);
-    for name in ["arc-p2", "asplos23", "icpp22", "systor14", "reca", "all"] {
+    for name in [
+        "arc-p2",
+        "asplos23",
+        "asplos23-live",
+        "icpp22",
+        "systor14",
+        "reca",
+        "lbica",
+        "all",
+    ] {
         assert!(list.contains(name), "{list}");
     }
     let o = iocache(&["lab", "reproduce", "nosuch"]);
@@ -143,4 +154,54 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("known: arc-p2"));
     let _ = std::fs::remove_dir_all(&out);
     let _ = std::fs::remove_dir_all(&empty);
+}
+
+/// LBICA needs no trace (its bursts are generated): the quick run checks
+/// every claim, writes the latency and load figures, and the claim that a
+/// WB cache is the bottleneck during bursts holds (it is the premise of the
+/// paper and of the workloads' devices: docs/results/lbica.md).
+#[test]
+fn lbica_compares_wb_sib_and_lbica_under_bursts() {
+    let out = temp_dir("lbica");
+    let o = iocache(&[
+        "lab",
+        "reproduce",
+        "lbica",
+        "--quick",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let verdict = check_dir(&out.join("lbica"), "lbica");
+    let claims = verdict["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 6, "{verdict}");
+    let figures: Vec<&str> = verdict["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    for name in [
+        "lbica-fig7-latency.svg",
+        "lbica-fig4-5-load-rr.svg",
+        "lbica-latency-hh.svg",
+    ] {
+        assert!(figures.contains(&name), "{figures:?}");
+    }
+    let bottleneck = &claims[0];
+    assert!(bottleneck["claim"].as_str().unwrap().contains("bottleneck"));
+    assert_eq!(bottleneck["outcome"], "reproduced", "{bottleneck}");
+    // The measured numbers are in the verdict, one entry per workload and configuration.
+    let setup = verdict["setup"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string();
+    for case in ["rr WB:", "mx SIB over WT:", "wi SIB over WO:", "hh LBICA:"] {
+        assert!(setup.contains(case), "{setup}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
 }

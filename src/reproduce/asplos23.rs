@@ -6,7 +6,7 @@
 //! examples/workloads/asplos-zoned.toml (one workload per hit-rate setup)
 //! through the simulator's timing model with the Optane and NVMe cache
 //! presets over the SSD RAID-5 backend, closed loop, and compares.
-//! The live-engine half (fio against `iocache serve`) is not built.
+//! The live-engine half (fio against `iocache serve`) is asplos23_live.rs.
 
 use std::collections::BTreeMap;
 
@@ -333,7 +333,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         },
     ));
     verdict.skipped.push(
-        "the live-engine half (fio zoned jobs against `iocache serve`): not built; only the simulator's timing model is used".into(),
+        "the live-engine half (fio zoned jobs against `iocache serve`): a separate reproduction, `iocache lab reproduce asplos23-live`; this one uses the simulator's timing model only".into(),
     );
 
     // Figures.
