@@ -266,10 +266,11 @@ struct SimArgs {
     /// promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines.
     #[arg(long, value_name = "AT:KEY=VALUE,...")]
     reconfigure: Vec<String>,
-    /// Restart every cache every DURATION of trace time (1h, 30m), keeping what the persistence
-    /// mode keeps: all (every line; the default), dirty (dirty lines only), none (dirty lines
-    /// written back, the cache empty): DURATION[:persistence=all|dirty|none] (SYSTOR'14 Fig. 19).
-    #[arg(long, value_name = "DURATION[:persistence=MODE]")]
+    /// Restart every cache every DURATION of trace time (1h, 30m), or at the given trace times
+    /// (at=1h/2h30m/3h, from the first request), keeping what the persistence mode keeps: all
+    /// (every line; the default), dirty (dirty lines only), none (dirty lines written back, the
+    /// cache empty): DURATION|at=T/T/...[:persistence=all|dirty|none] (SYSTOR'14 Fig. 19).
+    #[arg(long, value_name = "DURATION|at=T/T/...[:persistence=MODE]")]
     restart_every: Option<String>,
     /// Adaptive controller beside every simulated cache: reca (workload categories per window,
     /// --reca-table; docs/results/reca.md), or, driven by the simulated device queues (needs

@@ -326,6 +326,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             let options = SimOptions {
                 restarts: Some(Restarts {
                     every_ns: (l.span_ns / k).max(1),
+                    at_ns: Vec::new(),
                     keep,
                 }),
                 ..SimOptions::default()

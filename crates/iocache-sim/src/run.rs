@@ -58,14 +58,29 @@ pub struct SimOptions {
 }
 
 /// `--restart-every DURATION[:persistence=all|dirty|none]`: every
-/// `every_ns` of trace time the cache is restarted cleanly; what it keeps
-/// depends on the persistence mode, as in the engine (SYSTOR'14 Fig. 19):
-/// `all` keeps every line; `dirty` keeps the dirty lines only (the clean
-/// ones are dropped); `none` writes the dirty lines back and starts empty.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `every_ns` of trace time the cache is restarted cleanly; or
+/// `at=T1/T2/...[:persistence=...]`: at those trace times (from the first
+/// request). What a restart keeps depends on the persistence mode, as in
+/// the engine (SYSTOR'14 Fig. 19): `all` keeps every line; `dirty` keeps
+/// the dirty lines only (the clean ones are dropped); `none` writes the
+/// dirty lines back and starts empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Restarts {
+    /// The interval; 0 when the restarts are at `at_ns`.
     pub every_ns: u64,
+    /// Restart times (ns of trace time from the first request), ascending.
+    pub at_ns: Vec<u64>,
     pub keep: RestartKeep,
+}
+
+impl Restarts {
+    /// The trace time of restart number `n` (0-based), if there is one.
+    fn point_ns(&self, n: u64) -> Option<u64> {
+        if self.every_ns > 0 {
+            return Some((n + 1).saturating_mul(self.every_ns));
+        }
+        self.at_ns.get(n as usize).copied()
+    }
 }
 
 /// What a restart keeps.
@@ -81,15 +96,31 @@ impl std::str::FromStr for Restarts {
     fn from_str(text: &str) -> Result<Restarts, SimError> {
         let bad = |why: &str| {
             SimError::Spec(format!(
-                "--restart-every `{text}`: {why} (DURATION[:persistence=all|dirty|none])"
+                "--restart-every `{text}`: {why} (DURATION or at=T1/T2/..., then [:persistence=all|dirty|none])"
             ))
         };
         let mut parts = text.trim().split(':');
-        let every_ns =
-            crate::timing::parse_duration_ns(parts.next().unwrap_or("")).map_err(|e| bad(&e.to_string()))?;
-        if every_ns == 0 {
-            return Err(bad("the interval must be above 0"));
-        }
+        let when = parts.next().unwrap_or("");
+        let (every_ns, at_ns) = match when.strip_prefix("at=") {
+            Some(list) => {
+                let mut at_ns = Vec::new();
+                for t in list.split('/') {
+                    let ns = crate::timing::parse_duration_ns(t).map_err(|e| bad(&e.to_string()))?;
+                    if at_ns.last().is_some_and(|&last| ns <= last) {
+                        return Err(bad("the times must increase"));
+                    }
+                    at_ns.push(ns);
+                }
+                (0, at_ns)
+            }
+            None => {
+                let every_ns = crate::timing::parse_duration_ns(when).map_err(|e| bad(&e.to_string()))?;
+                if every_ns == 0 {
+                    return Err(bad("the interval must be above 0"));
+                }
+                (every_ns, Vec::new())
+            }
+        };
         let mut keep = RestartKeep::All;
         for part in parts {
             keep = match part.split_once('=') {
@@ -99,7 +130,11 @@ impl std::str::FromStr for Restarts {
                 _ => return Err(bad(&format!("`{part}` is not persistence=all, dirty or none"))),
             };
         }
-        Ok(Restarts { every_ns, keep })
+        Ok(Restarts {
+            every_ns,
+            at_ns,
+            keep,
+        })
     }
 }
 
@@ -315,7 +350,7 @@ impl Runner {
                 .reca
                 .as_ref()
                 .map(|r| crate::reca::RecaDriver::new(r, timing.is_none())),
-            restarts: options.restarts,
+            restarts: options.restarts.clone(),
             restarts_done: 0,
             volumes_seen: std::collections::BTreeSet::new(),
             warmup_requests: options.warmup_requests,
@@ -387,13 +422,14 @@ impl Runner {
     /// Restarts the cache as many times as `request`'s trace time passes
     /// restart points (counted from the first request).
     fn restart_until(&mut self, request: &Request) {
-        let Some(r) = self.restarts else { return };
+        let Some(r) = &self.restarts else { return };
         self.volumes_seen.insert(request.volume);
         let first = *self.first_ns.get_or_insert(request.now_ns);
         let elapsed = request.now_ns.saturating_sub(first);
-        while elapsed >= (self.restarts_done + 1).saturating_mul(r.every_ns) {
+        let keep = r.keep;
+        while r.point_ns(self.restarts_done).is_some_and(|at| elapsed >= at) {
             self.restarts_done += 1;
-            match r.keep {
+            match keep {
                 RestartKeep::All => {}
                 RestartKeep::Dirty => {
                     for &v in &self.volumes_seen {

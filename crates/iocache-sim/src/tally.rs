@@ -628,6 +628,7 @@ mod tests {
         let restarted = SimOptions {
             restarts: Some(Restarts {
                 every_ns: 200_000_000,
+                at_ns: Vec::new(),
                 keep: RestartKeep::Dirty,
             }),
             ..options(Some(Window::Requests { count: 1000 }), true, 0)

@@ -266,4 +266,15 @@ fn restarts_keep_what_the_persistence_mode_keeps() {
     assert!(none.stats.flushed_lines > 0);
     assert!("0s".parse::<iocache_sim::Restarts>().is_err());
     assert!("1h:persistence=some".parse::<iocache_sim::Restarts>().is_err());
+    // Restarts at given times: the same as every 10 s when the times are
+    // every 10 s; three of them, three restarts.
+    let times: Vec<String> = (1..20).map(|i| format!("{}s", 10 * i)).collect();
+    let at = with(Some(&format!("at={}:persistence=dirty", times.join("/"))));
+    assert_eq!(at.stats, dirty.stats);
+    assert_eq!(at.restarts, dirty.restarts);
+    let three = with(Some("at=15s/90s/150s:persistence=none"));
+    assert_eq!(three.restarts, 3);
+    assert!(three.stats.full_hits < plain.stats.full_hits);
+    assert!("at=20s/10s".parse::<iocache_sim::Restarts>().is_err());
+    assert!("at=".parse::<iocache_sim::Restarts>().is_err());
 }
