@@ -16,12 +16,14 @@
 //! request, `threshold` is the largest stack distance met on the way
 //! (the current access's and those of the accesses that had to stay hits).
 //!
-//! Methods: `exact` (every access; a Fenwick tree over access times counts
-//! distinct lines in O(log n)), and SHARDS (Waldspurger et al., FAST'15):
+//! Methods: `exact` (every access; the distinct lines since an access are
+//! the marks after its time, one mark per line at its latest access, counted
+//! by `marks::TimeMarks` in O(log n)), and SHARDS (Waldspurger et al., FAST'15):
 //! spatial sampling by a hash of the line, at a fixed rate (`shards:RATE`,
 //! with the SHARDS-adj correction) or with a fixed number of sampled lines
 //! (`shards-fixed:N`, the rate lowered as lines arrive). Distances among
-//! sampled lines are scaled by 1/rate.
+//! sampled lines are scaled by 1/rate. `shards:RATE:SEED` salts the hash,
+//! so that the spread of the sampling error can be measured over seeds.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
