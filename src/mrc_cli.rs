@@ -30,8 +30,9 @@ pub struct TraceMrcArgs {
     /// with a unit is bytes (default: powers of two up to the footprint).
     #[arg(long, value_delimiter = ',', value_name = "SIZES")]
     sizes: Vec<String>,
-    /// Methods, comma separated: exact (stack distances, every access), shards:RATE (spatial
-    /// sampling at RATE, e.g. shards:0.01), shards-fixed:LINES (at most LINES sampled lines), opt
+    /// Methods, comma separated: exact (stack distances, every access), shards:RATE[:SEED] (spatial
+    /// sampling at RATE, e.g. shards:0.01; a SEED changes which lines are sampled),
+    /// shards-fixed:LINES (at most LINES sampled lines), opt
     /// (Belady: the bound no policy beats; computed per size).
     #[arg(long, default_value = "exact", value_delimiter = ',', value_name = "METHODS")]
     method: Vec<String>,

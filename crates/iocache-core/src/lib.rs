@@ -29,7 +29,7 @@ pub mod index;
 pub mod mode;
 pub mod ops;
 pub mod policy;
-mod prefetch;
+pub mod prefetch;
 pub mod promotion;
 pub mod reca;
 pub mod seq_cutoff;

@@ -16,12 +16,14 @@
 //! request, `threshold` is the largest stack distance met on the way
 //! (the current access's and those of the accesses that had to stay hits).
 //!
-//! Methods: `exact` (every access; a Fenwick tree over access times counts
-//! distinct lines in O(log n)), and SHARDS (Waldspurger et al., FAST'15):
+//! Methods: `exact` (every access; the distinct lines since an access are
+//! the marks after its time, one mark per line at its latest access, counted
+//! by `marks::TimeMarks` in O(log n)), and SHARDS (Waldspurger et al., FAST'15):
 //! spatial sampling by a hash of the line, at a fixed rate (`shards:RATE`,
 //! with the SHARDS-adj correction) or with a fixed number of sampled lines
 //! (`shards-fixed:N`, the rate lowered as lines arrive). Distances among
-//! sampled lines are scaled by 1/rate.
+//! sampled lines are scaled by 1/rate. `shards:RATE:SEED` salts the hash,
+//! so that the spread of the sampling error can be measured over seeds.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -34,6 +36,13 @@ use serde::Serialize;
 
 use crate::error::SimError;
 use crate::run::request_of;
+use crate::timing::rng::splitmix64_mix;
+
+mod ids;
+mod marks;
+
+use ids::LineIds;
+use marks::TimeMarks;
 
 /// The largest line this module tracks sectors of (a line's sectors are one
 /// `u64` mask).
@@ -50,8 +59,9 @@ const HISTORY_PER_LINE: usize = 64;
 pub enum MrcMethod {
     /// Every access.
     Exact,
-    /// Lines whose hash falls below `rate` of the hash space.
-    Shards { rate: f64 },
+    /// Lines whose hash falls below `rate` of the hash space; `seed`
+    /// changes the hash, and so which lines are sampled (0: the default).
+    Shards { rate: f64, seed: u64 },
     /// At most `max_lines` sampled lines; the rate starts at 1 and drops.
     ShardsFixed { max_lines: usize },
     /// Belady's OPT (MIN): on a miss in a full cache, evict the line used
@@ -62,14 +72,15 @@ pub enum MrcMethod {
 
 impl MrcMethod {
     pub const SYNTAX: &'static str =
-        "exact, shards:RATE (0 < RATE <= 1, e.g. shards:0.01) or shards-fixed:LINES";
+        "exact, shards:RATE[:SEED] (0 < RATE <= 1, e.g. shards:0.01), shards-fixed:LINES or opt";
 }
 
 impl fmt::Display for MrcMethod {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             MrcMethod::Exact => f.write_str("exact"),
-            MrcMethod::Shards { rate } => write!(f, "shards:{rate}"),
+            MrcMethod::Shards { rate, seed: 0 } => write!(f, "shards:{rate}"),
+            MrcMethod::Shards { rate, seed } => write!(f, "shards:{rate}:{seed}"),
             MrcMethod::ShardsFixed { max_lines } => write!(f, "shards-fixed:{max_lines}"),
             MrcMethod::Opt => f.write_str("opt"),
         }
@@ -83,12 +94,19 @@ impl FromStr for MrcMethod {
         match text.trim().split_once(':') {
             None if text.trim() == "exact" => Ok(MrcMethod::Exact),
             None if text.trim() == "opt" => Ok(MrcMethod::Opt),
-            Some(("shards", rate)) => {
+            Some(("shards", rest)) => {
+                let (rate, seed) = match rest.split_once(':') {
+                    Some((rate, seed)) => (
+                        rate,
+                        seed.parse().map_err(|_| bad("the seed is not a whole number"))?,
+                    ),
+                    None => (rest, 0),
+                };
                 let rate: f64 = rate.parse().map_err(|_| bad("the rate is not a number"))?;
                 if !(rate > 0.0 && rate <= 1.0) {
                     return Err(bad("the rate must be above 0 and at most 1"));
                 }
-                Ok(MrcMethod::Shards { rate })
+                Ok(MrcMethod::Shards { rate, seed })
             }
             Some(("shards-fixed", lines)) => {
                 let max_lines: usize = lines
@@ -146,92 +164,69 @@ pub struct MrcReport {
     pub curves: Vec<MrcCurve>,
 }
 
-/// Counts markers (the latest access time of each tracked line) over
-/// access times: a Fenwick tree that doubles when time outgrows it.
-struct TimeMarkers {
-    tree: Vec<u32>,
-    marked: Vec<bool>,
+/// Times given before the first compaction (and the fewest after one).
+const MIN_TIMES: usize = 1 << 16;
+
+/// Line accesses handed to the accumulators at once, so that the exact
+/// curve can prefetch the table positions of the accesses ahead.
+const BATCH: usize = 4096;
+
+/// How far ahead (in line accesses) the exact curve prefetches.
+const PREFETCH_AHEAD: usize = 12;
+
+/// What is remembered of one tracked line: the time of its latest access
+/// and its history, newest first, as (sector mask, stack distance) pairs
+/// (distance `u64::MAX` for the line's first access). The newest pair is
+/// kept here; older ones only while the newest does not cover the whole
+/// line (partial-line accesses), in `Accumulator::older`.
+#[derive(Clone, Copy)]
+struct LineState {
+    last_time: u32,
+    /// Index into `Accumulator::older`, or `NO_OLDER`.
+    older: u32,
+    newest_mask: u64,
+    newest_distance: u64,
 }
 
-impl TimeMarkers {
-    fn new() -> Self {
-        TimeMarkers {
-            tree: vec![0; 1 << 16],
-            marked: vec![false; 1 << 16],
-        }
-    }
-
-    fn ensure(&mut self, time: usize) {
-        if time < self.marked.len() {
-            return;
-        }
-        let mut len = self.marked.len();
-        while len <= time {
-            len *= 2;
-        }
-        self.marked.resize(len, false);
-        self.tree = vec![0; len];
-        // Rebuild in O(n): each node passes its sum to its parent.
-        for i in 0..len {
-            if self.marked[i] {
-                self.tree[i] += 1;
-            }
-            let parent = i | (i + 1);
-            if parent < len {
-                let v = self.tree[i];
-                self.tree[parent] += v;
-            }
-        }
-    }
-
-    fn add(&mut self, time: usize, delta: i32) {
-        self.ensure(time);
-        self.marked[time] = delta > 0;
-        let mut i = time;
-        while i < self.tree.len() {
-            self.tree[i] = self.tree[i].wrapping_add_signed(delta);
-            i |= i + 1;
-        }
-    }
-
-    /// Markers at times `0..end`.
-    fn prefix(&self, end: usize) -> u64 {
-        let mut sum = 0u64;
-        let mut i = end.min(self.tree.len());
-        while i > 0 {
-            sum += self.tree[i - 1] as u64;
-            i &= i - 1;
-        }
-        sum
-    }
-}
-
-/// What is remembered of one line: its latest access time, and its
-/// earlier accesses newest first (sector mask, stack distance).
-struct LineHistory {
-    last_time: usize,
-    /// (mask, distance); distance `u64::MAX` for the line's first access.
-    accesses: Vec<(u64, u64)>,
-}
+const NO_OLDER: u32 = u32::MAX;
+/// `Accumulator::owner` of a time whose line has left the sample.
+const NO_OWNER: u32 = u32::MAX;
 
 /// One curve being computed.
 struct Accumulator {
     method: MrcMethod,
     /// Sample lines whose hash is below this (of 2^64).
     threshold: u64,
-    lines: HashMap<LineKey, LineHistory, FxBuildHasher>,
+    /// Dense ids of the tracked lines.
+    ids: LineIds,
+    /// By id.
+    states: Vec<LineState>,
+    /// Older history of lines accessed in parts, newest first; free ones
+    /// are listed in `free_older` for reuse.
+    older: Vec<Vec<(u64, u64)>>,
+    free_older: Vec<u32>,
     /// Sampled lines by hash, for shards-fixed to drop the largest.
     by_hash: BTreeSet<(u64, LineKey)>,
-    markers: TimeMarkers,
-    /// Lines with a marker (`lines.len()`, kept apart for the borrow).
+    /// One mark per tracked line, at its latest access time.
+    marks: TimeMarks,
+    /// The line (id) each time was given to; times are renumbered densely
+    /// (`compact`) when they reach the marks' capacity.
+    owner: Vec<u32>,
+    /// Tracked lines (one mark each).
     lines_tracked: usize,
     time: usize,
-    /// Weight of accesses that hit every cache above `threshold lines`
-    /// (scaled), keyed by that threshold.
+    /// Exact curve: accesses that hit every cache above `index` lines.
+    exact_hits: Vec<u64>,
+    /// Sampled curves: weight of accesses that hit every cache above
+    /// `threshold lines` (scaled), keyed by that threshold.
     hits_above: HashMap<u64, f64, FxBuildHasher>,
     /// Weight of all accesses counted.
     accesses: f64,
     sampled_accesses: u64,
+    /// Hash salt (SHARDS: which lines are sampled).
+    salt: u64,
+    /// The fewest times the marks hold.
+    min_times: usize,
 }
 
 fn rate_of(threshold: u64) -> f64 {
@@ -242,33 +237,46 @@ fn rate_of(threshold: u64) -> f64 {
     }
 }
 
-/// A line's place in the hash space (Fx is not a good sampler on its own:
-/// this mixes it with a finalizer so low and high bits are uniform).
-fn line_hash(key: LineKey) -> u64 {
-    let mut x = key.line_index ^ (u64::from(key.volume) << 48) ^ 0x9e37_79b9_7f4a_7c15;
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+/// A line's place in the hash space: the SplitMix64 finalizer over the
+/// line index, the volume and the salt, so that low and high bits are
+/// uniform (Fx, the maps' hash, is not a good sampler on its own).
+fn line_hash(key: LineKey, salt: u64) -> u64 {
+    splitmix64_mix(key.line_index ^ (u64::from(key.volume) << 48) ^ 0x9e37_79b9_7f4a_7c15 ^ salt)
 }
 
 impl Accumulator {
     fn new(method: MrcMethod) -> Self {
-        let threshold = match method {
-            MrcMethod::Exact | MrcMethod::ShardsFixed { .. } | MrcMethod::Opt => u64::MAX,
-            MrcMethod::Shards { rate } if rate >= 1.0 => u64::MAX,
-            MrcMethod::Shards { rate } => (rate * 2f64.powi(64)) as u64,
+        Self::with_min_times(method, MIN_TIMES)
+    }
+
+    fn with_min_times(method: MrcMethod, min_times: usize) -> Self {
+        let (threshold, salt) = match method {
+            MrcMethod::Exact | MrcMethod::ShardsFixed { .. } | MrcMethod::Opt => (u64::MAX, 0),
+            MrcMethod::Shards { rate, .. } if rate >= 1.0 => (u64::MAX, 0),
+            MrcMethod::Shards { rate, seed } => (
+                (rate * 2f64.powi(64)) as u64,
+                if seed == 0 { 0 } else { splitmix64_mix(seed) },
+            ),
         };
+        let marks = TimeMarks::new(min_times);
         Accumulator {
             method,
             threshold,
-            lines: HashMap::default(),
+            ids: LineIds::new(),
+            states: Vec::new(),
+            older: Vec::new(),
+            free_older: Vec::new(),
             by_hash: BTreeSet::new(),
-            markers: TimeMarkers::new(),
+            owner: vec![NO_OWNER; marks.capacity()],
+            marks,
             lines_tracked: 0,
             time: 0,
+            exact_hits: Vec::new(),
             hits_above: HashMap::default(),
             accesses: 0.0,
             sampled_accesses: 0,
+            salt,
+            min_times,
         }
     }
 
@@ -276,75 +284,169 @@ impl Accumulator {
         rate_of(self.threshold)
     }
 
-    fn access(&mut self, key: LineKey, mask: u64, full_mask: u64) {
-        let hash = line_hash(key);
-        if self.method != MrcMethod::Exact && hash >= self.threshold {
-            return;
+    /// The accesses of `batch` in order.
+    fn access_batch(&mut self, batch: &[(LineKey, u64)], full_mask: u64) {
+        if self.method == MrcMethod::Exact {
+            for (i, &(key, mask)) in batch.iter().enumerate() {
+                if let Some((ahead, _)) = batch.get(i + PREFETCH_AHEAD) {
+                    self.ids.prefetch(ahead);
+                }
+                self.access(key, mask, full_mask);
+            }
+        } else {
+            for &(key, mask) in batch {
+                self.access(key, mask, full_mask);
+            }
         }
+    }
+
+    /// Renumbers the tracked lines' latest times densely, in order, from 0
+    /// (distances only compare times, so nothing else changes), with room
+    /// for at least as many times again.
+    fn compact(&mut self) {
+        let tracked = self.lines_tracked;
+        let capacity = self.min_times.max(2 * tracked + 1).next_power_of_two();
+        assert!(capacity <= 1 << 32, "more than 2^31 distinct lines");
+        let mut owner = vec![NO_OWNER; capacity];
+        for (new_time, old_time) in self.marks.marked().enumerate() {
+            let id = self.owner[old_time];
+            self.states[id as usize].last_time = new_time as u32;
+            owner[new_time] = id;
+        }
+        self.marks = TimeMarks::first_marked(tracked, capacity);
+        self.owner = owner;
+        self.time = tracked;
+    }
+
+    #[inline]
+    fn access(&mut self, key: LineKey, mask: u64, full_mask: u64) {
+        let hash = if self.method == MrcMethod::Exact {
+            0
+        } else {
+            let hash = line_hash(key, self.salt);
+            if hash >= self.threshold {
+                return;
+            }
+            hash
+        };
         // Counts are of sampled accesses; distances are scaled to the whole.
-        let weight = 1.0;
-        let scale = 1.0 / self.rate();
-        self.accesses += weight;
+        self.accesses += 1.0;
         self.sampled_accesses += 1;
+        if self.time == self.marks.capacity() {
+            self.compact();
+        }
         let now = self.time;
         self.time += 1;
-        match self.lines.get_mut(&key) {
-            None => {
-                self.lines.insert(
-                    key,
-                    LineHistory {
-                        last_time: now,
-                        accesses: vec![(mask, u64::MAX)],
-                    },
-                );
-                self.markers.add(now, 1);
-                self.lines_tracked += 1;
-                if matches!(self.method, MrcMethod::ShardsFixed { .. }) {
-                    self.by_hash.insert((hash, key));
-                    self.shrink_to_fit();
-                }
+        let (id, new) = self.ids.get_or_insert(&key);
+        self.owner[now] = id;
+        self.marks.set(now);
+        if new {
+            debug_assert_eq!(id as usize, self.states.len());
+            self.states.push(LineState {
+                last_time: now as u32,
+                older: NO_OLDER,
+                newest_mask: mask,
+                newest_distance: u64::MAX,
+            });
+            self.lines_tracked += 1;
+            if matches!(self.method, MrcMethod::ShardsFixed { .. }) {
+                self.by_hash.insert((hash, key));
+                self.shrink_to_fit();
             }
-            Some(line) => {
-                // Distinct lines since this line's previous access: every
-                // tracked line has one marker, at its latest access, and
-                // all of them are before `now`.
-                let tracked = self.lines_tracked as u64;
-                let distance = tracked - self.markers.prefix(line.last_time + 1);
-                let mut covered = 0u64;
-                let mut largest = distance;
-                let mut threshold = None;
-                for &(earlier_mask, earlier_distance) in &line.accesses {
-                    covered |= earlier_mask;
-                    if covered & mask == mask {
-                        threshold = Some(largest);
-                        break;
-                    }
-                    if earlier_distance == u64::MAX {
-                        break;
-                    }
-                    largest = largest.max(earlier_distance);
+            return;
+        }
+        let line = self.states[id as usize];
+        // Distinct lines since this line's previous access: every tracked
+        // line has one mark, at its latest access; `now` is marked already.
+        let distance = self.marks.after(line.last_time as usize) - 1;
+        self.marks.clear(line.last_time as usize);
+        let threshold = if line.newest_mask & mask == mask {
+            Some(distance)
+        } else {
+            self.walk_older(&line, mask, distance)
+        };
+        if let Some(t) = threshold {
+            if self.method == MrcMethod::Exact {
+                let t = t as usize;
+                if t >= self.exact_hits.len() {
+                    self.exact_hits.resize((t + 1).next_power_of_two(), 0);
                 }
-                if let Some(t) = threshold {
-                    let scaled = (t as f64 * scale).round() as u64;
-                    *self.hits_above.entry(scaled).or_insert(0.0) += weight;
-                }
-                self.markers.add(line.last_time, -1);
-                self.markers.add(now, 1);
-                line.last_time = now;
-                line.accesses.insert(0, (mask, distance));
-                // Keep what a later walk can reach: up to the access whose
-                // sectors complete the line, at most HISTORY_PER_LINE.
-                let mut union = 0u64;
-                let mut keep = line.accesses.len();
-                for (i, &(m, _)) in line.accesses.iter().enumerate() {
-                    union |= m;
-                    if union & full_mask == full_mask {
-                        keep = i + 1;
-                        break;
-                    }
-                }
-                line.accesses.truncate(keep.min(HISTORY_PER_LINE));
+                self.exact_hits[t] += 1;
+            } else {
+                let scaled = (t as f64 * (1.0 / self.rate())).round() as u64;
+                *self.hits_above.entry(scaled).or_insert(0.0) += 1.0;
             }
+        }
+        let older = if mask == full_mask {
+            self.release_older(line.older);
+            NO_OLDER
+        } else {
+            self.push_older(line, mask, full_mask)
+        };
+        self.states[id as usize] = LineState {
+            last_time: now as u32,
+            older,
+            newest_mask: mask,
+            newest_distance: distance,
+        };
+    }
+
+    /// The threshold of an access whose line's newest access does not
+    /// cover its sectors: walking back through the older accesses until
+    /// their sectors do, the largest stack distance met (`None`: never
+    /// covered, a miss in every cache).
+    fn walk_older(&self, line: &LineState, mask: u64, distance: u64) -> Option<u64> {
+        if line.newest_distance == u64::MAX || line.older == NO_OLDER {
+            return None;
+        }
+        let mut covered = line.newest_mask;
+        let mut largest = distance.max(line.newest_distance);
+        for &(earlier_mask, earlier_distance) in &self.older[line.older as usize] {
+            covered |= earlier_mask;
+            if covered & mask == mask {
+                return Some(largest);
+            }
+            if earlier_distance == u64::MAX {
+                return None;
+            }
+            largest = largest.max(earlier_distance);
+        }
+        None
+    }
+
+    /// A line accessed in part (sectors `mask`): its previous newest access
+    /// joins the older ones, which keep what a later walk can reach: up to
+    /// the access whose sectors, with the newer ones', complete the line,
+    /// and at most HISTORY_PER_LINE accesses in all. Returns the line's
+    /// `older` index.
+    fn push_older(&mut self, line: LineState, mask: u64, full_mask: u64) -> u32 {
+        let index = if line.older != NO_OLDER {
+            line.older
+        } else if let Some(free) = self.free_older.pop() {
+            free
+        } else {
+            self.older.push(Vec::new());
+            (self.older.len() - 1) as u32
+        };
+        let history = &mut self.older[index as usize];
+        history.insert(0, (line.newest_mask, line.newest_distance));
+        let mut union = mask;
+        let mut keep = history.len();
+        for (i, &(m, _)) in history.iter().enumerate() {
+            union |= m;
+            if union & full_mask == full_mask {
+                keep = i + 1;
+                break;
+            }
+        }
+        history.truncate(keep.min(HISTORY_PER_LINE - 1));
+        index
+    }
+
+    fn release_older(&mut self, index: u32) {
+        if index != NO_OLDER {
+            self.older[index as usize].clear();
+            self.free_older.push(index);
         }
     }
 
@@ -361,8 +463,11 @@ impl Accumulator {
         let old_rate = self.rate();
         while self.by_hash.len() > max_lines {
             let (hash, key) = self.by_hash.pop_last().expect("above max_lines");
-            if let Some(line) = self.lines.remove(&key) {
-                self.markers.add(line.last_time, -1);
+            if let Some(id) = self.ids.remove(&key) {
+                let line = self.states[id as usize];
+                self.marks.clear(line.last_time as usize);
+                self.owner[line.last_time as usize] = NO_OWNER;
+                self.release_older(line.older);
                 self.lines_tracked -= 1;
             }
             self.threshold = hash;
@@ -380,6 +485,12 @@ impl Accumulator {
     fn finish(self, total_accesses: u64, sizes: &[u64], line_bytes: u64) -> MrcCurve {
         let rate = self.rate();
         let mut thresholds: Vec<(u64, f64)> = self.hits_above.into_iter().collect();
+        thresholds.extend(
+            (0u64..)
+                .zip(&self.exact_hits)
+                .filter(|(_, &n)| n > 0)
+                .map(|(t, &n)| (t, n as f64)),
+        );
         thresholds.sort_unstable_by_key(|(t, _)| *t);
         // SHARDS-adj: the expected number of sampled accesses is known
         // (rate × all accesses); the difference is put in the first bucket
@@ -415,7 +526,7 @@ impl Accumulator {
             method: self.method.to_string(),
             accesses: total / rate,
             sampled_accesses: self.sampled_accesses,
-            sampled_lines: self.lines.len() as u64,
+            sampled_lines: self.lines_tracked as u64,
             final_rate: rate,
             points,
             max_error_vs_exact: None,
@@ -473,6 +584,7 @@ pub fn miss_ratio_curves(
     let mut sequence: Vec<(u32, u64)> = Vec::new();
     let mut requests = 0u64;
     let mut line_accesses = 0u64;
+    let mut batch: Vec<(LineKey, u64)> = Vec::with_capacity(BATCH + 64);
     while let Some(record) = reader.next() {
         let record = record?;
         let request = request_of(&record);
@@ -488,27 +600,34 @@ pub fn miss_ratio_curves(
             } else {
                 ((1u64 << width) - 1) << part.first_sector
             };
-            for a in &mut accumulators {
-                a.access(part.key, mask, full_mask);
-            }
+            batch.push((part.key, mask));
             if want_opt {
                 let next = ids.len() as u32;
                 let id = *ids.entry(part.key).or_insert(next);
                 sequence.push((id, mask));
             }
         }
+        if batch.len() >= BATCH {
+            for a in &mut accumulators {
+                a.access_batch(&batch, full_mask);
+            }
+            batch.clear();
+        }
         if requests.is_multiple_of(65_536) {
             progress(reader, requests);
         }
     }
+    for a in &mut accumulators {
+        a.access_batch(&batch, full_mask);
+    }
     let exact_footprint = accumulators
         .iter()
         .find(|a| a.method == MrcMethod::Exact)
-        .map(|a| a.lines.len() as u64)
+        .map(|a| a.lines_tracked as u64)
         .or(want_opt.then_some(ids.len() as u64));
     let footprint_lines = exact_footprint.unwrap_or_else(|| {
         let a = &accumulators[0];
-        (a.lines.len() as f64 / a.rate()).round() as u64
+        (a.lines_tracked as f64 / a.rate()).round() as u64
     });
     let sizes: Vec<u64> = match sizes {
         Some(s) => s.to_vec(),
@@ -616,32 +735,90 @@ fn opt_curve(sequence: &[(u32, u64)], lines: usize, sizes: &[u64], line_bytes: u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
-    #[test]
-    fn markers_count_and_grow() {
-        let mut m = TimeMarkers::new();
-        for t in [3usize, 70_000, 200_000] {
-            m.add(t, 1);
+    /// A direct LRU of `capacity` lines with the core's sector rule (a hit
+    /// when every requested sector is valid; a line holds the sectors
+    /// accessed since it was inserted): its hits.
+    fn brute_force_lru_hits(accesses: &[(LineKey, u64)], capacity: usize) -> u64 {
+        let mut list: Vec<(LineKey, u64)> = Vec::new(); // most recent first
+        let mut hits = 0;
+        for &(key, mask) in accesses {
+            if let Some(at) = list.iter().position(|(k, _)| *k == key) {
+                let (_, valid) = list.remove(at);
+                hits += u64::from(valid & mask == mask);
+                list.insert(0, (key, valid | mask));
+            } else {
+                if list.len() == capacity {
+                    list.pop();
+                }
+                list.insert(0, (key, mask));
+            }
         }
-        assert_eq!(m.prefix(4), 1);
-        assert_eq!(m.prefix(70_001), 2);
-        assert_eq!(m.prefix(1 << 20), 3);
-        m.add(3, -1);
-        assert_eq!(m.prefix(1 << 20), 2);
+        hits
     }
+
+    proptest! {
+        /// The exact curve (and SHARDS at rate 1, and shards-fixed that
+        /// never drops a line, which take the other paths) against a direct
+        /// LRU at every size, with partial lines over two volumes, and
+        /// times renumbered every few hundred accesses.
+        #[test]
+        fn curves_equal_a_brute_force_lru(
+            accesses in proptest::collection::vec((0u32..2, 0u64..40, 0u32..8, 1u32..9), 1..1500),
+        ) {
+            let full_mask = 0xffu64;
+            let accesses: Vec<(LineKey, u64)> = accesses
+                .into_iter()
+                .map(|(volume, line_index, first, width)| {
+                    let width = width.min(8 - first);
+                    (LineKey { volume, line_index }, ((1u64 << width) - 1) << first)
+                })
+                .collect();
+            let sizes: Vec<u64> = (1..=80).collect();
+            for method in [
+                MrcMethod::Exact,
+                MrcMethod::Shards { rate: 1.0, seed: 0 },
+                MrcMethod::ShardsFixed { max_lines: 100 },
+            ] {
+                let mut a = Accumulator::with_min_times(method, BLOCK_FOR_TESTS);
+                for chunk in accesses.chunks(97) {
+                    a.access_batch(chunk, full_mask);
+                }
+                let curve = a.finish(accesses.len() as u64, &sizes, 4096);
+                for point in &curve.points {
+                    let hits = ((1.0 - point.miss_ratio) * accesses.len() as f64).round() as u64;
+                    prop_assert_eq!(
+                        hits,
+                        brute_force_lru_hits(&accesses, point.cache_lines as usize),
+                        "{} at {} lines", method, point.cache_lines
+                    );
+                }
+            }
+        }
+    }
+
+    /// The fewest times the marks hold (one block), so that the tests
+    /// renumber times often.
+    const BLOCK_FOR_TESTS: usize = marks::BLOCK_TIMES;
 
     #[test]
     fn methods_parse_and_refuse() {
         assert_eq!("exact".parse::<MrcMethod>().unwrap(), MrcMethod::Exact);
         assert_eq!(
             "shards:0.01".parse::<MrcMethod>().unwrap(),
-            MrcMethod::Shards { rate: 0.01 }
+            MrcMethod::Shards { rate: 0.01, seed: 0 }
         );
+        assert_eq!(
+            "shards:0.01:7".parse::<MrcMethod>().unwrap(),
+            MrcMethod::Shards { rate: 0.01, seed: 7 }
+        );
+        assert_eq!(MrcMethod::Shards { rate: 0.01, seed: 7 }.to_string(), "shards:0.01:7");
         assert_eq!(
             "shards-fixed:8192".parse::<MrcMethod>().unwrap(),
             MrcMethod::ShardsFixed { max_lines: 8192 }
         );
-        for bad in ["shards:0", "shards:2", "shards-fixed:3", "belady", "shards:x"] {
+        for bad in ["shards:0", "shards:2", "shards-fixed:3", "belady", "shards:x", "shards:0.1:x"] {
             assert!(bad.parse::<MrcMethod>().is_err(), "{bad}");
         }
     }

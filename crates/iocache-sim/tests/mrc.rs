@@ -114,7 +114,7 @@ fn sampled_curves_stay_near_the_exact_one() {
         4096,
         &[
             MrcMethod::Exact,
-            MrcMethod::Shards { rate: 0.1 },
+            MrcMethod::Shards { rate: 0.1, seed: 0 },
             MrcMethod::ShardsFixed { max_lines: 8192 },
         ],
         &sizes,
