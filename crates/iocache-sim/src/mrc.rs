@@ -813,12 +813,22 @@ mod tests {
             "shards:0.01:7".parse::<MrcMethod>().unwrap(),
             MrcMethod::Shards { rate: 0.01, seed: 7 }
         );
-        assert_eq!(MrcMethod::Shards { rate: 0.01, seed: 7 }.to_string(), "shards:0.01:7");
+        assert_eq!(
+            MrcMethod::Shards { rate: 0.01, seed: 7 }.to_string(),
+            "shards:0.01:7"
+        );
         assert_eq!(
             "shards-fixed:8192".parse::<MrcMethod>().unwrap(),
             MrcMethod::ShardsFixed { max_lines: 8192 }
         );
-        for bad in ["shards:0", "shards:2", "shards-fixed:3", "belady", "shards:x", "shards:0.1:x"] {
+        for bad in [
+            "shards:0",
+            "shards:2",
+            "shards-fixed:3",
+            "belady",
+            "shards:x",
+            "shards:0.1:x",
+        ] {
             assert!(bad.parse::<MrcMethod>().is_err(), "{bad}");
         }
     }

@@ -146,7 +146,11 @@ mod tests {
             assert_eq!(m.total(), marked as u64);
             assert!(m.marked().eq(0..marked), "{marked}/{capacity}");
             for t in [0, marked / 2, marked.saturating_sub(1), marked, capacity - 1] {
-                assert_eq!(m.after(t), marked.saturating_sub(t + 1) as u64, "{marked}/{capacity} after {t}");
+                assert_eq!(
+                    m.after(t),
+                    marked.saturating_sub(t + 1) as u64,
+                    "{marked}/{capacity} after {t}"
+                );
             }
         }
     }
