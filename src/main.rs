@@ -210,7 +210,10 @@ impl OutputFile {
 
     /// Replaces the file's contents with `text`.
     fn write(mut self, text: &str) -> Result<()> {
-        self.file.set_len(0)?;
+        // Only a regular file is truncated (`/dev/null` and pipes cannot be).
+        if self.file.metadata()?.is_file() {
+            self.file.set_len(0)?;
+        }
         self.file.write_all(text.as_bytes())?;
         self.file.flush()?;
         self.kept = true;

@@ -29,6 +29,32 @@ fn temp_file(name: &str, contents: &str) -> PathBuf {
     path
 }
 
+/// An output that is not a regular file (`/dev/null`) is written, not
+/// truncated (truncating a character device fails).
+#[test]
+fn outputs_may_be_dev_null() {
+    use std::os::unix::fs::FileTypeExt;
+    for args in [
+        &[
+            "sim",
+            "--trace",
+            SAMPLE,
+            "--cache-size",
+            "256",
+            "--json",
+            "/dev/null",
+        ][..],
+        &["trace", "mrc", SAMPLE, "--json", "/dev/null"][..],
+    ] {
+        let o = iocache(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    assert!(std::fs::metadata("/dev/null")
+        .unwrap()
+        .file_type()
+        .is_char_device());
+}
+
 #[test]
 fn sim_json_has_the_documented_fields_for_every_combination() {
     let o = iocache(&[
