@@ -61,8 +61,9 @@ pub use volumes::{Volume, VolumeInfo, VolumeStats};
 pub const SHARD_SPAN_LINES: u64 = 64;
 
 /// The most lines a read may span for [`Engine::read_would_hit`] to look
-/// (4 locks): longer reads are not "quick".
-pub const QUICK_READ_MAX_LINES: u64 = 4;
+/// (64 KiB of 4 KiB lines, the NBD server's largest inline read): longer
+/// reads are not "quick".
+pub const QUICK_READ_MAX_LINES: u64 = 16;
 
 /// Shards at most in `fine` mode.
 const SHARDS_MAX: usize = 64;
@@ -697,20 +698,33 @@ impl Engine {
             return false;
         }
         let sectors_per_line = ((1u64 << inner.line_shift) / SECTOR_BYTES) as u32;
-        (first..=last).all(|line_index| {
+        // Lines of one span share a shard: one lock per shard met.
+        let mut held: Option<(usize, MutexGuard<'_, ShardState>)> = None;
+        for line_index in first..=last {
             let key = LineKey {
                 volume: volume.id,
                 line_index,
             };
-            let shard = &inner.shards[inner.shard_of(key)];
-            if shard.poisoned.load(Ordering::Relaxed) != 0 {
-                return false;
+            let index = inner.shard_of(key);
+            if held.as_ref().is_none_or(|(at, _)| *at != index) {
+                let shard = &inner.shards[index];
+                if shard.poisoned.load(Ordering::Relaxed) != 0 {
+                    return false;
+                }
+                // Never two shard locks at once.
+                drop(held.take());
+                held = Some((index, lock(&shard.state)));
             }
-            lock(&shard.state)
+            let (_, state) = held.as_ref().expect("just locked");
+            if state
                 .cache
                 .line_state(key)
-                .is_some_and(|line| line.valid_sectors == sectors_per_line)
-        })
+                .is_none_or(|line| line.valid_sectors != sectors_per_line)
+            {
+                return false;
+            }
+        }
+        true
     }
 
     /// One client request: decide, run, and count it (latency, the volume's

@@ -712,3 +712,40 @@ fn a_volume_never_inherits_the_lines_of_another_that_had_its_id() {
         assert_eq!(engine.stats().recovery.clean_lines, 0, "{middle}");
     }
 }
+
+/// `read_would_hit` (the NBD server's hint for serving a read at once):
+/// true only when every line of the read is resident and fully valid, at
+/// most 16 lines, inside the volume; the state it reports follows writes
+/// and reads.
+#[test]
+fn a_read_would_hit_only_when_every_line_is_cached_in_full() {
+    let cache = cache_config(64, WritePolicy::WriteBack);
+    let a: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("a", 1 << 20));
+    let engine = Engine::new(
+        engine_config(&cache, Lookup::Fine, Persistence::Dirty),
+        cache_device(&cache),
+        a,
+    )
+    .unwrap();
+    let volume = engine.volume(0).unwrap();
+    assert!(!engine.read_would_hit(&volume, 0, LINE));
+    // Written in full: resident and valid.
+    engine.write(0, &vec![7u8; 20 * LINE as usize], false).unwrap();
+    assert!(engine.read_would_hit(&volume, 0, LINE));
+    assert!(engine.read_would_hit(&volume, 512, 16 * LINE - 512));
+    assert!(engine.read_would_hit(&volume, 0, 16 * LINE));
+    // 17 lines: too long to ask.
+    assert!(!engine.read_would_hit(&volume, 0, 17 * LINE));
+    // A line written in part is not valid in full.
+    engine.write(40 * LINE, &[1u8; 512], false).unwrap();
+    assert!(!engine.read_would_hit(&volume, 40 * LINE, 512));
+    // Read once (a miss, promoted): then a hit.
+    let mut buf = vec![0u8; LINE as usize];
+    engine.read(30 * LINE, &mut buf).unwrap();
+    assert!(engine.read_would_hit(&volume, 30 * LINE, LINE));
+    // Empty, past the end, overflowing: no.
+    assert!(!engine.read_would_hit(&volume, 0, 0));
+    assert!(!engine.read_would_hit(&volume, (1 << 20) - LINE, 2 * LINE));
+    assert!(!engine.read_would_hit(&volume, u64::MAX - 10, 20));
+    engine.shutdown().unwrap();
+}
