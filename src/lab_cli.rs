@@ -665,7 +665,10 @@ pub fn run(args: RunArgs) -> Result<()> {
             })
             .collect();
         let mut reader = open_workload(entry, &dir, &file)?;
-        let mut bar = crate::progress::Bar::new(std::io::stderr().is_terminal());
+        let mut bar = crate::progress::Bar::labelled(
+            std::io::stderr().is_terminal(),
+            format!("workload {}/{} `{}` ", w + 1, experiment.workloads.len(), entry.name),
+        );
         let report = simulate_each(&mut reader, &runs, threads, &mut |r, n| bar.update(r, n))
             .with_context(|| format!("workload `{}`", entry.name))?;
         bar.finish();
