@@ -667,7 +667,12 @@ pub fn run(args: RunArgs) -> Result<()> {
         let mut reader = open_workload(entry, &dir, &file)?;
         let mut bar = crate::progress::Bar::labelled(
             std::io::stderr().is_terminal(),
-            format!("workload {}/{} `{}` ", w + 1, experiment.workloads.len(), entry.name),
+            format!(
+                "workload {}/{} `{}` ",
+                w + 1,
+                experiment.workloads.len(),
+                entry.name
+            ),
         );
         let report = simulate_each(&mut reader, &runs, threads, &mut |r, n| bar.update(r, n))
             .with_context(|| format!("workload `{}`", entry.name))?;
