@@ -1967,10 +1967,9 @@ const INLINE_READ_MAX_BYTES: usize = 64 << 10;
 /// the connection's and the server's payload budgets.
 #[derive(Default)]
 struct ReplyBatch {
-    /// Budget taken by the requests whose replies are held, and how many
-    /// they are (header errors hold no budget and are not counted).
-    cost: usize,
-    requests: usize,
+    /// Budget taken by each request whose reply is held (header errors
+    /// hold none and are not listed).
+    costs: Vec<usize>,
     /// The replies are `bytes[..used]` (what follows is old, kept so a
     /// batch does not zero its buffer again).
     bytes: Vec<u8>,
@@ -2006,8 +2005,9 @@ impl ReplyBatch {
             self.used = 0;
             self.replies = 0;
         }
-        if self.requests > 0 {
-            conn.done_many(std::mem::take(&mut self.requests), std::mem::take(&mut self.cost));
+        if !self.costs.is_empty() {
+            conn.done_many(&self.costs);
+            self.costs.clear();
         }
         if self.bytes.capacity() > KEPT_BUFFER_BYTES {
             self.bytes = Vec::new();
@@ -2116,15 +2116,18 @@ impl<S: ConnectionStream> Conn<'_, S> {
     /// A request is over (answered, or dropped with its connection): its
     /// budget goes back.
     fn done(&self, cost: usize) {
-        self.done_many(1, cost);
+        self.done_many(&[cost]);
     }
 
-    /// `requests` requests are answered: their budget (`cost` in all) is
-    /// given back.
-    fn done_many(&self, requests: usize, cost: usize) {
-        self.shared.global.release(cost);
-        self.budget.release(cost);
-        self.activity.in_flight.fetch_sub(requests, Ordering::SeqCst);
+    /// Requests of these costs are answered: their budget is given back,
+    /// each cost on its own (the server's budget has a pool per request
+    /// size: a sum would go back to the wrong pool).
+    fn done_many(&self, costs: &[usize]) {
+        for &cost in costs {
+            self.shared.global.release(cost);
+        }
+        self.budget.release(costs.iter().sum());
+        self.activity.in_flight.fetch_sub(costs.len(), Ordering::SeqCst);
         self.activity.touch(self.shared);
     }
 
@@ -2204,8 +2207,7 @@ impl<S: ConnectionStream> Conn<'_, S> {
         self.shared.stats.served_inline.fetch_add(1, Ordering::Relaxed);
         // The request stays in flight, its budget taken, while its reply
         // waits in the batch.
-        batch.cost += cost;
-        batch.requests += 1;
+        batch.costs.push(cost);
     }
 
     /// Whether `req` is a read of at most [`INLINE_READ_MAX_BYTES`] the

@@ -15,11 +15,12 @@
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use iocache_nbd::proto::NBD_CMD_READ;
+use iocache_nbd::proto::{RequestHeader, NBD_CMD_READ};
 use iocache_nbd::{Client, ConnectOptions, ServerConfig};
 
 /// The system allocator, counting the bytes live now and the peak.
@@ -158,5 +159,54 @@ fn small_requests_are_not_queued_behind_pinned_large_replies() {
     );
     assert!(server.stats().peak_inflight_bytes <= 8 * MIB as u64);
     drop(raws);
+    server.shutdown();
+}
+
+/// Many 64 KiB reads served inline (their replies held together, more
+/// than the small requests' share in all) give their budget back to the
+/// pool each came from: large reads after them are still served, and
+/// nothing stays held. (A batch once gave its sum back to the large pool,
+/// whose count wrapped: every large read after it waited forever.)
+#[test]
+fn inline_replies_give_their_budget_back_to_the_pools_they_came_from() {
+    let mut config = ServerConfig {
+        max_inflight_bytes: 4 * MIB,
+        max_total_inflight_bytes: 8 * MIB,
+        ..config("inline-pools")
+    };
+    config.limits.max_payload = MIB as u32;
+    let server = start_with(config, vec![("disk", mem(16 * MIB) as _)]);
+    let mut raw = Raw::connect(&server, true);
+    for round in 0..4u64 {
+        // 64 reads of 64 KiB in one write: buffered, so served inline.
+        let mut bytes = Vec::new();
+        for i in 0..64u64 {
+            let h = RequestHeader {
+                flags: 0,
+                command: NBD_CMD_READ,
+                handle: round * 100 + i,
+                offset: i * 64 * 1024,
+                length: 64 * 1024,
+            };
+            bytes.extend_from_slice(&h.encode());
+        }
+        raw.s.write_all(&bytes).unwrap();
+        for _ in 0..64 {
+            let (_, errno, data) = raw.recv(|_| 64 * 1024);
+            assert_eq!((errno, data.len()), (0, 64 * 1024));
+        }
+        // Large reads draw from the large pool: still served.
+        for i in 0..4u64 {
+            raw.send(9000 + i, NBD_CMD_READ, 0, i * MIB as u64, MIB as u32, &[]);
+            let (h, errno, data) = raw.recv(|_| MIB);
+            assert_eq!((h, errno, data.len()), (9000 + i, 0, MIB));
+        }
+    }
+    assert!(server.stats().served_inline > 0);
+    let started = Instant::now();
+    while server.stats().inflight_bytes != 0 {
+        assert!(started.elapsed() < Duration::from_secs(5), "budget given back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     server.shutdown();
 }
