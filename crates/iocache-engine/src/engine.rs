@@ -931,6 +931,28 @@ impl Drop for Engine {
     }
 }
 
+/// How many of `places` (device offset, buffer offset, length, and a kind
+/// that must not change), from the first, follow one another both on the
+/// device and in the buffer, at most 1 MiB in all (a bounded I/O, like a
+/// client's): one device read or write can do them (1: none can join).
+fn contiguous_run_len(mut places: impl Iterator<Item = Option<(u64, u64, u64, bool)>>) -> usize {
+    let Some(Some(mut at)) = places.next() else {
+        return 1;
+    };
+    let mut n = 1;
+    let mut bytes = at.2;
+    for next in places {
+        let Some(next) = next else { break };
+        if next.0 != at.0 + at.2 || next.1 != at.1 + at.2 || next.3 != at.3 || bytes + next.2 > 1 << 20 {
+            break;
+        }
+        bytes += next.2;
+        at = next;
+        n += 1;
+    }
+    n
+}
+
 /// Whether the core holds dirty sectors in `slot`.
 fn slot_is_dirty(state: &ShardState, slot: SlotId) -> bool {
     state
@@ -1247,22 +1269,11 @@ impl Inner {
                 self.cache_offset(segment.shard, slot, line_offset_bytes),
                 buffer_offset_bytes,
                 u64::from(length_bytes),
+                false,
             )),
             _ => None,
         };
-        let Some(mut at) = place(&ops[0]) else { return 1 };
-        let mut n = 1;
-        let mut bytes = at.2;
-        for op in &ops[1..] {
-            let Some(next) = place(op) else { break };
-            if next.0 != at.0 + at.2 || next.1 != at.1 + at.2 || bytes + next.2 > 1 << 20 {
-                break;
-            }
-            bytes += next.2;
-            at = next;
-            n += 1;
-        }
-        n
+        contiguous_run_len(ops.iter().map(place))
     }
 
     /// Reads `ops` (see [`Inner::cache_read_span_len`]) with one device
@@ -1423,20 +1434,7 @@ impl Inner {
             )),
             _ => None,
         };
-        let Some(mut at) = place(&ops[0]) else { return 1 };
-        let mut n = 1;
-        // At most 1 MiB at once: a bounded write, like the client's.
-        let mut bytes = at.2;
-        for op in &ops[1..] {
-            let Some(next) = place(op) else { break };
-            if next.0 != at.0 + at.2 || next.1 != at.1 + at.2 || next.3 != at.3 || bytes + next.2 > 1 << 20 {
-                break;
-            }
-            bytes += next.2;
-            at = next;
-            n += 1;
-        }
-        n
+        contiguous_run_len(ops.iter().map(place))
     }
 
     /// Before a `WriteCache` op's data is written: the slot may be reused,
