@@ -72,7 +72,7 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
     let mut entries = Vec::new();
     for (name, backend, cache, volume) in volumes {
         let group = &state.caches[cache];
-        let engine = &group.engine;
+        let engine = group.engine();
         // Detached meanwhile: not listed.
         let Ok(v) = engine.volume_stats(volume.id()) else {
             continue;
@@ -193,6 +193,25 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
                     .reca_status()
                     .map_or(Value::Null, |r| crate::reca_cli::status_json(&r)),
             );
+            entry.insert("line_bytes".into(), json!(engine.line_bytes()));
+            let changes: Vec<Value> = state
+                .relayouts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .filter(|r| r.cache == cache)
+                .map(|r| {
+                    json!({
+                        "old_line_bytes": r.old_line_bytes,
+                        "new_line_bytes": r.new_line_bytes,
+                        "dirty_lines_written_back_first": r.written_back_before,
+                        "paused_ms": r.paused.as_secs_f64() * 1e3,
+                        "warm_ranges": r.warm_ranges,
+                        "warm_bytes": r.warm_bytes,
+                    })
+                })
+                .collect();
+            entry.insert("line_size_changes".into(), Value::Array(changes));
         }
         entries.push(entry);
     }

@@ -29,7 +29,7 @@ use serde::Deserialize;
 
 /// The keys of a `[[volume]]` table that describe its cache device, shared
 /// by every volume naming the same `cache`.
-pub const CACHE_KEYS: [&str; 19] = [
+pub const CACHE_KEYS: [&str; 20] = [
     "cache_size",
     "cache_array",
     "mirror_percent",
@@ -49,6 +49,7 @@ pub const CACHE_KEYS: [&str; 19] = [
     "adapt_interval",
     "reca_table",
     "reca_window",
+    "reca_line_size",
 ];
 
 /// Size of a backend file `serve` creates when given no `--backend`.
@@ -335,6 +336,10 @@ impl VolumeConfig {
                 .as_ref()
                 .map_or(DEFAULT_RECA_WINDOW, |r| r.window_requests)
                 .to_string(),
+            "reca_line_size" => match self.reca.as_ref().is_none_or(|r| r.line_size_live) {
+                true => "live".into(),
+                false => "next_start".into(),
+            },
             other => unreachable!("not a cache key: {other}"),
         }
     }
@@ -379,6 +384,11 @@ impl VolumeConfig {
                     mine.window_requests = theirs.window_requests;
                 }
             }
+            "reca_line_size" => {
+                if let (Some(mine), Some(theirs)) = (&mut self.reca, &from.reca) {
+                    mine.line_size_live = theirs.line_size_live;
+                }
+            }
             other => unreachable!("not a cache key: {other}"),
         }
     }
@@ -397,6 +407,10 @@ pub struct RecaConfig {
     /// The category table's file; `None`: the built-in table.
     pub table: Option<PathBuf>,
     pub window_requests: u64,
+    /// `reca_line_size = "live"` (the default): a category's line size is
+    /// put in force while serving (`live_relayout.rs`); `"next_start"`: it
+    /// is recorded and taken at the next start.
+    pub line_size_live: bool,
 }
 
 /// ReCA's window when none is given (the paper's).
@@ -462,6 +476,9 @@ pub struct VolumeText {
     /// ReCA's window in requests (with `adapt = "reca"`).
     #[serde(default)]
     pub reca_window: Option<u64>,
+    /// When ReCA's line size is put in force: `live` or `next_start`.
+    #[serde(default)]
+    pub reca_line_size: Option<String>,
 }
 
 fn default_mirror_percent() -> u32 {
@@ -686,19 +703,27 @@ impl VolumeText {
                 if window_requests == 0 {
                     bail!("{}: a window holds at least 1 request", key("reca_window"));
                 }
+                let line_size_live = match self.reca_line_size.as_deref().map(str::trim) {
+                    None | Some("live") => true,
+                    Some("next_start") => false,
+                    Some(other) => bail!("{}: `{other}` is not live or next_start", key("reca_line_size")),
+                };
                 Some(RecaConfig {
                     table: self.reca_table,
                     window_requests,
+                    line_size_live,
                 })
             }
             _ => {
-                if self.reca_table.is_some() || self.reca_window.is_some() {
+                if self.reca_table.is_some() || self.reca_window.is_some() || self.reca_line_size.is_some() {
                     bail!(
                         "{}: only with ReCA ({} reca)",
                         key(if self.reca_table.is_some() {
                             "reca_table"
-                        } else {
+                        } else if self.reca_window.is_some() {
                             "reca_window"
+                        } else {
+                            "reca_line_size"
                         }),
                         key("adapt")
                     );
@@ -1404,6 +1429,7 @@ cache = "d/other-cache.img"
             adapt_interval: None,
             reca_table: None,
             reca_window: None,
+            reca_line_size: None,
         };
         let e = format!("{:#}", text.validate(&Origin::Flags).unwrap_err());
         assert!(e.starts_with("--line-size: "), "{e}");
@@ -1420,6 +1446,7 @@ cache = "d/other-cache.img"
         let want = Some(RecaConfig {
             table: Some("t.toml".into()),
             window_requests: 5000,
+            line_size_live: true,
         });
         assert_eq!(c.volumes[0].reca, want);
         assert_eq!(c.volumes[1].reca, want);
@@ -1448,6 +1475,23 @@ cache = "d/other-cache.img"
         assert!(e.contains("volume `b`: reca_window"), "{e}");
         let e = err(&SHARED.replace("policy = \"arc\"", "reca_window = 10"));
         assert!(e.contains("volume `b`: reca_window: only with ReCA"), "{e}");
+        // When ReCA's line size is put in force.
+        let e = err(&SHARED.replace("policy = \"arc\"", "reca_line_size = \"live\""));
+        assert!(e.contains("volume `b`: reca_line_size: only with ReCA"), "{e}");
+        let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"reca\"\nreca_line_size = \"later\""));
+        assert!(
+            e.contains("volume `b`: reca_line_size: `later` is not live or next_start"),
+            "{e}"
+        );
+        let c = ServeConfig::from_toml_str(
+            &SHARED.replace(
+                "policy = \"arc\"",
+                "adapt = \"reca\"\nreca_line_size = \"next_start\"",
+            ),
+            "conf.toml",
+        )
+        .unwrap();
+        assert!(!c.volumes[0].reca.as_ref().unwrap().line_size_live);
         // Two volumes of one cache disagreeing.
         let e = err(&SHARED
             .replace("direct = true", "direct = true\nadapt = \"reca\"")

@@ -6,6 +6,7 @@ mod devices;
 mod gen_cli;
 mod lab_cli;
 mod lab_live;
+mod live_relayout;
 mod logging;
 mod metrics;
 mod mrc_cli;

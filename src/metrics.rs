@@ -174,7 +174,7 @@ impl Collector for EngineCollector {
         let volume_stats: Vec<_> = served
             .iter()
             .filter_map(|(export, cache, volume)| {
-                let stats = state.caches[*cache].engine.volume_stats(volume.id()).ok()?;
+                let stats = state.caches[*cache].engine().volume_stats(volume.id()).ok()?;
                 Some((export.clone(), stats))
             })
             .collect();
@@ -240,9 +240,9 @@ impl Collector for EngineCollector {
             .map(|g| {
                 (
                     g.path.display().to_string(),
-                    g.engine.stats(),
-                    g.engine.effective_mode(),
-                    g.engine.reca_status(),
+                    g.engine().stats(),
+                    g.engine().effective_mode(),
+                    g.engine().reca_status(),
                 )
             })
             .collect();

@@ -101,6 +101,7 @@ pub fn start_live(
     reca: &RecaConfig,
     cache: &Path,
     configured_line_size: LineSize,
+    line_size_live: bool,
 ) -> Result<()> {
     let (table, table_source) = read_table(reca.table.as_deref())?;
     let names: Vec<&str> = table.categories.iter().map(|c| c.name.as_str()).collect();
@@ -122,6 +123,8 @@ pub fn start_live(
         },
         max_requests_per_second: Some(RECA_MAX_REQUESTS_PER_SECOND),
         configured_line_bytes: Some(configured_line_size.bytes()),
+        initial_category: None,
+        line_size_live,
     })?;
     Ok(())
 }

@@ -12,7 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use iocache_core::units::{format_byte_size, parse_byte_size};
 use iocache_engine::{Engine, Volume};
 use iocache_nbd::ExportHandle;
-use iocache_serving::EngineExport;
+use iocache_serving::{EngineCell, EngineExport};
 
 use crate::config::{normalize, VolumeConfig};
 use crate::devices::{open_backend, Claim, Scope};
@@ -23,11 +23,19 @@ pub(crate) struct CacheGroup {
     pub(crate) path: PathBuf,
     /// The path with symbolic links resolved, to recognize it.
     pub(crate) canonical: PathBuf,
-    pub(crate) engine: Arc<Engine>,
+    /// Where its engine is found (replaced when ReCA changes the line size).
+    pub(crate) cell: Arc<EngineCell>,
     /// The settings of the cache (those of its first volume).
     pub(crate) config: VolumeConfig,
     pub(crate) cache_bytes: u64,
     pub(crate) capacity_lines: u64,
+}
+
+impl CacheGroup {
+    /// The engine in force now (for the operator's commands and reports).
+    pub(crate) fn engine(&self) -> Arc<Engine> {
+        self.cell.engine()
+    }
 }
 
 /// A volume being served: an export of the NBD server.
@@ -52,6 +60,8 @@ pub(crate) struct Running {
     admin: Mutex<()>,
     /// Where this server listens (no volume may use it as its backend).
     own: Scope,
+    /// Line sizes changed while serving (`live_relayout.rs`), oldest first.
+    pub(crate) relayouts: Mutex<Vec<crate::live_relayout::Relayout>>,
 }
 
 /// Locks `m`, even if a thread panicked while holding it.
@@ -70,7 +80,7 @@ pub(crate) fn describe(group: &CacheGroup, backend: &str) -> String {
     };
     format!(
         "iocache: {} cache of {} lines of {} over {kind}",
-        group.engine.write_policy(),
+        group.engine().write_policy(),
         group.capacity_lines,
         format_byte_size(group.config.line_size.bytes()),
     )
@@ -106,6 +116,7 @@ impl Running {
             files: Mutex::new(files),
             admin: Mutex::new(()),
             own,
+            relayouts: Mutex::new(Vec::new()),
         }
     }
 
@@ -181,22 +192,19 @@ impl Running {
             )?
         };
         let release = || lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
-        let id = match group.engine.attach(export, Arc::clone(&backend)) {
+        let id = match group.engine().attach(export, Arc::clone(&backend)) {
             Ok(id) => id,
             Err(e) => {
                 release();
                 bail!("attaching `{export}`: {e}");
             }
         };
-        let volume = group.engine.volume(id)?;
+        let volume = group.engine().volume(id)?;
+        group.cell.refresh_volumes();
         let name = backend.name().to_string();
-        let served = EngineExport::for_volume(
-            Arc::clone(&group.engine),
-            volume.clone(),
-            Some(describe(group, &name)),
-        );
+        let served = EngineExport::in_cell(Arc::clone(&group.cell), &volume, Some(describe(group, &name)));
         if let Err(e) = self.exports.add_export(export, Arc::new(served)) {
-            let _ = group.engine.detach(id);
+            let _ = group.engine().detach(id);
             release();
             bail!("serving `{export}`: {e}");
         }
@@ -235,7 +243,7 @@ impl Running {
     pub(crate) fn detach(&self, export: &str) -> Result<serde_json::Value> {
         let _admin = lock(&self.admin);
         let (cache, volume) = self.served(export)?;
-        let engine = &self.caches[cache].engine;
+        let engine = self.caches[cache].engine();
         let dirty = engine.volume_stats(volume.id()).map_or(0, |s| s.dirty_lines);
         let removed = self.exports.remove_export(export);
         if let Err(e) = engine.detach(volume.id()) {
@@ -244,6 +252,8 @@ impl Running {
             }
             bail!("detaching `{export}`: {e}; it is still served");
         }
+        // The cell's handle on the volume holds its backend open.
+        self.caches[cache].cell.refresh_volumes();
         lock(&self.volumes).retain(|v| v.export != export);
         lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
         log::info!("detached export `{export}`: {dirty} dirty lines written back");
@@ -278,7 +288,7 @@ impl Running {
             bail!("the server is stopping");
         }
         let group = &self.caches[self.cache_of_export(export)?];
-        crate::reca_cli::reload(&group.engine, table.map(Path::new))
+        crate::reca_cli::reload(&group.engine(), table.map(Path::new))
             .with_context(|| format!("reloading ReCA's table on the cache {}", group.path.display()))
     }
 
@@ -302,7 +312,7 @@ impl Running {
             .collect::<Result<Vec<_>>>()?;
         let index = self.cache_of_export(export)?;
         let group = &self.caches[index];
-        group.engine.apply_settings(&parsed).with_context(|| {
+        group.engine().apply_settings(&parsed).with_context(|| {
             format!(
                 "setting {} on the cache {}",
                 changes.join(" "),
@@ -325,7 +335,7 @@ impl Running {
         let _admin = lock(&self.admin);
         let (cache, volume) = self.served(export)?;
         let written = self.caches[cache]
-            .engine
+            .engine()
             .flush_volume(volume.id())
             .with_context(|| format!("flushing `{export}`"))?;
         Ok(serde_json::json!({ "export": export, "written_back_lines": written }))
@@ -335,7 +345,7 @@ impl Running {
 /// A cache's knobs as JSON: for each, configured and current; and the
 /// write policy in force with its cause.
 fn settings_json(group: &CacheGroup) -> serde_json::Value {
-    let engine = &group.engine;
+    let engine = group.engine();
     let effective = engine.effective_mode();
     let knobs: Vec<serde_json::Value> = engine
         .settings()

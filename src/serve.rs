@@ -26,7 +26,7 @@ use iocache_device::BlockDevice;
 use iocache_engine::layout::{self, LayoutError};
 use iocache_engine::{CacheArray, Engine, EngineConfig, InitMode, Persistence};
 use iocache_nbd::{Server, ServerConfig};
-use iocache_serving::EngineExport;
+use iocache_serving::{EngineCell, EngineExport};
 
 use crate::config::{
     normalize, parse_listen, Origin, ServeConfig, SizeText, VolumeConfig, VolumeText, DEFAULT_BACKEND_BYTES,
@@ -46,7 +46,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
-        "persistence", "read_only", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window",
+        "persistence", "read_only", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
         "tls_psk", "tls_verify_peer", "max_connections_per_peer", "max_handshakes_per_peer",
@@ -124,6 +124,11 @@ pub struct ServeArgs {
     /// Requests per ReCA window [default: 100000, the paper's]. Needs --adapt reca.
     #[arg(long, value_name = "REQUESTS")]
     reca_window: Option<u64>,
+    /// When a line size ReCA chooses is put in force: `live` (while serving: dirty lines
+    /// written back, the device formatted again, requests held meanwhile, the cached ranges read
+    /// again) or `next_start` (recorded on the cache device). Needs --adapt reca.
+    #[arg(long, value_name = "WHEN")]
+    reca_line_size: Option<String>,
     /// Serve the export read-only (writes, trims and write-zeroes get EPERM); dirty lines an
     /// earlier run left are still written back to the backend.
     #[arg(long)]
@@ -390,21 +395,13 @@ fn open_cache_group(
             "holds no cache (blank)"
         ));
     }
-    let mut cache = CacheConfig::new(capacity_lines, v.line_size, v.policy.clone());
-    cache.write_policy = v.write_policy;
-    cache.promotion = v.promotion;
-    cache.cleaning = v.cleaning;
-    cache.write_miss_bypass = v.write_miss_bypass;
-    cache.seq_cutoff = v.seq_cutoff;
-    cache.max_dirty_lines = v.max_dirty_lines;
+    // A cache array's members were formatted for one line size.
+    let line_size_live = array.is_none() && v.reca.as_ref().is_some_and(|r| r.line_size_live);
     let engine = Engine::with_volumes(
-        EngineConfig {
-            cache,
-            lookup: v.lookup,
-            shards: 0,
-            io: v.io,
-            persistence: v.persistence,
-            init: if start.init {
+        engine_config(
+            v,
+            capacity_lines,
+            if start.init {
                 InitMode::Format {
                     discard_dirty: start.force,
                 }
@@ -413,11 +410,8 @@ fn open_cache_group(
             } else {
                 InitMode::Load
             },
-            volume_name: v.export.clone(),
             array,
-            balance: v.adapt.as_ref().map(|a| a.config),
-            dirty_checksums: true,
-        },
+        ),
         cache_dev,
         backends,
     )
@@ -439,21 +433,49 @@ fn open_cache_group(
         log::info!("cache {}: load balancer {}", v.cache.display(), adapt.text);
     }
     if let Some(reca) = &v.reca {
-        crate::reca_cli::start_live(&engine, reca, &v.cache, configured_line_size).with_context(
-            || match &v.origin {
+        crate::reca_cli::start_live(&engine, reca, &v.cache, configured_line_size, line_size_live)
+            .with_context(|| match &v.origin {
                 Origin::Flags => "--reca-table".to_string(),
                 Origin::File(path) => format!("{path}: volume `{}`: reca_table", v.export),
-            },
-        )?;
+            })?;
     }
     Ok(CacheGroup {
         path: v.cache.clone(),
         canonical,
-        engine: Arc::new(engine),
+        cell: Arc::new(EngineCell::new(Arc::new(engine))),
         config: v.clone(),
         cache_bytes,
         capacity_lines,
     })
+}
+
+/// The engine's configuration for the cache of `v` (its line size), with
+/// `capacity_lines` lines.
+pub(crate) fn engine_config(
+    v: &VolumeConfig,
+    capacity_lines: u64,
+    init: InitMode,
+    array: Option<Arc<CacheArray>>,
+) -> EngineConfig {
+    let mut cache = CacheConfig::new(capacity_lines, v.line_size, v.policy.clone());
+    cache.write_policy = v.write_policy;
+    cache.promotion = v.promotion;
+    cache.cleaning = v.cleaning;
+    cache.write_miss_bypass = v.write_miss_bypass;
+    cache.seq_cutoff = v.seq_cutoff;
+    cache.max_dirty_lines = v.max_dirty_lines;
+    EngineConfig {
+        cache,
+        lookup: v.lookup,
+        shards: 0,
+        io: v.io,
+        persistence: v.persistence,
+        init,
+        volume_name: v.export.clone(),
+        array,
+        balance: v.adapt.as_ref().map(|a| a.config),
+        dirty_checksums: true,
+    }
 }
 
 /// Why a new (missing or blank) cache device is not formatted over
@@ -750,7 +772,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         for &i in &members {
             let v = &config.volumes[i];
             let volume = group
-                .engine
+                .engine()
                 .volume_named(&v.export)
                 .ok_or_else(|| anyhow!("volume `{}` is not in its engine", v.export))?;
             volumes.push(ServedVolume {
@@ -774,9 +796,9 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
             .add_export(
                 v.export.clone(),
                 Arc::new(
-                    EngineExport::for_volume(
-                        Arc::clone(&group.engine),
-                        v.volume.clone(),
+                    EngineExport::in_cell(
+                        Arc::clone(&group.cell),
+                        &v.volume,
                         Some(describe(group, &v.backend)),
                     )
                     .with_read_only(v.read_only),
@@ -793,6 +815,13 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     install_signal_handlers();
     let running = server.start()?;
     let state = Arc::new(Running::new(caches, volumes, running.exports(), files, own));
+    if state.caches.iter().any(|g| g.config.reca.is_some()) {
+        let state = Arc::clone(&state);
+        std::thread::Builder::new()
+            .name("iocache-relayout".into())
+            .spawn(move || crate::live_relayout::watch(state))
+            .context("starting the line size watcher")?;
+    }
     if let Some(admin) = admin {
         let state = Arc::clone(&state);
         std::thread::spawn(move || crate::admin::serve_admin(admin.listener, state));
@@ -825,12 +854,12 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         let members: Vec<&ServedVolume> = volumes.iter().filter(|v| v.cache == index).collect();
         for v in &members {
             let dirty = group
-                .engine
+                .engine()
                 .volume_stats(v.volume.id())
                 .map_or(0, |s| s.dirty_lines);
             log::info!("volume `{}`: writing back {dirty} dirty lines", v.export);
         }
-        if let Err(e) = group.engine.shutdown() {
+        if let Err(e) = group.engine().shutdown() {
             let names = members
                 .iter()
                 .map(|v| format!("`{}`", v.export))
@@ -847,7 +876,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
         }
     }
     for v in volumes.iter() {
-        let engine = &state.caches[v.cache].engine;
+        let engine = state.caches[v.cache].engine();
         let Ok(stats) = engine.volume_stats(v.volume.id()) else {
             continue;
         };
@@ -917,7 +946,7 @@ fn print_banner(
             },
             group.capacity_lines,
             format_byte_size(group.config.line_size.bytes()),
-            group.engine.write_policy(),
+            group.engine().write_policy(),
             group.config.lookup
         );
         if let Some(socket) = &socket {
@@ -1049,6 +1078,7 @@ impl ServeArgs {
             adapt_interval: self.adapt_interval,
             reca_table: self.reca_table,
             reca_window: self.reca_window,
+            reca_line_size: self.reca_line_size,
         };
         let mut volume = text.validate(&Origin::Flags)?;
         volume.slow_cache = self

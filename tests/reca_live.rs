@@ -39,6 +39,17 @@ impl Drop for Server {
 }
 
 fn start(dir: &Path, extra: &[&str]) -> Server {
+    start_with_window(dir, "1000", extra)
+}
+
+fn start_with_window(dir: &Path, window: &str, extra: &[&str]) -> Server {
+    let mut args = vec!["--adapt", "reca", "--reca-window", window];
+    args.extend_from_slice(extra);
+    start_serving(dir, &args)
+}
+
+/// `iocache serve` of a 64 MiB backend through an 8 MiB cache, with `extra`.
+fn start_serving(dir: &Path, extra: &[&str]) -> Server {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -46,17 +57,7 @@ fn start(dir: &Path, extra: &[&str]) -> Server {
         .unwrap();
     let server = Server(Some(
         Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args([
-                "serve",
-                "--backend-size",
-                "64MiB",
-                "--cache-size",
-                "8MiB",
-                "--adapt",
-                "reca",
-                "--reca-window",
-                "1000",
-            ])
+            .args(["serve", "--backend-size", "64MiB", "--cache-size", "8MiB"])
             .args(extra)
             .current_dir(dir)
             .stdin(Stdio::null())
@@ -202,7 +203,7 @@ fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
     }
     let dir = temp_dir("fio");
     let metrics = free_address();
-    let server = start(&dir, &["--metrics", &metrics]);
+    let server = start(&dir, &["--metrics", &metrics, "--reca-line-size", "next_start"]);
     // Before any window: ReCA runs, no category yet.
     let r = reca(&dir);
     assert_eq!(r["table"], "built-in");
@@ -282,7 +283,7 @@ fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
     // Everything written reads back, then again after a restart.
     fio(&dir, Job::Verify, "write", "0");
     stop(server);
-    let server = start(&dir, &[]);
+    let server = start(&dir, &["--reca-line-size", "next_start"]);
     fio(&dir, Job::Verify, "write", "0");
     fio(&dir, Job::Verify, "randwrite", "32M");
     stop(server);
@@ -308,6 +309,8 @@ fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+const NEXT_START: [&str; 2] = ["--reca-line-size", "next_start"];
+
 /// ReCA's line size, recorded on the cache device, is taken at the next
 /// start while the configuration says what it said; a changed `--line-size`
 /// wins. Every block survives both reformats.
@@ -318,13 +321,13 @@ fn the_line_size_reca_chose_is_taken_at_the_next_start() {
         return;
     }
     let dir = temp_dir("line");
-    let server = start(&dir, &[]);
+    let server = start(&dir, &NEXT_START);
     fio(&dir, Job::Write, "write", "0");
     let r = wait_for(&dir, "large_file_generators");
     assert_eq!(r["pending_line_bytes"], 128 << 10);
     stop(server);
 
-    let server = start(&dir, &[]);
+    let server = start(&dir, &NEXT_START);
     let r = reca(&dir);
     assert_eq!(
         (r["line_bytes"].as_u64(), r["configured_line_bytes"].as_u64()),
@@ -342,12 +345,12 @@ fn the_line_size_reca_chose_is_taken_at_the_next_start() {
     stop(server);
 
     // Still recorded: the next start keeps 128 KiB without a reformat.
-    let server = start(&dir, &[]);
+    let server = start(&dir, &NEXT_START);
     assert_eq!(reca(&dir)["line_bytes"], 128 << 10);
     stop(server);
 
     // The configuration changed since: it wins.
-    let server = start(&dir, &["--line-size", "8KiB"]);
+    let server = start(&dir, &["--line-size", "8KiB", "--reca-line-size", "next_start"]);
     let r = reca(&dir);
     assert_eq!(
         (r["line_bytes"].as_u64(), r["configured_line_bytes"].as_u64()),
@@ -364,5 +367,304 @@ fn the_line_size_reca_chose_is_taken_at_the_next_start() {
     ] {
         assert!(log.contains(needle), "no `{needle}` in:\n{log}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `stats` as JSON: the first volume's entry.
+fn stats(dir: &Path) -> serde_json::Value {
+    let (ok, text) = ctl(dir, &["stats", "--json"]);
+    assert!(ok, "{text}");
+    let reply: serde_json::Value = serde_json::from_str(&text).unwrap();
+    reply["volumes"][0].clone()
+}
+
+fn wait_for_line_bytes(dir: &Path, line_bytes: u64) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = stats(dir);
+        if s["line_bytes"] == line_bytes && s["reca"]["line_bytes"] == line_bytes {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "not {line_bytes}-byte lines: {s:#}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// With `reca_line_size = live` (the default) a category's line size is
+/// put in force while serving: 4 KiB -> 128 KiB under sequential writes,
+/// back to 4 KiB under random writes and reads; every
+/// block reads back intact after each change and after a restart, and the
+/// restart keeps the line size in force without formatting again.
+#[test]
+fn reca_changes_the_line_size_while_serving_and_keeps_every_block() {
+    if !have("fio") {
+        eprintln!("SKIPPED: fio is not installed");
+        return;
+    }
+    let dir = temp_dir("live-line");
+    let server = start(&dir, &[]);
+    // Sequential writes: large file generators, 128 KiB lines (the change
+    // starts once a second window wanted them too).
+    fio(&dir, Job::Write, "write", "0");
+    wait_for(&dir, "large_file_generators");
+    let s = wait_for_line_bytes(&dir, 128 << 10);
+    assert!(s["reca"]["pending_line_bytes"].is_null(), "{s:#}");
+    let changes = s["line_size_changes"].as_array().unwrap().clone();
+    assert_eq!(changes.len(), 1, "{s:#}");
+    assert_eq!(
+        (
+            changes[0]["old_line_bytes"].as_u64(),
+            changes[0]["new_line_bytes"].as_u64()
+        ),
+        (Some(4096), Some(128 << 10))
+    );
+    // The category carried over to the new engine (and stays in force).
+    assert_eq!(s["reca"]["category"], "large_file_generators");
+    fio(&dir, Job::Verify, "write", "0");
+
+    // Random writes then random reads elsewhere: random producer/consumers
+    // and random consumers, both with 4 KiB lines.
+    fio(&dir, Job::Write, "randwrite", "32M");
+    fio(&dir, Job::Read, "randread", "32M");
+    let s = wait_for_line_bytes(&dir, 4096);
+    assert_eq!(s["line_size_changes"].as_array().unwrap().len(), 2, "{s:#}");
+    fio(&dir, Job::Verify, "randwrite", "32M");
+    fio(&dir, Job::Verify, "write", "0");
+    stop(server);
+
+    // ReCA's line size is on the device: kept without formatting again.
+    let server = start(&dir, &[]);
+    fio(&dir, Job::Verify, "write", "0");
+    fio(&dir, Job::Verify, "randwrite", "32M");
+    stop(server);
+
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    for needle in [
+        "line size 4KiB -> 128KiB while serving",
+        "line size 128KiB -> 4KiB while serving",
+        "warm-up done",
+    ] {
+        assert!(log.contains(needle), "no `{needle}` in:\n{log}");
+    }
+    assert!(!log.contains("WARN"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What block `block` holds after its `generation`-th write (0: never
+/// written, zeroes).
+fn block_bytes(block: u64, generation: u32) -> Vec<u8> {
+    if generation == 0 {
+        return vec![0; 4096];
+    }
+    let mut out = Vec::with_capacity(4096);
+    while out.len() < 4096 {
+        out.extend_from_slice(&block.to_le_bytes());
+        out.extend_from_slice(&u64::from(generation).to_le_bytes());
+    }
+    out
+}
+
+/// A client that never stops writing and reading back while ReCA changes
+/// the line size twice (4 KiB -> 128 KiB under sequential writes, back to
+/// 4 KiB under random writes and reads): every request is answered without
+/// error, every read returns what the last write put there (a model of the
+/// 16 MiB region), and so does the whole region after a restart.
+#[test]
+fn line_size_changes_under_a_client_that_never_stops_lose_nothing() {
+    const BLOCKS: u64 = 4096;
+    let dir = temp_dir("under-load");
+    let server = start(&dir, &[]);
+    let socket = dir.join("iocache-data/iocache.sock");
+    let mut client = Client::connect_unix(&socket, &ConnectOptions::default()).unwrap();
+    let mut model = vec![0u32; BLOCKS as usize];
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut buf = vec![0u8; 4096];
+    let mut requests = 0u64;
+    let mut cursor = 0u64;
+    for (sequential, want) in [(true, 128u64 << 10), (false, 4096)] {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        // Requests after the change was seen, to run on the new engine too.
+        let mut after = None;
+        while after.is_none_or(|n| n > 0) {
+            assert!(
+                Instant::now() < deadline,
+                "no change to {want}: {:#}",
+                stats(&dir)
+            );
+            let block = if sequential {
+                cursor = (cursor + 1) % BLOCKS;
+                cursor
+            } else {
+                next() % BLOCKS
+            };
+            let generation = model[block as usize] + 1;
+            client
+                .write(block * 4096, &block_bytes(block, generation), false)
+                .unwrap_or_else(|e| panic!("write of block {block} (request {requests}): {e}"));
+            model[block as usize] = generation;
+            requests += 1;
+            // One read in four, of a random block, checked.
+            if requests.is_multiple_of(4) {
+                let block = next() % BLOCKS;
+                client
+                    .read(block * 4096, &mut buf)
+                    .unwrap_or_else(|e| panic!("read of block {block} (request {requests}): {e}"));
+                assert!(
+                    buf == block_bytes(block, model[block as usize]),
+                    "block {block} (request {requests}) is not its write {}",
+                    model[block as usize]
+                );
+                requests += 1;
+            }
+            if let Some(n) = after.as_mut() {
+                *n -= 1;
+            } else if block.is_multiple_of(256) && stats(&dir)["line_bytes"] == want {
+                after = Some(2000);
+            }
+        }
+    }
+    let s = stats(&dir);
+    let changes = s["line_size_changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 2, "{s:#}");
+    let check_all = |client: &mut Client| {
+        let mut buf = vec![0u8; 4096];
+        for block in 0..BLOCKS {
+            client.read(block * 4096, &mut buf).unwrap();
+            assert!(
+                buf == block_bytes(block, model[block as usize]),
+                "block {block} is not its write {}",
+                model[block as usize]
+            );
+        }
+    };
+    check_all(&mut client);
+    client.disconnect().unwrap();
+    stop(server);
+    let server = start(&dir, &[]);
+    let mut client = Client::connect_unix(&socket, &ConnectOptions::default()).unwrap();
+    check_all(&mut client);
+    client.disconnect().unwrap();
+    stop(server);
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    assert!(!log.contains("WARN"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The server is killed (SIGKILL) at a different moment of each round while
+/// a client writes with FUA and ReCA changes the line size: 0, 12, 24, ...
+/// ms after ReCA chose a category with another line size (the change
+/// starts a window later; the cache device is slowed down to 200 µs per
+/// I/O, so its write-back, format and warm-up take long enough to be hit).
+/// After every restart, every acknowledged write reads back (the one in
+/// flight may read either way).
+#[test]
+fn a_kill_during_a_line_size_change_loses_no_acknowledged_write() {
+    const BLOCKS: u64 = 4096;
+    const PENDING: &str = "pending: the cache of";
+    const STARTED: &str = "changing the line size";
+    const DONE: &str = "while serving:";
+    let dir = temp_dir("kill");
+    let socket = dir.join("iocache-data/iocache.sock");
+    let log_path = dir.join("server.log");
+    let mut model = vec![0u32; BLOCKS as usize];
+    // Kills before a change started, during one, after one.
+    let mut killed = [0; 3];
+    for round in 0..10u64 {
+        let before = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let count = |log: &str| {
+            (
+                log.matches(PENDING).count(),
+                log.matches(STARTED).count(),
+                log.matches(DONE).count(),
+            )
+        };
+        let (pending_before, started_before, done_before) = count(&before);
+        let mut server = start_with_window(&dir, "100", &["--slow-cache", "200us"]);
+        // Sequential writes want 128 KiB lines (the cache starts each
+        // round with 4 KiB ones: the check below runs without ReCA).
+        let sequential = true;
+        let client_model = model.clone();
+        let client_socket = socket.clone();
+        let writer = std::thread::spawn(move || {
+            let mut model = client_model;
+            let mut in_flight = None;
+            let Ok(mut client) = Client::connect_unix(&client_socket, &ConnectOptions::default()) else {
+                return (model, in_flight);
+            };
+            let mut rng = 0x2545_f491_4f6c_dd1du64 ^ round;
+            for i in 0u64.. {
+                let block = if sequential {
+                    i % BLOCKS
+                } else {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng % BLOCKS
+                };
+                let generation = model[block as usize] + 1;
+                in_flight = Some(block);
+                if client
+                    .write(block * 4096, &block_bytes(block, generation), true)
+                    .is_err()
+                {
+                    break;
+                }
+                model[block as usize] = generation;
+                in_flight = None;
+            }
+            (model, in_flight)
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .matches(PENDING)
+            .count()
+            == pending_before
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(12 * round));
+        let child = server.0.as_mut().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        server.0 = None;
+        let (acknowledged, in_flight) = writer.join().unwrap();
+        let (_, started, done) = count(&std::fs::read_to_string(&log_path).unwrap());
+        match (started > started_before, done > done_before) {
+            (false, _) => killed[0] += 1,
+            (true, false) => killed[1] += 1,
+            (true, true) => killed[2] += 1,
+        }
+
+        // Checked without ReCA: the cache goes back to 4 KiB lines.
+        let server = start_serving(&dir, &[]);
+        let mut client = Client::connect_unix(&socket, &ConnectOptions::default()).unwrap();
+        let mut buf = vec![0u8; 4096];
+        model = acknowledged;
+        for block in 0..BLOCKS {
+            client.read(block * 4096, &mut buf).unwrap();
+            let acked = model[block as usize];
+            if in_flight == Some(block) && buf == block_bytes(block, acked + 1) {
+                // The write in flight reached the disk: it counts from now.
+                model[block as usize] = acked + 1;
+                continue;
+            }
+            assert!(
+                buf == block_bytes(block, acked),
+                "round {round}: block {block} is not its acknowledged write {acked}"
+            );
+        }
+        client.disconnect().unwrap();
+        stop(server);
+    }
+    eprintln!("rounds killed before a change started, during one, after one: {killed:?}");
+    assert!(killed[1] > 0, "no kill fell during a change: {killed:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

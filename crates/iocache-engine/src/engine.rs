@@ -43,6 +43,7 @@ mod queues;
 mod reca;
 mod settings;
 mod slots;
+mod succession;
 mod tickets;
 mod volumes;
 
@@ -53,6 +54,7 @@ pub use reca::{
     RECA_PERIOD, RECA_TICK,
 };
 pub use settings::KnobState;
+pub use succession::CachedRange;
 
 pub use volumes::{Volume, VolumeInfo, VolumeStats};
 
@@ -661,7 +663,7 @@ impl Engine {
     /// Reads `buf.len()` bytes at `offset` of `volume` (a handle from
     /// [`Engine::volume`]).
     pub fn read_with(&self, volume: &Volume, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
-        self.request(volume, offset, Buffer::Read(buf), false)
+        self.request(volume, offset, Buffer::Read(buf), false, true)
     }
 
     /// Writes `data` at `offset` of `volume`; with `fua`, durable before
@@ -673,7 +675,7 @@ impl Engine {
         data: &[u8],
         fua: bool,
     ) -> Result<(), EngineError> {
-        self.request(volume, offset, Buffer::Write(data), fua)
+        self.request(volume, offset, Buffer::Write(data), fua, true)
     }
 
     /// Whether a read of `length` bytes at `offset` of `volume` would now be
@@ -735,6 +737,7 @@ impl Engine {
         offset: u64,
         buffer: Buffer<'_>,
         fua: bool,
+        from_client: bool,
     ) -> Result<(), EngineError> {
         let volume = volume.state();
         // The request's first index entry is the first memory access of its
@@ -750,7 +753,7 @@ impl Engine {
         let segments = self
             .inner
             .segments(volume.id, volume.size_bytes, kind, offset, length, started_ns)?;
-        if let Some(reca) = self.inner.reca.get() {
+        if let Some(reca) = self.inner.reca.get().filter(|_| from_client) {
             reca.observe(iocache_core::Request {
                 volume: volume.id,
                 offset_bytes: offset,
@@ -765,6 +768,11 @@ impl Engine {
         let mut result = self.inner.run(&plan, buffer);
         if fua && result.is_ok() {
             result = self.flush();
+        }
+        if !from_client {
+            // The engine's own reads (`warm_with`): counted by the core
+            // (hits, misses, promotions), not as a volume's requests.
+            return result;
         }
         let took = self.inner.clock.now_ns().saturating_sub(started_ns);
         match kind {
@@ -874,6 +882,12 @@ impl Engine {
             let _ = handle.join();
         }
         let deadline = std::time::Instant::now() + patience;
+        // A drain thread (settings.rs) sees `stopping` after its current
+        // pass: nothing of this engine may write to the device after it
+        // is closed (a successor may format it).
+        while self.inner.draining.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let mut wait = Duration::from_millis(50);
         let written_back = loop {
             match self.inner.flush_all() {

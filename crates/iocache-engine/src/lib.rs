@@ -43,8 +43,8 @@ mod stripe;
 
 pub use engine::{
     recorded_reca_line_size, ArrayEngineStats, BalanceConfig, BalanceController, BalanceDecision,
-    BalanceLoad, BalanceStats, DeviceQueueStats, Engine, EngineConfig, EngineError, EngineStats, IoMode,
-    KnobState, Lookup, QueueClassStats, RecaSetup, RecaStatus, RecordedLineSize, Volume, VolumeInfo,
+    BalanceLoad, BalanceStats, CachedRange, DeviceQueueStats, Engine, EngineConfig, EngineError, EngineStats,
+    IoMode, KnobState, Lookup, QueueClassStats, RecaSetup, RecaStatus, RecordedLineSize, Volume, VolumeInfo,
     VolumeStats, RECA_MAX_REQUESTS_PER_SECOND, RECA_PERIOD, RECA_TICK, SHARD_SPAN_LINES,
     SHUTDOWN_WRITE_BACK_PATIENCE,
 };

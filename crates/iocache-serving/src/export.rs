@@ -6,10 +6,14 @@ use iocache_nbd::{Export, ExportError};
 
 use iocache_engine::{Engine, EngineError, Volume};
 
+use crate::cell::EngineCell;
+
 /// Serves one volume of an engine over NBD.
 pub struct EngineExport {
-    engine: Arc<Engine>,
-    volume: Volume,
+    cell: Arc<EngineCell>,
+    /// The volume's name (its handle is the cell's engine's).
+    volume: String,
+    size_bytes: u64,
     description: Option<String>,
     read_only: bool,
 }
@@ -24,9 +28,16 @@ impl EngineExport {
     /// Serves `volume` of `engine`; once it is detached, every request gets
     /// ESHUTDOWN.
     pub fn for_volume(engine: Arc<Engine>, volume: Volume, description: Option<String>) -> Self {
+        EngineExport::in_cell(Arc::new(EngineCell::new(engine)), &volume, description)
+    }
+
+    /// Serves `volume` of whichever engine `cell` holds (the volume of that
+    /// name); once it is detached, every request gets ESHUTDOWN.
+    pub fn in_cell(cell: Arc<EngineCell>, volume: &Volume, description: Option<String>) -> Self {
         EngineExport {
-            engine,
-            volume,
+            cell,
+            volume: volume.name().to_string(),
+            size_bytes: volume.size_bytes(),
             description,
             read_only: false,
         }
@@ -40,12 +51,22 @@ impl EngineExport {
         self
     }
 
-    pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
+    /// The engine in force now.
+    pub fn engine(&self) -> Arc<Engine> {
+        self.cell.engine()
     }
 
-    pub fn volume(&self) -> &Volume {
+    /// The name of the volume served.
+    pub fn volume_name(&self) -> &str {
         &self.volume
+    }
+
+    /// Runs `f` with the engine in force and this export's volume, the
+    /// engine held (not replaced) until it returns.
+    fn with<T>(&self, f: impl FnOnce(&Engine, &Volume) -> Result<T, EngineError>) -> Result<T, ExportError> {
+        let current = self.cell.read();
+        let volume = current.volume(&self.volume).ok_or(ExportError::Shutdown)?;
+        f(&current.engine, volume).map_err(to_export_error)
     }
 }
 
@@ -63,27 +84,26 @@ fn to_export_error(e: EngineError) -> ExportError {
 
 impl Export for EngineExport {
     fn size_bytes(&self) -> u64 {
-        self.volume.size_bytes()
+        self.size_bytes
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-        self.engine
-            .read_with(&self.volume, offset, buf)
-            .map_err(to_export_error)
+        self.with(|engine, volume| engine.read_with(volume, offset, buf))
     }
 
     fn read_is_quick(&self, offset: u64, length: u64) -> bool {
-        self.engine.read_would_hit(&self.volume, offset, length)
+        let current = self.cell.read();
+        current
+            .volume(&self.volume)
+            .is_some_and(|volume| current.engine.read_would_hit(volume, offset, length))
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
-        self.engine
-            .write_with(&self.volume, offset, data, fua)
-            .map_err(to_export_error)
+        self.with(|engine, volume| engine.write_with(volume, offset, data, fua))
     }
 
     fn flush(&self) -> Result<(), ExportError> {
-        self.engine.flush_with(&self.volume).map_err(to_export_error)
+        self.with(|engine, volume| engine.flush_with(volume))
     }
 
     /// A flush on any connection covers writes completed on every connection.

@@ -35,7 +35,7 @@
 //! not operator settings: they are not written into the superblock, and a
 //! restart begins with the configured values until the first window.
 //!
-//! A category's line size is not applied live: the slot layout and the
+//! A category's line size is not applied in place: the slot layout and the
 //! records on the cache device depend on it. It becomes a pending line
 //! size ([`RecaStatus::pending_line_size`]), logged and shown, and is
 //! recorded in the superblock's settings text (`reca:line_size=CHOSEN|
@@ -45,8 +45,12 @@
 //! configuration still says CONFIGURED): the engine then writes every dirty
 //! line back and formats the device for the new geometry (`recovery.rs`; a
 //! crash in between finds the old superblock and does it again), so no
-//! dirty sector is lost, only clean lines. A cache array keeps its line
-//! size (its members were formatted with it): the change is only logged.
+//! dirty sector is lost, only clean lines. A serving layer may also put it
+//! in force at once by replacing the engine (`succession.rs`: the binary's
+//! `live_relayout.rs` does, unless `reca_line_size = "next_start"`; a
+//! successor's ReCA starts in its predecessor's category,
+//! [`RecaSetup::initial_category`]). A cache array keeps its line size (its
+//! members were formatted with it): the change is only logged.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,6 +92,13 @@ pub struct RecaSetup {
     /// opened with another (ReCA's, from [`recorded_reca_line_size`]);
     /// `None`: the engine's.
     pub configured_line_bytes: Option<u64>,
+    /// The category in force from the start, applied at once (a successor
+    /// engine's, see `succession.rs`); `None`: the first window chooses.
+    pub initial_category: Option<String>,
+    /// Whether the serving layer changes the line size while serving (by
+    /// a succession) when a category wants another: only what the log and
+    /// the status say about a pending line size depends on it.
+    pub line_size_live: bool,
 }
 
 impl RecaSetup {
@@ -99,6 +110,8 @@ impl RecaSetup {
             params: RecaControllerParams::default(),
             max_requests_per_second: Some(RECA_MAX_REQUESTS_PER_SECOND),
             configured_line_bytes: None,
+            initial_category: None,
+            line_size_live: false,
         }
     }
 }
@@ -248,6 +261,8 @@ pub(super) struct RecaLive {
     /// ReCA's line size when it differs from the configured one (0: none),
     /// recorded in the superblock.
     chosen_line_bytes: AtomicU64,
+    /// [`RecaSetup::line_size_live`].
+    pub(super) line_size_live: bool,
 }
 
 impl RecaLive {
@@ -374,6 +389,12 @@ impl Inner {
                     " not applied: a cache array keeps the {} lines its members were formatted with",
                     format_byte_size(self.line_bytes)
                 ),
+                Ok(()) if reca.line_size_live => format!(
+                    " pending: the cache of {} lines is being replaced by one of {} (dirty lines \
+                     written back, the device formatted again, the cached ranges read again)",
+                    format_byte_size(self.line_bytes),
+                    format_byte_size(line.bytes())
+                ),
                 Ok(()) => format!(
                     " pending: the cache keeps {} lines until the next start, which takes {} \
                      (recorded on the cache device), writing the dirty lines back and reformatting",
@@ -443,12 +464,34 @@ impl Engine {
             } else {
                 line_bytes
             }),
+            line_size_live: setup.line_size_live,
         });
         if self.inner.reca.set(Arc::clone(&live)).is_err() {
             return Err(EngineError::Config("ReCA runs already".into()));
         }
         if line_bytes != configured_line_bytes {
             self.inner.persist_settings()?;
+        }
+        if let Some(name) = &setup.initial_category {
+            let mut control = lock(&live.control);
+            let index = control.controller.table().find(name).ok_or_else(|| {
+                EngineError::Config(format!("ReCA's table has no category `{name}` to start with"))
+            })?;
+            let now_ns = self.inner.now_ns();
+            control.controller.set_category(index, 0, now_ns);
+            let Control { controller, status } = &mut *control;
+            let mut event = RecaEvent {
+                requests: 0,
+                now_ns,
+                old: None,
+                new: name.clone(),
+                distances: Vec::new(),
+                features: Features::default(),
+                changes: vec!["carried over from the engine this one replaced".into()],
+                line_size: None,
+            };
+            self.inner
+                .reca_apply(&live, controller, status, &mut event, now_ns);
         }
         let inner = Arc::clone(&self.inner);
         let handle = std::thread::Builder::new()
@@ -457,6 +500,23 @@ impl Engine {
             .map_err(|e| EngineError::Config(format!("cannot start the ReCA thread: {e}")))?;
         lock(&self.threads).push(handle);
         Ok(())
+    }
+
+    /// ReCA's setup as it runs now, with its category in force as the
+    /// successor's first ([`RecaSetup::initial_category`]); `None` when
+    /// ReCA was not started.
+    pub fn reca_succession(&self) -> Option<RecaSetup> {
+        let live = self.inner.reca.get()?;
+        let control = lock(&live.control);
+        Some(RecaSetup {
+            table: control.controller.table().clone(),
+            table_source: control.status.table_source.clone(),
+            params: control.controller.params(),
+            max_requests_per_second: control.status.max_requests_per_second,
+            configured_line_bytes: Some(live.configured_line_bytes),
+            initial_category: control.status.category.clone(),
+            line_size_live: live.line_size_live,
+        })
     }
 
     /// What ReCA is doing; `None` when it was not started.

@@ -1,0 +1,316 @@
+//! Why this file exists: ReCA may want another line size while the server
+//! runs (issue 15 §4), and an engine has one line size for life (its slot
+//! layout and the records on the cache device depend on it). So the
+//! change is a succession of engines on the same devices, done here,
+//! between the NBD server (whose exports reach the engine through an
+//! `EngineCell`) and the engine. It starts once ReCA has wanted the new
+//! line size for a whole window after the one that chose it ([`watch`]),
+//! then:
+//!
+//! 1. every dirty line is written back while the old engine still serves
+//!    (`flush_all`), so little is left for step 3;
+//! 2. the cell is quiesced: every request inside the engine finishes, new
+//!    ones wait (the clients see a pause, measured and logged, not an
+//!    error);
+//! 3. the old engine writes back what was dirtied since step 1 and shuts
+//!    down (a failure here, e.g. a backend error, ends the attempt: the
+//!    old engine is opened again as it was and serves on, the dirty lines
+//!    still in its cache);
+//! 4. a new engine opens the same devices with the new line size: the start
+//!    path finds a clean superblock of another geometry and formats the
+//!    device for it (`recovery.rs`, the same code as a restart with
+//!    another line size; a crash in between is a crash during a start);
+//!    the operator's knobs and ReCA (its table, parameters and category)
+//!    carry over; the exports' volume handles are renewed;
+//! 5. the requests go on, and a background thread reads the ranges the old
+//!    cache held through the new engine (`Engine::warm_with`: not shown to
+//!    ReCA), at most [`WARM_BYTES_PER_SECOND`], so the cached data comes
+//!    back from the backend without a burst.
+//!
+//! No byte a client wrote is lost at any step: dirty data is on the backend
+//! (flushed) before the old engine lets go of it. What is not kept across
+//! the change is the placement of clean data in the cache (it is read again
+//! from the backend) and the engine's counters.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use iocache_core::units::format_byte_size;
+use iocache_core::LineSize;
+use iocache_engine::{CachedRange, Engine, InitMode};
+use iocache_serving::EngineCell;
+
+use crate::running::{lock, Running, STOP};
+
+/// How often a cache's pending line size is looked at.
+const POLL: Duration = Duration::from_millis(10);
+/// The pause after a failed attempt before the next.
+const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// The warm-up's read rate at most (the backend also serves the clients).
+pub const WARM_BYTES_PER_SECOND: u64 = 64 << 20;
+
+/// What one change did, for the log and `iocache stats`.
+#[derive(Clone, Debug)]
+pub struct Relayout {
+    /// The cache's index in `Running::caches`.
+    pub cache: usize,
+    pub old_line_bytes: u64,
+    pub new_line_bytes: u64,
+    /// Dirty lines written back before the quiesce (step 1).
+    pub written_back_before: u64,
+    /// How long requests waited (steps 2-4).
+    pub paused: Duration,
+    /// Ranges and bytes to read again (step 5).
+    pub warm_ranges: usize,
+    pub warm_bytes: u64,
+}
+
+/// A pending line size seen by the watcher: since which window.
+#[derive(Clone, Copy, PartialEq)]
+struct Seen {
+    line_bytes: u64,
+    windows: u64,
+}
+
+/// Watches every cache that runs ReCA on a single device and changes its
+/// line size when ReCA has wanted another for a whole window after the
+/// one that chose it (a change costs a write-back, a pause and a
+/// warm-up: a workload between two categories must not flip it back and
+/// forth every window), until the server stops.
+pub fn watch(state: Arc<Running>) {
+    let caches = state.caches.len();
+    let mut retry_at = vec![None::<Instant>; caches];
+    let mut seen = vec![None::<Seen>; caches];
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(POLL);
+        for (index, group) in state.caches.iter().enumerate() {
+            let live = group.config.reca.as_ref().is_some_and(|r| r.line_size_live);
+            if !live || retry_at[index].is_some_and(|t| Instant::now() < t) {
+                continue;
+            }
+            let engine = group.engine();
+            if engine.on_cache_array() {
+                continue;
+            }
+            let Some(status) = engine.reca_status() else {
+                continue;
+            };
+            drop(engine);
+            let Some(wanted) = status.pending_line_size else {
+                seen[index] = None;
+                continue;
+            };
+            match seen[index] {
+                Some(s) if s.line_bytes == wanted && status.windows > s.windows => {}
+                Some(s) if s.line_bytes == wanted => continue,
+                _ => {
+                    seen[index] = Some(Seen {
+                        line_bytes: wanted,
+                        windows: status.windows,
+                    });
+                    continue;
+                }
+            }
+            seen[index] = None;
+            match change_line_size(&state, index, wanted) {
+                Ok(Some(done)) => {
+                    retry_at[index] = None;
+                    lock(&state.relayouts).push(done);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    log::warn!(
+                        "cache {}: the line size was not changed to {}: {e:#}; next attempt in {} s",
+                        group.path.display(),
+                        format_byte_size(wanted),
+                        RETRY_AFTER.as_secs()
+                    );
+                    retry_at[index] = Some(Instant::now() + RETRY_AFTER);
+                }
+            }
+        }
+    }
+}
+
+/// Replaces the engine of cache `index` by one with lines of `wanted`
+/// bytes (see the module doc); `None` if there was nothing to do.
+pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Option<Relayout>> {
+    // No attach, detach, flush, setting or shutdown meanwhile.
+    let _admin = state.lock_admin();
+    if STOP.load(Ordering::SeqCst) {
+        return Ok(None);
+    }
+    let group = &state.caches[index];
+    let line_size = LineSize::new(wanted).map_err(|e| anyhow!("{e}"))?;
+    let old = group.engine();
+    let old_line_bytes = old.line_bytes();
+    if old_line_bytes == wanted {
+        return Ok(None);
+    }
+    let path = group.path.display().to_string();
+    // 1. Dirty lines back while serving.
+    let dirty_before = old.stats().dirty_lines;
+    log::info!(
+        "cache {path}: changing the line size {} -> {}: writing back {dirty_before} dirty lines first",
+        format_byte_size(old_line_bytes),
+        format_byte_size(wanted)
+    );
+    old.flush_all()
+        .with_context(|| format!("writing back {dirty_before} dirty lines"))?;
+    // 2. No request inside the engine from here.
+    let mut current = group.cell.quiesce();
+    let paused_at = Instant::now();
+    let dev = old.cache_device();
+    let capacity_lines = capacity_for(group.cache_bytes, &*dev, wanted)?;
+    let new_cache_bytes = capacity_lines * wanted;
+    let warm = old.cached_ranges(new_cache_bytes);
+    let volumes = old.volume_backends();
+    let reca = old.reca_succession();
+    let knobs: Vec<iocache_core::Setting> = old
+        .settings()
+        .into_iter()
+        .filter(|k| k.current != k.configured)
+        .filter_map(|k| format!("{}={}", k.key, k.current).parse().ok())
+        .collect();
+    // 3. What was dirtied since step 1 goes back before the engine goes.
+    old.flush_all()
+        .context("writing back the lines dirtied meanwhile (the cache keeps serving as it was)")?;
+    let closed = old.shutdown();
+    drop(old);
+    // 4. The successor (or, if it cannot open, the old geometry again).
+    let v = &group.config;
+    let mut config = crate::serve::engine_config(v, capacity_lines, InitMode::Load, None);
+    config.cache.line_size = line_size;
+    let opened = closed
+        .map_err(|e| anyhow!("shutting the old engine down: {e}"))
+        .and_then(|()| {
+            Engine::with_volumes(config, Arc::clone(&dev), volumes.clone())
+                .map_err(|e| anyhow!("opening the cache with {} lines: {e}", format_byte_size(wanted)))
+        });
+    let (engine, failure) = match opened {
+        Ok(engine) => (engine, None),
+        Err(e) => {
+            // Serve on with the old geometry (the dirty lines, if any, are
+            // found again on the device).
+            let mut config = crate::serve::engine_config(
+                v,
+                capacity_for(group.cache_bytes, &*dev, old_line_bytes)?,
+                InitMode::Load,
+                None,
+            );
+            config.cache.line_size = LineSize::new(old_line_bytes).map_err(|e| anyhow!("{e}"))?;
+            let engine = Engine::with_volumes(config, Arc::clone(&dev), volumes).map_err(|again| {
+                anyhow!(
+                    "{e}; opening it again as it was failed too: {again}; its volumes answer \
+                     every request with an error until the server is restarted"
+                )
+            })?;
+            (engine, Some(e))
+        }
+    };
+    if !knobs.is_empty() {
+        if let Err(e) = engine.apply_settings(&knobs) {
+            log::warn!("cache {path}: the knobs set while serving were not carried over: {e}");
+        }
+    }
+    if let Some(setup) = reca {
+        if let Err(e) = engine.start_reca(setup) {
+            log::warn!("cache {path}: ReCA was not started again: {e}");
+        }
+    }
+    let engine = Arc::new(engine);
+    EngineCell::install(&mut current, Arc::clone(&engine));
+    for served in lock(&state.volumes).iter_mut().filter(|s| s.cache == index) {
+        if let Some(volume) = engine.volume_named(&served.export) {
+            served.volume = volume;
+        }
+    }
+    drop(current);
+    let paused = paused_at.elapsed();
+    if let Some(e) = failure {
+        return Err(e.context(format!(
+            "requests waited {:.1} ms; the cache serves on with {} lines",
+            paused.as_secs_f64() * 1e3,
+            format_byte_size(old_line_bytes)
+        )));
+    }
+    // 5. The old cache's data back, in the background.
+    let warm_bytes = warm.iter().map(|r| r.length).sum();
+    let done = Relayout {
+        cache: index,
+        old_line_bytes,
+        new_line_bytes: wanted,
+        written_back_before: dirty_before,
+        paused,
+        warm_ranges: warm.len(),
+        warm_bytes,
+    };
+    log::info!(
+        "cache {path}: line size {} -> {} while serving: {} dirty lines written back first, requests \
+         held {:.1} ms, {} of {} ranges the old cache held to read again (at most {}/s)",
+        format_byte_size(old_line_bytes),
+        format_byte_size(wanted),
+        dirty_before,
+        paused.as_secs_f64() * 1e3,
+        format_byte_size(warm_bytes),
+        warm.len(),
+        format_byte_size(WARM_BYTES_PER_SECOND)
+    );
+    let cell = Arc::clone(&group.cell);
+    let generation = cell.read().generation;
+    std::thread::Builder::new()
+        .name("iocache-warm".into())
+        .spawn(move || warm_up(&cell, generation, &warm, &path))
+        .context("starting the warm-up thread")?;
+    Ok(Some(done))
+}
+
+/// Lines of `line_bytes` for a cache of `cache_bytes` that also fit the
+/// device with their metadata (smaller lines need more records).
+fn capacity_for(cache_bytes: u64, dev: &dyn iocache_device::BlockDevice, line_bytes: u64) -> Result<u64> {
+    let fitting =
+        iocache_engine::layout::slots_fitting(line_bytes, dev.len_bytes()).map_err(|e| anyhow!("{e}"))?;
+    Ok((cache_bytes / line_bytes).clamp(1, fitting.max(1)))
+}
+
+/// Reads `ranges` through the engine of `generation` in `cell`, paced;
+/// stops when the server stops or the engine is replaced again.
+fn warm_up(cell: &EngineCell, generation: u64, ranges: &[CachedRange], path: &str) {
+    let started = Instant::now();
+    let mut buf = Vec::new();
+    let (mut read, mut failed) = (0u64, 0u64);
+    for range in ranges {
+        if STOP.load(Ordering::SeqCst) {
+            return;
+        }
+        // Paced: never ahead of the rate.
+        let due = Duration::from_secs_f64(read as f64 / WARM_BYTES_PER_SECOND as f64);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        let current = cell.read();
+        if current.generation != generation {
+            return;
+        }
+        let Some(volume) = current.volume(&range.volume) else {
+            continue;
+        };
+        buf.resize(range.length as usize, 0);
+        match current.engine.warm_with(volume, range.offset, &mut buf) {
+            Ok(()) => read += range.length,
+            Err(_) => failed += 1,
+        }
+    }
+    log::info!(
+        "cache {path}: warm-up done: {} read again in {:.1} s{}",
+        format_byte_size(read),
+        started.elapsed().as_secs_f64(),
+        if failed > 0 {
+            format!(", {failed} ranges failed (left to the clients' misses)")
+        } else {
+            String::new()
+        }
+    );
+}
