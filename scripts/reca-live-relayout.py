@@ -64,7 +64,7 @@ def run_once(binary, mode, cache_size, seconds, window):
              "--name=probe", "--rw=randread", "--offset=3G", "--size=256M", "--iodepth=1",
              "--rate_iops=1000"],
             capture_output=True, text=True, check=True)
-        jobs = {j["jobname"]: j for j in json.loads(out.stdout)["jobs"]}
+        jobs = {j["jobname"]: j for j in json.loads(out.stdout[out.stdout.index("{"):])["jobs"]}
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
@@ -74,13 +74,16 @@ def run_once(binary, mode, cache_size, seconds, window):
     probe = jobs["probe"]["read"]
     pct = probe["clat_ns"].get("percentile", {})
     change = re.search(r"line size (\S+) -> (\S+) while serving: (\d+) dirty lines written back first, "
-                       r"requests held ([\d.]+) ms", text)
+                       r"requests held ([\d.]+) ms \((\d+) lines dirtied meanwhile written back ([\d.]+) ms, "
+                       r"shutdown ([\d.]+) ms, opening with the new line size ([\d.]+) ms\)", text)
     warm = re.search(r"warm-up done: (\S+) read again in ([\d.]+) s", text)
     return {
         "mode": mode,
         "change": f"{change.group(1)} -> {change.group(2)}" if change else "none",
         "written_back_first": int(change.group(3)) if change else 0,
         "held_ms": float(change.group(4)) if change else 0.0,
+        "held_parts": (f"{change.group(5)} lines {change.group(6)} + shutdown {change.group(7)} + open {change.group(8)}"
+                       if change else "-"),
         "warm": f"{warm.group(1)} in {warm.group(2)} s" if warm else "-",
         "probe_p50_us": pct.get("50.000000", 0) / 1e3,
         "probe_p99_9_us": pct.get("99.900000", 0) / 1e3,
@@ -109,11 +112,11 @@ def main():
             print(json.dumps(row), file=sys.stderr)
     print(f"cache {args.cache_size}, window {args.window} requests, {args.seconds} s per run")
     print("| round | reca_line_size | change | dirty lines written back first | requests held ms "
-          "| warm-up | probe p50 µs | probe p99.9 µs | probe max µs | driver MB/s |")
-    print("|---:|---|---|---:|---:|---|---:|---:|---:|---:|")
+          "| of which (ms) | warm-up | probe p50 µs | probe p99.9 µs | probe max µs | driver MB/s |")
+    print("|---:|---|---|---:|---:|---|---|---:|---:|---:|---:|")
     for row in rows:
         print(f"| {row['round']} | {row['mode']} | {row['change']} | {row['written_back_first']} | "
-              f"{row['held_ms']:.1f} | {row['warm']} | {row['probe_p50_us']:.0f} | "
+              f"{row['held_ms']:.1f} | {row['held_parts']} | {row['warm']} | {row['probe_p50_us']:.0f} | "
               f"{row['probe_p99_9_us']:.0f} | {row['probe_max_us']:.0f} | {row['driver_mb_s']:.0f} |")
 
 

@@ -7,8 +7,12 @@
 //! line size for a whole window after the one that chose it ([`watch`]),
 //! then:
 //!
-//! 1. every dirty line is written back while the old engine still serves
-//!    (`flush_all`), so little is left for step 3;
+//! 1. every dirty line is written back while the old engine still serves,
+//!    its writes going through to the backend meanwhile (the controller
+//!    write policy `wt`, `Engine::hold_writes_through`: clients see slower
+//!    writes instead of a long pause), in passes until at most
+//!    [`PRE_DRAIN_ENOUGH_LINES`] are left or a pass stops gaining, so
+//!    little is left for step 3;
 //! 2. the cell is quiesced: every request inside the engine finishes, new
 //!    ones wait (the clients see a pause, measured and logged, not an
 //!    error);
@@ -46,6 +50,10 @@ use crate::running::{lock, Running, STOP};
 
 /// How often a cache's pending line size is looked at.
 const POLL: Duration = Duration::from_millis(10);
+/// Write-back passes while serving before requests are held, at most.
+const PRE_DRAIN_PASSES_MAX: usize = 6;
+/// Dirty lines few enough to write back while requests are held.
+const PRE_DRAIN_ENOUGH_LINES: u64 = 256;
 /// The pause after a failed attempt before the next.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
 /// The warm-up's read rate at most (the backend also serves the clients).
@@ -157,8 +165,28 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         format_byte_size(old_line_bytes),
         format_byte_size(wanted)
     );
-    old.flush_all()
-        .with_context(|| format!("writing back {dirty_before} dirty lines"))?;
+    // Writes go through to the backend meanwhile, so no new dirty line
+    // comes; passes until few are left (ReCA may have set its own write
+    // policy again).
+    let controller_before = old.hold_writes_through();
+    let mut dirty = dirty_before;
+    for _ in 0..PRE_DRAIN_PASSES_MAX {
+        if let Err(e) = old.flush_all() {
+            old.restore_controller_policy(controller_before);
+            return Err(anyhow!("writing back {dirty} dirty lines: {e}"));
+        }
+        let left = old.stats().dirty_lines;
+        if left <= PRE_DRAIN_ENOUGH_LINES || left >= dirty {
+            break;
+        }
+        dirty = left;
+    }
+    // The records of the lines just cleaned, written while serving rather
+    // than by the shutdown's barrier.
+    if let Err(e) = old.flush() {
+        old.restore_controller_policy(controller_before);
+        return Err(anyhow!("writing the cleaned lines' records: {e}"));
+    }
     // 2. No request inside the engine from here.
     let mut current = group.cell.quiesce();
     let paused_at = Instant::now();
@@ -175,10 +203,19 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         .filter_map(|k| format!("{}={}", k.key, k.current).parse().ok())
         .collect();
     // 3. What was dirtied since step 1 goes back before the engine goes.
-    old.flush_all()
-        .context("writing back the lines dirtied meanwhile (the cache keeps serving as it was)")?;
+    let dirty_meanwhile = old.stats().dirty_lines;
+    if dirty_meanwhile > 0 {
+        if let Err(e) = old.flush_all() {
+            old.restore_controller_policy(controller_before);
+            return Err(anyhow!(
+                "writing back the lines dirtied meanwhile: {e} (the cache keeps serving as it was)"
+            ));
+        }
+    }
+    let written_back_at = Instant::now();
     let closed = old.shutdown();
     drop(old);
+    let closed_at = Instant::now();
     // 4. The successor (or, if it cannot open, the old geometry again).
     let v = &group.config;
     let mut config = crate::serve::engine_config(v, capacity_lines, InitMode::Load, None);
@@ -229,10 +266,18 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     }
     drop(current);
     let paused = paused_at.elapsed();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let held = format!(
+        "requests held {:.1} ms ({dirty_meanwhile} lines dirtied meanwhile written back {:.1} ms, \
+         shutdown {:.1} ms, opening with the new line size {:.1} ms)",
+        ms(paused),
+        ms(written_back_at - paused_at),
+        ms(closed_at - written_back_at),
+        ms(paused.saturating_sub(closed_at - paused_at))
+    );
     if let Some(e) = failure {
         return Err(e.context(format!(
-            "requests waited {:.1} ms; the cache serves on with {} lines",
-            paused.as_secs_f64() * 1e3,
+            "{held}; the cache serves on with {} lines",
             format_byte_size(old_line_bytes)
         )));
     }
@@ -248,12 +293,11 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         warm_bytes,
     };
     log::info!(
-        "cache {path}: line size {} -> {} while serving: {} dirty lines written back first, requests \
-         held {:.1} ms, {} of {} ranges the old cache held to read again (at most {}/s)",
+        "cache {path}: line size {} -> {} while serving: {} dirty lines written back first, {held}, \
+         {} of {} ranges the old cache held to read again (at most {}/s)",
         format_byte_size(old_line_bytes),
         format_byte_size(wanted),
         dirty_before,
-        paused.as_secs_f64() * 1e3,
         format_byte_size(warm_bytes),
         warm.len(),
         format_byte_size(WARM_BYTES_PER_SECOND)

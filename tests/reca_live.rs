@@ -557,10 +557,11 @@ fn line_size_changes_under_a_client_that_never_stops_lose_nothing() {
 }
 
 /// The server is killed (SIGKILL) at a different moment of each round while
-/// a client writes with FUA and ReCA changes the line size: 0, 12, 24, ...
-/// ms after ReCA chose a category with another line size (the change
-/// starts a window later; the cache device is slowed down to 200 µs per
-/// I/O, so its write-back, format and warm-up take long enough to be hit).
+/// a client writes with FUA and ReCA changes the line size: 0, 20 and 40 ms
+/// after ReCA chose a category with another line size (the change starts a
+/// window later), then 0, 6, 12, ... ms after a change started (the cache
+/// device is slowed down to 200 µs per I/O, so its write-back, format and
+/// warm-up take long enough to be hit).
 /// After every restart, every acknowledged write reads back (the one in
 /// flight may read either way).
 #[test]
@@ -575,7 +576,7 @@ fn a_kill_during_a_line_size_change_loses_no_acknowledged_write() {
     let mut model = vec![0u32; BLOCKS as usize];
     // Kills before a change started, during one, after one.
     let mut killed = [0; 3];
-    for round in 0..10u64 {
+    for round in 0..12u64 {
         let before = std::fs::read_to_string(&log_path).unwrap_or_default();
         let count = |log: &str| {
             (
@@ -620,17 +621,24 @@ fn a_kill_during_a_line_size_change_loses_no_acknowledged_write() {
             }
             (model, in_flight)
         });
+        // Rounds 0-2: 0, 20, 40 ms after ReCA chose the category; later
+        // rounds: 0, 6, 12, ... ms after the change started.
+        let (marker, before_marker, delay_ms) = if round < 3 {
+            (PENDING, pending_before, 20 * round)
+        } else {
+            (STARTED, started_before, 6 * (round - 3))
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::fs::read_to_string(&log_path)
             .unwrap_or_default()
-            .matches(PENDING)
+            .matches(marker)
             .count()
-            == pending_before
+            == before_marker
             && Instant::now() < deadline
         {
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(1));
         }
-        std::thread::sleep(Duration::from_millis(12 * round));
+        std::thread::sleep(Duration::from_millis(delay_ms));
         let child = server.0.as_mut().unwrap();
         child.kill().unwrap();
         child.wait().unwrap();

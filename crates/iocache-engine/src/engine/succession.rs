@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use iocache_core::bitmap;
+use iocache_core::{bitmap, WritePolicy};
 use iocache_device::BlockDevice;
 
 use super::{lock, Buffer, Engine, EngineError, Volume, SECTOR_BYTES};
@@ -23,7 +23,7 @@ use super::{lock, Buffer, Engine, EngineError, Volume, SECTOR_BYTES};
 pub struct CachedRange {
     /// The volume's name (ids are the cache device's and may change when
     /// it is formatted again).
-    pub volume: String,
+    pub volume: Arc<str>,
     pub offset: u64,
     pub length: u64,
 }
@@ -34,27 +34,35 @@ impl Engine {
     /// keeps a share of each); runs of one line only (adjacent lines are
     /// separate ranges). Takes each shard's lock once.
     pub fn cached_ranges(&self, max_bytes: u64) -> Vec<CachedRange> {
-        let names: Vec<(iocache_core::VolumeId, String)> =
-            self.volumes().into_iter().map(|v| (v.id, v.name)).collect();
-        let name_of = |id| names.iter().find(|(v, _)| *v == id).map(|(_, n)| n.clone());
+        let names: Vec<(iocache_core::VolumeId, Arc<str>)> = self
+            .volumes()
+            .into_iter()
+            .map(|v| (v.id, Arc::from(v.name.as_str())))
+            .collect();
         let line_bytes = self.inner.line_bytes;
         let sectors = (line_bytes / SECTOR_BYTES) as u32;
         let mut per_shard: Vec<Vec<CachedRange>> = Vec::with_capacity(self.inner.shards.len());
         for shard in &self.inner.shards {
             let state = lock(&shard.state);
             let mut ranges = Vec::new();
+            // Lines of one volume mostly follow each other: look its name
+            // up again only when the volume changes.
+            let mut named: Option<(iocache_core::VolumeId, Arc<str>)> = None;
             for slot in 0..state.cache.capacity_lines() {
                 let Some(snap) = state.cache.slot_snapshot(slot as iocache_core::SlotId) else {
                     continue;
                 };
-                let Some(volume) = name_of(snap.key.volume) else {
+                if named.as_ref().is_none_or(|(id, _)| *id != snap.key.volume) {
+                    named = names.iter().find(|(id, _)| *id == snap.key.volume).cloned();
+                }
+                let Some((_, volume)) = &named else {
                     continue;
                 };
                 let base = snap.key.line_index * line_bytes;
                 bitmap::for_each_run(snap.valid, 0, sectors, |a, b, valid| {
                     if valid {
                         ranges.push(CachedRange {
-                            volume: volume.clone(),
+                            volume: Arc::clone(volume),
                             offset: base + u64::from(a) * SECTOR_BYTES,
                             length: u64::from(b - a) * SECTOR_BYTES,
                         });
@@ -93,6 +101,27 @@ impl Engine {
     /// count it).
     pub fn warm_with(&self, volume: &Volume, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
         self.request(volume, offset, Buffer::Read(buf), false, false)
+    }
+
+    /// Stops new dirty data while a successor is prepared: every shard's
+    /// controller write policy becomes write-through (writes reach the
+    /// backend before they are acknowledged; reads are served as before),
+    /// so a write-back of the dirty lines converges while the clients
+    /// write. Returns the controller policy it replaced, for
+    /// [`Engine::restore_controller_policy`] if the succession is given up.
+    /// (ReCA may set its own again at its next category change.)
+    pub fn hold_writes_through(&self) -> Option<WritePolicy> {
+        let before = lock(&self.inner.shards[0].state).cache.mode_settings().controller;
+        self.restore_controller_policy(Some(WritePolicy::WriteThrough));
+        before
+    }
+
+    /// Sets every shard's controller write policy (see
+    /// [`Engine::hold_writes_through`]).
+    pub fn restore_controller_policy(&self, policy: Option<WritePolicy>) {
+        for shard in &self.inner.shards {
+            lock(&shard.state).cache.set_controller_policy(policy);
+        }
     }
 
     /// The cache device (with a cache array, the array).
