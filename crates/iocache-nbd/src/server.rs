@@ -1022,7 +1022,14 @@ impl Pool {
 
     fn release(&self, n: usize) {
         let mut s = lock(&self.state);
-        s.held -= n;
+        // Giving back more than is held is a bug of the caller (one such
+        // wrapped the count and made every later request wait forever):
+        // caught in debug builds, logged and clamped in release ones.
+        debug_assert!(s.held >= n, "releasing {n} bytes of {} held", s.held);
+        if s.held < n {
+            log::error!("NBD budget: {n} bytes given back but {} held (a bug); counted as 0", s.held);
+        }
+        s.held = s.held.saturating_sub(n);
         let waiting = s.waiting > 0;
         drop(s);
         if waiting {
