@@ -385,6 +385,9 @@ def main():
     ap.add_argument("--serve-arg", action="append", default=[],
                     help="one more argument for iocache serve (repeatable)")
     ap.add_argument("--keep", action="store_true", help="keep the server's directory")
+    ap.add_argument("--fio", type=int, default=0,
+                    help="well-behaved pipelined fio clients on the Unix socket meanwhile (each: a 70/30 "
+                         "random 4 KiB mix at QD 16 and 64 KiB sequential reads at QD 4)")
     args = ap.parse_args()
     if args.attacker_uid is not None and os.geteuid() != 0:
         sys.exit("--attacker-uid needs root")
@@ -496,6 +499,20 @@ def main():
           f"{args.admin} idle admin connections + a 1 MiB admin line a second, "
           f"for {args.duration:.0f} s", flush=True)
 
+    fio_procs = []
+    for i in range(args.fio):
+        uri = f"nbd+unix:///?socket={p('nbd.sock')}"
+        fio_procs.append(subprocess.Popen(
+            ["fio", "--output-format=json", "--ioengine=nbd", f"--uri={uri}", "--time_based",
+             f"--runtime={max(1, int(args.duration) - 2)}",
+             f"--name=mix{i}", "--rw=randrw", "--rwmixread=70", "--bs=4k", "--iodepth=16",
+             f"--offset={(i % 4) * 32}M", "--size=32M",
+             f"--name=seq{i}", "--rw=read", "--bs=64k", "--iodepth=4", "--offset=128M", "--size=64M"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    if fio_procs:
+        print(f"well-behaved clients: {len(fio_procs)} fio processes (70/30 4 KiB mix QD 16 + "
+              f"64 KiB sequential reads QD 4 each)", flush=True)
+
     probes = {"unix": [], "tcp": [], "admin": []}
     peak_threads = 0
     peak_rss = 0
@@ -539,6 +556,16 @@ def main():
         worst = f", worst {max(ok) * 1000:.0f} ms, median {sorted(ok)[len(ok) // 2] * 1000:.0f} ms" if ok else ""
         print(f"fresh {name} client during the attack: {len(ok)}/{len(results)} served{worst}")
     print("attack counters:", json.dumps(dict(sorted(counters.values.items()))))
+    for i, proc in enumerate(fio_procs):
+        out, _ = proc.communicate(timeout=120)
+        try:
+            jobs = json.loads(out[out.index("{"):])["jobs"]
+            summary = ", ".join(
+                f"{j['jobname']} {j['read']['iops'] + j['write']['iops']:.0f} IOPS error={j['error']}"
+                for j in jobs)
+        except (ValueError, KeyError):
+            summary = "no JSON: " + out[-300:]
+        print(f"fio client {i}: exit {proc.returncode}; {summary}")
 
     server.send_signal(signal.SIGTERM)
     try:
