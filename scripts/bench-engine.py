@@ -115,6 +115,7 @@ def fio(uri, name, extra, seconds=SECONDS):
         pct = k.get("clat_ns", {}).get("percentile", {})
         res[kind] = {"iops": k["iops"], "ios": k["total_ios"], "mbps": k["bw_bytes"] / 1e6,
                      "p50_us": pct.get("50.000000", 0) / 1e3,
+                     "mean_us": k.get("clat_ns", {}).get("mean", 0) / 1e3,
                      "p99_us": pct.get("99.000000", 0) / 1e3, "p9999_us": pct.get("99.990000", 0) / 1e3}
     return res
 
