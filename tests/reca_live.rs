@@ -676,3 +676,138 @@ fn a_kill_during_a_line_size_change_loses_no_acknowledged_write() {
     assert!(killed[1] > 0, "no kill fell during a change: {killed:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two volumes on one cache device, and a third attached while serving: a
+/// line size change keeps serving all three (the successor opens every
+/// attached volume), each keeps its data, and the third can be detached
+/// after and its data read back after a restart.
+#[test]
+fn a_line_size_change_serves_every_volume_of_the_cache_on() {
+    let dir = temp_dir("volumes");
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(
+        dir.join("iocache.toml"),
+        r#"
+[server]
+socket = "iocache-data/iocache.sock"
+admin_socket = "iocache-data/admin.sock"
+attach_dirs = ["data"]
+
+[[volume]]
+export = "one"
+backend = "data/one.img"
+backend_size = "32MiB"
+cache = "data/cache.img"
+cache_size = "8MiB"
+persistence = "dirty"
+adapt = "reca"
+reca_window = 1000
+
+[[volume]]
+export = "two"
+backend = "data/two.img"
+backend_size = "16MiB"
+cache = "data/cache.img"
+"#,
+    )
+    .unwrap();
+    let server = start_serving_config(&dir);
+    let socket = dir.join("iocache-data/iocache.sock");
+    let connect = |export: &str| Client::connect_unix(&socket, &ConnectOptions::export(export)).unwrap();
+    let (ok, text) = ctl(
+        &dir,
+        &["attach", "three", "data/three.img", "--backend-size", "8MiB"],
+    );
+    assert!(ok, "{text}");
+    let mut model: Vec<(String, u64, u32)> = Vec::new();
+    let mut write_all = |export: &str, blocks: u64, sequential: bool, generation: u32| {
+        let mut client = connect(export);
+        let mut rng = 0x1234_5678u64 ^ u64::from(generation);
+        for i in 0..blocks {
+            let block = if sequential {
+                i
+            } else {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % blocks
+            };
+            client
+                .write(block * 4096, &block_bytes(block, generation), false)
+                .unwrap();
+            model.retain(|(e, b, _)| !(e == export && *b == block));
+            model.push((export.to_string(), block, generation));
+        }
+        client.flush().unwrap();
+        client.disconnect().unwrap();
+    };
+    // Sequential writes on all three: 128 KiB lines.
+    write_all("one", 4096, true, 1);
+    write_all("two", 2048, true, 2);
+    write_all("three", 2048, true, 3);
+    write_all("one", 4096, true, 4);
+    let s = wait_for_line_bytes(&dir, 128 << 10);
+    assert_eq!(s["line_size_changes"].as_array().unwrap().len(), 1, "{s:#}");
+    // Random writes: 4 KiB lines again.
+    write_all("three", 2048, false, 5);
+    write_all("two", 2048, false, 6);
+    write_all("one", 4096, false, 7);
+    write_all("three", 2048, false, 8);
+    wait_for_line_bytes(&dir, 4096);
+    let check = |model: &[(String, u64, u32)]| {
+        let mut buf = vec![0u8; 4096];
+        for export in ["one", "two", "three"] {
+            let mut client = connect(export);
+            for (_, block, generation) in model.iter().filter(|(e, _, _)| e == export) {
+                client.read(block * 4096, &mut buf).unwrap();
+                assert!(
+                    buf == block_bytes(*block, *generation),
+                    "{export}: block {block} is not its write {generation}"
+                );
+            }
+            client.disconnect().unwrap();
+        }
+    };
+    check(&model);
+    let (ok, text) = ctl(&dir, &["detach", "three"]);
+    assert!(ok, "{text}");
+    stop(server);
+    let server = start_serving_config(&dir);
+    let (ok, text) = ctl(&dir, &["attach", "three", "data/three.img"]);
+    assert!(ok, "{text}");
+    check(&model);
+    stop(server);
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    assert_eq!(log.matches("while serving:").count(), 2, "{log}");
+    assert!(!log.contains("WARN"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `iocache serve --config iocache.toml` in `dir`.
+fn start_serving_config(dir: &Path) -> Server {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("server.log"))
+        .unwrap();
+    let server = Server(Some(
+        Command::new(env!("CARGO_BIN_EXE_iocache"))
+            .args(["serve", "--config", "iocache.toml"])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    ));
+    let socket = dir.join("iocache-data/iocache.sock");
+    let started = Instant::now();
+    while Client::connect_unix(&socket, &ConnectOptions::export("one")).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
+}

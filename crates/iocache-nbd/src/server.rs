@@ -1027,7 +1027,10 @@ impl Pool {
         // caught in debug builds, logged and clamped in release ones.
         debug_assert!(s.held >= n, "releasing {n} bytes of {} held", s.held);
         if s.held < n {
-            log::error!("NBD budget: {n} bytes given back but {} held (a bug); counted as 0", s.held);
+            log::error!(
+                "NBD budget: {n} bytes given back but {} held (a bug); counted as 0",
+                s.held
+            );
         }
         s.held = s.held.saturating_sub(n);
         let waiting = s.waiting > 0;
