@@ -50,6 +50,14 @@ fn start_with_window(dir: &Path, window: &str, extra: &[&str]) -> Server {
 
 /// `iocache serve` of a 64 MiB backend through an 8 MiB cache, with `extra`.
 fn start_serving(dir: &Path, extra: &[&str]) -> Server {
+    let mut args = vec!["--backend-size", "64MiB", "--cache-size", "8MiB"];
+    args.extend_from_slice(extra);
+    spawn_server(dir, &args, ConnectOptions::default())
+}
+
+/// `iocache serve ARGS` in `dir`, its output appended to `server.log`;
+/// returns once a client connects with `options`.
+fn spawn_server(dir: &Path, args: &[&str], options: ConnectOptions) -> Server {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -57,8 +65,8 @@ fn start_serving(dir: &Path, extra: &[&str]) -> Server {
         .unwrap();
     let server = Server(Some(
         Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args(["serve", "--backend-size", "64MiB", "--cache-size", "8MiB"])
-            .args(extra)
+            .arg("serve")
+            .args(args)
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -68,7 +76,7 @@ fn start_serving(dir: &Path, extra: &[&str]) -> Server {
     ));
     let socket = dir.join("iocache-data/iocache.sock");
     let started = Instant::now();
-    while Client::connect_unix(&socket, &ConnectOptions::default()).is_err() {
+    while Client::connect_unix(&socket, &options).is_err() {
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "the server did not start"
@@ -76,6 +84,15 @@ fn start_serving(dir: &Path, extra: &[&str]) -> Server {
         std::thread::sleep(Duration::from_millis(20));
     }
     server
+}
+
+/// Asserts that the server's log has every one of `needles`; returns it.
+fn assert_logged(dir: &Path, needles: &[&str]) -> String {
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    for needle in needles {
+        assert!(log.contains(needle), "no `{needle}` in:\n{log}");
+    }
+    log
 }
 
 /// A loopback address nothing listens on (yet).
@@ -359,14 +376,14 @@ fn the_line_size_reca_chose_is_taken_at_the_next_start() {
     fio(&dir, Job::Verify, "write", "0");
     stop(server);
 
-    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
-    for needle in [
-        "starting with ReCA's line size 128KiB (configured 4KiB; the cache holds 4KiB lines)",
-        "keeping ReCA's line size 128KiB (configured 4KiB)",
-        "ReCA's line size 128KiB of the last run was chosen over a configured 4KiB; the configuration says 8KiB now",
-    ] {
-        assert!(log.contains(needle), "no `{needle}` in:\n{log}");
-    }
+    assert_logged(
+        &dir,
+        &[
+            "starting with ReCA's line size 128KiB (configured 4KiB; the cache holds 4KiB lines)",
+            "keeping ReCA's line size 128KiB (configured 4KiB)",
+            "ReCA's line size 128KiB of the last run was chosen over a configured 4KiB; the configuration says 8KiB now",
+        ],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -438,14 +455,14 @@ fn reca_changes_the_line_size_while_serving_and_keeps_every_block() {
     fio(&dir, Job::Verify, "randwrite", "32M");
     stop(server);
 
-    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
-    for needle in [
-        "line size 4KiB -> 128KiB while serving",
-        "line size 128KiB -> 4KiB while serving",
-        "warm-up done",
-    ] {
-        assert!(log.contains(needle), "no `{needle}` in:\n{log}");
-    }
+    let log = assert_logged(
+        &dir,
+        &[
+            "line size 4KiB -> 128KiB while serving",
+            "line size 128KiB -> 4KiB while serving",
+            "warm-up done",
+        ],
+    );
     assert!(!log.contains("WARN"), "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -785,29 +802,5 @@ cache = "data/cache.img"
 
 /// `iocache serve --config iocache.toml` in `dir`.
 fn start_serving_config(dir: &Path) -> Server {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("server.log"))
-        .unwrap();
-    let server = Server(Some(
-        Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args(["serve", "--config", "iocache.toml"])
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    ));
-    let socket = dir.join("iocache-data/iocache.sock");
-    let started = Instant::now();
-    while Client::connect_unix(&socket, &ConnectOptions::export("one")).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    server
+    spawn_server(dir, &["--config", "iocache.toml"], ConnectOptions::export("one"))
 }
