@@ -196,12 +196,13 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     let warm = old.cached_ranges(new_cache_bytes);
     let volumes = old.volume_backends();
     let reca = old.reca_succession();
-    let knobs: Vec<iocache_core::Setting> = old
-        .settings()
-        .into_iter()
-        .filter(|k| k.current != k.configured)
-        .filter_map(|k| format!("{}={}", k.key, k.current).parse().ok())
-        .collect();
+    let mut knobs: Vec<iocache_core::Setting> = Vec::new();
+    for k in old.settings().into_iter().filter(|k| k.current != k.configured) {
+        match format!("{}={}", k.key, k.current).parse() {
+            Ok(setting) => knobs.push(setting),
+            Err(e) => log::warn!("cache {path}: {}={} is not carried over: {e}", k.key, k.current),
+        }
+    }
     // 3. What was dirtied since step 1 goes back before the engine goes.
     let dirty_meanwhile = old.stats().dirty_lines;
     if dirty_meanwhile > 0 {
@@ -239,10 +240,12 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
             );
             config.cache.line_size = LineSize::new(old_line_bytes).map_err(|e| anyhow!("{e}"))?;
             let engine = Engine::with_volumes(config, Arc::clone(&dev), volumes).map_err(|again| {
-                anyhow!(
+                let e = anyhow!(
                     "{e}; opening it again as it was failed too: {again}; its volumes answer \
                      every request with an error until the server is restarted"
-                )
+                );
+                log::error!("cache {path}: {e:#}");
+                e
             })?;
             (engine, Some(e))
         }

@@ -804,3 +804,107 @@ cache = "data/cache.img"
 fn start_serving_config(dir: &Path) -> Server {
     spawn_server(dir, &["--config", "iocache.toml"], ConnectOptions::export("one"))
 }
+
+/// A line size change whose write-back the backend refuses (nbdkit's error
+/// filter fails every write while a file exists) is given up: the cache
+/// serves on with its line size and every byte written to it, and says
+/// so; once the backend heals, the shutdown writes every line back.
+#[test]
+fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
+    if !have("nbdkit") {
+        eprintln!("SKIPPED: nbdkit is not installed");
+        return;
+    }
+    const BLOCKS: u64 = 1024;
+    let dir = temp_dir("refused");
+    let backend_img = dir.join("backend.img");
+    std::fs::File::create(&backend_img)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let inject = dir.join("inject");
+    let backend_sock = dir.join("backend.sock");
+    let mut nbdkit = Server(Some(
+        Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(&backend_sock)
+            .args(["--filter=error", "file"])
+            .arg(&backend_img)
+            .arg("error-pwrite-rate=100%")
+            .arg(format!("error-pwrite-file={}", inject.display()))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    let started = Instant::now();
+    while !backend_sock.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "nbdkit did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let backend_uri = format!("nbd+unix:///?socket={}", backend_sock.display());
+    let server = spawn_server(
+        &dir,
+        &[
+            "--backend",
+            &backend_uri,
+            "--cache-size",
+            "8MiB",
+            "--write-policy",
+            "wb",
+            "--persistence",
+            "dirty",
+            "--adapt",
+            "reca",
+            "--reca-window",
+            "250",
+            "--init",
+        ],
+        ConnectOptions::default(),
+    );
+    std::fs::write(&inject, b"").unwrap();
+    let socket = dir.join("iocache-data/iocache.sock");
+    let mut client = Client::connect_unix(&socket, &ConnectOptions::default()).unwrap();
+    // Sequential writes (they fit in the cache as dirty lines): ReCA wants
+    // 128 KiB lines, and the change cannot write them back.
+    for block in 0..BLOCKS {
+        client.write(block * 4096, &block_bytes(block, 1), false).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.join("server.log"))
+        .unwrap()
+        .contains("the line size was not changed to 128KiB")
+    {
+        assert!(Instant::now() < deadline, "no refused change: {:#}", stats(&dir));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = stats(&dir);
+    assert_eq!(s["line_bytes"], 4096, "{s:#}");
+    assert!(s["line_size_changes"].as_array().unwrap().is_empty(), "{s:#}");
+    let mut buf = vec![0u8; 4096];
+    for block in 0..BLOCKS {
+        client.read(block * 4096, &mut buf).unwrap();
+        assert!(
+            buf == block_bytes(block, 1),
+            "block {block} while the backend fails"
+        );
+    }
+    client.disconnect().unwrap();
+    // Healed: the shutdown writes everything back.
+    std::fs::remove_file(&inject).unwrap();
+    stop(server);
+    let image = std::fs::read(&backend_img).unwrap();
+    for block in 0..BLOCKS {
+        let at = (block * 4096) as usize;
+        assert!(
+            image[at..at + 4096] == block_bytes(block, 1)[..],
+            "block {block} on the backend"
+        );
+    }
+    let child = nbdkit.0.as_mut().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
