@@ -158,6 +158,10 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         return Ok(None);
     }
     let path = group.path.display().to_string();
+    let dev = old.cache_device();
+    let capacity_lines = capacity_for(group.cache_bytes, &*dev, wanted)?;
+    let old_capacity_lines = capacity_for(group.cache_bytes, &*dev, old_line_bytes)?;
+    let old_line_size = LineSize::new(old_line_bytes).map_err(|e| anyhow!("{e}"))?;
     // 1. Dirty lines back while serving.
     let dirty_before = old.stats().dirty_lines;
     log::info!(
@@ -190,8 +194,6 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     // 2. No request inside the engine from here.
     let mut current = group.cell.quiesce();
     let paused_at = Instant::now();
-    let dev = old.cache_device();
-    let capacity_lines = capacity_for(group.cache_bytes, &*dev, wanted)?;
     let new_cache_bytes = capacity_lines * wanted;
     let warm = old.cached_ranges(new_cache_bytes);
     let volumes = old.volume_backends();
@@ -232,13 +234,8 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         Err(e) => {
             // Serve on with the old geometry (the dirty lines, if any, are
             // found again on the device).
-            let mut config = crate::serve::engine_config(
-                v,
-                capacity_for(group.cache_bytes, &*dev, old_line_bytes)?,
-                InitMode::Load,
-                None,
-            );
-            config.cache.line_size = LineSize::new(old_line_bytes).map_err(|e| anyhow!("{e}"))?;
+            let mut config = crate::serve::engine_config(v, old_capacity_lines, InitMode::Load, None);
+            config.cache.line_size = old_line_size;
             let engine = Engine::with_volumes(config, Arc::clone(&dev), volumes).map_err(|again| {
                 let e = anyhow!(
                     "{e}; opening it again as it was failed too: {again}; its volumes answer \
