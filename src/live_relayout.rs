@@ -7,10 +7,12 @@
 //! line size for a whole window after the one that chose it ([`watch`]),
 //! then:
 //!
-//! 1. every dirty line is written back while the old engine still serves,
-//!    its writes going through to the backend meanwhile (the controller
-//!    write policy `wt`, `Engine::hold_writes_through`: clients see slower
-//!    writes instead of a long pause), in passes until at most
+//! 1. every dirty line is written back while the old engine still serves:
+//!    a first pass as the cache is (a backend that refuses it ends the
+//!    attempt with nothing changed), then with its writes going through to
+//!    the backend (the controller write policy `wt`,
+//!    `Engine::hold_writes_through`: clients see slower writes instead of
+//!    a long pause), in passes until at most
 //!    [`PRE_DRAIN_ENOUGH_LINES`] are left or a pass stops gaining, so
 //!    little is left for step 3;
 //! 2. the cell is quiesced: every request inside the engine finishes, new
@@ -169,12 +171,19 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         format_byte_size(old_line_bytes),
         format_byte_size(wanted)
     );
-    // Writes go through to the backend meanwhile, so no new dirty line
-    // comes; passes until few are left (ReCA may have set its own write
-    // policy again).
+    // A first pass as the cache is: a backend that refuses it ends the
+    // attempt before the clients see any change.
+    old.flush_all()
+        .map_err(|e| anyhow!("writing back {dirty_before} dirty lines: {e}"))?;
+    // Then writes go through to the backend, so no new dirty line comes;
+    // passes until few are left (ReCA may have set its own write policy
+    // again).
     let controller_before = old.hold_writes_through();
-    let mut dirty = dirty_before;
+    let mut dirty = old.stats().dirty_lines;
     for _ in 0..PRE_DRAIN_PASSES_MAX {
+        if dirty <= PRE_DRAIN_ENOUGH_LINES {
+            break;
+        }
         if let Err(e) = old.flush_all() {
             old.restore_controller_policy(controller_before);
             return Err(anyhow!("writing back {dirty} dirty lines: {e}"));
