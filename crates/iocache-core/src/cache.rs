@@ -14,11 +14,11 @@ use crate::cleaning::CleaningPolicy;
 use crate::config::{CacheConfig, FlushOrder, Promotion, WritePolicy};
 use crate::error::CoreError;
 use crate::fasthash::FxHashMap;
-use crate::index::LineIndex;
+use crate::index::{hash_of, LineIndex};
 use crate::mode::{self, EffectiveMode, LineFacts, ModeCause, ModeSettings, RequestFacts};
 use crate::ops::{DiscardOps, Op, OpList, OpSink};
 use crate::policy::list::{Links, ListHead};
-use crate::policy::{AccessInfo, ActivePolicy, PolicySpec, ReplacementPolicy};
+use crate::policy::{AccessInfo, ActivePolicy, HeldPolicy, PolicySpec, ReplacementPolicy};
 use crate::promotion::Promoter;
 use crate::seq_cutoff::{SeqCutoff, SeqDetector};
 use crate::stats::CacheStats;
@@ -44,6 +44,19 @@ pub struct AccessSummary {
     /// Dirty victims kept resident by this request (only with
     /// `inline_dirty_eviction = false`): a runtime should clean some lines.
     pub dirty_victims_kept: u32,
+}
+
+impl AccessSummary {
+    /// Counts one line's outcome.
+    #[inline(always)]
+    fn count(&mut self, outcome: LineOutcome) {
+        self.lines += 1;
+        match outcome {
+            LineOutcome::FullHit => self.full_hits += 1,
+            LineOutcome::PartialHit => self.partial_hits += 1,
+            LineOutcome::Miss => self.misses += 1,
+        }
+    }
 }
 
 /// A snapshot of one resident line (for tests, tools and the engine's metadata).
@@ -463,11 +476,6 @@ impl Cache {
             IoKind::Read => self.stats.read_requests += 1,
             IoKind::Write => self.stats.write_requests += 1,
         }
-        // Start loading every index position this request will probe, so the
-        // lookups of a multi-line request overlap instead of queueing.
-        for key in split_request_keys(request, self.line).take(PREFETCH_LINES_MAX) {
-            self.index.prefetch(&key);
-        }
         self.request_seq += 1;
         self.last_request_ns = Some(
             self.last_request_ns
@@ -506,17 +514,20 @@ impl Cache {
             && self.words == 1
             && self.request_policy.allocates_on_read()
             && self.request_policy != WritePolicy::PassThrough;
-        for part in split_request(request, self.line) {
-            let outcome = match request.kind {
-                IoKind::Read if counted_reads => self.read_part_counted(&part, &info),
-                IoKind::Read => self.read_part(&part, &info, ops),
-                IoKind::Write => self.write_part(&part, &info, ops),
-            };
-            summary.lines += 1;
-            match outcome {
-                LineOutcome::FullHit => summary.full_hits += 1,
-                LineOutcome::PartialHit => summary.partial_hits += 1,
-                LineOutcome::Miss => summary.misses += 1,
+        if counted_reads {
+            self.read_lines_counted(request, &info, &mut summary);
+        } else {
+            // Start loading every index position this request will probe, so the
+            // lookups of a multi-line request overlap instead of queueing.
+            for key in split_request_keys(request, self.line).take(PREFETCH_LINES_MAX) {
+                self.index.prefetch(&key);
+            }
+            for part in split_request(request, self.line) {
+                let outcome = match request.kind {
+                    IoKind::Read => self.read_part(&part, &info, ops),
+                    IoKind::Write => self.write_part(&part, &info, ops),
+                };
+                summary.count(outcome);
             }
         }
         ops.seal();
@@ -536,9 +547,16 @@ impl Cache {
 
     #[inline]
     fn lookup(&self, key: LineKey) -> Option<SlotId> {
+        self.lookup_hashed::<ActivePolicy>(key, hash_of(&key))
+    }
+
+    /// [`Cache::lookup`] with the key's index hash already computed, for
+    /// the policy `P` held.
+    #[inline(always)]
+    fn lookup_hashed<P: HeldPolicy + ?Sized>(&self, key: LineKey, hash: u32) -> Option<SlotId> {
         let slots = &self.lines;
-        let policy = &self.policy;
-        self.index.get(&key, |s| {
+        let policy = P::held_ref(&self.policy);
+        self.index.get_hashed(&key, hash, |s| {
             // Load the policy's state of the slot while its key is read.
             policy.prefetch_hit(s);
             slots[s as usize].key
@@ -676,63 +694,148 @@ impl Cache {
         outcome
     }
 
-    /// [`Cache::read_part`] for a driver that only counts, when the line's
-    /// bitmaps are inline and the write policy in force fills on read and is
-    /// not pass-through: the same decisions and counters, with the full-hit
-    /// and miss cases written out so that no op is built. A partial hit (or
-    /// a resident line missing every requested sector) goes to `read_part`.
-    /// `tests/counted_access.rs` checks it against `read_part` with ops kept.
+    /// The lines of a read for a driver that only counts, when the lines'
+    /// bitmaps are inline (one word) and the write policy in force fills on
+    /// read and is not pass-through: `read_part`'s decisions and counters for
+    /// each line, with the full-hit and miss cases written out so that no op
+    /// is built, the line keys and masks walked directly (no `LinePart`), each
+    /// index hash computed once (for the prefetch, the lookup and an
+    /// insertion), and the counters summed over the request. A partial hit
+    /// (or a resident line missing every requested sector) goes to
+    /// `read_part`. `tests/counted_access.rs` checks it against `read_part`
+    /// with ops kept.
     #[inline(always)]
-    fn read_part_counted(&mut self, part: &LinePart, info: &AccessInfo) -> LineOutcome {
-        debug_assert!(self.words == 1 && self.request_policy.allocates_on_read());
-        let found = self.lookup(part.key);
-        let mask = bitmap::single_word_mask(part.first_sector, part.end_sector);
-        let bytes = part.sectors() as u64 * SECTOR_BYTES;
-        match found {
-            Some(slot) => {
-                let [valid, dirty] = self.lines[slot as usize].inline_bits;
-                if valid & mask != mask {
-                    return self.read_part(part, info, &mut DiscardOps);
-                }
-                // `classify`'s full hit, then `read_part`'s: one ReadCache
-                // of the whole part, nothing to fill.
-                let s = &mut self.stats;
-                s.accesses += 1;
-                s.requested_bytes += bytes;
-                s.hit_bytes += bytes;
-                s.full_hits += 1;
-                s.read_accesses += 1;
-                s.read_hits += 1;
-                s.cache_read_bytes += bytes;
-                self.policy.on_hit(
-                    slot,
-                    &AccessInfo {
-                        dirty: dirty != 0,
-                        ..*info
-                    },
-                );
-                LineOutcome::FullHit
-            }
-            None => {
-                // `classify`'s miss, then `read_part`'s: admit, read the
-                // backend, fill the slot if one was found.
-                let s = &mut self.stats;
-                s.accesses += 1;
-                s.requested_bytes += bytes;
-                s.misses += 1;
-                s.read_accesses += 1;
-                let slot = self.try_admit(part.key, info, &mut DiscardOps);
-                self.stats.backend_read_bytes += bytes;
-                match slot {
-                    Some(slot) => {
-                        self.stats.cache_write_bytes += bytes;
-                        self.lines[slot as usize].inline_bits[VALID] |= mask;
-                    }
-                    None => self.stats.bypassed_accesses += 1,
-                }
-                LineOutcome::Miss
-            }
+    fn read_lines_counted(&mut self, request: &Request, info: &AccessInfo, summary: &mut AccessSummary) {
+        match self.policy {
+            ActivePolicy::Lru(_) => self.read_lines_counted_for::<crate::policy::Lru>(request, info, summary),
+            ActivePolicy::Arc(_) => self.read_lines_counted_for::<crate::policy::Arc>(request, info, summary),
+            ActivePolicy::Other(_) => self.read_lines_counted_for::<ActivePolicy>(request, info, summary),
         }
+    }
+
+    /// [`Cache::read_lines_counted`] compiled for the policy `P` held.
+    #[inline(never)]
+    fn read_lines_counted_for<P: HeldPolicy + ?Sized>(
+        &mut self,
+        request: &Request,
+        info: &AccessInfo,
+        summary: &mut AccessSummary,
+    ) {
+        debug_assert!(self.words == 1 && self.request_policy.allocates_on_read());
+        let sector_shift = SECTOR_BYTES.trailing_zeros();
+        let per_line_shift = self.line.shift() - sector_shift;
+        let first_sector = request.offset_bytes >> sector_shift;
+        let end_sector = (request.offset_bytes + request.length_bytes) >> sector_shift;
+        let first_line = first_sector >> per_line_shift;
+        let last_line = (end_sector - 1) >> per_line_shift;
+        let volume = request.volume;
+        let whole_mask = bitmap::single_word_mask(0, self.line.sectors());
+        let whole_bytes = self.line.bytes();
+        let (mut hits, mut hit_bytes) = (0u64, 0u64);
+        let (mut misses, mut miss_bytes, mut filled_bytes, mut bypassed) = (0u64, 0u64, 0u64, 0u64);
+        let mut hashes = [0u32; PREFETCH_LINES_MAX];
+        let mut chunk_first = first_line;
+        loop {
+            // Start loading every index position this chunk of the request
+            // will probe, so that the lookups overlap instead of queueing.
+            let chunk_lines = (last_line - chunk_first + 1).min(PREFETCH_LINES_MAX as u64) as usize;
+            for (at, hash) in hashes[..chunk_lines].iter_mut().enumerate() {
+                *hash = hash_of(&LineKey {
+                    volume,
+                    line_index: chunk_first + at as u64,
+                });
+                self.index.prefetch_hashed(*hash);
+            }
+            for (at, &hash) in hashes[..chunk_lines].iter().enumerate() {
+                let line_index = chunk_first + at as u64;
+                let key = LineKey { volume, line_index };
+                let (mut mask, mut bytes) = (whole_mask, whole_bytes);
+                if line_index == first_line || line_index == last_line {
+                    let line_first = line_index << per_line_shift;
+                    let start = (first_sector.max(line_first) - line_first) as u32;
+                    let end = (end_sector.min(line_first + (1 << per_line_shift)) - line_first) as u32;
+                    mask = bitmap::single_word_mask(start, end);
+                    bytes = u64::from(end - start) * SECTOR_BYTES;
+                }
+                match self.lookup_hashed::<P>(key, hash) {
+                    Some(slot) => {
+                        let [valid, dirty] = self.lines[slot as usize].inline_bits;
+                        if valid & mask != mask {
+                            let outcome = self.read_part_partial(request, key, mask, info);
+                            summary.count(outcome);
+                            continue;
+                        }
+                        // `classify`'s full hit, then `read_part`'s: one
+                        // ReadCache of the whole part, nothing to fill.
+                        hits += 1;
+                        hit_bytes += bytes;
+                        P::held(&mut self.policy).on_hit(
+                            slot,
+                            &AccessInfo {
+                                dirty: dirty != 0,
+                                ..*info
+                            },
+                        );
+                    }
+                    None => {
+                        // `classify`'s miss, then `read_part`'s: admit, read
+                        // the backend, fill the slot if one was found.
+                        misses += 1;
+                        miss_bytes += bytes;
+                        match self.try_admit_hashed::<P, DiscardOps>(key, hash, info, &mut DiscardOps) {
+                            Some(slot) => {
+                                filled_bytes += bytes;
+                                self.lines[slot as usize].inline_bits[VALID] |= mask;
+                            }
+                            None => bypassed += 1,
+                        }
+                    }
+                }
+            }
+            if last_line - chunk_first < PREFETCH_LINES_MAX as u64 {
+                break;
+            }
+            chunk_first += PREFETCH_LINES_MAX as u64;
+        }
+        let s = &mut self.stats;
+        s.accesses += hits + misses;
+        s.read_accesses += hits + misses;
+        s.requested_bytes += hit_bytes + miss_bytes;
+        s.hit_bytes += hit_bytes;
+        s.full_hits += hits;
+        s.read_hits += hits;
+        s.cache_read_bytes += hit_bytes;
+        s.misses += misses;
+        s.backend_read_bytes += miss_bytes;
+        s.cache_write_bytes += filled_bytes;
+        s.bypassed_accesses += bypassed;
+        summary.lines += (hits + misses) as u32;
+        summary.full_hits += hits as u32;
+        summary.misses += misses as u32;
+    }
+
+    /// A counted read of a resident line missing some of the sectors in
+    /// `mask` (a one-word line's): `read_part` decides, out of the fast loop.
+    #[cold]
+    #[inline(never)]
+    fn read_part_partial(
+        &mut self,
+        request: &Request,
+        key: LineKey,
+        mask: u64,
+        info: &AccessInfo,
+    ) -> LineOutcome {
+        let first_sector = mask.trailing_zeros();
+        let end_sector = 64 - mask.leading_zeros();
+        let line_first_byte = key.line_index << self.line.shift();
+        let part = LinePart {
+            key,
+            first_sector,
+            end_sector,
+            buffer_offset_bytes: line_first_byte + u64::from(first_sector) * SECTOR_BYTES
+                - request.offset_bytes,
+        };
+        self.read_part(&part, info, &mut DiscardOps)
     }
 
     /// Reads a resident line's part: sectors set in `from_cache` come from the cache,
@@ -879,7 +982,20 @@ impl Cache {
     /// Runs promotion and, if the line is admitted, finds it a slot (evicting if needed).
     /// `info.dirty` says whether the line will be dirty once the access is done.
     fn try_admit<S: OpSink>(&mut self, key: LineKey, info: &AccessInfo, ops: &mut S) -> Option<SlotId> {
-        let admit = match self.policy.admit(key, info) {
+        self.try_admit_hashed::<ActivePolicy, S>(key, hash_of(&key), info, ops)
+    }
+
+    /// [`Cache::try_admit`] with the key's index hash already computed, for
+    /// the policy `P` held.
+    #[inline]
+    fn try_admit_hashed<P: HeldPolicy + ?Sized, S: OpSink>(
+        &mut self,
+        key: LineKey,
+        hash: u32,
+        info: &AccessInfo,
+        ops: &mut S,
+    ) -> Option<SlotId> {
+        let admit = match P::held(&mut self.policy).admit(key, info) {
             Some(decision) => decision,
             None => self.promoter.should_promote(key, self.resident_lines()),
         };
@@ -887,50 +1003,58 @@ impl Cache {
             return None;
         }
         let need_victim = self.free.is_empty();
-        let mut victims = std::mem::take(&mut self.victims);
-        victims.clear();
-        self.policy.on_miss(
+        self.victims.clear();
+        P::held(&mut self.policy).on_miss(
             key,
             need_victim,
             &AccessInfo {
                 dirty: false,
                 ..*info
             },
-            &mut victims,
+            &mut self.victims,
         );
         debug_assert!(
-            need_victim || victims.is_empty(),
+            need_victim || self.victims.is_empty(),
             "policy named victims with free slots left"
         );
         if !self.config.inline_dirty_eviction {
-            self.keep_dirty_victims(key, info, &mut victims);
+            let mut victims = std::mem::take(&mut self.victims);
+            self.keep_dirty_victims::<P>(key, info, &mut victims);
+            self.victims = victims;
         }
         // The victims join the free list and the last one pushed is taken;
         // a single victim (the common case) is taken directly, the same slot.
-        let mut taken = None;
-        if !victims.is_empty() {
-            self.stats.record_eviction_batch(victims.len() as u64);
-            for &victim in &victims {
+        let taken = match self.victims[..] {
+            [] => None,
+            [victim] => {
+                self.stats.record_eviction_batch(1);
                 self.evict(victim, ops);
+                self.prefetch_next_victims::<P>();
+                Some(victim)
             }
-            match victims[..] {
-                [victim] => taken = Some(victim),
-                _ => self.free.extend_from_slice(&victims),
+            _ => {
+                let victims = std::mem::take(&mut self.victims);
+                self.stats.record_eviction_batch(victims.len() as u64);
+                for &victim in &victims {
+                    self.evict(victim, ops);
+                }
+                self.free.extend_from_slice(&victims);
+                self.prefetch_next_victims::<P>();
+                self.victims = victims;
+                None
             }
-            self.prefetch_next_victims();
-        }
-        self.victims = victims;
+        };
         let slot = match taken {
             Some(slot) => slot,
             None => self.free.pop()?,
         };
-        self.index.insert(&key, slot);
+        self.index.insert_hashed(hash, slot);
         let meta = &mut self.slots[slot as usize];
         self.lines[slot as usize].key = key;
         meta.resident = true;
         meta.generation += 1;
         self.count_lines(key.volume, 1, 0);
-        self.policy.on_insert(slot, key, info);
+        P::held(&mut self.policy).on_insert(slot, key, info);
         self.stats.promotions += 1;
         Some(slot)
     }
@@ -938,7 +1062,12 @@ impl Cache {
     /// Hands dirty victims back to the policy (they stay resident) and asks
     /// it again, a few times, for clean ones. Leaves the clean victims found,
     /// possibly none (the line then bypasses the cache).
-    fn keep_dirty_victims(&mut self, key: LineKey, info: &AccessInfo, victims: &mut Vec<SlotId>) {
+    fn keep_dirty_victims<P: HeldPolicy + ?Sized>(
+        &mut self,
+        key: LineKey,
+        info: &AccessInfo,
+        victims: &mut Vec<SlotId>,
+    ) {
         const ROUNDS: usize = 4;
         for round in 0..ROUNDS {
             if !victims.iter().any(|&v| self.slots[v as usize].dirty_listed) {
@@ -953,15 +1082,14 @@ impl Cache {
                 }
                 victims.swap_remove(i);
                 let victim_key = self.lines[victim as usize].key;
-                self.policy
-                    .on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
+                P::held(&mut self.policy).on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
                 self.stats.dirty_victims_kept += 1;
                 self.request_dirty_victims_kept += 1;
             }
             if !victims.is_empty() || round + 1 == ROUNDS {
                 return;
             }
-            self.policy.on_miss(
+            P::held(&mut self.policy).on_miss(
                 key,
                 true,
                 &AccessInfo {
@@ -979,8 +1107,8 @@ impl Cache {
     /// this one finishes: the index entry of the next victim (its metadata was
     /// prefetched by the previous eviction) and the metadata of the one after.
     #[inline]
-    fn prefetch_next_victims(&self) {
-        let [next, after] = self.policy.next_victims();
+    fn prefetch_next_victims<P: HeldPolicy + ?Sized>(&self) {
+        let [next, after] = P::held_ref(&self.policy).next_victims();
         if let Some(after) = after {
             // Addresses only (a prefetch of a bad one is harmless): no bounds checks.
             let at = after as usize;
@@ -988,7 +1116,8 @@ impl Cache {
             crate::prefetch::prefetch_address(self.slots.as_ptr().wrapping_add(at) as usize);
         }
         if let Some(next) = next {
-            self.index.prefetch(&self.lines[next as usize].key);
+            self.index
+                .prefetch_hashed(hash_of(&self.lines[next as usize].key));
         }
     }
 
@@ -1047,7 +1176,10 @@ impl Cache {
         if bitmap::any(self.dirty_of(slot)) {
             self.write_back_dirty_sectors(slot, ops);
         }
-        self.unmark_dirty_if_clean(slot);
+        // `unmark_dirty_if_clean`, its usual no-op answered inline.
+        if self.slots[slot as usize].dirty_listed {
+            self.unmark_dirty_if_clean(slot);
+        }
     }
 
     /// The dirty half of [`Cache::write_back_dirty`], kept out of line so

@@ -3,6 +3,11 @@
 //! inlined into the cache's hot loop; every other policy stays behind the
 //! trait object the registry builds.
 //!
+//! [`HeldPolicy`] lets the cache's hottest paths be compiled once per
+//! policy held by value: within such a path each call reaches the policy
+//! directly (no dispatch per call, and the calls inline), and the cache
+//! chooses the path once per request from the policy it holds.
+//!
 //! This changes no decision: the LRU and ARC held here are built exactly as
 //! the registry builds them (`Lru::new`, `Arc::new`: neither takes
 //! parameters), and every trait call is forwarded unchanged.
@@ -26,6 +31,61 @@ impl ActivePolicy {
             "arc" if no_params => ActivePolicy::Arc(Box::new(Arc::new(capacity_lines))),
             _ => ActivePolicy::Other(spec.build(capacity_lines)?),
         })
+    }
+}
+
+/// How the cache's generic paths reach the policy it holds: through
+/// [`ActivePolicy`] itself (each call dispatched), or as the one type held
+/// by value, which the path is compiled for.
+pub(crate) trait HeldPolicy: ReplacementPolicy {
+    /// The policy `held` holds; only called on a path chosen for it.
+    fn held(held: &mut ActivePolicy) -> &mut Self;
+    /// [`HeldPolicy::held`] for reading.
+    fn held_ref(held: &ActivePolicy) -> &Self;
+}
+
+impl HeldPolicy for ActivePolicy {
+    #[inline(always)]
+    fn held(held: &mut ActivePolicy) -> &mut Self {
+        held
+    }
+    #[inline(always)]
+    fn held_ref(held: &ActivePolicy) -> &Self {
+        held
+    }
+}
+
+impl HeldPolicy for Lru {
+    #[inline(always)]
+    fn held(held: &mut ActivePolicy) -> &mut Self {
+        match held {
+            ActivePolicy::Lru(p) => p,
+            _ => unreachable!("a path compiled for LRU met another policy"),
+        }
+    }
+    #[inline(always)]
+    fn held_ref(held: &ActivePolicy) -> &Self {
+        match held {
+            ActivePolicy::Lru(p) => p,
+            _ => unreachable!("a path compiled for LRU met another policy"),
+        }
+    }
+}
+
+impl HeldPolicy for Arc {
+    #[inline(always)]
+    fn held(held: &mut ActivePolicy) -> &mut Self {
+        match held {
+            ActivePolicy::Arc(p) => p,
+            _ => unreachable!("a path compiled for ARC met another policy"),
+        }
+    }
+    #[inline(always)]
+    fn held_ref(held: &ActivePolicy) -> &Self {
+        match held {
+            ActivePolicy::Arc(p) => p,
+            _ => unreachable!("a path compiled for ARC met another policy"),
+        }
     }
 }
 
