@@ -89,16 +89,47 @@ const PREFETCH_LINES_MAX: usize = 64;
 const VALID: usize = 0;
 const DIRTY: usize = 1;
 
-/// What a lookup and a hit read of one slot: its line's key and (for lines
-/// up to 32 KiB) its valid and dirty bits. 32 bytes, two slots per CPU
-/// cache line, so the records the hit path walks take half the memory
-/// they would beside the rest of the slot's state ([`SlotMeta`]).
+/// What a lookup and a hit read of one slot: its line's key, the key's
+/// index hash and (for lines up to 32 KiB) its valid and dirty bits. 32
+/// bytes, two slots per CPU cache line, so the records the hit path walks
+/// take half the memory they would beside the rest of the slot's state
+/// ([`SlotMeta`]). The key is kept as its two fields so that the hash fits
+/// in what would be the key's padding: an eviction finds the victim's
+/// index entry without hashing its key again.
 #[derive(Clone, Copy)]
 #[repr(align(32))]
 struct SlotLine {
-    key: LineKey,
+    line_index: u64,
+    volume: VolumeId,
+    /// `index::hash_of(key)`, kept with the key by [`SlotLine::set_key`].
+    hash: u32,
     /// Valid and dirty bits, inline when one word covers the line (lines up to 32 KiB).
     inline_bits: [u64; 2],
+}
+
+impl SlotLine {
+    #[inline(always)]
+    fn key(&self) -> LineKey {
+        LineKey {
+            volume: self.volume,
+            line_index: self.line_index,
+        }
+    }
+
+    /// Whether this slot's key is `key` (the fields compared in place).
+    #[inline(always)]
+    fn holds(&self, key: &LineKey) -> bool {
+        self.line_index == key.line_index && self.volume == key.volume
+    }
+
+    /// Sets the key and its index hash (`hash` must be `hash_of(&key)`).
+    #[inline(always)]
+    fn set_key(&mut self, key: LineKey, hash: u32) {
+        debug_assert_eq!(hash, hash_of(&key));
+        self.line_index = key.line_index;
+        self.volume = key.volume;
+        self.hash = hash;
+    }
 }
 
 const _: () = assert!(std::mem::size_of::<SlotLine>() == 32);
@@ -210,7 +241,9 @@ impl Cache {
             index: LineIndex::new(lines),
             lines: vec![
                 SlotLine {
-                    key: none,
+                    line_index: none.line_index,
+                    volume: none.volume,
+                    hash: hash_of(&none),
                     inline_bits: [0; 2],
                 };
                 lines
@@ -369,7 +402,7 @@ impl Cache {
             let dirty = bitmap::any(self.dirty_of(s as SlotId));
             policy.on_insert(
                 s as SlotId,
-                self.lines[s].key,
+                self.lines[s].key(),
                 &AccessInfo {
                     dirty,
                     ..AccessInfo::read_at(now_ns)
@@ -407,7 +440,7 @@ impl Cache {
                     dirty_left += 1;
                     continue;
                 }
-                let key = self.lines[s].key;
+                let key = self.lines[s].key();
                 self.policy.on_remove(slot);
                 self.empty_slot(slot, ops);
                 self.emit(ops, Op::Invalidate { slot, key });
@@ -556,10 +589,10 @@ impl Cache {
     fn lookup_hashed<P: HeldPolicy + ?Sized>(&self, key: LineKey, hash: u32) -> Option<SlotId> {
         let slots = &self.lines;
         let policy = P::held_ref(&self.policy);
-        self.index.get_hashed(&key, hash, |s| {
+        self.index.get_hashed(hash, |s| {
             // Load the policy's state of the slot while its key is read.
             policy.prefetch_hit(s);
-            slots[s as usize].key
+            slots[s as usize].holds(&key)
         })
     }
 
@@ -1050,7 +1083,7 @@ impl Cache {
         };
         self.index.insert_hashed(hash, slot);
         let meta = &mut self.slots[slot as usize];
-        self.lines[slot as usize].key = key;
+        self.lines[slot as usize].set_key(key, hash);
         meta.resident = true;
         meta.generation += 1;
         self.count_lines(key.volume, 1, 0);
@@ -1081,7 +1114,7 @@ impl Cache {
                     continue;
                 }
                 victims.swap_remove(i);
-                let victim_key = self.lines[victim as usize].key;
+                let victim_key = self.lines[victim as usize].key();
                 P::held(&mut self.policy).on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
                 self.stats.dirty_victims_kept += 1;
                 self.request_dirty_victims_kept += 1;
@@ -1116,8 +1149,7 @@ impl Cache {
             crate::prefetch::prefetch_address(self.slots.as_ptr().wrapping_add(at) as usize);
         }
         if let Some(next) = next {
-            self.index
-                .prefetch_hashed(hash_of(&self.lines[next as usize].key));
+            self.index.prefetch_hashed(self.lines[next as usize].hash);
         }
     }
 
@@ -1131,7 +1163,7 @@ impl Cache {
     }
 
     /// Empties `slot` (already forgotten by the policy), writing back its dirty sectors.
-    #[inline]
+    #[inline(always)]
     fn evict<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         debug_assert!(
             self.slots[slot as usize].resident,
@@ -1142,7 +1174,7 @@ impl Cache {
     }
 
     /// Writes back `slot`'s dirty sectors and forgets its line.
-    #[inline]
+    #[inline(always)]
     fn empty_slot<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         if S::KEEPS_OPS && self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             // This request already has ops on the slot: keep them before its reuse.
@@ -1152,9 +1184,10 @@ impl Cache {
         let meta = &mut self.slots[slot as usize];
         meta.resident = false;
         meta.generation += 1;
-        let key = self.lines[slot as usize].key;
-        self.count_lines(key.volume, -1, 0);
-        self.index.remove(&key, slot);
+        let line = &self.lines[slot as usize];
+        let (volume, hash) = (line.volume, line.hash);
+        self.count_lines(volume, -1, 0);
+        self.index.remove_hashed(hash, slot);
         bitmap::clear(self.valid_mut(slot));
     }
 
@@ -1163,7 +1196,7 @@ impl Cache {
         if S::KEEPS_OPS && self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             ops.seal();
         }
-        let key = self.lines[slot as usize].key;
+        let key = self.lines[slot as usize].key();
         self.policy.on_remove(slot);
         self.empty_slot(slot, ops);
         self.emit(ops, Op::Invalidate { slot, key });
@@ -1194,7 +1227,7 @@ impl Cache {
 
     /// Emits one write-back op per run of dirty sectors in `slot`.
     fn emit_write_backs<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
-        let key = self.lines[slot as usize].key;
+        let key = self.lines[slot as usize].key();
         let mut runs = std::mem::take(&mut self.runs);
         runs.clear();
         bitmap::for_each_run(self.dirty_of(slot), 0, self.line.sectors(), |a, b, dirty| {
@@ -1213,7 +1246,7 @@ impl Cache {
         if !meta.dirty_listed {
             meta.dirty_listed = true;
             meta.dirty_since_ns = now_ns;
-            let volume = self.lines[slot as usize].key.volume;
+            let volume = self.lines[slot as usize].volume;
             self.dirty_links.push_tail(&mut self.dirty_list, slot);
             self.count_lines(volume, 0, 1);
         }
@@ -1235,7 +1268,7 @@ impl Cache {
         if self.slots[slot as usize].dirty_listed && !bitmap::any(self.dirty_of(slot)) {
             self.slots[slot as usize].dirty_listed = false;
             self.dirty_links.unlink(&mut self.dirty_list, slot);
-            self.count_lines(self.lines[slot as usize].key.volume, 0, -1);
+            self.count_lines(self.lines[slot as usize].volume, 0, -1);
             true
         } else {
             false
@@ -1363,7 +1396,7 @@ impl Cache {
                     .dirty_links
                     .iter(&self.dirty_list)
                     .filter(|&s| !self.slots[s as usize].flushing)
-                    .map(|s| (self.lines[s as usize].key, s))
+                    .map(|s| (self.lines[s as usize].key(), s))
                     .collect();
                 dirty.sort_unstable();
                 let start = match self.flush_cursor {
@@ -1377,7 +1410,7 @@ impl Cache {
                     .map(|&(_, s)| s)
                     .collect();
                 if let Some(&last) = picked.last() {
-                    self.flush_cursor = Some(self.lines[last as usize].key);
+                    self.flush_cursor = Some(self.lines[last as usize].key());
                 }
                 picked
             }
@@ -1387,9 +1420,9 @@ impl Cache {
                     .iter(&self.dirty_list)
                     .filter(|&s| {
                         let meta = &self.slots[s as usize];
-                        self.lines[s as usize].key.volume == volume && !meta.flushing
+                        self.lines[s as usize].volume == volume && !meta.flushing
                     })
-                    .map(|s| (self.lines[s as usize].key, s))
+                    .map(|s| (self.lines[s as usize].key(), s))
                     .collect();
                 dirty.sort_unstable();
                 dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
@@ -1397,7 +1430,7 @@ impl Cache {
         };
         for slot in candidates {
             self.emit_write_backs(slot, ops);
-            let key = self.lines[slot as usize].key;
+            let key = self.lines[slot as usize].key();
             let meta = &mut self.slots[slot as usize];
             meta.flushing = true;
             tokens.push(FlushToken {
@@ -1416,7 +1449,7 @@ impl Cache {
         let meta = &mut self.slots[token.slot as usize];
         meta.flushing = false;
         let unchanged = meta.resident
-            && self.lines[token.slot as usize].key == token.key
+            && self.lines[token.slot as usize].key() == token.key
             && meta.generation == token.generation;
         if !(succeeded && unchanged) {
             return false;
@@ -1468,7 +1501,7 @@ impl Cache {
     pub fn slot_snapshot(&self, slot: SlotId) -> Option<SlotSnapshot<'_>> {
         let meta = self.slots.get(slot as usize)?;
         meta.resident.then(|| SlotSnapshot {
-            key: self.lines[slot as usize].key,
+            key: self.lines[slot as usize].key(),
             valid: self.valid_of(slot),
             dirty: self.dirty_of(slot),
         })
@@ -1539,7 +1572,7 @@ impl Cache {
             taken[slot as usize] = true;
             self.index.insert(&line.key, slot);
             let meta = &mut self.slots[slot as usize];
-            self.lines[slot as usize].key = line.key;
+            self.lines[slot as usize].set_key(line.key, hash_of(&line.key));
             meta.resident = true;
             meta.generation += 1;
             self.count_lines(line.key.volume, 1, 0);
@@ -1597,7 +1630,7 @@ impl Cache {
         end_sector: u32,
     ) -> bool {
         let meta = &self.slots[slot as usize];
-        if !(meta.resident && self.lines[slot as usize].key == key && meta.generation == generation) {
+        if !(meta.resident && self.lines[slot as usize].key() == key && meta.generation == generation) {
             return false;
         }
         self.forget_sectors(key, first_sector, end_sector)
@@ -1606,7 +1639,7 @@ impl Cache {
     /// The line held by `slot`, if any.
     pub fn key_in_slot(&self, slot: SlotId) -> Option<LineKey> {
         let meta = self.slots.get(slot as usize)?;
-        meta.resident.then_some(self.lines[slot as usize].key)
+        meta.resident.then_some(self.lines[slot as usize].key())
     }
 
     /// The line size.
@@ -1682,7 +1715,7 @@ impl Cache {
         let mut counts: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
         for (s, meta) in self.slots.iter().enumerate() {
             if meta.resident {
-                let entry = counts.entry(self.lines[s].key.volume).or_default();
+                let entry = counts.entry(self.lines[s].volume).or_default();
                 entry.resident += 1;
                 entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
             }
@@ -1698,7 +1731,7 @@ impl Cache {
         }
         let mut out = VolumeLines::default();
         for (s, meta) in self.slots.iter().enumerate() {
-            if meta.resident && self.lines[s].key.volume == volume {
+            if meta.resident && self.lines[s].volume == volume {
                 out.resident += 1;
                 out.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
             }
@@ -1716,7 +1749,7 @@ impl Cache {
         for s in 0..self.slots.len() {
             let slot = s as SlotId;
             let meta = &self.slots[s];
-            if meta.resident && self.lines[s].key.volume == volume && !bitmap::any(self.dirty_of(slot)) {
+            if meta.resident && self.lines[s].volume == volume && !bitmap::any(self.dirty_of(slot)) {
                 self.drop_line(slot, ops);
                 dropped += 1;
             }
@@ -1736,7 +1769,16 @@ impl Cache {
             let meta = &self.slots[s];
             if meta.resident {
                 resident += 1;
-                assert_eq!(self.lookup(self.lines[s].key), Some(slot), "index lost slot {s}");
+                assert_eq!(
+                    self.lookup(self.lines[s].key()),
+                    Some(slot),
+                    "index lost slot {s}"
+                );
+                assert_eq!(
+                    self.lines[s].hash,
+                    hash_of(&self.lines[s].key()),
+                    "slot {s} keeps a stale hash of its key"
+                );
                 let (v, d) = (self.valid_of(slot), self.dirty_of(slot));
                 for w in 0..self.words {
                     assert_eq!(d[w] & !v[w], 0, "slot {s} has dirty sectors that are not valid");
@@ -1774,7 +1816,7 @@ impl Cache {
             let mut expected: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
             for (s, meta) in self.slots.iter().enumerate() {
                 if meta.resident {
-                    let entry = expected.entry(self.lines[s].key.volume).or_default();
+                    let entry = expected.entry(self.lines[s].volume).or_default();
                     entry.resident += 1;
                     entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
                 }

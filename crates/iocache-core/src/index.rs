@@ -91,24 +91,20 @@ impl LineIndex {
     /// The slot holding `key`; `key_of` reads a slot's key from the caller's metadata.
     #[inline]
     pub fn get(&self, key: &LineKey, key_of: impl Fn(SlotId) -> LineKey) -> Option<SlotId> {
-        self.get_hashed(key, hash_of(key), key_of)
+        self.get_hashed(hash_of(key), |slot| key_of(slot) == *key)
     }
 
-    /// [`LineIndex::get`] with `hash_of(key)` already computed.
+    /// [`LineIndex::get`] with `hash_of(key)` already computed; `holds`
+    /// says whether a slot holds the key sought.
     #[inline(always)]
-    pub(crate) fn get_hashed(
-        &self,
-        key: &LineKey,
-        hash: u32,
-        key_of: impl Fn(SlotId) -> LineKey,
-    ) -> Option<SlotId> {
+    pub(crate) fn get_hashed(&self, hash: u32, holds: impl Fn(SlotId) -> bool) -> Option<SlotId> {
         let mut at = hash as usize & self.mask;
         loop {
             let e = self.entry(at);
             if e.slot == EMPTY {
                 return None;
             }
-            if e.hash == hash && key_of(e.slot) == *key {
+            if e.hash == hash && holds(e.slot) {
                 return Some(e.slot);
             }
             at = (at + 1) & self.mask;
@@ -161,7 +157,12 @@ impl LineIndex {
     /// Removes the entry of `slot`, which holds `key`. Returns whether it was there.
     #[inline]
     pub fn remove(&mut self, key: &LineKey, slot: SlotId) -> bool {
-        let hash = hash_of(key);
+        self.remove_hashed(hash_of(key), slot)
+    }
+
+    /// [`LineIndex::remove`] with `hash_of(key)` already computed.
+    #[inline]
+    pub(crate) fn remove_hashed(&mut self, hash: u32, slot: SlotId) -> bool {
         let mut at = hash as usize & self.mask;
         loop {
             let e = self.entry(at);
