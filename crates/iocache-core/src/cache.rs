@@ -778,6 +778,7 @@ impl Cache {
                     line_index: chunk_first + at as u64,
                 });
                 self.index.prefetch_hashed(*hash);
+                P::held_ref(&self.policy).prefetch_key(*hash);
             }
             for (at, &hash) in hashes[..chunk_lines].iter().enumerate() {
                 let line_index = chunk_first + at as u64;
@@ -1149,7 +1150,9 @@ impl Cache {
             crate::prefetch::prefetch_address(self.slots.as_ptr().wrapping_add(at) as usize);
         }
         if let Some(next) = next {
-            self.index.prefetch_hashed(self.lines[next as usize].hash);
+            let hash = self.lines[next as usize].hash;
+            self.index.prefetch_hashed(hash);
+            P::held_ref(&self.policy).prefetch_key(hash);
         }
     }
 

@@ -136,6 +136,10 @@ impl ReplacementPolicy for ActivePolicy {
     fn prefetch_hit(&self, slot: SlotId) {
         forward!(self, p => p.prefetch_hit(slot))
     }
+    #[inline(always)]
+    fn prefetch_key(&self, hash: u32) {
+        forward!(self, p => p.prefetch_key(hash))
+    }
     fn counters(&self) -> Vec<(&'static str, u64)> {
         forward!(self, p => p.counters())
     }
