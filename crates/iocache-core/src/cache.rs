@@ -18,7 +18,7 @@ use crate::index::{hash_of, LineIndex};
 use crate::mode::{self, EffectiveMode, LineFacts, ModeCause, ModeSettings, RequestFacts};
 use crate::ops::{DiscardOps, Op, OpList, OpSink};
 use crate::policy::list::{Links, ListHead};
-use crate::policy::{AccessInfo, ActivePolicy, HeldPolicy, PolicySpec, ReplacementPolicy};
+use crate::policy::{AccessInfo, ActivePolicy, PolicySpec, ReplacementPolicy};
 use crate::promotion::Promoter;
 use crate::seq_cutoff::{SeqCutoff, SeqDetector};
 use crate::stats::CacheStats;
@@ -580,15 +580,19 @@ impl Cache {
 
     #[inline]
     fn lookup(&self, key: LineKey) -> Option<SlotId> {
-        self.lookup_hashed::<ActivePolicy>(key, hash_of(&key))
+        self.lookup_hashed(&self.policy, key, hash_of(&key))
     }
 
     /// [`Cache::lookup`] with the key's index hash already computed, for
     /// the policy `P` held.
     #[inline(always)]
-    fn lookup_hashed<P: HeldPolicy + ?Sized>(&self, key: LineKey, hash: u32) -> Option<SlotId> {
+    fn lookup_hashed<P: ReplacementPolicy + ?Sized>(
+        &self,
+        policy: &P,
+        key: LineKey,
+        hash: u32,
+    ) -> Option<SlotId> {
         let slots = &self.lines;
-        let policy = P::held_ref(&self.policy);
         self.index.get_hashed(hash, |s| {
             // Load the policy's state of the slot while its key is read.
             policy.prefetch_hit(s);
@@ -739,21 +743,52 @@ impl Cache {
     /// with ops kept.
     #[inline(always)]
     fn read_lines_counted(&mut self, request: &Request, info: &AccessInfo, summary: &mut AccessSummary) {
-        match self.policy {
-            ActivePolicy::Lru(_) => self.read_lines_counted_for::<crate::policy::Lru>(request, info, summary),
-            ActivePolicy::Arc(_) => self.read_lines_counted_for::<crate::policy::Arc>(request, info, summary),
-            ActivePolicy::Other(_) => self.read_lines_counted_for::<ActivePolicy>(request, info, summary),
+        let sector_shift = SECTOR_BYTES.trailing_zeros();
+        let per_line_shift = self.line.shift() - sector_shift;
+        let last_line = ((request.offset_bytes + request.length_bytes) >> sector_shift).saturating_sub(1)
+            >> per_line_shift;
+        let mut from_line = request.offset_bytes >> self.line.shift();
+        loop {
+            // The policy is taken out for the walk, which then reaches it
+            // as its own type; it is back in place for a partial hit.
+            let mut held = std::mem::replace(&mut self.policy, ActivePolicy::Vacant);
+            let partial = match &mut held {
+                ActivePolicy::Lru(p) => {
+                    self.read_lines_counted_for(&mut **p, request, from_line, info, summary)
+                }
+                ActivePolicy::Arc(p) => {
+                    self.read_lines_counted_for(&mut **p, request, from_line, info, summary)
+                }
+                ActivePolicy::Other(p) => {
+                    self.read_lines_counted_for(&mut **p, request, from_line, info, summary)
+                }
+                ActivePolicy::Vacant => unreachable!("the replacement policy is in place between requests"),
+            };
+            self.policy = held;
+            let Some((key, mask)) = partial else {
+                return;
+            };
+            let outcome = self.read_part_partial(request, key, mask, info);
+            summary.count(outcome);
+            if key.line_index == last_line {
+                return;
+            }
+            from_line = key.line_index + 1;
         }
     }
 
-    /// [`Cache::read_lines_counted`] compiled for the policy `P` held.
+    /// [`Cache::read_lines_counted`] from line `from_line` on, compiled
+    /// for the policy `P` held (taken out of the cache meanwhile). Stops at
+    /// a partial hit, returning its key and mask, for `read_part` to decide.
     #[inline(never)]
-    fn read_lines_counted_for<P: HeldPolicy + ?Sized>(
+    fn read_lines_counted_for<P: ReplacementPolicy + ?Sized>(
         &mut self,
+        policy: &mut P,
         request: &Request,
+        from_line: u64,
         info: &AccessInfo,
         summary: &mut AccessSummary,
-    ) {
+    ) -> Option<(LineKey, u64)> {
         debug_assert!(self.words == 1 && self.request_policy.allocates_on_read());
         let sector_shift = SECTOR_BYTES.trailing_zeros();
         let per_line_shift = self.line.shift() - sector_shift;
@@ -767,8 +802,9 @@ impl Cache {
         let (mut hits, mut hit_bytes) = (0u64, 0u64);
         let (mut misses, mut miss_bytes, mut filled_bytes, mut bypassed) = (0u64, 0u64, 0u64, 0u64);
         let mut hashes = [0u32; PREFETCH_LINES_MAX];
-        let mut chunk_first = first_line;
-        loop {
+        let mut chunk_first = from_line;
+        let mut partial = None;
+        'chunks: loop {
             // Start loading every index position this chunk of the request
             // will probe, so that the lookups overlap instead of queueing.
             let chunk_lines = (last_line - chunk_first + 1).min(PREFETCH_LINES_MAX as u64) as usize;
@@ -778,7 +814,7 @@ impl Cache {
                     line_index: chunk_first + at as u64,
                 });
                 self.index.prefetch_hashed(*hash);
-                P::held_ref(&self.policy).prefetch_key(*hash);
+                policy.prefetch_key(*hash);
             }
             for (at, &hash) in hashes[..chunk_lines].iter().enumerate() {
                 let line_index = chunk_first + at as u64;
@@ -791,19 +827,18 @@ impl Cache {
                     mask = bitmap::single_word_mask(start, end);
                     bytes = u64::from(end - start) * SECTOR_BYTES;
                 }
-                match self.lookup_hashed::<P>(key, hash) {
+                match self.lookup_hashed(policy, key, hash) {
                     Some(slot) => {
                         let [valid, dirty] = self.lines[slot as usize].inline_bits;
                         if valid & mask != mask {
-                            let outcome = self.read_part_partial(request, key, mask, info);
-                            summary.count(outcome);
-                            continue;
+                            partial = Some((key, mask));
+                            break 'chunks;
                         }
                         // `classify`'s full hit, then `read_part`'s: one
                         // ReadCache of the whole part, nothing to fill.
                         hits += 1;
                         hit_bytes += bytes;
-                        P::held(&mut self.policy).on_hit(
+                        policy.on_hit(
                             slot,
                             &AccessInfo {
                                 dirty: dirty != 0,
@@ -816,7 +851,7 @@ impl Cache {
                         // the backend, fill the slot if one was found.
                         misses += 1;
                         miss_bytes += bytes;
-                        match self.try_admit_hashed::<P, DiscardOps>(key, hash, info, &mut DiscardOps) {
+                        match self.try_admit_hashed(policy, key, hash, info, &mut DiscardOps) {
                             Some(slot) => {
                                 filled_bytes += bytes;
                                 self.lines[slot as usize].inline_bits[VALID] |= mask;
@@ -846,6 +881,7 @@ impl Cache {
         summary.lines += (hits + misses) as u32;
         summary.full_hits += hits as u32;
         summary.misses += misses as u32;
+        partial
     }
 
     /// A counted read of a resident line missing some of the sectors in
@@ -1016,20 +1052,24 @@ impl Cache {
     /// Runs promotion and, if the line is admitted, finds it a slot (evicting if needed).
     /// `info.dirty` says whether the line will be dirty once the access is done.
     fn try_admit<S: OpSink>(&mut self, key: LineKey, info: &AccessInfo, ops: &mut S) -> Option<SlotId> {
-        self.try_admit_hashed::<ActivePolicy, S>(key, hash_of(&key), info, ops)
+        let mut policy = std::mem::replace(&mut self.policy, ActivePolicy::Vacant);
+        let slot = self.try_admit_hashed(&mut policy, key, hash_of(&key), info, ops);
+        self.policy = policy;
+        slot
     }
 
     /// [`Cache::try_admit`] with the key's index hash already computed, for
     /// the policy `P` held.
     #[inline]
-    fn try_admit_hashed<P: HeldPolicy + ?Sized, S: OpSink>(
+    fn try_admit_hashed<P: ReplacementPolicy + ?Sized, S: OpSink>(
         &mut self,
+        policy: &mut P,
         key: LineKey,
         hash: u32,
         info: &AccessInfo,
         ops: &mut S,
     ) -> Option<SlotId> {
-        let admit = match P::held(&mut self.policy).admit(key, info) {
+        let admit = match policy.admit(key, info) {
             Some(decision) => decision,
             None => self.promoter.should_promote(key, self.resident_lines()),
         };
@@ -1038,7 +1078,7 @@ impl Cache {
         }
         let need_victim = self.free.is_empty();
         self.victims.clear();
-        P::held(&mut self.policy).on_miss(
+        policy.on_miss(
             key,
             need_victim,
             &AccessInfo {
@@ -1053,7 +1093,7 @@ impl Cache {
         );
         if !self.config.inline_dirty_eviction {
             let mut victims = std::mem::take(&mut self.victims);
-            self.keep_dirty_victims::<P>(key, info, &mut victims);
+            self.keep_dirty_victims(policy, key, info, &mut victims);
             self.victims = victims;
         }
         // The victims join the free list and the last one pushed is taken;
@@ -1063,7 +1103,7 @@ impl Cache {
             [victim] => {
                 self.stats.record_eviction_batch(1);
                 self.evict(victim, ops);
-                self.prefetch_next_victims::<P>();
+                self.prefetch_next_victims(policy);
                 Some(victim)
             }
             _ => {
@@ -1073,7 +1113,7 @@ impl Cache {
                     self.evict(victim, ops);
                 }
                 self.free.extend_from_slice(&victims);
-                self.prefetch_next_victims::<P>();
+                self.prefetch_next_victims(policy);
                 self.victims = victims;
                 None
             }
@@ -1088,7 +1128,7 @@ impl Cache {
         meta.resident = true;
         meta.generation += 1;
         self.count_lines(key.volume, 1, 0);
-        P::held(&mut self.policy).on_insert(slot, key, info);
+        policy.on_insert(slot, key, info);
         self.stats.promotions += 1;
         Some(slot)
     }
@@ -1096,8 +1136,9 @@ impl Cache {
     /// Hands dirty victims back to the policy (they stay resident) and asks
     /// it again, a few times, for clean ones. Leaves the clean victims found,
     /// possibly none (the line then bypasses the cache).
-    fn keep_dirty_victims<P: HeldPolicy + ?Sized>(
+    fn keep_dirty_victims<P: ReplacementPolicy + ?Sized>(
         &mut self,
+        policy: &mut P,
         key: LineKey,
         info: &AccessInfo,
         victims: &mut Vec<SlotId>,
@@ -1116,14 +1157,14 @@ impl Cache {
                 }
                 victims.swap_remove(i);
                 let victim_key = self.lines[victim as usize].key();
-                P::held(&mut self.policy).on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
+                policy.on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
                 self.stats.dirty_victims_kept += 1;
                 self.request_dirty_victims_kept += 1;
             }
             if !victims.is_empty() || round + 1 == ROUNDS {
                 return;
             }
-            P::held(&mut self.policy).on_miss(
+            policy.on_miss(
                 key,
                 true,
                 &AccessInfo {
@@ -1141,8 +1182,8 @@ impl Cache {
     /// this one finishes: the index entry of the next victim (its metadata was
     /// prefetched by the previous eviction) and the metadata of the one after.
     #[inline]
-    fn prefetch_next_victims<P: HeldPolicy + ?Sized>(&self) {
-        let [next, after] = P::held_ref(&self.policy).next_victims();
+    fn prefetch_next_victims<P: ReplacementPolicy + ?Sized>(&self, policy: &P) {
+        let [next, after] = policy.next_victims();
         if let Some(after) = after {
             // Addresses only (a prefetch of a bad one is harmless): no bounds checks.
             let at = after as usize;
@@ -1152,7 +1193,7 @@ impl Cache {
         if let Some(next) = next {
             let hash = self.lines[next as usize].hash;
             self.index.prefetch_hashed(hash);
-            P::held_ref(&self.policy).prefetch_key(hash);
+            policy.prefetch_key(hash);
         }
     }
 
@@ -1207,7 +1248,7 @@ impl Cache {
         self.stats.invalidations += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     fn write_back_dirty<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         if bitmap::any(self.dirty_of(slot)) {
             self.write_back_dirty_sectors(slot, ops);

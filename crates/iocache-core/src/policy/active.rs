@@ -1,12 +1,12 @@
 //! The replacement policy a `Cache` holds, with the most used policies (LRU
-//! and ARC) held by value so their per-access calls are direct and can be
+//! and ARC) held as their own types (boxed, so that taking the policy out
+//! moves a pointer) so their per-access calls are direct and can be
 //! inlined into the cache's hot loop; every other policy stays behind the
 //! trait object the registry builds.
 //!
-//! [`HeldPolicy`] lets the cache's hottest paths be compiled once per
-//! policy held by value: within such a path each call reaches the policy
-//! directly (no dispatch per call, and the calls inline), and the cache
-//! chooses the path once per request from the policy it holds.
+//! The cache's counting read path takes the policy out (leaving
+//! [`ActivePolicy::Vacant`] for the duration) and is compiled once per
+//! policy type, so that within it each call reaches the policy directly.
 //!
 //! This changes no decision: the LRU and ARC held here are built exactly as
 //! the registry builds them (`Lru::new`, `Arc::new`: neither takes
@@ -17,9 +17,12 @@ use crate::addr::{LineKey, LineSize, Request, SlotId};
 use crate::error::CoreError;
 
 pub(crate) enum ActivePolicy {
-    Lru(Lru),
+    Lru(Box<Lru>),
     Arc(Box<Arc>),
     Other(Box<dyn ReplacementPolicy>),
+    /// No policy: only while the cache has taken its policy out for a
+    /// path compiled for the policy's own type (see `Cache::try_admit`).
+    Vacant,
 }
 
 impl ActivePolicy {
@@ -27,65 +30,10 @@ impl ActivePolicy {
     pub(crate) fn build(spec: &PolicySpec, capacity_lines: usize) -> Result<ActivePolicy, CoreError> {
         let no_params = spec.params().is_empty();
         Ok(match spec.name() {
-            "lru" if no_params => ActivePolicy::Lru(Lru::new(capacity_lines)),
+            "lru" if no_params => ActivePolicy::Lru(Box::new(Lru::new(capacity_lines))),
             "arc" if no_params => ActivePolicy::Arc(Box::new(Arc::new(capacity_lines))),
             _ => ActivePolicy::Other(spec.build(capacity_lines)?),
         })
-    }
-}
-
-/// How the cache's generic paths reach the policy it holds: through
-/// [`ActivePolicy`] itself (each call dispatched), or as the one type held
-/// by value, which the path is compiled for.
-pub(crate) trait HeldPolicy: ReplacementPolicy {
-    /// The policy `held` holds; only called on a path chosen for it.
-    fn held(held: &mut ActivePolicy) -> &mut Self;
-    /// [`HeldPolicy::held`] for reading.
-    fn held_ref(held: &ActivePolicy) -> &Self;
-}
-
-impl HeldPolicy for ActivePolicy {
-    #[inline(always)]
-    fn held(held: &mut ActivePolicy) -> &mut Self {
-        held
-    }
-    #[inline(always)]
-    fn held_ref(held: &ActivePolicy) -> &Self {
-        held
-    }
-}
-
-impl HeldPolicy for Lru {
-    #[inline(always)]
-    fn held(held: &mut ActivePolicy) -> &mut Self {
-        match held {
-            ActivePolicy::Lru(p) => p,
-            _ => unreachable!("a path compiled for LRU met another policy"),
-        }
-    }
-    #[inline(always)]
-    fn held_ref(held: &ActivePolicy) -> &Self {
-        match held {
-            ActivePolicy::Lru(p) => p,
-            _ => unreachable!("a path compiled for LRU met another policy"),
-        }
-    }
-}
-
-impl HeldPolicy for Arc {
-    #[inline(always)]
-    fn held(held: &mut ActivePolicy) -> &mut Self {
-        match held {
-            ActivePolicy::Arc(p) => p,
-            _ => unreachable!("a path compiled for ARC met another policy"),
-        }
-    }
-    #[inline(always)]
-    fn held_ref(held: &ActivePolicy) -> &Self {
-        match held {
-            ActivePolicy::Arc(p) => p,
-            _ => unreachable!("a path compiled for ARC met another policy"),
-        }
     }
 }
 
@@ -96,6 +44,7 @@ macro_rules! forward {
             ActivePolicy::Lru($p) => $call,
             ActivePolicy::Arc($p) => $call,
             ActivePolicy::Other($p) => $call,
+            ActivePolicy::Vacant => unreachable!("the replacement policy was used while taken out"),
         }
     };
 }

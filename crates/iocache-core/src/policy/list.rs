@@ -115,7 +115,7 @@ impl Links {
         list.len += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn move_to_head(&mut self, list: &mut ListHead, node: u32) {
         if list.head == node {
             return;
@@ -249,7 +249,7 @@ impl TailLookahead {
     /// Call after `victim`, the tail of `list`, was evicted: walks on and
     /// returns a node about `DEPTH / 2` evictions away (soon) and the one
     /// up to `DEPTH` away (later).
-    #[inline]
+    #[inline(always)]
     pub fn advance(&mut self, links: &Links, list: &ListHead, victim: u32) -> [u32; 2] {
         let lead = self.lead;
         if lead != 0 && lead <= Self::DEPTH && self.walked_back(lead) == victim {

@@ -30,7 +30,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use self::access::Access;
-pub(crate) use self::active::{ActivePolicy, HeldPolicy};
+pub(crate) use self::active::ActivePolicy;
 pub use self::arc::Arc;
 pub use self::bplru::Bplru;
 pub use self::cflru::Cflru;
