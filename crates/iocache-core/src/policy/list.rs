@@ -354,7 +354,7 @@ mod tests {
         }
         let mut ahead = TailLookahead::default();
         let depth = TailLookahead::DEPTH;
-        let mut evict = |links: &mut Links, list: &mut ListHead, ahead: &mut TailLookahead| {
+        let evict = |links: &mut Links, list: &mut ListHead, ahead: &mut TailLookahead| {
             let victim = links.pop_tail(list).unwrap();
             ahead.advance(links, list, victim)
         };
