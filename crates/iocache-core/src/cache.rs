@@ -14,7 +14,7 @@ use crate::cleaning::CleaningPolicy;
 use crate::config::{CacheConfig, FlushOrder, Promotion, WritePolicy};
 use crate::error::CoreError;
 use crate::fasthash::FxHashMap;
-use crate::index::LineIndex;
+use crate::index::{hash_of, LineIndex};
 use crate::mode::{self, EffectiveMode, LineFacts, ModeCause, ModeSettings, RequestFacts};
 use crate::ops::{DiscardOps, Op, OpList, OpSink};
 use crate::policy::list::{Links, ListHead};
@@ -44,6 +44,19 @@ pub struct AccessSummary {
     /// Dirty victims kept resident by this request (only with
     /// `inline_dirty_eviction = false`): a runtime should clean some lines.
     pub dirty_victims_kept: u32,
+}
+
+impl AccessSummary {
+    /// Counts one line's outcome.
+    #[inline(always)]
+    fn count(&mut self, outcome: LineOutcome) {
+        self.lines += 1;
+        match outcome {
+            LineOutcome::FullHit => self.full_hits += 1,
+            LineOutcome::PartialHit => self.partial_hits += 1,
+            LineOutcome::Miss => self.misses += 1,
+        }
+    }
 }
 
 /// A snapshot of one resident line (for tests, tools and the engine's metadata).
@@ -76,16 +89,47 @@ const PREFETCH_LINES_MAX: usize = 64;
 const VALID: usize = 0;
 const DIRTY: usize = 1;
 
-/// What a lookup and a hit read of one slot: its line's key and (for lines
-/// up to 32 KiB) its valid and dirty bits. 32 bytes, two slots per CPU
-/// cache line, so the records the hit path walks take half the memory
-/// they would beside the rest of the slot's state ([`SlotMeta`]).
+/// What a lookup and a hit read of one slot: its line's key, the key's
+/// index hash and (for lines up to 32 KiB) its valid and dirty bits. 32
+/// bytes, two slots per CPU cache line, so the records the hit path walks
+/// take half the memory they would beside the rest of the slot's state
+/// ([`SlotMeta`]). The key is kept as its two fields so that the hash fits
+/// in what would be the key's padding: an eviction finds the victim's
+/// index entry without hashing its key again.
 #[derive(Clone, Copy)]
 #[repr(align(32))]
 struct SlotLine {
-    key: LineKey,
+    line_index: u64,
+    volume: VolumeId,
+    /// `index::hash_of(key)`, kept with the key by [`SlotLine::set_key`].
+    hash: u32,
     /// Valid and dirty bits, inline when one word covers the line (lines up to 32 KiB).
     inline_bits: [u64; 2],
+}
+
+impl SlotLine {
+    #[inline(always)]
+    fn key(&self) -> LineKey {
+        LineKey {
+            volume: self.volume,
+            line_index: self.line_index,
+        }
+    }
+
+    /// Whether this slot's key is `key` (the fields compared in place).
+    #[inline(always)]
+    fn holds(&self, key: &LineKey) -> bool {
+        self.line_index == key.line_index && self.volume == key.volume
+    }
+
+    /// Sets the key and its index hash (`hash` must be `hash_of(&key)`).
+    #[inline(always)]
+    fn set_key(&mut self, key: LineKey, hash: u32) {
+        debug_assert_eq!(hash, hash_of(&key));
+        self.line_index = key.line_index;
+        self.volume = key.volume;
+        self.hash = hash;
+    }
 }
 
 const _: () = assert!(std::mem::size_of::<SlotLine>() == 32);
@@ -197,7 +241,9 @@ impl Cache {
             index: LineIndex::new(lines),
             lines: vec![
                 SlotLine {
-                    key: none,
+                    line_index: none.line_index,
+                    volume: none.volume,
+                    hash: hash_of(&none),
                     inline_bits: [0; 2],
                 };
                 lines
@@ -356,7 +402,7 @@ impl Cache {
             let dirty = bitmap::any(self.dirty_of(s as SlotId));
             policy.on_insert(
                 s as SlotId,
-                self.lines[s].key,
+                self.lines[s].key(),
                 &AccessInfo {
                     dirty,
                     ..AccessInfo::read_at(now_ns)
@@ -394,7 +440,7 @@ impl Cache {
                     dirty_left += 1;
                     continue;
                 }
-                let key = self.lines[s].key;
+                let key = self.lines[s].key();
                 self.policy.on_remove(slot);
                 self.empty_slot(slot, ops);
                 self.emit(ops, Op::Invalidate { slot, key });
@@ -463,11 +509,6 @@ impl Cache {
             IoKind::Read => self.stats.read_requests += 1,
             IoKind::Write => self.stats.write_requests += 1,
         }
-        // Start loading every index position this request will probe, so the
-        // lookups of a multi-line request overlap instead of queueing.
-        for key in split_request_keys(request, self.line).take(PREFETCH_LINES_MAX) {
-            self.index.prefetch(&key);
-        }
         self.request_seq += 1;
         self.last_request_ns = Some(
             self.last_request_ns
@@ -506,17 +547,20 @@ impl Cache {
             && self.words == 1
             && self.request_policy.allocates_on_read()
             && self.request_policy != WritePolicy::PassThrough;
-        for part in split_request(request, self.line) {
-            let outcome = match request.kind {
-                IoKind::Read if counted_reads => self.read_part_counted(&part, &info),
-                IoKind::Read => self.read_part(&part, &info, ops),
-                IoKind::Write => self.write_part(&part, &info, ops),
-            };
-            summary.lines += 1;
-            match outcome {
-                LineOutcome::FullHit => summary.full_hits += 1,
-                LineOutcome::PartialHit => summary.partial_hits += 1,
-                LineOutcome::Miss => summary.misses += 1,
+        if counted_reads {
+            self.read_lines_counted(request, &info, &mut summary);
+        } else {
+            // Start loading every index position this request will probe, so the
+            // lookups of a multi-line request overlap instead of queueing.
+            for key in split_request_keys(request, self.line).take(PREFETCH_LINES_MAX) {
+                self.index.prefetch(&key);
+            }
+            for part in split_request(request, self.line) {
+                let outcome = match request.kind {
+                    IoKind::Read => self.read_part(&part, &info, ops),
+                    IoKind::Write => self.write_part(&part, &info, ops),
+                };
+                summary.count(outcome);
             }
         }
         ops.seal();
@@ -536,12 +580,23 @@ impl Cache {
 
     #[inline]
     fn lookup(&self, key: LineKey) -> Option<SlotId> {
+        self.lookup_hashed(&self.policy, key, hash_of(&key))
+    }
+
+    /// [`Cache::lookup`] with the key's index hash already computed, for
+    /// the policy `P` held.
+    #[inline(always)]
+    fn lookup_hashed<P: ReplacementPolicy + ?Sized>(
+        &self,
+        policy: &P,
+        key: LineKey,
+        hash: u32,
+    ) -> Option<SlotId> {
         let slots = &self.lines;
-        let policy = &self.policy;
-        self.index.get(&key, |s| {
+        self.index.get_hashed(hash, |s| {
             // Load the policy's state of the slot while its key is read.
             policy.prefetch_hit(s);
-            slots[s as usize].key
+            slots[s as usize].holds(&key)
         })
     }
 
@@ -676,63 +731,181 @@ impl Cache {
         outcome
     }
 
-    /// [`Cache::read_part`] for a driver that only counts, when the line's
-    /// bitmaps are inline and the write policy in force fills on read and is
-    /// not pass-through: the same decisions and counters, with the full-hit
-    /// and miss cases written out so that no op is built. A partial hit (or
-    /// a resident line missing every requested sector) goes to `read_part`.
-    /// `tests/counted_access.rs` checks it against `read_part` with ops kept.
+    /// The lines of a read for a driver that only counts, when the lines'
+    /// bitmaps are inline (one word) and the write policy in force fills on
+    /// read and is not pass-through: `read_part`'s decisions and counters for
+    /// each line, with the full-hit and miss cases written out so that no op
+    /// is built, the line keys and masks walked directly (no `LinePart`), each
+    /// index hash computed once (for the prefetch, the lookup and an
+    /// insertion), and the counters summed over the request. A partial hit
+    /// (or a resident line missing every requested sector) goes to
+    /// `read_part`. `tests/counted_access.rs` checks it against `read_part`
+    /// with ops kept.
     #[inline(always)]
-    fn read_part_counted(&mut self, part: &LinePart, info: &AccessInfo) -> LineOutcome {
-        debug_assert!(self.words == 1 && self.request_policy.allocates_on_read());
-        let found = self.lookup(part.key);
-        let mask = bitmap::single_word_mask(part.first_sector, part.end_sector);
-        let bytes = part.sectors() as u64 * SECTOR_BYTES;
-        match found {
-            Some(slot) => {
-                let [valid, dirty] = self.lines[slot as usize].inline_bits;
-                if valid & mask != mask {
-                    return self.read_part(part, info, &mut DiscardOps);
+    fn read_lines_counted(&mut self, request: &Request, info: &AccessInfo, summary: &mut AccessSummary) {
+        let sector_shift = SECTOR_BYTES.trailing_zeros();
+        let per_line_shift = self.line.shift() - sector_shift;
+        let last_line = ((request.offset_bytes + request.length_bytes) >> sector_shift).saturating_sub(1)
+            >> per_line_shift;
+        let mut from_line = request.offset_bytes >> self.line.shift();
+        loop {
+            // The policy is taken out for the walk, which then reaches it
+            // as its own type; it is back in place for a partial hit.
+            let mut held = std::mem::replace(&mut self.policy, ActivePolicy::Vacant);
+            let partial = match &mut held {
+                ActivePolicy::Lru(p) => {
+                    self.read_lines_counted_for(&mut **p, request, from_line, info, summary)
                 }
-                // `classify`'s full hit, then `read_part`'s: one ReadCache
-                // of the whole part, nothing to fill.
-                let s = &mut self.stats;
-                s.accesses += 1;
-                s.requested_bytes += bytes;
-                s.hit_bytes += bytes;
-                s.full_hits += 1;
-                s.read_accesses += 1;
-                s.read_hits += 1;
-                s.cache_read_bytes += bytes;
-                self.policy.on_hit(
-                    slot,
-                    &AccessInfo {
-                        dirty: dirty != 0,
-                        ..*info
-                    },
-                );
-                LineOutcome::FullHit
-            }
-            None => {
-                // `classify`'s miss, then `read_part`'s: admit, read the
-                // backend, fill the slot if one was found.
-                let s = &mut self.stats;
-                s.accesses += 1;
-                s.requested_bytes += bytes;
-                s.misses += 1;
-                s.read_accesses += 1;
-                let slot = self.try_admit(part.key, info, &mut DiscardOps);
-                self.stats.backend_read_bytes += bytes;
-                match slot {
-                    Some(slot) => {
-                        self.stats.cache_write_bytes += bytes;
-                        self.lines[slot as usize].inline_bits[VALID] |= mask;
-                    }
-                    None => self.stats.bypassed_accesses += 1,
+                ActivePolicy::Arc(p) => {
+                    self.read_lines_counted_for(&mut **p, request, from_line, info, summary)
                 }
-                LineOutcome::Miss
+                ActivePolicy::Other(p) => {
+                    self.read_lines_counted_for(&mut **p, request, from_line, info, summary)
+                }
+                ActivePolicy::Vacant => unreachable!("the replacement policy is in place between requests"),
+            };
+            self.policy = held;
+            let Some((key, mask)) = partial else {
+                return;
+            };
+            let outcome = self.read_part_partial(request, key, mask, info);
+            summary.count(outcome);
+            if key.line_index == last_line {
+                return;
             }
+            from_line = key.line_index + 1;
         }
+    }
+
+    /// [`Cache::read_lines_counted`] from line `from_line` on, compiled
+    /// for the policy `P` held (taken out of the cache meanwhile). Stops at
+    /// a partial hit, returning its key and mask, for `read_part` to decide.
+    #[inline(never)]
+    fn read_lines_counted_for<P: ReplacementPolicy + ?Sized>(
+        &mut self,
+        policy: &mut P,
+        request: &Request,
+        from_line: u64,
+        info: &AccessInfo,
+        summary: &mut AccessSummary,
+    ) -> Option<(LineKey, u64)> {
+        debug_assert!(self.words == 1 && self.request_policy.allocates_on_read());
+        let sector_shift = SECTOR_BYTES.trailing_zeros();
+        let per_line_shift = self.line.shift() - sector_shift;
+        let first_sector = request.offset_bytes >> sector_shift;
+        let end_sector = (request.offset_bytes + request.length_bytes) >> sector_shift;
+        let first_line = first_sector >> per_line_shift;
+        let last_line = (end_sector - 1) >> per_line_shift;
+        let volume = request.volume;
+        let whole_mask = bitmap::single_word_mask(0, self.line.sectors());
+        let whole_bytes = self.line.bytes();
+        let (mut hits, mut hit_bytes) = (0u64, 0u64);
+        let (mut misses, mut miss_bytes, mut filled_bytes, mut bypassed) = (0u64, 0u64, 0u64, 0u64);
+        let mut hashes = [0u32; PREFETCH_LINES_MAX];
+        let mut chunk_first = from_line;
+        let mut partial = None;
+        'chunks: loop {
+            // Start loading every index position this chunk of the request
+            // will probe, so that the lookups overlap instead of queueing.
+            let chunk_lines = (last_line - chunk_first + 1).min(PREFETCH_LINES_MAX as u64) as usize;
+            for (at, hash) in hashes[..chunk_lines].iter_mut().enumerate() {
+                *hash = hash_of(&LineKey {
+                    volume,
+                    line_index: chunk_first + at as u64,
+                });
+                self.index.prefetch_hashed(*hash);
+                policy.prefetch_key(*hash);
+            }
+            for (at, &hash) in hashes[..chunk_lines].iter().enumerate() {
+                let line_index = chunk_first + at as u64;
+                let key = LineKey { volume, line_index };
+                let (mut mask, mut bytes) = (whole_mask, whole_bytes);
+                if line_index == first_line || line_index == last_line {
+                    let line_first = line_index << per_line_shift;
+                    let start = (first_sector.max(line_first) - line_first) as u32;
+                    let end = (end_sector.min(line_first + (1 << per_line_shift)) - line_first) as u32;
+                    mask = bitmap::single_word_mask(start, end);
+                    bytes = u64::from(end - start) * SECTOR_BYTES;
+                }
+                match self.lookup_hashed(policy, key, hash) {
+                    Some(slot) => {
+                        let [valid, dirty] = self.lines[slot as usize].inline_bits;
+                        if valid & mask != mask {
+                            partial = Some((key, mask));
+                            break 'chunks;
+                        }
+                        // `classify`'s full hit, then `read_part`'s: one
+                        // ReadCache of the whole part, nothing to fill.
+                        hits += 1;
+                        hit_bytes += bytes;
+                        policy.on_hit(
+                            slot,
+                            &AccessInfo {
+                                dirty: dirty != 0,
+                                ..*info
+                            },
+                        );
+                    }
+                    None => {
+                        // `classify`'s miss, then `read_part`'s: admit, read
+                        // the backend, fill the slot if one was found.
+                        misses += 1;
+                        miss_bytes += bytes;
+                        match self.try_admit_hashed(policy, key, hash, info, &mut DiscardOps) {
+                            Some(slot) => {
+                                filled_bytes += bytes;
+                                self.lines[slot as usize].inline_bits[VALID] |= mask;
+                            }
+                            None => bypassed += 1,
+                        }
+                    }
+                }
+            }
+            if last_line - chunk_first < PREFETCH_LINES_MAX as u64 {
+                break;
+            }
+            chunk_first += PREFETCH_LINES_MAX as u64;
+        }
+        let s = &mut self.stats;
+        s.accesses += hits + misses;
+        s.read_accesses += hits + misses;
+        s.requested_bytes += hit_bytes + miss_bytes;
+        s.hit_bytes += hit_bytes;
+        s.full_hits += hits;
+        s.read_hits += hits;
+        s.cache_read_bytes += hit_bytes;
+        s.misses += misses;
+        s.backend_read_bytes += miss_bytes;
+        s.cache_write_bytes += filled_bytes;
+        s.bypassed_accesses += bypassed;
+        summary.lines += (hits + misses) as u32;
+        summary.full_hits += hits as u32;
+        summary.misses += misses as u32;
+        partial
+    }
+
+    /// A counted read of a resident line missing some of the sectors in
+    /// `mask` (a one-word line's): `read_part` decides, out of the fast loop.
+    #[cold]
+    #[inline(never)]
+    fn read_part_partial(
+        &mut self,
+        request: &Request,
+        key: LineKey,
+        mask: u64,
+        info: &AccessInfo,
+    ) -> LineOutcome {
+        let first_sector = mask.trailing_zeros();
+        let end_sector = 64 - mask.leading_zeros();
+        let line_first_byte = key.line_index << self.line.shift();
+        let part = LinePart {
+            key,
+            first_sector,
+            end_sector,
+            buffer_offset_bytes: line_first_byte + u64::from(first_sector) * SECTOR_BYTES
+                - request.offset_bytes,
+        };
+        self.read_part(&part, info, &mut DiscardOps)
     }
 
     /// Reads a resident line's part: sectors set in `from_cache` come from the cache,
@@ -879,7 +1052,24 @@ impl Cache {
     /// Runs promotion and, if the line is admitted, finds it a slot (evicting if needed).
     /// `info.dirty` says whether the line will be dirty once the access is done.
     fn try_admit<S: OpSink>(&mut self, key: LineKey, info: &AccessInfo, ops: &mut S) -> Option<SlotId> {
-        let admit = match self.policy.admit(key, info) {
+        let mut policy = std::mem::replace(&mut self.policy, ActivePolicy::Vacant);
+        let slot = self.try_admit_hashed(&mut policy, key, hash_of(&key), info, ops);
+        self.policy = policy;
+        slot
+    }
+
+    /// [`Cache::try_admit`] with the key's index hash already computed, for
+    /// the policy `P` held.
+    #[inline]
+    fn try_admit_hashed<P: ReplacementPolicy + ?Sized, S: OpSink>(
+        &mut self,
+        policy: &mut P,
+        key: LineKey,
+        hash: u32,
+        info: &AccessInfo,
+        ops: &mut S,
+    ) -> Option<SlotId> {
+        let admit = match policy.admit(key, info) {
             Some(decision) => decision,
             None => self.promoter.should_promote(key, self.resident_lines()),
         };
@@ -887,50 +1077,58 @@ impl Cache {
             return None;
         }
         let need_victim = self.free.is_empty();
-        let mut victims = std::mem::take(&mut self.victims);
-        victims.clear();
-        self.policy.on_miss(
+        self.victims.clear();
+        policy.on_miss(
             key,
             need_victim,
             &AccessInfo {
                 dirty: false,
                 ..*info
             },
-            &mut victims,
+            &mut self.victims,
         );
         debug_assert!(
-            need_victim || victims.is_empty(),
+            need_victim || self.victims.is_empty(),
             "policy named victims with free slots left"
         );
         if !self.config.inline_dirty_eviction {
-            self.keep_dirty_victims(key, info, &mut victims);
+            let mut victims = std::mem::take(&mut self.victims);
+            self.keep_dirty_victims(policy, key, info, &mut victims);
+            self.victims = victims;
         }
         // The victims join the free list and the last one pushed is taken;
         // a single victim (the common case) is taken directly, the same slot.
-        let mut taken = None;
-        if !victims.is_empty() {
-            self.stats.record_eviction_batch(victims.len() as u64);
-            for &victim in &victims {
+        let taken = match self.victims[..] {
+            [] => None,
+            [victim] => {
+                self.stats.record_eviction_batch(1);
                 self.evict(victim, ops);
+                self.prefetch_next_victims(policy);
+                Some(victim)
             }
-            match victims[..] {
-                [victim] => taken = Some(victim),
-                _ => self.free.extend_from_slice(&victims),
+            _ => {
+                let victims = std::mem::take(&mut self.victims);
+                self.stats.record_eviction_batch(victims.len() as u64);
+                for &victim in &victims {
+                    self.evict(victim, ops);
+                }
+                self.free.extend_from_slice(&victims);
+                self.prefetch_next_victims(policy);
+                self.victims = victims;
+                None
             }
-            self.prefetch_next_victims();
-        }
-        self.victims = victims;
+        };
         let slot = match taken {
             Some(slot) => slot,
             None => self.free.pop()?,
         };
-        self.index.insert(&key, slot);
+        self.index.insert_hashed(hash, slot);
         let meta = &mut self.slots[slot as usize];
-        self.lines[slot as usize].key = key;
+        self.lines[slot as usize].set_key(key, hash);
         meta.resident = true;
         meta.generation += 1;
         self.count_lines(key.volume, 1, 0);
-        self.policy.on_insert(slot, key, info);
+        policy.on_insert(slot, key, info);
         self.stats.promotions += 1;
         Some(slot)
     }
@@ -938,7 +1136,13 @@ impl Cache {
     /// Hands dirty victims back to the policy (they stay resident) and asks
     /// it again, a few times, for clean ones. Leaves the clean victims found,
     /// possibly none (the line then bypasses the cache).
-    fn keep_dirty_victims(&mut self, key: LineKey, info: &AccessInfo, victims: &mut Vec<SlotId>) {
+    fn keep_dirty_victims<P: ReplacementPolicy + ?Sized>(
+        &mut self,
+        policy: &mut P,
+        key: LineKey,
+        info: &AccessInfo,
+        victims: &mut Vec<SlotId>,
+    ) {
         const ROUNDS: usize = 4;
         for round in 0..ROUNDS {
             if !victims.iter().any(|&v| self.slots[v as usize].dirty_listed) {
@@ -952,16 +1156,15 @@ impl Cache {
                     continue;
                 }
                 victims.swap_remove(i);
-                let victim_key = self.lines[victim as usize].key;
-                self.policy
-                    .on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
+                let victim_key = self.lines[victim as usize].key();
+                policy.on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
                 self.stats.dirty_victims_kept += 1;
                 self.request_dirty_victims_kept += 1;
             }
             if !victims.is_empty() || round + 1 == ROUNDS {
                 return;
             }
-            self.policy.on_miss(
+            policy.on_miss(
                 key,
                 true,
                 &AccessInfo {
@@ -979,8 +1182,8 @@ impl Cache {
     /// this one finishes: the index entry of the next victim (its metadata was
     /// prefetched by the previous eviction) and the metadata of the one after.
     #[inline]
-    fn prefetch_next_victims(&self) {
-        let [next, after] = self.policy.next_victims();
+    fn prefetch_next_victims<P: ReplacementPolicy + ?Sized>(&self, policy: &P) {
+        let [next, after] = policy.next_victims();
         if let Some(after) = after {
             // Addresses only (a prefetch of a bad one is harmless): no bounds checks.
             let at = after as usize;
@@ -988,7 +1191,9 @@ impl Cache {
             crate::prefetch::prefetch_address(self.slots.as_ptr().wrapping_add(at) as usize);
         }
         if let Some(next) = next {
-            self.index.prefetch(&self.lines[next as usize].key);
+            let hash = self.lines[next as usize].hash;
+            self.index.prefetch_hashed(hash);
+            policy.prefetch_key(hash);
         }
     }
 
@@ -1002,7 +1207,7 @@ impl Cache {
     }
 
     /// Empties `slot` (already forgotten by the policy), writing back its dirty sectors.
-    #[inline]
+    #[inline(always)]
     fn evict<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         debug_assert!(
             self.slots[slot as usize].resident,
@@ -1013,7 +1218,7 @@ impl Cache {
     }
 
     /// Writes back `slot`'s dirty sectors and forgets its line.
-    #[inline]
+    #[inline(always)]
     fn empty_slot<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         if S::KEEPS_OPS && self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             // This request already has ops on the slot: keep them before its reuse.
@@ -1023,9 +1228,10 @@ impl Cache {
         let meta = &mut self.slots[slot as usize];
         meta.resident = false;
         meta.generation += 1;
-        let key = self.lines[slot as usize].key;
-        self.count_lines(key.volume, -1, 0);
-        self.index.remove(&key, slot);
+        let line = &self.lines[slot as usize];
+        let (volume, hash) = (line.volume, line.hash);
+        self.count_lines(volume, -1, 0);
+        self.index.remove_hashed(hash, slot);
         bitmap::clear(self.valid_mut(slot));
     }
 
@@ -1034,7 +1240,7 @@ impl Cache {
         if S::KEEPS_OPS && self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             ops.seal();
         }
-        let key = self.lines[slot as usize].key;
+        let key = self.lines[slot as usize].key();
         self.policy.on_remove(slot);
         self.empty_slot(slot, ops);
         self.emit(ops, Op::Invalidate { slot, key });
@@ -1042,12 +1248,15 @@ impl Cache {
         self.stats.invalidations += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     fn write_back_dirty<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         if bitmap::any(self.dirty_of(slot)) {
             self.write_back_dirty_sectors(slot, ops);
         }
-        self.unmark_dirty_if_clean(slot);
+        // `unmark_dirty_if_clean`, its usual no-op answered inline.
+        if self.slots[slot as usize].dirty_listed {
+            self.unmark_dirty_if_clean(slot);
+        }
     }
 
     /// The dirty half of [`Cache::write_back_dirty`], kept out of line so
@@ -1062,7 +1271,7 @@ impl Cache {
 
     /// Emits one write-back op per run of dirty sectors in `slot`.
     fn emit_write_backs<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
-        let key = self.lines[slot as usize].key;
+        let key = self.lines[slot as usize].key();
         let mut runs = std::mem::take(&mut self.runs);
         runs.clear();
         bitmap::for_each_run(self.dirty_of(slot), 0, self.line.sectors(), |a, b, dirty| {
@@ -1081,7 +1290,7 @@ impl Cache {
         if !meta.dirty_listed {
             meta.dirty_listed = true;
             meta.dirty_since_ns = now_ns;
-            let volume = self.lines[slot as usize].key.volume;
+            let volume = self.lines[slot as usize].volume;
             self.dirty_links.push_tail(&mut self.dirty_list, slot);
             self.count_lines(volume, 0, 1);
         }
@@ -1103,7 +1312,7 @@ impl Cache {
         if self.slots[slot as usize].dirty_listed && !bitmap::any(self.dirty_of(slot)) {
             self.slots[slot as usize].dirty_listed = false;
             self.dirty_links.unlink(&mut self.dirty_list, slot);
-            self.count_lines(self.lines[slot as usize].key.volume, 0, -1);
+            self.count_lines(self.lines[slot as usize].volume, 0, -1);
             true
         } else {
             false
@@ -1231,7 +1440,7 @@ impl Cache {
                     .dirty_links
                     .iter(&self.dirty_list)
                     .filter(|&s| !self.slots[s as usize].flushing)
-                    .map(|s| (self.lines[s as usize].key, s))
+                    .map(|s| (self.lines[s as usize].key(), s))
                     .collect();
                 dirty.sort_unstable();
                 let start = match self.flush_cursor {
@@ -1245,7 +1454,7 @@ impl Cache {
                     .map(|&(_, s)| s)
                     .collect();
                 if let Some(&last) = picked.last() {
-                    self.flush_cursor = Some(self.lines[last as usize].key);
+                    self.flush_cursor = Some(self.lines[last as usize].key());
                 }
                 picked
             }
@@ -1255,9 +1464,9 @@ impl Cache {
                     .iter(&self.dirty_list)
                     .filter(|&s| {
                         let meta = &self.slots[s as usize];
-                        self.lines[s as usize].key.volume == volume && !meta.flushing
+                        self.lines[s as usize].volume == volume && !meta.flushing
                     })
-                    .map(|s| (self.lines[s as usize].key, s))
+                    .map(|s| (self.lines[s as usize].key(), s))
                     .collect();
                 dirty.sort_unstable();
                 dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
@@ -1265,7 +1474,7 @@ impl Cache {
         };
         for slot in candidates {
             self.emit_write_backs(slot, ops);
-            let key = self.lines[slot as usize].key;
+            let key = self.lines[slot as usize].key();
             let meta = &mut self.slots[slot as usize];
             meta.flushing = true;
             tokens.push(FlushToken {
@@ -1284,7 +1493,7 @@ impl Cache {
         let meta = &mut self.slots[token.slot as usize];
         meta.flushing = false;
         let unchanged = meta.resident
-            && self.lines[token.slot as usize].key == token.key
+            && self.lines[token.slot as usize].key() == token.key
             && meta.generation == token.generation;
         if !(succeeded && unchanged) {
             return false;
@@ -1336,7 +1545,7 @@ impl Cache {
     pub fn slot_snapshot(&self, slot: SlotId) -> Option<SlotSnapshot<'_>> {
         let meta = self.slots.get(slot as usize)?;
         meta.resident.then(|| SlotSnapshot {
-            key: self.lines[slot as usize].key,
+            key: self.lines[slot as usize].key(),
             valid: self.valid_of(slot),
             dirty: self.dirty_of(slot),
         })
@@ -1407,7 +1616,7 @@ impl Cache {
             taken[slot as usize] = true;
             self.index.insert(&line.key, slot);
             let meta = &mut self.slots[slot as usize];
-            self.lines[slot as usize].key = line.key;
+            self.lines[slot as usize].set_key(line.key, hash_of(&line.key));
             meta.resident = true;
             meta.generation += 1;
             self.count_lines(line.key.volume, 1, 0);
@@ -1465,7 +1674,7 @@ impl Cache {
         end_sector: u32,
     ) -> bool {
         let meta = &self.slots[slot as usize];
-        if !(meta.resident && self.lines[slot as usize].key == key && meta.generation == generation) {
+        if !(meta.resident && self.lines[slot as usize].key() == key && meta.generation == generation) {
             return false;
         }
         self.forget_sectors(key, first_sector, end_sector)
@@ -1474,7 +1683,7 @@ impl Cache {
     /// The line held by `slot`, if any.
     pub fn key_in_slot(&self, slot: SlotId) -> Option<LineKey> {
         let meta = self.slots.get(slot as usize)?;
-        meta.resident.then_some(self.lines[slot as usize].key)
+        meta.resident.then_some(self.lines[slot as usize].key())
     }
 
     /// The line size.
@@ -1550,7 +1759,7 @@ impl Cache {
         let mut counts: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
         for (s, meta) in self.slots.iter().enumerate() {
             if meta.resident {
-                let entry = counts.entry(self.lines[s].key.volume).or_default();
+                let entry = counts.entry(self.lines[s].volume).or_default();
                 entry.resident += 1;
                 entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
             }
@@ -1566,7 +1775,7 @@ impl Cache {
         }
         let mut out = VolumeLines::default();
         for (s, meta) in self.slots.iter().enumerate() {
-            if meta.resident && self.lines[s].key.volume == volume {
+            if meta.resident && self.lines[s].volume == volume {
                 out.resident += 1;
                 out.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
             }
@@ -1584,7 +1793,7 @@ impl Cache {
         for s in 0..self.slots.len() {
             let slot = s as SlotId;
             let meta = &self.slots[s];
-            if meta.resident && self.lines[s].key.volume == volume && !bitmap::any(self.dirty_of(slot)) {
+            if meta.resident && self.lines[s].volume == volume && !bitmap::any(self.dirty_of(slot)) {
                 self.drop_line(slot, ops);
                 dropped += 1;
             }
@@ -1604,7 +1813,16 @@ impl Cache {
             let meta = &self.slots[s];
             if meta.resident {
                 resident += 1;
-                assert_eq!(self.lookup(self.lines[s].key), Some(slot), "index lost slot {s}");
+                assert_eq!(
+                    self.lookup(self.lines[s].key()),
+                    Some(slot),
+                    "index lost slot {s}"
+                );
+                assert_eq!(
+                    self.lines[s].hash,
+                    hash_of(&self.lines[s].key()),
+                    "slot {s} keeps a stale hash of its key"
+                );
                 let (v, d) = (self.valid_of(slot), self.dirty_of(slot));
                 for w in 0..self.words {
                     assert_eq!(d[w] & !v[w], 0, "slot {s} has dirty sectors that are not valid");
@@ -1642,7 +1860,7 @@ impl Cache {
             let mut expected: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
             for (s, meta) in self.slots.iter().enumerate() {
                 if meta.resident {
-                    let entry = expected.entry(self.lines[s].key.volume).or_default();
+                    let entry = expected.entry(self.lines[s].volume).or_default();
                     entry.resident += 1;
                     entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
                 }

@@ -33,7 +33,7 @@ pub struct LineIndex {
 /// `Hasher` and mixing every key bit into the low bits the table uses.
 /// Consecutive line indices (sequential I/O) land far apart.
 #[inline(always)]
-fn hash_of(key: &LineKey) -> u32 {
+pub(crate) fn hash_of(key: &LineKey) -> u32 {
     const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
     const VOLUME_MIX: u64 = 0xc2b2_ae3d_27d4_eb4f;
     let x = key.line_index ^ (key.volume as u64).wrapping_mul(VOLUME_MIX);
@@ -91,14 +91,20 @@ impl LineIndex {
     /// The slot holding `key`; `key_of` reads a slot's key from the caller's metadata.
     #[inline]
     pub fn get(&self, key: &LineKey, key_of: impl Fn(SlotId) -> LineKey) -> Option<SlotId> {
-        let hash = hash_of(key);
+        self.get_hashed(hash_of(key), |slot| key_of(slot) == *key)
+    }
+
+    /// [`LineIndex::get`] with `hash_of(key)` already computed; `holds`
+    /// says whether a slot holds the key sought.
+    #[inline(always)]
+    pub(crate) fn get_hashed(&self, hash: u32, holds: impl Fn(SlotId) -> bool) -> Option<SlotId> {
         let mut at = hash as usize & self.mask;
         loop {
             let e = self.entry(at);
             if e.slot == EMPTY {
                 return None;
             }
-            if e.hash == hash && key_of(e.slot) == *key {
+            if e.hash == hash && holds(e.slot) {
                 return Some(e.slot);
             }
             at = (at + 1) & self.mask;
@@ -108,7 +114,13 @@ impl LineIndex {
     /// Hints the CPU to load the table position where `key`'s search starts.
     #[inline]
     pub fn prefetch(&self, key: &LineKey) {
-        let at = hash_of(key) as usize & self.mask;
+        self.prefetch_hashed(hash_of(key));
+    }
+
+    /// [`LineIndex::prefetch`] with `hash_of(key)` already computed.
+    #[inline(always)]
+    pub(crate) fn prefetch_hashed(&self, hash: u32) {
+        let at = hash as usize & self.mask;
         let address = self.entries.as_ptr() as usize + at * std::mem::size_of::<Entry>();
         crate::prefetch::prefetch_address(address);
     }
@@ -126,9 +138,14 @@ impl LineIndex {
     /// Adds `key` → `slot`; the key must not be present.
     #[inline]
     pub fn insert(&mut self, key: &LineKey, slot: SlotId) {
+        self.insert_hashed(hash_of(key), slot);
+    }
+
+    /// [`LineIndex::insert`] with `hash_of(key)` already computed.
+    #[inline]
+    pub(crate) fn insert_hashed(&mut self, hash: u32, slot: SlotId) {
         debug_assert!(slot != EMPTY);
         assert!(self.len < self.entries.len() / 2, "line index over capacity");
-        let hash = hash_of(key);
         let mut at = hash as usize & self.mask;
         while self.entry(at).slot != EMPTY {
             at = (at + 1) & self.mask;
@@ -140,7 +157,12 @@ impl LineIndex {
     /// Removes the entry of `slot`, which holds `key`. Returns whether it was there.
     #[inline]
     pub fn remove(&mut self, key: &LineKey, slot: SlotId) -> bool {
-        let hash = hash_of(key);
+        self.remove_hashed(hash_of(key), slot)
+    }
+
+    /// [`LineIndex::remove`] with `hash_of(key)` already computed.
+    #[inline]
+    pub(crate) fn remove_hashed(&mut self, hash: u32, slot: SlotId) -> bool {
         let mut at = hash as usize & self.mask;
         loop {
             let e = self.entry(at);

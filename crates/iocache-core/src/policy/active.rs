@@ -1,7 +1,12 @@
 //! The replacement policy a `Cache` holds, with the most used policies (LRU
-//! and ARC) held by value so their per-access calls are direct and can be
+//! and ARC) held as their own types (boxed, so that taking the policy out
+//! moves a pointer) so their per-access calls are direct and can be
 //! inlined into the cache's hot loop; every other policy stays behind the
 //! trait object the registry builds.
+//!
+//! The cache's counting read path takes the policy out (leaving
+//! [`ActivePolicy::Vacant`] for the duration) and is compiled once per
+//! policy type, so that within it each call reaches the policy directly.
 //!
 //! This changes no decision: the LRU and ARC held here are built exactly as
 //! the registry builds them (`Lru::new`, `Arc::new`: neither takes
@@ -12,9 +17,12 @@ use crate::addr::{LineKey, LineSize, Request, SlotId};
 use crate::error::CoreError;
 
 pub(crate) enum ActivePolicy {
-    Lru(Lru),
+    Lru(Box<Lru>),
     Arc(Box<Arc>),
     Other(Box<dyn ReplacementPolicy>),
+    /// No policy: only while the cache has taken its policy out for a
+    /// path compiled for the policy's own type (see `Cache::try_admit`).
+    Vacant,
 }
 
 impl ActivePolicy {
@@ -22,7 +30,7 @@ impl ActivePolicy {
     pub(crate) fn build(spec: &PolicySpec, capacity_lines: usize) -> Result<ActivePolicy, CoreError> {
         let no_params = spec.params().is_empty();
         Ok(match spec.name() {
-            "lru" if no_params => ActivePolicy::Lru(Lru::new(capacity_lines)),
+            "lru" if no_params => ActivePolicy::Lru(Box::new(Lru::new(capacity_lines))),
             "arc" if no_params => ActivePolicy::Arc(Box::new(Arc::new(capacity_lines))),
             _ => ActivePolicy::Other(spec.build(capacity_lines)?),
         })
@@ -36,6 +44,7 @@ macro_rules! forward {
             ActivePolicy::Lru($p) => $call,
             ActivePolicy::Arc($p) => $call,
             ActivePolicy::Other($p) => $call,
+            ActivePolicy::Vacant => unreachable!("the replacement policy was used while taken out"),
         }
     };
 }
@@ -75,6 +84,10 @@ impl ReplacementPolicy for ActivePolicy {
     #[inline(always)]
     fn prefetch_hit(&self, slot: SlotId) {
         forward!(self, p => p.prefetch_hit(slot))
+    }
+    #[inline(always)]
+    fn prefetch_key(&self, hash: u32) {
+        forward!(self, p => p.prefetch_key(hash))
     }
     fn counters(&self) -> Vec<(&'static str, u64)> {
         forward!(self, p => p.counters())

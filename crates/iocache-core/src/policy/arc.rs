@@ -182,7 +182,21 @@ impl ReplacementPolicy for Arc {
     }
 
     fn next_victims(&self) -> [Option<SlotId>; 2] {
+        self.prefetch_ghost_tails();
         self.likely_victims()
+    }
+
+    #[inline]
+    fn prefetch_hit(&self, slot: SlotId) {
+        self.slot_links.prefetch(slot);
+        crate::prefetch::prefetch_address(self.slot_list.as_ptr().wrapping_add(slot as usize) as usize);
+    }
+
+    /// The ghost index entry a miss on the key looks up, or an eviction of
+    /// it fills.
+    #[inline]
+    fn prefetch_key(&self, hash: u32) {
+        self.ghost_index.prefetch_hashed(hash);
     }
 }
 
@@ -255,6 +269,27 @@ impl Arc {
         }
     }
 
+    /// Loads what dropping the oldest ghost of B1 or B2 will touch: the
+    /// index entry of the oldest (its key was loaded by the previous call)
+    /// and the key and links of the one after it.
+    #[inline]
+    fn prefetch_ghost_tails(&self) {
+        for list in [&self.b1, &self.b2] {
+            let tail = list.tail;
+            if tail == NIL {
+                continue;
+            }
+            self.ghost_index.prefetch(&self.ghost_key[tail as usize]);
+            let next = self.ghost_links.prev(tail);
+            if next != NIL {
+                self.ghost_links.prefetch(next);
+                crate::prefetch::prefetch_address(
+                    self.ghost_key.as_ptr().wrapping_add(next as usize) as usize
+                );
+            }
+        }
+    }
+
     fn likely_victims(&self) -> [Option<SlotId>; 2] {
         // REPLACE's usual choice (ignoring the B2-hit tie case).
         let list = if self.t1.len > 0 && (self.t1.len as f64 > self.p || self.t2.len == 0) {
@@ -267,6 +302,9 @@ impl Arc {
         }
         let second = self.slot_links.prev(list.tail);
         self.slot_links.prefetch(second);
+        // REPLACE reads the victim's key (to make it a ghost) and its list.
+        crate::prefetch::prefetch_address(self.slot_key.as_ptr().wrapping_add(second as usize) as usize);
+        crate::prefetch::prefetch_address(self.slot_list.as_ptr().wrapping_add(second as usize) as usize);
         [Some(list.tail), (second != NIL).then_some(second)]
     }
 

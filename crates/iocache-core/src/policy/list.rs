@@ -115,7 +115,7 @@ impl Links {
         list.len += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn move_to_head(&mut self, list: &mut ListHead, node: u32) {
         if list.head == node {
             return;
@@ -186,6 +186,92 @@ impl Links {
     }
 }
 
+/// Nodes walked ahead of evictions from a list's tail (the next victims
+/// of a policy that evicts its tail), for prefetching what those evictions
+/// will touch. A hint only: no decision reads it. When hits or removals
+/// reorder the nodes it walked, an eviction takes a node other than the
+/// one it expected, and it starts again from the tail.
+///
+/// Each eviction takes one step toward the head from the last node walked
+/// (whose links the previous step prefetched), so the walk costs no
+/// dependent load; after a restart it takes two until it is
+/// [`TailLookahead::DEPTH`] nodes ahead.
+#[derive(Clone, Debug)]
+pub struct TailLookahead {
+    /// The nodes walked, by step number modulo `RING`: the newest is the
+    /// cursor, the one `lead` steps before it the tail.
+    walked: [u32; TailLookahead::RING],
+    steps: usize,
+    /// Nodes between the tail and the last node walked (`RESTART`: start again).
+    lead: usize,
+}
+
+impl Default for TailLookahead {
+    fn default() -> Self {
+        TailLookahead {
+            walked: [NIL; TailLookahead::RING],
+            steps: 0,
+            lead: TailLookahead::RESTART,
+        }
+    }
+}
+
+impl TailLookahead {
+    /// How far ahead of the tail the walk goes.
+    pub const DEPTH: usize = 8;
+    const RING: usize = 16;
+    const RESTART: usize = usize::MAX;
+
+    /// The node walked `back` steps before the newest (`back < RING`).
+    #[inline(always)]
+    fn walked_back(&self, back: usize) -> u32 {
+        self.walked[self.steps.wrapping_sub(1).wrapping_sub(back) % Self::RING]
+    }
+
+    #[inline(always)]
+    fn record(&mut self, node: u32) {
+        self.walked[self.steps % Self::RING] = node;
+        self.steps = self.steps.wrapping_add(1);
+    }
+
+    /// Takes one step toward the head; false at the head.
+    #[inline(always)]
+    fn step(&mut self, links: &Links) -> bool {
+        let prev = links.prev(self.walked_back(0));
+        if prev == NIL {
+            return false;
+        }
+        links.prefetch(prev);
+        self.record(prev);
+        true
+    }
+
+    /// Call after `victim`, the tail of `list`, was evicted: walks on and
+    /// returns a node about `DEPTH / 2` evictions away (soon) and the one
+    /// up to `DEPTH` away (later).
+    #[inline(always)]
+    pub fn advance(&mut self, links: &Links, list: &ListHead, victim: u32) -> [u32; 2] {
+        let lead = self.lead;
+        if lead != 0 && lead <= Self::DEPTH && self.walked_back(lead) == victim {
+            // As expected: the tail moved one node toward the cursor.
+            self.lead = lead - 1 + usize::from(self.step(links));
+            if self.lead < Self::DEPTH {
+                self.lead += usize::from(self.step(links));
+            }
+        } else {
+            if list.tail == NIL {
+                self.lead = Self::RESTART;
+                return [NIL, NIL];
+            }
+            self.record(list.tail);
+            self.lead = usize::from(self.step(links));
+            self.lead += usize::from(self.lead == 1 && self.step(links));
+        }
+        let soon = self.walked_back(self.lead - self.lead.min(Self::DEPTH / 2));
+        [soon, self.walked_back(0)]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +335,52 @@ mod tests {
                 assert_eq!(backwards(&a, &list_a), backwards(&b, &list_b));
             }
         }
+    }
+
+    #[test]
+    fn tail_lookahead_names_the_coming_victims_and_recovers_from_reordering() {
+        // The node `d` places from the tail (0: the tail).
+        let from_tail = |links: &Links, list: &ListHead, d: usize| {
+            let mut at = list.tail;
+            for _ in 0..d {
+                at = links.prev(at);
+            }
+            at
+        };
+        let mut links = Links::new(64);
+        let mut list = ListHead::default();
+        for n in 0..64 {
+            links.push_head(&mut list, n);
+        }
+        let mut ahead = TailLookahead::default();
+        let depth = TailLookahead::DEPTH;
+        let evict = |links: &mut Links, list: &mut ListHead, ahead: &mut TailLookahead| {
+            let victim = links.pop_tail(list).unwrap();
+            ahead.advance(links, list, victim)
+        };
+        // Two steps per eviction (one more than the tail moves) until it is
+        // DEPTH ahead, then one.
+        for round in 0..20 {
+            let [soon, later] = evict(&mut links, &mut list, &mut ahead);
+            let lead = (round + 2).min(depth);
+            assert_eq!(later, from_tail(&links, &list, lead), "round {round}");
+            assert_eq!(
+                soon,
+                from_tail(&links, &list, lead.min(depth / 2)),
+                "round {round}"
+            );
+        }
+        // A hit moves a node it walked to the head: the walk goes wrong,
+        // then an eviction takes a node it did not expect and it restarts.
+        let moved = from_tail(&links, &list, 3);
+        links.move_to_head(&mut list, moved);
+        let mut recovered = false;
+        for _ in 0..depth + 2 {
+            let [soon, later] = evict(&mut links, &mut list, &mut ahead);
+            recovered =
+                later == from_tail(&links, &list, depth) && soon == from_tail(&links, &list, depth / 2);
+        }
+        assert!(recovered);
     }
 
     #[test]

@@ -1,12 +1,16 @@
 //! Least-recently-used replacement: one queue, hits move to the head, the tail is evicted.
 
-use super::list::{Links, ListHead, NIL};
+use super::list::{Links, ListHead, TailLookahead, NIL};
 use super::{AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
 pub struct Lru {
     links: Links,
     queue: ListHead,
+    /// The next victims, walked ahead for prefetching (a hint only).
+    ahead: TailLookahead,
+    /// What `ahead` last said: soon and later victims (`NIL`: unknown).
+    upcoming: [SlotId; 2],
 }
 
 impl Lru {
@@ -14,6 +18,8 @@ impl Lru {
         Lru {
             links: Links::new(capacity_lines),
             queue: ListHead::default(),
+            ahead: TailLookahead::default(),
+            upcoming: [NIL; 2],
         }
     }
 
@@ -38,11 +44,12 @@ impl ReplacementPolicy for Lru {
         self.links.prefetch(slot);
     }
 
-    #[inline]
+    #[inline(always)]
     fn on_miss(&mut self, _key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
         if need_victim {
             if let Some(victim) = self.links.pop_tail(&mut self.queue) {
                 victims.push(victim);
+                self.upcoming = self.ahead.advance(&self.links, &self.queue, victim);
             }
         }
     }
@@ -58,13 +65,7 @@ impl ReplacementPolicy for Lru {
 
     #[inline]
     fn next_victims(&self) -> [Option<SlotId>; 2] {
-        let first = self.queue.tail;
-        if first == NIL {
-            return [None, None];
-        }
-        let second = self.links.prev(first);
-        // The eviction after next will rewrite the links of the node after `second`.
-        self.links.prefetch(second);
-        [Some(first), (second != NIL).then_some(second)]
+        let [soon, later] = self.upcoming;
+        [(soon != NIL).then_some(soon), (later != NIL).then_some(later)]
     }
 }

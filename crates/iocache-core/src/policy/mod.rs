@@ -121,6 +121,13 @@ pub trait ReplacementPolicy: Send {
     #[inline]
     fn prefetch_hit(&self, _slot: SlotId) {}
 
+    /// A line whose key has index hash `hash` ([`crate::index::hash_of`])
+    /// may soon be admitted, or evicted: start loading what
+    /// [`ReplacementPolicy::on_miss`] would touch for it (a ghost list's
+    /// entry for its key, say). A hint only.
+    #[inline]
+    fn prefetch_key(&self, _hash: u32) {}
+
     /// Counters of the policy's own (for example BPLRU's padding pages), by
     /// name; reported beside the cache's statistics.
     fn counters(&self) -> Vec<(&'static str, u64)> {
