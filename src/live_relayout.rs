@@ -48,6 +48,7 @@ use iocache_core::LineSize;
 use iocache_engine::{CachedRange, Engine, InitMode};
 use iocache_serving::EngineCell;
 
+use crate::config::VolumeConfig;
 use crate::running::{lock, Running, STOP};
 
 /// How often a cache's pending line size is looked at.
@@ -93,11 +94,17 @@ pub fn watch(state: Arc<Running>) {
     let caches = state.caches.len();
     let mut retry_at = vec![None::<Instant>; caches];
     let mut seen = vec![None::<Seen>; caches];
+    // A line size the cache cannot take (its lines would not fit the
+    // device), said once while it stays wanted.
+    let mut refused = vec![None::<u64>; caches];
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(POLL);
         for (index, group) in state.caches.iter().enumerate() {
             let live = group.config.reca.as_ref().is_some_and(|r| r.line_size_live);
-            if !live || retry_at[index].is_some_and(|t| Instant::now() < t) {
+            if !live
+                || group.broken.load(Ordering::SeqCst)
+                || retry_at[index].is_some_and(|t| Instant::now() < t)
+            {
                 continue;
             }
             let engine = group.engine();
@@ -107,11 +114,24 @@ pub fn watch(state: Arc<Running>) {
             let Some(status) = engine.reca_status() else {
                 continue;
             };
-            drop(engine);
             let Some(wanted) = status.pending_line_size else {
                 seen[index] = None;
+                refused[index] = None;
                 continue;
             };
+            if refused[index] == Some(wanted) {
+                continue;
+            }
+            if let Err(e) = capacity_for(&group.config, &*engine.cache_device(), wanted) {
+                log::warn!(
+                    "cache {}: ReCA's line size {} is not put in force: {e:#}",
+                    group.path.display(),
+                    format_byte_size(wanted)
+                );
+                refused[index] = Some(wanted);
+                continue;
+            }
+            drop(engine);
             match seen[index] {
                 Some(s) if s.line_bytes == wanted && status.windows > s.windows => {}
                 Some(s) if s.line_bytes == wanted => continue,
@@ -161,8 +181,8 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     }
     let path = group.path.display().to_string();
     let dev = old.cache_device();
-    let capacity_lines = capacity_for(group.cache_bytes, &*dev, wanted)?;
-    let old_capacity_lines = capacity_for(group.cache_bytes, &*dev, old_line_bytes)?;
+    let capacity_lines = capacity_for(&group.config, &*dev, wanted)?;
+    let old_capacity_lines = capacity_for(&group.config, &*dev, old_line_bytes)?;
     let old_line_size = LineSize::new(old_line_bytes).map_err(|e| anyhow!("{e}"))?;
     // 1. Dirty lines back while serving.
     let dirty_before = old.stats().dirty_lines;
@@ -251,6 +271,8 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
                      every request with an error until the server is restarted"
                 );
                 log::error!("cache {path}: {e:#}");
+                // Nothing touches the device again (not even the stop).
+                group.broken.store(true, Ordering::SeqCst);
                 e
             })?;
             (engine, Some(e))
@@ -320,12 +342,35 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     Ok(Some(done))
 }
 
-/// Lines of `line_bytes` for a cache of `cache_bytes` that also fit the
-/// device with their metadata (smaller lines need more records).
-fn capacity_for(cache_bytes: u64, dev: &dyn iocache_device::BlockDevice, line_bytes: u64) -> Result<u64> {
-    let fitting =
-        iocache_engine::layout::slots_fitting(line_bytes, dev.len_bytes()).map_err(|e| anyhow!("{e}"))?;
-    Ok((cache_bytes / line_bytes).clamp(1, fitting.max(1)))
+/// Lines of `line_bytes` for the cache of `v` on `dev`, as a start with
+/// that line size would take them (`serve.rs`): `cache_size`'s lines if
+/// they fit the device with their metadata (smaller lines need more
+/// records), else an error; without `cache_size`, as many as fit.
+pub fn capacity_for(v: &VolumeConfig, dev: &dyn iocache_device::BlockDevice, line_bytes: u64) -> Result<u64> {
+    let device_bytes = dev.len_bytes();
+    let lines = match v.cache_bytes {
+        Some(bytes) => {
+            iocache_engine::layout::fit_bytes(line_bytes, bytes, device_bytes).map_err(|e| {
+                anyhow!(
+                    "{} with lines of {}: {e}",
+                    v.key("cache_size"),
+                    format_byte_size(line_bytes)
+                )
+            })?;
+            bytes / line_bytes
+        }
+        None => {
+            iocache_engine::layout::slots_fitting(line_bytes, device_bytes).map_err(|e| anyhow!("{e}"))?
+        }
+    };
+    if lines == 0 {
+        return Err(anyhow!(
+            "{}: the cache holds no line of {}",
+            v.key("cache_size"),
+            format_byte_size(line_bytes)
+        ));
+    }
+    Ok(lines)
 }
 
 /// Reads `ranges` through the engine of `generation` in `cell`, paced;
@@ -342,6 +387,9 @@ fn warm_up(cell: &EngineCell, generation: u64, ranges: &[CachedRange], path: &st
         let due = Duration::from_secs_f64(read as f64 / WARM_BYTES_PER_SECOND as f64);
         if let Some(wait) = due.checked_sub(started.elapsed()) {
             std::thread::sleep(wait);
+        }
+        if STOP.load(Ordering::SeqCst) {
+            return;
         }
         let current = cell.read();
         if current.generation != generation {

@@ -25,6 +25,10 @@ pub(crate) struct CacheGroup {
     pub(crate) canonical: PathBuf,
     /// Where its engine is found (replaced when ReCA changes the line size).
     pub(crate) cell: Arc<EngineCell>,
+    /// Set when a line size change left no engine that can serve (neither
+    /// the successor nor the old geometry opened): nothing touches the
+    /// device again, not even the stop.
+    pub(crate) broken: AtomicBool,
     /// The settings of the cache (those of its first volume).
     pub(crate) config: VolumeConfig,
     pub(crate) cache_bytes: u64,
@@ -205,6 +209,7 @@ impl Running {
         let served = EngineExport::in_cell(Arc::clone(&group.cell), &volume, Some(describe(group, &name)));
         if let Err(e) = self.exports.add_export(export, Arc::new(served)) {
             let _ = group.engine().detach(id);
+            group.cell.refresh_volumes();
             release();
             bail!("serving `{export}`: {e}");
         }

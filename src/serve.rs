@@ -443,6 +443,7 @@ fn open_cache_group(
         path: v.cache.clone(),
         canonical,
         cell: Arc::new(EngineCell::new(Arc::new(engine))),
+        broken: std::sync::atomic::AtomicBool::new(false),
         config: v.clone(),
         cache_bytes,
         capacity_lines,
@@ -859,7 +860,16 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
                 .map_or(0, |s| s.dirty_lines);
             log::info!("volume `{}`: writing back {dirty} dirty lines", v.export);
         }
-        if let Err(e) = group.engine().shutdown() {
+        if group.broken.load(Ordering::SeqCst) {
+            log::error!(
+                "cache {}: not shut down (a line size change left it without an engine)",
+                group.path.display()
+            );
+            continue;
+        }
+        // No request inside the engine (a warm-up's reads included).
+        let current = group.cell.quiesce();
+        if let Err(e) = current.engine.shutdown() {
             let names = members
                 .iter()
                 .map(|v| format!("`{}`", v.export))
