@@ -82,11 +82,13 @@ pub(crate) fn describe(group: &CacheGroup, backend: &str) -> String {
     } else {
         "a local volume"
     };
+    // The engine in force: a live line size change replaces it.
+    let engine = group.engine();
     format!(
         "iocache: {} cache of {} lines of {} over {kind}",
-        group.engine().write_policy(),
-        group.capacity_lines,
-        format_byte_size(group.config.line_size.bytes()),
+        engine.write_policy(),
+        engine.stats().capacity_lines,
+        format_byte_size(engine.line_bytes()),
     )
 }
 
