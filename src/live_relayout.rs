@@ -48,7 +48,6 @@ use iocache_core::LineSize;
 use iocache_engine::{CachedRange, Engine, InitMode};
 use iocache_serving::EngineCell;
 
-use crate::config::VolumeConfig;
 use crate::running::{lock, Running, STOP};
 
 /// How often a cache's pending line size is looked at.
@@ -122,7 +121,9 @@ pub fn watch(state: Arc<Running>) {
             if refused[index] == Some(wanted) {
                 continue;
             }
-            if let Err(e) = capacity_for(&group.config, &*engine.cache_device(), wanted) {
+            if let Err(e) =
+                crate::serve::cache_lines(&group.config, engine.cache_device().len_bytes(), wanted)
+            {
                 log::warn!(
                     "cache {}: ReCA's line size {} is not put in force: {e:#}",
                     group.path.display(),
@@ -181,8 +182,8 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     }
     let path = group.path.display().to_string();
     let dev = old.cache_device();
-    let capacity_lines = capacity_for(&group.config, &*dev, wanted)?;
-    let old_capacity_lines = capacity_for(&group.config, &*dev, old_line_bytes)?;
+    let capacity_lines = crate::serve::cache_lines(&group.config, dev.len_bytes(), wanted)?;
+    let old_capacity_lines = crate::serve::cache_lines(&group.config, dev.len_bytes(), old_line_bytes)?;
     let old_line_size = LineSize::new(old_line_bytes).map_err(|e| anyhow!("{e}"))?;
     // 1. Dirty lines back while serving.
     let dirty_before = old.stats().dirty_lines;
@@ -340,37 +341,6 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         .spawn(move || warm_up(&cell, generation, &warm, &path))
         .context("starting the warm-up thread")?;
     Ok(Some(done))
-}
-
-/// Lines of `line_bytes` for the cache of `v` on `dev`, as a start with
-/// that line size would take them (`serve.rs`): `cache_size`'s lines if
-/// they fit the device with their metadata (smaller lines need more
-/// records), else an error; without `cache_size`, as many as fit.
-pub fn capacity_for(v: &VolumeConfig, dev: &dyn iocache_device::BlockDevice, line_bytes: u64) -> Result<u64> {
-    let device_bytes = dev.len_bytes();
-    let lines = match v.cache_bytes {
-        Some(bytes) => {
-            iocache_engine::layout::fit_bytes(line_bytes, bytes, device_bytes).map_err(|e| {
-                anyhow!(
-                    "{} with lines of {}: {e}",
-                    v.key("cache_size"),
-                    format_byte_size(line_bytes)
-                )
-            })?;
-            bytes / line_bytes
-        }
-        None => {
-            iocache_engine::layout::slots_fitting(line_bytes, device_bytes).map_err(|e| anyhow!("{e}"))?
-        }
-    };
-    if lines == 0 {
-        return Err(anyhow!(
-            "{}: the cache holds no line of {}",
-            v.key("cache_size"),
-            format_byte_size(line_bytes)
-        ));
-    }
-    Ok(lines)
 }
 
 /// Reads `ranges` through the engine of `generation` in `cell`, paced;

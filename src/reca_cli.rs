@@ -154,7 +154,7 @@ pub fn line_size_to_start_with(dev: &dyn BlockDevice, v: &VolumeConfig) -> Resul
     let Ok(line_size) = LineSize::new(recorded.line_bytes) else {
         return Ok(None);
     };
-    if let Err(e) = crate::live_relayout::capacity_for(v, dev, recorded.line_bytes) {
+    if let Err(e) = crate::serve::cache_lines(v, dev.len_bytes(), recorded.line_bytes) {
         log::info!(
             "cache {}: ReCA's line size {} of the last run is not taken ({e:#}); the configured {} is used",
             v.cache.display(),

@@ -347,43 +347,14 @@ fn open_cache_group(
             Arc::new(dev)
         }
     };
-    let cache_bytes = match v.cache_bytes {
-        _ if array.is_some() => array.as_ref().expect("checked").geometry().slots() * line_bytes,
-        Some(bytes) => match layout::fit_bytes(line_bytes, bytes, cache_dev.len_bytes()) {
-            Ok(_) => bytes,
-            Err(LayoutError::DoesNotFit {
-                needed_bytes,
-                device_bytes,
-                ..
-            }) => bail!(
-                "{}: {} of lines and their metadata need {}, more than the cache device {} ({}); to grow \
-                 the cache, grow the device first (a file: truncate -s {} {}), or give a size that fits \
-                 (docs/ops.md, \"Growing or shrinking a cache\")",
-                v.key("cache_size"),
-                format_byte_size(bytes),
-                format_byte_size(needed_bytes),
-                v.cache.display(),
-                format_byte_size(device_bytes),
-                needed_bytes,
-                v.cache.display()
-            ),
-            Err(e) => bail!("{}: {e}", v.key("cache_size")),
-        },
-        None => {
-            layout::slots_fitting(line_bytes, cache_dev.len_bytes())
-                .map_err(|e| anyhow!("{}: {e}", v.key("cache")))?
-                * line_bytes
-        }
+    let capacity_lines = match &array {
+        Some(array) => array.geometry().slots(),
+        None => cache_lines(v, cache_dev.len_bytes(), line_bytes)?,
     };
-    let capacity_lines = cache_bytes / v.line_size.bytes();
-    if capacity_lines == 0 {
-        bail!(
-            "{}: the cache ({}) holds no line of {}",
-            v.key("cache_size"),
-            format_byte_size(cache_bytes),
-            format_byte_size(v.line_size.bytes())
-        );
-    }
+    let cache_bytes = match (&array, v.cache_bytes) {
+        (None, Some(bytes)) => bytes,
+        _ => capacity_lines * line_bytes,
+    };
     if !start.init
         && !existing_backends.is_empty()
         && iocache_engine::is_blank(cache_dev.as_ref())
@@ -448,6 +419,53 @@ fn open_cache_group(
         cache_bytes,
         capacity_lines,
     })
+}
+
+/// Lines of `line_bytes` the cache of `v` holds on a device of
+/// `device_bytes` (not a cache array): `cache_size`'s whole lines if they
+/// and their records fit the device (smaller lines need more records),
+/// else an error saying how to grow it; without `cache_size`, as many as
+/// fit. The one rule for a start, a recorded ReCA line size
+/// (`reca_cli.rs`) and a line size changed while serving
+/// (`live_relayout.rs`).
+pub(crate) fn cache_lines(v: &VolumeConfig, device_bytes: u64, line_bytes: u64) -> Result<u64> {
+    let (lines, bytes) = match v.cache_bytes {
+        Some(bytes) => match layout::fit_bytes(line_bytes, bytes, device_bytes) {
+            Ok(_) => (bytes / line_bytes, bytes),
+            Err(LayoutError::DoesNotFit {
+                needed_bytes,
+                device_bytes,
+                ..
+            }) => bail!(
+                "{} with lines of {}: {} of lines and their metadata need {}, more than the cache device {} \
+                 ({}); to grow the cache, grow the device first (a file: truncate -s {} {}), or give a size \
+                 that fits (docs/ops.md, \"Growing or shrinking a cache\")",
+                v.key("cache_size"),
+                format_byte_size(line_bytes),
+                format_byte_size(bytes),
+                format_byte_size(needed_bytes),
+                v.cache.display(),
+                format_byte_size(device_bytes),
+                needed_bytes,
+                v.cache.display()
+            ),
+            Err(e) => bail!("{}: {e}", v.key("cache_size")),
+        },
+        None => {
+            let lines = layout::slots_fitting(line_bytes, device_bytes)
+                .map_err(|e| anyhow!("{}: {e}", v.key("cache")))?;
+            (lines, lines * line_bytes)
+        }
+    };
+    if lines == 0 {
+        bail!(
+            "{}: the cache ({}) holds no line of {}",
+            v.key("cache_size"),
+            format_byte_size(bytes),
+            format_byte_size(line_bytes)
+        );
+    }
+    Ok(lines)
 }
 
 /// The engine's configuration for the cache of `v` (its line size), with

@@ -86,6 +86,18 @@ fn spawn_server(dir: &Path, args: &[&str], options: ConnectOptions) -> Server {
     server
 }
 
+/// Waits (30 s at most) until the server's log has `needle`.
+fn wait_for_log(dir: &Path, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.join("server.log"))
+        .unwrap()
+        .contains(needle)
+    {
+        assert!(Instant::now() < deadline, "no `{needle}`: {:#}", stats(dir));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Asserts that the server's log has every one of `needles`; returns it.
 fn assert_logged(dir: &Path, needles: &[&str]) -> String {
     let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
@@ -868,14 +880,7 @@ fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
     for block in 0..BLOCKS {
         client.write(block * 4096, &block_bytes(block, 1), false).unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(dir.join("server.log"))
-        .unwrap()
-        .contains("the line size was not changed to 128KiB")
-    {
-        assert!(Instant::now() < deadline, "no refused change: {:#}", stats(&dir));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_log(&dir, "the line size was not changed to 128KiB");
     let s = stats(&dir);
     assert_eq!(s["line_bytes"], 4096, "{s:#}");
     assert!(s["line_size_changes"].as_array().unwrap().is_empty(), "{s:#}");
@@ -921,14 +926,7 @@ fn a_line_size_that_does_not_fit_the_device_is_refused_live_and_at_start() {
     // Random writes then random reads: 4 KiB lines wanted.
     fio(&dir, Job::Write, "randwrite", "32M");
     fio(&dir, Job::Read, "randread", "32M");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(dir.join("server.log"))
-        .unwrap()
-        .contains("ReCA's line size 4KiB is not put in force")
-    {
-        assert!(Instant::now() < deadline, "no refusal: {:#}", stats(&dir));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_log(&dir, "ReCA's line size 4KiB is not put in force");
     let s = stats(&dir);
     assert_eq!(s["line_bytes"], 128 << 10, "{s:#}");
     // Stopped while 4 KiB is still wanted (recorded for the next start).

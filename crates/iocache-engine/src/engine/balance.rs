@@ -250,7 +250,7 @@ impl Inner {
     }
 
     /// Sets (or withdraws) the controller's write policy on every shard.
-    fn set_controller_policy(&self, policy: Option<WritePolicy>) {
+    pub(super) fn set_controller_policy(&self, policy: Option<WritePolicy>) {
         for shard in &self.shards {
             lock(&shard.state).cache.set_controller_policy(policy);
         }

@@ -119,9 +119,7 @@ impl Engine {
     /// Sets every shard's controller write policy (see
     /// [`Engine::hold_writes_through`]).
     pub fn restore_controller_policy(&self, policy: Option<WritePolicy>) {
-        for shard in &self.inner.shards {
-            lock(&shard.state).cache.set_controller_policy(policy);
-        }
+        self.inner.set_controller_policy(policy);
     }
 
     /// The cache device (with a cache array, the array).
