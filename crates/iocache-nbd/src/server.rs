@@ -266,8 +266,8 @@ pub struct ServerStats {
     /// Requests answered with an error.
     pub errors: u64,
     /// Reads served by the thread that read them while it kept the reader
-    /// role (the next request was buffered and the export said the read
-    /// was quick): no other thread was woken for them.
+    /// role (the export said the read was quick): no other thread was
+    /// woken for them.
     pub served_inline: u64,
     /// Payload bytes held now, all connections together.
     pub inflight_bytes: u64,
@@ -1934,14 +1934,15 @@ fn serve_requests<S: ConnectionStream>(conn: &Conn<'_, S>, role: &Mutex<ReaderRo
                     return;
                 }
             };
-            // The next request is already buffered and this one is a read
-            // the export serves at once (a cache hit): serve it here and
-            // keep the reader role, instead of waking a thread to read the
-            // next one (a wake-up costs more than a hit), and keep its
-            // reply with the others served so until the buffer runs out
-            // (one write for all, and one wake-up of the client). Requests
+            // A read the export serves at once (a cache hit): serve it
+            // here and keep the reader role, instead of waking a thread to
+            // read the next one (a wake-up, and the follower's sleep in
+            // the socket read, cost more than a hit). Its reply joins the
+            // batch while the next request is already buffered (one write
+            // for all, and one wake-up of the client); with nothing
+            // buffered it leaves at once, at the top of the loop. Requests
             // that may wait (misses, writes, flushes) hand the role on.
-            if !held.reader.buffer().is_empty() && conn.is_quick(&job.req) {
+            if conn.is_quick(&job.req) {
                 conn.run_inline(job, &mut batch);
                 if batch.is_full() {
                     batch.send(conn);

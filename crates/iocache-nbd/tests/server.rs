@@ -388,6 +388,33 @@ fn buffered_quick_reads_are_served_inline_and_answered_once_each() {
     }
 }
 
+/// A quick read with nothing buffered after it (a client at queue depth
+/// one) is served by the thread that read it, and its reply leaves at
+/// once: the client waits for it before sending the next request.
+#[test]
+fn a_lone_quick_read_is_served_inline_and_answered_at_once() {
+    let e = Arc::new(Instrumented {
+        claims_quick: true,
+        ..Instrumented::new(1 << 20)
+    });
+    for i in 0..8u64 {
+        e.inner.write(4096 * i, &pattern(4096, i), false).unwrap();
+    }
+    let server = start("lone-inline", e.clone());
+    let mut raw = Raw::connect(&server, true);
+    let before = server.stats().served_inline;
+    for i in 0..8u64 {
+        raw.send(i, NBD_CMD_READ, 0, 4096 * i, 4096, &[]);
+        let (h, errno, data) = raw.recv(|_| 4096);
+        assert_eq!((h, errno, data), (i, 0, pattern(4096, i)));
+    }
+    assert_eq!(
+        server.stats().served_inline - before,
+        8,
+        "every lone hit served inline"
+    );
+}
+
 #[test]
 fn disc_finishes_in_flight_requests_then_closes() {
     let e = Arc::new(Instrumented::new(1 << 20));
