@@ -47,6 +47,7 @@ pub mod export;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod handshake;
+mod kept;
 pub mod listen;
 pub mod peer;
 pub mod proto;

@@ -77,6 +77,11 @@
 //!   worker) never panics: the connection is closed (or served by the
 //!   workers that could be created), counted in
 //!   [`ServerStats::spawn_failures`], and the server keeps serving.
+//! - **Kept buffers.** A thread keeps its payload buffer for the next
+//!   request (no allocation per request): up to 128 KiB always, a larger
+//!   one (up to 1 MiB and a header) only within a server-wide allowance of
+//!   an eighth of `max_total_inflight_bytes` (`kept.rs`). So buffers held
+//!   between requests add at most 128 KiB per thread and that allowance.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
@@ -93,6 +98,7 @@ use thiserror::Error;
 
 use crate::export::{validate_block_sizes, Export, ExportError, ExportLookup, Exports};
 use crate::handshake::{negotiate_tls, Haggle, HandshakeError, Negotiated, Negotiation, NegotiationLimits};
+use crate::kept::{KeptAllowance, KeptBuffer};
 use crate::listen::{bind_unix_socket, ListenError, SocketFileRemover};
 use crate::peer::Peer;
 use crate::proto::*;
@@ -706,6 +712,8 @@ struct Shared {
     wake: Mutex<Vec<Listener>>,
     /// The payload budget all connections share.
     global: GlobalBudget,
+    /// What threads may keep of large payload buffers between requests.
+    kept: KeptAllowance,
     /// The origin of [`Activity::last_ms`].
     epoch: Instant,
 }
@@ -1176,6 +1184,8 @@ impl Shared {
                 config.max_total_inflight_bytes,
                 config.limits.max_payload as usize,
             ),
+            // An eighth of what requests may hold (32 MiB by default).
+            kept: KeptAllowance::new(config.max_total_inflight_bytes / 8),
             config,
             shutting_down: AtomicBool::new(false),
             conns: Mutex::new(Conns::default()),
@@ -1833,14 +1843,6 @@ struct ReaderRole<S> {
     end: Option<ConnEnd>,
 }
 
-/// A thread's payload buffer (a WRITE's data, a READ's reply) above this is
-/// dropped after use rather than kept for the next request: 1 MiB and room
-/// for a reply's header (a 1 MiB read's reply is both in one buffer; at
-/// 1 MiB exactly, every 1 MiB read dropped its buffer and the next one
-/// allocated, faulted in and zeroed a new one: 9 % of the server's time
-/// on 1 MiB reads). [`sized`] grows buffers to the size asked, no more.
-const KEPT_BUFFER_BYTES: usize = (1 << 20) + 4096;
-
 fn transmission<S: ConnectionStream>(
     shared: &Shared,
     stream: S,
@@ -1910,9 +1912,9 @@ fn transmission<S: ConnectionStream>(
 /// serves the request; until the connection stops reading.
 fn serve_requests<S: ConnectionStream>(conn: &Conn<'_, S>, role: &Mutex<ReaderRole<S>>) {
     // Reused from one request to the next: no allocation per request.
-    let mut buffer = Vec::new();
+    let mut buffer = KeptBuffer::new(&conn.shared.kept);
     // Replies to reads served inline, written together (see below).
-    let mut batch = ReplyBatch::default();
+    let mut batch = ReplyBatch::new(&conn.shared.kept);
     loop {
         let mut held = lock(role);
         let job = loop {
@@ -1980,19 +1982,27 @@ const INLINE_READ_MAX_BYTES: usize = 64 << 10;
 /// Replies of reads served inline, sent with one write. Their requests'
 /// budget is given back when the batch is sent, so what it holds counts in
 /// the connection's and the server's payload budgets.
-#[derive(Default)]
-struct ReplyBatch {
+struct ReplyBatch<'a> {
     /// Budget taken by each request whose reply is held (header errors
     /// hold none and are not listed).
     costs: Vec<usize>,
     /// The replies are `bytes[..used]` (what follows is old, kept so a
     /// batch does not zero its buffer again).
-    bytes: Vec<u8>,
+    bytes: KeptBuffer<'a>,
     used: usize,
     replies: usize,
 }
 
-impl ReplyBatch {
+impl<'a> ReplyBatch<'a> {
+    fn new(kept: &'a KeptAllowance) -> ReplyBatch<'a> {
+        ReplyBatch {
+            costs: Vec::new(),
+            bytes: KeptBuffer::new(kept),
+            used: 0,
+            replies: 0,
+        }
+    }
+
     /// Replies kept at most before they are sent.
     const MAX_REPLIES: usize = 32;
     /// Bytes kept at most before they are sent.
@@ -2024,9 +2034,7 @@ impl ReplyBatch {
             conn.done_many(&self.costs);
             self.costs.clear();
         }
-        if self.bytes.capacity() > KEPT_BUFFER_BYTES {
-            self.bytes = Vec::new();
-        }
+        self.bytes.recycle();
     }
 }
 
@@ -2122,7 +2130,7 @@ fn read_request<S: ConnectionStream>(
 /// they are used, and zeroing a megabyte per request showed in profiles.
 fn sized(buffer: &mut Vec<u8>, len: usize) -> &mut [u8] {
     if buffer.len() < len {
-        // Exactly: a doubled capacity would pass KEPT_BUFFER_BYTES.
+        // Exactly: a doubled capacity would not be kept (kept.rs).
         buffer.reserve_exact(len - buffer.len());
         buffer.resize(len, 0);
     }
@@ -2192,14 +2200,12 @@ impl<S: ConnectionStream> Conn<'_, S> {
     /// a WRITE's payload as read, and for a READ the reply to fill.
     /// Executes `job` (unless the connection broke: nobody would read the
     /// reply) and gives its budget back.
-    fn run(&self, job: Job, buffer: &mut Vec<u8>) {
+    fn run(&self, job: Job, buffer: &mut KeptBuffer<'_>) {
         let cost = job.cost;
         if !self.broken.load(Ordering::Relaxed) {
             self.execute(job, buffer);
         }
-        if buffer.capacity() > KEPT_BUFFER_BYTES {
-            *buffer = Vec::new();
-        }
+        buffer.recycle();
         self.done(cost);
     }
 
