@@ -4,6 +4,7 @@ mod admin;
 mod config;
 mod devices;
 mod gen_cli;
+mod huge_alloc;
 mod lab_cli;
 mod lab_live;
 mod live_relayout;
@@ -20,6 +21,9 @@ mod service;
 mod text;
 
 use text::count;
+
+#[global_allocator]
+static GLOBAL: huge_alloc::HugeTableAlloc = huge_alloc::HugeTableAlloc;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;

@@ -851,12 +851,9 @@ impl Cache {
                         // the backend, fill the slot if one was found.
                         misses += 1;
                         miss_bytes += bytes;
-                        match self.try_admit_hashed(policy, key, hash, info, &mut DiscardOps) {
-                            Some(slot) => {
-                                filled_bytes += bytes;
-                                self.lines[slot as usize].inline_bits[VALID] |= mask;
-                            }
-                            None => bypassed += 1,
+                        match self.admit_counted(policy, key, hash, mask, info) {
+                            true => filled_bytes += bytes,
+                            false => bypassed += 1,
                         }
                     }
                 }
@@ -882,6 +879,28 @@ impl Cache {
         summary.full_hits += hits as u32;
         summary.misses += misses as u32;
         partial
+    }
+
+    /// The miss of [`Cache::read_lines_counted_for`]: admits `key` (its
+    /// index hash `hash`) and fills the sectors of `mask`, or says the line
+    /// bypassed the cache. Out of line, so that the walk's hit path keeps
+    /// its state in registers.
+    #[inline(never)]
+    fn admit_counted<P: ReplacementPolicy + ?Sized>(
+        &mut self,
+        policy: &mut P,
+        key: LineKey,
+        hash: u32,
+        mask: u64,
+        info: &AccessInfo,
+    ) -> bool {
+        match self.try_admit_hashed(policy, key, hash, info, &mut DiscardOps) {
+            Some(slot) => {
+                self.lines[slot as usize].inline_bits[VALID] |= mask;
+                true
+            }
+            None => false,
+        }
     }
 
     /// A counted read of a resident line missing some of the sectors in
