@@ -1185,7 +1185,19 @@ impl Cache {
             // This request already has ops on the slot: keep them before its reuse.
             ops.seal();
         }
-        self.write_back_dirty(victim, ops);
+        let meta = &mut self.slots[at];
+        meta.generation += 2;
+        let listed = meta.dirty_listed;
+        let line = &self.lines[at];
+        // `write_back_dirty`, called only when it has something to do: a
+        // usual victim is clean, which its records already say.
+        let dirty_bits = match self.words {
+            1 => line.inline_bits[DIRTY] != 0,
+            _ => bitmap::any(self.dirty_of(victim)),
+        };
+        if listed || dirty_bits {
+            self.write_back_dirty(victim, ops);
+        }
         let line = &mut self.lines[at];
         let (old_volume, old_hash) = (line.volume, line.hash);
         line.set_key(key, hash);
@@ -1194,9 +1206,7 @@ impl Cache {
         } else {
             bitmap::clear(self.valid_mut(victim));
         }
-        self.slots[at].generation += 2;
-        self.index.remove_hashed(old_hash, victim);
-        self.index.insert_hashed(hash, victim);
+        self.index.replace_hashed(old_hash, victim, hash);
         if self.volume_lines.is_some() {
             self.count_lines(old_volume, -1, 0);
             self.count_lines(key.volume, 1, 0);
