@@ -4,6 +4,7 @@ mod admin;
 mod config;
 mod devices;
 mod gen_cli;
+mod huge_alloc;
 mod lab_cli;
 mod lab_live;
 mod live_relayout;
@@ -20,6 +21,9 @@ mod service;
 mod text;
 
 use text::count;
+
+#[global_allocator]
+static GLOBAL: huge_alloc::HugeTableAlloc = huge_alloc::HugeTableAlloc;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -395,6 +399,15 @@ struct TraceStatsArgs {
 
 fn main() {
     let cli = Cli::parse();
+    // The offline commands' tables on huge pages; the server's memory
+    // stays as the system allocator gives it (huge_alloc.rs). Nothing of
+    // 1 MiB or more has been allocated yet.
+    if matches!(
+        cli.command,
+        Command::Sim(_) | Command::Lab { .. } | Command::Trace { .. }
+    ) {
+        huge_alloc::enable();
+    }
     if let Err(e) = logging::init(cli.verbose, cli.quiet) {
         eprintln!("iocache: error: {e}");
         std::process::exit(2);

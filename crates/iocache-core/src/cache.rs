@@ -851,12 +851,9 @@ impl Cache {
                         // the backend, fill the slot if one was found.
                         misses += 1;
                         miss_bytes += bytes;
-                        match self.try_admit_hashed(policy, key, hash, info, &mut DiscardOps) {
-                            Some(slot) => {
-                                filled_bytes += bytes;
-                                self.lines[slot as usize].inline_bits[VALID] |= mask;
-                            }
-                            None => bypassed += 1,
+                        match self.admit_counted(policy, key, hash, mask, info) {
+                            true => filled_bytes += bytes,
+                            false => bypassed += 1,
                         }
                     }
                 }
@@ -882,6 +879,28 @@ impl Cache {
         summary.full_hits += hits as u32;
         summary.misses += misses as u32;
         partial
+    }
+
+    /// The miss of [`Cache::read_lines_counted_for`]: admits `key` (its
+    /// index hash `hash`) and fills the sectors of `mask`, or says the line
+    /// bypassed the cache. Out of line, so that the walk's hit path keeps
+    /// its state in registers.
+    #[inline(never)]
+    fn admit_counted<P: ReplacementPolicy + ?Sized>(
+        &mut self,
+        policy: &mut P,
+        key: LineKey,
+        hash: u32,
+        mask: u64,
+        info: &AccessInfo,
+    ) -> bool {
+        match self.try_admit_hashed(policy, key, hash, info, &mut DiscardOps) {
+            Some(slot) => {
+                self.lines[slot as usize].inline_bits[VALID] |= mask;
+                true
+            }
+            None => false,
+        }
     }
 
     /// A counted read of a resident line missing some of the sectors in
@@ -1078,7 +1097,7 @@ impl Cache {
         }
         let need_victim = self.free.is_empty();
         self.victims.clear();
-        policy.on_miss(
+        let single = policy.on_miss_single(
             key,
             need_victim,
             &AccessInfo {
@@ -1088,9 +1107,17 @@ impl Cache {
             &mut self.victims,
         );
         debug_assert!(
-            need_victim || self.victims.is_empty(),
+            need_victim || (single.is_none() && self.victims.is_empty()),
             "policy named victims with free slots left"
         );
+        if let Some(victim) = single {
+            // One victim named directly: taken now, unless it is dirty and
+            // dirty victims are kept (then as if pushed into `victims`).
+            if self.config.inline_dirty_eviction || !self.slots[victim as usize].dirty_listed {
+                return Some(self.take_single_victim(policy, victim, key, hash, info, ops));
+            }
+            self.victims.push(victim);
+        }
         if !self.config.inline_dirty_eviction {
             let mut victims = std::mem::take(&mut self.victims);
             self.keep_dirty_victims(policy, key, info, &mut victims);
@@ -1098,14 +1125,9 @@ impl Cache {
         }
         // The victims join the free list and the last one pushed is taken;
         // a single victim (the common case) is taken directly, the same slot.
-        let taken = match self.victims[..] {
-            [] => None,
-            [victim] => {
-                self.stats.record_eviction_batch(1);
-                self.evict(victim, ops);
-                self.prefetch_next_victims(policy);
-                Some(victim)
-            }
+        let slot = match self.victims[..] {
+            [] => self.free.pop()?,
+            [victim] => return Some(self.take_single_victim(policy, victim, key, hash, info, ops)),
             _ => {
                 let victims = std::mem::take(&mut self.victims);
                 self.stats.record_eviction_batch(victims.len() as u64);
@@ -1115,12 +1137,8 @@ impl Cache {
                 self.free.extend_from_slice(&victims);
                 self.prefetch_next_victims(policy);
                 self.victims = victims;
-                None
+                self.free.pop()?
             }
-        };
-        let slot = match taken {
-            Some(slot) => slot,
-            None => self.free.pop()?,
         };
         self.index.insert_hashed(hash, slot);
         let meta = &mut self.slots[slot as usize];
@@ -1131,6 +1149,68 @@ impl Cache {
         policy.on_insert(slot, key, info);
         self.stats.promotions += 1;
         Some(slot)
+    }
+
+    /// Admits `key` into the slot of `victim`, the one victim its miss
+    /// named (already forgotten by the policy): counts the eviction batch,
+    /// evicts, inserts, and tells the policy.
+    #[inline(always)]
+    fn take_single_victim<P: ReplacementPolicy + ?Sized, S: OpSink>(
+        &mut self,
+        policy: &mut P,
+        victim: SlotId,
+        key: LineKey,
+        hash: u32,
+        info: &AccessInfo,
+        ops: &mut S,
+    ) -> SlotId {
+        self.stats.record_eviction_batch(1);
+        self.stats.evictions += 1;
+        self.reuse_victim(victim, key, hash, ops);
+        self.prefetch_next_victims(policy);
+        policy.on_insert(victim, key, info);
+        self.stats.promotions += 1;
+        victim
+    }
+
+    /// Evicts `victim` (already forgotten by the policy) and gives its
+    /// slot to `key` (index hash `hash`): what `evict` and the insertion
+    /// after it do, in one pass over the slot's records (the slot stays
+    /// resident; its generation moves by two, once for each step).
+    #[inline(always)]
+    fn reuse_victim<S: OpSink>(&mut self, victim: SlotId, key: LineKey, hash: u32, ops: &mut S) {
+        let at = victim as usize;
+        debug_assert!(self.slots[at].resident, "policy named a free slot as victim");
+        if S::KEEPS_OPS && self.slots[at].used_by_request == self.request_seq as u32 {
+            // This request already has ops on the slot: keep them before its reuse.
+            ops.seal();
+        }
+        let meta = &mut self.slots[at];
+        meta.generation += 2;
+        let listed = meta.dirty_listed;
+        let line = &self.lines[at];
+        // `write_back_dirty`, called only when it has something to do: a
+        // usual victim is clean, which its records already say.
+        let dirty_bits = match self.words {
+            1 => line.inline_bits[DIRTY] != 0,
+            _ => bitmap::any(self.dirty_of(victim)),
+        };
+        if listed || dirty_bits {
+            self.write_back_dirty(victim, ops);
+        }
+        let line = &mut self.lines[at];
+        let (old_volume, old_hash) = (line.volume, line.hash);
+        line.set_key(key, hash);
+        if self.words == 1 {
+            line.inline_bits[VALID] = 0;
+        } else {
+            bitmap::clear(self.valid_mut(victim));
+        }
+        self.index.replace_hashed(old_hash, victim, hash);
+        if self.volume_lines.is_some() {
+            self.count_lines(old_volume, -1, 0);
+            self.count_lines(key.volume, 1, 0);
+        }
     }
 
     /// Hands dirty victims back to the policy (they stay resident) and asks

@@ -154,6 +154,21 @@ impl LineIndex {
         self.len += 1;
     }
 
+    /// Moves `slot` from the key of index hash `old_hash` (its entry must
+    /// be there) to a key of hash `new_hash` that is not in the index: a
+    /// removal then an insertion, without the length changing between them.
+    #[inline]
+    pub(crate) fn replace_hashed(&mut self, old_hash: u32, slot: SlotId, new_hash: u32) {
+        let removed = self.remove_hashed(old_hash, slot);
+        debug_assert!(removed, "replaced a slot the index did not hold");
+        let mut at = new_hash as usize & self.mask;
+        while self.entry(at).slot != EMPTY {
+            at = (at + 1) & self.mask;
+        }
+        self.set_entry(at, Entry { hash: new_hash, slot });
+        self.len += 1;
+    }
+
     /// Removes the entry of `slot`, which holds `key`. Returns whether it was there.
     #[inline]
     pub fn remove(&mut self, key: &LineKey, slot: SlotId) -> bool {

@@ -346,15 +346,19 @@ impl Iterator for TraceReader {
             // without copying it.
             let whole_line = if self.pending.is_empty() {
                 match self.input.fill_buf() {
-                    Ok(buf) => buf.iter().position(|&b| b == b'\n').map(|end| {
-                        let line = strip_eol(&buf[..end]);
-                        let result = if is_blank(line) {
-                            None
-                        } else {
-                            Some(self.parser.parse(line))
-                        };
-                        (end + 1, result)
-                    }),
+                    // A format that parses a line as it finds its end.
+                    Ok(buf) => match self.parser.parse_leading_line(buf) {
+                        Some((used, outcome)) => Some((used, Some(Ok(outcome)))),
+                        None => buf.iter().position(|&b| b == b'\n').map(|end| {
+                            let line = strip_eol(&buf[..end]);
+                            let result = if is_blank(line) {
+                                None
+                            } else {
+                                Some(self.parser.parse(line))
+                            };
+                            (end + 1, result)
+                        }),
+                    },
                     // Let the slow path report (or retry) the error.
                     Err(_) => None,
                 }

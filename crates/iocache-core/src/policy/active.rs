@@ -62,6 +62,16 @@ impl ReplacementPolicy for ActivePolicy {
         forward!(self, p => p.on_miss(key, need_victim, info, victims))
     }
     #[inline(always)]
+    fn on_miss_single(
+        &mut self,
+        key: LineKey,
+        need_victim: bool,
+        info: &AccessInfo,
+        victims: &mut Vec<SlotId>,
+    ) -> Option<SlotId> {
+        forward!(self, p => p.on_miss_single(key, need_victim, info, victims))
+    }
+    #[inline(always)]
     fn on_insert(&mut self, slot: SlotId, key: LineKey, info: &AccessInfo) {
         forward!(self, p => p.on_insert(slot, key, info))
     }

@@ -39,6 +39,16 @@ impl ReplacementPolicy for Fifo {
         self.queue.on_miss(key, need_victim, info, victims);
     }
 
+    fn on_miss_single(
+        &mut self,
+        key: LineKey,
+        need_victim: bool,
+        info: &AccessInfo,
+        victims: &mut Vec<SlotId>,
+    ) -> Option<SlotId> {
+        self.queue.on_miss_single(key, need_victim, info, victims)
+    }
+
     fn on_insert(&mut self, slot: SlotId, key: LineKey, info: &AccessInfo) {
         self.queue.on_insert(slot, key, info);
     }

@@ -45,13 +45,27 @@ impl ReplacementPolicy for Lru {
     }
 
     #[inline(always)]
-    fn on_miss(&mut self, _key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        if need_victim {
-            if let Some(victim) = self.links.pop_tail(&mut self.queue) {
-                victims.push(victim);
-                self.upcoming = self.ahead.advance(&self.links, &self.queue, victim);
-            }
+    fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        if let Some(victim) = self.on_miss_single(key, need_victim, info, victims) {
+            victims.push(victim);
         }
+    }
+
+    /// The tail, when a victim is needed: LRU evicts one line at a time.
+    #[inline(always)]
+    fn on_miss_single(
+        &mut self,
+        _key: LineKey,
+        need_victim: bool,
+        _info: &AccessInfo,
+        _victims: &mut Vec<SlotId>,
+    ) -> Option<SlotId> {
+        if !need_victim {
+            return None;
+        }
+        let victim = self.links.pop_tail(&mut self.queue)?;
+        self.upcoming = self.ahead.advance(&self.links, &self.queue, victim);
+        Some(victim)
     }
 
     #[inline]

@@ -93,6 +93,23 @@ pub trait ReplacementPolicy: Send {
     /// update it here.
     fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>);
 
+    /// [`ReplacementPolicy::on_miss`] for a cache that takes one victim
+    /// directly when there is only one: a policy that evicts one line at a
+    /// time returns it (`Some`, with `victims` left alone) after the very
+    /// steps `on_miss` takes; any other answer goes through `victims` as
+    /// `on_miss` gives it, and `None` is returned (the default).
+    #[inline]
+    fn on_miss_single(
+        &mut self,
+        key: LineKey,
+        need_victim: bool,
+        info: &AccessInfo,
+        victims: &mut Vec<SlotId>,
+    ) -> Option<SlotId> {
+        self.on_miss(key, need_victim, info, victims);
+        None
+    }
+
     /// `key` now lives in `slot`.
     fn on_insert(&mut self, slot: SlotId, key: LineKey, info: &AccessInfo);
 

@@ -29,6 +29,20 @@ impl Arc {
         }
     }
 
+    /// The line at the start of `buf` when it is plain (digits, spaces and
+    /// tabs, ended by `\n`) and well formed: its length with the `\n`,
+    /// and its record. One pass finds the line's end and parses it; any
+    /// other line (a `\r`, a bad field, no `\n` in `buf`) is left to
+    /// [`Arc::parse`], which parses a plain well-formed line the same way.
+    #[inline]
+    pub(crate) fn parse_leading_line(&mut self, buf: &[u8]) -> Option<(usize, Outcome)> {
+        let (start_sector, sectors, used) = plain_line(buf)?;
+        Some((
+            used,
+            self.record(start_sector * SECTOR_BYTES, sectors * SECTOR_BYTES),
+        ))
+    }
+
     fn record(&mut self, offset: u64, length: u64) -> Outcome {
         let time_ns = self.index;
         self.index += 1;
@@ -78,6 +92,67 @@ fn well_formed(line: &[u8]) -> Option<(u64, u64)> {
         in_field = !separator;
     }
     (more_fields == 2 && sectors != 0).then_some((start_sector, sectors))
+}
+
+/// [`well_formed`] over the line at the start of `buf`, for lines of
+/// digits, spaces and tabs ended by `\n` only: (start sector, sector
+/// count, bytes up to and including the `\n`), or `None` for anything
+/// else, including a line that `well_formed` accepts but that has other
+/// bytes (a `\r` before its `\n`, say) or no `\n` within `buf`.
+#[inline]
+fn plain_line(buf: &[u8]) -> Option<(u64, u64, usize)> {
+    let mut at = 0;
+    let start_sector = plain_number(buf, &mut at)?;
+    let sectors = plain_number(buf, &mut at)?;
+    // The last two fields, counted and not parsed (as `well_formed`):
+    // two runs of digits, each after separators, then separators at most.
+    for _ in 0..2 {
+        let separators = skip(buf, &mut at, is_separator)?;
+        let digits = skip(buf, &mut at, |b| b.is_ascii_digit())?;
+        if separators == 0 || digits == 0 {
+            return None;
+        }
+    }
+    skip(buf, &mut at, is_separator)?;
+    (buf[at] == b'\n' && sectors != 0).then_some((start_sector, sectors, at + 1))
+}
+
+/// Moves `*at` past the bytes of `buf` that `class` takes; how many it
+/// passed, or `None` when they run to the end of `buf`.
+#[inline(always)]
+fn skip(buf: &[u8], at: &mut usize, class: impl Fn(u8) -> bool) -> Option<usize> {
+    let begin = *at;
+    while class(*buf.get(*at)?) {
+        *at += 1;
+    }
+    Some(*at - begin)
+}
+
+/// [`leading_number`] for [`plain_line`]: skips separators from `*at`,
+/// then takes 1 to [`FAST_DIGITS_MAX`] digits followed by a separator
+/// (which is left for the next field).
+#[inline(always)]
+fn plain_number(buf: &[u8], at: &mut usize) -> Option<u64> {
+    let mut i = *at;
+    while is_separator(*buf.get(i)?) {
+        i += 1;
+    }
+    let begin = i;
+    let mut value = 0u64;
+    loop {
+        let digit = buf.get(i)?.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
+        }
+        value = value * 10 + u64::from(digit);
+        i += 1;
+    }
+    let digits = i - begin;
+    if digits == 0 || digits > FAST_DIGITS_MAX as usize || !is_separator(buf[i]) {
+        return None;
+    }
+    *at = i;
+    Some(value)
 }
 
 #[inline(always)]
@@ -161,6 +236,44 @@ mod tests {
                 assert!(checked_result.is_ok(), "{line}");
             }
         }
+    }
+
+    #[test]
+    fn one_pass_and_line_parses_agree() {
+        // Every line the one-pass parse takes is one the line parse takes,
+        // with the same record and the line's whole length; the rest it
+        // declines (the reader then parses them as before).
+        use super::{plain_line, well_formed};
+        let mut taken = 0;
+        for line in [
+            "3050771 25 0 0\n",
+            "  1\t8   0 0 \n",
+            "1 8 0 0\r\n",
+            "1 8 0 0",
+            "0 1 x y\n",
+            "999999999999999 1 0 0\n",
+            "9999999999999999 1 0 0\n",
+            "1 0 0 0\n",
+            "1 8 0\n",
+            "1 8 0 0 0\n",
+            "1 8\n",
+            "1\n",
+            "\n",
+            "   \n",
+            "1 -8 0 0\n",
+            "1 8a 0 0\n",
+            "1 8 0 0\n2 8 0 1\n",
+        ] {
+            let bytes = line.as_bytes();
+            let Some((start, sectors, used)) = plain_line(bytes) else {
+                continue;
+            };
+            taken += 1;
+            let end = bytes.iter().position(|&b| b == b'\n').unwrap();
+            assert_eq!(used, end + 1, "{line:?}");
+            assert_eq!(well_formed(&bytes[..end]), Some((start, sectors)), "{line:?}");
+        }
+        assert_eq!(taken, 4);
     }
 
     #[test]

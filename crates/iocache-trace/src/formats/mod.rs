@@ -88,6 +88,21 @@ impl Parser {
     }
 }
 
+impl Parser {
+    /// The line at the start of `buf` when this format can take it in the
+    /// same pass that finds its end: the bytes it spans (its `\n`
+    /// included) and what [`Parser::parse`] makes of it. `None` leaves the
+    /// line to the general path (find the end, then parse), which decides
+    /// every line this declines; only the ARC format has such a pass.
+    #[inline]
+    pub(crate) fn parse_leading_line(&mut self, buf: &[u8]) -> Option<(usize, Outcome)> {
+        match self {
+            Parser::Arc(p) => p.parse_leading_line(buf),
+            _ => None,
+        }
+    }
+}
+
 /// Parses a read/write marker: `R`/`W` or `Read`/`Write`, any case.
 #[inline]
 pub(crate) fn read_write(s: &[u8], field: &'static str) -> Result<IoKind, FieldError> {
