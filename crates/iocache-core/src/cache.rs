@@ -1181,10 +1181,7 @@ impl Cache {
     fn reuse_victim<S: OpSink>(&mut self, victim: SlotId, key: LineKey, hash: u32, ops: &mut S) {
         let at = victim as usize;
         debug_assert!(self.slots[at].resident, "policy named a free slot as victim");
-        if S::KEEPS_OPS && self.slots[at].used_by_request == self.request_seq as u32 {
-            // This request already has ops on the slot: keep them before its reuse.
-            ops.seal();
-        }
+        self.seal_ops_before_reuse(victim, ops);
         let meta = &mut self.slots[at];
         meta.generation += 2;
         let listed = meta.dirty_listed;
@@ -1300,10 +1297,7 @@ impl Cache {
     /// Writes back `slot`'s dirty sectors and forgets its line.
     #[inline(always)]
     fn empty_slot<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
-        if S::KEEPS_OPS && self.slots[slot as usize].used_by_request == self.request_seq as u32 {
-            // This request already has ops on the slot: keep them before its reuse.
-            ops.seal();
-        }
+        self.seal_ops_before_reuse(slot, ops);
         self.write_back_dirty(slot, ops);
         let meta = &mut self.slots[slot as usize];
         meta.resident = false;
@@ -1315,11 +1309,17 @@ impl Cache {
         bitmap::clear(self.valid_mut(slot));
     }
 
-    /// Drops a resident line entirely (write invalidation), writing back its dirty sectors.
-    fn drop_line<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
+    /// When this request already has ops on `slot`, seals them, so they
+    /// are kept apart from what the slot's reuse adds.
+    #[inline(always)]
+    fn seal_ops_before_reuse<S: OpSink>(&self, slot: SlotId, ops: &mut S) {
         if S::KEEPS_OPS && self.slots[slot as usize].used_by_request == self.request_seq as u32 {
             ops.seal();
         }
+    }
+
+    /// Drops a resident line entirely (write invalidation), writing back its dirty sectors.
+    fn drop_line<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         let key = self.lines[slot as usize].key();
         self.policy.on_remove(slot);
         self.empty_slot(slot, ops);

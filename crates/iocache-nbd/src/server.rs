@@ -98,7 +98,7 @@ use thiserror::Error;
 
 use crate::export::{validate_block_sizes, Export, ExportError, ExportLookup, Exports};
 use crate::handshake::{negotiate_tls, Haggle, HandshakeError, Negotiated, Negotiation, NegotiationLimits};
-use crate::kept::{KeptAllowance, KeptBuffer};
+use crate::kept::{KeptAllowance, KeptBuffer, LARGEST_KEPT_BYTES};
 use crate::listen::{bind_unix_socket, ListenError, SocketFileRemover};
 use crate::peer::Peer;
 use crate::proto::*;
@@ -2130,8 +2130,13 @@ fn read_request<S: ConnectionStream>(
 /// they are used, and zeroing a megabyte per request showed in profiles.
 fn sized(buffer: &mut Vec<u8>, len: usize) -> &mut [u8] {
     if buffer.len() < len {
-        // Exactly: a doubled capacity would not be kept (kept.rs).
-        buffer.reserve_exact(len - buffer.len());
+        if buffer.capacity() < len {
+            // Doubling (a batch grows reply by reply), but not past what a
+            // thread may keep: a 1 MiB reply's buffer doubled from 600 KiB
+            // would be dropped after every use (kept.rs).
+            let capacity = (buffer.capacity() * 2).min(LARGEST_KEPT_BYTES).max(len);
+            buffer.reserve_exact(capacity - buffer.len());
+        }
         buffer.resize(len, 0);
     }
     &mut buffer[..len]
