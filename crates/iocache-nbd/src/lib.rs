@@ -51,6 +51,7 @@ mod kept;
 pub mod listen;
 pub mod peer;
 pub mod proto;
+mod request_reader;
 pub mod server;
 pub mod tls;
 

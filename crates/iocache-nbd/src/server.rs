@@ -84,8 +84,9 @@
 //!   between requests add at most 128 KiB per thread and that allowance.
 
 use std::collections::HashMap;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -102,6 +103,7 @@ use crate::kept::{KeptAllowance, KeptBuffer, LARGEST_KEPT_BYTES};
 use crate::listen::{bind_unix_socket, ListenError, SocketFileRemover};
 use crate::peer::Peer;
 use crate::proto::*;
+use crate::request_reader::RequestReader;
 use crate::tls::{TlsMode, TlsServer};
 
 /// Smallest accepted `limits.max_payload`: the largest minimum block size an
@@ -1234,7 +1236,6 @@ impl Listener {
 
     /// Shuts the listening socket down, so accept calls on it fail.
     fn shutdown_listening(&self) {
-        use std::os::unix::io::AsRawFd;
         let fd = match self {
             Listener::Tcp(l) => l.as_raw_fd(),
             Listener::Unix(l) => l.as_raw_fd(),
@@ -1298,6 +1299,13 @@ pub trait ConnectionStream: Read + Write + Send + Sized {
         Ok(())
     }
 
+    /// Reads into `bufs`, in order, only what has already arrived: fails
+    /// with `WouldBlock` rather than wait. Streams that cannot block read
+    /// as usual (the default).
+    fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.read_vectored(bufs)
+    }
+
     /// Runs the server side of a TLS handshake on the stream (after
     /// NBD_OPT_STARTTLS was acknowledged) within `timeout`, and returns the
     /// plaintext end of the session (see `tls.rs`). Streams without a
@@ -1326,6 +1334,9 @@ impl ConnectionStream for TcpStream {
     fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         TcpStream::set_write_timeout(self, timeout)
     }
+    fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        recv_now(self.as_raw_fd(), bufs)
+    }
     fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
         crate::tls::upgrade(self, tls, timeout)
     }
@@ -1348,6 +1359,9 @@ impl ConnectionStream for UnixStream {
     fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         UnixStream::set_write_timeout(self, timeout)
     }
+    fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        recv_now(self.as_raw_fd(), bufs)
+    }
     fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
         crate::tls::upgrade(self, tls, timeout)
     }
@@ -1369,6 +1383,12 @@ impl ConnectionStream for Stream {
     fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         Stream::set_write_timeout(self, timeout)
     }
+    fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read_vectored_now(bufs),
+            Stream::Unix(s) => s.read_vectored_now(bufs),
+        }
+    }
     fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
         match self {
             Stream::Tcp(s) => crate::tls::upgrade(s, tls, timeout),
@@ -1380,6 +1400,23 @@ impl ConnectionStream for Stream {
             Stream::Tcp(s) => s.peer_name(),
             Stream::Unix(s) => s.peer_name(),
         }
+    }
+}
+
+/// `recvmsg(MSG_DONTWAIT)` into `bufs`: what has arrived, or `WouldBlock`.
+fn recv_now(fd: RawFd, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+    // SAFETY: a zeroed msghdr is valid (no name, no control data);
+    // `IoSliceMut` is ABI-compatible with `iovec` on Unix, and `bufs`
+    // outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = bufs.as_mut_ptr().cast();
+    msg.msg_iovlen = bufs.len() as _;
+    // SAFETY: `msg` points at `bufs.len()` valid, writable iovecs.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
     }
 }
 
@@ -1660,11 +1697,11 @@ fn enter_transmission<T: ConnectionStream>(
 
 /// Whether an I/O error is a timeout (`SO_RCVTIMEO` / `SO_SNDTIMEO` make a
 /// blocked call fail with `EAGAIN`).
-fn is_timeout(e: &io::Error) -> bool {
+pub(crate) fn is_timeout(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
 
-fn deadline_passed() -> io::Error {
+pub(crate) fn deadline_passed() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "deadline passed")
 }
 
@@ -1741,41 +1778,6 @@ fn write_all_within<S: ConnectionStream>(
     }
 }
 
-/// Fills `buf` from `reader` (a WRITE's payload) within `timeout` in total,
-/// under the same rule as [`write_all_within`]: each read blocks at most
-/// `min(timeout, stall)`, and one that brought nothing fails at once under
-/// `pressure`. Bytes already buffered are taken without a system call; the
-/// read timeout is cleared after.
-fn read_exact_within<S: ConnectionStream>(
-    reader: &mut BufReader<S>,
-    buf: &mut [u8],
-    timeout: Option<Duration>,
-    stall: Duration,
-    pressure: impl Fn() -> bool,
-) -> io::Result<()> {
-    if reader.buffer().len() >= buf.len() {
-        return reader.read_exact(buf);
-    }
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let step = timeout.map_or(stall, |t| t.min(stall));
-    let mut result = reader.get_ref().set_read_timeout(Some(step));
-    let mut got = 0;
-    while result.is_ok() && got < buf.len() {
-        match reader.read(&mut buf[got..]) {
-            Ok(0) => result = Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if is_timeout(&e) && !pressure() => {}
-            Err(e) => result = Err(e),
-        }
-        if got < buf.len() && deadline.is_some_and(|d| Instant::now() >= d) {
-            result = Err(deadline_passed());
-        }
-    }
-    let _ = reader.get_ref().set_read_timeout(None);
-    result
-}
-
 /// A byte budget shared by a connection's reader and workers.
 struct Budget {
     /// Bytes available, and readers waiting for more.
@@ -1837,7 +1839,7 @@ struct Job {
 /// The reader role (leader/follower): the thread holding the lock reads
 /// the next request; the others wait for it.
 struct ReaderRole<S> {
-    reader: BufReader<S>,
+    reader: RequestReader<S>,
     /// Why the connection stopped reading (EOF, DISC, an error, shutdown);
     /// threads that find it set exit.
     end: Option<ConnEnd>,
@@ -1865,7 +1867,7 @@ fn transmission<S: ConnectionStream>(
         activity,
     };
     let role = Mutex::new(ReaderRole {
-        reader: BufReader::with_capacity(64 * 1024, stream),
+        reader: RequestReader::new(stream),
         end: None,
     });
     thread::scope(|scope| {
@@ -2058,7 +2060,7 @@ fn read_exact_or_eof<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<bool, io::Err
 /// connection stops reading.
 fn read_request<S: ConnectionStream>(
     conn: &Conn<'_, S>,
-    reader: &mut BufReader<S>,
+    reader: &mut RequestReader<S>,
     data: &mut Vec<u8>,
     batch: &mut ReplyBatch,
 ) -> Result<Option<Job>, ConnEnd> {
@@ -2110,13 +2112,7 @@ fn read_request<S: ConnectionStream>(
         let payload = sized(data, req.length as usize);
         let config = &conn.shared.config;
         let pressure = || conn.shared.global.contended();
-        if let Err(e) = read_exact_within(
-            reader,
-            payload,
-            config.reply_timeout,
-            config.stall_timeout,
-            pressure,
-        ) {
+        if let Err(e) = reader.read_payload(payload, config.reply_timeout, config.stall_timeout, pressure) {
             conn.done(cost);
             return Err(ConnEnd::Io(e));
         }
