@@ -49,7 +49,7 @@ bench = importlib.util.module_from_spec(_spec)
 _argv, sys.argv = sys.argv, sys.argv[:1]  # bench-engine.py reads its own argv[1] at import
 _spec.loader.exec_module(bench)
 sys.argv = _argv
-BIN = os.path.join(ROOT, "target/release/iocache")
+BIN = os.environ.get("IOCACHE_BIN", os.path.join(ROOT, "target/release/iocache"))
 WORK = "/var/tmp/iocache-serving"
 SHM = "/dev/shm/iocache-serving"
 VOLUME = 256 << 20

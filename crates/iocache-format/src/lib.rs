@@ -24,6 +24,7 @@ pub mod fuzzing;
 mod layout;
 mod load;
 mod record;
+mod sector_hash;
 mod superblock;
 
 pub use error::{FormatError, SuperblockAt};
@@ -94,8 +95,11 @@ pub fn sector_checksums(first_sector: u32, data: &[u8]) -> impl Iterator<Item = 
 /// finalizer, a bijection, over the hash xor the index times the golden
 /// ratio). Unseeded xxh3: a seed would derive a new secret on every call.
 fn sector_checksum(sector_in_line: u32, bytes: &[u8]) -> u64 {
-    let mut x =
-        xxhash_rust::xxh3::xxh3_64(bytes) ^ u64::from(sector_in_line).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let hash = match <&[u8; sector_hash::SECTOR]>::try_from(bytes) {
+        Ok(sector) => sector_hash::xxh3_sector(sector),
+        Err(_) => xxhash_rust::xxh3::xxh3_64(bytes),
+    };
+    let mut x = hash ^ u64::from(sector_in_line).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
