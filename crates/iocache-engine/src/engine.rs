@@ -30,6 +30,7 @@ use cleaner::Cleaner;
 use health_state::{HealthState, Poisoned};
 use planning::{Plan, PlannedSegment, Segments};
 use slots::SlotStore;
+use smallvec::SmallVec;
 use thiserror::Error;
 use tickets::{LineQueues, Ticket, TicketKey};
 use volumes::{VolumeState, VolumeTable};
@@ -1522,11 +1523,12 @@ impl Inner {
                 && data.len() as u64 == self.line_bytes)
                 .then(|| iocache_format::data_hash(data));
             // Outside the shard's lock: a line may be a megabyte.
-            let sector_sums: Vec<u64> = if dirty && self.dirty_checksums {
-                iocache_format::sector_checksums(first, data).collect()
-            } else {
-                Vec::new()
-            };
+            // A 4 KiB line's terms stay on the stack.
+            let mut sector_sums: SmallVec<[u64; 8]> = SmallVec::new();
+            if dirty && self.dirty_checksums {
+                sector_sums.resize(data.len() / iocache_format::SECTOR_BYTES as usize, 0);
+                iocache_format::sector_checksums_into(first, data, &mut sector_sums);
+            }
             let mut state = lock(&self.shards[segment.shard].state);
             state
                 .shadow

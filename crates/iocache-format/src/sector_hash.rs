@@ -33,6 +33,23 @@ pub(crate) fn xxh3_sector(sector: &[u8; SECTOR]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(sector)
 }
 
+/// xxh3-64 of each 512-byte sector of `data` into `out` (as many as there
+/// are sectors), the CPU's features checked once for all of them.
+pub(crate) fn xxh3_sectors(data: &[u8], out: &mut [u64]) {
+    debug_assert_eq!(data.len(), out.len() * SECTOR);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2.
+            unsafe { avx2::xxh3_sectors(data, out) };
+            return;
+        }
+    }
+    for (sector, hash) in data.chunks_exact(SECTOR).zip(out.iter_mut()) {
+        *hash = xxhash_rust::xxh3::xxh3_64(sector);
+    }
+}
+
 /// The default secret of XXH3.
 const SECRET: [u8; 192] = xxhash_rust::const_xxh3::const_custom_default_secret(0);
 /// Where the last stripe's secret starts (XXH_SECRET_LASTACC_START).
@@ -61,6 +78,7 @@ fn read_u64(bytes: &[u8], at: usize) -> u64 {
 }
 
 /// The merge of the accumulators, and the final avalanche.
+#[inline]
 fn merge(acc: &[u64; 8]) -> u64 {
     let mut h = (SECTOR as u64).wrapping_mul(PRIME64_1);
     for pair in 0..4 {
@@ -99,8 +117,23 @@ mod avx2 {
     use super::{merge, INITIAL_ACC, LAST_STRIPE_SECRET, SECRET, SECTOR};
     use std::arch::x86_64::*;
 
+    /// [`super::xxh3_sectors`] with AVX2: one loop, the kernel inlined, so
+    /// the sectors' hashes overlap in the CPU.
+    ///
     /// # Safety
     /// The CPU must have AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn xxh3_sectors(data: &[u8], out: &mut [u64]) {
+        for (sector, hash) in data.chunks_exact(SECTOR).zip(out.iter_mut()) {
+            let sector: &[u8; SECTOR] = sector.try_into().expect("chunks of a sector");
+            // SAFETY: the caller's (AVX2).
+            *hash = unsafe { xxh3_sector(sector) };
+        }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn xxh3_sector(sector: &[u8; SECTOR]) -> u64 {
         // SAFETY (all loads and stores): unaligned 32-byte accesses within
@@ -192,6 +225,20 @@ mod tests {
             let s = [fill; SECTOR];
             // SAFETY: checked above.
             assert_eq!(unsafe { avx2::xxh3_sector(&s) }, xxhash_rust::xxh3::xxh3_64(&s));
+        }
+    }
+
+    #[test]
+    fn many_sectors_hash_as_each_alone() {
+        let data: Vec<u8> = (0..40).flat_map(sector_from).collect();
+        let mut out = vec![0u64; 40];
+        xxh3_sectors(&data, &mut out);
+        for (i, hash) in out.iter().enumerate() {
+            assert_eq!(
+                *hash,
+                xxhash_rust::xxh3::xxh3_64(&data[i * SECTOR..(i + 1) * SECTOR]),
+                "sector {i}"
+            );
         }
     }
 
