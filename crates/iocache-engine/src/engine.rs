@@ -1401,6 +1401,16 @@ impl Inner {
         let written = self.queues.cache.time(&self.clock, class, || {
             self.slots.dev.write_at(data, first.device_offset)
         });
+        if written.is_ok() {
+            // The usual case: every op's bookkeeping under one lock.
+            self.note_cache_writes(segment.shard, &prepared, None);
+            if self.shards[segment.shard].poisoned.load(Ordering::Relaxed) > 0 {
+                for w in &prepared {
+                    self.unpoison(segment.shard, w.slot, w.key, w.first, w.end);
+                }
+            }
+            return Ok(());
+        }
         let mut result = Ok(());
         for (w, &generation) in prepared.iter().zip(generations) {
             let this = match &written {
@@ -1508,34 +1518,14 @@ impl Inner {
         let PreparedWrite {
             slot,
             key,
-            data,
-            line_offset_bytes,
             first,
             end,
             dirty,
             fresh,
             ..
         } = *w;
-        if written.is_ok() && self.persistence != Persistence::None {
-            let full_line_hash = (self.persistence == Persistence::All
-                && !dirty
-                && line_offset_bytes == 0
-                && data.len() as u64 == self.line_bytes)
-                .then(|| iocache_format::data_hash(data));
-            // Outside the shard's lock: a line may be a megabyte.
-            // A 4 KiB line's terms stay on the stack.
-            let mut sector_sums: SmallVec<[u64; 8]> = SmallVec::new();
-            if dirty && self.dirty_checksums {
-                sector_sums.resize(data.len() / iocache_format::SECTOR_BYTES as usize, 0);
-                iocache_format::sector_checksums_into(first, data, &mut sector_sums);
-            }
-            let mut state = lock(&self.shards[segment.shard].state);
-            state
-                .shadow
-                .note_cache_write(slot, key, first, end, dirty, full_line_hash, &sector_sums);
-            if dirty && self.slots.array.is_some() {
-                state.shadow.note_mirror(slot, mirror);
-            }
+        if written.is_ok() {
+            self.note_cache_writes(segment.shard, std::slice::from_ref(w), mirror);
         }
         match written {
             Err(e) => {
@@ -1571,6 +1561,49 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Notes cache writes that succeeded (all to `shard`) in its shadow:
+    /// their data hashes and sector checksums worked out first, outside
+    /// the shard's lock (a line may be a megabyte), then one lock for all.
+    /// `mirror`: where a cache array mirrored the dirty ones.
+    fn note_cache_writes(&self, shard: usize, writes: &[PreparedWrite<'_>], mirror: Option<u32>) {
+        if self.persistence == Persistence::None {
+            return;
+        }
+        // A 64 KiB write's terms (4 KiB lines) stay on the stack.
+        let mut full_line_hashes: SmallVec<[Option<u64>; 16]> = SmallVec::with_capacity(writes.len());
+        let mut sector_sums: SmallVec<[u64; 128]> = SmallVec::new();
+        for w in writes {
+            full_line_hashes.push(
+                (self.persistence == Persistence::All
+                    && !w.dirty
+                    && w.line_offset_bytes == 0
+                    && w.data.len() as u64 == self.line_bytes)
+                    .then(|| iocache_format::data_hash(w.data)),
+            );
+            if w.dirty && self.dirty_checksums {
+                let at = sector_sums.len();
+                sector_sums.resize(at + (w.end - w.first) as usize, 0);
+                iocache_format::sector_checksums_into(w.first, w.data, &mut sector_sums[at..]);
+            }
+        }
+        let mut state = lock(&self.shards[shard].state);
+        let mut at = 0;
+        for (w, &full_line_hash) in writes.iter().zip(&full_line_hashes) {
+            let sums = if w.dirty && self.dirty_checksums {
+                at += (w.end - w.first) as usize;
+                &sector_sums[at - (w.end - w.first) as usize..at]
+            } else {
+                &[]
+            };
+            state
+                .shadow
+                .note_cache_write(w.slot, w.key, w.first, w.end, w.dirty, full_line_hash, sums);
+            if w.dirty && self.slots.array.is_some() {
+                state.shadow.note_mirror(w.slot, mirror);
+            }
+        }
     }
 
     /// Loads the lines found on the cache device into their shards.
