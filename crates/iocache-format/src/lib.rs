@@ -99,10 +99,9 @@ pub fn sector_checksums_into(first_sector: u32, data: &[u8], out: &mut [u64]) {
         data.len(),
         "one term per whole sector"
     );
-    sector_hash::xxh3_sectors(data, out);
-    for (term, s) in out.iter_mut().zip(first_sector..) {
-        *term = mix_sector_index(s, *term);
-    }
+    sector_hash::xxh3_sectors(data, out, |i, hash| {
+        mix_sector_index(first_sector + i as u32, hash)
+    });
 }
 
 /// A sector's term: xxh3-64 of its bytes, mixed with its index so that the
