@@ -1376,8 +1376,10 @@ impl Inner {
         buffer: &Buffer<'_>,
     ) -> Result<(), EngineError> {
         debug_assert!(self.slots.array.is_none());
-        let mut prepared: Vec<PreparedWrite<'_>> = Vec::with_capacity(ops.len());
-        for op in ops {
+        // A 64 KiB write's lines (4 KiB) on the stack.
+        let mut prepared: SmallVec<[PreparedWrite<'_>; 16]> = SmallVec::with_capacity(ops.len());
+        self.prepare_cache_writes_at_once(segment, ops, buffer, &mut prepared);
+        for op in &ops[prepared.len()..] {
             match self.prepare_cache_write(segment, op, buffer) {
                 Ok(w) => prepared.push(w),
                 Err(e) => {
@@ -1462,6 +1464,33 @@ impl Inner {
         contiguous_run_len(ops.iter().map(place))
     }
 
+    /// [`Inner::prepare_cache_write`] of the first ops of a run under one
+    /// lock of the shard, as long as each is the usual case (its slot is
+    /// reusable now, and no checksum on the device covers what it
+    /// writes): appended to `prepared`. The caller prepares the rest one
+    /// by one (which waits or withdraws as needed).
+    fn prepare_cache_writes_at_once<'b>(
+        &self,
+        segment: &PlannedSegment,
+        ops: &[Op],
+        buffer: &'b Buffer<'_>,
+        prepared: &mut SmallVec<[PreparedWrite<'b>; 16]>,
+    ) {
+        if self.persistence == Persistence::None {
+            return;
+        }
+        let mut state = lock(&self.shards[segment.shard].state);
+        for op in ops {
+            let w = self.cache_write_of(segment, op, buffer);
+            if state.shadow.blocks_reuse(w.slot, w.key)
+                || !state.shadow.begin_cache_write(w.slot, w.first, w.end)
+            {
+                return;
+            }
+            prepared.push(w);
+        }
+    }
+
     /// Before a `WriteCache` op's data is written: the slot may be reused,
     /// and (dirty checksums) the write is counted in flight.
     fn prepare_cache_write<'b>(
@@ -1470,6 +1499,21 @@ impl Inner {
         op: &Op,
         buffer: &'b Buffer<'_>,
     ) -> Result<PreparedWrite<'b>, EngineError> {
+        let w = self.cache_write_of(segment, op, buffer);
+        if self.persistence != Persistence::None {
+            self.wait_until_reusable(segment.shard, w.slot, w.key)?;
+            self.begin_cache_write(segment.shard, w.slot, w.first, w.end)?;
+        }
+        Ok(w)
+    }
+
+    /// What a `WriteCache` op writes, and where.
+    fn cache_write_of<'b>(
+        &self,
+        segment: &PlannedSegment,
+        op: &Op,
+        buffer: &'b Buffer<'_>,
+    ) -> PreparedWrite<'b> {
         let Op::WriteCache {
             slot,
             line_offset_bytes,
@@ -1486,11 +1530,7 @@ impl Inner {
         let key = self.op_key(segment, buffer_offset_bytes, line_offset_bytes);
         let first = line_offset_bytes / SECTOR_BYTES as u32;
         let end = first + length_bytes / SECTOR_BYTES as u32;
-        if self.persistence != Persistence::None {
-            self.wait_until_reusable(segment.shard, slot, key)?;
-            self.begin_cache_write(segment.shard, slot, first, end)?;
-        }
-        Ok(PreparedWrite {
+        PreparedWrite {
             slot,
             key,
             data,
@@ -1501,7 +1541,7 @@ impl Inner {
             end,
             dirty,
             fresh,
-        })
+        }
     }
 
     /// After a `WriteCache` op's data write returned `written`: notes it in
