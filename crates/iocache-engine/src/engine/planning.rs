@@ -223,7 +223,7 @@ impl Inner {
             keys.sort_unstable();
             keys.dedup();
         }
-        for (shard, key) in keys {
+        for &(shard, key) in &keys {
             let state = if guards.len() == 1 {
                 &mut guards[0].1
             } else {
