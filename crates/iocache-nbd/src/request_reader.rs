@@ -181,6 +181,13 @@ mod tests {
         (RequestReader::new(a), b)
     }
 
+    fn read_payload_within_5s(reader: &mut RequestReader<UnixStream>, p: &mut [u8]) {
+        let five = Duration::from_secs(5);
+        reader
+            .read_payload(p, Some(five), five, || false)
+            .expect("payload");
+    }
+
     fn bytes(n: usize, seed: u8) -> Vec<u8> {
         (0..n)
             .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -201,14 +208,7 @@ mod tests {
         reader.read_exact(&mut h).expect("header");
         assert_eq!(h[..], header[..]);
         let mut p = vec![0u8; payload.len()];
-        reader
-            .read_payload(
-                &mut p,
-                Some(Duration::from_secs(5)),
-                Duration::from_secs(5),
-                || false,
-            )
-            .expect("payload");
+        read_payload_within_5s(&mut reader, &mut p);
         assert_eq!(p, payload);
         assert_eq!(reader.buffer(), &next[..], "the next header was read ahead");
         // After a large payload the window is small: the next header read
@@ -229,14 +229,7 @@ mod tests {
             client
         });
         let mut p = vec![0u8; payload.len()];
-        reader
-            .read_payload(
-                &mut p,
-                Some(Duration::from_secs(5)),
-                Duration::from_secs(5),
-                || false,
-            )
-            .expect("payload");
+        read_payload_within_5s(&mut reader, &mut p);
         assert_eq!(p, payload);
         assert_eq!(reader.get_ref().read_timeout().expect("timeout"), None);
         drop(sender.join());
