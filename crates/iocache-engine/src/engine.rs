@@ -1406,11 +1406,7 @@ impl Inner {
         if written.is_ok() {
             // The usual case: every op's bookkeeping under one lock.
             self.note_cache_writes(segment.shard, &prepared, None);
-            if self.shards[segment.shard].poisoned.load(Ordering::Relaxed) > 0 {
-                for w in &prepared {
-                    self.unpoison(segment.shard, w.slot, w.key, w.first, w.end);
-                }
-            }
+            self.unpoison_written(segment.shard, &prepared);
             return Ok(());
         }
         let mut result = Ok(());
@@ -1594,13 +1590,19 @@ impl Inner {
                 // A clean copy (a fill, or write-through's) is
                 // lost: the read or write itself succeeded.
             }
-            Ok(()) => {
-                if self.shards[segment.shard].poisoned.load(Ordering::Relaxed) > 0 {
-                    self.unpoison(segment.shard, slot, key, first, end);
-                }
-            }
+            Ok(()) => self.unpoison_written(segment.shard, std::slice::from_ref(w)),
         }
         Ok(())
+    }
+
+    /// Cache writes that succeeded (all to `shard`) make what they wrote
+    /// readable again where an earlier failure poisoned it.
+    fn unpoison_written(&self, shard: usize, writes: &[PreparedWrite<'_>]) {
+        if self.shards[shard].poisoned.load(Ordering::Relaxed) > 0 {
+            for w in writes {
+                self.unpoison(shard, w.slot, w.key, w.first, w.end);
+            }
+        }
     }
 
     /// Notes cache writes that succeeded (all to `shard`) in its shadow:
@@ -1631,12 +1633,13 @@ impl Inner {
         let mut state = lock(&self.shards[shard].state);
         let mut at = 0;
         for (w, &full_line_hash) in writes.iter().zip(&full_line_hashes) {
-            let sums = if w.dirty && self.dirty_checksums {
-                at += (w.end - w.first) as usize;
-                &sector_sums[at - (w.end - w.first) as usize..at]
+            let terms = if w.dirty && self.dirty_checksums {
+                (w.end - w.first) as usize
             } else {
-                &[]
+                0
             };
+            let sums = &sector_sums[at..at + terms];
+            at += terms;
             state
                 .shadow
                 .note_cache_write(w.slot, w.key, w.first, w.end, w.dirty, full_line_hash, sums);

@@ -22,6 +22,7 @@
 mod error;
 pub mod fuzzing;
 mod layout;
+mod le;
 mod load;
 mod record;
 mod sector_hash;
@@ -75,7 +76,10 @@ pub fn dirty_checksum(line: &[u8], dirty: &[u64]) -> u64 {
     for s in 0..sectors {
         if dirty.get(s / 64).is_some_and(|w| w >> (s % 64) & 1 == 1) {
             let at = s * SECTOR_BYTES as usize;
-            sum = sum.wrapping_add(sector_checksum(s as u32, &line[at..at + SECTOR_BYTES as usize]));
+            sum = sum.wrapping_add(sector_checksum(
+                s as u32,
+                whole_sector(&line[at..at + SECTOR_BYTES as usize]),
+            ));
         }
     }
     sum
@@ -87,7 +91,7 @@ pub fn sector_checksums(first_sector: u32, data: &[u8]) -> impl Iterator<Item = 
     debug_assert_eq!(data.len() % SECTOR_BYTES as usize, 0, "whole sectors");
     data.chunks_exact(SECTOR_BYTES as usize)
         .zip(first_sector..)
-        .map(|(sector, s)| sector_checksum(s, sector))
+        .map(|(sector, s)| sector_checksum(s, whole_sector(sector)))
 }
 
 /// [`sector_checksums`] into `out` (one term per sector of `data`; its
@@ -108,12 +112,13 @@ pub fn sector_checksums_into(first_sector: u32, data: &[u8], out: &mut [u64]) {
 /// same data at another place counts differently (the SplitMix64
 /// finalizer, a bijection, over the hash xor the index times the golden
 /// ratio). Unseeded xxh3: a seed would derive a new secret on every call.
-fn sector_checksum(sector_in_line: u32, bytes: &[u8]) -> u64 {
-    let hash = match <&[u8; sector_hash::SECTOR]>::try_from(bytes) {
-        Ok(sector) => sector_hash::xxh3_sector(sector),
-        Err(_) => xxhash_rust::xxh3::xxh3_64(bytes),
-    };
-    mix_sector_index(sector_in_line, hash)
+fn sector_checksum(sector_in_line: u32, sector: &[u8; sector_hash::SECTOR]) -> u64 {
+    mix_sector_index(sector_in_line, sector_hash::xxh3_sector(sector))
+}
+
+/// `bytes` as the one sector they are.
+fn whole_sector(bytes: &[u8]) -> &[u8; sector_hash::SECTOR] {
+    bytes.try_into().expect("a whole sector")
 }
 
 /// [`sector_checksum`]'s mixing of a sector's hash with its index.

@@ -24,6 +24,7 @@
 
 use crate::error::FormatError;
 use crate::layout::{check_line_bytes, Layout, RECORD_CRC_BYTES, RECORD_HEADER_BYTES};
+use crate::le::{get_u32, get_u64};
 
 /// The first four bytes of every written record copy.
 pub const RECORD_TAG: [u8; 4] = *b"IOCR";
@@ -348,13 +349,6 @@ pub fn encode_record(record: &Record, layout: &Layout, out: &mut [u8]) -> Result
     let crc = crc32c::crc32c(&out[..crc_at]);
     out[crc_at..].copy_from_slice(&crc.to_le_bytes());
     Ok(())
-}
-
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// Decodes one record copy (`layout.record_bytes` bytes).

@@ -16,8 +16,10 @@
 //! accumulated, the last one with the secret at `192 - 64 - 7`, then the
 //! eight accumulators are merged with the secret at 11.
 
+use crate::le::get_u64;
+
 /// The bytes hashed: one sector.
-pub(crate) const SECTOR: usize = 512;
+pub(crate) const SECTOR: usize = crate::SECTOR_BYTES as usize;
 
 /// xxh3-64 (seed 0, default secret) of `sector`; equal to
 /// `xxhash_rust::xxh3::xxh3_64(sector)`.
@@ -73,19 +75,13 @@ const INITIAL_ACC: [u64; 8] = [
     PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3, PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1,
 ];
 
-fn read_u64(bytes: &[u8], at: usize) -> u64 {
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&bytes[at..at + 8]);
-    u64::from_le_bytes(word)
-}
-
 /// The merge of the accumulators, and the final avalanche.
 #[inline]
 fn merge(acc: &[u64; 8]) -> u64 {
     let mut h = (SECTOR as u64).wrapping_mul(PRIME64_1);
     for pair in 0..4 {
-        let a = acc[2 * pair] ^ read_u64(&SECRET, MERGE_SECRET + 16 * pair);
-        let b = acc[2 * pair + 1] ^ read_u64(&SECRET, MERGE_SECRET + 16 * pair + 8);
+        let a = acc[2 * pair] ^ get_u64(&SECRET, MERGE_SECRET + 16 * pair);
+        let b = acc[2 * pair + 1] ^ get_u64(&SECRET, MERGE_SECRET + 16 * pair + 8);
         let product = u128::from(a) * u128::from(b);
         h = h.wrapping_add((product as u64) ^ ((product >> 64) as u64));
     }
@@ -101,8 +97,8 @@ fn xxh3_sector_scalar(sector: &[u8; SECTOR]) -> u64 {
     let mut acc = INITIAL_ACC;
     let mut stripe = |input: &[u8], secret_at: usize| {
         for lane in 0..8 {
-            let data = read_u64(input, 8 * lane);
-            let key = data ^ read_u64(&SECRET, secret_at + 8 * lane);
+            let data = get_u64(input, 8 * lane);
+            let key = data ^ get_u64(&SECRET, secret_at + 8 * lane);
             acc[lane ^ 1] = acc[lane ^ 1].wrapping_add(data);
             acc[lane] = acc[lane].wrapping_add((key & 0xFFFF_FFFF).wrapping_mul(key >> 32));
         }

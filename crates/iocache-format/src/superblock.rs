@@ -32,6 +32,7 @@ use std::str::FromStr;
 
 use crate::error::{FormatError, SuperblockAt};
 use crate::layout::{check_line_bytes, Layout};
+use crate::le::{get_u16, get_u32, get_u64};
 use crate::{FORMAT_VERSION, FORMAT_VERSION_OLDEST, MAGIC, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS};
 
 /// Most volumes a superblock lists.
@@ -198,16 +199,6 @@ pub struct Superblock {
     pub volumes: Vec<VolumeEntry>,
     /// Free text (the engine's settings), at most [`MAX_SETTINGS_BYTES`] of UTF-8.
     pub settings: String,
-}
-
-fn get_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
-}
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 impl Superblock {

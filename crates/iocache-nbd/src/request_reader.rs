@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use crate::server::ConnectionStream;
 
 /// The read-ahead buffer's size (and its window for small requests).
-pub(crate) const READ_AHEAD_BYTES: usize = 64 << 10;
+const READ_AHEAD_BYTES: usize = 64 << 10;
 
 /// The window after a large WRITE's payload: room for the next header and
 /// a little of what follows, not for the next large payload.
