@@ -42,8 +42,10 @@ the probing client's. To attack as someone else:
 Every --probe seconds a fresh client connects on each listener, negotiates
 and reads 4 KiB, and `stats` is asked on the admin socket; each probe is
 counted as served or not, with its latency. Every half second the server's
-VmRSS, VmHWM and thread count are read from /proc/PID/status. At the end it
-prints the peak RSS (VmHWM), the peak thread count and the probe results,
+VmRSS, VmHWM, RssAnon and thread count are read from /proc/PID/status. At the
+end it prints the peak RSS (VmHWM; with TMPDIR on tmpfs the cache file is
+mapped and counts in it), the highest anonymous RSS sampled, the peak thread
+count and the probe results,
 and stops the server with SIGTERM.
 
     scripts/dos-soak.py --duration 60
@@ -355,7 +357,7 @@ def proc_status(pid):
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key in ("VmRSS", "VmHWM", "Threads"):
+                if key in ("VmRSS", "VmHWM", "RssAnon", "Threads"):
                     out[key] = int(value.split()[0])
     except OSError:
         pass
@@ -516,6 +518,7 @@ def main():
     probes = {"unix": [], "tcp": [], "admin": []}
     peak_threads = 0
     peak_rss = 0
+    peak_anon = 0
     started = time.monotonic()
     next_probe = started + 1.0
     while time.monotonic() - started < args.duration:
@@ -525,6 +528,7 @@ def main():
         st = proc_status(server.pid)
         peak_threads = max(peak_threads, st.get("Threads", 0))
         peak_rss = max(peak_rss, st.get("VmRSS", 0))
+        peak_anon = max(peak_anon, st.get("RssAnon", 0))
         if time.monotonic() >= next_probe:
             next_probe += args.probe
             for fam in ("unix", "tcp"):
@@ -548,6 +552,10 @@ def main():
     print()
     print(f"peak RSS (VmHWM): {final.get('VmHWM', 0) / 1024:.0f} MiB "
           f"(highest VmRSS sampled {peak_rss / 1024:.0f} MiB; at rest {base.get('VmRSS', 0) / 1024:.0f} MiB)")
+    # A cache file in memory (tmpfs) is mapped whole, and its pages count in
+    # VmRSS as shared file pages: the anonymous part is what clients can grow.
+    print(f"highest anonymous RSS (RssAnon) sampled: {peak_anon / 1024:.0f} MiB "
+          f"(at rest {base.get('RssAnon', 0) / 1024:.0f} MiB)")
     print(f"peak threads: {peak_threads} (at rest {base.get('Threads', 0)})")
     print(f"fresh-client probe before the attack: "
           + ", ".join(f"{k} {v * 1000:.1f} ms" if v else f"{k} FAILED" for k, v in baseline_probe.items()))

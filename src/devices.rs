@@ -196,6 +196,25 @@ pub(crate) fn create_parent(path: &Path) -> Result<()> {
     }
 }
 
+/// [`open_file`] for a cache device: one in memory (tmpfs such as
+/// `/dev/shm`, ramfs) is then mapped, its whole size allocated
+/// (`FileDevice::map_if_in_memory`); if that fails (no room for it), it
+/// is used through `pread`/`pwrite` as before, with a warning.
+pub(crate) fn open_cache_file(
+    path: &Path,
+    create_bytes: u64,
+    direct: bool,
+    no_follow: bool,
+) -> Result<FileDevice> {
+    let mut device = open_file(path, create_bytes, direct, no_follow)?;
+    match device.map_if_in_memory() {
+        Ok(true) => log::info!("{} is in memory: mapped", path.display()),
+        Ok(false) => {}
+        Err(e) => log::warn!("{}: not mapped ({e}); using pread and pwrite", path.display()),
+    }
+    Ok(device)
+}
+
 /// Opens (creating a sparse file of `create_bytes` if missing, and its
 /// directory) a file device.
 pub(crate) fn open_file(path: &Path, create_bytes: u64, direct: bool, no_follow: bool) -> Result<FileDevice> {

@@ -33,7 +33,7 @@ use crate::config::{
     DEFAULT_CACHE_BYTES,
 };
 use crate::devices::{
-    canonical_path, check_claim, create_parent, open_backend, open_file, record_claim, Claim, Scope,
+    canonical_path, check_claim, create_parent, open_backend, open_cache_file, record_claim, Claim, Scope,
 };
 use crate::running::{describe, install_signal_handlers, lock, CacheGroup, Running, ServedVolume, STOP};
 
@@ -286,7 +286,7 @@ fn open_cache_group(
     }
     check_claim(files, &v.cache, "cache", &v.key("cache"))?;
     let mut cache_file = Some(
-        open_file(&v.cache, create_bytes, v.direct, own.no_follow(&v.cache))
+        open_cache_file(&v.cache, create_bytes, v.direct, own.no_follow(&v.cache))
             .with_context(|| v.key("cache"))?,
     );
     let canonical = record_claim(files, &v.cache, &v.export, "cache");
@@ -319,7 +319,7 @@ fn open_cache_group(
         )];
         for path in &v.cache_array {
             check_claim(files, path, "cache", &v.key("cache_array"))?;
-            let dev = open_file(path, create_bytes, v.direct, own.no_follow(path))
+            let dev = open_cache_file(path, create_bytes, v.direct, own.no_follow(path))
                 .with_context(|| v.key("cache_array"))?;
             record_claim(files, path, &v.export, "cache");
             members.push((path.display().to_string(), Some(Arc::new(dev))));

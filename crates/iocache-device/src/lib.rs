@@ -1,7 +1,8 @@
 //! Why this crate exists: the device layer of iocache. The policy core
 //! decides which bytes move between the cache device and the backends; this
 //! crate moves them: block devices (files and block devices with optional
-//! `O_DIRECT`, RAM, a fault-injecting wrapper for tests) behind one
+//! `O_DIRECT`, or mapped when they live in memory; RAM; a fault-injecting
+//! wrapper for tests) behind one
 //! [`BlockDevice`] trait, and I/O engines ([`PsyncEngine`], [`UringEngine`])
 //! that run a batch of positional reads and writes with the batch's I/Os in
 //! flight together.
@@ -13,6 +14,7 @@ mod error;
 mod exclusive;
 mod fault;
 mod file;
+mod mapped;
 mod mem;
 mod rng;
 

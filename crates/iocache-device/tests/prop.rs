@@ -144,11 +144,19 @@ proptest! {
         for engine in &engines {
             let p1 = TempPath::new(TMPFS_DIR, "prop");
             let p2 = TempPath::new(DISK_DIR, "prop");
+            let p3 = TempPath::new(TMPFS_DIR, "prop-mapped");
             let opts = |direct| OpenOptions { direct, create_size: Some(SIZE), read_only: false, exclusive: false, no_follow: false };
+            // A file in memory, read and written through its mapping.
+            let mut mapped = FileDevice::open(&p3.0, opts(false)).unwrap();
+            prop_assert!(mapped.map_if_in_memory().unwrap(), "{} is in memory", p3.0.display());
+            // A file on disk is never mapped.
+            let mut on_disk = FileDevice::open(&p2.0, opts(true)).unwrap();
+            prop_assert!(!on_disk.map_if_in_memory().unwrap());
             let devs: Vec<Box<dyn BlockDevice>> = vec![
                 Box::new(MemDevice::new("mem", SIZE)),
                 Box::new(FileDevice::open(&p1.0, opts(false)).unwrap()),
-                Box::new(FileDevice::open(&p2.0, opts(true)).unwrap()),
+                Box::new(on_disk),
+                Box::new(mapped),
                 Box::new(FaultDevice::new(MemDevice::new("fault", SIZE))),
             ];
             for dev in &devs {

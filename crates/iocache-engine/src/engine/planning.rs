@@ -204,7 +204,14 @@ impl Inner {
                     ));
                 }
             }
-            let mut generations = SmallVec::new();
+            // Sized once: a 64 KiB write has 16 (growing from the inline
+            // two by doubling reallocated three times).
+            let writes = ops
+                .ops()
+                .iter()
+                .filter(|op| matches!(op, Op::WriteCache { .. }))
+                .count();
+            let mut generations = SmallVec::with_capacity(writes);
             for op in ops.ops() {
                 if let Op::WriteCache { slot, .. } = *op {
                     generations.push(cache.slot_generation(slot));
@@ -223,6 +230,7 @@ impl Inner {
             keys.sort_unstable();
             keys.dedup();
         }
+        plan.tickets.reserve_exact(keys.len());
         for &(shard, key) in &keys {
             let state = if guards.len() == 1 {
                 &mut guards[0].1
