@@ -933,3 +933,71 @@ fn a_socket_group_shares_the_socket_with_that_group_only() {
     assert!(server.stop().status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An operator truncates the cache file of a running server (on tmpfs,
+/// where it is mapped: a page that is gone raises SIGBUS). Old failure
+/// (before the mapping's guard): the server died on its next cache hit.
+/// Now: the server lives, every read either fails or returns what was
+/// written (never the zeros of the missing pages), and it stops on SIGTERM.
+#[test]
+fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    }
+    let dir = shm.join(format!("iocache-own-truncated-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
+    let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
+    if !log.contains("is in memory: mapped") {
+        eprintln!("skipped: /dev/shm is not tmpfs here, the cache is not mapped: {log}");
+        drop(server.stop());
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let mut client = server.client();
+    write_pattern(&mut client, 64, 7);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cache.img"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut failed = 0;
+    for i in 0..64u64 {
+        match client.read(i * 4096, &mut buf) {
+            Ok(()) => assert!(
+                buf.iter().all(|&b| b == 7u8.wrapping_add(i as u8)),
+                "line {i} read as done but does not hold what was written"
+            ),
+            Err(_) => failed += 1,
+        }
+    }
+    assert!(
+        failed > 0,
+        "the lines written were in the cache file that is gone"
+    );
+    // New writes: whatever is acknowledged reads back as written, or fails.
+    for i in 100..116u64 {
+        let written = client.write(i * 4096, &[0x5a; 4096], false).is_ok();
+        if written && client.read(i * 4096, &mut buf).is_ok() {
+            assert!(buf.iter().all(|&b| b == 0x5a), "line {i}");
+        }
+    }
+    let mut server = server;
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server died: {}",
+        std::fs::read_to_string(dir.join("server-a.log")).unwrap()
+    );
+    drop(client);
+    assert!(server.connect_once().is_some(), "a new client is still served");
+    drop(server.stop());
+    let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(log.contains("SIGBUS"), "the error names the cause: {log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
