@@ -141,6 +141,11 @@ pub struct ServerConfig {
     /// it holds the reader role, then serves it; so also the most requests
     /// of one connection served at once.
     pub workers_per_connection: usize,
+    /// How long a connection's reader polls its socket for the next
+    /// request before it sleeps in the read (`request_reader.rs`): a
+    /// client at low queue depth then finds it awake. Only while the
+    /// client's waits are short; zero never polls.
+    pub poll_before_sleep: Duration,
     /// Payload bytes (write data read, read data to send) held per
     /// connection at once; raised to at least `limits.max_payload`.
     pub max_inflight_bytes: usize,
@@ -220,6 +225,7 @@ impl Default for ServerConfig {
             unix_socket_group: None,
             tcp: None,
             workers_per_connection: 4,
+            poll_before_sleep: Duration::from_micros(20),
             max_inflight_bytes: 64 << 20,
             max_total_inflight_bytes: DEFAULT_MAX_TOTAL_INFLIGHT_BYTES,
             max_connections: 64,
@@ -1867,7 +1873,7 @@ fn transmission<S: ConnectionStream>(
         activity,
     };
     let role = Mutex::new(ReaderRole {
-        reader: RequestReader::new(stream),
+        reader: RequestReader::new(stream, shared.config.poll_before_sleep),
         end: None,
     });
     thread::scope(|scope| {
