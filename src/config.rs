@@ -84,6 +84,10 @@ impl Origin {
     }
 }
 
+/// The longest `poll_before_sleep_us` (a millisecond of polling per
+/// request is already far past any gain).
+pub const POLL_BEFORE_SLEEP_US_MAX: u64 = 1000;
+
 /// The most threads `threads_per_connection` may ask for: each connection
 /// gets that many, and 64 connections per listener are allowed.
 pub const THREADS_PER_CONNECTION_MAX: usize = 64;
@@ -124,6 +128,9 @@ pub struct ServeConfig {
     /// Threads serving one connection's requests (leader and followers);
     /// `None`: the server's default (4).
     pub threads_per_connection: Option<usize>,
+    /// Microseconds a connection's reader polls for the next request
+    /// before it sleeps (0: never); `None`: the server's default (20).
+    pub poll_before_sleep_us: Option<u64>,
     /// Directories under which `iocache ctl attach` may open (or create)
     /// backend files; none: only NBD backends can be attached.
     pub attach_dirs: Vec<PathBuf>,
@@ -562,6 +569,7 @@ struct ServerText {
     max_connections_per_peer: Option<usize>,
     max_handshakes_per_peer: Option<usize>,
     threads_per_connection: Option<usize>,
+    poll_before_sleep_us: Option<u64>,
     #[serde(default)]
     attach_dirs: Vec<PathBuf>,
     tls: Option<String>,
@@ -935,6 +943,7 @@ impl ServeConfig {
             max_connections_per_peer: file.server.max_connections_per_peer,
             max_handshakes_per_peer: file.server.max_handshakes_per_peer,
             threads_per_connection: file.server.threads_per_connection,
+            poll_before_sleep_us: file.server.poll_before_sleep_us,
             attach_dirs: file.server.attach_dirs,
             private_dir: None,
             volumes,
@@ -992,6 +1001,15 @@ impl ServeConfig {
                     self.origin.server_key(key)
                 );
             }
+        }
+        if let Some(us) = self
+            .poll_before_sleep_us
+            .filter(|&us| us > POLL_BEFORE_SLEEP_US_MAX)
+        {
+            bail!(
+                "{}: {us} is above {POLL_BEFORE_SLEEP_US_MAX} (microseconds a reader polls before it sleeps)",
+                self.origin.server_key("poll_before_sleep_us")
+            );
         }
         let mut exports: HashSet<&str> = HashSet::new();
         // Every file a volume opens: normalized path -> (volume, role).

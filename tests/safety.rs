@@ -860,6 +860,30 @@ fn threads_per_connection_is_a_flag() {
 }
 
 #[test]
+fn poll_before_sleep_is_a_flag() {
+    let dir = temp_dir("poll");
+    let mut a = args(&dir, "a", "backend.img", "cache.img");
+    a.extend(["--poll-before-sleep-us".into(), "5000".into()]);
+    let err = refused(&a);
+    assert!(
+        err.contains("--poll-before-sleep-us: 5000 is above 1000"),
+        "{err}"
+    );
+    // Never polling, and polling: both serve.
+    for us in ["0", "50"] {
+        let mut a = args(&dir, "a", "backend.img", "cache.img");
+        a.extend(["--poll-before-sleep-us".into(), us.into()]);
+        let server = Server::start(&dir, "a", &a);
+        let mut client = server.client();
+        write_pattern(&mut client, 8, 4);
+        check_pattern(&mut client, 8, 4);
+        drop(client);
+        assert!(server.stop().status.success());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn the_connection_limit_per_peer_is_a_flag() {
     let dir = temp_dir("perpeer");
     let mut a = args(&dir, "a", "backend.img", "cache.img");
