@@ -208,7 +208,11 @@ pub(crate) fn open_cache_file(
 ) -> Result<FileDevice> {
     let mut device = open_file(path, create_bytes, direct, no_follow)?;
     match device.map_if_in_memory() {
-        Ok(true) => log::info!("{} is in memory: mapped", path.display()),
+        Ok(true) => log::info!(
+            "{} is in memory: mapped, its {} allocated",
+            path.display(),
+            format_byte_size(device.len_bytes())
+        ),
         Ok(false) => {}
         Err(e) => log::warn!("{}: not mapped ({e}); using pread and pwrite", path.display()),
     }

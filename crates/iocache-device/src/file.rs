@@ -90,8 +90,9 @@ pub struct FileDevice {
     block_device: bool,
     rmw_locks: Box<[Mutex<()>]>,
     /// When set, reads and writes are copies through this mapping of the
-    /// file (a file in memory; see `mapped.rs`); flushes, discards and an
-    /// io_uring engine still use the descriptors, which see the same pages.
+    /// file (a file in memory; see `mapped.rs`), an I/O engine is given no
+    /// descriptor (`raw_target`) so every I/O goes through it, discards
+    /// keep the pages, and flushes still `fdatasync` the file.
     mapping: Option<Mapping>,
 }
 
@@ -523,7 +524,10 @@ impl BlockDevice for FileDevice {
             return Err(self.read_only_err(IoKind::Discard, offset, len));
         }
         check_range(self, IoKind::Discard, offset, len)?;
-        if self.block_device || len == 0 {
+        // A mapped file keeps its pages: a hole would have to be filled
+        // again by a later copy, which fails the whole mapping when the
+        // filesystem has no room (see `mapped.rs`).
+        if self.block_device || len == 0 || self.mapping.is_some() {
             return Ok(());
         }
         // SAFETY: fallocate on our own fd with plain integer arguments.
@@ -558,6 +562,11 @@ impl BlockDevice for FileDevice {
     }
 
     fn raw_target(&self) -> Option<RawTarget> {
+        if self.mapping.is_some() {
+            // Through the mapping (read_at, write_at): its guard and its
+            // failed mark apply to every I/O.
+            return None;
+        }
         Some(RawTarget {
             fd: self.files[0].as_raw_fd(),
             alignment: self.align,
@@ -662,5 +671,44 @@ mod tests {
             }
             let _ = std::fs::remove_file(&path);
         }
+    }
+
+    /// A mapped device gives an I/O engine no descriptor (every I/O goes
+    /// through the mapping and its guard) and keeps its pages on discard.
+    #[test]
+    fn a_mapped_device_keeps_every_io_on_the_mapping() {
+        let path = Path::new("/dev/shm").join(format!("iocache-mapped-device-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let Ok(mut device) = FileDevice::open(
+            &path,
+            OpenOptions {
+                direct: false,
+                create_size: Some(1 << 20),
+                read_only: false,
+                exclusive: true,
+                no_follow: false,
+            },
+        ) else {
+            eprintln!("skipped: no /dev/shm");
+            return;
+        };
+        assert!(device.raw_target().is_some(), "unmapped: the descriptor");
+        if !device.map_if_in_memory().unwrap() {
+            eprintln!("skipped: /dev/shm is not in memory here");
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+        assert!(device.is_mapped() && device.raw_target().is_none());
+        assert_eq!(device.alignment(), 1);
+        device.write_at(&[7u8; 8192], 4096).unwrap();
+        device.discard(0, 1 << 20).unwrap();
+        let mut back = vec![0u8; 8192];
+        device.read_at(&mut back, 4096).unwrap();
+        assert!(
+            back.iter().all(|&b| b == 7),
+            "a discard keeps a mapped file's pages"
+        );
+        drop(device);
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -22,8 +22,8 @@
 
 use std::io;
 use std::os::unix::io::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::Once;
 
 /// How many mappings may exist at once (cache devices of one process).
 const REGIONS_MAX: usize = 64;
@@ -45,24 +45,21 @@ const FREE: Region = Region {
 
 static REGIONS: [Region; REGIONS_MAX] = [FREE; REGIONS_MAX];
 
-/// The `SIGBUS` action in place before ours (chained to for faults that are
-/// not in a mapping of ours), and the page size.
-struct Installed {
-    previous: libc::sigaction,
-    page_bytes: usize,
-}
-
-// SAFETY: `sigaction` is plain data (a function pointer, a mask, flags).
-unsafe impl Send for Installed {}
-unsafe impl Sync for Installed {}
-
-static INSTALLED: OnceLock<Result<Installed, i32>> = OnceLock::new();
+/// What the handler reads, as plain atomics (set before the handler is
+/// installed): the page size, and the `SIGBUS` action that was in place
+/// before ours (chained to for faults that are not in a mapping of ours;
+/// leaked, never freed).
+static PAGE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+static INSTALL: Once = Once::new();
+/// The errno of a failed installation (0: installed).
+static INSTALL_ERRNO: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether the filesystem holding `file` keeps its data in memory only
 /// (tmpfs or ramfs): the filesystems where a mapping is both faster and
 /// exactly as durable as `pwrite`.
 pub(crate) fn in_memory(file: &std::fs::File) -> bool {
-    const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
+    // Not in the libc crate.
     const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
     // SAFETY: fstatfs fills the struct we own from an fd we own.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
@@ -70,7 +67,7 @@ pub(crate) fn in_memory(file: &std::fs::File) -> bool {
         return false;
     }
     let kind = fs.f_type as libc::c_long;
-    kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
+    kind == libc::TMPFS_MAGIC as libc::c_long || kind == RAMFS_MAGIC
 }
 
 /// A shared, writable mapping of a whole file, guarded against `SIGBUS`.
@@ -92,8 +89,10 @@ impl Mapping {
     /// Maps the first `len` bytes of `file` (open for reading and writing),
     /// after allocating them (`fallocate`: tmpfs then has no hole left to
     /// fill, so running out of room is an error here, at open, rather
-    /// than a fault later) and with every page mapped in advance.
+    /// than a fault later; ramfs, which cannot, has no size limit) and
+    /// with every page mapped in advance.
     pub(crate) fn new(file: &std::fs::File, len: u64) -> io::Result<Mapping> {
+        let step = |what: String, e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
         let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
         if len == 0 {
             return Err(io::Error::new(
@@ -101,11 +100,14 @@ impl Mapping {
                 "an empty file is not mapped",
             ));
         }
-        let installed = install()?;
+        install().map_err(|e| step("installing the SIGBUS handler".into(), e))?;
         let fd = file.as_raw_fd();
         // SAFETY: plain integer arguments on an fd we own.
         if unsafe { libc::fallocate(fd, 0, 0, len as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(step(format!("allocating its {len} bytes (fallocate)"), e));
+            }
         }
         let region = claim_region()?;
         // SAFETY: a new shared mapping of `len` bytes of our fd; the kernel
@@ -122,11 +124,12 @@ impl Mapping {
         };
         if base == libc::MAP_FAILED {
             let e = io::Error::last_os_error();
+            REGIONS[region].end.store(0, Ordering::SeqCst);
             REGIONS[region].start.store(0, Ordering::SeqCst);
-            return Err(e);
+            return Err(step(format!("mapping its {len} bytes (mmap)"), e));
         }
         let start = base as usize;
-        debug_assert_eq!(start % installed.page_bytes, 0);
+        debug_assert_eq!(start % PAGE_BYTES.load(Ordering::Relaxed), 0);
         let r = &REGIONS[region];
         r.failed.store(false, Ordering::SeqCst);
         r.end.store(start + len, Ordering::SeqCst);
@@ -156,6 +159,9 @@ impl Mapping {
         // SAFETY: `at..at + buf.len()` lies within the mapping (`checked`),
         // which lives as long as `self`; `buf` is ours and cannot overlap it.
         unsafe { std::ptr::copy_nonoverlapping(self.base.add(at), buf.as_mut_ptr(), buf.len()) };
+        // The copy's loads complete before the mark is read (another
+        // thread's stand-in page is seen with its mark).
+        fence(Ordering::SeqCst);
         match self.failed() {
             true => Err(Self::gone()),
             false => Ok(()),
@@ -167,6 +173,7 @@ impl Mapping {
         let at = self.checked(offset, data.len())?;
         // SAFETY: as in `read`.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(at), data.len()) };
+        fence(Ordering::SeqCst);
         match self.failed() {
             true => Err(Self::gone()),
             false => Ok(()),
@@ -193,9 +200,11 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         let r = &REGIONS[self.region];
         // Unregistered first: once unmapped, the addresses may be reused by
-        // anything, whose faults are not ours to handle.
-        r.start.store(0, Ordering::SeqCst);
+        // anything, whose faults are not ours to handle. The end first:
+        // clearing the start frees the place for another mapping, whose
+        // registration a later store here would undo.
         r.end.store(0, Ordering::SeqCst);
+        r.start.store(0, Ordering::SeqCst);
         // SAFETY: the mapping made in `new`, unmapped once.
         unsafe { libc::munmap(self.base.cast(), self.len) };
     }
@@ -219,50 +228,70 @@ fn claim_region() -> io::Result<usize> {
 }
 
 /// Installs the `SIGBUS` handler once per process.
-fn install() -> io::Result<&'static Installed> {
-    let installed = INSTALLED.get_or_init(|| {
+fn install() -> io::Result<()> {
+    INSTALL.call_once(|| {
         // SAFETY: sysconf has no preconditions.
         let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let page_bytes = if page_bytes > 0 { page_bytes as usize } else { 4096 };
-        // SAFETY: a zeroed sigaction is a valid value to fill in; the
-        // handler below only does what is safe in a signal handler (atomic
-        // loads and stores, mmap, sigaction, a call of the previous handler).
+        PAGE_BYTES.store(
+            if page_bytes > 0 { page_bytes as usize } else { 4096 },
+            Ordering::SeqCst,
+        );
+        // SAFETY: zeroed sigactions are valid values to fill in. The
+        // previous action is read first and published before ours is in
+        // place; the handler only does what is safe in a signal handler
+        // (atomic loads and stores, mmap, sigaction, raise, a call of the
+        // previous handler).
         unsafe {
+            let mut previous: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut previous) != 0 {
+                INSTALL_ERRNO.store(errno_now(), Ordering::SeqCst);
+                return;
+            }
+            PREVIOUS.store(Box::into_raw(Box::new(previous)), Ordering::SeqCst);
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_sigbus as *const () as usize;
-            action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
             libc::sigemptyset(&mut action.sa_mask);
-            let mut previous: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(libc::SIGBUS, &action, &mut previous) != 0 {
-                return Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
+            if libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) != 0 {
+                INSTALL_ERRNO.store(errno_now(), Ordering::SeqCst);
             }
-            Ok(Installed { previous, page_bytes })
         }
     });
-    installed
-        .as_ref()
-        .map_err(|&errno| io::Error::from_raw_os_error(errno))
+    match INSTALL_ERRNO.load(Ordering::SeqCst) {
+        0 => Ok(()),
+        errno => Err(io::Error::from_raw_os_error(errno as i32)),
+    }
+}
+
+fn errno_now() -> usize {
+    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL) as usize
 }
 
 extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
-    let address = unsafe { (*info).si_addr() } as usize;
-    let Some(Ok(installed)) = INSTALLED.get() else {
-        return default_action(signal);
-    };
+    let (address, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
+    if code <= 0 {
+        // Sent by a process (`kill -BUS`), not a fault: what the default
+        // action does, end the process.
+        default_action(signal);
+        // SAFETY: raise is async-signal-safe; delivered once we return.
+        unsafe { libc::raise(signal) };
+        return;
+    }
+    let page_bytes = PAGE_BYTES.load(Ordering::SeqCst);
     for r in &REGIONS {
         let start = r.start.load(Ordering::SeqCst);
         if start > 1 && address >= start && address < r.end.load(Ordering::SeqCst) {
             // Marked before the stand-in page exists: a copy that reads or
             // writes the stand-in then sees the mark when it checks.
             r.failed.store(true, Ordering::SeqCst);
-            let page = address & !(installed.page_bytes - 1);
+            let page = address & !(page_bytes - 1);
             // SAFETY: replaces one page of our own mapping with a private
             // anonymous page; mmap is a plain system call.
             let placed = unsafe {
                 libc::mmap(
                     page as *mut libc::c_void,
-                    installed.page_bytes,
+                    page_bytes,
                     libc::PROT_READ | libc::PROT_WRITE,
                     libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
                     -1,
@@ -276,7 +305,10 @@ extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context
         }
     }
     // Not ours: the previous handler decides.
-    let previous = &installed.previous;
+    // SAFETY: set once before our handler was installed, never freed.
+    let Some(previous) = (unsafe { PREVIOUS.load(Ordering::SeqCst).as_ref() }) else {
+        return default_action(signal);
+    };
     match previous.sa_sigaction {
         libc::SIG_DFL | libc::SIG_IGN => default_action(signal),
         handler if previous.sa_flags & libc::SA_SIGINFO != 0 => {
