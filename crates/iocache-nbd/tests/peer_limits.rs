@@ -273,7 +273,12 @@ fn a_reconnecting_flood_from_two_addresses_cannot_lock_out_a_third_on_tcp() {
                 ok, 0,
                 "without limits per peer the flood locks the probes out: {stats:?}"
             );
-            assert_eq!(stats.refused_per_peer, 0, "{stats:?}");
+            // The listener turned the flood away when full. (Its per-peer
+            // limit is then the listener's own, 12: when one address wins
+            // all 12 places, which depends on timing, its next attempts
+            // count as refused for its peer; so `refused_per_peer` may be
+            // above 0 here. A CI run saw 5,214.)
+            assert!(stats.refused_connections > 0, "{stats:?}");
         }
     }
 }
