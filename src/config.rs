@@ -84,6 +84,10 @@ impl Origin {
     }
 }
 
+fn default_map_cache() -> bool {
+    true
+}
+
 /// The longest `poll_before_sleep_us` (a millisecond of polling per
 /// request is already far past any gain).
 pub const POLL_BEFORE_SLEEP_US_MAX: u64 = 1000;
@@ -131,6 +135,9 @@ pub struct ServeConfig {
     /// Microseconds a connection's reader polls for the next request
     /// before it sleeps (0: never); `None`: the server's default (20).
     pub poll_before_sleep_us: Option<u64>,
+    /// Map cache files that live in memory (tmpfs, ramfs) and copy to and
+    /// from them (`FileDevice::map_if_in_memory`); false: `pread`/`pwrite`.
+    pub map_cache: bool,
     /// Directories under which `iocache ctl attach` may open (or create)
     /// backend files; none: only NBD backends can be attached.
     pub attach_dirs: Vec<PathBuf>,
@@ -570,6 +577,8 @@ struct ServerText {
     max_handshakes_per_peer: Option<usize>,
     threads_per_connection: Option<usize>,
     poll_before_sleep_us: Option<u64>,
+    #[serde(default = "default_map_cache")]
+    map_cache: bool,
     #[serde(default)]
     attach_dirs: Vec<PathBuf>,
     tls: Option<String>,
@@ -944,6 +953,7 @@ impl ServeConfig {
             max_handshakes_per_peer: file.server.max_handshakes_per_peer,
             threads_per_connection: file.server.threads_per_connection,
             poll_before_sleep_us: file.server.poll_before_sleep_us,
+            map_cache: file.server.map_cache,
             attach_dirs: file.server.attach_dirs,
             private_dir: None,
             volumes,

@@ -199,14 +199,19 @@ pub(crate) fn create_parent(path: &Path) -> Result<()> {
 /// [`open_file`] for a cache device: one in memory (tmpfs such as
 /// `/dev/shm`, ramfs) is then mapped, its whole size allocated
 /// (`FileDevice::map_if_in_memory`); if that fails (no room for it), it
-/// is used through `pread`/`pwrite` as before, with a warning.
+/// is used through `pread`/`pwrite` as before, with a warning. Not with
+/// `map` false (`--no-map-cache`).
 pub(crate) fn open_cache_file(
     path: &Path,
     create_bytes: u64,
     direct: bool,
     no_follow: bool,
+    map: bool,
 ) -> Result<FileDevice> {
     let mut device = open_file(path, create_bytes, direct, no_follow)?;
+    if !map {
+        return Ok(device);
+    }
     match device.map_if_in_memory() {
         Ok(true) => log::info!(
             "{} is in memory: mapped, its {} allocated",

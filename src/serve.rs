@@ -50,7 +50,7 @@ pub struct ServeArgs {
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
         "tls_psk", "tls_verify_peer", "max_connections_per_peer", "max_handshakes_per_peer",
-        "threads_per_connection", "poll_before_sleep_us",
+        "threads_per_connection", "poll_before_sleep_us", "no_map_cache",
     ])]
     config: Option<PathBuf>,
     /// Backend: a file or block device, or a remote NBD export
@@ -230,6 +230,10 @@ pub struct ServeArgs {
     /// that much CPU per request; 0 never polls [default: 20].
     #[arg(long, value_name = "MICROSECONDS")]
     poll_before_sleep_us: Option<u64>,
+    /// Read and write a cache file on tmpfs or ramfs with pread and pwrite, not through a
+    /// mapping of it (the mapping is faster, and allocates the whole file at start).
+    #[arg(long)]
+    no_map_cache: bool,
     /// A directory under which `iocache ctl attach` may open or create backend files
     /// (repeatable) [default: ./iocache-data when it is the data directory; none otherwise: only
     /// NBD backends can be attached].
@@ -291,8 +295,14 @@ fn open_cache_group(
     }
     check_claim(files, &v.cache, "cache", &v.key("cache"))?;
     let mut cache_file = Some(
-        open_cache_file(&v.cache, create_bytes, v.direct, own.no_follow(&v.cache))
-            .with_context(|| v.key("cache"))?,
+        open_cache_file(
+            &v.cache,
+            create_bytes,
+            v.direct,
+            own.no_follow(&v.cache),
+            config.map_cache,
+        )
+        .with_context(|| v.key("cache"))?,
     );
     let canonical = record_claim(files, &v.cache, &v.export, "cache");
     // ReCA's line size from the last run, while the configuration still
@@ -324,8 +334,14 @@ fn open_cache_group(
         )];
         for path in &v.cache_array {
             check_claim(files, path, "cache", &v.key("cache_array"))?;
-            let dev = open_cache_file(path, create_bytes, v.direct, own.no_follow(path))
-                .with_context(|| v.key("cache_array"))?;
+            let dev = open_cache_file(
+                path,
+                create_bytes,
+                v.direct,
+                own.no_follow(path),
+                config.map_cache,
+            )
+            .with_context(|| v.key("cache_array"))?;
             record_claim(files, path, &v.export, "cache");
             members.push((path.display().to_string(), Some(Arc::new(dev))));
         }
@@ -1157,6 +1173,7 @@ impl ServeArgs {
             max_handshakes_per_peer: self.max_handshakes_per_peer,
             threads_per_connection: self.threads_per_connection,
             poll_before_sleep_us: self.poll_before_sleep_us,
+            map_cache: !self.no_map_cache,
             tls: self.tls.parse().map_err(|e| anyhow!("--tls: {e}"))?,
             tls_certificates: self.tls_certificates,
             tls_psk: self.tls_psk,

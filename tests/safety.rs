@@ -970,58 +970,69 @@ fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
         eprintln!("skipped: no /dev/shm");
         return;
     }
-    let dir = shm.join(format!("iocache-own-truncated-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let server = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
-    let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
-    if !log.contains("is in memory: mapped") {
-        eprintln!("skipped: /dev/shm is not tmpfs here, the cache is not mapped: {log}");
-        drop(server.stop());
+    // Mapped (the default on tmpfs), then read and written with pread and
+    // pwrite (`--no-map-cache`), where a truncated file reads short.
+    for mapped in [true, false] {
+        let dir = shm.join(format!("iocache-own-truncated-{mapped}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        return;
-    }
-    let mut client = server.client();
-    write_pattern(&mut client, 64, 7);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join("cache.img"))
-        .unwrap()
-        .set_len(0)
-        .unwrap();
-    let mut buf = vec![0u8; 4096];
-    let mut failed = 0;
-    for i in 0..64u64 {
-        match client.read(i * 4096, &mut buf) {
-            Ok(()) => assert!(
-                buf.iter().all(|&b| b == 7u8.wrapping_add(i as u8)),
-                "line {i} read as done but does not hold what was written"
-            ),
-            Err(_) => failed += 1,
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut a = args(&dir, "a", "backend.img", "cache.img");
+        if !mapped {
+            a.push("--no-map-cache".into());
         }
-    }
-    assert!(
-        failed > 0,
-        "the lines written were in the cache file that is gone"
-    );
-    // New writes: whatever is acknowledged reads back as written, or fails.
-    for i in 100..116u64 {
-        let written = client.write(i * 4096, &[0x5a; 4096], false).is_ok();
-        if written && client.read(i * 4096, &mut buf).is_ok() {
-            assert!(buf.iter().all(|&b| b == 0x5a), "line {i}");
+        let server = Server::start(&dir, "a", &a);
+        let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
+        if mapped && !log.contains("is in memory: mapped") {
+            eprintln!("skipped: /dev/shm is not tmpfs here, the cache is not mapped: {log}");
+            drop(server.stop());
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
         }
+        assert_eq!(log.contains("mapped"), mapped, "{log}");
+        let mut client = server.client();
+        write_pattern(&mut client, 64, 7);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cache.img"))
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let mut buf = vec![0u8; 4096];
+        let mut failed = 0;
+        for i in 0..64u64 {
+            match client.read(i * 4096, &mut buf) {
+                Ok(()) => assert!(
+                    buf.iter().all(|&b| b == 7u8.wrapping_add(i as u8)),
+                    "line {i} read as done but does not hold what was written (mapped: {mapped})"
+                ),
+                Err(_) => failed += 1,
+            }
+        }
+        assert!(
+            failed > 0,
+            "the lines written were in the cache file that is gone"
+        );
+        // New writes: whatever is acknowledged reads back as written, or fails.
+        for i in 100..116u64 {
+            let written = client.write(i * 4096, &[0x5a; 4096], false).is_ok();
+            if written && client.read(i * 4096, &mut buf).is_ok() {
+                assert!(buf.iter().all(|&b| b == 0x5a), "line {i}");
+            }
+        }
+        let mut server = server;
+        assert!(
+            server.child.try_wait().unwrap().is_none(),
+            "the server died: {}",
+            std::fs::read_to_string(dir.join("server-a.log")).unwrap()
+        );
+        drop(client);
+        assert!(server.connect_once().is_some(), "a new client is still served");
+        drop(server.stop());
+        let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
+        assert!(!log.contains("panicked"), "{log}");
+        if mapped {
+            assert!(log.contains("SIGBUS"), "the error names the cause: {log}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
-    let mut server = server;
-    assert!(
-        server.child.try_wait().unwrap().is_none(),
-        "the server died: {}",
-        std::fs::read_to_string(dir.join("server-a.log")).unwrap()
-    );
-    drop(client);
-    assert!(server.connect_once().is_some(), "a new client is still served");
-    drop(server.stop());
-    let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
-    assert!(!log.contains("panicked"), "{log}");
-    assert!(log.contains("SIGBUS"), "the error names the cause: {log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
