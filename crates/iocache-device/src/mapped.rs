@@ -124,8 +124,7 @@ impl Mapping {
         };
         if base == libc::MAP_FAILED {
             let e = io::Error::last_os_error();
-            REGIONS[region].end.store(0, Ordering::SeqCst);
-            REGIONS[region].start.store(0, Ordering::SeqCst);
+            release_region(region);
             return Err(step(format!("mapping its {len} bytes (mmap)"), e));
         }
         let start = base as usize;
@@ -159,13 +158,7 @@ impl Mapping {
         // SAFETY: `at..at + buf.len()` lies within the mapping (`checked`),
         // which lives as long as `self`; `buf` is ours and cannot overlap it.
         unsafe { std::ptr::copy_nonoverlapping(self.base.add(at), buf.as_mut_ptr(), buf.len()) };
-        // The copy's loads complete before the mark is read (another
-        // thread's stand-in page is seen with its mark).
-        fence(Ordering::SeqCst);
-        match self.failed() {
-            true => Err(Self::gone()),
-            false => Ok(()),
-        }
+        self.after_copy()
     }
 
     /// Copies `data` into the mapping at `offset`.
@@ -173,6 +166,14 @@ impl Mapping {
         let at = self.checked(offset, data.len())?;
         // SAFETY: as in `read`.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(at), data.len()) };
+        self.after_copy()
+    }
+
+    /// Whether a copy that just ended touched a stand-in page (or any
+    /// fault hit the mapping meanwhile): the copy's loads and stores
+    /// complete before the mark is read, so another thread's stand-in page
+    /// is seen with its mark.
+    fn after_copy(&self) -> io::Result<()> {
         fence(Ordering::SeqCst);
         match self.failed() {
             true => Err(Self::gone()),
@@ -198,13 +199,9 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        let r = &REGIONS[self.region];
         // Unregistered first: once unmapped, the addresses may be reused by
-        // anything, whose faults are not ours to handle. The end first:
-        // clearing the start frees the place for another mapping, whose
-        // registration a later store here would undo.
-        r.end.store(0, Ordering::SeqCst);
-        r.start.store(0, Ordering::SeqCst);
+        // anything, whose faults are not ours to handle.
+        release_region(self.region);
         // SAFETY: the mapping made in `new`, unmapped once.
         unsafe { libc::munmap(self.base.cast(), self.len) };
     }
@@ -218,13 +215,19 @@ fn claim_region() -> io::Result<usize> {
             .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
-            r.end.store(1, Ordering::SeqCst);
             return Ok(i);
         }
     }
     Err(io::Error::other(format!(
         "more than {REGIONS_MAX} mapped cache files in one process"
     )))
+}
+
+/// Frees a place of `REGIONS`, the end first: clearing the start frees it
+/// for another mapping, whose registration a later store here would undo.
+fn release_region(region: usize) {
+    REGIONS[region].end.store(0, Ordering::SeqCst);
+    REGIONS[region].start.store(0, Ordering::SeqCst);
 }
 
 /// Installs the `SIGBUS` handler once per process.

@@ -78,11 +78,13 @@ impl<S: ConnectionStream> RequestReader<S> {
     }
 
     /// Fills the empty buffer with what arrives next: polls for up to
-    /// `poll_span` while waits are short, then sleeps in the read.
+    /// `poll_span` while waits are short, then sleeps in the read. The
+    /// clock is read only when the first poll finds nothing, or around a
+    /// sleep that decides whether to poll next time.
     fn fill(&mut self) -> io::Result<()> {
         debug_assert_eq!(self.pos, self.filled);
         if self.polling {
-            let until = Instant::now() + self.poll_span;
+            let mut until = None;
             loop {
                 let mut bufs = [IoSliceMut::new(&mut self.buf[..self.window])];
                 match self.stream.read_vectored_now(&mut bufs) {
@@ -90,19 +92,23 @@ impl<S: ConnectionStream> RequestReader<S> {
                         self.filled = n;
                         return Ok(());
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
                     Err(e) => return Err(e),
                 }
-                if Instant::now() >= until {
+                let now = Instant::now();
+                if now >= *until.get_or_insert(now + self.poll_span) {
                     break;
                 }
                 std::hint::spin_loop();
             }
         }
+        if self.poll_span.is_zero() {
+            self.filled = self.stream.read(&mut self.buf[..self.window])?;
+            return Ok(());
+        }
         let started = Instant::now();
         self.filled = self.stream.read(&mut self.buf[..self.window])?;
-        self.polling = !self.poll_span.is_zero() && started.elapsed() <= self.poll_span * LONG_WAIT_SPANS;
+        self.polling = started.elapsed() <= self.poll_span * LONG_WAIT_SPANS;
         Ok(())
     }
 
