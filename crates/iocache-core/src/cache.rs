@@ -59,6 +59,16 @@ impl AccessSummary {
     }
 }
 
+/// How far [`Cache::prefetch_ahead`] goes into what a future request will touch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookahead {
+    /// The index positions of its lines.
+    Index,
+    /// The slots those positions name (read from the index, which should
+    /// then be in the CPU cache: issue `Index` a few requests earlier).
+    Slots,
+}
+
 /// A snapshot of one resident line (for tests, tools and the engine's metadata).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LineState {
@@ -605,6 +615,48 @@ impl Cache {
     /// request's entry before it takes the lock around the cache.
     pub fn index_prefetcher(&self) -> crate::index::IndexPrefetcher {
         self.index.prefetcher()
+    }
+
+    /// Hints the CPU to load what an access to `request` will touch, for a
+    /// driver that knows its requests ahead (the simulator holds a batch of
+    /// its trace). Two steps, a few requests apart: [`Lookahead::Index`]
+    /// loads the index positions of the request's first lines;
+    /// [`Lookahead::Slots`], issued once those positions have arrived, reads
+    /// them and loads the records of the slots they name and the
+    /// replacement policy's state of those slots. A hint only: nothing
+    /// changes, and a guess made stale by the requests in between only
+    /// loads a line for nothing.
+    #[inline]
+    pub fn prefetch_ahead(&self, request: &Request, lookahead: Lookahead) {
+        /// Lines of one request prefetched at most (8 in most requests of
+        /// the ARC traces at 512 B lines; a longer request's chunks are
+        /// prefetched by its own walk).
+        const LOOKAHEAD_LINES_MAX: u64 = 16;
+        if request.length_bytes == 0 {
+            return;
+        }
+        let first_line = request.offset_bytes >> self.line.shift();
+        // Saturating: any request may be passed, validated or not.
+        let last_line = request.offset_bytes.saturating_add(request.length_bytes - 1) >> self.line.shift();
+        let end_line = last_line.min(first_line + LOOKAHEAD_LINES_MAX - 1) + 1;
+        for line_index in first_line..end_line {
+            let hash = hash_of(&LineKey {
+                volume: request.volume,
+                line_index,
+            });
+            match lookahead {
+                Lookahead::Index => self.index.prefetch_hashed(hash),
+                Lookahead::Slots => {
+                    if let Some(slot) = self.index.peek_hashed(hash) {
+                        // Addresses only (a prefetch of a bad one is harmless).
+                        crate::prefetch::prefetch_address(
+                            self.lines.as_ptr().wrapping_add(slot as usize) as usize
+                        );
+                        self.policy.prefetch_hit(slot);
+                    }
+                }
+            }
+        }
     }
 
     #[inline]

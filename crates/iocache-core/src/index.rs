@@ -125,6 +125,26 @@ impl LineIndex {
         crate::prefetch::prefetch_address(address);
     }
 
+    /// The slot of the first entry whose hash is `hash`, its key not
+    /// checked: a guess, for prefetching only (another key may share the
+    /// 32 bits). At most `PEEK_PROBES_MAX` positions are read.
+    #[inline(always)]
+    pub(crate) fn peek_hashed(&self, hash: u32) -> Option<SlotId> {
+        const PEEK_PROBES_MAX: usize = 4;
+        let mut at = hash as usize & self.mask;
+        for _ in 0..PEEK_PROBES_MAX {
+            let e = self.entry(at);
+            if e.slot == EMPTY {
+                return None;
+            }
+            if e.hash == hash {
+                return Some(e.slot);
+            }
+            at = (at + 1) & self.mask;
+        }
+        None
+    }
+
     /// A handle that prefetches this table's entries without borrowing it, so
     /// a driver can start loading a request's index entry before it takes the
     /// lock that guards the cache (see [`IndexPrefetcher`]).
@@ -276,5 +296,39 @@ mod tests {
             }
             assert_eq!(index.len(), model.len());
         }
+    }
+
+    #[test]
+    fn a_peek_names_the_slot_of_a_present_key_and_nothing_for_an_absent_one() {
+        let mut index = LineIndex::new(1024);
+        let key = |line_index| LineKey {
+            volume: 1,
+            line_index,
+        };
+        for line in 0..1000u64 {
+            index.insert(&key(line), line as SlotId);
+        }
+        let mut found = 0;
+        for line in 0..1000u64 {
+            // A peek may name another key's slot when their 32 hash bits
+            // agree (among these 1000 keys none do), or nothing when the
+            // key sits past its few probes.
+            match index.peek_hashed(hash_of(&key(line))) {
+                Some(slot) => {
+                    assert_eq!(slot, line as SlotId);
+                    found += 1;
+                }
+                None => assert_eq!(index.get(&key(line), |s| key(u64::from(s))), Some(line as SlotId)),
+            }
+        }
+        assert!(
+            found >= 990,
+            "a quarter-full table keeps most keys within a peek's probes: {found}"
+        );
+        let absent = (1000..100_000u64)
+            .filter(|&line| index.peek_hashed(hash_of(&key(line))).is_some())
+            .count();
+        assert_eq!(absent, 0, "peeks that named a slot for an absent key");
+        assert_eq!(LineIndex::new(8).peek_hashed(hash_of(&key(3))), None);
     }
 }

@@ -8,7 +8,8 @@
 
 use iocache_core::policy::POLICIES;
 use iocache_core::{
-    Cache, CacheConfig, FlushOrder, LineKey, LineSize, OpList, PolicySpec, Promotion, Request, WritePolicy,
+    Cache, CacheConfig, FlushOrder, LineKey, LineSize, Lookahead, OpList, PolicySpec, Promotion, Request,
+    WritePolicy,
 };
 use proptest::prelude::*;
 
@@ -98,5 +99,55 @@ proptest! {
             prop_assert_eq!(full.line_state(key), counted.line_state(key), "line {}", line_index);
         }
         counted.check_invariants();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// `Cache::prefetch_ahead` is a hint: a cache told about the next
+    /// requests (both steps, as the simulator's runner does) decides
+    /// exactly as one that is not, and any request, valid or not, is
+    /// accepted without a panic.
+    #[test]
+    fn prefetch_ahead_changes_no_decision(
+        policy in 0..POLICIES.len(),
+        capacity in 1u64..48,
+        line_shift in prop::sample::select(vec![0u32, 3]),
+        steps in prop::collection::vec(step(), 1..150),
+        odd_offset in any::<u64>(),
+        odd_length in any::<u64>(),
+    ) {
+        let spec: PolicySpec = POLICIES[policy].name.parse().unwrap();
+        let config = CacheConfig::new(capacity, LineSize::new(512 << line_shift).unwrap(), spec);
+        let mut plain = Cache::new(config.clone()).unwrap();
+        let mut hinted = Cache::new(config).unwrap();
+        let requests: Vec<Request> = steps
+            .iter()
+            .enumerate()
+            .filter_map(|(now, step)| match *step {
+                Step::Read { offset_sectors, sectors } => Some(Request::read(0, offset_sectors * 512, sectors * 512, now as u64)),
+                Step::Write { offset_sectors, sectors } => Some(Request::write(0, offset_sectors * 512, sectors * 512, now as u64)),
+                Step::Flush(_) => None,
+            })
+            .collect();
+        let odd = Request::read(7, odd_offset, odd_length, 0);
+        for (at, request) in requests.iter().enumerate() {
+            for ahead in requests.iter().skip(at + 1).take(3) {
+                hinted.prefetch_ahead(ahead, Lookahead::Index);
+                hinted.prefetch_ahead(ahead, Lookahead::Slots);
+            }
+            hinted.prefetch_ahead(&odd, Lookahead::Slots);
+            let a = plain.access_counted(request, Default::default()).unwrap();
+            let b = hinted.access_counted(request, Default::default()).unwrap();
+            prop_assert_eq!(a, b, "summary of {:?}", request);
+            prop_assert_eq!(plain.stats(), hinted.stats(), "counters after {:?}", request);
+        }
+        prop_assert_eq!(plain.policy_counters(), hinted.policy_counters());
+        let lines_touched = (600 * 512) >> (9 + line_shift);
+        for line_index in 0..=lines_touched {
+            let key = LineKey { volume: 0, line_index };
+            prop_assert_eq!(plain.line_state(key), hinted.line_state(key), "line {}", line_index);
+        }
     }
 }
