@@ -88,9 +88,9 @@ fn default_map_cache() -> bool {
     true
 }
 
-/// The longest `poll_before_sleep_us` (a millisecond of polling per
-/// request is already far past any gain).
-pub const POLL_BEFORE_SLEEP_US_MAX: u64 = 1000;
+/// The longest `poll_before_sleep_us`: the server's own bound
+/// ([`iocache_nbd::POLL_BEFORE_SLEEP_MAX`]), in microseconds.
+pub const POLL_BEFORE_SLEEP_US_MAX: u64 = iocache_nbd::POLL_BEFORE_SLEEP_MAX.as_micros() as u64;
 
 /// The most threads `threads_per_connection` may ask for: each connection
 /// gets that many, and 64 connections per listener are allowed.

@@ -65,6 +65,6 @@ pub use peer::Peer;
 pub use proto::{CmdFlags, Command, ProtoError, Request, RequestHeader};
 pub use server::{
     ConnectionStream, ExportHandle, RunningServer, Server, ServerConfig, ServerError, ServerStats,
-    ShutdownHandle,
+    ShutdownHandle, POLL_BEFORE_SLEEP_MAX,
 };
 pub use tls::{load_psk_file, parse_psk_file, PskKeys, TlsCredentials, TlsError, TlsMode, TlsServer};

@@ -62,6 +62,8 @@ pub(crate) struct RequestReader<S> {
     poll_span: Duration,
     /// Whether the last wait for a request was short (polling pays).
     polling: bool,
+    /// Fills a poll caught after at least one empty try (for tests).
+    caught_by_poll: u64,
 }
 
 impl<S: ConnectionStream> RequestReader<S> {
@@ -74,6 +76,7 @@ impl<S: ConnectionStream> RequestReader<S> {
             window: READ_AHEAD_BYTES,
             poll_span,
             polling: !poll_span.is_zero(),
+            caught_by_poll: 0,
         }
     }
 
@@ -90,6 +93,7 @@ impl<S: ConnectionStream> RequestReader<S> {
                 match self.stream.read_vectored_now(&mut bufs) {
                     Ok(n) => {
                         self.filled = n;
+                        self.caught_by_poll += u64::from(until.is_some());
                         return Ok(());
                     }
                     Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
@@ -375,5 +379,37 @@ mod tests {
         reader.read_exact(&mut h).unwrap();
         assert_eq!(h[..], bytes(28, 4)[..]);
         assert!(reader.polling, "a short wait resumes polling");
+    }
+
+    #[test]
+    fn a_request_sent_while_the_reader_polls_is_caught_by_the_poll() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        // A span far longer than the sender's delay: the request must
+        // arrive while the reader is still polling, not in a sleep.
+        let mut reader = RequestReader::new(a, Duration::from_secs(5));
+        let mut h = [0u8; 28];
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            b.write_all(&bytes(28, 1)).unwrap();
+            b
+        });
+        reader.read_exact(&mut h).unwrap();
+        assert_eq!(h[..], bytes(28, 1)[..]);
+        assert_eq!(
+            reader.caught_by_poll, 1,
+            "the request was read by a poll after empty tries"
+        );
+        // With polling off the same request is read in a sleep.
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut reader = RequestReader::new(a, Duration::ZERO);
+        let sender_off = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            b.write_all(&bytes(28, 2)).unwrap();
+            b
+        });
+        reader.read_exact(&mut h).unwrap();
+        assert_eq!(h[..], bytes(28, 2)[..]);
+        assert_eq!(reader.caught_by_poll, 0);
+        drop((sender.join().unwrap(), sender_off.join().unwrap()));
     }
 }

@@ -112,6 +112,10 @@ pub const MIN_MAX_PAYLOAD: u32 = 64 * 1024;
 /// Largest accepted `limits.max_payload` (1 GiB), far below the 4 GiB - 8
 /// a single structured read chunk can carry.
 pub const MAX_MAX_PAYLOAD: u32 = 1 << 30;
+/// The longest [`ServerConfig::poll_before_sleep`]: a millisecond of
+/// polling per request is already far past any gain (a reader spinning
+/// longer only burns a core).
+pub const POLL_BEFORE_SLEEP_MAX: Duration = Duration::from_millis(1);
 
 /// Default of [`ServerConfig::max_total_inflight_bytes`]: 256 MiB, four
 /// connections' full budgets (eight maximum-size requests). Far more than
@@ -369,6 +373,12 @@ impl Server {
         if !(MIN_MAX_PAYLOAD..=MAX_MAX_PAYLOAD).contains(&max_payload) {
             return Err(ServerError::Config(format!(
                 "limits.max_payload {max_payload} is outside {MIN_MAX_PAYLOAD}..={MAX_MAX_PAYLOAD}"
+            )));
+        }
+        if config.poll_before_sleep > POLL_BEFORE_SLEEP_MAX {
+            return Err(ServerError::Config(format!(
+                "poll_before_sleep {:?} is above {POLL_BEFORE_SLEEP_MAX:?}",
+                config.poll_before_sleep
             )));
         }
         config.max_inflight_bytes = config.max_inflight_bytes.max(config.limits.max_payload as usize);

@@ -590,6 +590,30 @@ fn connection_limit_and_config_errors() {
     let mut s = iocache_nbd::Server::new(cfg);
     s.add_export("x", mem(4096)).unwrap();
     assert!(matches!(s.start(), Err(iocache_nbd::ServerError::Config(_))));
+    // Polling is bounded for library callers too, and the error names it.
+    for (poll, accepted) in [
+        (iocache_nbd::POLL_BEFORE_SLEEP_MAX, true),
+        (
+            iocache_nbd::POLL_BEFORE_SLEEP_MAX + Duration::from_nanos(1),
+            false,
+        ),
+    ] {
+        let mut cfg = config("poll");
+        cfg.poll_before_sleep = poll;
+        let mut s = iocache_nbd::Server::new(cfg);
+        s.add_export("x", mem(4096)).unwrap();
+        match s.start() {
+            Ok(running) => {
+                assert!(accepted, "a poll of {poll:?} was accepted");
+                running.shutdown();
+            }
+            Err(iocache_nbd::ServerError::Config(message)) => {
+                assert!(!accepted, "a poll of {poll:?} was refused: {message}");
+                assert!(message.contains("poll_before_sleep"), "{message}");
+            }
+            Err(e) => panic!("unexpected error for a poll of {poll:?}: {e}"),
+        }
+    }
 }
 
 mod random_streams {
