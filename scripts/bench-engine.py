@@ -102,9 +102,9 @@ def stop(p):
         p.kill()
 
 
-def fio(uri, name, extra, seconds=SECONDS):
+def fio(uri, name, extra, seconds=SECONDS, percentiles="50:99:99.99"):
     cmd = ["fio", f"--name={name}", "--ioengine=nbd", f"--uri={uri}", "--bs=4k", "--output-format=json",
-           "--percentile_list=50:99:99.99"] + extra
+           f"--percentile_list={percentiles}"] + extra
     if seconds:
         cmd += ["--time_based", f"--runtime={seconds}"]
     out = sh(cmd).stdout
@@ -116,7 +116,8 @@ def fio(uri, name, extra, seconds=SECONDS):
         res[kind] = {"iops": k["iops"], "ios": k["total_ios"], "mbps": k["bw_bytes"] / 1e6,
                      "p50_us": pct.get("50.000000", 0) / 1e3,
                      "mean_us": k.get("clat_ns", {}).get("mean", 0) / 1e3,
-                     "p99_us": pct.get("99.000000", 0) / 1e3, "p9999_us": pct.get("99.990000", 0) / 1e3}
+                     "p99_us": pct.get("99.000000", 0) / 1e3, "p9999_us": pct.get("99.990000", 0) / 1e3,
+                     "percentiles_us": {float(p): v / 1e3 for p, v in pct.items()}}
     return res
 
 

@@ -29,7 +29,11 @@ exits, less those of a server started, warmed and stopped without a
 workload) are divided by the requests fio completed: CPU µs and switches
 per request, which a busy machine disturbs far less than IOPS.
 
+With --percentiles, the IOPS rows print each run's completion-latency
+distribution (p1 to p99.99) instead of medians.
+
 Usage: scripts/bench-serving.py [--seconds S] [--rounds N] [--tcp] [--baseline PATH] [--only LIST] [--cpu]
+       [--percentiles]
 Needs: fio, nbdkit, a release build (cargo build --release).
 """
 
@@ -158,9 +162,13 @@ def run(uri, extra, seconds):
     return fio(uri, extra + [f"--size={RANGE}"], seconds=seconds)
 
 
-def fio(uri, extra, seconds=None):
+def fio(uri, extra, seconds=None, percentiles="50:99:99.99"):
     """bench-engine.py's fio run (4 KiB unless `extra` says otherwise), jobs reported as one."""
-    return bench.fio(uri, "x", ["--group_reporting"] + extra, seconds=seconds)
+    return bench.fio(uri, "x", ["--group_reporting"] + extra, seconds=seconds, percentiles=percentiles)
+
+
+# --percentiles: the completion latencies reported for each run.
+DISTRIBUTION = "1:10:25:50:75:90:99:99.99"
 
 
 WORKLOADS = [
@@ -187,6 +195,8 @@ def main():
     ap.add_argument("--baseline", help="another iocache binary to compare in the same run")
     ap.add_argument("--only", help="comma-separated workload numbers (1-based) to run")
     ap.add_argument("--cpu", action="store_true", help="a server per workload: CPU µs and context switches per request")
+    ap.add_argument("--percentiles", action="store_true",
+                    help=f"each run's latency distribution (percentiles {DISTRIBUTION}) for the IOPS rows")
     args = ap.parse_args()
     BASELINE = os.path.abspath(args.baseline) if args.baseline else None
     for tool in ("fio", "nbdkit", "nbdinfo"):
@@ -204,6 +214,8 @@ def main():
         workloads = [WORKLOADS[int(i) - 1] for i in args.only.split(",")]
     if args.cpu:
         return cpu_main(args, names, workloads)
+    if args.percentiles:
+        return percentiles_main(args, names, workloads)
     results = {}  # (workload, system) -> list of (value, p50, p9999, mean)
     for round_no in range(args.rounds):
         order = names if round_no % 2 == 0 else list(reversed(names))
@@ -237,6 +249,33 @@ def main():
             else:
                 cells.append(f"{value:.0f} MB/s")
         print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+def percentiles_main(args, names, workloads):
+    """--percentiles: every run's completion-latency distribution (IOPS rows only), one line per run."""
+    workloads = [w for w in workloads if w[3] == "iops"]
+    points = [float(p) for p in DISTRIBUTION.split(":")]
+    rows = []
+    for round_no in range(args.rounds):
+        order = names if round_no % 2 == 0 else list(reversed(names))
+        for i, name in enumerate(order):
+            server = Server(name, args.tcp, 10900 + i)
+            server.start()
+            try:
+                for label, extra, kind, _ in workloads:
+                    r = fio(server.uri(), extra + [f"--size={RANGE}"], seconds=args.seconds,
+                            percentiles=DISTRIBUTION)[kind]
+                    rows.append((label, round_no + 1, name, r))
+                    print(f"round {round_no + 1} {name:14} {label:22} {r['iops']:10.0f} IOPS", file=sys.stderr, flush=True)
+            finally:
+                server.stop()
+    transport = "TCP loopback" if args.tcp else "Unix socket"
+    print(f"# Completion latency distributions, {transport}: {args.rounds} rounds of {args.seconds} s, alternated\n")
+    print("| workload | round | system | IOPS | mean µs | " + " | ".join(f"p{p:g}" for p in points) + " |")
+    print("|---|---:|---|---:|---:|" + "---:|" * len(points))
+    for label, round_no, name, r in sorted(rows, key=lambda row: (workloads.index(next(w for w in workloads if w[0] == row[0])), row[1])):
+        cells = [f"{r['percentiles_us'].get(p, 0):.0f}" for p in points]
+        print(f"| {label} | {round_no} | {name} | {r['iops']:.0f} | {r['mean_us']:.0f} | " + " | ".join(cells) + " |")
 
 
 def cpu_main(args, names, workloads):
