@@ -623,7 +623,9 @@ impl Cache {
     /// loads the index positions of the request's first lines;
     /// [`Lookahead::Slots`], issued once those positions have arrived, reads
     /// them and loads the records of the slots they name and the
-    /// replacement policy's state of those slots. A hint only: nothing
+    /// replacement policy's state of those slots (for a line not found
+    /// there, what the policy's miss will read: `prefetch_key` then
+    /// `prefetch_miss`, ARC's ghost entry). A hint only: nothing
     /// changes, and a guess made stale by the requests in between only
     /// loads a line for nothing.
     #[inline]
@@ -645,16 +647,20 @@ impl Cache {
                 line_index,
             });
             match lookahead {
-                Lookahead::Index => self.index.prefetch_hashed(hash),
-                Lookahead::Slots => {
-                    if let Some(slot) = self.index.peek_hashed(hash) {
+                Lookahead::Index => {
+                    self.index.prefetch_hashed(hash);
+                    self.policy.prefetch_key(hash);
+                }
+                Lookahead::Slots => match self.index.peek_hashed(hash) {
+                    Some(slot) => {
                         // Addresses only (a prefetch of a bad one is harmless).
                         crate::prefetch::prefetch_address(
                             self.lines.as_ptr().wrapping_add(slot as usize) as usize
                         );
                         self.policy.prefetch_hit(slot);
                     }
-                }
+                    None => self.policy.prefetch_miss(hash),
+                },
             }
         }
     }

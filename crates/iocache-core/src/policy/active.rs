@@ -99,6 +99,10 @@ impl ReplacementPolicy for ActivePolicy {
     fn prefetch_key(&self, hash: u32) {
         forward!(self, p => p.prefetch_key(hash))
     }
+    #[inline(always)]
+    fn prefetch_miss(&self, hash: u32) {
+        forward!(self, p => p.prefetch_miss(hash))
+    }
     fn counters(&self) -> Vec<(&'static str, u64)> {
         forward!(self, p => p.counters())
     }

@@ -15,7 +15,7 @@
 //! integer steps, as many implementations use, give 27.22 % instead of the
 //! paper's 27.38 % on trace P2 at 32,768 lines.
 
-use super::list::{Links, ListHead, NIL};
+use super::list::{Links, ListHead, TailLookahead, NIL};
 use super::{AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 use crate::index::LineIndex;
@@ -51,7 +51,18 @@ pub struct Arc {
     b2: ListHead,
     /// Set by `on_miss` when the incoming line was a ghost: it enters T2.
     incoming_to_t2: bool,
+    /// The next victims of T1 and T2 and the next ghosts B1 and B2 drop,
+    /// walked ahead for prefetching (hints only: no decision reads them),
+    /// and what each walk last said (soon, later; `NIL`: unknown).
+    ahead: [TailLookahead; 2],
+    upcoming: [[SlotId; 2]; 2],
+    ghost_ahead: [TailLookahead; 2],
+    ghost_upcoming: [[u32; 2]; 2],
 }
+
+/// Index of T1 / B1 and T2 / B2 in the lookahead arrays.
+const ONE: usize = 0;
+const TWO: usize = 1;
 
 impl Arc {
     pub fn new(capacity_lines: usize) -> Self {
@@ -78,6 +89,10 @@ impl Arc {
             b1: ListHead::default(),
             b2: ListHead::default(),
             incoming_to_t2: false,
+            ahead: Default::default(),
+            upcoming: [[NIL; 2]; 2],
+            ghost_ahead: Default::default(),
+            ghost_upcoming: [[NIL; 2]; 2],
         }
     }
 
@@ -127,12 +142,14 @@ impl Arc {
     }
 
     fn drop_lru_ghost(&mut self, list: Ghost) {
-        let tail = match list {
-            Ghost::B1 => self.b1.tail,
-            Ghost::B2 => self.b2.tail,
+        let (tail, which) = match list {
+            Ghost::B1 => (self.b1.tail, ONE),
+            Ghost::B2 => (self.b2.tail, TWO),
         };
         if tail != NIL {
             self.remove_ghost(tail);
+            let head = if which == ONE { &self.b1 } else { &self.b2 };
+            self.ghost_upcoming[which] = self.ghost_ahead[which].advance(&self.ghost_links, head, tail);
         }
     }
 
@@ -141,9 +158,9 @@ impl Arc {
         let t1_len = self.t1.len as f64;
         let from_t1 = t1_len >= 1.0 && (t1_len > self.p || (incoming_in_b2 && t1_len == self.p));
         let (from_t1, slot) = if from_t1 || self.t2.len == 0 {
-            (true, self.slot_links.pop_tail(&mut self.t1)?)
+            (true, self.pop_resident_tail(ONE)?)
         } else {
-            (false, self.slot_links.pop_tail(&mut self.t2)?)
+            (false, self.pop_resident_tail(TWO)?)
         };
         self.slot_list[slot as usize] = Resident::None;
         let key = self.slot_key[slot as usize];
@@ -198,6 +215,16 @@ impl ReplacementPolicy for Arc {
     fn prefetch_key(&self, hash: u32) {
         self.ghost_index.prefetch_hashed(hash);
     }
+
+    /// The ghost a miss on the key will probably find (same hash bits):
+    /// its key, compared by the lookup, and its list.
+    #[inline]
+    fn prefetch_miss(&self, hash: u32) {
+        if let Some(g) = self.ghost_index.peek_hashed(hash) {
+            crate::prefetch::prefetch_address(self.ghost_key.as_ptr().wrapping_add(g as usize) as usize);
+            crate::prefetch::prefetch_address(self.ghost_list.as_ptr().wrapping_add(g as usize) as usize);
+        }
+    }
 }
 
 impl Arc {
@@ -240,7 +267,7 @@ impl Arc {
                         if !need_victim {
                             return None;
                         }
-                        let slot = self.slot_links.pop_tail(&mut self.t1)?;
+                        let slot = self.pop_resident_tail(ONE)?;
                         self.slot_list[slot as usize] = Resident::None;
                         Some(slot)
                     }
@@ -258,6 +285,15 @@ impl Arc {
         }
     }
 
+    /// Takes the oldest line of T1 (`ONE`) or T2 (`TWO`) off its list and
+    /// walks that list's lookahead on.
+    fn pop_resident_tail(&mut self, which: usize) -> Option<SlotId> {
+        let list = if which == ONE { &mut self.t1 } else { &mut self.t2 };
+        let slot = self.slot_links.pop_tail(list)?;
+        self.upcoming[which] = self.ahead[which].advance(&self.slot_links, list, slot);
+        Some(slot)
+    }
+
     fn insert(&mut self, slot: SlotId, key: LineKey) {
         self.slot_key[slot as usize] = key;
         if std::mem::take(&mut self.incoming_to_t2) {
@@ -269,43 +305,46 @@ impl Arc {
         }
     }
 
-    /// Loads what dropping the oldest ghost of B1 or B2 will touch: the
-    /// index entry of the oldest (its key was loaded by the previous call)
-    /// and the key and links of the one after it.
+    /// Loads what dropping the oldest ghosts of B1 and B2 will touch: the
+    /// index entry of one a few drops away (its key was loaded when it was
+    /// the later one), and the key and list of one further on (its links
+    /// were loaded by the walk).
     #[inline]
     fn prefetch_ghost_tails(&self) {
-        for list in [&self.b1, &self.b2] {
-            let tail = list.tail;
-            if tail == NIL {
-                continue;
-            }
-            self.ghost_index.prefetch(&self.ghost_key[tail as usize]);
-            let next = self.ghost_links.prev(tail);
-            if next != NIL {
-                self.ghost_links.prefetch(next);
+        for [soon, later] in self.ghost_upcoming {
+            if later != NIL {
                 crate::prefetch::prefetch_address(
-                    self.ghost_key.as_ptr().wrapping_add(next as usize) as usize
+                    self.ghost_key.as_ptr().wrapping_add(later as usize) as usize
                 );
+                crate::prefetch::prefetch_address(
+                    self.ghost_list.as_ptr().wrapping_add(later as usize) as usize
+                );
+            }
+            if let Some(key) = self.ghost_key.get(soon as usize) {
+                self.ghost_index.prefetch(key);
             }
         }
     }
 
     fn likely_victims(&self) -> [Option<SlotId>; 2] {
         // REPLACE's usual choice (ignoring the B2-hit tie case).
-        let list = if self.t1.len > 0 && (self.t1.len as f64 > self.p || self.t2.len == 0) {
-            &self.t1
+        let which = if self.t1.len > 0 && (self.t1.len as f64 > self.p || self.t2.len == 0) {
+            ONE
         } else {
-            &self.t2
+            TWO
         };
-        if list.tail == NIL {
-            return [None, None];
+        let [soon, later] = self.upcoming[which];
+        // The ghost index position the soon victim's key will take (its
+        // key was loaded when it was the later one).
+        if let Some(key) = self.slot_key.get(soon as usize) {
+            self.ghost_index.prefetch(key);
         }
-        let second = self.slot_links.prev(list.tail);
-        self.slot_links.prefetch(second);
-        // REPLACE reads the victim's key (to make it a ghost) and its list.
-        crate::prefetch::prefetch_address(self.slot_key.as_ptr().wrapping_add(second as usize) as usize);
-        crate::prefetch::prefetch_address(self.slot_list.as_ptr().wrapping_add(second as usize) as usize);
-        [Some(list.tail), (second != NIL).then_some(second)]
+        if later != NIL {
+            // REPLACE reads the victim's key (to make it a ghost) and its list.
+            crate::prefetch::prefetch_address(self.slot_key.as_ptr().wrapping_add(later as usize) as usize);
+            crate::prefetch::prefetch_address(self.slot_list.as_ptr().wrapping_add(later as usize) as usize);
+        }
+        [(soon != NIL).then_some(soon), (later != NIL).then_some(later)]
     }
 
     fn remove(&mut self, slot: SlotId) {

@@ -145,6 +145,14 @@ pub trait ReplacementPolicy: Send {
     #[inline]
     fn prefetch_key(&self, _hash: u32) {}
 
+    /// A later step of [`ReplacementPolicy::prefetch_key`] for a line
+    /// that will probably miss (the cache's index holds no entry of its
+    /// hash), issued once what `prefetch_key` loaded has had time to
+    /// arrive: read it and load what it names (a ghost entry's key, say).
+    /// A hint only.
+    #[inline]
+    fn prefetch_miss(&self, _hash: u32) {}
+
     /// Counters of the policy's own (for example BPLRU's padding pages), by
     /// name; reported beside the cache's statistics.
     fn counters(&self) -> Vec<(&'static str, u64)> {
