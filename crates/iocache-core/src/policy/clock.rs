@@ -27,7 +27,7 @@
 //! Per-access cost: a hit is O(1); an eviction is amortized O(1) (each
 //! second chance consumes a bit that a hit set).
 
-use super::list::{Links, ListHead};
+use super::list::{Links, ListHead, TailLookahead, NIL};
 use super::{AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
@@ -37,6 +37,11 @@ pub struct Clock {
     ring: ListHead,
     referenced: Vec<bool>,
     second_chances: u64,
+    /// The nodes the hand reaches next, walked ahead for prefetching (a
+    /// hint only), and what the walk last said (soon, later; `NIL`:
+    /// unknown).
+    ahead: TailLookahead,
+    upcoming: [SlotId; 2],
 }
 
 impl Clock {
@@ -46,10 +51,29 @@ impl Clock {
             ring: ListHead::default(),
             referenced: vec![false; capacity_lines],
             second_chances: 0,
+            ahead: TailLookahead::default(),
+            upcoming: [NIL; 2],
         }
     }
 
     /// Resident slots in the order the hand will reach them (for tests).
+    /// Moves the hand: lines whose reference bit is set lose it and go
+    /// round again (at most one full turn: after it every bit the hand
+    /// passed is clear); the first without one is the victim.
+    #[inline]
+    fn hand(&mut self) -> Option<SlotId> {
+        while let Some(slot) = self.links.pop_tail(&mut self.ring) {
+            self.upcoming = self.ahead.advance(&self.links, &self.ring, slot);
+            if std::mem::take(&mut self.referenced[slot as usize]) {
+                self.second_chances += 1;
+                self.links.push_head(&mut self.ring, slot);
+            } else {
+                return Some(slot);
+            }
+        }
+        None
+    }
+
     pub fn sweep_order(&self) -> Vec<SlotId> {
         let mut v: Vec<SlotId> = self.links.iter(&self.ring).collect();
         v.reverse();
@@ -73,19 +97,35 @@ impl ReplacementPolicy for Clock {
     }
 
     fn on_miss(&mut self, _key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        if !need_victim {
-            return;
+        if need_victim {
+            victims.extend(self.hand());
         }
-        // At most one full turn: after it every bit the hand passed is clear.
-        while let Some(slot) = self.links.pop_tail(&mut self.ring) {
-            if std::mem::take(&mut self.referenced[slot as usize]) {
-                self.second_chances += 1;
-                self.links.push_head(&mut self.ring, slot);
-            } else {
-                victims.push(slot);
-                return;
-            }
+    }
+
+    /// One victim at a time: the hand's.
+    #[inline]
+    fn on_miss_single(
+        &mut self,
+        _key: LineKey,
+        need_victim: bool,
+        _info: &AccessInfo,
+        _victims: &mut Vec<SlotId>,
+    ) -> Option<SlotId> {
+        if need_victim {
+            self.hand()
+        } else {
+            None
         }
+    }
+
+    /// The nodes the hand will reach (victims unless referenced by then).
+    #[inline]
+    fn next_victims(&self) -> [Option<SlotId>; 2] {
+        let [soon, later] = self.upcoming;
+        if let Some(flag) = self.referenced.get(later as usize) {
+            crate::prefetch::prefetch(flag);
+        }
+        [(soon != NIL).then_some(soon), (later != NIL).then_some(later)]
     }
 
     fn on_insert(&mut self, slot: SlotId, _key: LineKey, _info: &AccessInfo) {
