@@ -327,8 +327,15 @@ impl Arc {
     }
 
     fn likely_victims(&self) -> [Option<SlotId>; 2] {
-        // REPLACE's usual choice (ignoring the B2-hit tie case).
-        let which = if self.t1.len > 0 && (self.t1.len as f64 > self.p || self.t2.len == 0) {
+        // REPLACE's usual choice (ignoring the B2-hit tie case), asked
+        // between a miss and its insertion: the incoming line is counted
+        // in the list it is about to join.
+        let (t1, t2) = if self.incoming_to_t2 {
+            (self.t1.len, self.t2.len + 1)
+        } else {
+            (self.t1.len + 1, self.t2.len)
+        };
+        let which = if t1 > 0 && (t1 as f64 > self.p || t2 == 0) {
             ONE
         } else {
             TWO

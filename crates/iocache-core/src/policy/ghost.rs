@@ -7,7 +7,7 @@
 //! from anywhere (a ghost hit), so the FIFO always holds the most recently
 //! pushed `capacity` keys that were not taken.
 
-use super::list::{Links, ListHead};
+use super::list::{Links, ListHead, TailLookahead, NIL};
 use crate::addr::LineKey;
 use crate::index::LineIndex;
 
@@ -18,6 +18,11 @@ pub struct GhostFifo {
     free: Vec<u32>,
     index: LineIndex,
     queue: ListHead,
+    /// The oldest entries, walked ahead of their forgetting for
+    /// prefetching (a hint only), and what the walk last said (soon,
+    /// later; `NIL`: unknown).
+    ahead: TailLookahead,
+    upcoming: [u32; 2],
 }
 
 impl GhostFifo {
@@ -34,6 +39,8 @@ impl GhostFifo {
             free: (0..capacity as u32).rev().collect(),
             index: LineIndex::new(capacity),
             queue: ListHead::default(),
+            ahead: TailLookahead::default(),
+            upcoming: [NIL; 2],
         }
     }
 
@@ -82,6 +89,7 @@ impl GhostFifo {
         if self.len() == self.capacity {
             let oldest = self.queue.tail;
             self.forget(oldest);
+            self.upcoming = self.ahead.advance(&self.links, &self.queue, oldest);
         }
         let Some(g) = self.free.pop() else {
             unreachable!("a full ghost FIFO frees its oldest entry first");
@@ -92,6 +100,40 @@ impl GhostFifo {
     }
 
     /// Keys from newest to oldest (for tests).
+    /// Hints: the index position a key of hash `hash` is looked up at.
+    #[inline]
+    pub fn prefetch_key(&self, hash: u32) {
+        self.index.prefetch_hashed(hash);
+    }
+
+    /// Hints, once [`GhostFifo::prefetch_key`]'s load has arrived: the
+    /// key of the entry that probably holds hash `hash`, which a lookup
+    /// compares.
+    #[inline]
+    pub fn prefetch_found(&self, hash: u32) {
+        if let Some(g) = self.index.peek_hashed(hash) {
+            crate::prefetch::prefetch_address(self.keys.as_ptr().wrapping_add(g as usize) as usize);
+        }
+    }
+
+    /// Hints: what forgetting the oldest entries will touch, the index
+    /// position of one a few pushes away (its key was loaded when it was
+    /// the later one) and the key of one further on; and where `key`, to
+    /// be pushed next, will go in the index.
+    #[inline]
+    pub fn prefetch_push(&self, key: Option<&LineKey>) {
+        let [soon, later] = self.upcoming;
+        if later != NIL {
+            crate::prefetch::prefetch_address(self.keys.as_ptr().wrapping_add(later as usize) as usize);
+        }
+        if let Some(oldest) = self.keys.get(soon as usize) {
+            self.index.prefetch(oldest);
+        }
+        if let Some(key) = key {
+            self.index.prefetch(key);
+        }
+    }
+
     #[cfg(test)]
     pub fn keys(&self) -> Vec<LineKey> {
         self.links

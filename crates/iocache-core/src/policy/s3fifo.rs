@@ -51,7 +51,7 @@
 //! reinsertion consumes counts that hits added).
 
 use super::ghost::GhostFifo;
-use super::list::{Links, ListHead};
+use super::list::{Links, ListHead, TailLookahead, NIL};
 use super::{lines_of, AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
@@ -77,6 +77,13 @@ pub struct S3Fifo {
     moved_to_main: u64,
     ghost_hits: u64,
     reinsertions: u64,
+    /// S's and M's oldest lines, walked ahead of their evictions for
+    /// prefetching (hints only), and what each walk last said (soon,
+    /// later; `NIL`: unknown).
+    small_ahead: TailLookahead,
+    small_upcoming: [SlotId; 2],
+    main_ahead: TailLookahead,
+    main_upcoming: [SlotId; 2],
 }
 
 const FREQ_MAX: u8 = 3;
@@ -108,6 +115,10 @@ impl S3Fifo {
             moved_to_main: 0,
             ghost_hits: 0,
             reinsertions: 0,
+            small_ahead: TailLookahead::default(),
+            small_upcoming: [NIL; 2],
+            main_ahead: TailLookahead::default(),
+            main_upcoming: [NIL; 2],
         }
     }
 
@@ -139,6 +150,7 @@ impl S3Fifo {
 
     fn evict_small(&mut self) -> Option<SlotId> {
         while let Some(t) = self.links.pop_tail(&mut self.small) {
+            self.small_upcoming = self.small_ahead.advance(&self.links, &self.small, t);
             if self.freq[t as usize] > self.threshold {
                 self.freq[t as usize] = 0;
                 self.links.push_head(&mut self.main, t);
@@ -155,6 +167,7 @@ impl S3Fifo {
 
     fn evict_main(&mut self) -> Option<SlotId> {
         while let Some(t) = self.links.pop_tail(&mut self.main) {
+            self.main_upcoming = self.main_ahead.advance(&self.links, &self.main, t);
             let f = &mut self.freq[t as usize];
             if *f > 0 {
                 *f -= 1;
@@ -194,6 +207,61 @@ impl ReplacementPolicy for S3Fifo {
         if need_victim {
             victims.extend(self.evict());
         }
+    }
+
+    /// One victim at a time, as `on_miss` picks it.
+    #[inline]
+    fn on_miss_single(
+        &mut self,
+        key: LineKey,
+        need_victim: bool,
+        _info: &AccessInfo,
+        _victims: &mut Vec<SlotId>,
+    ) -> Option<SlotId> {
+        self.incoming_to_main = self.ghost.take(&key);
+        self.ghost_hits += self.incoming_to_main as u64;
+        if need_victim {
+            self.evict()
+        } else {
+            None
+        }
+    }
+
+    /// The next lines of the queue `evict` will probably take from (S
+    /// while it is at or over its target), and, for S, where the soon
+    /// one's key will go in G. Asked between a miss and its insertion:
+    /// the incoming line is counted in the queue it is about to join.
+    #[inline]
+    fn next_victims(&self) -> [Option<SlotId>; 2] {
+        let small = self.small.len as usize + usize::from(!self.incoming_to_main);
+        let from_small = small >= self.small_target;
+        let [soon, later] = if from_small {
+            self.small_upcoming
+        } else {
+            self.main_upcoming
+        };
+        if let Some(flag) = self.freq.get(later as usize) {
+            crate::prefetch::prefetch(flag);
+            crate::prefetch::prefetch_address(self.key_of.as_ptr().wrapping_add(later as usize) as usize);
+        }
+        self.ghost.prefetch_push(if from_small {
+            self.key_of.get(soon as usize)
+        } else {
+            None
+        });
+        [(soon != NIL).then_some(soon), (later != NIL).then_some(later)]
+    }
+
+    /// G's index position a miss on the key looks up.
+    #[inline]
+    fn prefetch_key(&self, hash: u32) {
+        self.ghost.prefetch_key(hash);
+    }
+
+    /// The key of the ghost a miss will probably compare.
+    #[inline]
+    fn prefetch_miss(&self, hash: u32) {
+        self.ghost.prefetch_found(hash);
     }
 
     fn on_insert(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {

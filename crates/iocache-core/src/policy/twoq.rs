@@ -35,7 +35,7 @@
 //! Memory: the slots' links plus Kout ghost keys with their index.
 
 use super::ghost::GhostFifo;
-use super::list::{Links, ListHead, NIL};
+use super::list::{Links, ListHead, TailLookahead, NIL};
 use super::{lines_of, AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
@@ -57,6 +57,13 @@ pub struct TwoQ {
     /// Set by `on_miss` when the incoming key was in A1out: it enters Am.
     incoming_to_am: bool,
     a1out_hits: u64,
+    /// A1in's and Am's oldest lines, walked ahead of their reclaims for
+    /// prefetching (hints only), and what each walk last said (soon,
+    /// later; `NIL`: unknown).
+    a1in_ahead: TailLookahead,
+    a1in_upcoming: [SlotId; 2],
+    am_ahead: TailLookahead,
+    am_upcoming: [SlotId; 2],
 }
 
 impl TwoQ {
@@ -76,6 +83,10 @@ impl TwoQ {
             a1out: GhostFifo::new(lines_of(kout, capacity_lines)),
             incoming_to_am: false,
             a1out_hits: 0,
+            a1in_ahead: TailLookahead::default(),
+            a1in_upcoming: [NIL; 2],
+            am_ahead: TailLookahead::default(),
+            am_upcoming: [NIL; 2],
         }
     }
 
@@ -101,11 +112,13 @@ impl TwoQ {
     fn reclaim(&mut self) -> Option<SlotId> {
         if self.reclaim_from_a1in() {
             let slot = self.links.pop_tail(&mut self.a1in)?;
+            self.a1in_upcoming = self.a1in_ahead.advance(&self.links, &self.a1in, slot);
             self.queue_of[slot as usize] = Queue::None;
             self.a1out.push(self.key_of[slot as usize]);
             Some(slot)
         } else {
             let slot = self.links.pop_tail(&mut self.am)?;
+            self.am_upcoming = self.am_ahead.advance(&self.links, &self.am, slot);
             self.queue_of[slot as usize] = Queue::None;
             Some(slot)
         }
@@ -133,6 +146,36 @@ impl ReplacementPolicy for TwoQ {
         }
     }
 
+    /// One victim at a time, as `on_miss` picks it.
+    #[inline]
+    fn on_miss_single(
+        &mut self,
+        key: LineKey,
+        need_victim: bool,
+        _info: &AccessInfo,
+        _victims: &mut Vec<SlotId>,
+    ) -> Option<SlotId> {
+        self.incoming_to_am = self.a1out.take(&key);
+        self.a1out_hits += self.incoming_to_am as u64;
+        if need_victim {
+            self.reclaim()
+        } else {
+            None
+        }
+    }
+
+    /// A1out's index position a miss on the key looks up.
+    #[inline]
+    fn prefetch_key(&self, hash: u32) {
+        self.a1out.prefetch_key(hash);
+    }
+
+    /// The key of the A1out entry a miss will probably compare.
+    #[inline]
+    fn prefetch_miss(&self, hash: u32) {
+        self.a1out.prefetch_found(hash);
+    }
+
     fn on_insert(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
         self.key_of[slot as usize] = key;
         if std::mem::take(&mut self.incoming_to_am) {
@@ -153,18 +196,34 @@ impl ReplacementPolicy for TwoQ {
         self.queue_of[slot as usize] = Queue::None;
     }
 
+    /// The next lines of the queue `reclaim` will probably take from, and,
+    /// for A1in, where the soon one's key will go in A1out. Asked between
+    /// a miss and its insertion, so the incoming line is counted in the
+    /// queue it is about to join: otherwise, with A1in at Kin after the
+    /// reclaim, the guess would be Am and the next reclaim take A1in (the
+    /// guess was right for one reclaim in five on P2 that way).
     fn next_victims(&self) -> [Option<SlotId>; 2] {
-        let list = if self.reclaim_from_a1in() {
-            &self.a1in
+        let (a1in, am) = if self.incoming_to_am {
+            (self.a1in.len as usize, self.am.len as usize + 1)
         } else {
-            &self.am
+            (self.a1in.len as usize + 1, self.am.len as usize)
         };
-        if list.tail == NIL {
-            return [None, None];
+        let from_a1in = a1in > self.kin || am == 0;
+        let [soon, later] = if from_a1in {
+            self.a1in_upcoming
+        } else {
+            self.am_upcoming
+        };
+        if later != NIL {
+            crate::prefetch::prefetch_address(self.key_of.as_ptr().wrapping_add(later as usize) as usize);
+            crate::prefetch::prefetch_address(self.queue_of.as_ptr().wrapping_add(later as usize) as usize);
         }
-        let second = self.links.prev(list.tail);
-        self.links.prefetch(second);
-        [Some(list.tail), (second != NIL).then_some(second)]
+        self.a1out.prefetch_push(if from_a1in {
+            self.key_of.get(soon as usize)
+        } else {
+            None
+        });
+        [(soon != NIL).then_some(soon), (later != NIL).then_some(later)]
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
