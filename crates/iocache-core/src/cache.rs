@@ -62,7 +62,8 @@ impl AccessSummary {
 /// How far [`Cache::prefetch_ahead`] goes into what a future request will touch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lookahead {
-    /// The index positions of its lines.
+    /// The index positions of its first 16 lines, and what the policy's
+    /// miss would look up for them (`ReplacementPolicy::prefetch_key`).
     Index,
     /// The slots those positions name (read from the index, which should
     /// then be in the CPU cache: issue `Index` a few requests earlier).
@@ -625,7 +626,8 @@ impl Cache {
     /// them and loads the records of the slots they name and the
     /// replacement policy's state of those slots (for a line not found
     /// there, what the policy's miss will read: `prefetch_key` then
-    /// `prefetch_miss`, ARC's ghost entry). A hint only: nothing
+    /// `prefetch_miss`, the ghost entry ARC, 2Q or S3-FIFO will compare).
+    /// A hint only: nothing
     /// changes, and a guess made stale by the requests in between only
     /// loads a line for nothing.
     #[inline]
@@ -1313,9 +1315,10 @@ impl Cache {
         // whatever it found: no dirty victim leaves the loop.
     }
 
-    /// Misses often come in runs; load what the next evictions will touch while
-    /// this one finishes: the index entry of the next victim (its metadata was
-    /// prefetched by the previous eviction) and the metadata of the one after.
+    /// Misses often come in runs; load what the coming evictions will touch
+    /// while this one finishes: the index entry of the sooner of the
+    /// policy's two likely victims (its metadata was prefetched when it was
+    /// the later one) and the metadata of the later one.
     #[inline]
     fn prefetch_next_victims<P: ReplacementPolicy + ?Sized>(&self, policy: &P) {
         let [next, after] = policy.next_victims();

@@ -56,7 +56,6 @@ impl Clock {
         }
     }
 
-    /// Resident slots in the order the hand will reach them (for tests).
     /// Moves the hand: lines whose reference bit is set lose it and go
     /// round again (at most one full turn: after it every bit the hand
     /// passed is clear); the first without one is the victim.
@@ -74,6 +73,7 @@ impl Clock {
         None
     }
 
+    /// Resident slots in the order the hand will reach them (for tests).
     pub fn sweep_order(&self) -> Vec<SlotId> {
         let mut v: Vec<SlotId> = self.links.iter(&self.ring).collect();
         v.reverse();
@@ -96,9 +96,10 @@ impl ReplacementPolicy for Clock {
         self.referenced[slot as usize] = true;
     }
 
-    fn on_miss(&mut self, _key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        if need_victim {
-            victims.extend(self.hand());
+    fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        // One copy of the miss's steps: `on_miss_single`'s.
+        if let Some(victim) = self.on_miss_single(key, need_victim, info, victims) {
+            victims.push(victim);
         }
     }
 

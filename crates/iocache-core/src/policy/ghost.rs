@@ -99,7 +99,6 @@ impl GhostFifo {
         self.index.insert(&key, g);
     }
 
-    /// Keys from newest to oldest (for tests).
     /// Hints: the index position a key of hash `hash` is looked up at.
     #[inline]
     pub fn prefetch_key(&self, hash: u32) {
@@ -134,6 +133,7 @@ impl GhostFifo {
         }
     }
 
+    /// Keys from newest to oldest (for tests).
     #[cfg(test)]
     pub fn keys(&self) -> Vec<LineKey> {
         self.links

@@ -126,8 +126,11 @@ pub trait ReplacementPolicy: Send {
         None
     }
 
-    /// The slots this policy would most likely evict next and after that, if it
-    /// can tell cheaply. A hint only (used to prefetch metadata); it may be wrong.
+    /// Two slots this policy will probably evict soon, if it can tell
+    /// cheaply: one a few evictions away and one further on (policies that
+    /// walk their queues ahead, `list::TailLookahead`, give about 4 and up
+    /// to 8 evictions away), or the next two. A hint only (used to
+    /// prefetch metadata); it may be wrong.
     fn next_victims(&self) -> [Option<SlotId>; 2] {
         [None, None]
     }

@@ -201,11 +201,10 @@ impl ReplacementPolicy for S3Fifo {
         *f = (*f + 1).min(FREQ_MAX);
     }
 
-    fn on_miss(&mut self, key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        self.incoming_to_main = self.ghost.take(&key);
-        self.ghost_hits += self.incoming_to_main as u64;
-        if need_victim {
-            victims.extend(self.evict());
+    fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        // One copy of the miss's steps: `on_miss_single`'s.
+        if let Some(victim) = self.on_miss_single(key, need_victim, info, victims) {
+            victims.push(victim);
         }
     }
 

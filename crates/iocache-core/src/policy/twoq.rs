@@ -138,11 +138,10 @@ impl ReplacementPolicy for TwoQ {
         }
     }
 
-    fn on_miss(&mut self, key: LineKey, need_victim: bool, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        self.incoming_to_am = self.a1out.take(&key);
-        self.a1out_hits += self.incoming_to_am as u64;
-        if need_victim {
-            victims.extend(self.reclaim());
+    fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        // One copy of the miss's steps: `on_miss_single`'s.
+        if let Some(victim) = self.on_miss_single(key, need_victim, info, victims) {
+            victims.push(victim);
         }
     }
 
