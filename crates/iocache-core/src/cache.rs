@@ -1294,16 +1294,15 @@ impl Cache {
                 }
                 victims.swap_remove(i);
                 let victim_key = self.lines[victim as usize].key();
-                policy.on_insert(victim, victim_key, &AccessInfo { dirty: true, ..*info });
+                policy.on_victim_kept(victim, victim_key, &AccessInfo { dirty: true, ..*info });
                 self.stats.dirty_victims_kept += 1;
                 self.request_dirty_victims_kept += 1;
             }
             if !victims.is_empty() || round + 1 == ROUNDS {
                 return;
             }
-            policy.on_miss(
+            policy.on_miss_again(
                 key,
-                true,
                 &AccessInfo {
                     dirty: false,
                     ..*info

@@ -270,6 +270,17 @@ impl Access {
         self.hist_index.insert(key, h);
     }
 
+    /// Puts `slot` (holding `key`, accessed `count` times) in the heap.
+    fn insert_counted(&mut self, slot: SlotId, key: LineKey, count: u64) {
+        self.slot_key[slot as usize] = key;
+        self.slot_count[slot as usize] = count;
+        self.slot_stamp[slot as usize] = self.tick;
+        self.heap.push(slot);
+        let i = self.heap.len() - 1;
+        self.heap_pos[slot as usize] = i as u32;
+        self.sift_up(i);
+    }
+
     fn evict_min(&mut self) -> Option<SlotId> {
         let &slot = self.heap.first()?;
         self.heap_remove(slot);
@@ -325,13 +336,16 @@ impl ReplacementPolicy for Access {
                 self.take_history(&key) + 1
             }
         };
-        self.slot_key[slot as usize] = key;
-        self.slot_count[slot as usize] = count;
-        self.slot_stamp[slot as usize] = self.tick;
-        self.heap.push(slot);
-        let i = self.heap.len() - 1;
-        self.heap_pos[slot as usize] = i as u32;
-        self.sift_up(i);
+        self.insert_counted(slot, key, count);
+    }
+
+    /// Counted as a fresh access (its remembered count plus one, so the
+    /// next try finds another minimum), leaving the miss's pending count
+    /// to the incoming line.
+    fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
+        self.tick += 1;
+        let count = self.take_history(&key) + 1;
+        self.insert_counted(slot, key, count);
     }
 
     fn on_remove(&mut self, slot: SlotId) {
@@ -501,5 +515,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_kept_dirty_victim_leaves_the_incoming_line_its_count() {
+        // Capacity 2, no gate: 5 is seen three times, 1 once then evicted
+        // by 2 (its count remembered).
+        let mut d = Driver::new(Access::new(2, 8, false), 2);
+        d.run(&[5, 5, 5, 1, 2]);
+        assert_eq!(d.policy.history_count(&key(1)), Some(1));
+        // 1 again: admitted with count 2. The least accessed line, 2, is
+        // dirty and kept (counted as one more access) until another goes.
+        d.miss_keeping(1, &[2]);
+        let slot = d.slot_of(1).expect("1 was admitted");
+        assert_eq!(d.policy.slot_count[slot as usize], 2, "the count admit gave it");
+        assert!(d.slot_of(2).is_some(), "the dirty line stayed");
+        assert_eq!(
+            d.policy.history_count(&key(2)),
+            None,
+            "a resident line is not in the history"
+        );
     }
 }

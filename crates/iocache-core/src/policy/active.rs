@@ -99,6 +99,12 @@ impl ReplacementPolicy for ActivePolicy {
     fn prefetch_key(&self, hash: u32) {
         forward!(self, p => p.prefetch_key(hash))
     }
+    fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, info: &AccessInfo) {
+        forward!(self, p => p.on_victim_kept(slot, key, info))
+    }
+    fn on_miss_again(&mut self, key: LineKey, info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        forward!(self, p => p.on_miss_again(key, info, victims))
+    }
     #[inline(always)]
     fn prefetch_miss(&self, hash: u32) {
         forward!(self, p => p.prefetch_miss(hash))

@@ -51,6 +51,9 @@ pub struct Arc {
     b2: ListHead,
     /// Set by `on_miss` when the incoming line was a ghost: it enters T2.
     incoming_to_t2: bool,
+    /// Whether the miss in progress was a B2 ghost (REPLACE's tie rule,
+    /// for `on_miss_again`).
+    miss_in_b2: bool,
     /// The next victims of T1 and T2 and the next ghosts B1 and B2 drop,
     /// walked ahead for prefetching (hints only: no decision reads them),
     /// and what each walk last said (soon, later; `NIL`: unknown).
@@ -89,6 +92,7 @@ impl Arc {
             b1: ListHead::default(),
             b2: ListHead::default(),
             incoming_to_t2: false,
+            miss_in_b2: false,
             ahead: Default::default(),
             upcoming: [[NIL; 2]; 2],
             ghost_ahead: Default::default(),
@@ -198,6 +202,35 @@ impl ReplacementPolicy for Arc {
         self.remove(slot);
     }
 
+    /// Back to the head of the list it left (REPLACE made a ghost of its
+    /// key in B1 or B2: that ghost goes; a T1 line evicted without a ghost
+    /// goes back to T1).
+    fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
+        let ghost_keys = &self.ghost_key;
+        let to_t2 = match self.ghost_index.get(&key, |g| ghost_keys[g as usize]) {
+            Some(g) => {
+                let in_b2 = self.ghost_list[g as usize] == Ghost::B2;
+                self.remove_ghost(g);
+                in_b2
+            }
+            None => false,
+        };
+        self.slot_key[slot as usize] = key;
+        if to_t2 {
+            self.slot_links.push_head(&mut self.t2, slot);
+            self.slot_list[slot as usize] = Resident::T2;
+        } else {
+            self.slot_links.push_head(&mut self.t1, slot);
+            self.slot_list[slot as usize] = Resident::T1;
+        }
+    }
+
+    /// REPLACE again (the miss's adaptation of `p` and its ghost trimming
+    /// were done once, by `on_miss`).
+    fn on_miss_again(&mut self, _key: LineKey, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        victims.extend(self.replace(self.miss_in_b2));
+    }
+
     fn next_victims(&self) -> [Option<SlotId>; 2] {
         self.prefetch_ghost_tails();
         self.likely_victims()
@@ -236,6 +269,7 @@ impl Arc {
             Some(g) => {
                 let (b1, b2) = (self.b1.len as f64, self.b2.len as f64);
                 let in_b2 = self.ghost_list[g as usize] == Ghost::B2;
+                self.miss_in_b2 = in_b2;
                 if in_b2 {
                     let delta = if b2 >= b1 { 1.0 } else { b1 / b2 };
                     self.p = (self.p - delta).max(0.0);
@@ -250,6 +284,7 @@ impl Arc {
             }
             None => {
                 self.incoming_to_t2 = false;
+                self.miss_in_b2 = false;
                 let (t1, t2) = (self.t1.len as u64, self.t2.len as u64);
                 let (b1, b2) = (self.b1.len as u64, self.b2.len as u64);
                 if t1 + b1 >= c {
@@ -361,5 +396,38 @@ impl Arc {
             Resident::None => return,
         }
         self.slot_list[slot as usize] = Resident::None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::testing::{key, Driver};
+
+    fn is_ghost(arc: &Arc, line: u64) -> bool {
+        let keys = &arc.ghost_key;
+        arc.ghost_index.get(&key(line), |g| keys[g as usize]).is_some()
+    }
+
+    #[test]
+    fn a_kept_dirty_victim_goes_back_to_its_list_and_a_ghost_hit_still_enters_t2() {
+        let mut d = Driver::new(Arc::new(3), 3);
+        // 1 reaches T2; 2, 3, 4 go through T1, and 4's miss sends 2 to B1.
+        d.run(&[1, 1, 2, 3, 4]);
+        assert_eq!(d.policy.list_sizes(), (2, 1, 1, 0));
+        assert!(is_ghost(&d.policy, 2));
+        // 2 again: a B1 ghost hit (p grows to 1). REPLACE names 3, T1's
+        // oldest, which is dirty and kept; asked again it names 4.
+        d.miss_keeping(2, &[3]);
+        assert_eq!(d.evicted, vec![2, 4]);
+        assert_eq!(d.resident(), vec![1, 2, 3]);
+        let list_of = |line| d.policy.slot_list[d.slot_of(line).unwrap() as usize];
+        assert_eq!(list_of(2), Resident::T2, "a ghost hit enters T2");
+        assert_eq!(list_of(3), Resident::T1, "the kept line is back in T1");
+        assert_eq!(list_of(1), Resident::T2);
+        assert!(!is_ghost(&d.policy, 3), "a resident line is no ghost");
+        assert!(is_ghost(&d.policy, 4));
+        assert_eq!(d.policy.list_sizes(), (1, 2, 1, 0));
+        assert_eq!(d.policy.target_t1(), 1.0, "p adapted once");
     }
 }

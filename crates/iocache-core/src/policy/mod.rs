@@ -113,6 +113,27 @@ pub trait ReplacementPolicy: Send {
     /// `key` now lives in `slot`.
     fn on_insert(&mut self, slot: SlotId, key: LineKey, info: &AccessInfo);
 
+    /// `slot`, holding `key`, a victim this policy just named for the miss
+    /// in progress, is handed back: it is dirty and the cache keeps dirty
+    /// lines for its cleaner (`inline_dirty_eviction = false`). Take it
+    /// back as resident, undoing what naming it did (a ghost made of its
+    /// key), without touching what the miss decided for the incoming line.
+    /// The default is [`ReplacementPolicy::on_insert`], right for policies
+    /// whose miss keeps nothing for the incoming line and whose victims
+    /// leave no trace.
+    fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, info: &AccessInfo) {
+        self.on_insert(slot, key, info);
+    }
+
+    /// The miss of `key` in progress asks again for victims (those named
+    /// before were dirty and kept): name others, without treating `key`
+    /// as missed a second time. The default is
+    /// [`ReplacementPolicy::on_miss`], right for policies whose miss does
+    /// nothing with the key besides naming victims.
+    fn on_miss_again(&mut self, key: LineKey, info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        self.on_miss(key, true, info, victims);
+    }
+
     /// The line in `slot` was dropped by the cache (invalidation), not chosen as a victim.
     fn on_remove(&mut self, slot: SlotId);
 

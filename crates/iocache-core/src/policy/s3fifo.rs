@@ -77,6 +77,9 @@ pub struct S3Fifo {
     moved_to_main: u64,
     ghost_hits: u64,
     reinsertions: u64,
+    /// The last victim evicted and the queue it left (for
+    /// `on_victim_kept`; G may be too small to tell).
+    last_victim: (SlotId, Queue),
     /// S's and M's oldest lines, walked ahead of their evictions for
     /// prefetching (hints only), and what each walk last said (soon,
     /// later; `NIL`: unknown).
@@ -115,6 +118,7 @@ impl S3Fifo {
             moved_to_main: 0,
             ghost_hits: 0,
             reinsertions: 0,
+            last_victim: (NIL, Queue::None),
             small_ahead: TailLookahead::default(),
             small_upcoming: [NIL; 2],
             main_ahead: TailLookahead::default(),
@@ -159,6 +163,7 @@ impl S3Fifo {
             } else {
                 self.queue_of[t as usize] = Queue::None;
                 self.ghost.push(self.key_of[t as usize]);
+                self.last_victim = (t, Queue::Small);
                 return Some(t);
             }
         }
@@ -175,6 +180,7 @@ impl S3Fifo {
                 self.reinsertions += 1;
             } else {
                 self.queue_of[t as usize] = Queue::None;
+                self.last_victim = (t, Queue::Main);
                 return Some(t);
             }
         }
@@ -249,6 +255,29 @@ impl ReplacementPolicy for S3Fifo {
             None
         });
         [(soon != NIL).then_some(soon), (later != NIL).then_some(later)]
+    }
+
+    /// Back to the head of the queue it left (S: its key, put in G by the
+    /// eviction, is taken out again). Its frequency is as it was.
+    fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
+        self.key_of[slot as usize] = key;
+        let from_small = match self.last_victim {
+            (victim, queue) if victim == slot => queue == Queue::Small,
+            _ => self.ghost.contains(&key),
+        };
+        self.ghost.take(&key);
+        if from_small {
+            self.links.push_head(&mut self.small, slot);
+            self.queue_of[slot as usize] = Queue::Small;
+        } else {
+            self.links.push_head(&mut self.main, slot);
+            self.queue_of[slot as usize] = Queue::Main;
+        }
+    }
+
+    /// Evict again (G was looked up once, by `on_miss`).
+    fn on_miss_again(&mut self, _key: LineKey, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        victims.extend(self.evict());
     }
 
     /// G's index position a miss on the key looks up.
@@ -488,5 +517,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_kept_dirty_victim_goes_back_to_s_and_a_ghost_hit_still_enters_m() {
+        // Capacity 4, S's target 1, G of 3: 1-4 fill S; 5 sends 1 to G.
+        let mut d = Driver::new(S3Fifo::new(4, 0.25, 1, None), 4);
+        d.run(&[1, 2, 3, 4, 5]);
+        assert!(d.policy.in_ghost(&key(1)));
+        // 1 again: a G hit. S's oldest, 2, is dirty and kept; asked again
+        // the eviction takes 3.
+        d.miss_keeping(1, &[2]);
+        assert_eq!(d.evicted, vec![1, 3]);
+        assert_eq!(d.resident(), vec![1, 2, 4, 5]);
+        let queue_of = |line| d.policy.queue_of[d.slot_of(line).unwrap() as usize];
+        assert_eq!(queue_of(1), Queue::Main, "a ghost hit enters M");
+        assert_eq!(queue_of(2), Queue::Small, "the kept line is back in S");
+        assert!(!d.policy.in_ghost(&key(2)), "a resident line is no ghost");
+        assert!(d.policy.in_ghost(&key(3)));
+        assert_eq!(d.policy.queue_sizes(), (3, 1, 1));
     }
 }

@@ -83,6 +83,54 @@ impl<P: ReplacementPolicy> Driver<P> {
         false
     }
 
+    /// A miss on `line` as the cache makes it when dirty victims are kept
+    /// (`Cache::keep_dirty_victims`, `inline_dirty_eviction = false`):
+    /// victims holding a line of `dirty` are handed back
+    /// (`on_victim_kept`) and the miss asks again (`on_miss_again`), for
+    /// up to four rounds; then the victims left are evicted and `line`
+    /// inserted, or bypasses the cache when none was found. `line` must
+    /// not be resident, and the cache full.
+    pub fn miss_keeping(&mut self, line: u64, dirty: &[u64]) {
+        assert!(self.slot_of(line).is_none() && self.free.is_empty());
+        let info = self.info();
+        self.misses += 1;
+        if self.policy.admit(key(line), &info) == Some(false) {
+            self.bypassed += 1;
+            return;
+        }
+        let mut victims = Vec::new();
+        self.policy.on_miss(key(line), true, &info, &mut victims);
+        for round in 0..4 {
+            let before = victims.len();
+            let mut i = 0;
+            while i < victims.len() {
+                let held = self.slots[victims[i] as usize].expect("victim slot is resident");
+                if dirty.contains(&held) {
+                    let v = victims.swap_remove(i);
+                    self.policy
+                        .on_victim_kept(v, key(held), &AccessInfo { dirty: true, ..info });
+                } else {
+                    i += 1;
+                }
+            }
+            if victims.len() == before || !victims.is_empty() || round == 3 {
+                break;
+            }
+            self.policy.on_miss_again(key(line), &info, &mut victims);
+        }
+        for &v in &victims {
+            let old = self.slots[v as usize].take().expect("victim slot is resident");
+            self.evicted.push(old);
+            self.free.push(v);
+        }
+        let Some(slot) = self.free.pop() else {
+            self.bypassed += 1;
+            return;
+        };
+        self.slots[slot as usize] = Some(line);
+        self.policy.on_insert(slot, key(line), &info);
+    }
+
     pub fn run(&mut self, lines: &[u64]) -> u64 {
         let before = self.hits;
         for &l in lines {

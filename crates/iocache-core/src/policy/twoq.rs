@@ -57,6 +57,9 @@ pub struct TwoQ {
     /// Set by `on_miss` when the incoming key was in A1out: it enters Am.
     incoming_to_am: bool,
     a1out_hits: u64,
+    /// The last victim reclaimed and the queue it left (for
+    /// `on_victim_kept`; A1out may be too small to tell).
+    last_victim: (SlotId, Queue),
     /// A1in's and Am's oldest lines, walked ahead of their reclaims for
     /// prefetching (hints only), and what each walk last said (soon,
     /// later; `NIL`: unknown).
@@ -83,6 +86,7 @@ impl TwoQ {
             a1out: GhostFifo::new(lines_of(kout, capacity_lines)),
             incoming_to_am: false,
             a1out_hits: 0,
+            last_victim: (NIL, Queue::None),
             a1in_ahead: TailLookahead::default(),
             a1in_upcoming: [NIL; 2],
             am_ahead: TailLookahead::default(),
@@ -115,11 +119,13 @@ impl TwoQ {
             self.a1in_upcoming = self.a1in_ahead.advance(&self.links, &self.a1in, slot);
             self.queue_of[slot as usize] = Queue::None;
             self.a1out.push(self.key_of[slot as usize]);
+            self.last_victim = (slot, Queue::A1in);
             Some(slot)
         } else {
             let slot = self.links.pop_tail(&mut self.am)?;
             self.am_upcoming = self.am_ahead.advance(&self.links, &self.am, slot);
             self.queue_of[slot as usize] = Queue::None;
+            self.last_victim = (slot, Queue::Am);
             Some(slot)
         }
     }
@@ -161,6 +167,29 @@ impl ReplacementPolicy for TwoQ {
         } else {
             None
         }
+    }
+
+    /// Back to the head of the queue it left (A1in: its key, put in A1out
+    /// by the reclaim, is taken out again).
+    fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
+        self.key_of[slot as usize] = key;
+        let from_a1in = match self.last_victim {
+            (victim, queue) if victim == slot => queue == Queue::A1in,
+            _ => self.a1out.contains(&key),
+        };
+        self.a1out.take(&key);
+        if from_a1in {
+            self.links.push_head(&mut self.a1in, slot);
+            self.queue_of[slot as usize] = Queue::A1in;
+        } else {
+            self.links.push_head(&mut self.am, slot);
+            self.queue_of[slot as usize] = Queue::Am;
+        }
+    }
+
+    /// Reclaim again (A1out was looked up once, by `on_miss`).
+    fn on_miss_again(&mut self, _key: LineKey, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        victims.extend(self.reclaim());
     }
 
     /// A1out's index position a miss on the key looks up.
@@ -362,5 +391,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_kept_dirty_victim_goes_back_to_a1in_and_an_a1out_hit_still_enters_am() {
+        // Capacity 4: Kin = 1, Kout = 2. 1-4 fill A1in; 5 sends 1 to A1out.
+        let mut d = twoq(4);
+        d.run(&[1, 2, 3, 4, 5]);
+        assert!(d.policy.in_a1out(&key(1)));
+        // 1 again: an A1out hit. The reclaim names 2 (A1in's oldest), which
+        // is dirty and kept; asked again it names 3.
+        d.miss_keeping(1, &[2]);
+        assert_eq!(d.evicted, vec![1, 3]);
+        assert_eq!(d.resident(), vec![1, 2, 4, 5]);
+        let queue_of = |line| d.policy.queue_of[d.slot_of(line).unwrap() as usize];
+        assert_eq!(queue_of(1), Queue::Am, "an A1out hit enters Am");
+        assert_eq!(queue_of(2), Queue::A1in, "the kept line is back in A1in");
+        assert!(!d.policy.in_a1out(&key(2)), "a resident line is not in A1out");
+        assert!(d.policy.in_a1out(&key(3)));
+        assert_eq!(d.policy.queue_sizes(), (3, 1, 1));
     }
 }
