@@ -339,12 +339,14 @@ impl ReplacementPolicy for Access {
         self.insert_counted(slot, key, count);
     }
 
-    /// Counted as a fresh access (its remembered count plus one, so the
-    /// next try finds another minimum), leaving the miss's pending count
-    /// to the incoming line.
+    /// Counted as one more access (its count plus one, so the next try
+    /// finds another minimum; the count is the slot's own, as the history
+    /// may keep nothing), its history entry dropped, leaving the miss's
+    /// pending count to the incoming line.
     fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
         self.tick += 1;
-        let count = self.take_history(&key) + 1;
+        self.take_history(&key);
+        let count = self.slot_count[slot as usize] + 1;
         self.insert_counted(slot, key, count);
     }
 
@@ -534,6 +536,24 @@ mod tests {
             d.policy.history_count(&key(2)),
             None,
             "a resident line is not in the history"
+        );
+    }
+
+    #[test]
+    fn a_kept_dirty_victim_keeps_its_count_without_a_history() {
+        // No history at all: a kept line's count comes from its slot.
+        let mut d = Driver::new(Access::new(2, 0, false), 2);
+        d.run(&[5, 5, 5, 2, 2]);
+        let slot = d.slot_of(2).unwrap();
+        assert_eq!(d.policy.slot_count[slot as usize], 2);
+        // 1 misses: 2 (the least accessed) is dirty and kept, counted once
+        // more, not reset to one.
+        d.miss_keeping(1, &[2]);
+        let slot = d.slot_of(2).expect("the dirty line stayed");
+        assert!(
+            d.policy.slot_count[slot as usize] >= 3,
+            "count {}",
+            d.policy.slot_count[slot as usize]
         );
     }
 }

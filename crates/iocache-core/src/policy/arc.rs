@@ -225,9 +225,18 @@ impl ReplacementPolicy for Arc {
         }
     }
 
-    /// REPLACE again (the miss's adaptation of `p` and its ghost trimming
-    /// were done once, by `on_miss`).
+    /// The miss's victim choice again, without its adaptation of `p` and
+    /// its ghost trimming (done once, by `on_miss`): when T1 alone fills
+    /// the cache on a miss that found no ghost, T1's oldest leaves without
+    /// a ghost, as `on_miss` does; otherwise REPLACE.
     fn on_miss_again(&mut self, _key: LineKey, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
+        if !self.incoming_to_t2 && u64::from(self.t1.len) >= self.capacity {
+            if let Some(slot) = self.pop_resident_tail(ONE) {
+                self.slot_list[slot as usize] = Resident::None;
+                victims.push(slot);
+            }
+            return;
+        }
         victims.extend(self.replace(self.miss_in_b2));
     }
 
@@ -429,5 +438,50 @@ mod tests {
         assert!(is_ghost(&d.policy, 4));
         assert_eq!(d.policy.list_sizes(), (1, 2, 1, 0));
         assert_eq!(d.policy.target_t1(), 1.0, "p adapted once");
+        check_sizes(&d.policy);
+    }
+
+    /// |T1| + |B1| <= c and |T1| + |T2| + |B1| + |B2| <= 2c (FAST'03).
+    fn check_sizes(arc: &Arc) {
+        let (t1, t2, b1, b2) = arc.list_sizes();
+        let c = arc.capacity as u32;
+        assert!(t1 + b1 <= c, "|T1| + |B1| = {} > c = {c}", t1 + b1);
+        assert!(
+            t1 + t2 + b1 + b2 <= 2 * c,
+            "directory of {} > 2c",
+            t1 + t2 + b1 + b2
+        );
+    }
+
+    #[test]
+    fn a_kept_victim_of_a_full_t1_leaves_no_ghost_on_the_retry() {
+        // c = 2. After these, T1 holds 4 and 5 and fills the cache alone.
+        let mut d = Driver::new(Arc::new(2), 2);
+        d.run(&[1, 1, 2, 3, 4, 3, 5]);
+        check_sizes(&d.policy);
+        let (t1, ..) = d.policy.list_sizes();
+        assert_eq!(t1, 2, "T1 fills the cache");
+        // 6 misses (no ghost): T1's oldest leaves without a ghost; it is
+        // dirty and kept, and the retry takes the other, again without one.
+        let ghosts_before = d.policy.list_sizes().2;
+        d.miss_keeping(6, &[4]);
+        check_sizes(&d.policy);
+        assert_eq!(d.policy.list_sizes().2, ghosts_before, "no B1 ghost made");
+        assert!(d.slot_of(4).is_some() && d.slot_of(6).is_some());
+        assert!(!is_ghost(&d.policy, 4));
+    }
+
+    #[test]
+    fn a_kept_victim_from_t2_goes_back_to_t2() {
+        // c = 2: 1 and 2 reach T2, then 3 misses and REPLACE takes T2's
+        // oldest, 1 (T1 is empty), dirty and kept; the retry takes 2.
+        let mut d = Driver::new(Arc::new(2), 2);
+        d.run(&[1, 1, 2, 2]);
+        assert_eq!(d.policy.list_sizes(), (0, 2, 0, 0));
+        d.miss_keeping(3, &[1]);
+        check_sizes(&d.policy);
+        assert_eq!(d.policy.slot_list[d.slot_of(1).unwrap() as usize], Resident::T2);
+        assert!(!is_ghost(&d.policy, 1));
+        assert!(is_ghost(&d.policy, 2));
     }
 }
