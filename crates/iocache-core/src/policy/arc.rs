@@ -55,12 +55,9 @@ pub struct Arc {
     /// for `on_miss_again`).
     miss_in_b2: bool,
     /// The next victims of T1 and T2 and the next ghosts B1 and B2 drop,
-    /// walked ahead for prefetching (hints only: no decision reads them),
-    /// and what each walk last said (soon, later; `NIL`: unknown).
+    /// walked ahead for prefetching (hints only: no decision reads them).
     ahead: [TailLookahead; 2],
-    upcoming: [[SlotId; 2]; 2],
     ghost_ahead: [TailLookahead; 2],
-    ghost_upcoming: [[u32; 2]; 2],
 }
 
 /// Index of T1 / B1 and T2 / B2 in the lookahead arrays.
@@ -94,9 +91,7 @@ impl Arc {
             incoming_to_t2: false,
             miss_in_b2: false,
             ahead: Default::default(),
-            upcoming: [[NIL; 2]; 2],
             ghost_ahead: Default::default(),
-            ghost_upcoming: [[NIL; 2]; 2],
         }
     }
 
@@ -153,7 +148,7 @@ impl Arc {
         if tail != NIL {
             self.remove_ghost(tail);
             let head = if which == ONE { &self.b1 } else { &self.b2 };
-            self.ghost_upcoming[which] = self.ghost_ahead[which].advance(&self.ghost_links, head, tail);
+            self.ghost_ahead[which].advance(&self.ghost_links, head, tail);
         }
     }
 
@@ -334,7 +329,7 @@ impl Arc {
     fn pop_resident_tail(&mut self, which: usize) -> Option<SlotId> {
         let list = if which == ONE { &mut self.t1 } else { &mut self.t2 };
         let slot = self.slot_links.pop_tail(list)?;
-        self.upcoming[which] = self.ahead[which].advance(&self.slot_links, list, slot);
+        self.ahead[which].advance(&self.slot_links, list, slot);
         Some(slot)
     }
 
@@ -355,7 +350,8 @@ impl Arc {
     /// were loaded by the walk).
     #[inline]
     fn prefetch_ghost_tails(&self) {
-        for [soon, later] in self.ghost_upcoming {
+        for ahead in &self.ghost_ahead {
+            let [soon, later] = ahead.upcoming();
             if later != NIL {
                 crate::prefetch::prefetch_address(
                     self.ghost_key.as_ptr().wrapping_add(later as usize) as usize
@@ -384,7 +380,8 @@ impl Arc {
         } else {
             TWO
         };
-        let [soon, later] = self.upcoming[which];
+        let ahead = &self.ahead[which];
+        let [soon, later] = ahead.upcoming();
         // The ghost index position the soon victim's key will take (its
         // key was loaded when it was the later one).
         if let Some(key) = self.slot_key.get(soon as usize) {
@@ -395,7 +392,7 @@ impl Arc {
             crate::prefetch::prefetch_address(self.slot_key.as_ptr().wrapping_add(later as usize) as usize);
             crate::prefetch::prefetch_address(self.slot_list.as_ptr().wrapping_add(later as usize) as usize);
         }
-        [(soon != NIL).then_some(soon), (later != NIL).then_some(later)]
+        ahead.next_victims()
     }
 
     fn remove(&mut self, slot: SlotId) {

@@ -27,7 +27,7 @@
 //! Per-access cost: a hit is O(1); an eviction is amortized O(1) (each
 //! second chance consumes a bit that a hit set).
 
-use super::list::{Links, ListHead, TailLookahead, NIL};
+use super::list::{Links, ListHead, TailLookahead};
 use super::{AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
@@ -38,10 +38,8 @@ pub struct Clock {
     referenced: Vec<bool>,
     second_chances: u64,
     /// The nodes the hand reaches next, walked ahead for prefetching (a
-    /// hint only), and what the walk last said (soon, later; `NIL`:
-    /// unknown).
+    /// hint only).
     ahead: TailLookahead,
-    upcoming: [SlotId; 2],
 }
 
 impl Clock {
@@ -52,7 +50,6 @@ impl Clock {
             referenced: vec![false; capacity_lines],
             second_chances: 0,
             ahead: TailLookahead::default(),
-            upcoming: [NIL; 2],
         }
     }
 
@@ -62,7 +59,7 @@ impl Clock {
     #[inline]
     fn hand(&mut self) -> Option<SlotId> {
         while let Some(slot) = self.links.pop_tail(&mut self.ring) {
-            self.upcoming = self.ahead.advance(&self.links, &self.ring, slot);
+            self.ahead.advance(&self.links, &self.ring, slot);
             if std::mem::take(&mut self.referenced[slot as usize]) {
                 self.second_chances += 1;
                 self.links.push_head(&mut self.ring, slot);
@@ -122,11 +119,11 @@ impl ReplacementPolicy for Clock {
     /// The nodes the hand will reach (victims unless referenced by then).
     #[inline]
     fn next_victims(&self) -> [Option<SlotId>; 2] {
-        let [soon, later] = self.upcoming;
-        if let Some(flag) = self.referenced.get(later as usize) {
+        let [soon, later] = self.ahead.next_victims();
+        if let Some(flag) = later.and_then(|later| self.referenced.get(later as usize)) {
             crate::prefetch::prefetch(flag);
         }
-        [(soon != NIL).then_some(soon), (later != NIL).then_some(later)]
+        [soon, later]
     }
 
     fn on_insert(&mut self, slot: SlotId, _key: LineKey, _info: &AccessInfo) {

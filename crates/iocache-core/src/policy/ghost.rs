@@ -19,10 +19,8 @@ pub struct GhostFifo {
     index: LineIndex,
     queue: ListHead,
     /// The oldest entries, walked ahead of their forgetting for
-    /// prefetching (a hint only), and what the walk last said (soon,
-    /// later; `NIL`: unknown).
+    /// prefetching (a hint only).
     ahead: TailLookahead,
-    upcoming: [u32; 2],
 }
 
 impl GhostFifo {
@@ -40,7 +38,6 @@ impl GhostFifo {
             index: LineIndex::new(capacity),
             queue: ListHead::default(),
             ahead: TailLookahead::default(),
-            upcoming: [NIL; 2],
         }
     }
 
@@ -89,7 +86,7 @@ impl GhostFifo {
         if self.len() == self.capacity {
             let oldest = self.queue.tail;
             self.forget(oldest);
-            self.upcoming = self.ahead.advance(&self.links, &self.queue, oldest);
+            self.ahead.advance(&self.links, &self.queue, oldest);
         }
         let Some(g) = self.free.pop() else {
             unreachable!("a full ghost FIFO frees its oldest entry first");
@@ -121,7 +118,7 @@ impl GhostFifo {
     /// be pushed next, will go in the index.
     #[inline]
     pub fn prefetch_push(&self, key: Option<&LineKey>) {
-        let [soon, later] = self.upcoming;
+        let [soon, later] = self.ahead.upcoming();
         if later != NIL {
             crate::prefetch::prefetch_address(self.keys.as_ptr().wrapping_add(later as usize) as usize);
         }

@@ -246,11 +246,10 @@ impl TailLookahead {
         true
     }
 
-    /// Call after `victim`, the tail of `list`, was evicted: walks on and
-    /// returns a node about `DEPTH / 2` evictions away (soon) and the one
-    /// up to `DEPTH` away (later).
+    /// Call after `victim`, the tail of `list`, was evicted: walks on (see
+    /// [`TailLookahead::upcoming`] for what it then says).
     #[inline(always)]
-    pub fn advance(&mut self, links: &Links, list: &ListHead, victim: u32) -> [u32; 2] {
+    pub fn advance(&mut self, links: &Links, list: &ListHead, victim: u32) {
         let lead = self.lead;
         if lead != 0 && lead <= Self::DEPTH && self.walked_back(lead) == victim {
             // As expected: the tail moved one node toward the cursor.
@@ -261,14 +260,33 @@ impl TailLookahead {
         } else {
             if list.tail == NIL {
                 self.lead = Self::RESTART;
-                return [NIL, NIL];
+                return;
             }
             self.record(list.tail);
             self.lead = usize::from(self.step(links));
             self.lead += usize::from(self.lead == 1 && self.step(links));
         }
-        let soon = self.walked_back(self.lead - self.lead.min(Self::DEPTH / 2));
-        [soon, self.walked_back(0)]
+    }
+
+    /// What the walk says since the last [`TailLookahead::advance`]: a node
+    /// about `DEPTH / 2` evictions away (soon) and the one up to `DEPTH`
+    /// away (later); `NIL` for both before the first eviction or once the
+    /// list ran empty.
+    #[inline(always)]
+    pub fn upcoming(&self) -> [u32; 2] {
+        if self.lead == Self::RESTART {
+            return [NIL, NIL];
+        }
+        [
+            self.walked_back(self.lead - self.lead.min(Self::DEPTH / 2)),
+            self.walked_back(0),
+        ]
+    }
+
+    /// [`TailLookahead::upcoming`] as [`super::ReplacementPolicy::next_victims`] gives it.
+    #[inline(always)]
+    pub fn next_victims(&self) -> [Option<u32>; 2] {
+        self.upcoming().map(|node| (node != NIL).then_some(node))
     }
 }
 
@@ -356,7 +374,8 @@ mod tests {
         let depth = TailLookahead::DEPTH;
         let evict = |links: &mut Links, list: &mut ListHead, ahead: &mut TailLookahead| {
             let victim = links.pop_tail(list).unwrap();
-            ahead.advance(links, list, victim)
+            ahead.advance(links, list, victim);
+            ahead.upcoming()
         };
         // Two steps per eviction (one more than the tail moves) until it is
         // DEPTH ahead, then one.

@@ -1,6 +1,6 @@
 //! Least-recently-used replacement: one queue, hits move to the head, the tail is evicted.
 
-use super::list::{Links, ListHead, TailLookahead, NIL};
+use super::list::{Links, ListHead, TailLookahead};
 use super::{AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
@@ -9,8 +9,6 @@ pub struct Lru {
     queue: ListHead,
     /// The next victims, walked ahead for prefetching (a hint only).
     ahead: TailLookahead,
-    /// What `ahead` last said: soon and later victims (`NIL`: unknown).
-    upcoming: [SlotId; 2],
 }
 
 impl Lru {
@@ -19,7 +17,6 @@ impl Lru {
             links: Links::new(capacity_lines),
             queue: ListHead::default(),
             ahead: TailLookahead::default(),
-            upcoming: [NIL; 2],
         }
     }
 
@@ -64,7 +61,7 @@ impl ReplacementPolicy for Lru {
             return None;
         }
         let victim = self.links.pop_tail(&mut self.queue)?;
-        self.upcoming = self.ahead.advance(&self.links, &self.queue, victim);
+        self.ahead.advance(&self.links, &self.queue, victim);
         Some(victim)
     }
 
@@ -79,7 +76,6 @@ impl ReplacementPolicy for Lru {
 
     #[inline]
     fn next_victims(&self) -> [Option<SlotId>; 2] {
-        let [soon, later] = self.upcoming;
-        [(soon != NIL).then_some(soon), (later != NIL).then_some(later)]
+        self.ahead.next_victims()
     }
 }

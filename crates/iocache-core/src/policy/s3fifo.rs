@@ -81,12 +81,9 @@ pub struct S3Fifo {
     /// `on_victim_kept`; G may be too small to tell).
     last_victim: (SlotId, Queue),
     /// S's and M's oldest lines, walked ahead of their evictions for
-    /// prefetching (hints only), and what each walk last said (soon,
-    /// later; `NIL`: unknown).
+    /// prefetching (hints only).
     small_ahead: TailLookahead,
-    small_upcoming: [SlotId; 2],
     main_ahead: TailLookahead,
-    main_upcoming: [SlotId; 2],
 }
 
 const FREQ_MAX: u8 = 3;
@@ -120,9 +117,7 @@ impl S3Fifo {
             reinsertions: 0,
             last_victim: (NIL, Queue::None),
             small_ahead: TailLookahead::default(),
-            small_upcoming: [NIL; 2],
             main_ahead: TailLookahead::default(),
-            main_upcoming: [NIL; 2],
         }
     }
 
@@ -154,7 +149,7 @@ impl S3Fifo {
 
     fn evict_small(&mut self) -> Option<SlotId> {
         while let Some(t) = self.links.pop_tail(&mut self.small) {
-            self.small_upcoming = self.small_ahead.advance(&self.links, &self.small, t);
+            self.small_ahead.advance(&self.links, &self.small, t);
             if self.freq[t as usize] > self.threshold {
                 self.freq[t as usize] = 0;
                 self.links.push_head(&mut self.main, t);
@@ -172,7 +167,7 @@ impl S3Fifo {
 
     fn evict_main(&mut self) -> Option<SlotId> {
         while let Some(t) = self.links.pop_tail(&mut self.main) {
-            self.main_upcoming = self.main_ahead.advance(&self.links, &self.main, t);
+            self.main_ahead.advance(&self.links, &self.main, t);
             let f = &mut self.freq[t as usize];
             if *f > 0 {
                 *f -= 1;
@@ -240,11 +235,12 @@ impl ReplacementPolicy for S3Fifo {
     fn next_victims(&self) -> [Option<SlotId>; 2] {
         let small = self.small.len as usize + usize::from(!self.incoming_to_main);
         let from_small = small >= self.small_target;
-        let [soon, later] = if from_small {
-            self.small_upcoming
+        let ahead = if from_small {
+            &self.small_ahead
         } else {
-            self.main_upcoming
+            &self.main_ahead
         };
+        let [soon, later] = ahead.upcoming();
         if let Some(flag) = self.freq.get(later as usize) {
             crate::prefetch::prefetch(flag);
             crate::prefetch::prefetch_address(self.key_of.as_ptr().wrapping_add(later as usize) as usize);
@@ -254,7 +250,7 @@ impl ReplacementPolicy for S3Fifo {
         } else {
             None
         });
-        [(soon != NIL).then_some(soon), (later != NIL).then_some(later)]
+        ahead.next_victims()
     }
 
     /// Back to the head of the queue it left (S: its key, put in G by the

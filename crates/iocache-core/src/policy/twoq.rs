@@ -61,12 +61,9 @@ pub struct TwoQ {
     /// `on_victim_kept`; A1out may be too small to tell).
     last_victim: (SlotId, Queue),
     /// A1in's and Am's oldest lines, walked ahead of their reclaims for
-    /// prefetching (hints only), and what each walk last said (soon,
-    /// later; `NIL`: unknown).
+    /// prefetching (hints only).
     a1in_ahead: TailLookahead,
-    a1in_upcoming: [SlotId; 2],
     am_ahead: TailLookahead,
-    am_upcoming: [SlotId; 2],
 }
 
 impl TwoQ {
@@ -88,9 +85,7 @@ impl TwoQ {
             a1out_hits: 0,
             last_victim: (NIL, Queue::None),
             a1in_ahead: TailLookahead::default(),
-            a1in_upcoming: [NIL; 2],
             am_ahead: TailLookahead::default(),
-            am_upcoming: [NIL; 2],
         }
     }
 
@@ -116,14 +111,14 @@ impl TwoQ {
     fn reclaim(&mut self) -> Option<SlotId> {
         if self.reclaim_from_a1in() {
             let slot = self.links.pop_tail(&mut self.a1in)?;
-            self.a1in_upcoming = self.a1in_ahead.advance(&self.links, &self.a1in, slot);
+            self.a1in_ahead.advance(&self.links, &self.a1in, slot);
             self.queue_of[slot as usize] = Queue::None;
             self.a1out.push(self.key_of[slot as usize]);
             self.last_victim = (slot, Queue::A1in);
             Some(slot)
         } else {
             let slot = self.links.pop_tail(&mut self.am)?;
-            self.am_upcoming = self.am_ahead.advance(&self.links, &self.am, slot);
+            self.am_ahead.advance(&self.links, &self.am, slot);
             self.queue_of[slot as usize] = Queue::None;
             self.last_victim = (slot, Queue::Am);
             Some(slot)
@@ -237,11 +232,12 @@ impl ReplacementPolicy for TwoQ {
             (self.a1in.len as usize + 1, self.am.len as usize)
         };
         let from_a1in = a1in > self.kin || am == 0;
-        let [soon, later] = if from_a1in {
-            self.a1in_upcoming
+        let ahead = if from_a1in {
+            &self.a1in_ahead
         } else {
-            self.am_upcoming
+            &self.am_ahead
         };
+        let [soon, later] = ahead.upcoming();
         if later != NIL {
             crate::prefetch::prefetch_address(self.key_of.as_ptr().wrapping_add(later as usize) as usize);
             crate::prefetch::prefetch_address(self.queue_of.as_ptr().wrapping_add(later as usize) as usize);
@@ -251,7 +247,7 @@ impl ReplacementPolicy for TwoQ {
         } else {
             None
         });
-        [(soon != NIL).then_some(soon), (later != NIL).then_some(later)]
+        ahead.next_victims()
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
