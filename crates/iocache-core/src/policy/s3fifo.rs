@@ -78,7 +78,7 @@ pub struct S3Fifo {
     ghost_hits: u64,
     reinsertions: u64,
     /// The last victim evicted and the queue it left (for
-    /// `on_victim_kept`; G may be too small to tell).
+    /// `on_victim_kept`: G may be too small to tell).
     last_victim: (SlotId, Queue),
     /// S's and M's oldest lines, walked ahead of their evictions for
     /// prefetching (hints only).
@@ -257,10 +257,9 @@ impl ReplacementPolicy for S3Fifo {
     /// eviction, is taken out again). Its frequency is as it was.
     fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
         self.key_of[slot as usize] = key;
-        let from_small = match self.last_victim {
-            (victim, queue) if victim == slot => queue == Queue::Small,
-            _ => self.ghost.contains(&key),
-        };
+        let (victim, queue) = self.last_victim;
+        debug_assert_eq!(victim, slot, "one victim per eviction, handed back before the next");
+        let from_small = queue == Queue::Small;
         self.ghost.take(&key);
         if from_small {
             self.links.push_head(&mut self.small, slot);

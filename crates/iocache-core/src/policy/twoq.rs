@@ -58,7 +58,7 @@ pub struct TwoQ {
     incoming_to_am: bool,
     a1out_hits: u64,
     /// The last victim reclaimed and the queue it left (for
-    /// `on_victim_kept`; A1out may be too small to tell).
+    /// `on_victim_kept`: A1out may be too small to tell).
     last_victim: (SlotId, Queue),
     /// A1in's and Am's oldest lines, walked ahead of their reclaims for
     /// prefetching (hints only).
@@ -168,10 +168,9 @@ impl ReplacementPolicy for TwoQ {
     /// by the reclaim, is taken out again).
     fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
         self.key_of[slot as usize] = key;
-        let from_a1in = match self.last_victim {
-            (victim, queue) if victim == slot => queue == Queue::A1in,
-            _ => self.a1out.contains(&key),
-        };
+        let (victim, queue) = self.last_victim;
+        debug_assert_eq!(victim, slot, "one victim per reclaim, handed back before the next");
+        let from_a1in = queue == Queue::A1in;
         self.a1out.take(&key);
         if from_a1in {
             self.links.push_head(&mut self.a1in, slot);
