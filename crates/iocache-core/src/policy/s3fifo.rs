@@ -258,7 +258,10 @@ impl ReplacementPolicy for S3Fifo {
     fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
         self.key_of[slot as usize] = key;
         let (victim, queue) = self.last_victim;
-        debug_assert_eq!(victim, slot, "one victim per eviction, handed back before the next");
+        debug_assert_eq!(
+            victim, slot,
+            "one victim per eviction, handed back before the next"
+        );
         let from_small = queue == Queue::Small;
         self.ghost.take(&key);
         if from_small {

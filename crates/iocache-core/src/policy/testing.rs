@@ -60,26 +60,7 @@ impl<P: ReplacementPolicy> Driver<P> {
             self.policy.on_hit(slot, &info);
             return true;
         }
-        self.misses += 1;
-        if self.policy.admit(key(line), &info) == Some(false) {
-            self.bypassed += 1;
-            return false;
-        }
-        let need_victim = self.free.is_empty();
-        let mut victims = Vec::new();
-        self.policy.on_miss(key(line), need_victim, &info, &mut victims);
-        assert!(need_victim || victims.is_empty(), "victims named with free slots");
-        for &v in &victims {
-            let old = self.slots[v as usize].take().expect("victim slot is resident");
-            self.evicted.push(old);
-            self.free.push(v);
-        }
-        let Some(slot) = self.free.pop() else {
-            self.bypassed += 1;
-            return false;
-        };
-        self.slots[slot as usize] = Some(line);
-        self.policy.on_insert(slot, key(line), &info);
+        self.miss(line, &info, &[]);
         false
     }
 
@@ -93,13 +74,21 @@ impl<P: ReplacementPolicy> Driver<P> {
     pub fn miss_keeping(&mut self, line: u64, dirty: &[u64]) {
         assert!(self.slot_of(line).is_none() && self.free.is_empty());
         let info = self.info();
+        self.miss(line, &info, dirty);
+    }
+
+    /// A miss on `line` (not resident), keeping victims that hold a line
+    /// of `dirty` (none: the plain miss of [`Driver::access`]).
+    fn miss(&mut self, line: u64, info: &AccessInfo, dirty: &[u64]) {
         self.misses += 1;
-        if self.policy.admit(key(line), &info) == Some(false) {
+        if self.policy.admit(key(line), info) == Some(false) {
             self.bypassed += 1;
             return;
         }
+        let need_victim = self.free.is_empty();
         let mut victims = Vec::new();
-        self.policy.on_miss(key(line), true, &info, &mut victims);
+        self.policy.on_miss(key(line), need_victim, info, &mut victims);
+        assert!(need_victim || victims.is_empty(), "victims named with free slots");
         for round in 0..4 {
             let before = victims.len();
             let mut i = 0;
@@ -108,7 +97,7 @@ impl<P: ReplacementPolicy> Driver<P> {
                 if dirty.contains(&held) {
                     let v = victims.swap_remove(i);
                     self.policy
-                        .on_victim_kept(v, key(held), &AccessInfo { dirty: true, ..info });
+                        .on_victim_kept(v, key(held), &AccessInfo { dirty: true, ..*info });
                 } else {
                     i += 1;
                 }
@@ -116,7 +105,7 @@ impl<P: ReplacementPolicy> Driver<P> {
             if victims.len() == before || !victims.is_empty() || round == 3 {
                 break;
             }
-            self.policy.on_miss_again(key(line), &info, &mut victims);
+            self.policy.on_miss_again(key(line), info, &mut victims);
         }
         for &v in &victims {
             let old = self.slots[v as usize].take().expect("victim slot is resident");
@@ -128,7 +117,7 @@ impl<P: ReplacementPolicy> Driver<P> {
             return;
         };
         self.slots[slot as usize] = Some(line);
-        self.policy.on_insert(slot, key(line), &info);
+        self.policy.on_insert(slot, key(line), info);
     }
 
     pub fn run(&mut self, lines: &[u64]) -> u64 {

@@ -169,7 +169,10 @@ impl ReplacementPolicy for TwoQ {
     fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
         self.key_of[slot as usize] = key;
         let (victim, queue) = self.last_victim;
-        debug_assert_eq!(victim, slot, "one victim per reclaim, handed back before the next");
+        debug_assert_eq!(
+            victim, slot,
+            "one victim per reclaim, handed back before the next"
+        );
         let from_a1in = queue == Queue::A1in;
         self.a1out.take(&key);
         if from_a1in {
