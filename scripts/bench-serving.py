@@ -217,21 +217,14 @@ def main():
     if args.percentiles:
         return percentiles_main(args, names, workloads)
     results = {}  # (workload, system) -> list of (value, p50, p9999, mean)
-    for round_no in range(args.rounds):
-        order = names if round_no % 2 == 0 else list(reversed(names))
-        for i, name in enumerate(order):
-            server = Server(name, args.tcp, 10900 + i)
-            server.start()
-            try:
-                for label, extra, kind, unit in workloads:
-                    r = run(server.uri(), extra, args.seconds)[kind]
-                    results.setdefault((label, name), []).append(
-                        (r[unit], r["p50_us"], r["p9999_us"], r["mean_us"]))
-                    print(f"round {round_no + 1} {name:14} {label:22} {r[unit]:10.0f} {unit}"
-                          f"  p50 {r['p50_us']:.0f} µs  mean {r['mean_us']:.0f} µs  p99.99 {r['p9999_us']:.0f} µs",
-                          file=sys.stderr, flush=True)
-            finally:
-                server.stop()
+    for round_no, name, server in alternated_servers(args, names):
+        for label, extra, kind, unit in workloads:
+            r = run(server.uri(), extra, args.seconds)[kind]
+            results.setdefault((label, name), []).append(
+                (r[unit], r["p50_us"], r["p9999_us"], r["mean_us"]))
+            print(f"round {round_no + 1} {name:14} {label:22} {r[unit]:10.0f} {unit}"
+                  f"  p50 {r['p50_us']:.0f} µs  mean {r['mean_us']:.0f} µs  p99.99 {r['p9999_us']:.0f} µs",
+                  file=sys.stderr, flush=True)
     transport = "TCP loopback" if args.tcp else "Unix socket"
     print(f"# Serving path, {transport}: {args.rounds} rounds of {args.seconds} s, alternated; medians\n")
     print("| workload | " + " | ".join(names) + " |")
@@ -251,29 +244,38 @@ def main():
         print(f"| {label} | " + " | ".join(cells) + " |")
 
 
-def percentiles_main(args, names, workloads):
-    """--percentiles: every run's completion-latency distribution (IOPS rows only), one line per run."""
-    workloads = [w for w in workloads if w[3] == "iops"]
-    points = [float(p) for p in DISTRIBUTION.split(":")]
-    rows = []
+def alternated_servers(args, names):
+    """(round number, system, its running server) for each system of each
+    round, in order and reversed on alternate rounds; each server is stopped
+    when the caller moves on (or leaves the loop)."""
     for round_no in range(args.rounds):
         order = names if round_no % 2 == 0 else list(reversed(names))
         for i, name in enumerate(order):
             server = Server(name, args.tcp, 10900 + i)
             server.start()
             try:
-                for label, extra, kind, _ in workloads:
-                    r = fio(server.uri(), extra + [f"--size={RANGE}"], seconds=args.seconds,
-                            percentiles=DISTRIBUTION)[kind]
-                    rows.append((label, round_no + 1, name, r))
-                    print(f"round {round_no + 1} {name:14} {label:22} {r['iops']:10.0f} IOPS", file=sys.stderr, flush=True)
+                yield round_no, name, server
             finally:
                 server.stop()
+
+
+def percentiles_main(args, names, workloads):
+    """--percentiles: every run's completion-latency distribution (IOPS rows only), one line per run."""
+    workloads = [w for w in workloads if w[3] == "iops"]
+    points = [float(p) for p in DISTRIBUTION.split(":")]
+    rows = []
+    for round_no, name, server in alternated_servers(args, names):
+        for label, extra, kind, _ in workloads:
+            r = fio(server.uri(), extra + [f"--size={RANGE}"], seconds=args.seconds,
+                    percentiles=DISTRIBUTION)[kind]
+            rows.append((label, round_no + 1, name, r))
+            print(f"round {round_no + 1} {name:14} {label:22} {r['iops']:10.0f} IOPS", file=sys.stderr, flush=True)
     transport = "TCP loopback" if args.tcp else "Unix socket"
     print(f"# Completion latency distributions, {transport}: {args.rounds} rounds of {args.seconds} s, alternated\n")
     print("| workload | round | system | IOPS | mean µs | " + " | ".join(f"p{p:g}" for p in points) + " |")
     print("|---|---:|---|---:|---:|" + "---:|" * len(points))
-    for label, round_no, name, r in sorted(rows, key=lambda row: (workloads.index(next(w for w in workloads if w[0] == row[0])), row[1])):
+    labels = [w[0] for w in workloads]
+    for label, round_no, name, r in sorted(rows, key=lambda row: (labels.index(row[0]), row[1])):
         cells = [f"{r['percentiles_us'].get(p, 0):.0f}" for p in points]
         print(f"| {label} | {round_no} | {name} | {r['iops']:.0f} | {r['mean_us']:.0f} | " + " | ".join(cells) + " |")
 
