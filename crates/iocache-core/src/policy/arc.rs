@@ -129,6 +129,12 @@ impl Arc {
         self.ghost_index.insert(&key, g);
     }
 
+    /// The ghost entry holding `key`, if B1 or B2 remembers it.
+    fn ghost_of(&self, key: &LineKey) -> Option<u32> {
+        let ghost_keys = &self.ghost_key;
+        self.ghost_index.get(key, |g| ghost_keys[g as usize])
+    }
+
     fn remove_ghost(&mut self, g: u32) {
         let head = match self.ghost_list[g as usize] {
             Ghost::B1 => &mut self.b1,
@@ -201,8 +207,7 @@ impl ReplacementPolicy for Arc {
     /// key in B1 or B2: that ghost goes; a T1 line evicted without a ghost
     /// goes back to T1).
     fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
-        let ghost_keys = &self.ghost_key;
-        let to_t2 = match self.ghost_index.get(&key, |g| ghost_keys[g as usize]) {
+        let to_t2 = match self.ghost_of(&key) {
             Some(g) => {
                 let in_b2 = self.ghost_list[g as usize] == Ghost::B2;
                 self.remove_ghost(g);
@@ -268,8 +273,7 @@ impl Arc {
     /// The FAST'03 miss cases II-IV: adapt `p`, trim ghosts, REPLACE when full.
     fn choose_victim(&mut self, key: LineKey, need_victim: bool) -> Option<SlotId> {
         let c = self.capacity;
-        let ghost_keys = &self.ghost_key;
-        match self.ghost_index.get(&key, |g| ghost_keys[g as usize]) {
+        match self.ghost_of(&key) {
             Some(g) => {
                 let (b1, b2) = (self.b1.len as f64, self.b2.len as f64);
                 let in_b2 = self.ghost_list[g as usize] == Ghost::B2;
@@ -411,8 +415,7 @@ mod tests {
     use crate::policy::testing::{key, Driver};
 
     fn is_ghost(arc: &Arc, line: u64) -> bool {
-        let keys = &arc.ghost_key;
-        arc.ghost_index.get(&key(line), |g| keys[g as usize]).is_some()
+        arc.ghost_of(&key(line)).is_some()
     }
 
     #[test]
