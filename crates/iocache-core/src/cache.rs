@@ -812,18 +812,9 @@ impl Cache {
             // The policy is taken out for the walk, which then reaches it
             // as its own type; it is back in place for a partial hit.
             let mut held = std::mem::replace(&mut self.policy, ActivePolicy::Vacant);
-            let partial = match &mut held {
-                ActivePolicy::Lru(p) => {
-                    self.read_lines_counted_for(&mut **p, request, from_line, info, summary)
-                }
-                ActivePolicy::Arc(p) => {
-                    self.read_lines_counted_for(&mut **p, request, from_line, info, summary)
-                }
-                ActivePolicy::Other(p) => {
-                    self.read_lines_counted_for(&mut **p, request, from_line, info, summary)
-                }
-                ActivePolicy::Vacant => unreachable!("the replacement policy is in place between requests"),
-            };
+            let partial = crate::policy::forward!(&mut held, p => {
+                self.read_lines_counted_for(&mut **p, request, from_line, info, summary)
+            });
             self.policy = held;
             let Some((key, mask)) = partial else {
                 return;

@@ -1,24 +1,30 @@
-//! The replacement policy a `Cache` holds, with the most used policies (LRU
-//! and ARC) held as their own types (boxed, so that taking the policy out
-//! moves a pointer) so their per-access calls are direct and can be
-//! inlined into the cache's hot loop; every other policy stays behind the
-//! trait object the registry builds.
+//! The replacement policy a `Cache` holds, with the most used policies (LRU,
+//! ARC, FIFO, CLOCK, 2Q and S3-FIFO) held as their own types (boxed, so that
+//! taking the policy out moves a pointer) so their per-access calls are
+//! direct and can be inlined into the cache's hot loop; every other policy
+//! stays behind the trait object the registry builds.
 //!
 //! The cache's counting read path takes the policy out (leaving
 //! [`ActivePolicy::Vacant`] for the duration) and is compiled once per
 //! policy type, so that within it each call reaches the policy directly.
 //!
-//! This changes no decision: the LRU and ARC held here are built exactly as
-//! the registry builds them (`Lru::new`, `Arc::new`: neither takes
-//! parameters), and every trait call is forwarded unchanged.
+//! This changes no decision: the policies held here are built exactly as
+//! the registry builds them (`Lru::new`, `Arc::new`, `Fifo::new` and
+//! `Clock::new` take no parameters; `TwoQ::from_params` and
+//! `S3Fifo::from_params` are the registry's builders), and every trait call
+//! is forwarded unchanged.
 
-use super::{AccessInfo, Arc, Lru, PolicyParams, PolicySpec, ReplacementPolicy};
+use super::{AccessInfo, Arc, Clock, Fifo, Lru, PolicyParams, PolicySpec, ReplacementPolicy, S3Fifo, TwoQ};
 use crate::addr::{LineKey, LineSize, Request, SlotId};
 use crate::error::CoreError;
 
 pub(crate) enum ActivePolicy {
     Lru(Box<Lru>),
     Arc(Box<Arc>),
+    Fifo(Box<Fifo>),
+    Clock(Box<Clock>),
+    TwoQ(Box<TwoQ>),
+    S3Fifo(Box<S3Fifo>),
     Other(Box<dyn ReplacementPolicy>),
     /// No policy: only while the cache has taken its policy out for a
     /// path compiled for the policy's own type (see `Cache::try_admit`).
@@ -32,22 +38,32 @@ impl ActivePolicy {
         Ok(match spec.name() {
             "lru" if no_params => ActivePolicy::Lru(Box::new(Lru::new(capacity_lines))),
             "arc" if no_params => ActivePolicy::Arc(Box::new(Arc::new(capacity_lines))),
+            "fifo" if no_params => ActivePolicy::Fifo(Box::new(Fifo::new(capacity_lines))),
+            "clock" if no_params => ActivePolicy::Clock(Box::new(Clock::new(capacity_lines))),
+            "2q" => ActivePolicy::TwoQ(Box::new(TwoQ::from_params(spec.params(), capacity_lines)?)),
+            "s3fifo" => ActivePolicy::S3Fifo(Box::new(S3Fifo::from_params(spec.params(), capacity_lines)?)),
             _ => ActivePolicy::Other(spec.build(capacity_lines)?),
         })
     }
 }
 
-/// Forwards a call to whichever policy is held.
+/// Forwards a call to whichever policy is held, compiled once per held
+/// type (the cache's counting read path uses it too).
 macro_rules! forward {
-    ($self:ident, $p:ident => $call:expr) => {
+    ($self:expr, $p:ident => $call:expr) => {
         match $self {
             ActivePolicy::Lru($p) => $call,
             ActivePolicy::Arc($p) => $call,
+            ActivePolicy::Fifo($p) => $call,
+            ActivePolicy::Clock($p) => $call,
+            ActivePolicy::TwoQ($p) => $call,
+            ActivePolicy::S3Fifo($p) => $call,
             ActivePolicy::Other($p) => $call,
             ActivePolicy::Vacant => unreachable!("the replacement policy was used while taken out"),
         }
     };
 }
+pub(crate) use forward;
 
 impl ReplacementPolicy for ActivePolicy {
     fn name(&self) -> &'static str {
@@ -124,6 +140,7 @@ impl ReplacementPolicy for ActivePolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::testing::{Driver, XorShift};
     use crate::policy::POLICIES;
 
     #[test]
@@ -132,8 +149,50 @@ mod tests {
             let spec: PolicySpec = entry.name.parse().unwrap();
             let held = ActivePolicy::build(&spec, 64).unwrap();
             assert_eq!(held.name(), entry.name);
-            let by_value = matches!(held, ActivePolicy::Lru(_) | ActivePolicy::Arc(_));
-            assert_eq!(by_value, matches!(entry.name, "lru" | "arc"), "{}", entry.name);
+            let by_value = !matches!(held, ActivePolicy::Other(_) | ActivePolicy::Vacant);
+            let held_by_type = matches!(entry.name, "lru" | "arc" | "fifo" | "clock" | "2q" | "s3fifo");
+            assert_eq!(by_value, held_by_type, "{}", entry.name);
+        }
+    }
+
+    /// A policy held by its own type decides as the registry's trait
+    /// object built from the same spec, parameters included.
+    #[test]
+    fn a_policy_held_by_type_decides_as_the_registry_builds_it() {
+        const LINES: usize = 64;
+        for given in [
+            "fifo",
+            "clock",
+            "2q",
+            "2q:kin=0.4:kout=1.5",
+            "s3fifo",
+            "s3fifo:small=0.3:threshold=2:ghost=0.5",
+        ] {
+            let spec: PolicySpec = given.parse().unwrap();
+            let held = ActivePolicy::build(&spec, LINES).unwrap();
+            assert!(
+                !matches!(held, ActivePolicy::Other(_)),
+                "{given} is not held by type"
+            );
+            let mut by_type = Driver::new(held, LINES);
+            let mut by_registry = Driver::new(ActivePolicy::Other(spec.build(LINES).unwrap()), LINES);
+            let mut rng = XorShift(7);
+            for step in 0..5_000 {
+                // Mostly a working set a little larger than the cache, with scans.
+                let line = match rng.below(10) {
+                    0 => 1_000 + rng.below(10_000),
+                    _ => rng.below(96),
+                };
+                assert_eq!(
+                    by_type.access(line),
+                    by_registry.access(line),
+                    "{given}: step {step}"
+                );
+            }
+            let (mut a, mut b) = (by_type.resident(), by_registry.resident());
+            a.sort_unstable();
+            b.sort_unstable();
+            assert_eq!(a, b, "{given}");
         }
     }
 }

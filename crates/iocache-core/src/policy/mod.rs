@@ -30,7 +30,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use self::access::Access;
-pub(crate) use self::active::ActivePolicy;
+pub(crate) use self::active::{forward, ActivePolicy};
 pub use self::arc::Arc;
 pub use self::bplru::Bplru;
 pub use self::cflru::Cflru;
@@ -318,11 +318,7 @@ pub static POLICIES: &[PolicyEntry] = &[
         name: "2q",
         params: &["kin", "kout"],
         summary: "2Q, full version (Johnson & Shasha, VLDB'94); kin=0.25 kout=0.5 of the cache",
-        build: |p, lines| {
-            let kin = p.f64_or("kin", 0.25, 0.0..=1.0)?;
-            let kout = p.f64_or("kout", 0.5, 0.0..=4.0)?;
-            Ok(Box::new(TwoQ::new(lines, kin, kout)))
-        },
+        build: |p, lines| Ok(Box::new(TwoQ::from_params(p, lines)?)),
     },
     PolicyEntry {
         name: "sieve",
@@ -334,16 +330,7 @@ pub static POLICIES: &[PolicyEntry] = &[
         name: "s3fifo",
         params: &["small", "threshold", "ghost"],
         summary: "S3-FIFO (Yang et al., SOSP'23); small=0.1 threshold=1, ghost as large as M",
-        build: |p, lines| {
-            let small = p.f64_or("small", 0.1, 0.0..=1.0)?;
-            let threshold = p.u64_or("threshold", 1, 0..=2)? as u8;
-            // Absent: as many ghost keys as M has lines (the paper's sizing).
-            let ghost = match p.get("ghost") {
-                Some(_) => Some(p.f64_or("ghost", 0.9, 0.0..=4.0)?),
-                None => None,
-            };
-            Ok(Box::new(S3Fifo::new(lines, small, threshold, ghost)))
-        },
+        build: |p, lines| Ok(Box::new(S3Fifo::from_params(p, lines)?)),
     },
     PolicyEntry {
         name: "smq",

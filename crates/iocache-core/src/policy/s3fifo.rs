@@ -52,8 +52,9 @@
 
 use super::ghost::GhostFifo;
 use super::list::{Links, ListHead, TailLookahead, NIL};
-use super::{lines_of, AccessInfo, ReplacementPolicy};
+use super::{lines_of, AccessInfo, PolicyParams, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
+use crate::error::CoreError;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Queue {
@@ -89,6 +90,20 @@ pub struct S3Fifo {
 const FREQ_MAX: u8 = 3;
 
 impl S3Fifo {
+    /// An S3-FIFO cache from its parameters (`small` 0.1, `threshold` 1,
+    /// and G as large as M when absent), as the registry and the cache
+    /// build it.
+    pub fn from_params(params: &PolicyParams, capacity_lines: usize) -> Result<Self, CoreError> {
+        let small = params.f64_or("small", 0.1, 0.0..=1.0)?;
+        let threshold = params.u64_or("threshold", 1, 0..=2)? as u8;
+        // Absent: as many ghost keys as M has lines (the paper's sizing).
+        let ghost = match params.get("ghost") {
+            Some(_) => Some(params.f64_or("ghost", 0.9, 0.0..=4.0)?),
+            None => None,
+        };
+        Ok(Self::new(capacity_lines, small, threshold, ghost))
+    }
+
     /// `small` and `ghost` are fractions of `capacity_lines`; with no `ghost`,
     /// G holds as many keys as M's share of the cache.
     pub fn new(capacity_lines: usize, small: f64, threshold: u8, ghost: Option<f64>) -> Self {

@@ -36,8 +36,9 @@
 
 use super::ghost::GhostFifo;
 use super::list::{Links, ListHead, TailLookahead, NIL};
-use super::{lines_of, AccessInfo, ReplacementPolicy};
+use super::{lines_of, AccessInfo, PolicyParams, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
+use crate::error::CoreError;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Queue {
@@ -67,6 +68,14 @@ pub struct TwoQ {
 }
 
 impl TwoQ {
+    /// A 2Q cache from its parameters (`kin` 0.25 and `kout` 0.5 of the
+    /// cache when absent), as the registry and the cache build it.
+    pub fn from_params(params: &PolicyParams, capacity_lines: usize) -> Result<Self, CoreError> {
+        let kin = params.f64_or("kin", 0.25, 0.0..=1.0)?;
+        let kout = params.f64_or("kout", 0.5, 0.0..=4.0)?;
+        Ok(Self::new(capacity_lines, kin, kout))
+    }
+
     /// A 2Q cache of `capacity_lines` with A1in and A1out sized as fractions of it.
     pub fn new(capacity_lines: usize, kin: f64, kout: f64) -> Self {
         let none = LineKey {
