@@ -97,6 +97,11 @@ impl FlushToken {
 /// Index positions prefetched per request at most.
 const PREFETCH_LINES_MAX: usize = 64;
 
+/// Lines of one request that [`Cache::prefetch_ahead`] prefetches at most
+/// (8 in most requests of the ARC traces at 512 B lines; the counting
+/// walk prefetches a longer request's other lines itself).
+const LOOKAHEAD_LINES_MAX: u64 = 16;
+
 const VALID: usize = 0;
 const DIRTY: usize = 1;
 
@@ -632,10 +637,6 @@ impl Cache {
     /// loads a line for nothing.
     #[inline]
     pub fn prefetch_ahead(&self, request: &Request, lookahead: Lookahead) {
-        /// Lines of one request prefetched at most (8 in most requests of
-        /// the ARC traces at 512 B lines; a longer request's chunks are
-        /// prefetched by its own walk).
-        const LOOKAHEAD_LINES_MAX: u64 = 16;
         if request.length_bytes == 0 {
             return;
         }
@@ -653,17 +654,26 @@ impl Cache {
                     self.index.prefetch_hashed(hash);
                     self.policy.prefetch_key(hash);
                 }
-                Lookahead::Slots => match self.index.peek_hashed(hash) {
-                    Some(slot) => {
-                        // Addresses only (a prefetch of a bad one is harmless).
-                        crate::prefetch::prefetch_address(
-                            self.lines.as_ptr().wrapping_add(slot as usize) as usize
-                        );
-                        self.policy.prefetch_hit(slot);
-                    }
-                    None => self.policy.prefetch_miss(hash),
-                },
+                Lookahead::Slots => self.prefetch_slot_of(&self.policy, hash),
             }
+        }
+    }
+
+    /// Loads what a lookup of the line whose index hash is `hash` will
+    /// read once its index position has arrived: a bounded peek there
+    /// (see [`LineIndex::peek_hashed`]), then the slot record and the
+    /// policy's state of the slot it names (`prefetch_hit`), or for a
+    /// likely miss what the policy's miss will compare (`prefetch_miss`).
+    /// A hint only.
+    #[inline(always)]
+    fn prefetch_slot_of<P: ReplacementPolicy + ?Sized>(&self, policy: &P, hash: u32) {
+        match self.index.peek_hashed(hash) {
+            Some(slot) => {
+                // Addresses only (a prefetch of a bad one is harmless).
+                crate::prefetch::prefetch_address(self.lines.as_ptr().wrapping_add(slot as usize) as usize);
+                policy.prefetch_hit(slot);
+            }
+            None => policy.prefetch_miss(hash),
         }
     }
 
@@ -852,67 +862,84 @@ impl Cache {
         let whole_bytes = self.line.bytes();
         let (mut hits, mut hit_bytes) = (0u64, 0u64);
         let (mut misses, mut miss_bytes, mut filled_bytes, mut bypassed) = (0u64, 0u64, 0u64, 0u64);
-        let mut hashes = [0u32; PREFETCH_LINES_MAX];
-        let mut chunk_first = from_line;
+        // The walk is pipelined: line `at` of the walk is looked up while
+        // the index position of line `at + INDEX_AHEAD` is loading and the
+        // index entry of line `at + SLOTS_AHEAD` (loaded since) names the
+        // slot record and policy state to load. The first
+        // `LOOKAHEAD_LINES_MAX` lines of the request are left to a driver's
+        // `prefetch_ahead` (see `Lookahead`); their index positions are
+        // still loaded here for a driver that gives none.
+        const INDEX_AHEAD: u64 = 16;
+        const SLOTS_AHEAD: u64 = 8;
+        const RING: usize = 32;
+        const _: () = assert!(INDEX_AHEAD as usize <= RING && SLOTS_AHEAD < INDEX_AHEAD);
+        let lines = last_line - from_line + 1;
+        let peek_from = (first_line + LOOKAHEAD_LINES_MAX).saturating_sub(from_line);
+        let mut hashes = [0u32; RING];
+        let hash_at = |at: u64| {
+            hash_of(&LineKey {
+                volume,
+                line_index: from_line + at,
+            })
+        };
+        for at in 0..lines.min(INDEX_AHEAD) {
+            let hash = hash_at(at);
+            hashes[at as usize % RING] = hash;
+            self.index.prefetch_hashed(hash);
+            policy.prefetch_key(hash);
+        }
         let mut partial = None;
-        'chunks: loop {
-            // Start loading every index position this chunk of the request
-            // will probe, so that the lookups overlap instead of queueing.
-            let chunk_lines = (last_line - chunk_first + 1).min(PREFETCH_LINES_MAX as u64) as usize;
-            for (at, hash) in hashes[..chunk_lines].iter_mut().enumerate() {
-                *hash = hash_of(&LineKey {
-                    volume,
-                    line_index: chunk_first + at as u64,
-                });
-                self.index.prefetch_hashed(*hash);
-                policy.prefetch_key(*hash);
+        for at in 0..lines {
+            if at + INDEX_AHEAD < lines {
+                let hash = hash_at(at + INDEX_AHEAD);
+                hashes[(at + INDEX_AHEAD) as usize % RING] = hash;
+                self.index.prefetch_hashed(hash);
+                policy.prefetch_key(hash);
             }
-            for (at, &hash) in hashes[..chunk_lines].iter().enumerate() {
-                let line_index = chunk_first + at as u64;
-                let key = LineKey { volume, line_index };
-                let (mut mask, mut bytes) = (whole_mask, whole_bytes);
-                if line_index == first_line || line_index == last_line {
-                    let line_first = line_index << per_line_shift;
-                    let start = (first_sector.max(line_first) - line_first) as u32;
-                    let end = (end_sector.min(line_first + (1 << per_line_shift)) - line_first) as u32;
-                    mask = bitmap::single_word_mask(start, end);
-                    bytes = u64::from(end - start) * SECTOR_BYTES;
-                }
-                match self.lookup_hashed(policy, key, hash) {
-                    Some(slot) => {
-                        let [valid, dirty] = self.lines[slot as usize].inline_bits;
-                        if valid & mask != mask {
-                            partial = Some((key, mask));
-                            break 'chunks;
-                        }
-                        // `classify`'s full hit, then `read_part`'s: one
-                        // ReadCache of the whole part, nothing to fill.
-                        hits += 1;
-                        hit_bytes += bytes;
-                        policy.on_hit(
-                            slot,
-                            &AccessInfo {
-                                dirty: dirty != 0,
-                                ..*info
-                            },
-                        );
+            if at + SLOTS_AHEAD < lines && at + SLOTS_AHEAD >= peek_from {
+                self.prefetch_slot_of(policy, hashes[(at + SLOTS_AHEAD) as usize % RING]);
+            }
+            let hash = hashes[at as usize % RING];
+            let line_index = from_line + at;
+            let key = LineKey { volume, line_index };
+            let (mut mask, mut bytes) = (whole_mask, whole_bytes);
+            if line_index == first_line || line_index == last_line {
+                let line_first = line_index << per_line_shift;
+                let start = (first_sector.max(line_first) - line_first) as u32;
+                let end = (end_sector.min(line_first + (1 << per_line_shift)) - line_first) as u32;
+                mask = bitmap::single_word_mask(start, end);
+                bytes = u64::from(end - start) * SECTOR_BYTES;
+            }
+            match self.lookup_hashed(policy, key, hash) {
+                Some(slot) => {
+                    let [valid, dirty] = self.lines[slot as usize].inline_bits;
+                    if valid & mask != mask {
+                        partial = Some((key, mask));
+                        break;
                     }
-                    None => {
-                        // `classify`'s miss, then `read_part`'s: admit, read
-                        // the backend, fill the slot if one was found.
-                        misses += 1;
-                        miss_bytes += bytes;
-                        match self.admit_counted(policy, key, hash, mask, info) {
-                            true => filled_bytes += bytes,
-                            false => bypassed += 1,
-                        }
+                    // `classify`'s full hit, then `read_part`'s: one
+                    // ReadCache of the whole part, nothing to fill.
+                    hits += 1;
+                    hit_bytes += bytes;
+                    policy.on_hit(
+                        slot,
+                        &AccessInfo {
+                            dirty: dirty != 0,
+                            ..*info
+                        },
+                    );
+                }
+                None => {
+                    // `classify`'s miss, then `read_part`'s: admit, read
+                    // the backend, fill the slot if one was found.
+                    misses += 1;
+                    miss_bytes += bytes;
+                    match self.admit_counted(policy, key, hash, mask, info) {
+                        true => filled_bytes += bytes,
+                        false => bypassed += 1,
                     }
                 }
             }
-            if last_line - chunk_first < PREFETCH_LINES_MAX as u64 {
-                break;
-            }
-            chunk_first += PREFETCH_LINES_MAX as u64;
         }
         let s = &mut self.stats;
         s.accesses += hits + misses;

@@ -4,7 +4,7 @@
 //! summary, every counter the simulator reports, the policy's own counters
 //! and the final contents, for every registered policy, line sizes with one
 //! and several bitmap words, every write policy and both promotion modes,
-//! with reads short and longer than the counting path's prefetch chunk.
+//! with reads short and longer than the counting walk's prefetch ring.
 
 use iocache_core::policy::POLICIES;
 use iocache_core::{
@@ -31,7 +31,7 @@ fn step() -> impl Strategy<Value = Step> {
     // A small address space so lines are hit again, partially and fully.
     prop_oneof![
         6 => (0u64..400, 1u64..40).prop_map(|(offset_sectors, sectors)| Step::Read { offset_sectors, sectors }),
-        // Longer than the counting path's 64-line prefetch chunk at 512 B lines.
+        // Longer than the counting walk's 32-line prefetch ring at 512 B lines.
         1 => (0u64..400, 60u64..200).prop_map(|(offset_sectors, sectors)| Step::Read { offset_sectors, sectors }),
         3 => (0u64..400, 1u64..40).prop_map(|(offset_sectors, sectors)| Step::Write { offset_sectors, sectors }),
         1 => (1usize..8).prop_map(Step::Flush),
