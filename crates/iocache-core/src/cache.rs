@@ -59,17 +59,6 @@ impl AccessSummary {
     }
 }
 
-/// How far [`Cache::prefetch_ahead`] goes into what a future request will touch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lookahead {
-    /// The index positions of its first 16 lines, and what the policy's
-    /// miss would look up for them (`ReplacementPolicy::prefetch_key`).
-    Index,
-    /// The slots those positions name (read from the index, which should
-    /// then be in the CPU cache: issue `Index` a few requests earlier).
-    Slots,
-}
-
 /// A snapshot of one resident line (for tests, tools and the engine's metadata).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LineState {
@@ -99,7 +88,8 @@ const PREFETCH_LINES_MAX: usize = 64;
 
 /// Lines of one request that [`Cache::prefetch_ahead`] prefetches at most
 /// (8 in most requests of the ARC traces at 512 B lines; the counting
-/// walk prefetches a longer request's other lines itself).
+/// walk prefetches a longer request's other lines itself, this many
+/// lines ahead).
 const LOOKAHEAD_LINES_MAX: u64 = 16;
 
 const VALID: usize = 0;
@@ -625,18 +615,22 @@ impl Cache {
 
     /// Hints the CPU to load what an access to `request` will touch, for a
     /// driver that knows its requests ahead (the simulator holds a batch of
-    /// its trace). Two steps, a few requests apart: [`Lookahead::Index`]
-    /// loads the index positions of the request's first lines;
-    /// [`Lookahead::Slots`], issued once those positions have arrived, reads
-    /// them and loads the records of the slots they name and the
-    /// replacement policy's state of those slots (for a line not found
-    /// there, what the policy's miss will read: `prefetch_key` then
-    /// `prefetch_miss`, the ghost entry ARC, 2Q or S3-FIFO will compare).
-    /// A hint only: nothing
-    /// changes, and a guess made stale by the requests in between only
-    /// loads a line for nothing.
+    /// its trace): the index positions of the request's first
+    /// `LOOKAHEAD_LINES_MAX` (16) lines and what the policy's miss would
+    /// look up for them (`ReplacementPolicy::prefetch_key`). Issued a few
+    /// requests early, so that the request's own walk finds those positions
+    /// loaded and can load, a few lines ahead of each lookup, the slot
+    /// records and policy state they name (see `read_lines_counted_for`).
+    /// A hint only: nothing changes, and a guess made stale by the
+    /// requests in between only loads a line for nothing.
     #[inline]
-    pub fn prefetch_ahead(&self, request: &Request, lookahead: Lookahead) {
+    pub fn prefetch_ahead(&self, request: &Request) {
+        crate::policy::forward!(&self.policy, p => self.prefetch_ahead_for(&**p, request));
+    }
+
+    /// [`Cache::prefetch_ahead`] compiled for the policy `P` held.
+    #[inline(always)]
+    fn prefetch_ahead_for<P: ReplacementPolicy + ?Sized>(&self, policy: &P, request: &Request) {
         if request.length_bytes == 0 {
             return;
         }
@@ -649,13 +643,8 @@ impl Cache {
                 volume: request.volume,
                 line_index,
             });
-            match lookahead {
-                Lookahead::Index => {
-                    self.index.prefetch_hashed(hash);
-                    self.policy.prefetch_key(hash);
-                }
-                Lookahead::Slots => self.prefetch_slot_of(&self.policy, hash),
-            }
+            self.index.prefetch_hashed(hash);
+            policy.prefetch_key(hash);
         }
     }
 
@@ -865,16 +854,16 @@ impl Cache {
         // The walk is pipelined: line `at` of the walk is looked up while
         // the index position of line `at + INDEX_AHEAD` is loading and the
         // index entry of line `at + SLOTS_AHEAD` (loaded since) names the
-        // slot record and policy state to load. The first
-        // `LOOKAHEAD_LINES_MAX` lines of the request are left to a driver's
-        // `prefetch_ahead` (see `Lookahead`); their index positions are
-        // still loaded here for a driver that gives none.
-        const INDEX_AHEAD: u64 = 16;
+        // slot record and policy state to load. The request's first
+        // `INDEX_AHEAD` index positions are loaded here too, but a driver
+        // that knows its requests has loaded them earlier
+        // (`prefetch_ahead`), so the first `SLOTS_AHEAD` lines' slots are
+        // asked for at once.
+        const INDEX_AHEAD: u64 = LOOKAHEAD_LINES_MAX;
         const SLOTS_AHEAD: u64 = 8;
         const RING: usize = 32;
         const _: () = assert!(INDEX_AHEAD as usize <= RING && SLOTS_AHEAD < INDEX_AHEAD);
         let lines = last_line - from_line + 1;
-        let peek_from = (first_line + LOOKAHEAD_LINES_MAX).saturating_sub(from_line);
         let mut hashes = [0u32; RING];
         let hash_at = |at: u64| {
             hash_of(&LineKey {
@@ -888,6 +877,9 @@ impl Cache {
             self.index.prefetch_hashed(hash);
             policy.prefetch_key(hash);
         }
+        for at in 0..lines.min(SLOTS_AHEAD) {
+            self.prefetch_slot_of(policy, hashes[at as usize % RING]);
+        }
         let mut partial = None;
         for at in 0..lines {
             if at + INDEX_AHEAD < lines {
@@ -896,7 +888,7 @@ impl Cache {
                 self.index.prefetch_hashed(hash);
                 policy.prefetch_key(hash);
             }
-            if at + SLOTS_AHEAD < lines && at + SLOTS_AHEAD >= peek_from {
+            if at + SLOTS_AHEAD < lines {
                 self.prefetch_slot_of(policy, hashes[(at + SLOTS_AHEAD) as usize % RING]);
             }
             let hash = hashes[at as usize % RING];

@@ -43,8 +43,7 @@ pub use addr::{
 };
 pub use balance::AccessHints;
 pub use cache::{
-    AccessSummary, Cache, FlushToken, LineOutcome, LineState, Lookahead, RestoredLine, SlotSnapshot,
-    VolumeLines,
+    AccessSummary, Cache, FlushToken, LineOutcome, LineState, RestoredLine, SlotSnapshot, VolumeLines,
 };
 pub use cleaning::CleaningPolicy;
 pub use config::{CacheConfig, FlushOrder, Promotion, WritePolicy};

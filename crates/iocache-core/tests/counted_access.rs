@@ -8,8 +8,7 @@
 
 use iocache_core::policy::POLICIES;
 use iocache_core::{
-    Cache, CacheConfig, FlushOrder, LineKey, LineSize, Lookahead, OpList, PolicySpec, Promotion, Request,
-    WritePolicy,
+    Cache, CacheConfig, FlushOrder, LineKey, LineSize, OpList, PolicySpec, Promotion, Request, WritePolicy,
 };
 use proptest::prelude::*;
 
@@ -106,7 +105,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
     /// `Cache::prefetch_ahead` is a hint: a cache told about the next
-    /// requests (both steps, as the simulator's runner does) decides
+    /// requests (as the simulator's runner does) decides
     /// exactly as one that is not, and any request, valid or not, is
     /// accepted without a panic.
     #[test]
@@ -134,10 +133,9 @@ proptest! {
         let odd = Request::read(7, odd_offset, odd_length, 0);
         for (at, request) in requests.iter().enumerate() {
             for ahead in requests.iter().skip(at + 1).take(3) {
-                hinted.prefetch_ahead(ahead, Lookahead::Index);
-                hinted.prefetch_ahead(ahead, Lookahead::Slots);
+                hinted.prefetch_ahead(ahead);
             }
-            hinted.prefetch_ahead(&odd, Lookahead::Slots);
+            hinted.prefetch_ahead(&odd);
             let a = plain.access_counted(request, Default::default()).unwrap();
             let b = hinted.access_counted(request, Default::default()).unwrap();
             prop_assert_eq!(a, b, "summary of {:?}", request);

@@ -10,9 +10,7 @@ use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use iocache_core::{
-    AccessHints, Cache, CacheStats, FlushOrder, FlushToken, IoKind, Lookahead, OpList, Request,
-};
+use iocache_core::{AccessHints, Cache, CacheStats, FlushOrder, FlushToken, IoKind, OpList, Request};
 use iocache_trace::{TraceReader, TraceRecord};
 
 use crate::adapt::{AdaptReport, AdaptSpec, Adapter};
@@ -26,12 +24,10 @@ pub const BATCH_REQUESTS: usize = 16 * 1024;
 /// Batches queued per worker before the parser waits.
 const QUEUE_BATCHES: usize = 4;
 /// How many requests ahead of the one being served the runner starts
-/// loading the index positions of a request's lines, then (closer) the
-/// slots those positions name ([`Cache::prefetch_ahead`]). Chosen on the
-/// ARC trace P2 (`scripts/bench-sim-baseline.sh`): 2/1 to 8/4 measured
-/// alike; without it LRU ran about 20 % slower.
-const LOOKAHEAD_INDEX_REQUESTS: usize = 6;
-const LOOKAHEAD_SLOTS_REQUESTS: usize = 3;
+/// loading the index positions of a request's lines
+/// ([`Cache::prefetch_ahead`]; the request's own walk then loads the slots
+/// they name). Chosen on the ARC trace P2 (`scripts/bench-sim-baseline.sh`).
+const LOOKAHEAD_REQUESTS: usize = 6;
 
 /// Device timing for every run: the same devices and arrival mode for each cache.
 #[derive(Clone, Debug)]
@@ -374,11 +370,8 @@ impl Runner {
         for (at, request) in batch.iter().enumerate() {
             // Start loading what the requests a little ahead will touch (a
             // hint only: the cache's decisions do not change).
-            if let Some(ahead) = batch.get(at + LOOKAHEAD_INDEX_REQUESTS) {
-                self.cache.prefetch_ahead(ahead, Lookahead::Index);
-            }
-            if let Some(ahead) = batch.get(at + LOOKAHEAD_SLOTS_REQUESTS) {
-                self.cache.prefetch_ahead(ahead, Lookahead::Slots);
+            if let Some(ahead) = batch.get(at + LOOKAHEAD_REQUESTS) {
+                self.cache.prefetch_ahead(ahead);
             }
             if let Some(tally) = &mut self.tally {
                 // Windows go by trace time, whatever the replay's clock.
