@@ -21,8 +21,9 @@
 #    (and the process's CPU time).
 #
 # With BEFORE_BIN=path/to/another/iocache (say, a build of an earlier
-# commit), that binary's LRU and ARC runs join the same alternation and
-# tables, as "before".
+# commit), that binary's runs of every policy join the same alternation and
+# tables, as "before", each next to the same policy's run (the two in turn
+# first), and the tables add the paired speed-up (before / after, per round).
 #
 # Usage: scripts/bench-sim-baseline.sh   (TRACE=path RUNS=n SWEEP_RUNS=n
 #        BEFORE_BIN=path POLICIES="fifo clock ..."; CARGO_TARGET_DIR honoured)
@@ -97,17 +98,22 @@ print(f"- trace: {trace_name}, decompressed first (parsing included, decompressi
 print()
 
 policies = ["lru", "arc"] + extra_policies
+# Each policy's before run (if any) is next to its own run, the two in
+# turn first, so that the paired speed-up compares runs seconds apart
+# (this machine's memory speed changes from one minute to the next).
 programs = [(policy, binary, policy) for policy in policies]
-if before:
-    programs += [(f"before-{policy}", before, policy) for policy in policies]
 rows = {"c-lru": [], **{name: [] for name, _, _ in programs}}
+if before:
+    rows.update({f"before-{policy}": [] for policy in policies})
 for i in range(runs):
     wall, cpu, accesses, hits = run_c()
     rows["c-lru"].append((wall, cpu, accesses, hits))
-    for name, program, policy in programs:
-        wall, cpu, results = run_sim(policy, "131072", "512B", 1, program)
-        r = results[0]
-        rows[name].append((wall, cpu, r["accesses"], r["hits"]))
+    for policy in policies:
+        pair = [(policy, binary)] + ([(f"before-{policy}", before)] if before else [])
+        for name, program in pair if i % 2 == 0 else reversed(pair):
+            wall, cpu, results = run_sim(policy, "131072", "512B", 1, program)
+            r = results[0]
+            rows[name].append((wall, cpu, r["accesses"], r["hits"]))
     print(f"    run {i + 1}: C {rows['c-lru'][-1][0]:.3f} s, iocache lru {rows['lru'][-1][0]:.3f} s, "
           f"arc {rows['arc'][-1][0]:.3f} s", file=sys.stderr)
 
@@ -116,10 +122,11 @@ if c_hits != sim_hits or rows["c-lru"][0][2] != rows["lru"][0][2]:
     sys.exit(f"error: the C loop counted {c_hits} hits, iocache's LRU {sim_hits}: not like for like")
 
 print("One cache of 131,072 lines x 512 B, one core (`--threads 1`), wall and CPU (user + sys) time of the whole process.")
-print(f"Runs alternate C, then iocache with each policy ({', '.join(policies)}){', then the before build' if before else ''}. "
-      "Ratio = iocache accesses/s / C accesses/s: medians, and min..max of per-run ratios against the C run of the same round.\n")
-print("| program | accesses | hits | hit ratio | wall s (median) | wall s (min..max) | CPU s (median) | M accesses/s (wall) | ratio to C, wall | ratio to C, CPU |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print(f"Each round runs C, then iocache with each policy ({', '.join(policies)}){', each next to the before build (which goes first every other round)' if before else ''}. "
+      "Ratio = iocache accesses/s / C accesses/s: medians, and min..max of per-run ratios against the C run of the same round."
+      + (" Speed-up vs before: the before run's wall time / this run's, per round (paired), median (min..max)." if before else "") + "\n")
+print("| program | accesses | hits | hit ratio | wall s (median) | wall s (min..max) | CPU s (median) | M accesses/s (wall) | ratio to C, wall | ratio to C, CPU |" + (" speed-up vs before |" if before else ""))
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if before else ""))
 c_wall = statistics.median(w for w, _, _, _ in rows["c-lru"])
 c_cpu = statistics.median(c for _, c, _, _ in rows["c-lru"])
 labels = [("c-lru", "C LRU baseline")] + [(p, f"iocache sim, {p}") for p in policies]
@@ -137,7 +144,14 @@ for name, label in labels:
     else:
         ratio = f"{c_wall / med:.2f} ({min(per_run):.2f}..{max(per_run):.2f})"
         ratio_cpu = f"{c_cpu / cpu_med:.2f} ({min(per_run_cpu):.2f}..{max(per_run_cpu):.2f})"
-    print(f"| {label} | {accesses} | {hits} | {hits / accesses * 100:.2f} % | {med:.3f} | {min(walls):.3f}..{max(walls):.3f} | {cpu_med:.2f} | {accesses / med / 1e6:.1f} | {ratio} | {ratio_cpu} |")
+    paired = ""
+    if before:
+        if name in policies:
+            speed = [b[0] / w for b, w in zip(rows[f"before-{name}"], walls)]
+            paired = f" {statistics.median(speed):.2f} ({min(speed):.2f}..{max(speed):.2f}) |"
+        else:
+            paired = " |"
+    print(f"| {label} | {accesses} | {hits} | {hits / accesses * 100:.2f} % | {med:.3f} | {min(walls):.3f}..{max(walls):.3f} | {cpu_med:.2f} | {accesses / med / 1e6:.1f} | {ratio} | {ratio_cpu} |{paired}")
 
 print()
 print("16 configurations in one pass: `--policy lru,arc,fifo,clock --cache-size 32768,131072 --line-size 512B,4KiB`;")
