@@ -861,6 +861,18 @@ impl Cache {
         let volume = request.volume;
         let whole_mask = bitmap::single_word_mask(0, self.line.sectors());
         let whole_bytes = self.line.bytes();
+        // The sectors (mask and bytes) the request reads of line `line_index`.
+        let part_of = |line_index: u64| {
+            let line_first = line_index << per_line_shift;
+            let start = (first_sector.max(line_first) - line_first) as u32;
+            let end = (end_sector.min(line_first + (1 << per_line_shift)) - line_first) as u32;
+            (
+                bitmap::single_word_mask(start, end),
+                u64::from(end - start) * SECTOR_BYTES,
+            )
+        };
+        // Only the first and the last line may be read in part.
+        let (first_part, last_part) = (part_of(first_line), part_of(last_line));
         let (mut hits, mut hit_bytes) = (0u64, 0u64);
         let (mut misses, mut miss_bytes, mut filled_bytes, mut bypassed) = (0u64, 0u64, 0u64, 0u64);
         // The walk is pipelined: line `at` of the walk is looked up while
@@ -906,14 +918,13 @@ impl Cache {
             let hash = hashes[at as usize % RING];
             let line_index = from_line + at;
             let key = LineKey { volume, line_index };
-            let (mut mask, mut bytes) = (whole_mask, whole_bytes);
-            if line_index == first_line || line_index == last_line {
-                let line_first = line_index << per_line_shift;
-                let start = (first_sector.max(line_first) - line_first) as u32;
-                let end = (end_sector.min(line_first + (1 << per_line_shift)) - line_first) as u32;
-                mask = bitmap::single_word_mask(start, end);
-                bytes = u64::from(end - start) * SECTOR_BYTES;
-            }
+            let (mask, bytes) = if line_index == first_line {
+                first_part
+            } else if line_index == last_line {
+                last_part
+            } else {
+                (whole_mask, whole_bytes)
+            };
             match self.lookup_hashed(policy, key, hash) {
                 Some(slot) => {
                     let [valid, dirty] = self.records[slot as usize].line.inline_bits;
