@@ -83,7 +83,8 @@ impl FlushToken {
     }
 }
 
-/// Index positions prefetched per request at most.
+/// Index positions the op-building path prefetches per request at most
+/// (the counting walk prefetches every line, `LOOKAHEAD_LINES_MAX` ahead).
 const PREFETCH_LINES_MAX: usize = 64;
 
 /// Lines of one request that [`Cache::prefetch_ahead`] prefetches at most
@@ -878,15 +879,16 @@ impl Cache {
         // The walk is pipelined: line `at` of the walk is looked up while
         // the index position of line `at + INDEX_AHEAD` is loading and the
         // index entry of line `at + SLOTS_AHEAD` (loaded since) names the
-        // slot record and policy state to load. The request's first
+        // slot record and policy state to load. The walk's first
         // `INDEX_AHEAD` index positions are loaded here too, but a driver
-        // that knows its requests has loaded them earlier
-        // (`prefetch_ahead`), so the first `SLOTS_AHEAD` lines' slots are
-        // asked for at once.
+        // that knows its requests has loaded them earlier (`prefetch_ahead`:
+        // the request's first lines, which are the walk's unless it
+        // restarts after a partial hit), so the first `SLOTS_AHEAD` lines'
+        // slots are asked for at once.
         const INDEX_AHEAD: u64 = LOOKAHEAD_LINES_MAX;
         const SLOTS_AHEAD: u64 = 8;
         const RING: usize = 32;
-        const _: () = assert!(INDEX_AHEAD as usize <= RING && SLOTS_AHEAD < INDEX_AHEAD);
+        const _: () = assert!((INDEX_AHEAD as usize) < RING && SLOTS_AHEAD < INDEX_AHEAD);
         let lines = last_line - from_line + 1;
         let mut hashes = [0u32; RING];
         let hash_at = |at: u64| {

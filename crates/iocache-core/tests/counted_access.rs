@@ -101,6 +101,38 @@ proptest! {
     }
 }
 
+/// The counting walk at the top of the address space (line indices near
+/// 2^55) and over more lines than its 32-line prefetch ring, at 512 B and
+/// 4 KiB lines, partial first and last lines included: as `access` decides.
+#[test]
+fn counted_access_at_the_top_of_the_address_space_and_over_long_reads() {
+    let top = (u64::MAX / 512 - 400) * 512;
+    let reads = [
+        (top, 40),
+        (top + 3 * 512, 390),
+        (top + 20 * 512, 180),
+        (0, 300),
+        (7 * 512, 1000),
+        (top + 399 * 512, 1),
+        (top, 400),
+    ];
+    for line_bytes in [512u64, 4096] {
+        let config = CacheConfig::new(16, LineSize::new(line_bytes).unwrap(), "lru".parse().unwrap());
+        let mut full = Cache::new(config.clone()).unwrap();
+        let mut counted = Cache::new(config).unwrap();
+        let mut ops = OpList::new();
+        for (now, &(offset_bytes, sectors)) in reads.iter().enumerate() {
+            let request = Request::read(0, offset_bytes, sectors * 512, now as u64);
+            let a = full.access(&request, &mut ops).unwrap();
+            let b = counted.access_counted(&request, Default::default()).unwrap();
+            assert_eq!(a, b, "summary of {request:?} at {line_bytes} B lines");
+            assert_eq!(full.stats(), counted.stats(), "counters after {request:?}");
+        }
+        assert_eq!(full.resident_lines(), counted.resident_lines());
+        counted.check_invariants();
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 

@@ -156,17 +156,41 @@ mod tests {
     }
 
     /// A policy held by its own type decides as the registry's trait
-    /// object built from the same spec, parameters included.
+    /// object built from the same spec and as the policy built directly
+    /// with the parameters the spec names (or the documented defaults).
     #[test]
     fn a_policy_held_by_type_decides_as_the_registry_builds_it() {
         const LINES: usize = 64;
-        for given in [
-            "fifo",
-            "clock",
-            "2q",
-            "2q:kin=0.4:kout=1.5",
-            "s3fifo",
-            "s3fifo:small=0.3:threshold=2:ghost=0.5",
+        /// Each access's hit or miss, then the lines resident at the end.
+        fn decisions(policy: ActivePolicy) -> (Vec<bool>, Vec<u64>) {
+            let mut driver = Driver::new(policy, LINES);
+            let mut rng = XorShift(7);
+            let hits = (0..5_000)
+                .map(|_| {
+                    // Mostly a working set a little larger than the cache, with scans.
+                    let line = match rng.below(10) {
+                        0 => 1_000 + rng.below(10_000),
+                        _ => rng.below(96),
+                    };
+                    driver.access(line)
+                })
+                .collect();
+            (hits, driver.resident())
+        }
+        let direct = |policy: Box<dyn ReplacementPolicy>| ActivePolicy::Other(policy);
+        for (given, built) in [
+            ("fifo", direct(Box::new(Fifo::new(LINES)))),
+            ("clock", direct(Box::new(Clock::new(LINES)))),
+            ("2q", direct(Box::new(TwoQ::new(LINES, 0.25, 0.5)))),
+            (
+                "2q:kin=0.4:kout=1.5",
+                direct(Box::new(TwoQ::new(LINES, 0.4, 1.5))),
+            ),
+            ("s3fifo", direct(Box::new(S3Fifo::new(LINES, 0.1, 1, None)))),
+            (
+                "s3fifo:small=0.3:threshold=2:ghost=0.5",
+                direct(Box::new(S3Fifo::new(LINES, 0.3, 2, Some(0.5)))),
+            ),
         ] {
             let spec: PolicySpec = given.parse().unwrap();
             let held = ActivePolicy::build(&spec, LINES).unwrap();
@@ -174,25 +198,13 @@ mod tests {
                 !matches!(held, ActivePolicy::Other(_)),
                 "{given} is not held by type"
             );
-            let mut by_type = Driver::new(held, LINES);
-            let mut by_registry = Driver::new(ActivePolicy::Other(spec.build(LINES).unwrap()), LINES);
-            let mut rng = XorShift(7);
-            for step in 0..5_000 {
-                // Mostly a working set a little larger than the cache, with scans.
-                let line = match rng.below(10) {
-                    0 => 1_000 + rng.below(10_000),
-                    _ => rng.below(96),
-                };
-                assert_eq!(
-                    by_type.access(line),
-                    by_registry.access(line),
-                    "{given}: step {step}"
-                );
-            }
-            let (mut a, mut b) = (by_type.resident(), by_registry.resident());
-            a.sort_unstable();
-            b.sort_unstable();
-            assert_eq!(a, b, "{given}");
+            let by_type = decisions(held);
+            assert_eq!(
+                by_type,
+                decisions(direct(spec.build(LINES).unwrap())),
+                "{given}: registry"
+            );
+            assert_eq!(by_type, decisions(built), "{given}: built directly");
         }
     }
 }
