@@ -144,7 +144,10 @@ fn plain_number(buf: &[u8], at: &mut usize) -> Option<u64> {
         if digit > 9 {
             break;
         }
-        value = value * 10 + u64::from(digit);
+        // Wrapping: a field of more than FAST_DIGITS_MAX digits is refused
+        // below whatever its value became (a plain multiply panicked in
+        // debug builds on a field of 20 digits or more).
+        value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
         i += 1;
     }
     let digits = i - begin;
@@ -176,7 +179,10 @@ fn leading_number(rest: &mut &[u8]) -> Option<u64> {
         if digit > 9 {
             break;
         }
-        value = value * 10 + u64::from(digit);
+        // Wrapping: a field of more than FAST_DIGITS_MAX digits is refused
+        // below whatever its value became (a plain multiply panicked in
+        // debug builds on a field of 20 digits or more).
+        value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
         i += 1;
     }
     let digits = i - begin;
@@ -287,6 +293,24 @@ mod tests {
             let (line, f, reason) = first_error(F, &format!("1 8 0 0\n{bad}"));
             assert_eq!((line, f), (2, field), "{bad}: {reason}");
         }
+    }
+
+    #[test]
+    fn numbers_past_u64_are_errors_not_panics() {
+        // Both one-pass parses accumulate up to the field's end before
+        // refusing more than 15 digits; this overflowed (a panic in debug
+        // builds) for 20 digits or more.
+        for (bad, field) in [
+            ("99999999999999999999999 8 0 0\n", "start_sector"),
+            ("1 99999999999999999999999 0 0\n", "nsectors"),
+            // One field: the error names the first one missing.
+            ("99999999999999999999999,\n", "nsectors"),
+        ] {
+            let (line, f, reason) = first_error(F, &format!("1 8 0 0\n{bad}"));
+            assert_eq!((line, f), (2, field), "{bad}: {reason}");
+        }
+        assert_eq!(super::plain_line(b"99999999999999999999999 8 0 0\n"), None);
+        assert_eq!(super::well_formed(b"1 99999999999999999999999 0 0"), None);
     }
 
     #[test]
