@@ -656,9 +656,17 @@ impl Cache {
                 volume: request.volume,
                 line_index,
             });
-            self.index.prefetch_hashed(hash);
-            policy.prefetch_key(hash);
+            self.prefetch_index_of(policy, hash);
         }
+    }
+
+    /// Loads the index position a lookup or insertion of the line whose
+    /// index hash is `hash` will probe, and what the policy's miss would
+    /// look up for it (`prefetch_key`). A hint only.
+    #[inline(always)]
+    fn prefetch_index_of<P: ReplacementPolicy + ?Sized>(&self, policy: &P, hash: u32) {
+        self.index.prefetch_hashed(hash);
+        policy.prefetch_key(hash);
     }
 
     /// Loads what a lookup of the line whose index hash is `hash` will
@@ -900,8 +908,7 @@ impl Cache {
         for at in 0..lines.min(INDEX_AHEAD) {
             let hash = hash_at(at);
             hashes[at as usize % RING] = hash;
-            self.index.prefetch_hashed(hash);
-            policy.prefetch_key(hash);
+            self.prefetch_index_of(policy, hash);
         }
         for at in 0..lines.min(SLOTS_AHEAD) {
             self.prefetch_slot_of(policy, hashes[at as usize % RING]);
@@ -911,8 +918,7 @@ impl Cache {
             if at + INDEX_AHEAD < lines {
                 let hash = hash_at(at + INDEX_AHEAD);
                 hashes[(at + INDEX_AHEAD) as usize % RING] = hash;
-                self.index.prefetch_hashed(hash);
-                policy.prefetch_key(hash);
+                self.prefetch_index_of(policy, hash);
             }
             if at + SLOTS_AHEAD < lines {
                 self.prefetch_slot_of(policy, hashes[(at + SLOTS_AHEAD) as usize % RING]);
@@ -1370,8 +1376,7 @@ impl Cache {
         }
         if let Some(next) = next {
             let hash = self.records[next as usize].line.hash;
-            self.index.prefetch_hashed(hash);
-            policy.prefetch_key(hash);
+            self.prefetch_index_of(policy, hash);
         }
     }
 
