@@ -69,6 +69,7 @@ impl Request {
     }
 
     /// Checks the request is non-empty, sector aligned and does not overflow.
+    #[inline]
     pub fn validate(&self) -> Result<(), CoreError> {
         if self.length_bytes == 0 {
             return Err(CoreError::EmptyRequest {
@@ -92,6 +93,7 @@ impl Request {
     }
 
     /// The smallest sector-aligned request covering this one (for traces with byte offsets).
+    #[inline]
     pub fn aligned_outward(mut self) -> Self {
         let start = self.offset_bytes / SECTOR_BYTES * SECTOR_BYTES;
         let end = self

@@ -57,6 +57,7 @@
 
 mod bytes;
 mod detect;
+mod digits;
 mod error;
 mod format;
 mod formats;
