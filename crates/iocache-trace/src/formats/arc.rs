@@ -115,24 +115,25 @@ fn plain_line(buf: &[u8]) -> Option<(u64, u64, usize)> {
 #[inline(always)]
 fn word_line(buf: &[u8]) -> Option<(u64, u64, usize)> {
     let mut at = 0;
-    let mut numbers = [0u64; 2];
-    for field in 0..4 {
-        let word = digits::word_at(buf, at)?;
-        let digits = digits::leading_digits(word);
-        if digits == 0 || digits == digits::WORD_BYTES {
-            return None;
-        }
-        if field < 2 {
-            numbers[field] = digits::value_of_leading(word, digits);
-        }
-        let after = (word >> (8 * digits)) as u8;
-        if after != if field < 3 { b' ' } else { b'\n' } {
-            return None;
-        }
-        at += digits as usize + 1;
+    let (start_word, start_digits) = word_field(buf, &mut at, b' ')?;
+    let (sectors_word, sectors_digits) = word_field(buf, &mut at, b' ')?;
+    word_field(buf, &mut at, b' ')?;
+    word_field(buf, &mut at, b'\n')?;
+    let sectors = digits::value_of_leading(sectors_word, sectors_digits);
+    (sectors != 0).then(|| (digits::value_of_leading(start_word, start_digits), sectors, at))
+}
+
+/// One field of [`word_line`] at `*at`: 1 to 7 digits followed by `end`.
+/// Returns the field's word and digit count, and moves `*at` past `end`.
+#[inline(always)]
+fn word_field(buf: &[u8], at: &mut usize, end: u8) -> Option<(u64, u32)> {
+    let word = digits::word_at(buf, *at)?;
+    let digits = digits::leading_digits(word);
+    if digits == 0 || digits == digits::WORD_BYTES || (word >> (8 * digits)) as u8 != end {
+        return None;
     }
-    let [start_sector, sectors] = numbers;
-    (sectors != 0).then_some((start_sector, sectors, at))
+    *at += digits as usize + 1;
+    Some((word, digits))
 }
 
 /// [`plain_line`] one byte at a time: any line of short enough fields.
