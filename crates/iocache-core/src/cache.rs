@@ -828,12 +828,19 @@ impl Cache {
         let last_line = ((request.offset_bytes + request.length_bytes) >> sector_shift).saturating_sub(1)
             >> per_line_shift;
         let mut from_line = request.offset_bytes >> self.line.shift();
+        // Whether the request reads its first and last lines whole (always
+        // so with one-sector lines): then every line's sectors are the
+        // whole line's, and the walk is compiled without choosing them.
+        let line_sectors_mask = (1u64 << per_line_shift) - 1;
+        let whole_lines = (request.offset_bytes >> sector_shift) & line_sectors_mask == 0
+            && ((request.offset_bytes + request.length_bytes) >> sector_shift) & line_sectors_mask == 0;
         loop {
             // The policy is taken out for the walk, which then reaches it
             // as its own type; it is back in place for a partial hit.
             let mut held = std::mem::replace(&mut self.policy, ActivePolicy::Vacant);
-            let partial = crate::policy::forward!(&mut held, p => {
-                self.read_lines_counted_for(&mut **p, request, from_line, info, summary)
+            let partial = crate::policy::forward!(&mut held, p => match whole_lines {
+                true => self.read_lines_counted_for::<_, true>(&mut **p, request, from_line, info, summary),
+                false => self.read_lines_counted_for::<_, false>(&mut **p, request, from_line, info, summary),
             });
             self.policy = held;
             let Some((key, mask)) = partial else {
@@ -851,8 +858,10 @@ impl Cache {
     /// [`Cache::read_lines_counted`] from line `from_line` on, compiled
     /// for the policy `P` held (taken out of the cache meanwhile). Stops at
     /// a partial hit, returning its key and mask, for `read_part` to decide.
+    /// `WHOLE_LINES`: the request reads its first and last lines whole, as
+    /// every line between.
     #[inline(never)]
-    fn read_lines_counted_for<P: ReplacementPolicy + ?Sized>(
+    fn read_lines_counted_for<P: ReplacementPolicy + ?Sized, const WHOLE_LINES: bool>(
         &mut self,
         policy: &mut P,
         request: &Request,
@@ -882,6 +891,7 @@ impl Cache {
         };
         // Only the first and the last line may be read in part.
         let (first_part, last_part) = (part_of(first_line), part_of(last_line));
+        debug_assert!(!WHOLE_LINES || (first_part == (whole_mask, whole_bytes) && last_part == first_part));
         let (mut hits, mut hit_bytes) = (0u64, 0u64);
         let (mut misses, mut miss_bytes, mut filled_bytes, mut bypassed) = (0u64, 0u64, 0u64, 0u64);
         // The walk is pipelined: line `at` of the walk is looked up while
@@ -926,7 +936,9 @@ impl Cache {
             let hash = hashes[at as usize % RING];
             let line_index = from_line + at;
             let key = LineKey { volume, line_index };
-            let (mask, bytes) = if line_index == first_line {
+            let (mask, bytes) = if WHOLE_LINES {
+                (whole_mask, whole_bytes)
+            } else if line_index == first_line {
                 first_part
             } else if line_index == last_line {
                 last_part
