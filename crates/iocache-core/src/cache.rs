@@ -837,12 +837,12 @@ impl Cache {
         loop {
             // The policy is taken out for the walk, which then reaches it
             // as its own type; it is back in place for a partial hit.
-            let mut held = std::mem::replace(&mut self.policy, ActivePolicy::Vacant);
+            let mut held = self.policy.take_out();
             let partial = crate::policy::forward!(&mut held, p => match whole_lines {
                 true => self.read_lines_counted_for::<_, true>(&mut **p, request, from_line, info, summary),
                 false => self.read_lines_counted_for::<_, false>(&mut **p, request, from_line, info, summary),
             });
-            self.policy = held;
+            self.policy.put_back(held);
             let Some((key, mask)) = partial else {
                 return;
             };
@@ -1184,9 +1184,9 @@ impl Cache {
     /// Runs promotion and, if the line is admitted, finds it a slot (evicting if needed).
     /// `info.dirty` says whether the line will be dirty once the access is done.
     fn try_admit<S: OpSink>(&mut self, key: LineKey, info: &AccessInfo, ops: &mut S) -> Option<SlotId> {
-        let mut policy = std::mem::replace(&mut self.policy, ActivePolicy::Vacant);
+        let mut policy = self.policy.take_out();
         let slot = self.try_admit_hashed(&mut policy, key, hash_of(&key), info, ops);
-        self.policy = policy;
+        self.policy.put_back(policy);
         slot
     }
 

@@ -108,14 +108,21 @@ impl SeqDetector {
     }
 
     /// Records `request` and says whether it should bypass the cache.
+    #[inline]
     pub fn bypass(&mut self, request: &Request) -> bool {
-        let SeqCutoff::On {
-            threshold_bytes,
-            streams,
-        } = self.config
-        else {
-            return false;
-        };
+        match self.config {
+            SeqCutoff::Off => false,
+            SeqCutoff::On {
+                threshold_bytes,
+                streams,
+            } => self.bypass_on(request, threshold_bytes, streams),
+        }
+    }
+
+    /// [`SeqDetector::bypass`] with the cutoff on: out of line, so that a
+    /// request costs a compare while it is off.
+    #[inline(never)]
+    fn bypass_on(&mut self, request: &Request, threshold_bytes: u64, streams: u32) -> bool {
         self.clock += 1;
         let end = request.offset_bytes + request.length_bytes;
         let continued = self.streams.iter_mut().find(|s| {
