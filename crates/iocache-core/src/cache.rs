@@ -955,7 +955,9 @@ impl Cache {
                     // `classify`'s full hit, then `read_part`'s: one
                     // ReadCache of the whole part, nothing to fill.
                     hits += 1;
-                    hit_bytes += bytes;
+                    if !WHOLE_LINES {
+                        hit_bytes += bytes;
+                    }
                     policy.on_hit(
                         slot,
                         &AccessInfo {
@@ -968,13 +970,24 @@ impl Cache {
                     // `classify`'s miss, then `read_part`'s: admit, read
                     // the backend, fill the slot if one was found.
                     misses += 1;
-                    miss_bytes += bytes;
-                    match self.admit_counted(policy, key, hash, mask, info) {
-                        true => filled_bytes += bytes,
-                        false => bypassed += 1,
+                    let admitted = self.admit_counted(policy, key, hash, mask, info);
+                    bypassed += u64::from(!admitted);
+                    if !WHOLE_LINES {
+                        miss_bytes += bytes;
+                        if admitted {
+                            filled_bytes += bytes;
+                        }
                     }
                 }
             }
+        }
+        if WHOLE_LINES {
+            // Every line whole: the byte counts follow from the line counts.
+            (hit_bytes, miss_bytes, filled_bytes) = (
+                hits * whole_bytes,
+                misses * whole_bytes,
+                (misses - bypassed) * whole_bytes,
+            );
         }
         let s = &mut self.stats;
         s.accesses += hits + misses;
