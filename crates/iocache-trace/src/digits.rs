@@ -50,8 +50,9 @@ pub(crate) fn value_of_leading(word: u64, digits: u32) -> u64 {
     // significant.
     let v = (word & LOW_NIBBLES) << (8 * (WORD_BYTES - digits));
     // Each step: every lane times ten to the digits of its neighbour, plus
-    // that neighbour, keeping every other lane. Wrapping: what overflows is
-    // masked off.
+    // that neighbour, keeping every other lane (no lane's value overflows:
+    // 99, 9,999, 99,999,999; the top lane's product spills past the word,
+    // hence wrapping, and the masks drop what spilled into the next lane).
     let v = (v.wrapping_mul(10) + (v >> 8)) & 0x00ff_00ff_00ff_00ff;
     let v = (v.wrapping_mul(100) + (v >> 16)) & 0x0000_ffff_0000_ffff;
     (v.wrapping_mul(10_000) + (v >> 32)) & 0xffff_ffff
@@ -69,28 +70,42 @@ mod tests {
 
     #[test]
     fn counts_and_converts_every_prefix() {
-        for text in ["0", "7", "42", "3050771", "99999999", "12345678", "00000001", "9"] {
-            let w = word(text.as_bytes());
-            let n = text.len() as u32;
-            assert_eq!(leading_digits(w), n, "{text}");
-            assert_eq!(value_of_leading(w, n), text.parse::<u64>().unwrap(), "{text}");
+        // Every prefix of a few digit strings, followed by each kind of byte
+        // a line has (and two that no digit test may take).
+        for digits in ["3050771", "99999999", "12345678", "00000001", "90000009"] {
+            for n in 1..=digits.len() {
+                let text = &digits[..n];
+                for after in [b' ', b'\t', b'\n', b'x', 0xff, b'/', b':'] {
+                    let mut bytes = [after; 8];
+                    bytes[..n].copy_from_slice(text.as_bytes());
+                    let w = u64::from_le_bytes(bytes);
+                    assert_eq!(leading_digits(w), n as u32, "{text} then {after:#04x}");
+                    assert_eq!(
+                        value_of_leading(w, n as u32),
+                        text.parse::<u64>().unwrap(),
+                        "{text} then {after:#04x}"
+                    );
+                }
+            }
         }
     }
 
     #[test]
     fn stops_at_every_byte_that_is_not_a_digit() {
-        // Every byte value in every position after two digits: the count is
-        // 2 exactly when the byte is not a digit.
+        // Every byte value in every position of a word of digits: the count
+        // is that position exactly when the byte is not a digit (the bytes
+        // after it are digits, so only it can stop the run), else 8.
         for b in 0..=255u8 {
-            for at in 2..8 {
+            for at in 0..8 {
                 let mut bytes = *b"12345678";
                 bytes[at] = b;
                 let expected = if b.is_ascii_digit() { 8 } else { at as u32 };
                 let w = u64::from_le_bytes(bytes);
-                let got = leading_digits(w);
-                // Bytes after `at` are digits, so only `at` can stop the run.
-                assert_eq!(got, expected, "byte {b:#04x} at {at}");
-                assert_eq!(value_of_leading(w, 2), 12);
+                assert_eq!(leading_digits(w), expected, "byte {b:#04x} at {at}");
+                if at > 0 {
+                    let prefix = std::str::from_utf8(&bytes[..at]).unwrap().parse::<u64>().unwrap();
+                    assert_eq!(value_of_leading(w, at as u32), prefix, "byte {b:#04x} at {at}");
+                }
             }
         }
     }

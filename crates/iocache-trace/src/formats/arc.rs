@@ -347,6 +347,9 @@ mod tests {
             "1 8 0 12345678\n",
             "1 8 0:0\n",
             "1/8 0 0\n",
+            "1\t8 0 0\n",
+            "1 8  0 0\n",
+            "1 8 0 0 \n",
         ] {
             let bytes = format!("{line}{pad}").into_bytes();
             let word = word_line(&bytes);
@@ -366,6 +369,35 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Usual lines (four fields of 1 to 9 digits, one space between,
+        /// `\n`, then the next line): the word parse takes those whose
+        /// fields have at most 7 digits and that leave 8 bytes after each
+        /// field's start, and then agrees with the byte parse.
+        #[test]
+        fn word_line_agrees_with_byte_line_on_usual_lines(
+            fields in proptest::collection::vec(0u64..1_000_000_000, 4),
+            digits in proptest::collection::vec(1usize..10, 4),
+            pad in 0usize..12,
+        ) {
+            let texts: Vec<String> = fields
+                .iter()
+                .zip(&digits)
+                .map(|(value, &n)| format!("{:0n$}", value % 10u64.pow(n as u32)))
+                .collect();
+            let line = format!("{}\n{}", texts.join(" "), "1 8 0 0\n".repeat(pad / 4) + &"0".repeat(pad % 4));
+            let bytes = line.as_bytes();
+            let byte = super::byte_line(bytes);
+            let word = super::word_line(bytes);
+            let fits = digits.iter().all(|&n| n <= 7) && texts.iter().map(|t| t.len() + 1).sum::<usize>() + 7 <= bytes.len();
+            if fits && fields[1] % 10u64.pow(digits[1] as u32) != 0 {
+                proptest::prop_assert!(word.is_some(), "{:?}", line);
+            }
+            if word.is_some() {
+                proptest::prop_assert_eq!(word, byte, "{:?}", line);
+            }
+            proptest::prop_assert_eq!(super::plain_line(bytes), byte, "{:?}", line);
+        }
+
         #[test]
         fn word_line_takes_only_what_byte_line_takes(
             fields in proptest::collection::vec(
