@@ -677,13 +677,15 @@ impl Cache {
     /// A hint only.
     #[inline(always)]
     fn prefetch_slot_of<P: ReplacementPolicy + ?Sized>(&self, policy: &P, hash: u32) {
-        match self.index.peek_hashed(hash) {
-            Some(slot) => {
-                // Addresses only (a prefetch of a bad one is harmless).
-                crate::prefetch::prefetch_address(self.records.as_ptr().wrapping_add(slot as usize) as usize);
-                policy.prefetch_hit(slot);
-            }
-            None => policy.prefetch_miss(hash),
+        // Without a branch on the outcome (slot 0's lines are loaded for
+        // nothing when the line is not found at its home position), except
+        // for a policy whose miss has something to prefetch.
+        let (slot, found) = self.index.peek_home_hashed(hash);
+        // Addresses only (a prefetch of a bad one is harmless).
+        crate::prefetch::prefetch_address(self.records.as_ptr().wrapping_add(slot as usize) as usize);
+        policy.prefetch_hit(slot);
+        if !found {
+            policy.prefetch_miss(hash);
         }
     }
 

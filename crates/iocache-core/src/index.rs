@@ -145,6 +145,18 @@ impl LineIndex {
         None
     }
 
+    /// [`LineIndex::peek_hashed`] at `hash`'s home position only, without a
+    /// branch on what it finds (a lookup's hit or miss is a coin toss that
+    /// a branch would mispredict half the time): the slot there when its
+    /// entry's hash is `hash`, and whether it was; slot 0 when not. For
+    /// prefetching only.
+    #[inline(always)]
+    pub(crate) fn peek_home_hashed(&self, hash: u32) -> (SlotId, bool) {
+        let e = self.entry(hash as usize & self.mask);
+        let found = e.hash == hash && e.slot != EMPTY;
+        (if found { e.slot } else { 0 }, found)
+    }
+
     /// A handle that prefetches this table's entries without borrowing it, so
     /// a driver can start loading a request's index entry before it takes the
     /// lock that guards the cache (see [`IndexPrefetcher`]).
