@@ -342,5 +342,31 @@ mod tests {
             .count();
         assert_eq!(absent, 0, "peeks that named a slot for an absent key");
         assert_eq!(LineIndex::new(8).peek_hashed(hash_of(&key(3))), None);
+
+        // The home-only peek: a key at its home position is found, a key
+        // displaced from it or absent is not (and names slot 0).
+        let mut at_home = 0;
+        for line in 0..1000u64 {
+            let hash = hash_of(&key(line));
+            let home = hash as usize & index.mask;
+            let there = index.entry(home);
+            match index.peek_home_hashed(hash) {
+                (slot, true) => {
+                    assert_eq!(slot, line as SlotId);
+                    assert_eq!((there.hash, there.slot), (hash, slot));
+                    at_home += 1;
+                }
+                (slot, false) => {
+                    assert_eq!(slot, 0);
+                    assert_ne!(there.slot, line as SlotId, "line {line} sits at home");
+                }
+            }
+        }
+        assert!(at_home >= 800, "most keys of a quarter-full table sit at home: {at_home}");
+        for line in 1000..20_000u64 {
+            assert_eq!(index.peek_home_hashed(hash_of(&key(line))), (0, false), "absent line {line}");
+        }
+        // An empty position whose stored hash bits happen to match is not a find.
+        assert_eq!(LineIndex::new(8).peek_home_hashed(0), (0, false));
     }
 }
