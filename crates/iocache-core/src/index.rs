@@ -362,9 +362,16 @@ mod tests {
                 }
             }
         }
-        assert!(at_home >= 800, "most keys of a quarter-full table sit at home: {at_home}");
+        assert!(
+            at_home >= 800,
+            "most keys of a quarter-full table sit at home: {at_home}"
+        );
         for line in 1000..20_000u64 {
-            assert_eq!(index.peek_home_hashed(hash_of(&key(line))), (0, false), "absent line {line}");
+            assert_eq!(
+                index.peek_home_hashed(hash_of(&key(line))),
+                (0, false),
+                "absent line {line}"
+            );
         }
         // An empty position whose stored hash bits happen to match is not a find.
         assert_eq!(LineIndex::new(8).peek_home_hashed(0), (0, false));
