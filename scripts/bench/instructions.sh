@@ -4,7 +4,8 @@
 # minute and 1.1 s in another), so a change's effect on the simulator's
 # inner loop is hard to see in seconds alone. Instructions and mispredicted
 # branches, counted by valgrind's cachegrind on the same input, do not
-# depend on the phase: the same binary and input give the same counts.
+# depend on the phase: the same binary and input give the same counts to
+# within a few hundred in hundreds of millions.
 # This prints them per line access for the minimal C LRU loop
 # (scripts/bench/lru-baseline.c) and for `iocache sim` with each policy,
 # on the first LINES lines of the trace (valgrind runs ~50x slower than
