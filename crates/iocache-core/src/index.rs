@@ -1,7 +1,8 @@
 //! The line index: which slot holds a line, as a compact open-addressing table.
 //!
 //! Entries are 8 bytes (32 hash bits and a slot id), the table is kept at most
-//! a quarter full (half full past 4M lines, to bound memory) and probed linearly, and deletion shifts entries back instead of
+//! an eighth full up to 2M lines, a quarter full up to 4M and half full past
+//! that (to bound memory), and probed linearly, and deletion shifts entries back instead of
 //! leaving tombstones, so lookups stay short under the constant churn of a
 //! cache. Keys themselves live in the slot metadata; an entry's key is read
 //! only when its 32 hash bits match. This halves the memory a general hash map
@@ -11,8 +12,9 @@ use crate::addr::{LineKey, SlotId};
 
 const EMPTY: SlotId = SlotId::MAX;
 
-/// The largest table kept at most a quarter full: 2^24 entries (128 MiB,
-/// 4M lines); larger indexes are kept at most half full.
+/// The largest table kept sparse (an eighth or a quarter full): 2^24
+/// entries (128 MiB: 2M lines at an eighth, 4M at a quarter); larger
+/// indexes are kept at most half full.
 const SPARSE_ENTRIES_MAX: usize = 1 << 24;
 
 #[derive(Clone, Copy)]
@@ -45,17 +47,20 @@ pub(crate) fn hash_of(key: &LineKey) -> u32 {
 impl LineIndex {
     /// An index for up to `capacity` lines.
     pub fn new(capacity: usize) -> Self {
-        // A quarter full at most while the table stays small: removals then
-        // shift about 0.4 entries on average instead of 2 at half full, and
-        // the loops' branches are mostly predicted (this halves the cost of
-        // an eviction's removal). Past SPARSE_ENTRIES_MAX entries, memory
-        // wins: half full.
-        let sparse = (capacity.max(1) * 4).next_power_of_two();
-        let size = if sparse <= SPARSE_ENTRIES_MAX {
-            sparse
-        } else {
-            (capacity.max(1) * 2).next_power_of_two()
-        };
+        // The sparsest of an eighth and a quarter full whose table stays
+        // within SPARSE_ENTRIES_MAX entries; past that, memory wins: half
+        // full. Sparse, a key is almost always at its home position, so
+        // removals shift few entries and the probe loops' branches are
+        // predicted: at an eighth full the simulator's LRU on P2
+        // mispredicts 0.77 branches per line access against 1.38 at a
+        // quarter, and runs 1.16-1.24x as fast (docs/results/sim-bench.md).
+        let lines = capacity.max(1);
+        let size = [8, 4]
+            .into_iter()
+            .map(|per_line| lines.saturating_mul(per_line).checked_next_power_of_two())
+            .find(|size| size.is_some_and(|size| size <= SPARSE_ENTRIES_MAX))
+            .flatten()
+            .unwrap_or_else(|| lines.saturating_mul(2).next_power_of_two());
         LineIndex {
             entries: vec![Entry { hash: 0, slot: EMPTY }; size].into_boxed_slice(),
             mask: size - 1,
@@ -269,6 +274,32 @@ impl IndexPrefetcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tables_are_sparse_within_their_memory_bound() {
+        // (lines, entries): an eighth full up to 2M lines, a quarter up to
+        // 4M, then half; never more than SPARSE_ENTRIES_MAX entries while
+        // sparse.
+        for (lines, entries) in [
+            (0, 8),
+            (1, 8),
+            (100, 1024),
+            (131_072, 1 << 20),
+            (1 << 21, 1 << 24),
+            ((1 << 21) + 1, 1 << 24),
+            (1 << 22, 1 << 24),
+            ((1 << 22) + 1, 1 << 24),
+            (1 << 23, 1 << 24),
+            ((1 << 23) + 1, 1 << 25),
+        ] {
+            let index = LineIndex::new(lines);
+            assert_eq!(index.entries.len(), entries, "{lines} lines");
+            assert!(
+                index.entries.len() >= 2 * lines.max(1),
+                "{lines} lines: at most half full"
+            );
+        }
+    }
     use std::collections::HashMap;
 
     #[test]
@@ -335,7 +366,7 @@ mod tests {
         }
         assert!(
             found >= 990,
-            "a quarter-full table keeps most keys within a peek's probes: {found}"
+            "a sparse table keeps most keys within a peek's probes: {found}"
         );
         let absent = (1000..100_000u64)
             .filter(|&line| index.peek_hashed(hash_of(&key(line))).is_some())
@@ -364,7 +395,7 @@ mod tests {
         }
         assert!(
             at_home >= 800,
-            "most keys of a quarter-full table sit at home: {at_home}"
+            "most keys of a sparse table sit at home: {at_home}"
         );
         for line in 1000..20_000u64 {
             assert_eq!(
