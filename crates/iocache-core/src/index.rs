@@ -57,9 +57,8 @@ impl LineIndex {
         let lines = capacity.max(1);
         let size = [8, 4]
             .into_iter()
-            .map(|per_line| lines.saturating_mul(per_line).checked_next_power_of_two())
-            .find(|size| size.is_some_and(|size| size <= SPARSE_ENTRIES_MAX))
-            .flatten()
+            .filter_map(|per_line| lines.checked_mul(per_line)?.checked_next_power_of_two())
+            .find(|&size| size <= SPARSE_ENTRIES_MAX)
             .unwrap_or_else(|| lines.saturating_mul(2).next_power_of_two());
         LineIndex {
             entries: vec![Entry { hash: 0, slot: EMPTY }; size].into_boxed_slice(),
@@ -274,6 +273,7 @@ impl IndexPrefetcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     #[test]
     fn tables_are_sparse_within_their_memory_bound() {
@@ -300,7 +300,6 @@ mod tests {
             );
         }
     }
-    use std::collections::HashMap;
 
     #[test]
     fn matches_a_hash_map_under_churn() {
