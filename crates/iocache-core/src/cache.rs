@@ -833,9 +833,8 @@ impl Cache {
         // Whether the request reads its first and last lines whole (always
         // so with one-sector lines): then every line's sectors are the
         // whole line's, and the walk is compiled without choosing them.
-        let line_sectors_mask = (1u64 << per_line_shift) - 1;
-        let whole_lines = (request.offset_bytes >> sector_shift) & line_sectors_mask == 0
-            && ((request.offset_bytes + request.length_bytes) >> sector_shift) & line_sectors_mask == 0;
+        let whole_lines = request.offset_bytes.is_multiple_of(self.line.bytes())
+            && (request.offset_bytes + request.length_bytes).is_multiple_of(self.line.bytes());
         loop {
             // The policy is taken out for the walk, which then reaches it
             // as its own type; it is back in place for a partial hit.
