@@ -1375,28 +1375,32 @@ fn pid_file_stats_watch_and_a_resize_at_restart() {
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(err.contains("--pid-file") && err.contains("is running"), "{err}");
 
-    let watch = Command::new(env!("CARGO_BIN_EXE_iocache"))
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_iocache"))
         .args(["stats", "--admin-socket", admin.to_str().unwrap()])
-        .args(["--watch", "1.5", "--count", "1", "--csv"])
+        .args(["--watch", "1", "--count", "3", "--csv"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // The header comes right after the first sample: the write lands in
+    // one of the three intervals after it however late the watcher started.
+    let mut watched = std::io::BufReader::new(watch.stdout.take().unwrap());
+    let mut header = String::new();
+    std::io::BufRead::read_line(&mut watched, &mut header).unwrap();
+    assert!(header.starts_with("time,export,reads_per_s"), "{header}");
     qemu_io(
         &served.uri(),
         &["write -P 0x44 0 1M".to_string(), "read -P 0x44 0 1M".to_string()],
     );
-    let out = watch.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut lines = text.lines();
-    assert!(
-        lines.next().unwrap().starts_with("time,export,reads_per_s"),
-        "{text}"
-    );
-    let row: Vec<&str> = lines.next().expect("a row").split(',').collect();
-    assert_eq!(row[1], "iocache", "{text}");
-    let writes_per_second: f64 = row[3].parse().unwrap();
-    let write_mib_per_second: f64 = row[5].parse().unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut watched, &mut text).unwrap();
+    assert!(watch.wait().unwrap().success(), "{text}");
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    assert!(rows.iter().all(|row| row[1] == "iocache"), "{text}");
+    let (writes_per_second, write_mib_per_second): (f64, f64) = rows
+        .iter()
+        .map(|row| (row[3].parse().unwrap(), row[5].parse().unwrap()))
+        .fold((0.0, 0.0), |(w, m), (rw, rm): (f64, f64)| (w + rw, m + rm));
     assert!(writes_per_second > 0.0 && write_mib_per_second > 0.3, "{text}");
 
     let totals = Command::new(env!("CARGO_BIN_EXE_iocache"))

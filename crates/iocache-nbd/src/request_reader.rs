@@ -394,11 +394,19 @@ mod tests {
         // arrive while the reader is still polling, not in a sleep.
         let mut reader = RequestReader::new(a, Duration::from_secs(5));
         let mut h = [0u8; 28];
-        let sender = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            b.write_all(&bytes(28, 1)).unwrap();
-            b
+        // The delay starts when the reader is about to read, and is long
+        // enough that a reader late to its first try still finds nothing.
+        let reading = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let sender = std::thread::spawn({
+            let reading = std::sync::Arc::clone(&reading);
+            move || {
+                reading.wait();
+                std::thread::sleep(Duration::from_millis(200));
+                b.write_all(&bytes(28, 1)).unwrap();
+                b
+            }
         });
+        reading.wait();
         reader.read_exact(&mut h).unwrap();
         assert_eq!(h[..], bytes(28, 1)[..]);
         assert_eq!(

@@ -58,8 +58,19 @@ static ALLOCATOR: Counting = Counting;
 
 const MIB: usize = 1 << 20;
 
+/// The counts are process-wide: the tests of this binary take turns (a
+/// test running alongside would add its own allocations to another's).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn unread_replies_across_many_connections_stay_within_the_global_budget() {
+    let _turn = one_at_a_time();
     let mut config = ServerConfig {
         max_inflight_bytes: 4 * MIB,
         max_total_inflight_bytes: 8 * MIB,
@@ -126,6 +137,7 @@ fn unread_replies_across_many_connections_stay_within_the_global_budget() {
 /// before `stall_timeout` (set to a minute here) would free anything.
 #[test]
 fn small_requests_are_not_queued_behind_pinned_large_replies() {
+    let _turn = one_at_a_time();
     let mut config = ServerConfig {
         max_inflight_bytes: 4 * MIB,
         max_total_inflight_bytes: 8 * MIB,
@@ -169,6 +181,7 @@ fn small_requests_are_not_queued_behind_pinned_large_replies() {
 /// whose count wrapped: every large read after it waited forever.)
 #[test]
 fn inline_replies_give_their_budget_back_to_the_pools_they_came_from() {
+    let _turn = one_at_a_time();
     let mut config = ServerConfig {
         max_inflight_bytes: 4 * MIB,
         max_total_inflight_bytes: 8 * MIB,
