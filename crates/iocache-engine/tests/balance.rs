@@ -311,14 +311,16 @@ fn sib_learns_a_backend_the_cache_never_used() {
         controller: BalanceController::Sib(SibConfig::default()),
         interval_ns: 20_000_000,
     }));
+    // At least 800 ms of reads; on a slow machine, on until the backend was
+    // probed and something bypassed (at most 20 s).
+    let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         for t in 0..THREADS {
-            let engine = &engine;
+            let (engine, stop) = (&engine, &stop);
             s.spawn(move || {
-                let started = Instant::now();
                 let mut n = t;
                 let mut buf = vec![0u8; 4096];
-                while started.elapsed() < Duration::from_millis(800) {
+                while !stop.load(Ordering::Relaxed) {
                     n += 7;
                     let line = n % LINES;
                     engine.read(line * 4096, &mut buf).unwrap();
@@ -326,6 +328,16 @@ fn sib_learns_a_backend_the_cache_never_used() {
                 }
             });
         }
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_millis(800));
+        while started.elapsed() < Duration::from_secs(20) {
+            let stats = engine.stats();
+            if stats.backend_queue.classes[0].completed > 0 && stats.cache.balance_bypasses > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, Ordering::Relaxed);
     });
     let stats = engine.stats();
     assert_eq!(
@@ -355,7 +367,12 @@ fn the_controller_survives_detaching_every_volume() {
         interval_ns: 50_000_000,
     }));
     engine.detach(engine.default_volume().id()).unwrap();
+    // 50 ms intervals: three within 300 ms, or within 10 s on a slow machine.
+    let started = Instant::now();
     std::thread::sleep(Duration::from_millis(300));
+    while engine.stats().balance.unwrap().intervals < 3 && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let intervals = engine.stats().balance.unwrap().intervals;
     assert!(intervals >= 3, "{intervals} intervals");
     engine.shutdown().unwrap();
