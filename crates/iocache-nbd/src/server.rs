@@ -103,7 +103,7 @@ use crate::kept::{KeptAllowance, KeptBuffer, LARGEST_KEPT_BYTES};
 use crate::listen::{bind_unix_socket, ListenError, SocketFileRemover};
 use crate::peer::Peer;
 use crate::proto::*;
-use crate::request_reader::RequestReader;
+use crate::request_reader::{BusyReaders, RequestReader};
 use crate::tls::{TlsMode, TlsServer};
 
 /// Smallest accepted `limits.max_payload`: the largest minimum block size an
@@ -735,6 +735,9 @@ struct Shared {
     kept: KeptAllowance,
     /// The origin of [`Activity::last_ms`].
     epoch: Instant,
+    /// How many connections are busy: their readers poll only while few
+    /// are (`request_reader.rs`).
+    busy_readers: Arc<BusyReaders>,
 }
 
 #[derive(Default)]
@@ -1211,6 +1214,7 @@ impl Shared {
             stats: StatsCounters::default(),
             wake: Mutex::new(wake),
             epoch: Instant::now(),
+            busy_readers: Arc::new(BusyReaders::for_this_machine()),
         }
     }
 
@@ -1884,7 +1888,11 @@ fn transmission<S: ConnectionStream>(
         activity,
     };
     let role = Mutex::new(ReaderRole {
-        reader: RequestReader::new(stream, shared.config.poll_before_sleep),
+        reader: RequestReader::new(
+            stream,
+            shared.config.poll_before_sleep,
+            Arc::clone(&shared.busy_readers),
+        ),
         end: None,
     });
     thread::scope(|scope| {
