@@ -148,7 +148,8 @@ pub struct ServerConfig {
     /// How long a connection's reader polls its socket for the next
     /// request before it sleeps in the read (`request_reader.rs`): a
     /// client at low queue depth then finds it awake. Only while the
-    /// client's waits are short; zero never polls. At most
+    /// client's waits are short and no more connections are busy than the
+    /// cores but one; zero never polls. At most
     /// [`POLL_BEFORE_SLEEP_MAX`] (a longer one is a configuration error).
     pub poll_before_sleep: Duration,
     /// Payload bytes (write data read, read data to send) held per
