@@ -56,6 +56,19 @@ fn pattern(thread: u64, seq: u64) -> [u8; SECTOR as usize] {
 }
 
 fn workload(engine: &Engine, thread: u64, volume_sectors: u64, steps: u64) -> Vec<u64> {
+    workload_while(engine, thread, volume_sectors, steps, || false)
+}
+
+/// `workload`, for at least `steps` steps and then on while `more()` says so,
+/// so that a test can keep the load running until something else is done
+/// whatever the machine's speed.
+fn workload_while(
+    engine: &Engine,
+    thread: u64,
+    volume_sectors: u64,
+    steps: u64,
+    more: impl Fn() -> bool,
+) -> Vec<u64> {
     // Thread `t` owns the sectors with `sector % THREADS == t`; requests span
     // several sectors, so they touch lines and slots shared with other threads,
     // but a thread only writes (and checks) its own sectors.
@@ -67,7 +80,9 @@ fn workload(engine: &Engine, thread: u64, volume_sectors: u64, steps: u64) -> Ve
         state ^= state << 17;
         state
     };
-    for seq in 1..=steps {
+    let mut seq = 0u64;
+    while seq < steps || more() {
+        seq += 1;
         let r = next();
         let first = (r >> 8) % (volume_sectors - 8);
         let count = 1 + (r >> 40) % 8;
@@ -312,31 +327,44 @@ fn fine_every_knob_switched_under_load() {
         "flush=nop",
         "write_policy=wb",
     ];
-    let done = std::sync::atomic::AtomicBool::new(false);
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // The load runs until the switcher has gone through every change twice,
+    // and the switcher on until the load ends: every change falls during the
+    // load however slow the machine.
+    let done = AtomicBool::new(false);
+    let switched_twice = AtomicBool::new(false);
     let models: Vec<Vec<u64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 let engine = &engine;
-                s.spawn(move || workload(engine, t, volume_sectors, 12_000))
+                let switched_twice = &switched_twice;
+                s.spawn(move || {
+                    workload_while(engine, t, volume_sectors, 12_000, || {
+                        !switched_twice.load(Ordering::Relaxed)
+                    })
+                })
             })
             .collect();
         let switcher = s.spawn(|| {
             let mut applied = 0;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            while !done.load(Ordering::Relaxed) {
                 let change: iocache_core::Setting = changes[applied % changes.len()].parse().unwrap();
                 let knobs = engine.apply_settings(std::slice::from_ref(&change)).unwrap();
                 let knob = knobs.iter().find(|k| k.key == change.key()).unwrap();
                 assert_eq!(knob.current, change.value_text());
                 applied += 1;
+                if applied == 2 * changes.len() {
+                    switched_twice.store(true, Ordering::Relaxed);
+                }
             }
             applied
         });
         let models = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        done.store(true, Ordering::Relaxed);
         let applied = switcher.join().unwrap();
         eprintln!("{applied} changes applied during the load");
         assert!(
-            applied >= changes.len(),
+            applied >= 2 * changes.len(),
             "only {applied} changes were applied during the load"
         );
         models

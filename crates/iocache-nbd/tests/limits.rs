@@ -181,7 +181,9 @@ fn a_full_tcp_listener_does_not_lock_out_the_unix_socket() {
 fn idle_transmission_connections_make_room_only_when_the_listener_is_full() {
     let config = ServerConfig {
         max_connections: 2,
-        idle_eviction: Some(Duration::from_millis(300)),
+        // A second, so that a stalled test machine does not make the
+        // client idle long enough before the first check.
+        idle_eviction: Some(Duration::from_secs(1)),
         ..config("idle")
     };
     let server = start_with(config, vec![("disk", mem(1 << 20) as _)]);
@@ -190,7 +192,7 @@ fn idle_transmission_connections_make_room_only_when_the_listener_is_full() {
     assert!(!served(unix_client(&server)), "nobody idle long enough yet");
     let mut buf = [0u8; 512];
     let started = Instant::now();
-    while started.elapsed() < Duration::from_millis(500) {
+    while started.elapsed() < Duration::from_millis(1300) {
         busy.read(0, &mut buf).unwrap();
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -213,7 +215,7 @@ fn connections_that_stopped_reading_make_room_on_a_full_listener() {
         max_connections: 4,
         max_inflight_bytes: 8 << 20,
         reply_timeout: Some(Duration::from_secs(60)),
-        stall_timeout: Duration::from_millis(300),
+        stall_timeout: Duration::from_secs(1),
         ..config("stuck")
     };
     let server = start_with(config, vec![("disk", mem(16 << 20) as _)]);
@@ -229,7 +231,7 @@ fn connections_that_stopped_reading_make_room_on_a_full_listener() {
         !served(unix_client(&server)),
         "the listener is full and nobody is stuck long enough yet"
     );
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(Duration::from_millis(1200));
     assert!(served(unix_client(&server)), "a stuck connection made room");
     assert!(server.stats().evicted_connections >= 1);
     drop(stuck);

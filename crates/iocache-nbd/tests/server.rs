@@ -447,7 +447,12 @@ fn shutdown_finishes_in_flight_requests_and_stops_accepting() {
     let mut raw = Raw::connect(&server, true);
     let mut idle = Client::connect_unix(&path, &ConnectOptions::default()).unwrap();
     raw.send(5, NBD_CMD_WRITE, 0, 0, 512, &[9; 512]);
-    std::thread::sleep(Duration::from_millis(100)); // let the reader hand it over
+    // Shut down while the write is in the export (it takes 400 ms there).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while e.writes_started.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the write never reached the export");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let t0 = Instant::now();
     let stats = server.shutdown();
     assert!(t0.elapsed() < Duration::from_secs(5));

@@ -68,6 +68,8 @@ pub struct Instrumented {
     pub inner: MemExport,
     pub flushes: AtomicU64,
     pub fua_writes: AtomicU64,
+    /// Writes that have reached the export (counted before any delay).
+    pub writes_started: AtomicU64,
     pub trims: Mutex<Vec<(u64, u64)>>,
     pub zeroes: Mutex<Vec<(u64, u64, bool, bool)>>,
     pub slow_offsets: Mutex<Vec<(u64, Duration)>>,
@@ -82,6 +84,7 @@ impl Instrumented {
             inner: MemExport::new(size),
             flushes: AtomicU64::new(0),
             fua_writes: AtomicU64::new(0),
+            writes_started: AtomicU64::new(0),
             trims: Mutex::new(Vec::new()),
             zeroes: Mutex::new(Vec::new()),
             slow_offsets: Mutex::new(Vec::new()),
@@ -118,6 +121,7 @@ impl Export for Instrumented {
         (self.claims_quick || self.delay(offset).is_none()) && self.inner.read_is_quick(offset, length)
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        self.writes_started.fetch_add(1, Ordering::SeqCst);
         self.maybe_sleep(offset);
         if fua {
             self.fua_writes.fetch_add(1, Ordering::SeqCst);
