@@ -328,6 +328,14 @@ fn fine_every_knob_switched_under_load() {
         "write_policy=wb",
     ];
     use std::sync::atomic::{AtomicBool, Ordering};
+    /// Sets its flag when dropped, a panic's unwinding included, so that a
+    /// failing thread cannot leave the others waiting for ever.
+    struct SetOnDrop<'a>(&'a AtomicBool);
+    impl Drop for SetOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
     // The load runs until the switcher has gone through every change twice,
     // and the switcher on until the load ends: every change falls during the
     // load however slow the machine.
@@ -346,6 +354,7 @@ fn fine_every_knob_switched_under_load() {
             })
             .collect();
         let switcher = s.spawn(|| {
+            let _release_the_load = SetOnDrop(&switched_twice);
             let mut applied = 0;
             while !done.load(Ordering::Relaxed) {
                 let change: iocache_core::Setting = changes[applied % changes.len()].parse().unwrap();
@@ -359,15 +368,11 @@ fn fine_every_knob_switched_under_load() {
             }
             applied
         });
-        let models = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let models: Vec<std::thread::Result<Vec<u64>>> = handles.into_iter().map(|h| h.join()).collect();
         done.store(true, Ordering::Relaxed);
         let applied = switcher.join().unwrap();
         eprintln!("{applied} changes applied during the load");
-        assert!(
-            applied >= 2 * changes.len(),
-            "only {applied} changes were applied during the load"
-        );
-        models
+        models.into_iter().map(|m| m.unwrap()).collect()
     });
     engine.flush_all().unwrap();
     assert_eq!(engine.stats().dirty_lines, 0);

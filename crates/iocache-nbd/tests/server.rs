@@ -437,17 +437,14 @@ fn disc_finishes_in_flight_requests_then_closes() {
 #[test]
 fn shutdown_finishes_in_flight_requests_and_stops_accepting() {
     let e = Arc::new(Instrumented::new(1 << 20));
-    e.slow_offsets
-        .lock()
-        .unwrap()
-        .push((0, Duration::from_millis(400)));
+    e.slow_offsets.lock().unwrap().push((0, Duration::from_secs(2)));
     let server = start("shutdown", e.clone());
     let path = server.unix_path().unwrap().to_path_buf();
     let tcp = server.tcp_addr().unwrap();
     let mut raw = Raw::connect(&server, true);
     let mut idle = Client::connect_unix(&path, &ConnectOptions::default()).unwrap();
     raw.send(5, NBD_CMD_WRITE, 0, 0, 512, &[9; 512]);
-    // Shut down while the write is in the export (it takes 400 ms there).
+    // Shut down while the write is in the export (it takes 2 s there).
     let deadline = Instant::now() + Duration::from_secs(10);
     while e.writes_started.load(Ordering::SeqCst) == 0 {
         assert!(Instant::now() < deadline, "the write never reached the export");
