@@ -538,6 +538,32 @@ pub fn parse_fio(text: &str) -> Result<Measured> {
     Ok(m)
 }
 
+/// Waits until the server answers on its admin socket, which it does once
+/// it serves (the NBD socket is bound earlier, before the devices open).
+fn wait_answering(admin: &Path, guard: &mut Guard, log: &Path) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        interrupted()?;
+        let error = match server_counts(admin) {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        let child = guard.child.as_mut().expect("running");
+        if let Some(status) = child.try_wait()? {
+            bail!("{} exited ({status}) before serving:\n{}", guard.what, tail(log));
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "{} did not answer on {} within 60 s ({error:#}):\n{}",
+                guard.what,
+                admin.display(),
+                tail(log)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The server's line hits, line accesses and promotions so far.
 fn server_counts(admin: &Path) -> Result<(u64, u64, u64)> {
     let stats = crate::admin::request(admin, "stats", Some(Duration::from_secs(10)))?;
@@ -634,6 +660,7 @@ pub fn measure(
         what: format!("iocache serve for {label}"),
     };
     wait_socket(&socket, &mut server, &log)?;
+    wait_answering(&admin, &mut server, &log)?;
     let uri = format!("nbd+unix:///iocache?socket={}", socket.display());
     let fio = |secs: u64, name: &str| -> Result<Option<Measured>> {
         if secs == 0 {

@@ -743,6 +743,22 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
             .map_or(defaults.poll_before_sleep, Duration::from_micros),
         ..defaults
     });
+    // The admin socket before the NBD listeners: whoever sees the NBD
+    // socket appear (a script, `lab run`) finds the admin socket too (its
+    // answers wait until the server runs).
+    let admin_path = config.admin_socket.clone();
+    let admin = match &admin_path {
+        Some(path) => {
+            create_parent(path)?;
+            Some(
+                iocache_nbd::bind_unix_socket(path, 0o600, None)
+                    .with_context(|| config.origin.server_key("admin_socket"))?,
+            )
+        }
+        None => None,
+    };
+    // Removes the admin socket file however this function returns.
+    let _admin_file = RemoveOnDrop(admin.as_ref().map(|a| a.remover()));
     if let Err(e) = server.bind() {
         let key = match e {
             iocache_nbd::ServerError::Listen(_) => "socket",
@@ -784,19 +800,6 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
             .map(|d| normalize(&std::path::absolute(d).unwrap_or_else(|_| d.clone())))
             .collect(),
     };
-    let admin_path = config.admin_socket.clone();
-    let admin = match &admin_path {
-        Some(path) => {
-            create_parent(path)?;
-            Some(
-                iocache_nbd::bind_unix_socket(path, 0o600, None)
-                    .with_context(|| config.origin.server_key("admin_socket"))?,
-            )
-        }
-        None => None,
-    };
-    // Removes the admin socket file however this function returns.
-    let _admin_file = RemoveOnDrop(admin.as_ref().map(|a| a.remover()));
     let _pid_file = config
         .pid_file
         .as_deref()

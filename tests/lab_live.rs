@@ -206,7 +206,7 @@ fn an_interrupted_live_run_stops_its_server() {
         ),
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_iocache"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iocache"))
         .args(["lab", "run", "e.toml"])
         .current_dir(&dir)
         .stdout(std::process::Stdio::null())
@@ -222,9 +222,34 @@ fn an_interrupted_live_run_stops_its_server() {
             .any(|d| d.path().join("measure.fio").exists())
     };
     while !running() {
-        assert!(started.elapsed().as_secs() < 60, "the live point never started");
+        let exited = child.try_wait().unwrap().is_some();
+        if exited || started.elapsed().as_secs() >= 90 {
+            // Say what it was doing: the lab's messages and every log of
+            // the point's work directory.
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            let mut logs = String::new();
+            for work in std::fs::read_dir(&live).unwrap().flatten() {
+                for file in std::fs::read_dir(work.path()).unwrap().flatten() {
+                    let name = file.file_name().to_string_lossy().to_string();
+                    if !(name.ends_with(".log") || name.ends_with(".err") || name.ends_with(".fio")) {
+                        logs += &format!("--- {name} ({} bytes)\n", file.metadata().map_or(0, |m| m.len()));
+                        continue;
+                    }
+                    let text = std::fs::read_to_string(file.path()).unwrap_or_default();
+                    logs += &format!("--- {}:\n{text}\n", file.path().display());
+                }
+            }
+            panic!(
+                "the live point never started (lab run {} after {:?}):\n{}\n{logs}",
+                if exited { "exited" } else { "still running" },
+                started.elapsed(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    let fio_started = std::time::Instant::now();
     std::thread::sleep(std::time::Duration::from_millis(500));
     // SAFETY: kill(2) on our own child's id.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
@@ -235,7 +260,7 @@ fn an_interrupted_live_run_stops_its_server() {
         stderr.contains("interrupted") && stderr.contains("live point 0"),
         "{stderr}"
     );
-    assert!(started.elapsed().as_secs() < 50, "it ran fio to the end");
+    assert!(fio_started.elapsed().as_secs() < 50, "it ran fio to the end");
     let left = processes_mentioning(&live.display().to_string());
     assert!(left.is_empty(), "still running: {left:?}");
     assert_eq!(std::fs::read_dir(&live).unwrap().count(), 0);

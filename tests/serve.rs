@@ -1454,3 +1454,90 @@ fn pid_file_stats_watch_and_a_resize_at_restart() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Old failure (`lab run`'s live points, one start in about 40 under
+/// load): the NBD socket was bound before the admin socket, so a program
+/// that waited for the NBD socket and then asked the admin socket found no
+/// such file. Now the admin socket is bound first. Watched with inotify,
+/// whose events keep the order the files were created in.
+#[test]
+fn the_admin_socket_exists_before_the_nbd_socket() {
+    let dir = temp_dir("socket-order");
+    let sockets = dir.join("sockets");
+    std::fs::create_dir_all(&sockets).unwrap();
+    // SAFETY: plain system calls on a descriptor this test owns.
+    let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    assert!(fd >= 0, "inotify_init1: {}", std::io::Error::last_os_error());
+    let watched = std::ffi::CString::new(sockets.display().to_string()).unwrap();
+    // SAFETY: as above; `watched` is a NUL-terminated path.
+    let wd = unsafe { libc::inotify_add_watch(fd, watched.as_ptr(), libc::IN_CREATE) };
+    assert!(wd >= 0, "inotify_add_watch: {}", std::io::Error::last_os_error());
+    let (nbd, admin) = (sockets.join("nbd.sock"), sockets.join("admin.sock"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args([
+            "serve",
+            "--backend-size",
+            "64MiB",
+            "--cache-size",
+            "2MiB",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--socket")
+        .arg(&nbd)
+        .arg("--admin-socket")
+        .arg(&admin)
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut created: Vec<String> = Vec::new();
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    while !(created.iter().any(|n| n == "nbd.sock") && created.iter().any(|n| n == "admin.sock")) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "created only {created:?}"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the server exited: {}",
+            child.wait_with_output_timeout().1
+        );
+        // SAFETY: reading into a buffer this test owns, of its length.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
+        // Each event: wd (4), mask (4), cookie (4), len (4), then `len`
+        // bytes of NUL-padded name.
+        let mut at = 0usize;
+        while at + 16 <= n as usize {
+            let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap()) as usize;
+            let name = &buf[at + 16..at + 16 + len];
+            let name = String::from_utf8_lossy(name).trim_end_matches('\0').to_string();
+            created.push(name);
+            at += 16 + len;
+        }
+    }
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(fd) };
+    let position = |name: &str| created.iter().position(|n| n == name).unwrap();
+    assert!(
+        position("admin.sock") < position("nbd.sock"),
+        "created in this order: {created:?}"
+    );
+    // Asked at once, the admin socket answers when the server serves (and
+    // has its signal handlers: a SIGTERM before then ends it uncleanly).
+    let stats = stats_json(&admin);
+    assert!(
+        stats["volumes"].as_array().is_some_and(|v| !v.is_empty()),
+        "{stats}"
+    );
+    send_sigterm(child.id());
+    let (ok, err) = child.wait_with_output_timeout();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
