@@ -89,10 +89,11 @@ pub struct FileDevice {
     read_only: bool,
     block_device: bool,
     rmw_locks: Box<[Mutex<()>]>,
-    /// When set, reads and writes are copies through this mapping of the
-    /// file (a file in memory; see `mapped.rs`), an I/O engine is given no
-    /// descriptor (`raw_target`) so every I/O goes through it, discards
-    /// keep the pages, and flushes still `fdatasync` the file.
+    /// When set, reads are copies out of this mapping of the file (a file
+    /// in memory; see `mapped.rs`) and writes `pwrite`s refused once the
+    /// mapping failed, an I/O engine is given no descriptor (`raw_target`)
+    /// so every I/O goes through `read_at`/`write_at`, discards keep the
+    /// pages, and flushes still `fdatasync` the file.
     mapping: Option<Mapping>,
 }
 
@@ -219,10 +220,10 @@ impl FileDevice {
         })
     }
 
-    /// Maps the device if it is a writable regular file whose filesystem
-    /// keeps data only in memory (tmpfs such as `/dev/shm`, ramfs), where a
-    /// copy through a mapping is faster than `pread`/`pwrite` and exactly
-    /// as durable. Its whole size is allocated first (`fallocate`), so a
+    /// Maps the device, for reads, if it is a writable regular file whose
+    /// filesystem keeps data only in memory (tmpfs such as `/dev/shm`,
+    /// ramfs), where a copy out of a mapping is faster than `pread` (writes
+    /// stay `pwrite`s: see `write_at`). Its whole size is allocated first (`fallocate`), so a
     /// filesystem without room for it fails here, not at some later write.
     /// Returns whether it is mapped now; an error leaves it unmapped and
     /// working as before.
@@ -238,7 +239,7 @@ impl FileDevice {
         Ok(true)
     }
 
-    /// Whether reads and writes go through a mapping of the file.
+    /// Whether reads go through a mapping of the file.
     pub fn is_mapped(&self) -> bool {
         self.mapping.is_some()
     }
@@ -468,8 +469,13 @@ impl BlockDevice for FileDevice {
             return Ok(());
         }
         let err = |e| self.io_err(IoKind::Write, offset, len, e);
+        // A mapped file is still written with `pwrite`: a process killed in
+        // the middle of a copy into the mapping leaves a sector half old and
+        // half new, which a restart would then serve (found by the crash
+        // soak on /dev/shm), while the kernel stops a `pwrite` only between
+        // pages, so every sector is old or new. Reads stay on the mapping.
         if let Some(mapping) = &self.mapping {
-            return mapping.write(data, offset).map_err(err);
+            mapping.refuse_if_failed().map_err(err)?;
         }
         if is_aligned(data.as_ptr(), offset, len, self.align) {
             return self.file().write_all_at(data, offset).map_err(err);
@@ -708,6 +714,18 @@ mod tests {
             back.iter().all(|&b| b == 7),
             "a discard keeps a mapped file's pages"
         );
+        // Someone truncates the file: the read that meets a missing page
+        // fails the mapping, and the device's writes (pwrites, which would
+        // not fault) are refused from then on too.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(64 << 10)
+            .unwrap();
+        assert!(device.read_at(&mut back, 512 << 10).is_err());
+        let e = device.write_at(&[1u8; 4096], 0).unwrap_err();
+        assert!(e.to_string().contains("SIGBUS"), "{e}");
         drop(device);
         let _ = std::fs::remove_file(&path);
     }
