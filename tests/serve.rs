@@ -1492,6 +1492,19 @@ fn the_admin_socket_exists_before_the_nbd_socket() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    /// Kills the server if an assertion fails before it is stopped.
+    struct KillOnPanic(u32);
+    impl Drop for KillOnPanic {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                // SAFETY: kill(2) with a plain pid: our child's (if it
+                // has already exited and been reaped, the pid is not
+                // reused within the moment of this panic).
+                unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+            }
+        }
+    }
+    let _kill_on_panic = KillOnPanic(child.id());
     let mut created: Vec<String> = Vec::new();
     let started = Instant::now();
     let mut buf = [0u8; 4096];
