@@ -9,8 +9,9 @@
 #   all     --write-policy wb --persistence all
 #   dirty   --write-policy wb --persistence dirty
 #   none    --write-policy wb --persistence none --force
+#   shm     as all, with the files in /dev/shm (the cache file mapped)
 #   custom  the server arguments in IOCACHE_CRASH_ARGS
-# Without a MODE: wt, plus all, dirty and none when `iocache serve --help`
+# Without a MODE: wt, plus all, dirty, none and shm when `iocache serve --help`
 # lists --persistence. IOCACHE_CRASH_SEED fixes the seed. The whole output goes
 # to a log file (CRASH_SOAK_LOG, default target/crash-soak.log); the terminal
 # shows every 25th iteration, each mode's summary (iterations, kills, writes
@@ -35,7 +36,7 @@ modes=("$@")
 if ((${#modes[@]} == 0)); then
     modes=(wt)
     if "$target_dir/release/iocache" serve --help | grep -q -- '--persistence'; then
-        modes+=(all dirty none)
+        modes+=(all dirty none shm)
     else
         echo "iocache serve has no --persistence yet: running wt only"
     fi
@@ -46,6 +47,7 @@ for mode in "${modes[@]}"; do
     case "$mode" in
         wt) tests+=(crash_write_through) ;;
         all | dirty | none) tests+=("crash_write_back_persistence_$mode") ;;
+        shm) tests+=(crash_write_back_with_the_cache_in_memory) ;;
         custom)
             if [[ -z "${IOCACHE_CRASH_ARGS:-}" ]]; then
                 echo "custom needs IOCACHE_CRASH_ARGS, e.g. IOCACHE_CRASH_ARGS='--write-policy wt'" >&2
@@ -54,7 +56,7 @@ for mode in "${modes[@]}"; do
             tests+=(crash_custom_args)
             ;;
         *)
-            echo "unknown mode $mode (wt, all, dirty, none, custom)" >&2
+            echo "unknown mode $mode (wt, all, dirty, none, shm, custom)" >&2
             exit 2
             ;;
     esac
