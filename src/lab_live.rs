@@ -407,32 +407,52 @@ fn interrupted() -> Result<()> {
     Ok(())
 }
 
-/// Waits for a Unix socket to appear while its process runs.
-fn wait_socket(socket: &Path, guard: &mut Guard, log: &Path) -> Result<()> {
+/// Waits, while `guard`'s process runs and for at most 60 s, until
+/// `ready` says it is done (`Err` says why not yet). `goal` completes
+/// "did not ..." in the error, e.g. "open /path/nbd.sock".
+fn wait_until(
+    guard: &mut Guard,
+    log: &Path,
+    goal: &str,
+    mut ready: impl FnMut() -> std::result::Result<(), String>,
+) -> Result<()> {
     let started = Instant::now();
     loop {
         interrupted()?;
-        if socket.exists() {
-            return Ok(());
-        }
+        let not_yet = match ready() {
+            Ok(()) => return Ok(()),
+            Err(why) => why,
+        };
         let child = guard.child.as_mut().expect("running");
         if let Some(status) = child.try_wait()? {
             bail!(
-                "{} exited ({status}) before listening:\n{}",
+                "{} exited ({status}) before it could {goal}:\n{}",
                 guard.what,
                 tail(log)
             );
         }
         if started.elapsed() > Duration::from_secs(60) {
             bail!(
-                "{} did not open {} within 60 s:\n{}",
+                "{} did not {goal} within 60 s ({not_yet}):\n{}",
                 guard.what,
-                socket.display(),
                 tail(log)
             );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits for a Unix socket to appear while its process runs.
+fn wait_socket(socket: &Path, guard: &mut Guard, log: &Path) -> Result<()> {
+    wait_until(
+        guard,
+        log,
+        &format!("open {}", socket.display()),
+        || match socket.exists() {
+            true => Ok(()),
+            false => Err("no such file".into()),
+        },
+    )
 }
 
 /// Runs a command to its end, stopping it on Ctrl-C.
@@ -541,27 +561,9 @@ pub fn parse_fio(text: &str) -> Result<Measured> {
 /// Waits until the server answers on its admin socket, which it does once
 /// it serves (the NBD socket is bound earlier, before the devices open).
 fn wait_answering(admin: &Path, guard: &mut Guard, log: &Path) -> Result<()> {
-    let started = Instant::now();
-    loop {
-        interrupted()?;
-        let error = match server_counts(admin) {
-            Ok(_) => return Ok(()),
-            Err(e) => e,
-        };
-        let child = guard.child.as_mut().expect("running");
-        if let Some(status) = child.try_wait()? {
-            bail!("{} exited ({status}) before serving:\n{}", guard.what, tail(log));
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            bail!(
-                "{} did not answer on {} within 60 s ({error:#}):\n{}",
-                guard.what,
-                admin.display(),
-                tail(log)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(guard, log, &format!("answer on {}", admin.display()), || {
+        server_counts(admin).map(|_| ()).map_err(|e| format!("{e:#}"))
+    })
 }
 
 /// The server's line hits, line accesses and promotions so far.

@@ -223,8 +223,9 @@ impl FileDevice {
     /// Maps the device, for reads, if it is a writable regular file whose
     /// filesystem keeps data only in memory (tmpfs such as `/dev/shm`,
     /// ramfs), where a copy out of a mapping is faster than `pread` (writes
-    /// stay `pwrite`s: see `write_at`). Its whole size is allocated first (`fallocate`), so a
-    /// filesystem without room for it fails here, not at some later write.
+    /// stay `pwrite`s: see `write_at`). Its whole size is allocated first
+    /// (`fallocate`), so a filesystem without room for it fails here, not
+    /// at some later write.
     /// Returns whether it is mapped now; an error leaves it unmapped and
     /// working as before.
     pub fn map_if_in_memory(&mut self) -> Result<bool, DeviceError> {

@@ -195,18 +195,13 @@ impl Mapping {
     /// is seen with its mark.
     fn after_copy(&self) -> io::Result<()> {
         fence(Ordering::SeqCst);
-        match self.failed() {
-            true => Err(Self::gone()),
-            false => Ok(()),
-        }
+        self.refuse_if_failed()
     }
 
     /// `offset` as an index into the mapping, if `offset..offset + len`
     /// lies in it and the mapping has not failed.
     fn checked(&self, offset: u64, len: usize) -> io::Result<usize> {
-        if self.failed() {
-            return Err(Self::gone());
-        }
+        self.refuse_if_failed()?;
         match usize::try_from(offset)
             .ok()
             .and_then(|at| Some((at, at.checked_add(len)?)))
