@@ -138,6 +138,9 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
                 "dirty_lines": s.recovery.dirty_lines,
                 "clean_lines": s.recovery.clean_lines,
                 "dropped_clean_lines": s.recovery.dropped_clean_lines,
+                "checked_clean_lines": s.recovery.checked_clean_lines,
+                "stale_clean_lines": s.recovery.stale_clean_lines,
+                "unchecked_clean_lines": s.recovery.unchecked_clean_lines,
                 "verified_dirty_lines": s.recovery.verified_dirty_lines,
                 "repaired_from_mirror": s.recovery.repaired_from_mirror,
                 "corrupt_copies": s.recovery.corrupt_copies,
@@ -846,7 +849,7 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
         );
         let r = &v["recovery"];
         println!(
-            "  metadata   persistence {}, {} barriers, {} records written ({} checksum withdrawals); at start: {} dirty and {} clean lines loaded, {} dropped, {} corrupt copies",
+            "  metadata   persistence {}, {} barriers, {} records written ({} checksum withdrawals); at start: {} dirty and {} clean lines loaded, {} dropped ({} older than the backend, {} unchecked), {} corrupt copies",
             v["persistence"].as_str().unwrap_or("?"),
             v["barriers"],
             v["records_written"],
@@ -854,6 +857,8 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
             r["dirty_lines"],
             r["clean_lines"],
             r["dropped_clean_lines"],
+            r["stale_clean_lines"],
+            r["unchecked_clean_lines"],
             r["corrupt_copies"]
         );
         println!(

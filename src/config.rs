@@ -29,7 +29,7 @@ use serde::Deserialize;
 
 /// The keys of a `[[volume]]` table that describe its cache device, shared
 /// by every volume naming the same `cache`.
-pub const CACHE_KEYS: [&str; 20] = [
+pub const CACHE_KEYS: [&str; 21] = [
     "cache_size",
     "cache_array",
     "mirror_percent",
@@ -39,6 +39,7 @@ pub const CACHE_KEYS: [&str; 20] = [
     "lookup",
     "flush",
     "persistence",
+    "clean_check_budget",
     "write_policy",
     "seq_cutoff",
     "write_miss_bypass",
@@ -187,6 +188,9 @@ pub struct VolumeConfig {
     pub direct: bool,
     /// Which lines' metadata the cache device keeps across restarts.
     pub persistence: Persistence,
+    /// After a crash (persistence `all`), how long the recovered clean
+    /// lines may be compared with the backend; the rest are dropped.
+    pub clean_check_budget_ns: u64,
     /// An adaptive controller beside the cache: `Some` for ReCA.
     pub reca: Option<RecaConfig>,
     /// Clients may only read this export (NBD_FLAG_READ_ONLY; writes,
@@ -325,6 +329,7 @@ impl VolumeConfig {
             "lookup" => self.lookup.to_string(),
             "flush" => self.cleaning.to_string(),
             "persistence" => self.persistence.to_string(),
+            "clean_check_budget" => format_duration_ns(self.clean_check_budget_ns),
             "write_policy" => self.write_policy.to_string(),
             "seq_cutoff" => self.seq_cutoff.to_string(),
             "write_miss_bypass" => self.write_miss_bypass.to_string(),
@@ -370,6 +375,7 @@ impl VolumeConfig {
             "lookup" => self.lookup = from.lookup,
             "flush" => self.cleaning = from.cleaning,
             "persistence" => self.persistence = from.persistence,
+            "clean_check_budget" => self.clean_check_budget_ns = from.clean_check_budget_ns,
             "write_policy" => self.write_policy = from.write_policy,
             "seq_cutoff" => self.seq_cutoff = from.seq_cutoff,
             "write_miss_bypass" => self.write_miss_bypass = from.write_miss_bypass,
@@ -475,6 +481,9 @@ pub struct VolumeText {
     pub direct: bool,
     #[serde(default = "default_persistence")]
     pub persistence: String,
+    /// A duration with a unit (or absent: the engine's default, 60 s).
+    #[serde(default)]
+    pub clean_check_budget: Option<String>,
     #[serde(default)]
     pub read_only: bool,
     /// An adaptive controller: `off`, `reca`, or a load balancer
@@ -712,6 +721,12 @@ impl VolumeText {
             .persistence
             .parse()
             .map_err(|e| anyhow!("{}{e}", parse("persistence")))?;
+        let clean_check_budget_ns = match self.clean_check_budget.as_deref() {
+            None => iocache_engine::DEFAULT_CLEAN_CHECK_BUDGET.as_nanos() as u64,
+            Some(text) => {
+                parse_duration_ns(text).map_err(|e| anyhow!("{}{e}", parse("clean_check_budget")))?
+            }
+        };
         // One controller at a time: `reca` or a load balancer.
         let adapt_text = self.adapt.as_deref().map_or("off", str::trim);
         let reca = match adapt_text {
@@ -783,6 +798,7 @@ impl VolumeText {
             io_auto,
             direct: self.direct,
             persistence,
+            clean_check_budget_ns,
             reca,
             read_only: self.read_only,
             adapt,
@@ -1390,6 +1406,27 @@ cache = "d/other-cache.img"
     }
 
     #[test]
+    fn clean_check_budget_is_a_duration_of_the_cache() {
+        let c = ServeConfig::from_toml_str(SHARED, "conf.toml").unwrap();
+        assert_eq!(c.volumes[0].clean_check_budget_ns, 60_000_000_000);
+        // Written in one volume, both volumes of the cache have it.
+        let shared = SHARED.replace("direct = true", "direct = true\nclean_check_budget = \"0s\"");
+        let c = ServeConfig::from_toml_str(&shared, "conf.toml").unwrap();
+        assert_eq!(
+            (
+                c.volumes[0].clean_check_budget_ns,
+                c.volumes[1].clean_check_budget_ns
+            ),
+            (0, 0)
+        );
+        let e = err(&SHARED.replace("direct = true", "direct = true\nclean_check_budget = \"60\""));
+        assert!(
+            e.contains("volume `a`: clean_check_budget: ") && e.contains("unit"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_disagreement_on_a_shared_cache_names_the_file_both_volumes_and_the_key() {
         for (key, addition, shown) in [
             ("write_policy", "write_policy = \"wb\"", "`wt` and `wb`"),
@@ -1452,6 +1489,7 @@ cache = "d/other-cache.img"
             io_engine: "auto".into(),
             direct: false,
             persistence: "dirty".into(),
+            clean_check_budget: None,
             read_only: false,
             adapt: None,
             adapt_interval: None,

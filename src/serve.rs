@@ -46,7 +46,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
-        "persistence", "read_only", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
+        "persistence", "clean_check_budget", "read_only", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
         "tls_psk", "tls_verify_peer", "max_connections_per_peer", "max_handshakes_per_peer",
@@ -117,6 +117,11 @@ pub struct ServeArgs {
     /// dirty line back; refused with write-back unless --force).
     #[arg(long, default_value = crate::config::DEFAULT_PERSISTENCE, value_name = "MODE")]
     persistence: String,
+    /// After a crash, with --persistence all: how long the clean lines found on the cache device
+    /// may be compared with the backend before the rest are dropped (a clean line is loaded only
+    /// if it still equals the backend; 0s drops them all) [default: 60s].
+    #[arg(long, value_name = "DURATION")]
+    clean_check_budget: Option<String>,
     /// ReCA's category table (TOML; default: the built-in
     /// crates/iocache-core/data/reca-categories.toml). Needs --adapt reca.
     #[arg(long, value_name = "FILE")]
@@ -515,6 +520,7 @@ pub(crate) fn engine_config(
         array,
         balance: v.adapt.as_ref().map(|a| a.config),
         dirty_checksums: true,
+        clean_check_budget: Duration::from_nanos(v.clean_check_budget_ns),
     }
 }
 
@@ -568,7 +574,7 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
     };
     if r.loaded {
         log::info!(
-            "{who}: loaded the cache on {} ({}): {} dirty ({} verified by checksum{}) and {} clean lines, \
+            "{who}: loaded the cache on {} ({}): {} dirty ({} verified by checksum{}) and {} clean lines{}, \
              {} clean lines dropped, {} corrupt record copies, {} lines written back",
             device,
             if r.clean_shutdown {
@@ -584,6 +590,14 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
                 String::new()
             },
             r.clean_lines,
+            if r.clean_shutdown || r.clean_lines + r.stale_clean_lines + r.unchecked_clean_lines == 0 {
+                String::new()
+            } else {
+                format!(
+                    " ({} checked against the backend; dropped: {} older than it, {} unchecked)",
+                    r.checked_clean_lines, r.stale_clean_lines, r.unchecked_clean_lines
+                )
+            },
             r.dropped_clean_lines,
             r.corrupt_copies,
             r.written_back_lines
@@ -1128,6 +1142,7 @@ impl ServeArgs {
             io_engine: self.io_engine,
             direct: self.direct,
             persistence: self.persistence,
+            clean_check_budget: self.clean_check_budget,
             read_only: self.read_only,
             adapt: self.adapt,
             adapt_interval: self.adapt_interval,

@@ -414,6 +414,60 @@ fn a_restart_comes_back_warm_by_default() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// After `kill -9`, a clean line is loaded only if it still equals the
+/// backend: a write may have reached the backend and not the cache before
+/// the kill (here made by writing the backend file directly), and serving
+/// the cache's older copy would show the old data until the line's
+/// eviction and the new data after it. `--clean-check-budget 0s` drops
+/// the clean lines unchecked instead.
+#[test]
+fn after_a_kill_clean_lines_are_checked_against_the_backend() {
+    if !have("qemu-io") {
+        eprintln!("skipped: qemu-io is not installed");
+        return;
+    }
+    /// SIGKILL; what the server said.
+    fn kill(mut served: Served) -> String {
+        served.child.kill().unwrap();
+        served.child.wait_with_output_timeout().1
+    }
+    let dir = temp_dir("clean-check");
+    let wt = ["--write-policy", "wt"];
+    let served = Served::start(&dir, &wt);
+    qemu_io(
+        &served.uri(),
+        &["write -P 0x33 0 1M".to_string(), "flush".to_string()],
+    );
+    kill(served);
+    // Line 16 (at 64 KiB) changes on the backend alone.
+    let backend = dir.join("iocache-data/backend.img");
+    let file = std::fs::OpenOptions::new().write(true).open(&backend).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0x44; 4096], 64 << 10).unwrap();
+    drop(file);
+
+    let served = Served::start(&dir, &wt);
+    qemu_io(
+        &served.uri(),
+        &[
+            "read -P 0x44 64K 4K".to_string(),
+            "read -P 0x33 0 64K".to_string(),
+            // Line 16's new record durable: 256 clean lines again.
+            "flush".to_string(),
+        ],
+    );
+    let said = kill(served);
+    let expected = "255 checked against the backend; dropped: 1 older than it, 0 unchecked";
+    assert!(said.contains(expected), "`{expected}` not in: {said}");
+
+    let served = Served::start(&dir, &["--write-policy", "wt", "--clean-check-budget", "0s"]);
+    qemu_io(&served.uri(), &["read -P 0x44 64K 4K".to_string()]);
+    let (ok, said) = served.stop();
+    assert!(ok, "{said}");
+    let expected = "(0 checked against the backend; dropped: 0 older than it, 256 unchecked)";
+    assert!(said.contains(expected), "`{expected}` not in: {said}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `iocache stats --json` against an admin socket.
 fn stats_json(admin: &Path) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_iocache"))

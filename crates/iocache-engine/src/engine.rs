@@ -81,6 +81,10 @@ const SHARDS_MAX: usize = 64;
 /// shard gives 1.000 (`examples/loadgen`), and 0.996 at 50 %.
 const SHARD_LINES_MIN: u64 = 128 * SHARD_SPAN_LINES;
 
+/// How long, after a crash, comparing the recovered clean lines with the
+/// backend may take by default (`EngineConfig::clean_check_budget`).
+pub const DEFAULT_CLEAN_CHECK_BUDGET: Duration = Duration::from_secs(60);
+
 /// How long [`Engine::shutdown`] keeps retrying write-backs that fail
 /// before it leaves the dirty lines on the cache device.
 pub const SHUTDOWN_WRITE_BACK_PATIENCE: Duration = Duration::from_secs(10);
@@ -144,6 +148,10 @@ pub struct EngineConfig {
     /// Dirty records carry a checksum of the dirty data, verified at every
     /// start (persistent metadata only; `persist.rs`, rule 4). On by default.
     pub dirty_checksums: bool,
+    /// After a crash (persistence `all`), how long comparing the recovered
+    /// clean lines with the backend may take before the rest are dropped
+    /// (`recovery.rs`, `check_clean_lines`). 60 s by default.
+    pub clean_check_budget: Duration,
 }
 
 impl EngineConfig {
@@ -161,6 +169,7 @@ impl EngineConfig {
             array: None,
             balance: None,
             dirty_checksums: true,
+            clean_check_budget: DEFAULT_CLEAN_CHECK_BUDGET,
         }
     }
 }
@@ -474,6 +483,7 @@ impl Engine {
                     .map(|(name, backend)| (name.clone(), backend.len_bytes()))
                     .collect(),
                 settings: settings_informational.clone(),
+                clean_check_budget: config.clean_check_budget,
             },
             config.array.as_deref(),
         )?;

@@ -19,7 +19,9 @@
 //! Clean lines (mode `all`) carry a hash of their data, taken when a fill
 //! wrote the whole line; after a crash a clean line is kept only if its data
 //! still has that hash, so a slot reused since its record was written is
-//! never mistaken for the old line.
+//! never mistaken for the old line, and only if it still equals the backend
+//! (`recovery::check_clean_lines`): writes reach the backend between
+//! barriers without any record changing.
 //!
 //! Dirty lines carry a checksum of their dirty sectors
 //! ([`iocache_format::dirty_checksum`]), kept up to date from the data of

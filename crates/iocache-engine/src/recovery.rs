@@ -113,6 +113,9 @@ pub struct OpenSpec {
     /// backends passed to [`open`].
     pub volumes: Vec<(String, u64)>,
     pub settings: String,
+    /// After a crash, how long comparing clean lines with the backend may
+    /// take; the lines left are dropped ([`RecoveryReport::unchecked_clean_lines`]).
+    pub clean_check_budget: std::time::Duration,
 }
 
 /// A line found on the device that the engine should load.
@@ -140,8 +143,19 @@ pub struct RecoveryReport {
     pub dirty_lines: u64,
     pub clean_lines: u64,
     /// Clean lines not loaded: without a hash after a crash, whose data no
-    /// longer matches its hash, or not kept by the persistence mode.
+    /// longer matches its hash, older than the backend, unchecked, or not
+    /// kept by the persistence mode.
     pub dropped_clean_lines: u64,
+    /// After a crash: clean lines whose data matched the backend's (and
+    /// their hash), so loaded.
+    pub checked_clean_lines: u64,
+    /// After a crash: clean lines whose data matched their hash but not
+    /// the backend, which a write had reached before the crash (dropped).
+    pub stale_clean_lines: u64,
+    /// After a crash: clean lines dropped without being compared with the
+    /// backend (the check's time budget ran out, or the backend did not
+    /// read).
+    pub unchecked_clean_lines: u64,
     pub corrupt_copies: u64,
     pub corrupt_examples: Vec<(u64, String)>,
     /// Dirty lines whose data was checked against their record's checksum
@@ -586,8 +600,7 @@ pub fn open(
     }
     let mut lines = Vec::new();
     let mut unloaded_slots = Vec::new();
-    let sectors = layout.sectors_per_line();
-    let mut line_buf = vec![0u8; layout.line_bytes as usize];
+    let mut to_check = Vec::new();
     for (slot, record) in loaded.lines {
         let Some(line) = record.line else { continue };
         let key = LineKey {
@@ -634,18 +647,10 @@ pub fn open(
             unloaded_slots.push(slot);
             continue;
         }
-        let trusted = if clean_shutdown {
-            true
-        } else if let Some(hash) = line.data_hash {
-            // A line on a failed cache-array member does not read: not trusted.
-            dev.read_at(&mut line_buf, layout.line_offset(slot)).is_ok()
-                && hash == hash_valid_sectors(&line_buf, &line.valid, sectors)
-        } else {
-            false
-        };
-        if !trusted {
-            report.dropped_clean_lines += 1;
-            unloaded_slots.push(slot);
+        if !clean_shutdown {
+            // After a crash: checked below, against the backend too.
+            let at = position(line.volume).expect("checked inside a served volume");
+            to_check.push((at, slot, key, line, record.sequence));
             continue;
         }
         report.clean_lines += 1;
@@ -659,6 +664,21 @@ pub fn open(
             sequence: record.sequence,
             mirror: None,
         });
+    }
+    let checked = check_clean_lines(
+        dev,
+        backends,
+        &spec.volumes,
+        &layout,
+        to_check,
+        spec.clean_check_budget,
+        &mut report,
+    );
+    for outcome in checked {
+        match outcome {
+            Ok(line) => lines.push(line),
+            Err(slot) => unloaded_slots.push(slot),
+        }
     }
     unloaded_slots.extend(damaged_unloaded);
     let mut stale_dirty = damaged_dirty;
@@ -1005,6 +1025,123 @@ fn resolve_duplicates<'a>(
     Ok(kept)
 }
 
+/// A clean line found after a crash, before it is checked: the position
+/// of its volume in the spec, its slot, line, record and record sequence.
+type CleanCandidate = (usize, u64, LineKey, iocache_format::LineRecord, u64);
+
+/// After a crash, a clean line is loaded only if its data is still the
+/// backend's. Its record's hash proves the slot still holds the data the
+/// record described, but not that the backend still does: a write-through
+/// write, a bypassed or invalidating write, or a write-back of the same
+/// line from another slot may have reached the backend after the record
+/// was written and before the crash, and the record is rewritten only at
+/// the next barrier. Served from the cache, such a line would show the old
+/// data until its eviction and the new data after it (found by the crash
+/// suite: `tests/crash.rs`, write-through, and by `power_cut.rs` with more
+/// iterations; docs/results/durability.md, "Clean lines older than the
+/// backend").
+///
+/// So each line whose data matches its hash is compared, over its valid
+/// sectors, with the backend, in backend order; lines that differ are
+/// dropped (`stale_clean_lines`), and so are lines left unchecked when
+/// `budget` runs out or whose backend does not read
+/// (`unchecked_clean_lines`): dropping a clean line loses nothing but a
+/// hit. Returns each candidate loaded (`Ok`) or dropped (`Err(slot)`).
+fn check_clean_lines(
+    dev: &dyn BlockDevice,
+    backends: &[&dyn BlockDevice],
+    volumes: &[(String, u64)],
+    layout: &Layout,
+    mut candidates: Vec<CleanCandidate>,
+    budget: std::time::Duration,
+    report: &mut RecoveryReport,
+) -> Vec<Result<RecoveredLine, u64>> {
+    candidates.sort_unstable_by_key(|&(at, _, key, _, _)| (at, key.line_index));
+    let started = std::time::Instant::now();
+    let sectors = layout.sectors_per_line();
+    let line_bytes = layout.line_bytes as usize;
+    let mut cached = vec![0u8; line_bytes];
+    let mut backend_data = vec![0u8; line_bytes];
+    let mut out = Vec::with_capacity(candidates.len());
+    let mut out_of_time = false;
+    let mut left_unchecked = 0u64;
+    for (at, slot, key, line, sequence) in candidates {
+        out_of_time = out_of_time || started.elapsed() > budget;
+        let start = key.line_index * layout.line_bytes;
+        // The volume's last line may be partial: its sectors past the end
+        // are never valid.
+        let (volume, volume_bytes) = &volumes[at];
+        let len = (volume_bytes.saturating_sub(start) as usize).min(line_bytes);
+        let kept = !out_of_time
+            && data_matches_hash(dev, layout, slot, &line, &mut cached)
+            && match backends[at].read_at(&mut backend_data[..len], start) {
+                Ok(()) => {
+                    let same = same_valid_sectors(&cached[..len], &backend_data[..len], &line.valid, sectors);
+                    if !same {
+                        report.stale_clean_lines += 1;
+                        if report.stale_clean_lines <= LOGGED_EXAMPLES {
+                            log::info!(
+                                "clean line {} of volume `{volume}` (slot {slot}) is older than the backend \
+                                 (a write reached the backend before the crash): dropped",
+                                key.line_index,
+                            );
+                        }
+                    }
+                    same
+                }
+                Err(e) => {
+                    report.unchecked_clean_lines += 1;
+                    log::warn!(
+                        "clean line {} of volume `{volume}`: the backend does not read ({e}): dropped",
+                        key.line_index,
+                    );
+                    false
+                }
+            };
+        if out_of_time {
+            report.unchecked_clean_lines += 1;
+            left_unchecked += 1;
+        }
+        if !kept {
+            report.dropped_clean_lines += 1;
+            out.push(Err(slot));
+            continue;
+        }
+        report.clean_lines += 1;
+        report.checked_clean_lines += 1;
+        out.push(Ok(RecoveredLine {
+            slot,
+            key,
+            valid: line.valid,
+            dirty: line.dirty_bits,
+            hash: line.data_hash,
+            dirty_on_disk: false,
+            sequence,
+            mirror: None,
+        }));
+    }
+    if left_unchecked > 0 {
+        log::warn!(
+            "{left_unchecked} clean lines dropped unchecked: comparing them with the backend took longer than {budget:?}"
+        );
+    }
+    out
+}
+
+/// Whether `a` and `b` hold the same bytes in every valid sector (of the
+/// `sectors` of a line; both may be shorter than a line, and a valid
+/// sector past their end differs).
+fn same_valid_sectors(a: &[u8], b: &[u8], valid: &[u64], sectors: u32) -> bool {
+    let mut same = true;
+    bitmap::for_each_run(valid, 0, sectors, |start, end, set| {
+        if set && same {
+            let (from, to) = (start as usize * 512, end as usize * 512);
+            same = to <= a.len() && a[from..to] == b[from..to];
+        }
+    });
+    same
+}
+
 /// The hash of a line's valid sectors, in ascending order (what a clean
 /// record's `data_hash` covers).
 pub fn hash_valid_sectors(line: &[u8], valid: &[u64], sectors: u32) -> u64 {
@@ -1083,6 +1220,7 @@ mod tests {
             init: InitMode::Load,
             volumes: vec![("v".into(), 1 << 20)],
             settings: String::new(),
+            clean_check_budget: std::time::Duration::from_secs(60),
         }
     }
 
