@@ -868,6 +868,13 @@ impl Engine {
     /// flushes the devices. Requests still arriving afterwards fail. See
     /// [`Engine::shutdown_within`]; this one tries for
     /// [`SHUTDOWN_WRITE_BACK_PATIENCE`].
+    ///
+    /// Call it once no request is in flight (the server stops serving
+    /// first): it does not wait for them, and a write-through request
+    /// between its backend write and its cache write when the superblock
+    /// says `clean` would leave a clean line older than the backend, which
+    /// the next start loads without comparing it (`check_clean_lines`
+    /// runs only after a crash).
     pub fn shutdown(&self) -> Result<(), EngineError> {
         self.shutdown_within(SHUTDOWN_WRITE_BACK_PATIENCE)
     }

@@ -147,14 +147,18 @@ pub struct RecoveryReport {
     /// kept by the persistence mode.
     pub dropped_clean_lines: u64,
     /// After a crash: clean lines whose data matched the backend's (and
-    /// their hash), so loaded.
+    /// their hash). A later step may still drop some (an older copy of a
+    /// line found twice, a slot the engine cannot restore), so this may
+    /// exceed what `clean_lines` ends at.
     pub checked_clean_lines: u64,
     /// After a crash: clean lines whose data matched their hash but not
     /// the backend, which a write had reached before the crash (dropped).
     pub stale_clean_lines: u64,
     /// After a crash: clean lines dropped without being compared with the
-    /// backend (the check's time budget ran out, or the backend did not
-    /// read).
+    /// backend: the check's time budget ran out (every line left then
+    /// counts, whatever its hash), or the backend did not read. The budget
+    /// is looked at between lines, so one backend read that hangs holds
+    /// the start.
     pub unchecked_clean_lines: u64,
     pub corrupt_copies: u64,
     pub corrupt_examples: Vec<(u64, String)>,
@@ -1065,8 +1069,10 @@ fn check_clean_lines(
     let mut out = Vec::with_capacity(candidates.len());
     let mut out_of_time = false;
     let mut left_unchecked = 0u64;
+    let mut unreadable = 0u64;
     for (at, slot, key, line, sequence) in candidates {
-        out_of_time = out_of_time || started.elapsed() > budget;
+        // A zero budget checks nothing, however coarse the clock.
+        out_of_time = out_of_time || budget.is_zero() || started.elapsed() >= budget;
         let start = key.line_index * layout.line_bytes;
         // The volume's last line may be partial: its sectors past the end
         // are never valid.
@@ -1091,10 +1097,13 @@ fn check_clean_lines(
                 }
                 Err(e) => {
                     report.unchecked_clean_lines += 1;
-                    log::warn!(
-                        "clean line {} of volume `{volume}`: the backend does not read ({e}): dropped",
-                        key.line_index,
-                    );
+                    unreadable += 1;
+                    if unreadable <= LOGGED_EXAMPLES {
+                        log::warn!(
+                            "clean line {} of volume `{volume}`: the backend does not read ({e}): dropped",
+                            key.line_index,
+                        );
+                    }
                     false
                 }
             };
@@ -1119,6 +1128,9 @@ fn check_clean_lines(
             sequence,
             mirror: None,
         }));
+    }
+    if unreadable > LOGGED_EXAMPLES {
+        log::warn!("{unreadable} clean lines dropped in all because the backend did not read");
     }
     if left_unchecked > 0 {
         log::warn!(
@@ -1210,6 +1222,31 @@ mod tests {
     use super::*;
     use iocache_device::MemDevice;
     use iocache_format::LineRecord;
+
+    #[test]
+    fn only_valid_sectors_are_compared_with_the_backend() {
+        let cached = vec![1u8; 4096];
+        let mut backend = cached.clone();
+        backend[3 * 512] = 9; // sector 3 differs
+        let all = [0xffu64];
+        let without_3 = [0xffu64 & !(1 << 3)];
+        assert!(!same_valid_sectors(&cached, &backend, &all, 8));
+        assert!(same_valid_sectors(&cached, &backend, &without_3, 8));
+        // A valid sector past the end of what was read (the volume's end)
+        // is not the backend's.
+        assert!(same_valid_sectors(
+            &cached[..3 * 512],
+            &backend[..3 * 512],
+            &[0b111],
+            8
+        ));
+        assert!(!same_valid_sectors(
+            &cached[..3 * 512],
+            &backend[..3 * 512],
+            &[0b1111],
+            8
+        ));
+    }
 
     fn spec() -> OpenSpec {
         OpenSpec {

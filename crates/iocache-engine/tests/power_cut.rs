@@ -250,6 +250,20 @@ fn after_a_crash_a_clean_line_older_than_the_backend_is_dropped() {
         let expected = if (8..16).contains(&s) { 7 } else { 1 };
         assert_eq!(decode(&read_sector(&engine, s), s), Some(expected), "sector {s}");
     }
+    // The dropped line's record was blanked at that start: another crash
+    // finds the three others and nothing stale.
+    drop(engine);
+    let engine = write_through_engine(&devs, std::time::Duration::from_secs(60));
+    let recovery = engine.stats().recovery;
+    assert_eq!(
+        (
+            recovery.checked_clean_lines,
+            recovery.stale_clean_lines,
+            recovery.clean_lines
+        ),
+        (3, 0, 3),
+        "{recovery:?}"
+    );
 }
 
 #[test]
