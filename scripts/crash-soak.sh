@@ -6,12 +6,13 @@
 #
 # ITERATIONS (default 300) is per mode. MODE is one of
 #   wt      --write-policy wt
+#   wt-cached  as wt, with the whole volume cached (--cache-size 40MiB)
 #   all     --write-policy wb --persistence all
 #   dirty   --write-policy wb --persistence dirty
 #   none    --write-policy wb --persistence none --force
 #   shm     as all, with the files in /dev/shm (the cache file mapped)
 #   custom  the server arguments in IOCACHE_CRASH_ARGS
-# Without a MODE: wt, plus all, dirty, none and shm when `iocache serve --help`
+# Without a MODE: wt and wt-cached, plus all, dirty, none and shm when `iocache serve --help`
 # lists --persistence. IOCACHE_CRASH_SEED fixes the seed. The whole output goes
 # to a log file (CRASH_SOAK_LOG, default target/crash-soak.log); the terminal
 # shows every 25th iteration, each mode's summary (iterations, kills, writes
@@ -23,7 +24,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 iterations=${1:-300}
 shift || true
 if ! [[ "$iterations" =~ ^[0-9]+$ ]]; then
-    echo "usage: $0 [ITERATIONS] [wt|all|dirty|none|custom ...]" >&2
+    echo "usage: $0 [ITERATIONS] [wt|wt-cached|all|dirty|none|shm|custom ...]" >&2
     exit 2
 fi
 
@@ -34,7 +35,7 @@ cargo test --release --quiet --test crash --no-run
 target_dir=${CARGO_TARGET_DIR:-target}
 modes=("$@")
 if ((${#modes[@]} == 0)); then
-    modes=(wt)
+    modes=(wt wt-cached)
     if "$target_dir/release/iocache" serve --help | grep -q -- '--persistence'; then
         modes+=(all dirty none shm)
     else
@@ -46,6 +47,7 @@ tests=()
 for mode in "${modes[@]}"; do
     case "$mode" in
         wt) tests+=(crash_write_through) ;;
+        wt-cached) tests+=(crash_write_through_with_the_whole_volume_cached) ;;
         all | dirty | none) tests+=("crash_write_back_persistence_$mode") ;;
         shm) tests+=(crash_write_back_with_the_cache_in_memory) ;;
         custom)
@@ -56,7 +58,7 @@ for mode in "${modes[@]}"; do
             tests+=(crash_custom_args)
             ;;
         *)
-            echo "unknown mode $mode (wt, all, dirty, none, shm, custom)" >&2
+            echo "unknown mode $mode (wt, wt-cached, all, dirty, none, shm, custom)" >&2
             exit 2
             ;;
     esac
