@@ -266,6 +266,38 @@ fn after_a_crash_a_clean_line_older_than_the_backend_is_dropped() {
     );
 }
 
+/// The power-cut form of the same: a write-through write through the
+/// engine itself, then a power cut that keeps the backend's write (its
+/// device flushed it) and loses the cache device's (unflushed).
+#[test]
+fn a_power_cut_that_keeps_only_the_backend_s_write_serves_the_backend() {
+    let config = CacheConfig::new(32, LineSize::new(4096).unwrap(), PolicySpec::lru());
+    let devs = devices(&config);
+    for s in 0..32 {
+        devs.1.write_at(&stamp(1, s), s * SECTOR).unwrap();
+    }
+    devs.1.flush().unwrap();
+    let engine = write_through_engine(&devs, std::time::Duration::from_secs(60));
+    let mut buf = vec![0u8; 4 * 4096];
+    engine.read(0, &mut buf).unwrap();
+    engine.flush().unwrap();
+    engine.write(8 * SECTOR, &stamps(7, 8, 8), false).unwrap();
+    drop(engine);
+    devs.1.flush().unwrap();
+    devs.0.power_cut(PowerCut::DropUnflushed).unwrap();
+    devs.1.power_cut(PowerCut::DropUnflushed).unwrap();
+    let engine = write_through_engine(&devs, std::time::Duration::from_secs(60));
+    let recovery = engine.stats().recovery;
+    assert_eq!(
+        (recovery.stale_clean_lines, recovery.clean_lines),
+        (1, 3),
+        "{recovery:?}"
+    );
+    for s in 8..16 {
+        assert_eq!(decode(&read_sector(&engine, s), s), Some(7), "sector {s}");
+    }
+}
+
 #[test]
 fn after_a_crash_clean_lines_left_unchecked_are_dropped() {
     let config = CacheConfig::new(32, LineSize::new(4096).unwrap(), PolicySpec::lru());
