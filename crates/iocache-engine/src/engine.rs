@@ -869,12 +869,8 @@ impl Engine {
     /// [`Engine::shutdown_within`]; this one tries for
     /// [`SHUTDOWN_WRITE_BACK_PATIENCE`].
     ///
-    /// Call it once no request is in flight (the server stops serving
-    /// first): it does not wait for them, and a write-through request
-    /// between its backend write and its cache write when the superblock
-    /// says `clean` would leave a clean line older than the backend, which
-    /// the next start loads without comparing it (`check_clean_lines`
-    /// runs only after a crash).
+    /// New requests fail from the start; requests already in progress are
+    /// waited for (see [`Engine::shutdown_within`]).
     pub fn shutdown(&self) -> Result<(), EngineError> {
         self.shutdown_within(SHUTDOWN_WRITE_BACK_PATIENCE)
     }
@@ -885,8 +881,20 @@ impl Engine {
     /// could not be written back (a backend that is down) stay on the
     /// cache device, described by durable records, for the next start.
     /// The error then says how many remain.
+    ///
+    /// Requests already in progress are waited for, up to `patience`,
+    /// before the device is said to be shut down cleanly: a write-through
+    /// request between its backend write and its cache write would
+    /// otherwise leave a clean line older than the backend, which a start
+    /// after a clean shutdown loads without comparing it
+    /// (`check_clean_lines` runs only after a crash). If some are still in
+    /// progress then, the records are written but the superblock keeps
+    /// saying `running`, so the next start treats it as a crash.
     pub fn shutdown_within(&self, patience: Duration) -> Result<(), EngineError> {
         let _admin = lock(&self.inner.admin);
+        let still_in_flight = self
+            .inner
+            .close_gates_and_drain(std::time::Instant::now() + patience);
         self.inner.stopping.store(true, Ordering::SeqCst);
         // The cleaner would otherwise notice only at its next poll.
         self.inner.wake_cleaner();
@@ -918,7 +926,15 @@ impl Engine {
                 Err(e) => break Err(e),
             }
         };
-        let closed = self.inner.close();
+        let closed = if still_in_flight > 0 {
+            log::warn!(
+                "{still_in_flight} requests were still in progress {patience:?} into the shutdown: the cache is \
+                 left marked as not shut down cleanly, so the next start checks its clean lines"
+            );
+            self.inner.barrier(false)
+        } else {
+            self.inner.close()
+        };
         match (written_back, closed) {
             (Ok(()), closed) => closed,
             (Err(e), Ok(())) => Err(e),

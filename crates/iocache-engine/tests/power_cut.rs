@@ -341,3 +341,45 @@ fn after_a_clean_shutdown_clean_lines_are_loaded_unchecked() {
         "{recovery:?}"
     );
 }
+
+/// A request still in progress when the shutdown's patience runs out (a
+/// write-through write in its backend half): the cache stays marked as not
+/// shut down cleanly, so the next start checks its clean lines against the
+/// backend. Without the wait, or with `clean` recorded anyway, the restart
+/// loads the line's older cached copy unchecked and this fails.
+#[test]
+fn a_shutdown_with_a_request_still_in_progress_is_not_clean() {
+    let config = CacheConfig::new(32, LineSize::new(4096).unwrap(), PolicySpec::lru());
+    let devs = devices(&config);
+    let engine = Arc::new(write_through_engine(&devs, std::time::Duration::from_secs(60)));
+    let mut buf = vec![0u8; 4096];
+    engine.read(0, &mut buf).unwrap();
+    devs.1.set_latency(std::time::Duration::from_millis(1500));
+    let writer = {
+        let engine = Arc::clone(&engine);
+        std::thread::spawn(move || engine.write(0, &stamps(3, 0, 8), false))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let _ = engine.shutdown_within(std::time::Duration::from_millis(200));
+    let _ = writer.join().unwrap();
+    devs.1.set_latency(std::time::Duration::ZERO);
+    drop(engine);
+    let engine = write_through_engine(&devs, std::time::Duration::from_secs(60));
+    let recovery = engine.stats().recovery;
+    assert!(!recovery.clean_shutdown, "{recovery:?}");
+    for s in 0..8 {
+        let found = decode(&read_sector(&engine, s), s);
+        assert_eq!(
+            found,
+            decode(
+                &{
+                    let mut b = [0u8; SECTOR as usize];
+                    devs.1.read_at(&mut b, s * SECTOR).unwrap();
+                    b
+                },
+                s
+            ),
+            "sector {s}: the cache and the backend disagree"
+        );
+    }
+}

@@ -102,17 +102,16 @@ impl VolumeState {
     /// Closes the gate and waits for the requests already let in.
     fn close_and_drain(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        // A request may end on another stripe than its thread's next one,
-        // never on another than it began: the sum is what is in flight.
-        while self
-            .inflight
-            .iter()
-            .map(|c| c.load(Ordering::SeqCst))
-            .sum::<i64>()
-            > 0
-        {
+        while self.in_flight() > 0 {
             std::thread::sleep(DRAIN_POLL);
         }
+    }
+
+    /// Requests let in and not yet done. A request may end on another
+    /// stripe than its thread's next one, never on another than it began:
+    /// the sum is what is in flight.
+    fn in_flight(&self) -> i64 {
+        self.inflight.iter().map(|c| c.load(Ordering::SeqCst)).sum()
     }
 
     fn reopen(&self) {
@@ -231,6 +230,33 @@ impl Volume {
 /// The attached volumes, in the order they were given or attached.
 pub(super) struct VolumeTable {
     volumes: Vec<Arc<VolumeState>>,
+}
+
+impl Inner {
+    /// Closes every volume's gate (new requests fail with
+    /// [`EngineError::Shutdown`]) and waits until `deadline` for the
+    /// requests already let in; returns how many are still in flight then.
+    /// A shutdown must not record `clean` while a write-through request
+    /// may be between its backend write and its cache write: the next
+    /// start would load that line's older cached copy unchecked.
+    pub(super) fn close_gates_and_drain(&self, deadline: std::time::Instant) -> i64 {
+        let volumes: Vec<Arc<VolumeState>> = self
+            .volumes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .volumes
+            .clone();
+        for volume in &volumes {
+            volume.closed.store(true, Ordering::SeqCst);
+        }
+        loop {
+            let left: i64 = volumes.iter().map(|v| v.in_flight()).sum();
+            if left <= 0 || std::time::Instant::now() >= deadline {
+                return left.max(0);
+            }
+            std::thread::sleep(DRAIN_POLL);
+        }
+    }
 }
 
 impl VolumeTable {
