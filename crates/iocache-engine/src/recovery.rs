@@ -133,6 +133,22 @@ pub struct RecoveredLine {
     pub mirror: Option<u32>,
 }
 
+impl RecoveredLine {
+    /// A clean line loaded from `slot`, as its record (of `sequence`) says.
+    fn clean(slot: u64, key: LineKey, line: iocache_format::LineRecord, sequence: u64) -> RecoveredLine {
+        RecoveredLine {
+            slot,
+            key,
+            valid: line.valid,
+            dirty: line.dirty_bits,
+            hash: line.data_hash,
+            dirty_on_disk: false,
+            sequence,
+            mirror: None,
+        }
+    }
+}
+
 /// What opening found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -658,16 +674,7 @@ pub fn open(
             continue;
         }
         report.clean_lines += 1;
-        lines.push(RecoveredLine {
-            slot,
-            key,
-            valid: line.valid,
-            dirty: line.dirty_bits,
-            hash: line.data_hash,
-            dirty_on_disk: false,
-            sequence: record.sequence,
-            mirror: None,
-        });
+        lines.push(RecoveredLine::clean(slot, key, line, record.sequence));
     }
     let checked = check_clean_lines(
         dev,
@@ -1118,16 +1125,7 @@ fn check_clean_lines(
         }
         report.clean_lines += 1;
         report.checked_clean_lines += 1;
-        out.push(Ok(RecoveredLine {
-            slot,
-            key,
-            valid: line.valid,
-            dirty: line.dirty_bits,
-            hash: line.data_hash,
-            dirty_on_disk: false,
-            sequence,
-            mirror: None,
-        }));
+        out.push(Ok(RecoveredLine::clean(slot, key, line, sequence)));
     }
     if unreadable > LOGGED_EXAMPLES {
         log::warn!("{unreadable} clean lines dropped in all because the backend did not read");

@@ -189,12 +189,27 @@ fn other_line_sizes_and_policies() {
     }
 }
 
+/// Devices for [`write_through_engine`], the first 32 sectors of the
+/// backend holding write 1.
+fn write_through_devices() -> Devices {
+    let devs = devices(&write_through_config());
+    for s in 0..32 {
+        devs.1.write_at(&stamp(1, s), s * SECTOR).unwrap();
+    }
+    devs
+}
+
+fn write_through_config() -> CacheConfig {
+    let mut config = CacheConfig::new(32, LineSize::new(4096).unwrap(), PolicySpec::lru());
+    config.write_policy = WritePolicy::WriteThrough;
+    config
+}
+
 /// A write-through engine on memory devices (kept across "crashes": the
 /// engine is dropped without a shutdown, and nothing is lost) whose
 /// recovery may spend `budget` comparing clean lines with the backend.
 fn write_through_engine(devs: &Devices, budget: std::time::Duration) -> Engine {
-    let mut config = CacheConfig::new(32, LineSize::new(4096).unwrap(), PolicySpec::lru());
-    config.write_policy = WritePolicy::WriteThrough;
+    let config = write_through_config();
     let cache_dev: Arc<dyn BlockDevice> = devs.0.clone();
     let backend: Arc<dyn BlockDevice> = devs.1.clone();
     Engine::new(
@@ -227,11 +242,7 @@ fn crash_after_a_backend_write(devs: &Devices, budget: std::time::Duration) {
 
 #[test]
 fn after_a_crash_a_clean_line_older_than_the_backend_is_dropped() {
-    let config = CacheConfig::new(32, LineSize::new(4096).unwrap(), PolicySpec::lru());
-    let devs = devices(&config);
-    for s in 0..32 {
-        devs.1.write_at(&stamp(1, s), s * SECTOR).unwrap();
-    }
+    let devs = write_through_devices();
     crash_after_a_backend_write(&devs, std::time::Duration::from_secs(60));
     let engine = write_through_engine(&devs, std::time::Duration::from_secs(60));
     let recovery = engine.stats().recovery;
@@ -271,11 +282,7 @@ fn after_a_crash_a_clean_line_older_than_the_backend_is_dropped() {
 /// device flushed it) and loses the cache device's (unflushed).
 #[test]
 fn a_power_cut_that_keeps_only_the_backend_s_write_serves_the_backend() {
-    let config = CacheConfig::new(32, LineSize::new(4096).unwrap(), PolicySpec::lru());
-    let devs = devices(&config);
-    for s in 0..32 {
-        devs.1.write_at(&stamp(1, s), s * SECTOR).unwrap();
-    }
+    let devs = write_through_devices();
     devs.1.flush().unwrap();
     let engine = write_through_engine(&devs, std::time::Duration::from_secs(60));
     let mut buf = vec![0u8; 4 * 4096];
@@ -300,11 +307,7 @@ fn a_power_cut_that_keeps_only_the_backend_s_write_serves_the_backend() {
 
 #[test]
 fn after_a_crash_clean_lines_left_unchecked_are_dropped() {
-    let config = CacheConfig::new(32, LineSize::new(4096).unwrap(), PolicySpec::lru());
-    let devs = devices(&config);
-    for s in 0..32 {
-        devs.1.write_at(&stamp(1, s), s * SECTOR).unwrap();
-    }
+    let devs = write_through_devices();
     crash_after_a_backend_write(&devs, std::time::Duration::ZERO);
     let engine = write_through_engine(&devs, std::time::Duration::ZERO);
     let recovery = engine.stats().recovery;
@@ -322,8 +325,7 @@ fn after_a_crash_clean_lines_left_unchecked_are_dropped() {
 
 #[test]
 fn after_a_clean_shutdown_clean_lines_are_loaded_unchecked() {
-    let config = CacheConfig::new(32, LineSize::new(4096).unwrap(), PolicySpec::lru());
-    let devs = devices(&config);
+    let devs = write_through_devices();
     let engine = write_through_engine(&devs, std::time::Duration::ZERO);
     let mut buf = vec![0u8; 4 * 4096];
     engine.read(0, &mut buf).unwrap();
@@ -349,8 +351,7 @@ fn after_a_clean_shutdown_clean_lines_are_loaded_unchecked() {
 /// loads the line's older cached copy unchecked and this fails.
 #[test]
 fn a_shutdown_with_a_request_still_in_progress_is_not_clean() {
-    let config = CacheConfig::new(32, LineSize::new(4096).unwrap(), PolicySpec::lru());
-    let devs = devices(&config);
+    let devs = write_through_devices();
     let engine = Arc::new(write_through_engine(&devs, std::time::Duration::from_secs(60)));
     let mut buf = vec![0u8; 4096];
     engine.read(0, &mut buf).unwrap();

@@ -99,14 +99,6 @@ impl VolumeState {
         Ok(serving)
     }
 
-    /// Closes the gate and waits for the requests already let in.
-    fn close_and_drain(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        while self.in_flight() > 0 {
-            std::thread::sleep(DRAIN_POLL);
-        }
-    }
-
     /// Requests let in and not yet done. A request may end on another
     /// stripe than its thread's next one, never on another than it began:
     /// the sum is what is in flight.
@@ -232,6 +224,23 @@ pub(super) struct VolumeTable {
     volumes: Vec<Arc<VolumeState>>,
 }
 
+/// Closes the gates of `volumes` (new requests fail with
+/// [`EngineError::Shutdown`]) and waits for the requests already let in,
+/// until `deadline` if one is given; returns how many are still in flight
+/// then (0 without a deadline).
+fn close_and_drain(volumes: &[Arc<VolumeState>], deadline: Option<std::time::Instant>) -> i64 {
+    for volume in volumes {
+        volume.closed.store(true, Ordering::SeqCst);
+    }
+    loop {
+        let left: i64 = volumes.iter().map(|v| v.in_flight()).sum();
+        if left <= 0 || deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return left.max(0);
+        }
+        std::thread::sleep(DRAIN_POLL);
+    }
+}
+
 impl Inner {
     /// Closes every volume's gate (new requests fail with
     /// [`EngineError::Shutdown`]) and waits until `deadline` for the
@@ -246,16 +255,7 @@ impl Inner {
             .unwrap_or_else(|e| e.into_inner())
             .volumes
             .clone();
-        for volume in &volumes {
-            volume.closed.store(true, Ordering::SeqCst);
-        }
-        loop {
-            let left: i64 = volumes.iter().map(|v| v.in_flight()).sum();
-            if left <= 0 || std::time::Instant::now() >= deadline {
-                return left.max(0);
-            }
-            std::thread::sleep(DRAIN_POLL);
-        }
+        close_and_drain(&volumes, Some(deadline))
     }
 }
 
@@ -610,7 +610,7 @@ impl Engine {
             return Err(EngineError::Shutdown);
         }
         let volume = self.inner.volume_state(id)?;
-        volume.close_and_drain();
+        close_and_drain(std::slice::from_ref(&volume), None);
         if let Err(e) = self.inner.empty_volume(&volume) {
             volume.reopen();
             return Err(e);
