@@ -37,29 +37,43 @@ impl Scope {
         self.private_dir.as_ref().is_some_and(|d| path.starts_with(d))
     }
 
-    /// Refuses a backend file outside the directories attach may use.
-    pub(crate) fn check_attach_path(&self, path: &Path) -> Result<()> {
+    /// Where attach opens a backend file: the directory of `attach_dirs`
+    /// it lies under (lexically, `..` folded) and its path below it. The
+    /// file is then opened beneath that directory (`OpenOptions::beneath`),
+    /// following no symbolic link, so what is opened is what was checked.
+    pub(crate) fn attach_location(&self, path: &Path) -> Result<(PathBuf, PathBuf)> {
         if self.attach_dirs.is_empty() {
             bail!(
                 "backend: this server attaches no backend files (only NBD exports): start it with \
                  --attach-dir DIR (server.attach_dirs in a config file) to allow files under DIR"
             );
         }
-        let resolved = canonical_path(path);
-        let allowed = |d: &PathBuf| std::fs::canonicalize(d).is_ok_and(|d| resolved.starts_with(d));
-        if !self.attach_dirs.iter().any(allowed) {
-            bail!(
-                "backend: {} is not under a directory this server attaches files from ({}; \
-                 --attach-dir / server.attach_dirs)",
-                resolved.display(),
-                self.attach_dirs
-                    .iter()
-                    .map(|d| d.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+        let absolute = normalize(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+        for dir in &self.attach_dirs {
+            let lexical = normalize(&std::path::absolute(dir).unwrap_or_else(|_| dir.clone()));
+            let resolved = std::fs::canonicalize(dir).ok();
+            for base in std::iter::once(lexical).chain(resolved) {
+                if let Ok(below) = absolute.strip_prefix(&base) {
+                    if below.as_os_str().is_empty() {
+                        bail!(
+                            "backend: {} is the attach directory itself, not a file in it",
+                            path.display()
+                        );
+                    }
+                    return Ok((base, below.to_path_buf()));
+                }
+            }
         }
-        Ok(())
+        bail!(
+            "backend: {} is not under a directory this server attaches files from ({}; \
+             --attach-dir / server.attach_dirs)",
+            absolute.display(),
+            self.attach_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
 
     /// Whether the NBD URI `uri` reaches this server.
@@ -152,6 +166,7 @@ pub(crate) fn open_backend(
     files: &mut Vec<Claim>,
     key: &str,
     own: &Scope,
+    beneath: Option<&(PathBuf, PathBuf)>,
 ) -> Result<(Arc<dyn BlockDevice>, bool)> {
     if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
         if own.is_own(backend) {
@@ -180,9 +195,27 @@ pub(crate) fn open_backend(
     }
     check_claim(files, path, "backend", key)?;
     let created = !path.exists();
-    let device = open_file(path, create_bytes.unwrap_or(0), false, own.no_follow(path))
-        .with_context(|| key.to_string())?;
-    record_claim(files, path, export, "backend");
+    let device = match beneath {
+        None => open_file(path, create_bytes.unwrap_or(0), false, own.no_follow(path)),
+        Some((dir, below)) => FileDevice::open(
+            below,
+            OpenOptions {
+                create_size: create_bytes,
+                exclusive: true,
+                beneath: Some(dir.clone()),
+                ..OpenOptions::default()
+            },
+        )
+        .with_context(|| {
+            format!(
+                "opening {} beneath {} (no symbolic link is followed there)",
+                below.display(),
+                dir.display()
+            )
+        }),
+    }
+    .with_context(|| key.to_string())?;
+    record_claim(files, device.path(), export, "backend");
     Ok((Arc::new(device), created))
 }
 
@@ -246,6 +279,7 @@ pub(crate) fn open_file(path: &Path, create_bytes: u64, direct: bool, no_follow:
             read_only: false,
             exclusive: true,
             no_follow,
+            beneath: None,
         },
     )
     .with_context(|| format!("opening {}", path.display()))?;

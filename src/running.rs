@@ -177,9 +177,11 @@ impl Running {
             bail!("backend_size: a backend cannot be empty");
         }
         let is_nbd = request.backend.starts_with("nbd://") || request.backend.starts_with("nbd+unix://");
-        if !is_nbd {
-            self.own.check_attach_path(Path::new(request.backend))?;
-        }
+        let beneath = if is_nbd {
+            None
+        } else {
+            Some(self.own.attach_location(Path::new(request.backend))?)
+        };
         if create_bytes.is_some() && is_nbd {
             bail!(
                 "backend_size: only for a backend file; `{}` is an NBD export",
@@ -195,6 +197,7 @@ impl Running {
                 &mut files,
                 "backend",
                 &self.own,
+                beneath.as_ref(),
             )?
         };
         let release = || lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));

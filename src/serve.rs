@@ -24,7 +24,7 @@ use iocache_core::units::format_byte_size;
 use iocache_core::{CacheConfig, WritePolicy};
 use iocache_device::BlockDevice;
 use iocache_engine::layout::{self, LayoutError};
-use iocache_engine::{CacheArray, Engine, EngineConfig, InitMode, Persistence};
+use iocache_engine::{CacheArray, Engine, EngineConfig, EngineError, InitMode, Persistence};
 use iocache_nbd::{Server, ServerConfig};
 use iocache_serving::{EngineCell, EngineExport};
 
@@ -169,6 +169,11 @@ pub struct ServeArgs {
     /// verified is loaded, and what the damaged records described is lost.
     #[arg(long, conflicts_with = "init")]
     accept_damaged_metadata: bool,
+    /// Bind each volume to the backend given even where the cache recorded another backend for
+    /// it (the start is refused without it, naming both): for a backend restored from a copy.
+    /// Its dirty lines are kept and written to this backend, its clean lines dropped.
+    #[arg(long, conflicts_with = "init")]
+    rebind_backend: bool,
     /// Unix socket to listen on [default: ./iocache-data/iocache.sock].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
@@ -280,6 +285,7 @@ fn open_cache_group(
             files,
             &m.key("backend"),
             own,
+            None,
         )?;
         if !created {
             existing_backends.push(m.backend.clone());
@@ -394,37 +400,43 @@ fn open_cache_group(
     }
     // A cache array's members were formatted for one line size.
     let line_size_live = array.is_none() && v.reca.as_ref().is_some_and(|r| r.line_size_live);
-    let engine = Engine::with_volumes(
-        engine_config(
-            v,
-            capacity_lines,
-            if start.init {
-                InitMode::Format {
-                    discard_dirty: start.force,
-                }
-            } else if start.accept_damage {
-                InitMode::LoadAcceptingDamage
-            } else {
-                InitMode::Load
-            },
-            array,
-        ),
-        cache_dev,
-        backends,
-    )
-    .with_context(|| match &v.origin {
-        Origin::Flags => "building the cache".to_string(),
-        Origin::File(path) if members.len() == 1 => format!("{path}: volume `{}`", v.export),
-        Origin::File(path) => format!(
-            "{path}: cache {} of volumes {}",
-            v.cache.display(),
-            members
-                .iter()
-                .map(|&i| format!("`{}`", config.volumes[i].export))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    })?;
+    let mut config_of_engine = engine_config(
+        v,
+        capacity_lines,
+        if start.init {
+            InitMode::Format {
+                discard_dirty: start.force,
+            }
+        } else if start.accept_damage {
+            InitMode::LoadAcceptingDamage
+        } else {
+            InitMode::Load
+        },
+        array,
+    );
+    config_of_engine.rebind_backends = start.rebind;
+    let engine = Engine::with_volumes(config_of_engine, cache_dev, backends)
+        .map_err(|e| match &e {
+            // The engine names the acknowledgement; the flag is the binary's.
+            EngineError::BackendMismatch(_) => anyhow!("{e} (--rebind-backend)"),
+            EngineError::Refused(why) if why.contains("superblocks were zeroed") => {
+                anyhow!("{e} (--init --force)")
+            }
+            _ => anyhow::Error::new(e),
+        })
+        .with_context(|| match &v.origin {
+            Origin::Flags => "building the cache".to_string(),
+            Origin::File(path) if members.len() == 1 => format!("{path}: volume `{}`", v.export),
+            Origin::File(path) => format!(
+                "{path}: cache {} of volumes {}",
+                v.cache.display(),
+                members
+                    .iter()
+                    .map(|&i| format!("`{}`", config.volumes[i].export))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })?;
     report_start(config, members, &engine, v);
     if let Some(adapt) = &v.adapt {
         log::info!("cache {}: load balancer {}", v.cache.display(), adapt.text);
@@ -521,6 +533,7 @@ pub(crate) fn engine_config(
         balance: v.adapt.as_ref().map(|a| a.config),
         dirty_checksums: true,
         clean_check_budget: Duration::from_nanos(v.clean_check_budget_ns),
+        rebind_backends: false,
     }
 }
 
@@ -572,6 +585,9 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
             format!("the cache array {}", members.join(" + "))
         }
     };
+    for change in &r.identity_changes {
+        log::warn!("{who}: volume {change}");
+    }
     if r.loaded {
         log::info!(
             "{who}: loaded the cache on {} ({}): {} dirty ({} verified by checksum{}) and {} clean lines{}, \
@@ -602,6 +618,12 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
             r.corrupt_copies,
             r.written_back_lines
         );
+        if let Some(version) = r.upgraded_from_version {
+            log::info!(
+                "{who}: the cache on {device} was in format version {version}; upgraded to {}",
+                iocache_format::FORMAT_VERSION
+            );
+        }
         if let Some((was, now)) = &r.geometry_changed {
             log::info!(
                 "{who}: the cache on {device} had another geometry ({was}); its {} dirty lines were written back \
@@ -646,6 +668,7 @@ struct StartMode {
     init: bool,
     force: bool,
     accept_damage: bool,
+    rebind: bool,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -653,6 +676,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         init: args.init,
         force: args.force,
         accept_damage: args.accept_damaged_metadata,
+        rebind: args.rebind_backend,
     };
     let config = match args.config.clone() {
         Some(path) => ServeConfig::from_file(&path)?,

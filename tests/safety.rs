@@ -1,11 +1,12 @@
-//! Issue 11, "never silently wrong", as regression tests of the binary:
-//! one owner per device, and no start that can lose an earlier cache's
-//! writes (issue 11 §1 and the blank-device case of §2). Each test is an
-//! operator mistake that once lost data: a second `iocache serve` on the
-//! same files (by the same path, a hard link or a symbolic link), a second
-//! start that failed on a busy port after rewriting the first's superblock,
-//! socket paths that took a live server's socket or deleted a regular
-//! file, and a cache device deleted or blank under a backend that existed.
+//! Never silently wrong, as regression tests of the binary: one owner per
+//! device, and no start that can lose an earlier cache's writes or serve
+//! one backend's lines as another's. Each test is an operator mistake
+//! that once lost data: a second `iocache serve` on the same files (by the
+//! same path, a hard link or a symbolic link), a second start that failed
+//! on a busy port after rewriting the first's superblock, socket paths
+//! that took a live server's socket or deleted a regular file, a cache
+//! device deleted, blank, zeroed or swapped, and attach paths that leave
+//! their directory.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -136,7 +137,7 @@ impl Server {
 }
 
 /// The first 8 KiB of the cache file: both superblock copies.
-/// Issue 11 §2: dirty line data carries a checksum verified at recovery.
+/// Dirty line data carries a checksum verified at recovery.
 /// Old failure: one flipped byte in a flushed dirty line's data on the
 /// cache device was served (and written back) as the client's data after a
 /// crash. Now: the start is refused naming the line; accepted, the line is
@@ -163,6 +164,7 @@ fn damaged_dirty_data_refuses_the_start_until_accepted() {
         &cache[at(0)..at(0) + region],
         &cache[at(1)..at(1) + region],
         &layout,
+        superblock.format_version,
     )
     .unwrap();
     // A line the cleaner has not written back yet.
@@ -1035,4 +1037,259 @@ fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// Kills `server` (SIGKILL) and waits for it.
+fn crash(mut server: Server) {
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+}
+
+/// Old failure: only the export name and the size were compared, so a
+/// dirty cache restarted in front of another backend of the same size
+/// served that backend as the first one's data and, at SIGTERM, wrote the
+/// first backend's flushed writes into it. Now the start is refused naming
+/// both, nothing is written to the other backend, the right backend gets
+/// its data, and a copy of it is taken only with the acknowledgement.
+#[test]
+fn a_dirty_cache_is_refused_in_front_of_another_backend() {
+    let dir = temp_dir("identity");
+    let wb = |backend: &str| {
+        let mut a = args(&dir, "a", backend, "cache.img");
+        a.extend(["--write-policy".into(), "wb".into()]);
+        a
+    };
+    let server = Server::start(&dir, "a", &wb("backend.img"));
+    write_pattern(&mut server.client(), 32, 21);
+    crash(server);
+
+    // Another file of the same size, never served.
+    std::fs::write(dir.join("other.img"), vec![0u8; 16 << 20]).unwrap();
+    let err = refused(&wb("other.img"));
+    assert!(
+        err.contains("other.img") && err.contains("dirty") && err.contains("--rebind-backend"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read(dir.join("other.img"))
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0),
+        "nothing was written to the other backend"
+    );
+
+    // A copy of the right backend is another file too: refused, then
+    // taken with the acknowledgement, and given the dirty data.
+    std::fs::copy(dir.join("backend.img"), dir.join("copy.img")).unwrap();
+    let err = refused(&wb("copy.img"));
+    assert!(err.contains("copy.img"), "{err}");
+    let mut rebind = wb("copy.img");
+    rebind.push("--rebind-backend".into());
+    let server = Server::start(&dir, "a", &rebind);
+    check_pattern(&mut server.client(), 32, 21);
+    assert!(server.stop().status.success());
+    let copy = std::fs::read(dir.join("copy.img")).unwrap();
+    for i in 0..32usize {
+        assert!(
+            copy[i * 4096..(i + 1) * 4096]
+                .iter()
+                .all(|&b| b == 21u8.wrapping_add(i as u8)),
+            "line {i} was written back to the rebound copy"
+        );
+    }
+    // The cache is now the copy's: the original is refused while the
+    // cache holds dirty lines of the copy.
+    let server = Server::start(&dir, "a", &wb("copy.img"));
+    check_pattern(&mut server.client(), 32, 21);
+    write_pattern(&mut server.client(), 32, 77);
+    crash(server);
+    let err = refused(&wb("backend.img"));
+    assert!(err.contains("backend.img"), "{err}");
+    // With clean lines only (after a clean stop), another backend is
+    // bound at once and served its own data, not the clean lines.
+    let server = Server::start(&dir, "a", &wb("copy.img"));
+    check_pattern(&mut server.client(), 32, 77);
+    assert!(server.stop().status.success());
+    let server = Server::start(&dir, "a", &wb("other.img"));
+    let mut buf = vec![0u8; 4096];
+    server.client().read(0, &mut buf).unwrap();
+    assert!(
+        buf.iter().all(|&b| b == 0),
+        "the other backend's own data, not a clean line"
+    );
+    assert!(server.stop().status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Old failure: a record copy of all zeroes counted as "never written", so
+/// zeroing the record regions of a crashed cache lost every dirty line
+/// with exit 0, zeroing one sector lost the lines of its records (or made
+/// an older record current), and zeroed superblocks let `--init` format
+/// without `--force`. Now every slot's records are written at format time
+/// and a zeroed one is damage.
+#[test]
+fn zeroed_metadata_refuses_the_start() {
+    let dir = temp_dir("zeroed");
+    let mut base = args(&dir, "a", "backend.img", "cache.img");
+    base.extend(["--write-policy".into(), "wb".into()]);
+    let server = Server::start(&dir, "a", &base);
+    write_pattern(&mut server.client(), 32, 21);
+    crash(server);
+    let crashed = std::fs::read(dir.join("cache.img")).unwrap();
+    let superblock = match iocache_format::pick_superblock(&crashed[..4096], &crashed[4096..8192]).unwrap() {
+        iocache_format::SuperblockFound::Found { superblock, .. } => superblock,
+        other => panic!("no superblock: {other:?}"),
+    };
+    assert_eq!(superblock.format_version, iocache_format::FORMAT_VERSION);
+    let layout = superblock.layout;
+    let region = layout.copy_region_bytes as usize;
+    let metadata = layout.metadata_offset as usize;
+    let zeroed = |range: std::ops::Range<usize>| {
+        let mut image = crashed.clone();
+        image[range].fill(0);
+        std::fs::write(dir.join("cache.img"), image).unwrap();
+    };
+    // Both record regions.
+    zeroed(metadata..metadata + 2 * region);
+    let err = refused(&base);
+    assert!(err.contains("damaged") && err.contains("all zero"), "{err}");
+    // One sector of records, in each region.
+    for copy in 0..2 {
+        let at = metadata + copy * region;
+        zeroed(at..at + 512);
+        let err = refused(&base);
+        assert!(err.contains("damaged"), "copy {copy}: {err}");
+    }
+    // Both superblock copies: refused, and --init alone does not format.
+    zeroed(0..8192);
+    let err = refused(&base);
+    assert!(err.contains("superblock") || err.contains("blank"), "{err}");
+    let mut init = base.clone();
+    init.push("--init".into());
+    let err = refused(&init);
+    assert!(
+        err.contains("superblocks were zeroed") && err.contains("--force"),
+        "{err}"
+    );
+    // The untouched image still recovers every line.
+    std::fs::write(dir.join("cache.img"), &crashed).unwrap();
+    let server = Server::start(&dir, "a", &base);
+    check_pattern(&mut server.client(), 32, 21);
+    assert!(server.stop().status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `iocache ctl attach EXPORT BACKEND [--backend-size SIZE]` against
+/// the server of `dir`'s admin socket `tag`; returns success and its output.
+fn ctl_attach(dir: &Path, tag: &str, export: &str, backend: &Path, size: Option<&str>) -> (bool, String) {
+    let mut cmd = iocache();
+    cmd.args(["ctl", "--admin-socket"])
+        .arg(dir.join(format!("admin-{tag}.sock")))
+        .args(["attach", export])
+        .arg(backend);
+    if let Some(size) = size {
+        cmd.args(["--backend-size", size]);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// Old failure: attach checked the resolved path, then opened the name
+/// again following links with O_CREAT: a dangling link planted in the
+/// attach directory created and served a file outside it, and a name
+/// swapped between check and open attached an outside file. Now the file
+/// is opened beneath the directory in one step, following no link, and
+/// created only with O_EXCL.
+#[test]
+fn attach_never_leaves_its_directory() {
+    let dir = temp_dir("attach-beneath");
+    let allowed = dir.join("allowed");
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(&allowed).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.img"), vec![5u8; 1 << 20]).unwrap();
+    let mut server_args = args(&dir, "a", "backend.img", "cache.img");
+    server_args.extend(["--attach-dir".into(), allowed.display().to_string()]);
+    let server = Server::start(&dir, "a", &server_args);
+
+    // A dangling link with a size to create: nothing created outside.
+    std::os::unix::fs::symlink(outside.join("created.img"), allowed.join("dangling.img")).unwrap();
+    let (ok, text) = ctl_attach(&dir, "a", "d", &allowed.join("dangling.img"), Some("4MiB"));
+    assert!(!ok, "{text}");
+    assert!(!outside.join("created.img").exists(), "{text}");
+    // Links to an outside file, absolute and relative, and through a linked directory.
+    std::os::unix::fs::symlink(outside.join("secret.img"), allowed.join("abs.img")).unwrap();
+    std::os::unix::fs::symlink("../outside/secret.img", allowed.join("rel.img")).unwrap();
+    std::os::unix::fs::symlink(&outside, allowed.join("sub")).unwrap();
+    for (name, path) in [
+        ("abs", allowed.join("abs.img")),
+        ("rel", allowed.join("rel.img")),
+        ("sub", allowed.join("sub/secret.img")),
+        ("dotdot", allowed.join("../outside/secret.img")),
+    ] {
+        let (ok, text) = ctl_attach(&dir, "a", name, &path, None);
+        assert!(!ok, "{name}: {text}");
+    }
+    // A name swapped for a link while attach runs: every attach either
+    // refuses or serves the file in the directory, never the outside one.
+    let mine = allowed.join("mine.img");
+    std::fs::write(&mine, vec![9u8; 1 << 20]).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, allowed, outside) = (stop.clone(), allowed.clone(), outside.clone());
+        std::thread::spawn(move || {
+            let link = allowed.join("swap-link");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(outside.join("secret.img"), &link).unwrap();
+            let (real, name) = (allowed.join("swap-real"), allowed.join("swap.img"));
+            std::fs::hard_link(allowed.join("mine.img"), &real).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                std::fs::rename(&real, &name).unwrap();
+                std::fs::hard_link(&name, &real).unwrap();
+                std::fs::rename(&link, &name).unwrap();
+                std::os::unix::fs::symlink(outside.join("secret.img"), &link).unwrap();
+            }
+        })
+    };
+    let mut attached = 0;
+    for i in 0..20 {
+        let export = format!("swap{i}");
+        let (ok, text) = ctl_attach(&dir, "a", &export, &allowed.join("swap.img"), None);
+        if ok {
+            attached += 1;
+            let mut client =
+                Client::connect_unix(&server.socket, &ConnectOptions::export(export.clone())).unwrap();
+            let mut buf = vec![0u8; 4096];
+            client.read(0, &mut buf).unwrap();
+            assert!(
+                buf.iter().all(|&b| b == 9),
+                "attach {i} served another file: {text}"
+            );
+            drop(client);
+            let out = iocache()
+                .args(["ctl", "--admin-socket"])
+                .arg(dir.join("admin-a.sock"))
+                .args(["detach", &export])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    swapper.join().unwrap();
+    eprintln!("swapped name: {attached} of 20 attaches served the file in the directory, the rest refused");
+    assert_eq!(
+        std::fs::read(outside.join("secret.img")).unwrap(),
+        vec![5u8; 1 << 20]
+    );
+    // A file in the directory attaches, and a new one is created there.
+    let (ok, text) = ctl_attach(&dir, "a", "fresh", &allowed.join("fresh.img"), Some("4MiB"));
+    assert!(ok, "{text}");
+    assert_eq!(
+        std::fs::metadata(allowed.join("fresh.img")).unwrap().len(),
+        4 << 20
+    );
+    assert!(server.stop().status.success());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -31,6 +31,7 @@ fn prepare(path: &str, size: u64, direct: bool) -> FileDevice {
             read_only: false,
             exclusive: false,
             no_follow: false,
+            beneath: None,
         },
     )
     .expect("open bench file");

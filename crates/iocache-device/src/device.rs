@@ -5,6 +5,7 @@
 use std::os::unix::io::RawFd;
 
 use crate::error::{DeviceError, IoKind};
+use crate::identity::DeviceIdentity;
 
 /// A fixed-size array of bytes with positional, thread-safe I/O.
 ///
@@ -46,6 +47,12 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     /// or `None` when requests must go through `read_at` / `write_at`
     /// (RAM devices, fault-injecting wrappers).
     fn raw_target(&self) -> Option<RawTarget> {
+        None
+    }
+
+    /// What this device is, to tell it from another one across restarts
+    /// (see `identity.rs`), or `None` when it cannot say (a cache array).
+    fn identity(&self) -> Option<DeviceIdentity> {
         None
     }
 }
@@ -114,5 +121,8 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn raw_target(&self) -> Option<RawTarget> {
         (**self).raw_target()
+    }
+    fn identity(&self) -> Option<DeviceIdentity> {
+        (**self).identity()
     }
 }

@@ -412,4 +412,8 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
     fn name(&self) -> &str {
         self.inner.name()
     }
+
+    fn identity(&self) -> Option<crate::DeviceIdentity> {
+        self.inner.identity()
+    }
 }

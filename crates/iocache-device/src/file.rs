@@ -17,6 +17,7 @@ use crate::aligned::AlignedBuf;
 use crate::device::{check_range, is_aligned, BlockDevice, RawTarget};
 use crate::error::{DeviceError, IoKind};
 use crate::exclusive;
+use crate::identity::DeviceIdentity;
 use crate::mapped::{self, Mapping};
 
 /// Stripes of the lock that serialises read-modify-write of one aligned block.
@@ -48,6 +49,13 @@ pub struct OpenOptions {
     /// Refuse a path whose last component is a symbolic link (`O_NOFOLLOW`):
     /// for paths in a directory others could plant links in.
     pub no_follow: bool,
+    /// Open the path relative to this directory and never outside it: one
+    /// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` from the
+    /// directory, so no symbolic link (dangling or not, in any component)
+    /// and no `..` that leaves it is followed, and what is opened is what
+    /// the resolution found (no check-then-open race). A missing file is
+    /// created with `O_EXCL` only. Regular files only.
+    pub beneath: Option<PathBuf>,
 }
 
 /// Whether a device bypasses the page cache.
@@ -95,6 +103,8 @@ pub struct FileDevice {
     /// so every I/O goes through `read_at`/`write_at`, discards keep the
     /// pages, and flushes still `fdatasync` the file.
     mapping: Option<Mapping>,
+    /// What the file or block device is (`identity.rs`), read at open.
+    identity: DeviceIdentity,
 }
 
 fn open_err(path: &Path, what: &'static str, source: io::Error) -> DeviceError {
@@ -118,9 +128,23 @@ impl FileDevice {
         }
         // The kernel's exclusive claim of a block device is asked for at
         // open; a regular file is locked right after it (below).
-        let excl_block =
-            opts.exclusive && std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+        let excl_block = opts.beneath.is_none()
+            && opts.exclusive
+            && std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+        // Beneath a directory: whether this open created the file (an
+        // existing one keeps its size, as `create_size` says).
+        let created_beneath = std::cell::Cell::new(false);
         let open = |direct: bool| {
+            if let Some(dir) = &opts.beneath {
+                let mut flags = libc::O_CLOEXEC;
+                if direct {
+                    flags |= libc::O_DIRECT;
+                }
+                let (file, created) =
+                    open_beneath(dir, path, !opts.read_only, opts.create_size.is_some(), flags)?;
+                created_beneath.set(created);
+                return Ok(file);
+            }
             let mut o = std::fs::OpenOptions::new();
             o.read(true).write(!opts.read_only);
             if opts.create_size.is_some() {
@@ -157,13 +181,25 @@ impl FileDevice {
             if let Err(e) = exclusive::lock_whole_file(&file, opts.read_only) {
                 if exclusive::is_busy(&e) {
                     drop(file);
-                    return Err(busy(path));
+                    let full = opts
+                        .beneath
+                        .as_ref()
+                        .map_or_else(|| path.to_path_buf(), |dir| dir.join(path));
+                    return Err(busy(&full));
                 }
                 return Err(open_err(path, "lock", e));
             }
         }
         set_noatime(&file);
         let meta = file.metadata().map_err(|e| open_err(path, "stat", e))?;
+        if opts.beneath.is_some() && !meta.is_file() {
+            return Err(open_err(
+                path,
+                "type",
+                io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"),
+            ));
+        }
+        let identity = DeviceIdentity::of_file(&file).map_err(|e| open_err(path, "stat", e))?;
         let block_device = meta.file_type().is_block_device();
         let mut len = if block_device {
             file.seek(SeekFrom::End(0))
@@ -180,7 +216,10 @@ impl FileDevice {
                 ),
             ));
         };
-        if let Some(size) = opts.create_size {
+        let create_size = opts
+            .create_size
+            .filter(|_| opts.beneath.is_none() || created_beneath.get());
+        if let Some(size) = create_size {
             if block_device {
                 if size > len {
                     return Err(open_err(
@@ -205,11 +244,15 @@ impl FileDevice {
         } else {
             1
         };
+        let shown = opts
+            .beneath
+            .as_ref()
+            .map_or_else(|| path.to_path_buf(), |dir| dir.join(path));
         let files = reopen_stripes(file, &opts, &direct);
         Ok(FileDevice {
             files,
-            path: path.to_path_buf(),
-            name: path.display().to_string(),
+            path: shown.clone(),
+            name: shown.display().to_string(),
             len,
             direct,
             align,
@@ -217,6 +260,7 @@ impl FileDevice {
             block_device,
             rmw_locks: (0..RMW_STRIPES).map(|_| Mutex::new(())).collect(),
             mapping: None,
+            identity,
         })
     }
 
@@ -372,6 +416,58 @@ fn reopen_stripes(file: File, opts: &OpenOptions, direct: &DirectIo) -> Box<[Fil
         }
     }
     files.into_boxed_slice()
+}
+
+/// Opens `relative` under `dir` without leaving it (see
+/// [`OpenOptions::beneath`]): `O_CREAT | O_EXCL` first when `create`, the
+/// existing file when that says it exists. Also says whether it created it.
+fn open_beneath(
+    dir: &Path,
+    relative: &Path,
+    write: bool,
+    create: bool,
+    flags: i32,
+) -> io::Result<(File, bool)> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::FromRawFd;
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dir)?;
+    let name = CString::new(relative.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the path"))?;
+    let access = if write { libc::O_RDWR } else { libc::O_RDONLY };
+    let attempt = |extra: i32| -> io::Result<File> {
+        // SAFETY: open_how is plain integers; all zero is a valid value.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (access | flags | extra) as u64;
+        how.mode = if extra & libc::O_CREAT != 0 { 0o600 } else { 0 };
+        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+        // SAFETY: openat2 reads the NUL-terminated name and the open_how we
+        // own, of the size we pass; a nonnegative result is a new fd we own.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel returned a new descriptor that nothing else owns.
+        Ok(unsafe { File::from_raw_fd(fd as i32) })
+    };
+    if create {
+        match attempt(libc::O_CREAT | libc::O_EXCL) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            other => return other.map(|f| (f, true)),
+        }
+    }
+    attempt(0).map(|f| (f, false))
 }
 
 /// Opens with `O_DIRECT` if asked, and without it if the filesystem
@@ -568,6 +664,10 @@ impl BlockDevice for FileDevice {
         &self.name
     }
 
+    fn identity(&self) -> Option<DeviceIdentity> {
+        Some(self.identity.clone())
+    }
+
     fn raw_target(&self) -> Option<RawTarget> {
         if self.mapping.is_some() {
             // Through the mapping (read_at, write_at): its guard and its
@@ -629,6 +729,7 @@ mod tests {
                     read_only: false,
                     exclusive: false,
                     no_follow: false,
+                    beneath: None,
                 },
             )
             .unwrap();
@@ -668,6 +769,7 @@ mod tests {
                     read_only: true,
                     exclusive: false,
                     no_follow: false,
+                    beneath: None,
                 },
             )
             .unwrap();
@@ -694,6 +796,7 @@ mod tests {
                 read_only: false,
                 exclusive: true,
                 no_follow: false,
+                beneath: None,
             },
         ) else {
             eprintln!("skipped: no /dev/shm");
@@ -729,5 +832,67 @@ mod tests {
         assert!(e.to_string().contains("SIGBUS"), "{e}");
         drop(device);
         let _ = std::fs::remove_file(&path);
+    }
+}
+
+#[cfg(test)]
+mod beneath_tests {
+    use super::*;
+
+    fn opts(dir: &Path, create: Option<u64>) -> OpenOptions {
+        OpenOptions {
+            create_size: create,
+            exclusive: true,
+            beneath: Some(dir.to_path_buf()),
+            ..OpenOptions::default()
+        }
+    }
+
+    #[test]
+    fn opening_beneath_a_directory_never_leaves_it() {
+        let root = std::env::temp_dir().join(format!("iocache-beneath-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let allowed = root.join("allowed");
+        let outside = root.join("outside");
+        std::fs::create_dir_all(&allowed).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret.img"), vec![1u8; 4096]).unwrap();
+        std::fs::write(allowed.join("mine.img"), vec![2u8; 8192]).unwrap();
+
+        // A file in the directory opens, keeping its size even when a
+        // size to create with is given.
+        let dev = FileDevice::open("mine.img", opts(&allowed, Some(1 << 20))).unwrap();
+        assert_eq!(dev.len_bytes(), 8192);
+        assert_eq!(dev.path(), allowed.join("mine.img"));
+        drop(dev);
+        // A new one is created (O_EXCL) at the size given.
+        let dev = FileDevice::open("new.img", opts(&allowed, Some(1 << 20))).unwrap();
+        assert_eq!(dev.len_bytes(), 1 << 20);
+        drop(dev);
+
+        // A dangling link planted in the directory creates nothing outside.
+        std::os::unix::fs::symlink(outside.join("created.img"), allowed.join("dangling.img")).unwrap();
+        assert!(FileDevice::open("dangling.img", opts(&allowed, Some(1 << 20))).is_err());
+        assert!(!outside.join("created.img").exists(), "nothing created outside");
+        // A link to a file outside, absolute or relative, is not followed.
+        std::os::unix::fs::symlink(outside.join("secret.img"), allowed.join("abs.img")).unwrap();
+        std::os::unix::fs::symlink("../outside/secret.img", allowed.join("rel.img")).unwrap();
+        for name in ["abs.img", "rel.img"] {
+            assert!(FileDevice::open(name, opts(&allowed, None)).is_err(), "{name}");
+        }
+        // Nor is a link inside the directory, nor a linked directory.
+        std::os::unix::fs::symlink(allowed.join("mine.img"), allowed.join("inside.img")).unwrap();
+        assert!(FileDevice::open("inside.img", opts(&allowed, None)).is_err());
+        std::os::unix::fs::symlink(&outside, allowed.join("sub")).unwrap();
+        assert!(FileDevice::open("sub/secret.img", opts(&allowed, None)).is_err());
+        // `..` out of the directory, and an absolute path, are refused.
+        assert!(FileDevice::open("../outside/secret.img", opts(&allowed, None)).is_err());
+        assert!(FileDevice::open(outside.join("secret.img"), opts(&allowed, None)).is_err());
+        // The outside file is untouched.
+        assert_eq!(
+            std::fs::read(outside.join("secret.img")).unwrap(),
+            vec![1u8; 4096]
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

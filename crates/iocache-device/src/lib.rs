@@ -14,6 +14,7 @@ mod error;
 mod exclusive;
 mod fault;
 mod file;
+mod identity;
 mod mapped;
 mod mem;
 mod rng;
@@ -24,4 +25,5 @@ pub use engine::{IoBuf, IoEngine, IoRequest, PsyncEngine, UringEngine, UringStat
 pub use error::{DeviceError, IoKind};
 pub use fault::{FaultDevice, FaultStats, PowerCut, PowerCutReport, SECTOR};
 pub use file::{thread_stripe, DirectIo, FileDevice, OpenOptions};
+pub use identity::{DeviceIdentity, IdentityKind};
 pub use mem::MemDevice;

@@ -7,6 +7,7 @@ use std::sync::RwLock;
 
 use crate::device::{check_range, BlockDevice};
 use crate::error::{DeviceError, IoKind};
+use crate::identity::DeviceIdentity;
 
 /// Bytes per chunk (and per lock).
 const CHUNK: usize = 64 * 1024;
@@ -17,6 +18,7 @@ pub struct MemDevice {
     name: String,
     len: u64,
     chunks: Box<[RwLock<Box<[u8]>>]>,
+    identity: DeviceIdentity,
 }
 
 impl MemDevice {
@@ -37,7 +39,15 @@ impl MemDevice {
             name: name.into(),
             len,
             chunks,
+            identity: DeviceIdentity::memory(),
         }
+    }
+
+    /// The same device under `identity` instead of its own: for a test that
+    /// copies a backend's bytes into a new device and means the same backend.
+    pub fn identified(mut self, identity: DeviceIdentity) -> MemDevice {
+        self.identity = identity;
+        self
     }
 
     /// Calls `f(chunk_index, offset_in_chunk, range_in_request)` for each chunk
@@ -95,5 +105,9 @@ impl BlockDevice for MemDevice {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn identity(&self) -> Option<DeviceIdentity> {
+        Some(self.identity.clone())
     }
 }

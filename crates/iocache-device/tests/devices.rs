@@ -22,6 +22,7 @@ fn open_file(dir: &str, direct: bool) -> (TempPath, FileDevice) {
             read_only: false,
             exclusive: false,
             no_follow: false,
+            beneath: None,
         },
     )
     .expect("open");
@@ -207,6 +208,7 @@ fn file_create_is_sparse_reopen_keeps_data_and_read_only_refuses_writes() {
             read_only: true,
             exclusive: false,
             no_follow: false,
+            beneath: None,
             direct: true,
             ..Default::default()
         },
@@ -544,6 +546,7 @@ fn an_exclusive_open_refuses_a_second_opener_under_any_name() {
         read_only,
         exclusive: true,
         no_follow: false,
+        beneath: None,
         ..Default::default()
     };
     let first = FileDevice::open(&p.0, opts(false)).expect("first open");

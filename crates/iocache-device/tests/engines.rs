@@ -49,6 +49,7 @@ fn file(dir: &str, direct: bool) -> (TempPath, FileDevice) {
             read_only: false,
             exclusive: false,
             no_follow: false,
+            beneath: None,
         },
     )
     .unwrap();
@@ -171,6 +172,7 @@ fn errors_are_per_request() {
                 read_only: true,
                 exclusive: false,
                 no_follow: false,
+                beneath: None,
                 ..Default::default()
             },
         )

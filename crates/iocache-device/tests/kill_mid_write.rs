@@ -30,6 +30,7 @@ fn open_mapped(path: &Path) -> Option<FileDevice> {
             read_only: false,
             exclusive: false,
             no_follow: false,
+            beneath: None,
         },
     )
     .ok()?;

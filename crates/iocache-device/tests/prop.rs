@@ -145,7 +145,7 @@ proptest! {
             let p1 = TempPath::new(TMPFS_DIR, "prop");
             let p2 = TempPath::new(DISK_DIR, "prop");
             let p3 = TempPath::new(TMPFS_DIR, "prop-mapped");
-            let opts = |direct| OpenOptions { direct, create_size: Some(SIZE), read_only: false, exclusive: false, no_follow: false };
+            let opts = |direct| OpenOptions { direct, create_size: Some(SIZE), read_only: false, exclusive: false, no_follow: false, beneath: None };
             // A file in memory, read and written through its mapping.
             let mut mapped = FileDevice::open(&p3.0, opts(false)).unwrap();
             prop_assert!(mapped.map_if_in_memory().unwrap(), "{} is in memory", p3.0.display());

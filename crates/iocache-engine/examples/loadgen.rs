@@ -57,6 +57,7 @@ fn main() {
             read_only: false,
             exclusive: true,
             no_follow: false,
+            beneath: None,
         },
     )
     .expect("cache file");

@@ -152,6 +152,11 @@ pub struct EngineConfig {
     /// clean lines with the backend may take before the rest are dropped
     /// (`recovery.rs`, `check_clean_lines`). 60 s by default.
     pub clean_check_budget: Duration,
+    /// The operator acknowledges that backends whose identity differs from
+    /// the one the cache recorded are their volumes' own (restored from a
+    /// copy, say): their dirty lines are kept for them, their clean lines
+    /// dropped (`recovery.rs`). Off by default: such a start is refused.
+    pub rebind_backends: bool,
 }
 
 impl EngineConfig {
@@ -170,6 +175,7 @@ impl EngineConfig {
             balance: None,
             dirty_checksums: true,
             clean_check_budget: DEFAULT_CLEAN_CHECK_BUDGET,
+            rebind_backends: false,
         }
     }
 }
@@ -247,6 +253,9 @@ pub enum EngineError {
     /// [`InitMode::LoadAcceptingDamage`] to start anyway).
     #[error("refusing to start: {0}")]
     DamagedMetadata(#[from] DamagedMetadata),
+    /// A backend is not the one the cache holds the volume's lines for.
+    #[error("refusing to start: {0}")]
+    BackendMismatch(#[from] crate::recovery::BackendMismatch),
     #[error("no volume {0} is attached")]
     UnknownVolume(String),
     #[error("volume: {0}")]
@@ -484,6 +493,7 @@ impl Engine {
                     .collect(),
                 settings: settings_informational.clone(),
                 clean_check_budget: config.clean_check_budget,
+                rebind: config.rebind_backends,
             },
             config.array.as_deref(),
         )?;

@@ -54,4 +54,7 @@ pub use layout::LayoutError;
 pub use raid::{
     ArrayError, ArrayGeometry, ArrayStats, CacheArray, MirrorState, MEMBERS_MAX as RAID_MEMBERS_MAX,
 };
-pub use recovery::{is_blank, DamagedMetadata, DamagedSlot, InitMode, ProbableLine, RecoveryReport};
+pub use recovery::{
+    backend_identity, describe_backend, describe_identity, is_blank, BackendMismatch, DamagedMetadata,
+    DamagedSlot, InitMode, ProbableLine, RecoveryReport,
+};

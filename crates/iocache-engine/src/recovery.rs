@@ -6,9 +6,11 @@
 use iocache_core::bitmap;
 use iocache_core::LineKey;
 use iocache_device::BlockDevice;
+use iocache_device::IdentityKind;
 use iocache_format::{
     data_hash, load_metadata, pick_superblock, Layout, Persistence, ShutdownState, SlotDisk, Superblock,
-    SuperblockFound, VolumeEntry, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS,
+    SuperblockFound, VolumeEntry, VolumeIdentity, FORMAT_VERSION, FORMAT_VERSION_WRITES_EVERY_RECORD,
+    SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS,
 };
 
 use crate::layout::{fit_slots, LayoutError};
@@ -116,6 +118,34 @@ pub struct OpenSpec {
     /// After a crash, how long comparing clean lines with the backend may
     /// take; the lines left are dropped ([`RecoveryReport::unchecked_clean_lines`]).
     pub clean_check_budget: std::time::Duration,
+    /// The operator acknowledges that a backend whose identity differs
+    /// from the one the cache recorded is that volume's (restored from a
+    /// copy, say): its dirty lines are kept (to be written to it), its
+    /// clean lines dropped, and the new identity recorded. Without dirty
+    /// lines no acknowledgement is needed: the clean lines are dropped.
+    pub rebind: bool,
+}
+
+/// The start was refused: a configured backend is not the one the cache
+/// holds the volume's dirty lines for.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "volume `{volume}`: the cache device holds {dirty_lines} dirty and {clean_lines} clean lines of the backend \
+     it was bound to ({recorded}), but the backend given, {backend}, is another one ({given}); none of those lines \
+     is served or written back. Serve the backend the cache was bound to, or, if {backend} is that backend \
+     restored from a copy, acknowledge rebinding the volume to it (its dirty lines are then written to it and its \
+     clean lines dropped)"
+)]
+pub struct BackendMismatch {
+    pub volume: String,
+    /// The backend given (its name: a path or URI).
+    pub backend: String,
+    /// The identity recorded on the cache device.
+    pub recorded: String,
+    /// The identity of the backend given.
+    pub given: String,
+    pub dirty_lines: u64,
+    pub clean_lines: u64,
 }
 
 /// A line found on the device that the engine should load.
@@ -207,6 +237,13 @@ pub struct RecoveryReport {
     /// dirty lines were written back and it was formatted anew. Says what
     /// it was and what it is now (e.g. `16384 lines of 4096 B in 4 shards`).
     pub geometry_changed: Option<(String, String)>,
+    /// Volumes whose backend identity was recorded at this start (new
+    /// volumes, and volumes of a cache that recorded none), and volumes
+    /// bound anew to a backend whose identity differs (the acknowledged
+    /// rebinding, or a volume that held no line): name and what happened.
+    pub identity_changes: Vec<String>,
+    /// The device was written in an older format version and upgraded.
+    pub upgraded_from_version: Option<u32>,
 }
 
 pub struct Opened {
@@ -295,21 +332,78 @@ pub fn assign_ids(table: &[VolumeEntry], wanted: &[(String, u64)]) -> Vec<u32> {
     ids
 }
 
+/// The identity recorded for `backend` (`None` when it cannot say).
+pub fn backend_identity(backend: &dyn BlockDevice) -> Option<VolumeIdentity> {
+    backend
+        .identity()
+        .map(|id| VolumeIdentity::of(id.kind.code(), &id.key))
+}
+
+/// An identity for messages: its kind and digest.
+pub fn describe_identity(identity: Option<VolumeIdentity>) -> String {
+    match identity {
+        None => "no identity".to_string(),
+        Some(id) => match IdentityKind::from_code(id.kind) {
+            Some(kind) => format!("{} {:016x}", kind.name(), id.digest),
+            None => format!("identity of unknown kind {} {:016x}", id.kind, id.digest),
+        },
+    }
+}
+
+/// A backend's identity in full, for messages and logs.
+pub fn describe_backend(backend: &dyn BlockDevice) -> String {
+    match backend.identity() {
+        None => "no identity".to_string(),
+        Some(id) => format!(
+            "{} {:016x}: {}{}",
+            id.kind.name(),
+            VolumeIdentity::of(id.kind.code(), &id.key).digest,
+            id.key,
+            if id.weak {
+                ", which may change at a reboot"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// Two configured volumes must not share a backend: each would cache it
+/// apart from the other.
+fn check_distinct_backends(spec: &OpenSpec, backends: &[&dyn BlockDevice]) -> Result<(), EngineError> {
+    let identities: Vec<Option<VolumeIdentity>> = backends.iter().map(|b| backend_identity(*b)).collect();
+    for (i, a) in identities.iter().enumerate() {
+        let Some(a) = a else { continue };
+        if let Some(j) = identities[..i].iter().position(|b| b.as_ref() == Some(a)) {
+            return Err(EngineError::Config(format!(
+                "volumes `{}` and `{}` have the same backend ({}): each would cache it without the other",
+                spec.volumes[j].0,
+                spec.volumes[i].0,
+                describe_backend(backends[i])
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The volume table entries of the configured volumes.
-fn entries(spec: &OpenSpec, ids: &[u32]) -> Vec<VolumeEntry> {
+fn entries(spec: &OpenSpec, ids: &[u32], backends: &[&dyn BlockDevice]) -> Vec<VolumeEntry> {
     spec.volumes
         .iter()
         .zip(ids)
-        .map(|((name, size_bytes), &id)| VolumeEntry {
+        .zip(backends)
+        .map(|(((name, size_bytes), &id), backend)| VolumeEntry {
             id,
             name: name.clone(),
             size_bytes: *size_bytes,
+            identity: backend_identity(*backend),
         })
         .collect()
 }
 
 fn format_fresh(
     dev: &dyn BlockDevice,
+    backends: &[&dyn BlockDevice],
     spec: &OpenSpec,
     report: RecoveryReport,
 ) -> Result<Opened, EngineError> {
@@ -326,25 +420,37 @@ fn format_fresh(
         },
     })?;
     // Old records from whatever the device held before must not be read as
-    // this cache's: both record regions start blank.
-    zero(dev, layout.metadata_offset, layout.copy_region_bytes * 2)?;
+    // this cache's: every slot of both regions starts with an empty record
+    // (never all zeroes, so that zeroed records are seen as damage).
+    let empty = iocache_format::empty_region(&layout).map_err(format_err)?;
+    for copy in 0..2u8 {
+        dev.write_at(&empty, layout.copy_region_offset(copy))?;
+    }
     zero(dev, SUPERBLOCK_OFFSETS[1], SUPERBLOCK_BYTES as u64)?;
     let superblock = Superblock {
+        format_version: FORMAT_VERSION,
         sequence: 1,
         cache_uuid: random_uuid(),
         layout,
         shards: spec.shards,
         persistence: spec.persistence,
         state: ShutdownState::Running,
-        volumes: entries(spec, &volume_ids),
+        volumes: entries(spec, &volume_ids, backends),
         settings: spec.settings.clone(),
     };
+    // The records are durable before the superblock that says they exist.
+    dev.flush()?;
     write_superblock(dev, &superblock, 0)?;
-    let region = layout.copy_region_bytes as usize;
     let writer = RecordWriter::new(
         layout,
-        [vec![0; region], vec![0; region]],
-        vec![SlotDisk::default(); layout.slots as usize],
+        [empty.clone(), empty],
+        vec![
+            SlotDisk {
+                sequence: 0,
+                newest_copy: Some(0),
+            };
+            layout.slots as usize
+        ],
     );
     Ok(Opened {
         volume_ids,
@@ -371,14 +477,32 @@ pub(crate) fn read_superblocks(
     ))
 }
 
+/// How far past the superblocks [`records_follow`] looks.
+const RECORD_SCAN_BYTES: u64 = 1 << 20;
+
+/// Whether the metadata area after blank superblocks holds record copies
+/// (their tag at a record boundary): the superblocks of a cache were
+/// zeroed, and the cache may hold dirty lines. A cache of this build has a
+/// record at the first boundary; an older one wherever a line was recorded.
+fn records_follow(dev: &dyn BlockDevice) -> Result<bool, EngineError> {
+    let start = iocache_format::METADATA_OFFSET;
+    let len = dev.len_bytes().saturating_sub(start).min(RECORD_SCAN_BYTES);
+    let mut buf = vec![0u8; len as usize];
+    dev.read_at(&mut buf, start)?;
+    let step = iocache_format::RECORD_BYTES_MIN as usize;
+    Ok(buf
+        .chunks_exact(step)
+        .any(|record| record.starts_with(&iocache_format::RECORD_TAG)))
+}
+
 /// Whether `dev` holds no cache: too small for the superblocks, or neither
-/// copy carries the magic (a damaged superblock is not blank: [`open`]
-/// refuses it).
+/// copy carries the magic and no record follows them (a damaged or zeroed
+/// superblock is not blank: [`open`] refuses it).
 pub fn is_blank(dev: &dyn BlockDevice) -> Result<bool, EngineError> {
     if dev.len_bytes() < 2 * SUPERBLOCK_BYTES as u64 {
         return Ok(true);
     }
-    Ok(matches!(read_superblocks(dev)?, Ok(SuperblockFound::Blank)))
+    Ok(matches!(read_superblocks(dev)?, Ok(SuperblockFound::Blank)) && !records_follow(dev)?)
 }
 
 /// Formats a blank device or loads the cache it holds. `backends[i]` is the
@@ -399,7 +523,17 @@ pub fn open(
     let found = read_superblocks(dev)?;
     let shutdown_state = found.as_ref().ok().and_then(SuperblockFound::shutdown_state);
     let (superblock, copy, damaged_superblock) = match found {
-        Ok(SuperblockFound::Blank) => return format_fresh(dev, spec, RecoveryReport::default()),
+        Ok(SuperblockFound::Blank) => {
+            if spec.init != (InitMode::Format { discard_dirty: true }) && records_follow(dev)? {
+                return Err(EngineError::Refused(
+                    "both superblock copies of the cache device are blank, but metadata records follow them: \
+                     the device held a cache whose superblocks were zeroed, and it may hold dirty lines that \
+                     cannot be found without them. Formatting it needs the acknowledgement that they are lost"
+                        .to_string(),
+                ));
+            }
+            return format_fresh(dev, backends, spec, RecoveryReport::default());
+        }
         Ok(SuperblockFound::Found {
             superblock,
             copy,
@@ -412,7 +546,7 @@ pub fn open(
             (superblock, copy, damaged)
         }
         Err(_) if spec.init == (InitMode::Format { discard_dirty: true }) => {
-            return format_fresh(dev, spec, RecoveryReport::default());
+            return format_fresh(dev, backends, spec, RecoveryReport::default());
         }
         Err(e) => {
             return Err(EngineError::Refused(format!(
@@ -436,7 +570,8 @@ pub fn open(
     for (copy_index, image) in images.iter_mut().enumerate() {
         dev.read_at(image, layout.metadata_offset + (copy_index * region) as u64)?;
     }
-    let mut loaded = load_metadata(&images[0], &images[1], &layout).map_err(format_err)?;
+    let mut loaded =
+        load_metadata(&images[0], &images[1], &layout, superblock.format_version).map_err(format_err)?;
     // An invalid superblock copy never means "clean" (it may be the newest).
     let clean_shutdown = shutdown_state == Some(ShutdownState::Clean);
     if let Some(why) = &damaged_superblock {
@@ -528,7 +663,7 @@ pub fn open(
                 dirty_count * layout.line_bytes
             )));
         }
-        return format_fresh(dev, spec, report);
+        return format_fresh(dev, backends, spec, report);
     }
     // Volumes: a dirty line of a volume this engine does not serve cannot
     // be written back by it.
@@ -591,6 +726,68 @@ pub fn open(
             )));
         }
     }
+    // Identities: lines are only ever handed to the backend they were
+    // cached from (checked before anything is written back).
+    check_distinct_backends(spec, backends)?;
+    let mut rebound: Vec<u32> = Vec::new();
+    for (at, &id) in ids.iter().enumerate() {
+        let name = &spec.volumes[at].0;
+        let backend = backends[at];
+        let given = backend_identity(backend);
+        let recorded = superblock.volumes.iter().find(|v| v.id == id).map(|v| v.identity);
+        let recorded = match recorded {
+            None => continue,
+            Some(None) => {
+                report.identity_changes.push(format!(
+                    "`{name}`: bound to {} ({}; the cache recorded no identity)",
+                    backend.name(),
+                    describe_backend(backend)
+                ));
+                continue;
+            }
+            Some(recorded) if recorded == given => continue,
+            Some(recorded) => recorded,
+        };
+        let (mut dirty, mut clean) = (0u64, 0u64);
+        for line in loaded.lines.iter().filter_map(|(_, r)| r.line.as_ref()) {
+            if line.volume == id {
+                if line.dirty {
+                    dirty += 1;
+                } else {
+                    clean += 1;
+                }
+            }
+        }
+        let was = describe_identity(recorded);
+        // Dirty lines are writes no backend has: only the operator can say
+        // this backend is theirs. Clean lines are only the old backend's
+        // data: dropped.
+        if dirty > 0 && !spec.rebind {
+            return Err(EngineError::BackendMismatch(BackendMismatch {
+                volume: name.clone(),
+                backend: backend.name().to_string(),
+                recorded: was,
+                given: describe_backend(backend),
+                dirty_lines: dirty,
+                clean_lines: clean,
+            }));
+        }
+        if dirty + clean > 0 {
+            rebound.push(id);
+        }
+        report.identity_changes.push(format!(
+            "`{name}`: bound anew to {} ({}); it was bound to {was}{}",
+            backend.name(),
+            describe_backend(backend),
+            if dirty + clean == 0 {
+                ", and the cache held none of its lines".to_string()
+            } else if dirty == 0 {
+                format!("; its {clean} clean lines (the other backend's data) are dropped")
+            } else {
+                format!(", as acknowledged: its {dirty} dirty lines are kept for it, its {clean} clean lines dropped")
+            }
+        ));
+    }
     let same_geometry = layout.line_bytes == spec.line_bytes
         && layout.slots == spec.slots
         && superblock.shards == spec.shards;
@@ -616,7 +813,7 @@ pub fn open(
             backend.flush()?;
         }
         report.dropped_clean_lines = loaded.lines.len() as u64 - report.written_back_lines;
-        return format_fresh(dev, spec, report);
+        return format_fresh(dev, backends, spec, report);
     }
     let mut lines = Vec::new();
     let mut unloaded_slots = Vec::new();
@@ -631,8 +828,9 @@ pub fn open(
             (line.line_index + 1) * layout.line_bytes
                 <= spec.volumes[at].1.next_multiple_of(layout.line_bytes)
         });
-        if !inside {
-            // Clean lines of other volumes or beyond the volume: not ours.
+        if !inside || (!line.dirty && rebound.contains(&line.volume)) {
+            // Clean lines of other volumes, beyond the volume, or of a
+            // volume rebound to another backend: not ours.
             report.dropped_clean_lines += 1;
             if !line.dirty {
                 unloaded_slots.push(slot);
@@ -703,13 +901,20 @@ pub fn open(
         &mut stale_dirty,
         &mut unloaded_slots,
     )?;
-    let writer = RecordWriter::new(layout, images, loaded.slots);
     let mut superblock = superblock;
+    if superblock.format_version < FORMAT_VERSION {
+        // An older device: from now on every record copy is written, so a
+        // zeroed one is seen as damage.
+        upgrade_records(dev, &layout, &mut images)?;
+        report.upgraded_from_version = Some(superblock.format_version);
+        superblock.format_version = FORMAT_VERSION;
+    }
+    let writer = RecordWriter::new(layout, images, loaded.slots);
     superblock.persistence = spec.persistence;
     let previous_settings = std::mem::replace(&mut superblock.settings, spec.settings.clone());
     // The table names the volumes served: others had no dirty line (or
     // opening was refused), and their clean lines are not loaded.
-    superblock.volumes = entries(spec, &ids);
+    superblock.volumes = entries(spec, &ids, backends);
     Ok(Opened {
         volume_ids: ids,
         unloaded_slots,
@@ -747,20 +952,29 @@ fn damaged_slots(
     if superblock.persistence == Persistence::None && !superblock_damaged {
         return Vec::new();
     }
+    // From version 3 on every copy was written at format time: one whose
+    // header is zero was zeroed since, and may have been the newest.
+    let every_copy_written = superblock.format_version >= FORMAT_VERSION_WRITES_EVERY_RECORD;
     let mut out: Vec<DamagedSlot> = Vec::new();
     for corrupt in &loaded.corrupt {
-        let Some(guess) = &corrupt.guess else { continue };
+        if corrupt.guess.is_none() && !every_copy_written {
+            continue;
+        }
         let problem = format!("copy {}: {}", corrupt.copy, corrupt.reason);
-        let probably = guess.line.then(|| ProbableLine {
-            volume: guess.volume,
-            volume_name: superblock
-                .volumes
-                .iter()
-                .find(|v| v.id == guess.volume)
-                .map(|v| v.name.clone()),
-            line_index: guess.line_index,
-            dirty: guess.dirty,
-        });
+        let probably = corrupt
+            .guess
+            .as_ref()
+            .filter(|g| g.line)
+            .map(|guess| ProbableLine {
+                volume: guess.volume,
+                volume_name: superblock
+                    .volumes
+                    .iter()
+                    .find(|v| v.id == guess.volume)
+                    .map(|v| v.name.clone()),
+                line_index: guess.line_index,
+                dirty: guess.dirty,
+            });
         match out.last_mut() {
             Some(last) if last.slot == corrupt.slot => {
                 last.device_offsets.push(corrupt.device_offset);
@@ -780,7 +994,31 @@ fn damaged_slots(
     out
 }
 
-/// Zeroes the damaged record copies, in the images and on the device
+/// Writes an empty record of sequence 0 over every all-zero record copy of
+/// both regions, in the images and on the device, and flushes: what a
+/// version 3 format writes, so that a version 3 superblock may follow.
+fn upgrade_records(
+    dev: &dyn BlockDevice,
+    layout: &Layout,
+    images: &mut [Vec<u8>; 2],
+) -> Result<(), EngineError> {
+    let empty = iocache_format::empty_region(layout).map_err(format_err)?;
+    let record_bytes = layout.record_bytes as usize;
+    for (copy, image) in images.iter_mut().enumerate() {
+        for slot in 0..layout.slots as usize {
+            let range = slot * record_bytes..(slot + 1) * record_bytes;
+            if image[range.clone()].iter().all(|&b| b == 0) {
+                image[range.clone()].copy_from_slice(&empty[range]);
+            }
+        }
+        dev.write_at(image, layout.copy_region_offset(copy as u8))?;
+    }
+    dev.flush()?;
+    Ok(())
+}
+
+/// Writes an empty record of sequence 0 (what formatting writes) over the
+/// damaged record copies, in the images and on the device
 /// (whole sectors, rewritten from the images), and flushes.
 fn blank_damaged_copies(
     dev: &dyn BlockDevice,
@@ -793,7 +1031,17 @@ fn blank_damaged_copies(
         for &offset in &d.device_offsets {
             let copy = u8::from(offset >= layout.copy_region_offset(1));
             let at = d.slot as usize * record_bytes;
-            images[copy as usize][at..at + record_bytes].fill(0);
+            let mut one = vec![0u8; record_bytes];
+            iocache_format::encode_record(
+                &iocache_format::Record {
+                    sequence: 0,
+                    line: None,
+                },
+                layout,
+                &mut one,
+            )
+            .map_err(format_err)?;
+            images[copy as usize][at..at + record_bytes].copy_from_slice(&one);
             let (start, len) = layout.record_write_span(d.slot, copy);
             let from = (start - layout.copy_region_offset(copy)) as usize;
             dev.write_at(&images[copy as usize][from..from + len as usize], start)?;
@@ -1256,6 +1504,7 @@ mod tests {
             volumes: vec![("v".into(), 1 << 20)],
             settings: String::new(),
             clean_check_budget: std::time::Duration::from_secs(60),
+            rebind: false,
         }
     }
 
@@ -1364,6 +1613,7 @@ mod tests {
             id,
             name: name.into(),
             size_bytes: 1,
+            identity: None,
         };
         let table = [entry(0, "a"), entry(3, "b")];
         let wanted = |names: &[&str]| names.iter().map(|n| (n.to_string(), 1)).collect::<Vec<_>>();

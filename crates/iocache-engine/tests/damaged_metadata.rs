@@ -1,4 +1,4 @@
-//! Damaged metadata is never trusted (issue 11, section 2): a cache whose
+//! Damaged metadata is never trusted: a cache whose
 //! superblock copies or records are damaged after a crash either refuses to
 //! start, naming what is damaged, or serves correct data, never another
 //! line's data or the backend's old data in place of a flushed write.
@@ -175,7 +175,7 @@ fn a_damaged_dirty_record_refuses_the_start_unless_acknowledged() {
                 .read_at(image, layout.copy_region_offset(copy as u8))
                 .unwrap();
         }
-        let load = load_metadata(&images[0], &images[1], &layout).unwrap();
+        let load = load_metadata(&images[0], &images[1], &layout, iocache_format::FORMAT_VERSION).unwrap();
         let (slot, _) = load
             .lines
             .iter()
@@ -286,7 +286,7 @@ fn a_damaged_magic_is_damage_not_a_blank_copy() {
 /// the model of what each sector may hold.
 fn crashed_cache(cache: &CacheConfig, persistence: Persistence, seed: u64) -> (Vec<u8>, Vec<u8>, Model) {
     let cache_dev = cache_device(cache);
-    let backend = Arc::new(MemDevice::new("backend", VOLUME_SECTORS * SECTOR));
+    let backend = Arc::new(MemDevice::new("backend", VOLUME_SECTORS * SECTOR).identified(same_backend()));
     let mut rng = Rng(seed);
     let mut model = Model::new();
     let line_sectors = cache.line_size.bytes() / SECTOR;
@@ -344,7 +344,8 @@ fn check_corruption(
     let mut damaged = c.clone();
     damaged[offset] ^= xor;
     cache_dev.write_at(&damaged, 0).unwrap();
-    let backend = Arc::new(MemDevice::new("backend", b.len() as u64));
+    // The backend's bytes in a new device: the same backend.
+    let backend = Arc::new(MemDevice::new("backend", b.len() as u64).identified(same_backend()));
     backend.write_at(b, 0).unwrap();
     let Ok(engine) = open(cache, persistence, InitMode::Load, &cache_dev, &backend) else {
         return true;
@@ -366,6 +367,11 @@ fn check_corruption(
         );
     }
     false
+}
+
+/// The identity of the backend that `crashed_cache` copies into new devices.
+fn same_backend() -> iocache_device::DeviceIdentity {
+    iocache_device::DeviceIdentity::given("the crashed cache's backend")
 }
 
 /// Every single-byte change of the metadata area of a crashed cache (both
@@ -420,6 +426,7 @@ fn newest_records(cache_image: &[u8], layout: &Layout) -> Vec<(u64, iocache_form
         &cache_image[at(0)..at(0) + region],
         &cache_image[at(1)..at(1) + region],
         layout,
+        iocache_format::FORMAT_VERSION,
     )
     .unwrap();
     load.lines
@@ -662,4 +669,107 @@ fn every_corruption_of_checksummed_dirty_data_is_refused() {
             "{persistence}: {checked} dirty-sector corruptions refused; {unchecksummed} dirty records without a checksum; crashed cache {attempts} of 16"
         );
     }
+}
+
+/// A cache written by a version 2 build (slots never written are all zero,
+/// no backend identity) still loads, is upgraded (every blank record copy
+/// written, version 3, the volume bound to its backend), and from then on
+/// a zeroed record is damage and another backend is refused.
+#[test]
+fn a_version_2_cache_is_upgraded_and_then_checked() {
+    let line_bytes = 4096;
+    let cache = config(line_bytes, 64);
+    let cache_dev = cache_device(&cache);
+    let backend = Arc::new(MemDevice::new("backend", 256 * line_bytes));
+    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
+    for line in 0..16 {
+        engine
+            .write(line * line_bytes, &line_content(line, line_bytes), false)
+            .unwrap();
+    }
+    engine.flush().unwrap();
+    drop(engine); // kill -9
+
+    // Make it what a version 2 build leaves: empty records of sequence 0
+    // were never written, the superblock has no identities.
+    let layout = Layout::for_slots(line_bytes, 64).unwrap();
+    let rb = layout.record_bytes as usize;
+    let mut empty = vec![0u8; rb];
+    iocache_format::encode_record(
+        &iocache_format::Record {
+            sequence: 0,
+            line: None,
+        },
+        &layout,
+        &mut empty,
+    )
+    .unwrap();
+    let mut image = vec![0u8; layout.data_offset as usize];
+    cache_dev.read_at(&mut image, 0).unwrap();
+    let mut blanked = 0;
+    for copy in 0..2u8 {
+        for slot in 0..layout.slots {
+            let at = layout.record_offset(slot, copy) as usize;
+            if image[at..at + rb] == empty[..] {
+                image[at..at + rb].fill(0);
+                blanked += 1;
+            }
+        }
+    }
+    assert!(blanked > 64, "most slots were never written");
+    for (copy, &offset) in SUPERBLOCK_OFFSETS.iter().enumerate() {
+        let at = offset as usize;
+        if let Ok(mut sb) = Superblock::decode(&image[at..at + SUPERBLOCK_BYTES], offset) {
+            sb.format_version = 2;
+            for v in &mut sb.volumes {
+                v.identity = None;
+            }
+            image[at..at + SUPERBLOCK_BYTES].copy_from_slice(&sb.encode().unwrap());
+        } else {
+            assert_eq!(copy, 1, "copy A is valid");
+        }
+    }
+    cache_dev.write_at(&image, 0).unwrap();
+
+    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
+    let report = engine.stats().recovery;
+    assert_eq!(report.upgraded_from_version, Some(2), "{report:?}");
+    assert_eq!(report.dirty_lines, 16, "{report:?}");
+    assert!(
+        report
+            .identity_changes
+            .iter()
+            .any(|c| c.contains("recorded no identity")),
+        "{report:?}"
+    );
+    let mut buf = vec![0u8; line_bytes as usize];
+    for line in 0..16 {
+        engine.read(line * line_bytes, &mut buf).unwrap();
+        assert_eq!(buf, line_content(line, line_bytes), "line {line}");
+    }
+    drop(engine); // kill -9 again
+
+    // Upgraded: no record copy is blank, and zeroing one is damage.
+    cache_dev.read_at(&mut image, 0).unwrap();
+    for copy in 0..2u8 {
+        for slot in 0..layout.slots {
+            let at = layout.record_offset(slot, copy) as usize;
+            assert!(
+                image[at..at + rb].iter().any(|&b| b != 0),
+                "slot {slot} copy {copy}"
+            );
+        }
+    }
+    let other = Arc::new(MemDevice::new("other", 256 * line_bytes));
+    let err = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &other)
+        .err()
+        .expect("another backend is refused");
+    assert!(matches!(err, EngineError::BackendMismatch(_)), "{err}");
+    let at = layout.record_offset(0, 0);
+    cache_dev.write_at(&vec![0u8; 512], at).unwrap();
+    let err = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend)
+        .err()
+        .expect("a zeroed sector of records is refused");
+    assert!(matches!(err, EngineError::DamagedMetadata(_)), "{err}");
+    assert!(err.to_string().contains("all zero"), "{err}");
 }

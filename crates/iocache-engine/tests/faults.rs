@@ -321,6 +321,7 @@ fn a_cache_device_that_fills_up() {
                 read_only: false,
                 exclusive: false,
                 no_follow: false,
+                beneath: None,
             },
         )
         .unwrap();

@@ -12,7 +12,9 @@ use iocache_format::{
 fn image(line_bytes: u64, slots: u64, dirty: bool) -> Vec<u8> {
     let layout = Layout::for_slots(line_bytes, slots).expect("layout");
     let mut out = vec![0u8; layout.data_offset as usize];
+    // Version 2: slots without a record stay all zero, as that version allows.
     let superblock = Superblock {
+        format_version: 2,
         sequence: 3,
         cache_uuid: [7; 16],
         layout,
@@ -27,6 +29,7 @@ fn image(line_bytes: u64, slots: u64, dirty: bool) -> Vec<u8> {
             id: 0,
             name: "seed".into(),
             size_bytes: 1 << 30,
+            identity: None,
         }],
         settings: "write_policy=wb".into(),
     };

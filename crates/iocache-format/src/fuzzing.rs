@@ -76,7 +76,8 @@ pub fn load_superblock_and_metadata(bytes: &[u8]) -> ImageOutcome {
         let region = layout.copy_region_bytes as usize;
         let copy0 = &bytes[start0..start0 + region];
         let copy1 = &bytes[start1..start1 + region];
-        let load = load_metadata(copy0, copy1, &layout).expect("regions within the layout load");
+        let load = load_metadata(copy0, copy1, &layout, superblock.format_version)
+            .expect("regions within the layout load");
         check_load(&load, copy0, copy1, &layout);
         Some(load)
     } else {
@@ -116,7 +117,14 @@ pub fn decode_records(bytes: &[u8]) -> Option<MetadataLoad> {
             }
         }
     }
-    let load = load_metadata(copy0, copy1, &layout).expect("regions within the layout load");
+    // The high bit picks the rules of a version before records were
+    // written at format time (blank copies) or after (zeroed copies).
+    let version = if selector & 0x80 == 0 {
+        2
+    } else {
+        crate::FORMAT_VERSION
+    };
+    let load = load_metadata(copy0, copy1, &layout, version).expect("regions within the layout load");
     check_load(&load, copy0, copy1, &layout);
     Some(load)
 }

@@ -32,20 +32,25 @@ pub use error::{FormatError, SuperblockAt};
 pub use layout::{Layout, LINE_BYTES_MAX, LINE_BYTES_MIN, METADATA_OFFSET, RECORD_BYTES_MIN, REGION_ALIGN};
 pub use load::{load_metadata, CorruptCopy, MetadataLoad, SlotDisk, MAX_CORRUPT_EXAMPLES};
 pub use record::{
-    decode_record, encode_record, guess_record, LineRecord, Record, RecordCopy, RecordGuess, RECORD_TAG,
+    decode_record, empty_region, encode_record, guess_record, LineRecord, Record, RecordCopy, RecordGuess,
+    RECORD_TAG,
 };
 pub use superblock::{
-    pick_superblock, Persistence, ShutdownState, Superblock, SuperblockFound, VolumeEntry,
+    pick_superblock, Persistence, ShutdownState, Superblock, SuperblockFound, VolumeEntry, VolumeIdentity,
     MAX_SETTINGS_BYTES, MAX_VOLUMES, MAX_VOLUME_NAME_BYTES,
 };
 
-/// The format version this build writes. Version 2 added the mirror field
-/// of line records (cache arrays); a version 1 device reads as version 2
-/// with no mirrors, and is written as version 2 from then on. A build that
-/// reads version 1 only refuses a version 2 device rather than mistaking a
-/// mirrored record for a corrupt one.
-pub const FORMAT_VERSION: u32 = 2;
-/// The oldest format version this build reads.
+/// The format version this build writes. Version 3 records each volume's
+/// backend identity in the volume table and writes a record for every
+/// slot at format time, so that a record copy of all zeroes is damage, not
+/// "never written". Version 2 added the mirror field of line records (cache
+/// arrays). An older device is read by its own rules and upgraded when it
+/// is opened; a build that reads only older versions refuses a newer one.
+pub const FORMAT_VERSION: u32 = 3;
+/// The first version whose record copies are never all zero (a fresh slot
+/// holds an empty record of sequence 0) and whose volume entries carry an
+/// identity.
+pub const FORMAT_VERSION_WRITES_EVERY_RECORD: u32 = 3;
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 /// The first eight bytes of each superblock copy.
 pub const MAGIC: [u8; 8] = *b"IOCACHE\0";

@@ -4,6 +4,7 @@
 use crate::error::FormatError;
 use crate::layout::Layout;
 use crate::record::{decode_record, guess_record, Record, RecordCopy, RecordGuess};
+use crate::FORMAT_VERSION_WRITES_EVERY_RECORD;
 
 /// Most corrupt copies [`MetadataLoad::corrupt_examples`] lists.
 pub const MAX_CORRUPT_EXAMPLES: usize = 16;
@@ -76,8 +77,19 @@ pub struct MetadataLoad {
 /// slot's record (copy 0 on a tie, which a writer that always writes the
 /// other copy with sequence + 1 never produces).
 ///
+/// `format_version` is the superblock's: from
+/// [`FORMAT_VERSION_WRITES_EVERY_RECORD`] on, every slot's copies were
+/// written at format time, so a copy of all zeroes was zeroed after it was
+/// written: it is corrupt (reason "all zero", no guess), not blank.
+///
 /// Errors: an inconsistent layout, or a region shorter than the record table.
-pub fn load_metadata(copy0: &[u8], copy1: &[u8], layout: &Layout) -> Result<MetadataLoad, FormatError> {
+pub fn load_metadata(
+    copy0: &[u8],
+    copy1: &[u8],
+    layout: &Layout,
+    format_version: u32,
+) -> Result<MetadataLoad, FormatError> {
+    let zeroed_is_corrupt = format_version >= FORMAT_VERSION_WRITES_EVERY_RECORD;
     layout.validate()?;
     let needed = layout.record_table_bytes();
     for (copy, bytes) in [(0u8, copy0), (1u8, copy1)] {
@@ -105,7 +117,15 @@ pub fn load_metadata(copy0: &[u8], copy1: &[u8], layout: &Layout) -> Result<Meta
         let mut best: Option<(u8, Record)> = None;
         for (copy, region) in [(0u8, copy0), (1u8, copy1)] {
             let bytes = &region[range.clone()];
-            match decode_record(bytes, layout) {
+            let decoded = match decode_record(bytes, layout) {
+                RecordCopy::Blank if zeroed_is_corrupt => RecordCopy::Corrupt(
+                    "all zero: every record of this cache was written when it was formatted, so this one \
+                     was zeroed since"
+                        .to_string(),
+                ),
+                other => other,
+            };
+            match decoded {
                 RecordCopy::Blank => {}
                 RecordCopy::Corrupt(reason) => {
                     load.corrupt_copies += 1;

@@ -351,6 +351,27 @@ pub fn encode_record(record: &Record, layout: &Layout, out: &mut [u8]) -> Result
     Ok(())
 }
 
+/// A copy region in which every slot holds an empty record of sequence 0
+/// (how a version 3 cache is formatted: no record copy is ever all zero, so
+/// a zeroed one is damage), `layout.copy_region_bytes` long.
+pub fn empty_region(layout: &Layout) -> Result<Vec<u8>, FormatError> {
+    let record_bytes = layout.record_bytes as usize;
+    let mut one = vec![0u8; record_bytes];
+    encode_record(
+        &Record {
+            sequence: 0,
+            line: None,
+        },
+        layout,
+        &mut one,
+    )?;
+    let mut region = vec![0u8; layout.copy_region_bytes as usize];
+    for slot in 0..layout.slots as usize {
+        region[slot * record_bytes..(slot + 1) * record_bytes].copy_from_slice(&one);
+    }
+    Ok(region)
+}
+
 /// Decodes one record copy (`layout.record_bytes` bytes).
 ///
 /// All zero → [`RecordCopy::Blank`]. Otherwise every check must pass for

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!    0  magic              [u8; 8]  "IOCACHE\0"
-//!    8  format_version     u32      1
+//!    8  format_version     u32      3 (1 and 2 are read too)
 //!   12  reserved           u32      0
 //!   16  sequence           u64
 //!   24  cache_uuid         [u8; 16]
@@ -21,7 +21,8 @@
 //!   94  volume_count       u16      <= 64
 //!   96  settings_len       u16      <= 1024
 //!   98  reserved           [u8; 30] 0
-//!  128  volume table       volume_count × (id u32, size_bytes u64, name_len u8, name)
+//!  128  volume table       volume_count × (id u32, size_bytes u64, name_len u8,
+//!                          [v3: identity_kind u8, identity_digest u64,] name)
 //!       settings           settings_len bytes of UTF-8
 //!       padding            0 up to 4092
 //! 4092  crc32c             u32      Castagnoli, of bytes 0..4092
@@ -33,7 +34,10 @@ use std::str::FromStr;
 use crate::error::{FormatError, SuperblockAt};
 use crate::layout::{check_line_bytes, Layout};
 use crate::le::{get_u16, get_u32, get_u64};
-use crate::{FORMAT_VERSION, FORMAT_VERSION_OLDEST, MAGIC, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS};
+use crate::{
+    FORMAT_VERSION, FORMAT_VERSION_OLDEST, FORMAT_VERSION_WRITES_EVERY_RECORD, MAGIC, SUPERBLOCK_BYTES,
+    SUPERBLOCK_OFFSETS,
+};
 
 /// Most volumes a superblock lists.
 pub const MAX_VOLUMES: usize = 64;
@@ -66,6 +70,17 @@ pub(crate) mod off {
 
 /// Bytes of a volume table entry before its name: id u32, size_bytes u64, name_len u8.
 const VOLUME_ENTRY_FIXED: usize = 13;
+/// Bytes a version 3 entry adds after `name_len`: the identity's kind and digest.
+const VOLUME_IDENTITY_BYTES: usize = 9;
+
+/// The fixed part of a volume entry in `version`.
+fn entry_fixed(version: u32) -> usize {
+    if version >= FORMAT_VERSION_WRITES_EVERY_RECORD {
+        VOLUME_ENTRY_FIXED + VOLUME_IDENTITY_BYTES
+    } else {
+        VOLUME_ENTRY_FIXED
+    }
+}
 
 /// Which lines the engine keeps across a restart (stored in the superblock
 /// so a restart knows what the metadata promises).
@@ -169,6 +184,33 @@ impl fmt::Display for ShutdownState {
     }
 }
 
+/// Which backend a volume's lines belong to: the kind of identity (a code
+/// the engine gives meaning to, never 0) and a 64-bit digest of its
+/// canonical text. A volume whose backend now has another identity must
+/// not be handed the lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VolumeIdentity {
+    /// Nonzero (0 on the device means "none recorded").
+    pub kind: u8,
+    pub digest: u64,
+}
+
+impl VolumeIdentity {
+    /// The identity of `kind` whose canonical text is `key` (xxh3-64 of it).
+    pub fn of(kind: u8, key: &str) -> VolumeIdentity {
+        VolumeIdentity {
+            kind,
+            digest: xxhash_rust::xxh3::xxh3_64(key.as_bytes()),
+        }
+    }
+}
+
+impl fmt::Display for VolumeIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{:016x}", self.kind, self.digest)
+    }
+}
+
 /// A backend volume the cache holds lines of; records refer to it by `id`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VolumeEntry {
@@ -178,11 +220,18 @@ pub struct VolumeEntry {
     pub name: String,
     /// The volume's size when the superblock was written.
     pub size_bytes: u64,
+    /// The backend the volume's lines belong to; `None` in a version 1 or
+    /// 2 superblock (which has no field for it) or when none was known.
+    pub identity: Option<VolumeIdentity>,
 }
 
 /// The decoded superblock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// The format version it is encoded in: [`FORMAT_VERSION`] for a
+    /// superblock this build makes, the stored one for a decoded one (so it
+    /// re-encodes to its bytes). Identities need version 3.
+    pub format_version: u32,
     /// Update counter: the valid copy with the highest sequence is current.
     pub sequence: u64,
     /// Identifies this cache (chosen at format time).
@@ -205,6 +254,13 @@ impl Superblock {
     /// Checks every field as [`decode`](Superblock::decode) would.
     fn validate(&self) -> Result<(), FormatError> {
         self.layout.validate()?;
+        if !(FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&self.format_version) {
+            return Err(FormatError::invalid(
+                "format_version",
+                self.format_version,
+                format!("{FORMAT_VERSION_OLDEST}..={FORMAT_VERSION}"),
+            ));
+        }
         if self.shards == 0 {
             return Err(FormatError::invalid("shards", self.shards, "at least one shard"));
         }
@@ -222,6 +278,22 @@ impl Superblock {
                     format!("{} bytes", v.name.len()),
                     format!("at most {MAX_VOLUME_NAME_BYTES} bytes"),
                 ));
+            }
+            if let Some(identity) = v.identity {
+                if self.format_version < FORMAT_VERSION_WRITES_EVERY_RECORD {
+                    return Err(FormatError::invalid(
+                        format!("volumes[{i}].identity"),
+                        identity,
+                        format!("format version {} has no identities", self.format_version),
+                    ));
+                }
+                if identity.kind == 0 {
+                    return Err(FormatError::invalid(
+                        format!("volumes[{i}].identity"),
+                        identity,
+                        "kind 0 means none",
+                    ));
+                }
             }
             if let Some(j) = self.volumes[..i].iter().position(|w| w.id == v.id) {
                 return Err(FormatError::invalid(
@@ -251,9 +323,10 @@ impl Superblock {
                 "volumes and settings",
                 format!("{variable} bytes"),
                 format!(
-                    "at most {} bytes fit in the superblock ({VOLUME_ENTRY_FIXED} bytes per volume plus its name, \
+                    "at most {} bytes fit in the superblock ({} bytes per volume plus its name, \
                      plus the settings)",
-                    off::CRC - off::VARIABLE
+                    off::CRC - off::VARIABLE,
+                    entry_fixed(self.format_version)
                 ),
             ));
         }
@@ -264,7 +337,7 @@ impl Superblock {
     fn variable_bytes(&self) -> usize {
         self.volumes
             .iter()
-            .map(|v| VOLUME_ENTRY_FIXED + v.name.len())
+            .map(|v| entry_fixed(self.format_version) + v.name.len())
             .sum::<usize>()
             + self.settings.len()
     }
@@ -280,7 +353,7 @@ impl Superblock {
         self.validate()?;
         let mut b = vec![0u8; SUPERBLOCK_BYTES];
         b[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
-        b[off::VERSION..off::VERSION + 4].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[off::VERSION..off::VERSION + 4].copy_from_slice(&self.format_version.to_le_bytes());
         b[off::SEQUENCE..off::SEQUENCE + 8].copy_from_slice(&self.sequence.to_le_bytes());
         b[off::UUID..off::UUID + 16].copy_from_slice(&self.cache_uuid);
         let l = &self.layout;
@@ -307,6 +380,12 @@ impl Superblock {
             b[at + 4..at + 12].copy_from_slice(&v.size_bytes.to_le_bytes());
             b[at + 12] = v.name.len() as u8;
             at += VOLUME_ENTRY_FIXED;
+            if self.format_version >= FORMAT_VERSION_WRITES_EVERY_RECORD {
+                let identity = v.identity.unwrap_or(VolumeIdentity { kind: 0, digest: 0 });
+                b[at] = identity.kind;
+                b[at + 1..at + 9].copy_from_slice(&identity.digest.to_le_bytes());
+                at += VOLUME_IDENTITY_BYTES;
+            }
             b[at..at + v.name.len()].copy_from_slice(v.name.as_bytes());
             at += v.name.len();
         }
@@ -455,11 +534,12 @@ impl Superblock {
 
         let mut volumes: Vec<VolumeEntry> = Vec::with_capacity(volume_count);
         let mut at_byte = off::VARIABLE;
+        let fixed = entry_fixed(version);
         for i in 0..volume_count {
-            if at_byte + VOLUME_ENTRY_FIXED > off::CRC {
+            if at_byte + fixed > off::CRC {
                 return Err(field(
                     &format!("volumes[{i}]"),
-                    &format_args!("{VOLUME_ENTRY_FIXED}-byte entry header"),
+                    &format_args!("{fixed}-byte entry header"),
                     at_byte,
                     format!(
                         "runs past the crc32c at offset {}",
@@ -470,7 +550,25 @@ impl Superblock {
             let id = get_u32(bytes, at_byte);
             let size_bytes = get_u64(bytes, at_byte + 4);
             let name_len = bytes[at_byte + 12] as usize;
-            let name_at = at_byte + VOLUME_ENTRY_FIXED;
+            let name_at = at_byte + fixed;
+            let identity = if fixed > VOLUME_ENTRY_FIXED {
+                let kind_at = at_byte + VOLUME_ENTRY_FIXED;
+                let digest = get_u64(bytes, kind_at + 1);
+                match bytes[kind_at] {
+                    0 if digest != 0 => {
+                        return Err(field(
+                            &format!("volumes[{i}].identity_digest"),
+                            &format_args!("{digest:#018x}"),
+                            kind_at + 1,
+                            "must be zero when identity_kind is 0".to_string(),
+                        ))
+                    }
+                    0 => None,
+                    kind => Some(VolumeIdentity { kind, digest }),
+                }
+            } else {
+                None
+            };
             if name_at + name_len > off::CRC {
                 return Err(field(
                     &format!("volumes[{i}].name_len"),
@@ -510,6 +608,7 @@ impl Superblock {
                 id,
                 name: name.to_string(),
                 size_bytes,
+                identity,
             });
             at_byte = name_at + name_len;
         }
@@ -538,6 +637,7 @@ impl Superblock {
         check_zero("padding", at_byte + settings_len..off::CRC)?;
 
         Ok(Superblock {
+            format_version: version,
             sequence: get_u64(bytes, off::SEQUENCE),
             cache_uuid: bytes[off::UUID..off::UUID + 16].try_into().expect("16 bytes"),
             layout,

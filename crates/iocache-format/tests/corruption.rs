@@ -356,21 +356,27 @@ fn field_errors_name_the_field_and_device_offset() {
             "field padding = 0x09 at offset 8096: must be zero",
         ),
         (
-            edit(&|b| b[141] = 0xff),
+            edit(&|b| b[150] = 0xff),
             0,
-            "field volumes[0].name = 4 bytes at offset 141: invalid utf-8",
+            "field volumes[0].name = 4 bytes at offset 150: invalid utf-8",
         ),
         (edit(&|b| b[140] = 255), 0, "field volumes[1]"),
         (
-            edit(&|b| b[145] = 0),
+            edit(&|b| b[141] = 0),
             0,
-            "field volumes[1].id = 0 at offset 145: same id as volumes[0]",
+            "field volumes[0].identity_digest = 0x0123456789abcdef at offset 142: must be zero when \
+             identity_kind is 0",
         ),
         (
-            edit(&|b| b[8..12].copy_from_slice(&3u32.to_le_bytes())),
+            edit(&|b| b[154] = 0),
+            0,
+            "field volumes[1].id = 0 at offset 154: same id as volumes[0]",
+        ),
+        (
+            edit(&|b| b[8..12].copy_from_slice(&4u32.to_le_bytes())),
             4096,
-            "superblock copy B at offset 4096: field format_version = 3 at offset 4104: \
-             this build reads format versions 1 to 2",
+            "superblock copy B at offset 4096: field format_version = 4 at offset 4104: \
+             this build reads format versions 1 to 3",
         ),
     ];
     for (bytes, offset, expected) in cases {
@@ -476,7 +482,7 @@ fn corrupt_records_are_guessed_from_their_fields() {
         copy0[rb..2 * rb].copy_from_slice(&bytes);
         copy0[2 * rb..3 * rb].copy_from_slice(&junk);
         let copy1 = vec![0u8; layout.copy_region_bytes as usize];
-        let load = load_metadata(&copy0, &copy1, &layout).unwrap();
+        let load = load_metadata(&copy0, &copy1, &layout, 2).unwrap();
         assert_eq!(load.corrupt.len(), 2);
         assert_eq!(
             (
@@ -492,4 +498,31 @@ fn corrupt_records_are_guessed_from_their_fields() {
             .is_some_and(|g| g.line_index == 123_456));
         assert_eq!((load.corrupt[1].slot, load.corrupt[1].guess.clone()), (2, None));
     }
+}
+
+/// From version 3 on a record copy of all zeroes was zeroed after the
+/// format wrote it: corrupt ("all zero"), never blank; before, blank.
+#[test]
+fn a_zeroed_record_copy_is_corrupt_from_version_3() {
+    let layout = Layout::for_slots(4096, 16).unwrap();
+    let mut region = empty_region(&layout).unwrap();
+    let v3 = load_metadata(&region, &region, &layout, FORMAT_VERSION).unwrap();
+    assert_eq!(v3.corrupt_copies, 0);
+    assert!(v3
+        .slots
+        .iter()
+        .all(|s| s.newest_copy == Some(0) && s.sequence == 0));
+    let rb = layout.record_bytes as usize;
+    region[3 * rb..4 * rb].fill(0);
+    let zeroed = load_metadata(&region, &empty_region(&layout).unwrap(), &layout, FORMAT_VERSION).unwrap();
+    assert_eq!(zeroed.corrupt_copies, 1);
+    assert_eq!((zeroed.corrupt[0].slot, zeroed.corrupt[0].copy), (3, 0));
+    assert!(
+        zeroed.corrupt[0].reason.contains("all zero"),
+        "{}",
+        zeroed.corrupt[0].reason
+    );
+    assert_eq!(zeroed.corrupt[0].guess, None);
+    let v2 = load_metadata(&region, &empty_region(&layout).unwrap(), &layout, 2).unwrap();
+    assert_eq!(v2.corrupt_copies, 0, "version 2: never written");
 }

@@ -15,7 +15,7 @@ fn image() -> impl Strategy<Value = (Superblock, Vec<u8>)> {
         let sb = Superblock { layout, ..sb };
         let updates = prop::collection::vec((0..slots, prop::option::of(line_record(layout))), 0..24);
         (Just(sb), updates).prop_map(|(sb, updates)| {
-            let mut img = Image::new(sb.layout);
+            let mut img = Image::formatted(sb.layout);
             for (slot, line) in updates {
                 img.update(slot, line, u64::MAX);
             }

@@ -288,6 +288,7 @@ fn superblock_encode_rejects_what_decode_would() {
                         id: i,
                         name: format!("{i}"),
                         size_bytes: 0,
+                        identity: None,
                     })
                     .collect(),
                 ..sb.clone()
@@ -300,6 +301,7 @@ fn superblock_encode_rejects_what_decode_would() {
                     id: 1,
                     name: "é".repeat(128),
                     size_bytes: 0,
+                    identity: None,
                 }],
                 ..sb.clone()
             },
@@ -312,11 +314,13 @@ fn superblock_encode_rejects_what_decode_would() {
                         id: 1,
                         name: "a".into(),
                         size_bytes: 0,
+                        identity: None,
                     },
                     VolumeEntry {
                         id: 1,
                         name: "b".into(),
                         size_bytes: 0,
+                        identity: None,
                     },
                 ],
                 ..sb.clone()
@@ -330,11 +334,13 @@ fn superblock_encode_rejects_what_decode_would() {
                         id: 1,
                         name: "a".into(),
                         size_bytes: 0,
+                        identity: None,
                     },
                     VolumeEntry {
                         id: 2,
                         name: "a".into(),
                         size_bytes: 0,
+                        identity: None,
                     },
                 ],
                 ..sb.clone()
@@ -348,6 +354,7 @@ fn superblock_encode_rejects_what_decode_would() {
                         id: i,
                         name: format!("{i:0>60}"),
                         size_bytes: 0,
+                        identity: None,
                     })
                     .collect(),
                 ..sb.clone()
@@ -359,20 +366,45 @@ fn superblock_encode_rejects_what_decode_would() {
         let err = bad.encode().unwrap_err().to_string();
         assert!(err.contains(expected), "expected {expected:?} in {err:?}");
     }
-    // 64 volumes with 30-byte names and 1024 bytes of settings fit (64 × 43 + 1024 = 3776 ≤ 3964).
+    // 64 volumes with 30-byte names and identities fit beside 636 bytes of
+    // settings (64 × (22 + 30) + 636 = 3964), and not beside 637.
     let full = Superblock {
         volumes: (0..64)
             .map(|i| VolumeEntry {
                 id: i,
                 name: format!("{i:0>30}"),
                 size_bytes: u64::MAX,
+                identity: Some(VolumeIdentity {
+                    kind: 1,
+                    digest: u64::MAX - u64::from(i),
+                }),
             })
             .collect(),
-        settings: "s".repeat(1024),
+        settings: "s".repeat(636),
         ..sb.clone()
     };
     let bytes = full.encode().unwrap();
     assert_eq!(Superblock::decode(&bytes, 0).unwrap(), full);
+    let over = Superblock {
+        settings: "s".repeat(637),
+        ..full
+    };
+    assert!(over
+        .encode()
+        .unwrap_err()
+        .to_string()
+        .contains("volumes and settings"));
+    // An identity needs version 3, and kind 0 is "none".
+    let mut old = sample_superblock(1);
+    old.format_version = 2;
+    assert!(old
+        .encode()
+        .unwrap_err()
+        .to_string()
+        .contains("has no identities"));
+    let mut zero_kind = sample_superblock(1);
+    zero_kind.volumes[0].identity = Some(VolumeIdentity { kind: 0, digest: 1 });
+    assert!(zero_kind.encode().unwrap_err().to_string().contains("kind 0"));
 }
 
 #[test]
@@ -382,13 +414,7 @@ fn superblock_fields_sit_at_their_documented_offsets() {
     let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
     let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
     assert_eq!(&b[0..8], b"IOCACHE\0");
-    assert_eq!(u32_at(8), 2);
-    // A version 1 device (no mirror fields) still reads.
-    let mut v1 = b.clone();
-    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
-    let crc = crc32c(&v1[..4092]);
-    v1[4092..].copy_from_slice(&crc.to_le_bytes());
-    assert_eq!(Superblock::decode(&v1, 0).unwrap(), sb);
+    assert_eq!(u32_at(8), 3);
     assert_eq!(u64_at(16), 0x1122_3344_5566_7788);
     assert_eq!(&b[24..40], b"0123456789abcdef");
     assert_eq!(u64_at(40), 64 << 10);
@@ -408,14 +434,40 @@ fn superblock_fields_sit_at_their_documented_offsets() {
     assert_eq!(u32_at(128), 0);
     assert_eq!(u64_at(132), 10 << 30);
     assert_eq!(b[140], 4);
-    assert_eq!(&b[141..145], b"root");
-    assert_eq!(u32_at(145), 7);
+    assert_eq!(b[141], 1, "identity kind");
+    assert_eq!(u64_at(142), 0x0123_4567_89ab_cdef, "identity digest");
+    assert_eq!(&b[150..154], b"root");
+    assert_eq!(u32_at(154), 7);
     let name2 = "données".as_bytes();
-    assert_eq!(b[157] as usize, name2.len());
-    assert_eq!(&b[158..158 + name2.len()], name2);
-    let settings_at = 158 + name2.len();
+    assert_eq!(b[166] as usize, name2.len());
+    assert_eq!(b[167], 0, "no identity");
+    assert_eq!(u64_at(168), 0);
+    assert_eq!(&b[176..176 + name2.len()], name2);
+    let settings_at = 176 + name2.len();
     assert_eq!(&b[settings_at..settings_at + 19], b"policy=arc write=wb");
     assert!(b[settings_at + 19..4092].iter().all(|&x| x == 0));
+}
+
+#[test]
+fn superblocks_of_versions_1_and_2_still_read_and_re_encode() {
+    // Versions 1 and 2 have no identity in their volume entries.
+    let mut sb = sample_superblock(9);
+    sb.format_version = 2;
+    for v in &mut sb.volumes {
+        v.identity = None;
+    }
+    let b = sb.encode().unwrap();
+    assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 2);
+    assert_eq!(&b[141..145], b"root", "the name follows name_len");
+    assert_eq!(Superblock::decode(&b, 0).unwrap(), sb);
+    let mut v1 = b.clone();
+    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c(&v1[..4092]);
+    v1[4092..].copy_from_slice(&crc.to_le_bytes());
+    let decoded = Superblock::decode(&v1, 0).unwrap();
+    assert_eq!(decoded.format_version, 1);
+    assert_eq!(decoded.volumes, sb.volumes);
+    assert_eq!(decoded.encode().unwrap(), v1);
 }
 
 #[test]

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use iocache_device::{check_range, BlockDevice, DeviceError, IoKind};
+use iocache_device::{check_range, BlockDevice, DeviceError, DeviceIdentity, IoKind};
 use iocache_nbd::proto::NBD_FLAG_CAN_MULTI_CONN;
 use iocache_nbd::{parse_nbd_uri, Client, ClientError, ConnectOptions, NbdAddr};
 
@@ -315,5 +315,15 @@ impl BlockDevice for NbdBackend {
 
     fn name(&self) -> &str {
         &self.uri
+    }
+
+    /// The server's address and the export's name: other URI parameters
+    /// (TLS files, say) may change without the export changing.
+    fn identity(&self) -> Option<DeviceIdentity> {
+        let addr = match &self.addr {
+            NbdAddr::Tcp { host, port } => format!("tcp:{host}:{port}"),
+            NbdAddr::Unix { socket } => format!("unix:{}", socket.display()),
+        };
+        Some(DeviceIdentity::nbd(&addr, &self.options.export_name))
     }
 }

@@ -206,14 +206,12 @@ impl Inner {
             self.flush_all()?;
             let meta = lock(&self.durability.meta);
             let layout = meta.writer.layout;
-            let zeros = vec![0u8; 1 << 20];
-            let mut at = 0;
-            while at < layout.copy_region_bytes * 2 {
-                let n = (layout.copy_region_bytes * 2 - at).min(zeros.len() as u64) as usize;
-                self.slots
-                    .dev
-                    .write_at(&zeros[..n], layout.metadata_offset + at)?;
-                at += n as u64;
+            // Empty records, as formatting writes (never zeroes: a zeroed
+            // record copy is damage).
+            let empty =
+                iocache_format::empty_region(&layout).map_err(|e| EngineError::Format(e.to_string()))?;
+            for copy in 0..2u8 {
+                self.slots.dev.write_at(&empty, layout.copy_region_offset(copy))?;
             }
             self.slots.dev.flush()?;
         }

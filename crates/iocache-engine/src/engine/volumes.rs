@@ -582,10 +582,25 @@ impl Engine {
                 .find(|id| table.get(*id).is_none() && meta.superblock.volumes.iter().all(|v| v.id != *id))
                 .unwrap_or(VolumeId::MAX)
         };
+        let identity = crate::recovery::backend_identity(&*backend);
+        let table = self.inner.volumes.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(other) = table
+            .volumes
+            .iter()
+            .find(|v| identity.is_some() && crate::recovery::backend_identity(&*v.backend) == identity)
+        {
+            return Err(EngineError::Volume(format!(
+                "volume `{}` already has this backend ({}): two volumes would cache it apart",
+                other.name,
+                crate::recovery::describe_backend(&*backend)
+            )));
+        }
+        drop(table);
         let entry = VolumeEntry {
             id,
             name: name.to_string(),
             size_bytes: backend.len_bytes(),
+            identity,
         };
         self.inner.update_volume_table(|volumes| volumes.push(entry))?;
         let state = VolumeState::new(id, name.to_string(), backend);

@@ -3,7 +3,7 @@
 
 use iocache_format::{
     encode_record, Layout, LineRecord, MetadataLoad, Persistence, Record, ShutdownState, Superblock,
-    VolumeEntry,
+    VolumeEntry, VolumeIdentity,
 };
 use proptest::prelude::*;
 
@@ -108,18 +108,27 @@ fn truncate_utf8(mut s: String, max: usize) -> String {
 }
 
 pub fn superblock() -> impl Strategy<Value = Superblock> {
-    let volumes = prop::collection::vec((any::<u32>(), "\\PC{0,70}", any::<u64>()), 0..=8).prop_map(|vs| {
-        let mut out: Vec<VolumeEntry> = Vec::new();
-        for (i, (id, name, size_bytes)) in vs.into_iter().enumerate() {
-            // Unique ids and names: the format requires them.
-            if out.iter().any(|v| v.id == id) {
-                continue;
+    let identity = prop::option::of(
+        (1u8..=255, any::<u64>()).prop_map(|(kind, digest)| VolumeIdentity { kind, digest }),
+    );
+    let volumes = prop::collection::vec((any::<u32>(), "\\PC{0,70}", any::<u64>(), identity), 0..=8)
+        .prop_map(|vs| {
+            let mut out: Vec<VolumeEntry> = Vec::new();
+            for (i, (id, name, size_bytes, identity)) in vs.into_iter().enumerate() {
+                // Unique ids and names: the format requires them.
+                if out.iter().any(|v| v.id == id) {
+                    continue;
+                }
+                let name = truncate_utf8(format!("{i}:{name}"), 255);
+                out.push(VolumeEntry {
+                    id,
+                    name,
+                    size_bytes,
+                    identity,
+                });
             }
-            let name = truncate_utf8(format!("{i}:{name}"), 255);
-            out.push(VolumeEntry { id, name, size_bytes });
-        }
-        out
-    });
+            out
+        });
     (
         any::<u64>(),
         any::<[u8; 16]>(),
@@ -133,6 +142,7 @@ pub fn superblock() -> impl Strategy<Value = Superblock> {
     )
         .prop_map(
             |(sequence, cache_uuid, line, slots, shards, persistence, state, volumes, settings)| Superblock {
+                format_version: iocache_format::FORMAT_VERSION,
                 sequence,
                 cache_uuid,
                 layout: Layout::for_slots(line, slots).unwrap(),
@@ -148,6 +158,7 @@ pub fn superblock() -> impl Strategy<Value = Superblock> {
 /// A fixed superblock with volumes and settings.
 pub fn sample_superblock(sequence: u64) -> Superblock {
     Superblock {
+        format_version: iocache_format::FORMAT_VERSION,
         sequence,
         cache_uuid: *b"0123456789abcdef",
         layout: Layout::for_slots(64 << 10, 1000).unwrap(),
@@ -159,11 +170,16 @@ pub fn sample_superblock(sequence: u64) -> Superblock {
                 id: 0,
                 name: "root".into(),
                 size_bytes: 10 << 30,
+                identity: Some(VolumeIdentity {
+                    kind: 1,
+                    digest: 0x0123_4567_89ab_cdef,
+                }),
             },
             VolumeEntry {
                 id: 7,
                 name: "données".into(),
                 size_bytes: 512,
+                identity: None,
             },
         ],
         settings: "policy=arc write=wb".into(),
@@ -224,13 +240,28 @@ impl Image {
         }
     }
 
+    /// An image as a version 3 format leaves it: an empty record of
+    /// sequence 0 in both copies of every slot.
+    pub fn formatted(layout: Layout) -> Image {
+        let mut image = Image::new(layout);
+        let empty = iocache_format::empty_region(&layout).unwrap();
+        for copy in 0..2u8 {
+            let at = layout.copy_region_offset(copy) as usize;
+            image.bytes[at..at + empty.len()].copy_from_slice(&empty);
+        }
+        image
+    }
+
     pub fn region(&self, copy: u8) -> &[u8] {
         let start = self.layout.copy_region_offset(copy) as usize;
         &self.bytes[start..start + self.layout.copy_region_bytes as usize]
     }
 
+    /// Loads the regions by the rules of format version 2, under which a
+    /// copy never written is all zero (images from [`Image::new`]); those
+    /// of [`Image::formatted`] load the same.
     pub fn load(&self) -> MetadataLoad {
-        iocache_format::load_metadata(self.region(0), self.region(1), &self.layout).unwrap()
+        iocache_format::load_metadata(self.region(0), self.region(1), &self.layout, 2).unwrap()
     }
 
     /// Writes `record` into `copy` of `slot` as the engine would: the record's
