@@ -5,13 +5,15 @@
 //! OpenMetrics text format (written by the Prometheus project's own Rust
 //! client, `prometheus-client`). The values are read from the engines at
 //! each scrape; nothing is kept here. The HTTP side is deliberately tiny:
-//! one request per connection, a bounded request head, a read deadline,
-//! one connection at a time.
+//! one request per connection, a bounded request head, a deadline for the
+//! whole request, and a few connections served at once, each on its own
+//! thread, so one slow client never holds up another scrape.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use iocache_engine::{LatencyPercentiles, LATENCY_BOUNDS_NS};
@@ -24,8 +26,11 @@ use crate::running::{lock, Running};
 
 /// The longest request head read (a scraper sends a few hundred bytes).
 const MAX_REQUEST_HEAD_BYTES: u64 = 16 << 10;
-/// How long a client may take to send its request.
+/// How long a client may take to send its whole request head (not per
+/// read: a client sending a byte at a time cannot stretch it).
 const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections answered at once; more are closed at once.
+const MAX_CONCURRENT_SCRAPES: usize = 8;
 
 /// Binds the metrics listener (before any device is opened, as the other
 /// listeners are).
@@ -37,18 +42,58 @@ pub fn bind(address: &str) -> Result<TcpListener> {
 pub fn serve(listener: TcpListener, state: Arc<Running>) {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(EngineCollector { state }));
+    let registry = Arc::new(registry);
+    let busy = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        if let Err(e) = answer(stream, &registry) {
-            log::debug!("metrics: a scrape failed: {e}");
+        if busy.fetch_add(1, Ordering::SeqCst) >= MAX_CONCURRENT_SCRAPES {
+            busy.fetch_sub(1, Ordering::SeqCst);
+            log::debug!("metrics: {MAX_CONCURRENT_SCRAPES} scrapes in progress; a connection closed");
+            continue;
+        }
+        let (registry, done) = (Arc::clone(&registry), Arc::clone(&busy));
+        let spawned = std::thread::Builder::new()
+            .name("iocache-metrics".into())
+            .spawn(move || {
+                if let Err(e) = answer(stream, &registry) {
+                    log::debug!("metrics: a scrape failed: {e}");
+                }
+                done.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            busy.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
 
+/// Reads from a stream until a deadline for the whole request: each read
+/// waits at most the time left.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the request head took longer than its deadline",
+            ));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        (&*self.stream).read(buf)
+    }
+}
+
 fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(REQUEST_DEADLINE))?;
     stream.set_write_timeout(Some(REQUEST_DEADLINE))?;
-    let mut head = BufReader::new((&stream).take(MAX_REQUEST_HEAD_BYTES));
+    let reader = DeadlineReader {
+        stream: &stream,
+        deadline: Instant::now() + REQUEST_DEADLINE,
+    };
+    let mut head = BufReader::new(reader.take(MAX_REQUEST_HEAD_BYTES));
     let mut request_line = String::new();
     head.read_line(&mut request_line)?;
     // The rest of the head, up to the empty line.

@@ -219,8 +219,10 @@ impl Running {
             bail!("serving `{export}`: {e}");
         }
         log::info!(
-            "attached export `{export}` ({} volume over {name}) to the cache {}",
+            "attached export `{export}` ({} volume over {name}, {}) to the cache {}; name it in the \
+             configuration to serve it after a restart",
             format_byte_size(volume.size_bytes()),
+            iocache_engine::describe_backend(&*backend),
             group.path.display()
         );
         lock(&self.volumes).push(ServedVolume {

@@ -379,6 +379,11 @@ fn open_cache_group(
             Arc::new(dev)
         }
     };
+    if array.is_none() && !(start.init && start.force) {
+        // Before sizing a cache from the device: a device smaller than the
+        // cache it holds was truncated (growing it would serve zeroes).
+        iocache_engine::check_not_shrunk(cache_dev.as_ref()).map_err(|e| anyhow!("{e} (--init --force)"))?;
+    }
     let capacity_lines = match &array {
         Some(array) => array.geometry().slots(),
         None => cache_lines(v, cache_dev.len_bytes(), line_bytes)?,
@@ -587,6 +592,16 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
     };
     for change in &r.identity_changes {
         log::warn!("{who}: volume {change}");
+    }
+    for info in engine.volumes() {
+        if let Ok(volume) = engine.volume(info.id) {
+            log::info!(
+                "volume `{}`: backend {} ({})",
+                info.name,
+                volume.backend().name(),
+                iocache_engine::describe_backend(&**volume.backend())
+            );
+        }
     }
     if r.loaded {
         log::info!(

@@ -1293,3 +1293,91 @@ fn attach_never_leaves_its_directory() {
     assert!(server.stop().status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Old failure: `truncate -s 1M cache.img` under a running server made the
+/// first reads fail, the probe re-admitted the device 2 s later (it read
+/// only the superblock), new writes re-extended the sparse file, and reads
+/// of its holes returned zeroes as cached data. Now the shrunk device is
+/// failed for good: clean data comes from the backend, dirty data is an
+/// error, never zeroes; the restart refuses the device without advising to
+/// grow it.
+#[test]
+fn a_cache_file_truncated_while_serving_never_serves_zeroes() {
+    let shm = Path::new("/dev/shm");
+    for (place, write_policy, map) in [
+        ("disk", "wt", false),
+        ("disk", "wb", false),
+        ("shm", "wt", true),
+        ("shm", "wb", false),
+    ] {
+        if place == "shm" && !shm.is_dir() {
+            continue;
+        }
+        let dir = match place {
+            "disk" => temp_dir(&format!("truncated-{write_policy}")),
+            _ => {
+                let d = shm.join(format!(
+                    "iocache-own-truncated-{write_policy}-{}",
+                    std::process::id()
+                ));
+                let _ = std::fs::remove_dir_all(&d);
+                std::fs::create_dir_all(&d).unwrap();
+                d
+            }
+        };
+        let mut a = args(&dir, "a", "backend.img", "cache.img");
+        a.extend(["--write-policy".into(), write_policy.into()]);
+        if !map {
+            a.push("--no-map-cache".into());
+        }
+        let server = Server::start(&dir, "a", &a);
+        let mut client = server.client();
+        // 200 lines of 4 KiB; cutting the file to 256 KiB loses most of
+        // them (the metadata takes the first part of the file).
+        write_pattern(&mut client, 200, 7);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cache.img"))
+            .unwrap()
+            .set_len(256 << 10)
+            .unwrap();
+        let mut buf = vec![0u8; 4096];
+        let mut failed = 0;
+        let mut check = |client: &mut Client, round: &str| {
+            for i in 0..200u64 {
+                match client.read(i * 4096, &mut buf) {
+                    Ok(()) => assert!(
+                        buf.iter().all(|&b| b == 7u8.wrapping_add(i as u8)),
+                        "{place} {write_policy} {round}: line {i} read as done but holds {:#04x}",
+                        buf[0]
+                    ),
+                    Err(_) => failed += 1,
+                }
+            }
+        };
+        check(&mut client, "after the truncation");
+        // Past the probe's first interval; new writes re-extend the file.
+        std::thread::sleep(Duration::from_millis(2500));
+        for i in 300..340u64 {
+            let _ = client.write(i * 4096, &[0x5a; 4096], false);
+        }
+        let _ = client.flush();
+        check(&mut client, "after new writes");
+        if write_policy == "wt" {
+            assert_eq!(failed, 0, "{place}: clean lines are read from the backend");
+        }
+        drop(client);
+        let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
+        assert!(log.contains("truncated"), "{place} {write_policy}: {log}");
+        let mut server = server;
+        server.child.kill().unwrap();
+        server.child.wait().unwrap();
+        // The restart refuses the device and does not advise growing it.
+        let err = refused(&a);
+        assert!(
+            err.contains("truncated") && !err.contains("truncate -s"),
+            "{place} {write_policy}: {err}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

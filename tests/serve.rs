@@ -1297,6 +1297,16 @@ fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A loopback address with a port nothing listens on now.
+fn free_local_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
 /// `GET path` on `address`, returning the status line and the body.
 fn http_get(address: &str, path: &str) -> (String, String) {
     use std::io::{Read, Write};
@@ -1326,12 +1336,7 @@ fn the_metrics_endpoint_parses_and_moves_with_traffic() {
         eprintln!("skipped: qemu-io or python3-prometheus-client is not installed");
         return;
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let address = format!("127.0.0.1:{port}");
+    let address = free_local_address();
     let dir = temp_dir("metrics");
     let served = Served::start(&dir, &["--metrics", &address]);
     let (status, before) = http_get(&address, "/metrics");
@@ -1393,6 +1398,59 @@ print("ok", len(after))
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Old failure: the metrics endpoint served one connection at a time with
+/// a deadline per read, so a client sending a byte every few seconds held
+/// every scrape off (0 of 8 in 30 s). Now each connection is answered on
+/// its own and the whole request head has one deadline.
+#[test]
+fn a_slow_metrics_client_holds_up_no_scrape() {
+    use std::io::{Read, Write};
+    let address = free_local_address();
+    let dir = temp_dir("metrics-slow");
+    let served = Served::start(&dir, &["--metrics", &address]);
+    let mut slow = std::net::TcpStream::connect(&address).unwrap();
+    let started = std::time::Instant::now();
+    let slow_writer = {
+        let mut slow = slow.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for byte in b"GET /metrics HTTP/1.1\r\n\r\n" {
+                if slow.write_all(&[*byte]).is_err() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1500));
+            }
+        })
+    };
+    for i in 0..8 {
+        let (status, body) = http_get(&address, "/metrics");
+        assert!(
+            status.contains("200") && body.contains("iocache_"),
+            "scrape {i}: {status}"
+        );
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "8 scrapes beside a slow client took {:?}",
+        started.elapsed()
+    );
+    // The slow client is cut off at the request deadline (5 s), not after
+    // its last byte (about 40 s).
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut reply = Vec::new();
+    let _ = slow.read_to_end(&mut reply);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(12),
+        "the slow client was held {:?}",
+        started.elapsed()
+    );
+    drop(slow);
+    slow_writer.join().unwrap();
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -55,6 +55,14 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     fn identity(&self) -> Option<DeviceIdentity> {
         None
     }
+
+    /// Checks that the device still holds all its bytes: a file truncated
+    /// under it fails ([`DeviceError::Shrunk`]); the default, for devices
+    /// that cannot shrink, passes. Cheap (one `fstat`): callers may check
+    /// often.
+    fn check_intact(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
 }
 
 /// What an engine needs to drive a device's file descriptor itself.
@@ -124,5 +132,8 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn identity(&self) -> Option<DeviceIdentity> {
         (**self).identity()
+    }
+    fn check_intact(&self) -> Result<(), DeviceError> {
+        (**self).check_intact()
     }
 }

@@ -95,6 +95,10 @@ pub enum DeviceError {
         #[source]
         source: io::Error,
     },
+    /// The device is smaller than when it was opened (a file truncated
+    /// under it): what it held past `now` is gone.
+    #[error("device {device} has {now} bytes, fewer than its {len}: it was truncated, and what it held past byte {now} is gone")]
+    Shrunk { device: String, now: u64, len: u64 },
     /// A request in a batch that the engine never ran (only seen when the
     /// whole batch failed before reaching it).
     #[error("{kind} of {len} bytes at offset {offset} on device {device} was not executed")]

@@ -101,6 +101,8 @@ pub struct FaultDevice<D: BlockDevice> {
     busy: Mutex<u64>,
     server_free: Condvar,
     offline: AtomicBool,
+    /// Every flush fails (reads and writes still work).
+    flushes_fail: AtomicBool,
     journal: Mutex<Journal>,
 }
 
@@ -117,6 +119,7 @@ impl<D: BlockDevice> FaultDevice<D> {
             busy: Mutex::new(0),
             server_free: Condvar::new(),
             offline: AtomicBool::new(false),
+            flushes_fail: AtomicBool::new(false),
             journal: Mutex::new(Journal {
                 enabled: true,
                 entries: Vec::new(),
@@ -153,8 +156,15 @@ impl<D: BlockDevice> FaultDevice<D> {
         });
     }
 
-    /// Removes every n-th and range fault (not latency, not offline).
+    /// Makes every flush fail while reads and writes work (a device that
+    /// cannot make data durable), until [`clear_faults`](Self::clear_faults).
+    pub fn set_flushes_fail(&self, fail: bool) {
+        self.flushes_fail.store(fail, Ordering::SeqCst);
+    }
+
+    /// Removes every n-th, range and flush fault (not latency, not offline).
     pub fn clear_faults(&self) {
+        self.flushes_fail.store(false, Ordering::SeqCst);
         self.ranges.write().unwrap().clear();
         for t in &self.nth {
             t.store(0, Ordering::SeqCst);
@@ -250,6 +260,9 @@ impl<D: BlockDevice> FaultDevice<D> {
                 .is_ok()
         {
             return Err(self.injected(kind, offset, len, "n-th I/O"));
+        }
+        if kind == IoKind::Flush && self.flushes_fail.load(Ordering::SeqCst) {
+            return Err(self.injected(kind, offset, len, "every flush"));
         }
         if kind != IoKind::Flush {
             let end = offset.saturating_add(len.max(1));
@@ -415,5 +428,9 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
 
     fn identity(&self) -> Option<crate::DeviceIdentity> {
         self.inner.identity()
+    }
+
+    fn check_intact(&self) -> Result<(), DeviceError> {
+        self.inner.check_intact()
     }
 }

@@ -668,6 +668,26 @@ impl BlockDevice for FileDevice {
         Some(self.identity.clone())
     }
 
+    /// A regular file must still be as long as when it was opened (a
+    /// block device cannot shrink under an exclusive open).
+    fn check_intact(&self) -> Result<(), DeviceError> {
+        if self.block_device {
+            return Ok(());
+        }
+        let now = self.files[0]
+            .metadata()
+            .map_err(|e| self.io_err(IoKind::Read, 0, 0, e))?
+            .len();
+        if now < self.len {
+            return Err(DeviceError::Shrunk {
+                device: self.name.clone(),
+                now,
+                len: self.len,
+            });
+        }
+        Ok(())
+    }
+
     fn raw_target(&self) -> Option<RawTarget> {
         if self.mapping.is_some() {
             // Through the mapping (read_at, write_at): its guard and its

@@ -1357,6 +1357,12 @@ impl Inner {
         };
         let (device_offset, from, _) = span(&ops[0]);
         let (_, last_at, last_len) = span(&ops[ops.len() - 1]);
+        if self.content_lost() {
+            for op in ops {
+                self.read_cache_op(segment, op, buf)?;
+            }
+            return Ok(());
+        }
         let read = self.queues.cache.time_n(
             &self.clock,
             queues::cache_class::READ_HIT,
@@ -1367,7 +1373,7 @@ impl Inner {
                     .read_at(&mut buf[from..last_at + last_len], device_offset)
             },
         );
-        if read.is_ok() {
+        if read.is_ok() && self.cache_read_believable(&buf[from..last_at + last_len]) {
             return Ok(());
         }
         for op in ops {

@@ -17,6 +17,9 @@ pub const CACHE_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 pub const CACHE_PROBE_INTERVAL_MAX: Duration = Duration::from_secs(64);
 /// Failing again within this time of a recovery counts as a relapse.
 pub const RELAPSE_WINDOW: Duration = Duration::from_secs(30);
+/// At most one log line about backend errors per this interval (the first
+/// error is logged at once; the next line counts those in between).
+pub const BACKEND_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// First and longest wait before the cleaner retries failed write-backs.
 pub const RETRY_MIN: Duration = Duration::from_millis(10);
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
@@ -32,6 +35,10 @@ pub struct Health {
     /// (`Cache::set_cache_device_failed`: pass-through) until a probe passes.
     pub cache_failed: AtomicBool,
     retry: Mutex<Retry>,
+    /// Backend errors since the last log line about them.
+    backend_errors_unreported: AtomicU64,
+    /// When that line was written (engine clock, ns; 0: never).
+    backend_logged_at_ns: AtomicU64,
 }
 
 #[derive(Default)]
@@ -70,8 +77,35 @@ impl Health {
         crossed
     }
 
-    pub fn backend_error(&self) {
+    /// Counts a cache-device error that fails the device at once (a flush
+    /// that failed: nothing written since the last one is known durable);
+    /// true when the device was not failed before.
+    pub fn cache_failed_now(&self, now_ns: u64) -> bool {
+        let errors = self.cache_errors.load(Ordering::Relaxed);
+        if errors + 1 < CACHE_ERROR_THRESHOLD {
+            self.cache_errors
+                .fetch_add(CACHE_ERROR_THRESHOLD - 1 - errors, Ordering::Relaxed);
+        }
+        self.cache_error(now_ns)
+    }
+
+    /// Counts a backend error at `now_ns`; returns how many errors to
+    /// report in a log line now (this one and those not reported yet), or
+    /// `None` while the last line is younger than [`BACKEND_LOG_INTERVAL`].
+    pub fn backend_error(&self, now_ns: u64) -> Option<u64> {
         self.backend_errors.fetch_add(1, Ordering::Relaxed);
+        self.backend_errors_unreported.fetch_add(1, Ordering::Relaxed);
+        let last = self.backend_logged_at_ns.load(Ordering::Relaxed);
+        let due = last == 0 || now_ns.saturating_sub(last) >= BACKEND_LOG_INTERVAL.as_nanos() as u64;
+        if due
+            && self
+                .backend_logged_at_ns
+                .compare_exchange(last, now_ns.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.backend_errors_unreported.swap(0, Ordering::Relaxed));
+        }
+        None
     }
 
     /// Whether the cleaner may try now (not backing off).
@@ -129,6 +163,27 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backend_errors_are_logged_once_per_interval_with_their_count() {
+        let h = Health::default();
+        let s = 1_000_000_000;
+        assert_eq!(h.backend_error(5 * s), Some(1), "the first at once");
+        for i in 0..99 {
+            assert_eq!(h.backend_error(5 * s + i), None);
+        }
+        assert_eq!(h.backend_error(16 * s), Some(100), "then the count since");
+        assert_eq!(h.backend_error(17 * s), None);
+        assert_eq!(h.backend_errors.load(Ordering::Relaxed), 102);
+    }
+
+    #[test]
+    fn a_failed_flush_fails_the_device_at_once() {
+        let h = Health::default();
+        assert!(h.cache_failed_now(1));
+        assert!(h.cache_failed.load(Ordering::SeqCst));
+        assert!(!h.cache_failed_now(2), "once");
+    }
 
     #[test]
     fn threshold_is_crossed_once() {

@@ -495,6 +495,40 @@ fn records_follow(dev: &dyn BlockDevice) -> Result<bool, EngineError> {
         .any(|record| record.starts_with(&iocache_format::RECORD_TAG)))
 }
 
+/// The refusal of a device smaller than the cache it holds.
+fn shrunk_device(dev: &dyn BlockDevice, layout: &Layout) -> EngineError {
+    EngineError::Refused(format!(
+        "the cache device {} holds a cache of {} lines of {} B needing {} bytes, but has only {} bytes: it \
+         was truncated, or is another, smaller device. What it held past byte {} is gone, and growing it \
+         again would make that read as zeroes, so do not; find the original device. If it is gone for good, \
+         the dirty lines it held are lost, and only formatting anew (acknowledging that) starts over",
+        dev.name(),
+        layout.slots,
+        layout.line_bytes,
+        layout.device_bytes(),
+        dev.len_bytes(),
+        dev.len_bytes()
+    ))
+}
+
+/// Refuses a device that holds a cache larger than the device (a cache
+/// file truncated, or another device under its name); `Ok` for a blank
+/// device or one whose cache fits. For callers that size a cache from the
+/// device before opening it.
+pub fn check_not_shrunk(dev: &dyn BlockDevice) -> Result<(), EngineError> {
+    if dev.len_bytes() < 2 * SUPERBLOCK_BYTES as u64 {
+        return Ok(());
+    }
+    match read_superblocks(dev)? {
+        Ok(SuperblockFound::Found { superblock, .. })
+            if dev.len_bytes() < superblock.layout.device_bytes() =>
+        {
+            Err(shrunk_device(dev, &superblock.layout))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Whether `dev` holds no cache: too small for the superblocks, or neither
 /// copy carries the magic and no record follows them (a damaged or zeroed
 /// superblock is not blank: [`open`] refuses it).
@@ -557,13 +591,10 @@ pub fn open(
     };
     let layout = superblock.layout;
     if dev.len_bytes() < layout.device_bytes() {
-        return Err(EngineError::Refused(format!(
-            "the cache device holds a cache of {} slots of {} B needing {} bytes, but has only {} bytes",
-            layout.slots,
-            layout.line_bytes,
-            layout.device_bytes(),
-            dev.len_bytes()
-        )));
+        if spec.init == (InitMode::Format { discard_dirty: true }) {
+            return format_fresh(dev, backends, spec, RecoveryReport::default());
+        }
+        return Err(shrunk_device(dev, &layout));
     }
     let region = layout.copy_region_bytes as usize;
     let mut images = [vec![0u8; region], vec![0u8; region]];
@@ -692,13 +723,14 @@ pub fn open(
                 .iter()
                 .find(|v| v.id == id)
                 .map_or(format!("an unnamed volume (id {id})"), |v| {
-                    format!("`{}`", v.name)
+                    format!("`{}` (backend: {})", v.name, describe_identity(v.identity))
                 })
         };
         let total: usize = foreign.iter().map(|&v| dirty_of(v)).sum();
         return Err(EngineError::Refused(format!(
             "the cache device holds {total} dirty lines of volumes this configuration does not serve: {}; \
-             serve them again (same export names, same cache) to write them back, or start with --init --force \
+             serve them again (same export names, same backends, same cache; a volume attached while the \
+             server ran must be named in the configuration) to write them back, or start with --init --force \
              to lose them (volumes on the device: {})",
             foreign
                 .iter()

@@ -17,6 +17,10 @@ const VOLUME_SECTORS: u64 = 1024;
 type Fault = Arc<FaultDevice<MemDevice>>;
 
 fn setup(wp: WritePolicy, lines: u64, flush: &str) -> (Engine, Fault, Fault) {
+    setup_with(wp, lines, flush, Persistence::Dirty)
+}
+
+fn setup_with(wp: WritePolicy, lines: u64, flush: &str, persistence: Persistence) -> (Engine, Fault, Fault) {
     let mut cache = CacheConfig::new(lines, LineSize::new(4096).unwrap(), PolicySpec::lru());
     cache.write_policy = wp;
     cache.cleaning = flush.parse().unwrap();
@@ -29,7 +33,7 @@ fn setup(wp: WritePolicy, lines: u64, flush: &str) -> (Engine, Fault, Fault) {
     let engine = Engine::new(
         EngineConfig {
             shards: 2,
-            persistence: Persistence::Dirty,
+            persistence,
             ..EngineConfig::new(cache)
         },
         cache_dev.clone() as Arc<dyn BlockDevice>,
@@ -394,4 +398,63 @@ fn a_cache_device_that_fills_up() {
         drop(engine);
         let _ = std::fs::remove_file(&path);
     }
+}
+
+/// Old failure: a cache device whose flushes failed (reads and writes
+/// worked) made FLUSH fail, as it must, but also most reads, which the
+/// backend or the cached data could have served, and the device was never
+/// marked failed. Now its first failed flush marks it failed: FLUSH keeps
+/// failing while dirty data depends on it, every read is served.
+#[test]
+fn a_cache_device_whose_flushes_fail_is_marked_failed_and_reads_are_served() {
+    for persistence in [Persistence::All, Persistence::Dirty] {
+        flushes_fail(persistence);
+    }
+}
+
+fn flushes_fail(persistence: Persistence) {
+    let (engine, cache, _backend) = setup_with(WritePolicy::WriteBack, 64, "nop", persistence);
+    let mut expected = vec![0u64; VOLUME_SECTORS as usize];
+    for sector in (0..VOLUME_SECTORS).step_by(3) {
+        engine.write(sector * SECTOR, &stamp(sector + 1), false).unwrap();
+        expected[sector as usize] = sector + 1;
+    }
+    engine.flush().unwrap();
+    // Dirty data not flushed yet when the device stops flushing.
+    for sector in (1..VOLUME_SECTORS).step_by(7) {
+        engine
+            .write(sector * SECTOR, &stamp(sector + 5000), false)
+            .unwrap();
+        expected[sector as usize] = sector + 5000;
+    }
+    cache.set_flushes_fail(true);
+    assert!(
+        engine.flush().is_err(),
+        "a FLUSH cannot succeed over a device that does not flush"
+    );
+    assert!(engine.stats().cache_device_failed, "marked failed at once");
+    // Writes of lines the cache does not hold dirty go to the backend.
+    for sector in (VOLUME_SECTORS - 64..VOLUME_SECTORS).filter(|s| s % 3 != 0 && s % 7 != 1) {
+        engine
+            .write(sector * SECTOR, &stamp(sector + 9000), false)
+            .unwrap();
+        expected[sector as usize] = sector + 9000;
+    }
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut failed = 0;
+    for _ in 0..1500 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let sector = rng % VOLUME_SECTORS;
+        let mut buf = vec![0u8; SECTOR as usize];
+        match engine.read(sector * SECTOR, &mut buf) {
+            Ok(()) => assert_eq!(value_of(&buf), expected[sector as usize], "sector {sector}"),
+            Err(_) => failed += 1,
+        }
+    }
+    assert_eq!(
+        failed, 0,
+        "{persistence}: reads failed that the cache or the backend could serve"
+    );
 }

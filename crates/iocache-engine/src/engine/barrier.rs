@@ -113,7 +113,7 @@ impl Inner {
             return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
         }
         self.flush_backends()?;
-        self.slots.dev.flush()?;
+        self.flush_cache_device()?;
         Ok(())
     }
 
@@ -125,7 +125,7 @@ impl Inner {
         // Rule 3: write-backs durable before records stop saying dirty;
         // rule 1: data durable before records say it is there.
         self.flush_backends()?;
-        self.slots.dev.flush()?;
+        self.flush_cache_device()?;
         let mut staged = Vec::new();
         for (shard, records) in planned {
             let base = self.shards[*shard].base_slot;
@@ -147,7 +147,7 @@ impl Inner {
         for (offset, bytes) in meta.writer.take_writes() {
             self.slots.dev.write_at(bytes, offset)?;
         }
-        self.slots.dev.flush()?;
+        self.flush_cache_device()?;
         for &(slot, copy, sequence) in &staged {
             meta.writer.durable(slot, copy, sequence);
         }
@@ -213,7 +213,7 @@ impl Inner {
             for copy in 0..2u8 {
                 self.slots.dev.write_at(&empty, layout.copy_region_offset(copy))?;
             }
-            self.slots.dev.flush()?;
+            self.flush_cache_device()?;
         }
         self.write_superblock_state(ShutdownState::Running)?;
         // Records of lines that could not stay in their slots.
@@ -294,7 +294,7 @@ impl Inner {
         for (offset, bytes) in meta.writer.take_writes() {
             self.slots.dev.write_at(bytes, offset)?;
         }
-        self.slots.dev.flush()?;
+        self.flush_cache_device()?;
         self.durability.withdrawal_flushes.fetch_add(1, Ordering::Relaxed);
         for &(global, copy, sequence) in &staged {
             meta.writer.durable(global, copy, sequence);

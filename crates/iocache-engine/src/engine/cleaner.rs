@@ -118,6 +118,10 @@ impl Inner {
         while !self.stopping.load(Ordering::Relaxed) {
             let now = self.now_ns();
             let mut next_wake = now + CLEANER_POLL.as_nanos() as u64;
+            if self.slots.array.is_none() {
+                // A file truncated under the server is noticed within a tick.
+                self.cache_intact();
+            }
             if self.health.devices.probe_due(now) {
                 self.probe_cache_device();
             }
@@ -313,6 +317,11 @@ impl Inner {
     ) -> Result<(), EngineError> {
         let mut data = vec![0u8; length as usize];
         let mut already_in_backend = false;
+        if self.content_lost() {
+            return Err(EngineError::Io(format!(
+                "write-back of slot {slot}: the cache device lost its content, and the line's data with it"
+            )));
+        }
         if let Some(array) = &self.slots.array {
             let global = self.shards[shard].base_slot + u64::from(slot);
             let primary_ok = !array.primary_failed(global)
@@ -344,6 +353,10 @@ impl Inner {
         }) {
             self.cache_error("read for a write-back", &e);
             return Err(e.into());
+        } else if !self.cache_read_believable(&data) {
+            return Err(EngineError::Io(format!(
+                "write-back of slot {slot}: the cache device lost its content, and the line's data with it"
+            )));
         }
         if !already_in_backend {
             let backend = self.backend_of(volume)?;

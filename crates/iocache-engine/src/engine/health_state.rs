@@ -12,7 +12,7 @@
 //! back-off of `health.rs`, and the engine's counters of failed requests and
 //! forgotten lines.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use iocache_core::{bitmap, FlushToken, LineKey, Op, SlotId, SECTOR_BYTES};
 use iocache_device::DeviceError;
@@ -31,6 +31,11 @@ pub(super) struct HealthState {
     /// Lines whose sectors the core forgot after a failed cache write
     /// (`EngineStats::forgotten_lines`).
     pub(super) forgotten_lines: AtomicU64,
+    /// The cache device lost what it held (a file truncated under it): it
+    /// is failed for good, nothing is read from it again (clean data comes
+    /// from the backend, dirty data is an error), and no probe brings it
+    /// back (`cache_intact`).
+    pub(super) content_lost: AtomicBool,
 }
 
 impl HealthState {
@@ -39,6 +44,7 @@ impl HealthState {
             devices: Health::default(),
             io_errors: AtomicU64::new(0),
             forgotten_lines: AtomicU64::new(0),
+            content_lost: AtomicBool::new(false),
         }
     }
 }
@@ -240,22 +246,111 @@ impl Inner {
         true
     }
 
+    /// Counts a backend error and logs it, at most once per
+    /// `BACKEND_LOG_INTERVAL` with the count since the last line.
     pub(super) fn backend_error(&self, e: DeviceError) -> EngineError {
-        self.health.devices.backend_error();
+        if let Some(count) = self.health.devices.backend_error(self.now_ns()) {
+            log::warn!(
+                "backend error: {e} ({count} backend error{} since the last such line, {} in all)",
+                if count == 1 { "" } else { "s" },
+                self.health.devices.backend_errors.load(Ordering::Relaxed)
+            );
+        }
         e.into()
+    }
+
+    /// Flushes the cache device; a failed flush fails the device at once
+    /// (`cache_error` with `at_once`): the data written since the last
+    /// flush is not known durable, and a device that cannot flush cannot
+    /// take new data.
+    pub(super) fn flush_cache_device(&self) -> Result<(), EngineError> {
+        self.slots.dev.flush().map_err(|e| {
+            self.cache_error_at_once("flush", &e);
+            EngineError::from(e)
+        })
     }
 
     /// Counts a cache-device error; past the threshold the volume falls
     /// back to pass-through (dirty lines stay and are still served and
     /// written back; nothing new is cached) until a probe succeeds.
     pub(super) fn cache_error(&self, what: &str, e: &DeviceError) {
+        self.count_cache_error(what, e, false);
+    }
+
+    /// A cache-device error that fails the device without waiting for the
+    /// threshold (a failed flush).
+    pub(super) fn cache_error_at_once(&self, what: &str, e: &DeviceError) {
+        self.count_cache_error(what, e, true);
+    }
+
+    /// Whether the cache device still holds what it held: false once it
+    /// lost content (checked now with `BlockDevice::check_intact`, and
+    /// remembered). Called by every cache error, every cleaner tick, every
+    /// probe, and before a read of the device that returned a zeroed sector
+    /// is believed (a truncated file re-extended by a later write reads as
+    /// zeroes, without an error).
+    pub(super) fn cache_intact(&self) -> bool {
+        if self.health.content_lost.load(Ordering::SeqCst) {
+            return false;
+        }
+        match self.slots.dev.check_intact() {
+            Ok(()) => true,
+            Err(e) => {
+                self.cache_content_lost(&e);
+                false
+            }
+        }
+    }
+
+    /// Whether the cache device is known to have lost content.
+    pub(super) fn content_lost(&self) -> bool {
+        self.health.content_lost.load(Ordering::Relaxed)
+    }
+
+    /// The cache device lost content: failed for good (pass-through, never
+    /// probed back), logged with the dirty lines whose data is gone.
+    fn cache_content_lost(&self, e: &DeviceError) {
+        if self.health.content_lost.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.health.devices.cache_failed.store(true, Ordering::SeqCst);
+        let mut dirty = 0;
+        for shard in &self.shards {
+            let mut state = lock(&shard.state);
+            state.cache.set_cache_device_failed(true);
+            dirty += state.cache.dirty_lines();
+        }
+        log::error!(
+            "cache device {}: {e}. It is not used again: clean data is read from the backend; the {dirty} dirty \
+             lines it held cannot be read or written back (reads of them fail, FLUSH fails) until the server \
+             restarts, which refuses the device",
+            self.slots.dev.name()
+        );
+    }
+
+    /// Sectors of `buf` read from the cache device: believed unless one is
+    /// all zero and the device turns out to have lost content.
+    pub(super) fn cache_read_believable(&self, buf: &[u8]) -> bool {
+        !buf.chunks(SECTOR_BYTES as usize)
+            .any(|s| s.iter().all(|&b| b == 0))
+            || self.cache_intact()
+    }
+
+    fn count_cache_error(&self, what: &str, e: &DeviceError, at_once: bool) {
+        self.cache_intact();
         if self.slots.array.as_ref().is_some_and(|a| a.live_members() > 0) {
             // A cache array fails members one by one and runs degraded on
             // the others (the cleaner evacuates); pass-through is for when
             // none is left.
             return;
         }
-        if self.health.devices.cache_error(self.now_ns()) {
+        let now = self.now_ns();
+        let crossed = if at_once {
+            self.health.devices.cache_failed_now(now)
+        } else {
+            self.health.devices.cache_error(now)
+        };
+        if crossed {
             log::warn!(
                 "cache device {}: {} I/O errors (last: {what}: {e}); falling back to pass-through until it answers again",
                 self.slots.dev.name(),
@@ -270,6 +365,10 @@ impl Inner {
     /// Probes a failed cache device: a read and a rewrite of the
     /// superblock's blocks. On success the configured write policy returns.
     pub(super) fn probe_cache_device(&self) {
+        if !self.cache_intact() {
+            // Lost content is never taken back.
+            return;
+        }
         let mut head = vec![0u8; 8192];
         let ok = self.slots.dev.read_at(&mut head, 0).is_ok()
             && self.slots.dev.write_at(&head, 0).is_ok()

@@ -50,6 +50,9 @@ impl Inner {
         let Some(io) = &self.slots.io_engine else {
             unreachable!("batches are only formed with an I/O engine");
         };
+        if self.content_lost() {
+            return Err(EngineError::Io("the cache device lost its content".into()));
+        }
         // (buffer start, length, device offset), in buffer order for splitting.
         let mut parts: Vec<(usize, usize, u64)> = ops
             .iter()
@@ -70,7 +73,8 @@ impl Inner {
         parts.sort_unstable_by_key(|p| p.0);
         let device: &dyn BlockDevice = &*self.slots.dev;
         let mut requests = Vec::with_capacity(parts.len());
-        let mut rest = buf;
+        let spans: Vec<(usize, usize)> = parts.iter().map(|&(start, len, _)| (start, len)).collect();
+        let mut rest = &mut *buf;
         let mut consumed = 0;
         for (start, len, offset) in parts {
             let (_, tail) = rest.split_at_mut(start - consumed);
@@ -87,6 +91,15 @@ impl Inner {
             if let Err(e) = request.outcome() {
                 return Err(EngineError::Io(e.to_string()));
             }
+        }
+        drop(requests);
+        if self.slots.array.is_none()
+            && spans
+                .iter()
+                .any(|&(start, len)| !self.cache_read_believable(&buf[start..start + len]))
+        {
+            // Redone op by op, each read around the lost device.
+            return Err(EngineError::Io("the cache device lost its content".into()));
         }
         Ok(())
     }
@@ -105,6 +118,9 @@ impl Inner {
     ) -> Result<(), EngineError> {
         let first = line_offset / SECTOR_BYTES as u32;
         let end = first + (out.len() as u64 / SECTOR_BYTES) as u32;
+        if self.content_lost() {
+            return self.read_around(shard, slot, key, line_offset, out, None);
+        }
         match self.poisoned_in(shard, slot, key, first, end) {
             Some(true) if self.slots.array.is_some() => {
                 let array = self.slots.array.as_deref().expect("checked");
@@ -141,7 +157,8 @@ impl Inner {
                 .dev
                 .read_at(out, self.cache_offset(shard, slot, line_offset))
         }) {
-            Ok(()) => Ok(()),
+            Ok(()) if self.cache_read_believable(out) => Ok(()),
+            Ok(()) => self.read_around(shard, slot, key, line_offset, out, None),
             Err(e) => {
                 self.cache_error("read", &e);
                 self.read_around(shard, slot, key, line_offset, out, Some(e))
