@@ -159,6 +159,9 @@ pub struct VolumeConfig {
     pub backend: String,
     /// Create a missing backend file with this size.
     pub backend_create_bytes: Option<u64>,
+    /// The backend's identity as the operator gives it, instead of the one
+    /// the device says (docs/format.md, "Backend identity").
+    pub backend_id: Option<String>,
     pub cache: PathBuf,
     /// Cache RAID: the other devices of an array with `cache` (clean lines
     /// striped over all, dirty lines mirrored); empty for one device.
@@ -449,6 +452,8 @@ pub struct VolumeText {
     pub backend: String,
     #[serde(default)]
     pub backend_size: Option<SizeText>,
+    #[serde(default)]
+    pub backend_id: Option<String>,
     pub cache: PathBuf,
     #[serde(default)]
     pub cache_array: Vec<PathBuf>,
@@ -776,11 +781,18 @@ impl VolumeText {
             ),
             (spec, interval) => Some(parse_adapt(spec, interval.as_deref()).map_err(|e| anyhow!("{}{e}", parse("adapt")))?),
         };
+        let backend_id = match self.backend_id {
+            Some(id) if id.trim().is_empty() || id.len() > 255 => {
+                bail!("{}: 1 to 255 bytes, not `{id}`", key("backend_id"))
+            }
+            other => other,
+        };
         Ok(VolumeConfig {
             origin: origin.clone(),
             export: self.export,
             backend: self.backend,
             backend_create_bytes,
+            backend_id,
             cache: self.cache,
             cache_array: self.cache_array,
             mirror_percent: self.mirror_percent,
@@ -1473,6 +1485,7 @@ cache = "d/other-cache.img"
             export: "iocache".into(),
             backend: "b.img".into(),
             backend_size: None,
+            backend_id: None,
             cache: "c.img".into(),
             cache_array: Vec::new(),
             mirror_percent: 25,

@@ -26,8 +26,9 @@ use crate::running::{lock, Running};
 
 /// The longest request head read (a scraper sends a few hundred bytes).
 const MAX_REQUEST_HEAD_BYTES: u64 = 16 << 10;
-/// How long a client may take to send its whole request head (not per
-/// read: a client sending a byte at a time cannot stretch it).
+/// How long a client may take to send its whole request head, and then to
+/// take the whole reply (not per read or write: a client moving a byte at
+/// a time cannot stretch it).
 const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// Connections answered at once; more are closed at once.
 const MAX_CONCURRENT_SCRAPES: usize = 8;
@@ -87,8 +88,29 @@ impl Read for DeadlineReader<'_> {
     }
 }
 
-fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_write_timeout(Some(REQUEST_DEADLINE))?;
+/// Writes the whole reply before a deadline: each write waits at most the
+/// time left (a client that reads slowly cannot hold a thread longer).
+fn write_before(stream: &TcpStream, mut bytes: &[u8], deadline: Instant) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the reply took longer than its deadline",
+            ));
+        }
+        stream.set_write_timeout(Some(left))?;
+        match (&*stream).write(bytes) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn answer(stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
     let reader = DeadlineReader {
         stream: &stream,
         deadline: Instant::now() + REQUEST_DEADLINE,
@@ -136,7 +158,7 @@ fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
     if method != "HEAD" {
         reply.push_str(&body);
     }
-    stream.write_all(reply.as_bytes())
+    write_before(&stream, reply.as_bytes(), Instant::now() + REQUEST_DEADLINE)
 }
 
 /// Reads the engines at each scrape.

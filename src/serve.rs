@@ -44,7 +44,7 @@ pub struct ServeArgs {
     /// Serve the volumes a TOML file describes (docs/config.md) instead of
     /// the one the flags below describe.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
-        "backend", "backend_size", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
+        "backend", "backend_size", "backend_id", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
         "persistence", "clean_check_budget", "read_only", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
         "listen", "export",
@@ -63,6 +63,12 @@ pub struct ServeArgs {
     /// Sizes take a unit: B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024; 1.5GiB allowed).
     #[arg(long, value_name = "SIZE")]
     backend_size: Option<String>,
+    /// The backend's identity, as you name it (a UUID, a label), recorded on the cache device
+    /// instead of the one the device gives (a file's inode and birth time, a disk's serial): for
+    /// a disk without serial or WWN. A cache holding dirty lines is refused in front of a
+    /// backend of another identity.
+    #[arg(long, value_name = "TEXT")]
+    backend_id: Option<String>,
     /// Cache device: a file or block device [default: ./iocache-data/cache.img].
     #[arg(long, value_name = "PATH")]
     cache: Option<PathBuf>,
@@ -287,6 +293,10 @@ fn open_cache_group(
             own,
             None,
         )?;
+        let backend: Arc<dyn BlockDevice> = match &m.backend_id {
+            Some(id) => Arc::new(iocache_device::Identified::new(backend, id)),
+            None => backend,
+        };
         if !created {
             existing_backends.push(m.backend.clone());
         }
@@ -595,12 +605,18 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
     }
     for info in engine.volumes() {
         if let Ok(volume) = engine.volume(info.id) {
-            log::info!(
-                "volume `{}`: backend {} ({})",
-                info.name,
-                volume.backend().name(),
-                iocache_engine::describe_backend(&**volume.backend())
-            );
+            let backend = volume.backend();
+            let described = iocache_engine::describe_backend(&**backend);
+            if backend.identity().is_some_and(|id| id.weak) {
+                log::warn!(
+                    "volume `{}`: backend {} has a weak identity ({described}): a swap with another such device \
+                     is not detected",
+                    info.name,
+                    backend.name()
+                );
+            } else {
+                log::info!("volume `{}`: backend {} ({described})", info.name, backend.name());
+            }
         }
     }
     if r.loaded {
@@ -1165,6 +1181,7 @@ impl ServeArgs {
             export: self.export,
             backend,
             backend_size: backend_size.map(SizeText),
+            backend_id: self.backend_id,
             cache: self.cache.clone().unwrap_or_else(|| dir.join("cache.img")),
             cache_array: self.cache_array,
             mirror_percent: self.mirror_percent,

@@ -145,11 +145,15 @@ fn regular_file(file: &File, meta: &std::fs::Metadata) -> DeviceIdentity {
             &mut stx,
         )
     };
+    // The filesystem's id (from its UUID on ext4 and btrfs, its device on
+    // xfs; its own per btrfs subvolume): a snapshot or a block-level copy
+    // of the filesystem keeps inode numbers and birth times.
+    let fsid = filesystem_id(file).map_or_else(String::new, |id| format!("fs={id:016x} "));
     if rc == 0 && stx.stx_mask & libc::STATX_BTIME != 0 {
         return DeviceIdentity {
             kind: IdentityKind::File,
             key: format!(
-                "file ino={} born={}.{:09}",
+                "file {fsid}ino={} born={}.{:09}",
                 stx.stx_ino, stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec
             ),
             weak: false,
@@ -165,6 +169,20 @@ fn regular_file(file: &File, meta: &std::fs::Metadata) -> DeviceIdentity {
         ),
         weak: true,
     }
+}
+
+/// The filesystem id `fstatfs` gives for the file, when it gives one.
+fn filesystem_id(file: &File) -> Option<u64> {
+    // SAFETY: fstatfs on a valid fd fills the struct we own.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return None;
+    }
+    // fsid_t is two ints; read them without naming its private fields.
+    // SAFETY: fsid_t is 8 bytes of plain integers.
+    let raw: [i32; 2] = unsafe { std::mem::transmute(st.f_fsid) };
+    let id = (u64::from(raw[0] as u32) << 32) | u64::from(raw[1] as u32);
+    (id != 0).then_some(id)
 }
 
 /// Reads a sysfs attribute, trimmed; `None` when missing or empty.
@@ -221,6 +239,58 @@ fn hardware_key(sys: &Path) -> Option<String> {
     let meta = file.metadata().ok()?;
     let inner = regular_file(&file, &meta);
     Some(format!("loop offset={offset} of {}", inner.key))
+}
+
+/// A device under an identity the operator gave (a UUID, a label): for a
+/// backend whose own identity is weak or changes. Everything else is the
+/// wrapped device's.
+#[derive(Debug)]
+pub struct Identified {
+    inner: std::sync::Arc<dyn crate::BlockDevice>,
+    identity: DeviceIdentity,
+}
+
+impl Identified {
+    /// `inner` known as [`DeviceIdentity::given`]`(text)`.
+    pub fn new(inner: std::sync::Arc<dyn crate::BlockDevice>, text: &str) -> Identified {
+        Identified {
+            inner,
+            identity: DeviceIdentity::given(text),
+        }
+    }
+}
+
+impl crate::BlockDevice for Identified {
+    fn len_bytes(&self) -> u64 {
+        self.inner.len_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), crate::DeviceError> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), crate::DeviceError> {
+        self.inner.write_at(data, offset)
+    }
+    fn flush(&self) -> Result<(), crate::DeviceError> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), crate::DeviceError> {
+        self.inner.discard(offset, len)
+    }
+    fn alignment(&self) -> usize {
+        self.inner.alignment()
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn raw_target(&self) -> Option<crate::RawTarget> {
+        self.inner.raw_target()
+    }
+    fn identity(&self) -> Option<DeviceIdentity> {
+        Some(self.identity.clone())
+    }
+    fn check_intact(&self) -> Result<(), crate::DeviceError> {
+        self.inner.check_intact()
+    }
 }
 
 #[cfg(test)]

@@ -25,5 +25,5 @@ pub use engine::{IoBuf, IoEngine, IoRequest, PsyncEngine, UringEngine, UringStat
 pub use error::{DeviceError, IoKind};
 pub use fault::{FaultDevice, FaultStats, PowerCut, PowerCutReport, SECTOR};
 pub use file::{thread_stripe, DirectIo, FileDevice, OpenOptions};
-pub use identity::{DeviceIdentity, IdentityKind};
+pub use identity::{DeviceIdentity, Identified, IdentityKind};
 pub use mem::MemDevice;

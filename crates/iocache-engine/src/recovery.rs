@@ -419,6 +419,11 @@ fn format_fresh(
             cache_bytes: needed_bytes,
         },
     })?;
+    // The old cache goes first (whatever it held that mattered was written
+    // back, or its loss acknowledged): a crash from here on finds blank
+    // superblocks, which format again unless line records follow them.
+    zero(dev, SUPERBLOCK_OFFSETS[0], 2 * SUPERBLOCK_BYTES as u64)?;
+    dev.flush()?;
     // Old records from whatever the device held before must not be read as
     // this cache's: every slot of both regions starts with an empty record
     // (never all zeroes, so that zeroed records are seen as damage).
@@ -426,7 +431,6 @@ fn format_fresh(
     for copy in 0..2u8 {
         dev.write_at(&empty, layout.copy_region_offset(copy))?;
     }
-    zero(dev, SUPERBLOCK_OFFSETS[1], SUPERBLOCK_BYTES as u64)?;
     let superblock = Superblock {
         format_version: FORMAT_VERSION,
         sequence: 1,
@@ -478,21 +482,30 @@ pub(crate) fn read_superblocks(
 }
 
 /// How far past the superblocks [`records_follow`] looks.
-const RECORD_SCAN_BYTES: u64 = 1 << 20;
+const RECORD_SCAN_BYTES: u64 = 64 << 20;
 
-/// Whether the metadata area after blank superblocks holds record copies
-/// (their tag at a record boundary): the superblocks of a cache were
-/// zeroed, and the cache may hold dirty lines. A cache of this build has a
-/// record at the first boundary; an older one wherever a line was recorded.
+/// Whether the metadata area after blank superblocks holds records of
+/// lines (their tag and the line kind at a record boundary, in the first
+/// 64 MiB): the superblocks of a cache were zeroed, and it may hold dirty
+/// lines. Empty records alone (a format interrupted after the records
+/// were written) describe nothing and do not count.
 fn records_follow(dev: &dyn BlockDevice) -> Result<bool, EngineError> {
     let start = iocache_format::METADATA_OFFSET;
     let len = dev.len_bytes().saturating_sub(start).min(RECORD_SCAN_BYTES);
-    let mut buf = vec![0u8; len as usize];
-    dev.read_at(&mut buf, start)?;
     let step = iocache_format::RECORD_BYTES_MIN as usize;
-    Ok(buf
-        .chunks_exact(step)
-        .any(|record| record.starts_with(&iocache_format::RECORD_TAG)))
+    let mut buf = vec![0u8; (1 << 20).min(len as usize)];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(buf.len() as u64) as usize;
+        dev.read_at(&mut buf[..n], start + at)?;
+        if buf[..n].chunks_exact(step).any(|record| {
+            record.starts_with(&iocache_format::RECORD_TAG) && record[4] == iocache_format::RECORD_KIND_LINE
+        }) {
+            return Ok(true);
+        }
+        at += n as u64;
+    }
+    Ok(false)
 }
 
 /// The refusal of a device smaller than the cache it holds.
@@ -723,8 +736,17 @@ pub fn open(
                 .iter()
                 .find(|v| v.id == id)
                 .map_or(format!("an unnamed volume (id {id})"), |v| {
-                    format!("`{}` (backend: {})", v.name, describe_identity(v.identity))
+                    format!("`{}`", v.name)
                 })
+        };
+        let backend_of = |id: u32| {
+            describe_identity(
+                superblock
+                    .volumes
+                    .iter()
+                    .find(|v| v.id == id)
+                    .and_then(|v| v.identity),
+            )
         };
         let total: usize = foreign.iter().map(|&v| dirty_of(v)).sum();
         return Err(EngineError::Refused(format!(
@@ -734,7 +756,12 @@ pub fn open(
              to lose them (volumes on the device: {})",
             foreign
                 .iter()
-                .map(|&v| format!("{} ({} lines)", name_of(v), dirty_of(v)))
+                .map(|&v| format!(
+                    "{} ({} lines; backend {})",
+                    name_of(v),
+                    dirty_of(v),
+                    backend_of(v)
+                ))
                 .collect::<Vec<_>>()
                 .join(", "),
             superblock
@@ -873,7 +900,8 @@ pub fn open(
             // After a crash, only the dirty sectors are certain: a clean
             // sector of a dirty line may have been overwritten in place by a
             // write that was never flushed.
-            let valid = if clean_shutdown {
+            // A rebound volume's clean sectors are the old backend's.
+            let valid = if clean_shutdown && !rebound.contains(&line.volume) {
                 line.valid.clone()
             } else {
                 line.dirty_bits.clone()
@@ -934,7 +962,22 @@ pub fn open(
         &mut unloaded_slots,
     )?;
     let mut superblock = superblock;
+    superblock.persistence = spec.persistence;
+    let previous_settings = std::mem::replace(&mut superblock.settings, spec.settings.clone());
+    // The table names the volumes served: others had no dirty line (or
+    // opening was refused), and their clean lines are not loaded.
+    superblock.volumes = entries(spec, &ids, backends);
     if superblock.format_version < FORMAT_VERSION {
+        // What this start will write must fit before anything is upgraded
+        // (a version 3 volume entry is 9 bytes longer).
+        let mut upgraded = superblock.clone();
+        upgraded.format_version = FORMAT_VERSION;
+        upgraded.encode().map_err(|e| {
+            EngineError::Config(format!(
+                "the cache device's superblock cannot hold this configuration's volumes and settings in format \
+                 version {FORMAT_VERSION}: {e}"
+            ))
+        })?;
         // An older device: from now on every record copy is written, so a
         // zeroed one is seen as damage.
         upgrade_records(dev, &layout, &mut images)?;
@@ -942,11 +985,6 @@ pub fn open(
         superblock.format_version = FORMAT_VERSION;
     }
     let writer = RecordWriter::new(layout, images, loaded.slots);
-    superblock.persistence = spec.persistence;
-    let previous_settings = std::mem::replace(&mut superblock.settings, spec.settings.clone());
-    // The table names the volumes served: others had no dirty line (or
-    // opening was refused), and their clean lines are not loaded.
-    superblock.volumes = entries(spec, &ids, backends);
     Ok(Opened {
         volume_ids: ids,
         unloaded_slots,
@@ -1039,7 +1077,9 @@ fn upgrade_records(
     for (copy, image) in images.iter_mut().enumerate() {
         for slot in 0..layout.slots as usize {
             let range = slot * record_bytes..(slot + 1) * record_bytes;
-            if image[range.clone()].iter().all(|&b| b == 0) {
+            // All zero, or a header of zeroes (never a record: harmless
+            // before version 3, damage from then on).
+            if image[range.start..range.start + 8].iter().all(|&b| b == 0) {
                 image[range.clone()].copy_from_slice(&empty[range]);
             }
         }
@@ -1688,7 +1728,7 @@ mod tests {
             .expect("refused")
             .to_string();
         assert!(
-            err.contains("`v` (1 lines)") && err.contains("does not serve"),
+            err.contains("`v` (1 lines; backend RAM device") && err.contains("does not serve"),
             "{err}"
         );
         // Served with another volume, it loads; the clean line of the other

@@ -717,6 +717,11 @@ fn a_version_2_cache_is_upgraded_and_then_checked() {
         }
     }
     assert!(blanked > 64, "most slots were never written");
+    // A copy whose header is zero but not the rest: never a record, so
+    // harmless under version 2; the upgrade must rewrite it too.
+    let odd = layout.record_offset(63, 1) as usize;
+    image[odd..odd + rb].fill(0);
+    image[odd + 20] = 7;
     for (copy, &offset) in SUPERBLOCK_OFFSETS.iter().enumerate() {
         let at = offset as usize;
         if let Ok(mut sb) = Superblock::decode(&image[at..at + SUPERBLOCK_BYTES], offset) {
@@ -748,6 +753,10 @@ fn a_version_2_cache_is_upgraded_and_then_checked() {
         assert_eq!(buf, line_content(line, line_bytes), "line {line}");
     }
     drop(engine); // kill -9 again
+    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend)
+        .expect("the upgraded cache starts again");
+    assert_eq!(engine.stats().recovery.upgraded_from_version, None);
+    drop(engine);
 
     // Upgraded: no record copy is blank, and zeroing one is damage.
     cache_dev.read_at(&mut image, 0).unwrap();
@@ -772,4 +781,58 @@ fn a_version_2_cache_is_upgraded_and_then_checked() {
         .expect("a zeroed sector of records is refused");
     assert!(matches!(err, EngineError::DamagedMetadata(_)), "{err}");
     assert!(err.to_string().contains("all zero"), "{err}");
+}
+
+/// A format interrupted by a crash (superblocks zeroed, records partly
+/// rewritten as empty ones) is formatted again at the next start, not
+/// refused: empty records describe nothing. Line records after blank
+/// superblocks still refuse it.
+#[test]
+fn a_format_interrupted_by_a_crash_formats_again() {
+    let line_bytes = 4096;
+    let cache = config(line_bytes, 64);
+    let cache_dev = cache_device(&cache);
+    let backend = Arc::new(MemDevice::new("backend", 256 * line_bytes));
+    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
+    for line in 0..8 {
+        engine
+            .write(line * line_bytes, &line_content(line, line_bytes), false)
+            .unwrap();
+    }
+    engine.shutdown().unwrap();
+    drop(engine);
+    // Line records after blank superblocks: refused.
+    cache_dev.write_at(&vec![0u8; 2 * SUPERBLOCK_BYTES], 0).unwrap();
+    let err = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend)
+        .err()
+        .expect("line records follow blank superblocks");
+    assert!(err.to_string().contains("superblocks were zeroed"), "{err}");
+    // The crash came after the new (smaller) layout's empty records were
+    // written over the old ones: nothing is described, so it formats.
+    let smaller = Layout::for_slots(line_bytes, 32).unwrap();
+    let empty = iocache_format::empty_region(&smaller).unwrap();
+    let old = Layout::for_slots(line_bytes, 64).unwrap();
+    for copy in 0..2u8 {
+        // What the old layout's regions held beyond the new ones' is
+        // rewritten too (by the other copy's region or the data area).
+        cache_dev
+            .write_at(
+                &vec![0u8; old.copy_region_bytes as usize],
+                old.copy_region_offset(copy),
+            )
+            .unwrap();
+        cache_dev
+            .write_at(&empty, smaller.copy_region_offset(copy))
+            .unwrap();
+    }
+    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend)
+        .expect("an interrupted format formats again");
+    assert!(!engine.stats().recovery.loaded);
+    let mut buf = vec![0u8; line_bytes as usize];
+    engine.read(0, &mut buf).unwrap();
+    assert_eq!(
+        buf,
+        line_content(0, line_bytes),
+        "written back before the old cache went"
+    );
 }

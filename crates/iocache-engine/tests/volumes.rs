@@ -532,7 +532,7 @@ fn a_restart_finds_every_volume_s_lines_by_name() {
             .expect("refused")
             .to_string();
         assert!(
-            err.contains("`b` (40 lines)") && err.contains("does not serve"),
+            err.contains("`b` (40 lines; backend RAM device") && err.contains("does not serve"),
             "{err}"
         );
         // A new volume alongside gets a new id; a clean shutdown writes everything back.

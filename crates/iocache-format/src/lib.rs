@@ -33,7 +33,7 @@ pub use layout::{Layout, LINE_BYTES_MAX, LINE_BYTES_MIN, METADATA_OFFSET, RECORD
 pub use load::{load_metadata, CorruptCopy, MetadataLoad, SlotDisk, MAX_CORRUPT_EXAMPLES};
 pub use record::{
     decode_record, empty_region, encode_record, guess_record, LineRecord, Record, RecordCopy, RecordGuess,
-    RECORD_TAG,
+    RECORD_KIND_LINE, RECORD_TAG,
 };
 pub use superblock::{
     pick_superblock, Persistence, ShutdownState, Superblock, SuperblockFound, VolumeEntry, VolumeIdentity,

@@ -30,7 +30,9 @@ use crate::le::{get_u32, get_u64};
 pub const RECORD_TAG: [u8; 4] = *b"IOCR";
 
 const KIND_EMPTY: u8 = 1;
-const KIND_LINE: u8 = 2;
+/// The `kind` byte (offset 4) of a record that describes a line.
+pub const RECORD_KIND_LINE: u8 = 2;
+const KIND_LINE: u8 = RECORD_KIND_LINE;
 const FLAG_DIRTY: u8 = 1;
 const FLAG_HASH: u8 = 2;
 const FLAG_MIRROR: u8 = 4;

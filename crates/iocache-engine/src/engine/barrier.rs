@@ -160,6 +160,14 @@ impl Inner {
     /// After everything is written back: a full snapshot of the records and
     /// a superblock saying the cache was shut down cleanly.
     pub(super) fn close(&self) -> Result<(), EngineError> {
+        if self.content_lost() {
+            // Nothing the device holds is trusted: the superblock keeps
+            // saying `running`, so no record is believed without its checks
+            // (and the next start refuses a device still short).
+            return Err(EngineError::Io(
+                "the cache device lost its content: its records are not marked clean".into(),
+            ));
+        }
         self.barrier(true)?;
         self.write_superblock_state(ShutdownState::Clean)
     }

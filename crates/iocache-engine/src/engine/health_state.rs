@@ -21,6 +21,10 @@ use smallvec::SmallVec;
 use super::{lock, EngineError, Inner};
 use crate::health::Health;
 
+/// How often at most a read that returned a zeroed sector makes the engine
+/// check that the cache device still holds its content.
+const ZERO_READ_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// What poisoning and health own.
 pub(super) struct HealthState {
     /// Device error counters, the cache device's pass-through fall-back and
@@ -36,6 +40,12 @@ pub(super) struct HealthState {
     /// from the backend, dirty data is an error), and no probe brings it
     /// back (`cache_intact`).
     pub(super) content_lost: AtomicBool,
+    /// When a zeroed sector read from the cache device last made the
+    /// engine check the device (`cache_read_believable`), engine clock ns.
+    zero_read_checked_ns: AtomicU64,
+    /// A flush of the cache device failed: failed until the server
+    /// restarts (no probe brings it back).
+    pub(super) flush_failed: AtomicBool,
 }
 
 impl HealthState {
@@ -45,6 +55,8 @@ impl HealthState {
             io_errors: AtomicU64::new(0),
             forgotten_lines: AtomicU64::new(0),
             content_lost: AtomicBool::new(false),
+            zero_read_checked_ns: AtomicU64::new(0),
+            flush_failed: AtomicBool::new(false),
         }
     }
 }
@@ -265,6 +277,7 @@ impl Inner {
     /// take new data.
     pub(super) fn flush_cache_device(&self) -> Result<(), EngineError> {
         self.slots.dev.flush().map_err(|e| {
+            self.health.flush_failed.store(true, Ordering::SeqCst);
             self.cache_error_at_once("flush", &e);
             EngineError::from(e)
         })
@@ -294,11 +307,12 @@ impl Inner {
             return false;
         }
         match self.slots.dev.check_intact() {
-            Ok(()) => true,
-            Err(e) => {
+            Err(e @ DeviceError::Shrunk { .. }) => {
                 self.cache_content_lost(&e);
                 false
             }
+            // Could not tell (a failed fstat): an ordinary error, not a loss.
+            Ok(()) | Err(_) => true,
         }
     }
 
@@ -329,11 +343,25 @@ impl Inner {
     }
 
     /// Sectors of `buf` read from the cache device: believed unless one is
-    /// all zero and the device turns out to have lost content.
+    /// all zero and the device turns out to have lost content. The check
+    /// runs at most once per `ZERO_READ_CHECK_INTERVAL` (a cache of zeroed
+    /// data reads zeroes on every hit; the cleaner checks every tick too).
     pub(super) fn cache_read_believable(&self, buf: &[u8]) -> bool {
-        !buf.chunks(SECTOR_BYTES as usize)
+        if !buf
+            .chunks(SECTOR_BYTES as usize)
             .any(|s| s.iter().all(|&b| b == 0))
-            || self.cache_intact()
+        {
+            return !self.content_lost();
+        }
+        let now = self.now_ns();
+        let last = self.health.zero_read_checked_ns.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < ZERO_READ_CHECK_INTERVAL.as_nanos() as u64 {
+            return !self.content_lost();
+        }
+        self.health
+            .zero_read_checked_ns
+            .store(now.max(1), Ordering::Relaxed);
+        self.cache_intact()
     }
 
     fn count_cache_error(&self, what: &str, e: &DeviceError, at_once: bool) {
@@ -365,15 +393,17 @@ impl Inner {
     /// Probes a failed cache device: a read and a rewrite of the
     /// superblock's blocks. On success the configured write policy returns.
     pub(super) fn probe_cache_device(&self) {
-        if !self.cache_intact() {
-            // Lost content is never taken back.
+        if !self.cache_intact() || self.health.flush_failed.load(Ordering::SeqCst) {
+            // Lost content is never taken back, nor a device whose flush
+            // failed (after a failed fsync, a later one may succeed with the
+            // earlier writes dropped).
             return;
         }
         let mut head = vec![0u8; 8192];
         let ok = self.slots.dev.read_at(&mut head, 0).is_ok()
             && self.slots.dev.write_at(&head, 0).is_ok()
             && self.slots.dev.flush().is_ok();
-        if ok {
+        if ok && !self.content_lost() {
             self.health.devices.cache_recovered(self.now_ns());
             for shard in &self.shards {
                 lock(&shard.state).cache.set_cache_device_failed(false);
