@@ -24,7 +24,7 @@ use iocache_core::units::format_byte_size;
 use iocache_core::{CacheConfig, WritePolicy};
 use iocache_device::BlockDevice;
 use iocache_engine::layout::{self, LayoutError};
-use iocache_engine::{CacheArray, Engine, EngineConfig, EngineError, InitMode, Persistence};
+use iocache_engine::{Acknowledgement, CacheArray, Engine, EngineConfig, EngineError, InitMode, Persistence};
 use iocache_nbd::{Server, ServerConfig};
 use iocache_serving::{EngineCell, EngineExport};
 
@@ -392,7 +392,7 @@ fn open_cache_group(
     if array.is_none() && !(start.init && start.force) {
         // Before sizing a cache from the device: a device smaller than the
         // cache it holds was truncated (growing it would serve zeroes).
-        iocache_engine::check_not_shrunk(cache_dev.as_ref()).map_err(|e| anyhow!("{e} (--init --force)"))?;
+        iocache_engine::check_not_shrunk(cache_dev.as_ref()).map_err(with_acknowledgement_flag)?;
     }
     let capacity_lines = match &array {
         Some(array) => array.geometry().slots(),
@@ -431,14 +431,7 @@ fn open_cache_group(
     );
     config_of_engine.rebind_backends = start.rebind;
     let engine = Engine::with_volumes(config_of_engine, cache_dev, backends)
-        .map_err(|e| match &e {
-            // The engine names the acknowledgement; the flag is the binary's.
-            EngineError::BackendMismatch(_) => anyhow!("{e} (--rebind-backend)"),
-            EngineError::Refused(why) if why.contains("superblocks were zeroed") => {
-                anyhow!("{e} (--init --force)")
-            }
-            _ => anyhow::Error::new(e),
-        })
+        .map_err(with_acknowledgement_flag)
         .with_context(|| match &v.origin {
             Origin::Flags => "building the cache".to_string(),
             Origin::File(path) if members.len() == 1 => format!("{path}: volume `{}`", v.export),
@@ -472,6 +465,18 @@ fn open_cache_group(
         cache_bytes,
         capacity_lines,
     })
+}
+
+/// The engine's error with the flag that gives the acknowledgement it
+/// asks for, where it asks for one (the engine names no flag).
+pub(crate) fn with_acknowledgement_flag(e: EngineError) -> anyhow::Error {
+    let flag = match e.acknowledgement() {
+        Some(Acknowledgement::FormatLosingData) => "--init --force",
+        Some(Acknowledgement::AcceptDamage) => "--accept-damaged-metadata",
+        Some(Acknowledgement::Rebind) => "--rebind-backend",
+        None => return anyhow::Error::new(e),
+    };
+    anyhow!("{e} ({flag})")
 }
 
 /// Lines of `line_bytes` the cache of `v` holds on a device of

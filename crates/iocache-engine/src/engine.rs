@@ -249,6 +249,14 @@ pub enum EngineError {
     Format(String),
     #[error("refusing to start: {0}")]
     Refused(String),
+    /// A start refused unless the operator acknowledges what it would
+    /// lose ([`Acknowledgement`](crate::recovery::Acknowledgement); the
+    /// front end names how).
+    #[error("refusing to start: {reason}; {acknowledgement}")]
+    Unacknowledged {
+        reason: String,
+        acknowledgement: crate::recovery::Acknowledgement,
+    },
     /// Records that may describe dirty lines are damaged (see
     /// [`InitMode::LoadAcceptingDamage`] to start anyway).
     #[error("refusing to start: {0}")]

@@ -55,6 +55,6 @@ pub use raid::{
     ArrayError, ArrayGeometry, ArrayStats, CacheArray, MirrorState, MEMBERS_MAX as RAID_MEMBERS_MAX,
 };
 pub use recovery::{
-    backend_identity, check_not_shrunk, describe_backend, describe_identity, is_blank, BackendMismatch,
-    DamagedMetadata, DamagedSlot, InitMode, ProbableLine, RecoveryReport,
+    backend_identity, check_not_shrunk, describe_backend, describe_identity, is_blank, Acknowledgement,
+    BackendMismatch, DamagedMetadata, DamagedSlot, InitMode, ProbableLine, RecoveryReport,
 };

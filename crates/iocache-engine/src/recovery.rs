@@ -39,6 +39,59 @@ pub enum InitMode {
     LoadAcceptingDamage,
 }
 
+/// What an operator can acknowledge to get past a refused start: the
+/// engine says what it would cost; a front end names its own way of
+/// saying so (a flag, a config key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acknowledgement {
+    /// Format the cache device anew, losing what it holds, dirty lines
+    /// included ([`InitMode::Format`] with `discard_dirty`).
+    FormatLosingData,
+    /// Start over damaged metadata with what can be verified
+    /// ([`InitMode::LoadAcceptingDamage`]).
+    AcceptDamage,
+    /// Bind volumes to the backends given ([`OpenSpec::rebind`]).
+    Rebind,
+}
+
+impl std::fmt::Display for Acknowledgement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Acknowledgement::FormatLosingData => {
+                "formatting the cache device anew, which loses what it holds, needs the acknowledgement"
+            }
+            Acknowledgement::AcceptDamage => {
+                "starting with what can be verified, which loses what the damaged records described, needs the \
+                 acknowledgement of damaged metadata"
+            }
+            Acknowledgement::Rebind => {
+                "binding the volume to the backend given, which writes its dirty lines there and drops its clean \
+                 lines, needs the acknowledgement"
+            }
+        })
+    }
+}
+
+impl EngineError {
+    /// The acknowledgement that would get past this refusal, if one would.
+    pub fn acknowledgement(&self) -> Option<Acknowledgement> {
+        match self {
+            EngineError::Unacknowledged { acknowledgement, .. } => Some(*acknowledgement),
+            EngineError::DamagedMetadata(_) => Some(Acknowledgement::AcceptDamage),
+            EngineError::BackendMismatch(_) => Some(Acknowledgement::Rebind),
+            _ => None,
+        }
+    }
+}
+
+/// A refusal that formatting anew (losing data) would get past.
+fn unless_formatted(reason: String) -> EngineError {
+    EngineError::Unacknowledged {
+        reason,
+        acknowledgement: Acknowledgement::FormatLosingData,
+    }
+}
+
 /// What a damaged record copy probably described (its fields read without
 /// checks: a guess, for the operator).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,9 +147,8 @@ impl std::fmt::Display for DamagedSlot {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "the cache device's metadata is damaged where it may describe dirty data: {}{}; \
-     the data those records vouched for cannot be verified and is not served. Start with the \
-     acknowledgement of damaged metadata (--accept-damaged-metadata) to start with what can be verified, losing what \
-     they described",
+     the data those records vouched for cannot be verified and is not served; starting with what can be \
+     verified, losing what they described, needs the acknowledgement of damaged metadata",
     .slots.iter().take(8).map(ToString::to_string).collect::<Vec<_>>().join("; "),
     if .slots.len() > 8 { format!("; and {} more slots", .slots.len() - 8) } else { String::new() }
 )]
@@ -132,9 +184,9 @@ pub struct OpenSpec {
 #[error(
     "volume `{volume}`: the cache device holds {dirty_lines} dirty and {clean_lines} clean lines of the backend \
      it was bound to ({recorded}), but the backend given, {backend}, is another one ({given}); none of those lines \
-     is served or written back. Serve the backend the cache was bound to, or, if {backend} is that backend \
-     restored from a copy, acknowledge rebinding the volume to it (its dirty lines are then written to it and its \
-     clean lines dropped)"
+     is served or written back. Serve the backend the cache was bound to; if {backend} is that backend restored \
+     from a copy, binding the volume to it (its dirty lines are then written to it, its clean lines dropped) \
+     needs the acknowledgement"
 )]
 pub struct BackendMismatch {
     pub volume: String,
@@ -510,11 +562,11 @@ fn records_follow(dev: &dyn BlockDevice) -> Result<bool, EngineError> {
 
 /// The refusal of a device smaller than the cache it holds.
 fn shrunk_device(dev: &dyn BlockDevice, layout: &Layout) -> EngineError {
-    EngineError::Refused(format!(
+    unless_formatted(format!(
         "the cache device {} holds a cache of {} lines of {} B needing {} bytes, but has only {} bytes: it \
          was truncated, or is another, smaller device. What it held past byte {} is gone, and growing it \
          again would make that read as zeroes, so do not; find the original device. If it is gone for good, \
-         the dirty lines it held are lost, and only formatting anew (acknowledging that) starts over",
+         the dirty lines it held are lost",
         dev.name(),
         layout.slots,
         layout.line_bytes,
@@ -572,10 +624,10 @@ pub fn open(
     let (superblock, copy, damaged_superblock) = match found {
         Ok(SuperblockFound::Blank) => {
             if spec.init != (InitMode::Format { discard_dirty: true }) && records_follow(dev)? {
-                return Err(EngineError::Refused(
-                    "both superblock copies of the cache device are blank, but metadata records follow them: \
+                return Err(unless_formatted(
+                    "both superblock copies of the cache device are blank, but records of lines follow them: \
                      the device held a cache whose superblocks were zeroed, and it may hold dirty lines that \
-                     cannot be found without them. Formatting it needs the acknowledgement that they are lost"
+                     cannot be found without them"
                         .to_string(),
                 ));
             }
@@ -596,9 +648,9 @@ pub fn open(
             return format_fresh(dev, backends, spec, RecoveryReport::default());
         }
         Err(e) => {
-            return Err(EngineError::Refused(format!(
+            return Err(unless_formatted(format!(
                 "the cache device holds a cache whose superblock cannot be read ({e}), so whether it holds dirty \
-                 data is unknown; start with --init --force to format it, losing whatever it held"
+                 data is unknown"
             )))
         }
     };
@@ -701,9 +753,9 @@ pub fn open(
         .count() as u64;
     if let InitMode::Format { discard_dirty } = spec.init {
         if dirty_count > 0 && !discard_dirty {
-            return Err(EngineError::Refused(format!(
-                "the cache device holds {dirty_count} dirty lines ({} bytes at most) not yet written to the backend; \
-                 formatting it would lose them. Start without --init to recover and write them back, or add --force to lose them",
+            return Err(unless_formatted(format!(
+                "the cache device holds {dirty_count} dirty lines ({} bytes at most) not yet written to the backend, \
+                 which formatting it would lose; loading it instead recovers them and writes them back",
                 dirty_count * layout.line_bytes
             )));
         }
@@ -749,11 +801,10 @@ pub fn open(
             )
         };
         let total: usize = foreign.iter().map(|&v| dirty_of(v)).sum();
-        return Err(EngineError::Refused(format!(
+        return Err(unless_formatted(format!(
             "the cache device holds {total} dirty lines of volumes this configuration does not serve: {}; \
              serve them again (same export names, same backends, same cache; a volume attached while the \
-             server ran must be named in the configuration) to write them back, or start with --init --force \
-             to lose them (volumes on the device: {})",
+             server ran must be named in the configuration) to write them back (volumes on the device: {})",
             foreign
                 .iter()
                 .map(|&v| format!(
@@ -778,9 +829,9 @@ pub fn open(
         };
         let dirty = dirty_of(id);
         if volume.size_bytes != *size_bytes && dirty > 0 {
-            return Err(EngineError::Refused(format!(
+            return Err(unless_formatted(format!(
                 "volume `{}` was {} bytes when its {dirty} dirty lines were cached, the backend now has {} bytes; \
-                 serve the original backend to write them back, or start with --init --force to lose them",
+                 serve the original backend to write them back",
                 volume.name, volume.size_bytes, size_bytes
             )));
         }
