@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use iocache_core::units::format_byte_size;
 use iocache_device::{BlockDevice, FileDevice, OpenOptions};
 use iocache_serving::NbdBackend;
@@ -206,12 +206,24 @@ pub(crate) fn open_backend(
                 ..OpenOptions::default()
             },
         )
-        .with_context(|| {
-            format!(
-                "opening {} beneath {} (no symbolic link is followed there)",
-                below.display(),
-                dir.display()
-            )
+        .map_err(|e| {
+            let errno = match &e {
+                iocache_device::DeviceError::Open { source, .. } => source.raw_os_error(),
+                _ => None,
+            };
+            match errno {
+                Some(libc::ELOOP) => anyhow!(
+                    "{} is, or passes through, a symbolic link below {}: links are not followed there",
+                    path.display(),
+                    dir.display()
+                ),
+                Some(libc::EXDEV) => anyhow!("{} leaves {}", path.display(), dir.display()),
+                _ => anyhow::Error::new(e).context(format!(
+                    "opening {} beneath {}",
+                    below.display(),
+                    dir.display()
+                )),
+            }
         }),
     }
     .with_context(|| key.to_string())?;
