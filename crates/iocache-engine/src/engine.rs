@@ -1365,24 +1365,21 @@ impl Inner {
         };
         let (device_offset, from, _) = span(&ops[0]);
         let (_, last_at, last_len) = span(&ops[ops.len() - 1]);
-        if self.content_lost() {
-            for op in ops {
-                self.read_cache_op(segment, op, buf)?;
+        // A lost device is not read at all: op by op, each reads around it.
+        if !self.content_lost() {
+            let read = self.queues.cache.time_n(
+                &self.clock,
+                queues::cache_class::READ_HIT,
+                ops.len() as u64,
+                || {
+                    self.slots
+                        .dev
+                        .read_at(&mut buf[from..last_at + last_len], device_offset)
+                },
+            );
+            if read.is_ok() && self.cache_read_believable(&buf[from..last_at + last_len]) {
+                return Ok(());
             }
-            return Ok(());
-        }
-        let read = self.queues.cache.time_n(
-            &self.clock,
-            queues::cache_class::READ_HIT,
-            ops.len() as u64,
-            || {
-                self.slots
-                    .dev
-                    .read_at(&mut buf[from..last_at + last_len], device_offset)
-            },
-        );
-        if read.is_ok() && self.cache_read_believable(&buf[from..last_at + last_len]) {
-            return Ok(());
         }
         for op in ops {
             self.read_cache_op(segment, op, buf)?;

@@ -60,33 +60,35 @@ impl Health {
     /// time to the next probe.
     pub fn cache_error(&self, now_ns: u64) -> bool {
         let errors = self.cache_errors.fetch_add(1, Ordering::Relaxed) + 1;
-        let crossed = errors >= CACHE_ERROR_THRESHOLD && !self.cache_failed.swap(true, Ordering::SeqCst);
-        if crossed {
-            let mut retry = self.retry.lock().unwrap_or_else(|p| p.into_inner());
-            let initial = CACHE_PROBE_INTERVAL.as_nanos() as u64;
-            let relapse = retry
-                .recovered_at_ns
-                .is_some_and(|at| now_ns.saturating_sub(at) < RELAPSE_WINDOW.as_nanos() as u64);
-            retry.probe_interval_ns = if relapse {
-                (retry.probe_interval_ns.max(initial) * 2).min(CACHE_PROBE_INTERVAL_MAX.as_nanos() as u64)
-            } else {
-                initial
-            };
-            retry.next_probe_ns = now_ns + retry.probe_interval_ns;
-        }
-        crossed
+        errors >= CACHE_ERROR_THRESHOLD && self.fail_cache(now_ns)
     }
 
     /// Counts a cache-device error that fails the device at once (a flush
     /// that failed: nothing written since the last one is known durable);
     /// true when the device was not failed before.
     pub fn cache_failed_now(&self, now_ns: u64) -> bool {
-        let errors = self.cache_errors.load(Ordering::Relaxed);
-        if errors + 1 < CACHE_ERROR_THRESHOLD {
-            self.cache_errors
-                .fetch_add(CACHE_ERROR_THRESHOLD - 1 - errors, Ordering::Relaxed);
+        self.cache_errors.fetch_add(1, Ordering::Relaxed);
+        self.fail_cache(now_ns)
+    }
+
+    /// Marks the cache device failed at `now_ns` and schedules its first
+    /// probe; true when it was not failed before.
+    fn fail_cache(&self, now_ns: u64) -> bool {
+        if self.cache_failed.swap(true, Ordering::SeqCst) {
+            return false;
         }
-        self.cache_error(now_ns)
+        let mut retry = self.retry.lock().unwrap_or_else(|p| p.into_inner());
+        let initial = CACHE_PROBE_INTERVAL.as_nanos() as u64;
+        let relapse = retry
+            .recovered_at_ns
+            .is_some_and(|at| now_ns.saturating_sub(at) < RELAPSE_WINDOW.as_nanos() as u64);
+        retry.probe_interval_ns = if relapse {
+            (retry.probe_interval_ns.max(initial) * 2).min(CACHE_PROBE_INTERVAL_MAX.as_nanos() as u64)
+        } else {
+            initial
+        };
+        retry.next_probe_ns = now_ns + retry.probe_interval_ns;
+        true
     }
 
     /// Counts a backend error at `now_ns`; returns how many errors to
@@ -183,6 +185,7 @@ mod tests {
         assert!(h.cache_failed_now(1));
         assert!(h.cache_failed.load(Ordering::SeqCst));
         assert!(!h.cache_failed_now(2), "once");
+        assert_eq!(h.cache_errors.load(Ordering::Relaxed), 2, "each counted once");
     }
 
     #[test]

@@ -782,24 +782,13 @@ pub fn open(
     foreign.sort_unstable();
     foreign.dedup();
     if !foreign.is_empty() {
+        let entry = |id: u32| superblock.volumes.iter().find(|v| v.id == id);
         let name_of = |id: u32| {
-            superblock
-                .volumes
-                .iter()
-                .find(|v| v.id == id)
-                .map_or(format!("an unnamed volume (id {id})"), |v| {
-                    format!("`{}`", v.name)
-                })
+            entry(id).map_or(format!("an unnamed volume (id {id})"), |v| {
+                format!("`{}`", v.name)
+            })
         };
-        let backend_of = |id: u32| {
-            describe_identity(
-                superblock
-                    .volumes
-                    .iter()
-                    .find(|v| v.id == id)
-                    .and_then(|v| v.identity),
-            )
-        };
+        let backend_of = |id: u32| describe_identity(entry(id).and_then(|v| v.identity));
         let total: usize = foreign.iter().map(|&v| dirty_of(v)).sum();
         return Err(unless_formatted(format!(
             "the cache device holds {total} dirty lines of volumes this configuration does not serve: {}; \

@@ -73,7 +73,9 @@ impl Inner {
         parts.sort_unstable_by_key(|p| p.0);
         let device: &dyn BlockDevice = &*self.slots.dev;
         let mut requests = Vec::with_capacity(parts.len());
-        let spans: Vec<(usize, usize)> = parts.iter().map(|&(start, len, _)| (start, len)).collect();
+        // The buffer range the reads fill (parts are in buffer order).
+        let read_from = parts.first().map_or(0, |p| p.0);
+        let read_end = parts.last().map_or(0, |p| p.0 + p.1);
         let mut rest = &mut *buf;
         let mut consumed = 0;
         for (start, len, offset) in parts {
@@ -93,11 +95,7 @@ impl Inner {
             }
         }
         drop(requests);
-        if self.slots.array.is_none()
-            && spans
-                .iter()
-                .any(|&(start, len)| !self.cache_read_believable(&buf[start..start + len]))
-        {
+        if self.slots.array.is_none() && !self.cache_read_believable(&buf[read_from..read_end]) {
             // Redone op by op, each read around the lost device.
             return Err(EngineError::Io("the cache device lost its content".into()));
         }
