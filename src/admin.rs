@@ -131,7 +131,8 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
             "persistence": s.persistence.map(|p| p.to_string()),
             "barriers": s.barriers,
             "records_written": s.records_written,
-            "checksums_withdrawn": s.checksums_withdrawn,
+            "intents_written": s.intents_written,
+            "intent_flushes": s.intent_flushes,
             "recovery": {
                 "loaded": s.recovery.loaded,
                 "clean_shutdown": s.recovery.clean_shutdown,
@@ -142,6 +143,7 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
                 "stale_clean_lines": s.recovery.stale_clean_lines,
                 "unchecked_clean_lines": s.recovery.unchecked_clean_lines,
                 "verified_dirty_lines": s.recovery.verified_dirty_lines,
+                "verified_with_intents": s.recovery.verified_with_intents,
                 "repaired_from_mirror": s.recovery.repaired_from_mirror,
                 "corrupt_copies": s.recovery.corrupt_copies,
                 "duplicate_lines": s.recovery.duplicate_lines,
@@ -849,11 +851,11 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
         );
         let r = &v["recovery"];
         println!(
-            "  metadata   persistence {}, {} barriers, {} records written ({} checksum withdrawals); at start: {} dirty and {} clean lines loaded, {} dropped ({} older than the backend, {} unchecked), {} corrupt copies",
+            "  metadata   persistence {}, {} barriers, {} records written, {} intents; at start: {} dirty and {} clean lines loaded, {} dropped ({} older than the backend, {} unchecked), {} corrupt copies",
             v["persistence"].as_str().unwrap_or("?"),
             v["barriers"],
             v["records_written"],
-            v["checksums_withdrawn"],
+            v["intents_written"],
             r["dirty_lines"],
             r["clean_lines"],
             r["dropped_clean_lines"],

@@ -332,9 +332,14 @@ impl Collector for EngineCollector {
             "Metadata records written.",
             Counter,
         );
-        let mut withdrawals = Family::new(
-            "cache_metadata_checksums_withdrawn",
-            "Dirty-data checksums withdrawn before a write in place (a record write and a flush each).",
+        let mut intents = Family::new(
+            "cache_metadata_intents_written",
+            "Intents written before a write in place on checksummed dirty data (writers at once share a flush).",
+            Counter,
+        );
+        let mut intent_flushes = Family::new(
+            "cache_metadata_intent_flushes",
+            "Cache-device flushes the intents took.",
             Counter,
         );
         let mut mode = Family::new(
@@ -434,7 +439,8 @@ impl Collector for EngineCollector {
             fallback.add(vec![c()], Level(i64::from(s.cache_device_failed)));
             barriers.add(vec![c()], Count(s.barriers));
             records.add(vec![c()], Count(s.records_written));
-            withdrawals.add(vec![c()], Count(s.checksums_withdrawn));
+            intents.add(vec![c()], Count(s.intents_written));
+            intent_flushes.add(vec![c()], Count(s.intent_flushes));
             mode.add(
                 vec![
                     c(),
@@ -469,7 +475,8 @@ impl Collector for EngineCollector {
             &fallback,
             &barriers,
             &records,
-            &withdrawals,
+            &intents,
+            &intent_flushes,
             &mode,
             &io,
             &io_in_flight,

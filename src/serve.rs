@@ -636,10 +636,13 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
             },
             r.dirty_lines,
             r.verified_dirty_lines,
-            if r.repaired_from_mirror > 0 {
-                format!(", {} repaired from their mirror", r.repaired_from_mirror)
-            } else {
-                String::new()
+            match (r.verified_with_intents, r.repaired_from_mirror) {
+                (0, 0) => String::new(),
+                (i, 0) => format!(", {i} with the intents of writes in flight at the crash"),
+                (0, m) => format!(", {m} repaired from their mirror"),
+                (i, m) => format!(
+                    ", {i} with the intents of writes in flight at the crash, {m} repaired from their mirror"
+                ),
             },
             r.clean_lines,
             if r.clean_shutdown || r.clean_lines + r.stale_clean_lines + r.unchecked_clean_lines == 0 {

@@ -103,6 +103,8 @@ pub struct FaultDevice<D: BlockDevice> {
     offline: AtomicBool,
     /// Every flush fails (reads and writes still work).
     flushes_fail: AtomicBool,
+    /// Writes report success without reaching the device.
+    writes_dropped: AtomicBool,
     journal: Mutex<Journal>,
 }
 
@@ -120,6 +122,7 @@ impl<D: BlockDevice> FaultDevice<D> {
             server_free: Condvar::new(),
             offline: AtomicBool::new(false),
             flushes_fail: AtomicBool::new(false),
+            writes_dropped: AtomicBool::new(false),
             journal: Mutex::new(Journal {
                 enabled: true,
                 entries: Vec::new(),
@@ -162,9 +165,19 @@ impl<D: BlockDevice> FaultDevice<D> {
         self.flushes_fail.store(fail, Ordering::SeqCst);
     }
 
-    /// Removes every n-th, range and flush fault (not latency, not offline).
+    /// Makes every write (and discard) report success without reaching
+    /// the device, flushes too: a device that loses acknowledged writes
+    /// (lying firmware, a volatile cache that lost power unnoticed), until
+    /// set back or [`clear_faults`](Self::clear_faults).
+    pub fn set_writes_dropped(&self, dropped: bool) {
+        self.writes_dropped.store(dropped, Ordering::SeqCst);
+    }
+
+    /// Removes every n-th, range, flush and dropped-write fault (not
+    /// latency, not offline).
     pub fn clear_faults(&self) {
         self.flushes_fail.store(false, Ordering::SeqCst);
+        self.writes_dropped.store(false, Ordering::SeqCst);
         self.ranges.write().unwrap().clear();
         for t in &self.nth {
             t.store(0, Ordering::SeqCst);
@@ -387,6 +400,9 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
         let len = data.len() as u64;
         self.gate(IoKind::Write, offset, len)?;
         check_range(self, IoKind::Write, offset, len)?;
+        if self.writes_dropped.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         self.journaled(
             offset,
             len,
@@ -406,6 +422,9 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.gate(IoKind::Discard, offset, len)?;
         check_range(self, IoKind::Discard, offset, len)?;
+        if self.writes_dropped.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         self.journaled(
             offset,
             len,

@@ -148,6 +148,37 @@ impl DirtySums {
         }
     }
 
+    /// A dirty line loaded at start-up whose sectors were read and verified:
+    /// `terms` holds each sector's term (those of dirty sectors count).
+    pub fn restored_terms(&mut self, slot: SlotId, terms: &[u64]) {
+        self.line_replaced(slot);
+        let none = vec![0; self.words];
+        let line = self.insert(slot, &none, None);
+        line.sector.copy_from_slice(terms);
+    }
+
+    /// The term of dirty sector `sector` of `slot` as the writes this saw
+    /// left it, if known (not for a sector whose data this never saw, nor
+    /// for a line restored with its total only).
+    pub fn term(&self, slot: SlotId, sector: u32) -> Option<u64> {
+        let line = self.get(slot)?;
+        let unknown = line.unknown[(sector / 64) as usize] >> (sector % 64) & 1 == 1;
+        (line.restored.is_none() && !unknown).then(|| line.sector[sector as usize])
+    }
+
+    /// The data of `slot`'s dirty sectors `dirty` was read back: `terms`
+    /// (one per sector of the line) replaces what this did not know.
+    pub fn learned(&mut self, slot: SlotId, dirty: &[u64], terms: &[u64]) {
+        let line = self.entry(slot, dirty);
+        for (s, &term) in terms.iter().enumerate() {
+            let (w, bit) = (s / 64, 1u64 << (s % 64));
+            if dirty[w] & bit != 0 && line.unknown[w] & bit != 0 {
+                line.sector[s] = term;
+                line.unknown[w] &= !bit;
+            }
+        }
+    }
+
     /// A dirty line loaded at start-up whose record carried `checksum`,
     /// verified against its data.
     pub fn restored(&mut self, slot: SlotId, checksum: u64) {
@@ -239,6 +270,26 @@ mod tests {
         sums.unseen(0, &[dirty], 2, 4);
         assert_eq!(sums.checksum(0, &[dirty]), None);
         write(&mut sums, &mut line, &mut dirty, 0, 4, 5);
+        assert_eq!(sums.checksum(0, &[dirty]), Some(reference(&line, dirty)));
+    }
+
+    #[test]
+    fn restored_or_learned_terms_count_sector_by_sector() {
+        let mut sums = DirtySums::new(2, 16, 1);
+        let mut line = vec![3u8; 16 * 512];
+        let mut dirty = 0b1111u64;
+        let terms: Vec<u64> = sector_checksums(0, &line).collect();
+        sums.restored_terms(0, &terms);
+        assert_eq!(sums.term(0, 2), Some(terms[2]));
+        // A write to part of it: the rest still counts, sector by sector.
+        write(&mut sums, &mut line, &mut dirty, 0, 2, 9);
+        assert_eq!(sums.checksum(0, &[dirty]), Some(reference(&line, dirty)));
+        // Unseen data, then read back.
+        sums.unseen(0, &[dirty], 1, 3);
+        assert_eq!(sums.checksum(0, &[dirty]), None);
+        assert_eq!(sums.term(0, 1), None);
+        let now: Vec<u64> = sector_checksums(0, &line).collect();
+        sums.learned(0, &[dirty], &now);
         assert_eq!(sums.checksum(0, &[dirty]), Some(reference(&line, dirty)));
     }
 

@@ -288,14 +288,17 @@ pub struct EngineStats {
     pub recovery: RecoveryReport,
     /// Metadata barriers run (FLUSH, FUA, shutdown, slot reuse).
     pub barriers: u64,
-    /// Records written by those barriers and by checksum withdrawals.
+    /// Records written by those barriers.
     pub records_written: u64,
-    /// Dirty checksums withdrawn before a write in place (each a record
-    /// write and a cache-device flush on the write's path).
-    pub checksums_withdrawn: u64,
-    /// Cache-device flushes those withdrawals took (writers waiting at once,
-    /// and the lines of one request, share one).
-    pub checksum_withdrawal_flushes: u64,
+    /// Intents written: one per write about to land in place on dirty
+    /// sectors that a durable record's checksum covers (each on the
+    /// write's path: an intent block and a cache-device flush).
+    pub intents_written: u64,
+    /// Cache-device flushes those intents took (writers waiting at once
+    /// share one).
+    pub intent_flushes: u64,
+    /// Barriers run because the intent log was full.
+    pub intent_log_full: u64,
     pub cache_device_errors: u64,
     pub backend_errors: u64,
     /// Lines whose write-back failed (left dirty, retried with back-off).
@@ -357,6 +360,9 @@ struct ShardState {
 struct Shard {
     state: Mutex<ShardState>,
     served: Condvar,
+    /// Signalled when the last write in flight lands while a barrier
+    /// drains the shard (rule 5 of `persist.rs`).
+    landed: Condvar,
     /// Entries in the state's `poisoned` map: readers check it only when
     /// non-zero.
     poisoned: AtomicU64,
@@ -548,6 +554,7 @@ impl Engine {
                     tokens: Vec::new(),
                 }),
                 served: Condvar::new(),
+                landed: Condvar::new(),
                 poisoned: AtomicU64::new(0),
                 wants_cleaning: AtomicBool::new(false),
                 base_slot,
@@ -590,11 +597,11 @@ impl Engine {
             write_latency: LatencyHistogram::default(),
             persistence: config.persistence,
             dirty_checksums: persistent && config.dirty_checksums,
-            durability: Durability::new(MetaState {
-                superblock: opened.superblock,
-                superblock_copy: opened.superblock_copy,
-                writer: opened.writer,
-            }),
+            durability: Durability::new(MetaState::new(
+                opened.superblock,
+                opened.superblock_copy,
+                opened.writer,
+            )),
             recovery: opened.report,
             health: HealthState::new(),
             cleaner: Cleaner::new(),
@@ -842,8 +849,9 @@ impl Engine {
             recovery: self.inner.recovery.clone(),
             barriers: self.inner.durability.barriers.load(Ordering::Relaxed),
             records_written: self.inner.durability.records_written.load(Ordering::Relaxed),
-            checksums_withdrawn: self.inner.durability.checksums_withdrawn.load(Ordering::Relaxed),
-            checksum_withdrawal_flushes: self.inner.durability.withdrawal_flushes.load(Ordering::Relaxed),
+            intents_written: self.inner.durability.intents_written.load(Ordering::Relaxed),
+            intent_flushes: self.inner.durability.intent_flushes.load(Ordering::Relaxed),
+            intent_log_full: self.inner.durability.intent_log_full.load(Ordering::Relaxed),
             cache_device_errors: self.inner.health.devices.cache_errors.load(Ordering::Relaxed),
             backend_errors: self.inner.health.devices.backend_errors.load(Ordering::Relaxed),
             failed_writebacks: self
@@ -1074,9 +1082,7 @@ impl Inner {
         if !plan.all_served {
             self.wait_for_tickets(&plan.tickets);
         }
-        if self.dirty_checksums {
-            self.want_withdrawals(plan);
-        }
+        let ahead = self.dirty_checksums && self.write_intents_of(plan, &buffer);
         let mut result = Ok(());
         for (index, segment) in plan.segments.iter().enumerate() {
             let mut done = 0;
@@ -1086,6 +1092,13 @@ impl Inner {
                 break;
             }
         }
+        if ahead {
+            for segment in &plan.segments {
+                lock(&self.shards[segment.shard].state)
+                    .shadow
+                    .drop_prewritten(Self::owner_of(segment));
+            }
+        }
         self.release_tickets(&plan.tickets);
         if result.is_err() {
             self.health.io_errors.fetch_add(1, Ordering::Relaxed);
@@ -1093,12 +1106,12 @@ impl Inner {
         result
     }
 
-    /// Asks for the withdrawal of every dirty checksum on the device that
-    /// a cache write of `plan` will land on, so that the first of them
-    /// withdraws them all with one flush (a 32 MiB rewrite of flushed dirty
-    /// lines then costs one flush, not one per line).
-    fn want_withdrawals(&self, plan: &Plan) {
-        let mut wanted = Vec::new();
+    /// Writes ahead the intents of every cache write of `plan` that will
+    /// land on checksummed dirty sectors, with one flush for all (a 32 MiB
+    /// rewrite of flushed dirty lines then costs one flush, not one per
+    /// line). Returns whether there were any.
+    fn write_intents_of(&self, plan: &Plan, buffer: &Buffer<'_>) -> bool {
+        let mut covered = Vec::new();
         for segment in &plan.segments {
             let state = lock(&self.shards[segment.shard].state);
             for op in &segment.ops {
@@ -1106,20 +1119,40 @@ impl Inner {
                     slot,
                     line_offset_bytes,
                     length_bytes,
+                    buffer_offset_bytes,
                     ..
                 } = *op
                 {
                     let first = line_offset_bytes / SECTOR_BYTES as u32;
                     let end = first + length_bytes / SECTOR_BYTES as u32;
                     if state.shadow.checksum_covers(slot, first, end) {
-                        wanted.push((segment.shard, slot));
+                        let at = segment.buffer_offset + buffer_offset_bytes as usize;
+                        covered.push((segment, slot, first, end, at));
                     }
                 }
             }
         }
-        if !wanted.is_empty() {
-            lock(&self.durability.withdrawals_wanted).extend(wanted);
+        if covered.is_empty() {
+            return false;
         }
+        let writes = covered
+            .into_iter()
+            .map(|(segment, slot, first, end, at)| {
+                let data =
+                    Self::buffer_slice(buffer, at, at + ((end - first) * SECTOR_BYTES as u32) as usize);
+                let mut terms = vec![0u64; (end - first) as usize];
+                iocache_format::sector_checksums_into(first, data, &mut terms);
+                (Self::owner_of(segment), segment.shard, slot, first, end, terms)
+            })
+            .collect();
+        self.write_intents_ahead(writes);
+        true
+    }
+
+    /// Who wrote an intent ahead for a write of `segment` (its address:
+    /// unique while the request runs).
+    fn owner_of(segment: &PlannedSegment) -> usize {
+        segment as *const PlannedSegment as usize
     }
 
     /// A request failed at op `done` of segment `index`: the cache writes it
@@ -1433,21 +1466,31 @@ impl Inner {
         // A 64 KiB write's lines (4 KiB) on the stack.
         let mut prepared: SmallVec<[PreparedWrite<'_>; 16]> = SmallVec::with_capacity(ops.len());
         self.prepare_cache_writes_at_once(segment, ops, buffer, &mut prepared);
-        for op in &ops[prepared.len()..] {
-            match self.prepare_cache_write(segment, op, buffer) {
-                Ok(w) => prepared.push(w),
-                Err(e) => {
-                    // Nothing was written: the writes begun end here.
-                    if self.persistence != Persistence::None {
-                        let mut state = lock(&self.shards[segment.shard].state);
-                        for w in &prepared {
-                            state.shadow.cache_write_failed(w.slot, w.first, w.end);
-                        }
-                    }
-                    return Err(e);
-                }
+        let at_once = prepared.len();
+        if at_once < ops.len() {
+            // An op must go the slow way (a barrier, an intent, a drain):
+            // the writes begun are issued first, since a barrier waits for
+            // every begun write to land.
+            if at_once > 0 {
+                self.write_prepared_run(segment, &prepared, generations, buffer)?;
             }
+            for (op, &generation) in ops[at_once..].iter().zip(&generations[at_once..]) {
+                self.write_cache_op(segment, op, generation, buffer)?;
+            }
+            return Ok(());
         }
+        self.write_prepared_run(segment, &prepared, generations, buffer)
+    }
+
+    /// Writes prepared (begun) cache writes whose ranges follow one another
+    /// on the device and in the buffer with one device write.
+    fn write_prepared_run(
+        &self,
+        segment: &PlannedSegment,
+        prepared: &[PreparedWrite<'_>],
+        generations: &[u64],
+        buffer: &Buffer<'_>,
+    ) -> Result<(), EngineError> {
         let (first, last) = (&prepared[0], &prepared[prepared.len() - 1]);
         let data = Self::buffer_slice(buffer, first.buffer_at, last.buffer_at + last.data.len());
         let class = match buffer {
@@ -1459,8 +1502,8 @@ impl Inner {
         });
         if written.is_ok() {
             // The usual case: every op's bookkeeping under one lock.
-            self.note_cache_writes(segment.shard, &prepared, None);
-            self.unpoison_written(segment.shard, &prepared);
+            self.note_cache_writes(segment.shard, prepared, None);
+            self.unpoison_written(segment.shard, prepared);
             return Ok(());
         }
         let mut result = Ok(());
@@ -1552,7 +1595,14 @@ impl Inner {
         let w = self.cache_write_of(segment, op, buffer);
         if self.persistence != Persistence::None {
             self.wait_until_reusable(segment.shard, w.slot, w.key)?;
-            self.begin_cache_write(segment.shard, w.slot, w.first, w.end)?;
+            self.begin_cache_write(
+                Self::owner_of(segment),
+                segment.shard,
+                w.slot,
+                w.first,
+                w.end,
+                w.data,
+            )?;
         }
         Ok(w)
     }
@@ -1620,9 +1670,9 @@ impl Inner {
         match written {
             Err(e) => {
                 if self.persistence != Persistence::None {
-                    lock(&self.shards[segment.shard].state)
-                        .shadow
-                        .cache_write_failed(slot, first, end);
+                    let mut state = lock(&self.shards[segment.shard].state);
+                    state.shadow.cache_write_failed(slot, first, end);
+                    self.wake_a_draining_barrier(segment.shard, &state);
                 }
                 self.cache_error("write", &e);
                 // A clean copy (a fill, write-through's) is stale
@@ -1700,6 +1750,15 @@ impl Inner {
             if w.dirty && self.slots.array.is_some() {
                 state.shadow.note_mirror(w.slot, mirror);
             }
+        }
+        self.wake_a_draining_barrier(shard, &state);
+    }
+
+    /// After writes of `shard` landed: a barrier waiting for the shard's
+    /// writes in flight is woken when none is left.
+    fn wake_a_draining_barrier(&self, shard: usize, state: &ShardState) {
+        if state.shadow.draining() && state.shadow.in_flight() == 0 {
+            self.shards[shard].landed.notify_all();
         }
     }
 
@@ -1790,6 +1849,8 @@ impl Inner {
                     &l.valid,
                     &l.dirty,
                     l.hash,
+                    l.terms.as_deref(),
+                    l.rewrite_record,
                     l.dirty_on_disk,
                     l.mirror,
                 );
@@ -1810,6 +1871,8 @@ impl Inner {
             &line.valid,
             &line.dirty,
             None,
+            None,
+            false,
             line.dirty_on_disk,
             line.mirror,
         );

@@ -28,12 +28,16 @@
 //! each write as it is noted, so that damaged dirty data is found at start-up
 //! instead of being served or written back. A checksum on the device stops
 //! matching as soon as a write lands in place on the sectors it covers,
-//! which is legal between two barriers; so such a write first *withdraws*
-//! it (4. below), and a barrier puts no checksum on a slot with a write in
-//! flight:
+//! which is legal between two barriers; so every dirty sector stays
+//! verifiable by two more rules:
 //! 4. Before a write overlapping sectors that a checksum on the device
-//!    covers is issued, a record of the slot without the checksum is
-//!    durable (`Inner::withdraw_dirty_checksum`).
+//!    covers is issued, an *intent* naming the terms it leaves in those
+//!    sectors (and, the first time since the record, the terms the checksum
+//!    counts for them) is durable in the intent log, tied to the record
+//!    (`Inner::write_intents`).
+//! 5. A barrier takes no record of a slot with a write in flight: it waits
+//!    for the shard's writes to land, new ones held back meanwhile, so the
+//!    checksum it writes is over data that is on the device.
 
 use crate::dirty_sums::DirtySums;
 use iocache_core::bitmap::{clear_range, count_range, set_range};
@@ -64,6 +68,19 @@ pub struct Shadow {
     /// Per slot, `words` bits: the sectors covered by a checksum in a record
     /// that is, or may be, the slot's newest on the device (rule 4).
     checksummed_on_disk: Vec<u64>,
+    /// Per slot, `words` bits: the sectors named by an intent tied to the
+    /// slot's newest durable record (their base is on the device).
+    intended: Vec<u64>,
+    /// Per slot: bumped whenever a barrier takes the slot's record, so that
+    /// an intent written for a later write is known to be tied to the
+    /// record that is still the newest.
+    record_epoch: Vec<u32>,
+    /// Intents written ahead for the writes of a request, not yet begun.
+    prewritten: Vec<Prewritten>,
+    /// Data writes begun and not yet noted, in all slots.
+    in_flight_total: u32,
+    /// A barrier waits for the writes in flight to land: none may begin.
+    draining: bool,
     /// Cache arrays: the mirror slot holding a copy of the dirty sectors.
     mirrors: Vec<Option<u32>>,
     /// Slots changed since the last barrier took them.
@@ -73,6 +90,17 @@ pub struct Shadow {
     /// when a barrier takes a dirty record, cleared once a later record for
     /// the slot is durable).
     disk_dirty: Vec<Option<LineKey>>,
+}
+
+/// An intent written ahead for a write of a request (`owner`: its
+/// segment) to `[first, end)` of `slot`, when the slot's record epoch was
+/// `epoch`.
+struct Prewritten {
+    owner: usize,
+    slot: SlotId,
+    first: u32,
+    end: u32,
+    epoch: u32,
 }
 
 /// A record a barrier will write: shard-local slot, and its content.
@@ -103,6 +131,11 @@ impl Shadow {
             dirty_sums: DirtySums::new(checked, sectors_per_line, words),
             writes_in_flight: vec![0; checked],
             checksummed_on_disk: vec![0; checked * words],
+            intended: vec![0; checked * words],
+            record_epoch: vec![0; checked],
+            prewritten: Vec::new(),
+            in_flight_total: 0,
+            draining: false,
             mirrors: vec![None; n],
             pending: Vec::new(),
             queued: vec![false; n],
@@ -154,8 +187,16 @@ impl Shadow {
             None => self.dirty_mut(slot).fill(0),
         }
         if self.dirty_checksums {
-            let (after, sums) = self.dirty_and_sums(slot);
-            sums.cleaned(slot, after);
+            // While a checksum on the device covers the slot, the terms of
+            // its sectors are the bases of intents to come: kept.
+            let at = slot as usize * self.words;
+            if self.checksummed_on_disk[at..at + self.words]
+                .iter()
+                .all(|&w| w == 0)
+            {
+                let (after, sums) = self.dirty_and_sums(slot);
+                sums.cleaned(slot, after);
+            }
         }
     }
 
@@ -168,11 +209,161 @@ impl Shadow {
         if !self.dirty_checksums {
             return true;
         }
-        if self.checksum_covers(slot, first, end) {
+        if self.draining || self.checksum_covers(slot, first, end) {
             return false;
         }
-        self.writes_in_flight[slot as usize] += 1;
+        self.count_in_flight(slot);
         true
+    }
+
+    fn count_in_flight(&mut self, slot: SlotId) {
+        self.writes_in_flight[slot as usize] += 1;
+        self.in_flight_total += 1;
+    }
+
+    fn count_landed(&mut self, slot: SlotId, what: &str) {
+        let in_flight = &mut self.writes_in_flight[slot as usize];
+        *in_flight = in_flight
+            .checked_sub(1)
+            .unwrap_or_else(|| panic!("a {what} write was begun"));
+        self.in_flight_total -= 1;
+    }
+
+    /// Data writes begun and not yet noted, in all slots of the shard.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight_total
+    }
+
+    /// While set, no write begins ([`Shadow::begin_cache_write`] sends the
+    /// writer the slow way, behind the barrier).
+    pub fn set_draining(&mut self, draining: bool) {
+        self.draining = draining;
+    }
+
+    /// Whether a barrier waits for this shard's writes to land (a writer
+    /// that notes one wakes it when none is left).
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
+    /// The intent a write of `terms` (one per sector) to sectors `[first,
+    /// first + terms.len())` of `slot` needs before it is issued: a pair per
+    /// sector a checksum on the device covers, with that sector's base the
+    /// first time since the record. Sectors whose base this does not know
+    /// (data it never saw) are pushed to `unknown_bases`, their pairs left
+    /// without one for the caller to fill in. Empty: no intent needed.
+    pub fn intent_pairs(
+        &self,
+        slot: SlotId,
+        first: u32,
+        terms: &[u64],
+        unknown_bases: &mut Vec<usize>,
+    ) -> Vec<iocache_format::IntentPair> {
+        let mut pairs = Vec::new();
+        if !self.dirty_checksums {
+            return pairs;
+        }
+        let at = slot as usize * self.words;
+        let covered = &self.checksummed_on_disk[at..at + self.words];
+        let intended = &self.intended[at..at + self.words];
+        for (i, &term) in terms.iter().enumerate() {
+            let s = first + i as u32;
+            let (w, bit) = ((s / 64) as usize, 1u64 << (s % 64));
+            if covered[w] & bit == 0 {
+                continue;
+            }
+            let base = if intended[w] & bit != 0 {
+                None
+            } else {
+                let base = self.dirty_sums.term(slot, s);
+                if base.is_none() {
+                    unknown_bases.push(pairs.len());
+                }
+                base
+            };
+            pairs.push(iocache_format::IntentPair {
+                sector: s as u16,
+                term,
+                base,
+            });
+        }
+        pairs
+    }
+
+    /// The intent of a write to `[first, end)` of `slot` is durable: the
+    /// write is counted in flight (it may be issued), and the sectors it
+    /// named have their base on the device.
+    pub fn intent_durable(&mut self, slot: SlotId, first: u32, end: u32) {
+        self.intent_named(slot, first, end);
+        self.count_in_flight(slot);
+    }
+
+    fn intent_named(&mut self, slot: SlotId, first: u32, end: u32) {
+        let at = slot as usize * self.words;
+        let mut range = vec![0u64; self.words];
+        set_range(&mut range, first, end);
+        for (w, bits) in range.iter().enumerate() {
+            self.intended[at + w] |= bits & self.checksummed_on_disk[at + w];
+        }
+        // Its record is rewritten by the next barrier, after which the
+        // intent log may be reused.
+        self.touch(slot);
+    }
+
+    /// The checksum term of the data last written to dirty sector `sector`
+    /// of `slot`, if known.
+    pub fn dirty_term(&self, slot: SlotId, sector: u32) -> Option<u64> {
+        if !self.dirty_checksums {
+            return None;
+        }
+        let dirty = self.dirty(slot);
+        (dirty[(sector / 64) as usize] >> (sector % 64) & 1 == 1)
+            .then(|| self.dirty_sums.term(slot, sector))
+            .flatten()
+    }
+
+    /// The slot's record epoch (see [`Shadow::intent_prewritten`]).
+    pub fn record_epoch(&self, slot: SlotId) -> u32 {
+        self.record_epoch[slot as usize]
+    }
+
+    /// The intent of a request's later write to `[first, end)` of `slot`
+    /// is durable, tied to the record of epoch `epoch`: the write may begin
+    /// without another ([`Shadow::begin_prewritten`]) while that record is
+    /// the newest.
+    pub fn intent_prewritten(&mut self, owner: usize, slot: SlotId, first: u32, end: u32, epoch: u32) {
+        self.intent_named(slot, first, end);
+        self.prewritten.push(Prewritten {
+            owner,
+            slot,
+            first,
+            end,
+            epoch,
+        });
+    }
+
+    /// Begins a write whose intent `owner` wrote ahead: `true` (counted in
+    /// flight) while the record it is tied to is still the newest and no
+    /// barrier drains the shard.
+    pub fn begin_prewritten(&mut self, owner: usize, slot: SlotId, first: u32, end: u32) -> bool {
+        let Some(at) = self
+            .prewritten
+            .iter()
+            .position(|p| p.owner == owner && p.slot == slot && p.first == first && p.end == end)
+        else {
+            return false;
+        };
+        let p = self.prewritten.swap_remove(at);
+        if self.draining || p.epoch != self.record_epoch[slot as usize] {
+            return false;
+        }
+        self.count_in_flight(slot);
+        true
+    }
+
+    /// Forgets what `owner` wrote ahead and did not use.
+    pub fn drop_prewritten(&mut self, owner: usize) {
+        self.prewritten.retain(|p| p.owner != owner);
     }
 
     /// Whether a checksum on the device may cover some of sectors
@@ -185,25 +376,19 @@ impl Shadow {
         count_range(&self.checksummed_on_disk[at..at + self.words], first, end) > 0
     }
 
-    /// A record of `slot` without a checksum is durable (rule 4).
-    pub fn checksum_withdrawn(&mut self, slot: SlotId) {
-        if self.dirty_checksums {
-            self.checksummed_mut(slot).fill(0);
-        }
-    }
-
     /// A begun write to `[first, end)` of `slot` failed: the sectors hold
     /// the old data or the new.
     pub fn cache_write_failed(&mut self, slot: SlotId, first: u32, end: u32) {
         if !self.dirty_checksums {
             return;
         }
-        let in_flight = &mut self.writes_in_flight[slot as usize];
-        *in_flight = in_flight.checked_sub(1).expect("a failed write was begun");
+        self.count_landed(slot, "failed");
         let (before, sums) = self.dirty_and_sums(slot);
         if count_range(before, first, end) > 0 {
             sums.unseen(slot, before, first, end);
         }
+        // The next barrier records what the slot may hold now.
+        self.touch(slot);
     }
 
     fn touch(&mut self, slot: SlotId) {
@@ -247,8 +432,7 @@ impl Shadow {
             self.dirty_sums.line_replaced(slot);
         }
         if self.dirty_checksums {
-            let in_flight = &mut self.writes_in_flight[slot as usize];
-            *in_flight = in_flight.checked_sub(1).expect("a noted write was begun");
+            self.count_landed(slot, "noted");
         }
         if !dirty {
             set_range(self.valid_mut(slot), first, end);
@@ -323,7 +507,9 @@ impl Shadow {
 
     /// Loads a restored line (start-up). `hash` is a clean line's data
     /// hash or a dirty line's verified checksum (which its record on the
-    /// device carries).
+    /// device carries); `terms`, a verified dirty line's per-sector terms
+    /// as read; `rewrite`, its record verified with intents only (the
+    /// next barrier writes it again).
     #[allow(clippy::too_many_arguments)]
     pub fn restore(
         &mut self,
@@ -332,6 +518,8 @@ impl Shadow {
         valid: &[u64],
         dirty: &[u64],
         hash: Option<u64>,
+        terms: Option<&[u64]>,
+        rewrite: bool,
         dirty_on_disk: bool,
         mirror: Option<u32>,
     ) {
@@ -347,12 +535,18 @@ impl Shadow {
         if self.dirty_checksums {
             self.dirty_sums.line_replaced(slot);
             if let (true, Some(checksum)) = (is_dirty, hash) {
-                self.dirty_sums.restored(slot, checksum);
+                match terms {
+                    Some(terms) => self.dirty_sums.restored_terms(slot, terms),
+                    None => self.dirty_sums.restored(slot, checksum),
+                }
                 self.checksummed_mut(slot).copy_from_slice(dirty);
             }
         }
         if dirty_on_disk {
             self.disk_dirty[slot as usize] = Some(key);
+        }
+        if rewrite {
+            self.touch(slot);
         }
     }
 
@@ -382,6 +576,10 @@ impl Shadow {
         let mut out = Vec::with_capacity(slots.len());
         for slot in slots {
             self.queued[slot as usize] = false;
+            if self.dirty_checksums {
+                let epoch = &mut self.record_epoch[slot as usize];
+                *epoch = epoch.wrapping_add(1);
+            }
             let line = self.record_of(slot, mode, everything);
             if let Some(line) = &line {
                 if line.dirty {
@@ -415,10 +613,28 @@ impl Shadow {
         }
     }
 
+    /// A barrier read back the dirty data of `slot` whose terms it did not
+    /// know, and put the checksum of `dirty` into the record it writes:
+    /// `terms` has one term per sector of the line.
+    pub fn checksum_read_back(&mut self, slot: SlotId, dirty: &[u64], terms: &[u64]) {
+        if !self.dirty_checksums {
+            return;
+        }
+        self.dirty_sums.learned(slot, dirty, terms);
+        for (on_disk, &d) in self.checksummed_mut(slot).iter_mut().zip(dirty) {
+            *on_disk |= d;
+        }
+    }
+
     /// After the records of a barrier are durable: slots whose record is
-    /// not dirty no longer block reuse.
+    /// not dirty no longer block reuse, and intents tied to the records
+    /// they replace no longer count.
     pub fn records_durable(&mut self, records: &[PlannedRecord]) {
         for record in records {
+            if self.dirty_checksums {
+                let at = record.slot as usize * self.words;
+                self.intended[at..at + self.words].fill(0);
+            }
             if !record.line.as_ref().is_some_and(|l| l.dirty) {
                 self.disk_dirty[record.slot as usize] = None;
             }
@@ -432,6 +648,9 @@ impl Shadow {
                     Some(bits) => on_disk.copy_from_slice(&bits),
                     None => on_disk.fill(0),
                 }
+                // Terms kept for a checksum no longer on the device go.
+                let (after, sums) = self.dirty_and_sums(record.slot);
+                sums.cleaned(record.slot, after);
             }
         }
     }
@@ -588,15 +807,9 @@ impl RecordWriter {
             .collect()
     }
 
-    /// The newest durable record of `slot`, if it has one.
-    pub fn newest(&self, slot: u64) -> Option<Record> {
-        let copy = self.slots[slot as usize].newest_copy?;
-        let bytes = self.layout.record_bytes as usize;
-        let at = slot as usize * bytes;
-        match iocache_format::decode_record(&self.images[copy as usize][at..at + bytes], &self.layout) {
-            iocache_format::RecordCopy::Valid(record) => Some(record),
-            _ => None,
-        }
+    /// The sequence of `slot`'s newest durable record.
+    pub fn durable_sequence(&self, slot: u64) -> u64 {
+        self.slots[slot as usize].sequence
     }
 
     /// The staged record of `slot` in `copy`, numbered `sequence`, is durable.

@@ -7,10 +7,12 @@ use iocache_core::bitmap;
 use iocache_core::LineKey;
 use iocache_device::BlockDevice;
 use iocache_device::IdentityKind;
+use std::collections::HashMap;
+
 use iocache_format::{
-    data_hash, load_metadata, pick_superblock, Layout, Persistence, ShutdownState, SlotDisk, Superblock,
-    SuperblockFound, VolumeEntry, VolumeIdentity, FORMAT_VERSION, FORMAT_VERSION_WRITES_EVERY_RECORD,
-    SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS,
+    data_hash, load_metadata, pick_superblock, Intent, Layout, Persistence, ShutdownState, SlotDisk,
+    Superblock, SuperblockFound, VolumeEntry, VolumeIdentity, FORMAT_VERSION, FORMAT_VERSION_INTENTS,
+    FORMAT_VERSION_WRITES_EVERY_RECORD, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS,
 };
 
 use crate::layout::{fit_slots, LayoutError};
@@ -213,6 +215,12 @@ pub struct RecoveredLine {
     pub sequence: u64,
     /// The mirror slot of a dirty line on a cache array.
     pub mirror: Option<u32>,
+    /// A verified dirty line's checksum term of each sector as read (one
+    /// per sector of the line; those of dirty sectors count).
+    pub terms: Option<Vec<u64>>,
+    /// Its record verified only with intents: the first barrier writes it
+    /// again, so that the intent log can be reused.
+    pub rewrite_record: bool,
 }
 
 impl RecoveredLine {
@@ -227,6 +235,8 @@ impl RecoveredLine {
             dirty_on_disk: false,
             sequence,
             mirror: None,
+            terms: None,
+            rewrite_record: false,
         }
     }
 }
@@ -267,6 +277,10 @@ pub struct RecoveryReport {
     /// Of those, lines on a cache array whose primary copy failed the check
     /// and was rewritten from its mirror, which passed.
     pub repaired_from_mirror: u64,
+    /// Of those, lines whose record has intents tied to it (writes that were
+    /// to land on checksummed dirty sectors before the next barrier): each
+    /// sector held its old data or what an intent names.
+    pub verified_with_intents: u64,
     /// Dirty lines written straight back to the backend at start-up: those
     /// of an earlier geometry, and older copies of a line that a crash left
     /// in two slots.
@@ -483,6 +497,9 @@ fn format_fresh(
     for copy in 0..2u8 {
         dev.write_at(&empty, layout.copy_region_offset(copy))?;
     }
+    // Intents of an earlier cache must not be tied to this one's records
+    // (sequences start again).
+    zero(dev, layout.intent_offset(), layout.intent_bytes)?;
     let superblock = Superblock {
         format_version: FORMAT_VERSION,
         sequence: 1,
@@ -668,6 +685,7 @@ pub fn open(
     }
     let mut loaded =
         load_metadata(&images[0], &images[1], &layout, superblock.format_version).map_err(format_err)?;
+    let intents = read_intents(dev, &layout, &loaded)?;
     // An invalid superblock copy never means "clean" (it may be the newest).
     let clean_shutdown = shutdown_state == Some(ShutdownState::Clean);
     if let Some(why) = &damaged_superblock {
@@ -677,9 +695,9 @@ pub fn open(
         );
     }
     let mut damaged = damaged_slots(&loaded, &superblock, damaged_superblock.is_some());
-    let checksums = verify_dirty_checksums(dev, array, &layout, &superblock, &loaded)?;
+    let mut checksums = verify_dirty_checksums(dev, array, &layout, &superblock, &loaded, &intents)?;
     if !checksums.damaged.is_empty() {
-        for d in checksums.damaged {
+        for d in std::mem::take(&mut checksums.damaged) {
             match damaged.binary_search_by_key(&d.slot, |x| x.slot) {
                 Ok(at) => {
                     let x = &mut damaged[at];
@@ -699,6 +717,7 @@ pub fn open(
         clean_shutdown,
         verified_dirty_lines: checksums.verified,
         repaired_from_mirror: checksums.repaired_from_mirror,
+        verified_with_intents: checksums.with_intents,
         corrupt_copies: loaded.corrupt_copies,
         corrupt_examples: loaded.corrupt_examples.clone(),
         damaged_superblock: damaged_superblock.clone(),
@@ -890,16 +909,24 @@ pub fn open(
     let same_geometry = layout.line_bytes == spec.line_bytes
         && layout.slots == spec.slots
         && superblock.shards == spec.shards;
-    if !same_geometry {
+    let same_format = superblock.format_version >= FORMAT_VERSION_INTENTS;
+    if !same_geometry || !same_format {
         // Another geometry: write the dirty lines straight back, then start
-        // over with the configured one (how a cache is grown or shrunk).
+        // over with the configured one (how a cache is grown or shrunk). A
+        // device of a version without an intent log goes the same way: its
+        // data area starts elsewhere.
         let describe = |slots: u64, line_bytes: u64, shards| {
             format!("{slots} lines of {line_bytes} B in {shards} shards")
         };
-        report.geometry_changed = Some((
-            describe(layout.slots, layout.line_bytes, superblock.shards),
-            describe(spec.slots, spec.line_bytes, spec.shards),
-        ));
+        if !same_geometry {
+            report.geometry_changed = Some((
+                describe(layout.slots, layout.line_bytes, superblock.shards),
+                describe(spec.slots, spec.line_bytes, spec.shards),
+            ));
+        }
+        if !same_format {
+            report.upgraded_from_version = Some(superblock.format_version);
+        }
         for (slot, record) in &loaded.lines {
             let Some(line) = &record.line else { continue };
             let Some(at) = position(line.volume).filter(|_| line.dirty) else {
@@ -957,6 +984,8 @@ pub fn open(
                 dirty_on_disk: true,
                 sequence: record.sequence,
                 mirror: line.mirror,
+                terms: checksums.terms.remove(&slot),
+                rewrite_record: checksums.rewrite.contains(&slot),
             });
             continue;
         }
@@ -1007,23 +1036,6 @@ pub fn open(
     // The table names the volumes served: others had no dirty line (or
     // opening was refused), and their clean lines are not loaded.
     superblock.volumes = entries(spec, &ids, backends);
-    if superblock.format_version < FORMAT_VERSION {
-        // What this start will write must fit before anything is upgraded
-        // (a version 3 volume entry is 9 bytes longer).
-        let mut upgraded = superblock.clone();
-        upgraded.format_version = FORMAT_VERSION;
-        upgraded.encode().map_err(|e| {
-            EngineError::Config(format!(
-                "the cache device's superblock cannot hold this configuration's volumes and settings in format \
-                 version {FORMAT_VERSION}: {e}"
-            ))
-        })?;
-        // An older device: from now on every record copy is written, so a
-        // zeroed one is seen as damage.
-        upgrade_records(dev, &layout, &mut images)?;
-        report.upgraded_from_version = Some(superblock.format_version);
-        superblock.format_version = FORMAT_VERSION;
-    }
     let writer = RecordWriter::new(layout, images, loaded.slots);
     Ok(Opened {
         volume_ids: ids,
@@ -1104,31 +1116,6 @@ fn damaged_slots(
     out
 }
 
-/// Writes an empty record of sequence 0 over every all-zero record copy of
-/// both regions, in the images and on the device, and flushes: what a
-/// version 3 format writes, so that a version 3 superblock may follow.
-fn upgrade_records(
-    dev: &dyn BlockDevice,
-    layout: &Layout,
-    images: &mut [Vec<u8>; 2],
-) -> Result<(), EngineError> {
-    let empty = iocache_format::empty_region(layout).map_err(format_err)?;
-    let record_bytes = layout.record_bytes as usize;
-    for (copy, image) in images.iter_mut().enumerate() {
-        for slot in 0..layout.slots as usize {
-            let range = slot * record_bytes..(slot + 1) * record_bytes;
-            // All zero, or a header of zeroes (never a record: harmless
-            // before version 3, damage from then on).
-            if image[range.start..range.start + 8].iter().all(|&b| b == 0) {
-                image[range.clone()].copy_from_slice(&empty[range]);
-            }
-        }
-        dev.write_at(image, layout.copy_region_offset(copy as u8))?;
-    }
-    dev.flush()?;
-    Ok(())
-}
-
 /// Writes an empty record of sequence 0 (what formatting writes) over the
 /// damaged record copies, in the images and on the device
 /// (whole sectors, rewritten from the images), and flushes.
@@ -1188,6 +1175,13 @@ fn data_matches_hash(
 struct ChecksumCheck {
     /// Dirty lines whose data matched their checksum.
     verified: u64,
+    /// Of those, lines whose record had intents tied to it.
+    with_intents: u64,
+    /// Per verified slot, each sector's checksum term as read.
+    terms: HashMap<u64, Vec<u64>>,
+    /// Slots whose record verified with intents (rewritten by the first
+    /// barrier).
+    rewrite: std::collections::HashSet<u64>,
     /// Of those, lines whose primary copy did not match (or did not read)
     /// and whose mirror did: the primary was rewritten from the mirror.
     repaired_from_mirror: u64,
@@ -1195,6 +1189,39 @@ struct ChecksumCheck {
     damaged: Vec<DamagedSlot>,
     /// Lines whose copies do not read (a failed array member): not verified.
     unreadable: u64,
+}
+
+/// The intents of the intent log tied to the records loaded: per slot,
+/// those naming the sequence of the slot's current record, in log order.
+/// Others (tied to records since replaced, torn, or of an earlier cache)
+/// are ignored.
+fn read_intents(
+    dev: &dyn BlockDevice,
+    layout: &Layout,
+    loaded: &iocache_format::MetadataLoad,
+) -> Result<HashMap<u64, Vec<Intent>>, EngineError> {
+    let mut out: HashMap<u64, Vec<Intent>> = HashMap::new();
+    if !layout.has_intents() {
+        return Ok(out);
+    }
+    let mut log = vec![0u8; layout.intent_bytes as usize];
+    dev.read_at(&mut log, layout.intent_offset())?;
+    let scan = iocache_format::scan_intents(&log, layout);
+    if scan.intents.is_empty() {
+        return Ok(out);
+    }
+    let current: HashMap<u64, u64> = loaded
+        .lines
+        .iter()
+        .filter(|(_, r)| r.line.as_ref().is_some_and(|l| l.dirty && l.data_hash.is_some()))
+        .map(|(slot, r)| (*slot, r.sequence))
+        .collect();
+    for intent in scan.intents {
+        if current.get(&intent.slot) == Some(&intent.sequence) {
+            out.entry(intent.slot).or_default().push(intent);
+        }
+    }
+    Ok(out)
 }
 
 /// Lines of one kind logged one by one at start-up; the rest are counted.
@@ -1211,24 +1238,45 @@ fn verify_dirty_checksums(
     layout: &Layout,
     superblock: &Superblock,
     loaded: &iocache_format::MetadataLoad,
+    intents: &HashMap<u64, Vec<Intent>>,
 ) -> Result<ChecksumCheck, EngineError> {
     let mut check = ChecksumCheck {
         verified: 0,
+        with_intents: 0,
+        terms: HashMap::new(),
+        rewrite: std::collections::HashSet::new(),
         repaired_from_mirror: 0,
         damaged: Vec::new(),
         unreadable: 0,
     };
     let mut buf = vec![0u8; layout.line_bytes as usize];
+    let mut terms = vec![0u64; layout.sectors_per_line() as usize];
+    let no_intents = Vec::new();
     for (slot, record) in &loaded.lines {
         let Some(line) = &record.line else { continue };
         let (true, Some(sum)) = (line.dirty, line.data_hash) else {
             continue;
         };
+        let tied: Vec<&Intent> = intents.get(slot).unwrap_or(&no_intents).iter().collect();
+        // The line's data as read agrees with its record and intents; its
+        // terms are kept for the engine.
+        let mut matches = |data: &[u8], check: &mut ChecksumCheck| {
+            iocache_format::sector_checksums_into(0, data, &mut terms);
+            if !iocache_format::dirty_terms_match(&terms, &line.dirty_bits, sum, &tied) {
+                return false;
+            }
+            check.terms.insert(*slot, terms.clone());
+            if !tied.is_empty() {
+                check.with_intents += 1;
+                check.rewrite.insert(*slot);
+            }
+            true
+        };
         // A copy that does not read (a failed array member) proves nothing:
         // the engine reads the other copy, or the line is not served from
         // the cache. Only a copy that reads and does not match is damage.
         let primary = match dev.read_at(&mut buf, layout.line_offset(*slot)) {
-            Ok(()) if iocache_format::dirty_checksum(&buf, &line.dirty_bits) == sum => {
+            Ok(()) if matches(&buf, &mut check) => {
                 check.verified += 1;
                 continue;
             }
@@ -1246,7 +1294,7 @@ fn verify_dirty_checksums(
         };
         let mirror = match (array, line.mirror) {
             (Some(array), Some(mirror)) => match array.read_mirror(mirror, 0, &mut buf) {
-                Ok(()) => Some(iocache_format::dirty_checksum(&buf, &line.dirty_bits) == sum),
+                Ok(()) => Some(matches(&buf, &mut check)),
                 Err(_) => None,
             },
             _ => None,

@@ -514,8 +514,8 @@ fn a_flipped_byte_in_flushed_dirty_data_refuses_the_start_naming_the_line() {
 }
 
 /// A flushed dirty line rewritten in place and never flushed again, then a
-/// crash: legal, so never taken for damage. The checksum on the device is
-/// withdrawn (a record without it made durable) before the rewrite lands.
+/// crash: legal, so never taken for damage, and still verified: an intent
+/// naming the terms each rewrite leaves is durable before it lands.
 #[test]
 fn rewriting_flushed_dirty_data_in_place_then_crashing_is_not_damage() {
     let line_bytes = 16384; // four writes of 4 KiB per line
@@ -541,15 +541,15 @@ fn rewriting_flushed_dirty_data_in_place_then_crashing_is_not_damage() {
     write(&engine, &mut model, 32, 32);
     engine.flush().unwrap();
     model.flushed();
-    let withdrawn_before = engine.stats().checksums_withdrawn;
-    // Beside the checksummed sectors: no withdrawal needed.
+    let intents_before = engine.stats().intents_written;
+    // Beside the checksummed sectors: no intent needed.
     write(&engine, &mut model, 8, 8);
-    assert_eq!(engine.stats().checksums_withdrawn, withdrawn_before);
-    // Over them, in place: withdrawn first, once per line.
+    assert_eq!(engine.stats().intents_written, intents_before);
+    // Over them, in place: an intent first, for each write.
     write(&engine, &mut model, 4, 8);
     write(&engine, &mut model, 0, 2);
     write(&engine, &mut model, 40, 8);
-    assert_eq!(engine.stats().checksums_withdrawn, withdrawn_before + 2);
+    assert_eq!(engine.stats().intents_written, intents_before + 3);
     // Many flushed dirty lines rewritten by one request: one flush for all.
     for line in 2..10 {
         write(&engine, &mut model, line * 32, 32);
@@ -559,11 +559,8 @@ fn rewriting_flushed_dirty_data_in_place_then_crashing_is_not_damage() {
     let before = engine.stats();
     write(&engine, &mut model, 2 * 32, 8 * 32);
     let after = engine.stats();
-    assert_eq!(after.checksums_withdrawn - before.checksums_withdrawn, 8);
-    assert_eq!(
-        after.checksum_withdrawal_flushes - before.checksum_withdrawal_flushes,
-        1
-    );
+    assert_eq!(after.intents_written - before.intents_written, 8);
+    assert_eq!(after.intent_flushes - before.intent_flushes, 1);
     drop(engine); // crash without a flush
 
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend)
@@ -580,11 +577,10 @@ fn rewriting_flushed_dirty_data_in_place_then_crashing_is_not_damage() {
             "sector {sector} holds {found:?}"
         );
     }
-    // Lines recovered from withdrawn records carry no checksum until this
-    // run has seen every dirty sector's data again: rewritten (here in
-    // overlapping pieces) and flushed, they carry one again, verified at
-    // the next start.
-    assert!(report.verified_dirty_lines < 10, "{report:?}");
+    // Every line verified: lines 0 and 1 by records the FLUSH after their
+    // rewrites wrote, the eight others with the intents of the last write.
+    assert_eq!(report.verified_dirty_lines, 10, "{report:?}");
+    assert_eq!(report.verified_with_intents, 8, "{report:?}");
     for (first, sectors) in [(0, 24), (16, 16), (32, 20), (40, 24), (64, 256)] {
         engine
             .write(first * SECTOR, &stamps(99, first, sectors), false)
@@ -672,11 +668,12 @@ fn every_corruption_of_checksummed_dirty_data_is_refused() {
 }
 
 /// A cache written by a version 2 build (slots never written are all zero,
-/// no backend identity) still loads, is upgraded (every blank record copy
-/// written, version 3, the volume bound to its backend), and from then on
-/// a zeroed record is damage and another backend is refused.
+/// no backend identity, no intent log: its data area starts elsewhere)
+/// still loads: its dirty lines are written back and the device formatted
+/// in this version. From then on a zeroed record is damage and another
+/// backend is refused.
 #[test]
-fn a_version_2_cache_is_upgraded_and_then_checked() {
+fn a_version_2_cache_is_written_back_and_formatted_anew_then_checked() {
     let line_bytes = 4096;
     let cache = config(line_bytes, 64);
     let cache_dev = cache_device(&cache);
@@ -690,9 +687,10 @@ fn a_version_2_cache_is_upgraded_and_then_checked() {
     engine.flush().unwrap();
     drop(engine); // kill -9
 
-    // Make it what a version 2 build leaves: empty records of sequence 0
-    // were never written, the superblock has no identities.
+    // Make it what a version 2 build leaves: its layout (no intent log),
+    // empty records of sequence 0 never written, no identities.
     let layout = Layout::for_slots(line_bytes, 64).unwrap();
+    let old = Layout::for_slots_in_version(2, line_bytes, 64).unwrap();
     let rb = layout.record_bytes as usize;
     let mut empty = vec![0u8; rb];
     iocache_format::encode_record(
@@ -704,8 +702,15 @@ fn a_version_2_cache_is_upgraded_and_then_checked() {
         &mut empty,
     )
     .unwrap();
-    let mut image = vec![0u8; layout.data_offset as usize];
+    let mut image = vec![0u8; layout.device_bytes() as usize];
     cache_dev.read_at(&mut image, 0).unwrap();
+    let mut moved = vec![0u8; image.len()];
+    moved[..old.intent_offset() as usize].copy_from_slice(&image[..old.intent_offset() as usize]);
+    for slot in 0..64 {
+        let (from, to) = (layout.line_offset(slot) as usize, old.line_offset(slot) as usize);
+        moved[to..to + line_bytes as usize].copy_from_slice(&image[from..from + line_bytes as usize]);
+    }
+    let mut image = moved;
     let mut blanked = 0;
     for copy in 0..2u8 {
         for slot in 0..layout.slots {
@@ -717,15 +722,11 @@ fn a_version_2_cache_is_upgraded_and_then_checked() {
         }
     }
     assert!(blanked > 64, "most slots were never written");
-    // A copy whose header is zero but not the rest: never a record, so
-    // harmless under version 2; the upgrade must rewrite it too.
-    let odd = layout.record_offset(63, 1) as usize;
-    image[odd..odd + rb].fill(0);
-    image[odd + 20] = 7;
     for (copy, &offset) in SUPERBLOCK_OFFSETS.iter().enumerate() {
         let at = offset as usize;
         if let Ok(mut sb) = Superblock::decode(&image[at..at + SUPERBLOCK_BYTES], offset) {
             sb.format_version = 2;
+            sb.layout = old;
             for v in &mut sb.volumes {
                 v.identity = None;
             }
@@ -739,26 +740,33 @@ fn a_version_2_cache_is_upgraded_and_then_checked() {
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
     let report = engine.stats().recovery;
     assert_eq!(report.upgraded_from_version, Some(2), "{report:?}");
-    assert_eq!(report.dirty_lines, 16, "{report:?}");
-    assert!(
-        report
-            .identity_changes
-            .iter()
-            .any(|c| c.contains("recorded no identity")),
-        "{report:?}"
-    );
+    assert_eq!(report.written_back_lines, 16, "{report:?}");
+    assert_eq!(report.dirty_lines, 0, "{report:?}");
     let mut buf = vec![0u8; line_bytes as usize];
     for line in 0..16 {
+        let mut direct = vec![0u8; line_bytes as usize];
+        backend.read_at(&mut direct, line * line_bytes).unwrap();
+        assert_eq!(direct, line_content(line, line_bytes), "line {line} written back");
         engine.read(line * line_bytes, &mut buf).unwrap();
         assert_eq!(buf, line_content(line, line_bytes), "line {line}");
     }
-    drop(engine); // kill -9 again
+    // Dirty again, then a crash.
+    for line in 0..16 {
+        engine
+            .write(line * line_bytes, &line_content(line + 1, line_bytes), false)
+            .unwrap();
+    }
+    engine.flush().unwrap();
+    drop(engine);
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend)
-        .expect("the upgraded cache starts again");
-    assert_eq!(engine.stats().recovery.upgraded_from_version, None);
+        .expect("the new cache starts again");
+    let report = engine.stats().recovery;
+    assert_eq!(report.upgraded_from_version, None);
+    assert_eq!(report.dirty_lines, 16, "{report:?}");
     drop(engine);
 
-    // Upgraded: no record copy is blank, and zeroing one is damage.
+    // No record copy is blank, and zeroing one is damage.
+    let mut image = vec![0u8; layout.data_offset as usize];
     cache_dev.read_at(&mut image, 0).unwrap();
     for copy in 0..2u8 {
         for slot in 0..layout.slots {

@@ -67,9 +67,13 @@ pub fn load_superblock_and_metadata(bytes: &[u8]) -> ImageOutcome {
     );
     let layout = superblock.layout;
     assert_eq!(
-        Layout::for_slots(layout.line_bytes, layout.slots).ok(),
+        Layout::for_slots_in_version(superblock.format_version, layout.line_bytes, layout.slots).ok(),
         Some(layout)
     );
+    if layout.has_intents() && layout.intent_offset() + layout.intent_bytes <= bytes.len() as u64 {
+        let start = layout.intent_offset() as usize;
+        scan_intent_log(&bytes[start..start + layout.intent_bytes as usize], &layout);
+    }
     let metadata = if layout.data_offset <= bytes.len() as u64 {
         let start0 = layout.copy_region_offset(0) as usize;
         let start1 = layout.copy_region_offset(1) as usize;
@@ -163,4 +167,19 @@ fn check_load(load: &MetadataLoad, copy0: &[u8], copy1: &[u8], layout: &Layout) 
                 .is_err());
         }
     }
+}
+
+/// Scans `log` as the intent log of `layout` and checks what the scan
+/// accepts: every intent in range, and every valid block re-encoding to its
+/// bytes. Returns the intents found.
+pub fn scan_intent_log(log: &[u8], layout: &Layout) -> Vec<crate::Intent> {
+    let scan = crate::scan_intents(log, layout);
+    for intent in &scan.intents {
+        assert!(intent.slot < layout.slots, "an intent's slot out of range");
+        assert!(intent.pairs.len() <= layout.sectors_per_line() as usize);
+        for pair in &intent.pairs {
+            assert!(u32::from(pair.sector) < layout.sectors_per_line());
+        }
+    }
+    scan.intents
 }

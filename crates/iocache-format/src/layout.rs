@@ -12,6 +12,12 @@ pub const LINE_BYTES_MAX: u64 = 1 << 20;
 pub const METADATA_OFFSET: u64 = SUPERBLOCK_OFFSETS[1] + SUPERBLOCK_BYTES as u64;
 /// Alignment of each metadata copy region and of the data area.
 pub const REGION_ALIGN: u64 = 4096;
+/// The intent log's size per slot (see [`Layout::intent_bytes_for`]).
+const INTENT_BYTES_PER_SLOT: u64 = 32;
+/// The smallest intent log.
+const INTENT_BYTES_MIN: u64 = 64 << 10;
+/// The largest intent log, unless four whole-line intents need more.
+const INTENT_BYTES_MAX: u64 = 1 << 20;
 /// The smallest record size.
 pub const RECORD_BYTES_MIN: u64 = 64;
 /// Bytes of a record before its bitmaps (see `docs/format.md`).
@@ -33,6 +39,7 @@ pub(crate) const RECORD_CRC_BYTES: u64 = 4;
 /// 4096              superblock copy B (4096 B)
 /// metadata_offset   metadata copy 0: slots × record_bytes, rounded up to 4096
 ///   + copy_region_bytes   metadata copy 1: same size
+/// intent_offset     the intent log: intent_bytes (format version 4; none before)
 /// data_offset       slot 0's line, slot 1's line, ... (slots × line_bytes)
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,8 +54,12 @@ pub struct Layout {
     pub metadata_offset: u64,
     /// Bytes of each metadata copy region: `slots × record_bytes` rounded up to 4096.
     pub copy_region_bytes: u64,
-    /// Device offset of slot 0's line: the end of metadata copy 1, rounded up
-    /// to `max(4096, line_bytes)`.
+    /// Bytes of the intent log after metadata copy 1
+    /// ([`Layout::intent_bytes_for`]; 0 in layouts of format versions
+    /// before 4, which have none).
+    pub intent_bytes: u64,
+    /// Device offset of slot 0's line: the end of the intent log (of
+    /// metadata copy 1 without one), rounded up to `max(4096, line_bytes)`.
     pub data_offset: u64,
 }
 
@@ -92,11 +103,46 @@ impl Layout {
             .max(RECORD_BYTES_MIN)
     }
 
-    /// The layout of `slots` lines of `line_bytes`.
+    /// Bytes of the intent log of a layout of `slots` lines of
+    /// `line_bytes`: 32 bytes per slot, at least 64 KiB and at most 1 MiB,
+    /// and never less than four intents covering a whole line each (so
+    /// that a log never fills with one group of writes), in whole 4096-byte
+    /// blocks.
+    pub fn intent_bytes_for(line_bytes: u64, slots: u64) -> u64 {
+        let per_slot = slots
+            .saturating_mul(INTENT_BYTES_PER_SLOT)
+            .clamp(INTENT_BYTES_MIN, INTENT_BYTES_MAX);
+        let whole_lines =
+            4 * crate::intent::intent_bytes_for_sectors((line_bytes / SECTOR_BYTES).max(1) as usize) as u64;
+        per_slot.max(whole_lines).next_multiple_of(REGION_ALIGN)
+    }
+
+    /// The layout of `slots` lines of `line_bytes` in this build's format
+    /// version (with an intent log).
     ///
     /// Errors: `line_bytes` not a power of two in 512..=1 MiB, `slots` = 0,
     /// or a device size that overflows 64 bits.
     pub fn for_slots(line_bytes: u64, slots: u64) -> Result<Layout, FormatError> {
+        Self::build(line_bytes, slots, true)
+    }
+
+    /// The layout of `slots` lines of `line_bytes` as format version
+    /// `version` lays them out: versions before 4 have no intent log.
+    pub fn for_slots_in_version(version: u32, line_bytes: u64, slots: u64) -> Result<Layout, FormatError> {
+        Self::build(line_bytes, slots, version >= crate::FORMAT_VERSION_INTENTS)
+    }
+
+    /// Whether the layout has an intent log (format version 4 and later).
+    pub fn has_intents(&self) -> bool {
+        self.intent_bytes > 0
+    }
+
+    /// Device offset of the intent log: the end of metadata copy 1.
+    pub fn intent_offset(&self) -> u64 {
+        self.metadata_offset + 2 * self.copy_region_bytes
+    }
+
+    fn build(line_bytes: u64, slots: u64, intents: bool) -> Result<Layout, FormatError> {
         check_line_bytes(line_bytes)
             .map_err(|reason| FormatError::invalid("line_bytes", line_bytes, reason))?;
         if slots == 0 {
@@ -110,9 +156,15 @@ impl Layout {
         let record_bytes = Self::record_bytes_for(line_bytes);
         let table = slots.checked_mul(record_bytes).ok_or_else(overflow)?;
         let copy_region_bytes = round_up(table, REGION_ALIGN).ok_or_else(overflow)?;
+        let intent_bytes = if intents {
+            Self::intent_bytes_for(line_bytes, slots)
+        } else {
+            0
+        };
         let metadata_end = copy_region_bytes
             .checked_mul(2)
             .and_then(|both| both.checked_add(METADATA_OFFSET))
+            .and_then(|end| end.checked_add(intent_bytes))
             .ok_or_else(overflow)?;
         let data_offset = round_up(metadata_end, REGION_ALIGN.max(line_bytes)).ok_or_else(overflow)?;
         slots
@@ -125,6 +177,7 @@ impl Layout {
             record_bytes,
             metadata_offset: METADATA_OFFSET,
             copy_region_bytes,
+            intent_bytes,
             data_offset,
         })
     }
@@ -159,10 +212,11 @@ impl Layout {
         Self::for_slots(line_bytes, lo)
     }
 
-    /// Checks that this layout is exactly `for_slots(line_bytes, slots)`
-    /// (every field consistent), as decoding and encoding require.
+    /// Checks that this layout is exactly `for_slots(line_bytes, slots)`,
+    /// or the same without an intent log (format versions before 4): every
+    /// field consistent, as decoding and encoding require.
     pub fn validate(&self) -> Result<(), FormatError> {
-        let expected = Self::for_slots(self.line_bytes, self.slots)?;
+        let expected = Self::build(self.line_bytes, self.slots, self.intent_bytes != 0)?;
         let fields = [
             ("record_bytes", self.record_bytes, expected.record_bytes),
             ("metadata_offset", self.metadata_offset, expected.metadata_offset),
@@ -171,6 +225,7 @@ impl Layout {
                 self.copy_region_bytes,
                 expected.copy_region_bytes,
             ),
+            ("intent_bytes", self.intent_bytes, expected.intent_bytes),
             ("data_offset", self.data_offset, expected.data_offset),
         ];
         for (field, value, want) in fields {

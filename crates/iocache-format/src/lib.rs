@@ -10,6 +10,8 @@
 //!   ([`Record`], `record_bytes` each, crc32c-protected; a writer updates one
 //!   copy, [`load_metadata`] takes per slot the valid copy with the highest
 //!   sequence);
+//! - the intent log (version 4): checksum terms of writes about to land in
+//!   place on checksummed dirty data ([`Intent`], [`scan_intents`]);
 //! - the data area: slot `i`'s line at `data_offset + i × line_bytes`.
 //!
 //! The torn-write model, the field tables and the loader's rules are in
@@ -21,6 +23,7 @@
 
 mod error;
 pub mod fuzzing;
+mod intent;
 mod layout;
 mod le;
 mod load;
@@ -29,6 +32,10 @@ mod sector_hash;
 mod superblock;
 
 pub use error::{FormatError, SuperblockAt};
+pub use intent::{
+    encode_intent_block, intent_block_bytes, intent_bytes_for_sectors, scan_intents, Intent, IntentPair,
+    IntentScan, INTENT_TAG,
+};
 pub use layout::{Layout, LINE_BYTES_MAX, LINE_BYTES_MIN, METADATA_OFFSET, RECORD_BYTES_MIN, REGION_ALIGN};
 pub use load::{load_metadata, CorruptCopy, MetadataLoad, SlotDisk, MAX_CORRUPT_EXAMPLES};
 pub use record::{
@@ -40,13 +47,17 @@ pub use superblock::{
     MAX_SETTINGS_BYTES, MAX_VOLUMES, MAX_VOLUME_NAME_BYTES,
 };
 
-/// The format version this build writes. Version 3 records each volume's
+/// The format version this build writes. Version 4 adds the intent log
+/// (checksum terms of writes landing in place on checksummed dirty data,
+/// made durable before those writes). Version 3 records each volume's
 /// backend identity in the volume table and writes a record for every
 /// slot at format time, so that a record copy of all zeroes is damage, not
 /// "never written". Version 2 added the mirror field of line records (cache
 /// arrays). An older device is read by its own rules and upgraded when it
 /// is opened; a build that reads only older versions refuses a newer one.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
+/// The first version with an intent log ([`Layout::intent_bytes`]).
+pub const FORMAT_VERSION_INTENTS: u32 = 4;
 /// The first version whose record copies are never all zero (a fresh slot
 /// holds an empty record of sequence 0) and whose volume entries carry an
 /// identity.
@@ -134,6 +145,57 @@ fn mix_sector_index(sector_in_line: u32, hash: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// Whether a dirty line's sectors agree with its record: `terms` holds each
+/// sector's [`sector_checksums`] term as read (one per sector of the line),
+/// `dirty` the record's dirty bits, `checksum` its checksum, and `intents`
+/// the intents tied to the record, in log order. A dirty sector no intent
+/// names must hold the term the checksum counts for it; one an intent
+/// names may hold that term (its *base*, given by the first intent naming
+/// it) or any term an intent gives it; and the bases of the named sectors
+/// plus the terms of the others must sum to the checksum. So every mix of
+/// old and new data a crash leaves verifies, and nothing else does (up to
+/// the strength of 64-bit hashes).
+pub fn dirty_terms_match(terms: &[u64], dirty: &[u64], checksum: u64, intents: &[&Intent]) -> bool {
+    let is_dirty = |s: usize| dirty.get(s / 64).is_some_and(|w| w >> (s % 64) & 1 == 1);
+    if intents.is_empty() {
+        let sum = (0..terms.len())
+            .filter(|&s| is_dirty(s))
+            .fold(0u64, |sum, s| sum.wrapping_add(terms[s]));
+        return sum == checksum;
+    }
+    // Per sector: its base, and whether its term is one an intent allows.
+    let mut base: Vec<Option<u64>> = vec![None; terms.len()];
+    let mut named = vec![false; terms.len()];
+    let mut allowed = vec![false; terms.len()];
+    for pair in intents.iter().flat_map(|i| &i.pairs) {
+        let s = usize::from(pair.sector);
+        if s >= terms.len() {
+            return false;
+        }
+        if !named[s] {
+            named[s] = true;
+            base[s] = pair.base;
+        }
+        allowed[s] |= terms[s] == pair.term;
+    }
+    let mut sum = 0u64;
+    for s in (0..terms.len()).filter(|&s| is_dirty(s)) {
+        if !named[s] {
+            sum = sum.wrapping_add(terms[s]);
+            continue;
+        }
+        let Some(b) = base[s] else {
+            // Named without a base: the intent that gave it was lost.
+            return false;
+        };
+        if terms[s] != b && !allowed[s] {
+            return false;
+        }
+        sum = sum.wrapping_add(b);
+    }
+    sum == checksum
+}
+
 /// [`data_hash`] of the valid sectors of `line` (the whole line's bytes,
 /// `line.len() / 512` sectors), without copying them: equal to `data_hash`
 /// of their concatenation. Bits of `valid` beyond the line's sectors are
@@ -155,6 +217,82 @@ pub fn data_hash_valid(line: &[u8], valid: &[u64]) -> u64 {
         hasher.update(&line[start * SECTOR_BYTES as usize..s * SECTOR_BYTES as usize]);
     }
     hasher.digest()
+}
+
+#[cfg(test)]
+mod intent_match_tests {
+    use super::*;
+
+    fn terms(line: &[u8]) -> Vec<u64> {
+        sector_checksums(0, line).collect()
+    }
+
+    /// A line of 8 sectors, dirty 0..6, checksummed; then sectors 2..5
+    /// rewritten in place under an intent: every per-sector mix of old and
+    /// new verifies, a sector holding anything else does not.
+    #[test]
+    fn every_mix_of_old_and_new_verifies_and_nothing_else() {
+        let old: Vec<u8> = (0..8 * 512).map(|i| (i / 512) as u8 + 1).collect();
+        let dirty = [0b11_1111u64];
+        let checksum = dirty_checksum(&old, &dirty);
+        let mut new = old.clone();
+        new[2 * 512..5 * 512].fill(0xee);
+        let (old_terms, new_terms) = (terms(&old), terms(&new));
+        let intent = Intent {
+            slot: 0,
+            sequence: 1,
+            pairs: (2..5)
+                .map(|s| IntentPair {
+                    sector: s as u16,
+                    term: new_terms[s],
+                    base: Some(old_terms[s]),
+                })
+                .collect(),
+        };
+        assert!(dirty_terms_match(&old_terms, &dirty, checksum, &[]));
+        assert!(!dirty_terms_match(&new_terms, &dirty, checksum, &[]));
+        for mix in 0..8u32 {
+            let mut line = old.clone();
+            for (k, s) in (2..5).enumerate() {
+                if mix >> k & 1 == 1 {
+                    line[s * 512..(s + 1) * 512].copy_from_slice(&new[s * 512..(s + 1) * 512]);
+                }
+            }
+            assert!(
+                dirty_terms_match(&terms(&line), &dirty, checksum, &[&intent]),
+                "mix {mix}"
+            );
+            // Any other byte in a named sector, or in an unnamed one: refused.
+            for s in [0usize, 3, 5] {
+                let mut bad = line.clone();
+                bad[s * 512 + 7] ^= 1;
+                assert!(
+                    !dirty_terms_match(&terms(&bad), &dirty, checksum, &[&intent]),
+                    "mix {mix}, sector {s}"
+                );
+            }
+        }
+        // A later intent without bases (the sectors were named before) adds
+        // alternatives; one naming a sector first without a base proves nothing.
+        let mut newer = new.clone();
+        newer[3 * 512..4 * 512].fill(0x55);
+        let later = Intent {
+            slot: 0,
+            sequence: 1,
+            pairs: vec![IntentPair {
+                sector: 3,
+                term: terms(&newer)[3],
+                base: None,
+            }],
+        };
+        assert!(dirty_terms_match(
+            &terms(&newer),
+            &dirty,
+            checksum,
+            &[&intent, &later]
+        ));
+        assert!(!dirty_terms_match(&terms(&newer), &dirty, checksum, &[&later]));
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!    0  magic              [u8; 8]  "IOCACHE\0"
-//!    8  format_version     u32      3 (1 and 2 are read too)
+//!    8  format_version     u32      4 (1 to 3 are read too)
 //!   12  reserved           u32      0
 //!   16  sequence           u64
 //!   24  cache_uuid         [u8; 16]
@@ -236,7 +236,8 @@ pub struct Superblock {
     pub sequence: u64,
     /// Identifies this cache (chosen at format time).
     pub cache_uuid: [u8; 16],
-    /// Where everything lies; always `Layout::for_slots(line_bytes, slots)`.
+    /// Where everything lies; always `Layout::for_slots_in_version(format_version,
+    /// line_bytes, slots)`.
     pub layout: Layout,
     /// The engine's shard count (at least 1).
     pub shards: u32,
@@ -259,6 +260,21 @@ impl Superblock {
                 "format_version",
                 self.format_version,
                 format!("{FORMAT_VERSION_OLDEST}..={FORMAT_VERSION}"),
+            ));
+        }
+        if self.layout.has_intents() != (self.format_version >= crate::FORMAT_VERSION_INTENTS) {
+            return Err(FormatError::invalid(
+                "layout.intent_bytes",
+                self.layout.intent_bytes,
+                format!(
+                    "format version {} {} an intent log",
+                    self.format_version,
+                    if self.format_version >= crate::FORMAT_VERSION_INTENTS {
+                        "has"
+                    } else {
+                        "has no"
+                    }
+                ),
             ));
         }
         if self.shards == 0 {
@@ -464,7 +480,7 @@ impl Superblock {
         check_line_bytes(line_bytes)
             .map_err(|reason| field("line_bytes", &line_bytes, off::LINE_BYTES, reason))?;
         let slots = get_u64(bytes, off::SLOTS);
-        let layout = Layout::for_slots(line_bytes, slots).map_err(|e| {
+        let layout = Layout::for_slots_in_version(version, line_bytes, slots).map_err(|e| {
             let reason = match e {
                 FormatError::Invalid { reason, .. } => reason,
                 other => other.to_string(),

@@ -373,10 +373,10 @@ fn field_errors_name_the_field_and_device_offset() {
             "field volumes[1].id = 0 at offset 154: same id as volumes[0]",
         ),
         (
-            edit(&|b| b[8..12].copy_from_slice(&4u32.to_le_bytes())),
+            edit(&|b| b[8..12].copy_from_slice(&5u32.to_le_bytes())),
             4096,
-            "superblock copy B at offset 4096: field format_version = 4 at offset 4104: \
-             this build reads format versions 1 to 3",
+            "superblock copy B at offset 4096: field format_version = 5 at offset 4104: \
+             this build reads format versions 1 to 4",
         ),
     ];
     for (bytes, offset, expected) in cases {

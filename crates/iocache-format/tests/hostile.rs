@@ -157,3 +157,66 @@ proptest! {
         prop_assert!(load.is_some());
     }
 }
+
+fn intent(layout: Layout) -> impl Strategy<Value = Intent> {
+    let sectors = layout.sectors_per_line() as u16;
+    (
+        0..layout.slots,
+        any::<u64>(),
+        prop::collection::vec((0..sectors, any::<u64>(), prop::option::of(any::<u64>())), 0..12),
+    )
+        .prop_map(|(slot, sequence, mut pairs)| {
+            // One pair per sector, as a write gives.
+            pairs.sort_by_key(|p| p.0);
+            pairs.dedup_by_key(|p| p.0);
+            Intent {
+                slot,
+                sequence,
+                pairs: pairs
+                    .into_iter()
+                    .map(|(sector, term, base)| IntentPair { sector, term, base })
+                    .collect(),
+            }
+        })
+}
+
+proptest! {
+    /// Intent logs written block after block, then damaged anywhere: the
+    /// scan never panics, never returns an intent out of range, and finds
+    /// every block the damage did not touch.
+    #[test]
+    fn damaged_intent_logs_never_panic_the_scan(
+        (layout, groups) in line_bytes().prop_flat_map(|line| {
+            let layout = Layout::for_slots(line, 8).unwrap();
+            (Just(layout), prop::collection::vec(prop::collection::vec(intent(layout), 1..4), 0..6))
+        }),
+        damage in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..8),
+    ) {
+        let mut log = vec![0u8; layout.intent_bytes as usize];
+        let mut spans = Vec::new();
+        let mut at = 0;
+        for group in &groups {
+            let mut bytes = Vec::new();
+            encode_intent_block(group, &mut bytes);
+            log[at..at + bytes.len()].copy_from_slice(&bytes);
+            spans.push((at, at + bytes.len(), group.clone()));
+            at += bytes.len();
+        }
+        let mut touched = Vec::new();
+        for (index, byte) in damage {
+            let i = index.index(log.len());
+            if log[i] != byte {
+                log[i] = byte;
+                touched.push(i);
+            }
+        }
+        let found = iocache_format::fuzzing::scan_intent_log(&log, &layout);
+        for (start, end, group) in spans {
+            if touched.iter().all(|&i| i < start || i >= end) {
+                for intent in &group {
+                    prop_assert!(found.contains(intent));
+                }
+            }
+        }
+    }
+}

@@ -21,7 +21,8 @@ fn record_bytes_table() {
 
 #[test]
 fn a_small_layout_by_hand() {
-    // 4 KiB lines, 100 slots: records of 64 B, table 6400 B → regions of 8192.
+    // 4 KiB lines, 100 slots: records of 64 B, table 6400 B → regions of
+    // 8192; the smallest intent log, 64 KiB.
     let l = Layout::for_slots(4096, 100).unwrap();
     assert_eq!(
         l,
@@ -31,14 +32,25 @@ fn a_small_layout_by_hand() {
             record_bytes: 64,
             metadata_offset: 8192,
             copy_region_bytes: 8192,
-            data_offset: 8192 + 2 * 8192,
+            intent_bytes: 65536,
+            data_offset: 8192 + 2 * 8192 + 65536,
         }
     );
     assert_eq!(l.record_offset(0, 0), 8192);
     assert_eq!(l.record_offset(99, 1), 8192 + 8192 + 99 * 64);
-    assert_eq!(l.line_offset(3), 24576 + 3 * 4096);
-    assert_eq!(l.device_bytes(), 24576 + 100 * 4096);
+    assert_eq!(l.intent_offset(), 24576);
+    assert_eq!(l.line_offset(3), 90112 + 3 * 4096);
+    assert_eq!(l.device_bytes(), 90112 + 100 * 4096);
     assert_eq!(l.record_write_span(9, 0), (8192 + 512, 512));
+    // Format versions before 4 had no intent log.
+    let old = Layout::for_slots_in_version(3, 4096, 100).unwrap();
+    assert_eq!(old.intent_bytes, 0);
+    assert_eq!(old.data_offset, 8192 + 2 * 8192);
+    assert!(old.validate().is_ok());
+    assert_eq!(Layout::for_slots_in_version(4, 4096, 100).unwrap(), l);
+    // 32 bytes a slot up to 1 MiB.
+    assert_eq!(Layout::for_slots(4096, 8192).unwrap().intent_bytes, 256 << 10);
+    assert_eq!(Layout::for_slots(4096, 1 << 20).unwrap().intent_bytes, 1 << 20);
     // 1 MiB lines: the data area starts on a 1 MiB boundary.
     let l = Layout::for_slots(1 << 20, 3).unwrap();
     assert_eq!(l.record_bytes, 1024);
@@ -64,7 +76,7 @@ fn invalid_layouts_are_refused() {
     assert!(text(Layout::for_slots(4096, u64::MAX / 4096)).contains("overflows 64 bits"));
     assert_eq!(
         text(Layout::fitting(4096, 20_000)),
-        "device_bytes = 20000: too small for one 4096-byte line, the smallest layout needs 20480 bytes"
+        "device_bytes = 20000: too small for one 4096-byte line, the smallest layout needs 86016 bytes"
     );
     assert!(text(Layout::fitting(1000, 1 << 30)).starts_with("line_bytes = 1000"));
     let good = Layout::for_slots(4096, 10).unwrap();
@@ -101,9 +113,14 @@ fn check_layout(l: &Layout) {
     assert!(l.copy_region_bytes - l.slots * l.record_bytes < 4096);
     assert_eq!(l.copy_region_offset(0), l.metadata_offset);
     assert_eq!(l.copy_region_offset(1), l.metadata_offset + l.copy_region_bytes);
-    assert!(l.copy_region_offset(1) + l.copy_region_bytes <= l.data_offset);
+    // The intent log right after copy 1, then the data.
+    assert_eq!(l.intent_offset(), l.copy_region_offset(1) + l.copy_region_bytes);
+    assert!(l.intent_bytes.is_multiple_of(4096));
+    assert_eq!(l.intent_bytes, Layout::intent_bytes_for(l.line_bytes, l.slots));
+    assert!(l.intent_bytes >= 64 << 10);
+    assert!(l.intent_offset() + l.intent_bytes <= l.data_offset);
     assert!(l.data_offset.is_multiple_of(4096.max(l.line_bytes)));
-    assert!(l.data_offset - (l.copy_region_offset(1) + l.copy_region_bytes) < 4096.max(l.line_bytes));
+    assert!(l.data_offset - (l.intent_offset() + l.intent_bytes) < 4096.max(l.line_bytes));
     assert_eq!(l.device_bytes(), l.data_offset + l.slots * l.line_bytes);
     // Records are a power of two, at least 64.
     assert!(l.record_bytes.is_power_of_two() && l.record_bytes >= 64);

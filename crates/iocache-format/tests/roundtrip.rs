@@ -397,6 +397,7 @@ fn superblock_encode_rejects_what_decode_would() {
     // An identity needs version 3, and kind 0 is "none".
     let mut old = sample_superblock(1);
     old.format_version = 2;
+    old.layout = Layout::for_slots_in_version(2, old.layout.line_bytes, old.layout.slots).unwrap();
     assert!(old
         .encode()
         .unwrap_err()
@@ -414,7 +415,7 @@ fn superblock_fields_sit_at_their_documented_offsets() {
     let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
     let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
     assert_eq!(&b[0..8], b"IOCACHE\0");
-    assert_eq!(u32_at(8), 3);
+    assert_eq!(u32_at(8), 4);
     assert_eq!(u64_at(16), 0x1122_3344_5566_7788);
     assert_eq!(&b[24..40], b"0123456789abcdef");
     assert_eq!(u64_at(40), 64 << 10);
@@ -450,9 +451,11 @@ fn superblock_fields_sit_at_their_documented_offsets() {
 
 #[test]
 fn superblocks_of_versions_1_and_2_still_read_and_re_encode() {
-    // Versions 1 and 2 have no identity in their volume entries.
+    // Versions 1 and 2 have no identity in their volume entries (and no
+    // intent log: the layout is the old one).
     let mut sb = sample_superblock(9);
     sb.format_version = 2;
+    sb.layout = Layout::for_slots_in_version(2, sb.layout.line_bytes, sb.layout.slots).unwrap();
     for v in &mut sb.volumes {
         v.identity = None;
     }
@@ -479,4 +482,23 @@ fn persistence_parses_and_prints() {
     let err = "some".parse::<Persistence>().unwrap_err().to_string();
     assert_eq!(err, "persistence = \"some\": expected one of: all, dirty, none");
     assert_eq!(ShutdownState::Clean.to_string(), "clean");
+}
+
+#[test]
+fn a_superblock_whose_layout_does_not_match_its_version_is_refused() {
+    // Version 4 has an intent log, older versions none.
+    let mut sb = sample_superblock(3);
+    sb.layout = Layout::for_slots_in_version(3, sb.layout.line_bytes, sb.layout.slots).unwrap();
+    assert!(sb.encode().unwrap_err().to_string().contains("has an intent log"));
+    sb.format_version = 3;
+    let bytes = sb.encode().unwrap();
+    assert_eq!(Superblock::decode(&bytes, 0).unwrap(), sb);
+    // A version 3 superblock read with the new layout's data offset is refused.
+    let mut v4_offsets = bytes.clone();
+    let new = Layout::for_slots(sb.layout.line_bytes, sb.layout.slots).unwrap();
+    v4_offsets[80..88].copy_from_slice(&new.data_offset.to_le_bytes());
+    let crc = crc32c(&v4_offsets[..4092]);
+    v4_offsets[4092..].copy_from_slice(&crc.to_le_bytes());
+    let err = Superblock::decode(&v4_offsets, 0).unwrap_err().to_string();
+    assert!(err.contains("data_offset"), "{err}");
 }

@@ -3,17 +3,20 @@
 //! slot whose record may still name another line's dirty data) writes the
 //! records of changed slots between a backend flush and cache flushes
 //! (docs/format.md, "Engine write ordering"); with volatile metadata it
-//! writes back the lines dirty when it arrives instead. It owns the
-//! superblock, its current copy and the record writer ([`MetaState`]) and
-//! the barrier counters ([`Durability`], one field of `Inner`). It reports
-//! whether the records are durable; freeing the mirrors that waited for
-//! that is the cleaner's job (`cleaner.rs`).
+//! writes back the lines dirty when it arrives instead. Writes about to
+//! land on checksummed dirty sectors get their intents written here too
+//! (group commit). It owns the superblock, its current copy, the record
+//! writer and the intent log's head ([`MetaState`]) and the barrier
+//! counters ([`Durability`], one field of `Inner`). It reports whether the
+//! records are durable; freeing the mirrors that waited for that is the
+//! cleaner's job (`cleaner.rs`).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use iocache_core::{FlushOrder, LineKey, SlotId};
-use iocache_format::{Persistence, ShutdownState, Superblock};
+use iocache_format::{Intent, Persistence, ShutdownState, Superblock};
 
 use super::{lock, EngineError, Inner};
 use crate::persist::{PlannedRecord, RecordWriter};
@@ -24,6 +27,52 @@ pub(super) struct MetaState {
     pub(super) superblock: Superblock,
     pub(super) superblock_copy: u8,
     pub(super) writer: RecordWriter,
+    /// Where the next intent block goes in the intent log (bytes from its
+    /// start); back to 0 after each barrier whose records are durable.
+    pub(super) intent_head: u64,
+    /// A barrier failed after staging records: a slot's newest record on
+    /// the device may be one the writer does not know of, so no intent is
+    /// tied to a record before a barrier succeeds.
+    pub(super) records_uncertain: bool,
+}
+
+impl MetaState {
+    pub(super) fn new(superblock: Superblock, superblock_copy: u8, writer: RecordWriter) -> MetaState {
+        MetaState {
+            superblock,
+            superblock_copy,
+            writer,
+            intent_head: 0,
+            records_uncertain: false,
+        }
+    }
+}
+
+/// A write waiting for its intent to be durable.
+pub(super) struct WantedIntent {
+    ticket: u64,
+    /// `None`: the write is issued as soon as its intent is durable (it is
+    /// counted in flight then). `Some(segment)`: written ahead for a later
+    /// write of that request segment.
+    ahead_for: Option<usize>,
+    shard: usize,
+    slot: SlotId,
+    first: u32,
+    end: u32,
+    /// The checksum term of each sector the write leaves.
+    terms: Vec<u64>,
+}
+
+/// Writers waiting for their intents: the first to find no leader writes
+/// everyone's with one cache flush (group commit).
+#[derive(Default)]
+pub(super) struct IntentQueue {
+    wanted: Vec<WantedIntent>,
+    leading: bool,
+    next_ticket: u64,
+    /// Per ticket taken by a leader: whether its write may be issued (it
+    /// was counted in flight), or why not.
+    outcomes: HashMap<u64, Result<(), String>>,
 }
 
 /// What the barrier owns.
@@ -34,14 +83,16 @@ pub(super) struct Durability {
     pub(super) barriers: AtomicU64,
     /// Records written by those barriers and by checksum withdrawals.
     pub(super) records_written: AtomicU64,
-    /// Dirty checksums withdrawn before an in-place write (each a record
-    /// write and a cache flush).
-    pub(super) checksums_withdrawn: AtomicU64,
-    /// Slots (shard, shard-local slot) whose writers wait to withdraw a
-    /// dirty checksum: the next withdrawal takes them all.
-    pub(super) withdrawals_wanted: Mutex<Vec<(usize, SlotId)>>,
-    /// Cache-device flushes those withdrawals took (one per group).
-    pub(super) withdrawal_flushes: AtomicU64,
+    /// Intents written: one per write landing on checksummed dirty sectors.
+    pub(super) intents_written: AtomicU64,
+    /// Writers waiting for their intents.
+    intents: Mutex<IntentQueue>,
+    /// Signalled when a leader is done.
+    intents_done: Condvar,
+    /// Cache-device flushes those intents took (one per group).
+    pub(super) intent_flushes: AtomicU64,
+    /// Barriers run because the intent log was full.
+    pub(super) intent_log_full: AtomicU64,
 }
 
 impl Durability {
@@ -50,9 +101,11 @@ impl Durability {
             meta: Mutex::new(meta),
             barriers: AtomicU64::new(0),
             records_written: AtomicU64::new(0),
-            checksums_withdrawn: AtomicU64::new(0),
-            withdrawals_wanted: Mutex::new(Vec::new()),
-            withdrawal_flushes: AtomicU64::new(0),
+            intents_written: AtomicU64::new(0),
+            intents: Mutex::new(IntentQueue::default()),
+            intents_done: Condvar::new(),
+            intent_flushes: AtomicU64::new(0),
+            intent_log_full: AtomicU64::new(0),
         }
     }
 }
@@ -66,19 +119,42 @@ impl Inner {
             return self.volatile_barrier();
         }
         let mut meta = lock(&self.durability.meta);
+        self.barrier_locked(&mut meta, everything)
+    }
+
+    /// [`Inner::barrier`] with the metadata lock held.
+    fn barrier_locked(&self, meta: &mut MetaState, everything: bool) -> Result<(), EngineError> {
         // Mirrors whose line was clean before the records below were taken:
         // the cleaner frees them once those records are durable.
         let releases = self.take_mirror_releases();
         let mut planned: Vec<(usize, Vec<PlannedRecord>)> = Vec::new();
         for (i, shard) in self.shards.iter().enumerate() {
-            let records = lock(&shard.state)
-                .shadow
-                .take_records(self.persistence, everything);
+            let mut state = lock(&shard.state);
+            // Rule 5 of persist.rs: the shard's writes land first.
+            if state.shadow.in_flight() > 0 {
+                state.shadow.set_draining(true);
+                while state.shadow.in_flight() > 0 {
+                    state = shard.landed.wait(state).unwrap_or_else(|e| e.into_inner());
+                }
+                state.shadow.set_draining(false);
+            }
+            let mut records = state.shadow.take_records(self.persistence, everything);
+            drop(state);
+            self.read_back_unknown_checksums(i, &mut records);
             if !records.is_empty() {
                 planned.push((i, records));
             }
         }
-        let result = self.write_records(&mut meta, &planned);
+        let result = self.write_records(meta, &planned);
+        match result {
+            // Every intent is tied to a record these replace (each slot an
+            // intent named was changed since): the log starts over.
+            Ok(()) => {
+                meta.intent_head = 0;
+                meta.records_uncertain = false;
+            }
+            Err(_) => meta.records_uncertain = true,
+        }
         for (i, records) in &planned {
             let mut state = lock(&self.shards[*i].state);
             match result {
@@ -157,6 +233,50 @@ impl Inner {
         Ok(())
     }
 
+    /// Dirty records whose checksum the shadow cannot give (data it never
+    /// saw: a failed write): their line is read back from the cache device
+    /// and checksummed as it is, so that every dirty record carries one.
+    /// No write lands on those sectors meanwhile: the records' dirty
+    /// sectors count as checksummed from the moment they were taken.
+    fn read_back_unknown_checksums(&self, shard: usize, records: &mut [PlannedRecord]) {
+        if !self.dirty_checksums {
+            return;
+        }
+        let mut buf = Vec::new();
+        let mut terms = Vec::new();
+        for record in records.iter_mut() {
+            let Some(line) = record.line.as_mut().filter(|l| l.dirty && l.data_hash.is_none()) else {
+                continue;
+            };
+            buf.resize(self.line_bytes as usize, 0);
+            terms.resize(buf.len() / iocache_format::SECTOR_BYTES as usize, 0);
+            if let Err(e) = self.read_slot_bytes(shard, record.slot, 0, &mut buf) {
+                log::warn!(
+                    "slot {} of shard {shard}: its dirty data could not be read back to checksum it ({e}); \
+                     its record goes without a checksum",
+                    record.slot
+                );
+                continue;
+            }
+            iocache_format::sector_checksums_into(0, &buf, &mut terms);
+            let sum = line
+                .dirty_bits
+                .iter()
+                .enumerate()
+                .flat_map(|(w, &bits)| {
+                    (0..64)
+                        .filter(move |b| bits >> b & 1 == 1)
+                        .map(move |b| w * 64 + b)
+                })
+                .filter(|&s| s < terms.len())
+                .fold(0u64, |sum, s| sum.wrapping_add(terms[s]));
+            line.data_hash = Some(sum);
+            lock(&self.shards[shard].state)
+                .shadow
+                .checksum_read_back(record.slot, &line.dirty_bits, &terms);
+        }
+    }
+
     /// After everything is written back: a full snapshot of the records and
     /// a superblock saying the cache was shut down cleanly.
     pub(super) fn close(&self) -> Result<(), EngineError> {
@@ -228,98 +348,262 @@ impl Inner {
         self.barrier(false)
     }
 
-    /// Before a data write to sectors `[first, end)` of `slot` is issued
-    /// (persistent metadata): counts it in flight, first withdrawing a
-    /// checksum on the device that covers some of those sectors (rule 4 of
-    /// `persist.rs`).
+    /// Before a data write of `data` to sectors `[first, end)` of `slot` is
+    /// issued (persistent metadata) by request segment `owner`: counts it in
+    /// flight, first making its intent durable when a checksum on the
+    /// device covers some of those sectors and none was written ahead
+    /// (rule 4 of `persist.rs`), or waiting behind a barrier that drains
+    /// the shard.
     pub(super) fn begin_cache_write(
         &self,
+        owner: usize,
         shard: usize,
         slot: SlotId,
         first: u32,
         end: u32,
+        data: &[u8],
     ) -> Result<(), EngineError> {
-        if lock(&self.shards[shard].state)
-            .shadow
-            .begin_cache_write(slot, first, end)
         {
-            return Ok(());
+            let mut state = lock(&self.shards[shard].state);
+            if state.shadow.begin_cache_write(slot, first, end)
+                || state.shadow.begin_prewritten(owner, slot, first, end)
+            {
+                return Ok(());
+            }
         }
-        self.withdraw_dirty_checksum(shard, slot, first, end)
+        let mut terms = vec![0u64; (end - first) as usize];
+        iocache_format::sector_checksums_into(first, data, &mut terms);
+        self.write_intents(vec![(None, shard, slot, first, end, terms)])
     }
 
-    /// Makes a record of `slot` without a dirty checksum durable (its
-    /// newest durable record again, without the checksum, under the next
-    /// sequence), then begins the write to `[first, end)`. Holding the
-    /// metadata lock throughout, no barrier can put a checksum back in
-    /// between. Withdrawals wait for one another on that lock, so whoever
-    /// gets it withdraws every slot asked for meanwhile too, with one
-    /// cache-device flush for all (group commit): the others find theirs
-    /// done.
-    fn withdraw_dirty_checksum(
+    /// Writes ahead, with one flush, the intents of every write of a
+    /// request that will land on checksummed dirty sectors (so that a
+    /// large rewrite of flushed dirty lines costs one flush, not one per
+    /// line): `writes` are (segment, shard, slot, first, end, terms). Each
+    /// write still checks at its start that the record its intent is tied
+    /// to is the newest. Failures are left to those checks.
+    pub(super) fn write_intents_ahead(&self, writes: Vec<(usize, usize, SlotId, u32, u32, Vec<u64>)>) {
+        let wanted = writes
+            .into_iter()
+            .map(|(owner, shard, slot, first, end, terms)| (Some(owner), shard, slot, first, end, terms))
+            .collect();
+        let _ = self.write_intents(wanted);
+    }
+
+    /// Queues intents and waits until they are durable, writes to be issued
+    /// at once counted in flight. Whoever finds no leader leads: it takes the
+    /// metadata lock (no barrier runs meanwhile) and writes the intents of
+    /// every writer queued by then in one block, with one cache flush, then
+    /// counts their writes in flight before letting go, so that a barrier
+    /// after it waits for them to land. Followers wait on a condition, not
+    /// on the metadata lock (a barrier may hold it while it waits for their
+    /// writes).
+    #[allow(clippy::type_complexity)]
+    fn write_intents(
+        &self,
+        writes: Vec<(Option<usize>, usize, SlotId, u32, u32, Vec<u64>)>,
+    ) -> Result<(), EngineError> {
+        let mut queue = lock(&self.durability.intents);
+        let mut tickets = Vec::with_capacity(writes.len());
+        for (ahead_for, shard, slot, first, end, terms) in writes {
+            let ticket = queue.next_ticket;
+            queue.next_ticket += 1;
+            tickets.push(ticket);
+            queue.wanted.push(WantedIntent {
+                ticket,
+                ahead_for,
+                shard,
+                slot,
+                first,
+                end,
+                terms,
+            });
+        }
+        let mut result = Ok(());
+        // Takes the outcomes of this caller's tickets; true when all are in.
+        let mut collect = |queue: &mut IntentQueue, result: &mut Result<(), String>| {
+            tickets.retain(|t| match queue.outcomes.remove(t) {
+                Some(outcome) => {
+                    if result.is_ok() {
+                        *result = outcome;
+                    }
+                    false
+                }
+                None => true,
+            });
+            tickets.is_empty()
+        };
+        loop {
+            if collect(&mut queue, &mut result) {
+                return result.map_err(EngineError::Io);
+            }
+            if !queue.leading {
+                break;
+            }
+            queue = self
+                .durability
+                .intents_done
+                .wait(queue)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        queue.leading = true;
+        drop(queue);
+        loop {
+            let outcomes = {
+                let mut meta = lock(&self.durability.meta);
+                let batch = self.take_intent_batch(meta.writer.layout.intent_bytes);
+                self.lead_intents(&mut meta, batch)
+            };
+            let mut queue = lock(&self.durability.intents);
+            queue.outcomes.extend(outcomes);
+            let done = collect(&mut queue, &mut result);
+            if done {
+                queue.leading = false;
+            }
+            self.durability.intents_done.notify_all();
+            if done {
+                return result.map_err(EngineError::Io);
+            }
+        }
+    }
+
+    /// The oldest queued intents whose blocks fit in a log of `log_bytes`
+    /// together (at least one).
+    fn take_intent_batch(&self, log_bytes: u64) -> Vec<WantedIntent> {
+        let mut queue = lock(&self.durability.intents);
+        let mut total = 0;
+        let mut n = 0;
+        for w in &queue.wanted {
+            let bytes = iocache_format::intent_bytes_for_sectors(w.terms.len()) as u64;
+            if n > 0 && total + bytes > log_bytes {
+                break;
+            }
+            total += bytes;
+            n += 1;
+        }
+        queue.wanted.drain(..n).collect()
+    }
+
+    /// The leader's work, under the metadata lock: each write of `batch`
+    /// either needs no intent any more (counted in flight at once) or gets
+    /// one tied to its slot's newest durable record; the block is written
+    /// at the log's head and the cache device flushed; then the writes are
+    /// counted in flight. A full log (or records a failed barrier left
+    /// uncertain) runs a barrier first.
+    fn lead_intents(&self, meta: &mut MetaState, batch: Vec<WantedIntent>) -> Vec<(u64, Result<(), String>)> {
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let layout = meta.writer.layout;
+        let worst: u64 = batch
+            .iter()
+            .map(|w| iocache_format::intent_bytes_for_sectors(w.terms.len()) as u64)
+            .sum();
+        if meta.records_uncertain || meta.intent_head + worst > layout.intent_bytes {
+            if !meta.records_uncertain {
+                self.durability.intent_log_full.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Err(e) = self.barrier_locked(meta, false) {
+                let why = format!("a barrier before writing intents failed: {e}");
+                return batch.into_iter().map(|w| (w.ticket, Err(why.clone()))).collect();
+            }
+        }
+        let mut intents: Vec<Intent> = Vec::new();
+        let mut tied: Vec<(&WantedIntent, u32)> = Vec::new();
+        for w in &batch {
+            let global = self.shards[w.shard].base_slot + u64::from(w.slot);
+            let mut unknown = Vec::new();
+            let (needed, mut pairs, epoch) = {
+                let mut state = lock(&self.shards[w.shard].state);
+                let needed = match w.ahead_for {
+                    // Issued at once: begun here unless a checksum covers it.
+                    None => !state.shadow.begin_cache_write(w.slot, w.first, w.end),
+                    Some(_) => state.shadow.checksum_covers(w.slot, w.first, w.end),
+                };
+                let pairs = if needed {
+                    state.shadow.intent_pairs(w.slot, w.first, &w.terms, &mut unknown)
+                } else {
+                    Vec::new()
+                };
+                (needed, pairs, state.shadow.record_epoch(w.slot))
+            };
+            if !needed {
+                outcomes.push((w.ticket, Ok(())));
+                continue;
+            }
+            if !unknown.is_empty() {
+                // Bases this never saw: the sectors still hold them (no
+                // write lands on checksummed sectors without an intent).
+                if let Err(e) = self.read_bases(w.shard, w.slot, &mut pairs, &unknown) {
+                    outcomes.push((
+                        w.ticket,
+                        Err(format!("reading back the data an intent names failed: {e}")),
+                    ));
+                    continue;
+                }
+            }
+            let sequence = meta.writer.durable_sequence(global);
+            intents.push(Intent {
+                slot: global,
+                sequence,
+                pairs,
+            });
+            tied.push((w, epoch));
+        }
+        if intents.is_empty() {
+            return outcomes;
+        }
+        let mut block = Vec::with_capacity(iocache_format::intent_block_bytes(&intents));
+        iocache_format::encode_intent_block(&intents, &mut block);
+        debug_assert!(meta.intent_head + block.len() as u64 <= layout.intent_bytes);
+        let written = self
+            .slots
+            .dev
+            .write_at(&block, layout.intent_offset() + meta.intent_head)
+            .map_err(EngineError::from)
+            .and_then(|()| self.flush_cache_device());
+        meta.intent_head += block.len() as u64;
+        match written {
+            Ok(()) => {
+                self.durability.intent_flushes.fetch_add(1, Ordering::Relaxed);
+                self.durability
+                    .intents_written
+                    .fetch_add(tied.len() as u64, Ordering::Relaxed);
+                for (w, epoch) in tied {
+                    let mut state = lock(&self.shards[w.shard].state);
+                    match w.ahead_for {
+                        None => state.shadow.intent_durable(w.slot, w.first, w.end),
+                        Some(owner) => state
+                            .shadow
+                            .intent_prewritten(owner, w.slot, w.first, w.end, epoch),
+                    }
+                    outcomes.push((w.ticket, Ok(())));
+                }
+            }
+            Err(e) => {
+                let why = format!("writing the intent of a write failed: {e}");
+                outcomes.extend(tied.into_iter().map(|(w, _)| (w.ticket, Err(why.clone()))));
+            }
+        }
+        outcomes
+    }
+
+    /// Fills in the bases of `pairs[i]` for `i` in `unknown` by reading
+    /// those sectors of `slot` from the cache device.
+    fn read_bases(
         &self,
         shard: usize,
         slot: SlotId,
-        first: u32,
-        end: u32,
+        pairs: &mut [iocache_format::IntentPair],
+        unknown: &[usize],
     ) -> Result<(), EngineError> {
-        lock(&self.durability.withdrawals_wanted).push((shard, slot));
-        let mut meta = lock(&self.durability.meta);
-        // Done by another writer's withdrawal, or by a barrier, while this
-        // waited for the lock.
-        if lock(&self.shards[shard].state)
-            .shadow
-            .begin_cache_write(slot, first, end)
-        {
-            return Ok(());
+        let sector = iocache_format::SECTOR_BYTES as usize;
+        let mut buf = vec![0u8; sector];
+        let mut term = [0u64];
+        for &i in unknown {
+            let s = u32::from(pairs[i].sector);
+            self.read_slot_bytes(shard, slot, s * sector as u32, &mut buf)?;
+            iocache_format::sector_checksums_into(s, &buf, &mut term);
+            pairs[i].base = Some(term[0]);
         }
-        let mut wanted = std::mem::take(&mut *lock(&self.durability.withdrawals_wanted));
-        if !wanted.contains(&(shard, slot)) {
-            // Taken by a withdrawal that failed: ask again.
-            wanted.push((shard, slot));
-        }
-        wanted.sort_unstable();
-        wanted.dedup();
-        let mut staged = Vec::with_capacity(wanted.len());
-        for &(shard, slot) in &wanted {
-            let global = self.shards[shard].base_slot + u64::from(slot);
-            let line = meta
-                .writer
-                .newest(global)
-                .and_then(|record| record.line)
-                .map(|mut line| {
-                    if line.dirty {
-                        line.data_hash = None;
-                    }
-                    line
-                });
-            let (copy, sequence) = meta
-                .writer
-                .stage(global, line)
-                .map_err(|e| EngineError::Format(e.to_string()))?;
-            staged.push((global, copy, sequence));
-        }
-        for (offset, bytes) in meta.writer.take_writes() {
-            self.slots.dev.write_at(bytes, offset)?;
-        }
-        self.flush_cache_device()?;
-        self.durability.withdrawal_flushes.fetch_add(1, Ordering::Relaxed);
-        for &(global, copy, sequence) in &staged {
-            meta.writer.durable(global, copy, sequence);
-        }
-        self.durability
-            .records_written
-            .fetch_add(staged.len() as u64, Ordering::Relaxed);
-        self.durability
-            .checksums_withdrawn
-            .fetch_add(staged.len() as u64, Ordering::Relaxed);
-        for &(shard, slot) in &wanted {
-            lock(&self.shards[shard].state).shadow.checksum_withdrawn(slot);
-        }
-        let begun = lock(&self.shards[shard].state)
-            .shadow
-            .begin_cache_write(slot, first, end);
-        assert!(begun, "a withdrawn checksum still covers the write");
         Ok(())
     }
 

@@ -358,6 +358,9 @@ impl Inner {
                 "write-back of slot {slot}: the cache device lost its content, and the line's data with it"
             )));
         }
+        if !already_in_backend && self.dirty_checksums {
+            self.check_written_back_data(shard, slot, line_offset, &mut data)?;
+        }
         if !already_in_backend {
             let backend = self.backend_of(volume)?;
             self.queues
@@ -376,6 +379,53 @@ impl Inner {
             );
         }
         Ok(())
+    }
+
+    /// Dirty data read from the cache device for a write-back must be what
+    /// was written there (its sectors' checksum terms as the shadow knows
+    /// them): a device that lost acknowledged writes would otherwise hand
+    /// the backend another line's data. Read twice before concluding; a
+    /// mismatch then is lost content (the device is failed for good) and
+    /// nothing is written back.
+    fn check_written_back_data(
+        &self,
+        shard: usize,
+        slot: SlotId,
+        line_offset: u32,
+        data: &mut [u8],
+    ) -> Result<(), EngineError> {
+        let first = line_offset / SECTOR_BYTES as u32;
+        let mut terms = vec![0u64; data.len() / SECTOR_BYTES as usize];
+        let unlike = |data: &[u8], terms: &mut [u64]| -> Option<u32> {
+            iocache_format::sector_checksums_into(first, data, terms);
+            let state = lock(&self.shards[shard].state);
+            terms.iter().zip(first..).find_map(|(&term, s)| {
+                state
+                    .shadow
+                    .dirty_term(slot, s)
+                    .is_some_and(|known| known != term)
+                    .then_some(s)
+            })
+        };
+        let Some(_) = unlike(data, &mut terms) else {
+            return Ok(());
+        };
+        self.read_slot_bytes(shard, slot, line_offset, data)?;
+        let Some(sector) = unlike(data, &mut terms) else {
+            return Ok(());
+        };
+        let e = iocache_device::DeviceError::Io {
+            device: self.slots.dev.name().to_string(),
+            kind: iocache_device::IoKind::Read,
+            offset: self.cache_offset(shard, slot, sector * SECTOR_BYTES as u32),
+            len: SECTOR_BYTES,
+            source: std::io::Error::other(format!(
+                "sector {sector} of slot {slot} does not hold the dirty data written there (the device lost \
+                 acknowledged writes)"
+            )),
+        };
+        self.cache_content_lost(&e);
+        Err(EngineError::Io(format!("write-back of slot {slot}: {e}")))
     }
 
     /// A `WriteBack` op on a request thread (an evicted dirty line),

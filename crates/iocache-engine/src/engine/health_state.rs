@@ -323,7 +323,7 @@ impl Inner {
 
     /// The cache device lost content: failed for good (pass-through, never
     /// probed back), logged with the dirty lines whose data is gone.
-    fn cache_content_lost(&self, e: &DeviceError) {
+    pub(super) fn cache_content_lost(&self, e: &DeviceError) {
         if self.health.content_lost.swap(true, Ordering::SeqCst) {
             return;
         }

@@ -237,6 +237,33 @@ impl Inner {
     /// Serves a cache read whose slot's member failed (or failed now):
     /// clean sectors from the backend, dirty ones from the mirror (or the
     /// backend, when the line's dirty writes went there too).
+    /// Reads what the cache device holds at `line_offset` of `slot` (not
+    /// through the core: metadata work that needs the bytes as they lie).
+    /// On a cache array whose primary copy does not read, the mirror's.
+    pub(super) fn read_slot_bytes(
+        &self,
+        shard: usize,
+        slot: SlotId,
+        line_offset: u32,
+        out: &mut [u8],
+    ) -> Result<(), EngineError> {
+        let primary = self
+            .slots
+            .dev
+            .read_at(out, self.cache_offset(shard, slot, line_offset));
+        match (&self.slots.array, primary) {
+            (_, Ok(())) => Ok(()),
+            (Some(array), Err(e)) => {
+                let global = self.shards[shard].base_slot + u64::from(slot);
+                match array.mirror_state(global) {
+                    MirrorState::Mirrored(m) => Ok(array.read_mirror(m, u64::from(line_offset), out)?),
+                    MirrorState::Through | MirrorState::None => Err(e.into()),
+                }
+            }
+            (None, Err(e)) => Err(e.into()),
+        }
+    }
+
     pub(super) fn read_degraded(
         &self,
         array: &CacheArray,
