@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""What dirty-data checksums cost on the write path (issue 11 §2).
+"""What verifying dirty data costs on the write path.
 
 Not run by CI; results go in docs/results/durability.md. Runs the cost run
 of scripts/bench-persistence.py (fio nbd engine, 4 KiB, 70 % random writes,
-QD 16, a FLUSH every 32 writes, on a range that fits the cache; persistence
-`all`; cache file in /var/tmp with O_DIRECT, backend nbdkit's file plugin
-behind a 1 ms delay) with two builds, alternated, ROUNDS times each:
+a FLUSH every 32 writes, on a range that fits the cache; persistence `all`;
+cache file in /var/tmp with O_DIRECT, backend nbdkit's file plugin behind a
+1 ms delay) at QD 16 and at QD 1, with two builds, alternated, ROUNDS times
+each:
 
-  * this build (target/release/iocache): dirty records carry checksums, and
-    the first in-place rewrite of a flushed dirty line withdraws one;
-  * BASELINE: a build from before checksums (e.g. commit d802549).
+  * this build (target/release/iocache): every write landing on flushed
+    dirty data first makes its intent durable (one cache flush, shared by
+    the writers waiting at once);
+  * BASELINE: an earlier build, e.g. one whose first in-place rewrite of a
+    flushed dirty line withdrew the checksum (b7714e6), or one from before
+    checksums (d802549).
 
 Usage: scripts/bench-dirty-checksums.py BASELINE [SECONDS_PER_RUN] [ROUNDS]
    e.g. git worktree add /tmp/old d802549 &&
@@ -35,13 +39,13 @@ _spec.loader.exec_module(persistence)
 bench = persistence.bench
 
 
-def run(binary):
+def run(binary, iodepth):
     persistence.BIN = binary
     p, uri, admin = persistence.start("all", BACKEND_URI, init=True)
     try:
         bench.warm(uri, 96 << 20)
         r = bench.fio(uri, "cost", ["--rw=randrw", "--rwmixwrite=70", f"--size={persistence.RANGE}",
-                                    "--iodepth=16", "--fsync=32"])
+                                    f"--iodepth={iodepth}", "--fsync=32"])
         s = persistence.stats(admin)
     finally:
         bench.stop(p)
@@ -60,21 +64,23 @@ def main():
     backend, BACKEND_URI = bench.start_backend()
     rows = []
     try:
-        for round_no in range(ROUNDS):
-            for name, binary in (("checksums", persistence.bench.BIN), ("baseline", BASELINE)):
-                r, s = run(binary)
-                rows.append((round_no + 1, name, r, s))
-                print(name, round_no + 1, f"{r['write']['iops']:.0f}", file=sys.stderr, flush=True)
+        for iodepth in (16, 1):
+            for round_no in range(ROUNDS):
+                for name, binary in (("this", persistence.bench.BIN), ("baseline", BASELINE)):
+                    r, s = run(binary, iodepth)
+                    rows.append((iodepth, round_no + 1, name, r, s))
+                    print(name, iodepth, round_no + 1, f"{r['write']['iops']:.0f}", file=sys.stderr, flush=True)
     finally:
         bench.stop(backend)
-    print(f"# Dirty checksums: cost ({SECONDS} s per run, {ROUNDS} rounds alternated)\n")
-    print("| round | build | read IOPS | write IOPS | write p99 µs | write p99.99 µs | barriers |"
-          " records written | checksums withdrawn |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-    for round_no, name, r, s in rows:
-        print(f"| {round_no} | {name} | {r['read']['iops']:.0f} | {r['write']['iops']:.0f} | "
+    print(f"# Verified dirty data: cost ({SECONDS} s per run, {ROUNDS} rounds alternated)\n")
+    print("| QD | round | build | read IOPS | write IOPS | write p99 µs | write p99.99 µs | barriers |"
+          " records written | intents (flushes) | checksums withdrawn |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for iodepth, round_no, name, r, s in rows:
+        intents = (f"{s['intents_written']} ({s['intent_flushes']})" if "intents_written" in s else "-")
+        print(f"| {iodepth} | {round_no} | {name} | {r['read']['iops']:.0f} | {r['write']['iops']:.0f} | "
               f"{r['write']['p99_us']:.0f} | {r['write']['p9999_us']:.0f} | "
-              f"{s['barriers']} | {s['records_written']} | {s.get('checksums_withdrawn', '-')} |")
+              f"{s['barriers']} | {s['records_written']} | {intents} | {s.get('checksums_withdrawn', '-')} |")
 
 
 if __name__ == "__main__":

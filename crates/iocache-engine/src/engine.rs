@@ -1111,6 +1111,10 @@ impl Inner {
     /// rewrite of flushed dirty lines then costs one flush, not one per
     /// line). Returns whether there were any.
     fn write_intents_of(&self, plan: &Plan, buffer: &Buffer<'_>) -> bool {
+        // A read's fills are in its buffer only once the backend was read.
+        if matches!(buffer, Buffer::Read(_)) {
+            return false;
+        }
         let mut covered = Vec::new();
         for segment in &plan.segments {
             let state = lock(&self.shards[segment.shard].state);
@@ -1466,15 +1470,19 @@ impl Inner {
         // A 64 KiB write's lines (4 KiB) on the stack.
         let mut prepared: SmallVec<[PreparedWrite<'_>; 16]> = SmallVec::with_capacity(ops.len());
         self.prepare_cache_writes_at_once(segment, ops, buffer, &mut prepared);
-        let at_once = prepared.len();
-        if at_once < ops.len() {
-            // An op must go the slow way (a barrier, an intent, a drain):
-            // the writes begun are issued first, since a barrier waits for
-            // every begun write to land.
-            if at_once > 0 {
-                self.write_prepared_run(segment, &prepared, generations, buffer)?;
+        if prepared.len() < ops.len() {
+            // An op must go the slow way (a barrier, an intent, a drain),
+            // and a barrier waits for every begun write to land: the writes
+            // begun are given up (nothing was issued), and the ops run one
+            // by one.
+            if self.persistence != Persistence::None {
+                let mut state = lock(&self.shards[segment.shard].state);
+                for w in &prepared {
+                    state.shadow.cache_write_cancelled(w.slot);
+                }
+                self.wake_a_draining_barrier(segment.shard, &state);
             }
-            for (op, &generation) in ops[at_once..].iter().zip(&generations[at_once..]) {
+            for (op, &generation) in ops.iter().zip(generations) {
                 self.write_cache_op(segment, op, generation, buffer)?;
             }
             return Ok(());
@@ -1560,8 +1568,8 @@ impl Inner {
     /// [`Inner::prepare_cache_write`] of the first ops of a run under one
     /// lock of the shard, as long as each is the usual case (its slot is
     /// reusable now, and no checksum on the device covers what it
-    /// writes): appended to `prepared`. The caller prepares the rest one
-    /// by one (which waits or withdraws as needed).
+    /// writes): appended to `prepared`. Otherwise the caller runs the ops
+    /// one by one (which waits for a barrier or writes intents as needed).
     fn prepare_cache_writes_at_once<'b>(
         &self,
         segment: &PlannedSegment,

@@ -202,9 +202,10 @@ impl Shadow {
 
     /// Called before a data write to sectors `[first, end)` of `slot` is
     /// issued. `true`: the write is counted in flight until it is noted
-    /// ([`Shadow::note_cache_write`] or [`Shadow::cache_write_failed`]).
-    /// `false`: a checksum on the device covers some of those sectors and
-    /// must be withdrawn first (rule 4); nothing was counted.
+    /// ([`Shadow::note_cache_write`], [`Shadow::cache_write_failed`] or
+    /// [`Shadow::cache_write_cancelled`]). `false`, nothing counted: a
+    /// checksum on the device covers some of those sectors and the write
+    /// needs an intent first (rule 4), or a barrier drains the shard.
     pub fn begin_cache_write(&mut self, slot: SlotId, first: u32, end: u32) -> bool {
         if !self.dirty_checksums {
             return true;
@@ -367,13 +368,20 @@ impl Shadow {
     }
 
     /// Whether a checksum on the device may cover some of sectors
-    /// `[first, end)` of `slot` (a write there must withdraw it first).
+    /// `[first, end)` of `slot` (a write there needs an intent first).
     pub fn checksum_covers(&self, slot: SlotId, first: u32, end: u32) -> bool {
         if !self.dirty_checksums {
             return false;
         }
         let at = slot as usize * self.words;
         count_range(&self.checksummed_on_disk[at..at + self.words], first, end) > 0
+    }
+
+    /// A begun write of `slot` was not issued after all.
+    pub fn cache_write_cancelled(&mut self, slot: SlotId) {
+        if self.dirty_checksums {
+            self.count_landed(slot, "cancelled");
+        }
     }
 
     /// A begun write to `[first, end)` of `slot` failed: the sectors hold
@@ -587,9 +595,11 @@ impl Shadow {
                         volume: line.volume,
                         line_index: line.line_index,
                     });
-                    if line.data_hash.is_some() {
-                        // Until a later record is durable, this one or the
-                        // one before may be the newest: both count.
+                    // With a checksum, or one the barrier works out by
+                    // reading the line back: until a later record is
+                    // durable, this one or the one before may be the
+                    // newest, and both count.
+                    if self.dirty_checksums {
                         let words = self.words;
                         let at = slot as usize * words;
                         for (on_disk, &d) in self.checksummed_on_disk[at..at + words]

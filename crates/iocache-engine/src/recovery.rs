@@ -696,6 +696,9 @@ pub fn open(
     }
     let mut damaged = damaged_slots(&loaded, &superblock, damaged_superblock.is_some());
     let mut checksums = verify_dirty_checksums(dev, array, &layout, &superblock, &loaded, &intents)?;
+    // Every record with intents is written again by the first barrier,
+    // verified or not, before the intent log is reused.
+    checksums.rewrite.extend(intents.keys().copied());
     if !checksums.damaged.is_empty() {
         for d in std::mem::take(&mut checksums.damaged) {
             match damaged.binary_search_by_key(&d.slot, |x| x.slot) {
@@ -1278,6 +1281,16 @@ fn verify_dirty_checksums(
         let primary = match dev.read_at(&mut buf, layout.line_offset(*slot)) {
             Ok(()) if matches(&buf, &mut check) => {
                 check.verified += 1;
+                if let (false, Some(array), Some(mirror)) = (tied.is_empty(), array, line.mirror) {
+                    // A write in flight at the crash may have reached one
+                    // copy only: the mirror takes the primary's dirty data.
+                    if let Err(e) = copy_dirty_runs_to_mirror(array, mirror, layout, &line.dirty_bits, &buf) {
+                        log::warn!(
+                            "dirty line {} in slot {slot}: its mirror could not be brought in step: {e}",
+                            line.line_index
+                        );
+                    }
+                }
                 continue;
             }
             Ok(()) => Some("its data does not match the checksum its record carries".to_string()),
@@ -1359,6 +1372,25 @@ fn verify_dirty_checksums(
 }
 
 const SECTOR_BYTES: usize = iocache_format::SECTOR_BYTES as usize;
+
+/// Writes the runs of `dirty` sectors of `line` (a whole line's bytes) to
+/// mirror slot `mirror` of `array` (made durable by the next cache flush).
+fn copy_dirty_runs_to_mirror(
+    array: &CacheArray,
+    mirror: u32,
+    layout: &Layout,
+    dirty: &[u64],
+    line: &[u8],
+) -> Result<(), EngineError> {
+    let mut result = Ok(());
+    bitmap::for_each_run(dirty, 0, layout.sectors_per_line(), |first, end, set| {
+        if set && result.is_ok() {
+            let (a, b) = (first as usize * SECTOR_BYTES, end as usize * SECTOR_BYTES);
+            result = array.write_mirror(mirror, a as u64, &line[a..b]);
+        }
+    });
+    Ok(result?)
+}
 
 /// Writes the runs of `dirty` sectors of `line` (a whole line's bytes) to
 /// `slot`, and flushes.

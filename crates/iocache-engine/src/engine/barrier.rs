@@ -81,7 +81,7 @@ pub(super) struct Durability {
     pub(super) meta: Mutex<MetaState>,
     /// Barriers run (FLUSH, FUA, shutdown, slot reuse).
     pub(super) barriers: AtomicU64,
-    /// Records written by those barriers and by checksum withdrawals.
+    /// Records written by those barriers.
     pub(super) records_written: AtomicU64,
     /// Intents written: one per write landing on checksummed dirty sectors.
     pub(super) intents_written: AtomicU64,
@@ -146,14 +146,11 @@ impl Inner {
             }
         }
         let result = self.write_records(meta, &planned);
-        match result {
+        if result.is_ok() {
             // Every intent is tied to a record these replace (each slot an
             // intent named was changed since): the log starts over.
-            Ok(()) => {
-                meta.intent_head = 0;
-                meta.records_uncertain = false;
-            }
-            Err(_) => meta.records_uncertain = true,
+            meta.intent_head = 0;
+            meta.records_uncertain = false;
         }
         for (i, records) in &planned {
             let mut state = lock(&self.shards[*i].state);
@@ -220,6 +217,9 @@ impl Inner {
         if staged.is_empty() {
             return Ok(());
         }
+        // From here until they are durable, a slot's newest record on the
+        // device may be one the writer does not count as durable.
+        meta.records_uncertain = true;
         for (offset, bytes) in meta.writer.take_writes() {
             self.slots.dev.write_at(bytes, offset)?;
         }

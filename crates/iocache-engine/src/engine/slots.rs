@@ -234,9 +234,6 @@ impl Inner {
         }
     }
 
-    /// Serves a cache read whose slot's member failed (or failed now):
-    /// clean sectors from the backend, dirty ones from the mirror (or the
-    /// backend, when the line's dirty writes went there too).
     /// Reads what the cache device holds at `line_offset` of `slot` (not
     /// through the core: metadata work that needs the bytes as they lie).
     /// On a cache array whose primary copy does not read, the mirror's.
@@ -264,6 +261,9 @@ impl Inner {
         }
     }
 
+    /// Serves a cache read whose slot's member failed (or failed now):
+    /// clean sectors from the backend, dirty ones from the mirror (or the
+    /// backend, when the line's dirty writes went there too).
     pub(super) fn read_degraded(
         &self,
         array: &CacheArray,
