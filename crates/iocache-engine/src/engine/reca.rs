@@ -534,7 +534,7 @@ impl Engine {
     /// now), else the next window chooses. Returns the status after.
     pub fn reca_reload(&self, table: CategoryTable, table_source: String) -> Result<RecaStatus, EngineError> {
         let live = self.inner.reca.get().ok_or_else(|| {
-            EngineError::Config("ReCA is not running on this cache (serve --adapt reca)".into())
+            EngineError::Config("ReCA is not running on this cache (it was not started with it)".into())
         })?;
         {
             let mut control = lock(&live.control);
