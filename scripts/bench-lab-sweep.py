@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The 100-point sweep benchmark of issue 17 section 6 (not run by CI;
+"""The 100-point sweep benchmark (not run by CI;
 results go in docs/results/sim-bench.md).
 
 One grid, 5 policies x 20 cache sizes at 512-byte lines on the ARC trace P2,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The NBD serving path side by side with nbdkit (issue 14 §1).
+"""The NBD serving path side by side with nbdkit.
 
 Not run by CI; results go in docs/results/engine.md. Every system serves a
 256 MiB volume whose data is all in memory, so only the serving path is

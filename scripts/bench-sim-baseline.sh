@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The simulator against a minimal C LRU loop (issue 14 section 2; not run by
+# The simulator against a minimal C LRU loop (not run by
 # CI; results go in docs/results/sim-bench.md).
 #
 # 1. Side by side, alternating in the same run, RUNS times each (default 5):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""DoS soak of `iocache serve` (issue 11, section 4; not run by CI).
+"""DoS soak of `iocache serve` (not run by CI).
 
 Why it exists: the unit and integration tests check each resource bound on
 its own, in a second or two; this runs every attack at once against the real

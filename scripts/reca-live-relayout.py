@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a live line size change costs the clients (issue 15 §4; not run by CI).
+"""What a live line size change costs the clients (not run by CI).
 
 Why it exists: `iocache serve --adapt reca` replaces its engine when ReCA
 wants another line size (src/live_relayout.rs): dirty lines written back,

@@ -22,7 +22,7 @@
 //! The reply is a JSON object: the statistics (`{"volumes":[...]}`), what
 //! was done, or `{"error": MESSAGE}`.
 //!
-//! What a client can make the server hold is bounded (issue 11, section 4):
+//! What a client can make the server hold is bounded:
 //! a request line is read up to [`MAX_REQUEST_BYTES`] (a longer one is
 //! answered with an error naming the limit, after reading at most one byte
 //! more, and is never echoed); the whole line must arrive within

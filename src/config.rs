@@ -424,7 +424,7 @@ impl VolumeConfig {
     }
 }
 
-/// `adapt = "reca"`: ReCA's category table and window (issue 15).
+/// `adapt = "reca"`: ReCA's category table and window.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecaConfig {
     /// The category table's file; `None`: the built-in table.

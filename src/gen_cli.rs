@@ -1,4 +1,4 @@
-//! Why this file exists: `iocache gen`, the command line of the workload
+//! `iocache gen`, the command line of the workload
 //! generator (`iocache_sim::workload`): reads a TOML spec, writes the trace
 //! (MSR Cambridge CSV, gzip or zstd by the file name, or stdout to pipe
 //! into `iocache sim --trace -`) and, if asked, the equivalent fio job.

@@ -1,4 +1,4 @@
-//! Why this file exists: `iocache lab`, experiments over a grid of knobs.
+//! `iocache lab`, experiments over a grid of knobs.
 //! An experiment file (TOML, docs/lab.md) names workloads (trace files or
 //! `iocache gen` specs) and a list of values per knob; `lab run` simulates
 //! every point of the grid on every workload, one pass over each workload

@@ -1,4 +1,4 @@
-//! Why this file exists: the lab's live target (issue 17 §2, docs/lab.md
+//! The lab's live target (docs/lab.md
 //! "Live target"). The same experiment points that `lab run` simulates are
 //! run against the real engine: for each point this starts `iocache serve`
 //! (this very binary) with the point's configuration on a cache file and a

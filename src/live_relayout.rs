@@ -1,5 +1,5 @@
-//! Why this file exists: ReCA may want another line size while the server
-//! runs (issue 15 §4), and an engine has one line size for life (its slot
+//! ReCA may want another line size while the server
+//! runs, and an engine has one line size for life (its slot
 //! layout and the records on the cache device depend on it). So the
 //! change is a succession of engines on the same devices, done here,
 //! between the NBD server (whose exports reach the engine through an

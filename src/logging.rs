@@ -1,4 +1,4 @@
-//! Why this file exists: a daemon's log is how an operator learns what
+//! A daemon's log is how an operator learns what
 //! changed and when, so every message goes through one logger with levels
 //! (`-v`/`-q`, `RUST_LOG`) and UTC timestamps, and the libraries report
 //! state changes through the `log` facade instead of printing. Under

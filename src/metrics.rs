@@ -1,4 +1,4 @@
-//! Why this file exists: operators watch a daemon with Prometheus, not by
+//! Operators watch a daemon with Prometheus, not by
 //! polling `iocache stats`. `serve --metrics ADDR:PORT` answers
 //! `GET /metrics` with the counters `iocache stats` shows, per volume and
 //! per cache device, and the request latency histograms, in the

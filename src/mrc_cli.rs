@@ -1,4 +1,4 @@
-//! Why this file exists: `iocache trace mrc`, the command line of the
+//! `iocache trace mrc`, the command line of the
 //! simulator's miss-ratio curves (`iocache_sim::mrc`), kept out of main.rs
 //! so that each command's options and output live in one place.
 

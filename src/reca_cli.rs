@@ -1,4 +1,4 @@
-//! Why this file exists: the command-line face of ReCA (issue 15), kept out
+//! The command-line face of ReCA, kept out
 //! of main.rs: `iocache sim --adapt reca [--reca-table FILE]
 //! [--reca-window N] [--reca-series PATH]`, `iocache trace stats --reca`,
 //! and the live parts of `iocache serve --adapt reca` (starting it on an

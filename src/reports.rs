@@ -1,4 +1,4 @@
-//! Why this file exists: the three HTML reports (`lab report`,
+//! The three HTML reports (`lab report`,
 //! `sim --report`, `trace mrc --report`) need the same choices made once:
 //! which results become which plot, how series are grouped, how numbers
 //! read in a table. This file turns each command's results into an

@@ -1,4 +1,4 @@
-//! Why this file exists: a storage daemon runs under a service manager,
+//! A storage daemon runs under a service manager,
 //! which needs to know its process (`--pid-file`) and when it is ready to
 //! serve (systemd's `Type=notify`: `READY=1` on `$NOTIFY_SOCKET` once the
 //! listeners are bound and every volume is loaded; `STOPPING=1` when it

@@ -1,4 +1,4 @@
-//! Issue 11, section 4, for the admin socket of the real binary: what one
+//! Resource bounds for the admin socket of the real binary: what one
 //! admin client can make `iocache serve` hold is bounded. Each test is an
 //! attack that once cost memory or took the admin socket down: a request
 //! line with no end (read, then echoed, whole), a flood of idle connections

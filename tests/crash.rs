@@ -1245,9 +1245,9 @@ fn crash_write_back_persistence_all() {
 
 /// The same with the files in /dev/shm: the cache file is mapped and read
 /// through the mapping, and a kill must not leave a write to it torn
-/// mid-sector (the eighth to twelfth sessions copied writes into the
-/// mapping, and a soak found one torn sector in some 600 kills;
-/// crates/iocache-device/tests/kill_mid_write.rs tests the mechanism).
+/// mid-sector (copying writes into the mapping once left one torn sector
+/// in some 600 kills; crates/iocache-device/tests/kill_mid_write.rs tests
+/// the mechanism).
 #[test]
 fn crash_write_back_with_the_cache_in_memory() {
     if !Path::new("/dev/shm").is_dir() {

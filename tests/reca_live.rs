@@ -1,4 +1,4 @@
-//! `iocache serve --adapt reca` (issue 15 §4) with a real client: fio's
+//! `iocache serve --adapt reca` with a real client: fio's
 //! phases (sequential writes, random writes, verifying reads, random
 //! reads) move
 //! the running cache from one ReCA category to the next, `ctl get` and

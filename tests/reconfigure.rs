@@ -1,4 +1,4 @@
-//! Knobs changed on a running server (`iocache ctl set`, issue 13 §3), with
+//! Knobs changed on a running server (`iocache ctl set`), with
 //! real clients: fio verifies every block (crc32c) while the write policy,
 //! the replacement policy and the other knobs switch under it, wb <-> wt,
 //! wa, wi, pt with dirty lines present; and a `kill -9` in the middle of

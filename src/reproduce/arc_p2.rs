@@ -1,4 +1,4 @@
-//! Why this file exists: the ARC paper's Table IV figures for trace P2
+//! The ARC paper's Table IV figures for trace P2
 //! (LRU 18.47 %, ARC 27.38 % at 32,768 pages of 512 B, quoted in
 //! ../shared/traces/README.md) are the one published number our simulator
 //! can be held to exactly: a fidelity check of the trace reader, the

@@ -1,4 +1,4 @@
-//! Why this file exists: ASPLOS'23 ("Rearchitecting I/O caches", §5.2,
+//! ASPLOS'23 ("Rearchitecting I/O caches", §5.2,
 //! Findings 2a-2c, Figs. 8-10) claims that on ultra-fast cache devices
 //! delaying promotion (nhit) beats promoting every miss (always) in IOPS
 //! and tail latency, and that large cache lines hurt `always`. This

@@ -1,4 +1,4 @@
-//! Why this file exists: the live half of the ASPLOS'23 reproduction
+//! The live half of the ASPLOS'23 reproduction
 //! (§5.2, Findings 2a-2c, Figs. 8-10): the same questions as
 //! `asplos23.rs` (promotion always vs nhit, cache line size, zoned hit
 //! rates of 100/85/25 %), asked of the real engine instead of the timing

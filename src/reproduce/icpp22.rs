@@ -1,4 +1,4 @@
-//! Why this file exists: ICPP'22 (Req-block, an SSD's internal DRAM write
+//! ICPP'22 (Req-block, an SSD's internal DRAM write
 //! buffer managed by request blocks) claims more hits, fewer flash writes
 //! and lower response time than LRU, BPLRU and VBBMS, evictions sized
 //! between VBBMS's and BPLRU's (Figs. 8-11), and δ = 5 as the best size

@@ -1,4 +1,4 @@
-//! Why this file exists: the LBICA reproduction (DATE'19, "LBICA: a load
+//! The LBICA reproduction (DATE'19, "LBICA: a load
 //! balancer for I/O cache architectures", §IV, Figs. 4, 5 and 7). The
 //! paper claims that under bursts a write-back cache becomes the
 //! bottleneck while the disks idle, and that LBICA (a write policy chosen

@@ -1,4 +1,4 @@
-//! Why this file exists: `iocache lab reproduce NAME` (issue 17 §5). Each
+//! `iocache lab reproduce NAME`. Each
 //! seed paper's key findings are re-run in the simulator, in process,
 //! through the library (`iocache_sim::simulate`, or `iocache_core::Cache`
 //! directly where a per-interval count is needed), and each reproduction

@@ -1,9 +1,9 @@
-//! Why this file exists: ReCA's (TPDS'18) Fig. 18, the hit ratio *with*
+//! ReCA's (TPDS'18) Fig. 18, the hit ratio *with*
 //! and *without* reconfiguration when the workload changes category (a
 //! sequential producer/consumer, then a random producer/consumer), is the
 //! one experiment of that paper about reconfiguring online; `lab reproduce
 //! reca` runs it in the simulator on the generated phase workload of
-//! `examples/workloads/reca-phases.toml` (issue 15's phase workload).
+//! `examples/workloads/reca-phases.toml` (the phase workload).
 //!
 //! "Without reconfiguration" is ReCA held to the first phase's category (a
 //! table with only `sequential_producer_consumers`: configured for the

@@ -1,4 +1,4 @@
-//! Why this file exists: SYSTOR'14 (client-side flash caching for cloud
+//! SYSTOR'14 (client-side flash caching for cloud
 //! VMs, dm-cache) claims that write-back cuts the server's I/O load by
 //! 52-94 % against write-through over whole traces (Figs. 13-16), that a
 //! cache persistent in full keeps a higher hit rate across reboots than

@@ -1,4 +1,4 @@
-//! Why this file exists: a reproduction's verdict must follow from the
+//! A reproduction's verdict must follow from the
 //! numbers, not from prose written after looking at them. Each claim of a
 //! paper is a [`Check`] with the paper's figure, ours and a stated
 //! tolerance; [`Check::outcome`] classifies it as reproduced in direction

@@ -167,10 +167,10 @@ const _: () = assert!(std::mem::size_of::<SlotMeta>() == 32);
 /// One slot's records side by side in one 64-byte CPU cache line: what a
 /// lookup reads (`line`) and what an admission or eviction also touches
 /// (`meta`), so that an eviction's records arrive with one memory access
-/// (one prefetch, one miss) rather than two. (Until the tenth session they
-/// were two arrays, which packed the hit path's halves two to a CPU cache
-/// line; on the ARC trace P2 one array measured 8-11 % faster for LRU in
-/// alternated runs: `docs/results/sim-bench.md`.)
+/// (one prefetch, one miss) rather than two. (Two arrays pack the hit
+/// path's halves two to a CPU cache line; on the ARC trace P2 one array
+/// measured 8-11 % faster for LRU in alternated runs:
+/// `docs/results/sim-bench.md`.)
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct SlotRecord {

@@ -1,4 +1,4 @@
-//! Why this file exists: how a request is treated (write-back, write-through,
+//! How a request is treated (write-back, write-through,
 //! pass-through, ...) depends on several things at once: the policy the
 //! operator configured, a policy an adaptive controller (ReCA, LBICA) sets
 //! for a while, a cache device that failed (everything passes through), a

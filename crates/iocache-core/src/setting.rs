@@ -1,4 +1,4 @@
-//! Why this file exists: the knobs an operator (`iocache ctl set`), an
+//! The knobs an operator (`iocache ctl set`), an
 //! experiment (`iocache sim --reconfigure`) or a controller changes while a
 //! cache serves must be named, parsed and applied the same way everywhere,
 //! with the names and value syntax of the configuration file's volume table

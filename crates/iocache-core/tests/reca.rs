@@ -1,4 +1,4 @@
-//! ReCA through the full `Cache` (issue 15): the `reca` policy's admission
+//! ReCA through the full `Cache`: the `reca` policy's admission
 //! and eviction on hand-computed sequences, the stale-read property under
 //! every eviction rule, reconfiguration between every pair of categories
 //! (and line-size changes by `relayout`) under load without losing a cached

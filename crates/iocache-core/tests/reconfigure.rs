@@ -1,4 +1,4 @@
-//! Every knob changed while the cache serves (issue 13 §3): the write
+//! Every knob changed while the cache serves: the write
 //! policy, a controller's policy, a failed cache device, the replacement
 //! policy, promotion, the sequential cutoff, write-miss bypass, cleaning
 //! and the dirty cap, switched at random between reads, writes and flushes.

@@ -1,4 +1,4 @@
-//! Why this file exists: to choose the default engine and settings from
+//! To choose the default engine and settings from
 //! numbers, not guesses. Runs 4 KiB random reads in batches of 1 and 16
 //! (the engine API's queue depth: a batch is submitted and waited for as a
 //! whole) with each engine on a buffered file under /dev/shm and an

@@ -1,4 +1,4 @@
-//! Why this file exists: `O_DIRECT` needs buffers whose address is a
+//! `O_DIRECT` needs buffers whose address is a
 //! multiple of the device's alignment, which `Vec<u8>` does not promise.
 //! `AlignedBuf` is such a buffer; devices use it as a bounce buffer for
 //! unaligned requests, and callers use it to stay on the fast path.

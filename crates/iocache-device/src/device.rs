@@ -1,4 +1,4 @@
-//! Why this file exists: the one trait every device implements, so the cache
+//! The one trait every device implements, so the cache
 //! engine, the I/O engines and the tests can treat a cache SSD, a backing
 //! disk, a RAM device and a fault-injecting wrapper alike.
 

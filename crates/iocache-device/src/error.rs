@@ -1,4 +1,4 @@
-//! Why this file exists: one error type for the whole device layer, so that
+//! One error type for the whole device layer, so that
 //! every failure names the device, the byte offset and the length it was
 //! about, and the cache engine can report "which device, where" without
 //! extra bookkeeping.

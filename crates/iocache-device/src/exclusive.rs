@@ -1,4 +1,4 @@
-//! Why this file exists: one process owns a device. Two servers on one
+//! One process owns a device. Two servers on one
 //! cache file each "recover" the other's live metadata and overwrite its
 //! lines; two on one backend write back over each other. So a device opened
 //! for the cache is claimed for the life of its open file description: a

@@ -1,4 +1,4 @@
-//! Why this file exists: the cache engine must survive failing devices and
+//! The cache engine must survive failing devices and
 //! crashes, and tests need to cause both on demand. `FaultDevice` wraps any
 //! device and fails the n-th read, write or flush, fails I/O touching a byte
 //! range, adds latency (optionally through a limited number of servers, so

@@ -1,4 +1,4 @@
-//! Why this file exists: the cache device and the backends are files or
+//! The cache device and the backends are files or
 //! block devices. `FileDevice` gives them positional, thread-safe I/O with
 //! optional `O_DIRECT` (bypassing the page cache so the cache's own memory
 //! is the only cache), hides direct I/O's alignment rules behind an aligned

@@ -1,4 +1,4 @@
-//! Why this file exists: a cache must never hand one backend's lines to
+//! A cache must never hand one backend's lines to
 //! another, so a device says what it is in terms that survive a rename, a
 //! restart and a reordering of device names at boot: a file by its inode
 //! and birth time, a disk by its WWN or serial, a loop device by its

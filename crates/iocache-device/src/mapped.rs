@@ -1,4 +1,4 @@
-//! Why this file exists: a cache file that lives in memory (tmpfs such as
+//! A cache file that lives in memory (tmpfs such as
 //! `/dev/shm`, or ramfs) is faster to copy to and from through a shared
 //! mapping than through `pread`/`pwrite`, which walk the page cache one
 //! 4 KiB page at a time per call (a 64 KiB `pwrite` into tmpfs took 14 µs

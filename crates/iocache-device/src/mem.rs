@@ -1,4 +1,4 @@
-//! Why this file exists: tests, the simulator's data-level checks and a
+//! Tests, the simulator's data-level checks and a
 //! RAM-only cache need a device with no filesystem underneath. `MemDevice`
 //! keeps its bytes in fixed-size chunks, each behind its own `RwLock`, so
 //! concurrent requests to different parts of the device do not contend.

@@ -1,4 +1,4 @@
-//! Why this file exists: torn-write simulation must be reproducible from a
+//! Torn-write simulation must be reproducible from a
 //! seed without pulling a random-number crate into the device layer;
 //! SplitMix64 is a few lines and good enough for picking sectors.
 

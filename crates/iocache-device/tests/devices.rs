@@ -1,4 +1,4 @@
-//! Why this file exists: round trips, range checks, flush and discard for
+//! Round trips, range checks, flush and discard for
 //! each device (files buffered and with O_DIRECT on a real disk, the tmpfs
 //! fallback, RAM), and every FaultDevice behaviour the crash tests rely on.
 

@@ -1,4 +1,4 @@
-//! Why this file exists: checks that every I/O engine runs mixed batches
+//! Checks that every I/O engine runs mixed batches
 //! over several kinds of device with the same outcome as direct
 //! pread/pwrite, reports errors per request, copes with batches larger than
 //! its queue and with concurrent submitters; and reports whether io_uring

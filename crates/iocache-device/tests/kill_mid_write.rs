@@ -1,4 +1,4 @@
-//! Why this file exists: a cache file on tmpfs outlives the server, so what
+//! A cache file on tmpfs outlives the server, so what
 //! a SIGKILL leaves in it is what a restart serves. A copy into a mapping
 //! of the file can be cut anywhere, leaving a 512-byte sector half old and
 //! half new; `FileDevice` writes a mapped file with `pwrite`, which the

@@ -1,4 +1,4 @@
-//! Why this file exists: a property test that random batches of writes and
+//! A property test that random batches of writes and
 //! reads, at any offset, length and buffer alignment, give the same bytes as
 //! a plain `Vec<u8>` model, through every device and every engine.
 

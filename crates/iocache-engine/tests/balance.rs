@@ -1,4 +1,4 @@
-//! Why this file exists: a load balancer changes the cache's write policy
+//! A load balancer changes the cache's write policy
 //! and sends requests around the cache while clients read and write; none
 //! of that may serve a stale read or lose a write, now or after a restart.
 //! Here LBICA (and SIB) run in the engine over a cache device slowed to

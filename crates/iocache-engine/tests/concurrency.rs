@@ -292,7 +292,7 @@ fn fine_write_back_with_persistent_metadata() {
 }
 
 /// Every knob switched again and again while four threads read and write
-/// (issue 13 §3): no read is stale, and after `flush_all` the backend holds
+///: no read is stale, and after `flush_all` the backend holds
 /// every write. Includes wb <-> wt/wa/wi/pt with dirty lines present, a
 /// replacement policy rebuilt from the cached lines, and a dirty cap.
 #[test]

@@ -435,7 +435,7 @@ fn newest_records(cache_image: &[u8], layout: &Layout) -> Vec<(u64, iocache_form
         .collect()
 }
 
-/// Issue 11 §2, "dirty line data carries a checksum verified at recovery".
+/// Dirty line data carries a checksum verified at recovery.
 /// A flushed dirty line's data has one byte flipped on the cache device
 /// after a crash.
 ///

@@ -1,4 +1,4 @@
-//! ReCA live (issue 15 §4): an engine with ReCA started switches category
+//! ReCA live: an engine with ReCA started switches category
 //! when its workload changes phase, reconfigures every shard, and keeps
 //! every byte written, through the switches, a crash-like restart (no
 //! shutdown) and a restart with the line size a category asked for.

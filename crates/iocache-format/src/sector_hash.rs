@@ -4,7 +4,7 @@
 //! [`crate::dirty_checksum`]): 128 hashes per 64 KiB write. The xxhash-rust
 //! crate picks its vector width when it is compiled (SSE2 for a portable
 //! x86-64 build) and goes through its general long-input path for each
-//! sector; in a profile of 64 KiB writes served over NBD (issue 14) the
+//! sector; in a profile of 64 KiB writes served over NBD the
 //! hashing was 11 % of the server's CPU. This is the same function (the
 //! XXH3 specification's long-input hash with the default secret and seed
 //! 0), written for exactly 512 bytes and compiled for AVX2, chosen at run

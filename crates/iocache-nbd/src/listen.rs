@@ -1,4 +1,4 @@
-//! Why this file exists: a Unix socket path is shared ground. A server that
+//! A Unix socket path is shared ground. A server that
 //! unlinks whatever sits at its path before binding steals a live server's
 //! socket (its clients can no longer connect, and its shutdown removes the
 //! newcomer's file), and deletes a regular file an operator mistyped as the

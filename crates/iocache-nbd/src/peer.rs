@@ -1,5 +1,5 @@
 //! Who a connection comes from, so that the server can bound what one
-//! client holds and not only what a listener holds (issue 11, section 4):
+//! client holds and not only what a listener holds:
 //! with limits per listener alone, one client that reconnects as fast as it
 //! is evicted can take every place a legitimate client needs.
 //!

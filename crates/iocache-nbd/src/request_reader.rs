@@ -9,7 +9,7 @@
 //! next header) into the read-ahead buffer, in one vectored read; and after
 //! a large payload the read-ahead window shrinks to a few KiB, so the next
 //! large payload is not read into the buffer and copied again. Profiled on
-//! 64 KiB writes (issue 14): the copy out of a 64 KiB read-ahead buffer was
+//! 64 KiB writes: the copy out of a 64 KiB read-ahead buffer was
 //! 4.6 % of the server's CPU, and the two `setsockopt` calls bounding each
 //! payload read 2.4 %; the remainder is now read first without waiting
 //! (`ConnectionStream::read_vectored_now`), and the read timeout is set
@@ -22,7 +22,7 @@
 //! a reply, and a sleeping reader costs it a wake-up (a scheduler round
 //! trip) on every request. On 4 KiB cache hits at QD 1 this took IOPS from
 //! 28.0k to 33.9k on the Unix socket and 20.9k to 31.3k on TCP
-//! (docs/results/engine.md, eighth session). It polls only while waits
+//! (docs/results/engine.md, "Polling before sleep"). It polls only while waits
 //! are short: after a wait longer than a few polling spans (an idle or
 //! slow client) it sleeps at once, until a wait is short again, so an
 //! idle connection costs at most one span per long wait.
@@ -35,7 +35,7 @@
 //! with 4 KiB hits at QD 16 on four connections, readers that all polled
 //! served 228k IOPS with p99.99 of 7.4 ms against 281k and 2.1 ms without
 //! polling, while one connection at QD 1 or QD 16 gained from it
-//! (docs/results/engine.md, twelfth session).
+//! (docs/results/engine.md, "Polling before sleep").
 //!
 //! Bounds: one buffer of [`READ_AHEAD_BYTES`] per connection, allocated
 //! once.

@@ -18,7 +18,7 @@
 //! read side of every connection so no new request is read, lets the
 //! threads finish and answer the requests already read, then closes.
 //!
-//! # Resource bounds (issue 11, section 4)
+//! # Resource bounds
 //!
 //! What clients can make the server hold is bounded per client and in
 //! total:

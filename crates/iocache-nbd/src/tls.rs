@@ -1,4 +1,4 @@
-//! Why this file exists: NBD over TCP carries a volume's data in the clear
+//! NBD over TCP carries a volume's data in the clear
 //! to anyone who can connect. NBD's answer is `NBD_OPT_STARTTLS`: during
 //! option haggling the client asks, the server acknowledges, both run a TLS
 //! handshake on the same socket, and the rest of the session (the remaining

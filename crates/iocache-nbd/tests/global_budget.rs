@@ -1,4 +1,4 @@
-//! Issue 11, section 4: payload memory is bounded in total, not only per
+//! payload memory is bounded in total, not only per
 //! connection. Its own test binary, because it counts every heap byte the
 //! process holds (a counting global allocator), which other tests running
 //! alongside would disturb.

@@ -1,4 +1,4 @@
-//! Issue 11, section 4: connections that do nothing, or too little, cannot
+//! connections that do nothing, or too little, cannot
 //! keep other clients out. Each test is an attack that once locked every
 //! other client out: idle handshakes filling the connection limit (on
 //! both listeners), a handshake trickled a byte at a time (the timeout was

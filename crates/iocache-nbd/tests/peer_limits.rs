@@ -1,4 +1,4 @@
-//! Issue 11, section 4, limits per peer: one client that reconnects as fast
+//! Limits per peer: one client that reconnects as fast
 //! as the server closes it (the DoS soak with `--reconnect-delay 0`) could
 //! take every place of a listener, since the limits were per listener only.
 //! Each flood test runs the same attack twice: with the limits per peer

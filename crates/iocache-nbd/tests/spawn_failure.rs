@@ -1,4 +1,4 @@
-//! Issue 11, section 4: a thread that cannot be created never panics the
+//! a thread that cannot be created never panics the
 //! server. Its own test binary because it finds the server's accept
 //! threads by name among the process's threads, and moves them into a pids
 //! cgroup (v1) whose limit makes thread creation fail; other tests' servers

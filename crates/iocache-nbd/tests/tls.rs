@@ -1,4 +1,4 @@
-//! Why this file exists: the server's TLS (NBD_OPT_STARTTLS, tls.rs) tested
+//! The server's TLS (NBD_OPT_STARTTLS, tls.rs) tested
 //! in-process, with no external tool: an OpenSSL client with a pre-shared
 //! key runs option haggling and a transmission phase through the relay
 //! pump (megabytes each way, so backpressure is exercised), and the

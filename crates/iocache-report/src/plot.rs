@@ -1,4 +1,4 @@
-//! Why this file exists: the one place that talks to `plotters`. A
+//! The one place that talks to `plotters`. A
 //! [`Chart`] becomes an SVG string here (axes, grid, one line per series,
 //! markers, a legend); the rest of the crate only assembles HTML.
 

@@ -1,4 +1,4 @@
-//! Why this file exists: the engine behind an export may be replaced while
+//! The engine behind an export may be replaced while
 //! it serves (a line size changed live is a new engine on the same devices,
 //! see `iocache_engine`'s `succession.rs`), so exports and the operator's
 //! commands reach it through an [`EngineCell`] instead of holding it.

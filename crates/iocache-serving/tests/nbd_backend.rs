@@ -1,4 +1,4 @@
-//! A remote NBD backend that stalls, restarts or is replaced (issue 11 §3):
+//! A remote NBD backend that stalls, restarts or is replaced:
 //! once, a stalled server hung misses and FLUSH forever, and a restarted
 //! one was never reconnected (EIO until iocache restarted). Served here by
 //! this repository's own NBD server, in process, with an export that can

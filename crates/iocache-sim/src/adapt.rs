@@ -1,4 +1,4 @@
-//! Why this file exists: an adaptive controller (`--adapt`) needs the
+//! An adaptive controller (`--adapt`) needs the
 //! simulated devices' queues, which only the timing model knows, and its
 //! decisions must reach the cache between two requests, as they would in
 //! the engine. An [`Adapter`] sits in a run between the replay and the

@@ -1,4 +1,4 @@
-//! Why this file exists: load balancers such as LBICA act on bursts, and the
+//! Load balancers such as LBICA act on bursts, and the
 //! public trace samples have few that a chosen pair of devices would feel.
 //! A [`BurstSpec`] generates a workload with on/off phases of chosen
 //! intensity and mix, written in the DiskSim text format the trace readers

@@ -1,4 +1,4 @@
-//! Why this file exists: sizing a cache needs its miss ratio at every size,
+//! Sizing a cache needs its miss ratio at every size,
 //! and simulating LRU once per size is slow on large traces. A miss-ratio
 //! curve (MRC) gives every size from one pass, from stack distances: LRU
 //! has the inclusion property (a cache of C lines holds exactly the C most

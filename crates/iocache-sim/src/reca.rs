@@ -1,4 +1,4 @@
-//! Why this file exists: `iocache sim --adapt reca` runs ReCA's controller
+//! `iocache sim --adapt reca` runs ReCA's controller
 //! (iocache_core::reca) beside each simulated cache, applies its decisions
 //! at the request that closed the window, rebuilds the cache when a
 //! category wants another line size (`relayout`: the core cannot change a

@@ -1,4 +1,4 @@
-//! Why this file exists: cache studies need workloads with known
+//! Cache studies need workloads with known
 //! properties (a Zipf skew, fio's zoned hit rates, a sequential share, a
 //! size mix, phases and bursts), reproducible from a seed, both for the
 //! simulator and, as the equivalent fio job, for a live server. A

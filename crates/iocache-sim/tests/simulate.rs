@@ -163,7 +163,7 @@ fn unaligned_records_are_widened_to_sectors() {
     assert_eq!(report.runs[0].stats.requested_bytes, 512);
 }
 
-/// `--reconfigure` (issue 13 §3): the simulator applies a change through the
+/// `--reconfigure`: the simulator applies a change through the
 /// same core call the engine uses (`Cache::apply`), at the request given:
 /// its counters equal a replay that drives one `Cache` by hand with the same
 /// requests and the same changes at the same places, and differ from a run

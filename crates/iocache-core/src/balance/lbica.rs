@@ -1,4 +1,4 @@
-//! Why this file exists: LBICA (Ahmadian, Salkhordeh, Asadi, "LBICA: A Load
+//! LBICA (Ahmadian, Salkhordeh, Asadi, "LBICA: A Load
 //! Balancer for I/O Cache Architectures", DATE'19, §III) keeps the cache
 //! device from becoming the bottleneck under bursts by changing the cache's
 //! write policy while the burst lasts. This is our implementation from the

@@ -1,4 +1,4 @@
-//! Why this file exists: LBICA chooses a write policy from what waits in the
+//! LBICA chooses a write policy from what waits in the
 //! cache device's queue (DATE'19 §III-B). Every request there is one of four
 //! classes: an application read hit (R), an application write (W), the
 //! promotion of a missed read (P) or an eviction or write-back (E). The mix

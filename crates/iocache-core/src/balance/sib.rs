@@ -1,4 +1,4 @@
-//! Why this file exists: SIB (Kim, Roh, Park, "Selective I/O Bypass and Load
+//! SIB (Kim, Roh, Park, "Selective I/O Bypass and Load
 //! Balancing Method for Write-Through SSD Caching in Big Data Analytics",
 //! IEEE TC 67(4), 2018) is the baseline LBICA is measured against. The SIB
 //! paper itself is not in the project's paper set; this follows the LBICA

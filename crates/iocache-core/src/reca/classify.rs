@@ -1,4 +1,4 @@
-//! Why this file exists: ReCA (TPDS'18 §3.1, Algorithm 2 CHARACTERIZATION)
+//! ReCA (TPDS'18 §3.1, Algorithm 2 CHARACTERIZATION)
 //! decides what kind of request each one is from the requests around it:
 //! *sequential*, *strided* (a small gap to a neighbour), *random*, plus an
 //! *overlapped* flag and read or write. Both the ReCA replacement policy (to

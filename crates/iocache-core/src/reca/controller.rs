@@ -1,4 +1,4 @@
-//! Why this file exists: ReCA's online part (TPDS'18 §4, Algorithm 1 lines
+//! ReCA's online part (TPDS'18 §4, Algorithm 1 lines
 //! 39-42 and Algorithm 2 ANALYZE_WORKLOAD): every window of requests
 //! (100,000 in the paper) the share of each request class forms a workload
 //! vector, the nearest category of the table is chosen, and when it differs

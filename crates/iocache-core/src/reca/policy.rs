@@ -1,4 +1,4 @@
-//! Why this file exists: ReCA's cache manager (TPDS'18 Algorithm 1) is a
+//! ReCA's cache manager (TPDS'18 Algorithm 1) is a
 //! replacement policy of its own: each line has a priority accumulated from
 //! the classes of the requests that touched it (ACCESS_HISTORY_MANAGER adds
 //! PRIORITY_CALC of a request to every line it touched when the request

@@ -1,4 +1,4 @@
-//! Why this file exists: ReCA's categories want different line sizes (4 KiB
+//! ReCA's categories want different line sizes (4 KiB
 //! for random workloads, 128 KiB for sequential ones), and on a category
 //! change the paper "reconstructs" its cache table for the new line size
 //! (§4.2: large lines split into small ones, small ones merged into large

@@ -1,4 +1,4 @@
-//! Why this file exists: ReCA's workload categories and the cache
+//! ReCA's workload categories and the cache
 //! configuration of each (TPDS'18 §3.3, the "characteristics table" of
 //! §4.2) are data, not code: users add and edit categories. The built-in
 //! table is `crates/iocache-core/data/reca-categories.toml` (its comments

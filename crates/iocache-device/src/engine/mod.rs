@@ -1,4 +1,4 @@
-//! Why this file exists: one client request to the cache becomes several
+//! One client request to the cache becomes several
 //! device I/Os (a cache read, a backend read, a fill...), and the cache
 //! engine wants them in flight together. `IoEngine` takes a batch of
 //! positional reads and writes, each on its own device with its own buffer,

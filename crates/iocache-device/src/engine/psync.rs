@@ -1,4 +1,4 @@
-//! Why this file exists: the baseline engine, which works everywhere and on
+//! The baseline engine, which works everywhere and on
 //! every device: plain `pread`/`pwrite` through the devices' own methods,
 //! either on the calling thread or spread over a small pool of worker
 //! threads so the several I/Os of one request overlap.

@@ -1,4 +1,4 @@
-//! Why this file exists: io_uring lets one thread keep many positional I/Os
+//! io_uring lets one thread keep many positional I/Os
 //! in flight with one system call per batch, which is how the cache engine
 //! gets queue depth without a thread per I/O. `UringEngine` drives the raw
 //! file descriptors of `FileDevice`s through a small set of rings and falls

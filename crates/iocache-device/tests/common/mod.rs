@@ -1,4 +1,4 @@
-//! Why this file exists: helpers shared by the device tests: temporary
+//! Helpers shared by the device tests: temporary
 //! device files that remove themselves, and deterministic test patterns.
 
 #![allow(dead_code)]

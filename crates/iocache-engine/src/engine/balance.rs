@@ -1,4 +1,4 @@
-//! Why this file exists: a load balancer of the policy core (LBICA or SIB,
+//! A load balancer of the policy core (LBICA or SIB,
 //! `iocache_core::balance`) is sans-I/O: it reads no clock and no device.
 //! Here the engine drives one: a thread (`iocache-balance`) closes an
 //! interval every [`BalanceConfig::interval_ns`], turns the I/O accounting

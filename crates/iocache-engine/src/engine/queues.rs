@@ -1,4 +1,4 @@
-//! Why this file exists: a load balancer (LBICA, SIB: `iocache_core::
+//! A load balancer (LBICA, SIB: `iocache_core::
 //! balance`) decides from how much work waits at the cache device and at
 //! the backend, and of which kind (LBICA's R/W/P/E mix), so the engine must
 //! count the I/Os it has issued and not yet seen complete on each device,

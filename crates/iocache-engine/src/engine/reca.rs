@@ -1,4 +1,4 @@
-//! Why this file exists: ReCA live (issue 15 §4). The core's ReCA
+//! ReCA live. The core's ReCA
 //! controller (`iocache_core::reca`, sans-I/O) recognises the workload
 //! category of the requests it is shown and says how a cache should be
 //! configured for it; this file shows it every request the engine serves

@@ -1,4 +1,4 @@
-//! Why this file exists: an operator changes a serving cache's knobs
+//! An operator changes a serving cache's knobs
 //! (`iocache ctl set`, as `casadm --set-cache-mode` / `--set-param` do),
 //! and the change must reach every shard's core without stopping I/O,
 //! lose no cached or dirty line, survive a restart, and never leave a

@@ -1,6 +1,6 @@
-//! Why this file exists: an engine has one line size for life (its slot
+//! An engine has one line size for life (its slot
 //! layout and the records on the cache device depend on it), so a line size
-//! changed while serving (ReCA's, issue 15 §4) is a succession: the serving
+//! changed while serving (ReCA's) is a succession: the serving
 //! layer quiesces the engine, shuts it down (every dirty line written back),
 //! opens a successor on the same devices with the new line size (the start
 //! path formats the device for the new geometry) and warms it. This file is

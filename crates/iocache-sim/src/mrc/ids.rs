@@ -1,4 +1,4 @@
-//! Why this file exists: the exact miss-ratio curve looks up every line
+//! The exact miss-ratio curve looks up every line
 //! access of the trace in a table of every line ever seen (the footprint,
 //! not a cache's worth), and that lookup dominated its time in a general
 //! hash map (a cache miss per access). This table gives each line a dense

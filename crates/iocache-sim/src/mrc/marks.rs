@@ -1,4 +1,4 @@
-//! Why this file exists: a stack distance is the number of distinct lines
+//! A stack distance is the number of distinct lines
 //! used since a line's previous access, i.e. the number of lines whose
 //! latest access is later than that one. With one mark per tracked line at
 //! the time of its latest access, that is a count of marks after a time.

@@ -1,4 +1,4 @@
-//! Why this file exists: ReCA's argument (TPDS'18 §3.1, Fig. 5) is that a
+//! ReCA's argument (TPDS'18 §3.1, Fig. 5) is that a
 //! hard disk serves sequential, strided and random requests at very
 //! different costs, so a cache should keep what the disk serves worst. The
 //! queueing server of `device.rs` charges every op the same fixed cost, so

@@ -1,4 +1,4 @@
-//! Why this file exists: a load balancer (LBICA, SIB: `iocache_core::balance`)
+//! A load balancer (LBICA, SIB: `iocache_core::balance`)
 //! decides from what is queued at each device *now*, so the simulator must
 //! be able to say, at any simulated time, how many I/Os each device holds
 //! (waiting or in service) and, for the cache device, of which class: an
