@@ -22,6 +22,7 @@
 //! loader sees the old record or the new one, never a mixture.
 
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 mod intent;
 mod layout;

@@ -45,6 +45,7 @@
 pub mod client;
 pub mod export;
 #[doc(hidden)]
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod handshake;
 mod kept;
