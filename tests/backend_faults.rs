@@ -12,13 +12,8 @@ use std::time::{Duration, Instant};
 
 use iocache_nbd::{Client, ConnectOptions};
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
+mod common;
+use common::have;
 
 fn wait_for(path: &Path, child: &mut Child, what: &str) {
     let started = Instant::now();

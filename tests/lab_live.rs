@@ -6,10 +6,13 @@
 //! stops the server it interrupts. Skipped, with the reason printed, when fio is absent
 //! (CI installs it). The errors that need no fio run everywhere.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+mod common;
+use common::temp_dir_in_memory;
 
 fn iocache(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_iocache"))
@@ -17,18 +20,6 @@ fn iocache(args: &[&str], dir: &Path) -> Output {
         .current_dir(dir)
         .output()
         .expect("iocache runs")
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let base = if Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    };
-    let dir = base.join(format!("iocache-lab-live-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn have_fio() -> bool {
@@ -70,7 +61,7 @@ fn a_live_grid_gets_a_row_beside_each_simulated_one_and_stops_its_servers() {
         eprintln!("skipped: fio is not installed (apt-get install fio); the live target needs it");
         return;
     }
-    let dir = temp_dir("grid");
+    let dir = temp_dir_in_memory("grid");
     let live = dir.join("live");
     std::fs::create_dir_all(&live).unwrap();
     std::fs::write(dir.join("w.toml"), SPEC).unwrap();
@@ -159,7 +150,7 @@ fn a_live_grid_gets_a_row_beside_each_simulated_one_and_stops_its_servers() {
 
 #[test]
 fn live_errors_name_the_point_the_key_or_the_missing_program() {
-    let dir = temp_dir("errors");
+    let dir = temp_dir_in_memory("errors");
     std::fs::write(dir.join("w.toml"), SPEC).unwrap();
     std::fs::write(dir.join("t.csv"), "0,h,0,Read,0,4096,0\n").unwrap();
     let run = |experiment: &str| {
@@ -193,7 +184,7 @@ fn an_interrupted_live_run_stops_its_server() {
         eprintln!("skipped: fio is not installed (apt-get install fio); the live target needs it");
         return;
     }
-    let dir = temp_dir("interrupt");
+    let dir = temp_dir_in_memory("interrupt");
     let live = dir.join("live");
     std::fs::create_dir_all(&live).unwrap();
     std::fs::write(dir.join("w.toml"), SPEC).unwrap();

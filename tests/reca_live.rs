@@ -6,25 +6,14 @@
 //! refused by `ctl reca-reload` naming the file, line and field, and every
 //! block fio wrote reads back intact (crc32c), also after a restart.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use iocache_nbd::{Client, ConnectOptions};
 
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iocache-reca-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+mod common;
+use common::{have, temp_dir};
 
 /// A running server: killed if the test fails before [`stop`].
 struct Server(Option<Child>);

@@ -12,11 +12,14 @@
 
 use std::io::Read;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::temp_dir;
 
 const SAMPLE: &str = "crates/iocache-sim/data/sample.lis";
 const BROWSERS: [&str; 2] = ["chromium-headless-shell", "chromium"];
@@ -33,13 +36,6 @@ fn iocache(args: &[&str]) -> Output {
         String::from_utf8_lossy(&o.stderr)
     );
     o
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iocache-report-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// The headless browser, or None after saying SKIPPED (failing under CI).

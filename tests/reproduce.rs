@@ -5,10 +5,13 @@
 //! need `../shared/traces` (compiled as ignored, with the reason, when it
 //! was absent: see build.rs); the skip test runs everywhere.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+mod common;
+use common::temp_dir;
 
 fn iocache(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_iocache"))
@@ -16,13 +19,6 @@ fn iocache(args: &[&str]) -> Output {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("iocache runs")
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iocache-reproduce-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 const OUTCOMES: [&str; 3] = ["reproduced", "partially", "not"];

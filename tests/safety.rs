@@ -15,12 +15,8 @@ use std::time::{Duration, Instant};
 
 use iocache_nbd::{Client, ConnectOptions};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iocache-own-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+mod common;
+use common::{have, temp_dir};
 
 /// The arguments of a server on the files of `dir` with its own sockets
 /// (`tag` tells two servers' sockets apart).
@@ -525,13 +521,6 @@ fn a_damaged_dirty_record_refuses_the_start_until_accepted() {
     let server = Server::start(&dir, "a", &base);
     assert!(server.stop().status.success());
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// An nbdkit file export of `image` on `socket`, ready when returned.

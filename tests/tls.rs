@@ -12,12 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg(if tool == "openssl" { "version" } else { "--version" })
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+mod common;
+use common::{have, temp_dir};
 
 /// Whether every tool in `tools` is installed; if not, says SKIPPED (or,
 /// under CI, fails the test naming what is missing).
@@ -33,13 +29,6 @@ fn need(tools: &[&str]) -> bool {
     );
     eprintln!("SKIPPED: needs {}", missing.join(", "));
     false
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iocache-tls-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn run(cmd: &mut Command) -> Output {
