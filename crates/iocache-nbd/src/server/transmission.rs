@@ -1,0 +1,560 @@
+//! The transmission phase: the threads of one connection taking turns to
+//! read requests (leader and followers), serving them on the export and
+//! writing the replies.
+
+use super::*;
+
+/// What a connection's workers share.
+pub(super) struct Conn<'a, S> {
+    pub(super) shared: &'a Shared,
+    pub(super) neg: Negotiated,
+    pub(super) writer: Mutex<S>,
+    /// Set when a reply could not be written: the client is gone.
+    pub(super) broken: AtomicBool,
+    pub(super) budget: Budget,
+    pub(super) activity: Arc<Activity>,
+}
+
+/// A request read from the socket, served by the thread that read it.
+pub(super) struct Job {
+    pub(super) req: Request,
+    /// Bytes of budget held until the reply is sent.
+    pub(super) cost: usize,
+}
+
+/// The reader role (leader/follower): the thread holding the lock reads
+/// the next request; the others wait for it.
+pub(super) struct ReaderRole<S> {
+    pub(super) reader: RequestReader<S>,
+    /// Why the connection stopped reading (EOF, DISC, an error, shutdown);
+    /// threads that find it set exit.
+    pub(super) end: Option<ConnEnd>,
+}
+
+pub(super) fn transmission<S: ConnectionStream>(
+    shared: &Shared,
+    stream: S,
+    neg: Negotiated,
+    activity: Arc<Activity>,
+) -> ConnEnd {
+    let writer = match stream.try_clone() {
+        Ok(w) => w,
+        Err(e) => return ConnEnd::Io(e),
+    };
+    let conn = Conn {
+        shared,
+        neg,
+        writer: Mutex::new(writer),
+        broken: AtomicBool::new(false),
+        budget: Budget {
+            available: Mutex::new((shared.config.max_inflight_bytes, 0)),
+            freed: Condvar::new(),
+        },
+        activity,
+    };
+    let role = Mutex::new(ReaderRole {
+        reader: RequestReader::new(
+            stream,
+            shared.config.poll_before_sleep,
+            Arc::clone(&shared.busy_readers),
+        ),
+        end: None,
+    });
+    thread::scope(|scope| {
+        let mut followers = Vec::new();
+        // This thread is one of them.
+        for _ in 1..shared.config.workers_per_connection {
+            let (conn, role) = (&conn, &role);
+            match thread::Builder::new().spawn_scoped(scope, move || serve_requests(conn, role)) {
+                Ok(t) => followers.push(t),
+                Err(_) => {
+                    // Served by the threads there are (this one at least).
+                    shared.stats.spawn_failures.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
+        serve_requests(&conn, &role);
+        // Joined explicitly: the scope alone waits only for the closures,
+        // and the threads could still be running their thread-local
+        // destructors when the connection ends. A thread's panic is passed
+        // on, as the scope would.
+        let mut panic = None;
+        for t in followers {
+            if let Err(p) = t.join() {
+                panic.get_or_insert(p);
+            }
+        }
+        if let Some(p) = panic {
+            std::panic::resume_unwind(p);
+        }
+    });
+    let end = role
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .end
+        .unwrap_or(ConnEnd::Eof);
+    let w = lock(&conn.writer);
+    let _ = w.shutdown(Shutdown::Both);
+    end
+}
+
+/// One thread of a connection: takes the reader role, reads a request,
+/// gives the role up (a waiting thread reads the next one meanwhile) and
+/// serves the request; until the connection stops reading.
+pub(super) fn serve_requests<S: ConnectionStream>(conn: &Conn<'_, S>, role: &Mutex<ReaderRole<S>>) {
+    // Reused from one request to the next: no allocation per request.
+    let mut buffer = KeptBuffer::new(&conn.shared.kept);
+    // Replies to reads served inline, written together (see below).
+    let mut batch = ReplyBatch::new(&conn.shared.kept);
+    loop {
+        let mut held = lock(role);
+        let job = loop {
+            // Replies wait in the batch only while the next request can be
+            // read without waiting for the client, which may be waiting
+            // for them.
+            if !batch.is_empty() && (batch.is_full() || !request_buffered(held.reader.buffer())) {
+                batch.send(conn);
+            }
+            if held.end.is_some() {
+                batch.send(conn);
+                return;
+            }
+            let job = match read_request(conn, &mut held.reader, &mut buffer, &mut batch) {
+                Ok(Some(job)) => job,
+                Ok(None) => continue,
+                Err(end) => {
+                    held.end = Some(end);
+                    batch.send(conn);
+                    // Nothing more is read: wake nobody, let the others
+                    // finish what they serve.
+                    let _ = held.reader.get_ref().shutdown(Shutdown::Read);
+                    return;
+                }
+            };
+            // A read the export serves at once (a cache hit): serve it
+            // here and keep the reader role, instead of waking a thread to
+            // read the next one (a wake-up, and the follower's sleep in
+            // the socket read, cost more than a hit). Its reply joins the
+            // batch while the next request is already buffered (one write
+            // for all, and one wake-up of the client); with nothing
+            // buffered it leaves at once, at the top of the loop. Requests
+            // that may wait (misses, writes, flushes) hand the role on.
+            if conn.is_quick(&job.req) {
+                conn.run_inline(job, &mut batch);
+                if batch.is_full() {
+                    batch.send(conn);
+                }
+                continue;
+            }
+            break job;
+        };
+        drop(held);
+        batch.send(conn);
+        conn.run(job, &mut buffer);
+    }
+}
+
+/// Whether `buffered` holds a whole request (its header, and a WRITE's
+/// payload): reading it will not wait for the client.
+pub(super) fn request_buffered(buffered: &[u8]) -> bool {
+    let Some(header) = buffered.get(..REQUEST_HEADER_LEN) else {
+        return false;
+    };
+    let command = u16::from_be_bytes([header[6], header[7]]);
+    let length = u32::from_be_bytes([header[24], header[25], header[26], header[27]]) as usize;
+    command != crate::proto::NBD_CMD_WRITE || buffered.len() - REQUEST_HEADER_LEN >= length
+}
+
+/// Reads above this size are never served inline: a batch holds a few
+/// small replies, not a large one (which gains nothing from sharing a
+/// write).
+pub(super) const INLINE_READ_MAX_BYTES: usize = 64 << 10;
+
+/// Replies of reads served inline, sent with one write. Their requests'
+/// budget is given back when the batch is sent, so what it holds counts in
+/// the connection's and the server's payload budgets.
+pub(super) struct ReplyBatch<'a> {
+    /// Budget taken by each request whose reply is held (header errors
+    /// hold none and are not listed).
+    pub(super) costs: Vec<usize>,
+    /// The replies are `bytes[..used]` (what follows is old, kept so a
+    /// batch does not zero its buffer again).
+    pub(super) bytes: KeptBuffer<'a>,
+    pub(super) used: usize,
+    pub(super) replies: usize,
+}
+
+impl<'a> ReplyBatch<'a> {
+    pub(super) fn new(kept: &'a KeptAllowance) -> ReplyBatch<'a> {
+        ReplyBatch {
+            costs: Vec::new(),
+            bytes: KeptBuffer::new(kept),
+            used: 0,
+            replies: 0,
+        }
+    }
+
+    /// Replies kept at most before they are sent.
+    const MAX_REPLIES: usize = 32;
+    /// Bytes kept at most before they are sent.
+    const MAX_BYTES: usize = 256 << 10;
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.replies == 0
+    }
+
+    pub(super) fn is_full(&self) -> bool {
+        self.replies >= Self::MAX_REPLIES || self.used >= Self::MAX_BYTES
+    }
+
+    /// Appends a whole reply.
+    pub(super) fn push(&mut self, reply: &[u8]) {
+        let end = self.used + reply.len();
+        sized(&mut self.bytes, end)[self.used..].copy_from_slice(reply);
+        self.used = end;
+        self.replies += 1;
+    }
+
+    pub(super) fn send<S: ConnectionStream>(&mut self, conn: &Conn<'_, S>) {
+        if self.replies > 0 {
+            conn.send(&self.bytes[..self.used]);
+            self.used = 0;
+            self.replies = 0;
+        }
+        if !self.costs.is_empty() {
+            conn.done_many(&self.costs);
+            self.costs.clear();
+        }
+        self.bytes.recycle();
+    }
+}
+
+pub(super) fn read_exact_or_eof<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<bool, io::Error> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// Reads one request (its header, and a WRITE's payload, into `data`,
+/// after taking its budget). `Ok(None)`: a request the header parser
+/// refused was answered with an error; read the next. `Err`: the
+/// connection stops reading.
+pub(super) fn read_request<S: ConnectionStream>(
+    conn: &Conn<'_, S>,
+    reader: &mut RequestReader<S>,
+    data: &mut Vec<u8>,
+    batch: &mut ReplyBatch,
+) -> Result<Option<Job>, ConnEnd> {
+    let max_payload = conn.shared.config.limits.max_payload;
+    if conn.broken.load(Ordering::Relaxed) {
+        return Err(ConnEnd::Eof);
+    }
+    let mut hb = [0u8; REQUEST_HEADER_LEN];
+    match read_exact_or_eof(reader, &mut hb) {
+        Ok(true) => {}
+        Ok(false) => return Err(ConnEnd::Eof),
+        Err(e) => return Err(ConnEnd::Io(e)),
+    }
+    let req = match RequestHeader::parse(&hb, max_payload) {
+        Ok(r) => r,
+        Err(e) if e.is_fatal() => return Err(ConnEnd::Fatal(e)),
+        Err(e) => {
+            if let Err(io) = crate::handshake::discard(reader, u64::from(e.payload_to_discard())) {
+                return Err(ConnEnd::Io(io));
+            }
+            // Answered after the replies this thread holds, as it read them.
+            let handle = e.handle().unwrap_or(0);
+            batch.push(&conn.error_reply(handle, e.errno(), &e.to_string()));
+            return Ok(None);
+        }
+    };
+    if req.command == Command::Disc {
+        return Err(ConnEnd::Disconnect);
+    }
+    let cost = match req.command {
+        Command::Read | Command::Write => req.length as usize,
+        _ => 0,
+    };
+    conn.activity.in_flight.fetch_add(1, Ordering::SeqCst);
+    conn.activity.touch(conn.shared);
+    // The connection's budget, then the server's: a reader waiting for
+    // either stops reading its socket. Replies this thread holds keep their
+    // budget until they are sent: it sends them rather than wait for budget
+    // they may be holding.
+    if !conn.budget.try_acquire(cost) {
+        batch.send(conn);
+        conn.budget.acquire(cost);
+    }
+    if !conn.shared.global.try_acquire(cost) {
+        batch.send(conn);
+        conn.shared.global.acquire(cost);
+    }
+    if req.command == Command::Write {
+        let payload = sized(data, req.length as usize);
+        let config = &conn.shared.config;
+        let pressure = || conn.shared.global.contended();
+        if let Err(e) = reader.read_payload(payload, config.reply_timeout, config.stall_timeout, pressure) {
+            conn.done(cost);
+            return Err(ConnEnd::Io(e));
+        }
+    }
+    Ok(Some(Job { req, cost }))
+}
+
+/// The first `len` bytes of `buffer`, grown (zeroed) if it is shorter. What
+/// it held before is not cleared: the caller overwrites all `len` bytes
+/// (a payload read in full, an export read that fills its buffer) before
+/// they are used, and zeroing a megabyte per request showed in profiles.
+pub(super) fn sized(buffer: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    if buffer.len() < len {
+        if buffer.capacity() < len {
+            // Doubling (a batch grows reply by reply), but not past what a
+            // thread may keep: a 1 MiB reply's buffer doubled from 600 KiB
+            // would be dropped after every use (kept.rs).
+            let capacity = (buffer.capacity() * 2).min(LARGEST_KEPT_BYTES).max(len);
+            buffer.reserve_exact(capacity - buffer.len());
+        }
+        buffer.resize(len, 0);
+    }
+    &mut buffer[..len]
+}
+
+impl<S: ConnectionStream> Conn<'_, S> {
+    /// A request is over (answered, or dropped with its connection): its
+    /// budget goes back.
+    pub(super) fn done(&self, cost: usize) {
+        self.done_many(&[cost]);
+    }
+
+    /// Requests of these costs are answered: their budget is given back,
+    /// each cost on its own (the server's budget has a pool per request
+    /// size: a sum would go back to the wrong pool).
+    pub(super) fn done_many(&self, costs: &[usize]) {
+        for &cost in costs {
+            self.shared.global.release(cost);
+        }
+        self.budget.release(costs.iter().sum());
+        self.activity.in_flight.fetch_sub(costs.len(), Ordering::SeqCst);
+        self.activity.touch(self.shared);
+    }
+
+    /// Checks a request against the export before running it.
+    pub(super) fn check(&self, req: &Request) -> Result<(), (u32, String)> {
+        let export = &self.neg.export;
+        if req.command.has_range() {
+            let end = req.offset + u64::from(req.length); // checked by the parser
+            if end > export.size_bytes() {
+                let errno = match req.command {
+                    Command::Write | Command::WriteZeroes => NBD_ENOSPC,
+                    _ => NBD_EINVAL,
+                };
+                return Err((
+                    errno,
+                    format!("range {}+{} is past the end", req.offset, req.length),
+                ));
+            }
+            let min = u64::from(self.neg.block_sizes.0);
+            if !req.offset.is_multiple_of(min) || !u64::from(req.length).is_multiple_of(min) {
+                return Err((
+                    NBD_EINVAL,
+                    format!(
+                        "range {}+{} is not aligned to {min} bytes",
+                        req.offset, req.length
+                    ),
+                ));
+            }
+        }
+        if matches!(req.command, Command::Read | Command::Write) && req.length > self.neg.block_sizes.2 {
+            return Err((NBD_EINVAL, "request larger than the maximum block size".into()));
+        }
+        if self.neg.flags & NBD_FLAG_READ_ONLY != 0
+            && matches!(req.command, Command::Write | Command::Trim | Command::WriteZeroes)
+        {
+            return Err((NBD_EPERM, "export is read-only".into()));
+        }
+        if req.flags.df() && !self.neg.structured {
+            return Err((NBD_EINVAL, "DF without structured replies".into()));
+        }
+        Ok(())
+    }
+
+    /// Serves one request and writes its reply; `buffer` is the thread's:
+    /// a WRITE's payload as read, and for a READ the reply to fill.
+    /// Executes `job` (unless the connection broke: nobody would read the
+    /// reply) and gives its budget back.
+    pub(super) fn run(&self, job: Job, buffer: &mut KeptBuffer<'_>) {
+        let cost = job.cost;
+        if !self.broken.load(Ordering::Relaxed) {
+            self.execute(job, buffer);
+        }
+        buffer.recycle();
+        self.done(cost);
+    }
+
+    /// Serves a quick read (see [`Conn::is_quick`]), its reply appended to
+    /// `batch`; an error is answered at once.
+    pub(super) fn run_inline(&self, job: Job, batch: &mut ReplyBatch) {
+        let cost = job.cost;
+        let req = job.req;
+        if !self.broken.load(Ordering::Relaxed) {
+            // Every reply of this thread goes into the batch, in order.
+            let result = self
+                .check(&req)
+                .and_then(|()| self.read_reply(&*self.neg.export, &req, &mut batch.bytes, batch.used));
+            match result {
+                Ok(end) => {
+                    batch.used = end;
+                    batch.replies += 1;
+                }
+                Err((errno, msg)) => batch.push(&self.error_reply(req.handle, errno, &msg)),
+            }
+        }
+        self.shared.stats.served_inline.fetch_add(1, Ordering::Relaxed);
+        // The request stays in flight, its budget taken, while its reply
+        // waits in the batch.
+        batch.costs.push(cost);
+    }
+
+    /// Whether `req` is a read of at most [`INLINE_READ_MAX_BYTES`] the
+    /// export says it serves at once.
+    pub(super) fn is_quick(&self, req: &Request) -> bool {
+        req.command == Command::Read
+            && req.length as usize <= INLINE_READ_MAX_BYTES
+            && self.neg.export.read_is_quick(req.offset, u64::from(req.length))
+    }
+
+    pub(super) fn execute(&self, job: Job, buffer: &mut Vec<u8>) {
+        let req = job.req;
+        if let Err((errno, msg)) = self.check(&req) {
+            self.reply_error(req.handle, req.command == Command::Read, errno, &msg);
+            return;
+        }
+        let export = &*self.neg.export;
+        if req.command == Command::Read {
+            self.read(export, &req, buffer);
+            return;
+        }
+        let result = guarded(|| match req.command {
+            Command::Write => export.write(req.offset, &buffer[..req.length as usize], req.flags.fua()),
+            Command::Flush => export.flush(),
+            Command::Trim => {
+                export.trim(req.offset, u64::from(req.length))?;
+                if req.flags.fua() {
+                    export.flush()?;
+                }
+                Ok(())
+            }
+            Command::WriteZeroes => export.write_zeroes(
+                req.offset,
+                u64::from(req.length),
+                req.flags.fua(),
+                req.flags.no_hole(),
+            ),
+            Command::Read | Command::Disc => Ok(()),
+        });
+        match result {
+            Ok(()) => {
+                self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+                self.send(&encode_simple_reply(req.handle, 0));
+            }
+            Err(e) => self.reply_error(req.handle, false, e.nbd_errno(), &e.to_string()),
+        }
+    }
+
+    pub(super) fn read(&self, export: &dyn Export, req: &Request, buf: &mut Vec<u8>) {
+        match self.read_reply(export, req, buf, 0) {
+            Ok(end) => self.send(&buf[..end]),
+            Err((errno, msg)) => self.reply_error(req.handle, true, errno, &msg),
+        }
+    }
+
+    /// Writes the whole reply to the READ `req` (header and data in one
+    /// buffer: one write, no copy) into `out` from `start` on, growing it
+    /// as needed (without zeroing what it held: the read fills it all), and
+    /// returns where the reply ends; the error to answer with when the
+    /// read failed.
+    pub(super) fn read_reply(
+        &self,
+        export: &dyn Export,
+        req: &Request,
+        out: &mut Vec<u8>,
+        start: usize,
+    ) -> Result<usize, (u32, String)> {
+        let len = req.length as usize;
+        let header_len = if self.neg.structured {
+            STRUCTURED_HEADER_LEN + 8
+        } else {
+            SIMPLE_REPLY_LEN
+        };
+        let reply = &mut sized(out, start + header_len + len)[start..];
+        let result = guarded(|| export.read(req.offset, &mut reply[header_len..]));
+        if let Err(e) = result {
+            return Err((e.nbd_errno(), e.to_string()));
+        }
+        self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+        if self.neg.structured {
+            if len == 0 {
+                // A zero-length read has no content chunk.
+                let chunk = encode_chunk_none(req.handle);
+                sized(out, start + chunk.len())[start..].copy_from_slice(&chunk);
+                return Ok(start + chunk.len());
+            }
+            // Cannot fail: 0 < len <= MAX_MAX_PAYLOAD.
+            if let Some(h) = encode_chunk_offset_data_header(req.handle, req.offset, req.length, true) {
+                reply[..header_len].copy_from_slice(&h);
+            }
+        } else {
+            reply[..header_len].copy_from_slice(&encode_simple_reply(req.handle, 0));
+        }
+        Ok(start + header_len + len)
+    }
+
+    /// Answers a request with an error: a structured error chunk when
+    /// structured replies are on (required for reads), a simple reply
+    /// otherwise.
+    pub(super) fn reply_error(&self, handle: u64, _is_read: bool, errno: u32, message: &str) {
+        self.send(&self.error_reply(handle, errno, message));
+    }
+
+    /// The bytes of an error reply (counted as answered, and as an error).
+    pub(super) fn error_reply(&self, handle: u64, errno: u32, message: &str) -> Vec<u8> {
+        self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+        if self.neg.structured {
+            encode_chunk_error(handle, errno, message, true)
+        } else {
+            encode_simple_reply(handle, errno).to_vec()
+        }
+    }
+
+    pub(super) fn send(&self, bytes: &[u8]) {
+        if self.broken.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut w = lock(&self.writer);
+        let pressure = || self.shared.global.contended();
+        if write_all_within(&mut *w, bytes, self.shared.config.reply_timeout, pressure).is_err() {
+            self.broken.store(true, Ordering::Relaxed);
+            // Wake the reader: nobody will read our replies.
+            let _ = w.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Runs an export call, turning a panic into EIO so one bad request cannot
+/// take a worker (and with it the connection's progress) down.
+pub(super) fn guarded<F: FnOnce() -> Result<(), ExportError>>(f: F) -> Result<(), ExportError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => Err(ExportError::Io(io::Error::other("export panicked"))),
+    }
+}
