@@ -1,0 +1,160 @@
+//! Background flushing: the batches the cleaning policy asks for, handed
+//! to the driver as tokens and completed when its write-backs are done.
+
+use super::*;
+
+impl Cache {
+    /// Chooses up to `max_lines` dirty lines not already being flushed, emits their
+    /// write-back ops into `ops` (cleared first) and a token per line into `tokens`.
+    pub fn begin_flush(
+        &mut self,
+        order: FlushOrder,
+        max_lines: usize,
+        ops: &mut OpList,
+        tokens: &mut Vec<FlushToken>,
+    ) {
+        ops.clear();
+        tokens.clear();
+        let candidates: Vec<SlotId> = match order {
+            FlushOrder::Oldest => self
+                .dirty_links
+                .iter(&self.dirty_list)
+                .filter(|&s| !self.records[s as usize].meta.flushing)
+                .take(max_lines)
+                .collect(),
+            FlushOrder::Address => {
+                let mut dirty: Vec<(LineKey, SlotId)> = self
+                    .dirty_links
+                    .iter(&self.dirty_list)
+                    .filter(|&s| !self.records[s as usize].meta.flushing)
+                    .map(|s| (self.records[s as usize].line.key(), s))
+                    .collect();
+                dirty.sort_unstable();
+                let start = match self.flush_cursor {
+                    Some(cursor) => dirty.partition_point(|(k, _)| *k <= cursor),
+                    None => 0,
+                };
+                let picked: Vec<SlotId> = dirty[start..]
+                    .iter()
+                    .chain(dirty[..start].iter())
+                    .take(max_lines)
+                    .map(|&(_, s)| s)
+                    .collect();
+                if let Some(&last) = picked.last() {
+                    self.flush_cursor = Some(self.records[last as usize].line.key());
+                }
+                picked
+            }
+            FlushOrder::Volume(volume) => {
+                let mut dirty: Vec<(LineKey, SlotId)> = self
+                    .dirty_links
+                    .iter(&self.dirty_list)
+                    .filter(|&s| {
+                        let meta = &self.records[s as usize].meta;
+                        self.records[s as usize].line.volume == volume && !meta.flushing
+                    })
+                    .map(|s| (self.records[s as usize].line.key(), s))
+                    .collect();
+                dirty.sort_unstable();
+                dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
+            }
+        };
+        for slot in candidates {
+            self.emit_write_backs(slot, ops);
+            let key = self.records[slot as usize].line.key();
+            let meta = &mut self.records[slot as usize].meta;
+            meta.flushing = true;
+            tokens.push(FlushToken {
+                slot,
+                key,
+                generation: meta.generation,
+            });
+        }
+        ops.seal();
+    }
+
+    /// Finishes a flush. On success the line becomes clean unless it changed
+    /// (was written, evicted or invalidated) since `begin_flush`: then it stays
+    /// dirty and a later flush writes it again. Returns whether it was cleaned.
+    pub fn complete_flush(&mut self, token: &FlushToken, succeeded: bool) -> bool {
+        let record = &mut self.records[token.slot as usize];
+        record.meta.flushing = false;
+        let unchanged = record.meta.resident
+            && record.line.key() == token.key
+            && record.meta.generation == token.generation;
+        if !(succeeded && unchanged) {
+            return false;
+        }
+        bitmap::clear(self.dirty_mut(token.slot));
+        if self.unmark_dirty_if_clean(token.slot) {
+            self.policy.on_clean(token.slot);
+        }
+        self.stats.flushed_lines += 1;
+        true
+    }
+
+    /// No free slot, and every resident line dirty.
+    pub(super) fn full_of_dirty_lines(&self) -> bool {
+        self.free.is_empty() && self.dirty_lines() == self.resident_lines()
+    }
+
+    /// When the background cleaner should next run, if ever (see [`CleaningPolicy`]).
+    /// A runtime sleeps until then (the engine) or runs it before the first
+    /// request at or after that time (the simulator).
+    pub fn next_cleaning_ns(&self) -> Option<u64> {
+        let oldest = self.oldest_dirty_since_ns()?;
+        let after_last = |interval_ns: u64| self.cleaner_last_ns.map_or(0, |t| t.saturating_add(interval_ns));
+        match self.config.cleaning {
+            CleaningPolicy::Nop => None,
+            CleaningPolicy::Aggressive { interval_ns, .. } => Some(after_last(interval_ns).max(oldest)),
+            CleaningPolicy::Lazy {
+                idle_ns,
+                interval_ns,
+                stale_ns,
+                ..
+            } => {
+                let idle_since = self.last_request_ns.unwrap_or(0).saturating_add(idle_ns);
+                Some(
+                    after_last(interval_ns)
+                        .max(idle_since)
+                        .max(oldest.saturating_add(stale_ns)),
+                )
+            }
+        }
+    }
+
+    /// Runs the cleaner at `now_ns`: emits write-backs for its batch of dirty
+    /// lines into `ops` and a token per line into `tokens` (both cleared
+    /// first). Complete every token with [`Cache::complete_flush`].
+    pub fn run_cleaner(&mut self, now_ns: u64, ops: &mut OpList, tokens: &mut Vec<FlushToken>) {
+        let (batch, stale_ns) = match self.config.cleaning {
+            CleaningPolicy::Nop => (0, 0),
+            CleaningPolicy::Aggressive { batch_lines, .. } => (batch_lines as usize, 0),
+            CleaningPolicy::Lazy {
+                batch_lines,
+                stale_ns,
+                ..
+            } => (batch_lines as usize, stale_ns),
+        };
+        self.cleaner_last_ns = Some(now_ns);
+        // Oldest first; with a staleness threshold, only lines dirty long enough.
+        let fresh_from = now_ns.saturating_sub(stale_ns);
+        let eligible = self
+            .dirty_links
+            .iter(&self.dirty_list)
+            .filter(|&s| !self.records[s as usize].meta.flushing)
+            .take(batch)
+            .take_while(|&s| stale_ns == 0 || self.records[s as usize].meta.dirty_since_ns <= fresh_from)
+            .count();
+        self.begin_flush(FlushOrder::Oldest, eligible, ops, tokens);
+        if !tokens.is_empty() {
+            self.stats.cleaner_runs += 1;
+        }
+    }
+
+    /// When the oldest dirty line became dirty (for lazy or age-based cleaning).
+    pub fn oldest_dirty_since_ns(&self) -> Option<u64> {
+        let head = self.dirty_list.head;
+        (head != crate::policy::list::NIL).then(|| self.records[head as usize].meta.dirty_since_ns)
+    }
+}
