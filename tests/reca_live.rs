@@ -7,24 +7,25 @@
 //! block fio wrote reads back intact (crc32c), also after a restart.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{have, temp_dir};
+use common::{ctl, have, temp_dir, Process};
 
-/// A running server: killed if the test fails before [`stop`].
-struct Server(Option<Child>);
+type Server = Process;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// `iocache serve ARGS` in `dir`, its output appended to `server.log`;
+/// returns once a client connects with `options`.
+fn spawn_server(dir: &Path, args: &[&str], options: ConnectOptions) -> Server {
+    Process::serve(dir, args, options)
+}
+
+/// SIGTERM: the server writes every dirty line back and exits 0.
+fn stop(server: Server) {
+    assert!(server.stop().success());
 }
 
 fn start(dir: &Path, extra: &[&str]) -> Server {
@@ -42,37 +43,6 @@ fn start_serving(dir: &Path, extra: &[&str]) -> Server {
     let mut args = vec!["--backend-size", "64MiB", "--cache-size", "8MiB"];
     args.extend_from_slice(extra);
     spawn_server(dir, &args, ConnectOptions::default())
-}
-
-/// `iocache serve ARGS` in `dir`, its output appended to `server.log`;
-/// returns once a client connects with `options`.
-fn spawn_server(dir: &Path, args: &[&str], options: ConnectOptions) -> Server {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("server.log"))
-        .unwrap();
-    let server = Server(Some(
-        Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .arg("serve")
-            .args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    ));
-    let socket = dir.join("iocache-data/iocache.sock");
-    let started = Instant::now();
-    while Client::connect_unix(&socket, &options).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    server
 }
 
 /// Waits (30 s at most) until the server's log has `needle`.
@@ -110,30 +80,6 @@ fn scrape(address: &str) -> String {
     let mut reply = String::new();
     stream.read_to_string(&mut reply).unwrap();
     reply
-}
-
-/// SIGTERM: the server writes every dirty line back and exits 0.
-fn stop(mut server: Server) {
-    let mut child = server.0.take().expect("running");
-    assert!(Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    assert!(child.wait().unwrap().success());
-}
-
-fn ctl(dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .current_dir(dir)
-        .args(["ctl", "--admin-socket", "iocache-data/admin.sock"])
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
-    )
 }
 
 /// ReCA's part of `ctl get --json`.
@@ -610,7 +556,7 @@ fn a_kill_during_a_line_size_change_loses_no_acknowledged_write() {
             )
         };
         let (pending_before, started_before, done_before) = count(&before);
-        let mut server = start_with_window(&dir, "100", &["--slow-cache", "200us"]);
+        let server = start_with_window(&dir, "100", &["--slow-cache", "200us"]);
         // Sequential writes want 128 KiB lines (the cache starts each
         // round with 4 KiB ones: the check below runs without ReCA).
         let client_model = model.clone();
@@ -655,10 +601,7 @@ fn a_kill_during_a_line_size_change_loses_no_acknowledged_write() {
             std::thread::sleep(Duration::from_millis(1));
         }
         std::thread::sleep(Duration::from_millis(delay_ms));
-        let child = server.0.as_mut().unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
-        server.0 = None;
+        server.kill();
         let (acknowledged, in_flight) = writer.join().unwrap();
         let (_, started, done) = count(&std::fs::read_to_string(&log_path).unwrap());
         match (started > started_before, done > done_before) {
@@ -826,26 +769,17 @@ fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
         .unwrap();
     let inject = dir.join("inject");
     let backend_sock = dir.join("backend.sock");
-    let mut nbdkit = Server(Some(
+    let mut nbdkit = Process::spawn(
         Command::new("nbdkit")
             .args(["-f", "-U"])
             .arg(&backend_sock)
             .args(["--filter=error", "file"])
             .arg(&backend_img)
             .arg("error-pwrite-rate=100%")
-            .arg(format!("error-pwrite-file={}", inject.display()))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    ));
-    let started = Instant::now();
-    while !backend_sock.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "nbdkit did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+            .arg(format!("error-pwrite-file={}", inject.display())),
+        &dir.join("nbdkit.log"),
+    );
+    nbdkit.wait_until("nbdkit listens", || backend_sock.exists());
     let backend_uri = format!("nbd+unix:///?socket={}", backend_sock.display());
     let server = spawn_server(
         &dir,
@@ -898,9 +832,7 @@ fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
             "block {block} on the backend"
         );
     }
-    let child = nbdkit.0.as_mut().unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    nbdkit.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -6,53 +6,20 @@
 //! restart.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{have, temp_dir};
+use common::{ctl, have, temp_dir, Process};
 
-fn start(dir: &Path, extra: &[&str]) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("server.log"))
-        .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["serve", "--backend-size", "64MiB", "--cache-size", "8MiB"])
-        .args(extra)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let socket = dir.join("iocache-data/iocache.sock");
-    let started = Instant::now();
-    while Client::connect_unix(&socket, &ConnectOptions::default()).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-}
-
-fn ctl(dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .current_dir(dir)
-        .args(["ctl", "--admin-socket", "iocache-data/admin.sock"])
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
-    )
+/// `iocache serve` of a 64 MiB backend through an 8 MiB cache, with `extra`.
+fn start(dir: &Path, extra: &[&str]) -> Process {
+    let mut args = vec!["--backend-size", "64MiB", "--cache-size", "8MiB"];
+    args.extend_from_slice(extra);
+    Process::serve(dir, &args, ConnectOptions::default())
 }
 
 const CHANGES: [&[&str]; 10] = [
@@ -89,7 +56,7 @@ fn fio_verifies_while_every_knob_switches() {
         return;
     }
     let dir = temp_dir("fio");
-    let mut server = start(&dir, &[]);
+    let server = start(&dir, &[]);
     let uri = format!(
         "nbd+unix:///?socket={}",
         dir.join("iocache-data/iocache.sock").display()
@@ -126,23 +93,8 @@ fn fio_verifies_while_every_knob_switches() {
     );
     let (ok, text) = ctl(&dir, &["get"]);
     assert!(ok && text.contains("in force"), "{text}");
-    assert!(Command::new("kill")
-        .args(["-TERM", &server.child_id()])
-        .status()
-        .unwrap()
-        .success());
-    assert!(server.wait().unwrap().success());
+    assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-trait ChildId {
-    fn child_id(&self) -> String;
-}
-
-impl ChildId for Child {
-    fn child_id(&self) -> String {
-        self.id().to_string()
-    }
 }
 
 /// One 4 KiB block's content: its index and the write's number.
@@ -158,7 +110,7 @@ fn block(index: u64, seq: u64) -> Vec<u8> {
 #[test]
 fn kill_9_while_switching_loses_no_flushed_write_and_keeps_the_last_values() {
     let dir = temp_dir("kill");
-    let mut server = start(&dir, &[]);
+    let server = start(&dir, &[]);
     let socket = dir.join("iocache-data/iocache.sock");
     let blocks = 2048u64; // 8 MiB of a 64 MiB volume
     let mut durable = vec![0u64; blocks as usize];
@@ -182,8 +134,7 @@ fn kill_9_while_switching_loses_no_flushed_write_and_keeps_the_last_values() {
             }
         }
         // Crash while the switcher is still at work.
-        server.kill().unwrap();
-        server.wait().unwrap();
+        server.kill();
         stop.store(true, Ordering::Relaxed);
         let _ = switcher.join();
     });
@@ -209,13 +160,7 @@ fn kill_9_while_switching_loses_no_flushed_write_and_keeps_the_last_values() {
         );
     }
     drop(client);
-    let mut server = server;
-    assert!(Command::new("kill")
-        .args(["-TERM", &server.child_id()])
-        .status()
-        .unwrap()
-        .success());
-    assert!(server.wait().unwrap().success());
+    assert!(server.stop().success());
     let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
     assert!(log.contains("set write_policy="), "the changes are logged: {log}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -53,3 +53,136 @@ pub fn have(tool: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success())
 }
+
+/// A process a test runs (`iocache serve`, nbdkit): its stdout and stderr
+/// appended to a log file; killed when dropped still running, its log then
+/// printed if the test is failing.
+pub struct Process {
+    child: Option<std::process::Child>,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Runs `command` with its output appended to `log`.
+    pub fn spawn(command: &mut Command, log: &Path) -> Process {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+        Process {
+            child: Some(child),
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// `iocache serve ARGS` in `dir`, logging to DIR/server.log, ready once
+    /// a client connects to DIR/iocache-data/iocache.sock with `options`
+    /// (20 s at most).
+    pub fn serve(dir: &Path, args: &[&str], options: iocache_nbd::ConnectOptions) -> Process {
+        let mut server = Process::spawn(
+            Command::new(env!("CARGO_BIN_EXE_iocache"))
+                .arg("serve")
+                .args(args)
+                .current_dir(dir),
+            &dir.join("server.log"),
+        );
+        let socket = dir.join("iocache-data/iocache.sock");
+        server.wait_until("the server accepts a client", || {
+            iocache_nbd::Client::connect_unix(&socket, &options).is_ok()
+        });
+        server
+    }
+
+    /// Waits (20 s at most) until `ready` says so; panics with the log if
+    /// the process exits first or time runs out.
+    pub fn wait_until(&mut self, what: &str, mut ready: impl FnMut() -> bool) {
+        let started = std::time::Instant::now();
+        while !ready() {
+            let child = self.child.as_mut().expect("running");
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!(
+                    "waiting until {what}: the process exited ({status}):\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "waiting until {what}: not within 20 s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// What it has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGTERM, then its exit status (30 s at most).
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        assert!(Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(30) {
+                let _ = child.kill();
+                panic!("not stopped within 30 s of SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL (a crash), and waits for it.
+    pub fn kill(mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            if std::thread::panicking() {
+                eprintln!("--- {} ---\n{}", self.log.display(), self.log());
+            }
+        }
+    }
+}
+
+/// `iocache ctl ARGS` against the admin socket of a server run in `dir`
+/// (DIR/iocache-data/admin.sock): whether it succeeded, and its output.
+pub fn ctl(dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .current_dir(dir)
+        .args(["ctl", "--admin-socket", "iocache-data/admin.sock"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
