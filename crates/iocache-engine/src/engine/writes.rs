@@ -252,16 +252,21 @@ impl Inner {
         buffer: &'b Buffer<'_>,
     ) -> Result<PreparedWrite<'b>, EngineError> {
         let w = self.cache_write_of(segment, op, buffer);
-        if self.persistence != Persistence::None {
+        if self.persistence == Persistence::None {
+            return Ok(w);
+        }
+        let owner = Self::owner_of(segment);
+        // The usual case under one lock: the slot may be reused and the
+        // write begins at once (or its intent was written ahead).
+        let begun = {
+            let mut state = lock(&self.shards[segment.shard].state);
+            !state.shadow.blocks_reuse(w.slot, w.key)
+                && (state.shadow.begin_cache_write(w.slot, w.first, w.end)
+                    || state.shadow.begin_prewritten(owner, w.slot, w.first, w.end))
+        };
+        if !begun {
             self.wait_until_reusable(segment.shard, w.slot, w.key)?;
-            self.begin_cache_write(
-                Self::owner_of(segment),
-                segment.shard,
-                w.slot,
-                w.first,
-                w.end,
-                w.data,
-            )?;
+            self.begin_cache_write(owner, segment.shard, w.slot, w.first, w.end, w.data)?;
         }
         Ok(w)
     }
