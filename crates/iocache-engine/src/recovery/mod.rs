@@ -523,6 +523,116 @@ pub fn open(
     // be written back by it.
     let ids = assign_ids(&superblock.volumes, &spec.volumes);
     let position = |volume: u32| ids.iter().position(|&id| id == volume);
+    check_volumes(spec, &superblock, &loaded, &ids)?;
+    // Identities: lines are only ever handed to the backend they were
+    // cached from (checked before anything is written back).
+    let rebound = check_identities(spec, backends, &superblock, &loaded, &ids, &mut report)?;
+    let same_geometry = layout.line_bytes == spec.line_bytes
+        && layout.slots == spec.slots
+        && superblock.shards == spec.shards;
+    let same_format = superblock.format_version >= FORMAT_VERSION_INTENTS;
+    if !same_geometry || !same_format {
+        // Another geometry: write the dirty lines straight back, then start
+        // over with the configured one (how a cache is grown or shrunk). A
+        // device of a version without an intent log goes the same way: its
+        // data area starts elsewhere.
+        let describe = |slots: u64, line_bytes: u64, shards| {
+            format!("{slots} lines of {line_bytes} B in {shards} shards")
+        };
+        if !same_geometry {
+            report.geometry_changed = Some((
+                describe(layout.slots, layout.line_bytes, superblock.shards),
+                describe(spec.slots, spec.line_bytes, spec.shards),
+            ));
+        }
+        if !same_format {
+            report.upgraded_from_version = Some(superblock.format_version);
+        }
+        for (slot, record) in &loaded.lines {
+            let Some(line) = &record.line else { continue };
+            let Some(at) = position(line.volume).filter(|_| line.dirty) else {
+                continue;
+            };
+            write_back_record(dev, backends[at], &layout, *slot, line)?;
+            report.written_back_lines += 1;
+        }
+        for backend in backends {
+            backend.flush()?;
+        }
+        report.dropped_clean_lines = loaded.lines.len() as u64 - report.written_back_lines;
+        return format_fresh(dev, backends, spec, report);
+    }
+    let Sorted {
+        mut lines,
+        mut unloaded_slots,
+        to_check,
+    } = sort_lines(
+        loaded.lines,
+        spec,
+        &layout,
+        &ids,
+        &rebound,
+        clean_shutdown,
+        &mut checksums,
+        &mut report,
+    );
+    let checked = check_clean_lines(
+        dev,
+        backends,
+        &spec.volumes,
+        &layout,
+        to_check,
+        spec.clean_check_budget,
+        &mut report,
+    );
+    for outcome in checked {
+        match outcome {
+            Ok(line) => lines.push(line),
+            Err(slot) => unloaded_slots.push(slot),
+        }
+    }
+    unloaded_slots.extend(damaged_unloaded);
+    let mut stale_dirty = damaged_dirty;
+    let backend_of = |volume: u32| position(volume).map(|at| backends[at]);
+    let lines = resolve_duplicates(
+        dev,
+        &backend_of,
+        &layout,
+        lines,
+        &mut report,
+        &mut stale_dirty,
+        &mut unloaded_slots,
+    )?;
+    let mut superblock = superblock;
+    superblock.persistence = spec.persistence;
+    let previous_settings = std::mem::replace(&mut superblock.settings, spec.settings.clone());
+    // The table names the volumes served: others had no dirty line (or
+    // opening was refused), and their clean lines are not loaded.
+    superblock.volumes = entries(spec, &ids, backends);
+    let writer = RecordWriter::new(layout, images, loaded.slots);
+    Ok(Opened {
+        volume_ids: ids,
+        unloaded_slots,
+        superblock,
+        superblock_copy: copy,
+        writer,
+        lines,
+        stale_dirty,
+        report,
+        previous_settings,
+    })
+}
+
+/// The volumes phase of [`open`]: every dirty line belongs to a volume
+/// this engine serves (ids `ids`, one per configured volume), at the size
+/// it had when the lines were cached.
+fn check_volumes(
+    spec: &OpenSpec,
+    superblock: &Superblock,
+    loaded: &iocache_format::MetadataLoad,
+    ids: &[u32],
+) -> Result<(), EngineError> {
+    let position = |volume: u32| ids.iter().position(|&id| id == volume);
     let dirty_of = |volume: u32| {
         loaded
             .lines
@@ -570,7 +680,7 @@ pub fn open(
                 .join(", ")
         )));
     }
-    for ((_, size_bytes), &id) in spec.volumes.iter().zip(&ids) {
+    for ((_, size_bytes), &id) in spec.volumes.iter().zip(ids) {
         let Some(volume) = superblock.volumes.iter().find(|v| v.id == id) else {
             continue;
         };
@@ -583,8 +693,21 @@ pub fn open(
             )));
         }
     }
-    // Identities: lines are only ever handed to the backend they were
-    // cached from (checked before anything is written back).
+    Ok(())
+}
+
+/// The identities phase of [`open`]: each volume's backend is the one its
+/// lines were cached from, or the operator said it is (`spec.rebind`).
+/// Returns the volumes bound anew that held lines (their clean lines are
+/// dropped).
+fn check_identities(
+    spec: &OpenSpec,
+    backends: &[&dyn BlockDevice],
+    superblock: &Superblock,
+    loaded: &iocache_format::MetadataLoad,
+    ids: &[u32],
+    report: &mut RecoveryReport,
+) -> Result<Vec<u32>, EngineError> {
     check_distinct_backends(spec, backends)?;
     let mut rebound: Vec<u32> = Vec::new();
     for (at, &id) in ids.iter().enumerate() {
@@ -645,45 +768,39 @@ pub fn open(
             }
         ));
     }
-    let same_geometry = layout.line_bytes == spec.line_bytes
-        && layout.slots == spec.slots
-        && superblock.shards == spec.shards;
-    let same_format = superblock.format_version >= FORMAT_VERSION_INTENTS;
-    if !same_geometry || !same_format {
-        // Another geometry: write the dirty lines straight back, then start
-        // over with the configured one (how a cache is grown or shrunk). A
-        // device of a version without an intent log goes the same way: its
-        // data area starts elsewhere.
-        let describe = |slots: u64, line_bytes: u64, shards| {
-            format!("{slots} lines of {line_bytes} B in {shards} shards")
-        };
-        if !same_geometry {
-            report.geometry_changed = Some((
-                describe(layout.slots, layout.line_bytes, superblock.shards),
-                describe(spec.slots, spec.line_bytes, spec.shards),
-            ));
-        }
-        if !same_format {
-            report.upgraded_from_version = Some(superblock.format_version);
-        }
-        for (slot, record) in &loaded.lines {
-            let Some(line) = &record.line else { continue };
-            let Some(at) = position(line.volume).filter(|_| line.dirty) else {
-                continue;
-            };
-            write_back_record(dev, backends[at], &layout, *slot, line)?;
-            report.written_back_lines += 1;
-        }
-        for backend in backends {
-            backend.flush()?;
-        }
-        report.dropped_clean_lines = loaded.lines.len() as u64 - report.written_back_lines;
-        return format_fresh(dev, backends, spec, report);
-    }
+    Ok(rebound)
+}
+
+/// The lines of [`sort_lines`]: loaded as they are, left out (their slots'
+/// records to be blanked), and clean ones still to be compared with the
+/// backend.
+struct Sorted {
+    lines: Vec<RecoveredLine>,
+    unloaded_slots: Vec<u64>,
+    to_check: Vec<lines::CleanCandidate>,
+}
+
+/// The lines phase of [`open`]: which recorded lines are loaded. Dirty
+/// lines of served volumes always (with only their dirty sectors valid
+/// after a crash); clean ones in mode `all`, after a crash only once
+/// compared with the backend; nothing of other volumes, beyond a volume's
+/// end, or clean of a volume bound anew.
+#[allow(clippy::too_many_arguments)]
+fn sort_lines(
+    records: Vec<(u64, iocache_format::Record)>,
+    spec: &OpenSpec,
+    layout: &Layout,
+    ids: &[u32],
+    rebound: &[u32],
+    clean_shutdown: bool,
+    checksums: &mut verify::ChecksumCheck,
+    report: &mut RecoveryReport,
+) -> Sorted {
+    let position = |volume: u32| ids.iter().position(|&id| id == volume);
     let mut lines = Vec::new();
     let mut unloaded_slots = Vec::new();
     let mut to_check = Vec::new();
-    for (slot, record) in loaded.lines {
+    for (slot, record) in records {
         let Some(line) = record.line else { continue };
         let key = LineKey {
             volume: line.volume,
@@ -742,51 +859,11 @@ pub fn open(
         report.clean_lines += 1;
         lines.push(RecoveredLine::clean(slot, key, line, record.sequence));
     }
-    let checked = check_clean_lines(
-        dev,
-        backends,
-        &spec.volumes,
-        &layout,
-        to_check,
-        spec.clean_check_budget,
-        &mut report,
-    );
-    for outcome in checked {
-        match outcome {
-            Ok(line) => lines.push(line),
-            Err(slot) => unloaded_slots.push(slot),
-        }
-    }
-    unloaded_slots.extend(damaged_unloaded);
-    let mut stale_dirty = damaged_dirty;
-    let backend_of = |volume: u32| position(volume).map(|at| backends[at]);
-    let lines = resolve_duplicates(
-        dev,
-        &backend_of,
-        &layout,
+    Sorted {
         lines,
-        &mut report,
-        &mut stale_dirty,
-        &mut unloaded_slots,
-    )?;
-    let mut superblock = superblock;
-    superblock.persistence = spec.persistence;
-    let previous_settings = std::mem::replace(&mut superblock.settings, spec.settings.clone());
-    // The table names the volumes served: others had no dirty line (or
-    // opening was refused), and their clean lines are not loaded.
-    superblock.volumes = entries(spec, &ids, backends);
-    let writer = RecordWriter::new(layout, images, loaded.slots);
-    Ok(Opened {
-        volume_ids: ids,
         unloaded_slots,
-        superblock,
-        superblock_copy: copy,
-        writer,
-        lines,
-        stale_dirty,
-        report,
-        previous_settings,
-    })
+        to_check,
+    }
 }
 
 const SECTOR_BYTES: usize = iocache_format::SECTOR_BYTES as usize;
