@@ -532,35 +532,7 @@ pub fn open(
         && superblock.shards == spec.shards;
     let same_format = superblock.format_version >= FORMAT_VERSION_INTENTS;
     if !same_geometry || !same_format {
-        // Another geometry: write the dirty lines straight back, then start
-        // over with the configured one (how a cache is grown or shrunk). A
-        // device of a version without an intent log goes the same way: its
-        // data area starts elsewhere.
-        let describe = |slots: u64, line_bytes: u64, shards| {
-            format!("{slots} lines of {line_bytes} B in {shards} shards")
-        };
-        if !same_geometry {
-            report.geometry_changed = Some((
-                describe(layout.slots, layout.line_bytes, superblock.shards),
-                describe(spec.slots, spec.line_bytes, spec.shards),
-            ));
-        }
-        if !same_format {
-            report.upgraded_from_version = Some(superblock.format_version);
-        }
-        for (slot, record) in &loaded.lines {
-            let Some(line) = &record.line else { continue };
-            let Some(at) = position(line.volume).filter(|_| line.dirty) else {
-                continue;
-            };
-            write_back_record(dev, backends[at], &layout, *slot, line)?;
-            report.written_back_lines += 1;
-        }
-        for backend in backends {
-            backend.flush()?;
-        }
-        report.dropped_clean_lines = loaded.lines.len() as u64 - report.written_back_lines;
-        return format_fresh(dev, backends, spec, report);
+        return start_over(dev, backends, spec, &superblock, &loaded, &ids, report);
     }
     let Sorted {
         mut lines,
@@ -864,6 +836,55 @@ fn sort_lines(
         unloaded_slots,
         to_check,
     }
+}
+
+/// The start-over phase of [`open`]: a cache of another geometry (line
+/// size, lines or shards) or of a format version without an intent log
+/// has its dirty lines written straight back, then the device is
+/// formatted anew as configured (how a cache is grown or shrunk).
+fn start_over(
+    dev: &dyn BlockDevice,
+    backends: &[&dyn BlockDevice],
+    spec: &OpenSpec,
+    superblock: &Superblock,
+    loaded: &iocache_format::MetadataLoad,
+    ids: &[u32],
+    mut report: RecoveryReport,
+) -> Result<Opened, EngineError> {
+    let layout = superblock.layout;
+    let position = |volume: u32| ids.iter().position(|&id| id == volume);
+    let same_geometry = layout.line_bytes == spec.line_bytes
+        && layout.slots == spec.slots
+        && superblock.shards == spec.shards;
+    let same_format = superblock.format_version >= FORMAT_VERSION_INTENTS;
+    // Another geometry: write the dirty lines straight back, then start
+    // over with the configured one (how a cache is grown or shrunk). A
+    // device of a version without an intent log goes the same way: its
+    // data area starts elsewhere.
+    let describe =
+        |slots: u64, line_bytes: u64, shards| format!("{slots} lines of {line_bytes} B in {shards} shards");
+    if !same_geometry {
+        report.geometry_changed = Some((
+            describe(layout.slots, layout.line_bytes, superblock.shards),
+            describe(spec.slots, spec.line_bytes, spec.shards),
+        ));
+    }
+    if !same_format {
+        report.upgraded_from_version = Some(superblock.format_version);
+    }
+    for (slot, record) in &loaded.lines {
+        let Some(line) = &record.line else { continue };
+        let Some(at) = position(line.volume).filter(|_| line.dirty) else {
+            continue;
+        };
+        write_back_record(dev, backends[at], &layout, *slot, line)?;
+        report.written_back_lines += 1;
+    }
+    for backend in backends {
+        backend.flush()?;
+    }
+    report.dropped_clean_lines = loaded.lines.len() as u64 - report.written_back_lines;
+    format_fresh(dev, backends, spec, report)
 }
 
 const SECTOR_BYTES: usize = iocache_format::SECTOR_BYTES as usize;
