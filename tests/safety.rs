@@ -10,13 +10,13 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{have, temp_dir};
+use common::{have, temp_dir, Process};
 
 /// The arguments of a server on the files of `dir` with its own sockets
 /// (`tag` tells two servers' sockets apart).
@@ -70,39 +70,23 @@ fn refused(args: &[String]) -> String {
     }
 }
 
+/// A server on its own sockets (`tag`), logging to DIR/server-TAG.log.
 struct Server {
-    child: Child,
+    process: Process,
     socket: PathBuf,
 }
 
 impl Server {
+    /// Ready once a client completes the handshake.
     fn start(dir: &Path, tag: &str, args: &[String]) -> Server {
-        let log = std::fs::File::create(dir.join(format!("server-{tag}.log"))).unwrap();
-        let child = iocache()
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut server = Server {
-            child,
-            socket: dir.join(format!("nbd-{tag}.sock")),
-        };
-        // Ready once a client completes the handshake.
-        let started = Instant::now();
-        while server.connect_once().is_none() {
-            if let Some(status) = server.child.try_wait().unwrap() {
-                let log = std::fs::read_to_string(dir.join(format!("server-{tag}.log"))).unwrap();
-                panic!("server {tag} exited ({status}): {log}");
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "server {tag} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
+        let log = dir.join(format!("server-{tag}.log"));
+        let _ = std::fs::remove_file(&log);
+        let mut process = Process::spawn(iocache().args(args), &log);
+        let socket = dir.join(format!("nbd-{tag}.sock"));
+        process.wait_until(&format!("server {tag} answers"), || {
+            Client::connect_unix(&socket, &ConnectOptions::default()).is_ok()
+        });
+        Server { process, socket }
     }
 
     fn connect_once(&self) -> Option<Client> {
@@ -113,26 +97,21 @@ impl Server {
         self.connect_once().expect("the server answers")
     }
 
-    fn stop(mut self) -> Output {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
-        let started = Instant::now();
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.child.wait_with_output().unwrap()
+    /// SIGTERM, then the exit status.
+    fn stop(self) -> ExitStatus {
+        self.process.stop()
+    }
+
+    /// SIGKILL: a crash.
+    fn kill(self) {
+        self.process.kill()
+    }
+
+    fn id(&self) -> u32 {
+        self.process.id()
     }
 }
 
-/// The first 8 KiB of the cache file: both superblock copies.
 /// Dirty line data carries a checksum verified at recovery.
 /// Old failure: one flipped byte in a flushed dirty line's data on the
 /// cache device was served (and written back) as the client's data after a
@@ -143,10 +122,9 @@ fn damaged_dirty_data_refuses_the_start_until_accepted() {
     let dir = temp_dir("damaged-data");
     let mut base = args(&dir, "a", "backend.img", "cache.img");
     base.extend(["--write-policy".into(), "wb".into()]);
-    let mut server = Server::start(&dir, "a", &base);
+    let server = Server::start(&dir, "a", &base);
     write_pattern(&mut server.client(), 32, 21);
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
+    server.kill();
 
     let mut cache = std::fs::read(dir.join("cache.img")).unwrap();
     let superblock = match iocache_format::pick_superblock(&cache[..4096], &cache[4096..8192]).unwrap() {
@@ -199,7 +177,7 @@ fn damaged_dirty_data_refuses_the_start_until_accepted() {
         }
     }
     drop(client);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -250,7 +228,7 @@ fn a_second_server_on_the_same_files_is_refused_under_any_name() {
     ] {
         let err = refused(&args(&dir, "b", backend, cache));
         assert!(
-            err.contains(&format!("{what} is in use by pid {}", first.child.id())),
+            err.contains(&format!("{what} is in use by pid {}", first.id())),
             "{err}"
         );
         assert!(err.contains("(iocache)"), "the holder is named: {err}");
@@ -291,7 +269,7 @@ fn a_second_server_on_the_same_files_is_refused_under_any_name() {
     assert_eq!(superblocks(&dir.join("cache.img")), before);
     drop(client);
     let out = first.stop();
-    assert!(out.status.success());
+    assert!(out.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -351,7 +329,7 @@ fn socket_paths_never_take_a_live_socket_nor_delete_a_file() {
         assert_eq!(mode, 0o600, "{s}");
     }
     drop(client);
-    assert!(first.stop().status.success());
+    assert!(first.stop().success());
     // A server's exit removes its own sockets (a stale one is replaced on the next start).
     assert!(!dir.join("nbd-a.sock").exists() && !dir.join("admin-a.sock").exists());
     let _ = std::fs::remove_dir_all(&dir);
@@ -379,16 +357,13 @@ fn attach_refuses_a_file_another_server_holds() {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{text}");
-        assert!(
-            text.contains(&format!("in use by pid {}", b.child.id())),
-            "{text}"
-        );
+        assert!(text.contains(&format!("in use by pid {}", b.id())), "{text}");
     }
     assert_eq!(std::fs::read(dir.join("cache-b.img")).unwrap(), before);
     check_pattern(&mut client, 8, 3);
     drop(client);
-    assert!(a.stop().status.success());
-    assert!(b.stop().status.success());
+    assert!(a.stop().success());
+    assert!(b.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -403,7 +378,7 @@ fn a_missing_or_blank_cache_over_an_existing_backend_needs_init() {
     // First start: both files new, nothing to lose.
     let server = Server::start(&dir, "a", &base);
     write_pattern(&mut server.client(), 16, 9);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
 
     std::fs::remove_file(dir.join("cache.img")).unwrap();
     let err = refused(&base);
@@ -427,11 +402,11 @@ fn a_missing_or_blank_cache_over_an_existing_backend_needs_init() {
     init.push("--init".into());
     let server = Server::start(&dir, "a", &init);
     check_pattern(&mut server.client(), 16, 9);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     // And the cache it formatted loads without --init from now on.
     let server = Server::start(&dir, "a", &base);
     check_pattern(&mut server.client(), 16, 9);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -446,7 +421,7 @@ fn sigterm_stops_the_server_after_its_socket_file_was_removed() {
     std::fs::remove_file(dir.join("admin-a.sock")).unwrap();
     let started = Instant::now();
     let out = server.stop();
-    assert!(out.status.success());
+    assert!(out.success());
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "took {:?}",
@@ -469,11 +444,10 @@ fn a_damaged_dirty_record_refuses_the_start_until_accepted() {
         "--persistence".into(),
         "dirty".into(),
     ]);
-    let mut server = Server::start(&dir, "a", &base);
+    let server = Server::start(&dir, "a", &base);
     write_pattern(&mut server.client(), 32, 11);
     // Crash: the records of the 32 dirty lines are durable (FLUSH).
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
+    server.kill();
 
     // Flip one byte (the line index) of the first dirty record found.
     let mut cache = std::fs::read(dir.join("cache.img")).unwrap();
@@ -516,10 +490,10 @@ fn a_damaged_dirty_record_refuses_the_start_until_accepted() {
     }
     assert_eq!(intact, 31, "only the line of the damaged record is lost");
     drop(client);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     // The damage was cleared: a plain start works.
     let server = Server::start(&dir, "a", &base);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -576,10 +550,7 @@ fn shutdown_with_the_backend_gone_is_bounded_and_keeps_the_dirty_lines() {
     let out = server.stop();
     let took = started.elapsed();
     let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
-    assert!(
-        !out.status.success(),
-        "the exit status says dirty lines remain: {log}"
-    );
+    assert!(!out.success(), "the exit status says dirty lines remain: {log}");
     assert!(took < Duration::from_secs(40), "the shutdown took {took:?}");
     assert!(log.contains("32 dirty lines could not be written back"), "{log}");
     assert!(log.contains("stay on the cache device"), "{log}");
@@ -591,7 +562,7 @@ fn shutdown_with_the_backend_gone_is_bounded_and_keeps_the_dirty_lines() {
     let mut kit = nbdkit(&kit_socket, &image);
     let server = Server::start(&dir, "a", &base);
     check_pattern(&mut server.client(), 32, 21);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let data = std::fs::read(&image).unwrap();
     for i in 0..32usize {
         assert!(
@@ -638,7 +609,7 @@ fn a_volume_cannot_be_its_own_backend() {
         );
     }
     let started = Instant::now();
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     assert!(started.elapsed() < Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -652,28 +623,18 @@ fn a_volume_cannot_be_its_own_backend() {
 fn the_defaults_expose_nothing_beyond_the_owner() {
     use std::os::unix::fs::PermissionsExt;
     let dir = temp_dir("defaults");
-    let log = std::fs::File::create(dir.join("server.log")).unwrap();
-    let mut child = iocache()
-        .args(["serve", "--backend-size", "16MiB", "--cache-size", "1MiB"])
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
     let data = dir.join("iocache-data");
-    let server = Server {
-        socket: data.join("iocache.sock"),
-        child: {
-            let started = Instant::now();
-            while Client::connect_unix(&data.join("iocache.sock"), &ConnectOptions::default()).is_err() {
-                assert!(child.try_wait().unwrap().is_none(), "the server exited");
-                assert!(started.elapsed() < Duration::from_secs(20));
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            child
-        },
-    };
+    let socket = data.join("iocache.sock");
+    let mut process = Process::spawn(
+        iocache()
+            .args(["serve", "--backend-size", "16MiB", "--cache-size", "1MiB"])
+            .current_dir(&dir),
+        &dir.join("server.log"),
+    );
+    process.wait_until("the server answers", || {
+        Client::connect_unix(&socket, &ConnectOptions::default()).is_ok()
+    });
+    let server = Server { process, socket };
     let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&data), 0o700, "the data directory");
     for f in ["backend.img", "cache.img", "iocache.sock", "admin.sock"] {
@@ -686,7 +647,7 @@ fn the_defaults_expose_nothing_beyond_the_owner() {
         "{description}"
     );
     // No TCP socket of the process listens (state 0A in /proc/net/tcp*).
-    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", server.id()))
         .unwrap()
         .flatten()
         .filter_map(|fd| std::fs::read_link(fd.path()).ok())
@@ -708,7 +669,7 @@ fn the_defaults_expose_nothing_beyond_the_owner() {
     }
     drop(client);
     let out = server.stop();
-    assert!(out.status.success());
+    assert!(out.success());
     let text = std::fs::read_to_string(dir.join("server.log")).unwrap();
     assert!(!text.contains("nbd://"), "the banner offers TCP: {text}");
 
@@ -719,7 +680,7 @@ fn the_defaults_expose_nothing_beyond_the_owner() {
         a[l + 1] = "0.0.0.0:0".into();
         a
     });
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let text = std::fs::read_to_string(dir.join("server-w.log")).unwrap();
     assert!(
         text.lines()
@@ -814,11 +775,11 @@ fn a_block_device_is_claimed_exclusively() {
     let first = Server::start(&dir, "a", &with_cache("a"));
     let err = refused(&with_cache("b"));
     assert!(
-        err.contains(&format!("{device} is in use by pid {}", first.child.id())),
+        err.contains(&format!("{device} is in use by pid {}", first.id())),
         "{err}"
     );
     write_pattern(&mut first.client(), 8, 4);
-    assert!(first.stop().status.success());
+    assert!(first.stop().success());
     let _ = Command::new("losetup").args(["-d", &device]).status();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -846,7 +807,7 @@ fn threads_per_connection_is_a_flag() {
     write_pattern(&mut client, 8, 3);
     check_pattern(&mut client, 8, 3);
     drop(client);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -869,7 +830,7 @@ fn poll_before_sleep_is_a_flag() {
         write_pattern(&mut client, 8, 4);
         check_pattern(&mut client, 8, 4);
         drop(client);
-        assert!(server.stop().status.success());
+        assert!(server.stop().success());
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -905,7 +866,7 @@ fn the_connection_limit_per_peer_is_a_flag() {
     std::thread::sleep(Duration::from_millis(300));
     server.client().read(0, &mut buf).unwrap();
     drop(first);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -945,7 +906,7 @@ fn a_socket_group_shares_the_socket_with_that_group_only() {
             & 0o777,
         0o600
     );
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -975,7 +936,7 @@ fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
         let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
         if mapped && !log.contains("is in memory: mapped") {
             eprintln!("skipped: /dev/shm is not tmpfs here, the cache is not mapped: {log}");
-            drop(server.stop());
+            let _ = server.stop();
             let _ = std::fs::remove_dir_all(&dir);
             return;
         }
@@ -1012,13 +973,13 @@ fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
         }
         let mut server = server;
         assert!(
-            server.child.try_wait().unwrap().is_none(),
+            server.process.is_running(),
             "the server died: {}",
             std::fs::read_to_string(dir.join("server-a.log")).unwrap()
         );
         drop(client);
         assert!(server.connect_once().is_some(), "a new client is still served");
-        drop(server.stop());
+        let _ = server.stop();
         let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
         assert!(!log.contains("panicked"), "{log}");
         // The shrink is seen by a read (SIGBUS in the mapping, a short
@@ -1032,9 +993,8 @@ fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
 }
 
 /// Kills `server` (SIGKILL) and waits for it.
-fn crash(mut server: Server) {
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
+fn crash(server: Server) {
+    server.kill();
 }
 
 /// Old failure: only the export name and the size were compared, so a
@@ -1079,7 +1039,7 @@ fn a_dirty_cache_is_refused_in_front_of_another_backend() {
     rebind.push("--rebind-backend".into());
     let server = Server::start(&dir, "a", &rebind);
     check_pattern(&mut server.client(), 32, 21);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let copy = std::fs::read(dir.join("copy.img")).unwrap();
     for i in 0..32usize {
         assert!(
@@ -1101,7 +1061,7 @@ fn a_dirty_cache_is_refused_in_front_of_another_backend() {
     // bound at once and served its own data, not the clean lines.
     let server = Server::start(&dir, "a", &wb("copy.img"));
     check_pattern(&mut server.client(), 32, 77);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let server = Server::start(&dir, "a", &wb("other.img"));
     let mut buf = vec![0u8; 4096];
     server.client().read(0, &mut buf).unwrap();
@@ -1109,7 +1069,7 @@ fn a_dirty_cache_is_refused_in_front_of_another_backend() {
         buf.iter().all(|&b| b == 0),
         "the other backend's own data, not a clean line"
     );
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1167,7 +1127,7 @@ fn zeroed_metadata_refuses_the_start() {
     std::fs::write(dir.join("cache.img"), &crashed).unwrap();
     let server = Server::start(&dir, "a", &base);
     check_pattern(&mut server.client(), 32, 21);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1282,7 +1242,7 @@ fn attach_never_leaves_its_directory() {
         std::fs::metadata(allowed.join("fresh.img")).unwrap().len(),
         4 << 20
     );
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1361,9 +1321,7 @@ fn a_cache_file_truncated_while_serving_never_serves_zeroes() {
         drop(client);
         let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
         assert!(log.contains("truncated"), "{place} {write_policy}: {log}");
-        let mut server = server;
-        server.child.kill().unwrap();
-        server.child.wait().unwrap();
+        server.kill();
         // The restart refuses the device and does not advise growing it.
         let err = refused(&a);
         assert!(
@@ -1398,6 +1356,6 @@ fn a_given_backend_id_is_the_identity_compared() {
     std::fs::copy(dir.join("backend.img"), dir.join("moved.img")).unwrap();
     let server = Server::start(&dir, "a", &with("moved.img", "disk-7f3a"));
     check_pattern(&mut server.client(), 16, 40);
-    assert!(server.stop().status.success());
+    assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }

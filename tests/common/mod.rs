@@ -126,6 +126,13 @@ impl Process {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Whether it has not exited.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
     /// Its process id.
     pub fn id(&self) -> u32 {
         self.child.as_ref().expect("running").id()
