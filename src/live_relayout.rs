@@ -24,7 +24,7 @@
 //!    still in its cache);
 //! 4. a new engine opens the same devices with the new line size: the start
 //!    path finds a clean superblock of another geometry and formats the
-//!    device for it (`recovery.rs`, the same code as a restart with
+//!    device for it (`recovery::start_over`, the same code as a restart with
 //!    another line size; a crash in between is a crash during a start);
 //!    the operator's knobs and ReCA (its table, parameters and category)
 //!    carry over; the exports' volume handles are renewed;

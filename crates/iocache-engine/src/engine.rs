@@ -152,12 +152,12 @@ pub struct EngineConfig {
     pub dirty_checksums: bool,
     /// After a crash (persistence `all`), how long comparing the recovered
     /// clean lines with the backend may take before the rest are dropped
-    /// (`recovery.rs`, `check_clean_lines`). 60 s by default.
+    /// (`recovery/lines.rs`, `check_clean_lines`). 60 s by default.
     pub clean_check_budget: Duration,
     /// The operator acknowledges that backends whose identity differs from
     /// the one the cache recorded are their volumes' own (restored from a
     /// copy, say): their dirty lines are kept for them, their clean lines
-    /// dropped (`recovery.rs`). Off by default: such a start is refused.
+    /// dropped (`recovery/`). Off by default: such a start is refused.
     pub rebind_backends: bool,
 }
 

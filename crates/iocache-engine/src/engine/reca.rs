@@ -43,7 +43,7 @@
 //! configured line size. A start reads it with [`recorded_reca_line_size`]
 //! and may open the cache with it (`serve --adapt reca` does, while the
 //! configuration still says CONFIGURED): the engine then writes every dirty
-//! line back and formats the device for the new geometry (`recovery.rs`; a
+//! line back and formats the device for the new geometry (`recovery::start_over`; a
 //! crash in between finds the old superblock and does it again), so no
 //! dirty sector is lost, only clean lines. A serving layer may also put it
 //! in force at once by replacing the engine (`succession.rs`: the binary's
