@@ -9,11 +9,11 @@
 //! CI installs them (scripts/test.sh), so a missing one is a broken setup.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{have, temp_dir};
+use common::{have, temp_dir, Process};
 
 /// Whether every tool in `tools` is installed; if not, says SKIPPED (or,
 /// under CI, fails the test naming what is missing).
@@ -101,7 +101,7 @@ fn make_pki(dir: &Path) {
 }
 
 struct Served {
-    child: Child,
+    process: Process,
     dir: PathBuf,
     port: u16,
     socket: PathBuf,
@@ -134,42 +134,32 @@ impl Served {
         Served::start_serve(dir, &args)
     }
 
-    /// Starts `iocache serve ARGS` in `dir`.
+    /// Starts `iocache serve ARGS` in `dir`; ready once its banner names
+    /// the TCP port it listens on.
     fn start_serve(dir: &Path, args: &[String]) -> Served {
-        let log = std::fs::File::create(dir.join("server.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .arg("serve")
-            .args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut served = Served {
-            child,
-            dir: dir.to_path_buf(),
-            port: 0,
-            socket: dir.join("iocache-data/iocache.sock"),
-        };
-        let started = Instant::now();
-        loop {
-            let text = std::fs::read_to_string(dir.join("server.log")).unwrap();
-            if let Some(port) = text
+        let log = dir.join("server.log");
+        let _ = std::fs::remove_file(&log);
+        let mut process = Process::spawn(
+            Command::new(env!("CARGO_BIN_EXE_iocache"))
+                .arg("serve")
+                .args(args)
+                .current_dir(dir),
+            &log,
+        );
+        let port = || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
                 .split("nbd://127.0.0.1:")
                 .nth(1)
                 .and_then(|r| r.split('/').next())
-                .and_then(|p| p.parse().ok())
-            {
-                served.port = port;
-                return served;
-            }
-            assert!(
-                served.child.try_wait().unwrap().is_none(),
-                "the server exited: {text}"
-            );
-            assert!(started.elapsed() < Duration::from_secs(20), "no banner: {text}");
-            std::thread::sleep(Duration::from_millis(20));
+                .and_then(|p| p.parse::<u16>().ok())
+        };
+        process.wait_until("the banner names the port", || port().is_some());
+        Served {
+            port: port().expect("the banner names the port"),
+            process,
+            dir: dir.to_path_buf(),
+            socket: dir.join("iocache-data/iocache.sock"),
         }
     }
 
@@ -191,19 +181,8 @@ impl Served {
         }
     }
 
-    fn stop(mut self) {
-        run(Command::new("kill").args(["-TERM", &self.child.id().to_string()]));
-        assert!(self.child.wait().unwrap().success());
-    }
-}
-
-/// A test that fails leaves no server behind.
-impl Drop for Served {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+    fn stop(self) {
+        assert!(self.process.stop().success());
     }
 }
 
