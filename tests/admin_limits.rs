@@ -9,26 +9,26 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use iocache_nbd::{Client, ConnectOptions};
 
+mod common;
+use common::{temp_dir, Process};
+
 /// A running `iocache serve` on its own directory, killed when dropped.
 struct Served {
-    child: Child,
+    process: Process,
     dir: PathBuf,
 }
 
 impl Served {
     fn start(name: &str) -> Served {
-        let dir = std::env::temp_dir().join(format!("iocache-admin-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = temp_dir(name);
         let p = |f: &str| dir.join(f).display().to_string();
-        let log = std::fs::File::create(dir.join("server.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args([
+        let mut process = Process::spawn(
+            Command::new(env!("CARGO_BIN_EXE_iocache")).args([
                 "serve",
                 "--backend",
                 &p("backend.img"),
@@ -44,25 +44,14 @@ impl Served {
                 &p("admin.sock"),
                 "--listen",
                 "127.0.0.1:0",
-            ])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut served = Served { child, dir };
-        let started = Instant::now();
-        while served.nbd_client().is_none() || !served.admin().exists() {
-            if let Some(status) = served.child.try_wait().unwrap() {
-                panic!("the server exited ({status}): {}", served.log());
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "the server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        served
+            ]),
+            &dir.join("server.log"),
+        );
+        let (socket, admin) = (dir.join("nbd.sock"), dir.join("admin.sock"));
+        process.wait_until("the server answers on both sockets", || {
+            admin.exists() && Client::connect_unix(&socket, &ConnectOptions::default()).is_ok()
+        });
+        Served { process, dir }
     }
 
     fn admin(&self) -> PathBuf {
@@ -106,9 +95,9 @@ impl Served {
 
 impl Drop for Served {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -269,7 +258,7 @@ fn thread_creation_failure_refuses_connections_and_the_server_recovers() {
         return;
     };
     let served = Served::start("spawn");
-    cgroup.set("cgroup.procs", &served.child.id().to_string());
+    cgroup.set("cgroup.procs", &served.process.id().to_string());
     // No new thread from now on.
     cgroup.set("pids.max", &cgroup.current());
     for _ in 0..5 {
@@ -281,7 +270,7 @@ fn thread_creation_failure_refuses_connections_and_the_server_recovers() {
         assert!(!reply.contains("\"volumes\""), "no thread, no answer: {reply:?}");
     }
     assert!(served.nbd_client().is_none(), "NBD connections are refused too");
-    assert!(served.child.id() > 0);
+    assert!(served.process.id() > 0);
     cgroup.set("pids.max", "max");
     served.assert_stats_answered();
     let mut client = served.nbd_client().expect("NBD served again");

@@ -7,40 +7,13 @@
 //! Skipped (with a message) when nbdkit is not installed.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::have;
-
-fn wait_for(path: &Path, child: &mut Child, what: &str) {
-    let started = Instant::now();
-    while !path.exists() {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "{what} exited before creating {}",
-            path.display()
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "{what} did not create {}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Kills a child process when the test ends, passing or not.
-struct Reap(Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{have, temp_dir, Process};
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
@@ -64,31 +37,29 @@ fn a_failing_backend_gets_eio_loses_nothing_and_recovers() {
         eprintln!("skipped: nbdkit is not installed");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("iocache-backend-faults-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("eio");
     let backend_img = dir.join("backend.img");
     std::fs::File::create(&backend_img)
         .unwrap()
         .set_len(32 << 20)
         .unwrap();
     let inject = dir.join("inject");
-    let nbdkit = Command::new("nbdkit")
-        .args(["-f", "-U"])
-        .arg(dir.join("backend.sock"))
-        .args(["--filter=error", "file"])
-        .arg(&backend_img)
-        .arg("error-rate=100%")
-        .arg(format!("error-file={}", inject.display()))
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut nbdkit = Reap(nbdkit);
-    wait_for(&dir.join("backend.sock"), &mut nbdkit.0, "nbdkit");
+    let mut nbdkit = Process::spawn(
+        Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(dir.join("backend.sock"))
+            .args(["--filter=error", "file"])
+            .arg(&backend_img)
+            .arg("error-rate=100%")
+            .arg(format!("error-file={}", inject.display())),
+        &dir.join("nbdkit.log"),
+    );
+    nbdkit.wait_until("nbdkit listens", || dir.join("backend.sock").exists());
     let backend_uri = format!("nbd+unix:///?socket={}", dir.join("backend.sock").display());
     // 64 MiB of cache: 2 shards of 8,192 lines, so the 64 lines written
     // below (one shard's span) all fit.
-    let server = Command::new(env!("CARGO_BIN_EXE_iocache"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_iocache"));
+    command
         .args(["serve", "--backend", &backend_uri, "--cache"])
         .arg(dir.join("cache.img"))
         .args(["--cache-size", "64MiB", "--listen", "127.0.0.1:0", "--socket"])
@@ -98,12 +69,9 @@ fn a_failing_backend_gets_eio_loses_nothing_and_recovers() {
         .args(["--write-policy", "wb", "--persistence", "dirty"])
         .args(["--flush", "aggressive:interval=5ms:batch=16"])
         // A new cache over a remote volume that exists already.
-        .arg("--init")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut server = Reap(server);
-    wait_for(&dir.join("nbd.sock"), &mut server.0, "iocache serve");
+        .arg("--init");
+    let mut server = Process::spawn(&mut command, &dir.join("server.log"));
+    server.wait_until("iocache serve listens", || dir.join("nbd.sock").exists());
     let mut client = Client::connect_unix(&dir.join("nbd.sock"), &ConnectOptions::default()).unwrap();
 
     // 256 KiB written (cached, dirty) and made durable.
@@ -159,8 +127,7 @@ fn a_failing_backend_gets_eio_loses_nothing_and_recovers() {
     }
     client.flush().unwrap();
     client.disconnect().unwrap();
-    unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
-    let status = server.0.wait().unwrap();
+    let status = server.stop();
     assert!(status.success(), "iocache serve exited with {status}");
     drop(nbdkit);
     let on_backend = std::fs::read(&backend_img).unwrap();
