@@ -32,7 +32,7 @@ pub enum LabCommand {
     Merge(MergeArgs),
     /// Write results as one HTML page: plots against cache size per workload, and the tables.
     Report(ReportArgs),
-    /// Re-run a seed paper's key findings (arc-p2, asplos23, icpp22, systor14, all; list): figures and a verdict.
+    /// Re-run a seed paper's key findings (`lab reproduce list` names them): figures and a verdict.
     Reproduce(crate::reproduce::ReproduceArgs),
 }
 

@@ -184,8 +184,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Also listen on TCP (none by default: only the Unix socket, whose mode limits who may
-    /// connect; any local user can connect to a TCP port, and there is no TLS yet), e.g.
-    /// 127.0.0.1:10809.
+    /// connect; any local user can connect to a TCP port unless --tls require asks for a
+    /// certificate or a pre-shared key), e.g. 127.0.0.1:10809.
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<String>,
     /// Export name (the export is also reachable under the empty name).
