@@ -89,7 +89,12 @@ fn stats_json(state: &Running, export: Option<&str>) -> Result<Value> {
             "write_policy": engine.write_policy().to_string(),
             "effective_write_policy": effective.policy.to_string(),
             "effective_write_policy_cause": effective.cause.name(),
-            "policy": group.config.policy.to_string(),
+            // The replacement policy in force (`ctl set policy=` changes it).
+            "policy": engine
+                .settings()
+                .into_iter()
+                .find(|k| k.key == "policy")
+                .map_or_else(|| group.config.policy.to_string(), |k| k.current),
             "lookup": engine.lookup().to_string(),
             "shards": s.shards,
             "capacity_lines": s.capacity_lines,

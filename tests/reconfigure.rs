@@ -165,3 +165,34 @@ fn kill_9_while_switching_loses_no_flushed_write_and_keeps_the_last_values() {
     assert!(log.contains("set write_policy="), "the changes are logged: {log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `stats` (text and JSON) names the replacement policy in force, as `ctl
+/// get` does, not the one configured at start.
+#[test]
+fn stats_name_the_policy_in_force() {
+    let dir = temp_dir("policy");
+    let server = start(&dir, &[]);
+    let (ok, text) = ctl(&dir, &["set", "policy=s3fifo"]);
+    assert!(ok, "{text}");
+    let stats = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_iocache"));
+        cmd.current_dir(&dir)
+            .args(["stats", "--admin-socket", "iocache-data/admin.sock"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let json: serde_json::Value = serde_json::from_str(&stats(true)).unwrap();
+    assert_eq!(json["volumes"][0]["policy"], "s3fifo", "{json:#}");
+    let text = stats(false);
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("cache") && l.contains("s3fifo")),
+        "{text}"
+    );
+    assert!(server.stop().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
