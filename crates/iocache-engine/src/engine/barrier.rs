@@ -493,11 +493,25 @@ impl Inner {
     fn lead_intents(&self, meta: &mut MetaState, batch: Vec<WantedIntent>) -> Vec<(u64, Result<(), String>)> {
         let mut outcomes = Vec::with_capacity(batch.len());
         let layout = meta.writer.layout;
+        // Only writes that land on checksummed sectors need an intent (no
+        // barrier drains meanwhile: this holds the metadata lock); the
+        // others begin below whatever the log holds.
+        let covered: Vec<bool> = batch
+            .iter()
+            .map(|w| {
+                lock(&self.shards[w.shard].state)
+                    .shadow
+                    .checksum_covers(w.slot, w.first, w.end)
+            })
+            .collect();
         let worst: u64 = batch
             .iter()
-            .map(|w| iocache_format::intent_bytes_for_sectors(w.terms.len()) as u64)
+            .zip(&covered)
+            .filter(|(_, &c)| c)
+            .map(|(w, _)| iocache_format::intent_bytes_for_sectors(w.terms.len()) as u64)
             .sum();
-        if meta.records_uncertain || meta.intent_head + worst > layout.intent_bytes {
+        let any_covered = covered.iter().any(|&c| c);
+        if any_covered && (meta.records_uncertain || meta.intent_head + worst > layout.intent_bytes) {
             if !meta.records_uncertain {
                 self.durability.intent_log_full.fetch_add(1, Ordering::Relaxed);
             }
