@@ -797,6 +797,11 @@ fn totals_csv(json: &Value) -> String {
     out
 }
 
+/// A JSON value as the text table shows it: a string without its quotes.
+fn plain(value: &Value) -> String {
+    value.as_str().map_or_else(|| value.to_string(), str::to_string)
+}
+
 fn print_stats(json: &Value, raw: bool) -> Result<()> {
     if raw {
         println!("{}", serde_json::to_string_pretty(json)?);
@@ -805,29 +810,33 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
     for v in json["volumes"].as_array().into_iter().flatten() {
         println!(
             "volume {} ({} bytes) over {}",
-            v["export"], v["size_bytes"], v["backend"]
+            plain(&v["export"]),
+            v["size_bytes"],
+            plain(&v["backend"])
         );
         let sharing = v["cache"]["volumes"].as_array().map_or(0, Vec::len);
         // The write policy in force, and why when it is not the configured one.
         let write_policy = if v["effective_write_policy"] == v["write_policy"] {
-            v["write_policy"].to_string()
+            plain(&v["write_policy"])
         } else {
             format!(
                 "{} (configured {}; {})",
-                v["effective_write_policy"], v["write_policy"], v["effective_write_policy_cause"]
+                plain(&v["effective_write_policy"]),
+                plain(&v["write_policy"]),
+                plain(&v["effective_write_policy_cause"])
             )
         };
         println!(
             "  cache      {} ({}), {} policy, {} write policy, lookup {} ({} shards)",
-            v["cache"]["path"],
+            plain(&v["cache"]["path"]),
             if sharing > 1 {
                 format!("shared by {sharing} volumes")
             } else {
                 "its own".to_string()
             },
-            v["policy"],
+            plain(&v["policy"]),
             write_policy,
-            v["lookup"],
+            plain(&v["lookup"]),
             v["shards"]
         );
         println!(
