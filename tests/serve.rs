@@ -9,12 +9,17 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::have;
+use common::{have, Process};
 
 struct Served {
-    child: Child,
+    process: Process,
     dir: PathBuf,
+    /// This run's log (stdout and stderr), one file per run.
+    log: PathBuf,
 }
+
+/// Runs of the test binary so far: each gets its own log file.
+static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Served {
     fn start(dir: &Path, extra: &[&str]) -> Served {
@@ -34,32 +39,24 @@ impl Served {
         Served::spawn(dir, &["serve", "--config", "iocache.toml"])
     }
 
+    /// `iocache ARGS` in `dir`, ready once its NBD socket exists.
     fn spawn(dir: &Path, args: &[&str]) -> Served {
         std::fs::create_dir_all(dir).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args(args)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = dir.join(format!("server-{run}.log"));
+        let mut process = Process::spawn(
+            Command::new(env!("CARGO_BIN_EXE_iocache"))
+                .args(args)
+                .current_dir(dir),
+            &log,
+        );
         let socket = dir.join("iocache-data/iocache.sock");
-        let started = Instant::now();
-        while !socket.exists() {
-            if child.try_wait().unwrap().is_some() {
-                let (_, err) = child.wait_with_output_timeout();
-                panic!("iocache serve {args:?} exited: {err}");
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        process.wait_until("the NBD socket exists", || socket.exists());
         std::thread::sleep(Duration::from_millis(100));
         Served {
-            child,
+            process,
             dir: dir.to_path_buf(),
+            log,
         }
     }
 
@@ -75,10 +72,22 @@ impl Served {
         self.uri_of("iocache")
     }
 
-    /// SIGTERM, then the exit status and stderr.
-    fn stop(mut self) -> (bool, String) {
-        send_sigterm(self.child.id());
-        self.child.wait_with_output_timeout()
+    /// SIGTERM, then whether it exited 0 and what it logged.
+    fn stop(self) -> (bool, String) {
+        let log = self.log.clone();
+        let ok = self.process.stop().success();
+        (ok, std::fs::read_to_string(log).unwrap_or_default())
+    }
+
+    /// SIGKILL (a crash); what it logged.
+    fn kill(self) -> String {
+        let log = self.log.clone();
+        self.process.kill();
+        std::fs::read_to_string(log).unwrap_or_default()
+    }
+
+    fn id(&self) -> u32 {
+        self.process.id()
     }
 }
 
@@ -422,9 +431,8 @@ fn after_a_kill_clean_lines_are_checked_against_the_backend() {
         return;
     }
     /// SIGKILL; what the server said.
-    fn kill(mut served: Served) -> String {
-        served.child.kill().unwrap();
-        served.child.wait_with_output_timeout().1
+    fn kill(served: Served) -> String {
+        served.kill()
     }
     let dir = temp_dir("clean-check");
     let wt = ["--write-policy", "wt"];
@@ -1168,7 +1176,7 @@ fn a_crash_keeps_every_volume_of_a_shared_cache() {
         return;
     }
     let dir = temp_dir("shared-crash");
-    let mut served = Served::start_config(&dir, SHARED_CACHE);
+    let served = Served::start_config(&dir, SHARED_CACHE);
     let mut one = small_volume_commands("write", 0x51);
     one.push("flush".into());
     let mut two = small_volume_commands("write", 0x52);
@@ -1177,8 +1185,7 @@ fn a_crash_keeps_every_volume_of_a_shared_cache() {
     qemu_io(&served.uri_of("two"), &two);
     // SIGKILL: nothing is written back; the records on the cache device are
     // all that is left of the dirty lines.
-    served.child.kill().unwrap();
-    served.child.wait().unwrap();
+    served.kill();
     let _ = std::fs::remove_file(dir.join("iocache-data/iocache.sock"));
     // Without `two`, its dirty lines could not be written back: refused, naming it.
     let only_one = SHARED_CACHE
@@ -1255,7 +1262,7 @@ fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
         "--admin-socket",
         "iocache-data/admin.sock",
     ];
-    let mut served = Served::spawn(&dir, &args);
+    let served = Served::spawn(&dir, &args);
     let mut writes = pattern_commands("write");
     writes.push("flush".into());
     qemu_io(&served.uri(), &writes);
@@ -1266,8 +1273,7 @@ fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
     assert!(array["mirror_slots_used"].as_u64().unwrap() > 0, "{array}");
     assert_eq!(array["degraded"], false, "{array}");
     // A crash, and one cache device is gone (replaced by a blank one).
-    served.child.kill().unwrap();
-    served.child.wait().unwrap();
+    served.kill();
     let _ = std::fs::remove_file(dir.join("iocache-data/iocache.sock"));
     std::fs::remove_file(dir.join("iocache-data/c1.img")).unwrap();
     let served = Served::spawn(&dir, &args);
@@ -1460,7 +1466,7 @@ fn pid_file_stats_watch_and_a_resize_at_restart() {
     let pid_file = dir.join("iocache.pid");
     let served = Served::start(&dir, &["--pid-file", pid_file.to_str().unwrap()]);
     let pid = std::fs::read_to_string(&pid_file).unwrap();
-    assert_eq!(pid.trim(), served.child.id().to_string());
+    assert_eq!(pid.trim(), served.id().to_string());
     // A second server naming the same pid file is refused before it opens
     // anything (the devices are held too, but the pid file is checked first).
     let second = Command::new(env!("CARGO_BIN_EXE_iocache"))
