@@ -301,10 +301,9 @@ impl Shadow {
 
     fn intent_named(&mut self, slot: SlotId, first: u32, end: u32) {
         let at = slot as usize * self.words;
-        let mut range = vec![0u64; self.words];
-        set_range(&mut range, first, end);
-        for (w, bits) in range.iter().enumerate() {
-            self.intended[at + w] |= bits & self.checksummed_on_disk[at + w];
+        for s in first..end {
+            let (w, bit) = (at + (s / 64) as usize, 1u64 << (s % 64));
+            self.intended[w] |= bit & self.checksummed_on_disk[w];
         }
         // Its record is rewritten by the next barrier, after which the
         // intent log may be reused.
@@ -360,6 +359,14 @@ impl Shadow {
         }
         self.count_in_flight(slot);
         true
+    }
+
+    /// Begins a write of `owner` to `[first, end)` of `slot` if it may
+    /// begin at once: no checksum on the device covers it, or its intent
+    /// was written ahead ([`Shadow::begin_cache_write`],
+    /// [`Shadow::begin_prewritten`]).
+    pub fn begin_now(&mut self, owner: usize, slot: SlotId, first: u32, end: u32) -> bool {
+        self.begin_cache_write(slot, first, end) || self.begin_prewritten(owner, slot, first, end)
     }
 
     /// Forgets what `owner` wrote ahead and did not use.

@@ -146,6 +146,16 @@ fn mix_sector_index(sector_in_line: u32, hash: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// [`dirty_checksum`] from the sectors' terms (`terms[s]` for sector `s`,
+/// [`sector_checksums`]): the sum of the dirty ones'.
+pub fn dirty_terms_sum(terms: &[u64], dirty: &[u64]) -> u64 {
+    terms
+        .iter()
+        .enumerate()
+        .filter(|(s, _)| dirty.get(s / 64).is_some_and(|w| w >> (s % 64) & 1 == 1))
+        .fold(0u64, |sum, (_, &t)| sum.wrapping_add(t))
+}
+
 /// Whether a dirty line's sectors agree with its record: `terms` holds each
 /// sector's [`sector_checksums`] term as read (one per sector of the line),
 /// `dirty` the record's dirty bits, `checksum` its checksum, and `intents`
@@ -159,10 +169,7 @@ fn mix_sector_index(sector_in_line: u32, hash: u64) -> u64 {
 pub fn dirty_terms_match(terms: &[u64], dirty: &[u64], checksum: u64, intents: &[&Intent]) -> bool {
     let is_dirty = |s: usize| dirty.get(s / 64).is_some_and(|w| w >> (s % 64) & 1 == 1);
     if intents.is_empty() {
-        let sum = (0..terms.len())
-            .filter(|&s| is_dirty(s))
-            .fold(0u64, |sum, s| sum.wrapping_add(terms[s]));
-        return sum == checksum;
+        return dirty_terms_sum(terms, dirty) == checksum;
     }
     // Per sector: its base, and whether its term is one an intent allows.
     let mut base: Vec<Option<u64>> = vec![None; terms.len()];

@@ -259,18 +259,7 @@ impl Inner {
                 continue;
             }
             iocache_format::sector_checksums_into(0, &buf, &mut terms);
-            let sum = line
-                .dirty_bits
-                .iter()
-                .enumerate()
-                .flat_map(|(w, &bits)| {
-                    (0..64)
-                        .filter(move |b| bits >> b & 1 == 1)
-                        .map(move |b| w * 64 + b)
-                })
-                .filter(|&s| s < terms.len())
-                .fold(0u64, |sum, s| sum.wrapping_add(terms[s]));
-            line.data_hash = Some(sum);
+            line.data_hash = Some(iocache_format::dirty_terms_sum(&terms, &line.dirty_bits));
             lock(&self.shards[shard].state)
                 .shadow
                 .checksum_read_back(record.slot, &line.dirty_bits, &terms);
@@ -363,13 +352,11 @@ impl Inner {
         end: u32,
         data: &[u8],
     ) -> Result<(), EngineError> {
+        if lock(&self.shards[shard].state)
+            .shadow
+            .begin_now(owner, slot, first, end)
         {
-            let mut state = lock(&self.shards[shard].state);
-            if state.shadow.begin_cache_write(slot, first, end)
-                || state.shadow.begin_prewritten(owner, slot, first, end)
-            {
-                return Ok(());
-            }
+            return Ok(());
         }
         let mut terms = vec![0u64; (end - first) as usize];
         iocache_format::sector_checksums_into(first, data, &mut terms);

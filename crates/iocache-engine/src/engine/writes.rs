@@ -260,9 +260,7 @@ impl Inner {
         // write begins at once (or its intent was written ahead).
         let begun = {
             let mut state = lock(&self.shards[segment.shard].state);
-            !state.shadow.blocks_reuse(w.slot, w.key)
-                && (state.shadow.begin_cache_write(w.slot, w.first, w.end)
-                    || state.shadow.begin_prewritten(owner, w.slot, w.first, w.end))
+            !state.shadow.blocks_reuse(w.slot, w.key) && state.shadow.begin_now(owner, w.slot, w.first, w.end)
         };
         if !begun {
             self.wait_until_reusable(segment.shard, w.slot, w.key)?;

@@ -120,6 +120,6 @@ pub(super) fn data_matches_hash(
     if line.dirty {
         hash == iocache_format::dirty_checksum(buf, &line.dirty_bits)
     } else {
-        hash == hash_valid_sectors(buf, &line.valid, layout.sectors_per_line())
+        hash == iocache_format::data_hash_valid(buf, &line.valid)
     }
 }

@@ -182,21 +182,6 @@ pub(super) fn same_valid_sectors(a: &[u8], b: &[u8], valid: &[u64], sectors: u32
     same
 }
 
-/// The hash of a line's valid sectors, in ascending order (what a clean
-/// record's `data_hash` covers).
-pub fn hash_valid_sectors(line: &[u8], valid: &[u64], sectors: u32) -> u64 {
-    if bitmap::count_range(valid, 0, sectors) == sectors {
-        return data_hash(line);
-    }
-    let mut bytes = Vec::with_capacity(line.len());
-    bitmap::for_each_run(valid, 0, sectors, |start, end, set| {
-        if set {
-            bytes.extend_from_slice(&line[start as usize * 512..end as usize * 512]);
-        }
-    });
-    data_hash(&bytes)
-}
-
 pub(super) fn write_back_record(
     dev: &dyn BlockDevice,
     backend: &dyn BlockDevice,

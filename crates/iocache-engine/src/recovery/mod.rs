@@ -10,8 +10,8 @@ use iocache_device::IdentityKind;
 use std::collections::HashMap;
 
 use iocache_format::{
-    data_hash, load_metadata, pick_superblock, Intent, Layout, Persistence, ShutdownState, SlotDisk,
-    Superblock, SuperblockFound, VolumeEntry, VolumeIdentity, FORMAT_VERSION, FORMAT_VERSION_INTENTS,
+    load_metadata, pick_superblock, Intent, Layout, Persistence, ShutdownState, SlotDisk, Superblock,
+    SuperblockFound, VolumeEntry, VolumeIdentity, FORMAT_VERSION, FORMAT_VERSION_INTENTS,
     FORMAT_VERSION_WRITES_EVERY_RECORD, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS,
 };
 
@@ -32,7 +32,6 @@ pub use device::{assign_ids, check_not_shrunk, is_blank, write_superblock};
 use device::{entries, format_fresh, records_follow, shrunk_device};
 use identity::check_distinct_backends;
 pub use identity::{backend_identity, describe_backend, describe_identity};
-pub use lines::hash_valid_sectors;
 pub(crate) use lines::write_back_dirty_runs;
 use lines::{check_clean_lines, resolve_duplicates, write_back_record};
 use verify::{read_intents, verify_dirty_checksums};
@@ -432,9 +431,6 @@ pub fn open(
     }
     let mut damaged = damaged_slots(&loaded, &superblock, damaged_superblock.is_some());
     let mut checksums = verify_dirty_checksums(dev, array, &layout, &superblock, &loaded, &intents)?;
-    // Every record with intents is written again by the first barrier,
-    // verified or not, before the intent log is reused.
-    checksums.rewrite.extend(intents.keys().copied());
     if !checksums.damaged.is_empty() {
         for d in std::mem::take(&mut checksums.damaged) {
             match damaged.binary_search_by_key(&d.slot, |x| x.slot) {
@@ -546,6 +542,7 @@ pub fn open(
         &rebound,
         clean_shutdown,
         &mut checksums,
+        &intents,
         &mut report,
     );
     let checked = check_clean_lines(
@@ -766,6 +763,7 @@ fn sort_lines(
     rebound: &[u32],
     clean_shutdown: bool,
     checksums: &mut verify::ChecksumCheck,
+    intents: &HashMap<u64, Vec<Intent>>,
     report: &mut RecoveryReport,
 ) -> Sorted {
     let position = |volume: u32| ids.iter().position(|&id| id == volume);
@@ -813,7 +811,9 @@ fn sort_lines(
                 sequence: record.sequence,
                 mirror: line.mirror,
                 terms: checksums.terms.remove(&slot),
-                rewrite_record: checksums.rewrite.contains(&slot),
+                // Every record with intents is written again by the first
+                // barrier, verified or not, before the intent log is reused.
+                rewrite_record: intents.contains_key(&slot),
             });
             continue;
         }

@@ -11,9 +11,6 @@ pub(super) struct ChecksumCheck {
     pub(super) with_intents: u64,
     /// Per verified slot, each sector's checksum term as read.
     pub(super) terms: HashMap<u64, Vec<u64>>,
-    /// Slots whose record verified with intents (rewritten by the first
-    /// barrier).
-    pub(super) rewrite: std::collections::HashSet<u64>,
     /// Of those, lines whose primary copy did not match (or did not read)
     /// and whose mirror did: the primary was rewritten from the mirror.
     pub(super) repaired_from_mirror: u64,
@@ -73,7 +70,6 @@ pub(super) fn verify_dirty_checksums(
         verified: 0,
         with_intents: 0,
         terms: HashMap::new(),
-        rewrite: std::collections::HashSet::new(),
         repaired_from_mirror: 0,
         damaged: Vec::new(),
         unreadable: 0,
@@ -97,7 +93,6 @@ pub(super) fn verify_dirty_checksums(
             check.terms.insert(*slot, terms.clone());
             if !tied.is_empty() {
                 check.with_intents += 1;
-                check.rewrite.insert(*slot);
             }
             true
         };
@@ -206,14 +201,26 @@ pub(super) fn copy_dirty_runs_to_mirror(
     dirty: &[u64],
     line: &[u8],
 ) -> Result<(), EngineError> {
+    each_dirty_run(layout, dirty, |a, b| {
+        array.write_mirror(mirror, a as u64, &line[a..b])?;
+        Ok(())
+    })
+}
+
+/// Calls `write` with the byte range `a..b` of each run of `dirty`
+/// sectors of a line, in order, until one fails.
+fn each_dirty_run(
+    layout: &Layout,
+    dirty: &[u64],
+    mut write: impl FnMut(usize, usize) -> Result<(), EngineError>,
+) -> Result<(), EngineError> {
     let mut result = Ok(());
     bitmap::for_each_run(dirty, 0, layout.sectors_per_line(), |first, end, set| {
         if set && result.is_ok() {
-            let (a, b) = (first as usize * SECTOR_BYTES, end as usize * SECTOR_BYTES);
-            result = array.write_mirror(mirror, a as u64, &line[a..b]);
+            result = write(first as usize * SECTOR_BYTES, end as usize * SECTOR_BYTES);
         }
     });
-    Ok(result?)
+    result
 }
 
 /// Writes the runs of `dirty` sectors of `line` (a whole line's bytes) to
@@ -225,14 +232,10 @@ pub(super) fn write_dirty_runs(
     dirty: &[u64],
     line: &[u8],
 ) -> Result<(), EngineError> {
-    let mut result = Ok(());
-    bitmap::for_each_run(dirty, 0, layout.sectors_per_line(), |first, end, set| {
-        if set && result.is_ok() {
-            let (a, b) = (first as usize * SECTOR_BYTES, end as usize * SECTOR_BYTES);
-            result = dev.write_at(&line[a..b], layout.line_offset(slot) + a as u64);
-        }
-    });
-    result?;
+    each_dirty_run(layout, dirty, |a, b| {
+        dev.write_at(&line[a..b], layout.line_offset(slot) + a as u64)?;
+        Ok(())
+    })?;
     dev.flush()?;
     Ok(())
 }
