@@ -33,7 +33,7 @@
 //! connection (a line on stderr at most every ten seconds), never panics
 //! the accept thread.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -555,47 +555,23 @@ pub(crate) fn serve_admin(listener: UnixListener, state: Arc<Running>) {
     }
 }
 
-/// Why the admin socket did not answer, and what to do, in words.
-fn not_answering(socket: &Path, error: &std::io::Error) -> anyhow::Error {
-    let shown = socket.display();
-    let way_out = "start it with `iocache serve`, or name the socket it uses with --admin-socket PATH";
-    match error.raw_os_error() {
-        Some(libc::ENOENT) => {
-            anyhow!("no iocache server is running with the admin socket {shown} (there is no such file); {way_out}")
-        }
-        Some(libc::ECONNREFUSED | libc::ENOTSOCK) if !is_socket(socket) => {
-            anyhow!("{shown} is not a socket: name the server's admin socket with --admin-socket PATH")
-        }
-        Some(libc::ECONNREFUSED) => anyhow!(
-            "no iocache server is running with the admin socket {shown} (the socket file is left from one \
-             that stopped); {way_out}"
-        ),
-        Some(libc::EACCES) => anyhow!(
-            "the admin socket {shown} refuses this user (permission denied): run as the user that started the \
-             server, or one in its --socket-group"
-        ),
-        _ => anyhow!("connecting to the admin socket {shown}: {error}"),
-    }
-}
-
-fn is_socket(path: &Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
-}
-
-/// Sends one request and returns the reply, failing with the server's error.
+/// Sends one request and returns the reply, failing with the server's
+/// error; when no server answers, says what to do in this program's words.
 pub(crate) fn request(socket: &Path, line: &str, timeout: Option<Duration>) -> Result<Value> {
-    let mut stream = UnixStream::connect(socket).map_err(|e| not_answering(socket, &e))?;
-    stream.set_read_timeout(timeout)?;
-    writeln!(stream, "{line}")?;
-    let mut reply = String::new();
-    BufReader::new(&stream).read_line(&mut reply)?;
-    let json: Value = serde_json::from_str(reply.trim())
-        .with_context(|| format!("the server's reply is not JSON: {reply}"))?;
-    if let Some(error) = json.get("error").and_then(Value::as_str) {
-        bail!("{error}");
-    }
-    Ok(json)
+    use iocache_serving::admin_client::AdminError;
+    iocache_serving::admin_client::request(socket, line, timeout).map_err(|e| {
+        let way_out = match &e {
+            AdminError::NoSuchSocket { .. } | AdminError::Stale { .. } => {
+                "start it with `iocache serve`, or name the socket it uses with --admin-socket PATH"
+            }
+            AdminError::NotASocket { .. } => "name the server's admin socket with --admin-socket PATH",
+            AdminError::PermissionDenied { .. } => {
+                "run as the user that started the server, or one in its --socket-group"
+            }
+            _ => return anyhow::Error::new(e),
+        };
+        anyhow!("{e}; {way_out}")
+    })
 }
 
 #[derive(Args)]
@@ -988,7 +964,7 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
                 l["p99_us"].as_f64().unwrap_or(0.0),
                 l["p99_9_us"].as_f64().unwrap_or(0.0),
                 l["p99_99_us"].as_f64().unwrap_or(0.0),
-                crate::text::count(requests, "request")
+                iocache_report::count(requests, "request")
             );
         }
     }
@@ -1170,7 +1146,7 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
             println!(
                 "flushed export {}: {} written back",
                 reply["export"],
-                crate::text::count(reply["written_back_lines"].as_u64().unwrap_or(0), "line")
+                iocache_report::count(reply["written_back_lines"].as_u64().unwrap_or(0), "line")
             );
         }
         CtlCommand::Set { export, settings } => {

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use iocache_sim::workload::WorkloadSpec;
-use iocache_trace::IoKind;
 
 #[derive(Args)]
 pub struct GenArgs {
@@ -61,47 +60,17 @@ pub fn run(args: GenArgs) -> Result<()> {
     } else {
         sink
     };
-    let written = match write_msr(generator, &mut out) {
-        Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
-        {
-            return Ok(())
-        }
+    let written = match generator.write_msr(&mut out) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
         other => other?,
     };
     drop(out);
     if args.output != "-" {
         log::info!(
             "wrote {} to {}",
-            crate::text::count(written, "request"),
+            iocache_report::count(written, "request"),
             args.output
         );
     }
     Ok(())
-}
-
-/// Writes the generator's requests as MSR Cambridge CSV; returns how many.
-pub fn write_msr(generator: iocache_sim::workload::Generator, out: &mut dyn Write) -> Result<u64> {
-    let mut buffered = std::io::BufWriter::with_capacity(1 << 16, out);
-    let mut written = 0u64;
-    for r in generator {
-        // Timestamps as relative 100 ns ticks (the reader keeps them as
-        // ticks × 100 ns); the disk number is the volume.
-        let kind = match r.kind {
-            IoKind::Read => "Read",
-            IoKind::Write => "Write",
-        };
-        writeln!(
-            buffered,
-            "{},gen,{},{kind},{},{},0",
-            r.time_ns / 100,
-            r.volume,
-            r.offset_bytes,
-            r.length_bytes
-        )?;
-        written += 1;
-    }
-    buffered.flush()?;
-    Ok(written)
 }

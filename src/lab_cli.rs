@@ -1,28 +1,15 @@
-//! `iocache lab`, experiments over a grid of knobs.
-//! An experiment file (TOML, docs/lab.md) names workloads (trace files or
-//! `iocache gen` specs) and a list of values per knob; `lab run` simulates
-//! every point of the grid on every workload, one pass over each workload
-//! for all its points, and appends one JSON line per point to the results.
-//! A rerun skips the points already there (resumable); `--shard I/N` runs a
-//! deterministic slice, and `lab merge` joins slices, so any scheduler can
-//! spread an experiment over machines.
+//! `iocache lab`: the command line of the experiment lab (`iocache_lab`).
+//! It parses the arguments, shows progress and prints; the grid, the
+//! results, the live target and the reproductions are the library's.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use iocache_core::{LineSize, PolicySpec};
-use iocache_sim::timing::{parse_device, ArrivalMode};
-use iocache_sim::workload::WorkloadSpec;
-use iocache_sim::{
-    simulate_each, AdaptSpec, CacheSettings, CacheSize, Restarts, RunSpec, SimOptions, TallyOptions,
-    TimingSetup, Warmup,
-};
-use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use iocache_lab::experiment::{RunRequest, Shard};
+use iocache_lab::live::Server;
+use iocache_sim::SimOptions;
 
 #[derive(Subcommand)]
 pub enum LabCommand {
@@ -33,7 +20,7 @@ pub enum LabCommand {
     /// Write results as one HTML page: plots against cache size per workload, and the tables.
     Report(ReportArgs),
     /// Re-run a seed paper's key findings (`lab reproduce list` names them): figures and a verdict.
-    Reproduce(crate::reproduce::ReproduceArgs),
+    Reproduce(ReproduceArgs),
 }
 
 #[derive(Args)]
@@ -78,925 +65,80 @@ pub struct MergeArgs {
     csv: Option<PathBuf>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Experiment {
-    /// Per-volume results (`FILE.volumes.jsonl`), and per volume in the series.
-    #[serde(default)]
-    per_volume: bool,
-    #[serde(rename = "workload")]
-    workloads: Vec<WorkloadEntry>,
-    #[serde(default)]
-    grid: Grid,
-    /// A per-window series of every point (`FILE.series.jsonl`).
-    series: Option<SeriesSection>,
-    /// `["sim"]` (default), `["live"]` or both (src/lab_live.rs).
-    target: Option<Vec<String>>,
-    /// How live points run (`[live]`; docs/lab.md).
-    live: Option<crate::lab_live::LiveSettings>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WorkloadEntry {
+#[derive(Args)]
+pub struct ReproduceArgs {
+    /// arc-p2, asplos23, asplos23-live, icpp22, systor14, reca, lbica, all; `list` prints them.
+    #[arg(value_name = "NAME")]
     name: String,
-    /// A trace file (relative to the experiment file).
-    trace: Option<PathBuf>,
-    format: Option<String>,
-    /// An `iocache gen` spec (relative to the experiment file).
-    spec: Option<PathBuf>,
+    /// Where to write each reproduction's directory (figures, verdict.md, verdict.json).
+    #[arg(long, value_name = "DIR", default_value = "reproductions")]
+    out: PathBuf,
+    /// Shorter workloads (for tests): the same claims, less confidence.
+    #[arg(long)]
+    quick: bool,
+    /// The shared trace samples [default: ../shared/traces beside the current directory].
+    #[arg(long, value_name = "DIR")]
+    traces: Option<PathBuf>,
+    /// Worker threads per simulation pass (default: the number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
-/// The knobs of a grid, in the order points are enumerated (the last
-/// varies fastest), each with its default: one value, as `iocache sim`
-/// takes it. A `[grid]` key names a knob and lists its values.
-const KNOBS: [(&str, &str); 18] = [
-    ("policy", "lru"),
-    ("cache_size", "16MiB"),
-    ("line_size", "4KiB"),
-    ("write_policy", "wb"),
-    ("promotion", "always"),
-    ("flush", "nop"),
-    ("write_miss_bypass", "false"),
-    ("seq_cutoff", "off"),
-    ("warmup", "0"),
-    ("timing", "false"),
-    ("cache_device", "ramdisk"),
-    ("backend_device", "ssd-raid5"),
-    ("speed", "1"),
-    ("closed_loop", "off"),
-    ("adapt", "none"),
-    ("reca_window", "100000"),
-    ("reca_table", "built-in"),
-    ("restart_every", "off"),
-];
+/// The terminal's progress bar as the lab's progress.
+struct BarProgress(crate::progress::Bar);
 
-/// Knobs from this index on came after results files existed: a point's
-/// id names one only when it is not at its default, so the ids of older
-/// results (and so their resumption) stay as they were.
-const FIRST_LATER_KNOB: usize = 8;
-
-/// The device knobs: any of them in the grid turns timing on (as any
-/// device option does in `sim`); without timing they do not apply.
-const TIMING_KNOBS: [&str; 4] = ["cache_device", "backend_device", "speed", "closed_loop"];
-
-/// What the results record beside each point's totals.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct SeriesSection {
-    /// A window of trace time (`1s`) or of requests (`10000`, `10000req`).
-    every: String,
-}
-
-/// The `[grid]` table: knob name to its list of values.
-type Grid = BTreeMap<String, toml::Value>;
-
-/// A knob value as text: strings as they are, numbers and booleans as TOML writes them.
-fn knob_text(file: &str, key: &str, value: &toml::Value) -> Result<String> {
-    Ok(match value {
-        toml::Value::String(s) => s.clone(),
-        toml::Value::Integer(i) => i.to_string(),
-        toml::Value::Float(f) => f.to_string(),
-        toml::Value::Boolean(b) => b.to_string(),
-        other => bail!("{file}: grid.{key}: `{other:?}` is not a knob value (a string, number or boolean)"),
-    })
-}
-
-/// Each knob's values, in [`KNOBS`] order, defaults filled in.
-fn grid_values(grid: &Grid, file: &str) -> Result<Vec<(&'static str, Vec<String>)>> {
-    for key in grid.keys() {
-        if key == "per_volume" {
-            bail!("{file}: grid.per_volume: not a knob; `per_volume = true` goes at the top of the file, before the first [[workload]]");
-        }
-        if !KNOBS.iter().any(|(k, _)| k == key) {
-            let known: Vec<&str> = KNOBS.iter().map(|(k, _)| *k).collect();
-            bail!(
-                "{file}: grid.{key}: not a knob; the knobs are {}",
-                known.join(", ")
-            );
-        }
+impl iocache_lab::Progress for BarProgress {
+    fn start(&mut self, label: &str) {
+        self.0 = crate::progress::Bar::labelled(std::io::stderr().is_terminal(), label.to_string());
     }
-    let timed_by_default = TIMING_KNOBS.iter().any(|k| grid.contains_key(*k));
-    KNOBS
-        .iter()
-        .map(|&(key, default)| {
-            let values = match grid.get(key) {
-                None if key == "timing" => vec![timed_by_default.to_string()],
-                None => vec![default.to_string()],
-                Some(toml::Value::Array(list)) if list.is_empty() => {
-                    bail!("{file}: grid.{key}: an empty list has no point; leave the key out for the default")
-                }
-                Some(toml::Value::Array(list)) => list
-                    .iter()
-                    .map(|v| knob_text(file, key, v))
-                    .collect::<Result<Vec<_>>>()?,
-                Some(_) => {
-                    bail!("{file}: grid.{key}: expected a list of values, e.g. {key} = [\"{default}\"]")
-                }
-            };
-            Ok((key, values))
-        })
-        .collect()
-}
 
-/// One point: its index in the grid, its knobs as text, its run.
-struct Point {
-    index: usize,
-    workload: usize,
-    /// `cache_size = "10%"`: this share of the workload's footprint, in
-    /// lines, set when the workload is read (libCacheSim's cachesim sizes
-    /// caches this way).
-    footprint_share: Option<f64>,
-    /// The knobs that apply to this point (device knobs only with timing,
-    /// ReCA's only with `adapt = "reca"`).
-    knobs: BTreeMap<&'static str, String>,
-    spec: RunSpec,
-    /// Everything but the warmup, which a fraction sets per workload.
-    options: SimOptions,
-    warmup: Warmup,
-}
+    fn update(&mut self, reader: &iocache_trace::TraceReader, records: u64) {
+        self.0.update(reader, records);
+    }
 
-impl Point {
-    /// Names the point in results: the workload and every knob (the later
-    /// knobs only when not at their default).
-    fn id(&self, workloads: &[WorkloadEntry]) -> String {
-        let knobs: Vec<String> = self
-            .knobs
-            .iter()
-            .filter(|(k, v)| match KNOBS.iter().position(|(name, _)| name == *k) {
-                Some(i) if i >= FIRST_LATER_KNOB => KNOBS[i].1 != v.as_str(),
-                _ => true,
-            })
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        format!("{}|{}", workloads[self.workload].name, knobs.join("|"))
+    fn finish(&mut self) {
+        self.0.finish();
     }
 }
 
-/// Every point of the grid, each checked: values that do not parse, and
-/// combinations that cannot run together, are refused here, before any
-/// workload is read.
-fn points(experiment: &Experiment, file: &str, dir: &Path) -> Result<Vec<Point>> {
-    let values = grid_values(&experiment.grid, file)?;
-    let tally = tally_options(experiment, file)?;
-    let mut combos: Vec<BTreeMap<&'static str, String>> = Vec::new();
-    // An odometer over the lists, the last knob turning fastest.
-    let mut at = vec![0usize; values.len()];
-    'combos: loop {
-        combos.push(
-            values
-                .iter()
-                .zip(&at)
-                .map(|((k, list), &i)| (*k, list[i].clone()))
-                .collect(),
-        );
-        for digit in (0..at.len()).rev() {
-            at[digit] += 1;
-            if at[digit] < values[digit].1.len() {
-                continue 'combos;
-            }
-            at[digit] = 0;
-        }
-        break;
-    }
-    let mut reca_tables: BTreeMap<(String, u64), iocache_sim::reca::RecaOptions> = BTreeMap::new();
-    let mut resolved: Vec<(BTreeMap<&'static str, String>, Resolved)> = Vec::new();
-    let mut seen: BTreeSet<Vec<(&'static str, String)>> = BTreeSet::new();
-    for mut knobs in combos {
-        let point = resolve(&mut knobs, file, dir, tally, &mut reca_tables)?;
-        // Knobs that do not apply were dropped: points that then coincide are one.
-        if seen.insert(knobs.iter().map(|(k, v)| (*k, v.clone())).collect()) {
-            resolved.push((knobs, point));
-        }
-    }
-    let mut points = Vec::new();
-    for workload in 0..experiment.workloads.len() {
-        for (knobs, r) in &resolved {
-            points.push(Point {
-                index: points.len(),
-                workload,
-                footprint_share: r.footprint_share,
-                knobs: knobs.clone(),
-                spec: r.spec.clone(),
-                options: r.options.clone(),
-                warmup: r.warmup,
-            });
-        }
-    }
-    Ok(points)
-}
-
-/// The `[series]` and `per_volume` settings, as the simulator takes them.
-fn tally_options(experiment: &Experiment, file: &str) -> Result<TallyOptions> {
-    Ok(TallyOptions {
-        series: experiment
-            .series
-            .as_ref()
-            .map(|s| iocache_sim::tally::parse_every(&s.every))
-            .transpose()
-            .map_err(|e| anyhow!("{file}: series.every: {e}"))?,
-        per_volume: experiment.per_volume,
-    })
-}
-
-/// What one combination of knob values runs (see [`Point`]).
-struct Resolved {
-    footprint_share: Option<f64>,
-    spec: RunSpec,
-    options: SimOptions,
-    warmup: Warmup,
-}
-
-/// One combination's run: its spec, options and warmup, with the knobs
-/// that do not apply to it removed from `knobs`.
-fn resolve(
-    knobs: &mut BTreeMap<&'static str, String>,
-    file: &str,
-    dir: &Path,
-    tally: TallyOptions,
-    reca_tables: &mut BTreeMap<(String, u64), iocache_sim::reca::RecaOptions>,
-) -> Result<Resolved> {
-    let at = |key: &str, e: String| anyhow!("{file}: grid.{key}: {e}");
-    let given = knobs.clone();
-    let k = |key: &str| given[key].clone();
-    let policy = k("policy");
-    let policy_spec: PolicySpec = policy
-        .parse()
-        .map_err(|e: iocache_core::CoreError| at("policy", e.to_string()))?;
-    let size = k("cache_size");
-    let footprint_share = match size.trim().strip_suffix('%') {
-        None => None,
-        Some(pct) => Some(
-            pct.trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|p| *p > 0.0 && *p <= 100.0)
-                .ok_or_else(|| {
-                    at(
-                        "cache_size",
-                        format!("`{size}`: a share of the footprint is above 0 % and at most 100 %"),
-                    )
-                })?
-                / 100.0,
-        ),
-    };
-    // A share is sized per workload when it is read.
-    let cache_size: CacheSize = if footprint_share.is_some() {
-        CacheSize::Lines(1)
-    } else {
-        size.parse()
-            .map_err(|e: iocache_sim::SimError| at("cache_size", e.to_string()))?
-    };
-    let bytes =
-        iocache_core::units::parse_byte_size(&k("line_size")).map_err(|e| at("line_size", e.to_string()))?;
-    let line_size = LineSize::new(bytes).map_err(|e| at("line_size", e.to_string()))?;
-    let core = |key: &str, e: iocache_core::CoreError| at(key, e.to_string());
-    let bypass = match k("write_miss_bypass").as_str() {
-        "true" => true,
-        "false" => false,
-        other => return Err(at("write_miss_bypass", format!("`{other}` is not true or false"))),
-    };
-    let settings = CacheSettings {
-        write_policy: k("write_policy").parse().map_err(|e| core("write_policy", e))?,
-        promotion: k("promotion").parse().map_err(|e| core("promotion", e))?,
-        cleaning: k("flush").parse().map_err(|e| core("flush", e))?,
-        write_miss_bypass: bypass,
-        seq_cutoff: k("seq_cutoff").parse().map_err(|e| core("seq_cutoff", e))?,
-    };
-    let capacity_lines = cache_size
-        .lines(line_size)
-        .map_err(|e| at("cache_size", e.to_string()))?;
-    let spec = RunSpec {
-        policy: policy_spec,
-        size: cache_size,
-        capacity_lines,
-        line_size,
-        settings,
-    };
-    let warmup: Warmup = k("warmup")
-        .parse()
-        .map_err(|e: iocache_sim::SimError| at("warmup", e.to_string()))?;
-
-    // Timing: on with `timing = true`; the device knobs apply only then.
-    let timed = match k("timing").as_str() {
-        "true" => true,
-        "false" => false,
-        other => return Err(at("timing", format!("`{other}` is not true or false"))),
-    };
-    let timing = if timed {
-        let device = |key: &str| parse_device(&given[key]).map_err(|e| at(key, e.to_string()));
-        let speed = k("speed");
-        let closed = k("closed_loop");
-        let arrivals = match closed.as_str() {
-            "off" => ArrivalMode::Open {
-                speed: speed
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| s.is_finite() && *s > 0.0)
-                    .ok_or_else(|| at("speed", format!("`{speed}` is not a factor above 0")))?,
-            },
-            n => {
-                if speed != "1" {
-                    bail!(
-                        "{file}: grid: speed = {speed} with closed_loop = {n}: a replay is open loop at a speed \
-                         or closed loop, not both (give closed_loop = \"off\" with a speed, or speed = 1 with a loop)"
-                    );
-                }
-                ArrivalMode::Closed {
-                    outstanding: n.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                        at("closed_loop", format!("`{n}` is neither off nor a count above 0"))
-                    })?,
-                }
-            }
-        };
-        Some(TimingSetup {
-            cache: device("cache_device")?,
-            backend: device("backend_device")?,
-            arrivals,
-            series_interval_ns: None,
-        })
-    } else {
-        for key in TIMING_KNOBS {
-            knobs.remove(key);
-        }
-        None
-    };
-
-    let adapt_text = k("adapt");
-    let (reca, adapt) = match adapt_text.trim() {
-        "none" => (None, None),
-        "reca" => {
-            let window_text = k("reca_window");
-            let window: u64 = window_text
-                .parse()
-                .map_err(|_| at("reca_window", format!("`{window_text}` is not a request count")))?;
-            let table = k("reca_table");
-            let key = (table.clone(), window);
-            if !reca_tables.contains_key(&key) {
-                let path = (table != "built-in").then(|| dir.join(&table));
-                let options = crate::reca_cli::reca_options(
-                    path.as_deref(),
-                    window,
-                    &format!("{file}: grid.reca_table `{table}`"),
-                    &format!("{file}: grid.reca_window"),
-                )?;
-                reca_tables.insert(key.clone(), options);
-            }
-            (Some(reca_tables[&key].clone()), None)
-        }
-        other => {
-            let spec: AdaptSpec = other
-                .parse()
-                .map_err(|e: iocache_sim::SimError| at("adapt", format!("{e}; or none, reca")))?;
-            if timing.is_none() {
-                bail!(
-                    "{file}: grid: adapt = {other} with timing = false: the controller reads the simulated \
-                     device queues; give the grid a device knob (cache_device, backend_device, speed, \
-                     closed_loop) or timing = [true]"
-                );
-            }
-            (None, Some(spec))
-        }
-    };
-    if reca.is_none() {
-        knobs.remove("reca_window");
-        knobs.remove("reca_table");
-    }
-    let restarts_text = k("restart_every");
-    let restarts: Option<Restarts> = match restarts_text.trim() {
-        "off" => None,
-        text => Some(
-            text.parse()
-                .map_err(|e: iocache_sim::SimError| at("restart_every", e.to_string()))?,
-        ),
-    };
-    let options = SimOptions {
-        timing,
-        reca,
-        adapt,
-        restarts,
-        tally,
-        ..SimOptions::default()
-    };
-    Ok(Resolved {
-        footprint_share,
-        spec,
-        options,
-        warmup,
-    })
-}
-
-fn parse_shard(text: &str) -> Result<(usize, usize)> {
-    let (i, n) = text
-        .split_once('/')
-        .ok_or_else(|| anyhow!("--shard {text}: expected I/N, e.g. 0/4"))?;
-    let (i, n): (usize, usize) = (
-        i.trim()
-            .parse()
-            .map_err(|_| anyhow!("--shard {text}: I is not a number"))?,
-        n.trim()
-            .parse()
-            .map_err(|_| anyhow!("--shard {text}: N is not a number"))?,
-    );
-    if n == 0 || i >= n {
-        bail!("--shard {text}: need 0 <= I < N");
-    }
-    Ok((i, n))
-}
-
-/// The ids of the points a results file holds.
-fn done_ids(path: &Path) -> Result<BTreeSet<String>> {
-    let mut ids = BTreeSet::new();
-    let Ok(file) = std::fs::File::open(path) else {
-        return Ok(ids);
-    };
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row: Value = serde_json::from_str(&line).with_context(|| {
-            format!(
-                "{}:{}: not a JSON object (a run cut short? remove that line)",
-                path.display(),
-                n + 1
-            )
-        })?;
-        if let Some(key) = crate::lab_live::row_key(&row) {
-            ids.insert(key);
-        }
-    }
-    Ok(ids)
-}
-
-fn open_workload(entry: &WorkloadEntry, dir: &Path, file: &str) -> Result<TraceReader> {
-    let format = entry
-        .format
-        .as_deref()
-        .map(|f| f.parse::<TraceFormat>())
-        .transpose()
-        .map_err(|e| anyhow!("{file}: workload `{}`: format: {e}", entry.name))?;
-    match (&entry.trace, &entry.spec) {
-        (Some(trace), None) => Ok(TraceReader::open(
-            &dir.join(trace),
-            format,
-            ReaderOptions::default(),
-        )?),
-        (None, Some(spec)) => {
-            let path = dir.join(spec);
-            let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
-            let spec: WorkloadSpec = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-            let generator = spec.generator().map_err(|e| anyhow!("{}: {e}", path.display()))?;
-            let mut csv = Vec::new();
-            crate::gen_cli::write_msr(generator, &mut csv)?;
-            Ok(TraceReader::from_reader(
-                &format!("gen:{}", path.display()),
-                Box::new(std::io::Cursor::new(csv)),
-                Some(TraceFormat::Msr),
-                ReaderOptions::default(),
-            )?)
-        }
-        _ => bail!("{file}: workload `{}`: give one of trace and spec", entry.name),
+/// The server live points start: this very program, stopped by Ctrl-C.
+fn server(program: &std::path::Path) -> Server<'_> {
+    crate::running::install_signal_handlers();
+    Server {
+        program,
+        stop: &crate::running::STOP,
     }
 }
 
 /// `iocache lab run`.
 pub fn run(args: RunArgs) -> Result<()> {
-    let file = args.experiment.display().to_string();
-    let text = std::fs::read_to_string(&args.experiment).with_context(|| file.clone())?;
-    let experiment: Experiment = toml::from_str(&text).map_err(|e| anyhow!("{file}: {e}"))?;
-    if experiment.workloads.is_empty() {
-        bail!("{file}: no [[workload]]");
-    }
-    let dir = args.experiment.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let all = points(&experiment, &file, &dir)?;
-    let (shard, shards) = args
-        .shard
-        .as_deref()
-        .map(parse_shard)
-        .transpose()?
-        .unwrap_or((0, 1));
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| args.experiment.with_extension("results.jsonl"));
-    let done = done_ids(&out)?;
-    let targets = crate::lab_live::targets(experiment.target.as_deref(), &file)?;
-    let live_settings = experiment.live.clone().unwrap_or_default();
-    live_settings.check(&file)?;
-    let live_todo: Vec<&Point> = all
-        .iter()
-        .filter(|p| {
-            targets.live
-                && p.index % shards == shard
-                && !done.contains(&format!("{}@live", p.id(&experiment.workloads)))
-        })
-        .collect();
-    let todo: Vec<&Point> = all
-        .iter()
-        .filter(|p| targets.sim && p.index % shards == shard && !done.contains(&p.id(&experiment.workloads)))
-        .collect();
-    let in_shard = all.iter().filter(|p| p.index % shards == shard).count();
-    if targets.live {
-        log::info!(
-            "{file}: {} points in the grid, {in_shard} in this shard; to run: {} simulated, {} live (the others are in {})",
-            all.len(),
-            todo.len(),
-            live_todo.len(),
-            out.display()
-        );
-    } else {
-        log::info!(
-            "{file}: {} points in the grid, {in_shard} in this shard, {} already in {}, {} to run",
-            all.len(),
-            in_shard - todo.len(),
-            out.display(),
-            todo.len()
-        );
-    }
-    let mut results = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&out)
-        .with_context(|| format!("--out {}", out.display()))?;
-    let mut side_files: BTreeMap<&'static str, std::fs::File> = BTreeMap::new();
-    let started = std::time::Instant::now();
-    for (w, entry) in experiment.workloads.iter().enumerate() {
-        let points: Vec<&&Point> = todo.iter().filter(|p| p.workload == w).collect();
-        if points.is_empty() {
-            continue;
-        }
-        // Shares of the footprint: one counting pass per line size asked.
-        let mut footprints: BTreeMap<u64, u64> = BTreeMap::new();
-        for p in points.iter().filter(|p| p.footprint_share.is_some()) {
-            let line = p.spec.line_size;
-            if let std::collections::btree_map::Entry::Vacant(slot) = footprints.entry(line.bytes()) {
-                slot.insert(footprint_lines(open_workload(entry, &dir, &file)?, line)?);
-            }
-        }
-        // Warmups given as a fraction: one counting pass.
-        let records = if points.iter().any(|p| matches!(p.warmup, Warmup::Fraction(_))) {
-            Some(
-                open_workload(entry, &dir, &file)?
-                    .by_ref()
-                    .try_fold(0u64, |n, r| r.map(|_| n + 1))?,
-            )
-        } else {
-            None
-        };
-        let threads = args.threads.unwrap_or(SimOptions::default().threads).max(1);
-        let runs: Vec<(RunSpec, SimOptions)> = points
-            .iter()
-            .map(|p| {
-                let mut spec = p.spec.clone();
-                if let Some(share) = p.footprint_share {
-                    let lines = ((footprints[&spec.line_size.bytes()] as f64 * share).ceil() as u64).max(1);
-                    spec.size = CacheSize::Lines(lines);
-                    spec.capacity_lines = lines;
-                }
-                let mut options = p.options.clone();
-                options.threads = threads;
-                options.warmup_requests = match p.warmup {
-                    Warmup::None => 0,
-                    Warmup::Requests(n) => n,
-                    Warmup::Fraction(f) => (records.unwrap_or(0) as f64 * f).round() as u64,
-                };
-                (spec, options)
-            })
-            .collect();
-        let mut reader = open_workload(entry, &dir, &file)?;
-        let mut bar = crate::progress::Bar::labelled(
-            std::io::stderr().is_terminal(),
-            format!(
-                "workload {}/{} `{}` ",
-                w + 1,
-                experiment.workloads.len(),
-                entry.name
-            ),
-        );
-        let report = simulate_each(&mut reader, &runs, threads, &mut |r, n| bar.update(r, n))
-            .with_context(|| format!("workload `{}`", entry.name))?;
-        bar.finish();
-        let mut main_rows = String::new();
-        for ((point, run), (_, options)) in points.iter().zip(&report.runs).zip(&runs) {
-            let footprint = footprints.get(&run.spec.line_size.bytes()).copied();
-            let id = point.id(&experiment.workloads);
-            let head = |map: &mut serde_json::Map<String, Value>| {
-                map.insert("point".into(), json!(point.index));
-                map.insert("point_id".into(), json!(id));
-                map.insert("workload".into(), json!(entry.name));
-                for (k, v) in &point.knobs {
-                    map.insert((*k).to_string(), Value::String(v.clone()));
-                }
-            };
-            let mut row = result_row(run, report.trace_records, footprint, options.warmup_requests);
-            head(&mut row);
-            row.insert("target".into(), json!("sim"));
-            // Series and per-volume rows go first: a point in the results
-            // has its side rows (a rerun after a cut may repeat some, which
-            // readers take once).
-            for window in &run.series {
-                let mut side = to_object(window)?;
-                head(&mut side);
-                let by_requests = matches!(
-                    run.series_every,
-                    Some(iocache_sim::trace_stats::Window::Requests { .. })
-                );
-                side.insert("by_requests".into(), json!(by_requests));
-                writeln!(
-                    side_file(&mut side_files, &out, SERIES)?,
-                    "{}",
-                    Value::Object(side)
-                )?;
-            }
-            // In volume order, as `lab merge` joins them.
-            let mut volumes: Vec<&iocache_sim::VolumeResult> = run.volumes.iter().collect();
-            volumes.sort_by_key(|v| v.volume);
-            for volume in volumes {
-                let mut side = to_object(volume)?;
-                head(&mut side);
-                writeln!(
-                    side_file(&mut side_files, &out, VOLUMES)?,
-                    "{}",
-                    Value::Object(side)
-                )?;
-            }
-            main_rows += &(Value::Object(row).to_string() + "\n");
-        }
-        for file in side_files.values_mut() {
-            file.flush()?;
-        }
-        // One line per point, written as soon as its workload's pass
-        // ends: an interrupted run keeps what it finished.
-        results.write_all(main_rows.as_bytes())?;
-        results.flush()?;
-        log::info!(
-            "workload `{}`: {} in {:.1} s",
-            entry.name,
-            crate::text::count(points.len() as u64, "point"),
-            started.elapsed().as_secs_f64()
-        );
-    }
-    run_live(&experiment, &dir, &file, &live_settings, &live_todo, &mut results)?;
-    if let Some(csv) = &args.csv {
-        write_csv(&read_rows(std::slice::from_ref(&out))?, csv)?;
-    }
-    Ok(())
-}
-
-/// The live target's points (src/lab_live.rs), sized as the simulator sizes them.
-fn run_live(
-    experiment: &Experiment,
-    dir: &Path,
-    file: &str,
-    settings: &crate::lab_live::LiveSettings,
-    todo: &[&Point],
-    results: &mut std::fs::File,
-) -> Result<()> {
-    let mut footprints: BTreeMap<(usize, u64), u64> = BTreeMap::new();
-    let mut live = Vec::new();
-    for p in todo {
-        let entry = &experiment.workloads[p.workload];
-        let line = p.spec.line_size;
-        let cache_lines = match p.footprint_share {
-            None => p.spec.capacity_lines,
-            Some(share) => {
-                let lines = match footprints.entry((p.workload, line.bytes())) {
-                    std::collections::btree_map::Entry::Occupied(e) => *e.get(),
-                    std::collections::btree_map::Entry::Vacant(e) => {
-                        *e.insert(footprint_lines(open_workload(entry, dir, file)?, line)?)
-                    }
-                };
-                ((lines as f64 * share).ceil() as u64).max(1)
-            }
-        };
-        live.push(crate::lab_live::LivePoint {
-            index: p.index,
-            id: p.id(&experiment.workloads),
-            workload: &entry.name,
-            spec: entry.spec.as_ref().map(|s| dir.join(s)),
-            knobs: &p.knobs,
-            cache_lines,
-            line_bytes: line.bytes(),
-            dir,
-        });
-    }
-    crate::lab_live::run(settings, &live, results)
-}
-
-/// The side files beside a results file: `R.series.jsonl` (the cache
-/// series, one line per point per window) and `R.volumes.jsonl` (one line
-/// per point per volume), for results `R.jsonl`.
-const SERIES: &str = "series.jsonl";
-const VOLUMES: &str = "volumes.jsonl";
-
-fn side_path(results: &Path, kind: &str) -> PathBuf {
-    results.with_extension(kind)
-}
-
-/// The side file `kind` beside `results`, opened for appending on first use.
-fn side_file<'a>(
-    files: &'a mut BTreeMap<&'static str, std::fs::File>,
-    results: &Path,
-    kind: &'static str,
-) -> Result<&'a mut std::fs::File> {
-    if !files.contains_key(kind) {
-        let path = side_path(results, kind);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .with_context(|| format!("{}", path.display()))?;
-        files.insert(kind, file);
-    }
-    Ok(files.get_mut(kind).expect("inserted above"))
-}
-
-fn to_object(value: &impl serde::Serialize) -> Result<serde_json::Map<String, Value>> {
-    match serde_json::to_value(value)? {
-        Value::Object(map) => Ok(map),
-        other => bail!("expected an object, got {other}"),
-    }
-}
-
-/// A point's results: the totals, and the timing, restart and controller
-/// figures when the point had them.
-fn result_row(
-    run: &iocache_sim::RunResult,
-    trace_records: u64,
-    footprint: Option<u64>,
-    warmup: u64,
-) -> serde_json::Map<String, Value> {
-    let s = &run.stats;
-    let mut row = json!({
-        "requests": trace_records,
-        "accesses": s.accesses,
-        "hits": s.full_hits,
-        "hit_ratio": s.hit_ratio(),
-        "byte_hit_ratio": s.byte_hit_ratio(),
-        "read_hits": s.read_hits,
-        "write_hits": s.write_hits,
-        "promotions": s.promotions,
-        "evictions": s.evictions,
-        "write_backs": s.dirty_writebacks + s.flushed_lines,
-        "cache_lines": run.spec.capacity_lines,
-        "footprint_lines": footprint,
-        "seconds": run.wall_seconds,
-    });
-    let map = row.as_object_mut().expect("an object");
-    if warmup > 0 {
-        map.insert("warmup_requests".into(), json!(warmup));
-        map.insert("counted_requests".into(), json!(s.requests));
-    }
-    if let Some(t) = &run.timing {
-        map.insert("iops".into(), json!(t.iops));
-        for (prefix, l) in [("latency", &t.all), ("read", &t.read), ("write", &t.write)] {
-            map.insert(format!("{prefix}_mean_ns"), json!(l.mean_ns));
-            map.insert(format!("{prefix}_p50_ns"), json!(l.p50_ns));
-            map.insert(format!("{prefix}_p99_ns"), json!(l.p99_ns));
-            map.insert(format!("{prefix}_p999_ns"), json!(l.p999_ns));
-            map.insert(format!("{prefix}_p9999_ns"), json!(l.p9999_ns));
-        }
-        map.insert("cache_utilization".into(), json!(t.cache_device.utilization));
-        map.insert("backend_utilization".into(), json!(t.backend_device.utilization));
-    }
-    if run.restarts > 0 {
-        map.insert("restarts".into(), json!(run.restarts));
-    }
-    if let Some(a) = &run.adapt {
-        map.insert("adapt_switches".into(), json!(a.switches));
-        map.insert("adapt_bypassed".into(), json!(a.bypassed));
-    }
-    if let Some(r) = &run.reca {
-        map.insert("reca_changes".into(), json!(r.events.len()));
-        map.insert("reca_relayouts".into(), json!(r.relayouts));
-    }
-    row.as_object().cloned().unwrap_or_default()
-}
-
-/// Distinct lines of `line` bytes a workload touches.
-fn footprint_lines(mut reader: TraceReader, line: LineSize) -> Result<u64> {
-    let mut lines = std::collections::HashSet::new();
-    for record in reader.by_ref() {
-        let request = iocache_sim::request_of(&record?);
-        if request.length_bytes == 0 {
-            continue;
-        }
-        for part in iocache_core::split_request(&request, line) {
-            lines.insert(part.key);
-        }
-    }
-    Ok(lines.len() as u64)
-}
-
-fn read_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
-    let mut rows: BTreeMap<String, Value> = BTreeMap::new();
-    for path in paths {
-        let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
-        for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-            let line = line?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let row: Value = serde_json::from_str(&line)
-                .with_context(|| format!("{}:{}: not a JSON object", path.display(), n + 1))?;
-            let id = crate::lab_live::row_key(&row)
-                .ok_or_else(|| anyhow!("{}:{}: no point_id", path.display(), n + 1))?;
-            rows.entry(id).or_insert(row);
-        }
-    }
-    let mut rows: Vec<Value> = rows.into_values().collect();
-    rows.sort_by_key(|r| r["point"].as_u64().unwrap_or(u64::MAX));
-    Ok(rows)
-}
-
-/// The rows of side files (series or volumes), each (point, window,
-/// volume) once, in point, window and volume order (a rerun after an
-/// interruption may have written some twice).
-fn read_side_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
-    let mut rows: BTreeMap<(u64, u64, i64, String), Value> = BTreeMap::new();
-    for path in paths {
-        let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
-        for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-            let line = line?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let row: Value = serde_json::from_str(&line)
-                .with_context(|| format!("{}:{}: not a JSON object", path.display(), n + 1))?;
-            let id = row["point_id"]
-                .as_str()
-                .ok_or_else(|| anyhow!("{}:{}: no point_id", path.display(), n + 1))?
-                .to_string();
-            let key = (
-                row["point"].as_u64().unwrap_or(u64::MAX),
-                row["index"].as_u64().unwrap_or(0),
-                row["volume"].as_i64().unwrap_or(-1),
-                id,
-            );
-            rows.entry(key).or_insert(row);
-        }
-    }
-    Ok(rows.into_values().collect())
-}
-
-fn write_csv(rows: &[Value], path: &Path) -> Result<()> {
-    let mut columns: Vec<String> = Vec::new();
-    for row in rows {
-        for key in row.as_object().into_iter().flat_map(|m| m.keys()) {
-            if !columns.contains(key) {
-                columns.push(key.clone());
-            }
-        }
-    }
-    let mut out = columns.join(",") + "\n";
-    for row in rows {
-        let cells: Vec<String> = columns
-            .iter()
-            .map(|c| match &row[c] {
-                Value::String(s) if s.contains([',', '"']) => format!("\"{}\"", s.replace('"', "\"\"")),
-                Value::String(s) => s.clone(),
-                Value::Null => String::new(),
-                other => other.to_string(),
-            })
-            .collect();
-        out += &(cells.join(",") + "\n");
-    }
-    std::fs::write(path, out).with_context(|| format!("--csv {}", path.display()))
+    let shard = match &args.shard {
+        Some(text) => text.parse::<Shard>().context("--shard")?,
+        None => Shard::ALL,
+    };
+    let program = std::env::current_exe().context("this program's path")?;
+    let request = RunRequest {
+        out: args
+            .out
+            .clone()
+            .unwrap_or_else(|| args.experiment.with_extension("results.jsonl")),
+        experiment: args.experiment,
+        shard,
+        csv: args.csv,
+        threads: args.threads.unwrap_or(SimOptions::default().threads),
+        server: program.clone(),
+        stop: server(&program).stop,
+    };
+    let mut progress = BarProgress(crate::progress::Bar::new(false));
+    Ok(iocache_lab::experiment::run(&request, &mut progress)?)
 }
 
 /// `iocache lab merge`.
 pub fn merge(args: MergeArgs) -> Result<()> {
-    let rows = read_rows(&args.parts)?;
-    let mut out = String::new();
-    for row in &rows {
-        out += &(row.to_string() + "\n");
-    }
-    std::fs::write(&args.output, out).with_context(|| format!("--output {}", args.output.display()))?;
-    if let Some(csv) = &args.csv {
-        write_csv(&rows, csv)?;
-    }
-    // The side files of the parts that have them, joined the same way.
-    for kind in [SERIES, VOLUMES] {
-        let parts: Vec<PathBuf> = args
-            .parts
-            .iter()
-            .map(|p| side_path(p, kind))
-            .filter(|p| p.exists())
-            .collect();
-        if parts.is_empty() {
-            continue;
-        }
-        let out = side_path(&args.output, kind);
-        let mut text = String::new();
-        for row in read_side_rows(&parts)? {
-            text += &(row.to_string() + "\n");
-        }
-        std::fs::write(&out, text).with_context(|| format!("{}", out.display()))?;
-    }
+    let points = iocache_lab::results::merge(&args.parts, &args.output, args.csv.as_deref())?;
     log::info!(
         "{} in {}",
-        crate::text::count(rows.len() as u64, "point"),
+        iocache_report::count(points as u64, "point"),
         args.output.display()
     );
     Ok(())
@@ -1004,20 +146,62 @@ pub fn merge(args: MergeArgs) -> Result<()> {
 
 /// `iocache lab report`.
 pub fn report(args: ReportArgs) -> Result<()> {
-    let rows = read_rows(&args.results)?;
-    if rows.is_empty() {
-        bail!("{}: no results", args.results[0].display());
-    }
     let out = args.out.unwrap_or_else(|| args.results[0].with_extension("html"));
     let file = crate::OutputFile::check_path("--out", Some(&out))?.expect("a path");
-    let sources: Vec<String> = args.results.iter().map(|p| p.display().to_string()).collect();
-    // The series beside the results, when the experiment asked for one.
-    let series_files: Vec<PathBuf> = args
-        .results
-        .iter()
-        .map(|p| side_path(p, SERIES))
-        .filter(|p| p.exists())
-        .collect();
-    let series = read_side_rows(&series_files)?;
-    crate::reports::write(file, &crate::reports::lab(&rows, &series, &sources.join(", "))?)
+    write_report(file, &iocache_lab::results::report(&args.results)?)
+}
+
+/// `iocache lab reproduce`.
+pub fn reproduce(args: ReproduceArgs) -> Result<()> {
+    use iocache_lab::reproduce::{self, Context as Run, REPRODUCTIONS};
+    if args.name == "list" {
+        for e in REPRODUCTIONS {
+            println!("{:<13} {}", e.name, e.summary);
+        }
+        println!(
+            "{:<13} every one above marked for it (all but the live ones), in turn",
+            "all"
+        );
+        return Ok(());
+    }
+    let chosen = reproduce::chosen(&args.name)?;
+    let traces = reproduce::find_traces(args.traces.as_deref()).context("--traces")?;
+    match &traces {
+        Some(dir) => log::info!("shared traces: {}", dir.display()),
+        None => log::warn!(
+            "shared traces not found (../shared/traces or --traces DIR): the parts that need them are skipped"
+        ),
+    }
+    let threads = args.threads.unwrap_or(SimOptions::default().threads).max(1);
+    let program = std::env::current_exe().context("this program's path")?;
+    for entry in chosen {
+        let dir = args.out.join(entry.name);
+        let context = Run {
+            dir: dir.clone(),
+            quick: args.quick,
+            traces: traces.clone(),
+            threads,
+            server: server(&program),
+        };
+        let started = std::time::Instant::now();
+        let verdict = entry.run(&context)?;
+        print!("{}", verdict.text());
+        println!(
+            "  wrote {} ({:.1} s)\n",
+            dir.display(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// Renders `report` into `file` (opened before the run, as
+/// `crate::OutputFile` does for every output); says where and how large.
+pub fn write_report(file: crate::OutputFile, report: &iocache_report::Report) -> Result<()> {
+    let html = iocache_report::render(report)?;
+    let path = file.path.display().to_string();
+    file.write(&html)
+        .with_context(|| format!("writing --report {path}"))?;
+    log::info!("report: {path} ({} KiB)", html.len().div_ceil(1024));
+    Ok(())
 }

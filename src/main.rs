@@ -6,21 +6,17 @@ mod devices;
 mod gen_cli;
 mod huge_alloc;
 mod lab_cli;
-mod lab_live;
 mod live_relayout;
 mod logging;
 mod metrics;
 mod mrc_cli;
 mod progress;
 mod reca_cli;
-mod reports;
-mod reproduce;
 mod running;
 mod serve;
 mod service;
-mod text;
 
-use text::count;
+use iocache_report::count;
 
 #[global_allocator]
 static GLOBAL: huge_alloc::HugeTableAlloc = huge_alloc::HugeTableAlloc;
@@ -423,7 +419,7 @@ fn main() {
             lab_cli::LabCommand::Run(args) => lab_cli::run(args),
             lab_cli::LabCommand::Merge(args) => lab_cli::merge(args),
             lab_cli::LabCommand::Report(args) => lab_cli::report(args),
-            lab_cli::LabCommand::Reproduce(args) => reproduce::run(args),
+            lab_cli::LabCommand::Reproduce(args) => lab_cli::reproduce(args),
         },
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
@@ -642,7 +638,7 @@ fn run_sim(args: SimArgs) -> Result<()> {
     let trace_name = reader.name().to_string();
     if let Some(file) = report_file {
         let format = reader.format().to_string();
-        reports::write(file, &reports::sim(&trace_name, &format, &report)?)?;
+        lab_cli::write_report(file, &iocache_lab::reports::sim(&trace_name, &format, &report)?)?;
     }
     if warmup_requests > 0 && warmup_requests >= report.trace_records {
         log::warn!(

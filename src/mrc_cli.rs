@@ -93,7 +93,7 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
         bail!("{}: the trace holds no data requests", reader.name());
     }
     if let Some(file) = report_file {
-        crate::reports::write(file, &crate::reports::mrc(&report))?;
+        crate::lab_cli::write_report(file, &iocache_lab::reports::mrc(&report))?;
     }
     let json = serde_json::to_string_pretty(&report)?;
     match (args.json.as_deref(), json_file) {
@@ -117,7 +117,7 @@ fn print_table(report: &MrcReport) {
         report.line_accesses,
         report.line_size,
         report.footprint_lines,
-        crate::text::count(report.curves.len() as u64, "curve"),
+        iocache_report::count(report.curves.len() as u64, "curve"),
         report.seconds
     );
     for curve in &report.curves {

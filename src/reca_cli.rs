@@ -66,32 +66,10 @@ pub fn reca_options(
     table_name: &str,
     window_name: &str,
 ) -> Result<RecaOptions> {
-    let (table, _) = read_table(table).with_context(|| table_name.to_string())?;
     if window == 0 {
         bail!("{window_name} must be at least 1");
     }
-    let params = RecaControllerParams {
-        window_requests: window,
-        ..RecaControllerParams::default()
-    };
-    Ok(RecaOptions { table, params })
-}
-
-/// The name a table read from no file is shown with.
-pub const BUILTIN_TABLE: &str = "built-in";
-
-/// Reads ReCA's category table: `path`, or the built-in one without.
-/// Returns it with where it came from; its errors name the file, the line
-/// and the field.
-pub fn read_table(path: Option<&Path>) -> Result<(CategoryTable, String)> {
-    match path {
-        None => Ok((CategoryTable::builtin(), BUILTIN_TABLE.into())),
-        Some(path) => {
-            let shown = path.display().to_string();
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {shown}"))?;
-            Ok((CategoryTable::parse(&text, &shown)?, shown))
-        }
-    }
+    RecaOptions::load(table, window).with_context(|| table_name.to_string())
 }
 
 /// Starts ReCA on a serving cache (`serve --adapt reca`, or `adapt =
@@ -103,7 +81,7 @@ pub fn start_live(
     configured_line_size: LineSize,
     line_size_live: bool,
 ) -> Result<()> {
-    let (table, table_source) = read_table(reca.table.as_deref())?;
+    let (table, table_source) = iocache_sim::reca::read_table(reca.table.as_deref())?;
     let names: Vec<&str> = table.categories.iter().map(|c| c.name.as_str()).collect();
     log::info!(
         "cache {}: ReCA on: {} categories ({}) from {table_source}, windows of {} requests, \
@@ -192,10 +170,10 @@ pub fn reload(engine: &Engine, path: Option<&Path>) -> Result<Value> {
         .table_source;
     let path = match path {
         Some(p) => Some(p.to_path_buf()),
-        None if in_use == BUILTIN_TABLE => None,
+        None if in_use == iocache_sim::reca::BUILTIN_TABLE => None,
         None => Some(PathBuf::from(in_use)),
     };
-    let (table, source) = read_table(path.as_deref())?;
+    let (table, source) = iocache_sim::reca::read_table(path.as_deref())?;
     let status = engine.reca_reload(table, source)?;
     Ok(status_json(&status))
 }

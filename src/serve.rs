@@ -959,7 +959,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     print_banner(&config, &state, running.tcp_addr(), admin_path.as_deref());
     crate::service::notify(&format!(
         "READY=1\nSTATUS=serving {}\nMAINPID={}",
-        crate::text::count(config.volumes.len() as u64, "volume"),
+        iocache_report::count(config.volumes.len() as u64, "volume"),
         std::process::id()
     ));
 
@@ -1023,7 +1023,7 @@ fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
     }
     log::info!(
         "stopped after {}",
-        crate::text::count(server_stats.connections, "connection")
+        iocache_report::count(server_stats.connections, "connection")
     );
     match failed {
         Some(e) => bail!(e),

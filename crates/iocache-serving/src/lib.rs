@@ -9,8 +9,10 @@
 //! - [`EngineExport`] serves one volume of an engine as an NBD export (what
 //!   the server calls for each command);
 //! - [`NbdBackend`] is a remote NBD export as the backend device of a volume
-//!   (a pool of connections, reconnection and a circuit breaker).
+//!   (a pool of connections, reconnection and a circuit breaker);
+//! - [`admin_client::request`] asks a running server's admin socket.
 
+pub mod admin_client;
 mod cell;
 mod export;
 mod nbd_backend;

@@ -25,6 +25,42 @@ pub struct RecaOptions {
     pub params: RecaControllerParams,
 }
 
+/// The name a category table read from no file is shown with.
+pub const BUILTIN_TABLE: &str = "built-in";
+
+/// Reads ReCA's category table: `path`, or the built-in one without.
+/// Returns it with where it came from; its errors name the file, the line
+/// and the field.
+pub fn read_table(path: Option<&std::path::Path>) -> Result<(CategoryTable, String), SimError> {
+    match path {
+        None => Ok((CategoryTable::builtin(), BUILTIN_TABLE.into())),
+        Some(path) => {
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(path).map_err(|source| SimError::File {
+                path: shown.clone(),
+                source,
+            })?;
+            Ok((CategoryTable::parse(&text, &shown)?, shown))
+        }
+    }
+}
+
+impl RecaOptions {
+    /// The options of a category table (the built-in one without a path)
+    /// and a window of `window_requests` (at least 1).
+    pub fn load(table: Option<&std::path::Path>, window_requests: u64) -> Result<RecaOptions, SimError> {
+        if window_requests == 0 {
+            return Err(SimError::Spec("a ReCA window is at least 1 request".into()));
+        }
+        let (table, _) = read_table(table)?;
+        let params = RecaControllerParams {
+            window_requests,
+            ..RecaControllerParams::default()
+        };
+        Ok(RecaOptions { table, params })
+    }
+}
+
 /// One window of an adaptive run.
 #[derive(Clone, Debug, Serialize)]
 pub struct RecaWindowRow {

@@ -451,6 +451,48 @@ pub struct Generator {
     stream_positions: Vec<u64>,
 }
 
+impl Generator {
+    /// Writes the requests as MSR Cambridge CSV (what `iocache gen`
+    /// writes); returns how many. Timestamps are relative 100 ns ticks and
+    /// the disk number is the volume.
+    pub fn write_msr(self, out: &mut dyn std::io::Write) -> std::io::Result<u64> {
+        use std::io::Write as _;
+        let mut buffered = std::io::BufWriter::with_capacity(1 << 16, out);
+        let mut written = 0u64;
+        for r in self {
+            let kind = match r.kind {
+                IoKind::Read => "Read",
+                IoKind::Write => "Write",
+            };
+            writeln!(
+                buffered,
+                "{},gen,{},{kind},{},{},0",
+                r.time_ns / 100,
+                r.volume,
+                r.offset_bytes,
+                r.length_bytes
+            )?;
+            written += 1;
+        }
+        buffered.flush()?;
+        Ok(written)
+    }
+
+    /// The requests as a trace reader named `name` (MSR CSV in memory), so
+    /// a generated workload runs where a trace file would.
+    pub fn into_reader(self, name: &str) -> Result<iocache_trace::TraceReader, SimError> {
+        let mut csv = Vec::new();
+        self.write_msr(&mut csv)
+            .map_err(|e| SimError::Spec(format!("{name}: {e}")))?;
+        Ok(iocache_trace::TraceReader::from_reader(
+            name,
+            Box::new(std::io::Cursor::new(csv)),
+            Some(iocache_trace::TraceFormat::Msr),
+            iocache_trace::ReaderOptions::default(),
+        )?)
+    }
+}
+
 impl Iterator for Generator {
     type Item = TraceRecord;
 

@@ -2,9 +2,9 @@
 //! `sim --report`, `trace mrc --report`) need the same choices made once:
 //! which results become which plot, how series are grouped, how numbers
 //! read in a table. This file turns each command's results into an
-//! `iocache_report::Report`; the crate draws and writes nothing here.
+//! `iocache_report::Report`; it draws and writes nothing itself.
 
-use anyhow::{Context, Result};
+use crate::error::Result;
 use iocache_report::{Axis, Block, Chart, Report, Scale, Section, Series, Table, Ticks};
 use iocache_sim::mrc::MrcReport;
 use iocache_sim::report::JsonReport;
@@ -12,17 +12,6 @@ use iocache_sim::trace_stats::Window;
 use iocache_sim::SimReport;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// Renders `report` into `file` (opened before the run, as
-/// `crate::OutputFile` does for every output); says where and how large.
-pub fn write(file: crate::OutputFile, report: &Report) -> Result<()> {
-    let html = iocache_report::render(report)?;
-    let path = file.path.display().to_string();
-    file.write(&html)
-        .with_context(|| format!("writing --report {path}"))?;
-    log::info!("report: {path} ({} KiB)", html.len().div_ceil(1024));
-    Ok(())
-}
 
 fn version() -> (String, String) {
     (

@@ -5,7 +5,7 @@
 //! request splitting and both policies. `lab reproduce arc-p2` runs them,
 //! and a curve around that size for the figure.
 
-use anyhow::Result;
+use crate::error::Result;
 use iocache_core::{LineSize, PolicySpec};
 use iocache_report::{Chart, Scale, Ticks};
 use iocache_sim::{combinations, CacheSettings, CacheSize, SimOptions};

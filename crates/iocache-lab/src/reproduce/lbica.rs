@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
+use crate::error::{invalid, Result};
 use iocache_core::{LineSize, PolicySpec};
 use iocache_report::{Chart, Scale, Ticks};
 use iocache_sim::burst::{BurstSpec, Phase};
@@ -143,7 +143,9 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             let report = ctx.simulate(&mut reader, &[run], options)?;
             let run = report.runs.into_iter().next().expect("one run");
             let (Some(timing), Some(adapt)) = (run.timing, run.adapt) else {
-                anyhow::bail!("{name} {label}: the run has no timing or controller report");
+                return Err(invalid!(
+                    "{name} {label}: the run has no timing or controller report"
+                ));
             };
             results.insert((name, label), Outcome { timing, adapt });
         }

@@ -3,7 +3,7 @@
 //! `asplos23.rs` (promotion always vs nhit, cache line size, zoned hit
 //! rates of 100/85/25 %), asked of the real engine instead of the timing
 //! model. Each configuration runs `iocache serve` on a cache file in
-//! /dev/shm and is driven by fio's zoned job over NBD (src/lab_live.rs);
+//! /dev/shm and is driven by fio's zoned job over NBD (`crate::live`);
 //! the machine is shared, so each configuration is measured in several
 //! rounds, in alternating order, the verdict uses the rounds' median with
 //! the spread reported beside it, and an effect counts only when it is
@@ -13,12 +13,12 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
+use crate::error::Result;
 use iocache_report::{Chart, Scale, Ticks};
 
 use super::verdict::{Check, Claim, Tolerance, Verdict};
 use super::{axis, series, workload, Context};
-use crate::lab_live::{self, LiveSettings, Measured, ServeSetup};
+use crate::live::{self as lab_live, LiveSettings, Measured, ServeSetup};
 
 /// Hit-rate setup (%) and fio's zones: a tenth of the volume gets the share.
 const SETUPS: [(u32, &str); 3] = [
@@ -129,7 +129,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 round + 1
             );
             log::info!("asplos23-live: {label}");
-            let m = lab_live::measure(&settings, &setup, &spec, &label)?;
+            let m = lab_live::measure(ctx.server, &settings, &setup, &spec, &label)?;
             runs.entry((hit, promotion, line)).or_default().push(m);
         }
     }

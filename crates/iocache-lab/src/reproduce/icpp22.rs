@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
+use crate::error::Result;
 use iocache_core::units::format_byte_size;
 use iocache_core::{LineSize, PolicySpec, WritePolicy};
 use iocache_report::{Chart, Scale, Ticks};

@@ -11,7 +11,7 @@
 //! whole table. Both start from LRU with 4 KiB lines and report every
 //! window's hit ratio.
 
-use anyhow::Result;
+use crate::error::{invalid, Result};
 use iocache_core::reca::{CategoryTable, RecaControllerParams};
 use iocache_core::{LineSize, PolicySpec};
 use iocache_report::{Chart, Scale, Ticks};
@@ -23,7 +23,7 @@ use super::{axis, mean, series, workload, Context};
 
 /// The phase workload: 50,000 sequential producer/consumer requests, then
 /// 50,000 random producer/consumer requests.
-const WORKLOAD: &str = include_str!("../../examples/workloads/reca-phases.toml");
+const WORKLOAD: &str = include_str!("../../../../examples/workloads/reca-phases.toml");
 const CHANGE_AT_REQUEST: u64 = 50_000;
 const WINDOW_REQUESTS: u64 = 10_000;
 const CACHE: &str = "64MiB";
@@ -55,7 +55,7 @@ fn run_with(ctx: &Context, table: CategoryTable) -> Result<RecaRun> {
     };
     let report = ctx.simulate_gen(&spec, &specs, options)?;
     let run = report.runs.into_iter().next().and_then(|r| r.reca);
-    run.ok_or_else(|| anyhow::anyhow!("the ReCA run reported no windows"))
+    run.ok_or_else(|| invalid!("the ReCA run reported no windows"))
 }
 
 pub fn run(ctx: &Context) -> Result<Verdict> {

@@ -13,16 +13,25 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{invalid, LabError, Result, Within};
 use iocache_core::units::{parse_byte_size, parse_duration_ns};
 use iocache_sim::workload::WorkloadSpec;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::running::STOP;
+use crate::error::tool;
+
+/// The server a live run starts, and the flag that stops it.
+#[derive(Clone, Copy)]
+pub struct Server<'a> {
+    /// The `iocache` program (`iocache serve` runs each point).
+    pub program: &'a Path,
+    /// Set (by a signal handler) to stop between steps.
+    pub stop: &'a AtomicBool,
+}
 
 /// Which engines an experiment targets (`target = ["sim", "live"]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,11 +56,13 @@ pub fn targets(list: Option<&[String]>, file: &str) -> Result<Targets> {
         match name.as_str() {
             "sim" => t.sim = true,
             "live" => t.live = true,
-            other => bail!("{file}: target: `{other}` is not a target (sim, live)"),
+            other => return Err(invalid!("{file}: target: `{other}` is not a target (sim, live)")),
         }
     }
     if !(t.sim || t.live) {
-        bail!("{file}: target: an empty list (give \"sim\", \"live\" or both)");
+        return Err(invalid!(
+            "{file}: target: an empty list (give \"sim\", \"live\" or both)"
+        ));
     }
     Ok(t)
 }
@@ -129,7 +140,7 @@ impl Default for LiveSettings {
 impl LiveSettings {
     /// Checks the values (before any server starts), naming the key.
     pub fn check(&self, file: &str) -> Result<()> {
-        let at = |key: &str, e: String| anyhow!("{file}: live.{key}: {e}");
+        let at = |key: &str, e: String| invalid!("{file}: live.{key}: {e}");
         seconds(&self.duration).map_err(|e| at("duration", e.to_string()))?;
         seconds(&self.warmup).map_err(|e| at("warmup", e.to_string()))?;
         if seconds(&self.duration)? < 1 {
@@ -158,7 +169,9 @@ fn seconds(text: &str) -> Result<u64> {
 fn delay_ms(text: &str) -> Result<u64> {
     let ns = parse_duration_ns(text)?;
     if ns == 0 || ns % 1_000_000 != 0 {
-        bail!("`{text}`: whole milliseconds above 0 (nbdkit's delay filter takes NNms)");
+        return Err(invalid!(
+            "`{text}`: whole milliseconds above 0 (nbdkit's delay filter takes NNms)"
+        ));
     }
     Ok(ns / 1_000_000)
 }
@@ -169,7 +182,7 @@ pub fn check_fio(fio: &Path) -> Result<String> {
         .arg("--version")
         .output()
         .map_err(|e| {
-            anyhow!(
+            tool!(
                 "the live target needs fio (`{}`: {e}); install it (apt-get install fio) or name it with live.fio",
                 fio.display()
             )
@@ -354,7 +367,7 @@ impl Guard {
             if started.elapsed() > Duration::from_secs(60) {
                 let _ = child.kill();
                 let _ = child.wait();
-                bail!("{} did not stop within 60 s of SIGTERM: killed", self.what);
+                return Err(tool!("{} did not stop within 60 s of SIGTERM: killed", self.what));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -378,7 +391,7 @@ impl WorkDir {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path = parent.join(format!("{prefix}-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&path).with_context(|| format!("{}", path.display()))?;
+        std::fs::create_dir_all(&path).at_file(&path)?;
         Ok(WorkDir(path))
     }
 
@@ -400,9 +413,9 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(8)..].join("\n")
 }
 
-fn interrupted() -> Result<()> {
-    if STOP.load(Ordering::SeqCst) {
-        bail!("interrupted (Ctrl-C): the server was stopped");
+fn interrupted(stop: &AtomicBool) -> Result<()> {
+    if stop.load(Ordering::SeqCst) {
+        return Err(LabError::Interrupted);
     }
     Ok(())
 }
@@ -411,6 +424,7 @@ fn interrupted() -> Result<()> {
 /// `ready` says it is done (`Err` says why not yet). `goal` completes
 /// "did not ..." in the error, e.g. "open /path/nbd.sock".
 fn wait_until(
+    stop: &AtomicBool,
     guard: &mut Guard,
     log: &Path,
     goal: &str,
@@ -418,33 +432,34 @@ fn wait_until(
 ) -> Result<()> {
     let started = Instant::now();
     loop {
-        interrupted()?;
+        interrupted(stop)?;
         let not_yet = match ready() {
             Ok(()) => return Ok(()),
             Err(why) => why,
         };
         let child = guard.child.as_mut().expect("running");
         if let Some(status) = child.try_wait()? {
-            bail!(
+            return Err(tool!(
                 "{} exited ({status}) before it could {goal}:\n{}",
                 guard.what,
                 tail(log)
-            );
+            ));
         }
         if started.elapsed() > Duration::from_secs(60) {
-            bail!(
+            return Err(tool!(
                 "{} did not {goal} within 60 s ({not_yet}):\n{}",
                 guard.what,
                 tail(log)
-            );
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 /// Waits for a Unix socket to appear while its process runs.
-fn wait_socket(socket: &Path, guard: &mut Guard, log: &Path) -> Result<()> {
+fn wait_socket(stop: &AtomicBool, socket: &Path, guard: &mut Guard, log: &Path) -> Result<()> {
     wait_until(
+        stop,
         guard,
         log,
         &format!("open {}", socket.display()),
@@ -456,14 +471,14 @@ fn wait_socket(socket: &Path, guard: &mut Guard, log: &Path) -> Result<()> {
 }
 
 /// Runs a command to its end, stopping it on Ctrl-C.
-fn run_to_end(mut command: Command, what: &str) -> Result<std::process::ExitStatus> {
-    let child = command.spawn().with_context(|| format!("starting {what}"))?;
+fn run_to_end(stop: &AtomicBool, mut command: Command, what: &str) -> Result<std::process::ExitStatus> {
+    let child = command.spawn().within(|| format!("starting {what}"))?;
     let mut guard = Guard {
         child: Some(child),
         what: what.to_string(),
     };
     loop {
-        interrupted()?;
+        interrupted(stop)?;
         if let Some(status) = guard.child.as_mut().expect("running").try_wait()? {
             guard.child = None;
             return Ok(status);
@@ -516,19 +531,19 @@ fn percentile(bins: &BTreeMap<u64, u64>, p: f64) -> u64 {
 /// latency percentiles from the merged completion-latency bins.
 pub fn parse_fio(text: &str) -> Result<Measured> {
     // fio may print notes before the JSON object.
-    let start = text.find('{').ok_or_else(|| anyhow!("fio printed no JSON"))?;
-    let json: Value = serde_json::from_str(&text[start..]).context("fio's JSON output")?;
+    let start = text.find('{').ok_or_else(|| invalid!("fio printed no JSON"))?;
+    let json: Value = serde_json::from_str(&text[start..]).within(|| "fio's JSON output".to_string())?;
     let jobs = json["jobs"]
         .as_array()
         .filter(|j| !j.is_empty())
-        .ok_or_else(|| anyhow!("fio's JSON has no jobs"))?;
+        .ok_or_else(|| invalid!("fio's JSON has no jobs"))?;
     let mut m = Measured::default();
     let mut runtime_ms = 0u64;
     let mut bins: [BTreeMap<u64, u64>; 2] = Default::default();
     for job in jobs {
         let name = job["jobname"].as_str().unwrap_or("?");
         if job["error"].as_i64().unwrap_or(0) != 0 {
-            bail!("fio job `{name}` failed: error {}", job["error"]);
+            return Err(invalid!("fio job `{name}` failed: error {}", job["error"]));
         }
         runtime_ms += job["job_runtime"].as_u64().unwrap_or(0);
         for (i, kind) in ["read", "write"].into_iter().enumerate() {
@@ -538,7 +553,9 @@ pub fn parse_fio(text: &str) -> Result<Measured> {
             side.bytes += k["io_bytes"].as_u64().unwrap_or(0);
             if let Some(b) = k["clat_ns"]["bins"].as_object() {
                 for (ns, n) in b {
-                    let ns: u64 = ns.parse().with_context(|| format!("fio latency bin `{ns}`"))?;
+                    let ns: u64 = ns
+                        .parse()
+                        .map_err(|_| invalid!("fio latency bin `{ns}`: not a number"))?;
                     *bins[i].entry(ns).or_default() += n.as_u64().unwrap_or(0);
                 }
             }
@@ -560,19 +577,23 @@ pub fn parse_fio(text: &str) -> Result<Measured> {
 
 /// Waits until the server answers on its admin socket, which it does once
 /// it serves (the NBD socket is bound earlier, before the devices open).
-fn wait_answering(admin: &Path, guard: &mut Guard, log: &Path) -> Result<()> {
-    wait_until(guard, log, &format!("answer on {}", admin.display()), || {
-        server_counts(admin).map(|_| ()).map_err(|e| format!("{e:#}"))
-    })
+fn wait_answering(stop: &AtomicBool, admin: &Path, guard: &mut Guard, log: &Path) -> Result<()> {
+    wait_until(
+        stop,
+        guard,
+        log,
+        &format!("answer on {}", admin.display()),
+        || server_counts(admin).map(|_| ()).map_err(|e| e.to_string()),
+    )
 }
 
 /// The server's line hits, line accesses and promotions so far.
 fn server_counts(admin: &Path) -> Result<(u64, u64, u64)> {
-    let stats = crate::admin::request(admin, "stats", Some(Duration::from_secs(10)))?;
+    let stats = iocache_serving::admin_client::request(admin, "stats", Some(Duration::from_secs(10)))?;
     let v = stats["volumes"]
         .as_array()
         .and_then(|v| v.first())
-        .ok_or_else(|| anyhow!("the server's stats list no volume"))?;
+        .ok_or_else(|| invalid!("the server's stats list no volume"))?;
     let n = |k: &str| v[k].as_u64().unwrap_or(0);
     Ok((
         n("read_hits") + n("write_hits"),
@@ -585,15 +606,18 @@ fn server_counts(admin: &Path) -> Result<(u64, u64, u64)> {
 /// `volume_bytes`, warmed and measured with the fio job of `spec`.
 /// `label` names the run in errors.
 pub fn measure(
+    server_program: Server,
     settings: &LiveSettings,
     setup: &ServeSetup,
     spec: &WorkloadSpec,
     label: &str,
 ) -> Result<Measured> {
     let volume_bytes = parse_byte_size(&spec.volume_size)?;
-    let work = WorkDir::new(&settings.dir, "iocache-live").context("live.dir")?;
+    let work = WorkDir::new(&settings.dir, "iocache-live").within(|| "live.dir".to_string())?;
     let backend_work = match &settings.backend_dir {
-        Some(dir) => Some(WorkDir::new(dir, "iocache-live-backend").context("live.backend_dir")?),
+        Some(dir) => {
+            Some(WorkDir::new(dir, "iocache-live-backend").within(|| "live.backend_dir".to_string())?)
+        }
         None => None,
     };
     let backend_file = backend_work
@@ -617,12 +641,12 @@ pub fn measure(
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&log)?)
                 .spawn()
-                .map_err(|e| anyhow!("live.backend_delay needs nbdkit (apt-get install nbdkit): {e}"))?;
+                .map_err(|e| tool!("live.backend_delay needs nbdkit (apt-get install nbdkit): {e}"))?;
             let mut guard = Guard {
                 child: Some(child),
                 what: "nbdkit (the delayed backend)".into(),
             };
-            wait_socket(&socket, &mut guard, &log)?;
+            wait_socket(server_program.stop, &socket, &mut guard, &log)?;
             _nbdkit = Some(guard);
             format!("nbd+unix:///?socket={}", socket.display())
         }
@@ -630,7 +654,7 @@ pub fn measure(
     let socket = work.path().join("nbd.sock");
     let admin = work.path().join("admin.sock");
     let log = work.path().join("serve.log");
-    let mut command = Command::new(std::env::current_exe().context("this program's path")?);
+    let mut command = Command::new(server_program.program);
     command
         .arg("serve")
         .args(["--backend", &backend])
@@ -656,13 +680,13 @@ pub fn measure(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log)?);
-    let child = command.spawn().context("starting iocache serve")?;
+    let child = command.spawn().within(|| "starting iocache serve".to_string())?;
     let mut server = Guard {
         child: Some(child),
         what: format!("iocache serve for {label}"),
     };
-    wait_socket(&socket, &mut server, &log)?;
-    wait_answering(&admin, &mut server, &log)?;
+    wait_socket(server_program.stop, &socket, &mut server, &log)?;
+    wait_answering(server_program.stop, &admin, &mut server, &log)?;
     let uri = format!("nbd+unix:///iocache?socket={}", socket.display());
     let fio = |secs: u64, name: &str| -> Result<Option<Measured>> {
         if secs == 0 {
@@ -680,14 +704,12 @@ pub fn measure(
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&errors)?);
-        let status = run_to_end(command, "fio")?;
+        let status = run_to_end(server_program.stop, command, "fio")?;
         if !status.success() {
-            bail!("fio ({name} run) failed ({status}):\n{}", tail(&errors));
+            return Err(tool!("fio ({name} run) failed ({status}):\n{}", tail(&errors)));
         }
-        let text = std::fs::read_to_string(&output).with_context(|| format!("{}", output.display()))?;
-        Ok(Some(
-            parse_fio(&text).with_context(|| format!("fio's {name} run"))?,
-        ))
+        let text = std::fs::read_to_string(&output).at_file(&output)?;
+        Ok(Some(parse_fio(&text).within(|| format!("fio's {name} run"))?))
     };
     fio(seconds(&settings.warmup)?, "warmup")?;
     let before = server_counts(&admin)?;
@@ -699,11 +721,11 @@ pub fn measure(
     // The server writes dirty lines back as it stops: a failure there is
     // the point's failure too.
     if let Some(status) = server.stop()?.filter(|s| !s.success()) {
-        bail!(
+        return Err(tool!(
             "{} exited with {status} when stopped:\n{}",
             server.what,
             tail(&log)
-        );
+        ));
     }
     Ok(measured)
 }
@@ -724,37 +746,41 @@ pub struct LivePoint<'a> {
 
 /// Runs `points` live, appending one row per point to `results` as each
 /// finishes (so an interrupted run keeps what it finished).
-pub fn run(settings: &LiveSettings, points: &[LivePoint], results: &mut std::fs::File) -> Result<()> {
+pub fn run(
+    settings: &LiveSettings,
+    server: Server,
+    points: &[LivePoint],
+    results: &mut std::fs::File,
+) -> Result<()> {
     if points.is_empty() {
         return Ok(());
     }
     if let Some(point) = points.iter().find(|p| p.spec.is_none()) {
-        bail!(
+        return Err(invalid!(
             "live point {} ({}): workload `{}` is a trace; the live target runs `iocache gen` specs only (fio would not replay a trace's timing and mix)",
             point.index,
             point.id,
             point.workload
-        );
+        ));
     }
     let version = check_fio(&settings.fio)?;
-    crate::running::install_signal_handlers();
     log::info!(
         "live target: {} to run with {version}",
-        crate::text::count(points.len() as u64, "point")
+        iocache_report::count(points.len() as u64, "point")
     );
     for (n, point) in points.iter().enumerate() {
         let what = format!("live point {} ({})", point.index, point.id);
         let Some(spec_path) = &point.spec else {
-            bail!("{what}: not a generated workload");
+            return Err(invalid!("{what}: not a generated workload"));
         };
         let text =
-            std::fs::read_to_string(spec_path).with_context(|| format!("{what}: {}", spec_path.display()))?;
+            std::fs::read_to_string(spec_path).within(|| format!("{what}: {}", spec_path.display()))?;
         let spec: WorkloadSpec =
-            toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", spec_path.display()))?;
+            toml::from_str(&text).map_err(|e| invalid!("{}: {e}", spec_path.display()))?;
         let setup = ServeSetup::from_knobs(point.knobs, point.cache_lines, point.line_bytes, point.dir);
         log::info!("[{}/{}] {what}", n + 1, points.len());
-        let measured = measure(settings, &setup, &spec, &format!("point {}", point.index))
-            .with_context(|| what.clone())?;
+        let measured = measure(server, settings, &setup, &spec, &format!("point {}", point.index))
+            .within(|| what.clone())?;
         let mut row = json!({
             "point": point.index,
             "point_id": point.id,

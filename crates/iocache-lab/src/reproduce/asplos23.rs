@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
+use crate::error::Result;
 use iocache_core::{LineSize, PolicySpec, Promotion};
 use iocache_report::{Chart, Scale, Ticks};
 use iocache_sim::timing::{preset, ArrivalMode, TimingReport};

@@ -1,4 +1,4 @@
-//! `iocache lab reproduce NAME`. Each
+//! The papers' reproductions (`iocache lab reproduce NAME`). Each
 //! seed paper's key findings are re-run in the simulator, in process,
 //! through the library (`iocache_sim::simulate`, or `iocache_core::Cache`
 //! directly where a per-interval count is needed), and each reproduction
@@ -22,81 +22,62 @@ pub mod verdict;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context as _, Result};
-use clap::Args;
 use iocache_report::{Axis, Chart, Scale, Series, Ticks};
 use iocache_sim::workload::WorkloadSpec;
 use iocache_sim::{simulate, RunSpec, SimOptions, SimReport};
-use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
+use iocache_trace::{ReaderOptions, TraceReader};
 
+use crate::error::{invalid, Result, Within};
 use verdict::Verdict;
 
-#[derive(Args)]
-pub struct ReproduceArgs {
-    /// arc-p2, asplos23, asplos23-live, icpp22, systor14, reca, lbica, all; `list` prints them.
-    #[arg(value_name = "NAME")]
-    name: String,
-    /// Where to write each reproduction's directory (figures, verdict.md, verdict.json).
-    #[arg(long, value_name = "DIR", default_value = "reproductions")]
-    out: PathBuf,
-    /// Shorter workloads (for tests): the same claims, less confidence.
-    #[arg(long)]
-    quick: bool,
-    /// The shared trace samples [default: ../shared/traces beside the current directory].
-    #[arg(long, value_name = "DIR")]
-    traces: Option<PathBuf>,
-    /// Worker threads per simulation pass (default: the number of cores).
-    #[arg(long)]
-    threads: Option<usize>,
-}
-
 /// One reproduction.
-struct Entry {
-    name: &'static str,
-    summary: &'static str,
+pub struct Reproduction {
+    pub name: &'static str,
+    pub summary: &'static str,
     run: fn(&Context) -> Result<Verdict>,
     /// Run by `all` (the live one is not: it needs fio and minutes of a quiet machine).
-    in_all: bool,
+    pub in_all: bool,
 }
 
-const REPRODUCTIONS: &[Entry] = &[
-    Entry {
+/// Every reproduction, in the order `all` runs them.
+pub const REPRODUCTIONS: &[Reproduction] = &[
+    Reproduction {
         name: "arc-p2",
         summary: "ARC paper (FAST'03) Table IV on trace P2: LRU and ARC hit ratios at 32,768 pages (fidelity check)",
         run: arc_p2::run,
         in_all: true,
     },
-    Entry {
+    Reproduction {
         name: "asplos23",
         summary: "ASPLOS'23 Figs. 8-10: promotion always vs nhit and line sizes on fio-zoned workloads, Optane/NVMe timing: IOPS, p99/p99.99",
         run: asplos23::run,
         in_all: true,
     },
-    Entry {
+    Reproduction {
         name: "asplos23-live",
         summary: "ASPLOS'23 Figs. 8-10 in the live engine: iocache serve on /dev/shm driven by fio zoned jobs over NBD (needs fio; not in `all`)",
         run: asplos23_live::run,
         in_all: false,
     },
-    Entry {
+    Reproduction {
         name: "icpp22",
         summary: "ICPP'22 Req-block vs LRU, BPLRU, VBBMS: hit ratio, pages per eviction, flash writes, response time, delta sensitivity (Fig. 7)",
         run: icpp22::run,
         in_all: true,
     },
-    Entry {
+    Reproduction {
         name: "systor14",
         summary: "SYSTOR'14: WT vs WB server load over time, hit ratio vs reboot frequency (persistence all vs dirty), working-set curves",
         run: systor14::run,
         in_all: true,
     },
-    Entry {
+    Reproduction {
         name: "reca",
         summary: "ReCA (TPDS'18) Fig. 18: hit ratio with and without reconfiguration when the workload changes category",
         run: reca::run,
         in_all: true,
     },
-    Entry {
+    Reproduction {
         name: "lbica",
         summary: "LBICA (DATE'19) Figs. 4, 5, 7: WB vs SIB vs LBICA under bursts: mean latency, cache and backend queue time over time",
         run: lbica::run,
@@ -105,15 +86,19 @@ const REPRODUCTIONS: &[Entry] = &[
 ];
 
 /// What a reproduction gets: where to write, how long to run, the traces.
-pub struct Context {
+pub struct Context<'a> {
+    /// Its own directory (figures, verdict.md, verdict.json).
     pub dir: PathBuf,
+    /// Shorter workloads (for tests): the same claims, less confidence.
     pub quick: bool,
     /// The shared traces, when present.
     pub traces: Option<PathBuf>,
     pub threads: usize,
+    /// The server the live reproductions start.
+    pub server: crate::live::Server<'a>,
 }
 
-impl Context {
+impl Context<'_> {
     /// A shared trace, or `None` (and a note in `skipped`) when absent.
     pub fn trace(&self, file: &str, verdict: &mut Verdict, what: &str) -> Option<PathBuf> {
         match &self.traces {
@@ -135,10 +120,8 @@ impl Context {
 
     /// Runs `specs` over a trace file in one pass.
     pub fn simulate_file(&self, path: &Path, specs: &[RunSpec], options: SimOptions) -> Result<SimReport> {
-        let mut reader = TraceReader::open(path, None, ReaderOptions::default())
-            .with_context(|| format!("{}", path.display()))?;
-        self.simulate(&mut reader, specs, options)
-            .with_context(|| format!("{}", path.display()))
+        let mut reader = TraceReader::open(path, None, ReaderOptions::default()).at_file(path)?;
+        self.simulate(&mut reader, specs, options).at_file(path)
     }
 
     /// Runs `specs` over a generated workload in one pass.
@@ -169,8 +152,7 @@ impl Context {
     pub fn figure(&self, verdict: &mut Verdict, name: &str, chart: &Chart) -> Result<()> {
         let svg = iocache_report::render_svg(chart)?;
         let file = format!("{name}.svg");
-        std::fs::write(self.dir.join(&file), svg)
-            .with_context(|| format!("{}", self.dir.join(&file).display()))?;
+        std::fs::write(self.dir.join(&file), svg).within(|| format!("{}", self.dir.join(&file).display()))?;
         verdict.figures.push(file);
         Ok(())
     }
@@ -178,20 +160,12 @@ impl Context {
 
 /// A generated workload as a trace reader (MSR CSV in memory, as `lab run` does).
 pub fn gen_reader(spec: &WorkloadSpec) -> Result<TraceReader> {
-    let generator = spec.generator()?;
-    let mut csv = Vec::new();
-    crate::gen_cli::write_msr(generator, &mut csv)?;
-    Ok(TraceReader::from_reader(
-        "generated",
-        Box::new(std::io::Cursor::new(csv)),
-        Some(TraceFormat::Msr),
-        ReaderOptions::default(),
-    )?)
+    Ok(spec.generator()?.into_reader("generated")?)
 }
 
 /// A workload spec from TOML text.
 pub fn workload(text: &str) -> Result<WorkloadSpec> {
-    toml::from_str(text).map_err(|e| anyhow!("built-in workload: {e}"))
+    toml::from_str(text).map_err(|e| invalid!("built-in workload: {e}"))
 }
 
 /// An axis with a label.
@@ -211,85 +185,53 @@ pub fn series(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
     }
 }
 
-/// The traces directory: `--traces`, else `../shared/traces` from the
-/// current directory, else beside the source tree this binary was built
-/// from (so tests find it from any directory).
-fn traces_dir(given: Option<&Path>) -> Result<Option<PathBuf>> {
+/// The shared traces: `given`, else `../shared/traces` from the current
+/// directory, else beside the source tree this was built from (so tests
+/// find it from any directory); `None` when absent.
+pub fn find_traces(given: Option<&Path>) -> Result<Option<PathBuf>> {
     if let Some(dir) = given {
         if !dir.is_dir() {
-            bail!("--traces {}: not a directory", dir.display());
+            return Err(invalid!("{}: not a directory", dir.display()));
         }
         return Ok(Some(dir.to_path_buf()));
     }
     let candidates = [
         PathBuf::from("../shared/traces"),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces"),
     ];
     Ok(candidates.into_iter().find(|d| d.join("README.md").is_file()))
 }
 
-/// `iocache lab reproduce`.
-pub fn run(args: ReproduceArgs) -> Result<()> {
-    if args.name == "list" {
-        for e in REPRODUCTIONS {
-            println!("{:<13} {}", e.name, e.summary);
-        }
-        println!(
-            "{:<13} every one above marked for it (all but the live ones), in turn",
-            "all"
-        );
-        return Ok(());
+/// The reproductions `name` asks for: one by its name, or `all`.
+pub fn chosen(name: &str) -> Result<Vec<&'static Reproduction>> {
+    if name == "all" {
+        return Ok(REPRODUCTIONS.iter().filter(|e| e.in_all).collect());
     }
-    let chosen: Vec<&Entry> = if args.name == "all" {
-        REPRODUCTIONS.iter().filter(|e| e.in_all).collect()
-    } else {
-        vec![REPRODUCTIONS
-            .iter()
-            .find(|e| e.name == args.name)
-            .ok_or_else(|| {
-                anyhow!(
-                    "unknown reproduction `{}`; known: {}, all, list",
-                    args.name,
-                    REPRODUCTIONS
-                        .iter()
-                        .map(|e| e.name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            })?]
-    };
-    let traces = traces_dir(args.traces.as_deref())?;
-    match &traces {
-        Some(dir) => log::info!("shared traces: {}", dir.display()),
-        None => log::warn!(
-            "shared traces not found (../shared/traces or --traces DIR): the parts that need them are skipped"
-        ),
+    let found = REPRODUCTIONS.iter().find(|e| e.name == name).ok_or_else(|| {
+        invalid!(
+            "unknown reproduction `{name}`; known: {}, all, list",
+            REPRODUCTIONS
+                .iter()
+                .map(|e| e.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
+    Ok(vec![found])
+}
+
+impl Reproduction {
+    /// Runs it and writes its figures, `verdict.json` and `verdict.md`
+    /// into `ctx.dir` (created if missing).
+    pub fn run(&self, ctx: &Context) -> Result<Verdict> {
+        std::fs::create_dir_all(&ctx.dir).at_file(&ctx.dir)?;
+        let verdict = (self.run)(ctx).within(|| format!("reproduction `{}`", self.name))?;
+        let json = ctx.dir.join("verdict.json");
+        std::fs::write(&json, serde_json::to_string_pretty(&verdict)? + "\n").at_file(&json)?;
+        let md = ctx.dir.join("verdict.md");
+        std::fs::write(&md, verdict.markdown()).at_file(&md)?;
+        Ok(verdict)
     }
-    let threads = args.threads.unwrap_or(SimOptions::default().threads).max(1);
-    for entry in chosen {
-        let dir = args.out.join(entry.name);
-        std::fs::create_dir_all(&dir).with_context(|| format!("--out {}", dir.display()))?;
-        let context = Context {
-            dir: dir.clone(),
-            quick: args.quick,
-            traces: traces.clone(),
-            threads,
-        };
-        let started = std::time::Instant::now();
-        let verdict = (entry.run)(&context).with_context(|| format!("reproduction `{}`", entry.name))?;
-        std::fs::write(
-            dir.join("verdict.json"),
-            serde_json::to_string_pretty(&verdict)? + "\n",
-        )?;
-        std::fs::write(dir.join("verdict.md"), verdict.markdown())?;
-        print!("{}", verdict.text());
-        println!(
-            "  wrote {} ({:.1} s)\n",
-            dir.display(),
-            started.elapsed().as_secs_f64()
-        );
-    }
-    Ok(())
 }
 
 /// Mean of a list (0 when empty).

@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use crate::error::{Result, Within};
 use iocache_core::{Cache, LineKey, LineSize, Op, OpList, PolicySpec, Request, WritePolicy};
 use iocache_report::{Chart, Scale, Ticks};
 use iocache_sim::workload::WorkloadSpec;
@@ -41,8 +41,7 @@ impl Source {
     fn reader(&self) -> Result<TraceReader> {
         match self {
             Source::Gen(spec) => gen_reader(spec),
-            Source::File(path) => TraceReader::open(path, None, ReaderOptions::default())
-                .with_context(|| format!("{}", path.display())),
+            Source::File(path) => TraceReader::open(path, None, ReaderOptions::default()).at_file(path),
         }
     }
 }

@@ -1,0 +1,199 @@
+//! Result files of experiments: one JSON line per point, with side files
+//! beside them (the series and the per-volume rows), read back each point
+//! once, joined from slices, written as CSV and as an HTML page.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::error::{invalid, Result, Within};
+
+/// The side files beside a results file: `R.series.jsonl` (the cache
+/// series, one line per point per window) and `R.volumes.jsonl` (one line
+/// per point per volume), for results `R.jsonl`.
+pub(crate) const SERIES: &str = "series.jsonl";
+pub(crate) const VOLUMES: &str = "volumes.jsonl";
+
+pub(crate) fn side_path(results: &Path, kind: &str) -> PathBuf {
+    results.with_extension(kind)
+}
+
+/// The side file `kind` beside `results`, opened for appending on first use.
+pub(crate) fn side_file<'a>(
+    files: &'a mut BTreeMap<&'static str, std::fs::File>,
+    results: &Path,
+    kind: &'static str,
+) -> Result<&'a mut std::fs::File> {
+    if !files.contains_key(kind) {
+        let path = side_path(results, kind);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .at_file(&path)?;
+        files.insert(kind, file);
+    }
+    Ok(files.get_mut(kind).expect("inserted above"))
+}
+
+pub(crate) fn to_object(value: &impl serde::Serialize) -> Result<serde_json::Map<String, Value>> {
+    match serde_json::to_value(value)? {
+        Value::Object(map) => Ok(map),
+        other => Err(invalid!("expected an object, got {other}")),
+    }
+}
+
+/// The ids of the points a results file holds.
+pub(crate) fn done_ids(path: &Path) -> Result<BTreeSet<String>> {
+    let mut ids = BTreeSet::new();
+    let Ok(file) = std::fs::File::open(path) else {
+        return Ok(ids);
+    };
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: Value = serde_json::from_str(&line).within(|| {
+            format!(
+                "{}:{}: not a JSON object (a run cut short? remove that line)",
+                path.display(),
+                n + 1
+            )
+        })?;
+        if let Some(key) = crate::live::row_key(&row) {
+            ids.insert(key);
+        }
+    }
+    Ok(ids)
+}
+
+/// The rows of result files, each point once (the first seen), in grid order.
+pub fn read_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
+    let mut rows: BTreeMap<String, Value> = BTreeMap::new();
+    for path in paths {
+        let file = std::fs::File::open(path).at_file(path)?;
+        for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let row: Value = serde_json::from_str(&line)
+                .within(|| format!("{}:{}: not a JSON object", path.display(), n + 1))?;
+            let id = crate::live::row_key(&row)
+                .ok_or_else(|| invalid!("{}:{}: no point_id", path.display(), n + 1))?;
+            rows.entry(id).or_insert(row);
+        }
+    }
+    let mut rows: Vec<Value> = rows.into_values().collect();
+    rows.sort_by_key(|r| r["point"].as_u64().unwrap_or(u64::MAX));
+    Ok(rows)
+}
+
+/// The rows of side files (series or volumes), each (point, window,
+/// volume) once, in point, window and volume order (a rerun after an
+/// interruption may have written some twice).
+pub fn read_side_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
+    let mut rows: BTreeMap<(u64, u64, i64, String), Value> = BTreeMap::new();
+    for path in paths {
+        let file = std::fs::File::open(path).at_file(path)?;
+        for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let row: Value = serde_json::from_str(&line)
+                .within(|| format!("{}:{}: not a JSON object", path.display(), n + 1))?;
+            let id = row["point_id"]
+                .as_str()
+                .ok_or_else(|| invalid!("{}:{}: no point_id", path.display(), n + 1))?
+                .to_string();
+            let key = (
+                row["point"].as_u64().unwrap_or(u64::MAX),
+                row["index"].as_u64().unwrap_or(0),
+                row["volume"].as_i64().unwrap_or(-1),
+                id,
+            );
+            rows.entry(key).or_insert(row);
+        }
+    }
+    Ok(rows.into_values().collect())
+}
+
+/// Writes rows as CSV: one column per key any row has, in order of first appearance.
+pub fn write_csv(rows: &[Value], path: &Path) -> Result<()> {
+    let mut columns: Vec<String> = Vec::new();
+    for row in rows {
+        for key in row.as_object().into_iter().flat_map(|m| m.keys()) {
+            if !columns.contains(key) {
+                columns.push(key.clone());
+            }
+        }
+    }
+    let mut out = columns.join(",") + "\n";
+    for row in rows {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|c| match &row[c] {
+                Value::String(s) if s.contains([',', '"']) => format!("\"{}\"", s.replace('"', "\"\"")),
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            })
+            .collect();
+        out += &(cells.join(",") + "\n");
+    }
+    std::fs::write(path, out).at_file(path)
+}
+
+/// Joins result files (slices of one experiment) into `output`, each
+/// point once, in grid order, with their side files; also as CSV when
+/// asked. Returns how many points.
+pub fn merge(parts: &[PathBuf], output: &Path, csv: Option<&Path>) -> Result<usize> {
+    let rows = read_rows(parts)?;
+    let mut out = String::new();
+    for row in &rows {
+        out += &(row.to_string() + "\n");
+    }
+    std::fs::write(output, out).at_file(output)?;
+    if let Some(csv) = csv {
+        write_csv(&rows, csv)?;
+    }
+    // The side files of the parts that have them, joined the same way.
+    for kind in [SERIES, VOLUMES] {
+        let parts: Vec<PathBuf> = parts
+            .iter()
+            .map(|p| side_path(p, kind))
+            .filter(|p| p.exists())
+            .collect();
+        if parts.is_empty() {
+            continue;
+        }
+        let out = side_path(output, kind);
+        let mut text = String::new();
+        for row in read_side_rows(&parts)? {
+            text += &(row.to_string() + "\n");
+        }
+        std::fs::write(&out, text).at_file(&out)?;
+    }
+    Ok(rows.len())
+}
+
+/// The HTML page of result files (and the series beside them).
+pub fn report(results: &[PathBuf]) -> Result<iocache_report::Report> {
+    let rows = read_rows(results)?;
+    if rows.is_empty() {
+        return Err(invalid!("{}: no results", results[0].display()));
+    }
+    let sources: Vec<String> = results.iter().map(|p| p.display().to_string()).collect();
+    // The series beside the results, when the experiment asked for one.
+    let series_files: Vec<PathBuf> = results
+        .iter()
+        .map(|p| side_path(p, SERIES))
+        .filter(|p| p.exists())
+        .collect();
+    let series = read_side_rows(&series_files)?;
+    crate::reports::lab(&rows, &series, &sources.join(", "))
+}

@@ -1,0 +1,77 @@
+//! The client side of the admin socket: one request line, one JSON reply
+//! line. `iocache stats`, `iocache ctl` and the lab's live target ask a
+//! running server through it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Why a request to the admin socket got no answer, or got a refusal.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    #[error("no iocache server is running with the admin socket {} (there is no such file)", socket.display())]
+    NoSuchSocket { socket: PathBuf },
+    #[error("{} is not a socket", socket.display())]
+    NotASocket { socket: PathBuf },
+    #[error("no iocache server is running with the admin socket {} (the socket file is left from one that stopped)", socket.display())]
+    Stale { socket: PathBuf },
+    #[error("the admin socket {} refuses this user (permission denied)", socket.display())]
+    PermissionDenied { socket: PathBuf },
+    #[error("the admin socket {}: {source}", socket.display())]
+    Io {
+        socket: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the server's reply is not JSON: {reply}")]
+    BadReply { reply: String },
+    /// The server answered with an error.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl AdminError {
+    fn connecting(socket: &Path, source: std::io::Error) -> AdminError {
+        let socket = socket.to_path_buf();
+        match source.kind() {
+            std::io::ErrorKind::NotFound => AdminError::NoSuchSocket { socket },
+            std::io::ErrorKind::PermissionDenied => AdminError::PermissionDenied { socket },
+            _ if socket.exists() && !is_socket(&socket) => AdminError::NotASocket { socket },
+            std::io::ErrorKind::ConnectionRefused => AdminError::Stale { socket },
+            _ => AdminError::Io { socket, source },
+        }
+    }
+}
+
+fn is_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// Sends one request line and returns the reply, failing with the
+/// server's error when it answers with one. `timeout` bounds the wait for
+/// the reply (none: wait as long as the server works, e.g. a detach).
+pub fn request(
+    socket: &Path,
+    line: &str,
+    timeout: Option<Duration>,
+) -> Result<serde_json::Value, AdminError> {
+    let io = |source| AdminError::Io {
+        socket: socket.to_path_buf(),
+        source,
+    };
+    let mut stream = UnixStream::connect(socket).map_err(|e| AdminError::connecting(socket, e))?;
+    stream.set_read_timeout(timeout).map_err(io)?;
+    writeln!(stream, "{line}").map_err(io)?;
+    let mut reply = String::new();
+    BufReader::new(&stream).read_line(&mut reply).map_err(io)?;
+    let json: serde_json::Value = serde_json::from_str(reply.trim()).map_err(|_| AdminError::BadReply {
+        reply: reply.trim().to_string(),
+    })?;
+    if let Some(error) = json.get("error").and_then(serde_json::Value::as_str) {
+        return Err(AdminError::Refused(error.to_string()));
+    }
+    Ok(json)
+}
