@@ -68,7 +68,7 @@ pub fn run(args: GenArgs) -> Result<()> {
     if args.output != "-" {
         log::info!(
             "wrote {} to {}",
-            iocache_report::count(written, "request"),
+            iocache_core::units::count(written, "request"),
             args.output
         );
     }

@@ -103,10 +103,10 @@ impl iocache_lab::Progress for BarProgress {
 
 /// The server live points start: this very program, stopped by Ctrl-C.
 fn server(program: &std::path::Path) -> Server<'_> {
-    crate::running::install_signal_handlers();
+    crate::signals::install_handlers();
     Server {
         program,
-        stop: &crate::running::STOP,
+        stop: &crate::signals::STOP,
     }
 }
 
@@ -138,7 +138,7 @@ pub fn merge(args: MergeArgs) -> Result<()> {
     let points = iocache_lab::results::merge(&args.parts, &args.output, args.csv.as_deref())?;
     log::info!(
         "{} in {}",
-        iocache_report::count(points as u64, "point"),
+        iocache_core::units::count(points as u64, "point"),
         args.output.display()
     );
     Ok(())

@@ -2,21 +2,17 @@
 
 mod admin;
 mod config;
-mod devices;
 mod gen_cli;
 mod huge_alloc;
 mod lab_cli;
-mod live_relayout;
 mod logging;
-mod metrics;
 mod mrc_cli;
 mod progress;
 mod reca_cli;
-mod running;
 mod serve;
-mod service;
+mod signals;
 
-use iocache_report::count;
+use iocache_core::units::count;
 
 #[global_allocator]
 static GLOBAL: huge_alloc::HugeTableAlloc = huge_alloc::HugeTableAlloc;
@@ -164,7 +160,10 @@ impl TraceInput {
             None if self.skip_bad_lines => return error,
             None => "to skip malformed lines (they are counted and reported), add --skip-bad-lines".to_string(),
         };
-        anyhow::anyhow!("{}\n  hint: {hint}", error_chain_text(&error))
+        anyhow::anyhow!(
+            "{}\n  hint: {hint}",
+            iocache_serving::error_chain_text(error.as_ref())
+        )
     }
 }
 
@@ -436,28 +435,12 @@ fn main() {
         } => mrc_cli::run(args),
     };
     if let Err(e) = result {
-        eprintln!("iocache: error: {}", error_chain_text(&e));
+        eprintln!(
+            "iocache: error: {}",
+            iocache_serving::error_chain_text(e.as_ref())
+        );
         std::process::exit(1);
     }
-}
-
-/// An error and its causes, each said once: `context: cause: cause`. A
-/// library error whose message already includes its source's (thiserror's
-/// `"{0}"` with `#[source]`) would otherwise print that source twice, so a
-/// cause whose text the message so far already contains is left out.
-fn error_chain_text(error: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in error.chain() {
-        let part = cause.to_string();
-        if part.is_empty() || text.contains(&part) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&part);
-    }
-    text
 }
 
 /// Writes a man page for the command and for each subcommand (`iocache-serve.1`, ...).
@@ -937,7 +920,7 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
 
 #[cfg(test)]
 mod error_text_tests {
-    use super::error_chain_text;
+    use iocache_serving::error_chain_text;
 
     /// A library error as thiserror writes `#[error("reading trace: {0}")]`
     /// with `#[source]`: its message already holds its source's.
@@ -960,10 +943,10 @@ mod error_text_tests {
     fn each_cause_is_said_once() {
         let io = std::io::Error::from_raw_os_error(libc::ENOENT);
         let e = anyhow::Error::new(Wrapping(io)).context("--trace t.csv");
-        let text = error_chain_text(&e);
+        let text = error_chain_text(e.as_ref());
         assert_eq!(text.matches("No such file or directory").count(), 1, "{text}");
         assert!(text.starts_with("--trace t.csv: reading trace: "), "{text}");
         let plain = anyhow::anyhow!("inner").context("outer");
-        assert_eq!(error_chain_text(&plain), "outer: inner");
+        assert_eq!(error_chain_text(plain.as_ref()), "outer: inner");
     }
 }

@@ -117,7 +117,7 @@ fn print_table(report: &MrcReport) {
         report.line_accesses,
         report.line_size,
         report.footprint_lines,
-        iocache_report::count(report.curves.len() as u64, "curve"),
+        iocache_core::units::count(report.curves.len() as u64, "curve"),
         report.seconds
     );
     for curve in &report.curves {

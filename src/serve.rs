@@ -14,28 +14,15 @@
 //! exits 0.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use iocache_core::units::format_byte_size;
-use iocache_core::{CacheConfig, WritePolicy};
-use iocache_device::BlockDevice;
-use iocache_engine::layout::{self, LayoutError};
-use iocache_engine::{Acknowledgement, CacheArray, Engine, EngineConfig, EngineError, InitMode, Persistence};
-use iocache_nbd::{Server, ServerConfig};
-use iocache_serving::{EngineCell, EngineExport};
+use iocache_serving::running::lock;
+use iocache_serving::start::{Reach, StartMode};
+use iocache_serving::{Acknowledgement, ServeError};
 
-use crate::config::{
-    normalize, parse_listen, Origin, ServeConfig, SizeText, VolumeConfig, VolumeText, DEFAULT_BACKEND_BYTES,
-    DEFAULT_CACHE_BYTES,
-};
-use crate::devices::{
-    canonical_path, check_claim, create_parent, open_backend, open_cache_file, record_claim, Claim, Scope,
-};
-use crate::running::{describe, install_signal_handlers, lock, CacheGroup, Running, ServedVolume, STOP};
+use crate::config::{parse_listen, Origin, ServeConfig, SizeText, VolumeText, DEFAULT_BACKEND_BYTES};
 
 const DEFAULT_DIR: &str = "iocache-data";
 
@@ -257,459 +244,6 @@ pub struct ServeArgs {
     attach_dir: Vec<PathBuf>,
 }
 
-/// Opens a cache device and the backends of the volumes that share it
-/// (`members`, indices into `config.volumes`), and builds its engine.
-fn open_cache_group(
-    config: &ServeConfig,
-    members: &[usize],
-    files: &mut Vec<Claim>,
-    start: StartMode,
-    own: &Scope,
-) -> Result<CacheGroup> {
-    let v = &config.volumes[members[0]];
-    if v.persistence == Persistence::None
-        && matches!(v.write_policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
-        && !start.force
-    {
-        bail!(
-            "{}: none keeps no metadata on the cache device, so with write policy {} every FLUSH must \
-             write all dirty lines back and a crash loses the cache; choose all or dirty, or add --force",
-            v.key("persistence"),
-            v.write_policy
-        );
-    }
-    let mut backends = Vec::with_capacity(members.len());
-    // Backends that existed before this start (they may have been served
-    // through this cache before).
-    let mut existing_backends = Vec::new();
-    for &i in members {
-        let m = &config.volumes[i];
-        let (backend, created) = open_backend(
-            &m.backend,
-            m.backend_create_bytes,
-            &m.export,
-            files,
-            &m.key("backend"),
-            own,
-            None,
-        )?;
-        let backend: Arc<dyn BlockDevice> = match &m.backend_id {
-            Some(id) => Arc::new(iocache_device::Identified::new(backend, id)),
-            None => backend,
-        };
-        if !created {
-            existing_backends.push(m.backend.clone());
-        }
-        backends.push((m.export.clone(), backend));
-    }
-    // The cache device holds a superblock and metadata records before the
-    // lines (docs/format.md): a new file gets room for both.
-    let line_bytes = v.line_size.bytes();
-    let create_bytes = layout::device_bytes_for(line_bytes, v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))
-        .map_err(|e| anyhow!("{}: {e}", v.key("cache_size")))?;
-    // A missing cache device is refused before anything is created.
-    let missing = std::iter::once(&v.cache)
-        .chain(&v.cache_array)
-        .all(|p| std::fs::symlink_metadata(p).is_err());
-    if missing && !start.init && !existing_backends.is_empty() {
-        bail!(refuse_empty_cache(v, &existing_backends, "does not exist"));
-    }
-    check_claim(files, &v.cache, "cache", &v.key("cache"))?;
-    let mut cache_file = Some(
-        open_cache_file(
-            &v.cache,
-            create_bytes,
-            v.direct,
-            own.no_follow(&v.cache),
-            config.map_cache,
-        )
-        .with_context(|| v.key("cache"))?,
-    );
-    let canonical = record_claim(files, &v.cache, &v.export, "cache");
-    // ReCA's line size from the last run, while the configuration still
-    // says what it said then (one device only: an array's geometry is its
-    // members').
-    let configured_line_size = v.line_size;
-    let recorded = match (&v.reca, v.cache_array.is_empty(), start.init, &cache_file) {
-        (Some(_), true, false, Some(file)) => crate::reca_cli::line_size_to_start_with(file, v)?,
-        _ => None,
-    };
-    let with_reca_line;
-    let v = match recorded {
-        Some(line_size) => {
-            with_reca_line = VolumeConfig {
-                line_size,
-                ..v.clone()
-            };
-            &with_reca_line
-        }
-        None => v,
-    };
-    let line_bytes = v.line_size.bytes();
-    let array = if v.cache_array.is_empty() {
-        None
-    } else {
-        let mut members: Vec<(String, Option<Arc<dyn BlockDevice>>)> = vec![(
-            v.cache.display().to_string(),
-            Some(Arc::new(cache_file.take().expect("opened above"))),
-        )];
-        for path in &v.cache_array {
-            check_claim(files, path, "cache", &v.key("cache_array"))?;
-            let dev = open_cache_file(
-                path,
-                create_bytes,
-                v.direct,
-                own.no_follow(path),
-                config.map_cache,
-            )
-            .with_context(|| v.key("cache_array"))?;
-            record_claim(files, path, &v.export, "cache");
-            members.push((path.display().to_string(), Some(Arc::new(dev))));
-        }
-        Some(Arc::new(
-            CacheArray::open_or_create(members, line_bytes, v.mirror_percent)
-                .with_context(|| v.key("cache_array"))?,
-        ))
-    };
-    let cache_dev: Arc<dyn BlockDevice> = match (&array, v.slow_cache) {
-        (Some(_), Some(_)) => bail!("--slow-cache: not with a cache array"),
-        (Some(array), None) => array.clone(),
-        (None, None) => Arc::new(cache_file.take().expect("opened above")),
-        (None, Some(slow)) => {
-            let dev = iocache_device::FaultDevice::new(cache_file.take().expect("opened above"));
-            dev.set_journal(false);
-            dev.set_latency(Duration::from_nanos(slow.latency_ns));
-            dev.set_servers(slow.servers);
-            log::warn!(
-                "{}: slowed down for an experiment: {} per I/O through {} servers",
-                v.cache.display(),
-                iocache_core::units::format_duration_ns(slow.latency_ns),
-                slow.servers
-            );
-            Arc::new(dev)
-        }
-    };
-    if array.is_none() && !(start.init && start.force) {
-        // Before sizing a cache from the device: a device smaller than the
-        // cache it holds was truncated (growing it would serve zeroes).
-        iocache_engine::check_not_shrunk(cache_dev.as_ref()).map_err(with_acknowledgement_flag)?;
-    }
-    let capacity_lines = match &array {
-        Some(array) => array.geometry().slots(),
-        None => cache_lines(v, cache_dev.len_bytes(), line_bytes)?,
-    };
-    let cache_bytes = match (&array, v.cache_bytes) {
-        (None, Some(bytes)) => bytes,
-        _ => capacity_lines * line_bytes,
-    };
-    if !start.init
-        && !existing_backends.is_empty()
-        && iocache_engine::is_blank(cache_dev.as_ref())
-            .with_context(|| format!("reading the superblocks of {}", cache_dev.name()))?
-    {
-        bail!(refuse_empty_cache(
-            v,
-            &existing_backends,
-            "holds no cache (blank)"
-        ));
-    }
-    // A cache array's members were formatted for one line size.
-    let line_size_live = array.is_none() && v.reca.as_ref().is_some_and(|r| r.line_size_live);
-    let mut config_of_engine = engine_config(
-        v,
-        capacity_lines,
-        if start.init {
-            InitMode::Format {
-                discard_dirty: start.force,
-            }
-        } else if start.accept_damage {
-            InitMode::LoadAcceptingDamage
-        } else {
-            InitMode::Load
-        },
-        array,
-    );
-    config_of_engine.rebind_backends = start.rebind;
-    let engine = Engine::with_volumes(config_of_engine, cache_dev, backends)
-        .map_err(with_acknowledgement_flag)
-        .with_context(|| match &v.origin {
-            Origin::Flags => "building the cache".to_string(),
-            Origin::File(path) if members.len() == 1 => format!("{path}: volume `{}`", v.export),
-            Origin::File(path) => format!(
-                "{path}: cache {} of volumes {}",
-                v.cache.display(),
-                members
-                    .iter()
-                    .map(|&i| format!("`{}`", config.volumes[i].export))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        })?;
-    report_start(config, members, &engine, v);
-    if let Some(adapt) = &v.adapt {
-        log::info!("cache {}: load balancer {}", v.cache.display(), adapt.text);
-    }
-    if let Some(reca) = &v.reca {
-        crate::reca_cli::start_live(&engine, reca, &v.cache, configured_line_size, line_size_live)
-            .with_context(|| match &v.origin {
-                Origin::Flags => "--reca-table".to_string(),
-                Origin::File(path) => format!("{path}: volume `{}`: reca_table", v.export),
-            })?;
-    }
-    Ok(CacheGroup {
-        path: v.cache.clone(),
-        canonical,
-        cell: Arc::new(EngineCell::new(Arc::new(engine))),
-        broken: std::sync::atomic::AtomicBool::new(false),
-        config: v.clone(),
-        cache_bytes,
-        capacity_lines,
-    })
-}
-
-/// The engine's error with the flag that gives the acknowledgement it
-/// asks for, where it asks for one (the engine names no flag).
-pub(crate) fn with_acknowledgement_flag(e: EngineError) -> anyhow::Error {
-    let flag = match e.acknowledgement() {
-        Some(Acknowledgement::FormatLosingData) => "--init --force",
-        Some(Acknowledgement::AcceptDamage) => "--accept-damaged-metadata",
-        Some(Acknowledgement::Rebind) => "--rebind-backend",
-        None => return anyhow::Error::new(e),
-    };
-    anyhow!("{e} ({flag})")
-}
-
-/// Lines of `line_bytes` the cache of `v` holds on a device of
-/// `device_bytes` (not a cache array): `cache_size`'s whole lines if they
-/// and their records fit the device (smaller lines need more records),
-/// else an error saying how to grow it; without `cache_size`, as many as
-/// fit. The one rule for a start, a recorded ReCA line size
-/// (`reca_cli.rs`) and a line size changed while serving
-/// (`live_relayout.rs`).
-pub(crate) fn cache_lines(v: &VolumeConfig, device_bytes: u64, line_bytes: u64) -> Result<u64> {
-    let (lines, bytes) = match v.cache_bytes {
-        Some(bytes) => match layout::fit_bytes(line_bytes, bytes, device_bytes) {
-            Ok(_) => (bytes / line_bytes, bytes),
-            Err(LayoutError::DoesNotFit {
-                needed_bytes,
-                device_bytes,
-                ..
-            }) => bail!(
-                "{} with lines of {}: {} of lines and their metadata need {}, more than the cache device {} \
-                 ({}); to grow the cache, grow the device first (a file: truncate -s {} {}), or give a size \
-                 that fits (docs/ops.md, \"Growing or shrinking a cache\")",
-                v.key("cache_size"),
-                format_byte_size(line_bytes),
-                format_byte_size(bytes),
-                format_byte_size(needed_bytes),
-                v.cache.display(),
-                format_byte_size(device_bytes),
-                needed_bytes,
-                v.cache.display()
-            ),
-            Err(e) => bail!("{}: {e}", v.key("cache_size")),
-        },
-        None => {
-            let lines = layout::slots_fitting(line_bytes, device_bytes)
-                .map_err(|e| anyhow!("{}: {e}", v.key("cache")))?;
-            (lines, lines * line_bytes)
-        }
-    };
-    if lines == 0 {
-        bail!(
-            "{}: the cache ({}) holds no line of {}",
-            v.key("cache_size"),
-            format_byte_size(bytes),
-            format_byte_size(line_bytes)
-        );
-    }
-    Ok(lines)
-}
-
-/// The engine's configuration for the cache of `v` (its line size), with
-/// `capacity_lines` lines.
-pub(crate) fn engine_config(
-    v: &VolumeConfig,
-    capacity_lines: u64,
-    init: InitMode,
-    array: Option<Arc<CacheArray>>,
-) -> EngineConfig {
-    let mut cache = CacheConfig::new(capacity_lines, v.line_size, v.policy.clone());
-    cache.write_policy = v.write_policy;
-    cache.promotion = v.promotion;
-    cache.cleaning = v.cleaning;
-    cache.write_miss_bypass = v.write_miss_bypass;
-    cache.seq_cutoff = v.seq_cutoff;
-    cache.max_dirty_lines = v.max_dirty_lines;
-    EngineConfig {
-        cache,
-        lookup: v.lookup,
-        shards: 0,
-        io: v.io,
-        persistence: v.persistence,
-        init,
-        volume_name: v.export.clone(),
-        array,
-        balance: v.adapt.as_ref().map(|a| a.config),
-        dirty_checksums: true,
-        clean_check_budget: Duration::from_nanos(v.clean_check_budget_ns),
-        rebind_backends: false,
-    }
-}
-
-/// Why a new (missing or blank) cache device is not formatted over
-/// backends that existed before this start, and the way out.
-fn refuse_empty_cache(v: &VolumeConfig, existing_backends: &[String], found: &str) -> String {
-    format!(
-        "{}: {} {found}, but the backend {} existed before: if it was served through a cache \
-         before, that cache may hold its newest writes (lost if the cache device was deleted, \
-         replaced or mistyped). Check the path; start with --init to begin with an empty cache \
-         over it",
-        v.key("cache"),
-        v.cache.display(),
-        existing_backends.join(", ")
-    )
-}
-
-/// Tells what opening a cache device found (for every volume sharing it).
-fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &VolumeConfig) {
-    let who = if members.len() == 1 {
-        format!("volume `{}`", v.export)
-    } else {
-        format!(
-            "volumes {}",
-            members
-                .iter()
-                .map(|&i| format!("`{}`", config.volumes[i].export))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    };
-    let stats = engine.stats();
-    let r = stats.recovery;
-    let device = match &stats.array {
-        None => v.cache.display().to_string(),
-        Some(a) => {
-            let members: Vec<String> = a
-                .array
-                .members
-                .iter()
-                .map(|(name, failed)| {
-                    if *failed {
-                        format!("{name} (failed)")
-                    } else {
-                        name.clone()
-                    }
-                })
-                .collect();
-            format!("the cache array {}", members.join(" + "))
-        }
-    };
-    for change in &r.identity_changes {
-        log::warn!("{who}: volume {change}");
-    }
-    for info in engine.volumes() {
-        if let Ok(volume) = engine.volume(info.id) {
-            let backend = volume.backend();
-            let described = iocache_engine::describe_backend(&**backend);
-            if backend.identity().is_some_and(|id| id.weak) {
-                log::warn!(
-                    "volume `{}`: backend {} has a weak identity ({described}): a swap with another such device \
-                     is not detected",
-                    info.name,
-                    backend.name()
-                );
-            } else {
-                log::info!("volume `{}`: backend {} ({described})", info.name, backend.name());
-            }
-        }
-    }
-    if r.loaded {
-        log::info!(
-            "{who}: loaded the cache on {} ({}): {} dirty ({} verified by checksum{}) and {} clean lines{}, \
-             {} clean lines dropped, {} corrupt record copies, {} lines written back",
-            device,
-            if r.clean_shutdown {
-                "shut down cleanly"
-            } else {
-                "not shut down cleanly: recovered"
-            },
-            r.dirty_lines,
-            r.verified_dirty_lines,
-            match (r.verified_with_intents, r.repaired_from_mirror) {
-                (0, 0) => String::new(),
-                (i, 0) => format!(", {i} with the intents of writes in flight at the crash"),
-                (0, m) => format!(", {m} repaired from their mirror"),
-                (i, m) => format!(
-                    ", {i} with the intents of writes in flight at the crash, {m} repaired from their mirror"
-                ),
-            },
-            r.clean_lines,
-            if r.clean_shutdown || r.clean_lines + r.stale_clean_lines + r.unchecked_clean_lines == 0 {
-                String::new()
-            } else {
-                format!(
-                    " ({} checked against the backend; dropped: {} older than it, {} unchecked)",
-                    r.checked_clean_lines, r.stale_clean_lines, r.unchecked_clean_lines
-                )
-            },
-            r.dropped_clean_lines,
-            r.corrupt_copies,
-            r.written_back_lines
-        );
-        if let Some(version) = r.upgraded_from_version {
-            log::info!(
-                "{who}: the cache on {device} was in format version {version}; upgraded to {}",
-                iocache_format::FORMAT_VERSION
-            );
-        }
-        if let Some((was, now)) = &r.geometry_changed {
-            log::info!(
-                "{who}: the cache on {device} had another geometry ({was}); its {} dirty lines were written back \
-                 and it was formatted anew as {now} (clean lines start cold)",
-                r.written_back_lines
-            );
-        }
-        for (offset, reason) in r.corrupt_examples.iter().take(4) {
-            log::warn!("{who}: corrupt metadata at offset {offset}: {reason}");
-        }
-        if !r.restored_settings.is_empty() {
-            log::info!(
-                "{who}: settings changed at run time before, kept: {} (iocache ctl set to change them)",
-                r.restored_settings.join(" ")
-            );
-        }
-        for dropped in &r.dropped_settings {
-            log::warn!("{who}: a setting changed at run time is not kept: {dropped}");
-        }
-        if !r.damaged_slots.is_empty() {
-            log::warn!(
-                "{who}: started over damaged metadata (--accept-damaged-metadata): {} slots \
-                 dropped what they may have described",
-                r.damaged_slots.len()
-            );
-            for slot in r.damaged_slots.iter().take(8) {
-                log::warn!("{who}: damaged: {slot}");
-            }
-        }
-    } else {
-        log::info!(
-            "{who}: formatted a new cache on {} (persistence {})",
-            device,
-            v.persistence
-        );
-    }
-}
-
-/// How the cache devices are opened, for every volume.
-#[derive(Clone, Copy)]
-struct StartMode {
-    init: bool,
-    force: bool,
-    accept_damage: bool,
-    rebind: bool,
-}
-
 pub fn run(args: ServeArgs) -> Result<()> {
     let start = StartMode {
         init: args.init,
@@ -718,10 +252,31 @@ pub fn run(args: ServeArgs) -> Result<()> {
         rebind: args.rebind_backend,
     };
     let config = match args.config.clone() {
-        Some(path) => ServeConfig::from_file(&path)?,
+        Some(path) => crate::config::from_file(&path)?,
         None => args.into_config()?,
     };
-    serve(config, start)
+    raise_open_file_limit();
+    if let Some(dir) = &config.private_dir {
+        ensure_private_dir(dir)?;
+    }
+    crate::signals::install_handlers();
+    let mut banner = |reach: Reach<'_>| print_banner(&config, &reach);
+    iocache_serving::start::serve(&config, start, &crate::signals::STOP, &mut banner).map_err(with_way_out)
+}
+
+/// A refusal with the flag that acknowledges it, where it asks for one
+/// (the serving layer names no flag).
+fn with_way_out(e: ServeError) -> anyhow::Error {
+    use iocache_engine::Acknowledgement as Engine;
+    let way_out = match e.acknowledgement() {
+        Some(Acknowledgement::Engine(Engine::FormatLosingData)) => " (--init --force)",
+        Some(Acknowledgement::Engine(Engine::AcceptDamage)) => " (--accept-damaged-metadata)",
+        Some(Acknowledgement::Engine(Engine::Rebind)) => " (--rebind-backend)",
+        Some(Acknowledgement::Init) => "; start with --init to begin with an empty cache over it",
+        Some(Acknowledgement::Force) => ", or add --force",
+        None => return anyhow::Error::new(e),
+    };
+    anyhow!("{}{way_out}", iocache_serving::error_chain_text(&e))
 }
 
 /// Raises the soft limit on open files to the hard one, as servers do: a
@@ -742,314 +297,9 @@ fn raise_open_file_limit() {
     }
 }
 
-/// Serves every volume of `config` until SIGINT or SIGTERM.
-fn serve(config: ServeConfig, start: StartMode) -> Result<()> {
-    raise_open_file_limit();
-    if let Some(dir) = &config.private_dir {
-        ensure_private_dir(dir)?;
-    }
-    // Listeners first: a busy port, or a server already answering on one
-    // of the socket paths, stops this start before any device is opened
-    // (and so before anything on them is read or changed).
-    if let Some(socket) = &config.socket {
-        create_parent(socket)?;
-    }
-    let socket_group = config
-        .socket_group
-        .as_deref()
-        .map(|g| group_id(g).with_context(|| config.origin.server_key("socket_group")))
-        .transpose()?;
-    let tls = if config.tls == iocache_nbd::TlsMode::Off {
-        None
-    } else {
-        if config.tls_certificates.is_none() && config.tls_psk.is_none() {
-            bail!(
-                "{}: TLS {} needs credentials: give {} (the server's certificate and key), {} \
-                 (pre-shared keys), or both",
-                config.origin.server_key("tls"),
-                config.tls,
-                config.origin.server_key("tls_certificates"),
-                config.origin.server_key("tls_psk")
-            );
-        }
-        if config.tls_verify_peer && config.tls_certificates.is_none() {
-            bail!(
-                "{} needs {} (its ca-cert.pem signs the clients' certificates)",
-                config.origin.server_key("tls_verify_peer"),
-                config.origin.server_key("tls_certificates")
-            );
-        }
-        let creds = iocache_nbd::TlsCredentials {
-            certificates: config.tls_certificates.clone(),
-            psk: config.tls_psk.clone(),
-            verify_peer: config.tls_verify_peer,
-        };
-        let key = match iocache_nbd::TlsServer::new(config.tls, &creds) {
-            Ok(server) => Ok(server),
-            Err(e) if e.concerns_psk() => Err((e, "tls_psk")),
-            Err(e) => Err((e, "tls_certificates")),
-        };
-        Some(key.map_err(|(e, key)| anyhow!(e).context(config.origin.server_key(key)))?)
-    };
-    if config.tls == iocache_nbd::TlsMode::Off && (config.tls_psk.is_some() || config.tls_verify_peer) {
-        log::warn!(
-            "{} and {} have no effect without {} on or require",
-            config.origin.server_key("tls_psk"),
-            config.origin.server_key("tls_verify_peer"),
-            config.origin.server_key("tls")
-        );
-    }
-    let defaults = ServerConfig::default();
-    let mut server = Server::new(ServerConfig {
-        tls,
-        unix_socket: config.socket.clone(),
-        unix_socket_mode: if socket_group.is_some() { 0o660 } else { 0o600 },
-        unix_socket_group: socket_group,
-        tcp: config.listen,
-        max_connections_per_peer: config
-            .max_connections_per_peer
-            .unwrap_or(defaults.max_connections_per_peer),
-        max_handshakes_per_peer: config
-            .max_handshakes_per_peer
-            .unwrap_or(defaults.max_handshakes_per_peer),
-        workers_per_connection: config
-            .threads_per_connection
-            .unwrap_or(defaults.workers_per_connection),
-        poll_before_sleep: config
-            .poll_before_sleep_us
-            .map_or(defaults.poll_before_sleep, Duration::from_micros),
-        ..defaults
-    });
-    // The admin socket before the NBD listeners: whoever sees the NBD
-    // socket appear (a script, `lab run`) finds the admin socket too (its
-    // answers wait until the server runs).
-    let admin_path = config.admin_socket.clone();
-    let admin = match &admin_path {
-        Some(path) => {
-            create_parent(path)?;
-            Some(
-                iocache_nbd::bind_unix_socket(path, 0o600, None)
-                    .with_context(|| config.origin.server_key("admin_socket"))?,
-            )
-        }
-        None => None,
-    };
-    // Removes the admin socket file however this function returns.
-    let _admin_file = RemoveOnDrop(admin.as_ref().map(|a| a.remover()));
-    if let Err(e) = server.bind() {
-        let key = match e {
-            iocache_nbd::ServerError::Listen(_) => "socket",
-            _ => "listen",
-        };
-        return Err(anyhow!(e).context(config.origin.server_key(key)));
-    }
-    if let Some(addr) = config.listen.filter(|a| !a.ip().is_loopback()) {
-        if config.tls == iocache_nbd::TlsMode::Require
-            && (config.tls_verify_peer || config.tls_certificates.is_none())
-        {
-            log::info!(
-                "listening on {addr}, beyond this machine's loopback, with TLS required and clients \
-                 authenticated (a client certificate from the CA or a pre-shared key)"
-            );
-        } else if config.tls == iocache_nbd::TlsMode::Require {
-            log::info!(
-                "listening on {addr}, beyond this machine's loopback, with TLS required \
-                 (clients are not authenticated unless by a pre-shared key: anyone who reaches it \
-                 and trusts the certificate may read and write every export; --tls-verify-peer \
-                 requires client certificates)"
-            );
-        } else {
-            log::warn!(
-                "listening on {addr}, beyond this machine's loopback, without \
-                 --tls require: any host that reaches it can read and write every export, in the \
-                 clear; prefer the Unix socket, a loopback address behind an SSH tunnel, or \
-                 --tls require"
-            );
-        }
-    }
-    let own = Scope {
-        socket: config.socket.as_deref().map(canonical_path),
-        tcp: server.bound_tcp_addr(),
-        private_dir: config.private_dir.clone(),
-        attach_dirs: config
-            .attach_dirs
-            .iter()
-            .map(|d| normalize(&std::path::absolute(d).unwrap_or_else(|_| d.clone())))
-            .collect(),
-    };
-    let _pid_file = config
-        .pid_file
-        .as_deref()
-        .map(crate::service::PidFile::create)
-        .transpose()?;
-    let metrics = config
-        .metrics
-        .map(|address| crate::metrics::bind(&address.to_string()))
-        .transpose()?;
-
-    let mut files = Vec::new();
-    let mut caches = Vec::new();
-    let mut volumes = Vec::new();
-    for members in config.cache_groups() {
-        let group = open_cache_group(&config, &members, &mut files, start, &own)?;
-        for &i in &members {
-            let v = &config.volumes[i];
-            let volume = group
-                .engine()
-                .volume_named(&v.export)
-                .ok_or_else(|| anyhow!("volume `{}` is not in its engine", v.export))?;
-            volumes.push(ServedVolume {
-                export: v.export.clone(),
-                backend: volume.backend().name().to_string(),
-                cache: caches.len(),
-                volume,
-                read_only: v.read_only,
-            });
-        }
-        caches.push(group);
-    }
-    // In the order of the configuration (the first is the default export).
-    let order: Vec<&str> = config.volumes.iter().map(|v| v.export.as_str()).collect();
-    volumes.sort_by_key(|v| order.iter().position(|e| *e == v.export));
-
-    for v in &volumes {
-        let group = &caches[v.cache];
-        // The first export added is also the default one (the empty name).
-        server
-            .add_export(
-                v.export.clone(),
-                Arc::new(
-                    EngineExport::in_cell(
-                        Arc::clone(&group.cell),
-                        &v.volume,
-                        Some(describe(group, &v.backend)),
-                    )
-                    .with_read_only(v.read_only),
-                ),
-            )
-            .with_context(|| {
-                config
-                    .volumes
-                    .iter()
-                    .find(|c| c.export == v.export)
-                    .map_or_else(String::new, |c| c.key("export"))
-            })?;
-    }
-    install_signal_handlers();
-    let running = server.start()?;
-    let state = Arc::new(Running::new(caches, volumes, running.exports(), files, own));
-    if state.caches.iter().any(|g| g.config.reca.is_some()) {
-        let state = Arc::clone(&state);
-        std::thread::Builder::new()
-            .name("iocache-relayout".into())
-            .spawn(move || crate::live_relayout::watch(state))
-            .context("starting the line size watcher")?;
-    }
-    if let Some(admin) = admin {
-        let state = Arc::clone(&state);
-        std::thread::spawn(move || crate::admin::serve_admin(admin.listener, state));
-    }
-    if let Some(listener) = metrics {
-        if let Ok(address) = listener.local_addr() {
-            log::info!("metrics on http://{address}/metrics");
-        }
-        let state = Arc::clone(&state);
-        std::thread::spawn(move || crate::metrics::serve(listener, state));
-    }
-    print_banner(&config, &state, running.tcp_addr(), admin_path.as_deref());
-    crate::service::notify(&format!(
-        "READY=1\nSTATUS=serving {}\nMAINPID={}",
-        iocache_report::count(config.volumes.len() as u64, "volume"),
-        std::process::id()
-    ));
-
-    while !STOP.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    log::info!("stopping: finishing requests in flight");
-    crate::service::notify("STOPPING=1\nSTATUS=writing back dirty lines");
-    // No attach, detach or volume flush runs from now on.
-    let _admin = state.lock_admin();
-    let server_stats = running.shutdown();
-    let mut failed = None;
-    let volumes = lock(&state.volumes);
-    for (index, group) in state.caches.iter().enumerate() {
-        let members: Vec<&ServedVolume> = volumes.iter().filter(|v| v.cache == index).collect();
-        for v in &members {
-            let dirty = group
-                .engine()
-                .volume_stats(v.volume.id())
-                .map_or(0, |s| s.dirty_lines);
-            log::info!("volume `{}`: writing back {dirty} dirty lines", v.export);
-        }
-        if group.broken.load(Ordering::SeqCst) {
-            log::error!(
-                "cache {}: not shut down (a line size change left it without an engine)",
-                group.path.display()
-            );
-            continue;
-        }
-        // No request inside the engine (a warm-up's reads included).
-        let current = group.cell.quiesce();
-        if let Err(e) = current.engine.shutdown() {
-            let names = members
-                .iter()
-                .map(|v| format!("`{}`", v.export))
-                .collect::<Vec<_>>()
-                .join(", ");
-            log::warn!(
-                "cache {} (volumes {names}): write-back failed: {e}; the dirty lines stay on \
-                 the cache device and are written back when it is served again",
-                group.path.display()
-            );
-            failed.get_or_insert_with(|| {
-                format!("volumes {names}: not every dirty line was written back (see above)")
-            });
-        }
-    }
-    for v in volumes.iter() {
-        let engine = state.caches[v.cache].engine();
-        let Ok(stats) = engine.volume_stats(v.volume.id()) else {
-            continue;
-        };
-        log::info!(
-            "volume `{}`: {} requests, {:.2} % line hit ratio, {} failed requests, {} I/O errors in its cache",
-            v.export,
-            stats.requests(),
-            stats.hit_ratio() * 100.0,
-            stats.errors,
-            engine.stats().io_errors
-        );
-    }
-    log::info!(
-        "stopped after {}",
-        iocache_report::count(server_stats.connections, "connection")
-    );
-    match failed {
-        Some(e) => bail!(e),
-        None => Ok(()),
-    }
-}
-
-/// Removes a socket file this process bound when dropped (if it is still
-/// the one bound).
-struct RemoveOnDrop(Option<iocache_nbd::SocketFileRemover>);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        if let Some(r) = &self.0 {
-            r.remove();
-        }
-    }
-}
-
 /// Tells how to reach every export.
-fn print_banner(
-    config: &ServeConfig,
-    state: &Running,
-    tcp: Option<std::net::SocketAddr>,
-    admin: Option<&Path>,
-) {
+fn print_banner(config: &ServeConfig, reach: &Reach<'_>) {
+    let (state, tcp, admin) = (reach.state, reach.tcp, reach.admin_socket);
     let socket = config
         .socket
         .as_ref()
@@ -1153,24 +403,6 @@ fn ensure_private_dir(dir: &Path) -> Result<()> {
     }
 }
 
-/// The id of a group given by name or number.
-fn group_id(group: &str) -> Result<u32> {
-    if let Ok(gid) = group.parse::<u32>() {
-        return Ok(gid);
-    }
-    let name = std::ffi::CString::new(group).map_err(|_| anyhow!("group `{group}`: contains NUL"))?;
-    let mut entry: libc::group = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    let mut found: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: getgrnam_r writes into `entry` and `buf`, which outlive the
-    // call, and sets `found` to `&mut entry` or null.
-    let rc = unsafe { libc::getgrnam_r(name.as_ptr(), &mut entry, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc != 0 || found.is_null() {
-        bail!("no group named `{group}` on this system");
-    }
-    Ok(entry.gr_gid)
-}
-
 impl ServeArgs {
     /// The flags as a one-volume configuration (defaults in ./iocache-data).
     fn into_config(self) -> Result<ServeConfig> {
@@ -1218,7 +450,7 @@ impl ServeArgs {
         volume.slow_cache = self
             .slow_cache
             .as_deref()
-            .map(crate::config::SlowCache::parse)
+            .map(crate::config::parse_slow_cache)
             .transpose()
             .context("--slow-cache")?;
         // Only the embedded default creates its backend unasked: a named
@@ -1235,7 +467,7 @@ impl ServeArgs {
         } else {
             self.attach_dir
         };
-        ServeConfig {
+        crate::config::check(ServeConfig {
             origin: Origin::Flags,
             socket: Some(self.socket.unwrap_or_else(|| dir.join("iocache.sock"))),
             listen: self
@@ -1263,8 +495,7 @@ impl ServeArgs {
             attach_dirs,
             private_dir,
             volumes: vec![volume],
-        }
-        .check()
+        })
     }
 }
 

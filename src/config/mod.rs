@@ -16,12 +16,15 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use iocache_core::units::{format_byte_size, format_duration_ns, parse_byte_size, parse_duration_ns};
 use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, WritePolicy};
 use iocache_engine::{BalanceConfig, BalanceController, IoMode, Lookup, Persistence};
+pub use iocache_serving::config::{
+    is_nbd_uri, normalize, Adapt, Origin, RecaConfig, ServeConfig, SlowCache, VolumeConfig,
+};
 use iocache_sim::adapt::AdaptKind;
 use iocache_sim::AdaptSpec;
 use serde::de::{self, Deserializer, Visitor};
@@ -55,36 +58,6 @@ pub const CACHE_KEYS: [&str; 21] = [
 
 /// Size of a backend file `serve` creates when given no `--backend`.
 pub const DEFAULT_BACKEND_BYTES: u64 = 1 << 30;
-/// Size of a new cache file when no cache size is given.
-pub const DEFAULT_CACHE_BYTES: u64 = 128 << 20;
-
-/// Where a configuration came from, to name keys in errors.
-#[derive(Clone, Debug)]
-pub enum Origin {
-    /// The command line: keys are named as flags (`--line-size`).
-    Flags,
-    /// A TOML file: keys are named with the file and the volume.
-    File(String),
-}
-
-impl Origin {
-    /// How to name `key` of the `[server]` table.
-    pub fn server_key(&self, key: &str) -> String {
-        match self {
-            Origin::Flags => format!("--{}", key.replace('_', "-")),
-            Origin::File(path) => format!("{path}: server.{key}"),
-        }
-    }
-
-    /// How to name `key` of the volume exported as `export`.
-    pub fn volume_key(&self, export: &str, key: &str) -> String {
-        match self {
-            Origin::Flags => format!("--{}", key.replace('_', "-")),
-            Origin::File(path) => format!("{path}: volume `{export}`: {key}"),
-        }
-    }
-}
-
 fn default_map_cache() -> bool {
     true
 }
@@ -97,148 +70,21 @@ pub const POLL_BEFORE_SLEEP_US_MAX: u64 = iocache_nbd::POLL_BEFORE_SLEEP_MAX.as_
 /// gets that many, and 64 connections per listener are allowed.
 pub const THREADS_PER_CONNECTION_MAX: usize = 64;
 
-/// Everything `iocache serve` needs to start, validated.
-#[derive(Clone, Debug)]
-pub struct ServeConfig {
-    pub origin: Origin,
-    /// Unix socket for NBD clients.
-    pub socket: Option<PathBuf>,
-    /// TCP address for NBD clients.
-    pub listen: Option<SocketAddr>,
-    /// Unix socket answering `iocache stats`.
-    pub admin_socket: Option<PathBuf>,
-    /// TCP address answering Prometheus scrapes on /metrics.
-    pub metrics: Option<SocketAddr>,
-    /// A file to write this process's id to while it runs.
-    pub pid_file: Option<PathBuf>,
-    /// TLS for NBD clients (STARTTLS): off, on (offered) or require.
-    pub tls: iocache_nbd::TlsMode,
-    /// The directory holding server-cert.pem and server-key.pem (and
-    /// ca-cert.pem with `tls_verify_peer`).
-    pub tls_certificates: Option<PathBuf>,
-    /// A file of TLS pre-shared keys (`identity:hexkey` lines, psktool's).
-    pub tls_psk: Option<PathBuf>,
-    /// Require client certificates signed by tls_certificates/ca-cert.pem.
-    pub tls_verify_peer: bool,
-    /// A group whose members may connect to the NBD Unix socket (mode
-    /// 0660 then); none: the socket is its owner's only (0600).
-    pub socket_group: Option<String>,
-    /// Connections one peer (a user on the Unix socket, an address or an
-    /// IPv6 /64 on TCP) may hold on each listener; `None`: the server's
-    /// default (16 of the 64).
-    pub max_connections_per_peer: Option<usize>,
-    /// Connections one peer may have in the handshake at once on each
-    /// listener; `None`: the server's default (16, the listener's own limit).
-    pub max_handshakes_per_peer: Option<usize>,
-    /// Threads serving one connection's requests (leader and followers);
-    /// `None`: the server's default (4).
-    pub threads_per_connection: Option<usize>,
-    /// Microseconds a connection's reader polls for the next request
-    /// before it sleeps (0: never); `None`: the server's default (20).
-    pub poll_before_sleep_us: Option<u64>,
-    /// Map cache files that live in memory (tmpfs, ramfs) and copy to and
-    /// from them (`FileDevice::map_if_in_memory`); false: `pread`/`pwrite`.
-    pub map_cache: bool,
-    /// Directories under which `iocache ctl attach` may open (or create)
-    /// backend files; none: only NBD backends can be attached.
-    pub attach_dirs: Vec<PathBuf>,
-    /// The default data directory, when some path was defaulted into it:
-    /// it must be this user's alone (created 0700), and files in it are
-    /// opened without following symbolic links.
-    pub private_dir: Option<PathBuf>,
-    /// At least one; the first is also the default export (the empty name).
-    pub volumes: Vec<VolumeConfig>,
-}
-
-/// One cached volume: a backend, its own cache device and the cache's policies.
-#[derive(Clone)]
-pub struct VolumeConfig {
-    pub origin: Origin,
-    pub export: String,
-    /// A file or block device path, or an `nbd://` / `nbd+unix://` URI.
-    pub backend: String,
-    /// Create a missing backend file with this size.
-    pub backend_create_bytes: Option<u64>,
-    /// The backend's identity as the operator gives it, instead of the one
-    /// the device says (docs/format.md, "Backend identity").
-    pub backend_id: Option<String>,
-    pub cache: PathBuf,
-    /// Cache RAID: the other devices of an array with `cache` (clean lines
-    /// striped over all, dirty lines mirrored); empty for one device.
-    pub cache_array: Vec<PathBuf>,
-    /// Share of each array device's line slots kept for mirrors of dirty lines.
-    pub mirror_percent: u32,
-    /// The cache's size; `None` uses the whole device (a new file gets
-    /// [`DEFAULT_CACHE_BYTES`]).
-    pub cache_bytes: Option<u64>,
-    pub line_size: LineSize,
-    pub write_policy: WritePolicy,
-    pub promotion: Promotion,
-    pub policy: PolicySpec,
-    pub lookup: Lookup,
-    pub cleaning: CleaningPolicy,
-    /// Send write misses to the backend when every line is dirty.
-    pub write_miss_bypass: bool,
-    pub seq_cutoff: SeqCutoff,
-    /// At most this many dirty lines in the whole cache (a write that
-    /// would make one more is written through); `None`: no cap.
-    pub max_dirty_lines: Option<u64>,
-    /// How cache reads of several lines are issued.
-    pub io: IoMode,
-    /// `io_engine` was `auto`: `io` follows `direct`.
-    pub io_auto: bool,
-    /// Open the cache device with O_DIRECT.
-    pub direct: bool,
-    /// Which lines' metadata the cache device keeps across restarts.
-    pub persistence: Persistence,
-    /// After a crash (persistence `all`), how long the recovered clean
-    /// lines may be compared with the backend; the rest are dropped.
-    pub clean_check_budget_ns: u64,
-    /// An adaptive controller beside the cache: `Some` for ReCA.
-    pub reca: Option<RecaConfig>,
-    /// Clients may only read this export (NBD_FLAG_READ_ONLY; writes,
-    /// trims and write-zeroes get EPERM). Dirty lines from an earlier run
-    /// are still written back, so the backend stays open for writing.
-    pub read_only: bool,
-    /// A load balancer between the cache device and the backends
-    /// (`adapt = "lbica"`), with the text it was given.
-    pub adapt: Option<Adapt>,
-    /// For experiments (`serve --slow-cache`, a hidden flag): the cache
-    /// device slowed down.
-    pub slow_cache: Option<SlowCache>,
-}
-
 /// `--slow-cache LATENCY[:servers=N]`: latency added to every cache-device
 /// I/O, through `servers` at once (0: no limit).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SlowCache {
-    pub latency_ns: u64,
-    pub servers: u64,
-}
-
-impl SlowCache {
-    pub fn parse(text: &str) -> Result<SlowCache> {
-        let mut parts = text.split(':');
-        let latency_ns = parse_duration_ns(parts.next().unwrap_or(""))?;
-        let mut servers = 1;
-        for part in parts {
-            match part.split_once('=') {
-                Some(("servers", n)) => {
-                    servers = n.parse().map_err(|_| anyhow!("servers: `{n}` is not a count"))?
-                }
-                _ => bail!("`{part}`: expected servers=N"),
+pub fn parse_slow_cache(text: &str) -> Result<SlowCache> {
+    let mut parts = text.split(':');
+    let latency_ns = parse_duration_ns(parts.next().unwrap_or(""))?;
+    let mut servers = 1;
+    for part in parts {
+        match part.split_once('=') {
+            Some(("servers", n)) => {
+                servers = n.parse().map_err(|_| anyhow!("servers: `{n}` is not a count"))?
             }
+            _ => bail!("`{part}`: expected servers=N"),
         }
-        Ok(SlowCache { latency_ns, servers })
     }
-}
-
-/// `adapt` and `adapt_interval`, validated.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Adapt {
-    /// The controller and its interval, as `iocache stats` shows them.
-    pub text: String,
-    pub config: BalanceConfig,
+    Ok(SlowCache { latency_ns, servers })
 }
 
 /// The controller interval when neither `adapt_interval` nor `interval=`
@@ -292,32 +138,15 @@ pub fn parse_adapt(spec: &str, interval: Option<&str>) -> Result<Adapt> {
     })
 }
 
-impl fmt::Debug for VolumeConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("VolumeConfig")
-            .field("export", &self.export)
-            .field("backend", &self.backend)
-            .field("cache", &self.cache)
-            .field("cache_bytes", &self.cache_bytes)
-            .field("line_bytes", &self.line_size.bytes())
-            .field("write_policy", &self.write_policy)
-            .field("policy", &self.policy.to_string())
-            .field("lookup", &self.lookup)
-            .finish_non_exhaustive()
-    }
+/// How volumes sharing a cache agree on its keys (the cache keys are
+/// written on volumes).
+trait CacheKeys {
+    fn cache_key_value(&self, key: &str) -> String;
+    fn copy_cache_key(&mut self, from: &VolumeConfig, key: &str);
+    fn resolve_io(&mut self);
 }
 
-impl VolumeConfig {
-    /// How to name `key` of this volume in an error.
-    pub fn key(&self, key: &str) -> String {
-        self.origin.volume_key(&self.export, key)
-    }
-
-    /// Whether the backend is a remote NBD export rather than a path.
-    pub fn backend_is_nbd(&self) -> bool {
-        is_nbd_uri(&self.backend)
-    }
-
+impl CacheKeys for VolumeConfig {
     /// The value of one of [`CACHE_KEYS`], as text to compare and show.
     fn cache_key_value(&self, key: &str) -> String {
         match key {
@@ -424,24 +253,8 @@ impl VolumeConfig {
     }
 }
 
-/// `adapt = "reca"`: ReCA's category table and window.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecaConfig {
-    /// The category table's file; `None`: the built-in table.
-    pub table: Option<PathBuf>,
-    pub window_requests: u64,
-    /// `reca_line_size = "live"` (the default): a category's line size is
-    /// put in force while serving (`live_relayout.rs`); `"next_start"`: it
-    /// is recorded and taken at the next start.
-    pub line_size_live: bool,
-}
-
 /// ReCA's window when none is given (the paper's).
 pub const DEFAULT_RECA_WINDOW: u64 = 100_000;
-
-fn is_nbd_uri(text: &str) -> bool {
-    text.starts_with("nbd://") || text.starts_with("nbd+unix://")
-}
 
 /// A volume's settings as text, before validation: the command line's flags
 /// and a `[[volume]]` table both become one of these.
@@ -878,232 +691,198 @@ fn unify_shared_caches(
     Ok(())
 }
 
-/// `path` without `.` components and with `a/..` folded, for comparing paths
-/// before the files exist.
-pub fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir if matches!(out.components().next_back(), Some(Component::Normal(_))) => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
 /// Parses a listener address.
 pub fn parse_listen(text: &str, name: &str) -> Result<SocketAddr> {
     text.parse()
         .map_err(|_| anyhow!("{name}: `{text}`: expected ADDR:PORT, such as 127.0.0.1:10809"))
 }
 
-impl ServeConfig {
-    /// Reads and validates a TOML configuration file.
-    pub fn from_file(path: &Path) -> Result<ServeConfig> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("--config {}", path.display()))?;
-        ServeConfig::from_toml_str(&text, &path.display().to_string())
-    }
+/// Reads and validates a TOML configuration file.
+pub fn from_file(path: &Path) -> Result<ServeConfig> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("--config {}", path.display()))?;
+    from_toml_str(&text, &path.display().to_string())
+}
 
-    /// Parses and validates a TOML configuration; `origin` (the file's path)
-    /// prefixes every error. Opens nothing.
-    pub fn from_toml_str(text: &str, origin: &str) -> Result<ServeConfig> {
-        let file: FileText =
-            toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", e.to_string().trim_end()))?;
-        // Which keys each [[volume]] table writes (the typed parse above
-        // filled in defaults): volumes sharing a cache take its keys from
-        // whichever of them writes them.
-        let raw: toml::Table = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
-        let written: Vec<HashSet<String>> = raw
-            .get("volume")
-            .and_then(|v| v.as_array())
-            .map(|tables| {
-                tables
-                    .iter()
-                    .map(|t| {
-                        t.as_table()
-                            .map(|t| t.keys().cloned().collect())
-                            .unwrap_or_default()
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let o = Origin::File(origin.to_string());
-        let listen = file
-            .server
-            .listen
-            .as_deref()
-            .map(|t| parse_listen(t, &o.server_key("listen")))
-            .transpose()?;
-        if file.server.socket.is_none() && listen.is_none() {
-            bail!("{origin}: server: no listener: set server.socket (a Unix socket) and/or server.listen (ADDR:PORT)");
-        }
-        if file.volume.is_empty() {
-            bail!("{origin}: no volume: add at least one [[volume]] table with export, backend and cache");
-        }
-        let mut volumes = file
-            .volume
-            .into_iter()
-            .map(|v| v.validate(&o))
-            .collect::<Result<Vec<_>>>()?;
-        unify_shared_caches(&mut volumes, &written, origin)?;
-        let tls = file
-            .server
-            .tls
-            .as_deref()
-            .map(|t| {
-                t.parse()
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", o.server_key("tls")))
-            })
-            .transpose()?
-            .unwrap_or_default();
-        let metrics = file
-            .server
-            .metrics
-            .as_deref()
-            .map(|m| parse_listen(m, &o.server_key("metrics")))
-            .transpose()?;
-        ServeConfig {
-            origin: o,
-            socket: file.server.socket,
-            listen,
-            admin_socket: file.server.admin_socket,
-            metrics,
-            pid_file: file.server.pid_file,
-            tls,
-            tls_certificates: file.server.tls_certificates,
-            tls_psk: file.server.tls_psk,
-            tls_verify_peer: file.server.tls_verify_peer,
-            socket_group: file.server.socket_group,
-            max_connections_per_peer: file.server.max_connections_per_peer,
-            max_handshakes_per_peer: file.server.max_handshakes_per_peer,
-            threads_per_connection: file.server.threads_per_connection,
-            poll_before_sleep_us: file.server.poll_before_sleep_us,
-            map_cache: file.server.map_cache,
-            attach_dirs: file.server.attach_dirs,
-            private_dir: None,
-            volumes,
-        }
-        .check()
+/// Parses and validates a TOML configuration; `origin` (the file's path)
+/// prefixes every error. Opens nothing.
+pub fn from_toml_str(text: &str, origin: &str) -> Result<ServeConfig> {
+    let file: FileText =
+        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", e.to_string().trim_end()))?;
+    // Which keys each [[volume]] table writes (the typed parse above
+    // filled in defaults): volumes sharing a cache take its keys from
+    // whichever of them writes them.
+    let raw: toml::Table = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+    let written: Vec<HashSet<String>> = raw
+        .get("volume")
+        .and_then(|v| v.as_array())
+        .map(|tables| {
+            tables
+                .iter()
+                .map(|t| {
+                    t.as_table()
+                        .map(|t| t.keys().cloned().collect())
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let o = Origin::File(origin.to_string());
+    let listen = file
+        .server
+        .listen
+        .as_deref()
+        .map(|t| parse_listen(t, &o.server_key("listen")))
+        .transpose()?;
+    if file.server.socket.is_none() && listen.is_none() {
+        bail!("{origin}: server: no listener: set server.socket (a Unix socket) and/or server.listen (ADDR:PORT)");
     }
-
-    /// The volumes grouped by cache device (the same `cache` path after
-    /// normalizing): indices into `volumes`, each group in file order, the
-    /// groups in the order of their first volume.
-    pub fn cache_groups(&self) -> Vec<Vec<usize>> {
-        let mut groups: Vec<(PathBuf, Vec<usize>)> = Vec::new();
-        for (i, v) in self.volumes.iter().enumerate() {
-            let path = normalize(&v.cache);
-            match groups.iter_mut().find(|(p, _)| *p == path) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((path, vec![i])),
-            }
-        }
-        groups.into_iter().map(|(_, members)| members).collect()
+    if file.volume.is_empty() {
+        bail!("{origin}: no volume: add at least one [[volume]] table with export, backend and cache");
     }
+    let mut volumes = file
+        .volume
+        .into_iter()
+        .map(|v| v.validate(&o))
+        .collect::<Result<Vec<_>>>()?;
+    unify_shared_caches(&mut volumes, &written, origin)?;
+    let tls = file
+        .server
+        .tls
+        .as_deref()
+        .map(|t| {
+            t.parse()
+                .map_err(|e| anyhow::anyhow!("{}: {e}", o.server_key("tls")))
+        })
+        .transpose()?
+        .unwrap_or_default();
+    let metrics = file
+        .server
+        .metrics
+        .as_deref()
+        .map(|m| parse_listen(m, &o.server_key("metrics")))
+        .transpose()?;
+    check(ServeConfig {
+        origin: o,
+        socket: file.server.socket,
+        listen,
+        admin_socket: file.server.admin_socket,
+        metrics,
+        pid_file: file.server.pid_file,
+        tls,
+        tls_certificates: file.server.tls_certificates,
+        tls_psk: file.server.tls_psk,
+        tls_verify_peer: file.server.tls_verify_peer,
+        socket_group: file.server.socket_group,
+        max_connections_per_peer: file.server.max_connections_per_peer,
+        max_handshakes_per_peer: file.server.max_handshakes_per_peer,
+        threads_per_connection: file.server.threads_per_connection,
+        poll_before_sleep_us: file.server.poll_before_sleep_us,
+        map_cache: file.server.map_cache,
+        attach_dirs: file.server.attach_dirs,
+        private_dir: None,
+        volumes,
+    })
+}
 
-    /// Checks what concerns several volumes or the server: unique exports,
-    /// no file both a cache and a backend, no backend used twice, sockets
-    /// apart.
-    pub fn check(self) -> Result<ServeConfig> {
-        if self.socket.is_none() && self.listen.is_none() {
-            bail!("no listener: give a Unix socket and/or a TCP address");
-        }
-        let server = iocache_nbd::ServerConfig::default();
-        let limits = [
-            (
-                "max_connections_per_peer",
-                self.max_connections_per_peer,
-                server.max_connections,
-                "the connections a listener serves at once",
-            ),
-            (
-                "max_handshakes_per_peer",
-                self.max_handshakes_per_peer,
-                server.max_handshakes,
-                "the handshakes a listener serves at once",
-            ),
-            (
-                "threads_per_connection",
-                self.threads_per_connection,
-                THREADS_PER_CONNECTION_MAX,
-                "the threads a connection may have",
-            ),
-        ];
-        for (key, value, most, what) in limits {
-            if let Some(n) = value.filter(|n| !(1..=most).contains(n)) {
-                bail!(
-                    "{}: {n} is not between 1 and {most} ({what})",
-                    self.origin.server_key(key)
-                );
-            }
-        }
-        if let Some(us) = self
-            .poll_before_sleep_us
-            .filter(|&us| us > POLL_BEFORE_SLEEP_US_MAX)
-        {
+/// Checks what concerns several volumes or the server: unique exports,
+/// no file both a cache and a backend, no backend used twice, sockets
+/// apart.
+pub fn check(config: ServeConfig) -> Result<ServeConfig> {
+    if config.socket.is_none() && config.listen.is_none() {
+        bail!("no listener: give a Unix socket and/or a TCP address");
+    }
+    let server = iocache_nbd::ServerConfig::default();
+    let limits = [
+        (
+            "max_connections_per_peer",
+            config.max_connections_per_peer,
+            server.max_connections,
+            "the connections a listener serves at once",
+        ),
+        (
+            "max_handshakes_per_peer",
+            config.max_handshakes_per_peer,
+            server.max_handshakes,
+            "the handshakes a listener serves at once",
+        ),
+        (
+            "threads_per_connection",
+            config.threads_per_connection,
+            THREADS_PER_CONNECTION_MAX,
+            "the threads a connection may have",
+        ),
+    ];
+    for (key, value, most, what) in limits {
+        if let Some(n) = value.filter(|n| !(1..=most).contains(n)) {
             bail!(
-                "{}: {us} is above {POLL_BEFORE_SLEEP_US_MAX} (microseconds a reader polls before it sleeps)",
-                self.origin.server_key("poll_before_sleep_us")
+                "{}: {n} is not between 1 and {most} ({what})",
+                config.origin.server_key(key)
             );
         }
-        let mut exports: HashSet<&str> = HashSet::new();
-        // Every file a volume opens: normalized path -> (volume, role).
-        let mut files: HashMap<PathBuf, (&str, &str)> = HashMap::new();
-        for v in &self.volumes {
-            if !exports.insert(&v.export) {
-                bail!(
-                    "{}: `{}` names two volumes; export names must be unique",
-                    v.key("export"),
-                    v.export
-                );
-            }
-            let mut uses = vec![(normalize(&v.cache), "cache")];
-            if !v.backend_is_nbd() {
-                uses.push((normalize(Path::new(&v.backend)), "backend"));
-            }
-            for (path, role) in uses {
-                if let Some((other, other_role)) = files.get(&path) {
-                    if role == "cache" && *other_role == "cache" {
-                        // A shared cache device (its keys were unified).
-                        continue;
-                    }
-                    let whose = if *other == v.export.as_str() {
-                        "this volume's".to_string()
-                    } else {
-                        format!("volume `{other}`'s")
-                    };
-                    let why = if role == "cache" || *other_role == "cache" {
-                        "a file cannot be both a cache device and a backend"
-                    } else {
-                        "two volumes cannot share a backend"
-                    };
-                    bail!(
-                        "{}: {} is also {whose} {other_role}; {why}",
-                        v.key(role),
-                        path.display()
-                    );
-                }
-                files.insert(path, (&v.export, role));
-            }
-        }
-        let sockets = [
-            ("socket", self.socket.as_ref()),
-            ("admin_socket", self.admin_socket.as_ref()),
-        ];
-        if let (Some(a), Some(b)) = (sockets[0].1, sockets[1].1) {
-            if normalize(a) == normalize(b) {
-                bail!(
-                    "{}: {} is also the NBD socket",
-                    self.origin.server_key("admin_socket"),
-                    b.display()
-                );
-            }
-        }
-        Ok(self)
     }
+    if let Some(us) = config
+        .poll_before_sleep_us
+        .filter(|&us| us > POLL_BEFORE_SLEEP_US_MAX)
+    {
+        bail!(
+            "{}: {us} is above {POLL_BEFORE_SLEEP_US_MAX} (microseconds a reader polls before it sleeps)",
+            config.origin.server_key("poll_before_sleep_us")
+        );
+    }
+    let mut exports: HashSet<&str> = HashSet::new();
+    // Every file a volume opens: normalized path -> (volume, role).
+    let mut files: HashMap<PathBuf, (&str, &str)> = HashMap::new();
+    for v in &config.volumes {
+        if !exports.insert(&v.export) {
+            bail!(
+                "{}: `{}` names two volumes; export names must be unique",
+                v.key("export"),
+                v.export
+            );
+        }
+        let mut uses = vec![(normalize(&v.cache), "cache")];
+        if !v.backend_is_nbd() {
+            uses.push((normalize(Path::new(&v.backend)), "backend"));
+        }
+        for (path, role) in uses {
+            if let Some((other, other_role)) = files.get(&path) {
+                if role == "cache" && *other_role == "cache" {
+                    // A shared cache device (its keys were unified).
+                    continue;
+                }
+                let whose = if *other == v.export.as_str() {
+                    "this volume's".to_string()
+                } else {
+                    format!("volume `{other}`'s")
+                };
+                let why = if role == "cache" || *other_role == "cache" {
+                    "a file cannot be both a cache device and a backend"
+                } else {
+                    "two volumes cannot share a backend"
+                };
+                bail!(
+                    "{}: {} is also {whose} {other_role}; {why}",
+                    v.key(role),
+                    path.display()
+                );
+            }
+            files.insert(path, (&v.export, role));
+        }
+    }
+    let sockets = [
+        ("socket", config.socket.as_ref()),
+        ("admin_socket", config.admin_socket.as_ref()),
+    ];
+    if let (Some(a), Some(b)) = (sockets[0].1, sockets[1].1) {
+        if normalize(a) == normalize(b) {
+            bail!(
+                "{}: {} is also the NBD socket",
+                config.origin.server_key("admin_socket"),
+                b.display()
+            );
+        }
+    }
+    Ok(config)
 }
 
 #[cfg(test)]

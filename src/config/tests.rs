@@ -30,12 +30,12 @@ direct = true
 "#;
 
 fn err(text: &str) -> String {
-    format!("{:#}", ServeConfig::from_toml_str(text, "conf.toml").unwrap_err())
+    format!("{:#}", from_toml_str(text, "conf.toml").unwrap_err())
 }
 
 #[test]
 fn two_volumes_parse() {
-    let c = ServeConfig::from_toml_str(TWO, "conf.toml").unwrap();
+    let c = from_toml_str(TWO, "conf.toml").unwrap();
     assert_eq!(c.volumes.len(), 2);
     assert_eq!(c.listen, Some("127.0.0.1:0".parse().unwrap()));
     let (fast, slow) = (&c.volumes[0], &c.volumes[1]);
@@ -53,7 +53,7 @@ fn two_volumes_parse() {
 #[test]
 fn the_shipped_example_is_valid() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/iocache.toml");
-    let c = ServeConfig::from_file(Path::new(path)).unwrap();
+    let c = from_file(Path::new(path)).unwrap();
     assert!(c.volumes.len() >= 2, "{c:?}");
     assert!(c.socket.is_some() && c.listen.is_some() && c.admin_socket.is_some());
 }
@@ -61,7 +61,7 @@ fn the_shipped_example_is_valid() {
 #[test]
 fn limits_per_peer_are_read_and_checked() {
     let with = |keys: &str| TWO.replace("admin_socket =", &format!("{keys}\nadmin_socket ="));
-    let c = ServeConfig::from_toml_str(
+    let c = from_toml_str(
         &with("max_connections_per_peer = 8\nmax_handshakes_per_peer = 2"),
         "conf.toml",
     )
@@ -70,7 +70,7 @@ fn limits_per_peer_are_read_and_checked() {
         (c.max_connections_per_peer, c.max_handshakes_per_peer),
         (Some(8), Some(2))
     );
-    let c = ServeConfig::from_toml_str(TWO, "conf.toml").unwrap();
+    let c = from_toml_str(TWO, "conf.toml").unwrap();
     assert_eq!(
         (c.max_connections_per_peer, c.max_handshakes_per_peer),
         (None, None)
@@ -246,7 +246,7 @@ cache = "d/other-cache.img"
 
 #[test]
 fn volumes_naming_one_cache_share_its_keys() {
-    let c = ServeConfig::from_toml_str(SHARED, "conf.toml").unwrap();
+    let c = from_toml_str(SHARED, "conf.toml").unwrap();
     assert_eq!(c.cache_groups(), vec![vec![0, 1], vec![2]]);
     let (a, b, other) = (&c.volumes[0], &c.volumes[1], &c.volumes[2]);
     for v in [a, b] {
@@ -261,7 +261,7 @@ fn volumes_naming_one_cache_share_its_keys() {
     assert!(!other.direct && other.io == IoMode::Psync);
     // The same value twice is fine.
     let twice = SHARED.replace("policy = \"arc\"", "policy = \"arc\"\nwrite_policy = \"wt\"");
-    assert!(ServeConfig::from_toml_str(&twice, "conf.toml").is_ok());
+    assert!(from_toml_str(&twice, "conf.toml").is_ok());
 }
 
 #[test]
@@ -298,7 +298,7 @@ fn adapt_parses_and_is_shared_by_a_cache() {
         "direct = true",
         "direct = true\nadapt = \"lbica\"\nadapt_interval = \"50ms\"",
     );
-    let c = ServeConfig::from_toml_str(&shared, "conf.toml").unwrap();
+    let c = from_toml_str(&shared, "conf.toml").unwrap();
     assert_eq!(c.volumes[1].adapt, c.volumes[0].adapt);
     assert_eq!(
         c.volumes[0].adapt.as_ref().unwrap().config.interval_ns,
@@ -313,11 +313,11 @@ fn adapt_parses_and_is_shared_by_a_cache() {
 
 #[test]
 fn clean_check_budget_is_a_duration_of_the_cache() {
-    let c = ServeConfig::from_toml_str(SHARED, "conf.toml").unwrap();
+    let c = from_toml_str(SHARED, "conf.toml").unwrap();
     assert_eq!(c.volumes[0].clean_check_budget_ns, 60_000_000_000);
     // Written in one volume, both volumes of the cache have it.
     let shared = SHARED.replace("direct = true", "direct = true\nclean_check_budget = \"0s\"");
-    let c = ServeConfig::from_toml_str(&shared, "conf.toml").unwrap();
+    let c = from_toml_str(&shared, "conf.toml").unwrap();
     assert_eq!(
         (
             c.volumes[0].clean_check_budget_ns,
@@ -415,7 +415,7 @@ fn reca_keys_are_cache_keys_and_checked() {
         "policy = \"arc\"",
         "policy = \"arc\"\nadapt = \"reca\"\nreca_window = 5000\nreca_table = \"t.toml\"",
     );
-    let c = ServeConfig::from_toml_str(&shared, "conf.toml").unwrap();
+    let c = from_toml_str(&shared, "conf.toml").unwrap();
     let want = Some(RecaConfig {
         table: Some("t.toml".into()),
         window_requests: 5000,
@@ -438,7 +438,7 @@ fn reca_keys_are_cache_keys_and_checked() {
         e.contains("volume `b`: adapt_interval: only with a load balancer"),
         "{e}"
     );
-    let c = ServeConfig::from_toml_str(
+    let c = from_toml_str(
         &SHARED.replace("policy = \"arc\"", "adapt = \"lbica\""),
         "conf.toml",
     )
@@ -456,7 +456,7 @@ fn reca_keys_are_cache_keys_and_checked() {
         e.contains("volume `b`: reca_line_size: `later` is not live or next_start"),
         "{e}"
     );
-    let c = ServeConfig::from_toml_str(
+    let c = from_toml_str(
         &SHARED.replace(
             "policy = \"arc\"",
             "adapt = \"reca\"\nreca_line_size = \"next_start\"",

@@ -1,4 +1,4 @@
-//! Parsing of human-written sizes ("16MiB", "4k", "32768") shared by every front end.
+//! Parsing and wording of human-written quantities ("16MiB", "4k", "1 request") shared by every front end.
 
 use crate::error::CoreError;
 
@@ -6,6 +6,17 @@ use crate::error::CoreError;
 /// line of help text.
 pub const SIZE_GRAMMAR: &str = "a number with a unit: B, K/KiB, M/MiB, G/GiB, T/TiB \
 (powers of 1024; decimals allowed, e.g. 1.5GiB)";
+
+/// `n` and the noun, singular for one: `count(1, "request")` is
+/// "1 request", `count(3, "line")` "3 lines" (nouns here take an `s`), so
+/// counts read as English in every command's output and every report.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
 
 /// Parses a byte size: a number (decimals allowed) with a unit.
 ///
@@ -98,6 +109,13 @@ pub fn format_byte_size(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn counts_are_singular_for_one_only() {
+        assert_eq!(super::count(0, "request"), "0 requests");
+        assert_eq!(super::count(1, "request"), "1 request");
+        assert_eq!(super::count(2, "malformed line"), "2 malformed lines");
+    }
+
     use super::*;
 
     #[test]

@@ -690,7 +690,7 @@ pub fn run(args: &RunRequest, progress: &mut dyn Progress) -> Result<()> {
         log::info!(
             "workload `{}`: {} in {:.1} s",
             entry.name,
-            iocache_report::count(points.len() as u64, "point"),
+            iocache_core::units::count(points.len() as u64, "point"),
             started.elapsed().as_secs_f64()
         );
     }

@@ -766,7 +766,7 @@ pub fn run(
     let version = check_fio(&settings.fio)?;
     log::info!(
         "live target: {} to run with {version}",
-        iocache_report::count(points.len() as u64, "point")
+        iocache_core::units::count(points.len() as u64, "point")
     );
     for (n, point) in points.iter().enumerate() {
         let what = format!("live point {} ({})", point.index, point.id);

@@ -10,17 +10,6 @@ mod plot;
 
 pub use plot::render_svg;
 
-/// `n` and the noun, singular for one: `count(1, "request")` is
-/// "1 request", `count(3, "line")` "3 lines" (nouns here take an `s`), so
-/// counts read as English in every command's output and every report.
-pub fn count(n: u64, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
-}
-
 /// A whole page.
 #[derive(Clone, Debug, Default)]
 pub struct Report {

@@ -47,7 +47,7 @@
 //! crash in between finds the old superblock and does it again), so no
 //! dirty sector is lost, only clean lines. A serving layer may also put it
 //! in force at once by replacing the engine (`succession.rs`: the binary's
-//! `live_relayout.rs` does, unless `reca_line_size = "next_start"`; a
+//! `iocache-serving`'s `relayout.rs` does, unless `reca_line_size = "next_start"`; a
 //! successor's ReCA starts in its predecessor's category,
 //! [`RecaSetup::initial_category`]). A cache array keeps its line size (its
 //! members were formatted with it): the change is only logged.

@@ -1,5 +1,5 @@
 //! Operators watch a daemon with Prometheus, not by
-//! polling `iocache stats`. `serve --metrics ADDR:PORT` answers
+//! polling `iocache stats`. A server with a metrics address answers
 //! `GET /metrics` with the counters `iocache stats` shows, per volume and
 //! per cache device, and the request latency histograms, in the
 //! OpenMetrics text format (written by the Prometheus project's own Rust
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use crate::error::{Result, Within};
 use iocache_engine::{LatencyPercentiles, LATENCY_BOUNDS_NS};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
@@ -36,7 +36,7 @@ const MAX_CONCURRENT_SCRAPES: usize = 8;
 /// Binds the metrics listener (before any device is opened, as the other
 /// listeners are).
 pub fn bind(address: &str) -> Result<TcpListener> {
-    TcpListener::bind(address).with_context(|| format!("--metrics: cannot listen on {address}"))
+    TcpListener::bind(address).within(|| format!("cannot listen on {address}"))
 }
 
 /// Answers scrapes until the process exits.

@@ -38,17 +38,17 @@
 //! the change is the placement of clean data in the cache (it is read again
 //! from the backend) and the engine's counters.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
+use crate::error::{refused, Result, ServeError, Within};
+use crate::EngineCell;
 use iocache_core::units::format_byte_size;
 use iocache_core::LineSize;
 use iocache_engine::{CachedRange, Engine, InitMode};
-use iocache_serving::EngineCell;
 
-use crate::running::{lock, Running, STOP};
+use crate::running::{lock, Running};
 
 /// How often a cache's pending line size is looked at.
 const POLL: Duration = Duration::from_millis(10);
@@ -96,7 +96,7 @@ pub fn watch(state: Arc<Running>) {
     // A line size the cache cannot take (its lines would not fit the
     // device), said once while it stays wanted.
     let mut refused = vec![None::<u64>; caches];
-    while !STOP.load(Ordering::SeqCst) {
+    while !state.stopping() {
         std::thread::sleep(POLL);
         for (index, group) in state.caches.iter().enumerate() {
             let live = group.config.reca.as_ref().is_some_and(|r| r.line_size_live);
@@ -122,12 +122,13 @@ pub fn watch(state: Arc<Running>) {
                 continue;
             }
             if let Err(e) =
-                crate::serve::cache_lines(&group.config, engine.cache_device().len_bytes(), wanted)
+                crate::start::cache_lines(&group.config, engine.cache_device().len_bytes(), wanted)
             {
                 log::warn!(
-                    "cache {}: ReCA's line size {} is not put in force: {e:#}",
+                    "cache {}: ReCA's line size {} is not put in force: {}",
                     group.path.display(),
-                    format_byte_size(wanted)
+                    format_byte_size(wanted),
+                    crate::error_chain_text(&e)
                 );
                 refused[index] = Some(wanted);
                 continue;
@@ -153,9 +154,10 @@ pub fn watch(state: Arc<Running>) {
                 Ok(None) => {}
                 Err(e) => {
                     log::warn!(
-                        "cache {}: the line size was not changed to {}: {e:#}; next attempt in {} s",
+                        "cache {}: the line size was not changed to {}: {}; next attempt in {} s",
                         group.path.display(),
                         format_byte_size(wanted),
+                        crate::error_chain_text(&e),
                         RETRY_AFTER.as_secs()
                     );
                     retry_at[index] = Some(Instant::now() + RETRY_AFTER);
@@ -170,11 +172,11 @@ pub fn watch(state: Arc<Running>) {
 pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Option<Relayout>> {
     // No attach, detach, flush, setting or shutdown meanwhile.
     let _admin = state.lock_admin();
-    if STOP.load(Ordering::SeqCst) {
+    if state.stopping() {
         return Ok(None);
     }
     let group = &state.caches[index];
-    let line_size = LineSize::new(wanted).map_err(|e| anyhow!("{e}"))?;
+    let line_size = LineSize::new(wanted).map_err(|e| refused!("{e}"))?;
     let old = group.engine();
     let old_line_bytes = old.line_bytes();
     if old_line_bytes == wanted {
@@ -182,9 +184,9 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     }
     let path = group.path.display().to_string();
     let dev = old.cache_device();
-    let capacity_lines = crate::serve::cache_lines(&group.config, dev.len_bytes(), wanted)?;
-    let old_capacity_lines = crate::serve::cache_lines(&group.config, dev.len_bytes(), old_line_bytes)?;
-    let old_line_size = LineSize::new(old_line_bytes).map_err(|e| anyhow!("{e}"))?;
+    let capacity_lines = crate::start::cache_lines(&group.config, dev.len_bytes(), wanted)?;
+    let old_capacity_lines = crate::start::cache_lines(&group.config, dev.len_bytes(), old_line_bytes)?;
+    let old_line_size = LineSize::new(old_line_bytes).map_err(|e| refused!("{e}"))?;
     // 1. Dirty lines back while serving.
     let dirty_before = old.stats().dirty_lines;
     log::info!(
@@ -195,7 +197,7 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     // A first pass as the cache is: a backend that refuses it ends the
     // attempt before the clients see any change.
     old.flush_all()
-        .map_err(|e| anyhow!("writing back {dirty_before} dirty lines: {e}"))?;
+        .map_err(|e| refused!("writing back {dirty_before} dirty lines: {e}"))?;
     // Then writes go through to the backend, so no new dirty line comes;
     // passes until few are left (ReCA may have set its own write policy
     // again).
@@ -207,7 +209,7 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         }
         if let Err(e) = old.flush_all() {
             old.restore_controller_policy(controller_before);
-            return Err(anyhow!("writing back {dirty} dirty lines: {e}"));
+            return Err(refused!("writing back {dirty} dirty lines: {e}"));
         }
         let left = old.stats().dirty_lines;
         if left <= PRE_DRAIN_ENOUGH_LINES || left >= dirty {
@@ -219,7 +221,7 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     // than by the shutdown's barrier.
     if let Err(e) = old.flush() {
         old.restore_controller_policy(controller_before);
-        return Err(anyhow!("writing the cleaned lines' records: {e}"));
+        return Err(refused!("writing the cleaned lines' records: {e}"));
     }
     // 2. No request inside the engine from here.
     let mut current = group.cell.quiesce();
@@ -240,7 +242,7 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     if dirty_meanwhile > 0 {
         if let Err(e) = old.flush_all() {
             old.restore_controller_policy(controller_before);
-            return Err(anyhow!(
+            return Err(refused!(
                 "writing back the lines dirtied meanwhile: {e} (the cache keeps serving as it was)"
             ));
         }
@@ -251,27 +253,27 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     let closed_at = Instant::now();
     // 4. The successor (or, if it cannot open, the old geometry again).
     let v = &group.config;
-    let mut config = crate::serve::engine_config(v, capacity_lines, InitMode::Load, None);
+    let mut config = crate::start::engine_config(v, capacity_lines, InitMode::Load, None);
     config.cache.line_size = line_size;
     let opened = closed
-        .map_err(|e| anyhow!("shutting the old engine down: {e}"))
+        .map_err(|e| refused!("shutting the old engine down: {e}"))
         .and_then(|()| {
             Engine::with_volumes(config, Arc::clone(&dev), volumes.clone())
-                .map_err(|e| anyhow!("opening the cache with {} lines: {e}", format_byte_size(wanted)))
+                .map_err(|e| refused!("opening the cache with {} lines: {e}", format_byte_size(wanted)))
         });
     let (engine, failure) = match opened {
         Ok(engine) => (engine, None),
         Err(e) => {
             // Serve on with the old geometry (the dirty lines, if any, are
             // found again on the device).
-            let mut config = crate::serve::engine_config(v, old_capacity_lines, InitMode::Load, None);
+            let mut config = crate::start::engine_config(v, old_capacity_lines, InitMode::Load, None);
             config.cache.line_size = old_line_size;
             let engine = Engine::with_volumes(config, Arc::clone(&dev), volumes).map_err(|again| {
-                let e = anyhow!(
+                let e = refused!(
                     "{e}; opening it again as it was failed too: {again}; its volumes answer \
                      every request with an error until the server is restarted"
                 );
-                log::error!("cache {path}: {e:#}");
+                log::error!("cache {path}: {}", crate::error_chain_text(&e));
                 // Nothing touches the device again (not even the stop).
                 group.broken.store(true, Ordering::SeqCst);
                 e
@@ -308,10 +310,13 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         ms(paused.saturating_sub(closed_at - paused_at))
     );
     if let Some(e) = failure {
-        return Err(e.context(format!(
-            "{held}; the cache serves on with {} lines",
-            format_byte_size(old_line_bytes)
-        )));
+        return Err(ServeError::Within {
+            context: format!(
+                "{held}; the cache serves on with {} lines",
+                format_byte_size(old_line_bytes)
+            ),
+            source: Box::new(e),
+        });
     }
     // 5. The old cache's data back, in the background.
     let warm_bytes = warm.iter().map(|r| r.length).sum();
@@ -334,23 +339,24 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         warm.len(),
         format_byte_size(WARM_BYTES_PER_SECOND)
     );
+    let stop = state.stop_flag();
     let cell = Arc::clone(&group.cell);
     let generation = cell.read().generation;
     std::thread::Builder::new()
         .name("iocache-warm".into())
-        .spawn(move || warm_up(&cell, generation, &warm, &path))
-        .context("starting the warm-up thread")?;
+        .spawn(move || warm_up(stop, &cell, generation, &warm, &path))
+        .within(|| "starting the warm-up thread".to_string())?;
     Ok(Some(done))
 }
 
 /// Reads `ranges` through the engine of `generation` in `cell`, paced;
 /// stops when the server stops or the engine is replaced again.
-fn warm_up(cell: &EngineCell, generation: u64, ranges: &[CachedRange], path: &str) {
+fn warm_up(stop: &AtomicBool, cell: &EngineCell, generation: u64, ranges: &[CachedRange], path: &str) {
     let started = Instant::now();
     let mut buf = Vec::new();
     let (mut read, mut failed) = (0u64, 0u64);
     for range in ranges {
-        if STOP.load(Ordering::SeqCst) {
+        if stop.load(Ordering::SeqCst) {
             return;
         }
         // Paced: never ahead of the rate.
@@ -358,7 +364,7 @@ fn warm_up(cell: &EngineCell, generation: u64, ranges: &[CachedRange], path: &st
         if let Some(wait) = due.checked_sub(started.elapsed()) {
             std::thread::sleep(wait);
         }
-        if STOP.load(Ordering::SeqCst) {
+        if stop.load(Ordering::SeqCst) {
             return;
         }
         let current = cell.read();

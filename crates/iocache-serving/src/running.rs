@@ -1,82 +1,82 @@
-//! The state of a running server, shared by `serve.rs` (which builds it at
-//! start and stops it on SIGINT or SIGTERM) and `admin.rs` (which reports its
-//! statistics and asks it to attach, detach and flush volumes). It is a
-//! module of its own so that neither of those two imports the other: admin
-//! depends on this module, serve on both, and only `main.rs` on serve.
+//! The state of a running server ([`Running`]), built by `start.rs` and
+//! shared with the admin socket (statistics; attach, detach, flush and
+//! settings), the metrics and the line-size watcher.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{refused, Result, Within};
+use crate::{EngineCell, EngineExport};
 use iocache_core::units::{format_byte_size, parse_byte_size};
 use iocache_engine::{Engine, Volume};
 use iocache_nbd::ExportHandle;
-use iocache_serving::{EngineCell, EngineExport};
 
 use crate::config::{normalize, VolumeConfig};
-use crate::devices::{open_backend, Claim, Scope};
+use crate::devices::{open_backend, BackendSpec, Claim, Scope};
 
 /// One cache device and the engine that runs it (shared by its volumes).
-pub(crate) struct CacheGroup {
+pub struct CacheGroup {
     /// The path as configured.
-    pub(crate) path: PathBuf,
+    pub path: PathBuf,
     /// The path with symbolic links resolved, to recognize it.
-    pub(crate) canonical: PathBuf,
+    pub canonical: PathBuf,
     /// Where its engine is found (replaced when ReCA changes the line size).
-    pub(crate) cell: Arc<EngineCell>,
+    pub cell: Arc<EngineCell>,
     /// Set when a line size change left no engine that can serve (neither
     /// the successor nor the old geometry opened): nothing touches the
     /// device again, not even the stop.
-    pub(crate) broken: AtomicBool,
+    pub broken: AtomicBool,
     /// The settings of the cache (those of its first volume).
-    pub(crate) config: VolumeConfig,
-    pub(crate) cache_bytes: u64,
-    pub(crate) capacity_lines: u64,
+    pub config: VolumeConfig,
+    pub cache_bytes: u64,
+    pub capacity_lines: u64,
 }
 
 impl CacheGroup {
     /// The engine in force now (for the operator's commands and reports).
-    pub(crate) fn engine(&self) -> Arc<Engine> {
+    pub fn engine(&self) -> Arc<Engine> {
         self.cell.engine()
     }
 }
 
 /// A volume being served: an export of the NBD server.
-pub(crate) struct ServedVolume {
-    pub(crate) export: String,
+pub struct ServedVolume {
+    pub export: String,
     /// The backend's name (path or URI).
-    pub(crate) backend: String,
+    pub backend: String,
     /// Its index in [`Running::caches`].
-    pub(crate) cache: usize,
-    pub(crate) volume: Volume,
+    pub cache: usize,
+    pub volume: Volume,
     /// Served read-only (`--read-only`, `read_only = true`).
-    pub(crate) read_only: bool,
+    pub read_only: bool,
 }
 
 /// What the admin socket and the shutdown see of a running server.
-pub(crate) struct Running {
-    pub(crate) caches: Vec<CacheGroup>,
-    pub(crate) volumes: Mutex<Vec<ServedVolume>>,
+pub struct Running {
+    pub caches: Vec<CacheGroup>,
+    pub volumes: Mutex<Vec<ServedVolume>>,
     exports: ExportHandle,
     files: Mutex<Vec<Claim>>,
     /// Serializes attach, detach, flush and shutdown.
     admin: Mutex<()>,
     /// Where this server listens (no volume may use it as its backend).
     own: Scope,
-    /// Line sizes changed while serving (`live_relayout.rs`), oldest first.
-    pub(crate) relayouts: Mutex<Vec<crate::live_relayout::Relayout>>,
+    /// Line sizes changed while serving (`relayout.rs`), oldest first.
+    pub relayouts: Mutex<Vec<crate::relayout::Relayout>>,
+    /// Set (by a signal handler) when the server is to stop.
+    stop: &'static AtomicBool,
 }
 
 /// Locks `m`, even if a thread panicked while holding it.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What an NBD client reads as the export's description: the cache, not
 /// where the data lives (no path or address of the backend is told to
 /// clients).
-pub(crate) fn describe(group: &CacheGroup, backend: &str) -> String {
+pub fn describe(group: &CacheGroup, backend: &str) -> String {
     let kind = if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
         "a remote NBD volume"
     } else {
@@ -93,11 +93,11 @@ pub(crate) fn describe(group: &CacheGroup, backend: &str) -> String {
 }
 
 /// What `attach` was asked to do (see `iocache ctl attach`).
-pub(crate) struct AttachRequest<'a> {
-    pub(crate) export: &'a str,
-    pub(crate) backend: &'a str,
-    pub(crate) backend_size: Option<&'a str>,
-    pub(crate) cache: Option<&'a str>,
+pub struct AttachRequest<'a> {
+    pub export: &'a str,
+    pub backend: &'a str,
+    pub backend_size: Option<&'a str>,
+    pub cache: Option<&'a str>,
 }
 
 impl Running {
@@ -108,12 +108,13 @@ impl Running {
 
     /// The state of a server that serves `volumes` from `caches` through
     /// the export table `exports`.
-    pub(crate) fn new(
+    pub fn new(
         caches: Vec<CacheGroup>,
         volumes: Vec<ServedVolume>,
         exports: ExportHandle,
         files: Vec<Claim>,
         own: Scope,
+        stop: &'static AtomicBool,
     ) -> Running {
         Running {
             caches,
@@ -123,12 +124,23 @@ impl Running {
             admin: Mutex::new(()),
             own,
             relayouts: Mutex::new(Vec::new()),
+            stop,
         }
+    }
+
+    /// The flag that stops the server, for threads that outlive a borrow.
+    pub fn stop_flag(&self) -> &'static AtomicBool {
+        self.stop
+    }
+
+    /// Whether the server is stopping (no attach or setting change then).
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
     }
 
     /// Holds back attach, detach and flush (for as long as the guard lives:
     /// the shutdown keeps it).
-    pub(crate) fn lock_admin(&self) -> MutexGuard<'_, ()> {
+    pub fn lock_admin(&self) -> MutexGuard<'_, ()> {
         lock(&self.admin)
     }
 
@@ -139,42 +151,44 @@ impl Running {
                 self.caches
                     .iter()
                     .position(|g| g.canonical == wanted || normalize(&g.path) == normalize(Path::new(path)))
-                    .ok_or_else(|| anyhow!("cache {path}: not a cache device of this server"))
+                    .ok_or_else(|| refused!("cache {path}: not a cache device of this server"))
             }
             None if self.caches.len() == 1 => Ok(0),
-            None => bail!(
-                "this server has {} cache devices ({}); choose one with --cache PATH",
+            None => Err(refused!(
+                "this server has {} cache devices ({}); name the one to use",
                 self.caches.len(),
                 self.caches
                     .iter()
                     .map(|g| g.path.display().to_string())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ),
+            )),
         }
     }
 
     /// Adds a volume to a cache device and serves it as a new export.
-    pub(crate) fn attach(&self, request: &AttachRequest<'_>) -> Result<serde_json::Value> {
+    pub fn attach(&self, request: &AttachRequest<'_>) -> Result<serde_json::Value> {
         let _admin = lock(&self.admin);
-        if STOP.load(Ordering::SeqCst) {
-            bail!("the server is stopping");
+        if self.stopping() {
+            return Err(refused!("the server is stopping"));
         }
         let export = request.export;
         if export.is_empty() || export.len() > 255 || export.contains('\0') {
-            bail!("export: a name of 1 to 255 bytes without NUL, not `{export}`");
+            return Err(refused!(
+                "export: a name of 1 to 255 bytes without NUL, not `{export}`"
+            ));
         }
         if lock(&self.volumes).iter().any(|v| v.export == export) {
-            bail!("export `{export}` is already served");
+            return Err(refused!("export `{export}` is already served"));
         }
         let index = self.cache_for(request.cache)?;
         let group = &self.caches[index];
         let create_bytes = request
             .backend_size
-            .map(|t| parse_byte_size(t).map_err(|e| anyhow!("backend_size: {e}")))
+            .map(|t| parse_byte_size(t).map_err(|e| refused!("backend_size: {e}")))
             .transpose()?;
         if create_bytes == Some(0) {
-            bail!("backend_size: a backend cannot be empty");
+            return Err(refused!("backend_size: a backend cannot be empty"));
         }
         let is_nbd = request.backend.starts_with("nbd://") || request.backend.starts_with("nbd+unix://");
         let beneath = if is_nbd {
@@ -183,21 +197,24 @@ impl Running {
             Some(self.own.attach_location(Path::new(request.backend))?)
         };
         if create_bytes.is_some() && is_nbd {
-            bail!(
+            return Err(refused!(
                 "backend_size: only for a backend file; `{}` is an NBD export",
                 request.backend
-            );
+            ));
         }
         let (backend, _) = {
             let mut files = lock(&self.files);
             open_backend(
-                request.backend,
-                create_bytes,
-                export,
+                &BackendSpec {
+                    backend: request.backend,
+                    create_bytes,
+                    export,
+                    key: "backend",
+                    size_key: "backend_size",
+                    beneath: beneath.as_ref(),
+                },
                 &mut files,
-                "backend",
                 &self.own,
-                beneath.as_ref(),
             )?
         };
         let release = || lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
@@ -205,7 +222,7 @@ impl Running {
             Ok(id) => id,
             Err(e) => {
                 release();
-                bail!("attaching `{export}`: {e}");
+                return Err(refused!("attaching `{export}`: {e}"));
             }
         };
         let volume = group.engine().volume(id)?;
@@ -216,7 +233,7 @@ impl Running {
             let _ = group.engine().detach(id);
             group.cell.refresh_volumes();
             release();
-            bail!("serving `{export}`: {e}");
+            return Err(refused!("serving `{export}`: {e}"));
         }
         log::info!(
             "attached export `{export}` ({} volume over {name}, {}) to the cache {}; name it in the \
@@ -246,13 +263,13 @@ impl Running {
             .iter()
             .find(|v| v.export == export)
             .map(|v| (v.cache, v.volume.clone()))
-            .ok_or_else(|| anyhow!("no export `{export}` is served"))
+            .ok_or_else(|| refused!("no export `{export}` is served"))
     }
 
     /// Stops serving a volume: its export disappears (new connections are
     /// refused, connections on it close after answering what they sent),
     /// its dirty lines are written back and its lines leave the cache.
-    pub(crate) fn detach(&self, export: &str) -> Result<serde_json::Value> {
+    pub fn detach(&self, export: &str) -> Result<serde_json::Value> {
         let _admin = lock(&self.admin);
         let (cache, volume) = self.served(export)?;
         let engine = self.caches[cache].engine();
@@ -262,7 +279,7 @@ impl Running {
             if let Some(served) = removed {
                 let _ = self.exports.add_export(export, served);
             }
-            bail!("detaching `{export}`: {e}; it is still served");
+            return Err(refused!("detaching `{export}`: {e}; it is still served"));
         }
         // The cell's handle on the volume holds its backend open.
         self.caches[cache].cell.refresh_volumes();
@@ -278,53 +295,53 @@ impl Running {
         match export {
             Some(export) => Ok(self.served(export)?.0),
             None if self.caches.len() == 1 => Ok(0),
-            None => bail!(
-                "this server has {} cache devices: name an export whose cache to set (--export NAME)",
+            None => Err(refused!(
+                "this server has {} cache devices: name an export whose cache to use",
                 self.caches.len()
-            ),
+            )),
         }
     }
 
     /// The knobs of the cache `export` uses (or the only one): configured,
     /// current, and the write policy in force with its cause.
-    pub(crate) fn get_settings(&self, export: Option<&str>) -> Result<serde_json::Value> {
+    pub fn get_settings(&self, export: Option<&str>) -> Result<serde_json::Value> {
         let group = &self.caches[self.cache_of_export(export)?];
         Ok(settings_json(group))
     }
 
     /// Reloads ReCA's category table of the cache `export` uses (or the
     /// only one): `table`, or the file in use.
-    pub(crate) fn reca_reload(&self, export: Option<&str>, table: Option<&str>) -> Result<serde_json::Value> {
+    pub fn reca_reload(&self, export: Option<&str>, table: Option<&str>) -> Result<serde_json::Value> {
         let _admin = lock(&self.admin);
-        if STOP.load(Ordering::SeqCst) {
-            bail!("the server is stopping");
+        if self.stopping() {
+            return Err(refused!("the server is stopping"));
         }
         let group = &self.caches[self.cache_of_export(export)?];
-        crate::reca_cli::reload(&group.engine(), table.map(Path::new))
-            .with_context(|| format!("reloading ReCA's table on the cache {}", group.path.display()))
+        crate::reca::reload(&group.engine(), table.map(Path::new))
+            .within(|| format!("reloading ReCA's table on the cache {}", group.path.display()))
     }
 
     /// Changes knobs of the cache `export` uses (or the only one) while it
     /// serves; `changes` are `KEY=VALUE` in the configuration file's syntax.
     /// All are checked before any is applied.
-    pub(crate) fn set_settings(&self, export: Option<&str>, changes: &[String]) -> Result<serde_json::Value> {
+    pub fn set_settings(&self, export: Option<&str>, changes: &[String]) -> Result<serde_json::Value> {
         let _admin = lock(&self.admin);
-        if STOP.load(Ordering::SeqCst) {
-            bail!("the server is stopping");
+        if self.stopping() {
+            return Err(refused!("the server is stopping"));
         }
         if changes.is_empty() {
-            bail!(
+            return Err(refused!(
                 "nothing to set: give KEY=VALUE (keys: {})",
                 iocache_core::Setting::KEYS.join(", ")
-            );
+            ));
         }
         let parsed = changes
             .iter()
-            .map(|c| c.parse::<iocache_core::Setting>().map_err(|e| anyhow!("{e}")))
+            .map(|c| c.parse::<iocache_core::Setting>().map_err(|e| refused!("{e}")))
             .collect::<Result<Vec<_>>>()?;
         let index = self.cache_of_export(export)?;
         let group = &self.caches[index];
-        group.engine().apply_settings(&parsed).with_context(|| {
+        group.engine().apply_settings(&parsed).within(|| {
             format!(
                 "setting {} on the cache {}",
                 changes.join(" "),
@@ -343,13 +360,13 @@ impl Running {
         Ok(settings_json(group))
     }
 
-    pub(crate) fn flush(&self, export: &str) -> Result<serde_json::Value> {
+    pub fn flush(&self, export: &str) -> Result<serde_json::Value> {
         let _admin = lock(&self.admin);
         let (cache, volume) = self.served(export)?;
         let written = self.caches[cache]
             .engine()
             .flush_volume(volume.id())
-            .with_context(|| format!("flushing `{export}`"))?;
+            .within(|| format!("flushing `{export}`"))?;
         Ok(serde_json::json!({ "export": export, "written_back_lines": written }))
     }
 }
@@ -371,23 +388,6 @@ fn settings_json(group: &CacheGroup) -> serde_json::Value {
         "effective_write_policy": effective.policy.to_string(),
         "effective_write_policy_cause": effective.cause.name(),
         "dirty_lines": engine.stats().dirty_lines,
-        "reca": engine.reca_status().map_or(serde_json::Value::Null, |r| crate::reca_cli::status_json(&r)),
+        "reca": engine.reca_status().map_or(serde_json::Value::Null, |r| crate::reca::status_json(&r)),
     })
-}
-
-/// Set by SIGINT or SIGTERM: the server stops (and `attach` is refused).
-pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_signal: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// Makes SIGINT and SIGTERM set [`STOP`].
-pub(crate) fn install_signal_handlers() {
-    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
-    }
 }

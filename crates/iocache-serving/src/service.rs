@@ -1,5 +1,5 @@
 //! A storage daemon runs under a service manager,
-//! which needs to know its process (`--pid-file`) and when it is ready to
+//! which needs to know its process (a pid file) and when it is ready to
 //! serve (systemd's `Type=notify`: `READY=1` on `$NOTIFY_SOCKET` once the
 //! listeners are bound and every volume is loaded; `STOPPING=1` when it
 //! begins to stop). Both are optional and cost nothing when unused.
@@ -9,7 +9,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use crate::error::{refused, Result, Within};
 
 /// A pid file this process wrote, removed when dropped (if it still holds
 /// this process's id).
@@ -30,11 +30,11 @@ impl PidFile {
                     && (unsafe { libc::kill(pid, 0) } == 0
                         || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
                 if alive && pid as u32 != std::process::id() {
-                    bail!(
-                        "--pid-file {}: process {pid} named there is running; stop it, or remove the \
+                    return Err(refused!(
+                        "{}: process {pid} named there is running; stop it, or remove the \
                          file if it is not an iocache server",
                         path.display()
-                    );
+                    ));
                 }
             }
         }
@@ -44,10 +44,10 @@ impl PidFile {
             .create_new(true)
             .mode(0o644)
             .open(&temporary)
-            .with_context(|| format!("--pid-file {}", path.display()))?;
+            .within(|| path.display().to_string())?;
         writeln!(file, "{}", std::process::id())?;
         file.sync_all()?;
-        std::fs::rename(&temporary, path).with_context(|| format!("--pid-file {}", path.display()))?;
+        std::fs::rename(&temporary, path).within(|| path.display().to_string())?;
         Ok(PidFile {
             path: path.to_path_buf(),
         })

@@ -1,4 +1,4 @@
-//! Opening what a server serves, the same way at start (`serve.rs`) and for
+//! Opening what a server serves, the same way at start (`start.rs`) and for
 //! `ctl attach` while it runs (`running.rs`): backend files and remote NBD
 //! exports, cache device files, the files some volume already claims, and
 //! the server's [`Scope`] (where it listens, which paths it may open how).
@@ -6,34 +6,34 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{refused, Result, ServeError, Within};
+use crate::NbdBackend;
 use iocache_core::units::format_byte_size;
 use iocache_device::{BlockDevice, FileDevice, OpenOptions};
-use iocache_serving::NbdBackend;
 
 use crate::config::normalize;
 
 /// A file some volume opened: canonical path, volume (export) and role.
-pub(crate) type Claim = (PathBuf, String, &'static str);
+pub type Claim = (PathBuf, String, &'static str);
 
 /// Where this server listens and which paths it may open how.
-pub(crate) struct Scope {
+pub struct Scope {
     /// The Unix socket, symbolic links resolved.
-    pub(crate) socket: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
     /// The bound TCP address.
-    pub(crate) tcp: Option<std::net::SocketAddr>,
+    pub tcp: Option<std::net::SocketAddr>,
     /// The default data directory, if used: files in it are opened
     /// without following symbolic links.
-    pub(crate) private_dir: Option<PathBuf>,
+    pub private_dir: Option<PathBuf>,
     /// Directories (absolute; resolved when used) under which `attach` may
     /// open backend files.
-    pub(crate) attach_dirs: Vec<PathBuf>,
+    pub attach_dirs: Vec<PathBuf>,
 }
 
 impl Scope {
     /// Whether a file at `path` is opened without following a symbolic
     /// link in its last component.
-    pub(crate) fn no_follow(&self, path: &Path) -> bool {
+    pub fn no_follow(&self, path: &Path) -> bool {
         self.private_dir.as_ref().is_some_and(|d| path.starts_with(d))
     }
 
@@ -41,12 +41,12 @@ impl Scope {
     /// it lies under (lexically, `..` folded) and its path below it. The
     /// file is then opened beneath that directory (`OpenOptions::beneath`),
     /// following no symbolic link, so what is opened is what was checked.
-    pub(crate) fn attach_location(&self, path: &Path) -> Result<(PathBuf, PathBuf)> {
+    pub fn attach_location(&self, path: &Path) -> Result<(PathBuf, PathBuf)> {
         if self.attach_dirs.is_empty() {
-            bail!(
-                "backend: this server attaches no backend files (only NBD exports): start it with \
-                 --attach-dir DIR (server.attach_dirs in a config file) to allow files under DIR"
-            );
+            return Err(refused!(
+                "backend: this server attaches no backend files, only NBD exports (it was started \
+                 without a directory to attach files from)"
+            ));
         }
         let absolute = normalize(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
         for dir in &self.attach_dirs {
@@ -55,25 +55,24 @@ impl Scope {
             for base in std::iter::once(lexical).chain(resolved) {
                 if let Ok(below) = absolute.strip_prefix(&base) {
                     if below.as_os_str().is_empty() {
-                        bail!(
+                        return Err(refused!(
                             "backend: {} is the attach directory itself, not a file in it",
                             path.display()
-                        );
+                        ));
                     }
                     return Ok((base, below.to_path_buf()));
                 }
             }
         }
-        bail!(
-            "backend: {} is not under a directory this server attaches files from ({}; \
-             --attach-dir / server.attach_dirs)",
+        Err(refused!(
+            "backend: {} is not under a directory this server attaches files from ({})",
             absolute.display(),
             self.attach_dirs
                 .iter()
                 .map(|d| d.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        ))
     }
 
     /// Whether the NBD URI `uri` reaches this server.
@@ -113,7 +112,7 @@ fn is_local_address(ip: std::net::IpAddr) -> bool {
 
 /// The path with symbolic links resolved; for a file not created yet, its
 /// directory's resolved path and its name, or the absolute path.
-pub(crate) fn canonical_path(path: &Path) -> PathBuf {
+pub fn canonical_path(path: &Path) -> PathBuf {
     if let Ok(p) = std::fs::canonicalize(path) {
         return p;
     }
@@ -133,7 +132,7 @@ pub(crate) fn canonical_path(path: &Path) -> PathBuf {
 /// Refuses a file some volume of this server already opens (under any
 /// name), naming that volume and its role. Checked before a file is
 /// opened: its exclusive open would only say "in use by this process".
-pub(crate) fn check_claim(files: &[Claim], path: &Path, role: &'static str, key: &str) -> Result<()> {
+pub fn check_claim(files: &[Claim], path: &Path, role: &'static str, key: &str) -> Result<()> {
     let canonical = canonical_path(path);
     if let Some((_, other, other_role)) = files.iter().find(|(p, _, _)| *p == canonical) {
         let hint = if role == "cache" && *other_role == "cache" {
@@ -141,57 +140,68 @@ pub(crate) fn check_claim(files: &[Claim], path: &Path, role: &'static str, key:
         } else {
             ""
         };
-        bail!(
+        return Err(refused!(
             "{key}: {} is the same file as volume `{other}`'s {other_role}{hint}",
             path.display()
-        );
+        ));
     }
     Ok(())
 }
 
 /// Records that `export` opened `path` as `role` (once the file exists).
-pub(crate) fn record_claim(files: &mut Vec<Claim>, path: &Path, export: &str, role: &'static str) -> PathBuf {
+pub fn record_claim(files: &mut Vec<Claim>, path: &Path, export: &str, role: &'static str) -> PathBuf {
     let canonical = canonical_path(path);
     files.push((canonical.clone(), export.to_string(), role));
     canonical
 }
 
+/// Which backend to open, for which volume, and how to name its keys.
+pub struct BackendSpec<'a> {
+    /// A path, or an `nbd://` / `nbd+unix://` URI.
+    pub backend: &'a str,
+    /// Create a missing file of this size.
+    pub create_bytes: Option<u64>,
+    pub export: &'a str,
+    /// How the backend and its size are named in errors.
+    pub key: &'a str,
+    pub size_key: &'a str,
+    /// Open the file beneath this directory, at this path below it.
+    pub beneath: Option<&'a (PathBuf, PathBuf)>,
+}
+
 /// Opens a volume's backend: a file (created with `create_bytes` if
 /// missing and given) or a remote NBD export. Also says whether this call
 /// created the file (a new, empty volume).
-pub(crate) fn open_backend(
-    backend: &str,
-    create_bytes: Option<u64>,
-    export: &str,
+pub fn open_backend(
+    spec: &BackendSpec<'_>,
     files: &mut Vec<Claim>,
-    key: &str,
     own: &Scope,
-    beneath: Option<&(PathBuf, PathBuf)>,
 ) -> Result<(Arc<dyn BlockDevice>, bool)> {
+    let BackendSpec {
+        backend,
+        create_bytes,
+        export,
+        key,
+        size_key,
+        beneath,
+    } = *spec;
     if backend.starts_with("nbd://") || backend.starts_with("nbd+unix://") {
         if own.is_own(backend) {
-            bail!(
+            return Err(refused!(
                 "{key}: {backend} is this server's own export: a volume cannot be its own backend \
                  (every FLUSH and the shutdown would wait for themselves)"
-            );
+            ));
         }
-        let remote = NbdBackend::connect(backend).with_context(|| format!("{key} {backend}"))?;
+        let remote = NbdBackend::connect(backend).within(|| format!("{key} {backend}"))?;
         return Ok((Arc::new(remote), false));
     }
     let path = Path::new(backend);
     if !path.exists() && create_bytes.is_none() {
-        // The size key is named as the backend key is: a flag for flags,
-        // the file's key otherwise.
-        let size_key = if key.starts_with("--") {
-            "--backend-size SIZE".to_string()
-        } else {
-            "backend_size".to_string()
-        };
-        bail!(
+        return Err(refused!(
             "{key}: {} does not exist; to create a new backend file there, give its size with {size_key} \
              (a mistyped path would otherwise become an empty disk)",
             path.display()
-        );
+        ));
     }
     check_claim(files, path, "backend", key)?;
     let created = !path.exists();
@@ -212,30 +222,29 @@ pub(crate) fn open_backend(
                 _ => None,
             };
             match errno {
-                Some(libc::ELOOP) => anyhow!(
+                Some(libc::ELOOP) => refused!(
                     "{} is, or passes through, a symbolic link below {}: links are not followed there",
                     path.display(),
                     dir.display()
                 ),
-                Some(libc::EXDEV) => anyhow!("{} leaves {}", path.display(), dir.display()),
-                _ => anyhow::Error::new(e).context(format!(
-                    "opening {} beneath {}",
-                    below.display(),
-                    dir.display()
-                )),
+                Some(libc::EXDEV) => refused!("{} leaves {}", path.display(), dir.display()),
+                _ => ServeError::Within {
+                    context: format!("opening {} beneath {}", below.display(), dir.display()),
+                    source: Box::new(e.into()),
+                },
             }
         }),
     }
-    .with_context(|| key.to_string())?;
+    .within(|| key.to_string())?;
     record_claim(files, device.path(), export, "backend");
     Ok((Arc::new(device), created))
 }
 
 /// Creates the directory `path` will be in, if missing.
-pub(crate) fn create_parent(path: &Path) -> Result<()> {
+pub fn create_parent(path: &Path) -> Result<()> {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+            std::fs::create_dir_all(dir).within(|| format!("creating {}", dir.display()))
         }
         _ => Ok(()),
     }
@@ -246,7 +255,7 @@ pub(crate) fn create_parent(path: &Path) -> Result<()> {
 /// (`FileDevice::map_if_in_memory`); if that fails (no room for it), it
 /// is used through `pread`/`pwrite` as before, with a warning. Not with
 /// `map` false (`--no-map-cache`).
-pub(crate) fn open_cache_file(
+pub fn open_cache_file(
     path: &Path,
     create_bytes: u64,
     direct: bool,
@@ -271,17 +280,17 @@ pub(crate) fn open_cache_file(
 
 /// Opens (creating a sparse file of `create_bytes` if missing, and its
 /// directory) a file device.
-pub(crate) fn open_file(path: &Path, create_bytes: u64, direct: bool, no_follow: bool) -> Result<FileDevice> {
+pub fn open_file(path: &Path, create_bytes: u64, direct: bool, no_follow: bool) -> Result<FileDevice> {
     let exists = path.exists();
     if !exists {
         create_parent(path)?;
     }
     if no_follow && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-        bail!(
+        return Err(refused!(
             "{} is a symbolic link in the data directory: not following it (someone may have \
              planted it); remove it, or name the file you mean with its own flag",
             path.display()
-        );
+        ));
     }
     let device = FileDevice::open(
         path,
@@ -294,7 +303,7 @@ pub(crate) fn open_file(path: &Path, create_bytes: u64, direct: bool, no_follow:
             beneath: None,
         },
     )
-    .with_context(|| format!("opening {}", path.display()))?;
+    .within(|| format!("opening {}", path.display()))?;
     if !exists {
         log::info!("created {} ({})", path.display(), format_byte_size(create_bytes));
     }
