@@ -147,7 +147,7 @@ pub fn merge(args: MergeArgs) -> Result<()> {
 /// `iocache lab report`.
 pub fn report(args: ReportArgs) -> Result<()> {
     let out = args.out.unwrap_or_else(|| args.results[0].with_extension("html"));
-    let file = crate::OutputFile::check_path("--out", Some(&out))?.expect("a path");
+    let file = crate::args::OutputFile::check_path("--out", Some(&out))?.expect("a path");
     write_report(file, &iocache_lab::results::report(&args.results)?)
 }
 
@@ -196,8 +196,8 @@ pub fn reproduce(args: ReproduceArgs) -> Result<()> {
 }
 
 /// Renders `report` into `file` (opened before the run, as
-/// `crate::OutputFile` does for every output); says where and how large.
-pub fn write_report(file: crate::OutputFile, report: &iocache_report::Report) -> Result<()> {
+/// `crate::args::OutputFile` does for every output); says where and how large.
+pub fn write_report(file: crate::args::OutputFile, report: &iocache_report::Report) -> Result<()> {
     let html = iocache_report::render(report)?;
     let path = file.path.display().to_string();
     file.write(&html)

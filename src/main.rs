@@ -1,6 +1,7 @@
 //! The `iocache` binary: a thin command-line front end over the library crates.
 
 mod admin;
+mod args;
 mod config;
 mod gen_cli;
 mod huge_alloc;
@@ -21,15 +22,16 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use args::{parse_line_size, print_stdout, OutputFile, TraceInput};
 use clap::{Args, Parser, Subcommand};
-use iocache_core::{LineSize, PolicySpec, Promotion, WritePolicy};
+use iocache_core::{PolicySpec, Promotion, WritePolicy};
 use iocache_sim::report::{render_table, render_timing_table, render_volume_table, table, JsonReport};
 use iocache_sim::timing::{parse_device, parse_duration_ns, ArrivalMode, SeriesRow};
 use iocache_sim::trace_stats::{trace_stats, Window};
 use iocache_sim::{
-    combinations, simulate, AdaptRow, CacheSettings, CacheSize, SimError, SimOptions, TimingSetup, Warmup,
+    combinations, simulate, AdaptRow, CacheSettings, CacheSize, SimOptions, TimingSetup, Warmup,
 };
-use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
+use iocache_trace::TraceReader;
 
 #[derive(Parser)]
 #[command(
@@ -92,141 +94,6 @@ enum TraceCommand {
     /// Miss-ratio curves of LRU at every cache size in one pass: exact (stack distances) or
     /// sampled (SHARDS); each exact point equals `iocache sim --policy lru` at that size.
     Mrc(mrc_cli::TraceMrcArgs),
-}
-
-#[derive(Args)]
-struct TraceInput {
-    /// Trace file (plain, gzip, zstd or bzip2; detected from content), or `-` for stdin.
-    #[arg(long, value_name = "PATH|-")]
-    trace: PathBuf,
-    /// Trace format: msr, systor, tencent, fiu, vscsi-csv, disksim, arc, blkparse, fio, lba
-    /// (with parameters, e.g. blkparse:action=D, lba:block=4096). Detected when omitted.
-    #[arg(long, value_name = "NAME")]
-    format: Option<String>,
-    /// Skip malformed lines (and report how many) instead of stopping at the first.
-    #[arg(long)]
-    skip_bad_lines: bool,
-}
-
-impl TraceInput {
-    fn open(&self) -> Result<TraceReader> {
-        let format = self
-            .format
-            .as_deref()
-            .map(|f| f.parse::<TraceFormat>())
-            .transpose()
-            .map_err(|e| anyhow::anyhow!("--format: {e}"))?;
-        let options = ReaderOptions {
-            skip_bad_lines: self.skip_bad_lines,
-        };
-        if self.is_stdin() {
-            return Ok(TraceReader::from_reader(
-                "stdin",
-                Box::new(std::io::stdin()),
-                format,
-                options,
-            )?);
-        }
-        Ok(TraceReader::open(&self.trace, format, options)?)
-    }
-
-    fn is_stdin(&self) -> bool {
-        self.trace.as_os_str() == "-"
-    }
-
-    /// Adds the way out to an error reading the trace: a malformed line
-    /// names the format the file looks like when `--format` chose another,
-    /// and `--skip-bad-lines` otherwise.
-    fn explain(&self, error: anyhow::Error) -> anyhow::Error {
-        let trace_error = error.chain().find_map(|c| {
-            c.downcast_ref::<iocache_trace::TraceError>()
-                .or_else(|| match c.downcast_ref::<SimError>() {
-                    Some(SimError::Trace(t)) => Some(t),
-                    _ => None,
-                })
-        });
-        let Some(iocache_trace::TraceError::Parse { .. }) = trace_error else {
-            return error;
-        };
-        let detected = (!self.is_stdin() && self.format.is_some())
-            .then(|| TraceReader::open(&self.trace, None, ReaderOptions::default()).ok())
-            .flatten()
-            .map(|r| r.format().to_string())
-            .filter(|detected| Some(detected.as_str()) != self.format.as_deref());
-        let hint = match detected {
-            Some(detected) => format!(
-                "the file looks like `{detected}` traces: try --format {detected}, or leave --format out to detect it"
-            ),
-            None if self.skip_bad_lines => return error,
-            None => "to skip malformed lines (they are counted and reported), add --skip-bad-lines".to_string(),
-        };
-        anyhow::anyhow!(
-            "{}\n  hint: {hint}",
-            iocache_serving::error_chain_text(error.as_ref())
-        )
-    }
-}
-
-/// An output file named before a long run, opened (created when missing)
-/// before the run starts so a mistyped directory fails at once; a file this
-/// created is removed again when the run fails.
-struct OutputFile {
-    path: PathBuf,
-    file: std::fs::File,
-    created: bool,
-    kept: bool,
-}
-
-impl OutputFile {
-    /// Opens `path` for `flag`; `-` (stdout) is `None`.
-    fn check(flag: &str, path: Option<&str>) -> Result<Option<OutputFile>> {
-        let Some(path) = path.filter(|p| *p != "-") else {
-            return Ok(None);
-        };
-        let path = PathBuf::from(path);
-        let created = !path.exists();
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .with_context(|| format!("{flag} {}: cannot write there", path.display()))?;
-        Ok(Some(OutputFile {
-            path,
-            file,
-            created,
-            kept: false,
-        }))
-    }
-
-    /// Opens `path` for `flag`, where stdout is no choice (an HTML page).
-    fn check_path(flag: &str, path: Option<&std::path::Path>) -> Result<Option<OutputFile>> {
-        match path {
-            Some(p) if p.as_os_str() == "-" => bail!("{flag}: give a file name (the page is HTML)"),
-            Some(p) => OutputFile::check(flag, Some(&p.to_string_lossy())),
-            None => Ok(None),
-        }
-    }
-
-    /// Replaces the file's contents with `text`.
-    fn write(mut self, text: &str) -> Result<()> {
-        // Only a regular file is truncated (`/dev/null` and pipes cannot be).
-        if self.file.metadata()?.is_file() {
-            self.file.set_len(0)?;
-        }
-        self.file.write_all(text.as_bytes())?;
-        self.file.flush()?;
-        self.kept = true;
-        Ok(())
-    }
-}
-
-impl Drop for OutputFile {
-    fn drop(&mut self) {
-        if self.created && !self.kept {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
 }
 
 #[derive(Args)]
@@ -497,12 +364,6 @@ where
         .collect()
 }
 
-fn parse_line_size(text: &str) -> Result<LineSize> {
-    let bytes =
-        iocache_core::units::parse_byte_size(text).map_err(|e| anyhow::anyhow!("--line-size: {e}"))?;
-    LineSize::new(bytes).map_err(|e| anyhow::anyhow!("--line-size: {e}"))
-}
-
 /// Counts the trace's data records (for a warmup given as a fraction).
 fn count_records(input: &TraceInput) -> Result<u64> {
     let mut reader = input.open()?;
@@ -658,15 +519,6 @@ fn run_sim(args: SimArgs) -> Result<()> {
         reca_cli::report(&args.reca, &report)?;
     }
     Ok(())
-}
-
-/// Writes `text` and a newline to stdout; a closed pipe (`| head`) ends quietly.
-fn print_stdout(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    match writeln!(out, "{text}").and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other?),
-    }
 }
 
 /// The malformed lines skipped, said whenever --skip-bad-lines was given

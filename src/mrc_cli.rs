@@ -10,7 +10,8 @@ use clap::Args;
 use iocache_sim::mrc::{miss_ratio_curves, MrcMethod, MrcReport};
 use iocache_sim::CacheSize;
 
-use crate::{parse_line_size, print_stdout, progress, OutputFile, TraceInput};
+use crate::args::{parse_line_size, print_stdout, OutputFile, TraceInput};
+use crate::progress;
 
 #[derive(Args)]
 pub struct TraceMrcArgs {
