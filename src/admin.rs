@@ -7,25 +7,23 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
+use iocache_serving::stats::{DeviceQueue, RecaSnapshot, Snapshot, VolumeSnapshot};
 use serde_json::{json, Value};
 
-/// The text lines of `queue_json`: each class's count, in flight and mean
-/// latency.
-fn queue_text(q: &Value, order: &[&str]) -> String {
-    let mut parts = Vec::new();
-    for name in order {
-        let c = &q["classes"][name];
-        if c.is_null() {
-            continue;
-        }
-        parts.push(format!(
-            "{name} {} ({} in flight, {:.1} µs)",
-            c["completed"],
-            c["in_flight"],
-            c["mean_latency_us"].as_f64().unwrap_or(0.0)
-        ));
-    }
-    format!("{}; {} in flight", parts.join(", "), q["in_flight"])
+/// One device's queue as text: each class's count, in flight and mean
+/// latency, in `order`.
+fn queue_text(q: &DeviceQueue, order: &[&str]) -> String {
+    let parts: Vec<String> = order
+        .iter()
+        .filter_map(|name| {
+            let c = q.classes.get(*name)?;
+            Some(format!(
+                "{name} {} ({} in flight, {:.1} µs)",
+                c.completed, c.in_flight, c.mean_latency_us
+            ))
+        })
+        .collect();
+    format!("{}; {} in flight", parts.join(", "), q.in_flight)
 }
 
 /// Sends one request and returns the reply, failing with the server's
@@ -71,18 +69,18 @@ pub struct StatsArgs {
 pub fn stats(args: StatsArgs) -> Result<()> {
     let ask = || request(&args.admin_socket, "stats", Some(Duration::from_secs(10)));
     let Some(seconds) = args.watch else {
-        let json = ask()?;
+        let reply = ask()?;
         if args.csv {
-            print!("{}", totals_csv(&json));
+            print!("{}", totals_csv(&snapshot_of(reply)?));
             return Ok(());
         }
-        return print_stats(&json, args.json);
+        return print_reply(reply, args.json);
     };
     if !(seconds.is_finite() && (0.01..=86_400.0).contains(&seconds)) {
         bail!("--watch {seconds}: an interval of 0.01 to 86400 seconds");
     }
     let interval = Duration::from_secs_f64(seconds);
-    let mut previous = ask()?;
+    let mut previous = snapshot_of(ask()?)?;
     let mut previous_at = Instant::now();
     if args.csv {
         println!("{}", WatchRow::CSV_HEADER);
@@ -90,7 +88,7 @@ pub fn stats(args: StatsArgs) -> Result<()> {
     let mut printed = 0u64;
     while args.count.is_none_or(|n| printed < n) {
         std::thread::sleep(interval);
-        let now = ask()?;
+        let now = snapshot_of(ask()?)?;
         let now_at = Instant::now();
         let rows = watch_rows(&previous, &now, now_at.duration_since(previous_at).as_secs_f64());
         if args.csv {
@@ -145,33 +143,29 @@ impl WatchRow {
 
 /// Each volume's rates between two `stats` replies `seconds` apart (a
 /// volume attached meanwhile counts from zero).
-fn watch_rows(before: &Value, after: &Value, seconds: f64) -> Vec<WatchRow> {
+fn watch_rows(before: &Snapshot, after: &Snapshot, seconds: f64) -> Vec<WatchRow> {
     let time = time_of_day_utc();
     let seconds = seconds.max(1e-9);
     let mut rows = Vec::new();
-    for v in after["volumes"].as_array().into_iter().flatten() {
-        let export = v["export"].as_str().unwrap_or("").to_string();
-        let old = before["volumes"].as_array().and_then(|vs| {
-            vs.iter()
-                .find(|o| o["export"] == v["export"] && o["volume_id"] == v["volume_id"])
-        });
-        let delta = |key: &str| {
-            let now = v[key].as_u64().unwrap_or(0);
-            now.saturating_sub(old.and_then(|o| o[key].as_u64()).unwrap_or(0))
-        };
-        let accesses = delta("line_accesses");
-        let hits = delta("read_hits") + delta("write_hits");
+    for v in &after.volumes {
+        let old = before
+            .volumes
+            .iter()
+            .find(|o| o.export == v.export && o.volume_id == v.volume_id);
+        let delta = |count: fn(&VolumeSnapshot) -> u64| count(v).saturating_sub(old.map_or(0, count));
+        let accesses = delta(|v| v.line_accesses);
+        let hits = delta(|v| v.read_hits) + delta(|v| v.write_hits);
         rows.push(WatchRow {
             time: time.clone(),
-            export,
-            reads_per_second: delta("read_requests") as f64 / seconds,
-            writes_per_second: delta("write_requests") as f64 / seconds,
-            read_mib_per_second: delta("read_bytes") as f64 / seconds / (1 << 20) as f64,
-            write_mib_per_second: delta("write_bytes") as f64 / seconds / (1 << 20) as f64,
+            export: v.export.clone(),
+            reads_per_second: delta(|v| v.read_requests) as f64 / seconds,
+            writes_per_second: delta(|v| v.write_requests) as f64 / seconds,
+            read_mib_per_second: delta(|v| v.read_bytes) as f64 / seconds / (1 << 20) as f64,
+            write_mib_per_second: delta(|v| v.write_bytes) as f64 / seconds / (1 << 20) as f64,
             line_hit_ratio: (accesses > 0).then(|| hits as f64 / accesses as f64),
-            dirty_lines: v["dirty_lines"].as_u64().unwrap_or(0),
-            resident_lines: v["resident_lines"].as_u64().unwrap_or(0),
-            failed_requests: delta("failed_requests"),
+            dirty_lines: v.dirty_lines,
+            resident_lines: v.resident_lines,
+            failed_requests: delta(|v| v.failed_requests),
         });
     }
     rows
@@ -217,146 +211,123 @@ fn print_watch(rows: &[WatchRow], printed: u64) {
     }
 }
 
+/// A counter of a volume, by its name in the JSON.
+type Counter = (&'static str, fn(&VolumeSnapshot) -> u64);
+
 /// `stats --csv`: each volume's counters since the server started.
-fn totals_csv(json: &Value) -> String {
-    const KEYS: [&str; 14] = [
-        "read_requests",
-        "write_requests",
-        "read_bytes",
-        "write_bytes",
-        "line_accesses",
-        "read_hits",
-        "write_hits",
-        "partial_hits",
-        "full_misses",
-        "failed_requests",
-        "resident_lines",
-        "dirty_lines",
-        "promotions",
-        "evictions",
+fn totals_csv(snapshot: &Snapshot) -> String {
+    const COLUMNS: [Counter; 14] = [
+        ("read_requests", |v| v.read_requests),
+        ("write_requests", |v| v.write_requests),
+        ("read_bytes", |v| v.read_bytes),
+        ("write_bytes", |v| v.write_bytes),
+        ("line_accesses", |v| v.line_accesses),
+        ("read_hits", |v| v.read_hits),
+        ("write_hits", |v| v.write_hits),
+        ("partial_hits", |v| v.partial_hits),
+        ("full_misses", |v| v.full_misses),
+        ("failed_requests", |v| v.failed_requests),
+        ("resident_lines", |v| v.resident_lines),
+        ("dirty_lines", |v| v.dirty_lines),
+        ("promotions", |v| v.device.promotions),
+        ("evictions", |v| v.device.evictions),
     ];
-    let mut out = format!("export,{}\n", KEYS.join(","));
-    for v in json["volumes"].as_array().into_iter().flatten() {
-        let values: Vec<String> = KEYS
-            .iter()
-            .map(|k| v[*k].as_u64().unwrap_or(0).to_string())
-            .collect();
-        out += &format!("{},{}\n", v["export"].as_str().unwrap_or(""), values.join(","));
+    let names: Vec<&str> = COLUMNS.iter().map(|(name, _)| *name).collect();
+    let mut out = format!("export,{}\n", names.join(","));
+    for v in &snapshot.volumes {
+        let values: Vec<String> = COLUMNS.iter().map(|(_, value)| value(v).to_string()).collect();
+        out += &format!("{},{}\n", v.export, values.join(","));
     }
     out
 }
 
-/// A JSON value as the text table shows it: a string without its quotes.
-fn plain(value: &Value) -> String {
-    value.as_str().map_or_else(|| value.to_string(), str::to_string)
-}
-
-fn print_stats(json: &Value, raw: bool) -> Result<()> {
-    if raw {
-        println!("{}", serde_json::to_string_pretty(json)?);
-        return Ok(());
-    }
-    for v in json["volumes"].as_array().into_iter().flatten() {
-        println!(
-            "volume {} ({} bytes) over {}",
-            plain(&v["export"]),
-            v["size_bytes"],
-            plain(&v["backend"])
-        );
-        let sharing = v["cache"]["volumes"].as_array().map_or(0, Vec::len);
+/// `iocache stats`' table: each volume, its cache, and the server.
+fn print_stats(snapshot: &Snapshot) {
+    for v in &snapshot.volumes {
+        let d = &v.device;
+        println!("volume {} ({} bytes) over {}", v.export, v.size_bytes, v.backend);
+        let sharing = d.cache.volumes.len();
         // The write policy in force, and why when it is not the configured one.
-        let write_policy = if v["effective_write_policy"] == v["write_policy"] {
-            plain(&v["write_policy"])
+        let write_policy = if d.effective_write_policy == d.write_policy {
+            d.write_policy.clone()
         } else {
             format!(
                 "{} (configured {}; {})",
-                plain(&v["effective_write_policy"]),
-                plain(&v["write_policy"]),
-                plain(&v["effective_write_policy_cause"])
+                d.effective_write_policy, d.write_policy, d.effective_write_policy_cause
             )
         };
         println!(
             "  cache      {} ({}), {} policy, {} write policy, lookup {} ({} shards)",
-            plain(&v["cache"]["path"]),
+            d.cache.path,
             if sharing > 1 {
                 format!("shared by {sharing} volumes")
             } else {
                 "its own".to_string()
             },
-            plain(&v["policy"]),
+            d.policy,
             write_policy,
-            plain(&v["lookup"]),
-            v["shards"]
+            d.lookup,
+            d.shards
         );
         println!(
             "  occupancy  {} / {} lines ({:.1} %), {} clean, {} dirty",
-            v["resident_lines"],
-            v["capacity_lines"],
-            v["occupancy"].as_f64().unwrap_or(0.0) * 100.0,
-            v["clean_lines"],
-            v["dirty_lines"]
+            v.resident_lines,
+            d.capacity_lines,
+            v.occupancy * 100.0,
+            v.clean_lines,
+            v.dirty_lines
         );
         println!(
             "  requests   {} ({} reads, {} writes, {} failed); line hit ratio {:.2} %",
-            v["requests"],
-            v["read_requests"],
-            v["write_requests"],
-            v["failed_requests"],
-            v["hit_ratio"].as_f64().unwrap_or(0.0) * 100.0
+            v.requests,
+            v.read_requests,
+            v.write_requests,
+            v.failed_requests,
+            v.hit_ratio * 100.0
         );
         println!(
             "  lines      {} read hits, {} write hits, {} partial hits, {} full misses",
-            v["read_hits"], v["write_hits"], v["partial_hits"], v["full_misses"]
+            v.read_hits, v.write_hits, v.partial_hits, v.full_misses
         );
         println!(
             "  cache-wide {} promotions, {} evictions, {} write-backs, {} bypassed, {} I/O errors",
-            v["promotions"], v["evictions"], v["write_backs"], v["bypassed_accesses"], v["io_errors"]
+            d.promotions, d.evictions, d.write_backs, d.bypassed_accesses, d.io_errors
         );
-        let r = &v["recovery"];
+        let r = &d.recovery;
         println!(
             "  metadata   persistence {}, {} barriers, {} records written, {} intents; at start: {} dirty and {} clean lines loaded, {} dropped ({} older than the backend, {} unchecked), {} corrupt copies",
-            v["persistence"].as_str().unwrap_or("?"),
-            v["barriers"],
-            v["records_written"],
-            v["intents_written"],
-            r["dirty_lines"],
-            r["clean_lines"],
-            r["dropped_clean_lines"],
-            r["stale_clean_lines"],
-            r["unchecked_clean_lines"],
-            r["corrupt_copies"]
+            d.persistence.as_deref().unwrap_or("?"),
+            d.barriers,
+            d.records_written,
+            d.intents_written,
+            r.dirty_lines,
+            r.clean_lines,
+            r.dropped_clean_lines,
+            r.stale_clean_lines,
+            r.unchecked_clean_lines,
+            r.corrupt_copies
         );
         println!(
             "  health     cache device {} ({} errors), {} backend errors, {} failed write-backs",
-            if v["cache_device_failed"].as_bool().unwrap_or(false) {
+            if d.cache_device_failed {
                 "FAILED: pass-through"
             } else {
                 "ok"
             },
-            v["cache_device_errors"],
-            v["backend_errors"],
-            v["failed_writebacks"]
+            d.cache_device_errors,
+            d.backend_errors,
+            d.failed_writebacks
         );
-        let a = &v["array"];
-        if let Some(members) = a["members"].as_array() {
-            let listed: Vec<String> = members
+        if let Some(a) = &d.array {
+            let listed: Vec<String> = a
+                .members
                 .iter()
-                .map(|m| {
-                    format!(
-                        "{} {}",
-                        m["device"].as_str().unwrap_or("?"),
-                        m["state"].as_str().unwrap_or("?")
-                    )
-                })
+                .map(|m| format!("{} {}", m.device, m.state))
                 .collect();
             println!(
                 "  array      {}{}: {}",
-                if a["degraded"].as_bool().unwrap_or(false) {
-                    "DEGRADED"
-                } else {
-                    "healthy"
-                },
-                if a["degraded"].as_bool().unwrap_or(false) && !a["evacuated"].as_bool().unwrap_or(false) {
+                if a.degraded { "DEGRADED" } else { "healthy" },
+                if a.degraded && !a.evacuated {
                     " (writing back lines that lost a copy)"
                 } else {
                     ""
@@ -365,99 +336,106 @@ fn print_stats(json: &Value, raw: bool) -> Result<()> {
             );
             println!(
                 "  mirrors    {} / {} mirror slots used, dirty cap {} lines ({} writes written through at the cap), {} mirror reads, {} lines evacuated, {} lost",
-                a["mirror_slots_used"],
-                a["mirror_slots"],
-                a["dirty_cap"],
-                a["dirty_cap_write_throughs"],
-                a["mirror_reads"],
-                a["evacuated_lines"],
-                a["lost_lines"]
+                a.mirror_slots_used,
+                a.mirror_slots,
+                a.dirty_cap,
+                a.dirty_cap_write_throughs,
+                a.mirror_reads,
+                a.evacuated_lines,
+                a.lost_lines
             );
         }
-        if v["queues"].is_object() {
-            println!(
-                "  cache I/O  {}",
-                queue_text(&v["queues"]["cache"], &["R", "W", "P", "E"])
-            );
-            println!(
-                "  backend IO {}",
-                queue_text(&v["queues"]["backend"], &["read", "write", "writeback"])
-            );
-        }
-        let b = &v["balance"];
-        if b.is_object() {
+        println!(
+            "  cache I/O  {}",
+            queue_text(&d.queues.cache, &["R", "W", "P", "E"])
+        );
+        println!(
+            "  backend IO {}",
+            queue_text(&d.queues.backend, &["read", "write", "writeback"])
+        );
+        if let Some(b) = &d.balance {
             println!(
                 "  balance    {}: {}{} ({} switches in {} intervals), {} requests sent to the backend ({} refused: dirty)",
-                b["spec"].as_str().unwrap_or("?"),
-                b["action"].as_str().unwrap_or("?"),
-                if b["policy"].is_null() {
+                b.spec.as_deref().unwrap_or("?"),
+                b.action,
+                if b.policy.is_none() {
                     ""
                 } else {
                     " set by the controller"
                 },
-                b["switches"],
-                b["intervals"],
-                b["bypassed_requests"],
-                b["bypasses_refused_dirty"]
+                b.switches,
+                b.intervals,
+                b.bypassed_requests,
+                b.bypasses_refused_dirty
             );
-            let d = &b["last"];
-            if d.is_object() {
-                let f = |x: &Value| x.as_f64().unwrap_or(0.0);
+            if let Some(last) = &b.last {
                 println!(
                     "  last       interval {}: T_cache {:.3} ms (Q {:.1}), T_backend {:.3} ms (Q {:.1}), R/W/P/E {:.0}/{:.0}/{:.0}/{:.0} %, {}group {}",
-                    d["interval"],
-                    f(&d["cache"]["queue_time_ms"]),
-                    f(&d["cache"]["queued"]),
-                    f(&d["backend"]["queue_time_ms"]),
-                    f(&d["backend"]["queued"]),
-                    f(&d["shares"]["R"]) * 100.0,
-                    f(&d["shares"]["W"]) * 100.0,
-                    f(&d["shares"]["P"]) * 100.0,
-                    f(&d["shares"]["E"]) * 100.0,
-                    if d["bottleneck"].as_bool().unwrap_or(false) {
+                    last.interval,
+                    last.cache.queue_time_ms,
+                    last.cache.queued,
+                    last.backend.queue_time_ms,
+                    last.backend.queued,
+                    last.shares.R * 100.0,
+                    last.shares.W * 100.0,
+                    last.shares.P * 100.0,
+                    last.shares.E * 100.0,
+                    if last.bottleneck {
                         "cache bottleneck, "
                     } else {
                         ""
                     },
-                    d["group"].as_str().unwrap_or("-")
+                    last.group.as_deref().unwrap_or("-")
                 );
             }
         }
-        crate::reca_cli::print_status(&v["reca"], "  ");
-        for kind in ["read", "write"] {
-            let l = &v["latency"][kind];
-            let requests = l["count"].as_u64().unwrap_or(0);
-            if requests == 0 {
+        if let Some(reca) = &d.reca {
+            crate::reca_cli::print_status(reca, "  ");
+        }
+        for (kind, l) in [("read", &v.latency.read), ("write", &v.latency.write)] {
+            if l.count == 0 {
                 println!("  {kind:<5} µs  no {kind}s yet");
                 continue;
             }
             println!(
                 "  {kind:<5} µs  p50 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  ({})",
-                l["p50_us"].as_f64().unwrap_or(0.0),
-                l["p99_us"].as_f64().unwrap_or(0.0),
-                l["p99_9_us"].as_f64().unwrap_or(0.0),
-                l["p99_99_us"].as_f64().unwrap_or(0.0),
-                iocache_core::units::count(requests, "request")
+                l.p50_us,
+                l.p99_us,
+                l.p99_9_us,
+                l.p99_99_us,
+                iocache_core::units::count(l.count, "request")
             );
         }
     }
-    let s = &json["server"];
-    if s.is_object() {
-        println!(
-            "server: {} connections now ({} accepted, {} reached transmission); refused {} (listener full) and {} (peer's \
-             share), evicted {}, {} handshake timeouts, {} TLS failures, {} thread failures; payload held {} B (peak {} B)",
-            s["active_connections"],
-            s["connections"],
-            s["transmissions"],
-            s["refused_connections"],
-            s["refused_per_peer"],
-            s["evicted_connections"],
-            s["handshake_timeouts"],
-            s["tls_failures"],
-            s["spawn_failures"],
-            s["inflight_bytes"],
-            s["peak_inflight_bytes"]
-        );
+    let s = &snapshot.server;
+    println!(
+        "server: {} connections now ({} accepted, {} reached transmission); refused {} (listener full) and {} (peer's \
+         share), evicted {}, {} handshake timeouts, {} TLS failures, {} thread failures; payload held {} B (peak {} B)",
+        s.active_connections,
+        s.connections,
+        s.transmissions,
+        s.refused_connections,
+        s.refused_per_peer,
+        s.evicted_connections,
+        s.handshake_timeouts,
+        s.tls_failures,
+        s.spawn_failures,
+        s.inflight_bytes,
+        s.peak_inflight_bytes
+    );
+}
+
+/// A `stats` reply (or the JSON it printed) read back as the snapshot it is.
+fn snapshot_of(reply: Value) -> Result<Snapshot> {
+    serde_json::from_value(reply).context("the server's statistics are not in the form this program reads")
+}
+
+/// Prints a `stats` reply: as the JSON it is, or as the table.
+fn print_reply(reply: Value, raw: bool) -> Result<()> {
+    if raw {
+        println!("{}", serde_json::to_string_pretty(&reply)?);
+    } else {
+        print_stats(&snapshot_of(reply)?);
     }
     Ok(())
 }
@@ -539,7 +517,17 @@ enum CtlCommand {
 /// Prints a cache's knobs: one line each, the current value and, when it
 /// differs, the configured one; then the write policy in force.
 fn print_settings(reply: &Value) {
-    println!("cache {} (volumes {})", reply["cache"], reply["volumes"]);
+    let volumes: Vec<&str> = reply["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    println!(
+        "cache {} (volumes {})",
+        reply["cache"].as_str().unwrap_or("?"),
+        volumes.join(", ")
+    );
     for k in reply["settings"].as_array().into_iter().flatten() {
         let current = k["current"].as_str().unwrap_or("?");
         let configured = k["configured"].as_str().unwrap_or("?");
@@ -558,7 +546,12 @@ fn print_settings(reply: &Value) {
         reply["effective_write_policy_cause"].as_str().unwrap_or("?"),
         reply["dirty_lines"]
     );
-    crate::reca_cli::print_status(&reply["reca"], "  ");
+    if !reply["reca"].is_null() {
+        match serde_json::from_value::<RecaSnapshot>(reply["reca"].clone()) {
+            Ok(reca) => crate::reca_cli::print_status(&reca, "  "),
+            Err(e) => println!("  reca       (not readable: {e})"),
+        }
+    }
 }
 
 /// A path given to `ctl`, as the server (which may run elsewhere) must see it.
@@ -656,7 +649,7 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
                 reply["table"].as_str().unwrap_or("?"),
                 reply["categories"].as_array().map_or(0, Vec::len)
             );
-            crate::reca_cli::print_status(&reply, "  ");
+            crate::reca_cli::print_status(&serde_json::from_value::<RecaSnapshot>(reply)?, "  ");
         }
         CtlCommand::Stats { export, json } => {
             let mut req = json!({"command": "stats"});
@@ -664,7 +657,7 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
                 req["export"] = json!(export);
             }
             let reply = request(socket, &req.to_string(), Some(Duration::from_secs(10)))?;
-            print_stats(&reply, json)?;
+            print_reply(reply, json)?;
         }
     }
     Ok(())

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use iocache_core::reca::{CategoryTable, RecaControllerParams, FEATURE_NAMES};
 use iocache_core::units::format_byte_size;
-use serde_json::Value;
+use iocache_serving::stats::RecaSnapshot;
 
 use iocache_sim::reca::{reca_characterize, RecaCharacterization, RecaOptions, RecaWindowRow};
 use iocache_sim::report::table;
@@ -68,37 +68,33 @@ pub fn reca_options(
 
 /// ReCA's status as text (`iocache stats`, `ctl get`), each line indented
 /// by `indent`.
-pub fn print_status(r: &Value, indent: &str) {
-    if r.is_null() {
-        return;
-    }
-    let category = match (r["category"].as_str(), r["since_s"].as_f64()) {
+pub fn print_status(r: &RecaSnapshot, indent: &str) {
+    let category = match (&r.category, r.since_s) {
         (Some(name), Some(since)) => format!("{name} since {since:.1}s"),
         _ => "none yet".into(),
     };
     println!(
         "{indent}reca       category {category} ({} changes, {} windows of {} requests; table {})",
-        r["category_changes"],
-        r["windows"],
-        r["window_requests"],
-        r["table"].as_str().unwrap_or("?")
+        r.category_changes, r.windows, r.window_requests, r.table
     );
-    if let Some(vector) = r["vector"].as_object() {
+    if let Some(vector) = &r.vector {
         let v: Vec<String> = FEATURE_NAMES
             .iter()
-            .filter_map(|k| Some(format!("{k} {:.2}", vector.get(*k)?.as_f64()?)))
+            .filter_map(|k| Some(format!("{k} {:.2}", vector.get(*k)?)))
             .collect();
         println!("{indent}           last vector: {}", v.join(", "));
     }
-    let line = |v: &Value| v.as_u64().map_or("?".into(), format_byte_size);
-    let mut line_size = format!("line size {}", line(&r["line_bytes"]));
-    if r["line_bytes"] != r["configured_line_bytes"] {
-        line_size += &format!(" (ReCA's; configured {})", line(&r["configured_line_bytes"]));
+    let mut line_size = format!("line size {}", format_byte_size(r.line_bytes));
+    if r.line_bytes != r.configured_line_bytes {
+        line_size += &format!(
+            " (ReCA's; configured {})",
+            format_byte_size(r.configured_line_bytes)
+        );
     }
-    if let Some(p) = r["pending_line_bytes"].as_u64() {
+    if let Some(p) = r.pending_line_bytes {
         line_size += &format!(" -> {} PENDING (taken at the next start)", format_byte_size(p));
     }
-    match (r["write_policy"].as_str(), r["policy"].as_str()) {
+    match (&r.write_policy, &r.policy) {
         (Some(write_policy), Some(policy)) => {
             println!("{indent}           in force: write policy {write_policy}, policy {policy}; {line_size}")
         }
@@ -106,7 +102,11 @@ pub fn print_status(r: &Value, indent: &str) {
     }
     println!(
         "{indent}           {} requests characterized, {} skipped (over {} per second), {} dropped",
-        r["observed_requests"], r["skipped_requests"], r["max_requests_per_second"], r["dropped_requests"]
+        r.observed_requests,
+        r.skipped_requests,
+        r.max_requests_per_second
+            .map_or_else(|| "no limit".to_string(), |n| n.to_string()),
+        r.dropped_requests
     );
 }
 

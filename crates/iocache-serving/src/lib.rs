@@ -16,6 +16,8 @@
 //!   the admin socket ([`admin`]) and metrics ([`metrics`]), and the state
 //!   they share while it runs ([`running::Running`]: attach, detach, flush,
 //!   settings);
+//! - [`stats::Snapshot`] is a server's statistics, typed, as the admin
+//!   socket, `iocache stats` and the metrics all show them;
 //! - [`admin_client::request`] asks a running server's admin socket.
 //!
 //! Errors are [`ServeError`]; they name configuration keys as the
@@ -36,6 +38,7 @@ pub mod relayout;
 pub mod running;
 pub mod service;
 pub mod start;
+pub mod stats;
 
 pub use cell::{CurrentEngine, EngineCell};
 pub use error::{error_chain_text, Acknowledgement, Result, ServeError};

@@ -3,8 +3,9 @@
 //! `GET /metrics` with the counters `iocache stats` shows, per volume and
 //! per cache device, and the request latency histograms, in the
 //! OpenMetrics text format (written by the Prometheus project's own Rust
-//! client, `prometheus-client`). The values are read from the engines at
-//! each scrape; nothing is kept here. The HTTP side is deliberately tiny:
+//! client, `prometheus-client`). Each scrape renders one
+//! [`crate::stats::Snapshot`], as the admin socket does; nothing is kept
+//! here. The HTTP side is deliberately tiny:
 //! one request per connection, a bounded request head, a deadline for the
 //! whole request, and a few connections served at once, each on its own
 //! thread, so one slow client never holds up another scrape.
@@ -22,7 +23,8 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::running::{lock, Running};
+use crate::running::Running;
+use crate::stats::Snapshot;
 
 /// The longest request head read (a scraper sends a few hundred bytes).
 const MAX_REQUEST_HEAD_BYTES: u64 = 16 << 10;
@@ -233,18 +235,8 @@ impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         use MetricType::{Counter, Gauge, Histogram};
         use Sample::{Count, Latency, Level};
-        let state = &self.state;
-        let served: Vec<_> = lock(&state.volumes)
-            .iter()
-            .map(|v| (v.export.clone(), v.cache, v.volume.clone()))
-            .collect();
-        let volume_stats: Vec<_> = served
-            .iter()
-            .filter_map(|(export, cache, volume)| {
-                let stats = state.caches[*cache].engine().volume_stats(volume.id()).ok()?;
-                Some((export.clone(), stats))
-            })
-            .collect();
+        // One reading of the engines for the whole scrape.
+        let snapshot = Snapshot::take(&self.state, None).map_err(|_| std::fmt::Error)?;
         let mut requests = Family::new("volume_requests", "Requests served.", Counter);
         let mut bytes = Family::new("volume_bytes", "Bytes read and written by clients.", Counter);
         let mut accesses = Family::new(
@@ -274,8 +266,8 @@ impl Collector for EngineCollector {
             "Time from a request's arrival at the engine to its completion.",
             Histogram,
         );
-        for (export, v) in &volume_stats {
-            let e = || ("export", export.clone());
+        for v in &snapshot.volumes {
+            let e = || ("export", v.export.clone());
             for (kind, n, b, h) in [
                 ("read", v.read_requests, v.read_bytes, v.read_hits),
                 ("write", v.write_requests, v.write_bytes, v.write_hits),
@@ -286,13 +278,18 @@ impl Collector for EngineCollector {
             }
             accesses.add(vec![e()], Count(v.line_accesses));
             partial.add(vec![e()], Count(v.partial_hits));
-            misses.add(vec![e()], Count(v.misses));
-            failed.add(vec![e()], Count(v.errors));
-            let clean = v.resident_lines.saturating_sub(v.dirty_lines);
-            lines.add(vec![e(), ("state", "clean".into())], Level(clean as i64));
+            misses.add(vec![e()], Count(v.full_misses));
+            failed.add(vec![e()], Count(v.failed_requests));
+            lines.add(vec![e(), ("state", "clean".into())], Level(v.clean_lines as i64));
             lines.add(vec![e(), ("state", "dirty".into())], Level(v.dirty_lines as i64));
-            latency.add(vec![e(), ("kind", "read".into())], Latency(&v.read_latency));
-            latency.add(vec![e(), ("kind", "write".into())], Latency(&v.write_latency));
+            latency.add(
+                vec![e(), ("kind", "read".into())],
+                Latency(&v.latency.read.histogram),
+            );
+            latency.add(
+                vec![e(), ("kind", "write".into())],
+                Latency(&v.latency.write.histogram),
+            );
         }
         for family in [
             &requests, &bytes, &accesses, &hits, &partial, &misses, &failed, &lines, &latency,
@@ -301,18 +298,6 @@ impl Collector for EngineCollector {
         }
 
         // The cache devices, each once however many volumes share it.
-        let engine_stats: Vec<_> = state
-            .caches
-            .iter()
-            .map(|g| {
-                (
-                    g.path.display().to_string(),
-                    g.engine().stats(),
-                    g.engine().effective_mode(),
-                    g.engine().reca_status(),
-                )
-            })
-            .collect();
         let mut capacity = Family::new("cache_capacity_lines", "Lines the cache device holds.", Gauge);
         let mut resident = Family::new("cache_lines", "Lines in the cache, by state.", Gauge);
         let mut decisions = Family::new(
@@ -389,42 +374,45 @@ impl Collector for EngineCollector {
             "The line size in force and, when ReCA wants another, the pending one (taken at the next start).",
             Gauge,
         );
-        for (cache, s, effective, reca) in &engine_stats {
-            let c = || ("cache", cache.clone());
-            for (device, q) in [("cache", &s.cache_queue), ("backend", &s.backend_queue)] {
-                for class in &q.classes {
-                    let labels = || vec![c(), ("device", device.into()), ("class", class.class.into())];
+        for s in &snapshot.caches {
+            let c = || ("cache", s.cache.path.clone());
+            for (device, q) in [("cache", &s.queues.cache), ("backend", &s.queues.backend)] {
+                for (name, class) in &q.classes {
+                    let labels = || vec![c(), ("device", device.into()), ("class", name.clone())];
                     io.add(labels(), Count(class.completed));
                     io_in_flight.add(labels(), Level(class.in_flight as i64));
                     io_latency.add(labels(), Count(class.latency_ns_total / 1000));
                 }
             }
             if let Some(b) = &s.balance {
-                let controller = || ("controller", b.controller.to_string());
+                let controller = || ("controller", b.controller.clone());
                 balance_switches.add(vec![c(), controller()], Count(b.switches));
                 if let Some(last) = &b.last {
                     for (device, load) in [("cache", &last.cache), ("backend", &last.backend)] {
                         balance_queue_time.add(
                             vec![c(), controller(), ("device", device.into())],
-                            Level((load.queue_time_ns / 1e3) as i64),
+                            Level((load.queue_time_ms * 1e3) as i64),
                         );
                     }
                 }
             }
             capacity.add(vec![c()], Level(s.capacity_lines as i64));
-            let clean = s.resident_lines.saturating_sub(s.dirty_lines);
+            let summary = &s.cache;
+            let clean = summary.resident_lines.saturating_sub(summary.dirty_lines);
             resident.add(vec![c(), ("state", "clean".into())], Level(clean as i64));
-            resident.add(vec![c(), ("state", "dirty".into())], Level(s.dirty_lines as i64));
-            let k = &s.cache;
+            resident.add(
+                vec![c(), ("state", "dirty".into())],
+                Level(summary.dirty_lines as i64),
+            );
             for (what, n) in [
-                ("promotion", k.promotions),
-                ("eviction", k.evictions),
-                ("write_back", k.dirty_writebacks + k.flushed_lines),
-                ("bypass", k.bypassed_accesses),
-                ("seq_cutoff", k.seq_cutoff_requests),
-                ("write_miss_bypass", k.write_miss_bypasses),
-                ("balance_bypass", k.balance_bypasses),
-                ("balance_bypass_refused_dirty", k.balance_bypasses_refused_dirty),
+                ("promotion", s.promotions),
+                ("eviction", s.evictions),
+                ("write_back", s.write_backs),
+                ("bypass", s.bypassed_accesses),
+                ("seq_cutoff", s.seq_cutoff_requests),
+                ("write_miss_bypass", s.write_miss_bypasses),
+                ("balance_bypass", s.balance_bypasses.0),
+                ("balance_bypass_refused_dirty", s.balance_bypasses.1),
             ] {
                 decisions.add(vec![c(), ("decision", what.into())], Count(n));
             }
@@ -444,12 +432,12 @@ impl Collector for EngineCollector {
             mode.add(
                 vec![
                     c(),
-                    ("policy", effective.policy.to_string()),
-                    ("cause", effective.cause.name().replace(' ', "_")),
+                    ("policy", s.effective_write_policy.clone()),
+                    ("cause", s.effective_write_policy_cause.replace(' ', "_")),
                 ],
                 Level(1),
             );
-            if let Some(r) = reca {
+            if let Some(r) = &s.reca {
                 if let Some(category) = &r.category {
                     reca_category.add(vec![c(), ("category", category.clone())], Level(1));
                 }
@@ -461,8 +449,11 @@ impl Collector for EngineCollector {
                 ] {
                     reca_requests.add(vec![c(), ("outcome", outcome.into())], Count(n));
                 }
-                reca_line.add(vec![c(), ("state", "in_force".into())], Level(r.line_size as i64));
-                if let Some(pending) = r.pending_line_size {
+                reca_line.add(
+                    vec![c(), ("state", "in_force".into())],
+                    Level(r.line_bytes as i64),
+                );
+                if let Some(pending) = r.pending_line_bytes {
                     reca_line.add(vec![c(), ("state", "pending".into())], Level(pending as i64));
                 }
             }
@@ -491,7 +482,7 @@ impl Collector for EngineCollector {
             family.encode(&mut encoder)?;
         }
         // The NBD server: connections and what its limits did.
-        let s = state.server_stats();
+        let s = &snapshot.server;
         let mut connections = Family::new("nbd_connections", "NBD connections being served now.", Gauge);
         connections.add(Vec::new(), Level(s.active_connections as i64));
         let mut accepted = Family::new("nbd_accepted_connections", "NBD connections accepted.", Counter);

@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use iocache_core::reca::{CategoryTable, RecaControllerParams, FEATURE_NAMES};
+use iocache_core::reca::{CategoryTable, RecaControllerParams};
 use iocache_core::units::format_byte_size;
 use iocache_core::LineSize;
 use iocache_device::BlockDevice;
-use iocache_engine::{recorded_reca_line_size, Engine, RecaSetup, RecaStatus, RECA_MAX_REQUESTS_PER_SECOND};
-use serde_json::{json, Value};
+use iocache_engine::{recorded_reca_line_size, Engine, RecaSetup, RECA_MAX_REQUESTS_PER_SECOND};
+use serde_json::Value;
 
 use crate::config::{RecaConfig, VolumeConfig};
 use crate::error::{refused, Result, Within};
@@ -132,37 +132,5 @@ pub fn reload(engine: &Engine, path: Option<&Path>) -> Result<Value> {
     };
     let (table, source) = read_table(path.as_deref())?;
     let status = engine.reca_reload(table, source)?;
-    Ok(status_json(&status))
-}
-
-/// ReCA's status as the admin socket answers it.
-pub fn status_json(s: &RecaStatus) -> Value {
-    let vector = s.last_features.map(|f| {
-        FEATURE_NAMES
-            .iter()
-            .zip(f.0)
-            .map(|(name, v)| (name.to_string(), json!(v)))
-            .collect::<serde_json::Map<_, _>>()
-    });
-    json!({
-        "table": s.table_source,
-        "categories": s.categories,
-        "window_requests": s.window_requests,
-        "max_requests_per_second": s.max_requests_per_second,
-        "observed_requests": s.observed_requests,
-        "skipped_requests": s.skipped_requests,
-        "dropped_requests": s.dropped_requests,
-        "windows": s.windows,
-        "category_changes": s.category_changes,
-        "category": s.category,
-        "since_s": s.since_ns.map(|ns| ns as f64 / 1e9),
-        "vector": vector,
-        "distances": s.last_distances.iter().map(|(n, d)| (n.clone(), json!(d))).collect::<serde_json::Map<_, _>>(),
-        "write_policy": s.write_policy,
-        "policy": s.policy,
-        "line_bytes": s.line_size,
-        "configured_line_bytes": s.configured_line_size,
-        "pending_line_bytes": s.pending_line_size,
-        "last_event": s.last_event,
-    })
+    Ok(serde_json::to_value(crate::stats::RecaSnapshot::from(&status))?)
 }

@@ -388,6 +388,6 @@ fn settings_json(group: &CacheGroup) -> serde_json::Value {
         "effective_write_policy": effective.policy.to_string(),
         "effective_write_policy_cause": effective.cause.name(),
         "dirty_lines": engine.stats().dirty_lines,
-        "reca": engine.reca_status().map_or(serde_json::Value::Null, |r| crate::reca::status_json(&r)),
+        "reca": engine.reca_status().as_ref().map(crate::stats::RecaSnapshot::from),
     })
 }
