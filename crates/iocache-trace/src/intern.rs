@@ -28,6 +28,15 @@ impl Interner {
         &mut self.key
     }
 
+    /// The volume of a device given by its major and minor numbers.
+    #[inline]
+    pub(crate) fn device(&mut self, major: u32, minor: u32, field: &'static str) -> Result<u32, FieldError> {
+        let key = self.start();
+        key.extend_from_slice(&major.to_le_bytes());
+        key.extend_from_slice(&minor.to_le_bytes());
+        self.finish(field)
+    }
+
     /// Returns the id of the key built since [`Self::start`], assigning the
     /// next id if it is new. `field` names the field blamed if the ids run out.
     #[inline]

@@ -99,3 +99,24 @@ pub struct TraceRecord {
     /// (blkparse's and FIU's PID); 0 otherwise.
     pub process: u32,
 }
+
+impl TraceRecord {
+    /// A request with no process recorded (`process` 0).
+    #[inline]
+    pub fn new(time_ns: u64, volume: u32, offset_bytes: u64, length_bytes: u64, kind: IoKind) -> TraceRecord {
+        TraceRecord {
+            time_ns,
+            volume,
+            offset_bytes,
+            length_bytes,
+            kind,
+            process: 0,
+        }
+    }
+
+    /// The same request, issued by `process`.
+    #[inline]
+    pub fn by_process(self, process: u32) -> TraceRecord {
+        TraceRecord { process, ..self }
+    }
+}

@@ -12,22 +12,8 @@ const TEXT: &str = "Timestamp,Response,IOType,LUN,Offset,Size\n\
 
 fn expected() -> Vec<TraceRecord> {
     vec![
-        TraceRecord {
-            time_ns: 1_456_095_145_133_076_000,
-            volume: 0,
-            offset_bytes: 899056122368,
-            length_bytes: 131072,
-            kind: IoKind::Read,
-            process: 0,
-        },
-        TraceRecord {
-            time_ns: 1_456_095_145_126_285_000,
-            volume: 2,
-            offset_bytes: 4256049987072,
-            length_bytes: 122880,
-            kind: IoKind::Write,
-            process: 0,
-        },
+        TraceRecord::new(1_456_095_145_133_076_000, 0, 899056122368, 131072, IoKind::Read),
+        TraceRecord::new(1_456_095_145_126_285_000, 2, 4256049987072, 122880, IoKind::Write),
     ]
 }
 

@@ -67,14 +67,7 @@ fn arc_p2() {
     assert!(s.records.iter().all(|r| r.kind == IoKind::Read && r.volume == 0));
     assert_eq!(
         s.records[0],
-        TraceRecord {
-            time_ns: 0,
-            volume: 0,
-            offset_bytes: 3050771 * 512,
-            length_bytes: 25 * 512,
-            kind: IoKind::Read,
-            process: 0,
-        }
+        TraceRecord::new(0, 0, 3050771 * 512, 25 * 512, IoKind::Read)
     );
     assert_eq!(s.records[666_175].time_ns, 666_175);
     assert_eq!(Some(s.consumed), s.len);
@@ -95,14 +88,13 @@ fn msr_hm0() {
     assert!(s.records.iter().all(|r| r.volume == 0));
     assert_eq!(
         s.records[0],
-        TraceRecord {
-            time_ns: (128166385295514663 - 116444736000000000) * 100,
-            volume: 0,
-            offset_bytes: 9056014336,
-            length_bytes: 2048,
-            kind: IoKind::Write,
-            process: 0,
-        }
+        TraceRecord::new(
+            (128166385295514663 - 116444736000000000) * 100,
+            0,
+            9056014336,
+            2048,
+            IoKind::Write
+        )
     );
     println!("msr reads/writes: {:?}", reads_writes(&s.records));
 }
@@ -139,14 +131,13 @@ fn tencent_cbs() {
     assert_eq!(s.records.len(), 50_000);
     assert_eq!(
         s.records[0],
-        TraceRecord {
-            time_ns: 1_538_323_200_000_000_000,
-            volume: 1058,
-            offset_bytes: 4247200 * 512,
-            length_bytes: 128 * 512,
-            kind: IoKind::Write,
-            process: 0,
-        }
+        TraceRecord::new(
+            1_538_323_200_000_000_000,
+            1058,
+            4247200 * 512,
+            128 * 512,
+            IoKind::Write
+        )
     );
     println!("tencent reads/writes: {:?}", reads_writes(&s.records));
 }
@@ -168,14 +159,7 @@ fn mqsim_disksim() {
     };
     assert_eq!(
         s.records[0],
-        TraceRecord {
-            time_ns: 938513000,
-            volume: 4,
-            offset_bytes: 264719034 * 512,
-            length_bytes: 16 * 512,
-            kind: IoKind::Write,
-            process: 0,
-        }
+        TraceRecord::new(938513000, 4, 264719034 * 512, 16 * 512, IoKind::Write)
     );
 }
 
@@ -195,13 +179,6 @@ fn cloudphysics() {
     assert_eq!(reads_writes(&s.records), (46_974, 66_898));
     assert_eq!(
         s.records[0],
-        TraceRecord {
-            time_ns: 5_633_898_000_000_000,
-            volume: 0,
-            offset_bytes: 42932745 * 512,
-            length_bytes: 512,
-            kind: IoKind::Write,
-            process: 0,
-        }
+        TraceRecord::new(5_633_898_000_000_000, 0, 42932745 * 512, 512, IoKind::Write)
     );
 }

@@ -47,14 +47,7 @@ impl Arc {
     fn record(&mut self, offset: u64, length: u64) -> Outcome {
         let time_ns = self.index;
         self.index += 1;
-        Outcome::Record(TraceRecord {
-            time_ns,
-            volume: 0,
-            offset_bytes: offset,
-            length_bytes: length,
-            kind: IoKind::Read,
-            process: 0,
-        })
+        Outcome::Record(TraceRecord::new(time_ns, 0, offset, length, IoKind::Read))
     }
 
     /// The general parse: every check, and the error that names the field.
@@ -233,7 +226,7 @@ fn leading_number(rest: &mut &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{first_error, records, skipping};
+    use super::super::test_util::{assert_first_errors, records, skipping};
     use crate::{IoKind, TraceFormat, TraceRecord};
 
     const F: TraceFormat = TraceFormat::Arc;
@@ -244,14 +237,7 @@ mod tests {
         assert_eq!(r.len(), 3);
         assert_eq!(
             r[0],
-            TraceRecord {
-                time_ns: 0,
-                volume: 0,
-                offset_bytes: 3050771 * 512,
-                length_bytes: 25 * 512,
-                kind: IoKind::Read,
-                process: 0,
-            }
+            TraceRecord::new(0, 0, 3050771 * 512, 25 * 512, IoKind::Read)
         );
         assert_eq!(r.iter().map(|r| r.time_ns).collect::<Vec<_>>(), [0, 1, 2]);
     }
@@ -421,15 +407,17 @@ mod tests {
 
     #[test]
     fn errors() {
-        for (bad, field) in [
-            ("1 0 0 0\n", "nsectors"),
-            ("x 8 0 0\n", "start_sector"),
-            ("1 8 0\n", "request_no"),
-            ("1 8 0 0 0\n", "line"),
-        ] {
-            let (line, f, reason) = first_error(F, &format!("1 8 0 0\n{bad}"));
-            assert_eq!((line, f), (2, field), "{bad}: {reason}");
-        }
+        assert_first_errors(
+            F,
+            "1 8 0 0\n",
+            2,
+            &[
+                ("1 0 0 0\n", "nsectors"),
+                ("x 8 0 0\n", "start_sector"),
+                ("1 8 0\n", "request_no"),
+                ("1 8 0 0 0\n", "line"),
+            ],
+        );
     }
 
     #[test]
@@ -437,15 +425,17 @@ mod tests {
         // Both one-pass parses accumulate up to the field's end before
         // refusing more than 15 digits; this overflowed (a panic in debug
         // builds) for 20 digits or more.
-        for (bad, field) in [
-            ("99999999999999999999999 8 0 0\n", "start_sector"),
-            ("1 99999999999999999999999 0 0\n", "nsectors"),
-            // One field: the error names the first one missing.
-            ("99999999999999999999999,\n", "nsectors"),
-        ] {
-            let (line, f, reason) = first_error(F, &format!("1 8 0 0\n{bad}"));
-            assert_eq!((line, f), (2, field), "{bad}: {reason}");
-        }
+        assert_first_errors(
+            F,
+            "1 8 0 0\n",
+            2,
+            &[
+                ("99999999999999999999999 8 0 0\n", "start_sector"),
+                ("1 99999999999999999999999 0 0\n", "nsectors"),
+                // One field: the error names the first one missing.
+                ("99999999999999999999999,\n", "nsectors"),
+            ],
+        );
         assert_eq!(super::plain_line(b"99999999999999999999999 8 0 0\n"), None);
         assert_eq!(super::well_formed(b"1 99999999999999999999999 0 0"), None);
     }

@@ -121,24 +121,16 @@ impl Blkparse {
         }
         let length = scale(sectors, SECTOR_BYTES, "nsectors")?;
         check_extent(offset, length, "sector", "nsectors")?;
-        let key = self.volumes.start();
-        key.extend_from_slice(&major.to_le_bytes());
-        key.extend_from_slice(&minor.to_le_bytes());
-        let volume = self.volumes.finish("device")?;
-        Ok(Outcome::Record(TraceRecord {
-            time_ns,
-            volume,
-            offset_bytes: offset,
-            length_bytes: length,
-            kind,
-            process,
-        }))
+        let volume = self.volumes.device(major, minor, "device")?;
+        Ok(Outcome::Record(
+            TraceRecord::new(time_ns, volume, offset, length, kind).by_process(process),
+        ))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{first_error, reader, skipping};
+    use super::super::test_util::{assert_first_errors, reader, skipping};
     use crate::{IoKind, TraceFormat, TraceRecord};
 
     const SAMPLE: &str = "\
@@ -175,30 +167,9 @@ Skips: 0 forward (0 -   0.0%)
         assert_eq!(
             records,
             vec![
-                TraceRecord {
-                    time_ns: 0,
-                    volume: 0,
-                    offset_bytes: 3417048 * 512,
-                    length_bytes: 4096,
-                    kind: IoKind::Write,
-                    process: 697,
-                },
-                TraceRecord {
-                    time_ns: 1_500_000_001,
-                    volume: 1,
-                    offset_bytes: 100 * 512,
-                    length_bytes: 16 * 512,
-                    kind: IoKind::Read,
-                    process: 1234,
-                },
-                TraceRecord {
-                    time_ns: 1_600_000_000,
-                    volume: 1,
-                    offset_bytes: 200 * 512,
-                    length_bytes: 8 * 512,
-                    kind: IoKind::Read,
-                    process: 1234,
-                },
+                TraceRecord::new(0, 0, 3417048 * 512, 4096, IoKind::Write).by_process(697),
+                TraceRecord::new(1_500_000_001, 1, 100 * 512, 16 * 512, IoKind::Read).by_process(1234),
+                TraceRecord::new(1_600_000_000, 1, 200 * 512, 8 * 512, IoKind::Read).by_process(1234),
             ]
         );
         // 14 event lines: 3 records + 11 ignored (other actions, flush,
@@ -220,21 +191,23 @@ Skips: 0 forward (0 -   0.0%)
     #[test]
     fn errors() {
         let good = "  8,0 3 1 0.000000000 697 Q WS 3417048 + 8 [kjournald]\n";
-        for (bad, field) in [
-            ("8;0 3 1 0.0 697 Q WS 1 + 8 [x]\n", "device"),
-            ("garbage\n", "device"),
-            ("8,0 3 1 0.0 697 Q WS x + 8 [x]\n", "sector"),
-            ("8,0 3 1 0.0 697 Q WS 1 + y [x]\n", "nsectors"),
-            ("8,0 3 1 0.0 697 Q WS 1 + 0 [x]\n", "nsectors"),
-            ("8,0 3 1 zero 697 Q WS 1 + 8 [x]\n", "time"),
-            ("8,0 3 1 0.0 697 Q WS [x]\n", "sector"),
-            ("8,0 3 1 0.0\n", "pid"),
-            ("8,0 3 1 0.0 p697 Q WS 1 + 8 [x]\n", "pid"),
-            ("8,0 3 1 0.0 697 Q\n", "rwbs"),
-        ] {
-            let (line, f, reason) = first_error(TraceFormat::BLKPARSE, &format!("{good}{bad}"));
-            assert_eq!((line, f), (2, field), "{bad}: {reason}");
-        }
+        assert_first_errors(
+            TraceFormat::BLKPARSE,
+            good,
+            2,
+            &[
+                ("8;0 3 1 0.0 697 Q WS 1 + 8 [x]\n", "device"),
+                ("garbage\n", "device"),
+                ("8,0 3 1 0.0 697 Q WS x + 8 [x]\n", "sector"),
+                ("8,0 3 1 0.0 697 Q WS 1 + y [x]\n", "nsectors"),
+                ("8,0 3 1 0.0 697 Q WS 1 + 0 [x]\n", "nsectors"),
+                ("8,0 3 1 zero 697 Q WS 1 + 8 [x]\n", "time"),
+                ("8,0 3 1 0.0 697 Q WS [x]\n", "sector"),
+                ("8,0 3 1 0.0\n", "pid"),
+                ("8,0 3 1 0.0 p697 Q WS 1 + 8 [x]\n", "pid"),
+                ("8,0 3 1 0.0 697 Q\n", "rwbs"),
+            ],
+        );
     }
 
     #[test]

@@ -42,20 +42,15 @@ impl Disksim {
         let length = scale(u64_field(f[3], "size_sectors")?, SECTOR_BYTES, "size_sectors")?;
         check_extent(offset, length, "lba_sectors", "size_sectors")?;
         let kind = zero_one(f[4], "type", IoKind::Read)?;
-        Ok(Outcome::Record(TraceRecord {
-            time_ns,
-            volume,
-            offset_bytes: offset,
-            length_bytes: length,
-            kind,
-            process: 0,
-        }))
+        Ok(Outcome::Record(TraceRecord::new(
+            time_ns, volume, offset, length, kind,
+        )))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{first_error, records, skipping};
+    use super::super::test_util::{assert_first_errors, records, skipping};
     use crate::{IoKind, TraceFormat, TraceRecord};
 
     const F: TraceFormat = TraceFormat::Disksim;
@@ -68,14 +63,7 @@ mod tests {
         );
         assert_eq!(
             r[0],
-            TraceRecord {
-                time_ns: 938513000,
-                volume: 4,
-                offset_bytes: 264719034 * 512,
-                length_bytes: 16 * 512,
-                kind: IoKind::Write,
-                process: 0,
-            }
+            TraceRecord::new(938513000, 4, 264719034 * 512, 16 * 512, IoKind::Write)
         );
         assert_eq!((r[1].kind, r[1].volume), (IoKind::Read, 0));
         assert_eq!(r[2].time_ns, 13_191_135);
@@ -83,17 +71,19 @@ mod tests {
 
     #[test]
     fn errors() {
-        for (bad, field) in [
-            ("1 0 0 8 2\n", "type"),
-            ("1 0 0 0 1\n", "size_sectors"),
-            ("1 x 0 8 1\n", "device"),
-            ("1.2.3 0 0 8 1\n", "arrival_time"),
-            ("1 0 0 8\n", "type"),
-            ("1 0 0 8 1 9\n", "line"),
-        ] {
-            let (line, f, reason) = first_error(F, &format!("1 0 0 8 1\n\n{bad}"));
-            assert_eq!((line, f), (3, field), "{bad}: {reason}");
-        }
+        assert_first_errors(
+            F,
+            "1 0 0 8 1\n\n",
+            3,
+            &[
+                ("1 0 0 8 2\n", "type"),
+                ("1 0 0 0 1\n", "size_sectors"),
+                ("1 x 0 8 1\n", "device"),
+                ("1.2.3 0 0 8 1\n", "arrival_time"),
+                ("1 0 0 8\n", "type"),
+                ("1 0 0 8 1 9\n", "line"),
+            ],
+        );
     }
 
     #[test]

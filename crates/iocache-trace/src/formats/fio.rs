@@ -161,14 +161,13 @@ impl Fio {
         let offset = u64_field(offset, "offset")?;
         let length = u64_field(length, "length")?;
         check_extent(offset, length, "offset", "length")?;
-        Ok(Outcome::Record(TraceRecord {
-            time_ns: time_ns.unwrap_or(self.clock_ns),
+        Ok(Outcome::Record(TraceRecord::new(
+            time_ns.unwrap_or(self.clock_ns),
             volume,
-            offset_bytes: offset,
-            length_bytes: length,
+            offset,
+            length,
             kind,
-            process: 0,
-        }))
+        )))
     }
 }
 
@@ -198,30 +197,9 @@ mod tests {
         assert_eq!(
             records,
             vec![
-                TraceRecord {
-                    time_ns: 0,
-                    volume: 0,
-                    offset_bytes: 4096,
-                    length_bytes: 512,
-                    kind: IoKind::Read,
-                    process: 0,
-                },
-                TraceRecord {
-                    time_ns: 1_000_000,
-                    volume: 1,
-                    offset_bytes: 0,
-                    length_bytes: 8192,
-                    kind: IoKind::Write,
-                    process: 0,
-                },
-                TraceRecord {
-                    time_ns: 1_500_000,
-                    volume: 0,
-                    offset_bytes: 8192,
-                    length_bytes: 4096,
-                    kind: IoKind::Write,
-                    process: 0,
-                },
+                TraceRecord::new(0, 0, 4096, 512, IoKind::Read),
+                TraceRecord::new(1_000_000, 1, 0, 8192, IoKind::Write),
+                TraceRecord::new(1_500_000, 0, 8192, 4096, IoKind::Write),
             ]
         );
         // add, add, open, wait, sync, wait, trim, close

@@ -46,24 +46,16 @@ impl Fiu {
         let kind = read_write(f[n - 4], "op")?;
         let major = u32_field(f[n - 3], "major")?;
         let minor = u32_field(f[n - 2], "minor")?;
-        let key = self.volumes.start();
-        key.extend_from_slice(&major.to_le_bytes());
-        key.extend_from_slice(&minor.to_le_bytes());
-        let volume = self.volumes.finish("major")?;
-        Ok(Outcome::Record(TraceRecord {
-            time_ns,
-            volume,
-            offset_bytes: offset,
-            length_bytes: length,
-            kind,
-            process,
-        }))
+        let volume = self.volumes.device(major, minor, "major")?;
+        Ok(Outcome::Record(
+            TraceRecord::new(time_ns, volume, offset, length, kind).by_process(process),
+        ))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{first_error, records, skipping};
+    use super::super::test_util::{assert_first_errors, records, skipping};
     use crate::{IoKind, TraceFormat, TraceRecord};
 
     const F: TraceFormat = TraceFormat::Fiu;
@@ -76,14 +68,7 @@ mod tests {
         let r = records(F, text);
         assert_eq!(
             r[0],
-            TraceRecord {
-                time_ns: 89312454701617,
-                volume: 0,
-                offset_bytes: 904265560 * 512,
-                length_bytes: 4096,
-                kind: IoKind::Write,
-                process: 4892,
-            }
+            TraceRecord::new(89312454701617, 0, 904265560 * 512, 4096, IoKind::Write).by_process(4892)
         );
         assert_eq!(
             (r[1].volume, r[1].kind, r[1].offset_bytes),
@@ -95,18 +80,20 @@ mod tests {
     #[test]
     fn errors() {
         let good = "1 2 p 3 8 W 6 0 md5\n";
-        for (bad, field) in [
-            ("1 2 p 3 8 X 6 0 md5\n", "op"),
-            ("1 2 p 3 0 W 6 0 md5\n", "size"),
-            ("1 2 p x 8 W 6 0 md5\n", "lba"),
-            ("t 2 p 3 8 W 6 0 md5\n", "ts"),
-            ("1 -2 p 3 8 W 6 0 md5\n", "pid"),
-            ("1 2 p 3 8 W 6 m md5\n", "minor"),
-            ("1 2 p 3 8 W\n", "major"),
-        ] {
-            let (line, f, reason) = first_error(F, &format!("{good}{bad}"));
-            assert_eq!((line, f), (2, field), "{bad}: {reason}");
-        }
+        assert_first_errors(
+            F,
+            good,
+            2,
+            &[
+                ("1 2 p 3 8 X 6 0 md5\n", "op"),
+                ("1 2 p 3 0 W 6 0 md5\n", "size"),
+                ("1 2 p x 8 W 6 0 md5\n", "lba"),
+                ("t 2 p 3 8 W 6 0 md5\n", "ts"),
+                ("1 -2 p 3 8 W 6 0 md5\n", "pid"),
+                ("1 2 p 3 8 W 6 m md5\n", "minor"),
+                ("1 2 p 3 8 W\n", "major"),
+            ],
+        );
     }
 
     #[test]

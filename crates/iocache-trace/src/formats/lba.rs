@@ -37,20 +37,19 @@ impl Lba {
         check_extent(offset, self.block_bytes, "lba", "lba")?;
         let time_ns = self.index;
         self.index += 1;
-        Ok(Outcome::Record(TraceRecord {
+        Ok(Outcome::Record(TraceRecord::new(
             time_ns,
-            volume: 0,
-            offset_bytes: offset,
-            length_bytes: self.block_bytes,
-            kind: IoKind::Read,
-            process: 0,
-        }))
+            0,
+            offset,
+            self.block_bytes,
+            IoKind::Read,
+        )))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{first_error, records, skipping};
+    use super::super::test_util::{assert_first_errors, records, skipping};
     use crate::{IoKind, TraceFormat, TraceRecord};
 
     #[test]
@@ -59,30 +58,9 @@ mod tests {
         assert_eq!(
             r,
             vec![
-                TraceRecord {
-                    time_ns: 0,
-                    volume: 0,
-                    offset_bytes: 2560,
-                    length_bytes: 512,
-                    kind: IoKind::Read,
-                    process: 0,
-                },
-                TraceRecord {
-                    time_ns: 1,
-                    volume: 0,
-                    offset_bytes: 3584,
-                    length_bytes: 512,
-                    kind: IoKind::Read,
-                    process: 0,
-                },
-                TraceRecord {
-                    time_ns: 2,
-                    volume: 0,
-                    offset_bytes: 0,
-                    length_bytes: 512,
-                    kind: IoKind::Read,
-                    process: 0,
-                },
+                TraceRecord::new(0, 0, 2560, 512, IoKind::Read),
+                TraceRecord::new(1, 0, 3584, 512, IoKind::Read),
+                TraceRecord::new(2, 0, 0, 512, IoKind::Read),
             ]
         );
         let r = records(TraceFormat::Lba { block_bytes: 4096 }, "3\n");
@@ -91,14 +69,16 @@ mod tests {
 
     #[test]
     fn errors() {
-        for (bad, field) in [
-            ("x\n", "lba"),
-            ("1 2\n", "line"),
-            ("18446744073709551615\n", "lba"),
-        ] {
-            let (line, f, reason) = first_error(TraceFormat::LBA, &format!("# c\n1\n{bad}"));
-            assert_eq!((line, f), (3, field), "{bad}: {reason}");
-        }
+        assert_first_errors(
+            TraceFormat::LBA,
+            "# c\n1\n",
+            3,
+            &[
+                ("x\n", "lba"),
+                ("1 2\n", "line"),
+                ("18446744073709551615\n", "lba"),
+            ],
+        );
     }
 
     #[test]

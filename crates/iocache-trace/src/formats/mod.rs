@@ -190,6 +190,15 @@ pub(crate) mod test_util {
         panic!("expected an error in {text:?}");
     }
 
+    /// For each `(bad, field)`: `prefix` then `bad` stops at `line` with
+    /// an error naming `field`.
+    pub(crate) fn assert_first_errors(format: TraceFormat, prefix: &str, line: u64, cases: &[(&str, &str)]) {
+        for (bad, field) in cases {
+            let (at, named, reason) = first_error(format, &format!("{prefix}{bad}"));
+            assert_eq!((at, named), (line, *field), "{bad}: {reason}");
+        }
+    }
+
     /// (records, skipped, ignored) in skip-bad-lines mode.
     pub(crate) fn skipping(format: TraceFormat, text: &str) -> (Vec<TraceRecord>, u64, u64) {
         let mut reader = reader(format, text, true);

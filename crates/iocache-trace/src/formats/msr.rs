@@ -63,14 +63,9 @@ impl Msr {
         let time_ns = unix_ticks.checked_mul(100).ok_or_else(|| {
             FieldError::new("Timestamp", format!("{ticks} ticks overflow 64-bit nanoseconds"))
         })?;
-        Ok(Outcome::Record(TraceRecord {
-            time_ns,
-            volume,
-            offset_bytes: offset,
-            length_bytes: length,
-            kind,
-            process: 0,
-        }))
+        Ok(Outcome::Record(TraceRecord::new(
+            time_ns, volume, offset, length, kind,
+        )))
     }
 }
 
@@ -92,14 +87,13 @@ mod tests {
         assert_eq!(r.len(), 4);
         assert_eq!(
             r[0],
-            TraceRecord {
-                time_ns: (128166385295514663 - 116444736000000000) * 100,
-                volume: 0,
-                offset_bytes: 9056014336,
-                length_bytes: 2048,
-                kind: IoKind::Write,
-                process: 0,
-            }
+            TraceRecord::new(
+                (128166385295514663 - 116444736000000000) * 100,
+                0,
+                9056014336,
+                2048,
+                IoKind::Write
+            )
         );
         assert_eq!((r[1].volume, r[1].kind), (1, IoKind::Read));
         assert_eq!((r[2].volume, r[2].offset_bytes), (2, 0));

@@ -34,20 +34,15 @@ impl Systor {
         let offset = u64_field(f[4], "Offset")?;
         let length = u64_field(f[5], "Size")?;
         check_extent(offset, length, "Offset", "Size")?;
-        Ok(Outcome::Record(TraceRecord {
-            time_ns,
-            volume,
-            offset_bytes: offset,
-            length_bytes: length,
-            kind,
-            process: 0,
-        }))
+        Ok(Outcome::Record(TraceRecord::new(
+            time_ns, volume, offset, length, kind,
+        )))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{first_error, records, skipping};
+    use super::super::test_util::{assert_first_errors, records, skipping};
     use crate::{IoKind, TraceFormat, TraceRecord};
 
     const F: TraceFormat = TraceFormat::Systor;
@@ -62,14 +57,7 @@ mod tests {
         assert_eq!(r.len(), 3);
         assert_eq!(
             r[0],
-            TraceRecord {
-                time_ns: 1_456_095_145_133_076_000,
-                volume: 0,
-                offset_bytes: 899056122368,
-                length_bytes: 131072,
-                kind: IoKind::Read,
-                process: 0,
-            }
+            TraceRecord::new(1_456_095_145_133_076_000, 0, 899056122368, 131072, IoKind::Read)
         );
         assert_eq!(r[1].time_ns, 1_456_095_145_126_285_000);
         assert_eq!((r[1].volume, r[1].kind), (3, IoKind::Write));
@@ -79,19 +67,21 @@ mod tests {
     #[test]
     fn errors() {
         let head = "Timestamp,Response,IOType,LUN,Offset,Size\n1.0,0.1,R,0,0,512\n";
-        for (bad, field) in [
-            ("1.0,0.1,X,0,0,512\n", "IOType"),
-            ("1.0,0.1,R,0,0,0\n", "Size"),
-            ("1.0,0.1,R,x,0,512\n", "LUN"),
-            ("1.0,0.1,R,99999999999,0,512\n", "LUN"),
-            ("1.0.0,0.1,R,0,0,512\n", "Timestamp"),
-            ("-1.0,0.1,R,0,0,512\n", "Timestamp"),
-            ("1.0,0.1,R,0,-5,512\n", "Offset"),
-            ("1.0,0.1,R,0\n", "Offset"),
-        ] {
-            let (line, f, reason) = first_error(F, &format!("{head}{bad}"));
-            assert_eq!((line, f), (3, field), "{bad}: {reason}");
-        }
+        assert_first_errors(
+            F,
+            head,
+            3,
+            &[
+                ("1.0,0.1,X,0,0,512\n", "IOType"),
+                ("1.0,0.1,R,0,0,0\n", "Size"),
+                ("1.0,0.1,R,x,0,512\n", "LUN"),
+                ("1.0,0.1,R,99999999999,0,512\n", "LUN"),
+                ("1.0.0,0.1,R,0,0,512\n", "Timestamp"),
+                ("-1.0,0.1,R,0,0,512\n", "Timestamp"),
+                ("1.0,0.1,R,0,-5,512\n", "Offset"),
+                ("1.0,0.1,R,0\n", "Offset"),
+            ],
+        );
     }
 
     #[test]

@@ -42,20 +42,15 @@ impl Tencent {
         check_extent(offset, length, "offset_sectors", "size_sectors")?;
         let kind = zero_one(f[3], "io_type", IoKind::Write)?;
         let volume = u32_field(f[4], "volume_id")?;
-        Ok(Outcome::Record(TraceRecord {
-            time_ns,
-            volume,
-            offset_bytes: offset,
-            length_bytes: length,
-            kind,
-            process: 0,
-        }))
+        Ok(Outcome::Record(TraceRecord::new(
+            time_ns, volume, offset, length, kind,
+        )))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{first_error, records, skipping};
+    use super::super::test_util::{assert_first_errors, records, skipping};
     use crate::{IoKind, TraceFormat, TraceRecord};
 
     const F: TraceFormat = TraceFormat::Tencent;
@@ -66,22 +61,20 @@ mod tests {
         assert_eq!(
             r,
             vec![
-                TraceRecord {
-                    time_ns: 1_538_323_200_000_000_000,
-                    volume: 1058,
-                    offset_bytes: 4247200 * 512,
-                    length_bytes: 128 * 512,
-                    kind: IoKind::Write,
-                    process: 0,
-                },
-                TraceRecord {
-                    time_ns: 1_538_323_199_000_000_000,
-                    volume: 1063,
-                    offset_bytes: 13896880 * 512,
-                    length_bytes: 8 * 512,
-                    kind: IoKind::Read,
-                    process: 0,
-                },
+                TraceRecord::new(
+                    1_538_323_200_000_000_000,
+                    1058,
+                    4247200 * 512,
+                    128 * 512,
+                    IoKind::Write
+                ),
+                TraceRecord::new(
+                    1_538_323_199_000_000_000,
+                    1063,
+                    13896880 * 512,
+                    8 * 512,
+                    IoKind::Read
+                ),
             ]
         );
         let r = records(F, "1.5,0,1,0,0\n");
@@ -90,19 +83,21 @@ mod tests {
 
     #[test]
     fn errors() {
-        for (bad, field) in [
-            ("1,0,8,2,5\n", "io_type"),
-            ("1,0,0,1,5\n", "size_sectors"),
-            ("1,zz,8,1,5\n", "offset_sectors"),
-            ("1,36028797018963968,8,1,5\n", "offset_sectors"),
-            ("1,0,8,1,-5\n", "volume_id"),
-            ("1,0,8,1\n", "volume_id"),
-            ("1,0,8,1,5,6\n", "line"),
-            ("99999999999999999999,0,8,1,5\n", "timestamp_s"),
-        ] {
-            let (line, f, reason) = first_error(F, &format!("1,0,8,1,5\n{bad}"));
-            assert_eq!((line, f), (2, field), "{bad}: {reason}");
-        }
+        assert_first_errors(
+            F,
+            "1,0,8,1,5\n",
+            2,
+            &[
+                ("1,0,8,2,5\n", "io_type"),
+                ("1,0,0,1,5\n", "size_sectors"),
+                ("1,zz,8,1,5\n", "offset_sectors"),
+                ("1,36028797018963968,8,1,5\n", "offset_sectors"),
+                ("1,0,8,1,-5\n", "volume_id"),
+                ("1,0,8,1\n", "volume_id"),
+                ("1,0,8,1,5,6\n", "line"),
+                ("99999999999999999999,0,8,1,5\n", "timestamp_s"),
+            ],
+        );
     }
 
     #[test]

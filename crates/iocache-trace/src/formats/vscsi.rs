@@ -54,20 +54,15 @@ impl Vscsi {
         let length = u64_field(f[3], "size")?;
         let offset = scale(u64_field(f[4], "lbn")?, SECTOR_BYTES, "lbn")?;
         check_extent(offset, length, "lbn", "size")?;
-        Ok(Outcome::Record(TraceRecord {
-            time_ns,
-            volume: 0,
-            offset_bytes: offset,
-            length_bytes: length,
-            kind,
-            process: 0,
-        }))
+        Ok(Outcome::Record(TraceRecord::new(
+            time_ns, 0, offset, length, kind,
+        )))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{first_error, records, skipping};
+    use super::super::test_util::{assert_first_errors, records, skipping};
     use crate::{IoKind, TraceFormat, TraceRecord};
 
     const F: TraceFormat = TraceFormat::VscsiCsv;
@@ -84,14 +79,7 @@ mod tests {
         assert_eq!(reader.ignored_records(), 1);
         assert_eq!(
             r[0],
-            TraceRecord {
-                time_ns: 5_633_898_000_000_000,
-                volume: 0,
-                offset_bytes: 42932745 * 512,
-                length_bytes: 512,
-                kind: IoKind::Write,
-                process: 0,
-            }
+            TraceRecord::new(5_633_898_000_000_000, 0, 42932745 * 512, 512, IoKind::Write)
         );
         assert_eq!((r[1].kind, r[1].length_bytes), (IoKind::Read, 6656));
         assert_eq!((r[2].kind, r[2].offset_bytes), (IoKind::Read, 4096));
@@ -102,16 +90,18 @@ mod tests {
     #[test]
     fn errors() {
         let head = "version,time,op,size,lbn\n1,1,28,512,1\n";
-        for (bad, field) in [
-            ("1,1,zz,512,1\n", "op"),
-            ("1,1,28,0,1\n", "size"),
-            ("1,1,28,512,x\n", "lbn"),
-            ("1,x,28,512,1\n", "time"),
-            ("1,1,28,512\n", "lbn"),
-        ] {
-            let (line, f, reason) = first_error(F, &format!("{head}{bad}"));
-            assert_eq!((line, f), (3, field), "{bad}: {reason}");
-        }
+        assert_first_errors(
+            F,
+            head,
+            3,
+            &[
+                ("1,1,zz,512,1\n", "op"),
+                ("1,1,28,0,1\n", "size"),
+                ("1,1,28,512,x\n", "lbn"),
+                ("1,x,28,512,1\n", "time"),
+                ("1,1,28,512\n", "lbn"),
+            ],
+        );
     }
 
     #[test]
