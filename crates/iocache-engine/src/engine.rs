@@ -367,8 +367,9 @@ enum Buffer<'a> {
 struct Inner {
     /// The knobs' configured and current values (`settings.rs`).
     knobs: Mutex<settings::Knobs>,
-    /// The informational part of the superblock's settings text.
-    settings_informational: String,
+    /// The configuration this start opened with, as the superblock's
+    /// settings record shows it.
+    opened_with: Vec<(String, String)>,
     /// A background drain of dirty lines is running (`settings.rs`).
     draining: AtomicBool,
     shards: Vec<Shard>,
@@ -474,10 +475,11 @@ impl Engine {
             }
         }
         let backends: Vec<&dyn BlockDevice> = volumes.iter().map(|(_, b)| &**b).collect();
-        let settings_informational = format!(
-            "write_policy={} policy={} lookup={}",
-            config.cache.write_policy, config.cache.policy, config.lookup
-        );
+        let opened_with = vec![
+            ("write_policy".to_string(), config.cache.write_policy.to_string()),
+            ("policy".to_string(), config.cache.policy.to_string()),
+            ("lookup".to_string(), config.lookup.to_string()),
+        ];
         let opened = recovery::open(
             &*cache_dev,
             &backends,
@@ -491,7 +493,10 @@ impl Engine {
                     .iter()
                     .map(|(name, backend)| (name.clone(), backend.len_bytes()))
                     .collect(),
-                settings: settings_informational.clone(),
+                settings: iocache_format::SettingsRecord {
+                    opened_with: opened_with.clone(),
+                    ..Default::default()
+                },
                 clean_check_budget: config.clean_check_budget,
                 rebind: config.rebind_backends,
             },
@@ -563,13 +568,17 @@ impl Engine {
         // configuration still says what it said then (settings.rs).
         let knobs = settings::Knobs::new(iocache_core::Setting::all_of(&config.cache));
         let mut opened = opened;
-        let (restored, dropped) = knobs.recorded(&opened.previous_settings);
+        let (restored, mut dropped) = knobs.recorded(&opened.previous_settings.changes);
+        dropped.extend(
+            (opened.previous_settings.unreadable.iter())
+                .map(|token| format!("`{token}`: not a setting this version reads")),
+        );
         opened.report.restored_settings = restored.iter().map(ToString::to_string).collect();
         opened.report.dropped_settings = dropped;
         let data_offset = opened.writer.layout.data_offset;
         let inner = Arc::new(Inner {
             knobs: Mutex::new(knobs),
-            settings_informational,
+            opened_with,
             draining: AtomicBool::new(false),
             shards: built,
             index_prefetchers,

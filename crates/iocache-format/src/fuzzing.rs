@@ -65,6 +65,7 @@ pub fn load_superblock_and_metadata(bytes: &[u8]) -> ImageOutcome {
         encoded == source,
         "a decoded superblock re-encodes to other bytes"
     );
+    decode_settings(&superblock.settings);
     let layout = superblock.layout;
     assert_eq!(
         Layout::for_slots_in_version(superblock.format_version, layout.line_bytes, layout.slots).ok(),
@@ -92,6 +93,20 @@ pub fn load_superblock_and_metadata(bytes: &[u8]) -> ImageOutcome {
         copy,
         metadata,
     }
+}
+
+/// Reads a settings area's text; checks that what it read encodes to a
+/// text that reads back the same (less what it could not read).
+pub fn decode_settings(text: &str) -> crate::SettingsRecord {
+    let record = crate::SettingsRecord::decode(text);
+    let again = crate::SettingsRecord::decode(&record.encode());
+    assert!(again.unreadable.is_empty(), "an encoded record reads back whole");
+    assert_eq!(
+        (&again.opened_with, &again.changes, again.reca_line),
+        (&record.opened_with, &record.changes, record.reca_line),
+        "a settings record reads back as it was written"
+    );
+    record
 }
 
 /// Treats `bytes` as a layout choice and two metadata regions, without

@@ -30,6 +30,7 @@ mod le;
 mod load;
 mod record;
 mod sector_hash;
+mod settings;
 mod superblock;
 
 pub use error::{FormatError, SuperblockAt};
@@ -43,6 +44,7 @@ pub use record::{
     decode_record, empty_region, encode_record, guess_record, LineRecord, Record, RecordCopy, RecordGuess,
     RECORD_KIND_LINE, RECORD_TAG,
 };
+pub use settings::{RecaLineSize, RecordedChange, SettingsRecord, SETTINGS_VERSION};
 pub use superblock::{
     pick_superblock, Persistence, ShutdownState, Superblock, SuperblockFound, VolumeEntry, VolumeIdentity,
     MAX_SETTINGS_BYTES, MAX_VOLUMES, MAX_VOLUME_NAME_BYTES,

@@ -247,7 +247,7 @@ pub struct Superblock {
     pub state: ShutdownState,
     /// The volumes, at most [`MAX_VOLUMES`], unique ids and names.
     pub volumes: Vec<VolumeEntry>,
-    /// Free text (the engine's settings), at most [`MAX_SETTINGS_BYTES`] of UTF-8.
+    /// The text of a [`crate::SettingsRecord`], at most [`MAX_SETTINGS_BYTES`] of UTF-8.
     pub settings: String,
 }
 

@@ -79,6 +79,21 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
+    /// Any settings text reads without panicking, and what it read writes
+    /// back to a text that reads the same.
+    #[test]
+    fn any_settings_text_reads_and_writes_back(text in "[ -~\\t\\n]{0,200}") {
+        iocache_format::fuzzing::decode_settings(&text);
+    }
+
+    /// Texts made of the record's own pieces, which random bytes rarely form.
+    #[test]
+    fn settings_made_of_tokens_read_and_write_back(
+        text in "(v=1|v=2|set:|reca:line_size=|[a-z_]{1,4}|=|[|]|:|[0-9]{1,4}| ){0,40}"
+    ) {
+        iocache_format::fuzzing::decode_settings(&text);
+    }
+
     #[test]
     fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..20_000)) {
         let outcome = load_superblock_and_metadata(&bytes);

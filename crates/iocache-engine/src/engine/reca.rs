@@ -38,8 +38,8 @@
 //! A category's line size is not applied in place: the slot layout and the
 //! records on the cache device depend on it. It becomes a pending line
 //! size ([`RecaStatus::pending_line_size`]), logged and shown, and is
-//! recorded in the superblock's settings text (`reca:line_size=CHOSEN|
-//! CONFIGURED`, an A/B update) whenever ReCA's choice differs from the
+//! recorded in the superblock's settings record
+//! (`iocache_format::SettingsRecord::reca_line`, an A/B update) whenever ReCA's choice differs from the
 //! configured line size. A start reads it with [`recorded_reca_line_size`]
 //! and may open the cache with it (`serve --adapt reca` does, while the
 //! configuration still says CONFIGURED): the engine then writes every dirty
@@ -127,9 +127,6 @@ pub struct RecordedLineSize {
     pub device_line_bytes: u64,
 }
 
-/// The superblock's mark of ReCA's line size: `reca:line_size=CHOSEN|CONFIGURED`.
-const LINE_MARK: &str = "reca:line_size=";
-
 /// The line size ReCA chose in an earlier run of the cache on `dev`, if it
 /// recorded one (see the module doc); `None` for a blank device, an
 /// unreadable superblock (the start reports it) or no record.
@@ -140,13 +137,11 @@ pub fn recorded_reca_line_size(dev: &dyn BlockDevice) -> Result<Option<RecordedL
     let Ok(SuperblockFound::Found { superblock, .. }) = recovery::read_superblocks(dev)? else {
         return Ok(None);
     };
-    Ok(superblock.settings.split_whitespace().find_map(|token| {
-        let (chosen, configured) = token.strip_prefix(LINE_MARK)?.split_once('|')?;
-        Some(RecordedLineSize {
-            line_bytes: chosen.parse().ok()?,
-            configured_line_bytes: configured.parse().ok()?,
-            device_line_bytes: superblock.layout.line_bytes,
-        })
+    let recorded = iocache_format::SettingsRecord::decode(&superblock.settings).reca_line;
+    Ok(recorded.map(|line| RecordedLineSize {
+        line_bytes: line.chosen_bytes,
+        configured_line_bytes: line.configured_bytes,
+        device_line_bytes: superblock.layout.line_bytes,
     }))
 }
 
@@ -274,14 +269,15 @@ impl RecaLive {
 }
 
 impl Inner {
-    /// ReCA's part of the superblock's settings text (see the module doc).
-    pub(super) fn reca_settings_token(&self) -> String {
-        let Some(reca) = self.reca.get() else {
-            return String::new();
-        };
+    /// ReCA's part of the superblock's settings record (see the module doc).
+    pub(super) fn reca_line(&self) -> Option<iocache_format::RecaLineSize> {
+        let reca = self.reca.get()?;
         match reca.chosen_line_bytes.load(Ordering::SeqCst) {
-            0 => String::new(),
-            chosen => format!(" {LINE_MARK}{chosen}|{}", reca.configured_line_bytes),
+            0 => None,
+            chosen => Some(iocache_format::RecaLineSize {
+                chosen_bytes: chosen,
+                configured_bytes: reca.configured_line_bytes,
+            }),
         }
     }
 

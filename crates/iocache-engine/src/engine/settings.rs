@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use iocache_core::Setting;
+use iocache_format::{RecordedChange, SettingsRecord};
 
 use super::{lock, Engine, EngineError, Inner};
 
@@ -39,10 +40,6 @@ pub(super) struct Knobs {
     pub current: Vec<Setting>,
 }
 
-/// The marker of a run-time change in the superblock's settings text:
-/// `set:KEY=VALUE|CONFIGURED` (the configured value it replaced).
-const MARK: &str = "set:";
-
 impl Knobs {
     pub fn new(configured: Vec<Setting>) -> Knobs {
         Knobs {
@@ -63,32 +60,28 @@ impl Knobs {
         Setting::KEYS.iter().position(|k| *k == key).expect("a known key")
     }
 
-    /// The superblock's settings text: `informational` and every value
-    /// that differs from the configuration.
-    pub fn encode(&self, informational: &str) -> String {
-        let mut text = informational.to_string();
-        for (configured, current) in self.configured.iter().zip(&self.current) {
-            if configured != current {
-                text += &format!(" {MARK}{current}|{}", configured.value_text());
-            }
-        }
-        text
+    /// Every value that differs from the configuration, as the
+    /// superblock's settings record keeps it.
+    pub fn changes(&self) -> Vec<RecordedChange> {
+        (self.configured.iter().zip(&self.current))
+            .filter(|(configured, current)| configured != current)
+            .map(|(configured, current)| RecordedChange {
+                key: current.key().to_string(),
+                value: current.value_text(),
+                configured: configured.value_text(),
+            })
+            .collect()
     }
 
-    /// The run-time changes recorded in a superblock's settings text that
-    /// still apply: those whose configured value is what the configuration
-    /// says now. Returns them, and the ones dropped (with why).
-    pub fn recorded(&self, text: &str) -> (Vec<Setting>, Vec<String>) {
+    /// The run-time changes a superblock recorded that still apply: those
+    /// whose configured value is what the configuration says now. Returns
+    /// them, and the ones dropped (with why).
+    pub fn recorded(&self, changes: &[RecordedChange]) -> (Vec<Setting>, Vec<String>) {
         let mut keep = Vec::new();
         let mut dropped = Vec::new();
-        for token in text.split_whitespace() {
-            let Some(entry) = token.strip_prefix(MARK) else {
-                continue;
-            };
-            let Some((setting, was)) = entry.rsplit_once('|') else {
-                dropped.push(format!("`{entry}`: not KEY=VALUE|CONFIGURED"));
-                continue;
-            };
+        for change in changes {
+            let setting = format!("{}={}", change.key, change.value);
+            let was = change.configured.as_str();
             match setting.parse::<Setting>() {
                 Ok(s) => {
                     let now = self.configured[Self::index(s.key())].value_text();
@@ -168,14 +161,19 @@ impl Inner {
         }
     }
 
-    /// The superblock's settings text now (an A/B update of the superblock).
+    /// The superblock's settings record now (an A/B update of the superblock).
     pub(super) fn persist_settings(&self) -> Result<(), EngineError> {
-        let mut text = lock(&self.knobs).encode(&self.settings_informational);
+        let mut record = SettingsRecord {
+            opened_with: self.opened_with.clone(),
+            changes: lock(&self.knobs).changes(),
+            ..SettingsRecord::default()
+        };
         self.update_superblock(|superblock| {
             // Read under the superblock's lock: ReCA's thread persists
             // without the admin lock, and the last update must carry its
             // latest choice.
-            text += &self.reca_settings_token();
+            record.reca_line = self.reca_line();
+            let text = record.encode();
             let changed = superblock.settings != text;
             superblock.settings = text;
             changed
@@ -278,18 +276,23 @@ mod tests {
         let mut k = knobs();
         k.current[0] = "write_policy=wt".parse().unwrap();
         k.current[2] = "policy=arc".parse().unwrap();
-        let text = k.encode("write_policy=wb policy=lru lookup=fine");
+        let text = SettingsRecord {
+            changes: k.changes(),
+            ..SettingsRecord::default()
+        }
+        .encode();
         assert!(
             text.contains("set:write_policy=wt|wb") && text.contains("set:policy=arc|lru"),
             "{text}"
         );
-        let (keep, dropped) = knobs().recorded(&text);
+        let changes = SettingsRecord::decode(&text).changes;
+        let (keep, dropped) = knobs().recorded(&changes);
         assert_eq!(keep.len(), 2);
         assert!(dropped.is_empty());
         // The configuration changed since: its value wins.
         let mut other = knobs();
         other.configured[0] = "write_policy=wa".parse().unwrap();
-        let (keep, dropped) = other.recorded(&text);
+        let (keep, dropped) = other.recorded(&changes);
         assert_eq!(keep, vec!["policy=arc".parse::<Setting>().unwrap()]);
         assert!(
             dropped[0].contains("the configuration says wa now"),

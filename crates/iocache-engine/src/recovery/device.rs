@@ -121,7 +121,7 @@ pub(super) fn format_fresh(
         persistence: spec.persistence,
         state: ShutdownState::Running,
         volumes: entries(spec, &volume_ids, backends),
-        settings: spec.settings.clone(),
+        settings: spec.settings.encode(),
     };
     // The records are durable before the superblock that says they exist.
     dev.flush()?;
@@ -146,7 +146,7 @@ pub(super) fn format_fresh(
         lines: Vec::new(),
         stale_dirty: Vec::new(),
         report,
-        previous_settings: String::new(),
+        previous_settings: iocache_format::SettingsRecord::default(),
     })
 }
 

@@ -187,7 +187,9 @@ pub struct OpenSpec {
     /// The volumes to serve: name and size in bytes, in the order of the
     /// backends passed to [`open`].
     pub volumes: Vec<(String, u64)>,
-    pub settings: String,
+    /// What the superblock records of the settings from this start on (the
+    /// configuration opened with; run-time changes are added as they come).
+    pub settings: iocache_format::SettingsRecord,
     /// After a crash, how long comparing clean lines with the backend may
     /// take; the lines left are dropped ([`RecoveryReport::unchecked_clean_lines`]).
     pub clean_check_budget: std::time::Duration,
@@ -347,9 +349,9 @@ pub struct Opened {
     /// copy of a line found twice): they must be rewritten before reuse.
     pub stale_dirty: Vec<(u64, LineKey)>,
     pub report: RecoveryReport,
-    /// The settings text the superblock held before this start (empty for
-    /// a new cache): run-time changes of knobs are recorded there.
-    pub previous_settings: String,
+    /// The settings the superblock recorded before this start (none for a
+    /// new cache): run-time changes of knobs are recorded there.
+    pub previous_settings: iocache_format::SettingsRecord,
 }
 
 fn format_err(e: iocache_format::FormatError) -> EngineError {
@@ -574,7 +576,10 @@ pub fn open(
     )?;
     let mut superblock = superblock;
     superblock.persistence = spec.persistence;
-    let previous_settings = std::mem::replace(&mut superblock.settings, spec.settings.clone());
+    let previous_settings = iocache_format::SettingsRecord::decode(&std::mem::replace(
+        &mut superblock.settings,
+        spec.settings.encode(),
+    ));
     // The table names the volumes served: others had no dirty line (or
     // opening was refused), and their clean lines are not loaded.
     superblock.volumes = entries(spec, &ids, backends);
@@ -929,7 +934,7 @@ mod tests {
             persistence: Persistence::Dirty,
             init: InitMode::Load,
             volumes: vec![("v".into(), 1 << 20)],
-            settings: String::new(),
+            settings: iocache_format::SettingsRecord::default(),
             clean_check_budget: std::time::Duration::from_secs(60),
             rebind: false,
         }
