@@ -600,8 +600,12 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
             )?;
             println!(
                 "detached export {}: its {} dirty lines are on its backend, its lines left the cache",
-                reply["export"], reply["dirty_lines_written_back"]
+                reply["export"].as_str().unwrap_or("?"),
+                reply["dirty_lines_written_back"]
             );
+            if reply["exports_left"] == 0 {
+                println!("the server serves no export now (`iocache ctl attach` adds one)");
+            }
         }
         CtlCommand::Flush { export } => {
             let reply = request(

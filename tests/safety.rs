@@ -337,6 +337,62 @@ fn socket_paths_never_take_a_live_socket_nor_delete_a_file() {
 
 /// `ctl attach` of a file another process serves is refused before the
 /// file is read or written, naming the holder.
+/// A socket path deep in directories that do not exist is a mistake: it
+/// is refused, naming them, and nothing is created.
+#[test]
+fn a_socket_path_in_missing_directories_is_refused_and_creates_nothing() {
+    let dir = temp_dir("socket-dirs");
+    for (flag, named) in [("--socket", "--socket"), ("--admin-socket", "--admin-socket")] {
+        let mut a = args(&dir, "a", "backend.img", "cache.img");
+        let s = a.iter().position(|x| x == flag).unwrap();
+        a[s + 1] = dir.join("missing/deeper/s.sock").display().to_string();
+        let err = refused(&a);
+        assert!(
+            err.contains(named) && err.contains("does not exist, nor") && err.contains("missing"),
+            "{err}"
+        );
+        assert!(!dir.join("missing").exists(), "{flag}: a directory was created");
+    }
+    // One missing level (a data directory to be) is created.
+    let mut a = args(&dir, "a", "backend.img", "cache.img");
+    let s = a.iter().position(|x| x == "--socket").unwrap();
+    a[s + 1] = dir.join("new/s.sock").display().to_string();
+    let socket = dir.join("new/s.sock");
+    let mut server = Process::spawn(iocache().args(&a), &dir.join("server-new.log"));
+    server.wait_until("the socket in a new directory answers", || {
+        Client::connect_unix(&socket, &ConnectOptions::default()).is_ok()
+    });
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Flags that cannot do what they say are not passed over in silence: a
+/// size for a backend that exists, a cache larger than what it serves.
+#[test]
+fn a_size_that_changes_nothing_is_said() {
+    let dir = temp_dir("said");
+    std::fs::File::create(dir.join("backend.img"))
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let mut a = args(&dir, "a", "backend.img", "cache.img");
+    let s = a.iter().position(|x| x == "--cache-size").unwrap();
+    a[s + 1] = "12MiB".into();
+    a.push("--init".into());
+    let server = Server::start(&dir, "a", &a);
+    drop(server);
+    let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
+    assert!(
+        log.contains("exists and holds 8MiB; --backend-size 16MiB sizes only a file it creates"),
+        "{log}"
+    );
+    assert!(
+        log.contains("the cache (12MiB) is larger than the volumes it serves together (8MiB)"),
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn attach_refuses_a_file_another_server_holds() {
     let dir = temp_dir("attach");

@@ -236,8 +236,38 @@ pub fn open_backend(
         }),
     }
     .within(|| key.to_string())?;
+    if let Some(asked) = create_bytes.filter(|&asked| !created && asked != device.len_bytes()) {
+        log::warn!(
+            "{key}: {} exists and holds {}; {size_key} {} sizes only a file it creates, so the file is \
+             used as it is",
+            path.display(),
+            format_byte_size(device.len_bytes()),
+            format_byte_size(asked)
+        );
+    }
     record_claim(files, device.path(), export, "backend");
     Ok((Arc::new(device), created))
+}
+
+/// Creates the directory a socket at `path` will be in when it is missing
+/// but its own parent exists; refuses a path deeper in directories that do
+/// not exist (a mistyped path would otherwise create them).
+pub fn create_socket_dir(path: &Path) -> Result<()> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    if dir.exists() {
+        return Ok(());
+    }
+    match dir.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(grandparent) if !grandparent.exists() => Err(refused!(
+            "{}: the directory {} does not exist, nor {}; give a path in an existing directory",
+            path.display(),
+            dir.display(),
+            grandparent.display()
+        )),
+        _ => create_parent(path),
+    }
 }
 
 /// Creates the directory `path` will be in, if missing.

@@ -286,7 +286,15 @@ impl Running {
         lock(&self.volumes).retain(|v| v.export != export);
         lock(&self.files).retain(|(_, e, role)| !(e == export && *role == "backend"));
         log::info!("detached export `{export}`: {dirty} dirty lines written back");
-        Ok(serde_json::json!({ "export": export, "dirty_lines_written_back": dirty }))
+        let left = lock(&self.volumes).len();
+        if left == 0 {
+            log::warn!("the server serves no export now; `iocache ctl attach` adds one");
+        }
+        Ok(serde_json::json!({
+            "export": export,
+            "dirty_lines_written_back": dirty,
+            "exports_left": left,
+        }))
     }
 
     /// Writes back a volume's dirty lines while it keeps serving.

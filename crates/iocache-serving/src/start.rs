@@ -18,7 +18,7 @@ use iocache_nbd::{Server, ServerConfig};
 
 use crate::config::{normalize, Origin, ServeConfig, VolumeConfig, DEFAULT_CACHE_BYTES};
 use crate::devices::{
-    canonical_path, check_claim, create_parent, open_backend, open_cache_file, record_claim, BackendSpec,
+    canonical_path, check_claim, create_socket_dir, open_backend, open_cache_file, record_claim, BackendSpec,
     Claim, Scope,
 };
 use crate::error::{refused, Acknowledgement, Result, ServeError, Within};
@@ -176,6 +176,17 @@ fn open_cache_group(
         (None, Some(bytes)) => bytes,
         _ => capacity_lines * line_bytes,
     };
+    let volume_bytes: u64 = backends.iter().map(|(_, b)| b.len_bytes()).sum();
+    if cache_bytes > volume_bytes {
+        log::warn!(
+            "{}: the cache ({}) is larger than the volumes it serves together ({}): at most {} of it will \
+             ever hold data",
+            v.key("cache_size"),
+            format_byte_size(cache_bytes),
+            format_byte_size(volume_bytes),
+            format_byte_size(volume_bytes)
+        );
+    }
     if !start.init
         && !existing_backends.is_empty()
         && iocache_engine::is_blank(cache_dev.as_ref())
@@ -319,13 +330,29 @@ pub(crate) fn engine_config(
 /// Why a new (missing or blank) cache device is not formatted over
 /// backends that existed before this start, and the way out.
 fn refuse_empty_cache(v: &VolumeConfig, existing_backends: &[String], found: &str) -> ServeError {
+    // A file this start did not create existed before; a remote export
+    // always may have (nothing here can tell a new one).
+    let (remote, files): (Vec<&String>, Vec<&String>) = existing_backends
+        .iter()
+        .partition(|b| crate::config::is_nbd_uri(b));
+    let mut which = Vec::new();
+    if !files.is_empty() {
+        let names: Vec<&str> = files.iter().map(|b| b.as_str()).collect();
+        which.push(format!("the backend {} existed before", names.join(", ")));
+    }
+    if !remote.is_empty() {
+        let names: Vec<&str> = remote.iter().map(|b| b.as_str()).collect();
+        which.push(format!(
+            "the backend {} is a remote export that may hold data",
+            names.join(", ")
+        ));
+    }
     let message = format!(
-        "{}: {} {found}, but the backend {} existed before: if it was served through a cache \
-         before, that cache may hold its newest writes (lost if the cache device was deleted, \
-         replaced or mistyped). Check the path",
+        "{}: {} {found}, but {}: if it was served through a cache before, that cache may hold its \
+         newest writes (lost if the cache device was deleted, replaced or mistyped). Check the path",
         v.key("cache"),
         v.cache.display(),
-        existing_backends.join(", ")
+        which.join(", and ")
     );
     ServeError::NeedsAcknowledgement {
         message,
@@ -498,7 +525,7 @@ pub fn serve(
     // of the socket paths, stops this start before any device is opened
     // (and so before anything on them is read or changed).
     if let Some(socket) = &config.socket {
-        create_parent(socket)?;
+        create_socket_dir(socket).within(|| config.origin.server_key("socket"))?;
     }
     let socket_group = config
         .socket_group
@@ -572,7 +599,7 @@ pub fn serve(
     let admin_path = config.admin_socket.clone();
     let admin = match &admin_path {
         Some(path) => {
-            create_parent(path)?;
+            create_socket_dir(path).within(|| config.origin.server_key("admin_socket"))?;
             Some(
                 iocache_nbd::bind_unix_socket(path, 0o600, None)
                     .within(|| config.origin.server_key("admin_socket"))?,
