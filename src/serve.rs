@@ -446,8 +446,8 @@ impl ServeArgs {
             reca_window: self.reca_window,
             reca_line_size: self.reca_line_size,
         };
-        let mut volume = text.validate(&Origin::Flags)?;
-        volume.slow_cache = self
+        let (mut volume, mut cache) = text.validate(&Origin::Flags)?;
+        cache.slow_cache = self
             .slow_cache
             .as_deref()
             .map(crate::config::parse_slow_cache)
@@ -494,6 +494,7 @@ impl ServeArgs {
             tls_verify_peer: self.tls_verify_peer,
             attach_dirs,
             private_dir,
+            caches: vec![cache],
             volumes: vec![volume],
         })
     }

@@ -23,37 +23,84 @@ use iocache_core::units::{format_byte_size, format_duration_ns, parse_byte_size,
 use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, WritePolicy};
 use iocache_engine::{BalanceConfig, BalanceController, IoMode, Lookup, Persistence};
 pub use iocache_serving::config::{
-    is_nbd_uri, normalize, Adapt, Origin, RecaConfig, ServeConfig, SlowCache, VolumeConfig,
+    is_nbd_uri, normalize, Adapt, CacheDeviceConfig, KeyOwner, Origin, RecaConfig, ServeConfig, SlowCache,
+    VolumeConfig,
 };
 use iocache_sim::adapt::AdaptKind;
 use iocache_sim::AdaptSpec;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
-/// The keys of a `[[volume]]` table that describe its cache device, shared
-/// by every volume naming the same `cache`.
-pub const CACHE_KEYS: [&str; 21] = [
-    "cache_size",
-    "cache_array",
-    "mirror_percent",
-    "line_size",
-    "policy",
-    "promotion",
-    "lookup",
-    "flush",
-    "persistence",
-    "clean_check_budget",
-    "write_policy",
-    "seq_cutoff",
-    "write_miss_bypass",
-    "max_dirty_lines",
-    "direct",
-    "io_engine",
-    "adapt",
-    "adapt_interval",
-    "reca_table",
-    "reca_window",
-    "reca_line_size",
+/// A key of a cache and its value as text.
+type CacheKey = (&'static str, fn(&CacheDeviceConfig) -> String);
+
+/// The keys that describe a cache device, each with its value as text (to
+/// compare two volumes that write it): written in the cache's `[[cache]]`
+/// table, or in the `[[volume]]` tables of the volumes that share it.
+const CACHE_KEYS: [CacheKey; 21] = [
+    ("cache_size", |c| {
+        c.cache_bytes.map_or("the device's size".into(), format_byte_size)
+    }),
+    ("cache_array", |c| format!("{:?}", c.cache_array)),
+    ("mirror_percent", |c| c.mirror_percent.to_string()),
+    ("line_size", |c| format_byte_size(c.line_size.bytes())),
+    ("policy", |c| c.policy.to_string()),
+    ("promotion", |c| c.promotion.to_string()),
+    ("lookup", |c| c.lookup.to_string()),
+    ("flush", |c| c.cleaning.to_string()),
+    ("persistence", |c| c.persistence.to_string()),
+    ("clean_check_budget", |c| {
+        format_duration_ns(c.clean_check_budget_ns)
+    }),
+    ("write_policy", |c| c.write_policy.to_string()),
+    ("seq_cutoff", |c| c.seq_cutoff.to_string()),
+    ("write_miss_bypass", |c| c.write_miss_bypass.to_string()),
+    ("max_dirty_lines", |c| {
+        c.max_dirty_lines.map_or("off".into(), |n| n.to_string())
+    }),
+    ("direct", |c| c.direct.to_string()),
+    ("io_engine", |c| match (c.io_auto, c.io) {
+        (true, _) => "auto".into(),
+        (false, IoMode::Psync) => "psync".into(),
+        (false, IoMode::Uring) => "uring".into(),
+    }),
+    ("adapt", adapt_text),
+    ("adapt_interval", adapt_text),
+    ("reca_table", |c| {
+        (c.reca.as_ref().and_then(|r| r.table.as_ref()))
+            .map_or("built-in".into(), |t| t.display().to_string())
+    }),
+    ("reca_window", |c| {
+        c.reca
+            .as_ref()
+            .map_or(DEFAULT_RECA_WINDOW, |r| r.window_requests)
+            .to_string()
+    }),
+    ("reca_line_size", |c| {
+        match c.reca.as_ref().is_none_or(|r| r.line_size_live) {
+            true => "live".into(),
+            false => "next_start".into(),
+        }
+    }),
+];
+
+/// `adapt` (and its interval) as text.
+fn adapt_text(c: &CacheDeviceConfig) -> String {
+    match (&c.reca, &c.adapt) {
+        (Some(_), _) => "reca".into(),
+        (None, Some(a)) => a.text.clone(),
+        (None, None) => "off".into(),
+    }
+}
+
+/// The keys of a `[[volume]]` table that belong to the volume itself.
+const VOLUME_KEYS: [&str; 6] = [
+    "export",
+    "backend",
+    "backend_size",
+    "backend_id",
+    "cache",
+    "read_only",
 ];
 
 /// Size of a backend file `serve` creates when given no `--backend`.
@@ -136,121 +183,6 @@ pub fn parse_adapt(spec: &str, interval: Option<&str>) -> Result<Adapt> {
             interval_ns,
         },
     })
-}
-
-/// How volumes sharing a cache agree on its keys (the cache keys are
-/// written on volumes).
-trait CacheKeys {
-    fn cache_key_value(&self, key: &str) -> String;
-    fn copy_cache_key(&mut self, from: &VolumeConfig, key: &str);
-    fn resolve_io(&mut self);
-}
-
-impl CacheKeys for VolumeConfig {
-    /// The value of one of [`CACHE_KEYS`], as text to compare and show.
-    fn cache_key_value(&self, key: &str) -> String {
-        match key {
-            "cache_size" => self
-                .cache_bytes
-                .map_or("the device's size".into(), format_byte_size),
-            "line_size" => format_byte_size(self.line_size.bytes()),
-            "cache_array" => format!("{:?}", self.cache_array),
-            "mirror_percent" => self.mirror_percent.to_string(),
-            "policy" => self.policy.to_string(),
-            "promotion" => self.promotion.to_string(),
-            "lookup" => self.lookup.to_string(),
-            "flush" => self.cleaning.to_string(),
-            "persistence" => self.persistence.to_string(),
-            "clean_check_budget" => format_duration_ns(self.clean_check_budget_ns),
-            "write_policy" => self.write_policy.to_string(),
-            "seq_cutoff" => self.seq_cutoff.to_string(),
-            "write_miss_bypass" => self.write_miss_bypass.to_string(),
-            "max_dirty_lines" => self.max_dirty_lines.map_or("off".into(), |n| n.to_string()),
-            "direct" => self.direct.to_string(),
-            "adapt" | "adapt_interval" => match (&self.reca, &self.adapt) {
-                (Some(_), _) => "reca".into(),
-                (None, Some(a)) => a.text.clone(),
-                (None, None) => "off".into(),
-            },
-            "io_engine" => match (self.io_auto, self.io) {
-                (true, _) => "auto".into(),
-                (false, IoMode::Psync) => "psync".into(),
-                (false, IoMode::Uring) => "uring".into(),
-            },
-            "reca_table" => self
-                .reca
-                .as_ref()
-                .and_then(|r| r.table.as_ref())
-                .map_or("built-in".into(), |t| t.display().to_string()),
-            "reca_window" => self
-                .reca
-                .as_ref()
-                .map_or(DEFAULT_RECA_WINDOW, |r| r.window_requests)
-                .to_string(),
-            "reca_line_size" => match self.reca.as_ref().is_none_or(|r| r.line_size_live) {
-                true => "live".into(),
-                false => "next_start".into(),
-            },
-            other => unreachable!("not a cache key: {other}"),
-        }
-    }
-
-    /// Takes the value of one of [`CACHE_KEYS`] from `from`.
-    fn copy_cache_key(&mut self, from: &VolumeConfig, key: &str) {
-        match key {
-            "cache_size" => self.cache_bytes = from.cache_bytes,
-            "line_size" => self.line_size = from.line_size,
-            "cache_array" => self.cache_array = from.cache_array.clone(),
-            "mirror_percent" => self.mirror_percent = from.mirror_percent,
-            "policy" => self.policy = from.policy.clone(),
-            "promotion" => self.promotion = from.promotion,
-            "lookup" => self.lookup = from.lookup,
-            "flush" => self.cleaning = from.cleaning,
-            "persistence" => self.persistence = from.persistence,
-            "clean_check_budget" => self.clean_check_budget_ns = from.clean_check_budget_ns,
-            "write_policy" => self.write_policy = from.write_policy,
-            "seq_cutoff" => self.seq_cutoff = from.seq_cutoff,
-            "write_miss_bypass" => self.write_miss_bypass = from.write_miss_bypass,
-            "max_dirty_lines" => self.max_dirty_lines = from.max_dirty_lines,
-            "direct" => self.direct = from.direct,
-            "adapt_interval" => self.adapt = from.adapt.clone(),
-            "io_engine" => {
-                self.io_auto = from.io_auto;
-                self.io = from.io;
-            }
-            "adapt" => {
-                self.adapt = from.adapt.clone();
-                match (&mut self.reca, &from.reca) {
-                    (_, None) => self.reca = None,
-                    (None, Some(theirs)) => self.reca = Some(theirs.clone()),
-                    (Some(_), Some(_)) => {}
-                }
-            }
-            "reca_table" => {
-                if let (Some(mine), Some(theirs)) = (&mut self.reca, &from.reca) {
-                    mine.table = theirs.table.clone();
-                }
-            }
-            "reca_window" => {
-                if let (Some(mine), Some(theirs)) = (&mut self.reca, &from.reca) {
-                    mine.window_requests = theirs.window_requests;
-                }
-            }
-            "reca_line_size" => {
-                if let (Some(mine), Some(theirs)) = (&mut self.reca, &from.reca) {
-                    mine.line_size_live = theirs.line_size_live;
-                }
-            }
-            other => unreachable!("not a cache key: {other}"),
-        }
-    }
-
-    /// `io` again after `direct` changed, for `io_engine = "auto"`.
-    fn resolve_io(&mut self) {
-        if self.io_auto {
-            self.io = if self.direct { IoMode::Uring } else { IoMode::Psync };
-        }
-    }
 }
 
 /// ReCA's window when none is given (the paper's).
@@ -423,12 +355,22 @@ struct FileText {
     server: ServerText,
     #[serde(default)]
     volume: Vec<VolumeText>,
+    /// `[[cache]]` tables, read by [`declared_cache`].
+    #[serde(default)]
+    cache: Vec<toml::Table>,
 }
 
 impl VolumeText {
-    /// Validates the settings of one volume.
-    pub fn validate(self, origin: &Origin) -> Result<VolumeConfig> {
-        let key = |k: &str| origin.volume_key(&self.export, k);
+    /// Validates the settings of one volume and of the cache it names (as
+    /// if only this volume described it).
+    pub fn validate(self, origin: &Origin) -> Result<(VolumeConfig, CacheDeviceConfig)> {
+        let owner = KeyOwner::Volume(self.export.clone());
+        self.validate_as(origin, owner)
+    }
+
+    /// [`VolumeText::validate`], naming the keys as written in `owner`'s table.
+    fn validate_as(self, origin: &Origin, owner: KeyOwner) -> Result<(VolumeConfig, CacheDeviceConfig)> {
+        let key = |k: &str| origin.owned_key(&owner, k);
         if self.export.is_empty() {
             bail!(
                 "{}: an export name cannot be empty (the first volume is also reachable under the empty name)",
@@ -600,13 +542,19 @@ impl VolumeText {
             }
             other => other,
         };
-        Ok(VolumeConfig {
+        let volume = VolumeConfig {
             origin: origin.clone(),
             export: self.export,
             backend: self.backend,
             backend_create_bytes,
             backend_id,
-            cache: self.cache,
+            cache: 0,
+            read_only: self.read_only,
+        };
+        let cache = CacheDeviceConfig {
+            origin: origin.clone(),
+            owner,
+            path: self.cache,
             cache_array: self.cache_array,
             mirror_percent: self.mirror_percent,
             cache_bytes,
@@ -625,70 +573,158 @@ impl VolumeText {
             persistence,
             clean_check_budget_ns,
             reca,
-            read_only: self.read_only,
             adapt,
             slow_cache: None,
-        })
+        };
+        Ok((volume, cache))
     }
 }
 
-/// Volumes naming the same cache share it: each key of [`CACHE_KEYS`] takes
-/// the value of the first volume that writes it, and every other volume
-/// writing it must write the same value.
-fn unify_shared_caches(
-    volumes: &mut [VolumeConfig],
-    written: &[HashSet<String>],
-    origin: &str,
-) -> Result<()> {
-    let groups = {
-        let mut groups: Vec<(PathBuf, Vec<usize>)> = Vec::new();
-        for (i, v) in volumes.iter().enumerate() {
-            let path = normalize(&v.cache);
-            match groups.iter_mut().find(|(p, _)| *p == path) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((path, vec![i])),
-            }
-        }
-        groups
+/// A `[[cache]]` table (the `n`th): its `path` and keys of [`CACHE_KEYS`].
+fn declared_cache(origin: &str, o: &Origin, n: usize, table: &toml::Table) -> Result<CacheDeviceConfig> {
+    let Some(path) = table.get("path").and_then(toml::Value::as_str) else {
+        bail!(
+            "{origin}: cache {}: path: required (the cache device, as volumes name it with `cache`)",
+            n + 1
+        );
     };
-    let wrote = |i: usize, key: &str| written.get(i).is_some_and(|keys| keys.contains(key));
-    for (path, members) in groups.into_iter().filter(|(_, m)| m.len() > 1) {
-        for key in CACHE_KEYS {
-            let writers: Vec<usize> = members.iter().copied().filter(|&i| wrote(i, key)).collect();
-            let Some(&first) = writers.first() else {
-                continue;
-            };
-            if key == "io_engine" {
-                // `auto` depends on `direct`, unified just before.
-                for &i in &writers {
-                    volumes[i].resolve_io();
-                }
-            }
-            let value = volumes[first].cache_key_value(key);
-            for &other in &writers[1..] {
-                let theirs = volumes[other].cache_key_value(key);
-                if theirs != value {
-                    bail!(
-                        "{origin}: volumes `{}` and `{}` share the cache {} but disagree on {key}: `{value}` and \
-                         `{theirs}`; a key of a shared cache is written once, or with the same value in each volume",
-                        volumes[first].export,
-                        volumes[other].export,
-                        path.display()
-                    );
-                }
-            }
-            let reference = volumes[first].clone();
-            for &i in &members {
-                if i != first {
-                    volumes[i].copy_cache_key(&reference, key);
-                    if key == "direct" {
-                        volumes[i].resolve_io();
-                    }
-                }
-            }
+    let owner = KeyOwner::Cache(path.to_string());
+    for key in table.keys().filter(|k| *k != "path") {
+        if CACHE_KEYS.iter().any(|(k, _)| k == key) {
+            continue;
+        }
+        let why = if VOLUME_KEYS.contains(&key.as_str()) {
+            "a key of a volume, written in its [[volume]] table"
+        } else {
+            "not a key of a cache"
+        };
+        let known: Vec<&str> = CACHE_KEYS.iter().map(|(k, _)| *k).collect();
+        bail!(
+            "{}: {why}; the keys of a cache are path, {}",
+            o.owned_key(&owner, key),
+            known.join(", ")
+        );
+    }
+    // Validated as a volume's cache keys are, with the volume's own keys
+    // standing in.
+    let mut volume = table.clone();
+    volume.remove("path");
+    volume.insert("export".into(), path.into());
+    volume.insert("backend".into(), "-".into());
+    volume.insert("cache".into(), path.into());
+    let text: VolumeText = toml::Value::Table(volume)
+        .try_into()
+        .map_err(|e| anyhow!("{origin}: cache `{path}`: {e}"))?;
+    Ok(text.validate_as(o, owner)?.1)
+}
+
+/// The caches of a file's volumes, each once, and the volumes referring to
+/// them. A cache with a `[[cache]]` table is described there alone; the
+/// others by their volumes (volumes naming the same `cache` path share it).
+fn caches_of(
+    origin: &str,
+    o: &Origin,
+    declared: Vec<CacheDeviceConfig>,
+    validated: Vec<(VolumeConfig, CacheDeviceConfig)>,
+    tables: &[toml::Table],
+) -> Result<(Vec<CacheDeviceConfig>, Vec<VolumeConfig>)> {
+    let declared_paths: Vec<PathBuf> = declared.iter().map(|c| normalize(&c.path)).collect();
+    if let Some(i) = (1..declared_paths.len()).find(|&i| declared_paths[..i].contains(&declared_paths[i])) {
+        bail!(
+            "{}: a second [[cache]] table for the same device",
+            declared[i].key("path")
+        );
+    }
+    let mut declared: Vec<Option<CacheDeviceConfig>> = declared.into_iter().map(Some).collect();
+    let mut groups: Vec<(PathBuf, Vec<usize>)> = Vec::new();
+    for (i, (_, c)) in validated.iter().enumerate() {
+        let path = normalize(&c.path);
+        match groups.iter_mut().find(|(p, _)| *p == path) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((path, vec![i])),
         }
     }
-    Ok(())
+    let wrote = |i: usize, key: &str| tables.get(i).is_some_and(|t| t.contains_key(key));
+    let mut caches = Vec::new();
+    let mut cache_of = vec![0; validated.len()];
+    for (path, members) in &groups {
+        let cache = match declared_paths.iter().position(|p| p == path) {
+            Some(d) => {
+                for &i in members {
+                    if let Some((key, _)) = CACHE_KEYS.iter().find(|(k, _)| wrote(i, k)) {
+                        bail!(
+                            "{}: the cache {} has its own [[cache]] table; write its keys there",
+                            validated[i].0.key(key),
+                            path.display()
+                        );
+                    }
+                }
+                declared[d].take().expect("one table per device")
+            }
+            None if members.len() == 1 => validated[members[0]].1.clone(),
+            None => shared_cache(origin, o, path, members, &validated, tables)?,
+        };
+        for &i in members {
+            cache_of[i] = caches.len();
+        }
+        caches.push(cache);
+    }
+    if let Some(unused) = declared.into_iter().flatten().next() {
+        bail!(
+            "{}: no volume names this cache (with `cache = \"{}\"` in its [[volume]] table)",
+            unused.key("path"),
+            unused.path.display()
+        );
+    }
+    let volumes = (validated.into_iter().zip(cache_of))
+        .map(|((mut volume, _), cache)| {
+            volume.cache = cache;
+            volume
+        })
+        .collect();
+    Ok((caches, volumes))
+}
+
+/// The cache that several volumes describe: each key of [`CACHE_KEYS`]
+/// takes the value of the first volume that writes it, and every other
+/// volume writing it must write the same value.
+fn shared_cache(
+    origin: &str,
+    o: &Origin,
+    path: &Path,
+    members: &[usize],
+    validated: &[(VolumeConfig, CacheDeviceConfig)],
+    tables: &[toml::Table],
+) -> Result<CacheDeviceConfig> {
+    let mut merged = tables[members[0]].clone();
+    for (key, text) in CACHE_KEYS {
+        let writers: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|&i| tables[i].contains_key(key))
+            .collect();
+        let Some(&writer) = writers.first() else {
+            continue;
+        };
+        let value = text(&validated[writer].1);
+        for &other in &writers[1..] {
+            let theirs = text(&validated[other].1);
+            if theirs != value {
+                bail!(
+                    "{origin}: volumes `{}` and `{}` share the cache {} but disagree on {key}: `{value}` and \
+                     `{theirs}`; a key of a shared cache is written once, or with the same value in each volume",
+                    validated[writer].0.export,
+                    validated[other].0.export,
+                    path.display()
+                );
+            }
+        }
+        merged.insert(key.to_string(), tables[writer][key].clone());
+    }
+    let text: VolumeText = toml::Value::Table(merged)
+        .try_into()
+        .map_err(|e| anyhow!("{origin}: {e}"))?;
+    Ok(text.validate(o)?.1)
 }
 
 /// Parses a listener address.
@@ -708,21 +744,16 @@ pub fn from_file(path: &Path) -> Result<ServeConfig> {
 pub fn from_toml_str(text: &str, origin: &str) -> Result<ServeConfig> {
     let file: FileText =
         toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", e.to_string().trim_end()))?;
-    // Which keys each [[volume]] table writes (the typed parse above
-    // filled in defaults): volumes sharing a cache take its keys from
-    // whichever of them writes them.
+    // The [[volume]] tables as written (the typed parse above filled in
+    // defaults): volumes sharing a cache take its keys from whichever of
+    // them writes them.
     let raw: toml::Table = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
-    let written: Vec<HashSet<String>> = raw
+    let tables: Vec<toml::Table> = raw
         .get("volume")
         .and_then(|v| v.as_array())
         .map(|tables| {
-            tables
-                .iter()
-                .map(|t| {
-                    t.as_table()
-                        .map(|t| t.keys().cloned().collect())
-                        .unwrap_or_default()
-                })
+            (tables.iter())
+                .map(|t| t.as_table().cloned().unwrap_or_default())
                 .collect()
         })
         .unwrap_or_default();
@@ -739,12 +770,15 @@ pub fn from_toml_str(text: &str, origin: &str) -> Result<ServeConfig> {
     if file.volume.is_empty() {
         bail!("{origin}: no volume: add at least one [[volume]] table with export, backend and cache");
     }
-    let mut volumes = file
+    let validated = file
         .volume
         .into_iter()
         .map(|v| v.validate(&o))
         .collect::<Result<Vec<_>>>()?;
-    unify_shared_caches(&mut volumes, &written, origin)?;
+    let declared = (file.cache.iter().enumerate())
+        .map(|(n, table)| declared_cache(origin, &o, n, table))
+        .collect::<Result<Vec<_>>>()?;
+    let (caches, volumes) = caches_of(origin, &o, declared, validated, &tables)?;
     let tls = file
         .server
         .tls
@@ -780,6 +814,7 @@ pub fn from_toml_str(text: &str, origin: &str) -> Result<ServeConfig> {
         map_cache: file.server.map_cache,
         attach_dirs: file.server.attach_dirs,
         private_dir: None,
+        caches,
         volumes,
     })
 }
@@ -840,7 +875,7 @@ pub fn check(config: ServeConfig) -> Result<ServeConfig> {
                 v.export
             );
         }
-        let mut uses = vec![(normalize(&v.cache), "cache")];
+        let mut uses = vec![(normalize(&config.caches[v.cache].path), "cache")];
         if !v.backend_is_nbd() {
             uses.push((normalize(Path::new(&v.backend)), "backend"));
         }

@@ -33,6 +33,11 @@ fn err(text: &str) -> String {
     format!("{:#}", from_toml_str(text, "conf.toml").unwrap_err())
 }
 
+/// The cache of volume `i`.
+fn cache_of(c: &ServeConfig, i: usize) -> &CacheDeviceConfig {
+    &c.caches[c.volumes[i].cache]
+}
+
 #[test]
 fn two_volumes_parse() {
     let c = from_toml_str(TWO, "conf.toml").unwrap();
@@ -41,13 +46,15 @@ fn two_volumes_parse() {
     let (fast, slow) = (&c.volumes[0], &c.volumes[1]);
     assert_eq!(fast.export, "fast");
     assert_eq!(fast.backend_create_bytes, Some(64 << 20));
+    assert!(slow.backend_is_nbd());
+    let (fast, slow) = (cache_of(&c, 0), cache_of(&c, 1));
     assert_eq!(fast.line_size.bytes(), 4096);
     assert_eq!(fast.write_policy, WritePolicy::WriteBack);
     assert_eq!(slow.cache_bytes, Some(1 << 20));
     assert_eq!(slow.line_size.bytes(), 64 << 10);
     assert_eq!(slow.write_policy.to_string(), "wt");
     assert_eq!(slow.lookup, Lookup::Coarse);
-    assert!(slow.direct && slow.backend_is_nbd());
+    assert!(slow.direct);
 }
 
 #[test]
@@ -247,10 +254,13 @@ cache = "d/other-cache.img"
 #[test]
 fn volumes_naming_one_cache_share_its_keys() {
     let c = from_toml_str(SHARED, "conf.toml").unwrap();
-    assert_eq!(c.cache_groups(), vec![vec![0, 1], vec![2]]);
-    let (a, b, other) = (&c.volumes[0], &c.volumes[1], &c.volumes[2]);
+    assert_eq!(
+        (c.caches.len(), c.members(0), c.members(1)),
+        (2, vec![0, 1], vec![2])
+    );
+    let (a, b, other) = (cache_of(&c, 0), cache_of(&c, 1), cache_of(&c, 2));
     for v in [a, b] {
-        assert_eq!(v.cache_bytes, Some(4 << 20), "{}", v.export);
+        assert_eq!(v.cache_bytes, Some(4 << 20), "{:?}", v.path);
         assert_eq!(v.write_policy, WritePolicy::WriteThrough);
         assert_eq!(v.policy.to_string(), "arc");
         assert!(v.direct);
@@ -262,6 +272,81 @@ fn volumes_naming_one_cache_share_its_keys() {
     // The same value twice is fine.
     let twice = SHARED.replace("policy = \"arc\"", "policy = \"arc\"\nwrite_policy = \"wt\"");
     assert!(from_toml_str(&twice, "conf.toml").is_ok());
+}
+
+const WITH_CACHE_TABLE: &str = r#"
+[server]
+socket = "d/iocache.sock"
+
+[[cache]]
+path = "d/cache.img"
+cache_size = "4MiB"
+write_policy = "wt"
+direct = true
+
+[[volume]]
+export = "a"
+backend = "d/a.img"
+cache = "d/cache.img"
+
+[[volume]]
+export = "b"
+backend = "d/b.img"
+cache = "./d/cache.img"
+
+[[volume]]
+export = "other"
+backend = "d/other.img"
+cache = "d/other-cache.img"
+"#;
+
+#[test]
+fn a_cache_table_describes_the_cache_its_volumes_name() {
+    let c = from_toml_str(WITH_CACHE_TABLE, "conf.toml").unwrap();
+    assert_eq!(
+        (c.caches.len(), c.members(0), c.members(1)),
+        (2, vec![0, 1], vec![2])
+    );
+    let shared = cache_of(&c, 0);
+    assert_eq!(shared.path, Path::new("d/cache.img"));
+    assert_eq!(shared.cache_bytes, Some(4 << 20));
+    assert_eq!(shared.write_policy, WritePolicy::WriteThrough);
+    assert!(shared.direct && shared.io == IoMode::Uring);
+    assert_eq!(cache_of(&c, 2).write_policy, WritePolicy::WriteBack);
+}
+
+#[test]
+fn a_cache_table_is_the_one_place_of_its_keys() {
+    let in_volume = WITH_CACHE_TABLE.replace("export = \"b\"\n", "export = \"b\"\nline_size = \"8KiB\"\n");
+    let e = err(&in_volume);
+    assert!(
+        e.contains("volume `b`: line_size: the cache d/cache.img has its own [[cache]] table"),
+        "{e}"
+    );
+    for (line, want) in [
+        ("export = \"x\"", "cache `d/cache.img`: export: a key of a volume"),
+        (
+            "speed = 2",
+            "cache `d/cache.img`: speed: not a key of a cache; the keys of a cache are path, cache_size",
+        ),
+        ("line_size = \"3KiB\"", "cache `d/cache.img`: line_size"),
+        ("promotion = \"fast\"", "cache `d/cache.img`: promotion"),
+    ] {
+        let text = WITH_CACHE_TABLE.replace("direct = true\n", &format!("direct = true\n{line}\n"));
+        let e = err(&text);
+        assert!(e.contains(want), "{line}: {e}");
+    }
+    let e = err(&WITH_CACHE_TABLE.replace("path = \"d/cache.img\"\n", ""));
+    assert!(e.contains("cache 1: path: required"), "{e}");
+    let unused = format!("{WITH_CACHE_TABLE}\n[[cache]]\npath = \"d/spare.img\"\n");
+    let e = err(&unused);
+    assert!(
+        e.contains("cache `d/spare.img`: path: no volume names this cache"),
+        "{e}"
+    );
+    let twice = format!("{WITH_CACHE_TABLE}\n[[cache]]\npath = \"d/./cache.img\"\n");
+    let e = err(&twice);
+    assert!(e.contains("a second [[cache]] table for the same device"), "{e}");
 }
 
 #[test]
@@ -299,12 +384,12 @@ fn adapt_parses_and_is_shared_by_a_cache() {
         "direct = true\nadapt = \"lbica\"\nadapt_interval = \"50ms\"",
     );
     let c = from_toml_str(&shared, "conf.toml").unwrap();
-    assert_eq!(c.volumes[1].adapt, c.volumes[0].adapt);
+    assert_eq!(cache_of(&c, 1).adapt, cache_of(&c, 0).adapt);
     assert_eq!(
-        c.volumes[0].adapt.as_ref().unwrap().config.interval_ns,
+        cache_of(&c, 0).adapt.as_ref().unwrap().config.interval_ns,
         50_000_000
     );
-    assert_eq!(c.volumes[2].adapt, None);
+    assert_eq!(cache_of(&c, 2).adapt, None);
     let e = err(&SHARED.replace("direct = true", "direct = true\nadapt_interval = \"50ms\""));
     assert!(e.contains("adapt_interval: only with"), "{e}");
     let e = err(&SHARED.replace("direct = true", "direct = true\nadapt = \"fast\""));
@@ -314,14 +399,14 @@ fn adapt_parses_and_is_shared_by_a_cache() {
 #[test]
 fn clean_check_budget_is_a_duration_of_the_cache() {
     let c = from_toml_str(SHARED, "conf.toml").unwrap();
-    assert_eq!(c.volumes[0].clean_check_budget_ns, 60_000_000_000);
+    assert_eq!(cache_of(&c, 0).clean_check_budget_ns, 60_000_000_000);
     // Written in one volume, both volumes of the cache have it.
     let shared = SHARED.replace("direct = true", "direct = true\nclean_check_budget = \"0s\"");
     let c = from_toml_str(&shared, "conf.toml").unwrap();
     assert_eq!(
         (
-            c.volumes[0].clean_check_budget_ns,
-            c.volumes[1].clean_check_budget_ns
+            cache_of(&c, 0).clean_check_budget_ns,
+            cache_of(&c, 1).clean_check_budget_ns
         ),
         (0, 0)
     );
@@ -421,9 +506,9 @@ fn reca_keys_are_cache_keys_and_checked() {
         window_requests: 5000,
         line_size_live: true,
     });
-    assert_eq!(c.volumes[0].reca, want);
-    assert_eq!(c.volumes[1].reca, want);
-    assert_eq!(c.volumes[2].reca, None);
+    assert_eq!(cache_of(&c, 0).reca, want);
+    assert_eq!(cache_of(&c, 1).reca, want);
+    assert_eq!(cache_of(&c, 2).reca, None);
     // lbica is a controller too, so ReCA's keys beside it are refused,
     // and so is an unknown one (naming every choice).
     let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"lbica\"\nreca_window = 10"));
@@ -443,7 +528,7 @@ fn reca_keys_are_cache_keys_and_checked() {
         "conf.toml",
     )
     .unwrap();
-    assert!(c.volumes[0].adapt.is_some() && c.volumes[0].reca.is_none());
+    assert!(cache_of(&c, 0).adapt.is_some() && cache_of(&c, 0).reca.is_none());
     let e = err(&SHARED.replace("policy = \"arc\"", "adapt = \"reca\"\nreca_window = 0"));
     assert!(e.contains("volume `b`: reca_window"), "{e}");
     let e = err(&SHARED.replace("policy = \"arc\"", "reca_window = 10"));
@@ -464,7 +549,7 @@ fn reca_keys_are_cache_keys_and_checked() {
         "conf.toml",
     )
     .unwrap();
-    assert!(!c.volumes[0].reca.as_ref().unwrap().line_size_live);
+    assert!(!cache_of(&c, 0).reca.as_ref().unwrap().line_size_live);
     // Two volumes of one cache disagreeing.
     let e = err(&SHARED
         .replace("direct = true", "direct = true\nadapt = \"reca\"")

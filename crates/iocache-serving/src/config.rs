@@ -1,5 +1,6 @@
-//! What a server serves, validated: [`ServeConfig`] and one
-//! [`VolumeConfig`] per volume. The command line and configuration files
+//! What a server serves, validated: [`ServeConfig`], one [`CacheDeviceConfig`]
+//! per cache device and one [`VolumeConfig`] per volume, which refers to
+//! its cache. The command line and configuration files
 //! are read elsewhere (the binary); everything here is typed, and every
 //! key is named in errors as its [`Origin`] says.
 
@@ -42,11 +43,25 @@ impl Origin {
 
     /// How to name `key` of the volume exported as `export`.
     pub fn volume_key(&self, export: &str, key: &str) -> String {
-        match self {
-            Origin::Flags => format!("--{}", key.replace('_', "-")),
-            Origin::File(path) => format!("{path}: volume `{export}`: {key}"),
+        self.owned_key(&KeyOwner::Volume(export.to_string()), key)
+    }
+
+    /// How to name `key` written in the table of `owner`.
+    pub fn owned_key(&self, owner: &KeyOwner, key: &str) -> String {
+        match (self, owner) {
+            (Origin::Flags, _) => format!("--{}", key.replace('_', "-")),
+            (Origin::File(path), KeyOwner::Volume(export)) => format!("{path}: volume `{export}`: {key}"),
+            (Origin::File(path), KeyOwner::Cache(cache)) => format!("{path}: cache `{cache}`: {key}"),
         }
     }
+}
+
+/// Which table a cache's keys were written in: a volume's (the first
+/// that wrote them), or the cache's own `[[cache]]` table (by its path).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyOwner {
+    Volume(String),
+    Cache(String),
 }
 
 /// Everything `iocache serve` needs to start, validated.
@@ -98,12 +113,14 @@ pub struct ServeConfig {
     /// it must be this user's alone (created 0700), and files in it are
     /// opened without following symbolic links.
     pub private_dir: Option<PathBuf>,
+    /// The cache devices, each once; volumes refer to them by index.
+    pub caches: Vec<CacheDeviceConfig>,
     /// At least one; the first is also the default export (the empty name).
     pub volumes: Vec<VolumeConfig>,
 }
 
-/// One cached volume: a backend, its own cache device and the cache's policies.
-#[derive(Clone)]
+/// One cached volume: a backend, served through a cache device.
+#[derive(Clone, Debug)]
 pub struct VolumeConfig {
     pub origin: Origin,
     pub export: String,
@@ -114,8 +131,23 @@ pub struct VolumeConfig {
     /// The backend's identity as the operator gives it, instead of the one
     /// the device says (docs/format.md, "Backend identity").
     pub backend_id: Option<String>,
-    pub cache: PathBuf,
-    /// Cache RAID: the other devices of an array with `cache` (clean lines
+    /// Its cache device: an index into [`ServeConfig::caches`].
+    pub cache: usize,
+    /// Clients may only read this export (NBD_FLAG_READ_ONLY; writes,
+    /// trims and write-zeroes get EPERM). Dirty lines from an earlier run
+    /// are still written back, so the backend stays open for writing.
+    pub read_only: bool,
+}
+
+/// One cache device and its policies, shared by the volumes that refer to it.
+#[derive(Clone)]
+pub struct CacheDeviceConfig {
+    pub origin: Origin,
+    /// Where its keys were written (names them in errors).
+    pub owner: KeyOwner,
+    /// The cache device: a file or block device.
+    pub path: PathBuf,
+    /// Cache RAID: the other devices of an array with `path` (clean lines
     /// striped over all, dirty lines mirrored); empty for one device.
     pub cache_array: Vec<PathBuf>,
     /// Share of each array device's line slots kept for mirrors of dirty lines.
@@ -148,10 +180,6 @@ pub struct VolumeConfig {
     pub clean_check_budget_ns: u64,
     /// An adaptive controller beside the cache: `Some` for ReCA.
     pub reca: Option<RecaConfig>,
-    /// Clients may only read this export (NBD_FLAG_READ_ONLY; writes,
-    /// trims and write-zeroes get EPERM). Dirty lines from an earlier run
-    /// are still written back, so the backend stays open for writing.
-    pub read_only: bool,
     /// A load balancer between the cache device and the backends
     /// (`adapt = "lbica"`), with the text it was given.
     pub adapt: Option<Adapt>,
@@ -161,19 +189,11 @@ pub struct VolumeConfig {
 }
 
 impl ServeConfig {
-    /// The volumes grouped by cache device (the same `cache` path after
-    /// normalizing): indices into `volumes`, each group in file order, the
-    /// groups in the order of their first volume.
-    pub fn cache_groups(&self) -> Vec<Vec<usize>> {
-        let mut groups: Vec<(PathBuf, Vec<usize>)> = Vec::new();
-        for (i, v) in self.volumes.iter().enumerate() {
-            let path = normalize(&v.cache);
-            match groups.iter_mut().find(|(p, _)| *p == path) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((path, vec![i])),
-            }
-        }
-        groups.into_iter().map(|(_, members)| members).collect()
+    /// The volumes of cache `cache`: indices into `volumes`, in order.
+    pub fn members(&self, cache: usize) -> Vec<usize> {
+        (0..self.volumes.len())
+            .filter(|&i| self.volumes[i].cache == cache)
+            .collect()
     }
 }
 
@@ -193,12 +213,10 @@ pub struct Adapt {
     pub config: BalanceConfig,
 }
 
-impl fmt::Debug for VolumeConfig {
+impl fmt::Debug for CacheDeviceConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("VolumeConfig")
-            .field("export", &self.export)
-            .field("backend", &self.backend)
-            .field("cache", &self.cache)
+        f.debug_struct("CacheDeviceConfig")
+            .field("path", &self.path)
             .field("cache_bytes", &self.cache_bytes)
             .field("line_bytes", &self.line_size.bytes())
             .field("write_policy", &self.write_policy)
@@ -217,6 +235,13 @@ impl VolumeConfig {
     /// Whether the backend is a remote NBD export rather than a path.
     pub fn backend_is_nbd(&self) -> bool {
         is_nbd_uri(&self.backend)
+    }
+}
+
+impl CacheDeviceConfig {
+    /// How to name `key` of this cache in an error.
+    pub fn key(&self, key: &str) -> String {
+        self.origin.owned_key(&self.owner, key)
     }
 }
 

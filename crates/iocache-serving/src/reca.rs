@@ -11,7 +11,7 @@ use iocache_device::BlockDevice;
 use iocache_engine::{recorded_reca_line_size, Engine, RecaSetup, RECA_MAX_REQUESTS_PER_SECOND};
 use serde_json::Value;
 
-use crate::config::{RecaConfig, VolumeConfig};
+use crate::config::{CacheDeviceConfig, RecaConfig};
 use crate::error::{refused, Result, Within};
 
 /// The name a table read from no file is shown with.
@@ -68,9 +68,9 @@ pub fn start_live(
 /// differs from `v`'s and `v` still configures the line size it was chosen
 /// over (an operator who changed `line_size` since gets what the
 /// configuration says). Logged when taken.
-pub fn line_size_to_start_with(dev: &dyn BlockDevice, v: &VolumeConfig) -> Result<Option<LineSize>> {
-    let Some(recorded) = recorded_reca_line_size(dev)
-        .within(|| format!("reading the superblocks of {}", v.cache.display()))?
+pub fn line_size_to_start_with(dev: &dyn BlockDevice, v: &CacheDeviceConfig) -> Result<Option<LineSize>> {
+    let Some(recorded) =
+        recorded_reca_line_size(dev).within(|| format!("reading the superblocks of {}", v.path.display()))?
     else {
         return Ok(None);
     };
@@ -79,7 +79,7 @@ pub fn line_size_to_start_with(dev: &dyn BlockDevice, v: &VolumeConfig) -> Resul
         log::info!(
             "cache {}: ReCA's line size {} of the last run was chosen over a configured {}; the \
              configuration says {} now, which is used",
-            v.cache.display(),
+            v.path.display(),
             format_byte_size(recorded.line_bytes),
             format_byte_size(recorded.configured_line_bytes),
             format_byte_size(configured)
@@ -92,7 +92,7 @@ pub fn line_size_to_start_with(dev: &dyn BlockDevice, v: &VolumeConfig) -> Resul
     if let Err(e) = crate::start::cache_lines(v, dev.len_bytes(), recorded.line_bytes) {
         log::info!(
             "cache {}: ReCA's line size {} of the last run is not taken ({e}); the configured {} is used",
-            v.cache.display(),
+            v.path.display(),
             format_byte_size(recorded.line_bytes),
             format_byte_size(configured)
         );
@@ -102,7 +102,7 @@ pub fn line_size_to_start_with(dev: &dyn BlockDevice, v: &VolumeConfig) -> Resul
         log::info!(
             "cache {}: starting with ReCA's line size {} (configured {}; the cache holds {} lines): \
              the dirty lines are written back and the device is formatted for it",
-            v.cache.display(),
+            v.path.display(),
             format_byte_size(recorded.line_bytes),
             format_byte_size(configured),
             format_byte_size(recorded.device_line_bytes)
@@ -110,7 +110,7 @@ pub fn line_size_to_start_with(dev: &dyn BlockDevice, v: &VolumeConfig) -> Resul
     } else {
         log::info!(
             "cache {}: keeping ReCA's line size {} (configured {})",
-            v.cache.display(),
+            v.path.display(),
             format_byte_size(recorded.line_bytes),
             format_byte_size(configured)
         );

@@ -12,7 +12,7 @@ use iocache_core::units::{format_byte_size, parse_byte_size};
 use iocache_engine::{Engine, Volume};
 use iocache_nbd::ExportHandle;
 
-use crate::config::{normalize, VolumeConfig};
+use crate::config::{normalize, CacheDeviceConfig};
 use crate::devices::{open_backend, BackendSpec, Claim, Scope};
 
 /// One cache device and the engine that runs it (shared by its volumes).
@@ -27,8 +27,8 @@ pub struct CacheGroup {
     /// the successor nor the old geometry opened): nothing touches the
     /// device again, not even the stop.
     pub broken: AtomicBool,
-    /// The settings of the cache (those of its first volume).
-    pub config: VolumeConfig,
+    /// The cache device's configuration.
+    pub config: CacheDeviceConfig,
     pub cache_bytes: u64,
     pub capacity_lines: u64,
 }

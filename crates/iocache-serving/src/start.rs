@@ -16,7 +16,7 @@ use iocache_engine::layout::{self, LayoutError};
 use iocache_engine::{CacheArray, Engine, EngineConfig, InitMode, Persistence};
 use iocache_nbd::{Server, ServerConfig};
 
-use crate::config::{normalize, Origin, ServeConfig, VolumeConfig, DEFAULT_CACHE_BYTES};
+use crate::config::{normalize, CacheDeviceConfig, Origin, ServeConfig, DEFAULT_CACHE_BYTES};
 use crate::devices::{
     canonical_path, check_claim, create_socket_dir, open_backend, open_cache_file, record_claim, BackendSpec,
     Claim, Scope,
@@ -25,16 +25,19 @@ use crate::error::{refused, Acknowledgement, Result, ServeError, Within};
 use crate::running::{describe, lock, CacheGroup, Running, ServedVolume};
 use crate::{EngineCell, EngineExport};
 
-/// Opens a cache device and the backends of the volumes that share it
-/// (`members`, indices into `config.volumes`), and builds its engine.
+/// Opens cache device `cache` and the backends of the volumes that share
+/// it (`members`, indices into `config.volumes`), and builds its engine.
 fn open_cache_group(
     config: &ServeConfig,
+    cache: usize,
     members: &[usize],
     files: &mut Vec<Claim>,
     start: StartMode,
     own: &Scope,
 ) -> Result<CacheGroup> {
-    let v = &config.volumes[members[0]];
+    let v = &config.caches[cache];
+    // The volume that names the cache in claims and messages.
+    let first = &config.volumes[members[0]].export;
     if v.persistence == Persistence::None
         && matches!(v.write_policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
         && !start.force
@@ -82,24 +85,24 @@ fn open_cache_group(
     let create_bytes = layout::device_bytes_for(line_bytes, v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))
         .map_err(|e| refused!("{}: {e}", v.key("cache_size")))?;
     // A missing cache device is refused before anything is created.
-    let missing = std::iter::once(&v.cache)
+    let missing = std::iter::once(&v.path)
         .chain(&v.cache_array)
         .all(|p| std::fs::symlink_metadata(p).is_err());
     if missing && !start.init && !existing_backends.is_empty() {
         return Err(refuse_empty_cache(v, &existing_backends, "does not exist"));
     }
-    check_claim(files, &v.cache, "cache", &v.key("cache"))?;
+    check_claim(files, &v.path, "cache", &v.key("cache"))?;
     let mut cache_file = Some(
         open_cache_file(
-            &v.cache,
+            &v.path,
             create_bytes,
             v.direct,
-            own.no_follow(&v.cache),
+            own.no_follow(&v.path),
             config.map_cache,
         )
         .within(|| v.key("cache"))?,
     );
-    let canonical = record_claim(files, &v.cache, &v.export, "cache");
+    let canonical = record_claim(files, &v.path, first, "cache");
     // ReCA's line size from the last run, while the configuration still
     // says what it said then (one device only: an array's geometry is its
     // members').
@@ -111,7 +114,7 @@ fn open_cache_group(
     let with_reca_line;
     let v = match recorded {
         Some(line_size) => {
-            with_reca_line = VolumeConfig {
+            with_reca_line = CacheDeviceConfig {
                 line_size,
                 ..v.clone()
             };
@@ -124,7 +127,7 @@ fn open_cache_group(
         None
     } else {
         let mut members: Vec<(String, Option<Arc<dyn BlockDevice>>)> = vec![(
-            v.cache.display().to_string(),
+            v.path.display().to_string(),
             Some(Arc::new(cache_file.take().expect("opened above"))),
         )];
         for path in &v.cache_array {
@@ -137,7 +140,7 @@ fn open_cache_group(
                 config.map_cache,
             )
             .within(|| v.key("cache_array"))?;
-            record_claim(files, path, &v.export, "cache");
+            record_claim(files, path, first, "cache");
             members.push((path.display().to_string(), Some(Arc::new(dev))));
         }
         Some(Arc::new(
@@ -156,7 +159,7 @@ fn open_cache_group(
             dev.set_servers(slow.servers);
             log::warn!(
                 "{}: slowed down for an experiment: {} per I/O through {} servers",
-                v.cache.display(),
+                v.path.display(),
                 iocache_core::units::format_duration_ns(slow.latency_ns),
                 slow.servers
             );
@@ -217,10 +220,10 @@ fn open_cache_group(
     config_of_engine.rebind_backends = start.rebind;
     let engine = Engine::with_volumes(config_of_engine, cache_dev, backends).within(|| match &v.origin {
         Origin::Flags => "building the cache".to_string(),
-        Origin::File(path) if members.len() == 1 => format!("{path}: volume `{}`", v.export),
+        Origin::File(path) if members.len() == 1 => format!("{path}: volume `{first}`"),
         Origin::File(path) => format!(
             "{path}: cache {} of volumes {}",
-            v.cache.display(),
+            v.path.display(),
             members
                 .iter()
                 .map(|&i| format!("`{}`", config.volumes[i].export))
@@ -230,14 +233,14 @@ fn open_cache_group(
     })?;
     report_start(config, members, &engine, v);
     if let Some(adapt) = &v.adapt {
-        log::info!("cache {}: load balancer {}", v.cache.display(), adapt.text);
+        log::info!("cache {}: load balancer {}", v.path.display(), adapt.text);
     }
     if let Some(reca) = &v.reca {
-        crate::reca::start_live(&engine, reca, &v.cache, configured_line_size, line_size_live)
+        crate::reca::start_live(&engine, reca, &v.path, configured_line_size, line_size_live)
             .within(|| v.key("reca_table"))?;
     }
     Ok(CacheGroup {
-        path: v.cache.clone(),
+        path: v.path.clone(),
         canonical,
         cell: Arc::new(EngineCell::new(Arc::new(engine))),
         broken: std::sync::atomic::AtomicBool::new(false),
@@ -254,7 +257,7 @@ fn open_cache_group(
 /// fit. The one rule for a start, a recorded ReCA line size
 /// (`reca_cli.rs`) and a line size changed while serving
 /// (`relayout.rs`).
-pub(crate) fn cache_lines(v: &VolumeConfig, device_bytes: u64, line_bytes: u64) -> Result<u64> {
+pub(crate) fn cache_lines(v: &CacheDeviceConfig, device_bytes: u64, line_bytes: u64) -> Result<u64> {
     let (lines, bytes) = match v.cache_bytes {
         Some(bytes) => match layout::fit_bytes(line_bytes, bytes, device_bytes) {
             Ok(_) => (bytes / line_bytes, bytes),
@@ -271,10 +274,10 @@ pub(crate) fn cache_lines(v: &VolumeConfig, device_bytes: u64, line_bytes: u64) 
                 format_byte_size(line_bytes),
                 format_byte_size(bytes),
                 format_byte_size(needed_bytes),
-                v.cache.display(),
+                v.path.display(),
                 format_byte_size(device_bytes),
                 needed_bytes,
-                v.cache.display()
+                v.path.display()
             ))
             }
             Err(e) => return Err(refused!("{}: {e}", v.key("cache_size"))),
@@ -299,7 +302,7 @@ pub(crate) fn cache_lines(v: &VolumeConfig, device_bytes: u64, line_bytes: u64) 
 /// The engine's configuration for the cache of `v` (its line size), with
 /// `capacity_lines` lines.
 pub(crate) fn engine_config(
-    v: &VolumeConfig,
+    v: &CacheDeviceConfig,
     capacity_lines: u64,
     init: InitMode,
     array: Option<Arc<CacheArray>>,
@@ -318,7 +321,7 @@ pub(crate) fn engine_config(
         io: v.io,
         persistence: v.persistence,
         init,
-        volume_name: v.export.clone(),
+        volume_name: v.path.display().to_string(),
         array,
         balance: v.adapt.as_ref().map(|a| a.config),
         dirty_checksums: true,
@@ -329,7 +332,7 @@ pub(crate) fn engine_config(
 
 /// Why a new (missing or blank) cache device is not formatted over
 /// backends that existed before this start, and the way out.
-fn refuse_empty_cache(v: &VolumeConfig, existing_backends: &[String], found: &str) -> ServeError {
+fn refuse_empty_cache(v: &CacheDeviceConfig, existing_backends: &[String], found: &str) -> ServeError {
     // A file this start did not create existed before; a remote export
     // always may have (nothing here can tell a new one).
     let (remote, files): (Vec<&String>, Vec<&String>) = existing_backends
@@ -351,7 +354,7 @@ fn refuse_empty_cache(v: &VolumeConfig, existing_backends: &[String], found: &st
         "{}: {} {found}, but {}: if it was served through a cache before, that cache may hold its \
          newest writes (lost if the cache device was deleted, replaced or mistyped). Check the path",
         v.key("cache"),
-        v.cache.display(),
+        v.path.display(),
         which.join(", and ")
     );
     ServeError::NeedsAcknowledgement {
@@ -361,9 +364,9 @@ fn refuse_empty_cache(v: &VolumeConfig, existing_backends: &[String], found: &st
 }
 
 /// Tells what opening a cache device found (for every volume sharing it).
-fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &VolumeConfig) {
+fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &CacheDeviceConfig) {
     let who = if members.len() == 1 {
-        format!("volume `{}`", v.export)
+        format!("volume `{}`", config.volumes[members[0]].export)
     } else {
         format!(
             "volumes {}",
@@ -377,7 +380,7 @@ fn report_start(config: &ServeConfig, members: &[usize], engine: &Engine, v: &Vo
     let stats = engine.stats();
     let r = stats.recovery;
     let device = match &stats.array {
-        None => v.cache.display().to_string(),
+        None => v.path.display().to_string(),
         Some(a) => {
             let members: Vec<String> = a
                 .array
@@ -667,8 +670,9 @@ pub fn serve(
     let mut files = Vec::new();
     let mut caches = Vec::new();
     let mut volumes = Vec::new();
-    for members in config.cache_groups() {
-        let group = open_cache_group(config, &members, &mut files, start, &own)?;
+    for cache in 0..config.caches.len() {
+        let members = config.members(cache);
+        let group = open_cache_group(config, cache, &members, &mut files, start, &own)?;
         for &i in &members {
             let v = &config.volumes[i];
             let volume = group
