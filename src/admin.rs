@@ -35,7 +35,9 @@ pub(crate) fn request(socket: &Path, line: &str, timeout: Option<Duration>) -> R
             AdminError::NoSuchSocket { .. } | AdminError::Stale { .. } => {
                 "start it with `iocache serve`, or name the socket it uses with --admin-socket PATH"
             }
-            AdminError::NotASocket { .. } => "name the server's admin socket with --admin-socket PATH",
+            AdminError::NotASocket { .. } | AdminError::NbdSocket { .. } => {
+                "name the server's admin socket with --admin-socket PATH"
+            }
             AdminError::PermissionDenied { .. } => {
                 "run as the user that started the server, or one in its --socket-group"
             }

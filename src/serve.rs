@@ -304,6 +304,10 @@ fn print_banner(config: &ServeConfig, reach: &Reach<'_>) {
         .socket
         .as_ref()
         .map(|s| std::fs::canonicalize(s).unwrap_or_else(|_| s.clone()));
+    let (unix, tcp_scheme) = match config.tls {
+        iocache_nbd::TlsMode::Require => ("nbds+unix", "nbds"),
+        _ => ("nbd+unix", "nbd"),
+    };
     let mut out = String::new();
     let volumes = lock(&state.volumes);
     for (i, v) in volumes.iter().enumerate() {
@@ -332,23 +336,39 @@ fn print_banner(config: &ServeConfig, reach: &Reach<'_>) {
             group.config.lookup
         );
         if let Some(socket) = &socket {
-            out += &format!("  nbd+unix:///{name}?socket={}\n", socket.display());
+            out += &format!("  {unix}:///{name}?socket={}\n", socket.display());
         }
         if let Some(tcp) = tcp {
-            out += &format!("  nbd://{tcp}/{name}\n");
+            out += &format!("  {tcp_scheme}://{tcp}/{name}\n");
         }
     }
     let first = &volumes[0].export;
-    out += "Connect with, for example:\n";
-    if let Some(socket) = &socket {
-        out += &format!(
-            "  nbdinfo 'nbd+unix:///{first}?socket={}'\n  nbdfuse DIR/disk --unix {}\n",
-            socket.display(),
-            socket.display()
-        );
-    }
-    if let Some(tcp) = tcp {
-        out += &format!("  qemu-io -f raw -c 'read -v 0 512' 'nbd://{tcp}/{first}'\n");
+    if config.tls == iocache_nbd::TlsMode::Require {
+        // Plain clients are refused: name the TLS schemes and what a
+        // client needs.
+        out += "TLS is required: clients connect with nbds:// or nbds+unix:// and need the server's CA \
+                certificate or a pre-shared key, for example:\n";
+        if let Some(socket) = &socket {
+            out += &format!(
+                "  nbdinfo 'nbds+unix:///{first}?socket={}&tls-psk-file=KEYS'\n",
+                socket.display()
+            );
+        }
+        if let Some(tcp) = tcp {
+            out += &format!("  nbdinfo 'nbds://{tcp}/{first}?tls-certificates=DIR'\n");
+        }
+    } else {
+        out += "Connect with, for example:\n";
+        if let Some(socket) = &socket {
+            out += &format!(
+                "  nbdinfo 'nbd+unix:///{first}?socket={}'\n  nbdfuse DIR/disk --unix {}\n",
+                socket.display(),
+                socket.display()
+            );
+        }
+        if let Some(tcp) = tcp {
+            out += &format!("  qemu-io -f raw -c 'read -v 0 512' 'nbd://{tcp}/{first}'\n");
+        }
     }
     if let Some(admin) = admin {
         out += &format!(

@@ -393,6 +393,42 @@ fn a_size_that_changes_nothing_is_said() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Mistakes that used to get a bare system error say what is wrong.
+#[test]
+fn mistakes_are_named() {
+    let dir = temp_dir("named");
+    // `stats` pointed at the NBD socket.
+    let server = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
+    let out = iocache()
+        .args(["stats", "--admin-socket"])
+        .arg(&server.socket)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("is an NBD socket") && err.contains("--admin-socket PATH"),
+        "{err}"
+    );
+    drop(server);
+    // A block device that is not there is not offered a size.
+    let mut a = args(&dir, "b", "backend-b.img", "cache-b.img");
+    let b = a.iter().position(|x| x == "--backend").unwrap();
+    a[b + 1] = "/dev/iocache-no-such-device".into();
+    let err = refused(&a);
+    assert!(
+        err.contains("/dev/iocache-no-such-device does not exist: a device is not created")
+            && !err.contains("--backend-size"),
+        "{err}"
+    );
+    // A host name where an address was expected is resolved.
+    let mut a = args(&dir, "c", "backend-c.img", "cache-c.img");
+    let l = a.iter().position(|x| x == "--listen").unwrap();
+    a[l + 1] = "localhost:0".into();
+    let server = Server::start(&dir, "c", &a);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn attach_refuses_a_file_another_server_holds() {
     let dir = temp_dir("attach");

@@ -149,7 +149,7 @@ impl Served {
         let port = || {
             std::fs::read_to_string(&log)
                 .unwrap_or_default()
-                .split("nbd://127.0.0.1:")
+                .split("://127.0.0.1:")
                 .nth(1)
                 .and_then(|r| r.split('/').next())
                 .and_then(|p| p.parse::<u16>().ok())
@@ -233,6 +233,16 @@ fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
     make_pki(&pki);
     let served = Served::start(&dir, "require", &pki);
     let tcp = format!("127.0.0.1:{}", served.port);
+    // The banner names the URIs that work: the TLS schemes only.
+    let banner = served.log();
+    assert!(
+        banner.contains("TLS is required") && banner.contains("nbds+unix:///") && banner.contains("nbds://"),
+        "{banner}"
+    );
+    assert!(
+        !banner.contains("nbd+unix://") && !banner.contains(" nbd://"),
+        "{banner}"
+    );
 
     // Without TLS: refused, on TCP and on the Unix socket.
     let err = nbdinfo_size(&format!("nbd://{tcp}/")).unwrap_err();
@@ -693,6 +703,22 @@ fn a_config_file_takes_the_psk_file() {
     assert_eq!(
         nbdinfo_size(&format!("nbds://alice@{tcp}/psk?tls-psk-file={}", psk.display())).unwrap(),
         (32u64 << 20).to_string()
+    );
+    served.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// TLS credentials without `--tls` serve plaintext, and the log says so.
+#[test]
+fn credentials_without_tls_are_named_in_a_warning() {
+    let dir = temp_dir("credentials-plain");
+    let served = Served::start_with(&dir, &["--tls-certificates".into(), dir.display().to_string()]);
+    let log = served.log();
+    assert!(
+        log.contains(
+            "--tls-certificates has no effect without --tls on or require: clients are served in plaintext"
+        ),
+        "{log}"
     );
     served.stop();
     let _ = std::fs::remove_dir_all(&dir);

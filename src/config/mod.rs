@@ -729,8 +729,17 @@ fn shared_cache(
 
 /// Parses a listener address.
 pub fn parse_listen(text: &str, name: &str) -> Result<SocketAddr> {
-    text.parse()
-        .map_err(|_| anyhow!("{name}: `{text}`: expected ADDR:PORT, such as 127.0.0.1:10809"))
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    // A host name (`localhost:10809`): its first address.
+    use std::net::ToSocketAddrs;
+    match text.to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(address)) => Ok(address),
+        _ => bail!(
+            "{name}: `{text}`: expected ADDR:PORT or HOST:PORT, such as 127.0.0.1:10809 or localhost:10809"
+        ),
+    }
 }
 
 /// Reads and validates a TOML configuration file.

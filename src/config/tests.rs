@@ -556,3 +556,20 @@ fn reca_keys_are_cache_keys_and_checked() {
         .replace("policy = \"arc\"", "adapt = \"off\""));
     assert!(e.contains("adapt"), "{e}");
 }
+
+#[test]
+fn a_listener_is_an_address_or_a_host_name_with_a_port() {
+    assert_eq!(
+        parse_listen("127.0.0.1:10809", "--listen").unwrap(),
+        "127.0.0.1:10809".parse().unwrap()
+    );
+    assert!(parse_listen("localhost:10809", "--listen")
+        .unwrap()
+        .ip()
+        .is_loopback());
+    let e = parse_listen("localhost", "--listen").unwrap_err().to_string();
+    assert!(
+        e.contains("--listen: `localhost`: expected ADDR:PORT or HOST:PORT"),
+        "{e}"
+    );
+}

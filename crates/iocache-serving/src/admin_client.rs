@@ -25,6 +25,9 @@ pub enum AdminError {
         #[source]
         source: std::io::Error,
     },
+    /// An NBD server answered: the socket is an export's, not the admin one.
+    #[error("{} is an NBD socket (it answered with the NBD handshake), not a server's admin socket", socket.display())]
+    NbdSocket { socket: PathBuf },
     #[error("the server's reply is not JSON: {reply}")]
     BadReply { reply: String },
     /// The server answered with an error.
@@ -65,8 +68,16 @@ pub fn request(
     let mut stream = UnixStream::connect(socket).map_err(|e| AdminError::connecting(socket, e))?;
     stream.set_read_timeout(timeout).map_err(io)?;
     writeln!(stream, "{line}").map_err(io)?;
-    let mut reply = String::new();
-    BufReader::new(&stream).read_line(&mut reply).map_err(io)?;
+    let mut bytes = Vec::new();
+    let read = BufReader::new(&stream).read_until(b'\n', &mut bytes);
+    // An NBD server greets first, and drops a client that sends text.
+    if bytes.starts_with(b"NBDMAGIC") {
+        return Err(AdminError::NbdSocket {
+            socket: socket.to_path_buf(),
+        });
+    }
+    read.map_err(io)?;
+    let reply = String::from_utf8_lossy(&bytes);
     let json: serde_json::Value = serde_json::from_str(reply.trim()).map_err(|_| AdminError::BadReply {
         reply: reply.trim().to_string(),
     })?;

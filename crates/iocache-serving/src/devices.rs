@@ -192,10 +192,17 @@ pub fn open_backend(
                  (every FLUSH and the shutdown would wait for themselves)"
             ));
         }
-        let remote = NbdBackend::connect(backend).within(|| format!("{key} {backend}"))?;
+        let remote = NbdBackend::connect(backend).within(|| key.to_string())?;
         return Ok((Arc::new(remote), false));
     }
     let path = Path::new(backend);
+    // Device nodes live under /dev (its RAM disk /dev/shm holds files).
+    if !path.exists() && path.starts_with("/dev") && !path.starts_with("/dev/shm") {
+        return Err(refused!(
+            "{key}: {} does not exist: a device is not created (check its name)",
+            path.display()
+        ));
+    }
     if !path.exists() && create_bytes.is_none() {
         return Err(refused!(
             "{key}: {} does not exist; to create a new backend file there, give its size with {size_key} \

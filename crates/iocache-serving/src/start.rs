@@ -567,13 +567,24 @@ pub fn serve(
         };
         Some(key.map_err(|(e, key)| refused!("{}: {e}", config.origin.server_key(key)))?)
     };
-    if config.tls == iocache_nbd::TlsMode::Off && (config.tls_psk.is_some() || config.tls_verify_peer) {
-        log::warn!(
-            "{} and {} have no effect without {} on or require",
-            config.origin.server_key("tls_psk"),
-            config.origin.server_key("tls_verify_peer"),
-            config.origin.server_key("tls")
-        );
+    if config.tls == iocache_nbd::TlsMode::Off {
+        let given: Vec<String> = [
+            ("tls_certificates", config.tls_certificates.is_some()),
+            ("tls_psk", config.tls_psk.is_some()),
+            ("tls_verify_peer", config.tls_verify_peer),
+        ]
+        .into_iter()
+        .filter(|(_, given)| *given)
+        .map(|(key, _)| config.origin.server_key(key))
+        .collect();
+        if !given.is_empty() {
+            log::warn!(
+                "{} {} no effect without {} on or require: clients are served in plaintext",
+                given.join(" and "),
+                if given.len() == 1 { "has" } else { "have" },
+                config.origin.server_key("tls")
+            );
+        }
     }
     let defaults = ServerConfig::default();
     let mut server = Server::new(ServerConfig {
