@@ -13,7 +13,7 @@ use iocache_sim::SimOptions;
 
 #[derive(Subcommand)]
 pub enum LabCommand {
-    /// Run an experiment file's grid in the simulator (resumable; --shard I/N for a slice).
+    /// Run an experiment file's grid in the simulator, or live (`target`) (resumable; --shard I/N).
     Run(RunArgs),
     /// Join result files (slices of one experiment) into one, each point once, in grid order.
     Merge(MergeArgs),

@@ -133,8 +133,8 @@ pub struct ServeArgs {
     read_only: bool,
     /// An adaptive controller beside the cache (one at a time; default off). reca: every request
     /// is characterized, and each window of --reca-window requests puts the nearest workload
-    /// category's write policy and reca replacement policy in force (its line size is shown as
-    /// pending, applied at a restart with that --line-size; docs/results/reca.md). lbica: a load
+    /// category's write policy and reca replacement policy in force, and its line size when
+    /// --reca-line-size says (live by default; docs/results/reca.md). lbica: a load
     /// balancer that changes the write policy while the cache device is the bottleneck and sends
     /// the tail of its queue to the backend; sib: sends single requests to the backend when they
     /// would complete there sooner (docs/results/lbica.md), with the simulator's knobs:

@@ -1169,3 +1169,42 @@ fn lab_shards_and_resumption_hold_with_the_new_knobs() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The lines of a help text's `Commands:` section: each subcommand's name.
+fn help_commands(help: &str) -> Vec<String> {
+    help.split("Commands:")
+        .nth(1)
+        .unwrap_or("")
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|name| name != "help")
+        .collect()
+}
+
+/// Help text agrees with what the binary does: `ctl`'s summary names every
+/// subcommand, `lab reproduce` lists every reproduction `list` prints, and
+/// `lab run` says it runs live too.
+#[test]
+fn help_names_what_the_commands_do() {
+    let ctl = String::from_utf8(iocache(&["ctl", "--help"]).stdout).unwrap();
+    let summary = ctl.lines().next().unwrap().to_lowercase();
+    for name in help_commands(&ctl) {
+        assert!(summary.contains(&name), "`ctl` summary misses {name}: {summary}");
+    }
+    let list = String::from_utf8(iocache(&["lab", "reproduce", "list"]).stdout).unwrap();
+    let help = String::from_utf8(iocache(&["lab", "reproduce", "--help"]).stdout).unwrap();
+    let names: Vec<&str> = list.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(names.len() >= 8, "{list}");
+    for name in names {
+        assert!(help.contains(name), "`lab reproduce --help` misses {name}");
+    }
+    let lab = String::from_utf8(iocache(&["lab", "--help"]).stdout).unwrap();
+    assert!(lab.contains("or live"), "{lab}");
+    let serve = String::from_utf8(iocache(&["serve", "--help"]).stdout).unwrap();
+    assert!(
+        !serve.contains("applied at a restart"),
+        "--adapt help says ReCA waits for a restart"
+    );
+}
