@@ -101,7 +101,8 @@ impl iocache_lab::Progress for BarProgress {
     }
 }
 
-/// The server live points start: this very program, stopped by Ctrl-C.
+/// The server live points start: this very program, stopped by Ctrl-C
+/// (the signal handlers are installed here).
 fn server(program: &std::path::Path) -> Server<'_> {
     crate::signals::install_handlers();
     Server {
@@ -126,8 +127,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         shard,
         csv: args.csv,
         threads: args.threads.unwrap_or(SimOptions::default().threads),
-        server: program.clone(),
-        stop: server(&program).stop,
+        server: server(&program),
     };
     let mut progress = BarProgress(crate::progress::Bar::new(false));
     Ok(iocache_lab::experiment::run(&request, &mut progress)?)
@@ -174,6 +174,7 @@ pub fn reproduce(args: ReproduceArgs) -> Result<()> {
     }
     let threads = args.threads.unwrap_or(SimOptions::default().threads).max(1);
     let program = std::env::current_exe().context("this program's path")?;
+    let server = server(&program);
     for entry in chosen {
         let dir = args.out.join(entry.name);
         let context = Run {
@@ -181,7 +182,7 @@ pub fn reproduce(args: ReproduceArgs) -> Result<()> {
             quick: args.quick,
             traces: traces.clone(),
             threads,
-            server: server(&program),
+            server,
         };
         let started = std::time::Instant::now();
         let verdict = entry.run(&context)?;

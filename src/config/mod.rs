@@ -68,7 +68,9 @@ const CACHE_KEYS: [CacheKey; 21] = [
     ("adapt_interval", adapt_text),
     ("reca_table", |c| {
         (c.reca.as_ref().and_then(|r| r.table.as_ref()))
-            .map_or("built-in".into(), |t| t.display().to_string())
+            .map_or(iocache_core::reca::BUILTIN_TABLE_SOURCE.into(), |t| {
+                t.display().to_string()
+            })
     }),
     ("reca_window", |c| {
         c.reca

@@ -10,7 +10,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 
 use iocache_core::{LineSize, PolicySpec};
 use iocache_sim::timing::{parse_device, ArrivalMode};
@@ -75,10 +74,8 @@ pub struct RunRequest<'a> {
     pub csv: Option<PathBuf>,
     /// Worker threads per workload pass.
     pub threads: usize,
-    /// The `iocache` program a live point serves with.
-    pub server: PathBuf,
-    /// Set (by a signal handler) to stop live points between steps.
-    pub stop: &'a AtomicBool,
+    /// The server live points start, and the flag that stops them.
+    pub server: crate::live::Server<'a>,
 }
 
 #[derive(Deserialize)]
@@ -130,7 +127,7 @@ const KNOBS: [(&str, &str); 18] = [
     ("closed_loop", "off"),
     ("adapt", "none"),
     ("reca_window", "100000"),
-    ("reca_table", "built-in"),
+    ("reca_table", iocache_core::reca::BUILTIN_TABLE_SOURCE),
     ("restart_every", "off"),
 ];
 
@@ -444,7 +441,7 @@ fn resolve(
             let table = k("reca_table");
             let key = (table.clone(), window);
             if !reca_tables.contains_key(&key) {
-                let path = (table != "built-in").then(|| dir.join(&table));
+                let path = (table != iocache_core::reca::BUILTIN_TABLE_SOURCE).then(|| dir.join(&table));
                 if window == 0 {
                     return Err(invalid!("{file}: grid.reca_window must be at least 1"));
                 }
@@ -699,10 +696,7 @@ pub fn run(args: &RunRequest, progress: &mut dyn Progress) -> Result<()> {
         &dir,
         &file,
         &live_settings,
-        crate::live::Server {
-            program: &args.server,
-            stop: args.stop,
-        },
+        args.server,
         &live_todo,
         &mut results,
     )?;

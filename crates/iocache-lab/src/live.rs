@@ -292,7 +292,7 @@ impl ServeSetup {
             reca_window: knobs.get("reca_window").filter(|_| reca).cloned(),
             reca_table: knobs
                 .get("reca_table")
-                .filter(|t| reca && t.as_str() != "built-in")
+                .filter(|t| reca && t.as_str() != iocache_core::reca::BUILTIN_TABLE_SOURCE)
                 .map(|t| dir.join(t)),
             policy: knob("policy", "lru"),
             cache_bytes: cache_lines * line_bytes,

@@ -45,27 +45,31 @@ pub(crate) fn to_object(value: &impl serde::Serialize) -> Result<serde_json::Map
     }
 }
 
-/// The ids of the points a results file holds.
-pub(crate) fn done_ids(path: &Path) -> Result<BTreeSet<String>> {
-    let mut ids = BTreeSet::new();
-    let Ok(file) = std::fs::File::open(path) else {
-        return Ok(ids);
-    };
+/// Each row of a JSON-lines file, with where it is (`PATH:LINE`), blank
+/// lines skipped.
+fn each_row(path: &Path, mut row: impl FnMut(&dyn Fn() -> String, Value) -> Result<()>) -> Result<()> {
+    let file = std::fs::File::open(path).at_file(path)?;
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line?;
         if line.trim().is_empty() {
             continue;
         }
-        let row: Value = serde_json::from_str(&line).within(|| {
-            format!(
-                "{}:{}: not a JSON object (a run cut short? remove that line)",
-                path.display(),
-                n + 1
-            )
+        let at = || format!("{}:{}", path.display(), n + 1);
+        let value: Value = serde_json::from_str(&line)
+            .within(|| format!("{}: not a JSON object (a run cut short? remove that line)", at()))?;
+        row(&at, value)?;
+    }
+    Ok(())
+}
+
+/// The ids of the points a results file holds (none if it does not exist).
+pub(crate) fn done_ids(path: &Path) -> Result<BTreeSet<String>> {
+    let mut ids = BTreeSet::new();
+    if path.exists() {
+        each_row(path, |_, row| {
+            ids.extend(crate::live::row_key(&row));
+            Ok(())
         })?;
-        if let Some(key) = crate::live::row_key(&row) {
-            ids.insert(key);
-        }
     }
     Ok(ids)
 }
@@ -74,18 +78,11 @@ pub(crate) fn done_ids(path: &Path) -> Result<BTreeSet<String>> {
 pub fn read_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
     let mut rows: BTreeMap<String, Value> = BTreeMap::new();
     for path in paths {
-        let file = std::fs::File::open(path).at_file(path)?;
-        for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-            let line = line?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let row: Value = serde_json::from_str(&line)
-                .within(|| format!("{}:{}: not a JSON object", path.display(), n + 1))?;
-            let id = crate::live::row_key(&row)
-                .ok_or_else(|| invalid!("{}:{}: no point_id", path.display(), n + 1))?;
+        each_row(path, |at, row| {
+            let id = crate::live::row_key(&row).ok_or_else(|| invalid!("{}: no point_id", at()))?;
             rows.entry(id).or_insert(row);
-        }
+            Ok(())
+        })?;
     }
     let mut rows: Vec<Value> = rows.into_values().collect();
     rows.sort_by_key(|r| r["point"].as_u64().unwrap_or(u64::MAX));
@@ -98,17 +95,10 @@ pub fn read_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
 pub fn read_side_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
     let mut rows: BTreeMap<(u64, u64, i64, String), Value> = BTreeMap::new();
     for path in paths {
-        let file = std::fs::File::open(path).at_file(path)?;
-        for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-            let line = line?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let row: Value = serde_json::from_str(&line)
-                .within(|| format!("{}:{}: not a JSON object", path.display(), n + 1))?;
+        each_row(path, |at, row| {
             let id = row["point_id"]
                 .as_str()
-                .ok_or_else(|| invalid!("{}:{}: no point_id", path.display(), n + 1))?
+                .ok_or_else(|| invalid!("{}: no point_id", at()))?
                 .to_string();
             let key = (
                 row["point"].as_u64().unwrap_or(u64::MAX),
@@ -117,7 +107,8 @@ pub fn read_side_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
                 id,
             );
             rows.entry(key).or_insert(row);
-        }
+            Ok(())
+        })?;
     }
     Ok(rows.into_values().collect())
 }

@@ -14,14 +14,14 @@ use serde_json::Value;
 use crate::config::{CacheDeviceConfig, RecaConfig};
 use crate::error::{refused, Result, Within};
 
-/// The name a table read from no file is shown with.
-pub const BUILTIN_TABLE: &str = "built-in";
-
 /// Reads ReCA's category table: `path`, or the built-in one without.
 /// Returns it with where it came from.
 fn read_table(path: Option<&Path>) -> Result<(CategoryTable, String)> {
     let Some(path) = path else {
-        return Ok((CategoryTable::builtin(), BUILTIN_TABLE.into()));
+        return Ok((
+            CategoryTable::builtin(),
+            iocache_core::reca::BUILTIN_TABLE_SOURCE.into(),
+        ));
     };
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).within(|| format!("reading {shown}"))?;
@@ -127,7 +127,7 @@ pub fn reload(engine: &Engine, path: Option<&Path>) -> Result<Value> {
         .table_source;
     let path = match path {
         Some(p) => Some(p.to_path_buf()),
-        None if in_use == BUILTIN_TABLE => None,
+        None if in_use == iocache_core::reca::BUILTIN_TABLE_SOURCE => None,
         None => Some(PathBuf::from(in_use)),
     };
     let (table, source) = read_table(path.as_deref())?;

@@ -25,15 +25,15 @@ pub struct RecaOptions {
     pub params: RecaControllerParams,
 }
 
-/// The name a category table read from no file is shown with.
-pub const BUILTIN_TABLE: &str = "built-in";
-
 /// Reads ReCA's category table: `path`, or the built-in one without.
 /// Returns it with where it came from; its errors name the file, the line
 /// and the field.
 pub fn read_table(path: Option<&std::path::Path>) -> Result<(CategoryTable, String), SimError> {
     match path {
-        None => Ok((CategoryTable::builtin(), BUILTIN_TABLE.into())),
+        None => Ok((
+            CategoryTable::builtin(),
+            iocache_core::reca::BUILTIN_TABLE_SOURCE.into(),
+        )),
         Some(path) => {
             let shown = path.display().to_string();
             let text = std::fs::read_to_string(path).map_err(|source| SimError::File {

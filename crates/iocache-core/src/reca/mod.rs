@@ -25,4 +25,7 @@ pub use classify::{AccessClass, Classified, Classifier, ClassifierParams, Reques
 pub use controller::{RecaController, RecaControllerParams, RecaEvent, WindowReport};
 pub use policy::{RecaParams, RecaPolicy};
 pub use relayout::{relayout, Relayout};
-pub use table::{Category, CategoryTable, EvictionRule, Features, Priorities, TableError, FEATURE_NAMES};
+pub use table::{
+    Category, CategoryTable, EvictionRule, Features, Priorities, TableError, BUILTIN_TABLE_SOURCE,
+    FEATURE_NAMES,
+};

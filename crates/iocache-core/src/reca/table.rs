@@ -27,6 +27,10 @@ pub const BUILTIN_TABLE: &str = include_str!("../../data/reca-categories.toml");
 /// The name errors in the built-in table are reported under.
 pub const BUILTIN_TABLE_NAME: &str = "crates/iocache-core/data/reca-categories.toml";
 
+/// How the built-in table is named where a table's source is shown or
+/// given (statistics, `reca_table` in a lab grid): read from no file.
+pub const BUILTIN_TABLE_SOURCE: &str = "built-in";
+
 /// The dimensions of a workload vector, in order.
 pub const FEATURE_NAMES: [&str; 7] = [
     "sequential_read",

@@ -106,7 +106,7 @@ impl RecaSetup {
     pub fn builtin() -> RecaSetup {
         RecaSetup {
             table: CategoryTable::builtin(),
-            table_source: "built-in".into(),
+            table_source: iocache_core::reca::BUILTIN_TABLE_SOURCE.into(),
             params: RecaControllerParams::default(),
             max_requests_per_second: Some(RECA_MAX_REQUESTS_PER_SECOND),
             configured_line_bytes: None,
