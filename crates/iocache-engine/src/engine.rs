@@ -28,6 +28,7 @@ use crate::recovery::{self, DamagedMetadata, InitMode, OpenSpec, RecoveryReport}
 use barrier::{Durability, MetaState};
 use cleaner::Cleaner;
 use health_state::{HealthState, Poisoned};
+use metadata::Metadata;
 use planning::{Plan, PlannedSegment, Segments};
 use slots::SlotStore;
 use smallvec::SmallVec;
@@ -39,6 +40,7 @@ mod balance;
 mod barrier;
 mod cleaner;
 mod health_state;
+mod metadata;
 mod planning;
 mod queues;
 mod reca;
@@ -388,13 +390,9 @@ struct Inner {
     stopping: AtomicBool,
     read_latency: LatencyHistogram,
     write_latency: LatencyHistogram,
-    persistence: Persistence,
-    /// Dirty records carry checksums of the dirty data (persistent metadata
-    /// with `EngineConfig::dirty_checksums`).
-    dirty_checksums: bool,
-    /// The persistence barrier's state: superblock, record writer,
-    /// counters (`barrier.rs`).
-    durability: Durability,
+    /// Recorded or volatile metadata, and the barrier's state
+    /// (`metadata.rs`, `barrier.rs`).
+    metadata: Metadata,
     recovery: RecoveryReport,
     /// Poisoning and health: device error counters, pass-through
     /// fall-back, failed requests, forgotten lines (`health_state.rs`).
@@ -480,7 +478,7 @@ impl Engine {
             ("policy".to_string(), config.cache.policy.to_string()),
             ("lookup".to_string(), config.lookup.to_string()),
         ];
-        let opened = recovery::open(
+        let mut opened = recovery::open(
             &*cache_dev,
             &backends,
             &OpenSpec {
@@ -502,7 +500,16 @@ impl Engine {
             },
             config.array.as_deref(),
         )?;
-        let persistent = config.persistence != Persistence::None;
+        let data_offset = opened.writer.layout.data_offset;
+        let metadata = Metadata::new(
+            config.persistence,
+            config.dirty_checksums,
+            Durability::new(MetaState::new(
+                opened.superblock,
+                opened.superblock_copy,
+                opened.writer,
+            )),
+        );
         let words = config.cache.line_size.bitmap_words();
         let mut built = Vec::with_capacity(shards);
         let mut index_prefetchers = Vec::with_capacity(shards);
@@ -536,8 +543,8 @@ impl Engine {
                         lines as usize,
                         words,
                         (line_bytes / SECTOR_BYTES) as u32,
-                        persistent,
-                        config.dirty_checksums,
+                        metadata.records_slots(),
+                        metadata.dirty_checksums(),
                     ),
                     poisoned: FxHashMap::default(),
                     waiters: 0,
@@ -567,7 +574,6 @@ impl Engine {
         // Knobs changed at run time in an earlier run come back if the
         // configuration still says what it said then (settings.rs).
         let knobs = settings::Knobs::new(iocache_core::Setting::all_of(&config.cache));
-        let mut opened = opened;
         let (restored, mut dropped) = knobs.recorded(&opened.previous_settings.changes);
         dropped.extend(
             (opened.previous_settings.unreadable.iter())
@@ -575,7 +581,6 @@ impl Engine {
         );
         opened.report.restored_settings = restored.iter().map(ToString::to_string).collect();
         opened.report.dropped_settings = dropped;
-        let data_offset = opened.writer.layout.data_offset;
         let inner = Arc::new(Inner {
             knobs: Mutex::new(knobs),
             opened_with,
@@ -590,13 +595,7 @@ impl Engine {
             stopping: AtomicBool::new(false),
             read_latency: LatencyHistogram::default(),
             write_latency: LatencyHistogram::default(),
-            persistence: config.persistence,
-            dirty_checksums: persistent && config.dirty_checksums,
-            durability: Durability::new(MetaState::new(
-                opened.superblock,
-                opened.superblock_copy,
-                opened.writer,
-            )),
+            metadata,
             recovery: opened.report,
             health: HealthState::new(),
             cleaner: Cleaner::new(),
@@ -840,13 +839,33 @@ impl Engine {
             forgotten_lines: self.inner.health.forgotten_lines.load(Ordering::Relaxed),
             read_latency: self.inner.read_latency.percentiles(),
             write_latency: self.inner.write_latency.percentiles(),
-            persistence: Some(self.inner.persistence),
+            persistence: Some(self.inner.metadata.mode()),
             recovery: self.inner.recovery.clone(),
-            barriers: self.inner.durability.barriers.load(Ordering::Relaxed),
-            records_written: self.inner.durability.records_written.load(Ordering::Relaxed),
-            intents_written: self.inner.durability.intents_written.load(Ordering::Relaxed),
-            intent_flushes: self.inner.durability.intent_flushes.load(Ordering::Relaxed),
-            intent_log_full: self.inner.durability.intent_log_full.load(Ordering::Relaxed),
+            barriers: self.inner.metadata.durability.barriers.load(Ordering::Relaxed),
+            records_written: self
+                .inner
+                .metadata
+                .durability
+                .records_written
+                .load(Ordering::Relaxed),
+            intents_written: self
+                .inner
+                .metadata
+                .durability
+                .intents_written
+                .load(Ordering::Relaxed),
+            intent_flushes: self
+                .inner
+                .metadata
+                .durability
+                .intent_flushes
+                .load(Ordering::Relaxed),
+            intent_log_full: self
+                .inner
+                .metadata
+                .durability
+                .intent_log_full
+                .load(Ordering::Relaxed),
             cache_device_errors: self.inner.health.devices.cache_errors.load(Ordering::Relaxed),
             backend_errors: self.inner.health.devices.backend_errors.load(Ordering::Relaxed),
             failed_writebacks: self
@@ -1077,7 +1096,7 @@ impl Inner {
         if !plan.all_served {
             self.wait_for_tickets(&plan.tickets);
         }
-        let ahead = self.dirty_checksums && self.write_intents_of(plan, &buffer);
+        let ahead = self.metadata.dirty_checksums() && self.write_intents_of(plan, &buffer);
         let mut result = Ok(());
         for (index, segment) in plan.segments.iter().enumerate() {
             let mut done = 0;
@@ -1262,7 +1281,7 @@ impl Inner {
                 }
                 Op::WriteBack { .. } => self.write_back_evicted(segment.shard, op)?,
                 Op::Invalidate { slot, .. } => {
-                    if self.persistence != Persistence::None || self.slots.array.is_some() {
+                    if self.metadata.records_slots() || self.slots.array.is_some() {
                         let mut state = lock(&self.shards[segment.shard].state);
                         state.shadow.note_empty(slot);
                         self.mirror_unneeded(&state, segment.shard, slot);

@@ -7,7 +7,7 @@
 //! land on checksummed dirty sectors get their intents written here too
 //! (group commit). It owns the superblock, its current copy, the record
 //! writer and the intent log's head ([`MetaState`]) and the barrier
-//! counters ([`Durability`], one field of `Inner`). It reports whether the
+//! counters ([`Durability`], held by the metadata component, `metadata.rs`). It reports whether the
 //! records are durable; freeing the mirrors that waited for that is the
 //! cleaner's job (`cleaner.rs`).
 
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use iocache_core::{FlushOrder, LineKey, SlotId};
-use iocache_format::{Intent, Persistence, ShutdownState, Superblock};
+use iocache_format::{Intent, ShutdownState, Superblock};
 
 use super::{lock, EngineError, Inner};
 use crate::persist::{PlannedRecord, RecordWriter};
@@ -115,10 +115,10 @@ impl Inner {
     /// (see [`Engine::flush`]); with `everything`, a full snapshot of the
     /// records (clean shutdown).
     pub(super) fn barrier(&self, everything: bool) -> Result<(), EngineError> {
-        if self.persistence == Persistence::None {
+        if !self.metadata.records_slots() {
             return self.volatile_barrier();
         }
-        let mut meta = lock(&self.durability.meta);
+        let mut meta = lock(&self.metadata.durability.meta);
         self.barrier_locked(&mut meta, everything)
     }
 
@@ -138,7 +138,7 @@ impl Inner {
                 }
                 state.shadow.set_draining(false);
             }
-            let mut records = state.shadow.take_records(self.persistence, everything);
+            let mut records = state.shadow.take_records(self.metadata.mode(), everything);
             drop(state);
             self.read_back_unknown_checksums(i, &mut records);
             if !records.is_empty() {
@@ -162,7 +162,7 @@ impl Inner {
         // The barrier reports whether the records are durable; the cleaner
         // frees the mirrors (or keeps them for the next barrier).
         self.mirror_records_durable(releases, result.is_ok());
-        self.durability.barriers.fetch_add(1, Ordering::Relaxed);
+        self.metadata.durability.barriers.fetch_add(1, Ordering::Relaxed);
         result
     }
 
@@ -181,7 +181,7 @@ impl Inner {
             }
         }
         self.cleaner.wait_for_writebacks_before(horizon);
-        self.durability.barriers.fetch_add(1, Ordering::Relaxed);
+        self.metadata.durability.barriers.fetch_add(1, Ordering::Relaxed);
         if failed > 0 {
             return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
         }
@@ -227,7 +227,8 @@ impl Inner {
         for &(slot, copy, sequence) in &staged {
             meta.writer.durable(slot, copy, sequence);
         }
-        self.durability
+        self.metadata
+            .durability
             .records_written
             .fetch_add(staged.len() as u64, Ordering::Relaxed);
         Ok(())
@@ -239,7 +240,7 @@ impl Inner {
     /// No write lands on those sectors meanwhile: the records' dirty
     /// sectors count as checksummed from the moment they were taken.
     fn read_back_unknown_checksums(&self, shard: usize, records: &mut [PlannedRecord]) {
-        if !self.dirty_checksums {
+        if !self.metadata.dirty_checksums() {
             return;
         }
         let mut buf = Vec::new();
@@ -297,7 +298,7 @@ impl Inner {
         &self,
         change: impl FnOnce(&mut iocache_format::Superblock) -> bool,
     ) -> Result<(), EngineError> {
-        let mut meta = lock(&self.durability.meta);
+        let mut meta = lock(&self.metadata.durability.meta);
         let mut superblock = meta.superblock.clone();
         if !change(&mut superblock) {
             return Ok(());
@@ -317,11 +318,11 @@ impl Inner {
         // Clean records left from a persistent run: no barrier will blank
         // them, and a volume attached later could take their volume id.
         let stale_records = self.recovery.dropped_clean_lines > 0 || !self.recovery.damaged_slots.is_empty();
-        if self.persistence == Persistence::None && (restored_dirty || stale_records) {
+        if !self.metadata.records_slots() && (restored_dirty || stale_records) {
             // Volatile metadata from now on: write the recovered dirty lines
             // back, then blank the records that described them.
             self.flush_all()?;
-            let meta = lock(&self.durability.meta);
+            let meta = lock(&self.metadata.durability.meta);
             let layout = meta.writer.layout;
             // Empty records, as formatting writes (never zeroes: a zeroed
             // record copy is damage).
@@ -390,7 +391,7 @@ impl Inner {
         &self,
         writes: Vec<(Option<usize>, usize, SlotId, u32, u32, Vec<u64>)>,
     ) -> Result<(), EngineError> {
-        let mut queue = lock(&self.durability.intents);
+        let mut queue = lock(&self.metadata.durability.intents);
         let mut tickets = Vec::with_capacity(writes.len());
         for (ahead_for, shard, slot, first, end, terms) in writes {
             let ticket = queue.next_ticket;
@@ -428,6 +429,7 @@ impl Inner {
                 break;
             }
             queue = self
+                .metadata
                 .durability
                 .intents_done
                 .wait(queue)
@@ -437,17 +439,17 @@ impl Inner {
         drop(queue);
         loop {
             let outcomes = {
-                let mut meta = lock(&self.durability.meta);
+                let mut meta = lock(&self.metadata.durability.meta);
                 let batch = self.take_intent_batch(meta.writer.layout.intent_bytes);
                 self.lead_intents(&mut meta, batch)
             };
-            let mut queue = lock(&self.durability.intents);
+            let mut queue = lock(&self.metadata.durability.intents);
             queue.outcomes.extend(outcomes);
             let done = collect(&mut queue, &mut result);
             if done {
                 queue.leading = false;
             }
-            self.durability.intents_done.notify_all();
+            self.metadata.durability.intents_done.notify_all();
             if done {
                 return result.map_err(EngineError::Io);
             }
@@ -457,7 +459,7 @@ impl Inner {
     /// The oldest queued intents whose blocks fit in a log of `log_bytes`
     /// together (at least one).
     fn take_intent_batch(&self, log_bytes: u64) -> Vec<WantedIntent> {
-        let mut queue = lock(&self.durability.intents);
+        let mut queue = lock(&self.metadata.durability.intents);
         let mut total = 0;
         let mut n = 0;
         for w in &queue.wanted {
@@ -500,7 +502,10 @@ impl Inner {
         let any_covered = covered.iter().any(|&c| c);
         if any_covered && (meta.records_uncertain || meta.intent_head + worst > layout.intent_bytes) {
             if !meta.records_uncertain {
-                self.durability.intent_log_full.fetch_add(1, Ordering::Relaxed);
+                self.metadata
+                    .durability
+                    .intent_log_full
+                    .fetch_add(1, Ordering::Relaxed);
             }
             if let Err(e) = self.barrier_locked(meta, false) {
                 let why = format!("a barrier before writing intents failed: {e}");
@@ -564,8 +569,12 @@ impl Inner {
         meta.intent_head += block.len() as u64;
         match written {
             Ok(()) => {
-                self.durability.intent_flushes.fetch_add(1, Ordering::Relaxed);
-                self.durability
+                self.metadata
+                    .durability
+                    .intent_flushes
+                    .fetch_add(1, Ordering::Relaxed);
+                self.metadata
+                    .durability
                     .intents_written
                     .fetch_add(tied.len() as u64, Ordering::Relaxed);
                 for (w, epoch) in tied {

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use iocache_core::{FlushOrder, Op, SlotId, VolumeId, SECTOR_BYTES};
 use iocache_device::BlockDevice;
-use iocache_format::Persistence;
 
 use super::queues::{backend_class, cache_class};
 use super::{lock, slot_is_dirty, EngineError, Inner, ShardState, TicketKey};
@@ -358,7 +357,7 @@ impl Inner {
                 "write-back of slot {slot}: the cache device lost its content, and the line's data with it"
             )));
         }
-        if !already_in_backend && self.dirty_checksums {
+        if !already_in_backend && self.metadata.dirty_checksums() {
             self.check_written_back_data(shard, slot, line_offset, &mut data)?;
         }
         if !already_in_backend {
@@ -370,14 +369,12 @@ impl Inner {
                 })
                 .map_err(|e| self.backend_error(e))?;
         }
-        if self.persistence != Persistence::None {
-            let first = line_offset / SECTOR_BYTES as u32;
-            lock(&self.shards[shard].state).shadow.note_write_back(
-                slot,
-                first,
-                first + length / SECTOR_BYTES as u32,
-            );
-        }
+        let first = line_offset / SECTOR_BYTES as u32;
+        self.note_in_shadow(shard, |state| {
+            state
+                .shadow
+                .note_write_back(slot, first, first + length / SECTOR_BYTES as u32)
+        });
         Ok(())
     }
 
@@ -441,7 +438,9 @@ impl Inner {
         else {
             unreachable!("only WriteBack ops are written back");
         };
-        let tracked = (self.persistence == Persistence::None).then(|| self.writeback_started());
+        // A volatile barrier waits for the write-backs under way; records
+        // need not (rule 3 of persist.rs: they flush the backend first).
+        let tracked = (!self.metadata.records_slots()).then(|| self.writeback_started());
         let result = self.write_back(shard, slot, line_offset_bytes, length_bytes, volume, offset_bytes);
         if let Some(id) = tracked {
             self.writeback_ended(id);
@@ -505,7 +504,7 @@ impl Inner {
         }
         // Make the dropped lines' records say so before anything reuses
         // their mirrors.
-        if self.persistence != Persistence::None && self.barrier(false).is_err() {
+        if self.sync_records().is_err() {
             return false;
         }
         self.cleaner
@@ -546,8 +545,8 @@ impl Inner {
             releases.dedup();
             releases.len()
         };
-        if waiting > 0 && self.persistence != Persistence::None {
-            let _ = self.barrier(false);
+        if waiting > 0 {
+            let _ = self.sync_records();
         }
     }
 
@@ -560,7 +559,7 @@ impl Inner {
         if array.mirror_state(global) == MirrorState::None || slot_is_dirty(state, slot) {
             return;
         }
-        if self.persistence == Persistence::None {
+        if !self.metadata.records_slots() {
             array.release_mirror(global);
         } else {
             lock(&self.cleaner.mirror_releases).push(global);

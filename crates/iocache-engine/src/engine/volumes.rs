@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use iocache_core::{AccessSummary, FlushOrder, IoKind, LineKey, Op, VolumeId};
 use iocache_device::BlockDevice;
-use iocache_format::{Persistence, VolumeEntry};
+use iocache_format::VolumeEntry;
 
 use super::cleaner::FLUSH_ALL_BATCH;
 use super::{lock, Engine, EngineError, Inner, ShardState, Ticket, TicketKey};
@@ -555,9 +555,7 @@ impl Engine {
             let _cleaning = lock(&self.inner.cleaner.cleaning);
             self.inner.write_back_volume(&volume)?
         };
-        if self.inner.persistence != Persistence::None {
-            self.inner.barrier(false)?;
-        }
+        self.inner.sync_records()?;
         Ok(written)
     }
 
@@ -576,7 +574,7 @@ impl Engine {
             )));
         }
         let id = {
-            let meta = lock(&self.inner.durability.meta);
+            let meta = lock(&self.inner.metadata.durability.meta);
             let table = self.inner.volumes.read().unwrap_or_else(|p| p.into_inner());
             (0..)
                 .find(|id| table.get(*id).is_none() && meta.superblock.volumes.iter().all(|v| v.id != *id))
@@ -631,9 +629,7 @@ impl Engine {
             return Err(e);
         }
         // Its slots' records become empty (after the backends are flushed).
-        if self.inner.persistence != Persistence::None {
-            self.inner.barrier(false)?;
-        }
+        self.inner.sync_records()?;
         self.inner
             .update_volume_table(|volumes| volumes.retain(|v| v.id != id))?;
         self.inner

@@ -126,13 +126,12 @@ impl Inner {
             // and a barrier waits for every begun write to land: the writes
             // begun are given up (nothing was issued), and the ops run one
             // by one.
-            if self.persistence != Persistence::None {
-                let mut state = lock(&self.shards[segment.shard].state);
+            self.note_in_shadow(segment.shard, |state| {
                 for w in &prepared {
                     state.shadow.cache_write_cancelled(w.slot);
                 }
-                self.wake_a_draining_barrier(segment.shard, &state);
-            }
+                self.wake_a_draining_barrier(segment.shard, state);
+            });
             for (op, &generation) in ops.iter().zip(generations) {
                 self.write_cache_op(segment, op, generation, buffer)?;
             }
@@ -228,19 +227,17 @@ impl Inner {
         buffer: &'b Buffer<'_>,
         prepared: &mut SmallVec<[PreparedWrite<'b>; 16]>,
     ) {
-        if self.persistence == Persistence::None {
-            return;
-        }
-        let mut state = lock(&self.shards[segment.shard].state);
-        for op in ops {
-            let w = self.cache_write_of(segment, op, buffer);
-            if state.shadow.blocks_reuse(w.slot, w.key)
-                || !state.shadow.begin_cache_write(w.slot, w.first, w.end)
-            {
-                return;
+        self.note_in_shadow(segment.shard, |state| {
+            for op in ops {
+                let w = self.cache_write_of(segment, op, buffer);
+                if state.shadow.blocks_reuse(w.slot, w.key)
+                    || !state.shadow.begin_cache_write(w.slot, w.first, w.end)
+                {
+                    return;
+                }
+                prepared.push(w);
             }
-            prepared.push(w);
-        }
+        });
     }
 
     /// Before a `WriteCache` op's data is written: the slot may be reused,
@@ -252,17 +249,13 @@ impl Inner {
         buffer: &'b Buffer<'_>,
     ) -> Result<PreparedWrite<'b>, EngineError> {
         let w = self.cache_write_of(segment, op, buffer);
-        if self.persistence == Persistence::None {
-            return Ok(w);
-        }
         let owner = Self::owner_of(segment);
         // The usual case under one lock: the slot may be reused and the
         // write begins at once (or its intent was written ahead).
-        let begun = {
-            let mut state = lock(&self.shards[segment.shard].state);
+        let begun = self.note_in_shadow(segment.shard, |state| {
             !state.shadow.blocks_reuse(w.slot, w.key) && state.shadow.begin_now(owner, w.slot, w.first, w.end)
-        };
-        if !begun {
+        });
+        if begun == Some(false) {
             self.wait_until_reusable(segment.shard, w.slot, w.key)?;
             self.begin_cache_write(owner, segment.shard, w.slot, w.first, w.end, w.data)?;
         }
@@ -331,11 +324,10 @@ impl Inner {
         }
         match written {
             Err(e) => {
-                if self.persistence != Persistence::None {
-                    let mut state = lock(&self.shards[segment.shard].state);
+                self.note_in_shadow(segment.shard, |state| {
                     state.shadow.cache_write_failed(slot, first, end);
-                    self.wake_a_draining_barrier(segment.shard, &state);
-                }
+                    self.wake_a_draining_barrier(segment.shard, state);
+                });
                 self.cache_error("write", &e);
                 // A clean copy (a fill, write-through's) is stale
                 // or foreign now, and so are sectors the line did
@@ -376,7 +368,7 @@ impl Inner {
     /// the shard's lock (a line may be a megabyte), then one lock for all.
     /// `mirror`: where a cache array mirrored the dirty ones.
     pub(super) fn note_cache_writes(&self, shard: usize, writes: &[PreparedWrite<'_>], mirror: Option<u32>) {
-        if self.persistence == Persistence::None {
+        if !self.metadata.records_slots() {
             return;
         }
         // A 64 KiB write's terms (4 KiB lines) stay on the stack.
@@ -384,13 +376,13 @@ impl Inner {
         let mut sector_sums: SmallVec<[u64; 128]> = SmallVec::new();
         for w in writes {
             full_line_hashes.push(
-                (self.persistence == Persistence::All
+                (self.metadata.records_clean_lines()
                     && !w.dirty
                     && w.line_offset_bytes == 0
                     && w.data.len() as u64 == self.line_bytes)
                     .then(|| iocache_format::data_hash(w.data)),
             );
-            if w.dirty && self.dirty_checksums {
+            if w.dirty && self.metadata.dirty_checksums() {
                 let at = sector_sums.len();
                 sector_sums.resize(at + (w.end - w.first) as usize, 0);
                 iocache_format::sector_checksums_into(w.first, w.data, &mut sector_sums[at..]);
@@ -399,7 +391,7 @@ impl Inner {
         let mut state = lock(&self.shards[shard].state);
         let mut at = 0;
         for (w, &full_line_hash) in writes.iter().zip(&full_line_hashes) {
-            let terms = if w.dirty && self.dirty_checksums {
+            let terms = if w.dirty && self.metadata.dirty_checksums() {
                 (w.end - w.first) as usize
             } else {
                 0
