@@ -295,6 +295,10 @@ fn print_stats(snapshot: &Snapshot) {
             "  cache-wide {} promotions, {} evictions, {} write-backs, {} bypassed, {} I/O errors",
             d.promotions, d.evictions, d.write_backs, d.bypassed_accesses, d.io_errors
         );
+        println!(
+            "  discards   {} trims, {} zeroings; {} lines dropped, {} of them dirty (never written back)",
+            d.discards, d.zeroings, d.dropped_lines, d.dropped_dirty_lines
+        );
         let r = &d.recovery;
         println!(
             "  metadata   persistence {}, {} barriers, {} records written, {} intents; at start: {} dirty and {} clean lines loaded, {} dropped ({} older than the backend, {} unchecked), {} corrupt copies",

@@ -33,7 +33,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "backend_id", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
-        "persistence", "clean_check_budget", "read_only", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
+        "persistence", "clean_check_budget", "read_only", "discard", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
         "tls_psk", "tls_verify_peer", "max_connections_per_peer", "max_handshakes_per_peer",
@@ -131,6 +131,11 @@ pub struct ServeArgs {
     /// earlier run left are still written back to the backend.
     #[arg(long)]
     read_only: bool,
+    /// What a client's TRIM does: passdown (the lines leave the cache, dirty data discarded, and
+    /// the backend discards the range: a hole punched, BLKDISCARD, NBD trim), cache (the lines
+    /// leave the cache, the backend keeps its data) or ignore. Default passdown.
+    #[arg(long, value_name = "MODE")]
+    discard: Option<String>,
     /// An adaptive controller beside the cache (one at a time; default off). reca: every request
     /// is characterized, and each window of --reca-window requests puts the nearest workload
     /// category's write policy and reca replacement policy in force, and its line size when
@@ -460,6 +465,7 @@ impl ServeArgs {
             persistence: self.persistence,
             clean_check_budget: self.clean_check_budget,
             read_only: self.read_only,
+            discard: self.discard,
             adapt: self.adapt,
             adapt_interval: self.adapt_interval,
             reca_table: self.reca_table,

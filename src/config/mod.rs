@@ -23,8 +23,8 @@ use iocache_core::units::{format_byte_size, format_duration_ns, parse_byte_size,
 use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, WritePolicy};
 use iocache_engine::{BalanceConfig, BalanceController, IoMode, Lookup, Persistence};
 pub use iocache_serving::config::{
-    is_nbd_uri, normalize, Adapt, CacheDeviceConfig, KeyOwner, Origin, RecaConfig, ServeConfig, SlowCache,
-    VolumeConfig,
+    is_nbd_uri, normalize, Adapt, CacheDeviceConfig, DiscardMode, KeyOwner, Origin, RecaConfig, ServeConfig,
+    SlowCache, VolumeConfig,
 };
 use iocache_sim::adapt::AdaptKind;
 use iocache_sim::AdaptSpec;
@@ -96,13 +96,14 @@ fn adapt_text(c: &CacheDeviceConfig) -> String {
 }
 
 /// The keys of a `[[volume]]` table that belong to the volume itself.
-const VOLUME_KEYS: [&str; 6] = [
+const VOLUME_KEYS: [&str; 7] = [
     "export",
     "backend",
     "backend_size",
     "backend_id",
     "cache",
     "read_only",
+    "discard",
 ];
 
 /// Size of a backend file `serve` creates when given no `--backend`.
@@ -238,6 +239,10 @@ pub struct VolumeText {
     pub clean_check_budget: Option<String>,
     #[serde(default)]
     pub read_only: bool,
+    /// What a client's TRIM does: `passdown` (the default), `cache` or
+    /// `ignore`.
+    #[serde(default)]
+    pub discard: Option<String>,
     /// An adaptive controller: `off`, `reca`, or a load balancer
     /// (`lbica` or `sib`, with `:KEY=VALUE` knobs).
     #[serde(default)]
@@ -544,6 +549,10 @@ impl VolumeText {
             }
             other => other,
         };
+        let discard = match self.discard.as_deref() {
+            None => DiscardMode::default(),
+            Some(text) => text.parse().map_err(|e| anyhow!("{}{e}", parse("discard")))?,
+        };
         let volume = VolumeConfig {
             origin: origin.clone(),
             export: self.export,
@@ -552,6 +561,7 @@ impl VolumeText {
             backend_id,
             cache: 0,
             read_only: self.read_only,
+            discard,
         };
         let cache = CacheDeviceConfig {
             origin: origin.clone(),

@@ -483,6 +483,7 @@ fn flags_name_flags() {
         persistence: "dirty".into(),
         clean_check_budget: None,
         read_only: false,
+        discard: None,
         adapt: None,
         adapt_interval: None,
         reca_table: None,

@@ -43,7 +43,8 @@ pub use addr::{
 };
 pub use balance::AccessHints;
 pub use cache::{
-    AccessSummary, Cache, FlushToken, LineOutcome, LineState, RestoredLine, SlotSnapshot, VolumeLines,
+    AccessSummary, Cache, DiscardedLines, FlushToken, LineOutcome, LineState, RestoredLine, SlotSnapshot,
+    VolumeLines,
 };
 pub use cleaning::CleaningPolicy;
 pub use config::{CacheConfig, FlushOrder, Promotion, WritePolicy};

@@ -16,6 +16,57 @@ fn key(volume: u32, line_index: u64) -> LineKey {
 }
 
 #[test]
+fn discarded_lines_leave_dirty_or_not_and_a_flush_under_way_cleans_nothing() {
+    let mut c = cache(8, 4096, |_| {});
+    c.count_volume_lines();
+    for line in 0..6u64 {
+        ops_of(&mut c, Request::write(1, line * 4096, 4096, 0));
+    }
+    ops_of(&mut c, Request::write(2, 4096, 4096, 0));
+    // A flush of line 2 is under way when the discard arrives.
+    let mut ops = OpList::new();
+    let mut tokens: Vec<FlushToken> = Vec::new();
+    c.begin_flush(FlushOrder::Volume(1), 1, &mut ops, &mut tokens);
+    assert_eq!(tokens[0].key, key(1, 0));
+    let dropped = c.discard_lines(1, 0, 3, &mut ops);
+    assert_eq!((dropped.lines, dropped.dirty), (3, 3));
+    let invalidated: Vec<LineKey> = ops
+        .ops()
+        .iter()
+        .map(|op| match op {
+            Op::Invalidate { key, .. } => *key,
+            other => panic!("a discard writes nothing back: {other:?}"),
+        })
+        .collect();
+    assert_eq!(invalidated, vec![key(1, 0), key(1, 1), key(1, 2)]);
+    assert!(
+        !c.complete_flush(&tokens[0], true),
+        "the line left while it was flushed"
+    );
+    c.check_invariants();
+    assert_eq!(
+        c.volume_lines(1),
+        VolumeLines {
+            resident: 3,
+            dirty: 3
+        }
+    );
+    assert_eq!(
+        c.volume_lines(2),
+        VolumeLines {
+            resident: 1,
+            dirty: 1
+        }
+    );
+    // A range larger than the cache walks the slots instead.
+    let dropped = c.discard_lines(1, 0, 1 << 40, &mut ops);
+    assert_eq!((dropped.lines, dropped.dirty), (3, 3));
+    assert_eq!(c.volume_lines(1), VolumeLines::default());
+    assert_eq!(c.dirty_lines(), 1, "the other volume's line stays");
+    c.check_invariants();
+}
+
+#[test]
 fn a_volume_flush_writes_back_only_that_volume_in_address_order() {
     let mut c = cache(16, 4096, |_| {});
     c.count_volume_lines();
@@ -147,6 +198,7 @@ fn volume_action() -> BoxedStrategy<Action> {
         8 => actions(64, 20, true),
         1 => (0u32..2, 1usize..4).prop_map(|(v, n)| Action::FlushVolume(v, n)),
         1 => (0u32..2).prop_map(Action::DropClean),
+        1 => (0u32..2, 0u64..40, 1u64..24).prop_map(|(v, first, n)| Action::Discard(v, first, n)),
     ]
     .boxed()
 }

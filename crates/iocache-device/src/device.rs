@@ -33,6 +33,23 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
         check_range(self, IoKind::Discard, offset, len)
     }
 
+    /// Whether [`write_zeroes`](BlockDevice::write_zeroes) is much quicker
+    /// than writing zero buffers (a hole punched, a zeroing command): what
+    /// NBD's FAST_ZERO asks. The default says no.
+    fn zeroes_fast(&self) -> bool {
+        false
+    }
+
+    /// Makes `offset..offset + len` read as zeroes; with `keep_allocated`,
+    /// without leaving a hole (space a thin volume reserved stays reserved).
+    /// Not durable until [`flush`](BlockDevice::flush) returns. The default
+    /// writes zero buffers ([`write_zero_buffers`]).
+    fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), DeviceError> {
+        let _ = keep_allocated;
+        check_range(self, IoKind::Write, offset, len)?;
+        write_zero_buffers(self, offset, len)
+    }
+
     /// Alignment in bytes that buffers, offsets and lengths need for the
     /// fast path: 1 normally, the direct-I/O alignment (512 or 4096) when
     /// the device bypasses the page cache. Unaligned requests still work.
@@ -97,6 +114,26 @@ pub fn check_range<D: BlockDevice + ?Sized>(
     }
 }
 
+/// Bytes of zeroes [`write_zero_buffers`] writes at a time.
+pub const ZERO_BUFFER_BYTES: usize = 1 << 20;
+
+/// Writes zero buffers of at most [`ZERO_BUFFER_BYTES`] over
+/// `offset..offset + len`: how a device with no quicker way zeroes a range.
+pub fn write_zero_buffers<D: BlockDevice + ?Sized>(
+    dev: &D,
+    offset: u64,
+    len: u64,
+) -> Result<(), DeviceError> {
+    let zeroes = vec![0u8; ZERO_BUFFER_BYTES.min(len as usize)];
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(zeroes.len() as u64) as usize;
+        dev.write_at(&zeroes[..n], offset + done)?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
 /// Whether a buffer address, offset and length all satisfy `alignment`.
 pub fn is_aligned(ptr: *const u8, offset: u64, len: usize, alignment: usize) -> bool {
     alignment <= 1
@@ -120,6 +157,12 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         (**self).discard(offset, len)
+    }
+    fn zeroes_fast(&self) -> bool {
+        (**self).zeroes_fast()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), DeviceError> {
+        (**self).write_zeroes(offset, len, keep_allocated)
     }
     fn alignment(&self) -> usize {
         (**self).alignment()

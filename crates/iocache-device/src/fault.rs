@@ -437,6 +437,24 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
         )
     }
 
+    fn zeroes_fast(&self) -> bool {
+        self.inner.zeroes_fast()
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), DeviceError> {
+        self.gate(IoKind::Write, offset, len)?;
+        check_range(self, IoKind::Write, offset, len)?;
+        if self.writes_dropped.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.journaled(
+            offset,
+            len,
+            || self.inner.write_zeroes(offset, len, keep_allocated),
+            || Ok(vec![0u8; len as usize]),
+        )
+    }
+
     fn alignment(&self) -> usize {
         self.inner.alignment()
     }

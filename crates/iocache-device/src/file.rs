@@ -107,6 +107,19 @@ pub struct FileDevice {
     identity: DeviceIdentity,
 }
 
+/// `_IO(0x12, 119)`: discard a byte range of a block device.
+const BLKDISCARD: libc::c_ulong = 0x1277;
+/// `_IO(0x12, 127)`: zero a byte range of a block device.
+const BLKZEROOUT: libc::c_ulong = 0x127f;
+
+/// Whether an error says the operation is not supported here.
+fn unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::ENOSYS)
+    )
+}
+
 fn open_err(path: &Path, what: &'static str, source: io::Error) -> DeviceError {
     DeviceError::Open {
         path: path.to_path_buf(),
@@ -309,6 +322,33 @@ impl FileDevice {
     /// Whether the path is a block device (rather than a regular file).
     pub fn is_block_device(&self) -> bool {
         self.block_device
+    }
+
+    fn fallocate(&self, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+        // SAFETY: fallocate on our own fd with plain integer arguments.
+        let rc = unsafe {
+            libc::fallocate(
+                self.files[0].as_raw_fd(),
+                mode,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// A block device ioctl taking a byte range (`BLKDISCARD`, `BLKZEROOUT`).
+    fn range_ioctl(&self, request: libc::c_ulong, offset: u64, len: u64) -> io::Result<()> {
+        let range: [u64; 2] = [offset, len];
+        // SAFETY: the ioctl reads two u64s from a live array on our own fd.
+        let rc = unsafe { libc::ioctl(self.files[0].as_raw_fd(), request as _, range.as_ptr()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     fn io_err(&self, kind: IoKind, offset: u64, len: usize, source: io::Error) -> DeviceError {
@@ -630,26 +670,96 @@ impl BlockDevice for FileDevice {
         // A mapped file keeps its pages: a hole would have to be filled
         // again by a later copy, which fails the whole mapping when the
         // filesystem has no room (see `mapped.rs`).
-        if self.block_device || len == 0 || self.mapping.is_some() {
+        if len == 0 || self.mapping.is_some() {
             return Ok(());
         }
-        // SAFETY: fallocate on our own fd with plain integer arguments.
-        let rc = unsafe {
-            libc::fallocate(
-                self.files[0].as_raw_fd(),
+        let done = if self.block_device {
+            self.range_ioctl(BLKDISCARD, offset, len)
+        } else {
+            self.fallocate(
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                offset as libc::off_t,
-                len as libc::off_t,
+                offset,
+                len,
             )
         };
-        if rc != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-                return Ok(());
-            }
-            return Err(self.io_err(IoKind::Discard, offset, len as usize, e));
+        match done {
+            // Advisory: a device that cannot discard keeps the data.
+            Err(e) if unsupported(&e) => Ok(()),
+            Err(e) => Err(self.io_err(IoKind::Discard, offset, len as usize, e)),
+            Ok(()) => Ok(()),
         }
-        Ok(())
+    }
+
+    /// Regular files punch a hole or zero a range in place; block devices
+    /// take a zeroing command if their queue says it has one.
+    fn zeroes_fast(&self) -> bool {
+        if self.mapping.is_some() || self.read_only {
+            return false;
+        }
+        if !self.block_device {
+            return true;
+        }
+        let Ok(meta) = self.files[0].metadata() else {
+            return false;
+        };
+        use std::os::unix::fs::MetadataExt;
+        let rdev = meta.rdev();
+        let path = format!(
+            "/sys/dev/block/{}:{}/queue/write_zeroes_max_bytes",
+            libc::major(rdev),
+            libc::minor(rdev)
+        );
+        std::fs::read_to_string(path).is_ok_and(|s| s.trim().parse::<u64>().is_ok_and(|n| n > 0))
+    }
+
+    /// A block device: `BLKZEROOUT`. A regular file: a hole punched, or
+    /// with `keep_allocated` the range zeroed in place (`FALLOC_FL_ZERO_RANGE`,
+    /// or where the file system lacks it a hole punched and allocated again).
+    /// Zero buffers where none of these works (a mapped file, a file system
+    /// without `fallocate`, an unaligned range on a block device).
+    fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), DeviceError> {
+        if self.read_only {
+            return Err(self.read_only_err(IoKind::Write, offset, len));
+        }
+        check_range(self, IoKind::Write, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let done = if self.mapping.is_some() {
+            Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+        } else if self.block_device {
+            if offset.is_multiple_of(512) && len.is_multiple_of(512) {
+                self.range_ioctl(BLKZEROOUT, offset, len)
+            } else {
+                Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+            }
+        } else if !keep_allocated {
+            self.fallocate(
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                len,
+            )
+        } else {
+            match self.fallocate(
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                len,
+            ) {
+                Err(e) if unsupported(&e) => self
+                    .fallocate(
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        offset,
+                        len,
+                    )
+                    .and_then(|()| self.fallocate(libc::FALLOC_FL_KEEP_SIZE, offset, len)),
+                other => other,
+            }
+        };
+        match done {
+            Err(e) if unsupported(&e) => crate::device::write_zero_buffers(self, offset, len),
+            Err(e) => Err(self.io_err(IoKind::Write, offset, len as usize, e)),
+            Ok(()) => Ok(()),
+        }
     }
 
     fn alignment(&self) -> usize {

@@ -276,6 +276,12 @@ impl crate::BlockDevice for Identified {
     fn discard(&self, offset: u64, len: u64) -> Result<(), crate::DeviceError> {
         self.inner.discard(offset, len)
     }
+    fn zeroes_fast(&self) -> bool {
+        self.inner.zeroes_fast()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), crate::DeviceError> {
+        self.inner.write_zeroes(offset, len, keep_allocated)
+    }
     fn alignment(&self) -> usize {
         self.inner.alignment()
     }

@@ -103,6 +103,15 @@ impl BlockDevice for MemDevice {
         Ok(())
     }
 
+    fn zeroes_fast(&self) -> bool {
+        true
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, _keep_allocated: bool) -> Result<(), DeviceError> {
+        check_range(self, IoKind::Write, offset, len)?;
+        self.discard(offset, len)
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

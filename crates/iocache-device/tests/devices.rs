@@ -249,6 +249,76 @@ fn file_discard_punches_a_hole() {
     }
 }
 
+/// Blocks the file takes on its file system, in 512-byte units.
+fn allocated_blocks(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks()
+}
+
+#[test]
+fn file_write_zeroes_punches_or_keeps_the_range_allocated() {
+    for (dir, direct) in [(DISK_DIR, false), (DISK_DIR, true), (TMPFS_DIR, false)] {
+        for keep_allocated in [false, true] {
+            let (p, d) = open_file(dir, direct);
+            assert!(d.zeroes_fast(), "{dir}");
+            d.write_at(&[7u8; 1 << 20], 0).unwrap();
+            d.flush().unwrap();
+            let before = allocated_blocks(&p.0);
+            d.write_zeroes(4096, 512 << 10, keep_allocated).unwrap();
+            let mut b = vec![0u8; 1 << 20];
+            d.read_at(&mut b, 0).unwrap();
+            assert!(b[..4096].iter().all(|&x| x == 7), "{dir} {keep_allocated}");
+            assert!(b[4096..4096 + (512 << 10)].iter().all(|&x| x == 0));
+            assert!(b[4096 + (512 << 10)..].iter().all(|&x| x == 7));
+            let after = allocated_blocks(&p.0);
+            if keep_allocated {
+                assert!(after >= before, "{dir}: {before} blocks, then {after}");
+            } else {
+                assert!(
+                    after + 1000 <= before,
+                    "{dir}: a hole punched: {before} blocks, then {after}"
+                );
+            }
+            assert!(matches!(
+                d.write_zeroes(SIZE - 1, 2, keep_allocated),
+                Err(DeviceError::OutOfRange { .. })
+            ));
+        }
+    }
+}
+
+#[test]
+fn the_default_write_zeroes_writes_zero_buffers() {
+    #[derive(Debug)]
+    struct Plain(MemDevice);
+    impl BlockDevice for Plain {
+        fn len_bytes(&self) -> u64 {
+            self.0.len_bytes()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+            self.0.read_at(buf, offset)
+        }
+        fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+            self.0.write_at(data, offset)
+        }
+        fn flush(&self) -> Result<(), DeviceError> {
+            Ok(())
+        }
+        fn name(&self) -> &str {
+            "plain"
+        }
+    }
+    let d = Plain(MemDevice::new("m", 3 << 20));
+    assert!(!d.zeroes_fast());
+    d.write_at(&vec![9u8; 3 << 20], 0).unwrap();
+    d.write_zeroes(512, (2 << 20) + 512, false).unwrap();
+    let mut b = vec![0u8; 3 << 20];
+    d.read_at(&mut b, 0).unwrap();
+    assert!(b[..512].iter().all(|&x| x == 9));
+    assert!(b[512..(2 << 20) + 1024].iter().all(|&x| x == 0));
+    assert!(b[(2 << 20) + 1024..].iter().all(|&x| x == 9));
+}
+
 #[test]
 fn mem_round_trips_and_ranges() {
     let d = MemDevice::new("mem0", SIZE + 77);

@@ -39,6 +39,8 @@ use volumes::{VolumeState, VolumeTable};
 mod balance;
 mod barrier;
 mod cleaner;
+mod discard;
+pub use discard::Zeroing;
 mod health_state;
 mod metadata;
 mod planning;
@@ -254,6 +256,10 @@ pub enum EngineError {
     BackendMismatch(#[from] crate::recovery::BackendMismatch),
     #[error("no volume {0} is attached")]
     UnknownVolume(String),
+    /// A request asked for what this cache or its backend cannot do (a
+    /// quick zeroing the backend does not offer); nothing was changed.
+    #[error("not supported: {0}")]
+    NotSupported(String),
     #[error("volume: {0}")]
     Volume(String),
 }
@@ -304,6 +310,14 @@ pub struct EngineStats {
     pub backend_queue: DeviceQueueStats,
     /// The load balancer's state, when one runs.
     pub balance: Option<BalanceStats>,
+    /// Discard (TRIM) requests served.
+    pub discards: u64,
+    /// Zeroing requests served without zero buffers for their whole lines.
+    pub zeroings: u64,
+    /// Lines dropped by discards and zeroings.
+    pub dropped_lines: u64,
+    /// Of those, lines whose dirty data was discarded, never written back.
+    pub dropped_dirty_lines: u64,
 }
 
 /// A cache array's state as the engine sees it.
@@ -408,6 +422,8 @@ struct Inner {
     queues: queues::Queues,
     /// The load balancer, if configured (`balance.rs`).
     balance: Option<balance::Balance>,
+    /// Discards and zeroings served, lines they dropped (`discard.rs`).
+    discard_counters: discard::DiscardCounters,
     /// ReCA, once started (`reca.rs`): every request served is shown to it.
     reca: OnceLock<Arc<reca::RecaLive>>,
 }
@@ -596,6 +612,7 @@ impl Engine {
             read_latency: LatencyHistogram::default(),
             write_latency: LatencyHistogram::default(),
             metadata,
+            discard_counters: Default::default(),
             recovery: opened.report,
             health: HealthState::new(),
             cleaner: Cleaner::new(),
@@ -859,6 +876,14 @@ impl Engine {
                 .metadata
                 .durability
                 .intent_flushes
+                .load(Ordering::Relaxed),
+            discards: self.inner.discard_counters.discards.load(Ordering::Relaxed),
+            zeroings: self.inner.discard_counters.zeroings.load(Ordering::Relaxed),
+            dropped_lines: self.inner.discard_counters.dropped_lines.load(Ordering::Relaxed),
+            dropped_dirty_lines: self
+                .inner
+                .discard_counters
+                .dropped_dirty_lines
                 .load(Ordering::Relaxed),
             intent_log_full: self
                 .inner

@@ -41,6 +41,7 @@ mod raid;
 mod recovery;
 mod stripe;
 
+pub use engine::Zeroing;
 pub use engine::{
     recorded_reca_line_size, ArrayEngineStats, BalanceConfig, BalanceController, BalanceDecision,
     BalanceLoad, BalanceStats, CachedRange, DeviceQueueStats, Engine, EngineConfig, EngineError, EngineStats,

@@ -141,6 +141,13 @@ pub trait Export: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether [`Export::write_zeroes`] is much quicker than writing zero
+    /// buffers. A WRITE_ZEROES with FAST_ZERO is answered ENOTSUP at once,
+    /// without calling it, when this says no (the default).
+    fn zeroes_fast(&self) -> bool {
+        false
+    }
+
     /// Whether flush and FUA on one connection are visible to all others
     /// (advertised as NBD_FLAG_CAN_MULTI_CONN).
     fn can_multi_conn(&self) -> bool {
@@ -276,6 +283,10 @@ impl Export for MemExport {
         let mut data = self.data.write().unwrap_or_else(|e| e.into_inner());
         data[r].fill(0);
         Ok(())
+    }
+
+    fn zeroes_fast(&self) -> bool {
+        true
     }
 
     fn can_multi_conn(&self) -> bool {

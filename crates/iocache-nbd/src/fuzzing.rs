@@ -390,7 +390,14 @@ pub fn seeds() -> Vec<Seed> {
         request(NBD_CMD_WRITE, NBD_CMD_FLAG_FUA, 3, 8192, 512, &data[..512]),
         request(NBD_CMD_FLUSH, 0, 4, 0, 0, &[]),
         request(NBD_CMD_TRIM, NBD_CMD_FLAG_FUA, 5, 4096, 4096, &[]),
-        request(NBD_CMD_WRITE_ZEROES, NBD_CMD_FLAG_NO_HOLE, 6, 0, 1024, &[]),
+        request(
+            NBD_CMD_WRITE_ZEROES,
+            NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO,
+            6,
+            0,
+            1024,
+            &[],
+        ),
         request(NBD_CMD_READ, 0, 7, 0, 8192, &[]),
         request(NBD_CMD_READ, 0, 8, 0, 0, &[]),
         request(NBD_CMD_DISC, 0, 9, 0, 0, &[]),
@@ -403,7 +410,7 @@ pub fn seeds() -> Vec<Seed> {
         request(NBD_CMD_READ, 0, 4, 0, MAX_PAYLOAD + 1, &[]),
         request(NBD_CMD_READ, 0, 5, u64::MAX - 511, 512, &[]),
         request(NBD_CMD_WRITE, 1 << 9, 6, 0, 512, &data[..512]),
-        request(NBD_CMD_WRITE_ZEROES, NBD_CMD_FLAG_FAST_ZERO, 7, 0, 512, &[]),
+        request(NBD_CMD_WRITE_ZEROES, NBD_CMD_FLAG_DF, 7, 0, 512, &[]),
         request(NBD_CMD_BLOCK_STATUS, 0, 8, 0, 512, &[]),
         request(99, 0, 9, 0, 0, &[]),
         request(NBD_CMD_WRITE, 0, 10, u64::MAX, 16, &data[..16]),
@@ -598,7 +605,7 @@ const SERVED_COMMANDS: [u16; 6] = [
 fn allowed_flags(command: u16) -> u16 {
     match command {
         NBD_CMD_READ => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_DF,
-        NBD_CMD_WRITE_ZEROES => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE,
+        NBD_CMD_WRITE_ZEROES => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO,
         _ => NBD_CMD_FLAG_FUA,
     }
 }
@@ -776,6 +783,7 @@ fn expected_flags(spec: &ExportSpec, structured: bool) -> u16 {
         | NBD_FLAG_SEND_FUA
         | NBD_FLAG_SEND_TRIM
         | NBD_FLAG_SEND_WRITE_ZEROES
+        | NBD_FLAG_SEND_FAST_ZERO
         | NBD_FLAG_CAN_MULTI_CONN;
     if spec.read_only {
         f |= NBD_FLAG_READ_ONLY;

@@ -123,7 +123,10 @@ pub fn transmission_flags(export: &dyn Export, structured: bool) -> u16 {
         | NBD_FLAG_SEND_FLUSH
         | NBD_FLAG_SEND_FUA
         | NBD_FLAG_SEND_TRIM
-        | NBD_FLAG_SEND_WRITE_ZEROES;
+        | NBD_FLAG_SEND_WRITE_ZEROES
+        // Answered at once with ENOTSUP where the export cannot zero
+        // quickly (`Export::zeroes_fast`), as the protocol allows.
+        | NBD_FLAG_SEND_FAST_ZERO;
     if export.read_only() {
         flags |= NBD_FLAG_READ_ONLY;
     }

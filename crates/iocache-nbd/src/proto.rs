@@ -467,7 +467,7 @@ impl Command {
     pub fn allowed_flags(self) -> u16 {
         match self {
             Command::Read => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_DF,
-            Command::WriteZeroes => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE,
+            Command::WriteZeroes => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO,
             _ => NBD_CMD_FLAG_FUA,
         }
     }
@@ -494,6 +494,10 @@ impl CmdFlags {
     /// Do not punch a hole (WRITE_ZEROES).
     pub fn no_hole(self) -> bool {
         self.0 & NBD_CMD_FLAG_NO_HOLE != 0
+    }
+    /// Fail at once unless the zeroing is quick (WRITE_ZEROES).
+    pub fn fast_zero(self) -> bool {
+        self.0 & NBD_CMD_FLAG_FAST_ZERO != 0
     }
     /// Do not fragment the read reply.
     pub fn df(self) -> bool {
@@ -1167,6 +1171,7 @@ mod tests {
             (NBD_CMD_READ, NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_DF),
             (NBD_CMD_WRITE, NBD_CMD_FLAG_FUA),
             (NBD_CMD_WRITE_ZEROES, NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE),
+            (NBD_CMD_WRITE_ZEROES, NBD_CMD_FLAG_FAST_ZERO),
             (NBD_CMD_TRIM, NBD_CMD_FLAG_FUA),
             (NBD_CMD_FLUSH, NBD_CMD_FLAG_FUA),
             (NBD_CMD_DISC, 0),
@@ -1177,7 +1182,7 @@ mod tests {
         let bad = [
             (NBD_CMD_READ, NBD_CMD_FLAG_NO_HOLE),
             (NBD_CMD_WRITE, NBD_CMD_FLAG_DF),
-            (NBD_CMD_WRITE_ZEROES, NBD_CMD_FLAG_FAST_ZERO),
+            (NBD_CMD_TRIM, NBD_CMD_FLAG_FAST_ZERO),
             (NBD_CMD_TRIM, NBD_CMD_FLAG_REQ_ONE),
             (NBD_CMD_FLUSH, 1 << 9),
             (NBD_CMD_READ, 0x8000),

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use iocache_nbd::proto::*;
-use iocache_nbd::{list_exports, Client, ConnectOptions, Export, MemExport, NbdAddr, ServerConfig};
+use iocache_nbd::{
+    list_exports, Client, ConnectOptions, Export, ExportError, MemExport, NbdAddr, ServerConfig,
+};
 
 fn clients(server: &iocache_nbd::RunningServer, name: &str) -> Vec<(String, Client)> {
     let mut v = Vec::new();
@@ -102,6 +104,42 @@ fn large_requests_are_split_by_the_client_and_capped_by_the_server() {
 }
 
 #[test]
+fn fast_zero_is_refused_at_once_where_zeroing_is_slow() {
+    /// An export that zeroes only by writing zero buffers.
+    struct Slow(MemExport);
+    impl Export for Slow {
+        fn size_bytes(&self) -> u64 {
+            self.0.size_bytes()
+        }
+        fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+            self.0.read(offset, buf)
+        }
+        fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+            self.0.write(offset, data, fua)
+        }
+        fn flush(&self) -> Result<(), ExportError> {
+            Ok(())
+        }
+    }
+    let server = start("slowzero", Arc::new(Slow(MemExport::new(1 << 20))));
+    for (what, mut c) in clients(&server, "") {
+        assert_ne!(c.transmission_flags() & NBD_FLAG_SEND_FAST_ZERO, 0, "{what}");
+        c.write(0, &pattern(4096, 5), false).unwrap();
+        let e = c
+            .raw_request(NBD_CMD_WRITE_ZEROES, NBD_CMD_FLAG_FAST_ZERO, 0, 4096, &[], None)
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(NBD_ENOTSUP), "{what}");
+        let mut buf = vec![0u8; 4096];
+        c.read(0, &mut buf).unwrap();
+        assert_eq!(buf, pattern(4096, 5), "{what}: nothing changed");
+        // Without FAST_ZERO the zero buffers are written.
+        c.write_zeroes(0, 4096, false, false).unwrap();
+        c.read(0, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == 0), "{what}");
+    }
+}
+
+#[test]
 fn out_of_range_unaligned_and_invalid_requests() {
     let server = start("range", mem(1 << 20));
     for (what, mut c) in clients(&server, "") {
@@ -136,12 +174,13 @@ fn out_of_range_unaligned_and_invalid_requests() {
         let e = c.raw_request(NBD_CMD_TRIM, 0, size, 512, &[], None).unwrap_err();
         assert_eq!(e.errno(), Some(NBD_EINVAL), "{what}: trim past the end");
         // Unknown command, unknown flag on a write (payload skipped), block
-        // status without negotiation, FAST_ZERO not advertised.
+        // status without negotiation, FAST_ZERO on a command other than
+        // WRITE_ZEROES.
         for (cmd, flags, payload) in [
             (99u16, 0u16, &[][..]),
             (NBD_CMD_WRITE, 1 << 9, &buf[..512]),
             (NBD_CMD_BLOCK_STATUS, 0, &[][..]),
-            (NBD_CMD_WRITE_ZEROES, NBD_CMD_FLAG_FAST_ZERO, &[][..]),
+            (NBD_CMD_TRIM, NBD_CMD_FLAG_FAST_ZERO, &[][..]),
             (NBD_CMD_CACHE, 0, &[][..]),
         ] {
             let e = c
@@ -149,6 +188,12 @@ fn out_of_range_unaligned_and_invalid_requests() {
                 .unwrap_err();
             assert_eq!(e.errno(), Some(NBD_EINVAL), "{what}: cmd {cmd} flags {flags:#x}");
         }
+        // FAST_ZERO: a memory export zeroes quickly.
+        c.write(0, &pattern(1024, 3), false).unwrap();
+        c.raw_request(NBD_CMD_WRITE_ZEROES, NBD_CMD_FLAG_FAST_ZERO, 0, 1024, &[], None)
+            .unwrap();
+        c.read(0, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == 0), "{what}: FAST_ZERO zeroed");
         // DF only with structured replies.
         let r = c.raw_request(NBD_CMD_READ, NBD_CMD_FLAG_DF, 0, 512, &[], Some(&mut buf[..512]));
         assert_eq!(r.is_ok(), c.structured(), "{what}");

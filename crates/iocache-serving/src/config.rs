@@ -137,6 +137,49 @@ pub struct VolumeConfig {
     /// trims and write-zeroes get EPERM). Dirty lines from an earlier run
     /// are still written back, so the backend stays open for writing.
     pub read_only: bool,
+    /// What a client's TRIM does.
+    pub discard: DiscardMode,
+}
+
+/// What a client's TRIM (discard) does to the cache and the backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DiscardMode {
+    /// The range's lines leave the cache (dirty data discarded, never
+    /// written back) and the backend discards the range: a hole punched,
+    /// `BLKDISCARD`, NBD_CMD_TRIM (dm-cache's `discard_passdown`).
+    #[default]
+    PassDown,
+    /// The range's lines leave the cache; the backend keeps its data.
+    Cache,
+    /// Nothing happens (a TRIM is advisory).
+    Ignore,
+}
+
+impl DiscardMode {
+    pub const NAMES: [&'static str; 3] = ["passdown", "cache", "ignore"];
+}
+
+impl fmt::Display for DiscardMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DiscardMode::PassDown => "passdown",
+            DiscardMode::Cache => "cache",
+            DiscardMode::Ignore => "ignore",
+        })
+    }
+}
+
+impl std::str::FromStr for DiscardMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "passdown" => Ok(DiscardMode::PassDown),
+            "cache" => Ok(DiscardMode::Cache),
+            "ignore" => Ok(DiscardMode::Ignore),
+            other => Err(format!("`{other}` is not {}", DiscardMode::NAMES.join(", "))),
+        }
+    }
 }
 
 /// One cache device and its policies, shared by the volumes that refer to it.

@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use iocache_nbd::{Export, ExportError};
 
-use iocache_engine::{Engine, EngineError, Volume};
+use iocache_engine::{Engine, EngineError, Volume, Zeroing};
 
 use crate::cell::EngineCell;
+use crate::config::DiscardMode;
 
 /// Serves one volume of an engine over NBD.
 pub struct EngineExport {
@@ -16,6 +17,7 @@ pub struct EngineExport {
     size_bytes: u64,
     description: Option<String>,
     read_only: bool,
+    discard: DiscardMode,
 }
 
 impl EngineExport {
@@ -40,7 +42,14 @@ impl EngineExport {
             size_bytes: volume.size_bytes(),
             description,
             read_only: false,
+            discard: DiscardMode::default(),
         }
+    }
+
+    /// What a client's TRIM does (the default passes it down).
+    pub fn with_discard(mut self, discard: DiscardMode) -> Self {
+        self.discard = discard;
+        self
     }
 
     /// Serves the volume read-only: the NBD server advertises
@@ -78,6 +87,7 @@ fn to_export_error(e: EngineError) -> ExportError {
         )),
         EngineError::Shutdown | EngineError::UnknownVolume(_) => ExportError::Shutdown,
         EngineError::Device(d) => ExportError::Io(std::io::Error::other(d.to_string())),
+        EngineError::NotSupported(_) => ExportError::NotSupported,
         other => ExportError::Io(std::io::Error::other(other.to_string())),
     }
 }
@@ -104,6 +114,35 @@ impl Export for EngineExport {
 
     fn flush(&self) -> Result<(), ExportError> {
         self.with(|engine, volume| engine.flush_with(volume))
+    }
+
+    /// Per [`DiscardMode`]: the lines wholly inside leave the cache, dirty
+    /// ones included, and the backend discards the range (or keeps it).
+    fn trim(&self, offset: u64, length: u64) -> Result<(), ExportError> {
+        let pass_down = match self.discard {
+            DiscardMode::Ignore => return Ok(()),
+            DiscardMode::Cache => false,
+            DiscardMode::PassDown => true,
+        };
+        self.with(|engine, volume| engine.discard_with(volume, offset, length, pass_down))
+    }
+
+    /// Whole lines dropped and zeroed on the backend in one operation; the
+    /// partial lines at the ends written with zeroes.
+    fn write_zeroes(&self, offset: u64, length: u64, fua: bool, no_hole: bool) -> Result<(), ExportError> {
+        let zeroing = Zeroing {
+            fua,
+            keep_allocated: no_hole,
+            fast_only: false,
+        };
+        self.with(|engine, volume| engine.write_zeroes_with(volume, offset, length, zeroing))
+    }
+
+    fn zeroes_fast(&self) -> bool {
+        let current = self.cell.read();
+        current
+            .volume(&self.volume)
+            .is_some_and(|volume| current.engine.zeroes_fast(volume))
     }
 
     /// A flush on any connection covers writes completed on every connection.

@@ -312,6 +312,16 @@ impl Collector for EngineCollector {
             Gauge,
         );
         let mut barriers = Family::new("cache_metadata_barriers", "Metadata barriers run.", Counter);
+        let mut discards = Family::new(
+            "cache_discards",
+            "Discard (kind=trim) and zeroing (kind=zero) requests served.",
+            Counter,
+        );
+        let mut dropped = Family::new(
+            "cache_discarded_lines",
+            "Lines dropped by discards and zeroings (dirty=1: their dirty data discarded, never written back).",
+            Counter,
+        );
         let mut records = Family::new(
             "cache_metadata_records_written",
             "Metadata records written.",
@@ -426,6 +436,13 @@ impl Collector for EngineCollector {
             }
             fallback.add(vec![c()], Level(i64::from(s.cache_device_failed)));
             barriers.add(vec![c()], Count(s.barriers));
+            discards.add(vec![c(), ("kind", "trim".into())], Count(s.discards));
+            discards.add(vec![c(), ("kind", "zero".into())], Count(s.zeroings));
+            dropped.add(
+                vec![c(), ("dirty", "0".into())],
+                Count(s.dropped_lines - s.dropped_dirty_lines),
+            );
+            dropped.add(vec![c(), ("dirty", "1".into())], Count(s.dropped_dirty_lines));
             records.add(vec![c()], Count(s.records_written));
             intents.add(vec![c()], Count(s.intents_written));
             intent_flushes.add(vec![c()], Count(s.intent_flushes));
@@ -465,6 +482,8 @@ impl Collector for EngineCollector {
             &errors,
             &fallback,
             &barriers,
+            &discards,
+            &dropped,
             &records,
             &intents,
             &intent_flushes,

@@ -21,7 +21,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use iocache_device::{check_range, BlockDevice, DeviceError, DeviceIdentity, IoKind};
-use iocache_nbd::proto::NBD_FLAG_CAN_MULTI_CONN;
+use iocache_nbd::proto::{
+    NBD_FLAG_CAN_MULTI_CONN, NBD_FLAG_SEND_FAST_ZERO, NBD_FLAG_SEND_TRIM, NBD_FLAG_SEND_WRITE_ZEROES,
+};
 use iocache_nbd::{parse_nbd_uri, Client, ClientError, ConnectOptions, NbdAddr};
 
 /// Connections opened by [`NbdBackend::connect`].
@@ -62,6 +64,9 @@ pub struct NbdBackend {
     /// The server said a FLUSH on one connection covers writes completed on
     /// every connection (NBD_FLAG_CAN_MULTI_CONN).
     multi_conn: bool,
+    /// The export's transmission flags (TRIM, WRITE_ZEROES, FAST_ZERO
+    /// offered), as its first connection saw them.
+    flags: u16,
     conns: Vec<Mutex<Conn>>,
     next: AtomicUsize,
     breaker: Mutex<Breaker>,
@@ -111,10 +116,12 @@ impl NbdBackend {
         let mut conns = Vec::with_capacity(connections.max(1));
         let mut size = 0;
         let mut multi_conn = false;
+        let mut flags = 0;
         for _ in 0..connections.max(1) {
             let client = Client::connect_addr(&parsed.addr, &options).map_err(|e| open_error(uri, e))?;
             size = client.size();
-            multi_conn = client.transmission_flags() & NBD_FLAG_CAN_MULTI_CONN != 0;
+            flags = client.transmission_flags();
+            multi_conn = flags & NBD_FLAG_CAN_MULTI_CONN != 0;
             conns.push(Mutex::new(Conn {
                 client: Some(client),
                 unflushed_writes: false,
@@ -126,6 +133,7 @@ impl NbdBackend {
             options,
             size,
             multi_conn,
+            flags,
             conns,
             next: AtomicUsize::new(0),
             breaker: Mutex::new(Breaker::default()),
@@ -311,6 +319,38 @@ impl BlockDevice for NbdBackend {
         }
         self.healthy();
         Ok(())
+    }
+
+    /// NBD_CMD_TRIM where the export offers it; nothing otherwise (a
+    /// discard is advisory).
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        check_range(self, IoKind::Discard, offset, len)?;
+        if self.flags & NBD_FLAG_SEND_TRIM == 0 || len == 0 {
+            return Ok(());
+        }
+        // A trim changes the export like a write: a FLUSH must cover it.
+        self.request(IoKind::Write, offset, len, |c| c.trim(offset, len))
+    }
+
+    /// Only an export that offers FAST_ZERO promises a quick zeroing.
+    fn zeroes_fast(&self) -> bool {
+        self.flags & (NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO)
+            == NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO
+    }
+
+    /// NBD_CMD_WRITE_ZEROES (NO_HOLE with `keep_allocated`) where the
+    /// export offers it; zero buffers otherwise.
+    fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), DeviceError> {
+        check_range(self, IoKind::Write, offset, len)?;
+        if self.flags & NBD_FLAG_SEND_WRITE_ZEROES == 0 {
+            return iocache_device::write_zero_buffers(self, offset, len);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        self.request(IoKind::Write, offset, len, |c| {
+            c.write_zeroes(offset, len, false, keep_allocated)
+        })
     }
 
     fn name(&self) -> &str {

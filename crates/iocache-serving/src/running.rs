@@ -50,6 +50,8 @@ pub struct ServedVolume {
     pub volume: Volume,
     /// Served read-only (`--read-only`, `read_only = true`).
     pub read_only: bool,
+    /// What a client's TRIM does.
+    pub discard: crate::config::DiscardMode,
 }
 
 /// What the admin socket and the shutdown see of a running server.
@@ -248,6 +250,7 @@ impl Running {
             cache: index,
             volume: volume.clone(),
             read_only: false,
+            discard: Default::default(),
         });
         Ok(serde_json::json!({
             "export": export,

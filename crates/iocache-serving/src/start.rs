@@ -696,6 +696,7 @@ pub fn serve(
                 cache: caches.len(),
                 volume,
                 read_only: v.read_only,
+                discard: v.discard,
             });
         }
         caches.push(group);
@@ -716,7 +717,8 @@ pub fn serve(
                         &v.volume,
                         Some(describe(group, &v.backend)),
                     )
-                    .with_read_only(v.read_only),
+                    .with_read_only(v.read_only)
+                    .with_discard(v.discard),
                 ),
             )
             .within(|| {

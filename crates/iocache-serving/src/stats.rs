@@ -127,6 +127,12 @@ pub struct CacheDeviceSnapshot {
     pub records_written: u64,
     pub intents_written: u64,
     pub intent_flushes: u64,
+    /// Discard (TRIM) and zeroing requests, and the lines they dropped
+    /// (dirty ones discarded, never written back).
+    pub discards: u64,
+    pub zeroings: u64,
+    pub dropped_lines: u64,
+    pub dropped_dirty_lines: u64,
     pub recovery: RecoverySnapshot,
     pub cache: CacheSummary,
     pub array: Option<ArraySnapshot>,
@@ -585,6 +591,10 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
         records_written: s.records_written,
         intents_written: s.intents_written,
         intent_flushes: s.intent_flushes,
+        discards: s.discards,
+        zeroings: s.zeroings,
+        dropped_lines: s.dropped_lines,
+        dropped_dirty_lines: s.dropped_dirty_lines,
         recovery: RecoverySnapshot {
             loaded: r.loaded,
             clean_shutdown: r.clean_shutdown,

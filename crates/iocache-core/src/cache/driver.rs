@@ -238,6 +238,57 @@ impl Cache {
         dropped
     }
 
+    /// Drops every resident line of `volume` with a line index in
+    /// `first_line..end_line`, dirty ones included: their dirty data is
+    /// discarded, never written back (the client trimmed the range, or the
+    /// driver is about to zero it on the backend). Emits one
+    /// [`Op::Invalidate`] per line into `ops` (cleared first). Partial lines
+    /// at the ends of a byte range are the driver's to leave out. Looks up
+    /// each line of a range smaller than the cache, and walks the slots of a
+    /// larger one: O(min(range, capacity)).
+    pub fn discard_lines(
+        &mut self,
+        volume: VolumeId,
+        first_line: u64,
+        end_line: u64,
+        ops: &mut OpList,
+    ) -> DiscardedLines {
+        ops.clear();
+        let mut found: Vec<SlotId> = Vec::new();
+        let span = end_line.saturating_sub(first_line);
+        if span <= self.records.len() as u64 {
+            for line_index in first_line..end_line {
+                if let Some(slot) = self.lookup(LineKey { volume, line_index }) {
+                    found.push(slot);
+                }
+            }
+        } else {
+            for (s, record) in self.records.iter().enumerate() {
+                let line = record.line.key();
+                if record.meta.resident
+                    && line.volume == volume
+                    && (first_line..end_line).contains(&line.line_index)
+                {
+                    found.push(s as SlotId);
+                }
+            }
+        }
+        let mut discarded = DiscardedLines::default();
+        for slot in found {
+            if bitmap::any(self.dirty_of(slot)) {
+                bitmap::clear(self.dirty_mut(slot));
+                if self.unmark_dirty_if_clean(slot) {
+                    self.policy.on_clean(slot);
+                }
+                discarded.dirty += 1;
+            }
+            self.drop_line(slot, ops);
+            discarded.lines += 1;
+        }
+        ops.seal();
+        discarded
+    }
+
     /// Checks every internal invariant; panics with a description if one fails.
     /// Cost is O(capacity): for tests and debugging.
     pub fn check_invariants(&self) {

@@ -201,6 +201,15 @@ pub struct VolumeLines {
     pub dirty: u64,
 }
 
+/// What [`Cache::discard_lines`] dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiscardedLines {
+    /// Lines dropped.
+    pub lines: u64,
+    /// Of those, lines that held dirty data (discarded, not written back).
+    pub dirty: u64,
+}
+
 /// A line to load into a slot (see [`Cache::restore`]).
 #[derive(Clone, Copy, Debug)]
 pub struct RestoredLine<'a> {

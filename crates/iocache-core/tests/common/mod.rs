@@ -213,6 +213,10 @@ pub enum Action {
     FlushVolume(u32, usize),
     /// Drop every clean line of one volume (`Cache::drop_clean_lines`).
     DropClean(u32),
+    /// Discard `(volume, first line, lines)`, dirty lines included
+    /// (`Cache::discard_lines`), the range then zeroed on the backend as a
+    /// driver passing the discard down does.
+    Discard(u32, u64, u64),
 }
 
 pub fn any_write_policy() -> impl Strategy<Value = WritePolicy> {
@@ -264,6 +268,20 @@ impl Harness {
                     self.cache.volume_lines(v).resident,
                     self.cache.volume_lines(v).dirty
                 );
+                self.cache.check_invariants();
+            }
+            Action::Discard(v, first, lines) => {
+                let end = first + lines;
+                self.cache.discard_lines(v, first, end, &mut self.ops);
+                assert!(self.ops.ops().iter().all(|op| matches!(
+                    op,
+                    Op::Invalidate { key, .. } if key.volume == v && (first..end).contains(&key.line_index)
+                )));
+                let sectors = self.cache.line_size().bytes() / SECTOR_BYTES;
+                for sector in first * sectors..end * sectors {
+                    self.world.backend.remove(&(v, sector));
+                    self.reference.remove(&(v, sector));
+                }
                 self.cache.check_invariants();
             }
             Action::Flush(_) | Action::FlushVolume(..) => {

@@ -453,6 +453,9 @@ impl<S: ConnectionStream> Conn<'_, S> {
                 }
                 Ok(())
             }
+            Command::WriteZeroes if req.flags.fast_zero() && !export.zeroes_fast() => {
+                Err(ExportError::NotSupported)
+            }
             Command::WriteZeroes => export.write_zeroes(
                 req.offset,
                 u64::from(req.length),

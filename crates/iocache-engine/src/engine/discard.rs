@@ -1,0 +1,316 @@
+//! Discards and zeroing: a byte range dropped from the cache, dirty lines
+//! included (their data is discarded, never written back), then passed down
+//! to the backend as a discard or as zeroes. Each chunk of the range runs as
+//! a plan with a ticket on every line it touches, so the backend sees the
+//! range only after every write-back of those lines already under way.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use iocache_core::{LineKey, Op, OpList, VolumeId, SECTOR_BYTES};
+use smallvec::SmallVec;
+
+use super::planning::{Plan, PlannedSegment};
+use super::tickets::TicketKey;
+use super::volumes::Volume;
+use super::{lock, queues, Buffer, Engine, EngineError, Inner, ShardState, SHARD_SPAN_LINES};
+
+/// Lines one plan of a discard takes tickets for: as many as a 32 MiB
+/// write of 4 KiB lines, so a huge range never holds a huge plan.
+const CHUNK_LINES: u64 = 8192;
+
+/// What the backend is told about a range the cache dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PassDown {
+    /// Nothing: the backend keeps what it has.
+    Nothing,
+    /// A discard: a hole punched, `BLKDISCARD`, NBD_CMD_TRIM.
+    Discard,
+    /// Zeroes; with `keep_allocated`, without a hole.
+    Zeroes { keep_allocated: bool },
+}
+
+/// How [`Engine::write_zeroes_with`] zeroes a range.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Zeroing {
+    /// Durable before the call returns.
+    pub fua: bool,
+    /// No hole may be left (NBD's NO_HOLE).
+    pub keep_allocated: bool,
+    /// Fail with [`EngineError::NotSupported`], changing nothing, unless the
+    /// backend zeroes quicker than writing zero buffers (NBD's FAST_ZERO).
+    pub fast_only: bool,
+}
+
+/// Counters of discards and zeroings.
+#[derive(Default)]
+pub(super) struct DiscardCounters {
+    /// Discard requests served.
+    pub(super) discards: AtomicU64,
+    /// Zeroing requests served.
+    pub(super) zeroings: AtomicU64,
+    /// Lines dropped by either.
+    pub(super) dropped_lines: AtomicU64,
+    /// Of those, lines whose dirty data was discarded unwritten.
+    pub(super) dropped_dirty_lines: AtomicU64,
+}
+
+impl Engine {
+    /// Discards `length` bytes at `offset` of `volume` (a TRIM): the lines
+    /// wholly inside are dropped, dirty ones included; lines the range only
+    /// partly covers keep their data (a trimmed range may read as anything
+    /// until it is written again, as NBD allows). With `pass_down` the
+    /// backend then discards the whole range.
+    pub fn discard_with(
+        &self,
+        volume: &Volume,
+        offset: u64,
+        length: u64,
+        pass_down: bool,
+    ) -> Result<(), EngineError> {
+        let state = volume.state();
+        let _serving = state.enter()?;
+        self.inner.check_request(state.size_bytes, offset, length)?;
+        let end = offset + length;
+        let how = if pass_down {
+            PassDown::Discard
+        } else {
+            PassDown::Nothing
+        };
+        self.inner
+            .drop_range(state.id, offset, end, self.inner.lines_inside(offset, end), how)?;
+        self.inner
+            .discard_counters
+            .discards
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Makes `length` bytes at `offset` of `volume` read as zeroes without
+    /// writing zero buffers through the cache: the lines wholly inside are
+    /// dropped (dirty ones included) and the backend zeroes their range;
+    /// the partial lines at either end are written with zeroes as any write.
+    pub fn write_zeroes_with(
+        &self,
+        volume: &Volume,
+        offset: u64,
+        length: u64,
+        zeroing: Zeroing,
+    ) -> Result<(), EngineError> {
+        let state = volume.state();
+        {
+            let _serving = state.enter()?;
+            self.inner.check_request(state.size_bytes, offset, length)?;
+            if zeroing.fast_only && !self.inner.backend_of(state.id)?.zeroes_fast() {
+                return Err(EngineError::NotSupported(
+                    "the backend cannot zero a range quicker than by writing zeroes".into(),
+                ));
+            }
+        }
+        let end = offset + length;
+        let whole = self.inner.lines_inside(offset, end);
+        let line_bytes = self.inner.line_bytes;
+        let (whole_start, whole_end) = if whole.is_empty() {
+            (end, end)
+        } else {
+            (whole.start * line_bytes, whole.end * line_bytes)
+        };
+        for (at, until) in [(offset, whole_start.min(end)), (whole_end.max(offset), end)] {
+            if at < until {
+                self.write_zero_buffer(volume, at, until - at)?;
+            }
+        }
+        if !whole.is_empty() {
+            let _serving = state.enter()?;
+            let how = PassDown::Zeroes {
+                keep_allocated: zeroing.keep_allocated,
+            };
+            self.inner
+                .drop_range(state.id, whole_start, whole_end, whole, how)?;
+        }
+        self.inner
+            .discard_counters
+            .zeroings
+            .fetch_add(1, Ordering::Relaxed);
+        if zeroing.fua {
+            self.flush_with(volume)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the backend of `volume` zeroes a range quicker than by
+    /// writing zero buffers (what [`Zeroing::fast_only`] asks).
+    pub fn zeroes_fast(&self, volume: &Volume) -> bool {
+        self.inner
+            .backend_of(volume.state().id)
+            .is_ok_and(|backend| backend.zeroes_fast())
+    }
+
+    /// Zeroes a part of a line (at most two per call) as an ordinary write.
+    fn write_zero_buffer(&self, volume: &Volume, offset: u64, length: u64) -> Result<(), EngineError> {
+        let zeroes = vec![0u8; length as usize];
+        self.write_with(volume, offset, &zeroes, false)
+    }
+}
+
+impl Inner {
+    /// Checks a request's range against a volume of `size` bytes.
+    fn check_request(&self, size: u64, offset: u64, length: u64) -> Result<(), EngineError> {
+        if self.stopping.load(Ordering::Relaxed) {
+            return Err(EngineError::Shutdown);
+        }
+        if length == 0 || offset.checked_add(length).is_none_or(|end| end > size) {
+            return Err(EngineError::OutOfRange { offset, length, size });
+        }
+        if !offset.is_multiple_of(SECTOR_BYTES) || !length.is_multiple_of(SECTOR_BYTES) {
+            return Err(EngineError::Unaligned { offset, length });
+        }
+        Ok(())
+    }
+
+    /// The lines wholly inside `offset..end`.
+    fn lines_inside(&self, offset: u64, end: u64) -> std::ops::Range<u64> {
+        let first = offset.div_ceil(self.line_bytes);
+        let last = end / self.line_bytes;
+        first..last.max(first)
+    }
+
+    /// Drops the lines `drop` of `volume` and tells the backend `how` about
+    /// the bytes `offset..end`, chunk by chunk, each chunk holding a ticket
+    /// on every line the bytes touch.
+    fn drop_range(
+        &self,
+        volume: VolumeId,
+        offset: u64,
+        end: u64,
+        drop: std::ops::Range<u64>,
+        how: PassDown,
+    ) -> Result<(), EngineError> {
+        let touched = offset / self.line_bytes..end.div_ceil(self.line_bytes);
+        let mut chunk_start = touched.start;
+        while chunk_start < touched.end {
+            let chunk = chunk_start..(chunk_start + CHUNK_LINES).min(touched.end);
+            let dropping = chunk.start.max(drop.start)..chunk.end.min(drop.end);
+            let bytes = (chunk.start * self.line_bytes).max(offset)..(chunk.end * self.line_bytes).min(end);
+            let plan = self.plan_drop(volume, chunk.clone(), dropping)?;
+            if !plan.all_served {
+                self.wait_for_tickets(&plan.tickets);
+            }
+            let mut result = Ok(());
+            for segment in &plan.segments {
+                let mut done = 0;
+                result = self.execute(segment, &mut Buffer::Write(&[]), &mut done);
+                if result.is_err() {
+                    break;
+                }
+            }
+            if result.is_ok() {
+                result = self.pass_down(volume, bytes.start, bytes.end - bytes.start, how);
+            }
+            self.release_tickets(&plan.tickets);
+            result?;
+            chunk_start = chunk.end;
+        }
+        Ok(())
+    }
+
+    /// Under the locks of the shards `lines` fall in (ascending): the core
+    /// drops the lines of `dropping`, and a ticket is taken on every line
+    /// of `lines` and on each dropped line's slot.
+    fn plan_drop(
+        &self,
+        volume: VolumeId,
+        lines: std::ops::Range<u64>,
+        dropping: std::ops::Range<u64>,
+    ) -> Result<Plan, EngineError> {
+        let key = |line_index| LineKey { volume, line_index };
+        let span_of = |line: u64| line / SHARD_SPAN_LINES * SHARD_SPAN_LINES;
+        // The spans of the chunk, each with its shard.
+        let mut spans: Vec<(u64, usize)> = Vec::new();
+        let mut at = span_of(lines.start);
+        while at < lines.end {
+            spans.push((at, self.shard_of(key(at))));
+            at += SHARD_SPAN_LINES;
+        }
+        let mut order: Vec<usize> = spans.iter().map(|&(_, shard)| shard).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<(usize, std::sync::MutexGuard<'_, ShardState>)> =
+            order.iter().map(|&i| (i, lock(&self.shards[i].state))).collect();
+        let mut plan = Plan::default();
+        let mut keys: Vec<(usize, TicketKey)> = Vec::new();
+        let mut ops = OpList::new();
+        for &(span, shard) in &spans {
+            let Some((_, state)) = guards.iter_mut().find(|(i, _)| *i == shard) else {
+                unreachable!("every span's shard is locked");
+            };
+            let from = span.max(lines.start);
+            let to = (span + SHARD_SPAN_LINES).min(lines.end);
+            keys.extend((from..to).map(|line| (shard, TicketKey::Line(key(line)))));
+            let (drop_from, drop_to) = (from.max(dropping.start), to.min(dropping.end));
+            if drop_from >= drop_to {
+                continue;
+            }
+            let dropped = state.cache.discard_lines(volume, drop_from, drop_to, &mut ops);
+            self.discard_counters
+                .dropped_lines
+                .fetch_add(dropped.lines, Ordering::Relaxed);
+            self.discard_counters
+                .dropped_dirty_lines
+                .fetch_add(dropped.dirty, Ordering::Relaxed);
+            if ops.ops().is_empty() {
+                continue;
+            }
+            for op in ops.ops() {
+                let Op::Invalidate { slot, .. } = *op else {
+                    unreachable!("a discard only invalidates");
+                };
+                keys.push((shard, TicketKey::Slot(slot)));
+            }
+            match plan.segments.iter_mut().find(|s| s.shard == shard) {
+                Some(segment) => segment.ops.extend_from_slice(ops.ops()),
+                None => plan.segments.push(PlannedSegment {
+                    shard,
+                    volume,
+                    buffer_offset: 0,
+                    generations: SmallVec::new(),
+                    request_offset: 0,
+                    ops: SmallVec::from_slice(ops.ops()),
+                }),
+            }
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        plan.tickets.reserve_exact(keys.len());
+        for (shard, key) in keys {
+            let Some((_, state)) = guards.iter_mut().find(|(i, _)| *i == shard) else {
+                unreachable!("every ticket's shard is locked");
+            };
+            let (ticket, served) = state.take_ticket(key);
+            plan.all_served &= served;
+            plan.tickets.push((shard, key, ticket));
+        }
+        Ok(plan)
+    }
+
+    /// Tells the backend of `volume` `how` about `length` bytes at `offset`.
+    fn pass_down(
+        &self,
+        volume: VolumeId,
+        offset: u64,
+        length: u64,
+        how: PassDown,
+    ) -> Result<(), EngineError> {
+        if how == PassDown::Nothing || length == 0 {
+            return Ok(());
+        }
+        let backend = self.backend_of(volume)?;
+        self.queues
+            .backend
+            .time(&self.clock, queues::backend_class::WRITE, || match how {
+                PassDown::Discard => backend.discard(offset, length),
+                PassDown::Zeroes { keep_allocated } => backend.write_zeroes(offset, length, keep_allocated),
+                PassDown::Nothing => Ok(()),
+            })
+            .map_err(|e| self.backend_error(e))
+    }
+}

@@ -1,0 +1,236 @@
+//! The block commands around reads and writes, through a served export:
+//! TRIM drops dirty lines and frees the backend's blocks (or keeps them, per
+//! `--discard`), WRITE_ZEROES zeroes without zero buffers, real clients
+//! (qemu-io, fstrim on ext4 over nbdfuse) see what they expect.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{have, temp_dir, Process};
+use iocache_nbd::{Client, ConnectOptions};
+
+const MIB: u64 = 1 << 20;
+
+/// KiB the file takes on its file system.
+fn allocated_kib(path: &Path) -> u64 {
+    std::fs::metadata(path).unwrap().blocks() / 2
+}
+
+/// A 256 MiB sparse backend with 64 MiB of data written directly at its start.
+fn backend(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("backend.img");
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(256 * MIB).unwrap();
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(&vec![0x5a; (64 * MIB) as usize], 0).unwrap();
+    file.sync_all().unwrap();
+    path
+}
+
+fn serve(dir: &Path, extra: &[&str]) -> Process {
+    let mut args = vec![
+        "--init",
+        "--backend",
+        "backend.img",
+        "--cache",
+        "cache.img",
+        "--cache-size",
+        "128MiB",
+        "--write-policy",
+        "wb",
+    ];
+    args.extend_from_slice(extra);
+    Process::serve(dir, &args, ConnectOptions::export(String::new()))
+}
+
+fn client(dir: &Path) -> Client {
+    Client::connect_unix(
+        &dir.join("iocache-data/iocache.sock"),
+        &ConnectOptions::export(String::new()),
+    )
+    .unwrap()
+}
+
+/// The reproduction: 64 MiB more written through the cache (dirty), a
+/// FLUSH, then all 128 MiB trimmed and the server stopped.
+fn write_flush_trim(dir: &Path) {
+    let mut c = client(dir);
+    let data = vec![0xa5u8; (4 * MIB) as usize];
+    for i in 0..16 {
+        c.write(64 * MIB + i * 4 * MIB, &data, false).unwrap();
+    }
+    c.flush().unwrap();
+    c.trim(0, 128 * MIB).unwrap();
+    c.flush().unwrap();
+}
+
+#[test]
+fn a_trim_passed_down_frees_the_backend_and_writes_nothing_back() {
+    let dir = temp_dir("trim-passdown");
+    let path = backend(&dir);
+    assert_eq!(allocated_kib(&path), 64 * 1024);
+    let server = serve(&dir, &[]);
+    write_flush_trim(&dir);
+    let mut c = client(&dir);
+    let mut buf = vec![0u8; MIB as usize];
+    c.read(64 * MIB, &mut buf).unwrap();
+    assert!(
+        buf.iter().all(|&b| b == 0),
+        "a trimmed range passed down reads as the hole"
+    );
+    drop(c);
+    assert!(server.stop().success());
+    // Before: the trimmed dirty data was written back and nothing punched
+    // (131,072 KiB allocated).
+    let kib = allocated_kib(&path);
+    assert!(kib < 1024, "{kib} KiB still allocated after trimming all of it");
+}
+
+#[test]
+fn a_trim_kept_in_the_cache_drops_dirty_lines_and_leaves_the_backend() {
+    let dir = temp_dir("trim-cache");
+    let path = backend(&dir);
+    let server = serve(&dir, &["--discard", "cache"]);
+    write_flush_trim(&dir);
+    let mut c = client(&dir);
+    let mut buf = vec![0u8; MIB as usize];
+    c.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0x5a), "the backend keeps its data");
+    drop(c);
+    assert!(server.stop().success());
+    let kib = allocated_kib(&path);
+    assert_eq!(kib, 64 * 1024, "the dropped dirty lines are not written back");
+    let written = std::fs::read(&path).unwrap();
+    assert!(written[(64 * MIB) as usize..(128 * MIB) as usize]
+        .iter()
+        .all(|&b| b == 0));
+}
+
+#[test]
+fn an_ignored_trim_changes_nothing() {
+    let dir = temp_dir("trim-ignore");
+    let path = backend(&dir);
+    let server = serve(&dir, &["--discard", "ignore"]);
+    write_flush_trim(&dir);
+    assert!(server.stop().success());
+    assert_eq!(
+        allocated_kib(&path),
+        128 * 1024,
+        "the dirty data is written back at the stop"
+    );
+}
+
+#[test]
+fn write_zeroes_through_qemu_io_reads_back_as_zeroes() {
+    if !have("qemu-io") {
+        eprintln!("skipped: needs qemu-io");
+        return;
+    }
+    let dir = temp_dir("zeroes");
+    let path = backend(&dir);
+    let server = serve(&dir, &[]);
+    let uri = format!(
+        "nbd+unix:///?socket={}",
+        dir.join("iocache-data/iocache.sock").display()
+    );
+    // Dirty data, then zeroes over most of it (unaligned ends), with and
+    // without leaving holes, then every byte checked.
+    let out = Command::new("qemu-io")
+        .args(["-f", "raw", &uri])
+        .args(["-c", "write -P 0x33 0 32M"])
+        .args(["-c", "write -z 4608 16M"])
+        .args(["-c", "write -z -u 20M 4M"])
+        .args(["-c", "read -P 0x33 0 4608"])
+        .args(["-c", "read -P 0 4608 16M"])
+        .args(["-c", "read -P 0x33 16781824 4189696"])
+        .args(["-c", "read -P 0 20M 4M"])
+        .args(["-c", "read -P 0x33 24M 8M"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !text.contains("Pattern verification failed"),
+        "{text}"
+    );
+    let (ok, stats) = common::ctl(&dir, &["stats", "--json"]);
+    assert!(ok, "{stats}");
+    let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    let zeroings = &stats["volumes"][0]["zeroings"];
+    assert_eq!(zeroings, 2, "{stats:#}");
+    assert!(server.stop().success());
+    let data = std::fs::read(&path).unwrap();
+    assert!(data[4608..4608 + (16 * MIB) as usize].iter().all(|&b| b == 0));
+    assert!(data[..4608].iter().all(|&b| b == 0x33));
+    assert!(data[(20 * MIB) as usize..(24 * MIB) as usize]
+        .iter()
+        .all(|&b| b == 0));
+    assert!(data[(24 * MIB) as usize..(32 * MIB) as usize]
+        .iter()
+        .all(|&b| b == 0x33));
+}
+
+#[test]
+fn fstrim_on_ext4_over_nbdfuse_frees_backend_blocks() {
+    let root = Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&root.stdout).trim() != "0"
+        || !have("nbdfuse")
+        || !have("mkfs.ext4")
+        || !have("fstrim")
+    {
+        eprintln!("skipped: needs root, nbdfuse, mkfs.ext4 and fstrim");
+        return;
+    }
+    let dir = temp_dir("fstrim");
+    let path = dir.join("backend.img");
+    std::fs::File::create(&path).unwrap().set_len(256 * MIB).unwrap();
+    let server = serve(&dir, &[]);
+    let fuse = dir.join("fuse");
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&fuse).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    let socket = dir.join("iocache-data/iocache.sock");
+    let mut nbdfuse = Command::new("nbdfuse")
+        .arg(fuse.join("disk"))
+        .args(["--unix", socket.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let disk = fuse.join("disk");
+    let started = Instant::now();
+    while !disk.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "nbdfuse did not mount"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = |args: &[&str]| {
+        let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {text}");
+        text
+    };
+    let (disk_s, mnt_s) = (disk.to_str().unwrap(), mnt.to_str().unwrap());
+    run(&["mkfs.ext4", "-q", "-F", "-E", "nodiscard", disk_s]);
+    run(&["mount", "-o", "loop", disk_s, mnt_s]);
+    let file = mnt.join("big");
+    std::fs::write(&file, vec![0x77u8; (96 * MIB) as usize]).unwrap();
+    run(&["sync"]);
+    std::fs::remove_file(&file).unwrap();
+    run(&["sync"]);
+    let trimmed = run(&["fstrim", "-v", mnt_s]);
+    run(&["umount", mnt_s]);
+    let _ = Command::new("fusermount3").arg("-u").arg(&fuse).status();
+    let _ = Command::new("umount").arg(&fuse).status();
+    let _ = nbdfuse.wait();
+    assert!(server.stop().success());
+    // Without the trim the stop writes the file's 96 MiB back.
+    let after = allocated_kib(&path);
+    assert!(
+        after < 32 * 1024,
+        "fstrim ({}) freed too little: {after} KiB allocated after the stop",
+        trimmed.trim()
+    );
+}
