@@ -23,55 +23,34 @@ Usage: scripts/bench-dirty-checksums.py BASELINE [SECONDS_PER_RUN] [ROUNDS]
 
 import importlib.util
 import os
-import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import benchlib  # noqa: E402
+
 _spec = importlib.util.spec_from_file_location("bench_persistence", os.path.join(HERE, "bench-persistence.py"))
 persistence = importlib.util.module_from_spec(_spec)
-sys.argv = [sys.argv[0]] + sys.argv[1:]
+_spec.loader.exec_module(persistence)
 BASELINE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else None
 SECONDS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
 ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-# bench-persistence reads its own argv[1] as seconds.
-sys.argv = [sys.argv[0], str(SECONDS)]
-_spec.loader.exec_module(persistence)
-bench = persistence.bench
-
-
-def run(binary, iodepth):
-    persistence.BIN = binary
-    p, uri, admin = persistence.start("all", BACKEND_URI, init=True)
-    try:
-        bench.warm(uri, 96 << 20)
-        r = bench.fio(uri, "cost", ["--rw=randrw", "--rwmixwrite=70", f"--size={persistence.RANGE}",
-                                    f"--iodepth={iodepth}", "--fsync=32"])
-        s = persistence.stats(admin)
-    finally:
-        bench.stop(p)
-    return r, s
 
 
 def main():
-    global BACKEND_URI
     if not BASELINE or not os.path.exists(BASELINE):
         raise SystemExit(__doc__)
-    work = persistence.WORK
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    with open(f"{work}/backend.img", "wb") as f:
-        f.truncate(bench.VOLUME)
-    backend, BACKEND_URI = bench.start_backend()
+    backend, backend_uri = benchlib.delayed_backend(persistence.WORK)
     rows = []
     try:
         for iodepth in (16, 1):
             for round_no in range(ROUNDS):
-                for name, binary in (("this", persistence.bench.BIN), ("baseline", BASELINE)):
-                    r, s = run(binary, iodepth)
+                for name, binary in (("this", benchlib.BIN), ("baseline", BASELINE)):
+                    r, s = persistence.cost(binary, "all", backend_uri, iodepth, SECONDS)
                     rows.append((iodepth, round_no + 1, name, r, s))
                     print(name, iodepth, round_no + 1, f"{r['write']['iops']:.0f}", file=sys.stderr, flush=True)
     finally:
-        bench.stop(backend)
+        benchlib.stop(backend)
     print(f"# Verified dirty data: cost ({SECONDS} s per run, {ROUNDS} rounds alternated)\n")
     print("| QD | round | build | read IOPS | write IOPS | write p99 µs | write p99.99 µs | barriers |"
           " records written | intents (flushes) | checksums withdrawn |")

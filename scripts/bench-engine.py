@@ -20,110 +20,41 @@ Needs: fio, nbdkit, a release build (cargo build --release --examples).
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+from benchlib import fio, sh, stop, warm  # noqa: E402
 
 SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 WORK = "/var/tmp/iocache-bench"
 SHM = "/dev/shm/iocache-bench"
-VOLUME = 1 << 30           # 1 GiB backend
-CACHE = 128 << 20          # 128 MiB cache for both systems
-DELAY = "1ms"              # backend latency per request (nbdkit delay filter)
-BIN = os.path.abspath("target/release/iocache")
+VOLUME = benchlib.BACKEND_VOLUME  # 1 GiB backend
+CACHE = 128 << 20                 # 128 MiB cache for both systems
+DELAY = benchlib.BACKEND_DELAY    # backend latency per request (nbdkit delay filter)
+BIN = benchlib.BIN
 LOADGEN = os.path.abspath("target/release/examples/loadgen")
 
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
-
-
-def wait_socket(path, proc):
-    for _ in range(200):
-        if os.path.exists(path):
-            time.sleep(0.2)
-            return
-        if proc.poll() is not None:
-            raise SystemExit(f"process for {path} exited: {proc.stderr.read() if proc.stderr else ''}")
-        time.sleep(0.05)
-    raise SystemExit(f"{path} did not appear")
-
-
-def start_backend():
-    sock = f"{WORK}/backend.sock"
-    p = subprocess.Popen(["nbdkit", "-f", "-U", sock, "--filter=delay", "file", f"{WORK}/backend.img",
-                          f"delay-read={DELAY}", f"delay-write={DELAY}"], stderr=subprocess.PIPE, text=True)
-    wait_socket(sock, p)
-    return p, f"nbd+unix:///?socket={sock}"
-
-
-RUN = [0]
-
-
-def fresh(name):
-    """A socket path not used before in this run (a stopping server may still hold the last one)."""
-    RUN[0] += 1
-    return f"{WORK}/{name}-{RUN[0]}.sock"
-
-
 def start_nbdkit_cache():
-    sock = fresh("nbdkit-cache")
+    sock = benchlib.fresh_socket(WORK, "nbdkit-cache")
     env = dict(os.environ, TMPDIR=SHM)
-    p = subprocess.Popen(["nbdkit", "-f", "-U", sock, "--filter=cache", "--filter=delay", "file",
-                          f"{WORK}/backend.img", "cache-on-read=true", f"cache-max-size={CACHE}",
-                          f"delay-read={DELAY}", f"delay-write={DELAY}"], stderr=subprocess.PIPE, text=True,
-                         env=env)
-    wait_socket(sock, p)
-    return p, f"nbd+unix:///?socket={sock}"
+    return benchlib.start_server(["nbdkit", "-f", "-U", sock, "--filter=cache", "--filter=delay", "file",
+                                  f"{WORK}/backend.img", "cache-on-read=true", f"cache-max-size={CACHE}",
+                                  f"delay-read={DELAY}", f"delay-write={DELAY}"], sock, env=env)
 
 
 def start_iocache(backend_uri, lookup="fine", extra=()):
     d = f"{WORK}/iocache"
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    sock = fresh("iocache")
+    benchlib.fresh_dirs(d)
+    sock = benchlib.fresh_socket(WORK, "iocache")
     cache = f"{SHM}/iocache-cache.img"
     if os.path.exists(cache):
         os.remove(cache)
-    p = subprocess.Popen([BIN, "serve", "--backend", backend_uri, "--cache", cache, "--cache-size", f"{CACHE}B",
-                          "--socket", sock, "--admin-socket", f"{d}/admin.sock", "--listen", "127.0.0.1:0",
-                          "--lookup", lookup, "--init"] + list(extra),
-                         cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_socket(sock, p)
-    return p, f"nbd+unix:///?socket={sock}"
-
-
-def stop(p):
-    p.send_signal(signal.SIGTERM)
-    try:
-        p.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-
-
-def fio(uri, name, extra, seconds=SECONDS, percentiles="50:99:99.99"):
-    cmd = ["fio", f"--name={name}", "--ioengine=nbd", f"--uri={uri}", "--bs=4k", "--output-format=json",
-           f"--percentile_list={percentiles}"] + extra
-    if seconds:
-        cmd += ["--time_based", f"--runtime={seconds}"]
-    out = sh(cmd).stdout
-    job = json.loads(out[out.index("{"):])["jobs"][0]
-    res = {}
-    for kind in ("read", "write"):
-        k = job[kind]
-        pct = k.get("clat_ns", {}).get("percentile", {})
-        res[kind] = {"iops": k["iops"], "ios": k["total_ios"], "mbps": k["bw_bytes"] / 1e6,
-                     "p50_us": pct.get("50.000000", 0) / 1e3,
-                     "mean_us": k.get("clat_ns", {}).get("mean", 0) / 1e3,
-                     "p99_us": pct.get("99.000000", 0) / 1e3, "p9999_us": pct.get("99.990000", 0) / 1e3,
-                     "percentiles_us": {float(p): v / 1e3 for p, v in pct.items()}}
-    return res
-
-
-def warm(uri, size):
-    """Reads [0, size) once, sequentially, so it is cached."""
-    fio(uri, "warm", ["--rw=read", f"--size={size}", "--iodepth=16", "--bs=1m"], seconds=0)
+    return benchlib.start_iocache([BIN, "serve", "--backend", backend_uri, "--cache", cache,
+                                   "--cache-size", f"{CACHE}B", "--socket", sock, "--admin-socket",
+                                   f"{d}/admin.sock", "--listen", "127.0.0.1:0", "--lookup", lookup,
+                                   "--init"] + list(extra), d, sock)
 
 
 WORKLOADS = [
@@ -139,20 +70,13 @@ WORKLOADS = [
 
 
 def main():
-    for tool in ("fio", "nbdkit"):
-        if not shutil.which(tool):
-            raise SystemExit(f"{tool} is needed (apt-get install {tool})")
-    shutil.rmtree(WORK, ignore_errors=True)
-    shutil.rmtree(SHM, ignore_errors=True)
-    os.makedirs(WORK)
-    os.makedirs(SHM)
-    with open(f"{WORK}/backend.img", "wb") as f:
-        f.truncate(VOLUME)
+    benchlib.need_tools("fio", "nbdkit")
+    benchlib.fresh_dirs(SHM)
     print(f"# Engine benchmark ({SECONDS} s per run; backend delay {DELAY} per request; caches of "
           f"{CACHE >> 20} MiB in /dev/shm; volume {VOLUME >> 30} GiB)\n")
     print("| workload | system | read IOPS | read p99 µs | read p99.99 µs | write IOPS | write p99.99 µs |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    backend, backend_uri = start_backend()
+    backend, backend_uri = benchlib.delayed_backend(WORK, VOLUME, DELAY)
     try:
         for label, warm_bytes, args in WORKLOADS:
             for system in ("iocache", "nbdkit cache filter"):
@@ -162,7 +86,8 @@ def main():
                     p, uri = start_nbdkit_cache()
                 try:
                     warm(uri, warm_bytes)
-                    r = fio(uri, "run", args + ([] if "size" in " ".join(args) else [f"--size={VOLUME}"]))
+                    r = fio(uri, "run", args + ([] if "size" in " ".join(args) else [f"--size={VOLUME}"]),
+                            seconds=SECONDS)
                 finally:
                     stop(p)
                 print(f"| {label} | {system} | {r['read']['iops']:.0f} | {r['read']['p99_us']:.0f} | "
@@ -178,7 +103,7 @@ def main():
                 try:
                     warm(uri, 64 << 20)
                     r = fio(uri, "lookup", ["--rw=randread", "--size=64m", "--iodepth=1", f"--numjobs={jobs}",
-                                            "--group_reporting"])
+                                            "--group_reporting"], seconds=SECONDS)
                 finally:
                     stop(p)
                 cells.append(f"{r['read']['iops']:.0f}")

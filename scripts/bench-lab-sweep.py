@@ -47,8 +47,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 
 POLICIES = ["lru", "fifo", "clock", "arc", "s3fifo"]
 # 2^10 to 2^19.5 lines in steps of sqrt(2): 20 sizes, 0.5 MiB to 371 MiB of
@@ -128,15 +130,9 @@ def lcs(trace, points):
         }), flush=True)
 
 
-def timed(argv, **kw):
-    started = time.perf_counter()
-    out = subprocess.run(argv, stdout=subprocess.PIPE, check=True, **kw).stdout
-    return time.perf_counter() - started, out
-
-
 def main():
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    trace_name = os.environ.get("TRACE", os.path.join(repo, "..", "shared", "traces", "arc-P2.lis.zst"))
+    repo = benchlib.REPO
+    trace_name = benchlib.env_trace()
     runs = int(os.environ.get("RUNS", "2"))
     lcs_python = os.environ.get("LCS_PYTHON", sys.executable)
     binary = os.environ.get("BIN")
@@ -159,12 +155,10 @@ def main():
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo,
                             capture_output=True, text=True).stdout.strip()
 
-    scratch = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    work = tempfile.mkdtemp(prefix="iocache-lab-sweep.", dir=scratch)
+    work = benchlib.scratch_dir("iocache-lab-sweep.")
     try:
         lis = os.path.join(work, "P2.lis")
-        with open(lis, "wb") as f:
-            subprocess.run(["zstd", "-dcq", trace_name], stdout=f, check=True)
+        benchlib.decompress(trace_name, lis)
         oracle = os.path.join(work, "P2.oracleGeneral")
         unit_oracle = os.path.join(work, "P2.unit.oracleGeneral")
         started = time.perf_counter()
@@ -189,7 +183,8 @@ def main():
             out = os.path.join(work, f"lab{threads}.jsonl")
             if os.path.exists(out):
                 os.remove(out)  # the lab resumes: start from nothing each time
-            wall, _ = timed([binary, "-q", "lab", "run", experiment, "--out", out, "--threads", str(threads)])
+            wall = benchlib.timed([binary, "-q", "lab", "run", experiment, "--out", out,
+                                   "--threads", str(threads)])[0]
             rows = [json.loads(l) for l in open(out)]
             return wall, {(r["policy"], int(r["cache_lines"])): (r["hits"], r["accesses"]) for r in rows}
 
@@ -202,7 +197,7 @@ def main():
                 for p, s in points:
                     f.write(" ".join(sim_argv(p, s, os.path.join(outs, f"{p}-{s}.json"))[1:]) + "\n")
             # One process per input line (its arguments), at most `parallel` at once.
-            wall, _ = timed(["xargs", "-P", str(parallel), "-L", "1", "-a", commands, binary])
+            wall = benchlib.timed(["xargs", "-P", str(parallel), "-L", "1", "-a", commands, binary])[0]
             result = {}
             for p, s in points:
                 run = json.load(open(os.path.join(outs, f"{p}-{s}.json")))["runs"][0]

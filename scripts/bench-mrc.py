@@ -19,36 +19,24 @@ Usage: BIN=path/to/iocache [BEFORE_BIN=path] [RUNS=n] [TRACE=path] scripts/bench
 
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 
-
-def timed(argv):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, after.ru_utime - before.ru_utime
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 
 
 def main():
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    trace = os.environ.get("TRACE", os.path.join(repo, "..", "shared", "traces", "arc-P2.lis.zst"))
+    trace = benchlib.env_trace()
     runs = int(os.environ.get("RUNS", "5"))
     binary = os.environ.get("BIN") or sys.exit("error: set BIN=path/to/iocache")
     before = os.environ.get("BEFORE_BIN")
-    scratch = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    work = tempfile.mkdtemp(prefix="iocache-bench-mrc.", dir=scratch)
+    work = benchlib.scratch_dir("iocache-bench-mrc.")
     try:
         lis = os.path.join(work, "trace.lis")
-        with open(lis, "wb") as f:
-            subprocess.run(["zstd", "-dcq", trace], stdout=f, check=True)
+        benchlib.decompress(trace, lis)
         out = os.path.join(work, "out.json")
 
         def mrc(program):
@@ -67,7 +55,7 @@ def main():
         for i in range(runs):
             for name, argv in variants:
                 loads.append(os.getloadavg()[0])
-                times[name].append(timed(argv))
+                times[name].append(benchlib.timed(argv, stdout=subprocess.DEVNULL)[:2])
                 if "curve" in name:
                     curves.setdefault(name, json.load(open(out))["curves"][0]["points"])
                 print(f"    run {i + 1}: {name}: {times[name][-1][0]:.2f} s wall, "

@@ -20,46 +20,46 @@ Usage: scripts/bench-persistence.py [SECONDS_PER_RUN]   (default 10)
 Needs: fio, nbdkit, a release build (cargo build --release).
 """
 
-import importlib.util
 import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location("bench_engine", os.path.join(HERE, "bench-engine.py"))
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 
-SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-bench.SECONDS = SECONDS
-WORK = bench.WORK = "/var/tmp/iocache-persistence"
+WORK = "/var/tmp/iocache-persistence"
 CACHE = 128 << 20
 RANGE = "96m"                # fits the cache
-BIN = bench.BIN
 
 
-def start(mode, backend_uri, init):
+def start(binary, mode, backend_uri, init):
     d = f"{WORK}/iocache"
     os.makedirs(d, exist_ok=True)
-    sock = bench.fresh("iocache")
-    args = [BIN, "serve", "--backend", backend_uri, "--cache", f"{WORK}/cache.img", "--cache-size", f"{CACHE}B",
+    sock = benchlib.fresh_socket(WORK, "iocache")
+    args = [binary, "serve", "--backend", backend_uri, "--cache", f"{WORK}/cache.img", "--cache-size", f"{CACHE}B",
             "--direct", "--persistence", mode, "--socket", sock, "--admin-socket", f"{d}/admin.sock",
             "--listen", "127.0.0.1:0"]
     if init:
         args.append("--init")
     if init or mode == "none":
         args.append("--force")
-    p = subprocess.Popen(args, cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    bench.wait_socket(sock, p)
-    return p, f"nbd+unix:///?socket={sock}", f"{d}/admin.sock"
+    p, uri = benchlib.start_iocache(args, d, sock)
+    return p, uri, f"{d}/admin.sock"
 
 
-def stats(admin):
-    out = bench.sh([BIN, "stats", "--admin-socket", admin, "--json"]).stdout
-    return json.loads(out)["volumes"][0]
+def cost(binary, mode, backend_uri, iodepth, seconds):
+    """The cost run of `binary` on a fresh cache: the range read once, then
+    fio's write-heavy mix; returns fio's results and the volume's stats."""
+    p, uri, admin = start(binary, mode, backend_uri, init=True)
+    try:
+        benchlib.warm(uri, 96 << 20)
+        r = benchlib.fio(uri, "cost", ["--rw=randrw", "--rwmixwrite=70", f"--size={RANGE}", f"--iodepth={iodepth}",
+                                       "--fsync=32"], seconds=seconds)
+        s = benchlib.volume_stats(binary, admin)
+    finally:
+        benchlib.stop(p)
+    return r, s
 
 
 def kill(p):
@@ -68,53 +68,41 @@ def kill(p):
 
 
 def main():
-    for tool in ("fio", "nbdkit"):
-        if not shutil.which(tool):
-            raise SystemExit(f"{tool} is needed (apt-get install {tool})")
-    shutil.rmtree(WORK, ignore_errors=True)
-    os.makedirs(WORK)
-    with open(f"{WORK}/backend.img", "wb") as f:
-        f.truncate(bench.VOLUME)
-    backend, backend_uri = bench.start_backend()
+    seconds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    binary = benchlib.BIN
+    benchlib.need_tools("fio", "nbdkit")
+    backend, backend_uri = benchlib.delayed_backend(WORK)
     rows = []
     try:
         for mode in ("none", "dirty", "all"):
-            # Cost.
-            p, uri, admin = start(mode, backend_uri, init=True)
-            try:
-                bench.warm(uri, 96 << 20)
-                r = bench.fio(uri, "cost", ["--rw=randrw", "--rwmixwrite=70", f"--size={RANGE}", "--iodepth=16",
-                                            "--fsync=32"])
-                s = stats(admin)
-            finally:
-                bench.stop(p)
+            r, s = cost(binary, mode, backend_uri, 16, seconds)
             row = {"mode": mode, "cost": r, "barriers": s["barriers"], "records": s["records_written"]}
             # Benefit, after a clean stop and after a kill.
             for how in ("SIGTERM", "SIGKILL"):
-                p, uri, admin = start(mode, backend_uri, init=True)
-                bench.warm(uri, 96 << 20)
+                p, uri, admin = start(binary, mode, backend_uri, init=True)
+                benchlib.warm(uri, 96 << 20)
                 # Dirty some lines too, and make them durable.
-                bench.fio(uri, "dirty", ["--rw=randwrite", f"--size={RANGE}", "--iodepth=16", "--fsync=64",
-                                         "--number_ios=4096"], seconds=0)
+                benchlib.fio(uri, "dirty", ["--rw=randwrite", f"--size={RANGE}", "--iodepth=16", "--fsync=64",
+                                            "--number_ios=4096"], seconds=0)
                 if how == "SIGTERM":
-                    bench.stop(p)
+                    benchlib.stop(p)
                 else:
                     kill(p)
-                p, uri, admin = start(mode, backend_uri, init=False)
+                p, uri, admin = start(binary, mode, backend_uri, init=False)
                 try:
-                    after = stats(admin)
-                    bench.fio(uri, "after", ["--rw=randread", f"--size={RANGE}", "--iodepth=16"],
-                              seconds=max(2, SECONDS // 2))
-                    s = stats(admin)
+                    after = benchlib.volume_stats(binary, admin)
+                    benchlib.fio(uri, "after", ["--rw=randread", f"--size={RANGE}", "--iodepth=16"],
+                                 seconds=max(2, seconds // 2))
+                    s = benchlib.volume_stats(binary, admin)
                 finally:
-                    bench.stop(p)
+                    benchlib.stop(p)
                 row[how] = {"hit_ratio": s["hit_ratio"], "loaded_dirty": after["recovery"]["dirty_lines"],
                             "loaded_clean": after["recovery"]["clean_lines"]}
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     finally:
-        bench.stop(backend)
-    print(f"# Persistence modes: cost and benefit ({SECONDS} s per cost run)\n")
+        benchlib.stop(backend)
+    print(f"# Persistence modes: cost and benefit ({seconds} s per cost run)\n")
     print("| persistence | read IOPS | write IOPS | write p99 µs | write p99.99 µs | barriers | records written |"
           " hit ratio after a clean restart (lines loaded) | hit ratio after a kill -9 (lines loaded) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

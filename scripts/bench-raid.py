@@ -29,24 +29,19 @@ Usage: scripts/bench-raid.py [SECONDS_PER_RUN] [CACHE_DIR]
 Needs: fio, nbdkit, a release build (cargo build --release).
 """
 
-import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location("bench_engine", os.path.join(HERE, "bench-engine.py"))
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 
 SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-bench.SECONDS = SECONDS
-WORK = bench.WORK = "/var/tmp/iocache-raid"
+WORK = "/var/tmp/iocache-raid"
 CACHE_DIR = sys.argv[2] if len(sys.argv) > 2 else WORK
 DIRECT = not CACHE_DIR.startswith("/dev/shm")
-BIN = bench.BIN
+BIN = benchlib.BIN
 MEMBER = 64 << 20
 
 CONFIGS = [
@@ -79,10 +74,8 @@ def allocated_file(path, size):
 def start(name, policy, array, backend_uri):
     d = f"{WORK}/{name}"
     c = f"{CACHE_DIR}/{name}-cache"
-    for path in (d, c):
-        shutil.rmtree(path, ignore_errors=True)
-        os.makedirs(path)
-    sock = bench.fresh("iocache")
+    benchlib.fresh_dirs(d, c)
+    sock = benchlib.fresh_socket(WORK, "iocache")
     args = [BIN, "serve", "--backend", backend_uri, "--write-policy", policy,
             "--persistence", "dirty", "--socket", sock, "--admin-socket", f"{d}/admin.sock",
             "--listen", "127.0.0.1:0", "--init"] + (["--direct"] if DIRECT else [])
@@ -93,36 +86,24 @@ def start(name, policy, array, backend_uri):
     else:
         args += ["--cache", f"{c}/c0.img", "--cache-size", "120MiB"]
         allocated_file(f"{c}/c0.img", 2 * MEMBER)
-    p = subprocess.Popen(args, cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    bench.wait_socket(sock, p)
-    return p, f"nbd+unix:///?socket={sock}", f"{d}/admin.sock"
-
-
-def stats(admin):
-    out = bench.sh([BIN, "stats", "--admin-socket", admin, "--json"]).stdout
-    return json.loads(out)["volumes"][0]
+    p, uri = benchlib.start_iocache(args, d, sock)
+    return p, uri, f"{d}/admin.sock"
 
 
 def main():
-    for tool in ("fio", "nbdkit"):
-        if not shutil.which(tool):
-            raise SystemExit(f"{tool} is needed (apt-get install {tool})")
-    shutil.rmtree(WORK, ignore_errors=True)
-    os.makedirs(WORK)
-    with open(f"{WORK}/backend.img", "wb") as f:
-        f.truncate(bench.VOLUME)
-    backend, backend_uri = bench.start_backend()
+    benchlib.need_tools("fio", "nbdkit")
+    backend, backend_uri = benchlib.delayed_backend(WORK)
     results = {}
     try:
         for title, warm_bytes, extra in WORKLOADS:
             for name, policy, array in CONFIGS:
                 p, uri, admin = start(name, policy, array, backend_uri)
                 try:
-                    bench.warm(uri, warm_bytes)
-                    r = bench.fio(uri, name, extra + ["--iodepth=16"])
-                    s = stats(admin)
+                    benchlib.warm(uri, warm_bytes)
+                    r = benchlib.fio(uri, name, extra + ["--iodepth=16"], seconds=SECONDS)
+                    s = benchlib.volume_stats(BIN, admin)
                 finally:
-                    bench.stop(p)
+                    benchlib.stop(p)
                 a = s.get("array") or {}
                 results[(title, name)] = {
                     "read": r["read"], "write": r["write"], "dirty_lines": s["dirty_lines"],
@@ -132,7 +113,7 @@ def main():
                 }
                 print(title, name, json.dumps(results[(title, name)]), file=sys.stderr, flush=True)
     finally:
-        bench.stop(backend)
+        benchlib.stop(backend)
         if CACHE_DIR != WORK:
             for name, _, _ in CONFIGS:
                 shutil.rmtree(f"{CACHE_DIR}/{name}-cache", ignore_errors=True)

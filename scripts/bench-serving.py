@@ -38,7 +38,6 @@ Needs: fio, nbdkit, a release build (cargo build --release).
 """
 
 import argparse
-import importlib.util
 import os
 import shutil
 import signal
@@ -47,14 +46,10 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-_spec = importlib.util.spec_from_file_location("bench_engine", os.path.join(HERE, "bench-engine.py"))
-bench = importlib.util.module_from_spec(_spec)
-_argv, sys.argv = sys.argv, sys.argv[:1]  # bench-engine.py reads its own argv[1] at import
-_spec.loader.exec_module(bench)
-sys.argv = _argv
-BIN = os.environ.get("IOCACHE_BIN", os.path.join(ROOT, "target/release/iocache"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+BIN = os.environ.get("IOCACHE_BIN", os.path.join(benchlib.REPO, "target/release/iocache"))
 WORK = "/var/tmp/iocache-serving"
 SHM = "/dev/shm/iocache-serving"
 VOLUME = 256 << 20
@@ -163,8 +158,8 @@ def run(uri, extra, seconds):
 
 
 def fio(uri, extra, seconds=None, percentiles="50:99:99.99"):
-    """bench-engine.py's fio run (4 KiB unless `extra` says otherwise), jobs reported as one."""
-    return bench.fio(uri, "x", ["--group_reporting"] + extra, seconds=seconds, percentiles=percentiles)
+    """benchlib's fio run (4 KiB unless `extra` says otherwise), jobs reported as one."""
+    return benchlib.fio(uri, "x", ["--group_reporting"] + extra, seconds=seconds, percentiles=percentiles)
 
 
 # --percentiles: the completion latencies reported for each run.
@@ -199,13 +194,8 @@ def main():
                     help=f"each run's latency distribution (percentiles {DISTRIBUTION}) for the IOPS rows")
     args = ap.parse_args()
     BASELINE = os.path.abspath(args.baseline) if args.baseline else None
-    for tool in ("fio", "nbdkit", "nbdinfo"):
-        if not shutil.which(tool):
-            raise SystemExit(f"{tool} is needed")
-    shutil.rmtree(WORK, ignore_errors=True)
-    shutil.rmtree(SHM, ignore_errors=True)
-    os.makedirs(WORK)
-    os.makedirs(SHM)
+    benchlib.need_tools("fio", "nbdkit", "nbdinfo", hint=False)
+    benchlib.fresh_dirs(WORK, SHM)
     with open(f"{WORK}/backend.img", "wb") as f:
         f.write(os.urandom(1 << 20) * (VOLUME >> 20))
     names = ["iocache"] + (["baseline"] if BASELINE else []) + ["nbdkit-cache", "nbdkit-memory"]
@@ -225,38 +215,53 @@ def main():
             print(f"round {round_no + 1} {name:14} {label:22} {r[unit]:10.0f} {unit}"
                   f"  p50 {r['p50_us']:.0f} µs  mean {r['mean_us']:.0f} µs  p99.99 {r['p9999_us']:.0f} µs",
                   file=sys.stderr, flush=True)
-    transport = "TCP loopback" if args.tcp else "Unix socket"
-    print(f"# Serving path, {transport}: {args.rounds} rounds of {args.seconds} s, alternated; medians\n")
+
+    def cell(unit, value, p50, p9999, mean):
+        if unit == "iops":
+            return f"{value / 1000:.1f}k IOPS, p50 {p50:.0f} µs, mean {mean:.0f} µs, p99.99 {p9999:.0f} µs"
+        return f"{value:.0f} MB/s"
+
+    print_medians(args, "Serving path", names, workloads, results, cell)
+
+
+def transport(args):
+    return "TCP loopback" if args.tcp else "Unix socket"
+
+
+def print_medians(args, title, names, workloads, results, cell):
+    """A table of workloads by system; each cell is `cell(unit, ...)` of the
+    medians over the rounds of each of the system's results."""
+    print(f"# {title}, {transport(args)}: {args.rounds} rounds of {args.seconds} s, alternated; medians\n")
     print("| workload | " + " | ".join(names) + " |")
     print("|---|" + "---:|" * len(names))
     for label, _, _, unit in workloads:
         cells = []
         for name in names:
             rows = results[(label, name)]
-            value = statistics.median(r[0] for r in rows)
-            p50 = statistics.median(r[1] for r in rows)
-            p9999 = statistics.median(r[2] for r in rows)
-            mean = statistics.median(r[3] for r in rows)
-            if unit == "iops":
-                cells.append(f"{value / 1000:.1f}k IOPS, p50 {p50:.0f} µs, mean {mean:.0f} µs, p99.99 {p9999:.0f} µs")
-            else:
-                cells.append(f"{value:.0f} MB/s")
+            cells.append(cell(unit, *(statistics.median(column) for column in zip(*rows))))
         print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+def alternation(args, names):
+    """(round number, system, its listening port) for each system of each
+    round, in order and reversed on alternate rounds."""
+    for round_no in range(args.rounds):
+        order = names if round_no % 2 == 0 else list(reversed(names))
+        for i, name in enumerate(order):
+            yield round_no, name, 10900 + i
 
 
 def alternated_servers(args, names):
     """(round number, system, its running server) for each system of each
-    round, in order and reversed on alternate rounds; each server is stopped
-    when the caller moves on (or leaves the loop)."""
-    for round_no in range(args.rounds):
-        order = names if round_no % 2 == 0 else list(reversed(names))
-        for i, name in enumerate(order):
-            server = Server(name, args.tcp, 10900 + i)
-            server.start()
-            try:
-                yield round_no, name, server
-            finally:
-                server.stop()
+    round, as `alternation` orders them; each server is stopped when the
+    caller moves on (or leaves the loop)."""
+    for round_no, name, port in alternation(args, names):
+        server = Server(name, args.tcp, port)
+        server.start()
+        try:
+            yield round_no, name, server
+        finally:
+            server.stop()
 
 
 def percentiles_main(args, names, workloads):
@@ -270,8 +275,8 @@ def percentiles_main(args, names, workloads):
                     percentiles=DISTRIBUTION)[kind]
             rows.append((label, round_no + 1, name, r))
             print(f"round {round_no + 1} {name:14} {label:22} {r['iops']:10.0f} IOPS", file=sys.stderr, flush=True)
-    transport = "TCP loopback" if args.tcp else "Unix socket"
-    print(f"# Completion latency distributions, {transport}: {args.rounds} rounds of {args.seconds} s, alternated\n")
+    print(f"# Completion latency distributions, {transport(args)}: {args.rounds} rounds of {args.seconds} s, "
+          "alternated\n")
     print("| workload | round | system | IOPS | mean µs | " + " | ".join(f"p{p:g}" for p in points) + " |")
     print("|---|---:|---|---:|---:|" + "---:|" * len(points))
     labels = [w[0] for w in workloads]
@@ -285,39 +290,29 @@ def cpu_main(args, names, workloads):
     # nbdcopy's rows count no requests of their own (and warm the volume).
     workloads = [w for w in workloads if w[1] not in (NBDCOPY_READ, NBDCOPY_WRITE)]
     results = {}  # (workload, system) -> list of (value, cpu µs per request, switches per request)
-    for round_no in range(args.rounds):
-        order = names if round_no % 2 == 0 else list(reversed(names))
-        for i, name in enumerate(order):
-            idle = Server(name, args.tcp, 10900 + i)
-            idle.start()
-            idle_cpu, idle_cs = idle.stop()
-            for label, extra, kind, unit in workloads:
-                server = Server(name, args.tcp, 10900 + i)
-                server.start()
-                try:
-                    r = fio(server.uri(), extra + [f"--size={RANGE}"], seconds=args.seconds)[kind]
-                finally:
-                    cpu, cs = server.stop()
-                ios = max(r["ios"], 1)
-                cpu_us = max(cpu - idle_cpu, 0) * 1e6 / ios
-                cs_per = max(cs - idle_cs, 0) / ios
-                results.setdefault((label, name), []).append((r[unit], cpu_us, cs_per))
-                print(f"round {round_no + 1} {name:14} {label:22} {r[unit]:10.0f} {unit}"
-                      f"  {cpu_us:.2f} CPU µs/req  {cs_per:.3f} switches/req", file=sys.stderr, flush=True)
-    transport = "TCP loopback" if args.tcp else "Unix socket"
-    print(f"# Server CPU per request, {transport}: {args.rounds} rounds of {args.seconds} s, alternated; medians\n")
-    print("| workload | " + " | ".join(names) + " |")
-    print("|---|" + "---:|" * len(names))
-    for label, _, _, unit in workloads:
-        cells = []
-        for name in names:
-            rows = results[(label, name)]
-            value = statistics.median(r[0] for r in rows)
-            cpu_us = statistics.median(r[1] for r in rows)
-            cs_per = statistics.median(r[2] for r in rows)
-            shown = f"{value / 1000:.1f}k IOPS" if unit == "iops" else f"{value:.0f} MB/s"
-            cells.append(f"{cpu_us:.2f} µs, {cs_per:.2f} cs ({shown})")
-        print(f"| {label} | " + " | ".join(cells) + " |")
+    for round_no, name, port in alternation(args, names):
+        idle = Server(name, args.tcp, port)
+        idle.start()
+        idle_cpu, idle_cs = idle.stop()
+        for label, extra, kind, unit in workloads:
+            server = Server(name, args.tcp, port)
+            server.start()
+            try:
+                r = fio(server.uri(), extra + [f"--size={RANGE}"], seconds=args.seconds)[kind]
+            finally:
+                cpu, cs = server.stop()
+            ios = max(r["ios"], 1)
+            cpu_us = max(cpu - idle_cpu, 0) * 1e6 / ios
+            cs_per = max(cs - idle_cs, 0) / ios
+            results.setdefault((label, name), []).append((r[unit], cpu_us, cs_per))
+            print(f"round {round_no + 1} {name:14} {label:22} {r[unit]:10.0f} {unit}"
+                  f"  {cpu_us:.2f} CPU µs/req  {cs_per:.3f} switches/req", file=sys.stderr, flush=True)
+
+    def cell(unit, value, cpu_us, cs_per):
+        shown = f"{value / 1000:.1f}k IOPS" if unit == "iops" else f"{value:.0f} MB/s"
+        return f"{cpu_us:.2f} µs, {cs_per:.2f} cs ({shown})"
+
+    print_medians(args, "Server CPU per request", names, workloads, results, cell)
 
 
 if __name__ == "__main__":

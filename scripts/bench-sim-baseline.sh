@@ -31,6 +31,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. scripts/benchlib.sh
 
 TRACE=${TRACE:-../shared/traces/arc-P2.lis.zst}
 RUNS=${RUNS:-5}
@@ -39,16 +40,8 @@ POLICIES=${POLICIES:-fifo clock s3fifo 2q}
 TARGET=${CARGO_TARGET_DIR:-./target}
 BIN=$TARGET/release/iocache
 
-if [[ ! -f "$TRACE" ]]; then
-    echo "error: trace $TRACE not found (see shared/traces/README.md; set TRACE=...)" >&2
-    exit 1
-fi
-for tool in gcc zstd python3 cargo; do
-    if ! command -v "$tool" >/dev/null 2>&1; then
-        echo "error: $tool is needed" >&2
-        exit 1
-    fi
-done
+need_trace "$TRACE"
+need_tools gcc zstd python3 cargo
 
 SCRATCH=/tmp
 [[ -d /dev/shm && -w /dev/shm ]] && SCRATCH=/dev/shm

@@ -18,6 +18,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. scripts/benchlib.sh
 
 TRACE=${TRACE:-../shared/traces/arc-P2.lis.zst}
 RUNS=${RUNS:-3}
@@ -31,12 +32,7 @@ if [[ ! -f "$TRACE" ]]; then
     echo "(see shared/traces/README.md); set TRACE=/path/to/arc-P2.lis.zst to use another copy." >&2
     exit 1
 fi
-for tool in /usr/bin/time zstd python3 cargo; do
-    if ! command -v "$tool" >/dev/null 2>&1; then
-        echo "error: $tool is needed (GNU time: apt-get install time; zstd: apt-get install zstd)" >&2
-        exit 1
-    fi
-done
+need_tools --hint " (GNU time: apt-get install time; zstd: apt-get install zstd)" /usr/bin/time zstd python3 cargo
 if ! /usr/bin/time -v true >/dev/null 2>&1; then
     echo "error: /usr/bin/time is not GNU time (no -v); apt-get install time" >&2
     exit 1

@@ -75,6 +75,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
 NBDMAGIC = 0x4E42444D41474943
 IHAVEOPT = 0x49484156454F5054
 OPT_REPLY_MAGIC = 0x0003E889045565A9
@@ -179,29 +182,30 @@ def wait_closed(s, stop, timeout=None):
     return False
 
 
-def idle_worker(target, family, stop, counters):
+def reconnecting(what, connect, hold, stop, counters):
+    """Until `stop` is set: a connection from `connect()`, counted as
+    `{what}_connections` (a failure as `{what}_connect_failed`, retried
+    after 0.2 s), kept while `hold(s)` runs, then closed and reopened after
+    RECONNECT_DELAY."""
     while not stop.is_set():
         try:
-            s = target.connect(family)
+            s = connect()
         except OSError:
-            counters.add(f"idle_{family}_connect_failed")
+            counters.add(f"{what}_connect_failed")
             time.sleep(0.2)
             continue
-        counters.add(f"idle_{family}_connections")
-        wait_closed(s, stop)
+        counters.add(f"{what}_connections")
+        hold(s)
         s.close()
         stop.wait(RECONNECT_DELAY)
 
 
+def idle_worker(target, family, stop, counters):
+    reconnecting(f"idle_{family}", lambda: target.connect(family), lambda s: wait_closed(s, stop), stop, counters)
+
+
 def slowloris_worker(target, family, stop, counters, trickle):
-    while not stop.is_set():
-        try:
-            s = target.connect(family)
-        except OSError:
-            counters.add(f"slowloris_{family}_connect_failed")
-            time.sleep(0.2)
-            continue
-        counters.add(f"slowloris_{family}_connections")
+    def trickle_handshake(s):
         s.settimeout(0.2)
         try:
             while not stop.is_set():
@@ -220,20 +224,17 @@ def slowloris_worker(target, family, stop, counters, trickle):
                         pass
         except OSError:
             pass
-        s.close()
-        stop.wait(RECONNECT_DELAY)
+
+    reconnecting(f"slowloris_{family}", lambda: target.connect(family), trickle_handshake, stop, counters)
 
 
 def unread_worker(target, stop, counters, reads, read_size, export_size):
-    while not stop.is_set():
-        try:
-            s = target.connect("unix")
-            negotiate(s)
-        except OSError:
-            counters.add("unread_connect_failed")
-            time.sleep(0.2)
-            continue
-        counters.add("unread_connections")
+    def connect():
+        s = target.connect("unix")
+        negotiate(s)
+        return s
+
+    def pipeline_unread(s):
         try:
             s.settimeout(5)
             for h in range(reads):
@@ -250,8 +251,8 @@ def unread_worker(target, stop, counters, reads, read_size, export_size):
             if poller.poll(500):
                 counters.add("unread_closed_by_server")
                 break
-        s.close()
-        stop.wait(RECONNECT_DELAY)
+
+    reconnecting("unread", connect, pipeline_unread, stop, counters)
 
 
 def half_write_worker(target, stop, counters):
@@ -279,18 +280,12 @@ def half_write_worker(target, stop, counters):
 
 
 def admin_idle_worker(target, stop, counters):
-    while not stop.is_set():
-        try:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.connect(target.admin_path)
-        except OSError:
-            counters.add("admin_idle_connect_failed")
-            time.sleep(0.2)
-            continue
-        counters.add("admin_idle_connections")
-        wait_closed(s, stop)
-        s.close()
-        stop.wait(RECONNECT_DELAY)
+    def connect():
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(target.admin_path)
+        return s
+
+    reconnecting("admin_idle", connect, lambda s: wait_closed(s, stop), stop, counters)
 
 
 def admin_long_line_worker(target, stop, counters):
@@ -567,7 +562,7 @@ def main():
     for i, proc in enumerate(fio_procs):
         out, _ = proc.communicate(timeout=120)
         try:
-            jobs = json.loads(out[out.index("{"):])["jobs"]
+            jobs = benchlib.fio_jobs(out)
             summary = ", ".join(
                 f"{j['jobname']} {j['read']['iops'] + j['write']['iops']:.0f} IOPS error={j['error']}"
                 for j in jobs)

@@ -34,7 +34,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 
 
 def run_once(binary, mode, cache_size, seconds, window):
@@ -64,7 +65,7 @@ def run_once(binary, mode, cache_size, seconds, window):
              "--name=probe", "--rw=randread", "--offset=3G", "--size=256M", "--iodepth=1",
              "--rate_iops=1000"],
             capture_output=True, text=True, check=True)
-        jobs = {j["jobname"]: j for j in json.loads(out.stdout[out.stdout.index("{"):])["jobs"]}
+        jobs = {j["jobname"]: j for j in benchlib.fio_jobs(out.stdout)}
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
@@ -94,7 +95,7 @@ def run_once(binary, mode, cache_size, seconds, window):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--binary", default=os.path.join(ROOT, "target/release/iocache"))
+    p.add_argument("--binary", default=os.path.join(benchlib.REPO, "target/release/iocache"))
     p.add_argument("--cache-size", default="256MiB")
     p.add_argument("--seconds", type=int, default=8)
     p.add_argument("--window", type=int, default=20000, help="ReCA window in requests")

@@ -18,22 +18,15 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+. scripts/benchlib.sh
 
 TRACE=${TRACE:-../shared/traces/arc-P2.lis.zst}
 LINES=${LINES:-161150}
 POLICIES=${POLICIES:-lru arc fifo clock s3fifo 2q}
 BEFORE_BIN=${BEFORE_BIN:-}
 
-if [[ ! -f "$TRACE" ]]; then
-    echo "error: trace $TRACE not found (see shared/traces/README.md; set TRACE=...)" >&2
-    exit 1
-fi
-for tool in valgrind gcc zstd python3; do
-    if ! command -v "$tool" >/dev/null 2>&1; then
-        echo "error: $tool is needed" >&2
-        exit 1
-    fi
-done
+need_trace "$TRACE"
+need_tools valgrind gcc zstd python3
 if [[ -z "${BIN:-}" ]]; then
     cargo build --release --locked -p iocache >&2
     BIN=${CARGO_TARGET_DIR:-./target}/release/iocache
