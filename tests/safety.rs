@@ -324,7 +324,7 @@ fn a_second_server_on_the_same_files_is_refused_under_any_name() {
     let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
     let port = tcp_port(&log);
     let mut busy_port = args(&dir, "c", "backend.img", "cache-new.img");
-    set_flag(&mut busy_port, "--listen", &format!("127.0.0.1:{port}"));
+    set_flag(&mut busy_port, "--listen", format!("127.0.0.1:{port}"));
     refused_saying(&busy_port, &["--listen", "Address already in use"]);
     assert!(
         !dir.join("cache-new.img").exists(),
@@ -671,7 +671,7 @@ fn shutdown_with_the_backend_gone_is_bounded_and_keeps_the_dirty_lines() {
     set_flag(
         &mut base,
         "--backend",
-        &format!("nbd+unix:///?socket={}", kit_socket.display()),
+        format!("nbd+unix:///?socket={}", kit_socket.display()),
     );
     base.retain(|a| a != "--backend-size" && a != "16MiB");
     base.extend(["--write-policy".into(), "wb".into()]);
