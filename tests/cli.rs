@@ -19,6 +19,33 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Runs `iocache args`, which must succeed.
+fn run_ok(args: &[&str]) -> Output {
+    let o = iocache(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    o
+}
+
+/// Runs `iocache args`, which must succeed, and parses its stdout as JSON.
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let o = run_ok(args);
+    serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", stdout(&o)))
+}
+
+/// Runs `iocache args`, which must fail with an error saying each of `said`.
+fn fails_saying(args: &[&str], said: &[&str]) -> Output {
+    let o = iocache(args);
+    assert!(!o.status.success(), "{args:?} succeeded");
+    for s in said {
+        assert!(
+            stderr(&o).contains(s),
+            "{args:?}: the error does not say {s:?}: {}",
+            stderr(&o)
+        );
+    }
+    o
+}
+
 const SAMPLE: &str = "crates/iocache-sim/data/sample.lis";
 
 fn temp_file(name: &str, contents: &str) -> PathBuf {
@@ -57,7 +84,7 @@ fn outputs_may_be_dev_null() {
 
 #[test]
 fn sim_json_has_the_documented_fields_for_every_combination() {
-    let o = iocache(&[
+    let json = run_json(&[
         "sim",
         "--trace",
         SAMPLE,
@@ -70,8 +97,6 @@ fn sim_json_has_the_documented_fields_for_every_combination() {
         "--json",
         "-",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("valid JSON");
     assert_eq!(json["schema_version"], 1);
     assert_eq!(json["trace_records"], 20_000);
     let runs = json["runs"].as_array().unwrap();
@@ -113,8 +138,7 @@ fn sim_json_has_the_documented_fields_for_every_combination() {
 
 #[test]
 fn sim_prints_a_table_without_json() {
-    let o = iocache(&["sim", "--trace", SAMPLE, "--policy", "arc", "--cache-size", "512"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run_ok(&["sim", "--trace", SAMPLE, "--policy", "arc", "--cache-size", "512"]);
     let out = stdout(&o);
     assert!(out.contains("hit%") && out.contains("arc"), "{out}");
     assert!(
@@ -132,7 +156,7 @@ fn malformed_lines_are_reported_with_file_line_and_field() {
     let err = stderr(&o);
     assert!(err.contains("bad.csv:2") && err.contains("offset"), "{err}");
     assert!(err.contains("add --skip-bad-lines"), "{err}");
-    let o = iocache(&[
+    let o = run_ok(&[
         "sim",
         "--trace",
         p,
@@ -142,7 +166,6 @@ fn malformed_lines_are_reported_with_file_line_and_field() {
         "--json",
         "-",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("1 malformed line skipped"), "{}", stderr(&o));
     let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(json["skipped_lines"], 1);
@@ -166,16 +189,15 @@ fn bad_options_name_what_is_wrong() {
         assert!(!o.status.success(), "{extra:?} was accepted");
         assert!(stderr(&o).contains(needle), "{extra:?}: {}", stderr(&o));
     }
-    let o = iocache(&["sim", "--trace", "/nonexistent/trace.csv"]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("/nonexistent/trace.csv"), "{}", stderr(&o));
+    fails_saying(
+        &["sim", "--trace", "/nonexistent/trace.csv"],
+        &["/nonexistent/trace.csv"],
+    );
 }
 
 #[test]
 fn trace_stats_reports_requests_footprint_and_windows() {
-    let o = iocache(&["trace", "stats", SAMPLE, "--window", "5000req", "--json", "-"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let json = run_json(&["trace", "stats", SAMPLE, "--window", "5000req", "--json", "-"]);
     assert_eq!(json["requests"], 20_000);
     assert_eq!(json["read_requests"], 20_000);
     assert_eq!(json["window"], "5000req");
@@ -199,17 +221,17 @@ fn trace_stats_reports_requests_footprint_and_windows() {
 #[test]
 fn an_empty_trace_is_an_error() {
     let path = temp_file("empty.lis", "\n");
-    let o = iocache(&["sim", "--trace", path.to_str().unwrap(), "--format", "arc"]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("no data requests"), "{}", stderr(&o));
+    fails_saying(
+        &["sim", "--trace", path.to_str().unwrap(), "--format", "arc"],
+        &["no data requests"],
+    );
 }
 
 #[test]
 fn timing_reports_latency_and_writes_a_series() {
-    let dir = std::env::temp_dir().join(format!("iocache-cli-series-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = lab_dir("series");
     let csv = dir.join("series.csv");
-    let o = iocache(&[
+    let json = run_json(&[
         "sim",
         "--trace",
         SAMPLE,
@@ -230,8 +252,6 @@ fn timing_reports_latency_and_writes_a_series() {
         "--json",
         "-",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     for run in json["runs"].as_array().unwrap() {
         let t = &run["timing"];
         assert_eq!(t["requests"], 20_000, "{t}");
@@ -246,13 +266,13 @@ fn timing_reports_latency_and_writes_a_series() {
     assert!(lines.next().unwrap().starts_with("policy,cache_size,start_ns"));
     assert!(lines.clone().any(|l| l.starts_with("lru,1024,")) && lines.any(|l| l.starts_with("arc,1024,")));
     // Without timing flags there is no timing block.
-    let o = iocache(&["sim", "--trace", SAMPLE, "--cache-size", "64", "--json", "-"]);
-    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let json = run_json(&["sim", "--trace", SAMPLE, "--cache-size", "64", "--json", "-"]);
     assert!(json["runs"][0].get("timing").is_none());
     // Bad devices are named.
-    let o = iocache(&["sim", "--trace", SAMPLE, "--cache-device", "floppy"]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("floppy"), "{}", stderr(&o));
+    fails_saying(
+        &["sim", "--trace", SAMPLE, "--cache-device", "floppy"],
+        &["floppy"],
+    );
 }
 
 /// Runs `iocache args` with `input` on its stdin.
@@ -274,7 +294,7 @@ fn iocache_with_stdin(args: &[&str], input: &[u8]) -> Output {
 #[test]
 fn sizes_take_one_grammar_and_a_bare_number_is_a_line_count_only_in_sim() {
     // A bare --cache-size is lines in sim; a size with a unit is bytes.
-    let o = iocache(&[
+    let json = run_json(&[
         "sim",
         "--trace",
         SAMPLE,
@@ -283,21 +303,17 @@ fn sizes_take_one_grammar_and_a_bare_number_is_a_line_count_only_in_sim() {
         "--json",
         "-",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(json["runs"][0]["cache_lines"], 64, "{json}");
     assert_eq!(json["runs"][1]["cache_lines"], 384, "{json}");
     // A line size without a unit is refused, saying how to write it.
-    let o = iocache(&["sim", "--trace", SAMPLE, "--line-size", "4096"]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("4096B for bytes or 4KiB"), "{}", stderr(&o));
+    fails_saying(
+        &["sim", "--trace", SAMPLE, "--line-size", "4096"],
+        &["4096B for bytes or 4KiB"],
+    );
     // KB/MB are refused, naming the 1024-based spelling.
-    let o = iocache(&["sim", "--trace", SAMPLE, "--cache-size", "2MB"]);
-    assert!(!o.status.success());
-    assert!(
-        stderr(&o).contains("ambiguous") && stderr(&o).contains("2MiB"),
-        "{}",
-        stderr(&o)
+    fails_saying(
+        &["sim", "--trace", SAMPLE, "--cache-size", "2MB"],
+        &["ambiguous", "2MiB"],
     );
     let help = stdout(&iocache(&["sim", "--help"]));
     assert!(help.contains("a bare number is a line count"), "{help}");
@@ -330,17 +346,15 @@ fn errors_say_each_cause_once_and_the_way_out() {
         "msr.csv",
         "128166372003061629,hm,0,Read,383726592,4096,1\n128166372016382155,hm,0,Write,3041245184,4096,1\n",
     );
-    let o = iocache(&["sim", "--trace", msr.to_str().unwrap(), "--format", "systor"]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("try --format msr"), "{}", stderr(&o));
+    fails_saying(
+        &["sim", "--trace", msr.to_str().unwrap(), "--format", "systor"],
+        &["try --format msr"],
+    );
 
     // --json into a directory that does not exist fails before the run.
-    let o = iocache(&["sim", "--trace", SAMPLE, "--json", "/no/such/dir/out.json"]);
-    assert!(!o.status.success());
-    assert!(
-        stderr(&o).contains("--json /no/such/dir/out.json"),
-        "{}",
-        stderr(&o)
+    let o = fails_saying(
+        &["sim", "--trace", SAMPLE, "--json", "/no/such/dir/out.json"],
+        &["--json /no/such/dir/out.json"],
     );
     assert!(!stdout(&o).contains("hit%"), "the run went ahead: {}", stdout(&o));
 
@@ -362,8 +376,7 @@ fn errors_say_each_cause_once_and_the_way_out() {
 fn zstd_compress(data: &[u8]) -> Vec<u8> {
     // The binary's own dependency tree has zstd; the test shells out to the
     // command to stay independent of it.
-    let dir = std::env::temp_dir().join(format!("iocache-cli-zstd-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = lab_dir("zstd");
     let plain = dir.join("in");
     std::fs::write(&plain, data).unwrap();
     let out = Command::new("zstd").args(["-q", "-f", "-c"]).arg(&plain).output();
@@ -382,8 +395,7 @@ fn a_trace_on_stdin_and_the_warmup_fraction_it_cannot_give() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let piped: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let o = iocache(&["sim", "--trace", SAMPLE, "--json", "-"]);
-    let from_file: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let from_file = run_json(&["sim", "--trace", SAMPLE, "--json", "-"]);
     assert_eq!(piped["runs"][0]["hits"], from_file["runs"][0]["hits"]);
     assert_eq!(piped["trace"], "stdin");
     let o = iocache_with_stdin(&["sim", "--trace", "-", "--warmup", "0.2"], &sample);
@@ -394,7 +406,7 @@ fn a_trace_on_stdin_and_the_warmup_fraction_it_cannot_give() {
 #[test]
 fn counts_read_as_english() {
     let one = temp_file("one.lis", "0 8 0 1\n");
-    let o = iocache(&[
+    let o = run_ok(&[
         "sim",
         "--trace",
         one.to_str().unwrap(),
@@ -403,7 +415,6 @@ fn counts_read_as_english() {
         "--threads",
         "1",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains(": 1 request, 0 warmup, 1 run on 1 thread"), "{out}");
     let o = iocache(&[
@@ -426,8 +437,7 @@ fn counts_read_as_english() {
 #[test]
 fn log_levels_completions_and_man_pages() {
     // -q keeps warnings, drops info; each line has a UTC timestamp.
-    let o = iocache(&["-q", "sim", "--trace", SAMPLE, "--warmup", "1000000"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run_ok(&["-q", "sim", "--trace", SAMPLE, "--warmup", "1000000"]);
     let err = stderr(&o);
     let warning = err
         .lines()
@@ -448,8 +458,7 @@ fn log_levels_completions_and_man_pages() {
         stderr(&o)
     );
     let dir = std::env::temp_dir().join(format!("iocache-cli-man-{}", std::process::id()));
-    let o = iocache(&["man", dir.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(&["man", dir.to_str().unwrap()]);
     let page = std::fs::read_to_string(dir.join("iocache-serve.1")).unwrap();
     assert!(
         page.contains("read\\-only") || page.contains("read-only"),
@@ -460,7 +469,7 @@ fn log_levels_completions_and_man_pages() {
 
 #[test]
 fn trace_mrc_writes_the_documented_json_and_matches_sim() {
-    let o = iocache(&[
+    let json = run_json(&[
         "trace",
         "mrc",
         SAMPLE,
@@ -471,8 +480,6 @@ fn trace_mrc_writes_the_documented_json_and_matches_sim() {
         "--json",
         "-",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let curves = json["curves"].as_array().unwrap();
     assert_eq!(curves.len(), 2);
     assert_eq!(curves[0]["method"], "exact");
@@ -481,7 +488,7 @@ fn trace_mrc_writes_the_documented_json_and_matches_sim() {
     assert_eq!(points[1]["cache_lines"], 256);
     assert_eq!(points[1]["cache_bytes"], 1 << 20);
     assert!(curves[1]["max_error_vs_exact"].as_f64().is_some());
-    let o = iocache(&[
+    let sim = run_json(&[
         "sim",
         "--trace",
         SAMPLE,
@@ -492,7 +499,6 @@ fn trace_mrc_writes_the_documented_json_and_matches_sim() {
         "--json",
         "-",
     ]);
-    let sim: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     for (point, run) in points.iter().zip(sim["runs"].as_array().unwrap()) {
         let miss = 1.0 - run["hits"].as_f64().unwrap() / run["accesses"].as_f64().unwrap();
         assert!(
@@ -500,18 +506,15 @@ fn trace_mrc_writes_the_documented_json_and_matches_sim() {
             "{point} vs {miss}"
         );
     }
-    let o = iocache(&["trace", "mrc", SAMPLE, "--method", "belady"]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("shards:RATE"), "{}", stderr(&o));
+    fails_saying(&["trace", "mrc", SAMPLE, "--method", "belady"], &["shards:RATE"]);
 }
 
 #[test]
 fn gen_writes_a_trace_sim_reads_and_a_fio_job() {
-    let dir = std::env::temp_dir().join(format!("iocache-cli-gen-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = lab_dir("gen");
     let trace = dir.join("zoned.csv.gz");
     let fio = dir.join("zoned.fio");
-    let o = iocache(&[
+    run_ok(&[
         "gen",
         "examples/workloads/asplos-zoned.toml",
         "-o",
@@ -519,11 +522,10 @@ fn gen_writes_a_trace_sim_reads_and_a_fio_job() {
         "--fio",
         fio.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     assert!(std::fs::read_to_string(&fio)
         .unwrap()
         .contains("random_distribution=zoned:85/10:15/90"));
-    let o = iocache(&[
+    let json = run_json(&[
         "sim",
         "--trace",
         trace.to_str().unwrap(),
@@ -532,8 +534,6 @@ fn gen_writes_a_trace_sim_reads_and_a_fio_job() {
         "--json",
         "-",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(json["format"], "msr");
     assert_eq!(json["trace_records"], 300_000);
     let again = iocache(&["gen", "examples/workloads/asplos-zoned.toml"]);
@@ -546,13 +546,7 @@ fn gen_writes_a_trace_sim_reads_and_a_fio_job() {
         "bad.toml",
         "volume_size = \"1GiB\"\n[[phase]]\nrequests = 10\ndistribution = \"zipf\"\n",
     );
-    let o = iocache(&["gen", bad.to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(
-        stderr(&o).contains("phase 1") && stderr(&o).contains("zipf"),
-        "{}",
-        stderr(&o)
-    );
+    fails_saying(&["gen", bad.to_str().unwrap()], &["phase 1", "zipf"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -560,39 +554,17 @@ fn gen_writes_a_trace_sim_reads_and_a_fio_job() {
 /// missing.
 #[test]
 fn lab_shards_merge_to_one_run_and_runs_resume() {
-    let dir = std::env::temp_dir().join(format!("iocache-cli-lab-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(SAMPLE);
-    let experiment = dir.join("e.toml");
-    std::fs::write(
-        &experiment,
-        format!(
-            "[[workload]]\nname = \"sample\"\ntrace = \"{}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"1MiB\", \"512\"]\nwrite_policy = [\"wb\", \"wt\"]\n",
-            sample.display()
-        ),
-    )
-    .unwrap();
+    let dir = lab_dir("lab");
+    let experiment = write_experiment(&dir, "[[workload]]\nname = \"sample\"\ntrace = \"{trace}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"1MiB\", \"512\"]\nwrite_policy = [\"wb\", \"wt\"]\n", &sample_path());
     let e = experiment.to_str().unwrap();
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
-    let strip = |file: &str| -> Vec<serde_json::Value> {
-        std::fs::read_to_string(file)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-                v.as_object_mut().unwrap().remove("seconds");
-                v
-            })
-            .collect()
-    };
-    let o = iocache(&["lab", "run", e, "--out", &path("whole.jsonl"), "--threads", "1"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let strip = |file: &str| json_lines(std::path::Path::new(file));
+    run_ok(&["lab", "run", e, "--out", &path("whole.jsonl"), "--threads", "1"]);
     let whole = strip(&path("whole.jsonl"));
     assert_eq!(whole.len(), 12);
     for i in 0..3 {
         let shard = format!("{i}/3");
-        let o = iocache(&[
+        run_ok(&[
             "lab",
             "run",
             e,
@@ -601,10 +573,9 @@ fn lab_shards_merge_to_one_run_and_runs_resume() {
             "--out",
             &path(&format!("part{i}.jsonl")),
         ]);
-        assert!(o.status.success(), "{}", stderr(&o));
         assert_eq!(strip(&path(&format!("part{i}.jsonl"))).len(), 4);
     }
-    let o = iocache(&[
+    run_ok(&[
         "lab",
         "merge",
         &path("part2.jsonl"),
@@ -615,7 +586,6 @@ fn lab_shards_merge_to_one_run_and_runs_resume() {
         "--csv",
         &path("merged.csv"),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         strip(&path("merged.jsonl")),
         whole,
@@ -626,8 +596,7 @@ fn lab_shards_merge_to_one_run_and_runs_resume() {
     assert!(csv.lines().next().unwrap().contains("write_policy"));
     // Resume: a file holding one shard gets only the other points.
     std::fs::copy(path("part0.jsonl"), path("resumed.jsonl")).unwrap();
-    let o = iocache(&["lab", "run", e, "--out", &path("resumed.jsonl")]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run_ok(&["lab", "run", e, "--out", &path("resumed.jsonl")]);
     assert!(
         stderr(&o).contains("4 already in") && stderr(&o).contains("8 to run"),
         "{}",
@@ -644,28 +613,20 @@ fn lab_shards_merge_to_one_run_and_runs_resume() {
 /// `iocache sim` at that many lines.
 #[test]
 fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
-    let dir = std::env::temp_dir().join(format!("iocache-cli-lab-share-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(SAMPLE);
-    let experiment = dir.join("e.toml");
-    std::fs::write(
-        &experiment,
-        format!(
-            "[[workload]]\nname = \"s\"\ntrace = \"{}\"\n[grid]\ncache_size = [\"10%\"]\n",
-            sample.display()
-        ),
-    )
-    .unwrap();
+    let dir = lab_dir("lab-share");
+    let experiment = write_experiment(
+        &dir,
+        "[[workload]]\nname = \"s\"\ntrace = \"{trace}\"\n[grid]\ncache_size = [\"10%\"]\n",
+        &sample_path(),
+    );
     let out = dir.join("r.jsonl");
-    let o = iocache(&[
+    run_ok(&[
         "lab",
         "run",
         experiment.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     let row: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&out).unwrap().trim()).unwrap();
     let stats: serde_json::Value =
         serde_json::from_str(&stdout(&iocache(&["trace", "stats", SAMPLE, "--json", "-"]))).unwrap();
@@ -690,12 +651,7 @@ fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
         "[[workload]]\nname = \"s\"\ntrace = \"x\"\n[grid]\ncache_size = [\"150%\"]\n",
     )
     .unwrap();
-    let o = iocache(&["lab", "run", bad.to_str().unwrap()]);
-    assert!(
-        !o.status.success() && stderr(&o).contains("grid.cache_size"),
-        "{}",
-        stderr(&o)
-    );
+    fails_saying(&["lab", "run", bad.to_str().unwrap()], &["grid.cache_size"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -705,13 +661,11 @@ fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
 /// browser.)
 #[test]
 fn reports_are_written_where_asked() {
-    let dir = std::env::temp_dir().join(format!("iocache-cli-report-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = lab_dir("report");
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
 
     // One size: the table, no curve against size.
-    let o = iocache(&[
+    let o = run_ok(&[
         "sim",
         "--trace",
         SAMPLE,
@@ -720,14 +674,13 @@ fn reports_are_written_where_asked() {
         "--report",
         &path("one.html"),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("lru"), "the table is still printed");
     let html = std::fs::read_to_string(path("one.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<table>"));
     assert!(!html.contains("<svg"), "no sweep, no plot");
 
     // With --json -, stdout holds only the JSON and the page is written.
-    let o = iocache(&[
+    let o = run_ok(&[
         "trace",
         "mrc",
         SAMPLE,
@@ -736,36 +689,23 @@ fn reports_are_written_where_asked() {
         "--report",
         &path("mrc.html"),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     serde_json::from_str::<serde_json::Value>(&stdout(&o)).expect("only JSON on stdout");
     assert!(std::fs::read_to_string(path("mrc.html"))
         .unwrap()
         .contains("<svg"));
 
-    let o = iocache(&["sim", "--trace", SAMPLE, "--report", "-"]);
-    assert!(!o.status.success());
-    assert!(
-        stderr(&o).contains("--report: give a file name"),
-        "{}",
-        stderr(&o)
+    fails_saying(
+        &["sim", "--trace", SAMPLE, "--report", "-"],
+        &["--report: give a file name"],
     );
-    let o = iocache(&["sim", "--trace", SAMPLE, "--report", "/nonexistent-dir/r.html"]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("--report /nonexistent-dir/r.html: cannot write there"));
+    fails_saying(
+        &["sim", "--trace", SAMPLE, "--report", "/nonexistent-dir/r.html"],
+        &["--report /nonexistent-dir/r.html: cannot write there"],
+    );
 
-    let experiment = dir.join("e.toml");
-    std::fs::write(
-        &experiment,
-        format!(
-            "[[workload]]\nname = \"sample\"\ntrace = \"{}\"\nformat = \"arc\"\n\n[grid]\ncache_size = [\"64\", \"512\"]\n",
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(SAMPLE).display()
-        ),
-    )
-    .unwrap();
-    let o = iocache(&["lab", "run", experiment.to_str().unwrap(), "--threads", "1"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let o = iocache(&["lab", "report", &path("e.results.jsonl")]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let experiment = write_experiment(&dir, "[[workload]]\nname = \"sample\"\ntrace = \"{trace}\"\nformat = \"arc\"\n\n[grid]\ncache_size = [\"64\", \"512\"]\n", &sample_path());
+    run_ok(&["lab", "run", experiment.to_str().unwrap(), "--threads", "1"]);
+    run_ok(&["lab", "report", &path("e.results.jsonl")]);
     let html = std::fs::read_to_string(path("e.results.html")).unwrap();
     assert!(html.contains("sample: hit ratio vs cache size"));
     // Nothing varies but the size: one series, every knob said once.
@@ -774,15 +714,16 @@ fn reports_are_written_where_asked() {
         "constant knobs at the top"
     );
     std::fs::write(path("empty.jsonl"), "").unwrap();
-    let o = iocache(&[
-        "lab",
-        "report",
-        &path("empty.jsonl"),
-        "--out",
-        &path("empty.html"),
-    ]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("no results"), "{}", stderr(&o));
+    fails_saying(
+        &[
+            "lab",
+            "report",
+            &path("empty.jsonl"),
+            "--out",
+            &path("empty.html"),
+        ],
+        &["no results"],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -809,6 +750,19 @@ fn three_volume_trace(dir: &std::path::Path, n: u64) -> PathBuf {
     path
 }
 
+/// The sample trace's absolute path.
+fn sample_path() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(SAMPLE)
+}
+
+/// Writes DIR/e.toml: `text` with `{trace}` replaced by `trace`'s path.
+fn write_experiment(dir: &std::path::Path, text: &str, trace: &std::path::Path) -> PathBuf {
+    let path = dir.join("e.toml");
+    std::fs::write(&path, text.replace("{trace}", &trace.display().to_string())).unwrap();
+    path
+}
+
+/// A fresh empty directory for one test.
 fn lab_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("iocache-cli-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -836,26 +790,17 @@ fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
 fn lab_grid_over_timing_adapt_and_restarts_equals_sim_alone() {
     let dir = lab_dir("lab-knobs");
     let trace = three_volume_trace(&dir, 3000);
-    let experiment = dir.join("e.toml");
-    std::fs::write(
-        &experiment,
-        format!(
-            "per_volume = true\n[[workload]]\nname = \"three\"\ntrace = \"{}\"\n\n[grid]\ncache_size = [\"512\"]\n\
+    let experiment = write_experiment(&dir, "per_volume = true\n[[workload]]\nname = \"three\"\ntrace = \"{trace}\"\n\n[grid]\ncache_size = [\"512\"]\n\
              cache_device = [\"optane\"]\nspeed = [1, 4]\nadapt = [\"none\", \"observe\", \"reca\"]\nreca_window = [500]\n\
-             restart_every = [\"off\", \"700ms:persistence=dirty\"]\nwarmup = [\"0\", \"0.2\"]\n\n[series]\nevery = \"1000\"\n",
-            trace.display()
-        ),
-    )
-    .unwrap();
+             restart_every = [\"off\", \"700ms:persistence=dirty\"]\nwarmup = [\"0\", \"0.2\"]\n\n[series]\nevery = \"1000\"\n", &trace);
     let out = dir.join("r.jsonl");
-    let o = iocache(&[
+    run_ok(&[
         "lab",
         "run",
         experiment.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     let rows = json_lines(&out);
     assert_eq!(rows.len(), 24);
     let volumes = json_lines(&dir.join("r.volumes.jsonl"));
@@ -892,9 +837,7 @@ fn lab_grid_over_timing_adapt_and_restarts_equals_sim_alone() {
             args.extend(["--warmup".into(), knob("warmup")]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let o = iocache(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
-        let sim: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let sim = run_json(&args);
         let run = &sim["runs"][0];
         let id = &row["point_id"];
         assert_eq!(row["hits"], run["hits"], "{id}");
@@ -985,7 +928,7 @@ fn sim_series_without_timing_and_per_volume_add_up() {
     let trace = three_volume_trace(&dir, 4000);
     let csv = dir.join("s.csv");
     let report = dir.join("s.html");
-    let o = iocache(&[
+    let sim = run_json(&[
         "sim",
         "--trace",
         trace.to_str().unwrap(),
@@ -1001,8 +944,6 @@ fn sim_series_without_timing_and_per_volume_add_up() {
         "--json",
         "-",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let sim: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let run = &sim["runs"][0];
     assert!(run.get("timing").is_none());
     let windows: Vec<&serde_json::Value> = run["cache_series"]
@@ -1065,17 +1006,15 @@ fn sim_series_without_timing_and_per_volume_add_up() {
         "{}",
         stdout(&o)
     );
-    let o = iocache(&[
-        "sim",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--series",
-        csv.to_str().unwrap(),
-    ]);
-    assert!(
-        !o.status.success() && stderr(&o).contains("--series-every"),
-        "{}",
-        stderr(&o)
+    fails_saying(
+        &[
+            "sim",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--series",
+            csv.to_str().unwrap(),
+        ],
+        &["--series-every"],
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -1087,22 +1026,13 @@ fn sim_series_without_timing_and_per_volume_add_up() {
 fn lab_shards_and_resumption_hold_with_the_new_knobs() {
     let dir = lab_dir("lab-shards-knobs");
     let trace = three_volume_trace(&dir, 2000);
-    let experiment = dir.join("e.toml");
-    std::fs::write(
-        &experiment,
-        format!(
-            "per_volume = true\n[[workload]]\nname = \"three\"\ntrace = \"{}\"\n\n[grid]\ncache_size = [\"128\", \"512\"]\n\
+    let experiment = write_experiment(&dir, "per_volume = true\n[[workload]]\nname = \"three\"\ntrace = \"{trace}\"\n\n[grid]\ncache_size = [\"128\", \"512\"]\n\
              timing = [false, true]\ncache_device = [\"optane\", \"nvme\"]\nadapt = [\"none\", \"reca\"]\nreca_window = [300]\n\
-             restart_every = [\"off\", \"500ms:persistence=none\"]\n\n[series]\nevery = \"400ms\"\n",
-            trace.display()
-        ),
-    )
-    .unwrap();
+             restart_every = [\"off\", \"500ms:persistence=none\"]\n\n[series]\nevery = \"400ms\"\n", &trace);
     let e = experiment.to_str().unwrap();
     let path = |name: &str| dir.join(name);
     let s = |name: &str| path(name).to_str().unwrap().to_string();
-    let o = iocache(&["lab", "run", e, "--out", &s("whole.jsonl")]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(&["lab", "run", e, "--out", &s("whole.jsonl")]);
     let whole = json_lines(&path("whole.jsonl"));
     // Without timing the device knobs do not apply: 8 untimed points, 16 timed.
     assert_eq!(whole.len(), 24);
@@ -1112,7 +1042,7 @@ fn lab_shards_and_resumption_hold_with_the_new_knobs() {
     );
     for i in 0..2 {
         let shard = format!("{i}/2");
-        let o = iocache(&[
+        run_ok(&[
             "lab",
             "run",
             e,
@@ -1121,9 +1051,8 @@ fn lab_shards_and_resumption_hold_with_the_new_knobs() {
             "--out",
             &s(&format!("part{i}.jsonl")),
         ]);
-        assert!(o.status.success(), "{}", stderr(&o));
     }
-    let o = iocache(&[
+    run_ok(&[
         "lab",
         "merge",
         &s("part1.jsonl"),
@@ -1131,7 +1060,6 @@ fn lab_shards_and_resumption_hold_with_the_new_knobs() {
         "-o",
         &s("merged.jsonl"),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(json_lines(&path("merged.jsonl")), whole);
     for side in ["series", "volumes"] {
         let whole_side = json_lines(&path(&format!("whole.{side}.jsonl")));
@@ -1146,22 +1074,19 @@ fn lab_shards_and_resumption_hold_with_the_new_knobs() {
     for ext in ["jsonl", "series.jsonl", "volumes.jsonl"] {
         std::fs::copy(path(&format!("part0.{ext}")), path(&format!("resumed.{ext}"))).unwrap();
     }
-    let o = iocache(&["lab", "run", e, "--out", &s("resumed.jsonl")]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run_ok(&["lab", "run", e, "--out", &s("resumed.jsonl")]);
     assert!(
         stderr(&o).contains("12 already in") && stderr(&o).contains("12 to run"),
         "{}",
         stderr(&o)
     );
-    let o = iocache(&["lab", "merge", &s("resumed.jsonl"), "-o", &s("resorted.jsonl")]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(&["lab", "merge", &s("resumed.jsonl"), "-o", &s("resorted.jsonl")]);
     assert_eq!(json_lines(&path("resorted.jsonl")), whole);
     assert_eq!(
         json_lines(&path("resorted.series.jsonl")),
         json_lines(&path("whole.series.jsonl"))
     );
-    let o = iocache(&["lab", "report", &s("whole.jsonl")]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(&["lab", "report", &s("whole.jsonl")]);
     let page = std::fs::read_to_string(path("whole.html")).unwrap();
     assert!(
         page.contains("three: hit ratio over trace time (s)"),

@@ -6,7 +6,7 @@
 //! stops the server it interrupts. Skipped, with the reason printed, when fio is absent
 //! (CI installs it). The errors that need no fio run everywhere.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -55,26 +55,36 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
     found
 }
 
-#[test]
-fn a_live_grid_gets_a_row_beside_each_simulated_one_and_stops_its_servers() {
+/// A directory in memory for a live experiment: DIR/live for the live
+/// target, DIR/w.toml the workload, DIR/e.toml `experiment` with `{live}`
+/// replaced by DIR/live. `None` (the test skipped) without fio.
+fn live_experiment(name: &str, experiment: &str) -> Option<(PathBuf, PathBuf)> {
     if !have_fio() {
         eprintln!("skipped: fio is not installed (apt-get install fio); the live target needs it");
-        return;
+        return None;
     }
-    let dir = temp_dir_in_memory("grid");
+    let dir = temp_dir_in_memory(name);
     let live = dir.join("live");
     std::fs::create_dir_all(&live).unwrap();
     std::fs::write(dir.join("w.toml"), SPEC).unwrap();
     std::fs::write(
         dir.join("e.toml"),
-        format!(
-            "target = [\"sim\", \"live\"]\n[[workload]]\nname = \"z\"\nspec = \"w.toml\"\n\
-             [grid]\ncache_size = [\"8MiB\"]\npromotion = [\"always\", \"nhit:2\"]\n\
-             [live]\ndir = \"{}\"\nduration = \"1s\"\nwarmup = \"1s\"\niodepth = 4\n",
-            live.display()
-        ),
+        experiment.replace("{live}", &live.display().to_string()),
     )
     .unwrap();
+    Some((dir, live))
+}
+
+#[test]
+fn a_live_grid_gets_a_row_beside_each_simulated_one_and_stops_its_servers() {
+    let Some((dir, live)) = live_experiment(
+        "grid",
+        "target = [\"sim\", \"live\"]\n[[workload]]\nname = \"z\"\nspec = \"w.toml\"\n\
+             [grid]\ncache_size = [\"8MiB\"]\npromotion = [\"always\", \"nhit:2\"]\n\
+             [live]\ndir = \"{live}\"\nduration = \"1s\"\nwarmup = \"1s\"\niodepth = 4\n",
+    ) else {
+        return;
+    };
     // Two shards (a point each, simulated and live), merged.
     for (shard, out) in [("0/2", "a.jsonl"), ("1/2", "b.jsonl")] {
         let o = iocache(&["lab", "run", "e.toml", "--shard", shard, "--out", out], &dir);
@@ -180,23 +190,13 @@ fn live_errors_name_the_point_the_key_or_the_missing_program() {
 /// fio and the server, writes no row for the point and says why.
 #[test]
 fn an_interrupted_live_run_stops_its_server() {
-    if !have_fio() {
-        eprintln!("skipped: fio is not installed (apt-get install fio); the live target needs it");
+    let Some((dir, live)) = live_experiment(
+        "interrupt",
+        "target = [\"live\"]\n[[workload]]\nname = \"z\"\nspec = \"w.toml\"\n\
+             [live]\ndir = \"{live}\"\nduration = \"60s\"\nwarmup = \"0s\"\niodepth = 2\n",
+    ) else {
         return;
-    }
-    let dir = temp_dir_in_memory("interrupt");
-    let live = dir.join("live");
-    std::fs::create_dir_all(&live).unwrap();
-    std::fs::write(dir.join("w.toml"), SPEC).unwrap();
-    std::fs::write(
-        dir.join("e.toml"),
-        format!(
-            "target = [\"live\"]\n[[workload]]\nname = \"z\"\nspec = \"w.toml\"\n\
-             [live]\ndir = \"{}\"\nduration = \"60s\"\nwarmup = \"0s\"\niodepth = 2\n",
-            live.display()
-        ),
-    )
-    .unwrap();
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_iocache"))
         .args(["lab", "run", "e.toml"])
         .current_dir(&dir)

@@ -21,6 +21,23 @@ fn iocache(args: &[&str]) -> Output {
         .expect("iocache runs")
 }
 
+/// `iocache lab reproduce NAME --quick [--traces TRACES] --out OUT`,
+/// which must succeed.
+fn reproduce_quick(name: &str, traces: Option<&Path>, out: &Path) -> Output {
+    let mut args = vec!["lab", "reproduce", name, "--quick"];
+    if let Some(traces) = traces {
+        args.extend(["--traces", traces.to_str().unwrap()]);
+    }
+    args.extend(["--out", out.to_str().unwrap()]);
+    let o = iocache(&args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
 const OUTCOMES: [&str; 3] = ["reproduced", "partially", "not"];
 
 /// Reads and checks one reproduction's directory; returns its verdict.
@@ -54,16 +71,8 @@ fn check_dir(dir: &Path, name: &str) -> Value {
 )]
 fn every_quick_reproduction_writes_figures_and_a_verdict() {
     let out = temp_dir("all");
-    let o = iocache(&[
-        "lab",
-        "reproduce",
-        "all",
-        "--quick",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = reproduce_quick("all", None, &out);
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for name in ["arc-p2", "asplos23", "icpp22", "systor14", "reca", "lbica"] {
         let verdict = check_dir(&out.join(name), name);
         assert!(
@@ -90,17 +99,7 @@ fn every_quick_reproduction_writes_figures_and_a_verdict() {
 fn without_the_traces_the_reproductions_say_what_they_skipped() {
     let out = temp_dir("skip");
     let empty = temp_dir("empty-traces");
-    let o = iocache(&[
-        "lab",
-        "reproduce",
-        "arc-p2",
-        "--quick",
-        "--traces",
-        empty.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = reproduce_quick("arc-p2", Some(&empty), &out);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         stdout.contains("skipped") && stdout.contains("arc-P2.lis.zst"),
@@ -111,17 +110,7 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
     assert!(!verdict["skipped"].as_array().unwrap().is_empty());
 
     // The generated workloads run without them; the samples are skipped.
-    let o = iocache(&[
-        "lab",
-        "reproduce",
-        "icpp22",
-        "--quick",
-        "--traces",
-        empty.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    reproduce_quick("icpp22", Some(&empty), &out);
     let verdict = check_dir(&out.join("icpp22"), "icpp22");
     assert!(!verdict["claims"].as_array().unwrap().is_empty());
     assert!(verdict["skipped"]
@@ -159,15 +148,7 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
 #[test]
 fn lbica_compares_wb_sib_and_lbica_under_bursts() {
     let out = temp_dir("lbica");
-    let o = iocache(&[
-        "lab",
-        "reproduce",
-        "lbica",
-        "--quick",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    reproduce_quick("lbica", None, &out);
     let verdict = check_dir(&out.join("lbica"), "lbica");
     let claims = verdict["claims"].as_array().unwrap();
     assert_eq!(claims.len(), 6, "{verdict}");

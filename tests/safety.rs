@@ -41,6 +41,30 @@ fn args(dir: &Path, tag: &str, backend: &str, cache: &str) -> Vec<String> {
     ]
 }
 
+/// The arguments of server "a" on DIR/backend.img and DIR/cache.img,
+/// then `extra`.
+fn args_a(dir: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a = args(dir, "a", "backend.img", "cache.img");
+    a.extend(extra.iter().map(|x| x.to_string()));
+    a
+}
+
+/// Sets the value that follows `flag` in `args`.
+fn set_flag(args: &mut [String], flag: &str, value: impl Into<String>) {
+    let at = args.iter().position(|x| x == flag).expect(flag);
+    args[at + 1] = value.into();
+}
+
+/// Runs `args`, a start that must be refused, and checks that its error
+/// says each of `said`; returns the error.
+fn refused_saying(args: &[String], said: &[&str]) -> String {
+    let err = refused(args);
+    for s in said {
+        assert!(err.contains(s), "the error does not say {s:?}: {err}");
+    }
+    err
+}
+
 fn iocache() -> Command {
     Command::new(env!("CARGO_BIN_EXE_iocache"))
 }
@@ -120,17 +144,11 @@ impl Server {
 #[test]
 fn damaged_dirty_data_refuses_the_start_until_accepted() {
     let dir = temp_dir("damaged-data");
-    let mut base = args(&dir, "a", "backend.img", "cache.img");
-    base.extend(["--write-policy".into(), "wb".into()]);
-    let server = Server::start(&dir, "a", &base);
-    write_pattern(&mut server.client(), 32, 21);
-    server.kill();
+    let base = args_a(&dir, &["--write-policy", "wb"]);
+    write_and_crash(&dir, &base, 32, 21);
 
     let mut cache = std::fs::read(dir.join("cache.img")).unwrap();
-    let superblock = match iocache_format::pick_superblock(&cache[..4096], &cache[4096..8192]).unwrap() {
-        iocache_format::SuperblockFound::Found { superblock, .. } => superblock,
-        other => panic!("no superblock: {other:?}"),
-    };
+    let superblock = superblock_of(&cache);
     let layout = superblock.layout;
     let region = layout.copy_region_bytes as usize;
     let at = |copy: u8| layout.copy_region_offset(copy) as usize;
@@ -152,11 +170,12 @@ fn damaged_dirty_data_refuses_the_start_until_accepted() {
     cache[(layout.line_offset(slot) + 1234) as usize] ^= 0x08;
     std::fs::write(dir.join("cache.img"), &cache).unwrap();
 
-    let err = refused(&base);
-    assert!(
-        err.contains("does not match the checksum")
-            && err.contains(&format!("probably dirty line {damaged_line} ")),
-        "{err}"
+    let err = refused_saying(
+        &base,
+        &[
+            "does not match the checksum",
+            &format!("probably dirty line {damaged_line} "),
+        ],
     );
     assert!(err.contains("--accept-damaged-metadata"), "{err}");
 
@@ -179,6 +198,66 @@ fn damaged_dirty_data_refuses_the_start_until_accepted() {
     drop(client);
     assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The current superblock of a cache device's image.
+fn superblock_of(image: &[u8]) -> iocache_format::Superblock {
+    match iocache_format::pick_superblock(&image[..4096], &image[4096..8192]).unwrap() {
+        iocache_format::SuperblockFound::Found { superblock, .. } => superblock,
+        other => panic!("no superblock: {other:?}"),
+    }
+}
+
+/// Asserts that `data` holds `lines` lines of the pattern from `seed`.
+fn assert_holds_pattern(data: &[u8], lines: usize, seed: u8) {
+    for i in 0..lines {
+        assert!(
+            data[i * 4096..(i + 1) * 4096]
+                .iter()
+                .all(|&b| b == seed.wrapping_add(i as u8)),
+            "line {i} does not hold the pattern from {seed}"
+        );
+    }
+}
+
+/// Cuts the file at `path` to `len` bytes.
+fn truncate(path: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+/// The TCP port a server's banner in `log` names.
+fn tcp_port(log: &str) -> String {
+    log.split("nbd://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("the banner names the TCP port")
+        .to_string()
+}
+
+/// Runs `iocache ctl --admin-socket DIR/admin-TAG.sock ARGS`: whether it
+/// succeeded, and its output.
+fn ctl(dir: &Path, tag: &str, args: &[&str]) -> (bool, String) {
+    let out = iocache()
+        .args(["ctl", "--admin-socket"])
+        .arg(dir.join(format!("admin-{tag}.sock")))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// Starts server "a" with `args`, writes `lines` lines from `seed` (flushed)
+/// and crashes it.
+fn write_and_crash(dir: &Path, args: &[String], lines: u64, seed: u8) {
+    let server = Server::start(dir, "a", args);
+    write_pattern(&mut server.client(), lines, seed);
+    server.kill();
 }
 
 fn superblocks(path: &Path) -> Vec<u8> {
@@ -211,7 +290,7 @@ fn check_pattern(client: &mut Client, lines: u64, seed: u8) {
 #[test]
 fn a_second_server_on_the_same_files_is_refused_under_any_name() {
     let dir = temp_dir("second");
-    let first = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
+    let first = Server::start(&dir, "a", &args_a(&dir, &[]));
     let mut client = first.client();
     write_pattern(&mut client, 64, 1);
     let before = superblocks(&dir.join("cache.img"));
@@ -226,10 +305,9 @@ fn a_second_server_on_the_same_files_is_refused_under_any_name() {
         ("backend-link.img", "cache-link.img", "backend-link.img"),
         ("other-backend.img", "cache-link.img", "cache-link.img"),
     ] {
-        let err = refused(&args(&dir, "b", backend, cache));
-        assert!(
-            err.contains(&format!("{what} is in use by pid {}", first.id())),
-            "{err}"
+        let err = refused_saying(
+            &args(&dir, "b", backend, cache),
+            &[&format!("{what} is in use by pid {}", first.id())],
         );
         assert!(err.contains("(iocache)"), "the holder is named: {err}");
         // Refused before its own sockets were left behind.
@@ -244,20 +322,10 @@ fn a_second_server_on_the_same_files_is_refused_under_any_name() {
     // A start on the first's TCP port fails before it opens any device:
     // its new cache file is not even created.
     let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
-    let port = log
-        .split("nbd://127.0.0.1:")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .expect("the banner names the TCP port")
-        .to_string();
+    let port = tcp_port(&log);
     let mut busy_port = args(&dir, "c", "backend.img", "cache-new.img");
-    let listen = busy_port.iter().position(|a| a == "--listen").unwrap();
-    busy_port[listen + 1] = format!("127.0.0.1:{port}");
-    let err = refused(&busy_port);
-    assert!(
-        err.contains("--listen") && err.contains("Address already in use"),
-        "{err}"
-    );
+    set_flag(&mut busy_port, "--listen", format!("127.0.0.1:{port}"));
+    refused_saying(&busy_port, &["--listen", "Address already in use"]);
     assert!(
         !dir.join("cache-new.img").exists(),
         "a device was opened before the listener"
@@ -279,34 +347,28 @@ fn a_second_server_on_the_same_files_is_refused_under_any_name() {
 #[test]
 fn socket_paths_never_take_a_live_socket_nor_delete_a_file() {
     let dir = temp_dir("sockets");
-    let first = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
+    let first = Server::start(&dir, "a", &args_a(&dir, &[]));
     let other = |socket: &str, admin: &str| {
         let mut a = args(&dir, "b", "backend-b.img", "cache-b.img");
-        let s = a.iter().position(|x| x == "--socket").unwrap();
-        a[s + 1] = dir.join(socket).display().to_string();
-        let s = a.iter().position(|x| x == "--admin-socket").unwrap();
-        a[s + 1] = dir.join(admin).display().to_string();
+        set_flag(&mut a, "--socket", dir.join(socket).display().to_string());
+        set_flag(&mut a, "--admin-socket", dir.join(admin).display().to_string());
         a
     };
-    let err = refused(&other("nbd-a.sock", "admin-b.sock"));
-    assert!(
-        err.contains("--socket") && err.contains("a server is already listening"),
-        "{err}"
+    refused_saying(
+        &other("nbd-a.sock", "admin-b.sock"),
+        &["--socket", "a server is already listening"],
     );
-    let err = refused(&other("nbd-b.sock", "admin-a.sock"));
-    assert!(
-        err.contains("--admin-socket") && err.contains("a server is already listening"),
-        "{err}"
+    refused_saying(
+        &other("nbd-b.sock", "admin-a.sock"),
+        &["--admin-socket", "a server is already listening"],
     );
     std::fs::write(dir.join("precious.txt"), b"keep me").unwrap();
-    let err = refused(&other("nbd-b.sock", "precious.txt"));
-    assert!(
-        err.contains("is not a socket (a regular file); not removing it"),
-        "{err}"
+    refused_saying(
+        &other("nbd-b.sock", "precious.txt"),
+        &["is not a socket (a regular file); not removing it"],
     );
     assert_eq!(std::fs::read(dir.join("precious.txt")).unwrap(), b"keep me");
-    let err = refused(&other("precious.txt", "admin-b.sock"));
-    assert!(err.contains("not removing it"), "{err}");
+    refused_saying(&other("precious.txt", "admin-b.sock"), &["not removing it"]);
     assert_eq!(std::fs::read(dir.join("precious.txt")).unwrap(), b"keep me");
     // None of them opened a device.
     assert!(!dir.join("cache-b.img").exists() && !dir.join("backend-b.img").exists());
@@ -343,9 +405,12 @@ fn socket_paths_never_take_a_live_socket_nor_delete_a_file() {
 fn a_socket_path_in_missing_directories_is_refused_and_creates_nothing() {
     let dir = temp_dir("socket-dirs");
     for (flag, named) in [("--socket", "--socket"), ("--admin-socket", "--admin-socket")] {
-        let mut a = args(&dir, "a", "backend.img", "cache.img");
-        let s = a.iter().position(|x| x == flag).unwrap();
-        a[s + 1] = dir.join("missing/deeper/s.sock").display().to_string();
+        let mut a = args_a(&dir, &[]);
+        set_flag(
+            &mut a,
+            flag,
+            dir.join("missing/deeper/s.sock").display().to_string(),
+        );
         let err = refused(&a);
         assert!(
             err.contains(named) && err.contains("does not exist, nor") && err.contains("missing"),
@@ -354,9 +419,8 @@ fn a_socket_path_in_missing_directories_is_refused_and_creates_nothing() {
         assert!(!dir.join("missing").exists(), "{flag}: a directory was created");
     }
     // One missing level (a data directory to be) is created.
-    let mut a = args(&dir, "a", "backend.img", "cache.img");
-    let s = a.iter().position(|x| x == "--socket").unwrap();
-    a[s + 1] = dir.join("new/s.sock").display().to_string();
+    let mut a = args_a(&dir, &[]);
+    set_flag(&mut a, "--socket", dir.join("new/s.sock").display().to_string());
     let socket = dir.join("new/s.sock");
     let mut server = Process::spawn(iocache().args(&a), &dir.join("server-new.log"));
     server.wait_until("the socket in a new directory answers", || {
@@ -375,9 +439,8 @@ fn a_size_that_changes_nothing_is_said() {
         .unwrap()
         .set_len(8 << 20)
         .unwrap();
-    let mut a = args(&dir, "a", "backend.img", "cache.img");
-    let s = a.iter().position(|x| x == "--cache-size").unwrap();
-    a[s + 1] = "12MiB".into();
+    let mut a = args_a(&dir, &[]);
+    set_flag(&mut a, "--cache-size", "12MiB");
     a.push("--init".into());
     let server = Server::start(&dir, "a", &a);
     drop(server);
@@ -398,7 +461,7 @@ fn a_size_that_changes_nothing_is_said() {
 fn mistakes_are_named() {
     let dir = temp_dir("named");
     // `stats` pointed at the NBD socket.
-    let server = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
+    let server = Server::start(&dir, "a", &args_a(&dir, &[]));
     let out = iocache()
         .args(["stats", "--admin-socket"])
         .arg(&server.socket)
@@ -412,8 +475,7 @@ fn mistakes_are_named() {
     drop(server);
     // A block device that is not there is not offered a size.
     let mut a = args(&dir, "b", "backend-b.img", "cache-b.img");
-    let b = a.iter().position(|x| x == "--backend").unwrap();
-    a[b + 1] = "/dev/iocache-no-such-device".into();
+    set_flag(&mut a, "--backend", "/dev/iocache-no-such-device");
     let err = refused(&a);
     assert!(
         err.contains("/dev/iocache-no-such-device does not exist: a device is not created")
@@ -422,8 +484,7 @@ fn mistakes_are_named() {
     );
     // A host name where an address was expected is resolved.
     let mut a = args(&dir, "c", "backend-c.img", "cache-c.img");
-    let l = a.iter().position(|x| x == "--listen").unwrap();
-    a[l + 1] = "localhost:0".into();
+    set_flag(&mut a, "--listen", "localhost:0");
     let server = Server::start(&dir, "c", &a);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
@@ -440,15 +501,12 @@ fn attach_refuses_a_file_another_server_holds() {
     write_pattern(&mut client, 8, 3);
     let before = std::fs::read(dir.join("cache-b.img")).unwrap();
     for file in ["backend-b.img", "cache-b.img"] {
-        let out = iocache()
-            .args(["ctl", "--admin-socket"])
-            .arg(dir.join("admin-a.sock"))
-            .args(["attach", "stolen"])
-            .arg(dir.join(file))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{text}");
+        let (ok, text) = ctl(
+            &dir,
+            "a",
+            &["attach", "stolen", &dir.join(file).display().to_string()],
+        );
+        assert!(!ok, "{text}");
         assert!(text.contains(&format!("in use by pid {}", b.id())), "{text}");
     }
     assert_eq!(std::fs::read(dir.join("cache-b.img")).unwrap(), before);
@@ -466,29 +524,21 @@ fn attach_refuses_a_file_another_server_holds() {
 #[test]
 fn a_missing_or_blank_cache_over_an_existing_backend_needs_init() {
     let dir = temp_dir("blank");
-    let base = args(&dir, "a", "backend.img", "cache.img");
+    let base = args_a(&dir, &[]);
     // First start: both files new, nothing to lose.
     let server = Server::start(&dir, "a", &base);
     write_pattern(&mut server.client(), 16, 9);
     assert!(server.stop().success());
 
     std::fs::remove_file(dir.join("cache.img")).unwrap();
-    let err = refused(&base);
-    assert!(
-        err.contains("cache.img does not exist") && err.contains("--init"),
-        "{err}"
-    );
+    refused_saying(&base, &["cache.img does not exist", "--init"]);
     assert!(
         !dir.join("cache.img").exists(),
         "the refused start created the cache file"
     );
 
     std::fs::write(dir.join("cache.img"), vec![0u8; 2 << 20]).unwrap();
-    let err = refused(&base);
-    assert!(
-        err.contains("holds no cache (blank)") && err.contains("backend.img existed before"),
-        "{err}"
-    );
+    refused_saying(&base, &["holds no cache (blank)", "backend.img existed before"]);
 
     let mut init = base.clone();
     init.push("--init".into());
@@ -507,7 +557,7 @@ fn a_missing_or_blank_cache_over_an_existing_backend_needs_init() {
 #[test]
 fn sigterm_stops_the_server_after_its_socket_file_was_removed() {
     let dir = temp_dir("unlinked");
-    let server = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
+    let server = Server::start(&dir, "a", &args_a(&dir, &[]));
     write_pattern(&mut server.client(), 4, 5);
     std::fs::remove_file(dir.join("nbd-a.sock")).unwrap();
     std::fs::remove_file(dir.join("admin-a.sock")).unwrap();
@@ -529,17 +579,9 @@ fn sigterm_stops_the_server_after_its_socket_file_was_removed() {
 #[test]
 fn a_damaged_dirty_record_refuses_the_start_until_accepted() {
     let dir = temp_dir("damaged");
-    let mut base = args(&dir, "a", "backend.img", "cache.img");
-    base.extend([
-        "--write-policy".into(),
-        "wb".into(),
-        "--persistence".into(),
-        "dirty".into(),
-    ]);
-    let server = Server::start(&dir, "a", &base);
-    write_pattern(&mut server.client(), 32, 11);
+    let base = args_a(&dir, &["--write-policy", "wb", "--persistence", "dirty"]);
     // Crash: the records of the 32 dirty lines are durable (FLUSH).
-    server.kill();
+    write_and_crash(&dir, &base, 32, 11);
 
     // Flip one byte (the line index) of the first dirty record found.
     let mut cache = std::fs::read(dir.join("cache.img")).unwrap();
@@ -550,8 +592,7 @@ fn a_damaged_dirty_record_refuses_the_start_until_accepted() {
     cache[at + 24] ^= 0x40;
     std::fs::write(dir.join("cache.img"), &cache).unwrap();
 
-    let err = refused(&base);
-    assert!(err.contains("metadata is damaged"), "{err}");
+    let err = refused_saying(&base, &["metadata is damaged"]);
     assert!(
         err.contains(&format!("{at}")),
         "the device offset is named: {err}"
@@ -627,8 +668,11 @@ fn shutdown_with_the_backend_gone_is_bounded_and_keeps_the_dirty_lines() {
     let kit_socket = dir.join("kit.sock");
     let mut kit = nbdkit(&kit_socket, &image);
     let mut base = args(&dir, "a", "unused", "cache.img");
-    let b = base.iter().position(|a| a == "--backend").unwrap();
-    base[b + 1] = format!("nbd+unix:///?socket={}", kit_socket.display());
+    set_flag(
+        &mut base,
+        "--backend",
+        format!("nbd+unix:///?socket={}", kit_socket.display()),
+    );
     base.retain(|a| a != "--backend-size" && a != "16MiB");
     base.extend(["--write-policy".into(), "wb".into()]);
     let mut first = base.clone();
@@ -655,15 +699,7 @@ fn shutdown_with_the_backend_gone_is_bounded_and_keeps_the_dirty_lines() {
     let server = Server::start(&dir, "a", &base);
     check_pattern(&mut server.client(), 32, 21);
     assert!(server.stop().success());
-    let data = std::fs::read(&image).unwrap();
-    for i in 0..32usize {
-        assert!(
-            data[i * 4096..(i + 1) * 4096]
-                .iter()
-                .all(|&b| b == 21u8.wrapping_add(i as u8)),
-            "line {i}"
-        );
-    }
+    assert_holds_pattern(&std::fs::read(&image).unwrap(), 32, 21);
     kit.kill().unwrap();
     kit.wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
@@ -674,31 +710,17 @@ fn shutdown_with_the_backend_gone_is_bounded_and_keeps_the_dirty_lines() {
 #[test]
 fn a_volume_cannot_be_its_own_backend() {
     let dir = temp_dir("self");
-    let server = Server::start(&dir, "a", &args(&dir, "a", "backend.img", "cache.img"));
+    let server = Server::start(&dir, "a", &args_a(&dir, &[]));
     let socket = dir.join("nbd-a.sock");
     let log = std::fs::read_to_string(dir.join("server-a.log")).unwrap();
-    let port = log
-        .split("nbd://127.0.0.1:")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .expect("the banner names the TCP port")
-        .to_string();
+    let port = tcp_port(&log);
     for uri in [
         format!("nbd+unix:///?socket={}", socket.display()),
         format!("nbd://127.0.0.1:{port}/iocache"),
         format!("nbd://localhost:{port}/"),
     ] {
-        let out = iocache()
-            .args(["ctl", "--admin-socket"])
-            .arg(dir.join("admin-a.sock"))
-            .args(["attach", "loop", &uri])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && text.contains("this server's own export"),
-            "{uri}: {text}"
-        );
+        let (ok, text) = ctl(&dir, "a", &["attach", "loop", &uri]);
+        assert!(!ok && text.contains("this server's own export"), "{uri}: {text}");
     }
     let started = Instant::now();
     assert!(server.stop().success());
@@ -768,8 +790,7 @@ fn the_defaults_expose_nothing_beyond_the_owner() {
     // Beyond loopback only with a warning.
     let server = Server::start(&dir, "w", &{
         let mut a = args(&dir, "w", "backend-w.img", "cache-w.img");
-        let l = a.iter().position(|x| x == "--listen").unwrap();
-        a[l + 1] = "0.0.0.0:0".into();
+        set_flag(&mut a, "--listen", "0.0.0.0:0");
         a
     });
     assert!(server.stop().success());
@@ -859,16 +880,14 @@ fn a_block_device_is_claimed_exclusively() {
     let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let with_cache = |tag: &str| {
         let mut a = args(&dir, tag, &format!("backend-{tag}.img"), "unused");
-        let c = a.iter().position(|x| x == "--cache").unwrap();
-        a[c + 1] = device.clone();
+        set_flag(&mut a, "--cache", device.clone());
         a.push("--init".into());
         a
     };
     let first = Server::start(&dir, "a", &with_cache("a"));
-    let err = refused(&with_cache("b"));
-    assert!(
-        err.contains(&format!("{device} is in use by pid {}", first.id())),
-        "{err}"
+    refused_saying(
+        &with_cache("b"),
+        &[&format!("{device} is in use by pid {}", first.id())],
     );
     write_pattern(&mut first.client(), 8, 4);
     assert!(first.stop().success());
@@ -876,69 +895,56 @@ fn a_block_device_is_claimed_exclusively() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `--max-connections-per-peer` reaches the server: with 2, a third
-/// connection of the same user is closed while two are served, and one
-/// more is served once one of them hangs up; out of range, the start is
-/// refused naming the flag.
+/// Starts server "a" with `args`, writes `lines` lines from `seed` and
+/// reads them back over one client, and stops it cleanly.
+fn assert_serves(dir: &Path, args: &[String], lines: u64, seed: u8) {
+    let server = Server::start(dir, "a", args);
+    let mut client = server.client();
+    write_pattern(&mut client, lines, seed);
+    check_pattern(&mut client, lines, seed);
+    drop(client);
+    assert!(server.stop().success());
+}
+
 /// `--threads-per-connection` reaches the server: out of range is refused
 /// naming the flag; one thread (leader and only follower) serves.
 #[test]
 fn threads_per_connection_is_a_flag() {
     let dir = temp_dir("threads");
-    let mut a = args(&dir, "a", "backend.img", "cache.img");
-    a.extend(["--threads-per-connection".into(), "0".into()]);
-    let err = refused(&a);
-    assert!(
-        err.contains("--threads-per-connection: 0 is not between 1 and 64"),
-        "{err}"
+    refused_saying(
+        &args_a(&dir, &["--threads-per-connection", "0"]),
+        &["--threads-per-connection: 0 is not between 1 and 64"],
     );
-    let mut a = args(&dir, "a", "backend.img", "cache.img");
-    a.extend(["--threads-per-connection".into(), "1".into()]);
-    let server = Server::start(&dir, "a", &a);
-    let mut client = server.client();
-    write_pattern(&mut client, 8, 3);
-    check_pattern(&mut client, 8, 3);
-    drop(client);
-    assert!(server.stop().success());
+    assert_serves(&dir, &args_a(&dir, &["--threads-per-connection", "1"]), 8, 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn poll_before_sleep_is_a_flag() {
     let dir = temp_dir("poll");
-    let mut a = args(&dir, "a", "backend.img", "cache.img");
-    a.extend(["--poll-before-sleep-us".into(), "5000".into()]);
-    let err = refused(&a);
-    assert!(
-        err.contains("--poll-before-sleep-us: 5000 is above 1000"),
-        "{err}"
+    refused_saying(
+        &args_a(&dir, &["--poll-before-sleep-us", "5000"]),
+        &["--poll-before-sleep-us: 5000 is above 1000"],
     );
     // Never polling, and polling: both serve.
     for us in ["0", "50"] {
-        let mut a = args(&dir, "a", "backend.img", "cache.img");
-        a.extend(["--poll-before-sleep-us".into(), us.into()]);
-        let server = Server::start(&dir, "a", &a);
-        let mut client = server.client();
-        write_pattern(&mut client, 8, 4);
-        check_pattern(&mut client, 8, 4);
-        drop(client);
-        assert!(server.stop().success());
+        assert_serves(&dir, &args_a(&dir, &["--poll-before-sleep-us", us]), 8, 4);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--max-connections-per-peer` reaches the server: with 2, a third
+/// connection of the same user is closed while two are served, and one
+/// more is served once one of them hangs up; out of range, the start is
+/// refused naming the flag.
 #[test]
 fn the_connection_limit_per_peer_is_a_flag() {
     let dir = temp_dir("perpeer");
-    let mut a = args(&dir, "a", "backend.img", "cache.img");
-    a.extend(["--max-connections-per-peer".into(), "0".into()]);
-    let err = refused(&a);
-    assert!(
-        err.contains("--max-connections-per-peer: 0 is not between 1 and 64"),
-        "{err}"
+    refused_saying(
+        &args_a(&dir, &["--max-connections-per-peer", "0"]),
+        &["--max-connections-per-peer: 0 is not between 1 and 64"],
     );
-    let mut a = args(&dir, "a", "backend.img", "cache.img");
-    a.extend(["--max-connections-per-peer".into(), "2".into()]);
+    let a = args_a(&dir, &["--max-connections-per-peer", "2"]);
     let server = Server::start(&dir, "a", &a);
     // The readiness probe's connection is gone before counting.
     std::thread::sleep(Duration::from_millis(300));
@@ -968,12 +974,9 @@ fn the_connection_limit_per_peer_is_a_flag() {
 fn a_socket_group_shares_the_socket_with_that_group_only() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = temp_dir("group");
-    let mut a = args(&dir, "a", "backend.img", "cache.img");
-    a.extend(["--socket-group".into(), "no-such-group-here".into()]);
-    let err = refused(&a);
-    assert!(
-        err.contains("--socket-group") && err.contains("no group named `no-such-group-here`"),
-        "{err}"
+    refused_saying(
+        &args_a(&dir, &["--socket-group", "no-such-group-here"]),
+        &["--socket-group", "no group named `no-such-group-here`"],
     );
     // A numeric group id needs no entry in /etc/group (root may give a
     // file to any group; another user only to its own groups).
@@ -983,8 +986,7 @@ fn a_socket_group_shares_the_socket_with_that_group_only() {
     } else {
         unsafe { libc::getegid() }
     };
-    let mut a = args(&dir, "a", "backend.img", "cache.img");
-    a.extend(["--socket-group".into(), gid.to_string()]);
+    let a = args_a(&dir, &["--socket-group", &gid.to_string()]);
     let server = Server::start(&dir, "a", &a);
     let meta = std::fs::metadata(dir.join("nbd-a.sock")).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o660);
@@ -1020,7 +1022,7 @@ fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
         let dir = shm.join(format!("iocache-own-truncated-{mapped}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let mut a = args(&dir, "a", "backend.img", "cache.img");
+        let mut a = args_a(&dir, &[]);
         if !mapped {
             a.push("--no-map-cache".into());
         }
@@ -1035,12 +1037,7 @@ fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
         assert_eq!(log.contains("mapped"), mapped, "{log}");
         let mut client = server.client();
         write_pattern(&mut client, 64, 7);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("cache.img"))
-            .unwrap()
-            .set_len(0)
-            .unwrap();
+        truncate(&dir.join("cache.img"), 0);
         let mut buf = vec![0u8; 4096];
         let mut failed = 0;
         for i in 0..64u64 {
@@ -1103,17 +1100,11 @@ fn a_dirty_cache_is_refused_in_front_of_another_backend() {
         a.extend(["--write-policy".into(), "wb".into()]);
         a
     };
-    let server = Server::start(&dir, "a", &wb("backend.img"));
-    write_pattern(&mut server.client(), 32, 21);
-    crash(server);
+    write_and_crash(&dir, &wb("backend.img"), 32, 21);
 
     // Another file of the same size, never served.
     std::fs::write(dir.join("other.img"), vec![0u8; 16 << 20]).unwrap();
-    let err = refused(&wb("other.img"));
-    assert!(
-        err.contains("other.img") && err.contains("dirty") && err.contains("--rebind-backend"),
-        "{err}"
-    );
+    refused_saying(&wb("other.img"), &["other.img", "dirty", "--rebind-backend"]);
     assert!(
         std::fs::read(dir.join("other.img"))
             .unwrap()
@@ -1125,30 +1116,21 @@ fn a_dirty_cache_is_refused_in_front_of_another_backend() {
     // A copy of the right backend is another file too: refused, then
     // taken with the acknowledgement, and given the dirty data.
     std::fs::copy(dir.join("backend.img"), dir.join("copy.img")).unwrap();
-    let err = refused(&wb("copy.img"));
-    assert!(err.contains("copy.img"), "{err}");
+    refused_saying(&wb("copy.img"), &["copy.img"]);
     let mut rebind = wb("copy.img");
     rebind.push("--rebind-backend".into());
     let server = Server::start(&dir, "a", &rebind);
     check_pattern(&mut server.client(), 32, 21);
     assert!(server.stop().success());
-    let copy = std::fs::read(dir.join("copy.img")).unwrap();
-    for i in 0..32usize {
-        assert!(
-            copy[i * 4096..(i + 1) * 4096]
-                .iter()
-                .all(|&b| b == 21u8.wrapping_add(i as u8)),
-            "line {i} was written back to the rebound copy"
-        );
-    }
+    // Written back to the rebound copy.
+    assert_holds_pattern(&std::fs::read(dir.join("copy.img")).unwrap(), 32, 21);
     // The cache is now the copy's: the original is refused while the
     // cache holds dirty lines of the copy.
     let server = Server::start(&dir, "a", &wb("copy.img"));
     check_pattern(&mut server.client(), 32, 21);
     write_pattern(&mut server.client(), 32, 77);
     crash(server);
-    let err = refused(&wb("backend.img"));
-    assert!(err.contains("backend.img"), "{err}");
+    refused_saying(&wb("backend.img"), &["backend.img"]);
     // With clean lines only (after a clean stop), another backend is
     // bound at once and served its own data, not the clean lines.
     let server = Server::start(&dir, "a", &wb("copy.img"));
@@ -1174,16 +1156,10 @@ fn a_dirty_cache_is_refused_in_front_of_another_backend() {
 #[test]
 fn zeroed_metadata_refuses_the_start() {
     let dir = temp_dir("zeroed");
-    let mut base = args(&dir, "a", "backend.img", "cache.img");
-    base.extend(["--write-policy".into(), "wb".into()]);
-    let server = Server::start(&dir, "a", &base);
-    write_pattern(&mut server.client(), 32, 21);
-    crash(server);
+    let base = args_a(&dir, &["--write-policy", "wb"]);
+    write_and_crash(&dir, &base, 32, 21);
     let crashed = std::fs::read(dir.join("cache.img")).unwrap();
-    let superblock = match iocache_format::pick_superblock(&crashed[..4096], &crashed[4096..8192]).unwrap() {
-        iocache_format::SuperblockFound::Found { superblock, .. } => superblock,
-        other => panic!("no superblock: {other:?}"),
-    };
+    let superblock = superblock_of(&crashed);
     assert_eq!(superblock.format_version, iocache_format::FORMAT_VERSION);
     let layout = superblock.layout;
     let region = layout.copy_region_bytes as usize;
@@ -1195,8 +1171,7 @@ fn zeroed_metadata_refuses_the_start() {
     };
     // Both record regions.
     zeroed(metadata..metadata + 2 * region);
-    let err = refused(&base);
-    assert!(err.contains("damaged") && err.contains("all zero"), "{err}");
+    refused_saying(&base, &["damaged", "all zero"]);
     // One sector of records, in each region.
     for copy in 0..2 {
         let at = metadata + copy * region;
@@ -1210,11 +1185,7 @@ fn zeroed_metadata_refuses_the_start() {
     assert!(err.contains("superblock") || err.contains("blank"), "{err}");
     let mut init = base.clone();
     init.push("--init".into());
-    let err = refused(&init);
-    assert!(
-        err.contains("superblocks were zeroed") && err.contains("--force"),
-        "{err}"
-    );
+    refused_saying(&init, &["superblocks were zeroed", "--force"]);
     // The untouched image still recovers every line.
     std::fs::write(dir.join("cache.img"), &crashed).unwrap();
     let server = Server::start(&dir, "a", &base);
@@ -1226,17 +1197,12 @@ fn zeroed_metadata_refuses_the_start() {
 /// Runs `iocache ctl attach EXPORT BACKEND [--backend-size SIZE]` against
 /// the server of `dir`'s admin socket `tag`; returns success and its output.
 fn ctl_attach(dir: &Path, tag: &str, export: &str, backend: &Path, size: Option<&str>) -> (bool, String) {
-    let mut cmd = iocache();
-    cmd.args(["ctl", "--admin-socket"])
-        .arg(dir.join(format!("admin-{tag}.sock")))
-        .args(["attach", export])
-        .arg(backend);
+    let backend = backend.display().to_string();
+    let mut args = vec!["attach", export, &backend];
     if let Some(size) = size {
-        cmd.args(["--backend-size", size]);
+        args.extend(["--backend-size", size]);
     }
-    let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
+    ctl(dir, tag, &args)
 }
 
 /// Old failure: attach checked the resolved path, then opened the name
@@ -1253,8 +1219,7 @@ fn attach_never_leaves_its_directory() {
     std::fs::create_dir_all(&allowed).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(outside.join("secret.img"), vec![5u8; 1 << 20]).unwrap();
-    let mut server_args = args(&dir, "a", "backend.img", "cache.img");
-    server_args.extend(["--attach-dir".into(), allowed.display().to_string()]);
+    let server_args = args_a(&dir, &["--attach-dir", &allowed.display().to_string()]);
     let server = Server::start(&dir, "a", &server_args);
 
     // A dangling link with a size to create: nothing created outside.
@@ -1311,13 +1276,8 @@ fn attach_never_leaves_its_directory() {
                 "attach {i} served another file: {text}"
             );
             drop(client);
-            let out = iocache()
-                .args(["ctl", "--admin-socket"])
-                .arg(dir.join("admin-a.sock"))
-                .args(["detach", &export])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let (ok, text) = ctl(&dir, "a", &["detach", &export]);
+            assert!(ok, "{text}");
         }
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -1369,8 +1329,7 @@ fn a_cache_file_truncated_while_serving_never_serves_zeroes() {
                 d
             }
         };
-        let mut a = args(&dir, "a", "backend.img", "cache.img");
-        a.extend(["--write-policy".into(), write_policy.into()]);
+        let mut a = args_a(&dir, &["--write-policy", write_policy]);
         if !map {
             a.push("--no-map-cache".into());
         }
@@ -1379,12 +1338,7 @@ fn a_cache_file_truncated_while_serving_never_serves_zeroes() {
         // 200 lines of 4 KiB; cutting the file to 256 KiB loses most of
         // them (the metadata takes the first part of the file).
         write_pattern(&mut client, 200, 7);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("cache.img"))
-            .unwrap()
-            .set_len(256 << 10)
-            .unwrap();
+        truncate(&dir.join("cache.img"), 256 << 10);
         let mut buf = vec![0u8; 4096];
         let mut failed = 0;
         let mut check = |client: &mut Client, round: &str| {
@@ -1440,11 +1394,8 @@ fn a_given_backend_id_is_the_identity_compared() {
         ]);
         a
     };
-    let server = Server::start(&dir, "a", &with("backend.img", "disk-7f3a"));
-    write_pattern(&mut server.client(), 16, 40);
-    crash(server);
-    let err = refused(&with("backend.img", "disk-0000"));
-    assert!(err.contains("operator-given identity"), "{err}");
+    write_and_crash(&dir, &with("backend.img", "disk-7f3a"), 16, 40);
+    refused_saying(&with("backend.img", "disk-0000"), &["operator-given identity"]);
     std::fs::copy(dir.join("backend.img"), dir.join("moved.img")).unwrap();
     let server = Server::start(&dir, "a", &with("moved.img", "disk-7f3a"));
     check_pattern(&mut server.client(), 16, 40);

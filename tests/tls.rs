@@ -41,63 +41,80 @@ fn run(cmd: &mut Command) -> Output {
     out
 }
 
+/// Runs `openssl ARGS` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    run(Command::new("openssl").args(args).current_dir(dir));
+}
+
+/// A key and a certificate for `subject` in `dir` (NAME-key.pem,
+/// NAME-cert.pem), signed by the CA in `ca_dir` with the extensions `ext`.
+fn make_signed_cert(dir: &Path, ca_dir: &Path, name: &str, subject: &str, ext: &str) {
+    let (key, csr, cert) = (
+        format!("{name}-key.pem"),
+        format!("{name}.csr"),
+        format!("{name}-cert.pem"),
+    );
+    openssl(
+        dir,
+        &[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subject,
+        ],
+    );
+    std::fs::write(dir.join("ext.cnf"), ext).unwrap();
+    let ca_cert = ca_dir.join("ca-cert.pem");
+    let ca_key = ca_dir.join("ca-key.pem");
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            ca_cert.to_str().unwrap(),
+            "-CAkey",
+            ca_key.to_str().unwrap(),
+            "-CAcreateserial",
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+}
+
 /// A CA, and a server certificate it signed for localhost and 127.0.0.1,
 /// in `dir` with the names nbdkit, qemu and libnbd use.
 fn make_pki(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
-    let ssl = |args: &[&str]| {
-        run(Command::new("openssl").args(args).current_dir(dir));
-    };
-    ssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca-key.pem",
-        "-out",
-        "ca-cert.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=iocache test CA",
-    ]);
-    ssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server-key.pem",
-        "-out",
-        "server.csr",
-        "-subj",
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca-key.pem",
+            "-out",
+            "ca-cert.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=iocache test CA",
+        ],
+    );
+    make_signed_cert(
+        dir,
+        dir,
+        "server",
         "/CN=localhost",
-    ]);
-    std::fs::write(
-        dir.join("ext.cnf"),
         "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
          keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    ssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca-cert.pem",
-        "-CAkey",
-        "ca-key.pem",
-        "-CAcreateserial",
-        "-out",
-        "server-cert.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
+    );
 }
 
 struct Served {
@@ -109,34 +126,29 @@ struct Served {
 
 impl Served {
     fn start(dir: &Path, mode: &str, pki: &Path) -> Served {
-        let mut args = vec![
-            "--tls".to_string(),
-            mode.to_string(),
-            "--tls-certificates".to_string(),
-        ];
-        args.push(pki.display().to_string());
-        Served::start_with(dir, &args)
+        Served::start_with(
+            dir,
+            &["--tls", mode, "--tls-certificates", &pki.display().to_string()],
+        )
     }
 
     /// Starts a server with these TLS arguments.
-    fn start_with(dir: &Path, tls_args: &[String]) -> Served {
-        let mut args: Vec<String> = [
+    fn start_with(dir: &Path, tls_args: &[&str]) -> Served {
+        let mut args = vec![
             "--backend-size",
             "32MiB",
             "--cache-size",
             "4MiB",
             "--listen",
             "127.0.0.1:0",
-        ]
-        .map(String::from)
-        .to_vec();
+        ];
         args.extend_from_slice(tls_args);
         Served::start_serve(dir, &args)
     }
 
     /// Starts `iocache serve ARGS` in `dir`; ready once its banner names
     /// the TCP port it listens on.
-    fn start_serve(dir: &Path, args: &[String]) -> Served {
+    fn start_serve(dir: &Path, args: &[&str]) -> Served {
         let log = dir.join("server.log");
         let _ = std::fs::remove_file(&log);
         let mut process = Process::spawn(
@@ -184,6 +196,29 @@ impl Served {
     fn stop(self) {
         assert!(self.process.stop().success());
     }
+}
+
+/// Runs `iocache serve` in `dir` with a small backend and cache and
+/// `args`, a start that must be refused: its error.
+fn serve_refused(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["serve", "--backend-size", "32MiB", "--cache-size", "4MiB"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{args:?} started");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// Asserts that nbdinfo is served the whole export (32 MiB) at `uri`.
+fn assert_served(uri: &str) {
+    assert_eq!(nbdinfo_size(uri).unwrap(), (32u64 << 20).to_string(), "{uri}");
+}
+
+/// qemu's option for the server's TCP `port` on 127.0.0.1.
+fn inet(port: u16) -> String {
+    format!("server.type=inet,server.host=127.0.0.1,server.port={port}")
 }
 
 fn nbdinfo_size(uri: &str) -> Result<String, String> {
@@ -252,22 +287,12 @@ fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
 
     // With TLS: served.
     let certs = format!("tls-certificates={}", pki.display());
-    assert_eq!(
-        nbdinfo_size(&format!("nbds://{tcp}/?{certs}")).unwrap(),
-        (32u64 << 20).to_string()
-    );
-    assert_eq!(
-        nbdinfo_size(&format!(
-            "nbds+unix:///?socket={}&{certs}&tls-hostname=localhost",
-            served.socket.display()
-        ))
-        .unwrap(),
-        (32u64 << 20).to_string()
-    );
-    let server = format!(
-        "server.type=inet,server.host=127.0.0.1,server.port={}",
-        served.port
-    );
+    assert_served(&format!("nbds://{tcp}/?{certs}"));
+    assert_served(&format!(
+        "nbds+unix:///?socket={}&{certs}&tls-hostname=localhost",
+        served.socket.display()
+    ));
+    let server = inet(served.port);
     let out = qemu_io_tls(
         &server,
         &pki,
@@ -298,25 +323,12 @@ fn tls_on_serves_both_and_bad_credentials_are_named() {
     make_pki(&pki);
     let served = Served::start(&dir, "on", &pki);
     let tcp = format!("127.0.0.1:{}", served.port);
-    let size = (32u64 << 20).to_string();
-    assert_eq!(nbdinfo_size(&format!("nbd://{tcp}/")).unwrap(), size);
-    assert_eq!(
-        nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", pki.display())).unwrap(),
-        size
-    );
+    assert_served(&format!("nbd://{tcp}/"));
+    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", pki.display()));
     served.stop();
 
     // Credentials that are missing or do not match are named at start.
-    let refuse = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args(["serve", "--backend-size", "32MiB", "--cache-size", "4MiB"])
-            .args(args)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        String::from_utf8_lossy(&out.stderr).to_string()
-    };
+    let refuse = |args: &[&str]| serve_refused(&dir, args);
     let err = refuse(&["--tls", "require"]);
     assert!(
         err.contains("--tls") && err.contains("--tls-certificates"),
@@ -367,29 +379,20 @@ fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
     write_psk(&qemu_dir.join("keys.psk"), &format!("alice:{key}\n"));
     let served = Served::start_with(
         &dir,
-        &[
-            "--tls".into(),
-            "require".into(),
-            "--tls-psk".into(),
-            psk.display().to_string(),
-        ],
+        &["--tls", "require", "--tls-psk", &psk.display().to_string()],
     );
     let tcp = format!("127.0.0.1:{}", served.port);
-    let size = (32u64 << 20).to_string();
 
     // Plain clients are refused; PSK clients are served, on TCP and Unix.
     let err = nbdinfo_size(&format!("nbd://{tcp}/")).unwrap_err();
     assert!(err.contains("requires TLS"), "{err}");
     let uri = format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display());
-    assert_eq!(nbdinfo_size(&uri).unwrap(), size);
+    assert_served(&uri);
     let creds = format!(
         "tls-creds-psk,id=tls0,endpoint=client,dir={},username=alice",
         qemu_dir.display()
     );
-    let server = format!(
-        "server.type=inet,server.host=127.0.0.1,server.port={}",
-        served.port
-    );
+    let server = inet(served.port);
     let out = qemu_io_with(
         &creds,
         &server,
@@ -440,23 +443,17 @@ fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
     let served = Served::start_with(
         &dir,
         &[
-            "--tls".into(),
-            "require".into(),
-            "--tls-certificates".into(),
-            pki.display().to_string(),
-            "--tls-psk".into(),
-            psk.display().to_string(),
+            "--tls",
+            "require",
+            "--tls-certificates",
+            &pki.display().to_string(),
+            "--tls-psk",
+            &psk.display().to_string(),
         ],
     );
     let tcp = format!("127.0.0.1:{}", served.port);
-    assert_eq!(
-        nbdinfo_size(&format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display())).unwrap(),
-        size
-    );
-    assert_eq!(
-        nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", pki.display())).unwrap(),
-        size
-    );
+    assert_served(&format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display()));
+    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", pki.display()));
     served.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -467,23 +464,7 @@ fn malformed_or_exposed_psk_files_are_refused_at_start() {
     let psk = dir.join("keys.psk");
     let refuse = |text: &str| {
         write_psk(&psk, text);
-        let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args([
-                "serve",
-                "--backend-size",
-                "32MiB",
-                "--cache-size",
-                "4MiB",
-                "--tls",
-                "on",
-                "--tls-psk",
-            ])
-            .arg(&psk)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        String::from_utf8_lossy(&out.stderr).to_string()
+        serve_refused(&dir, &["--tls", "on", "--tls-psk", psk.to_str().unwrap()])
     };
     let cases = [
         ("alice:00112233\nbob:00zz\n", "line 2", "not hex"),
@@ -505,44 +486,20 @@ fn malformed_or_exposed_psk_files_are_refused_at_start() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&psk, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args([
-            "serve",
-            "--backend-size",
-            "32MiB",
-            "--cache-size",
-            "4MiB",
-            "--tls",
-            "on",
-            "--tls-psk",
-        ])
-        .arg(&psk)
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = serve_refused(&dir, &["--tls", "on", "--tls-psk", psk.to_str().unwrap()]);
     assert!(err.contains("mode 0644") && err.contains("chmod 600"), "{err}");
     // --tls-verify-peer needs the certificates directory (its CA).
     write_psk(&psk, "alice:00112233\n");
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args([
-            "serve",
-            "--backend-size",
-            "32MiB",
-            "--cache-size",
-            "4MiB",
+    let err = serve_refused(
+        &dir,
+        &[
             "--tls",
             "on",
             "--tls-verify-peer",
-        ])
-        .arg("--tls-psk")
-        .arg(&psk)
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+            "--tls-psk",
+            psk.to_str().unwrap(),
+        ],
+    );
     assert!(
         err.contains("--tls-verify-peer needs --tls-certificates"),
         "{err}"
@@ -555,45 +512,13 @@ fn malformed_or_exposed_psk_files_are_refused_at_start() {
 fn make_client_cert(dir: &Path, ca_dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::copy(ca_dir.join("ca-cert.pem"), dir.join("ca-cert.pem")).unwrap();
-    let ssl = |args: &[&str]| {
-        run(Command::new("openssl").args(args).current_dir(dir));
-    };
-    ssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "client-key.pem",
-        "-out",
-        "client.csr",
-        "-subj",
+    make_signed_cert(
+        dir,
+        ca_dir,
+        "client",
         "/CN=iocache test client",
-    ]);
-    std::fs::write(
-        dir.join("ext.cnf"),
         "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
-    )
-    .unwrap();
-    let ca_cert = ca_dir.join("ca-cert.pem");
-    let ca_key = ca_dir.join("ca-key.pem");
-    ssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "client.csr",
-        "-CA",
-        ca_cert.to_str().unwrap(),
-        "-CAkey",
-        ca_key.to_str().unwrap(),
-        "-CAcreateserial",
-        "-out",
-        "client-cert.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
+    );
 }
 
 #[test]
@@ -625,20 +550,17 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
     let served = Served::start_with(
         &dir,
         &[
-            "--tls".into(),
-            "require".into(),
-            "--tls-certificates".into(),
-            pki.display().to_string(),
-            "--tls-verify-peer".into(),
-            "--tls-psk".into(),
-            psk.display().to_string(),
+            "--tls",
+            "require",
+            "--tls-certificates",
+            &pki.display().to_string(),
+            "--tls-verify-peer",
+            "--tls-psk",
+            &psk.display().to_string(),
         ],
     );
     let tcp = format!("127.0.0.1:{}", served.port);
-    let server = format!(
-        "server.type=inet,server.host=127.0.0.1,server.port={}",
-        served.port
-    );
+    let server = inet(served.port);
     let x509 = |d: &Path| format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", d.display());
 
     // Accepted: qemu-io and nbdinfo with a certificate from the CA.
@@ -649,14 +571,8 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
     )
     .unwrap();
     assert!(out.contains("read 4194304/4194304"), "{out}");
-    assert_eq!(
-        nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", good.display())).unwrap(),
-        (32u64 << 20).to_string()
-    );
-    assert_eq!(
-        nbdinfo_size(&format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display())).unwrap(),
-        (32u64 << 20).to_string()
-    );
+    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", good.display()));
+    assert_served(&format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display()));
     // Refused: no client certificate, or one from another CA.
     let err = qemu_io_with(&x509(&none), &server, &["read 0 4k"]).unwrap_err();
     assert!(!err.is_empty());
@@ -671,10 +587,7 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
     // Without --tls-verify-peer the anonymous client is served.
     let served = Served::start(&dir, "require", &pki);
     let tcp = format!("127.0.0.1:{}", served.port);
-    assert_eq!(
-        nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", none.display())).unwrap(),
-        (32u64 << 20).to_string()
-    );
+    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", none.display()));
     served.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -698,12 +611,9 @@ fn a_config_file_takes_the_psk_file() {
         ),
     )
     .unwrap();
-    let served = Served::start_serve(&dir, &["--config".into(), "iocache.toml".into()]);
+    let served = Served::start_serve(&dir, &["--config", "iocache.toml"]);
     let tcp = format!("127.0.0.1:{}", served.port);
-    assert_eq!(
-        nbdinfo_size(&format!("nbds://alice@{tcp}/psk?tls-psk-file={}", psk.display())).unwrap(),
-        (32u64 << 20).to_string()
-    );
+    assert_served(&format!("nbds://alice@{tcp}/psk?tls-psk-file={}", psk.display()));
     served.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -712,7 +622,7 @@ fn a_config_file_takes_the_psk_file() {
 #[test]
 fn credentials_without_tls_are_named_in_a_warning() {
     let dir = temp_dir("credentials-plain");
-    let served = Served::start_with(&dir, &["--tls-certificates".into(), dir.display().to_string()]);
+    let served = Served::start_with(&dir, &["--tls-certificates", &dir.display().to_string()]);
     let log = served.log();
     assert!(
         log.contains(

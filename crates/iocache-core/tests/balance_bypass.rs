@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{actions, cache, ops_of, Action, Harness};
+use common::{actions, cache, ops_of, read_backend, Action, Harness};
 use iocache_core::{AccessHints, Op, OpList, Request, WritePolicy};
 use proptest::prelude::*;
 
@@ -74,15 +74,7 @@ fn a_clean_hit_is_read_from_the_backend_and_a_dirty_one_stays() {
     let mut ops = OpList::new();
     c.access_with(&Request::read(0, 0, 4096, 2), bypass, &mut ops)
         .unwrap();
-    assert_eq!(
-        ops.ops(),
-        &[Op::ReadBackend {
-            volume: 0,
-            offset_bytes: 0,
-            length_bytes: 4096,
-            buffer_offset_bytes: 0
-        }]
-    );
+    assert_eq!(ops.ops(), &[read_backend(0, 0, 4096, 0)]);
     c.access_with(&Request::read(0, 4096, 4096, 3), bypass, &mut ops)
         .unwrap();
     assert!(

@@ -8,9 +8,12 @@
 
 use iocache_core::policy::POLICIES;
 use iocache_core::{
-    Cache, CacheConfig, FlushOrder, LineKey, LineSize, OpList, PolicySpec, Promotion, Request, WritePolicy,
+    Cache, CacheConfig, FlushOrder, LineKey, LineSize, OpList, PolicySpec, Promotion, Request,
 };
 use proptest::prelude::*;
+
+mod common;
+use common::WRITE_POLICIES;
 
 #[derive(Clone, Debug)]
 enum Step {
@@ -37,15 +40,6 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-const WRITE_POLICIES: &[WritePolicy] = &[
-    WritePolicy::WriteBack,
-    WritePolicy::WriteThrough,
-    WritePolicy::WriteInvalidate,
-    WritePolicy::WriteAround,
-    WritePolicy::WriteOnly,
-    WritePolicy::PassThrough,
-];
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(600))]
 
@@ -54,7 +48,7 @@ proptest! {
         policy in 0..POLICIES.len(),
         capacity in 1u64..48,
         line_shift in prop::sample::select(vec![0u32, 1, 3, 7]),
-        write_policy in prop::sample::select(WRITE_POLICIES),
+        write_policy in prop::sample::select(&WRITE_POLICIES[..]),
         nhit in any::<bool>(),
         inline_dirty_eviction in any::<bool>(),
         steps in prop::collection::vec(step(), 1..200),

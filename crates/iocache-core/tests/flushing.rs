@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{cache, ops_of, Harness};
+use common::{cache, ops_of, write_backend, Harness};
 use iocache_core::{CleaningPolicy, FlushToken, Op, OpList, Request, SeqCutoff, WritePolicy};
 
 const MS: u64 = 1_000_000;
@@ -82,15 +82,7 @@ fn write_misses_bypass_a_cache_full_of_dirty_lines() {
     ops_of(&mut c, Request::write(0, 0, 4096, 0));
     ops_of(&mut c, Request::write(0, 4096, 4096, 1));
     let ops = ops_of(&mut c, Request::write(0, 8192, 4096, 2));
-    assert_eq!(
-        ops,
-        vec![Op::WriteBackend {
-            volume: 0,
-            offset_bytes: 8192,
-            length_bytes: 4096,
-            buffer_offset_bytes: 0
-        }]
-    );
+    assert_eq!(ops, vec![write_backend(0, 8192, 4096, 0)]);
     assert_eq!(c.stats().write_miss_bypasses, 1);
     assert_eq!(c.stats().evictions, 0);
     // Write hits still go to the cache, and once a line is clean, misses evict again.

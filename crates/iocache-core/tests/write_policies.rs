@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{cache, ops_of, Harness};
+use common::{cache, ops_of, read_backend, read_cache, write_back, write_backend, write_cache, Harness};
 use iocache_core::{FlushOrder, LineKey, LineOutcome, Op, OpList, Promotion, Request, WritePolicy};
 
 fn key(line_index: u64) -> LineKey {
@@ -20,55 +20,19 @@ fn with(wp: WritePolicy) -> impl FnOnce(&mut iocache_core::CacheConfig) {
 fn write_back_caches_writes_and_writes_back_dirty_victims() {
     let mut c = cache(1, 4096, with(WritePolicy::WriteBack));
     let ops = ops_of(&mut c, Request::write(0, 0, 4096, 0));
-    assert_eq!(
-        ops,
-        vec![Op::WriteCache {
-            slot: 0,
-            line_offset_bytes: 0,
-            length_bytes: 4096,
-            buffer_offset_bytes: 0,
-            dirty: true,
-            fresh: true
-        }]
-    );
+    assert_eq!(ops, vec![write_cache(0, 0, 4096, 0, true, true)]);
     assert_eq!(c.dirty_lines(), 1);
     // Read hit from the cache.
     let ops = ops_of(&mut c, Request::read(0, 1024, 1024, 1));
-    assert_eq!(
-        ops,
-        vec![Op::ReadCache {
-            slot: 0,
-            line_offset_bytes: 1024,
-            length_bytes: 1024,
-            buffer_offset_bytes: 0
-        }]
-    );
+    assert_eq!(ops, vec![read_cache(0, 1024, 1024, 0)]);
     // A read of another line evicts the dirty one: write back first, then fill.
     let ops = ops_of(&mut c, Request::read(0, 4096, 4096, 2));
     assert_eq!(
         ops,
         vec![
-            Op::WriteBack {
-                slot: 0,
-                line_offset_bytes: 0,
-                length_bytes: 4096,
-                volume: 0,
-                offset_bytes: 0
-            },
-            Op::ReadBackend {
-                volume: 0,
-                offset_bytes: 4096,
-                length_bytes: 4096,
-                buffer_offset_bytes: 0
-            },
-            Op::WriteCache {
-                slot: 0,
-                line_offset_bytes: 0,
-                length_bytes: 4096,
-                buffer_offset_bytes: 0,
-                dirty: false,
-                fresh: true
-            },
+            write_back(0, 0, 4096, 0, 0),
+            read_backend(0, 4096, 4096, 0),
+            write_cache(0, 0, 4096, 0, false, true),
         ]
     );
     let s = c.stats();
@@ -87,40 +51,11 @@ fn partial_hit_reads_valid_sectors_from_cache_and_fills_the_rest() {
     assert_eq!(
         ops.ops(),
         &[
-            Op::ReadBackend {
-                volume: 0,
-                offset_bytes: 0,
-                length_bytes: 1024,
-                buffer_offset_bytes: 0
-            },
-            Op::ReadCache {
-                slot: 0,
-                line_offset_bytes: 1024,
-                length_bytes: 1024,
-                buffer_offset_bytes: 1024
-            },
-            Op::ReadBackend {
-                volume: 0,
-                offset_bytes: 2048,
-                length_bytes: 2048,
-                buffer_offset_bytes: 2048
-            },
-            Op::WriteCache {
-                slot: 0,
-                line_offset_bytes: 0,
-                length_bytes: 1024,
-                buffer_offset_bytes: 0,
-                dirty: false,
-                fresh: true
-            },
-            Op::WriteCache {
-                slot: 0,
-                line_offset_bytes: 2048,
-                length_bytes: 2048,
-                buffer_offset_bytes: 2048,
-                dirty: false,
-                fresh: true
-            },
+            read_backend(0, 0, 1024, 0),
+            read_cache(0, 1024, 1024, 1024),
+            read_backend(0, 2048, 2048, 2048),
+            write_cache(0, 0, 1024, 0, false, true),
+            write_cache(0, 2048, 2048, 2048, false, true),
         ]
     );
     let state = c.line_state(key(0)).unwrap();
@@ -138,28 +73,9 @@ fn write_through_keeps_clean_copies() {
     assert_eq!(
         ops,
         vec![
-            Op::WriteBackend {
-                volume: 0,
-                offset_bytes: 0,
-                length_bytes: 8192,
-                buffer_offset_bytes: 0
-            },
-            Op::WriteCache {
-                slot: 0,
-                line_offset_bytes: 0,
-                length_bytes: 4096,
-                buffer_offset_bytes: 0,
-                dirty: false,
-                fresh: true
-            },
-            Op::WriteCache {
-                slot: 1,
-                line_offset_bytes: 0,
-                length_bytes: 4096,
-                buffer_offset_bytes: 4096,
-                dirty: false,
-                fresh: true
-            },
+            write_backend(0, 0, 8192, 0),
+            write_cache(0, 0, 4096, 0, false, true),
+            write_cache(1, 0, 4096, 4096, false, true),
         ]
     );
     assert_eq!(c.dirty_lines(), 0);
@@ -175,20 +91,9 @@ fn write_invalidate_drops_the_line_after_writing_back_other_dirty_sectors() {
     assert_eq!(
         ops,
         vec![
-            Op::WriteBack {
-                slot: 0,
-                line_offset_bytes: 0,
-                length_bytes: 1024,
-                volume: 0,
-                offset_bytes: 0
-            },
+            write_back(0, 0, 1024, 0, 0),
             Op::Invalidate { slot: 0, key: key(0) },
-            Op::WriteBackend {
-                volume: 0,
-                offset_bytes: 1024,
-                length_bytes: 1024,
-                buffer_offset_bytes: 0
-            },
+            write_backend(0, 1024, 1024, 0),
         ]
     );
     assert_eq!(c.line_state(key(0)), None);
@@ -203,15 +108,7 @@ fn write_around_invalidates_only_overwritten_sectors() {
     let mut c = cache(2, 4096, with(WritePolicy::WriteAround));
     ops_of(&mut c, Request::read(0, 0, 4096, 0));
     let ops = ops_of(&mut c, Request::write(0, 0, 1024, 1));
-    assert_eq!(
-        ops,
-        vec![Op::WriteBackend {
-            volume: 0,
-            offset_bytes: 0,
-            length_bytes: 1024,
-            buffer_offset_bytes: 0
-        }]
-    );
+    assert_eq!(ops, vec![write_backend(0, 0, 1024, 0)]);
     assert_eq!(c.line_state(key(0)).unwrap().valid_sectors, 6);
     // A write miss is not inserted.
     ops_of(&mut c, Request::write(0, 8192, 4096, 2));
@@ -235,20 +132,7 @@ fn write_only_caches_writes_but_not_read_misses() {
     let ops = ops_of(&mut c, Request::read(0, 4096, 4096, 2));
     assert_eq!(
         ops,
-        vec![
-            Op::ReadCache {
-                slot: 0,
-                line_offset_bytes: 0,
-                length_bytes: 2048,
-                buffer_offset_bytes: 0
-            },
-            Op::ReadBackend {
-                volume: 0,
-                offset_bytes: 6144,
-                length_bytes: 2048,
-                buffer_offset_bytes: 2048
-            },
-        ]
+        vec![read_cache(0, 0, 2048, 0), read_backend(0, 6144, 2048, 2048),]
     );
     assert_eq!(c.line_state(key(1)).unwrap().valid_sectors, 4);
 }
@@ -261,20 +145,7 @@ fn pass_through_serves_dirty_data_from_cache_and_inserts_nothing() {
     let ops = ops_of(&mut c, Request::read(0, 0, 4096, 1));
     assert_eq!(
         ops,
-        vec![
-            Op::ReadCache {
-                slot: 0,
-                line_offset_bytes: 0,
-                length_bytes: 1024,
-                buffer_offset_bytes: 0
-            },
-            Op::ReadBackend {
-                volume: 0,
-                offset_bytes: 1024,
-                length_bytes: 3072,
-                buffer_offset_bytes: 1024
-            },
-        ]
+        vec![read_cache(0, 0, 1024, 0), read_backend(0, 1024, 3072, 1024),]
     );
     ops_of(&mut c, Request::read(0, 8192, 4096, 2));
     ops_of(&mut c, Request::write(0, 16384, 4096, 3));

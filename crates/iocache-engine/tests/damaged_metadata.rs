@@ -55,6 +55,45 @@ fn line_content(line: u64, line_bytes: u64) -> Vec<u8> {
     stamps(line + 1, line * line_bytes / SECTOR, line_bytes / SECTOR)
 }
 
+/// A write-back cache of `slots` lines of `line_bytes` bytes, its device,
+/// and a backend of `backend_lines` lines: memory devices that outlive
+/// each engine (dropping one is a crash).
+fn devices(line_bytes: u64, slots: u64, backend_lines: u64) -> (CacheConfig, Arc<MemDevice>, Arc<MemDevice>) {
+    let cache = config(line_bytes, slots);
+    let cache_dev = cache_device(&cache);
+    let backend = Arc::new(MemDevice::new("backend", backend_lines * line_bytes));
+    (cache, cache_dev, backend)
+}
+
+/// Writes lines `lines`, each with the content of the line `shift` after it.
+fn write_lines(engine: &Engine, lines: std::ops::Range<u64>, line_bytes: u64, shift: u64) {
+    for line in lines {
+        engine
+            .write(line * line_bytes, &line_content(line + shift, line_bytes), false)
+            .unwrap();
+    }
+}
+
+/// Line 5 of a cache of 16 lines of 4 KiB holds the backend's old data
+/// (0x5a); a write over it is flushed (acknowledged durable), then the
+/// engine crashes. Returns the line's size, the cache, its devices, and
+/// the old data.
+fn crash_after_flushing_line_5(
+    persistence: Persistence,
+) -> (u64, CacheConfig, Arc<MemDevice>, Arc<MemDevice>, Vec<u8>) {
+    let line_bytes = 4096;
+    let (cache, cache_dev, backend) = devices(line_bytes, 16, 64);
+    let old = vec![0x5a; line_bytes as usize];
+    backend.write_at(&old, 5 * line_bytes).unwrap();
+
+    let engine = open(&cache, persistence, InitMode::Load, &cache_dev, &backend).unwrap();
+    let new = line_content(5, line_bytes);
+    engine.write(5 * line_bytes, &new, false).unwrap();
+    engine.flush().unwrap(); // acknowledged durable
+    drop(engine); // crash
+    (line_bytes, cache, cache_dev, backend, old)
+}
+
 /// Which superblock copy is the newest valid one.
 fn newest_superblock_copy(dev: &MemDevice) -> usize {
     let mut best = (0, 0);
@@ -97,11 +136,7 @@ fn a_damaged_newest_superblock_never_makes_a_crashed_cache_look_clean() {
     let backend = Arc::new(MemDevice::new("backend", lines * line_bytes));
 
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
-    for line in 0..lines {
-        engine
-            .write(line * line_bytes, &line_content(line, line_bytes), false)
-            .unwrap();
-    }
+    write_lines(&engine, 0..lines, line_bytes, 0);
     engine.shutdown().unwrap();
     drop(engine);
 
@@ -154,18 +189,8 @@ fn a_damaged_newest_superblock_never_makes_a_crashed_cache_look_clean() {
 #[test]
 fn a_damaged_dirty_record_refuses_the_start_unless_acknowledged() {
     for persistence in [Persistence::Dirty, Persistence::All] {
-        let line_bytes = 4096;
-        let cache = config(line_bytes, 16);
-        let cache_dev = cache_device(&cache);
-        let backend = Arc::new(MemDevice::new("backend", 64 * line_bytes));
-        let old = vec![0x5a; line_bytes as usize];
-        backend.write_at(&old, 5 * line_bytes).unwrap();
-
-        let engine = open(&cache, persistence, InitMode::Load, &cache_dev, &backend).unwrap();
+        let (line_bytes, cache, cache_dev, backend, old) = crash_after_flushing_line_5(persistence);
         let new = line_content(5, line_bytes);
-        engine.write(5 * line_bytes, &new, false).unwrap();
-        engine.flush().unwrap(); // acknowledged durable
-        drop(engine); // crash
 
         let layout = Layout::for_slots(line_bytes, 16).unwrap();
         let region = layout.copy_region_bytes as usize;
@@ -243,9 +268,7 @@ fn a_damaged_dirty_record_refuses_the_start_unless_acknowledged() {
 #[test]
 fn a_damaged_magic_is_damage_not_a_blank_copy() {
     let line_bytes = 4096;
-    let cache = config(line_bytes, 16);
-    let cache_dev = cache_device(&cache);
-    let backend = Arc::new(MemDevice::new("backend", 64 * line_bytes));
+    let (cache, cache_dev, backend) = devices(line_bytes, 16, 64);
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
     engine.shutdown().unwrap();
     drop(engine);
@@ -291,7 +314,6 @@ fn crashed_cache(cache: &CacheConfig, persistence: Persistence, seed: u64) -> (V
     let mut model = Model::new();
     let line_sectors = cache.line_size.bytes() / SECTOR;
     let engine = open(cache, persistence, InitMode::Load, &cache_dev, &backend).unwrap();
-    let mut write_no = 0;
     for step in 0..300 {
         match rng.below(10) {
             0 => {
@@ -299,16 +321,9 @@ fn crashed_cache(cache: &CacheConfig, persistence: Persistence, seed: u64) -> (V
                 model.flushed();
             }
             1..=6 => {
-                let sectors = 1 + rng.below(16);
-                let first = rng.below(VOLUME_SECTORS - sectors);
-                write_no += 1;
-                let fua = rng.below(8) == 0;
-                engine
-                    .write(first * SECTOR, &stamps(write_no, first, sectors), fua)
-                    .unwrap();
-                for s in first..first + sectors {
-                    model.wrote(s, write_no, fua);
-                }
+                let w = model.next_write(&mut rng, true);
+                engine.write(w.offset(), &w.data(), w.fua).unwrap();
+                model.record(&w);
             }
             _ => {
                 let first = rng.below(VOLUME_SECTORS / line_sectors) * line_sectors;
@@ -447,18 +462,7 @@ fn newest_records(cache_image: &[u8], layout: &Layout) -> Vec<(u64, iocache_form
 #[test]
 fn a_flipped_byte_in_flushed_dirty_data_refuses_the_start_naming_the_line() {
     for persistence in [Persistence::Dirty, Persistence::All] {
-        let line_bytes = 4096;
-        let cache = config(line_bytes, 16);
-        let cache_dev = cache_device(&cache);
-        let backend = Arc::new(MemDevice::new("backend", 64 * line_bytes));
-        let old = vec![0x5a; line_bytes as usize];
-        backend.write_at(&old, 5 * line_bytes).unwrap();
-
-        let engine = open(&cache, persistence, InitMode::Load, &cache_dev, &backend).unwrap();
-        let new = line_content(5, line_bytes);
-        engine.write(5 * line_bytes, &new, false).unwrap();
-        engine.flush().unwrap(); // acknowledged durable
-        drop(engine); // crash
+        let (line_bytes, cache, cache_dev, backend, old) = crash_after_flushing_line_5(persistence);
 
         // A sound restart verifies the line.
         let engine = open(&cache, persistence, InitMode::Load, &cache_dev, &backend).unwrap();
@@ -520,9 +524,7 @@ fn a_flipped_byte_in_flushed_dirty_data_refuses_the_start_naming_the_line() {
 fn rewriting_flushed_dirty_data_in_place_then_crashing_is_not_damage() {
     let line_bytes = 16384; // four writes of 4 KiB per line
                             // Ten dirty lines stay far below the cleaner's dirty threshold.
-    let cache = config(line_bytes, 64);
-    let cache_dev = cache_device(&cache);
-    let backend = Arc::new(MemDevice::new("backend", 64 * line_bytes));
+    let (cache, cache_dev, backend) = devices(line_bytes, 64, 64);
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
     let mut model = Model::new();
     let mut write_no = 0;
@@ -675,15 +677,9 @@ fn every_corruption_of_checksummed_dirty_data_is_refused() {
 #[test]
 fn a_version_2_cache_is_written_back_and_formatted_anew_then_checked() {
     let line_bytes = 4096;
-    let cache = config(line_bytes, 64);
-    let cache_dev = cache_device(&cache);
-    let backend = Arc::new(MemDevice::new("backend", 256 * line_bytes));
+    let (cache, cache_dev, backend) = devices(line_bytes, 64, 256);
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
-    for line in 0..16 {
-        engine
-            .write(line * line_bytes, &line_content(line, line_bytes), false)
-            .unwrap();
-    }
+    write_lines(&engine, 0..16, line_bytes, 0);
     engine.flush().unwrap();
     drop(engine); // kill -9
 
@@ -751,11 +747,7 @@ fn a_version_2_cache_is_written_back_and_formatted_anew_then_checked() {
         assert_eq!(buf, line_content(line, line_bytes), "line {line}");
     }
     // Dirty again, then a crash.
-    for line in 0..16 {
-        engine
-            .write(line * line_bytes, &line_content(line + 1, line_bytes), false)
-            .unwrap();
-    }
+    write_lines(&engine, 0..16, line_bytes, 1);
     engine.flush().unwrap();
     drop(engine);
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend)
@@ -798,15 +790,9 @@ fn a_version_2_cache_is_written_back_and_formatted_anew_then_checked() {
 #[test]
 fn a_format_interrupted_by_a_crash_formats_again() {
     let line_bytes = 4096;
-    let cache = config(line_bytes, 64);
-    let cache_dev = cache_device(&cache);
-    let backend = Arc::new(MemDevice::new("backend", 256 * line_bytes));
+    let (cache, cache_dev, backend) = devices(line_bytes, 64, 256);
     let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
-    for line in 0..8 {
-        engine
-            .write(line * line_bytes, &line_content(line, line_bytes), false)
-            .unwrap();
-    }
+    write_lines(&engine, 0..8, line_bytes, 0);
     engine.shutdown().unwrap();
     drop(engine);
     // Line records after blank superblocks: refused.

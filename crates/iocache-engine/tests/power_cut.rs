@@ -16,7 +16,7 @@ use iocache_device::{BlockDevice, FaultDevice, MemDevice, PowerCut};
 use iocache_engine::{Engine, EngineConfig, EngineError, InitMode, Layout, Lookup, Persistence};
 
 mod common;
-use common::{decode, stamp, stamps, Model, Rng, SECTOR, VOLUME_SECTORS};
+use common::{decode, random_power_cut, stamp, stamps, Model, Rng, SECTOR, VOLUME_SECTORS};
 
 type Devices = (Arc<FaultDevice<MemDevice>>, Arc<FaultDevice<MemDevice>>);
 
@@ -47,6 +47,12 @@ fn open(config: &CacheConfig, persistence: Persistence, devs: &Devices) -> Engin
     .expect("engine opens the devices")
 }
 
+/// Both devices lose what `cut` says.
+fn cut_power(devs: &Devices, cut: PowerCut) {
+    devs.0.power_cut(cut).unwrap();
+    devs.1.power_cut(cut).unwrap();
+}
+
 fn read_sector(engine: &Engine, sector: u64) -> [u8; SECTOR as usize] {
     let mut buf = [0u8; SECTOR as usize];
     engine.read(sector * SECTOR, &mut buf).unwrap();
@@ -54,7 +60,7 @@ fn read_sector(engine: &Engine, sector: u64) -> [u8; SECTOR as usize] {
 }
 
 fn run_iteration(seed: u64, wp: WritePolicy, persistence: Persistence, line_bytes: u64) {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::seeded(seed);
     let mut config = CacheConfig::new(32, LineSize::new(line_bytes).unwrap(), PolicySpec::lru());
     config.write_policy = wp;
     if rng.below(2) == 0 {
@@ -64,7 +70,6 @@ fn run_iteration(seed: u64, wp: WritePolicy, persistence: Persistence, line_byte
     }
     let devs = devices(&config);
     let mut model = Model::new();
-    let mut write_no = 0;
     let engine = open(&config, persistence, &devs);
     let steps = 50 + rng.below(400);
     for _ in 0..steps {
@@ -74,15 +79,9 @@ fn run_iteration(seed: u64, wp: WritePolicy, persistence: Persistence, line_byte
                 model.flushed();
             }
             1..=6 => {
-                let sectors = 1 + rng.below(16);
-                let first = rng.below(VOLUME_SECTORS - sectors);
-                write_no += 1;
-                let data = stamps(write_no, first, sectors);
-                let fua = rng.below(8) == 0;
-                engine.write(first * SECTOR, &data, fua).unwrap();
-                for s in first..first + sectors {
-                    model.wrote(s, write_no, fua);
-                }
+                let w = model.next_write(&mut rng, true);
+                engine.write(w.offset(), &w.data(), w.fua).unwrap();
+                model.record(&w);
             }
             _ => {
                 // Reads of whole lines as well as single sectors, so that
@@ -91,29 +90,14 @@ fn run_iteration(seed: u64, wp: WritePolicy, persistence: Persistence, line_byte
                 let first = rng.below(VOLUME_SECTORS / sectors) * sectors;
                 let mut buf = vec![0u8; (sectors * SECTOR) as usize];
                 engine.read(first * SECTOR, &mut buf).unwrap();
-                for (i, chunk) in buf.chunks(SECTOR as usize).enumerate() {
-                    let sector = first + i as u64;
-                    assert_eq!(
-                        decode(chunk, sector),
-                        Some(model.latest[sector as usize]),
-                        "seed {seed}: live read of sector {sector}"
-                    );
-                }
+                model.assert_latest(first, &buf, &format!("seed {seed}: live"));
             }
         }
     }
     // The power goes: nothing more reaches either device.
     drop(engine);
-    let cut = if rng.below(2) == 0 {
-        PowerCut::DropUnflushed
-    } else {
-        PowerCut::Tear {
-            seed: rng.next(),
-            keep: 0.5,
-        }
-    };
-    devs.0.power_cut(cut).unwrap();
-    devs.1.power_cut(cut).unwrap();
+    let cut = random_power_cut(&mut rng);
+    cut_power(&devs, cut);
 
     let engine = open(&config, persistence, &devs);
     // Every dirty line loaded was verified, whatever was in flight: its
@@ -151,8 +135,7 @@ fn run_iteration(seed: u64, wp: WritePolicy, persistence: Persistence, line_byte
     // cleanly and check the backend itself.
     engine.shutdown().unwrap();
     drop(engine);
-    devs.0.power_cut(PowerCut::DropUnflushed).unwrap();
-    devs.1.power_cut(PowerCut::DropUnflushed).unwrap();
+    cut_power(&devs, PowerCut::DropUnflushed);
     for sector in 0..VOLUME_SECTORS {
         let mut buf = [0u8; SECTOR as usize];
         devs.1.read_at(&mut buf, sector * SECTOR).unwrap();
@@ -207,6 +190,9 @@ fn other_line_sizes_and_policies() {
     }
 }
 
+/// A budget for comparing clean lines that never runs out.
+const PATIENT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Devices for [`write_through_engine`], the first 32 sectors of the
 /// backend holding write 1.
 fn write_through_devices() -> Devices {
@@ -244,6 +230,12 @@ fn write_through_engine(devs: &Devices, budget: std::time::Duration) -> Engine {
     .expect("engine opens the devices")
 }
 
+/// Reads lines 0..4 whole: cached clean, with hashed records.
+fn read_lines_0_to_3(engine: &Engine) {
+    let mut buf = vec![0u8; 4 * 4096];
+    engine.read(0, &mut buf).unwrap();
+}
+
 /// Lines 0..4 cached clean with durable hashed records (read whole, then a
 /// FLUSH), then the engine dies after a write-through write reached the
 /// backend for line 1 and before it reached the cache: the state a SIGKILL
@@ -251,8 +243,7 @@ fn write_through_engine(devs: &Devices, budget: std::time::Duration) -> Engine {
 /// here by writing the backend directly and dropping the engine.
 fn crash_after_a_backend_write(devs: &Devices, budget: std::time::Duration) {
     let engine = write_through_engine(devs, budget);
-    let mut buf = vec![0u8; 4 * 4096];
-    engine.read(0, &mut buf).unwrap();
+    read_lines_0_to_3(&engine);
     engine.flush().unwrap();
     devs.1.write_at(&stamps(7, 8, 8), 8 * SECTOR).unwrap();
     drop(engine);
@@ -261,8 +252,8 @@ fn crash_after_a_backend_write(devs: &Devices, budget: std::time::Duration) {
 #[test]
 fn after_a_crash_a_clean_line_older_than_the_backend_is_dropped() {
     let devs = write_through_devices();
-    crash_after_a_backend_write(&devs, std::time::Duration::from_secs(60));
-    let engine = write_through_engine(&devs, std::time::Duration::from_secs(60));
+    crash_after_a_backend_write(&devs, PATIENT);
+    let engine = write_through_engine(&devs, PATIENT);
     let recovery = engine.stats().recovery;
     assert_eq!(
         (
@@ -282,7 +273,7 @@ fn after_a_crash_a_clean_line_older_than_the_backend_is_dropped() {
     // The dropped line's record was blanked at that start: another crash
     // finds the three others and nothing stale.
     drop(engine);
-    let engine = write_through_engine(&devs, std::time::Duration::from_secs(60));
+    let engine = write_through_engine(&devs, PATIENT);
     let recovery = engine.stats().recovery;
     assert_eq!(
         (
@@ -302,16 +293,14 @@ fn after_a_crash_a_clean_line_older_than_the_backend_is_dropped() {
 fn a_power_cut_that_keeps_only_the_backend_s_write_serves_the_backend() {
     let devs = write_through_devices();
     devs.1.flush().unwrap();
-    let engine = write_through_engine(&devs, std::time::Duration::from_secs(60));
-    let mut buf = vec![0u8; 4 * 4096];
-    engine.read(0, &mut buf).unwrap();
+    let engine = write_through_engine(&devs, PATIENT);
+    read_lines_0_to_3(&engine);
     engine.flush().unwrap();
     engine.write(8 * SECTOR, &stamps(7, 8, 8), false).unwrap();
     drop(engine);
     devs.1.flush().unwrap();
-    devs.0.power_cut(PowerCut::DropUnflushed).unwrap();
-    devs.1.power_cut(PowerCut::DropUnflushed).unwrap();
-    let engine = write_through_engine(&devs, std::time::Duration::from_secs(60));
+    cut_power(&devs, PowerCut::DropUnflushed);
+    let engine = write_through_engine(&devs, PATIENT);
     let recovery = engine.stats().recovery;
     assert_eq!(
         (recovery.stale_clean_lines, recovery.clean_lines),
@@ -345,8 +334,7 @@ fn after_a_crash_clean_lines_left_unchecked_are_dropped() {
 fn after_a_clean_shutdown_clean_lines_are_loaded_unchecked() {
     let devs = write_through_devices();
     let engine = write_through_engine(&devs, std::time::Duration::ZERO);
-    let mut buf = vec![0u8; 4 * 4096];
-    engine.read(0, &mut buf).unwrap();
+    read_lines_0_to_3(&engine);
     engine.shutdown().unwrap();
     drop(engine);
     let engine = write_through_engine(&devs, std::time::Duration::ZERO);
@@ -370,7 +358,7 @@ fn after_a_clean_shutdown_clean_lines_are_loaded_unchecked() {
 #[test]
 fn a_shutdown_with_a_request_still_in_progress_is_not_clean() {
     let devs = write_through_devices();
-    let engine = Arc::new(write_through_engine(&devs, std::time::Duration::from_secs(60)));
+    let engine = Arc::new(write_through_engine(&devs, PATIENT));
     let mut buf = vec![0u8; 4096];
     engine.read(0, &mut buf).unwrap();
     devs.1.set_latency(std::time::Duration::from_millis(1500));
@@ -383,7 +371,7 @@ fn a_shutdown_with_a_request_still_in_progress_is_not_clean() {
     let _ = writer.join().unwrap();
     devs.1.set_latency(std::time::Duration::ZERO);
     drop(engine);
-    let engine = write_through_engine(&devs, std::time::Duration::from_secs(60));
+    let engine = write_through_engine(&devs, PATIENT);
     let recovery = engine.stats().recovery;
     assert!(!recovery.clean_shutdown, "{recovery:?}");
     for s in 0..8 {
@@ -427,7 +415,7 @@ fn a_cache_device_that_loses_acknowledged_writes_is_caught_at_restart() {
 }
 
 fn lost_writes_iteration(seed: u64) -> (bool, u64) {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::seeded(seed);
     let line_bytes = if rng.below(2) == 0 { 4096 } else { 16384 };
     let mut config = CacheConfig::new(32, LineSize::new(line_bytes).unwrap(), PolicySpec::lru());
     config.write_policy = WritePolicy::WriteBack;
@@ -444,7 +432,6 @@ fn lost_writes_iteration(seed: u64) -> (bool, u64) {
     let engine = open(&config, persistence, &devs);
     let (lose_from, lose_for) = (rng.below(300), 1 + rng.below(60));
     let steps = lose_from + lose_for + rng.below(200);
-    let mut write_no = 0;
     for step in 0..steps {
         devs.0
             .set_writes_dropped((lose_from..lose_from + lose_for).contains(&step));
@@ -457,17 +444,12 @@ fn lost_writes_iteration(seed: u64) -> (bool, u64) {
                 }
             }
             1..=6 => {
-                let sectors = 1 + rng.below(16);
-                let first = rng.below(VOLUME_SECTORS - sectors);
-                write_no += 1;
-                let ok = engine
-                    .write(first * SECTOR, &stamps(write_no, first, sectors), false)
-                    .is_ok();
-                for s in first..first + sectors {
-                    if ok {
-                        model.wrote(s, write_no, false);
-                    }
-                    written[s as usize].push(write_no);
+                let w = model.next_write(&mut rng, false);
+                if engine.write(w.offset(), &w.data(), false).is_ok() {
+                    model.record(&w);
+                }
+                for s in w.first..w.first + w.sectors {
+                    written[s as usize].push(w.no);
                 }
             }
             _ => {

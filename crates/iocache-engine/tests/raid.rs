@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iocache_core::{CacheConfig, CleaningPolicy, LineSize, PolicySpec, WritePolicy};
-use iocache_device::{BlockDevice, FaultDevice, MemDevice, PowerCut};
+use iocache_device::{BlockDevice, FaultDevice, MemDevice};
 use iocache_engine::{CacheArray, Engine, EngineConfig, IoMode, Lookup, Persistence};
 
 mod common;
-use common::{decode, stamps, Model, Rng, SECTOR, VOLUME_SECTORS};
+use common::{decode, random_power_cut, stamps, Model, Rng, SECTOR, VOLUME_SECTORS};
 
 const LINE: u64 = 4096;
 /// Each member: room for about 64 lines and the metadata.
@@ -102,7 +102,6 @@ fn workload(
     fail_at: u64,
 ) {
     let steps = 300 + rng.below(600);
-    let mut write_no = model.latest.iter().copied().max().unwrap_or(0);
     for step in 0..steps {
         if step == fail_at {
             rig.members[victim].set_offline(true);
@@ -115,17 +114,11 @@ fn workload(
                 model.flushed();
             }
             1..=6 => {
-                let sectors = 1 + rng.below(16);
-                let first = rng.below(VOLUME_SECTORS - sectors);
-                write_no += 1;
-                let data = stamps(write_no, first, sectors);
-                let fua = rng.below(8) == 0;
+                let w = model.next_write(rng, true);
                 engine
-                    .write(first * SECTOR, &data, fua)
-                    .unwrap_or_else(|e| panic!("seed {seed} step {step}: write of sector {first}: {e}"));
-                for s in first..first + sectors {
-                    model.wrote(s, write_no, fua);
-                }
+                    .write(w.offset(), &w.data(), w.fua)
+                    .unwrap_or_else(|e| panic!("seed {seed} step {step}: write of sector {}: {e}", w.first));
+                model.record(&w);
             }
             _ => {
                 let sectors = if rng.below(2) == 0 {
@@ -138,14 +131,11 @@ fn workload(
                 engine
                     .read(first * SECTOR, &mut buf)
                     .unwrap_or_else(|e| panic!("seed {seed} step {step}: read of sector {first}: {e}"));
-                for (i, chunk) in buf.chunks(SECTOR as usize).enumerate() {
-                    let sector = first + i as u64;
-                    assert_eq!(
-                        decode(chunk, sector),
-                        Some(model.latest[sector as usize]),
-                        "seed {seed} step {step} (failed at {fail_at}): read of sector {sector}"
-                    );
-                }
+                model.assert_latest(
+                    first,
+                    &buf,
+                    &format!("seed {seed} step {step} (failed at {fail_at})"),
+                );
             }
         }
     }
@@ -170,7 +160,7 @@ fn wait_evacuated(seed: u64, engine: &Engine) {
 }
 
 fn live_run(seed: u64, members: usize, persistence: Persistence) {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::seeded(seed);
     let rig = Rig::new(seed, members, persistence);
     let engine = rig.open();
     let mut model = Model::new();
@@ -183,11 +173,7 @@ fn live_run(seed: u64, members: usize, persistence: Persistence) {
     for sector in 0..VOLUME_SECTORS {
         let mut buf = [0u8; SECTOR as usize];
         engine.read(sector * SECTOR, &mut buf).unwrap();
-        assert_eq!(
-            decode(&buf, sector),
-            Some(model.latest[sector as usize]),
-            "seed {seed}: sector {sector}"
-        );
+        model.assert_latest(sector, &buf, &format!("seed {seed}"));
     }
     let stats = engine.stats();
     let array = stats.array.clone().unwrap();
@@ -202,16 +188,12 @@ fn live_run(seed: u64, members: usize, persistence: Persistence) {
     for sector in 0..VOLUME_SECTORS {
         let mut buf = [0u8; SECTOR as usize];
         rig.backend.read_at(&mut buf, sector * SECTOR).unwrap();
-        assert_eq!(
-            decode(&buf, sector),
-            Some(model.latest[sector as usize]),
-            "seed {seed}: backend sector {sector} after shutdown"
-        );
+        model.assert_latest(sector, &buf, &format!("seed {seed}: the backend after shutdown"));
     }
 }
 
 fn crash_run(seed: u64, members: usize, persistence: Persistence) {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::seeded(seed);
     let rig = Rig::new(seed, members, persistence);
     let engine = rig.open();
     let mut model = Model::new();
@@ -220,14 +202,7 @@ fn crash_run(seed: u64, members: usize, persistence: Persistence) {
     workload(seed, &mut rng, &engine, &rig, &mut model, victim, fail_at);
     // The power goes: nothing more reaches any device.
     drop(engine);
-    let cut = if rng.below(2) == 0 {
-        PowerCut::DropUnflushed
-    } else {
-        PowerCut::Tear {
-            seed: rng.next(),
-            keep: 0.5,
-        }
-    };
+    let cut = random_power_cut(&mut rng);
     for (i, member) in rig.members.iter().enumerate() {
         if i != victim {
             member.power_cut(cut).unwrap();

@@ -90,6 +90,32 @@ impl Model {
     }
 }
 
+/// An LRU cache of `lines` lines of `line_bytes` bytes.
+fn lru(lines: u64, line_bytes: u64) -> CacheConfig {
+    CacheConfig::new(lines, LineSize::new(line_bytes).unwrap(), "lru".parse().unwrap())
+}
+
+/// A cache device for CACHE_BYTES in lines of BLOCK bytes.
+fn block_cache_device() -> Arc<MemDevice> {
+    let layout = Layout::for_slots(BLOCK, CACHE_BYTES / BLOCK).unwrap();
+    Arc::new(MemDevice::new("cache", layout.device_bytes()))
+}
+
+/// Starts ReCA on `engine` with windows of WINDOW_REQUESTS requests.
+fn start_reca(engine: &Engine, max_requests_per_second: Option<u64>, configured_line_bytes: Option<u64>) {
+    engine
+        .start_reca(RecaSetup {
+            params: RecaControllerParams {
+                window_requests: WINDOW_REQUESTS,
+                ..RecaControllerParams::default()
+            },
+            max_requests_per_second,
+            configured_line_bytes,
+            ..RecaSetup::builtin()
+        })
+        .unwrap();
+}
+
 /// Opens the engine with `line_bytes` (`configured_line_bytes` is what the
 /// configuration says) and starts ReCA.
 fn open(
@@ -98,11 +124,7 @@ fn open(
     line_bytes: u64,
     configured_line_bytes: u64,
 ) -> Engine {
-    let mut cache = CacheConfig::new(
-        CACHE_BYTES / line_bytes,
-        LineSize::new(line_bytes).unwrap(),
-        "lru".parse().unwrap(),
-    );
+    let mut cache = lru(CACHE_BYTES / line_bytes, line_bytes);
     cache.write_policy = WritePolicy::WriteBack;
     let engine = Engine::new(
         EngineConfig {
@@ -115,17 +137,7 @@ fn open(
         Arc::clone(backend) as Arc<dyn BlockDevice>,
     )
     .unwrap();
-    engine
-        .start_reca(RecaSetup {
-            params: RecaControllerParams {
-                window_requests: WINDOW_REQUESTS,
-                ..RecaControllerParams::default()
-            },
-            max_requests_per_second: None,
-            configured_line_bytes: Some(configured_line_bytes),
-            ..RecaSetup::builtin()
-        })
-        .unwrap();
+    start_reca(&engine, None, Some(configured_line_bytes));
     engine
 }
 
@@ -298,30 +310,16 @@ fn reca_switches_category_with_the_workload_and_keeps_every_byte() {
 /// (the rest is counted as skipped) and still finds the category.
 #[test]
 fn a_budget_characterizes_a_sample_and_still_finds_the_category() {
-    let layout = Layout::for_slots(BLOCK, CACHE_BYTES / BLOCK).unwrap();
-    let cache_dev = Arc::new(MemDevice::new("cache", layout.device_bytes()));
+    let cache_dev = block_cache_device();
     let backend = Arc::new(MemDevice::new("backend", VOLUME_BYTES));
     let engine = Engine::new(
-        EngineConfig::new(CacheConfig::new(
-            CACHE_BYTES / BLOCK,
-            LineSize::new(BLOCK).unwrap(),
-            "lru".parse().unwrap(),
-        )),
+        EngineConfig::new(lru(CACHE_BYTES / BLOCK, BLOCK)),
         cache_dev,
         backend,
     )
     .unwrap();
-    engine
-        .start_reca(RecaSetup {
-            params: RecaControllerParams {
-                window_requests: WINDOW_REQUESTS,
-                ..RecaControllerParams::default()
-            },
-            // 200 requests per 100 ms period.
-            max_requests_per_second: Some(2_000),
-            ..RecaSetup::builtin()
-        })
-        .unwrap();
+    // 200 requests per 100 ms period.
+    start_reca(&engine, Some(2_000), None);
     let mut model = Model::new();
     let mut rng = Rng(7);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -347,8 +345,7 @@ fn a_budget_characterizes_a_sample_and_still_finds_the_category() {
 fn each_volume_is_its_own_stream() {
     const VOLUMES: u64 = 40;
     const VOLUME_BYTES: u64 = 1 << 20;
-    let layout = Layout::for_slots(BLOCK, CACHE_BYTES / BLOCK).unwrap();
-    let cache_dev = Arc::new(MemDevice::new("cache", layout.device_bytes()));
+    let cache_dev = block_cache_device();
     let volumes: Vec<(String, Arc<dyn BlockDevice>)> = (0..VOLUMES)
         .map(|n| {
             let name = format!("v{n}");
@@ -357,25 +354,12 @@ fn each_volume_is_its_own_stream() {
         })
         .collect();
     let engine = Engine::with_volumes(
-        EngineConfig::new(CacheConfig::new(
-            CACHE_BYTES / BLOCK,
-            LineSize::new(BLOCK).unwrap(),
-            "lru".parse().unwrap(),
-        )),
+        EngineConfig::new(lru(CACHE_BYTES / BLOCK, BLOCK)),
         cache_dev,
         volumes,
     )
     .unwrap();
-    engine
-        .start_reca(RecaSetup {
-            params: RecaControllerParams {
-                window_requests: WINDOW_REQUESTS,
-                ..RecaControllerParams::default()
-            },
-            max_requests_per_second: None,
-            ..RecaSetup::builtin()
-        })
-        .unwrap();
+    start_reca(&engine, None, None);
     let handles: Vec<_> = engine
         .volumes()
         .iter()
@@ -427,26 +411,13 @@ fn a_cache_array_keeps_its_line_size() {
     let engine = Engine::new(
         EngineConfig {
             array: Some(Arc::clone(&array)),
-            ..EngineConfig::new(CacheConfig::new(
-                array.geometry().slots(),
-                LineSize::new(BLOCK).unwrap(),
-                "lru".parse().unwrap(),
-            ))
+            ..EngineConfig::new(lru(array.geometry().slots(), BLOCK))
         },
         cache_dev,
         Arc::new(MemDevice::new("backend", VOLUME_BYTES)),
     )
     .unwrap();
-    engine
-        .start_reca(RecaSetup {
-            params: RecaControllerParams {
-                window_requests: WINDOW_REQUESTS,
-                ..RecaControllerParams::default()
-            },
-            max_requests_per_second: None,
-            ..RecaSetup::builtin()
-        })
-        .unwrap();
+    start_reca(&engine, None, None);
     let mut model = Model::new();
     sequential_writes(&engine, &mut model, 5 * WINDOW_REQUESTS);
     let status = wait_for(&engine, "large_file_generators");

@@ -6,6 +6,16 @@ use common::*;
 use iocache_format::*;
 use proptest::prelude::*;
 
+/// A volume of size 0 with no backend identity.
+fn bare_volume(id: u32, name: impl Into<String>) -> VolumeEntry {
+    VolumeEntry {
+        id,
+        name: name.into(),
+        size_bytes: 0,
+        identity: None,
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -283,80 +293,35 @@ fn superblock_encode_rejects_what_decode_would() {
         ),
         (
             Superblock {
-                volumes: (0..65)
-                    .map(|i| VolumeEntry {
-                        id: i,
-                        name: format!("{i}"),
-                        size_bytes: 0,
-                        identity: None,
-                    })
-                    .collect(),
+                volumes: (0..65).map(|i| bare_volume(i, format!("{i}"))).collect(),
                 ..sb.clone()
             },
             "volumes = 65 entries",
         ),
         (
             Superblock {
-                volumes: vec![VolumeEntry {
-                    id: 1,
-                    name: "é".repeat(128),
-                    size_bytes: 0,
-                    identity: None,
-                }],
+                volumes: vec![bare_volume(1, "é".repeat(128))],
                 ..sb.clone()
             },
             "volumes[0].name = 256 bytes",
         ),
         (
             Superblock {
-                volumes: vec![
-                    VolumeEntry {
-                        id: 1,
-                        name: "a".into(),
-                        size_bytes: 0,
-                        identity: None,
-                    },
-                    VolumeEntry {
-                        id: 1,
-                        name: "b".into(),
-                        size_bytes: 0,
-                        identity: None,
-                    },
-                ],
+                volumes: vec![bare_volume(1, "a"), bare_volume(1, "b")],
                 ..sb.clone()
             },
             "volumes[1].id = 1: same id as volumes[0]",
         ),
         (
             Superblock {
-                volumes: vec![
-                    VolumeEntry {
-                        id: 1,
-                        name: "a".into(),
-                        size_bytes: 0,
-                        identity: None,
-                    },
-                    VolumeEntry {
-                        id: 2,
-                        name: "a".into(),
-                        size_bytes: 0,
-                        identity: None,
-                    },
-                ],
+                volumes: vec![bare_volume(1, "a"), bare_volume(2, "a")],
                 ..sb.clone()
             },
             "same name as volumes[0]",
         ),
         (
             Superblock {
-                volumes: (0..64)
-                    .map(|i| VolumeEntry {
-                        id: i,
-                        name: format!("{i:0>60}"),
-                        size_bytes: 0,
-                        identity: None,
-                    })
-                    .collect(),
+                volumes: (0..64).map(|i| bare_volume(i, format!("{i:0>60}"))).collect(),
                 ..sb.clone()
             },
             "volumes and settings",

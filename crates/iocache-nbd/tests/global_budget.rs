@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use iocache_nbd::proto::{RequestHeader, NBD_CMD_READ};
-use iocache_nbd::{Client, ConnectOptions, ServerConfig};
+use iocache_nbd::{Client, ConnectOptions, RunningServer, ServerConfig};
 
 /// The system allocator, counting the bytes live now and the peak.
 struct Counting;
@@ -68,30 +68,49 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A server on `config` with a budget of 4 MiB a connection and 8 MiB in
+/// all, payloads of 1 MiB at most, and a 16 MiB export.
+fn budget_server(mut config: ServerConfig) -> RunningServer {
+    config.max_inflight_bytes = 4 * MIB;
+    config.max_total_inflight_bytes = 8 * MIB;
+    config.limits.max_payload = MIB as u32;
+    start_with(config, vec![("disk", mem(16 * MIB) as _)])
+}
+
+/// Sends 8 pipelined 1 MiB reads on each of `raws`, their replies not read.
+fn send_unread_reads(raws: &mut [Raw]) {
+    for raw in raws {
+        for handle in 0..8u64 {
+            raw.send(handle, NBD_CMD_READ, 0, handle * MIB as u64, MIB as u32, &[]);
+        }
+    }
+}
+
+/// Waits (5 s at most) until no reply holds any budget, then stops `server`.
+fn assert_budget_given_back_then_stop(server: RunningServer) {
+    let started = Instant::now();
+    while server.stats().inflight_bytes != 0 {
+        assert!(started.elapsed() < Duration::from_secs(5), "budget given back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.shutdown();
+}
+
 #[test]
 fn unread_replies_across_many_connections_stay_within_the_global_budget() {
     let _turn = one_at_a_time();
-    let mut config = ServerConfig {
-        max_inflight_bytes: 4 * MIB,
-        max_total_inflight_bytes: 8 * MIB,
+    let server = budget_server(ServerConfig {
         reply_timeout: Some(Duration::from_secs(60)),
         stall_timeout: Duration::from_millis(300),
         ..config("global")
-    };
-    config.limits.max_payload = MIB as u32;
-    let server = start_with(config, vec![("disk", mem(16 * MIB) as _)]);
+    });
     // Every connection's workers and buffers exist before the baseline.
     let mut raws: Vec<Raw> = (0..8).map(|_| Raw::connect(&server, true)).collect();
     std::thread::sleep(Duration::from_millis(100));
     let baseline = LIVE.load(Ordering::SeqCst);
     PEAK.store(baseline, Ordering::SeqCst);
 
-    // 8 pipelined 1 MiB reads per connection, replies never read.
-    for raw in &mut raws {
-        for handle in 0..8u64 {
-            raw.send(handle, NBD_CMD_READ, 0, handle * MIB as u64, MIB as u32, &[]);
-        }
-    }
+    send_unread_reads(&mut raws);
     std::thread::sleep(Duration::from_millis(500));
     let stats = server.stats();
     let grown = PEAK.load(Ordering::SeqCst).saturating_sub(baseline);
@@ -124,12 +143,7 @@ fn unread_replies_across_many_connections_stay_within_the_global_budget() {
         started.elapsed()
     );
     drop(raws);
-    let started = Instant::now();
-    while server.stats().inflight_bytes != 0 {
-        assert!(started.elapsed() < Duration::from_secs(5), "budget given back");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    server.shutdown();
+    assert_budget_given_back_then_stop(server);
 }
 
 /// A fresh client's small request is not queued behind large replies
@@ -138,21 +152,13 @@ fn unread_replies_across_many_connections_stay_within_the_global_budget() {
 #[test]
 fn small_requests_are_not_queued_behind_pinned_large_replies() {
     let _turn = one_at_a_time();
-    let mut config = ServerConfig {
-        max_inflight_bytes: 4 * MIB,
-        max_total_inflight_bytes: 8 * MIB,
+    let server = budget_server(ServerConfig {
         reply_timeout: Some(Duration::from_secs(60)),
         stall_timeout: Duration::from_secs(60),
         ..config("small-pool")
-    };
-    config.limits.max_payload = MIB as u32;
-    let server = start_with(config, vec![("disk", mem(16 * MIB) as _)]);
+    });
     let mut raws: Vec<Raw> = (0..8).map(|_| Raw::connect(&server, true)).collect();
-    for raw in &mut raws {
-        for handle in 0..8u64 {
-            raw.send(handle, NBD_CMD_READ, 0, handle * MIB as u64, MIB as u32, &[]);
-        }
-    }
+    send_unread_reads(&mut raws);
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         server.stats().inflight_bytes >= 6 * MIB as u64,
@@ -182,13 +188,7 @@ fn small_requests_are_not_queued_behind_pinned_large_replies() {
 #[test]
 fn inline_replies_give_their_budget_back_to_the_pools_they_came_from() {
     let _turn = one_at_a_time();
-    let mut config = ServerConfig {
-        max_inflight_bytes: 4 * MIB,
-        max_total_inflight_bytes: 8 * MIB,
-        ..config("inline-pools")
-    };
-    config.limits.max_payload = MIB as u32;
-    let server = start_with(config, vec![("disk", mem(16 * MIB) as _)]);
+    let server = budget_server(config("inline-pools"));
     let mut raw = Raw::connect(&server, true);
     for round in 0..4u64 {
         // 64 reads of 64 KiB in one write: buffered, so served inline.
@@ -216,10 +216,5 @@ fn inline_replies_give_their_budget_back_to_the_pools_they_came_from() {
         }
     }
     assert!(server.stats().served_inline > 0);
-    let started = Instant::now();
-    while server.stats().inflight_bytes != 0 {
-        assert!(started.elapsed() < Duration::from_secs(5), "budget given back");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    server.shutdown();
+    assert_budget_given_back_then_stop(server);
 }

@@ -92,6 +92,15 @@ fn hold<S: Read>(s: &mut S, stop: &AtomicBool) {
     }
 }
 
+/// A libc call's result: the OS error when it returned non-zero.
+fn os_result(ret: libc::c_int) -> io::Result<()> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// A TCP connection to `to` from the local address `source` (any address
 /// of 127/8 is this machine's loopback on Linux).
 fn tcp_from(source: Ipv4Addr, to: SocketAddr) -> io::Result<TcpStream> {
@@ -117,27 +126,21 @@ fn tcp_from(source: Ipv4Addr, to: SocketAddr) -> io::Result<TcpStream> {
     let local = sockaddr(source, 0);
     let remote = sockaddr(*to.ip(), to.port());
     // SAFETY: bind and connect read `len` bytes of live sockaddr_in values.
-    if unsafe {
+    os_result(unsafe {
         libc::bind(
             stream.as_raw_fd(),
             (&local as *const libc::sockaddr_in).cast(),
             len,
         )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
+    })?;
     // SAFETY: as above.
-    if unsafe {
+    os_result(unsafe {
         libc::connect(
             stream.as_raw_fd(),
             (&remote as *const libc::sockaddr_in).cast(),
             len,
         )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
+    })?;
     Ok(stream)
 }
 

@@ -69,6 +69,17 @@ fn ok(cmd: &mut Command) -> String {
     stdout
 }
 
+/// A server of a SIZE memory export for a test of `tool`, or `None` when
+/// `tool` is not installed.
+fn serve_for(tool: &str) -> Option<(Arc<MemExport>, RunningServer)> {
+    if !have(tool) {
+        return None;
+    }
+    let export = Arc::new(MemExport::new(SIZE));
+    let server = start(tool, export.clone());
+    Some((export, server))
+}
+
 fn uris(server: &RunningServer, name: &str) -> Vec<String> {
     vec![
         format!(
@@ -96,11 +107,9 @@ fn temp_file(tag: &str) -> std::path::PathBuf {
 
 #[test]
 fn qemu_io_writes_patterns_and_verifies_them() {
-    if !have("qemu-io") {
+    let Some((export, server)) = serve_for("qemu-io") else {
         return;
-    }
-    let export = Arc::new(MemExport::new(SIZE));
-    let server = start("qemu-io", export.clone());
+    };
     for (i, uri) in uris(&server, "disk").into_iter().enumerate() {
         let base = i as u64 * (8 << 20);
         // (offset, length, pattern): aligned, large, and unaligned (qemu does
@@ -158,11 +167,9 @@ fn qemu_io_writes_patterns_and_verifies_them() {
 
 #[test]
 fn qemu_img_convert_and_compare() {
-    if !have("qemu-img") {
+    let Some((export, server)) = serve_for("qemu-img") else {
         return;
-    }
-    let export = Arc::new(MemExport::new(SIZE));
-    let server = start("qemu-img", export.clone());
+    };
     let src = temp_file("qemu-img-src");
     let mut data = pattern(SIZE, 42);
     data[SIZE / 2..SIZE / 2 + (1 << 20)].fill(0); // a zero run to exercise write-zeroes
@@ -237,11 +244,9 @@ fn nbdinfo_reports_size_flags_and_exports() {
 
 #[test]
 fn nbdcopy_both_ways() {
-    if !have("nbdcopy") {
+    let Some((export, server)) = serve_for("nbdcopy") else {
         return;
-    }
-    let export = Arc::new(MemExport::new(SIZE));
-    let server = start("nbdcopy", export.clone());
+    };
     let src = temp_file("nbdcopy-src");
     let dst = temp_file("nbdcopy-dst");
     let mut data = pattern(SIZE, 7);

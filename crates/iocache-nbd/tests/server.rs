@@ -283,10 +283,7 @@ fn fua_flush_trim_and_write_zeroes_reach_the_export() {
 #[test]
 fn pipelined_requests_are_answered_out_of_order() {
     let e = Arc::new(Instrumented::new(1 << 20));
-    e.slow_offsets
-        .lock()
-        .unwrap()
-        .push((0, Duration::from_millis(300)));
+    e.slow_at(0, Duration::from_millis(300));
     let server = start("pipe", e.clone());
     for structured in [true, false] {
         let mut raw = Raw::connect(&server, structured);
@@ -323,10 +320,7 @@ fn buffered_quick_reads_are_served_inline_and_answered_once_each() {
         claims_quick: true,
         ..Instrumented::new(1 << 20)
     });
-    e.slow_offsets
-        .lock()
-        .unwrap()
-        .push((4096 * 200, Duration::from_millis(200)));
+    e.slow_at(4096 * 200, Duration::from_millis(200));
     for i in 0..64u64 {
         e.inner.write(4096 * i, &pattern(4096, i), false).unwrap();
     }
@@ -463,10 +457,7 @@ fn a_lone_quick_read_is_served_inline_and_answered_at_once() {
 #[test]
 fn disc_finishes_in_flight_requests_then_closes() {
     let e = Arc::new(Instrumented::new(1 << 20));
-    e.slow_offsets
-        .lock()
-        .unwrap()
-        .push((8192, Duration::from_millis(300)));
+    e.slow_at(8192, Duration::from_millis(300));
     let server = start("disc", e.clone());
     let mut raw = Raw::connect(&server, false);
     raw.send(1, NBD_CMD_WRITE, 0, 8192, 512, &[7; 512]);
@@ -482,7 +473,7 @@ fn disc_finishes_in_flight_requests_then_closes() {
 #[test]
 fn shutdown_finishes_in_flight_requests_and_stops_accepting() {
     let e = Arc::new(Instrumented::new(1 << 20));
-    e.slow_offsets.lock().unwrap().push((0, Duration::from_secs(2)));
+    e.slow_at(0, Duration::from_secs(2));
     let server = start("shutdown", e.clone());
     let path = server.unix_path().unwrap().to_path_buf();
     let tcp = server.tcp_addr().unwrap();

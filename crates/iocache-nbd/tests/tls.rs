@@ -183,6 +183,18 @@ fn a_psk_client_is_served_through_the_relay() {
     let _ = std::fs::remove_file(psk);
 }
 
+/// Waits (5 s at most) for `server` to count `failures` failed TLS
+/// handshakes, checks that it counted exactly those, and stops it.
+fn assert_tls_failures_then_stop(server: RunningServer, psk: PathBuf, failures: u64) {
+    let started = Instant::now();
+    while server.stats().tls_failures < failures && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(server.stats().tls_failures, failures);
+    server.shutdown();
+    let _ = std::fs::remove_file(psk);
+}
+
 #[test]
 fn wrong_keys_and_unknown_identities_are_refused() {
     let (server, psk) = tls_server("psk-wrong", Duration::from_secs(5));
@@ -195,13 +207,7 @@ fn wrong_keys_and_unknown_identities_are_refused() {
         });
         assert!(r.is_err(), "{identity} was served");
     }
-    let started = Instant::now();
-    while server.stats().tls_failures < 2 && started.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(server.stats().tls_failures, 2);
-    server.shutdown();
-    let _ = std::fs::remove_file(psk);
+    assert_tls_failures_then_stop(server, psk, 2);
 }
 
 #[test]
@@ -231,11 +237,5 @@ fn the_handshake_deadline_covers_the_tls_handshake_and_plaintext_gets_nothing() 
         got.is_empty() || got[0] == 0x15,
         "plaintext after STARTTLS was answered with {got:02x?}"
     );
-    let started = Instant::now();
-    while server.stats().tls_failures < 2 && started.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(server.stats().tls_failures, 2);
-    server.shutdown();
-    let _ = std::fs::remove_file(psk);
+    assert_tls_failures_then_stop(server, psk, 2);
 }

@@ -25,6 +25,64 @@ pub fn ops_of(cache: &mut Cache, request: Request) -> Vec<Op> {
     out
 }
 
+/// `Op::ReadCache`: `len` bytes of `slot` from `line_offset` into the
+/// request buffer at `buf`.
+pub fn read_cache(slot: u32, line_offset: u32, len: u32, buf: u64) -> Op {
+    Op::ReadCache {
+        slot,
+        line_offset_bytes: line_offset,
+        length_bytes: len,
+        buffer_offset_bytes: buf,
+    }
+}
+
+/// `Op::ReadBackend`: `len` bytes of `volume` from `offset` into the
+/// request buffer at `buf`.
+pub fn read_backend(volume: u32, offset: u64, len: u64, buf: u64) -> Op {
+    Op::ReadBackend {
+        volume,
+        offset_bytes: offset,
+        length_bytes: len,
+        buffer_offset_bytes: buf,
+    }
+}
+
+/// `Op::WriteBackend`: `len` bytes of the request buffer at `buf` to
+/// `volume` at `offset`.
+pub fn write_backend(volume: u32, offset: u64, len: u64, buf: u64) -> Op {
+    Op::WriteBackend {
+        volume,
+        offset_bytes: offset,
+        length_bytes: len,
+        buffer_offset_bytes: buf,
+    }
+}
+
+/// `Op::WriteCache`: `len` bytes of the request buffer at `buf` to `slot`
+/// at `line_offset`, `dirty` or clean afterwards, `fresh` or not.
+pub fn write_cache(slot: u32, line_offset: u32, len: u32, buf: u64, dirty: bool, fresh: bool) -> Op {
+    Op::WriteCache {
+        slot,
+        line_offset_bytes: line_offset,
+        length_bytes: len,
+        buffer_offset_bytes: buf,
+        dirty,
+        fresh,
+    }
+}
+
+/// `Op::WriteBack`: `len` bytes of `slot` from `line_offset` to `volume`
+/// at `offset`.
+pub fn write_back(slot: u32, line_offset: u32, len: u32, volume: u32, offset: u64) -> Op {
+    Op::WriteBack {
+        slot,
+        line_offset_bytes: line_offset,
+        length_bytes: len,
+        volume,
+        offset_bytes: offset,
+    }
+}
+
 /// Sector-granular contents of the backend volumes and the cache device, where
 /// each sector holds a number naming the write that produced it (0 = never written).
 #[derive(Default)]
@@ -218,6 +276,16 @@ pub enum Action {
     /// driver passing the discard down does.
     Discard(u32, u64, u64),
 }
+
+/// Every write policy.
+pub const WRITE_POLICIES: [WritePolicy; 6] = [
+    WritePolicy::WriteBack,
+    WritePolicy::WriteThrough,
+    WritePolicy::WriteInvalidate,
+    WritePolicy::WriteAround,
+    WritePolicy::WriteOnly,
+    WritePolicy::PassThrough,
+];
 
 pub fn any_write_policy() -> impl Strategy<Value = WritePolicy> {
     prop_oneof![

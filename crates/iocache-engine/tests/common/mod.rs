@@ -17,6 +17,10 @@ pub fn count_from_env(var: &str, default: u64) -> u64 {
 pub struct Rng(pub u64);
 
 impl Rng {
+    /// An RNG for `seed`, spread over the bits (and never zero).
+    pub fn seeded(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -57,11 +61,46 @@ pub fn decode(bytes: &[u8], sector: u64) -> Option<u64> {
     (bytes == stamp(write, sector)).then_some(write)
 }
 
+/// The power cut of a crash test: the unflushed writes dropped, or torn
+/// sector by sector, as `rng` decides.
+pub fn random_power_cut(rng: &mut Rng) -> iocache_device::PowerCut {
+    if rng.below(2) == 0 {
+        iocache_device::PowerCut::DropUnflushed
+    } else {
+        iocache_device::PowerCut::Tear {
+            seed: rng.next(),
+            keep: 0.5,
+        }
+    }
+}
+
+/// A write of the workloads: `sectors` sectors from `first`, each stamped
+/// with the write's number `no`.
+pub struct Write {
+    pub no: u64,
+    pub first: u64,
+    pub sectors: u64,
+    pub fua: bool,
+}
+
+impl Write {
+    /// Its byte offset on the volume.
+    pub fn offset(&self) -> u64 {
+        self.first * SECTOR
+    }
+    /// What it writes.
+    pub fn data(&self) -> Vec<u8> {
+        stamps(self.no, self.first, self.sectors)
+    }
+}
+
 /// Per sector: the value guaranteed durable, and every value written since.
 pub struct Model {
     pub durable: Vec<u64>,
     pub since: Vec<Vec<u64>>,
     pub latest: Vec<u64>,
+    /// The number of the last write made.
+    pub writes: u64,
 }
 
 impl Model {
@@ -70,6 +109,39 @@ impl Model {
             durable: vec![0; VOLUME_SECTORS as usize],
             since: vec![Vec::new(); VOLUME_SECTORS as usize],
             latest: vec![0; VOLUME_SECTORS as usize],
+            writes: 0,
+        }
+    }
+    /// The next write: 1 to 16 sectors anywhere on the volume, FUA one
+    /// time in eight if `may_be_fua`. Not recorded until [`Model::record`].
+    pub fn next_write(&mut self, rng: &mut Rng, may_be_fua: bool) -> Write {
+        let sectors = 1 + rng.below(16);
+        let first = rng.below(VOLUME_SECTORS - sectors);
+        self.writes += 1;
+        let fua = may_be_fua && rng.below(8) == 0;
+        Write {
+            no: self.writes,
+            first,
+            sectors,
+            fua,
+        }
+    }
+    /// Records that `w` was written.
+    pub fn record(&mut self, w: &Write) {
+        for s in w.first..w.first + w.sectors {
+            self.wrote(s, w.no, w.fua);
+        }
+    }
+    /// Asserts that `buf`, read from sector `first` on, holds each
+    /// sector's latest value (`context` says where).
+    pub fn assert_latest(&self, first: u64, buf: &[u8], context: &str) {
+        for (i, chunk) in buf.chunks(SECTOR as usize).enumerate() {
+            let sector = first + i as u64;
+            assert_eq!(
+                decode(chunk, sector),
+                Some(self.latest[sector as usize]),
+                "{context}: read of sector {sector}"
+            );
         }
     }
     pub fn wrote(&mut self, sector: u64, write: u64, fua: bool) {

@@ -93,6 +93,11 @@ impl Instrumented {
         }
     }
 
+    /// Makes operations at `offset` take `delay`.
+    pub fn slow_at(&self, offset: u64, delay: Duration) {
+        self.slow_offsets.lock().unwrap().push((offset, delay));
+    }
+
     fn delay(&self, offset: u64) -> Option<Duration> {
         self.slow_offsets
             .lock()
