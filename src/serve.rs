@@ -33,7 +33,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "backend_id", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
-        "persistence", "clean_check_budget", "read_only", "discard", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
+        "persistence", "clean_check_budget", "commit_interval", "read_only", "discard", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
         "tls_psk", "tls_verify_peer", "max_connections_per_peer", "max_handshakes_per_peer",
@@ -115,6 +115,12 @@ pub struct ServeArgs {
     /// if it still equals the backend; 0s drops them all) [default: 60s].
     #[arg(long, value_name = "DURATION")]
     clean_check_budget: Option<String>,
+    /// With --persistence all or dirty: the longest an acknowledged write waits for its metadata
+    /// record when the client never flushes, so that a killed server or a power cut loses at most
+    /// this much (a barrier runs this long after the first unrecorded write; FLUSH and FUA keep
+    /// their meaning). 0s: only FLUSH and FUA [default: 1s].
+    #[arg(long, value_name = "DURATION")]
+    commit_interval: Option<String>,
     /// ReCA's category table (TOML; default: the built-in
     /// crates/iocache-core/data/reca-categories.toml). Needs --adapt reca.
     #[arg(long, value_name = "FILE")]
@@ -464,6 +470,7 @@ impl ServeArgs {
             direct: self.direct,
             persistence: self.persistence,
             clean_check_budget: self.clean_check_budget,
+            commit_interval: self.commit_interval,
             read_only: self.read_only,
             discard: self.discard,
             adapt: self.adapt,

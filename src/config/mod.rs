@@ -37,7 +37,7 @@ type CacheKey = (&'static str, fn(&CacheDeviceConfig) -> String);
 /// The keys that describe a cache device, each with its value as text (to
 /// compare two volumes that write it): written in the cache's `[[cache]]`
 /// table, or in the `[[volume]]` tables of the volumes that share it.
-const CACHE_KEYS: [CacheKey; 21] = [
+const CACHE_KEYS: [CacheKey; 22] = [
     ("cache_size", |c| {
         c.cache_bytes.map_or("the device's size".into(), format_byte_size)
     }),
@@ -52,6 +52,7 @@ const CACHE_KEYS: [CacheKey; 21] = [
     ("clean_check_budget", |c| {
         format_duration_ns(c.clean_check_budget_ns)
     }),
+    ("commit_interval", |c| format_duration_ns(c.commit_interval_ns)),
     ("write_policy", |c| c.write_policy.to_string()),
     ("seq_cutoff", |c| c.seq_cutoff.to_string()),
     ("write_miss_bypass", |c| c.write_miss_bypass.to_string()),
@@ -237,6 +238,10 @@ pub struct VolumeText {
     /// A duration with a unit (or absent: the engine's default, 60 s).
     #[serde(default)]
     pub clean_check_budget: Option<String>,
+    /// A duration with a unit (or absent: the engine's default, 1 s; `0s`
+    /// records only at FLUSH and FUA).
+    #[serde(default)]
+    pub commit_interval: Option<String>,
     #[serde(default)]
     pub read_only: bool,
     /// What a client's TRIM does: `passdown` (the default), `cache` or
@@ -488,6 +493,10 @@ impl VolumeText {
             .persistence
             .parse()
             .map_err(|e| anyhow!("{}{e}", parse("persistence")))?;
+        let commit_interval_ns = match self.commit_interval.as_deref() {
+            None => iocache_engine::DEFAULT_COMMIT_INTERVAL.as_nanos() as u64,
+            Some(text) => parse_duration_ns(text).map_err(|e| anyhow!("{}{e}", parse("commit_interval")))?,
+        };
         let clean_check_budget_ns = match self.clean_check_budget.as_deref() {
             None => iocache_engine::DEFAULT_CLEAN_CHECK_BUDGET.as_nanos() as u64,
             Some(text) => {
@@ -584,6 +593,7 @@ impl VolumeText {
             direct: self.direct,
             persistence,
             clean_check_budget_ns,
+            commit_interval_ns,
             reca,
             adapt,
             slow_cache: None,

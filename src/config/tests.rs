@@ -482,6 +482,7 @@ fn flags_name_flags() {
         direct: false,
         persistence: "dirty".into(),
         clean_check_budget: None,
+        commit_interval: None,
         read_only: false,
         discard: None,
         adapt: None,

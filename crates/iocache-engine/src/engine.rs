@@ -87,6 +87,11 @@ const SHARDS_MAX: usize = 64;
 /// shard gives 1.000 (`examples/loadgen`), and 0.996 at 50 %.
 const SHARD_LINES_MIN: u64 = 128 * SHARD_SPAN_LINES;
 
+/// How long an acknowledged write may stay out of the records by default
+/// (`EngineConfig::commit_interval`): a killed process or a power cut loses
+/// at most this much of a client that never flushes.
+pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How long, after a crash, comparing the recovered clean lines with the
 /// backend may take by default (`EngineConfig::clean_check_budget`).
 pub const DEFAULT_CLEAN_CHECK_BUDGET: Duration = Duration::from_secs(60);
@@ -158,6 +163,13 @@ pub struct EngineConfig {
     /// clean lines with the backend may take before the rest are dropped
     /// (`recovery/lines.rs`, `check_clean_lines`). 60 s by default.
     pub clean_check_budget: Duration,
+    /// With persistent metadata, the longest an acknowledged write stays
+    /// out of the records when the client never flushes: a barrier runs
+    /// this long after the first write it would record (`metadata.rs`), so
+    /// a killed process or a power cut loses at most this much. `None`:
+    /// only FLUSH, FUA and the engine's own needs run barriers.
+    /// [`DEFAULT_COMMIT_INTERVAL`] by default.
+    pub commit_interval: Option<Duration>,
     /// The operator acknowledges that backends whose identity differs from
     /// the one the cache recorded are their volumes' own (restored from a
     /// copy, say): their dirty lines are kept for them, their clean lines
@@ -181,6 +193,7 @@ impl EngineConfig {
             balance: None,
             dirty_checksums: true,
             clean_check_budget: DEFAULT_CLEAN_CHECK_BUDGET,
+            commit_interval: Some(DEFAULT_COMMIT_INTERVAL),
             rebind_backends: false,
         }
     }
@@ -310,6 +323,8 @@ pub struct EngineStats {
     pub backend_queue: DeviceQueueStats,
     /// The load balancer's state, when one runs.
     pub balance: Option<BalanceStats>,
+    /// Barriers run by the commit interval (`EngineConfig::commit_interval`).
+    pub commits: u64,
     /// Discard (TRIM) requests served.
     pub discards: u64,
     /// Zeroing requests served without zero buffers for their whole lines.
@@ -520,6 +535,7 @@ impl Engine {
         let metadata = Metadata::new(
             config.persistence,
             config.dirty_checksums,
+            config.commit_interval,
             Durability::new(MetaState::new(
                 opened.superblock,
                 opened.superblock_copy,
@@ -877,6 +893,7 @@ impl Engine {
                 .durability
                 .intent_flushes
                 .load(Ordering::Relaxed),
+            commits: self.inner.metadata.commits(),
             discards: self.inner.discard_counters.discards.load(Ordering::Relaxed),
             zeroings: self.inner.discard_counters.zeroings.load(Ordering::Relaxed),
             dropped_lines: self.inner.discard_counters.dropped_lines.load(Ordering::Relaxed),

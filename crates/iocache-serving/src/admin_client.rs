@@ -28,6 +28,16 @@ pub enum AdminError {
     /// An NBD server answered: the socket is an export's, not the admin one.
     #[error("{} is an NBD socket (it answered with the NBD handshake), not a server's admin socket", socket.display())]
     NbdSocket { socket: PathBuf },
+    /// The server took the request and did not answer in time: it may
+    /// still be starting (its answers wait until it serves).
+    #[error(
+        "the server at the admin socket {} did not answer within {} s: it may still be starting \
+         (after a crash it checks the cache's clean lines against the backend first; its log says \
+         how far it is)",
+        socket.display(),
+        waited.as_secs_f64()
+    )]
+    NoAnswer { socket: PathBuf, waited: Duration },
     #[error("the server's reply is not JSON: {reply}")]
     BadReply { reply: String },
     /// The server answered with an error.
@@ -76,7 +86,20 @@ pub fn request(
             socket: socket.to_path_buf(),
         });
     }
-    read.map_err(io)?;
+    match read {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(AdminError::NoAnswer {
+                socket: socket.to_path_buf(),
+                waited: timeout.unwrap_or_default(),
+            })
+        }
+        other => other.map_err(io)?,
+    };
     let reply = String::from_utf8_lossy(&bytes);
     let json: serde_json::Value = serde_json::from_str(reply.trim()).map_err(|_| AdminError::BadReply {
         reply: reply.trim().to_string(),
@@ -85,4 +108,28 @@ pub fn request(
         return Err(AdminError::Refused(error.to_string()));
     }
     Ok(json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_that_takes_the_request_and_stays_silent_is_named_as_such() {
+        let dir = std::env::temp_dir().join(format!("iocache-admin-silent-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("admin.sock");
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let held = std::thread::spawn(move || listener.accept().map(|(stream, _)| stream));
+        let e = request(&socket, "stats", Some(Duration::from_millis(200))).unwrap_err();
+        assert!(matches!(e, AdminError::NoAnswer { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("did not answer within 0.2 s") && text.contains("starting"),
+            "{text}"
+        );
+        drop(held.join());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

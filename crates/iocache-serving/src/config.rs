@@ -221,6 +221,10 @@ pub struct CacheDeviceConfig {
     /// After a crash (persistence `all`), how long the recovered clean
     /// lines may be compared with the backend; the rest are dropped.
     pub clean_check_budget_ns: u64,
+    /// With persistent metadata, the longest an acknowledged write waits
+    /// for its record when the client never flushes (0: no limit, only
+    /// FLUSH and FUA record).
+    pub commit_interval_ns: u64,
     /// An adaptive controller beside the cache: `Some` for ReCA.
     pub reca: Option<RecaConfig>,
     /// A load balancer between the cache device and the backends

@@ -326,6 +326,7 @@ pub(crate) fn engine_config(
         balance: v.adapt.as_ref().map(|a| a.config),
         dirty_checksums: true,
         clean_check_budget: Duration::from_nanos(v.clean_check_budget_ns),
+        commit_interval: (v.commit_interval_ns > 0).then(|| Duration::from_nanos(v.commit_interval_ns)),
         rebind_backends: false,
     }
 }

@@ -124,6 +124,7 @@ impl Inner {
 
     /// [`Inner::barrier`] with the metadata lock held.
     fn barrier_locked(&self, meta: &mut MetaState, everything: bool) -> Result<(), EngineError> {
+        self.metadata.taking_records();
         // Mirrors whose line was clean before the records below were taken:
         // the cleaner frees them once those records are durable.
         let releases = self.take_mirror_releases();

@@ -163,6 +163,9 @@ impl Inner {
                     self.health.devices.cleaned(self.now_ns(), failed);
                 }
             }
+            if let Some(due) = self.commit_if_due(self.now_ns()) {
+                next_wake = next_wake.min(due);
+            }
             let sleep = next_wake.saturating_sub(self.now_ns()).max(100_000);
             let (flag, cv) = &self.cleaner.wake;
             let mut woken = lock(flag);

@@ -257,6 +257,9 @@ impl Inner {
             self.discard_counters
                 .dropped_dirty_lines
                 .fetch_add(dropped.dirty, Ordering::Relaxed);
+            if dropped.dirty > 0 {
+                self.metadata.changed(self.now_ns());
+            }
             if ops.ops().is_empty() {
                 continue;
             }

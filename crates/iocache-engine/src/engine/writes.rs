@@ -371,6 +371,9 @@ impl Inner {
         if !self.metadata.records_slots() {
             return;
         }
+        if writes.iter().any(|w| w.dirty) {
+            self.metadata.changed(self.now_ns());
+        }
         // A 64 KiB write's terms (4 KiB lines) stay on the stack.
         let mut full_line_hashes: SmallVec<[Option<u64>; 16]> = SmallVec::with_capacity(writes.len());
         let mut sector_sums: SmallVec<[u64; 128]> = SmallVec::new();
