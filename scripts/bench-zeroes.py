@@ -5,7 +5,8 @@ Not run by CI; results go in docs/results/block-commands.md. Each system
 serves the same sparse backend file (SIZE, default 8 GiB, in /var/tmp) that
 holds 256 MiB of data at its start; the client is qemu-io, which zeroes the
 whole volume with `write -z` (NO_HOLE: the range stays allocated) or
-`write -z -u` (a hole may be punched), in requests qemu sizes itself. The
+`write -z -u` (a hole may be punched), 1 GiB per command, in requests
+qemu sizes itself. The
 time is qemu-io's wall clock; the backend's allocated size after the stop
 shows what reached it. Systems alternate within each round; ROUNDS rounds;
 medians printed.
@@ -52,6 +53,13 @@ def qemu_io(uri, *commands):
     return took
 
 
+def zero_commands(size, unmap):
+    """qemu-io commands zeroing `size` bytes, 1 GiB each (qemu-io takes at
+    most 2 GiB per command)."""
+    step = 1 << 30
+    return [f"write -z {'-u ' if unmap else ''}{at} {min(step, size - at)}" for at in range(0, size, step)]
+
+
 def run_iocache(binary, work, size, unmap):
     backend = f"{work}/backend.img"
     prepare_backend(backend, size)
@@ -63,7 +71,7 @@ def run_iocache(binary, work, size, unmap):
          "--admin-socket", f"{work}/admin.sock"], work, sock)
     try:
         qemu_io(uri, "read 0 256M", "write -P 0x33 0 64M")
-        took = qemu_io(uri, f"write -z {'-u ' if unmap else ''}0 {size}")
+        took = qemu_io(uri, *zero_commands(size, unmap))
     finally:
         benchlib.stop(p)
         subprocess.run(["rm", "-rf", cache_dir])
@@ -76,7 +84,7 @@ def run_nbdkit(work, size, unmap):
     sock = benchlib.fresh_socket(work, "nbdkit")
     p, uri = benchlib.start_server(["nbdkit", "-f", "-U", sock, "file", backend], sock)
     try:
-        took = qemu_io(uri, f"write -z {'-u ' if unmap else ''}0 {size}")
+        took = qemu_io(uri, *zero_commands(size, unmap))
     finally:
         benchlib.stop(p)
     return took, os.stat(backend).st_blocks * 512

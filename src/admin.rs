@@ -299,6 +299,13 @@ fn print_stats(snapshot: &Snapshot) {
             "  discards   {} trims, {} zeroings; {} lines dropped, {} of them dirty (never written back)",
             d.discards, d.zeroings, d.dropped_lines, d.dropped_dirty_lines
         );
+        if d.warm_requested_bytes > 0 {
+            println!(
+                "  warm-up    {} of {} read through the cache (NBD_CMD_CACHE, ctl warm)",
+                iocache_core::units::format_byte_size(d.warmed_bytes),
+                iocache_core::units::format_byte_size(d.warm_requested_bytes)
+            );
+        }
         let r = &d.recovery;
         println!(
             "  metadata   persistence {}, {} barriers, {} records written, {} intents; at start: {} dirty and {} clean lines loaded, {} dropped ({} older than the backend, {} unchecked), {} corrupt copies",
@@ -479,6 +486,18 @@ enum CtlCommand {
     Detach { export: String },
     /// Write back an export's dirty lines (it keeps serving).
     Flush { export: String },
+    /// Read a range of an export through its cache in the background (as a client's
+    /// NBD_CMD_CACHE does): lines come in as the promotion policy admits them on a read.
+    /// Progress in `iocache stats`.
+    Warm {
+        export: String,
+        /// Where to start (a size: 0, 4KiB, 1GiB) [default: 0].
+        #[arg(long, value_name = "SIZE")]
+        offset: Option<String>,
+        /// How much to read [default: to the end of the volume].
+        #[arg(long, value_name = "SIZE")]
+        length: Option<String>,
+    },
     /// Change knobs of a running cache (KEY=VALUE with the configuration file's keys:
     /// write_policy, promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines).
     /// No cached or dirty line is lost; leaving wb/wo for a policy that keeps no dirty data
@@ -623,6 +642,31 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
                 "flushed export {}: {} written back",
                 reply["export"],
                 iocache_core::units::count(reply["written_back_lines"].as_u64().unwrap_or(0), "line")
+            );
+        }
+        CtlCommand::Warm {
+            export,
+            offset,
+            length,
+        } => {
+            let size = |flag: &str, text: Option<String>| {
+                text.map(|t| {
+                    iocache_core::units::parse_byte_size(&t).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
+                })
+                .transpose()
+            };
+            let req = json!({
+                "command": "warm",
+                "export": export,
+                "offset": size("offset", offset)?,
+                "length": size("length", length)?,
+            });
+            let reply = request(socket, &req.to_string(), Some(Duration::from_secs(30)))?;
+            println!(
+                "warming export {}: {} at {} read through the cache in the background (progress: iocache stats)",
+                reply["export"].as_str().unwrap_or("?"),
+                iocache_core::units::format_byte_size(reply["length"].as_u64().unwrap_or(0)),
+                reply["offset"]
             );
         }
         CtlCommand::Set { export, settings } => {

@@ -234,3 +234,55 @@ fn fstrim_on_ext4_over_nbdfuse_frees_backend_blocks() {
         trimmed.trim()
     );
 }
+
+/// The number `key` of the first volume in `iocache stats --json`.
+fn stat(dir: &Path, key: &str) -> u64 {
+    let (ok, text) = common::ctl(dir, &["stats", "--json"]);
+    assert!(ok, "{text}");
+    let stats: serde_json::Value = serde_json::from_str(&text).unwrap();
+    stats["volumes"][0][key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no `{key}` in {stats:#}"))
+}
+
+#[test]
+fn nbd_cache_and_ctl_warm_read_a_range_into_the_cache() {
+    let dir = temp_dir("warm");
+    backend(&dir);
+    let server = serve(&dir, &[]);
+    let mut c = client(&dir);
+    assert_ne!(
+        c.transmission_flags() & iocache_nbd::proto::NBD_FLAG_SEND_CACHE,
+        0
+    );
+    // NBD_CMD_CACHE of 8 MiB: 2,048 lines come in, no data comes back.
+    c.raw_request(iocache_nbd::proto::NBD_CMD_CACHE, 0, 0, 8 << 20, &[], None)
+        .unwrap();
+    assert_eq!(stat(&dir, "resident_lines"), 2048);
+    assert_eq!(stat(&dir, "read_requests"), 0, "not counted as a client's read");
+    // An operator warms the next 56 MiB in the background.
+    let (ok, out) = common::ctl(
+        &dir,
+        &["warm", "iocache", "--offset", "8MiB", "--length", "56MiB"],
+    );
+    assert!(ok && out.contains("56MiB at 8388608"), "{out}");
+    let started = Instant::now();
+    while stat(&dir, "warmed_bytes") < 64 * MIB {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the warm-up did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(stat(&dir, "warm_requested_bytes"), 64 * MIB);
+    assert_eq!(stat(&dir, "resident_lines"), 16384);
+    // The warmed range is served from the cache.
+    let mut buf = vec![0u8; MIB as usize];
+    c.read(32 * MIB, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0x5a));
+    assert_eq!(stat(&dir, "full_misses"), 0);
+    let (ok, out) = common::ctl(&dir, &["warm", "iocache", "--offset", "1GiB"]);
+    assert!(!ok && out.contains("past its end"), "{out}");
+    drop(c);
+    assert!(server.stop().success());
+}

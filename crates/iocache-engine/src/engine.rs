@@ -333,6 +333,10 @@ pub struct EngineStats {
     pub dropped_lines: u64,
     /// Of those, lines whose dirty data was discarded, never written back.
     pub dropped_dirty_lines: u64,
+    /// Bytes asked to be read into the cache ([`Engine::warm_range`]:
+    /// NBD_CMD_CACHE, `ctl warm`), and those read so far.
+    pub warm_requested_bytes: u64,
+    pub warmed_bytes: u64,
 }
 
 /// A cache array's state as the engine sees it.
@@ -902,6 +906,12 @@ impl Engine {
                 .discard_counters
                 .dropped_dirty_lines
                 .load(Ordering::Relaxed),
+            warm_requested_bytes: self
+                .inner
+                .discard_counters
+                .warm_requested_bytes
+                .load(Ordering::Relaxed),
+            warmed_bytes: self.inner.discard_counters.warmed_bytes.load(Ordering::Relaxed),
             intent_log_full: self
                 .inner
                 .metadata

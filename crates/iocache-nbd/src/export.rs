@@ -148,6 +148,20 @@ pub trait Export: Send + Sync + 'static {
         false
     }
 
+    /// Whether the export serves NBD_CMD_CACHE (advertised as
+    /// NBD_FLAG_SEND_CACHE; without it the server answers CACHE with
+    /// EINVAL). The default says no.
+    fn can_cache(&self) -> bool {
+        false
+    }
+
+    /// Brings `length` bytes at `offset` into the export's cache, sending
+    /// no data back (NBD_CMD_CACHE). Advisory: the default does nothing.
+    fn cache(&self, offset: u64, length: u64) -> Result<(), ExportError> {
+        let _ = (offset, length);
+        Ok(())
+    }
+
     /// Whether flush and FUA on one connection are visible to all others
     /// (advertised as NBD_FLAG_CAN_MULTI_CONN).
     fn can_multi_conn(&self) -> bool {

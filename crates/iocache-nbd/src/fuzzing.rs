@@ -593,13 +593,14 @@ fn be64(b: &[u8], at: usize) -> u64 {
     (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
 }
 
-const SERVED_COMMANDS: [u16; 6] = [
+const SERVED_COMMANDS: [u16; 7] = [
     NBD_CMD_READ,
     NBD_CMD_WRITE,
     NBD_CMD_DISC,
     NBD_CMD_FLUSH,
     NBD_CMD_TRIM,
     NBD_CMD_WRITE_ZEROES,
+    NBD_CMD_CACHE,
 ];
 
 fn allowed_flags(command: u16) -> u16 {
@@ -613,7 +614,7 @@ fn allowed_flags(command: u16) -> u16 {
 fn has_range(command: u16) -> bool {
     matches!(
         command,
-        NBD_CMD_READ | NBD_CMD_WRITE | NBD_CMD_TRIM | NBD_CMD_WRITE_ZEROES
+        NBD_CMD_READ | NBD_CMD_WRITE | NBD_CMD_TRIM | NBD_CMD_WRITE_ZEROES | NBD_CMD_CACHE
     )
 }
 
@@ -1126,6 +1127,10 @@ fn expectations(inp: &mut Cur<'_>, entered: &Entered) -> (Vec<Expect>, Vec<Expec
         }
         if spec.read_only && matches!(h.command, NBD_CMD_WRITE | NBD_CMD_TRIM | NBD_CMD_WRITE_ZEROES) {
             errnos.push(NBD_EPERM);
+        }
+        // The fuzzed exports (memory) do not offer CACHE.
+        if h.command == NBD_CMD_CACHE {
+            errnos.push(NBD_EINVAL);
         }
         if h.flags & NBD_CMD_FLAG_DF != 0 && !entered.structured {
             errnos.push(NBD_EINVAL);

@@ -133,6 +133,9 @@ pub fn transmission_flags(export: &dyn Export, structured: bool) -> u16 {
     if export.can_multi_conn() {
         flags |= NBD_FLAG_CAN_MULTI_CONN;
     }
+    if export.can_cache() {
+        flags |= NBD_FLAG_SEND_CACHE;
+    }
     if structured {
         // Every read is answered with one content chunk, so DF costs nothing.
         flags |= NBD_FLAG_SEND_DF;

@@ -434,6 +434,8 @@ pub enum Command {
     Flush,
     Trim,
     WriteZeroes,
+    /// NBD_CMD_CACHE: bring a range into the export's cache, no data back.
+    Cache,
 }
 
 impl Command {
@@ -446,6 +448,7 @@ impl Command {
             Command::Flush => NBD_CMD_FLUSH,
             Command::Trim => NBD_CMD_TRIM,
             Command::WriteZeroes => NBD_CMD_WRITE_ZEROES,
+            Command::Cache => NBD_CMD_CACHE,
         }
     }
 
@@ -458,6 +461,7 @@ impl Command {
             NBD_CMD_FLUSH => Command::Flush,
             NBD_CMD_TRIM => Command::Trim,
             NBD_CMD_WRITE_ZEROES => Command::WriteZeroes,
+            NBD_CMD_CACHE => Command::Cache,
             _ => return None,
         })
     }
@@ -477,7 +481,7 @@ impl Command {
     pub fn has_range(self) -> bool {
         matches!(
             self,
-            Command::Read | Command::Write | Command::Trim | Command::WriteZeroes
+            Command::Read | Command::Write | Command::Trim | Command::WriteZeroes | Command::Cache
         )
     }
 }
@@ -1130,6 +1134,7 @@ mod tests {
             (3, Command::Flush),
             (4, Command::Trim),
             (6, Command::WriteZeroes),
+            (5, Command::Cache),
         ] {
             let r = RequestHeader::parse(&header(0, code, 7, 512, 4096), DEFAULT_MAX_PAYLOAD).unwrap();
             assert_eq!(r.command, cmd);
@@ -1150,7 +1155,7 @@ mod tests {
 
     #[test]
     fn rejects_unknown_commands_with_einval() {
-        for code in [5u16, 7, 8, 100, u16::MAX] {
+        for code in [7u16, 8, 100, u16::MAX] {
             let e = RequestHeader::parse(&header(0, code, 9, 0, 0), DEFAULT_MAX_PAYLOAD).unwrap_err();
             assert_eq!(
                 e,

@@ -10,6 +10,9 @@
 //!   adds a volume to a cache device (the only one, or the one named) and
 //!   serves it as a new export; `backend_size` creates a missing file;
 //! - `{"command":"flush","export":NAME}`: writes back the volume's dirty lines;
+//! - `{"command":"warm","export":NAME,"offset":BYTES?,"length":BYTES?}`:
+//!   reads a range (the whole volume by default) through the cache in the
+//!   background, as NBD_CMD_CACHE does; progress in the stats;
 //! - `{"command":"detach","export":NAME}`: stops serving the volume, after
 //!   writing back its dirty lines and dropping its lines from the cache.
 //! - `{"command":"get","export":NAME?}`: the knobs of the cache the volume
@@ -78,6 +81,16 @@ fn dispatch(state: &Running, line: &str) -> Result<Value> {
         }),
         Some("detach") => state.detach(needed("export")?),
         Some("flush") => state.flush(needed("export")?),
+        Some("warm") => {
+            let number = |name: &str| match request.get(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .map(Some)
+                    .ok_or_else(|| refused!("`{name}` must be a number of bytes")),
+            };
+            state.warm(needed("export")?, number("offset")?, number("length")?)
+        }
         Some("get") => state.get_settings(field("export")),
         Some("set") => {
             let changes: Vec<String> = request
@@ -92,7 +105,7 @@ fn dispatch(state: &Running, line: &str) -> Result<Value> {
         }
         Some("reca-reload") => state.reca_reload(field("export"), field("table")),
         Some(other) => Err(refused!(
-            "unknown command `{}`; expected stats, attach, detach, flush, get, set or reca-reload",
+            "unknown command `{}`; expected stats, attach, detach, flush, warm, get, set or reca-reload",
             shortened(other)
         )),
         None => Err(refused!("the request needs a `command`")),

@@ -138,6 +138,16 @@ impl Export for EngineExport {
         self.with(|engine, volume| engine.write_zeroes_with(volume, offset, length, zeroing))
     }
 
+    fn can_cache(&self) -> bool {
+        true
+    }
+
+    /// NBD_CMD_CACHE: the range read through the cache, as the promotion
+    /// policy admits lines on a read.
+    fn cache(&self, offset: u64, length: u64) -> Result<(), ExportError> {
+        self.with(|engine, volume| engine.warm_range(volume, offset, length))
+    }
+
     fn zeroes_fast(&self) -> bool {
         let current = self.cell.read();
         current

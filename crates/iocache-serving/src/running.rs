@@ -371,6 +371,32 @@ impl Running {
         Ok(settings_json(group))
     }
 
+    /// Starts reading `length` bytes at `offset` of the export (the whole
+    /// volume by default) through its cache, in the background; the
+    /// progress shows in the stats (`warmed_bytes` of
+    /// `warm_requested_bytes`).
+    pub fn warm(&self, export: &str, offset: Option<u64>, length: Option<u64>) -> Result<serde_json::Value> {
+        let (cache, volume) = self.served(export)?;
+        let offset = offset.unwrap_or(0);
+        let size = volume.size_bytes();
+        if offset >= size {
+            return Err(refused!(
+                "warming `{export}`: offset {offset} is past its end ({size} bytes)"
+            ));
+        }
+        let length = length.unwrap_or(size - offset).min(size - offset);
+        let engine = self.caches[cache].engine();
+        let name = export.to_string();
+        std::thread::Builder::new()
+            .name("iocache-warm".into())
+            .spawn(move || match engine.warm_range(&volume, offset, length) {
+                Ok(()) => log::info!("warmed `{name}`: {length} bytes at {offset} read through the cache"),
+                Err(e) => log::warn!("warming `{name}` stopped: {e}"),
+            })
+            .within(|| format!("warming `{export}`: starting its thread"))?;
+        Ok(serde_json::json!({ "export": export, "offset": offset, "length": length }))
+    }
+
     pub fn flush(&self, export: &str) -> Result<serde_json::Value> {
         let _admin = lock(&self.admin);
         let (cache, volume) = self.served(export)?;

@@ -133,6 +133,10 @@ pub struct CacheDeviceSnapshot {
     pub zeroings: u64,
     pub dropped_lines: u64,
     pub dropped_dirty_lines: u64,
+    /// Bytes asked to be read into the cache (NBD_CMD_CACHE, `ctl warm`)
+    /// and those read so far.
+    pub warm_requested_bytes: u64,
+    pub warmed_bytes: u64,
     pub recovery: RecoverySnapshot,
     pub cache: CacheSummary,
     pub array: Option<ArraySnapshot>,
@@ -595,6 +599,8 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
         zeroings: s.zeroings,
         dropped_lines: s.dropped_lines,
         dropped_dirty_lines: s.dropped_dirty_lines,
+        warm_requested_bytes: s.warm_requested_bytes,
+        warmed_bytes: s.warmed_bytes,
         recovery: RecoverySnapshot {
             loaded: r.loaded,
             clean_shutdown: r.clean_shutdown,

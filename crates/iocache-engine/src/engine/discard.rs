@@ -1,8 +1,9 @@
-//! Discards and zeroing: a byte range dropped from the cache, dirty lines
-//! included (their data is discarded, never written back), then passed down
-//! to the backend as a discard or as zeroes. Each chunk of the range runs as
-//! a plan with a ticket on every line it touches, so the backend sees the
-//! range only after every write-back of those lines already under way.
+//! Range commands: a discard or a zeroing drops a byte range's lines from
+//! the cache, dirty ones included (their data is discarded, never written
+//! back), then passes the range down to the backend as a discard or as
+//! zeroes; each chunk runs as a plan with a ticket on every line it touches,
+//! so the backend sees the range only after every write-back of those lines
+//! under way. A warm-up reads a range through the cache, sending it nowhere.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -52,6 +53,10 @@ pub(super) struct DiscardCounters {
     pub(super) dropped_lines: AtomicU64,
     /// Of those, lines whose dirty data was discarded unwritten.
     pub(super) dropped_dirty_lines: AtomicU64,
+    /// Bytes asked to be warmed (NBD_CMD_CACHE, an operator's warm), and
+    /// those read so far.
+    pub(super) warm_requested_bytes: AtomicU64,
+    pub(super) warmed_bytes: AtomicU64,
 }
 
 impl Engine {
@@ -133,6 +138,42 @@ impl Engine {
             .fetch_add(1, Ordering::Relaxed);
         if zeroing.fua {
             self.flush_with(volume)?;
+        }
+        Ok(())
+    }
+
+    /// Reads `length` bytes at `offset` of `volume` through the cache, the
+    /// data sent nowhere (NBD_CMD_CACHE, an operator's warm-up): lines the
+    /// promotion policy admits on a miss come in, as a client's read would
+    /// bring them (with `nhit`, a line needs its hits first). Not counted
+    /// as a client's request; counted in [`EngineStats::warmed_bytes`],
+    /// chunk by chunk, so a long warm-up shows its progress.
+    ///
+    /// [`EngineStats::warmed_bytes`]: crate::EngineStats::warmed_bytes
+    pub fn warm_range(&self, volume: &Volume, offset: u64, length: u64) -> Result<(), EngineError> {
+        {
+            let state = volume.state();
+            let _serving = state.enter()?;
+            self.inner.check_request(state.size_bytes, offset, length)?;
+        }
+        let counters = &self.inner.discard_counters;
+        counters.warm_requested_bytes.fetch_add(length, Ordering::Relaxed);
+        // One line-aligned megabyte at a time: bounded memory, and a read
+        // that the core sees as a client's would be.
+        const CHUNK: u64 = 1 << 20;
+        let mut buf = vec![0u8; CHUNK.min(length) as usize];
+        let mut at = offset;
+        let end = offset + length;
+        while at < end {
+            let n = (end - at).min(CHUNK - at % CHUNK);
+            let result = self.warm_with(volume, at, &mut buf[..n as usize]);
+            counters.warmed_bytes.fetch_add(n, Ordering::Relaxed);
+            if let Err(e) = result {
+                // What was not read is counted as done: the request ended.
+                counters.warmed_bytes.fetch_add(end - at - n, Ordering::Relaxed);
+                return Err(e);
+            }
+            at += n;
         }
         Ok(())
     }

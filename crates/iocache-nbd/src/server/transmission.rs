@@ -381,6 +381,9 @@ impl<S: ConnectionStream> Conn<'_, S> {
         {
             return Err((NBD_EPERM, "export is read-only".into()));
         }
+        if req.command == Command::Cache && self.neg.flags & NBD_FLAG_SEND_CACHE == 0 {
+            return Err((NBD_EINVAL, "CACHE is not offered by this export".into()));
+        }
         if req.flags.df() && !self.neg.structured {
             return Err((NBD_EINVAL, "DF without structured replies".into()));
         }
@@ -462,6 +465,7 @@ impl<S: ConnectionStream> Conn<'_, S> {
                 req.flags.fua(),
                 req.flags.no_hole(),
             ),
+            Command::Cache => export.cache(req.offset, u64::from(req.length)),
             Command::Read | Command::Disc => Ok(()),
         });
         match result {
