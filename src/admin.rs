@@ -7,24 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
-use iocache_serving::stats::{DeviceQueue, RecaSnapshot, Snapshot, VolumeSnapshot};
+use iocache_serving::stats::{RecaSnapshot, Snapshot, VolumeSnapshot};
 use serde_json::{json, Value};
-
-/// One device's queue as text: each class's count, in flight and mean
-/// latency, in `order`.
-fn queue_text(q: &DeviceQueue, order: &[&str]) -> String {
-    let parts: Vec<String> = order
-        .iter()
-        .filter_map(|name| {
-            let c = q.classes.get(*name)?;
-            Some(format!(
-                "{name} {} ({} in flight, {:.1} µs)",
-                c.completed, c.in_flight, c.mean_latency_us
-            ))
-        })
-        .collect();
-    format!("{}; {} in flight", parts.join(", "), q.in_flight)
-}
 
 /// Sends one request and returns the reply, failing with the server's
 /// error; when no server answers, says what to do in this program's words.
@@ -243,201 +227,6 @@ fn totals_csv(snapshot: &Snapshot) -> String {
     out
 }
 
-/// `iocache stats`' table: each volume, its cache, and the server.
-fn print_stats(snapshot: &Snapshot) {
-    for v in &snapshot.volumes {
-        let d = &v.device;
-        println!("volume {} ({} bytes) over {}", v.export, v.size_bytes, v.backend);
-        let sharing = d.cache.volumes.len();
-        // The write policy in force, and why when it is not the configured one.
-        let write_policy = if d.effective_write_policy == d.write_policy {
-            d.write_policy.clone()
-        } else {
-            format!(
-                "{} (configured {}; {})",
-                d.effective_write_policy, d.write_policy, d.effective_write_policy_cause
-            )
-        };
-        println!(
-            "  cache      {} ({}), {} policy, {} write policy, lookup {} ({} shards)",
-            d.cache.path,
-            if sharing > 1 {
-                format!("shared by {sharing} volumes")
-            } else {
-                "its own".to_string()
-            },
-            d.policy,
-            write_policy,
-            d.lookup,
-            d.shards
-        );
-        println!(
-            "  occupancy  {} / {} lines ({:.1} %), {} clean, {} dirty",
-            v.resident_lines,
-            d.capacity_lines,
-            v.occupancy * 100.0,
-            v.clean_lines,
-            v.dirty_lines
-        );
-        println!(
-            "  requests   {} ({} reads, {} writes, {} failed); line hit ratio {:.2} %",
-            v.requests,
-            v.read_requests,
-            v.write_requests,
-            v.failed_requests,
-            v.hit_ratio * 100.0
-        );
-        println!(
-            "  lines      {} read hits, {} write hits, {} partial hits, {} full misses",
-            v.read_hits, v.write_hits, v.partial_hits, v.full_misses
-        );
-        println!(
-            "  cache-wide {} promotions, {} evictions, {} write-backs, {} bypassed, {} I/O errors",
-            d.promotions, d.evictions, d.write_backs, d.bypassed_accesses, d.io_errors
-        );
-        println!(
-            "  discards   {} trims, {} zeroings; {} lines dropped, {} of them dirty (never written back)",
-            d.discards, d.zeroings, d.dropped_lines, d.dropped_dirty_lines
-        );
-        if d.warm_requested_bytes > 0 {
-            println!(
-                "  warm-up    {} of {} read through the cache (NBD_CMD_CACHE, ctl warm)",
-                iocache_core::units::format_byte_size(d.warmed_bytes),
-                iocache_core::units::format_byte_size(d.warm_requested_bytes)
-            );
-        }
-        let r = &d.recovery;
-        println!(
-            "  metadata   persistence {}, {} barriers, {} records written, {} intents; at start: {} dirty and {} clean lines loaded, {} dropped ({} older than the backend, {} unchecked), {} corrupt copies",
-            d.persistence.as_deref().unwrap_or("?"),
-            d.barriers,
-            d.records_written,
-            d.intents_written,
-            r.dirty_lines,
-            r.clean_lines,
-            r.dropped_clean_lines,
-            r.stale_clean_lines,
-            r.unchecked_clean_lines,
-            r.corrupt_copies
-        );
-        println!(
-            "  health     cache device {} ({} errors), {} backend errors, {} failed write-backs",
-            if d.cache_device_failed {
-                "FAILED: pass-through"
-            } else {
-                "ok"
-            },
-            d.cache_device_errors,
-            d.backend_errors,
-            d.failed_writebacks
-        );
-        if let Some(a) = &d.array {
-            let listed: Vec<String> = a
-                .members
-                .iter()
-                .map(|m| format!("{} {}", m.device, m.state))
-                .collect();
-            println!(
-                "  array      {}{}: {}",
-                if a.degraded { "DEGRADED" } else { "healthy" },
-                if a.degraded && !a.evacuated {
-                    " (writing back lines that lost a copy)"
-                } else {
-                    ""
-                },
-                listed.join(", ")
-            );
-            println!(
-                "  mirrors    {} / {} mirror slots used, dirty cap {} lines ({} writes written through at the cap), {} mirror reads, {} lines evacuated, {} lost",
-                a.mirror_slots_used,
-                a.mirror_slots,
-                a.dirty_cap,
-                a.dirty_cap_write_throughs,
-                a.mirror_reads,
-                a.evacuated_lines,
-                a.lost_lines
-            );
-        }
-        println!(
-            "  cache I/O  {}",
-            queue_text(&d.queues.cache, &["R", "W", "P", "E"])
-        );
-        println!(
-            "  backend IO {}",
-            queue_text(&d.queues.backend, &["read", "write", "writeback"])
-        );
-        if let Some(b) = &d.balance {
-            println!(
-                "  balance    {}: {}{} ({} switches in {} intervals), {} requests sent to the backend ({} refused: dirty)",
-                b.spec.as_deref().unwrap_or("?"),
-                b.action,
-                if b.policy.is_none() {
-                    ""
-                } else {
-                    " set by the controller"
-                },
-                b.switches,
-                b.intervals,
-                b.bypassed_requests,
-                b.bypasses_refused_dirty
-            );
-            if let Some(last) = &b.last {
-                println!(
-                    "  last       interval {}: T_cache {:.3} ms (Q {:.1}), T_backend {:.3} ms (Q {:.1}), R/W/P/E {:.0}/{:.0}/{:.0}/{:.0} %, {}group {}",
-                    last.interval,
-                    last.cache.queue_time_ms,
-                    last.cache.queued,
-                    last.backend.queue_time_ms,
-                    last.backend.queued,
-                    last.shares.R * 100.0,
-                    last.shares.W * 100.0,
-                    last.shares.P * 100.0,
-                    last.shares.E * 100.0,
-                    if last.bottleneck {
-                        "cache bottleneck, "
-                    } else {
-                        ""
-                    },
-                    last.group.as_deref().unwrap_or("-")
-                );
-            }
-        }
-        if let Some(reca) = &d.reca {
-            crate::reca_cli::print_status(reca, "  ");
-        }
-        for (kind, l) in [("read", &v.latency.read), ("write", &v.latency.write)] {
-            if l.count == 0 {
-                println!("  {kind:<5} µs  no {kind}s yet");
-                continue;
-            }
-            println!(
-                "  {kind:<5} µs  p50 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  ({})",
-                l.p50_us,
-                l.p99_us,
-                l.p99_9_us,
-                l.p99_99_us,
-                iocache_core::units::count(l.count, "request")
-            );
-        }
-    }
-    let s = &snapshot.server;
-    println!(
-        "server: {} connections now ({} accepted, {} reached transmission); refused {} (listener full) and {} (peer's \
-         share), evicted {}, {} handshake timeouts, {} TLS failures, {} thread failures; payload held {} B (peak {} B)",
-        s.active_connections,
-        s.connections,
-        s.transmissions,
-        s.refused_connections,
-        s.refused_per_peer,
-        s.evicted_connections,
-        s.handshake_timeouts,
-        s.tls_failures,
-        s.spawn_failures,
-        s.inflight_bytes,
-        s.peak_inflight_bytes
-    );
-}
-
 /// A `stats` reply (or the JSON it printed) read back as the snapshot it is.
 fn snapshot_of(reply: Value) -> Result<Snapshot> {
     serde_json::from_value(reply).context("the server's statistics are not in the form this program reads")
@@ -448,7 +237,7 @@ fn print_reply(reply: Value, raw: bool) -> Result<()> {
     if raw {
         println!("{}", serde_json::to_string_pretty(&reply)?);
     } else {
-        print_stats(&snapshot_of(reply)?);
+        print!("{}", iocache_serving::stats_text::render(&snapshot_of(reply)?));
     }
     Ok(())
 }
@@ -573,7 +362,7 @@ fn print_settings(reply: &Value) {
     );
     if !reply["reca"].is_null() {
         match serde_json::from_value::<RecaSnapshot>(reply["reca"].clone()) {
-            Ok(reca) => crate::reca_cli::print_status(&reca, "  "),
+            Ok(reca) => print!("{}", iocache_serving::stats_text::reca_status(&reca, "  ")),
             Err(e) => println!("  reca       (not readable: {e})"),
         }
     }
@@ -703,7 +492,13 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
                 reply["table"].as_str().unwrap_or("?"),
                 reply["categories"].as_array().map_or(0, Vec::len)
             );
-            crate::reca_cli::print_status(&serde_json::from_value::<RecaSnapshot>(reply)?, "  ");
+            print!(
+                "{}",
+                iocache_serving::stats_text::reca_status(
+                    &serde_json::from_value::<RecaSnapshot>(reply)?,
+                    "  "
+                )
+            );
         }
         CtlCommand::Stats { export, json } => {
             let mut req = json!({"command": "stats"});

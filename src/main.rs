@@ -3,6 +3,7 @@
 mod admin;
 mod args;
 mod config;
+mod exit;
 mod gen_cli;
 mod huge_alloc;
 mod lab_cli;
@@ -274,6 +275,15 @@ fn main() {
         eprintln!("iocache: error: {e}");
         std::process::exit(2);
     }
+    if !matches!(
+        cli.command,
+        Command::Serve(_)
+            | Command::Lab {
+                command: lab_cli::LabCommand::Run(_)
+            }
+    ) {
+        signals::die_quietly_on_closed_pipes();
+    }
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Stats(args) => admin::stats(args),
@@ -306,7 +316,7 @@ fn main() {
             "iocache: error: {}",
             iocache_serving::error_chain_text(e.as_ref())
         );
-        std::process::exit(1);
+        std::process::exit(exit::status_of(&e));
     }
 }
 

@@ -10,8 +10,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use iocache_core::reca::{CategoryTable, RecaControllerParams, FEATURE_NAMES};
-use iocache_core::units::format_byte_size;
-use iocache_serving::stats::RecaSnapshot;
 
 use iocache_sim::reca::{reca_characterize, RecaCharacterization, RecaOptions, RecaWindowRow};
 use iocache_sim::report::table;
@@ -64,50 +62,6 @@ pub fn reca_options(
         bail!("{window_name} must be at least 1");
     }
     RecaOptions::load(table, window).with_context(|| table_name.to_string())
-}
-
-/// ReCA's status as text (`iocache stats`, `ctl get`), each line indented
-/// by `indent`.
-pub fn print_status(r: &RecaSnapshot, indent: &str) {
-    let category = match (&r.category, r.since_s) {
-        (Some(name), Some(since)) => format!("{name} since {since:.1}s"),
-        _ => "none yet".into(),
-    };
-    println!(
-        "{indent}reca       category {category} ({} changes, {} windows of {} requests; table {})",
-        r.category_changes, r.windows, r.window_requests, r.table
-    );
-    if let Some(vector) = &r.vector {
-        let v: Vec<String> = FEATURE_NAMES
-            .iter()
-            .filter_map(|k| Some(format!("{k} {:.2}", vector.get(*k)?)))
-            .collect();
-        println!("{indent}           last vector: {}", v.join(", "));
-    }
-    let mut line_size = format!("line size {}", format_byte_size(r.line_bytes));
-    if r.line_bytes != r.configured_line_bytes {
-        line_size += &format!(
-            " (ReCA's; configured {})",
-            format_byte_size(r.configured_line_bytes)
-        );
-    }
-    if let Some(p) = r.pending_line_bytes {
-        line_size += &format!(" -> {} PENDING (taken at the next start)", format_byte_size(p));
-    }
-    match (&r.write_policy, &r.policy) {
-        (Some(write_policy), Some(policy)) => {
-            println!("{indent}           in force: write policy {write_policy}, policy {policy}; {line_size}")
-        }
-        _ => println!("{indent}           in force: the configured policies until a category; {line_size}"),
-    }
-    println!(
-        "{indent}           {} requests characterized, {} skipped (over {} per second), {} dropped",
-        r.observed_requests,
-        r.skipped_requests,
-        r.max_requests_per_second
-            .map_or_else(|| "no limit".to_string(), |n| n.to_string()),
-        r.dropped_requests
-    );
 }
 
 /// `--adapt` names ReCA (the other controllers are the simulator's

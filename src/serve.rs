@@ -13,6 +13,7 @@
 //! finishes requests in flight, writes every volume's dirty lines back and
 //! exits 0.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -263,9 +264,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         rebind: args.rebind_backend,
     };
     let config = match args.config.clone() {
-        Some(path) => crate::config::from_file(&path)?,
-        None => args.into_config()?,
-    };
+        Some(path) => crate::config::from_file(&path),
+        None => args.into_config(),
+    }
+    .map_err(crate::exit::usage)?;
     raise_open_file_limit();
     if let Some(dir) = &config.private_dir {
         ensure_private_dir(dir)?;
@@ -285,9 +287,9 @@ fn with_way_out(e: ServeError) -> anyhow::Error {
         Some(Acknowledgement::Engine(Engine::Rebind)) => " (--rebind-backend)",
         Some(Acknowledgement::Init) => "; start with --init to begin with an empty cache over it",
         Some(Acknowledgement::Force) => ", or add --force",
-        None => return anyhow::Error::new(e),
+        None => return crate::exit::classified(e),
     };
-    anyhow!("{}{way_out}", iocache_serving::error_chain_text(&e))
+    crate::exit::usage(anyhow!("{}{way_out}", iocache_serving::error_chain_text(&e)))
 }
 
 /// Raises the soft limit on open files to the hard one, as servers do: a
@@ -388,7 +390,8 @@ fn print_banner(config: &ServeConfig, reach: &Reach<'_>) {
         );
     }
     out += "Stop with Ctrl-C (dirty lines are written back first).";
-    println!("{out}");
+    // Never a panic for a stdout nobody reads any more: the server goes on.
+    let _ = writeln!(std::io::stdout().lock(), "{out}");
 }
 
 /// Makes sure the default data directory is this user's alone: created

@@ -159,6 +159,22 @@ impl Process {
         }
     }
 
+    /// Its exit status once it exits on its own (30 s at most).
+    pub fn wait(mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(30) {
+                let _ = child.kill();
+                panic!("still running after 30 s:\n{}", self.log());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL (a crash), and waits for it.
     pub fn kill(mut self) {
         let mut child = self.child.take().expect("running");

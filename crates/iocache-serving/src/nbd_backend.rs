@@ -90,13 +90,38 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn open_error(uri: &str, e: impl std::fmt::Display) -> DeviceError {
+fn open_error(uri: &str, e: impl std::fmt::Display + OpenCause) -> DeviceError {
     DeviceError::Open {
         path: uri.into(),
         what: "connect to the NBD export",
-        source: std::io::Error::other(e.to_string()),
+        // The kind says whether the export may be reachable later (a
+        // refused or timed-out connection) for whoever decides to retry.
+        source: std::io::Error::new(e.io_kind(), e.to_string()),
     }
 }
+
+/// What kind of I/O failure, if any, kept a connection from opening.
+trait OpenCause {
+    fn io_kind(&self) -> std::io::ErrorKind {
+        std::io::ErrorKind::Other
+    }
+}
+
+impl OpenCause for ClientError {
+    fn io_kind(&self) -> std::io::ErrorKind {
+        match self {
+            // No socket file yet: nothing listens there yet, as a refused
+            // TCP connection says.
+            ClientError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::io::ErrorKind::ConnectionRefused
+            }
+            ClientError::Io(e) => e.kind(),
+            _ => std::io::ErrorKind::Other,
+        }
+    }
+}
+
+impl OpenCause for iocache_nbd::UriError {}
 
 impl NbdBackend {
     /// Connects to `nbd://host[:port]/name` or `nbd+unix:///name?socket=PATH`
