@@ -136,7 +136,7 @@ pub struct ServeArgs {
     reca_line_size: Option<String>,
     /// Serve the export read-only (writes, trims and write-zeroes get EPERM); dirty lines an
     /// earlier run left are still written back to the backend.
-    #[arg(long)]
+    #[arg(short = 'r', long)]
     read_only: bool,
     /// What a client's TRIM does: passdown (the lines leave the cache, dirty data discarded, and
     /// the backend discards the range: a hole punched, BLKDISCARD, NBD trim), cache (the lines
@@ -180,15 +180,24 @@ pub struct ServeArgs {
     #[arg(long, conflicts_with = "init")]
     rebind_backend: bool,
     /// Unix socket to listen on [default: ./iocache-data/iocache.sock].
-    #[arg(long, value_name = "PATH")]
+    #[arg(short = 'U', long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Also listen on TCP (none by default: only the Unix socket, whose mode limits who may
     /// connect; any local user can connect to a TCP port unless --tls require asks for a
     /// certificate or a pre-shared key), e.g. 127.0.0.1:10809.
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<String>,
+    /// Captive mode (nbdkit's --run): once the server serves, run CMD with `sh -c`, the default
+    /// export's URI in $nbd and $uri; when CMD exits, stop the server as SIGTERM does (dirty
+    /// lines written back) and exit with CMD's status. For example:
+    /// --run 'qemu-img convert -O qcow2 "$nbd" out.qcow2'.
+    #[arg(long, value_name = "CMD")]
+    run: Option<String>,
+    /// Not a flag of iocache: said as such, with the way to listen on a TCP port.
+    #[arg(long, hide = true, value_name = "PORT")]
+    port: Option<String>,
     /// Export name (the export is also reachable under the empty name).
-    #[arg(long, default_value = "iocache")]
+    #[arg(short = 'e', long, default_value = "iocache")]
     export: String,
     /// Unix socket answering `iocache stats` [default: ./iocache-data/admin.sock].
     #[arg(long, value_name = "PATH")]
@@ -201,7 +210,7 @@ pub struct ServeArgs {
     /// Write this process's id to PATH while it runs (refused if a running process is named
     /// there). Under systemd, `Type=notify` also works: READY=1 is sent once every volume is
     /// loaded and the listeners answer.
-    #[arg(long, value_name = "PATH")]
+    #[arg(short = 'P', long, value_name = "PATH")]
     pid_file: Option<PathBuf>,
     /// TLS for NBD clients (NBD_OPT_STARTTLS): off, on (offered to clients that ask) or require
     /// (every client, on TCP and on the Unix socket, must upgrade before any other option).
@@ -238,7 +247,7 @@ pub struct ServeArgs {
     /// Threads serving one connection's requests, taking turns reading them (leader and
     /// followers, as nbdkit's --threads); also the most requests of one connection served at
     /// once [default: 4].
-    #[arg(long, value_name = "N")]
+    #[arg(short = 't', long, value_name = "N")]
     threads_per_connection: Option<usize>,
     /// Microseconds a connection's reader polls its socket for the next request before it
     /// sleeps, while the client's waits are short: lower latency at low queue depth for up to
@@ -257,6 +266,13 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
+    if let Some(port) = &args.port {
+        return Err(crate::exit::usage(anyhow!(
+            "--port: iocache has no such flag; to listen on TCP port {port}, give --listen 127.0.0.1:{port} \
+             (or an address of this host instead of 127.0.0.1)"
+        )));
+    }
+    let captive = args.run.clone();
     let start = StartMode {
         init: args.init,
         force: args.force,
@@ -273,8 +289,74 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ensure_private_dir(dir)?;
     }
     crate::signals::install_handlers();
-    let mut banner = |reach: Reach<'_>| print_banner(&config, &reach);
-    iocache_serving::start::serve(&config, start, &crate::signals::STOP, &mut banner).map_err(with_way_out)
+    let status = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let mut banner = |reach: Reach<'_>| {
+        print_banner(&config, &reach);
+        if let Some(command) = &captive {
+            run_captive(
+                command,
+                &default_uri(&config, &reach),
+                std::sync::Arc::clone(&status),
+            );
+        }
+    };
+    iocache_serving::start::serve(&config, start, &crate::signals::STOP, &mut banner)
+        .map_err(with_way_out)?;
+    if captive.is_some() {
+        // The server stopped cleanly: the command's status is the process's.
+        let code = lock(&status).unwrap_or(1);
+        std::process::exit(code);
+    }
+    Ok(())
+}
+
+/// The URI of the default export: over the Unix socket if there is one.
+fn default_uri(config: &ServeConfig, reach: &Reach<'_>) -> String {
+    let tls = config.tls == iocache_nbd::TlsMode::Require;
+    let export = lock(&reach.state.volumes)
+        .first()
+        .map(|v| v.export.clone())
+        .unwrap_or_default();
+    match (&config.socket, reach.tcp) {
+        (Some(socket), _) => {
+            let socket = std::fs::canonicalize(socket).unwrap_or_else(|_| socket.clone());
+            let scheme = if tls { "nbds+unix" } else { "nbd+unix" };
+            format!("{scheme}:///{export}?socket={}", socket.display())
+        }
+        (None, Some(tcp)) => format!("{}://{tcp}/{export}", if tls { "nbds" } else { "nbd" }),
+        (None, None) => String::new(),
+    }
+}
+
+/// Runs the captive command in the background; when it exits, keeps its
+/// status in `status` and stops the server.
+fn run_captive(command: &str, uri: &str, status: std::sync::Arc<std::sync::Mutex<Option<i32>>>) {
+    let child = std::process::Command::new("sh")
+        .args(["-c", command])
+        .env("nbd", uri)
+        .env("uri", uri)
+        .spawn();
+    let stop = || crate::signals::STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => {
+            log::error!("--run: cannot start `sh -c {command}`: {e}");
+            *lock(&status) = Some(crate::exit::USAGE);
+            stop();
+            return;
+        }
+    };
+    std::thread::spawn(move || {
+        let code = match child.wait() {
+            // Killed by a signal: 128 + its number, as a shell says.
+            Ok(s) => s
+                .code()
+                .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)),
+            Err(_) => 1,
+        };
+        *lock(&status) = Some(code);
+        stop();
+    });
 }
 
 /// A refusal with the flag that acknowledges it, where it asks for one

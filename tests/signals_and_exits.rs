@@ -200,3 +200,80 @@ fn the_example_systemd_unit_verifies() {
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && text.trim().is_empty(), "{text}");
 }
+
+#[test]
+fn run_serves_for_the_life_of_one_command_and_returns_its_status() {
+    let dir = temp_dir("captive");
+    // Short flags as nbdkit and qemu-nbd users type them: -U socket, -e
+    // export name, -P pid file, -t threads; the command sees the URI.
+    let out = iocache(
+        &dir,
+        &[
+            "serve",
+            "--init",
+            "--backend-size",
+            "16MiB",
+            "--cache-size",
+            "8MiB",
+            "-U",
+            "s.sock",
+            "-e",
+            "disk",
+            "-P",
+            "pid",
+            "-t",
+            "2",
+            "--run",
+            r#"case "$nbd" in nbd+unix:///disk?socket=/*/s.sock) [ "$uri" = "$nbd" ] && [ -s pid ] && exit 7;; esac; exit 1"#,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("stopped"), "stopped cleanly: {log}");
+    assert!(!dir.join("pid").exists(), "the pid file is removed at the stop");
+    // With a client: data written through the export reaches the backend
+    // before the status comes back; -r serves read-only.
+    if common::have("qemu-io") {
+        let out = iocache(
+            &dir,
+            &[
+                "serve",
+                "--backend",
+                "iocache-data/backend.img",
+                "--cache-size",
+                "8MiB",
+                "--write-policy",
+                "wb",
+                "--run",
+                r#"qemu-io -f raw -c 'write -P 0x5c 0 64k' "$nbd""#,
+            ],
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let backend = std::fs::read(dir.join("iocache-data/backend.img")).unwrap();
+        assert!(backend[..65536].iter().all(|&b| b == 0x5c));
+        let out = iocache(
+            &dir,
+            &[
+                "serve",
+                "--backend",
+                "iocache-data/backend.img",
+                "--cache-size",
+                "8MiB",
+                "-r",
+                "--run",
+                r#"qemu-io -f raw -c 'write -P 0x11 0 4k' "$nbd""#,
+            ],
+        );
+        assert!(!out.status.success(), "a read-only export refuses the write");
+    }
+    // --port is not a flag: said, with the one that listens on TCP.
+    let out = iocache(&dir, &["serve", "--port", "10809"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--listen 127.0.0.1:10809"), "{stderr}");
+}

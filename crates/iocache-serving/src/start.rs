@@ -810,13 +810,14 @@ pub fn serve(
         let Ok(stats) = engine.volume_stats(v.volume.id()) else {
             continue;
         };
+        let count = iocache_core::units::count;
         log::info!(
-            "volume `{}`: {} requests, {:.2} % line hit ratio, {} failed requests, {} I/O errors in its cache",
+            "volume `{}`: {}, {:.2} % line hit ratio, {}, {} in its cache",
             v.export,
-            stats.requests(),
+            count(stats.requests(), "request"),
             stats.hit_ratio() * 100.0,
-            stats.errors,
-            engine.stats().io_errors
+            count(stats.errors, "failed request"),
+            count(engine.stats().io_errors, "I/O error")
         );
     }
     log::info!(
