@@ -286,3 +286,46 @@ fn nbd_cache_and_ctl_warm_read_a_range_into_the_cache() {
     drop(c);
     assert!(server.stop().success());
 }
+
+#[test]
+fn copies_skip_the_backend_s_holes_but_not_dirty_data_in_them() {
+    if !common::have("nbdcopy") || !common::have("nbdinfo") {
+        eprintln!("skipped: needs nbdcopy and nbdinfo");
+        return;
+    }
+    let dir = temp_dir("block-status");
+    let path = backend(&dir); // 256 MiB, data in the first 64 MiB
+    let server = serve(&dir, &[]);
+    // Dirty data in a hole of the backend: only the cache has it.
+    let mut c = client(&dir);
+    c.write(200 * MIB, &vec![0x77u8; MIB as usize], false).unwrap();
+    drop(c);
+    let uri = format!(
+        "nbd+unix:///?socket={}",
+        dir.join("iocache-data/iocache.sock").display()
+    );
+    let map = Command::new("nbdinfo").args(["--map", &uri]).output().unwrap();
+    let map = String::from_utf8_lossy(&map.stdout).to_string();
+    assert!(map.contains("hole"), "holes reported:\n{map}");
+    let out = dir.join("copy.img");
+    let copy = Command::new("nbdcopy").arg(&uri).arg(&out).output().unwrap();
+    assert!(copy.status.success(), "{}", String::from_utf8_lossy(&copy.stderr));
+    assert!(server.stop().success());
+    let copied = std::fs::read(&out).unwrap();
+    let mut want = std::fs::read(&path).unwrap();
+    assert_eq!(want.len(), copied.len());
+    assert!(
+        want[(200 * MIB) as usize..(201 * MIB) as usize]
+            .iter()
+            .all(|&b| b == 0x77),
+        "written back"
+    );
+    // The copy has the dirty data the backend lacked when it was made.
+    want.truncate(copied.len());
+    assert!(copied == want, "the copy differs from the volume");
+    let kib = allocated_kib(&out);
+    assert!(
+        kib < 80 * 1024,
+        "the holes were read and written: {kib} KiB allocated in the copy"
+    );
+}

@@ -50,6 +50,17 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
         write_zero_buffers(self, offset, len)
     }
 
+    /// Which parts of `offset..offset + len` hold data and which are holes
+    /// (unallocated, reading as zeroes): extents in order, covering the
+    /// range. The default says it is all data.
+    fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Allocation>, DeviceError> {
+        check_range(self, IoKind::Read, offset, len)?;
+        Ok(vec![Allocation {
+            length_bytes: len,
+            hole: false,
+        }])
+    }
+
     /// Alignment in bytes that buffers, offsets and lengths need for the
     /// fast path: 1 normally, the direct-I/O alignment (512 or 4096) when
     /// the device bypasses the page cache. Unaligned requests still work.
@@ -114,6 +125,14 @@ pub fn check_range<D: BlockDevice + ?Sized>(
     }
 }
 
+/// One extent of [`BlockDevice::allocation`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    pub length_bytes: u64,
+    /// Not allocated: reads as zeroes.
+    pub hole: bool,
+}
+
 /// Bytes of zeroes [`write_zero_buffers`] writes at a time.
 pub const ZERO_BUFFER_BYTES: usize = 1 << 20;
 
@@ -160,6 +179,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn zeroes_fast(&self) -> bool {
         (**self).zeroes_fast()
+    }
+    fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Allocation>, DeviceError> {
+        (**self).allocation(offset, len)
     }
     fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), DeviceError> {
         (**self).write_zeroes(offset, len, keep_allocated)

@@ -441,6 +441,11 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
         self.inner.zeroes_fast()
     }
 
+    fn allocation(&self, offset: u64, len: u64) -> Result<Vec<crate::Allocation>, DeviceError> {
+        self.gate(IoKind::Read, offset, len)?;
+        self.inner.allocation(offset, len)
+    }
+
     fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), DeviceError> {
         self.gate(IoKind::Write, offset, len)?;
         check_range(self, IoKind::Write, offset, len)?;

@@ -690,6 +690,62 @@ impl BlockDevice for FileDevice {
         }
     }
 
+    /// A regular file's holes, from `SEEK_DATA` and `SEEK_HOLE`; a block
+    /// device, a mapped file or a file system without them: all data.
+    fn allocation(&self, offset: u64, len: u64) -> Result<Vec<crate::Allocation>, DeviceError> {
+        check_range(self, IoKind::Read, offset, len)?;
+        let all_data = || {
+            vec![crate::Allocation {
+                length_bytes: len,
+                hole: false,
+            }]
+        };
+        if self.block_device || self.mapping.is_some() || len == 0 {
+            return Ok(all_data());
+        }
+        let fd = self.files[0].as_raw_fd();
+        let seek = |pos: u64, whence: libc::c_int| -> io::Result<u64> {
+            // SAFETY: lseek on our own fd; the device's I/O is positional,
+            // so moving the file offset affects nothing else.
+            let r = unsafe { libc::lseek(fd, pos as libc::off_t, whence) };
+            if r < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(r as u64)
+            }
+        };
+        let end = offset + len;
+        let mut out: Vec<crate::Allocation> = Vec::new();
+        let mut push = |length_bytes: u64, hole: bool| match out.last_mut() {
+            Some(last) if last.hole == hole => last.length_bytes += length_bytes,
+            _ => out.push(crate::Allocation { length_bytes, hole }),
+        };
+        let mut pos = offset;
+        while pos < end {
+            let data = match seek(pos, libc::SEEK_DATA) {
+                Ok(at) => at.min(end),
+                // No data from here to the end of the file.
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => end,
+                Err(e) if unsupported(&e) || e.raw_os_error() == Some(libc::EINVAL) => return Ok(all_data()),
+                Err(e) => return Err(self.io_err(IoKind::Read, pos, (end - pos) as usize, e)),
+            };
+            if data > pos {
+                push(data - pos, true);
+                pos = data;
+                continue;
+            }
+            let hole = match seek(pos, libc::SEEK_HOLE) {
+                Ok(at) => at.min(end),
+                Err(e) => return Err(self.io_err(IoKind::Read, pos, (end - pos) as usize, e)),
+            };
+            // A hole never starts at `pos` here (SEEK_DATA said data).
+            let hole = hole.max(pos + 1);
+            push(hole - pos, false);
+            pos = hole;
+        }
+        Ok(out)
+    }
+
     /// Regular files punch a hole or zero a range in place; block devices
     /// take a zeroing command if their queue says it has one.
     fn zeroes_fast(&self) -> bool {

@@ -279,6 +279,9 @@ impl crate::BlockDevice for Identified {
     fn zeroes_fast(&self) -> bool {
         self.inner.zeroes_fast()
     }
+    fn allocation(&self, offset: u64, len: u64) -> Result<Vec<crate::Allocation>, crate::DeviceError> {
+        self.inner.allocation(offset, len)
+    }
     fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), crate::DeviceError> {
         self.inner.write_zeroes(offset, len, keep_allocated)
     }

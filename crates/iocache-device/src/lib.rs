@@ -20,7 +20,9 @@ mod mem;
 mod rng;
 
 pub use aligned::AlignedBuf;
-pub use device::{check_range, is_aligned, write_zero_buffers, BlockDevice, RawTarget, ZERO_BUFFER_BYTES};
+pub use device::{
+    check_range, is_aligned, write_zero_buffers, Allocation, BlockDevice, RawTarget, ZERO_BUFFER_BYTES,
+};
 pub use engine::{IoBuf, IoEngine, IoRequest, PsyncEngine, UringEngine, UringStats};
 pub use error::{DeviceError, IoKind};
 pub use fault::{FaultDevice, FaultStats, PowerCut, PowerCutReport, SECTOR};

@@ -288,6 +288,34 @@ fn file_write_zeroes_punches_or_keeps_the_range_allocated() {
 }
 
 #[test]
+fn a_sparse_file_s_allocation_names_its_holes() {
+    // SIZE is 1 MiB: data at 0..64 KiB and 512..516 KiB, holes between.
+    let (_p, d) = open_file(DISK_DIR, false);
+    d.write_at(&[3u8; 65_536], 0).unwrap();
+    d.write_at(&[4u8; 4096], 512 << 10).unwrap();
+    let got = d.allocation(0, SIZE).unwrap();
+    let want = [
+        (65_536, false),
+        ((512 << 10) - 65_536, true),
+        (4096, false),
+        (SIZE - (512 << 10) - 4096, true),
+    ];
+    let got: Vec<(u64, bool)> = got.iter().map(|a| (a.length_bytes, a.hole)).collect();
+    assert_eq!(got, want);
+    // A range starting inside a hole and ending inside data.
+    let got = d.allocation(256 << 10, (256 << 10) + 2048).unwrap();
+    let got: Vec<(u64, bool)> = got.iter().map(|a| (a.length_bytes, a.hole)).collect();
+    assert_eq!(got, [(256 << 10, true), (2048, false)]);
+    assert!(matches!(
+        d.allocation(SIZE, 1),
+        Err(DeviceError::OutOfRange { .. })
+    ));
+    // Memory says all data.
+    let m = MemDevice::new("m", 1 << 20);
+    assert_eq!(m.allocation(0, 1 << 20).unwrap().len(), 1);
+}
+
+#[test]
 fn the_default_write_zeroes_writes_zero_buffers() {
     #[derive(Debug)]
     struct Plain(MemDevice);

@@ -162,6 +162,16 @@ pub trait Export: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The allocation status of `length` bytes at `offset` (the
+    /// `base:allocation` context of NBD_CMD_BLOCK_STATUS): extents in
+    /// order from `offset`, covering at least its first byte and at most
+    /// `length` bytes, each with its `NBD_STATE_*` flags. The default says
+    /// the whole range is allocated data.
+    fn block_status(&self, offset: u64, length: u32) -> Result<Vec<crate::proto::Extent>, ExportError> {
+        let _ = offset;
+        Ok(vec![crate::proto::Extent { length, flags: 0 }])
+    }
+
     /// Whether flush and FUA on one connection are visible to all others
     /// (advertised as NBD_FLAG_CAN_MULTI_CONN).
     fn can_multi_conn(&self) -> bool {

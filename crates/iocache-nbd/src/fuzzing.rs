@@ -539,6 +539,26 @@ pub fn seeds() -> Vec<Seed> {
         },
         Seed {
             target: "nbd_handshake",
+            name: "block-status",
+            input: [
+                fixed.clone(),
+                encode_option(NBD_OPT_LIST_META_CONTEXT, &meta_context("disk", &[])),
+                encode_option(NBD_OPT_STRUCTURED_REPLY, &[]),
+                encode_option(
+                    NBD_OPT_SET_META_CONTEXT,
+                    &meta_context("disk", &["base:allocation"]),
+                ),
+                info(NBD_OPT_GO, "disk", &[]),
+                request(NBD_CMD_BLOCK_STATUS, 0, 1, 0, 4096, &[]),
+                request(NBD_CMD_BLOCK_STATUS, NBD_CMD_FLAG_REQ_ONE, 2, 512, 1024, &[]),
+                request(NBD_CMD_BLOCK_STATUS, 0, 3, 0, 0, &[]),
+                request(NBD_CMD_BLOCK_STATUS, 0, 4, 1 << 40, 512, &[]),
+                request(NBD_CMD_DISC, 0, 5, 0, 0, &[]),
+            ]
+            .concat(),
+        },
+        Seed {
+            target: "nbd_handshake",
             name: "go-read-only",
             input: [handshake_prefix(0x05), read_only].concat(),
         },
@@ -593,7 +613,7 @@ fn be64(b: &[u8], at: usize) -> u64 {
     (u64::from(be32(b, at)) << 32) | u64::from(be32(b, at + 4))
 }
 
-const SERVED_COMMANDS: [u16; 7] = [
+const SERVED_COMMANDS: [u16; 8] = [
     NBD_CMD_READ,
     NBD_CMD_WRITE,
     NBD_CMD_DISC,
@@ -601,12 +621,14 @@ const SERVED_COMMANDS: [u16; 7] = [
     NBD_CMD_TRIM,
     NBD_CMD_WRITE_ZEROES,
     NBD_CMD_CACHE,
+    NBD_CMD_BLOCK_STATUS,
 ];
 
 fn allowed_flags(command: u16) -> u16 {
     match command {
         NBD_CMD_READ => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_DF,
         NBD_CMD_WRITE_ZEROES => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO,
+        NBD_CMD_BLOCK_STATUS => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_REQ_ONE,
         _ => NBD_CMD_FLAG_FUA,
     }
 }
@@ -614,7 +636,12 @@ fn allowed_flags(command: u16) -> u16 {
 fn has_range(command: u16) -> bool {
     matches!(
         command,
-        NBD_CMD_READ | NBD_CMD_WRITE | NBD_CMD_TRIM | NBD_CMD_WRITE_ZEROES | NBD_CMD_CACHE
+        NBD_CMD_READ
+            | NBD_CMD_WRITE
+            | NBD_CMD_TRIM
+            | NBD_CMD_WRITE_ZEROES
+            | NBD_CMD_CACHE
+            | NBD_CMD_BLOCK_STATUS
     )
 }
 
@@ -750,6 +777,8 @@ impl<'a> Cur<'a> {
 struct Entered {
     export: usize,
     structured: bool,
+    /// `base:allocation` was selected for this export.
+    block_status: bool,
 }
 
 fn find_export(name: &[u8]) -> Option<usize> {
@@ -762,6 +791,36 @@ fn find_export(name: &[u8]) -> Option<usize> {
 /// A protocol string: UTF-8 without NUL, at most 4096 bytes.
 fn is_string(b: &[u8]) -> bool {
     b.len() <= MAX_STRING_LEN && !b.contains(&0) && std::str::from_utf8(b).is_ok()
+}
+
+/// Option data of NBD_OPT_LIST_META_CONTEXT or _SET_ (for the seeds).
+fn meta_context(export: &str, queries: &[&str]) -> Vec<u8> {
+    MetaContextRequest {
+        export: export.into(),
+        queries: queries.iter().map(|q| q.to_string()).collect(),
+    }
+    .encode()
+}
+
+/// The data of NBD_OPT_LIST_META_CONTEXT and _SET_: the export name and
+/// the queries, when well formed.
+fn meta_request(data: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
+    let string = |at: usize| -> Option<(&[u8], usize)> {
+        let len = usize::try_from(be32(data.get(at..at.checked_add(4)?)?, 0)).ok()?;
+        let end = at.checked_add(4)?.checked_add(len)?;
+        let s = data.get(at + 4..end)?;
+        is_string(s).then_some((s, end))
+    };
+    let (name, mut at) = string(0)?;
+    let count = be32(data.get(at..at + 4)?, 0);
+    at += 4;
+    let mut queries = Vec::new();
+    for _ in 0..count {
+        let (q, end) = string(at)?;
+        queries.push(q);
+        at = end;
+    }
+    (at == data.len()).then_some((name, queries))
 }
 
 /// The data of NBD_OPT_INFO and NBD_OPT_GO: the name and the requested
@@ -935,6 +994,8 @@ fn check_handshake(inp: &mut Cur<'_>, hs: &mut HandshakeChecker<'_>) -> Result<O
     }
     let no_zeroes = client_flags & NBD_FLAG_C_NO_ZEROES != 0;
     let mut structured = false;
+    // The export `base:allocation` was last selected for.
+    let mut meta: Option<usize> = None;
     for _ in 0..MAX_OPTIONS {
         let Some(h) = inp.take(OPTION_HEADER_LEN) else {
             return Ok(None);
@@ -972,7 +1033,12 @@ fn check_handshake(inp: &mut Cur<'_>, hs: &mut HandshakeChecker<'_>) -> Result<O
                 {
                     return Err(hs.fail(format!("bad export name reply {r:02x?}")));
                 }
-                return Ok(Some(Entered { export, structured }));
+                let block_status = structured && meta == Some(export);
+                return Ok(Some(Entered {
+                    export,
+                    structured,
+                    block_status,
+                }));
             }
             NBD_OPT_ABORT => {
                 hs.ack(option)?;
@@ -1025,8 +1091,47 @@ fn check_handshake(inp: &mut Cur<'_>, hs: &mut HandshakeChecker<'_>) -> Result<O
                 };
                 hs.info(option, export, &requests, structured)?;
                 if option == NBD_OPT_GO {
-                    return Ok(Some(Entered { export, structured }));
+                    let block_status = structured && meta == Some(export);
+                    return Ok(Some(Entered {
+                        export,
+                        structured,
+                        block_status,
+                    }));
                 }
+            }
+            NBD_OPT_LIST_META_CONTEXT | NBD_OPT_SET_META_CONTEXT => {
+                let set = option == NBD_OPT_SET_META_CONTEXT;
+                if set && !structured {
+                    hs.error(option, NBD_REP_ERR_INVALID)?;
+                    continue;
+                }
+                let Some((name, queries)) = meta_request(data) else {
+                    hs.error(option, NBD_REP_ERR_INVALID)?;
+                    continue;
+                };
+                let Some(export) = find_export(name) else {
+                    hs.error(option, NBD_REP_ERR_UNKNOWN)?;
+                    continue;
+                };
+                let chosen = queries.contains(&&b"base:allocation"[..])
+                    || (!set && (queries.is_empty() || queries.contains(&&b"base:"[..])));
+                if set {
+                    meta = chosen.then_some(export);
+                }
+                if chosen {
+                    let (t, d) = hs.reply(option)?;
+                    let id = u32::from(set);
+                    if t != NBD_REP_META_CONTEXT
+                        || d.len() < 4
+                        || be32(d, 0) != id
+                        || &d[4..] != b"base:allocation"
+                    {
+                        return Err(
+                            hs.fail(format!("bad META_CONTEXT reply {} {d:02x?}", reply_type_name(t)))
+                        );
+                    }
+                }
+                hs.ack(option)?;
             }
             _ => {
                 let (t, d) = hs.reply(option)?;
@@ -1059,6 +1164,8 @@ enum Expect {
         offset: u64,
         data: Vec<Option<u8>>,
     },
+    /// One `base:allocation` chunk: one data extent of `length` bytes.
+    BlockStatus { handle: u64, length: u32 },
     /// Any other success.
     Done { handle: u64 },
 }
@@ -1132,6 +1239,9 @@ fn expectations(inp: &mut Cur<'_>, entered: &Entered) -> (Vec<Expect>, Vec<Expec
         if h.command == NBD_CMD_CACHE {
             errnos.push(NBD_EINVAL);
         }
+        if h.command == NBD_CMD_BLOCK_STATUS && (!entered.block_status || h.length == 0) {
+            errnos.push(NBD_EINVAL);
+        }
         if h.flags & NBD_CMD_FLAG_DF != 0 && !entered.structured {
             errnos.push(NBD_EINVAL);
         }
@@ -1145,6 +1255,14 @@ fn expectations(inp: &mut Cur<'_>, entered: &Entered) -> (Vec<Expect>, Vec<Expec
         }
         let range = h.offset as usize..end as usize;
         match h.command {
+            NBD_CMD_BLOCK_STATUS => {
+                // A memory export: all of it allocated data.
+                executed.push(Expect::BlockStatus {
+                    handle: h.handle,
+                    length: h.length,
+                });
+                continue;
+            }
             NBD_CMD_READ => {
                 executed.push(Expect::Read {
                     handle: h.handle,
@@ -1179,6 +1297,7 @@ fn match_reply(out: &[u8], p: usize, e: &Expect, structured: bool) -> Result<usi
         Expect::Error { handle, is_read, .. } => (*handle, *is_read),
         Expect::Read { handle, .. } => (*handle, true),
         Expect::Done { handle } => (*handle, false),
+        Expect::BlockStatus { handle, .. } => (*handle, true),
     };
     match be32(rest, 0) {
         NBD_SIMPLE_REPLY_MAGIC => {
@@ -1251,6 +1370,18 @@ fn match_reply(out: &[u8], p: usize, e: &Expect, structured: bool) -> Result<usi
                     Ok(next)
                 }
                 (NBD_REPLY_TYPE_NONE, Expect::Done { .. }) if len == 0 => Ok(next),
+                (NBD_REPLY_TYPE_BLOCK_STATUS, Expect::BlockStatus { length, .. }) => {
+                    if len != 12
+                        || be32(payload, 0) != BASE_ALLOCATION_ID
+                        || be32(payload, 4) != *length
+                        || be32(payload, 8) != 0
+                    {
+                        return Err(format!(
+                            "block status chunk at {p}: {payload:02x?}, expected one data extent of {length}"
+                        ));
+                    }
+                    Ok(next)
+                }
                 (NBD_REPLY_TYPE_NONE, Expect::Read { data, .. }) if len == 0 && data.is_empty() => Ok(next),
                 (NBD_REPLY_TYPE_OFFSET_DATA, Expect::Read { offset, data, .. }) if !data.is_empty() => {
                     if len != 8 + data.len() || be64(payload, 0) != *offset {

@@ -53,6 +53,9 @@ pub struct Negotiated {
     /// Effective (minimum, preferred, maximum) block sizes, the maximum
     /// capped by [`NegotiationLimits::max_payload`].
     pub block_sizes: (u32, u32, u32),
+    /// `base:allocation` was selected (NBD_OPT_SET_META_CONTEXT) for this
+    /// export: NBD_CMD_BLOCK_STATUS is served.
+    pub block_status: bool,
 }
 
 impl std::fmt::Debug for Negotiated {
@@ -98,6 +101,8 @@ pub struct Haggle {
     structured: bool,
     options: u32,
     tls_active: bool,
+    /// The export `base:allocation` was last selected for, if any.
+    meta_context: Option<String>,
 }
 
 impl Haggle {
@@ -189,9 +194,10 @@ fn reply_error<S: Write>(s: &mut S, option: u32, reply_type: u32, message: &str)
 /// answer with fixed newstyle, then answers options until the client enters
 /// transmission with NBD_OPT_GO or NBD_OPT_EXPORT_NAME. Supported options:
 /// EXPORT_NAME, ABORT, LIST, INFO, GO (with NBD_INFO_EXPORT, NAME,
-/// DESCRIPTION, BLOCK_SIZE) and STRUCTURED_REPLY; STARTTLS (without TLS:
-/// see [`negotiate_tls`]), metadata contexts, extended headers and unknown
-/// options get NBD_REP_ERR_UNSUP.
+/// DESCRIPTION, BLOCK_SIZE), STRUCTURED_REPLY and the metadata context
+/// `base:allocation` (LIST_ and SET_META_CONTEXT); STARTTLS (without TLS:
+/// see [`negotiate_tls`]), extended headers and unknown options get
+/// NBD_REP_ERR_UNSUP.
 /// While `shutting_down` is set, options other than ABORT get
 /// NBD_REP_ERR_SHUTDOWN.
 pub fn negotiate<S: Read + Write>(
@@ -297,6 +303,7 @@ pub fn negotiate_tls<S: Read + Write>(
                     stream.flush()?;
                     haggle.tls_active = true;
                     haggle.structured = false;
+                    haggle.meta_context = None;
                     return Ok(Negotiation::StartTls);
                 }
             }
@@ -312,12 +319,15 @@ pub fn negotiate_tls<S: Read + Write>(
                 stream.write_all(&encode_export_name_reply(export.size_bytes(), flags, no_zeroes))?;
                 stream.flush()?;
                 let block_sizes = effective_block_sizes(export.as_ref(), limits.max_payload);
+                let block_status =
+                    haggle.structured && haggle.meta_context.as_deref() == Some(canonical.as_str());
                 return Ok(Negotiation::Done(Negotiated {
                     name: canonical,
                     export,
                     structured: haggle.structured,
                     flags,
                     block_sizes,
+                    block_status,
                 }));
             }
             NBD_OPT_ABORT => {
@@ -387,14 +397,57 @@ pub fn negotiate_tls<S: Read + Write>(
                 reply(stream, opt, NBD_REP_ACK, &[])?;
                 if opt == NBD_OPT_GO {
                     stream.flush()?;
+                    let block_status =
+                        haggle.structured && haggle.meta_context.as_deref() == Some(canonical.as_str());
                     return Ok(Negotiation::Done(Negotiated {
                         name: canonical,
                         export,
                         structured: haggle.structured,
                         flags,
                         block_sizes,
+                        block_status,
                     }));
                 }
+            }
+            NBD_OPT_LIST_META_CONTEXT | NBD_OPT_SET_META_CONTEXT => {
+                let set = opt == NBD_OPT_SET_META_CONTEXT;
+                if set && !haggle.structured {
+                    reply_error(
+                        stream,
+                        opt,
+                        NBD_REP_ERR_INVALID,
+                        "metadata contexts need structured replies",
+                    )?;
+                    continue;
+                }
+                let req = match MetaContextRequest::parse(&data) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        reply_error(stream, opt, NBD_REP_ERR_INVALID, &e.to_string())?;
+                        continue;
+                    }
+                };
+                let Some((canonical, _)) = exports.find_export(&req.export) else {
+                    reply_error(stream, opt, NBD_REP_ERR_UNKNOWN, "no such export")?;
+                    continue;
+                };
+                // `base:allocation` is the one context; a listing with no
+                // query, or the query `base:`, names it too.
+                let chosen = req.queries.iter().any(|q| q == BASE_ALLOCATION)
+                    || (!set && (req.queries.is_empty() || req.queries.iter().any(|q| q == "base:")));
+                if set {
+                    haggle.meta_context = chosen.then_some(canonical);
+                }
+                if chosen {
+                    let id = if set { BASE_ALLOCATION_ID } else { 0 };
+                    reply(
+                        stream,
+                        opt,
+                        NBD_REP_META_CONTEXT,
+                        &encode_meta_context(id, BASE_ALLOCATION),
+                    )?;
+                }
+                reply(stream, opt, NBD_REP_ACK, &[])?;
             }
             _ => {
                 reply_error(stream, opt, NBD_REP_ERR_UNSUP, "option not supported")?;
@@ -679,6 +732,62 @@ mod tests {
     }
 
     #[test]
+    fn base_allocation_is_listed_and_selected_for_one_export() {
+        let meta = |export: &str, queries: &[&str]| {
+            MetaContextRequest {
+                export: export.into(),
+                queries: queries.iter().map(|q| q.to_string()).collect(),
+            }
+            .encode()
+        };
+        let mut input = client_flags(1);
+        input.extend(encode_option(NBD_OPT_LIST_META_CONTEXT, &meta("disk", &[])));
+        input.extend(encode_option(
+            NBD_OPT_LIST_META_CONTEXT,
+            &meta("disk", &["qemu:dirty-bitmap:x"]),
+        ));
+        input.extend(encode_option(NBD_OPT_STRUCTURED_REPLY, &[]));
+        input.extend(encode_option(
+            NBD_OPT_SET_META_CONTEXT,
+            &meta("nosuch", &["base:allocation"]),
+        ));
+        input.extend(encode_option(
+            NBD_OPT_SET_META_CONTEXT,
+            &meta("disk", &["x:y", "base:allocation"]),
+        ));
+        input.extend(encode_option(
+            NBD_OPT_GO,
+            &InfoRequest {
+                name: "disk".into(),
+                requests: vec![],
+            }
+            .encode(),
+        ));
+        let (r, out) = run(input);
+        let n = r.unwrap();
+        assert!(n.block_status, "selected for the export entered");
+        let reps = replies(&out);
+        let types: Vec<u32> = reps.iter().map(|r| r.1).collect();
+        assert_eq!(
+            &types[..7],
+            &[
+                NBD_REP_META_CONTEXT,
+                NBD_REP_ACK,
+                NBD_REP_ACK,
+                NBD_REP_ACK,
+                NBD_REP_ERR_UNKNOWN,
+                NBD_REP_META_CONTEXT,
+                NBD_REP_ACK
+            ]
+        );
+        assert_eq!(reps[0].2, encode_meta_context(0, BASE_ALLOCATION));
+        assert_eq!(
+            reps[5].2,
+            encode_meta_context(BASE_ALLOCATION_ID, BASE_ALLOCATION)
+        );
+    }
+
+    #[test]
     fn list_abort_unsupported_and_invalid() {
         let mut input = client_flags(1);
         input.extend(encode_option(NBD_OPT_LIST, &[]));
@@ -701,7 +810,8 @@ mod tests {
                 NBD_REP_ACK,
                 NBD_REP_ERR_INVALID,
                 NBD_REP_ERR_UNSUP,
-                NBD_REP_ERR_UNSUP,
+                // SET_META_CONTEXT before structured replies.
+                NBD_REP_ERR_INVALID,
                 NBD_REP_ERR_UNSUP,
                 NBD_REP_ERR_INVALID,
                 NBD_REP_ERR_INVALID,

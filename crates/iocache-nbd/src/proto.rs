@@ -196,6 +196,14 @@ pub const NBD_REPLY_TYPE_OFFSET_DATA: u16 = 1;
 pub const NBD_REPLY_TYPE_OFFSET_HOLE: u16 = 2;
 /// Structured chunk: block status descriptors.
 pub const NBD_REPLY_TYPE_BLOCK_STATUS: u16 = 5;
+/// The one metadata context served: allocation status (holes, zeroes).
+pub const BASE_ALLOCATION: &str = "base:allocation";
+/// The id `base:allocation` gets in NBD_REP_META_CONTEXT.
+pub const BASE_ALLOCATION_ID: u32 = 1;
+/// `base:allocation` flag: the extent is not allocated (a hole).
+pub const NBD_STATE_HOLE: u32 = 1 << 0;
+/// `base:allocation` flag: the extent reads as zeroes.
+pub const NBD_STATE_ZERO: u32 = 1 << 1;
 /// Bit 15 marks every error chunk.
 pub const NBD_REPLY_TYPE_FLAG_ERROR: u16 = 1 << 15;
 /// Structured chunk: an error for the whole request.
@@ -436,6 +444,8 @@ pub enum Command {
     WriteZeroes,
     /// NBD_CMD_CACHE: bring a range into the export's cache, no data back.
     Cache,
+    /// NBD_CMD_BLOCK_STATUS: which parts of a range are allocated.
+    BlockStatus,
 }
 
 impl Command {
@@ -449,6 +459,7 @@ impl Command {
             Command::Trim => NBD_CMD_TRIM,
             Command::WriteZeroes => NBD_CMD_WRITE_ZEROES,
             Command::Cache => NBD_CMD_CACHE,
+            Command::BlockStatus => NBD_CMD_BLOCK_STATUS,
         }
     }
 
@@ -462,6 +473,7 @@ impl Command {
             NBD_CMD_TRIM => Command::Trim,
             NBD_CMD_WRITE_ZEROES => Command::WriteZeroes,
             NBD_CMD_CACHE => Command::Cache,
+            NBD_CMD_BLOCK_STATUS => Command::BlockStatus,
             _ => return None,
         })
     }
@@ -472,6 +484,7 @@ impl Command {
         match self {
             Command::Read => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_DF,
             Command::WriteZeroes => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO,
+            Command::BlockStatus => NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_REQ_ONE,
             _ => NBD_CMD_FLAG_FUA,
         }
     }
@@ -481,7 +494,12 @@ impl Command {
     pub fn has_range(self) -> bool {
         matches!(
             self,
-            Command::Read | Command::Write | Command::Trim | Command::WriteZeroes | Command::Cache
+            Command::Read
+                | Command::Write
+                | Command::Trim
+                | Command::WriteZeroes
+                | Command::Cache
+                | Command::BlockStatus
         )
     }
 }
@@ -502,6 +520,10 @@ impl CmdFlags {
     /// Fail at once unless the zeroing is quick (WRITE_ZEROES).
     pub fn fast_zero(self) -> bool {
         self.0 & NBD_CMD_FLAG_FAST_ZERO != 0
+    }
+    /// One extent is enough (BLOCK_STATUS).
+    pub fn req_one(self) -> bool {
+        self.0 & NBD_CMD_FLAG_REQ_ONE != 0
     }
     /// Do not fragment the read reply.
     pub fn df(self) -> bool {
@@ -931,6 +953,87 @@ pub struct InfoRequest {
     pub requests: Vec<u16>,
 }
 
+/// The data of NBD_OPT_LIST_META_CONTEXT and NBD_OPT_SET_META_CONTEXT: an
+/// export name and the queries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaContextRequest {
+    pub export: String,
+    pub queries: Vec<String>,
+}
+
+impl MetaContextRequest {
+    /// Parses the option data; every length must agree exactly with the
+    /// option's length.
+    pub fn parse(data: &[u8]) -> Result<MetaContextRequest, ProtoError> {
+        let bad = ProtoError::Malformed {
+            what: "NBD_OPT_*_META_CONTEXT data",
+        };
+        let string = |at: usize| -> Result<(String, usize), ProtoError> {
+            let len = be32(data.get(at..at + 4).ok_or(bad.clone())?, 0) as usize;
+            let end = (at + 4)
+                .checked_add(len)
+                .filter(|&e| e <= data.len())
+                .ok_or(bad.clone())?;
+            Ok((parse_string(&data[at + 4..end])?, end))
+        };
+        let (export, mut at) = string(0)?;
+        let count = be32(data.get(at..at + 4).ok_or(bad.clone())?, 0);
+        at += 4;
+        let mut queries = Vec::new();
+        for _ in 0..count {
+            let (query, end) = string(at)?;
+            queries.push(query);
+            at = end;
+        }
+        if at != data.len() {
+            return Err(bad);
+        }
+        Ok(MetaContextRequest { export, queries })
+    }
+
+    /// The option data for this request.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&(self.export.len() as u32).to_be_bytes());
+        b.extend_from_slice(self.export.as_bytes());
+        b.extend_from_slice(&(self.queries.len() as u32).to_be_bytes());
+        for q in &self.queries {
+            b.extend_from_slice(&(q.len() as u32).to_be_bytes());
+            b.extend_from_slice(q.as_bytes());
+        }
+        b
+    }
+}
+
+/// An NBD_REP_META_CONTEXT reply's data: the context's id and name.
+pub fn encode_meta_context(id: u32, name: &str) -> Vec<u8> {
+    let mut b = Vec::with_capacity(4 + name.len());
+    b.extend_from_slice(&id.to_be_bytes());
+    b.extend_from_slice(name.as_bytes());
+    b
+}
+
+/// One extent of a block status reply: `length` bytes with `flags`
+/// (`NBD_STATE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub length: u32,
+    pub flags: u32,
+}
+
+/// A whole `NBD_REPLY_TYPE_BLOCK_STATUS` chunk (the last of its reply).
+pub fn encode_block_status_reply(handle: u64, context: u32, extents: &[Extent]) -> Vec<u8> {
+    let payload = 4 + 8 * extents.len() as u32;
+    let mut b =
+        encode_structured_header(handle, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, payload).to_vec();
+    b.extend_from_slice(&context.to_be_bytes());
+    for e in extents {
+        b.extend_from_slice(&e.length.to_be_bytes());
+        b.extend_from_slice(&e.flags.to_be_bytes());
+    }
+    b
+}
+
 impl InfoRequest {
     /// Parses the option data; every length must agree exactly with the
     /// option's length.
@@ -1135,6 +1238,7 @@ mod tests {
             (4, Command::Trim),
             (6, Command::WriteZeroes),
             (5, Command::Cache),
+            (7, Command::BlockStatus),
         ] {
             let r = RequestHeader::parse(&header(0, code, 7, 512, 4096), DEFAULT_MAX_PAYLOAD).unwrap();
             assert_eq!(r.command, cmd);
@@ -1155,7 +1259,7 @@ mod tests {
 
     #[test]
     fn rejects_unknown_commands_with_einval() {
-        for code in [7u16, 8, 100, u16::MAX] {
+        for code in [8u16, 100, u16::MAX] {
             let e = RequestHeader::parse(&header(0, code, 9, 0, 0), DEFAULT_MAX_PAYLOAD).unwrap_err();
             assert_eq!(
                 e,

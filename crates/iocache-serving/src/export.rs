@@ -148,6 +148,25 @@ impl Export for EngineExport {
         self.with(|engine, volume| engine.warm_range(volume, offset, length))
     }
 
+    /// `base:allocation`: the backend's holes, less the lines the cache
+    /// holds dirty data of.
+    fn block_status(&self, offset: u64, length: u32) -> Result<Vec<iocache_nbd::proto::Extent>, ExportError> {
+        use iocache_nbd::proto::{Extent, NBD_STATE_HOLE, NBD_STATE_ZERO};
+        let extents = self.with(|engine, volume| engine.allocation(volume, offset, u64::from(length)))?;
+        Ok(extents
+            .into_iter()
+            .map(|e| Extent {
+                // Within a request of `length` bytes.
+                length: e.length_bytes as u32,
+                flags: if e.hole {
+                    NBD_STATE_HOLE | NBD_STATE_ZERO
+                } else {
+                    0
+                },
+            })
+            .collect())
+    }
+
     fn zeroes_fast(&self) -> bool {
         let current = self.cell.read();
         current

@@ -178,6 +178,88 @@ impl Engine {
         Ok(())
     }
 
+    /// Which parts of `length` bytes at `offset` of `volume` hold data and
+    /// which are holes (read as zeroes): the backend's allocation, with
+    /// every line that holds dirty data in the cache counted as data (the
+    /// backend does not have it yet). Extents in order, covering the range.
+    /// For NBD's BLOCK_STATUS (`base:allocation`): a copy tool skips the
+    /// holes, so a hole is said only where the data is surely not.
+    pub fn allocation(
+        &self,
+        volume: &Volume,
+        offset: u64,
+        length: u64,
+    ) -> Result<Vec<iocache_device::Allocation>, EngineError> {
+        use iocache_device::Allocation;
+        let state = volume.state();
+        let _serving = state.enter()?;
+        self.inner.check_request(state.size_bytes, offset, length)?;
+        let backend = self.inner.backend_of(state.id)?;
+        let read = || {
+            backend
+                .allocation(offset, length)
+                .map_err(|e| self.inner.backend_error(e))
+        };
+        let first = read()?;
+        if !first.iter().any(|e| e.hole) || self.inner.dirty_lines_of(state.id) == 0 {
+            return Ok(first);
+        }
+        // The lines of the backend's holes that are dirty in the cache,
+        // looked up before the backend is asked again: a line clean then
+        // has its data on the backend by the second answer (a write-back
+        // marks a line clean only after its write returned).
+        let shift = self.inner.line_shift;
+        let mut checked: Vec<std::ops::Range<u64>> = Vec::new();
+        let mut dirty = std::collections::HashSet::new();
+        let mut at = offset;
+        for e in &first {
+            let end = at + e.length_bytes;
+            if e.hole {
+                checked.push(at..end);
+                for line in at >> shift..=(end - 1) >> shift {
+                    if self.inner.line_is_dirty(LineKey {
+                        volume: state.id,
+                        line_index: line,
+                    }) {
+                        dirty.insert(line);
+                    }
+                }
+            }
+            at = end;
+        }
+        let mut out: Vec<Allocation> = Vec::new();
+        let mut push = |length_bytes: u64, hole: bool| match out.last_mut() {
+            Some(last) if last.hole == hole => last.length_bytes += length_bytes,
+            _ => out.push(Allocation { length_bytes, hole }),
+        };
+        let mut at = offset;
+        // Both answers run in offset order: one cursor into the first's holes.
+        let mut next_checked = 0;
+        for e in read()? {
+            let end = at + e.length_bytes;
+            if !e.hole {
+                push(e.length_bytes, false);
+                at = end;
+                continue;
+            }
+            while at < end {
+                let line = at >> shift;
+                let piece_end = ((line + 1) << shift).min(end);
+                // A hole only where the first answer had one too and the
+                // line was not dirty.
+                while checked.get(next_checked).is_some_and(|r| r.end <= at) {
+                    next_checked += 1;
+                }
+                let was_hole = checked
+                    .get(next_checked)
+                    .is_some_and(|r| r.start <= at && piece_end <= r.end);
+                push(piece_end - at, was_hole && !dirty.contains(&line));
+                at = piece_end;
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether the backend of `volume` zeroes a range quicker than by
     /// writing zero buffers (what [`Zeroing::fast_only`] asks).
     pub fn zeroes_fast(&self, volume: &Volume) -> bool {
@@ -206,6 +288,12 @@ impl Inner {
             return Err(EngineError::Unaligned { offset, length });
         }
         Ok(())
+    }
+
+    /// Whether the cache holds dirty sectors of `key`.
+    fn line_is_dirty(&self, key: LineKey) -> bool {
+        let state = lock(&self.shards[self.shard_of(key)].state);
+        state.cache.line_state(key).is_some_and(|l| l.dirty_sectors > 0)
     }
 
     /// The lines wholly inside `offset..end`.

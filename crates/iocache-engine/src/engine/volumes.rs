@@ -396,7 +396,7 @@ impl Inner {
             .ok_or_else(|| EngineError::UnknownVolume(format!("with id {id}")))
     }
 
-    fn dirty_lines_of(&self, volume: VolumeId) -> u64 {
+    pub(super) fn dirty_lines_of(&self, volume: VolumeId) -> u64 {
         self.shards
             .iter()
             .map(|s| lock(&s.state).cache.volume_lines(volume).dirty)

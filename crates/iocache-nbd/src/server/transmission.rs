@@ -381,6 +381,12 @@ impl<S: ConnectionStream> Conn<'_, S> {
         {
             return Err((NBD_EPERM, "export is read-only".into()));
         }
+        if req.command == Command::BlockStatus && !self.neg.block_status {
+            return Err((NBD_EINVAL, "BLOCK_STATUS without base:allocation selected".into()));
+        }
+        if req.command == Command::BlockStatus && req.length == 0 {
+            return Err((NBD_EINVAL, "BLOCK_STATUS of no bytes".into()));
+        }
         if req.command == Command::Cache && self.neg.flags & NBD_FLAG_SEND_CACHE == 0 {
             return Err((NBD_EINVAL, "CACHE is not offered by this export".into()));
         }
@@ -446,6 +452,10 @@ impl<S: ConnectionStream> Conn<'_, S> {
             self.read(export, &req, buffer);
             return;
         }
+        if req.command == Command::BlockStatus {
+            self.block_status(export, &req);
+            return;
+        }
         let result = guarded(|| match req.command {
             Command::Write => export.write(req.offset, &buffer[..req.length as usize], req.flags.fua()),
             Command::Flush => export.flush(),
@@ -466,7 +476,7 @@ impl<S: ConnectionStream> Conn<'_, S> {
                 req.flags.no_hole(),
             ),
             Command::Cache => export.cache(req.offset, u64::from(req.length)),
-            Command::Read | Command::Disc => Ok(()),
+            Command::Read | Command::Disc | Command::BlockStatus => Ok(()),
         });
         match result {
             Ok(()) => {
@@ -475,6 +485,42 @@ impl<S: ConnectionStream> Conn<'_, S> {
             }
             Err(e) => self.reply_error(req.handle, false, e.nbd_errno(), &e.to_string()),
         }
+    }
+
+    /// Answers BLOCK_STATUS with one `base:allocation` chunk: the export's
+    /// extents, kept within the request (one with REQ_ONE).
+    fn block_status(&self, export: &dyn Export, req: &Request) {
+        let mut extents = Vec::new();
+        let result = guarded(|| {
+            extents = export.block_status(req.offset, req.length)?;
+            Ok(())
+        });
+        if let Err(e) = result {
+            self.reply_error(req.handle, true, e.nbd_errno(), &e.to_string());
+            return;
+        }
+        let mut left = req.length;
+        let mut kept = Vec::with_capacity(extents.len());
+        for e in extents {
+            if left == 0 || (req.flags.req_one() && !kept.is_empty()) {
+                break;
+            }
+            if e.length == 0 {
+                continue;
+            }
+            let length = e.length.min(left);
+            left -= length;
+            kept.push(Extent {
+                length,
+                flags: e.flags,
+            });
+        }
+        if kept.is_empty() {
+            self.reply_error(req.handle, true, NBD_EIO, "the export described no extent");
+            return;
+        }
+        self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.send(&encode_block_status_reply(req.handle, BASE_ALLOCATION_ID, &kept));
     }
 
     pub(super) fn read(&self, export: &dyn Export, req: &Request, buf: &mut Vec<u8>) {
