@@ -329,3 +329,51 @@ fn copies_skip_the_backend_s_holes_but_not_dirty_data_in_them() {
         "the holes were read and written: {kib} KiB allocated in the copy"
     );
 }
+
+#[test]
+fn an_nbd_backend_s_holes_are_reported_too() {
+    if !common::have("nbdkit") || !common::have("nbdinfo") {
+        eprintln!("skipped: needs nbdkit and nbdinfo");
+        return;
+    }
+    let dir = temp_dir("nbd-holes");
+    backend(&dir); // 256 MiB, data in the first 64 MiB
+    let kit_socket = dir.join("kit.sock");
+    let mut kit = Process::spawn(
+        Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(&kit_socket)
+            .args(["file"])
+            .arg(dir.join("backend.img")),
+        &dir.join("nbdkit.log"),
+    );
+    kit.wait_until("nbdkit listens", || kit_socket.exists());
+    let backend_uri = format!("nbd+unix:///?socket={}", kit_socket.display());
+    let server = Process::serve(
+        &dir,
+        &[
+            "--init",
+            "--backend",
+            &backend_uri,
+            "--cache",
+            "cache.img",
+            "--cache-size",
+            "32MiB",
+        ],
+        ConnectOptions::export(String::new()),
+    );
+    let uri = format!(
+        "nbd+unix:///?socket={}",
+        dir.join("iocache-data/iocache.sock").display()
+    );
+    let map = Command::new("nbdinfo").args(["--map", &uri]).output().unwrap();
+    let map = String::from_utf8_lossy(&map.stdout).to_string();
+    let lines: Vec<&str> = map.lines().collect();
+    assert!(
+        lines.len() == 2 && lines[0].contains("data") && lines[1].contains("hole"),
+        "64 MiB of data, then a hole:\n{map}"
+    );
+    assert!(lines[1].trim_start().starts_with("67108864"), "{map}");
+    assert!(server.stop().success());
+    drop(kit);
+}

@@ -221,6 +221,9 @@ pub struct ConnectOptions {
     pub export_name: String,
     /// Ask for structured replies.
     pub structured_replies: bool,
+    /// Select the `base:allocation` metadata context (with structured
+    /// replies), for [`Client::block_status`].
+    pub allocation: bool,
     /// Read and write timeout on the socket.
     pub timeout: Option<Duration>,
 }
@@ -230,6 +233,7 @@ impl Default for ConnectOptions {
         ConnectOptions {
             export_name: String::new(),
             structured_replies: true,
+            allocation: false,
             timeout: Some(Duration::from_secs(60)),
         }
     }
@@ -252,6 +256,8 @@ pub struct Client {
     size: u64,
     flags: u16,
     structured: bool,
+    /// The id the server gave `base:allocation`, when selected.
+    allocation_context: Option<u32>,
     block_sizes: Option<(u32, u32, u32)>,
     description: Option<String>,
     next_handle: u64,
@@ -323,6 +329,25 @@ impl Client {
             let (h, _) = read_option_reply(&mut s, NBD_OPT_STRUCTURED_REPLY)?;
             structured = h.reply_type == NBD_REP_ACK;
         }
+        let mut allocation_context = None;
+        if opts.allocation && structured {
+            let set = MetaContextRequest {
+                export: opts.export_name.clone(),
+                queries: vec![BASE_ALLOCATION.to_string()],
+            };
+            s.write_all(&encode_option(NBD_OPT_SET_META_CONTEXT, &set.encode()))?;
+            loop {
+                let (h, data) = read_option_reply(&mut s, NBD_OPT_SET_META_CONTEXT)?;
+                match h.reply_type {
+                    NBD_REP_META_CONTEXT if data.len() > 4 && &data[4..] == BASE_ALLOCATION.as_bytes() => {
+                        allocation_context = Some(u32::from_be_bytes([data[0], data[1], data[2], data[3]]));
+                    }
+                    NBD_REP_META_CONTEXT => {}
+                    // ACK, or an error: a server without the context.
+                    _ => break,
+                }
+            }
+        }
 
         let go = InfoRequest {
             name: opts.export_name.clone(),
@@ -377,6 +402,7 @@ impl Client {
             size,
             flags,
             structured,
+            allocation_context,
             block_sizes,
             description,
             next_handle: 1,
@@ -397,6 +423,42 @@ impl Client {
     /// Whether structured replies are in use.
     pub fn structured(&self) -> bool {
         self.structured
+    }
+
+    /// Whether the server selected `base:allocation` (see
+    /// [`ConnectOptions::allocation`]).
+    pub fn has_allocation(&self) -> bool {
+        self.allocation_context.is_some()
+    }
+
+    /// The `base:allocation` extents of `length` bytes at `offset`, as the
+    /// server describes them (from `offset`, possibly fewer bytes than
+    /// asked).
+    pub fn block_status(&mut self, offset: u64, length: u32) -> Result<Vec<Extent>, ClientError> {
+        if self.allocation_context.is_none() {
+            return Err(ClientError::Unsupported("block status (base:allocation)"));
+        }
+        self.check_range(offset, u64::from(length))?;
+        let handle = self.take_handle()?;
+        let req = Request {
+            handle,
+            command: Command::BlockStatus,
+            flags: CmdFlags(0),
+            offset,
+            length,
+        };
+        let mut extents = Vec::new();
+        let r = (|| {
+            self.stream.write_all(&req.encode())?;
+            self.stream.flush()?;
+            self.receive_into(handle, offset, None, Some(&mut extents))
+        })();
+        if let Err(e) = &r {
+            if !matches!(e, ClientError::Server { .. }) {
+                self.broken = true;
+            }
+        }
+        r.map(|()| extents)
     }
 
     /// The server's (minimum, preferred, maximum) block sizes, if it sent them.
@@ -615,7 +677,7 @@ impl Client {
                 self.stream.write_all(p)?;
             }
             self.stream.flush()?;
-            self.receive(handle, offset, read_into)
+            self.receive_into(handle, offset, read_into, None)
         })();
         if let Err(e) = &r {
             // Server errors leave the stream in frame; anything else may not.
@@ -627,12 +689,13 @@ impl Client {
     }
 
     /// Reads the reply to `handle`: a simple reply, or structured chunks up
-    /// to the one flagged DONE.
-    fn receive(
+    /// to the one flagged DONE (block status extents into `extents`).
+    fn receive_into(
         &mut self,
         handle: u64,
         offset: u64,
         mut read_into: Option<&mut [u8]>,
+        mut extents: Option<&mut Vec<Extent>>,
     ) -> Result<(), ClientError> {
         let want = read_into.as_ref().map_or(0, |b| b.len()) as u64;
         let mut covered = 0u64;
@@ -715,6 +778,26 @@ impl Client {
                         .ok_or_else(|| ClientError::Unexpected("hole chunk outside the request".into()))?;
                     buf[start as usize..(start + n) as usize].fill(0);
                     covered += n;
+                }
+                NBD_REPLY_TYPE_BLOCK_STATUS => {
+                    let payload = read_vec(&mut self.stream, h.length, MAX_REPLY_DATA)?;
+                    let Some(out) = extents.as_deref_mut() else {
+                        return Err(ClientError::Unexpected(
+                            "block status chunk for another request".into(),
+                        ));
+                    };
+                    if payload.len() < 12 || (payload.len() - 4) % 8 != 0 {
+                        return Err(ClientError::Unexpected("bad block status chunk".into()));
+                    }
+                    let word = |at: usize| {
+                        u32::from_be_bytes([payload[at], payload[at + 1], payload[at + 2], payload[at + 3]])
+                    };
+                    if Some(word(0)) == self.allocation_context {
+                        out.extend((4..payload.len()).step_by(8).map(|at| Extent {
+                            length: word(at),
+                            flags: word(at + 4),
+                        }));
+                    }
                 }
                 t if t & NBD_REPLY_TYPE_FLAG_ERROR != 0 => {
                     let payload = read_vec(&mut self.stream, h.length, MAX_REPLY_DATA)?;

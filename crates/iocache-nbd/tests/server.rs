@@ -863,3 +863,42 @@ fn a_client_that_stops_reading_replies_cannot_hold_a_shutdown() {
         started.elapsed()
     );
 }
+
+#[test]
+fn block_status_answers_base_allocation_once_selected() {
+    let server = start("status", mem(1 << 20));
+    let socket = server.unix_path().unwrap();
+    // Not selected: the client says so, the server refuses the command.
+    let mut plain = Client::connect_unix(socket, &ConnectOptions::export("")).unwrap();
+    assert!(!plain.has_allocation());
+    assert!(plain.block_status(0, 4096).is_err());
+    let e = plain
+        .raw_request(NBD_CMD_BLOCK_STATUS, 0, 0, 4096, &[], None)
+        .unwrap_err();
+    assert_eq!(e.errno(), Some(NBD_EINVAL));
+    // Selected: one data extent (memory is all allocated).
+    let opts = ConnectOptions {
+        allocation: true,
+        ..ConnectOptions::export("")
+    };
+    let mut c = Client::connect_unix(socket, &opts).unwrap();
+    assert!(c.has_allocation());
+    let extents = c.block_status(4096, 65536).unwrap();
+    assert_eq!(
+        extents,
+        vec![iocache_nbd::proto::Extent {
+            length: 65536,
+            flags: 0
+        }]
+    );
+    // Without structured replies there is no context.
+    let opts = ConnectOptions {
+        allocation: true,
+        structured_replies: false,
+        ..ConnectOptions::export("")
+    };
+    assert!(!Client::connect_unix(socket, &opts).unwrap().has_allocation());
+    // Still in frame.
+    let mut buf = vec![0u8; 512];
+    c.read(0, &mut buf).unwrap();
+}

@@ -136,6 +136,7 @@ impl NbdBackend {
         let parsed = parse_nbd_uri(uri).map_err(|e| open_error(uri, e))?;
         let options = ConnectOptions {
             timeout: Some(timeout),
+            allocation: true,
             ..ConnectOptions::export(parsed.export_name.clone())
         };
         let mut conns = Vec::with_capacity(connections.max(1));
@@ -355,6 +356,61 @@ impl BlockDevice for NbdBackend {
         }
         // A trim changes the export like a write: a FLUSH must cover it.
         self.request(IoKind::Write, offset, len, |c| c.trim(offset, len))
+    }
+
+    /// The export's `base:allocation` extents where it serves the context
+    /// (asked a piece at a time, each answer taken as far as it goes);
+    /// all data otherwise.
+    fn allocation(&self, offset: u64, len: u64) -> Result<Vec<iocache_device::Allocation>, DeviceError> {
+        use iocache_device::Allocation;
+        check_range(self, IoKind::Read, offset, len)?;
+        let mut out: Vec<Allocation> = Vec::new();
+        let mut at = offset;
+        let end = offset + len;
+        while at < end {
+            // Pieces of at most 1 GiB, multiples of any block size.
+            let piece = (end - at).min(1 << 30) as u32;
+            let extents = self.request(IoKind::Read, at, u64::from(piece), |c| {
+                if c.has_allocation() {
+                    c.block_status(at, piece)
+                } else {
+                    Ok(Vec::new())
+                }
+            })?;
+            let before = at;
+            if extents.is_empty() {
+                // No context on this connection: the rest counts as data.
+                out.push(Allocation {
+                    length_bytes: end - at,
+                    hole: false,
+                });
+                break;
+            }
+            for e in extents {
+                let length_bytes = u64::from(e.length).min(end - at);
+                if length_bytes == 0 {
+                    continue;
+                }
+                let hole = e.flags & iocache_nbd::proto::NBD_STATE_HOLE != 0;
+                match out.last_mut() {
+                    Some(last) if last.hole == hole => last.length_bytes += length_bytes,
+                    _ => out.push(Allocation { length_bytes, hole }),
+                }
+                at += length_bytes;
+                if at >= end {
+                    break;
+                }
+            }
+            if at == before {
+                // Extents of no length: nothing learned; the rest is data.
+                out.push(Allocation {
+                    length_bytes: end - at,
+                    hole: false,
+                });
+                break;
+            }
+        }
+        Ok(out)
     }
 
     /// Only an export that offers FAST_ZERO promises a quick zeroing.
