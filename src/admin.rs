@@ -400,7 +400,14 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
             if let Some(cache) = cache {
                 req["cache"] = json!(absolute(&cache.display().to_string())?);
             }
-            let reply = request(socket, &req.to_string(), None)?;
+            // The server names the request's fields; this command's are flags.
+            let reply = request(socket, &req.to_string(), None).map_err(|e| {
+                let text = format!("{e:#}");
+                match text.strip_prefix("backend_size: ") {
+                    Some(rest) => anyhow!("--backend-size: {rest}"),
+                    None => e,
+                }
+            })?;
             println!(
                 "attached export {} (volume {}, {} bytes over {}) to the cache {}",
                 reply["export"], reply["volume_id"], reply["size_bytes"], reply["backend"], reply["cache"]

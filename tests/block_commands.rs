@@ -377,3 +377,43 @@ fn an_nbd_backend_s_holes_are_reported_too() {
     assert!(server.stop().success());
     drop(kit);
 }
+
+#[test]
+fn fio_trims_through_its_nbd_engine() {
+    if !common::have("fio") {
+        eprintln!("skipped: needs fio");
+        return;
+    }
+    let dir = temp_dir("fio-trim");
+    let path = backend(&dir);
+    let server = serve(&dir, &[]);
+    let mut c = client(&dir);
+    c.write(64 * MIB, &vec![0xa5u8; (16 * MIB) as usize], false)
+        .unwrap();
+    drop(c);
+    let uri = format!(
+        "nbd+unix:///?socket={}",
+        dir.join("iocache-data/iocache.sock").display()
+    );
+    let out = Command::new("fio")
+        .args([
+            "--name=trim",
+            "--ioengine=nbd",
+            "--rw=trim",
+            "--bs=1M",
+            "--size=128M",
+        ])
+        .arg(format!("--uri={uri}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        stat(&dir, "dropped_dirty_lines"),
+        4096,
+        "the 16 MiB written were dropped unwritten"
+    );
+    assert!(stat(&dir, "discards") >= 128);
+    assert!(server.stop().success());
+    let kib = allocated_kib(&path);
+    assert!(kib < 1024, "{kib} KiB still allocated");
+}

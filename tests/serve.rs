@@ -1664,3 +1664,27 @@ fn the_admin_socket_exists_before_the_nbd_socket() {
     assert!(ok, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn ctl_attach_words_its_refusals_with_its_flags() {
+    let dir = common::temp_dir("attach-words");
+    let server = common::Process::serve(
+        &dir,
+        &["--init", "--backend-size", "16MiB", "--cache-size", "8MiB"],
+        iocache_nbd::ConnectOptions::export(String::new()),
+    );
+    let (ok, out) = common::ctl(
+        &dir,
+        &["attach", "x", "nbd://127.0.0.1:1/", "--backend-size", "1MiB"],
+    );
+    assert!(
+        !ok && out.contains("--backend-size: only for a backend file"),
+        "{out}"
+    );
+    let (ok, out) = common::ctl(&dir, &["attach", "x", "new.img", "--backend-size", "1XB"]);
+    assert!(
+        !ok && out.contains("--backend-size: ") && !out.contains("backend_size"),
+        "{out}"
+    );
+    assert!(server.stop().success());
+}
