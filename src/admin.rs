@@ -108,7 +108,7 @@ struct WatchRow {
 }
 
 impl WatchRow {
-    const CSV_HEADER: &str = "time,export,reads_per_s,writes_per_s,read_mib_per_s,write_mib_per_s,line_hit_ratio,dirty_lines,resident_lines,failed_requests";
+    const CSV_HEADER: &str = "time,export,reads_per_s,writes_per_s,read_mib_per_s,write_mib_per_s,line_hit_percent,dirty_lines,resident_lines,failed_requests";
 
     fn csv(&self) -> String {
         format!(
@@ -119,7 +119,9 @@ impl WatchRow {
             self.writes_per_second,
             self.read_mib_per_second,
             self.write_mib_per_second,
-            self.line_hit_ratio.map_or(String::new(), |r| format!("{r:.4}")),
+            // Percent, as the table and `iocache stats` say it.
+            self.line_hit_ratio
+                .map_or(String::new(), |r| format!("{:.2}", r * 100.0)),
             self.dirty_lines,
             self.resident_lines,
             self.failed_requests
@@ -461,7 +463,7 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
             println!(
                 "warming export {}: {} at {} read through the cache in the background (progress: iocache stats)",
                 reply["export"].as_str().unwrap_or("?"),
-                iocache_core::units::format_byte_size(reply["length"].as_u64().unwrap_or(0)),
+                iocache_core::units::format_size_readably(reply["length"].as_u64().unwrap_or(0)),
                 reply["offset"]
             );
         }

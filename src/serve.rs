@@ -417,9 +417,9 @@ fn print_banner(config: &ServeConfig, reach: &Reach<'_>) {
             } else {
                 ""
             },
-            format_byte_size(v.volume.size_bytes()),
+            iocache_core::units::format_size_readably(v.volume.size_bytes()),
             v.backend,
-            format_byte_size(group.cache_bytes),
+            iocache_core::units::format_size_readably(group.cache_bytes),
             if shared > 1 {
                 format!(" {} shared by {shared} volumes", group.path.display())
             } else {

@@ -1512,6 +1512,14 @@ fn pid_file_stats_watch_and_a_resize_at_restart() {
         .map(|row| (row[3].parse().unwrap(), row[5].parse().unwrap()))
         .fold((0.0, 0.0), |(w, m), (rw, rm): (f64, f64)| (w + rw, m + rm));
     assert!(writes_per_second > 0.0 && write_mib_per_second > 0.3, "{text}");
+    // The hit ratio in percent, as the table says it: the read of what was
+    // just written hits.
+    assert!(header.contains(",line_hit_percent,"), "{header}");
+    let best_hit_percent = rows
+        .iter()
+        .filter_map(|row| row[6].parse::<f64>().ok())
+        .fold(0.0f64, f64::max);
+    assert!(best_hit_percent > 1.0 && best_hit_percent <= 100.0, "{text}");
 
     let totals = Command::new(env!("CARGO_BIN_EXE_iocache"))
         .args(["stats", "--admin-socket", admin.to_str().unwrap(), "--csv"])

@@ -107,8 +107,35 @@ pub fn format_byte_size(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
+/// Bytes as a person reads them: exact ("16MiB", "4100KiB") while that
+/// takes at most four digits, else to a tenth of the largest unit
+/// ("132.0MiB", not "135176KiB"). For messages, not for values read back.
+pub fn format_size_readably(bytes: u64) -> String {
+    let exact = format_byte_size(bytes);
+    if exact.chars().take_while(char::is_ascii_digit).count() <= 4 {
+        return exact;
+    }
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift {
+            return format!("{:.1}{unit}", bytes as f64 / (1u64 << shift) as f64);
+        }
+    }
+    exact
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_read_as_a_person_reads_them() {
+        use super::format_size_readably as f;
+        assert_eq!(f(16 << 20), "16MiB");
+        assert_eq!(f(4100 << 10), "4100KiB");
+        assert_eq!(f(135_176 << 10), "132.0MiB");
+        assert_eq!(f(1_000_000_000), "953.7MiB");
+        assert_eq!(f(512), "512B");
+        assert_eq!(f(12_345), "12.1KiB");
+    }
+
     #[test]
     fn counts_are_singular_for_one_only() {
         assert_eq!(super::count(0, "request"), "0 requests");

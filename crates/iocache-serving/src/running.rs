@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{refused, Result, Within};
 use crate::{EngineCell, EngineExport};
-use iocache_core::units::{format_byte_size, parse_byte_size};
+use iocache_core::units::{format_size_readably, parse_byte_size};
 use iocache_engine::{Engine, Volume};
 use iocache_nbd::ExportHandle;
 
@@ -90,7 +90,7 @@ pub fn describe(group: &CacheGroup, backend: &str) -> String {
         "iocache: {} cache of {} lines of {} over {kind}",
         engine.write_policy(),
         engine.stats().capacity_lines,
-        format_byte_size(engine.line_bytes()),
+        format_size_readably(engine.line_bytes()),
     )
 }
 
@@ -240,7 +240,7 @@ impl Running {
         log::info!(
             "attached export `{export}` ({} volume over {name}, {}) to the cache {}; name it in the \
              configuration to serve it after a restart",
-            format_byte_size(volume.size_bytes()),
+            format_size_readably(volume.size_bytes()),
             iocache_engine::describe_backend(&*backend),
             group.path.display()
         );

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use iocache_core::units::format_byte_size;
+use iocache_core::units::format_size_readably;
 use iocache_core::{CacheConfig, WritePolicy};
 use iocache_device::BlockDevice;
 use iocache_engine::layout::{self, LayoutError};
@@ -185,9 +185,9 @@ fn open_cache_group(
             "{}: the cache ({}) is larger than the volumes it serves together ({}): at most {} of it will \
              ever hold data",
             v.key("cache_size"),
-            format_byte_size(cache_bytes),
-            format_byte_size(volume_bytes),
-            format_byte_size(volume_bytes)
+            format_size_readably(cache_bytes),
+            format_size_readably(volume_bytes),
+            format_size_readably(volume_bytes)
         );
     }
     if !start.init
@@ -271,11 +271,11 @@ pub(crate) fn cache_lines(v: &CacheDeviceConfig, device_bytes: u64, line_bytes: 
                  ({}); to grow the cache, grow the device first (a file: truncate -s {} {}), or give a size \
                  that fits (docs/ops.md, \"Growing or shrinking a cache\")",
                 v.key("cache_size"),
-                format_byte_size(line_bytes),
-                format_byte_size(bytes),
-                format_byte_size(needed_bytes),
+                format_size_readably(line_bytes),
+                format_size_readably(bytes),
+                format_size_readably(needed_bytes),
                 v.path.display(),
-                format_byte_size(device_bytes),
+                format_size_readably(device_bytes),
                 needed_bytes,
                 v.path.display()
             ))
@@ -292,8 +292,8 @@ pub(crate) fn cache_lines(v: &CacheDeviceConfig, device_bytes: u64, line_bytes: 
         return Err(refused!(
             "{}: the cache ({}) holds no line of {}",
             v.key("cache_size"),
-            format_byte_size(bytes),
-            format_byte_size(line_bytes)
+            format_size_readably(bytes),
+            format_size_readably(line_bytes)
         ));
     }
     Ok(lines)

@@ -115,8 +115,8 @@ pub fn render(snapshot: &Snapshot) -> String {
             put!(
                 out,
                 "  warm-up    {} of {} read through the cache (NBD_CMD_CACHE, ctl warm)",
-                format_byte_size(d.warmed_bytes),
-                format_byte_size(d.warm_requested_bytes)
+                iocache_core::units::format_size_readably(d.warmed_bytes),
+                iocache_core::units::format_size_readably(d.warm_requested_bytes)
             );
         }
         let r = &d.recovery;
