@@ -1133,3 +1133,54 @@ fn help_names_what_the_commands_do() {
         "--adapt help says ReCA waits for a restart"
     );
 }
+
+/// The long flags `--help` of `iocache ARGS` lists.
+fn flags_in_help(args: &[&str]) -> std::collections::BTreeSet<String> {
+    let out = run_ok(args);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_serve_flag_is_documented_and_every_documented_flag_exists() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut docs = std::fs::read_to_string(root.join("README.md")).unwrap();
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            docs += &std::fs::read_to_string(path).unwrap();
+        }
+    }
+    let serve = flags_in_help(&["serve", "--help"]);
+    // Global flags, documented by their short forms in docs/ops.md.
+    let global = ["--help", "--version", "--verbose", "--quiet"];
+    let undocumented: Vec<&String> = serve
+        .iter()
+        .filter(|f| !global.contains(&f.as_str()))
+        .filter(|f| {
+            // The flag itself, or the configuration key it sets.
+            let key = format!("`{}`", f.trim_start_matches("--").replace('-', "_"));
+            !docs.contains(f.as_str()) && !docs.contains(&key)
+        })
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "serve flags no doc mentions: {undocumented:?}"
+    );
+    // docs/config.md's "Also `--flag`" names a flag serve has.
+    let config = std::fs::read_to_string(root.join("docs/config.md")).unwrap();
+    let named: Vec<&str> = config
+        .split("Also `")
+        .skip(1)
+        .filter_map(|rest| rest.split('`').next())
+        .collect();
+    assert!(named.len() >= 9, "{named:?}");
+    let missing: Vec<&&str> = named.iter().filter(|f| !serve.contains(**f)).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/config.md names flags serve lacks: {missing:?}"
+    );
+}
