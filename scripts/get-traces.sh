@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the public block I/O trace samples the tests, examples and
 # reproductions read, each from where it was published, into DIR
-# (default: $IOCACHE_TRACES, else ../shared/traces beside the repository),
+# (default: ../shared/traces beside the repository, where they look),
 # and checks each against the SHA-256 the project's copy has. A download
 # whose checksum differs is kept as NAME.mismatch and reported; nothing
 # already in DIR with the right checksum is fetched again.
@@ -17,7 +17,7 @@ if [[ ${1:-} == --from ]]; then
     mirror=$2
     shift 2
 fi
-dir=${1:-${IOCACHE_TRACES:-../shared/traces}}
+dir=${1:-../shared/traces}
 mkdir -p "$dir"
 
 gh=https://raw.githubusercontent.com

@@ -169,7 +169,7 @@ pub fn reproduce(args: ReproduceArgs) -> Result<()> {
     match &traces {
         Some(dir) => log::info!("shared traces: {}", dir.display()),
         None => log::warn!(
-            "shared traces not found (../shared/traces or --traces DIR): the parts that need them are skipped"
+            "shared traces not found (../shared/traces or --traces DIR; scripts/get-traces.sh fetches them): the parts that need them are skipped"
         ),
     }
     let threads = args.threads.unwrap_or(SimOptions::default().threads).max(1);

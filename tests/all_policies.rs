@@ -45,7 +45,7 @@ fn samples() -> Option<Vec<PathBuf>> {
 #[test]
 #[cfg_attr(
     not(shared_traces),
-    ignore = "needs ../shared/traces beside the repository (absent when this crate was built)"
+    ignore = "needs ../shared/traces beside the repository (absent when this crate was built; scripts/get-traces.sh fetches it)"
 )]
 fn every_policy_runs_on_every_sample() {
     let names = policy_names();

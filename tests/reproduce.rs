@@ -67,7 +67,7 @@ fn check_dir(dir: &Path, name: &str) -> Value {
 #[test]
 #[cfg_attr(
     not(shared_traces),
-    ignore = "needs ../shared/traces beside the repository (absent when this crate was built)"
+    ignore = "needs ../shared/traces beside the repository (absent when this crate was built; scripts/get-traces.sh fetches it)"
 )]
 fn every_quick_reproduction_writes_figures_and_a_verdict() {
     let out = temp_dir("all");

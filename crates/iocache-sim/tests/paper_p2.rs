@@ -18,7 +18,7 @@ fn p2() -> Option<PathBuf> {
 #[test]
 #[cfg_attr(
     not(shared_traces),
-    ignore = "needs ../shared/traces beside the repository (absent when this crate was built)"
+    ignore = "needs ../shared/traces beside the repository (absent when this crate was built; scripts/get-traces.sh fetches it)"
 )]
 fn lru_and_arc_hit_ratios_match_the_arc_paper_on_p2() {
     let Some(path) = p2() else { return };

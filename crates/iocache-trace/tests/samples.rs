@@ -54,7 +54,7 @@ fn reads_writes(records: &[TraceRecord]) -> (usize, usize) {
 #[test]
 #[cfg_attr(
     not(shared_traces),
-    ignore = "needs ../shared/traces beside the repository (absent when this crate was built)"
+    ignore = "needs ../shared/traces beside the repository (absent when this crate was built; scripts/get-traces.sh fetches it)"
 )]
 fn arc_p2() {
     let Some(s) = read("arc-P2.lis.zst") else { return };
@@ -76,7 +76,7 @@ fn arc_p2() {
 #[test]
 #[cfg_attr(
     not(shared_traces),
-    ignore = "needs ../shared/traces beside the repository (absent when this crate was built)"
+    ignore = "needs ../shared/traces beside the repository (absent when this crate was built; scripts/get-traces.sh fetches it)"
 )]
 fn msr_hm0() {
     let Some(s) = read("msr-hm0-sample.csv") else {
@@ -102,7 +102,7 @@ fn msr_hm0() {
 #[test]
 #[cfg_attr(
     not(shared_traces),
-    ignore = "needs ../shared/traces beside the repository (absent when this crate was built)"
+    ignore = "needs ../shared/traces beside the repository (absent when this crate was built; scripts/get-traces.sh fetches it)"
 )]
 fn systor17() {
     let Some(s) = read("systor17-sample.csv.gz") else {
@@ -121,7 +121,7 @@ fn systor17() {
 #[test]
 #[cfg_attr(
     not(shared_traces),
-    ignore = "needs ../shared/traces beside the repository (absent when this crate was built)"
+    ignore = "needs ../shared/traces beside the repository (absent when this crate was built; scripts/get-traces.sh fetches it)"
 )]
 fn tencent_cbs() {
     let Some(s) = read("tencent-cbs-sample.csv.bz2") else {
@@ -145,7 +145,7 @@ fn tencent_cbs() {
 #[test]
 #[cfg_attr(
     not(shared_traces),
-    ignore = "needs ../shared/traces beside the repository (absent when this crate was built)"
+    ignore = "needs ../shared/traces beside the repository (absent when this crate was built; scripts/get-traces.sh fetches it)"
 )]
 fn mqsim_disksim() {
     for (name, count) in [("tpcc-small.disksim", 6_999), ("wsrch-small.disksim", 24_783)] {
@@ -166,7 +166,7 @@ fn mqsim_disksim() {
 #[test]
 #[cfg_attr(
     not(shared_traces),
-    ignore = "needs ../shared/traces beside the repository (absent when this crate was built)"
+    ignore = "needs ../shared/traces beside the repository (absent when this crate was built; scripts/get-traces.sh fetches it)"
 )]
 fn cloudphysics() {
     let Some(s) = read("cloudphysics-w106-sample.csv") else {

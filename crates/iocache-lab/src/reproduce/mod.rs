@@ -111,7 +111,7 @@ impl Context<'_> {
             }
             None => {
                 verdict.skipped.push(format!(
-                    "{what}: the shared traces (../shared/traces or --traces DIR) are absent"
+                    "{what}: the shared traces (../shared/traces or --traces DIR) are absent; scripts/get-traces.sh fetches them"
                 ));
                 None
             }
