@@ -9,8 +9,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{have, temp_dir, Process};
-use iocache_nbd::{Client, ConnectOptions};
+use common::{client, have, temp_dir, Process};
+use iocache_nbd::ConnectOptions;
 
 const MIB: u64 = 1 << 20;
 
@@ -44,14 +44,6 @@ fn serve(dir: &Path, extra: &[&str]) -> Process {
     ];
     args.extend_from_slice(extra);
     Process::serve(dir, &args, ConnectOptions::export(String::new()))
-}
-
-fn client(dir: &Path) -> Client {
-    Client::connect_unix(
-        &dir.join("iocache-data/iocache.sock"),
-        &ConnectOptions::export(String::new()),
-    )
-    .unwrap()
 }
 
 /// The reproduction: 64 MiB more written through the cache (dirty), a
@@ -187,25 +179,9 @@ fn fstrim_on_ext4_over_nbdfuse_frees_backend_blocks() {
     let path = dir.join("backend.img");
     std::fs::File::create(&path).unwrap().set_len(256 * MIB).unwrap();
     let server = serve(&dir, &[]);
-    let fuse = dir.join("fuse");
-    let mnt = dir.join("mnt");
-    std::fs::create_dir_all(&fuse).unwrap();
+    let fuse = common::FuseDisk::mount(&dir);
+    let (disk, mnt) = (&fuse.disk, dir.join("mnt"));
     std::fs::create_dir_all(&mnt).unwrap();
-    let socket = dir.join("iocache-data/iocache.sock");
-    let mut nbdfuse = Command::new("nbdfuse")
-        .arg(fuse.join("disk"))
-        .args(["--unix", socket.to_str().unwrap()])
-        .spawn()
-        .unwrap();
-    let disk = fuse.join("disk");
-    let started = Instant::now();
-    while !disk.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "nbdfuse did not mount"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let run = |args: &[&str]| {
         let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
@@ -222,9 +198,7 @@ fn fstrim_on_ext4_over_nbdfuse_frees_backend_blocks() {
     run(&["sync"]);
     let trimmed = run(&["fstrim", "-v", mnt_s]);
     run(&["umount", mnt_s]);
-    let _ = Command::new("fusermount3").arg("-u").arg(&fuse).status();
-    let _ = Command::new("umount").arg(&fuse).status();
-    let _ = nbdfuse.wait();
+    drop(fuse);
     assert!(server.stop().success());
     // Without the trim the stop writes the file's 96 MiB back.
     let after = allocated_kib(&path);

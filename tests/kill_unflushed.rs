@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{have, temp_dir, Process};
-use iocache_nbd::{Client, ConnectOptions};
+use common::{client, have, temp_dir, Process};
+use iocache_nbd::ConnectOptions;
 
 const BLOCK: u64 = 4096;
 const VOLUME: u64 = 64 << 20;
@@ -37,14 +37,6 @@ fn serve(dir: &Path, init: bool) -> Process {
         args.push("--init");
     }
     Process::serve(dir, &args, ConnectOptions::export(String::new()))
-}
-
-fn client(dir: &Path) -> Client {
-    Client::connect_unix(
-        &dir.join("iocache-data/iocache.sock"),
-        &ConnectOptions::export(String::new()),
-    )
-    .unwrap()
 }
 
 /// What block `block` holds after write `round`: every 8 bytes name both.

@@ -497,25 +497,9 @@ fn ext4_on_nbdfuse_and_a_loop_device_checks_clean() {
     }
     let dir = temp_dir("ext4");
     let served = Served::start(&dir, &["--cache-size", "8MiB"]);
-    let fuse = dir.join("fuse");
-    let mnt = dir.join("mnt");
-    std::fs::create_dir_all(&fuse).unwrap();
+    let fuse = common::FuseDisk::mount(&dir);
+    let (disk, mnt) = (&fuse.disk, dir.join("mnt"));
     std::fs::create_dir_all(&mnt).unwrap();
-    let socket = dir.join("iocache-data/iocache.sock");
-    let mut nbdfuse = Command::new("nbdfuse")
-        .arg(fuse.join("disk"))
-        .args(["--unix", socket.to_str().unwrap()])
-        .spawn()
-        .unwrap();
-    let disk = fuse.join("disk");
-    let started = Instant::now();
-    while !disk.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "nbdfuse did not mount"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let disk_s = disk.to_str().unwrap();
     let mnt_s = mnt.to_str().unwrap();
     run_ok(Command::new("mkfs.ext4").args(["-q", "-F", disk_s]));
@@ -548,9 +532,7 @@ fn ext4_on_nbdfuse_and_a_loop_device_checks_clean() {
         "file 7\n".repeat(8)
     );
     run_ok(Command::new("umount").arg(mnt_s));
-    let _ = Command::new("fusermount3").arg("-u").arg(&fuse).status();
-    let _ = Command::new("umount").arg(&fuse).status();
-    let _ = nbdfuse.wait();
+    drop(fuse);
     let (ok, err) = served.stop();
     assert!(ok, "{err}");
     let _ = std::fs::remove_dir_all(&dir);

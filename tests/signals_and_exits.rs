@@ -239,36 +239,28 @@ fn run_serves_for_the_life_of_one_command_and_returns_its_status() {
     // With a client: data written through the export reaches the backend
     // before the status comes back; -r serves read-only.
     if common::have("qemu-io") {
-        let out = iocache(
-            &dir,
-            &[
-                "serve",
-                "--backend",
-                "iocache-data/backend.img",
-                "--cache-size",
-                "8MiB",
-                "--write-policy",
-                "wb",
-                "--run",
-                r#"qemu-io -f raw -c 'write -P 0x5c 0 64k' "$nbd""#,
-            ],
-        );
+        // Serves the backend file above for one qemu-io command.
+        let captive = |flag: &str, command: &str| {
+            let run = format!(r#"qemu-io -f raw -c '{command}' "$nbd""#);
+            iocache(
+                &dir,
+                &[
+                    "serve",
+                    "--backend",
+                    "iocache-data/backend.img",
+                    "--cache-size",
+                    "8MiB",
+                    flag,
+                    "--run",
+                    &run,
+                ],
+            )
+        };
+        let out = captive("--write-policy=wb", "write -P 0x5c 0 64k");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let backend = std::fs::read(dir.join("iocache-data/backend.img")).unwrap();
         assert!(backend[..65536].iter().all(|&b| b == 0x5c));
-        let out = iocache(
-            &dir,
-            &[
-                "serve",
-                "--backend",
-                "iocache-data/backend.img",
-                "--cache-size",
-                "8MiB",
-                "-r",
-                "--run",
-                r#"qemu-io -f raw -c 'write -P 0x11 0 4k' "$nbd""#,
-            ],
-        );
+        let out = captive("-r", "write -P 0x11 0 4k");
         assert!(!out.status.success(), "a read-only export refuses the write");
     }
     // --port is not a flag: said, with the one that listens on TCP.

@@ -139,24 +139,13 @@ impl Process {
     }
 
     /// SIGTERM, then its exit status (30 s at most).
-    pub fn stop(mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
+    pub fn stop(self) -> std::process::ExitStatus {
         assert!(Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
+            .args(["-TERM", &self.id().to_string()])
             .status()
             .unwrap()
             .success());
-        let started = std::time::Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            if started.elapsed() > std::time::Duration::from_secs(30) {
-                let _ = child.kill();
-                panic!("not stopped within 30 s of SIGTERM:\n{}", self.log());
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        self.wait()
     }
 
     /// Its exit status once it exits on its own (30 s at most).
@@ -208,4 +197,58 @@ pub fn ctl(dir: &Path, args: &[&str]) -> (bool, String) {
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
     )
+}
+
+/// A client of the default export of a server run in `dir` (its NBD socket
+/// at DIR/iocache-data/iocache.sock).
+pub fn client(dir: &Path) -> iocache_nbd::Client {
+    iocache_nbd::Client::connect_unix(
+        &dir.join("iocache-data/iocache.sock"),
+        &iocache_nbd::ConnectOptions::export(String::new()),
+    )
+    .unwrap()
+}
+
+/// The default export of a server run in `dir`, mounted with nbdfuse as
+/// the file DIR/fuse/disk (for a loop device and a file system on it);
+/// unmounted when dropped.
+pub struct FuseDisk {
+    pub disk: PathBuf,
+    dir: PathBuf,
+    nbdfuse: std::process::Child,
+}
+
+impl FuseDisk {
+    pub fn mount(dir: &Path) -> FuseDisk {
+        let fuse = dir.join("fuse");
+        std::fs::create_dir_all(&fuse).unwrap();
+        let socket = dir.join("iocache-data/iocache.sock");
+        let nbdfuse = Command::new("nbdfuse")
+            .arg(fuse.join("disk"))
+            .args(["--unix", socket.to_str().unwrap()])
+            .spawn()
+            .unwrap();
+        let disk = fuse.join("disk");
+        let started = std::time::Instant::now();
+        while !disk.exists() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "nbdfuse did not mount"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        FuseDisk {
+            disk,
+            dir: fuse,
+            nbdfuse,
+        }
+    }
+}
+
+impl Drop for FuseDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3").arg("-u").arg(&self.dir).status();
+        let _ = Command::new("umount").arg(&self.dir).status();
+        let _ = self.nbdfuse.wait();
+    }
 }

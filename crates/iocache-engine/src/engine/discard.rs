@@ -276,8 +276,9 @@ impl Engine {
 }
 
 impl Inner {
-    /// Checks a request's range against a volume of `size` bytes.
-    fn check_request(&self, size: u64, offset: u64, length: u64) -> Result<(), EngineError> {
+    /// Checks a request's range against a volume of `size` bytes (every
+    /// request's first step).
+    pub(super) fn check_request(&self, size: u64, offset: u64, length: u64) -> Result<(), EngineError> {
         if self.stopping.load(Ordering::Relaxed) {
             return Err(EngineError::Shutdown);
         }

@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
-use iocache_core::{AccessSummary, IoKind, LineKey, Op, Request, VolumeId, SECTOR_BYTES};
+use iocache_core::{AccessSummary, IoKind, LineKey, Op, Request, VolumeId};
 use smallvec::SmallVec;
 
 use super::tickets::{Ticket, TicketKey};
@@ -75,15 +75,7 @@ impl Inner {
         length: u64,
         now_ns: u64,
     ) -> Result<Segments, EngineError> {
-        if self.stopping.load(Ordering::Relaxed) {
-            return Err(EngineError::Shutdown);
-        }
-        if length == 0 || offset.checked_add(length).is_none_or(|end| end > size) {
-            return Err(EngineError::OutOfRange { offset, length, size });
-        }
-        if !offset.is_multiple_of(SECTOR_BYTES) || !length.is_multiple_of(SECTOR_BYTES) {
-            return Err(EngineError::Unaligned { offset, length });
-        }
+        self.check_request(size, offset, length)?;
         let span_bytes = SHARD_SPAN_LINES * self.line_bytes;
         let mut segments = Segments::new();
         let mut at = offset;
