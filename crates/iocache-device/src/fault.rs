@@ -105,6 +105,8 @@ pub struct FaultDevice<D: BlockDevice> {
     flushes_fail: AtomicBool,
     /// Writes report success without reaching the device.
     writes_dropped: AtomicBool,
+    /// Zeroing as a device without a quick way does it: zero buffers.
+    zeroes_slow: AtomicBool,
     journal: Mutex<Journal>,
 }
 
@@ -123,6 +125,7 @@ impl<D: BlockDevice> FaultDevice<D> {
             offline: AtomicBool::new(false),
             flushes_fail: AtomicBool::new(false),
             writes_dropped: AtomicBool::new(false),
+            zeroes_slow: AtomicBool::new(false),
             journal: Mutex::new(Journal {
                 enabled: true,
                 entries: Vec::new(),
@@ -171,6 +174,12 @@ impl<D: BlockDevice> FaultDevice<D> {
     /// set back or [`clear_faults`](Self::clear_faults).
     pub fn set_writes_dropped(&self, dropped: bool) {
         self.writes_dropped.store(dropped, Ordering::SeqCst);
+    }
+
+    /// With `slow`, the device says it cannot zero quickly and zeroes by
+    /// writing zero buffers, as one without a zeroing command does.
+    pub fn set_zeroes_slow(&self, slow: bool) {
+        self.zeroes_slow.store(slow, Ordering::SeqCst);
     }
 
     /// Removes every n-th, range, flush and dropped-write fault (not
@@ -438,7 +447,7 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
     }
 
     fn zeroes_fast(&self) -> bool {
-        self.inner.zeroes_fast()
+        !self.zeroes_slow.load(Ordering::SeqCst) && self.inner.zeroes_fast()
     }
 
     fn allocation(&self, offset: u64, len: u64) -> Result<Vec<crate::Allocation>, DeviceError> {
@@ -447,6 +456,9 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
     }
 
     fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), DeviceError> {
+        if self.zeroes_slow.load(Ordering::SeqCst) {
+            return crate::device::write_zero_buffers(self, offset, len);
+        }
         self.gate(IoKind::Write, offset, len)?;
         check_range(self, IoKind::Write, offset, len)?;
         if self.writes_dropped.load(Ordering::SeqCst) {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use iocache_core::{CacheConfig, LineSize, PolicySpec, WritePolicy};
-use iocache_device::{BlockDevice, DeviceError, MemDevice};
+use iocache_device::{BlockDevice, FaultDevice, MemDevice};
 use iocache_engine::{Engine, EngineConfig, EngineError, InitMode, Layout, Persistence, Zeroing};
 
 const LINE: u64 = 4096;
@@ -141,29 +141,11 @@ fn write_zeroes_drops_whole_lines_and_writes_only_the_partial_ones() {
 
 #[test]
 fn a_fast_zeroing_the_backend_cannot_do_changes_nothing() {
-    /// A backend that zeroes only by writing zero buffers.
-    #[derive(Debug)]
-    struct Slow(MemDevice);
-    impl BlockDevice for Slow {
-        fn len_bytes(&self) -> u64 {
-            self.0.len_bytes()
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
-            self.0.read_at(buf, offset)
-        }
-        fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
-            self.0.write_at(data, offset)
-        }
-        fn flush(&self) -> Result<(), DeviceError> {
-            Ok(())
-        }
-        fn name(&self) -> &str {
-            "slow"
-        }
-    }
     let cache = cache_config(64);
     let layout = Layout::for_slots(LINE, 64).unwrap();
-    let backend = Arc::new(Slow(MemDevice::new("b", VOLUME)));
+    // A backend that zeroes only by writing zero buffers.
+    let backend = Arc::new(FaultDevice::new(MemDevice::new("b", VOLUME)));
+    backend.set_zeroes_slow(true);
     let engine = Engine::new(
         EngineConfig::new(cache),
         Arc::new(MemDevice::new("cache", layout.device_bytes())),
