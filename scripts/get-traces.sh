@@ -24,20 +24,21 @@ gh=https://raw.githubusercontent.com
 caffeine=$gh/ben-manes/caffeine/master/simulator/src/main/resources/com/github/benmanes/caffeine/cache/simulator/parser
 # name | sha256 | source URL | origin and terms
 samples=(
-    "arc-P2.lis.zst|ac686282cd29e715066f7370eecf64c36060218537d51483a7834ad6cf400aed|$gh/moka-rs/cache-trace/main/arc/P2.lis.zst|trace P2 of Megiddo & Modha, ARC (FAST'03), republished by moka-rs/cache-trace"
-    "msr-hm0-sample.csv|71389b70289e6f03cc84eaeb3b0b537f487b95b36391f137fa369190ee4f8604|$caffeine/snia_cambridge/msr-cambridge1-sample.csv|MSR Cambridge hm_0 (SNIA IOTTA), Caffeine simulator test resources"
-    "systor17-sample.csv.gz|671dd25cb6439202a1e4db4540b17a19dc38cde2f963243e93bc1174ab907853|$caffeine/snia_systor/systor17-traces-sample.csv.gz|SYSTOR'17 traces (SNIA IOTTA), Caffeine simulator test resources"
-    "tencent-cbs-sample.csv.bz2|3e7f77a1a031f99a06c34512e6c8149f089d3901a1a087450786d9973c3e0de0|$caffeine/snia_tencent_block/cloud_storage-sample.bz2|Tencent CBS (SNIA IOTTA), Caffeine simulator test resources"
-    "tpcc-small.disksim|404dd97c3fd4bf605c23abb1f57823226d31da9ed5caeb37b01236496a81fa56|$gh/CMU-SAFARI/MQSim/master/traces/tpcc-small.trace|MQSim repository (CMU SAFARI)"
-    "wsrch-small.disksim|84ebefd565aeb5db3bb807ef3c609e952aeaa59c4e78e132181059d0c5ea74d1|$gh/CMU-SAFARI/MQSim/master/traces/wsrch-small.trace|MQSim repository (CMU SAFARI)"
-    "cloudphysics-w106-sample.csv|987ff2213050e47d24e8ba6e010d4b3127e51aafef6a76a8a6d43d13b9156fa1|$gh/1a1a11a/libCacheSim/develop/data/cloudPhysicsIO.csv|CloudPhysics vscsi trace w106 sample, libCacheSim repository"
+    "arc-P2.lis.zst|ac686282cd29e715066f7370eecf64c36060218537d51483a7834ad6cf400aed|$gh/moka-rs/cache-trace/main/arc/P2.lis.zst|trace P2 of Megiddo & Modha, ARC (FAST'03), republished by moka-rs/cache-trace; released on condition that the ARC paper is cited"
+    "msr-hm0-sample.csv|71389b70289e6f03cc84eaeb3b0b537f487b95b36391f137fa369190ee4f8604|$caffeine/snia_cambridge/msr-cambridge1-sample.csv|MSR Cambridge hm_0 (SNIA IOTTA, under SNIA's terms), from Caffeine's simulator resources (Apache-2.0 repository)"
+    "systor17-sample.csv.gz|671dd25cb6439202a1e4db4540b17a19dc38cde2f963243e93bc1174ab907853|$caffeine/snia_systor/systor17-traces-sample.csv.gz|SYSTOR'17 traces (SNIA IOTTA, under SNIA's terms), from Caffeine's simulator resources (Apache-2.0 repository)"
+    "tencent-cbs-sample.csv.bz2|3e7f77a1a031f99a06c34512e6c8149f089d3901a1a087450786d9973c3e0de0|$caffeine/snia_tencent_block/cloud_storage-sample.bz2|Tencent CBS traces (SNIA IOTTA, under SNIA's terms), from Caffeine's simulator resources (Apache-2.0 repository)"
+    "tpcc-small.disksim|404dd97c3fd4bf605c23abb1f57823226d31da9ed5caeb37b01236496a81fa56|$gh/CMU-SAFARI/MQSim/master/traces/tpcc-small.trace|MQSim repository (CMU SAFARI, MIT licence)"
+    "wsrch-small.disksim|84ebefd565aeb5db3bb807ef3c609e952aeaa59c4e78e132181059d0c5ea74d1|$gh/CMU-SAFARI/MQSim/master/traces/wsrch-small.trace|MQSim repository (CMU SAFARI, MIT licence)"
+    "cloudphysics-w106-sample.csv|987ff2213050e47d24e8ba6e010d4b3127e51aafef6a76a8a6d43d13b9156fa1|$gh/1a1a11a/libCacheSim/develop/data/cloudPhysicsIO.csv|CloudPhysics vscsi trace w106 sample, libCacheSim repository (see its terms)"
 )
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 failed=0
 readme="# Sample block I/O traces (fetched by scripts/get-traces.sh)
 
-Cite the source when you report results on them; each keeps its origin's terms.
+Cite the source when you report results on them; each keeps its origin's terms
+(below as far as the sources state them).
 
 | file | source |
 |---|---|"
