@@ -525,9 +525,9 @@ fn run_sim(args: SimArgs) -> Result<()> {
         }
         None => print_sim_table(&trace_name, &reader, &report, volumes_shown),
     }
-    if args.json.as_deref() != Some("-") {
-        reca_cli::report(&args.reca, &report)?;
-    }
+    // The series file is written with any output; the text only where
+    // stdout is not the JSON.
+    reca_cli::report(&args.reca, &report, args.json.as_deref() != Some("-"))?;
     Ok(())
 }
 

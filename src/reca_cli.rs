@@ -83,10 +83,11 @@ pub fn sim_options(args: &SimRecaArgs, adapt: Option<&str>) -> Result<Option<Rec
     Ok(Some(RecaOptions { table, params }))
 }
 
-/// Prints each run's category changes and windows, and writes the series.
-pub fn report(args: &SimRecaArgs, report: &iocache_sim::SimReport) -> Result<()> {
+/// Prints each run's category changes and windows (unless stdout carries
+/// the JSON: `print` false), and writes the series whenever asked for.
+pub fn report(args: &SimRecaArgs, report: &iocache_sim::SimReport, print: bool) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    for run in &report.runs {
+    for run in report.runs.iter().filter(|_| print) {
         let Some(reca) = &run.reca else { continue };
         let _ = writeln!(
             out,

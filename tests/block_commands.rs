@@ -63,7 +63,8 @@ fn write_flush_trim(dir: &Path) {
 fn a_trim_passed_down_frees_the_backend_and_writes_nothing_back() {
     let dir = temp_dir("trim-passdown");
     let path = backend(&dir);
-    assert_eq!(allocated_kib(&path), 64 * 1024);
+    let kib = allocated_kib(&path);
+    assert!((64 * 1024..65 * 1024).contains(&kib), "{kib} KiB");
     let server = serve(&dir, &[]);
     write_flush_trim(&dir);
     let mut c = client(&dir);
@@ -94,7 +95,10 @@ fn a_trim_kept_in_the_cache_drops_dirty_lines_and_leaves_the_backend() {
     drop(c);
     assert!(server.stop().success());
     let kib = allocated_kib(&path);
-    assert_eq!(kib, 64 * 1024, "the dropped dirty lines are not written back");
+    assert!(
+        (64 * 1024..65 * 1024).contains(&kib),
+        "the dropped dirty lines are not written back: {kib} KiB"
+    );
     let written = std::fs::read(&path).unwrap();
     assert!(written[(64 * MIB) as usize..(128 * MIB) as usize]
         .iter()
@@ -108,10 +112,11 @@ fn an_ignored_trim_changes_nothing() {
     let server = serve(&dir, &["--discard", "ignore"]);
     write_flush_trim(&dir);
     assert!(server.stop().success());
-    assert_eq!(
-        allocated_kib(&path),
-        128 * 1024,
-        "the dirty data is written back at the stop"
+    // File systems may add a block or two of their own (extent trees).
+    let kib = allocated_kib(&path);
+    assert!(
+        (128 * 1024..129 * 1024).contains(&kib),
+        "the dirty data is written back at the stop: {kib} KiB"
     );
 }
 

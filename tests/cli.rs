@@ -1184,3 +1184,43 @@ fn every_serve_flag_is_documented_and_every_documented_flag_exists() {
         "docs/config.md names flags serve lacks: {missing:?}"
     );
 }
+
+#[test]
+fn reca_series_is_written_whatever_else_is_asked_for() {
+    let dir = std::env::temp_dir().join(format!("iocache-cli-reca-series-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/iocache-sim/data/sample.lis");
+    for (json, series) in [("-", "a.csv"), ("run.json", "b.json"), ("", "c.csv")] {
+        let series_path = dir.join(series);
+        let mut args = vec![
+            "sim".to_string(),
+            "--trace".into(),
+            trace.display().to_string(),
+            "--cache-size".into(),
+            "256".into(),
+            "--adapt".into(),
+            "reca".into(),
+            "--reca-window".into(),
+            "2000".into(),
+            "--reca-series".into(),
+            series_path.display().to_string(),
+        ];
+        match json {
+            "" => {}
+            "-" => args.extend(["--json".to_string(), "-".to_string()]),
+            file => args.extend(["--json".to_string(), dir.join(file).display().to_string()]),
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = run_ok(&args);
+        let written = std::fs::read_to_string(&series_path)
+            .unwrap_or_else(|e| panic!("--json {json:?}: --reca-series {series} not written: {e}"));
+        assert!(written.lines().count() > 1, "{written}");
+        if json == "-" {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            serde_json::from_str::<serde_json::Value>(&stdout)
+                .unwrap_or_else(|e| panic!("stdout is the JSON alone: {e}\n{stdout}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

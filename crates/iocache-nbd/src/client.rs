@@ -780,7 +780,9 @@ impl Client {
                     covered += n;
                 }
                 NBD_REPLY_TYPE_BLOCK_STATUS => {
-                    let payload = read_vec(&mut self.stream, h.length, MAX_REPLY_DATA)?;
+                    // Up to a million extents (8 MiB): a fragmented export
+                    // answers a large range with many.
+                    let payload = read_vec(&mut self.stream, h.length, 8 << 20)?;
                     let Some(out) = extents.as_deref_mut() else {
                         return Err(ClientError::Unexpected(
                             "block status chunk for another request".into(),

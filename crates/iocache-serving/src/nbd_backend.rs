@@ -368,8 +368,10 @@ impl BlockDevice for NbdBackend {
         let mut at = offset;
         let end = offset + len;
         while at < end {
-            // Pieces of at most 1 GiB, multiples of any block size.
-            let piece = (end - at).min(1 << 30) as u32;
+            // Pieces of at most 64 MiB (multiples of any block size): at
+            // most 131,072 extents of 512 bytes, within what the client
+            // reads of one reply.
+            let piece = (end - at).min(64 << 20) as u32;
             let extents = self.request(IoKind::Read, at, u64::from(piece), |c| {
                 if c.has_allocation() {
                     c.block_status(at, piece)
@@ -391,7 +393,9 @@ impl BlockDevice for NbdBackend {
                 if length_bytes == 0 {
                     continue;
                 }
-                let hole = e.flags & iocache_nbd::proto::NBD_STATE_HOLE != 0;
+                // A hole here reads as zeroes: HOLE without ZERO is data.
+                use iocache_nbd::proto::{NBD_STATE_HOLE, NBD_STATE_ZERO};
+                let hole = e.flags & (NBD_STATE_HOLE | NBD_STATE_ZERO) == NBD_STATE_HOLE | NBD_STATE_ZERO;
                 match out.last_mut() {
                     Some(last) if last.hole == hole => last.length_bytes += length_bytes,
                     _ => out.push(Allocation { length_bytes, hole }),

@@ -384,7 +384,13 @@ impl Running {
                 "warming `{export}`: offset {offset} is past its end ({size} bytes)"
             ));
         }
-        let length = length.unwrap_or(size - offset).min(size - offset);
+        // By default to the end, whole sectors.
+        let length = length.unwrap_or((size - offset) / 512 * 512).min(size - offset);
+        if !offset.is_multiple_of(512) || !length.is_multiple_of(512) {
+            return Err(refused!(
+                "warming `{export}`: offset {offset} and length {length} must be multiples of 512 bytes"
+            ));
+        }
         let engine = self.caches[cache].engine();
         let name = export.to_string();
         std::thread::Builder::new()

@@ -825,7 +825,8 @@ pub fn serve(
         iocache_core::units::count(server_stats.connections, "connection")
     );
     match failed {
-        Some(e) => Err(refused!("{e}")),
+        // A failure, not a refusal: the next start may well succeed.
+        Some(e) => Err(crate::ServeError::Io(std::io::Error::other(e))),
         None => Ok(()),
     }
 }

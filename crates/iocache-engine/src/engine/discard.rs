@@ -81,8 +81,15 @@ impl Engine {
         } else {
             PassDown::Nothing
         };
-        self.inner
-            .drop_range(state.id, offset, end, self.inner.lines_inside(offset, end), how)?;
+        // Only the whole lines are passed down: a line the range covers in
+        // part keeps its data in the cache and on the backend alike (the
+        // backend's hole would read as zeroes where the cache does not).
+        let whole = self.inner.lines_inside(offset, end);
+        if !whole.is_empty() {
+            let line_bytes = self.inner.line_bytes;
+            let (from, to) = (whole.start * line_bytes, whole.end * line_bytes);
+            self.inner.drop_range(state.id, from, to, whole, how)?;
+        }
         self.inner
             .discard_counters
             .discards
@@ -201,7 +208,13 @@ impl Engine {
                 .map_err(|e| self.inner.backend_error(e))
         };
         let first = read()?;
-        if !first.iter().any(|e| e.hole) || self.inner.dirty_lines_of(state.id) == 0 {
+        if !first.iter().any(|e| e.hole) {
+            return Ok(first);
+        }
+        // No dirty line and no line moving to or from a backend (the
+        // write-back of an evicted line holds its line's ticket): the
+        // backend has everything.
+        if self.inner.dirty_lines_of(state.id) == 0 && self.inner.no_line_queued() {
             return Ok(first);
         }
         // The lines of the backend's holes that are dirty in the cache,
@@ -214,7 +227,7 @@ impl Engine {
         let mut at = offset;
         for e in &first {
             let end = at + e.length_bytes;
-            if e.hole {
+            if e.hole && e.length_bytes > 0 {
                 checked.push(at..end);
                 for line in at >> shift..=(end - 1) >> shift {
                     if self.inner.line_is_dirty(LineKey {
@@ -291,10 +304,18 @@ impl Inner {
         Ok(())
     }
 
-    /// Whether the cache holds dirty sectors of `key`.
+    /// Whether the cache holds dirty sectors of `key`, or an op that moves
+    /// the line to or from the backend is under way or queued (an evicted
+    /// line's write-back: the line is out of the cache, its data not yet
+    /// on the backend).
     fn line_is_dirty(&self, key: LineKey) -> bool {
         let state = lock(&self.shards[self.shard_of(key)].state);
-        state.cache.line_state(key).is_some_and(|l| l.dirty_sectors > 0)
+        state.queues.is_queued(key) || state.cache.line_state(key).is_some_and(|l| l.dirty_sectors > 0)
+    }
+
+    /// Whether no shard has a line ticket taken.
+    fn no_line_queued(&self) -> bool {
+        self.shards.iter().all(|s| lock(&s.state).queues.is_empty())
     }
 
     /// The lines wholly inside `offset..end`.
@@ -321,20 +342,28 @@ impl Inner {
             let chunk = chunk_start..(chunk_start + CHUNK_LINES).min(touched.end);
             let dropping = chunk.start.max(drop.start)..chunk.end.min(drop.end);
             let bytes = (chunk.start * self.line_bytes).max(offset)..(chunk.end * self.line_bytes).min(end);
-            let plan = self.plan_drop(volume, chunk.clone(), dropping)?;
+            let (plan, dirty_dropped) = self.plan_drop(volume, chunk.clone(), dropping)?;
             if !plan.all_served {
                 self.wait_for_tickets(&plan.tickets);
             }
-            let mut result = Ok(());
-            for segment in &plan.segments {
-                let mut done = 0;
-                result = self.execute(segment, &mut Buffer::Write(&[]), &mut done);
-                if result.is_err() {
-                    break;
-                }
-            }
+            // The backend first: a barrier that records the dropped slots
+            // empty (another client's FLUSH, the commit interval) then
+            // flushes the zeroes before it (its backend flush comes first),
+            // so no crash finds a slot empty over the backend's old data.
+            let mut result = self.pass_down(volume, bytes.start, bytes.end - bytes.start, how);
             if result.is_ok() {
-                result = self.pass_down(volume, bytes.start, bytes.end - bytes.start, how);
+                for segment in &plan.segments {
+                    let mut done = 0;
+                    result = self.execute(segment, &mut Buffer::Write(&[]), &mut done);
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                if dirty_dropped {
+                    // After the shadow has the change, so a barrier that
+                    // resets the mark cannot miss it.
+                    self.metadata.changed(self.now_ns());
+                }
             }
             self.release_tickets(&plan.tickets);
             result?;
@@ -351,7 +380,7 @@ impl Inner {
         volume: VolumeId,
         lines: std::ops::Range<u64>,
         dropping: std::ops::Range<u64>,
-    ) -> Result<Plan, EngineError> {
+    ) -> Result<(Plan, bool), EngineError> {
         let key = |line_index| LineKey { volume, line_index };
         let span_of = |line: u64| line / SHARD_SPAN_LINES * SHARD_SPAN_LINES;
         // The spans of the chunk, each with its shard.
@@ -367,6 +396,7 @@ impl Inner {
         let mut guards: Vec<(usize, std::sync::MutexGuard<'_, ShardState>)> =
             order.iter().map(|&i| (i, lock(&self.shards[i].state))).collect();
         let mut plan = Plan::default();
+        let mut dirty_dropped = false;
         let mut keys: Vec<(usize, TicketKey)> = Vec::new();
         let mut ops = OpList::new();
         for &(span, shard) in &spans {
@@ -387,9 +417,7 @@ impl Inner {
             self.discard_counters
                 .dropped_dirty_lines
                 .fetch_add(dropped.dirty, Ordering::Relaxed);
-            if dropped.dirty > 0 {
-                self.metadata.changed(self.now_ns());
-            }
+            dirty_dropped |= dropped.dirty > 0;
             if ops.ops().is_empty() {
                 continue;
             }
@@ -422,7 +450,7 @@ impl Inner {
             plan.all_served &= served;
             plan.tickets.push((shard, key, ticket));
         }
-        Ok(plan)
+        Ok((plan, dirty_dropped))
     }
 
     /// Tells the backend of `volume` `how` about `length` bytes at `offset`.

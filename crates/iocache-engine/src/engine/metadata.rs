@@ -128,6 +128,8 @@ impl Inner {
         self.metadata.commits.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.barrier(false) {
             log::debug!("the commit interval's barrier failed: {e}");
+            // Its records were put back: try again an interval later.
+            self.metadata.changed(now_ns);
         }
         self.metadata.commit_due_ns()
     }

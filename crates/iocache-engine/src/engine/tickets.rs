@@ -51,6 +51,17 @@ impl LineQueues {
         self.lines.keys().filter(move |k| k.volume == volume).copied()
     }
 
+    /// Whether someone holds or waits for a ticket of `line` (an op that
+    /// moves it to or from the backend is under way or queued).
+    pub(super) fn is_queued(&self, line: LineKey) -> bool {
+        self.lines.contains_key(&line)
+    }
+
+    /// Whether no line has a queue.
+    pub(super) fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
     fn serving(&self, line: LineKey, default: u64) -> u64 {
         self.lines.get(&line).map_or(default, |q| q.serving)
     }

@@ -371,9 +371,6 @@ impl Inner {
         if !self.metadata.records_slots() {
             return;
         }
-        if writes.iter().any(|w| w.dirty) {
-            self.metadata.changed(self.now_ns());
-        }
         // A 64 KiB write's terms (4 KiB lines) stay on the stack.
         let mut full_line_hashes: SmallVec<[Option<u64>; 16]> = SmallVec::with_capacity(writes.len());
         let mut sector_sums: SmallVec<[u64; 128]> = SmallVec::new();
@@ -409,6 +406,12 @@ impl Inner {
             }
         }
         self.wake_a_draining_barrier(shard, &state);
+        drop(state);
+        // After the shadow has them: a barrier that resets the mark takes
+        // their records too.
+        if writes.iter().any(|w| w.dirty) {
+            self.metadata.changed(self.now_ns());
+        }
     }
 
     /// After writes of `shard` landed: a barrier waiting for the shard's
