@@ -350,23 +350,24 @@ impl Inner {
             // empty (another client's FLUSH, the commit interval) then
             // flushes the zeroes before it (its backend flush comes first),
             // so no crash finds a slot empty over the backend's old data.
-            let mut result = self.pass_down(volume, bytes.start, bytes.end - bytes.start, how);
-            if result.is_ok() {
-                for segment in &plan.segments {
-                    let mut done = 0;
-                    result = self.execute(segment, &mut Buffer::Write(&[]), &mut done);
-                    if result.is_err() {
-                        break;
-                    }
-                }
-                if dirty_dropped {
-                    // After the shadow has the change, so a barrier that
-                    // resets the mark cannot miss it.
-                    self.metadata.changed(self.now_ns());
-                }
+            let passed = self.pass_down(volume, bytes.start, bytes.end - bytes.start, how);
+            // The core dropped the lines when it decided: their slots must
+            // be emptied in the shadow whatever the backend answered, or a
+            // slot's reuse would wait for a record that never changes. A
+            // failed zeroing leaves the range's contents unspecified, as
+            // any failed write does.
+            let mut emptied = Ok(());
+            for segment in &plan.segments {
+                let mut done = 0;
+                emptied = emptied.and(self.execute(segment, &mut Buffer::Write(&[]), &mut done));
+            }
+            if dirty_dropped {
+                // After the shadow has the change, so a barrier that resets
+                // the mark cannot miss it.
+                self.metadata.changed(self.now_ns());
             }
             self.release_tickets(&plan.tickets);
-            result?;
+            passed.and(emptied)?;
             chunk_start = chunk.end;
         }
         Ok(())
