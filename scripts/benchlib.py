@@ -93,10 +93,20 @@ def start_iocache(args, cwd, sock):
     return start_server(args, sock, cwd=cwd, stdout=subprocess.DEVNULL)
 
 
-def volume_stats(binary, admin):
-    """The first volume of `iocache stats --json` on the admin socket."""
-    out = sh([binary, "stats", "--admin-socket", admin, "--json"]).stdout
-    return json.loads(out)["volumes"][0]
+def volume_stats(binary, admin, patience=120):
+    """The first volume of `iocache stats --json` on the admin socket. A
+    server that is still starting (after a crash it checks the cache's
+    clean lines first) does not answer yet: asked again for up to
+    `patience` seconds."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            out = sh([binary, "stats", "--admin-socket", admin, "--json"]).stdout
+            return json.loads(out)["volumes"][0]
+        except subprocess.CalledProcessError as e:
+            if time.monotonic() > deadline or "did not answer" not in e.stderr:
+                raise
+            time.sleep(0.5)
 
 
 def stop(p):
