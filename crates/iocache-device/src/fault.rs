@@ -302,6 +302,25 @@ impl<D: BlockDevice> FaultDevice<D> {
 
     /// Runs a modification of `offset..offset + len`, journaling the bytes
     /// before and after when the journal is on.
+    /// A change of `offset..offset + len` (a write, a discard, zeroes): the
+    /// faults set for `kind` first, then dropped if writes are, else
+    /// applied and journaled.
+    fn change(
+        &self,
+        kind: IoKind,
+        offset: u64,
+        len: u64,
+        apply: impl FnOnce() -> Result<(), DeviceError>,
+        new: impl FnOnce() -> Result<Vec<u8>, DeviceError>,
+    ) -> Result<(), DeviceError> {
+        self.gate(kind, offset, len)?;
+        check_range(self, kind, offset, len)?;
+        if self.writes_dropped.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.journaled(offset, len, apply, new)
+    }
+
     fn journaled(
         &self,
         offset: u64,
@@ -407,12 +426,8 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
 
     fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
         let len = data.len() as u64;
-        self.gate(IoKind::Write, offset, len)?;
-        check_range(self, IoKind::Write, offset, len)?;
-        if self.writes_dropped.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        self.journaled(
+        self.change(
+            IoKind::Write,
             offset,
             len,
             || self.inner.write_at(data, offset),
@@ -429,12 +444,8 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
     }
 
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        self.gate(IoKind::Discard, offset, len)?;
-        check_range(self, IoKind::Discard, offset, len)?;
-        if self.writes_dropped.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        self.journaled(
+        self.change(
+            IoKind::Discard,
             offset,
             len,
             || self.inner.discard(offset, len),
@@ -459,12 +470,8 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
         if self.zeroes_slow.load(Ordering::SeqCst) {
             return crate::device::write_zero_buffers(self, offset, len);
         }
-        self.gate(IoKind::Write, offset, len)?;
-        check_range(self, IoKind::Write, offset, len)?;
-        if self.writes_dropped.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        self.journaled(
+        self.change(
+            IoKind::Write,
             offset,
             len,
             || self.inner.write_zeroes(offset, len, keep_allocated),

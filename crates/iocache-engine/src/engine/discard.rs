@@ -364,7 +364,7 @@ impl Inner {
             if dirty_dropped {
                 // After the shadow has the change, so a barrier that resets
                 // the mark cannot miss it.
-                self.metadata.changed(self.now_ns());
+                self.metadata.changed(|| self.now_ns());
             }
             self.release_tickets(&plan.tickets);
             passed.and(emptied)?;

@@ -48,14 +48,18 @@ impl Metadata {
         }
     }
 
-    /// A change the records do not show yet was made at `now_ns` (a dirty
-    /// write noted, a dirty line dropped): the commit interval runs from
-    /// the first such change after a barrier.
-    pub(super) fn changed(&self, now_ns: u64) {
-        if self.records_slots() && self.first_unrecorded_ns.load(Ordering::Relaxed) == 0 {
+    /// A change the records do not show yet was made (a dirty write noted,
+    /// a dirty line dropped): the commit interval runs from the first such
+    /// change after a barrier. The clock (`now_ns`) is read only when that
+    /// mark is set, once per interval, not on every write.
+    pub(super) fn changed(&self, now_ns: impl FnOnce() -> u64) {
+        if self.commit_interval_ns.is_some()
+            && self.records_slots()
+            && self.first_unrecorded_ns.load(Ordering::Relaxed) == 0
+        {
             let _ = self.first_unrecorded_ns.compare_exchange(
                 0,
-                now_ns + 1,
+                now_ns() + 1,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             );
@@ -129,7 +133,7 @@ impl Inner {
         if let Err(e) = self.barrier(false) {
             log::debug!("the commit interval's barrier failed: {e}");
             // Its records were put back: try again an interval later.
-            self.metadata.changed(now_ns);
+            self.metadata.changed(|| now_ns);
         }
         self.metadata.commit_due_ns()
     }

@@ -410,7 +410,7 @@ impl Inner {
         // After the shadow has them: a barrier that resets the mark takes
         // their records too.
         if writes.iter().any(|w| w.dirty) {
-            self.metadata.changed(self.now_ns());
+            self.metadata.changed(|| self.now_ns());
         }
     }
 
