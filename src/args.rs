@@ -147,6 +147,46 @@ impl Drop for OutputFile {
     }
 }
 
+/// Refuses two output flags that name one file, where the second would
+/// overwrite the first (`-`, stdout, is left to each flag).
+pub fn distinct_outputs(outputs: &[(&str, Option<&str>)]) -> Result<()> {
+    let mut seen: Vec<(&str, PathBuf)> = Vec::new();
+    for &(flag, path) in outputs {
+        let Some(path) = path.filter(|p| *p != "-") else {
+            continue;
+        };
+        let key = same_file_key(std::path::Path::new(path));
+        if let Some((other, _)) = seen.iter().find(|(_, k)| *k == key) {
+            bail!(
+                "{other} and {flag} both name {path}: one would overwrite the other; give each its own file"
+            );
+        }
+        seen.push((flag, key));
+    }
+    Ok(())
+}
+
+/// A path in the form two spellings of one file share: its directory
+/// resolved, where it exists.
+fn same_file_key(path: &std::path::Path) -> PathBuf {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    match (dir.canonicalize(), path.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Refuses `-` for an output that cannot share stdout.
+pub fn not_stdout(flag: &str, path: Option<&str>, why: &str) -> Result<()> {
+    if path == Some("-") {
+        bail!("{flag} -: give a file name ({why})");
+    }
+    Ok(())
+}
+
 /// A `--line-size` value.
 pub fn parse_line_size(text: &str) -> Result<LineSize> {
     let bytes =

@@ -450,8 +450,21 @@ fn run_sim(args: SimArgs) -> Result<()> {
             _ => {}
         }
     }
+    args::not_stdout(
+        "--series",
+        args.timing.series.as_deref(),
+        "stdout carries the run's table or JSON",
+    )?;
+    let report_path = args.report.as_deref().map(|p| p.to_string_lossy());
+    args::distinct_outputs(&[
+        ("--json", args.json.as_deref()),
+        ("--series", args.timing.series.as_deref()),
+        ("--reca-series", reca_cli::series_path(&args.reca)),
+        ("--report", report_path.as_deref()),
+    ])?;
     let json_file = OutputFile::check("--json", args.json.as_deref())?;
     let series_file = OutputFile::check("--series", args.timing.series.as_deref())?;
+    let reca_series_file = reca_cli::series_file(&args.reca, args.adapt.as_deref())?;
     let report_file = OutputFile::check_path("--report", args.report.as_deref())?;
     let options = SimOptions {
         warmup_requests,
@@ -527,7 +540,7 @@ fn run_sim(args: SimArgs) -> Result<()> {
     }
     // The series file is written with any output; the text only where
     // stdout is not the JSON.
-    reca_cli::report(&args.reca, &report, args.json.as_deref() != Some("-"))?;
+    reca_cli::report(reca_series_file, &report, args.json.as_deref() != Some("-"))?;
     Ok(())
 }
 

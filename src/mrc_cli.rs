@@ -77,6 +77,11 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
     let mut sizes = sizes;
     sizes.sort_unstable();
     sizes.dedup();
+    let report_path = args.report.as_deref().map(|p| p.to_string_lossy());
+    crate::args::distinct_outputs(&[
+        ("--json", args.json.as_deref()),
+        ("--report", report_path.as_deref()),
+    ])?;
     let json_file = OutputFile::check("--json", args.json.as_deref())?;
     let report_file = OutputFile::check_path("--report", args.report.as_deref())?;
     let mut reader = input.open().map_err(|e| input.explain(e))?;

@@ -7,6 +7,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::args::OutputFile;
+
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use iocache_core::reca::{CategoryTable, RecaControllerParams, FEATURE_NAMES};
@@ -23,7 +25,7 @@ pub struct SimRecaArgs {
     /// Write ReCA's per-window series (hit ratios, category, line size,
     /// workload vector) to PATH: CSV if it ends in .csv, else JSON.
     #[arg(long, value_name = "PATH", requires = "adapt")]
-    reca_series: Option<PathBuf>,
+    reca_series: Option<String>,
 }
 
 /// The category table and window, shared by `sim` and `trace stats`.
@@ -83,9 +85,34 @@ pub fn sim_options(args: &SimRecaArgs, adapt: Option<&str>) -> Result<Option<Rec
     Ok(Some(RecaOptions { table, params }))
 }
 
+/// The `--reca-series` path, if given.
+pub fn series_path(args: &SimRecaArgs) -> Option<&str> {
+    args.reca_series.as_deref()
+}
+
+/// The `--reca-series` file, opened before the run; refused without
+/// `--adapt reca` (there would be no series) and for stdout.
+pub fn series_file(args: &SimRecaArgs, adapt: Option<&str>) -> Result<Option<OutputFile>> {
+    let Some(path) = args.reca_series.as_deref() else {
+        return Ok(None);
+    };
+    if !is_reca(adapt) {
+        bail!(
+            "--reca-series {path}: ReCA's series needs --adapt reca (given: --adapt {})",
+            adapt.unwrap_or_default()
+        );
+    }
+    crate::args::not_stdout(
+        "--reca-series",
+        Some(path),
+        "stdout carries the run's table or JSON",
+    )?;
+    OutputFile::check("--reca-series", Some(path))
+}
+
 /// Prints each run's category changes and windows (unless stdout carries
-/// the JSON: `print` false), and writes the series whenever asked for.
-pub fn report(args: &SimRecaArgs, report: &iocache_sim::SimReport, print: bool) -> Result<()> {
+/// the JSON: `print` false), and writes the series file opened before the run.
+pub fn report(series: Option<OutputFile>, report: &iocache_sim::SimReport, print: bool) -> Result<()> {
     let mut out = std::io::stdout().lock();
     for run in report.runs.iter().filter(|_| print) {
         let Some(reca) = &run.reca else { continue };
@@ -113,6 +140,7 @@ pub fn report(args: &SimRecaArgs, report: &iocache_sim::SimReport, print: bool) 
                     w.requests.to_string(),
                     w.category.clone(),
                     iocache_core::units::format_byte_size(w.line_bytes),
+                    w.write_policy.clone(),
                     format!("{:.4}", w.hit_ratio),
                     format!("{:.4}", w.read_hit_ratio),
                     format!("{:.4}", w.write_hit_ratio),
@@ -129,6 +157,7 @@ pub fn report(args: &SimRecaArgs, report: &iocache_sim::SimReport, print: bool) 
                     "requests",
                     "category (from its end)",
                     "line",
+                    "wp",
                     "hit",
                     "read hit",
                     "write hit",
@@ -138,14 +167,17 @@ pub fn report(args: &SimRecaArgs, report: &iocache_sim::SimReport, print: bool) 
             )
         );
     }
-    if let Some(path) = &args.reca_series {
-        write_series(path, report).with_context(|| format!("writing --reca-series {}", path.display()))?;
+    if let Some(file) = series {
+        let path = file.path.display().to_string();
+        let text = series_text(&file.path, report)?;
+        file.write(&text)
+            .with_context(|| format!("writing --reca-series {path}"))?;
     }
     Ok(())
 }
 
-fn write_series(path: &Path, report: &iocache_sim::SimReport) -> Result<()> {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+fn series_text(path: &Path, report: &iocache_sim::SimReport) -> Result<String> {
+    let mut out: Vec<u8> = Vec::new();
     if path.extension().is_some_and(|e| e == "csv") {
         writeln!(out, "policy,cache_size,{}", RecaWindowRow::csv_header())?;
         for run in &report.runs {
@@ -169,8 +201,7 @@ fn write_series(path: &Path, report: &iocache_sim::SimReport) -> Result<()> {
         serde_json::to_writer_pretty(&mut out, &serde_json::json!({ "runs": runs }))?;
         writeln!(out)?;
     }
-    out.flush()?;
-    Ok(())
+    Ok(String::from_utf8(out)?)
 }
 
 /// ReCA's options of `iocache trace stats`.

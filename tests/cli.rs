@@ -97,7 +97,7 @@ fn sim_json_has_the_documented_fields_for_every_combination() {
         "--json",
         "-",
     ]);
-    assert_eq!(json["schema_version"], 1);
+    assert_eq!(json["schema_version"], 2);
     assert_eq!(json["trace_records"], 20_000);
     let runs = json["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 4);
@@ -1061,7 +1061,24 @@ fn lab_shards_and_resumption_hold_with_the_new_knobs() {
         &s("merged.jsonl"),
     ]);
     assert_eq!(json_lines(&path("merged.jsonl")), whole);
-    for side in ["series", "volumes"] {
+    // ReCA's points: the totals in the row, each window in the side file.
+    let decisions = json_lines(&path("whole.decisions.jsonl"));
+    let reca_points: Vec<&serde_json::Value> = whole.iter().filter(|r| r["adapt"] == "reca").collect();
+    assert_eq!(reca_points.len(), 12);
+    for point in reca_points {
+        let windows: Vec<&serde_json::Value> = decisions
+            .iter()
+            .filter(|d| d["point_id"] == point["point_id"] && d["controller"] == "reca")
+            .collect();
+        assert_eq!(point["reca_windows"], windows.len(), "{point}");
+        assert!(!windows.is_empty());
+        let changed = windows
+            .iter()
+            .filter(|w| !w["window"]["change"].is_null())
+            .count();
+        assert_eq!(point["reca_changes"], changed, "{point}");
+    }
+    for side in ["series", "volumes", "decisions"] {
         let whole_side = json_lines(&path(&format!("whole.{side}.jsonl")));
         assert!(!whole_side.is_empty());
         assert_eq!(
@@ -1185,42 +1202,232 @@ fn every_serve_flag_is_documented_and_every_documented_flag_exists() {
     );
 }
 
+/// Every output of `sim` is written whatever else is asked for, or the
+/// run is refused before it starts, naming the conflict.
 #[test]
-fn reca_series_is_written_whatever_else_is_asked_for() {
-    let dir = std::env::temp_dir().join(format!("iocache-cli-reca-series-{}", std::process::id()));
+fn every_sim_output_is_written_with_every_other() {
+    let dir = std::env::temp_dir().join(format!("iocache-cli-outputs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/iocache-sim/data/sample.lis");
-    for (json, series) in [("-", "a.csv"), ("run.json", "b.json"), ("", "c.csv")] {
-        let series_path = dir.join(series);
-        let mut args = vec![
-            "sim".to_string(),
-            "--trace".into(),
-            trace.display().to_string(),
-            "--cache-size".into(),
-            "256".into(),
-            "--adapt".into(),
-            "reca".into(),
-            "--reca-window".into(),
-            "2000".into(),
+    let at = |name: &str| dir.join(name).display().to_string();
+    let base = [
+        "sim",
+        "--trace",
+        SAMPLE,
+        "--cache-size",
+        "256",
+        "--adapt",
+        "reca",
+        "--reca-window",
+        "2000",
+        "--series-every",
+        "4000",
+    ];
+    for (json, reca_series, series) in [
+        ("-", "a.csv", "a-series.json"),
+        ("run.json", "b.json", "b-series.csv"),
+        ("", "c.csv", "c-series.csv"),
+    ] {
+        let mut args: Vec<String> = base.iter().map(|a| a.to_string()).collect();
+        args.extend([
             "--reca-series".into(),
-            series_path.display().to_string(),
-        ];
+            at(reca_series),
+            "--series".into(),
+            at(series),
+        ]);
+        args.extend(["--report".into(), at(&format!("{reca_series}.html"))]);
         match json {
             "" => {}
             "-" => args.extend(["--json".to_string(), "-".to_string()]),
-            file => args.extend(["--json".to_string(), dir.join(file).display().to_string()]),
+            file => args.extend(["--json".to_string(), at(file)]),
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = run_ok(&args);
-        let written = std::fs::read_to_string(&series_path)
-            .unwrap_or_else(|e| panic!("--json {json:?}: --reca-series {series} not written: {e}"));
-        assert!(written.lines().count() > 1, "{written}");
-        if json == "-" {
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            serde_json::from_str::<serde_json::Value>(&stdout)
-                .unwrap_or_else(|e| panic!("stdout is the JSON alone: {e}\n{stdout}"));
+        for file in [reca_series, series, &format!("{reca_series}.html")] {
+            let written = std::fs::read_to_string(dir.join(file))
+                .unwrap_or_else(|e| panic!("--json {json:?}: {file} not written: {e}"));
+            assert!(written.lines().count() > 1, "{file}: {written}");
+        }
+        let json_text = match json {
+            "" => continue,
+            "-" => stdout(&out),
+            file => std::fs::read_to_string(dir.join(file)).unwrap(),
+        };
+        let json: serde_json::Value =
+            serde_json::from_str(&json_text).unwrap_or_else(|e| panic!("the JSON alone: {e}\n{json_text}"));
+        assert!(json["runs"][0]["reca"]["windows"]
+            .as_array()
+            .is_some_and(|w| w.len() == 10));
+    }
+    // Refused before running, naming the flags.
+    let clash = at("same.json");
+    fails_saying(
+        &[&base[..], &["--json", &clash, "--series", &clash]].concat(),
+        &["--json and --series both name", "same.json"],
+    );
+    fails_saying(
+        &[&base[..], &["--reca-series", &clash, "--report", &clash]].concat(),
+        &["--reca-series and --report both name"],
+    );
+    fails_saying(
+        &[&base[..], &["--series", "-"]].concat(),
+        &["--series -: give a file name"],
+    );
+    fails_saying(
+        &[
+            "sim",
+            "--trace",
+            SAMPLE,
+            "--timing",
+            "--adapt",
+            "lbica",
+            "--reca-series",
+            &at("x.csv"),
+        ],
+        &["--reca-series", "needs --adapt reca"],
+    );
+    assert!(!dir.join("same.json").exists() && !dir.join("x.csv").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The JSON of an adaptive run carries the decisions the text prints: on
+/// a generated phase workload, ReCA's category changes, what each changed
+/// and the windows, and a load balancer's totals.
+#[test]
+fn adaptive_decisions_in_the_json_equal_the_text() {
+    let dir = std::env::temp_dir().join(format!("iocache-cli-decisions-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("phases.csv").display().to_string();
+    run_ok(&["gen", "examples/workloads/reca-phases.toml", "-o", &trace]);
+    let reca = [
+        "sim",
+        "--trace",
+        &trace,
+        "--format",
+        "msr",
+        "--threads",
+        "1",
+        "--cache-size",
+        "64MiB",
+        "--adapt",
+        "reca",
+        "--reca-window",
+        "10000",
+    ];
+    let text = stdout(&run_ok(&reca));
+    let json = run_json(&[&reca[..], &["--json", "-"]].concat());
+    let run = &json["runs"][0]["reca"];
+    let windows = run["windows"].as_array().unwrap();
+    // The summary line's totals.
+    let summary = text
+        .lines()
+        .find(|l| l.starts_with("ReCA on "))
+        .expect("a ReCA summary");
+    let expected = format!(
+        "{} windows, {} category changes, {} cache rebuilds",
+        windows.len(),
+        run["category_changes"],
+        run["relayouts"]
+    );
+    assert!(summary.contains(&expected), "{summary} / {expected}");
+    // Each change event: its request, categories and what it changed.
+    let events: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("reca: request "))
+        .collect();
+    let changes: Vec<&serde_json::Value> = windows.iter().filter(|w| !w["change"].is_null()).collect();
+    assert_eq!(events.len(), changes.len(), "{text}");
+    assert!(changes.len() >= 2, "the phase change is seen: {text}");
+    assert!(
+        changes.iter().any(|w| !w["change"]["relayout"].is_null()),
+        "a line size change"
+    );
+    for (event, window) in events.iter().zip(&changes) {
+        let change = &window["change"];
+        let old = change["old"].as_str().unwrap_or("(none)");
+        let head = format!("reca: request {} ", window["requests"]);
+        assert!(event.trim_start().starts_with(&head), "{event} / {head}");
+        assert!(
+            event.contains(&format!(" {old} -> {} [", change["new"].as_str().unwrap())),
+            "{event}"
+        );
+        let said: Vec<&str> = change["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        assert!(
+            event.ends_with(&format!("; {}", said.join("; "))),
+            "{event} / {said:?}"
+        );
+        for d in window["distances"].as_array().unwrap() {
+            let shown = format!(
+                " {}={:.3}",
+                d["category"].as_str().unwrap(),
+                d["distance"].as_f64().unwrap()
+            );
+            assert!(event.contains(&shown), "{event} / {shown}");
         }
     }
+    // The window table: number, end request, category, line size, write policy.
+    for window in windows {
+        let line_kib = window["line_bytes"].as_u64().unwrap() / 1024;
+        let row = format!(
+            "{} {} {} {line_kib}KiB {}",
+            window["index"],
+            window["requests"],
+            window["category"].as_str().unwrap(),
+            window["write_policy"].as_str().unwrap()
+        );
+        assert!(
+            text.lines().any(|l| l
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .starts_with(&row)),
+            "no window row {row:?} in\n{text}"
+        );
+    }
+    // A load balancer's totals, as its summary line gives them.
+    let lbica = [
+        "sim",
+        "--trace",
+        &trace,
+        "--format",
+        "msr",
+        "--threads",
+        "1",
+        "--cache-size",
+        "64MiB",
+        "--timing",
+        "--adapt",
+        "lbica",
+    ];
+    let text = stdout(&run_ok(&lbica));
+    let json = run_json(&[&lbica[..], &["--json", "-"]].concat());
+    let adapt = &json["runs"][0]["adapt"];
+    let rows = adapt["rows"].as_array().unwrap();
+    assert_eq!(
+        adapt["switches"],
+        rows.iter().filter(|r| r["changed"] == true).count()
+    );
+    let mut summary = format!(
+        ": {} switches, {} requests bypassed; intervals by policy:",
+        adapt["switches"], adapt["bypassed"]
+    );
+    let mut counted = 0;
+    for p in adapt["intervals_by_policy"].as_array().unwrap() {
+        let n = p["intervals"].as_u64().unwrap();
+        counted += n;
+        summary += &format!(
+            " {} {:.1} %",
+            p["policy"].as_str().unwrap(),
+            n as f64 * 100.0 / rows.len() as f64
+        );
+    }
+    assert_eq!(counted, rows.len() as u64);
+    assert!(text.contains(&summary), "{summary} not in\n{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use crate::error::{invalid, LabError, Result, Within};
 use crate::live::{LivePoint, LiveSettings};
-use crate::results::{done_ids, read_rows, side_file, to_object, write_csv, SERIES, VOLUMES};
+use crate::results::{done_ids, read_rows, side_file, to_object, write_csv, DECISIONS, SERIES, VOLUMES};
 use crate::Progress;
 
 /// One deterministic slice of a grid: the points whose index modulo
@@ -675,6 +675,21 @@ pub fn run(args: &RunRequest, progress: &mut dyn Progress) -> Result<()> {
                     Value::Object(side)
                 )?;
             }
+            // The controller's windows or intervals, numbered per point;
+            // each decision nested, so its fields (`policy`, ...) keep
+            // their meaning beside the point's knobs of the same names.
+            for (index, (controller, kind, decision)) in decision_rows(run)?.into_iter().enumerate() {
+                let mut side = serde_json::Map::new();
+                head(&mut side);
+                side.insert("index".into(), json!(index));
+                side.insert("controller".into(), json!(controller));
+                side.insert(kind.into(), decision);
+                writeln!(
+                    side_file(&mut side_files, &out, DECISIONS)?,
+                    "{}",
+                    Value::Object(side)
+                )?;
+            }
             main_rows += &(Value::Object(row).to_string() + "\n");
         }
         for file in side_files.values_mut() {
@@ -792,14 +807,39 @@ fn result_row(
         map.insert("restarts".into(), json!(run.restarts));
     }
     if let Some(a) = &run.adapt {
+        map.insert("adapt_intervals".into(), json!(a.rows.len()));
         map.insert("adapt_switches".into(), json!(a.switches));
         map.insert("adapt_bypassed".into(), json!(a.bypassed));
+        map.insert("adapt_bottleneck_intervals".into(), json!(a.bottleneck_intervals));
     }
     if let Some(r) = &run.reca {
-        map.insert("reca_changes".into(), json!(r.events.len()));
+        map.insert("reca_windows".into(), json!(r.windows.len()));
+        map.insert("reca_changes".into(), json!(r.category_changes));
         map.insert("reca_relayouts".into(), json!(r.relayouts));
+        map.insert("reca_moved_bytes".into(), json!(r.moved_bytes));
+        map.insert("reca_written_back_bytes".into(), json!(r.written_back_bytes));
+        map.insert("reca_dropped_clean_bytes".into(), json!(r.dropped_clean_bytes));
     }
     row.as_object().cloned().unwrap_or_default()
+}
+
+/// A run's controller decisions: ReCA's windows (`window`) or a load
+/// balancer's intervals (`interval`), each with its controller's name.
+fn decision_rows(run: &iocache_sim::RunResult) -> Result<Vec<(String, &'static str, Value)>> {
+    let mut rows = Vec::new();
+    for window in run.reca.iter().flat_map(|r| &r.windows) {
+        rows.push(("reca".to_string(), "window", serde_json::to_value(window)?));
+    }
+    if let Some(adapt) = &run.adapt {
+        for interval in &adapt.rows {
+            rows.push((
+                adapt.controller.clone(),
+                "interval",
+                serde_json::to_value(interval)?,
+            ));
+        }
+    }
+    Ok(rows)
 }
 
 /// Distinct lines of `line` bytes a workload touches.

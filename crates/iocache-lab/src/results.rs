@@ -15,6 +15,9 @@ use crate::error::{invalid, Result, Within};
 /// per point per volume), for results `R.jsonl`.
 pub(crate) const SERIES: &str = "series.jsonl";
 pub(crate) const VOLUMES: &str = "volumes.jsonl";
+/// `R.decisions.jsonl`: an adaptive controller's windows or intervals, one
+/// line per point per decision.
+pub(crate) const DECISIONS: &str = "decisions.jsonl";
 
 pub(crate) fn side_path(results: &Path, kind: &str) -> PathBuf {
     results.with_extension(kind)
@@ -128,8 +131,7 @@ pub fn write_csv(rows: &[Value], path: &Path) -> Result<()> {
         let cells: Vec<String> = columns
             .iter()
             .map(|c| match &row[c] {
-                Value::String(s) if s.contains([',', '"']) => format!("\"{}\"", s.replace('"', "\"\"")),
-                Value::String(s) => s.clone(),
+                Value::String(s) => iocache_sim::report::csv_field(s),
                 Value::Null => String::new(),
                 other => other.to_string(),
             })
@@ -153,7 +155,7 @@ pub fn merge(parts: &[PathBuf], output: &Path, csv: Option<&Path>) -> Result<usi
         write_csv(&rows, csv)?;
     }
     // The side files of the parts that have them, joined the same way.
-    for kind in [SERIES, VOLUMES] {
+    for kind in [SERIES, VOLUMES, DECISIONS] {
         let parts: Vec<PathBuf> = parts
             .iter()
             .map(|p| side_path(p, kind))

@@ -270,20 +270,25 @@ pub struct AdaptReport {
     pub switches: u64,
     /// Requests sent around the cache.
     pub bypassed: u64,
+    /// Intervals in which the controller found the cache the bottleneck.
+    pub bottleneck_intervals: u64,
+    /// Intervals by the policy in force from their end, in the order the
+    /// policies first appear.
+    pub intervals_by_policy: Vec<PolicyIntervals>,
     pub rows: Vec<AdaptRow>,
+}
+
+/// How many intervals ended under one policy.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PolicyIntervals {
+    pub policy: String,
+    pub intervals: u64,
 }
 
 impl AdaptReport {
     /// One line: the controller, its switches, bypasses, and the share of
     /// intervals under each policy.
     pub fn summary(&self) -> String {
-        let mut policies: Vec<(String, u64)> = Vec::new();
-        for row in &self.rows {
-            match policies.iter_mut().find(|(p, _)| *p == row.policy) {
-                Some((_, n)) => *n += 1,
-                None => policies.push((row.policy.clone(), 1)),
-            }
-        }
         let total = self.rows.len().max(1) as f64;
         let mut out = format!(
             "{} every {}: {} switches, {} requests bypassed; intervals by policy:",
@@ -292,8 +297,8 @@ impl AdaptReport {
             self.switches,
             self.bypassed
         );
-        for (policy, n) in policies {
-            let _ = write!(out, " {policy} {:.1} %", n as f64 * 100.0 / total);
+        for p in &self.intervals_by_policy {
+            let _ = write!(out, " {} {:.1} %", p.policy, p.intervals as f64 * 100.0 / total);
         }
         out
     }
@@ -506,11 +511,23 @@ impl Adapter {
                 row.start_ns = start;
             }
         }
+        let mut intervals_by_policy: Vec<PolicyIntervals> = Vec::new();
+        for row in &self.rows {
+            match intervals_by_policy.iter_mut().find(|p| p.policy == row.policy) {
+                Some(p) => p.intervals += 1,
+                None => intervals_by_policy.push(PolicyIntervals {
+                    policy: row.policy.clone(),
+                    intervals: 1,
+                }),
+            }
+        }
         AdaptReport {
             controller: self.controller,
             interval_ns: self.interval_ns,
             switches: self.rows.iter().filter(|r| r.changed).count() as u64,
             bypassed: self.rows.iter().map(|r| r.bypassed).sum(),
+            bottleneck_intervals: self.rows.iter().filter(|r| r.bottleneck).count() as u64,
+            intervals_by_policy,
             rows: self.rows,
         }
     }

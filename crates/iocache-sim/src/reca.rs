@@ -70,8 +70,16 @@ pub struct RecaWindowRow {
     pub time_ns: u64,
     /// The category chosen from this window (in force from its end).
     pub category: String,
+    /// Requests classified in the window (they left the history queue).
+    pub classified: u64,
+    /// The distance of the workload vector to every category, in table order.
+    pub distances: Vec<CategoryDistance>,
     /// The line size the window's requests were served with.
     pub line_bytes: u64,
+    /// The write policy they were served with (the effective one).
+    pub write_policy: String,
+    /// The replacement policy, with its parameters, they were served with.
+    pub policy: String,
     pub accesses: u64,
     pub hit_ratio: f64,
     pub read_hit_ratio: f64,
@@ -79,6 +87,41 @@ pub struct RecaWindowRow {
     pub byte_hit_ratio: f64,
     /// The workload vector, in `FEATURE_NAMES` order.
     pub features: [f64; 7],
+    /// The category change made at the window's end, if it changed.
+    pub change: Option<RecaChange>,
+}
+
+/// One category's distance from a window's workload vector.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CategoryDistance {
+    pub category: String,
+    pub distance: f64,
+}
+
+/// A category change at the end of a window.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RecaChange {
+    /// The category before (none before the first window).
+    pub old: Option<String>,
+    pub new: String,
+    /// What changed, one `what: old -> new` each (write policy, policy,
+    /// line size), and what a rebuild did or why none was made.
+    pub changes: Vec<String>,
+    /// The rebuild for a new line size, when one was made.
+    pub relayout: Option<RecaRelayout>,
+}
+
+/// One rebuild of the cache for a new line size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RecaRelayout {
+    pub line_bytes: u64,
+    pub lines: u64,
+    /// Bytes a runtime would copy between slots.
+    pub moved_bytes: u64,
+    /// Dirty bytes written back because they did not fit.
+    pub written_back_bytes: u64,
+    /// Clean bytes dropped because they did not fit.
+    pub dropped_clean_bytes: u64,
 }
 
 impl RecaWindowRow {
@@ -90,6 +133,7 @@ impl RecaWindowRow {
             h.push(',');
             h.push_str(name);
         }
+        h.push_str(",write_policy,policy,new_category,relayout_line_bytes,moved_bytes,written_back_bytes,dropped_clean_bytes");
         h
     }
 
@@ -110,15 +154,33 @@ impl RecaWindowRow {
         for f in self.features {
             r.push_str(&format!(",{f:.4}"));
         }
+        let change = self.change.as_ref();
+        let relayout = change.and_then(|c| c.relayout).unwrap_or_default();
+        r.push_str(&format!(
+            ",{},{},{},{},{},{},{}",
+            self.write_policy,
+            crate::report::csv_field(&self.policy),
+            change.map(|c| c.new.as_str()).unwrap_or_default(),
+            relayout.line_bytes,
+            relayout.moved_bytes,
+            relayout.written_back_bytes,
+            relayout.dropped_clean_bytes
+        ));
         r
     }
 }
 
-/// What ReCA did during one run.
-#[derive(Clone, Debug, Default)]
+/// What ReCA did during one run: the windows with their decisions, and
+/// totals (the JSON of a run carries it; `events` is the text's).
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct RecaRun {
+    /// Requests per window.
+    pub window_requests: u64,
+    #[serde(skip)]
     pub events: Vec<RecaEvent>,
     pub windows: Vec<RecaWindowRow>,
+    /// Windows whose category differed from the one before (the first included).
+    pub category_changes: u64,
     /// Caches rebuilt for a new line size.
     pub relayouts: u64,
     /// Bytes a runtime would copy between slots to rebuild them.
@@ -154,7 +216,10 @@ impl RecaDriver {
     pub(crate) fn new(options: &RecaOptions, line_size_changes: bool) -> RecaDriver {
         RecaDriver {
             controller: RecaController::new(options.table.clone(), options.params),
-            run: RecaRun::default(),
+            run: RecaRun {
+                window_requests: options.params.window_requests,
+                ..RecaRun::default()
+            },
             carried: CacheStats::default(),
             window_base: CacheStats::default(),
             line_size_changes,
@@ -177,19 +242,34 @@ impl RecaDriver {
         let total = self.total(cache);
         let w = total.since(&self.window_base);
         self.window_base = total;
-        let category = self.controller.table().categories[report.category].name.clone();
+        let table = self.controller.table();
+        let category = table.categories[report.category].name.clone();
+        let distances = table
+            .categories
+            .iter()
+            .zip(&report.distances)
+            .map(|(c, &distance)| CategoryDistance {
+                category: c.name.clone(),
+                distance,
+            })
+            .collect();
         self.run.windows.push(RecaWindowRow {
             index: report.index,
             requests: report.requests,
             time_ns: request.now_ns,
             category,
+            classified: report.classified,
+            distances,
             line_bytes: cache.line_size().bytes(),
+            write_policy: cache.effective_mode().policy.to_string(),
+            policy: cache.config().policy.to_string(),
             accesses: w.accesses,
             hit_ratio: w.hit_ratio(),
             read_hit_ratio: ratio(w.read_hits, w.read_accesses),
             write_hit_ratio: ratio(w.write_hits, w.write_accesses),
             byte_hit_ratio: w.byte_hit_ratio(),
             features: report.features.0,
+            change: None,
         });
         let Some(mut event) = report.change else {
             return;
@@ -199,15 +279,25 @@ impl RecaDriver {
         if let Err(e) = self.controller.apply(cache, &mut event, request.now_ns) {
             event.changes.push(format!("not applied: {e}"));
         }
+        let mut relayout = None;
         if let Some(line) = event.line_size {
             if self.line_size_changes {
-                self.change_line_size(cache, line, request.now_ns, &mut event);
+                relayout = self.change_line_size(cache, line, request.now_ns, &mut event);
             } else {
                 event
                     .changes
                     .push("line size not changed: the timing model's slots have a fixed size".into());
             }
         }
+        if let Some(window) = self.run.windows.last_mut() {
+            window.change = Some(RecaChange {
+                old: event.old.clone(),
+                new: event.new.clone(),
+                changes: event.changes.clone(),
+                relayout,
+            });
+        }
+        self.run.category_changes += 1;
         self.run.events.push(event);
     }
 
@@ -217,7 +307,7 @@ impl RecaDriver {
         line: iocache_core::LineSize,
         now_ns: u64,
         event: &mut RecaEvent,
-    ) {
+    ) -> Option<RecaRelayout> {
         match relayout(cache, line, now_ns) {
             Ok(r) => {
                 let sector = iocache_core::SECTOR_BYTES;
@@ -228,20 +318,31 @@ impl RecaDriver {
                 old.cache_read_bytes += (r.written_back_sectors + r.kept_sectors) * sector;
                 old.cache_write_bytes += r.kept_sectors * sector;
                 self.carried.merge(&old);
+                let done = RecaRelayout {
+                    line_bytes: line.bytes(),
+                    lines: r.cache.capacity_lines(),
+                    moved_bytes: r.kept_sectors * sector,
+                    written_back_bytes: r.written_back_sectors * sector,
+                    dropped_clean_bytes: r.dropped_clean_sectors * sector,
+                };
                 self.run.relayouts += 1;
-                self.run.moved_bytes += r.kept_sectors * sector;
-                self.run.written_back_bytes += r.written_back_sectors * sector;
-                self.run.dropped_clean_bytes += r.dropped_clean_sectors * sector;
+                self.run.moved_bytes += done.moved_bytes;
+                self.run.written_back_bytes += done.written_back_bytes;
+                self.run.dropped_clean_bytes += done.dropped_clean_bytes;
                 event.changes.push(format!(
                     "cache rebuilt: {} lines, {} KiB kept, {} KiB written back, {} KiB clean dropped",
-                    r.cache.capacity_lines(),
-                    r.kept_sectors * sector / 1024,
-                    r.written_back_sectors * sector / 1024,
-                    r.dropped_clean_sectors * sector / 1024
+                    done.lines,
+                    done.moved_bytes / 1024,
+                    done.written_back_bytes / 1024,
+                    done.dropped_clean_bytes / 1024
                 ));
                 *cache = r.cache;
+                Some(done)
             }
-            Err(e) => event.changes.push(format!("line size not changed: {e}")),
+            Err(e) => {
+                event.changes.push(format!("line size not changed: {e}"));
+                None
+            }
         }
     }
 

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::run::{RunResult, SimReport};
 
 /// JSON schema version; bump on any incompatible change.
-pub const JSON_SCHEMA_VERSION: u32 = 1;
+pub const JSON_SCHEMA_VERSION: u32 = 2;
 
 #[derive(Serialize)]
 pub struct JsonReport<'a> {
@@ -78,6 +78,9 @@ pub struct JsonRun {
     /// The adaptive controller's intervals when `--adapt` was on (`adapt.rs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adapt: Option<crate::adapt::AdaptReport>,
+    /// ReCA's windows, decisions and totals when `--adapt reca` was on (`reca.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reca: Option<crate::reca::RecaRun>,
     /// Restarts during the replay (`--restart-every`; 0 without).
     pub restarts: u64,
     /// The per-window series without timing (`--series-every`; `tally.rs`).
@@ -93,6 +96,15 @@ pub struct JsonRun {
 pub struct BatchBucket {
     pub max_lines: u64,
     pub batches: u64,
+}
+
+/// `text` as one CSV field: quoted when it holds a comma or a quote.
+pub fn csv_field(text: &str) -> String {
+    if text.contains([',', '"']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -174,6 +186,7 @@ impl JsonRun {
             policy_counters: r.policy_counters.iter().copied().collect(),
             timing: r.timing.clone(),
             adapt: r.adapt.clone(),
+            reca: r.reca.clone(),
             restarts: r.restarts,
             cache_series: r.series.clone(),
             volumes: r.volumes.clone(),
