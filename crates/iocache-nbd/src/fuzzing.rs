@@ -48,6 +48,9 @@ use crate::server::{ConnectionStream, Server, ServerConfig, ServerStats, MIN_MAX
 /// The READ/WRITE payload limit of fuzzed sessions (the smallest the server
 /// accepts, so large requests are cheap to reach).
 pub const MAX_PAYLOAD: u32 = MIN_MAX_PAYLOAD;
+/// The largest READ/WRITE of fuzzed sessions: those above an export's
+/// maximum block size are served in pieces.
+pub const MAX_REQUEST: u32 = 4 * MAX_PAYLOAD;
 /// Largest option data read into memory in fuzzed sessions.
 pub const MAX_OPTION_LEN: u32 = 256;
 /// Options per fuzzed session before the server hangs up.
@@ -252,6 +255,7 @@ pub fn server() -> Result<Server, Violation> {
     let config = ServerConfig {
         workers_per_connection: 1,
         max_inflight_bytes: 2 * MAX_PAYLOAD as usize,
+        max_request_bytes: MAX_REQUEST,
         handshake_timeout: Some(Duration::from_secs(5)),
         reply_timeout: Some(Duration::from_secs(5)),
         limits: NegotiationLimits {
@@ -407,7 +411,7 @@ pub fn seeds() -> Vec<Seed> {
         request(NBD_CMD_READ, NBD_CMD_FLAG_DF, 1, 0, 512, &[]),
         request(NBD_CMD_READ, 0, 2, (128 << 10) - 512, 1024, &[]),
         request(NBD_CMD_READ, 0, 3, 100, 512, &[]),
-        request(NBD_CMD_READ, 0, 4, 0, MAX_PAYLOAD + 1, &[]),
+        request(NBD_CMD_READ, 0, 4, 0, MAX_REQUEST + 1, &[]),
         request(NBD_CMD_READ, 0, 5, u64::MAX - 511, 512, &[]),
         request(NBD_CMD_WRITE, 1 << 9, 6, 0, 512, &data[..512]),
         request(NBD_CMD_WRITE_ZEROES, NBD_CMD_FLAG_DF, 7, 0, 512, &[]),
@@ -416,7 +420,24 @@ pub fn seeds() -> Vec<Seed> {
         request(NBD_CMD_WRITE, 0, 10, u64::MAX, 16, &data[..16]),
         request(NBD_CMD_WRITE_ZEROES, 0, 11, 1 << 20, 512, &[]),
         request(NBD_CMD_READ, 0, 12, 4096, 512, &[]),
-        request(NBD_CMD_WRITE, 0, 13, 0, MAX_PAYLOAD + 1, &[]),
+        request(
+            NBD_CMD_WRITE,
+            0,
+            13,
+            0,
+            MAX_REQUEST + 1,
+            &vec![0x5a; MAX_REQUEST as usize + 1],
+        ),
+        // Above the maximum block size: served in pieces.
+        request(
+            NBD_CMD_WRITE,
+            0,
+            14,
+            0,
+            2 * MAX_PAYLOAD,
+            &vec![0xa5; 2 * MAX_PAYLOAD as usize],
+        ),
+        request(NBD_CMD_READ, 0, 15, 0, 2 * MAX_PAYLOAD, &[]),
     ]
     .concat();
     let read_only = [
@@ -669,13 +690,8 @@ fn classify(b: &[u8; REQUEST_HEADER_LEN], max_payload: u32) -> Class {
     let is_read = h.command == NBD_CMD_READ;
     let payload = if h.command == NBD_CMD_WRITE { h.length } else { 0 };
     if matches!(h.command, NBD_CMD_READ | NBD_CMD_WRITE) && h.length > max_payload {
-        // A read can be refused; a write's payload cannot be skipped
-        // without reading it.
-        return if is_read {
-            reject(NBD_EINVAL, 0, true)
-        } else {
-            Class::Fatal
-        };
+        // Refused; a write's payload is read and dropped.
+        return reject(NBD_EINVAL, payload, is_read);
     }
     if h.flags & !allowed_flags(h.command) != 0 {
         return reject(NBD_EINVAL, payload, is_read);
@@ -1176,12 +1192,12 @@ enum Expect {
 fn expectations(inp: &mut Cur<'_>, entered: &Entered) -> (Vec<Expect>, Vec<Expect>) {
     let spec = &EXPORTS[entered.export];
     let mut disk: Vec<Option<u8>> = initial_contents(spec).into_iter().map(Some).collect();
-    let (min, _, max) = spec.effective;
+    let (min, _, _) = spec.effective;
     let (mut rejected, mut executed) = (Vec::new(), Vec::new());
     while let Some(b) = inp.take(REQUEST_HEADER_LEN) {
         let mut hb = [0u8; REQUEST_HEADER_LEN];
         hb.copy_from_slice(b);
-        let h = match classify(&hb, MAX_PAYLOAD) {
+        let h = match classify(&hb, MAX_REQUEST) {
             Class::Fatal => break,
             Class::Rejected {
                 handle,
@@ -1228,9 +1244,6 @@ fn expectations(inp: &mut Cur<'_>, entered: &Entered) -> (Vec<Expect>, Vec<Expec
             if h.offset % u64::from(min) != 0 || h.length % min != 0 {
                 errnos.push(NBD_EINVAL);
             }
-        }
-        if matches!(h.command, NBD_CMD_READ | NBD_CMD_WRITE) && h.length > max {
-            errnos.push(NBD_EINVAL);
         }
         if spec.read_only && matches!(h.command, NBD_CMD_WRITE | NBD_CMD_TRIM | NBD_CMD_WRITE_ZEROES) {
             errnos.push(NBD_EPERM);

@@ -344,8 +344,8 @@ impl ProtoError {
     /// framed (bad magic) or the payload is too large to read.
     pub fn is_fatal(&self) -> bool {
         match self {
-            ProtoError::TooLong { command, .. } => *command == Command::Write,
-            ProtoError::UnknownCommand { .. }
+            ProtoError::TooLong { .. }
+            | ProtoError::UnknownCommand { .. }
             | ProtoError::InvalidFlags { .. }
             | ProtoError::RangeOverflow { .. } => false,
             _ => true,
@@ -379,6 +379,11 @@ impl ProtoError {
     pub fn payload_to_discard(&self) -> u32 {
         match self {
             ProtoError::InvalidFlags { payload, .. } | ProtoError::RangeOverflow { payload, .. } => *payload,
+            ProtoError::TooLong {
+                command: Command::Write,
+                length,
+                ..
+            } => *length,
             _ => 0,
         }
     }
@@ -1325,7 +1330,8 @@ mod tests {
     fn payload_limit_applies_to_read_and_write_only() {
         let max = 1 << 20;
         let e = RequestHeader::parse(&header(0, NBD_CMD_WRITE, 1, 0, max + 1), max).unwrap_err();
-        assert!(e.is_fatal(), "an oversized write payload cannot be skipped");
+        assert!(!e.is_fatal(), "an oversized write's payload is skipped");
+        assert_eq!((e.payload_to_discard(), e.errno()), (max + 1, NBD_EINVAL));
         let e = RequestHeader::parse(&header(0, NBD_CMD_READ, 1, 0, max + 1), max).unwrap_err();
         assert!(!e.is_fatal());
         assert!(e.is_read());

@@ -7,12 +7,15 @@
 //! (`workers_per_connection`) serve its requests as leader and followers:
 //! the one holding the reader role reads one request, hands the role to the
 //! next free thread and serves the request itself (calls the [`Export`],
-//! writes the reply under a mutex). So a request is served by the thread
-//! the socket woke, with no hand-off between threads, and pipelined
-//! requests are still served in parallel and answered out of order. Memory
-//! per connection is bounded by the threads and an in-flight byte budget;
-//! when every thread is busy, or the budget is spent, nobody reads the
-//! socket (backpressure).
+//! writes the reply if the socket takes it without waiting, else queues
+//! it for the connection's writer thread: `outbox.rs`). So a request is
+//! served by the thread the socket woke, with no hand-off between threads,
+//! pipelined requests are still served in parallel and answered out of
+//! order, and a client that reads its replies late never stops the server
+//! reading its requests. Memory per connection is bounded by the threads
+//! and an in-flight byte budget (which a queued reply keeps until it is
+//! written); when every thread is busy, or the budget is spent, nobody
+//! reads the socket (backpressure), while queued replies still drain.
 //!
 //! Shutdown ([`RunningServer::shutdown`]) stops accepting, shuts down the
 //! read side of every connection so no new request is read, lets the
@@ -108,12 +111,15 @@ use crate::tls::{TlsMode, TlsServer};
 
 mod admission;
 mod budgets;
+mod outbox;
+mod pieces;
 mod stream;
 mod transmission;
 
 use admission::*;
 pub use budgets::SMALL_REQUEST_BYTES;
 use budgets::*;
+use outbox::*;
 pub use stream::ConnectionStream;
 use stream::*;
 pub(crate) use stream::{deadline_passed, is_timeout, Stream};
@@ -234,6 +240,12 @@ pub struct ServerConfig {
     /// How long a shutdown waits for connections to answer the requests
     /// they read before it closes them.
     pub shutdown_grace: Duration,
+    /// The largest READ or WRITE served. One above the export's advertised
+    /// maximum block size is served in pieces of at most that size (its
+    /// budget is one piece); one above this is refused with EINVAL (a
+    /// WRITE's payload read and dropped) and the connection kept. Raised
+    /// to at least `limits.max_payload`; at most [`MAX_MAX_PAYLOAD`].
+    pub max_request_bytes: u32,
 }
 
 impl Default for ServerConfig {
@@ -258,6 +270,7 @@ impl Default for ServerConfig {
             limits: NegotiationLimits::default(),
             tls: None,
             shutdown_grace: Duration::from_secs(10),
+            max_request_bytes: MAX_MAX_PAYLOAD,
         }
     }
 }
@@ -302,6 +315,9 @@ pub struct ServerStats {
     /// role (the export said the read was quick): no other thread was
     /// woken for them.
     pub served_inline: u64,
+    /// Replies (or their rest) the socket did not take at once, queued for
+    /// their connection's writer thread (a client reading replies late).
+    pub replies_queued: u64,
     /// Payload bytes held now, all connections together.
     pub inflight_bytes: u64,
     /// The most payload bytes held at once since the start.
@@ -396,6 +412,7 @@ impl Server {
                 config.poll_before_sleep
             )));
         }
+        config.max_request_bytes = config.max_request_bytes.clamp(max_payload, MAX_MAX_PAYLOAD);
         config.max_inflight_bytes = config.max_inflight_bytes.max(config.limits.max_payload as usize);
         config.max_total_inflight_bytes = config
             .max_total_inflight_bytes
@@ -761,6 +778,7 @@ struct StatsCounters {
     requests: AtomicU64,
     errors: AtomicU64,
     served_inline: AtomicU64,
+    replies_queued: AtomicU64,
     refused_connections: AtomicU64,
     refused_per_peer: AtomicU64,
     evicted_connections: AtomicU64,
@@ -779,6 +797,7 @@ impl StatsCounters {
             requests: self.requests.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             served_inline: self.served_inline.load(Ordering::Relaxed),
+            replies_queued: self.replies_queued.load(Ordering::Relaxed),
             inflight_bytes: held as u64,
             peak_inflight_bytes: peak as u64,
             refused_connections: self.refused_connections.load(Ordering::Relaxed),
@@ -907,6 +926,9 @@ impl ConnectionStream for TcpStream {
     fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
         recv_now(self.as_raw_fd(), bufs)
     }
+    fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
+        send_now(self.as_raw_fd(), buf)
+    }
     fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
         crate::tls::upgrade(self, tls, timeout)
     }
@@ -931,6 +953,9 @@ impl ConnectionStream for UnixStream {
     }
     fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
         recv_now(self.as_raw_fd(), bufs)
+    }
+    fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
+        send_now(self.as_raw_fd(), buf)
     }
     fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
         crate::tls::upgrade(self, tls, timeout)

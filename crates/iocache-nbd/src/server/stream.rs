@@ -90,6 +90,13 @@ pub trait ConnectionStream: Read + Write + Send + Sized {
         self.read_vectored(bufs)
     }
 
+    /// Writes what the stream takes of `buf` without waiting: fails with
+    /// `WouldBlock` rather than wait. Streams that cannot block write as
+    /// usual (the default).
+    fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write(buf)
+    }
+
     /// Runs the server side of a TLS handshake on the stream (after
     /// NBD_OPT_STARTTLS was acknowledged) within `timeout`, and returns the
     /// plaintext end of the session (see `tls.rs`). Streams without a
@@ -124,6 +131,12 @@ impl ConnectionStream for Stream {
             Stream::Unix(s) => s.read_vectored_now(bufs),
         }
     }
+    fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_now(buf),
+            Stream::Unix(s) => s.write_now(buf),
+        }
+    }
     fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
         match self {
             Stream::Tcp(s) => crate::tls::upgrade(s, tls, timeout),
@@ -148,6 +161,24 @@ pub(super) fn recv_now(fd: RawFd, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usi
     msg.msg_iovlen = bufs.len() as _;
     // SAFETY: `msg` points at `bufs.len()` valid, writable iovecs.
     let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `send(MSG_DONTWAIT)` of `buf`: what the socket took, or `WouldBlock`.
+pub(super) fn send_now(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for `buf.len()` bytes for the whole call.
+    let n = unsafe {
+        libc::send(
+            fd,
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {

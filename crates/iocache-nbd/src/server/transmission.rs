@@ -9,6 +9,10 @@ pub(super) struct Conn<'a, S> {
     pub(super) shared: &'a Shared,
     pub(super) neg: Negotiated,
     pub(super) writer: Mutex<S>,
+    /// A handle that shuts the stream down without the writer's lock.
+    pub(super) closer: Mutex<S>,
+    /// Replies the socket did not take at once (`outbox.rs`).
+    pub(super) replies: Replies,
     /// Set when a reply could not be written: the client is gone.
     pub(super) broken: AtomicBool,
     pub(super) budget: Budget,
@@ -37,14 +41,16 @@ pub(super) fn transmission<S: ConnectionStream>(
     neg: Negotiated,
     activity: Arc<Activity>,
 ) -> ConnEnd {
-    let writer = match stream.try_clone() {
-        Ok(w) => w,
-        Err(e) => return ConnEnd::Io(e),
+    let (writer, closer) = match (stream.try_clone(), stream.try_clone()) {
+        (Ok(w), Ok(c)) => (w, c),
+        (Err(e), _) | (_, Err(e)) => return ConnEnd::Io(e),
     };
     let conn = Conn {
         shared,
         neg,
         writer: Mutex::new(writer),
+        closer: Mutex::new(closer),
+        replies: Replies::default(),
         broken: AtomicBool::new(false),
         budget: Budget {
             available: Mutex::new((shared.config.max_inflight_bytes, 0)),
@@ -61,6 +67,16 @@ pub(super) fn transmission<S: ConnectionStream>(
         end: None,
     });
     thread::scope(|scope| {
+        // The writer of the replies the socket did not take at once;
+        // without one, the serving threads write every reply themselves.
+        let conn_ref = &conn;
+        let writer = thread::Builder::new()
+            .spawn_scoped(scope, move || conn_ref.write_queued_replies())
+            .inspect_err(|_| {
+                shared.stats.spawn_failures.fetch_add(1, Ordering::Relaxed);
+            })
+            .ok();
+        conn.replies.has_writer.store(writer.is_some(), Ordering::Relaxed);
         let mut followers = Vec::new();
         // This thread is one of them.
         for _ in 1..shared.config.workers_per_connection {
@@ -78,12 +94,17 @@ pub(super) fn transmission<S: ConnectionStream>(
         // Joined explicitly: the scope alone waits only for the closures,
         // and the threads could still be running their thread-local
         // destructors when the connection ends. A thread's panic is passed
-        // on, as the scope would.
+        // on, as the scope would. The writer goes last: it writes the
+        // replies the others queued.
         let mut panic = None;
         for t in followers {
             if let Err(p) = t.join() {
                 panic.get_or_insert(p);
             }
+        }
+        conn.replies.close();
+        if let Some(Err(p)) = writer.map(|w| w.join()) {
+            panic.get_or_insert(p);
         }
         if let Some(p) = panic {
             std::panic::resume_unwind(p);
@@ -144,6 +165,17 @@ pub(super) fn serve_requests<S: ConnectionStream>(conn: &Conn<'_, S>, role: &Mut
                 conn.run_inline(job, &mut batch);
                 if batch.is_full() {
                     batch.send(conn);
+                }
+                continue;
+            }
+            // A WRITE above the largest piece: its payload is still on the
+            // socket, so the reader serves it piece by piece.
+            if conn.is_split_write(&job.req) {
+                batch.send(conn);
+                if let Err(e) = conn.write_in_pieces(job, &mut held.reader, &mut buffer) {
+                    held.end = Some(ConnEnd::Io(e));
+                    let _ = held.reader.get_ref().shutdown(Shutdown::Read);
+                    return;
                 }
                 continue;
             }
@@ -218,14 +250,13 @@ impl<'a> ReplyBatch<'a> {
 
     pub(super) fn send<S: ConnectionStream>(&mut self, conn: &Conn<'_, S>) {
         if self.replies > 0 {
-            conn.send(&self.bytes[..self.used]);
+            conn.send(&self.bytes[..self.used], &self.costs);
             self.used = 0;
             self.replies = 0;
-        }
-        if !self.costs.is_empty() {
+        } else if !self.costs.is_empty() {
             conn.done_many(&self.costs);
-            self.costs.clear();
         }
+        self.costs.clear();
         self.bytes.recycle();
     }
 }
@@ -254,9 +285,15 @@ pub(super) fn read_request<S: ConnectionStream>(
     data: &mut Vec<u8>,
     batch: &mut ReplyBatch,
 ) -> Result<Option<Job>, ConnEnd> {
-    let max_payload = conn.shared.config.limits.max_payload;
+    let max_request = conn.shared.config.max_request_bytes;
     if conn.broken.load(Ordering::Relaxed) {
         return Err(ConnEnd::Eof);
+    }
+    // Replies queued past the connection's budget pause reading (the
+    // writer thread still drains them).
+    if !conn.has_room() {
+        batch.send(conn);
+        conn.wait_for_room();
     }
     let mut hb = [0u8; REQUEST_HEADER_LEN];
     match read_exact_or_eof(reader, &mut hb) {
@@ -264,11 +301,11 @@ pub(super) fn read_request<S: ConnectionStream>(
         Ok(false) => return Err(ConnEnd::Eof),
         Err(e) => return Err(ConnEnd::Io(e)),
     }
-    let req = match RequestHeader::parse(&hb, max_payload) {
+    let req = match RequestHeader::parse(&hb, max_request) {
         Ok(r) => r,
         Err(e) if e.is_fatal() => return Err(ConnEnd::Fatal(e)),
         Err(e) => {
-            if let Err(io) = crate::handshake::discard(reader, u64::from(e.payload_to_discard())) {
+            if let Err(io) = discard_payload(conn, reader, data, e.payload_to_discard()) {
                 return Err(ConnEnd::Io(io));
             }
             // Answered after the replies this thread holds, as it read them.
@@ -280,8 +317,10 @@ pub(super) fn read_request<S: ConnectionStream>(
     if req.command == Command::Disc {
         return Err(ConnEnd::Disconnect);
     }
+    // One piece's budget: a request above the largest piece is served a
+    // piece at a time.
     let cost = match req.command {
-        Command::Read | Command::Write => req.length as usize,
+        Command::Read | Command::Write => (req.length as usize).min(conn.piece_bytes()),
         _ => 0,
     };
     conn.activity.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -298,7 +337,7 @@ pub(super) fn read_request<S: ConnectionStream>(
         batch.send(conn);
         conn.shared.global.acquire(cost);
     }
-    if req.command == Command::Write {
+    if req.command == Command::Write && !conn.is_split_write(&req) {
         let payload = sized(data, req.length as usize);
         let config = &conn.shared.config;
         let pressure = || conn.shared.global.contended();
@@ -309,6 +348,31 @@ pub(super) fn read_request<S: ConnectionStream>(
     }
     Ok(Some(Job { req, cost }))
 }
+
+/// Reads and drops `length` bytes of a refused WRITE's payload through
+/// `scratch`, a piece at a time, all within one `reply_timeout` (a client
+/// announcing gigabytes and sending nothing is closed then).
+fn discard_payload<S: ConnectionStream>(
+    conn: &Conn<'_, S>,
+    reader: &mut RequestReader<S>,
+    scratch: &mut Vec<u8>,
+    length: u32,
+) -> io::Result<()> {
+    let config = &conn.shared.config;
+    let deadline = config.reply_timeout.map(|t| Instant::now() + t);
+    let pressure = || conn.shared.global.contended();
+    let mut left = length as usize;
+    while left > 0 {
+        let piece = sized(scratch, left.min(DISCARD_PIECE_BYTES));
+        let timeout = deadline.map(time_left).transpose()?;
+        reader.read_payload(piece, timeout, config.stall_timeout, pressure)?;
+        left -= piece.len();
+    }
+    Ok(())
+}
+
+/// The scratch a refused payload is read into, piece by piece.
+const DISCARD_PIECE_BYTES: usize = 1 << 20;
 
 /// The first `len` bytes of `buffer`, grown (zeroed) if it is shorter. What
 /// it held before is not cleared: the caller overwrites all `len` bytes
@@ -373,9 +437,6 @@ impl<S: ConnectionStream> Conn<'_, S> {
                 ));
             }
         }
-        if matches!(req.command, Command::Read | Command::Write) && req.length > self.neg.block_sizes.2 {
-            return Err((NBD_EINVAL, "request larger than the maximum block size".into()));
-        }
         if self.neg.flags & NBD_FLAG_READ_ONLY != 0
             && matches!(req.command, Command::Write | Command::Trim | Command::WriteZeroes)
         {
@@ -401,12 +462,12 @@ impl<S: ConnectionStream> Conn<'_, S> {
     /// Executes `job` (unless the connection broke: nobody would read the
     /// reply) and gives its budget back.
     pub(super) fn run(&self, job: Job, buffer: &mut KeptBuffer<'_>) {
-        let cost = job.cost;
-        if !self.broken.load(Ordering::Relaxed) {
+        if self.broken.load(Ordering::Relaxed) {
+            self.done(job.cost);
+        } else {
             self.execute(job, buffer);
         }
         buffer.recycle();
-        self.done(cost);
     }
 
     /// Serves a quick read (see [`Conn::is_quick`]), its reply appended to
@@ -441,19 +502,24 @@ impl<S: ConnectionStream> Conn<'_, S> {
             && self.neg.export.read_is_quick(req.offset, u64::from(req.length))
     }
 
+    /// Serves `job` and sends its reply, which gives its budget back.
     pub(super) fn execute(&self, job: Job, buffer: &mut Vec<u8>) {
-        let req = job.req;
+        let (req, cost) = (job.req, job.cost);
         if let Err((errno, msg)) = self.check(&req) {
-            self.reply_error(req.handle, req.command == Command::Read, errno, &msg);
+            self.reply_error(req.handle, cost, errno, &msg);
             return;
         }
         let export = &*self.neg.export;
+        if req.command == Command::Read && req.length as usize > self.piece_bytes() {
+            self.read_in_pieces(export, &req, cost, buffer);
+            return;
+        }
         if req.command == Command::Read {
-            self.read(export, &req, buffer);
+            self.read(export, &req, cost, buffer);
             return;
         }
         if req.command == Command::BlockStatus {
-            self.block_status(export, &req);
+            self.block_status(export, &req, cost);
             return;
         }
         let result = guarded(|| match req.command {
@@ -481,22 +547,22 @@ impl<S: ConnectionStream> Conn<'_, S> {
         match result {
             Ok(()) => {
                 self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
-                self.send(&encode_simple_reply(req.handle, 0));
+                self.send(&encode_simple_reply(req.handle, 0), &[cost]);
             }
-            Err(e) => self.reply_error(req.handle, false, e.nbd_errno(), &e.to_string()),
+            Err(e) => self.reply_error(req.handle, cost, e.nbd_errno(), &e.to_string()),
         }
     }
 
     /// Answers BLOCK_STATUS with one `base:allocation` chunk: the export's
     /// extents, kept within the request (one with REQ_ONE).
-    fn block_status(&self, export: &dyn Export, req: &Request) {
+    fn block_status(&self, export: &dyn Export, req: &Request, cost: usize) {
         let mut extents = Vec::new();
         let result = guarded(|| {
             extents = export.block_status(req.offset, req.length)?;
             Ok(())
         });
         if let Err(e) = result {
-            self.reply_error(req.handle, true, e.nbd_errno(), &e.to_string());
+            self.reply_error(req.handle, cost, e.nbd_errno(), &e.to_string());
             return;
         }
         let mut left = req.length;
@@ -516,17 +582,20 @@ impl<S: ConnectionStream> Conn<'_, S> {
             });
         }
         if kept.is_empty() {
-            self.reply_error(req.handle, true, NBD_EIO, "the export described no extent");
+            self.reply_error(req.handle, cost, NBD_EIO, "the export described no extent");
             return;
         }
         self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
-        self.send(&encode_block_status_reply(req.handle, BASE_ALLOCATION_ID, &kept));
+        self.send(
+            &encode_block_status_reply(req.handle, BASE_ALLOCATION_ID, &kept),
+            &[cost],
+        );
     }
 
-    pub(super) fn read(&self, export: &dyn Export, req: &Request, buf: &mut Vec<u8>) {
+    pub(super) fn read(&self, export: &dyn Export, req: &Request, cost: usize, buf: &mut Vec<u8>) {
         match self.read_reply(export, req, buf, 0) {
-            Ok(end) => self.send(&buf[..end]),
-            Err((errno, msg)) => self.reply_error(req.handle, true, errno, &msg),
+            Ok(end) => self.send(&buf[..end], &[cost]),
+            Err((errno, msg)) => self.reply_error(req.handle, cost, errno, &msg),
         }
     }
 
@@ -574,8 +643,8 @@ impl<S: ConnectionStream> Conn<'_, S> {
     /// Answers a request with an error: a structured error chunk when
     /// structured replies are on (required for reads), a simple reply
     /// otherwise.
-    pub(super) fn reply_error(&self, handle: u64, _is_read: bool, errno: u32, message: &str) {
-        self.send(&self.error_reply(handle, errno, message));
+    pub(super) fn reply_error(&self, handle: u64, cost: usize, errno: u32, message: &str) {
+        self.send(&self.error_reply(handle, errno, message), &[cost]);
     }
 
     /// The bytes of an error reply (counted as answered, and as an error).
@@ -586,19 +655,6 @@ impl<S: ConnectionStream> Conn<'_, S> {
             encode_chunk_error(handle, errno, message, true)
         } else {
             encode_simple_reply(handle, errno).to_vec()
-        }
-    }
-
-    pub(super) fn send(&self, bytes: &[u8]) {
-        if self.broken.load(Ordering::Relaxed) {
-            return;
-        }
-        let mut w = lock(&self.writer);
-        let pressure = || self.shared.global.contended();
-        if write_all_within(&mut *w, bytes, self.shared.config.reply_timeout, pressure).is_err() {
-            self.broken.store(true, Ordering::Relaxed);
-            // Wake the reader: nobody will read our replies.
-            let _ = w.shutdown(Shutdown::Both);
         }
     }
 }
