@@ -149,26 +149,9 @@ impl Served {
     /// Starts `iocache serve ARGS` in `dir`; ready once its banner names
     /// the TCP port it listens on.
     fn start_serve(dir: &Path, args: &[&str]) -> Served {
-        let log = dir.join("server.log");
-        let _ = std::fs::remove_file(&log);
-        let mut process = Process::spawn(
-            Command::new(env!("CARGO_BIN_EXE_iocache"))
-                .arg("serve")
-                .args(args)
-                .current_dir(dir),
-            &log,
-        );
-        let port = || {
-            std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .split("://127.0.0.1:")
-                .nth(1)
-                .and_then(|r| r.split('/').next())
-                .and_then(|p| p.parse::<u16>().ok())
-        };
-        process.wait_until("the banner names the port", || port().is_some());
+        let (process, port) = Process::serve_tcp(dir, args);
         Served {
-            port: port().expect("the banner names the port"),
+            port,
             process,
             dir: dir.to_path_buf(),
             socket: dir.join("iocache-data/iocache.sock"),

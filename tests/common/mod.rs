@@ -100,6 +100,31 @@ impl Process {
         server
     }
 
+    /// `iocache serve ARGS` in `dir` listening on TCP (`--listen
+    /// 127.0.0.1:0` among `args`), logging to DIR/server.log; ready once
+    /// its banner names the port, which it returns.
+    pub fn serve_tcp(dir: &Path, args: &[&str]) -> (Process, u16) {
+        let log = dir.join("server.log");
+        let _ = std::fs::remove_file(&log);
+        let mut process = Process::spawn(
+            Command::new(env!("CARGO_BIN_EXE_iocache"))
+                .arg("serve")
+                .args(args)
+                .current_dir(dir),
+            &log,
+        );
+        let port = || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .split("://127.0.0.1:")
+                .nth(1)
+                .and_then(|r| r.split('/').next())
+                .and_then(|p| p.parse::<u16>().ok())
+        };
+        process.wait_until("the banner names the port", || port().is_some());
+        (process, port().expect("the banner names the port"))
+    }
+
     /// Waits (20 s at most) until `ready` says so; panics with the log if
     /// the process exits first or time runs out.
     pub fn wait_until(&mut self, what: &str, mut ready: impl FnMut() -> bool) {
