@@ -343,13 +343,13 @@ impl ProtoError {
     /// Whether the connection cannot continue: the stream can no longer be
     /// framed (bad magic) or the payload is too large to read.
     pub fn is_fatal(&self) -> bool {
-        match self {
+        !matches!(
+            self,
             ProtoError::TooLong { .. }
-            | ProtoError::UnknownCommand { .. }
-            | ProtoError::InvalidFlags { .. }
-            | ProtoError::RangeOverflow { .. } => false,
-            _ => true,
-        }
+                | ProtoError::UnknownCommand { .. }
+                | ProtoError::InvalidFlags { .. }
+                | ProtoError::RangeOverflow { .. }
+        )
     }
 
     /// The handle of the request this error is about, if any.
