@@ -131,6 +131,11 @@ const KNOBS: [(&str, &str); 18] = [
     ("restart_every", "off"),
 ];
 
+/// Where `name` is among the knobs (grid order), if it is one.
+pub(crate) fn knob_rank(name: &str) -> Option<usize> {
+    KNOBS.iter().position(|(knob, _)| *knob == name)
+}
+
 /// Knobs from this index on came after results files existed: a point's
 /// id names one only when it is not at its default, so the ids of older
 /// results (and so their resumption) stay as they were.

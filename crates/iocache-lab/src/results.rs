@@ -116,7 +116,9 @@ pub fn read_side_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
     Ok(rows.into_values().collect())
 }
 
-/// Writes rows as CSV: one column per key any row has, in order of first appearance.
+/// Writes rows as CSV: one column per key any row has, in reading order:
+/// the workload, the point and its target, the knobs in grid order, the
+/// results (in order of first appearance), and the long `point_id` last.
 pub fn write_csv(rows: &[Value], path: &Path) -> Result<()> {
     let mut columns: Vec<String> = Vec::new();
     for row in rows {
@@ -126,6 +128,17 @@ pub fn write_csv(rows: &[Value], path: &Path) -> Result<()> {
             }
         }
     }
+    // A stable sort: results keep their order among themselves.
+    columns.sort_by_key(|c| match c.as_str() {
+        "workload" => (0, 0),
+        "point" => (0, 1),
+        "target" => (0, 2),
+        "point_id" => (3, 0),
+        knob => match crate::experiment::knob_rank(knob) {
+            Some(rank) => (1, rank),
+            None => (2, 0),
+        },
+    });
     let mut out = columns.join(",") + "\n";
     for row in rows {
         let cells: Vec<String> = columns

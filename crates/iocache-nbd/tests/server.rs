@@ -910,8 +910,17 @@ fn block_status_answers_base_allocation_once_selected() {
 /// timeout (a 60 s reply timeout here; the client gives up after 10 s).
 #[test]
 fn a_long_pipeline_sent_before_any_reply_is_read_does_not_stall() {
+    // Four threads a connection (three may wait for the client while one
+    // reads), and one (every reply the socket does not take is queued).
+    for workers in [4, 1] {
+        late_reader_pipeline(workers);
+    }
+}
+
+fn late_reader_pipeline(workers: usize) {
     let config = ServerConfig {
         reply_timeout: Some(Duration::from_secs(60)),
+        workers_per_connection: workers,
         ..config("pipeline")
     };
     let size = 64usize << 20;
@@ -930,14 +939,21 @@ fn a_long_pipeline_sent_before_any_reply_is_read_does_not_stall() {
             let at = (size / 2 + i as usize * piece) as u64;
             raw.send(2 * i + 1, NBD_CMD_WRITE, 0, at, piece as u32, &data);
         }
+        // And a read above the 32 MiB maximum, written in pieces while
+        // the replies before it wait in the queue.
+        let huge = 40usize << 20;
+        raw.send(999, NBD_CMD_READ, 0, 0, huge as u32, &[]);
         let sent = started.elapsed();
+        let length = |h: u64| match h {
+            999 => huge,
+            h if h % 2 == 0 => piece,
+            _ => 0,
+        };
         let mut answered = std::collections::HashSet::new();
-        for _ in 0..2 * pairs {
-            let (handle, errno, data) = raw.recv(|h| if h % 2 == 0 { piece } else { 0 });
+        for _ in 0..2 * pairs + 1 {
+            let (handle, errno, data) = raw.recv(length);
             assert_eq!(errno, 0, "request {handle}");
-            if handle % 2 == 0 {
-                assert_eq!(data.len(), piece, "read {handle}");
-            }
+            assert_eq!(data.len(), length(handle), "read {handle}");
             assert!(answered.insert(handle), "request {handle} answered twice");
         }
         assert!(

@@ -929,6 +929,9 @@ impl ConnectionStream for TcpStream {
     fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
         send_now(self.as_raw_fd(), buf)
     }
+    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
+        poll_writable(self.as_raw_fd(), timeout)
+    }
     fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
         crate::tls::upgrade(self, tls, timeout)
     }
@@ -956,6 +959,9 @@ impl ConnectionStream for UnixStream {
     }
     fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
         send_now(self.as_raw_fd(), buf)
+    }
+    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
+        poll_writable(self.as_raw_fd(), timeout)
     }
     fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
         crate::tls::upgrade(self, tls, timeout)

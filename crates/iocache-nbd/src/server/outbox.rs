@@ -1,9 +1,13 @@
-//! A connection's replies on their way to the socket: written at once when
-//! the socket takes them without waiting, else queued for the connection's
-//! writer thread. So no thread that reads or serves requests ever blocks on
-//! a client that reads its replies late; reading stops only when the
-//! requests' budget (which queued replies keep) or the queue's own bound
-//! is spent.
+//! A connection's replies on their way to the socket. A serving thread
+//! writes its reply itself, waiting for the client, only while another of
+//! the connection's threads is left to read requests; otherwise (and for
+//! the thread holding the reader role) a reply is written at once if the
+//! socket takes it without waiting, else queued for the connection's
+//! writer thread. So a client that reads its replies late never stops the
+//! server reading its requests: reading stops only when the requests'
+//! budget (which queued replies keep) or the queue's own bound is spent.
+//! And a client that reads promptly gets large replies written straight
+//! from the serving thread's buffer, with no copy.
 
 use std::collections::VecDeque;
 
@@ -39,9 +43,24 @@ pub(super) struct Replies {
     /// created) every reply is written by the thread that served it,
     /// waiting for the client as long as it must.
     pub(super) has_writer: AtomicBool,
+    /// The connection's serving threads (0 until they are all started).
+    pub(super) threads: AtomicUsize,
+    /// Serving threads writing a reply themselves (or waiting to).
+    waiting_writers: AtomicUsize,
 }
 
 impl Replies {
+    /// Counts this thread among those writing their replies themselves,
+    /// if that leaves a thread to read requests.
+    fn reserve_waiting_writer(&self) -> bool {
+        let threads = self.threads.load(Ordering::Relaxed);
+        self.waiting_writers
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |w| {
+                (w + 1 < threads).then_some(w + 1)
+            })
+            .is_ok()
+    }
+
     /// Closes the outbox: the writer thread writes what is queued, then
     /// leaves.
     pub(super) fn close(&self) {
@@ -52,11 +71,47 @@ impl Replies {
 
 impl<S: ConnectionStream> Conn<'_, S> {
     /// Writes a reply answering requests of budget `costs` (given back
+    /// once it is written, or when the connection broke) from a serving
+    /// thread that does not hold the reader role: waiting for the client
+    /// while another thread is left to read, else as
+    /// [`Conn::send_without_waiting`].
+    pub(super) fn send(&self, bytes: &[u8], costs: &[usize]) {
+        if self.broken.load(Ordering::Relaxed) {
+            self.done_many(costs);
+            return;
+        }
+        if self.replies.has_writer.load(Ordering::Relaxed) && self.replies.reserve_waiting_writer() {
+            let mut w = lock(&self.writer);
+            // Replies queued go first (the head may be the rest of one
+            // begun at once).
+            self.write_all_queued(&mut w);
+            self.write_waiting(&mut w, bytes);
+            drop(w);
+            self.replies.waiting_writers.fetch_sub(1, Ordering::AcqRel);
+            self.done_many(costs);
+            return;
+        }
+        self.send_without_waiting(bytes, costs);
+    }
+
+    /// Writes `bytes` within the reply timeout, or breaks the connection;
+    /// the caller holds the writer's lock.
+    fn write_waiting(&self, w: &mut S, bytes: &[u8]) {
+        if self.broken.load(Ordering::Relaxed) {
+            return;
+        }
+        let pressure = || self.shared.global.contended();
+        if write_all_within(w, bytes, self.shared.config.reply_timeout, pressure).is_err() {
+            self.break_connection();
+        }
+    }
+
+    /// Writes a reply answering requests of budget `costs` (given back
     /// once it is written, or when the connection broke): at once if the
     /// socket takes all of it without waiting and no reply is queued,
-    /// else (the rest of it) queued for the writer thread. Never blocks
-    /// on the client.
-    pub(super) fn send(&self, bytes: &[u8], costs: &[usize]) {
+    /// else (the rest of it) queued for the writer thread. Never waits for
+    /// the client (unless the connection has no writer thread).
+    pub(super) fn send_without_waiting(&self, bytes: &[u8], costs: &[usize]) {
         if self.broken.load(Ordering::Relaxed) {
             self.done_many(costs);
             return;
@@ -170,15 +225,24 @@ impl<S: ConnectionStream> Conn<'_, S> {
         }
     }
 
+    /// Writes every queued reply, in order; the caller holds the writer's
+    /// lock.
+    fn write_all_queued(&self, w: &mut S) {
+        loop {
+            // Popped in a statement of its own: the queue's lock is not
+            // held while the reply is written.
+            let next = lock(&self.replies.outbox).queue.pop_front();
+            let Some(queued) = next else {
+                return;
+            };
+            self.write_queued(w, queued);
+        }
+    }
+
     /// Writes one queued reply (unless the connection broke), then gives
     /// its budget back; the caller holds the writer's lock.
     fn write_queued(&self, w: &mut S, queued: Queued) {
-        if !self.broken.load(Ordering::Relaxed) {
-            let pressure = || self.shared.global.contended();
-            if write_all_within(w, &queued.bytes, self.shared.config.reply_timeout, pressure).is_err() {
-                self.break_connection();
-            }
-        }
+        self.write_waiting(w, &queued.bytes);
         lock(&self.replies.outbox).queued_bytes -= queued.bytes.len();
         self.done_many(&queued.costs);
         self.replies.written.notify_all();
@@ -196,9 +260,7 @@ impl<S: ConnectionStream> Conn<'_, S> {
     ) {
         let mut w = lock(&self.writer);
         // The queue's head may be the rest of a reply begun at once.
-        while let Some(queued) = lock(&self.replies.outbox).queue.pop_front() {
-            self.write_queued(&mut w, queued);
-        }
+        self.write_all_queued(&mut w);
         if !self.broken.load(Ordering::Relaxed) {
             let pressure = || self.shared.global.contended();
             let timeout = self.shared.config.reply_timeout;
@@ -223,16 +285,36 @@ impl<S: ConnectionStream> Conn<'_, S> {
 
 /// Writes what the stream takes of `bytes` without waiting (retrying an
 /// interrupted call); 0 when it takes nothing now.
+///
+/// A client reading promptly drains the socket within microseconds, so
+/// when the socket is full this waits for room as long as each wait is
+/// shorter than [`BRIEF_WAIT`] and all of them together shorter than
+/// [`BRIEF_WAITS_IN_ALL`]: a large reply then leaves from the caller's
+/// buffer with no copy into the queue, while a client that stopped
+/// reading costs the caller at most those few milliseconds.
 fn write_now<S: ConnectionStream>(w: &mut S, bytes: &[u8]) -> io::Result<usize> {
+    let started = Instant::now();
     let mut written = 0;
     while written < bytes.len() {
         match w.write_now(&bytes[written..]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => written += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let left = BRIEF_WAITS_IN_ALL.saturating_sub(started.elapsed());
+                if left.is_zero() || !w.wait_writable(left.min(BRIEF_WAIT))? {
+                    break;
+                }
+            }
             Err(e) => return Err(e),
         }
     }
     Ok(written)
 }
+
+/// The longest wait for room in the socket without progress before the
+/// rest of a reply is queued.
+const BRIEF_WAIT: Duration = Duration::from_millis(1);
+/// The longest a reply is written by a thread that must not wait for
+/// the client, in all.
+const BRIEF_WAITS_IN_ALL: Duration = Duration::from_millis(5);

@@ -50,13 +50,15 @@ impl<S: ConnectionStream> Conn<'_, S> {
             offset += piece.len() as u64;
             left -= piece.len();
         }
-        match failure {
+        // This thread holds the reader role: its reply never waits.
+        let reply = match failure {
             None => {
                 self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
-                self.send(&encode_simple_reply(req.handle, 0), &[cost]);
+                encode_simple_reply(req.handle, 0).to_vec()
             }
-            Some((errno, message)) => self.reply_error(req.handle, cost, errno, &message),
-        }
+            Some((errno, message)) => self.error_reply(req.handle, errno, &message),
+        };
+        self.send_without_waiting(&reply, &[cost]);
         Ok(())
     }
 

@@ -97,6 +97,14 @@ pub trait ConnectionStream: Read + Write + Send + Sized {
         self.write(buf)
     }
 
+    /// Waits at most `timeout` until a write would take something; false
+    /// if it would not by then. Streams that cannot block say false (the
+    /// default).
+    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
+        let _ = timeout;
+        Ok(false)
+    }
+
     /// Runs the server side of a TLS handshake on the stream (after
     /// NBD_OPT_STARTTLS was acknowledged) within `timeout`, and returns the
     /// plaintext end of the session (see `tls.rs`). Streams without a
@@ -135,6 +143,12 @@ impl ConnectionStream for Stream {
         match self {
             Stream::Tcp(s) => s.write_now(buf),
             Stream::Unix(s) => s.write_now(buf),
+        }
+    }
+    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
+        match self {
+            Stream::Tcp(s) => s.wait_writable(timeout),
+            Stream::Unix(s) => s.wait_writable(timeout),
         }
     }
     fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
@@ -183,6 +197,31 @@ pub(super) fn send_now(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
         Err(io::Error::last_os_error())
     } else {
         Ok(n as usize)
+    }
+}
+
+/// `poll(POLLOUT)` on `fd` for at most `timeout`: whether a write would
+/// take something now (an error or hang-up counts, for the write to say).
+pub(super) fn poll_writable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd for the whole call.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    match n {
+        n if n < 0 => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                Ok(true)
+            } else {
+                Err(e)
+            }
+        }
+        0 => Ok(false),
+        _ => Ok(true),
     }
 }
 

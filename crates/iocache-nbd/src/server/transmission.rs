@@ -90,6 +90,7 @@ pub(super) fn transmission<S: ConnectionStream>(
                 }
             }
         }
+        conn.replies.threads.store(followers.len() + 1, Ordering::Relaxed);
         serve_requests(&conn, &role);
         // Joined explicitly: the scope alone waits only for the closures,
         // and the threads could still be running their thread-local
@@ -250,7 +251,7 @@ impl<'a> ReplyBatch<'a> {
 
     pub(super) fn send<S: ConnectionStream>(&mut self, conn: &Conn<'_, S>) {
         if self.replies > 0 {
-            conn.send(&self.bytes[..self.used], &self.costs);
+            conn.send_without_waiting(&self.bytes[..self.used], &self.costs);
             self.used = 0;
             self.replies = 0;
         } else if !self.costs.is_empty() {
