@@ -41,8 +41,10 @@ pub struct RunArgs {
     /// Results, one JSON object per line [default: FILE with the extension .results.jsonl].
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
-    /// Run only the points whose index modulo N is I (0-based), e.g. 2/8.
-    #[arg(long, value_name = "I/N")]
+    /// Run only the points whose index modulo N is I (0-based), e.g. 2/8; `auto` takes I and N
+    /// from a Slurm array task, `auto:N` the index from a Kubernetes Indexed Job of N
+    /// completions (examples/cluster/).
+    #[arg(long, value_name = "I/N|auto[:N]")]
     shard: Option<String>,
     /// Also write every result (old and new) as CSV, one row per point, every knob a column.
     #[arg(long, value_name = "PATH")]
@@ -113,7 +115,21 @@ fn server(program: &std::path::Path) -> Server<'_> {
 
 /// `iocache lab run`.
 pub fn run(args: RunArgs) -> Result<()> {
-    let shard = match &args.shard {
+    let shard = match args.shard.as_deref().map(str::trim) {
+        Some(text) if text == "auto" || text.starts_with("auto:") => {
+            let count = match text.strip_prefix("auto:") {
+                Some(n) => Some(
+                    n.trim()
+                        .parse::<usize>()
+                        .map_err(|_| anyhow::anyhow!("--shard {text}: N is not a number"))?,
+                ),
+                None => None,
+            };
+            let (shard, from) = Shard::from_environment(count, |name| std::env::var(name).ok())
+                .with_context(|| format!("--shard {text}"))?;
+            log::info!("shard {}/{} from {from}", shard.index, shard.count);
+            shard
+        }
         Some(text) => text.parse::<Shard>().context("--shard")?,
         None => Shard::ALL,
     };

@@ -1075,6 +1075,23 @@ fn lab_shards_and_resumption_hold_with_the_new_knobs() {
         &s("merged.jsonl"),
     ]);
     assert_eq!(json_lines(&path("merged.jsonl")), whole);
+    // A shell glob over the parts names their side files too: they are
+    // left out of the results (a decision row once replaced a point's).
+    let mut globbed: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .filter(|p| p.contains("/part") && p.ends_with(".jsonl"))
+        .collect();
+    globbed.sort();
+    assert!(
+        globbed.iter().any(|p| p.ends_with(".decisions.jsonl")),
+        "{globbed:?}"
+    );
+    let mut args = vec!["lab".to_string(), "merge".into()];
+    args.extend(globbed);
+    args.extend(["-o".into(), s("globbed.jsonl")]);
+    run_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(json_lines(&path("globbed.jsonl")), whole);
     // ReCA's points: the totals in the row, each window in the side file.
     let decisions = json_lines(&path("whole.decisions.jsonl"));
     let reca_points: Vec<&serde_json::Value> = whole.iter().filter(|r| r["adapt"] == "reca").collect();
@@ -1443,5 +1460,82 @@ fn adaptive_decisions_in_the_json_equal_the_text() {
     }
     assert_eq!(counted, rows.len() as u64);
     assert!(text.contains(&summary), "{summary} not in\n{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `lab run --shard auto` takes its slice from a Slurm array task or a
+/// Kubernetes Indexed Job's pod, as the examples in examples/cluster/ run
+/// it; the slices merged equal one run.
+#[test]
+fn lab_shards_come_from_slurm_and_kubernetes_environments() {
+    let dir = lab_dir("lab-auto");
+    let experiment = write_experiment(
+        &dir,
+        "[[workload]]\nname = \"sample\"\ntrace = \"{trace}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"512\"]\n",
+        &sample_path(),
+    );
+    let e = experiment.to_str().unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    run_ok(&["lab", "run", e, "--out", &path("whole.jsonl"), "--threads", "1"]);
+    let scheduler_env: [(&str, Vec<(&str, String)>, &str); 2] = [
+        (
+            "slurm",
+            vec![
+                ("SLURM_ARRAY_TASK_MIN", "1".into()),
+                ("SLURM_ARRAY_TASK_COUNT", "3".into()),
+            ],
+            "auto",
+        ),
+        ("k8s", vec![], "auto:3"),
+    ];
+    for (name, fixed, flag) in scheduler_env {
+        let mut parts = Vec::new();
+        for i in 0..3usize {
+            let out = path(&format!("{name}{i}.jsonl"));
+            let mut command = Command::new(env!("CARGO_BIN_EXE_iocache"));
+            command
+                .args(["lab", "run", e, "--shard", flag, "--out", &out, "--threads", "1"])
+                .env_remove("SLURM_ARRAY_TASK_ID")
+                .env_remove("JOB_COMPLETION_INDEX");
+            for (k, v) in &fixed {
+                command.env(k, v);
+            }
+            match name {
+                "slurm" => command.env("SLURM_ARRAY_TASK_ID", (i + 1).to_string()),
+                _ => command.env("JOB_COMPLETION_INDEX", i.to_string()),
+            };
+            let o = command.output().unwrap();
+            assert!(o.status.success(), "{name} {i}: {}", stderr(&o));
+            assert!(
+                stderr(&o).contains(&format!("shard {i}/3 from")),
+                "{}",
+                stderr(&o)
+            );
+            parts.push(out);
+        }
+        let merged = path(&format!("{name}-merged.jsonl"));
+        let mut args = vec!["lab", "merge"];
+        args.extend(parts.iter().map(String::as_str));
+        args.extend(["-o", &merged]);
+        run_ok(&args);
+        assert_eq!(
+            json_lines(std::path::Path::new(&merged)),
+            json_lines(std::path::Path::new(&path("whole.jsonl"))),
+            "{name}"
+        );
+    }
+    // Outside a scheduler: refused, naming both.
+    let o = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["lab", "run", e, "--shard", "auto", "--out", &path("none.jsonl")])
+        .env_remove("SLURM_ARRAY_TASK_ID")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("SLURM_ARRAY_TASK_ID") && stderr(&o).contains("JOB_COMPLETION_INDEX"),
+        "{}",
+        stderr(&o)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

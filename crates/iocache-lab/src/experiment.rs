@@ -38,6 +38,86 @@ pub struct Shard {
 impl Shard {
     /// The whole grid.
     pub const ALL: Shard = Shard { index: 0, count: 1 };
+
+    /// The shard a cluster scheduler gave this process, read through `env`
+    /// (a variable's value, if set): a Slurm job array task
+    /// (`SLURM_ARRAY_TASK_ID` less `SLURM_ARRAY_TASK_MIN`, over
+    /// `SLURM_ARRAY_TASK_STEP`, of `SLURM_ARRAY_TASK_COUNT` tasks), or a
+    /// Kubernetes Indexed Job's pod (`JOB_COMPLETION_INDEX` of `count`
+    /// completions, which the job knows and its pods are not told).
+    /// `count`, when given, must also match a Slurm array's. Returns the
+    /// shard and which scheduler gave it.
+    pub fn from_environment(
+        count: Option<usize>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<(Shard, &'static str)> {
+        let number = |name: &str| -> Result<Option<usize>> {
+            env(name)
+                .map(|v| {
+                    v.trim()
+                        .parse::<usize>()
+                        .map_err(|_| invalid!("{name}=`{v}` is not a whole number"))
+                })
+                .transpose()
+        };
+        let slurm = number("SLURM_ARRAY_TASK_ID")?;
+        let kubernetes = number("JOB_COMPLETION_INDEX")?;
+        let (shard, scheduler) = match (slurm, kubernetes) {
+            (Some(_), Some(_)) => {
+                return Err(invalid!(
+                    "both SLURM_ARRAY_TASK_ID and JOB_COMPLETION_INDEX are set: give the shard as I/N"
+                ))
+            }
+            (Some(id), None) => {
+                let tasks = number("SLURM_ARRAY_TASK_COUNT")?.ok_or_else(|| {
+                    invalid!("SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not")
+                })?;
+                let min = number("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+                let step = number("SLURM_ARRAY_TASK_STEP")?.unwrap_or(1).max(1);
+                if id < min || (id - min) % step != 0 {
+                    return Err(invalid!(
+                        "SLURM_ARRAY_TASK_ID={id} is not in the array from {min} in steps of {step}"
+                    ));
+                }
+                if count.is_some_and(|n| n != tasks) {
+                    return Err(invalid!(
+                        "the shard count {} differs from the array's {tasks} tasks (SLURM_ARRAY_TASK_COUNT)",
+                        count.unwrap_or_default()
+                    ));
+                }
+                (
+                    Shard {
+                        index: (id - min) / step,
+                        count: tasks,
+                    },
+                    "a Slurm array task",
+                )
+            }
+            (None, Some(index)) => {
+                let count = count.ok_or_else(|| {
+                    invalid!(
+                        "JOB_COMPLETION_INDEX={index} is set, but a pod is not told how many completions its \
+                         Indexed Job has: give them as auto:N"
+                    )
+                })?;
+                (Shard { index, count }, "a Kubernetes Indexed Job")
+            }
+            (None, None) => {
+                return Err(invalid!(
+                    "neither a Slurm array task (SLURM_ARRAY_TASK_ID) nor a Kubernetes Indexed Job \
+                     (JOB_COMPLETION_INDEX) is in the environment: give the shard as I/N"
+                ))
+            }
+        };
+        if shard.count == 0 || shard.index >= shard.count {
+            return Err(invalid!(
+                "shard {} of {} from {scheduler}: need an index below the count",
+                shard.index,
+                shard.count
+            ));
+        }
+        Ok((shard, scheduler))
+    }
 }
 
 impl std::str::FromStr for Shard {
@@ -865,6 +945,61 @@ fn footprint_lines(mut reader: TraceReader, line: LineSize) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::Shard;
+
+    #[test]
+    fn a_shard_comes_from_a_slurm_array_or_an_indexed_job() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        // Slurm: --array=4-10:3 is tasks 4, 7, 10.
+        let slurm = env(&[
+            ("SLURM_ARRAY_TASK_ID", "7"),
+            ("SLURM_ARRAY_TASK_MIN", "4"),
+            ("SLURM_ARRAY_TASK_STEP", "3"),
+            ("SLURM_ARRAY_TASK_COUNT", "3"),
+        ]);
+        let (shard, from) = Shard::from_environment(None, &slurm).unwrap();
+        assert_eq!(shard, Shard { index: 1, count: 3 });
+        assert!(from.contains("Slurm"));
+        assert!(Shard::from_environment(Some(3), &slurm).is_ok());
+        let e = Shard::from_environment(Some(4), &slurm).unwrap_err().to_string();
+        assert!(e.contains("SLURM_ARRAY_TASK_COUNT"), "{e}");
+        let off = env(&[
+            ("SLURM_ARRAY_TASK_ID", "5"),
+            ("SLURM_ARRAY_TASK_MIN", "4"),
+            ("SLURM_ARRAY_TASK_STEP", "3"),
+            ("SLURM_ARRAY_TASK_COUNT", "3"),
+        ]);
+        assert!(Shard::from_environment(None, &off).is_err());
+        // Kubernetes: the index, and the count given.
+        let k8s = env(&[("JOB_COMPLETION_INDEX", "2")]);
+        assert_eq!(
+            Shard::from_environment(Some(4), &k8s).unwrap().0,
+            Shard { index: 2, count: 4 }
+        );
+        let e = Shard::from_environment(None, &k8s).unwrap_err().to_string();
+        assert!(e.contains("auto:N"), "{e}");
+        assert!(Shard::from_environment(Some(2), &k8s).is_err(), "index 2 of 2");
+        // Neither, both, garbage.
+        let e = Shard::from_environment(Some(2), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("SLURM_ARRAY_TASK_ID") && e.contains("JOB_COMPLETION_INDEX"),
+            "{e}"
+        );
+        let both = env(&[
+            ("JOB_COMPLETION_INDEX", "0"),
+            ("SLURM_ARRAY_TASK_ID", "0"),
+            ("SLURM_ARRAY_TASK_COUNT", "1"),
+        ]);
+        assert!(Shard::from_environment(Some(1), both).is_err());
+        let bad = env(&[("JOB_COMPLETION_INDEX", "x")]);
+        assert!(Shard::from_environment(Some(1), bad)
+            .unwrap_err()
+            .to_string()
+            .contains("`x`"));
+    }
 
     #[test]
     fn a_shard_is_i_of_n_with_i_below_n() {

@@ -23,6 +23,14 @@ pub(crate) fn side_path(results: &Path, kind: &str) -> PathBuf {
     results.with_extension(kind)
 }
 
+/// Whether `path` is a side file (`R.series.jsonl`, ...) by its name.
+fn is_side_file(path: &Path) -> bool {
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    [SERIES, VOLUMES, DECISIONS]
+        .iter()
+        .any(|kind| name.ends_with(&format!(".{kind}")))
+}
+
 /// The side file `kind` beside `results`, opened for appending on first use.
 pub(crate) fn side_file<'a>(
     files: &'a mut BTreeMap<&'static str, std::fs::File>,
@@ -158,6 +166,18 @@ pub fn write_csv(rows: &[Value], path: &Path) -> Result<()> {
 /// point once, in grid order, with their side files; also as CSV when
 /// asked. Returns how many points.
 pub fn merge(parts: &[PathBuf], output: &Path, csv: Option<&Path>) -> Result<usize> {
+    // A shell glob over the parts (`part.*.jsonl`) also names their side
+    // files: they are joined beside the results, never as results.
+    let (sides, parts): (Vec<PathBuf>, Vec<PathBuf>) = parts.iter().cloned().partition(|p| is_side_file(p));
+    for side in &sides {
+        log::info!("{}: a side file, joined with its results file", side.display());
+    }
+    if parts.is_empty() {
+        return Err(invalid!(
+            "no results files among the parts: only side files (*.series.jsonl, ...)"
+        ));
+    }
+    let parts = &parts[..];
     let rows = read_rows(parts)?;
     let mut out = String::new();
     for row in &rows {
