@@ -1477,17 +1477,8 @@ fn lab_shards_come_from_slurm_and_kubernetes_environments() {
     let e = experiment.to_str().unwrap();
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
     run_ok(&["lab", "run", e, "--out", &path("whole.jsonl"), "--threads", "1"]);
-    let scheduler_env: [(&str, Vec<(&str, String)>, &str); 2] = [
-        (
-            "slurm",
-            vec![
-                ("SLURM_ARRAY_TASK_MIN", "1".into()),
-                ("SLURM_ARRAY_TASK_COUNT", "3".into()),
-            ],
-            "auto",
-        ),
-        ("k8s", vec![], "auto:3"),
-    ];
+    let slurm_array: &[(&str, &str)] = &[("SLURM_ARRAY_TASK_MIN", "1"), ("SLURM_ARRAY_TASK_COUNT", "3")];
+    let scheduler_env = [("slurm", slurm_array, "auto"), ("k8s", &[][..], "auto:3")];
     for (name, fixed, flag) in scheduler_env {
         let mut parts = Vec::new();
         for i in 0..3usize {
@@ -1497,7 +1488,7 @@ fn lab_shards_come_from_slurm_and_kubernetes_environments() {
                 .args(["lab", "run", e, "--shard", flag, "--out", &out, "--threads", "1"])
                 .env_remove("SLURM_ARRAY_TASK_ID")
                 .env_remove("JOB_COMPLETION_INDEX");
-            for (k, v) in &fixed {
+            for (k, v) in fixed {
                 command.env(k, v);
             }
             match name {

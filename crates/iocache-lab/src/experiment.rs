@@ -958,11 +958,11 @@ mod tests {
             ("SLURM_ARRAY_TASK_STEP", "3"),
             ("SLURM_ARRAY_TASK_COUNT", "3"),
         ]);
-        let (shard, from) = Shard::from_environment(None, &slurm).unwrap();
+        let (shard, from) = Shard::from_environment(None, slurm).unwrap();
         assert_eq!(shard, Shard { index: 1, count: 3 });
         assert!(from.contains("Slurm"));
-        assert!(Shard::from_environment(Some(3), &slurm).is_ok());
-        let e = Shard::from_environment(Some(4), &slurm).unwrap_err().to_string();
+        assert!(Shard::from_environment(Some(3), slurm).is_ok());
+        let e = Shard::from_environment(Some(4), slurm).unwrap_err().to_string();
         assert!(e.contains("SLURM_ARRAY_TASK_COUNT"), "{e}");
         let off = env(&[
             ("SLURM_ARRAY_TASK_ID", "5"),
@@ -970,16 +970,16 @@ mod tests {
             ("SLURM_ARRAY_TASK_STEP", "3"),
             ("SLURM_ARRAY_TASK_COUNT", "3"),
         ]);
-        assert!(Shard::from_environment(None, &off).is_err());
+        assert!(Shard::from_environment(None, off).is_err());
         // Kubernetes: the index, and the count given.
         let k8s = env(&[("JOB_COMPLETION_INDEX", "2")]);
         assert_eq!(
-            Shard::from_environment(Some(4), &k8s).unwrap().0,
+            Shard::from_environment(Some(4), k8s).unwrap().0,
             Shard { index: 2, count: 4 }
         );
-        let e = Shard::from_environment(None, &k8s).unwrap_err().to_string();
+        let e = Shard::from_environment(None, k8s).unwrap_err().to_string();
         assert!(e.contains("auto:N"), "{e}");
-        assert!(Shard::from_environment(Some(2), &k8s).is_err(), "index 2 of 2");
+        assert!(Shard::from_environment(Some(2), k8s).is_err(), "index 2 of 2");
         // Neither, both, garbage.
         let e = Shard::from_environment(Some(2), env(&[]))
             .unwrap_err()
