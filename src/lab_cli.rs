@@ -5,7 +5,7 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use iocache_lab::experiment::{RunRequest, Shard};
 use iocache_lab::live::Server;
@@ -191,6 +191,7 @@ pub fn reproduce(args: ReproduceArgs) -> Result<()> {
     let threads = args.threads.unwrap_or(SimOptions::default().threads).max(1);
     let program = std::env::current_exe().context("this program's path")?;
     let server = server(&program);
+    let mut unchecked = Vec::new();
     for entry in chosen {
         let dir = args.out.join(entry.name);
         let context = Run {
@@ -207,6 +208,17 @@ pub fn reproduce(args: ReproduceArgs) -> Result<()> {
             "  wrote {} ({:.1} s)\n",
             dir.display(),
             started.elapsed().as_secs_f64()
+        );
+        if verdict.outcome.is_none() {
+            unchecked.push(entry.name);
+        }
+    }
+    // A script reads the exit status: a reproduction that checked
+    // nothing (its traces missing) is not a pass.
+    if !unchecked.is_empty() {
+        bail!(
+            "checked nothing: {} (see what was skipped above; --traces DIR, or scripts/get-traces.sh)",
+            unchecked.join(", ")
         );
     }
     Ok(())

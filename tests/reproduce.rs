@@ -99,7 +99,26 @@ fn every_quick_reproduction_writes_figures_and_a_verdict() {
 fn without_the_traces_the_reproductions_say_what_they_skipped() {
     let out = temp_dir("skip");
     let empty = temp_dir("empty-traces");
-    let o = reproduce_quick("arc-p2", Some(&empty), &out);
+    // Nothing checked: said, written, and not a pass for a script.
+    let o = iocache(&[
+        "lab",
+        "reproduce",
+        "arc-p2",
+        "--quick",
+        "--traces",
+        empty.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        !o.status.success(),
+        "a reproduction that checked nothing exited 0"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("checked nothing: arc-p2"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         stdout.contains("skipped") && stdout.contains("arc-P2.lis.zst"),
