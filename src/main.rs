@@ -152,6 +152,10 @@ struct SimArgs {
     /// Write results as JSON to PATH, or to stdout with `-` (the table is then not printed).
     #[arg(long, value_name = "PATH|-")]
     json: Option<String>,
+    /// Also write one CSV row per run to PATH, with the columns of `lab run --csv` (the trace as
+    /// the workload, the configuration, the results).
+    #[arg(long, value_name = "PATH")]
+    csv: Option<String>,
     /// Also write an HTML report (tables; hit ratio against size when sizes were swept; latency
     /// CDFs with timing; time series with --series-interval): one file, readable offline.
     #[arg(long, value_name = "FILE.html")]
@@ -455,9 +459,15 @@ fn run_sim(args: SimArgs) -> Result<()> {
         args.timing.series.as_deref(),
         "stdout carries the run's table or JSON",
     )?;
+    args::not_stdout(
+        "--csv",
+        args.csv.as_deref(),
+        "stdout carries the run's table or JSON",
+    )?;
     let report_path = args.report.as_deref().map(|p| p.to_string_lossy());
     args::distinct_outputs(&[
         ("--json", args.json.as_deref()),
+        ("--csv", args.csv.as_deref()),
         ("--series", args.timing.series.as_deref()),
         ("--reca-series", reca_cli::series_path(&args.reca)),
         ("--report", report_path.as_deref()),
@@ -465,6 +475,7 @@ fn run_sim(args: SimArgs) -> Result<()> {
     let json_file = OutputFile::check("--json", args.json.as_deref())?;
     let series_file = OutputFile::check("--series", args.timing.series.as_deref())?;
     let reca_series_file = reca_cli::series_file(&args.reca, args.adapt.as_deref())?;
+    let csv_file = OutputFile::check("--csv", args.csv.as_deref())?;
     let report_file = OutputFile::check_path("--report", args.report.as_deref())?;
     let options = SimOptions {
         warmup_requests,
@@ -503,6 +514,11 @@ fn run_sim(args: SimArgs) -> Result<()> {
             .with_context(|| format!("writing --series {path}"))?;
     }
     let trace_name = reader.name().to_string();
+    if let Some(file) = csv_file {
+        let rows = iocache_lab::experiment::sim_rows(&trace_name, &report);
+        file.write(&iocache_lab::results::csv_text(&rows))
+            .with_context(|| format!("writing --csv {}", args.csv.as_deref().unwrap_or_default()))?;
+    }
     if let Some(file) = report_file {
         let format = reader.format().to_string();
         lab_cli::write_report(file, &iocache_lab::reports::sim(&trace_name, &format, &report)?)?;

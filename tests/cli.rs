@@ -1530,3 +1530,51 @@ fn lab_shards_come_from_slurm_and_kubernetes_environments() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `sim --csv` writes one row per run, in the reading order and with the
+/// columns of `lab run --csv`, its numbers those of `--json`.
+#[test]
+fn sim_csv_has_a_row_per_run_with_the_lab_columns() {
+    let dir = lab_dir("sim-csv");
+    let csv = dir.join("runs.csv");
+    let csv_text = csv.display().to_string();
+    let json = run_json(&[
+        "sim",
+        "--trace",
+        SAMPLE,
+        "--policy",
+        "lru,arc",
+        "--cache-size",
+        "256,1024",
+        "--csv",
+        &csv_text,
+        "--json",
+        "-",
+    ]);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(
+        header[..4],
+        ["workload", "target", "policy", "cache_size"],
+        "{header:?}"
+    );
+    let column = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(rows.len(), runs.len());
+    for (row, run) in rows.iter().zip(runs) {
+        assert_eq!(row[column("policy")], run["policy"].as_str().unwrap());
+        assert_eq!(row[column("cache_size")], run["cache_size"].as_str().unwrap());
+        assert_eq!(
+            row[column("hit_ratio")].parse::<f64>().unwrap(),
+            run["hit_ratio"].as_f64().unwrap()
+        );
+        assert_eq!(row[column("hits")], run["hits"].to_string());
+    }
+    fails_saying(
+        &["sim", "--trace", SAMPLE, "--csv", "-"],
+        &["--csv -: give a file name"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

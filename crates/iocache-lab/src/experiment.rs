@@ -927,6 +927,39 @@ fn decision_rows(run: &iocache_sim::RunResult) -> Result<Vec<(String, &'static s
     Ok(rows)
 }
 
+/// One row per run of an `iocache sim` report, with the columns a lab
+/// point has: the trace as its workload, the run's configuration under
+/// the knobs' names, and the results (`sim --csv`).
+pub fn sim_rows(trace: &str, report: &iocache_sim::SimReport) -> Vec<Value> {
+    report
+        .runs
+        .iter()
+        .map(|run| {
+            let mut row = result_row(run, report.trace_records, None, report.warmup_requests);
+            row.remove("footprint_lines");
+            let settings = &run.spec.settings;
+            for (knob, value) in [
+                ("workload", trace.to_string()),
+                ("target", "sim".to_string()),
+                ("policy", run.spec.policy.to_string()),
+                ("cache_size", run.spec.size.to_string()),
+                (
+                    "line_size",
+                    iocache_core::units::format_byte_size(run.spec.line_size.bytes()),
+                ),
+                ("write_policy", settings.write_policy.to_string()),
+                ("promotion", settings.promotion.to_string()),
+                ("flush", settings.cleaning.to_string()),
+                ("write_miss_bypass", settings.write_miss_bypass.to_string()),
+                ("seq_cutoff", settings.seq_cutoff.to_string()),
+            ] {
+                row.insert(knob.into(), Value::String(value));
+            }
+            Value::Object(row)
+        })
+        .collect()
+}
+
 /// Distinct lines of `line` bytes a workload touches.
 fn footprint_lines(mut reader: TraceReader, line: LineSize) -> Result<u64> {
     let mut lines = std::collections::HashSet::new();

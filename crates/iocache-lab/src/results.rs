@@ -128,6 +128,11 @@ pub fn read_side_rows(paths: &[PathBuf]) -> Result<Vec<Value>> {
 /// the workload, the point and its target, the knobs in grid order, the
 /// results (in order of first appearance), and the long `point_id` last.
 pub fn write_csv(rows: &[Value], path: &Path) -> Result<()> {
+    std::fs::write(path, csv_text(rows)).at_file(path)
+}
+
+/// The CSV [`write_csv`] writes.
+pub fn csv_text(rows: &[Value]) -> String {
     let mut columns: Vec<String> = Vec::new();
     for row in rows {
         for key in row.as_object().into_iter().flat_map(|m| m.keys()) {
@@ -159,7 +164,7 @@ pub fn write_csv(rows: &[Value], path: &Path) -> Result<()> {
             .collect();
         out += &(cells.join(",") + "\n");
     }
-    std::fs::write(path, out).at_file(path)
+    out
 }
 
 /// Joins result files (slices of one experiment) into `output`, each
