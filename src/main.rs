@@ -106,7 +106,8 @@ struct SimArgs {
     #[arg(long, default_value = "lru", value_delimiter = ',', value_name = "NAMES")]
     policy: Vec<String>,
     /// Cache sizes, comma separated: a bare number is a line count (32768); a size with a unit
-    /// is bytes (16MiB, 1.5GiB; K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024).
+    /// is bytes (16MiB, 1.5GiB; K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024); a percentage
+    /// is that share of the trace's footprint in lines (10%; a first pass counts it).
     #[arg(long, default_value = "32768", value_delimiter = ',', value_name = "SIZES")]
     cache_size: Vec<String>,
     /// Cache line sizes (power of two, 512B to 1MiB; a size takes a unit), comma separated.
@@ -378,6 +379,60 @@ where
         .collect()
 }
 
+/// `10%`: a share of the footprint (above 0 and at most 100 %), else `None`.
+fn footprint_share(size: &str) -> Result<Option<f64>> {
+    let Some(number) = size.trim().strip_suffix('%') else {
+        return Ok(None);
+    };
+    match number.trim().parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(Some(p / 100.0)),
+        _ => bail!("--cache-size {size}: a share of the footprint is above 0 % and at most 100 %"),
+    }
+}
+
+/// Sizes the runs given a share of the footprint (`shares`, by the index
+/// of `--cache-size`, in the order `combinations` makes them): that share
+/// of the distinct lines the trace touches at the run's line size,
+/// rounded up, as `lab run` sizes `cache_size = "10%"`.
+fn size_shares(
+    specs: &mut [iocache_sim::RunSpec],
+    shares: &[Option<f64>],
+    line_sizes: &[iocache_core::LineSize],
+    input: &TraceInput,
+) -> Result<()> {
+    if input.is_stdin() {
+        bail!(
+            "--cache-size as a share of the footprint needs the footprint first, and stdin can be read \
+             only once: name the trace file, or give sizes in lines or bytes"
+        );
+    }
+    let mut footprints = std::collections::BTreeMap::new();
+    for (i, spec) in specs.iter_mut().enumerate() {
+        let Some(share) = shares[(i / line_sizes.len()) % shares.len()] else {
+            continue;
+        };
+        let line = spec.line_size;
+        let footprint = match footprints.get(&line.bytes()) {
+            Some(&n) => n,
+            None => {
+                let reader = input.open().map_err(|e| input.explain(e))?;
+                let n = iocache_lab::experiment::footprint_lines(reader, line)?;
+                log::info!(
+                    "footprint: {} of {}",
+                    count(n, "line"),
+                    iocache_core::units::format_byte_size(line.bytes())
+                );
+                footprints.insert(line.bytes(), n);
+                n
+            }
+        };
+        let lines = ((footprint as f64 * share).ceil() as u64).max(1);
+        spec.size = CacheSize::Lines(lines);
+        spec.capacity_lines = lines;
+    }
+    Ok(())
+}
+
 /// Counts the trace's data records (for a warmup given as a fraction).
 fn count_records(input: &TraceInput) -> Result<u64> {
     let mut reader = input.open()?;
@@ -391,7 +446,24 @@ fn count_records(input: &TraceInput) -> Result<u64> {
 
 fn run_sim(args: SimArgs) -> Result<()> {
     let policies: Vec<PolicySpec> = parse_list("policy", &args.policy)?;
-    let sizes: Vec<CacheSize> = parse_list("cache-size", &args.cache_size)?;
+    // A share of the footprint is sized once the footprint is counted
+    // (below); a one-line placeholder until then.
+    let shares: Vec<Option<f64>> = args
+        .cache_size
+        .iter()
+        .map(|s| footprint_share(s))
+        .collect::<Result<_>>()?;
+    let sizes: Vec<CacheSize> = args
+        .cache_size
+        .iter()
+        .zip(&shares)
+        .map(|(s, share)| match share {
+            Some(_) => Ok(CacheSize::Lines(1)),
+            None => s
+                .parse::<CacheSize>()
+                .map_err(|e| anyhow::anyhow!("--cache-size: {e}")),
+        })
+        .collect::<Result<_>>()?;
     let line_sizes = args
         .line_size
         .iter()
@@ -415,7 +487,10 @@ fn run_sim(args: SimArgs) -> Result<()> {
             .parse()
             .map_err(|e| anyhow::anyhow!("--seq-cutoff: {e}"))?,
     };
-    let specs = combinations(&policies, &sizes, &line_sizes, &settings)?;
+    let mut specs = combinations(&policies, &sizes, &line_sizes, &settings)?;
+    if shares.iter().any(Option::is_some) {
+        size_shares(&mut specs, &shares, &line_sizes, &args.input)?;
+    }
     let warmup_requests = match args.warmup.as_deref().map(str::parse::<Warmup>).transpose()? {
         None | Some(Warmup::None) => 0,
         Some(Warmup::Requests(n)) => n,

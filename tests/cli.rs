@@ -659,6 +659,14 @@ fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
     ])))
     .unwrap();
     assert_eq!(row["hits"], sim["runs"][0]["hits"]);
+    // `sim` takes the same share, sized the same way.
+    let share = run_json(&["sim", "--trace", SAMPLE, "--cache-size", "10%", "--json", "-"]);
+    assert_eq!(share["runs"][0]["cache_lines"], lines);
+    assert_eq!(share["runs"][0]["hits"], row["hits"]);
+    fails_saying(
+        &["sim", "--trace", SAMPLE, "--cache-size", "0%"],
+        &["--cache-size 0%"],
+    );
     let bad = dir.join("bad.toml");
     std::fs::write(
         &bad,

@@ -961,7 +961,7 @@ pub fn sim_rows(trace: &str, report: &iocache_sim::SimReport) -> Vec<Value> {
 }
 
 /// Distinct lines of `line` bytes a workload touches.
-fn footprint_lines(mut reader: TraceReader, line: LineSize) -> Result<u64> {
+pub fn footprint_lines(mut reader: TraceReader, line: LineSize) -> Result<u64> {
     let mut lines = std::collections::HashSet::new();
     for record in reader.by_ref() {
         let request = iocache_sim::request_of(&record?);
