@@ -369,7 +369,11 @@ fn mrc_report_renders_offline() {
         browser,
         &page,
         2,
-        &["miss ratio curve (LRU)", "shards:0.5 − exact", "opt"],
+        &[
+            "miss ratio curves: LRU and Belady's OPT",
+            "shards:0.5 − exact",
+            "opt",
+        ],
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

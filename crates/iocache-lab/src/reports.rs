@@ -775,11 +775,16 @@ pub fn mrc(report: &MrcReport) -> Report {
                 .collect(),
         })
         .collect();
-    let mut blocks = vec![size_chart(
-        "miss ratio curve (LRU)",
-        ratio_axis("miss ratio", &curves),
-        curves,
-    )];
+    // The title names what the curves are: LRU's (exact or sampled), and
+    // Belady's OPT when it is among them.
+    let has_opt = report.curves.iter().any(|c| c.method == "opt");
+    let has_lru = report.curves.iter().any(|c| c.method != "opt");
+    let title = match (has_lru, has_opt) {
+        (true, true) => "miss ratio curves: LRU and Belady's OPT",
+        (false, true) => "miss ratio curve: Belady's OPT",
+        _ => "miss ratio curve: LRU",
+    };
+    let mut blocks = vec![size_chart(title, ratio_axis("miss ratio", &curves), curves)];
     let exact = report.curves.iter().find(|c| c.method == "exact");
     let others: Vec<_> = report.curves.iter().filter(|c| c.method != "exact").collect();
     // Differences from exact at the sizes both have.

@@ -36,6 +36,10 @@ const COLOURS: [RGBColor; 10] = [
     RGBColor(0, 0, 0),
 ];
 
+/// Marker shapes: with the colours, 40 series are told apart before a
+/// style repeats.
+const SHAPES: usize = 4;
+
 /// Series with at most this many points get a marker at each.
 const MARKERS_UP_TO: usize = 60;
 /// Series with more points are thinned to about this many (every k-th
@@ -43,18 +47,18 @@ const MARKERS_UP_TO: usize = 60;
 const POINTS_UP_TO: usize = 2000;
 
 /// A series' marker: the colours repeat after ten series, the shapes tell
-/// those apart.
+/// those apart (up to 40).
 #[derive(Clone, Copy)]
-struct Style {
-    colour: RGBColor,
-    shape: usize,
+pub(crate) struct Style {
+    pub(crate) colour: RGBColor,
+    pub(crate) shape: usize,
 }
 
 impl Style {
-    fn of(i: usize) -> Style {
+    pub(crate) fn of(i: usize) -> Style {
         Style {
             colour: COLOURS[i % COLOURS.len()],
-            shape: (i / COLOURS.len()) % 3,
+            shape: (i / COLOURS.len()) % SHAPES,
         }
     }
 
@@ -63,7 +67,8 @@ impl Style {
         match self.shape {
             0 => Circle::new(at, 3, style).into_dyn(),
             1 => TriangleMarker::new(at, 4, style).into_dyn(),
-            _ => Cross::new(at, 4, self.colour.stroke_width(2)).into_dyn(),
+            2 => Cross::new(at, 4, self.colour.stroke_width(2)).into_dyn(),
+            _ => Rectangle::new([(at.0 - 3, at.1 - 3), (at.0 + 3, at.1 + 3)], style).into_dyn(),
         }
     }
 }
@@ -136,22 +141,25 @@ pub fn render_svg(chart: &Chart) -> Result<String, ReportError> {
         let (left, legend) = whole.split_horizontally(SIZE.0);
         let (root, _) = left.split_vertically(SIZE.1);
         let result = draw_legend(&legend, chart).and_then(|()| match (chart.x.scale, chart.y.scale) {
-            (Scale::Linear, Scale::Linear) => draw(&root, chart, x.0..x.1, y.0..y.1),
+            (Scale::Linear, Scale::Linear) => draw(&root, chart, (x.1 - x.0, y.1 - y.0), x.0..x.1, y.0..y.1),
             (Scale::Log, Scale::Linear) => draw(
                 &root,
                 chart,
+                (x.1 - x.0, y.1 - y.0),
                 (x.0..x.1).log_scale().base(base(&chart.x)),
                 y.0..y.1,
             ),
             (Scale::Linear, Scale::Log) => draw(
                 &root,
                 chart,
+                (x.1 - x.0, y.1 - y.0),
                 x.0..x.1,
                 (y.0..y.1).log_scale().base(base(&chart.y)),
             ),
             (Scale::Log, Scale::Log) => draw(
                 &root,
                 chart,
+                (x.1 - x.0, y.1 - y.0),
                 (x.0..x.1).log_scale().base(base(&chart.x)),
                 (y.0..y.1).log_scale().base(base(&chart.y)),
             ),
@@ -165,7 +173,15 @@ pub fn render_svg(chart: &Chart) -> Result<String, ReportError> {
     Ok(svg)
 }
 
-fn draw<X, Y>(root: &DrawingArea<SVGBackend<'_>, Shift>, chart: &Chart, x: X, y: Y) -> Result<(), String>
+/// `spans`: the width of each axis's range, below which a tick value is
+/// rounding noise (a tick at `-5.55e-17` is 0).
+fn draw<X, Y>(
+    root: &DrawingArea<SVGBackend<'_>, Shift>,
+    chart: &Chart,
+    spans: (f64, f64),
+    x: X,
+    y: Y,
+) -> Result<(), String>
 where
     X: AsRangedCoord<Value = f64>,
     Y: AsRangedCoord<Value = f64>,
@@ -181,8 +197,8 @@ where
         .y_label_area_size(72)
         .build_cartesian_2d(x, y)
         .map_err(|e| text(&e))?;
-    let x_format = |v: &f64| tick(*v, chart.x.ticks);
-    let y_format = |v: &f64| tick(*v, chart.y.ticks);
+    let x_format = |v: &f64| tick(snap_to_zero(*v, spans.0), chart.x.ticks);
+    let y_format = |v: &f64| tick(snap_to_zero(*v, spans.1), chart.y.ticks);
     context
         .configure_mesh()
         .x_desc(&chart.x.label)
@@ -255,6 +271,16 @@ fn draw_legend(area: &DrawingArea<SVGBackend<'_>, Shift>, chart: &Chart) -> Resu
 }
 
 /// A tick label.
+/// `v`, or 0 when it is within a billionth of `span` of it (the sum of
+/// steps that should have met 0 exactly).
+pub(crate) fn snap_to_zero(v: f64, span: f64) -> f64 {
+    if v.abs() <= span.abs() * 1e-9 {
+        0.0
+    } else {
+        v
+    }
+}
+
 pub(crate) fn tick(v: f64, ticks: Ticks) -> String {
     match ticks {
         Ticks::Number => short(v),

@@ -281,6 +281,18 @@ fn long_series_are_thinned_and_long_legends_grow_the_picture() {
 }
 
 #[test]
+fn forty_series_have_forty_styles() {
+    let styles: std::collections::HashSet<(u8, u8, u8, usize)> = (0..40)
+        .map(|i| {
+            let s = plot::Style::of(i);
+            let c = s.colour;
+            (c.0, c.1, c.2, s.shape)
+        })
+        .collect();
+    assert_eq!(styles.len(), 40);
+}
+
+#[test]
 fn tick_labels() {
     use plot::{short, tick};
     assert_eq!(short(0.25), "0.25");
@@ -292,4 +304,7 @@ fn tick_labels() {
     assert_eq!(tick(0.5, Ticks::Percent), "50%");
     assert_eq!(tick(120_000.0, Ticks::Nanoseconds), "120µs");
     assert_eq!(tick(3e6, Ticks::Nanoseconds), "3ms");
+    // Rounding noise on an axis from -0.1 to 0.1 is 0; a small real value is not.
+    assert_eq!(short(plot::snap_to_zero(-5.55e-17, 0.2)), "0");
+    assert_eq!(short(plot::snap_to_zero(-0.02, 0.2)), "-0.02");
 }
