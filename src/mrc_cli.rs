@@ -134,9 +134,11 @@ fn print_table(report: &MrcReport) {
                 curve.method,
                 curve.sampled_lines,
                 curve.final_rate,
-                curve.max_error_vs_exact.map_or(String::new(), |e| format!(
-                    ", largest difference from exact {e:.4}"
-                ))
+                match (curve.max_error_vs_exact, curve.mean_error_vs_exact) {
+                    (Some(max), Some(mean)) =>
+                        format!(", difference from exact: mean {mean:.4}, largest {max:.4}"),
+                    _ => String::new(),
+                }
             );
         }
     }

@@ -488,6 +488,11 @@ fn trace_mrc_writes_the_documented_json_and_matches_sim() {
     assert_eq!(points[1]["cache_lines"], 256);
     assert_eq!(points[1]["cache_bytes"], 1 << 20);
     assert!(curves[1]["max_error_vs_exact"].as_f64().is_some());
+    let (mean, max) = (
+        curves[1]["mean_error_vs_exact"].as_f64().unwrap(),
+        curves[1]["max_error_vs_exact"].as_f64().unwrap(),
+    );
+    assert!(mean <= max, "the mean {mean} is at most the largest {max}");
     let sim = run_json(&[
         "sim",
         "--trace",

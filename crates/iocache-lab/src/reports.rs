@@ -863,6 +863,7 @@ pub fn mrc(report: &MrcReport) -> Report {
             "sampled accesses",
             "sampled lines",
             "final rate",
+            "mean difference from exact",
             "largest difference from exact",
         ]
         .map(String::from)
@@ -877,6 +878,7 @@ pub fn mrc(report: &MrcReport) -> Report {
                     c.sampled_accesses.to_string(),
                     c.sampled_lines.to_string(),
                     format!("{:.5}", c.final_rate),
+                    c.mean_error_vs_exact.map_or(String::new(), |e| format!("{e:.4}")),
                     c.max_error_vs_exact.map_or(String::new(), |e| format!("{e:.4}")),
                 ]
             })

@@ -147,6 +147,11 @@ pub struct MrcCurve {
     /// when the exact curve was computed too.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_error_vs_exact: Option<f64>,
+    /// Mean absolute difference from the exact curve over the same sizes
+    /// (MAE, as the literature reports sampled curves), when the exact
+    /// curve was computed too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_error_vs_exact: Option<f64>,
 }
 
 /// All curves of one trace.
@@ -530,6 +535,7 @@ impl Accumulator {
             final_rate: rate,
             points,
             max_error_vs_exact: None,
+            mean_error_vs_exact: None,
         }
     }
 }
@@ -649,14 +655,14 @@ pub fn miss_ratio_curves(
         for (i, curve) in curves.iter_mut().enumerate() {
             // OPT is a bound, not an estimate of the exact curve.
             if i != exact && curve.method != "opt" {
-                curve.max_error_vs_exact = Some(
-                    curve
-                        .points
-                        .iter()
-                        .zip(&reference)
-                        .map(|(p, r)| (p.miss_ratio - r).abs())
-                        .fold(0.0, f64::max),
-                );
+                let errors: Vec<f64> = curve
+                    .points
+                    .iter()
+                    .zip(&reference)
+                    .map(|(p, r)| (p.miss_ratio - r).abs())
+                    .collect();
+                curve.max_error_vs_exact = Some(errors.iter().copied().fold(0.0, f64::max));
+                curve.mean_error_vs_exact = Some(errors.iter().sum::<f64>() / errors.len().max(1) as f64);
             }
         }
     }
@@ -729,6 +735,7 @@ fn opt_curve(sequence: &[(u32, u64)], lines: usize, sizes: &[u64], line_bytes: u
         final_rate: 1.0,
         points,
         max_error_vs_exact: None,
+        mean_error_vs_exact: None,
     }
 }
 
