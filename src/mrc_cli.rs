@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use iocache_sim::mini::mini_curves;
 use iocache_sim::mrc::{miss_ratio_curves, MrcMethod, MrcReport};
 use iocache_sim::CacheSize;
 
@@ -34,9 +35,13 @@ pub struct TraceMrcArgs {
     /// Methods, comma separated: exact (stack distances, every access), shards:RATE[:SEED] (spatial
     /// sampling at RATE, e.g. shards:0.01; a SEED changes which lines are sampled),
     /// shards-fixed:LINES (at most LINES sampled lines), opt
-    /// (Belady: the bound no policy beats; computed per size).
+    /// (Belady: the bound no policy beats; computed per size), mini:RATE[:SEED] (miniature
+    /// simulation of every --policy: SHARDS's sample through caches scaled down by RATE).
     #[arg(long, default_value = "exact", value_delimiter = ',', value_name = "METHODS")]
     method: Vec<String>,
+    /// The policies of the miniature curves (mini:RATE), comma separated (`iocache policies`).
+    #[arg(long, default_value = "lru", value_delimiter = ',', value_name = "NAMES")]
+    policy: Vec<String>,
     /// Write the curves as JSON to PATH, or to stdout with `-` (docs/sim-json.md).
     #[arg(long, value_name = "PATH|-")]
     json: Option<String>,
@@ -54,11 +59,27 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
         skip_bad_lines: args.skip_bad_lines,
     };
     let line = parse_line_size(&args.line_size)?;
-    let methods = args
-        .method
+    let mut methods = Vec::new();
+    let mut minis = Vec::new();
+    for m in &args.method {
+        match m.trim().strip_prefix("mini:") {
+            Some(rest) => minis.push(mini_method(m, rest)?),
+            None => methods.push(m.parse::<MrcMethod>()?),
+        }
+    }
+    let policies = args
+        .policy
         .iter()
-        .map(|m| m.parse::<MrcMethod>())
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|p| {
+            p.parse::<iocache_core::PolicySpec>()
+                .map_err(|e| anyhow::anyhow!("--policy {p}: {e}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // Miniature curves read the trace again (after the other curves, or
+    // after counting the footprint for their sizes).
+    if !minis.is_empty() && (!methods.is_empty() || args.sizes.is_empty()) && input.is_stdin() {
+        bail!("mini:RATE reads the trace a second time, which stdin cannot give: name the trace file");
+    }
     let sizes: Vec<u64> = args
         .sizes
         .iter()
@@ -86,15 +107,67 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
     let report_file = OutputFile::check_path("--report", args.report.as_deref())?;
     let mut reader = input.open().map_err(|e| input.explain(e))?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
-    let report = miss_ratio_curves(
-        &mut reader,
-        line,
-        &methods,
-        (!sizes.is_empty()).then_some(sizes.as_slice()),
-        &mut |r, n| bar.update(r, n),
-    )
-    .map_err(|e| input.explain(e.into()))?;
+    let mut report = if methods.is_empty() {
+        MrcReport {
+            trace: reader.name().to_string(),
+            format: reader.format().to_string(),
+            line_size: line.bytes(),
+            requests: 0,
+            line_accesses: 0,
+            footprint_lines: 0,
+            seconds: 0.0,
+            curves: Vec::new(),
+        }
+    } else {
+        miss_ratio_curves(
+            &mut reader,
+            line,
+            &methods,
+            (!sizes.is_empty()).then_some(sizes.as_slice()),
+            &mut |r, n| bar.update(r, n),
+        )
+        .map_err(|e| input.explain(e.into()))?
+    };
     bar.finish();
+    if !minis.is_empty() {
+        let started = std::time::Instant::now();
+        let mini_sizes = if !sizes.is_empty() {
+            sizes.clone()
+        } else if let Some(curve) = report.curves.first() {
+            curve.points.iter().map(|p| p.cache_lines).collect()
+        } else {
+            let reader = input.open().map_err(|e| input.explain(e))?;
+            report.footprint_lines = iocache_lab::experiment::footprint_lines(reader, line)?;
+            iocache_sim::mrc::default_sizes(report.footprint_lines)
+        };
+        for &(rate, seed) in &minis {
+            let mut reader = input.open().map_err(|e| input.explain(e))?;
+            let (curves, requests) = mini_curves(
+                &mut reader,
+                line,
+                &policies,
+                &mini_sizes,
+                rate,
+                seed,
+                &mut |r, n| bar.update(r, n),
+            )
+            .map_err(|e| input.explain(e.into()))?;
+            bar.finish();
+            if report.requests == 0 {
+                report.requests = requests;
+                report.line_accesses = curves.first().map_or(0, |c| c.accesses as u64);
+            }
+            if report.footprint_lines == 0 {
+                // Only sizes were given: the sample's estimate.
+                report.footprint_lines = curves
+                    .first()
+                    .map_or(0, |c| (c.sampled_lines as f64 / rate).round() as u64);
+            }
+            report.curves.extend(curves);
+        }
+        iocache_sim::mrc::compare_with_exact(&mut report.curves);
+        report.seconds += started.elapsed().as_secs_f64();
+    }
     if report.requests == 0 {
         bail!("{}: the trace holds no data requests", reader.name());
     }
@@ -111,6 +184,23 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
     }
     print_table(&report);
     Ok(())
+}
+
+/// `mini:RATE[:SEED]`'s rate and seed (`text` is the whole method).
+fn mini_method(text: &str, rest: &str) -> Result<(f64, u64)> {
+    let (rate, seed) = match rest.split_once(':') {
+        Some((rate, seed)) => (
+            rate,
+            seed.trim()
+                .parse::<u64>()
+                .map_err(|_| anyhow::anyhow!("--method {text}: the seed is not a whole number"))?,
+        ),
+        None => (rest, 0),
+    };
+    match rate.trim().parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 1.0 => Ok((r, seed)),
+        _ => bail!("--method {text}: the rate of mini:RATE is above 0 and at most 1 (e.g. mini:0.01)"),
+    }
 }
 
 fn print_table(report: &MrcReport) {

@@ -1591,3 +1591,62 @@ fn sim_csv_has_a_row_per_run_with_the_lab_columns() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `trace mrc --method mini:RATE --policy P,Q`: at rate 1 a miniature
+/// curve is the full simulation, point for point, for any policy (and
+/// LRU's is the exact curve); sampled, LRU's is compared with exact.
+#[test]
+fn miniature_curves_of_any_policy_equal_full_simulations_at_rate_one() {
+    let json = run_json(&[
+        "trace",
+        "mrc",
+        SAMPLE,
+        "--method",
+        "exact,mini:1,mini:0.5",
+        "--policy",
+        "lru,arc,s3fifo",
+        "--sizes",
+        "64,1000,5000",
+        "--json",
+        "-",
+    ]);
+    let curves = json["curves"].as_array().unwrap();
+    let curve = |method: &str| {
+        curves
+            .iter()
+            .find(|c| c["method"] == method)
+            .unwrap_or_else(|| panic!("no {method} in {json}"))
+    };
+    for policy in ["lru", "arc", "s3fifo"] {
+        let mini = curve(&format!("mini:1 {policy}"));
+        assert_eq!(mini["policy"], policy);
+        for point in mini["points"].as_array().unwrap() {
+            let lines = point["cache_lines"].to_string();
+            let sim = run_json(&[
+                "sim",
+                "--trace",
+                SAMPLE,
+                "--policy",
+                policy,
+                "--cache-size",
+                &lines,
+                "--json",
+                "-",
+            ]);
+            let miss = 1.0 - sim["runs"][0]["hit_ratio"].as_f64().unwrap();
+            let got = point["miss_ratio"].as_f64().unwrap();
+            assert!(
+                (got - miss).abs() < 1e-12,
+                "{policy} at {lines}: mini {got}, sim {miss}"
+            );
+        }
+    }
+    assert_eq!(curve("mini:1 lru")["max_error_vs_exact"].as_f64(), Some(0.0));
+    assert!(curve("mini:0.5 lru")["mean_error_vs_exact"].as_f64().is_some());
+    // Only LRU's miniature estimates the exact (LRU) curve.
+    assert!(curve("mini:0.5 arc").get("max_error_vs_exact").is_none());
+    fails_saying(
+        &["trace", "mrc", SAMPLE, "--method", "mini:0"],
+        &["mini:RATE", "at most 1"],
+    );
+}

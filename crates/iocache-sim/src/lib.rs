@@ -7,6 +7,7 @@
 pub mod adapt;
 pub mod burst;
 mod error;
+pub mod mini;
 pub mod mrc;
 pub mod reca;
 pub mod report;

@@ -134,6 +134,9 @@ pub struct MrcPoint {
 #[derive(Clone, Debug, Serialize)]
 pub struct MrcCurve {
     pub method: String,
+    /// The replacement policy the curve is of: `lru` for the exact and
+    /// SHARDS curves, `opt` for Belady's, a miniature's own policy.
+    pub policy: String,
     /// Line accesses the curve stands for (sampled ones scaled by 1/rate).
     pub accesses: f64,
     /// Line accesses actually tracked.
@@ -242,10 +245,26 @@ fn rate_of(threshold: u64) -> f64 {
     }
 }
 
+/// The hash threshold below which a line is sampled at `rate` (`u64::MAX`:
+/// every line), and the salt of `seed` (0: the default hash).
+pub(crate) fn sample_threshold(rate: f64, seed: u64) -> (u64, u64) {
+    let salt = if seed == 0 { 0 } else { splitmix64_mix(seed) };
+    if rate >= 1.0 {
+        (u64::MAX, salt)
+    } else {
+        ((rate * 2f64.powi(64)) as u64, salt)
+    }
+}
+
+/// Whether a line of hash `hash` is in the sample below `threshold`.
+pub(crate) fn is_sampled(hash: u64, threshold: u64) -> bool {
+    threshold == u64::MAX || hash < threshold
+}
+
 /// A line's place in the hash space: the SplitMix64 finalizer over the
 /// line index, the volume and the salt, so that low and high bits are
 /// uniform (Fx, the maps' hash, is not a good sampler on its own).
-fn line_hash(key: LineKey, salt: u64) -> u64 {
+pub(crate) fn line_hash(key: LineKey, salt: u64) -> u64 {
     splitmix64_mix(key.line_index ^ (u64::from(key.volume) << 48) ^ 0x9e37_79b9_7f4a_7c15 ^ salt)
 }
 
@@ -257,11 +276,7 @@ impl Accumulator {
     fn with_min_times(method: MrcMethod, min_times: usize) -> Self {
         let (threshold, salt) = match method {
             MrcMethod::Exact | MrcMethod::ShardsFixed { .. } | MrcMethod::Opt => (u64::MAX, 0),
-            MrcMethod::Shards { rate, .. } if rate >= 1.0 => (u64::MAX, 0),
-            MrcMethod::Shards { rate, seed } => (
-                (rate * 2f64.powi(64)) as u64,
-                if seed == 0 { 0 } else { splitmix64_mix(seed) },
-            ),
+            MrcMethod::Shards { rate, seed } => sample_threshold(rate, seed),
         };
         let marks = TimeMarks::new(min_times);
         Accumulator {
@@ -529,6 +544,7 @@ impl Accumulator {
         }
         MrcCurve {
             method: self.method.to_string(),
+            policy: "lru".into(),
             accesses: total / rate,
             sampled_accesses: self.sampled_accesses,
             sampled_lines: self.lines_tracked as u64,
@@ -537,6 +553,38 @@ impl Accumulator {
             max_error_vs_exact: None,
             mean_error_vs_exact: None,
         }
+    }
+}
+
+/// Sets each estimate's difference from the exact curve (mean and largest,
+/// at the sizes both have), when `curves` holds the exact one. OPT is a
+/// bound, not an estimate, and is left alone; a miniature curve of a
+/// policy other than LRU estimates that policy's curve, not LRU's, and
+/// is left alone too.
+pub fn compare_with_exact(curves: &mut [MrcCurve]) {
+    let Some(exact) = curves.iter().position(|c| c.method == "exact") else {
+        return;
+    };
+    let reference: std::collections::BTreeMap<u64, f64> = curves[exact]
+        .points
+        .iter()
+        .map(|p| (p.cache_lines, p.miss_ratio))
+        .collect();
+    for (i, curve) in curves.iter_mut().enumerate() {
+        let estimates_lru = curve.policy == "lru";
+        if i == exact || !estimates_lru {
+            continue;
+        }
+        let errors: Vec<f64> = curve
+            .points
+            .iter()
+            .filter_map(|p| Some((p.miss_ratio - reference.get(&p.cache_lines)?).abs()))
+            .collect();
+        if errors.is_empty() {
+            continue;
+        }
+        curve.max_error_vs_exact = Some(errors.iter().copied().fold(0.0, f64::max));
+        curve.mean_error_vs_exact = Some(errors.iter().sum::<f64>() / errors.len() as f64);
     }
 }
 
@@ -650,22 +698,7 @@ pub fn miss_ratio_curves(
             _ => finished.next().expect("one accumulator per other method"),
         })
         .collect();
-    if let Some(exact) = curves.iter().position(|c| c.method == "exact") {
-        let reference: Vec<f64> = curves[exact].points.iter().map(|p| p.miss_ratio).collect();
-        for (i, curve) in curves.iter_mut().enumerate() {
-            // OPT is a bound, not an estimate of the exact curve.
-            if i != exact && curve.method != "opt" {
-                let errors: Vec<f64> = curve
-                    .points
-                    .iter()
-                    .zip(&reference)
-                    .map(|(p, r)| (p.miss_ratio - r).abs())
-                    .collect();
-                curve.max_error_vs_exact = Some(errors.iter().copied().fold(0.0, f64::max));
-                curve.mean_error_vs_exact = Some(errors.iter().sum::<f64>() / errors.len().max(1) as f64);
-            }
-        }
-    }
+    compare_with_exact(&mut curves);
     Ok(MrcReport {
         trace: reader.name().to_string(),
         format: reader.format().to_string(),
@@ -729,6 +762,7 @@ fn opt_curve(sequence: &[(u32, u64)], lines: usize, sizes: &[u64], line_bytes: u
         .collect();
     MrcCurve {
         method: "opt".into(),
+        policy: "opt".into(),
         accesses: total,
         sampled_accesses: sequence.len() as u64,
         sampled_lines: lines as u64,
