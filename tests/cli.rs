@@ -1250,9 +1250,7 @@ fn every_serve_flag_is_documented_and_every_documented_flag_exists() {
 /// run is refused before it starts, naming the conflict.
 #[test]
 fn every_sim_output_is_written_with_every_other() {
-    let dir = std::env::temp_dir().join(format!("iocache-cli-outputs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = lab_dir("outputs");
     let at = |name: &str| dir.join(name).display().to_string();
     let base = [
         "sim",
@@ -1339,12 +1337,10 @@ fn every_sim_output_is_written_with_every_other() {
 /// and the windows, and a load balancer's totals.
 #[test]
 fn adaptive_decisions_in_the_json_equal_the_text() {
-    let dir = std::env::temp_dir().join(format!("iocache-cli-decisions-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = lab_dir("decisions");
     let trace = dir.join("phases.csv").display().to_string();
     run_ok(&["gen", "examples/workloads/reca-phases.toml", "-o", &trace]);
-    let reca = [
+    let sim = [
         "sim",
         "--trace",
         &trace,
@@ -1354,11 +1350,8 @@ fn adaptive_decisions_in_the_json_equal_the_text() {
         "1",
         "--cache-size",
         "64MiB",
-        "--adapt",
-        "reca",
-        "--reca-window",
-        "10000",
     ];
+    let reca = [&sim[..], &["--adapt", "reca", "--reca-window", "10000"]].concat();
     let text = stdout(&run_ok(&reca));
     let json = run_json(&[&reca[..], &["--json", "-"]].concat());
     let run = &json["runs"][0]["reca"];
@@ -1435,20 +1428,7 @@ fn adaptive_decisions_in_the_json_equal_the_text() {
         );
     }
     // A load balancer's totals, as its summary line gives them.
-    let lbica = [
-        "sim",
-        "--trace",
-        &trace,
-        "--format",
-        "msr",
-        "--threads",
-        "1",
-        "--cache-size",
-        "64MiB",
-        "--timing",
-        "--adapt",
-        "lbica",
-    ];
+    let lbica = [&sim[..], &["--timing", "--adapt", "lbica"]].concat();
     let text = stdout(&run_ok(&lbica));
     let json = run_json(&[&lbica[..], &["--json", "-"]].concat());
     let adapt = &json["runs"][0]["adapt"];
