@@ -69,6 +69,9 @@ struct Load {
     starts_s: Vec<f64>,
     wt: Vec<u64>,
     wb: Vec<u64>,
+    /// Blocks write-back still owes the backend when the trace ends: its
+    /// dirty data, written back some time after (a flush, a shutdown).
+    wb_pending: u64,
     window_wss: Vec<u64>,
     total_wss: Vec<u64>,
     footprint: u64,
@@ -105,6 +108,7 @@ fn load(requests: &[Request], line: LineSize) -> Result<Load> {
         starts_s: (0..n).map(|i| (i as u64 * width) as f64 / 1e9).collect(),
         wt: vec![0; n],
         wb: vec![0; n],
+        wb_pending: 0,
         window_wss: vec![0; n],
         total_wss: vec![0; n],
         footprint,
@@ -126,12 +130,10 @@ fn load(requests: &[Request], line: LineSize) -> Result<Load> {
         };
         let mut cache = Cache::new(spec.cache_config())?;
         let mut ops = OpList::new();
-        for r in requests {
-            cache.access(r, &mut ops)?;
-            // In 4 KiB blocks, so merged transfers and per-line
-            // write-backs count alike (dm-cache moves whole blocks).
-            counts[slot(r.now_ns)] += ops
-                .ops()
+        // In 4 KiB blocks, so merged transfers and per-line write-backs
+        // count alike (dm-cache moves whole blocks).
+        let blocks = |ops: &OpList| -> u64 {
+            ops.ops()
                 .iter()
                 .map(|op| match *op {
                     Op::ReadBackend { length_bytes, .. } | Op::WriteBackend { length_bytes, .. } => {
@@ -140,7 +142,22 @@ fn load(requests: &[Request], line: LineSize) -> Result<Load> {
                     Op::WriteBack { length_bytes, .. } => u64::from(length_bytes).div_ceil(4096),
                     _ => 0,
                 })
-                .sum::<u64>();
+                .sum::<u64>()
+        };
+        for r in requests {
+            cache.access(r, &mut ops)?;
+            counts[slot(r.now_ns)] += blocks(&ops);
+        }
+        if policy == WritePolicy::WriteBack {
+            // What is still dirty reaches the backend too, after the trace.
+            let mut tokens = Vec::new();
+            cache.begin_flush(
+                iocache_core::FlushOrder::Oldest,
+                usize::MAX,
+                &mut ops,
+                &mut tokens,
+            );
+            out.wb_pending = blocks(&ops);
         }
     }
     let mut seen: HashSet<LineKey> = HashSet::new();
@@ -250,7 +267,9 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             continue;
         }
         let l = load(&reqs, line)?;
-        let (wt, wb): (u64, u64) = (l.wt.iter().sum(), l.wb.iter().sum());
+        // Write-back's total counts the dirty data still cached at the end:
+        // the backend receives it later, not never.
+        let (wt, wb): (u64, u64) = (l.wt.iter().sum(), l.wb.iter().sum::<u64>() + l.wb_pending);
         let reduction = (1.0 - wb as f64 / wt.max(1) as f64) * 100.0;
         for (a, b) in l.wb.iter().zip(&l.wt) {
             if *b > 0 {
@@ -263,7 +282,10 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         verdict.push(Claim::new(
             "Figs. 13-16",
             "write-back cuts the server's I/O load by 52-94 % against write-through (FIU traces)",
-            format!("{name}: {reduction:.1} % less backend load ({wb} vs {wt} blocks of 4 KiB)"),
+            format!(
+                "{name}: {reduction:.1} % less backend load ({wb} vs {wt} blocks of 4 KiB; write-back's count includes the {} blocks still dirty when the trace ends)",
+                l.wb_pending
+            ),
             Check::Effect {
                 paper_lo: 52.0,
                 paper_hi: 94.0,
