@@ -17,8 +17,6 @@ use super::*;
 #[derive(Default)]
 pub(super) struct Outbox {
     queue: VecDeque<Queued>,
-    /// Bytes in `queue`.
-    queued_bytes: usize,
     /// No more replies will come: the writer thread leaves once the queue
     /// is empty.
     closed: bool,
@@ -39,6 +37,11 @@ pub(super) struct Replies {
     queued: Condvar,
     /// Signalled when the writer thread wrote a reply (or gave up).
     written: Condvar,
+    /// Bytes queued and not yet written: read without the queue's lock on
+    /// every request and reply, changed only under it (so a waiter for
+    /// room misses no change). Under the writer's lock, 0 means the queue
+    /// is empty: a reply leaves the queue only under that lock.
+    queued_bytes: AtomicUsize,
     /// The connection has a writer thread: without one (it could not be
     /// created) every reply is written by the thread that served it,
     /// waiting for the client as long as it must.
@@ -118,10 +121,7 @@ impl<S: ConnectionStream> Conn<'_, S> {
         }
         if !self.replies.has_writer.load(Ordering::Relaxed) {
             let mut w = lock(&self.writer);
-            let pressure = || self.shared.global.contended();
-            if write_all_within(&mut *w, bytes, self.shared.config.reply_timeout, pressure).is_err() {
-                self.break_connection();
-            }
+            self.write_waiting(&mut w, bytes);
             drop(w);
             self.done_many(costs);
             return;
@@ -130,7 +130,7 @@ impl<S: ConnectionStream> Conn<'_, S> {
         // only one writing; an empty queue (checked under it) means no
         // reply goes before this one.
         if let Ok(mut w) = self.writer.try_lock() {
-            if lock(&self.replies.outbox).queue.is_empty() {
+            if self.replies.queued_bytes.load(Ordering::Acquire) == 0 {
                 let written = match write_now(&mut *w, bytes) {
                     Ok(n) => n,
                     Err(_) => {
@@ -160,7 +160,9 @@ impl<S: ConnectionStream> Conn<'_, S> {
             costs: costs.to_vec(),
         };
         let mut out = lock(&self.replies.outbox);
-        out.queued_bytes += queued.bytes.len();
+        self.replies
+            .queued_bytes
+            .fetch_add(queued.bytes.len(), Ordering::AcqRel);
         if first {
             out.queue.push_front(queued);
         } else {
@@ -176,14 +178,16 @@ impl<S: ConnectionStream> Conn<'_, S> {
     /// client sending FLUSHes and reading nothing would otherwise grow the
     /// queue without end.
     pub(super) fn has_room(&self) -> bool {
-        lock(&self.replies.outbox).queued_bytes <= self.shared.config.max_inflight_bytes
+        self.replies.queued_bytes.load(Ordering::Acquire) <= self.shared.config.max_inflight_bytes
     }
 
     /// Waits until [`Conn::has_room`], or the connection broke.
     pub(super) fn wait_for_room(&self) {
         let limit = self.shared.config.max_inflight_bytes;
         let mut out = lock(&self.replies.outbox);
-        while out.queued_bytes > limit && !self.broken.load(Ordering::Relaxed) {
+        while self.replies.queued_bytes.load(Ordering::Acquire) > limit
+            && !self.broken.load(Ordering::Relaxed)
+        {
             out = self
                 .replies
                 .written
@@ -243,7 +247,12 @@ impl<S: ConnectionStream> Conn<'_, S> {
     /// its budget back; the caller holds the writer's lock.
     fn write_queued(&self, w: &mut S, queued: Queued) {
         self.write_waiting(w, &queued.bytes);
-        lock(&self.replies.outbox).queued_bytes -= queued.bytes.len();
+        {
+            let _queue = lock(&self.replies.outbox);
+            self.replies
+                .queued_bytes
+                .fetch_sub(queued.bytes.len(), Ordering::AcqRel);
+        }
         self.done_many(&queued.costs);
         self.replies.written.notify_all();
     }
