@@ -129,13 +129,17 @@ struct SimArgs {
     /// Sequential cutoff: off, or a stream length after which requests bypass (1MiB[:streams=16]).
     #[arg(long, default_value = "off", value_name = "BYTES|off")]
     seq_cutoff: String,
+    /// Sequential readahead: off, or seq[:min=64KiB][:max=1MiB][:streams=16] (a read that
+    /// continues a stream has the lines after it fetched into the cache).
+    #[arg(long, default_value = "off", value_name = "off|seq[:...]")]
+    readahead: String,
     /// Requests that only warm the cache: a fraction of the trace (0.2) or a count (100000).
     #[arg(long, value_name = "FRACTION|REQUESTS")]
     warmup: Option<String>,
     /// Change knobs during the replay (repeatable), as `iocache ctl set` does on a server:
     /// REQUEST:KEY=VALUE[,KEY=VALUE...] applies before that request (0-based),
     /// TIME:KEY=VALUE[,...] from that trace time on (30s, 500ms). Keys: write_policy,
-    /// promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines.
+    /// promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines, readahead.
     #[arg(long, value_name = "AT:KEY=VALUE,...")]
     reconfigure: Vec<String>,
     /// Restart every cache every DURATION of trace time (1h, 30m), or at the given trace times
@@ -486,6 +490,10 @@ fn run_sim(args: SimArgs) -> Result<()> {
             .seq_cutoff
             .parse()
             .map_err(|e| anyhow::anyhow!("--seq-cutoff: {e}"))?,
+        readahead: args
+            .readahead
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--readahead: {e}"))?,
     };
     let mut specs = combinations(&policies, &sizes, &line_sizes, &settings)?;
     if shares.iter().any(Option::is_some) {

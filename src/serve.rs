@@ -33,7 +33,7 @@ pub struct ServeArgs {
     /// the one the flags below describe.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "backend_id", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
-        "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "max_dirty_lines", "io_engine", "direct",
+        "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "readahead", "max_dirty_lines", "io_engine", "direct",
         "persistence", "clean_check_budget", "commit_interval", "read_only", "discard", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
@@ -95,6 +95,11 @@ pub struct ServeArgs {
     /// Sequential cutoff: off, or a stream length after which requests bypass (1MiB[:streams=16]).
     #[arg(long, default_value = "off", value_name = "BYTES|off")]
     seq_cutoff: String,
+    /// Sequential readahead: off, or seq[:min=64KiB][:max=1MiB][:streams=16]. A read that
+    /// continues a stream has the lines after it read from the backend into the cache in
+    /// the background.
+    #[arg(long, default_value = "off", value_name = "off|seq[:...]")]
+    readahead: String,
     /// At most this many dirty lines in the cache (a write that would make one more is written
     /// through) [default: no cap].
     #[arg(long, value_name = "LINES")]
@@ -551,6 +556,7 @@ impl ServeArgs {
             write_miss_bypass: self.write_miss_bypass,
             max_dirty_lines: self.max_dirty_lines,
             seq_cutoff: self.seq_cutoff,
+            readahead: self.readahead,
             io_engine: self.io_engine,
             direct: self.direct,
             persistence: self.persistence,

@@ -627,6 +627,68 @@ fn lab_shards_merge_to_one_run_and_runs_resume() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The admission policies and the readahead are lab knobs: every point of
+/// a grid over them equals `iocache sim` with the same flags, and only
+/// readahead points carry the fetch counts.
+#[test]
+fn lab_grids_admission_and_readahead_as_sim_runs_them() {
+    let dir = lab_dir("lab-admission");
+    let experiment = write_experiment(
+        &dir,
+        "[[workload]]\nname = \"s\"\ntrace = \"{trace}\"\nformat = \"arc\"\n[grid]\ncache_size = [\"256\"]\n\
+         promotion = [\"always\", \"second-hit\", \"random:0.5\", \"request-size:4KiB\"]\n\
+         readahead = [\"off\", \"seq:min=8KiB\"]\n",
+        &sample_path(),
+    );
+    let out = dir.join("r.jsonl");
+    run_ok(&[
+        "lab",
+        "run",
+        experiment.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 8);
+    let mut fetched = 0;
+    for row in &rows {
+        let promotion = row["promotion"].as_str().unwrap();
+        let readahead = row["readahead"].as_str().unwrap();
+        let sim = run_json(&[
+            "sim",
+            "--trace",
+            SAMPLE,
+            "--cache-size",
+            "256",
+            "--promotion",
+            promotion,
+            "--readahead",
+            readahead,
+            "--json",
+            "-",
+        ]);
+        let run = &sim["runs"][0];
+        for key in ["hits", "promotions", "cache_write_bytes", "backend_read_bytes"] {
+            assert_eq!(row[key], run[key], "{key} of {promotion} {readahead}");
+        }
+        if readahead == "off" {
+            assert!(row.get("prefetched_lines").is_none(), "{row}");
+        } else {
+            assert_eq!(row["prefetched_lines"], run["prefetched_lines"]);
+            fetched += row["prefetched_lines"].as_u64().unwrap();
+        }
+    }
+    assert!(
+        fetched > 0,
+        "the sample has sequential runs: readahead fetched something"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `cache_size = "10%"` in a lab grid is that share of the workload's
 /// footprint (as `iocache trace stats` counts it), and the point equals
 /// `iocache sim` at that many lines.

@@ -780,9 +780,9 @@ fn config_error(dir: &Path, toml: &str) -> String {
 fn config_errors_name_the_file_the_volume_and_the_key() {
     let dir = temp_dir("config-bad");
     std::fs::create_dir_all(&dir).unwrap();
-    let unknown = TWO_VOLUMES.replace("lookup = \"coarse\"", "lookup = \"coarse\"\nreadahead = 4");
+    let unknown = TWO_VOLUMES.replace("lookup = \"coarse\"", "lookup = \"coarse\"\nreadahead_depth = 4");
     let err = config_error(&dir, &unknown);
-    assert!(err.contains("unknown field `readahead`"), "{err}");
+    assert!(err.contains("unknown field `readahead_depth`"), "{err}");
     let unknown_server = TWO_VOLUMES.replace("listen = ", "tcp = ");
     let err = config_error(&dir, &unknown_server);
     assert!(err.contains("`tcp`"), "{err}");

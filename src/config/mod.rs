@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use iocache_core::units::{format_byte_size, format_duration_ns, parse_byte_size, parse_duration_ns};
-use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, WritePolicy};
+use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, Readahead, SeqCutoff, WritePolicy};
 use iocache_engine::{BalanceConfig, BalanceController, IoMode, Lookup, Persistence};
 pub use iocache_serving::config::{
     is_nbd_uri, normalize, Adapt, CacheDeviceConfig, DiscardMode, KeyOwner, Origin, RecaConfig, ServeConfig,
@@ -37,7 +37,7 @@ type CacheKey = (&'static str, fn(&CacheDeviceConfig) -> String);
 /// The keys that describe a cache device, each with its value as text (to
 /// compare two volumes that write it): written in the cache's `[[cache]]`
 /// table, or in the `[[volume]]` tables of the volumes that share it.
-const CACHE_KEYS: [CacheKey; 22] = [
+const CACHE_KEYS: [CacheKey; 23] = [
     ("cache_size", |c| {
         c.cache_bytes.map_or("the device's size".into(), format_byte_size)
     }),
@@ -55,6 +55,7 @@ const CACHE_KEYS: [CacheKey; 22] = [
     ("commit_interval", |c| format_duration_ns(c.commit_interval_ns)),
     ("write_policy", |c| c.write_policy.to_string()),
     ("seq_cutoff", |c| c.seq_cutoff.to_string()),
+    ("readahead", |c| c.readahead.to_string()),
     ("write_miss_bypass", |c| c.write_miss_bypass.to_string()),
     ("max_dirty_lines", |c| {
         c.max_dirty_lines.map_or("off".into(), |n| n.to_string())
@@ -229,6 +230,8 @@ pub struct VolumeText {
     pub max_dirty_lines: Option<u64>,
     #[serde(default = "default_seq_cutoff")]
     pub seq_cutoff: String,
+    #[serde(default = "default_seq_cutoff")]
+    pub readahead: String,
     #[serde(default = "default_io_engine")]
     pub io_engine: String,
     #[serde(default)]
@@ -489,6 +492,10 @@ impl VolumeText {
             .seq_cutoff
             .parse()
             .map_err(|e| anyhow!("{}{e}", parse("seq_cutoff")))?;
+        let readahead: Readahead = self
+            .readahead
+            .parse()
+            .map_err(|e| anyhow!("{}{e}", parse("readahead")))?;
         let persistence: Persistence = self
             .persistence
             .parse()
@@ -587,6 +594,7 @@ impl VolumeText {
             cleaning,
             write_miss_bypass: self.write_miss_bypass,
             seq_cutoff,
+            readahead,
             max_dirty_lines: self.max_dirty_lines,
             io,
             io_auto,

@@ -478,6 +478,7 @@ fn flags_name_flags() {
         write_miss_bypass: false,
         max_dirty_lines: None,
         seq_cutoff: "off".into(),
+        readahead: "off".into(),
         io_engine: "auto".into(),
         direct: false,
         persistence: "dirty".into(),

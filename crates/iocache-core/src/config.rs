@@ -7,7 +7,9 @@ use crate::addr::LineSize;
 use crate::cleaning::CleaningPolicy;
 use crate::error::CoreError;
 use crate::policy::PolicySpec;
+use crate::readahead::Readahead;
 use crate::seq_cutoff::SeqCutoff;
+use crate::units::{format_byte_size, parse_byte_size};
 
 /// What happens to writes (and whether read misses are inserted).
 ///
@@ -98,7 +100,9 @@ impl FromStr for WritePolicy {
     }
 }
 
-/// When a missed line is inserted into the cache.
+/// When a missed line is inserted into the cache: the admission policy.
+/// Every variant decides per missed line; a prefetch fill is admitted
+/// whatever it says (a prefetch is an admission decision of its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Promotion {
     /// Every miss is inserted.
@@ -108,15 +112,42 @@ pub enum Promotion {
     /// occupancy every miss is inserted, as OCF's trigger threshold does (OCF's
     /// default is 80; ours is 0, so the threshold always applies unless asked).
     NHit { threshold: u32, trigger_percent: u32 },
+    /// Each missed line is inserted with probability `per_million` / 10^6,
+    /// drawn from a generator seeded with `seed` (the same run decides the
+    /// same way).
+    Random { per_million: u32, seed: u64 },
+    /// A missed line is inserted when it missed before: its second miss
+    /// within the memory of a counting Bloom filter of
+    /// `counters_per_line` 2-bit counters per cache line, which remembers a
+    /// first miss for between one and two times the cache's lines of
+    /// misses (so the memory is fixed and old misses fade). False positives admit a first miss now and then; a
+    /// line whose earlier miss is still remembered is never refused.
+    SecondHit { counters_per_line: u32 },
+    /// Only the lines of requests of at most `max_request_bytes` are
+    /// inserted (large requests are usually scans).
+    RequestSize { max_request_bytes: u64 },
+    /// Lines are inserted only while the bytes written to the cache device
+    /// (fills and writes alike) stay within `bytes_per_sec` on average, with
+    /// a burst of one second's budget: a token bucket refilled by the
+    /// caller's clock and drained by the cache's own write counter, checked
+    /// once per request.
+    WriteRate { bytes_per_sec: u64 },
 }
 
 impl Promotion {
-    pub const SYNTAX: &'static str = "always, nhit:N or nhit:N:trigger=PERCENT";
+    pub const SYNTAX: &'static str =
+        "always, nhit:N[:trigger=PERCENT], random:P (a probability, 0 < P <= 1)[:seed=N], \
+second-hit[:counters=N], request-size:SIZE or write-rate:SIZE/s";
+
+    /// Counters per cache line of `second-hit` unless given.
+    /// (16: 4 bytes per line; 1.1 % false positives with three hash
+    /// functions in `tests/admission.rs`.)
+    pub const SECOND_HIT_COUNTERS_PER_LINE: u32 = 16;
 }
 
 impl fmt::Display for Promotion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
+        match *self {
             Promotion::Always => f.write_str("always"),
             Promotion::NHit {
                 threshold,
@@ -126,6 +157,28 @@ impl fmt::Display for Promotion {
                 threshold,
                 trigger_percent,
             } => write!(f, "nhit:{threshold}:trigger={trigger_percent}"),
+            Promotion::Random { per_million, seed } => {
+                let p = format!("{:.6}", per_million as f64 / 1e6);
+                let p = p.trim_end_matches('0').trim_end_matches('.');
+                match seed {
+                    0 => write!(f, "random:{p}"),
+                    _ => write!(f, "random:{p}:seed={seed}"),
+                }
+            }
+            Promotion::SecondHit { counters_per_line }
+                if counters_per_line == Self::SECOND_HIT_COUNTERS_PER_LINE =>
+            {
+                f.write_str("second-hit")
+            }
+            Promotion::SecondHit { counters_per_line } => {
+                write!(f, "second-hit:counters={counters_per_line}")
+            }
+            Promotion::RequestSize { max_request_bytes } => {
+                write!(f, "request-size:{}", format_byte_size(max_request_bytes))
+            }
+            Promotion::WriteRate { bytes_per_sec } => {
+                write!(f, "write-rate:{}/s", format_byte_size(bytes_per_sec))
+            }
         }
     }
 }
@@ -138,44 +191,116 @@ impl FromStr for Promotion {
             reason: reason.to_string(),
         };
         let trimmed = s.trim();
-        if trimmed == "always" {
-            return Ok(Promotion::Always);
-        }
-        let Some(rest) = trimmed
-            .strip_prefix("nhit")
-            .filter(|rest| rest.is_empty() || rest.starts_with(':'))
-        else {
-            return Err(CoreError::UnknownName {
+        let (name, rest) = trimmed.split_once(':').unwrap_or((trimmed, ""));
+        let mut params = rest.split(':').filter(|p| !p.is_empty());
+        let unknown = |param: &str| bad(&format!("unknown parameter `{param}`"));
+        match name {
+            "always" if rest.is_empty() => Ok(Promotion::Always),
+            "nhit" => {
+                let threshold: u32 = match rest
+                    .split(':')
+                    .next()
+                    .filter(|n| !n.is_empty() && !n.contains('='))
+                {
+                    None => 3,
+                    Some(n) => {
+                        params.next();
+                        n.parse().map_err(|_| bad("the hit count N must be an integer"))?
+                    }
+                };
+                if !(1..=1000).contains(&threshold) {
+                    return Err(bad("the hit count N must be between 1 and 1000"));
+                }
+                let mut trigger_percent = 0;
+                for param in params {
+                    match param.split_once('=') {
+                        Some(("trigger", value)) => {
+                            trigger_percent = value
+                                .parse()
+                                .ok()
+                                .filter(|p| *p <= 100)
+                                .ok_or_else(|| bad("trigger must be a percentage from 0 to 100"))?;
+                        }
+                        _ => return Err(unknown(param)),
+                    }
+                }
+                Ok(Promotion::NHit {
+                    threshold,
+                    trigger_percent,
+                })
+            }
+            "random" => {
+                let p: f64 = params
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .filter(|p: &f64| *p > 0.0 && *p <= 1.0)
+                    .ok_or_else(|| {
+                        bad("give the probability of admission, above 0 and at most 1: random:0.1")
+                    })?;
+                let per_million = (p * 1e6).round() as u32;
+                if per_million == 0 {
+                    return Err(bad("the probability must be at least 0.000001"));
+                }
+                let mut seed = 0;
+                for param in params {
+                    match param.split_once('=') {
+                        Some(("seed", n)) => {
+                            seed = n.parse().map_err(|_| bad("the seed must be an integer"))?
+                        }
+                        _ => return Err(unknown(param)),
+                    }
+                }
+                Ok(Promotion::Random { per_million, seed })
+            }
+            "second-hit" => {
+                let mut counters_per_line = Self::SECOND_HIT_COUNTERS_PER_LINE;
+                for param in params {
+                    match param.split_once('=') {
+                        Some(("counters", n)) => {
+                            counters_per_line = n
+                                .parse()
+                                .ok()
+                                .filter(|n| (1..=64).contains(n))
+                                .ok_or_else(|| bad("counters (per cache line) must be 1 to 64"))?
+                        }
+                        _ => return Err(unknown(param)),
+                    }
+                }
+                Ok(Promotion::SecondHit { counters_per_line })
+            }
+            "request-size" => {
+                let size = params
+                    .next()
+                    .ok_or_else(|| bad("give the largest request admitted: request-size:64KiB"))?;
+                let max_request_bytes = parse_byte_size(size).map_err(|e| bad(&e.to_string()))?;
+                if max_request_bytes == 0 {
+                    return Err(bad("the request size must be above 0"));
+                }
+                if let Some(param) = params.next() {
+                    return Err(unknown(param));
+                }
+                Ok(Promotion::RequestSize { max_request_bytes })
+            }
+            "write-rate" => {
+                let rate = params
+                    .next()
+                    .ok_or_else(|| bad("give the cache device's write budget: write-rate:100MiB/s"))?;
+                let bytes = rate.strip_suffix("/s").unwrap_or(rate);
+                let bytes_per_sec = parse_byte_size(bytes).map_err(|e| bad(&e.to_string()))?;
+                if bytes_per_sec == 0 {
+                    return Err(bad("the write budget must be above 0 bytes per second"));
+                }
+                if let Some(param) = params.next() {
+                    return Err(unknown(param));
+                }
+                Ok(Promotion::WriteRate { bytes_per_sec })
+            }
+            _ => Err(CoreError::UnknownName {
                 what: "promotion policy",
                 given: s.to_string(),
                 expected: Self::SYNTAX,
-            });
-        };
-        let mut parts = rest.split(':').skip(1);
-        let threshold: u32 = match parts.next() {
-            None => 3,
-            Some(n) => n.parse().map_err(|_| bad("the hit count N must be an integer"))?,
-        };
-        if !(1..=1000).contains(&threshold) {
-            return Err(bad("the hit count N must be between 1 and 1000"));
+            }),
         }
-        let mut trigger_percent = 0;
-        for param in parts {
-            match param.split_once('=') {
-                Some(("trigger", value)) => {
-                    trigger_percent = value
-                        .parse()
-                        .ok()
-                        .filter(|p| *p <= 100)
-                        .ok_or_else(|| bad("trigger must be a percentage from 0 to 100"))?;
-                }
-                _ => return Err(bad(&format!("unknown parameter `{param}`"))),
-            }
-        }
-        Ok(Promotion::NHit {
-            threshold,
-            trigger_percent,
-        })
     }
 }
 
@@ -206,6 +331,10 @@ pub struct CacheConfig {
     pub write_miss_bypass: bool,
     /// Large sequential streams bypass the cache.
     pub seq_cutoff: SeqCutoff,
+    /// Sequential readahead. The cache keeps the setting; its driver owns
+    /// the decisions ([`crate::readahead::Readaheader`]), since a driver
+    /// may split one stream over several caches.
+    pub readahead: Readahead,
     /// Whether a miss may evict a dirty line, writing it back as part of the
     /// request (true: what the papers model and the simulator does). A
     /// runtime whose backend can fail sets it false: dirty victims stay
@@ -238,6 +367,7 @@ impl CacheConfig {
             cleaning: CleaningPolicy::Nop,
             write_miss_bypass: false,
             seq_cutoff: SeqCutoff::Off,
+            readahead: Readahead::Off,
             inline_dirty_eviction: true,
             max_dirty_lines: None,
         }
@@ -287,6 +417,35 @@ mod tests {
         assert!("nhit:3:foo=1".parse::<Promotion>().is_err());
         assert!("sometimes".parse::<Promotion>().is_err());
         assert!("nhitbogus".parse::<Promotion>().is_err());
+        for text in [
+            "random:0.1",
+            "random:0.25:seed=7",
+            "second-hit",
+            "second-hit:counters=8",
+            "request-size:64KiB",
+            "write-rate:100MiB/s",
+        ] {
+            let p: Promotion = text.parse().unwrap();
+            assert_eq!(p.to_string(), text);
+        }
+        assert_eq!(
+            "write-rate:1MiB".parse::<Promotion>().unwrap(),
+            Promotion::WriteRate {
+                bytes_per_sec: 1 << 20
+            }
+        );
+        for bad in [
+            "random:0",
+            "random:1.5",
+            "random",
+            "request-size",
+            "request-size:0",
+            "write-rate:x/s",
+            "second-hit:counters=0",
+            "random:0.1:x=1",
+        ] {
+            assert!(bad.parse::<Promotion>().is_err(), "{bad}");
+        }
         assert_eq!(
             "nhit".parse::<Promotion>().unwrap(),
             Promotion::NHit {

@@ -82,28 +82,106 @@ impl FromStr for SeqCutoff {
     }
 }
 
+/// One stream of a [`StreamTable`]: requests of one volume and direction,
+/// each starting where the one before it ended.
 #[derive(Clone, Copy, Debug)]
-struct Stream {
-    volume: VolumeId,
-    kind: IoKind,
-    next_offset_bytes: u64,
-    bytes: u64,
+pub struct Stream<T> {
+    pub volume: VolumeId,
+    pub kind: IoKind,
+    /// Where the stream's last request ended: the next one starts here.
+    pub next_offset_bytes: u64,
+    /// Bytes the stream has carried, its last request included.
+    pub bytes: u64,
+    /// Requests in the stream, its last included (1: a new stream).
+    pub requests: u64,
     last_used: u64,
+    /// What the table's user keeps per stream (reset for a new stream).
+    pub state: T,
 }
 
-/// The stream table.
+/// A fixed-size table of concurrent sequential streams, the least recently
+/// used replaced by a new one: the detection that the sequential cutoff and
+/// the readahead share.
+#[derive(Clone, Debug)]
+pub struct StreamTable<T> {
+    streams: Vec<Stream<T>>,
+    capacity: usize,
+    clock: u64,
+}
+
+impl<T: Copy + Default> StreamTable<T> {
+    pub fn new(capacity: usize) -> Self {
+        assert!(capacity > 0, "a stream table holds at least one stream");
+        StreamTable {
+            streams: Vec::with_capacity(capacity),
+            capacity,
+            clock: 0,
+        }
+    }
+
+    /// Records `request`: the stream it continues, or a new one (replacing
+    /// the least recently used when the table is full).
+    pub fn observe(&mut self, request: &Request) -> &mut Stream<T> {
+        self.clock += 1;
+        let end = request.offset_bytes + request.length_bytes;
+        let continued = self.streams.iter().position(|s| {
+            s.volume == request.volume
+                && s.kind == request.kind
+                && s.next_offset_bytes == request.offset_bytes
+        });
+        let at = match continued {
+            Some(at) => {
+                let s = &mut self.streams[at];
+                s.bytes = s.bytes.saturating_add(request.length_bytes);
+                s.requests += 1;
+                s.next_offset_bytes = end;
+                s.last_used = self.clock;
+                at
+            }
+            None => {
+                let fresh = Stream {
+                    volume: request.volume,
+                    kind: request.kind,
+                    next_offset_bytes: end,
+                    bytes: request.length_bytes,
+                    requests: 1,
+                    last_used: self.clock,
+                    state: T::default(),
+                };
+                if self.streams.len() < self.capacity {
+                    self.streams.push(fresh);
+                    self.streams.len() - 1
+                } else {
+                    let (at, _) = self
+                        .streams
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, s)| s.last_used)
+                        .expect("a full table has streams");
+                    self.streams[at] = fresh;
+                    at
+                }
+            }
+        };
+        &mut self.streams[at]
+    }
+}
+
+/// The sequential cutoff's stream table.
 pub struct SeqDetector {
     config: SeqCutoff,
-    streams: Vec<Stream>,
-    clock: u64,
+    table: StreamTable<()>,
 }
 
 impl SeqDetector {
     pub fn new(config: SeqCutoff) -> Self {
+        let streams = match config {
+            SeqCutoff::Off => 1,
+            SeqCutoff::On { streams, .. } => streams as usize,
+        };
         SeqDetector {
             config,
-            streams: Vec::new(),
-            clock: 0,
+            table: StreamTable::new(streams),
         }
     }
 
@@ -112,49 +190,16 @@ impl SeqDetector {
     pub fn bypass(&mut self, request: &Request) -> bool {
         match self.config {
             SeqCutoff::Off => false,
-            SeqCutoff::On {
-                threshold_bytes,
-                streams,
-            } => self.bypass_on(request, threshold_bytes, streams),
+            SeqCutoff::On { threshold_bytes, .. } => self.bypass_on(request, threshold_bytes),
         }
     }
 
     /// [`SeqDetector::bypass`] with the cutoff on: out of line, so that a
     /// request costs a compare while it is off.
     #[inline(never)]
-    fn bypass_on(&mut self, request: &Request, threshold_bytes: u64, streams: u32) -> bool {
-        self.clock += 1;
-        let end = request.offset_bytes + request.length_bytes;
-        let continued = self.streams.iter_mut().find(|s| {
-            s.volume == request.volume
-                && s.kind == request.kind
-                && s.next_offset_bytes == request.offset_bytes
-        });
-        let stream = match continued {
-            Some(s) => {
-                s.bytes = s.bytes.saturating_add(request.length_bytes);
-                s.next_offset_bytes = end;
-                s.last_used = self.clock;
-                *s
-            }
-            None => {
-                let fresh = Stream {
-                    volume: request.volume,
-                    kind: request.kind,
-                    next_offset_bytes: end,
-                    bytes: request.length_bytes,
-                    last_used: self.clock,
-                };
-                if self.streams.len() < streams as usize {
-                    self.streams.push(fresh);
-                } else if let Some(oldest) = self.streams.iter_mut().min_by_key(|s| s.last_used) {
-                    *oldest = fresh;
-                }
-                fresh
-            }
-        };
+    fn bypass_on(&mut self, request: &Request, threshold_bytes: u64) -> bool {
         // The request that crosses the threshold is the first to bypass.
-        stream.bytes >= threshold_bytes
+        self.table.observe(request).bytes >= threshold_bytes
     }
 }
 

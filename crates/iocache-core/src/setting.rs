@@ -14,6 +14,7 @@ use crate::cleaning::CleaningPolicy;
 use crate::config::{CacheConfig, Promotion, WritePolicy};
 use crate::error::CoreError;
 use crate::policy::PolicySpec;
+use crate::readahead::Readahead;
 use crate::seq_cutoff::SeqCutoff;
 
 /// One knob and its new value.
@@ -33,11 +34,13 @@ pub enum Setting {
     SeqCutoff(SeqCutoff),
     /// `max_dirty_lines`: a number of lines, or `off`.
     MaxDirtyLines(Option<u64>),
+    /// `readahead`: `off` or `seq[:min=SIZE][:max=SIZE][:streams=N]`.
+    Readahead(Readahead),
 }
 
 impl Setting {
     /// Every key, in the order [`Cache::settings`] lists them.
-    pub const KEYS: [&'static str; 7] = [
+    pub const KEYS: [&'static str; 8] = [
         "write_policy",
         "promotion",
         "policy",
@@ -45,6 +48,7 @@ impl Setting {
         "write_miss_bypass",
         "seq_cutoff",
         "max_dirty_lines",
+        "readahead",
     ];
 
     /// Parses `value` for `key`; the error names the key, the value and
@@ -58,6 +62,7 @@ impl Setting {
             "policy" => Setting::Policy(value.parse().map_err(|e: CoreError| bad(e.to_string()))?),
             "flush" => Setting::Flush(value.parse().map_err(|e: CoreError| bad(e.to_string()))?),
             "seq_cutoff" => Setting::SeqCutoff(value.parse().map_err(|e: CoreError| bad(e.to_string()))?),
+            "readahead" => Setting::Readahead(value.parse().map_err(|e: CoreError| bad(e.to_string()))?),
             "write_miss_bypass" => Setting::WriteMissBypass(match value {
                 "true" | "on" => true,
                 "false" | "off" => false,
@@ -89,6 +94,7 @@ impl Setting {
             Setting::WriteMissBypass(_) => "write_miss_bypass",
             Setting::SeqCutoff(_) => "seq_cutoff",
             Setting::MaxDirtyLines(_) => "max_dirty_lines",
+            Setting::Readahead(_) => "readahead",
         }
     }
 
@@ -103,6 +109,7 @@ impl Setting {
             Setting::SeqCutoff(s) => s.to_string(),
             Setting::MaxDirtyLines(None) => "off".into(),
             Setting::MaxDirtyLines(Some(n)) => n.to_string(),
+            Setting::Readahead(r) => r.to_string(),
         }
     }
 }
@@ -139,6 +146,7 @@ impl Cache {
             Setting::WriteMissBypass(b) => self.set_write_miss_bypass(*b),
             Setting::SeqCutoff(s) => self.set_seq_cutoff(*s),
             Setting::MaxDirtyLines(cap) => self.set_max_dirty_lines(*cap),
+            Setting::Readahead(r) => self.set_readahead(*r),
         }
         Ok(())
     }
@@ -160,6 +168,7 @@ impl Setting {
             Setting::WriteMissBypass(c.write_miss_bypass),
             Setting::SeqCutoff(c.seq_cutoff),
             Setting::MaxDirtyLines(c.max_dirty_lines),
+            Setting::Readahead(c.readahead),
         ]
     }
 }
@@ -180,6 +189,9 @@ mod tests {
             "seq_cutoff=1MiB:streams=4",
             "max_dirty_lines=100",
             "max_dirty_lines=off",
+            "readahead=seq:min=64KiB:max=1MiB:streams=16",
+            "promotion=second-hit",
+            "promotion=write-rate:10MiB/s",
         ] {
             let s: Setting = text.parse().unwrap();
             let again: Setting = s.to_string().parse().unwrap();

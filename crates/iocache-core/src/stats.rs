@@ -63,6 +63,14 @@ pub struct CacheStats {
     pub balance_bypasses_refused_dirty: u64,
     /// Times the background cleaner ran (and found lines to flush).
     pub cleaner_runs: u64,
+    /// Readahead fills run ([`crate::AccessHints::prefetch`]).
+    pub prefetch_requests: u64,
+    /// Lines a readahead fill inserted.
+    pub prefetched_lines: u64,
+    /// Of those, lines read or written before they left the cache.
+    pub prefetch_used_lines: u64,
+    /// Of those, lines evicted or dropped before any use.
+    pub prefetch_unused_lines: u64,
     pub backend_read_bytes: u64,
     pub backend_write_bytes: u64,
     pub cache_read_bytes: u64,
@@ -103,6 +111,10 @@ macro_rules! for_each_counter {
         $a.backend_write_bytes $op $b.backend_write_bytes;
         $a.cache_read_bytes $op $b.cache_read_bytes;
         $a.cache_write_bytes $op $b.cache_write_bytes;
+        $a.prefetch_requests $op $b.prefetch_requests;
+        $a.prefetched_lines $op $b.prefetched_lines;
+        $a.prefetch_used_lines $op $b.prefetch_used_lines;
+        $a.prefetch_unused_lines $op $b.prefetch_unused_lines;
     };
 }
 

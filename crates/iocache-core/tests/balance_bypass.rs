@@ -49,10 +49,10 @@ proptest! {
             let now = t as u64;
             match s {
                 Step::Io(Action::Read(v, s, n), bypass) => {
-                    h.run_with(Request::read(v, s * 512, n * 512, now), AccessHints { balance_bypass: bypass })
+                    h.run_with(Request::read(v, s * 512, n * 512, now), AccessHints { balance_bypass: bypass, ..Default::default() })
                 }
                 Step::Io(Action::Write(v, s, n), bypass) => {
-                    h.run_with(Request::write(v, s * 512, n * 512, now), AccessHints { balance_bypass: bypass })
+                    h.run_with(Request::write(v, s * 512, n * 512, now), AccessHints { balance_bypass: bypass, ..Default::default() })
                 }
                 Step::Io(other, _) => h.apply(other, now),
                 Step::Controller(p) => h.cache.set_controller_policy(p),
@@ -67,7 +67,10 @@ proptest! {
 #[test]
 fn a_clean_hit_is_read_from_the_backend_and_a_dirty_one_stays() {
     let mut c = cache(8, 4096, |c| c.write_policy = WritePolicy::WriteBack);
-    let bypass = AccessHints { balance_bypass: true };
+    let bypass = AccessHints {
+        balance_bypass: true,
+        ..Default::default()
+    };
     // Line 0 clean (a read miss promotes it), line 1 dirty.
     ops_of(&mut c, Request::read(0, 0, 4096, 0));
     ops_of(&mut c, Request::write(0, 4096, 4096, 1));

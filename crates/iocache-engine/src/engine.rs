@@ -45,6 +45,7 @@ mod health_state;
 mod metadata;
 mod planning;
 mod queues;
+mod readahead;
 mod reca;
 mod restore;
 mod settings;
@@ -290,6 +291,10 @@ pub struct EngineStats {
     pub io_errors: u64,
     /// Lines whose cache-device write failed and were forgotten.
     pub forgotten_lines: u64,
+    /// Readahead fills dropped because the fill queue was full, and fills
+    /// that failed (the lines fetched are in `cache`'s `prefetch_*`).
+    pub readahead_dropped_fills: u64,
+    pub readahead_failed_fills: u64,
     pub persistence: Option<Persistence>,
     /// What opening the cache device found.
     pub recovery: RecoveryReport,
@@ -445,6 +450,8 @@ struct Inner {
     discard_counters: discard::DiscardCounters,
     /// ReCA, once started (`reca.rs`): every request served is shown to it.
     reca: OnceLock<Arc<reca::RecaLive>>,
+    /// Sequential readahead's decisions and fills (`readahead.rs`).
+    readahead: readahead::ReadaheadDriver,
 }
 
 type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
@@ -617,6 +624,8 @@ impl Engine {
         );
         opened.report.restored_settings = restored.iter().map(ToString::to_string).collect();
         opened.report.dropped_settings = dropped;
+        let (readahead, fills) =
+            readahead::ReadaheadDriver::new(config.cache.readahead, config.cache.line_size);
         let inner = Arc::new(Inner {
             knobs: Mutex::new(knobs),
             opened_with,
@@ -645,6 +654,7 @@ impl Engine {
             queues: queues::Queues::default(),
             balance: config.balance.map(balance::Balance::new),
             reca: OnceLock::new(),
+            readahead,
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
@@ -668,6 +678,13 @@ impl Engine {
         } else {
             None
         };
+        let filler = Arc::clone(&inner);
+        threads.push(
+            std::thread::Builder::new()
+                .name("iocache-readahead".into())
+                .spawn(move || filler.run_readahead(fills))
+                .map_err(|e| EngineError::Config(format!("cannot start the readahead thread: {e}")))?,
+        );
         let cleaner = Arc::clone(&inner);
         threads.push(
             std::thread::Builder::new()
@@ -806,6 +823,7 @@ impl Engine {
         fua: bool,
         from_client: bool,
     ) -> Result<(), EngineError> {
+        let handle = volume;
         let volume = volume.state();
         // The request's first index entry is the first memory access of its
         // lookup and usually a miss in the CPU caches: start loading it now,
@@ -835,6 +853,9 @@ impl Engine {
         let mut result = self.inner.run(&plan, buffer);
         if fua && result.is_ok() {
             result = self.flush();
+        }
+        if from_client && kind == IoKind::Read && result.is_ok() {
+            self.inner.read_ahead(handle.shared(), offset, length, started_ns);
         }
         if !from_client {
             // The engine's own reads (`warm_with`): counted by the core
@@ -874,6 +895,8 @@ impl Engine {
             shards: self.inner.shards.len(),
             io_errors: self.inner.health.io_errors.load(Ordering::Relaxed),
             forgotten_lines: self.inner.health.forgotten_lines.load(Ordering::Relaxed),
+            readahead_dropped_fills: self.inner.readahead.dropped_fills.load(Ordering::Relaxed),
+            readahead_failed_fills: self.inner.readahead.failed_fills.load(Ordering::Relaxed),
             read_latency: self.inner.read_latency.percentiles(),
             write_latency: self.inner.write_latency.percentiles(),
             persistence: Some(self.inner.metadata.mode()),
@@ -994,6 +1017,7 @@ impl Engine {
             // Closing the channel ends the lookup thread.
             drop(std::mem::replace(&mut *lock(single), mpsc::channel().0));
         }
+        self.inner.readahead.close();
         for handle in lock(&self.threads).drain(..) {
             // The load balancer sleeps parked until its next interval.
             handle.thread().unpark();
@@ -1063,6 +1087,7 @@ impl Drop for Engine {
         if let Some(single) = &self.single {
             drop(std::mem::replace(&mut *lock(single), mpsc::channel().0));
         }
+        self.inner.readahead.close();
         for handle in lock(&self.threads).drain(..) {
             // The load balancer sleeps parked until its next interval.
             handle.thread().unpark();

@@ -190,7 +190,7 @@ struct WorkloadEntry {
 /// The knobs of a grid, in the order points are enumerated (the last
 /// varies fastest), each with its default: one value, as `iocache sim`
 /// takes it. A `[grid]` key names a knob and lists its values.
-const KNOBS: [(&str, &str); 18] = [
+const KNOBS: [(&str, &str); 19] = [
     ("policy", "lru"),
     ("cache_size", "16MiB"),
     ("line_size", "4KiB"),
@@ -209,6 +209,7 @@ const KNOBS: [(&str, &str); 18] = [
     ("reca_window", "100000"),
     ("reca_table", iocache_core::reca::BUILTIN_TABLE_SOURCE),
     ("restart_every", "off"),
+    ("readahead", "off"),
 ];
 
 /// Where `name` is among the knobs (grid order), if it is one.
@@ -455,6 +456,7 @@ fn resolve(
         cleaning: k("flush").parse().map_err(|e| core("flush", e))?,
         write_miss_bypass: bypass,
         seq_cutoff: k("seq_cutoff").parse().map_err(|e| core("seq_cutoff", e))?,
+        readahead: k("readahead").parse().map_err(|e| core("readahead", e))?,
     };
     let capacity_lines = cache_size
         .lines(line_size)
@@ -867,6 +869,9 @@ fn result_row(
         "promotions": s.promotions,
         "evictions": s.evictions,
         "write_backs": s.dirty_writebacks + s.flushed_lines,
+        "backend_read_bytes": s.backend_read_bytes,
+        "backend_write_bytes": s.backend_write_bytes,
+        "cache_write_bytes": s.cache_write_bytes,
         "cache_lines": run.spec.capacity_lines,
         "footprint_lines": footprint,
         "seconds": run.wall_seconds,
@@ -890,6 +895,12 @@ fn result_row(
     }
     if run.restarts > 0 {
         map.insert("restarts".into(), json!(run.restarts));
+    }
+    if run.spec.settings.readahead != iocache_core::Readahead::Off {
+        map.insert("prefetch_requests".into(), json!(s.prefetch_requests));
+        map.insert("prefetched_lines".into(), json!(s.prefetched_lines));
+        map.insert("prefetch_used_lines".into(), json!(s.prefetch_used_lines));
+        map.insert("prefetch_unused_lines".into(), json!(s.prefetch_unused_lines));
     }
     if let Some(a) = &run.adapt {
         map.insert("adapt_intervals".into(), json!(a.rows.len()));
@@ -952,6 +963,7 @@ pub fn sim_rows(trace: &str, report: &iocache_sim::SimReport) -> Vec<Value> {
                 ("flush", settings.cleaning.to_string()),
                 ("write_miss_bypass", settings.write_miss_bypass.to_string()),
                 ("seq_cutoff", settings.seq_cutoff.to_string()),
+                ("readahead", settings.readahead.to_string()),
             ] {
                 row.insert(knob.into(), Value::String(value));
             }

@@ -263,6 +263,7 @@ pub struct ServeSetup {
     pub flush: String,
     pub write_miss_bypass: bool,
     pub seq_cutoff: String,
+    pub readahead: String,
     /// `--adapt` and, for ReCA, `--reca-window` and `--reca-table`.
     pub adapt: Option<String>,
     pub reca_window: Option<String>,
@@ -302,6 +303,7 @@ impl ServeSetup {
             flush: knob("flush", "nop"),
             write_miss_bypass: knob("write_miss_bypass", "false") == "true",
             seq_cutoff: knob("seq_cutoff", "off"),
+            readahead: knob("readahead", "off"),
         }
     }
 
@@ -324,6 +326,9 @@ impl ServeSetup {
         ];
         if self.write_miss_bypass {
             f.push("--write-miss-bypass".into());
+        }
+        if self.readahead != "off" {
+            f.extend(["--readahead".into(), self.readahead.clone()]);
         }
         if let Some(adapt) = &self.adapt {
             f.extend(["--adapt".into(), adapt.clone()]);

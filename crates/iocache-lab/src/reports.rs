@@ -127,7 +127,7 @@ fn grouped_series(points: impl IntoIterator<Item = (String, f64, f64)>) -> Vec<S
 
 /// The knobs of `lab run`, in the order the tables show them; knobs a
 /// later version adds follow in name order.
-const LAB_KNOBS: [&str; 8] = [
+const LAB_KNOBS: [&str; 9] = [
     "policy",
     "cache_size",
     "line_size",
@@ -136,6 +136,7 @@ const LAB_KNOBS: [&str; 8] = [
     "flush",
     "write_miss_bypass",
     "seq_cutoff",
+    "readahead",
 ];
 /// Result columns in table order; others follow in name order.
 const LAB_METRICS: [&str; 13] = [

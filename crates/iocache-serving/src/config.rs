@@ -8,7 +8,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
 
-use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, WritePolicy};
+use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, Readahead, SeqCutoff, WritePolicy};
 use iocache_engine::{BalanceConfig, IoMode, Lookup, Persistence};
 
 /// Size of a new cache file when no cache size is given.
@@ -207,6 +207,7 @@ pub struct CacheDeviceConfig {
     /// Send write misses to the backend when every line is dirty.
     pub write_miss_bypass: bool,
     pub seq_cutoff: SeqCutoff,
+    pub readahead: Readahead,
     /// At most this many dirty lines in the whole cache (a write that
     /// would make one more is written through); `None`: no cap.
     pub max_dirty_lines: Option<u64>,

@@ -313,6 +313,7 @@ pub(crate) fn engine_config(
     cache.cleaning = v.cleaning;
     cache.write_miss_bypass = v.write_miss_bypass;
     cache.seq_cutoff = v.seq_cutoff;
+    cache.readahead = v.readahead;
     cache.max_dirty_lines = v.max_dirty_lines;
     EngineConfig {
         cache,

@@ -137,6 +137,14 @@ pub struct CacheDeviceSnapshot {
     /// and those read so far.
     pub warm_requested_bytes: u64,
     pub warmed_bytes: u64,
+    /// Readahead: fills run, lines they brought in, of those lines used
+    /// and lines that left unused; fills dropped (queue full) and failed.
+    pub readahead_fills: u64,
+    pub readahead_lines: u64,
+    pub readahead_used_lines: u64,
+    pub readahead_unused_lines: u64,
+    pub readahead_dropped_fills: u64,
+    pub readahead_failed_fills: u64,
     pub recovery: RecoverySnapshot,
     pub cache: CacheSummary,
     pub array: Option<ArraySnapshot>,
@@ -601,6 +609,12 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
         dropped_dirty_lines: s.dropped_dirty_lines,
         warm_requested_bytes: s.warm_requested_bytes,
         warmed_bytes: s.warmed_bytes,
+        readahead_fills: s.cache.prefetch_requests,
+        readahead_lines: s.cache.prefetched_lines,
+        readahead_used_lines: s.cache.prefetch_used_lines,
+        readahead_unused_lines: s.cache.prefetch_unused_lines,
+        readahead_dropped_fills: s.readahead_dropped_fills,
+        readahead_failed_fills: s.readahead_failed_fills,
         recovery: RecoverySnapshot {
             loaded: r.loaded,
             clean_shutdown: r.clean_shutdown,

@@ -119,6 +119,18 @@ pub fn render(snapshot: &Snapshot) -> String {
                 iocache_core::units::format_size_readably(d.warm_requested_bytes)
             );
         }
+        if d.readahead_fills + d.readahead_dropped_fills > 0 {
+            put!(
+                out,
+                "  readahead  {} fills brought {} lines in: {} used, {} left unused; {} fills dropped (queue full), {} failed",
+                d.readahead_fills,
+                d.readahead_lines,
+                d.readahead_used_lines,
+                d.readahead_unused_lines,
+                d.readahead_dropped_fills,
+                d.readahead_failed_fills
+            );
+        }
         let r = &d.recovery;
         put!(out,
             "  metadata   persistence {}, {} barriers, {} records written, {} intents; at start: {} dirty and {} clean lines loaded, {} dropped ({} older than the backend, {} unchecked), {} corrupt copies",

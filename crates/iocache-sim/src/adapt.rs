@@ -453,6 +453,7 @@ impl Adapter {
         backend_now.service_ns = self.costs[1].service_ns[dir];
         AccessHints {
             balance_bypass: self.balancer.bypass(&cache_now, &backend_now),
+            ..Default::default()
         }
     }
 

@@ -10,7 +10,9 @@ use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use iocache_core::{AccessHints, Cache, CacheStats, FlushOrder, FlushToken, IoKind, OpList, Request};
+use iocache_core::{
+    AccessHints, Cache, CacheStats, FlushOrder, FlushToken, IoKind, OpList, Readahead, Readaheader, Request,
+};
 use iocache_trace::{TraceReader, TraceRecord};
 
 use crate::adapt::{AdaptReport, AdaptSpec, Adapter};
@@ -300,6 +302,8 @@ struct Runner {
     /// The series and per-volume counts, when asked for.
     tally: Option<Tally>,
     tally_options: TallyOptions,
+    /// The readahead decisions (off unless the cache's setting says).
+    readahead: Readaheader,
 }
 
 impl Runner {
@@ -361,6 +365,7 @@ impl Runner {
             warmup_requests: options.warmup_requests,
             tally,
             tally_options: options.tally,
+            readahead: Readaheader::new(spec.settings.readahead, spec.line_size),
         })
     }
 
@@ -424,6 +429,7 @@ impl Runner {
             if let Some(reca) = &mut self.reca {
                 reca.after_access(&mut self.cache, &request);
             }
+            self.read_ahead(&request);
             self.processed += 1;
         }
         self.busy += started.elapsed();
@@ -486,6 +492,42 @@ impl Runner {
 
     /// Runs the background cleaner at each wake-up due by `now_ns` (trace time).
     /// The simulator has no devices, so every flush completes at once.
+    /// Runs the readahead after `request`: the fill it asks for, at once
+    /// (in the timing model, as background work).
+    #[inline]
+    fn read_ahead(&mut self, request: &Request) {
+        let config = self.cache.config();
+        if matches!(config.readahead, Readahead::Off) && matches!(self.readahead.config(), Readahead::Off) {
+            return;
+        }
+        if self.readahead.config() != config.readahead
+            || self.readahead.line_bytes() != config.line_size.bytes()
+        {
+            self.readahead = Readaheader::new(config.readahead, config.line_size);
+        }
+        let Some(fill) = self
+            .readahead
+            .on_request(request, self.cache.readahead_feedback())
+        else {
+            return;
+        };
+        let hints = AccessHints {
+            prefetch: true,
+            ..AccessHints::default()
+        };
+        if self.timed.is_none() && self.tally.is_none() {
+            let _ = self.cache.access_counted(&fill, hints);
+            return;
+        }
+        let _ = self.cache.access_with(&fill, hints, &mut self.ops);
+        if let Some(t) = &mut self.timed {
+            t.model.submit_background(fill.now_ns, self.ops.ops());
+        }
+        if let Some(tally) = &mut self.tally {
+            tally.ops(self.ops.ops());
+        }
+    }
+
     fn clean_until(&mut self, now_ns: u64) {
         while let Some(at) = self.cache.next_cleaning_ns() {
             if at > now_ns {

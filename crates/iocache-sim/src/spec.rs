@@ -5,7 +5,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use iocache_core::units::{format_byte_size, parse_byte_size};
-use iocache_core::{CacheConfig, CleaningPolicy, LineSize, PolicySpec, Promotion, SeqCutoff, WritePolicy};
+use iocache_core::{
+    CacheConfig, CleaningPolicy, LineSize, PolicySpec, Promotion, Readahead, SeqCutoff, WritePolicy,
+};
 
 use crate::error::SimError;
 
@@ -95,6 +97,7 @@ pub struct CacheSettings {
     pub cleaning: CleaningPolicy,
     pub write_miss_bypass: bool,
     pub seq_cutoff: SeqCutoff,
+    pub readahead: Readahead,
 }
 
 impl Default for CacheSettings {
@@ -105,6 +108,7 @@ impl Default for CacheSettings {
             cleaning: CleaningPolicy::Nop,
             write_miss_bypass: false,
             seq_cutoff: SeqCutoff::Off,
+            readahead: Readahead::Off,
         }
     }
 }
@@ -131,6 +135,7 @@ impl RunSpec {
             cleaning: s.cleaning,
             write_miss_bypass: s.write_miss_bypass,
             seq_cutoff: s.seq_cutoff,
+            readahead: s.readahead,
             // As the papers model it: a miss may evict and write back a dirty line.
             inline_dirty_eviction: true,
             max_dirty_lines: None,

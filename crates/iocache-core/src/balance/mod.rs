@@ -34,6 +34,12 @@ pub struct AccessHints {
     /// a write around the cache loses nothing); otherwise it is served as
     /// usual and counted in `CacheStats::balance_bypasses_refused_dirty`.
     pub balance_bypass: bool,
+    /// The request is a readahead fill ([`crate::readahead`]), not a
+    /// client's: its lines not in the cache are read from the backend and
+    /// inserted, whatever the promotion policy says, and marked as fetched
+    /// ahead; lines already cached are left alone. It counts in the
+    /// `prefetch_*` counters, not as a request or an access.
+    pub prefetch: bool,
 }
 
 /// The load on one device: how many requests are queued or in service, and

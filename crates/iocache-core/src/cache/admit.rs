@@ -30,10 +30,11 @@ impl Cache {
         info: &AccessInfo,
         ops: &mut S,
     ) -> Option<SlotId> {
-        let admit = match policy.admit(key, info) {
-            Some(decision) => decision,
-            None => self.promoter.should_promote(key, self.resident_lines()),
-        };
+        let admit = self.filling_ahead
+            || match policy.admit(key, info) {
+                Some(decision) => decision,
+                None => self.promoter.should_promote(key, self.resident_lines()),
+            };
         if !admit {
             return None;
         }
@@ -128,6 +129,7 @@ impl Cache {
             "policy named a free slot as victim"
         );
         self.seal_ops_before_reuse(victim, ops);
+        self.note_unused(victim);
         let meta = &mut self.records[at].meta;
         meta.generation += 2;
         let listed = meta.dirty_listed;
@@ -246,6 +248,7 @@ impl Cache {
     pub(super) fn empty_slot<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
         self.seal_ops_before_reuse(slot, ops);
         self.write_back_dirty(slot, ops);
+        self.note_unused(slot);
         let meta = &mut self.records[slot as usize].meta;
         meta.resident = false;
         meta.generation += 1;

@@ -24,6 +24,7 @@ impl Cache {
         } else {
             self.policy.on_remove(slot);
             self.unmark_dirty_if_clean(slot);
+            self.note_unused(slot);
             let meta = &mut self.records[slot as usize].meta;
             meta.resident = false;
             self.count_lines(key.volume, -1, 0);

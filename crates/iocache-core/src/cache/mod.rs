@@ -24,6 +24,7 @@ use crate::seq_cutoff::{SeqCutoff, SeqDetector};
 use crate::stats::CacheStats;
 
 mod admit;
+mod ahead;
 mod driver;
 mod flush;
 mod read;
@@ -166,6 +167,8 @@ struct SlotMeta {
     resident: bool,
     dirty_listed: bool,
     flushing: bool,
+    /// Inserted by a readahead fill and not used since.
+    prefetched: bool,
 }
 
 const _: () = assert!(std::mem::size_of::<SlotMeta>() == 32);
@@ -245,6 +248,9 @@ pub struct Cache {
     request_seq: u64,
     /// Dirty victims kept by the request in progress.
     request_dirty_victims_kept: u32,
+    /// A readahead fill is in progress: its misses are admitted whatever
+    /// the promotion policy says.
+    filling_ahead: bool,
     /// What decides the effective write policy besides the request: the
     /// configured policy, a controller's, a failed cache device (`mode.rs`).
     mode: ModeSettings,
@@ -290,6 +296,7 @@ impl Cache {
                         resident: false,
                         dirty_listed: false,
                         flushing: false,
+                        prefetched: false,
                     },
                 };
                 lines
@@ -312,6 +319,7 @@ impl Cache {
             victims: Vec::new(),
             request_seq: 0,
             request_dirty_victims_kept: 0,
+            filling_ahead: false,
             mode: ModeSettings::new(config.write_policy),
             request_facts: RequestFacts::default(),
             request_policy: config.write_policy,
@@ -538,6 +546,10 @@ impl Cache {
     ) -> Result<AccessSummary, CoreError> {
         request.validate()?;
         ops.clear();
+        if hints.prefetch {
+            return Ok(self.fill_ahead(request, ops));
+        }
+        self.promoter.begin_request(request, self.stats.cache_write_bytes);
         self.stats.requests += 1;
         match request.kind {
             IoKind::Read => self.stats.read_requests += 1,

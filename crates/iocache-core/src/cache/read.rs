@@ -10,7 +10,10 @@ impl Cache {
     pub(super) fn classify(&mut self, part: &LinePart, slot: Option<SlotId>, kind: IoKind) -> LineOutcome {
         let sectors = part.sectors();
         let valid = match slot {
-            Some(slot) => bitmap::count_range(self.valid_of(slot), part.first_sector, part.end_sector),
+            Some(slot) => {
+                self.note_use(slot);
+                bitmap::count_range(self.valid_of(slot), part.first_sector, part.end_sector)
+            }
             None => 0,
         };
         let s = &mut self.stats;
@@ -243,6 +246,7 @@ impl Cache {
                         partial = Some((key, mask));
                         break;
                     }
+                    self.note_use(slot);
                     // `classify`'s full hit, then `read_part`'s: one
                     // ReadCache of the whole part, nothing to fill.
                     hits += 1;

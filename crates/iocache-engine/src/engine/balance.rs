@@ -246,6 +246,7 @@ impl Inner {
         let backend_now = load(self.queues.backend.in_flight(), &balance.backend_cost);
         AccessHints {
             balance_bypass: bypass_with_margin(margin, &cache_now, &backend_now),
+            ..Default::default()
         }
     }
 

@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
-use iocache_core::{AccessSummary, IoKind, LineKey, Op, Request, VolumeId};
+use iocache_core::{AccessHints, AccessSummary, IoKind, LineKey, Op, Request, VolumeId};
 use smallvec::SmallVec;
 
 use super::tickets::{Ticket, TicketKey};
@@ -124,6 +124,18 @@ impl Inner {
     /// [`Inner::decide`] into a plan the caller owns (no large moves on the
     /// hit path).
     pub(super) fn decide_into(&self, segments: &[Segment], plan: &mut Plan) -> Result<(), EngineError> {
+        // A load balancer's answer for the request, before the locks (it
+        // reads only atomics).
+        self.decide_into_with(segments, plan, self.balance_hints())
+    }
+
+    /// [`Inner::decide_into`] with the request's hints given.
+    pub(super) fn decide_into_with(
+        &self,
+        segments: &[Segment],
+        plan: &mut Plan,
+        hints: AccessHints,
+    ) -> Result<(), EngineError> {
         // Loops and pushes rather than iterator `collect`s: these small
         // vectors are built on every hit, and the collects were calls.
         let mut order: SmallVec<[usize; 2]> = SmallVec::new();
@@ -134,9 +146,6 @@ impl Inner {
             order.sort_unstable();
             order.dedup();
         }
-        // A load balancer's answer for the request, before the locks (it
-        // reads only atomics).
-        let hints = self.balance_hints();
         let mut guards: SmallVec<[(usize, MutexGuard<'_, ShardState>); 2]> = SmallVec::new();
         for &i in &order {
             guards.push((i, lock(&self.shards[i].state)));

@@ -131,6 +131,12 @@ impl Inner {
         for change in changes {
             match change {
                 Setting::MaxDirtyLines(cap) => self.set_dirty_caps(*cap),
+                Setting::Readahead(readahead) => {
+                    for shard in &self.shards {
+                        lock(&shard.state).cache.apply(change, now_ns)?;
+                    }
+                    self.readahead.set(*readahead);
+                }
                 other => {
                     for shard in &self.shards {
                         lock(&shard.state).cache.apply(other, now_ns)?;

@@ -217,6 +217,11 @@ impl Volume {
     pub(super) fn state(&self) -> &VolumeState {
         &self.0
     }
+
+    /// The state, shared (for work that outlives the request).
+    pub(super) fn shared(&self) -> &Arc<VolumeState> {
+        &self.0
+    }
 }
 
 /// The attached volumes, in the order they were given or attached.

@@ -119,6 +119,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 flush: "nop".into(),
                 write_miss_bypass: false,
                 seq_cutoff: "off".into(),
+                readahead: "off".into(),
                 adapt: None,
                 reca_window: None,
                 reca_table: None,
