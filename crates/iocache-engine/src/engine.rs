@@ -1175,8 +1175,20 @@ impl Inner {
         }
         let ahead = self.metadata.dirty_checksums() && self.write_intents_of(plan, &buffer);
         let mut result = Ok(());
+        // A miss over several shards' spans: their backend reads, which
+        // would run one after another, as one read.
+        let mut first_op = 0;
+        if let (Buffer::Read(buf), Some(joined)) = (&mut buffer, Self::joined_backend_read(plan)) {
+            if let Err(e) = self.read_backend_into(joined, buf) {
+                self.abandon(plan, 0, 0);
+                self.release_tickets(&plan.tickets);
+                self.health.io_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+            first_op = 1;
+        }
         for (index, segment) in plan.segments.iter().enumerate() {
-            let mut done = 0;
+            let mut done = first_op;
             if let Err(e) = self.execute(segment, &mut buffer, &mut done) {
                 self.abandon(plan, index, done);
                 result = Err(e);
@@ -1195,6 +1207,66 @@ impl Inner {
             self.health.io_errors.fetch_add(1, Ordering::Relaxed);
         }
         result
+    }
+
+    /// When every segment of `plan` starts with a backend read and those
+    /// reads follow one another on the backend and in the buffer (a miss
+    /// across shards' spans): the one read that does them all, as (volume,
+    /// backend offset, buffer offset, length). Not when any segment writes
+    /// an evicted line back: that line may be one a later segment reads,
+    /// whose backend read must then wait for the write-back.
+    fn joined_backend_read(plan: &Plan) -> Option<(VolumeId, u64, usize, u64)> {
+        const JOINED_BYTES_MAX: u64 = 32 << 20;
+        if plan.segments.len() < 2
+            || plan
+                .segments
+                .iter()
+                .any(|s| s.ops.iter().any(|op| matches!(op, Op::WriteBack { .. })))
+        {
+            return None;
+        }
+        let mut joined: Option<(VolumeId, u64, usize, u64)> = None;
+        for segment in &plan.segments {
+            let Some(&Op::ReadBackend {
+                volume,
+                offset_bytes,
+                length_bytes,
+                buffer_offset_bytes,
+            }) = segment.ops.first()
+            else {
+                return None;
+            };
+            let at = segment.buffer_offset + buffer_offset_bytes as usize;
+            joined = match joined {
+                None => Some((volume, offset_bytes, at, length_bytes)),
+                Some((v, offset, start, length))
+                    if v == volume
+                        && offset + length == offset_bytes
+                        && start + length as usize == at
+                        && length + length_bytes <= JOINED_BYTES_MAX =>
+                {
+                    Some((v, offset, start, length + length_bytes))
+                }
+                Some(_) => return None,
+            };
+        }
+        joined
+    }
+
+    /// Runs one backend read (volume, backend offset, buffer offset,
+    /// length) into `buf`.
+    fn read_backend_into(
+        &self,
+        (volume, offset, at, length): (VolumeId, u64, usize, u64),
+        buf: &mut [u8],
+    ) -> Result<(), EngineError> {
+        let backend = self.backend_of(volume)?;
+        self.queues
+            .backend
+            .time(&self.clock, queues::backend_class::READ, || {
+                backend.read_at(&mut buf[at..at + length as usize], offset)
+            })
+            .map_err(|e| self.backend_error(e))
     }
 
     /// A request failed at op `done` of segment `index`: the cache writes it
@@ -1264,9 +1336,10 @@ impl Inner {
         )
     }
 
-    /// Runs one segment's ops in list order: the dispatch of each op to
-    /// its handler. `done` is how many ops finished (a failure abandons the
-    /// rest, see `abandon`).
+    /// Runs one segment's ops in list order, from op `done` on (the ops
+    /// before it were run for it): the dispatch of each op to its handler.
+    /// `done` is how many ops finished (a failure abandons the rest, see
+    /// `abandon`).
     fn execute(
         &self,
         segment: &PlannedSegment,
@@ -1274,7 +1347,7 @@ impl Inner {
         done: &mut usize,
     ) -> Result<(), EngineError> {
         let base = segment.buffer_offset;
-        let mut i = 0;
+        let mut i = *done;
         let mut write_no = 0;
         while i < segment.ops.len() {
             *done = i;

@@ -183,3 +183,55 @@ fn readahead_is_a_setting_changed_at_run_time() {
     settle(&e);
     assert_eq!(e.stats().cache.prefetch_requests, before);
 }
+
+/// A miss across several shards' spans is one backend read, returns the
+/// backend's data, and leaves the lines cached; a failed joined read
+/// fails the request and caches nothing of it.
+#[test]
+fn a_miss_across_spans_is_one_backend_read() {
+    use iocache_device::{FaultDevice, IoKind};
+    let lines = 4096;
+    let mut cache = CacheConfig::new(lines, LineSize::new(LINE).unwrap(), PolicySpec::lru());
+    cache.write_policy = WritePolicy::WriteBack;
+    let layout = Layout::for_slots(LINE, lines).unwrap();
+    let mem = MemDevice::new("backend", VOLUME);
+    let data: Vec<u8> = (0..VOLUME).map(pattern).collect();
+    mem.write_at(&data, 0).unwrap();
+    let backend = Arc::new(FaultDevice::new(mem));
+    let config = EngineConfig {
+        persistence: Persistence::None,
+        shards: 4,
+        ..EngineConfig::new(cache)
+    };
+    let e = Engine::new(
+        config,
+        Arc::new(MemDevice::new("cache", layout.device_bytes())),
+        backend.clone(),
+    )
+    .unwrap();
+    // 1 MiB from 64 KiB in: five spans of 64 lines, in several shards.
+    let before = backend.stats().reads;
+    let got = read(&e, 64 << 10, 1 << 20);
+    assert_eq!(
+        backend.stats().reads - before,
+        1,
+        "one backend read for the whole miss"
+    );
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == pattern((64 << 10) + i as u64)));
+    let again = e.stats().cache.full_hits;
+    assert_eq!(read(&e, 64 << 10, 1 << 20), got);
+    assert_eq!(e.stats().cache.full_hits - again, 256, "every line was cached");
+    // A joined read that fails: the request fails, and its lines are read
+    // from the backend again afterwards (nothing half-filled is served).
+    backend.fail_nth(IoKind::Read, 1);
+    let mut buf = vec![0u8; 1 << 20];
+    assert!(e.read(4 << 20, &mut buf).is_err());
+    backend.clear_faults();
+    assert!(read(&e, 4 << 20, 1 << 20)
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == pattern((4 << 20) + i as u64)));
+}
