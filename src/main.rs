@@ -1,6 +1,7 @@
 //! The `iocache` binary: a thin command-line front end over the library crates.
 
 mod admin;
+mod allocate_cli;
 mod args;
 mod config;
 mod exit;
@@ -95,6 +96,9 @@ enum TraceCommand {
     /// Miss-ratio curves of LRU at every cache size in one pass: exact (stack distances) or
     /// sampled (SHARDS); each exact point equals `iocache sim --policy lru` at that size.
     Mrc(mrc_cli::TraceMrcArgs),
+    /// Split one cache among a trace's volumes: the split that minimizes total misses by each
+    /// volume's LRU curve, simulated beside an equal and a proportional split.
+    Allocate(allocate_cli::TraceAllocateArgs),
 }
 
 #[derive(Args)]
@@ -319,6 +323,9 @@ fn main() {
         Command::Trace {
             command: TraceCommand::Mrc(args),
         } => mrc_cli::run(args),
+        Command::Trace {
+            command: TraceCommand::Allocate(args),
+        } => allocate_cli::run(args),
     };
     if let Err(e) = result {
         eprintln!(

@@ -49,16 +49,23 @@ pub struct TraceMrcArgs {
     /// from exact): one file, readable offline.
     #[arg(long, value_name = "FILE.html")]
     report: Option<PathBuf>,
+    /// Every volume's curve, in one pass (one method: exact or shards:RATE): the 10 busiest in
+    /// the table, all in --json.
+    #[arg(long, conflicts_with = "report")]
+    per_volume: bool,
 }
 
 /// `iocache trace mrc`.
 pub fn run(args: TraceMrcArgs) -> Result<()> {
     let input = TraceInput {
-        trace: args.trace,
-        format: args.format,
+        trace: args.trace.clone(),
+        format: args.format.clone(),
         skip_bad_lines: args.skip_bad_lines,
     };
     let line = parse_line_size(&args.line_size)?;
+    if args.per_volume {
+        return run_per_volume(&args, &input, line);
+    }
     let mut methods = Vec::new();
     let mut minis = Vec::new();
     for m in &args.method {
@@ -183,6 +190,107 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
         _ => {}
     }
     print_table(&report);
+    Ok(())
+}
+
+/// Every volume's curve as JSON: the trace, and each volume's.
+#[derive(serde::Serialize)]
+struct PerVolumeReport<'a> {
+    trace: String,
+    format: String,
+    line_size: u64,
+    method: String,
+    volumes: &'a [iocache_sim::mrc::VolumeCurve],
+}
+
+/// `iocache trace mrc --per-volume`.
+fn run_per_volume(args: &TraceMrcArgs, input: &TraceInput, line: iocache_core::LineSize) -> Result<()> {
+    let [method] = args.method.as_slice() else {
+        bail!("--per-volume: give one --method (exact or shards:RATE)");
+    };
+    let method: MrcMethod = method.parse()?;
+    if !matches!(
+        method,
+        MrcMethod::Exact | MrcMethod::Shards { .. } | MrcMethod::ShardsFixed { .. }
+    ) {
+        bail!(
+            "--per-volume: --method {method} is computed for the whole trace only; use exact or shards:RATE"
+        );
+    }
+    let sizes = args
+        .sizes
+        .iter()
+        .map(
+            |s| match s.parse::<CacheSize>().with_context(|| format!("--sizes {s}"))? {
+                CacheSize::Lines(n) => Ok(n),
+                CacheSize::Bytes(b) => Ok(b / line.bytes()),
+            },
+        )
+        .collect::<Result<Vec<u64>>>()?;
+    let mut sizes = sizes;
+    sizes.sort_unstable();
+    sizes.dedup();
+    if sizes.first() == Some(&0) {
+        bail!("--sizes: less than one line of {}", line.bytes());
+    }
+    let json_file = OutputFile::check("--json", args.json.as_deref())?;
+    let mut reader = input.open().map_err(|e| input.explain(e))?;
+    let mut bar = progress::Bar::new(std::io::stdout().is_terminal());
+    let volume_sizes = match sizes.is_empty() {
+        true => iocache_sim::mrc::VolumeSizes::Footprint,
+        false => iocache_sim::mrc::VolumeSizes::Fixed(sizes),
+    };
+    let volumes =
+        iocache_sim::mrc::per_volume_curves(&mut reader, line, method, &volume_sizes, &mut |r, n| {
+            bar.update(r, n)
+        })
+        .map_err(|e| input.explain(e.into()))?;
+    bar.finish();
+    if volumes.is_empty() {
+        bail!("{}: the trace holds no data requests", reader.name());
+    }
+    let report = PerVolumeReport {
+        trace: reader.name().to_string(),
+        format: reader.format().to_string(),
+        line_size: line.bytes(),
+        method: method.to_string(),
+        volumes: &volumes,
+    };
+    let json = serde_json::to_string_pretty(&report)?;
+    match (args.json.as_deref(), json_file) {
+        (Some(_), None) => return print_stdout(&json),
+        (Some(path), Some(file)) => file
+            .write(&(json + "\n"))
+            .with_context(|| format!("writing {path}"))?,
+        _ => {}
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "trace {} ({}): {} volumes, {} curves of {} B lines; the {} busiest:",
+        report.trace,
+        report.format,
+        volumes.len(),
+        report.method,
+        line.bytes(),
+        volumes.len().min(10)
+    );
+    for v in volumes.iter().take(10) {
+        let points: Vec<String> = v
+            .curve
+            .points
+            .iter()
+            .map(|p| format!("{}:{:.3}", p.cache_lines, p.miss_ratio))
+            .collect();
+        let _ = writeln!(
+            out,
+            "volume {}: {} line accesses, footprint {} lines; miss ratio at lines {}",
+            v.volume,
+            v.line_accesses,
+            v.footprint_lines,
+            points.join(" ")
+        );
+    }
     Ok(())
 }
 

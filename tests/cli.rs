@@ -689,6 +689,143 @@ fn lab_grids_admission_and_readahead_as_sim_runs_them() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A generated trace over several volumes (MSR CSV, the disk number the
+/// volume), its path.
+fn volumes_trace(dir: &std::path::Path) -> PathBuf {
+    let spec = dir.join("volumes.toml");
+    std::fs::write(
+        &spec,
+        "seed = 5\nvolume_size = \"16MiB\"\n[[phase]]\nrequests = 40000\nrate = 100000\nread_percent = 80\n\
+         distribution = \"zipf:0.9\"\nvolumes = 5\nvolume_distribution = \"zipf:1\"\n",
+    )
+    .unwrap();
+    let trace = dir.join("volumes.csv");
+    run_ok(&["gen", spec.to_str().unwrap(), "-o", trace.to_str().unwrap()]);
+    trace
+}
+
+/// `trace mrc --per-volume`: each volume's curve is the curve of that
+/// volume's requests alone.
+#[test]
+fn per_volume_curves_equal_each_volume_alone() {
+    let dir = lab_dir("mrc-volumes");
+    let trace = volumes_trace(&dir);
+    let all = run_json(&[
+        "trace",
+        "mrc",
+        trace.to_str().unwrap(),
+        "--per-volume",
+        "--sizes",
+        "64,256,1024",
+        "--json",
+        "-",
+    ]);
+    let volumes = all["volumes"].as_array().unwrap();
+    assert_eq!(volumes.len(), 5);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let total: u64 = volumes.iter().map(|v| v["line_accesses"].as_u64().unwrap()).sum();
+    assert_eq!(
+        total,
+        text.lines().count() as u64,
+        "4 KiB requests: a line access each"
+    );
+    // The busiest volume is disk 0 (Zipf over volumes): its requests alone.
+    let alone = dir.join("disk0.csv");
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.split(',').nth(2) == Some("0"))
+        .collect();
+    std::fs::write(&alone, lines.join("\n") + "\n").unwrap();
+    let one = run_json(&[
+        "trace",
+        "mrc",
+        alone.to_str().unwrap(),
+        "--sizes",
+        "64,256,1024",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(volumes[0]["line_accesses"], one["line_accesses"]);
+    assert_eq!(volumes[0]["curve"]["points"], one["curves"][0]["points"]);
+    fails_saying(
+        &[
+            "trace",
+            "mrc",
+            trace.to_str().unwrap(),
+            "--per-volume",
+            "--method",
+            "exact,opt",
+        ],
+        &["--per-volume", "one --method"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `trace allocate`: the best split's predicted misses are what the
+/// simulation of it counts (exact curves), and it misses no more than the
+/// equal and proportional splits.
+#[test]
+fn allocation_by_curves_is_what_simulation_finds_and_beats_the_others() {
+    let dir = lab_dir("allocate");
+    let trace = volumes_trace(&dir);
+    let r = run_json(&[
+        "trace",
+        "allocate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--cache-size",
+        "4MiB",
+        "--units",
+        "32",
+        "--json",
+        "-",
+    ]);
+    let splits = r["splits"].as_array().unwrap();
+    let by = |name: &str| splits.iter().find(|s| s["name"] == name).unwrap();
+    let best = by("best");
+    let simulated = best["simulated"]["misses"].as_u64().unwrap();
+    assert_eq!(
+        best["predicted_misses"].as_f64().unwrap().round() as u64,
+        simulated
+    );
+    for other in ["equal", "proportional"] {
+        let misses = by(other)["simulated"]["misses"].as_u64().unwrap();
+        assert!(simulated <= misses, "best {simulated} against {other} {misses}");
+        assert_eq!(
+            by(other)["lines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_u64().unwrap())
+                .sum::<u64>(),
+            1024
+        );
+    }
+    assert!(
+        best["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_u64().unwrap())
+            .sum::<u64>()
+            <= 1024
+    );
+    fails_saying(
+        &[
+            "trace",
+            "allocate",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--cache-size",
+            "16",
+            "--units",
+            "64",
+        ],
+        &["--cache-size 16", "fewer units"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `cache_size = "10%"` in a lab grid is that share of the workload's
 /// footprint (as `iocache trace stats` counts it), and the point equals
 /// `iocache sim` at that many lines.

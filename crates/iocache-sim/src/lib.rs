@@ -5,6 +5,7 @@
 //! promotions, evictions and the bytes each device would move.
 
 pub mod adapt;
+pub mod allocate;
 pub mod burst;
 mod error;
 pub mod mini;

@@ -40,6 +40,9 @@ use crate::timing::rng::splitmix64_mix;
 
 mod ids;
 mod marks;
+mod volumes;
+
+pub use volumes::{per_volume_curves, VolumeCurve, VolumeSizes};
 
 use ids::LineIds;
 use marks::TimeMarks;

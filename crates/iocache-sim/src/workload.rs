@@ -65,6 +65,16 @@ pub struct PhaseSpec {
     /// (default `0-100`).
     #[serde(default)]
     pub range: Option<String>,
+    /// Volumes the requests go to (each `volume_size`, addressed alike;
+    /// default 1). Random distributions draw a volume per request by
+    /// `volume_distribution`; sequential and strided stream `i` stays in
+    /// volume `i mod volumes`.
+    #[serde(default = "default_volumes")]
+    pub volumes: u32,
+    /// How requests spread over the volumes: `uniform` (the default) or
+    /// `zipf:THETA` (volume `v` weighted 1/(v+1)^θ).
+    #[serde(default)]
+    pub volume_distribution: Option<String>,
 }
 
 /// On/off arrivals within a phase.
@@ -97,6 +107,12 @@ fn default_sizes() -> String {
 fn default_streams() -> u32 {
     1
 }
+fn default_volumes() -> u32 {
+    1
+}
+
+/// The most volumes a phase may spread over.
+pub const MAX_VOLUMES: u32 = 1 << 20;
 
 /// Where offsets come from.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,6 +201,9 @@ struct Phase {
     blocks: u64,
     /// Zipf: the cumulative weights of ranks.
     zipf_cdf: Vec<f64>,
+    volumes: u32,
+    /// Zipf over volumes: their cumulative weights (empty: uniform).
+    volume_cdf: Vec<f64>,
 }
 
 /// The most blocks a Zipf phase may range over (its table of cumulative
@@ -308,6 +327,37 @@ impl WorkloadSpec {
             if p.streams == 0 || p.streams > 4096 {
                 return Err(key("streams", format!("{} is outside 1 to 4096", p.streams)));
             }
+            if p.volumes == 0 || p.volumes > MAX_VOLUMES {
+                return Err(key(
+                    "volumes",
+                    format!("{} is outside 1 to {MAX_VOLUMES}", p.volumes),
+                ));
+            }
+            let volume_cdf = match p.volume_distribution.as_deref().map(str::trim) {
+                None | Some("uniform") => Vec::new(),
+                Some(text) => {
+                    let theta: f64 = text
+                        .strip_prefix("zipf:")
+                        .and_then(|t| t.parse().ok())
+                        .filter(|t: &f64| t.is_finite() && *t >= 0.0)
+                        .ok_or_else(|| {
+                            key(
+                                "volume_distribution",
+                                format!("`{text}`: expected uniform or zipf:THETA (THETA >= 0)"),
+                            )
+                        })?;
+                    let mut cdf: Vec<f64> = Vec::with_capacity(p.volumes as usize);
+                    let mut sum = 0.0;
+                    for v in 0..p.volumes {
+                        sum += 1.0 / ((v + 1) as f64).powf(theta);
+                        cdf.push(sum);
+                    }
+                    for c in &mut cdf {
+                        *c /= sum;
+                    }
+                    cdf
+                }
+            };
             phases.push(Phase {
                 requests: p.requests,
                 interval_ns: 1e9 / p.rate,
@@ -319,6 +369,8 @@ impl WorkloadSpec {
                 first_block,
                 blocks,
                 zipf_cdf,
+                volumes: p.volumes,
+                volume_cdf,
             });
         }
         Ok((block_bytes, phases))
@@ -428,6 +480,9 @@ impl WorkloadSpec {
                     p.streams
                 );
             }
+            if p.volumes > 1 {
+                let _ = writeln!(out, "# {} volumes: fio runs the mix on one target", p.volumes);
+            }
             if let Some((on, off)) = p.burst {
                 let _ = writeln!(
                     out,
@@ -523,6 +578,7 @@ impl Iterator for Generator {
             .0;
         let length_blocks = length_bytes.div_ceil(self.block_bytes);
         let span = p.blocks.saturating_sub(length_blocks) + 1;
+        let mut volume = 0;
         let block = match &p.distribution {
             Distribution::Uniform => rng.below(span),
             Distribution::Zipf { .. } => {
@@ -554,6 +610,7 @@ impl Iterator for Generator {
                     self.stream_positions = (0..streams as u64).map(|s| s * span / streams as u64).collect();
                 }
                 let s = rng.below(streams as u64) as usize;
+                volume = s as u32 % p.volumes;
                 let position = self.stream_positions[s] % span;
                 let step = match p.distribution {
                     Distribution::Strided { stride_bytes } => {
@@ -570,10 +627,22 @@ impl Iterator for Generator {
         } else {
             IoKind::Write
         };
+        let random = !matches!(
+            p.distribution,
+            Distribution::Sequential | Distribution::Strided { .. }
+        );
+        if random && p.volumes > 1 {
+            volume = if p.volume_cdf.is_empty() {
+                rng.below(u64::from(p.volumes)) as u32
+            } else {
+                let u = rng.next_f64();
+                (p.volume_cdf.partition_point(|c| *c <= u) as u32).min(p.volumes - 1)
+            };
+        }
         self.in_phase += 1;
         Some(TraceRecord {
             time_ns,
-            volume: 0,
+            volume,
             offset_bytes: (p.first_block + block) * self.block_bytes,
             length_bytes,
             kind,

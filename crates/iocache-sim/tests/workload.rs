@@ -1,5 +1,5 @@
 //! The workload generator's output against its spec: read share, zoned and
-//! Zipf skew, sequential streams, size mix, bursts and reproducibility,
+//! Zipf skew, sequential streams, size mix, bursts, volumes and reproducibility,
 //! within statistical tolerance; the fio job says the same mix; bad specs
 //! name the phase and key.
 
@@ -17,6 +17,8 @@ fn phase(distribution: &str) -> PhaseSpec {
         streams: 1,
         burst: None,
         range: None,
+        volumes: 1,
+        volume_distribution: None,
     }
 }
 
@@ -172,4 +174,57 @@ fn the_fio_job_says_the_same_mix_and_bad_specs_name_the_phase() {
     bad.sizes = "4096".into();
     let e = spec(vec![bad]).generator().err().unwrap().to_string();
     assert!(e.contains("sizes") && e.contains("4096B"), "{e}");
+}
+
+#[test]
+fn requests_spread_over_volumes_as_asked() {
+    let count = |p: PhaseSpec| {
+        let mut by = vec![0u64; 4];
+        for r in spec(vec![p]).generator().unwrap() {
+            by[r.volume as usize] += 1;
+        }
+        by
+    };
+    let uniform = count(PhaseSpec {
+        volumes: 4,
+        ..phase("uniform")
+    });
+    for n in &uniform {
+        // Binomial(100000, 1/4): sd 137; five of them either side.
+        assert!((24_315..=25_685).contains(n), "{uniform:?}");
+    }
+    let skewed = count(PhaseSpec {
+        volumes: 4,
+        volume_distribution: Some("zipf:1".into()),
+        ..phase("uniform")
+    });
+    // Weights 1, 1/2, 1/3, 1/4 of 25/12: 48 %, 24 %, 16 %, 12 %.
+    for (n, share) in skewed.iter().zip([0.48, 0.24, 0.16, 0.12]) {
+        assert!((*n as f64 / 100_000.0 - share).abs() < 0.01, "{skewed:?}");
+    }
+    // Sequential stream i stays in volume i mod volumes.
+    for r in spec(vec![PhaseSpec {
+        volumes: 2,
+        streams: 4,
+        ..phase("sequential")
+    }])
+    .generator()
+    .unwrap()
+    .take(1000)
+    {
+        assert!(r.volume < 2);
+    }
+    // One volume (the default): every request in volume 0.
+    let one: Vec<TraceRecord> = spec(vec![phase("zipf:0.9")]).generator().unwrap().collect();
+    assert!(one.iter().all(|r| r.volume == 0));
+    let bad = spec(vec![PhaseSpec {
+        volumes: 2,
+        volume_distribution: Some("pareto".into()),
+        ..phase("uniform")
+    }]);
+    let err = bad.generator().err().unwrap().to_string();
+    assert!(
+        err.contains("volume_distribution") && err.contains("pareto"),
+        "{err}"
+    );
 }
