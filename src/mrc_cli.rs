@@ -25,7 +25,8 @@ pub struct TraceMrcArgs {
     /// Skip malformed lines (and report how many) instead of stopping at the first.
     #[arg(long)]
     skip_bad_lines: bool,
-    /// Cache line size (a size with a unit, 512B to 32KiB).
+    /// Cache line size (a size with a unit, 512B to 1MiB; above 32KiB the exact curve is
+    /// computed by simulating every size, and SHARDS and OPT are not offered).
     #[arg(long, default_value = "4KiB", value_name = "SIZE")]
     line_size: String,
     /// Cache sizes of the curve's points, comma separated: a bare number is a line count, a size
@@ -74,6 +75,22 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
             None => methods.push(m.parse::<MrcMethod>()?),
         }
     }
+    // Above 32 KiB lines the stack-distance pass cannot track a line's
+    // sectors (one 64-bit mask): the exact curve is then a full
+    // simulation at every size (a miniature at rate 1, which is one).
+    let mut exact_by_simulation = false;
+    if line.bytes() > iocache_sim::mrc::MAX_LINE_BYTES {
+        if let Some(m) = methods.iter().find(|m| **m != MrcMethod::Exact) {
+            bail!(
+                "--method {m} tracks the sectors of lines up to {} B; with {} B lines use exact \
+                 (every size simulated) or mini:RATE",
+                iocache_sim::mrc::MAX_LINE_BYTES,
+                line.bytes()
+            );
+        }
+        exact_by_simulation = !methods.is_empty();
+        methods.clear();
+    }
     let policies = args
         .policy
         .iter()
@@ -84,7 +101,10 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     // Miniature curves read the trace again (after the other curves, or
     // after counting the footprint for their sizes).
-    if !minis.is_empty() && (!methods.is_empty() || args.sizes.is_empty()) && input.is_stdin() {
+    if (!minis.is_empty() || exact_by_simulation)
+        && (!methods.is_empty() || args.sizes.is_empty() || exact_by_simulation)
+        && input.is_stdin()
+    {
         bail!("mini:RATE reads the trace a second time, which stdin cannot give: name the trace file");
     }
     let sizes: Vec<u64> = args
@@ -136,6 +156,34 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
         .map_err(|e| input.explain(e.into()))?
     };
     bar.finish();
+    if exact_by_simulation {
+        let sizes = if sizes.is_empty() {
+            let reader = input.open().map_err(|e| input.explain(e))?;
+            report.footprint_lines = iocache_lab::experiment::footprint_lines(reader, line)?;
+            iocache_sim::mrc::default_sizes(report.footprint_lines)
+        } else {
+            sizes.clone()
+        };
+        let started = std::time::Instant::now();
+        let mut reader = input.open().map_err(|e| input.explain(e))?;
+        let (mut curves, requests) = mini_curves(
+            &mut reader,
+            line,
+            &[iocache_core::PolicySpec::lru()],
+            &sizes,
+            1.0,
+            0,
+            &mut |r, n| bar.update(r, n),
+        )
+        .map_err(|e| input.explain(e.into()))?;
+        bar.finish();
+        let mut exact = curves.remove(0);
+        exact.method = "exact".into();
+        report.requests = requests;
+        report.line_accesses = exact.accesses as u64;
+        report.seconds += started.elapsed().as_secs_f64();
+        report.curves.insert(0, exact);
+    }
     if !minis.is_empty() {
         let started = std::time::Instant::now();
         let mini_sizes = if !sizes.is_empty() {

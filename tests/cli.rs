@@ -826,6 +826,62 @@ fn allocation_by_curves_is_what_simulation_finds_and_beats_the_others() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Above 32 KiB lines `trace mrc`'s exact curve is a simulation of every
+/// size: each point equals `iocache sim` at that size; the methods that
+/// track a line's sectors in one mask are refused.
+#[test]
+fn large_line_curves_equal_the_simulator() {
+    for line in ["64KiB", "1MiB"] {
+        let mrc = run_json(&[
+            "trace",
+            "mrc",
+            SAMPLE,
+            "--line-size",
+            line,
+            "--sizes",
+            "4,32",
+            "--json",
+            "-",
+        ]);
+        let sim = run_json(&[
+            "sim",
+            "--trace",
+            SAMPLE,
+            "--line-size",
+            line,
+            "--cache-size",
+            "4,32",
+            "--json",
+            "-",
+        ]);
+        for (point, run) in mrc["curves"][0]["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(sim["runs"].as_array().unwrap())
+        {
+            let hits = 1.0 - point["miss_ratio"].as_f64().unwrap();
+            assert!(
+                (hits - run["hit_ratio"].as_f64().unwrap()).abs() < 1e-12,
+                "{line}: {point} against {run}"
+            );
+        }
+        assert_eq!(mrc["curves"][0]["method"], "exact");
+    }
+    fails_saying(
+        &[
+            "trace",
+            "mrc",
+            SAMPLE,
+            "--line-size",
+            "1MiB",
+            "--method",
+            "exact,opt",
+        ],
+        &["--method opt", "lines up to 32768 B"],
+    );
+}
+
 /// `cache_size = "10%"` in a lab grid is that share of the workload's
 /// footprint (as `iocache trace stats` counts it), and the point equals
 /// `iocache sim` at that many lines.
