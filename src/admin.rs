@@ -290,7 +290,7 @@ enum CtlCommand {
         length: Option<String>,
     },
     /// Change knobs of a running cache (KEY=VALUE with the configuration file's keys:
-    /// write_policy, promotion, policy, flush, write_miss_bypass, seq_cutoff, readahead, max_dirty_lines).
+    /// write_policy, promotion, policy, flush, write_miss_bypass, seq_cutoff, readahead, fill, max_dirty_lines).
     /// No cached or dirty line is lost; leaving wb/wo for a policy that keeps no dirty data
     /// writes the dirty lines back in the background. Changes survive restarts.
     Set {

@@ -137,13 +137,16 @@ struct SimArgs {
     /// continues a stream has the lines after it fetched into the cache).
     #[arg(long, default_value = "off", value_name = "off|seq[:...]")]
     readahead: String,
+    /// What a read miss fills: request (the sectors asked for) or line (the whole line).
+    #[arg(long, default_value = "request", value_name = "request|line")]
+    fill: String,
     /// Requests that only warm the cache: a fraction of the trace (0.2) or a count (100000).
     #[arg(long, value_name = "FRACTION|REQUESTS")]
     warmup: Option<String>,
     /// Change knobs during the replay (repeatable), as `iocache ctl set` does on a server:
     /// REQUEST:KEY=VALUE[,KEY=VALUE...] applies before that request (0-based),
     /// TIME:KEY=VALUE[,...] from that trace time on (30s, 500ms). Keys: write_policy,
-    /// promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines, readahead.
+    /// promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines, readahead, fill.
     #[arg(long, value_name = "AT:KEY=VALUE,...")]
     reconfigure: Vec<String>,
     /// Restart every cache every DURATION of trace time (1h, 30m), or at the given trace times
@@ -501,6 +504,7 @@ fn run_sim(args: SimArgs) -> Result<()> {
             .readahead
             .parse()
             .map_err(|e| anyhow::anyhow!("--readahead: {e}"))?,
+        fill: args.fill.parse().map_err(|e| anyhow::anyhow!("--fill: {e}"))?,
     };
     let mut specs = combinations(&policies, &sizes, &line_sizes, &settings)?;
     if shares.iter().any(Option::is_some) {

@@ -33,7 +33,7 @@ pub struct ServeArgs {
     /// the one the flags below describe.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "backend_id", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
-        "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "readahead", "max_dirty_lines", "io_engine", "direct",
+        "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "readahead", "fill", "max_dirty_lines", "io_engine", "direct",
         "persistence", "clean_check_budget", "commit_interval", "read_only", "discard", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
@@ -100,6 +100,10 @@ pub struct ServeArgs {
     /// the background.
     #[arg(long, default_value = "off", value_name = "off|seq[:...]")]
     readahead: String,
+    /// What a read miss fills: request (the sectors asked for) or line (the whole line, read
+    /// from the backend in the same request).
+    #[arg(long, default_value = "request", value_name = "request|line")]
+    fill: String,
     /// At most this many dirty lines in the cache (a write that would make one more is written
     /// through) [default: no cap].
     #[arg(long, value_name = "LINES")]
@@ -557,6 +561,7 @@ impl ServeArgs {
             max_dirty_lines: self.max_dirty_lines,
             seq_cutoff: self.seq_cutoff,
             readahead: self.readahead,
+            fill: self.fill,
             io_engine: self.io_engine,
             direct: self.direct,
             persistence: self.persistence,

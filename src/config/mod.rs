@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use iocache_core::units::{format_byte_size, format_duration_ns, parse_byte_size, parse_duration_ns};
-use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, Readahead, SeqCutoff, WritePolicy};
+use iocache_core::{
+    CleaningPolicy, Fill, LineSize, PolicySpec, Promotion, Readahead, SeqCutoff, WritePolicy,
+};
 use iocache_engine::{BalanceConfig, BalanceController, IoMode, Lookup, Persistence};
 pub use iocache_serving::config::{
     is_nbd_uri, normalize, Adapt, CacheDeviceConfig, DiscardMode, KeyOwner, Origin, RecaConfig, ServeConfig,
@@ -37,7 +39,7 @@ type CacheKey = (&'static str, fn(&CacheDeviceConfig) -> String);
 /// The keys that describe a cache device, each with its value as text (to
 /// compare two volumes that write it): written in the cache's `[[cache]]`
 /// table, or in the `[[volume]]` tables of the volumes that share it.
-const CACHE_KEYS: [CacheKey; 23] = [
+const CACHE_KEYS: [CacheKey; 24] = [
     ("cache_size", |c| {
         c.cache_bytes.map_or("the device's size".into(), format_byte_size)
     }),
@@ -56,6 +58,7 @@ const CACHE_KEYS: [CacheKey; 23] = [
     ("write_policy", |c| c.write_policy.to_string()),
     ("seq_cutoff", |c| c.seq_cutoff.to_string()),
     ("readahead", |c| c.readahead.to_string()),
+    ("fill", |c| c.fill.to_string()),
     ("write_miss_bypass", |c| c.write_miss_bypass.to_string()),
     ("max_dirty_lines", |c| {
         c.max_dirty_lines.map_or("off".into(), |n| n.to_string())
@@ -232,6 +235,8 @@ pub struct VolumeText {
     pub seq_cutoff: String,
     #[serde(default = "default_seq_cutoff")]
     pub readahead: String,
+    #[serde(default = "default_fill")]
+    pub fill: String,
     #[serde(default = "default_io_engine")]
     pub io_engine: String,
     #[serde(default)]
@@ -284,6 +289,10 @@ pub const DEFAULT_PERSISTENCE: &str = "all";
 
 fn default_seq_cutoff() -> String {
     "off".into()
+}
+
+fn default_fill() -> String {
+    "request".into()
 }
 
 fn default_io_engine() -> String {
@@ -496,6 +505,7 @@ impl VolumeText {
             .readahead
             .parse()
             .map_err(|e| anyhow!("{}{e}", parse("readahead")))?;
+        let fill: Fill = self.fill.parse().map_err(|e| anyhow!("{}{e}", parse("fill")))?;
         let persistence: Persistence = self
             .persistence
             .parse()
@@ -595,6 +605,7 @@ impl VolumeText {
             write_miss_bypass: self.write_miss_bypass,
             seq_cutoff,
             readahead,
+            fill,
             max_dirty_lines: self.max_dirty_lines,
             io,
             io_auto,

@@ -479,6 +479,7 @@ fn flags_name_flags() {
         max_dirty_lines: None,
         seq_cutoff: "off".into(),
         readahead: "off".into(),
+        fill: "request".into(),
         io_engine: "auto".into(),
         direct: false,
         persistence: "dirty".into(),

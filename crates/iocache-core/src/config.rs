@@ -304,6 +304,48 @@ impl FromStr for Promotion {
     }
 }
 
+/// What a read miss brings into the cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fill {
+    /// The sectors the request asked for (a line may be partly valid).
+    #[default]
+    Request,
+    /// The whole line: the sectors asked for and the rest of the line, read
+    /// from the backend in the same request (ASPLOS'23's line-sized fill).
+    /// Sectors already cached (dirty ones included) are not read again.
+    /// The ops of a read then count their buffer offsets from the start of
+    /// the request's first line ([`crate::AccessSummary::line_origin`]).
+    Line,
+}
+
+impl Fill {
+    pub const SYNTAX: &'static str = "request or line";
+}
+
+impl fmt::Display for Fill {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Fill::Request => "request",
+            Fill::Line => "line",
+        })
+    }
+}
+
+impl FromStr for Fill {
+    type Err = CoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "request" => Ok(Fill::Request),
+            "line" => Ok(Fill::Line),
+            _ => Err(CoreError::UnknownName {
+                what: "fill",
+                given: s.to_string(),
+                expected: Self::SYNTAX,
+            }),
+        }
+    }
+}
+
 /// How dirty lines are chosen for a flush batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlushOrder {
@@ -335,6 +377,8 @@ pub struct CacheConfig {
     /// the decisions ([`crate::readahead::Readaheader`]), since a driver
     /// may split one stream over several caches.
     pub readahead: Readahead,
+    /// What a read miss fills: the sectors asked for or the whole line.
+    pub fill: Fill,
     /// Whether a miss may evict a dirty line, writing it back as part of the
     /// request (true: what the papers model and the simulator does). A
     /// runtime whose backend can fail sets it false: dirty victims stay
@@ -368,6 +412,7 @@ impl CacheConfig {
             write_miss_bypass: false,
             seq_cutoff: SeqCutoff::Off,
             readahead: Readahead::Off,
+            fill: Fill::Request,
             inline_dirty_eviction: true,
             max_dirty_lines: None,
         }

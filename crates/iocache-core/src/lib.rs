@@ -48,7 +48,7 @@ pub use cache::{
     VolumeLines,
 };
 pub use cleaning::CleaningPolicy;
-pub use config::{CacheConfig, FlushOrder, Promotion, WritePolicy};
+pub use config::{CacheConfig, Fill, FlushOrder, Promotion, WritePolicy};
 pub use error::CoreError;
 pub use mode::{EffectiveMode, ModeCause, ModeSettings};
 pub use ops::{Op, OpList};

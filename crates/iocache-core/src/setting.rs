@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use crate::cache::Cache;
 use crate::cleaning::CleaningPolicy;
-use crate::config::{CacheConfig, Promotion, WritePolicy};
+use crate::config::{CacheConfig, Fill, Promotion, WritePolicy};
 use crate::error::CoreError;
 use crate::policy::PolicySpec;
 use crate::readahead::Readahead;
@@ -36,11 +36,13 @@ pub enum Setting {
     MaxDirtyLines(Option<u64>),
     /// `readahead`: `off` or `seq[:min=SIZE][:max=SIZE][:streams=N]`.
     Readahead(Readahead),
+    /// `fill`: `request` or `line`.
+    Fill(Fill),
 }
 
 impl Setting {
     /// Every key, in the order [`Cache::settings`] lists them.
-    pub const KEYS: [&'static str; 8] = [
+    pub const KEYS: [&'static str; 9] = [
         "write_policy",
         "promotion",
         "policy",
@@ -49,6 +51,7 @@ impl Setting {
         "seq_cutoff",
         "max_dirty_lines",
         "readahead",
+        "fill",
     ];
 
     /// Parses `value` for `key`; the error names the key, the value and
@@ -63,6 +66,7 @@ impl Setting {
             "flush" => Setting::Flush(value.parse().map_err(|e: CoreError| bad(e.to_string()))?),
             "seq_cutoff" => Setting::SeqCutoff(value.parse().map_err(|e: CoreError| bad(e.to_string()))?),
             "readahead" => Setting::Readahead(value.parse().map_err(|e: CoreError| bad(e.to_string()))?),
+            "fill" => Setting::Fill(value.parse().map_err(|e: CoreError| bad(e.to_string()))?),
             "write_miss_bypass" => Setting::WriteMissBypass(match value {
                 "true" | "on" => true,
                 "false" | "off" => false,
@@ -95,6 +99,7 @@ impl Setting {
             Setting::SeqCutoff(_) => "seq_cutoff",
             Setting::MaxDirtyLines(_) => "max_dirty_lines",
             Setting::Readahead(_) => "readahead",
+            Setting::Fill(_) => "fill",
         }
     }
 
@@ -110,6 +115,7 @@ impl Setting {
             Setting::MaxDirtyLines(None) => "off".into(),
             Setting::MaxDirtyLines(Some(n)) => n.to_string(),
             Setting::Readahead(r) => r.to_string(),
+            Setting::Fill(f) => f.to_string(),
         }
     }
 }
@@ -147,6 +153,7 @@ impl Cache {
             Setting::SeqCutoff(s) => self.set_seq_cutoff(*s),
             Setting::MaxDirtyLines(cap) => self.set_max_dirty_lines(*cap),
             Setting::Readahead(r) => self.set_readahead(*r),
+            Setting::Fill(f) => self.set_fill(*f),
         }
         Ok(())
     }
@@ -169,6 +176,7 @@ impl Setting {
             Setting::SeqCutoff(c.seq_cutoff),
             Setting::MaxDirtyLines(c.max_dirty_lines),
             Setting::Readahead(c.readahead),
+            Setting::Fill(c.fill),
         ]
     }
 }
@@ -190,6 +198,7 @@ mod tests {
             "max_dirty_lines=100",
             "max_dirty_lines=off",
             "readahead=seq:min=64KiB:max=1MiB:streams=16",
+            "fill=line",
             "promotion=second-hit",
             "promotion=write-rate:10MiB/s",
         ] {

@@ -850,7 +850,12 @@ impl Engine {
         }
         let mut plan = Plan::default();
         self.decide(segments, &mut plan)?;
-        let mut result = self.inner.run(&plan, buffer);
+        let mut result = match buffer {
+            Buffer::Read(buf) if plan.segments.iter().any(|s| s.line_origin) => {
+                self.inner.run_line_fill(&mut plan, offset, buf)
+            }
+            buffer => self.inner.run(&plan, buffer),
+        };
         if fua && result.is_ok() {
             result = self.flush();
         }
@@ -1207,6 +1212,30 @@ impl Inner {
             self.health.io_errors.fetch_add(1, Ordering::Relaxed);
         }
         result
+    }
+
+    /// Runs a read whose ops (some segments' at least) count their buffer
+    /// offsets from the start of their first line (a line fill): when the
+    /// read is not whole lines, into a buffer widened to whole lines, and
+    /// the read's bytes copied out of it.
+    fn run_line_fill(&self, plan: &mut Plan, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        let line = self.line_bytes;
+        let origin = offset & !(line - 1);
+        let end = offset + buf.len() as u64;
+        if origin == offset && end.is_multiple_of(line) {
+            return self.run(plan, Buffer::Read(buf));
+        }
+        for segment in &mut plan.segments {
+            if segment.line_origin {
+                segment.request_offset &= !(line - 1);
+            }
+            segment.buffer_offset = (segment.request_offset - origin) as usize;
+        }
+        let mut wide = vec![0u8; (end.div_ceil(line) * line - origin) as usize];
+        self.run(plan, Buffer::Read(&mut wide))?;
+        let at = (offset - origin) as usize;
+        buf.copy_from_slice(&wide[at..at + buf.len()]);
+        Ok(())
     }
 
     /// When every segment of `plan` starts with a backend read and those

@@ -190,7 +190,7 @@ struct WorkloadEntry {
 /// The knobs of a grid, in the order points are enumerated (the last
 /// varies fastest), each with its default: one value, as `iocache sim`
 /// takes it. A `[grid]` key names a knob and lists its values.
-const KNOBS: [(&str, &str); 19] = [
+const KNOBS: [(&str, &str); 20] = [
     ("policy", "lru"),
     ("cache_size", "16MiB"),
     ("line_size", "4KiB"),
@@ -210,6 +210,7 @@ const KNOBS: [(&str, &str); 19] = [
     ("reca_table", iocache_core::reca::BUILTIN_TABLE_SOURCE),
     ("restart_every", "off"),
     ("readahead", "off"),
+    ("fill", "request"),
 ];
 
 /// Where `name` is among the knobs (grid order), if it is one.
@@ -457,6 +458,7 @@ fn resolve(
         write_miss_bypass: bypass,
         seq_cutoff: k("seq_cutoff").parse().map_err(|e| core("seq_cutoff", e))?,
         readahead: k("readahead").parse().map_err(|e| core("readahead", e))?,
+        fill: k("fill").parse().map_err(|e| core("fill", e))?,
     };
     let capacity_lines = cache_size
         .lines(line_size)
@@ -964,6 +966,7 @@ pub fn sim_rows(trace: &str, report: &iocache_sim::SimReport) -> Vec<Value> {
                 ("write_miss_bypass", settings.write_miss_bypass.to_string()),
                 ("seq_cutoff", settings.seq_cutoff.to_string()),
                 ("readahead", settings.readahead.to_string()),
+                ("fill", settings.fill.to_string()),
             ] {
                 row.insert(knob.into(), Value::String(value));
             }

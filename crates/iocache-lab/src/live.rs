@@ -264,6 +264,7 @@ pub struct ServeSetup {
     pub write_miss_bypass: bool,
     pub seq_cutoff: String,
     pub readahead: String,
+    pub fill: String,
     /// `--adapt` and, for ReCA, `--reca-window` and `--reca-table`.
     pub adapt: Option<String>,
     pub reca_window: Option<String>,
@@ -304,6 +305,7 @@ impl ServeSetup {
             write_miss_bypass: knob("write_miss_bypass", "false") == "true",
             seq_cutoff: knob("seq_cutoff", "off"),
             readahead: knob("readahead", "off"),
+            fill: knob("fill", "request"),
         }
     }
 
@@ -329,6 +331,9 @@ impl ServeSetup {
         }
         if self.readahead != "off" {
             f.extend(["--readahead".into(), self.readahead.clone()]);
+        }
+        if self.fill != "request" {
+            f.extend(["--fill".into(), self.fill.clone()]);
         }
         if let Some(adapt) = &self.adapt {
             f.extend(["--adapt".into(), adapt.clone()]);

@@ -127,7 +127,7 @@ fn grouped_series(points: impl IntoIterator<Item = (String, f64, f64)>) -> Vec<S
 
 /// The knobs of `lab run`, in the order the tables show them; knobs a
 /// later version adds follow in name order.
-const LAB_KNOBS: [&str; 9] = [
+const LAB_KNOBS: [&str; 10] = [
     "policy",
     "cache_size",
     "line_size",
@@ -137,6 +137,7 @@ const LAB_KNOBS: [&str; 9] = [
     "write_miss_bypass",
     "seq_cutoff",
     "readahead",
+    "fill",
 ];
 /// Result columns in table order; others follow in name order.
 const LAB_METRICS: [&str; 13] = [

@@ -8,7 +8,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
 
-use iocache_core::{CleaningPolicy, LineSize, PolicySpec, Promotion, Readahead, SeqCutoff, WritePolicy};
+use iocache_core::{
+    CleaningPolicy, Fill, LineSize, PolicySpec, Promotion, Readahead, SeqCutoff, WritePolicy,
+};
 use iocache_engine::{BalanceConfig, IoMode, Lookup, Persistence};
 
 /// Size of a new cache file when no cache size is given.
@@ -208,6 +210,7 @@ pub struct CacheDeviceConfig {
     pub write_miss_bypass: bool,
     pub seq_cutoff: SeqCutoff,
     pub readahead: Readahead,
+    pub fill: Fill,
     /// At most this many dirty lines in the whole cache (a write that
     /// would make one more is written through); `None`: no cap.
     pub max_dirty_lines: Option<u64>,

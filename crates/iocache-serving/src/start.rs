@@ -314,6 +314,7 @@ pub(crate) fn engine_config(
     cache.write_miss_bypass = v.write_miss_bypass;
     cache.seq_cutoff = v.seq_cutoff;
     cache.readahead = v.readahead;
+    cache.fill = v.fill;
     cache.max_dirty_lines = v.max_dirty_lines;
     EngineConfig {
         cache,

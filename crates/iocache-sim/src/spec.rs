@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use iocache_core::units::{format_byte_size, parse_byte_size};
 use iocache_core::{
-    CacheConfig, CleaningPolicy, LineSize, PolicySpec, Promotion, Readahead, SeqCutoff, WritePolicy,
+    CacheConfig, CleaningPolicy, Fill, LineSize, PolicySpec, Promotion, Readahead, SeqCutoff, WritePolicy,
 };
 
 use crate::error::SimError;
@@ -98,6 +98,7 @@ pub struct CacheSettings {
     pub write_miss_bypass: bool,
     pub seq_cutoff: SeqCutoff,
     pub readahead: Readahead,
+    pub fill: Fill,
 }
 
 impl Default for CacheSettings {
@@ -109,6 +110,7 @@ impl Default for CacheSettings {
             write_miss_bypass: false,
             seq_cutoff: SeqCutoff::Off,
             readahead: Readahead::Off,
+            fill: Fill::Request,
         }
     }
 }
@@ -136,6 +138,7 @@ impl RunSpec {
             write_miss_bypass: s.write_miss_bypass,
             seq_cutoff: s.seq_cutoff,
             readahead: s.readahead,
+            fill: s.fill,
             // As the papers model it: a miss may evict and write back a dirty line.
             inline_dirty_eviction: true,
             max_dirty_lines: None,

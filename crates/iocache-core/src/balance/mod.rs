@@ -40,6 +40,10 @@ pub struct AccessHints {
     /// ahead; lines already cached are left alone. It counts in the
     /// `prefetch_*` counters, not as a request or an access.
     pub prefetch: bool,
+    /// A read fills only the sectors it asks for, whatever
+    /// [`crate::Fill`] says: the driver cannot read the rest of its last
+    /// line (it runs past the volume's end).
+    pub request_fill: bool,
 }
 
 /// The load on one device: how many requests are queued or in service, and

@@ -25,6 +25,7 @@ impl Cache {
             dirty: false,
         };
         self.filling_ahead = true;
+        self.request_line_fill = false;
         for part in split_request(request, self.line) {
             if self.lookup(part.key).is_some() {
                 continue;

@@ -11,7 +11,7 @@ use crate::addr::{
 use crate::balance::AccessHints;
 use crate::bitmap;
 use crate::cleaning::CleaningPolicy;
-use crate::config::{CacheConfig, FlushOrder, Promotion, WritePolicy};
+use crate::config::{CacheConfig, Fill, FlushOrder, Promotion, WritePolicy};
 use crate::error::CoreError;
 use crate::fasthash::FxHashMap;
 use crate::index::{hash_of, LineIndex};
@@ -51,6 +51,11 @@ pub struct AccessSummary {
     /// Dirty victims kept resident by this request (only with
     /// `inline_dirty_eviction = false`): a runtime should clean some lines.
     pub dirty_victims_kept: u32,
+    /// The ops count their buffer offsets from the start of the request's
+    /// first line, not from the request's offset (a read under
+    /// [`Fill::Line`]): the driver gives a buffer from there to the end of
+    /// the last line, and the request's bytes are at `offset % line`.
+    pub line_origin: bool,
 }
 
 impl AccessSummary {
@@ -251,6 +256,8 @@ pub struct Cache {
     /// A readahead fill is in progress: its misses are admitted whatever
     /// the promotion policy says.
     filling_ahead: bool,
+    /// The read in progress fills whole lines ([`Fill::Line`]).
+    request_line_fill: bool,
     /// What decides the effective write policy besides the request: the
     /// configured policy, a controller's, a failed cache device (`mode.rs`).
     mode: ModeSettings,
@@ -320,6 +327,7 @@ impl Cache {
             request_seq: 0,
             request_dirty_victims_kept: 0,
             filling_ahead: false,
+            request_line_fill: false,
             mode: ModeSettings::new(config.write_policy),
             request_facts: RequestFacts::default(),
             request_policy: config.write_policy,
@@ -413,6 +421,11 @@ impl Cache {
     /// Turns write-miss bypass on or off at run time.
     pub fn set_write_miss_bypass(&mut self, on: bool) {
         self.config.write_miss_bypass = on;
+    }
+
+    /// Changes what a read miss fills, from the next request.
+    pub fn set_fill(&mut self, fill: Fill) {
+        self.config.fill = fill;
     }
 
     /// Changes the sequential cutoff at run time; streams are detected
@@ -588,9 +601,12 @@ impl Cache {
         // Reads that only count, on lines whose bitmaps are inline, under a
         // policy that fills on read: full hits and misses take the
         // counting path (`read_part_counted`), the rest `read_part`.
+        let line_fill = request.kind == IoKind::Read && self.config.fill == Fill::Line && !hints.request_fill;
+        self.request_line_fill = line_fill;
         let counted_reads = !S::KEEPS_OPS
             && request.kind == IoKind::Read
             && self.words == 1
+            && !line_fill
             && self.request_policy.allocates_on_read()
             && self.request_policy != WritePolicy::PassThrough;
         if counted_reads {
@@ -601,7 +617,14 @@ impl Cache {
             for key in split_request_keys(request, self.line).take(PREFETCH_LINES_MAX) {
                 self.index.prefetch(&key);
             }
-            for part in split_request(request, self.line) {
+            // Under a line fill, buffer offsets count from the first line's start.
+            let shift = match line_fill {
+                true => request.offset_bytes & (self.line.bytes() - 1),
+                false => 0,
+            };
+            summary.line_origin = line_fill;
+            for mut part in split_request(request, self.line) {
+                part.buffer_offset_bytes += shift;
                 let outcome = match request.kind {
                     IoKind::Read => self.read_part(&part, &info, ops),
                     IoKind::Write => self.write_part(&part, &info, ops),

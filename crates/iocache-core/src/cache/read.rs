@@ -69,6 +69,8 @@ impl Cache {
                             ops,
                             self.cache_read(part, slot, part.first_sector, part.end_sector),
                         );
+                    } else if self.request_line_fill && policy.allocates_on_read() {
+                        self.fill_line_around(part, slot, ops);
                     } else {
                         let fill = policy.allocates_on_read();
                         self.transfer_runs(part, slot, ops, |c, s| c.valid_of(s), fill);
@@ -84,15 +86,17 @@ impl Cache {
                 } else {
                     None
                 };
-                self.emit(ops, self.backend_read(part, part.first_sector, part.end_sector));
+                // A line fill reads the whole line into a slot found for it.
+                let (filled, first, end) = match slot {
+                    Some(_) if self.request_line_fill => (self.whole_line(part), 0, self.line.sectors()),
+                    _ => (*part, part.first_sector, part.end_sector),
+                };
+                self.emit(ops, self.backend_read(&filled, first, end));
                 match slot {
                     Some(slot) => {
                         self.mark_used::<S>(slot);
-                        self.emit(
-                            ops,
-                            self.cache_write(part, slot, part.first_sector, part.end_sector, false),
-                        );
-                        bitmap::set_range(self.valid_mut(slot), part.first_sector, part.end_sector);
+                        self.emit(ops, self.cache_write(&filled, slot, first, end, false));
+                        bitmap::set_range(self.valid_mut(slot), first, end);
                     }
                     None => self.stats.bypassed_accesses += 1,
                 }
@@ -346,6 +350,44 @@ impl Cache {
                 - request.offset_bytes,
         };
         self.read_part(&part, info, &mut DiscardOps)
+    }
+
+    /// `part`'s whole line (its buffer offset moved back to the line's
+    /// start: meaningful when offsets count from the first line's start).
+    fn whole_line(&self, part: &LinePart) -> LinePart {
+        LinePart {
+            key: part.key,
+            first_sector: 0,
+            end_sector: self.line.sectors(),
+            buffer_offset_bytes: part.buffer_offset_bytes - u64::from(part.first_sector) * SECTOR_BYTES,
+        }
+    }
+
+    /// A line fill of a resident line missing some requested sectors: the
+    /// requested sectors that are cached are read from the cache, and
+    /// every sector of the line that is not cached is read from the
+    /// backend and filled (dirty sectors are never read over).
+    fn fill_line_around<S: OpSink>(&mut self, part: &LinePart, slot: SlotId, ops: &mut S) {
+        let line = self.whole_line(part);
+        let mut runs = std::mem::take(&mut self.runs);
+        runs.clear();
+        bitmap::for_each_run(self.valid_of(slot), 0, self.line.sectors(), |s, e, v| {
+            runs.push((s, e, v))
+        });
+        for &(start, end, cached) in &runs {
+            if cached {
+                let (a, b) = (start.max(part.first_sector), end.min(part.end_sector));
+                if a < b {
+                    self.emit(ops, self.cache_read(part, slot, a, b));
+                }
+            } else {
+                self.emit(ops, self.backend_read(&line, start, end));
+                self.emit(ops, self.cache_write(&line, slot, start, end, false));
+            }
+        }
+        self.runs = runs;
+        let sectors = self.line.sectors();
+        bitmap::set_range(self.valid_mut(slot), 0, sectors);
     }
 
     /// Reads a resident line's part: sectors set in `from_cache` come from the cache,

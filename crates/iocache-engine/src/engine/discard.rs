@@ -436,6 +436,7 @@ impl Inner {
                     buffer_offset: 0,
                     generations: SmallVec::new(),
                     request_offset: 0,
+                    line_origin: false,
                     ops: SmallVec::from_slice(ops.ops()),
                 }),
             }

@@ -22,6 +22,9 @@ pub(super) struct Segment {
     pub(super) request: Request,
     /// Where this segment starts in the request's buffer.
     pub(super) buffer_offset: usize,
+    /// Its last line runs past the volume's end: a read fills only what
+    /// it asks for ([`AccessHints::request_fill`]).
+    pub(super) request_fill: bool,
 }
 
 /// A request's segments: inline for the usual one or two, so the hit path
@@ -37,8 +40,12 @@ pub(super) struct PlannedSegment {
     /// after the decision: a failure handler forgets what the op was to
     /// write only if no later decision changed the slot.
     pub(super) generations: SmallVec<[u64; 2]>,
-    /// The segment's first byte in the volume.
+    /// The segment's first byte in the volume (under a line fill, the
+    /// start of its first line: where its ops' buffer offsets count from).
     pub(super) request_offset: u64,
+    /// The ops' buffer offsets count from the start of the segment's first
+    /// line ([`iocache_core::AccessSummary::line_origin`]).
+    pub(super) line_origin: bool,
     pub(super) ops: SmallVec<[Op; 4]>,
 }
 
@@ -101,6 +108,7 @@ impl Inner {
                 shard,
                 request,
                 buffer_offset: (at - offset) as usize,
+                request_fill: seg_end.div_ceil(self.line_bytes) * self.line_bytes > size,
             });
             at = seg_end;
         }
@@ -158,6 +166,10 @@ impl Inner {
                 unreachable!("every segment's shard is locked");
             };
             let ShardState { cache, ops, .. } = &mut **state;
+            let hints = AccessHints {
+                request_fill: segment.request_fill,
+                ..hints
+            };
             let summary = cache.access_with(&segment.request, hints, ops)?;
             plan.summary.lines += summary.lines;
             plan.summary.full_hits += summary.full_hits;
@@ -224,6 +236,7 @@ impl Inner {
                 buffer_offset: segment.buffer_offset,
                 generations,
                 request_offset: segment.request.offset_bytes,
+                line_origin: summary.line_origin,
                 ops: SmallVec::from_slice(ops.ops()),
             });
         }

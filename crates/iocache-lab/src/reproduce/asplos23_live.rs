@@ -120,6 +120,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 write_miss_bypass: false,
                 seq_cutoff: "off".into(),
                 readahead: "off".into(),
+                fill: "request".into(),
                 adapt: None,
                 reca_window: None,
                 reca_table: None,
