@@ -73,7 +73,15 @@ fn every_quick_reproduction_writes_figures_and_a_verdict() {
     let out = temp_dir("all");
     let o = reproduce_quick("all", None, &out);
     let stdout = String::from_utf8_lossy(&o.stdout);
-    for name in ["arc-p2", "asplos23", "icpp22", "systor14", "reca", "lbica"] {
+    for name in [
+        "arc-p2",
+        "asplos23",
+        "asplos23-flush",
+        "icpp22",
+        "systor14",
+        "reca",
+        "lbica",
+    ] {
         let verdict = check_dir(&out.join(name), name);
         assert!(
             !verdict["claims"].as_array().unwrap().is_empty(),

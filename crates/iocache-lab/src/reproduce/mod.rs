@@ -13,6 +13,7 @@
 
 mod arc_p2;
 mod asplos23;
+mod asplos23_flush;
 mod asplos23_live;
 mod icpp22;
 mod lbica;
@@ -51,6 +52,12 @@ pub const REPRODUCTIONS: &[Reproduction] = &[
         name: "asplos23",
         summary: "ASPLOS'23 Figs. 8-10: promotion always vs nhit and line sizes on fio-zoned workloads, Optane/NVMe timing: IOPS, p99/p99.99",
         run: asplos23::run,
+        in_all: true,
+    },
+    Reproduction {
+        name: "asplos23-flush",
+        summary: "ASPLOS'23 Figs. 13-14: lazy vs aggressive flushing once write bursts fill the cache with dirty lines, Optane/NVMe timing: IOPS over time, p99.99",
+        run: asplos23_flush::run,
         in_all: true,
     },
     Reproduction {
