@@ -77,6 +77,7 @@ fn every_quick_reproduction_writes_figures_and_a_verdict() {
         "arc-p2",
         "asplos23",
         "asplos23-flush",
+        "asplos23-real",
         "icpp22",
         "systor14",
         "reca",
@@ -152,6 +153,8 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
     for name in [
         "arc-p2",
         "asplos23",
+        "asplos23-flush",
+        "asplos23-real",
         "asplos23-live",
         "icpp22",
         "systor14",

@@ -15,6 +15,7 @@ mod arc_p2;
 mod asplos23;
 mod asplos23_flush;
 mod asplos23_live;
+mod asplos23_real;
 mod icpp22;
 mod lbica;
 mod reca;
@@ -58,6 +59,12 @@ pub const REPRODUCTIONS: &[Reproduction] = &[
         name: "asplos23-flush",
         summary: "ASPLOS'23 Figs. 13-14: lazy vs aggressive flushing once write bursts fill the cache with dirty lines, Optane/NVMe timing: IOPS over time, p99.99",
         run: asplos23_flush::run,
+        in_all: true,
+    },
+    Reproduction {
+        name: "asplos23-real",
+        summary: "ASPLOS'23 Fig. 15: every sample trace through promotion x line size x flushing on Optane timing: the best, the default and the worst configuration",
+        run: asplos23_real::run,
         in_all: true,
     },
     Reproduction {
