@@ -15,6 +15,7 @@ mod arc_p2;
 mod asplos23;
 mod asplos23_flush;
 mod asplos23_live;
+mod asplos23_lookup;
 mod asplos23_real;
 mod icpp22;
 mod lbica;
@@ -59,6 +60,12 @@ pub const REPRODUCTIONS: &[Reproduction] = &[
         name: "asplos23-flush",
         summary: "ASPLOS'23 Figs. 13-14: lazy vs aggressive flushing once write bursts fill the cache with dirty lines, Optane/NVMe timing: IOPS over time, p99.99",
         run: asplos23_flush::run,
+        in_all: true,
+    },
+    Reproduction {
+        name: "asplos23-lookup",
+        summary: "ASPLOS'23 Fig. 6: the engine's lookup designs (single, coarse, fine) from 1 to 8 threads in process, with a fitted prediction beyond the cores",
+        run: asplos23_lookup::run,
         in_all: true,
     },
     Reproduction {
