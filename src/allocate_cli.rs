@@ -11,7 +11,7 @@ use iocache_sim::mrc::{per_volume_curves, MrcMethod, VolumeCurve, VolumeSizes};
 use iocache_sim::CacheSize;
 use serde::Serialize;
 
-use crate::args::{parse_line_size, print_stdout, OutputFile, TraceInput};
+use crate::args::{parse_line_size, OutputFile, TraceInput};
 use crate::progress;
 
 #[derive(Args)]
@@ -158,13 +158,8 @@ pub fn run(args: TraceAllocateArgs) -> Result<()> {
             split("proportional", proportional, None),
         ],
     };
-    let json = serde_json::to_string_pretty(&report)?;
-    match (args.json.as_deref(), json_file) {
-        (Some(_), None) => return print_stdout(&json),
-        (Some(path), Some(file)) => file
-            .write(&(json + "\n"))
-            .with_context(|| format!("writing {path}"))?,
-        _ => {}
+    if crate::args::write_json(args.json.as_deref(), json_file, &report)? {
+        return Ok(());
     }
     print_report(&report);
     Ok(())

@@ -195,6 +195,26 @@ pub fn parse_line_size(text: &str) -> Result<LineSize> {
 }
 
 /// Writes `text` and a newline to stdout; a closed pipe (`| head`) ends quietly.
+/// Writes `value` as JSON where the flag's `path` asked: stdout for `-`
+/// (then true: the command prints nothing else), or `file`, opened by
+/// [`OutputFile::check`] before the work. No flag: false, nothing written.
+pub fn write_json(
+    path: Option<&str>,
+    file: Option<OutputFile>,
+    value: &impl serde::Serialize,
+) -> Result<bool> {
+    let Some(path) = path else { return Ok(false) };
+    let json = serde_json::to_string_pretty(value)?;
+    match file {
+        None => print_stdout(&json).map(|()| true),
+        Some(file) => {
+            file.write(&(json + "\n"))
+                .with_context(|| format!("writing {path}"))?;
+            Ok(false)
+        }
+    }
+}
+
 pub fn print_stdout(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match writeln!(out, "{text}").and_then(|()| out.flush()) {

@@ -11,7 +11,7 @@ use iocache_sim::mini::mini_curves;
 use iocache_sim::mrc::{miss_ratio_curves, MrcMethod, MrcReport};
 use iocache_sim::CacheSize;
 
-use crate::args::{parse_line_size, print_stdout, OutputFile, TraceInput};
+use crate::args::{parse_line_size, OutputFile, TraceInput};
 use crate::progress;
 
 #[derive(Args)]
@@ -229,13 +229,8 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
     if let Some(file) = report_file {
         crate::lab_cli::write_report(file, &iocache_lab::reports::mrc(&report))?;
     }
-    let json = serde_json::to_string_pretty(&report)?;
-    match (args.json.as_deref(), json_file) {
-        (Some(_), None) => return print_stdout(&json),
-        (Some(path), Some(file)) => file
-            .write(&(json + "\n"))
-            .with_context(|| format!("writing {path}"))?,
-        _ => {}
+    if crate::args::write_json(args.json.as_deref(), json_file, &report)? {
+        return Ok(());
     }
     print_table(&report);
     Ok(())
@@ -304,13 +299,8 @@ fn run_per_volume(args: &TraceMrcArgs, input: &TraceInput, line: iocache_core::L
         method: method.to_string(),
         volumes: &volumes,
     };
-    let json = serde_json::to_string_pretty(&report)?;
-    match (args.json.as_deref(), json_file) {
-        (Some(_), None) => return print_stdout(&json),
-        (Some(path), Some(file)) => file
-            .write(&(json + "\n"))
-            .with_context(|| format!("writing {path}"))?,
-        _ => {}
+    if crate::args::write_json(args.json.as_deref(), json_file, &report)? {
+        return Ok(());
     }
     let mut out = std::io::stdout().lock();
     let _ = writeln!(

@@ -640,19 +640,7 @@ fn lab_grids_admission_and_readahead_as_sim_runs_them() {
          readahead = [\"off\", \"seq:min=8KiB\"]\n",
         &sample_path(),
     );
-    let out = dir.join("r.jsonl");
-    run_ok(&[
-        "lab",
-        "run",
-        experiment.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = lab_run_rows(&experiment, &dir.join("r.jsonl"));
     assert_eq!(rows.len(), 8);
     let mut fetched = 0;
     for row in &rows {
@@ -893,15 +881,7 @@ fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
         "[[workload]]\nname = \"s\"\ntrace = \"{trace}\"\n[grid]\ncache_size = [\"10%\"]\n",
         &sample_path(),
     );
-    let out = dir.join("r.jsonl");
-    run_ok(&[
-        "lab",
-        "run",
-        experiment.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let row: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&out).unwrap().trim()).unwrap();
+    let row = lab_run_rows(&experiment, &dir.join("r.jsonl")).remove(0);
     let stats: serde_json::Value =
         serde_json::from_str(&stdout(&iocache(&["trace", "stats", SAMPLE, "--json", "-"]))).unwrap();
     let footprint = stats["footprint_lines"].as_u64().unwrap();
@@ -1042,6 +1022,22 @@ fn write_experiment(dir: &std::path::Path, text: &str, trace: &std::path::Path) 
     let path = dir.join("e.toml");
     std::fs::write(&path, text.replace("{trace}", &trace.display().to_string())).unwrap();
     path
+}
+
+/// `iocache lab run EXPERIMENT --out OUT`, and the rows it wrote.
+fn lab_run_rows(experiment: &std::path::Path, out: &std::path::Path) -> Vec<serde_json::Value> {
+    run_ok(&[
+        "lab",
+        "run",
+        experiment.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// A fresh empty directory for one test.

@@ -17,7 +17,7 @@ use std::str::FromStr;
 
 use crate::addr::{IoKind, LineSize, Request};
 use crate::error::CoreError;
-use crate::seq_cutoff::StreamTable;
+use crate::seq_cutoff::{parse_streams, StreamTable};
 use crate::units::{format_byte_size, parse_byte_size};
 
 /// The readahead knob.
@@ -100,13 +100,7 @@ impl FromStr for Readahead {
                     max_bytes = size(v)?;
                     max_given = true;
                 }
-                Some(("streams", n)) => {
-                    streams = n
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=1024).contains(n))
-                        .ok_or_else(|| bad(format!("streams must be 1 to 1024, got `{n}`")))?
-                }
+                Some(("streams", n)) => streams = parse_streams(n).map_err(bad)?,
                 _ => {
                     return Err(bad(format!(
                         "unknown parameter `{part}`; expected {}",

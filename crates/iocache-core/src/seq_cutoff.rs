@@ -60,13 +60,7 @@ impl FromStr for SeqCutoff {
         let mut streams = 16;
         for part in parts {
             match part.split_once('=') {
-                Some(("streams", n)) => {
-                    streams = n
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=1024).contains(n))
-                        .ok_or_else(|| bad(format!("streams must be 1 to 1024, got `{n}`")))?
-                }
+                Some(("streams", n)) => streams = parse_streams(n).map_err(bad)?,
                 _ => {
                     return Err(bad(format!(
                         "unknown parameter `{part}`; expected {}",
@@ -80,6 +74,14 @@ impl FromStr for SeqCutoff {
             streams,
         })
     }
+}
+
+/// A stream table's size, as `streams=N` gives it (1 to 1024).
+pub(crate) fn parse_streams(n: &str) -> Result<u32, String> {
+    n.parse()
+        .ok()
+        .filter(|n| (1..=1024).contains(n))
+        .ok_or_else(|| format!("streams must be 1 to 1024, got `{n}`"))
 }
 
 /// One stream of a [`StreamTable`]: requests of one volume and direction,

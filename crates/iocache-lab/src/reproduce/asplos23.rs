@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 use crate::error::Result;
 use iocache_core::{Fill, LineSize, PolicySpec, Promotion};
 use iocache_report::{Chart, Scale, Ticks};
-use iocache_sim::timing::{preset, ArrivalMode, TimingReport};
-use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions, TimingSetup};
+use iocache_sim::timing::TimingReport;
+use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
 
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, series, workload, Context};
+use super::{axis, closed_loop, series, workload, Context};
 
 /// The zoned setups: name, hit rate the zones aim at (%), fio's zones.
 const SETUPS: [(&str, u32, &str); 3] = [
@@ -84,14 +84,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         for device in DEVICES {
             let options = SimOptions {
                 warmup_requests: requests / 2,
-                timing: Some(TimingSetup {
-                    cache: preset(device).expect("a preset"),
-                    backend: preset(BACKEND).expect("a preset"),
-                    arrivals: ArrivalMode::Closed {
-                        outstanding: OUTSTANDING,
-                    },
-                    series_interval_ns: None,
-                }),
+                timing: Some(closed_loop(device, BACKEND, OUTSTANDING, None)),
                 ..SimOptions::default()
             };
             let report = ctx.simulate_gen(&spec, &specs, options)?;

@@ -10,12 +10,12 @@
 use crate::error::{Result, Within};
 use iocache_core::{CleaningPolicy, Fill, LineSize, PolicySpec, Promotion};
 use iocache_report::{Chart, Scale, Ticks};
-use iocache_sim::timing::{preset, ArrivalMode};
-use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions, TimingSetup};
+
+use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
 use iocache_trace::{ReaderOptions, TraceReader};
 
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, series, Context};
+use super::{axis, closed_loop, series, Context};
 
 const TRACES: [&str; 7] = [
     "arc-P2.lis.zst",
@@ -104,14 +104,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         let records = reader.count() as u64;
         let options = SimOptions {
             warmup_requests: records / 2,
-            timing: Some(TimingSetup {
-                cache: preset("optane").expect("a preset"),
-                backend: preset("ssd-raid5").expect("a preset"),
-                arrivals: ArrivalMode::Closed {
-                    outstanding: OUTSTANDING,
-                },
-                series_interval_ns: None,
-            }),
+            timing: Some(closed_loop("optane", "ssd-raid5", OUTSTANDING, None)),
             ..SimOptions::default()
         };
         let report = ctx.simulate_file(&path, &specs, options)?;

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use iocache_report::{Axis, Chart, Scale, Series, Ticks};
 use iocache_sim::workload::WorkloadSpec;
-use iocache_sim::{simulate, RunSpec, SimOptions, SimReport};
+use iocache_sim::{simulate, RunSpec, SimOptions, SimReport, TimingSetup};
 use iocache_trace::{ReaderOptions, TraceReader};
 
 use crate::error::{invalid, Result, Within};
@@ -185,6 +185,23 @@ pub fn gen_reader(spec: &WorkloadSpec) -> Result<TraceReader> {
 }
 
 /// A workload spec from TOML text.
+/// A timing setup of preset devices (`cache` over `backend`) driven by a
+/// closed loop of `outstanding` requests, with a series every
+/// `series_interval_ns` if given.
+pub fn closed_loop(
+    cache: &str,
+    backend: &str,
+    outstanding: u32,
+    series_interval_ns: Option<u64>,
+) -> TimingSetup {
+    TimingSetup {
+        cache: iocache_sim::timing::preset(cache).expect("a preset"),
+        backend: iocache_sim::timing::preset(backend).expect("a preset"),
+        arrivals: iocache_sim::timing::ArrivalMode::Closed { outstanding },
+        series_interval_ns,
+    }
+}
+
 pub fn workload(text: &str) -> Result<WorkloadSpec> {
     toml::from_str(text).map_err(|e| invalid!("built-in workload: {e}"))
 }
