@@ -38,7 +38,7 @@ fn reproduce_quick(name: &str, traces: Option<&Path>, out: &Path) -> Output {
     o
 }
 
-const OUTCOMES: [&str; 3] = ["reproduced", "partially", "not"];
+const OUTCOMES: [&str; 4] = ["reproduced", "partially", "not", "undecided"];
 
 /// Reads and checks one reproduction's directory; returns its verdict.
 fn check_dir(dir: &Path, name: &str) -> Value {

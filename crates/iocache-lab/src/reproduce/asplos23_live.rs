@@ -120,7 +120,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 write_miss_bypass: false,
                 seq_cutoff: "off".into(),
                 readahead: "off".into(),
-                fill: "request".into(),
+                fill: "line".into(),
                 adapt: None,
                 reca_window: None,
                 reca_table: None,
@@ -136,7 +136,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         }
     }
     verdict.setup.push(format!(
-        "each configuration: `iocache serve --policy lru --cache-size {}MiB --line-size L --promotion P --init` with its cache and a sparse {VOLUME} backend file both in /dev/shm (the backend is as fast as the cache: the extreme of the paper's ultra-fast setting), driven by the fio job `iocache gen` writes for a zoned read spec (4 KiB random reads, zoned:100/10:0/90, 85/10:15/90, 25/10:75/90), fio nbd engine over the Unix socket, iodepth 16, {warmup} s of warm-up then {seconds} s measured; {rounds} round(s), in alternating order; the verdict uses each configuration's median over the rounds",
+        "each configuration: `iocache serve --policy lru --cache-size {}MiB --line-size L --fill line --promotion P --init` with its cache and a sparse {VOLUME} backend file both in /dev/shm (the backend is as fast as the cache: the extreme of the paper's ultra-fast setting), driven by the fio job `iocache gen` writes for a zoned read spec (4 KiB random reads, zoned:100/10:0/90, 85/10:15/90, 25/10:75/90), fio nbd engine over the Unix socket, iodepth 16, {warmup} s of warm-up then {seconds} s measured; {rounds} round(s), in alternating order; the verdict uses each configuration's median over the rounds",
         CACHE_BYTES >> 20
     ));
     verdict.setup.push(
@@ -204,12 +204,12 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             "best nhit-2/always IOPS ratio {best:.2}x (at {best_hit} %); nhit-2 vs always IOPS: {}",
             each.join("; ")
         ),
-        Check::Effect {
+        Check::EffectOverNoise {
             paper_lo: 3.0,
             paper_hi: 3.0,
             ours: best,
             neutral: 1.0,
-            min_effect: iops_noise,
+            noise: iops_noise,
             tolerance: Tolerance::factor(2.0),
         },
     ));
@@ -248,12 +248,12 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             iops_text((85, "always", 4096)),
             iops_text((85, "nhit:2", 32_768))
         ),
-        Check::Effect {
+        Check::EffectOverNoise {
             paper_lo: 0.25,
             paper_hi: 0.25,
             ours: ratio,
             neutral: 1.0,
-            min_effect: iops_noise,
+            noise: iops_noise,
             tolerance: Tolerance::factor(2.0),
         },
     ));
@@ -269,12 +269,12 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 described((h, "always", 4096), &|m| m.read.p99_99_ns as f64, 1e3, " µs"),
                 described((h, "nhit:4", 4096), &|m| m.read.p99_99_ns as f64, 1e3, " µs")
             ),
-            Check::Effect {
+            Check::EffectOverNoise {
                 paper_lo: paper,
                 paper_hi: paper,
                 ours: ratio,
                 neutral: 1.0,
-                min_effect: tail_noise,
+                noise: tail_noise,
                 tolerance: Tolerance::factor(3.0),
             },
         ));

@@ -66,6 +66,18 @@ pub enum Check {
         min_effect: f64,
         tolerance: Tolerance,
     },
+    /// An effect measured on a machine whose own noise is `noise` (on the
+    /// scale of `min_effect`): decided as [`Check::Effect`] with `noise`
+    /// as the smallest effect, but an effect within the noise is
+    /// undecided, not "no effect".
+    EffectOverNoise {
+        paper_lo: f64,
+        paper_hi: f64,
+        ours: f64,
+        neutral: f64,
+        noise: f64,
+        tolerance: Tolerance,
+    },
     /// A statement that holds in `held` of `cases` cases (workloads,
     /// devices): reproduced when it holds in at least `most` (a share) of
     /// them, partially when in at least `some`, not otherwise.
@@ -84,6 +96,8 @@ pub enum Outcome {
     Reproduced,
     Partially,
     Not,
+    /// The machine cannot decide: the effect is within its measured noise.
+    Undecided,
 }
 
 impl Outcome {
@@ -92,15 +106,22 @@ impl Outcome {
             Outcome::Reproduced => "reproduced in direction and size",
             Outcome::Partially => "partially reproduced",
             Outcome::Not => "not reproduced",
+            Outcome::Undecided => "undecided (within this machine's noise)",
         }
     }
 
-    /// Several claims' outcomes as one: every claim reproduced, none at
-    /// all, or something between.
+    /// Several claims' outcomes as one: every decided claim reproduced,
+    /// none at all, or something between; undecided claims count for
+    /// neither (undecided when no claim was decided).
     pub fn combine(outcomes: impl IntoIterator<Item = Outcome>) -> Option<Outcome> {
-        let all: Vec<Outcome> = outcomes.into_iter().collect();
+        let every: Vec<Outcome> = outcomes.into_iter().collect();
+        let all: Vec<Outcome> = every
+            .iter()
+            .copied()
+            .filter(|o| *o != Outcome::Undecided)
+            .collect();
         if all.is_empty() {
-            None
+            (!every.is_empty()).then_some(Outcome::Undecided)
         } else if all.iter().all(|o| *o == Outcome::Reproduced) {
             Some(Outcome::Reproduced)
         } else if all.iter().all(|o| *o == Outcome::Not) {
@@ -125,6 +146,35 @@ impl Check {
     /// The verdict and the reason, from the numbers alone.
     pub fn outcome(&self) -> (Outcome, String) {
         match *self {
+            Check::EffectOverNoise {
+                paper_lo,
+                paper_hi,
+                ours,
+                neutral,
+                noise,
+                tolerance,
+            } => {
+                if ours.is_finite() && (ours - neutral).abs() <= noise {
+                    return (
+                        Outcome::Undecided,
+                        format!(
+                            "undecided: ours {} is within this machine's noise ({}) of the neutral {}",
+                            num(ours),
+                            num(noise),
+                            num(neutral)
+                        ),
+                    );
+                }
+                Check::Effect {
+                    paper_lo,
+                    paper_hi,
+                    ours,
+                    neutral,
+                    min_effect: noise,
+                    tolerance,
+                }
+                .outcome()
+            }
             Check::Effect {
                 paper_lo,
                 paper_hi,
@@ -461,6 +511,32 @@ mod tests {
         assert_eq!(Outcome::combine([Reproduced, Not]), Some(Partially));
         assert_eq!(Outcome::combine([Not, Not]), Some(Not));
         assert_eq!(Outcome::combine([]), None);
+        // Undecided claims count for neither side.
+        assert_eq!(Outcome::combine([Reproduced, Undecided]), Some(Reproduced));
+        assert_eq!(Outcome::combine([Not, Undecided]), Some(Not));
+        assert_eq!(Outcome::combine([Undecided, Undecided]), Some(Undecided));
+    }
+
+    #[test]
+    fn an_effect_within_the_noise_is_undecided() {
+        let check = |ours: f64| {
+            Check::EffectOverNoise {
+                paper_lo: 3.0,
+                paper_hi: 3.0,
+                ours,
+                neutral: 1.0,
+                noise: 0.2,
+                tolerance: Tolerance::factor(2.0),
+            }
+            .outcome()
+            .0
+        };
+        assert_eq!(check(1.1), Outcome::Undecided);
+        assert_eq!(check(0.85), Outcome::Undecided);
+        assert_eq!(check(2.5), Outcome::Reproduced);
+        assert_eq!(check(1.3), Outcome::Partially);
+        assert_eq!(check(0.5), Outcome::Not, "beyond the noise, the other way");
+        assert_eq!(check(f64::NAN), Outcome::Not);
     }
 
     #[test]
