@@ -107,24 +107,7 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
     {
         bail!("mini:RATE reads the trace a second time, which stdin cannot give: name the trace file");
     }
-    let sizes: Vec<u64> = args
-        .sizes
-        .iter()
-        .map(|s| {
-            let size: CacheSize = s.parse().with_context(|| format!("--sizes {s}"))?;
-            let lines = match size {
-                CacheSize::Lines(n) => n,
-                CacheSize::Bytes(b) => b / line.bytes(),
-            };
-            if lines == 0 {
-                bail!("--sizes {s}: less than one line of {}", line.bytes());
-            }
-            Ok(lines)
-        })
-        .collect::<Result<_>>()?;
-    let mut sizes = sizes;
-    sizes.sort_unstable();
-    sizes.dedup();
+    let sizes = parse_sizes(&args.sizes, line)?;
     let report_path = args.report.as_deref().map(|p| p.to_string_lossy());
     crate::args::distinct_outputs(&[
         ("--json", args.json.as_deref()),
@@ -236,6 +219,27 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--sizes` in lines (a bare number is lines, a size with a unit bytes),
+/// ascending, each once; a size under one line is refused.
+fn parse_sizes(texts: &[String], line: iocache_core::LineSize) -> Result<Vec<u64>> {
+    let mut sizes = texts
+        .iter()
+        .map(|s| {
+            let lines = match s.parse::<CacheSize>().with_context(|| format!("--sizes {s}"))? {
+                CacheSize::Lines(n) => n,
+                CacheSize::Bytes(b) => b / line.bytes(),
+            };
+            if lines == 0 {
+                bail!("--sizes {s}: less than one line of {}", line.bytes());
+            }
+            Ok(lines)
+        })
+        .collect::<Result<Vec<u64>>>()?;
+    sizes.sort_unstable();
+    sizes.dedup();
+    Ok(sizes)
+}
+
 /// Every volume's curve as JSON: the trace, and each volume's.
 #[derive(serde::Serialize)]
 struct PerVolumeReport<'a> {
@@ -260,22 +264,7 @@ fn run_per_volume(args: &TraceMrcArgs, input: &TraceInput, line: iocache_core::L
             "--per-volume: --method {method} is computed for the whole trace only; use exact or shards:RATE"
         );
     }
-    let sizes = args
-        .sizes
-        .iter()
-        .map(
-            |s| match s.parse::<CacheSize>().with_context(|| format!("--sizes {s}"))? {
-                CacheSize::Lines(n) => Ok(n),
-                CacheSize::Bytes(b) => Ok(b / line.bytes()),
-            },
-        )
-        .collect::<Result<Vec<u64>>>()?;
-    let mut sizes = sizes;
-    sizes.sort_unstable();
-    sizes.dedup();
-    if sizes.first() == Some(&0) {
-        bail!("--sizes: less than one line of {}", line.bytes());
-    }
+    let sizes = parse_sizes(&args.sizes, line)?;
     let json_file = OutputFile::check("--json", args.json.as_deref())?;
     let mut reader = input.open().map_err(|e| input.explain(e))?;
     let mut bar = progress::Bar::new(std::io::stdout().is_terminal());

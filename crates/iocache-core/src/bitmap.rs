@@ -28,7 +28,7 @@ fn words_in(start: u32, end: u32) -> std::ops::Range<usize> {
 
 /// Mask of bits `[start, end)` of a one-word line (`end <= 64`).
 #[inline(always)]
-pub(crate) fn single_word_mask(start: u32, end: u32) -> u64 {
+pub fn single_word_mask(start: u32, end: u32) -> u64 {
     if end <= start {
         return 0;
     }

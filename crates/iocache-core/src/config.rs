@@ -194,6 +194,17 @@ impl FromStr for Promotion {
         let (name, rest) = trimmed.split_once(':').unwrap_or((trimmed, ""));
         let mut params = rest.split(':').filter(|p| !p.is_empty());
         let unknown = |param: &str| bad(&format!("unknown parameter `{param}`"));
+        // The one parameter of `request-size` and `write-rate`: a size
+        // above 0 (a rate may end in `/s`).
+        let one_size = |params: &[&str], what: &str, example: &str| match params {
+            [] => Err(bad(&format!("give {what}: {example}"))),
+            [text] => match parse_byte_size(text.strip_suffix("/s").unwrap_or(text)) {
+                Ok(0) => Err(bad(&format!("{what} must be above 0"))),
+                Ok(bytes) => Ok(bytes),
+                Err(e) => Err(bad(&e.to_string())),
+            },
+            [_, extra, ..] => Err(unknown(extra)),
+        };
         match name {
             "always" if rest.is_empty() => Ok(Promotion::Always),
             "nhit" => {
@@ -268,33 +279,20 @@ impl FromStr for Promotion {
                 }
                 Ok(Promotion::SecondHit { counters_per_line })
             }
-            "request-size" => {
-                let size = params
-                    .next()
-                    .ok_or_else(|| bad("give the largest request admitted: request-size:64KiB"))?;
-                let max_request_bytes = parse_byte_size(size).map_err(|e| bad(&e.to_string()))?;
-                if max_request_bytes == 0 {
-                    return Err(bad("the request size must be above 0"));
-                }
-                if let Some(param) = params.next() {
-                    return Err(unknown(param));
-                }
-                Ok(Promotion::RequestSize { max_request_bytes })
-            }
-            "write-rate" => {
-                let rate = params
-                    .next()
-                    .ok_or_else(|| bad("give the cache device's write budget: write-rate:100MiB/s"))?;
-                let bytes = rate.strip_suffix("/s").unwrap_or(rate);
-                let bytes_per_sec = parse_byte_size(bytes).map_err(|e| bad(&e.to_string()))?;
-                if bytes_per_sec == 0 {
-                    return Err(bad("the write budget must be above 0 bytes per second"));
-                }
-                if let Some(param) = params.next() {
-                    return Err(unknown(param));
-                }
-                Ok(Promotion::WriteRate { bytes_per_sec })
-            }
+            "request-size" => Ok(Promotion::RequestSize {
+                max_request_bytes: one_size(
+                    &params.collect::<Vec<_>>(),
+                    "the largest request admitted",
+                    "request-size:64KiB",
+                )?,
+            }),
+            "write-rate" => Ok(Promotion::WriteRate {
+                bytes_per_sec: one_size(
+                    &params.collect::<Vec<_>>(),
+                    "the cache device's write budget",
+                    "write-rate:100MiB/s",
+                )?,
+            }),
             _ => Err(CoreError::UnknownName {
                 what: "promotion policy",
                 given: s.to_string(),

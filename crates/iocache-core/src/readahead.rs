@@ -154,7 +154,10 @@ pub struct ReadaheadFeedback {
 #[derive(Clone, Debug)]
 pub struct Readaheader {
     config: Readahead,
-    line_bytes: u64,
+    line: LineSize,
+    /// The window's bounds in whole lines' bytes (at least one line).
+    min_bytes: u64,
+    max_bytes: u64,
     table: StreamTable<Ahead>,
     /// The adaptive cap on a window, in bytes (whole lines, `min..=max`).
     cap_bytes: u64,
@@ -167,13 +170,22 @@ impl Readaheader {
             Readahead::Off => 1,
             Readahead::Sequential { streams, .. } => streams as usize,
         };
-        let line_bytes = line.bytes();
-        let (_, max) = Self::bounds(config, line_bytes);
+        let (min_bytes, max_bytes) = match config {
+            Readahead::Off => (0, 0),
+            Readahead::Sequential {
+                min_bytes, max_bytes, ..
+            } => {
+                let up = |b: u64| b.div_ceil(line.bytes()).max(1) * line.bytes();
+                (up(min_bytes), up(max_bytes))
+            }
+        };
         Readaheader {
             config,
-            line_bytes,
+            line,
+            min_bytes,
+            max_bytes,
             table: StreamTable::new(streams),
-            cap_bytes: max,
+            cap_bytes: max_bytes,
             seen: ReadaheadFeedback::default(),
         }
     }
@@ -182,27 +194,14 @@ impl Readaheader {
         self.config
     }
 
-    /// The line size it fetches whole lines of, in bytes.
-    pub fn line_bytes(&self) -> u64 {
-        self.line_bytes
+    /// The line size it fetches whole lines of.
+    pub fn line(&self) -> LineSize {
+        self.line
     }
 
     /// The current cap on a window (AMP's degree), in bytes.
     pub fn cap_bytes(&self) -> u64 {
         self.cap_bytes
-    }
-
-    /// The window's bounds in whole lines' bytes (at least one line).
-    fn bounds(config: Readahead, line_bytes: u64) -> (u64, u64) {
-        match config {
-            Readahead::Off => (0, 0),
-            Readahead::Sequential {
-                min_bytes, max_bytes, ..
-            } => {
-                let up = |b: u64| b.div_ceil(line_bytes).max(1) * line_bytes;
-                (up(min_bytes), up(max_bytes))
-            }
-        }
     }
 
     /// Records `request` and says what to fetch after it, if anything: a
@@ -214,8 +213,7 @@ impl Readaheader {
         if self.config == Readahead::Off || request.kind != IoKind::Read || request.length_bytes == 0 {
             return None;
         }
-        let (min, max) = Self::bounds(self.config, self.line_bytes);
-        let line = self.line_bytes;
+        let (min, max, line) = (self.min_bytes, self.max_bytes, self.line.bytes());
         let unused = feedback.unused_lines.saturating_sub(self.seen.unused_lines);
         if unused > 0 {
             self.cap_bytes = self

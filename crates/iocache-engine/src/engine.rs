@@ -1419,13 +1419,7 @@ impl Inner {
                         unreachable!("the core reads only for read requests");
                     };
                     let at = base + buffer_offset_bytes as usize;
-                    let backend = self.backend_of(volume)?;
-                    self.queues
-                        .backend
-                        .time(&self.clock, queues::backend_class::READ, || {
-                            backend.read_at(&mut buf[at..at + length_bytes as usize], offset_bytes)
-                        })
-                        .map_err(|e| self.backend_error(e))?;
+                    self.read_backend_into((volume, offset_bytes, at, length_bytes), buf)?;
                 }
                 Op::WriteCache { .. } => {
                     let run = self.cache_write_run_len(segment, &segment.ops[i - 1..]);

@@ -29,6 +29,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::str::FromStr;
 
+use iocache_core::bitmap::single_word_mask;
 use iocache_core::fasthash::FxBuildHasher;
 use iocache_core::{split_request, LineKey, LineSize, SECTOR_BYTES};
 use iocache_trace::TraceReader;
@@ -624,12 +625,7 @@ pub fn miss_ratio_curves(
         return Err(SimError::Spec("no method given".into()));
     }
     let started = std::time::Instant::now();
-    let sectors = (line.bytes() / SECTOR_BYTES) as u32;
-    let full_mask = if sectors == 64 {
-        u64::MAX
-    } else {
-        (1u64 << sectors) - 1
-    };
+    let full_mask = single_word_mask(0, line.sectors());
     let mut accumulators: Vec<Accumulator> = methods
         .iter()
         .filter(|m| **m != MrcMethod::Opt)
@@ -651,12 +647,7 @@ pub fn miss_ratio_curves(
         requests += 1;
         for part in split_request(&request, line) {
             line_accesses += 1;
-            let width = part.end_sector - part.first_sector;
-            let mask = if width == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << width) - 1) << part.first_sector
-            };
+            let mask = single_word_mask(part.first_sector, part.end_sector);
             batch.push((part.key, mask));
             if want_opt {
                 let next = ids.len() as u32;

@@ -500,9 +500,7 @@ impl Runner {
         if matches!(config.readahead, Readahead::Off) && matches!(self.readahead.config(), Readahead::Off) {
             return;
         }
-        if self.readahead.config() != config.readahead
-            || self.readahead.line_bytes() != config.line_size.bytes()
-        {
+        if self.readahead.config() != config.readahead || self.readahead.line() != config.line_size {
             self.readahead = Readaheader::new(config.readahead, config.line_size);
         }
         let Some(fill) = self

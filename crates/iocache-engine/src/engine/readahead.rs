@@ -66,8 +66,7 @@ impl ReadaheadDriver {
     pub(super) fn set(&self, config: Readahead) {
         let mut decisions = lock(&self.decisions);
         if decisions.config() != config {
-            let line = iocache_core::LineSize::new(decisions.line_bytes()).expect("a line size it had");
-            *decisions = Readaheader::new(config, line);
+            *decisions = Readaheader::new(config, decisions.line());
         }
         self.on.store(config != Readahead::Off, Ordering::Release);
     }

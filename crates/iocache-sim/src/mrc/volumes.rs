@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use iocache_core::bitmap::single_word_mask;
 use iocache_core::fasthash::FxBuildHasher;
 use iocache_core::{split_request, LineKey, LineSize, VolumeId};
 use iocache_trace::TraceReader;
@@ -58,12 +59,7 @@ pub fn per_volume_curves(
             line.bytes()
         )));
     }
-    let sectors = line.sectors();
-    let full_mask = if sectors == 64 {
-        u64::MAX
-    } else {
-        (1u64 << sectors) - 1
-    };
+    let full_mask = single_word_mask(0, line.sectors());
     struct Volume {
         accumulator: Accumulator,
         batch: Vec<(LineKey, u64)>,
@@ -87,12 +83,7 @@ pub fn per_volume_curves(
         v.requests += 1;
         for part in split_request(&request, line) {
             v.line_accesses += 1;
-            let width = part.end_sector - part.first_sector;
-            let mask = if width == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << width) - 1) << part.first_sector
-            };
+            let mask = single_word_mask(part.first_sector, part.end_sector);
             v.batch.push((part.key, mask));
         }
         if v.batch.len() >= BATCH {
