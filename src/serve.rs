@@ -34,7 +34,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "backend_id", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "readahead", "fill", "max_dirty_lines", "io_engine", "direct",
-        "persistence", "clean_check_budget", "commit_interval", "read_only", "discard", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
+        "persistence", "clean_check_budget", "commit_interval", "write_back_gap", "read_only", "discard", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
         "tls_psk", "tls_verify_peer", "max_connections_per_peer", "max_handshakes_per_peer",
@@ -131,6 +131,11 @@ pub struct ServeArgs {
     /// their meaning). 0s: only FLUSH and FUA [default: 1s].
     #[arg(long, value_name = "DURATION")]
     commit_interval: Option<String>,
+    /// Write-back: a gap of at most SIZE between two dirty runs is read from the backend and
+    /// written back with them in one request, so a backend that pays per request (a disk that
+    /// seeks) pays once. 0 never reads the backend for a write-back [default: 0].
+    #[arg(long, value_name = "SIZE")]
+    write_back_gap: Option<String>,
     /// ReCA's category table (TOML; default: the built-in
     /// crates/iocache-core/data/reca-categories.toml). Needs --adapt reca.
     #[arg(long, value_name = "FILE")]
@@ -567,6 +572,7 @@ impl ServeArgs {
             persistence: self.persistence,
             clean_check_budget: self.clean_check_budget,
             commit_interval: self.commit_interval,
+            write_back_gap: self.write_back_gap,
             read_only: self.read_only,
             discard: self.discard,
             adapt: self.adapt,

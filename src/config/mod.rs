@@ -39,7 +39,7 @@ type CacheKey = (&'static str, fn(&CacheDeviceConfig) -> String);
 /// The keys that describe a cache device, each with its value as text (to
 /// compare two volumes that write it): written in the cache's `[[cache]]`
 /// table, or in the `[[volume]]` tables of the volumes that share it.
-const CACHE_KEYS: [CacheKey; 24] = [
+const CACHE_KEYS: [CacheKey; 25] = [
     ("cache_size", |c| {
         c.cache_bytes.map_or("the device's size".into(), format_byte_size)
     }),
@@ -55,6 +55,7 @@ const CACHE_KEYS: [CacheKey; 24] = [
         format_duration_ns(c.clean_check_budget_ns)
     }),
     ("commit_interval", |c| format_duration_ns(c.commit_interval_ns)),
+    ("write_back_gap", |c| format_byte_size(c.write_back_gap_bytes)),
     ("write_policy", |c| c.write_policy.to_string()),
     ("seq_cutoff", |c| c.seq_cutoff.to_string()),
     ("readahead", |c| c.readahead.to_string()),
@@ -250,6 +251,9 @@ pub struct VolumeText {
     /// records only at FLUSH and FUA).
     #[serde(default)]
     pub commit_interval: Option<String>,
+    /// A size (or absent: 0, write-back never reads the backend).
+    #[serde(default)]
+    pub write_back_gap: Option<String>,
     #[serde(default)]
     pub read_only: bool,
     /// What a client's TRIM does: `passdown` (the default), `cache` or
@@ -514,6 +518,10 @@ impl VolumeText {
             None => iocache_engine::DEFAULT_COMMIT_INTERVAL.as_nanos() as u64,
             Some(text) => parse_duration_ns(text).map_err(|e| anyhow!("{}{e}", parse("commit_interval")))?,
         };
+        let write_back_gap_bytes = match self.write_back_gap.as_deref() {
+            None => 0,
+            Some(text) => parse_byte_size(text).map_err(|e| anyhow!("{}{e}", parse("write_back_gap")))?,
+        };
         let clean_check_budget_ns = match self.clean_check_budget.as_deref() {
             None => iocache_engine::DEFAULT_CLEAN_CHECK_BUDGET.as_nanos() as u64,
             Some(text) => {
@@ -613,6 +621,7 @@ impl VolumeText {
             persistence,
             clean_check_budget_ns,
             commit_interval_ns,
+            write_back_gap_bytes,
             reca,
             adapt,
             slow_cache: None,

@@ -397,6 +397,23 @@ fn adapt_parses_and_is_shared_by_a_cache() {
 }
 
 #[test]
+fn write_back_gap_is_a_size_of_the_cache() {
+    let c = from_toml_str(SHARED, "conf.toml").unwrap();
+    assert_eq!(cache_of(&c, 0).write_back_gap_bytes, 0);
+    let shared = SHARED.replace("direct = true", "direct = true\nwrite_back_gap = \"256KiB\"");
+    let c = from_toml_str(&shared, "conf.toml").unwrap();
+    assert_eq!(
+        (
+            cache_of(&c, 0).write_back_gap_bytes,
+            cache_of(&c, 1).write_back_gap_bytes
+        ),
+        (256 << 10, 256 << 10)
+    );
+    let e = err(&SHARED.replace("direct = true", "direct = true\nwrite_back_gap = \"lots\""));
+    assert!(e.contains("volume `a`: write_back_gap: "), "{e}");
+}
+
+#[test]
 fn clean_check_budget_is_a_duration_of_the_cache() {
     let c = from_toml_str(SHARED, "conf.toml").unwrap();
     assert_eq!(cache_of(&c, 0).clean_check_budget_ns, 60_000_000_000);
@@ -484,6 +501,7 @@ fn flags_name_flags() {
         direct: false,
         persistence: "dirty".into(),
         clean_check_budget: None,
+        write_back_gap: None,
         commit_interval: None,
         read_only: false,
         discard: None,

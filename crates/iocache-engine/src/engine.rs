@@ -53,6 +53,7 @@ mod slots;
 mod succession;
 mod tickets;
 mod volumes;
+mod writeback;
 mod writes;
 
 pub use balance::{BalanceConfig, BalanceController, BalanceDecision, BalanceLoad, BalanceStats};
@@ -176,6 +177,11 @@ pub struct EngineConfig {
     /// copy, say): their dirty lines are kept for them, their clean lines
     /// dropped (`recovery/`). Off by default: such a start is refused.
     pub rebind_backends: bool,
+    /// Write-back may fill a gap of at most this many bytes between two
+    /// dirty runs with the backend's own data (read first), so that both
+    /// go in one request (`engine/writeback.rs`). 0 by default: write-back
+    /// never reads the backend.
+    pub write_back_gap_bytes: u64,
 }
 
 impl EngineConfig {
@@ -196,6 +202,7 @@ impl EngineConfig {
             clean_check_budget: DEFAULT_CLEAN_CHECK_BUDGET,
             commit_interval: Some(DEFAULT_COMMIT_INTERVAL),
             rebind_backends: false,
+            write_back_gap_bytes: 0,
         }
     }
 }
@@ -420,6 +427,8 @@ struct Inner {
     index_prefetchers: Vec<IndexPrefetcher>,
     line_bytes: u64,
     line_shift: u32,
+    /// See [`EngineConfig::write_back_gap_bytes`].
+    write_back_gap_bytes: u64,
     /// The attached volumes, each with its backend (see `volumes.rs`).
     volumes: RwLock<VolumeTable>,
     /// Serializes attach, detach, volume flushes and shutdown.
@@ -634,6 +643,7 @@ impl Engine {
             index_prefetchers,
             line_bytes,
             line_shift: config.cache.line_size.shift(),
+            write_back_gap_bytes: config.write_back_gap_bytes,
             volumes: RwLock::new(table),
             admin: Mutex::new(()),
             clock: Clock::new(),

@@ -24,6 +24,7 @@ fn engine(
     cache: CacheConfig,
     volume_sectors: u64,
     persistence: Persistence,
+    write_back_gap_bytes: u64,
 ) -> (Arc<Engine>, Arc<MemDevice>) {
     let layout = Layout::for_slots(cache.line_size.bytes(), cache.capacity_lines).unwrap();
     let cache_dev = Arc::new(MemDevice::new("cache", layout.device_bytes()));
@@ -36,6 +37,7 @@ fn engine(
             // Small caches would get one shard by default: keep several, so
             // requests cross shards and victims live in other shards.
             shards: if lookup == Lookup::Fine { 4 } else { 0 },
+            write_back_gap_bytes,
             ..EngineConfig::new(cache)
         },
         cache_dev,
@@ -127,6 +129,7 @@ fn run(lookup: Lookup, wp: WritePolicy, policy: &str, lines: u64, line_bytes: u6
         line_bytes,
         flush,
         Persistence::None,
+        0,
     )
 }
 
@@ -140,6 +143,7 @@ fn run_with(
     line_bytes: u64,
     flush: &str,
     persistence: Persistence,
+    write_back_gap_bytes: u64,
 ) {
     let volume_sectors = 4096;
     let (engine, backend) = engine(
@@ -148,6 +152,7 @@ fn run_with(
         config(wp, policy, lines, line_bytes, flush),
         volume_sectors,
         persistence,
+        write_back_gap_bytes,
     );
     let models: Vec<Vec<u64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
@@ -238,6 +243,7 @@ fn requests_outside_or_unaligned_are_refused() {
         config(WritePolicy::WriteBack, "lru", 16, 4096, "nop"),
         64,
         Persistence::Dirty,
+        0,
     );
     let mut buf = vec![0u8; 1024];
     assert!(engine.read(64 * SECTOR - 512, &mut buf).is_err());
@@ -260,6 +266,7 @@ fn fine_write_back_small_lines_with_batched_cache_reads() {
         512,
         "nop",
         Persistence::None,
+        0,
     );
 }
 
@@ -277,6 +284,7 @@ fn fine_write_back_with_persistent_metadata() {
             4096,
             "aggressive:interval=1ms:batch=8",
             persistence,
+            0,
         );
         run_with(
             IoMode::Psync,
@@ -287,6 +295,34 @@ fn fine_write_back_with_persistent_metadata() {
             1024,
             "nop",
             persistence,
+            0,
+        );
+    }
+}
+
+/// Write-back that fills the gaps between dirty data with the backend's
+/// own bytes (read first, written back with the dirty data in one
+/// request), under four threads writing single sectors of shared lines:
+/// each FLUSH (volatile metadata: every dirty line written back across
+/// all shards) and each cleaner batch holds the lines of its gaps, so no
+/// gap ever writes older data over a newer write-back, and no read is stale.
+#[test]
+fn fine_write_back_filling_gaps_under_load() {
+    for (lines, line_bytes, flush, persistence) in [
+        (64, 4096, "nop", Persistence::None),
+        (128, 1024, "aggressive:interval=1ms:batch=16", Persistence::None),
+        (64, 4096, "aggressive:interval=1ms:batch=16", Persistence::All),
+    ] {
+        run_with(
+            IoMode::Psync,
+            Lookup::Fine,
+            WritePolicy::WriteBack,
+            "lru",
+            lines,
+            line_bytes,
+            flush,
+            persistence,
+            64 << 10,
         );
     }
 }
@@ -304,6 +340,7 @@ fn fine_every_knob_switched_under_load() {
         config(WritePolicy::WriteBack, "lru", 256, 4096, "nop"),
         volume_sectors,
         Persistence::Dirty,
+        0,
     );
     let changes = [
         "write_policy=wt",

@@ -229,6 +229,9 @@ pub struct CacheDeviceConfig {
     /// for its record when the client never flushes (0: no limit, only
     /// FLUSH and FUA record).
     pub commit_interval_ns: u64,
+    /// Write-back fills gaps of up to this many bytes between dirty runs
+    /// with the backend's data, to write both in one request (0: never).
+    pub write_back_gap_bytes: u64,
     /// An adaptive controller beside the cache: `Some` for ReCA.
     pub reca: Option<RecaConfig>,
     /// A load balancer between the cache device and the backends

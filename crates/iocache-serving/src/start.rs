@@ -330,6 +330,7 @@ pub(crate) fn engine_config(
         clean_check_budget: Duration::from_nanos(v.clean_check_budget_ns),
         commit_interval: (v.commit_interval_ns > 0).then(|| Duration::from_nanos(v.commit_interval_ns)),
         rebind_backends: false,
+        write_back_gap_bytes: v.write_back_gap_bytes,
     }
 }
 

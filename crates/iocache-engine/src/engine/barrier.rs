@@ -174,13 +174,20 @@ impl Inner {
     pub(super) fn volatile_barrier(&self) -> Result<(), EngineError> {
         let _cleaning = lock(&self.cleaner.cleaning);
         let horizon = self.cleaner.writebacks_horizon();
-        let mut failed = 0;
-        for shard in 0..self.shards.len() {
-            let dirty = lock(&self.shards[shard].state).cache.dirty_lines() as usize;
-            if dirty > 0 {
-                failed += self.flush_batch(shard, FlushOrder::Address, dirty, false).failed;
-            }
-        }
+        let shards: Vec<usize> = (0..self.shards.len())
+            .filter(|&s| lock(&self.shards[s].state).cache.dirty_lines() > 0)
+            .collect();
+        let dirty = shards
+            .iter()
+            .map(|&s| lock(&self.shards[s].state).cache.dirty_lines() as usize)
+            .max()
+            .unwrap_or(0);
+        let failed = if dirty > 0 {
+            self.flush_batch(&shards, FlushOrder::Address, dirty, false)
+                .failed
+        } else {
+            0
+        };
         self.cleaner.wait_for_writebacks_before(horizon);
         self.metadata.durability.barriers.fetch_add(1, Ordering::Relaxed);
         if failed > 0 {

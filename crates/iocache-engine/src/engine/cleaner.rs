@@ -11,22 +11,29 @@
 //! the cleaner frees). Its state is [`Cleaner`], one field of `Inner`, so
 //! that engine.rs does not grow with every cleaning feature.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use iocache_core::{FlushOrder, Op, SlotId, VolumeId, SECTOR_BYTES};
+use iocache_core::{FlushOrder, Op, SlotId, SECTOR_BYTES};
 use iocache_device::BlockDevice;
 
-use super::queues::{backend_class, cache_class};
+use super::tickets::Ticket;
+use super::writeback::{plan_runs, Piece, WRITE_BACK_RUN_BYTES};
 use super::{lock, slot_is_dirty, EngineError, Inner, ShardState, TicketKey};
 use crate::raid::{CacheArray, MirrorState};
+use iocache_core::{FlushToken, LineKey};
 
 /// Longest sleep of the background cleaner between checks.
 const CLEANER_POLL: Duration = Duration::from_millis(50);
 
-/// Lines written back per batch when flushing everything.
-pub(super) const FLUSH_ALL_BATCH: usize = 256;
+/// Lines written back per batch when flushing everything, over all shards
+/// (each shard gives its share, at least [`FLUSH_ALL_SHARD_MIN`]). Each
+/// shard picks its lines in address order from where it left off; the
+/// larger the batch, the fewer runs are cut where one shard's share ends
+/// before another's.
+const FLUSH_ALL_BATCH: usize = 8192;
+const FLUSH_ALL_SHARD_MIN: usize = 256;
 
 /// Lines cleaned when requests found only dirty victims in a shard. A
 /// batch holds the tickets of its lines until each is written back, so
@@ -139,7 +146,7 @@ impl Inner {
                     let batch = match due {
                         Some(at) if at <= now => {
                             let _cleaning = lock(&self.cleaner.cleaning);
-                            Some(self.flush_batch(shard, FlushOrder::Oldest, 0, true))
+                            Some(self.flush_batch(&[shard], FlushOrder::Oldest, 0, true))
                         }
                         Some(at) => {
                             next_wake = next_wake.min(at);
@@ -150,7 +157,7 @@ impl Inner {
                     let batch = match (batch, demand) {
                         (None, true) => {
                             let _cleaning = lock(&self.cleaner.cleaning);
-                            Some(self.flush_batch(shard, FlushOrder::Oldest, DEMAND_CLEAN_BATCH, false))
+                            Some(self.flush_batch(&[shard], FlushOrder::Oldest, DEMAND_CLEAN_BATCH, false))
                         }
                         (batch, _) => batch,
                     };
@@ -185,86 +192,171 @@ impl Inner {
         cv.notify_one();
     }
 
-    /// One batch of flushing in `shard`: pick lines, wait for their keys,
-    /// write them back, then tell the core. Returns how many lines it took.
+    /// One batch of flushing over `shards` (ascending): pick lines in each,
+    /// wait for their keys, write them back, then tell the core. The
+    /// shards are locked together, in order, while the lines are picked,
+    /// their write-backs planned into runs (writeback.rs) and the tickets
+    /// taken (the locking protocol of lib.rs), so that a run can join lines
+    /// of several shards and hold the lines of the gaps it fills.
     pub(super) fn flush_batch(
         &self,
-        shard_index: usize,
+        shards: &[usize],
         order: FlushOrder,
         batch: usize,
         cleaner: bool,
     ) -> FlushBatch {
-        let shard = &self.shards[shard_index];
-        let (ops, tokens, tickets) = {
-            let mut state = lock(&shard.state);
-            let ShardState {
-                cache, ops, tokens, ..
-            } = &mut *state;
-            if cleaner {
-                cache.run_cleaner(self.now_ns(), ops, tokens);
-            } else {
-                cache.begin_flush(order, batch, ops, tokens);
+        debug_assert!(shards.windows(2).all(|w| w[0] < w[1]));
+        // Per line: its shard and flush token; per run: the tickets of the
+        // lines in its gaps (a range of `tickets` after the tokens' own).
+        let mut tokens: Vec<(usize, FlushToken)> = Vec::new();
+        let mut tickets: Vec<Ticket> = Vec::new();
+        let mut pieces = Vec::new();
+        let (runs, gap_tickets) = {
+            let mut states: Vec<_> = shards.iter().map(|&s| lock(&self.shards[s].state)).collect();
+            for (&shard, state) in shards.iter().zip(states.iter_mut()) {
+                let ShardState {
+                    cache,
+                    ops,
+                    tokens: picked,
+                    ..
+                } = &mut **state;
+                if cleaner {
+                    cache.run_cleaner(self.now_ns(), ops, picked);
+                } else {
+                    cache.begin_flush(order, batch, ops, picked);
+                }
+                for (i, token) in picked.iter().enumerate() {
+                    for op in ops.ops() {
+                        if let Op::WriteBack {
+                            slot,
+                            line_offset_bytes,
+                            length_bytes,
+                            volume,
+                            offset_bytes,
+                        } = *op
+                        {
+                            if slot == token.slot {
+                                pieces.push(Piece {
+                                    token: tokens.len() + i,
+                                    shard,
+                                    slot,
+                                    line_offset_bytes,
+                                    length_bytes,
+                                    volume,
+                                    offset_bytes,
+                                });
+                            }
+                        }
+                    }
+                }
+                let picked = std::mem::take(picked);
+                for token in &picked {
+                    for key in [TicketKey::Line(token.key), TicketKey::Slot(token.slot)] {
+                        let (ticket, _) = state.take_ticket(key);
+                        tickets.push((shard, key, ticket));
+                    }
+                }
+                tokens.extend(picked.iter().map(|&t| (shard, t)));
+                state.tokens = picked;
             }
             if tokens.is_empty() {
                 return FlushBatch::default();
             }
-            let ops = ops.ops().to_vec();
-            let tokens = tokens.clone();
-            let mut tickets = Vec::with_capacity(tokens.len() * 2);
-            for token in &tokens {
-                for key in [TicketKey::Line(token.key), TicketKey::Slot(token.slot)] {
-                    let (ticket, _) = state.take_ticket(key);
-                    tickets.push((shard_index, key, ticket));
+            // A gap may be filled when the lines strictly inside it are of
+            // locked shards: their tickets are taken with the others.
+            let line_shift = self.line_shift;
+            let runs = plan_runs(
+                &mut pieces,
+                WRITE_BACK_RUN_BYTES,
+                self.write_back_gap_bytes,
+                &mut |before, after| {
+                    let inside =
+                        ((before.end_bytes() - 1) >> line_shift) + 1..after.offset_bytes >> line_shift;
+                    inside.into_iter().all(|line_index| {
+                        let key = LineKey {
+                            volume: after.volume,
+                            line_index,
+                        };
+                        shards.binary_search(&self.shard_of(key)).is_ok()
+                    })
+                },
+            );
+            let mut gap_tickets = Vec::with_capacity(runs.len());
+            for run in &runs {
+                let from = tickets.len();
+                for w in pieces[run.clone()].windows(2) {
+                    let inside = ((w[0].end_bytes() - 1) >> line_shift) + 1..w[1].offset_bytes >> line_shift;
+                    for line_index in inside {
+                        let key = LineKey {
+                            volume: w[1].volume,
+                            line_index,
+                        };
+                        let shard = self.shard_of(key);
+                        let state = &mut states[shards.binary_search(&shard).expect("a locked shard")];
+                        let (ticket, _) = state.take_ticket(TicketKey::Line(key));
+                        tickets.push((shard, TicketKey::Line(key), ticket));
+                    }
                 }
+                gap_tickets.push(from..tickets.len());
             }
-            (ops, tokens, tickets)
+            (runs, gap_tickets)
         };
-        debug_assert_eq!(tickets.len(), 2 * tokens.len());
         self.wait_for_tickets(&tickets);
-        // Line by line: each line is told to the core and its tickets are
-        // released as soon as its write-back ends, so a request for a line
-        // early in the batch does not wait for the whole batch (a batch of
-        // 32 lines on a backend taking 1 ms per write held every one of its
-        // lines for 32 ms).
-        let mut failed = 0;
-        for (i, token) in tokens.iter().enumerate() {
-            let mut written = !self.poison_blocks_write_back(shard_index, token, &ops);
-            for op in &ops {
-                let Op::WriteBack {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    volume,
-                    offset_bytes,
-                } = *op
-                else {
-                    continue;
-                };
-                if !written || slot != token.slot {
-                    continue;
-                }
-                written = self
-                    .write_back(
-                        shard_index,
-                        slot,
-                        line_offset_bytes,
-                        length_bytes,
-                        volume,
-                        offset_bytes,
-                    )
-                    .is_ok();
-            }
+        // Lines whose poisoned sectors must not reach the backend.
+        let blocked: Vec<bool> = tokens
+            .iter()
+            .map(|&(shard, token)| {
+                let ops: Vec<Op> = pieces
+                    .iter()
+                    .filter(|p| p.shard == shard && p.slot == token.slot)
+                    .map(Piece::op)
+                    .collect();
+                self.poison_blocks_write_back(shard, &token, &ops)
+            })
+            .collect();
+        // Each line is told to the core and its tickets are released as
+        // soon as its own pieces are written, so a request for a line early
+        // in the batch does not wait for the whole batch (a batch of 32
+        // lines on a backend taking 1 ms per write held every one of its
+        // lines for 32 ms when they were written one after the other).
+        let mut pending: Vec<AtomicUsize> = (0..tokens.len()).map(|_| AtomicUsize::new(0)).collect();
+        for piece in &pieces {
+            *pending[piece.token].get_mut() += 1;
+        }
+        let unwritten: Vec<AtomicBool> = blocked.iter().map(|&b| AtomicBool::new(b)).collect();
+        let failed = AtomicUsize::new(0);
+        let finish = |i: usize| {
+            let (shard, token) = &tokens[i];
+            let written = !unwritten[i].load(Ordering::Acquire);
             {
-                let mut state = lock(&shard.state);
+                let mut state = lock(&self.shards[*shard].state);
                 state.cache.complete_flush(token, written);
                 if self.slots.array.is_some() {
-                    self.mirror_unneeded(&state, shard_index, token.slot);
+                    self.mirror_unneeded(&state, *shard, token.slot);
                 }
             }
-            failed += usize::from(!written);
+            failed.fetch_add(usize::from(!written), Ordering::Relaxed);
             // This token's line and slot tickets, taken in that order above.
             self.release_tickets(&tickets[2 * i..2 * i + 2]);
+        };
+        for (i, count) in pending.iter().enumerate() {
+            if count.load(Ordering::Relaxed) == 0 {
+                finish(i);
+            }
         }
+        self.write_back_runs(&pieces, &runs, &|piece| blocked[piece.token], &|run, written| {
+            let index = runs.partition_point(|r| r.start < run.start);
+            self.release_tickets(&tickets[gap_tickets[index].clone()]);
+            for (piece, &ok) in pieces[run].iter().zip(written) {
+                if !ok {
+                    unwritten[piece.token].store(true, Ordering::Release);
+                }
+                if pending[piece.token].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    finish(piece.token);
+                }
+            }
+        });
+        let failed = failed.into_inner();
         if failed > 0 {
             self.health.io_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -274,110 +366,51 @@ impl Inner {
         }
     }
 
+    /// Each shard's share of a batch flushing everything.
+    pub(super) fn flush_all_share(&self) -> usize {
+        (FLUSH_ALL_BATCH / self.shards.len()).max(FLUSH_ALL_SHARD_MIN)
+    }
+
+    /// Every shard, for a batch over all of them.
+    pub(super) fn all_shards(&self) -> Vec<usize> {
+        (0..self.shards.len()).collect()
+    }
+
     pub(super) fn flush_all(&self) -> Result<(), EngineError> {
         let _cleaning = lock(&self.cleaner.cleaning);
-        let mut remaining = 0;
-        for shard in 0..self.shards.len() {
-            // Bounded: the address cursor moves past a line whose
-            // write-back failed, so the shard is given up once every line
-            // still dirty has failed since the last success (a backend
-            // that is down must not keep this loop, and so a shutdown,
-            // spinning), and in any case after a million rounds.
-            let mut failed_since_success = 0u64;
-            for _round in 0..1_000_000 {
-                let batch = self.flush_batch(shard, FlushOrder::Address, FLUSH_ALL_BATCH, false);
-                if batch.taken == 0 {
-                    break;
-                }
-                if batch.failed == batch.taken {
-                    failed_since_success += batch.failed as u64;
-                } else {
-                    failed_since_success = batch.failed as u64;
-                }
-                let dirty = lock(&self.shards[shard].state).cache.dirty_lines();
-                if dirty == 0 || failed_since_success >= dirty {
-                    break;
-                }
+        let shards = self.all_shards();
+        let dirty_lines = || -> u64 {
+            shards
+                .iter()
+                .map(|&s| lock(&self.shards[s].state).cache.dirty_lines())
+                .sum()
+        };
+        // Bounded: the address cursors move past a line whose write-back
+        // failed, so flushing is given up once every line still dirty has
+        // failed since the last success (a backend that is down must not
+        // keep this loop, and so a shutdown, spinning), and in any case
+        // after a million rounds.
+        let mut failed_since_success = 0u64;
+        for _round in 0..1_000_000 {
+            let batch = self.flush_batch(&shards, FlushOrder::Address, self.flush_all_share(), false);
+            if batch.taken == 0 {
+                break;
             }
-            remaining += lock(&self.shards[shard].state).cache.dirty_lines();
+            if batch.failed == batch.taken {
+                failed_since_success += batch.failed as u64;
+            } else {
+                failed_since_success = batch.failed as u64;
+            }
+            let dirty = dirty_lines();
+            if dirty == 0 || failed_since_success >= dirty {
+                break;
+            }
         }
+        let remaining = dirty_lines();
         if remaining > 0 {
             return Err(EngineError::DirtyLinesRemain { lines: remaining });
         }
         self.flush_backends()?;
-        Ok(())
-    }
-
-    pub(super) fn write_back(
-        &self,
-        shard: usize,
-        slot: u32,
-        line_offset: u32,
-        length: u32,
-        volume: VolumeId,
-        backend_offset: u64,
-    ) -> Result<(), EngineError> {
-        let mut data = vec![0u8; length as usize];
-        let mut already_in_backend = false;
-        if self.content_lost() {
-            return Err(EngineError::Io(format!(
-                "write-back of slot {slot}: the cache device lost its content, and the line's data with it"
-            )));
-        }
-        if let Some(array) = &self.slots.array {
-            let global = self.shards[shard].base_slot + u64::from(slot);
-            let primary_ok = !array.primary_failed(global)
-                && self
-                    .queues
-                    .cache
-                    .time(&self.clock, cache_class::EVICTION, || {
-                        self.slots
-                            .dev
-                            .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
-                    })
-                    .is_ok();
-            if !primary_ok {
-                // Dirty sectors: the mirror has them, or the backend already does.
-                match array.mirror_state(global) {
-                    MirrorState::Mirrored(m) => array.read_mirror(m, u64::from(line_offset), &mut data)?,
-                    MirrorState::Through => already_in_backend = true,
-                    MirrorState::None => {
-                        return Err(EngineError::Io(format!(
-                            "write-back of slot {global}: its cache device failed and it has no mirror"
-                        )))
-                    }
-                }
-            }
-        } else if let Err(e) = self.queues.cache.time(&self.clock, cache_class::EVICTION, || {
-            self.slots
-                .dev
-                .read_at(&mut data, self.cache_offset(shard, slot, line_offset))
-        }) {
-            self.cache_error("read for a write-back", &e);
-            return Err(e.into());
-        } else if !self.cache_read_believable(&data) {
-            return Err(EngineError::Io(format!(
-                "write-back of slot {slot}: the cache device lost its content, and the line's data with it"
-            )));
-        }
-        if !already_in_backend && self.metadata.dirty_checksums() {
-            self.check_written_back_data(shard, slot, line_offset, &mut data)?;
-        }
-        if !already_in_backend {
-            let backend = self.backend_of(volume)?;
-            self.queues
-                .backend
-                .time(&self.clock, backend_class::WRITE_BACK, || {
-                    backend.write_at(&data, backend_offset)
-                })
-                .map_err(|e| self.backend_error(e))?;
-        }
-        let first = line_offset / SECTOR_BYTES as u32;
-        self.note_in_shadow(shard, |state| {
-            state
-                .shadow
-                .note_write_back(slot, first, first + length / SECTOR_BYTES as u32)
-        });
         Ok(())
     }
 
@@ -387,7 +420,7 @@ impl Inner {
     /// the backend another line's data. Read twice before concluding; a
     /// mismatch then is lost content (the device is failed for good) and
     /// nothing is written back.
-    fn check_written_back_data(
+    pub(super) fn check_written_back_data(
         &self,
         shard: usize,
         slot: SlotId,

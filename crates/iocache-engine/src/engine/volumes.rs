@@ -38,7 +38,6 @@ use iocache_core::{AccessSummary, FlushOrder, IoKind, LineKey, Op, VolumeId};
 use iocache_device::BlockDevice;
 use iocache_format::VolumeEntry;
 
-use super::cleaner::FLUSH_ALL_BATCH;
 use super::{lock, Engine, EngineError, Inner, ShardState, Ticket, TicketKey};
 use crate::latency::{LatencyHistogram, LatencyPercentiles};
 use crate::stripe::{stripe, Padded, STRIPES};
@@ -414,25 +413,21 @@ impl Inner {
     fn write_back_volume(&self, volume: &VolumeState) -> Result<u64, EngineError> {
         let mut written = 0;
         let mut failed = 0;
-        for shard in 0..self.shards.len() {
-            let mut remaining = lock(&self.shards[shard].state)
-                .cache
-                .volume_lines(volume.id)
-                .dirty as usize;
-            while remaining > 0 {
-                let batch = self.flush_batch(
-                    shard,
-                    FlushOrder::Volume(volume.id),
-                    remaining.min(FLUSH_ALL_BATCH),
-                    false,
-                );
-                written += (batch.taken - batch.failed) as u64;
-                failed += batch.failed as u64;
-                if batch.taken == 0 || batch.failed > 0 {
-                    break;
-                }
-                remaining = remaining.saturating_sub(batch.taken);
+        let shards = self.all_shards();
+        let mut remaining = self.dirty_lines_of(volume.id) as usize;
+        while remaining > 0 {
+            let batch = self.flush_batch(
+                &shards,
+                FlushOrder::Volume(volume.id),
+                self.flush_all_share(),
+                false,
+            );
+            written += (batch.taken - batch.failed) as u64;
+            failed += batch.failed as u64;
+            if batch.taken == 0 || batch.failed > 0 {
+                break;
             }
+            remaining = remaining.saturating_sub(batch.taken);
         }
         if failed > 0 {
             return Err(EngineError::DirtyLinesRemain { lines: failed });
