@@ -277,6 +277,20 @@ enum CtlCommand {
     Detach { export: String },
     /// Write back an export's dirty lines (it keeps serving).
     Flush { export: String },
+    /// Put a new device in place of a cache-array member, while serving: a live member is
+    /// retired first; the dirty lines that had a copy on it are written back, the array's
+    /// metadata is copied to the new device (a missing file is created), and its line slots
+    /// come back empty, filling again as lines are read. Then name NEW in the configuration's
+    /// cache_array in place of OLD: the device it replaced is not trusted again.
+    ReplaceMember {
+        /// The member to replace, as the configuration names it.
+        old: PathBuf,
+        /// The new device or file.
+        new: PathBuf,
+        /// The cache array (needed when the server has several caches).
+        #[arg(long, value_name = "PATH")]
+        cache: Option<PathBuf>,
+    },
     /// Read a range of an export through its cache in the background (as a client's
     /// NBD_CMD_CACHE does): lines come in as the promotion policy admits them on a read.
     /// Progress in `iocache stats`.
@@ -440,6 +454,32 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
                 "flushed export {}: {} written back",
                 reply["export"],
                 iocache_core::units::count(reply["written_back_lines"].as_u64().unwrap_or(0), "line")
+            );
+        }
+        CtlCommand::ReplaceMember { old, new, cache } => {
+            let mut req = json!({
+                "command": "replace-member",
+                "old": old.display().to_string(),
+                "new": absolute(&new.display().to_string())?,
+            });
+            if let Some(cache) = cache {
+                req["cache"] = json!(absolute(&cache.display().to_string())?);
+            }
+            let reply = request(socket, &req.to_string(), None)?;
+            println!(
+                "{} replaced {} in the cache array {}{}: {} line slots back in service, empty; name {} in \
+                 the configuration's cache_array in place of {}",
+                reply["new"].as_str().unwrap_or("?"),
+                reply["old"].as_str().unwrap_or("?"),
+                reply["cache"].as_str().unwrap_or("?"),
+                if reply["retired"] == true {
+                    " (retired first)"
+                } else {
+                    ""
+                },
+                reply["restored_slots"],
+                reply["new"].as_str().unwrap_or("?"),
+                reply["old"].as_str().unwrap_or("?"),
             );
         }
         CtlCommand::Warm {

@@ -58,7 +58,7 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Show the statistics of a running `iocache serve`.
     Stats(admin::StatsArgs),
-    /// Change or show the volumes of a running `iocache serve`: attach, detach, flush, warm, set, get, reca-reload, stats.
+    /// Change or show the volumes of a running `iocache serve`: attach, detach, flush, replace-member, warm, set, get, reca-reload, stats.
     Ctl(admin::CtlArgs),
     /// Simulate caches over a block I/O trace (every policy × size in one pass).
     Sim(Box<SimArgs>),

@@ -1277,6 +1277,96 @@ fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `iocache ctl replace-member` while serving: a healthy member is retired
+/// and replaced by a new file, the data stays readable and the new file
+/// takes lines; after a clean stop, a configuration naming the new file
+/// trusts it, and one naming the old file again does not.
+#[test]
+fn ctl_replace_member_swaps_a_cache_device_while_serving() {
+    if !have("qemu-io") {
+        eprintln!("skipped: qemu-io is not installed");
+        return;
+    }
+    let dir = temp_dir("replace-member");
+    let args = |member: &'static str| {
+        [
+            "serve",
+            "--backend-size",
+            "64MiB",
+            "--listen",
+            "127.0.0.1:0",
+            "--cache",
+            "iocache-data/c0.img",
+            "--cache-array",
+            member,
+            "--admin-socket",
+            "iocache-data/admin.sock",
+        ]
+    };
+    let admin = dir.join("iocache-data/admin.sock");
+    let served = Served::spawn(&dir, &args("iocache-data/c1.img"));
+    let mut writes = pattern_commands("write");
+    writes.push("flush".into());
+    qemu_io(&served.uri(), &writes);
+    let (ok, out) = ctl(
+        &admin,
+        &["replace-member", "iocache-data/c1.img", "iocache-data/c2.img"],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("retired first") && out.contains("in place of iocache-data/c1.img"),
+        "{out}"
+    );
+    let (ok, out) = ctl(
+        &admin,
+        &[
+            "replace-member",
+            "iocache-data/nothing.img",
+            "iocache-data/c3.img",
+        ],
+    );
+    assert!(!ok && out.contains("not a member"), "{out}");
+    let stats = stats_json(&admin);
+    let array = &stats["volumes"][0]["array"];
+    assert!(
+        array["members"][1]["device"]
+            .as_str()
+            .unwrap()
+            .ends_with("c2.img"),
+        "{array}"
+    );
+    assert_eq!(array["members"][1]["state"], "ok", "{array}");
+    assert_eq!(
+        (array["degraded"].clone(), array["replacements"].clone()),
+        (false.into(), 1.into()),
+        "{array}"
+    );
+    qemu_io(&served.uri(), &pattern_commands("read"));
+    qemu_io(&served.uri(), &writes);
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    assert!(err.contains("replaced member 1"), "{err}");
+    let c2 = std::fs::metadata(dir.join("iocache-data/c2.img")).unwrap();
+    assert!(c2.len() > 0);
+    // The configuration names the new file: a whole array.
+    let served = Served::spawn(&dir, &args("iocache-data/c2.img"));
+    let stats = stats_json(&admin);
+    let array = &stats["volumes"][0]["array"];
+    assert_eq!(array["members"][1]["state"], "ok", "{array}");
+    qemu_io(&served.uri(), &pattern_commands("read"));
+    assert!(served.stop().0);
+    // The old file again: it was replaced, so it is a failed member.
+    let served = Served::spawn(&dir, &args("iocache-data/c1.img"));
+    let stats = stats_json(&admin);
+    let array = &stats["volumes"][0]["array"];
+    assert_eq!(array["members"][1]["state"], "failed", "{array}");
+    qemu_io(&served.uri(), &pattern_commands("read"));
+    let (ok, err) = served.stop();
+    assert!(ok, "{err}");
+    assert!(err.contains("was replaced by another device"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A loopback address with a port nothing listens on now.
 fn free_local_address() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

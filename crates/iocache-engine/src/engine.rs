@@ -42,6 +42,8 @@ mod cleaner;
 mod discard;
 pub use discard::Zeroing;
 mod health_state;
+mod members;
+pub use members::MemberReplacement;
 mod metadata;
 mod planning;
 mod queues;
@@ -275,6 +277,8 @@ pub enum EngineError {
     /// A backend is not the one the cache holds the volume's lines for.
     #[error("refusing to start: {0}")]
     BackendMismatch(#[from] crate::recovery::BackendMismatch),
+    #[error(transparent)]
+    Array(#[from] crate::raid::ArrayError),
     #[error("no volume {0} is attached")]
     UnknownVolume(String),
     /// A request asked for what this cache or its backend cannot do (a
@@ -983,7 +987,7 @@ impl Engine {
             let failures = array.failures();
             stats.array = Some(ArrayEngineStats {
                 array: array.stats(),
-                degraded: failures > 0,
+                degraded: array.live_members() < array.geometry().members,
                 dirty_cap: array.dirty_cap(),
                 evacuated_lines: self.inner.cleaner.evacuated_lines.load(Ordering::Relaxed),
                 retired_slots: retired,

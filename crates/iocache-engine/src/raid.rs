@@ -24,11 +24,15 @@
 //! A member that fails an I/O is marked failed for good: the array's member
 //! headers (4 KiB at the start of each member, below the address space)
 //! record which members failed, with an epoch, so a restart never trusts a
-//! member that missed writes. Header layout, little endian:
+//! member that missed writes. A failed (or retired) member can be replaced
+//! by a new device while the array serves ([`CacheArray::replace_member`]):
+//! the metadata is copied to it, its slots come back empty, and its
+//! generation in the headers goes up, so the device it replaced is never
+//! trusted again even if it comes back. Header layout, little endian:
 //!
 //! ```text
 //!  0  magic        [u8; 8]  "IOCARRAY"
-//!  8  version      u32      1
+//!  8  version      u32      1, or 2 once a member was replaced
 //! 12  member       u32      this member's index
 //! 16  members      u32      member count, 2..=16
 //! 20  mirror_pct   u32      share of each member's line slots kept for mirrors
@@ -39,12 +43,13 @@
 //! 64  meta_bytes   u64      bytes of superblock + metadata (mirrored)
 //! 72  primary      u64      primary slots per member
 //! 80  mirrors      u64      mirror slots per member
-//! 88  zero         ...
+//! 88  generations  [u64; 16] version 2: per member, how often it was replaced
+//! 216 zero         ...
 //! 4092 crc32c      u32      of bytes 0..4092
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use iocache_device::{check_range, BlockDevice, DeviceError, IoKind};
 
@@ -55,7 +60,9 @@ pub const MEMBER_HEADER_BYTES: u64 = 4096;
 /// Most members an array may have (the failed mask is a u64; kept small).
 pub const MEMBERS_MAX: usize = 16;
 const MAGIC: [u8; 8] = *b"IOCARRAY";
-const HEADER_VERSION: u32 = 1;
+/// Headers are written in version 1 until a member is replaced (so that a
+/// build before replacements reads an array that never had one).
+const HEADER_VERSION: u32 = 2;
 /// `mirror_of` value: no mirror.
 const NO_MIRROR: u32 = u32::MAX;
 /// `mirror_of` value: no mirror; the line's dirty writes went to the backend too.
@@ -142,21 +149,56 @@ impl ArrayGeometry {
     }
 
     /// Lines the cache holds: the primary slots of all members.
+    /// The bytes a member needs: its header, the metadata, its line and
+    /// mirror slots.
+    pub fn member_bytes(&self) -> u64 {
+        MEMBER_HEADER_BYTES
+            + self.meta_bytes
+            + (self.primary_per_member + self.mirror_per_member) * self.line_bytes
+    }
+
     pub fn slots(&self) -> u64 {
         self.primary_per_member * self.members as u64
     }
 }
 
 struct Member {
+    /// Its name and device, replaced together by `replace_member`.
+    device: RwLock<MemberDevice>,
+    failed: AtomicBool,
+}
+
+struct MemberDevice {
     name: String,
     device: Option<Arc<dyn BlockDevice>>,
-    failed: AtomicBool,
+}
+
+impl Member {
+    fn name(&self) -> String {
+        read(&self.device).name.clone()
+    }
+
+    fn device(&self) -> Option<Arc<dyn BlockDevice>> {
+        read(&self.device).device.clone()
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the headers say beside the failures: rewritten under one lock.
+struct HeaderState {
+    epoch: u64,
+    generations: [u64; MEMBERS_MAX],
 }
 
 /// Counters of the array, for stats.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ArrayStats {
     pub members: Vec<(String, bool)>,
+    /// Members replaced by another device while the array served.
+    pub replacements: u64,
     pub mirror_slots: u64,
     pub mirror_slots_used: u64,
     /// Dirty-sector writes that also went to a mirror.
@@ -173,8 +215,12 @@ pub struct CacheArray {
     geometry: ArrayGeometry,
     members: Vec<Member>,
     uuid: [u8; 16],
-    /// Serializes header rewrites; holds the current epoch.
-    header: Mutex<u64>,
+    /// Serializes header rewrites; holds the current epoch and generations.
+    header: Mutex<HeaderState>,
+    /// Held shared by metadata writes, exclusively while the metadata is
+    /// copied to a replacement member (so that it misses none).
+    meta_gate: RwLock<()>,
+    replacements: AtomicU64,
     /// Per global slot: mirror slot, `NO_MIRROR` or `THROUGH`.
     mirror_of: Vec<AtomicU32>,
     /// Free mirror slots (global mirror ids), per member.
@@ -216,6 +262,7 @@ struct Header {
     meta_bytes: u64,
     primary: u64,
     mirrors: u64,
+    generations: [u64; MEMBERS_MAX],
 }
 
 fn get_u32(b: &[u8], at: usize) -> u32 {
@@ -229,7 +276,12 @@ impl Header {
     fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; MEMBER_HEADER_BYTES as usize];
         b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&HEADER_VERSION.to_le_bytes());
+        let version = if self.generations.iter().all(|&g| g == 0) {
+            1
+        } else {
+            HEADER_VERSION
+        };
+        b[8..12].copy_from_slice(&version.to_le_bytes());
         b[12..16].copy_from_slice(&self.member.to_le_bytes());
         b[16..20].copy_from_slice(&self.members.to_le_bytes());
         b[20..24].copy_from_slice(&self.mirror_percent.to_le_bytes());
@@ -240,6 +292,9 @@ impl Header {
         b[64..72].copy_from_slice(&self.meta_bytes.to_le_bytes());
         b[72..80].copy_from_slice(&self.primary.to_le_bytes());
         b[80..88].copy_from_slice(&self.mirrors.to_le_bytes());
+        for (i, g) in self.generations.iter().enumerate() {
+            b[88 + 8 * i..96 + 8 * i].copy_from_slice(&g.to_le_bytes());
+        }
         let crc = crc32c::crc32c(&b[..4092]);
         b[4092..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -265,10 +320,16 @@ impl Header {
             ));
         }
         let version = get_u32(b, 8);
-        if version != HEADER_VERSION {
+        if !(1..=HEADER_VERSION).contains(&version) {
             return Err(format!(
-                "header version {version} at offset 8, this build reads {HEADER_VERSION}"
+                "header version {version} at offset 8, this build reads 1 to {HEADER_VERSION}"
             ));
+        }
+        let mut generations = [0u64; MEMBERS_MAX];
+        if version >= 2 {
+            for (i, g) in generations.iter_mut().enumerate() {
+                *g = get_u64(b, 88 + 8 * i);
+            }
         }
         let h = Header {
             member: get_u32(b, 12),
@@ -281,6 +342,7 @@ impl Header {
             meta_bytes: get_u64(b, 64),
             primary: get_u64(b, 72),
             mirrors: get_u64(b, 80),
+            generations,
         };
         if !(2..=MEMBERS_MAX as u32).contains(&h.members) || h.member >= h.members {
             return Err(format!(
@@ -362,7 +424,16 @@ impl CacheArray {
                 .unwrap_or(0);
             let geometry = ArrayGeometry::fitting(n, smallest, line_bytes, mirror_percent)
                 .map_err(ArrayError::Invalid)?;
-            let array = CacheArray::build(members, geometry, new_uuid(), 0, 0);
+            let array = CacheArray::build(
+                members,
+                geometry,
+                new_uuid(),
+                HeaderState {
+                    epoch: 0,
+                    generations: [0; MEMBERS_MAX],
+                },
+                0,
+            );
             array.write_headers()?;
             return Ok(array);
         };
@@ -392,7 +463,7 @@ impl CacheArray {
                 "the array header's geometry {geometry:?} is unusable"
             )));
         }
-        let (uuid, epoch) = (newest.uuid, newest.epoch);
+        let (uuid, epoch, generations) = (newest.uuid, newest.epoch, newest.generations);
         let mut failed_mask = newest.failed_mask;
         for (i, ((name, device), h)) in members.iter().zip(&headers).enumerate() {
             let problem = match h {
@@ -402,6 +473,10 @@ impl CacheArray {
                 Ok(Some(h)) if h.member as usize != i => Some(format!(
                     "is member {} of the array, given as member {i}",
                     h.member
+                )),
+                Ok(Some(h)) if h.generations[i] != generations[i] => Some(format!(
+                    "was replaced by another device (its generation is {}, the array's {})",
+                    h.generations[i], generations[i]
                 )),
                 Ok(Some(_)) => None,
             };
@@ -428,7 +503,13 @@ impl CacheArray {
             ));
         }
         let changed = failed_mask != newest.failed_mask;
-        let array = CacheArray::build(members, geometry, uuid, epoch, failed_mask);
+        let array = CacheArray::build(
+            members,
+            geometry,
+            uuid,
+            HeaderState { epoch, generations },
+            failed_mask,
+        );
         if changed {
             array.write_headers()?;
         }
@@ -439,7 +520,7 @@ impl CacheArray {
         members: Vec<(String, Option<Arc<dyn BlockDevice>>)>,
         geometry: ArrayGeometry,
         uuid: [u8; 16],
-        epoch: u64,
+        header: HeaderState,
         failed_mask: u64,
     ) -> CacheArray {
         let name = format!(
@@ -460,13 +541,14 @@ impl CacheArray {
                 .into_iter()
                 .enumerate()
                 .map(|(i, (name, device))| Member {
-                    name,
-                    device,
+                    device: RwLock::new(MemberDevice { name, device }),
                     failed: AtomicBool::new(failed_mask & (1 << i) != 0),
                 })
                 .collect(),
             uuid,
-            header: Mutex::new(epoch),
+            header: Mutex::new(header),
+            meta_gate: RwLock::new(()),
+            replacements: AtomicU64::new(0),
             mirror_of: (0..geometry.slots()).map(|_| AtomicU32::new(NO_MIRROR)).collect(),
             free_mirrors: Mutex::new(free),
             mirror_writes: AtomicU64::new(0),
@@ -491,13 +573,13 @@ impl CacheArray {
 
     /// Rewrites every live member's header with the current failed mask.
     fn write_headers(&self) -> Result<(), DeviceError> {
-        let mut epoch = self.header.lock().unwrap_or_else(|p| p.into_inner());
-        *epoch += 1;
+        let mut state = self.header.lock().unwrap_or_else(|p| p.into_inner());
+        state.epoch += 1;
         let failed_mask = self.failed_mask();
         let mut last_error = None;
         let mut written = 0;
         for (i, member) in self.members.iter().enumerate() {
-            let Some(dev) = &member.device else { continue };
+            let Some(dev) = member.device() else { continue };
             if failed_mask & (1 << i) != 0 {
                 continue;
             }
@@ -506,12 +588,13 @@ impl CacheArray {
                 members: self.members.len() as u32,
                 mirror_percent: self.geometry.mirror_percent,
                 uuid: self.uuid,
-                epoch: *epoch,
+                epoch: state.epoch,
                 failed_mask,
                 line_bytes: self.geometry.line_bytes,
                 meta_bytes: self.geometry.meta_bytes,
                 primary: self.geometry.primary_per_member,
                 mirrors: self.geometry.mirror_per_member,
+                generations: state.generations,
             };
             match dev.write_at(&header.encode(), 0).and_then(|()| dev.flush()) {
                 Ok(()) => written += 1,
@@ -526,13 +609,13 @@ impl CacheArray {
 
     /// Marks member `i` failed (once) and records it in the other members'
     /// headers before returning, so no restart trusts its stale copy.
-    fn fail_member(&self, i: usize, cause: &DeviceError) {
+    fn fail_member(&self, i: usize, cause: &dyn std::fmt::Display) {
         if self.members[i].failed.swap(true, Ordering::AcqRel) {
             return;
         }
         log::warn!(
             "cache array member {} failed ({cause}); running degraded on the others",
-            self.members[i].name
+            self.members[i].name()
         );
         self.failures.fetch_add(1, Ordering::AcqRel);
         // Its free mirror slots are gone; used ones are found by the engine.
@@ -540,9 +623,111 @@ impl CacheArray {
         if let Err(e) = self.write_headers() {
             log::error!(
                 "cache array: recording the failure of {} failed: {e}",
-                self.members[i].name
+                self.members[i].name()
             );
         }
+    }
+
+    /// The index of the member named `name` (as the array was given it, or
+    /// as a replacement named it).
+    pub fn member_index(&self, name: &str) -> Option<usize> {
+        self.members.iter().position(|m| read(&m.device).name == name)
+    }
+
+    /// Whether member `i` is out of service (failed or retired).
+    pub fn member_failed(&self, i: usize) -> bool {
+        self.is_failed(i)
+    }
+
+    /// The member holding global slot `slot`'s line.
+    pub fn member_of(&self, slot: u64) -> usize {
+        self.member_of_slot(slot)
+    }
+
+    /// Takes member `i` out of service as a failure would, recorded in the
+    /// headers; the engine then writes back what depended on it. Refused
+    /// when no other member is live.
+    pub fn retire_member(&self, i: usize) -> Result<(), ArrayError> {
+        if self.live_members() <= 1 && !self.is_failed(i) {
+            return Err(ArrayError::Invalid(format!(
+                "member {} is the last live member",
+                self.members[i].name()
+            )));
+        }
+        self.fail_member(i, &"retired by the operator");
+        Ok(())
+    }
+
+    /// Puts `device`, named `name`, in the place of member `i`, which must
+    /// have failed (or been retired) and have no mirror in use (the engine
+    /// has written back what depended on it). The array's metadata is
+    /// copied to it while metadata writes wait, then it is live: its line
+    /// slots are empty (the engine puts them back in service) and its
+    /// mirror slots free. Its generation goes up in every live header, so
+    /// the device it replaces is not trusted again at a restart. A crash
+    /// before the headers are written leaves the new device blank to a
+    /// restart (a failed member); after, it is a member.
+    pub fn replace_member(
+        &self,
+        i: usize,
+        name: &str,
+        device: Arc<dyn BlockDevice>,
+    ) -> Result<(), ArrayError> {
+        let g = self.geometry;
+        if !self.is_failed(i) {
+            return Err(ArrayError::Invalid(format!(
+                "member {} is live: retire it before replacing it",
+                self.members[i].name()
+            )));
+        }
+        let need = g.member_bytes();
+        if device.len_bytes() < need {
+            return Err(ArrayError::Invalid(format!(
+                "{name} has {} bytes, a member of this array needs {need}",
+                device.len_bytes()
+            )));
+        }
+        let mirrors = (i as u64 * g.mirror_per_member) as u32..((i as u64 + 1) * g.mirror_per_member) as u32;
+        if let Some(slot) = self
+            .mirror_of
+            .iter()
+            .position(|m| mirrors.contains(&m.load(Ordering::Acquire)))
+        {
+            return Err(ArrayError::Invalid(format!(
+                "slot {slot} still has its mirror on the member being replaced"
+            )));
+        }
+        let source = (0..self.members.len())
+            .find(|&k| k != i && !self.is_failed(k))
+            .ok_or_else(|| ArrayError::Invalid("no live member to copy the metadata from".into()))?;
+        {
+            let _gate = self.meta_gate.write().unwrap_or_else(|p| p.into_inner());
+            let mut buf = vec![0u8; (1 << 20).min(g.meta_bytes.max(1)) as usize];
+            let mut at = 0;
+            while at < g.meta_bytes {
+                let len = (g.meta_bytes - at).min(buf.len() as u64) as usize;
+                let offset = MEMBER_HEADER_BYTES + at;
+                self.member_io(source, IoKind::Read, offset, len as u64, |d| {
+                    d.read_at(&mut buf[..len], offset)
+                })?;
+                device.write_at(&buf[..len], offset)?;
+                at += len as u64;
+            }
+            // A blank header until the headers below name it.
+            device.write_at(&[0u8; MEMBER_HEADER_BYTES as usize], 0)?;
+            device.flush()?;
+            *self.members[i].device.write().unwrap_or_else(|p| p.into_inner()) = MemberDevice {
+                name: name.to_string(),
+                device: Some(device),
+            };
+            self.header.lock().unwrap_or_else(|p| p.into_inner()).generations[i] += 1;
+            self.free_mirrors.lock().unwrap_or_else(|p| p.into_inner())[i] = mirrors.rev().collect();
+            self.members[i].failed.store(false, Ordering::Release);
+        }
+        self.replacements.fetch_add(1, Ordering::Relaxed);
+        self.write_headers()?;
+        log::warn!("cache array: {name} replaced member {i}; its slots come back empty");
+        Ok(())
     }
 
     /// How many member failures the array has seen (changes when one fails).
@@ -681,19 +866,19 @@ impl CacheArray {
     ) -> Result<(), DeviceError> {
         let m = &self.members[member];
         let unavailable = || DeviceError::Io {
-            device: m.name.clone(),
+            device: m.name(),
             kind,
             offset,
             len,
             source: std::io::Error::other("cache array member has failed"),
         };
-        let Some(dev) = &m.device else {
+        let Some(dev) = m.device() else {
             return Err(unavailable());
         };
         if m.failed.load(Ordering::Acquire) {
             return Err(unavailable());
         }
-        io(&**dev).inspect_err(|e| self.fail_member(member, e))
+        io(&*dev).inspect_err(|e| self.fail_member(member, e))
     }
 
     /// Writes `data` at `line_offset` of mirror slot `mirror`.
@@ -731,8 +916,9 @@ impl CacheArray {
             members: self
                 .members
                 .iter()
-                .map(|m| (m.name.clone(), m.failed.load(Ordering::Relaxed)))
+                .map(|m| (m.name(), m.failed.load(Ordering::Relaxed)))
                 .collect(),
+            replacements: self.replacements.load(Ordering::Relaxed),
             mirror_slots: total,
             mirror_slots_used: used,
             mirror_writes: self.mirror_writes.load(Ordering::Relaxed),
@@ -811,7 +997,10 @@ impl BlockDevice for CacheArray {
             let len = chunk.len() as u64;
             match member {
                 Some(k) => self.member_io(k, IoKind::Write, at, len, |d| d.write_at(chunk, at)),
-                None => self.on_live_members(IoKind::Write, at, len, |d| d.write_at(chunk, at)),
+                None => {
+                    let _gate = read(&self.meta_gate);
+                    self.on_live_members(IoKind::Write, at, len, |d| d.write_at(chunk, at))
+                }
             }
         })
     }
@@ -823,7 +1012,7 @@ impl BlockDevice for CacheArray {
     fn alignment(&self) -> usize {
         self.members
             .iter()
-            .filter_map(|m| m.device.as_ref().map(|d| d.alignment()))
+            .filter_map(|m| m.device().map(|d| d.alignment()))
             .max()
             .unwrap_or(1)
     }

@@ -244,6 +244,195 @@ fn crash_run(seed: u64, members: usize, persistence: Persistence) {
     engine.shutdown().unwrap();
 }
 
+/// A member replaced while the cache serves: it failed at a random moment
+/// (or, healthy, is retired by the replacement itself), and a blank device
+/// takes its place while another thread runs the verifying workload.
+/// Afterwards the array is whole again (no member failed, the dirty cap
+/// back, no slot retired, the new device taking lines); a crash keeps
+/// every flushed write; with two members, the new one alone then serves
+/// the cache (the metadata it was given); with three, the replaced device,
+/// back in its old place, is not trusted.
+fn replace_run(seed: u64, members: usize, persistence: Persistence, fail: bool, cut_short: bool) {
+    let mut rng = Rng::seeded(seed);
+    let mut rig = Rig::new(seed, members, persistence);
+    let engine = rig.open();
+    let mut model = Model::new();
+    let victim = rng.below(members as u64) as usize;
+    let full_cap = engine.stats().array.unwrap().dirty_cap;
+    if fail {
+        let fail_at = rng.below(300);
+        workload(seed, &mut rng, &engine, &rig, &mut model, victim, fail_at);
+        wait_evacuated(seed, &engine);
+    }
+    // The headers as they are before the replacement rewrites them.
+    let headers: Vec<Vec<u8>> = rig
+        .members
+        .iter()
+        .map(|m| {
+            let mut b = vec![0u8; 4096];
+            let _ = m.inner().read_at(&mut b, 0);
+            b
+        })
+        .collect();
+    let new: Arc<FaultDevice<MemDevice>> = Arc::new(FaultDevice::new(MemDevice::new(
+        format!("m{victim}b"),
+        MEMBER_BYTES,
+    )));
+    let replaced = std::thread::scope(|scope| {
+        let replacing = scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(rng_delay(seed)));
+            let device: Arc<dyn BlockDevice> = new.clone();
+            engine.replace_cache_member(&format!("m{victim}"), &format!("m{victim}b"), device)
+        });
+        workload(seed, &mut rng, &engine, &rig, &mut model, victim, u64::MAX);
+        replacing.join().unwrap()
+    });
+    let replaced = replaced.unwrap_or_else(|e| panic!("seed {seed}: replacing m{victim}: {e}"));
+    assert_eq!(
+        (replaced.member, replaced.retired),
+        (victim, !fail),
+        "seed {seed}"
+    );
+    let array = engine.stats().array.unwrap();
+    assert!(!array.degraded, "seed {seed}: whole again: {array:?}");
+    assert_eq!(array.retired_slots, 0, "seed {seed}");
+    assert_eq!(array.dirty_cap, full_cap, "seed {seed}");
+    assert_eq!(array.array.members[victim], (format!("m{victim}b"), false));
+    assert_eq!(array.array.replacements, 1);
+    let old = std::mem::replace(&mut rig.members[victim], new);
+    let writes_before = rig.members[victim].stats().writes;
+    workload(seed, &mut rng, &engine, &rig, &mut model, victim, u64::MAX);
+    // Enough distinct lines to need the new member's slots.
+    for line in 0..2 * MEMBER_BYTES / LINE {
+        let mut buf = vec![0u8; LINE as usize];
+        engine.read(line * LINE, &mut buf).unwrap();
+        model.assert_latest(
+            line * LINE / SECTOR,
+            &buf,
+            &format!("seed {seed} after replacing"),
+        );
+    }
+    assert!(
+        rig.members[victim].stats().writes > writes_before,
+        "seed {seed}: the new member takes lines"
+    );
+    // The power goes; the array reopens with the new member.
+    drop(engine);
+    if cut_short {
+        // As if the process had died before the replacement wrote any
+        // header: the others' say the member failed, the new one's is blank.
+        for (i, member) in rig.members.iter().enumerate() {
+            let header = if i == victim {
+                vec![0u8; 4096]
+            } else {
+                headers[i].clone()
+            };
+            member.inner().write_at(&header, 0).unwrap();
+        }
+    }
+    let cut = random_power_cut(&mut rng);
+    for member in &rig.members {
+        member.power_cut(cut).unwrap();
+    }
+    rig.backend.power_cut(cut).unwrap();
+    let check = |engine: &Engine, when: &str| {
+        for sector in 0..VOLUME_SECTORS {
+            let mut buf = [0u8; SECTOR as usize];
+            engine
+                .read(sector * SECTOR, &mut buf)
+                .unwrap_or_else(|e| panic!("seed {seed}: read of sector {sector} {when}: {e}"));
+            let found = decode(&buf, sector);
+            assert!(
+                found.is_some_and(|w| model.acceptable(sector, w)),
+                "seed {seed} ({members} members, victim {victim}, {persistence}, {cut:?}) {when}: sector {sector} \
+                 holds {found:?}, durable {} or later {:?} expected",
+                model.durable[sector as usize],
+                model.since[sector as usize],
+            );
+        }
+    };
+    let engine = rig.open();
+    let array = engine.stats().array.unwrap();
+    if cut_short {
+        assert!(
+            array.array.members[victim].1,
+            "seed {seed}: a blank member: {array:?}"
+        );
+        check(&engine, "after a crash before the headers named the new member");
+        engine.shutdown().unwrap();
+        return;
+    }
+    assert!(
+        array.array.members.iter().all(|(_, failed)| !failed),
+        "seed {seed}: the new member is a member after a restart: {array:?}"
+    );
+    check(&engine, "after the crash");
+    drop(engine);
+    if members == 2 {
+        // The other member is gone: the new one alone holds the cache, its
+        // metadata copied at the replacement and kept since.
+        rig.members[1 - victim].set_offline(true);
+        let engine = rig.open();
+        let array = engine.stats().array.unwrap();
+        assert!(!array.array.members[victim].1, "seed {seed}: {array:?}");
+        check(&engine, "with only the new member");
+        engine.shutdown().unwrap();
+        return;
+    }
+    // The replaced device comes back in its old place: it is not trusted.
+    old.set_offline(false);
+    rig.members[victim] = old;
+    let engine = rig.open();
+    let array = engine.stats().array.unwrap();
+    assert!(
+        array.array.members[victim].1,
+        "seed {seed}: the replaced device must be a failed member: {array:?}"
+    );
+    check(&engine, "with the replaced device back");
+    engine.shutdown().unwrap();
+}
+
+/// When the replacement starts, in milliseconds into the workload.
+fn rng_delay(seed: u64) -> u64 {
+    Rng::seeded(seed ^ 0x5eed).below(20)
+}
+
+#[test]
+fn a_failed_member_is_replaced_while_serving() {
+    for seed in 0..iterations() {
+        let persistence = if seed.is_multiple_of(2) {
+            Persistence::Dirty
+        } else {
+            Persistence::All
+        };
+        replace_run(300 + seed, 2 + (seed % 2) as usize, persistence, true, false);
+    }
+}
+
+#[test]
+fn a_healthy_member_is_retired_and_replaced_while_serving() {
+    for seed in 0..iterations() {
+        replace_run(
+            400 + seed,
+            2 + (seed % 2) as usize,
+            Persistence::All,
+            false,
+            false,
+        );
+    }
+}
+
+/// A replacement the process did not live to record: a crash finds the
+/// new device blank (a failed member) and the others' headers as before,
+/// and every flushed write is still there (the dirty lines that used the
+/// new member have their other copy).
+#[test]
+fn a_replacement_cut_before_its_headers_loses_nothing() {
+    for seed in 0..iterations() {
+        replace_run(500 + seed, 3, Persistence::All, seed.is_multiple_of(2), true);
+    }
+}
+
 fn iterations() -> u64 {
     common::count_from_env("IOCACHE_RAID_ITERATIONS", 12)
 }

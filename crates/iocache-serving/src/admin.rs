@@ -10,6 +10,8 @@
 //!   adds a volume to a cache device (the only one, or the one named) and
 //!   serves it as a new export; `backend_size` creates a missing file;
 //! - `{"command":"flush","export":NAME}`: writes back the volume's dirty lines;
+//! - `{"command":"replace-member","old":PATH,"new":PATH,"cache":PATH?}`:
+//!   puts a new device in place of a cache-array member, while serving;
 //! - `{"command":"warm","export":NAME,"offset":BYTES?,"length":BYTES?}`:
 //!   reads a range (the whole volume by default) through the cache in the
 //!   background, as NBD_CMD_CACHE does; progress in the stats;
@@ -81,6 +83,7 @@ fn dispatch(state: &Running, line: &str) -> Result<Value> {
         }),
         Some("detach") => state.detach(needed("export")?),
         Some("flush") => state.flush(needed("export")?),
+        Some("replace-member") => state.replace_member(field("cache"), needed("old")?, needed("new")?),
         Some("warm") => {
             let number = |name: &str| match request.get(name) {
                 None | Some(Value::Null) => Ok(None),
@@ -105,7 +108,8 @@ fn dispatch(state: &Running, line: &str) -> Result<Value> {
         }
         Some("reca-reload") => state.reca_reload(field("export"), field("table")),
         Some(other) => Err(refused!(
-            "unknown command `{}`; expected stats, attach, detach, flush, warm, get, set or reca-reload",
+            "unknown command `{}`; expected stats, attach, detach, flush, replace-member, warm, get, set or \
+             reca-reload",
             shortened(other)
         )),
         None => Err(refused!("the request needs a `command`")),

@@ -384,8 +384,32 @@ impl Collector for EngineCollector {
             "The line size in force and, when ReCA wants another, the pending one (taken at the next start).",
             Gauge,
         );
+        let mut array_members = Family::new(
+            "cache_array_members",
+            "Cache-array members, by state (ok, failed: a failed or retired member).",
+            Gauge,
+        );
+        let mut array_lines = Family::new(
+            "cache_array_lines",
+            "Cache-array lines evacuated from failed members (their dirty data written back) and lost (both copies).",
+            Counter,
+        );
+        let mut array_replacements = Family::new(
+            "cache_array_replacements",
+            "Cache-array members replaced by another device while serving.",
+            Counter,
+        );
         for s in &snapshot.caches {
             let c = || ("cache", s.cache.path.clone());
+            if let Some(a) = &s.array {
+                for state in ["ok", "failed"] {
+                    let n = a.members.iter().filter(|m| m.state == state).count();
+                    array_members.add(vec![c(), ("state", state.into())], Level(n as i64));
+                }
+                array_lines.add(vec![c(), ("fate", "evacuated".into())], Count(a.evacuated_lines));
+                array_lines.add(vec![c(), ("fate", "lost".into())], Count(a.lost_lines));
+                array_replacements.add(vec![c()], Count(a.replacements));
+            }
             for (device, q) in [("cache", &s.queues.cache), ("backend", &s.queues.backend)] {
                 for (name, class) in &q.classes {
                     let labels = || vec![c(), ("device", device.into()), ("class", name.clone())];
@@ -502,6 +526,9 @@ impl Collector for EngineCollector {
             &reca_changes,
             &reca_requests,
             &reca_line,
+            &array_members,
+            &array_lines,
+            &array_replacements,
         ] {
             family.encode(&mut encoder)?;
         }

@@ -13,7 +13,7 @@ use iocache_engine::{Engine, Volume};
 use iocache_nbd::ExportHandle;
 
 use crate::config::{normalize, CacheDeviceConfig};
-use crate::devices::{open_backend, BackendSpec, Claim, Scope};
+use crate::devices::{check_claim, open_backend, open_cache_file, record_claim, BackendSpec, Claim, Scope};
 
 /// One cache device and the engine that runs it (shared by its volumes).
 pub struct CacheGroup {
@@ -401,6 +401,66 @@ impl Running {
             })
             .within(|| format!("warming `{export}`: starting its thread"))?;
         Ok(serde_json::json!({ "export": export, "offset": offset, "length": length }))
+    }
+
+    /// Puts the device file `new` (created when missing) in place of the
+    /// cache-array member `old` (as configured) of the cache `cache` (the
+    /// only one when not named): see `Engine::replace_cache_member`.
+    pub fn replace_member(&self, cache: Option<&str>, old: &str, new: &str) -> Result<serde_json::Value> {
+        let _admin = lock(&self.admin);
+        if self.stopping() {
+            return Err(refused!("the server is stopping"));
+        }
+        let group = &self.caches[self.cache_for(cache)?];
+        let engine = group.engine();
+        let Some(array) = engine.cache_array() else {
+            return Err(refused!(
+                "the cache {} is not a cache array",
+                group.path.display()
+            ));
+        };
+        let members: Vec<String> = array.stats().members.into_iter().map(|(name, _)| name).collect();
+        let same = |a: &str, b: &str| {
+            a == b || std::fs::canonicalize(a).is_ok_and(|c| std::fs::canonicalize(b).is_ok_and(|d| c == d))
+        };
+        let Some(old_name) = members.iter().find(|m| same(m, old)) else {
+            return Err(refused!(
+                "old: {old} is not a member of the cache array {} (members: {})",
+                group.path.display(),
+                members.join(", ")
+            ));
+        };
+        let new_path = Path::new(new);
+        let owner = group.path.display().to_string();
+        {
+            let files = lock(&self.files);
+            check_claim(&files, new_path, "cache", "new")?;
+        }
+        let device = open_cache_file(
+            new_path,
+            array.geometry().member_bytes(),
+            group.config.direct,
+            self.own.no_follow(new_path),
+            false,
+        )
+        .within(|| "new".to_string())?;
+        let done = engine
+            .replace_cache_member(old_name, new, Arc::new(device))
+            .within(|| format!("replacing {old_name} with {new}"))?;
+        record_claim(&mut lock(&self.files), new_path, &owner, "cache");
+        log::warn!(
+            "cache array {}: {new} replaced {old_name}; name it in the configuration's cache_array in place \
+             of {old_name}",
+            group.path.display()
+        );
+        Ok(serde_json::json!({
+            "cache": owner,
+            "old": old_name,
+            "new": new,
+            "member": done.member,
+            "retired": done.retired,
+            "restored_slots": done.restored_slots,
+        }))
     }
 
     pub fn flush(&self, export: &str) -> Result<serde_json::Value> {

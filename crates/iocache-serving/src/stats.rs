@@ -206,6 +206,9 @@ pub struct ArraySnapshot {
     pub evacuated_lines: u64,
     pub retired_slots: u64,
     pub lost_lines: u64,
+    /// Members replaced by another device while serving.
+    #[serde(default)]
+    pub replacements: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -532,6 +535,7 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
         evacuated_lines: a.evacuated_lines,
         retired_slots: a.retired_slots,
         lost_lines: a.lost_lines,
+        replacements: a.array.replacements,
     });
     let balance = s.balance.as_ref().map(|b| BalanceSnapshot {
         controller: b.controller.to_string(),

@@ -175,14 +175,15 @@ pub fn render(snapshot: &Snapshot) -> String {
                 listed.join(", ")
             );
             put!(out,
-                "  mirrors    {} / {} mirror slots used, dirty cap {} lines ({} writes written through at the cap), {} mirror reads, {} lines evacuated, {} lost",
+                "  mirrors    {} / {} mirror slots used, dirty cap {} lines ({} writes written through at the cap), {} mirror reads, {} lines evacuated, {} lost, {} members replaced",
                 a.mirror_slots_used,
                 a.mirror_slots,
                 a.dirty_cap,
                 a.dirty_cap_write_throughs,
                 a.mirror_reads,
                 a.evacuated_lines,
-                a.lost_lines
+                a.lost_lines,
+                a.replacements
             );
         }
         put!(

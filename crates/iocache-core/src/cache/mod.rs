@@ -510,6 +510,23 @@ impl Cache {
         dirty_left
     }
 
+    /// Puts retired slots for which `restore` holds back in service, empty
+    /// and free (a replaced cache device); returns how many.
+    pub fn restore_slots(&mut self, restore: impl Fn(SlotId) -> bool) -> u64 {
+        let mut restored = 0;
+        for s in 0..self.retired.len() {
+            let slot = s as SlotId;
+            if self.retired[s] && restore(slot) {
+                debug_assert!(!self.records[s].meta.resident);
+                self.retired[s] = false;
+                self.retired_count -= 1;
+                self.free.push(slot);
+                restored += 1;
+            }
+        }
+        restored
+    }
+
     pub fn line_state(&self, key: LineKey) -> Option<LineState> {
         let slot = self.lookup(key)?;
         Some(LineState {
