@@ -364,6 +364,11 @@ impl Cache {
         self.policy.counters()
     }
 
+    /// The replacement policy's levels now (see `ReplacementPolicy::gauges`).
+    pub fn policy_gauges(&self) -> Vec<(&'static str, u64)> {
+        self.policy.gauges()
+    }
+
     /// The configured write policy (see [`Cache::effective_mode`] for the
     /// one in force).
     pub fn write_policy(&self) -> WritePolicy {

@@ -148,6 +148,9 @@ impl ReplacementPolicy for ActivePolicy {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         forward!(self, p => p.counters())
     }
+    fn gauges(&self) -> Vec<(&'static str, u64)> {
+        forward!(self, p => p.gauges())
+    }
     #[inline(always)]
     fn on_request(&mut self, request: &Request, line: LineSize, info: &AccessInfo) {
         forward!(self, p => p.on_request(request, line, info))

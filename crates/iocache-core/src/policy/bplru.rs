@@ -207,4 +207,8 @@ impl ReplacementPolicy for Bplru {
             ("compensations", self.compensations),
         ]
     }
+
+    fn gauges(&self) -> Vec<(&'static str, u64)> {
+        vec![("blocks", u64::from(self.lru.len))]
+    }
 }

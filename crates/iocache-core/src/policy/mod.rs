@@ -183,6 +183,12 @@ pub trait ReplacementPolicy: Send {
         Vec::new()
     }
 
+    /// Levels of the policy's own structures now (for example Req-block's
+    /// pages per list, BPLRU's blocks), by name: they go up and down.
+    fn gauges(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// A request arrives, before any of its lines is looked up, with the
     /// cache's line size. Policies that characterise whole requests (ReCA)
     /// look here.

@@ -334,4 +334,14 @@ impl ReplacementPolicy for ReqBlock {
             ("small_block_hits", self.small_hits),
         ]
     }
+
+    fn gauges(&self) -> Vec<(&'static str, u64)> {
+        let blocks = self.list_blocks();
+        vec![
+            ("irl_pages", self.list_pages[0]),
+            ("srl_pages", self.list_pages[1]),
+            ("drl_pages", self.list_pages[2]),
+            ("request_blocks", blocks.iter().map(|&b| u64::from(b)).sum()),
+        ]
+    }
 }

@@ -222,4 +222,11 @@ impl ReplacementPolicy for Vbbms {
             ("sequential_inserts", self.inserts[1]),
         ]
     }
+
+    fn gauges(&self) -> Vec<(&'static str, u64)> {
+        vec![(
+            "virtual_blocks",
+            u64::from(self.regions[0].len) + u64::from(self.regions[1].len),
+        )]
+    }
 }

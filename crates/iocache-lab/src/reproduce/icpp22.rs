@@ -6,7 +6,8 @@
 //! write-buffer mode (`wo`, 4 KiB lines = flash pages) on the trace samples
 //! and on generated workloads with Table 2's write ratios and mean write
 //! sizes, with the `flash` timing preset (Table 1's SSDsim settings) as
-//! the backend, and compares averages as the paper does.
+//! the backend, and compares averages as the paper does. Figs. 2-3, 12
+//! and 13 are measured page by page (`icpp22_pages.rs`).
 
 use std::collections::BTreeMap;
 
@@ -17,8 +18,11 @@ use iocache_report::{Chart, Scale, Ticks};
 use iocache_sim::timing::{preset, ArrivalMode};
 use iocache_sim::{CacheSettings, CacheSize, RunResult, RunSpec, SimOptions, SimReport, TimingSetup};
 
+use super::icpp22_pages::{page_run, push_claims};
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, mean, series, workload, Context};
+use super::{axis, gen_reader, mean, series, workload, Context};
+use crate::error::Within;
+use iocache_trace::{ReaderOptions, TraceReader};
 
 const POLICIES: [&str; 4] = ["reqblock", "lru", "bplru", "vbbms"];
 const SAMPLES: [&str; 6] = [
@@ -119,7 +123,7 @@ fn mix_spec(write_pct: f64, mean_kb: f64, requests: u64) -> String {
 pub fn run(ctx: &Context) -> Result<Verdict> {
     let mut verdict = Verdict::new(
         "icpp22",
-        "Req-block: request-granularity SSD DRAM cache management (ICPP'22), Figs. 7-11",
+        "Req-block: request-granularity SSD DRAM cache management (ICPP'22), Figs. 2-3 and 7-13",
     );
     let requests: u64 = if ctx.quick { 20_000 } else { 400_000 };
     let mut policies: Vec<String> = POLICIES.iter().map(|p| p.to_string()).collect();
@@ -165,10 +169,12 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         all.push((Results::new(name, report), gen_sizes.clone()));
     }
     let samples: &[&str] = if ctx.quick { &SAMPLES[..2] } else { &SAMPLES };
+    let mut sample_paths = Vec::new();
     for file in samples {
         if let Some(path) = ctx.trace(file, &mut verdict, &format!("sample {file}")) {
             let report = ctx.simulate_file(&path, &specs_for(&sample_sizes)?, options())?;
             all.push((Results::new(file, report), sample_sizes.clone()));
+            sample_paths.push((file, path));
         }
     }
     verdict.setup.push(format!(
@@ -429,5 +435,32 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     for (name, chart) in charts {
         ctx.figure(&mut verdict, name, &chart)?;
     }
+
+    // Figs. 2-3, 12-13, page by page: the paper's 16 MiB buffer (and 32
+    // and 64 MiB for Fig. 12) on the generated workloads, the samples'
+    // sizes on the samples.
+    let (gen_pages, gen_fig12): (u64, Vec<u64>) = if ctx.quick {
+        (1024, vec![1024, 2048])
+    } else {
+        (4096, vec![4096, 8192, 16384])
+    };
+    let mut pages = Vec::new();
+    for (name, write_pct, mean_kb) in MIXES {
+        let spec = workload(&mix_spec(write_pct, mean_kb, requests))?;
+        pages.push(page_run(name, &mut gen_reader(&spec)?, gen_pages, &gen_fig12)?);
+    }
+    for (file, path) in &sample_paths {
+        let mut reader = TraceReader::open(path, None, ReaderOptions::default()).at_file(path)?;
+        pages.push(
+            page_run(
+                file,
+                &mut reader,
+                *sample_sizes.last().expect("a size"),
+                &sample_sizes,
+            )
+            .at_file(path)?,
+        );
+    }
+    push_claims(ctx, &mut verdict, &pages, gen_pages)?;
     Ok(verdict)
 }

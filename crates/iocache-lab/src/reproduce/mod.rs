@@ -18,6 +18,7 @@ mod asplos23_live;
 mod asplos23_lookup;
 mod asplos23_real;
 mod icpp22;
+mod icpp22_pages;
 mod lbica;
 mod reca;
 mod systor14;
