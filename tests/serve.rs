@@ -1231,19 +1231,7 @@ fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
         return;
     }
     let dir = temp_dir("array");
-    let args = [
-        "serve",
-        "--backend-size",
-        "64MiB",
-        "--listen",
-        "127.0.0.1:0",
-        "--cache",
-        "iocache-data/c0.img",
-        "--cache-array",
-        "iocache-data/c1.img",
-        "--admin-socket",
-        "iocache-data/admin.sock",
-    ];
+    let args = array_args("iocache-data/c1.img");
     let served = Served::spawn(&dir, &args);
     let mut writes = pattern_commands("write");
     writes.push("flush".into());
@@ -1277,6 +1265,23 @@ fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `serve` arguments for a cache array of iocache-data/c0.img and `member`.
+fn array_args(member: &str) -> [&str; 11] {
+    [
+        "serve",
+        "--backend-size",
+        "64MiB",
+        "--listen",
+        "127.0.0.1:0",
+        "--cache",
+        "iocache-data/c0.img",
+        "--cache-array",
+        member,
+        "--admin-socket",
+        "iocache-data/admin.sock",
+    ]
+}
+
 /// `iocache ctl replace-member` while serving: a healthy member is retired
 /// and replaced by a new file, the data stays readable and the new file
 /// takes lines; after a clean stop, a configuration naming the new file
@@ -1288,21 +1293,7 @@ fn ctl_replace_member_swaps_a_cache_device_while_serving() {
         return;
     }
     let dir = temp_dir("replace-member");
-    let args = |member: &'static str| {
-        [
-            "serve",
-            "--backend-size",
-            "64MiB",
-            "--listen",
-            "127.0.0.1:0",
-            "--cache",
-            "iocache-data/c0.img",
-            "--cache-array",
-            member,
-            "--admin-socket",
-            "iocache-data/admin.sock",
-        ]
-    };
+    let args = array_args;
     let admin = dir.join("iocache-data/admin.sock");
     let served = Served::spawn(&dir, &args("iocache-data/c1.img"));
     let mut writes = pattern_commands("write");

@@ -225,23 +225,32 @@ fn crash_run(seed: u64, members: usize, persistence: Persistence) {
             "seed {seed}: an offline member must not look live"
         );
     }
+    assert_durable(&engine, &model, &|| {
+        format!(
+            "seed {seed} ({members} members, victim {victim} back {back}, {persistence}, {cut:?}; recovery {:?}, \
+             array {array:?})",
+            stats.recovery
+        )
+    });
+    engine.shutdown().unwrap();
+}
+
+/// Every sector reads as its value at the last FLUSH or a later one.
+fn assert_durable(engine: &Engine, model: &Model, context: &dyn Fn() -> String) {
     for sector in 0..VOLUME_SECTORS {
         let mut buf = [0u8; SECTOR as usize];
         engine
             .read(sector * SECTOR, &mut buf)
-            .unwrap_or_else(|e| panic!("seed {seed}: read of sector {sector} after the crash: {e}"));
+            .unwrap_or_else(|e| panic!("{}: read of sector {sector}: {e}", context()));
         let found = decode(&buf, sector);
         assert!(
             found.is_some_and(|w| model.acceptable(sector, w)),
-            "seed {seed} ({members} members, victim {victim} back {back}, {persistence}, {cut:?}): sector {sector} \
-             holds {found:?}, durable {} or later {:?} expected; recovery {:?}, array {:?}",
+            "{}: sector {sector} holds {found:?}, durable {} or later {:?} expected",
+            context(),
             model.durable[sector as usize],
             model.since[sector as usize],
-            stats.recovery,
-            array
         );
     }
-    engine.shutdown().unwrap();
 }
 
 /// A member replaced while the cache serves: it failed at a random moment
@@ -336,20 +345,9 @@ fn replace_run(seed: u64, members: usize, persistence: Persistence, fail: bool, 
     }
     rig.backend.power_cut(cut).unwrap();
     let check = |engine: &Engine, when: &str| {
-        for sector in 0..VOLUME_SECTORS {
-            let mut buf = [0u8; SECTOR as usize];
-            engine
-                .read(sector * SECTOR, &mut buf)
-                .unwrap_or_else(|e| panic!("seed {seed}: read of sector {sector} {when}: {e}"));
-            let found = decode(&buf, sector);
-            assert!(
-                found.is_some_and(|w| model.acceptable(sector, w)),
-                "seed {seed} ({members} members, victim {victim}, {persistence}, {cut:?}) {when}: sector {sector} \
-                 holds {found:?}, durable {} or later {:?} expected",
-                model.durable[sector as usize],
-                model.since[sector as usize],
-            );
-        }
+        assert_durable(engine, &model, &|| {
+            format!("seed {seed} ({members} members, victim {victim}, {persistence}, {cut:?}) {when}")
+        })
     };
     let engine = rig.open();
     let array = engine.stats().array.unwrap();

@@ -226,28 +226,12 @@ impl Inner {
                     cache.begin_flush(order, batch, ops, picked);
                 }
                 for (i, token) in picked.iter().enumerate() {
-                    for op in ops.ops() {
-                        if let Op::WriteBack {
-                            slot,
-                            line_offset_bytes,
-                            length_bytes,
-                            volume,
-                            offset_bytes,
-                        } = *op
-                        {
-                            if slot == token.slot {
-                                pieces.push(Piece {
-                                    token: tokens.len() + i,
-                                    shard,
-                                    slot,
-                                    line_offset_bytes,
-                                    length_bytes,
-                                    volume,
-                                    offset_bytes,
-                                });
-                            }
-                        }
-                    }
+                    pieces.extend(
+                        ops.ops()
+                            .iter()
+                            .filter_map(|op| Piece::of(op, tokens.len() + i, shard))
+                            .filter(|p| p.slot == token.slot),
+                    );
                 }
                 let picked = std::mem::take(picked);
                 for token in &picked {
@@ -464,20 +448,11 @@ impl Inner {
     /// A `WriteBack` op on a request thread (an evicted dirty line),
     /// tracked with volatile metadata so that a FLUSH waits for it.
     pub(super) fn write_back_evicted(&self, shard: usize, op: &Op) -> Result<(), EngineError> {
-        let Op::WriteBack {
-            slot,
-            line_offset_bytes,
-            length_bytes,
-            volume,
-            offset_bytes,
-        } = *op
-        else {
-            unreachable!("only WriteBack ops are written back");
-        };
+        let piece = Piece::of(op, 0, shard).expect("only WriteBack ops are written back");
         // A volatile barrier waits for the write-backs under way; records
         // need not (rule 3 of persist.rs: they flush the backend first).
         let tracked = (!self.metadata.records_slots()).then(|| self.writeback_started());
-        let result = self.write_back(shard, slot, line_offset_bytes, length_bytes, volume, offset_bytes);
+        let result = self.write_back(&piece);
         if let Some(id) = tracked {
             self.writeback_ended(id);
         }

@@ -40,6 +40,29 @@ impl Piece {
         self.offset_bytes + u64::from(self.length_bytes)
     }
 
+    /// The piece a `WriteBack` op writes back (`None` for another op), as
+    /// part of line `token` of the batch, in `shard`.
+    pub(super) fn of(op: &Op, token: usize, shard: usize) -> Option<Piece> {
+        match *op {
+            Op::WriteBack {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                volume,
+                offset_bytes,
+            } => Some(Piece {
+                token,
+                shard,
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                volume,
+                offset_bytes,
+            }),
+            _ => None,
+        }
+    }
+
     /// The `WriteBack` op it came from.
     pub(super) fn op(&self) -> Op {
         Op::WriteBack {
@@ -223,22 +246,18 @@ impl Inner {
         written
     }
 
-    /// One line's write-back, on its own: `length` bytes at `line_offset`
-    /// of `slot`, to `backend_offset` of `volume`.
-    pub(super) fn write_back(
-        &self,
-        shard: usize,
-        slot: SlotId,
-        line_offset: u32,
-        length: u32,
-        volume: VolumeId,
-        backend_offset: u64,
-    ) -> Result<(), EngineError> {
-        let mut data = vec![0u8; length as usize];
-        if self.read_for_write_back(shard, slot, line_offset, &mut data)? {
-            self.write_to_backend(volume, backend_offset, &data)?;
+    /// One piece's write-back, on its own.
+    pub(super) fn write_back(&self, piece: &Piece) -> Result<(), EngineError> {
+        let mut data = vec![0u8; piece.length_bytes as usize];
+        if self.read_for_write_back(piece.shard, piece.slot, piece.line_offset_bytes, &mut data)? {
+            self.write_to_backend(piece.volume, piece.offset_bytes, &data)?;
         }
-        self.note_written_back(shard, slot, line_offset, length);
+        self.note_written_back(
+            piece.shard,
+            piece.slot,
+            piece.line_offset_bytes,
+            piece.length_bytes,
+        );
         Ok(())
     }
 
@@ -294,22 +313,23 @@ impl Inner {
     }
 
     fn read_from_backend(&self, volume: VolumeId, offset: u64, data: &mut [u8]) -> Result<(), EngineError> {
-        let backend = self.backend_of(volume)?;
-        self.queues
-            .backend
-            .time(&self.clock, backend_class::WRITE_BACK, || {
-                backend.read_at(data, offset)
-            })
-            .map_err(|e| self.backend_error(e))
+        self.write_back_io(volume, |backend| backend.read_at(data, offset))
     }
 
     fn write_to_backend(&self, volume: VolumeId, offset: u64, data: &[u8]) -> Result<(), EngineError> {
+        self.write_back_io(volume, |backend| backend.write_at(data, offset))
+    }
+
+    /// One backend I/O of a write-back, timed in its queue class.
+    fn write_back_io(
+        &self,
+        volume: VolumeId,
+        io: impl FnOnce(&dyn BlockDevice) -> Result<(), iocache_device::DeviceError>,
+    ) -> Result<(), EngineError> {
         let backend = self.backend_of(volume)?;
         self.queues
             .backend
-            .time(&self.clock, backend_class::WRITE_BACK, || {
-                backend.write_at(data, offset)
-            })
+            .time(&self.clock, backend_class::WRITE_BACK, || io(&*backend))
             .map_err(|e| self.backend_error(e))
     }
 
