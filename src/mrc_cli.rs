@@ -2,7 +2,7 @@
 //! simulator's miss-ratio curves (`iocache_sim::mrc`), kept out of main.rs
 //! so that each command's options and output live in one place.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -215,7 +215,7 @@ pub fn run(args: TraceMrcArgs) -> Result<()> {
     if crate::args::write_json(args.json.as_deref(), json_file, &report)? {
         return Ok(());
     }
-    print_table(&report);
+    print!("{}", report.text());
     Ok(())
 }
 
@@ -238,16 +238,6 @@ fn parse_sizes(texts: &[String], line: iocache_core::LineSize) -> Result<Vec<u64
     sizes.sort_unstable();
     sizes.dedup();
     Ok(sizes)
-}
-
-/// Every volume's curve as JSON: the trace, and each volume's.
-#[derive(serde::Serialize)]
-struct PerVolumeReport<'a> {
-    trace: String,
-    format: String,
-    line_size: u64,
-    method: String,
-    volumes: &'a [iocache_sim::mrc::VolumeCurve],
 }
 
 /// `iocache trace mrc --per-volume`.
@@ -281,7 +271,7 @@ fn run_per_volume(args: &TraceMrcArgs, input: &TraceInput, line: iocache_core::L
     if volumes.is_empty() {
         bail!("{}: the trace holds no data requests", reader.name());
     }
-    let report = PerVolumeReport {
+    let report = iocache_sim::mrc::PerVolumeReport {
         trace: reader.name().to_string(),
         format: reader.format().to_string(),
         line_size: line.bytes(),
@@ -291,33 +281,7 @@ fn run_per_volume(args: &TraceMrcArgs, input: &TraceInput, line: iocache_core::L
     if crate::args::write_json(args.json.as_deref(), json_file, &report)? {
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "trace {} ({}): {} volumes, {} curves of {} B lines; the {} busiest:",
-        report.trace,
-        report.format,
-        volumes.len(),
-        report.method,
-        line.bytes(),
-        volumes.len().min(10)
-    );
-    for v in volumes.iter().take(10) {
-        let points: Vec<String> = v
-            .curve
-            .points
-            .iter()
-            .map(|p| format!("{}:{:.3}", p.cache_lines, p.miss_ratio))
-            .collect();
-        let _ = writeln!(
-            out,
-            "volume {}: {} line accesses, footprint {} lines; miss ratio at lines {}",
-            v.volume,
-            v.line_accesses,
-            v.footprint_lines,
-            points.join(" ")
-        );
-    }
+    print!("{}", report.text());
     Ok(())
 }
 
@@ -336,53 +300,4 @@ fn mini_method(text: &str, rest: &str) -> Result<(f64, u64)> {
         Ok(r) if r > 0.0 && r <= 1.0 => Ok((r, seed)),
         _ => bail!("--method {text}: the rate of mini:RATE is above 0 and at most 1 (e.g. mini:0.01)"),
     }
-}
-
-fn print_table(report: &MrcReport) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "trace {} ({}): {} line accesses of {} B lines, footprint {} lines, {} in {:.2} s",
-        report.trace,
-        report.format,
-        report.line_accesses,
-        report.line_size,
-        report.footprint_lines,
-        iocache_core::units::count(report.curves.len() as u64, "curve"),
-        report.seconds
-    );
-    for curve in &report.curves {
-        if curve.method != "exact" {
-            let _ = writeln!(
-                out,
-                "{}: {} sampled lines, final rate {:.5}{}",
-                curve.method,
-                curve.sampled_lines,
-                curve.final_rate,
-                match (curve.max_error_vs_exact, curve.mean_error_vs_exact) {
-                    (Some(max), Some(mean)) =>
-                        format!(", difference from exact: mean {mean:.4}, largest {max:.4}"),
-                    _ => String::new(),
-                }
-            );
-        }
-    }
-    let mut header = vec!["cache lines".to_string(), "cache size".to_string()];
-    header.extend(report.curves.iter().map(|c| format!("miss {}", c.method)));
-    let mut rows = Vec::new();
-    for (i, point) in report.curves[0].points.iter().enumerate() {
-        let mut row = vec![
-            point.cache_lines.to_string(),
-            iocache_core::units::format_byte_size(point.cache_bytes),
-        ];
-        row.extend(
-            report
-                .curves
-                .iter()
-                .map(|c| format!("{:.4}", c.points[i].miss_ratio)),
-        );
-        rows.push(row);
-    }
-    let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    let _ = write!(out, "{}", iocache_sim::report::table(&header, &rows));
 }

@@ -192,6 +192,156 @@ pub fn simulate_splits(
     Ok(results)
 }
 
+/// One way of splitting the cache: its lines per volume, what the curves
+/// predict and what simulating it gave.
+#[derive(Debug, Serialize)]
+pub struct SplitReport {
+    pub name: &'static str,
+    /// Lines per volume, in the report's `volumes` order.
+    pub lines: Vec<u64>,
+    /// What the curves predict (the best split only: the others' sizes
+    /// fall between the curves' points).
+    pub predicted_misses: Option<f64>,
+    pub simulated: SimulatedSplit,
+}
+
+/// A volume of the trace, busiest first.
+#[derive(Debug, Serialize)]
+pub struct VolumeRow {
+    pub volume: VolumeId,
+    pub requests: u64,
+    pub line_accesses: u64,
+    pub footprint_lines: u64,
+}
+
+/// What `iocache trace allocate` reports: one cache split among a trace's
+/// volumes three ways, each checked by simulation.
+#[derive(Debug, Serialize)]
+pub struct AllocateReport {
+    pub trace: String,
+    pub line_size: u64,
+    pub cache_lines: u64,
+    pub unit_lines: u64,
+    pub method: String,
+    pub volumes: Vec<VolumeRow>,
+    pub splits: Vec<SplitReport>,
+}
+
+impl AllocateReport {
+    /// Splits a cache of `cache_lines` in `units` equal units among the
+    /// volumes of `curves` (given at every multiple of a unit) three ways:
+    /// the split the curves predict best, equal shares, and shares in
+    /// proportion to line accesses; then simulates each over `reader`, the
+    /// trace the curves came from, read again.
+    pub fn build(
+        reader: &mut TraceReader,
+        line: LineSize,
+        cache_lines: u64,
+        units: usize,
+        method: &str,
+        curves: &[VolumeCurve],
+    ) -> Result<AllocateReport, SimError> {
+        let unit_lines = cache_lines / units.max(1) as u64;
+        let tables = curves
+            .iter()
+            .map(|c| MissTable::from_curve(c, unit_lines, units))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (best, predicted) = best_split(&tables, units);
+        let best_lines: Vec<u64> = best.iter().map(|&k| k as u64 * unit_lines).collect();
+        let equal = proportional_split(cache_lines, &vec![1; curves.len()]);
+        let accesses: Vec<u64> = curves.iter().map(|c| c.line_accesses).collect();
+        let proportional = proportional_split(cache_lines, &accesses);
+        let volumes: Vec<VolumeId> = curves.iter().map(|c| c.volume).collect();
+        let splits = [
+            ("best", best_lines, Some(predicted)),
+            ("equal", equal, None),
+            ("proportional", proportional, None),
+        ];
+        let lines: Vec<Vec<u64>> = splits.iter().map(|s| s.1.clone()).collect();
+        let simulated = simulate_splits(reader, line, &PolicySpec::lru(), &volumes, &lines)?;
+        Ok(AllocateReport {
+            trace: reader.name().to_string(),
+            line_size: line.bytes(),
+            cache_lines,
+            unit_lines,
+            method: method.to_string(),
+            volumes: curves
+                .iter()
+                .map(|c| VolumeRow {
+                    volume: c.volume,
+                    requests: c.requests,
+                    line_accesses: c.line_accesses,
+                    footprint_lines: c.footprint_lines,
+                })
+                .collect(),
+            splits: splits
+                .into_iter()
+                .zip(simulated)
+                .map(|((name, lines, predicted_misses), simulated)| SplitReport {
+                    name,
+                    lines,
+                    predicted_misses,
+                    simulated,
+                })
+                .collect(),
+        })
+    }
+
+    /// The report as `iocache trace allocate` prints it.
+    pub fn text(&self) -> String {
+        let accesses = self.splits[0].simulated.accesses;
+        let mut out = format!(
+            "trace {}: {} volumes, {accesses} line accesses; a cache of {} lines of {} B, split in units of {} \
+             lines by {} LRU curves\n",
+            self.trace,
+            self.volumes.len(),
+            self.cache_lines,
+            self.line_size,
+            self.unit_lines,
+            self.method
+        );
+        let rows: Vec<Vec<String>> = self
+            .splits
+            .iter()
+            .map(|s| {
+                vec![
+                    s.name.to_string(),
+                    s.predicted_misses.map_or("-".into(), |p| format!("{p:.0}")),
+                    s.simulated.misses.to_string(),
+                    format!("{:.4}", s.simulated.misses as f64 / accesses.max(1) as f64),
+                ]
+            })
+            .collect();
+        out += &crate::report::table(
+            &["split", "predicted misses", "simulated misses", "miss ratio"],
+            &rows,
+        );
+        out += "\nbusiest volumes (lines each split gives, simulated misses):\n";
+        let rows: Vec<Vec<String>> = self
+            .volumes
+            .iter()
+            .enumerate()
+            .take(10)
+            .map(|(i, v)| {
+                let mut row = vec![
+                    v.volume.to_string(),
+                    v.line_accesses.to_string(),
+                    v.footprint_lines.to_string(),
+                ];
+                for s in &self.splits {
+                    row.push(format!("{} ({})", s.lines[i], s.simulated.volume_misses[i]));
+                }
+                row
+            })
+            .collect();
+        out += &crate::report::table(
+            &["volume", "accesses", "footprint", "best", "equal", "proportional"],
+            &rows,
+        );
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,7 +43,7 @@ mod ids;
 mod marks;
 mod volumes;
 
-pub use volumes::{per_volume_curves, VolumeCurve, VolumeSizes};
+pub use volumes::{per_volume_curves, PerVolumeReport, VolumeCurve, VolumeSizes};
 
 use ids::LineIds;
 use marks::TimeMarks;
@@ -174,6 +174,57 @@ pub struct MrcReport {
     pub footprint_lines: u64,
     pub seconds: f64,
     pub curves: Vec<MrcCurve>,
+}
+
+impl MrcReport {
+    /// The report as `iocache trace mrc` prints it: a summary, each sampled
+    /// curve's rate and error, and a table of miss ratios by cache size.
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "trace {} ({}): {} line accesses of {} B lines, footprint {} lines, {} in {:.2} s\n",
+            self.trace,
+            self.format,
+            self.line_accesses,
+            self.line_size,
+            self.footprint_lines,
+            iocache_core::units::count(self.curves.len() as u64, "curve"),
+            self.seconds
+        );
+        for curve in self.curves.iter().filter(|c| c.method != "exact") {
+            out += &format!(
+                "{}: {} sampled lines, final rate {:.5}{}\n",
+                curve.method,
+                curve.sampled_lines,
+                curve.final_rate,
+                match (curve.max_error_vs_exact, curve.mean_error_vs_exact) {
+                    (Some(max), Some(mean)) =>
+                        format!(", difference from exact: mean {mean:.4}, largest {max:.4}"),
+                    _ => String::new(),
+                }
+            );
+        }
+        let mut header = vec!["cache lines".to_string(), "cache size".to_string()];
+        header.extend(self.curves.iter().map(|c| format!("miss {}", c.method)));
+        let rows: Vec<Vec<String>> = self.curves[0]
+            .points
+            .iter()
+            .enumerate()
+            .map(|(i, point)| {
+                let mut row = vec![
+                    point.cache_lines.to_string(),
+                    iocache_core::units::format_byte_size(point.cache_bytes),
+                ];
+                row.extend(
+                    self.curves
+                        .iter()
+                        .map(|c| format!("{:.4}", c.points[i].miss_ratio)),
+                );
+                row
+            })
+            .collect();
+        let header: Vec<&str> = header.iter().map(String::as_str).collect();
+        out + &crate::report::table(&header, &rows)
+    }
 }
 
 /// Times given before the first compaction (and the fewest after one).

@@ -122,3 +122,45 @@ pub fn per_volume_curves(
     });
     Ok(curves)
 }
+
+/// Every volume's curve of one trace, as `iocache trace mrc --per-volume`
+/// reports it.
+#[derive(Debug, Serialize)]
+pub struct PerVolumeReport<'a> {
+    pub trace: String,
+    pub format: String,
+    pub line_size: u64,
+    pub method: String,
+    pub volumes: &'a [VolumeCurve],
+}
+
+impl PerVolumeReport<'_> {
+    /// The report as text: the ten busiest volumes' curves.
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "trace {} ({}): {} volumes, {} curves of {} B lines; the {} busiest:\n",
+            self.trace,
+            self.format,
+            self.volumes.len(),
+            self.method,
+            self.line_size,
+            self.volumes.len().min(10)
+        );
+        for v in self.volumes.iter().take(10) {
+            let points: Vec<String> = v
+                .curve
+                .points
+                .iter()
+                .map(|p| format!("{}:{:.3}", p.cache_lines, p.miss_ratio))
+                .collect();
+            out += &format!(
+                "volume {}: {} line accesses, footprint {} lines; miss ratio at lines {}\n",
+                v.volume,
+                v.line_accesses,
+                v.footprint_lines,
+                points.join(" ")
+            );
+        }
+        out
+    }
+}
