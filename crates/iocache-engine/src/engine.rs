@@ -43,7 +43,7 @@ mod discard;
 pub use discard::Zeroing;
 mod health_state;
 mod members;
-pub use members::MemberReplacement;
+pub use members::{MemberReplacement, EVACUATION_PATIENCE};
 mod metadata;
 mod planning;
 mod queues;

@@ -47,7 +47,8 @@ pub use engine::{
     BalanceLoad, BalanceStats, CachedRange, DeviceQueueStats, Engine, EngineConfig, EngineError, EngineStats,
     IoMode, KnobState, Lookup, MemberReplacement, QueueClassStats, RecaSetup, RecaStatus, RecordedLineSize,
     Volume, VolumeInfo, VolumeStats, DEFAULT_CLEAN_CHECK_BUDGET, DEFAULT_COMMIT_INTERVAL,
-    RECA_MAX_REQUESTS_PER_SECOND, RECA_PERIOD, RECA_TICK, SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
+    EVACUATION_PATIENCE, RECA_MAX_REQUESTS_PER_SECOND, RECA_PERIOD, RECA_TICK, SHARD_SPAN_LINES,
+    SHUTDOWN_WRITE_BACK_PATIENCE,
 };
 pub use iocache_format::{Layout, Persistence};
 pub use latency::{LatencyHistogram, LatencyPercentiles, LATENCY_BOUNDS_NS};

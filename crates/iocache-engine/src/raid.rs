@@ -571,13 +571,15 @@ impl CacheArray {
             .fold(0, |mask, (i, _)| mask | 1 << i)
     }
 
-    /// Rewrites every live member's header with the current failed mask.
-    fn write_headers(&self) -> Result<(), DeviceError> {
+    /// Rewrites every live member's header with the current failed mask;
+    /// returns the mask of members whose header was written (an error only
+    /// when none was).
+    fn write_headers(&self) -> Result<u64, DeviceError> {
         let mut state = self.header.lock().unwrap_or_else(|p| p.into_inner());
         state.epoch += 1;
         let failed_mask = self.failed_mask();
         let mut last_error = None;
-        let mut written = 0;
+        let mut written = 0u64;
         for (i, member) in self.members.iter().enumerate() {
             let Some(dev) = member.device() else { continue };
             if failed_mask & (1 << i) != 0 {
@@ -597,13 +599,13 @@ impl CacheArray {
                 generations: state.generations,
             };
             match dev.write_at(&header.encode(), 0).and_then(|()| dev.flush()) {
-                Ok(()) => written += 1,
+                Ok(()) => written |= 1 << i,
                 Err(e) => last_error = Some(e),
             }
         }
         match (written, last_error) {
             (0, Some(e)) => Err(e),
-            _ => Ok(()),
+            _ => Ok(written),
         }
     }
 
@@ -658,15 +660,30 @@ impl CacheArray {
         Ok(())
     }
 
+    /// Whether `device` is large enough to be a member (an error naming
+    /// both sizes if not).
+    pub fn check_member_size(&self, name: &str, device: &dyn BlockDevice) -> Result<(), ArrayError> {
+        let need = self.geometry.member_bytes();
+        if device.len_bytes() < need {
+            return Err(ArrayError::Invalid(format!(
+                "{name} has {} bytes, a member of this array needs {need}",
+                device.len_bytes()
+            )));
+        }
+        Ok(())
+    }
+
     /// Puts `device`, named `name`, in the place of member `i`, which must
     /// have failed (or been retired) and have no mirror in use (the engine
-    /// has written back what depended on it). The array's metadata is
-    /// copied to it while metadata writes wait, then it is live: its line
-    /// slots are empty (the engine puts them back in service) and its
-    /// mirror slots free. Its generation goes up in every live header, so
-    /// the device it replaces is not trusted again at a restart. A crash
-    /// before the headers are written leaves the new device blank to a
-    /// restart (a failed member); after, it is a member.
+    /// has written back what depended on it). The new device's header is
+    /// zeroed first, then the array's metadata is copied to it while
+    /// metadata writes wait, and it is live: its line slots are empty (the
+    /// engine puts them back in service). Its generation goes up in every
+    /// live header, so the device it replaces is not trusted again at a
+    /// restart; its mirror slots are handed out only once its own header
+    /// says so. A crash before the headers are written leaves the new
+    /// device blank to a restart (a failed member); after, it is a member.
+    /// If its own header cannot be written, it is failed again.
     pub fn replace_member(
         &self,
         i: usize,
@@ -676,17 +693,11 @@ impl CacheArray {
         let g = self.geometry;
         if !self.is_failed(i) {
             return Err(ArrayError::Invalid(format!(
-                "member {} is live: retire it before replacing it",
+                "member {} is live: only a failed or retired member is replaced",
                 self.members[i].name()
             )));
         }
-        let need = g.member_bytes();
-        if device.len_bytes() < need {
-            return Err(ArrayError::Invalid(format!(
-                "{name} has {} bytes, a member of this array needs {need}",
-                device.len_bytes()
-            )));
-        }
+        self.check_member_size(name, &*device)?;
         let mirrors = (i as u64 * g.mirror_per_member) as u32..((i as u64 + 1) * g.mirror_per_member) as u32;
         if let Some(slot) = self
             .mirror_of
@@ -700,6 +711,10 @@ impl CacheArray {
         let source = (0..self.members.len())
             .find(|&k| k != i && !self.is_failed(k))
             .ok_or_else(|| ArrayError::Invalid("no live member to copy the metadata from".into()))?;
+        // Blank before anything else: a device that held another array's
+        // header never looks like a member while it is being filled.
+        device.write_at(&[0u8; MEMBER_HEADER_BYTES as usize], 0)?;
+        device.flush()?;
         {
             let _gate = self.meta_gate.write().unwrap_or_else(|p| p.into_inner());
             let mut buf = vec![0u8; (1 << 20).min(g.meta_bytes.max(1)) as usize];
@@ -713,19 +728,27 @@ impl CacheArray {
                 device.write_at(&buf[..len], offset)?;
                 at += len as u64;
             }
-            // A blank header until the headers below name it.
-            device.write_at(&[0u8; MEMBER_HEADER_BYTES as usize], 0)?;
             device.flush()?;
             *self.members[i].device.write().unwrap_or_else(|p| p.into_inner()) = MemberDevice {
                 name: name.to_string(),
                 device: Some(device),
             };
             self.header.lock().unwrap_or_else(|p| p.into_inner()).generations[i] += 1;
-            self.free_mirrors.lock().unwrap_or_else(|p| p.into_inner())[i] = mirrors.rev().collect();
             self.members[i].failed.store(false, Ordering::Release);
         }
+        let written = self.write_headers();
+        if written.as_ref().map_or(true, |mask| mask & (1 << i) == 0) {
+            let why = match &written {
+                Err(e) => e.to_string(),
+                Ok(_) => "its header could not be written".to_string(),
+            };
+            self.fail_member(i, &why);
+            return Err(ArrayError::Invalid(format!(
+                "{name} did not take the array's header: {why}"
+            )));
+        }
+        self.free_mirrors.lock().unwrap_or_else(|p| p.into_inner())[i] = mirrors.rev().collect();
         self.replacements.fetch_add(1, Ordering::Relaxed);
-        self.write_headers()?;
         log::warn!("cache array: {name} replaced member {i}; its slots come back empty");
         Ok(())
     }

@@ -291,7 +291,7 @@ fn replace_run(seed: u64, members: usize, persistence: Persistence, fail: bool, 
         let replacing = scope.spawn(|| {
             std::thread::sleep(Duration::from_millis(rng_delay(seed)));
             let device: Arc<dyn BlockDevice> = new.clone();
-            engine.replace_cache_member(&format!("m{victim}"), &format!("m{victim}b"), device)
+            engine.replace_cache_member(&format!("m{victim}"), &format!("m{victim}b"), device, &|| false)
         });
         workload(seed, &mut rng, &engine, &rig, &mut model, victim, u64::MAX);
         replacing.join().unwrap()

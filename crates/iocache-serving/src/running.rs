@@ -445,12 +445,12 @@ impl Running {
         )
         .within(|| "new".to_string())?;
         let done = engine
-            .replace_cache_member(old_name, new, Arc::new(device))
+            .replace_cache_member(old_name, new, Arc::new(device), &|| self.stopping())
             .within(|| format!("replacing {old_name} with {new}"))?;
         record_claim(&mut lock(&self.files), new_path, &owner, "cache");
         log::warn!(
-            "cache array {}: {new} replaced {old_name}; name it in the configuration's cache_array in place \
-             of {old_name}",
+            "cache array {}: {new} replaced {old_name}; name it in place of {old_name} in the configuration \
+             (cache_array, or --cache-array)",
             group.path.display()
         );
         Ok(serde_json::json!({

@@ -225,13 +225,17 @@ impl Inner {
                 } else {
                     cache.begin_flush(order, batch, ops, picked);
                 }
-                for (i, token) in picked.iter().enumerate() {
-                    pieces.extend(
-                        ops.ops()
-                            .iter()
-                            .filter_map(|op| Piece::of(op, tokens.len() + i, shard))
-                            .filter(|p| p.slot == token.slot),
-                    );
+                // The core emits each line's write-backs together, in the
+                // order of the tokens: one pass pairs them.
+                let mut at = 0;
+                for op in ops.ops() {
+                    if let Some(mut piece) = Piece::of(op, 0, shard) {
+                        while picked[at].slot != piece.slot {
+                            at += 1;
+                        }
+                        piece.token = tokens.len() + at;
+                        pieces.push(piece);
+                    }
                 }
                 let picked = std::mem::take(picked);
                 for token in &picked {
@@ -287,16 +291,19 @@ impl Inner {
         };
         self.wait_for_tickets(&tickets);
         // Lines whose poisoned sectors must not reach the backend.
+        let mut token_ops: Vec<Vec<Op>> = vec![Vec::new(); tokens.len()];
+        if shards
+            .iter()
+            .any(|&s| self.shards[s].poisoned.load(Ordering::Relaxed) > 0)
+        {
+            for piece in &pieces {
+                token_ops[piece.token].push(piece.op());
+            }
+        }
         let blocked: Vec<bool> = tokens
             .iter()
-            .map(|&(shard, token)| {
-                let ops: Vec<Op> = pieces
-                    .iter()
-                    .filter(|p| p.shard == shard && p.slot == token.slot)
-                    .map(Piece::op)
-                    .collect();
-                self.poison_blocks_write_back(shard, &token, &ops)
-            })
+            .zip(&token_ops)
+            .map(|(&(shard, token), ops)| self.poison_blocks_write_back(shard, &token, ops))
             .collect();
         // Each line is told to the core and its tickets are released as
         // soon as its own pieces are written, so a request for a line early

@@ -7,12 +7,16 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use iocache_device::BlockDevice;
 
 use super::{lock, Engine, EngineError};
 use crate::raid::CacheArray;
+
+/// The longest a replacement waits for the member's dirty lines to be
+/// written back.
+pub const EVACUATION_PATIENCE: Duration = Duration::from_secs(600);
 
 /// What a replacement did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,11 +40,16 @@ impl Engine {
     /// until the cleaner has written back every dirty line that had a copy
     /// on it, then copies the array's metadata to the new device and puts
     /// the member's slots back in service. Requests are served throughout.
+    /// The wait ends early, with an error, once `give_up` says so (the
+    /// server stops) or after [`EVACUATION_PATIENCE`] (a backend that
+    /// refuses the write-backs): the member then stays out of service, and
+    /// the same call later picks up where this one left off.
     pub fn replace_cache_member(
         &self,
         old_name: &str,
         new_name: &str,
         device: Arc<dyn BlockDevice>,
+        give_up: &dyn Fn() -> bool,
     ) -> Result<MemberReplacement, EngineError> {
         let inner = &self.inner;
         let Some(array) = inner.slots.array.clone() else {
@@ -56,15 +65,27 @@ impl Engine {
                 "{new_name} is already a member of the cache array"
             )));
         }
+        // Checked before a healthy member is retired for nothing.
+        array.check_member_size(new_name, &*device)?;
         let retired = !array.member_failed(member);
         if retired {
             array.retire_member(member)?;
         }
         // The cleaner evacuates the member (writes back what lost a copy,
         // takes its slots out of service); wait for it.
+        let deadline = Instant::now() + EVACUATION_PATIENCE;
         while inner.cleaner.array_failures_handled.load(Ordering::Acquire) != array.failures() {
             if inner.stopping.load(Ordering::Relaxed) {
                 return Err(EngineError::Shutdown);
+            }
+            if give_up() || Instant::now() > deadline {
+                return Err(EngineError::DirtyLinesRemain {
+                    lines: inner
+                        .shards
+                        .iter()
+                        .map(|s| lock(&s.state).cache.dirty_lines())
+                        .sum(),
+                });
             }
             inner.wake_cleaner();
             std::thread::sleep(Duration::from_millis(5));

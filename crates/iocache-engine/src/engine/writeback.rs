@@ -140,40 +140,43 @@ impl Inner {
         done: &(dyn Fn(Range<usize>, &[bool]) + Sync),
     ) {
         let workers = runs.len().min(WRITE_BACK_DEPTH);
-        let run = |run: &Range<usize>| {
-            let written = self.write_back_run(&pieces[run.clone()], blocked);
-            done(run.clone(), &written);
-        };
-        if workers <= 1 {
-            runs.iter().for_each(run);
-            return;
-        }
         let next = AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            for _ in 0..workers {
-                scope.spawn(|| {
-                    while let Some(r) = runs.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        run(r);
-                    }
-                });
+        let work = || {
+            while let Some(r) = runs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let written = self.write_back_run(&pieces[r.clone()], blocked);
+                done(r.clone(), &written);
             }
+        };
+        // This thread is one of the workers; a helper thread that cannot
+        // be started leaves its share to the others.
+        std::thread::scope(|scope| {
+            for _ in 1..workers {
+                if std::thread::Builder::new()
+                    .name("iocache-writeback".into())
+                    .spawn_scoped(scope, work)
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            work();
         });
     }
 
     /// One run: returns, per piece, whether it reached the backend. A run
-    /// with gaps is first read whole from the backend, then its pieces are
-    /// laid over it and it is written in one request (a piece that could
-    /// not be read leaves the backend's own bytes there, which rewrites
-    /// them unchanged). A run without gaps reads its pieces straight into
-    /// its buffer and writes each stretch of pieces read well.
+    /// with gaps is first read whole from the backend, its pieces laid over
+    /// it, and written in one request (a piece that could not be read
+    /// leaves the backend's own bytes there, rewritten unchanged). A run
+    /// without gaps, or one whose filling failed (the gap could not be read,
+    /// or the whole span not written), writes each stretch of adjacent
+    /// pieces read well, and a stretch that fails piece by piece: a piece
+    /// that fails fails only its own line.
     fn write_back_run(&self, run: &[Piece], blocked: &(dyn Fn(&Piece) -> bool + Sync)) -> Vec<bool> {
         let span = run_span(run);
         let mut data = vec![0u8; (span.end - span.start) as usize];
-        let filled = run.iter().map(|p| u64::from(p.length_bytes)).sum::<u64>() < span.end - span.start;
+        let gaps = run.iter().map(|p| u64::from(p.length_bytes)).sum::<u64>() < span.end - span.start;
         let volume = run[0].volume;
-        if filled && self.read_from_backend(volume, span.start, &mut data).is_err() {
-            return vec![false; run.len()];
-        }
+        let filled = gaps && self.read_from_backend(volume, span.start, &mut data).is_ok();
         let mut piece_buf = Vec::new();
         let reads: Vec<Read> = run
             .iter()
@@ -208,28 +211,40 @@ impl Inner {
             })
             .collect();
         let mut written: Vec<bool> = reads.iter().map(|&r| r == Read::InBackend).collect();
-        if filled {
-            if self.write_to_backend(volume, span.start, &data).is_ok() {
-                for (w, &r) in written.iter_mut().zip(&reads) {
-                    *w = r != Read::Failed;
-                }
-            } else {
-                written.fill(false);
+        if filled && self.write_to_backend(volume, span.start, &data).is_ok() {
+            for (w, &r) in written.iter_mut().zip(&reads) {
+                *w = r != Read::Failed;
             }
         } else {
+            let slice = |from: usize, to: usize| {
+                &data[(run[from].offset_bytes - span.start) as usize
+                    ..(run[to - 1].end_bytes() - span.start) as usize]
+            };
             let mut i = 0;
             while i < run.len() {
                 if reads[i] != Read::Ready {
                     i += 1;
                     continue;
                 }
-                let j = i + reads[i..].iter().take_while(|&&r| r == Read::Ready).count();
-                let from = (run[i].offset_bytes - span.start) as usize;
-                let to = (run[j - 1].end_bytes() - span.start) as usize;
-                let ok = self
-                    .write_to_backend(volume, run[i].offset_bytes, &data[from..to])
-                    .is_ok();
-                written[i..j].fill(ok);
+                let mut j = i + 1;
+                while j < run.len()
+                    && reads[j] == Read::Ready
+                    && run[j - 1].end_bytes() == run[j].offset_bytes
+                {
+                    j += 1;
+                }
+                if self
+                    .write_to_backend(volume, run[i].offset_bytes, slice(i, j))
+                    .is_ok()
+                {
+                    written[i..j].fill(true);
+                } else if j - i > 1 {
+                    for k in i..j {
+                        written[k] = self
+                            .write_to_backend(volume, run[k].offset_bytes, slice(k, k + 1))
+                            .is_ok();
+                    }
+                }
                 i = j;
             }
         }

@@ -461,6 +461,12 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             .at_file(path)?,
         );
     }
-    push_claims(ctx, &mut verdict, &pages, gen_pages)?;
+    push_claims(
+        ctx,
+        &mut verdict,
+        &pages,
+        gen_pages,
+        *sample_sizes.last().expect("a size"),
+    )?;
     Ok(verdict)
 }
