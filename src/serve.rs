@@ -164,7 +164,7 @@ pub struct ServeArgs {
     /// balancer that changes the write policy while the cache device is the bottleneck and sends
     /// the tail of its queue to the backend; sib: sends single requests to the backend when they
     /// would complete there sooner (docs/results/lbica.md), with the simulator's knobs:
-    /// lbica[:enter=1:floor=0.1:hold=2:...], sib[:margin=1]. Requests whose sectors are dirty in
+    /// lbica[:enter=1:floor=0.1:own-floor=1:hold=2:...], sib[:margin=1]. Requests whose sectors are dirty in
     /// the cache are never sent around it.
     #[arg(long, value_name = "off|reca|lbica|sib[:KEY=VALUE...]")]
     adapt: Option<String>,

@@ -68,7 +68,8 @@ impl AdaptSpec {
     /// Every name `--adapt` knows.
     pub const NAMES: &'static str =
         "lbica, sib, observe (and reca, which the binary routes to ReCA's options)";
-    pub const SYNTAX: &'static str = "lbica[:interval=100ms:enter=1:floor=0.1:enter-intervals=1:hold=2:\
+    pub const SYNTAX: &'static str =
+        "lbica[:interval=100ms:enter=1:floor=0.1:own-floor=1:enter-intervals=1:hold=2:\
 exit-intervals=2:exit-load=0.5:seq-read=0.75:pair=0.6:second=0.2:other=bypass|none:backoff=2], \
 sib[:interval=100ms:margin=1] or observe[:interval=100ms]";
 
@@ -134,6 +135,7 @@ impl FromStr for AdaptSpec {
                 }
                 (AdaptKind::Lbica(c), "enter") => c.enter_ratio = number()?,
                 (AdaptKind::Lbica(c), "floor") => c.service_floor = number()?,
+                (AdaptKind::Lbica(c), "own-floor") => c.own_floor = number()?,
                 (AdaptKind::Lbica(c), "enter-intervals") => c.enter_intervals = count()?,
                 (AdaptKind::Lbica(c), "hold") => c.min_hold_intervals = count()?,
                 (AdaptKind::Lbica(c), "exit-intervals") => c.exit_intervals = count()?,

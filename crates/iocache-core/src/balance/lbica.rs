@@ -16,7 +16,12 @@
 //!    system a bottleneck as soon as one request waits at the cache and none
 //!    at the backend. (With the floor at 1, a queue must be longer than one
 //!    backend service before anything moves, which reacts late to bursts
-//!    over disks; docs/results/lbica.md compares.)
+//!    over disks; docs/results/lbica.md compares.) And `T_cache` must be at
+//!    least `own_floor` (1) times the cache's own service time `S_cache`:
+//!    a request waits behind at least one other. Over a fast backend (an
+//!    SSD array, 0.1 × S_backend a few µs) the fills of a cold cache made a
+//!    "bottleneck" of a 20 µs queue at 3 % device utilization, and a steady
+//!    load (which never calms) then kept WO, and the cache cold, for good.
 //! 2. **Characterization** (§III-B): the cache queue's R/W/P/E mix gives a
 //!    [`WorkloadGroup`] (`queue_mix.rs`).
 //! 3. **Policy** (§III-C): random read → WO (read misses are not promoted);
@@ -75,6 +80,8 @@ pub struct LbicaConfig {
     pub enter_ratio: f64,
     /// ... and `T_cache > service_floor × S_backend` (0 for Eq. 1 alone).
     pub service_floor: f64,
+    /// ... and `T_cache > own_floor × S_cache` (0 for no such floor).
+    pub own_floor: f64,
     /// Consecutive bottleneck intervals that start an episode.
     pub enter_intervals: u32,
     /// Intervals an episode lasts at least.
@@ -97,6 +104,7 @@ impl Default for LbicaConfig {
         LbicaConfig {
             enter_ratio: 1.0,
             service_floor: 0.1,
+            own_floor: 1.0,
             enter_intervals: 1,
             min_hold_intervals: 2,
             exit_intervals: 2,
@@ -175,6 +183,7 @@ impl Lbica {
         let t_cache = cache.queue_time_ns();
         t_cache > self.config.enter_ratio * backend.queue_time_ns()
             && t_cache > self.config.service_floor * backend.service_ns
+            && t_cache > self.config.own_floor * cache.service_ns
     }
 }
 
@@ -347,9 +356,25 @@ mod tests {
         assert!(!l.is_bottleneck(&short, &HDD));
         let eq1_only = Lbica::new(LbicaConfig {
             service_floor: 0.0,
+            own_floor: 0.0,
             ..LbicaConfig::default()
         });
         assert!(eq1_only.is_bottleneck(&short, &HDD));
+        // Over a fast backend: a queue shorter than one cache service is
+        // no bottleneck, however slower than the backend's it is.
+        let fast_backend = DeviceLoad {
+            queued: 0.1,
+            per_request_ns: 10_000.0,
+            service_ns: 70_000.0,
+        };
+        let fills = DeviceLoad { queued: 2.0, ..SSD };
+        assert!(fills.queue_time_ns() > 0.1 * fast_backend.service_ns);
+        assert!(!l.is_bottleneck(&fills, &fast_backend));
+        let no_own_floor = Lbica::new(LbicaConfig {
+            own_floor: 0.0,
+            ..LbicaConfig::default()
+        });
+        assert!(no_own_floor.is_bottleneck(&fills, &fast_backend));
     }
 
     #[test]
