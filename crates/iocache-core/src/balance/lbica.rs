@@ -53,8 +53,14 @@
 //!   consecutive intervals had at most `exit_load_fraction` of the peak
 //!   arrivals; the configured policy returns.
 //!
-//! A burst that changes character without calming down keeps the first
-//! action until it calms (a known limit, in docs/results/lbica.md).
+//! A burst may change character without calming down (the paper's mail
+//! server: read-only, then write-only, then write-back). While the cache
+//! stays the bottleneck under the action, its queue is characterized
+//! again; the action removes one class from it (WO the fills, RO the
+//! writes), so a group seen through that is a real change. After
+//! `enter_intervals` + 1 consecutive intervals of another group whose
+//! action differs, the episode takes that group and its action (unless the
+//! back-off withdrew the policy: it stays withdrawn).
 //!
 //! # Back-off (our extension)
 //!
@@ -156,6 +162,10 @@ enum State {
         entry_backend_ns: f64,
         /// Consecutive intervals with the backend overloaded (back-off).
         overload_run: u32,
+        /// The back-off withdrew the policy for the rest of the episode.
+        backed_off: bool,
+        /// Another group seen in that many consecutive bottleneck intervals.
+        change: Option<(WorkloadGroup, u32)>,
     },
 }
 
@@ -215,6 +225,8 @@ impl Balancer for Lbica {
                             calm_run: 0,
                             entry_backend_ns: inputs.backend.queue_time_ns(),
                             overload_run: 0,
+                            backed_off: false,
+                            change: None,
                         }
                     }
                 } else {
@@ -222,15 +234,16 @@ impl Balancer for Lbica {
                 }
             }
             State::Balancing {
-                group: g,
+                group: mut g,
                 mut action,
                 held,
                 peak_arrivals,
                 calm_run,
-                entry_backend_ns,
+                mut entry_backend_ns,
                 overload_run,
+                mut backed_off,
+                change,
             } => {
-                group = Some(g);
                 let peak = peak_arrivals.max(inputs.arrivals);
                 let calm = inputs.arrivals as f64 <= self.config.exit_load_fraction * peak as f64;
                 let calm_run = if calm { calm_run + 1 } else { 0 };
@@ -241,13 +254,33 @@ impl Balancer for Lbica {
                     && t_backend > inputs.cache.queue_time_ns()
                     && t_backend > self.config.backoff * entry_backend_ns
                     && t_backend > self.config.service_floor * inputs.backend.service_ns;
-                let overload_run = if overloaded { overload_run + 1 } else { 0 };
+                let mut overload_run = if overloaded { overload_run + 1 } else { 0 };
                 if overload_run >= self.config.exit_intervals.max(1) {
                     action = Action {
                         policy: None,
                         bypass: true,
                     };
+                    backed_off = true;
                 }
+                // The burst changed character (see the module doc).
+                let seen = bottleneck.then(|| characterize(&shares, &self.config.thresholds));
+                let change = match (seen, change) {
+                    (Some(n), _) if n == g || self.config.action_for(n) == action => None,
+                    (Some(WorkloadGroup::Unclassified), _) | (None, _) => None,
+                    (Some(n), Some((p, run))) if p == n => Some((n, run + 1)),
+                    (Some(n), _) => Some((n, 1)),
+                };
+                let change = match change {
+                    Some((n, run)) if run > self.config.enter_intervals.max(1) && !backed_off => {
+                        g = n;
+                        action = self.config.action_for(n);
+                        entry_backend_ns = t_backend;
+                        overload_run = 0;
+                        None
+                    }
+                    other => other,
+                };
+                group = Some(g);
                 if held > self.config.min_hold_intervals && calm_run >= self.config.exit_intervals.max(1) {
                     State::Watching { bottleneck_run: 0 }
                 } else {
@@ -259,6 +292,8 @@ impl Balancer for Lbica {
                         calm_run,
                         entry_backend_ns,
                         overload_run,
+                        backed_off,
+                        change,
                     }
                 }
             }
@@ -435,6 +470,43 @@ mod tests {
         });
         let d = strict.on_interval(&interval(0, 3000.0, 1.0, hits, 1000));
         assert_eq!((d.action, d.changed), (Action::default(), false));
+    }
+
+    #[test]
+    fn a_burst_that_changes_character_gets_the_new_groups_policy() {
+        // The mail server's sequence within one burst: mixed (RO), then
+        // random reads (WO), then writes (write-back and the tail bypass),
+        // the cache the bottleneck throughout. Each change takes two
+        // intervals of the new group; a single odd interval changes nothing.
+        let mut l = Lbica::new(LbicaConfig::default());
+        let mut i = 0;
+        let mut step = |mix: [f64; 4]| {
+            i += 1;
+            l.on_interval(&interval(i, 3000.0, 1.0, mix, 1000))
+        };
+        assert_eq!(step(MAIL).action.policy, Some(WritePolicy::WriteAround));
+        assert_eq!(step(TPCC).action.policy, Some(WritePolicy::WriteAround));
+        assert_eq!(
+            step(MAIL).action.policy,
+            Some(WritePolicy::WriteAround),
+            "one odd interval"
+        );
+        assert_eq!(step(TPCC).action.policy, Some(WritePolicy::WriteAround));
+        let d = step(TPCC);
+        assert_eq!((d.action.policy, d.changed), (Some(WritePolicy::WriteOnly), true));
+        assert_eq!(d.group, Some(WorkloadGroup::RandomRead));
+        step(WRITES);
+        let d = step(WRITES);
+        assert_eq!(
+            d.action,
+            Action {
+                policy: None,
+                bypass: true
+            }
+        );
+        // Once the cache is no longer the bottleneck, nothing is judged.
+        let d = l.on_interval(&interval(9, 10.0, 1.0, MAIL, 1000));
+        assert_eq!(d.action.policy, None);
     }
 
     #[test]
