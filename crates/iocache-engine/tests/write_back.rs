@@ -107,3 +107,27 @@ fn a_stretch_the_backend_refuses_is_retried_line_by_line() {
     engine.flush_all().unwrap();
     assert_eq!(backend_line(&backend, 2), vec![3; LINE as usize]);
 }
+
+#[test]
+fn runs_to_a_slow_backend_are_written_by_several_threads_and_all_land() {
+    // 1 ms a request: the runs (one line in two dirty, no gap filling)
+    // are written with several in flight.
+    let (engine, backend) = engine(0);
+    backend.set_latency(std::time::Duration::from_millis(1));
+    for round in 0..3u8 {
+        for line in (0..LINES).step_by(2) {
+            engine
+                .write(line * LINE, &vec![round ^ line as u8; LINE as usize], false)
+                .unwrap();
+        }
+        engine.flush_all().unwrap();
+        assert_eq!(engine.stats().dirty_lines, 0);
+        for line in (0..LINES).step_by(2) {
+            assert_eq!(
+                backend_line(&backend, line),
+                vec![round ^ line as u8; LINE as usize],
+                "round {round}"
+            );
+        }
+    }
+}

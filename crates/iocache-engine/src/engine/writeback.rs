@@ -22,6 +22,11 @@ pub(super) const WRITE_BACK_RUN_BYTES: u64 = 1 << 20;
 /// pool is as large; a local file takes them in parallel).
 pub(super) const WRITE_BACK_DEPTH: usize = 8;
 
+/// Below this mean write-back latency the backend is fast enough that
+/// starting helper threads (tens of µs each) costs more than it saves:
+/// the runs are written one after the other.
+const PARALLEL_WRITE_BACK_MIN_NS: u64 = 100_000;
+
 /// Dirty sectors of one line to write back: one `WriteBack` op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Piece {
@@ -139,7 +144,11 @@ impl Inner {
         blocked: &(dyn Fn(&Piece) -> bool + Sync),
         done: &(dyn Fn(Range<usize>, &[bool]) + Sync),
     ) {
-        let workers = runs.len().min(WRITE_BACK_DEPTH);
+        let workers = if self.backend_is_fast() {
+            1
+        } else {
+            runs.len().min(WRITE_BACK_DEPTH)
+        };
         let next = AtomicUsize::new(0);
         let work = || {
             while let Some(r) = runs.get(next.fetch_add(1, Ordering::Relaxed)) {
@@ -259,6 +268,16 @@ impl Inner {
             }
         }
         written
+    }
+
+    /// Whether the write-backs so far took less than
+    /// [`PARALLEL_WRITE_BACK_MIN_NS`] on average (none yet: no).
+    fn backend_is_fast(&self) -> bool {
+        let snap = self.queues.backend.snapshot();
+        let class = backend_class::WRITE_BACK;
+        snap.latency_ns[class]
+            .checked_div(snap.completed[class])
+            .is_some_and(|mean| mean < PARALLEL_WRITE_BACK_MIN_NS)
     }
 
     /// One piece's write-back, on its own.
