@@ -17,7 +17,7 @@ use iocache_sim::timing::TimingReport;
 use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
 
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, closed_loop, series, workload, Context};
+use super::{axis, closed_loop, one_phase_workload, series, Context};
 
 /// The zoned setups: name, hit rate the zones aim at (%), fio's zones.
 const SETUPS: [(&str, u32, &str); 3] = [
@@ -76,11 +76,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let mut results: BTreeMap<Key, TimingReport> = BTreeMap::new();
     let mut hit_ratios: BTreeMap<Key, f64> = BTreeMap::new();
     for (name, hit, zones) in SETUPS.into_iter().chain([ZIPF]) {
-        let spec = workload(&format!(
-            "seed = 23\nvolume_size = \"1GiB\"\nblock_size = \"4KiB\"\n\
-             [[phase]]\nname = \"{name}\"\nrequests = {requests}\nrate = 50000\nread_percent = 100\n\
-             distribution = \"{zones}\"\n"
-        ))?;
+        let spec = one_phase_workload(23, name, requests, 100, zones)?;
         for device in DEVICES {
             let options = SimOptions {
                 warmup_requests: requests / 2,

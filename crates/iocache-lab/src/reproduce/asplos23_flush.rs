@@ -17,7 +17,7 @@ use iocache_sim::timing::TimingReport;
 use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
 
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, closed_loop, series, workload, Context};
+use super::{axis, closed_loop, one_phase_workload, series, Context};
 
 /// The workloads: name, the hit rate the zones aim at (%), fio's zones.
 const SETUPS: [(&str, u32, &str); 2] = [
@@ -62,11 +62,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let mut results: BTreeMap<Key, TimingReport> = BTreeMap::new();
     let mut dirty_at_end: BTreeMap<Key, (u64, u64)> = BTreeMap::new();
     for (name, hit, zones) in SETUPS {
-        let spec = workload(&format!(
-            "seed = 31\nvolume_size = \"1GiB\"\nblock_size = \"4KiB\"\n\
-             [[phase]]\nname = \"{name}\"\nrequests = {requests}\nrate = 50000\nread_percent = 70\n\
-             distribution = \"{zones}\"\n"
-        ))?;
+        let spec = one_phase_workload(31, name, requests, 70, zones)?;
         for device in DEVICES {
             let options = SimOptions {
                 warmup_requests: requests / 2,

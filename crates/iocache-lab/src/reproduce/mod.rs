@@ -207,6 +207,23 @@ pub fn workload(text: &str) -> Result<WorkloadSpec> {
     toml::from_str(text).map_err(|e| invalid!("built-in workload: {e}"))
 }
 
+/// ASPLOS'23's kind of workload: one phase `name` of `requests` 4 KiB
+/// requests at 50,000 per second over 1 GiB, `read_percent` reads, spread
+/// by `distribution` (fio's zoned ones), generated with `seed`.
+pub fn one_phase_workload(
+    seed: u64,
+    name: &str,
+    requests: u64,
+    read_percent: u32,
+    distribution: &str,
+) -> Result<WorkloadSpec> {
+    workload(&format!(
+        "seed = {seed}\nvolume_size = \"1GiB\"\nblock_size = \"4KiB\"\n\
+         [[phase]]\nname = \"{name}\"\nrequests = {requests}\nrate = 50000\nread_percent = {read_percent}\n\
+         distribution = \"{distribution}\"\n"
+    ))
+}
+
 /// An axis with a label.
 pub fn axis(label: &str, scale: Scale, ticks: Ticks) -> Axis {
     Axis {
