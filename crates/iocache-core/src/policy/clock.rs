@@ -144,7 +144,7 @@ impl ReplacementPolicy for Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::testing::{Driver, XorShift};
+    use crate::policy::testing::{churn, Driver};
 
     #[test]
     fn a_referenced_line_survives_one_sweep() {
@@ -210,18 +210,8 @@ mod tests {
 
     #[test]
     fn ring_holds_exactly_the_resident_lines() {
-        let mut rng = XorShift(0xdead_beef);
-        for capacity in 1..8usize {
-            let mut d = Driver::new(Clock::new(capacity), capacity);
-            for _ in 0..2_000 {
-                let line = rng.below(3 * capacity as u64);
-                if rng.below(8) == 0 {
-                    d.remove(line);
-                } else {
-                    d.access(line);
-                }
-                assert_eq!(d.policy.sweep_order().len(), d.resident_count());
-            }
-        }
+        churn(0xdead_beef, 2_000, Clock::new, |d, _| {
+            assert_eq!(d.policy.sweep_order().len(), d.resident_count());
+        });
     }
 }

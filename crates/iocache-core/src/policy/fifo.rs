@@ -65,7 +65,7 @@ impl ReplacementPolicy for Fifo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::testing::{Driver, XorShift};
+    use crate::policy::testing::{churn, Driver};
 
     #[test]
     fn hits_do_not_reorder() {
@@ -107,19 +107,9 @@ mod tests {
 
     #[test]
     fn queue_holds_exactly_the_resident_lines() {
-        let mut rng = XorShift(0x1234_5678);
-        for capacity in 1..8usize {
-            let mut d = Driver::new(Fifo::new(capacity), capacity);
-            for _ in 0..2_000 {
-                let line = rng.below(3 * capacity as u64);
-                if rng.below(8) == 0 {
-                    d.remove(line);
-                } else {
-                    d.access(line);
-                }
-                assert_eq!(d.policy.order().len(), d.resident_count());
-                assert!(d.resident_count() <= capacity);
-            }
-        }
+        churn(0x1234_5678, 2_000, Fifo::new, |d, capacity| {
+            assert_eq!(d.policy.order().len(), d.resident_count());
+            assert!(d.resident_count() <= capacity);
+        });
     }
 }

@@ -199,7 +199,7 @@ impl ReplacementPolicy for Lfu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::testing::{Driver, XorShift};
+    use crate::policy::testing::{churn, Driver};
     use crate::policy::Lru;
 
     #[test]
@@ -289,24 +289,14 @@ mod tests {
 
     #[test]
     fn structure_stays_consistent_and_bounded() {
-        let mut rng = XorShift(0xfeed_f00d);
-        for capacity in 1..8usize {
-            let mut d = Driver::new(Lfu::new(capacity), capacity);
-            for _ in 0..3_000 {
-                let line = rng.below(3 * capacity as u64);
-                if rng.below(8) == 0 {
-                    d.remove(line);
-                } else {
-                    d.access(line);
-                }
-                let buckets = d.policy.buckets();
-                let held: usize = buckets.iter().map(|(_, s)| s.len()).sum();
-                assert_eq!(held, d.resident_count());
-                assert!(buckets.windows(2).all(|w| w[0].0 < w[1].0));
-                assert!(buckets.iter().all(|(_, s)| !s.is_empty()));
-                assert_eq!(d.policy.node_count(), buckets.len());
-                assert!(d.policy.nodes.len() <= capacity + 1);
-            }
-        }
+        churn(0xfeed_f00d, 3_000, Lfu::new, |d, capacity| {
+            let buckets = d.policy.buckets();
+            let held: usize = buckets.iter().map(|(_, s)| s.len()).sum();
+            assert_eq!(held, d.resident_count());
+            assert!(buckets.windows(2).all(|w| w[0].0 < w[1].0));
+            assert!(buckets.iter().all(|(_, s)| !s.is_empty()));
+            assert_eq!(d.policy.node_count(), buckets.len());
+            assert!(d.policy.nodes.len() <= capacity + 1);
+        });
     }
 }

@@ -104,7 +104,7 @@ impl ReplacementPolicy for Sieve {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::testing::{Driver, XorShift};
+    use crate::policy::testing::{churn, Driver};
     use crate::policy::Lru;
 
     #[test]
@@ -182,22 +182,12 @@ mod tests {
 
     #[test]
     fn queue_holds_exactly_the_resident_lines() {
-        let mut rng = XorShift(0x5eed);
-        for capacity in 1..8usize {
-            let mut d = Driver::new(Sieve::new(capacity), capacity);
-            for _ in 0..2_000 {
-                let line = rng.below(3 * capacity as u64);
-                if rng.below(8) == 0 {
-                    d.remove(line);
-                } else {
-                    d.access(line);
-                }
-                let order = d.policy.order();
-                assert_eq!(order.len(), d.resident_count());
-                if let Some(h) = d.policy.hand() {
-                    assert!(order.contains(&h), "the hand points at a resident line");
-                }
+        churn(0x5eed, 2_000, Sieve::new, |d, _| {
+            let order = d.policy.order();
+            assert_eq!(order.len(), d.resident_count());
+            if let Some(h) = d.policy.hand() {
+                assert!(order.contains(&h), "the hand points at a resident line");
             }
-        }
+        });
     }
 }

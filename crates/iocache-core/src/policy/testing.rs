@@ -155,6 +155,31 @@ impl<P: ReplacementPolicy> Driver<P> {
     }
 }
 
+/// Drives a policy of each capacity from 1 to 7 lines (made by `make`)
+/// through `steps` random steps over lines in three times its capacity:
+/// one in eight removes the line (if resident), the others access it.
+/// `check` looks at the driver after every step.
+pub fn churn<P: ReplacementPolicy>(
+    seed: u64,
+    steps: usize,
+    make: impl Fn(usize) -> P,
+    check: impl Fn(&Driver<P>, usize),
+) {
+    let mut rng = XorShift(seed);
+    for capacity in 1..8usize {
+        let mut d = Driver::new(make(capacity), capacity);
+        for _ in 0..steps {
+            let line = rng.below(3 * capacity as u64);
+            if rng.below(8) == 0 {
+                d.remove(line);
+            } else {
+                d.access(line);
+            }
+            check(&d, capacity);
+        }
+    }
+}
+
 /// A small deterministic generator for randomized unit tests.
 pub struct XorShift(pub u64);
 
