@@ -28,10 +28,7 @@ fn prepare(path: &str, size: u64, direct: bool) -> FileDevice {
         OpenOptions {
             direct,
             create_size: Some(size),
-            read_only: false,
-            exclusive: false,
-            no_follow: false,
-            beneath: None,
+            ..Default::default()
         },
     )
     .expect("open bench file");

@@ -919,10 +919,7 @@ mod tests {
                 OpenOptions {
                     direct,
                     create_size: Some((threads * 4096) as u64),
-                    read_only: false,
-                    exclusive: false,
-                    no_follow: false,
-                    beneath: None,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -958,11 +955,8 @@ mod tests {
                 &path,
                 OpenOptions {
                     direct,
-                    create_size: None,
                     read_only: true,
-                    exclusive: false,
-                    no_follow: false,
-                    beneath: None,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -984,12 +978,9 @@ mod tests {
         let Ok(mut device) = FileDevice::open(
             &path,
             OpenOptions {
-                direct: false,
                 create_size: Some(1 << 20),
-                read_only: false,
                 exclusive: true,
-                no_follow: false,
-                beneath: None,
+                ..Default::default()
             },
         ) else {
             eprintln!("skipped: no /dev/shm");

@@ -7,26 +7,13 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{pattern, TempPath, DISK_DIR, TMPFS_DIR};
+use common::{new_file_device, pattern, TempPath, DISK_DIR, TMPFS_DIR};
 use iocache_device::*;
 
 const SIZE: u64 = 1 << 20;
 
 fn open_file(dir: &str, direct: bool) -> (TempPath, FileDevice) {
-    let p = TempPath::new(dir, if direct { "direct" } else { "buffered" });
-    let d = FileDevice::open(
-        &p.0,
-        OpenOptions {
-            direct,
-            create_size: Some(SIZE),
-            read_only: false,
-            exclusive: false,
-            no_follow: false,
-            beneath: None,
-        },
-    )
-    .expect("open");
-    (p, d)
+    new_file_device(dir, if direct { "direct" } else { "buffered" }, SIZE, direct)
 }
 
 /// Writes and reads back at many offsets and sizes, aligned and not,
@@ -206,9 +193,6 @@ fn file_create_is_sparse_reopen_keeps_data_and_read_only_refuses_writes() {
         &p.0,
         OpenOptions {
             read_only: true,
-            exclusive: false,
-            no_follow: false,
-            beneath: None,
             direct: true,
             ..Default::default()
         },
@@ -643,8 +627,6 @@ fn an_exclusive_open_refuses_a_second_opener_under_any_name() {
         create_size: (!read_only).then_some(SIZE),
         read_only,
         exclusive: true,
-        no_follow: false,
-        beneath: None,
         ..Default::default()
     };
     let first = FileDevice::open(&p.0, opts(false)).expect("first open");

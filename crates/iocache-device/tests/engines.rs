@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{pattern, TempPath, DISK_DIR, TMPFS_DIR};
+use common::{new_file_device, pattern, TempPath, DISK_DIR, TMPFS_DIR};
 use iocache_device::*;
 
 const SIZE: u64 = 4 << 20;
@@ -40,20 +40,7 @@ fn uring_is_available_or_reports_why() {
 }
 
 fn file(dir: &str, direct: bool) -> (TempPath, FileDevice) {
-    let p = TempPath::new(dir, "engine");
-    let d = FileDevice::open(
-        &p.0,
-        OpenOptions {
-            direct,
-            create_size: Some(SIZE),
-            read_only: false,
-            exclusive: false,
-            no_follow: false,
-            beneath: None,
-        },
-    )
-    .unwrap();
-    (p, d)
+    new_file_device(dir, "engine", SIZE, direct)
 }
 
 struct Devices {
@@ -170,9 +157,6 @@ fn errors_are_per_request() {
             &ro_path.0,
             OpenOptions {
                 read_only: true,
-                exclusive: false,
-                no_follow: false,
-                beneath: None,
                 ..Default::default()
             },
         )

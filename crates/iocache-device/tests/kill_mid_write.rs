@@ -25,12 +25,8 @@ fn open_mapped(path: &Path) -> Option<FileDevice> {
     let mut device = FileDevice::open(
         path,
         OpenOptions {
-            direct: false,
             create_size: Some(FILE_BYTES),
-            read_only: false,
-            exclusive: false,
-            no_follow: false,
-            beneath: None,
+            ..Default::default()
         },
     )
     .ok()?;

@@ -320,12 +320,8 @@ fn a_cache_device_that_fills_up() {
         let cache_dev = iocache_device::FileDevice::open(
             &path,
             iocache_device::OpenOptions {
-                direct: false,
                 create_size: Some(layout.device_bytes()),
-                read_only: false,
-                exclusive: false,
-                no_follow: false,
-                beneath: None,
+                ..Default::default()
             },
         )
         .unwrap();

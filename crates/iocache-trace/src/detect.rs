@@ -168,18 +168,7 @@ pub(crate) fn detect_format_bytes(first_lines: &[&[u8]]) -> Result<TraceFormat, 
     if is_header(first_trimmed, &["version", "time", "op", "size", "lbn"]) {
         return Ok(TraceFormat::VscsiCsv);
     }
-    if is_header(
-        first_trimmed,
-        &[
-            "Timestamp",
-            "Hostname",
-            "DiskNumber",
-            "Type",
-            "Offset",
-            "Size",
-            "ResponseTime",
-        ],
-    ) {
+    if is_header(first_trimmed, &crate::formats::msr::FIELDS) {
         return Ok(TraceFormat::Msr);
     }
     // Comment lines only make sense for the lba format; leave them out.

@@ -4,22 +4,13 @@
 
 use std::io::Cursor;
 
-use iocache_trace::{ReaderOptions, TraceError, TraceFormat, TraceReader};
+use iocache_trace::{ReaderOptions, TraceError, TraceFormat, TraceReader, FORMAT_NAMES};
 use proptest::prelude::*;
 
-const FORMATS: [&str; 11] = [
-    "msr",
-    "systor",
-    "tencent",
-    "fiu",
-    "vscsi-csv",
-    "disksim",
-    "arc",
-    "blkparse",
-    "fio",
-    "lba",
-    "lba:block=4096",
-];
+/// Every format name, and one with an option.
+fn formats() -> impl Iterator<Item = &'static str> {
+    FORMAT_NAMES.iter().copied().chain(["lba:block=4096"])
+}
 
 fn reader(bytes: &[u8], format: Option<TraceFormat>, skip: bool) -> Result<TraceReader, TraceError> {
     TraceReader::from_reader(
@@ -94,7 +85,7 @@ proptest! {
         if let Ok(mut r) = reader(&bytes, None, skip) {
             drain(&mut r, lines)?;
         }
-        for name in FORMATS {
+        for name in formats() {
             let format: TraceFormat = name.parse().unwrap();
             if let Ok(mut r) = reader(&bytes, Some(format), skip) {
                 drain(&mut r, lines)?;
@@ -106,7 +97,7 @@ proptest! {
     fn almost_valid_lines_are_parsed_or_reported(lines in prop::collection::vec(tokenish_line(), 1..30)) {
         let text = lines.join("\n") + "\n";
         let total = lines.len() as u64;
-        for name in FORMATS {
+        for name in formats() {
             let format: TraceFormat = name.parse().unwrap();
             // Strict mode: at most one error, and it ends the iteration.
             if let Ok(mut r) = reader(text.as_bytes(), Some(format), false) {

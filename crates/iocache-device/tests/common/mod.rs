@@ -29,6 +29,24 @@ pub const DISK_DIR: &str = "/var/tmp";
 /// A tmpfs directory, where O_DIRECT may be refused.
 pub const TMPFS_DIR: &str = "/dev/shm";
 
+/// A new file device of `bytes` under `dir`, its name tagged `tag`, opened
+/// with `O_DIRECT` if `direct` (tmpfs may refuse it: then buffered).
+pub fn new_file_device(
+    dir: &str,
+    tag: &str,
+    bytes: u64,
+    direct: bool,
+) -> (TempPath, iocache_device::FileDevice) {
+    let p = TempPath::new(dir, tag);
+    let options = iocache_device::OpenOptions {
+        direct,
+        create_size: Some(bytes),
+        ..Default::default()
+    };
+    let d = iocache_device::FileDevice::open(&p.0, options).expect("open a new file device");
+    (p, d)
+}
+
 /// Bytes that depend on position and seed, so misplaced data shows.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     (0..len as u64)

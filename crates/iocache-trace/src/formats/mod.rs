@@ -12,7 +12,7 @@ mod disksim;
 mod fio;
 mod fiu;
 mod lba;
-mod msr;
+pub(crate) mod msr;
 mod systor;
 mod tencent;
 mod vscsi;

@@ -14,7 +14,7 @@ use crate::error::FieldError;
 use crate::intern::Interner;
 use crate::TraceRecord;
 
-const FIELDS: [&str; 7] = [
+pub(crate) const FIELDS: [&str; 7] = [
     "Timestamp",
     "Hostname",
     "DiskNumber",
