@@ -12,7 +12,8 @@ measured:
   * nbdkit-cache: nbdkit's file plugin behind its cache filter with
     `cache-min-block-size=4096` (its best block size for 4 KiB requests),
     its cache in /dev/shm (TMPDIR), warmed the same way;
-  * nbdkit-memory: nbdkit's memory plugin (the transport's ceiling here).
+  * nbdkit-memory: nbdkit's memory plugin, its volume written whole first
+    (the transport's ceiling here).
 
 Workloads (fio's nbd engine, 4 KiB random reads over 64 MiB): QD 1 on one
 connection, QD 16 on one connection, QD 16 on each of 4 connections; and
@@ -113,6 +114,10 @@ class Server:
             self.proc = subprocess.Popen(["nbdkit", "-f", *listen, "memory", str(VOLUME)],
                                          stderr=subprocess.PIPE, text=True)
         wait_ready(self.uri(), self.proc)
+        if self.name == "nbdkit-memory":
+            # Written whole: a sparse volume would have nbdcopy skip its
+            # holes, and the plugin would not be the others' ceiling.
+            fio(self.uri(), ["--rw=write", "--bs=1m", f"--size={VOLUME}", "--iodepth=4"], seconds=0)
         # Warm: every system holds the range before it is measured.
         fio(self.uri(), ["--rw=read", "--bs=1m", f"--size={RANGE}", "--iodepth=4"], seconds=0)
 
