@@ -84,6 +84,29 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The device's bytes `[offset, offset + len)` as memory to be read in
+    /// place (a cache file in memory, mapped), or `None` when the device
+    /// has no such memory (or it failed): then [`BlockDevice::read_at`].
+    /// A page that vanished under a read in place (a file truncated by
+    /// someone else) reads as zeroes and fails the device, which
+    /// [`BlockDevice::in_place_sound`] reports afterwards.
+    ///
+    /// # Safety
+    /// The bytes change with the device's writes: the caller must see to it
+    /// that nothing writes the range while the slice lives (as it orders a
+    /// `read_at` with writes to the same range).
+    unsafe fn in_place(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let _ = (offset, len);
+        None
+    }
+
+    /// Whether no fault has hit the memory [`BlockDevice::in_place`] hands
+    /// out: checked after reading it in place, before trusting what was
+    /// read.
+    fn in_place_sound(&self) -> bool {
+        false
+    }
+
     /// Checks that the device still holds all its bytes: a file truncated
     /// under it fails ([`DeviceError::Shrunk`]); the default, for devices
     /// that cannot shrink, passes. Cheap (one `fstat`): callers may check
@@ -200,5 +223,12 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn check_intact(&self) -> Result<(), DeviceError> {
         (**self).check_intact()
+    }
+    unsafe fn in_place(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { (**self).in_place(offset, len) }
+    }
+    fn in_place_sound(&self) -> bool {
+        (**self).in_place_sound()
     }
 }

@@ -577,6 +577,17 @@ impl BlockDevice for FileDevice {
         self.len
     }
 
+    unsafe fn in_place(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        // SAFETY: the caller's promise, passed on.
+        self.mapping
+            .as_ref()
+            .and_then(|m| unsafe { m.slice(offset, len) })
+    }
+
+    fn in_place_sound(&self) -> bool {
+        self.mapping.as_ref().is_some_and(Mapping::sound)
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         check_range(self, IoKind::Read, offset, buf.len() as u64)?;
         let len = buf.len();

@@ -294,6 +294,13 @@ impl crate::BlockDevice for Identified {
     fn raw_target(&self) -> Option<crate::RawTarget> {
         self.inner.raw_target()
     }
+    unsafe fn in_place(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.in_place(offset, len) }
+    }
+    fn in_place_sound(&self) -> bool {
+        self.inner.in_place_sound()
+    }
     fn identity(&self) -> Option<DeviceIdentity> {
         Some(self.identity.clone())
     }

@@ -168,6 +168,24 @@ impl Mapping {
         self.after_copy()
     }
 
+    /// `len` bytes at `offset` of the mapping, in place, unless it failed.
+    ///
+    /// # Safety
+    /// As [`crate::BlockDevice::in_place`]: nothing may write the range
+    /// while the slice lives.
+    pub(crate) unsafe fn slice(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let at = self.checked(offset, len).ok()?;
+        // SAFETY: `at..at + len` lies within the mapping, which lives as
+        // long as `self`; the caller keeps writers of the range away.
+        Some(unsafe { std::slice::from_raw_parts(self.base.add(at), len) })
+    }
+
+    /// Whether no fault has hit the mapping (after reading it in place).
+    pub(crate) fn sound(&self) -> bool {
+        fence(Ordering::SeqCst);
+        !self.failed()
+    }
+
     /// An error if a fault has failed the mapping: its device then refuses
     /// every I/O, writes (which go through `pwrite`) included.
     pub(crate) fn refuse_if_failed(&self) -> io::Result<()> {

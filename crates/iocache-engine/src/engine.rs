@@ -42,6 +42,8 @@ mod cleaner;
 mod discard;
 pub use discard::Zeroing;
 mod health_state;
+mod in_place;
+pub use in_place::InPlace;
 mod members;
 pub use members::{MemberReplacement, EVACUATION_PATIENCE};
 mod metadata;
@@ -761,7 +763,7 @@ impl Engine {
     /// Reads `buf.len()` bytes at `offset` of `volume` (a handle from
     /// [`Engine::volume`]).
     pub fn read_with(&self, volume: &Volume, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
-        self.request(volume, offset, Buffer::Read(buf), false, true)
+        self.request(volume, offset, Buffer::Read(buf), false, true, None)
     }
 
     /// Writes `data` at `offset` of `volume`; with `fua`, durable before
@@ -773,7 +775,7 @@ impl Engine {
         data: &[u8],
         fua: bool,
     ) -> Result<(), EngineError> {
-        self.request(volume, offset, Buffer::Write(data), fua, true)
+        self.request(volume, offset, Buffer::Write(data), fua, true, None)
     }
 
     /// Whether a read of `length` bytes at `offset` of `volume` would now be
@@ -836,6 +838,7 @@ impl Engine {
         buffer: Buffer<'_>,
         fua: bool,
         from_client: bool,
+        in_place: Option<InPlace<'_>>,
     ) -> Result<(), EngineError> {
         let handle = volume;
         let volume = volume.state();
@@ -864,9 +867,16 @@ impl Engine {
         }
         let mut plan = Plan::default();
         self.decide(segments, &mut plan)?;
+        // Time the caller of a read in place took with its bytes: not the
+        // read's.
+        let mut caller_took_ns = 0;
         let mut result = match buffer {
             Buffer::Read(buf) if plan.segments.iter().any(|s| s.line_origin) => {
                 self.inner.run_line_fill(&mut plan, offset, buf)
+            }
+            Buffer::Read(buf) if in_place.is_some() => {
+                let in_place = in_place.expect("checked");
+                self.inner.run_in_place(&plan, buf, in_place, &mut caller_took_ns)
             }
             buffer => self.inner.run(&plan, buffer),
         };
@@ -881,7 +891,12 @@ impl Engine {
             // (hits, misses, promotions), not as a volume's requests.
             return result;
         }
-        let took = self.inner.clock.now_ns().saturating_sub(started_ns);
+        let took = self
+            .inner
+            .clock
+            .now_ns()
+            .saturating_sub(started_ns)
+            .saturating_sub(caller_took_ns);
         match kind {
             IoKind::Read => self.inner.read_latency.record(took),
             IoKind::Write => self.inner.write_latency.record(took),

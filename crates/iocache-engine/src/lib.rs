@@ -45,8 +45,8 @@ pub use engine::Zeroing;
 pub use engine::{
     recorded_reca_line_size, ArrayEngineStats, BalanceConfig, BalanceController, BalanceDecision,
     BalanceLoad, BalanceStats, CachedRange, DeviceQueueStats, Engine, EngineConfig, EngineError, EngineStats,
-    IoMode, KnobState, Lookup, MemberReplacement, QueueClassStats, RecaSetup, RecaStatus, RecordedLineSize,
-    Volume, VolumeInfo, VolumeStats, DEFAULT_CLEAN_CHECK_BUDGET, DEFAULT_COMMIT_INTERVAL,
+    InPlace, IoMode, KnobState, Lookup, MemberReplacement, QueueClassStats, RecaSetup, RecaStatus,
+    RecordedLineSize, Volume, VolumeInfo, VolumeStats, DEFAULT_CLEAN_CHECK_BUDGET, DEFAULT_COMMIT_INTERVAL,
     EVACUATION_PATIENCE, RECA_MAX_REQUESTS_PER_SECOND, RECA_PERIOD, RECA_TICK, SHARD_SPAN_LINES,
     SHUTDOWN_WRITE_BACK_PATIENCE,
 };

@@ -84,6 +84,10 @@ fn io_errno(e: &io::Error) -> u32 {
 /// Bytes of zeroes the default [`Export::write_zeroes`] writes at a time.
 pub const WRITE_ZEROES_CHUNK: usize = 1 << 20;
 
+/// Where [`Export::read_in_place`] hands the bytes of a read: the parts, in
+/// order, valid only during the call; it returns whether it took them.
+pub type InPlace<'a> = &'a mut dyn FnMut(&[&[u8]]) -> bool;
+
 /// A block device as the NBD server sees it.
 ///
 /// The server calls these methods from several threads at once, only with
@@ -107,6 +111,17 @@ pub trait Export: Send + Sync + 'static {
     fn read_is_quick(&self, offset: u64, length: u64) -> bool {
         let _ = (offset, length);
         false
+    }
+
+    /// Reads `buf.len()` bytes at `offset` as [`Export::read`] does, or
+    /// hands them where they lie (a cache in memory) to `in_place`, valid
+    /// only during the call, which returns whether it took them (else they
+    /// are copied into `buf`); returns whether they were taken. The server
+    /// then writes its reply from those bytes, one copy fewer. The default
+    /// reads into `buf`.
+    fn read_in_place(&self, offset: u64, buf: &mut [u8], in_place: InPlace<'_>) -> Result<bool, ExportError> {
+        let _ = in_place;
+        self.read(offset, buf).map(|()| false)
     }
 
     /// Writes `data` at `offset`; with `fua`, the data must be persistent
@@ -275,6 +290,17 @@ impl Export for MemExport {
     /// Memory: every read in range is served at once.
     fn read_is_quick(&self, offset: u64, length: u64) -> bool {
         self.range(offset, length).is_ok()
+    }
+
+    /// The bytes where they lie, under the lock that keeps writers away.
+    fn read_in_place(&self, offset: u64, buf: &mut [u8], in_place: InPlace<'_>) -> Result<bool, ExportError> {
+        let r = self.range(offset, buf.len() as u64)?;
+        let data = self.data.read().unwrap_or_else(|e| e.into_inner());
+        if in_place(&[&data[r.clone()]]) {
+            return Ok(true);
+        }
+        buf.copy_from_slice(&data[r]);
+        Ok(false)
     }
 
     fn write(&self, offset: u64, src: &[u8], _fua: bool) -> Result<(), ExportError> {

@@ -59,7 +59,7 @@ pub mod tls;
 pub use client::{
     list_exports, parse_nbd_uri, Client, ClientError, ConnectOptions, NbdAddr, NbdUri, UriError,
 };
-pub use export::{Export, ExportError, ExportLookup, Exports, MemExport};
+pub use export::{Export, ExportError, ExportLookup, Exports, InPlace, MemExport};
 pub use handshake::{HandshakeError, Negotiated, NegotiationLimits};
 pub use listen::{bind_unix_socket, BoundUnixSocket, ListenError, SocketFileRemover};
 pub use peer::Peer;

@@ -111,7 +111,9 @@ fn unread_replies_across_many_connections_stay_within_the_global_budget() {
     PEAK.store(baseline, Ordering::SeqCst);
 
     send_unread_reads(&mut raws);
-    std::thread::sleep(Duration::from_millis(500));
+    // Looked at before `stall_timeout` (300 ms) can free anything: after
+    // it, how much is in use depends on which connections broke together.
+    std::thread::sleep(Duration::from_millis(200));
     let stats = server.stats();
     let grown = PEAK.load(Ordering::SeqCst).saturating_sub(baseline);
     assert!(

@@ -925,12 +925,19 @@ fn late_reader_pipeline(workers: usize) {
     };
     let size = 64usize << 20;
     let export = mem(size);
+    let piece = 1usize << 20;
+    let pairs = 24u64;
+    // The first half holds data the reads check (sent from where it lies
+    // when the socket takes it, else from a copy in the queue).
+    for i in 0..pairs {
+        export
+            .write(i * piece as u64, &pattern(piece, 100 + i), false)
+            .unwrap();
+    }
     let server = start_with(config, vec![("disk", export as _)]);
     for structured in [true, false] {
         let mut raw = Raw::connect(&server, structured);
         raw.s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
-        let piece = 1usize << 20;
-        let pairs = 24u64;
         let started = Instant::now();
         for i in 0..pairs {
             // Reads of the first half, writes to the second.
@@ -954,6 +961,9 @@ fn late_reader_pipeline(workers: usize) {
             let (handle, errno, data) = raw.recv(length);
             assert_eq!(errno, 0, "request {handle}");
             assert_eq!(data.len(), length(handle), "read {handle}");
+            if handle % 2 == 0 && handle < 2 * pairs {
+                assert!(data == pattern(piece, 100 + handle / 2), "read {handle}'s data");
+            }
             assert!(answered.insert(handle), "request {handle} answered twice");
         }
         assert!(

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use iocache_nbd::{Export, ExportError};
+use iocache_nbd::{Export, ExportError, InPlace};
 
 use iocache_engine::{Engine, EngineError, Volume, Zeroing};
 
@@ -99,6 +99,10 @@ impl Export for EngineExport {
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
         self.with(|engine, volume| engine.read_with(volume, offset, buf))
+    }
+
+    fn read_in_place(&self, offset: u64, buf: &mut [u8], in_place: InPlace<'_>) -> Result<bool, ExportError> {
+        self.with(|engine, volume| engine.read_in_place_with(volume, offset, buf, in_place))
     }
 
     fn read_is_quick(&self, offset: u64, length: u64) -> bool {

@@ -100,7 +100,7 @@ impl Engine {
     /// latency histograms (the core's hit, miss and promotion counts do
     /// count it).
     pub fn warm_with(&self, volume: &Volume, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
-        self.request(volume, offset, Buffer::Read(buf), false, false)
+        self.request(volume, offset, Buffer::Read(buf), false, false, None)
     }
 
     /// Stops new dirty data while a successor is prepared: every shard's

@@ -87,7 +87,7 @@
 //!   between requests add at most 128 KiB per thread and that allowance.
 
 use std::collections::HashMap;
-use std::io::{self, IoSliceMut, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -929,6 +929,9 @@ impl ConnectionStream for TcpStream {
     fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
         send_now(self.as_raw_fd(), buf)
     }
+    fn write_vectored_now(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        send_vectored_now(self.as_raw_fd(), bufs)
+    }
     fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
         poll_writable(self.as_raw_fd(), timeout)
     }
@@ -959,6 +962,9 @@ impl ConnectionStream for UnixStream {
     }
     fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
         send_now(self.as_raw_fd(), buf)
+    }
+    fn write_vectored_now(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        send_vectored_now(self.as_raw_fd(), bufs)
     }
     fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
         poll_writable(self.as_raw_fd(), timeout)

@@ -154,7 +154,80 @@ impl<S: ConnectionStream> Conn<'_, S> {
         self.enqueue(bytes, costs, false);
     }
 
-    fn enqueue(&self, bytes: &[u8], costs: &[usize], first: bool) {
+    /// Begins writing a reply made of `parts` (bytes of the export read in
+    /// place, which must not be kept) now: if the connection has a writer
+    /// thread, no reply is queued and the writer's lock comes within
+    /// `patience`, writes what the socket takes with at most the brief
+    /// waits of [`write_now`] and keeps the lock, so nothing else is written
+    /// before the reply's rest ([`Conn::finish_begun`]). `None`: nothing
+    /// was written. A failed write breaks the connection (and counts as
+    /// all written).
+    pub(super) fn begin_parts_now(&self, parts: &[&[u8]], patience: Duration) -> Option<Begun<'_, S>> {
+        let nothing_queued = || self.replies.queued_bytes.load(Ordering::Acquire) == 0;
+        if !self.replies.has_writer.load(Ordering::Relaxed) || !nothing_queued() {
+            return None;
+        }
+        // Under the lock, an empty queue means no reply goes before this one.
+        let mut w = self.writer_within(patience).filter(|_| nothing_queued())?;
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let written = write_parts_now(&mut *w, parts).unwrap_or_else(|_| {
+            self.break_connection();
+            total
+        });
+        Some(Begun {
+            w,
+            written,
+            waiting: false,
+        })
+    }
+
+    /// Lets `begun` be finished waiting for the client, if that leaves
+    /// another of the connection's threads to read requests (as
+    /// [`Conn::send`] does); counted until [`Conn::finish_begun`].
+    pub(super) fn may_finish_waiting(&self, begun: &mut Begun<'_, S>) -> bool {
+        begun.waiting = self.replies.reserve_waiting_writer();
+        begun.waiting
+    }
+
+    /// Ends a reply begun by [`Conn::begin_parts_now`]: `rest`, what is
+    /// left of it, written waiting for the client if
+    /// [`Conn::may_finish_waiting`] allowed it, else copied to the head of
+    /// the queue; then (or once the queue has written it) `costs` given
+    /// back.
+    pub(super) fn finish_begun(&self, begun: Begun<'_, S>, rest: &[u8], costs: &[usize]) {
+        let Begun { mut w, waiting, .. } = begun;
+        if waiting {
+            self.write_waiting(&mut w, rest);
+            drop(w);
+            self.replies.waiting_writers.fetch_sub(1, Ordering::AcqRel);
+            self.done_many(costs);
+        } else if rest.is_empty() || self.broken.load(Ordering::Relaxed) {
+            drop(w);
+            self.done_many(costs);
+        } else {
+            // The rest goes first: nothing may be written between the two
+            // parts of one reply.
+            self.enqueue(rest, costs, true);
+        }
+    }
+
+    /// The writer's lock, if it comes within `patience`.
+    fn writer_within(&self, patience: Duration) -> Option<std::sync::MutexGuard<'_, S>> {
+        let started = Instant::now();
+        loop {
+            match self.writer.try_lock() {
+                Ok(w) => return Some(w),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if started.elapsed() >= patience {
+                return None;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    pub(super) fn enqueue(&self, bytes: &[u8], costs: &[usize], first: bool) {
         let queued = Queued {
             bytes: bytes.to_vec(),
             costs: costs.to_vec(),
@@ -302,16 +375,36 @@ impl<S: ConnectionStream> Conn<'_, S> {
 /// buffer with no copy into the queue, while a client that stopped
 /// reading costs the caller at most those few milliseconds.
 fn write_now<S: ConnectionStream>(w: &mut S, bytes: &[u8]) -> io::Result<usize> {
+    write_parts_now(w, &[bytes])
+}
+
+/// A reply begun at once ([`Conn::begin_parts_now`]): the writer's lock,
+/// held until the rest is written or queued, and the bytes written.
+pub(super) struct Begun<'a, S> {
+    w: std::sync::MutexGuard<'a, S>,
+    pub(super) written: usize,
+    /// Counted among the threads waiting for the client.
+    waiting: bool,
+}
+
+/// [`write_now`] of `parts`, one after the other, in as few calls as the
+/// stream allows.
+fn write_parts_now<S: ConnectionStream>(w: &mut S, parts: &[&[u8]]) -> io::Result<usize> {
     let started = Instant::now();
+    let mut slices: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+    let mut left: &mut [io::IoSlice<'_>] = &mut slices;
     let mut written = 0;
-    while written < bytes.len() {
-        match w.write_now(&bytes[written..]) {
+    while !left.is_empty() {
+        match w.write_vectored_now(left) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => written += n,
+            Ok(n) => {
+                written += n;
+                io::IoSlice::advance_slices(&mut left, n);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let left = BRIEF_WAITS_IN_ALL.saturating_sub(started.elapsed());
-                if left.is_zero() || !w.wait_writable(left.min(BRIEF_WAIT))? {
+                let wait = BRIEF_WAITS_IN_ALL.saturating_sub(started.elapsed());
+                if wait.is_zero() || !w.wait_writable(wait.min(BRIEF_WAIT))? {
                     break;
                 }
             }

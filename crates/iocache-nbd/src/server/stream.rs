@@ -97,6 +97,16 @@ pub trait ConnectionStream: Read + Write + Send + Sized {
         self.write(buf)
     }
 
+    /// [`ConnectionStream::write_now`] of `bufs` one after the other, in
+    /// one call where the stream can (the default writes the first that is
+    /// not empty).
+    fn write_vectored_now(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match bufs.iter().find(|b| !b.is_empty()) {
+            Some(b) => self.write_now(b),
+            None => Ok(0),
+        }
+    }
+
     /// Waits at most `timeout` until a write would take something; false
     /// if it would not by then. Streams that cannot block say false (the
     /// default).
@@ -143,6 +153,12 @@ impl ConnectionStream for Stream {
         match self {
             Stream::Tcp(s) => s.write_now(buf),
             Stream::Unix(s) => s.write_now(buf),
+        }
+    }
+    fn write_vectored_now(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_vectored_now(bufs),
+            Stream::Unix(s) => s.write_vectored_now(bufs),
         }
     }
     fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
@@ -193,6 +209,26 @@ pub(super) fn send_now(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
             libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
         )
     };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `sendmsg(MSG_DONTWAIT)` of `bufs` (at most `IOV_MAX` of them at once):
+/// what the socket took, or `WouldBlock`.
+pub(super) fn send_vectored_now(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    const IOV_MAX: usize = 1024;
+    let bufs = &bufs[..bufs.len().min(IOV_MAX)];
+    // SAFETY: a zeroed msghdr is valid (no name, no control data);
+    // `IoSlice` is ABI-compatible with `iovec` on Unix, and `bufs` outlives
+    // the call (the kernel only reads them).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = bufs.as_ptr().cast_mut().cast();
+    msg.msg_iovlen = bufs.len() as _;
+    // SAFETY: `msg` points at `bufs.len()` valid iovecs.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {

@@ -163,7 +163,7 @@ pub(super) fn serve_requests<S: ConnectionStream>(conn: &Conn<'_, S>, role: &Mut
             // buffered it leaves at once, at the top of the loop. Requests
             // that may wait (misses, writes, flushes) hand the role on.
             if conn.is_quick(&job.req) {
-                conn.run_inline(job, &mut batch);
+                conn.run_inline(job, &mut buffer, &mut batch);
                 if batch.is_full() {
                     batch.send(conn);
                 }
@@ -203,6 +203,45 @@ pub(super) fn request_buffered(buffered: &[u8]) -> bool {
 /// small replies, not a large one (which gains nothing from sharing a
 /// write).
 pub(super) const INLINE_READ_MAX_BYTES: usize = 64 << 10;
+
+/// What is left of the bytes of `parts`, one after the other, once the
+/// first `written` are gone: a copy.
+fn rest_of(parts: &[&[u8]], written: usize) -> Vec<u8> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let mut rest = Vec::with_capacity(total.saturating_sub(written));
+    let mut skip = written;
+    for part in parts {
+        let from = skip.min(part.len());
+        rest.extend_from_slice(&part[from..]);
+        skip -= from;
+    }
+    rest
+}
+
+/// The bytes before a read's data in its reply (see
+/// [`Conn::read_reply_header`]).
+pub(super) struct ReadHeader {
+    bytes: [u8; STRUCTURED_HEADER_LEN + 8],
+    len: usize,
+}
+
+impl std::ops::Deref for ReadHeader {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// Reads from this size on are sent from where the export's bytes lie when
+/// it can hand them over (see [`Conn::read_in_place`]): smaller replies
+/// gain less from a copy saved than they lose from not sharing a write.
+pub(super) const IN_PLACE_MIN_BYTES: usize = 32 << 10;
+
+/// How long a serving thread (not the reader) waits for the connection's
+/// writer to be free before it copies a reply read in place instead: the
+/// read's lines stay locked meanwhile, so a reply being written to a slow
+/// client must not hold them up for long.
+pub(super) const IN_PLACE_WRITER_PATIENCE: Duration = Duration::from_millis(2);
 
 /// Replies of reads served inline, sent with one write. Their requests'
 /// budget is given back when the batch is sent, so what it holds counts in
@@ -473,9 +512,17 @@ impl<S: ConnectionStream> Conn<'_, S> {
 
     /// Serves a quick read (see [`Conn::is_quick`]), its reply appended to
     /// `batch`; an error is answered at once.
-    pub(super) fn run_inline(&self, job: Job, batch: &mut ReplyBatch) {
+    pub(super) fn run_inline(&self, job: Job, buffer: &mut Vec<u8>, batch: &mut ReplyBatch) {
         let cost = job.cost;
         let req = job.req;
+        if req.length as usize >= IN_PLACE_MIN_BYTES && self.check(&req).is_ok() {
+            // Large enough to go from where it lies: the replies held go
+            // first, then this one, which does not wait for the client.
+            batch.send(self);
+            self.shared.stats.served_inline.fetch_add(1, Ordering::Relaxed);
+            self.read_in_place(&*self.neg.export, &req, cost, buffer, false);
+            return;
+        }
         if !self.broken.load(Ordering::Relaxed) {
             // Every reply of this thread goes into the batch, in order.
             let result = self
@@ -594,6 +641,10 @@ impl<S: ConnectionStream> Conn<'_, S> {
     }
 
     pub(super) fn read(&self, export: &dyn Export, req: &Request, cost: usize, buf: &mut Vec<u8>) {
+        if req.length as usize >= IN_PLACE_MIN_BYTES {
+            self.read_in_place(export, req, cost, buf, true);
+            return;
+        }
         match self.read_reply(export, req, buf, 0) {
             Ok(end) => self.send(&buf[..end], &[cost]),
             Err((errno, msg)) => self.reply_error(req.handle, cost, errno, &msg),
@@ -613,32 +664,142 @@ impl<S: ConnectionStream> Conn<'_, S> {
         start: usize,
     ) -> Result<usize, (u32, String)> {
         let len = req.length as usize;
-        let header_len = if self.neg.structured {
-            STRUCTURED_HEADER_LEN + 8
-        } else {
-            SIMPLE_REPLY_LEN
-        };
-        let reply = &mut sized(out, start + header_len + len)[start..];
-        let result = guarded(|| export.read(req.offset, &mut reply[header_len..]));
+        let header = self.read_reply_header(req);
+        let reply = &mut sized(out, start + header.len() + len)[start..];
+        let result = guarded(|| export.read(req.offset, &mut reply[header.len()..]));
         if let Err(e) = result {
             return Err((e.nbd_errno(), e.to_string()));
         }
         self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
-        if self.neg.structured {
-            if len == 0 {
-                // A zero-length read has no content chunk.
-                let chunk = encode_chunk_none(req.handle);
-                sized(out, start + chunk.len())[start..].copy_from_slice(&chunk);
-                return Ok(start + chunk.len());
-            }
-            // Cannot fail: 0 < len <= MAX_MAX_PAYLOAD.
-            if let Some(h) = encode_chunk_offset_data_header(req.handle, req.offset, req.length, true) {
-                reply[..header_len].copy_from_slice(&h);
-            }
-        } else {
-            reply[..header_len].copy_from_slice(&encode_simple_reply(req.handle, 0));
+        if self.neg.structured && len == 0 {
+            // A zero-length read has no content chunk.
+            let chunk = encode_chunk_none(req.handle);
+            sized(out, start + chunk.len())[start..].copy_from_slice(&chunk);
+            return Ok(start + chunk.len());
         }
-        Ok(start + header_len + len)
+        reply[..header.len()].copy_from_slice(&header);
+        Ok(start + header.len() + len)
+    }
+
+    /// What goes before a successful read's data: a simple reply, or the
+    /// header of a structured reply's one data chunk.
+    fn read_reply_header(&self, req: &Request) -> ReadHeader {
+        let mut bytes = [0; STRUCTURED_HEADER_LEN + 8];
+        if !self.neg.structured {
+            bytes[..SIMPLE_REPLY_LEN].copy_from_slice(&encode_simple_reply(req.handle, 0));
+            return ReadHeader {
+                bytes,
+                len: SIMPLE_REPLY_LEN,
+            };
+        }
+        // Cannot fail for 0 < len <= MAX_MAX_PAYLOAD (a zero-length read
+        // has no data chunk: its header is not used).
+        if let Some(h) = encode_chunk_offset_data_header(req.handle, req.offset, req.length, true) {
+            bytes = h;
+        }
+        ReadHeader {
+            bytes,
+            len: bytes.len(),
+        }
+    }
+
+    /// Serves a read of at least [`IN_PLACE_MIN_BYTES`] and sends its
+    /// reply: straight from where the export's bytes lie when it can hand
+    /// them over in place and the socket takes them now, else from a copy,
+    /// waiting for the client if `may_wait` (see [`Conn::send`]).
+    pub(super) fn read_in_place(
+        &self,
+        export: &dyn Export,
+        req: &Request,
+        cost: usize,
+        buf: &mut Vec<u8>,
+        may_wait: bool,
+    ) {
+        let send = |bytes: &[u8]| match may_wait {
+            true => self.send(bytes, &[cost]),
+            false => self.send_without_waiting(bytes, &[cost]),
+        };
+        // The thread holding the reader role does not wait for the
+        // writer's lock: while another reply is being written, this one is
+        // copied into the queue (as `send_without_waiting` does).
+        let patience = if may_wait {
+            IN_PLACE_WRITER_PATIENCE
+        } else {
+            Duration::ZERO
+        };
+        let header = self.read_reply_header(req);
+        let len = req.length as usize;
+        let reply = sized(buf, header.len() + len);
+        let (head, data) = reply.split_at_mut(header.len());
+        let (mut called, mut sent) = (false, false);
+        // A reply begun from the cache's bytes that the socket did not take
+        // whole, on a thread that may wait for the client: its bytes are
+        // copied into `reply` (declined) and the rest written from there,
+        // the writer's lock held throughout.
+        let mut pending = None;
+        let result = guarded(|| {
+            export
+                .read_in_place(req.offset, data, &mut |parts| {
+                    let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+                    all.push(&header);
+                    all.extend_from_slice(parts);
+                    // Counted before the client can see the reply.
+                    called = true;
+                    self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+                    if self.broken.load(Ordering::Relaxed) {
+                        self.done(cost);
+                        sent = true;
+                        return true;
+                    }
+                    let total = header.len() + len;
+                    match self.begin_parts_now(&all, patience) {
+                        Some(mut begun) => {
+                            if begun.written < total && may_wait && self.may_finish_waiting(&mut begun) {
+                                pending = Some(begun);
+                            } else {
+                                let rest = rest_of(&all, begun.written);
+                                self.finish_begun(begun, &rest, &[cost]);
+                                sent = true;
+                            }
+                        }
+                        // The reader does not wait: the reply is queued.
+                        None if !may_wait && self.replies.has_writer.load(Ordering::Relaxed) => {
+                            self.enqueue(&all.concat(), &[cost], false);
+                            sent = true;
+                        }
+                        None => {}
+                    }
+                    sent
+                })
+                .map(|_| ())
+        });
+        match (result, pending) {
+            (Ok(()), Some(begun)) => {
+                head.copy_from_slice(&header);
+                let rest = &reply[begun.written..];
+                self.finish_begun(begun, rest, &[cost]);
+            }
+            (Ok(()), None) if !sent => {
+                if !called {
+                    self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+                }
+                head.copy_from_slice(&header);
+                send(reply);
+            }
+            (Ok(()), None) => {}
+            // Part of the reply went out from bytes that then proved
+            // unsound (a fault in the cache's memory): the client may hold
+            // zeroes it takes for data, and nothing can take them back.
+            (Err(_), Some(begun)) => {
+                self.break_connection();
+                self.finish_begun(begun, &[], &[cost]);
+            }
+            (Err(_), None) if sent => self.break_connection(),
+            (Err(e), None) => {
+                let error = self.error_reply(req.handle, e.nbd_errno(), &e.to_string());
+                send(&error);
+            }
+        }
     }
 
     /// Answers a request with an error: a structured error chunk when

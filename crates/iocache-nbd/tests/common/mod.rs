@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use iocache_nbd::proto::*;
-use iocache_nbd::{Export, ExportError, MemExport, RunningServer, Server, ServerConfig};
+use iocache_nbd::{Export, ExportError, InPlace, MemExport, RunningServer, Server, ServerConfig};
 
 /// A fresh path for a socket in the temporary directory.
 pub fn temp_socket(tag: &str) -> PathBuf {
@@ -121,6 +121,10 @@ impl Export for Instrumented {
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
         self.maybe_sleep(offset);
         self.inner.read(offset, buf)
+    }
+    fn read_in_place(&self, offset: u64, buf: &mut [u8], in_place: InPlace<'_>) -> Result<bool, ExportError> {
+        self.maybe_sleep(offset);
+        self.inner.read_in_place(offset, buf, in_place)
     }
     fn read_is_quick(&self, offset: u64, length: u64) -> bool {
         (self.claims_quick || self.delay(offset).is_none()) && self.inner.read_is_quick(offset, length)
