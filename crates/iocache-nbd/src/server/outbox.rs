@@ -375,7 +375,7 @@ impl<S: ConnectionStream> Conn<'_, S> {
 /// buffer with no copy into the queue, while a client that stopped
 /// reading costs the caller at most those few milliseconds.
 fn write_now<S: ConnectionStream>(w: &mut S, bytes: &[u8]) -> io::Result<usize> {
-    write_parts_now(w, &[bytes])
+    write_slices_now(w, &mut [io::IoSlice::new(bytes)])
 }
 
 /// A reply begun at once ([`Conn::begin_parts_now`]): the writer's lock,
@@ -390,12 +390,23 @@ pub(super) struct Begun<'a, S> {
 /// [`write_now`] of `parts`, one after the other, in as few calls as the
 /// stream allows.
 fn write_parts_now<S: ConnectionStream>(w: &mut S, parts: &[&[u8]]) -> io::Result<usize> {
-    let started = Instant::now();
     let mut slices: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
-    let mut left: &mut [io::IoSlice<'_>] = &mut slices;
+    write_slices_now(w, &mut slices)
+}
+
+/// The loop of [`write_now`] over `left`: one slice is sent as it is, more
+/// with one vectored call each time.
+fn write_slices_now<S: ConnectionStream>(w: &mut S, mut left: &mut [io::IoSlice<'_>]) -> io::Result<usize> {
+    let started = Instant::now();
     let mut written = 0;
+    // Empty slices first are dropped: nothing to write is no write at all.
+    io::IoSlice::advance_slices(&mut left, 0);
     while !left.is_empty() {
-        match w.write_vectored_now(left) {
+        let sent = match left {
+            [one] => w.write_now(one),
+            _ => w.write_vectored_now(left),
+        };
+        match sent {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
                 written += n;
