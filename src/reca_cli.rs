@@ -38,6 +38,11 @@ pub struct TableArgs {
     /// Requests per ReCA window (the paper: 100000).
     #[arg(long, value_name = "REQUESTS", default_value = "100000")]
     reca_window: u64,
+    /// Probes per window for the change test: two probes in a row nearer
+    /// another category close the window early (0: windows always run
+    /// their length).
+    #[arg(long, value_name = "N", default_value = "10")]
+    reca_probes: u64,
 }
 
 impl TableArgs {
@@ -48,7 +53,11 @@ impl TableArgs {
             "--reca-table",
             "--reca-window",
         )?;
-        Ok((options.table, options.params))
+        let params = RecaControllerParams {
+            probes_per_window: self.reca_probes,
+            ..options.params
+        };
+        Ok((options.table, params))
     }
 }
 

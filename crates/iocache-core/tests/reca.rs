@@ -318,20 +318,15 @@ fn switch_line_size(h: &mut Harness, line: LineSize, now_ns: u64) {
     h.cache = r.cache;
 }
 
-/// A file server's sequential reads and writes of medium files, then a mail
-/// server's random reads and writes: the category changes within two
-/// windows of the phase change (window: 5,000 requests).
-#[test]
-fn a_phase_change_is_recognised_within_two_windows() {
-    let table = CategoryTable::builtin();
-    let window = 5_000u64;
-    let mut controller = RecaController::new(
-        table,
-        RecaControllerParams {
-            window_requests: window,
-            ..RecaControllerParams::default()
-        },
-    );
+/// Where the phase of [`two_phase_windows`] changes.
+const CHANGE_AT: u64 = 52_500;
+
+/// A file server's sequential reads and writes of medium files, then (from
+/// request [`CHANGE_AT`]) a mail server's random reads and writes, 100,000
+/// requests through a controller with `params`: each window's end
+/// (requests), category and whether the change test closed it early.
+fn two_phase_windows(params: RecaControllerParams) -> Vec<(u64, String, bool)> {
+    let mut controller = RecaController::new(CategoryTable::builtin(), params);
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let mut rand = move || {
         x ^= x << 13;
@@ -339,15 +334,14 @@ fn a_phase_change_is_recognised_within_two_windows() {
         x ^= x << 17;
         x
     };
-    let change_at = 52_500u64;
-    let mut categories = Vec::new();
+    let mut windows = Vec::new();
     // Phase 1: 8 files of 64 MiB, each read or written front to back in 16
     // KiB requests, files interleaved at random.
     let mut cursor = [0u64; 8];
     let mut t = 0u64;
     while t < 100_000 {
         t += 1;
-        let request = if t <= change_at {
+        let request = if t <= CHANGE_AT {
             let f = (rand() % 8) as usize;
             let offset = ((f as u64) << 26) + cursor[f];
             cursor[f] = (cursor[f] + 16384) % (1 << 26);
@@ -365,26 +359,80 @@ fn a_phase_change_is_recognised_within_two_windows() {
             }
         };
         if let Some(report) = controller.observe(&request) {
-            categories.push((
+            windows.push((
                 report.requests,
                 controller.table().categories[report.category].name.clone(),
+                report.early,
             ));
         }
     }
-    let before: Vec<_> = categories.iter().filter(|(r, _)| *r <= change_at).collect();
-    assert!(
-        before.iter().all(|(_, n)| n == "sequential_producer_consumers"),
-        "{categories:?}"
-    );
-    // The window that holds the change is mixed; the one after it must be
-    // the new category (at most two windows after the change).
-    let first_after = categories
-        .iter()
-        .find(|(r, n)| *r > change_at && n == "random_producer_consumers")
-        .expect("recognised");
-    assert!(first_after.0 <= change_at + 2 * window, "{categories:?}");
+    windows
+}
+
+fn window_of(requests: u64, probes_per_window: u64) -> RecaControllerParams {
+    RecaControllerParams {
+        window_requests: requests,
+        probes_per_window,
+        ..RecaControllerParams::default()
+    }
+}
+
+/// The category changes within two windows of the phase change (window:
+/// 5,000 requests), and holds in the stable phases.
+#[test]
+fn a_phase_change_is_recognised_within_two_windows() {
+    let window = 5_000u64;
+    for probes in [0, 10] {
+        let categories = two_phase_windows(window_of(window, probes));
+        let before: Vec<_> = categories.iter().filter(|(r, ..)| *r <= CHANGE_AT).collect();
+        assert!(
+            before
+                .iter()
+                .all(|(_, n, _)| n == "sequential_producer_consumers"),
+            "{categories:?}"
+        );
+        // The window that holds the change is mixed; the one after it must
+        // be the new category (at most two windows after the change).
+        let first_after = categories
+            .iter()
+            .find(|(r, n, _)| *r > CHANGE_AT && n == "random_producer_consumers")
+            .expect("recognised");
+        assert!(first_after.0 <= CHANGE_AT + 2 * window, "{categories:?}");
+        assert!(categories
+            .iter()
+            .filter(|(r, ..)| *r > CHANGE_AT + 2 * window)
+            .all(|(_, n, _)| n == "random_producer_consumers"));
+    }
+}
+
+/// The change test: a window of 50,000 requests in 10 probes closes two or
+/// three probes after the phase change (not at the window's end, 7,500
+/// requests later), and only there: a stable phase never closes a window
+/// early. Without probes, the change waits for the window's end.
+#[test]
+fn the_change_test_closes_the_window_early_and_only_at_a_change() {
+    let window = 50_000u64;
+    let probe = window / 10;
+    let categories = two_phase_windows(window_of(window, 10));
+    let early: Vec<_> = categories.iter().filter(|(_, _, e)| *e).collect();
+    assert_eq!(early.len(), 1, "{categories:?}");
+    let (at, name, _) = early[0];
+    assert_eq!(name, "random_producer_consumers");
+    assert!(*at > CHANGE_AT && *at <= CHANGE_AT + 3 * probe, "{categories:?}");
+    // Windows after the early one run their whole length again.
     assert!(categories
         .iter()
-        .filter(|(r, _)| *r > change_at + 2 * window)
-        .all(|(_, n)| n == "random_producer_consumers"));
+        .filter(|(r, ..)| r > at)
+        .all(|(r, n, e)| !e && (r - at).is_multiple_of(window) && n == "random_producer_consumers"));
+
+    let without = two_phase_windows(window_of(window, 0));
+    assert!(
+        without.iter().all(|(r, _, e)| !e && r.is_multiple_of(window)),
+        "{without:?}"
+    );
+    let first = without
+        .iter()
+        .find(|(_, n, _)| n == "random_producer_consumers")
+        .expect("recognised at a window's end");
+    assert_eq!(first.0, 100_000, "{without:?}");
 }

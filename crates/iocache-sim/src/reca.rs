@@ -72,6 +72,8 @@ pub struct RecaWindowRow {
     pub category: String,
     /// Requests classified in the window (they left the history queue).
     pub classified: u64,
+    /// The change test closed the window before its length.
+    pub early: bool,
     /// The distance of the workload vector to every category, in table order.
     pub distances: Vec<CategoryDistance>,
     /// The line size the window's requests were served with.
@@ -133,7 +135,9 @@ impl RecaWindowRow {
             h.push(',');
             h.push_str(name);
         }
-        h.push_str(",write_policy,policy,new_category,relayout_line_bytes,moved_bytes,written_back_bytes,dropped_clean_bytes");
+        h.push_str(
+            ",write_policy,policy,new_category,relayout_line_bytes,moved_bytes,written_back_bytes,dropped_clean_bytes,early",
+        );
         h
     }
 
@@ -157,14 +161,15 @@ impl RecaWindowRow {
         let change = self.change.as_ref();
         let relayout = change.and_then(|c| c.relayout).unwrap_or_default();
         r.push_str(&format!(
-            ",{},{},{},{},{},{},{}",
+            ",{},{},{},{},{},{},{},{}",
             self.write_policy,
             crate::report::csv_field(&self.policy),
             change.map(|c| c.new.as_str()).unwrap_or_default(),
             relayout.line_bytes,
             relayout.moved_bytes,
             relayout.written_back_bytes,
-            relayout.dropped_clean_bytes
+            relayout.dropped_clean_bytes,
+            self.early
         ));
         r
     }
@@ -259,6 +264,7 @@ impl RecaDriver {
             time_ns: request.now_ns,
             category,
             classified: report.classified,
+            early: report.early,
             distances,
             line_bytes: cache.line_size().bytes(),
             write_policy: cache.effective_mode().policy.to_string(),

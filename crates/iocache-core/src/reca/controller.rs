@@ -11,6 +11,13 @@
 //! cache: the controller reports the line size it wants, and the driver
 //! (the simulator) rebuilds its cache with it.
 //!
+//! A phase change inside a window does not wait for its end: the window is
+//! cut into probes (`probes_per_window`), and when two probes in a row are
+//! nearer another category than the one in force, by at least
+//! [`CHANGE_MARGIN`], the window closes early with those two probes' vector
+//! (a change test on the running vector; without it a new phase runs a
+//! whole window, e.g. 100,000 requests, on the old phase's line size).
+//!
 //! Every category change is a [`RecaEvent`] (request number, time, old and
 //! new category, distance to every category, the vector, what changed).
 //! No I/O, no clock: time comes with each request. Memory: the classifier's
@@ -29,13 +36,28 @@ use crate::units::format_byte_size;
 pub struct RecaControllerParams {
     /// Requests per window (Workload_Check_Threshold; the paper: 100,000).
     pub window_requests: u64,
+    /// Probes a window is cut into for the change test (0: none; a window
+    /// then always runs its length). Probes are at least
+    /// [`MIN_PROBE_REQUESTS`] long.
+    pub probes_per_window: u64,
     pub classifier: ClassifierParams,
 }
+
+/// How much nearer another category a probe must be than the category in
+/// force (Euclidean distance over the 7 shares) to count towards a change.
+pub const CHANGE_MARGIN: f64 = 0.1;
+
+/// The shortest probe: fewer requests say too little of a workload.
+pub const MIN_PROBE_REQUESTS: u64 = 500;
+
+/// Probes in a row that must point at the same other category.
+const PROBES_TO_CHANGE: u32 = 2;
 
 impl Default for RecaControllerParams {
     fn default() -> Self {
         RecaControllerParams {
             window_requests: 100_000,
+            probes_per_window: 10,
             classifier: ClassifierParams::default(),
         }
     }
@@ -57,6 +79,9 @@ pub struct WindowReport {
     pub distances: Vec<f64>,
     /// Set when the category differs from the one before.
     pub change: Option<RecaEvent>,
+    /// The window was closed before its length by the change test; its
+    /// vector is then that of the probes that found the change.
+    pub early: bool,
 }
 
 /// A category change.
@@ -110,6 +135,18 @@ pub struct RecaController {
     requests: u64,
     windows: u64,
     current: Option<usize>,
+    /// The change test: the probe in progress, the probe before it, and
+    /// the other category the last probes were nearer (with how many).
+    probe: Probe,
+    last_probe: Probe,
+    candidate: Option<(usize, u32)>,
+}
+
+/// One probe's class counts.
+#[derive(Clone, Copy, Default)]
+struct Probe {
+    counts: [u64; 7],
+    classified: u64,
 }
 
 impl RecaController {
@@ -126,6 +163,9 @@ impl RecaController {
             requests: 0,
             windows: 0,
             current: None,
+            probe: Probe::default(),
+            last_probe: Probe::default(),
+            candidate: None,
         }
     }
 
@@ -169,14 +209,18 @@ impl RecaController {
         self.out.clear();
         self.classifier.push(request, &mut self.out);
         for c in &self.out {
-            self.counts[feature_of(&c.class)] += 1;
+            let f = feature_of(&c.class);
+            self.counts[f] += 1;
+            self.probe.counts[f] += 1;
             if c.class.overlapped {
                 self.counts[6] += 1;
+                self.probe.counts[6] += 1;
             }
             self.classified += 1;
+            self.probe.classified += 1;
         }
         if self.in_window < self.params.window_requests {
-            return None;
+            return self.probe_changed(request.now_ns);
         }
         // Before any category is in force, a window that classified
         // nothing (every stream's queue still filling, e.g. many volumes)
@@ -194,13 +238,50 @@ impl RecaController {
         (self.classified > 0).then(|| self.close_window(now_ns))
     }
 
-    fn close_window(&mut self, now_ns: u64) -> WindowReport {
-        let mut features = Features::default();
-        if self.classified > 0 {
-            for (f, &c) in features.0.iter_mut().zip(&self.counts) {
-                *f = c as f64 / self.classified as f64;
-            }
+    /// The probe length, if the change test runs.
+    fn probe_requests(&self) -> Option<u64> {
+        let n = self.params.window_requests / self.params.probes_per_window.max(1);
+        (self.params.probes_per_window > 0 && n >= MIN_PROBE_REQUESTS).then_some(n)
+    }
+
+    /// At the end of a probe: whether it and the one before point at
+    /// another category than the one in force; if so the window closes
+    /// now, with their vector.
+    fn probe_changed(&mut self, now_ns: u64) -> Option<WindowReport> {
+        let probe_requests = self.probe_requests()?;
+        if !self.in_window.is_multiple_of(probe_requests) {
+            return None;
         }
+        let probe = std::mem::take(&mut self.probe);
+        let current = self.current?;
+        if probe.classified == 0 {
+            self.candidate = None;
+            return None;
+        }
+        let (best, distances) = self.table.nearest(&shares(&probe.counts, probe.classified));
+        let nearer = best != current && distances[current] - distances[best] >= CHANGE_MARGIN;
+        self.candidate = match self.candidate {
+            _ if !nearer => None,
+            Some((c, n)) if c == best => Some((c, n + 1)),
+            _ => Some((best, 1)),
+        };
+        let last = std::mem::replace(&mut self.last_probe, probe);
+        if self.candidate.is_some_and(|(_, n)| n >= PROBES_TO_CHANGE) {
+            // The window's vector is the probes' that found the change:
+            // the older part of the window is the phase that ended.
+            for (c, (a, b)) in self.counts.iter_mut().zip(probe.counts.iter().zip(&last.counts)) {
+                *c = a + b;
+            }
+            self.classified = probe.classified + last.classified;
+            let mut report = self.close_window(now_ns);
+            report.early = true;
+            return Some(report);
+        }
+        None
+    }
+
+    fn close_window(&mut self, now_ns: u64) -> WindowReport {
+        let features = shares(&self.counts, self.classified);
         let (best, distances) = self.table.nearest(&features);
         // A window with nothing classified keeps the category in force.
         let category = match self.current {
@@ -233,11 +314,15 @@ impl RecaController {
             category,
             distances,
             change,
+            early: false,
         };
         self.windows += 1;
         self.counts = [0; 7];
         self.classified = 0;
         self.in_window = 0;
+        self.probe = Probe::default();
+        self.last_probe = Probe::default();
+        self.candidate = None;
         report
     }
 
@@ -274,6 +359,17 @@ impl RecaController {
         }
         Ok(())
     }
+}
+
+/// The shares of `counts` among `classified` requests.
+fn shares(counts: &[u64; 7], classified: u64) -> Features {
+    let mut features = Features::default();
+    if classified > 0 {
+        for (f, &c) in features.0.iter_mut().zip(counts) {
+            *f = c as f64 / classified as f64;
+        }
+    }
+    features
 }
 
 #[cfg(test)]
