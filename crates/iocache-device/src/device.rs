@@ -100,6 +100,16 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Writes `data` at `offset` as [`BlockDevice::write_at`] does, except
+    /// that a process killed in the middle may leave a sector half old and
+    /// half new: for data that nothing trusts unchecked after a crash. A
+    /// cache file in memory is then written by a copy into its mapping,
+    /// cheaper than `pwrite` (which the kernel stops only between pages).
+    /// The default is `write_at`.
+    fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+        self.write_at(data, offset)
+    }
+
     /// Whether no fault has hit the memory [`BlockDevice::in_place`] hands
     /// out: checked after reading it in place, before trusting what was
     /// read.
@@ -227,6 +237,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     unsafe fn in_place(&self, offset: u64, len: usize) -> Option<&[u8]> {
         // SAFETY: the caller's promise, passed on.
         unsafe { (**self).in_place(offset, len) }
+    }
+    fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+        (**self).write_tearable_at(data, offset)
     }
     fn in_place_sound(&self) -> bool {
         (**self).in_place_sound()

@@ -588,6 +588,18 @@ impl BlockDevice for FileDevice {
         self.mapping.as_ref().is_some_and(Mapping::sound)
     }
 
+    fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+        match &self.mapping {
+            Some(mapping) if !self.read_only => {
+                check_range(self, IoKind::Write, offset, data.len() as u64)?;
+                mapping
+                    .write(data, offset)
+                    .map_err(|e| self.io_err(IoKind::Write, offset, data.len(), e))
+            }
+            _ => self.write_at(data, offset),
+        }
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         check_range(self, IoKind::Read, offset, buf.len() as u64)?;
         let len = buf.len();
@@ -626,9 +638,10 @@ impl BlockDevice for FileDevice {
         let err = |e| self.io_err(IoKind::Write, offset, len, e);
         // A mapped file is still written with `pwrite`: a process killed in
         // the middle of a copy into the mapping leaves a sector half old and
-        // half new, which a restart would then serve (found by the crash
-        // soak on /dev/shm), while the kernel stops a `pwrite` only between
-        // pages, so every sector is old or new. Reads stay on the mapping.
+        // half new, which a restart could serve (found by the crash soak on
+        // /dev/shm), while the kernel stops a `pwrite` only between pages,
+        // so every sector is old or new. Reads stay on the mapping; copies
+        // in are for `write_tearable_at`.
         if let Some(mapping) = &self.mapping {
             mapping.refuse_if_failed().map_err(err)?;
         }
@@ -998,6 +1011,8 @@ mod tests {
             return;
         };
         assert!(device.raw_target().is_some(), "unmapped: the descriptor");
+        // Unmapped, a tearable write is a `pwrite`.
+        device.write_tearable_at(&[3u8; 4096], 0).unwrap();
         if !device.map_if_in_memory().unwrap() {
             eprintln!("skipped: /dev/shm is not in memory here");
             let _ = std::fs::remove_file(&path);
@@ -1013,6 +1028,17 @@ mod tests {
             back.iter().all(|&b| b == 7),
             "a discard keeps a mapped file's pages"
         );
+        // A tearable write is a copy into the mapping: the file's pages.
+        device.write_tearable_at(&[9u8; 4096], 64 << 10).unwrap();
+        let mut through_file = vec![0u8; 4096];
+        std::fs::File::open(&path)
+            .unwrap()
+            .read_exact_at(&mut through_file, 64 << 10)
+            .unwrap();
+        assert!(through_file.iter().all(|&b| b == 9));
+        device.read_at(&mut through_file, 0).unwrap();
+        assert!(through_file.iter().all(|&b| b == 3), "the pwrite before mapping");
+        assert!(device.write_tearable_at(&[1u8; 4096], (1 << 20) - 2048).is_err());
         // Someone truncates the file: the read that meets a missing page
         // fails the mapping, and the device's writes (pwrites, which would
         // not fault) are refused from then on too.
@@ -1024,6 +1050,8 @@ mod tests {
             .unwrap();
         assert!(device.read_at(&mut back, 512 << 10).is_err());
         let e = device.write_at(&[1u8; 4096], 0).unwrap_err();
+        assert!(e.to_string().contains("SIGBUS"), "{e}");
+        let e = device.write_tearable_at(&[1u8; 4096], 0).unwrap_err();
         assert!(e.to_string().contains("SIGBUS"), "{e}");
         drop(device);
         let _ = std::fs::remove_file(&path);

@@ -298,6 +298,9 @@ impl crate::BlockDevice for Identified {
         // SAFETY: the caller's promise, passed on.
         unsafe { self.inner.in_place(offset, len) }
     }
+    fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), crate::DeviceError> {
+        self.inner.write_tearable_at(data, offset)
+    }
     fn in_place_sound(&self) -> bool {
         self.inner.in_place_sound()
     }

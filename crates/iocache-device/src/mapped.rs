@@ -7,12 +7,14 @@
 //! filesystem the mapping and the file are the same pages, so nothing about
 //! durability changes: `fdatasync` meant nothing there before either.
 //!
-//! Only reads use the mapping. A copy into it can be cut short anywhere by
-//! a kill (SIGKILL, the OOM killer), leaving a sector half old and half new
-//! in a file that outlives the process, which a restart would serve; the
-//! kernel stops a `pwrite` only between pages, so `FileDevice::write_at`
-//! writes the file with `pwrite` (the crash soak on /dev/shm found a torn
-//! sector in 34 kills with copies, docs/results/durability.md).
+//! Reads use the mapping; writes mostly do not. A copy into it can be cut
+//! short anywhere by a kill (SIGKILL, the OOM killer), leaving a sector
+//! half old and half new in a file that outlives the process, which a
+//! restart could serve; the kernel stops a `pwrite` only between pages, so
+//! `FileDevice::write_at` writes the file with `pwrite` (the crash soak on
+//! /dev/shm found a torn sector in 34 kills with copies,
+//! docs/results/durability.md). `FileDevice::write_tearable_at` copies in,
+//! for data that no restart trusts unchecked (the engine decides which).
 //!
 //! A mapping has one hazard `pread` does not: touching a page that is gone
 //! (the file truncated by someone else, or a hole tmpfs has no room to
@@ -195,11 +197,9 @@ impl Mapping {
         }
     }
 
-    /// Copies `data` into the mapping at `offset`. Only the tests write
-    /// through the mapping: a device writes its mapped file with `pwrite`,
-    /// which a kill cannot leave in the middle of a sector
-    /// (`FileDevice::write_at`).
-    #[cfg(test)]
+    /// Copies `data` into the mapping at `offset`: a kill can stop the copy
+    /// in the middle of a sector, so only `FileDevice::write_tearable_at`
+    /// writes this way (`FileDevice::write_at` uses `pwrite`).
     pub(crate) fn write(&self, data: &[u8], offset: u64) -> io::Result<()> {
         let at = self.checked(offset, data.len())?;
         // SAFETY: as in `read`.

@@ -38,6 +38,11 @@
 //! 5. A barrier takes no record of a slot with a write in flight: it waits
 //!    for the shard's writes to land, new ones held back meanwhile, so the
 //!    checksum it writes is over data that is on the device.
+//!
+//! A data write that a kill may tear (a copy into a cache file in memory,
+//! cheaper than `pwrite`) is allowed only where no record on the device
+//! may say its slot is dirty ([`Shadow::tearable`]): a torn sector then
+//! either belongs to no record or fails a clean line's checks at restart.
 
 use crate::dirty_sums::DirtySums;
 use iocache_core::bitmap::{clear_range, count_range, set_range};
@@ -374,6 +379,18 @@ impl Shadow {
         self.prewritten.retain(|p| p.owner != owner);
     }
 
+    /// Whether a begun write into `slot` may be torn by a kill (a sector
+    /// left half old, half new): only if no record on the device may say
+    /// the slot holds dirty data, whose unchecked sectors a restart would
+    /// serve. A clean record's line is checked at a restart against its
+    /// hash and the backend, which a torn sector fails; and no barrier
+    /// takes a record of the slot until the write is noted, as it is
+    /// counted in flight (rule 5). Without dirty checksums writes are not
+    /// counted: never then. Without persistent metadata: always.
+    pub fn tearable(&self, slot: SlotId) -> bool {
+        !self.enabled || (self.dirty_checksums && self.disk_dirty[slot as usize].is_none())
+    }
+
     /// Whether a checksum on the device may cover some of sectors
     /// `[first, end)` of `slot` (a write there needs an intent first).
     pub fn checksum_covers(&self, slot: SlotId, first: u32, end: u32) -> bool {
@@ -444,7 +461,9 @@ impl Shadow {
             self.valid_mut(slot).fill(0);
             self.dirty_mut(slot).fill(0);
             self.mirrors[slot as usize] = None;
-            self.dirty_sums.line_replaced(slot);
+            if self.dirty_checksums {
+                self.dirty_sums.line_replaced(slot);
+            }
         }
         if self.dirty_checksums {
             self.count_landed(slot, "noted");

@@ -19,6 +19,9 @@ pub(super) struct PreparedWrite<'b> {
     pub(super) end: u32,
     pub(super) dirty: bool,
     pub(super) fresh: bool,
+    /// A kill may tear the write ([`Shadow::tearable`], decided once it
+    /// began): the device may copy it in ([`BlockDevice::write_tearable_at`]).
+    pub(super) tearable: bool,
 }
 
 impl Inner {
@@ -96,6 +99,7 @@ impl Inner {
             .queues
             .cache
             .time(&self.clock, class, || match &self.slots.array {
+                None if w.tearable => (self.slots.dev.write_tearable_at(w.data, w.device_offset), None),
                 None => (self.slots.dev.write_at(w.data, w.device_offset), None),
                 Some(array) => {
                     let global = self.shards[segment.shard].base_slot + u64::from(w.slot);
@@ -155,8 +159,10 @@ impl Inner {
             Buffer::Read(_) => queues::cache_class::PROMOTION,
             Buffer::Write(_) => queues::cache_class::WRITE,
         };
-        let written = self.queues.cache.time(&self.clock, class, || {
-            self.slots.dev.write_at(data, first.device_offset)
+        let tearable = prepared.iter().all(|w| w.tearable);
+        let written = self.queues.cache.time(&self.clock, class, || match tearable {
+            true => self.slots.dev.write_tearable_at(data, first.device_offset),
+            false => self.slots.dev.write_at(data, first.device_offset),
         });
         if written.is_ok() {
             // The usual case: every op's bookkeeping under one lock.
@@ -227,17 +233,25 @@ impl Inner {
         buffer: &'b Buffer<'_>,
         prepared: &mut SmallVec<[PreparedWrite<'b>; 16]>,
     ) {
-        self.note_in_shadow(segment.shard, |state| {
+        let noted = self.note_in_shadow(segment.shard, |state| {
             for op in ops {
-                let w = self.cache_write_of(segment, op, buffer);
+                let mut w = self.cache_write_of(segment, op, buffer);
                 if state.shadow.blocks_reuse(w.slot, w.key)
                     || !state.shadow.begin_cache_write(w.slot, w.first, w.end)
                 {
                     return;
                 }
+                w.tearable = state.shadow.tearable(w.slot);
                 prepared.push(w);
             }
         });
+        if noted.is_none() {
+            // No persistent metadata: nothing is trusted after a crash.
+            prepared.extend(ops.iter().map(|op| PreparedWrite {
+                tearable: true,
+                ..self.cache_write_of(segment, op, buffer)
+            }));
+        }
     }
 
     /// Before a `WriteCache` op's data is written: the slot may be reused,
@@ -248,16 +262,24 @@ impl Inner {
         op: &Op,
         buffer: &'b Buffer<'_>,
     ) -> Result<PreparedWrite<'b>, EngineError> {
-        let w = self.cache_write_of(segment, op, buffer);
+        let mut w = self.cache_write_of(segment, op, buffer);
         let owner = Self::owner_of(segment);
         // The usual case under one lock: the slot may be reused and the
         // write begins at once (or its intent was written ahead).
         let begun = self.note_in_shadow(segment.shard, |state| {
-            !state.shadow.blocks_reuse(w.slot, w.key) && state.shadow.begin_now(owner, w.slot, w.first, w.end)
+            let now = !state.shadow.blocks_reuse(w.slot, w.key)
+                && state.shadow.begin_now(owner, w.slot, w.first, w.end);
+            (now, now && state.shadow.tearable(w.slot))
         });
-        if begun == Some(false) {
-            self.wait_until_reusable(segment.shard, w.slot, w.key)?;
-            self.begin_cache_write(owner, segment.shard, w.slot, w.first, w.end, w.data)?;
+        match begun {
+            // No persistent metadata: nothing is trusted after a crash.
+            None => w.tearable = true,
+            Some((true, tearable)) => w.tearable = tearable,
+            // The slow way (a barrier, an intent): written with `write_at`.
+            Some((false, _)) => {
+                self.wait_until_reusable(segment.shard, w.slot, w.key)?;
+                self.begin_cache_write(owner, segment.shard, w.slot, w.first, w.end, w.data)?;
+            }
         }
         Ok(w)
     }
@@ -296,6 +318,7 @@ impl Inner {
             end,
             dirty,
             fresh,
+            tearable: false,
         }
     }
 
