@@ -280,7 +280,8 @@ impl FileDevice {
     /// Maps the device, for reads, if it is a writable regular file whose
     /// filesystem keeps data only in memory (tmpfs such as `/dev/shm`,
     /// ramfs), where a copy out of a mapping is faster than `pread` (writes
-    /// stay `pwrite`s: see `write_at`). Its whole size is allocated first
+    /// stay `pwrite`s, see `write_at`, but for `write_tearable_at`). Its
+    /// whole size is allocated first
     /// (`fallocate`), so a filesystem without room for it fails here, not
     /// at some later write.
     /// Returns whether it is mapped now; an error leaves it unmapped and
@@ -589,8 +590,12 @@ impl BlockDevice for FileDevice {
     }
 
     fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+        // Whole blocks only: `write_at` reads, modifies and writes back a
+        // partial block (direct I/O) under its stripe locks, which a copy
+        // beside it would not take.
+        let whole_blocks = offset.is_multiple_of(self.align as u64) && data.len().is_multiple_of(self.align);
         match &self.mapping {
-            Some(mapping) if !self.read_only => {
+            Some(mapping) if !self.read_only && whole_blocks => {
                 check_range(self, IoKind::Write, offset, data.len() as u64)?;
                 mapping
                     .write(data, offset)

@@ -751,6 +751,11 @@ pub struct RecordWriter {
     /// Blocks of each image changed since they were last written.
     changed: [Vec<usize>; 2],
     changed_flag: [Vec<bool>; 2],
+    /// Per slot: a record was staged but never made durable (its barrier
+    /// failed). It may be on the device, or reach it with a neighbour's
+    /// block, newer than the durable one: the slot's next record is
+    /// written even when empty, over it.
+    unsettled: Vec<bool>,
 }
 
 impl RecordWriter {
@@ -759,6 +764,7 @@ impl RecordWriter {
     pub fn new(layout: Layout, images: [Vec<u8>; 2], slots: Vec<SlotDisk>) -> RecordWriter {
         let blocks = (layout.copy_region_bytes as usize).div_ceil(META_BLOCK_BYTES);
         let next_sequence = slots.iter().map(|s| s.sequence).max().unwrap_or(0) + 1;
+        let unsettled = vec![false; slots.len()];
         RecordWriter {
             layout,
             images,
@@ -766,6 +772,7 @@ impl RecordWriter {
             next_sequence,
             changed: [Vec::new(), Vec::new()],
             changed_flag: [vec![false; blocks], vec![false; blocks]],
+            unsettled,
         }
     }
 
@@ -773,6 +780,7 @@ impl RecordWriter {
     /// an empty record again can be skipped.
     pub fn is_blank(&self, slot: u64, line: &Option<LineRecord>) -> bool {
         line.is_none()
+            && !self.unsettled[slot as usize]
             && self.slots[slot as usize].newest_copy.is_none_or(|copy| {
                 let at = (slot * self.layout.record_bytes) as usize;
                 let bytes = &self.images[copy as usize][at..at + self.layout.record_bytes as usize];
@@ -799,6 +807,7 @@ impl RecordWriter {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         let record = Record { sequence, line };
+        self.unsettled[slot as usize] = true;
         let bytes = self.layout.record_bytes as usize;
         let at = slot as usize * bytes;
         encode_record(
@@ -853,5 +862,47 @@ impl RecordWriter {
         let disk = &mut self.slots[slot as usize];
         disk.sequence = sequence;
         disk.newest_copy = Some(copy);
+        self.unsettled[slot as usize] = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A barrier that failed after staging a dirty record leaves it in the
+    /// image (and maybe on the device): the slot's next record, even an
+    /// empty one, must be written over it, never skipped as blank.
+    #[test]
+    fn a_record_staged_but_never_durable_is_written_over_even_when_empty() {
+        let layout = Layout::for_slots(4096, 16).unwrap();
+        let empty = iocache_format::empty_region(&layout).unwrap();
+        let disk = SlotDisk {
+            sequence: 0,
+            newest_copy: Some(0),
+        };
+        let words = layout.bitmap_words();
+        let mut writer = RecordWriter::new(layout, [empty.clone(), empty], vec![disk; 16]);
+        assert!(writer.is_blank(3, &None));
+        let dirty = LineRecord {
+            volume: 1,
+            line_index: 7,
+            dirty: true,
+            data_hash: None,
+            valid: vec![1; words],
+            dirty_bits: vec![1; words],
+            mirror: None,
+        };
+        writer.stage(3, Some(dirty)).unwrap();
+        let _ = writer.take_writes();
+        // The barrier failed: nothing made durable.
+        assert!(
+            !writer.is_blank(3, &None),
+            "the staged dirty record must be replaced"
+        );
+        let (copy, sequence) = writer.stage(3, None).unwrap();
+        writer.durable(3, copy, sequence);
+        assert!(writer.is_blank(3, &None));
+        assert!(writer.is_blank(4, &None), "other slots are not concerned");
     }
 }
