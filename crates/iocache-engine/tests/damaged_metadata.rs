@@ -830,3 +830,87 @@ fn a_format_interrupted_by_a_crash_formats_again() {
         "written back before the old cache went"
     );
 }
+
+/// A cache device that stops taking writes (a crash) right after the
+/// write that zeroes both superblocks.
+#[derive(Debug)]
+struct CrashAfterZeroingSuperblocks {
+    inner: Arc<MemDevice>,
+    crashed: std::sync::atomic::AtomicBool,
+}
+
+impl BlockDevice for CrashAfterZeroingSuperblocks {
+    fn len_bytes(&self) -> u64 {
+        self.inner.len_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), iocache_device::DeviceError> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), iocache_device::DeviceError> {
+        use std::sync::atomic::Ordering;
+        if self.crashed.load(Ordering::SeqCst) {
+            return Err(iocache_device::DeviceError::Io {
+                device: "crashed".into(),
+                kind: iocache_device::IoKind::Write,
+                offset,
+                len: data.len() as u64,
+                source: std::io::Error::other("the process is gone"),
+            });
+        }
+        self.inner.write_at(data, offset)?;
+        if offset == 0 && data.len() >= 2 * SUPERBLOCK_BYTES && data.iter().all(|&b| b == 0) {
+            self.crashed.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+    fn flush(&self) -> Result<(), iocache_device::DeviceError> {
+        self.inner.flush()
+    }
+    fn name(&self) -> &str {
+        "crash-after-zeroing"
+    }
+}
+
+/// A start with another geometry (a line-size change, a resize) writes the
+/// dirty lines back and formats the device anew; a crash right after the
+/// format zeroed the superblocks leaves no line record behind them (they
+/// were blanked first), so the next start formats again instead of
+/// refusing, and nothing written is lost.
+#[test]
+fn a_start_over_interrupted_after_the_superblocks_went_formats_again() {
+    let line_bytes = 4096;
+    let (cache, cache_dev, backend) = devices(line_bytes, 64, 256);
+    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
+    write_lines(&engine, 0..8, line_bytes, 0);
+    engine.flush().unwrap();
+    drop(engine);
+    let other_geometry = config(line_bytes, 32);
+    let crashing: Arc<dyn BlockDevice> = Arc::new(CrashAfterZeroingSuperblocks {
+        inner: cache_dev.clone(),
+        crashed: false.into(),
+    });
+    let b: Arc<dyn BlockDevice> = backend.clone();
+    assert!(
+        Engine::new(
+            engine_config(&other_geometry, Persistence::All, InitMode::Load),
+            crashing,
+            b
+        )
+        .is_err(),
+        "the crash interrupts the format"
+    );
+    let engine = open(
+        &other_geometry,
+        Persistence::All,
+        InitMode::Load,
+        &cache_dev,
+        &backend,
+    )
+    .expect("an interrupted start-over formats again");
+    assert!(!engine.stats().recovery.loaded);
+    let mut buf = vec![0u8; line_bytes as usize];
+    for line in 0..8 {
+        engine.read(line * line_bytes, &mut buf).unwrap();
+        assert_eq!(buf, line_content(line, line_bytes), "line {line}");
+    }
+}

@@ -515,6 +515,8 @@ pub fn open(
                 dirty_count * layout.line_bytes
             )));
         }
+        // As in `start_over`: a crash while formatting finds no line record.
+        blank_records(dev, &layout)?;
         return format_fresh(dev, backends, spec, report);
     }
     // Volumes: a dirty line of a volume this engine does not serve cannot
@@ -888,8 +890,24 @@ fn start_over(
     for backend in backends {
         backend.flush()?;
     }
+    // No record says dirty before the superblocks go: a crash while the
+    // device is formatted then finds blank superblocks over clean and empty
+    // records only, which formats again (`records_follow`).
+    blank_records(dev, &layout)?;
     report.dropped_clean_lines = loaded.lines.len() as u64 - report.written_back_lines;
     format_fresh(dev, backends, spec, report)
+}
+
+/// Writes an empty record over every record of both copy regions of
+/// `layout` (as formatting does), and flushes: the device then reads as an
+/// empty cache of that geometry.
+fn blank_records(dev: &dyn BlockDevice, layout: &Layout) -> Result<(), EngineError> {
+    let empty = iocache_format::empty_region(layout).map_err(format_err)?;
+    for copy in 0..2u8 {
+        dev.write_at(&empty, layout.copy_region_offset(copy))?;
+    }
+    dev.flush()?;
+    Ok(())
 }
 
 const SECTOR_BYTES: usize = iocache_format::SECTOR_BYTES as usize;
