@@ -17,8 +17,8 @@ head -n "$N" "$D/all.csv" > "$D/p1.csv"
 # The built-in table's categories as static configurations: name policy wp line.
 CATS="lru_4KiB:lru:wb:4KiB lru_128KiB:lru:wb:128KiB
 random_consumers:reca:evict=priority:over=0:access=1/1/1:read=0/0/0:write=0/0/0:neighbours=0:wa:4KiB
-sequential_producer_consumers:reca:evict=lru:over=0:access=1/1/1:read=0/0/0:write=0/0/0:neighbours=0:wb:128KiB
-random_producer_consumers:reca:evict=priority:over=0:access=1/1/1:read=1/1/1:write=0/0/0:neighbours=0:wb:4KiB
+sequential_producer_consumers:reca:evict=lru:over=0:access=1/1/1:read=0/0/0:write=0/0/0:neighbours=0:wt:128KiB
+random_producer_consumers:reca:evict=priority:over=0:access=1/1/1:read=1/1/1:write=0/0/0:neighbours=0:wt:4KiB
 archival_consumers:reca:evict=priority_lru:over=1:access=1/2/1:read=0/0/0:write=0/0/0:neighbours=0:wa:128KiB
 large_file_generators:reca:evict=priority_lru:over=0:access=1/1/1:read=0/0/0:write=0/0/0:neighbours=16:wb:128KiB"
 byte_hit() { # sim --json - -> byte hit ratio of the first run

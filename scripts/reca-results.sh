@@ -10,8 +10,8 @@ T=${2:-../shared/traces}
 cat_spec() { # name -> "policy write_policy line_size" (from the built-in table)
     case $1 in
     random_consumers) echo "reca:evict=priority:over=0:access=1/1/1:read=0/0/0:write=0/0/0:neighbours=0 wa 4KiB" ;;
-    sequential_producer_consumers) echo "reca:evict=lru:over=0:access=1/1/1:read=0/0/0:write=0/0/0:neighbours=0 wb 128KiB" ;;
-    random_producer_consumers) echo "reca:evict=priority:over=0:access=1/1/1:read=1/1/1:write=0/0/0:neighbours=0 wb 4KiB" ;;
+    sequential_producer_consumers) echo "reca:evict=lru:over=0:access=1/1/1:read=0/0/0:write=0/0/0:neighbours=0 wt 128KiB" ;;
+    random_producer_consumers) echo "reca:evict=priority:over=0:access=1/1/1:read=1/1/1:write=0/0/0:neighbours=0 wt 4KiB" ;;
     archival_consumers) echo "reca:evict=priority_lru:over=1:access=1/2/1:read=0/0/0:write=0/0/0:neighbours=0 wa 128KiB" ;;
     large_file_generators) echo "reca:evict=priority_lru:over=0:access=1/1/1:read=0/0/0:write=0/0/0:neighbours=16 wb 128KiB" ;;
     esac
