@@ -52,7 +52,7 @@ fn the_controller_follows_the_phases_and_counts_every_request() {
         &[CacheSize::Bytes(16 << 20)],
         &[LineSize::new(4096).unwrap()],
         &CacheSettings {
-            write_policy: WritePolicy::WriteThrough,
+            write_policy: WritePolicy::WriteBack,
             ..CacheSettings::default()
         },
     )
@@ -92,11 +92,11 @@ fn the_controller_follows_the_phases_and_counts_every_request() {
         "{names:?}"
     );
     assert_eq!(names.len(), 2, "{names:?}");
-    // The first change moved to 128 KiB lines and write-back, the second
-    // back to 4 KiB; every window after a change was served so.
+    // The first change moved to 128 KiB lines and write-through, the
+    // second back to 4 KiB; every window after a change was served so.
     let first = &reca.events[0];
     assert!(
-        first.changes.iter().any(|c| c == "write policy: wt -> wb"),
+        first.changes.iter().any(|c| c == "write policy: wb -> wt"),
         "{:?}",
         first.changes
     );
