@@ -77,15 +77,18 @@ pub fn request(
     };
     let mut stream = UnixStream::connect(socket).map_err(|e| AdminError::connecting(socket, e))?;
     stream.set_read_timeout(timeout).map_err(io)?;
-    writeln!(stream, "{line}").map_err(io)?;
+    // One write; its failure is reported after the greeting is looked for.
+    let sent = stream.write_all(format!("{line}\n").as_bytes());
     let mut bytes = Vec::new();
     let read = BufReader::new(&stream).read_until(b'\n', &mut bytes);
-    // An NBD server greets first, and drops a client that sends text.
+    // An NBD server greets first, and drops a client that sends text (the
+    // write may then have failed: the greeting is still there to read).
     if bytes.starts_with(b"NBDMAGIC") {
         return Err(AdminError::NbdSocket {
             socket: socket.to_path_buf(),
         });
     }
+    sent.map_err(io)?;
     match read {
         Err(e)
             if matches!(
