@@ -426,17 +426,8 @@ pub fn reca_characterize(
             }
         }
     };
-    let shares = |counts: &[u64; 7], n: u64| {
-        let mut f = Features::default();
-        if n > 0 {
-            for (x, &c) in f.0.iter_mut().zip(counts) {
-                *x = c as f64 / n as f64;
-            }
-        }
-        f
-    };
     let close = |window: &mut [u64; 7], n: u64, in_window: u64, windows: &mut Vec<RecaWindowClass>| {
-        let f = shares(window, n);
+        let f = Features::from_counts(window, n);
         let (best, d) = table.nearest(&f);
         windows.push(RecaWindowClass {
             index: windows.len() as u64,
@@ -477,7 +468,7 @@ pub fn reca_characterize(
         .into_iter()
         .map(|((volume, process), c)| {
             let counts: [u64; 7] = c[..7].try_into().expect("7 counts");
-            let f = shares(&counts, c[7]);
+            let f = Features::from_counts(&counts, c[7]);
             RecaVolumeClass {
                 volume,
                 process,
@@ -493,7 +484,7 @@ pub fn reca_characterize(
             .then(a.volume.cmp(&b.volume))
             .then(a.process.cmp(&b.process))
     });
-    let f = shares(&total, classified);
+    let f = Features::from_counts(&total, classified);
     let (best, d) = table.nearest(&f);
     Ok(RecaCharacterization {
         window_requests,

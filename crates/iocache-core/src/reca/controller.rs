@@ -140,11 +140,14 @@ pub struct RecaController {
     probe: Probe,
     last_probe: Probe,
     candidate: Option<(usize, u32)>,
+    /// Requests per probe; 0: no change test.
+    probe_requests: u64,
 }
 
-/// One probe's class counts.
+/// One probe's requests and class counts.
 #[derive(Clone, Copy, Default)]
 struct Probe {
+    requests: u64,
     counts: [u64; 7],
     classified: u64,
 }
@@ -152,6 +155,12 @@ struct Probe {
 impl RecaController {
     pub fn new(table: CategoryTable, mut params: RecaControllerParams) -> RecaController {
         params.window_requests = params.window_requests.max(1);
+        let probe_requests = match params.probes_per_window {
+            0 => 0,
+            n => Some(params.window_requests / n)
+                .filter(|&len| len >= MIN_PROBE_REQUESTS)
+                .unwrap_or(0),
+        };
         RecaController {
             classifier: Classifier::new(params.classifier),
             params,
@@ -166,6 +175,7 @@ impl RecaController {
             probe: Probe::default(),
             last_probe: Probe::default(),
             candidate: None,
+            probe_requests,
         }
     }
 
@@ -238,18 +248,12 @@ impl RecaController {
         (self.classified > 0).then(|| self.close_window(now_ns))
     }
 
-    /// The probe length, if the change test runs.
-    fn probe_requests(&self) -> Option<u64> {
-        let n = self.params.window_requests / self.params.probes_per_window.max(1);
-        (self.params.probes_per_window > 0 && n >= MIN_PROBE_REQUESTS).then_some(n)
-    }
-
     /// At the end of a probe: whether it and the one before point at
     /// another category than the one in force; if so the window closes
     /// now, with their vector.
     fn probe_changed(&mut self, now_ns: u64) -> Option<WindowReport> {
-        let probe_requests = self.probe_requests()?;
-        if !self.in_window.is_multiple_of(probe_requests) {
+        self.probe.requests += 1;
+        if self.probe_requests == 0 || self.probe.requests < self.probe_requests {
             return None;
         }
         let probe = std::mem::take(&mut self.probe);
@@ -258,7 +262,9 @@ impl RecaController {
             self.candidate = None;
             return None;
         }
-        let (best, distances) = self.table.nearest(&shares(&probe.counts, probe.classified));
+        let (best, distances) = self
+            .table
+            .nearest(&Features::from_counts(&probe.counts, probe.classified));
         let nearer = best != current && distances[current] - distances[best] >= CHANGE_MARGIN;
         self.candidate = match self.candidate {
             _ if !nearer => None,
@@ -281,7 +287,7 @@ impl RecaController {
     }
 
     fn close_window(&mut self, now_ns: u64) -> WindowReport {
-        let features = shares(&self.counts, self.classified);
+        let features = Features::from_counts(&self.counts, self.classified);
         let (best, distances) = self.table.nearest(&features);
         // A window with nothing classified keeps the category in force.
         let category = match self.current {
@@ -359,17 +365,6 @@ impl RecaController {
         }
         Ok(())
     }
-}
-
-/// The shares of `counts` among `classified` requests.
-fn shares(counts: &[u64; 7], classified: u64) -> Features {
-    let mut features = Features::default();
-    if classified > 0 {
-        for (f, &c) in features.0.iter_mut().zip(counts) {
-            *f = c as f64 / classified as f64;
-        }
-    }
-    features
 }
 
 #[cfg(test)]

@@ -54,6 +54,18 @@ pub fn feature_of(class: &RequestClass) -> usize {
 pub struct Features(pub [f64; 7]);
 
 impl Features {
+    /// The shares of `counts` (indexed by [`feature_of`], the overlapped
+    /// count last) among `classified` requests; all zero when none.
+    pub fn from_counts(counts: &[u64; 7], classified: u64) -> Features {
+        let mut features = Features::default();
+        if classified > 0 {
+            for (f, &c) in features.0.iter_mut().zip(counts) {
+                *f = c as f64 / classified as f64;
+            }
+        }
+        features
+    }
+
     pub fn distance(&self, other: &Features) -> f64 {
         self.0
             .iter()
@@ -256,6 +268,19 @@ impl CategoryTable {
 
     pub fn find(&self, name: &str) -> Option<usize> {
         self.categories.iter().position(|c| c.name == name)
+    }
+
+    /// This table with only the category `name` (empty without it): a
+    /// controller on it holds that category's configuration.
+    pub fn only(&self, name: &str) -> CategoryTable {
+        CategoryTable {
+            categories: self
+                .categories
+                .iter()
+                .filter(|c| c.name == name)
+                .cloned()
+                .collect(),
+        }
     }
 
     /// The category nearest to `v` and the distance to every category (in

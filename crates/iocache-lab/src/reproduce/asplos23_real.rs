@@ -15,17 +15,8 @@ use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
 use iocache_trace::{ReaderOptions, TraceReader};
 
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, closed_loop, series, Context};
+use super::{axis, closed_loop, series, Context, SAMPLE_TRACES};
 
-const TRACES: [&str; 7] = [
-    "arc-P2.lis.zst",
-    "cloudphysics-w106-sample.csv",
-    "msr-hm0-sample.csv",
-    "systor17-sample.csv.gz",
-    "tencent-cbs-sample.csv.bz2",
-    "tpcc-small.disksim",
-    "wsrch-small.disksim",
-];
 const PROMOTIONS: [&str; 3] = ["always", "nhit:2", "nhit:4"];
 const LINES: [u64; 4] = [4096, 8192, 16_384, 32_768];
 /// Flushing: a name, the policy, and write-miss bypass (lazy's).
@@ -46,13 +37,17 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "asplos23-real",
         "Rearchitecting I/O caches for emerging fast storage devices (ASPLOS'23), §5.4, Fig. 15",
     );
-    let traces: Vec<_> = if ctx.quick { &TRACES[2..4] } else { &TRACES[..] }
-        .iter()
-        .filter_map(|t| {
-            ctx.trace(t, &mut verdict, "a real trace through the grid")
-                .map(|p| (*t, p))
-        })
-        .collect();
+    let traces: Vec<_> = if ctx.quick {
+        &SAMPLE_TRACES[2..4]
+    } else {
+        &SAMPLE_TRACES[..]
+    }
+    .iter()
+    .filter_map(|t| {
+        ctx.trace(t, &mut verdict, "a real trace through the grid")
+            .map(|p| (*t, p))
+    })
+    .collect();
     let grid: Vec<(&str, u64, &str, &str, bool)> = PROMOTIONS
         .iter()
         .flat_map(|&p| {

@@ -44,6 +44,18 @@ pub struct Reproduction {
 }
 
 /// Every reproduction, in the order `all` runs them.
+/// The real traces of the shared traces directory (scripts/get-traces.sh)
+/// that reproductions run on, the full ARC P2 first.
+pub const SAMPLE_TRACES: [&str; 7] = [
+    "arc-P2.lis.zst",
+    "cloudphysics-w106-sample.csv",
+    "msr-hm0-sample.csv",
+    "systor17-sample.csv.gz",
+    "tencent-cbs-sample.csv.bz2",
+    "tpcc-small.disksim",
+    "wsrch-small.disksim",
+];
+
 pub const REPRODUCTIONS: &[Reproduction] = &[
     Reproduction {
         name: "arc-p2",

@@ -24,7 +24,7 @@ use iocache_sim::{combinations, CacheSettings, CacheSize, SimOptions};
 use iocache_trace::{ReaderOptions, TraceReader};
 
 use super::verdict::{Check, Claim, Verdict};
-use super::{axis, mean, series, workload, Context};
+use super::{axis, mean, series, workload, Context, SAMPLE_TRACES};
 
 /// The phase workload: 50,000 sequential producer/consumer requests, then
 /// 50,000 random producer/consumer requests.
@@ -39,17 +39,6 @@ const SECOND: &str = "random_producer_consumers";
 /// The paper: "cache reaches its optimal state in less than five minutes";
 /// here, the category must change within this many windows of the change.
 const WINDOWS_TO_SETTLE: u64 = 2;
-
-/// The real traces the verdict also runs on (in the shared traces).
-const REAL_TRACES: [&str; 7] = [
-    "arc-P2.lis.zst",
-    "cloudphysics-w106-sample.csv",
-    "msr-hm0-sample.csv",
-    "systor17-sample.csv.gz",
-    "tencent-cbs-sample.csv.bz2",
-    "tpcc-small.disksim",
-    "wsrch-small.disksim",
-];
 
 /// A real trace's byte hit ratios: ReCA's, the start's (LRU, 4 KiB, no
 /// adaptation) and the best category's held alone, with its name. The
@@ -91,9 +80,7 @@ fn real_trace(
     let start = byte_hits(None)?;
     let mut best = ("lru, 4 KiB (the start)".to_string(), start);
     for category in &table.categories {
-        let mut alone = table.clone();
-        alone.categories.retain(|c| c.name == category.name);
-        let hits = byte_hits(Some(alone))?;
+        let hits = byte_hits(Some(table.only(&category.name)))?;
         if hits > best.1 {
             best = (category.name.clone(), hits);
         }
@@ -143,8 +130,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Salkhordeh, Ebrahimi & Asadi, ReCA (TPDS'18), Fig. 18: hit ratio with and without reconfiguration",
     );
     let full = CategoryTable::builtin();
-    let mut held = full.clone();
-    held.categories.retain(|c| c.name == FIRST);
+    let held = full.only(FIRST);
     let (with, with_spans) = run_with(ctx, Some(full.clone()))?;
     let with = with.ok_or_else(|| invalid!("the ReCA run reported no windows"))?;
     let (_, without_spans) = run_with(ctx, Some(held))?;
@@ -271,8 +257,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         phase_bytes(&run_with(ctx, None)?.1),
     )];
     for category in &full.categories {
-        let mut alone = full.clone();
-        alone.categories.retain(|c| c.name == category.name);
+        let alone = full.only(&category.name);
         statics.push((category.name.clone(), phase_bytes(&run_with(ctx, Some(alone))?.1)));
     }
     let (best_name, best) = statics
@@ -305,7 +290,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     ));
     // 5. The same goal on every real trace at hand: within 5 % of the
     // best static configuration, and not below the one it started from.
-    let traces: Vec<_> = REAL_TRACES
+    let traces: Vec<_> = SAMPLE_TRACES
         .iter()
         .filter(|t| !ctx.quick || !t.starts_with("arc-P2"))
         .filter_map(|t| {
