@@ -79,11 +79,16 @@ pub(super) fn entries(spec: &OpenSpec, ids: &[u32], backends: &[&dyn BlockDevice
         .collect()
 }
 
+/// Formats the device for `spec`. `replaced`: the layout of the cache it
+/// held, whose dirty lines were written back or given up; its records are
+/// written empty first, so a crash in the middle of the format finds no
+/// line record behind blank superblocks (which would refuse the start).
 pub(super) fn format_fresh(
     dev: &dyn BlockDevice,
     backends: &[&dyn BlockDevice],
     spec: &OpenSpec,
     report: RecoveryReport,
+    replaced: Option<&Layout>,
 ) -> Result<Opened, EngineError> {
     let volume_ids: Vec<u32> = (0..spec.volumes.len() as u32).collect();
     let layout = fit_slots(spec.line_bytes, spec.slots, dev.len_bytes()).map_err(|e| match e {
@@ -97,18 +102,19 @@ pub(super) fn format_fresh(
             cache_bytes: needed_bytes,
         },
     })?;
+    if let Some(old) = replaced {
+        blank_records(dev, old)?;
+    }
     // The old cache goes first (whatever it held that mattered was written
     // back, or its loss acknowledged): a crash from here on finds blank
-    // superblocks, which format again unless line records follow them.
+    // superblocks, which format again unless line records follow them
+    // (none of a `replaced` cache: they were written empty above).
     zero(dev, SUPERBLOCK_OFFSETS[0], 2 * SUPERBLOCK_BYTES as u64)?;
     dev.flush()?;
     // Old records from whatever the device held before must not be read as
     // this cache's: every slot of both regions starts with an empty record
     // (never all zeroes, so that zeroed records are seen as damage).
-    let empty = iocache_format::empty_region(&layout).map_err(format_err)?;
-    for copy in 0..2u8 {
-        dev.write_at(&empty, layout.copy_region_offset(copy))?;
-    }
+    let empty = blank_records(dev, &layout)?;
     // Intents of an earlier cache must not be tied to this one's records
     // (sequences start again).
     zero(dev, layout.intent_offset(), layout.intent_bytes)?;
@@ -231,4 +237,16 @@ pub fn is_blank(dev: &dyn BlockDevice) -> Result<bool, EngineError> {
         return Ok(true);
     }
     Ok(matches!(read_superblocks(dev)?, Ok(SuperblockFound::Blank)) && !records_follow(dev)?)
+}
+
+/// Writes an empty record over every record of both copy regions of
+/// `layout`, and flushes: the device then reads as an empty cache of that
+/// geometry. Returns the region written.
+fn blank_records(dev: &dyn BlockDevice, layout: &Layout) -> Result<Vec<u8>, EngineError> {
+    let empty = iocache_format::empty_region(layout).map_err(format_err)?;
+    for copy in 0..2u8 {
+        dev.write_at(&empty, layout.copy_region_offset(copy))?;
+    }
+    dev.flush()?;
+    Ok(empty)
 }

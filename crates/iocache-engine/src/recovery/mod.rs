@@ -385,7 +385,7 @@ pub fn open(
                         .to_string(),
                 ));
             }
-            return format_fresh(dev, backends, spec, RecoveryReport::default());
+            return format_fresh(dev, backends, spec, RecoveryReport::default(), None);
         }
         Ok(SuperblockFound::Found {
             superblock,
@@ -399,7 +399,7 @@ pub fn open(
             (superblock, copy, damaged)
         }
         Err(_) if spec.init == (InitMode::Format { discard_dirty: true }) => {
-            return format_fresh(dev, backends, spec, RecoveryReport::default());
+            return format_fresh(dev, backends, spec, RecoveryReport::default(), None);
         }
         Err(e) => {
             return Err(unless_formatted(format!(
@@ -411,7 +411,7 @@ pub fn open(
     let layout = superblock.layout;
     if dev.len_bytes() < layout.device_bytes() {
         if spec.init == (InitMode::Format { discard_dirty: true }) {
-            return format_fresh(dev, backends, spec, RecoveryReport::default());
+            return format_fresh(dev, backends, spec, RecoveryReport::default(), None);
         }
         return Err(shrunk_device(dev, &layout));
     }
@@ -515,9 +515,7 @@ pub fn open(
                 dirty_count * layout.line_bytes
             )));
         }
-        // As in `start_over`: a crash while formatting finds no line record.
-        blank_records(dev, &layout)?;
-        return format_fresh(dev, backends, spec, report);
+        return format_fresh(dev, backends, spec, report, Some(&layout));
     }
     // Volumes: a dirty line of a volume this engine does not serve cannot
     // be written back by it.
@@ -890,24 +888,8 @@ fn start_over(
     for backend in backends {
         backend.flush()?;
     }
-    // No record says dirty before the superblocks go: a crash while the
-    // device is formatted then finds blank superblocks over clean and empty
-    // records only, which formats again (`records_follow`).
-    blank_records(dev, &layout)?;
     report.dropped_clean_lines = loaded.lines.len() as u64 - report.written_back_lines;
-    format_fresh(dev, backends, spec, report)
-}
-
-/// Writes an empty record over every record of both copy regions of
-/// `layout` (as formatting does), and flushes: the device then reads as an
-/// empty cache of that geometry.
-fn blank_records(dev: &dyn BlockDevice, layout: &Layout) -> Result<(), EngineError> {
-    let empty = iocache_format::empty_region(layout).map_err(format_err)?;
-    for copy in 0..2u8 {
-        dev.write_at(&empty, layout.copy_region_offset(copy))?;
-    }
-    dev.flush()?;
-    Ok(())
+    format_fresh(dev, backends, spec, report, Some(&layout))
 }
 
 const SECTOR_BYTES: usize = iocache_format::SECTOR_BYTES as usize;
