@@ -354,6 +354,9 @@ pub enum FlushOrder {
     /// Only lines of this volume, in address order (flushing or detaching one
     /// volume of a cache that several share).
     Volume(crate::addr::VolumeId),
+    /// Only lines that became dirty in a flush epoch up to `through`, in
+    /// address order ([`CacheConfig::ordered_write_back`]).
+    Epochs { through: u64 },
 }
 
 /// Everything that shapes one cache instance.
@@ -393,6 +396,16 @@ pub struct CacheConfig {
     /// dirty stay write-back. A cache whose dirty lines need a mirror slot
     /// each (cache RAID) caps them at the mirror slots it has. `None`: no cap.
     pub max_dirty_lines: Option<u64>,
+    /// Ordered write-back: every dirty line belongs to the flush epoch it
+    /// became dirty in ([`crate::Cache::set_epoch`]; a runtime starts the
+    /// next epoch at each client FLUSH), and dirty data reaches the backend
+    /// epoch by epoch, so the backend alone always holds what a client saw
+    /// at some FLUSH plus part of the next epoch's writes. A write to a line
+    /// dirty from an older epoch, and the inline eviction of a dirty line,
+    /// first write back every line of the epochs before it (counted in
+    /// [`CacheStats::ordered_drains`]). A runtime with several caches
+    /// (shards) orders them itself (the engine waits rather than drains).
+    pub ordered_write_back: bool,
 }
 
 /// Upper bound on lines per cache: slot ids are `u32` and one id is reserved.
@@ -413,6 +426,7 @@ impl CacheConfig {
             fill: Fill::Request,
             inline_dirty_eviction: true,
             max_dirty_lines: None,
+            ordered_write_back: false,
         }
     }
 
@@ -421,6 +435,12 @@ impl CacheConfig {
             return Err(CoreError::BadCapacity {
                 lines: self.capacity_lines,
                 max: CAPACITY_LINES_MAX,
+            });
+        }
+        if self.ordered_write_back && !self.write_policy.keeps_dirty() {
+            return Err(CoreError::BadParameter {
+                given: format!("write_policy {}", self.write_policy),
+                reason: "ordered write-back keeps writes in the cache: wb or wo".into(),
             });
         }
         Ok(())

@@ -145,6 +145,11 @@ impl Cache {
     /// ([`Cache::set_replacement_policy`]).
     pub fn apply(&mut self, setting: &Setting, now_ns: u64) -> Result<(), CoreError> {
         match setting {
+            Setting::WritePolicy(p) if self.config().ordered_write_back && !p.keeps_dirty() => {
+                return Err(CoreError::BadSetting(format!(
+                    "write_policy={p}: ordered write-back keeps writes in the cache (wb or wo)"
+                )));
+            }
             Setting::WritePolicy(p) => self.set_write_policy(*p),
             Setting::Promotion(p) => self.set_promotion(*p),
             Setting::Policy(spec) => self.set_replacement_policy(spec.clone(), now_ns)?,

@@ -42,6 +42,10 @@ pub struct CacheStats {
     pub dirty_writebacks: u64,
     /// Lines cleaned by a completed flush.
     pub flushed_lines: u64,
+    /// Dirty lines written back early to keep ordered write-back's order:
+    /// lines of older epochs, written before a line of a later one was
+    /// overwritten or evicted ([`CacheConfig::ordered_write_back`](crate::CacheConfig::ordered_write_back)).
+    pub ordered_drains: u64,
     /// Line accesses the cache did not absorb: misses that were not inserted
     /// (promotion refused, or the write policy does not allocate), and every
     /// write under wi, wa and pt, which goes to the backend.
@@ -99,6 +103,7 @@ macro_rules! for_each_counter {
         $a.invalidations $op $b.invalidations;
         $a.dirty_writebacks $op $b.dirty_writebacks;
         $a.flushed_lines $op $b.flushed_lines;
+        $a.ordered_drains $op $b.ordered_drains;
         $a.bypassed_accesses $op $b.bypassed_accesses;
         $a.write_miss_bypasses $op $b.write_miss_bypasses;
         $a.dirty_victims_kept $op $b.dirty_victims_kept;

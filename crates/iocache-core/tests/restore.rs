@@ -39,6 +39,7 @@ fn restore_into(config: CacheConfig, snap: &Snapshot) -> Result<Cache, iocache_c
             key: *key,
             valid,
             dirty,
+            epoch: 0,
         })
         .collect();
     cache.restore(&lines, 7)?;

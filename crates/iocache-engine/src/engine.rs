@@ -48,6 +48,7 @@ pub use in_place::InPlace;
 mod members;
 pub use members::{MemberReplacement, EVACUATION_PATIENCE};
 mod metadata;
+mod ordering;
 mod planning;
 mod queues;
 mod readahead;
@@ -356,6 +357,23 @@ pub struct EngineStats {
     /// NBD_CMD_CACHE, `ctl warm`), and those read so far.
     pub warm_requested_bytes: u64,
     pub warmed_bytes: u64,
+    /// Ordered write-back's state, when it is on.
+    pub ordered: Option<OrderedStats>,
+}
+
+/// Ordered write-back as the engine sees it (`engine/ordering.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OrderedStats {
+    /// The flush epoch writes join now (one more per client FLUSH).
+    pub epoch: u64,
+    /// Everything before this epoch is on the backend and flushed there.
+    pub durable_before: u64,
+    /// Epochs written since (held in the cache, not yet on the backend).
+    pub epochs_behind: u64,
+    /// Writes that waited for an older epoch or for room.
+    pub waits: u64,
+    /// Backend flushes that let the backend take a new epoch.
+    pub backend_flushes: u64,
 }
 
 /// A cache array's state as the engine sees it.
@@ -468,6 +486,8 @@ struct Inner {
     reca: OnceLock<Arc<reca::RecaLive>>,
     /// Sequential readahead's decisions and fills (`readahead.rs`).
     readahead: readahead::ReadaheadDriver,
+    /// Ordered write-back's epochs, when it is on (`ordering.rs`).
+    epochs: Option<ordering::Epochs>,
 }
 
 type DecideJob = (Segments, mpsc::Sender<Result<Plan, EngineError>>);
@@ -519,6 +539,11 @@ impl Engine {
             return Err(EngineError::Config(format!(
                 "{shards} shards for a cache of {capacity} lines: each shard needs a line"
             )));
+        }
+        if config.cache.ordered_write_back && (config.array.is_some() || config.balance.is_some()) {
+            return Err(EngineError::Config(
+                "ordered write-back is not combined with a cache array or a load balancer".into(),
+            ));
         }
         if let Some(array) = &config.array {
             let g = array.geometry();
@@ -650,7 +675,12 @@ impl Engine {
             index_prefetchers,
             line_bytes,
             line_shift: config.cache.line_size.shift(),
-            write_back_gap_bytes: config.write_back_gap_bytes,
+            // A gap's lines would be taken by the cleaner from writes that
+            // wait for it (`ordering.rs`): no gaps under ordered write-back.
+            write_back_gap_bytes: match config.cache.ordered_write_back {
+                true => 0,
+                false => config.write_back_gap_bytes,
+            },
             volumes: RwLock::new(table),
             admin: Mutex::new(()),
             clock: Clock::new(),
@@ -672,6 +702,7 @@ impl Engine {
             balance: config.balance.map(balance::Balance::new),
             reca: OnceLock::new(),
             readahead,
+            epochs: config.cache.ordered_write_back.then(ordering::Epochs::new),
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
@@ -917,6 +948,11 @@ impl Engine {
     /// metadata the cache cannot make dirty data durable, so every dirty
     /// line is written back first.
     pub fn flush(&self) -> Result<(), EngineError> {
+        if let Some(epochs) = &self.inner.epochs {
+            // Writes acknowledged before this FLUSH reach the backend
+            // before any write decided after it.
+            epochs.next();
+        }
         self.inner.barrier(false)
     }
 
@@ -988,6 +1024,7 @@ impl Engine {
             cache_queue: self.inner.queues.cache.stats(&queues::cache_class::NAMES),
             backend_queue: self.inner.queues.backend.stats(&queues::backend_class::NAMES),
             balance: self.inner.balance.as_ref().map(|b| lock(&b.status).clone()),
+            ordered: self.inner.epochs.as_ref().map(|e| e.stats()),
             ..EngineStats::default()
         };
         let mut retired = 0;

@@ -88,6 +88,8 @@ pub struct Shadow {
     draining: bool,
     /// Cache arrays: the mirror slot holding a copy of the dirty sectors.
     mirrors: Vec<Option<u32>>,
+    /// Ordered write-back: the flush epoch of a dirty line (low 32 bits).
+    epochs: Vec<Option<u32>>,
     /// Slots changed since the last barrier took them.
     pending: Vec<SlotId>,
     queued: Vec<bool>,
@@ -142,6 +144,7 @@ impl Shadow {
             in_flight_total: 0,
             draining: false,
             mirrors: vec![None; n],
+            epochs: vec![None; n],
             pending: Vec::new(),
             queued: vec![false; n],
             disk_dirty: vec![None; n],
@@ -461,6 +464,7 @@ impl Shadow {
             self.valid_mut(slot).fill(0);
             self.dirty_mut(slot).fill(0);
             self.mirrors[slot as usize] = None;
+            self.epochs[slot as usize] = None;
             if self.dirty_checksums {
                 self.dirty_sums.line_replaced(slot);
             }
@@ -501,6 +505,15 @@ impl Shadow {
         }
     }
 
+    /// The dirty line in `slot` belongs to flush `epoch` (ordered
+    /// write-back; its low 32 bits), as its next record will say (the
+    /// write that dirtied it already queued the record).
+    pub fn note_epoch(&mut self, slot: SlotId, epoch: Option<u32>) {
+        if self.enabled {
+            self.epochs[slot as usize] = epoch;
+        }
+    }
+
     /// Sectors `[first, end)` of `slot` were written back to the backend.
     pub fn note_write_back(&mut self, slot: SlotId, first: u32, end: u32) {
         if !self.enabled {
@@ -522,6 +535,7 @@ impl Shadow {
         self.clear_dirty(slot, None);
         self.hashes[slot as usize] = None;
         self.mirrors[slot as usize] = None;
+        self.epochs[slot as usize] = None;
         self.touch(slot);
     }
 
@@ -715,6 +729,7 @@ impl Shadow {
                 valid: valid.to_vec(),
                 dirty_bits: vec![0; self.words],
                 mirror: None,
+                epoch: None,
             });
         }
         // A write in flight may land in place on the sectors a checksum
@@ -732,6 +747,7 @@ impl Shadow {
             valid: valid.to_vec(),
             dirty_bits: dirty.to_vec(),
             mirror: self.mirrors[slot as usize],
+            epoch: self.epochs[slot as usize],
         })
     }
 }
@@ -892,6 +908,7 @@ mod tests {
             valid: vec![1; words],
             dirty_bits: vec![1; words],
             mirror: None,
+            epoch: None,
         };
         writer.stage(3, Some(dirty)).unwrap();
         let _ = writer.take_writes();

@@ -50,6 +50,7 @@ fn image(line_bytes: u64, slots: u64, dirty: bool) -> Vec<u8> {
             },
             valid,
             mirror: None,
+            epoch: None,
         };
         let record = Record {
             sequence: 10 + slot,

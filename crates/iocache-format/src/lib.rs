@@ -41,8 +41,8 @@ pub use intent::{
 pub use layout::{Layout, LINE_BYTES_MAX, LINE_BYTES_MIN, METADATA_OFFSET, RECORD_BYTES_MIN, REGION_ALIGN};
 pub use load::{load_metadata, CorruptCopy, MetadataLoad, SlotDisk, MAX_CORRUPT_EXAMPLES};
 pub use record::{
-    decode_record, empty_region, encode_record, guess_record, LineRecord, Record, RecordCopy, RecordGuess,
-    RECORD_KIND_LINE, RECORD_TAG,
+    decode_record, empty_region, encode_record, epoch_ranks, guess_record, LineRecord, Record, RecordCopy,
+    RecordGuess, RECORD_KIND_LINE, RECORD_TAG,
 };
 pub use settings::{RecaLineSize, RecordedChange, SettingsRecord, SETTINGS_VERSION};
 pub use superblock::{
@@ -50,7 +50,9 @@ pub use superblock::{
     MAX_SETTINGS_BYTES, MAX_VOLUMES, MAX_VOLUME_NAME_BYTES,
 };
 
-/// The format version this build writes. Version 4 adds the intent log
+/// The format version this build writes. Version 5 lets a dirty line's
+/// record carry its flush epoch (ordered write-back); a version 4 device is
+/// upgraded by rewriting its superblock. Version 4 adds the intent log
 /// (checksum terms of writes landing in place on checksummed dirty data,
 /// made durable before those writes). Version 3 records each volume's
 /// backend identity in the volume table and writes a record for every
@@ -58,7 +60,7 @@ pub use superblock::{
 /// "never written". Version 2 added the mirror field of line records (cache
 /// arrays). An older device is read by its own rules and upgraded when it
 /// is opened; a build that reads only older versions refuses a newer one.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// The first version with an intent log ([`Layout::intent_bytes`]).
 pub const FORMAT_VERSION_INTENTS: u32 = 4;
 /// The first version whose record copies are never all zero (a fresh slot

@@ -6,8 +6,8 @@
 //! ```text
 //!  0  tag          [u8; 4]  "IOCR"
 //!  4  kind         u8       1 empty, 2 line
-//!  5  flags        u8       bit 0 dirty, bit 1 has data_hash, bit 2 mirrored
-//!                           (0 for empty)
+//!  5  flags        u8       bit 0 dirty, bit 1 has data_hash, bit 2 mirrored,
+//!                           bit 3 has epoch (0 for empty)
 //!  6  line_shift   u8       log2(line_bytes), 9..=20
 //!  7  reserved     u8       0
 //!  8  sequence     u64
@@ -18,7 +18,11 @@
 //! 32  data_hash    u64      (0 unless the flag is set)
 //! 40  valid        B bytes  bit s%8 of byte s/8 = sector s, B = ceil(sectors/8)
 //! 40+B dirty       B bytes
-//! 40+2B padding    0 up to record_bytes - 4
+//! 40+2B epoch        u32      a dirty line's flush epoch, truncated (format
+//!                           version 5, ordered write-back; 0 unless the
+//!                           flag is set)
+//! 44+2B padding    0 up to record_bytes - 4 (every record size has room
+//!                           for the epoch: at least 4 bytes after the bitmaps)
 //! record_bytes-4   crc32c   u32, Castagnoli, of bytes 0..record_bytes-4
 //! ```
 
@@ -36,6 +40,9 @@ const KIND_LINE: u8 = RECORD_KIND_LINE;
 const FLAG_DIRTY: u8 = 1;
 const FLAG_HASH: u8 = 2;
 const FLAG_MIRROR: u8 = 4;
+const FLAG_EPOCH: u8 = 8;
+/// Bytes of the epoch field, the first of the padding.
+const EPOCH_BYTES: usize = 4;
 
 mod off {
     pub const TAG: usize = 0;
@@ -72,6 +79,10 @@ pub struct LineRecord {
     /// On a cache array (cache RAID), the mirror slot holding a second copy
     /// of the dirty sectors; only on dirty lines.
     pub mirror: Option<u32>,
+    /// Under ordered write-back, the flush epoch the line became dirty in
+    /// (the low 32 bits; a reader orders them by wrapping distance); only
+    /// on dirty lines.
+    pub epoch: Option<u32>,
 }
 
 /// One record: a sequence number and what the slot holds.
@@ -272,6 +283,11 @@ fn line_problem(line: &LineRecord, layout: &Layout) -> Option<LineProblem> {
             return problem("mirror", mirror, "set on a clean line");
         }
     }
+    if let Some(epoch) = line.epoch {
+        if !line.dirty {
+            return problem("epoch", epoch, "set on a clean line");
+        }
+    }
     if line.line_index.checked_mul(layout.line_bytes).is_none() {
         return problem("line_index", line.line_index, "its byte offset overflows 64 bits");
     }
@@ -339,10 +355,15 @@ pub fn encode_record(record: &Record, layout: &Layout, out: &mut [u8]) -> Result
                 flags |= FLAG_MIRROR;
                 out[off::MIRROR..off::MIRROR + 4].copy_from_slice(&mirror.to_le_bytes());
             }
+            let b = layout.bitmap_bytes();
+            if let Some(epoch) = line.epoch {
+                flags |= FLAG_EPOCH;
+                let at = off::BITMAPS + 2 * b;
+                out[at..at + EPOCH_BYTES].copy_from_slice(&epoch.to_le_bytes());
+            }
             out[off::FLAGS] = flags;
             out[off::VOLUME..off::VOLUME + 4].copy_from_slice(&line.volume.to_le_bytes());
             out[off::LINE_INDEX..off::LINE_INDEX + 8].copy_from_slice(&line.line_index.to_le_bytes());
-            let b = layout.bitmap_bytes();
             put_bitmap(&mut out[off::BITMAPS..off::BITMAPS + b], &line.valid);
             put_bitmap(&mut out[off::BITMAPS + b..off::BITMAPS + 2 * b], &line.dirty_bits);
         }
@@ -434,7 +455,9 @@ fn decode_nonblank(bytes: &[u8], layout: &Layout) -> Result<Record, String> {
         ));
     }
     let b = layout.bitmap_bytes();
-    let padding_at = off::BITMAPS + 2 * b;
+    let epoch_at = off::BITMAPS + 2 * b;
+    let has_epoch = bytes[off::KIND] == KIND_LINE && bytes[off::FLAGS] & FLAG_EPOCH != 0;
+    let padding_at = epoch_at + if has_epoch { EPOCH_BYTES } else { 0 };
     if let Some(i) = bytes[padding_at..crc_at].iter().position(|&x| x != 0) {
         return Err(format!(
             "padding byte at +{} is {:#04x}, must be zero",
@@ -458,13 +481,13 @@ fn decode_nonblank(bytes: &[u8], layout: &Layout) -> Result<Record, String> {
             if volume != 0 || line_index != 0 || hash != 0 || mirror != 0 {
                 return Err("empty record with a nonzero volume, line_index, data_hash or mirror".into());
             }
-            if bytes[off::BITMAPS..padding_at].iter().any(|&x| x != 0) {
+            if bytes[off::BITMAPS..epoch_at].iter().any(|&x| x != 0) {
                 return Err("empty record with bitmap bits set".into());
             }
             Ok(Record::empty(sequence))
         }
         KIND_LINE => {
-            if flags & !(FLAG_DIRTY | FLAG_HASH | FLAG_MIRROR) != 0 {
+            if flags & !(FLAG_DIRTY | FLAG_HASH | FLAG_MIRROR | FLAG_EPOCH) != 0 {
                 return Err(format!("unknown flags {flags:#04x} at +{}", off::FLAGS));
             }
             if flags & FLAG_HASH == 0 && hash != 0 {
@@ -486,8 +509,9 @@ fn decode_nonblank(bytes: &[u8], layout: &Layout) -> Result<Record, String> {
                 dirty: flags & FLAG_DIRTY != 0,
                 data_hash: (flags & FLAG_HASH != 0).then_some(hash),
                 valid: get_bitmap(&bytes[off::BITMAPS..off::BITMAPS + b], words),
-                dirty_bits: get_bitmap(&bytes[off::BITMAPS + b..padding_at], words),
+                dirty_bits: get_bitmap(&bytes[off::BITMAPS + b..epoch_at], words),
                 mirror: (flags & FLAG_MIRROR != 0).then_some(mirror),
+                epoch: has_epoch.then(|| get_u32(bytes, epoch_at)),
             };
             if let Some(p) = line_problem(&line, layout) {
                 return Err(format!("{} = {}: {}", p.field, p.value, p.reason));
@@ -501,5 +525,54 @@ fn decode_nonblank(bytes: &[u8], layout: &Layout) -> Result<Record, String> {
             "kind {kind} at +{}, expected 1 (empty) or 2 (line)",
             off::KIND
         )),
+    }
+}
+
+/// Restores the flush epochs of a device's dirty lines from their low 32
+/// bits: for each distinct value, a 64-bit epoch with those low bits, in
+/// the order they were given out. The values in use span far less than
+/// 2^31, so the oldest is the one after the widest gap between two values
+/// going round; every epoch returned is at least 2^32 (above a line
+/// recorded without one, epoch 0), and the next epoch given out after the
+/// newest continues the same numbering.
+pub fn epoch_ranks(epochs: impl IntoIterator<Item = u32>) -> std::collections::HashMap<u32, u64> {
+    let mut values: Vec<u32> = epochs.into_iter().collect();
+    values.sort_unstable();
+    values.dedup();
+    let Some(&last) = values.last() else {
+        return std::collections::HashMap::new();
+    };
+    // The gap before each value, the first's going round from the last.
+    let gap = |i: usize| match i {
+        0 => values[0].wrapping_sub(last),
+        _ => values[i] - values[i - 1],
+    };
+    let oldest = values[(0..values.len()).max_by_key(|&i| gap(i)).unwrap_or(0)];
+    let base = (1u64 << 32) + u64::from(oldest);
+    values
+        .iter()
+        .map(|&v| (v, base + u64::from(v.wrapping_sub(oldest))))
+        .collect()
+}
+
+#[cfg(test)]
+mod epoch_tests {
+    use super::epoch_ranks;
+
+    #[test]
+    fn epochs_keep_their_order_and_low_bits_even_across_the_wrap() {
+        let check = |given: &[u32], oldest_first: &[u32]| {
+            let ranks = epoch_ranks(given.iter().copied());
+            let got: Vec<u64> = oldest_first.iter().map(|v| ranks[v]).collect();
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "{given:?}: {got:?}");
+            assert!(got
+                .iter()
+                .zip(oldest_first)
+                .all(|(&e, &v)| e as u32 == v && e >= 1 << 32));
+        };
+        check(&[7, 3, 3, 9], &[3, 7, 9]);
+        check(&[u32::MAX - 1, 2, u32::MAX, 0], &[u32::MAX - 1, u32::MAX, 0, 2]);
+        check(&[5], &[5]);
+        assert!(epoch_ranks([]).is_empty());
     }
 }

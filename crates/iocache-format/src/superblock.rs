@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!    0  magic              [u8; 8]  "IOCACHE\0"
-//!    8  format_version     u32      4 (1 to 3 are read too)
+//!    8  format_version     u32      5 (1 to 4 are read too)
 //!   12  reserved           u32      0
 //!   16  sequence           u64
 //!   24  cache_uuid         [u8; 16]

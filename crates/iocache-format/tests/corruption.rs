@@ -23,6 +23,7 @@ fn sample_line(layout: &Layout) -> Record {
             valid,
             dirty_bits,
             mirror: None,
+            epoch: None,
         }),
     }
 }
@@ -77,7 +78,15 @@ fn records_with_a_good_crc_but_a_broken_rule_are_corrupt() {
             Box::new(|b| b[21] = 1),
             "mirror 256 at +20 without the mirror flag",
         ),
-        (Box::new(|b| b[5] |= 8), "unknown flags"),
+        (Box::new(|b| b[5] |= 16), "unknown flags"),
+        // An epoch on a clean line; and one whose record has no room left.
+        (
+            Box::new(|b| {
+                b[5] = (b[5] & !1) | 8;
+                b[40 + 1] = 0;
+            }),
+            "epoch = 0: set on a clean line",
+        ),
         (Box::new(|b| b[50] = 1), "padding byte at +50"),
         (Box::new(|b| b[41] |= 0x02), "dirty but not valid"),
         (Box::new(|b| b[5] &= !1), "dirty = false"),
@@ -373,10 +382,10 @@ fn field_errors_name_the_field_and_device_offset() {
             "field volumes[1].id = 0 at offset 154: same id as volumes[0]",
         ),
         (
-            edit(&|b| b[8..12].copy_from_slice(&5u32.to_le_bytes())),
+            edit(&|b| b[8..12].copy_from_slice(&6u32.to_le_bytes())),
             4096,
-            "superblock copy B at offset 4096: field format_version = 5 at offset 4104: \
-             this build reads format versions 1 to 4",
+            "superblock copy B at offset 4096: field format_version = 6 at offset 4104: \
+             this build reads format versions 1 to 5",
         ),
     ];
     for (bytes, offset, expected) in cases {

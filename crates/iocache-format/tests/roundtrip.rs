@@ -84,7 +84,9 @@ fn records_of_every_line_size_round_trip_at_the_extremes() {
                     data_hash: Some(u64::MAX),
                     valid: full.clone(),
                     dirty_bits: full.clone(),
-                    mirror: None,
+                    mirror: Some(u32::MAX),
+                    // The epoch fills the padding of 32 KiB lines exactly.
+                    epoch: Some(u32::MAX),
                 }),
             },
             Record {
@@ -97,6 +99,7 @@ fn records_of_every_line_size_round_trip_at_the_extremes() {
                     valid: vec![0; words],
                     dirty_bits: vec![0; words],
                     mirror: None,
+                    epoch: None,
                 }),
             },
             Record {
@@ -109,6 +112,7 @@ fn records_of_every_line_size_round_trip_at_the_extremes() {
                     valid: full.clone(),
                     dirty_bits: vec![0; words],
                     mirror: None,
+                    epoch: None,
                 }),
             },
         ];
@@ -136,6 +140,7 @@ fn record_bitmaps_are_little_endian_bits_per_sector() {
             valid: vec![1 | 1 << 9, 1 << 63],
             dirty_bits: vec![1 << 9, 0],
             mirror: None,
+            epoch: None,
         }),
     };
     let bytes = encode(&record, &layout);
@@ -168,6 +173,7 @@ fn encode_record_rejects_broken_lines() {
         valid: vec![0b1111],
         dirty_bits: vec![0b0011],
         mirror: None,
+        epoch: None,
     };
     let mut out = vec![0u8; 64];
     let try_encode = |line: LineRecord, out: &mut [u8]| {
@@ -380,7 +386,7 @@ fn superblock_fields_sit_at_their_documented_offsets() {
     let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
     let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
     assert_eq!(&b[0..8], b"IOCACHE\0");
-    assert_eq!(u32_at(8), 4);
+    assert_eq!(u32_at(8), 5);
     assert_eq!(u64_at(16), 0x1122_3344_5566_7788);
     assert_eq!(&b[24..40], b"0123456789abcdef");
     assert_eq!(u64_at(40), 64 << 10);

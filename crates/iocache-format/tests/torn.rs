@@ -78,6 +78,7 @@ fn full_line(layout: &Layout, seed: u64, dirty: bool) -> LineRecord {
         valid,
         dirty_bits,
         mirror: None,
+        epoch: if dirty { Some(seed as u32) } else { None },
     }
 }
 

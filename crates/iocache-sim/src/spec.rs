@@ -142,6 +142,8 @@ impl RunSpec {
             // As the papers model it: a miss may evict and write back a dirty line.
             inline_dirty_eviction: true,
             max_dirty_lines: None,
+            // Traces carry no FLUSH: every line would be of one epoch.
+            ordered_write_back: false,
         }
     }
 }

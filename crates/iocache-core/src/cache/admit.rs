@@ -30,7 +30,11 @@ impl Cache {
         info: &AccessInfo,
         ops: &mut S,
     ) -> Option<SlotId> {
+        // Under ordered write-back a written line is always admitted (see
+        // `access_into`).
+        let ordered_write = info.dirty && !self.epochs.is_empty();
         let admit = self.filling_ahead
+            || ordered_write
             || match policy.admit(key, info) {
                 Some(decision) => decision,
                 None => self.promoter.should_promote(key, self.resident_lines()),
@@ -64,6 +68,9 @@ impl Cache {
         if !self.config.inline_dirty_eviction {
             let mut victims = std::mem::take(&mut self.victims);
             self.keep_dirty_victims(policy, key, info, &mut victims);
+            if victims.is_empty() && need_victim && ordered_write {
+                victims.extend(self.any_clean_victim(policy));
+            }
             self.victims = victims;
         }
         // The victims join the free list and the last one pushed is taken;
@@ -205,6 +212,26 @@ impl Cache {
         // whatever it found: no dirty victim leaves the loop.
     }
 
+    /// Ordered write-back, when the policy's rounds named only dirty
+    /// victims: any clean line not used by this request, searched from
+    /// where the last search stopped, taken from the policy. A runtime
+    /// checks that one exists first ([`Cache::ordered_write_waits`]).
+    #[cold]
+    fn any_clean_victim<P: ReplacementPolicy + ?Sized>(&mut self, policy: &mut P) -> Option<SlotId> {
+        let slots = self.records.len();
+        for k in 0..slots {
+            let slot = (self.clean_cursor + k) % slots;
+            let meta = &self.records[slot].meta;
+            let this_request = meta.used_by_request == self.request_seq as u32;
+            if meta.resident && !meta.dirty_listed && !this_request {
+                self.clean_cursor = slot + 1;
+                policy.on_remove(slot as SlotId);
+                return Some(slot as SlotId);
+            }
+        }
+        None
+    }
+
     /// Misses often come in runs; load what the coming evictions will touch
     /// while this one finishes: the index entry of the sooner of the
     /// policy's two likely victims (its metadata was prefetched when it was
@@ -294,6 +321,9 @@ impl Cache {
     #[cold]
     #[inline(never)]
     pub(super) fn write_back_dirty_sectors<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
+        if let Some(&epoch) = self.epochs.get(slot as usize) {
+            self.drain_before(epoch, ops);
+        }
         self.emit_write_backs(slot, ops);
         self.stats.dirty_writebacks += 1;
         bitmap::clear(self.dirty_mut(slot));
@@ -320,9 +350,31 @@ impl Cache {
         if !meta.dirty_listed {
             meta.dirty_listed = true;
             meta.dirty_since_ns = now_ns;
+            if let Some(epoch) = self.epochs.get_mut(slot as usize) {
+                *epoch = self.epoch;
+            }
             let volume = self.records[slot as usize].line.volume;
             self.dirty_links.push_tail(&mut self.dirty_list, slot);
             self.count_lines(volume, 0, 1);
+        }
+    }
+
+    /// Ordered write-back: writes back every dirty line of an epoch before
+    /// `epoch` (the head of the dirty list), oldest first, so that a line
+    /// of `epoch` may be written back or overwritten next.
+    #[cold]
+    pub(super) fn drain_before<S: OpSink>(&mut self, epoch: u64, ops: &mut S) {
+        loop {
+            let head = self.dirty_list.head;
+            if head == crate::policy::list::NIL || self.epochs[head as usize] >= epoch {
+                return;
+            }
+            self.emit_write_backs(head, ops);
+            bitmap::clear(self.dirty_mut(head));
+            self.records[head as usize].meta.generation += 1;
+            self.unmark_dirty_if_clean(head);
+            self.policy.on_clean(head);
+            self.stats.ordered_drains += 1;
         }
     }
 

@@ -43,6 +43,7 @@ impl Cache {
             key: self.records[slot as usize].line.key(),
             valid: self.valid_of(slot),
             dirty: self.dirty_of(slot),
+            epoch: self.epochs.get(slot as usize).copied().unwrap_or(0),
         })
     }
 
@@ -53,8 +54,9 @@ impl Cache {
 
     /// Loads lines found on a persistent cache device into an empty cache,
     /// each in the slot it was found in. Dirty lines join the dirty list as
-    /// dirty since `now_ns`; the replacement policy sees each as inserted, in
-    /// the order given. Checked: the cache must be empty, and each line's
+    /// dirty since `now_ns` (under ordered write-back, in their epochs'
+    /// order, and the cache's epoch moves past the newest); the replacement
+    /// policy sees each as inserted, in the order given. Checked: the cache must be empty, and each line's
     /// slot in range and used once, its key unique, its bitmaps `bitmap_words`
     /// long, not empty, and its dirty bits a subset of its valid bits.
     pub fn restore(&mut self, lines: &[RestoredLine<'_>], now_ns: u64) -> Result<(), CoreError> {
@@ -68,6 +70,7 @@ impl Cache {
             }
         }
         let mut taken = vec![false; self.records.len()];
+        let mut dirty_lines = Vec::new();
         for line in lines {
             let slot = line.slot;
             if slot as usize >= self.records.len() {
@@ -128,9 +131,22 @@ impl Cache {
                 },
             );
             if dirty {
-                self.mark_dirty(slot, now_ns);
+                dirty_lines.push((line.epoch, slot));
             }
         }
+        // Ordered write-back keeps the dirty list in ascending epoch.
+        dirty_lines.sort_by_key(|&(epoch, _)| epoch);
+        let epoch_now = self.epoch;
+        let mut newest = None;
+        for (epoch, slot) in dirty_lines {
+            self.epoch = epoch;
+            self.mark_dirty(slot, now_ns);
+            newest = Some(epoch);
+        }
+        self.epoch = match newest.filter(|_| !self.epochs.is_empty()) {
+            Some(newest) => epoch_now.max(newest + 1),
+            None => epoch_now,
+        };
         self.free.retain(|&s| !taken[s as usize]);
         Ok(())
     }

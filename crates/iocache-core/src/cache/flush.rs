@@ -45,6 +45,18 @@ impl Cache {
                 }
                 picked
             }
+            FlushOrder::Epochs { through } => {
+                // The dirty list is in ascending epoch: its head up to `through`.
+                let mut dirty: Vec<(LineKey, SlotId)> = self
+                    .dirty_links
+                    .iter(&self.dirty_list)
+                    .take_while(|&s| self.epochs.get(s as usize).is_none_or(|&e| e <= through))
+                    .filter(|&s| !self.records[s as usize].meta.flushing)
+                    .map(|s| (self.records[s as usize].line.key(), s))
+                    .collect();
+                dirty.sort_unstable();
+                dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
+            }
             FlushOrder::Volume(volume) => {
                 let mut dirty: Vec<(LineKey, SlotId)> = self
                     .dirty_links
@@ -149,6 +161,73 @@ impl Cache {
         self.begin_flush(FlushOrder::Oldest, eligible, ops, tokens);
         if !tokens.is_empty() {
             self.stats.cleaner_runs += 1;
+        }
+    }
+
+    /// Tells the cleaning policy that a runtime cleaned at `now_ns` by
+    /// other means than [`Cache::run_cleaner`] (ordered write-back's
+    /// batches over every cache), for its interval.
+    pub fn note_cleaner_ran(&mut self, now_ns: u64) {
+        self.cleaner_last_ns = Some(now_ns);
+    }
+
+    /// Starts flush epoch `epoch` for the writes that follow (ordered
+    /// write-back; a runtime calls it at each client FLUSH, and with the same
+    /// epoch on every cache it runs). Epochs only grow: an older one is
+    /// ignored.
+    pub fn set_epoch(&mut self, epoch: u64) {
+        self.epoch = self.epoch.max(epoch);
+    }
+
+    /// The flush epoch writes join now.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Under ordered write-back, the epoch of the oldest dirty line (`None`
+    /// when no line is dirty, or without ordered write-back).
+    pub fn oldest_dirty_epoch(&self) -> Option<u64> {
+        let head = self.dirty_list.head;
+        (head != crate::policy::list::NIL)
+            .then(|| self.epochs.get(head as usize).copied())
+            .flatten()
+    }
+
+    /// Under ordered write-back, why writing `request` now would break the
+    /// order unless older lines were written back as part of it, if it
+    /// would. A runtime with several caches (the engine's shards) waits
+    /// until the answer is `None` and then decides the write under the
+    /// same lock: it then goes into the cache and nothing reaches the
+    /// backend.
+    pub fn ordered_write_waits(&self, request: &Request) -> Option<OrderedWait> {
+        if self.epochs.is_empty() || request.kind != IoKind::Write {
+            return None;
+        }
+        let (mut older, mut misses, mut clean_hits) = (None::<u64>, 0u64, 0u64);
+        for part in split_request(request, self.line) {
+            match self.lookup(part.key) {
+                Some(slot) if self.records[slot as usize].meta.dirty_listed => {
+                    let epoch = self.epochs[slot as usize];
+                    if epoch < self.epoch {
+                        older = Some(older.map_or(epoch, |o| o.min(epoch)));
+                    }
+                }
+                Some(_) => clean_hits += 1,
+                None => misses += 1,
+            }
+        }
+        if let Some(epoch) = older {
+            return Some(OrderedWait::Epoch(epoch));
+        }
+        let clean = self.resident_lines() - self.dirty_lines() - clean_hits;
+        if misses > self.free.len() as u64 + clean {
+            return Some(OrderedWait::Room);
+        }
+        let new_dirty = misses + clean_hits;
+        match self.config.max_dirty_lines {
+            // A request larger than the cap could never wait enough.
+            Some(cap) if new_dirty <= cap && self.dirty_lines() + new_dirty > cap => Some(OrderedWait::Room),
+            _ => None,
         }
     }
 

@@ -194,12 +194,26 @@ struct SlotRecord {
 
 const _: () = assert!(std::mem::size_of::<SlotRecord>() == 64);
 
+/// Why a write must wait under ordered write-back ([`Cache::ordered_write_waits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrderedWait {
+    /// A line it writes is dirty from this older epoch: wait until every
+    /// line of that epoch is on the backend.
+    Epoch(u64),
+    /// It needs more free or clean slots, or more dirty lines under the
+    /// cap, than the cache has now: wait for cleaning.
+    Room,
+}
+
 /// A view of one slot's line (see [`Cache::slot_snapshot`]).
 #[derive(Clone, Copy, Debug)]
 pub struct SlotSnapshot<'a> {
     pub key: LineKey,
     pub valid: &'a [u64],
     pub dirty: &'a [u64],
+    /// The flush epoch a dirty line became dirty in (ordered write-back;
+    /// 0 otherwise).
+    pub epoch: u64,
 }
 
 /// How many lines of one volume a cache holds (see [`Cache::volume_lines`]).
@@ -225,6 +239,9 @@ pub struct RestoredLine<'a> {
     pub key: LineKey,
     pub valid: &'a [u64],
     pub dirty: &'a [u64],
+    /// The flush epoch a dirty line became dirty in (ordered write-back;
+    /// 0 otherwise).
+    pub epoch: u64,
 }
 
 pub struct Cache {
@@ -237,8 +254,17 @@ pub struct Cache {
     /// For lines over 32 KiB: per slot, `words` of valid bits then `words` of dirty bits.
     bits: Vec<u64>,
     dirty_links: Links,
-    /// Dirty lines, oldest-dirtied at the head.
+    /// Dirty lines, oldest-dirtied at the head (under ordered write-back,
+    /// so also in ascending epoch).
     dirty_list: ListHead,
+    /// Under ordered write-back, per slot: the flush epoch its line became
+    /// dirty in (empty otherwise).
+    epochs: Vec<u64>,
+    /// The flush epoch writes join now ([`Cache::set_epoch`]).
+    epoch: u64,
+    /// Where the next search for any clean victim starts (ordered
+    /// write-back).
+    clean_cursor: usize,
     free: Vec<SlotId>,
     /// Slots taken out of service for good (their device failed); empty
     /// until [`Cache::retire_slots`] first runs.
@@ -315,6 +341,13 @@ impl Cache {
             },
             dirty_links: Links::new(lines),
             dirty_list: ListHead::default(),
+            epochs: if config.ordered_write_back {
+                vec![0; lines]
+            } else {
+                Vec::new()
+            },
+            epoch: 0,
+            clean_cursor: 0,
             free: (0..lines as SlotId).rev().collect(),
             retired: Vec::new(),
             retired_count: 0,
@@ -595,9 +628,13 @@ impl Cache {
             self.last_request_ns
                 .map_or(request.now_ns, |t| t.max(request.now_ns)),
         );
-        let balance_bypass = hints.balance_bypass && !self.touches_dirty_sectors(request);
+        // Under ordered write-back a write stays in the cache: one sent to
+        // the backend would pass the older epochs still cached.
+        let ordered_write = !self.epochs.is_empty() && request.kind == IoKind::Write;
+        let balance_bypass = hints.balance_bypass && !ordered_write && !self.touches_dirty_sectors(request);
+        let sequential_bypass = self.seq.bypass(request) && !ordered_write;
         self.request_facts = RequestFacts {
-            sequential_bypass: self.seq.bypass(request),
+            sequential_bypass,
             balance_bypass,
         };
         if self.request_facts.sequential_bypass {

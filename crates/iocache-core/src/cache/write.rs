@@ -11,6 +11,9 @@ impl Cache {
         ops: &mut S,
     ) -> LineOutcome {
         let found = self.lookup(part.key);
+        if let Some(slot) = found {
+            self.write_back_if_older(slot, ops);
+        }
         let outcome = self.classify(part, found, IoKind::Write);
         let (first, end) = (part.first_sector, part.end_sector);
         // The line's facts; `mode::resolve` decides (dirty supersede, dirty cap).
@@ -46,7 +49,7 @@ impl Cache {
                     ),
                 };
                 if !write_back || slot.is_none() {
-                    self.emit(ops, self.backend_write(part));
+                    self.emit_backend_write(part, ops);
                 }
                 let Some(slot) = slot else {
                     self.stats.bypassed_accesses += 1;
@@ -80,7 +83,7 @@ impl Cache {
                 // Dropping the line would write its other dirty sectors back
                 // inline: update the written sectors as write-through does.
                 let slot = found.expect("checked above");
-                self.emit(ops, self.backend_write(part));
+                self.emit_backend_write(part, ops);
                 self.mark_used::<S>(slot);
                 self.emit_cache_writes(part, slot, first, end, false, ops);
                 bitmap::set_range(self.valid_mut(slot), first, end);
@@ -96,7 +99,7 @@ impl Cache {
                     bitmap::clear_range(self.dirty_mut(slot), first, end);
                     self.drop_line(slot, ops);
                 }
-                self.emit(ops, self.backend_write(part));
+                self.emit_backend_write(part, ops);
                 self.stats.bypassed_accesses += 1;
             }
             WritePolicy::WriteAround | WritePolicy::PassThrough => {
@@ -112,10 +115,40 @@ impl Cache {
                         self.drop_line(slot, ops);
                     }
                 }
-                self.emit(ops, self.backend_write(part));
+                self.emit_backend_write(part, ops);
                 self.stats.bypassed_accesses += 1;
             }
         }
         outcome
+    }
+
+    /// The client's data to the backend. Under ordered write-back it must
+    /// follow every older epoch: with inline dirty eviction the core writes
+    /// them back first, as part of the request; without, the runtime waits
+    /// for its cleaner before running the op.
+    #[inline]
+    fn emit_backend_write<S: OpSink>(&mut self, part: &LinePart, ops: &mut S) {
+        if self.config.inline_dirty_eviction && !self.epochs.is_empty() {
+            self.drain_before(self.epoch, ops);
+        }
+        self.emit(ops, self.backend_write(part));
+    }
+
+    /// Ordered write-back: a line dirty from an epoch before the current one
+    /// is written back (after every line of the epochs before it) before a
+    /// write changes it, so that its epoch's data still reaches the backend.
+    #[inline]
+    fn write_back_if_older<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
+        let older = self.records[slot as usize].meta.dirty_listed
+            && self.epochs.get(slot as usize).is_some_and(|&e| e < self.epoch);
+        if older {
+            self.drain_before(self.epochs[slot as usize], ops);
+            self.emit_write_backs(slot, ops);
+            bitmap::clear(self.dirty_mut(slot));
+            self.records[slot as usize].meta.generation += 1;
+            self.unmark_dirty_if_clean(slot);
+            self.policy.on_clean(slot);
+            self.stats.ordered_drains += 1;
+        }
     }
 }

@@ -167,6 +167,9 @@ pub fn relayout(old: &Cache, line: LineSize, now_ns: u64) -> Result<Relayout, Co
             key: *key,
             valid: &lines[key].valid,
             dirty: &lines[key].dirty,
+            // Lines merged or split lose their epochs: ordered write-back
+            // and a change of line size are not combined.
+            epoch: 0,
         })
         .collect();
     out.cache.restore(&restored, now_ns)?;

@@ -173,6 +173,16 @@ impl Inner {
     /// devices. Lines dirtied meanwhile are left for the next one.
     pub(super) fn volatile_barrier(&self) -> Result<(), EngineError> {
         let _cleaning = lock(&self.cleaner.cleaning);
+        if let Some(epochs) = &self.epochs {
+            // Every epoch before the one this FLUSH started, in order.
+            let (_, failed) = self.ordered_drain(Some(epochs.current()))?;
+            self.metadata.durability.barriers.fetch_add(1, Ordering::Relaxed);
+            if failed > 0 {
+                return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
+            }
+            self.flush_backends()?;
+            return self.flush_cache_device();
+        }
         let horizon = self.cleaner.writebacks_horizon();
         let shards: Vec<usize> = (0..self.shards.len())
             .filter(|&s| lock(&self.shards[s].state).cache.dirty_lines() > 0)

@@ -60,6 +60,9 @@ pub(super) struct FlushBatch {
 pub(super) struct Cleaner {
     /// Wakes the cleaner early (a request found only dirty victims).
     wake: (Mutex<bool>, Condvar),
+    /// Ordered write-back: a write waits for the backend to take an older
+    /// epoch, or for room (`ordering.rs`).
+    pub(super) ordered_demand: AtomicBool,
     /// Write-backs of evicted lines in progress on request threads (volatile
     /// metadata only: a FLUSH waits for those that began before it).
     writebacks: Mutex<WritebackTracker>,
@@ -84,6 +87,7 @@ pub(super) struct Cleaner {
 impl Cleaner {
     pub(super) fn new() -> Cleaner {
         Cleaner {
+            ordered_demand: AtomicBool::new(false),
             wake: (Mutex::new(false), Condvar::new()),
             writebacks: Mutex::new(WritebackTracker::default()),
             writeback_done: Condvar::new(),
@@ -137,7 +141,9 @@ impl Inner {
                 }
                 self.sweep_mirrors(array);
             }
-            if self.health.devices.may_clean(now) {
+            if self.ordered() && self.health.devices.may_clean(now) {
+                self.run_ordered_cleaner(now, &mut next_wake);
+            } else if self.health.devices.may_clean(now) {
                 let mut failed = 0;
                 let mut taken = 0;
                 for shard in 0..self.shards.len() {
@@ -183,6 +189,37 @@ impl Inner {
                     .unwrap_or_else(|p| p.into_inner().0);
             }
             *woken = false;
+        }
+    }
+
+    /// The cleaner's turn under ordered write-back: when a shard's
+    /// cleaning policy is due, a request waits, or a request found only
+    /// dirty victims, one batch of the oldest epoch over every shard.
+    fn run_ordered_cleaner(&self, now: u64, next_wake: &mut u64) {
+        let mut wanted = self.cleaner.ordered_demand.swap(false, Ordering::Relaxed);
+        for shard in &self.shards {
+            wanted |= shard.wants_cleaning.swap(false, Ordering::Relaxed);
+            match lock(&shard.state).cache.next_cleaning_ns() {
+                Some(at) if at <= now => wanted = true,
+                Some(at) => *next_wake = (*next_wake).min(at),
+                None => {}
+            }
+        }
+        if !wanted {
+            return;
+        }
+        let _cleaning = lock(&self.cleaner.cleaning);
+        for shard in &self.shards {
+            lock(&shard.state).cache.note_cleaner_ran(now);
+        }
+        let batch = self.ordered_clean_batch(self.flush_all_share());
+        let (taken, failed) = batch.map_or((1, 1), |b| (b.taken, b.failed));
+        if taken > 0 {
+            self.health.devices.cleaned(self.now_ns(), failed);
+            if failed < taken {
+                // More may be waiting: look again at once.
+                *next_wake = now;
+            }
         }
     }
 
@@ -369,6 +406,13 @@ impl Inner {
 
     pub(super) fn flush_all(&self) -> Result<(), EngineError> {
         let _cleaning = lock(&self.cleaner.cleaning);
+        if self.ordered() {
+            let (_, failed) = self.ordered_drain(None)?;
+            if failed > 0 {
+                return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
+            }
+            return self.flush_backends();
+        }
         let shards = self.all_shards();
         let dirty_lines = || -> u64 {
             shards

@@ -336,6 +336,11 @@ impl Inner {
         drop: std::ops::Range<u64>,
         how: PassDown,
     ) -> Result<(), EngineError> {
+        if let Some(epochs) = &self.epochs {
+            // Ordered write-back: the range goes down after every older
+            // epoch, whose dirty lines in it are then clean (not dropped).
+            self.wait_durable_before(epochs.current())?;
+        }
         let touched = offset / self.line_bytes..end.div_ceil(self.line_bytes);
         let mut chunk_start = touched.start;
         while chunk_start < touched.end {

@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
-use iocache_core::{AccessHints, AccessSummary, IoKind, LineKey, Op, Request, VolumeId};
+use iocache_core::{AccessHints, AccessSummary, IoKind, LineKey, Op, OrderedWait, Request, VolumeId};
 use smallvec::SmallVec;
 
 use super::tickets::{Ticket, TicketKey};
@@ -158,6 +158,20 @@ impl Inner {
         for &i in &order {
             guards.push((i, lock(&self.shards[i].state)));
         }
+        if self.ordered() {
+            // Ordered write-back: the epoch is read with the shards locked
+            // (so it never goes back for a shard), and a write that would
+            // break the order waits, holding no ticket, then is decided
+            // again.
+            while let Some(wait) = self.ordered_wait(segments, &mut guards) {
+                drop(guards);
+                self.wait_ordered(wait)?;
+                guards = SmallVec::new();
+                for &i in &order {
+                    guards.push((i, lock(&self.shards[i].state)));
+                }
+            }
+        }
         debug_assert!(plan.segments.is_empty() && plan.tickets.is_empty() && plan.all_served);
         // A 64 KiB request's keys (4 KiB lines) on the stack.
         let mut keys: SmallVec<[(usize, TicketKey); 32]> = SmallVec::new();
@@ -260,5 +274,22 @@ impl Inner {
         }
         drop(guards);
         Ok(())
+    }
+
+    /// Sets the current epoch on the locked shards and says what a write
+    /// among `segments` must wait for, if anything.
+    fn ordered_wait(
+        &self,
+        segments: &[Segment],
+        guards: &mut [(usize, MutexGuard<'_, ShardState>)],
+    ) -> Option<OrderedWait> {
+        let epoch = self.epochs.as_ref()?.current();
+        for (_, state) in guards.iter_mut() {
+            state.cache.set_epoch(epoch);
+        }
+        segments.iter().find_map(|segment| {
+            let (_, state) = guards.iter().find(|(i, _)| *i == segment.shard)?;
+            state.cache.ordered_write_waits(&segment.request)
+        })
     }
 }

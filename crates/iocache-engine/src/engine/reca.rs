@@ -435,6 +435,11 @@ impl Engine {
         if self.inner.stopping.load(Ordering::SeqCst) {
             return Err(EngineError::Shutdown);
         }
+        if self.inner.ordered() {
+            return Err(EngineError::Config(
+                "ReCA changes write policies and line sizes, which ordered write-back does not follow".into(),
+            ));
+        }
         let line_bytes = self.inner.line_bytes;
         let configured_line_bytes = setup.configured_line_bytes.unwrap_or(line_bytes);
         let status = RecaStatus {

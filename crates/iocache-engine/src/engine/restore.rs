@@ -69,6 +69,12 @@ impl Inner {
         if written_back {
             self.flush_backends()?;
         }
+        // Ordered write-back: the recorded epochs (their low 32 bits) in
+        // order, from 1; a dirty line recorded without one is older still.
+        let ranks = iocache_format::epoch_ranks(per_shard.iter().flatten().filter_map(|l| l.epoch));
+        if let Some(epochs) = &self.epochs {
+            epochs.start_after(ranks.values().copied().max().unwrap_or(0));
+        }
         for (shard, lines) in per_shard.into_iter().enumerate() {
             if lines.is_empty() {
                 continue;
@@ -82,6 +88,7 @@ impl Inner {
                     key: l.key,
                     valid: &l.valid,
                     dirty: &l.dirty,
+                    epoch: l.epoch.map_or(0, |e| ranks[&e]),
                 })
                 .collect();
             state.cache.restore(&restored, now_ns)?;
@@ -97,6 +104,7 @@ impl Inner {
                     l.dirty_on_disk,
                     l.mirror,
                 );
+                state.shadow.note_epoch((l.slot - base) as SlotId, l.epoch);
             }
         }
         Ok(())

@@ -411,6 +411,15 @@ impl Inner {
     /// meanwhile may be left), then flushes its backend. The caller holds
     /// the cleaning lock. Returns how many lines were written back.
     fn write_back_volume(&self, volume: &VolumeState) -> Result<u64, EngineError> {
+        if self.ordered() {
+            // Epochs span volumes: everything goes back, oldest first.
+            let (written, failed) = self.ordered_drain(None)?;
+            if failed > 0 {
+                return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
+            }
+            volume.backend.flush()?;
+            return Ok(written);
+        }
         let mut written = 0;
         let mut failed = 0;
         let shards = self.all_shards();

@@ -427,6 +427,10 @@ impl Inner {
             if w.dirty && self.slots.array.is_some() {
                 state.shadow.note_mirror(w.slot, mirror);
             }
+            if w.dirty && self.ordered() {
+                let epoch = state.cache.slot_snapshot(w.slot).map(|s| s.epoch as u32);
+                state.shadow.note_epoch(w.slot, epoch);
+            }
         }
         self.wake_a_draining_barrier(shard, &state);
         drop(state);

@@ -39,6 +39,7 @@ pub(super) fn resolve_duplicates<'a>(
                     valid: only_older.clone(),
                     dirty_bits: only_older,
                     mirror: None,
+                    epoch: None,
                 };
                 let backend = backend_of(line.key.volume).ok_or_else(|| {
                     EngineError::Refused(format!("no backend for volume id {}", line.key.volume))

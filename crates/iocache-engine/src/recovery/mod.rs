@@ -236,6 +236,8 @@ pub struct RecoveredLine {
     pub sequence: u64,
     /// The mirror slot of a dirty line on a cache array.
     pub mirror: Option<u32>,
+    /// A dirty line's flush epoch as recorded (ordered write-back).
+    pub epoch: Option<u32>,
     /// A verified dirty line's checksum term of each sector as read (one
     /// per sector of the line; those of dirty sectors count).
     pub terms: Option<Vec<u64>>,
@@ -256,6 +258,7 @@ impl RecoveredLine {
             dirty_on_disk: false,
             sequence,
             mirror: None,
+            epoch: None,
             terms: None,
             rewrite_record: false,
         }
@@ -576,6 +579,10 @@ pub fn open(
     )?;
     let mut superblock = superblock;
     superblock.persistence = spec.persistence;
+    // A version 4 device has this version's layout: records it reads stay
+    // valid, and its superblock (written when the engine starts) is
+    // upgraded, so that an older build refuses the records with epochs.
+    superblock.format_version = FORMAT_VERSION;
     let previous_settings = iocache_format::SettingsRecord::decode(&std::mem::replace(
         &mut superblock.settings,
         spec.settings.encode(),
@@ -815,6 +822,7 @@ fn sort_lines(
                 dirty_on_disk: true,
                 sequence: record.sequence,
                 mirror: line.mirror,
+                epoch: line.epoch,
                 terms: checksums.terms.remove(&slot),
                 // Every record with intents is written again by the first
                 // barrier, verified or not, before the intent log is reused.
@@ -877,12 +885,31 @@ fn start_over(
     if !same_format {
         report.upgraded_from_version = Some(superblock.format_version);
     }
-    for (slot, record) in &loaded.lines {
-        let Some(line) = &record.line else { continue };
-        let Some(at) = position(line.volume).filter(|_| line.dirty) else {
-            continue;
-        };
-        write_back_record(dev, backends[at], &layout, *slot, line)?;
+    // Oldest flush epoch first, each on the backend before the next
+    // (lines without an epoch count as the oldest), so that a kill here
+    // leaves an ordered write-back's backend consistent.
+    let ranks = iocache_format::epoch_ranks(
+        loaded
+            .lines
+            .iter()
+            .filter_map(|(_, r)| r.line.as_ref().and_then(|l| l.epoch)),
+    );
+    let mut dirty: Vec<(u64, u64, &iocache_format::LineRecord)> = loaded
+        .lines
+        .iter()
+        .filter_map(|(slot, record)| record.line.as_ref().map(|line| (*slot, line)))
+        .filter(|(_, line)| line.dirty && position(line.volume).is_some())
+        .map(|(slot, line)| (line.epoch.map_or(0, |e| ranks[&e]), slot, line))
+        .collect();
+    dirty.sort_by_key(|&(rank, slot, _)| (rank, slot));
+    for (i, &(rank, slot, line)) in dirty.iter().enumerate() {
+        if i > 0 && dirty[i - 1].0 != rank {
+            for backend in backends {
+                backend.flush()?;
+            }
+        }
+        let at = position(line.volume).expect("filtered above");
+        write_back_record(dev, backends[at], &layout, slot, line)?;
         report.written_back_lines += 1;
     }
     for backend in backends {
@@ -949,6 +976,7 @@ mod tests {
             valid: vec![dirty],
             dirty_bits: vec![dirty],
             mirror: None,
+            epoch: None,
         })
     }
 
@@ -1071,6 +1099,7 @@ mod tests {
             valid: vec![1],
             dirty_bits: vec![0],
             mirror: None,
+            epoch: None,
         };
         let (c5, s5) = opened.writer.stage(5, Some(clean)).unwrap();
         for (offset, bytes) in opened.writer.take_writes() {

@@ -85,6 +85,9 @@ pub fn line_record(layout: Layout) -> impl Strategy<Value = LineRecord> {
                 valid,
                 dirty_bits,
                 mirror: mirror.filter(|_| dirty),
+                // Drawn from the mirror's value: some dirty lines carry
+                // both, some one, some neither.
+                epoch: mirror.filter(|m| dirty && m % 3 != 0).map(|m| m.rotate_left(7)),
             }
         })
 }

@@ -1,0 +1,221 @@
+//! Ordered write-back across shards: the flush epoch new writes join (a
+//! client FLUSH starts the next), and the epoch before which everything is
+//! on the backend and flushed there. The core keeps each dirty line's epoch
+//! and picks a batch's lines by epoch; this component decides when the
+//! backend may take the next epoch (after a backend flush once no line of an
+//! older one is dirty in any shard) and holds writes that would break the
+//! order until it may. Waits happen before a request takes its tickets, so
+//! the cleaner, which takes tickets of lines of the oldest epochs, never
+//! waits for a request that waits for it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use iocache_core::{FlushOrder, OrderedWait};
+
+use super::{lock, EngineError, Inner};
+
+/// Longest a waiting write sleeps between looks at the cleaner's progress
+/// (it is woken as soon as the backend takes a new epoch).
+const WAIT_POLL: Duration = Duration::from_millis(5);
+
+/// What ordered write-back keeps beyond the core's per-line epochs.
+pub(super) struct Epochs {
+    /// The epoch writes decided now join.
+    current: AtomicU64,
+    /// Every write of an epoch before this one is on the backend, which
+    /// has flushed since (guarded: one thread at a time flushes for it).
+    durable_before: Mutex<u64>,
+    advanced: Condvar,
+    /// Writes that waited for the backend to take older epochs.
+    pub(super) waits: AtomicU64,
+    /// Backend flushes that let the backend take a new epoch.
+    pub(super) backend_flushes: AtomicU64,
+}
+
+impl Epochs {
+    pub(super) fn new() -> Epochs {
+        Epochs {
+            // Recovered lines without an epoch count as epoch 0: older
+            // than any other, and not yet known to be on the backend.
+            current: AtomicU64::new(1),
+            durable_before: Mutex::new(0),
+            advanced: Condvar::new(),
+            waits: AtomicU64::new(0),
+            backend_flushes: AtomicU64::new(0),
+        }
+    }
+
+    /// The epoch writes decided now join.
+    pub(super) fn current(&self) -> u64 {
+        self.current.load(Ordering::Acquire)
+    }
+
+    /// A client FLUSH (or a FUA write) was received: writes decided from
+    /// now on join the next epoch.
+    pub(super) fn next(&self) {
+        self.current.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// After a restart: writes join an epoch after every one recovered.
+    pub(super) fn start_after(&self, newest_recovered: u64) {
+        self.current.fetch_max(newest_recovered + 1, Ordering::AcqRel);
+    }
+
+    pub(super) fn stats(&self) -> super::OrderedStats {
+        let (epoch, durable_before) = (self.current(), *lock(&self.durable_before));
+        super::OrderedStats {
+            epoch,
+            durable_before,
+            epochs_behind: epoch.saturating_sub(durable_before),
+            waits: self.waits.load(Ordering::Relaxed),
+            backend_flushes: self.backend_flushes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Inner {
+    /// Whether ordered write-back is on.
+    pub(super) fn ordered(&self) -> bool {
+        self.epochs.is_some()
+    }
+
+    /// The oldest epoch with a dirty line in some shard, or the current
+    /// one when none has. Read before the shards: a line dirtied after it
+    /// joins an epoch at least as new.
+    fn oldest_dirty_epoch(&self, epochs: &Epochs) -> u64 {
+        let current = epochs.current();
+        self.shards
+            .iter()
+            .filter_map(|shard| lock(&shard.state).cache.oldest_dirty_epoch())
+            .fold(current, u64::min)
+    }
+
+    /// Lets the backend take every epoch with no dirty line left: once no
+    /// shard has a dirty line of an epoch before `oldest`, the backend is
+    /// flushed and everything before `oldest` is durable there. Returns the
+    /// epoch before which everything is.
+    pub(super) fn advance_durable_epoch(&self) -> Result<u64, EngineError> {
+        let Some(epochs) = &self.epochs else {
+            return Ok(u64::MAX);
+        };
+        let mut durable = lock(&epochs.durable_before);
+        let oldest = self.oldest_dirty_epoch(epochs);
+        if oldest > *durable {
+            self.flush_backends()?;
+            epochs.backend_flushes.fetch_add(1, Ordering::Relaxed);
+            *durable = oldest;
+            epochs.advanced.notify_all();
+        }
+        Ok(*durable)
+    }
+
+    /// Waits, holding no ticket, until everything before epoch `before` is
+    /// on the backend, asking the cleaner for it.
+    pub(super) fn wait_durable_before(&self, before: u64) -> Result<(), EngineError> {
+        let Some(epochs) = &self.epochs else {
+            return Ok(());
+        };
+        let mut counted = false;
+        loop {
+            if self.advance_durable_epoch()? >= before {
+                return Ok(());
+            }
+            if self.stopping.load(Ordering::Relaxed) {
+                return Err(EngineError::Shutdown);
+            }
+            if !counted {
+                epochs.waits.fetch_add(1, Ordering::Relaxed);
+                counted = true;
+            }
+            self.cleaner.ordered_demand.store(true, Ordering::Relaxed);
+            self.wake_cleaner();
+            let durable = lock(&epochs.durable_before);
+            if *durable < before {
+                let _ = epochs.advanced.wait_timeout(durable, WAIT_POLL);
+            }
+        }
+    }
+
+    /// Waits for `wait` ([`iocache_core::Cache::ordered_write_waits`]) with
+    /// no lock held: an older epoch on the backend, or a batch of cleaning.
+    pub(super) fn wait_ordered(&self, wait: OrderedWait) -> Result<(), EngineError> {
+        match wait {
+            OrderedWait::Epoch(epoch) => self.wait_durable_before(epoch + 1),
+            OrderedWait::Room => {
+                let epochs = self.epochs.as_ref().expect("ordered write-back is on");
+                if self.stopping.load(Ordering::Relaxed) {
+                    return Err(EngineError::Shutdown);
+                }
+                epochs.waits.fetch_add(1, Ordering::Relaxed);
+                self.cleaner.ordered_demand.store(true, Ordering::Relaxed);
+                self.wake_cleaner();
+                // Woken by the cleaner's next batch.
+                let durable = lock(&epochs.durable_before);
+                let _ = epochs.advanced.wait_timeout(durable, WAIT_POLL);
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes back, oldest epoch first, every line dirty from an epoch
+    /// before `before` (`None`: every dirty line), each epoch on the
+    /// backend before the next. The caller holds the cleaning lock.
+    /// Returns the lines written back and those still dirty after their
+    /// write-back failed (given up once every line left has failed since
+    /// the last success: a backend that is down must not keep it spinning).
+    pub(super) fn ordered_drain(&self, before: Option<u64>) -> Result<(u64, usize), EngineError> {
+        let (mut written, mut failed_since_success) = (0u64, 0usize);
+        for _round in 0..1_000_000 {
+            let oldest = self
+                .shards
+                .iter()
+                .filter_map(|shard| lock(&shard.state).cache.oldest_dirty_epoch())
+                .min();
+            match (oldest, before) {
+                (None, _) => break,
+                (Some(oldest), Some(before)) if oldest >= before => break,
+                _ => {}
+            }
+            let batch = self.ordered_clean_batch(self.flush_all_share())?;
+            written += (batch.taken - batch.failed) as u64;
+            if batch.taken == 0 {
+                break;
+            }
+            failed_since_success = match batch.failed == batch.taken {
+                true => failed_since_success + batch.failed,
+                false => batch.failed,
+            };
+            let dirty: u64 = self
+                .shards
+                .iter()
+                .map(|s| lock(&s.state).cache.dirty_lines())
+                .sum();
+            if failed_since_success as u64 >= dirty {
+                return Ok((written, failed_since_success));
+            }
+        }
+        self.advance_durable_epoch()?;
+        Ok((written, 0))
+    }
+
+    /// One batch of ordered cleaning over every shard: the lines of the
+    /// oldest epoch not yet on the backend (after a backend flush if the
+    /// epochs before it just emptied), in address order. Returns the batch.
+    pub(super) fn ordered_clean_batch(
+        &self,
+        lines: usize,
+    ) -> Result<super::cleaner::FlushBatch, EngineError> {
+        let through = self.advance_durable_epoch()?;
+        let shards = self.all_shards();
+        let batch = self.flush_batch(&shards, FlushOrder::Epochs { through }, lines, false);
+        if batch.taken > batch.failed {
+            self.advance_durable_epoch()?;
+        }
+        if let Some(epochs) = &self.epochs {
+            epochs.advanced.notify_all();
+        }
+        Ok(batch)
+    }
+}
