@@ -33,7 +33,7 @@ pub struct ServeArgs {
     /// the one the flags below describe.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "backend", "backend_size", "backend_id", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
-        "promotion", "policy", "lookup", "flush", "write_miss_bypass", "seq_cutoff", "readahead", "fill", "max_dirty_lines", "io_engine", "direct",
+        "promotion", "policy", "lookup", "flush", "write_miss_bypass", "ordered_write_back", "seq_cutoff", "readahead", "fill", "max_dirty_lines", "io_engine", "direct",
         "persistence", "clean_check_budget", "commit_interval", "write_back_gap", "read_only", "discard", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
         "listen", "export",
         "admin_socket", "metrics", "pid_file", "attach_dir", "socket_group", "tls", "tls_certificates",
@@ -41,9 +41,8 @@ pub struct ServeArgs {
         "threads_per_connection", "poll_before_sleep_us", "no_map_cache",
     ])]
     config: Option<PathBuf>,
-    /// Backend: a file or block device, or a remote NBD export
-    /// (nbd://host:port/name, nbd+unix:///name?socket=PATH)
-    /// [default: ./iocache-data/backend.img, created with 1 GiB].
+    /// Backend: a file or block device, or a remote NBD export (nbd://host:port/name,
+    /// nbd+unix:///name?socket=PATH) [default: ./iocache-data/backend.img, created with 1 GiB].
     #[arg(long, value_name = "PATH|URI")]
     backend: Option<String>,
     /// Size of the backend file to create when it does not exist; needed to create a named
@@ -51,10 +50,9 @@ pub struct ServeArgs {
     /// Sizes take a unit: B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024; 1.5GiB allowed).
     #[arg(long, value_name = "SIZE")]
     backend_size: Option<String>,
-    /// The backend's identity, as you name it (a UUID, a label), recorded on the cache device
-    /// instead of the one the device gives (a file's inode and birth time, a disk's serial): for
-    /// a disk without serial or WWN. A cache holding dirty lines is refused in front of a
-    /// backend of another identity.
+    /// The backend's identity, as you name it (a UUID, a label), recorded on the cache device instead of the
+    /// one the device gives (a file's inode and birth time, a disk's serial): for a disk without serial or
+    /// WWN. A cache holding dirty lines is refused in front of a backend of another identity.
     #[arg(long, value_name = "TEXT")]
     backend_id: Option<String>,
     /// Cache device: a file or block device [default: ./iocache-data/cache.img].
@@ -92,12 +90,14 @@ pub struct ServeArgs {
     /// Send write misses to the backend when every cache line is dirty.
     #[arg(long)]
     write_miss_bypass: bool,
+    /// Write back in FLUSH order: the backend alone stays a FLUSH's state (docs/ops.md).
+    #[arg(long)]
+    ordered_write_back: bool,
     /// Sequential cutoff: off, or a stream length after which requests bypass (1MiB[:streams=16]).
     #[arg(long, default_value = "off", value_name = "BYTES|off")]
     seq_cutoff: String,
-    /// Sequential readahead: off, or seq[:min=64KiB][:max=1MiB][:streams=16]. A read that
-    /// continues a stream has the lines after it read from the backend into the cache in
-    /// the background.
+    /// Sequential readahead: off, or seq[:min=64KiB][:max=1MiB][:streams=16]. A read that continues a stream
+    /// has the lines after it read from the backend into the cache in the background.
     #[arg(long, default_value = "off", value_name = "off|seq[:...]")]
     readahead: String,
     /// What a read miss fills: request (the sectors asked for) or line (the whole line, read
@@ -157,13 +157,12 @@ pub struct ServeArgs {
     /// leave the cache, the backend keeps its data) or ignore. Default passdown.
     #[arg(long, value_name = "MODE")]
     discard: Option<String>,
-    /// An adaptive controller beside the cache (one at a time; default off). reca: every request
-    /// is characterized, and each window of --reca-window requests puts the nearest workload
-    /// category's write policy and reca replacement policy in force, and its line size when
-    /// --reca-line-size says (live by default; docs/results/reca.md). lbica: a load
-    /// balancer that changes the write policy while the cache device is the bottleneck and sends
-    /// the tail of its queue to the backend; sib: sends single requests to the backend when they
-    /// would complete there sooner (docs/results/lbica.md), with the simulator's knobs:
+    /// An adaptive controller beside the cache (one at a time; default off). reca: every request is
+    /// characterized, and each window of --reca-window requests puts the nearest workload category's write
+    /// policy and reca replacement policy in force, and its line size when --reca-line-size says (live by
+    /// default; docs/results/reca.md). lbica: a load balancer that changes the write policy while the cache
+    /// device is the bottleneck and sends the tail of its queue to the backend; sib: sends single requests to
+    /// the backend when they would complete there sooner (docs/results/lbica.md), with the simulator's knobs:
     /// lbica[:enter=1:floor=0.1:own-floor=1:hold=2:...], sib[:margin=1]. Requests whose sectors are dirty in
     /// the cache are never sent around it.
     #[arg(long, value_name = "off|reca|lbica|sib[:KEY=VALUE...]")]
@@ -201,10 +200,9 @@ pub struct ServeArgs {
     /// certificate or a pre-shared key), e.g. 127.0.0.1:10809.
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<String>,
-    /// Captive mode (nbdkit's --run): once the server serves, run CMD with `sh -c`, the default
-    /// export's URI in $nbd and $uri; when CMD exits, stop the server as SIGTERM does (dirty
-    /// lines written back) and exit with CMD's status. For example:
-    /// --run 'qemu-img convert -O qcow2 "$nbd" out.qcow2'.
+    /// Captive mode (nbdkit's --run): once the server serves, run CMD with `sh -c`, the default export's URI
+    /// in $nbd and $uri; when CMD exits, stop the server as SIGTERM does (dirty lines written back) and exit
+    /// with CMD's status. For example: --run 'qemu-img convert -O qcow2 "$nbd" out.qcow2'.
     #[arg(long, value_name = "CMD")]
     run: Option<String>,
     /// Not a flag of iocache: said as such, with the way to listen on a TCP port.
@@ -230,15 +228,13 @@ pub struct ServeArgs {
     /// (every client, on TCP and on the Unix socket, must upgrade before any other option).
     #[arg(long, default_value = "off", value_name = "off|on|require")]
     tls: String,
-    /// The directory holding the server's certificate chain and key (server-cert.pem and
-    /// server-key.pem, as nbdkit and qemu-nbd name them); with --tls on|require, this or
-    /// --tls-psk (or both) is needed.
+    /// The directory holding the server's certificate chain and key (server-cert.pem and server-key.pem, as
+    /// nbdkit and qemu-nbd name them); with --tls on|require, this or --tls-psk (or both) is needed.
     #[arg(long, value_name = "DIR")]
     tls_certificates: Option<PathBuf>,
-    /// TLS-PSK: a file of pre-shared keys, one `identity:hexkey` a line (as GnuTLS's psktool
-    /// writes; nbdkit's --tls-psk, qemu's tls-creds-psk). It must be its owner's only (0600).
-    /// Usable alone or with --tls-certificates: a client offering a key from it needs no
-    /// certificate.
+    /// TLS-PSK: a file of pre-shared keys, one `identity:hexkey` a line (as GnuTLS's psktool writes; nbdkit's
+    /// --tls-psk, qemu's tls-creds-psk). It must be its owner's only (0600). Usable alone or with
+    /// --tls-certificates: a client offering a key from it needs no certificate.
     #[arg(long, value_name = "FILE")]
     tls_psk: Option<PathBuf>,
     /// Require a client certificate signed by the CA in --tls-certificates (its ca-cert.pem),
@@ -258,9 +254,8 @@ pub struct ServeArgs {
     /// one more closes the peer's own oldest handshake [default: 16].
     #[arg(long, value_name = "N")]
     max_handshakes_per_peer: Option<usize>,
-    /// Threads serving one connection's requests, taking turns reading them (leader and
-    /// followers, as nbdkit's --threads); also the most requests of one connection served at
-    /// once [default: 4].
+    /// Threads serving one connection's requests, taking turns reading them (leader and followers, as
+    /// nbdkit's --threads); also the most requests of one connection served at once [default: 4].
     #[arg(short = 't', long, value_name = "N")]
     threads_per_connection: Option<usize>,
     /// Microseconds a connection's reader polls its socket for the next request before it
@@ -272,9 +267,8 @@ pub struct ServeArgs {
     /// mapping of it (the mapping is faster, and allocates the whole file at start).
     #[arg(long)]
     no_map_cache: bool,
-    /// A directory under which `iocache ctl attach` may open or create backend files
-    /// (repeatable) [default: ./iocache-data when it is the data directory; none otherwise: only
-    /// NBD backends can be attached].
+    /// A directory under which `iocache ctl attach` may open or create backend files (repeatable) [default:
+    /// ./iocache-data when it is the data directory; none otherwise: only NBD backends can be attached].
     #[arg(long, value_name = "DIR")]
     attach_dir: Vec<PathBuf>,
 }
@@ -388,10 +382,9 @@ fn with_way_out(e: ServeError) -> anyhow::Error {
     crate::exit::usage(anyhow!("{}{way_out}", iocache_serving::error_chain_text(&e)))
 }
 
-/// Raises the soft limit on open files to the hard one, as servers do: a
-/// file device holds several open descriptions of its file (one per
-/// thread stripe), and every client connection and backend connection is
-/// a descriptor too. Best effort: the limit stays as it was on failure.
+/// Raises the soft limit on open files to the hard one, as servers do: a file device holds several open
+/// descriptions of its file (one per thread stripe), and every client connection and backend connection is a
+/// descriptor too. Best effort: the limit stays as it was on failure.
 fn raise_open_file_limit() {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -490,9 +483,8 @@ fn print_banner(config: &ServeConfig, reach: &Reach<'_>) {
     let _ = writeln!(std::io::stdout().lock(), "{out}");
 }
 
-/// Makes sure the default data directory is this user's alone: created
-/// 0700 if missing; refused if it is a symbolic link, another user's, or
-/// writable by others (where someone else could plant links to files this
+/// Makes sure the default data directory is this user's alone: created 0700 if missing; refused if it is a
+/// symbolic link, another user's, or writable by others (where someone else could plant links to files this
 /// server would format); tightened to 0700 otherwise.
 fn ensure_private_dir(dir: &Path) -> Result<()> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -563,6 +555,7 @@ impl ServeArgs {
             lookup: self.lookup,
             flush: self.flush,
             write_miss_bypass: self.write_miss_bypass,
+            ordered_write_back: self.ordered_write_back,
             max_dirty_lines: self.max_dirty_lines,
             seq_cutoff: self.seq_cutoff,
             readahead: self.readahead,

@@ -39,7 +39,7 @@ type CacheKey = (&'static str, fn(&CacheDeviceConfig) -> String);
 /// The keys that describe a cache device, each with its value as text (to
 /// compare two volumes that write it): written in the cache's `[[cache]]`
 /// table, or in the `[[volume]]` tables of the volumes that share it.
-const CACHE_KEYS: [CacheKey; 25] = [
+const CACHE_KEYS: [CacheKey; 26] = [
     ("cache_size", |c| {
         c.cache_bytes.map_or("the device's size".into(), format_byte_size)
     }),
@@ -61,6 +61,7 @@ const CACHE_KEYS: [CacheKey; 25] = [
     ("readahead", |c| c.readahead.to_string()),
     ("fill", |c| c.fill.to_string()),
     ("write_miss_bypass", |c| c.write_miss_bypass.to_string()),
+    ("ordered_write_back", |c| c.ordered_write_back.to_string()),
     ("max_dirty_lines", |c| {
         c.max_dirty_lines.map_or("off".into(), |n| n.to_string())
     }),
@@ -229,6 +230,8 @@ pub struct VolumeText {
     pub flush: String,
     #[serde(default)]
     pub write_miss_bypass: bool,
+    #[serde(default)]
+    pub ordered_write_back: bool,
     /// A number of lines (or absent: no cap).
     #[serde(default)]
     pub max_dirty_lines: Option<u64>,
@@ -611,6 +614,7 @@ impl VolumeText {
             lookup,
             cleaning,
             write_miss_bypass: self.write_miss_bypass,
+            ordered_write_back: self.ordered_write_back,
             seq_cutoff,
             readahead,
             fill,

@@ -493,6 +493,7 @@ fn flags_name_flags() {
         lookup: "fine".into(),
         flush: "nop".into(),
         write_miss_bypass: false,
+        ordered_write_back: false,
         max_dirty_lines: None,
         seq_cutoff: "off".into(),
         readahead: "off".into(),

@@ -439,8 +439,8 @@ impl CacheConfig {
         }
         if self.ordered_write_back && !self.write_policy.keeps_dirty() {
             return Err(CoreError::BadParameter {
-                given: format!("write_policy {}", self.write_policy),
-                reason: "ordered write-back keeps writes in the cache: wb or wo".into(),
+                given: format!("ordered_write_back with write_policy {}", self.write_policy),
+                reason: "ordered write-back keeps every write in the cache: use wb or wo".into(),
             });
         }
         Ok(())

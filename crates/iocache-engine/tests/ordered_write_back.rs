@@ -254,3 +254,100 @@ fn a_restart_keeps_the_order_of_recorded_epochs() {
     }
     engine.shutdown().unwrap();
 }
+
+/// Several clients at once, each writing its own sectors, any of them
+/// flushing: a FLUSH covers every write completed before it was issued.
+/// At the cut, for some FLUSH k, every sector holds its last write
+/// completed before k was issued, or a write issued before FLUSH k+1
+/// completed (and no earlier than that last write).
+#[test]
+fn concurrent_clients_see_the_order_kept() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let runs = count_from_env("ORDERED_CUTS", 40) / 4;
+    for seed in 0..runs.max(2) {
+        let mut rng = Rng::seeded(seed ^ 0xc0ffee);
+        let lines = 24 + rng.below(16);
+        let config = config(
+            lines,
+            ["aggressive:interval=1ms:batch=4", "nop"][rng.below(2) as usize],
+        );
+        let layout = Layout::for_slots(4096, lines).unwrap();
+        let cache = Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes())));
+        let backend = Arc::new(FaultDevice::new(MemDevice::new(
+            "backend",
+            VOLUME_SECTORS * SECTOR,
+        )));
+        let engine = open(&config, Persistence::Dirty, cache.clone(), backend.clone());
+        const THREADS: u64 = 4;
+        let region = VOLUME_SECTORS / THREADS;
+        let clock = AtomicU64::new(1);
+        // Per sector: (write, issued, completed); flushes: (issued, completed).
+        let writes: Mutex<Vec<Vec<(u64, u64, u64)>>> = Mutex::new(vec![Vec::new(); VOLUME_SECTORS as usize]);
+        let flushes: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for t in 0..THREADS {
+                let (engine, clock, writes, flushes) = (&engine, &clock, &writes, &flushes);
+                let steps = 100 + rng.below(300);
+                scope.spawn(move || {
+                    let mut rng = Rng::seeded(seed * 31 + t + 1);
+                    for step in 0..steps {
+                        if rng.below(8) == 0 {
+                            let issued = clock.fetch_add(1, Ordering::SeqCst);
+                            engine.flush().unwrap();
+                            let done = clock.fetch_add(1, Ordering::SeqCst);
+                            flushes.lock().unwrap().push((issued, done));
+                            continue;
+                        }
+                        // Up to 128 KiB: requests of several lines and shards.
+                        let most = if rng.below(4) == 0 { 256 } else { 16 };
+                        let sectors = 1 + rng.below(most);
+                        let first = t * region + rng.below(region - sectors);
+                        let write = (t + 1) << 32 | step;
+                        let issued = clock.fetch_add(1, Ordering::SeqCst);
+                        engine
+                            .write(first * SECTOR, &stamps(write, first, sectors), false)
+                            .unwrap();
+                        let done = clock.fetch_add(1, Ordering::SeqCst);
+                        let mut w = writes.lock().unwrap();
+                        for s in first..first + sectors {
+                            w[s as usize].push((write, issued, done));
+                        }
+                    }
+                });
+            }
+        });
+        drop(engine);
+        let mut bytes = vec![0u8; (VOLUME_SECTORS * SECTOR) as usize];
+        backend.inner().read_at(&mut bytes, 0).unwrap();
+        let writes = writes.into_inner().unwrap();
+        let mut flushes = flushes.into_inner().unwrap();
+        flushes.sort();
+        // FLUSH "0" before everything; one after everything, never completed.
+        flushes.insert(0, (0, 0));
+        flushes.push((u64::MAX, u64::MAX));
+        let found: Vec<u64> = (0..VOLUME_SECTORS)
+            .map(|s| {
+                decode(&bytes[(s * SECTOR) as usize..((s + 1) * SECTOR) as usize], s).expect("a write's data")
+            })
+            .collect();
+        let fits = |k: usize| {
+            let (issued, _) = flushes[k];
+            let next_done = flushes[k + 1].1;
+            (0..VOLUME_SECTORS as usize).all(|s| {
+                let history = &writes[s];
+                // The last write completed before FLUSH k was issued.
+                let last = history.iter().rposition(|&(_, _, done)| done < issued);
+                let floor = last.map_or(0, |i| history[i].0);
+                found[s] == floor
+                    || history.iter().enumerate().any(|(i, &(w, iss, _))| {
+                        w == found[s] && last.is_none_or(|l| i > l) && iss < next_done
+                    })
+            })
+        };
+        assert!(
+            (0..flushes.len() - 1).rev().any(fits),
+            "seed {seed}: the backend is no FLUSH's state ({} flushes)",
+            flushes.len() - 2
+        );
+    }
+}

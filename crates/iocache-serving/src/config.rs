@@ -208,6 +208,8 @@ pub struct CacheDeviceConfig {
     pub cleaning: CleaningPolicy,
     /// Send write misses to the backend when every line is dirty.
     pub write_miss_bypass: bool,
+    /// Write back in FLUSH order ([`iocache_core::CacheConfig::ordered_write_back`]).
+    pub ordered_write_back: bool,
     pub seq_cutoff: SeqCutoff,
     pub readahead: Readahead,
     pub fill: Fill,

@@ -312,6 +312,16 @@ impl Collector for EngineCollector {
             Gauge,
         );
         let mut barriers = Family::new("cache_metadata_barriers", "Metadata barriers run.", Counter);
+        let mut ordered_behind = Family::new(
+            "cache_ordered_epochs_behind",
+            "Ordered write-back: FLUSH epochs the backend is behind the clients.",
+            Gauge,
+        );
+        let mut ordered_waits = Family::new(
+            "cache_ordered_waits",
+            "Ordered write-back: writes that waited for an older epoch or for room.",
+            Counter,
+        );
         let mut discards = Family::new(
             "cache_discards",
             "Discard (kind=trim) and zeroing (kind=zero) requests served.",
@@ -465,6 +475,10 @@ impl Collector for EngineCollector {
             }
             fallback.add(vec![c()], Level(i64::from(s.cache_device_failed)));
             barriers.add(vec![c()], Count(s.barriers));
+            if let Some(o) = &s.ordered {
+                ordered_behind.add(vec![c()], Level(o.epochs_behind as i64));
+                ordered_waits.add(vec![c()], Count(o.waits));
+            }
             discards.add(vec![c(), ("kind", "trim".into())], Count(s.discards));
             discards.add(vec![c(), ("kind", "zero".into())], Count(s.zeroings));
             dropped.add(
@@ -511,6 +525,8 @@ impl Collector for EngineCollector {
             &errors,
             &fallback,
             &barriers,
+            &ordered_behind,
+            &ordered_waits,
             &discards,
             &dropped,
             &records,

@@ -312,6 +312,7 @@ pub(crate) fn engine_config(
     cache.promotion = v.promotion;
     cache.cleaning = v.cleaning;
     cache.write_miss_bypass = v.write_miss_bypass;
+    cache.ordered_write_back = v.ordered_write_back;
     cache.seq_cutoff = v.seq_cutoff;
     cache.readahead = v.readahead;
     cache.fill = v.fill;

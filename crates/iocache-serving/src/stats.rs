@@ -152,11 +152,27 @@ pub struct CacheDeviceSnapshot {
     pub balance: Option<BalanceSnapshot>,
     pub reca: Option<RecaSnapshot>,
     pub line_size_changes: Vec<LineSizeChange>,
+    /// Ordered write-back, when it is on.
+    pub ordered: Option<OrderedSnapshot>,
     /// Requests the load balancer sent around the cache, and those it
     /// could not (dirty data); counted with or without a balancer (the
     /// metrics').
     #[serde(skip)]
     pub balance_bypasses: (u64, u64),
+}
+
+/// Ordered write-back: the FLUSH epoch writes join, the epoch before which
+/// the backend holds everything, and the cost so far.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct OrderedSnapshot {
+    pub epoch: u64,
+    pub durable_before: u64,
+    /// FLUSH epochs the backend is behind the clients.
+    pub epochs_behind: u64,
+    /// Writes that waited for an older epoch to reach the backend, or for
+    /// room.
+    pub waits: u64,
+    pub backend_flushes: u64,
 }
 
 /// What opening the cache device found.
@@ -619,6 +635,13 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
         readahead_unused_lines: s.cache.prefetch_unused_lines,
         readahead_dropped_fills: s.readahead_dropped_fills,
         readahead_failed_fills: s.readahead_failed_fills,
+        ordered: s.ordered.as_ref().map(|o| OrderedSnapshot {
+            epoch: o.epoch,
+            durable_before: o.durable_before,
+            epochs_behind: o.epochs_behind,
+            waits: o.waits,
+            backend_flushes: o.backend_flushes,
+        }),
         recovery: RecoverySnapshot {
             loaded: r.loaded,
             clean_shutdown: r.clean_shutdown,

@@ -111,6 +111,17 @@ pub fn render(snapshot: &Snapshot) -> String {
             d.dropped_lines,
             d.dropped_dirty_lines
         );
+        if let Some(o) = &d.ordered {
+            put!(
+                out,
+                "  ordered    epoch {}, the backend holds everything before epoch {} ({} behind); {} writes waited, {} backend flushes",
+                o.epoch,
+                o.durable_before,
+                o.epochs_behind,
+                o.waits,
+                o.backend_flushes
+            );
+        }
         if d.warm_requested_bytes > 0 {
             put!(
                 out,

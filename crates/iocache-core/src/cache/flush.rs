@@ -203,7 +203,7 @@ impl Cache {
         if self.epochs.is_empty() || request.kind != IoKind::Write {
             return None;
         }
-        let (mut older, mut misses, mut clean_hits) = (None::<u64>, 0u64, 0u64);
+        let (mut older, mut misses, mut clean_hits, mut dirty_hits) = (None::<u64>, 0u64, 0u64, 0u64);
         for part in split_request(request, self.line) {
             match self.lookup(part.key) {
                 Some(slot) if self.records[slot as usize].meta.dirty_listed => {
@@ -211,6 +211,7 @@ impl Cache {
                     if epoch < self.epoch {
                         older = Some(older.map_or(epoch, |o| o.min(epoch)));
                     }
+                    dirty_hits += 1;
                 }
                 Some(_) => clean_hits += 1,
                 None => misses += 1,
@@ -220,15 +221,20 @@ impl Cache {
             return Some(OrderedWait::Epoch(epoch));
         }
         let clean = self.resident_lines() - self.dirty_lines() - clean_hits;
-        if misses > self.free.len() as u64 + clean {
+        let new_dirty = misses + clean_hits;
+        // Room cleaning can make: every slot but the request's own lines.
+        let usable = self.capacity_lines() - self.retired_slots() - clean_hits - dirty_hits;
+        let cap = self.config.max_dirty_lines;
+        if misses > usable || cap.is_some_and(|cap| new_dirty > cap) {
+            // Some of it goes to the backend whatever is cleaned.
+            return Some(OrderedWait::ToBackend);
+        }
+        if misses > self.free.len() as u64 + clean
+            || cap.is_some_and(|cap| self.dirty_lines() + new_dirty > cap)
+        {
             return Some(OrderedWait::Room);
         }
-        let new_dirty = misses + clean_hits;
-        match self.config.max_dirty_lines {
-            // A request larger than the cap could never wait enough.
-            Some(cap) if new_dirty <= cap && self.dirty_lines() + new_dirty > cap => Some(OrderedWait::Room),
-            _ => None,
-        }
+        None
     }
 
     /// When the oldest dirty line became dirty (for lazy or age-based cleaning).

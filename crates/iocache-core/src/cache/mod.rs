@@ -203,6 +203,9 @@ pub enum OrderedWait {
     /// It needs more free or clean slots, or more dirty lines under the
     /// cap, than the cache has now: wait for cleaning.
     Room,
+    /// It needs more than cleaning could make room for: part of it goes to
+    /// the backend, which must hold every older epoch first.
+    ToBackend,
 }
 
 /// A view of one slot's line (see [`Cache::slot_snapshot`]).

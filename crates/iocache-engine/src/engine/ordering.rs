@@ -27,6 +27,9 @@ pub(super) struct Epochs {
     /// Every write of an epoch before this one is on the backend, which
     /// has flushed since (guarded: one thread at a time flushes for it).
     durable_before: Mutex<u64>,
+    /// Its value, read with the shards locked (the mutex is taken before
+    /// them, never after).
+    durable_seen: AtomicU64,
     advanced: Condvar,
     /// Writes that waited for the backend to take older epochs.
     pub(super) waits: AtomicU64,
@@ -41,6 +44,7 @@ impl Epochs {
             // than any other, and not yet known to be on the backend.
             current: AtomicU64::new(1),
             durable_before: Mutex::new(0),
+            durable_seen: AtomicU64::new(0),
             advanced: Condvar::new(),
             waits: AtomicU64::new(0),
             backend_flushes: AtomicU64::new(0),
@@ -106,6 +110,7 @@ impl Inner {
             self.flush_backends()?;
             epochs.backend_flushes.fetch_add(1, Ordering::Relaxed);
             *durable = oldest;
+            epochs.durable_seen.store(oldest, Ordering::Release);
             epochs.advanced.notify_all();
         }
         Ok(*durable)
@@ -138,11 +143,20 @@ impl Inner {
         }
     }
 
-    /// Waits for `wait` ([`iocache_core::Cache::ordered_write_waits`]) with
-    /// no lock held: an older epoch on the backend, or a batch of cleaning.
-    pub(super) fn wait_ordered(&self, wait: OrderedWait) -> Result<(), EngineError> {
+    /// Whether a write decided in `epoch` may go ahead despite `wait`: one
+    /// that must write the backend may once every older epoch is there.
+    pub(super) fn ordered_may_go(&self, wait: OrderedWait, epoch: u64) -> bool {
+        let epochs = self.epochs.as_ref().expect("ordered write-back is on");
+        wait == OrderedWait::ToBackend && epochs.durable_seen.load(Ordering::Acquire) >= epoch
+    }
+
+    /// Waits for `wait` ([`iocache_core::Cache::ordered_write_waits`]) of a
+    /// write decided in `epoch`, with no lock held: an older epoch on the
+    /// backend, or a batch of cleaning.
+    pub(super) fn wait_ordered(&self, wait: OrderedWait, epoch: u64) -> Result<(), EngineError> {
         match wait {
-            OrderedWait::Epoch(epoch) => self.wait_durable_before(epoch + 1),
+            OrderedWait::Epoch(older) => self.wait_durable_before(older + 1),
+            OrderedWait::ToBackend => self.wait_durable_before(epoch),
             OrderedWait::Room => {
                 let epochs = self.epochs.as_ref().expect("ordered write-back is on");
                 if self.stopping.load(Ordering::Relaxed) {

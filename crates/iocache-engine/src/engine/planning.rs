@@ -163,9 +163,9 @@ impl Inner {
             // (so it never goes back for a shard), and a write that would
             // break the order waits, holding no ticket, then is decided
             // again.
-            while let Some(wait) = self.ordered_wait(segments, &mut guards) {
+            while let Some((wait, epoch)) = self.ordered_wait(segments, &mut guards) {
                 drop(guards);
-                self.wait_ordered(wait)?;
+                self.wait_ordered(wait, epoch)?;
                 guards = SmallVec::new();
                 for &i in &order {
                     guards.push((i, lock(&self.shards[i].state)));
@@ -277,19 +277,20 @@ impl Inner {
     }
 
     /// Sets the current epoch on the locked shards and says what a write
-    /// among `segments` must wait for, if anything.
+    /// among `segments` must wait for, if anything, and its epoch.
     fn ordered_wait(
         &self,
         segments: &[Segment],
         guards: &mut [(usize, MutexGuard<'_, ShardState>)],
-    ) -> Option<OrderedWait> {
+    ) -> Option<(OrderedWait, u64)> {
         let epoch = self.epochs.as_ref()?.current();
         for (_, state) in guards.iter_mut() {
             state.cache.set_epoch(epoch);
         }
         segments.iter().find_map(|segment| {
             let (_, state) = guards.iter().find(|(i, _)| *i == segment.shard)?;
-            state.cache.ordered_write_waits(&segment.request)
+            let wait = state.cache.ordered_write_waits(&segment.request)?;
+            (!self.ordered_may_go(wait, epoch)).then_some((wait, epoch))
         })
     }
 }
