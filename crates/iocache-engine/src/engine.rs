@@ -584,6 +584,12 @@ impl Engine {
             config.array.as_deref(),
         )?;
         let data_offset = opened.writer.layout.data_offset;
+        if config.cache.ordered_write_back {
+            // Records will carry epochs: a version 4 device (the same
+            // layout) says version 5 from this start on, so that an older
+            // build refuses it rather than read epochs as damage.
+            opened.superblock.format_version = iocache_format::FORMAT_VERSION;
+        }
         let metadata = Metadata::new(
             config.persistence,
             config.dirty_checksums,
@@ -951,7 +957,7 @@ impl Engine {
         if let Some(epochs) = &self.inner.epochs {
             // Writes acknowledged before this FLUSH reach the backend
             // before any write decided after it.
-            epochs.next();
+            let _ = epochs.next();
         }
         self.inner.barrier(false)
     }

@@ -88,8 +88,10 @@ pub struct Shadow {
     draining: bool,
     /// Cache arrays: the mirror slot holding a copy of the dirty sectors.
     mirrors: Vec<Option<u32>>,
-    /// Ordered write-back: the flush epoch of a dirty line (low 32 bits).
+    /// Ordered write-back: the flush epoch of a dirty line (low 32 bits),
+    /// and the epoch of the dirty record that may be on the device.
     epochs: Vec<Option<u32>>,
+    disk_epochs: Vec<Option<u32>>,
     /// Slots changed since the last barrier took them.
     pending: Vec<SlotId>,
     queued: Vec<bool>,
@@ -145,6 +147,7 @@ impl Shadow {
             draining: false,
             mirrors: vec![None; n],
             epochs: vec![None; n],
+            disk_epochs: vec![None; n],
             pending: Vec::new(),
             queued: vec![false; n],
             disk_dirty: vec![None; n],
@@ -193,6 +196,9 @@ impl Shadow {
         match range {
             Some((first, end)) => clear_range(self.dirty_mut(slot), first, end),
             None => self.dirty_mut(slot).fill(0),
+        }
+        if self.dirty(slot).iter().all(|&w| w == 0) {
+            self.epochs[slot as usize] = None;
         }
         if self.dirty_checksums {
             // While a checksum on the device covers the slot, the terms of
@@ -440,6 +446,19 @@ impl Shadow {
         self.enabled && matches!(self.disk_dirty[slot as usize], Some(held) if held != key)
     }
 
+    /// [`Shadow::blocks_reuse`] for a dirty write of ordered write-back's
+    /// `epoch` (`None` for any other write): it also waits while a record on
+    /// the device may say the line is dirty from another epoch, which a
+    /// crash would otherwise give the new data (and a restart would write it
+    /// back out of turn).
+    pub fn blocks_write(&self, slot: SlotId, key: LineKey, epoch: Option<u32>) -> bool {
+        self.blocks_reuse(slot, key)
+            || (self.enabled
+                && epoch.is_some()
+                && self.disk_dirty[slot as usize] == Some(key)
+                && self.disk_epochs[slot as usize] != epoch)
+    }
+
     /// Sectors `[first, end)` of `key` were written into `slot`; `dirty`
     /// says whether they are now dirty; `full_line_hash` is the hash of the
     /// whole line when this write covered all of it; `sector_sums` are the
@@ -511,6 +530,15 @@ impl Shadow {
     pub fn note_epoch(&mut self, slot: SlotId, epoch: Option<u32>) {
         if self.enabled {
             self.epochs[slot as usize] = epoch;
+        }
+    }
+
+    /// At start-up: the line restored in `slot` has `epoch`, as its record
+    /// on the device says.
+    pub fn restore_epoch(&mut self, slot: SlotId, epoch: Option<u32>) {
+        if self.enabled {
+            self.epochs[slot as usize] = epoch;
+            self.disk_epochs[slot as usize] = epoch;
         }
     }
 
@@ -635,6 +663,7 @@ impl Shadow {
                         volume: line.volume,
                         line_index: line.line_index,
                     });
+                    self.disk_epochs[slot as usize] = line.epoch;
                     // With a checksum, or one the barrier works out by
                     // reading the line back: until a later record is
                     // durable, this one or the one before may be the
@@ -921,5 +950,32 @@ mod tests {
         writer.durable(3, copy, sequence);
         assert!(writer.is_blank(3, &None));
         assert!(writer.is_blank(4, &None), "other slots are not concerned");
+    }
+
+    /// Ordered write-back: once a barrier took a record calling a line
+    /// dirty from epoch 3, a dirty write of epoch 8 into the same slot waits
+    /// for a barrier (a crash would give the new data the old epoch), a
+    /// write of epoch 3 does not, and neither waits once a record saying
+    /// clean is durable.
+    #[test]
+    fn a_dirty_write_of_another_epoch_waits_for_the_record() {
+        let key = LineKey {
+            volume: 0,
+            line_index: 9,
+        };
+        let mut shadow = Shadow::new(4, 1, 8, true, false);
+        shadow.note_cache_write(2, key, 0, 8, true, None, &[]);
+        shadow.note_epoch(2, Some(3));
+        let records = shadow.take_records(Persistence::Dirty, false);
+        assert_eq!(records[0].line.as_ref().unwrap().epoch, Some(3));
+        shadow.records_durable(&records);
+        assert!(shadow.blocks_write(2, key, Some(8)));
+        assert!(!shadow.blocks_write(2, key, Some(3)));
+        assert!(!shadow.blocks_write(2, key, None), "clean writes are not held");
+        // Written back, and a record saying so made durable.
+        shadow.note_write_back(2, 0, 8);
+        let records = shadow.take_records(Persistence::Dirty, false);
+        shadow.records_durable(&records);
+        assert!(!shadow.blocks_write(2, key, Some(8)));
     }
 }

@@ -220,6 +220,11 @@ impl Cache {
         if let Some(epoch) = older {
             return Some(OrderedWait::Epoch(epoch));
         }
+        if !mode::resolve(&self.mode, None, None).policy.keeps_dirty() {
+            // Pass-through after cache-device errors, or a controller's
+            // write-through: the write goes to the backend.
+            return Some(OrderedWait::ToBackend);
+        }
         let clean = self.resident_lines() - self.dirty_lines() - clean_hits;
         let new_dirty = misses + clean_hits;
         // Room cleaning can make: every slot but the request's own lines.

@@ -637,15 +637,20 @@ impl Inner {
 
     /// Waits until `key`'s data may be written into `slot` (rule 2 of
     /// `persist.rs`): runs a barrier if the slot's record on the device may
-    /// still describe another line's dirty data.
+    /// still describe another line's dirty data (or, for a dirty write of
+    /// ordered write-back's `epoch`, the line's from another epoch).
     pub(super) fn wait_until_reusable(
         &self,
         shard: usize,
         slot: SlotId,
         key: LineKey,
+        epoch: Option<u32>,
     ) -> Result<(), EngineError> {
         for _ in 0..4 {
-            if !lock(&self.shards[shard].state).shadow.blocks_reuse(slot, key) {
+            if !lock(&self.shards[shard].state)
+                .shadow
+                .blocks_write(slot, key, epoch)
+            {
                 return Ok(());
             }
             self.barrier(false)?;

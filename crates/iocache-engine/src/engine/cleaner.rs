@@ -406,8 +406,10 @@ impl Inner {
 
     pub(super) fn flush_all(&self) -> Result<(), EngineError> {
         let _cleaning = lock(&self.cleaner.cleaning);
-        if self.ordered() {
-            let (_, failed) = self.ordered_drain(None)?;
+        if let Some(epochs) = &self.epochs {
+            // Everything written so far, each epoch in turn (writes from now
+            // on join a new epoch and may stay dirty, as they would here).
+            let (_, failed) = self.ordered_drain(Some(epochs.next()))?;
             if failed > 0 {
                 return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
             }

@@ -20,6 +20,10 @@ use super::{lock, EngineError, Inner};
 /// (it is woken as soon as the backend takes a new epoch).
 const WAIT_POLL: Duration = Duration::from_millis(5);
 
+/// Longest a write waits for the backend to take older epochs before it
+/// fails (write-backs failing, a cache device gone): an error, not a hang.
+const WAIT_LIMIT: Duration = Duration::from_secs(60);
+
 /// What ordered write-back keeps beyond the core's per-line epochs.
 pub(super) struct Epochs {
     /// The epoch writes decided now join.
@@ -57,9 +61,9 @@ impl Epochs {
     }
 
     /// A client FLUSH (or a FUA write) was received: writes decided from
-    /// now on join the next epoch.
-    pub(super) fn next(&self) {
-        self.current.fetch_add(1, Ordering::AcqRel);
+    /// now on join the next epoch, which is returned.
+    pub(super) fn next(&self) -> u64 {
+        self.current.fetch_add(1, Ordering::AcqRel) + 1
     }
 
     /// After a restart: writes join an epoch after every one recovered.
@@ -123,12 +127,20 @@ impl Inner {
             return Ok(());
         };
         let mut counted = false;
+        let started = self.now_ns();
         loop {
             if self.advance_durable_epoch()? >= before {
                 return Ok(());
             }
             if self.stopping.load(Ordering::Relaxed) {
                 return Err(EngineError::Shutdown);
+            }
+            if self.now_ns().saturating_sub(started) > WAIT_LIMIT.as_nanos() as u64 {
+                return Err(EngineError::Io(format!(
+                    "ordered write-back: the backend has not taken the writes before epoch {before} \
+                     in {} s (failing write-backs, or the cache device failed with them)",
+                    WAIT_LIMIT.as_secs()
+                )));
             }
             if !counted {
                 epochs.waits.fetch_add(1, Ordering::Relaxed);
@@ -143,8 +155,10 @@ impl Inner {
         }
     }
 
-    /// Whether a write decided in `epoch` may go ahead despite `wait`: one
-    /// that must write the backend may once every older epoch is there.
+    /// Whether a write first decided in `epoch` may go ahead despite
+    /// `wait`: one that must write the backend may once every epoch before
+    /// that is there (FLUSHes since then do not cover it: it was not
+    /// acknowledged before them).
     pub(super) fn ordered_may_go(&self, wait: OrderedWait, epoch: u64) -> bool {
         let epochs = self.epochs.as_ref().expect("ordered write-back is on");
         wait == OrderedWait::ToBackend && epochs.durable_seen.load(Ordering::Acquire) >= epoch
@@ -211,7 +225,20 @@ impl Inner {
             }
         }
         self.advance_durable_epoch()?;
-        Ok((written, 0))
+        // Bounded like `flush_all`: lines of the epochs asked for that are
+        // still dirty (rounds ran out) count as not written back.
+        let left: u64 = self
+            .shards
+            .iter()
+            .map(|s| {
+                let state = lock(&s.state);
+                match state.cache.oldest_dirty_epoch() {
+                    Some(e) if before.is_none_or(|b| e < b) => state.cache.dirty_lines(),
+                    _ => 0,
+                }
+            })
+            .sum();
+        Ok((written, left as usize))
     }
 
     /// One batch of ordered cleaning over every shard: the lines of the

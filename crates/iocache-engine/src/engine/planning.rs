@@ -163,7 +163,10 @@ impl Inner {
             // (so it never goes back for a shard), and a write that would
             // break the order waits, holding no ticket, then is decided
             // again.
-            while let Some((wait, epoch)) = self.ordered_wait(segments, &mut guards) {
+            // The epoch of the first attempt: a write that must reach the
+            // backend may once every epoch before it is there.
+            let mut first = None;
+            while let Some((wait, epoch)) = self.ordered_wait(segments, &mut guards, &mut first) {
                 drop(guards);
                 self.wait_ordered(wait, epoch)?;
                 guards = SmallVec::new();
@@ -282,15 +285,17 @@ impl Inner {
         &self,
         segments: &[Segment],
         guards: &mut [(usize, MutexGuard<'_, ShardState>)],
+        first: &mut Option<u64>,
     ) -> Option<(OrderedWait, u64)> {
         let epoch = self.epochs.as_ref()?.current();
+        let first = *first.get_or_insert(epoch);
         for (_, state) in guards.iter_mut() {
             state.cache.set_epoch(epoch);
         }
         segments.iter().find_map(|segment| {
             let (_, state) = guards.iter().find(|(i, _)| *i == segment.shard)?;
             let wait = state.cache.ordered_write_waits(&segment.request)?;
-            (!self.ordered_may_go(wait, epoch)).then_some((wait, epoch))
+            (!self.ordered_may_go(wait, first)).then_some((wait, first))
         })
     }
 }

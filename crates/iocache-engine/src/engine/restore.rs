@@ -88,7 +88,10 @@ impl Inner {
                     key: l.key,
                     valid: &l.valid,
                     dirty: &l.dirty,
-                    epoch: l.epoch.map_or(0, |e| ranks[&e]),
+                    epoch: match self.ordered() {
+                        true => l.epoch.map_or(0, |e| ranks[&e]),
+                        false => 0,
+                    },
                 })
                 .collect();
             state.cache.restore(&restored, now_ns)?;
@@ -104,7 +107,9 @@ impl Inner {
                     l.dirty_on_disk,
                     l.mirror,
                 );
-                state.shadow.note_epoch((l.slot - base) as SlotId, l.epoch);
+                if self.ordered() {
+                    state.shadow.restore_epoch((l.slot - base) as SlotId, l.epoch);
+                }
             }
         }
         Ok(())

@@ -411,9 +411,9 @@ impl Inner {
     /// meanwhile may be left), then flushes its backend. The caller holds
     /// the cleaning lock. Returns how many lines were written back.
     fn write_back_volume(&self, volume: &VolumeState) -> Result<u64, EngineError> {
-        if self.ordered() {
+        if let Some(epochs) = &self.epochs {
             // Epochs span volumes: everything goes back, oldest first.
-            let (written, failed) = self.ordered_drain(None)?;
+            let (written, failed) = self.ordered_drain(Some(epochs.next()))?;
             if failed > 0 {
                 return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
             }

@@ -236,7 +236,8 @@ impl Inner {
         let noted = self.note_in_shadow(segment.shard, |state| {
             for op in ops {
                 let mut w = self.cache_write_of(segment, op, buffer);
-                if state.shadow.blocks_reuse(w.slot, w.key)
+                let epoch = self.record_epoch_of(state, &w);
+                if state.shadow.blocks_write(w.slot, w.key, epoch)
                     || !state.shadow.begin_cache_write(w.slot, w.first, w.end)
                 {
                     return;
@@ -267,21 +268,31 @@ impl Inner {
         // The usual case under one lock: the slot may be reused and the
         // write begins at once (or its intent was written ahead).
         let begun = self.note_in_shadow(segment.shard, |state| {
-            let now = !state.shadow.blocks_reuse(w.slot, w.key)
+            let epoch = self.record_epoch_of(state, &w);
+            let now = !state.shadow.blocks_write(w.slot, w.key, epoch)
                 && state.shadow.begin_now(owner, w.slot, w.first, w.end);
-            (now, now && state.shadow.tearable(w.slot))
+            (now, now && state.shadow.tearable(w.slot), epoch)
         });
         match begun {
             // No persistent metadata: nothing is trusted after a crash.
             None => w.tearable = true,
-            Some((true, tearable)) => w.tearable = tearable,
+            Some((true, tearable, _)) => w.tearable = tearable,
             // The slow way (a barrier, an intent): written with `write_at`.
-            Some((false, _)) => {
-                self.wait_until_reusable(segment.shard, w.slot, w.key)?;
+            Some((false, _, epoch)) => {
+                self.wait_until_reusable(segment.shard, w.slot, w.key, epoch)?;
                 self.begin_cache_write(owner, segment.shard, w.slot, w.first, w.end, w.data)?;
             }
         }
         Ok(w)
+    }
+
+    /// Under ordered write-back, the epoch a dirty write's record will give
+    /// its line (the core's, low 32 bits); `None` otherwise.
+    fn record_epoch_of(&self, state: &ShardState, w: &PreparedWrite<'_>) -> Option<u32> {
+        if !(self.ordered() && w.dirty) {
+            return None;
+        }
+        state.cache.slot_snapshot(w.slot).map(|s| s.epoch as u32)
     }
 
     /// What a `WriteCache` op writes, and where.

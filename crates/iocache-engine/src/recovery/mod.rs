@@ -579,10 +579,6 @@ pub fn open(
     )?;
     let mut superblock = superblock;
     superblock.persistence = spec.persistence;
-    // A version 4 device has this version's layout: records it reads stay
-    // valid, and its superblock (written when the engine starts) is
-    // upgraded, so that an older build refuses the records with epochs.
-    superblock.format_version = FORMAT_VERSION;
     let previous_settings = iocache_format::SettingsRecord::decode(&std::mem::replace(
         &mut superblock.settings,
         spec.settings.encode(),
