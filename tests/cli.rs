@@ -1881,3 +1881,42 @@ fn miniature_curves_of_any_policy_equal_full_simulations_at_rate_one() {
         &["mini:RATE", "at most 1"],
     );
 }
+
+/// Ordered write-back is refused, naming both, beside a controller that
+/// changes write policies on its own, and beside write-through.
+#[test]
+fn ordered_write_back_names_what_it_is_not_combined_with() {
+    let dir = std::env::temp_dir().join(format!("iocache-cli-ordered-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let backend = dir.join("b.img");
+    let cache = dir.join("c.img");
+    let base = [
+        "serve",
+        "--backend",
+        backend.to_str().unwrap(),
+        "--backend-size",
+        "16MiB",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--cache-size",
+        "4MiB",
+        "--init",
+        "--force",
+        "--ordered-write-back",
+    ];
+    let with = |more: &[&'static str]| {
+        base.iter()
+            .copied()
+            .chain(more.iter().copied())
+            .collect::<Vec<_>>()
+    };
+    fails_saying(
+        &with(&["--adapt", "reca"]),
+        &["--ordered-write-back: not combined with --adapt"],
+    );
+    fails_saying(
+        &with(&["--write-policy", "wt"]),
+        &["ordered_write_back with write_policy wt", "use wb or wo"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

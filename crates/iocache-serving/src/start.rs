@@ -38,6 +38,20 @@ fn open_cache_group(
     let v = &config.caches[cache];
     // The volume that names the cache in claims and messages.
     let first = &config.volumes[members[0]].export;
+    if v.ordered_write_back {
+        // Each of these changes write policies or writes back on its own.
+        let other = [
+            ("cache_array", !v.cache_array.is_empty()),
+            ("adapt", v.adapt.is_some() || v.reca.is_some()),
+        ];
+        if let Some((key, _)) = other.iter().find(|(_, set)| *set) {
+            return Err(refused!(
+                "{}: not combined with {}",
+                v.key("ordered_write_back"),
+                v.key(key)
+            ));
+        }
+    }
     if v.persistence == Persistence::None
         && matches!(v.write_policy, WritePolicy::WriteBack | WritePolicy::WriteOnly)
         && !start.force
