@@ -51,8 +51,9 @@ pub use superblock::{
 };
 
 /// The format version this build writes. Version 5 lets a dirty line's
-/// record carry its flush epoch (ordered write-back); a version 4 device is
-/// upgraded by rewriting its superblock. Version 4 adds the intent log
+/// record carry its flush epoch (ordered write-back); a version 4 device
+/// has the same layout, and its superblock is rewritten as 5 when ordered
+/// write-back starts on it. Version 4 adds the intent log
 /// (checksum terms of writes landing in place on checksummed dirty data,
 /// made durable before those writes). Version 3 records each volume's
 /// backend identity in the volume table and writes a record for every
