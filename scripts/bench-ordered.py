@@ -3,7 +3,9 @@
 
 Not run by CI; results go in docs/results/write-back.md. The backend is
 nbdkit's file plugin behind its delay filter (DELAY per request, requests
-in parallel: a remote volume). For each workload, plain and ordered
+in parallel: a remote volume), or with --backend disk one hard disk: the
+memory plugin behind noparallel (one request at a time), delay (DELAY per
+request) and rate (150 MB/s) filters, as in scripts/bench-flush.py. For each workload, plain and ordered
 write-back are run in turn (alternated from round to round), each on a new
 CACHE-byte cache of 4 KiB lines with the aggressive cleaner:
 
@@ -14,7 +16,7 @@ CACHE-byte cache of 4 KiB lines with the aggressive cleaner:
   * `iocache ctl flush` is timed: writing back what is left.
 
 Usage: scripts/bench-ordered.py [--rounds N] [--seconds S] [--cache BYTES]
-                                [--delay 1ms] [--workloads hot,stream]
+                                [--delay 1ms] [--workloads hot,stream] [--backend remote|disk]
 Needs: fio, nbdkit, a release build (cargo build --release).
 """
 
@@ -75,10 +77,21 @@ def main():
     ap.add_argument("--cache", type=int, default=64 * MIB)
     ap.add_argument("--delay", default="1ms")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--backend", choices=("remote", "disk"), default="remote")
     a = ap.parse_args()
     benchlib.need_tools("fio", "nbdkit")
     benchlib.fresh_dirs(WORK)
-    backend, backend_uri = benchlib.delayed_backend(f"{WORK}/backend", volume=8 * a.cache, delay=a.delay)
+    if a.backend == "disk":
+        import subprocess
+        sock = f"{WORK}/disk.sock"
+        backend = subprocess.Popen(
+            ["nbdkit", "-f", "-U", sock, "--filter=noparallel", "--filter=delay", "--filter=rate", "memory",
+             str(8 * a.cache), "serialize=all-requests", f"delay-read={a.delay}", f"delay-write={a.delay}",
+             f"rate={150 * 1000 * 1000 * 8}", "burstiness=0.05"], stderr=subprocess.PIPE, text=True)
+        benchlib.wait_socket(sock, backend)
+        backend_uri = f"nbd+unix:///?socket={sock}"
+    else:
+        backend, backend_uri = benchlib.delayed_backend(f"{WORK}/backend", volume=8 * a.cache, delay=a.delay)
     try:
         for name in a.workloads.split(","):
             region, fsync = WORKLOADS[name]
