@@ -116,6 +116,21 @@ impl Model {
         }
     }
 
+    /// The client wrote `version` into `sectors` sectors from `first`, in `epoch`.
+    fn wrote(&mut self, epoch: u64, version: u64, first: u64, sectors: u64) {
+        for s in first..first + sectors {
+            self.client[s as usize] = version;
+            self.written[epoch as usize].entry(s).or_default().push(version);
+        }
+    }
+
+    /// A client FLUSH: its view is kept, and the cache starts the next epoch.
+    fn flushed(&mut self, cache: &mut Cache) {
+        self.snapshots.push(self.client.clone());
+        self.written.push(HashMap::new());
+        cache.set_epoch(cache.epoch() + 1);
+    }
+
     /// The backend is FLUSH k's view plus some of epoch k's writes, for some k.
     fn consistent(&self) -> bool {
         (0..self.snapshots.len()).any(|k| {
@@ -170,17 +185,9 @@ fn run_steps(steps: &[Step], inline_dirty_eviction: bool) -> Result<(Cache, Mode
                     }
                 }
                 model.run(ops.ops(), version);
-                let epoch = cache.epoch() as usize;
-                for s in sector..sector + sectors {
-                    model.client[s as usize] = version;
-                    model.written[epoch].entry(s).or_default().push(version);
-                }
+                model.wrote(cache.epoch(), version, sector, sectors);
             }
-            Step::Flush => {
-                model.snapshots.push(model.client.clone());
-                model.written.push(HashMap::new());
-                cache.set_epoch(cache.epoch() + 1);
-            }
+            Step::Flush => model.flushed(&mut cache),
             Step::Clean { lines } => clean(&mut cache, &mut model, lines),
         }
         prop_assert!(model.consistent(), "backend {:?} after {:?}", model.backend, step);
@@ -242,17 +249,9 @@ proptest! {
                         "{:?}", ops.ops()
                     );
                     model.run(ops.ops(), version);
-                    let epoch = cache.epoch() as usize;
-                    for s in sector..sector + sectors {
-                        model.client[s as usize] = version;
-                        model.written[epoch].entry(s).or_default().push(version);
-                    }
+                    model.wrote(cache.epoch(), version, sector, sectors);
                 }
-                Step::Flush => {
-                    model.snapshots.push(model.client.clone());
-                    model.written.push(HashMap::new());
-                    cache.set_epoch(cache.epoch() + 1);
-                }
+                Step::Flush => model.flushed(&mut cache),
                 Step::Clean { lines } => clean(&mut cache, &mut model, lines),
             }
             prop_assert!(model.consistent(), "backend {:?} after {:?}", model.backend, step);

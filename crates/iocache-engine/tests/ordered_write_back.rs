@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use iocache_core::{CacheConfig, CleaningPolicy, LineSize, PolicySpec, WritePolicy};
 use iocache_device::{BlockDevice, DeviceError, FaultDevice, MemDevice};
-use iocache_engine::{Engine, EngineConfig, Layout, Lookup, Persistence};
+use iocache_engine::{Engine, Layout, Persistence};
 
 mod common;
 use common::{count_from_env, decode, random_power_cut, stamps, Rng, SECTOR, VOLUME_SECTORS};
@@ -29,17 +29,7 @@ fn open(
     cache: Arc<dyn BlockDevice>,
     backend: Arc<dyn BlockDevice>,
 ) -> Engine {
-    Engine::new(
-        EngineConfig {
-            lookup: Lookup::Fine,
-            shards: 2,
-            persistence,
-            ..EngineConfig::new(config.clone())
-        },
-        cache,
-        backend,
-    )
-    .expect("engine opens")
+    common::open_engine(config, persistence, cache, backend)
 }
 
 /// The client's view at each FLUSH and the writes of each epoch since.

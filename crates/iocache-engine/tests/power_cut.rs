@@ -32,19 +32,7 @@ fn devices(config: &CacheConfig) -> Devices {
 }
 
 fn open(config: &CacheConfig, persistence: Persistence, devs: &Devices) -> Engine {
-    let cache_dev: Arc<dyn BlockDevice> = devs.0.clone();
-    let backend: Arc<dyn BlockDevice> = devs.1.clone();
-    Engine::new(
-        EngineConfig {
-            lookup: Lookup::Fine,
-            shards: 2,
-            persistence,
-            ..EngineConfig::new(config.clone())
-        },
-        cache_dev,
-        backend,
-    )
-    .expect("engine opens the devices")
+    common::open_engine(config, persistence, devs.0.clone(), devs.1.clone())
 }
 
 /// Both devices lose what `cut` says.

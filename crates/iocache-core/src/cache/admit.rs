@@ -369,13 +369,19 @@ impl Cache {
             if head == crate::policy::list::NIL || self.epochs[head as usize] >= epoch {
                 return;
             }
-            self.emit_write_backs(head, ops);
-            bitmap::clear(self.dirty_mut(head));
-            self.records[head as usize].meta.generation += 1;
-            self.unmark_dirty_if_clean(head);
-            self.policy.on_clean(head);
-            self.stats.ordered_drains += 1;
+            self.write_back_in_turn(head, ops);
         }
+    }
+
+    /// Ordered write-back: writes `slot`'s dirty sectors back now, in its
+    /// epoch's turn, and leaves the line clean and resident.
+    pub(super) fn write_back_in_turn<S: OpSink>(&mut self, slot: SlotId, ops: &mut S) {
+        self.emit_write_backs(slot, ops);
+        bitmap::clear(self.dirty_mut(slot));
+        self.records[slot as usize].meta.generation += 1;
+        self.unmark_dirty_if_clean(slot);
+        self.policy.on_clean(slot);
+        self.stats.ordered_drains += 1;
     }
 
     /// Adds to the per-volume line counts, when they are kept.

@@ -143,12 +143,7 @@ impl Cache {
             && self.epochs.get(slot as usize).is_some_and(|&e| e < self.epoch);
         if older {
             self.drain_before(self.epochs[slot as usize], ops);
-            self.emit_write_backs(slot, ops);
-            bitmap::clear(self.dirty_mut(slot));
-            self.records[slot as usize].meta.generation += 1;
-            self.unmark_dirty_if_clean(slot);
-            self.policy.on_clean(slot);
-            self.stats.ordered_drains += 1;
+            self.write_back_in_turn(slot, ops);
         }
     }
 }

@@ -94,10 +94,24 @@ impl Inner {
     /// joins an epoch at least as new.
     fn oldest_dirty_epoch(&self, epochs: &Epochs) -> u64 {
         let current = epochs.current();
+        self.dirty_epoch_min()
+            .map_or(current, |oldest| oldest.min(current))
+    }
+
+    /// The oldest epoch with a dirty line in some shard.
+    fn dirty_epoch_min(&self) -> Option<u64> {
         self.shards
             .iter()
             .filter_map(|shard| lock(&shard.state).cache.oldest_dirty_epoch())
-            .fold(current, u64::min)
+            .min()
+    }
+
+    /// Dirty lines in every shard.
+    fn dirty_lines_all(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| lock(&s.state).cache.dirty_lines())
+            .sum()
     }
 
     /// Lets the backend take every epoch with no dirty line left: once no
@@ -146,12 +160,19 @@ impl Inner {
                 epochs.waits.fetch_add(1, Ordering::Relaxed);
                 counted = true;
             }
-            self.cleaner.ordered_demand.store(true, Ordering::Relaxed);
-            self.wake_cleaner();
-            let durable = lock(&epochs.durable_before);
-            if *durable < before {
-                let _ = epochs.advanced.wait_timeout(durable, WAIT_POLL);
-            }
+            self.ask_cleaner_and_wait(epochs, before);
+        }
+    }
+
+    /// Asks the cleaner for a batch and sleeps until the backend takes a
+    /// new epoch or a batch ends, at most [`WAIT_POLL`], unless everything
+    /// before `before` is already there.
+    fn ask_cleaner_and_wait(&self, epochs: &Epochs, before: u64) {
+        self.cleaner.ordered_demand.store(true, Ordering::Relaxed);
+        self.wake_cleaner();
+        let durable = lock(&epochs.durable_before);
+        if *durable < before {
+            let _ = epochs.advanced.wait_timeout(durable, WAIT_POLL);
         }
     }
 
@@ -177,11 +198,8 @@ impl Inner {
                     return Err(EngineError::Shutdown);
                 }
                 epochs.waits.fetch_add(1, Ordering::Relaxed);
-                self.cleaner.ordered_demand.store(true, Ordering::Relaxed);
-                self.wake_cleaner();
                 // Woken by the cleaner's next batch.
-                let durable = lock(&epochs.durable_before);
-                let _ = epochs.advanced.wait_timeout(durable, WAIT_POLL);
+                self.ask_cleaner_and_wait(epochs, u64::MAX);
                 Ok(())
             }
         }
@@ -196,12 +214,7 @@ impl Inner {
     pub(super) fn ordered_drain(&self, before: Option<u64>) -> Result<(u64, usize), EngineError> {
         let (mut written, mut failed_since_success) = (0u64, 0usize);
         for _round in 0..1_000_000 {
-            let oldest = self
-                .shards
-                .iter()
-                .filter_map(|shard| lock(&shard.state).cache.oldest_dirty_epoch())
-                .min();
-            match (oldest, before) {
+            match (self.dirty_epoch_min(), before) {
                 (None, _) => break,
                 (Some(oldest), Some(before)) if oldest >= before => break,
                 _ => {}
@@ -215,29 +228,17 @@ impl Inner {
                 true => failed_since_success + batch.failed,
                 false => batch.failed,
             };
-            let dirty: u64 = self
-                .shards
-                .iter()
-                .map(|s| lock(&s.state).cache.dirty_lines())
-                .sum();
-            if failed_since_success as u64 >= dirty {
+            if failed_since_success as u64 >= self.dirty_lines_all() {
                 return Ok((written, failed_since_success));
             }
         }
         self.advance_durable_epoch()?;
-        // Bounded like `flush_all`: lines of the epochs asked for that are
-        // still dirty (rounds ran out) count as not written back.
-        let left: u64 = self
-            .shards
-            .iter()
-            .map(|s| {
-                let state = lock(&s.state);
-                match state.cache.oldest_dirty_epoch() {
-                    Some(e) if before.is_none_or(|b| e < b) => state.cache.dirty_lines(),
-                    _ => 0,
-                }
-            })
-            .sum();
+        // Bounded like `flush_all`: if lines of the epochs asked for are
+        // still dirty (rounds ran out), the dirty lines count as left.
+        let left = match self.dirty_epoch_min() {
+            Some(oldest) if before.is_none_or(|b| oldest < b) => self.dirty_lines_all(),
+            _ => 0,
+        };
         Ok((written, left as usize))
     }
 

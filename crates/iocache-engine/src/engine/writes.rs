@@ -439,7 +439,7 @@ impl Inner {
                 state.shadow.note_mirror(w.slot, mirror);
             }
             if w.dirty && self.ordered() {
-                let epoch = state.cache.slot_snapshot(w.slot).map(|s| s.epoch as u32);
+                let epoch = self.record_epoch_of(&state, w);
                 state.shadow.note_epoch(w.slot, epoch);
             }
         }

@@ -163,3 +163,24 @@ impl Model {
         found == self.durable[s] || self.since[s].contains(&found)
     }
 }
+
+/// An engine over `cache` and `backend`: fine lookup in two shards, with
+/// `persistence`.
+pub fn open_engine(
+    config: &iocache_core::CacheConfig,
+    persistence: iocache_engine::Persistence,
+    cache: std::sync::Arc<dyn iocache_device::BlockDevice>,
+    backend: std::sync::Arc<dyn iocache_device::BlockDevice>,
+) -> iocache_engine::Engine {
+    iocache_engine::Engine::new(
+        iocache_engine::EngineConfig {
+            lookup: iocache_engine::Lookup::Fine,
+            shards: 2,
+            persistence,
+            ..iocache_engine::EngineConfig::new(config.clone())
+        },
+        cache,
+        backend,
+    )
+    .expect("engine opens the devices")
+}
