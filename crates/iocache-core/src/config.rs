@@ -357,6 +357,9 @@ pub enum FlushOrder {
     /// Only lines that became dirty in a flush epoch up to `through`, in
     /// address order ([`CacheConfig::ordered_write_back`]).
     Epochs { through: u64 },
+    /// Only the dirty lines a resize chose to leave
+    /// ([`crate::Cache::resize`]).
+    Retiring,
 }
 
 /// Everything that shapes one cache instance.
@@ -406,6 +409,10 @@ pub struct CacheConfig {
     /// [`CacheStats::ordered_drains`]). A runtime with several caches
     /// (shards) orders them itself (the engine waits rather than drains).
     pub ordered_write_back: bool,
+    /// Lines in service, when fewer than `capacity_lines` (a cache
+    /// resized in place: the others are out of service; see
+    /// [`crate::Cache::resize`]). `None`: all of them.
+    pub lines_in_service: Option<u64>,
 }
 
 /// Upper bound on lines per cache: slot ids are `u32` and one id is reserved.
@@ -427,7 +434,13 @@ impl CacheConfig {
             inline_dirty_eviction: true,
             max_dirty_lines: None,
             ordered_write_back: false,
+            lines_in_service: None,
         }
+    }
+
+    /// The lines in service: [`CacheConfig::lines_in_service`], else all.
+    pub fn lines_in_service(&self) -> u64 {
+        self.lines_in_service.unwrap_or(self.capacity_lines)
     }
 
     pub fn validate(&self) -> Result<(), CoreError> {
@@ -436,6 +449,14 @@ impl CacheConfig {
                 lines: self.capacity_lines,
                 max: CAPACITY_LINES_MAX,
             });
+        }
+        if let Some(lines) = self.lines_in_service {
+            if lines == 0 || lines > self.capacity_lines {
+                return Err(CoreError::BadParameter {
+                    given: format!("{lines} lines in service"),
+                    reason: format!("a cache of {} lines has 1 to {0} in service", self.capacity_lines),
+                });
+            }
         }
         if self.ordered_write_back && !self.write_policy.keeps_dirty() {
             return Err(CoreError::BadParameter {

@@ -44,8 +44,8 @@ pub use addr::{
 };
 pub use balance::AccessHints;
 pub use cache::{
-    AccessSummary, Cache, DiscardedLines, FlushToken, LineOutcome, LineState, OrderedWait, RestoredLine,
-    SlotSnapshot, VolumeLines,
+    AccessSummary, Cache, DiscardedLines, FlushToken, LineOutcome, LineState, OrderedWait, ResizeProgress,
+    RestoredLine, SlotSnapshot, VolumeLines,
 };
 pub use cleaning::CleaningPolicy;
 pub use config::{CacheConfig, Fill, FlushOrder, Promotion, WritePolicy};

@@ -38,11 +38,14 @@ pub enum Setting {
     Readahead(Readahead),
     /// `fill`: `request` or `line`.
     Fill(Fill),
+    /// `cache_size`: the bytes of lines in service (whole lines; at most
+    /// the capacity the cache was built with). See [`Cache::resize`].
+    CacheSize(u64),
 }
 
 impl Setting {
     /// Every key, in the order [`Cache::settings`] lists them.
-    pub const KEYS: [&'static str; 9] = [
+    pub const KEYS: [&'static str; 10] = [
         "write_policy",
         "promotion",
         "policy",
@@ -52,6 +55,7 @@ impl Setting {
         "max_dirty_lines",
         "readahead",
         "fill",
+        "cache_size",
     ];
 
     /// Parses `value` for `key`; the error names the key, the value and
@@ -79,6 +83,9 @@ impl Setting {
                         .map_err(|_| bad("expected a number of lines or off".into()))?,
                 ),
             }),
+            "cache_size" => {
+                Setting::CacheSize(crate::units::parse_byte_size(value).map_err(|e| bad(e.to_string()))?)
+            }
             other => {
                 return Err(CoreError::BadSetting(format!(
                     "unknown setting `{other}`: the settings are {}",
@@ -100,6 +107,7 @@ impl Setting {
             Setting::MaxDirtyLines(_) => "max_dirty_lines",
             Setting::Readahead(_) => "readahead",
             Setting::Fill(_) => "fill",
+            Setting::CacheSize(_) => "cache_size",
         }
     }
 
@@ -116,6 +124,7 @@ impl Setting {
             Setting::MaxDirtyLines(Some(n)) => n.to_string(),
             Setting::Readahead(r) => r.to_string(),
             Setting::Fill(f) => f.to_string(),
+            Setting::CacheSize(bytes) => crate::units::format_byte_size(*bytes),
         }
     }
 }
@@ -159,6 +168,11 @@ impl Cache {
             Setting::MaxDirtyLines(cap) => self.set_max_dirty_lines(*cap),
             Setting::Readahead(r) => self.set_readahead(*r),
             Setting::Fill(f) => self.set_fill(*f),
+            Setting::CacheSize(bytes) => {
+                // A driver that executes ops calls `resize` itself.
+                let lines = bytes / self.line_size().bytes();
+                self.resize(lines, now_ns, &mut crate::ops::OpList::new())?;
+            }
         }
         Ok(())
     }
@@ -182,6 +196,7 @@ impl Setting {
             Setting::MaxDirtyLines(c.max_dirty_lines),
             Setting::Readahead(c.readahead),
             Setting::Fill(c.fill),
+            Setting::CacheSize(c.lines_in_service() * c.line_size.bytes()),
         ]
     }
 }

@@ -47,12 +47,14 @@ mod in_place;
 pub use in_place::InPlace;
 mod members;
 pub use members::{MemberReplacement, EVACUATION_PATIENCE};
+pub use resize::RESIZE_PATIENCE;
 mod metadata;
 mod ordering;
 mod planning;
 mod queues;
 mod readahead;
 mod reca;
+mod resize;
 mod restore;
 mod settings;
 mod slots;
@@ -299,6 +301,9 @@ pub struct EngineStats {
     /// The policy cores' counters, summed over shards.
     pub cache: CacheStats,
     pub capacity_lines: u64,
+    /// Lines in service: `capacity_lines` less those a resize (or a
+    /// failed cache-array member) took out of service.
+    pub lines_in_service: u64,
     pub resident_lines: u64,
     pub dirty_lines: u64,
     pub shards: usize,
@@ -608,6 +613,9 @@ impl Engine {
             let lines = capacity / shards as u64 + u64::from((i as u64) < capacity % shards as u64);
             let mut shard_config = config.cache.clone();
             shard_config.capacity_lines = lines;
+            // Every slot in service while lines are restored; the size in
+            // service is applied after (`resize.rs`).
+            shard_config.lines_in_service = None;
             // A backend write can fail: dirty lines are cleaned by the
             // cleaner (with retries), never written back inside a request
             // whose slot reuse could not be undone.
@@ -712,6 +720,17 @@ impl Engine {
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
+        // The size in service: recorded at run time, else configured (a
+        // smaller one than the device holds drops lines, as at run time).
+        let in_service = (restored.iter())
+            .find_map(|s| match s {
+                iocache_core::Setting::CacheSize(bytes) => Some(bytes / line_bytes),
+                _ => None,
+            })
+            .or(config.cache.lines_in_service);
+        if let Some(lines) = in_service {
+            inner.resize(lines)?;
+        }
         inner.apply_settings(&restored)?;
         inner.persist_settings()?;
         let mut threads = Vec::new();
@@ -1038,6 +1057,7 @@ impl Engine {
             let state = lock(&shard.state);
             stats.cache.merge(state.cache.stats());
             stats.capacity_lines += state.cache.capacity_lines();
+            stats.lines_in_service += state.cache.lines_in_service();
             stats.resident_lines += state.cache.resident_lines();
             stats.dirty_lines += state.cache.dirty_lines();
             retired += state.cache.retired_slots();

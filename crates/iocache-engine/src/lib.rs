@@ -48,7 +48,7 @@ pub use engine::{
     InPlace, IoMode, KnobState, Lookup, MemberReplacement, OrderedStats, QueueClassStats, RecaSetup,
     RecaStatus, RecordedLineSize, Volume, VolumeInfo, VolumeStats, DEFAULT_CLEAN_CHECK_BUDGET,
     DEFAULT_COMMIT_INTERVAL, EVACUATION_PATIENCE, RECA_MAX_REQUESTS_PER_SECOND, RECA_PERIOD, RECA_TICK,
-    SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
+    RESIZE_PATIENCE, SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
 };
 pub use iocache_format::{Layout, Persistence};
 pub use latency::{LatencyHistogram, LatencyPercentiles, LATENCY_BOUNDS_NS};

@@ -144,6 +144,7 @@ impl RunSpec {
             max_dirty_lines: None,
             // Traces carry no FLUSH: every line would be of one epoch.
             ordered_write_back: false,
+            lines_in_service: None,
         }
     }
 }

@@ -57,6 +57,14 @@ impl Cache {
                 dirty.sort_unstable();
                 dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
             }
+            FlushOrder::Retiring => (self.retiring.iter())
+                .map(|&(slot, _)| slot)
+                .filter(|&s| {
+                    let meta = &self.records[s as usize].meta;
+                    meta.dirty_listed && !meta.flushing
+                })
+                .take(max_lines)
+                .collect(),
             FlushOrder::Volume(volume) => {
                 let mut dirty: Vec<(LineKey, SlotId)> = self
                     .dirty_links

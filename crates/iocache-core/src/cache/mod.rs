@@ -28,7 +28,10 @@ mod ahead;
 mod driver;
 mod flush;
 mod read;
+mod resize;
 mod write;
+
+pub use resize::ResizeProgress;
 
 /// How one line access found the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -273,6 +276,9 @@ pub struct Cache {
     /// until [`Cache::retire_slots`] first runs.
     retired: Vec<bool>,
     retired_count: usize,
+    /// Dirty lines a resize chose to leave once written back: slot and
+    /// generation then (`resize.rs`).
+    retiring: Vec<(SlotId, u64)>,
     policy: ActivePolicy,
     promoter: Promoter,
     stats: CacheStats,
@@ -305,6 +311,15 @@ pub struct Cache {
 impl Cache {
     pub fn new(config: CacheConfig) -> Result<Self, CoreError> {
         config.validate()?;
+        let in_service = config.lines_in_service;
+        let mut cache = Cache::with_every_slot(config)?;
+        if let Some(lines) = in_service {
+            cache.resize(lines, 0, &mut OpList::new())?;
+        }
+        Ok(cache)
+    }
+
+    fn with_every_slot(config: CacheConfig) -> Result<Self, CoreError> {
         let lines = config.capacity_lines as usize;
         let line = config.line_size;
         let words = line.bitmap_words();
@@ -354,6 +369,7 @@ impl Cache {
             free: (0..lines as SlotId).rev().collect(),
             retired: Vec::new(),
             retired_count: 0,
+            retiring: Vec::new(),
             policy: ActivePolicy::build(&config.policy, lines)?,
             promoter: Promoter::new(config.promotion, config.capacity_lines),
             stats: CacheStats::default(),

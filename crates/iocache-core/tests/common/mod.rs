@@ -275,6 +275,9 @@ pub enum Action {
     /// (`Cache::discard_lines`), the range then zeroed on the backend as a
     /// driver passing the discard down does.
     Discard(u32, u64, u64),
+    /// Resize the cache to this many lines in service (`Cache::resize`),
+    /// writing back the dirty lines that leave until it is done.
+    Resize(u64),
 }
 
 /// Every write policy.
@@ -351,6 +354,36 @@ impl Harness {
                     self.reference.remove(&(v, sector));
                 }
                 self.cache.check_invariants();
+            }
+            Action::Resize(lines) => {
+                let dummy = Request::read(0, 0, 512, now_ns);
+                let mut tokens: Vec<FlushToken> = Vec::new();
+                let mut rounds = 0;
+                loop {
+                    let progress = self.cache.resize(lines, now_ns, &mut self.ops).unwrap();
+                    let ops = self.ops.ops().to_vec();
+                    self.world.execute(&dummy, &ops, &mut []);
+                    self.cache.check_invariants();
+                    if progress.done() {
+                        break;
+                    }
+                    assert!(
+                        progress.dirty_leaving > 0,
+                        "a resize short of its target with nothing to wait for: {progress:?}"
+                    );
+                    self.cache
+                        .begin_flush(FlushOrder::Retiring, 2, &mut self.ops, &mut tokens);
+                    assert!(!tokens.is_empty(), "dirty lines leaving, none to flush");
+                    let ops = self.ops.ops().to_vec();
+                    self.world.execute(&dummy, &ops, &mut []);
+                    for token in &tokens {
+                        self.cache.complete_flush(token, true);
+                    }
+                    rounds += 1;
+                    assert!(rounds < 1000, "a resize that never ends");
+                }
+                assert_eq!(self.cache.lines_in_service(), lines);
+                assert!(self.cache.resident_lines() <= lines);
             }
             Action::Flush(_) | Action::FlushVolume(..) => {
                 let (order, n) = match action {

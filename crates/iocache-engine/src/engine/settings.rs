@@ -125,12 +125,23 @@ impl Inner {
                 spec.build(1)
                     .map_err(|e| EngineError::Config(format!("policy={spec}: {e}")))?;
             }
+            if let Setting::CacheSize(bytes) = change {
+                self.check_size(*bytes)?;
+            }
+        }
+        // A resize first, without the knobs held: a shrink may wait for
+        // dirty lines to be written back.
+        for change in changes {
+            if let Setting::CacheSize(bytes) = change {
+                self.resize(bytes / self.line_bytes)?;
+            }
         }
         let now_ns = self.now_ns();
         let mut knobs = lock(&self.knobs);
         for change in changes {
             match change {
                 Setting::MaxDirtyLines(cap) => self.set_dirty_caps(*cap),
+                Setting::CacheSize(_) => {}
                 Setting::Readahead(readahead) => {
                     for shard in &self.shards {
                         lock(&shard.state).cache.apply(change, now_ns)?;
@@ -155,12 +166,12 @@ impl Inner {
         let capacity: u64 = self
             .shards
             .iter()
-            .map(|s| lock(&s.state).cache.capacity_lines())
+            .map(|s| lock(&s.state).cache.lines_in_service())
             .sum();
         let array_cap = self.slots.array.as_ref().map(|a| a.dirty_cap());
         for shard in &self.shards {
             let mut state = lock(&shard.state);
-            let lines = state.cache.capacity_lines();
+            let lines = state.cache.lines_in_service();
             state
                 .cache
                 .set_max_dirty_lines(shard_dirty_cap(user_cap, array_cap, lines, capacity));

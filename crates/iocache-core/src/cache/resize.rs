@@ -1,0 +1,189 @@
+//! A cache resized while it runs: slots taken out of service (the lines
+//! the replacement policy would evict first leave, dirty ones once the
+//! driver has written them back) and put back in service, empty.
+
+use super::*;
+
+/// The key a shrink "misses" to ask the replacement policy for victims: no
+/// volume has this id, so no policy holds history of it.
+const SHRINK_KEY: LineKey = LineKey {
+    volume: VolumeId::MAX,
+    line_index: u64::MAX,
+};
+
+/// Where a resize stands after [`Cache::resize`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResizeProgress {
+    /// Slots in service now.
+    pub in_service: u64,
+    /// Slots in service asked for.
+    pub target: u64,
+    /// Dirty lines chosen to leave: they go at the next call once they are
+    /// clean (a driver writes them back with [`FlushOrder::Retiring`]).
+    pub dirty_leaving: u64,
+}
+
+impl ResizeProgress {
+    /// The cache has the size asked for.
+    pub fn done(&self) -> bool {
+        self.in_service == self.target
+    }
+}
+
+impl Cache {
+    /// Slots in service: the capacity less the slots out of service.
+    pub fn lines_in_service(&self) -> u64 {
+        self.capacity_lines() - self.retired_slots()
+    }
+
+    /// Puts `target` slots in service (1 to the capacity), keeping every
+    /// line that fits. Growing puts slots back in service, empty. Shrinking
+    /// takes free slots out first, then the lines the replacement policy
+    /// would evict next: a clean one leaves now (one [`Op::Invalidate`]
+    /// into `ops`, cleared first), a dirty one is written back first: with
+    /// inline dirty eviction, by the `WriteBack` ops before its
+    /// invalidation; without, it stays until a driver has flushed it
+    /// ([`FlushOrder::Retiring`]) and calls again. Call until
+    /// [`ResizeProgress::done`]. O(lines leaving + dirty lines leaving).
+    pub fn resize(
+        &mut self,
+        target: u64,
+        now_ns: u64,
+        ops: &mut OpList,
+    ) -> Result<ResizeProgress, CoreError> {
+        let capacity = self.capacity_lines();
+        if target == 0 || target > capacity {
+            return Err(CoreError::BadSetting(format!(
+                "a cache of {target} lines: it holds 1 to {capacity} lines"
+            )));
+        }
+        ops.clear();
+        self.config.lines_in_service = (target < capacity).then_some(target);
+        let in_service = self.lines_in_service();
+        if target >= in_service {
+            self.retiring.clear();
+            self.put_in_service(target - in_service);
+        } else {
+            self.take_out_of_service(in_service - target, now_ns, ops);
+        }
+        ops.seal();
+        Ok(ResizeProgress {
+            in_service: self.lines_in_service(),
+            target,
+            dirty_leaving: self.retiring.len() as u64,
+        })
+    }
+
+    /// The lowest-numbered `count` slots out of service come back, free.
+    fn put_in_service(&mut self, mut count: u64) {
+        for s in 0..self.retired.len() {
+            if count == 0 {
+                break;
+            }
+            if self.retired[s] {
+                self.retired[s] = false;
+                self.retired_count -= 1;
+                self.free.push(s as SlotId);
+                count -= 1;
+            }
+        }
+    }
+
+    fn retire_one(&mut self, slot: SlotId) {
+        if self.retired.is_empty() {
+            self.retired = vec![false; self.records.len()];
+        }
+        debug_assert!(!self.retired[slot as usize]);
+        self.retired[slot as usize] = true;
+        self.retired_count += 1;
+    }
+
+    /// Drops the clean resident line of `slot` (already forgotten by the
+    /// policy), or writes back and drops a dirty one when the cache evicts
+    /// dirty lines inline.
+    fn drop_leaving(&mut self, slot: SlotId, ops: &mut OpList) {
+        let key = self.records[slot as usize].line.key();
+        self.stats.evictions += 1;
+        self.empty_slot(slot, ops);
+        self.emit(ops, Op::Invalidate { slot, key });
+    }
+
+    fn take_out_of_service(&mut self, mut need: u64, now_ns: u64, ops: &mut OpList) {
+        // Free slots first, the highest-numbered ones.
+        if !self.free.is_empty() {
+            self.free.sort_unstable();
+            while need > 0 {
+                let Some(slot) = self.free.pop() else { break };
+                self.retire_one(slot);
+                need -= 1;
+            }
+            // Lowest first again, as a fresh cache hands them out.
+            self.free.reverse();
+        }
+        // Lines chosen before: a clean one leaves now; a dirty one still
+        // waits; one that changed since (rewritten, evicted) is chosen again.
+        let chosen = std::mem::take(&mut self.retiring);
+        let mut waiting = Vec::new();
+        for (slot, generation) in chosen {
+            let meta = &self.records[slot as usize].meta;
+            if need == 0 || !meta.resident || meta.generation != generation {
+                continue;
+            }
+            need -= 1;
+            if meta.dirty_listed {
+                waiting.push((slot, generation));
+            } else {
+                self.policy.on_remove(slot);
+                self.drop_leaving(slot, ops);
+                self.retire_one(slot);
+            }
+        }
+        // Then the policy's next victims, as if a line missed.
+        let info = AccessInfo::read_at(now_ns);
+        let kept_info = AccessInfo { dirty: true, ..info };
+        let mut policy = self.policy.take_out();
+        let mut victims = std::mem::take(&mut self.victims);
+        let mut idle_rounds = 0;
+        while need > 0 && idle_rounds < 4 {
+            victims.clear();
+            policy.on_miss(SHRINK_KEY, true, &info, &mut victims);
+            if victims.is_empty() {
+                break;
+            }
+            idle_rounds += 1;
+            for &victim in &victims {
+                let meta = &self.records[victim as usize].meta;
+                let key = self.records[victim as usize].line.key();
+                if waiting.iter().any(|&(s, _)| s == victim) {
+                    // Named again before it was written back: stays.
+                    policy.on_victim_kept(victim, key, &kept_info);
+                    continue;
+                }
+                if need == 0 {
+                    // A block-level policy's batch beyond the need: these
+                    // lines were forgotten by it, so they leave, and their
+                    // slots stay in service, free.
+                    if meta.dirty_listed && !self.config.inline_dirty_eviction {
+                        policy.on_victim_kept(victim, key, &kept_info);
+                    } else {
+                        self.drop_leaving(victim, ops);
+                        self.free.push(victim);
+                    }
+                    continue;
+                }
+                idle_rounds = 0;
+                need -= 1;
+                if meta.dirty_listed && !self.config.inline_dirty_eviction {
+                    policy.on_victim_kept(victim, key, &kept_info);
+                    waiting.push((victim, meta.generation));
+                } else {
+                    self.drop_leaving(victim, ops);
+                    self.retire_one(victim);
+                }
+            }
+        }
+        self.victims = victims;
+        self.policy.put_back(policy);
+        self.retiring = waiting;
+    }
+}
