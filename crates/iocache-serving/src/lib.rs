@@ -39,6 +39,7 @@ pub mod running;
 pub mod service;
 pub mod start;
 pub mod stats;
+pub mod stats_csv;
 pub mod stats_text;
 
 pub use cell::{CurrentEngine, EngineCell};
