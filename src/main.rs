@@ -146,7 +146,7 @@ struct SimArgs {
     /// Change knobs during the replay (repeatable), as `iocache ctl set` does on a server:
     /// REQUEST:KEY=VALUE[,KEY=VALUE...] applies before that request (0-based),
     /// TIME:KEY=VALUE[,...] from that trace time on (30s, 500ms). Keys: write_policy,
-    /// promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines, readahead, fill.
+    /// promotion, policy, flush, write_miss_bypass, seq_cutoff, max_dirty_lines, readahead, fill, cache_size (a shrink writes back the dirty lines leaving at once).
     #[arg(long, value_name = "AT:KEY=VALUE,...")]
     reconfigure: Vec<String>,
     /// Restart every cache every DURATION of trace time (1h, 30m), or at the given trace times

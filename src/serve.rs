@@ -32,7 +32,7 @@ pub struct ServeArgs {
     /// Serve the volumes a TOML file describes (docs/config.md) instead of
     /// the one the flags below describe.
     #[arg(long, value_name = "FILE", conflicts_with_all = [
-        "backend", "backend_size", "backend_id", "cache", "cache_array", "mirror_percent", "cache_size", "line_size", "write_policy",
+        "backend", "backend_size", "backend_id", "cache", "cache_array", "mirror_percent", "cache_size", "cache_size_max", "line_size", "write_policy",
         "promotion", "policy", "lookup", "flush", "write_miss_bypass", "ordered_write_back", "seq_cutoff", "readahead", "fill", "max_dirty_lines", "io_engine", "direct",
         "persistence", "clean_check_budget", "commit_interval", "write_back_gap", "read_only", "discard", "socket", "adapt", "adapt_interval", "slow_cache", "reca_table", "reca_window", "reca_line_size",
         "listen", "export",
@@ -69,6 +69,10 @@ pub struct ServeArgs {
     /// Cache size [default: the cache device's size, or 128MiB for a new file].
     #[arg(long, value_name = "SIZE")]
     cache_size: Option<String>,
+    /// Format the cache for up to this size, so that it can grow to it while it serves
+    /// (`ctl set cache_size=`) [default: --cache-size].
+    #[arg(long, value_name = "SIZE", requires = "cache_size")]
+    cache_size_max: Option<String>,
     /// Cache line size.
     #[arg(long, default_value = "4KiB", value_name = "SIZE")]
     line_size: String,
@@ -548,6 +552,7 @@ impl ServeArgs {
             cache_array: self.cache_array,
             mirror_percent: self.mirror_percent,
             cache_size: self.cache_size.map(SizeText),
+            cache_size_max: self.cache_size_max.map(SizeText),
             line_size: SizeText(self.line_size),
             write_policy: self.write_policy,
             promotion: self.promotion,

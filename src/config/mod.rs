@@ -39,9 +39,12 @@ type CacheKey = (&'static str, fn(&CacheDeviceConfig) -> String);
 /// The keys that describe a cache device, each with its value as text (to
 /// compare two volumes that write it): written in the cache's `[[cache]]`
 /// table, or in the `[[volume]]` tables of the volumes that share it.
-const CACHE_KEYS: [CacheKey; 26] = [
+const CACHE_KEYS: [CacheKey; 27] = [
     ("cache_size", |c| {
         c.cache_bytes.map_or("the device's size".into(), format_byte_size)
+    }),
+    ("cache_size_max", |c| {
+        c.cache_max_bytes.map_or("cache_size".into(), format_byte_size)
     }),
     ("cache_array", |c| format!("{:?}", c.cache_array)),
     ("mirror_percent", |c| c.mirror_percent.to_string()),
@@ -216,6 +219,8 @@ pub struct VolumeText {
     pub mirror_percent: u32,
     #[serde(default)]
     pub cache_size: Option<SizeText>,
+    #[serde(default)]
+    pub cache_size_max: Option<SizeText>,
     #[serde(default = "default_line_size")]
     pub line_size: SizeText,
     #[serde(default = "default_write_policy")]
@@ -477,6 +482,20 @@ impl VolumeText {
                 );
             }
         }
+        let cache_max_bytes = match (&self.cache_size_max, cache_bytes) {
+            (None, _) => None,
+            (Some(_), None) => bail!("{}: only with {}", key("cache_size_max"), key("cache_size")),
+            (Some(t), Some(bytes)) => match size("cache_size_max", t)? {
+                max if max < bytes => bail!(
+                    "{}: {} is less than {} ({})",
+                    key("cache_size_max"),
+                    format_byte_size(max),
+                    key("cache_size"),
+                    format_byte_size(bytes)
+                ),
+                max => Some(max),
+            },
+        };
         // The parse errors quote the value they reject.
         let parse = |k: &str| key(k) + ": ";
         let write_policy: WritePolicy = self
@@ -567,6 +586,13 @@ impl VolumeText {
                 None
             }
         };
+        if reca.is_some() && cache_max_bytes.is_some() {
+            bail!(
+                "{}: not with ReCA ({} reca), which formats the cache anew when it changes the line size",
+                key("cache_size_max"),
+                key("adapt")
+            );
+        }
         let adapt = match (adapt_text, &self.adapt_interval) {
             ("off" | "reca", Some(_)) => bail!(
                 "{}: only with a load balancer ({} lbica or sib)",
@@ -607,6 +633,7 @@ impl VolumeText {
             cache_array: self.cache_array,
             mirror_percent: self.mirror_percent,
             cache_bytes,
+            cache_max_bytes,
             line_size,
             write_policy,
             promotion,

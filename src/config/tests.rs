@@ -159,6 +159,21 @@ fn impossible_values_name_the_volume_and_key() {
         ),
         (
             "cache_size = \"1MiB\"",
+            "cache_size = \"1MiB\"\ncache_size_max = \"512KiB\"",
+            &[
+                "volume `slow`",
+                "cache_size_max",
+                "512KiB is less than",
+                "cache_size",
+            ],
+        ),
+        (
+            "cache_size = \"1MiB\"",
+            "cache_size_max = \"4MiB\"",
+            &["volume `slow`", "cache_size_max", "only with", "cache_size"],
+        ),
+        (
+            "cache_size = \"1MiB\"",
             "cache_size = 1048576",
             &["volume `slow`", "cache_size", "1048576B for bytes or 1MiB"],
         ),
@@ -486,6 +501,7 @@ fn flags_name_flags() {
         cache_array: Vec::new(),
         mirror_percent: 25,
         cache_size: None,
+        cache_size_max: None,
         line_size: SizeText("3000B".into()),
         write_policy: "wb".into(),
         promotion: "always".into(),

@@ -224,6 +224,17 @@ pub fn ctl(dir: &Path, args: &[&str]) -> (bool, String) {
     )
 }
 
+/// `iocache stats --json` of a server run in `dir`.
+pub fn stats_json(dir: &Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .current_dir(dir)
+        .args(["stats", "--json", "--admin-socket", "iocache-data/admin.sock"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// A client of the default export of a server run in `dir` (its NBD socket
 /// at DIR/iocache-data/iocache.sock).
 pub fn client(dir: &Path) -> iocache_nbd::Client {

@@ -45,7 +45,7 @@ pub use addr::{
 pub use balance::AccessHints;
 pub use cache::{
     AccessSummary, Cache, DiscardedLines, FlushToken, LineOutcome, LineState, OrderedWait, ResizeProgress,
-    RestoredLine, SlotSnapshot, VolumeLines,
+    RestoredLine, SlotSnapshot, VolumeLines, RESIZE_STEP_LINES,
 };
 pub use cleaning::CleaningPolicy;
 pub use config::{CacheConfig, Fill, FlushOrder, Promotion, WritePolicy};

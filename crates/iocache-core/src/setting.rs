@@ -168,11 +168,7 @@ impl Cache {
             Setting::MaxDirtyLines(cap) => self.set_max_dirty_lines(*cap),
             Setting::Readahead(r) => self.set_readahead(*r),
             Setting::Fill(f) => self.set_fill(*f),
-            Setting::CacheSize(bytes) => {
-                // A driver that executes ops calls `resize` itself.
-                let lines = bytes / self.line_size().bytes();
-                self.resize(lines, now_ns, &mut crate::ops::OpList::new())?;
-            }
+            Setting::CacheSize(bytes) => self.resize_counted(bytes / self.line_size().bytes(), now_ns)?,
         }
         Ok(())
     }

@@ -201,3 +201,22 @@ proptest! {
         h.flush_all_and_check_backend();
     }
 }
+
+#[test]
+fn one_call_takes_a_bounded_number_of_lines_out() {
+    let mut cache = lru(3000, true);
+    for line in 0..3000 {
+        touch(&mut cache, line, false, line);
+    }
+    let mut ops = OpList::new();
+    let first = cache.resize(100, 5000, &mut ops).unwrap();
+    assert!(!first.done() && first.dirty_leaving == 0, "{first:?}");
+    assert_eq!(first.in_service, 3000 - iocache_core::RESIZE_STEP_LINES);
+    let mut calls = 1;
+    while !cache.resize(100, 5000, &mut ops).unwrap().done() {
+        calls += 1;
+    }
+    assert_eq!(calls, 2, "2,900 lines leave in three calls");
+    assert!((2900..3000).all(|line| resident(&cache, line)));
+    cache.check_invariants();
+}

@@ -47,7 +47,7 @@ mod in_place;
 pub use in_place::InPlace;
 mod members;
 pub use members::{MemberReplacement, EVACUATION_PATIENCE};
-pub use resize::RESIZE_PATIENCE;
+pub use resize::{formatted_lines, RESIZE_PATIENCE};
 mod metadata;
 mod ordering;
 mod planning;
@@ -465,6 +465,9 @@ struct Inner {
     admin: Mutex<()>,
     clock: Clock,
     stopping: AtomicBool,
+    /// A shutdown was asked for: long admin work (a resize, which holds
+    /// the admin lock a shutdown takes) gives up.
+    closing: AtomicBool,
     read_latency: LatencyHistogram,
     write_latency: LatencyHistogram,
     /// Recorded or volatile metadata, and the barrier's state
@@ -699,6 +702,7 @@ impl Engine {
             admin: Mutex::new(()),
             clock: Clock::new(),
             stopping: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             read_latency: LatencyHistogram::default(),
             write_latency: LatencyHistogram::default(),
             metadata,
@@ -729,7 +733,11 @@ impl Engine {
             })
             .or(config.cache.lines_in_service);
         if let Some(lines) = in_service {
-            inner.resize(lines)?;
+            // Not applied (a backend refusing the write-backs of the lines
+            // that would leave): served at the size it has, said why.
+            if let Err(e) = inner.resize(lines) {
+                log::warn!("cache_size of {lines} lines not applied at start, the cache keeps its size: {e}");
+            }
         }
         inner.apply_settings(&restored)?;
         inner.persist_settings()?;
@@ -1104,6 +1112,7 @@ impl Engine {
     /// progress then, the records are written but the superblock keeps
     /// saying `running`, so the next start treats it as a crash.
     pub fn shutdown_within(&self, patience: Duration) -> Result<(), EngineError> {
+        self.inner.closing.store(true, Ordering::SeqCst);
         let _admin = lock(&self.inner.admin);
         let still_in_flight = self
             .inner
@@ -1179,6 +1188,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        self.inner.closing.store(true, Ordering::SeqCst);
         self.inner.stopping.store(true, Ordering::SeqCst);
         // The cleaner would otherwise notice only at its next poll.
         self.inner.wake_cleaner();

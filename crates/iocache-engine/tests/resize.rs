@@ -143,7 +143,10 @@ fn a_shrink_keeps_the_recent_lines_and_a_growth_keeps_them_all() {
             .apply_settings(&[Setting::CacheSize(bad * LINE)])
             .unwrap_err()
             .to_string();
-        assert!(err.contains("at most 64 lines"), "{err}");
+        assert!(
+            err.contains("1 to 64 lines") && err.contains("formatted for 64"),
+            "{err}"
+        );
     }
     assert_eq!(engine.stats().lines_in_service, 24);
 }

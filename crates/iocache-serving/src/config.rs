@@ -200,6 +200,9 @@ pub struct CacheDeviceConfig {
     /// The cache's size; `None` uses the whole device (a new file gets
     /// [`DEFAULT_CACHE_BYTES`]).
     pub cache_bytes: Option<u64>,
+    /// The size the cache device is formatted for, when more than
+    /// `cache_bytes`: the cache can grow to it while it serves.
+    pub cache_max_bytes: Option<u64>,
     pub line_size: LineSize,
     pub write_policy: WritePolicy,
     pub promotion: Promotion,
@@ -274,6 +277,7 @@ impl fmt::Debug for CacheDeviceConfig {
         f.debug_struct("CacheDeviceConfig")
             .field("path", &self.path)
             .field("cache_bytes", &self.cache_bytes)
+            .field("cache_max_bytes", &self.cache_max_bytes)
             .field("line_bytes", &self.line_size.bytes())
             .field("write_policy", &self.write_policy)
             .field("policy", &self.policy.to_string())

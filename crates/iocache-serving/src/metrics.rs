@@ -299,6 +299,11 @@ impl Collector for EngineCollector {
 
         // The cache devices, each once however many volumes share it.
         let mut capacity = Family::new("cache_capacity_lines", "Lines the cache device holds.", Gauge);
+        let mut in_service = Family::new(
+            "cache_lines_in_service",
+            "Lines in service: the capacity less those a resize took out.",
+            Gauge,
+        );
         let mut resident = Family::new("cache_lines", "Lines in the cache, by state.", Gauge);
         let mut decisions = Family::new(
             "cache_decisions",
@@ -441,6 +446,7 @@ impl Collector for EngineCollector {
                 }
             }
             capacity.add(vec![c()], Level(s.capacity_lines as i64));
+            in_service.add(vec![c()], Level(s.lines_in_service as i64));
             let summary = &s.cache;
             let clean = summary.resident_lines.saturating_sub(summary.dirty_lines);
             resident.add(vec![c(), ("state", "clean".into())], Level(clean as i64));
@@ -520,6 +526,7 @@ impl Collector for EngineCollector {
         }
         for family in [
             &capacity,
+            &in_service,
             &resident,
             &decisions,
             &errors,

@@ -352,6 +352,15 @@ impl Running {
             .collect::<Result<Vec<_>>>()?;
         let index = self.cache_of_export(export)?;
         let group = &self.caches[index];
+        if group.config.reca.is_some()
+            && parsed
+                .iter()
+                .any(|s| matches!(s, iocache_core::Setting::CacheSize(_)))
+        {
+            return Err(refused!(
+                "cache_size: not under ReCA, which formats the cache anew when it changes the line size"
+            ));
+        }
         group.engine().apply_settings(&parsed).within(|| {
             format!(
                 "setting {} on the cache {}",

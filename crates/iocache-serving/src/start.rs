@@ -96,7 +96,12 @@ fn open_cache_group(
     // The cache device holds a superblock and metadata records before the
     // lines (docs/format.md): a new file gets room for both.
     let line_bytes = v.line_size.bytes();
-    let create_bytes = layout::device_bytes_for(line_bytes, v.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES))
+    // Room for `cache_size_max` when given (the cache may grow to it).
+    let create_bytes = (v.cache_max_bytes.or(v.cache_bytes))
+        .map_or(
+            layout::device_bytes_for(line_bytes, DEFAULT_CACHE_BYTES),
+            |bytes| layout::device_bytes_for(line_bytes, bytes),
+        )
         .map_err(|e| refused!("{}: {e}", v.key("cache_size")))?;
     // A missing cache device is refused before anything is created.
     let missing = std::iter::once(&v.path)
@@ -185,9 +190,9 @@ fn open_cache_group(
         // cache it holds was truncated (growing it would serve zeroes).
         iocache_engine::check_not_shrunk(cache_dev.as_ref())?;
     }
-    let capacity_lines = match &array {
-        Some(array) => array.geometry().slots(),
-        None => cache_lines(v, cache_dev.len_bytes(), line_bytes)?,
+    let (capacity_lines, lines_in_service) = match &array {
+        Some(array) => (array.geometry().slots(), None),
+        None => formatted_lines(v, cache_dev.as_ref(), line_bytes, start.init)?,
     };
     let cache_bytes = match (&array, v.cache_bytes) {
         (None, Some(bytes)) => bytes,
@@ -232,6 +237,7 @@ fn open_cache_group(
         array,
     );
     config_of_engine.rebind_backends = start.rebind;
+    config_of_engine.cache.lines_in_service = lines_in_service;
     let engine = Engine::with_volumes(config_of_engine, cache_dev, backends).within(|| match &v.origin {
         Origin::Flags => "building the cache".to_string(),
         Origin::File(path) if members.len() == 1 => format!("{path}: volume `{first}`"),
@@ -272,7 +278,45 @@ fn open_cache_group(
 /// (`reca_cli.rs`) and a line size changed while serving
 /// (`relayout.rs`).
 pub(crate) fn cache_lines(v: &CacheDeviceConfig, device_bytes: u64, line_bytes: u64) -> Result<u64> {
-    let (lines, bytes) = match v.cache_bytes {
+    lines_of_size(v, "cache_size", v.cache_bytes, device_bytes, line_bytes)
+}
+
+/// The lines the cache device of `v` is formatted for and, when fewer,
+/// the lines in service: `cache_size_max`'s lines, `cache_size`'s in
+/// service. Without `cache_size_max`, a device that already holds a cache
+/// of this line size with more lines keeps its format (unless `init`), so
+/// that a smaller `cache_size` keeps the lines that fit rather than
+/// formatting anew.
+fn formatted_lines(
+    v: &CacheDeviceConfig,
+    dev: &dyn BlockDevice,
+    line_bytes: u64,
+    init: bool,
+) -> Result<(u64, Option<u64>)> {
+    let device_bytes = dev.len_bytes();
+    let in_service = cache_lines(v, device_bytes, line_bytes)?;
+    let formatted = match v.cache_max_bytes {
+        Some(max) => lines_of_size(v, "cache_size_max", Some(max), device_bytes, line_bytes)?,
+        None if !init => iocache_engine::formatted_lines(dev, line_bytes)
+            .within(|| format!("reading the superblocks of {}", dev.name()))?
+            .filter(|&lines| {
+                lines > in_service && lines <= layout::slots_fitting(line_bytes, device_bytes).unwrap_or(0)
+            })
+            .unwrap_or(in_service),
+        None => in_service,
+    };
+    Ok((formatted, (in_service < formatted).then_some(in_service)))
+}
+
+/// [`cache_lines`] for `bytes` given by the key `size_key` of `v`.
+fn lines_of_size(
+    v: &CacheDeviceConfig,
+    size_key: &str,
+    bytes: Option<u64>,
+    device_bytes: u64,
+    line_bytes: u64,
+) -> Result<u64> {
+    let (lines, bytes) = match bytes {
         Some(bytes) => match layout::fit_bytes(line_bytes, bytes, device_bytes) {
             Ok(_) => (bytes / line_bytes, bytes),
             Err(LayoutError::DoesNotFit {
@@ -284,7 +328,7 @@ pub(crate) fn cache_lines(v: &CacheDeviceConfig, device_bytes: u64, line_bytes: 
                 "{} with lines of {}: {} of lines and their metadata need {}, more than the cache device {} \
                  ({}); to grow the cache, grow the device first (a file: truncate -s {} {}), or give a size \
                  that fits (docs/ops.md, \"Growing or shrinking a cache\")",
-                v.key("cache_size"),
+                v.key(size_key),
                 format_size_readably(line_bytes),
                 format_size_readably(bytes),
                 format_size_readably(needed_bytes),
@@ -294,7 +338,7 @@ pub(crate) fn cache_lines(v: &CacheDeviceConfig, device_bytes: u64, line_bytes: 
                 v.path.display()
             ))
             }
-            Err(e) => return Err(refused!("{}: {e}", v.key("cache_size"))),
+            Err(e) => return Err(refused!("{}: {e}", v.key(size_key))),
         },
         None => {
             let lines = layout::slots_fitting(line_bytes, device_bytes)
@@ -305,7 +349,7 @@ pub(crate) fn cache_lines(v: &CacheDeviceConfig, device_bytes: u64, line_bytes: 
     if lines == 0 {
         return Err(refused!(
             "{}: the cache ({}) holds no line of {}",
-            v.key("cache_size"),
+            v.key(size_key),
             format_size_readably(bytes),
             format_size_readably(line_bytes)
         ));

@@ -107,6 +107,9 @@ pub struct CacheDeviceSnapshot {
     pub lookup: String,
     pub shards: u64,
     pub capacity_lines: u64,
+    /// Lines in service: `capacity_lines` less those a resize took out.
+    #[serde(default)]
+    pub lines_in_service: u64,
     pub line_bytes: u64,
     pub promotions: u64,
     pub evictions: u64,
@@ -481,7 +484,7 @@ impl Snapshot {
                 continue;
             };
             let device = caches[cache].clone();
-            let capacity = device.capacity_lines;
+            let capacity = device.lines_in_service;
             volumes.push(VolumeSnapshot {
                 export,
                 backend,
@@ -604,6 +607,7 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
         lookup: engine.lookup().to_string(),
         shards: s.shards as u64,
         capacity_lines: s.capacity_lines,
+        lines_in_service: s.lines_in_service,
         line_bytes: engine.line_bytes(),
         promotions: c.promotions,
         evictions: c.evictions,

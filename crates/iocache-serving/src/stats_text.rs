@@ -68,14 +68,23 @@ pub fn render(snapshot: &Snapshot) -> String {
             d.lookup,
             d.shards
         );
+        // An older server's JSON has no `lines_in_service`: all of them.
+        let in_service = match d.lines_in_service {
+            0 => d.capacity_lines,
+            n => n,
+        };
         put!(
             out,
-            "  occupancy  {} / {} lines ({:.1} %), {} clean, {} dirty",
+            "  occupancy  {} / {} lines ({:.1} %), {} clean, {} dirty{}",
             v.resident_lines,
-            d.capacity_lines,
+            in_service,
             v.occupancy * 100.0,
             v.clean_lines,
-            v.dirty_lines
+            v.dirty_lines,
+            match in_service < d.capacity_lines {
+                true => format!("; resized from the {} lines formatted", d.capacity_lines),
+                false => String::new(),
+            }
         );
         put!(
             out,

@@ -57,14 +57,18 @@ impl Cache {
                 dirty.sort_unstable();
                 dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
             }
-            FlushOrder::Retiring => (self.retiring.iter())
-                .map(|&(slot, _)| slot)
-                .filter(|&s| {
-                    let meta = &self.records[s as usize].meta;
-                    meta.dirty_listed && !meta.flushing
-                })
-                .take(max_lines)
-                .collect(),
+            FlushOrder::Retiring => {
+                // Entries whose line changed since are stale: not flushed.
+                let mut dirty: Vec<(LineKey, SlotId)> = (self.retiring.iter())
+                    .filter(|&(&s, &generation)| {
+                        let meta = &self.records[s as usize].meta;
+                        meta.generation == generation && meta.dirty_listed && !meta.flushing
+                    })
+                    .map(|(&s, _)| (self.records[s as usize].line.key(), s))
+                    .collect();
+                dirty.sort_unstable();
+                dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
+            }
             FlushOrder::Volume(volume) => {
                 let mut dirty: Vec<(LineKey, SlotId)> = self
                     .dirty_links

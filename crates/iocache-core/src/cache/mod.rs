@@ -31,7 +31,7 @@ mod read;
 mod resize;
 mod write;
 
-pub use resize::ResizeProgress;
+pub use resize::{ResizeProgress, RESIZE_STEP_LINES};
 
 /// How one line access found the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,7 +278,7 @@ pub struct Cache {
     retired_count: usize,
     /// Dirty lines a resize chose to leave once written back: slot and
     /// generation then (`resize.rs`).
-    retiring: Vec<(SlotId, u64)>,
+    retiring: FxHashMap<SlotId, u64>,
     policy: ActivePolicy,
     promoter: Promoter,
     stats: CacheStats,
@@ -314,7 +314,9 @@ impl Cache {
         let in_service = config.lines_in_service;
         let mut cache = Cache::with_every_slot(config)?;
         if let Some(lines) = in_service {
-            cache.resize(lines, 0, &mut OpList::new())?;
+            // Free slots only: one call.
+            let progress = cache.resize(lines, 0, &mut OpList::new())?;
+            debug_assert!(progress.done());
         }
         Ok(cache)
     }
@@ -369,7 +371,7 @@ impl Cache {
             free: (0..lines as SlotId).rev().collect(),
             retired: Vec::new(),
             retired_count: 0,
-            retiring: Vec::new(),
+            retiring: FxHashMap::default(),
             policy: ActivePolicy::build(&config.policy, lines)?,
             promoter: Promoter::new(config.promotion, config.capacity_lines),
             stats: CacheStats::default(),

@@ -11,6 +11,11 @@ const SHRINK_KEY: LineKey = LineKey {
     line_index: u64::MAX,
 };
 
+/// The most lines one call of [`Cache::resize`] takes out of service
+/// (free slots do not count), so that a driver holding a lock around it
+/// holds it briefly.
+pub const RESIZE_STEP_LINES: u64 = 1024;
+
 /// Where a resize stands after [`Cache::resize`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ResizeProgress {
@@ -43,8 +48,11 @@ impl Cache {
     /// into `ops`, cleared first), a dirty one is written back first: with
     /// inline dirty eviction, by the `WriteBack` ops before its
     /// invalidation; without, it stays until a driver has flushed it
-    /// ([`FlushOrder::Retiring`]) and calls again. Call until
-    /// [`ResizeProgress::done`]. O(lines leaving + dirty lines leaving).
+    /// ([`FlushOrder::Retiring`]) and calls again. At most
+    /// [`RESIZE_STEP_LINES`] lines leave per call, besides free slots:
+    /// call until [`ResizeProgress::done`]. O(slots leaving + dirty lines
+    /// waiting). Slots a driver retired ([`Cache::retire_slots`]) may come
+    /// back with a growth: a driver that retires slots does not resize.
     pub fn resize(
         &mut self,
         target: u64,
@@ -72,6 +80,27 @@ impl Cache {
             target,
             dirty_leaving: self.retiring.len() as u64,
         })
+    }
+
+    /// [`Cache::resize`] to the end for a driver that only counts (the
+    /// simulator): the write-backs of dirty lines leaving are counted in
+    /// the stats, their ops dropped. Refused when dirty victims wait for a
+    /// driver's flush (no inline dirty eviction): such a driver calls
+    /// [`Cache::resize`] and executes the ops.
+    pub(crate) fn resize_counted(&mut self, target: u64, now_ns: u64) -> Result<(), CoreError> {
+        let mut ops = OpList::new();
+        loop {
+            let progress = self.resize(target, now_ns, &mut ops)?;
+            if progress.done() {
+                return Ok(());
+            }
+            if progress.dirty_leaving > 0 {
+                return Err(CoreError::BadSetting(format!(
+                    "cache_size: {} dirty lines must be written back first (Cache::resize)",
+                    progress.dirty_leaving
+                )));
+            }
+        }
     }
 
     /// The lowest-numbered `count` slots out of service come back, free.
@@ -109,21 +138,18 @@ impl Cache {
     }
 
     fn take_out_of_service(&mut self, mut need: u64, now_ns: u64, ops: &mut OpList) {
-        // Free slots first, the highest-numbered ones.
-        if !self.free.is_empty() {
-            self.free.sort_unstable();
-            while need > 0 {
-                let Some(slot) = self.free.pop() else { break };
-                self.retire_one(slot);
-                need -= 1;
-            }
-            // Lowest first again, as a fresh cache hands them out.
-            self.free.reverse();
+        // Free slots first, all that are needed.
+        while need > 0 {
+            let Some(slot) = self.free.pop() else { break };
+            self.retire_one(slot);
+            need -= 1;
         }
+        let mut need = need.min(RESIZE_STEP_LINES);
         // Lines chosen before: a clean one leaves now; a dirty one still
         // waits; one that changed since (rewritten, evicted) is chosen again.
-        let chosen = std::mem::take(&mut self.retiring);
-        let mut waiting = Vec::new();
+        let mut chosen: Vec<(SlotId, u64)> = self.retiring.drain().collect();
+        chosen.sort_unstable();
+        let mut waiting = FxHashMap::default();
         for (slot, generation) in chosen {
             let meta = &self.records[slot as usize].meta;
             if need == 0 || !meta.resident || meta.generation != generation {
@@ -131,7 +157,7 @@ impl Cache {
             }
             need -= 1;
             if meta.dirty_listed {
-                waiting.push((slot, generation));
+                waiting.insert(slot, generation);
             } else {
                 self.policy.on_remove(slot);
                 self.drop_leaving(slot, ops);
@@ -154,7 +180,7 @@ impl Cache {
             for &victim in &victims {
                 let meta = &self.records[victim as usize].meta;
                 let key = self.records[victim as usize].line.key();
-                if waiting.iter().any(|&(s, _)| s == victim) {
+                if waiting.contains_key(&victim) {
                     // Named again before it was written back: stays.
                     policy.on_victim_kept(victim, key, &kept_info);
                     continue;
@@ -175,7 +201,7 @@ impl Cache {
                 need -= 1;
                 if meta.dirty_listed && !self.config.inline_dirty_eviction {
                     policy.on_victim_kept(victim, key, &kept_info);
-                    waiting.push((victim, meta.generation));
+                    waiting.insert(victim, meta.generation);
                 } else {
                     self.drop_leaving(victim, ops);
                     self.retire_one(victim);

@@ -9,7 +9,10 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use iocache_core::{FlushOrder, Op};
+use iocache_core::units::format_byte_size;
+use iocache_core::{FlushOrder, Op, SlotId};
+use iocache_device::BlockDevice;
+use iocache_format::SuperblockFound;
 
 use super::tickets::TicketKey;
 use super::{lock, EngineError, Inner};
@@ -17,33 +20,58 @@ use super::{lock, EngineError, Inner};
 /// The longest a shrink waits for its dirty lines to be written back.
 pub const RESIZE_PATIENCE: Duration = Duration::from_secs(600);
 
+/// Dirty lines leaving that one write-back batch takes, over all shards.
+/// A request for a line of a batch waits until that line is written:
+/// small batches keep that wait short, larger ones write back faster
+/// (over a backend taking 1 ms per write, with fio at QD 16: batches of
+/// 8,192 lines, 4,300 lines/s and waits up to 300 ms; of 128, 4,000/s and
+/// 28 ms; of 32, 2,200/s and 19 ms; 11 ms without a resize).
+const RESIZE_FLUSH_LINES: usize = 64;
+
+/// The lines the cache on `dev` is formatted for, if it holds one of
+/// lines of `line_bytes` (`None` for a blank device, an unreadable
+/// superblock, which the start reports, or another line size).
+pub fn formatted_lines(dev: &dyn BlockDevice, line_bytes: u64) -> Result<Option<u64>, EngineError> {
+    if dev.len_bytes() < 2 * iocache_format::SUPERBLOCK_BYTES as u64 {
+        return Ok(None);
+    }
+    let Ok(SuperblockFound::Found { superblock, .. }) = crate::recovery::read_superblocks(dev)? else {
+        return Ok(None);
+    };
+    Ok((superblock.layout.line_bytes == line_bytes).then_some(superblock.layout.slots))
+}
+
 impl Inner {
-    /// Each shard's lines in service for `lines` in all: in proportion to
-    /// the lines each holds, and at least one.
+    /// Each shard's lines in service for `lines` in all: one each, the
+    /// rest in proportion to the lines each holds beyond it, so that the
+    /// shares add up to `lines` exactly.
     fn shard_targets(&self, lines: u64) -> Result<Vec<u64>, EngineError> {
         let held: Vec<u64> = (self.shards.iter())
             .map(|s| lock(&s.state).cache.capacity_lines())
             .collect();
         let formatted: u64 = held.iter().sum();
-        if lines < held.len() as u64 || lines > formatted {
+        let shards = held.len() as u64;
+        if lines < shards || lines > formatted {
             return Err(EngineError::Config(format!(
-                "a cache of {lines} lines: this cache device was formatted for at most {formatted} lines \
-                 (and its {} shards need one each)",
-                held.len()
+                "a cache of {} ({lines} lines of {}): this cache device holds {} to {} ({shards} to {formatted} \
+                 lines: it was formatted for {formatted}, and each of its {shards} shards needs one)",
+                format_byte_size(lines * self.line_bytes),
+                format_byte_size(self.line_bytes),
+                format_byte_size(shards * self.line_bytes),
+                format_byte_size(formatted * self.line_bytes),
             )));
         }
-        // Largest remainders: the shares add up to `lines` exactly.
-        let mut targets: Vec<u64> = held.iter().map(|&h| lines * h / formatted).collect();
+        let (spare, room) = (lines - shards, formatted - shards);
+        let mut targets: Vec<u64> = (held.iter())
+            .map(|&h| 1 + (spare as u128 * (h - 1) as u128 / room.max(1) as u128) as u64)
+            .collect();
         let mut left = lines - targets.iter().sum::<u64>();
         for (target, &h) in targets.iter_mut().zip(&held) {
-            if left > 0 && *target < h {
-                *target += 1;
-                left -= 1;
-            }
+            let more = left.min(h - *target);
+            *target += more;
+            left -= more;
         }
-        for target in &mut targets {
-            *target = (*target).max(1);
-        }
+        debug_assert_eq!(left, 0);
         Ok(targets)
     }
 
@@ -58,8 +86,10 @@ impl Inner {
         self.shard_targets(bytes / self.line_bytes)
     }
 
-    /// Puts `lines` lines in service (see the module doc). A shrink that
-    /// cannot finish (a backend refusing write-backs for
+    /// Puts `lines` lines in service (see the module doc). A growth is
+    /// recorded before the slots come back (a crash then finds the new
+    /// size, which a start applies); a shrink once its lines are gone. A
+    /// shrink that cannot finish (a backend refusing write-backs for
     /// [`RESIZE_PATIENCE`], a stop) puts back the slots it took out, and
     /// the cache keeps its size.
     pub(super) fn resize(&self, lines: u64) -> Result<(), EngineError> {
@@ -67,6 +97,13 @@ impl Inner {
         let before: Vec<u64> = (self.shards.iter())
             .map(|s| lock(&s.state).cache.lines_in_service())
             .collect();
+        if before == targets {
+            return Ok(());
+        }
+        if lines > before.iter().sum::<u64>() {
+            self.record_size(lines * self.line_bytes)?;
+        }
+        let started = Instant::now();
         let result = self.resize_shards(&targets);
         if result.is_err() {
             for (shard, &lines) in self.shards.iter().zip(&before) {
@@ -77,25 +114,51 @@ impl Inner {
             }
         }
         self.set_dirty_caps(lock(&self.knobs).dirty_cap());
-        result?;
+        let written_back = result?;
+        let lines_left = started.elapsed();
         // The dropped lines' records durable before the size is recorded.
-        self.sync_records()
+        self.sync_records()?;
+        log::info!(
+            "cache resized from {} to {lines} lines in {:.1} ms ({written_back} dirty lines written back \
+             first; records made durable in {:.1} ms)",
+            before.iter().sum::<u64>(),
+            started.elapsed().as_secs_f64() * 1e3,
+            (started.elapsed() - lines_left).as_secs_f64() * 1e3
+        );
+        Ok(())
     }
 
-    fn resize_shards(&self, targets: &[u64]) -> Result<(), EngineError> {
+    /// Returns the dirty lines written back.
+    fn resize_shards(&self, targets: &[u64]) -> Result<u64, EngineError> {
         let deadline = Instant::now() + RESIZE_PATIENCE;
-        let shards = self.all_shards();
-        loop {
-            let (short, leaving) = self.resize_step(targets)?;
-            if short == 0 {
-                return Ok(());
-            }
-            if self.stopping.load(Ordering::Relaxed) {
+        let give_up = || -> Result<(), EngineError> {
+            if self.stopping.load(Ordering::Relaxed) || self.closing.load(Ordering::Relaxed) {
                 return Err(EngineError::Shutdown);
             }
             if Instant::now() > deadline {
-                return Err(EngineError::DirtyLinesRemain { lines: leaving });
+                return Err(EngineError::DirtyLinesRemain {
+                    lines: (self.shards.iter())
+                        .map(|s| lock(&s.state).cache.dirty_lines())
+                        .sum(),
+                });
             }
+            Ok(())
+        };
+        let shards = self.all_shards();
+        let mut short_before = u64::MAX;
+        let mut written_back = 0;
+        loop {
+            let (short, leaving) = self.resize_step(targets)?;
+            if short == 0 {
+                return Ok(written_back);
+            }
+            if short < short_before && leaving == 0 {
+                // Clean lines left (a step takes a bounded number): more to take.
+                short_before = short;
+                continue;
+            }
+            short_before = short;
+            give_up()?;
             if leaving == 0 {
                 return Err(EngineError::NotSupported(format!(
                     "shrinking the cache: the replacement policy named no line to leave ({short} to go)"
@@ -104,14 +167,25 @@ impl Inner {
             if self.epochs.is_some() {
                 // Ordered write-back: the backend takes epochs in turn, so
                 // the lines leaving go with every older one.
-                self.flush_all()?;
-            } else {
+                if self.flush_all().is_err() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                continue;
+            }
+            // The lines chosen so far, in small batches one after the
+            // other; as many batches as it takes them all, at most.
+            let share = RESIZE_FLUSH_LINES.div_ceil(shards.len());
+            for _ in 0..=(leaving as usize).div_ceil(share * shards.len()) {
                 let batch = {
                     let _cleaning = lock(&self.cleaner.cleaning);
-                    self.flush_batch(&shards, FlushOrder::Retiring, self.flush_all_share(), false)
+                    self.flush_batch(&shards, FlushOrder::Retiring, share, false)
                 };
-                if batch.taken > 0 && batch.failed == batch.taken {
-                    std::thread::sleep(Duration::from_millis(20));
+                written_back += (batch.taken - batch.failed) as u64;
+                if batch.taken == 0 || batch.failed > 0 || give_up().is_err() {
+                    if batch.taken > 0 && batch.failed == batch.taken {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    break;
                 }
             }
         }
@@ -123,6 +197,7 @@ impl Inner {
     fn resize_step(&self, targets: &[u64]) -> Result<(u64, u64), EngineError> {
         let (mut short, mut leaving) = (0, 0);
         let mut tickets = Vec::new();
+        let mut dropped: Vec<(usize, SlotId)> = Vec::new();
         for (i, (shard, &target)) in self.shards.iter().zip(targets).enumerate() {
             let mut guard = lock(&shard.state);
             let state = &mut *guard;
@@ -132,12 +207,12 @@ impl Inner {
                 let Op::Invalidate { slot, key } = *op else {
                     unreachable!("the engine's shards keep dirty victims: a resize only drops clean lines");
                 };
-                state.shadow.note_empty(slot);
-                // Requests decided before may still read the slot.
+                // Requests decided before may still read or fill the slot.
                 for key in [TicketKey::Line(key), TicketKey::Slot(slot)] {
                     let (ticket, _) = state.take_ticket(key);
                     tickets.push((i, key, ticket));
                 }
+                dropped.push((i, slot));
             }
             state.ops = ops;
             let progress = progress?;
@@ -145,6 +220,15 @@ impl Inner {
             leaving += progress.dirty_leaving;
         }
         self.wait_for_tickets(&tickets);
+        // Only now: a fill that was in flight would have noted the line
+        // again. Before the tickets go, so that no new line of the slot
+        // (one put back on the free list) has been noted yet.
+        for (i, shard) in self.shards.iter().enumerate() {
+            let mut state = lock(&shard.state);
+            for &(_, slot) in dropped.iter().filter(|(s, _)| *s == i) {
+                state.shadow.note_empty(slot);
+            }
+        }
         self.release_tickets(&tickets);
         Ok((short, leaving))
     }

@@ -178,6 +178,13 @@ impl Inner {
         }
     }
 
+    /// Records `bytes` in service as the size in force, in the knobs and
+    /// the superblock (a growth, before its slots come back).
+    pub(super) fn record_size(&self, bytes: u64) -> Result<(), EngineError> {
+        lock(&self.knobs).current[Knobs::index("cache_size")] = Setting::CacheSize(bytes);
+        self.persist_settings()
+    }
+
     /// The superblock's settings record now (an A/B update of the superblock).
     pub(super) fn persist_settings(&self) -> Result<(), EngineError> {
         let mut record = SettingsRecord {
