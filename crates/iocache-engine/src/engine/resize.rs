@@ -23,9 +23,7 @@ pub const RESIZE_PATIENCE: Duration = Duration::from_secs(600);
 /// Dirty lines leaving that one write-back batch takes, over all shards.
 /// A request for a line of a batch waits until that line is written:
 /// small batches keep that wait short, larger ones write back faster
-/// (over a backend taking 1 ms per write, with fio at QD 16: batches of
-/// 8,192 lines, 4,300 lines/s and waits up to 300 ms; of 128, 4,000/s and
-/// 28 ms; of 32, 2,200/s and 19 ms; 11 ms without a resize).
+/// (measured in docs/results/resize.md).
 const RESIZE_FLUSH_LINES: usize = 64;
 
 /// The lines the cache on `dev` is formatted for, if it holds one of
