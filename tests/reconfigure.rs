@@ -8,12 +8,12 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use iocache_nbd::{Client, ConnectOptions};
+use iocache_nbd::ConnectOptions;
 
 mod common;
-use common::{ctl, have, temp_dir, Process};
+use common::{check_flushed, ctl, fio_verify, have, set_until, temp_dir, write_flushing, Process};
 
 /// `iocache serve` of a 64 MiB backend through an 8 MiB cache, with `extra`.
 fn start(dir: &Path, extra: &[&str]) -> Process {
@@ -37,16 +37,7 @@ const CHANGES: [&[&str]; 10] = [
 
 /// Applies `CHANGES` in turn until `stop`, returning how many were applied.
 fn switch_until(dir: &Path, stop: &AtomicBool) -> usize {
-    let mut applied = 0;
-    while !stop.load(Ordering::Relaxed) {
-        let mut args = vec!["set"];
-        args.extend_from_slice(CHANGES[applied % CHANGES.len()]);
-        let (ok, text) = ctl(dir, &args);
-        assert!(ok, "ctl {args:?}: {text}");
-        applied += 1;
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    applied
+    set_until(dir, stop, &CHANGES, Duration::from_millis(20))
 }
 
 #[test]
@@ -57,36 +48,14 @@ fn fio_verifies_while_every_knob_switches() {
     }
     let dir = temp_dir("fio");
     let server = start(&dir, &[]);
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
     let stop = AtomicBool::new(false);
-    let (fio, applied) = std::thread::scope(|s| {
+    let ((passed, text), applied) = std::thread::scope(|s| {
         let switcher = s.spawn(|| switch_until(&dir, &stop));
-        let fio = Command::new("fio")
-            .args([
-                "--name=verify",
-                "--ioengine=nbd",
-                &format!("--uri={uri}"),
-                "--rw=randrw",
-                "--rwmixread=50",
-                "--bs=4k",
-                "--size=32M",
-                "--iodepth=16",
-                "--verify=crc32c",
-                "--verify_fatal=1",
-                "--do_verify=1",
-                "--number_ios=30000",
-                "--verify_state_save=0",
-            ])
-            .output()
-            .unwrap();
+        let fio = fio_verify(&dir, "32M");
         stop.store(true, Ordering::Relaxed);
         (fio, switcher.join().unwrap())
     });
-    let text = String::from_utf8_lossy(&fio.stdout).to_string() + &String::from_utf8_lossy(&fio.stderr);
-    assert!(fio.status.success() && !text.contains("verify: bad"), "{text}");
+    assert!(passed, "{text}");
     assert!(
         applied >= CHANGES.len(),
         "only {applied} changes were made while fio ran"
@@ -97,42 +66,16 @@ fn fio_verifies_while_every_knob_switches() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// One 4 KiB block's content: its index and the write's number.
-fn block(index: u64, seq: u64) -> Vec<u8> {
-    let mut b = vec![0u8; 4096];
-    for chunk in b.chunks_mut(16) {
-        chunk[..8].copy_from_slice(&index.to_le_bytes());
-        chunk[8..].copy_from_slice(&seq.to_le_bytes());
-    }
-    b
-}
-
 #[test]
 fn kill_9_while_switching_loses_no_flushed_write_and_keeps_the_last_values() {
     let dir = temp_dir("kill");
     let server = start(&dir, &[]);
-    let socket = dir.join("iocache-data/iocache.sock");
     let blocks = 2048u64; // 8 MiB of a 64 MiB volume
-    let mut durable = vec![0u64; blocks as usize];
     let stop = AtomicBool::new(false);
+    let mut durable = Vec::new();
     std::thread::scope(|s| {
         let switcher = s.spawn(|| switch_until(&dir, &stop));
-        let mut client = Client::connect_unix(&socket, &ConnectOptions::default()).unwrap();
-        let mut pending = Vec::new();
-        let started = Instant::now();
-        let mut seq = 0u64;
-        while started.elapsed() < Duration::from_millis(1500) {
-            seq += 1;
-            let index = (seq * 7919) % blocks;
-            client.write(index * 4096, &block(index, seq), false).unwrap();
-            pending.push((index, seq));
-            if seq.is_multiple_of(16) {
-                client.flush().unwrap();
-                for (i, s) in pending.drain(..) {
-                    durable[i as usize] = s;
-                }
-            }
-        }
+        durable = write_flushing(&dir, blocks, Duration::from_millis(1500));
         // Crash while the switcher is still at work.
         server.kill();
         stop.store(true, Ordering::Relaxed);
@@ -143,23 +86,7 @@ fn kill_9_while_switching_loses_no_flushed_write_and_keeps_the_last_values() {
     let server = start(&dir, &[]);
     let (ok, settings) = ctl(&dir, &["get"]);
     assert!(ok, "{settings}");
-    let mut client = Client::connect_unix(&socket, &ConnectOptions::default()).unwrap();
-    let mut buf = vec![0u8; 4096];
-    for index in 0..blocks {
-        let seq = durable[index as usize];
-        if seq == 0 {
-            continue;
-        }
-        client.read(index * 4096, &mut buf).unwrap();
-        let got_index = u64::from_le_bytes(buf[..8].try_into().unwrap());
-        let got_seq = u64::from_le_bytes(buf[8..16].try_into().unwrap());
-        assert_eq!(got_index, index, "block {index} holds another block's data");
-        assert!(
-            got_seq >= seq,
-            "block {index}: flushed write {seq} lost (found {got_seq})"
-        );
-    }
-    drop(client);
+    check_flushed(&dir, &durable);
     assert!(server.stop().success());
     let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
     assert!(log.contains("set write_policy="), "the changes are logged: {log}");

@@ -5,14 +5,15 @@
 //! the restart finds one of the sizes set; sizes out of range are refused.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use iocache_nbd::ConnectOptions;
 
 mod common;
-use common::{client, ctl, have, stats_json, temp_dir, Process};
+use common::{
+    check_flushed, client, ctl, fio_verify, have, set_until, stats_json, temp_dir, write_flushing, Process,
+};
 
 /// `iocache serve` of a 64 MiB backend through an 8 MiB cache formatted
 /// for 16 MiB.
@@ -31,7 +32,19 @@ fn start(dir: &Path) -> Process {
     )
 }
 
-const SIZES: [&str; 6] = ["16MiB", "2MiB", "12MiB", "4MiB", "16MiB", "8MiB"];
+const SIZES: [&[&str]; 6] = [
+    &["cache_size=16MiB"],
+    &["cache_size=2MiB"],
+    &["cache_size=12MiB"],
+    &["cache_size=4MiB"],
+    &["cache_size=16MiB"],
+    &["cache_size=8MiB"],
+];
+
+/// The bytes of a change of `SIZES`.
+fn bytes_of(change: &[&str]) -> u64 {
+    iocache_core::units::parse_byte_size(change[0].trim_start_matches("cache_size=")).unwrap()
+}
 
 fn device(dir: &Path) -> serde_json::Value {
     stats_json(dir)["volumes"][0].clone()
@@ -39,15 +52,7 @@ fn device(dir: &Path) -> serde_json::Value {
 
 /// Sets the sizes in turn until `stop`; returns how many were set.
 fn resize_until(dir: &Path, stop: &AtomicBool) -> usize {
-    let mut set = 0;
-    while !stop.load(Ordering::Relaxed) {
-        let size = SIZES[set % SIZES.len()];
-        let (ok, text) = ctl(dir, &["set", &format!("cache_size={size}")]);
-        assert!(ok, "ctl set cache_size={size}: {text}");
-        set += 1;
-        std::thread::sleep(Duration::from_millis(30));
-    }
-    set
+    set_until(dir, stop, &SIZES, Duration::from_millis(30))
 }
 
 #[test]
@@ -58,42 +63,20 @@ fn fio_verifies_while_the_cache_grows_and_shrinks() {
     }
     let dir = temp_dir("resize-fio");
     let server = start(&dir);
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
     let stop = AtomicBool::new(false);
-    let (fio, set) = std::thread::scope(|s| {
+    let ((passed, text), set) = std::thread::scope(|s| {
         let resizer = s.spawn(|| resize_until(&dir, &stop));
-        let fio = Command::new("fio")
-            .args([
-                "--name=verify",
-                "--ioengine=nbd",
-                &format!("--uri={uri}"),
-                "--rw=randrw",
-                "--rwmixread=50",
-                "--bs=4k",
-                "--size=24M",
-                "--iodepth=16",
-                "--verify=crc32c",
-                "--verify_fatal=1",
-                "--do_verify=1",
-                "--number_ios=30000",
-                "--verify_state_save=0",
-            ])
-            .output()
-            .unwrap();
+        let fio = fio_verify(&dir, "24M");
         stop.store(true, Ordering::Relaxed);
         (fio, resizer.join().unwrap())
     });
-    let text = String::from_utf8_lossy(&fio.stdout).to_string() + &String::from_utf8_lossy(&fio.stderr);
-    assert!(fio.status.success() && !text.contains("verify: bad"), "{text}");
+    assert!(passed, "{text}");
     assert!(set >= SIZES.len(), "only {set} resizes while fio ran");
     let last = SIZES[(set - 1) % SIZES.len()];
     let d = device(&dir);
     assert_eq!(
         d["lines_in_service"].as_u64().unwrap() * 4096,
-        iocache_core::units::parse_byte_size(last).unwrap(),
+        bytes_of(last),
         "{d:#}"
     );
     assert!(server.stop().success());
@@ -146,41 +129,16 @@ fn a_growth_keeps_every_line_and_the_size_survives_a_restart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// One 4 KiB block's content: its index and the write's number.
-fn block(index: u64, seq: u64) -> Vec<u8> {
-    let mut b = vec![0u8; 4096];
-    for chunk in b.chunks_mut(16) {
-        chunk[..8].copy_from_slice(&index.to_le_bytes());
-        chunk[8..].copy_from_slice(&seq.to_le_bytes());
-    }
-    b
-}
-
 #[test]
 fn kill_9_while_resizing_loses_no_flushed_write() {
     let dir = temp_dir("resize-kill");
     let server = start(&dir);
     let blocks = 6144u64; // 24 MiB of the 64 MiB volume: more than the cache
-    let mut durable = vec![0u64; blocks as usize];
     let stop = AtomicBool::new(false);
+    let mut durable = Vec::new();
     std::thread::scope(|s| {
         let resizer = s.spawn(|| resize_until(&dir, &stop));
-        let mut c = client(&dir);
-        let mut pending = Vec::new();
-        let started = Instant::now();
-        let mut seq = 0u64;
-        while started.elapsed() < Duration::from_millis(1500) {
-            seq += 1;
-            let index = (seq * 7919) % blocks;
-            c.write(index * 4096, &block(index, seq), false).unwrap();
-            pending.push((index, seq));
-            if seq.is_multiple_of(16) {
-                c.flush().unwrap();
-                for (i, s) in pending.drain(..) {
-                    durable[i as usize] = s;
-                }
-            }
-        }
+        durable = write_flushing(&dir, blocks, Duration::from_millis(1500));
         // Crash while the resizer is still at work.
         server.kill();
         stop.store(true, Ordering::Relaxed);
@@ -189,28 +147,10 @@ fn kill_9_while_resizing_loses_no_flushed_write() {
     let server = start(&dir);
     let lines = device(&dir)["lines_in_service"].as_u64().unwrap();
     assert!(
-        SIZES
-            .iter()
-            .any(|s| iocache_core::units::parse_byte_size(s).unwrap() == lines * 4096),
+        SIZES.iter().any(|s| bytes_of(s) == lines * 4096),
         "{lines} lines in service after the kill: none of the sizes set"
     );
-    let mut c = client(&dir);
-    let mut buf = vec![0u8; 4096];
-    for index in 0..blocks {
-        let seq = durable[index as usize];
-        if seq == 0 {
-            continue;
-        }
-        c.read(index * 4096, &mut buf).unwrap();
-        let got_index = u64::from_le_bytes(buf[..8].try_into().unwrap());
-        let got_seq = u64::from_le_bytes(buf[8..16].try_into().unwrap());
-        assert_eq!(got_index, index, "block {index} holds another block's data");
-        assert!(
-            got_seq >= seq,
-            "block {index}: flushed write {seq} lost (found {got_seq})"
-        );
-    }
-    drop(c);
+    check_flushed(&dir, &durable);
     assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -235,6 +235,116 @@ pub fn stats_json(dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// `iocache ctl set` of each of `changes` (KEY=VALUE lists) in turn, one
+/// every `pause`, on the server run in `dir` until `stop`; each must
+/// succeed. Returns how many were made.
+pub fn set_until(
+    dir: &Path,
+    stop: &std::sync::atomic::AtomicBool,
+    changes: &[&[&str]],
+    pause: std::time::Duration,
+) -> usize {
+    let mut made = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut args = vec!["set"];
+        args.extend_from_slice(changes[made % changes.len()]);
+        let (ok, text) = ctl(dir, &args);
+        assert!(ok, "ctl {args:?}: {text}");
+        made += 1;
+        std::thread::sleep(pause);
+    }
+    made
+}
+
+/// fio over NBD on the default export of a server run in `dir`: random
+/// 4 KiB reads and writes (half each) over `size`, QD 16, 30,000 I/Os,
+/// every block verified (crc32c). Returns whether it passed, and what it
+/// printed.
+pub fn fio_verify(dir: &Path, size: &str) -> (bool, String) {
+    let uri = format!(
+        "nbd+unix:///?socket={}",
+        dir.join("iocache-data/iocache.sock").display()
+    );
+    let out = Command::new("fio")
+        .args([
+            "--name=verify",
+            "--ioengine=nbd",
+            &format!("--uri={uri}"),
+            "--rw=randrw",
+            "--rwmixread=50",
+            "--bs=4k",
+            &format!("--size={size}"),
+            "--iodepth=16",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--do_verify=1",
+            "--number_ios=30000",
+            "--verify_state_save=0",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success() && !text.contains("verify: bad"), text)
+}
+
+/// One 4 KiB block's content: its index and the write's number.
+pub fn block(index: u64, seq: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 4096];
+    for chunk in b.chunks_mut(16) {
+        chunk[..8].copy_from_slice(&index.to_le_bytes());
+        chunk[8..].copy_from_slice(&seq.to_le_bytes());
+    }
+    b
+}
+
+/// Writes blocks among the first `blocks` of the default export of a
+/// server run in `dir` for `time`, a FLUSH every 16 writes. Returns, per
+/// block, the number of its last write a FLUSH covered (0: none).
+pub fn write_flushing(dir: &Path, blocks: u64, time: std::time::Duration) -> Vec<u64> {
+    let mut durable = vec![0u64; blocks as usize];
+    let mut c = client(dir);
+    let mut pending = Vec::new();
+    let started = std::time::Instant::now();
+    let mut seq = 0u64;
+    while started.elapsed() < time {
+        seq += 1;
+        let index = (seq * 7919) % blocks;
+        c.write(index * 4096, &block(index, seq), false).unwrap();
+        pending.push((index, seq));
+        if seq.is_multiple_of(16) {
+            c.flush().unwrap();
+            for (i, s) in pending.drain(..) {
+                durable[i as usize] = s;
+            }
+        }
+    }
+    durable
+}
+
+/// Reads back each block `durable` names (see [`write_flushing`]) from the
+/// server run in `dir`: it must hold its own index and that write or a
+/// later one.
+pub fn check_flushed(dir: &Path, durable: &[u64]) {
+    let mut c = client(dir);
+    let mut buf = vec![0u8; 4096];
+    for (index, &seq) in durable.iter().enumerate() {
+        if seq == 0 {
+            continue;
+        }
+        c.read(index as u64 * 4096, &mut buf).unwrap();
+        let got_index = u64::from_le_bytes(buf[..8].try_into().unwrap());
+        let got_seq = u64::from_le_bytes(buf[8..16].try_into().unwrap());
+        assert_eq!(
+            got_index, index as u64,
+            "block {index} holds another block's data"
+        );
+        assert!(
+            got_seq >= seq,
+            "block {index}: flushed write {seq} lost (found {got_seq})"
+        );
+    }
+}
+
 /// A client of the default export of a server run in `dir` (its NBD socket
 /// at DIR/iocache-data/iocache.sock).
 pub fn client(dir: &Path) -> iocache_nbd::Client {
