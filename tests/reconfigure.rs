@@ -75,7 +75,7 @@ fn kill_9_while_switching_loses_no_flushed_write_and_keeps_the_last_values() {
     let mut durable = Vec::new();
     std::thread::scope(|s| {
         let switcher = s.spawn(|| switch_until(&dir, &stop));
-        durable = write_flushing(&dir, blocks, Duration::from_millis(1500));
+        durable = write_flushing(&dir, blocks, Duration::from_millis(1500)).flushed;
         // Crash while the switcher is still at work.
         server.kill();
         stop.store(true, Ordering::Relaxed);

@@ -297,11 +297,33 @@ pub fn block(index: u64, seq: u64) -> Vec<u8> {
     b
 }
 
+/// What [`write_flushing`] wrote.
+pub struct Written {
+    /// Per block, the number of its last write a FLUSH covered (0: none).
+    pub flushed: Vec<u64>,
+    /// Every write: block, number, when it was acknowledged.
+    pub log: Vec<(u64, u64, std::time::Instant)>,
+}
+
+impl Written {
+    /// Per block, the number of its last write acknowledged before
+    /// `cutoff` (0: none).
+    pub fn acknowledged_before(&self, cutoff: std::time::Instant) -> Vec<u64> {
+        let mut last = vec![0u64; self.flushed.len()];
+        for &(index, seq, _) in self.log.iter().filter(|(_, _, at)| *at < cutoff) {
+            last[index as usize] = seq;
+        }
+        last
+    }
+}
+
 /// Writes blocks among the first `blocks` of the default export of a
-/// server run in `dir` for `time`, a FLUSH every 16 writes. Returns, per
-/// block, the number of its last write a FLUSH covered (0: none).
-pub fn write_flushing(dir: &Path, blocks: u64, time: std::time::Duration) -> Vec<u64> {
-    let mut durable = vec![0u64; blocks as usize];
+/// server run in `dir` for `time`, a FLUSH every 16 writes.
+pub fn write_flushing(dir: &Path, blocks: u64, time: std::time::Duration) -> Written {
+    let mut written = Written {
+        flushed: vec![0u64; blocks as usize],
+        log: Vec::new(),
+    };
     let mut c = client(dir);
     let mut pending = Vec::new();
     let started = std::time::Instant::now();
@@ -310,20 +332,21 @@ pub fn write_flushing(dir: &Path, blocks: u64, time: std::time::Duration) -> Vec
         seq += 1;
         let index = (seq * 7919) % blocks;
         c.write(index * 4096, &block(index, seq), false).unwrap();
+        written.log.push((index, seq, std::time::Instant::now()));
         pending.push((index, seq));
         if seq.is_multiple_of(16) {
             c.flush().unwrap();
             for (i, s) in pending.drain(..) {
-                durable[i as usize] = s;
+                written.flushed[i as usize] = s;
             }
         }
     }
-    durable
+    written
 }
 
-/// Reads back each block `durable` names (see [`write_flushing`]) from the
-/// server run in `dir`: it must hold its own index and that write or a
-/// later one.
+/// Reads back each block `durable` names (a write's number per block, 0
+/// for none; see [`Written`]) from the server run in `dir`: it must hold
+/// its own index and that write or a later one.
 pub fn check_flushed(dir: &Path, durable: &[u64]) {
     let mut c = client(dir);
     let mut buf = vec![0u8; 4096];
