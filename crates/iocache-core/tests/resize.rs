@@ -220,3 +220,61 @@ fn one_call_takes_a_bounded_number_of_lines_out() {
     assert!((2900..3000).all(|line| resident(&cache, line)));
     cache.check_invariants();
 }
+
+/// Line hits of `cache` over `requests` (reads of one line each).
+fn hits_over(cache: &mut Cache, requests: &[u64], from: u64) -> u64 {
+    let mut ops = OpList::new();
+    let mut hits = 0;
+    for (i, &line) in requests.iter().enumerate() {
+        let summary = cache
+            .access(&Request::read(0, line * 4096, 4096, from + i as u64), &mut ops)
+            .unwrap();
+        hits += summary.full_hits as u64;
+    }
+    hits
+}
+
+#[test]
+fn a_shrunk_cache_ranks_lines_as_a_cache_built_that_small() {
+    // A skewed mix: most reads to a hot tenth, the rest anywhere, so that
+    // the policies' queue shares matter.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let requests: Vec<u64> = (0..60_000)
+        .map(|_| match next() % 10 {
+            0..=6 => next() % 300,
+            _ => next() % 3000,
+        })
+        .collect();
+    let (warm, measured) = requests.split_at(20_000);
+    for policy in ["s3fifo", "2q", "arc"] {
+        let build = |lines: u64| {
+            let c = CacheConfig::new(
+                lines,
+                LineSize::new(4096).unwrap(),
+                policy.parse::<PolicySpec>().unwrap(),
+            );
+            Cache::new(c).unwrap()
+        };
+        let mut shrunk = build(1200);
+        hits_over(&mut shrunk, warm, 0);
+        let mut ops = OpList::new();
+        assert!(shrunk.resize(240, 20_000, &mut ops).unwrap().done());
+        let mut small = build(240);
+        hits_over(&mut small, warm, 0);
+        let (a, b) = (
+            hits_over(&mut shrunk, measured, 20_000) as f64,
+            hits_over(&mut small, measured, 20_000) as f64,
+        );
+        assert!(
+            (a - b).abs() / b < 0.03,
+            "{policy}: {a} hits shrunk, {b} built small"
+        );
+        shrunk.check_invariants();
+    }
+}

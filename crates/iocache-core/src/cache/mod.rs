@@ -508,6 +508,7 @@ impl Cache {
             return Ok(());
         }
         let mut policy = ActivePolicy::build(&spec, self.config.capacity_lines as usize)?;
+        policy.set_lines_in_service(self.lines_in_service() as usize);
         for s in 0..self.config.capacity_lines as usize {
             let meta = &self.records[s].meta;
             if !meta.resident {

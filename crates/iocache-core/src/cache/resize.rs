@@ -67,6 +67,7 @@ impl Cache {
         }
         ops.clear();
         self.config.lines_in_service = (target < capacity).then_some(target);
+        self.policy.set_lines_in_service(target as usize);
         let in_service = self.lines_in_service();
         if target >= in_service {
             self.retiring.clear();
@@ -75,11 +76,16 @@ impl Cache {
             self.take_out_of_service(in_service - target, now_ns, ops);
         }
         ops.seal();
-        Ok(ResizeProgress {
+        let progress = ResizeProgress {
             in_service: self.lines_in_service(),
             target,
             dirty_leaving: self.retiring.len() as u64,
-        })
+        };
+        if progress.done() {
+            // Again, now that the lines that left are gone from its lists.
+            self.policy.set_lines_in_service(target as usize);
+        }
+        Ok(progress)
     }
 
     /// [`Cache::resize`] to the end for a driver that only counts (the

@@ -158,6 +158,9 @@ impl ReplacementPolicy for ActivePolicy {
     fn reconfigure(&mut self, params: &PolicyParams) -> Result<bool, CoreError> {
         forward!(self, p => p.reconfigure(params))
     }
+    fn set_lines_in_service(&mut self, lines: usize) {
+        forward!(self, p => p.set_lines_in_service(lines))
+    }
 }
 
 #[cfg(test)]

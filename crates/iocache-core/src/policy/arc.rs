@@ -203,6 +203,22 @@ impl ReplacementPolicy for Arc {
         self.remove(slot);
     }
 
+    /// `c` follows, and the oldest ghosts go until the lists hold what
+    /// they may with `c` (FAST'03: |T1| + |B1| <= c, all four <= 2c; the
+    /// misses that keep those bounds drop one ghost each, not a surplus).
+    fn set_lines_in_service(&mut self, lines: usize) {
+        let c = lines as u32;
+        self.capacity = u64::from(c);
+        self.p = self.p.min(f64::from(c));
+        while self.t1.len + self.b1.len > c && self.b1.len > 0 {
+            self.drop_lru_ghost(Ghost::B1);
+        }
+        let all = |a: &Self| a.t1.len + a.t2.len + a.b1.len + a.b2.len;
+        while all(self) > 2 * c && self.b2.len > 0 {
+            self.drop_lru_ghost(Ghost::B2);
+        }
+    }
+
     /// Back to the head of the list it left (REPLACE made a ghost of its
     /// key in B1 or B2: that ghost goes; a T1 line evicted without a ghost
     /// goes back to T1).

@@ -12,7 +12,11 @@ use crate::addr::LineKey;
 use crate::index::LineIndex;
 
 pub struct GhostFifo {
+    /// Keys it has room for.
     capacity: usize,
+    /// Keys it keeps at most: `capacity`, or fewer once
+    /// [`GhostFifo::set_limit`] lowered it.
+    limit: usize,
     links: Links,
     keys: Vec<LineKey>,
     free: Vec<u32>,
@@ -32,6 +36,7 @@ impl GhostFifo {
         };
         GhostFifo {
             capacity,
+            limit: capacity,
             links: Links::new(capacity),
             keys: vec![none; capacity],
             free: (0..capacity as u32).rev().collect(),
@@ -45,8 +50,20 @@ impl GhostFifo {
         self.queue.len as usize
     }
 
-    pub fn capacity(&self) -> usize {
-        self.capacity
+    /// Keys it keeps at most.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Keeps at most `limit` keys (at most the room it was built with),
+    /// forgetting the oldest beyond it now.
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.min(self.capacity);
+        while self.len() > self.limit {
+            let oldest = self.queue.tail;
+            self.forget(oldest);
+            self.ahead.advance(&self.links, &self.queue, oldest);
+        }
     }
 
     fn find(&self, key: &LineKey) -> Option<u32> {
@@ -79,11 +96,11 @@ impl GhostFifo {
     /// Adds `key` as the newest entry, forgetting the oldest one when full.
     /// A key already present moves to the newest position.
     pub fn push(&mut self, key: LineKey) {
-        if self.capacity == 0 {
+        if self.limit == 0 {
             return;
         }
         self.take(&key);
-        if self.len() == self.capacity {
+        if self.len() >= self.limit {
             let oldest = self.queue.tail;
             self.forget(oldest);
             self.ahead.advance(&self.links, &self.queue, oldest);

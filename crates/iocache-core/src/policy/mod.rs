@@ -194,6 +194,12 @@ pub trait ReplacementPolicy: Send {
     /// look here.
     fn on_request(&mut self, _request: &Request, _line: LineSize, _info: &AccessInfo) {}
 
+    /// The cache now has `lines` lines in service (resized, at most the
+    /// capacity the policy was built for): sizes the policy keeps as
+    /// shares of the cache follow (ARC's target, S3-FIFO's small queue and
+    /// ghosts, 2Q's A1in and A1out). The default keeps none.
+    fn set_lines_in_service(&mut self, _lines: usize) {}
+
     /// New parameters for this policy, taken in place without losing its
     /// state: `Ok(true)` when taken, `Ok(false)` when the cache must build
     /// a new policy instead (the default).

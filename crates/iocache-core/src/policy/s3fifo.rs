@@ -65,6 +65,9 @@ enum Queue {
 
 pub struct S3Fifo {
     small_target: usize,
+    /// S's and G's sizes as shares of the lines in service (G: M's share
+    /// when `None`).
+    shares: (f64, Option<f64>),
     threshold: u8,
     links: Links,
     queue_of: Vec<Queue>,
@@ -112,12 +115,14 @@ impl S3Fifo {
             line_index: 0,
         };
         let small_target = lines_of(small, capacity_lines);
+        let ghost_share = ghost;
         let ghost = match ghost {
             Some(g) => lines_of(g, capacity_lines),
             None => capacity_lines - small_target,
         };
         S3Fifo {
             small_target,
+            shares: (small, ghost_share),
             threshold,
             links: Links::new(capacity_lines),
             queue_of: vec![Queue::None; capacity_lines],
@@ -143,7 +148,7 @@ impl S3Fifo {
 
     /// (S's target, G's capacity) in lines.
     pub fn limits(&self) -> (usize, usize) {
-        (self.small_target, self.ghost.capacity())
+        (self.small_target, self.ghost.limit())
     }
 
     pub fn in_ghost(&self, key: &LineKey) -> bool {
@@ -324,6 +329,14 @@ impl ReplacementPolicy for S3Fifo {
             Queue::None => return,
         }
         self.queue_of[slot as usize] = Queue::None;
+    }
+
+    fn set_lines_in_service(&mut self, lines: usize) {
+        self.small_target = lines_of(self.shares.0, lines);
+        self.ghost.set_limit(match self.shares.1 {
+            Some(g) => lines_of(g, lines),
+            None => lines - self.small_target,
+        });
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -49,6 +49,8 @@ enum Queue {
 
 pub struct TwoQ {
     kin: usize,
+    /// `kin` and A1out's size as shares of the lines in service.
+    shares: (f64, f64),
     links: Links,
     queue_of: Vec<Queue>,
     key_of: Vec<LineKey>,
@@ -84,6 +86,7 @@ impl TwoQ {
         };
         TwoQ {
             kin: lines_of(kin, capacity_lines),
+            shares: (kin, kout),
             links: Links::new(capacity_lines),
             queue_of: vec![Queue::None; capacity_lines],
             key_of: vec![none; capacity_lines],
@@ -105,7 +108,7 @@ impl TwoQ {
 
     /// (Kin, Kout) in lines.
     pub fn limits(&self) -> (usize, usize) {
-        (self.kin, self.a1out.capacity())
+        (self.kin, self.a1out.limit())
     }
 
     /// Whether `key` is remembered in A1out.
@@ -259,6 +262,11 @@ impl ReplacementPolicy for TwoQ {
             None
         });
         ahead.next_victims()
+    }
+
+    fn set_lines_in_service(&mut self, lines: usize) {
+        self.kin = lines_of(self.shares.0, lines);
+        self.a1out.set_limit(lines_of(self.shares.1, lines));
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
