@@ -252,7 +252,7 @@ fn a_shrunk_cache_ranks_lines_as_a_cache_built_that_small() {
         })
         .collect();
     let (warm, measured) = requests.split_at(20_000);
-    for policy in ["s3fifo", "2q", "arc"] {
+    for policy in ["s3fifo", "2q", "arc", "larc"] {
         let build = |lines: u64| {
             let c = CacheConfig::new(
                 lines,

@@ -237,6 +237,18 @@ impl ReplacementPolicy for Larc {
         }
     }
 
+    /// `C` follows, `Cr` keeps its share of it (within `min` and `max`),
+    /// and the oldest ghosts beyond it go.
+    fn set_lines_in_service(&mut self, lines: usize) {
+        let c = lines as f64;
+        self.ghost_target = (self.ghost_target * c / self.capacity).clamp(self.min * c, self.max * c);
+        self.capacity = c;
+        while self.ghosts.len as f64 > self.ghost_limit() {
+            let lru = self.ghosts.tail;
+            self.drop_ghost(lru);
+        }
+    }
+
     fn next_victims(&self) -> [Option<SlotId>; 2] {
         let first = self.queue.tail;
         if first == NIL {

@@ -197,7 +197,8 @@ pub trait ReplacementPolicy: Send {
     /// The cache now has `lines` lines in service (resized, at most the
     /// capacity the policy was built for): sizes the policy keeps as
     /// shares of the cache follow (ARC's target, S3-FIFO's small queue and
-    /// ghosts, 2Q's A1in and A1out). The default keeps none.
+    /// ghosts, 2Q's A1in and A1out, LARC's ghost queue). The default keeps
+    /// none.
     fn set_lines_in_service(&mut self, _lines: usize) {}
 
     /// New parameters for this policy, taken in place without losing its
