@@ -724,19 +724,28 @@ impl Engine {
         });
         inner.restore(opened.lines, &opened.stale_dirty, &opened.unloaded_slots)?;
         inner.mark_running()?;
-        // The size in service: recorded at run time, else configured (a
-        // smaller one than the device holds drops lines, as at run time).
-        let in_service = (restored.iter())
-            .find_map(|s| match s {
-                iocache_core::Setting::CacheSize(bytes) => Some(bytes / line_bytes),
-                _ => None,
-            })
-            .or(config.cache.lines_in_service);
-        if let Some(lines) = in_service {
+        // The size in service, applied here only: recorded at run time,
+        // else configured (a smaller one than the device holds drops
+        // lines, as at run time).
+        let (recorded_size, restored): (Vec<_>, Vec<_>) =
+            (restored.into_iter()).partition(|s| matches!(s, iocache_core::Setting::CacheSize(_)));
+        let recorded_size = recorded_size.into_iter().find_map(|s| match s {
+            iocache_core::Setting::CacheSize(bytes) => Some(bytes),
+            _ => None,
+        });
+        if let Some(lines) = recorded_size
+            .map(|bytes| bytes / line_bytes)
+            .or(config.cache.lines_in_service)
+        {
             // Not applied (a backend refusing the write-backs of the lines
             // that would leave): served at the size it has, said why.
-            if let Err(e) = inner.resize(lines) {
-                log::warn!("cache_size of {lines} lines not applied at start, the cache keeps its size: {e}");
+            match inner.resize(lines) {
+                Ok(()) => recorded_size.into_iter().for_each(|bytes| inner.note_size(bytes)),
+                Err(e) => {
+                    log::warn!(
+                        "cache_size of {lines} lines not applied at start, the cache keeps its size: {e}"
+                    )
+                }
             }
         }
         inner.apply_settings(&restored)?;

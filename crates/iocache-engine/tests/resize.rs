@@ -63,7 +63,7 @@ fn resize(engine: &Engine, lines: u64) {
         .unwrap_or_else(|e| panic!("resize to {lines} lines: {e}"));
 }
 
-/// Writes `line` whole, stamped with write number `no`.
+/// Writes `line` whole, stamped with the model's next write number.
 fn write_line(engine: &Engine, model: &mut Model, line: u64) {
     let mut rng = Rng::seeded(line);
     let mut w = model.next_write(&mut rng, false);
@@ -91,7 +91,7 @@ fn a_shrink_keeps_the_recent_lines_and_a_growth_keeps_them_all() {
     for line in 0..LINES {
         write_line(&engine, &mut model, line);
     }
-    // The last 16 written are the most recent; half of all lines are dirty.
+    // The last 16 written are the most recent; every line is dirty.
     assert_eq!(engine.stats().dirty_lines, LINES);
     resize(&engine, 16);
     let stats = engine.stats();

@@ -301,7 +301,7 @@ impl Collector for EngineCollector {
         let mut capacity = Family::new("cache_capacity_lines", "Lines the cache device holds.", Gauge);
         let mut in_service = Family::new(
             "cache_lines_in_service",
-            "Lines in service: the capacity less those a resize took out.",
+            "Lines in service: the capacity less those out of service (a resize, a failed array member).",
             Gauge,
         );
         let mut resident = Family::new("cache_lines", "Lines in the cache, by state.", Gauge);

@@ -97,12 +97,18 @@ fn open_cache_group(
     // lines (docs/format.md): a new file gets room for both.
     let line_bytes = v.line_size.bytes();
     // Room for `cache_size_max` when given (the cache may grow to it).
-    let create_bytes = (v.cache_max_bytes.or(v.cache_bytes))
-        .map_or(
-            layout::device_bytes_for(line_bytes, DEFAULT_CACHE_BYTES),
-            |bytes| layout::device_bytes_for(line_bytes, bytes),
-        )
-        .map_err(|e| refused!("{}: {e}", v.key("cache_size")))?;
+    let create_bytes = layout::device_bytes_for(
+        line_bytes,
+        (v.cache_max_bytes.or(v.cache_bytes)).unwrap_or(DEFAULT_CACHE_BYTES),
+    )
+    .map_err(|e| {
+        let key = if v.cache_max_bytes.is_some() {
+            "cache_size_max"
+        } else {
+            "cache_size"
+        };
+        refused!("{}: {e}", v.key(key))
+    })?;
     // A missing cache device is refused before anything is created.
     let missing = std::iter::once(&v.path)
         .chain(&v.cache_array)
@@ -192,7 +198,7 @@ fn open_cache_group(
     }
     let (capacity_lines, lines_in_service) = match &array {
         Some(array) => (array.geometry().slots(), None),
-        None => formatted_lines(v, cache_dev.as_ref(), line_bytes, start.init)?,
+        None => formatted_and_in_service(v, cache_dev.as_ref(), line_bytes, start.init)?,
     };
     let cache_bytes = match (&array, v.cache_bytes) {
         (None, Some(bytes)) => bytes,
@@ -287,7 +293,7 @@ pub(crate) fn cache_lines(v: &CacheDeviceConfig, device_bytes: u64, line_bytes: 
 /// of this line size with more lines keeps its format (unless `init`), so
 /// that a smaller `cache_size` keeps the lines that fit rather than
 /// formatting anew.
-fn formatted_lines(
+fn formatted_and_in_service(
     v: &CacheDeviceConfig,
     dev: &dyn BlockDevice,
     line_bytes: u64,

@@ -107,7 +107,8 @@ pub struct CacheDeviceSnapshot {
     pub lookup: String,
     pub shards: u64,
     pub capacity_lines: u64,
-    /// Lines in service: `capacity_lines` less those a resize took out.
+    /// Lines in service: `capacity_lines` less those out of service (taken
+    /// out by a resize, or on a failed cache-array member).
     #[serde(default)]
     pub lines_in_service: u64,
     pub line_bytes: u64,

@@ -81,9 +81,14 @@ pub fn render(snapshot: &Snapshot) -> String {
             v.occupancy * 100.0,
             v.clean_lines,
             v.dirty_lines,
-            match in_service < d.capacity_lines {
-                true => format!("; resized from the {} lines formatted", d.capacity_lines),
-                false => String::new(),
+            if in_service < d.capacity_lines {
+                format!(
+                    "; {} lines formatted, {} out of service",
+                    d.capacity_lines,
+                    d.capacity_lines - in_service
+                )
+            } else {
+                String::new()
             }
         );
         put!(

@@ -272,8 +272,8 @@ pub struct Cache {
     /// write-back).
     clean_cursor: usize,
     free: Vec<SlotId>,
-    /// Slots taken out of service for good (their device failed); empty
-    /// until [`Cache::retire_slots`] first runs.
+    /// Slots out of service: their device failed ([`Cache::retire_slots`])
+    /// or a resize took them out (`resize.rs`); empty until the first.
     retired: Vec<bool>,
     retired_count: usize,
     /// Dirty lines a resize chose to leave once written back: slot and
@@ -508,7 +508,7 @@ impl Cache {
             return Ok(());
         }
         let mut policy = ActivePolicy::build(&spec, self.config.capacity_lines as usize)?;
-        policy.set_lines_in_service(self.lines_in_service() as usize);
+        policy.set_lines_in_service(self.config.lines_in_service() as usize);
         for s in 0..self.config.capacity_lines as usize {
             let meta = &self.records[s].meta;
             if !meta.resident {
@@ -529,7 +529,7 @@ impl Cache {
         Ok(())
     }
 
-    /// Slots taken out of service by [`Cache::retire_slots`].
+    /// Slots out of service ([`Cache::retire_slots`], [`Cache::resize`]).
     pub fn retired_slots(&self) -> u64 {
         self.retired_count as u64
     }
@@ -563,8 +563,7 @@ impl Cache {
             } else {
                 self.free.retain(|&f| f != slot);
             }
-            self.retired[s] = true;
-            self.retired_count += 1;
+            self.retire_one(slot);
         }
         ops.seal();
         dirty_left

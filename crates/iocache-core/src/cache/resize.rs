@@ -124,7 +124,8 @@ impl Cache {
         }
     }
 
-    fn retire_one(&mut self, slot: SlotId) {
+    /// Marks `slot` out of service (it holds no line).
+    pub(super) fn retire_one(&mut self, slot: SlotId) {
         if self.retired.is_empty() {
             self.retired = vec![false; self.records.len()];
         }
@@ -138,8 +139,7 @@ impl Cache {
     /// dirty lines inline.
     fn drop_leaving(&mut self, slot: SlotId, ops: &mut OpList) {
         let key = self.records[slot as usize].line.key();
-        self.stats.evictions += 1;
-        self.empty_slot(slot, ops);
+        self.evict(slot, ops);
         self.emit(ops, Op::Invalidate { slot, key });
     }
 

@@ -115,14 +115,13 @@ impl S3Fifo {
             line_index: 0,
         };
         let small_target = lines_of(small, capacity_lines);
-        let ghost_share = ghost;
-        let ghost = match ghost {
+        let ghost_lines = match ghost {
             Some(g) => lines_of(g, capacity_lines),
             None => capacity_lines - small_target,
         };
         S3Fifo {
             small_target,
-            shares: (small, ghost_share),
+            shares: (small, ghost),
             threshold,
             links: Links::new(capacity_lines),
             queue_of: vec![Queue::None; capacity_lines],
@@ -130,7 +129,7 @@ impl S3Fifo {
             key_of: vec![none; capacity_lines],
             small: ListHead::default(),
             main: ListHead::default(),
-            ghost: GhostFifo::new(ghost),
+            ghost: GhostFifo::new(ghost_lines),
             incoming_to_main: false,
             moved_to_main: 0,
             ghost_hits: 0,

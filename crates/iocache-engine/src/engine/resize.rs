@@ -113,15 +113,16 @@ impl Inner {
         }
         self.set_dirty_caps(lock(&self.knobs).dirty_cap());
         let written_back = result?;
-        let lines_left = started.elapsed();
+        let lines_gone_after = started.elapsed();
         // The dropped lines' records durable before the size is recorded.
         self.sync_records()?;
+        let took = started.elapsed();
         log::info!(
             "cache resized from {} to {lines} lines in {:.1} ms ({written_back} dirty lines written back \
              first; records made durable in {:.1} ms)",
             before.iter().sum::<u64>(),
-            started.elapsed().as_secs_f64() * 1e3,
-            (started.elapsed() - lines_left).as_secs_f64() * 1e3
+            took.as_secs_f64() * 1e3,
+            (took - lines_gone_after).as_secs_f64() * 1e3
         );
         Ok(())
     }
@@ -129,16 +130,12 @@ impl Inner {
     /// Returns the dirty lines written back.
     fn resize_shards(&self, targets: &[u64]) -> Result<u64, EngineError> {
         let deadline = Instant::now() + RESIZE_PATIENCE;
-        let give_up = || -> Result<(), EngineError> {
+        let give_up = |leaving: u64| -> Result<(), EngineError> {
             if self.stopping.load(Ordering::Relaxed) || self.closing.load(Ordering::Relaxed) {
                 return Err(EngineError::Shutdown);
             }
             if Instant::now() > deadline {
-                return Err(EngineError::DirtyLinesRemain {
-                    lines: (self.shards.iter())
-                        .map(|s| lock(&s.state).cache.dirty_lines())
-                        .sum(),
-                });
+                return Err(EngineError::DirtyLinesRemain { lines: leaving });
             }
             Ok(())
         };
@@ -156,7 +153,7 @@ impl Inner {
                 continue;
             }
             short_before = short;
-            give_up()?;
+            give_up(leaving)?;
             if leaving == 0 {
                 return Err(EngineError::NotSupported(format!(
                     "shrinking the cache: the replacement policy named no line to leave ({short} to go)"
@@ -173,13 +170,13 @@ impl Inner {
             // The lines chosen so far, in small batches one after the
             // other; as many batches as it takes them all, at most.
             let share = RESIZE_FLUSH_LINES.div_ceil(shards.len());
-            for _ in 0..=(leaving as usize).div_ceil(share * shards.len()) {
+            for _ in 0..=(leaving as usize).div_ceil(RESIZE_FLUSH_LINES) {
                 let batch = {
                     let _cleaning = lock(&self.cleaner.cleaning);
                     self.flush_batch(&shards, FlushOrder::Retiring, share, false)
                 };
                 written_back += (batch.taken - batch.failed) as u64;
-                if batch.taken == 0 || batch.failed > 0 || give_up().is_err() {
+                if batch.taken == 0 || batch.failed > 0 || give_up(leaving).is_err() {
                     if batch.taken > 0 && batch.failed == batch.taken {
                         std::thread::sleep(Duration::from_millis(20));
                     }

@@ -1,7 +1,8 @@
 //! An operator changes a serving cache's knobs
 //! (`iocache ctl set`, as `casadm --set-cache-mode` / `--set-param` do),
 //! and the change must reach every shard's core without stopping I/O,
-//! lose no cached or dirty line, survive a restart, and never leave a
+//! lose no dirty line (and no cached one but those a smaller
+//! `cache_size` has no room for), survive a restart, and never leave a
 //! crash in between unsafe. The cores do the switching ([`Cache::apply`]);
 //! this file applies a change to all of them, keeps the configured and the
 //! current values, writes the changes into the superblock (an A/B update,
@@ -178,10 +179,15 @@ impl Inner {
         }
     }
 
-    /// Records `bytes` in service as the size in force, in the knobs and
-    /// the superblock (a growth, before its slots come back).
-    pub(super) fn record_size(&self, bytes: u64) -> Result<(), EngineError> {
+    /// Notes `bytes` in service as the size in force, in the knobs.
+    pub(super) fn note_size(&self, bytes: u64) {
         lock(&self.knobs).current[Knobs::index("cache_size")] = Setting::CacheSize(bytes);
+    }
+
+    /// [`Inner::note_size`], and in the superblock (a growth, before its
+    /// slots come back).
+    pub(super) fn record_size(&self, bytes: u64) -> Result<(), EngineError> {
+        self.note_size(bytes);
         self.persist_settings()
     }
 
@@ -207,8 +213,9 @@ impl Inner {
 
 impl Engine {
     /// Changes knobs while the cache serves (see the module doc): every
-    /// shard switches between two requests; no cached or dirty line is
-    /// dropped. Leaving a write policy that keeps dirty data (wb, wo) for
+    /// shard switches between two requests; no dirty line is dropped, and
+    /// no cached one but those a smaller `cache_size` leaves no room for
+    /// (`resize.rs`). Leaving a write policy that keeps dirty data (wb, wo) for
     /// one that does not (wt, wi, wa, pt) writes the dirty lines back in the
     /// background while new writes follow the new policy; until then they
     /// are served from the cache as before. Returns the knobs' values.
