@@ -23,13 +23,7 @@ impl Cache {
                 .take(max_lines)
                 .collect(),
             FlushOrder::Address => {
-                let mut dirty: Vec<(LineKey, SlotId)> = self
-                    .dirty_links
-                    .iter(&self.dirty_list)
-                    .filter(|&s| !self.records[s as usize].meta.flushing)
-                    .map(|s| (self.records[s as usize].line.key(), s))
-                    .collect();
-                dirty.sort_unstable();
+                let dirty = self.by_address(self.dirty_links.iter(&self.dirty_list), |_| true);
                 let start = match self.flush_cursor {
                     Some(cursor) => dirty.partition_point(|(k, _)| *k <= cursor),
                     None => 0,
@@ -47,40 +41,24 @@ impl Cache {
             }
             FlushOrder::Epochs { through } => {
                 // The dirty list is in ascending epoch: its head up to `through`.
-                let mut dirty: Vec<(LineKey, SlotId)> = self
-                    .dirty_links
-                    .iter(&self.dirty_list)
-                    .take_while(|&s| self.epochs.get(s as usize).is_none_or(|&e| e <= through))
-                    .filter(|&s| !self.records[s as usize].meta.flushing)
-                    .map(|s| (self.records[s as usize].line.key(), s))
-                    .collect();
-                dirty.sort_unstable();
-                dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
+                let head = (self.dirty_links.iter(&self.dirty_list))
+                    .take_while(|&s| self.epochs.get(s as usize).is_none_or(|&e| e <= through));
+                first_slots(self.by_address(head, |_| true), max_lines)
             }
             FlushOrder::Retiring => {
                 // Entries whose line changed since are stale: not flushed.
-                let mut dirty: Vec<(LineKey, SlotId)> = (self.retiring.iter())
+                let chosen = (self.retiring.iter())
                     .filter(|&(&s, &generation)| {
                         let meta = &self.records[s as usize].meta;
-                        meta.generation == generation && meta.dirty_listed && !meta.flushing
+                        meta.generation == generation && meta.dirty_listed
                     })
-                    .map(|(&s, _)| (self.records[s as usize].line.key(), s))
-                    .collect();
-                dirty.sort_unstable();
-                dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
+                    .map(|(&s, _)| s);
+                first_slots(self.by_address(chosen, |_| true), max_lines)
             }
             FlushOrder::Volume(volume) => {
-                let mut dirty: Vec<(LineKey, SlotId)> = self
-                    .dirty_links
-                    .iter(&self.dirty_list)
-                    .filter(|&s| {
-                        let meta = &self.records[s as usize].meta;
-                        self.records[s as usize].line.volume == volume && !meta.flushing
-                    })
-                    .map(|s| (self.records[s as usize].line.key(), s))
-                    .collect();
-                dirty.sort_unstable();
-                dirty.into_iter().take(max_lines).map(|(_, s)| s).collect()
+                let dirty = self.dirty_links.iter(&self.dirty_list);
+                let of_volume = |line: &SlotLine| line.volume == volume;
+                first_slots(self.by_address(dirty, of_volume), max_lines)
             }
         };
         for slot in candidates {
@@ -95,6 +73,24 @@ impl Cache {
             });
         }
         ops.seal();
+    }
+
+    /// `slots` whose line `keep` accepts and that are not being flushed,
+    /// with their keys, in (volume, address) order.
+    fn by_address(
+        &self,
+        slots: impl Iterator<Item = SlotId>,
+        keep: impl Fn(&SlotLine) -> bool,
+    ) -> Vec<(LineKey, SlotId)> {
+        let mut picked: Vec<(LineKey, SlotId)> = slots
+            .filter(|&s| {
+                let record = &self.records[s as usize];
+                !record.meta.flushing && keep(&record.line)
+            })
+            .map(|s| (self.records[s as usize].line.key(), s))
+            .collect();
+        picked.sort_unstable();
+        picked
     }
 
     /// Finishes a flush. On success the line becomes clean unless it changed
@@ -259,4 +255,9 @@ impl Cache {
         let head = self.dirty_list.head;
         (head != crate::policy::list::NIL).then(|| self.records[head as usize].meta.dirty_since_ns)
     }
+}
+
+/// The slots of the first `max_lines` entries of `picked`.
+fn first_slots(picked: Vec<(LineKey, SlotId)>, max_lines: usize) -> Vec<SlotId> {
+    picked.into_iter().take(max_lines).map(|(_, s)| s).collect()
 }
