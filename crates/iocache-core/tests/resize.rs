@@ -12,10 +12,10 @@ use iocache_core::{
 use proptest::prelude::*;
 
 fn lru(lines: u64, inline: bool) -> Cache {
-    let mut c = CacheConfig::new(lines, LineSize::new(4096).unwrap(), PolicySpec::lru());
-    c.write_policy = WritePolicy::WriteBack;
-    c.inline_dirty_eviction = inline;
-    Cache::new(c).unwrap()
+    common::cache(lines, 4096, |c| {
+        c.write_policy = WritePolicy::WriteBack;
+        c.inline_dirty_eviction = inline;
+    })
 }
 
 fn touch(cache: &mut Cache, line: u64, write: bool, now: u64) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use iocache_core::{CacheConfig, LineSize, PolicySpec, Setting, WritePolicy};
 use iocache_device::{BlockDevice, FaultDevice, MemDevice};
-use iocache_engine::{Engine, EngineConfig, Layout, Lookup, Persistence};
+use iocache_engine::{Engine, Layout, Persistence};
 
 mod common;
 use common::{count_from_env, Model, Rng, SECTOR, VOLUME_SECTORS};
@@ -22,28 +22,6 @@ fn config(lines_in_service: Option<u64>) -> CacheConfig {
     c.write_policy = WritePolicy::WriteBack;
     c.lines_in_service = lines_in_service;
     c
-}
-
-/// An engine in `shards` shards (lines map to shards in runs of 64, so
-/// a test that must know where its lines go takes one).
-fn open(
-    config: &CacheConfig,
-    shards: usize,
-    persistence: Persistence,
-    cache: Arc<dyn BlockDevice>,
-    backend: Arc<dyn BlockDevice>,
-) -> Engine {
-    Engine::new(
-        EngineConfig {
-            lookup: Lookup::Fine,
-            shards,
-            persistence,
-            ..EngineConfig::new(config.clone())
-        },
-        cache,
-        backend,
-    )
-    .expect("engine opens the devices")
 }
 
 fn devices() -> (Arc<FaultDevice<MemDevice>>, Arc<FaultDevice<MemDevice>>) {
@@ -86,7 +64,7 @@ fn resident(engine: &Engine, line: u64) -> bool {
 #[test]
 fn a_shrink_keeps_the_recent_lines_and_a_growth_keeps_them_all() {
     let (cache, backend) = devices();
-    let engine = open(&config(None), 1, Persistence::All, cache.clone(), backend.clone());
+    let engine = common::open_engine_in(&config(None), 1, Persistence::All, cache.clone(), backend.clone());
     let mut model = Model::new();
     for line in 0..LINES {
         write_line(&engine, &mut model, line);
@@ -130,7 +108,7 @@ fn a_shrink_keeps_the_recent_lines_and_a_growth_keeps_them_all() {
     let kept: Vec<u64> = (0..LINES).filter(|&l| resident(&engine, l)).collect();
     engine.shutdown().unwrap();
     drop(engine);
-    let engine = open(&config(None), 1, Persistence::All, cache.clone(), backend.clone());
+    let engine = common::open_engine_in(&config(None), 1, Persistence::All, cache.clone(), backend.clone());
     assert_eq!(engine.stats().lines_in_service, 24);
     assert!(
         kept.iter().all(|&l| resident(&engine, l)),
@@ -154,7 +132,7 @@ fn a_shrink_keeps_the_recent_lines_and_a_growth_keeps_them_all() {
 #[test]
 fn a_smaller_configured_size_at_a_start_keeps_the_lines_that_fit() {
     let (cache, backend) = devices();
-    let engine = open(
+    let engine = common::open_engine_in(
         &config(None),
         2,
         Persistence::Dirty,
@@ -167,7 +145,7 @@ fn a_smaller_configured_size_at_a_start_keeps_the_lines_that_fit() {
     }
     engine.flush().unwrap();
     drop(engine); // killed: dirty lines still in the cache
-    let engine = open(
+    let engine = common::open_engine_in(
         &config(Some(20)),
         2,
         Persistence::Dirty,
@@ -195,7 +173,7 @@ fn kill_during_resize(seed: u64) -> bool {
     let (cache, backend) = devices();
     backend.set_latency(Duration::from_micros(100 + rng.below(400)));
     let persistence = [Persistence::All, Persistence::Dirty][rng.below(2) as usize];
-    let engine = Arc::new(open(
+    let engine = Arc::new(common::open_engine_in(
         &config(None),
         2,
         persistence,
@@ -230,7 +208,7 @@ fn kill_during_resize(seed: u64) -> bool {
     cache.clear_faults();
     backend.clear_faults();
     backend.set_latency(Duration::ZERO);
-    let engine = open(&config(None), 2, persistence, cache, backend);
+    let engine = common::open_engine_in(&config(None), 2, persistence, cache, backend);
     let size = engine.stats().lines_in_service;
     assert!(
         size == old || size == new,

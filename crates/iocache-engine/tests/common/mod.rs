@@ -172,10 +172,21 @@ pub fn open_engine(
     cache: std::sync::Arc<dyn iocache_device::BlockDevice>,
     backend: std::sync::Arc<dyn iocache_device::BlockDevice>,
 ) -> iocache_engine::Engine {
+    open_engine_in(config, 2, persistence, cache, backend)
+}
+
+/// [`open_engine`] in `shards` shards.
+pub fn open_engine_in(
+    config: &iocache_core::CacheConfig,
+    shards: usize,
+    persistence: iocache_engine::Persistence,
+    cache: std::sync::Arc<dyn iocache_device::BlockDevice>,
+    backend: std::sync::Arc<dyn iocache_device::BlockDevice>,
+) -> iocache_engine::Engine {
     iocache_engine::Engine::new(
         iocache_engine::EngineConfig {
             lookup: iocache_engine::Lookup::Fine,
-            shards: 2,
+            shards,
             persistence,
             ..iocache_engine::EngineConfig::new(config.clone())
         },
