@@ -197,7 +197,8 @@ impl Shadow {
             Some((first, end)) => clear_range(self.dirty_mut(slot), first, end),
             None => self.dirty_mut(slot).fill(0),
         }
-        if self.dirty(slot).iter().all(|&w| w == 0) {
+        // An epoch only under ordered write-back: no scan otherwise.
+        if self.epochs[slot as usize].is_some() && self.dirty(slot).iter().all(|&w| w == 0) {
             self.epochs[slot as usize] = None;
         }
         if self.dirty_checksums {

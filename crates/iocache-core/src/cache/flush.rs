@@ -228,7 +228,7 @@ impl Cache {
         if let Some(epoch) = older {
             return Some(OrderedWait::Epoch(epoch));
         }
-        if !mode::resolve(&self.mode, None, None).policy.keeps_dirty() {
+        if !self.effective_mode().policy.keeps_dirty() {
             // Pass-through after cache-device errors, or a controller's
             // write-through: the write goes to the backend.
             return Some(OrderedWait::ToBackend);
@@ -236,7 +236,7 @@ impl Cache {
         let clean = self.resident_lines() - self.dirty_lines() - clean_hits;
         let new_dirty = misses + clean_hits;
         // Room cleaning can make: every slot but the request's own lines.
-        let usable = self.capacity_lines() - self.retired_slots() - clean_hits - dirty_hits;
+        let usable = self.lines_in_service() - clean_hits - dirty_hits;
         let cap = self.config.max_dirty_lines;
         if misses > usable || cap.is_some_and(|cap| new_dirty > cap) {
             // Some of it goes to the backend whatever is cleaned.

@@ -571,7 +571,7 @@ impl Cache {
 
     /// Puts retired slots for which `restore` holds back in service, empty
     /// and free (a replaced cache device); returns how many.
-    pub fn restore_slots(&mut self, restore: impl Fn(SlotId) -> bool) -> u64 {
+    pub fn restore_slots(&mut self, mut restore: impl FnMut(SlotId) -> bool) -> u64 {
         let mut restored = 0;
         for s in 0..self.retired.len() {
             let slot = s as SlotId;

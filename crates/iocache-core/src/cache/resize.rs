@@ -111,17 +111,11 @@ impl Cache {
 
     /// The lowest-numbered `count` slots out of service come back, free.
     fn put_in_service(&mut self, mut count: u64) {
-        for s in 0..self.retired.len() {
-            if count == 0 {
-                break;
-            }
-            if self.retired[s] {
-                self.retired[s] = false;
-                self.retired_count -= 1;
-                self.free.push(s as SlotId);
-                count -= 1;
-            }
-        }
+        self.restore_slots(|_| {
+            let more = count > 0;
+            count = count.saturating_sub(1);
+            more
+        });
     }
 
     /// Marks `slot` out of service (it holds no line).

@@ -407,21 +407,12 @@ impl Inner {
     pub(super) fn flush_all(&self) -> Result<(), EngineError> {
         let _cleaning = lock(&self.cleaner.cleaning);
         if let Some(epochs) = &self.epochs {
-            // Everything written so far, each epoch in turn (writes from now
-            // on join a new epoch and may stay dirty, as they would here).
-            let (_, failed) = self.ordered_drain(Some(epochs.next()))?;
-            if failed > 0 {
-                return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
-            }
+            // Writes from now on may stay dirty, as they would here.
+            self.drain_epochs_so_far(epochs)?;
             return self.flush_backends();
         }
         let shards = self.all_shards();
-        let dirty_lines = || -> u64 {
-            shards
-                .iter()
-                .map(|&s| lock(&self.shards[s].state).cache.dirty_lines())
-                .sum()
-        };
+        let dirty_lines = || self.dirty_lines_all();
         // Bounded: the address cursors move past a line whose write-back
         // failed, so flushing is given up once every line still dirty has
         // failed since the last success (a backend that is down must not

@@ -107,7 +107,7 @@ impl Inner {
     }
 
     /// Dirty lines in every shard.
-    fn dirty_lines_all(&self) -> u64 {
+    pub(super) fn dirty_lines_all(&self) -> u64 {
         self.shards
             .iter()
             .map(|s| lock(&s.state).cache.dirty_lines())
@@ -203,6 +203,17 @@ impl Inner {
                 Ok(())
             }
         }
+    }
+
+    /// Every line dirty so far, epoch by epoch (writes from now on join a
+    /// new epoch); fails when some could not be written back. Returns the
+    /// lines written back.
+    pub(super) fn drain_epochs_so_far(&self, epochs: &Epochs) -> Result<u64, EngineError> {
+        let (written, failed) = self.ordered_drain(Some(epochs.next()))?;
+        if failed > 0 {
+            return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
+        }
+        Ok(written)
     }
 
     /// Writes back, oldest epoch first, every line dirty from an epoch

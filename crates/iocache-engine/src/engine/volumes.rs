@@ -413,10 +413,7 @@ impl Inner {
     fn write_back_volume(&self, volume: &VolumeState) -> Result<u64, EngineError> {
         if let Some(epochs) = &self.epochs {
             // Epochs span volumes: everything goes back, oldest first.
-            let (written, failed) = self.ordered_drain(Some(epochs.next()))?;
-            if failed > 0 {
-                return Err(EngineError::DirtyLinesRemain { lines: failed as u64 });
-            }
+            let written = self.drain_epochs_so_far(epochs)?;
             volume.backend.flush()?;
             return Ok(written);
         }
