@@ -27,6 +27,7 @@ use crate::raid::{ArrayStats, CacheArray, MirrorState};
 use crate::recovery::{self, DamagedMetadata, InitMode, OpenSpec, RecoveryReport};
 use barrier::{Durability, MetaState};
 use cleaner::Cleaner;
+use execute::CacheRead;
 use health_state::{HealthState, Poisoned};
 use metadata::Metadata;
 use planning::{Plan, PlannedSegment, Segments};
@@ -1126,19 +1127,7 @@ impl Engine {
         let still_in_flight = self
             .inner
             .close_gates_and_drain(std::time::Instant::now() + patience);
-        self.inner.stopping.store(true, Ordering::SeqCst);
-        // The cleaner would otherwise notice only at its next poll.
-        self.inner.wake_cleaner();
-        if let Some(single) = &self.single {
-            // Closing the channel ends the lookup thread.
-            drop(std::mem::replace(&mut *lock(single), mpsc::channel().0));
-        }
-        self.inner.readahead.close();
-        for handle in lock(&self.threads).drain(..) {
-            // The load balancer sleeps parked until its next interval.
-            handle.thread().unpark();
-            let _ = handle.join();
-        }
+        self.stop_threads();
         let deadline = std::time::Instant::now() + patience;
         // A drain thread (settings.rs) sees `stopping` after its current
         // pass: nothing of this engine may write to the device after it
@@ -1180,6 +1169,24 @@ impl Engine {
         }
     }
 
+    /// Tells the engine's threads to stop and joins them: the cleaner, the
+    /// lookup thread (single locking), readahead and the load balancer.
+    fn stop_threads(&self) {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        // The cleaner would otherwise notice only at its next poll.
+        self.inner.wake_cleaner();
+        if let Some(single) = &self.single {
+            // Closing the channel ends the lookup thread.
+            drop(std::mem::replace(&mut *lock(single), mpsc::channel().0));
+        }
+        self.inner.readahead.close();
+        for handle in lock(&self.threads).drain(..) {
+            // The load balancer sleeps parked until its next interval.
+            handle.thread().unpark();
+            let _ = handle.join();
+        }
+    }
+
     fn decide(&self, segments: Segments, plan: &mut Plan) -> Result<(), EngineError> {
         match &self.single {
             None => self.inner.decide_into(&segments, plan),
@@ -1198,18 +1205,7 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         self.inner.closing.store(true, Ordering::SeqCst);
-        self.inner.stopping.store(true, Ordering::SeqCst);
-        // The cleaner would otherwise notice only at its next poll.
-        self.inner.wake_cleaner();
-        if let Some(single) = &self.single {
-            drop(std::mem::replace(&mut *lock(single), mpsc::channel().0));
-        }
-        self.inner.readahead.close();
-        for handle in lock(&self.threads).drain(..) {
-            // The load balancer sleeps parked until its next interval.
-            handle.thread().unpark();
-            let _ = handle.join();
-        }
+        self.stop_threads();
     }
 }
 

@@ -57,6 +57,21 @@ fn pattern(thread: u64, seq: u64) -> [u8; SECTOR as usize] {
     s
 }
 
+/// Every sector some thread wrote (`models[thread][sector]`, its last
+/// write number; 0: never written) holds that write on the backend; each
+/// thread writes the sectors `s` with `s % THREADS` equal to its number.
+fn assert_backend_holds(backend: &MemDevice, models: &[Vec<u64>], run: &str) {
+    let mut sector = [0u8; SECTOR as usize];
+    for s in 0..backend.len_bytes() / SECTOR {
+        let owner = s % THREADS;
+        let seq = models[owner as usize][s as usize];
+        if seq != 0 {
+            backend.read_at(&mut sector, s * SECTOR).unwrap();
+            assert_eq!(sector, pattern(owner, seq), "backend lost sector {s} ({run})");
+        }
+    }
+}
+
 fn workload(engine: &Engine, thread: u64, volume_sectors: u64, steps: u64) -> Vec<u64> {
     workload_while(engine, thread, volume_sectors, steps, || false)
 }
@@ -169,19 +184,7 @@ fn run_with(
     if wp != WritePolicy::PassThrough {
         assert!(stats.cache.evictions > 0, "the workload must overflow the cache");
     }
-    let mut sector = [0u8; SECTOR as usize];
-    for s in 0..volume_sectors {
-        let owner = s % THREADS;
-        let seq = models[owner as usize][s as usize];
-        if seq != 0 {
-            backend.read_at(&mut sector, s * SECTOR).unwrap();
-            assert_eq!(
-                sector,
-                pattern(owner, seq),
-                "backend lost sector {s} ({lookup}, {wp})"
-            );
-        }
-    }
+    assert_backend_holds(&backend, &models, &format!("{lookup}, {wp}"));
 }
 
 #[test]
@@ -413,13 +416,5 @@ fn fine_every_knob_switched_under_load() {
     });
     engine.flush_all().unwrap();
     assert_eq!(engine.stats().dirty_lines, 0);
-    let mut sector = [0u8; SECTOR as usize];
-    for s in 0..volume_sectors {
-        let owner = s % THREADS;
-        let seq = models[owner as usize][s as usize];
-        if seq != 0 {
-            backend.read_at(&mut sector, s * SECTOR).unwrap();
-            assert_eq!(sector, pattern(owner, seq), "backend lost sector {s}");
-        }
-    }
+    assert_backend_holds(&backend, &models, "settings changed during the load");
 }

@@ -315,21 +315,10 @@ fn crashed_cache(cache: &CacheConfig, persistence: Persistence, seed: u64) -> (V
     let line_sectors = cache.line_size.bytes() / SECTOR;
     let engine = open(cache, persistence, InitMode::Load, &cache_dev, &backend).unwrap();
     for step in 0..300 {
-        match rng.below(10) {
-            0 => {
-                engine.flush().unwrap();
-                model.flushed();
-            }
-            1..=6 => {
-                let w = model.next_write(&mut rng, true);
-                engine.write(w.offset(), &w.data(), w.fua).unwrap();
-                model.record(&w);
-            }
-            _ => {
-                let first = rng.below(VOLUME_SECTORS / line_sectors) * line_sectors;
-                let mut buf = vec![0u8; (line_sectors * SECTOR) as usize];
-                engine.read(first * SECTOR, &mut buf).unwrap();
-            }
+        if !model.flush_or_write(&engine, &mut rng) {
+            let first = rng.below(VOLUME_SECTORS / line_sectors) * line_sectors;
+            let mut buf = vec![0u8; (line_sectors * SECTOR) as usize];
+            engine.read(first * SECTOR, &mut buf).unwrap();
         }
         if step == 250 {
             engine.flush().unwrap();

@@ -61,25 +61,14 @@ fn run_iteration(seed: u64, wp: WritePolicy, persistence: Persistence, line_byte
     let engine = open(&config, persistence, &devs);
     let steps = 50 + rng.below(400);
     for _ in 0..steps {
-        match rng.below(10) {
-            0 => {
-                engine.flush().unwrap();
-                model.flushed();
-            }
-            1..=6 => {
-                let w = model.next_write(&mut rng, true);
-                engine.write(w.offset(), &w.data(), w.fua).unwrap();
-                model.record(&w);
-            }
-            _ => {
-                // Reads of whole lines as well as single sectors, so that
-                // fills cover whole lines (which mode `all` records, hashed).
-                let sectors = if rng.below(2) == 0 { 1 } else { line_bytes / SECTOR };
-                let first = rng.below(VOLUME_SECTORS / sectors) * sectors;
-                let mut buf = vec![0u8; (sectors * SECTOR) as usize];
-                engine.read(first * SECTOR, &mut buf).unwrap();
-                model.assert_latest(first, &buf, &format!("seed {seed}: live"));
-            }
+        if !model.flush_or_write(&engine, &mut rng) {
+            // Reads of whole lines as well as single sectors, so that
+            // fills cover whole lines (which mode `all` records, hashed).
+            let sectors = if rng.below(2) == 0 { 1 } else { line_bytes / SECTOR };
+            let first = rng.below(VOLUME_SECTORS / sectors) * sectors;
+            let mut buf = vec![0u8; (sectors * SECTOR) as usize];
+            engine.read(first * SECTOR, &mut buf).unwrap();
+            model.assert_latest(first, &buf, &format!("seed {seed}: live"));
         }
     }
     // The power goes: nothing more reaches either device.

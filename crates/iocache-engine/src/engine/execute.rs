@@ -187,23 +187,15 @@ impl Inner {
 
     /// Runs one `ReadCache` op of `segment` into the request's buffer `buf`.
     fn read_cache_op(&self, segment: &PlannedSegment, op: &Op, buf: &mut [u8]) -> Result<(), EngineError> {
-        let Op::ReadCache {
-            slot,
-            line_offset_bytes,
-            length_bytes,
-            buffer_offset_bytes,
-        } = *op
-        else {
-            unreachable!("only ReadCache ops are read from the cache");
-        };
-        let at = segment.buffer_offset + buffer_offset_bytes as usize;
-        let key = self.op_key(segment, buffer_offset_bytes, line_offset_bytes);
+        let read =
+            CacheRead::of(op, segment.buffer_offset).expect("only ReadCache ops are read from the cache");
+        let key = self.op_key(segment, read.buffer_offset_bytes, read.line_offset_bytes);
         self.read_cache(
             segment.shard,
-            slot,
+            read.slot,
             key,
-            line_offset_bytes,
-            &mut buf[at..at + length_bytes as usize],
+            read.line_offset_bytes,
+            &mut buf[read.buffer_range()],
         )
     }
 
@@ -338,19 +330,15 @@ impl Inner {
         if self.slots.array.is_some() {
             return 1;
         }
-        let place = |op: &Op| match *op {
-            Op::ReadCache {
-                slot,
-                line_offset_bytes,
-                length_bytes,
-                buffer_offset_bytes,
-            } => Some((
-                self.cache_offset(segment.shard, slot, line_offset_bytes),
-                buffer_offset_bytes,
-                u64::from(length_bytes),
-                false,
-            )),
-            _ => None,
+        let place = |op: &Op| {
+            CacheRead::of(op, 0).map(|read| {
+                (
+                    self.cache_offset(segment.shard, read.slot, read.line_offset_bytes),
+                    read.buffer_offset_bytes,
+                    read.length_bytes as u64,
+                    false,
+                )
+            })
         };
         contiguous_run_len(ops.iter().map(place))
     }
@@ -363,21 +351,17 @@ impl Inner {
         ops: &[Op],
         buf: &mut [u8],
     ) -> Result<(), EngineError> {
-        let span = |op: &Op| match *op {
-            Op::ReadCache {
-                slot,
-                line_offset_bytes,
-                length_bytes,
-                buffer_offset_bytes,
-            } => (
-                self.cache_offset(segment.shard, slot, line_offset_bytes),
-                segment.buffer_offset + buffer_offset_bytes as usize,
-                length_bytes as usize,
-            ),
-            _ => unreachable!("only ReadCache ops are read from the cache"),
+        let span = |op: &Op| {
+            let read =
+                CacheRead::of(op, segment.buffer_offset).expect("only ReadCache ops are read from the cache");
+            (
+                self.cache_offset(segment.shard, read.slot, read.line_offset_bytes),
+                read.buffer_range(),
+            )
         };
-        let (device_offset, from, _) = span(&ops[0]);
-        let (_, last_at, last_len) = span(&ops[ops.len() - 1]);
+        let (device_offset, first) = span(&ops[0]);
+        let (_, last) = span(&ops[ops.len() - 1]);
+        let (from, last_at, last_len) = (first.start, last.start, last.len());
         // A lost device is not read at all: op by op, each reads around it.
         if !self.content_lost() {
             let read = self.queues.cache.time_n(
@@ -398,5 +382,43 @@ impl Inner {
             self.read_cache_op(segment, op, buf)?;
         }
         Ok(())
+    }
+}
+
+/// A `ReadCache` op's fields, with where it reads into a request's buffer
+/// whose segment starts at `base`.
+pub(super) struct CacheRead {
+    pub slot: SlotId,
+    pub line_offset_bytes: u32,
+    pub length_bytes: u32,
+    /// Offset in the segment's part of the buffer (as the op says it).
+    pub buffer_offset_bytes: u64,
+    base: usize,
+}
+
+impl CacheRead {
+    /// The op's fields, or `None` for any other op.
+    pub(super) fn of(op: &Op, base: usize) -> Option<Self> {
+        match *op {
+            Op::ReadCache {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                buffer_offset_bytes,
+            } => Some(CacheRead {
+                slot,
+                line_offset_bytes,
+                length_bytes,
+                buffer_offset_bytes,
+                base,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The bytes of the request's buffer the op fills.
+    pub(super) fn buffer_range(&self) -> std::ops::Range<usize> {
+        let at = self.base + self.buffer_offset_bytes as usize;
+        at..at + self.length_bytes as usize
     }
 }

@@ -142,20 +142,13 @@ impl Inner {
         let mut next = 0usize;
         for segment in &plan.segments {
             for op in &segment.ops {
-                let Op::ReadCache {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    buffer_offset_bytes,
-                } = *op
-                else {
-                    return None;
-                };
-                if segment.buffer_offset + buffer_offset_bytes as usize != next {
+                let read = CacheRead::of(op, segment.buffer_offset)?;
+                let range = read.buffer_range();
+                if range.start != next {
                     return None;
                 }
-                let at = self.cache_offset(segment.shard, slot, line_offset_bytes);
-                let length = length_bytes as usize;
+                let at = self.cache_offset(segment.shard, read.slot, read.line_offset_bytes);
+                let length = range.len();
                 next += length;
                 match runs.last_mut() {
                     Some((start, run)) if *start + *run as u64 == at => *run += length,

@@ -16,7 +16,7 @@ use iocache_core::{bitmap, LineKey, Op, SlotId, SECTOR_BYTES};
 use iocache_device::{BlockDevice, DeviceError, IoEngine, IoRequest};
 
 use super::queues::cache_class;
-use super::{lock, EngineError, Inner};
+use super::{lock, CacheRead, EngineError, Inner};
 use crate::raid::{CacheArray, MirrorState};
 
 /// What the slot store owns.
@@ -56,18 +56,14 @@ impl Inner {
         // (buffer start, length, device offset), in buffer order for splitting.
         let mut parts: Vec<(usize, usize, u64)> = ops
             .iter()
-            .map(|op| match *op {
-                Op::ReadCache {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    buffer_offset_bytes,
-                } => (
-                    base + buffer_offset_bytes as usize,
-                    length_bytes as usize,
-                    self.cache_offset(shard, slot, line_offset_bytes),
-                ),
-                _ => unreachable!("only ReadCache ops are batched"),
+            .map(|op| {
+                let read = CacheRead::of(op, base).expect("only ReadCache ops are batched");
+                let range = read.buffer_range();
+                (
+                    range.start,
+                    range.len(),
+                    self.cache_offset(shard, read.slot, read.line_offset_bytes),
+                )
             })
             .collect();
         parts.sort_unstable_by_key(|p| p.0);

@@ -158,6 +158,25 @@ impl Model {
         self.durable.copy_from_slice(&self.latest);
         self.since.iter_mut().for_each(Vec::clear);
     }
+    /// One step of a random workload on `engine`: a FLUSH (one in ten), a
+    /// write (six in ten, some with FUA), recorded here; else `false`, the
+    /// caller's turn to read.
+    pub fn flush_or_write(&mut self, engine: &iocache_engine::Engine, rng: &mut Rng) -> bool {
+        match rng.below(10) {
+            0 => {
+                engine.flush().unwrap();
+                self.flushed();
+            }
+            1..=6 => {
+                let w = self.next_write(rng, true);
+                engine.write(w.offset(), &w.data(), w.fua).unwrap();
+                self.record(&w);
+            }
+            _ => return false,
+        }
+        true
+    }
+
     pub fn acceptable(&self, sector: u64, found: u64) -> bool {
         let s = sector as usize;
         found == self.durable[s] || self.since[s].contains(&found)
