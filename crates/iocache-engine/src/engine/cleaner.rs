@@ -18,7 +18,7 @@ use std::time::Duration;
 use iocache_core::{FlushOrder, Op, SlotId, SECTOR_BYTES};
 use iocache_device::BlockDevice;
 
-use super::tickets::Ticket;
+use super::tickets::{DroppedSlots, Ticket};
 use super::writeback::{plan_runs, Piece, WRITE_BACK_RUN_BYTES};
 use super::{lock, slot_is_dirty, EngineError, Inner, ShardState, TicketKey};
 use crate::raid::{CacheArray, MirrorState};
@@ -531,6 +531,7 @@ impl Inner {
         self.set_dirty_caps(user_cap);
         let retire = |this: &Self| -> u64 {
             let mut dirty_left = 0;
+            let mut dropped = DroppedSlots::default();
             for (i, shard) in this.shards.iter().enumerate() {
                 let mut guard = lock(&shard.state);
                 let state = &mut *guard;
@@ -540,14 +541,16 @@ impl Inner {
                     .cache
                     .retire_slots(|slot| array.primary_failed(base + u64::from(slot)), &mut ops);
                 for op in ops.ops() {
-                    if let Op::Invalidate { slot, .. } = *op {
-                        state.shadow.note_empty(slot);
-                        this.mirror_unneeded(state, i, slot);
-                        this.cleaner.evacuated_lines.fetch_add(1, Ordering::Relaxed);
+                    if let Op::Invalidate { slot, key } = *op {
+                        dropped.add(state, i, slot, key);
                     }
                 }
                 state.ops = ops;
             }
+            this.empty_dropped_slots(dropped, |state, i, slot| {
+                this.mirror_unneeded(state, i, slot);
+                this.cleaner.evacuated_lines.fetch_add(1, Ordering::Relaxed);
+            });
             dirty_left
         };
         retire(self);

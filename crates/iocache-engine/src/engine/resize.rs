@@ -10,11 +10,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use iocache_core::units::format_byte_size;
-use iocache_core::{FlushOrder, Op, SlotId};
+use iocache_core::{FlushOrder, Op};
 use iocache_device::BlockDevice;
 use iocache_format::SuperblockFound;
 
-use super::tickets::TicketKey;
+use super::tickets::DroppedSlots;
 use super::{lock, EngineError, Inner};
 
 /// The longest a shrink waits for its dirty lines to be written back.
@@ -191,8 +191,7 @@ impl Inner {
     /// them waiting to be written back.
     fn resize_step(&self, targets: &[u64]) -> Result<(u64, u64), EngineError> {
         let (mut short, mut leaving) = (0, 0);
-        let mut tickets = Vec::new();
-        let mut dropped: Vec<(usize, SlotId)> = Vec::new();
+        let mut dropped = DroppedSlots::default();
         for (i, (shard, &target)) in self.shards.iter().zip(targets).enumerate() {
             let mut guard = lock(&shard.state);
             let state = &mut *guard;
@@ -202,29 +201,14 @@ impl Inner {
                 let Op::Invalidate { slot, key } = *op else {
                     unreachable!("the engine's shards keep dirty victims: a resize only drops clean lines");
                 };
-                // Requests decided before may still read or fill the slot.
-                for key in [TicketKey::Line(key), TicketKey::Slot(slot)] {
-                    let (ticket, _) = state.take_ticket(key);
-                    tickets.push((i, key, ticket));
-                }
-                dropped.push((i, slot));
+                dropped.add(state, i, slot, key);
             }
             state.ops = ops;
             let progress = progress?;
             short += progress.in_service - progress.target.min(progress.in_service);
             leaving += progress.dirty_leaving;
         }
-        self.wait_for_tickets(&tickets);
-        // Only now: a fill that was in flight would have noted the line
-        // again. Before the tickets go, so that no new line of the slot
-        // (one put back on the free list) has been noted yet.
-        for (i, shard) in self.shards.iter().enumerate() {
-            let mut state = lock(&shard.state);
-            for &(_, slot) in dropped.iter().filter(|(s, _)| *s == i) {
-                state.shadow.note_empty(slot);
-            }
-        }
-        self.release_tickets(&tickets);
+        self.empty_dropped_slots(dropped, |_, _, _| {});
         Ok((short, leaving))
     }
 }

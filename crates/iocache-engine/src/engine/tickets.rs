@@ -8,7 +8,7 @@
 //! wait_for_tickets`) and releasing them (`Inner::release_tickets`).
 
 use iocache_core::fasthash::FxHashMap;
-use iocache_core::{LineKey, VolumeId};
+use iocache_core::{LineKey, SlotId, VolumeId};
 
 use super::{lock, Inner, ShardState};
 
@@ -128,7 +128,53 @@ impl ShardState {
     }
 }
 
+/// Slots a decision outside any request emptied (a resize, a failed
+/// array member's evacuation), with the tickets that order them after the
+/// requests decided before: one of those may still read or fill a slot,
+/// and a fill notes its line in the shadow when its write is done.
+#[derive(Default)]
+pub(super) struct DroppedSlots {
+    tickets: Vec<Ticket>,
+    slots: Vec<(usize, SlotId)>,
+}
+
+impl DroppedSlots {
+    /// Notes that `shard`'s decision just emptied `slot`, which held `key`:
+    /// takes its tickets under the shard's lock (`state`), as requests do.
+    pub(super) fn add(&mut self, state: &mut ShardState, shard: usize, slot: SlotId, key: LineKey) {
+        for key in [TicketKey::Line(key), TicketKey::Slot(slot)] {
+            let (ticket, _) = state.take_ticket(key);
+            self.tickets.push((shard, key, ticket));
+        }
+        self.slots.push((shard, slot));
+    }
+}
+
 impl Inner {
+    /// Waits until the requests decided before are done with `dropped`'s
+    /// slots, then notes each slot empty in its shard's shadow and runs
+    /// `then` on it under the shard's lock; releases the tickets last, so
+    /// that no new line of a slot (one put back on the free list) has been
+    /// noted before. Call with no shard lock held.
+    pub(super) fn empty_dropped_slots(
+        &self,
+        dropped: DroppedSlots,
+        then: impl Fn(&ShardState, usize, SlotId),
+    ) {
+        self.wait_for_tickets(&dropped.tickets);
+        for (i, shard) in self.shards.iter().enumerate() {
+            if !dropped.slots.iter().any(|&(s, _)| s == i) {
+                continue;
+            }
+            let mut state = lock(&shard.state);
+            for &(_, slot) in dropped.slots.iter().filter(|&&(s, _)| s == i) {
+                state.shadow.note_empty(slot);
+                then(&state, i, slot);
+            }
+        }
+        self.release_tickets(&dropped.tickets);
+    }
+
     pub(super) fn wait_for_tickets(&self, tickets: &[Ticket]) {
         for &(shard, key, ticket) in tickets {
             let shard = &self.shards[shard];
