@@ -61,6 +61,35 @@ fn value_of(bytes: &[u8]) -> u64 {
     v
 }
 
+/// A read of `buf` from sector `first` returned one of the values each
+/// sector may hold; what was read is what the sector holds from now on.
+fn check_read(possible: &mut [HashSet<u64>], first: u64, buf: &[u8], run: &str) {
+    for (i, chunk) in buf.chunks(SECTOR as usize).enumerate() {
+        let s = (first + i as u64) as usize;
+        let got = value_of(chunk);
+        assert!(
+            possible[s].contains(&got),
+            "{run}: sector {s} read {got}, possible {:?}",
+            possible[s]
+        );
+        possible[s] = HashSet::from([got]);
+    }
+}
+
+/// Every sector of `backend` (the first `possible.len()`) holds one of
+/// the values `possible` allows it.
+fn assert_backend_possible(backend: &dyn BlockDevice, possible: &[HashSet<u64>], run: &str) {
+    for (s, allowed) in possible.iter().enumerate() {
+        let mut buf = vec![0u8; SECTOR as usize];
+        backend.read_at(&mut buf, s as u64 * SECTOR).unwrap();
+        let got = value_of(&buf);
+        assert!(
+            allowed.contains(&got),
+            "{run}: backend sector {s} holds {got}, possible {allowed:?}"
+        );
+    }
+}
+
 fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !ok() {
@@ -244,17 +273,7 @@ fn random_faults(seed: u64) {
                 let first = (r >> 20) % (VOLUME_SECTORS - sectors);
                 let mut buf = vec![0u8; (sectors * SECTOR) as usize];
                 if engine.read(first * SECTOR, &mut buf).is_ok() {
-                    for (i, chunk) in buf.chunks(SECTOR as usize).enumerate() {
-                        let s = (first + i as u64) as usize;
-                        let got = value_of(chunk);
-                        assert!(
-                            possible[s].contains(&got),
-                            "seed {seed} ({wp}): sector {s} read {got}, possible {:?}",
-                            possible[s]
-                        );
-                        // What was read is what the sector holds from now on.
-                        possible[s] = HashSet::from([got]);
-                    }
+                    check_read(&mut possible, first, &buf, &format!("seed {seed} ({wp})"));
                 }
             }
         }
@@ -264,16 +283,7 @@ fn random_faults(seed: u64) {
     backend.clear_faults();
     backend.set_offline(false);
     wait_until("a successful flush", || engine.flush_all().is_ok());
-    for s in 0..VOLUME_SECTORS {
-        let mut buf = vec![0u8; SECTOR as usize];
-        backend.read_at(&mut buf, s * SECTOR).unwrap();
-        let got = value_of(&buf);
-        assert!(
-            possible[s as usize].contains(&got),
-            "seed {seed} ({wp}): backend sector {s} holds {got}, possible {:?}",
-            possible[s as usize]
-        );
-    }
+    assert_backend_possible(&*backend, &possible, &format!("seed {seed} ({wp})"));
 }
 
 /// A tmpfs of `bytes` mounted for the test and unmounted when dropped.
@@ -358,16 +368,7 @@ fn a_cache_device_that_fills_up() {
                 set.insert(value);
                 let mut buf = vec![0u8; 4096];
                 if engine.read(line * 4096, &mut buf).is_ok() {
-                    for (i, chunk) in buf.chunks(SECTOR as usize).enumerate() {
-                        let s = (line * 8 + i as u64) as usize;
-                        let got = value_of(chunk);
-                        assert!(
-                            possible[s].contains(&got),
-                            "{wp}: sector {s} read {got}, possible {:?}",
-                            possible[s]
-                        );
-                        possible[s] = HashSet::from([got]);
-                    }
+                    check_read(&mut possible, line * 8, &buf, &wp.to_string());
                 }
             }
         }
@@ -381,16 +382,7 @@ fn a_cache_device_that_fills_up() {
             "{wp}: past the threshold the volume runs pass-through"
         );
         wait_until("a successful flush", || engine.flush_all().is_ok());
-        for s in 0..sectors {
-            let mut buf = vec![0u8; SECTOR as usize];
-            backend.read_at(&mut buf, s * SECTOR).unwrap();
-            let got = value_of(&buf);
-            assert!(
-                possible[s as usize].contains(&got),
-                "{wp}: backend sector {s} holds {got}, possible {:?}",
-                possible[s as usize]
-            );
-        }
+        assert_backend_possible(&*backend, &possible, &wp.to_string());
         drop(engine);
         let _ = std::fs::remove_file(&path);
     }

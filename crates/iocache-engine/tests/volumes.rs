@@ -61,6 +61,19 @@ fn engine_config(cache: &CacheConfig, lookup: Lookup, persistence: Persistence) 
     }
 }
 
+/// An engine over a new cache device for `cache`, serving two volumes
+/// (name, backend) in this order.
+fn two_volumes(
+    config: EngineConfig,
+    cache: &CacheConfig,
+    volumes: [(&str, &Arc<dyn BlockDevice>); 2],
+) -> Engine {
+    let backends = volumes
+        .map(|(name, dev)| (name.to_string(), Arc::clone(dev)))
+        .into();
+    Engine::with_volumes(config, cache_device(cache), backends).unwrap()
+}
+
 /// Writer `writer` of volume `volume` owns the sectors `s` with
 /// `s % writers == writer`: random reads across everyone's sectors check its
 /// own, random writes (some FUA) change its own. Returns the last write
@@ -168,14 +181,11 @@ fn two_volumes_share_a_cache_under_concurrent_io() {
         let cache = cache_config(48, wp);
         let a: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("a", 2048 * SECTOR));
         let b: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("b", 1024 * SECTOR));
-        let engine = Arc::new(
-            Engine::with_volumes(
-                engine_config(&cache, lookup, persistence),
-                cache_device(&cache),
-                vec![("a".into(), a.clone()), ("b".into(), b.clone())],
-            )
-            .unwrap(),
-        );
+        let engine = Arc::new(two_volumes(
+            engine_config(&cache, lookup, persistence),
+            &cache,
+            [("a", &a), ("b", &b)],
+        ));
         let ids: Vec<u32> = engine.volumes().iter().map(|v| v.id).collect();
         assert_eq!(ids, vec![0, 1]);
         assert_eq!(
@@ -228,12 +238,11 @@ fn flushing_one_volume_writes_back_only_its_lines() {
     let cache = cache_config(64, WritePolicy::WriteBack);
     let a: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("a", 1 << 20));
     let b: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("b", 1 << 20));
-    let engine = Engine::with_volumes(
+    let engine = two_volumes(
         engine_config(&cache, Lookup::Fine, Persistence::Dirty),
-        cache_device(&cache),
-        vec![("a".into(), a.clone()), ("b".into(), b.clone())],
-    )
-    .unwrap();
+        &cache,
+        [("a", &a), ("b", &b)],
+    );
     for i in 0..10u64 {
         engine.write_volume(0, i * LINE, &[0xaa; 4096], false).unwrap();
         engine.write_volume(1, i * LINE, &[0xbb; 4096], false).unwrap();
@@ -273,14 +282,11 @@ fn detaching_a_volume_while_another_keeps_verifying() {
         let cache = cache_config(24, WritePolicy::WriteBack);
         let b: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("b", 1024 * SECTOR));
         let first: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("a", 1024 * SECTOR));
-        let engine = Arc::new(
-            Engine::with_volumes(
-                engine_config(&cache, lookup, persistence),
-                cache_device(&cache),
-                vec![("b".into(), b.clone()), ("a".into(), first.clone())],
-            )
-            .unwrap(),
-        );
+        let engine = Arc::new(two_volumes(
+            engine_config(&cache, lookup, persistence),
+            &cache,
+            [("b", &b), ("a", &first)],
+        ));
         let stop = Arc::new(AtomicBool::new(false));
         let survivors: Vec<_> = (0..2)
             .map(|writer| {
