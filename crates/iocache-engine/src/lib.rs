@@ -55,6 +55,7 @@ pub use latency::{LatencyHistogram, LatencyPercentiles, LATENCY_BOUNDS_NS};
 pub use layout::LayoutError;
 pub use raid::{
     ArrayError, ArrayGeometry, ArrayStats, CacheArray, MirrorState, MEMBERS_MAX as RAID_MEMBERS_MAX,
+    MEMBER_HEADER_BYTES as RAID_MEMBER_HEADER_BYTES,
 };
 pub use recovery::{
     backend_identity, check_not_shrunk, describe_backend, describe_identity, is_blank, Acknowledgement,

@@ -498,3 +498,165 @@ fn a_healthy_array_stripes_clean_lines_and_mirrors_dirty_ones() {
     }
     engine.shutdown().unwrap();
 }
+
+/// A member device whose next write into the line area (at or past
+/// `data_from`) waits, once armed, until the test lets it go.
+#[derive(Debug)]
+struct GatedMember {
+    inner: MemDevice,
+    data_from: std::sync::atomic::AtomicU64,
+    gate: std::sync::Mutex<Gate>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Debug, Default, PartialEq)]
+enum Gate {
+    #[default]
+    Open,
+    Armed,
+    Holding,
+}
+
+impl GatedMember {
+    fn set(&self, gate: Gate) {
+        *self.gate.lock().unwrap() = gate;
+        self.changed.notify_all();
+    }
+
+    /// Waits up to `patience` for a write to be held; whether one is.
+    fn holding_within(&self, patience: Duration) -> bool {
+        let gate = self.gate.lock().unwrap();
+        let (gate, _) = self
+            .changed
+            .wait_timeout_while(gate, patience, |g| *g != Gate::Holding)
+            .unwrap();
+        *gate == Gate::Holding
+    }
+}
+
+impl BlockDevice for GatedMember {
+    fn len_bytes(&self) -> u64 {
+        self.inner.len_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), iocache_device::DeviceError> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), iocache_device::DeviceError> {
+        use std::sync::atomic::Ordering;
+        let mut gate = self.gate.lock().unwrap();
+        if *gate == Gate::Armed && offset >= self.data_from.load(Ordering::Relaxed) {
+            *gate = Gate::Holding;
+            self.changed.notify_all();
+            gate = self.changed.wait_while(gate, |g| *g == Gate::Holding).unwrap();
+        }
+        drop(gate);
+        self.inner.write_at(data, offset)
+    }
+    fn flush(&self) -> Result<(), iocache_device::DeviceError> {
+        self.inner.flush()
+    }
+    fn name(&self) -> &str {
+        "gated"
+    }
+}
+
+/// A member that fails while a fill's write to one of its slots is under
+/// way: the evacuation drops the line, and the fill's write, landing
+/// after, must not record it in the slot again. Were it recorded, the
+/// record would outlive the member's replacement (the metadata is copied
+/// to the new device) and a start after a clean shutdown would load the
+/// line, unchecked, from the new device's blank slot.
+#[test]
+fn a_fill_landing_after_its_member_failed_leaves_no_record() {
+    let gated = Arc::new(GatedMember {
+        inner: MemDevice::new("m0", MEMBER_BYTES),
+        data_from: u64::MAX.into(),
+        gate: Default::default(),
+        changed: Default::default(),
+    });
+    let other = Arc::new(MemDevice::new("m1", MEMBER_BYTES));
+    let backend = Arc::new(MemDevice::new("backend", VOLUME_SECTORS * SECTOR));
+    for line in 0..VOLUME_SECTORS * SECTOR / LINE {
+        backend.write_at(&stamps(1, line * 8, 8), line * LINE).unwrap();
+    }
+    let open = |members: [Arc<dyn BlockDevice>; 2]| {
+        let array = CacheArray::open_or_create(
+            vec![
+                ("m0".into(), Some(members[0].clone())),
+                ("m1".into(), Some(members[1].clone())),
+            ],
+            LINE,
+            25,
+        )
+        .expect("array opens");
+        let array = Arc::new(array);
+        let mut config = CacheConfig::new(
+            array.geometry().slots(),
+            LineSize::new(LINE).unwrap(),
+            PolicySpec::lru(),
+        );
+        config.write_policy = WritePolicy::WriteThrough;
+        let cache: Arc<dyn BlockDevice> = array.clone();
+        let engine = Engine::new(
+            EngineConfig {
+                lookup: Lookup::Fine,
+                shards: 1,
+                persistence: Persistence::All,
+                io: IoMode::Psync,
+                array: Some(array.clone()),
+                ..EngineConfig::new(config)
+            },
+            cache,
+            backend.clone(),
+        )
+        .expect("engine opens the array");
+        (engine, array)
+    };
+    let (engine, array) = open([gated.clone(), other.clone()]);
+    gated.data_from.store(
+        iocache_engine::RAID_MEMBER_HEADER_BYTES + array.geometry().meta_bytes,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    // Reads miss, one line after the other, until a fill's write to the
+    // gated member is held.
+    gated.set(Gate::Armed);
+    let held = std::thread::scope(|scope| {
+        for line in 0..16u64 {
+            let engine = &engine;
+            let reader = scope.spawn(move || {
+                let mut buf = vec![0u8; LINE as usize];
+                engine.read(line * LINE, &mut buf).unwrap();
+                buf
+            });
+            if gated.holding_within(Duration::from_millis(500)) {
+                // The member fails with the fill's write in flight; the
+                // cleaner evacuates it. Then the write lands.
+                array.retire_member(0).unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+                gated.set(Gate::Open);
+                assert_eq!(reader.join().unwrap(), stamps(1, line * 8, 8));
+                return Some(line);
+            }
+            reader.join().unwrap();
+        }
+        None
+    });
+    let line = held.expect("a fill wrote to the gated member");
+    wait_evacuated(0, &engine);
+    let blank: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("m0b", MEMBER_BYTES));
+    engine
+        .replace_cache_member("m0", "m0b", blank.clone(), &|| false)
+        .expect("the member is replaced");
+    engine.shutdown().unwrap();
+    drop(engine);
+    let (engine, _) = open([blank, other]);
+    let mut buf = vec![0u8; LINE as usize];
+    engine.read(line * LINE, &mut buf).unwrap();
+    let expected = stamps(1, line * 8, 8);
+    let differ = buf.iter().zip(&expected).filter(|(a, b)| a != b).count();
+    assert_eq!(
+        differ, 0,
+        "line {line} after the replacement and a restart: bytes differ"
+    );
+    engine.shutdown().unwrap();
+}
