@@ -129,6 +129,45 @@ fn a_shrink_keeps_the_recent_lines_and_a_growth_keeps_them_all() {
     assert_eq!(engine.stats().lines_in_service, 24);
 }
 
+/// Under ordered write-back the backend takes epochs in turn: a shrink
+/// writes back the epochs up to the newest of the lines leaving, and no
+/// newer one, so the lines written since the last FLUSH stay dirty.
+#[test]
+fn an_ordered_shrink_writes_back_no_epoch_newer_than_the_lines_leaving() {
+    let (cache, backend) = devices();
+    let mut c = config(None);
+    c.ordered_write_back = true;
+    c.cleaning = iocache_core::CleaningPolicy::Nop;
+    let engine = common::open_engine_in(&c, 1, Persistence::All, cache.clone(), backend.clone());
+    let mut model = Model::new();
+    for line in 0..LINES / 2 {
+        write_line(&engine, &mut model, line);
+    }
+    engine.flush().unwrap();
+    model.flushed();
+    for line in LINES / 2..LINES {
+        write_line(&engine, &mut model, line);
+    }
+    assert_eq!(engine.stats().dirty_lines, LINES);
+    // The least recent half leaves: the epoch before the FLUSH.
+    resize(&engine, LINES / 2);
+    let stats = engine.stats();
+    assert_eq!(stats.lines_in_service, LINES / 2);
+    assert_eq!(
+        stats.dirty_lines,
+        LINES / 2,
+        "the lines written after the FLUSH stay dirty"
+    );
+    assert!((0..LINES / 2).all(|line| !resident(&engine, line)));
+    check_all(&engine, &model, "after an ordered shrink");
+    engine.shutdown().unwrap();
+    let mut sector = vec![0u8; SECTOR as usize];
+    for s in 0..VOLUME_SECTORS {
+        backend.read_at(&mut sector, s * SECTOR).unwrap();
+        model.assert_latest(s, &sector, "the backend after the shutdown");
+    }
+}
+
 #[test]
 fn a_smaller_configured_size_at_a_start_keeps_the_lines_that_fit() {
     let (cache, backend) = devices();
@@ -197,13 +236,20 @@ fn kill_during_resize(seed: u64) -> bool {
         let engine = Arc::clone(&engine);
         std::thread::spawn(move || engine.apply_settings(&[Setting::CacheSize(new * LINE)]).is_ok())
     };
-    if rng.below(4) > 0 {
-        std::thread::sleep(Duration::from_micros(rng.below(3_000)));
+    // The kill: at once, a few milliseconds in, or once the resize is
+    // done (so that some kills come after it however busy the machine).
+    let mut resizing = Some(resizing);
+    match rng.below(4) {
+        0 => {}
+        1 => {
+            let _ = resizing.take().map(|r| r.join().unwrap());
+        }
+        _ => std::thread::sleep(Duration::from_micros(rng.below(3_000))),
     }
     // Killed: nothing more reaches the cache device, then the backend.
     cache.set_writes_dropped(true);
     backend.set_writes_dropped(true);
-    let _ = resizing.join().unwrap();
+    let _ = resizing.map(|r| r.join().unwrap());
     drop(Arc::try_unwrap(engine).ok().expect("the resize thread is done"));
     cache.clear_faults();
     backend.clear_faults();

@@ -137,6 +137,24 @@ impl Cache {
         self.emit(ops, Op::Invalidate { slot, key });
     }
 
+    /// Under ordered write-back, the newest flush epoch among the dirty
+    /// lines chosen to leave ([`ResizeProgress::dirty_leaving`]): a driver
+    /// writes back the epochs up to it, which takes them along, and no
+    /// newer one. `None` without ordered write-back or such lines.
+    pub fn retiring_epoch_max(&self) -> Option<u64> {
+        if self.epochs.is_empty() {
+            return None;
+        }
+        self.retiring
+            .iter()
+            .filter(|&(&slot, &generation)| {
+                let meta = &self.records[slot as usize].meta;
+                meta.resident && meta.generation == generation && meta.dirty_listed
+            })
+            .map(|(&slot, _)| self.epochs[slot as usize])
+            .max()
+    }
+
     fn take_out_of_service(&mut self, mut need: u64, now_ns: u64, ops: &mut OpList) {
         // Free slots first, all that are needed.
         while need > 0 {

@@ -161,9 +161,23 @@ impl Inner {
             }
             if self.epochs.is_some() {
                 // Ordered write-back: the backend takes epochs in turn, so
-                // the lines leaving go with every older one.
-                if self.flush_all().is_err() {
-                    std::thread::sleep(Duration::from_millis(20));
+                // the lines leaving go with every older one (and no newer).
+                let newest = self
+                    .shards
+                    .iter()
+                    .filter_map(|shard| lock(&shard.state).cache.retiring_epoch_max())
+                    .max();
+                let drained = newest.map(|newest| {
+                    let _cleaning = lock(&self.cleaner.cleaning);
+                    self.ordered_drain(Some(newest + 1))
+                });
+                match drained {
+                    Some(Ok((written, 0))) => written_back += written,
+                    Some(Ok((written, _))) => {
+                        written_back += written;
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Some(Err(_)) | None => std::thread::sleep(Duration::from_millis(20)),
                 }
                 continue;
             }
