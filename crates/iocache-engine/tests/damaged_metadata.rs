@@ -15,7 +15,7 @@ use iocache_engine::{Engine, EngineConfig, EngineError, InitMode, Layout, Lookup
 use iocache_format::{load_metadata, Superblock, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS};
 
 mod common;
-use common::{decode, stamps, Model, Rng, SECTOR, VOLUME_SECTORS};
+use common::{decode, stamps, DeviceWrite, Hook, Hooked, Model, Rng, SECTOR, VOLUME_SECTORS};
 
 fn config(line_bytes: u64, lines: u64) -> CacheConfig {
     let mut config = CacheConfig::new(lines, LineSize::new(line_bytes).unwrap(), PolicySpec::lru());
@@ -820,22 +820,16 @@ fn a_format_interrupted_by_a_crash_formats_again() {
     );
 }
 
-/// A cache device that stops taking writes (a crash) right after the
-/// write that zeroes both superblocks.
-#[derive(Debug)]
+/// A cache device's hook that stops taking writes (a crash) right after
+/// the write that zeroes both superblocks.
+#[derive(Debug, Default)]
 struct CrashAfterZeroingSuperblocks {
-    inner: Arc<MemDevice>,
     crashed: std::sync::atomic::AtomicBool,
 }
 
-impl BlockDevice for CrashAfterZeroingSuperblocks {
-    fn len_bytes(&self) -> u64 {
-        self.inner.len_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), iocache_device::DeviceError> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), iocache_device::DeviceError> {
+impl Hook for CrashAfterZeroingSuperblocks {
+    fn write(&self, inner: &dyn BlockDevice, w: DeviceWrite<'_>) -> Result<(), iocache_device::DeviceError> {
+        let DeviceWrite { data, offset, .. } = w;
         use std::sync::atomic::Ordering;
         if self.crashed.load(Ordering::SeqCst) {
             return Err(iocache_device::DeviceError::Io {
@@ -846,17 +840,11 @@ impl BlockDevice for CrashAfterZeroingSuperblocks {
                 source: std::io::Error::other("the process is gone"),
             });
         }
-        self.inner.write_at(data, offset)?;
+        inner.write_at(data, offset)?;
         if offset == 0 && data.len() >= 2 * SUPERBLOCK_BYTES && data.iter().all(|&b| b == 0) {
             self.crashed.store(true, Ordering::SeqCst);
         }
         Ok(())
-    }
-    fn flush(&self) -> Result<(), iocache_device::DeviceError> {
-        self.inner.flush()
-    }
-    fn name(&self) -> &str {
-        "crash-after-zeroing"
     }
 }
 
@@ -874,9 +862,9 @@ fn a_start_over_interrupted_after_the_superblocks_went_formats_again() {
     engine.flush().unwrap();
     drop(engine);
     let other_geometry = config(line_bytes, 32);
-    let crashing: Arc<dyn BlockDevice> = Arc::new(CrashAfterZeroingSuperblocks {
+    let crashing: Arc<dyn BlockDevice> = Arc::new(Hooked {
         inner: cache_dev.clone(),
-        crashed: false.into(),
+        hook: CrashAfterZeroingSuperblocks::default(),
     });
     let b: Arc<dyn BlockDevice> = backend.clone();
     assert!(

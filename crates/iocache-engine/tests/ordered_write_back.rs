@@ -13,7 +13,9 @@ use iocache_device::{BlockDevice, DeviceError, FaultDevice, MemDevice};
 use iocache_engine::{Engine, Layout, Persistence};
 
 mod common;
-use common::{count_from_env, decode, random_power_cut, stamps, Rng, SECTOR, VOLUME_SECTORS};
+use common::{
+    count_from_env, decode, random_power_cut, stamps, DeviceWrite, Hook, Hooked, Rng, SECTOR, VOLUME_SECTORS,
+};
 
 fn config(lines: u64, cleaning: &str) -> CacheConfig {
     let mut c = CacheConfig::new(lines, LineSize::new(4096).unwrap(), PolicySpec::lru());
@@ -172,32 +174,23 @@ fn the_backend_alone_is_a_flush_state_at_every_cut() {
 }
 
 /// Writes and flushes in the order they reached a device.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Recording {
-    inner: MemDevice,
     log: Mutex<Vec<Option<u64>>>,
 }
 
-impl BlockDevice for Recording {
-    fn len_bytes(&self) -> u64 {
-        self.inner.len_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+impl Hook for Recording {
+    fn write(&self, inner: &dyn BlockDevice, w: DeviceWrite<'_>) -> Result<(), DeviceError> {
+        let DeviceWrite { data, offset, .. } = w;
         let mut log = self.log.lock().unwrap();
         for s in 0..data.len() as u64 / SECTOR {
             log.push(Some(offset / SECTOR + s));
         }
-        self.inner.write_at(data, offset)
+        inner.write_at(data, offset)
     }
-    fn flush(&self) -> Result<(), DeviceError> {
+    fn flush(&self, inner: &dyn BlockDevice) -> Result<(), DeviceError> {
         self.log.lock().unwrap().push(None);
-        self.inner.flush()
-    }
-    fn name(&self) -> &str {
-        "recording"
+        inner.flush()
     }
 }
 
@@ -206,10 +199,11 @@ fn a_restart_keeps_the_order_of_recorded_epochs() {
     let config = config(32, "nop");
     let layout = Layout::for_slots(4096, 32).unwrap();
     let cache: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("cache", layout.device_bytes()));
-    let backend = Arc::new(Recording {
-        inner: MemDevice::new("backend", VOLUME_SECTORS * SECTOR),
-        log: Mutex::new(Vec::new()),
-    });
+    let backend = Arc::new(Hooked::memory(
+        "backend",
+        VOLUME_SECTORS * SECTOR,
+        Recording::default(),
+    ));
     let engine = open(&config, Persistence::Dirty, cache.clone(), backend.clone());
     // Three epochs, in descending addresses: an address-ordered write-back
     // would write them backwards.
@@ -223,11 +217,11 @@ fn a_restart_keeps_the_order_of_recorded_epochs() {
     assert_eq!(before.epochs_behind, before.epoch - before.durable_before);
     // A crash: the next start finds three dirty lines with their epochs.
     drop(engine);
-    backend.log.lock().unwrap().clear();
+    backend.hook.log.lock().unwrap().clear();
     let engine = open(&config, Persistence::Dirty, cache, backend.clone());
     assert_eq!(engine.stats().dirty_lines, 3);
     engine.flush_all().unwrap();
-    let log = backend.log.lock().unwrap().clone();
+    let log = backend.hook.log.lock().unwrap().clone();
     let order: Vec<u64> = log.iter().flatten().copied().collect();
     assert_eq!(
         order,

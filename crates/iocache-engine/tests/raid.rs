@@ -18,7 +18,9 @@ use iocache_device::{BlockDevice, FaultDevice, MemDevice};
 use iocache_engine::{CacheArray, Engine, EngineConfig, IoMode, Lookup, Persistence};
 
 mod common;
-use common::{decode, random_power_cut, stamps, Model, Rng, SECTOR, VOLUME_SECTORS};
+use common::{
+    decode, random_power_cut, stamps, DeviceWrite, Hook, Hooked, Model, Rng, SECTOR, VOLUME_SECTORS,
+};
 
 const LINE: u64 = 4096;
 /// Each member: room for about 64 lines and the metadata.
@@ -499,11 +501,10 @@ fn a_healthy_array_stripes_clean_lines_and_mirrors_dirty_ones() {
     engine.shutdown().unwrap();
 }
 
-/// A member device whose next write into the line area (at or past
-/// `data_from`) waits, once armed, until the test lets it go.
-#[derive(Debug)]
-struct GatedMember {
-    inner: MemDevice,
+/// A member's hook: once armed, the next write into the line area (at or
+/// past `data_from`) waits until the test lets it go.
+#[derive(Debug, Default)]
+struct Gated {
     data_from: std::sync::atomic::AtomicU64,
     gate: std::sync::Mutex<Gate>,
     changed: std::sync::Condvar,
@@ -517,7 +518,7 @@ enum Gate {
     Holding,
 }
 
-impl GatedMember {
+impl Gated {
     fn set(&self, gate: Gate) {
         *self.gate.lock().unwrap() = gate;
         self.changed.notify_all();
@@ -534,14 +535,9 @@ impl GatedMember {
     }
 }
 
-impl BlockDevice for GatedMember {
-    fn len_bytes(&self) -> u64 {
-        self.inner.len_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), iocache_device::DeviceError> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), iocache_device::DeviceError> {
+impl Hook for Gated {
+    fn write(&self, inner: &dyn BlockDevice, w: DeviceWrite<'_>) -> Result<(), iocache_device::DeviceError> {
+        let DeviceWrite { data, offset, .. } = w;
         use std::sync::atomic::Ordering;
         let mut gate = self.gate.lock().unwrap();
         if *gate == Gate::Armed && offset >= self.data_from.load(Ordering::Relaxed) {
@@ -550,13 +546,7 @@ impl BlockDevice for GatedMember {
             gate = self.changed.wait_while(gate, |g| *g == Gate::Holding).unwrap();
         }
         drop(gate);
-        self.inner.write_at(data, offset)
-    }
-    fn flush(&self) -> Result<(), iocache_device::DeviceError> {
-        self.inner.flush()
-    }
-    fn name(&self) -> &str {
-        "gated"
+        inner.write_at(data, offset)
     }
 }
 
@@ -568,12 +558,14 @@ impl BlockDevice for GatedMember {
 /// line, unchecked, from the new device's blank slot.
 #[test]
 fn a_fill_landing_after_its_member_failed_leaves_no_record() {
-    let gated = Arc::new(GatedMember {
-        inner: MemDevice::new("m0", MEMBER_BYTES),
-        data_from: u64::MAX.into(),
-        gate: Default::default(),
-        changed: Default::default(),
-    });
+    let gated = Arc::new(Hooked::memory(
+        "m0",
+        MEMBER_BYTES,
+        Gated {
+            data_from: u64::MAX.into(),
+            ..Gated::default()
+        },
+    ));
     let other = Arc::new(MemDevice::new("m1", MEMBER_BYTES));
     let backend = Arc::new(MemDevice::new("backend", VOLUME_SECTORS * SECTOR));
     for line in 0..VOLUME_SECTORS * SECTOR / LINE {
@@ -613,13 +605,13 @@ fn a_fill_landing_after_its_member_failed_leaves_no_record() {
         (engine, array)
     };
     let (engine, array) = open([gated.clone(), other.clone()]);
-    gated.data_from.store(
+    gated.hook.data_from.store(
         iocache_engine::RAID_MEMBER_HEADER_BYTES + array.geometry().meta_bytes,
         std::sync::atomic::Ordering::Relaxed,
     );
     // Reads miss, one line after the other, until a fill's write to the
     // gated member is held.
-    gated.set(Gate::Armed);
+    gated.hook.set(Gate::Armed);
     let held = std::thread::scope(|scope| {
         for line in 0..16u64 {
             let engine = &engine;
@@ -628,12 +620,12 @@ fn a_fill_landing_after_its_member_failed_leaves_no_record() {
                 engine.read(line * LINE, &mut buf).unwrap();
                 buf
             });
-            if gated.holding_within(Duration::from_millis(500)) {
+            if gated.hook.holding_within(Duration::from_millis(500)) {
                 // The member fails with the fill's write in flight; the
                 // cleaner evacuates it. Then the write lands.
                 array.retire_member(0).unwrap();
                 std::thread::sleep(Duration::from_millis(300));
-                gated.set(Gate::Open);
+                gated.hook.set(Gate::Open);
                 assert_eq!(reader.join().unwrap(), stamps(1, line * 8, 8));
                 return Some(line);
             }

@@ -13,56 +13,52 @@ use iocache_core::{CacheConfig, LineSize, PolicySpec, WritePolicy};
 use iocache_device::{BlockDevice, DeviceError, MemDevice};
 use iocache_engine::{Engine, EngineConfig, Layout, Persistence};
 
+mod common;
+use common::{DeviceWrite, Hook, Hooked};
+
 const LINE: u64 = 4096;
 const LINES: u64 = 64;
 
-/// A cache device that counts its data writes by kind.
+/// A cache device's hook that counts its data writes by kind.
 #[derive(Debug)]
 struct Counting {
-    inner: MemDevice,
     data_offset: u64,
     tearable: AtomicU64,
     whole: AtomicU64,
 }
 
-impl BlockDevice for Counting {
-    fn len_bytes(&self) -> u64 {
-        self.inner.len_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
-        if offset >= self.data_offset {
+impl Hook for Counting {
+    fn write(&self, inner: &dyn BlockDevice, w: DeviceWrite<'_>) -> Result<(), DeviceError> {
+        let DeviceWrite {
+            data,
+            offset,
+            tearable,
+        } = w;
+        if tearable {
+            assert!(offset >= self.data_offset, "metadata is never written tearable");
+            self.tearable.fetch_add(1, Ordering::Relaxed);
+        } else if offset >= self.data_offset {
             self.whole.fetch_add(1, Ordering::Relaxed);
         }
-        self.inner.write_at(data, offset)
-    }
-    fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
-        assert!(offset >= self.data_offset, "metadata is never written tearable");
-        self.tearable.fetch_add(1, Ordering::Relaxed);
-        self.inner.write_at(data, offset)
-    }
-    fn flush(&self) -> Result<(), DeviceError> {
-        self.inner.flush()
-    }
-    fn name(&self) -> &str {
-        "counting"
+        inner.write_at(data, offset)
     }
 }
 
-fn engine(persistence: Persistence, dirty_checksums: bool) -> (Engine, Arc<Counting>) {
+fn engine(persistence: Persistence, dirty_checksums: bool) -> (Engine, Arc<Hooked<Counting>>) {
     let layout = Layout::for_slots(LINE, LINES).unwrap();
     let cache = CacheConfig {
         write_policy: WritePolicy::WriteBack,
         ..CacheConfig::new(LINES, LineSize::new(LINE).unwrap(), PolicySpec::lru())
     };
-    let dev = Arc::new(Counting {
-        inner: MemDevice::new("cache", layout.device_bytes()),
-        data_offset: layout.line_offset(0),
-        tearable: AtomicU64::new(0),
-        whole: AtomicU64::new(0),
-    });
+    let dev = Arc::new(Hooked::memory(
+        "cache",
+        layout.device_bytes(),
+        Counting {
+            data_offset: layout.line_offset(0),
+            tearable: AtomicU64::new(0),
+            whole: AtomicU64::new(0),
+        },
+    ));
     let backend: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("backend", LINES * LINE * 4));
     let config = EngineConfig {
         persistence,
@@ -74,7 +70,8 @@ fn engine(persistence: Persistence, dirty_checksums: bool) -> (Engine, Arc<Count
 }
 
 /// (tearable, whole) data writes that `step` made.
-fn writes_of(dev: &Counting, step: impl FnOnce()) -> (u64, u64) {
+fn writes_of(dev: &Hooked<Counting>, step: impl FnOnce()) -> (u64, u64) {
+    let dev = &dev.hook;
     let before = (
         dev.tearable.load(Ordering::Relaxed),
         dev.whole.load(Ordering::Relaxed),

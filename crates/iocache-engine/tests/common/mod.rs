@@ -214,3 +214,83 @@ pub fn open_engine_in(
     )
     .expect("engine opens the devices")
 }
+
+/// What a test's device does with each write and flush before, or
+/// instead of, passing it on to the device under it (`inner`): count,
+/// record, hold or fail it.
+pub trait Hook: Send + Sync + std::fmt::Debug {
+    /// Runs in place of a write.
+    fn write(
+        &self,
+        inner: &dyn iocache_device::BlockDevice,
+        w: DeviceWrite<'_>,
+    ) -> Result<(), iocache_device::DeviceError> {
+        inner.write_at(w.data, w.offset)
+    }
+
+    /// Runs in place of a flush.
+    fn flush(&self, inner: &dyn iocache_device::BlockDevice) -> Result<(), iocache_device::DeviceError> {
+        inner.flush()
+    }
+}
+
+/// A write that reached a [`Hooked`] device.
+pub struct DeviceWrite<'a> {
+    pub data: &'a [u8],
+    pub offset: u64,
+    /// Of [`BlockDevice::write_tearable_at`](iocache_device::BlockDevice::write_tearable_at).
+    pub tearable: bool,
+}
+
+/// A device whose writes and flushes go through `hook`; the rest goes to
+/// `inner` as it is.
+#[derive(Debug)]
+pub struct Hooked<H> {
+    pub inner: std::sync::Arc<dyn iocache_device::BlockDevice>,
+    pub hook: H,
+}
+
+impl<H> Hooked<H> {
+    /// A new memory device of `bytes` named `name` under `hook`.
+    pub fn memory(name: &str, bytes: u64, hook: H) -> Hooked<H> {
+        Hooked {
+            inner: std::sync::Arc::new(iocache_device::MemDevice::new(name, bytes)),
+            hook,
+        }
+    }
+}
+
+impl<H: Hook> iocache_device::BlockDevice for Hooked<H> {
+    fn len_bytes(&self) -> u64 {
+        self.inner.len_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), iocache_device::DeviceError> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), iocache_device::DeviceError> {
+        self.hook.write(
+            &*self.inner,
+            DeviceWrite {
+                data,
+                offset,
+                tearable: false,
+            },
+        )
+    }
+    fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), iocache_device::DeviceError> {
+        self.hook.write(
+            &*self.inner,
+            DeviceWrite {
+                data,
+                offset,
+                tearable: true,
+            },
+        )
+    }
+    fn flush(&self) -> Result<(), iocache_device::DeviceError> {
+        self.hook.flush(&*self.inner)
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
