@@ -356,8 +356,8 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
             }
             let reply = request(socket, &req.to_string(), None)?;
             println!(
-                "{} replaced {} in the cache array {}{}: {} line slots back in service, empty; name {} in \
-                 the configuration's cache_array in place of {}",
+                "{} replaced {} in the cache array {}{}: {} lines and {} mirrors rebuilt from the other copies, \
+                 {} line slots back in service, empty; name {} in the configuration's cache_array in place of {}",
                 reply["new"].as_str().unwrap_or("?"),
                 reply["old"].as_str().unwrap_or("?"),
                 reply["cache"].as_str().unwrap_or("?"),
@@ -366,6 +366,8 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
                 } else {
                     ""
                 },
+                reply["rebuilt_lines"],
+                reply["rebuilt_mirrors"],
                 reply["restored_slots"],
                 reply["new"].as_str().unwrap_or("?"),
                 reply["old"].as_str().unwrap_or("?"),

@@ -794,13 +794,30 @@ impl Engine {
                     })?,
             );
         }
-        Ok(Engine {
+        let engine = Engine {
             inner,
             default,
             lookup: config.lookup,
             single,
             threads: Mutex::new(threads),
-        })
+        };
+        // After a crash the members' copies of the metadata may differ:
+        // the others take the one this start read.
+        if let Some(array) = engine
+            .inner
+            .slots
+            .array
+            .as_ref()
+            .filter(|_| !engine.inner.recovery.clean_shutdown)
+        {
+            array.resync_metadata()?;
+        }
+        // A replacement member a restart found half rebuilt is rebuilt now;
+        // until it is, its slots are read elsewhere, as a failed member's.
+        if let Err(e) = engine.resume_rebuild() {
+            log::warn!("cache array: the rebuild of the replacement member stopped: {e}");
+        }
+        Ok(engine)
     }
 
     pub fn lookup(&self) -> Lookup {

@@ -44,7 +44,8 @@
 //! 72  primary      u64      primary slots per member
 //! 80  mirrors      u64      mirror slots per member
 //! 88  generations  [u64; 16] version 2: per member, how often it was replaced
-//! 216 zero         ...
+//! 216 rebuilding   u64      version 3: bit i: member i is still being rebuilt
+//! 224 zero         ...
 //! 4092 crc32c      u32      of bytes 0..4092
 //! ```
 
@@ -61,8 +62,10 @@ pub const MEMBER_HEADER_BYTES: u64 = 4096;
 pub const MEMBERS_MAX: usize = 16;
 const MAGIC: [u8; 8] = *b"IOCARRAY";
 /// Headers are written in version 1 until a member is replaced (so that a
-/// build before replacements reads an array that never had one).
-const HEADER_VERSION: u32 = 2;
+/// build before replacements reads an array that never had one), and in
+/// version 3 only while a replacement is being rebuilt (a build before
+/// rebuilds then takes that member for a failed one, which is safe).
+const HEADER_VERSION: u32 = 3;
 /// `mirror_of` value: no mirror.
 const NO_MIRROR: u32 = u32::MAX;
 /// `mirror_of` value: no mirror; the line's dirty writes went to the backend too.
@@ -191,6 +194,8 @@ fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 struct HeaderState {
     epoch: u64,
     generations: [u64; MEMBERS_MAX],
+    /// Bit i: member i is a replacement still being rebuilt.
+    rebuilding_mask: u64,
 }
 
 /// Counters of the array, for stats.
@@ -207,6 +212,10 @@ pub struct ArrayStats {
     pub mirror_reads: u64,
     /// Dirty writes sent to the backend too because no mirror was free.
     pub through_writes: u64,
+    /// The replacement member being rebuilt, and how many of its line
+    /// slots and mirror slots are still to rebuild.
+    pub rebuilding: Option<usize>,
+    pub rebuild_pending: u64,
 }
 
 /// A cache spread over several devices; see the module documentation.
@@ -223,6 +232,12 @@ pub struct CacheArray {
     replacements: AtomicU64,
     /// Per global slot: mirror slot, `NO_MIRROR` or `THROUGH`.
     mirror_of: Vec<AtomicU32>,
+    /// Per global slot, and per mirror slot: on a replacement member and
+    /// not rebuilt yet, so not to be read (its data is elsewhere).
+    primary_pending: Vec<AtomicBool>,
+    mirror_pending: Vec<AtomicBool>,
+    /// How many of those are set.
+    pending: AtomicU64,
     /// Free mirror slots (global mirror ids), per member.
     free_mirrors: Mutex<Vec<Vec<u32>>>,
     mirror_writes: AtomicU64,
@@ -263,6 +278,7 @@ struct Header {
     primary: u64,
     mirrors: u64,
     generations: [u64; MEMBERS_MAX],
+    rebuilding_mask: u64,
 }
 
 fn get_u32(b: &[u8], at: usize) -> u32 {
@@ -276,10 +292,12 @@ impl Header {
     fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; MEMBER_HEADER_BYTES as usize];
         b[0..8].copy_from_slice(&MAGIC);
-        let version = if self.generations.iter().all(|&g| g == 0) {
+        let version: u32 = if self.rebuilding_mask != 0 {
+            HEADER_VERSION
+        } else if self.generations.iter().all(|&g| g == 0) {
             1
         } else {
-            HEADER_VERSION
+            2
         };
         b[8..12].copy_from_slice(&version.to_le_bytes());
         b[12..16].copy_from_slice(&self.member.to_le_bytes());
@@ -295,6 +313,7 @@ impl Header {
         for (i, g) in self.generations.iter().enumerate() {
             b[88 + 8 * i..96 + 8 * i].copy_from_slice(&g.to_le_bytes());
         }
+        b[216..224].copy_from_slice(&self.rebuilding_mask.to_le_bytes());
         let crc = crc32c::crc32c(&b[..4092]);
         b[4092..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -343,6 +362,7 @@ impl Header {
             primary: get_u64(b, 72),
             mirrors: get_u64(b, 80),
             generations,
+            rebuilding_mask: if version >= 3 { get_u64(b, 216) } else { 0 },
         };
         if !(2..=MEMBERS_MAX as u32).contains(&h.members) || h.member >= h.members {
             return Err(format!(
@@ -431,6 +451,7 @@ impl CacheArray {
                 HeaderState {
                     epoch: 0,
                     generations: [0; MEMBERS_MAX],
+                    rebuilding_mask: 0,
                 },
                 0,
             );
@@ -465,6 +486,7 @@ impl CacheArray {
         }
         let (uuid, epoch, generations) = (newest.uuid, newest.epoch, newest.generations);
         let mut failed_mask = newest.failed_mask;
+        let recorded_rebuilding = newest.rebuilding_mask;
         for (i, ((name, device), h)) in members.iter().zip(&headers).enumerate() {
             let problem = match h {
                 Err(e) => Some(e.clone()),
@@ -502,14 +524,29 @@ impl CacheArray {
                 "no member of the cache array is usable".into(),
             ));
         }
-        let changed = failed_mask != newest.failed_mask;
+        // A failed member is not rebuilt (it is replaced again).
+        let rebuilding_mask = recorded_rebuilding & !failed_mask;
+        // A member cut off in a rewrite of the headers gets the newest.
+        let stale = headers
+            .iter()
+            .enumerate()
+            .any(|(i, h)| failed_mask & (1 << i) == 0 && matches!(h, Ok(Some(h)) if h.epoch != epoch));
+        let changed = failed_mask != newest.failed_mask || rebuilding_mask != recorded_rebuilding || stale;
         let array = CacheArray::build(
             members,
             geometry,
             uuid,
-            HeaderState { epoch, generations },
+            HeaderState {
+                epoch,
+                generations,
+                rebuilding_mask,
+            },
             failed_mask,
         );
+        // What a rebuild cut short had done is not known: all of it again.
+        for i in (0..n).filter(|i| rebuilding_mask & (1 << i) != 0) {
+            array.mark_member_pending(i);
+        }
         if changed {
             array.write_headers()?;
         }
@@ -532,6 +569,7 @@ impl CacheArray {
                 .join(",")
         );
         let m = geometry.mirror_per_member as u32;
+        let members_len = members.len();
         let free = (0..members.len() as u32)
             .map(|k| (k * m..(k + 1) * m).rev().collect())
             .collect();
@@ -550,6 +588,11 @@ impl CacheArray {
             meta_gate: RwLock::new(()),
             replacements: AtomicU64::new(0),
             mirror_of: (0..geometry.slots()).map(|_| AtomicU32::new(NO_MIRROR)).collect(),
+            primary_pending: (0..geometry.slots()).map(|_| AtomicBool::new(false)).collect(),
+            mirror_pending: (0..geometry.mirror_per_member * members_len as u64)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            pending: AtomicU64::new(0),
             free_mirrors: Mutex::new(free),
             mirror_writes: AtomicU64::new(0),
             mirror_reads: AtomicU64::new(0),
@@ -575,12 +618,21 @@ impl CacheArray {
     /// returns the mask of members whose header was written (an error only
     /// when none was).
     fn write_headers(&self) -> Result<u64, DeviceError> {
+        self.write_headers_from(0)
+    }
+
+    /// [`CacheArray::write_headers`], member `first`'s header first: what
+    /// a restart finds if it is cut in between (its header may be the only
+    /// one a restart reads).
+    fn write_headers_from(&self, first: usize) -> Result<u64, DeviceError> {
         let mut state = self.header.lock().unwrap_or_else(|p| p.into_inner());
         state.epoch += 1;
         let failed_mask = self.failed_mask();
         let mut last_error = None;
         let mut written = 0u64;
-        for (i, member) in self.members.iter().enumerate() {
+        let n = self.members.len();
+        for i in (0..n).map(|k| (first + k) % n) {
+            let member = &self.members[i];
             let Some(dev) = member.device() else { continue };
             if failed_mask & (1 << i) != 0 {
                 continue;
@@ -597,6 +649,7 @@ impl CacheArray {
                 primary: self.geometry.primary_per_member,
                 mirrors: self.geometry.mirror_per_member,
                 generations: state.generations,
+                rebuilding_mask: state.rebuilding_mask,
             };
             match dev.write_at(&header.encode(), 0).and_then(|()| dev.flush()) {
                 Ok(()) => written |= 1 << i,
@@ -622,6 +675,12 @@ impl CacheArray {
         self.failures.fetch_add(1, Ordering::AcqRel);
         // Its free mirror slots are gone; used ones are found by the engine.
         self.free_mirrors.lock().unwrap_or_else(|p| p.into_inner())[i].clear();
+        // A replacement that fails is not rebuilt any further.
+        self.header
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rebuilding_mask &= !(1 << i);
+        self.clear_member_pending(i);
         if let Err(e) = self.write_headers() {
             log::error!(
                 "cache array: recording the failure of {} failed: {e}",
@@ -708,6 +767,22 @@ impl CacheArray {
                 "slot {slot} still has its mirror on the member being replaced"
             )));
         }
+        self.install(i, name, device, false)?;
+        self.free_mirrors.lock().unwrap_or_else(|p| p.into_inner())[i] = mirrors.rev().collect();
+        log::warn!("cache array: {name} replaced member {i}; its slots come back empty");
+        Ok(())
+    }
+
+    /// Copies the metadata to `device` while metadata writes wait, puts it
+    /// in member `i`'s place (live, its generation one up; `rebuilding`:
+    /// marked as being rebuilt) and writes every live member's header.
+    fn install(
+        &self,
+        i: usize,
+        name: &str,
+        device: Arc<dyn BlockDevice>,
+        rebuilding: bool,
+    ) -> Result<(), ArrayError> {
         let source = (0..self.members.len())
             .find(|&k| k != i && !self.is_failed(k))
             .ok_or_else(|| ArrayError::Invalid("no live member to copy the metadata from".into()))?;
@@ -717,23 +792,17 @@ impl CacheArray {
         device.flush()?;
         {
             let _gate = self.meta_gate.write().unwrap_or_else(|p| p.into_inner());
-            let mut buf = vec![0u8; (1 << 20).min(g.meta_bytes.max(1)) as usize];
-            let mut at = 0;
-            while at < g.meta_bytes {
-                let len = (g.meta_bytes - at).min(buf.len() as u64) as usize;
-                let offset = MEMBER_HEADER_BYTES + at;
-                self.member_io(source, IoKind::Read, offset, len as u64, |d| {
-                    d.read_at(&mut buf[..len], offset)
-                })?;
-                device.write_at(&buf[..len], offset)?;
-                at += len as u64;
-            }
-            device.flush()?;
+            self.copy_metadata(source, &*device)?;
             *self.members[i].device.write().unwrap_or_else(|p| p.into_inner()) = MemberDevice {
                 name: name.to_string(),
                 device: Some(device),
             };
-            self.header.lock().unwrap_or_else(|p| p.into_inner()).generations[i] += 1;
+            let mut header = self.header.lock().unwrap_or_else(|p| p.into_inner());
+            header.generations[i] += 1;
+            if rebuilding {
+                header.rebuilding_mask |= 1 << i;
+            }
+            drop(header);
             self.members[i].failed.store(false, Ordering::Release);
         }
         let written = self.write_headers();
@@ -747,9 +816,132 @@ impl CacheArray {
                 "{name} did not take the array's header: {why}"
             )));
         }
-        self.free_mirrors.lock().unwrap_or_else(|p| p.into_inner())[i] = mirrors.rev().collect();
         self.replacements.fetch_add(1, Ordering::Relaxed);
-        log::warn!("cache array: {name} replaced member {i}; its slots come back empty");
+        Ok(())
+    }
+
+    /// Puts `device`, named `name`, in the place of member `i` (failed,
+    /// or live and retired by this) without waiting for what depended on
+    /// it to be written back: every line slot and mirror slot of member
+    /// `i` is marked not rebuilt first, so reads go to the other copy (a
+    /// failed member's way), then the metadata is copied as
+    /// [`CacheArray::replace_member`] does and the headers name the new
+    /// device, marked as being rebuilt. The engine then copies each slot's
+    /// line and each mirror's dirty sectors from their other copy
+    /// ([`CacheArray::rebuilt_primary`], [`CacheArray::rebuilt_mirror`])
+    /// and calls [`CacheArray::finish_rebuild`]. A restart before that
+    /// finds the member still marked and rebuilds all of it again. Every
+    /// other member must be live: their copies are the source.
+    pub fn begin_rebuild(
+        &self,
+        i: usize,
+        name: &str,
+        device: Arc<dyn BlockDevice>,
+    ) -> Result<(), ArrayError> {
+        if let Some(k) = (0..self.members.len()).find(|&k| k != i && self.is_failed(k)) {
+            return Err(ArrayError::Invalid(format!(
+                "member {} has failed too: member {} cannot be rebuilt from the others",
+                self.members[k].name(),
+                self.members[i].name()
+            )));
+        }
+        if let Some(k) = self.rebuilding_member().filter(|&k| k != i) {
+            return Err(ArrayError::Invalid(format!(
+                "member {} is being rebuilt: one rebuild at a time",
+                self.members[k].name()
+            )));
+        }
+        self.check_member_size(name, &*device)?;
+        self.mark_member_pending(i);
+        let installed = self.install(i, name, device, true);
+        match &installed {
+            Ok(()) => {
+                log::warn!("cache array: {name} replaced member {i}; rebuilding it from the other copies")
+            }
+            Err(_) => self.clear_member_pending(i),
+        }
+        installed
+    }
+
+    /// The end of a rebuild of member `i` (every slot and mirror rebuilt):
+    /// the headers stop marking it, and its mirror slots that no line uses
+    /// are handed out again. Call with every engine shard locked, so that
+    /// no mirror is released meanwhile.
+    pub fn finish_rebuild(&self, i: usize) -> Result<(), ArrayError> {
+        let left = self.pending();
+        if left > 0 {
+            return Err(ArrayError::Invalid(format!(
+                "{left} slots of the replacement are not rebuilt yet"
+            )));
+        }
+        {
+            let mut free = self.free_mirrors.lock().unwrap_or_else(|p| p.into_inner());
+            let used: std::collections::HashSet<u32> =
+                self.mirror_owners(i).into_iter().map(|(m, _)| m).collect();
+            let listed: std::collections::HashSet<u32> = free[i].iter().copied().collect();
+            let back: Vec<u32> = self
+                .mirrors_of_member(i)
+                .rev()
+                .filter(|m| !used.contains(m) && !listed.contains(m))
+                .collect();
+            free[i].extend(back);
+        }
+        self.header
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rebuilding_mask &= !(1 << i);
+        // Its own header first: alone at a restart, a stale one would have
+        // everything it holds rebuilt again, from members that may be gone.
+        self.write_headers_from(i)?;
+        log::warn!("cache array: member {} rebuilt", self.members[i].name());
+        Ok(())
+    }
+
+    fn clear_member_pending(&self, i: usize) {
+        for slot in (i as u64..self.geometry.slots()).step_by(self.members.len()) {
+            self.rebuilt_primary(slot);
+        }
+        for m in self.mirrors_of_member(i) {
+            self.rebuilt_mirror(m);
+        }
+    }
+
+    /// Copies member `source`'s metadata onto `device` and flushes it. The
+    /// caller holds the metadata gate.
+    fn copy_metadata(&self, source: usize, device: &dyn BlockDevice) -> Result<(), DeviceError> {
+        let meta_bytes = self.geometry.meta_bytes;
+        let mut buf = vec![0u8; (1 << 20).min(meta_bytes.max(1)) as usize];
+        let mut at = 0;
+        while at < meta_bytes {
+            let len = (meta_bytes - at).min(buf.len() as u64) as usize;
+            let offset = MEMBER_HEADER_BYTES + at;
+            self.member_io(source, IoKind::Read, offset, len as u64, |d| {
+                d.read_at(&mut buf[..len], offset)
+            })?;
+            device.write_at(&buf[..len], offset)?;
+            at += len as u64;
+        }
+        device.flush()
+    }
+
+    /// Gives every live member the metadata that reads use, the first live
+    /// member's. A crash can leave the copies different (each member kept
+    /// another part of the last writes), and a later start with that
+    /// member gone would believe another copy than this start did.
+    pub fn resync_metadata(&self) -> Result<(), ArrayError> {
+        let live: Vec<usize> = (0..self.members.len()).filter(|&k| !self.is_failed(k)).collect();
+        let Some((&source, others)) = live.split_first() else {
+            return Ok(());
+        };
+        let _gate = self.meta_gate.write().unwrap_or_else(|p| p.into_inner());
+        for &k in others {
+            let Some(dev) = self.members[k].device() else {
+                continue;
+            };
+            if let Err(e) = self.copy_metadata(source, &*dev) {
+                self.fail_member(k, &e);
+            }
+        }
         Ok(())
     }
 
@@ -782,14 +974,112 @@ impl CacheArray {
         self.members[member].failed.load(Ordering::Acquire)
     }
 
-    /// Whether the member holding global slot `slot`'s line has failed.
+    /// Whether global slot `slot`'s line is not to be read from its slot:
+    /// its member failed, or is a replacement that has not rebuilt it yet.
     pub fn primary_failed(&self, slot: u64) -> bool {
         self.is_failed(self.member_of_slot(slot))
+            || self.primary_pending[slot as usize].load(Ordering::Acquire)
     }
 
-    /// Whether `mirror`'s member has failed.
+    /// Whether `mirror` is not to be read: its member failed, or is a
+    /// replacement that has not rebuilt it yet.
     pub fn mirror_failed(&self, mirror: u32) -> bool {
         self.is_failed(self.member_of_mirror(mirror))
+            || self.mirror_pending[mirror as usize].load(Ordering::Acquire)
+    }
+
+    /// Whether global slot `slot` is on a replacement and not rebuilt yet.
+    pub fn primary_pending(&self, slot: u64) -> bool {
+        self.primary_pending[slot as usize].load(Ordering::Acquire)
+    }
+
+    /// Whether `mirror` is on a replacement and not rebuilt yet.
+    pub fn mirror_pending(&self, mirror: u32) -> bool {
+        self.mirror_pending[mirror as usize].load(Ordering::Acquire)
+    }
+
+    /// The mirror slots of member `i`.
+    pub fn mirrors_of_member(&self, i: usize) -> std::ops::Range<u32> {
+        let m = self.geometry.mirror_per_member as u32;
+        i as u32 * m..(i as u32 + 1) * m
+    }
+
+    /// The global slots whose mirror is `mirror`: at most one, unless a
+    /// change is under way (the caller checks under the slot's lock).
+    pub fn owner_of_mirror(&self, mirror: u32) -> Option<u64> {
+        self.mirror_of
+            .iter()
+            .position(|m| m.load(Ordering::Acquire) == mirror)
+            .map(|slot| slot as u64)
+    }
+
+    /// Every mirror slot of member `i` in use, with the global slot using it.
+    pub fn mirror_owners(&self, i: usize) -> Vec<(u32, u64)> {
+        let mirrors = self.mirrors_of_member(i);
+        self.mirror_of
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, m)| {
+                let m = m.load(Ordering::Acquire);
+                mirrors.contains(&m).then_some((m, slot as u64))
+            })
+            .collect()
+    }
+
+    /// Marks every line slot and mirror slot of member `i` as not rebuilt:
+    /// reads of them are served elsewhere (a failed member's way) until the
+    /// engine rebuilds each ([`CacheArray::rebuilt_primary`],
+    /// [`CacheArray::rebuilt_mirror`]).
+    pub fn mark_member_pending(&self, i: usize) {
+        let mut marked = 0;
+        for slot in (i as u64..self.geometry.slots()).step_by(self.members.len()) {
+            marked += u64::from(!self.primary_pending[slot as usize].swap(true, Ordering::AcqRel));
+        }
+        for m in self.mirrors_of_member(i) {
+            marked += u64::from(!self.mirror_pending[m as usize].swap(true, Ordering::AcqRel));
+        }
+        self.pending.fetch_add(marked, Ordering::AcqRel);
+    }
+
+    /// Slots and mirrors still to rebuild.
+    pub fn pending(&self) -> u64 {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// The member being rebuilt, if any.
+    pub fn rebuilding_member(&self) -> Option<usize> {
+        let mask = self
+            .header
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rebuilding_mask;
+        (mask != 0).then(|| mask.trailing_zeros() as usize)
+    }
+
+    /// Writes `data` at `line_offset` of global slot `slot` on its member,
+    /// which is being rebuilt (the slot is still pending).
+    pub fn write_rebuilt_primary(&self, slot: u64, line_offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let g = &self.geometry;
+        let member = self.member_of_slot(slot);
+        let offset =
+            MEMBER_HEADER_BYTES + g.meta_bytes + (slot / g.members as u64) * g.line_bytes + line_offset;
+        self.member_io(member, IoKind::Write, offset, data.len() as u64, |d| {
+            d.write_at(data, offset)
+        })
+    }
+
+    /// Global slot `slot` holds what it should on its member again.
+    pub fn rebuilt_primary(&self, slot: u64) {
+        if self.primary_pending[slot as usize].swap(false, Ordering::AcqRel) {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Mirror slot `mirror` holds what it should again.
+    pub fn rebuilt_mirror(&self, mirror: u32) {
+        if self.mirror_pending[mirror as usize].swap(false, Ordering::AcqRel) {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     pub fn mirror_state(&self, slot: u64) -> MirrorState {
@@ -917,6 +1207,9 @@ impl CacheArray {
     /// Reads `buf` from `line_offset` of mirror slot `mirror`.
     pub fn read_mirror(&self, mirror: u32, line_offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
         let (member, offset) = self.mirror_location(mirror, line_offset);
+        if self.mirror_pending(mirror) {
+            return Err(self.not_rebuilt(IoKind::Read, offset, buf.len() as u64));
+        }
         self.member_io(member, IoKind::Read, offset, buf.len() as u64, |d| {
             d.read_at(buf, offset)
         })?;
@@ -947,6 +1240,8 @@ impl CacheArray {
             mirror_writes: self.mirror_writes.load(Ordering::Relaxed),
             mirror_reads: self.mirror_reads.load(Ordering::Relaxed),
             through_writes: self.through_writes.load(Ordering::Relaxed),
+            rebuilding: self.rebuilding_member(),
+            rebuild_pending: self.pending(),
         }
     }
 
@@ -957,7 +1252,7 @@ impl CacheArray {
         &self,
         offset: u64,
         len: u64,
-        mut f: impl FnMut(Option<usize>, u64, std::ops::Range<usize>) -> Result<(), DeviceError>,
+        mut f: impl FnMut(Option<(usize, u64)>, u64, std::ops::Range<usize>) -> Result<(), DeviceError>,
     ) -> Result<(), DeviceError> {
         let g = &self.geometry;
         let end = offset + len;
@@ -975,7 +1270,11 @@ impl CacheArray {
                 let member = self.member_of_slot(slot);
                 let local = slot / g.members as u64;
                 let member_offset = MEMBER_HEADER_BYTES + g.meta_bytes + local * g.line_bytes + within;
-                f(Some(member), member_offset, start..(stop - offset) as usize)?;
+                f(
+                    Some((member, slot)),
+                    member_offset,
+                    start..(stop - offset) as usize,
+                )?;
                 at = stop;
             }
         }
@@ -994,7 +1293,8 @@ impl BlockDevice for CacheArray {
             let chunk = &mut buf[range];
             let len = chunk.len() as u64;
             match member {
-                Some(k) => self.member_io(k, IoKind::Read, at, len, |d| d.read_at(chunk, at)),
+                Some((_, slot)) if self.primary_pending(slot) => Err(self.not_rebuilt(IoKind::Read, at, len)),
+                Some((k, _)) => self.member_io(k, IoKind::Read, at, len, |d| d.read_at(chunk, at)),
                 None => {
                     // Metadata: any live member has it.
                     let mut last = None;
@@ -1019,7 +1319,7 @@ impl BlockDevice for CacheArray {
             let chunk = &data[range];
             let len = chunk.len() as u64;
             match member {
-                Some(k) => self.member_io(k, IoKind::Write, at, len, |d| d.write_at(chunk, at)),
+                Some((k, _)) => self.member_io(k, IoKind::Write, at, len, |d| d.write_at(chunk, at)),
                 None => {
                     let _gate = read(&self.meta_gate);
                     self.on_live_members(IoKind::Write, at, len, |d| d.write_at(chunk, at))
@@ -1046,6 +1346,18 @@ impl BlockDevice for CacheArray {
 }
 
 impl CacheArray {
+    /// A read of a slot or mirror a replacement has not rebuilt yet: an
+    /// error that does not fail the member (the caller reads elsewhere).
+    fn not_rebuilt(&self, kind: IoKind, offset: u64, len: u64) -> DeviceError {
+        DeviceError::Io {
+            device: self.name.clone(),
+            kind,
+            offset,
+            len,
+            source: std::io::Error::other("this part of the replacement member is not rebuilt yet"),
+        }
+    }
+
     fn no_member(&self, kind: IoKind, offset: u64, len: u64) -> DeviceError {
         DeviceError::Io {
             device: self.name.clone(),
@@ -1198,6 +1510,46 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("4096") && e.contains("8192"), "{e}");
+    }
+
+    #[test]
+    fn a_rebuild_is_marked_in_the_headers_until_it_finishes() {
+        let devs = members(2, 4 << 20);
+        let array = CacheArray::open_or_create(devs.clone(), 4096, 25).unwrap();
+        let g = array.geometry();
+        let replacement: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("m1b", 4 << 20));
+        array.begin_rebuild(1, "m1b", replacement.clone()).unwrap();
+        assert_eq!(array.rebuilding_member(), Some(1));
+        assert_eq!(array.pending(), g.primary_per_member + g.mirror_per_member);
+        // A slot of the replacement does not read until it is rebuilt;
+        // the other member's do, and the member is not failed.
+        let data_at = |slot: u64| g.meta_bytes + slot * g.line_bytes;
+        let mut b = vec![0u8; 512];
+        assert!(array.read_at(&mut b, data_at(1)).is_err());
+        array.read_at(&mut b, data_at(0)).unwrap();
+        assert_eq!(array.live_members(), 2);
+        assert!(array.finish_rebuild(1).is_err(), "pending slots are left");
+        // A restart meanwhile: version 3 headers, all of it to rebuild again.
+        let mut header = vec![0u8; MEMBER_HEADER_BYTES as usize];
+        devs[0].1.as_ref().unwrap().read_at(&mut header, 0).unwrap();
+        assert_eq!(get_u32(&header, 8), 3);
+        let restarted = vec![devs[0].clone(), ("m1b".to_string(), Some(replacement.clone()))];
+        let again = CacheArray::open_or_create(restarted.clone(), 4096, 25).unwrap();
+        assert_eq!(again.rebuilding_member(), Some(1));
+        assert_eq!(again.pending(), g.primary_per_member + g.mirror_per_member);
+        for slot in (1..g.slots()).step_by(2) {
+            again.rebuilt_primary(slot);
+        }
+        for m in again.mirrors_of_member(1) {
+            again.rebuilt_mirror(m);
+        }
+        again.finish_rebuild(1).unwrap();
+        again.read_at(&mut b, data_at(1)).unwrap();
+        drop(again);
+        let done = CacheArray::open_or_create(restarted, 4096, 25).unwrap();
+        assert_eq!((done.rebuilding_member(), done.pending()), (None, 0));
+        devs[0].1.as_ref().unwrap().read_at(&mut header, 0).unwrap();
+        assert_eq!(get_u32(&header, 8), 2, "back to version 2 once rebuilt");
     }
 
     #[test]

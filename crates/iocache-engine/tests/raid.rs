@@ -63,6 +63,10 @@ impl Rig {
     }
 
     fn open(&self) -> Engine {
+        self.engine_on(self.open_array())
+    }
+
+    fn open_array(&self) -> Arc<CacheArray> {
         let members = self
             .members
             .iter()
@@ -72,7 +76,10 @@ impl Rig {
                 (format!("m{i}"), Some(dev))
             })
             .collect();
-        let array = Arc::new(CacheArray::open_or_create(members, LINE, 25).expect("array opens"));
+        Arc::new(CacheArray::open_or_create(members, LINE, 25).expect("array opens"))
+    }
+
+    fn engine_on(&self, array: Arc<CacheArray>) -> Engine {
         let mut config = self.config.clone();
         config.capacity_lines = array.geometry().slots();
         let cache_dev: Arc<dyn BlockDevice> = array.clone();
@@ -651,4 +658,177 @@ fn a_fill_landing_after_its_member_failed_leaves_no_record() {
         "line {line} after the replacement and a restart: bytes differ"
     );
     engine.shutdown().unwrap();
+}
+
+/// Reads every sector through the engine: each must hold its latest write.
+fn assert_latest_everywhere(engine: &Engine, model: &Model, context: &str) {
+    let mut buf = vec![0u8; (VOLUME_SECTORS * SECTOR) as usize];
+    engine
+        .read(0, &mut buf)
+        .unwrap_or_else(|e| panic!("{context}: read: {e}"));
+    model.assert_latest(0, &buf, context);
+}
+
+/// A member replaced while the backend refuses every write: nothing can
+/// be written back, so the dirty lines that had a copy on the member get
+/// that copy back on the new device from their other copy (each of its
+/// slots from the mirror, each of its mirrors from the line's slot).
+/// Then the other member is lost too: the new device alone still serves
+/// every latest write, so its copies are whole. The member fails first
+/// (by I/O errors) or is healthy and retired by the replacement.
+fn rebuild_run(seed: u64, members: usize, fail: bool) {
+    let mut rng = Rng::seeded(seed);
+    let mut rig = Rig::new(seed, members, Persistence::All);
+    rig.config.cleaning = "nop".parse::<CleaningPolicy>().unwrap();
+    let engine = rig.open();
+    let mut model = Model::new();
+    let victim = rng.below(members as u64) as usize;
+    workload(seed, &mut rng, &engine, &rig, &mut model, victim, u64::MAX);
+    rig.backend.fail_range(0, u64::MAX, false, true);
+    if fail {
+        rig.members[victim].set_offline(true);
+        // Reads of its lines fail it (and are served from the mirrors).
+        assert_latest_everywhere(&engine, &model, &format!("seed {seed}: degraded"));
+        assert!(engine.stats().array.unwrap().degraded, "seed {seed}");
+    }
+    assert!(
+        engine.stats().dirty_lines > 0,
+        "seed {seed}: the workload left dirty lines"
+    );
+    let new = Arc::new(FaultDevice::new(MemDevice::new(
+        format!("m{victim}b"),
+        MEMBER_BYTES,
+    )));
+    let replaced = std::thread::scope(|scope| {
+        let replacing = scope.spawn(|| {
+            let device: Arc<dyn BlockDevice> = new.clone();
+            engine.replace_cache_member(&format!("m{victim}"), &format!("m{victim}b"), device, &|| false)
+        });
+        // Reads meanwhile, of lines rebuilt and not yet.
+        for _ in 0..4 {
+            assert_latest_everywhere(&engine, &model, &format!("seed {seed}: while rebuilding"));
+        }
+        replacing.join().unwrap()
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: replacing m{victim}: {e}"));
+    assert_eq!(
+        (replaced.member, replaced.retired),
+        (victim, !fail),
+        "seed {seed}"
+    );
+    assert!(
+        replaced.rebuilt_lines + replaced.rebuilt_mirrors > 0,
+        "seed {seed}: {replaced:?}"
+    );
+    let stats = engine.stats();
+    let array = stats.array.clone().unwrap();
+    assert!(!array.degraded, "seed {seed}: {array:?}");
+    assert_eq!(
+        (array.array.rebuilding, array.array.rebuild_pending),
+        (None, 0),
+        "seed {seed}"
+    );
+    assert_latest_everywhere(&engine, &model, &format!("seed {seed}: rebuilt"));
+    // Every other member is lost: what is left is the new device.
+    rig.backend.clear_faults();
+    let other = (victim + 1) % members;
+    rig.members[other].set_offline(true);
+    assert_latest_everywhere(
+        &engine,
+        &model,
+        &format!("seed {seed}: m{other} lost after m{victim} was rebuilt"),
+    );
+    engine.shutdown().unwrap();
+    for sector in 0..VOLUME_SECTORS {
+        let mut buf = [0u8; SECTOR as usize];
+        rig.backend.read_at(&mut buf, sector * SECTOR).unwrap();
+        model.assert_latest(sector, &buf, &format!("seed {seed}: the backend after shutdown"));
+    }
+}
+
+#[test]
+fn a_replacement_is_rebuilt_from_the_other_copies_without_writing_back() {
+    for seed in 0..iterations() {
+        rebuild_run(600 + seed, 2 + (seed % 2) as usize, seed % 4 < 2);
+    }
+}
+
+/// The process is killed while a replacement is being rebuilt: nothing
+/// more reaches any device. The restart finds the new device named in the
+/// headers and marked as being rebuilt (or, cut before that, the old
+/// state), serves every flushed write, and finishes the rebuild: with two
+/// members, the new one alone then still serves every flushed write.
+/// Returns whether the restart resumed a rebuild.
+fn rebuild_cut(seed: u64) -> bool {
+    let mut rng = Rng::seeded(seed);
+    let members = 2;
+    let mut rig = Rig::new(seed, members, Persistence::All);
+    let engine = rig.open();
+    let mut model = Model::new();
+    let victim = rng.below(members as u64) as usize;
+    workload(seed, &mut rng, &engine, &rig, &mut model, victim, u64::MAX);
+    engine.flush().unwrap();
+    model.flushed();
+    let new = Arc::new(FaultDevice::new(MemDevice::new(
+        format!("m{victim}b"),
+        MEMBER_BYTES,
+    )));
+    // Slow enough that a kill a few milliseconds in finds it under way.
+    new.set_latency(Duration::from_micros(300));
+    std::thread::scope(|scope| {
+        let replacing = scope.spawn(|| {
+            let device: Arc<dyn BlockDevice> = new.clone();
+            engine.replace_cache_member(&format!("m{victim}"), &format!("m{victim}b"), device, &|| false)
+        });
+        std::thread::sleep(Duration::from_micros(rng.below(30_000)));
+        // Killed: nothing more reaches any device.
+        for device in rig.members.iter().chain([&new, &rig.backend]) {
+            device.set_writes_dropped(true);
+        }
+        let _ = replacing.join().unwrap();
+    });
+    drop(engine);
+    for device in rig.members.iter().chain([&new, &rig.backend]) {
+        device.clear_faults();
+    }
+    new.set_latency(Duration::ZERO);
+    let old = std::mem::replace(&mut rig.members[victim], new);
+    let array = rig.open_array();
+    let resumed = array.rebuilding_member() == Some(victim);
+    let new_is_member = !array.member_failed(victim);
+    let engine = rig.engine_on(array);
+    let context = || format!("seed {seed}, victim m{victim}, resumed {resumed}");
+    assert_durable(&engine, &model, &|| format!("{}: after the restart", context()));
+    let array = engine.stats().array.unwrap();
+    assert_eq!(
+        (array.array.rebuilding, array.array.rebuild_pending),
+        (None, 0),
+        "{}",
+        context()
+    );
+    drop(engine);
+    if new_is_member {
+        // The other member is gone: the new one alone holds the cache.
+        rig.members[1 - victim].set_offline(true);
+        let engine = rig.open();
+        assert_durable(&engine, &model, &|| {
+            format!("{}: with only the new member", context())
+        });
+        engine.shutdown().unwrap();
+    } else {
+        // Cut before the headers named it: the old device is still the
+        // member.
+        rig.members[victim] = old;
+        let engine = rig.open();
+        assert_durable(&engine, &model, &|| format!("{}: with the old member", context()));
+        engine.shutdown().unwrap();
+    }
+    resumed
+}
+
+#[test]
+fn a_kill_during_a_rebuild_loses_nothing_and_the_rebuild_resumes() {
+    let runs = iterations();
+    let resumed = (0..runs).filter(|&seed| rebuild_cut(700 + seed)).count();
+    assert!(resumed > 0, "no kill of {runs} came during a rebuild");
 }

@@ -401,7 +401,7 @@ impl Collector for EngineCollector {
         );
         let mut array_members = Family::new(
             "cache_array_members",
-            "Cache-array members, by state (ok, failed: a failed or retired member).",
+            "Cache-array members, by state (ok; failed: a failed or retired member; rebuilding: a replacement being rebuilt).",
             Gauge,
         );
         let mut array_lines = Family::new(
@@ -414,16 +414,22 @@ impl Collector for EngineCollector {
             "Cache-array members replaced by another device while serving.",
             Counter,
         );
+        let mut array_rebuild = Family::new(
+            "cache_array_rebuild_pending",
+            "Line slots and mirror slots of a replacement member still to rebuild from the other copies.",
+            Gauge,
+        );
         for s in &snapshot.caches {
             let c = || ("cache", s.cache.path.clone());
             if let Some(a) = &s.array {
-                for state in ["ok", "failed"] {
+                for state in ["ok", "failed", "rebuilding"] {
                     let n = a.members.iter().filter(|m| m.state == state).count();
                     array_members.add(vec![c(), ("state", state.into())], Level(n as i64));
                 }
                 array_lines.add(vec![c(), ("fate", "evacuated".into())], Count(a.evacuated_lines));
                 array_lines.add(vec![c(), ("fate", "lost".into())], Count(a.lost_lines));
                 array_replacements.add(vec![c()], Count(a.replacements));
+                array_rebuild.add(vec![c()], Level(a.rebuild_pending as i64));
             }
             for (device, q) in [("cache", &s.queues.cache), ("backend", &s.queues.backend)] {
                 for (name, class) in &q.classes {
@@ -552,6 +558,7 @@ impl Collector for EngineCollector {
             &array_members,
             &array_lines,
             &array_replacements,
+            &array_rebuild,
         ] {
             family.encode(&mut encoder)?;
         }

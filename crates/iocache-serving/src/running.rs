@@ -469,6 +469,8 @@ impl Running {
             "member": done.member,
             "retired": done.retired,
             "restored_slots": done.restored_slots,
+            "rebuilt_lines": done.rebuilt_lines,
+            "rebuilt_mirrors": done.rebuilt_mirrors,
         }))
     }
 

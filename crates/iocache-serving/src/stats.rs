@@ -229,6 +229,10 @@ pub struct ArraySnapshot {
     /// Members replaced by another device while serving.
     #[serde(default)]
     pub replacements: u64,
+    /// Line slots and mirror slots of a replacement still to rebuild (its
+    /// member's state is `rebuilding`).
+    #[serde(default)]
+    pub rebuild_pending: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -538,9 +542,15 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
             .array
             .members
             .iter()
-            .map(|(name, failed)| ArrayMember {
+            .enumerate()
+            .map(|(i, (name, failed))| ArrayMember {
                 device: name.clone(),
-                state: if *failed { "failed" } else { "ok" }.into(),
+                state: match (*failed, a.array.rebuilding == Some(i)) {
+                    (true, _) => "failed",
+                    (false, true) => "rebuilding",
+                    (false, false) => "ok",
+                }
+                .into(),
             })
             .collect(),
         degraded: a.degraded,
@@ -556,6 +566,7 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
         retired_slots: a.retired_slots,
         lost_lines: a.lost_lines,
         replacements: a.array.replacements,
+        rebuild_pending: a.array.rebuild_pending,
     });
     let balance = s.balance.as_ref().map(|b| BalanceSnapshot {
         controller: b.controller.to_string(),

@@ -192,10 +192,12 @@ pub fn render(snapshot: &Snapshot) -> String {
                 out,
                 "  array      {}{}: {}",
                 if a.degraded { "DEGRADED" } else { "healthy" },
-                if a.degraded && !a.evacuated {
-                    " (writing back lines that lost a copy)"
+                if a.rebuild_pending > 0 {
+                    format!(" (rebuilding: {} slots left)", a.rebuild_pending)
+                } else if a.degraded && !a.evacuated {
+                    " (writing back lines that lost a copy)".to_string()
                 } else {
-                    ""
+                    String::new()
                 },
                 listed.join(", ")
             );

@@ -404,6 +404,36 @@ impl Inner {
         (0..self.shards.len()).collect()
     }
 
+    /// [`Inner::flush_all`] (without ordered write-back) in batches, each
+    /// under the cleaning lock, for as long as `go_on` holds. Returns
+    /// whether every dirty line was written back and the backends flushed,
+    /// or `go_on` stopped holding.
+    fn flush_while(&self, go_on: impl Fn() -> bool) -> bool {
+        let shards = self.all_shards();
+        let mut failed_since_success = 0u64;
+        for _round in 0..1_000_000 {
+            if !go_on() {
+                return true;
+            }
+            let batch = {
+                let _cleaning = lock(&self.cleaner.cleaning);
+                self.flush_batch(&shards, FlushOrder::Address, self.flush_all_share(), false)
+            };
+            if batch.taken == 0 {
+                break;
+            }
+            failed_since_success = match batch.failed == batch.taken {
+                true => failed_since_success + batch.failed as u64,
+                false => batch.failed as u64,
+            };
+            let dirty = self.dirty_lines_all();
+            if dirty == 0 || failed_since_success >= dirty {
+                break;
+            }
+        }
+        self.dirty_lines_all() == 0 && self.flush_backends().is_ok()
+    }
+
     pub(super) fn flush_all(&self) -> Result<(), EngineError> {
         let _cleaning = lock(&self.cleaner.cleaning);
         if let Some(epochs) = &self.epochs {
@@ -526,6 +556,14 @@ impl Inner {
         if self.cleaner.array_failures_handled.load(Ordering::Acquire) == failures {
             return true;
         }
+        let any_failed = || (0..array.geometry().members).any(|k| array.member_failed(k));
+        if !any_failed() {
+            // Replaced (and being rebuilt) before it was evacuated.
+            self.cleaner
+                .array_failures_handled
+                .store(failures, Ordering::Release);
+            return true;
+        }
         let cap = array.dirty_cap();
         let user_cap = lock(&self.knobs).dirty_cap();
         self.set_dirty_caps(user_cap);
@@ -537,9 +575,12 @@ impl Inner {
                 let state = &mut *guard;
                 let base = shard.base_slot;
                 let mut ops = std::mem::take(&mut state.ops);
-                dirty_left += state
-                    .cache
-                    .retire_slots(|slot| array.primary_failed(base + u64::from(slot)), &mut ops);
+                // A failed member's slots (not those of a replacement being
+                // rebuilt, which reads also avoid for now).
+                dirty_left += state.cache.retire_slots(
+                    |slot| array.member_failed(array.member_of(base + u64::from(slot))),
+                    &mut ops,
+                );
                 for op in ops.ops() {
                     if let Op::Invalidate { slot, key } = *op {
                         dropped.add(state, i, slot, key);
@@ -554,8 +595,14 @@ impl Inner {
             dirty_left
         };
         retire(self);
-        if self.flush_all().is_err() {
+        if !self.flush_while(any_failed) {
             return false;
+        }
+        if !any_failed() {
+            self.cleaner
+                .array_failures_handled
+                .store(failures, Ordering::Release);
+            return true;
         }
         if retire(self) > 0 {
             return false;

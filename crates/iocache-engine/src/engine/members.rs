@@ -1,18 +1,23 @@
-//! Replacing a member of a cache array while the cache serves: a live
-//! member is first retired as if it had failed, the cleaner writes back
-//! every dirty line that depended on it (degraded mode, `cleaner.rs`), and
-//! then the array takes the new device (`raid.rs`) and the member's slots
-//! come back in service, empty, to fill again as lines are read and
-//! written.
+//! Replacing a member of a cache array while the cache serves. The new
+//! device takes the member's place at once and is rebuilt from the other
+//! copies: each of its slots gets its line back (dirty sectors from their
+//! mirror, clean ones from the backend), each of its mirror slots the
+//! dirty sectors of its line; until then reads go to the other copy, as
+//! for a failed member. With another member failed too there is no other
+//! copy to rebuild from: the member's dirty lines are written back
+//! instead (degraded mode, `cleaner.rs`) and its slots come back empty.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use iocache_core::fasthash::FxHashMap;
+use iocache_core::{bitmap, SlotId, SECTOR_BYTES};
 use iocache_device::BlockDevice;
 
-use super::{lock, Engine, EngineError};
-use crate::raid::CacheArray;
+use super::tickets::{Ticket, TicketKey};
+use super::{lock, Engine, EngineError, Inner};
+use crate::raid::{CacheArray, MirrorState};
 
 /// The longest a replacement waits for the member's dirty lines to be
 /// written back.
@@ -27,6 +32,10 @@ pub struct MemberReplacement {
     pub retired: bool,
     /// Line slots put back in service (empty) on the new device.
     pub restored_slots: u64,
+    /// Lines copied back into the new device's slots, and mirror slots
+    /// whose dirty sectors were (0 when the member was evacuated instead).
+    pub rebuilt_lines: u64,
+    pub rebuilt_mirrors: u64,
 }
 
 impl Engine {
@@ -36,14 +45,17 @@ impl Engine {
     }
 
     /// Puts `device`, named `new_name`, in place of the array member named
-    /// `old_name`. A live member is retired first; either way this waits
-    /// until the cleaner has written back every dirty line that had a copy
-    /// on it, then copies the array's metadata to the new device and puts
-    /// the member's slots back in service. Requests are served throughout.
-    /// The wait ends early, with an error, once `give_up` says so (the
-    /// server stops) or after [`EVACUATION_PATIENCE`] (a backend that
-    /// refuses the write-backs): the member then stays out of service, and
-    /// the same call later picks up where this one left off.
+    /// `old_name` (failed, or live: it is then retired by this) while
+    /// requests are served. When every other member is live, the new
+    /// device takes the place at once and is rebuilt from the other copies
+    /// (see the module doc), nothing written back; this returns when the
+    /// rebuild is done, and a restart before that resumes it. Otherwise a
+    /// live member is retired, this waits until the cleaner has written
+    /// back every dirty line that had a copy on the member, then puts the
+    /// new device in and its slots back in service, empty. Either wait
+    /// ends early, with an error, once `give_up` says so (the server stops)
+    /// or after [`EVACUATION_PATIENCE`] (a backend that refuses the
+    /// write-backs): the same call later picks up where this one left off.
     pub fn replace_cache_member(
         &self,
         old_name: &str,
@@ -68,6 +80,19 @@ impl Engine {
         // Checked before a healthy member is retired for nothing.
         array.check_member_size(new_name, &*device)?;
         let retired = !array.member_failed(member);
+        let others_live = (0..array.geometry().members).all(|k| k == member || !array.member_failed(k));
+        if others_live {
+            array.begin_rebuild(member, new_name, device)?;
+            let restored_slots = inner.restore_member_slots(&array, member);
+            let (rebuilt_lines, rebuilt_mirrors) = inner.rebuild_member(&array, member, give_up)?;
+            return Ok(MemberReplacement {
+                member,
+                retired,
+                restored_slots,
+                rebuilt_lines,
+                rebuilt_mirrors,
+            });
+        }
         if retired {
             array.retire_member(member)?;
         }
@@ -90,21 +115,260 @@ impl Engine {
             inner.wake_cleaner();
             std::thread::sleep(Duration::from_millis(5));
         }
-        // No flush batch in flight while the slots come back.
-        let _cleaning = lock(&inner.cleaner.cleaning);
         array.replace_member(member, new_name, device)?;
-        let mut restored_slots = 0;
-        for shard in &inner.shards {
-            let base = shard.base_slot;
-            restored_slots += lock(&shard.state)
-                .cache
-                .restore_slots(|slot| array.member_of(base + u64::from(slot)) == member);
-        }
-        inner.set_dirty_caps(lock(&inner.knobs).dirty_cap());
+        let restored_slots = inner.restore_member_slots(&array, member);
         Ok(MemberReplacement {
             member,
             retired,
             restored_slots,
+            rebuilt_lines: 0,
+            rebuilt_mirrors: 0,
         })
+    }
+
+    /// Finishes the rebuild of a replacement that a restart found under
+    /// way (the start calls it); nothing when there is none.
+    pub(super) fn resume_rebuild(&self) -> Result<(), EngineError> {
+        let Some(array) = self.inner.slots.array.clone() else {
+            return Ok(());
+        };
+        let Some(member) = array.rebuilding_member() else {
+            return Ok(());
+        };
+        log::warn!("cache array: resuming the rebuild of member {member}");
+        self.inner.rebuild_member(&array, member, &|| false)?;
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Puts the slots of `member` that an evacuation took out of service
+    /// back in service, empty; returns how many. The dirty caps follow the
+    /// members now live.
+    fn restore_member_slots(&self, array: &CacheArray, member: usize) -> u64 {
+        // No flush batch in flight while the slots come back.
+        let _cleaning = lock(&self.cleaner.cleaning);
+        let mut restored = 0;
+        for shard in &self.shards {
+            let base = shard.base_slot;
+            restored += lock(&shard.state)
+                .cache
+                .restore_slots(|slot| array.member_of(base + u64::from(slot)) == member);
+        }
+        self.set_dirty_caps(lock(&self.knobs).dirty_cap());
+        restored
+    }
+
+    /// Rebuilds `member`, a replacement: every line slot marked pending
+    /// gets its line's valid sectors back, every mirror slot its line's
+    /// dirty sectors, then the array stops marking the member. Returns the
+    /// lines and the mirrors copied.
+    fn rebuild_member(
+        &self,
+        array: &CacheArray,
+        member: usize,
+        give_up: &dyn Fn() -> bool,
+    ) -> Result<(u64, u64), EngineError> {
+        let started = Instant::now();
+        let stop = || {
+            if self.stopping.load(Ordering::Relaxed) || give_up() {
+                return Err(EngineError::Shutdown);
+            }
+            Ok(())
+        };
+        let (mut lines, mut mirrors) = (0, 0);
+        for (index, shard) in self.shards.iter().enumerate() {
+            let slots = lock(&shard.state).cache.capacity_lines();
+            for local in 0..slots as SlotId {
+                if array.primary_pending(shard.base_slot + u64::from(local)) {
+                    stop()?;
+                    lines += u64::from(self.rebuild_slot(array, index, local)?);
+                }
+            }
+        }
+        let owners: FxHashMap<u32, u64> = array.mirror_owners(member).into_iter().collect();
+        for mirror in array.mirrors_of_member(member) {
+            if array.mirror_pending(mirror) {
+                stop()?;
+                mirrors += u64::from(self.rebuild_mirror(array, mirror, owners.get(&mirror).copied())?);
+            }
+        }
+        // The records made durable first: a line that was written back
+        // since its mirror's turn (and so skipped) must not be recorded
+        // dirty, naming that mirror, once the mark below is gone.
+        self.sync_records()?;
+        {
+            // Every shard locked: no mirror is released while the unused
+            // ones go back to the free list.
+            let _shards: Vec<_> = self.shards.iter().map(|s| lock(&s.state)).collect();
+            array.finish_rebuild(member)?;
+        }
+        // What the evacuation of a failed member may have retired since.
+        self.restore_member_slots(array, member);
+        log::warn!(
+            "cache array: member {member} rebuilt in {:.1} s: {lines} lines and {mirrors} mirrors copied",
+            started.elapsed().as_secs_f64()
+        );
+        Ok((lines, mirrors))
+    }
+
+    /// Tickets for `slot` of `shard` and for the line it holds (if any),
+    /// taken now, as a request would: the requests decided before are done
+    /// with both once they are served.
+    fn slot_tickets(&self, shard: usize, slot: SlotId) -> (Option<iocache_core::LineKey>, Vec<Ticket>) {
+        let mut state = lock(&self.shards[shard].state);
+        let key = state.cache.key_in_slot(slot);
+        let mut tickets = Vec::with_capacity(2);
+        for ticket_key in key
+            .map(TicketKey::Line)
+            .into_iter()
+            .chain([TicketKey::Slot(slot)])
+        {
+            let (ticket, _) = state.take_ticket(ticket_key);
+            tickets.push((shard, ticket_key, ticket));
+        }
+        (key, tickets)
+    }
+
+    /// Rebuilds `slot`, a pending slot of the replacement: its line's dirty
+    /// sectors are copied from their other copy (the mirror, or the backend
+    /// for a line written through), its clean sectors forgotten (they are
+    /// read again from the backend when asked for), then the slot is
+    /// marked rebuilt. Returns whether dirty sectors were copied.
+    fn rebuild_slot(&self, array: &CacheArray, shard: usize, slot: SlotId) -> Result<bool, EngineError> {
+        let global = self.shards[shard].base_slot + u64::from(slot);
+        let (key, tickets) = self.slot_tickets(shard, slot);
+        self.wait_for_tickets(&tickets);
+        let copied = (|| {
+            let Some(key) = key else { return Ok(false) };
+            let sectors = (self.line_bytes / SECTOR_BYTES) as u32;
+            let dirty = {
+                let mut guard = lock(&self.shards[shard].state);
+                let state = &mut *guard;
+                let Some(snapshot) = state.cache.slot_snapshot(slot).filter(|s| s.key == key) else {
+                    // Gone since (decided after these tickets): what comes
+                    // next writes the slot itself.
+                    return Ok(false);
+                };
+                let (valid, dirty) = (snapshot.valid.to_vec(), snapshot.dirty.to_vec());
+                let mut clean_runs = Vec::new();
+                bitmap::for_each_run(&valid, 0, sectors, |a, b, is_valid| {
+                    if is_valid {
+                        bitmap::for_each_run(&dirty, a, b, |c, d, is_dirty| {
+                            if !is_dirty {
+                                clean_runs.push((c, d));
+                            }
+                        });
+                    }
+                });
+                for &(a, b) in &clean_runs {
+                    state.cache.forget_sectors(key, a, b);
+                    state.shadow.note_forget(slot, a, b);
+                }
+                drop(guard);
+                // Requests decided since, waiting behind these tickets, may
+                // read them from the slot: they read the backend instead.
+                for &(a, b) in &clean_runs {
+                    self.poison(shard, slot, key, a, b, true);
+                }
+                dirty
+            };
+            let mut buf = vec![0u8; self.line_bytes as usize];
+            let mut result = Ok(());
+            bitmap::for_each_run(&dirty, 0, sectors, |a, b, is_dirty| {
+                if !is_dirty || result.is_err() {
+                    return;
+                }
+                let (at, end) = (
+                    (u64::from(a) * SECTOR_BYTES) as usize,
+                    (u64::from(b) * SECTOR_BYTES) as usize,
+                );
+                let out = &mut buf[at..end];
+                // From the mirror when there is one, without reading the
+                // backend.
+                let read = match array.mirror_state(global) {
+                    MirrorState::Mirrored(m) => {
+                        array.read_mirror(m, at as u64, out).map_err(EngineError::from)
+                    }
+                    _ => self.read_degraded(array, shard, slot, key, at as u32, out),
+                };
+                result = read.and_then(|()| Ok(array.write_rebuilt_primary(global, at as u64, out)?));
+                if result.is_ok() {
+                    // A write that failed with the old member left them
+                    // poisoned: what the slot holds now is the line's.
+                    self.unpoison(shard, slot, key, a, b);
+                }
+            });
+            result.map(|()| bitmap::any(&dirty))
+        })();
+        if copied.is_ok() {
+            array.rebuilt_primary(global);
+        }
+        self.release_tickets(&tickets);
+        copied
+    }
+
+    /// Copies the dirty sectors of the line whose mirror is `mirror` (a
+    /// pending mirror slot of the replacement; `owner`: its slot when the
+    /// rebuild began) from the line's slot, then marks the mirror rebuilt.
+    /// Returns whether a line used it.
+    fn rebuild_mirror(
+        &self,
+        array: &CacheArray,
+        mirror: u32,
+        owner: Option<u64>,
+    ) -> Result<bool, EngineError> {
+        let owner = owner
+            .filter(|&g| array.mirror_state(g) == MirrorState::Mirrored(mirror))
+            .or_else(|| array.owner_of_mirror(mirror));
+        let Some(global) = owner else {
+            // No line uses it: a line that takes it writes all its dirty
+            // sectors to it.
+            array.rebuilt_mirror(mirror);
+            return Ok(false);
+        };
+        let shard = self.shards.partition_point(|s| s.base_slot <= global) - 1;
+        let slot = (global - self.shards[shard].base_slot) as SlotId;
+        let (key, tickets) = self.slot_tickets(shard, slot);
+        self.wait_for_tickets(&tickets);
+        let copied = (|| {
+            let dirty = {
+                let state = lock(&self.shards[shard].state);
+                let snapshot = state.cache.slot_snapshot(slot).filter(|s| Some(s.key) == key);
+                snapshot.map(|s| s.dirty.to_vec())
+            };
+            // Released since (the line was written back), or another line's
+            // now: its writes are all there.
+            let (Some(dirty), MirrorState::Mirrored(m)) = (dirty, array.mirror_state(global)) else {
+                return Ok(false);
+            };
+            if m != mirror {
+                return Ok(false);
+            }
+            let mut buf = vec![0u8; self.line_bytes as usize];
+            let mut result = Ok(());
+            let sectors = (self.line_bytes / SECTOR_BYTES) as u32;
+            bitmap::for_each_run(&dirty, 0, sectors, |a, b, is_dirty| {
+                if !is_dirty || result.is_err() {
+                    return;
+                }
+                let (at, end) = (
+                    (u64::from(a) * SECTOR_BYTES) as usize,
+                    (u64::from(b) * SECTOR_BYTES) as usize,
+                );
+                result = self
+                    .slots
+                    .dev
+                    .read_at(&mut buf[at..end], self.cache_offset(shard, slot, at as u32))
+                    .and_then(|()| array.write_mirror(mirror, at as u64, &buf[at..end]))
+                    .map_err(EngineError::from);
+            });
+            result.map(|()| true)
+        })();
+        if copied.is_ok() {
+            array.rebuilt_mirror(mirror);
+        }
+        self.release_tickets(&tickets);
+        copied
     }
 }
