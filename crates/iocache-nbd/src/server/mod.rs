@@ -910,72 +910,50 @@ impl Shared {
     }
 }
 
-impl ConnectionStream for TcpStream {
-    fn try_clone(&self) -> io::Result<Self> {
-        TcpStream::try_clone(self)
-    }
-    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        TcpStream::shutdown(self, how)
-    }
-    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        TcpStream::set_read_timeout(self, timeout)
-    }
-    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        TcpStream::set_write_timeout(self, timeout)
-    }
-    fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        recv_now(self.as_raw_fd(), bufs)
-    }
-    fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
-        send_now(self.as_raw_fd(), buf)
-    }
-    fn write_vectored_now(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        send_vectored_now(self.as_raw_fd(), bufs)
-    }
-    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
-        poll_writable(self.as_raw_fd(), timeout)
-    }
-    fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
-        crate::tls::upgrade(self, tls, timeout)
-    }
-    fn peer_name(&self) -> String {
-        self.peer_addr()
-            .map_or_else(|_| "a TCP client".into(), |a| a.to_string())
-    }
+/// The socket streams' [`ConnectionStream`]: the standard library's own
+/// calls, and the non-blocking ones on the socket's descriptor.
+macro_rules! socket_connection_stream {
+    ($socket:ident, |$this:ident| $peer_name:expr) => {
+        impl ConnectionStream for $socket {
+            fn try_clone(&self) -> io::Result<Self> {
+                $socket::try_clone(self)
+            }
+            fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+                $socket::shutdown(self, how)
+            }
+            fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+                $socket::set_read_timeout(self, timeout)
+            }
+            fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+                $socket::set_write_timeout(self, timeout)
+            }
+            fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+                recv_now(self.as_raw_fd(), bufs)
+            }
+            fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
+                send_now(self.as_raw_fd(), buf)
+            }
+            fn write_vectored_now(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+                send_vectored_now(self.as_raw_fd(), bufs)
+            }
+            fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
+                poll_writable(self.as_raw_fd(), timeout)
+            }
+            fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
+                crate::tls::upgrade(self, tls, timeout)
+            }
+            fn peer_name(&self) -> String {
+                let $this = self;
+                $peer_name
+            }
+        }
+    };
 }
 
-impl ConnectionStream for UnixStream {
-    fn try_clone(&self) -> io::Result<Self> {
-        UnixStream::try_clone(self)
-    }
-    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        UnixStream::shutdown(self, how)
-    }
-    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        UnixStream::set_read_timeout(self, timeout)
-    }
-    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        UnixStream::set_write_timeout(self, timeout)
-    }
-    fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        recv_now(self.as_raw_fd(), bufs)
-    }
-    fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
-        send_now(self.as_raw_fd(), buf)
-    }
-    fn write_vectored_now(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        send_vectored_now(self.as_raw_fd(), bufs)
-    }
-    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
-        poll_writable(self.as_raw_fd(), timeout)
-    }
-    fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
-        crate::tls::upgrade(self, tls, timeout)
-    }
-    fn peer_name(&self) -> String {
-        "a Unix socket client".into()
-    }
-}
+socket_connection_stream!(TcpStream, |s| s
+    .peer_addr()
+    .map_or_else(|_| "a TCP client".into(), |a| a.to_string()));
+socket_connection_stream!(UnixStream, |_s| "a Unix socket client".into());
 
 fn accept_loop(shared: Arc<Shared>, listener: Listener) {
     loop {
