@@ -893,34 +893,26 @@ mod tests {
 
     #[test]
     fn tcp_uris() {
-        assert_eq!(
-            parse_nbd_uri("nbd://example.com/disk").unwrap(),
-            tcp("example.com", 10809, "disk")
-        );
-        assert_eq!(
-            parse_nbd_uri("nbd://example.com").unwrap(),
-            tcp("example.com", 10809, "")
-        );
-        assert_eq!(
-            parse_nbd_uri("nbd://example.com/").unwrap(),
-            tcp("example.com", 10809, "")
-        );
-        assert_eq!(
-            parse_nbd_uri("nbd://example.com//disk").unwrap(),
-            tcp("example.com", 10809, "/disk")
-        );
-        assert_eq!(
-            parse_nbd_uri("nbd://example.com/hello%20world").unwrap(),
-            tcp("example.com", 10809, "hello world")
-        );
-        assert_eq!(
-            parse_nbd_uri("nbd://127.0.0.1:1234/x").unwrap(),
-            tcp("127.0.0.1", 1234, "x")
-        );
-        assert_eq!(parse_nbd_uri("nbd://[::1]:99/").unwrap(), tcp("::1", 99, ""));
-        assert_eq!(parse_nbd_uri("nbd://[::1]").unwrap(), tcp("::1", 10809, ""));
-        assert_eq!(parse_nbd_uri("NBD://user@h:5/e#frag").unwrap(), tcp("h", 5, "e"));
-        assert_eq!(parse_nbd_uri("nbd://h/e?x-foo=1").unwrap(), tcp("h", 10809, "e"));
+        let cases = [
+            ("nbd://example.com/disk", "example.com", 10809, "disk"),
+            ("nbd://example.com", "example.com", 10809, ""),
+            ("nbd://example.com/", "example.com", 10809, ""),
+            ("nbd://example.com//disk", "example.com", 10809, "/disk"),
+            (
+                "nbd://example.com/hello%20world",
+                "example.com",
+                10809,
+                "hello world",
+            ),
+            ("nbd://127.0.0.1:1234/x", "127.0.0.1", 1234, "x"),
+            ("nbd://[::1]:99/", "::1", 99, ""),
+            ("nbd://[::1]", "::1", 10809, ""),
+            ("NBD://user@h:5/e#frag", "h", 5, "e"),
+            ("nbd://h/e?x-foo=1", "h", 10809, "e"),
+        ];
+        for (uri, host, port, name) in cases {
+            assert_eq!(parse_nbd_uri(uri).unwrap(), tcp(host, port, name), "{uri}");
+        }
     }
 
     #[test]
@@ -954,42 +946,35 @@ mod tests {
 
     #[test]
     fn bad_uris() {
-        assert!(matches!(parse_nbd_uri("http://x/"), Err(UriError::Scheme(_))));
-        assert!(matches!(parse_nbd_uri("nbd:x"), Err(UriError::Scheme(_))));
-        assert!(matches!(parse_nbd_uri("nbds://x/"), Err(UriError::Tls(_))));
-        assert!(matches!(
-            parse_nbd_uri("nbds+unix:///?socket=s"),
-            Err(UriError::Tls(_))
-        ));
-        assert!(matches!(
-            parse_nbd_uri("nbd://x/?tls-type=anon"),
-            Err(UriError::Tls(_))
-        ));
-        assert!(matches!(
-            parse_nbd_uri("nbd+unix:///e"),
-            Err(UriError::MissingSocket)
-        ));
-        assert!(matches!(
-            parse_nbd_uri("nbd+unix://host/e?socket=s"),
-            Err(UriError::Authority(_))
-        ));
-        assert!(matches!(parse_nbd_uri("nbd://h:http/"), Err(UriError::Port(_))));
-        assert!(matches!(parse_nbd_uri("nbd://h:99999/"), Err(UriError::Port(_))));
-        assert!(matches!(parse_nbd_uri("nbd:///e"), Err(UriError::Authority(_))));
-        assert!(matches!(
-            parse_nbd_uri("nbd://[::1/"),
-            Err(UriError::Authority(_))
-        ));
-        assert!(matches!(parse_nbd_uri("nbd://h/%zz"), Err(UriError::Encoding(_))));
-        assert!(matches!(parse_nbd_uri("nbd://h/%ff"), Err(UriError::Encoding(_))));
-        assert!(matches!(
-            parse_nbd_uri("nbd://h/?foo=1"),
-            Err(UriError::UnknownParameter(_))
-        ));
-        assert!(matches!(
-            parse_nbd_uri("nbd://h/?socket=s"),
-            Err(UriError::UnknownParameter(_))
-        ));
+        let any = String::new;
+        let cases = [
+            ("http://x/", UriError::Scheme(any())),
+            ("nbd:x", UriError::Scheme(any())),
+            ("nbds://x/", UriError::Tls(any())),
+            ("nbds+unix:///?socket=s", UriError::Tls(any())),
+            ("nbd://x/?tls-type=anon", UriError::Tls(any())),
+            ("nbd+unix:///e", UriError::MissingSocket),
+            ("nbd+unix://host/e?socket=s", UriError::Authority(any())),
+            ("nbd://h:http/", UriError::Port(any())),
+            ("nbd://h:99999/", UriError::Port(any())),
+            ("nbd:///e", UriError::Authority(any())),
+            ("nbd://[::1/", UriError::Authority(any())),
+            ("nbd://h/%zz", UriError::Encoding(any())),
+            ("nbd://h/%ff", UriError::Encoding(any())),
+            ("nbd://h/?foo=1", UriError::UnknownParameter(any())),
+            ("nbd://h/?socket=s", UriError::UnknownParameter(any())),
+        ];
+        for (uri, kind) in cases {
+            // Only the kind of error is asserted, not the text it carries.
+            match parse_nbd_uri(uri) {
+                Err(e) => assert_eq!(
+                    std::mem::discriminant(&e),
+                    std::mem::discriminant(&kind),
+                    "{uri}: {e:?}, not {kind:?}"
+                ),
+                Ok(u) => panic!("{uri}: parsed as {u:?}, not {kind:?}"),
+            }
+        }
     }
 
     #[test]
