@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use iocache_nbd::proto::{RequestHeader, NBD_CMD_READ};
+use iocache_nbd::fuzzing::request;
+use iocache_nbd::proto::NBD_CMD_READ;
 use iocache_nbd::{Client, ConnectOptions, RunningServer, ServerConfig};
 
 /// The system allocator, counting the bytes live now and the peak.
@@ -196,14 +197,14 @@ fn inline_replies_give_their_budget_back_to_the_pools_they_came_from() {
         // 64 reads of 64 KiB in one write: buffered, so served inline.
         let mut bytes = Vec::new();
         for i in 0..64u64 {
-            let h = RequestHeader {
-                flags: 0,
-                command: NBD_CMD_READ,
-                handle: round * 100 + i,
-                offset: i * 64 * 1024,
-                length: 64 * 1024,
-            };
-            bytes.extend_from_slice(&h.encode());
+            bytes.extend(request(
+                NBD_CMD_READ,
+                0,
+                round * 100 + i,
+                i * 64 * 1024,
+                64 * 1024,
+                &[],
+            ));
         }
         raw.s.write_all(&bytes).unwrap();
         for _ in 0..64 {

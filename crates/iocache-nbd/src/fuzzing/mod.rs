@@ -1340,16 +1340,7 @@ mod tests {
     #[test]
     fn the_checker_catches_a_wrong_reply() {
         let mut input = handshake_prefix(0);
-        input.extend(
-            RequestHeader {
-                flags: 0,
-                command: NBD_CMD_READ,
-                handle: 7,
-                offset: 512,
-                length: 512,
-            }
-            .encode(),
-        );
+        input.extend(request(NBD_CMD_READ, 0, 7, 512, 512, &[]));
         let server = server().unwrap();
         let stream = MemStream::new(input.clone());
         let stats = server.serve_stream(stream.clone()).unwrap();

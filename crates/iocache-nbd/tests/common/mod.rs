@@ -199,15 +199,8 @@ impl Raw {
     }
 
     pub fn send(&mut self, handle: u64, command: u16, flags: u16, offset: u64, length: u32, payload: &[u8]) {
-        let h = RequestHeader {
-            flags,
-            command,
-            handle,
-            offset,
-            length,
-        };
-        self.s.write_all(&h.encode()).unwrap();
-        self.s.write_all(payload).unwrap();
+        let bytes = iocache_nbd::fuzzing::request(command, flags, handle, offset, length, payload);
+        self.s.write_all(&bytes).unwrap();
     }
 
     /// Reads one complete reply: (handle, errno, data). `read_len` is the
