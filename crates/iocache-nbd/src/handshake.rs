@@ -480,28 +480,7 @@ pub fn negotiate_tls<S: Read + Write>(
 mod tests {
     use super::*;
     use crate::export::{Exports, MemExport};
-
-    /// A byte stream for tests: reads from a fixed input, records output.
-    struct Duplex {
-        input: io::Cursor<Vec<u8>>,
-        output: Vec<u8>,
-    }
-
-    impl Read for Duplex {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            self.input.read(buf)
-        }
-    }
-
-    impl Write for Duplex {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.output.extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::fuzzing::MemStream;
 
     fn exports() -> Exports {
         let mut x = Exports::new();
@@ -522,12 +501,9 @@ mod tests {
         limits: &NegotiationLimits,
         shutting: bool,
     ) -> (Result<Negotiated, HandshakeError>, Vec<u8>) {
-        let mut d = Duplex {
-            input: io::Cursor::new(input),
-            output: Vec::new(),
-        };
+        let mut d = MemStream::new(input);
         let r = negotiate(&mut d, &exports(), limits, &AtomicBool::new(shutting));
-        (r, d.output)
+        (r, d.output())
     }
 
     /// Splits server output after the greeting into option replies.
@@ -572,10 +548,7 @@ mod tests {
         mode: TlsMode,
         haggle: &mut Haggle,
     ) -> (Result<Negotiation, HandshakeError>, Vec<u8>) {
-        let mut d = Duplex {
-            input: io::Cursor::new(input),
-            output: Vec::new(),
-        };
+        let mut d = MemStream::new(input);
         let r = negotiate_tls(
             &mut d,
             &exports(),
@@ -584,7 +557,7 @@ mod tests {
             mode,
             haggle,
         );
-        (r, d.output)
+        (r, d.output())
     }
 
     #[test]
@@ -941,14 +914,11 @@ mod tests {
                 }
                 let len = input.len();
                 let limits = NegotiationLimits { max_option_len: 64, max_options: 16, max_payload: 1 << 20 };
-                let mut d = Duplex {
-            input: io::Cursor::new(input),
-            output: Vec::new(),
-        };
+                let mut d = MemStream::new(input);
                 let r = negotiate(&mut d, &exports(), &limits, &AtomicBool::new(false));
                 // Either transmission was entered or the negotiation ended
                 // with an error (EOF included); it consumed no more than given.
-                prop_assert!(d.input.position() as usize <= len);
+                prop_assert!(d.consumed() <= len);
                 if let Ok(n) = r {
                     prop_assert!(n.flags & NBD_FLAG_HAS_FLAGS != 0);
                 }
