@@ -1055,24 +1055,14 @@ fn serve_connection<S: ConnectionStream>(
 ) {
     let mut hs = stream;
     let deadline = shared.config.handshake_timeout.map(|t| Instant::now() + t);
-    let tls = shared.config.tls.as_ref();
-    let tls_mode = tls.map_or(TlsMode::Off, |t| t.mode);
     let mut haggle = Haggle::default();
-    let first = negotiate_tls(
-        &mut Deadlined {
-            stream: &mut hs,
-            deadline,
-        },
-        &ConnLookup { shared, id },
-        &shared.config.limits,
-        &shared.shutting_down,
-        tls_mode,
-        &mut haggle,
-    );
+    let Some(first) = negotiate_round(shared, id, &mut hs, deadline, &mut haggle) else {
+        return;
+    };
     match first {
-        Ok(Negotiation::Done(negotiated)) => enter_transmission(shared, hs, negotiated, id, activity),
-        Ok(Negotiation::StartTls) => {
-            let Some(tls) = tls else {
+        Negotiation::Done(negotiated) => enter_transmission(shared, hs, negotiated, id, activity),
+        Negotiation::StartTls => {
+            let Some(tls) = shared.config.tls.as_ref() else {
                 return; // negotiate_tls never accepts STARTTLS with TLS off
             };
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -1088,37 +1078,49 @@ fn serve_connection<S: ConnectionStream>(
                 }
             };
             let _ = plain.set_read_timeout(shared.config.handshake_timeout);
-            let second = negotiate_tls(
-                &mut Deadlined {
-                    stream: &mut plain,
-                    deadline,
-                },
-                &ConnLookup { shared, id },
-                &shared.config.limits,
-                &shared.shutting_down,
-                tls_mode,
-                &mut haggle,
-            );
-            match second {
-                Ok(Negotiation::Done(negotiated)) => {
+            match negotiate_round(shared, id, &mut plain, deadline, &mut haggle) {
+                Some(Negotiation::Done(negotiated)) => {
                     enter_transmission(shared, plain, negotiated, id, activity)
                 }
-                Ok(Negotiation::StartTls) => {
+                Some(Negotiation::StartTls) => {
                     let _ = plain.shutdown(Shutdown::Both);
                 }
-                Err(e) => {
-                    if matches!(&e, HandshakeError::Io(io) if is_timeout(io)) {
-                        shared.stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let _ = plain.shutdown(Shutdown::Both);
-                }
+                None => {}
             }
         }
+    }
+}
+
+/// One call of [`negotiate_tls`] on `stream` (the socket, or the plaintext
+/// end of a TLS relay) within `deadline`. A failed negotiation is counted
+/// when it timed out and closes the stream: `None`.
+fn negotiate_round<T: ConnectionStream>(
+    shared: &Shared,
+    id: Option<u64>,
+    stream: &mut T,
+    deadline: Option<Instant>,
+    haggle: &mut Haggle,
+) -> Option<Negotiation> {
+    let tls_mode = shared.config.tls.as_ref().map_or(TlsMode::Off, |t| t.mode);
+    let negotiated = negotiate_tls(
+        &mut Deadlined {
+            stream: &mut *stream,
+            deadline,
+        },
+        &ConnLookup { shared, id },
+        &shared.config.limits,
+        &shared.shutting_down,
+        tls_mode,
+        haggle,
+    );
+    match negotiated {
+        Ok(negotiation) => Some(negotiation),
         Err(e) => {
             if matches!(&e, HandshakeError::Io(io) if is_timeout(io)) {
                 shared.stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
             }
-            let _ = hs.shutdown(Shutdown::Both);
+            let _ = stream.shutdown(Shutdown::Both);
+            None
         }
     }
 }
