@@ -488,19 +488,9 @@ impl Client {
     pub fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), ClientError> {
         self.check_range(offset, buf.len() as u64)?;
         let max = self.max_request() as usize;
-        let mut done = 0;
-        while done < buf.len() {
-            let n = (buf.len() - done).min(max);
-            let at = offset + done as u64;
-            self.request(
-                Command::Read,
-                0,
-                at,
-                n as u32,
-                None,
-                Some(&mut buf[done..done + n]),
-            )?;
-            done += n;
+        for (i, piece) in buf.chunks_mut(max).enumerate() {
+            let at = offset + (i * max) as u64;
+            self.request(Command::Read, 0, at, piece.len() as u32, None, Some(piece))?;
         }
         Ok(())
     }
@@ -513,19 +503,9 @@ impl Client {
         }
         let flags = self.fua_flag(fua)?;
         let max = self.max_request() as usize;
-        let mut done = 0;
-        while done < data.len() {
-            let n = (data.len() - done).min(max);
-            let at = offset + done as u64;
-            self.request(
-                Command::Write,
-                flags,
-                at,
-                n as u32,
-                Some(&data[done..done + n]),
-                None,
-            )?;
-            done += n;
+        for (i, piece) in data.chunks(max).enumerate() {
+            let at = offset + (i * max) as u64;
+            self.request(Command::Write, flags, at, piece.len() as u32, Some(piece), None)?;
         }
         Ok(())
     }
