@@ -140,14 +140,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 "best nhit-2/always IOPS ratio {best:.2}x (at {best_hit} %); nhit-2 vs always IOPS: {}",
                 each.join("; ")
             ),
-            Check::Effect {
-                paper_lo: 3.0,
-                paper_hi: 3.0,
-                ours: best,
-                neutral: 1.0,
-                min_effect: 0.02,
-                tolerance: Tolerance::factor(2.0),
-            },
+            Check::effect(3.0, best, 1.0, 0.02, Tolerance::factor(2.0)),
         ));
     }
     let mut held = 0;
@@ -166,12 +159,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Fig. 8",
         "nhit-2 and nhit-4 give more IOPS than always on every controlled zoned workload",
         format!("nhit-2 and nhit-4 above always in {held} of {cases} device x workload cases (4 KiB lines)"),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(held, cases),
     ));
     let (mut held, mut cases) = (0, 0);
     for d in DEVICES {
@@ -186,12 +174,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Fig. 8, Finding 2a",
         "delaying promotion too long (nhit-16) performs worse than nhit-2, especially at high hit rates",
         format!("nhit-16 below nhit-2 in {held} of {cases} device x workload cases at 100 % and 85 %"),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(held, cases),
     ));
 
     // Fig. 8's text: on the skewed Zipf 1.1 workload nhit-2 gains about 10 %.
@@ -215,14 +198,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     .unwrap_or(&f64::NAN)
                     * 100.0
             ),
-            Check::Effect {
-                paper_lo: 1.1,
-                paper_hi: 1.1,
-                ours: ratio,
-                neutral: 1.0,
-                min_effect: 0.01,
-                tolerance: Tolerance::points(0.1),
-            },
+            Check::effect(1.1, ratio, 1.0, 0.01, Tolerance::points(0.1)),
         ));
     }
 
@@ -238,14 +214,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     iops(d, 85, "always", 32_768) / 1e3,
                     iops(d, 85, "always", 4096) / 1e3
                 ),
-                Check::Effect {
-                    paper_lo: 0.25,
-                    paper_hi: 0.25,
-                    ours: ratio,
-                    neutral: 1.0,
-                    min_effect: 0.02,
-                    tolerance: Tolerance::factor(2.0),
-                },
+                Check::effect(0.25, ratio, 1.0, 0.02, Tolerance::factor(2.0)),
             ));
         }
         let (mut held, mut cases) = (0, 0);
@@ -268,12 +237,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             "Fig. 9, Finding 2b",
             "with large lines (16 KiB and up) nhit-2 or nhit-4 gives the best IOPS",
             format!("nhit-2 or nhit-4 best in {held} of {cases} device x workload x line cases"),
-            Check::Share {
-                held,
-                cases,
-                most: 0.75,
-                some: 0.25,
-            },
+            Check::most(held, cases),
         ));
     }
 
@@ -289,14 +253,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     p9999(d, h, "always", 4096) / 1e3,
                     p9999(d, h, "nhit:4", 4096) / 1e3
                 ),
-                Check::Effect {
-                    paper_lo: paper,
-                    paper_hi: paper,
-                    ours: ratio,
-                    neutral: 1.0,
-                    min_effect: 0.02,
-                    tolerance: Tolerance::factor(3.0),
-                },
+                Check::effect(paper, ratio, 1.0, 0.02, Tolerance::factor(3.0)),
             ));
         }
     }
@@ -318,12 +275,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Fig. 10, Finding 2c",
         "nhit-4 gives the lowest p99.99 read latency from 25 % to 85 % hit rate",
         format!("nhit-4 lowest (within 0.4 %) in {held} of {cases} device x workload cases"),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(held, cases),
     ));
     verdict.skipped.push(
         "the live-engine half (fio zoned jobs against `iocache serve`): a separate reproduction, `iocache lab reproduce asplos23-live`; this one uses the simulator's timing model only".into(),

@@ -115,12 +115,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             "lazy within 5 % of aggressive in {held} of {cases} device x batch cases ({})",
             said.join(", ")
         ),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(held, cases),
     ));
     // Fig. 13: at 85 %, lazy 10 % above aggr-128 and 20 % above large batches.
     for (f, paper, what) in [
@@ -137,14 +132,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     iops(d, 85, "lazy") / 1e3,
                     iops(d, 85, f) / 1e3
                 ),
-                Check::Effect {
-                    paper_lo: paper,
-                    paper_hi: paper,
-                    ours: ratio,
-                    neutral: 1.0,
-                    min_effect: 0.02,
-                    tolerance: Tolerance::points(0.1),
-                },
+                Check::effect(paper, ratio, 1.0, 0.02, Tolerance::points(0.1)),
             ));
         }
     }
@@ -166,14 +154,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     tail("aggr-1024") / 1e3,
                     tail("lazy") / 1e3
                 ),
-                Check::Effect {
-                    paper_lo: paper,
-                    paper_hi: paper,
-                    ours: ratio,
-                    neutral: 1.0,
-                    min_effect: 0.02,
-                    tolerance: Tolerance::factor(3.0),
-                },
+                Check::effect(paper, ratio, 1.0, 0.02, Tolerance::factor(3.0)),
             ));
         }
     }

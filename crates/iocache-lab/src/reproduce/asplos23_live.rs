@@ -229,12 +229,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             "nhit-2 and nhit-4 above always by more than the noise ({:.0} %) in {held} of {cases} workload x promotion cases",
             iops_noise * 100.0
         ),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(held, cases),
     ));
 
     // Fig. 9 / Finding 2b: 32 KiB lines cut always's IOPS to a quarter.

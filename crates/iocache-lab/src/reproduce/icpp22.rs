@@ -248,14 +248,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 other.to_uppercase()
             ),
             rel.text("higher"),
-            Check::Effect {
-                paper_lo: paper,
-                paper_hi: paper,
-                ours,
-                neutral: 0.0,
-                min_effect: 0.1,
-                tolerance: Tolerance::either(2.0, 3.0),
-            },
+            Check::effect(paper, ours, 0.0, 0.1, Tolerance::either(2.0, 3.0)),
         ));
     }
     let (mut held, mut n) = (0, 0);
@@ -273,12 +266,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Fig. 10",
         "Req-block evicts more pages per eviction than VBBMS and fewer than BPLRU",
         format!("VBBMS < Req-block < BPLRU in {held} of {n} cases"),
-        Check::Share {
-            held,
-            cases: n,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(held, n),
     ));
     for (other, paper) in [("lru", 8.6), ("bplru", 4.3), ("vbbms", 1.1)] {
         let rel = relative(other, &writes, false, 0.0);
@@ -290,14 +278,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 other.to_uppercase()
             ),
             rel.text("fewer"),
-            Check::Effect {
-                paper_lo: paper,
-                paper_hi: paper,
-                ours,
-                neutral: 0.0,
-                min_effect: 0.1,
-                tolerance: Tolerance::either(2.0, 3.0),
-            },
+            Check::effect(paper, ours, 0.0, 0.1, Tolerance::either(2.0, 3.0)),
         ));
     }
     for (other, paper) in [("lru", 23.8), ("bplru", 11.3), ("vbbms", 7.7)] {
@@ -313,14 +294,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 "{} (timing model, closed loop of {OUTSTANDING})",
                 rel.text("lower")
             ),
-            Check::Effect {
-                paper_lo: paper,
-                paper_hi: paper,
-                ours,
-                neutral: 0.0,
-                min_effect: 0.1,
-                tolerance: Tolerance::either(2.0, 5.0),
-            },
+            Check::effect(paper, ours, 0.0, 0.1, Tolerance::either(2.0, 5.0)),
         ));
     }
     // Fig. 7: δ = 5 best or within 1 % of the best δ.
@@ -362,12 +336,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             "δ = 5 within 1 % of the best δ in {held} of {n} workloads (best: {})",
             best_deltas.join(", ")
         ),
-        Check::Share {
-            held,
-            cases: n,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(held, n),
     ));
     ctx.figure(&mut verdict, "icpp22-fig7-delta", &fig7)?;
 

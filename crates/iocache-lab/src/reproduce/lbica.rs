@@ -178,12 +178,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Figs. 4-5, §IV-B",
         "a WB cache is the bottleneck in the burst intervals: its queue time exceeds the disks' (the paper: in all intervals)",
         format!("WB's largest cache queue time above the backend's in {held} of {cases} burst intervals (all four workloads)"),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(held, cases),
     ));
 
     // Cache load (Eq. 1 queue time during bursts) against WB and SIB.
@@ -227,14 +222,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-            Check::Effect {
-                paper_lo: paper,
-                paper_hi: paper,
-                ours: avg,
-                neutral: 0.0,
-                min_effect: 1.0,
-                tolerance: Tolerance::either(2.0, 15.0),
-            },
+            Check::effect(paper, avg, 0.0, 1.0, Tolerance::either(2.0, 15.0)),
         ));
     }
 
@@ -261,14 +249,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             "Fig. 7, §IV-D",
             format!("LBICA lowers the mean latency against {base} by {paper_avg} % on average (up to {paper_max} %)"),
             format!("mean cut {avg:.1} %: {detail}"),
-            Check::Effect {
-                paper_lo: paper_avg,
-                paper_hi: paper_avg,
-                ours: avg,
-                neutral: 0.0,
-                min_effect: 1.0,
-                tolerance: Tolerance::either(2.0, 10.0),
-            },
+            Check::effect(paper_avg, avg, 0.0, 1.0, Tolerance::either(2.0, 10.0)),
         ));
     }
     let (mut held, mut cases) = (0, 0);
@@ -282,12 +263,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Fig. 7",
         "LBICA has the lowest mean latency of WB, SIB and LBICA on every burst workload",
         format!("LBICA below both WB and SIB over WT in {held} of {cases} workloads (SIB over WO, which the paper also names, is in the table and figures)"),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(held, cases),
     ));
 
     // Figures: Fig. 7 (mean latency per workload), Figs. 4-5 (queue times

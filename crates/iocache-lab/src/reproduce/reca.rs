@@ -207,12 +207,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             mean(&a) * 100.0,
             mean(&b) * 100.0
         ),
-        Check::Share {
-            held: better,
-            cases: a.len().min(b.len()),
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(better, a.len().min(b.len())),
     ));
 
     // 3. Reconfiguring costs little: no span with reconfiguration falls

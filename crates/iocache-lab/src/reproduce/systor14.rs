@@ -393,12 +393,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Figs. 13-17",
         "write-back's server load is below write-through's throughout the trace",
         format!("below in {below} of {intervals} intervals with any load, over every workload"),
-        Check::Share {
-            held: below,
-            cases: intervals,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(below, intervals),
     ));
     for (name, gap) in &gaps {
         verdict.push(Claim::new(
@@ -419,23 +414,13 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Fig. 19",
         "full persistence never gives a lower hit rate than dirty-only persistence",
         format!("all >= dirty in {ordered} of {order_cases} (workload, reboot frequency) cases"),
-        Check::Share {
-            held: ordered,
-            cases: order_cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(ordered, order_cases),
     ));
     verdict.push(Claim::new(
         "Fig. 19",
         "the more frequent the reboots, the more full persistence gains (hourly gains more than daily)",
         format!("the gap is larger at 32 than at 2 reboots per span in {growing} of {grow_cases} workloads"),
-        Check::Share {
-            held: growing,
-            cases: grow_cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(growing, grow_cases),
     ));
     for (name, ratio) in &wss_ratios {
         verdict.push(Claim::new(

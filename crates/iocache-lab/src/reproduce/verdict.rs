@@ -143,6 +143,30 @@ fn num(v: f64) -> String {
 }
 
 impl Check {
+    /// [`Check::Effect`] against the paper's single value `paper` (not a
+    /// range).
+    pub fn effect(paper: f64, ours: f64, neutral: f64, min_effect: f64, tolerance: Tolerance) -> Check {
+        Check::Effect {
+            paper_lo: paper,
+            paper_hi: paper,
+            ours,
+            neutral,
+            min_effect,
+            tolerance,
+        }
+    }
+
+    /// [`Check::Share`] for a statement the paper makes of most cases:
+    /// reproduced when it holds in 75 % of them, partially from 25 %.
+    pub fn most(held: usize, cases: usize) -> Check {
+        Check::Share {
+            held,
+            cases,
+            most: 0.75,
+            some: 0.25,
+        }
+    }
+
     /// The verdict and the reason, from the numbers alone.
     pub fn outcome(&self) -> (Outcome, String) {
         match *self {
@@ -414,16 +438,7 @@ mod tests {
     use super::*;
 
     fn effect(paper: f64, ours: f64, neutral: f64, tolerance: Tolerance) -> Outcome {
-        Check::Effect {
-            paper_lo: paper,
-            paper_hi: paper,
-            ours,
-            neutral,
-            min_effect: 0.01,
-            tolerance,
-        }
-        .outcome()
-        .0
+        Check::effect(paper, ours, neutral, 0.01, tolerance).outcome().0
     }
 
     #[test]
@@ -491,16 +506,7 @@ mod tests {
 
     #[test]
     fn shares_and_combination() {
-        let share = |held, cases| {
-            Check::Share {
-                held,
-                cases,
-                most: 0.75,
-                some: 0.25,
-            }
-            .outcome()
-            .0
-        };
+        let share = |held, cases| Check::most(held, cases).outcome().0;
         assert_eq!(share(4, 4), Outcome::Reproduced);
         assert_eq!(share(3, 4), Outcome::Reproduced);
         assert_eq!(share(1, 4), Outcome::Partially);
@@ -546,14 +552,7 @@ mod tests {
             "Fig. 1",
             "3x",
             "2x",
-            Check::Effect {
-                paper_lo: 3.0,
-                paper_hi: 3.0,
-                ours: 2.0,
-                neutral: 1.0,
-                min_effect: 0.01,
-                tolerance: Tolerance::factor(2.0),
-            },
+            Check::effect(3.0, 2.0, 1.0, 0.01, Tolerance::factor(2.0)),
         ));
         let text = serde_json::to_string(&v).unwrap();
         let back: Verdict = serde_json::from_str(&text).unwrap();
