@@ -14,7 +14,8 @@ use crate::error::Result;
 use iocache_core::{Fill, LineSize, PolicySpec, Promotion};
 use iocache_report::{Chart, Scale, Ticks};
 use iocache_sim::timing::TimingReport;
-use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
+use iocache_sim::workload::WorkloadSpec;
+use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions, SimReport};
 
 use super::verdict::{Check, Claim, Tolerance, Verdict};
 use super::{axis, closed_loop, one_phase_workload, series, Context};
@@ -28,12 +29,46 @@ const SETUPS: [(&str, u32, &str); 3] = [
 /// Fig. 8's skewed workload (random reads, Zipf 1.1), keyed by this
 /// instead of a hit rate.
 const ZIPF: (&str, u32, &str) = ("zipf1.1", 0, "zipf:1.1");
-const DEVICES: [&str; 2] = ["optane", "nvme"];
-const BACKEND: &str = "ssd-raid5";
+pub(super) const DEVICES: [&str; 2] = ["optane", "nvme"];
+pub(super) const BACKEND: &str = "ssd-raid5";
 /// fio's queue depth we model (a closed loop).
-const OUTSTANDING: u32 = 64;
+pub(super) const OUTSTANDING: u32 = 64;
 /// A tenth of the 1 GiB volume, rounded up to whole MiB so the hot zone fits.
 const CACHE_BYTES: u64 = 105 << 20;
+
+/// The paper's LRU cache of [`CACHE_BYTES`] in lines of `line_size`.
+pub(super) fn lru_spec(line_size: LineSize, settings: CacheSettings) -> Result<RunSpec> {
+    Ok(RunSpec {
+        policy: PolicySpec::lru(),
+        size: CacheSize::Bytes(CACHE_BYTES),
+        capacity_lines: CacheSize::Bytes(CACHE_BYTES).lines(line_size)?,
+        line_size,
+        settings,
+    })
+}
+
+/// `specs` over the generated workload `spec` of `requests` requests on
+/// each of [`DEVICES`] over [`BACKEND`] in a closed loop, the first half
+/// warming the cache; a series every `series_interval_ns` if given.
+pub(super) fn simulate_each_device(
+    ctx: &Context,
+    spec: &WorkloadSpec,
+    specs: &[RunSpec],
+    requests: u64,
+    series_interval_ns: Option<u64>,
+) -> Result<Vec<(&'static str, SimReport)>> {
+    DEVICES
+        .into_iter()
+        .map(|device| {
+            let options = SimOptions {
+                warmup_requests: requests / 2,
+                timing: Some(closed_loop(device, BACKEND, OUTSTANDING, series_interval_ns)),
+                ..SimOptions::default()
+            };
+            Ok((device, ctx.simulate_gen(spec, specs, options)?))
+        })
+        .collect()
+}
 
 type Key = (&'static str, u32, String, u64); // device, hit setup, promotion, line bytes
 
@@ -56,34 +91,22 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let mut specs = Vec::new();
     for p in &promotions {
         for &l in &lines {
-            let line_size = LineSize::new(l)?;
-            specs.push(RunSpec {
-                policy: PolicySpec::lru(),
-                size: CacheSize::Bytes(CACHE_BYTES),
-                capacity_lines: CacheSize::Bytes(CACHE_BYTES).lines(line_size)?,
-                line_size,
-                // The paper's caches fill whole lines on a miss (its
-                // line-size finding is about that fill's cost); at 4 KiB
-                // lines and 4 KiB requests it is the request fill.
-                settings: CacheSettings {
-                    promotion: p.parse::<Promotion>()?,
-                    fill: Fill::Line,
-                    ..CacheSettings::default()
-                },
-            });
+            // The paper's caches fill whole lines on a miss (its
+            // line-size finding is about that fill's cost); at 4 KiB
+            // lines and 4 KiB requests it is the request fill.
+            let settings = CacheSettings {
+                promotion: p.parse::<Promotion>()?,
+                fill: Fill::Line,
+                ..CacheSettings::default()
+            };
+            specs.push(lru_spec(LineSize::new(l)?, settings)?);
         }
     }
     let mut results: BTreeMap<Key, TimingReport> = BTreeMap::new();
     let mut hit_ratios: BTreeMap<Key, f64> = BTreeMap::new();
     for (name, hit, zones) in SETUPS.into_iter().chain([ZIPF]) {
         let spec = one_phase_workload(23, name, requests, 100, zones)?;
-        for device in DEVICES {
-            let options = SimOptions {
-                warmup_requests: requests / 2,
-                timing: Some(closed_loop(device, BACKEND, OUTSTANDING, None)),
-                ..SimOptions::default()
-            };
-            let report = ctx.simulate_gen(&spec, &specs, options)?;
+        for (device, report) in simulate_each_device(ctx, &spec, &specs, requests, None)? {
             for run in report.runs {
                 let key = (
                     device,

@@ -11,24 +11,20 @@
 use std::collections::BTreeMap;
 
 use crate::error::Result;
-use iocache_core::{CleaningPolicy, LineSize, PolicySpec};
+use iocache_core::{CleaningPolicy, LineSize};
 use iocache_report::{Chart, Scale, Ticks};
 use iocache_sim::timing::TimingReport;
-use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
+use iocache_sim::CacheSettings;
 
+use super::asplos23::{lru_spec, simulate_each_device, BACKEND, DEVICES, OUTSTANDING};
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, closed_loop, one_phase_workload, series, Context};
+use super::{axis, one_phase_workload, series, Context};
 
 /// The workloads: name, the hit rate the zones aim at (%), fio's zones.
 const SETUPS: [(&str, u32, &str); 2] = [
     ("hit10", 10, "zoned:10/10:90/90"),
     ("hit85", 85, "zoned:85/10:15/90"),
 ];
-const DEVICES: [&str; 2] = ["optane", "nvme"];
-const BACKEND: &str = "ssd-raid5";
-const OUTSTANDING: u32 = 64;
-/// A tenth of the 1 GiB volume, rounded up to whole MiB.
-const CACHE_BYTES: u64 = 105 << 20;
 /// The flushing choices: a name for the figures, and the policy.
 const FLUSHES: [(&str, &str, bool); 3] = [
     ("lazy", "lazy", true),
@@ -47,29 +43,18 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let line_size = LineSize::new(4096)?;
     let mut specs = Vec::new();
     for (_, flush, bypass) in FLUSHES {
-        specs.push(RunSpec {
-            policy: PolicySpec::lru(),
-            size: CacheSize::Bytes(CACHE_BYTES),
-            capacity_lines: CacheSize::Bytes(CACHE_BYTES).lines(line_size)?,
-            line_size,
-            settings: CacheSettings {
-                cleaning: flush.parse::<CleaningPolicy>()?,
-                write_miss_bypass: bypass,
-                ..CacheSettings::default()
-            },
-        });
+        let settings = CacheSettings {
+            cleaning: flush.parse::<CleaningPolicy>()?,
+            write_miss_bypass: bypass,
+            ..CacheSettings::default()
+        };
+        specs.push(lru_spec(line_size, settings)?);
     }
     let mut results: BTreeMap<Key, TimingReport> = BTreeMap::new();
     let mut dirty_at_end: BTreeMap<Key, (u64, u64)> = BTreeMap::new();
     for (name, hit, zones) in SETUPS {
         let spec = one_phase_workload(31, name, requests, 70, zones)?;
-        for device in DEVICES {
-            let options = SimOptions {
-                warmup_requests: requests / 2,
-                timing: Some(closed_loop(device, BACKEND, OUTSTANDING, Some(100_000_000))),
-                ..SimOptions::default()
-            };
-            let report = ctx.simulate_gen(&spec, &specs, options)?;
+        for (device, report) in simulate_each_device(ctx, &spec, &specs, requests, Some(100_000_000))? {
             for (run, (label, _, _)) in report.runs.into_iter().zip(FLUSHES) {
                 dirty_at_end.insert(
                     (device, hit, label),
