@@ -51,6 +51,9 @@ const OUTSTANDING: u32 = 8;
 /// samples: relative changes of them are noise, so they are left out.
 const HIT_FLOOR: f64 = 0.01;
 
+/// One number of a run, compared between the policies.
+type Metric = fn(&RunResult) -> f64;
+
 /// A mean relative change, over every case and over the generated ones.
 struct Relative {
     mean: f64,
@@ -60,6 +63,12 @@ struct Relative {
 }
 
 impl Relative {
+    /// The check of the mean against the paper's `paper` %, within a
+    /// factor of 2 or `points` points.
+    fn against(&self, paper: f64, points: f64) -> Check {
+        Check::effect(paper, self.mean, 0.0, 0.1, Tolerance::either(2.0, points))
+    }
+
     fn text(&self, word: &str) -> String {
         let samples = self.n - self.n_generated;
         format!(
@@ -240,7 +249,6 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     };
     for (other, paper) in [("lru", 42.9), ("bplru", 23.6), ("vbbms", 4.1)] {
         let rel = relative(other, &hit, true, HIT_FLOOR);
-        let ours = rel.mean;
         verdict.push(Claim::new(
             "Fig. 9",
             format!(
@@ -248,7 +256,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 other.to_uppercase()
             ),
             rel.text("higher"),
-            Check::effect(paper, ours, 0.0, 0.1, Tolerance::either(2.0, 3.0)),
+            rel.against(paper, 3.0),
         ));
     }
     let (mut held, mut n) = (0, 0);
@@ -270,7 +278,6 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     ));
     for (other, paper) in [("lru", 8.6), ("bplru", 4.3), ("vbbms", 1.1)] {
         let rel = relative(other, &writes, false, 0.0);
-        let ours = rel.mean;
         verdict.push(Claim::new(
             "Fig. 11",
             format!(
@@ -278,12 +285,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 other.to_uppercase()
             ),
             rel.text("fewer"),
-            Check::effect(paper, ours, 0.0, 0.1, Tolerance::either(2.0, 3.0)),
+            rel.against(paper, 3.0),
         ));
     }
     for (other, paper) in [("lru", 23.8), ("bplru", 11.3), ("vbbms", 7.7)] {
         let rel = relative(other, &resp, false, 0.0);
-        let ours = rel.mean;
         verdict.push(Claim::new(
             "Fig. 8",
             format!(
@@ -294,7 +300,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 "{} (timing model, closed loop of {OUTSTANDING})",
                 rel.text("lower")
             ),
-            Check::effect(paper, ours, 0.0, 0.1, Tolerance::either(2.0, 5.0)),
+            rel.against(paper, 5.0),
         ));
     }
     // Fig. 7: δ = 5 best or within 1 % of the best δ.
@@ -367,41 +373,43 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         }
         chart
     };
-    let charts = [
+    let ppe = |r: &RunResult| r.stats.lines_per_eviction_batch();
+    let charts: [(&str, &str, &str, Scale, Ticks, Metric); 4] = [
         (
             "icpp22-fig9-hit-ratio",
-            metric_chart(
-                "Fig. 9: hit ratio",
-                axis("hit ratio", Scale::Linear, Ticks::Percent),
-                &hit,
-            ),
+            "Fig. 9: hit ratio",
+            "hit ratio",
+            Scale::Linear,
+            Ticks::Percent,
+            hit,
         ),
         (
             "icpp22-fig10-pages-per-eviction",
-            metric_chart(
-                "Fig. 10: pages per eviction",
-                axis("pages per eviction", Scale::Log, Ticks::Number),
-                &|r: &RunResult| r.stats.lines_per_eviction_batch(),
-            ),
+            "Fig. 10: pages per eviction",
+            "pages per eviction",
+            Scale::Log,
+            Ticks::Number,
+            ppe,
         ),
         (
             "icpp22-fig11-flash-writes",
-            metric_chart(
-                "Fig. 11: flash page writes",
-                axis("pages written to flash", Scale::Log, Ticks::Number),
-                &writes,
-            ),
+            "Fig. 11: flash page writes",
+            "pages written to flash",
+            Scale::Log,
+            Ticks::Number,
+            writes,
         ),
         (
             "icpp22-fig8-response-time",
-            metric_chart(
-                "Fig. 8: mean response time",
-                axis("mean response time", Scale::Log, Ticks::Nanoseconds),
-                &resp,
-            ),
+            "Fig. 8: mean response time",
+            "mean response time",
+            Scale::Log,
+            Ticks::Nanoseconds,
+            resp,
         ),
     ];
-    for (name, chart) in charts {
+    for (name, title, label, scale, ticks, metric) in charts {
+        let chart = metric_chart(title, axis(label, scale, ticks), &metric);
         ctx.figure(&mut verdict, name, &chart)?;
     }
 
