@@ -17,7 +17,7 @@ use iocache_sim::timing::TimingReport;
 use iocache_sim::workload::WorkloadSpec;
 use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions, SimReport};
 
-use super::verdict::{Check, Claim, Tolerance, Verdict};
+use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
 use super::{axis, closed_loop, one_phase_workload, series, Context};
 
 /// The zoned setups: name, hit rate the zones aim at (%), fio's zones.
@@ -166,38 +166,31 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             Check::effect(3.0, best, 1.0, 0.02, Tolerance::factor(2.0)),
         ));
     }
-    let mut held = 0;
-    let mut cases = 0;
+    let mut above = Tally::default();
     for d in DEVICES {
         for (_, h, _) in SETUPS {
             for p in ["nhit:2", "nhit:4"] {
-                cases += 1;
-                if iops(d, h, p, 4096) > iops(d, h, "always", 4096) {
-                    held += 1;
-                }
+                above.count(iops(d, h, p, 4096) > iops(d, h, "always", 4096));
             }
         }
     }
     verdict.push(Claim::new(
         "Fig. 8",
         "nhit-2 and nhit-4 give more IOPS than always on every controlled zoned workload",
-        format!("nhit-2 and nhit-4 above always in {held} of {cases} device x workload cases (4 KiB lines)"),
-        Check::most(held, cases),
+        format!("nhit-2 and nhit-4 above always in {above} device x workload cases (4 KiB lines)"),
+        above.most(),
     ));
-    let (mut held, mut cases) = (0, 0);
+    let mut below = Tally::default();
     for d in DEVICES {
         for h in [100, 85] {
-            cases += 1;
-            if iops(d, h, "nhit:16", 4096) < iops(d, h, "nhit:2", 4096) {
-                held += 1;
-            }
+            below.count(iops(d, h, "nhit:16", 4096) < iops(d, h, "nhit:2", 4096));
         }
     }
     verdict.push(Claim::new(
         "Fig. 8, Finding 2a",
         "delaying promotion too long (nhit-16) performs worse than nhit-2, especially at high hit rates",
-        format!("nhit-16 below nhit-2 in {held} of {cases} device x workload cases at 100 % and 85 %"),
-        Check::most(held, cases),
+        format!("nhit-16 below nhit-2 in {below} device x workload cases at 100 % and 85 %"),
+        below.most(),
     ));
 
     // Fig. 8's text: on the skewed Zipf 1.1 workload nhit-2 gains about 10 %.
@@ -240,27 +233,24 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 Check::effect(0.25, ratio, 1.0, 0.02, Tolerance::factor(2.0)),
             ));
         }
-        let (mut held, mut cases) = (0, 0);
+        let mut best_nhit = Tally::default();
         for d in DEVICES {
             for h in [85, 25] {
                 for &l in lines.iter().filter(|&&l| l >= 16_384) {
-                    cases += 1;
                     let best = promotions
                         .iter()
                         .max_by(|a, b| iops(d, h, a, l).total_cmp(&iops(d, h, b, l)))
                         .copied()
                         .unwrap_or("");
-                    if best == "nhit:2" || best == "nhit:4" {
-                        held += 1;
-                    }
+                    best_nhit.count(best == "nhit:2" || best == "nhit:4");
                 }
             }
         }
         verdict.push(Claim::new(
             "Fig. 9, Finding 2b",
             "with large lines (16 KiB and up) nhit-2 or nhit-4 gives the best IOPS",
-            format!("nhit-2 or nhit-4 best in {held} of {cases} device x workload x line cases"),
-            Check::most(held, cases),
+            format!("nhit-2 or nhit-4 best in {best_nhit} device x workload x line cases"),
+            best_nhit.most(),
         ));
     }
 
@@ -280,25 +270,22 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             ));
         }
     }
-    let (mut held, mut cases) = (0, 0);
+    let mut lowest = Tally::default();
     for d in DEVICES {
         for h in [85, 25] {
-            cases += 1;
             let best = promotions
                 .iter()
                 .map(|p| p9999(d, h, p, 4096))
                 .fold(f64::INFINITY, f64::min);
             // Ties within the histogram's resolution (0.4 %) count as lowest.
-            if p9999(d, h, "nhit:4", 4096) <= best * 1.004 {
-                held += 1;
-            }
+            lowest.count(p9999(d, h, "nhit:4", 4096) <= best * 1.004);
         }
     }
     verdict.push(Claim::new(
         "Fig. 10, Finding 2c",
         "nhit-4 gives the lowest p99.99 read latency from 25 % to 85 % hit rate",
-        format!("nhit-4 lowest (within 0.4 %) in {held} of {cases} device x workload cases"),
-        Check::most(held, cases),
+        format!("nhit-4 lowest (within 0.4 %) in {lowest} device x workload cases"),
+        lowest.most(),
     ));
     verdict.skipped.push(
         "the live-engine half (fio zoned jobs against `iocache serve`): a separate reproduction, `iocache lab reproduce asplos23-live`; this one uses the simulator's timing model only".into(),

@@ -17,7 +17,7 @@ use iocache_sim::timing::TimingReport;
 use iocache_sim::CacheSettings;
 
 use super::asplos23::{lru_spec, simulate_each_device, BACKEND, DEVICES, OUTSTANDING};
-use super::verdict::{Check, Claim, Tolerance, Verdict};
+use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
 use super::{axis, one_phase_workload, series, Context};
 
 /// The workloads: name, the hit rate the zones aim at (%), fio's zones.
@@ -83,13 +83,12 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let iops = |d, h, f| get(d, h, f).map_or(f64::NAN, |t| t.iops);
 
     // Fig. 13: at a low hit rate the flushing choice hardly matters.
-    let (mut held, mut cases) = (0, 0);
+    let mut within = Tally::default();
     let mut said = Vec::new();
     for d in DEVICES {
         for f in ["aggr-128", "aggr-1024"] {
-            cases += 1;
             let ratio = iops(d, 10, "lazy") / iops(d, 10, f);
-            held += usize::from((ratio - 1.0).abs() <= 0.05);
+            within.count((ratio - 1.0).abs() <= 0.05);
             said.push(format!("{d} lazy/{f} {ratio:.3}"));
         }
     }
@@ -97,10 +96,10 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Fig. 13, Finding 3",
         "at a 10 % hit rate, once the cache is full of dirty lines, lazy and aggressive flushing give almost the same IOPS",
         format!(
-            "lazy within 5 % of aggressive in {held} of {cases} device x batch cases ({})",
+            "lazy within 5 % of aggressive in {within} device x batch cases ({})",
             said.join(", ")
         ),
-        Check::most(held, cases),
+        within.most(),
     ));
     // Fig. 13: at 85 %, lazy 10 % above aggr-128 and 20 % above large batches.
     for (f, paper, what) in [

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use crate::error::Result;
 use iocache_report::{Chart, Scale, Ticks};
 
-use super::verdict::{Check, Claim, Tolerance, Verdict};
+use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
 use super::{axis, series, workload, Context};
 use crate::live::{self as lab_live, LiveSettings, Measured, ServeSetup};
 
@@ -213,23 +213,20 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             tolerance: Tolerance::factor(2.0),
         },
     ));
-    let (mut held, mut cases) = (0, 0);
+    let mut above = Tally::default();
     for h in [85, 25] {
         for p in ["nhit:2", "nhit:4"] {
-            cases += 1;
-            if iops(h, p, 4096) > iops(h, "always", 4096) * (1.0 + iops_noise) {
-                held += 1;
-            }
+            above.count(iops(h, p, 4096) > iops(h, "always", 4096) * (1.0 + iops_noise));
         }
     }
     verdict.push(Claim::new(
         "Fig. 8",
         "nhit-2 and nhit-4 give more IOPS than always on every controlled zoned workload (here: those with misses, 85 % and 25 %)",
         format!(
-            "nhit-2 and nhit-4 above always by more than the noise ({:.0} %) in {held} of {cases} workload x promotion cases",
+            "nhit-2 and nhit-4 above always by more than the noise ({:.0} %) in {above} workload x promotion cases",
             iops_noise * 100.0
         ),
-        Check::most(held, cases),
+        above.most(),
     ));
 
     // Fig. 9 / Finding 2b: 32 KiB lines cut always's IOPS to a quarter.

@@ -19,7 +19,7 @@ use iocache_sim::timing::{preset, ArrivalMode};
 use iocache_sim::{CacheSettings, CacheSize, RunResult, RunSpec, SimOptions, SimReport, TimingSetup};
 
 use super::icpp22_pages::{page_run, push_claims};
-use super::verdict::{Check, Claim, Tolerance, Verdict};
+use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
 use super::{axis, gen_reader, mean, series, workload, Context};
 use crate::error::Within;
 use iocache_trace::{ReaderOptions, TraceReader};
@@ -259,22 +259,19 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             rel.against(paper, 3.0),
         ));
     }
-    let (mut held, mut n) = (0, 0);
+    let mut between = Tally::default();
     for (r, s) in &cases {
         let ppe = |p: &str| {
             r.get(p, *s)
                 .map_or(f64::NAN, |x| x.stats.lines_per_eviction_batch())
         };
-        n += 1;
-        if ppe("vbbms") < ppe("reqblock") && ppe("reqblock") < ppe("bplru") {
-            held += 1;
-        }
+        between.count(ppe("vbbms") < ppe("reqblock") && ppe("reqblock") < ppe("bplru"));
     }
     verdict.push(Claim::new(
         "Fig. 10",
         "Req-block evicts more pages per eviction than VBBMS and fewer than BPLRU",
-        format!("VBBMS < Req-block < BPLRU in {held} of {n} cases"),
-        Check::most(held, n),
+        format!("VBBMS < Req-block < BPLRU in {between} cases"),
+        between.most(),
     ));
     for (other, paper) in [("lru", 8.6), ("bplru", 4.3), ("vbbms", 1.1)] {
         let rel = relative(other, &writes, false, 0.0);
@@ -304,7 +301,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         ));
     }
     // Fig. 7: δ = 5 best or within 1 % of the best δ.
-    let (mut held, mut n) = (0, 0);
+    let mut near_best = Tally::default();
     let mut best_deltas = Vec::new();
     let delta_size = *gen_sizes.last().expect("a size");
     let mut fig7 = Chart {
@@ -323,13 +320,10 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         if r.get("reqblock", s).is_none_or(|x| x.stats.evictions == 0) || h(1) <= 0.0 {
             continue;
         }
-        n += 1;
         let best = DELTAS.iter().map(|&d| h(d)).fold(f64::NEG_INFINITY, f64::max);
         let best_d = DELTAS.iter().copied().find(|&d| h(d) == best).unwrap_or(0);
         best_deltas.push(format!("{}: δ={best_d}", r.name));
-        if h(5) >= best * 0.99 {
-            held += 1;
-        }
+        near_best.count(h(5) >= best * 0.99);
         fig7.series.push(series(
             r.name.clone(),
             DELTAS.iter().map(|&d| (d as f64, h(d) / h(1))).collect(),
@@ -339,10 +333,10 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Fig. 7",
         "δ = 5 gives the best hit ratio for most workloads",
         format!(
-            "δ = 5 within 1 % of the best δ in {held} of {n} workloads (best: {})",
+            "δ = 5 within 1 % of the best δ in {near_best} workloads (best: {})",
             best_deltas.join(", ")
         ),
-        Check::most(held, n),
+        near_best.most(),
     ));
     ctx.figure(&mut verdict, "icpp22-fig7-delta", &fig7)?;
 

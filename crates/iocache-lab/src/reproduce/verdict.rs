@@ -299,6 +299,33 @@ impl Check {
     }
 }
 
+/// In how many of the cases counted so far a statement held, for a
+/// [`Check::Share`]; shown as "HELD of CASES".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub held: usize,
+    pub cases: usize,
+}
+
+impl Tally {
+    /// One more case, in which the statement `held` or not.
+    pub fn count(&mut self, held: bool) {
+        self.cases += 1;
+        self.held += usize::from(held);
+    }
+
+    /// [`Check::most`] of the cases counted.
+    pub fn most(self) -> Check {
+        Check::most(self.held, self.cases)
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} of {}", self.held, self.cases)
+    }
+}
+
 /// One claim of a paper and what we measured.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Claim {
@@ -521,6 +548,17 @@ mod tests {
         assert_eq!(Outcome::combine([Reproduced, Undecided]), Some(Reproduced));
         assert_eq!(Outcome::combine([Not, Undecided]), Some(Not));
         assert_eq!(Outcome::combine([Undecided, Undecided]), Some(Undecided));
+    }
+
+    #[test]
+    fn tallies_count_cases_and_the_ones_that_held() {
+        let mut t = Tally::default();
+        for held in [true, false, true, true] {
+            t.count(held);
+        }
+        assert_eq!(t, Tally { held: 3, cases: 4 });
+        assert_eq!(t.to_string(), "3 of 4");
+        assert_eq!(t.most(), Check::most(3, 4));
     }
 
     #[test]
