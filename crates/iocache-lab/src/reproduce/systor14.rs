@@ -78,6 +78,17 @@ struct Load {
     span_ns: u64,
 }
 
+/// An LRU cache of `lines` lines of `line` with `settings`.
+fn lru_spec(lines: u64, line: LineSize, settings: CacheSettings) -> RunSpec {
+    RunSpec {
+        policy: PolicySpec::lru(),
+        size: CacheSize::Lines(lines),
+        capacity_lines: lines,
+        line_size: line,
+        settings,
+    }
+}
+
 fn requests_of(source: &Source) -> Result<Vec<Request>> {
     let mut out = Vec::new();
     for record in source.reader()? {
@@ -118,16 +129,11 @@ fn load(requests: &[Request], line: LineSize) -> Result<Load> {
         (WritePolicy::WriteThrough, &mut out.wt),
         (WritePolicy::WriteBack, &mut out.wb),
     ] {
-        let spec = RunSpec {
-            policy: PolicySpec::lru(),
-            size: CacheSize::Lines(lines),
-            capacity_lines: lines,
-            line_size: line,
-            settings: CacheSettings {
-                write_policy: policy,
-                ..CacheSettings::default()
-            },
+        let settings = CacheSettings {
+            write_policy: policy,
+            ..CacheSettings::default()
         };
+        let spec = lru_spec(lines, line, settings);
         let mut cache = Cache::new(spec.cache_config())?;
         let mut ops = OpList::new();
         // In 4 KiB blocks, so merged transfers and per-line write-backs
@@ -333,13 +339,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
 
         // Reboots: hit ratio for each frequency and persistence mode.
         let lines = ((l.footprint as f64 * CACHE_SHARE).ceil() as u64).max(1);
-        let spec = RunSpec {
-            policy: PolicySpec::lru(),
-            size: CacheSize::Lines(lines),
-            capacity_lines: lines,
-            line_size: line,
-            settings: CacheSettings::default(),
-        };
+        let spec = lru_spec(lines, line, CacheSettings::default());
         let hits = |k: u64, keep: RestartKeep| -> Result<f64> {
             let options = SimOptions {
                 restarts: Some(Restarts {
