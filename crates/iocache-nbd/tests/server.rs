@@ -15,9 +15,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use iocache_nbd::fuzzing::request;
 use iocache_nbd::proto::*;
-use iocache_nbd::{
-    list_exports, Client, ConnectOptions, Export, ExportError, MemExport, NbdAddr, ServerConfig,
-};
+use iocache_nbd::{list_exports, Client, ConnectOptions, Export, MemExport, NbdAddr, ServerConfig};
 
 fn clients(server: &iocache_nbd::RunningServer, name: &str) -> Vec<(String, Client)> {
     let mut v = Vec::new();
@@ -103,24 +101,26 @@ fn large_requests_are_split_by_the_client_and_capped_by_the_server() {
 }
 
 #[test]
+fn default_write_zeroes_writes_in_chunks() {
+    use iocache_nbd::export::WRITE_ZEROES_CHUNK;
+    let size = 2 * WRITE_ZEROES_CHUNK + 4096;
+    let m = DefaultsOnly(MemExport::from_vec(vec![0xff; size]));
+    m.write_zeroes(512, (size - 1024) as u64, true, true).unwrap();
+    let s = m.0.snapshot();
+    assert!(s[..512].iter().all(|&b| b == 0xff));
+    assert!(s[512..size - 512].iter().all(|&b| b == 0));
+    assert!(s[size - 512..].iter().all(|&b| b == 0xff));
+    m.write_zeroes(0, 0, false, false).unwrap();
+    assert!(m.trim(0, 512).is_ok());
+    assert!(!m.can_multi_conn() && !m.read_only());
+    assert_eq!(m.block_sizes(), (512, 4096, 32 << 20));
+    assert_eq!(m.description(), None);
+}
+
+#[test]
 fn fast_zero_is_refused_at_once_where_zeroing_is_slow() {
-    /// An export that zeroes only by writing zero buffers.
-    struct Slow(MemExport);
-    impl Export for Slow {
-        fn size_bytes(&self) -> u64 {
-            self.0.size_bytes()
-        }
-        fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-            self.0.read(offset, buf)
-        }
-        fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
-            self.0.write(offset, data, fua)
-        }
-        fn flush(&self) -> Result<(), ExportError> {
-            Ok(())
-        }
-    }
-    let server = start("slowzero", Arc::new(Slow(MemExport::new(1 << 20))));
+    // Its zeroes are written as zero buffers.
+    let server = start("slowzero", Arc::new(DefaultsOnly(MemExport::new(1 << 20))));
     for (what, mut c) in clients(&server, "") {
         assert_ne!(c.transmission_flags() & NBD_FLAG_SEND_FAST_ZERO, 0, "{what}");
         c.write(0, &pattern(4096, 5), false).unwrap();
