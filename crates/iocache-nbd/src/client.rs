@@ -270,6 +270,26 @@ fn read_array<const N: usize, R: Read>(r: &mut R) -> io::Result<[u8; N]> {
     Ok(b)
 }
 
+/// A reply header of `N` bytes whose `magic` (its first 4) was read
+/// already: the magic and the rest, read from `r`.
+fn after_magic<const N: usize, R: Read>(r: &mut R, magic: u32) -> io::Result<[u8; N]> {
+    let mut b = [0u8; N];
+    b[..4].copy_from_slice(&magic.to_be_bytes());
+    r.read_exact(&mut b[4..])?;
+    Ok(b)
+}
+
+/// A `what` (reply or chunk) for `got` where the one for `handle` was
+/// expected is an error.
+fn expect_handle(what: &str, got: u64, handle: u64) -> Result<(), ClientError> {
+    if got != handle {
+        return Err(ClientError::Unexpected(format!(
+            "{what} for handle {got:#x}, expected {handle:#x}"
+        )));
+    }
+    Ok(())
+}
+
 fn read_vec<R: Read>(r: &mut R, len: u32, limit: u32) -> Result<Vec<u8>, ClientError> {
     if len > limit {
         return Err(ClientError::Unexpected(format!(
@@ -683,17 +703,8 @@ impl Client {
         loop {
             let magic = u32::from_be_bytes(read_array::<4, _>(&mut self.stream)?);
             if magic == NBD_SIMPLE_REPLY_MAGIC {
-                let rest = read_array::<12, _>(&mut self.stream)?;
-                let mut b = [0u8; SIMPLE_REPLY_LEN];
-                b[..4].copy_from_slice(&magic.to_be_bytes());
-                b[4..].copy_from_slice(&rest);
-                let r = SimpleReply::parse(&b)?;
-                if r.handle != handle {
-                    return Err(ClientError::Unexpected(format!(
-                        "reply for handle {:#x}, expected {handle:#x}",
-                        r.handle
-                    )));
-                }
+                let r = SimpleReply::parse(&after_magic(&mut self.stream, magic)?)?;
+                expect_handle("reply", r.handle, handle)?;
                 if r.errno != 0 {
                     return Err(ClientError::Server {
                         errno: r.errno,
@@ -708,17 +719,8 @@ impl Client {
             if magic != NBD_STRUCTURED_REPLY_MAGIC || !self.structured {
                 return Err(ProtoError::BadReplyMagic(magic).into());
             }
-            let rest = read_array::<16, _>(&mut self.stream)?;
-            let mut b = [0u8; STRUCTURED_HEADER_LEN];
-            b[..4].copy_from_slice(&magic.to_be_bytes());
-            b[4..].copy_from_slice(&rest);
-            let h = StructuredHeader::parse(&b)?;
-            if h.handle != handle {
-                return Err(ClientError::Unexpected(format!(
-                    "chunk for handle {:#x}, expected {handle:#x}",
-                    h.handle
-                )));
-            }
+            let h = StructuredHeader::parse(&after_magic(&mut self.stream, magic)?)?;
+            expect_handle("chunk", h.handle, handle)?;
             match h.chunk_type {
                 NBD_REPLY_TYPE_NONE => {
                     if h.length != 0 || !h.done() {
