@@ -204,14 +204,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             "best nhit-2/always IOPS ratio {best:.2}x (at {best_hit} %); nhit-2 vs always IOPS: {}",
             each.join("; ")
         ),
-        Check::EffectOverNoise {
-            paper_lo: 3.0,
-            paper_hi: 3.0,
-            ours: best,
-            neutral: 1.0,
-            noise: iops_noise,
-            tolerance: Tolerance::factor(2.0),
-        },
+        Check::effect_over_noise(3.0, best, 1.0, iops_noise, Tolerance::factor(2.0)),
     ));
     let mut above = Tally::default();
     for h in [85, 25] {
@@ -240,14 +233,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             iops_text((85, "always", 4096)),
             iops_text((85, "nhit:2", 32_768))
         ),
-        Check::EffectOverNoise {
-            paper_lo: 0.25,
-            paper_hi: 0.25,
-            ours: ratio,
-            neutral: 1.0,
-            noise: iops_noise,
-            tolerance: Tolerance::factor(2.0),
-        },
+        Check::effect_over_noise(0.25, ratio, 1.0, iops_noise, Tolerance::factor(2.0)),
     ));
 
     // Fig. 10 / Finding 2c: always's p99.99 is 76x nhit-4's at 25 %, 6x at 85 %.
@@ -261,14 +247,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 described((h, "always", 4096), &|m| m.read.p99_99_ns as f64, 1e3, " µs"),
                 described((h, "nhit:4", 4096), &|m| m.read.p99_99_ns as f64, 1e3, " µs")
             ),
-            Check::EffectOverNoise {
-                paper_lo: paper,
-                paper_hi: paper,
-                ours: ratio,
-                neutral: 1.0,
-                noise: tail_noise,
-                tolerance: Tolerance::factor(3.0),
-            },
+            Check::effect_over_noise(paper, ratio, 1.0, tail_noise, Tolerance::factor(3.0)),
         ));
     }
 

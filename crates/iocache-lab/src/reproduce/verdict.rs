@@ -156,6 +156,18 @@ impl Check {
         }
     }
 
+    /// [`Check::EffectOverNoise`] against the paper's single value `paper`.
+    pub fn effect_over_noise(paper: f64, ours: f64, neutral: f64, noise: f64, tolerance: Tolerance) -> Check {
+        Check::EffectOverNoise {
+            paper_lo: paper,
+            paper_hi: paper,
+            ours,
+            neutral,
+            noise,
+            tolerance,
+        }
+    }
+
     /// [`Check::Share`] for a statement the paper makes of most cases:
     /// reproduced when it holds in 75 % of them, partially from 25 %.
     pub fn most(held: usize, cases: usize) -> Check {
@@ -564,16 +576,9 @@ mod tests {
     #[test]
     fn an_effect_within_the_noise_is_undecided() {
         let check = |ours: f64| {
-            Check::EffectOverNoise {
-                paper_lo: 3.0,
-                paper_hi: 3.0,
-                ours,
-                neutral: 1.0,
-                noise: 0.2,
-                tolerance: Tolerance::factor(2.0),
-            }
-            .outcome()
-            .0
+            Check::effect_over_noise(3.0, ours, 1.0, 0.2, Tolerance::factor(2.0))
+                .outcome()
+                .0
         };
         assert_eq!(check(1.1), Outcome::Undecided);
         assert_eq!(check(0.85), Outcome::Undecided);
