@@ -579,37 +579,4 @@ mod tests {
         ));
         assert_eq!(e.snapshot(), vec![7; 1024]);
     }
-
-    /// An export using every default method.
-    struct Minimal(MemExport);
-    impl Export for Minimal {
-        fn size_bytes(&self) -> u64 {
-            self.0.size_bytes()
-        }
-        fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-            self.0.read(offset, buf)
-        }
-        fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
-            self.0.write(offset, data, fua)
-        }
-        fn flush(&self) -> Result<(), ExportError> {
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn default_write_zeroes_writes_in_chunks() {
-        let size = 2 * WRITE_ZEROES_CHUNK + 4096;
-        let m = Minimal(MemExport::from_vec(vec![0xff; size]));
-        m.write_zeroes(512, (size - 1024) as u64, true, true).unwrap();
-        let s = m.0.snapshot();
-        assert!(s[..512].iter().all(|&b| b == 0xff));
-        assert!(s[512..size - 512].iter().all(|&b| b == 0));
-        assert!(s[size - 512..].iter().all(|&b| b == 0xff));
-        m.write_zeroes(0, 0, false, false).unwrap();
-        assert!(m.trim(0, 512).is_ok());
-        assert!(!m.can_multi_conn() && !m.read_only());
-        assert_eq!(m.block_sizes(), (512, 4096, 32 << 20));
-        assert_eq!(m.description(), None);
-    }
 }

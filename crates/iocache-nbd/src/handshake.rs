@@ -110,6 +110,26 @@ impl Haggle {
     pub fn tls_active(&self) -> bool {
         self.tls_active
     }
+
+    /// Transmission on `export` (`name` is its canonical name) with what
+    /// the options so far negotiated.
+    fn done(
+        &self,
+        name: String,
+        export: Arc<dyn Export>,
+        flags: u16,
+        block_sizes: (u32, u32, u32),
+    ) -> Negotiation {
+        let block_status = self.structured && self.meta_context.as_deref() == Some(name.as_str());
+        Negotiation::Done(Negotiated {
+            name,
+            export,
+            structured: self.structured,
+            flags,
+            block_sizes,
+            block_status,
+        })
+    }
 }
 
 /// How a call of [`negotiate_tls`] ended.
@@ -186,6 +206,34 @@ fn reply<S: Write>(s: &mut S, option: u32, reply_type: u32, data: &[u8]) -> io::
 
 fn reply_error<S: Write>(s: &mut S, option: u32, reply_type: u32, message: &str) -> io::Result<()> {
     reply(s, option, reply_type, message.as_bytes())
+}
+
+/// An export's canonical name and the export, as
+/// [`ExportLookup::find_export`] finds them.
+type FoundExport = (String, Arc<dyn Export>);
+
+/// The request of option `opt` that names an export (`name` picks the
+/// name), and that export; `None` when the data did not parse or names no
+/// export, after answering the option with the error.
+fn find_requested<S: Write, R>(
+    stream: &mut S,
+    opt: u32,
+    exports: &dyn ExportLookup,
+    parsed: Result<R, ProtoError>,
+    name: fn(&R) -> &str,
+) -> io::Result<Option<(R, FoundExport)>> {
+    let req = match parsed {
+        Ok(r) => r,
+        Err(e) => {
+            reply_error(stream, opt, NBD_REP_ERR_INVALID, &e.to_string())?;
+            return Ok(None);
+        }
+    };
+    let Some(found) = exports.find_export(name(&req)) else {
+        reply_error(stream, opt, NBD_REP_ERR_UNKNOWN, "no such export")?;
+        return Ok(None);
+    };
+    Ok(Some((req, found)))
 }
 
 /// Runs the server side of the handshake on `stream`.
@@ -319,16 +367,7 @@ pub fn negotiate_tls<S: Read + Write>(
                 stream.write_all(&encode_export_name_reply(export.size_bytes(), flags, no_zeroes))?;
                 stream.flush()?;
                 let block_sizes = effective_block_sizes(export.as_ref(), limits.max_payload);
-                let block_status =
-                    haggle.structured && haggle.meta_context.as_deref() == Some(canonical.as_str());
-                return Ok(Negotiation::Done(Negotiated {
-                    name: canonical,
-                    export,
-                    structured: haggle.structured,
-                    flags,
-                    block_sizes,
-                    block_status,
-                }));
+                return Ok(haggle.done(canonical, export, flags, block_sizes));
             }
             NBD_OPT_ABORT => {
                 // Best effort: the client may already have hung up.
@@ -357,15 +396,10 @@ pub fn negotiate_tls<S: Read + Write>(
                 }
             }
             NBD_OPT_INFO | NBD_OPT_GO => {
-                let req = match InfoRequest::parse(&data) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        reply_error(stream, opt, NBD_REP_ERR_INVALID, &e.to_string())?;
-                        continue;
-                    }
-                };
-                let Some((canonical, export)) = exports.find_export(&req.name) else {
-                    reply_error(stream, opt, NBD_REP_ERR_UNKNOWN, "no such export")?;
+                let parsed = InfoRequest::parse(&data);
+                let Some((req, (canonical, export))) =
+                    find_requested(stream, opt, exports, parsed, |r| r.name.as_str())?
+                else {
                     continue;
                 };
                 let flags = transmission_flags(export.as_ref(), haggle.structured);
@@ -397,16 +431,7 @@ pub fn negotiate_tls<S: Read + Write>(
                 reply(stream, opt, NBD_REP_ACK, &[])?;
                 if opt == NBD_OPT_GO {
                     stream.flush()?;
-                    let block_status =
-                        haggle.structured && haggle.meta_context.as_deref() == Some(canonical.as_str());
-                    return Ok(Negotiation::Done(Negotiated {
-                        name: canonical,
-                        export,
-                        structured: haggle.structured,
-                        flags,
-                        block_sizes,
-                        block_status,
-                    }));
+                    return Ok(haggle.done(canonical, export, flags, block_sizes));
                 }
             }
             NBD_OPT_LIST_META_CONTEXT | NBD_OPT_SET_META_CONTEXT => {
@@ -420,15 +445,10 @@ pub fn negotiate_tls<S: Read + Write>(
                     )?;
                     continue;
                 }
-                let req = match MetaContextRequest::parse(&data) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        reply_error(stream, opt, NBD_REP_ERR_INVALID, &e.to_string())?;
-                        continue;
-                    }
-                };
-                let Some((canonical, _)) = exports.find_export(&req.export) else {
-                    reply_error(stream, opt, NBD_REP_ERR_UNKNOWN, "no such export")?;
+                let parsed = MetaContextRequest::parse(&data);
+                let Some((req, (canonical, _))) =
+                    find_requested(stream, opt, exports, parsed, |r| r.export.as_str())?
+                else {
                     continue;
                 };
                 // `base:allocation` is the one context; a listing with no
@@ -460,28 +480,7 @@ pub fn negotiate_tls<S: Read + Write>(
 mod tests {
     use super::*;
     use crate::export::{Exports, MemExport};
-
-    /// A byte stream for tests: reads from a fixed input, records output.
-    struct Duplex {
-        input: io::Cursor<Vec<u8>>,
-        output: Vec<u8>,
-    }
-
-    impl Read for Duplex {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            self.input.read(buf)
-        }
-    }
-
-    impl Write for Duplex {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.output.extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::fuzzing::MemStream;
 
     fn exports() -> Exports {
         let mut x = Exports::new();
@@ -502,12 +501,9 @@ mod tests {
         limits: &NegotiationLimits,
         shutting: bool,
     ) -> (Result<Negotiated, HandshakeError>, Vec<u8>) {
-        let mut d = Duplex {
-            input: io::Cursor::new(input),
-            output: Vec::new(),
-        };
+        let mut d = MemStream::new(input);
         let r = negotiate(&mut d, &exports(), limits, &AtomicBool::new(shutting));
-        (r, d.output)
+        (r, d.output())
     }
 
     /// Splits server output after the greeting into option replies.
@@ -552,10 +548,7 @@ mod tests {
         mode: TlsMode,
         haggle: &mut Haggle,
     ) -> (Result<Negotiation, HandshakeError>, Vec<u8>) {
-        let mut d = Duplex {
-            input: io::Cursor::new(input),
-            output: Vec::new(),
-        };
+        let mut d = MemStream::new(input);
         let r = negotiate_tls(
             &mut d,
             &exports(),
@@ -564,7 +557,7 @@ mod tests {
             mode,
             haggle,
         );
-        (r, d.output)
+        (r, d.output())
     }
 
     #[test]
@@ -921,11 +914,11 @@ mod tests {
                 }
                 let len = input.len();
                 let limits = NegotiationLimits { max_option_len: 64, max_options: 16, max_payload: 1 << 20 };
-                let mut d = Duplex { input: io::Cursor::new(input), output: Vec::new() };
+                let mut d = MemStream::new(input);
                 let r = negotiate(&mut d, &exports(), &limits, &AtomicBool::new(false));
                 // Either transmission was entered or the negotiation ended
                 // with an error (EOF included); it consumed no more than given.
-                prop_assert!(d.input.position() as usize <= len);
+                prop_assert!(d.consumed() <= len);
                 if let Ok(n) = r {
                     prop_assert!(n.flags & NBD_FLAG_HAS_FLAGS != 0);
                 }

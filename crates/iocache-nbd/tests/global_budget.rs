@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use iocache_nbd::proto::{RequestHeader, NBD_CMD_READ};
+use iocache_nbd::fuzzing::request;
+use iocache_nbd::proto::NBD_CMD_READ;
 use iocache_nbd::{Client, ConnectOptions, RunningServer, ServerConfig};
 
 /// The system allocator, counting the bytes live now and the peak.
@@ -29,23 +30,22 @@ struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 
+/// Counts `size` bytes as live when the allocation `p` succeeded.
+fn counted(p: *mut u8, size: usize) -> *mut u8 {
+    if !p.is_null() {
+        let now = LIVE.fetch_add(size, Ordering::Relaxed) + size;
+        PEAK.fetch_max(now, Ordering::Relaxed);
+    }
+    p
+}
+
 // SAFETY: every call is passed on to the system allocator unchanged.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
+        counted(unsafe { System.alloc(layout) }, layout.size())
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
+        counted(unsafe { System.alloc_zeroed(layout) }, layout.size())
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         unsafe { System.dealloc(ptr, layout) };
@@ -77,6 +77,18 @@ fn budget_server(mut config: ServerConfig) -> RunningServer {
     start_with(config, vec![("disk", mem(16 * MIB) as _)])
 }
 
+/// A [`budget_server`] whose replies may wait a minute, their budget
+/// freed after `stall_timeout` without progress, and 8 raw clients of it.
+fn pinnable_server(name: &str, stall_timeout: Duration) -> (RunningServer, Vec<Raw>) {
+    let server = budget_server(ServerConfig {
+        reply_timeout: Some(Duration::from_secs(60)),
+        stall_timeout,
+        ..config(name)
+    });
+    let raws = (0..8).map(|_| Raw::connect(&server, true)).collect();
+    (server, raws)
+}
+
 /// Sends 8 pipelined 1 MiB reads on each of `raws`, their replies not read.
 fn send_unread_reads(raws: &mut [Raw]) {
     for raw in raws {
@@ -99,13 +111,8 @@ fn assert_budget_given_back_then_stop(server: RunningServer) {
 #[test]
 fn unread_replies_across_many_connections_stay_within_the_global_budget() {
     let _turn = one_at_a_time();
-    let server = budget_server(ServerConfig {
-        reply_timeout: Some(Duration::from_secs(60)),
-        stall_timeout: Duration::from_millis(300),
-        ..config("global")
-    });
     // Every connection's workers and buffers exist before the baseline.
-    let mut raws: Vec<Raw> = (0..8).map(|_| Raw::connect(&server, true)).collect();
+    let (server, mut raws) = pinnable_server("global", Duration::from_millis(300));
     std::thread::sleep(Duration::from_millis(100));
     let baseline = LIVE.load(Ordering::SeqCst);
     PEAK.store(baseline, Ordering::SeqCst);
@@ -154,12 +161,7 @@ fn unread_replies_across_many_connections_stay_within_the_global_budget() {
 #[test]
 fn small_requests_are_not_queued_behind_pinned_large_replies() {
     let _turn = one_at_a_time();
-    let server = budget_server(ServerConfig {
-        reply_timeout: Some(Duration::from_secs(60)),
-        stall_timeout: Duration::from_secs(60),
-        ..config("small-pool")
-    });
-    let mut raws: Vec<Raw> = (0..8).map(|_| Raw::connect(&server, true)).collect();
+    let (server, mut raws) = pinnable_server("small-pool", Duration::from_secs(60));
     send_unread_reads(&mut raws);
     std::thread::sleep(Duration::from_millis(500));
     assert!(
@@ -196,14 +198,14 @@ fn inline_replies_give_their_budget_back_to_the_pools_they_came_from() {
         // 64 reads of 64 KiB in one write: buffered, so served inline.
         let mut bytes = Vec::new();
         for i in 0..64u64 {
-            let h = RequestHeader {
-                flags: 0,
-                command: NBD_CMD_READ,
-                handle: round * 100 + i,
-                offset: i * 64 * 1024,
-                length: 64 * 1024,
-            };
-            bytes.extend_from_slice(&h.encode());
+            bytes.extend(request(
+                NBD_CMD_READ,
+                0,
+                round * 100 + i,
+                i * 64 * 1024,
+                64 * 1024,
+                &[],
+            ));
         }
         raw.s.write_all(&bytes).unwrap();
         for _ in 0..64 {

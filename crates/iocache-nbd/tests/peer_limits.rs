@@ -218,6 +218,21 @@ fn flood_config(tag: &str, per_peer: bool) -> ServerConfig {
     }
 }
 
+/// Waits until a flood from `attackers` peers is in place: with limits
+/// per peer (`per_peer`), each at its 4 places (`at_limit` says so);
+/// without, every place of the listener taken.
+fn wait_for_flood(server: &RunningServer, per_peer: bool, attackers: u64, at_limit: &str) {
+    if per_peer {
+        wait_for(server, at_limit, |s| {
+            s.refused_per_peer > 100 && s.transmissions >= 4 * attackers
+        });
+    } else {
+        wait_for(server, "the listener full", |s| {
+            s.refused_connections + s.refused_per_peer > 100 && s.transmissions >= 12
+        });
+    }
+}
+
 /// Old failure: two addresses that reconnect at once took all 12 places
 /// of the TCP listener (the idle ones in transmission are never evicted,
 /// the others churn through the handshakes), so a client from a third
@@ -245,17 +260,7 @@ fn a_reconnecting_flood_from_two_addresses_cannot_lock_out_a_third_on_tcp() {
             threads.extend(t);
             made.push(m);
         }
-        // The attack is in place: every place taken, or both attackers at
-        // their limit.
-        if per_peer {
-            wait_for(&server, "both attackers at their limit", |s| {
-                s.refused_per_peer > 100 && s.transmissions >= 8
-            });
-        } else {
-            wait_for(&server, "the listener full", |s| {
-                s.refused_connections + s.refused_per_peer > 100 && s.transmissions >= 12
-            });
-        }
+        wait_for_flood(&server, per_peer, 2, "both attackers at their limit");
         let ok = probe(20, || served(Client::connect_tcp(addr, &probe_options())));
         stop.store(true, Ordering::Relaxed);
         for t in threads {
@@ -360,15 +365,7 @@ fn a_reconnecting_flood_of_another_user_cannot_lock_out_the_unix_socket() {
             }
             Err(e) => panic!("cannot start the attacker: {e}"),
         };
-        if per_peer {
-            wait_for(&server, "the attacker at its limit", |s| {
-                s.refused_per_peer > 100 && s.transmissions >= 4
-            });
-        } else {
-            wait_for(&server, "the listener full", |s| {
-                s.refused_connections + s.refused_per_peer > 100 && s.transmissions >= 12
-            });
-        }
+        wait_for_flood(&server, per_peer, 1, "the attacker at its limit");
         let path = server.unix_path().unwrap().to_path_buf();
         let ok = probe(20, || served(Client::connect_unix(&path, &probe_options())));
         // Its standard input closed: the attacker stops.

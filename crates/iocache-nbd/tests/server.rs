@@ -13,10 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use iocache_nbd::fuzzing::request;
 use iocache_nbd::proto::*;
-use iocache_nbd::{
-    list_exports, Client, ConnectOptions, Export, ExportError, MemExport, NbdAddr, ServerConfig,
-};
+use iocache_nbd::{list_exports, Client, ConnectOptions, Export, MemExport, NbdAddr, ServerConfig};
 
 fn clients(server: &iocache_nbd::RunningServer, name: &str) -> Vec<(String, Client)> {
     let mut v = Vec::new();
@@ -102,24 +101,26 @@ fn large_requests_are_split_by_the_client_and_capped_by_the_server() {
 }
 
 #[test]
+fn default_write_zeroes_writes_in_chunks() {
+    use iocache_nbd::export::WRITE_ZEROES_CHUNK;
+    let size = 2 * WRITE_ZEROES_CHUNK + 4096;
+    let m = DefaultsOnly(MemExport::from_vec(vec![0xff; size]));
+    m.write_zeroes(512, (size - 1024) as u64, true, true).unwrap();
+    let s = m.0.snapshot();
+    assert!(s[..512].iter().all(|&b| b == 0xff));
+    assert!(s[512..size - 512].iter().all(|&b| b == 0));
+    assert!(s[size - 512..].iter().all(|&b| b == 0xff));
+    m.write_zeroes(0, 0, false, false).unwrap();
+    assert!(m.trim(0, 512).is_ok());
+    assert!(!m.can_multi_conn() && !m.read_only());
+    assert_eq!(m.block_sizes(), (512, 4096, 32 << 20));
+    assert_eq!(m.description(), None);
+}
+
+#[test]
 fn fast_zero_is_refused_at_once_where_zeroing_is_slow() {
-    /// An export that zeroes only by writing zero buffers.
-    struct Slow(MemExport);
-    impl Export for Slow {
-        fn size_bytes(&self) -> u64 {
-            self.0.size_bytes()
-        }
-        fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-            self.0.read(offset, buf)
-        }
-        fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
-            self.0.write(offset, data, fua)
-        }
-        fn flush(&self) -> Result<(), ExportError> {
-            Ok(())
-        }
-    }
-    let server = start("slowzero", Arc::new(Slow(MemExport::new(1 << 20))));
+    // Its zeroes are written as zero buffers.
+    let server = start("slowzero", Arc::new(DefaultsOnly(MemExport::new(1 << 20))));
     for (what, mut c) in clients(&server, "") {
         assert_ne!(c.transmission_flags() & NBD_FLAG_SEND_FAST_ZERO, 0, "{what}");
         c.write(0, &pattern(4096, 5), false).unwrap();
@@ -329,15 +330,7 @@ fn buffered_quick_reads_are_served_inline_and_answered_once_each() {
         let mut bytes = Vec::new();
         let mut expect = std::collections::HashMap::new();
         let mut push = |handle: u64, command: u16, offset: u64, length: u32, payload: &[u8]| {
-            let h = RequestHeader {
-                flags: 0,
-                command,
-                handle,
-                offset,
-                length,
-            };
-            bytes.extend_from_slice(&h.encode());
-            bytes.extend_from_slice(payload);
+            bytes.extend(request(command, 0, handle, offset, length, payload));
         };
         for round in 0..4u64 {
             for i in 0..64u64 {
@@ -395,14 +388,7 @@ fn buffered_quick_reads_are_served_inline_and_answered_once_each() {
     let mut raw = Raw::connect(&server, true);
     let mut bytes = Vec::new();
     for i in 0..20u64 {
-        let h = RequestHeader {
-            flags: 0,
-            command: NBD_CMD_READ,
-            handle: i,
-            offset: 4096 * i,
-            length: 4096,
-        };
-        bytes.extend_from_slice(&h.encode());
+        bytes.extend(request(NBD_CMD_READ, 0, i, 4096 * i, 4096, &[]));
     }
     raw.s.write_all(&bytes[..20 * REQUEST_HEADER_LEN - 10]).unwrap();
     for _ in 0..19 {
@@ -549,48 +535,16 @@ fn garbage_and_vanishing_clients_do_not_hurt_the_server() {
     // payload, an oversized write whose payload never comes (closed at the
     // reply timeout).
     garbage_then_healthy(&server, &junk, true, false);
-    let hdr = RequestHeader {
-        flags: 0,
-        command: NBD_CMD_READ,
-        handle: 1,
-        offset: 0,
-        length: 512,
-    }
-    .encode();
+    let hdr = request(NBD_CMD_READ, 0, 1, 0, 512, &[]);
     garbage_then_healthy(&server, &hdr[..10], true, true);
-    let w = RequestHeader {
-        flags: 0,
-        command: NBD_CMD_WRITE,
-        handle: 1,
-        offset: 0,
-        length: 65536,
-    }
-    .encode();
-    let mut partial = w.to_vec();
-    partial.extend_from_slice(&[1; 1000]);
+    let partial = request(NBD_CMD_WRITE, 0, 1, 0, 65536, &[1; 1000]);
     garbage_then_healthy(&server, &partial, true, true);
-    let huge = RequestHeader {
-        flags: 0,
-        command: NBD_CMD_WRITE,
-        handle: 1,
-        offset: 0,
-        length: u32::MAX,
-    }
-    .encode();
+    let huge = request(NBD_CMD_WRITE, 0, 1, 0, u32::MAX, &[]);
     garbage_then_healthy(&server, &huge, true, false);
     // Many requests, then vanish without reading replies.
     let mut burst = Vec::new();
     for i in 0..200u64 {
-        burst.extend(
-            RequestHeader {
-                flags: 0,
-                command: NBD_CMD_READ,
-                handle: i,
-                offset: 0,
-                length: 65536,
-            }
-            .encode(),
-        );
+        burst.extend(request(NBD_CMD_READ, 0, i, 0, 65536, &[]));
     }
     garbage_then_healthy(&server, &burst, true, true);
     let stats = server.shutdown();
@@ -674,15 +628,7 @@ mod random_streams {
             )
                 .prop_map(|(command, flags, handle, offset, length, payload)| {
                     let flags = flags & 0x1f;
-                    let mut v = RequestHeader {
-                        flags,
-                        command,
-                        handle,
-                        offset,
-                        length,
-                    }
-                    .encode()
-                    .to_vec();
+                    let mut v = request(command, flags, handle, offset, length, &[]);
                     if command == NBD_CMD_WRITE {
                         v.resize(v.len() + payload.min(length as usize), 0xab);
                     }

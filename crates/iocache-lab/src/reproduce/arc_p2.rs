@@ -64,14 +64,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 policy.to_uppercase()
             ),
             format!("{ours:.4} %"),
-            Check::Effect {
-                paper_lo: paper,
-                paper_hi: paper,
-                ours,
-                neutral: 0.0,
-                min_effect: 0.0,
-                tolerance: Tolerance::points(POINTS),
-            },
+            Check::effect(paper, ours, 0.0, 0.0, Tolerance::points(POINTS)),
         ));
     }
     let gain = percent("arc", PAPER_PAGES) - percent("lru", PAPER_PAGES);
@@ -79,14 +72,13 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Table IV",
         format!("ARC beats LRU by {:.2} points", PAPER_ARC - PAPER_LRU),
         format!("{gain:.2} points"),
-        Check::Effect {
-            paper_lo: PAPER_ARC - PAPER_LRU,
-            paper_hi: PAPER_ARC - PAPER_LRU,
-            ours: gain,
-            neutral: 0.0,
-            min_effect: 0.01,
-            tolerance: Tolerance::points(2.0 * POINTS),
-        },
+        Check::effect(
+            PAPER_ARC - PAPER_LRU,
+            gain,
+            0.0,
+            0.01,
+            Tolerance::points(2.0 * POINTS),
+        ),
     ));
     let mut chart = Chart {
         title: "Trace P2: hit ratio against cache size (512 B pages)".into(),

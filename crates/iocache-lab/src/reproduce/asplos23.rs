@@ -14,9 +14,10 @@ use crate::error::Result;
 use iocache_core::{Fill, LineSize, PolicySpec, Promotion};
 use iocache_report::{Chart, Scale, Ticks};
 use iocache_sim::timing::TimingReport;
-use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
+use iocache_sim::workload::WorkloadSpec;
+use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions, SimReport};
 
-use super::verdict::{Check, Claim, Tolerance, Verdict};
+use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
 use super::{axis, closed_loop, one_phase_workload, series, Context};
 
 /// The zoned setups: name, hit rate the zones aim at (%), fio's zones.
@@ -28,12 +29,46 @@ const SETUPS: [(&str, u32, &str); 3] = [
 /// Fig. 8's skewed workload (random reads, Zipf 1.1), keyed by this
 /// instead of a hit rate.
 const ZIPF: (&str, u32, &str) = ("zipf1.1", 0, "zipf:1.1");
-const DEVICES: [&str; 2] = ["optane", "nvme"];
-const BACKEND: &str = "ssd-raid5";
+pub(super) const DEVICES: [&str; 2] = ["optane", "nvme"];
+pub(super) const BACKEND: &str = "ssd-raid5";
 /// fio's queue depth we model (a closed loop).
-const OUTSTANDING: u32 = 64;
+pub(super) const OUTSTANDING: u32 = 64;
 /// A tenth of the 1 GiB volume, rounded up to whole MiB so the hot zone fits.
 const CACHE_BYTES: u64 = 105 << 20;
+
+/// The paper's LRU cache of [`CACHE_BYTES`] in lines of `line_size`.
+pub(super) fn lru_spec(line_size: LineSize, settings: CacheSettings) -> Result<RunSpec> {
+    Ok(RunSpec {
+        policy: PolicySpec::lru(),
+        size: CacheSize::Bytes(CACHE_BYTES),
+        capacity_lines: CacheSize::Bytes(CACHE_BYTES).lines(line_size)?,
+        line_size,
+        settings,
+    })
+}
+
+/// `specs` over the generated workload `spec` of `requests` requests on
+/// each of [`DEVICES`] over [`BACKEND`] in a closed loop, the first half
+/// warming the cache; a series every `series_interval_ns` if given.
+pub(super) fn simulate_each_device(
+    ctx: &Context,
+    spec: &WorkloadSpec,
+    specs: &[RunSpec],
+    requests: u64,
+    series_interval_ns: Option<u64>,
+) -> Result<Vec<(&'static str, SimReport)>> {
+    DEVICES
+        .into_iter()
+        .map(|device| {
+            let options = SimOptions {
+                warmup_requests: requests / 2,
+                timing: Some(closed_loop(device, BACKEND, OUTSTANDING, series_interval_ns)),
+                ..SimOptions::default()
+            };
+            Ok((device, ctx.simulate_gen(spec, specs, options)?))
+        })
+        .collect()
+}
 
 type Key = (&'static str, u32, String, u64); // device, hit setup, promotion, line bytes
 
@@ -56,34 +91,22 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let mut specs = Vec::new();
     for p in &promotions {
         for &l in &lines {
-            let line_size = LineSize::new(l)?;
-            specs.push(RunSpec {
-                policy: PolicySpec::lru(),
-                size: CacheSize::Bytes(CACHE_BYTES),
-                capacity_lines: CacheSize::Bytes(CACHE_BYTES).lines(line_size)?,
-                line_size,
-                // The paper's caches fill whole lines on a miss (its
-                // line-size finding is about that fill's cost); at 4 KiB
-                // lines and 4 KiB requests it is the request fill.
-                settings: CacheSettings {
-                    promotion: p.parse::<Promotion>()?,
-                    fill: Fill::Line,
-                    ..CacheSettings::default()
-                },
-            });
+            // The paper's caches fill whole lines on a miss (its
+            // line-size finding is about that fill's cost); at 4 KiB
+            // lines and 4 KiB requests it is the request fill.
+            let settings = CacheSettings {
+                promotion: p.parse::<Promotion>()?,
+                fill: Fill::Line,
+                ..CacheSettings::default()
+            };
+            specs.push(lru_spec(LineSize::new(l)?, settings)?);
         }
     }
     let mut results: BTreeMap<Key, TimingReport> = BTreeMap::new();
     let mut hit_ratios: BTreeMap<Key, f64> = BTreeMap::new();
     for (name, hit, zones) in SETUPS.into_iter().chain([ZIPF]) {
         let spec = one_phase_workload(23, name, requests, 100, zones)?;
-        for device in DEVICES {
-            let options = SimOptions {
-                warmup_requests: requests / 2,
-                timing: Some(closed_loop(device, BACKEND, OUTSTANDING, None)),
-                ..SimOptions::default()
-            };
-            let report = ctx.simulate_gen(&spec, &specs, options)?;
+        for (device, report) in simulate_each_device(ctx, &spec, &specs, requests, None)? {
             for run in report.runs {
                 let key = (
                     device,
@@ -140,58 +163,34 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 "best nhit-2/always IOPS ratio {best:.2}x (at {best_hit} %); nhit-2 vs always IOPS: {}",
                 each.join("; ")
             ),
-            Check::Effect {
-                paper_lo: 3.0,
-                paper_hi: 3.0,
-                ours: best,
-                neutral: 1.0,
-                min_effect: 0.02,
-                tolerance: Tolerance::factor(2.0),
-            },
+            Check::effect(3.0, best, 1.0, 0.02, Tolerance::factor(2.0)),
         ));
     }
-    let mut held = 0;
-    let mut cases = 0;
+    let mut above = Tally::default();
     for d in DEVICES {
         for (_, h, _) in SETUPS {
             for p in ["nhit:2", "nhit:4"] {
-                cases += 1;
-                if iops(d, h, p, 4096) > iops(d, h, "always", 4096) {
-                    held += 1;
-                }
+                above.count(iops(d, h, p, 4096) > iops(d, h, "always", 4096));
             }
         }
     }
     verdict.push(Claim::new(
         "Fig. 8",
         "nhit-2 and nhit-4 give more IOPS than always on every controlled zoned workload",
-        format!("nhit-2 and nhit-4 above always in {held} of {cases} device x workload cases (4 KiB lines)"),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        format!("nhit-2 and nhit-4 above always in {above} device x workload cases (4 KiB lines)"),
+        above.most(),
     ));
-    let (mut held, mut cases) = (0, 0);
+    let mut below = Tally::default();
     for d in DEVICES {
         for h in [100, 85] {
-            cases += 1;
-            if iops(d, h, "nhit:16", 4096) < iops(d, h, "nhit:2", 4096) {
-                held += 1;
-            }
+            below.count(iops(d, h, "nhit:16", 4096) < iops(d, h, "nhit:2", 4096));
         }
     }
     verdict.push(Claim::new(
         "Fig. 8, Finding 2a",
         "delaying promotion too long (nhit-16) performs worse than nhit-2, especially at high hit rates",
-        format!("nhit-16 below nhit-2 in {held} of {cases} device x workload cases at 100 % and 85 %"),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        format!("nhit-16 below nhit-2 in {below} device x workload cases at 100 % and 85 %"),
+        below.most(),
     ));
 
     // Fig. 8's text: on the skewed Zipf 1.1 workload nhit-2 gains about 10 %.
@@ -215,14 +214,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     .unwrap_or(&f64::NAN)
                     * 100.0
             ),
-            Check::Effect {
-                paper_lo: 1.1,
-                paper_hi: 1.1,
-                ours: ratio,
-                neutral: 1.0,
-                min_effect: 0.01,
-                tolerance: Tolerance::points(0.1),
-            },
+            Check::effect(1.1, ratio, 1.0, 0.01, Tolerance::points(0.1)),
         ));
     }
 
@@ -238,42 +230,27 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     iops(d, 85, "always", 32_768) / 1e3,
                     iops(d, 85, "always", 4096) / 1e3
                 ),
-                Check::Effect {
-                    paper_lo: 0.25,
-                    paper_hi: 0.25,
-                    ours: ratio,
-                    neutral: 1.0,
-                    min_effect: 0.02,
-                    tolerance: Tolerance::factor(2.0),
-                },
+                Check::effect(0.25, ratio, 1.0, 0.02, Tolerance::factor(2.0)),
             ));
         }
-        let (mut held, mut cases) = (0, 0);
+        let mut best_nhit = Tally::default();
         for d in DEVICES {
             for h in [85, 25] {
                 for &l in lines.iter().filter(|&&l| l >= 16_384) {
-                    cases += 1;
                     let best = promotions
                         .iter()
                         .max_by(|a, b| iops(d, h, a, l).total_cmp(&iops(d, h, b, l)))
                         .copied()
                         .unwrap_or("");
-                    if best == "nhit:2" || best == "nhit:4" {
-                        held += 1;
-                    }
+                    best_nhit.count(best == "nhit:2" || best == "nhit:4");
                 }
             }
         }
         verdict.push(Claim::new(
             "Fig. 9, Finding 2b",
             "with large lines (16 KiB and up) nhit-2 or nhit-4 gives the best IOPS",
-            format!("nhit-2 or nhit-4 best in {held} of {cases} device x workload x line cases"),
-            Check::Share {
-                held,
-                cases,
-                most: 0.75,
-                some: 0.25,
-            },
+            format!("nhit-2 or nhit-4 best in {best_nhit} device x workload x line cases"),
+            best_nhit.most(),
         ));
     }
 
@@ -289,41 +266,26 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     p9999(d, h, "always", 4096) / 1e3,
                     p9999(d, h, "nhit:4", 4096) / 1e3
                 ),
-                Check::Effect {
-                    paper_lo: paper,
-                    paper_hi: paper,
-                    ours: ratio,
-                    neutral: 1.0,
-                    min_effect: 0.02,
-                    tolerance: Tolerance::factor(3.0),
-                },
+                Check::effect(paper, ratio, 1.0, 0.02, Tolerance::factor(3.0)),
             ));
         }
     }
-    let (mut held, mut cases) = (0, 0);
+    let mut lowest = Tally::default();
     for d in DEVICES {
         for h in [85, 25] {
-            cases += 1;
             let best = promotions
                 .iter()
                 .map(|p| p9999(d, h, p, 4096))
                 .fold(f64::INFINITY, f64::min);
             // Ties within the histogram's resolution (0.4 %) count as lowest.
-            if p9999(d, h, "nhit:4", 4096) <= best * 1.004 {
-                held += 1;
-            }
+            lowest.count(p9999(d, h, "nhit:4", 4096) <= best * 1.004);
         }
     }
     verdict.push(Claim::new(
         "Fig. 10, Finding 2c",
         "nhit-4 gives the lowest p99.99 read latency from 25 % to 85 % hit rate",
-        format!("nhit-4 lowest (within 0.4 %) in {held} of {cases} device x workload cases"),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        format!("nhit-4 lowest (within 0.4 %) in {lowest} device x workload cases"),
+        lowest.most(),
     ));
     verdict.skipped.push(
         "the live-engine half (fio zoned jobs against `iocache serve`): a separate reproduction, `iocache lab reproduce asplos23-live`; this one uses the simulator's timing model only".into(),

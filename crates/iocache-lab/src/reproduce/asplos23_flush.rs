@@ -11,24 +11,20 @@
 use std::collections::BTreeMap;
 
 use crate::error::Result;
-use iocache_core::{CleaningPolicy, LineSize, PolicySpec};
+use iocache_core::{CleaningPolicy, LineSize};
 use iocache_report::{Chart, Scale, Ticks};
 use iocache_sim::timing::TimingReport;
-use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
+use iocache_sim::CacheSettings;
 
-use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, closed_loop, one_phase_workload, series, Context};
+use super::asplos23::{lru_spec, simulate_each_device, BACKEND, DEVICES, OUTSTANDING};
+use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
+use super::{axis, one_phase_workload, series, Context};
 
 /// The workloads: name, the hit rate the zones aim at (%), fio's zones.
 const SETUPS: [(&str, u32, &str); 2] = [
     ("hit10", 10, "zoned:10/10:90/90"),
     ("hit85", 85, "zoned:85/10:15/90"),
 ];
-const DEVICES: [&str; 2] = ["optane", "nvme"];
-const BACKEND: &str = "ssd-raid5";
-const OUTSTANDING: u32 = 64;
-/// A tenth of the 1 GiB volume, rounded up to whole MiB.
-const CACHE_BYTES: u64 = 105 << 20;
 /// The flushing choices: a name for the figures, and the policy.
 const FLUSHES: [(&str, &str, bool); 3] = [
     ("lazy", "lazy", true),
@@ -47,29 +43,18 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let line_size = LineSize::new(4096)?;
     let mut specs = Vec::new();
     for (_, flush, bypass) in FLUSHES {
-        specs.push(RunSpec {
-            policy: PolicySpec::lru(),
-            size: CacheSize::Bytes(CACHE_BYTES),
-            capacity_lines: CacheSize::Bytes(CACHE_BYTES).lines(line_size)?,
-            line_size,
-            settings: CacheSettings {
-                cleaning: flush.parse::<CleaningPolicy>()?,
-                write_miss_bypass: bypass,
-                ..CacheSettings::default()
-            },
-        });
+        let settings = CacheSettings {
+            cleaning: flush.parse::<CleaningPolicy>()?,
+            write_miss_bypass: bypass,
+            ..CacheSettings::default()
+        };
+        specs.push(lru_spec(line_size, settings)?);
     }
     let mut results: BTreeMap<Key, TimingReport> = BTreeMap::new();
     let mut dirty_at_end: BTreeMap<Key, (u64, u64)> = BTreeMap::new();
     for (name, hit, zones) in SETUPS {
         let spec = one_phase_workload(31, name, requests, 70, zones)?;
-        for device in DEVICES {
-            let options = SimOptions {
-                warmup_requests: requests / 2,
-                timing: Some(closed_loop(device, BACKEND, OUTSTANDING, Some(100_000_000))),
-                ..SimOptions::default()
-            };
-            let report = ctx.simulate_gen(&spec, &specs, options)?;
+        for (device, report) in simulate_each_device(ctx, &spec, &specs, requests, Some(100_000_000))? {
             for (run, (label, _, _)) in report.runs.into_iter().zip(FLUSHES) {
                 dirty_at_end.insert(
                     (device, hit, label),
@@ -98,13 +83,12 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let iops = |d, h, f| get(d, h, f).map_or(f64::NAN, |t| t.iops);
 
     // Fig. 13: at a low hit rate the flushing choice hardly matters.
-    let (mut held, mut cases) = (0, 0);
+    let mut within = Tally::default();
     let mut said = Vec::new();
     for d in DEVICES {
         for f in ["aggr-128", "aggr-1024"] {
-            cases += 1;
             let ratio = iops(d, 10, "lazy") / iops(d, 10, f);
-            held += usize::from((ratio - 1.0).abs() <= 0.05);
+            within.count((ratio - 1.0).abs() <= 0.05);
             said.push(format!("{d} lazy/{f} {ratio:.3}"));
         }
     }
@@ -112,15 +96,10 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Fig. 13, Finding 3",
         "at a 10 % hit rate, once the cache is full of dirty lines, lazy and aggressive flushing give almost the same IOPS",
         format!(
-            "lazy within 5 % of aggressive in {held} of {cases} device x batch cases ({})",
+            "lazy within 5 % of aggressive in {within} device x batch cases ({})",
             said.join(", ")
         ),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        within.most(),
     ));
     // Fig. 13: at 85 %, lazy 10 % above aggr-128 and 20 % above large batches.
     for (f, paper, what) in [
@@ -137,14 +116,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     iops(d, 85, "lazy") / 1e3,
                     iops(d, 85, f) / 1e3
                 ),
-                Check::Effect {
-                    paper_lo: paper,
-                    paper_hi: paper,
-                    ours: ratio,
-                    neutral: 1.0,
-                    min_effect: 0.02,
-                    tolerance: Tolerance::points(0.1),
-                },
+                Check::effect(paper, ratio, 1.0, 0.02, Tolerance::points(0.1)),
             ));
         }
     }
@@ -166,14 +138,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     tail("aggr-1024") / 1e3,
                     tail("lazy") / 1e3
                 ),
-                Check::Effect {
-                    paper_lo: paper,
-                    paper_hi: paper,
-                    ours: ratio,
-                    neutral: 1.0,
-                    min_effect: 0.02,
-                    tolerance: Tolerance::factor(3.0),
-                },
+                Check::effect(paper, ratio, 1.0, 0.02, Tolerance::factor(3.0)),
             ));
         }
     }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use crate::error::Result;
 use iocache_report::{Chart, Scale, Ticks};
 
-use super::verdict::{Check, Claim, Tolerance, Verdict};
+use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
 use super::{axis, series, workload, Context};
 use crate::live::{self as lab_live, LiveSettings, Measured, ServeSetup};
 
@@ -204,37 +204,22 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             "best nhit-2/always IOPS ratio {best:.2}x (at {best_hit} %); nhit-2 vs always IOPS: {}",
             each.join("; ")
         ),
-        Check::EffectOverNoise {
-            paper_lo: 3.0,
-            paper_hi: 3.0,
-            ours: best,
-            neutral: 1.0,
-            noise: iops_noise,
-            tolerance: Tolerance::factor(2.0),
-        },
+        Check::effect_over_noise(3.0, best, 1.0, iops_noise, Tolerance::factor(2.0)),
     ));
-    let (mut held, mut cases) = (0, 0);
+    let mut above = Tally::default();
     for h in [85, 25] {
         for p in ["nhit:2", "nhit:4"] {
-            cases += 1;
-            if iops(h, p, 4096) > iops(h, "always", 4096) * (1.0 + iops_noise) {
-                held += 1;
-            }
+            above.count(iops(h, p, 4096) > iops(h, "always", 4096) * (1.0 + iops_noise));
         }
     }
     verdict.push(Claim::new(
         "Fig. 8",
         "nhit-2 and nhit-4 give more IOPS than always on every controlled zoned workload (here: those with misses, 85 % and 25 %)",
         format!(
-            "nhit-2 and nhit-4 above always by more than the noise ({:.0} %) in {held} of {cases} workload x promotion cases",
+            "nhit-2 and nhit-4 above always by more than the noise ({:.0} %) in {above} workload x promotion cases",
             iops_noise * 100.0
         ),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        above.most(),
     ));
 
     // Fig. 9 / Finding 2b: 32 KiB lines cut always's IOPS to a quarter.
@@ -248,14 +233,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             iops_text((85, "always", 4096)),
             iops_text((85, "nhit:2", 32_768))
         ),
-        Check::EffectOverNoise {
-            paper_lo: 0.25,
-            paper_hi: 0.25,
-            ours: ratio,
-            neutral: 1.0,
-            noise: iops_noise,
-            tolerance: Tolerance::factor(2.0),
-        },
+        Check::effect_over_noise(0.25, ratio, 1.0, iops_noise, Tolerance::factor(2.0)),
     ));
 
     // Fig. 10 / Finding 2c: always's p99.99 is 76x nhit-4's at 25 %, 6x at 85 %.
@@ -269,14 +247,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 described((h, "always", 4096), &|m| m.read.p99_99_ns as f64, 1e3, " µs"),
                 described((h, "nhit:4", 4096), &|m| m.read.p99_99_ns as f64, 1e3, " µs")
             ),
-            Check::EffectOverNoise {
-                paper_lo: paper,
-                paper_hi: paper,
-                ours: ratio,
-                neutral: 1.0,
-                noise: tail_noise,
-                tolerance: Tolerance::factor(3.0),
-            },
+            Check::effect_over_noise(paper, ratio, 1.0, tail_noise, Tolerance::factor(3.0)),
         ));
     }
 

@@ -159,14 +159,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             best("fine") / 1e3,
             best("single") / 1e3
         ),
-        Check::Effect {
-            paper_lo: 4.3,
-            paper_hi: 4.3,
-            ours: ratio,
-            neutral: 1.0,
-            min_effect: 0.1,
-            tolerance: super::verdict::Tolerance::factor(3.0),
-        },
+        Check::effect(4.3, ratio, 1.0, 0.1, super::verdict::Tolerance::factor(3.0)),
     ));
     let speedup = |name: &str| at(name, top) / at(name, 1);
     let cases = 2;

@@ -171,12 +171,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             "Fig. 15, §5.4",
             format!("the best configuration {what}"),
             format!("in {held} of {cases} traces"),
-            Check::Share {
-                held,
-                cases,
-                most: 0.75,
-                some: 0.25,
-            },
+            Check::most(held, cases),
         ));
     }
     verdict.setup.push(format!(

@@ -19,7 +19,7 @@ use iocache_sim::timing::{preset, ArrivalMode};
 use iocache_sim::{CacheSettings, CacheSize, RunResult, RunSpec, SimOptions, SimReport, TimingSetup};
 
 use super::icpp22_pages::{page_run, push_claims};
-use super::verdict::{Check, Claim, Tolerance, Verdict};
+use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
 use super::{axis, gen_reader, mean, series, workload, Context};
 use crate::error::Within;
 use iocache_trace::{ReaderOptions, TraceReader};
@@ -51,6 +51,9 @@ const OUTSTANDING: u32 = 8;
 /// samples: relative changes of them are noise, so they are left out.
 const HIT_FLOOR: f64 = 0.01;
 
+/// One number of a run, compared between the policies.
+type Metric = fn(&RunResult) -> f64;
+
 /// A mean relative change, over every case and over the generated ones.
 struct Relative {
     mean: f64,
@@ -60,6 +63,12 @@ struct Relative {
 }
 
 impl Relative {
+    /// The check of the mean against the paper's `paper` %, within a
+    /// factor of 2 or `points` points.
+    fn against(&self, paper: f64, points: f64) -> Check {
+        Check::effect(paper, self.mean, 0.0, 0.1, Tolerance::either(2.0, points))
+    }
+
     fn text(&self, word: &str) -> String {
         let samples = self.n - self.n_generated;
         format!(
@@ -240,7 +249,6 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     };
     for (other, paper) in [("lru", 42.9), ("bplru", 23.6), ("vbbms", 4.1)] {
         let rel = relative(other, &hit, true, HIT_FLOOR);
-        let ours = rel.mean;
         verdict.push(Claim::new(
             "Fig. 9",
             format!(
@@ -248,41 +256,25 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 other.to_uppercase()
             ),
             rel.text("higher"),
-            Check::Effect {
-                paper_lo: paper,
-                paper_hi: paper,
-                ours,
-                neutral: 0.0,
-                min_effect: 0.1,
-                tolerance: Tolerance::either(2.0, 3.0),
-            },
+            rel.against(paper, 3.0),
         ));
     }
-    let (mut held, mut n) = (0, 0);
+    let mut between = Tally::default();
     for (r, s) in &cases {
         let ppe = |p: &str| {
             r.get(p, *s)
                 .map_or(f64::NAN, |x| x.stats.lines_per_eviction_batch())
         };
-        n += 1;
-        if ppe("vbbms") < ppe("reqblock") && ppe("reqblock") < ppe("bplru") {
-            held += 1;
-        }
+        between.count(ppe("vbbms") < ppe("reqblock") && ppe("reqblock") < ppe("bplru"));
     }
     verdict.push(Claim::new(
         "Fig. 10",
         "Req-block evicts more pages per eviction than VBBMS and fewer than BPLRU",
-        format!("VBBMS < Req-block < BPLRU in {held} of {n} cases"),
-        Check::Share {
-            held,
-            cases: n,
-            most: 0.75,
-            some: 0.25,
-        },
+        format!("VBBMS < Req-block < BPLRU in {between} cases"),
+        between.most(),
     ));
     for (other, paper) in [("lru", 8.6), ("bplru", 4.3), ("vbbms", 1.1)] {
         let rel = relative(other, &writes, false, 0.0);
-        let ours = rel.mean;
         verdict.push(Claim::new(
             "Fig. 11",
             format!(
@@ -290,19 +282,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 other.to_uppercase()
             ),
             rel.text("fewer"),
-            Check::Effect {
-                paper_lo: paper,
-                paper_hi: paper,
-                ours,
-                neutral: 0.0,
-                min_effect: 0.1,
-                tolerance: Tolerance::either(2.0, 3.0),
-            },
+            rel.against(paper, 3.0),
         ));
     }
     for (other, paper) in [("lru", 23.8), ("bplru", 11.3), ("vbbms", 7.7)] {
         let rel = relative(other, &resp, false, 0.0);
-        let ours = rel.mean;
         verdict.push(Claim::new(
             "Fig. 8",
             format!(
@@ -313,18 +297,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 "{} (timing model, closed loop of {OUTSTANDING})",
                 rel.text("lower")
             ),
-            Check::Effect {
-                paper_lo: paper,
-                paper_hi: paper,
-                ours,
-                neutral: 0.0,
-                min_effect: 0.1,
-                tolerance: Tolerance::either(2.0, 5.0),
-            },
+            rel.against(paper, 5.0),
         ));
     }
     // Fig. 7: δ = 5 best or within 1 % of the best δ.
-    let (mut held, mut n) = (0, 0);
+    let mut near_best = Tally::default();
     let mut best_deltas = Vec::new();
     let delta_size = *gen_sizes.last().expect("a size");
     let mut fig7 = Chart {
@@ -343,13 +320,10 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         if r.get("reqblock", s).is_none_or(|x| x.stats.evictions == 0) || h(1) <= 0.0 {
             continue;
         }
-        n += 1;
         let best = DELTAS.iter().map(|&d| h(d)).fold(f64::NEG_INFINITY, f64::max);
         let best_d = DELTAS.iter().copied().find(|&d| h(d) == best).unwrap_or(0);
         best_deltas.push(format!("{}: δ={best_d}", r.name));
-        if h(5) >= best * 0.99 {
-            held += 1;
-        }
+        near_best.count(h(5) >= best * 0.99);
         fig7.series.push(series(
             r.name.clone(),
             DELTAS.iter().map(|&d| (d as f64, h(d) / h(1))).collect(),
@@ -359,15 +333,10 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Fig. 7",
         "δ = 5 gives the best hit ratio for most workloads",
         format!(
-            "δ = 5 within 1 % of the best δ in {held} of {n} workloads (best: {})",
+            "δ = 5 within 1 % of the best δ in {near_best} workloads (best: {})",
             best_deltas.join(", ")
         ),
-        Check::Share {
-            held,
-            cases: n,
-            most: 0.75,
-            some: 0.25,
-        },
+        near_best.most(),
     ));
     ctx.figure(&mut verdict, "icpp22-fig7-delta", &fig7)?;
 
@@ -398,41 +367,43 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         }
         chart
     };
-    let charts = [
+    let ppe = |r: &RunResult| r.stats.lines_per_eviction_batch();
+    let charts: [(&str, &str, &str, Scale, Ticks, Metric); 4] = [
         (
             "icpp22-fig9-hit-ratio",
-            metric_chart(
-                "Fig. 9: hit ratio",
-                axis("hit ratio", Scale::Linear, Ticks::Percent),
-                &hit,
-            ),
+            "Fig. 9: hit ratio",
+            "hit ratio",
+            Scale::Linear,
+            Ticks::Percent,
+            hit,
         ),
         (
             "icpp22-fig10-pages-per-eviction",
-            metric_chart(
-                "Fig. 10: pages per eviction",
-                axis("pages per eviction", Scale::Log, Ticks::Number),
-                &|r: &RunResult| r.stats.lines_per_eviction_batch(),
-            ),
+            "Fig. 10: pages per eviction",
+            "pages per eviction",
+            Scale::Log,
+            Ticks::Number,
+            ppe,
         ),
         (
             "icpp22-fig11-flash-writes",
-            metric_chart(
-                "Fig. 11: flash page writes",
-                axis("pages written to flash", Scale::Log, Ticks::Number),
-                &writes,
-            ),
+            "Fig. 11: flash page writes",
+            "pages written to flash",
+            Scale::Log,
+            Ticks::Number,
+            writes,
         ),
         (
             "icpp22-fig8-response-time",
-            metric_chart(
-                "Fig. 8: mean response time",
-                axis("mean response time", Scale::Log, Ticks::Nanoseconds),
-                &resp,
-            ),
+            "Fig. 8: mean response time",
+            "mean response time",
+            Scale::Log,
+            Ticks::Nanoseconds,
+            resp,
         ),
     ];
-    for (name, chart) in charts {
+    for (name, title, label, scale, ticks, metric) in charts {
+        let chart = metric_chart(title, axis(label, scale, ticks), &metric);
         ctx.figure(&mut verdict, name, &chart)?;
     }
 

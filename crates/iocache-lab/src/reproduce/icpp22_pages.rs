@@ -232,23 +232,13 @@ pub(super) fn push_claims(
             "hit share above insert share in {more_hits} of {n} workloads: {}",
             rows.join("; ")
         ),
-        Check::Share {
-            held: more_hits,
-            cases: n,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(more_hits, n),
     ));
     verdict.push(Claim::new(
         "Fig. 2",
         "Small write requests take a minority of the cache space but about 80 % of the page hits",
         format!("at least 80 % of hits from under half of the pages in {eighty} of {n} workloads"),
-        Check::Share {
-            held: eighty,
-            cases: n,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(eighty, n),
     ));
     // Fig. 3 / Observation 2.
     let reaccessed: Vec<(String, u64, f64)> = runs
@@ -322,23 +312,13 @@ pub(super) fn push_claims(
             "SRL the largest in {srl_most} of {m} workloads (mean shares): {}",
             list_rows.join("; ")
         ),
-        Check::Share {
-            held: srl_most,
-            cases: m,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(srl_most, m),
     ));
     verdict.push(Claim::new(
         "Fig. 13",
         "DRL holds a small part of the buffered pages",
         format!("DRL the smallest in {drl_least} of {m} workloads"),
-        Check::Share {
-            held: drl_least,
-            cases: m,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(drl_least, m),
     ));
     // Figures.
     for (k, what, name) in [
@@ -410,14 +390,7 @@ fn fig12(verdict: &mut Verdict, runs: &[PageRun]) {
         "Fig. 12",
         "Req-block's lists take 0.41 % of the buffered data on average (LRU 0.29 %, BPLRU 0.32 %, VBBMS 0.53 %)",
         text,
-        Check::Effect {
-            paper_lo: 0.41,
-            paper_hi: 0.41,
-            ours: ours[3],
-            neutral: 0.0,
-            min_effect: 0.01,
-            tolerance: Tolerance::factor(1.5),
-        },
+        Check::effect(0.41, ours[3], 0.0, 0.01, Tolerance::factor(1.5)),
     ));
     let (mut between, mut cases) = (0, 0);
     for r in runs {
@@ -438,12 +411,7 @@ fn fig12(verdict: &mut Verdict, runs: &[PageRun]) {
         "Fig. 12",
         "Req-block's list overhead lies between BPLRU's and VBBMS's",
         format!("BPLRU ≤ Req-block ≤ VBBMS in {between} of {cases} (workload, buffer size) cases"),
-        Check::Share {
-            held: between,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        Check::most(between, cases),
     ));
 }
 

@@ -21,7 +21,7 @@ use iocache_sim::timing::{parse_device, ArrivalMode, TimingReport};
 use iocache_sim::{AdaptReport, AdaptRow, CacheSettings, CacheSize, RunSpec, SimOptions, TimingSetup};
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 
-use super::verdict::{Check, Claim, Tolerance, Verdict};
+use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
 use super::{axis, mean, series, Context};
 
 /// The burst workloads (docs/results/lbica.md): name, what, the burst phase.
@@ -165,25 +165,17 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let lat = |w: &'static str, c: &'static str| get(w, c).timing.all.mean_ns;
 
     // Figs. 4-5 / §IV-B observation 1: WB's cache is the bottleneck in bursts.
-    let (mut held, mut cases) = (0, 0);
+    let mut cache_bound = Tally::default();
     for (w, _, _) in WORKLOADS {
         for row in burst_rows(&get(w, "WB").adapt.rows) {
-            cases += 1;
-            if row.max_cache_queue_time_ns > row.max_backend_queue_time_ns {
-                held += 1;
-            }
+            cache_bound.count(row.max_cache_queue_time_ns > row.max_backend_queue_time_ns);
         }
     }
     verdict.push(Claim::new(
         "Figs. 4-5, §IV-B",
         "a WB cache is the bottleneck in the burst intervals: its queue time exceeds the disks' (the paper: in all intervals)",
-        format!("WB's largest cache queue time above the backend's in {held} of {cases} burst intervals (all four workloads)"),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        format!("WB's largest cache queue time above the backend's in {cache_bound} burst intervals (all four workloads)"),
+        cache_bound.most(),
     ));
 
     // Cache load (Eq. 1 queue time during bursts) against WB and SIB.
@@ -227,14 +219,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-            Check::Effect {
-                paper_lo: paper,
-                paper_hi: paper,
-                ours: avg,
-                neutral: 0.0,
-                min_effect: 1.0,
-                tolerance: Tolerance::either(2.0, 15.0),
-            },
+            Check::effect(paper, avg, 0.0, 1.0, Tolerance::either(2.0, 15.0)),
         ));
     }
 
@@ -261,33 +246,18 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             "Fig. 7, §IV-D",
             format!("LBICA lowers the mean latency against {base} by {paper_avg} % on average (up to {paper_max} %)"),
             format!("mean cut {avg:.1} %: {detail}"),
-            Check::Effect {
-                paper_lo: paper_avg,
-                paper_hi: paper_avg,
-                ours: avg,
-                neutral: 0.0,
-                min_effect: 1.0,
-                tolerance: Tolerance::either(2.0, 10.0),
-            },
+            Check::effect(paper_avg, avg, 0.0, 1.0, Tolerance::either(2.0, 10.0)),
         ));
     }
-    let (mut held, mut cases) = (0, 0);
+    let mut lowest = Tally::default();
     for (w, _, _) in WORKLOADS {
-        cases += 1;
-        if lat(w, "LBICA") < lat(w, "WB") && lat(w, "LBICA") < lat(w, "SIB over WT") {
-            held += 1;
-        }
+        lowest.count(lat(w, "LBICA") < lat(w, "WB") && lat(w, "LBICA") < lat(w, "SIB over WT"));
     }
     verdict.push(Claim::new(
         "Fig. 7",
         "LBICA has the lowest mean latency of WB, SIB and LBICA on every burst workload",
-        format!("LBICA below both WB and SIB over WT in {held} of {cases} workloads (SIB over WO, which the paper also names, is in the table and figures)"),
-        Check::Share {
-            held,
-            cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        format!("LBICA below both WB and SIB over WT in {lowest} workloads (SIB over WO, which the paper also names, is in the table and figures)"),
+        lowest.most(),
     ));
 
     // Figures: Fig. 7 (mean latency per workload), Figs. 4-5 (queue times

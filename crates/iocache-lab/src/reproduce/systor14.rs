@@ -22,7 +22,7 @@ use iocache_sim::workload::WorkloadSpec;
 use iocache_sim::{request_of, CacheSettings, CacheSize, RestartKeep, Restarts, RunSpec, SimOptions};
 use iocache_trace::{ReaderOptions, TraceReader};
 
-use super::verdict::{Check, Claim, Tolerance, Verdict};
+use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
 use super::{axis, gen_reader, series, workload, Context};
 
 /// Intervals of the load and working-set series.
@@ -78,6 +78,17 @@ struct Load {
     span_ns: u64,
 }
 
+/// An LRU cache of `lines` lines of `line` with `settings`.
+fn lru_spec(lines: u64, line: LineSize, settings: CacheSettings) -> RunSpec {
+    RunSpec {
+        policy: PolicySpec::lru(),
+        size: CacheSize::Lines(lines),
+        capacity_lines: lines,
+        line_size: line,
+        settings,
+    }
+}
+
 fn requests_of(source: &Source) -> Result<Vec<Request>> {
     let mut out = Vec::new();
     for record in source.reader()? {
@@ -118,16 +129,11 @@ fn load(requests: &[Request], line: LineSize) -> Result<Load> {
         (WritePolicy::WriteThrough, &mut out.wt),
         (WritePolicy::WriteBack, &mut out.wb),
     ] {
-        let spec = RunSpec {
-            policy: PolicySpec::lru(),
-            size: CacheSize::Lines(lines),
-            capacity_lines: lines,
-            line_size: line,
-            settings: CacheSettings {
-                write_policy: policy,
-                ..CacheSettings::default()
-            },
+        let settings = CacheSettings {
+            write_policy: policy,
+            ..CacheSettings::default()
         };
+        let spec = lru_spec(lines, line, settings);
         let mut cache = Cache::new(spec.cache_config())?;
         let mut ops = OpList::new();
         // In 4 KiB blocks, so merged transfers and per-line write-backs
@@ -242,7 +248,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         REBOOTS.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
     ));
     let line = LineSize::new(4096)?;
-    let (mut below, mut intervals) = (0, 0);
+    let mut below = Tally::default();
     let mut load_charts = Vec::new();
     let mut wss_chart = Chart {
         title: "Fig. 7: working set per interval and in total".into(),
@@ -258,8 +264,8 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         series: Vec::new(),
     };
     let mut gaps = Vec::new();
-    let (mut ordered, mut order_cases) = (0, 0);
-    let (mut growing, mut grow_cases) = (0, 0);
+    let mut ordered = Tally::default();
+    let mut growing = Tally::default();
     for (name, source) in &sources {
         let reqs = requests_of(source)?;
         if reqs.len() < 2 {
@@ -273,10 +279,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         let reduction = (1.0 - wb as f64 / wt.max(1) as f64) * 100.0;
         for (a, b) in l.wb.iter().zip(&l.wt) {
             if *b > 0 {
-                intervals += 1;
-                if a < b {
-                    below += 1;
-                }
+                below.count(a < b);
             }
         }
         verdict.push(Claim::new(
@@ -336,13 +339,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
 
         // Reboots: hit ratio for each frequency and persistence mode.
         let lines = ((l.footprint as f64 * CACHE_SHARE).ceil() as u64).max(1);
-        let spec = RunSpec {
-            policy: PolicySpec::lru(),
-            size: CacheSize::Lines(lines),
-            capacity_lines: lines,
-            line_size: line,
-            settings: CacheSettings::default(),
-        };
+        let spec = lru_spec(lines, line, CacheSettings::default());
         let hits = |k: u64, keep: RestartKeep| -> Result<f64> {
             let options = SimOptions {
                 restarts: Some(Restarts {
@@ -370,16 +367,10 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             let (a, d) = (hits(k, RestartKeep::All)?, hits(k, RestartKeep::Dirty)?);
             all_pts.push((k as f64, a));
             dirty_pts.push((k as f64, d));
-            order_cases += 1;
-            if a >= d {
-                ordered += 1;
-            }
+            ordered.count(a >= d);
         }
         let gap_at = |i: usize| (all_pts[i].1 - dirty_pts[i].1) * 100.0;
-        grow_cases += 1;
-        if gap_at(REBOOTS.len() - 1) > gap_at(0) {
-            growing += 1;
-        }
+        growing.count(gap_at(REBOOTS.len() - 1) > gap_at(0));
         // The paper's reboot rates (daily, every 5 h) against its traces'
         // spans are many reboots per span: compare at 8 per span.
         let mid = REBOOTS.iter().position(|&k| k == 8).unwrap_or(0);
@@ -392,13 +383,8 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     verdict.push(Claim::new(
         "Figs. 13-17",
         "write-back's server load is below write-through's throughout the trace",
-        format!("below in {below} of {intervals} intervals with any load, over every workload"),
-        Check::Share {
-            held: below,
-            cases: intervals,
-            most: 0.75,
-            some: 0.25,
-        },
+        format!("below in {below} intervals with any load, over every workload"),
+        below.most(),
     ));
     for (name, gap) in &gaps {
         verdict.push(Claim::new(
@@ -418,24 +404,14 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     verdict.push(Claim::new(
         "Fig. 19",
         "full persistence never gives a lower hit rate than dirty-only persistence",
-        format!("all >= dirty in {ordered} of {order_cases} (workload, reboot frequency) cases"),
-        Check::Share {
-            held: ordered,
-            cases: order_cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        format!("all >= dirty in {ordered} (workload, reboot frequency) cases"),
+        ordered.most(),
     ));
     verdict.push(Claim::new(
         "Fig. 19",
         "the more frequent the reboots, the more full persistence gains (hourly gains more than daily)",
-        format!("the gap is larger at 32 than at 2 reboots per span in {growing} of {grow_cases} workloads"),
-        Check::Share {
-            held: growing,
-            cases: grow_cases,
-            most: 0.75,
-            some: 0.25,
-        },
+        format!("the gap is larger at 32 than at 2 reboots per span in {growing} workloads"),
+        growing.most(),
     ));
     for (name, ratio) in &wss_ratios {
         verdict.push(Claim::new(

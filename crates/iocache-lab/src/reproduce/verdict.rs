@@ -143,6 +143,42 @@ fn num(v: f64) -> String {
 }
 
 impl Check {
+    /// [`Check::Effect`] against the paper's single value `paper` (not a
+    /// range).
+    pub fn effect(paper: f64, ours: f64, neutral: f64, min_effect: f64, tolerance: Tolerance) -> Check {
+        Check::Effect {
+            paper_lo: paper,
+            paper_hi: paper,
+            ours,
+            neutral,
+            min_effect,
+            tolerance,
+        }
+    }
+
+    /// [`Check::EffectOverNoise`] against the paper's single value `paper`.
+    pub fn effect_over_noise(paper: f64, ours: f64, neutral: f64, noise: f64, tolerance: Tolerance) -> Check {
+        Check::EffectOverNoise {
+            paper_lo: paper,
+            paper_hi: paper,
+            ours,
+            neutral,
+            noise,
+            tolerance,
+        }
+    }
+
+    /// [`Check::Share`] for a statement the paper makes of most cases:
+    /// reproduced when it holds in 75 % of them, partially from 25 %.
+    pub fn most(held: usize, cases: usize) -> Check {
+        Check::Share {
+            held,
+            cases,
+            most: 0.75,
+            some: 0.25,
+        }
+    }
+
     /// The verdict and the reason, from the numbers alone.
     pub fn outcome(&self) -> (Outcome, String) {
         match *self {
@@ -272,6 +308,33 @@ impl Check {
                 )
             }
         }
+    }
+}
+
+/// In how many of the cases counted so far a statement held, for a
+/// [`Check::Share`]; shown as "HELD of CASES".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub held: usize,
+    pub cases: usize,
+}
+
+impl Tally {
+    /// One more case, in which the statement `held` or not.
+    pub fn count(&mut self, held: bool) {
+        self.cases += 1;
+        self.held += usize::from(held);
+    }
+
+    /// [`Check::most`] of the cases counted.
+    pub fn most(self) -> Check {
+        Check::most(self.held, self.cases)
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} of {}", self.held, self.cases)
     }
 }
 
@@ -414,16 +477,7 @@ mod tests {
     use super::*;
 
     fn effect(paper: f64, ours: f64, neutral: f64, tolerance: Tolerance) -> Outcome {
-        Check::Effect {
-            paper_lo: paper,
-            paper_hi: paper,
-            ours,
-            neutral,
-            min_effect: 0.01,
-            tolerance,
-        }
-        .outcome()
-        .0
+        Check::effect(paper, ours, neutral, 0.01, tolerance).outcome().0
     }
 
     #[test]
@@ -491,16 +545,7 @@ mod tests {
 
     #[test]
     fn shares_and_combination() {
-        let share = |held, cases| {
-            Check::Share {
-                held,
-                cases,
-                most: 0.75,
-                some: 0.25,
-            }
-            .outcome()
-            .0
-        };
+        let share = |held, cases| Check::most(held, cases).outcome().0;
         assert_eq!(share(4, 4), Outcome::Reproduced);
         assert_eq!(share(3, 4), Outcome::Reproduced);
         assert_eq!(share(1, 4), Outcome::Partially);
@@ -518,18 +563,22 @@ mod tests {
     }
 
     #[test]
+    fn tallies_count_cases_and_the_ones_that_held() {
+        let mut t = Tally::default();
+        for held in [true, false, true, true] {
+            t.count(held);
+        }
+        assert_eq!(t, Tally { held: 3, cases: 4 });
+        assert_eq!(t.to_string(), "3 of 4");
+        assert_eq!(t.most(), Check::most(3, 4));
+    }
+
+    #[test]
     fn an_effect_within_the_noise_is_undecided() {
         let check = |ours: f64| {
-            Check::EffectOverNoise {
-                paper_lo: 3.0,
-                paper_hi: 3.0,
-                ours,
-                neutral: 1.0,
-                noise: 0.2,
-                tolerance: Tolerance::factor(2.0),
-            }
-            .outcome()
-            .0
+            Check::effect_over_noise(3.0, ours, 1.0, 0.2, Tolerance::factor(2.0))
+                .outcome()
+                .0
         };
         assert_eq!(check(1.1), Outcome::Undecided);
         assert_eq!(check(0.85), Outcome::Undecided);
@@ -546,14 +595,7 @@ mod tests {
             "Fig. 1",
             "3x",
             "2x",
-            Check::Effect {
-                paper_lo: 3.0,
-                paper_hi: 3.0,
-                ours: 2.0,
-                neutral: 1.0,
-                min_effect: 0.01,
-                tolerance: Tolerance::factor(2.0),
-            },
+            Check::effect(3.0, 2.0, 1.0, 0.01, Tolerance::factor(2.0)),
         ));
         let text = serde_json::to_string(&v).unwrap();
         let back: Verdict = serde_json::from_str(&text).unwrap();

@@ -564,6 +564,18 @@ struct Entered {
     block_status: bool,
 }
 
+impl Entered {
+    /// Transmission on `export`; `meta` is the export `base:allocation`
+    /// was last selected for.
+    fn new(export: usize, structured: bool, meta: Option<usize>) -> Entered {
+        Entered {
+            export,
+            structured,
+            block_status: structured && meta == Some(export),
+        }
+    }
+}
+
 fn find_export(name: &[u8]) -> Option<usize> {
     if name.is_empty() {
         return Some(0);
@@ -685,6 +697,26 @@ impl<'a> HandshakeChecker<'a> {
             return Err(self.fail("error message is not a protocol string"));
         }
         Ok(())
+    }
+
+    /// The export a request names (`parsed`: the name and the rest, or
+    /// `None` when malformed), and the rest; `None` when the request is
+    /// malformed or names no export, after the error reply that must
+    /// follow.
+    fn requested<R>(
+        &mut self,
+        option: u32,
+        parsed: Option<(&[u8], R)>,
+    ) -> Result<Option<(usize, R)>, Violation> {
+        let Some((name, rest)) = parsed else {
+            self.error(option, NBD_REP_ERR_INVALID)?;
+            return Ok(None);
+        };
+        let Some(export) = find_export(name) else {
+            self.error(option, NBD_REP_ERR_UNKNOWN)?;
+            return Ok(None);
+        };
+        Ok(Some((export, rest)))
     }
 
     /// The final reply to `option` must be an ACK without data.
@@ -816,12 +848,7 @@ fn check_handshake(inp: &mut Cur<'_>, hs: &mut HandshakeChecker<'_>) -> Result<O
                 {
                     return Err(hs.fail(format!("bad export name reply {r:02x?}")));
                 }
-                let block_status = structured && meta == Some(export);
-                return Ok(Some(Entered {
-                    export,
-                    structured,
-                    block_status,
-                }));
+                return Ok(Some(Entered::new(export, structured, meta)));
             }
             NBD_OPT_ABORT => {
                 hs.ack(option)?;
@@ -864,22 +891,12 @@ fn check_handshake(inp: &mut Cur<'_>, hs: &mut HandshakeChecker<'_>) -> Result<O
                 }
             }
             NBD_OPT_INFO | NBD_OPT_GO => {
-                let Some((name, requests)) = info_request(data) else {
-                    hs.error(option, NBD_REP_ERR_INVALID)?;
-                    continue;
-                };
-                let Some(export) = find_export(name) else {
-                    hs.error(option, NBD_REP_ERR_UNKNOWN)?;
+                let Some((export, requests)) = hs.requested(option, info_request(data))? else {
                     continue;
                 };
                 hs.info(option, export, &requests, structured)?;
                 if option == NBD_OPT_GO {
-                    let block_status = structured && meta == Some(export);
-                    return Ok(Some(Entered {
-                        export,
-                        structured,
-                        block_status,
-                    }));
+                    return Ok(Some(Entered::new(export, structured, meta)));
                 }
             }
             NBD_OPT_LIST_META_CONTEXT | NBD_OPT_SET_META_CONTEXT => {
@@ -888,12 +905,7 @@ fn check_handshake(inp: &mut Cur<'_>, hs: &mut HandshakeChecker<'_>) -> Result<O
                     hs.error(option, NBD_REP_ERR_INVALID)?;
                     continue;
                 }
-                let Some((name, queries)) = meta_request(data) else {
-                    hs.error(option, NBD_REP_ERR_INVALID)?;
-                    continue;
-                };
-                let Some(export) = find_export(name) else {
-                    hs.error(option, NBD_REP_ERR_UNKNOWN)?;
+                let Some((export, queries)) = hs.requested(option, meta_request(data))? else {
                     continue;
                 };
                 let chosen = queries.contains(&&b"base:allocation"[..])
@@ -1340,16 +1352,7 @@ mod tests {
     #[test]
     fn the_checker_catches_a_wrong_reply() {
         let mut input = handshake_prefix(0);
-        input.extend(
-            RequestHeader {
-                flags: 0,
-                command: NBD_CMD_READ,
-                handle: 7,
-                offset: 512,
-                length: 512,
-            }
-            .encode(),
-        );
+        input.extend(request(NBD_CMD_READ, 0, 7, 512, 512, &[]));
         let server = server().unwrap();
         let stream = MemStream::new(input.clone());
         let stats = server.serve_stream(stream.clone()).unwrap();

@@ -101,43 +101,20 @@ pub fn seeds() -> Vec<Seed> {
         request(NBD_CMD_READ, 0, 6, 2999, 2, &[]),
     ]
     .concat();
-    let with_setup = |setup: u8, body: &[u8]| [&[setup][..], body].concat();
+    // A transmission input starts with the byte that picks the setup.
+    let transmission = |name, setup: u8, body: &[u8]| Seed {
+        target: "nbd_request",
+        name,
+        input: [&[setup][..], body].concat(),
+    };
     let mut v = vec![
-        Seed {
-            target: "nbd_request",
-            name: "basic-simple",
-            input: with_setup(0x00, &basic),
-        },
-        Seed {
-            target: "nbd_request",
-            name: "basic-structured",
-            input: with_setup(0x01, &basic),
-        },
-        Seed {
-            target: "nbd_request",
-            name: "errors-structured",
-            input: with_setup(0x03, &errors),
-        },
-        Seed {
-            target: "nbd_request",
-            name: "errors-simple",
-            input: with_setup(0x02, &errors),
-        },
-        Seed {
-            target: "nbd_request",
-            name: "read-only",
-            input: with_setup(0x05, &read_only),
-        },
-        Seed {
-            target: "nbd_request",
-            name: "tiny-export-name",
-            input: with_setup(0x1e, &tiny),
-        },
-        Seed {
-            target: "nbd_request",
-            name: "bad-magic",
-            input: with_setup(0x01, &[&basic[..40], &[0u8; 28][..]].concat()),
-        },
+        transmission("basic-simple", 0x00, &basic),
+        transmission("basic-structured", 0x01, &basic),
+        transmission("errors-structured", 0x03, &errors),
+        transmission("errors-simple", 0x02, &errors),
+        transmission("read-only", 0x05, &read_only),
+        transmission("tiny-export-name", 0x1e, &tiny),
+        transmission("bad-magic", 0x01, &[&basic[..40], &[0u8; 28][..]].concat()),
     ];
     let info = |option: u32, name: &str, requests: &[u16]| {
         encode_option(
@@ -180,31 +157,29 @@ pub fn seeds() -> Vec<Seed> {
         basic.clone(),
     ]
     .concat();
+    let handshake = |name, input| Seed {
+        target: "nbd_handshake",
+        name,
+        input,
+    };
     v.extend([
-        Seed {
-            target: "nbd_handshake",
-            name: "haggle-then-go",
-            input: haggle,
-        },
-        Seed {
-            target: "nbd_handshake",
-            name: "export-name-zeroes",
-            input: [
+        handshake("haggle-then-go", haggle),
+        handshake(
+            "export-name-zeroes",
+            [
                 NBD_FLAG_C_FIXED_NEWSTYLE.to_be_bytes().to_vec(),
                 encode_option(NBD_OPT_EXPORT_NAME, b"tiny"),
                 tiny,
             ]
             .concat(),
-        },
-        Seed {
-            target: "nbd_handshake",
-            name: "abort",
-            input: [fixed.clone(), encode_option(NBD_OPT_ABORT, &[])].concat(),
-        },
-        Seed {
-            target: "nbd_handshake",
-            name: "block-status",
-            input: [
+        ),
+        handshake(
+            "abort",
+            [fixed.clone(), encode_option(NBD_OPT_ABORT, &[])].concat(),
+        ),
+        handshake(
+            "block-status",
+            [
                 fixed.clone(),
                 encode_option(NBD_OPT_LIST_META_CONTEXT, &meta_context("disk", &[])),
                 encode_option(NBD_OPT_STRUCTURED_REPLY, &[]),
@@ -220,17 +195,12 @@ pub fn seeds() -> Vec<Seed> {
                 request(NBD_CMD_DISC, 0, 5, 0, 0, &[]),
             ]
             .concat(),
-        },
-        Seed {
-            target: "nbd_handshake",
-            name: "go-read-only",
-            input: [handshake_prefix(0x05), read_only].concat(),
-        },
-        Seed {
-            target: "nbd_handshake",
-            name: "unknown-export-name",
-            input: [fixed, encode_option(NBD_OPT_EXPORT_NAME, b"nope")].concat(),
-        },
+        ),
+        handshake("go-read-only", [handshake_prefix(0x05), read_only].concat()),
+        handshake(
+            "unknown-export-name",
+            [fixed, encode_option(NBD_OPT_EXPORT_NAME, b"nope")].concat(),
+        ),
     ]);
     v
 }

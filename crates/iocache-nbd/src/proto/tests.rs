@@ -4,14 +4,8 @@
 use super::*;
 
 fn header(flags: u16, command: u16, handle: u64, offset: u64, length: u32) -> [u8; 28] {
-    RequestHeader {
-        flags,
-        command,
-        handle,
-        offset,
-        length,
-    }
-    .encode()
+    let bytes = crate::fuzzing::request(command, flags, handle, offset, length, &[]);
+    bytes.try_into().expect("a header alone is 28 bytes")
 }
 
 #[test]

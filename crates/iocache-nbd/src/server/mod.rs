@@ -910,72 +910,50 @@ impl Shared {
     }
 }
 
-impl ConnectionStream for TcpStream {
-    fn try_clone(&self) -> io::Result<Self> {
-        TcpStream::try_clone(self)
-    }
-    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        TcpStream::shutdown(self, how)
-    }
-    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        TcpStream::set_read_timeout(self, timeout)
-    }
-    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        TcpStream::set_write_timeout(self, timeout)
-    }
-    fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        recv_now(self.as_raw_fd(), bufs)
-    }
-    fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
-        send_now(self.as_raw_fd(), buf)
-    }
-    fn write_vectored_now(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        send_vectored_now(self.as_raw_fd(), bufs)
-    }
-    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
-        poll_writable(self.as_raw_fd(), timeout)
-    }
-    fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
-        crate::tls::upgrade(self, tls, timeout)
-    }
-    fn peer_name(&self) -> String {
-        self.peer_addr()
-            .map_or_else(|_| "a TCP client".into(), |a| a.to_string())
-    }
+/// The socket streams' [`ConnectionStream`]: the standard library's own
+/// calls, and the non-blocking ones on the socket's descriptor.
+macro_rules! socket_connection_stream {
+    ($socket:ident, |$this:ident| $peer_name:expr) => {
+        impl ConnectionStream for $socket {
+            fn try_clone(&self) -> io::Result<Self> {
+                $socket::try_clone(self)
+            }
+            fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+                $socket::shutdown(self, how)
+            }
+            fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+                $socket::set_read_timeout(self, timeout)
+            }
+            fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+                $socket::set_write_timeout(self, timeout)
+            }
+            fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+                recv_now(self.as_raw_fd(), bufs)
+            }
+            fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
+                send_now(self.as_raw_fd(), buf)
+            }
+            fn write_vectored_now(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+                send_vectored_now(self.as_raw_fd(), bufs)
+            }
+            fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
+                poll_writable(self.as_raw_fd(), timeout)
+            }
+            fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
+                crate::tls::upgrade(self, tls, timeout)
+            }
+            fn peer_name(&self) -> String {
+                let $this = self;
+                $peer_name
+            }
+        }
+    };
 }
 
-impl ConnectionStream for UnixStream {
-    fn try_clone(&self) -> io::Result<Self> {
-        UnixStream::try_clone(self)
-    }
-    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        UnixStream::shutdown(self, how)
-    }
-    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        UnixStream::set_read_timeout(self, timeout)
-    }
-    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        UnixStream::set_write_timeout(self, timeout)
-    }
-    fn read_vectored_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        recv_now(self.as_raw_fd(), bufs)
-    }
-    fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
-        send_now(self.as_raw_fd(), buf)
-    }
-    fn write_vectored_now(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        send_vectored_now(self.as_raw_fd(), bufs)
-    }
-    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
-        poll_writable(self.as_raw_fd(), timeout)
-    }
-    fn start_tls(self, tls: &TlsServer, timeout: Option<Duration>) -> io::Result<UnixStream> {
-        crate::tls::upgrade(self, tls, timeout)
-    }
-    fn peer_name(&self) -> String {
-        "a Unix socket client".into()
-    }
-}
+socket_connection_stream!(TcpStream, |s| s
+    .peer_addr()
+    .map_or_else(|_| "a TCP client".into(), |a| a.to_string()));
+socket_connection_stream!(UnixStream, |_s| "a Unix socket client".into());
 
 fn accept_loop(shared: Arc<Shared>, listener: Listener) {
     loop {
@@ -1077,24 +1055,14 @@ fn serve_connection<S: ConnectionStream>(
 ) {
     let mut hs = stream;
     let deadline = shared.config.handshake_timeout.map(|t| Instant::now() + t);
-    let tls = shared.config.tls.as_ref();
-    let tls_mode = tls.map_or(TlsMode::Off, |t| t.mode);
     let mut haggle = Haggle::default();
-    let first = negotiate_tls(
-        &mut Deadlined {
-            stream: &mut hs,
-            deadline,
-        },
-        &ConnLookup { shared, id },
-        &shared.config.limits,
-        &shared.shutting_down,
-        tls_mode,
-        &mut haggle,
-    );
+    let Some(first) = negotiate_round(shared, id, &mut hs, deadline, &mut haggle) else {
+        return;
+    };
     match first {
-        Ok(Negotiation::Done(negotiated)) => enter_transmission(shared, hs, negotiated, id, activity),
-        Ok(Negotiation::StartTls) => {
-            let Some(tls) = tls else {
+        Negotiation::Done(negotiated) => enter_transmission(shared, hs, negotiated, id, activity),
+        Negotiation::StartTls => {
+            let Some(tls) = shared.config.tls.as_ref() else {
                 return; // negotiate_tls never accepts STARTTLS with TLS off
             };
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -1110,37 +1078,49 @@ fn serve_connection<S: ConnectionStream>(
                 }
             };
             let _ = plain.set_read_timeout(shared.config.handshake_timeout);
-            let second = negotiate_tls(
-                &mut Deadlined {
-                    stream: &mut plain,
-                    deadline,
-                },
-                &ConnLookup { shared, id },
-                &shared.config.limits,
-                &shared.shutting_down,
-                tls_mode,
-                &mut haggle,
-            );
-            match second {
-                Ok(Negotiation::Done(negotiated)) => {
+            match negotiate_round(shared, id, &mut plain, deadline, &mut haggle) {
+                Some(Negotiation::Done(negotiated)) => {
                     enter_transmission(shared, plain, negotiated, id, activity)
                 }
-                Ok(Negotiation::StartTls) => {
+                Some(Negotiation::StartTls) => {
                     let _ = plain.shutdown(Shutdown::Both);
                 }
-                Err(e) => {
-                    if matches!(&e, HandshakeError::Io(io) if is_timeout(io)) {
-                        shared.stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let _ = plain.shutdown(Shutdown::Both);
-                }
+                None => {}
             }
         }
+    }
+}
+
+/// One call of [`negotiate_tls`] on `stream` (the socket, or the plaintext
+/// end of a TLS relay) within `deadline`. A failed negotiation is counted
+/// when it timed out and closes the stream: `None`.
+fn negotiate_round<T: ConnectionStream>(
+    shared: &Shared,
+    id: Option<u64>,
+    stream: &mut T,
+    deadline: Option<Instant>,
+    haggle: &mut Haggle,
+) -> Option<Negotiation> {
+    let tls_mode = shared.config.tls.as_ref().map_or(TlsMode::Off, |t| t.mode);
+    let negotiated = negotiate_tls(
+        &mut Deadlined {
+            stream: &mut *stream,
+            deadline,
+        },
+        &ConnLookup { shared, id },
+        &shared.config.limits,
+        &shared.shutting_down,
+        tls_mode,
+        haggle,
+    );
+    match negotiated {
+        Ok(negotiation) => Some(negotiation),
         Err(e) => {
             if matches!(&e, HandshakeError::Io(io) if is_timeout(io)) {
                 shared.stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
             }
-            let _ = hs.shutdown(Shutdown::Both);
+            let _ = stream.shutdown(Shutdown::Both);
+            None
         }
     }
 }

@@ -62,6 +62,26 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// An export with only the methods it must have, over a [`MemExport`]:
+/// every other method is the trait's default (zeroes written as zero
+/// buffers, so zeroing is not fast).
+pub struct DefaultsOnly(pub MemExport);
+
+impl Export for DefaultsOnly {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+        self.0.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        self.0.write(offset, data, fua)
+    }
+    fn flush(&self) -> Result<(), ExportError> {
+        Ok(())
+    }
+}
+
 /// A MemExport wrapper that counts flushes and FUA writes, and can delay
 /// operations at chosen offsets.
 pub struct Instrumented {
@@ -199,15 +219,8 @@ impl Raw {
     }
 
     pub fn send(&mut self, handle: u64, command: u16, flags: u16, offset: u64, length: u32, payload: &[u8]) {
-        let h = RequestHeader {
-            flags,
-            command,
-            handle,
-            offset,
-            length,
-        };
-        self.s.write_all(&h.encode()).unwrap();
-        self.s.write_all(payload).unwrap();
+        let bytes = iocache_nbd::fuzzing::request(command, flags, handle, offset, length, payload);
+        self.s.write_all(&bytes).unwrap();
     }
 
     /// Reads one complete reply: (handle, errno, data). `read_len` is the
