@@ -13,30 +13,16 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::temp_dir;
+use common::{run_ok, temp_dir};
 
 const SAMPLE: &str = "crates/iocache-sim/data/sample.lis";
 const BROWSERS: [&str; 2] = ["chromium-headless-shell", "chromium"];
-
-fn iocache(args: &[&str]) -> Output {
-    let o = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("iocache runs");
-    assert!(
-        o.status.success(),
-        "iocache {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
 
 /// The headless browser, or None after saying SKIPPED (failing under CI).
 fn browser() -> Option<&'static str> {
@@ -280,8 +266,8 @@ fn lab_report_renders_offline() {
     let results = dir.join("e.results.jsonl");
     let e = experiment.to_str().unwrap();
     let r = results.to_str().unwrap();
-    iocache(&["lab", "run", e, "--out", r, "--threads", "1"]);
-    iocache(&["lab", "report", r]);
+    run_ok(&["lab", "run", e, "--out", r, "--threads", "1"]);
+    run_ok(&["lab", "report", r]);
     let page = dir.join("e.results.html");
     // Hit, miss and byte hit ratio (no write-backs: the trace only reads).
     check_page(
@@ -320,7 +306,7 @@ fn sim_report_renders_offline() {
     }
     std::fs::write(&trace, text).unwrap();
     let page = dir.join("sim.html");
-    iocache(&[
+    run_ok(&[
         "sim",
         "--trace",
         trace.to_str().unwrap(),
@@ -356,7 +342,7 @@ fn mrc_report_renders_offline() {
     let Some(browser) = browser() else { return };
     let dir = temp_dir("mrc");
     let page = dir.join("mrc.html");
-    iocache(&[
+    run_ok(&[
         "trace",
         "mrc",
         SAMPLE,

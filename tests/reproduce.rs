@@ -6,20 +6,12 @@
 //! was absent: see build.rs); the skip test runs everywhere.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 mod common;
-use common::temp_dir;
-
-fn iocache(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("iocache runs")
-}
+use common::{iocache, run_ok, stderr, stdout, temp_dir};
 
 /// `iocache lab reproduce NAME --quick [--traces TRACES] --out OUT`,
 /// which must succeed.
@@ -29,16 +21,23 @@ fn reproduce_quick(name: &str, traces: Option<&Path>, out: &Path) -> Output {
         args.extend(["--traces", traces.to_str().unwrap()]);
     }
     args.extend(["--out", out.to_str().unwrap()]);
-    let o = iocache(&args);
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
+    run_ok(&args)
 }
 
 const OUTCOMES: [&str; 4] = ["reproduced", "partially", "not", "undecided"];
+
+/// The reproductions `all` runs.
+const IN_ALL: [&str; 9] = [
+    "arc-p2",
+    "asplos23",
+    "asplos23-flush",
+    "asplos23-lookup",
+    "asplos23-real",
+    "icpp22",
+    "systor14",
+    "reca",
+    "lbica",
+];
 
 /// Reads and checks one reproduction's directory; returns its verdict.
 fn check_dir(dir: &Path, name: &str) -> Value {
@@ -72,18 +71,8 @@ fn check_dir(dir: &Path, name: &str) -> Value {
 fn every_quick_reproduction_writes_figures_and_a_verdict() {
     let out = temp_dir("all");
     let o = reproduce_quick("all", None, &out);
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    for name in [
-        "arc-p2",
-        "asplos23",
-        "asplos23-flush",
-        "asplos23-lookup",
-        "asplos23-real",
-        "icpp22",
-        "systor14",
-        "reca",
-        "lbica",
-    ] {
+    let stdout = stdout(&o);
+    for name in IN_ALL {
         let verdict = check_dir(&out.join(name), name);
         assert!(
             !verdict["claims"].as_array().unwrap().is_empty(),
@@ -124,15 +113,11 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
         !o.status.success(),
         "a reproduction that checked nothing exited 0"
     );
+    assert!(stderr(&o).contains("checked nothing: arc-p2"), "{}", stderr(&o));
+    let said = stdout(&o);
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("checked nothing: arc-p2"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        stdout.contains("skipped") && stdout.contains("arc-P2.lis.zst"),
-        "{stdout}"
+        said.contains("skipped") && said.contains("arc-P2.lis.zst"),
+        "{said}"
     );
     let verdict = check_dir(&out.join("arc-p2"), "arc-p2");
     assert!(verdict["outcome"].is_null(), "{verdict}");
@@ -150,25 +135,13 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
 
     let o = iocache(&["lab", "reproduce", "list"]);
     assert!(o.status.success());
-    let list = String::from_utf8_lossy(&o.stdout);
-    for name in [
-        "arc-p2",
-        "asplos23",
-        "asplos23-flush",
-        "asplos23-lookup",
-        "asplos23-real",
-        "asplos23-live",
-        "icpp22",
-        "systor14",
-        "reca",
-        "lbica",
-        "all",
-    ] {
+    let list = stdout(&o);
+    for name in IN_ALL.into_iter().chain(["asplos23-live", "all"]) {
         assert!(list.contains(name), "{list}");
     }
     let o = iocache(&["lab", "reproduce", "nosuch"]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("known: arc-p2"));
+    assert!(stderr(&o).contains("known: arc-p2"));
     let _ = std::fs::remove_dir_all(&out);
     let _ = std::fs::remove_dir_all(&empty);
 }

@@ -1,10 +1,10 @@
 //! The test kit shared by the binary's integration tests: fresh
-//! directories and tool detection. Each test file includes it with
+//! directories, tool detection and runs of the binary. Each test file includes it with
 //! `mod common;` and uses what it needs.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 /// The test binary's name without cargo's hash (`serve`, `tls`, ...), so
 /// that directories of different test files never meet.
@@ -43,6 +43,32 @@ pub fn temp_dir_in_memory(name: &str) -> PathBuf {
     let dir = temp_path_in(&base, name);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// `iocache ARGS` run in the repository's root, to its end.
+pub fn iocache(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("iocache runs")
+}
+
+/// What a command printed on stdout.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// What a command printed on stderr.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `iocache args` (see [`iocache`]), which must succeed.
+pub fn run_ok(args: &[&str]) -> Output {
+    let o = iocache(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    o
 }
 
 /// Whether `tool` is on the PATH.
