@@ -31,6 +31,26 @@ fn need(tools: &[&str]) -> bool {
     false
 }
 
+/// A fresh directory for one test, when every tool in `tools` is
+/// installed (see [`need`]).
+fn dir_with(tools: &[&str], name: &str) -> Option<PathBuf> {
+    need(tools).then(|| temp_dir(name))
+}
+
+/// DIR/pki made by [`make_pki`].
+fn pki_in(dir: &Path) -> PathBuf {
+    let pki = dir.join("pki");
+    make_pki(&pki);
+    pki
+}
+
+/// DIR/keys.psk holding one random key, for `alice`.
+fn alice_psk(dir: &Path) -> PathBuf {
+    let psk = dir.join("keys.psk");
+    write_psk(&psk, &format!("alice:{}\n", random_key()));
+    psk
+}
+
 fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
     assert!(
@@ -146,6 +166,34 @@ impl Served {
         Served::start_serve(dir, &args)
     }
 
+    /// `nbds://` on its TCP port, for a client with the certificates in
+    /// `certs`.
+    fn certificates_uri(&self, certs: &Path) -> String {
+        format!(
+            "nbds://127.0.0.1:{}/?tls-certificates={}",
+            self.port,
+            certs.display()
+        )
+    }
+
+    /// `nbds://USER@` on its TCP port, for a client with the keys in `psk`.
+    fn psk_uri(&self, user: &str, psk: &Path) -> String {
+        format!(
+            "nbds://{user}@127.0.0.1:{}/?tls-psk-file={}",
+            self.port,
+            psk.display()
+        )
+    }
+
+    /// Starts a server requiring TLS with the certificates in `pki`, the
+    /// keys in the PSK file `psk` and the TLS arguments `extra`.
+    fn start_certificates_and_psk(dir: &Path, pki: &Path, psk: &Path, extra: &[&str]) -> Served {
+        let (pki, psk) = (pki.display().to_string(), psk.display().to_string());
+        let mut args = vec!["--tls", "require", "--tls-certificates", &pki, "--tls-psk", &psk];
+        args.extend_from_slice(extra);
+        Served::start_with(dir, &args)
+    }
+
     /// Starts `iocache serve ARGS` in `dir`; ready once its banner names
     /// the TCP port it listens on.
     fn start_serve(dir: &Path, args: &[&str]) -> Served {
@@ -243,12 +291,10 @@ fn qemu_io_with(creds: &str, server: &str, commands: &[&str]) -> Result<String, 
 
 #[test]
 fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
-    if !need(&["openssl", "nbdinfo", "qemu-io"]) {
+    let Some(dir) = dir_with(&["openssl", "nbdinfo", "qemu-io"], "require") else {
         return;
-    }
-    let dir = temp_dir("require");
-    let pki = dir.join("pki");
-    make_pki(&pki);
+    };
+    let pki = pki_in(&dir);
     let served = Served::start(&dir, "require", &pki);
     let tcp = format!("127.0.0.1:{}", served.port);
     // The banner names the URIs that work: the TLS schemes only.
@@ -269,11 +315,11 @@ fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
     assert!(err.contains("requires TLS"), "{err}");
 
     // With TLS: served.
-    let certs = format!("tls-certificates={}", pki.display());
-    assert_served(&format!("nbds://{tcp}/?{certs}"));
+    assert_served(&served.certificates_uri(&pki));
     assert_served(&format!(
-        "nbds+unix:///?socket={}&{certs}&tls-hostname=localhost",
-        served.socket.display()
+        "nbds+unix:///?socket={}&tls-certificates={}&tls-hostname=localhost",
+        served.socket.display(),
+        pki.display()
     ));
     let server = inet(served.port);
     let out = qemu_io_tls(
@@ -290,7 +336,7 @@ fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
     // A client that does not trust the certificate is refused by itself.
     let other = dir.join("other-pki");
     make_pki(&other);
-    let err = nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", other.display())).unwrap_err();
+    let err = nbdinfo_size(&served.certificates_uri(&other)).unwrap_err();
     assert!(!err.is_empty());
     served.stop();
     let _ = std::fs::remove_dir_all(&dir);
@@ -298,16 +344,14 @@ fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
 
 #[test]
 fn tls_on_serves_both_and_bad_credentials_are_named() {
-    if !need(&["openssl", "nbdinfo"]) {
+    let Some(dir) = dir_with(&["openssl", "nbdinfo"], "on") else {
         return;
-    }
-    let dir = temp_dir("on");
-    let pki = dir.join("pki");
-    make_pki(&pki);
+    };
+    let pki = pki_in(&dir);
     let served = Served::start(&dir, "on", &pki);
     let tcp = format!("127.0.0.1:{}", served.port);
     assert_served(&format!("nbd://{tcp}/"));
-    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", pki.display()));
+    assert_served(&served.certificates_uri(&pki));
     served.stop();
 
     // Credentials that are missing or do not match are named at start.
@@ -349,10 +393,9 @@ fn nbdcopy_head(uri: &str, len: usize) -> Vec<u8> {
 
 #[test]
 fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
-    if !need(&["openssl", "nbdinfo", "nbdcopy", "qemu-io"]) {
+    let Some(dir) = dir_with(&["openssl", "nbdinfo", "nbdcopy", "qemu-io"], "psk") else {
         return;
-    }
-    let dir = temp_dir("psk");
+    };
     let key = random_key();
     let psk = dir.join("keys.psk");
     write_psk(&psk, &format!("alice:{key}\ncarol:{}\n", random_key()));
@@ -369,7 +412,7 @@ fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
     // Plain clients are refused; PSK clients are served, on TCP and Unix.
     let err = nbdinfo_size(&format!("nbd://{tcp}/")).unwrap_err();
     assert!(err.contains("requires TLS"), "{err}");
-    let uri = format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display());
+    let uri = served.psk_uri("alice", &psk);
     assert_served(&uri);
     let creds = format!(
         "tls-creds-psk,id=tls0,endpoint=client,dir={},username=alice",
@@ -394,9 +437,9 @@ fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
     // are refused by the handshake, and the log says which.
     let wrong = dir.join("wrong.psk");
     write_psk(&wrong, &format!("alice:{}\nmallory:{key}\n", random_key()));
-    let err = nbdinfo_size(&format!("nbds://alice@{tcp}/?tls-psk-file={}", wrong.display())).unwrap_err();
+    let err = nbdinfo_size(&served.psk_uri("alice", &wrong)).unwrap_err();
     assert!(!err.is_empty());
-    let err = nbdinfo_size(&format!("nbds://mallory@{tcp}/?tls-psk-file={}", wrong.display())).unwrap_err();
+    let err = nbdinfo_size(&served.psk_uri("mallory", &wrong)).unwrap_err();
     assert!(!err.is_empty());
     let wrong_dir = dir.join("qemu-wrong");
     std::fs::create_dir_all(&wrong_dir).unwrap();
@@ -421,22 +464,10 @@ fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
     served.stop();
 
     // Certificates and PSK together: either kind of client is served.
-    let pki = dir.join("pki");
-    make_pki(&pki);
-    let served = Served::start_with(
-        &dir,
-        &[
-            "--tls",
-            "require",
-            "--tls-certificates",
-            &pki.display().to_string(),
-            "--tls-psk",
-            &psk.display().to_string(),
-        ],
-    );
-    let tcp = format!("127.0.0.1:{}", served.port);
-    assert_served(&format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display()));
-    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", pki.display()));
+    let pki = pki_in(&dir);
+    let served = Served::start_certificates_and_psk(&dir, &pki, &psk, &[]);
+    assert_served(&served.psk_uri("alice", &psk));
+    assert_served(&served.certificates_uri(&pki));
     served.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -506,12 +537,10 @@ fn make_client_cert(dir: &Path, ca_dir: &Path) {
 
 #[test]
 fn verify_peer_requires_a_client_certificate_from_the_ca() {
-    if !need(&["openssl", "nbdinfo", "qemu-io"]) {
+    let Some(dir) = dir_with(&["openssl", "nbdinfo", "qemu-io"], "verify-peer") else {
         return;
-    }
-    let dir = temp_dir("verify-peer");
-    let pki = dir.join("pki");
-    make_pki(&pki);
+    };
+    let pki = pki_in(&dir);
     // A client with a certificate from the server's CA; one with none (the
     // CA only, to trust the server); one with a certificate from another CA
     // of the same name (make_pki names every CA alike), which GnuTLS clients
@@ -528,21 +557,8 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
     std::fs::copy(pki.join("ca-cert.pem"), stranger.join("ca-cert.pem")).unwrap();
 
     // Clients with a key from the PSK file need no certificate.
-    let psk = dir.join("keys.psk");
-    write_psk(&psk, &format!("alice:{}\n", random_key()));
-    let served = Served::start_with(
-        &dir,
-        &[
-            "--tls",
-            "require",
-            "--tls-certificates",
-            &pki.display().to_string(),
-            "--tls-verify-peer",
-            "--tls-psk",
-            &psk.display().to_string(),
-        ],
-    );
-    let tcp = format!("127.0.0.1:{}", served.port);
+    let psk = alice_psk(&dir);
+    let served = Served::start_certificates_and_psk(&dir, &pki, &psk, &["--tls-verify-peer"]);
     let server = inet(served.port);
     let x509 = |d: &Path| format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", d.display());
 
@@ -554,14 +570,14 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
     )
     .unwrap();
     assert!(out.contains("read 4194304/4194304"), "{out}");
-    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", good.display()));
-    assert_served(&format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display()));
+    assert_served(&served.certificates_uri(&good));
+    assert_served(&served.psk_uri("alice", &psk));
     // Refused: no client certificate, or one from another CA.
     let err = qemu_io_with(&x509(&none), &server, &["read 0 4k"]).unwrap_err();
     assert!(!err.is_empty());
-    nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", none.display())).unwrap_err();
+    nbdinfo_size(&served.certificates_uri(&none)).unwrap_err();
     qemu_io_with(&x509(&stranger), &server, &["read 0 4k"]).unwrap_err();
-    nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", stranger.display())).unwrap_err();
+    nbdinfo_size(&served.certificates_uri(&stranger)).unwrap_err();
     let log = served.log_with(&["peer did not return a certificate", "certificate verify failed"]);
     assert!(log.contains("peer did not return a certificate"), "{log}");
     assert!(log.contains("certificate verify failed"), "{log}");
@@ -569,20 +585,17 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
 
     // Without --tls-verify-peer the anonymous client is served.
     let served = Served::start(&dir, "require", &pki);
-    let tcp = format!("127.0.0.1:{}", served.port);
-    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", none.display()));
+    assert_served(&served.certificates_uri(&none));
     served.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_config_file_takes_the_psk_file() {
-    if !need(&["nbdinfo", "openssl"]) {
+    let Some(dir) = dir_with(&["nbdinfo", "openssl"], "psk-config") else {
         return;
-    }
-    let dir = temp_dir("psk-config");
-    let psk = dir.join("keys.psk");
-    write_psk(&psk, &format!("alice:{}\n", random_key()));
+    };
+    let psk = alice_psk(&dir);
     std::fs::write(
         dir.join("iocache.toml"),
         format!(
