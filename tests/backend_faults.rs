@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{have, temp_dir, Process};
+use common::{temp_dir_with, Process};
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
@@ -33,11 +33,9 @@ fn stats(dir: &Path) -> serde_json::Value {
 
 #[test]
 fn a_failing_backend_gets_eio_loses_nothing_and_recovers() {
-    if !have("nbdkit") {
-        eprintln!("skipped: nbdkit is not installed");
+    let Some(dir) = temp_dir_with(&["nbdkit"], "eio") else {
         return;
-    }
-    let dir = temp_dir("eio");
+    };
     let backend_img = dir.join("backend.img");
     std::fs::File::create(&backend_img)
         .unwrap()

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{client, have, temp_dir, Process};
+use common::{client, nbd_uri, root_and_installed, temp_dir, temp_dir_with, Process};
 use iocache_nbd::ConnectOptions;
 
 const MIB: u64 = 1 << 20;
@@ -31,19 +31,7 @@ fn backend(dir: &Path) -> std::path::PathBuf {
 }
 
 fn serve(dir: &Path, extra: &[&str]) -> Process {
-    let mut args = vec![
-        "--init",
-        "--backend",
-        "backend.img",
-        "--cache",
-        "cache.img",
-        "--cache-size",
-        "128MiB",
-        "--write-policy",
-        "wb",
-    ];
-    args.extend_from_slice(extra);
-    Process::serve(dir, &args, ConnectOptions::export(String::new()))
+    Process::serve_write_back(dir, &[&["--init"], extra].concat())
 }
 
 /// The reproduction: 64 MiB more written through the cache (dirty), a
@@ -122,17 +110,12 @@ fn an_ignored_trim_changes_nothing() {
 
 #[test]
 fn write_zeroes_through_qemu_io_reads_back_as_zeroes() {
-    if !have("qemu-io") {
-        eprintln!("skipped: needs qemu-io");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "zeroes") else {
         return;
-    }
-    let dir = temp_dir("zeroes");
+    };
     let path = backend(&dir);
     let server = serve(&dir, &[]);
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(&dir);
     // Dirty data, then zeroes over most of it (unaligned ends), with and
     // without leaving holes, then every byte checked.
     let out = Command::new("qemu-io")
@@ -171,13 +154,7 @@ fn write_zeroes_through_qemu_io_reads_back_as_zeroes() {
 
 #[test]
 fn fstrim_on_ext4_over_nbdfuse_frees_backend_blocks() {
-    let root = Command::new("id").arg("-u").output().unwrap();
-    if String::from_utf8_lossy(&root.stdout).trim() != "0"
-        || !have("nbdfuse")
-        || !have("mkfs.ext4")
-        || !have("fstrim")
-    {
-        eprintln!("skipped: needs root, nbdfuse, mkfs.ext4 and fstrim");
+    if !root_and_installed(&["nbdfuse", "mkfs.ext4", "fstrim"]) {
         return;
     }
     let dir = temp_dir("fstrim");
@@ -268,21 +245,16 @@ fn nbd_cache_and_ctl_warm_read_a_range_into_the_cache() {
 
 #[test]
 fn copies_skip_the_backend_s_holes_but_not_dirty_data_in_them() {
-    if !common::have("nbdcopy") || !common::have("nbdinfo") {
-        eprintln!("skipped: needs nbdcopy and nbdinfo");
+    let Some(dir) = temp_dir_with(&["nbdcopy", "nbdinfo"], "block-status") else {
         return;
-    }
-    let dir = temp_dir("block-status");
+    };
     let path = backend(&dir); // 256 MiB, data in the first 64 MiB
     let server = serve(&dir, &[]);
     // Dirty data in a hole of the backend: only the cache has it.
     let mut c = client(&dir);
     c.write(200 * MIB, &vec![0x77u8; MIB as usize], false).unwrap();
     drop(c);
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(&dir);
     let map = Command::new("nbdinfo").args(["--map", &uri]).output().unwrap();
     let map = String::from_utf8_lossy(&map.stdout).to_string();
     assert!(map.contains("hole"), "holes reported:\n{map}");
@@ -311,11 +283,9 @@ fn copies_skip_the_backend_s_holes_but_not_dirty_data_in_them() {
 
 #[test]
 fn an_nbd_backend_s_holes_are_reported_too() {
-    if !common::have("nbdkit") || !common::have("nbdinfo") {
-        eprintln!("skipped: needs nbdkit and nbdinfo");
+    let Some(dir) = temp_dir_with(&["nbdkit", "nbdinfo"], "nbd-holes") else {
         return;
-    }
-    let dir = temp_dir("nbd-holes");
+    };
     backend(&dir); // 256 MiB, data in the first 64 MiB
     let kit_socket = dir.join("kit.sock");
     let mut kit = Process::spawn(
@@ -341,10 +311,7 @@ fn an_nbd_backend_s_holes_are_reported_too() {
         ],
         ConnectOptions::export(String::new()),
     );
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(&dir);
     let map = Command::new("nbdinfo").args(["--map", &uri]).output().unwrap();
     let map = String::from_utf8_lossy(&map.stdout).to_string();
     let lines: Vec<&str> = map.lines().collect();
@@ -359,21 +326,16 @@ fn an_nbd_backend_s_holes_are_reported_too() {
 
 #[test]
 fn fio_trims_through_its_nbd_engine() {
-    if !common::have("fio") {
-        eprintln!("skipped: needs fio");
+    let Some(dir) = temp_dir_with(&["fio"], "fio-trim") else {
         return;
-    }
-    let dir = temp_dir("fio-trim");
+    };
     let path = backend(&dir);
     let server = serve(&dir, &[]);
     let mut c = client(&dir);
     c.write(64 * MIB, &vec![0xa5u8; (16 * MIB) as usize], false)
         .unwrap();
     drop(c);
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(&dir);
     let out = Command::new("fio")
         .args([
             "--name=trim",

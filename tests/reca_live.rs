@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{ctl, have, temp_dir, Process};
+use common::{ctl, installed, nbd_uri, temp_dir, temp_dir_with, Process, SHARED_CACHE};
 
 type Server = Process;
 
@@ -116,10 +116,7 @@ enum Job {
 /// One fio job over 16 MiB at `offset` in 4 KiB blocks; `rw` is its
 /// order (the `Write` job's for `Verify`, which reads in offset order).
 fn fio(dir: &Path, job: Job, rw: &str, offset: &str) -> Output {
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(dir);
     let mut cmd = Command::new("fio");
     cmd.args([
         "--name=reca",
@@ -161,11 +158,9 @@ fn fio(dir: &Path, job: Job, rw: &str, offset: &str) -> Output {
 
 #[test]
 fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "fio") else {
         return;
-    }
-    let dir = temp_dir("fio");
+    };
     let metrics = free_address();
     let server = start(&dir, &["--metrics", &metrics, "--reca-line-size", "next_start"]);
     // Before any window: ReCA runs, no category yet.
@@ -280,11 +275,9 @@ const NEXT_START: [&str; 2] = ["--reca-line-size", "next_start"];
 /// wins. Every block survives both reformats.
 #[test]
 fn the_line_size_reca_chose_is_taken_at_the_next_start() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "line") else {
         return;
-    }
-    let dir = temp_dir("line");
+    };
     let server = start(&dir, &NEXT_START);
     fio(&dir, Job::Write, "write", "0");
     let r = wait_for(&dir, "large_file_generators");
@@ -361,11 +354,9 @@ fn wait_for_line_bytes(dir: &Path, line_bytes: u64) -> serde_json::Value {
 /// restart keeps the line size in force without formatting again.
 #[test]
 fn reca_changes_the_line_size_while_serving_and_keeps_every_block() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "live-line") else {
         return;
-    }
-    let dir = temp_dir("live-line");
+    };
     let server = start(&dir, &[]);
     // Sequential writes: large file generators, 128 KiB lines (the change
     // starts once a second window wanted them too).
@@ -645,32 +636,12 @@ fn a_kill_during_a_line_size_change_loses_no_acknowledged_write() {
 fn a_line_size_change_serves_every_volume_of_the_cache_on() {
     let dir = temp_dir("volumes");
     std::fs::create_dir_all(dir.join("data")).unwrap();
-    std::fs::write(
-        dir.join("iocache.toml"),
-        r#"
-[server]
-socket = "iocache-data/iocache.sock"
-admin_socket = "iocache-data/admin.sock"
-attach_dirs = ["data"]
-
-[[volume]]
-export = "one"
-backend = "data/one.img"
-backend_size = "32MiB"
-cache = "data/cache.img"
-cache_size = "8MiB"
-persistence = "dirty"
-adapt = "reca"
-reca_window = 1000
-
-[[volume]]
-export = "two"
-backend = "data/two.img"
-backend_size = "16MiB"
-cache = "data/cache.img"
-"#,
-    )
-    .unwrap();
+    // The kit's two volumes, on the Unix socket only, the first adapting.
+    let config = SHARED_CACHE.replace("listen = \"127.0.0.1:0\"\n", "").replace(
+        "persistence = \"dirty\"\n",
+        "persistence = \"dirty\"\nadapt = \"reca\"\nreca_window = 1000\n",
+    );
+    std::fs::write(dir.join("iocache.toml"), config).unwrap();
     let server = start_serving_config(&dir);
     let socket = dir.join("iocache-data/iocache.sock");
     let connect = |export: &str| Client::connect_unix(&socket, &ConnectOptions::export(export)).unwrap();
@@ -756,8 +727,7 @@ fn start_serving_config(dir: &Path) -> Server {
 /// so; once the backend heals, the shutdown writes every line back.
 #[test]
 fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
-    if !have("nbdkit") {
-        eprintln!("SKIPPED: nbdkit is not installed");
+    if !installed(&["nbdkit"]) {
         return;
     }
     const BLOCKS: u64 = 1024;
@@ -843,11 +813,9 @@ fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
 /// starts again.
 #[test]
 fn a_line_size_that_does_not_fit_the_device_is_refused_live_and_at_start() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "no-fit") else {
         return;
-    }
-    let dir = temp_dir("no-fit");
+    };
     let server = start(&dir, &["--line-size", "128KiB"]);
     // Random writes then random reads: 4 KiB lines wanted.
     fio(&dir, Job::Write, "randwrite", "32M");

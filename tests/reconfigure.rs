@@ -13,7 +13,7 @@ use std::time::Duration;
 use iocache_nbd::ConnectOptions;
 
 mod common;
-use common::{check_flushed, ctl, fio_verify, have, set_until, temp_dir, write_flushing, Process};
+use common::{check_flushed, ctl, fio_verify, set_until, temp_dir, temp_dir_with, write_flushing, Process};
 
 /// `iocache serve` of a 64 MiB backend through an 8 MiB cache, with `extra`.
 fn start(dir: &Path, extra: &[&str]) -> Process {
@@ -42,11 +42,9 @@ fn switch_until(dir: &Path, stop: &AtomicBool) -> usize {
 
 #[test]
 fn fio_verifies_while_every_knob_switches() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "fio") else {
         return;
-    }
-    let dir = temp_dir("fio");
+    };
     let server = start(&dir, &[]);
     let stop = AtomicBool::new(false);
     let ((passed, text), applied) = std::thread::scope(|s| {
@@ -87,8 +85,7 @@ fn kill_9_while_switching_loses_no_flushed_write_and_keeps_the_last_values() {
     let (ok, settings) = ctl(&dir, &["get"]);
     assert!(ok, "{settings}");
     check_flushed(&dir, &durable);
-    assert!(server.stop().success());
-    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    let log = server.stop_logged();
     assert!(log.contains("set write_policy="), "the changes are logged: {log}");
     let _ = std::fs::remove_dir_all(&dir);
 }

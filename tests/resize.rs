@@ -13,7 +13,8 @@ use iocache_nbd::ConnectOptions;
 
 mod common;
 use common::{
-    check_flushed, client, ctl, fio_verify, have, set_until, stats_json, temp_dir, write_flushing, Process,
+    check_flushed, client, ctl, fio_verify, set_until, stats_json, temp_dir, temp_dir_with, write_flushing,
+    Process,
 };
 
 /// `iocache serve` of a 64 MiB backend through an 8 MiB cache formatted
@@ -58,11 +59,9 @@ fn resize_until(dir: &Path, stop: &AtomicBool) -> usize {
 
 #[test]
 fn fio_verifies_while_the_cache_grows_and_shrinks() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "resize-fio") else {
         return;
-    }
-    let dir = temp_dir("resize-fio");
+    };
     let server = start(&dir);
     let stop = AtomicBool::new(false);
     let ((passed, text), set) = std::thread::scope(|s| {
@@ -124,8 +123,7 @@ fn a_growth_keeps_every_line_and_the_size_survives_a_restart() {
         ok && text.contains("cache_size") && text.contains("2MiB"),
         "{text}"
     );
-    assert!(server.stop().success());
-    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    let log = server.stop_logged();
     assert!(log.contains("set cache_size=2MiB"), "the change is logged: {log}");
     let _ = std::fs::remove_dir_all(&dir);
 }

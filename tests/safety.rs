@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{have, temp_dir, Process};
+use common::{temp_dir, temp_dir_with, Process};
 
 /// The arguments of a server on the files of `dir` with its own sockets
 /// (`tag` tells two servers' sockets apart).
@@ -658,11 +658,9 @@ fn nbdkit(socket: &Path, image: &Path) -> Child {
 /// non-zero, and the next start (backend back) writes them back.
 #[test]
 fn shutdown_with_the_backend_gone_is_bounded_and_keeps_the_dirty_lines() {
-    if !have("nbdkit") {
-        eprintln!("SKIPPED: nbdkit is not installed");
+    let Some(dir) = temp_dir_with(&["nbdkit"], "gone") else {
         return;
-    }
-    let dir = temp_dir("gone");
+    };
     let image = dir.join("backend.img");
     std::fs::File::create(&image).unwrap().set_len(16 << 20).unwrap();
     let kit_socket = dir.join("kit.sock");

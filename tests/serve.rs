@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{have, Process};
+use common::{have, installed, root_and_installed, temp_dir, temp_dir_with, Process, SHARED_CACHE};
 
 struct Served {
     process: Process,
@@ -79,6 +79,13 @@ impl Served {
         (ok, std::fs::read_to_string(log).unwrap_or_default())
     }
 
+    /// SIGTERM; it must exit 0. Returns what it logged.
+    fn stop_ok(self) -> String {
+        let (ok, log) = self.stop();
+        assert!(ok, "serve did not exit 0: {log}");
+        log
+    }
+
     /// SIGKILL (a crash); what it logged.
     fn kill(self) -> String {
         let log = self.log.clone();
@@ -142,12 +149,6 @@ fn qemu_io(uri: &str, commands: &[String]) -> String {
     text
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iocache-serve-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
 /// Offsets and sizes that cross lines, shards and the cache's capacity.
 fn pattern_commands(verb: &str) -> Vec<String> {
     let cases: [(u64, u64); 8] = [
@@ -169,32 +170,27 @@ fn pattern_commands(verb: &str) -> Vec<String> {
 
 #[test]
 fn qemu_io_patterns_survive_a_restart() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "restart") else {
         return;
-    }
-    let dir = temp_dir("restart");
+    };
     let served = Served::start(&dir, &[]);
     let uri = served.uri();
     qemu_io(&uri, &pattern_commands("write"));
     // Read back twice: misses fill the cache, then hits.
     qemu_io(&uri, &pattern_commands("read"));
     qemu_io(&uri, &pattern_commands("read"));
-    let (ok, err) = served.stop();
-    assert!(ok, "serve did not exit 0: {err}");
+    let err = served.stop_ok();
     assert!(err.contains("writing back"), "{err}");
     // A fresh cache over the same backend still reads every pattern.
     let served = Served::start(&dir, &["--write-policy", "wt"]);
     qemu_io(&served.uri(), &pattern_commands("read"));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn fio_verifies_under_every_write_policy() {
-    if !have("fio") {
-        eprintln!("skipped: fio is not installed");
+    if !installed(&["fio"]) {
         return;
     }
     for wp in ["wb", "wt", "wi", "wa", "wo", "pt"] {
@@ -288,8 +284,7 @@ fn nbdinfo_and_qemu_img_see_the_export() {
     } else {
         eprintln!("skipped: qemu-img is not installed");
     }
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -331,11 +326,9 @@ fn bad_arguments_are_named() {
 /// writes fail with EPERM and change nothing; reads are cached as usual.
 #[test]
 fn a_read_only_export_refuses_writes() {
-    if !have("qemu-io") || !have("nbdinfo") {
-        eprintln!("skipped: qemu-io or nbdinfo is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io", "nbdinfo"], "read-only") else {
         return;
-    }
-    let dir = temp_dir("read-only");
+    };
     std::fs::create_dir_all(dir.join("iocache-data")).unwrap();
     let backend = dir.join("iocache-data/backend.img");
     std::fs::write(&backend, vec![0x5au8; 4 << 20]).unwrap();
@@ -376,8 +369,7 @@ fn a_read_only_export_refuses_writes() {
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success() && !text.contains("failed"), "{text}");
     }
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let data = std::fs::read(&backend).unwrap();
     assert!(data.iter().all(|&b| b == 0x5a), "the backend changed");
     let _ = std::fs::remove_dir_all(&dir);
@@ -387,25 +379,21 @@ fn a_read_only_export_refuses_writes() {
 /// before a clean stop are hits after the restart.
 #[test]
 fn a_restart_comes_back_warm_by_default() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "warm") else {
         return;
-    }
-    let dir = temp_dir("warm");
+    };
     let admin = dir.join("iocache-data/admin.sock");
     let served = Served::start(&dir, &[]);
     qemu_io(
         &served.uri(),
         &["write -P 0x33 0 1M".to_string(), "read -P 0x33 0 1M".to_string()],
     );
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let served = Served::start(&dir, &[]);
     let before = stats_json(&admin);
     qemu_io(&served.uri(), &["read -P 0x33 0 1M".to_string()]);
     let after = stats_json(&admin);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(
         err.contains("256 clean lines"),
         "the restart did not load the lines: {err}"
@@ -426,8 +414,7 @@ fn a_restart_comes_back_warm_by_default() {
 /// the clean lines unchecked instead.
 #[test]
 fn after_a_kill_clean_lines_are_checked_against_the_backend() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    if !installed(&["qemu-io"]) {
         return;
     }
     /// SIGKILL; what the server said.
@@ -464,8 +451,7 @@ fn after_a_kill_clean_lines_are_checked_against_the_backend() {
 
     let served = Served::start(&dir, &["--write-policy", "wt", "--clean-check-budget", "0s"]);
     qemu_io(&served.uri(), &["read -P 0x44 64K 4K".to_string()]);
-    let (ok, said) = served.stop();
-    assert!(ok, "{said}");
+    let said = served.stop_ok();
     let expected = "(0 checked against the backend; dropped: 0 older than it, 256 unchecked)";
     assert!(said.contains(expected), "`{expected}` not in: {said}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -490,9 +476,7 @@ fn run_ok(cmd: &mut Command) -> String {
 
 #[test]
 fn ext4_on_nbdfuse_and_a_loop_device_checks_clean() {
-    let root = Command::new("id").arg("-u").output().unwrap();
-    if String::from_utf8_lossy(&root.stdout).trim() != "0" || !have("nbdfuse") || !have("mkfs.ext4") {
-        eprintln!("skipped: needs root, nbdfuse and mkfs.ext4");
+    if !root_and_installed(&["nbdfuse", "mkfs.ext4"]) {
         return;
     }
     let dir = temp_dir("ext4");
@@ -533,18 +517,15 @@ fn ext4_on_nbdfuse_and_a_loop_device_checks_clean() {
     );
     run_ok(Command::new("umount").arg(mnt_s));
     drop(fuse);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_backend_that_is_itself_an_nbdkit_export() {
-    if !have("nbdkit") || !have("qemu-io") {
-        eprintln!("skipped: needs nbdkit and qemu-io");
+    let Some(dir) = temp_dir_with(&["nbdkit", "qemu-io"], "nbdkit") else {
         return;
-    }
-    let dir = temp_dir("nbdkit");
+    };
     std::fs::create_dir_all(&dir).unwrap();
     let kit_socket = dir.join("nbdkit.sock");
     let mut nbdkit = Command::new("nbdkit")
@@ -572,8 +553,7 @@ fn a_backend_that_is_itself_an_nbdkit_export() {
         .collect();
     qemu_io(&served.uri(), &writes);
     qemu_io(&served.uri(), &reads);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     // Everything reached nbdkit: read it there directly.
     qemu_io(&backend, &reads);
     let _ = nbdkit.kill();
@@ -583,11 +563,9 @@ fn a_backend_that_is_itself_an_nbdkit_export() {
 
 #[test]
 fn stats_report_counters_and_latency() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "stats") else {
         return;
-    }
-    let dir = temp_dir("stats");
+    };
     let served = Served::start(&dir, &[]);
     qemu_io(&served.uri(), &pattern_commands("write"));
     qemu_io(&served.uri(), &pattern_commands("read"));
@@ -622,8 +600,7 @@ fn stats_report_counters_and_latency() {
         text.contains("cache I/O  R ") && !text.contains("balance"),
         "{text}"
     );
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -631,11 +608,9 @@ fn stats_report_counters_and_latency() {
 /// last decision in `stats`; the data is served as without it.
 #[test]
 fn adapt_runs_a_load_balancer_shown_in_stats() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "adapt") else {
         return;
-    }
-    let dir = temp_dir("adapt");
+    };
     let served = Served::start(&dir, &["--adapt", "lbica:hold=3", "--adapt-interval", "20ms"]);
     qemu_io(&served.uri(), &pattern_commands("write"));
     qemu_io(&served.uri(), &pattern_commands("read"));
@@ -656,8 +631,7 @@ fn adapt_runs_a_load_balancer_shown_in_stats() {
         text.contains("balance    lbica:hold=3 every 20ms") && text.contains("T_cache"),
         "{text}"
     );
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(err.contains("load balancer lbica:hold=3 every 20ms"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -702,11 +676,9 @@ fn two_volume_commands(verb: &str, pattern: u8) -> Vec<String> {
 
 #[test]
 fn a_config_file_serves_two_independent_volumes() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "config-two") else {
         return;
-    }
-    let dir = temp_dir("config-two");
+    };
     let served = Served::start_config(&dir, TWO_VOLUMES);
     let (fast, slow) = (served.uri_of("fast"), served.uri_of("slow"));
     // Different patterns at the same offsets: each export keeps its own.
@@ -743,8 +715,7 @@ fn a_config_file_serves_two_independent_volumes() {
         assert!(v["write_requests"].as_u64().unwrap() >= 5, "{v}");
         assert!(v["read_requests"].as_u64().unwrap() >= 5, "{v}");
     }
-    let (ok, err) = served.stop();
-    assert!(ok, "serve did not exit 0: {err}");
+    let err = served.stop_ok();
     assert!(err.contains("volume `fast`: writing back"), "{err}");
     assert!(err.contains("volume `slow`: writing back"), "{err}");
     // Every volume's dirty lines reached its own backend file.
@@ -848,11 +819,9 @@ fn config_errors_name_the_file_the_volume_and_the_key() {
 
 #[test]
 fn sequential_cutoff_and_write_miss_bypass_are_configurable() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "cutoff") else {
         return;
-    }
-    let dir = temp_dir("cutoff");
+    };
     let served = Served::start(&dir, &["--seq-cutoff", "64KiB", "--write-miss-bypass"]);
     // One sequential stream of 16 × 32 KiB: past 64 KiB its requests bypass the cache.
     let writes: Vec<String> = (0..16u64)
@@ -864,18 +833,15 @@ fn sequential_cutoff_and_write_miss_bypass_are_configurable() {
     let json = stats_json(&admin);
     let v = &json["volumes"][0];
     assert!(v["seq_cutoff_requests"].as_u64().unwrap() >= 13, "{v}");
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn nbdcopy_into_and_out_of_the_export() {
-    if !have("nbdcopy") {
-        eprintln!("skipped: nbdcopy is not installed");
+    let Some(dir) = temp_dir_with(&["nbdcopy"], "nbdcopy") else {
         return;
-    }
-    let dir = temp_dir("nbdcopy");
+    };
     let served = Served::start(&dir, &[]);
     let src = dir.join("src.img");
     // 64 MiB, the whole export: larger than the 2 MiB cache, so copying evicts throughout.
@@ -897,50 +863,23 @@ fn nbdcopy_into_and_out_of_the_export() {
         std::fs::read(&back).unwrap() == data,
         "nbdcopy round trip differs"
     );
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn batched_io_uring_reads_on_an_o_direct_cache() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "uring") else {
         return;
-    }
-    let dir = temp_dir("uring");
+    };
     // 512-byte lines: every multi-sector hit is several cache reads, issued as one batch.
     let served = Served::start(&dir, &["--line-size", "512B", "--direct", "--io-engine", "uring"]);
     qemu_io(&served.uri(), &pattern_commands("write"));
     qemu_io(&served.uri(), &pattern_commands("read"));
     qemu_io(&served.uri(), &pattern_commands("read"));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let _ = std::fs::remove_dir_all(&dir);
 }
-
-/// Two volumes on one cache device (the keys of the cache written once).
-const SHARED_CACHE: &str = r#"
-[server]
-socket = "iocache-data/iocache.sock"
-listen = "127.0.0.1:0"
-admin_socket = "iocache-data/admin.sock"
-attach_dirs = ["data"]
-
-[[volume]]
-export = "one"
-backend = "data/one.img"
-backend_size = "32MiB"
-cache = "data/cache.img"
-cache_size = "8MiB"
-persistence = "dirty"
-
-[[volume]]
-export = "two"
-backend = "data/two.img"
-backend_size = "16MiB"
-cache = "data/cache.img"
-"#;
 
 /// Offsets and sizes within a 16 MiB volume.
 fn small_volume_commands(verb: &str, pattern: u8) -> Vec<String> {
@@ -990,11 +929,9 @@ fn nbdinfo_size(uri: &str) -> Option<u64> {
 
 #[test]
 fn volumes_share_a_cache_device_and_come_and_go_at_run_time() {
-    if !have("qemu-io") || !have("nbdinfo") {
-        eprintln!("skipped: needs qemu-io and nbdinfo");
+    let Some(dir) = temp_dir_with(&["qemu-io", "nbdinfo"], "shared-cache") else {
         return;
-    }
-    let dir = temp_dir("shared-cache");
+    };
     let served = Served::start_config(&dir, SHARED_CACHE);
     let admin = dir.join("iocache-data/admin.sock");
     let (one, two) = (served.uri_of("one"), served.uri_of("two"));
@@ -1134,8 +1071,7 @@ fn volumes_share_a_cache_device_and_come_and_go_at_run_time() {
     // Attached again, on the same file: the data is there.
     ctl_ok(&admin, &["attach", "two", "data/two.img"]);
     qemu_io(&two, &small_volume_commands("read", 0x32));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     for name in ["one", "two", "three"] {
         assert!(err.contains(&format!("volume `{name}`: writing back")), "{err}");
     }
@@ -1146,18 +1082,15 @@ fn volumes_share_a_cache_device_and_come_and_go_at_run_time() {
     qemu_io(&served.uri_of("one"), &small_volume_commands("read", 0x45));
     qemu_io(&served.uri_of("two"), &small_volume_commands("read", 0x32));
     assert_eq!(nbdinfo_size(&served.uri_of("three")), None);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_crash_keeps_every_volume_of_a_shared_cache() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "shared-crash") else {
         return;
-    }
-    let dir = temp_dir("shared-crash");
+    };
     let served = Served::start_config(&dir, SHARED_CACHE);
     let mut one = small_volume_commands("write", 0x51);
     one.push("flush".into());
@@ -1188,8 +1121,7 @@ fn a_crash_keeps_every_volume_of_a_shared_cache() {
     let served = Served::start_config(&dir, SHARED_CACHE);
     qemu_io(&served.uri_of("one"), &small_volume_commands("read", 0x51));
     qemu_io(&served.uri_of("two"), &small_volume_commands("read", 0x52));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     assert!(file_holds(&dir.join("data/two.img"), 5 << 20, 1 << 20, 0x52));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -1226,11 +1158,9 @@ fn volumes_sharing_a_cache_must_agree_on_its_keys() {
 
 #[test]
 fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "array") else {
         return;
-    }
-    let dir = temp_dir("array");
+    };
     let args = array_args("iocache-data/c1.img");
     let served = Served::spawn(&dir, &args);
     let mut writes = pattern_commands("write");
@@ -1255,8 +1185,7 @@ fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
     assert_eq!(array["lost_lines"], 0, "{array}");
     // Degraded, it still takes writes (written through: one device left).
     qemu_io(&served.uri(), &pattern_commands("write"));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(err.contains("running without it"), "{err}");
     // Every pattern is in the backend itself.
     let backend = dir.join("iocache-data/backend.img");
@@ -1288,11 +1217,9 @@ fn array_args(member: &str) -> [&str; 11] {
 /// trusts it, and one naming the old file again does not.
 #[test]
 fn ctl_replace_member_swaps_a_cache_device_while_serving() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "replace-member") else {
         return;
-    }
-    let dir = temp_dir("replace-member");
+    };
     let args = array_args;
     let admin = dir.join("iocache-data/admin.sock");
     let served = Served::spawn(&dir, &args("iocache-data/c1.img"));
@@ -1334,8 +1261,7 @@ fn ctl_replace_member_swaps_a_cache_device_while_serving() {
     );
     qemu_io(&served.uri(), &pattern_commands("read"));
     qemu_io(&served.uri(), &writes);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(err.contains("replaced member 1"), "{err}");
     let c2 = std::fs::metadata(dir.join("iocache-data/c2.img")).unwrap();
     assert!(c2.len() > 0);
@@ -1352,8 +1278,7 @@ fn ctl_replace_member_swaps_a_cache_device_while_serving() {
     let array = &stats["volumes"][0]["array"];
     assert_eq!(array["members"][1]["state"], "failed", "{array}");
     qemu_io(&served.uri(), &pattern_commands("read"));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(err.contains("was replaced by another device"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -1409,8 +1334,7 @@ fn the_metrics_endpoint_parses_and_moves_with_traffic() {
     let (_, after) = http_get(&address, "/metrics");
     let (status, _) = http_get(&address, "/nothing");
     assert!(status.contains("404"), "{status}");
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let check = r#"
 import sys
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse
@@ -1510,8 +1434,7 @@ fn a_slow_metrics_client_holds_up_no_scrape() {
     );
     drop(slow);
     slow_writer.join().unwrap();
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1520,11 +1443,9 @@ fn a_slow_metrics_client_holds_up_no_scrape() {
 /// restart with a bigger cache that formats it anew and says so.
 #[test]
 fn pid_file_stats_watch_and_a_resize_at_restart() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "service") else {
         return;
-    }
-    let dir = temp_dir("service");
+    };
     let admin = dir.join("iocache-data/admin.sock");
     let pid_file = dir.join("iocache.pid");
     let served = Served::start(&dir, &["--pid-file", pid_file.to_str().unwrap()]);
@@ -1601,8 +1522,7 @@ fn pid_file_stats_watch_and_a_resize_at_restart() {
         "{text}"
     );
 
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     assert!(!pid_file.exists(), "the pid file outlived the server");
 
     // A bigger cache than the device holds: refused with the way to grow it.
@@ -1627,8 +1547,7 @@ fn pid_file_stats_watch_and_a_resize_at_restart() {
         .unwrap();
     let served = Served::start(&dir, &["--cache-size", "4MiB"]);
     qemu_io(&served.uri(), &["read -P 0x44 0 1M".to_string()]);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(
         err.contains("had another geometry") && err.contains("formatted anew"),
         "{err}"
@@ -1738,7 +1657,7 @@ fn the_admin_socket_exists_before_the_nbd_socket() {
 
 #[test]
 fn ctl_attach_words_its_refusals_with_its_flags() {
-    let dir = common::temp_dir("attach-words");
+    let dir = temp_dir("attach-words");
     let server = common::Process::serve(
         &dir,
         &["--init", "--backend-size", "16MiB", "--cache-size", "8MiB"],

@@ -13,12 +13,12 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{have, temp_dir, Process};
+use common::{missing, temp_dir, Process};
 
 /// Whether every tool in `tools` is installed; if not, says SKIPPED (or,
 /// under CI, fails the test naming what is missing).
 fn need(tools: &[&str]) -> bool {
-    let missing: Vec<&str> = tools.iter().copied().filter(|t| !have(t)).collect();
+    let missing = missing(tools);
     if missing.is_empty() {
         return true;
     }

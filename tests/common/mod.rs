@@ -71,6 +71,30 @@ pub fn run_ok(args: &[&str]) -> Output {
     o
 }
 
+/// A configuration of two volumes on one cache device (the keys of the
+/// cache written once), listening on TCP too.
+pub const SHARED_CACHE: &str = r#"
+[server]
+socket = "iocache-data/iocache.sock"
+listen = "127.0.0.1:0"
+admin_socket = "iocache-data/admin.sock"
+attach_dirs = ["data"]
+
+[[volume]]
+export = "one"
+backend = "data/one.img"
+backend_size = "32MiB"
+cache = "data/cache.img"
+cache_size = "8MiB"
+persistence = "dirty"
+
+[[volume]]
+export = "two"
+backend = "data/two.img"
+backend_size = "16MiB"
+cache = "data/cache.img"
+"#;
+
 /// Whether `tool` is on the PATH.
 pub fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -78,6 +102,38 @@ pub fn have(tool: &str) -> bool {
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// The tools of `tools` that are not on the PATH.
+pub fn missing<'a>(tools: &[&'a str]) -> Vec<&'a str> {
+    tools.iter().copied().filter(|t| !have(t)).collect()
+}
+
+/// Whether every tool in `tools` is on the PATH; if not, says the test is
+/// skipped and what it needs.
+pub fn installed(tools: &[&str]) -> bool {
+    let missing = missing(tools);
+    if !missing.is_empty() {
+        eprintln!("SKIPPED: needs {}", missing.join(", "));
+    }
+    missing.is_empty()
+}
+
+/// A fresh directory (see [`temp_dir`]) for a test that needs every tool
+/// in `tools`; None, after saying the test is skipped, when one is missing.
+pub fn temp_dir_with(tools: &[&str], name: &str) -> Option<PathBuf> {
+    installed(tools).then(|| temp_dir(name))
+}
+
+/// Whether the tests run as root (for loop devices and mounts) and every
+/// tool in `tools` is on the PATH; if not, says the test is skipped and why.
+pub fn root_and_installed(tools: &[&str]) -> bool {
+    let id = Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&id.stdout).trim() != "0" {
+        eprintln!("SKIPPED: needs root");
+        return false;
+    }
+    installed(tools)
 }
 
 /// A process a test runs (`iocache serve`, nbdkit): its stdout and stderr
@@ -124,6 +180,24 @@ impl Process {
             iocache_nbd::Client::connect_unix(&socket, &options).is_ok()
         });
         server
+    }
+
+    /// `iocache serve` in `dir` of DIR/backend.img through a 128 MiB
+    /// write-back cache in DIR/cache.img, with `extra` arguments, ready as
+    /// [`Process::serve`] has it for the default export.
+    pub fn serve_write_back(dir: &Path, extra: &[&str]) -> Process {
+        let mut args = vec![
+            "--backend",
+            "backend.img",
+            "--cache",
+            "cache.img",
+            "--cache-size",
+            "128MiB",
+            "--write-policy",
+            "wb",
+        ];
+        args.extend_from_slice(extra);
+        Process::serve(dir, &args, iocache_nbd::ConnectOptions::export(String::new()))
     }
 
     /// `iocache serve ARGS` in `dir` listening on TCP (`--listen
@@ -197,6 +271,15 @@ impl Process {
             .unwrap()
             .success());
         self.wait()
+    }
+
+    /// SIGTERM; it must exit 0. Returns what it logged.
+    pub fn stop_logged(self) -> String {
+        let log = self.log.clone();
+        let status = self.stop();
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(status.success(), "{status}:\n{text}");
+        text
     }
 
     /// Its exit status once it exits on its own (30 s at most).
@@ -282,15 +365,21 @@ pub fn set_until(
     made
 }
 
+/// The NBD URI of the default export of a server run in `dir` (its
+/// socket at DIR/iocache-data/iocache.sock).
+pub fn nbd_uri(dir: &Path) -> String {
+    format!(
+        "nbd+unix:///?socket={}",
+        dir.join("iocache-data/iocache.sock").display()
+    )
+}
+
 /// fio over NBD on the default export of a server run in `dir`: random
 /// 4 KiB reads and writes (half each) over `size`, QD 16, 30,000 I/Os,
 /// every block verified (crc32c). Returns whether it passed, and what it
 /// printed.
 pub fn fio_verify(dir: &Path, size: &str) -> (bool, String) {
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(dir);
     let out = Command::new("fio")
         .args([
             "--name=verify",
