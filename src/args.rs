@@ -26,6 +26,29 @@ pub struct TraceInput {
     pub skip_bad_lines: bool,
 }
 
+/// The format flags of a command that takes its trace as an argument
+/// (`iocache trace stats PATH`), read as [`TraceInput`] reads them.
+#[derive(Args)]
+pub struct TraceFormatArgs {
+    /// Trace format (detected when omitted).
+    #[arg(long, value_name = "NAME")]
+    pub format: Option<String>,
+    /// Skip malformed lines (and report how many) instead of stopping at the first.
+    #[arg(long)]
+    pub skip_bad_lines: bool,
+}
+
+impl TraceFormatArgs {
+    /// The trace at `trace`, read with these flags.
+    pub fn input(&self, trace: PathBuf) -> TraceInput {
+        TraceInput {
+            trace,
+            format: self.format.clone(),
+            skip_bad_lines: self.skip_bad_lines,
+        }
+    }
+}
+
 impl TraceInput {
     pub fn open(&self) -> Result<TraceReader> {
         let format = self

@@ -24,7 +24,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use args::{parse_line_size, print_stdout, OutputFile, TraceInput};
+use args::{parse_line_size, print_stdout, OutputFile, TraceFormatArgs, TraceInput};
 use clap::{Args, Parser, Subcommand};
 use iocache_core::{PolicySpec, Promotion, WritePolicy};
 use iocache_sim::report::{render_table, render_timing_table, render_volume_table, table, JsonReport};
@@ -257,12 +257,8 @@ struct TraceStatsArgs {
     /// Trace file.
     #[arg(value_name = "PATH")]
     trace: PathBuf,
-    /// Trace format (detected when omitted).
-    #[arg(long, value_name = "NAME")]
-    format: Option<String>,
-    /// Skip malformed lines (and report how many) instead of stopping at the first.
-    #[arg(long)]
-    skip_bad_lines: bool,
+    #[command(flatten)]
+    reading: TraceFormatArgs,
     /// Line size for footprint and working-set size (a size with a unit: 4KiB, 512B).
     #[arg(long, default_value = "4KiB", value_name = "SIZE")]
     line_size: String,
@@ -769,11 +765,7 @@ fn series_text(path: &str, report: &iocache_sim::SimReport) -> Result<String> {
 }
 
 fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
-    let input = TraceInput {
-        trace: args.trace,
-        format: args.format,
-        skip_bad_lines: args.skip_bad_lines,
-    };
+    let input = args.reading.input(args.trace);
     let line = parse_line_size(&args.line_size)?;
     let window = args.window.as_deref().map(str::parse::<Window>).transpose()?;
     if args.reca.reca && input.is_stdin() {

@@ -290,44 +290,35 @@ fn default_mirror_percent() -> u32 {
     25
 }
 
-fn default_persistence() -> String {
-    DEFAULT_PERSISTENCE.into()
-}
-
 /// Persistence when none is given: `all`, so a restart finds a warm cache
 /// (as dm-cache and Open CAS do); its cost is measured in
 /// docs/results/durability.md.
 pub const DEFAULT_PERSISTENCE: &str = "all";
 
-fn default_seq_cutoff() -> String {
-    "off".into()
-}
-
-fn default_fill() -> String {
-    "request".into()
-}
-
-fn default_io_engine() -> String {
-    "auto".into()
-}
-
 fn default_line_size() -> SizeText {
     SizeText("4KiB".into())
 }
-fn default_write_policy() -> String {
-    "wb".into()
+
+/// Serde's defaults of the keys whose default is a fixed string, one
+/// function each as `#[serde(default = "...")]` takes them.
+macro_rules! string_defaults {
+    ($($name:ident => $value:expr),* $(,)?) => {
+        $(fn $name() -> String {
+            $value.into()
+        })*
+    };
 }
-fn default_promotion() -> String {
-    "always".into()
-}
-fn default_policy() -> String {
-    "lru".into()
-}
-fn default_lookup() -> String {
-    "fine".into()
-}
-fn default_flush() -> String {
-    "nop".into()
+
+string_defaults! {
+    default_persistence => DEFAULT_PERSISTENCE,
+    default_seq_cutoff => "off",
+    default_fill => "request",
+    default_io_engine => "auto",
+    default_write_policy => "wb",
+    default_promotion => "always",
+    default_policy => "lru",
+    default_lookup => "fine",
+    default_flush => "nop",
 }
 
 /// A size: a string with a unit (`"128MiB"`) or, in TOML, an integer of bytes.
