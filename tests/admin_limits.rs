@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{temp_dir, Process};
+use common::{temp_dir, Process, TestDir};
 
-/// A running `iocache serve` on its own directory, killed when dropped.
+/// A running `iocache serve` on its own directory, killed when dropped
+/// (and the directory removed, unless the test failed).
 struct Served {
     process: Process,
-    dir: PathBuf,
+    dir: TestDir,
 }
 
 impl Served {
@@ -89,14 +90,6 @@ impl Served {
                 ),
             }
             std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }

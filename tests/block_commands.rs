@@ -9,7 +9,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{client, nbd_uri, root_and_installed, temp_dir, temp_dir_with, Process};
+use common::{
+    client, nbd_uri, nbdkit_file, root_and_installed, sparse_file, temp_dir, temp_dir_with, Process,
+};
 use iocache_nbd::ConnectOptions;
 
 const MIB: u64 = 1 << 20;
@@ -159,7 +161,7 @@ fn fstrim_on_ext4_over_nbdfuse_frees_backend_blocks() {
     }
     let dir = temp_dir("fstrim");
     let path = dir.join("backend.img");
-    std::fs::File::create(&path).unwrap().set_len(256 * MIB).unwrap();
+    sparse_file(&path, 256 * MIB);
     let server = serve(&dir, &[]);
     let fuse = common::FuseDisk::mount(&dir);
     let (disk, mnt) = (&fuse.disk, dir.join("mnt"));
@@ -287,17 +289,7 @@ fn an_nbd_backend_s_holes_are_reported_too() {
         return;
     };
     backend(&dir); // 256 MiB, data in the first 64 MiB
-    let kit_socket = dir.join("kit.sock");
-    let mut kit = Process::spawn(
-        Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(&kit_socket)
-            .args(["file"])
-            .arg(dir.join("backend.img")),
-        &dir.join("nbdkit.log"),
-    );
-    kit.wait_until("nbdkit listens", || kit_socket.exists());
-    let backend_uri = format!("nbd+unix:///?socket={}", kit_socket.display());
+    let (kit, backend_uri) = nbdkit_file(&dir, &dir.join("backend.img"), &[], &[]);
     let server = Process::serve(
         &dir,
         &[

@@ -492,15 +492,13 @@ fn gen_writes_a_trace_sim_reads_and_a_fio_job() {
         "volume_size = \"1GiB\"\n[[phase]]\nrequests = 10\ndistribution = \"zipf\"\n",
     );
     fails_saying(&["gen", bad.to_str().unwrap()], &["phase 1", "zipf"]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `lab run`: shards merged equal one run, and a rerun runs only what is
 /// missing.
 #[test]
 fn lab_shards_merge_to_one_run_and_runs_resume() {
-    let dir = temp_dir("lab");
-    let experiment = write_experiment(&dir, "[[workload]]\nname = \"sample\"\ntrace = \"{trace}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"1MiB\", \"512\"]\nwrite_policy = [\"wb\", \"wt\"]\n", &sample_path());
+    let (dir, experiment) = sample_experiment("lab", "[[workload]]\nname = \"sample\"\ntrace = \"{trace}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"1MiB\", \"512\"]\nwrite_policy = [\"wb\", \"wt\"]\n");
     let e = experiment.to_str().unwrap();
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
     let strip = |file: &str| json_lines(std::path::Path::new(file));
@@ -555,7 +553,6 @@ fn lab_shards_merge_to_one_run_and_runs_resume() {
     let mut resumed = strip(&path("resumed.jsonl"));
     resumed.sort_by_key(|r| r["point"].as_u64());
     assert_eq!(resumed, whole);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The admission policies and the readahead are lab knobs: every point of
@@ -563,13 +560,11 @@ fn lab_shards_merge_to_one_run_and_runs_resume() {
 /// readahead points carry the fetch counts.
 #[test]
 fn lab_grids_admission_and_readahead_as_sim_runs_them() {
-    let dir = temp_dir("lab-admission");
-    let experiment = write_experiment(
-        &dir,
+    let (dir, experiment) = sample_experiment(
+        "lab-admission",
         "[[workload]]\nname = \"s\"\ntrace = \"{trace}\"\nformat = \"arc\"\n[grid]\ncache_size = [\"256\"]\n\
          promotion = [\"always\", \"second-hit\", \"random:0.5\", \"request-size:4KiB\"]\n\
          readahead = [\"off\", \"seq:min=8KiB\"]\n",
-        &sample_path(),
     );
     let rows = lab_run_rows(&experiment, &dir.join("r.jsonl"));
     assert_eq!(rows.len(), 8);
@@ -603,7 +598,6 @@ fn lab_grids_admission_and_readahead_as_sim_runs_them() {
         fetched > 0,
         "the sample has sequential runs: readahead fetched something"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A generated trace over several volumes (MSR CSV, the disk number the
@@ -661,7 +655,6 @@ fn per_volume_curves_equal_each_volume_alone() {
         ],
         &["--per-volume", "one --method"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `trace allocate`: the best split's predicted misses are what the
@@ -726,7 +719,6 @@ fn allocation_by_curves_is_what_simulation_finds_and_beats_the_others() {
         ],
         &["--cache-size 16", "fewer units"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Above 32 KiB lines `trace mrc`'s exact curve is a simulation of every
@@ -770,11 +762,9 @@ fn large_line_curves_equal_the_simulator() {
 /// `iocache sim` at that many lines.
 #[test]
 fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
-    let dir = temp_dir("lab-share");
-    let experiment = write_experiment(
-        &dir,
+    let (dir, experiment) = sample_experiment(
+        "lab-share",
         "[[workload]]\nname = \"s\"\ntrace = \"{trace}\"\n[grid]\ncache_size = [\"10%\"]\n",
-        &sample_path(),
     );
     let row = lab_run_rows(&experiment, &dir.join("r.jsonl")).remove(0);
     let stats: serde_json::Value =
@@ -809,7 +799,6 @@ fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
     )
     .unwrap();
     fails_saying(&["lab", "run", bad.to_str().unwrap()], &["grid.cache_size"]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--report`: the page is written beside the usual output, checked before
@@ -873,7 +862,6 @@ fn reports_are_written_where_asked() {
         ],
         &["no results"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An MSR trace of `n` requests over three disks, one request per
@@ -902,6 +890,14 @@ fn three_volume_trace(dir: &std::path::Path, n: u64) -> PathBuf {
 /// The sample trace's absolute path.
 fn sample_path() -> PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(SAMPLE)
+}
+
+/// A fresh directory for one test, and its experiment DIR/e.toml: `text`
+/// over the sample trace (see [`write_experiment`]).
+fn sample_experiment(name: &str, text: &str) -> (common::TestDir, PathBuf) {
+    let dir = temp_dir(name);
+    let experiment = write_experiment(&dir, text, &sample_path());
+    (dir, experiment)
 }
 
 /// Writes DIR/e.toml: `text` with `{trace}` replaced by `trace`'s path.
@@ -1053,7 +1049,6 @@ fn lab_grid_over_timing_adapt_and_restarts_equals_sim_alone() {
         assert_eq!(volumes.iter().filter(|r| r["point_id"] == *id).count(), 3);
         assert_eq!(mine(&series), *run["cache_series"].as_array().unwrap(), "{id}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Knob values that cannot run together are refused when the experiment
@@ -1089,7 +1084,6 @@ fn lab_refuses_invalid_knob_combinations_at_load() {
         assert!(stderr(&o).contains(message), "{grid}: {}", stderr(&o));
         assert!(!stderr(&o).contains("no-such-trace"), "{}", stderr(&o));
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `sim --series-every` without timing: the windows add up to the run's
@@ -1187,7 +1181,6 @@ fn sim_series_without_timing_and_per_volume_add_up() {
         ],
         &["--series-every"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// With the later knobs, a series and per-volume results, shards merged
@@ -1286,7 +1279,6 @@ fn lab_shards_and_resumption_hold_with_the_new_knobs() {
         page.contains("three: hit ratio over trace time (s)"),
         "the series is plotted"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The lines of a help text's `Commands:` section: each subcommand's name.
@@ -1462,7 +1454,6 @@ fn every_sim_output_is_written_with_every_other() {
         &["--reca-series", "needs --adapt reca"],
     );
     assert!(!dir.join("same.json").exists() && !dir.join("x.csv").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The JSON of an adaptive run carries the decisions the text prints: on
@@ -1586,7 +1577,6 @@ fn adaptive_decisions_in_the_json_equal_the_text() {
     }
     assert_eq!(counted, rows.len() as u64);
     assert!(text.contains(&summary), "{summary} not in\n{text}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `lab run --shard auto` takes its slice from a Slurm array task or a
@@ -1594,12 +1584,7 @@ fn adaptive_decisions_in_the_json_equal_the_text() {
 /// it; the slices merged equal one run.
 #[test]
 fn lab_shards_come_from_slurm_and_kubernetes_environments() {
-    let dir = temp_dir("lab-auto");
-    let experiment = write_experiment(
-        &dir,
-        "[[workload]]\nname = \"sample\"\ntrace = \"{trace}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"512\"]\n",
-        &sample_path(),
-    );
+    let (dir, experiment) = sample_experiment("lab-auto", "[[workload]]\nname = \"sample\"\ntrace = \"{trace}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"512\"]\n");
     let e = experiment.to_str().unwrap();
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
     run_ok(&["lab", "run", e, "--out", &path("whole.jsonl"), "--threads", "1"]);
@@ -1654,7 +1639,6 @@ fn lab_shards_come_from_slurm_and_kubernetes_environments() {
         "{}",
         stderr(&o)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `sim --csv` writes one row per run, in the reading order and with the
@@ -1700,7 +1684,6 @@ fn sim_csv_has_a_row_per_run_with_the_lab_columns() {
         &["sim", "--trace", SAMPLE, "--csv", "-"],
         &["--csv -: give a file name"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `trace mrc --method mini:RATE --policy P,Q`: at rate 1 a miniature
@@ -1785,5 +1768,4 @@ fn ordered_write_back_names_what_it_is_not_combined_with() {
         &with(&["--write-policy", "wt"]),
         &["ordered_write_back with write_policy wt", "use wb or wo"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -104,7 +104,6 @@ fn writes_acknowledged_an_interval_before_a_kill_survive_it() {
         }
         drop(c);
         assert!(server.stop().success());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -137,5 +136,4 @@ fn nbdcopy_without_flush_survives_a_kill_after_the_interval() {
     assert!(got == data, "the copy did not survive the kill");
     drop(c);
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }

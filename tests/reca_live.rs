@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{ctl, installed, nbd_uri, temp_dir, temp_dir_with, Process, SHARED_CACHE};
+use common::{
+    ctl, installed, nbd_uri, nbdkit_file, sparse_file, temp_dir, temp_dir_with, Process, SHARED_CACHE,
+};
 
 type Server = Process;
 
@@ -265,7 +267,6 @@ fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
         );
     }
     assert!(log.contains("line size: 4KiB -> 128KiB pending"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 const NEXT_START: [&str; 2] = ["--reca-line-size", "next_start"];
@@ -324,7 +325,6 @@ fn the_line_size_reca_chose_is_taken_at_the_next_start() {
             "ReCA's line size 128KiB of the last run was chosen over a configured 4KiB; the configuration says 8KiB now",
         ],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `stats` as JSON: the first volume's entry.
@@ -405,7 +405,6 @@ fn reca_changes_the_line_size_while_serving_and_keeps_every_block() {
     );
     assert_eq!(log.matches("formatted a new cache").count(), 1, "{log}");
     assert!(!log.contains("WARN"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What block `block` holds after its `generation`-th write (0: never
@@ -511,7 +510,6 @@ fn line_size_changes_under_a_client_that_never_stops_lose_nothing() {
     stop(server);
     let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
     assert!(!log.contains("WARN"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The server is killed (SIGKILL) at a different moment of each round while
@@ -625,7 +623,6 @@ fn a_kill_during_a_line_size_change_loses_no_acknowledged_write() {
     }
     eprintln!("rounds killed before a change started, during one, after one: {killed:?}");
     assert!(killed[1] > 0, "no kill fell during a change: {killed:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Two volumes on one cache device, and a third attached while serving: a
@@ -713,7 +710,6 @@ fn a_line_size_change_serves_every_volume_of_the_cache_on() {
     // ReCA want 128 KiB lines once more).
     assert!(log.matches("while serving:").count() >= 2, "{log}");
     assert!(!log.contains("WARN"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `iocache serve --config iocache.toml` in `dir`.
@@ -733,24 +729,15 @@ fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
     const BLOCKS: u64 = 1024;
     let dir = temp_dir("refused");
     let backend_img = dir.join("backend.img");
-    std::fs::File::create(&backend_img)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
+    sparse_file(&backend_img, 64 << 20);
     let inject = dir.join("inject");
-    let backend_sock = dir.join("backend.sock");
-    let mut nbdkit = Process::spawn(
-        Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(&backend_sock)
-            .args(["--filter=error", "file"])
-            .arg(&backend_img)
-            .arg("error-pwrite-rate=100%")
-            .arg(format!("error-pwrite-file={}", inject.display())),
-        &dir.join("nbdkit.log"),
+    let trigger = format!("error-pwrite-file={}", inject.display());
+    let (nbdkit, backend_uri) = nbdkit_file(
+        &dir,
+        &backend_img,
+        &["--filter=error"],
+        &["error-pwrite-rate=100%", &trigger],
     );
-    nbdkit.wait_until("nbdkit listens", || backend_sock.exists());
-    let backend_uri = format!("nbd+unix:///?socket={}", backend_sock.display());
     let server = spawn_server(
         &dir,
         &[
@@ -803,7 +790,6 @@ fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
         );
     }
     nbdkit.kill();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A line size whose lines and metadata would not fit the cache device
@@ -841,5 +827,4 @@ fn a_line_size_that_does_not_fit_the_device_is_refused_live_and_at_start() {
         1,
         "said once: {log}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -61,7 +61,6 @@ fn fio_verifies_while_every_knob_switches() {
     let (ok, text) = ctl(&dir, &["get"]);
     assert!(ok && text.contains("in force"), "{text}");
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -87,7 +86,6 @@ fn kill_9_while_switching_loses_no_flushed_write_and_keeps_the_last_values() {
     check_flushed(&dir, &durable);
     let log = server.stop_logged();
     assert!(log.contains("set write_policy="), "the changes are logged: {log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `stats` (text and JSON) names the replacement policy in force, as `ctl
@@ -115,5 +113,4 @@ fn stats_name_the_policy_in_force() {
     let text = stats(false);
     assert!(text.contains(", s3fifo policy, wb write policy"), "{text}");
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{run_ok, temp_dir};
+use common::{run_ok, skip_unless_ci, temp_dir};
 
 const SAMPLE: &str = "crates/iocache-sim/data/sample.lis";
 const BROWSERS: [&str; 2] = ["chromium-headless-shell", "chromium"];
@@ -35,12 +35,7 @@ fn browser() -> Option<&'static str> {
             .is_ok_and(|s| s.success())
     });
     if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "needs {} (installed by scripts/test.sh), missing under CI",
-            BROWSERS.join(" or ")
-        );
-        eprintln!("SKIPPED: needs {}", BROWSERS.join(" or "));
+        skip_unless_ci(&BROWSERS.join(" or "));
     }
     found
 }
@@ -281,7 +276,6 @@ fn lab_report_renders_offline() {
             "<table>",
         ],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -334,7 +328,6 @@ fn sim_report_renders_offline() {
             "s3fifo 1024",
         ],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -361,7 +354,6 @@ fn mrc_report_renders_offline() {
             "opt",
         ],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The checks can fail: a page with an external image is caught by the
@@ -387,5 +379,4 @@ fn an_external_request_is_caught() {
         "the proxy saw {:?}",
         loaded.requests
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -13,15 +13,21 @@ use serde_json::Value;
 mod common;
 use common::{iocache, run_ok, stderr, stdout, temp_dir};
 
-/// `iocache lab reproduce NAME --quick [--traces TRACES] --out OUT`,
-/// which must succeed.
-fn reproduce_quick(name: &str, traces: Option<&Path>, out: &Path) -> Output {
+/// The arguments of `iocache lab reproduce NAME --quick [--traces TRACES]
+/// --out OUT`.
+fn quick_args<'a>(name: &'a str, traces: Option<&'a Path>, out: &'a Path) -> Vec<&'a str> {
     let mut args = vec!["lab", "reproduce", name, "--quick"];
     if let Some(traces) = traces {
         args.extend(["--traces", traces.to_str().unwrap()]);
     }
     args.extend(["--out", out.to_str().unwrap()]);
-    run_ok(&args)
+    args
+}
+
+/// `iocache lab reproduce NAME --quick ...` (see [`quick_args`]), which
+/// must succeed.
+fn reproduce_quick(name: &str, traces: Option<&Path>, out: &Path) -> Output {
+    run_ok(&quick_args(name, traces, out))
 }
 
 const OUTCOMES: [&str; 4] = ["reproduced", "partially", "not", "undecided"];
@@ -91,7 +97,6 @@ fn every_quick_reproduction_writes_figures_and_a_verdict() {
     // The fidelity check holds at the paper's size even in a quick run.
     let arc = check_dir(&out.join("arc-p2"), "arc-p2");
     assert_eq!(arc["outcome"], "reproduced", "{arc}");
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
@@ -99,16 +104,7 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
     let out = temp_dir("skip");
     let empty = temp_dir("empty-traces");
     // Nothing checked: said, written, and not a pass for a script.
-    let o = iocache(&[
-        "lab",
-        "reproduce",
-        "arc-p2",
-        "--quick",
-        "--traces",
-        empty.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = iocache(&quick_args("arc-p2", Some(&empty), &out));
     assert!(
         !o.status.success(),
         "a reproduction that checked nothing exited 0"
@@ -142,8 +138,6 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
     let o = iocache(&["lab", "reproduce", "nosuch"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("known: arc-p2"));
-    let _ = std::fs::remove_dir_all(&out);
-    let _ = std::fs::remove_dir_all(&empty);
 }
 
 /// LBICA needs no trace (its bursts are generated): the quick run checks
@@ -185,5 +179,4 @@ fn lbica_compares_wb_sib_and_lbica_under_bursts() {
     for case in ["rr WB:", "mx SIB over WT:", "wi SIB over WO:", "hh LBICA:"] {
         assert!(setup.contains(case), "{setup}");
     }
-    let _ = std::fs::remove_dir_all(&out);
 }

@@ -80,7 +80,6 @@ fn fio_verifies_while_the_cache_grows_and_shrinks() {
         "{d:#}"
     );
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -125,7 +124,6 @@ fn a_growth_keeps_every_line_and_the_size_survives_a_restart() {
     );
     let log = server.stop_logged();
     assert!(log.contains("set cache_size=2MiB"), "the change is logged: {log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -158,7 +156,6 @@ fn kill_9_while_resizing_loses_no_flushed_write() {
         &written.acknowledged_before(killed_at - Duration::from_millis(2500)),
     );
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -190,5 +187,4 @@ fn a_smaller_cache_size_at_a_restart_keeps_the_lines_that_fit() {
     assert!(back == data, "data changed across the restart");
     drop(c);
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -185,7 +185,6 @@ fn qemu_io_patterns_survive_a_restart() {
     let served = Served::start(&dir, &["--write-policy", "wt"]);
     qemu_io(&served.uri(), &pattern_commands("read"));
     served.stop_ok();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -227,7 +226,6 @@ fn fio_verifies_under_every_write_policy() {
         assert!(!text.contains("verify: bad"), "{wp}: {text}");
         let (ok, err) = served.stop();
         assert!(ok, "{wp}: {err}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -285,7 +283,6 @@ fn nbdinfo_and_qemu_img_see_the_export() {
         eprintln!("skipped: qemu-img is not installed");
     }
     served.stop_ok();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -319,7 +316,6 @@ fn bad_arguments_are_named() {
         assert_eq!(err.lines().count(), 1, "one line, each cause once: {err}");
     }
     assert!(!dir.join("typo.img").exists(), "the mistyped backend was created");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--read-only` (qemu-nbd -r, nbdkit -r): clients see a read-only export,
@@ -372,7 +368,6 @@ fn a_read_only_export_refuses_writes() {
     served.stop_ok();
     let data = std::fs::read(&backend).unwrap();
     assert!(data.iter().all(|&b| b == 0x5a), "the backend changed");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Restarts come back warm by default (persistence `all`): lines read
@@ -403,7 +398,6 @@ fn a_restart_comes_back_warm_by_default() {
         hits(&after) >= hits(&before) + 256,
         "not warm: {before} then {after}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// After `kill -9`, a clean line is loaded only if it still equals the
@@ -454,7 +448,6 @@ fn after_a_kill_clean_lines_are_checked_against_the_backend() {
     let said = served.stop_ok();
     let expected = "(0 checked against the backend; dropped: 0 older than it, 256 unchecked)";
     assert!(said.contains(expected), "`{expected}` not in: {said}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `iocache stats --json` against an admin socket.
@@ -518,7 +511,6 @@ fn ext4_on_nbdfuse_and_a_loop_device_checks_clean() {
     run_ok(Command::new("umount").arg(mnt_s));
     drop(fuse);
     served.stop_ok();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -558,7 +550,6 @@ fn a_backend_that_is_itself_an_nbdkit_export() {
     qemu_io(&backend, &reads);
     let _ = nbdkit.kill();
     let _ = nbdkit.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -601,7 +592,6 @@ fn stats_report_counters_and_latency() {
         "{text}"
     );
     served.stop_ok();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `serve --adapt`: the controller runs, closes intervals and shows its
@@ -633,7 +623,6 @@ fn adapt_runs_a_load_balancer_shown_in_stats() {
     );
     let err = served.stop_ok();
     assert!(err.contains("load balancer lbica:hold=3 every 20ms"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 const TWO_VOLUMES: &str = r#"
@@ -728,7 +717,6 @@ fn a_config_file_serves_two_independent_volumes() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `iocache serve --config` on `toml` in `dir` and returns its stderr;
@@ -751,43 +739,55 @@ fn config_error(dir: &Path, toml: &str) -> String {
 fn config_errors_name_the_file_the_volume_and_the_key() {
     let dir = temp_dir("config-bad");
     std::fs::create_dir_all(&dir).unwrap();
-    let unknown = TWO_VOLUMES.replace("lookup = \"coarse\"", "lookup = \"coarse\"\nreadahead_depth = 4");
-    let err = config_error(&dir, &unknown);
-    assert!(err.contains("unknown field `readahead_depth`"), "{err}");
-    let unknown_server = TWO_VOLUMES.replace("listen = ", "tcp = ");
-    let err = config_error(&dir, &unknown_server);
-    assert!(err.contains("`tcp`"), "{err}");
-    let err = config_error(&dir, &TWO_VOLUMES.replace("\"wt\"", "\"wz\""));
-    assert!(
-        err.contains("volume `slow`: write_policy") && err.contains("wz"),
-        "{err}"
-    );
-    let err = config_error(&dir, &TWO_VOLUMES.replace("\"slow\"", "\"fast\""));
-    assert!(
-        err.contains("volume `fast`: export") && err.contains("unique"),
-        "{err}"
-    );
-    let err = config_error(
-        &dir,
-        &TWO_VOLUMES.replace("cache = \"data/cache-slow.img\"\n", ""),
-    );
-    assert!(err.contains("missing field `cache`"), "{err}");
-    // Two volumes may share a cache device, but not disagree on its size.
-    let err = config_error(&dir, &TWO_VOLUMES.replace("cache-slow.img", "cache-fast.img"));
-    assert!(
-        err.contains("volumes `fast` and `slow`") && err.contains("cache_size"),
-        "{err}"
-    );
-    let err = config_error(&dir, &TWO_VOLUMES.replace("\"64KiB\"", "\"3000B\""));
-    assert!(
-        err.contains("volume `slow`: line_size") && err.contains("power of two"),
-        "{err}"
-    );
     let no_listener = TWO_VOLUMES
         .replace("socket = \"iocache-data/iocache.sock\"\n", "")
         .replace("listen = \"127.0.0.1:0\"\n", "");
-    let err = config_error(&dir, &no_listener);
-    assert!(err.contains("no listener"), "{err}");
+    // In order: the backends an earlier case created exist for the later.
+    let cases: [(&str, String, &[&str]); 8] = [
+        (
+            "an unknown volume key",
+            TWO_VOLUMES.replace("lookup = \"coarse\"", "lookup = \"coarse\"\nreadahead_depth = 4"),
+            &["unknown field `readahead_depth`"],
+        ),
+        (
+            "an unknown server key",
+            TWO_VOLUMES.replace("listen = ", "tcp = "),
+            &["`tcp`"],
+        ),
+        (
+            "a bad write policy",
+            TWO_VOLUMES.replace("\"wt\"", "\"wz\""),
+            &["volume `slow`: write_policy", "wz"],
+        ),
+        (
+            "an export twice",
+            TWO_VOLUMES.replace("\"slow\"", "\"fast\""),
+            &["volume `fast`: export", "unique"],
+        ),
+        (
+            "no cache",
+            TWO_VOLUMES.replace("cache = \"data/cache-slow.img\"\n", ""),
+            &["missing field `cache`"],
+        ),
+        // Two volumes may share a cache device, but not disagree on its size.
+        (
+            "one cache of two sizes",
+            TWO_VOLUMES.replace("cache-slow.img", "cache-fast.img"),
+            &["volumes `fast` and `slow`", "cache_size"],
+        ),
+        (
+            "a line size not a power of two",
+            TWO_VOLUMES.replace("\"64KiB\"", "\"3000B\""),
+            &["volume `slow`: line_size", "power of two"],
+        ),
+        ("no listener", no_listener, &["no listener"]),
+    ];
+    for (case, toml, needles) in cases {
+        let err = config_error(&dir, &toml);
+        for needle in needles {
+            assert!(err.contains(needle), "{case}: no {needle:?} in {err}");
+        }
+    }
     // Found when the devices are opened: a cache size beyond an existing cache file.
     std::fs::create_dir_all(dir.join("data")).unwrap();
     std::fs::write(dir.join("data/cache-fast.img"), vec![0u8; 1 << 20]).unwrap();
@@ -814,7 +814,6 @@ fn config_errors_name_the_file_the_volume_and_the_key() {
         err.contains("--config") && err.contains("--write-policy"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -834,7 +833,6 @@ fn sequential_cutoff_and_write_miss_bypass_are_configurable() {
     let v = &json["volumes"][0];
     assert!(v["seq_cutoff_requests"].as_u64().unwrap() >= 13, "{v}");
     served.stop_ok();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -864,7 +862,6 @@ fn nbdcopy_into_and_out_of_the_export() {
         "nbdcopy round trip differs"
     );
     served.stop_ok();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -878,7 +875,6 @@ fn batched_io_uring_reads_on_an_o_direct_cache() {
     qemu_io(&served.uri(), &pattern_commands("read"));
     qemu_io(&served.uri(), &pattern_commands("read"));
     served.stop_ok();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Offsets and sizes within a 16 MiB volume.
@@ -1083,7 +1079,6 @@ fn volumes_share_a_cache_device_and_come_and_go_at_run_time() {
     qemu_io(&served.uri_of("two"), &small_volume_commands("read", 0x32));
     assert_eq!(nbdinfo_size(&served.uri_of("three")), None);
     served.stop_ok();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -1123,7 +1118,6 @@ fn a_crash_keeps_every_volume_of_a_shared_cache() {
     qemu_io(&served.uri_of("two"), &small_volume_commands("read", 0x52));
     served.stop_ok();
     assert!(file_holds(&dir.join("data/two.img"), 5 << 20, 1 << 20, 0x52));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -1153,7 +1147,6 @@ fn volumes_sharing_a_cache_must_agree_on_its_keys() {
         err.contains("volume `two`: cache") && err.contains("backend"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -1191,7 +1184,6 @@ fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
     let backend = dir.join("iocache-data/backend.img");
     assert!(file_holds(&backend, 5 << 20, 3 << 20, 0x15));
     assert!(file_holds(&backend, 4096, 4096, 0x11));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `serve` arguments for a cache array of iocache-data/c0.img and `member`.
@@ -1280,7 +1272,6 @@ fn ctl_replace_member_swaps_a_cache_device_while_serving() {
     qemu_io(&served.uri(), &pattern_commands("read"));
     let err = served.stop_ok();
     assert!(err.contains("was replaced by another device"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A loopback address with a port nothing listens on now.
@@ -1383,7 +1374,6 @@ print("ok", len(after))
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old failure: the metrics endpoint served one connection at a time with
@@ -1435,7 +1425,6 @@ fn a_slow_metrics_client_holds_up_no_scrape() {
     drop(slow);
     slow_writer.join().unwrap();
     served.stop_ok();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The service basics: a pid file while serving (gone after), `stats --csv`
@@ -1552,7 +1541,6 @@ fn pid_file_stats_watch_and_a_resize_at_restart() {
         err.contains("had another geometry") && err.contains("formatted anew"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old failure (`lab run`'s live points, one start in about 40 under
@@ -1652,7 +1640,6 @@ fn the_admin_socket_exists_before_the_nbd_socket() {
     send_sigterm(child.id());
     let (ok, err) = child.wait_with_output_timeout();
     assert!(ok, "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -24,11 +24,43 @@ pub fn temp_path_in(base: &Path, name: &str) -> PathBuf {
     dir
 }
 
-/// A fresh empty directory under the system's temporary directory.
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = temp_path_in(&std::env::temp_dir(), name);
+/// A test's directory: removed when the test passes, kept to look into
+/// when it fails (dropped while panicking).
+pub struct TestDir(PathBuf);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A fresh empty directory under the system's temporary directory, for
+/// one test.
+pub fn temp_dir(name: &str) -> TestDir {
+    temp_dir_in(&std::env::temp_dir(), name)
+}
+
+/// A fresh empty directory under `base` (see [`temp_path_in`]), for one
+/// test.
+pub fn temp_dir_in(base: &Path, name: &str) -> TestDir {
+    let dir = temp_path_in(base, name);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TestDir(dir)
 }
 
 /// A fresh empty directory in memory (`/dev/shm`), or under the system's
@@ -104,6 +136,17 @@ pub fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Says a test is SKIPPED for want of `what` and lets it pass, except
+/// under CI (`CI` set), where scripts/test.sh installs everything: there
+/// the test fails.
+pub fn skip_unless_ci(what: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "needs {what} (installed by scripts/test.sh), missing under CI"
+    );
+    eprintln!("SKIPPED: needs {what}");
+}
+
 /// The tools of `tools` that are not on the PATH.
 pub fn missing<'a>(tools: &[&'a str]) -> Vec<&'a str> {
     tools.iter().copied().filter(|t| !have(t)).collect()
@@ -121,7 +164,7 @@ pub fn installed(tools: &[&str]) -> bool {
 
 /// A fresh directory (see [`temp_dir`]) for a test that needs every tool
 /// in `tools`; None, after saying the test is skipped, when one is missing.
-pub fn temp_dir_with(tools: &[&str], name: &str) -> Option<PathBuf> {
+pub fn temp_dir_with(tools: &[&str], name: &str) -> Option<TestDir> {
     installed(tools).then(|| temp_dir(name))
 }
 
@@ -316,6 +359,30 @@ impl Drop for Process {
             }
         }
     }
+}
+
+/// A sparse file of `len` bytes at `path`.
+pub fn sparse_file(path: &Path, len: u64) {
+    std::fs::File::create(path).unwrap().set_len(len).unwrap();
+}
+
+/// nbdkit exporting the file `image` through `filters` (`--filter=error`)
+/// with the plugin parameters `params`, on DIR/backend.sock and logging to
+/// DIR/nbdkit.log: ready when returned, with the NBD URI of its export.
+pub fn nbdkit_file(dir: &Path, image: &Path, filters: &[&str], params: &[&str]) -> (Process, String) {
+    let socket = dir.join("backend.sock");
+    let mut nbdkit = Process::spawn(
+        Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(&socket)
+            .args(filters)
+            .arg("file")
+            .arg(image)
+            .args(params),
+        &dir.join("nbdkit.log"),
+    );
+    nbdkit.wait_until("nbdkit listens", || socket.exists());
+    (nbdkit, format!("nbd+unix:///?socket={}", socket.display()))
 }
 
 /// `iocache ctl ARGS` against the admin socket of a server run in `dir`
