@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{nbdkit_file, sparse_file, temp_dir_with, Process};
+use common::{nbdkit_failing, temp_dir_with, Process};
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
@@ -36,16 +36,7 @@ fn a_failing_backend_gets_eio_loses_nothing_and_recovers() {
     let Some(dir) = temp_dir_with(&["nbdkit"], "eio") else {
         return;
     };
-    let backend_img = dir.join("backend.img");
-    sparse_file(&backend_img, 32 << 20);
-    let inject = dir.join("inject");
-    let trigger = format!("error-file={}", inject.display());
-    let (nbdkit, backend_uri) = nbdkit_file(
-        &dir,
-        &backend_img,
-        &["--filter=error"],
-        &["error-rate=100%", &trigger],
-    );
+    let (nbdkit, backend_uri, backend_img, inject) = nbdkit_failing(&dir, 32 << 20, "");
     // 64 MiB of cache: 2 shards of 8,192 lines, so the 64 lines written
     // below (one shard's span) all fit.
     let mut command = Command::new(env!("CARGO_BIN_EXE_iocache"));

@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{
-    ctl, installed, nbd_uri, nbdkit_file, sparse_file, temp_dir, temp_dir_with, Process, SHARED_CACHE,
-};
+use common::{ctl, installed, nbd_uri, nbdkit_failing, temp_dir, temp_dir_with, Process, SHARED_CACHE};
 
 type Server = Process;
 
@@ -728,16 +726,7 @@ fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
     }
     const BLOCKS: u64 = 1024;
     let dir = temp_dir("refused");
-    let backend_img = dir.join("backend.img");
-    sparse_file(&backend_img, 64 << 20);
-    let inject = dir.join("inject");
-    let trigger = format!("error-pwrite-file={}", inject.display());
-    let (nbdkit, backend_uri) = nbdkit_file(
-        &dir,
-        &backend_img,
-        &["--filter=error"],
-        &["error-pwrite-rate=100%", &trigger],
-    );
+    let (nbdkit, backend_uri, backend_img, inject) = nbdkit_failing(&dir, 64 << 20, "pwrite-");
     let server = spawn_server(
         &dir,
         &[

@@ -385,6 +385,20 @@ pub fn nbdkit_file(dir: &Path, image: &Path, filters: &[&str], params: &[&str]) 
     (nbdkit, format!("nbd+unix:///?socket={}", socket.display()))
 }
 
+/// A backend that fails on demand: nbdkit (see [`nbdkit_file`]) exporting
+/// DIR/backend.img, a new sparse file of `len` bytes, through its `error`
+/// filter, which fails every `requests` (`""` for all, `"pwrite-"` for
+/// writes) while DIR/inject exists. Returns nbdkit, its URI, the image and
+/// the trigger file.
+pub fn nbdkit_failing(dir: &Path, len: u64, requests: &str) -> (Process, String, PathBuf, PathBuf) {
+    let (image, inject) = (dir.join("backend.img"), dir.join("inject"));
+    sparse_file(&image, len);
+    let rate = format!("error-{requests}rate=100%");
+    let trigger = format!("error-{requests}file={}", inject.display());
+    let (nbdkit, uri) = nbdkit_file(dir, &image, &["--filter=error"], &[&rate, &trigger]);
+    (nbdkit, uri, image, inject)
+}
+
 /// `iocache ctl ARGS` against the admin socket of a server run in `dir`
 /// (DIR/iocache-data/admin.sock): whether it succeeded, and its output.
 pub fn ctl(dir: &Path, args: &[&str]) -> (bool, String) {
