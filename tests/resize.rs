@@ -6,15 +6,14 @@
 //! sizes set; sizes out of range are refused.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use iocache_nbd::ConnectOptions;
 
 mod common;
 use common::{
-    check_flushed, client, ctl, fio_verify, set_until, stats_json, temp_dir, temp_dir_with, write_flushing,
-    Process,
+    check_flushed, client, ctl, fio_verify_while_setting, stats_json, temp_dir, temp_dir_with,
+    write_flushing_then_kill, Process,
 };
 
 /// `iocache serve` of a 64 MiB backend through an 8 MiB cache formatted
@@ -52,10 +51,8 @@ fn device(dir: &Path) -> serde_json::Value {
     stats_json(dir)["volumes"][0].clone()
 }
 
-/// Sets the sizes in turn until `stop`; returns how many were set.
-fn resize_until(dir: &Path, stop: &AtomicBool) -> usize {
-    set_until(dir, stop, &SIZES, Duration::from_millis(30))
-}
+/// How often a size of `SIZES` is set.
+const PAUSE: Duration = Duration::from_millis(30);
 
 #[test]
 fn fio_verifies_while_the_cache_grows_and_shrinks() {
@@ -63,13 +60,7 @@ fn fio_verifies_while_the_cache_grows_and_shrinks() {
         return;
     };
     let server = start(&dir);
-    let stop = AtomicBool::new(false);
-    let ((passed, text), set) = std::thread::scope(|s| {
-        let resizer = s.spawn(|| resize_until(&dir, &stop));
-        let fio = fio_verify(&dir, "24M");
-        stop.store(true, Ordering::Relaxed);
-        (fio, resizer.join().unwrap())
-    });
+    let (passed, text, set) = fio_verify_while_setting(&dir, "24M", &SIZES, PAUSE);
     assert!(passed, "{text}");
     assert!(set >= SIZES.len(), "only {set} resizes while fio ran");
     let last = SIZES[(set - 1) % SIZES.len()];
@@ -131,17 +122,9 @@ fn kill_9_while_resizing_loses_no_flushed_write() {
     let dir = temp_dir("resize-kill");
     let server = start(&dir);
     let blocks = 6144u64; // 24 MiB of the 64 MiB volume: more than the cache
-    let stop = AtomicBool::new(false);
-    let (written, killed_at) = std::thread::scope(|s| {
-        let resizer = s.spawn(|| resize_until(&dir, &stop));
-        let written = write_flushing(&dir, blocks, Duration::from_millis(4000));
-        // Crash while the resizer is still at work.
-        let killed_at = Instant::now();
-        server.kill();
-        stop.store(true, Ordering::Relaxed);
-        let _ = resizer.join();
-        (written, killed_at)
-    });
+    let time = Duration::from_millis(4000);
+    // Crash while the resizer is still at work.
+    let (written, killed_at) = write_flushing_then_kill(&dir, server, blocks, time, &SIZES, PAUSE);
     let server = start(&dir);
     let lines = device(&dir)["lines_in_service"].as_u64().unwrap();
     assert!(

@@ -739,53 +739,40 @@ fn config_error(dir: &Path, toml: &str) -> String {
 fn config_errors_name_the_file_the_volume_and_the_key() {
     let dir = temp_dir("config-bad");
     std::fs::create_dir_all(&dir).unwrap();
-    let no_listener = TWO_VOLUMES
-        .replace("socket = \"iocache-data/iocache.sock\"\n", "")
-        .replace("listen = \"127.0.0.1:0\"\n", "");
-    // In order: the backends an earlier case created exist for the later.
-    let cases: [(&str, String, &[&str]); 8] = [
+    // Each case replaces `from` with `to`, in order: the backends an
+    // earlier case created exist for the later.
+    let no_listener = "socket = \"iocache-data/iocache.sock\"\nlisten = \"127.0.0.1:0\"\n";
+    let cases: [(&str, &str, &[&str]); 8] = [
         (
-            "an unknown volume key",
-            TWO_VOLUMES.replace("lookup = \"coarse\"", "lookup = \"coarse\"\nreadahead_depth = 4"),
+            "lookup = \"coarse\"",
+            "lookup = \"coarse\"\nreadahead_depth = 4",
             &["unknown field `readahead_depth`"],
         ),
+        ("listen = ", "tcp = ", &["`tcp`"]),
+        ("\"wt\"", "\"wz\"", &["volume `slow`: write_policy", "wz"]),
+        ("\"slow\"", "\"fast\"", &["volume `fast`: export", "unique"]),
         (
-            "an unknown server key",
-            TWO_VOLUMES.replace("listen = ", "tcp = "),
-            &["`tcp`"],
-        ),
-        (
-            "a bad write policy",
-            TWO_VOLUMES.replace("\"wt\"", "\"wz\""),
-            &["volume `slow`: write_policy", "wz"],
-        ),
-        (
-            "an export twice",
-            TWO_VOLUMES.replace("\"slow\"", "\"fast\""),
-            &["volume `fast`: export", "unique"],
-        ),
-        (
-            "no cache",
-            TWO_VOLUMES.replace("cache = \"data/cache-slow.img\"\n", ""),
+            "cache = \"data/cache-slow.img\"\n",
+            "",
             &["missing field `cache`"],
         ),
         // Two volumes may share a cache device, but not disagree on its size.
         (
-            "one cache of two sizes",
-            TWO_VOLUMES.replace("cache-slow.img", "cache-fast.img"),
+            "cache-slow.img",
+            "cache-fast.img",
             &["volumes `fast` and `slow`", "cache_size"],
         ),
         (
-            "a line size not a power of two",
-            TWO_VOLUMES.replace("\"64KiB\"", "\"3000B\""),
+            "\"64KiB\"",
+            "\"3000B\"",
             &["volume `slow`: line_size", "power of two"],
         ),
-        ("no listener", no_listener, &["no listener"]),
+        (no_listener, "", &["no listener"]),
     ];
-    for (case, toml, needles) in cases {
-        let err = config_error(&dir, &toml);
+    for (from, to, needles) in cases {
+        let err = config_error(&dir, &TWO_VOLUMES.replace(from, to));
         for needle in needles {
-            assert!(err.contains(needle), "{case}: no {needle:?} in {err}");
+            assert!(err.contains(needle), "{from:?} -> {to:?}: no {needle:?} in {err}");
         }
     }
     // Found when the devices are opened: a cache size beyond an existing cache file.

@@ -455,6 +455,48 @@ pub fn nbd_uri(dir: &Path) -> String {
     )
 }
 
+/// [`fio_verify`] over `size` on the server run in `dir` while
+/// [`set_until`] makes `changes` in turn, one every `pause`: whether fio
+/// passed, what it printed, and how many changes were made while it ran.
+pub fn fio_verify_while_setting(
+    dir: &Path,
+    size: &str,
+    changes: &[&[&str]],
+    pause: std::time::Duration,
+) -> (bool, String, usize) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let setter = s.spawn(|| set_until(dir, &stop, changes, pause));
+        let (passed, text) = fio_verify(dir, size);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (passed, text, setter.join().unwrap())
+    })
+}
+
+/// [`write_flushing`] to the first `blocks` blocks for `time` while
+/// [`set_until`] makes `changes` in turn, one every `pause`, then `server`
+/// killed (SIGKILL) with the changes still going: what was written, and
+/// when the kill came.
+pub fn write_flushing_then_kill(
+    dir: &Path,
+    server: Process,
+    blocks: u64,
+    time: std::time::Duration,
+    changes: &[&[&str]],
+    pause: std::time::Duration,
+) -> (Written, std::time::Instant) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let setter = s.spawn(|| set_until(dir, &stop, changes, pause));
+        let written = write_flushing(dir, blocks, time);
+        let killed_at = std::time::Instant::now();
+        server.kill();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = setter.join();
+        (written, killed_at)
+    })
+}
+
 /// fio over NBD on the default export of a server run in `dir`: random
 /// 4 KiB reads and writes (half each) over `size`, QD 16, 30,000 I/Os,
 /// every block verified (crc32c). Returns whether it passed, and what it
