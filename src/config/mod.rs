@@ -814,6 +814,11 @@ pub fn parse_listen(text: &str, name: &str) -> Result<SocketAddr> {
     }
 }
 
+/// [`parse_listen`] of an address that may be absent.
+pub fn parse_optional_listen(text: Option<&str>, name: &str) -> Result<Option<SocketAddr>> {
+    text.map(|t| parse_listen(t, name)).transpose()
+}
+
 /// Reads and validates a TOML configuration file.
 pub fn from_file(path: &Path) -> Result<ServeConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("--config {}", path.display()))?;
@@ -839,12 +844,7 @@ pub fn from_toml_str(text: &str, origin: &str) -> Result<ServeConfig> {
         })
         .unwrap_or_default();
     let o = Origin::File(origin.to_string());
-    let listen = file
-        .server
-        .listen
-        .as_deref()
-        .map(|t| parse_listen(t, &o.server_key("listen")))
-        .transpose()?;
+    let listen = parse_optional_listen(file.server.listen.as_deref(), &o.server_key("listen"))?;
     if file.server.socket.is_none() && listen.is_none() {
         bail!("{origin}: server: no listener: set server.socket (a Unix socket) and/or server.listen (ADDR:PORT)");
     }
@@ -870,12 +870,7 @@ pub fn from_toml_str(text: &str, origin: &str) -> Result<ServeConfig> {
         })
         .transpose()?
         .unwrap_or_default();
-    let metrics = file
-        .server
-        .metrics
-        .as_deref()
-        .map(|m| parse_listen(m, &o.server_key("metrics")))
-        .transpose()?;
+    let metrics = parse_optional_listen(file.server.metrics.as_deref(), &o.server_key("metrics"))?;
     check(ServeConfig {
         origin: o,
         socket: file.server.socket,
