@@ -108,6 +108,36 @@ impl TraceInput {
     }
 }
 
+/// A text table of `items`, a row each as `row` makes it.
+pub fn table_of<T>(
+    header: &[&str],
+    items: impl IntoIterator<Item = T>,
+    row: impl FnMut(T) -> Vec<String>,
+) -> String {
+    iocache_sim::report::table(header, &items.into_iter().map(row).collect::<Vec<_>>())
+}
+
+/// The JSON of a series file: `{"runs": [...]}`, per run of `report` its
+/// policy, its cache size and the fields of the object `more` gives.
+pub fn runs_json(
+    report: &iocache_sim::SimReport,
+    more: impl Fn(&iocache_sim::RunResult) -> serde_json::Value,
+) -> serde_json::Value {
+    let runs: Vec<serde_json::Value> = (report.runs.iter())
+        .map(|run| {
+            let mut fields = serde_json::json!({
+                "policy": run.spec.policy.to_string(),
+                "cache_size": run.spec.size.to_string(),
+            });
+            if let (Some(map), serde_json::Value::Object(more)) = (fields.as_object_mut(), more(run)) {
+                map.extend(more);
+            }
+            fields
+        })
+        .collect();
+    serde_json::json!({ "runs": runs })
+}
+
 /// An output file named before a long run, opened (created when missing)
 /// before the run starts so a mistyped directory fails at once; a file this
 /// created is removed again when the run fails.
