@@ -9,13 +9,21 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{have, installed, root_and_installed, temp_dir, temp_dir_with, Process, SHARED_CACHE};
+use common::{have, installed, root_and_installed, temp_dir, temp_dir_with, Process, TestDir, SHARED_CACHE};
 
 struct Served {
     process: Process,
     dir: PathBuf,
     /// This run's log (stdout and stderr), one file per run.
     log: PathBuf,
+}
+
+/// A test's directory and a server started in it with `extra` (see
+/// [`Served::start`]), when every tool in `tools` is installed.
+fn serve_with(tools: &[&str], name: &str, extra: &[&str]) -> Option<(TestDir, Served)> {
+    let dir = temp_dir_with(tools, name)?;
+    let served = Served::start(&dir, extra);
+    Some((dir, served))
 }
 
 /// Runs of the test binary so far: each gets its own log file.
@@ -170,10 +178,9 @@ fn pattern_commands(verb: &str) -> Vec<String> {
 
 #[test]
 fn qemu_io_patterns_survive_a_restart() {
-    let Some(dir) = temp_dir_with(&["qemu-io"], "restart") else {
+    let Some((dir, served)) = serve_with(&["qemu-io"], "restart", &[]) else {
         return;
     };
-    let served = Served::start(&dir, &[]);
     let uri = served.uri();
     qemu_io(&uri, &pattern_commands("write"));
     // Read back twice: misses fill the cache, then hits.
@@ -554,10 +561,9 @@ fn a_backend_that_is_itself_an_nbdkit_export() {
 
 #[test]
 fn stats_report_counters_and_latency() {
-    let Some(dir) = temp_dir_with(&["qemu-io"], "stats") else {
+    let Some((dir, served)) = serve_with(&["qemu-io"], "stats", &[]) else {
         return;
     };
-    let served = Served::start(&dir, &[]);
     qemu_io(&served.uri(), &pattern_commands("write"));
     qemu_io(&served.uri(), &pattern_commands("read"));
     let admin = dir.join("iocache-data/admin.sock");
@@ -598,10 +604,13 @@ fn stats_report_counters_and_latency() {
 /// last decision in `stats`; the data is served as without it.
 #[test]
 fn adapt_runs_a_load_balancer_shown_in_stats() {
-    let Some(dir) = temp_dir_with(&["qemu-io"], "adapt") else {
+    let Some((dir, served)) = serve_with(
+        &["qemu-io"],
+        "adapt",
+        &["--adapt", "lbica:hold=3", "--adapt-interval", "20ms"],
+    ) else {
         return;
     };
-    let served = Served::start(&dir, &["--adapt", "lbica:hold=3", "--adapt-interval", "20ms"]);
     qemu_io(&served.uri(), &pattern_commands("write"));
     qemu_io(&served.uri(), &pattern_commands("read"));
     std::thread::sleep(std::time::Duration::from_millis(100));
@@ -649,18 +658,26 @@ write_policy = "wt"
 lookup = "coarse"
 "#;
 
-/// Offsets and sizes within the smaller (32 MiB) volume, with one pattern byte.
-fn two_volume_commands(verb: &str, pattern: u8) -> Vec<String> {
+/// qemu-io commands `verb` with the pattern byte `pattern` at offsets and
+/// sizes within a volume of `size` bytes (16 MiB or more): in its first
+/// block, across sectors, within its first MiB, `at_5_mib` bytes from
+/// 5 MiB, and its last block.
+fn volume_commands(verb: &str, pattern: u8, size: u64, at_5_mib: u64) -> Vec<String> {
     [
         (0u64, 4096u64),
         (4096 + 512, 3 * 512),
         (1 << 20, 64 << 10),
-        (5 << 20, 3 << 20),
-        ((32 << 20) - 4096, 4096),
+        (5 << 20, at_5_mib),
+        (size - 4096, 4096),
     ]
     .iter()
     .map(|(offset, len)| format!("{verb} -P {pattern} {offset} {len}"))
     .collect()
+}
+
+/// [`volume_commands`] within the smaller (32 MiB) volume of TWO_VOLUMES.
+fn two_volume_commands(verb: &str, pattern: u8) -> Vec<String> {
+    volume_commands(verb, pattern, 32 << 20, 3 << 20)
 }
 
 #[test]
@@ -805,10 +822,13 @@ fn config_errors_name_the_file_the_volume_and_the_key() {
 
 #[test]
 fn sequential_cutoff_and_write_miss_bypass_are_configurable() {
-    let Some(dir) = temp_dir_with(&["qemu-io"], "cutoff") else {
+    let Some((dir, served)) = serve_with(
+        &["qemu-io"],
+        "cutoff",
+        &["--seq-cutoff", "64KiB", "--write-miss-bypass"],
+    ) else {
         return;
     };
-    let served = Served::start(&dir, &["--seq-cutoff", "64KiB", "--write-miss-bypass"]);
     // One sequential stream of 16 × 32 KiB: past 64 KiB its requests bypass the cache.
     let writes: Vec<String> = (0..16u64)
         .map(|i| format!("write -P 0x5a {} 32768", (8 << 20) + i * 32768))
@@ -824,10 +844,9 @@ fn sequential_cutoff_and_write_miss_bypass_are_configurable() {
 
 #[test]
 fn nbdcopy_into_and_out_of_the_export() {
-    let Some(dir) = temp_dir_with(&["nbdcopy"], "nbdcopy") else {
+    let Some((dir, served)) = serve_with(&["nbdcopy"], "nbdcopy", &[]) else {
         return;
     };
-    let served = Served::start(&dir, &[]);
     let src = dir.join("src.img");
     // 64 MiB, the whole export: larger than the 2 MiB cache, so copying evicts throughout.
     let data: Vec<u8> = (0..(64u32 << 20))
@@ -853,29 +872,23 @@ fn nbdcopy_into_and_out_of_the_export() {
 
 #[test]
 fn batched_io_uring_reads_on_an_o_direct_cache() {
-    let Some(dir) = temp_dir_with(&["qemu-io"], "uring") else {
+    // 512-byte lines: every multi-sector hit is several cache reads, issued as one batch.
+    let Some((_dir, served)) = serve_with(
+        &["qemu-io"],
+        "uring",
+        &["--line-size", "512B", "--direct", "--io-engine", "uring"],
+    ) else {
         return;
     };
-    // 512-byte lines: every multi-sector hit is several cache reads, issued as one batch.
-    let served = Served::start(&dir, &["--line-size", "512B", "--direct", "--io-engine", "uring"]);
     qemu_io(&served.uri(), &pattern_commands("write"));
     qemu_io(&served.uri(), &pattern_commands("read"));
     qemu_io(&served.uri(), &pattern_commands("read"));
     served.stop_ok();
 }
 
-/// Offsets and sizes within a 16 MiB volume.
+/// [`volume_commands`] within a 16 MiB volume.
 fn small_volume_commands(verb: &str, pattern: u8) -> Vec<String> {
-    [
-        (0u64, 4096u64),
-        (4096 + 512, 3 * 512),
-        (1 << 20, 64 << 10),
-        (5 << 20, 1 << 20),
-        ((16 << 20) - 4096, 4096),
-    ]
-    .iter()
-    .map(|(offset, len)| format!("{verb} -P {pattern} {offset} {len}"))
-    .collect()
+    volume_commands(verb, pattern, 16 << 20, 1 << 20)
 }
 
 /// `iocache ctl --admin-socket ADMIN ARGS...` run in the server's directory
