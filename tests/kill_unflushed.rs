@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{client, nbd_uri, temp_dir, temp_dir_with, Process};
+use common::{client, nbd_uri, scrambled_file, temp_dir, temp_dir_with, Process};
 
 const BLOCK: u64 = 4096;
 const VOLUME: u64 = 64 << 20;
@@ -113,10 +113,7 @@ fn nbdcopy_without_flush_survives_a_kill_after_the_interval() {
         return;
     };
     let source = dir.join("source.bin");
-    let data: Vec<u8> = (0..(32u32 << 20))
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
-        .collect();
-    std::fs::write(&source, &data).unwrap();
+    let data = scrambled_file(&source, 32 << 20, 11);
     let server = serve(&dir, true);
     let uri = nbd_uri(&dir);
     let out = std::process::Command::new("nbdcopy")

@@ -9,7 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{have, installed, root_and_installed, temp_dir, temp_dir_with, Process, TestDir, SHARED_CACHE};
+use common::{
+    have, installed, root_and_installed, scrambled_file, temp_dir, temp_dir_with, Process, TestDir,
+    SHARED_CACHE,
+};
 
 struct Served {
     process: Process,
@@ -312,13 +315,7 @@ fn bad_arguments_are_named() {
         // --backend-size says to create it.
         (vec!["serve", "--backend", "typo.img"], "--backend-size"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args(&args)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = refused_in(&dir, &args);
         assert!(err.contains(needle), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "one line, each cause once: {err}");
     }
@@ -458,6 +455,27 @@ fn after_a_kill_clean_lines_are_checked_against_the_backend() {
 }
 
 /// `iocache stats --json` against an admin socket.
+/// `iocache ARGS` run in `dir`, which must fail: its error.
+fn refused_in(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{args:?} succeeded: {err}");
+    err
+}
+
+/// `iocache stats` of the server with the admin socket `admin`, as text.
+fn stats_text(admin: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["stats", "--admin-socket", admin.to_str().unwrap()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
 fn stats_json(admin: &Path) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
         .args(["stats", "--admin-socket", admin.to_str().unwrap(), "--json"])
@@ -489,10 +507,7 @@ fn ext4_on_nbdfuse_and_a_loop_device_checks_clean() {
     run_ok(Command::new("mkfs.ext4").args(["-q", "-F", disk_s]));
     run_ok(Command::new("mount").args(["-o", "loop", disk_s, mnt_s]));
     // Fill it: a large file and many small ones, past the cache's 8 MiB.
-    let big: Vec<u8> = (0..(20u32 << 20))
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
-    std::fs::write(mnt.join("big"), &big).unwrap();
+    let big = scrambled_file(&mnt.join("big"), 20 << 20, 13);
     for i in 0..200 {
         std::fs::write(
             mnt.join(format!("small-{i}")),
@@ -581,11 +596,7 @@ fn stats_report_counters_and_latency() {
     assert!(v["latency"]["read"]["count"].as_u64().unwrap() >= 8, "{v}");
     assert!(v["latency"]["write"]["p99_us"].as_f64().unwrap() > 0.0, "{v}");
     // The readable form names the same things.
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["stats", "--admin-socket", admin.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stats_text(&admin);
     assert!(text.contains("occupancy") && text.contains("p99.99"), "{text}");
     // The engine's I/O accounting: the writes went to the cache (W), the
     // reads were hits (R); no load balancer runs.
@@ -621,11 +632,7 @@ fn adapt_runs_a_load_balancer_shown_in_stats() {
     assert_eq!(b["spec"], "lbica:hold=3 every 20ms", "{b}");
     assert!(b["intervals"].as_u64().unwrap() >= 3, "{b}");
     assert!(b["last"]["cache"]["queued"].is_number(), "{b}");
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["stats", "--admin-socket", admin.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stats_text(&admin);
     assert!(
         text.contains("balance    lbica:hold=3 every 20ms") && text.contains("T_cache"),
         "{text}"
@@ -741,13 +748,7 @@ fn a_config_file_serves_two_independent_volumes() {
 /// exist, and a new cache over them is refused without it.
 fn config_error(dir: &Path, toml: &str) -> String {
     std::fs::write(dir.join("bad.toml"), toml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["serve", "--config", "bad.toml", "--init"])
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success(), "{toml}: {err}");
+    let err = refused_in(dir, &["serve", "--config", "bad.toml", "--init"]);
     assert!(err.contains("bad.toml"), "the file is not named: {err}");
     err
 }
@@ -807,13 +808,7 @@ fn config_errors_name_the_file_the_volume_and_the_key() {
         "{err}"
     );
     // The file and the per-volume flags do not mix.
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["serve", "--config", "bad.toml", "--write-policy", "wt"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_in(&dir, &["serve", "--config", "bad.toml", "--write-policy", "wt"]);
     assert!(
         err.contains("--config") && err.contains("--write-policy"),
         "{err}"
@@ -849,10 +844,7 @@ fn nbdcopy_into_and_out_of_the_export() {
     };
     let src = dir.join("src.img");
     // 64 MiB, the whole export: larger than the 2 MiB cache, so copying evicts throughout.
-    let data: Vec<u8> = (0..(64u32 << 20))
-        .map(|i| (i.wrapping_mul(0x9e37_79b1) >> 24) as u8)
-        .collect();
-    std::fs::write(&src, &data).unwrap();
+    let data = scrambled_file(&src, 64 << 20, 24);
     let uri = served.uri();
     run_ok(Command::new("nbdcopy").args([
         "--flush",
@@ -1515,13 +1507,7 @@ fn pid_file_stats_watch_and_a_resize_at_restart() {
     assert!(!pid_file.exists(), "the pid file outlived the server");
 
     // A bigger cache than the device holds: refused with the way to grow it.
-    let refused = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["serve", "--cache-size", "4MiB"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let err = String::from_utf8_lossy(&refused.stderr);
+    let err = refused_in(&dir, &["serve", "--cache-size", "4MiB"]);
     assert!(
         err.contains("truncate -s") && err.contains("Growing or shrinking"),
         "{err}"

@@ -361,6 +361,17 @@ impl Drop for Process {
     }
 }
 
+/// `len` bytes of a fixed scramble (each index through Knuth's
+/// multiplicative hash, shifted right by `shift`), written to `path` and
+/// returned, for copies to compare.
+pub fn scrambled_file(path: &Path, len: u32, shift: u32) -> Vec<u8> {
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> shift) as u8)
+        .collect();
+    std::fs::write(path, &data).unwrap();
+    data
+}
+
 /// A sparse file of `len` bytes at `path`.
 pub fn sparse_file(path: &Path, len: u64) {
     std::fs::File::create(path).unwrap().set_len(len).unwrap();
