@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::{
-    client, nbd_uri, nbdkit_file, root_and_installed, sparse_file, temp_dir, temp_dir_with, Process,
+    client, nbd_uri, nbdkit_file, root_and_installed, sparse_file, temp_dir, temp_dir_with, Process, TestDir,
 };
 use iocache_nbd::ConnectOptions;
 
@@ -34,6 +34,19 @@ fn backend(dir: &Path) -> std::path::PathBuf {
 
 fn serve(dir: &Path, extra: &[&str]) -> Process {
     Process::serve_write_back(dir, &[&["--init"], extra].concat())
+}
+
+/// A test's directory (when every tool in `tools` is installed), its
+/// [`backend`], and a server of it with `extra`.
+fn backend_served(
+    tools: &[&str],
+    name: &str,
+    extra: &[&str],
+) -> Option<(TestDir, std::path::PathBuf, Process)> {
+    let dir = temp_dir_with(tools, name)?;
+    let path = backend(&dir);
+    let server = serve(&dir, extra);
+    Some((dir, path, server))
 }
 
 /// The reproduction: 64 MiB more written through the cache (dirty), a
@@ -74,9 +87,7 @@ fn a_trim_passed_down_frees_the_backend_and_writes_nothing_back() {
 
 #[test]
 fn a_trim_kept_in_the_cache_drops_dirty_lines_and_leaves_the_backend() {
-    let dir = temp_dir("trim-cache");
-    let path = backend(&dir);
-    let server = serve(&dir, &["--discard", "cache"]);
+    let (dir, path, server) = backend_served(&[], "trim-cache", &["--discard", "cache"]).unwrap();
     write_flush_trim(&dir);
     let mut c = client(&dir);
     let mut buf = vec![0u8; MIB as usize];
@@ -97,9 +108,7 @@ fn a_trim_kept_in_the_cache_drops_dirty_lines_and_leaves_the_backend() {
 
 #[test]
 fn an_ignored_trim_changes_nothing() {
-    let dir = temp_dir("trim-ignore");
-    let path = backend(&dir);
-    let server = serve(&dir, &["--discard", "ignore"]);
+    let (dir, path, server) = backend_served(&[], "trim-ignore", &["--discard", "ignore"]).unwrap();
     write_flush_trim(&dir);
     assert!(server.stop().success());
     // File systems may add a block or two of their own (extent trees).
@@ -112,11 +121,9 @@ fn an_ignored_trim_changes_nothing() {
 
 #[test]
 fn write_zeroes_through_qemu_io_reads_back_as_zeroes() {
-    let Some(dir) = temp_dir_with(&["qemu-io"], "zeroes") else {
+    let Some((dir, path, server)) = backend_served(&["qemu-io"], "zeroes", &[]) else {
         return;
     };
-    let path = backend(&dir);
-    let server = serve(&dir, &[]);
     let uri = nbd_uri(&dir);
     // Dirty data, then zeroes over most of it (unaligned ends), with and
     // without leaving holes, then every byte checked.
@@ -247,11 +254,10 @@ fn nbd_cache_and_ctl_warm_read_a_range_into_the_cache() {
 
 #[test]
 fn copies_skip_the_backend_s_holes_but_not_dirty_data_in_them() {
-    let Some(dir) = temp_dir_with(&["nbdcopy", "nbdinfo"], "block-status") else {
+    // The backend: 256 MiB, data in the first 64 MiB.
+    let Some((dir, path, server)) = backend_served(&["nbdcopy", "nbdinfo"], "block-status", &[]) else {
         return;
     };
-    let path = backend(&dir); // 256 MiB, data in the first 64 MiB
-    let server = serve(&dir, &[]);
     // Dirty data in a hole of the backend: only the cache has it.
     let mut c = client(&dir);
     c.write(200 * MIB, &vec![0x77u8; MIB as usize], false).unwrap();
@@ -318,11 +324,9 @@ fn an_nbd_backend_s_holes_are_reported_too() {
 
 #[test]
 fn fio_trims_through_its_nbd_engine() {
-    let Some(dir) = temp_dir_with(&["fio"], "fio-trim") else {
+    let Some((dir, path, server)) = backend_served(&["fio"], "fio-trim", &[]) else {
         return;
     };
-    let path = backend(&dir);
-    let server = serve(&dir, &[]);
     let mut c = client(&dir);
     c.write(64 * MIB, &vec![0xa5u8; (16 * MIB) as usize], false)
         .unwrap();
