@@ -38,6 +38,13 @@ fn pki_in(dir: &Path) -> PathBuf {
     pki
 }
 
+/// [`dir_with`], and DIR/pki made by [`make_pki`] in it.
+fn dir_with_pki(tools: &[&str], name: &str) -> Option<(TestDir, PathBuf)> {
+    let dir = dir_with(tools, name)?;
+    let pki = pki_in(&dir);
+    Some((dir, pki))
+}
+
 /// DIR/keys.psk holding one random key, for `alice`.
 fn alice_psk(dir: &Path) -> PathBuf {
     let psk = dir.join("keys.psk");
@@ -285,10 +292,9 @@ fn qemu_io_with(creds: &str, server: &str, commands: &[&str]) -> Result<String, 
 
 #[test]
 fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
-    let Some(dir) = dir_with(&["openssl", "nbdinfo", "qemu-io"], "require") else {
+    let Some((dir, pki)) = dir_with_pki(&["openssl", "nbdinfo", "qemu-io"], "require") else {
         return;
     };
-    let pki = pki_in(&dir);
     let served = Served::start(&dir, "require", &pki);
     let tcp = format!("127.0.0.1:{}", served.port);
     // The banner names the URIs that work: the TLS schemes only.
@@ -337,10 +343,9 @@ fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
 
 #[test]
 fn tls_on_serves_both_and_bad_credentials_are_named() {
-    let Some(dir) = dir_with(&["openssl", "nbdinfo"], "on") else {
+    let Some((dir, pki)) = dir_with_pki(&["openssl", "nbdinfo"], "on") else {
         return;
     };
-    let pki = pki_in(&dir);
     let served = Served::start(&dir, "on", &pki);
     let tcp = format!("127.0.0.1:{}", served.port);
     assert_served(&format!("nbd://{tcp}/"));
@@ -527,10 +532,9 @@ fn make_client_cert(dir: &Path, ca_dir: &Path) {
 
 #[test]
 fn verify_peer_requires_a_client_certificate_from_the_ca() {
-    let Some(dir) = dir_with(&["openssl", "nbdinfo", "qemu-io"], "verify-peer") else {
+    let Some((dir, pki)) = dir_with_pki(&["openssl", "nbdinfo", "qemu-io"], "verify-peer") else {
         return;
     };
-    let pki = pki_in(&dir);
     // A client with a certificate from the server's CA; one with none (the
     // CA only, to trust the server); one with a certificate from another CA
     // of the same name (make_pki names every CA alike), which GnuTLS clients
