@@ -287,6 +287,14 @@ fn absolute(path: &str) -> Result<String> {
 /// `iocache ctl`: attach, detach, flush or show one volume of a running server.
 pub fn ctl(args: CtlArgs) -> Result<()> {
     let socket = &args.admin_socket;
+    // `req`, for `export` when one is named, answered within `seconds`
+    // (or as long as it takes).
+    let ask = |mut req: Value, export: Option<String>, seconds: Option<u64>| {
+        if let Some(export) = export {
+            req["export"] = json!(export);
+        }
+        request(socket, &req.to_string(), seconds.map(Duration::from_secs))
+    };
     match args.command {
         CtlCommand::Attach {
             export,
@@ -306,7 +314,7 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
                 req["cache"] = json!(absolute(&cache.display().to_string())?);
             }
             // The server names the request's fields; this command's are flags.
-            let reply = request(socket, &req.to_string(), None).map_err(|e| {
+            let reply = ask(req, None, None).map_err(|e| {
                 let text = format!("{e:#}");
                 match text.strip_prefix("backend_size: ") {
                     Some(rest) => anyhow!("--backend-size: {rest}"),
@@ -319,11 +327,7 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
             );
         }
         CtlCommand::Detach { export } => {
-            let reply = request(
-                socket,
-                &json!({"command": "detach", "export": export}).to_string(),
-                None,
-            )?;
+            let reply = ask(json!({"command": "detach", "export": export}), None, None)?;
             println!(
                 "detached export {}: its {} dirty lines are on its backend, its lines left the cache",
                 reply["export"].as_str().unwrap_or("?"),
@@ -334,11 +338,7 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
             }
         }
         CtlCommand::Flush { export } => {
-            let reply = request(
-                socket,
-                &json!({"command": "flush", "export": export}).to_string(),
-                None,
-            )?;
+            let reply = ask(json!({"command": "flush", "export": export}), None, None)?;
             println!(
                 "flushed export {}: {} written back",
                 reply["export"],
@@ -354,7 +354,7 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
             if let Some(cache) = cache {
                 req["cache"] = json!(absolute(&cache.display().to_string())?);
             }
-            let reply = request(socket, &req.to_string(), None)?;
+            let reply = ask(req, None, None)?;
             println!(
                 "{} replaced {} in the cache array {}{}: {} lines and {} mirrors rebuilt from the other copies, \
                  {} line slots back in service, empty; name {} in the configuration's cache_array in place of {}",
@@ -390,7 +390,7 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
                 "offset": size("offset", offset)?,
                 "length": size("length", length)?,
             });
-            let reply = request(socket, &req.to_string(), Some(Duration::from_secs(30)))?;
+            let reply = ask(req, None, Some(30))?;
             println!(
                 "warming export {}: {} at {} read through the cache in the background (progress: iocache stats)",
                 reply["export"].as_str().unwrap_or("?"),
@@ -399,19 +399,11 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
             );
         }
         CtlCommand::Set { export, settings } => {
-            let mut req = json!({"command": "set", "settings": settings});
-            if let Some(export) = export {
-                req["export"] = json!(export);
-            }
-            let reply = request(socket, &req.to_string(), Some(Duration::from_secs(30)))?;
+            let reply = ask(json!({"command": "set", "settings": settings}), export, Some(30))?;
             print_settings(&reply);
         }
         CtlCommand::Get { export, json } => {
-            let mut req = json!({"command": "get"});
-            if let Some(export) = export {
-                req["export"] = json!(export);
-            }
-            let reply = request(socket, &req.to_string(), Some(Duration::from_secs(10)))?;
+            let reply = ask(json!({"command": "get"}), export, Some(10))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&reply)?);
             } else {
@@ -420,13 +412,10 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
         }
         CtlCommand::RecaReload { export, table } => {
             let mut req = json!({"command": "reca-reload"});
-            if let Some(export) = export {
-                req["export"] = json!(export);
-            }
             if let Some(table) = table {
                 req["table"] = json!(absolute(&table.display().to_string())?);
             }
-            let reply = request(socket, &req.to_string(), Some(Duration::from_secs(30)))?;
+            let reply = ask(req, export, Some(30))?;
             println!(
                 "reloaded ReCA's table from {} ({} categories)",
                 reply["table"].as_str().unwrap_or("?"),
@@ -441,11 +430,7 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
             );
         }
         CtlCommand::Stats { export, json } => {
-            let mut req = json!({"command": "stats"});
-            if let Some(export) = export {
-                req["export"] = json!(export);
-            }
-            let reply = request(socket, &req.to_string(), Some(Duration::from_secs(10)))?;
+            let reply = ask(json!({"command": "stats"}), export, Some(10))?;
             print_reply(reply, json)?;
         }
     }

@@ -26,6 +26,29 @@ pub struct TraceInput {
     pub skip_bad_lines: bool,
 }
 
+/// The format flags of a command that takes its trace as an argument
+/// (`iocache trace stats PATH`), read as [`TraceInput`] reads them.
+#[derive(Args)]
+pub struct TraceFormatArgs {
+    /// Trace format (detected when omitted).
+    #[arg(long, value_name = "NAME")]
+    pub format: Option<String>,
+    /// Skip malformed lines (and report how many) instead of stopping at the first.
+    #[arg(long)]
+    pub skip_bad_lines: bool,
+}
+
+impl TraceFormatArgs {
+    /// The trace at `trace`, read with these flags.
+    pub fn input(&self, trace: PathBuf) -> TraceInput {
+        TraceInput {
+            trace,
+            format: self.format.clone(),
+            skip_bad_lines: self.skip_bad_lines,
+        }
+    }
+}
+
 impl TraceInput {
     pub fn open(&self) -> Result<TraceReader> {
         let format = self
@@ -83,6 +106,36 @@ impl TraceInput {
             iocache_serving::error_chain_text(error.as_ref())
         )
     }
+}
+
+/// A text table of `items`, a row each as `row` makes it.
+pub fn table_of<T>(
+    header: &[&str],
+    items: impl IntoIterator<Item = T>,
+    row: impl FnMut(T) -> Vec<String>,
+) -> String {
+    iocache_sim::report::table(header, &items.into_iter().map(row).collect::<Vec<_>>())
+}
+
+/// The JSON of a series file: `{"runs": [...]}`, per run of `report` its
+/// policy, its cache size and the fields of the object `more` gives.
+pub fn runs_json(
+    report: &iocache_sim::SimReport,
+    more: impl Fn(&iocache_sim::RunResult) -> serde_json::Value,
+) -> serde_json::Value {
+    let runs: Vec<serde_json::Value> = (report.runs.iter())
+        .map(|run| {
+            let mut fields = serde_json::json!({
+                "policy": run.spec.policy.to_string(),
+                "cache_size": run.spec.size.to_string(),
+            });
+            if let (Some(map), serde_json::Value::Object(more)) = (fields.as_object_mut(), more(run)) {
+                map.extend(more);
+            }
+            fields
+        })
+        .collect();
+    serde_json::json!({ "runs": runs })
 }
 
 /// An output file named before a long run, opened (created when missing)

@@ -24,10 +24,10 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use args::{parse_line_size, print_stdout, OutputFile, TraceInput};
+use args::{parse_line_size, print_stdout, runs_json, table_of, OutputFile, TraceFormatArgs, TraceInput};
 use clap::{Args, Parser, Subcommand};
 use iocache_core::{PolicySpec, Promotion, WritePolicy};
-use iocache_sim::report::{render_table, render_timing_table, render_volume_table, table, JsonReport};
+use iocache_sim::report::{render_table, render_timing_table, render_volume_table, JsonReport};
 use iocache_sim::timing::{parse_device, parse_duration_ns, ArrivalMode, SeriesRow};
 use iocache_sim::trace_stats::{trace_stats, Window};
 use iocache_sim::{
@@ -257,12 +257,8 @@ struct TraceStatsArgs {
     /// Trace file.
     #[arg(value_name = "PATH")]
     trace: PathBuf,
-    /// Trace format (detected when omitted).
-    #[arg(long, value_name = "NAME")]
-    format: Option<String>,
-    /// Skip malformed lines (and report how many) instead of stopping at the first.
-    #[arg(long)]
-    skip_bad_lines: bool,
+    #[command(flatten)]
+    reading: TraceFormatArgs,
     /// Line size for footprint and working-set size (a size with a unit: 4KiB, 512B).
     #[arg(long, default_value = "4KiB", value_name = "SIZE")]
     line_size: String,
@@ -369,18 +365,16 @@ fn write_man_pages(dir: &std::path::Path) -> Result<()> {
 }
 
 fn list_policies() -> Result<()> {
-    let rows: Vec<Vec<String>> = iocache_core::policy::POLICIES
-        .iter()
-        .map(|e| {
-            let params = if e.params.is_empty() {
-                "-".to_string()
-            } else {
-                e.params.join(", ")
-            };
-            vec![e.name.to_string(), params, e.summary.to_string()]
-        })
-        .collect();
-    print_stdout(table(&["policy", "parameters", "what it is"], &rows).trim_end())
+    let header = ["policy", "parameters", "what it is"];
+    let policies = table_of(&header, iocache_core::policy::POLICIES.iter(), |e| {
+        let params = if e.params.is_empty() {
+            "-".to_string()
+        } else {
+            e.params.join(", ")
+        };
+        vec![e.name.to_string(), params, e.summary.to_string()]
+    });
+    print_stdout(policies.trim_end())
 }
 
 fn parse_list<T: std::str::FromStr>(what: &str, items: &[String]) -> Result<Vec<T>>
@@ -749,31 +743,21 @@ fn series_text(path: &str, report: &iocache_sim::SimReport) -> Result<String> {
             }
         }
     } else {
-        let runs: Vec<serde_json::Value> = report
-            .runs
-            .iter()
-            .map(|run| {
-                serde_json::json!({
-                    "policy": run.spec.policy.to_string(),
-                    "cache_size": run.spec.size.to_string(),
-                    "series": run.timing.as_ref().map(|t| &t.series),
-                    "adapt": run.adapt.as_ref(),
-                    "cache_series": &run.series,
-                })
+        let runs = runs_json(report, |run| {
+            serde_json::json!({
+                "series": run.timing.as_ref().map(|t| &t.series),
+                "adapt": run.adapt.as_ref(),
+                "cache_series": &run.series,
             })
-            .collect();
-        out = serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))?;
+        });
+        out = serde_json::to_string_pretty(&runs)?;
         out.push('\n');
     }
     Ok(out)
 }
 
 fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
-    let input = TraceInput {
-        trace: args.trace,
-        format: args.format,
-        skip_bad_lines: args.skip_bad_lines,
-    };
+    let input = args.reading.input(args.trace);
     let line = parse_line_size(&args.line_size)?;
     let window = args.window.as_deref().map(str::parse::<Window>).transpose()?;
     if args.reca.reca && input.is_stdin() {
@@ -856,45 +840,31 @@ fn run_trace_stats(args: TraceStatsArgs) -> Result<()> {
         );
     }
     let _ = writeln!(out, "\nrequest sizes:");
-    let rows: Vec<Vec<String>> = stats
-        .request_sizes
-        .iter()
-        .map(|b| {
-            vec![
-                format!("<= {}", iocache_core::units::format_byte_size(b.max_bytes)),
-                b.requests.to_string(),
-                format!("{:.2}", b.requests as f64 * 100.0 / stats.requests as f64),
-            ]
-        })
-        .collect();
-    let _ = write!(out, "{}", table(&["size", "requests", "%"], &rows));
+    let sizes = table_of(&["size", "requests", "%"], &stats.request_sizes, |b| {
+        vec![
+            format!("<= {}", iocache_core::units::format_byte_size(b.max_bytes)),
+            b.requests.to_string(),
+            format!("{:.2}", b.requests as f64 * 100.0 / stats.requests as f64),
+        ]
+    });
+    let _ = write!(out, "{sizes}");
     if let Some(window) = &stats.window {
         let _ = writeln!(out, "\nworking set per window of {window}:");
-        let rows: Vec<Vec<String>> = stats
-            .windows
-            .iter()
-            .map(|w| {
-                vec![
-                    w.index.to_string(),
-                    w.requests.to_string(),
-                    w.unique_lines.to_string(),
-                    format!("{:.1}", w.unique_bytes as f64 / (1 << 20) as f64),
-                    w.cumulative_lines.to_string(),
-                    format!(
-                        "{:.1}",
-                        (w.cumulative_lines * stats.line_size) as f64 / (1 << 20) as f64
-                    ),
-                ]
-            })
-            .collect();
-        let _ = write!(
-            out,
-            "{}",
-            table(
-                &["window", "requests", "lines", "MiB", "lines so far", "MiB so far"],
-                &rows
-            )
-        );
+        let header = ["window", "requests", "lines", "MiB", "lines so far", "MiB so far"];
+        let windows = table_of(&header, &stats.windows, |w| {
+            vec![
+                w.index.to_string(),
+                w.requests.to_string(),
+                w.unique_lines.to_string(),
+                format!("{:.1}", w.unique_bytes as f64 / (1 << 20) as f64),
+                w.cumulative_lines.to_string(),
+                format!(
+                    "{:.1}",
+                    (w.cumulative_lines * stats.line_size) as f64 / (1 << 20) as f64
+                ),
+            ]
+        });
+        let _ = write!(out, "{windows}");
     }
     drop(out);
     if let Some(reca) = &reca {

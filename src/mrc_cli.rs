@@ -11,7 +11,7 @@ use iocache_sim::mini::mini_curves;
 use iocache_sim::mrc::{miss_ratio_curves, MrcMethod, MrcReport};
 use iocache_sim::CacheSize;
 
-use crate::args::{parse_line_size, OutputFile, TraceInput};
+use crate::args::{parse_line_size, OutputFile, TraceFormatArgs, TraceInput};
 use crate::progress;
 
 #[derive(Args)]
@@ -19,12 +19,8 @@ pub struct TraceMrcArgs {
     /// Trace file, or `-` for stdin.
     #[arg(value_name = "PATH")]
     trace: PathBuf,
-    /// Trace format (detected when omitted).
-    #[arg(long, value_name = "NAME")]
-    format: Option<String>,
-    /// Skip malformed lines (and report how many) instead of stopping at the first.
-    #[arg(long)]
-    skip_bad_lines: bool,
+    #[command(flatten)]
+    reading: TraceFormatArgs,
     /// Cache line size (a size with a unit, 512B to 1MiB; above 32KiB the exact curve is
     /// computed by simulating every size, and SHARDS and OPT are not offered).
     #[arg(long, default_value = "4KiB", value_name = "SIZE")]
@@ -58,11 +54,7 @@ pub struct TraceMrcArgs {
 
 /// `iocache trace mrc`.
 pub fn run(args: TraceMrcArgs) -> Result<()> {
-    let input = TraceInput {
-        trace: args.trace.clone(),
-        format: args.format.clone(),
-        skip_bad_lines: args.skip_bad_lines,
-    };
+    let input = args.reading.input(args.trace.clone());
     let line = parse_line_size(&args.line_size)?;
     if args.per_volume {
         return run_per_volume(&args, &input, line);

@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::args::OutputFile;
+use crate::args::{runs_json, table_of, OutputFile};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -140,41 +140,31 @@ pub fn report(series: Option<OutputFile>, report: &iocache_sim::SimReport, print
         for event in &reca.events {
             let _ = writeln!(out, "  {event}");
         }
-        let rows: Vec<Vec<String>> = reca
-            .windows
-            .iter()
-            .map(|w| {
-                vec![
-                    w.index.to_string(),
-                    w.requests.to_string(),
-                    w.category.clone(),
-                    iocache_core::units::format_byte_size(w.line_bytes),
-                    w.write_policy.clone(),
-                    format!("{:.4}", w.hit_ratio),
-                    format!("{:.4}", w.read_hit_ratio),
-                    format!("{:.4}", w.write_hit_ratio),
-                    format!("{:.4}", w.byte_hit_ratio),
-                ]
-            })
-            .collect();
-        let _ = write!(
-            out,
-            "{}",
-            table(
-                &[
-                    "window",
-                    "requests",
-                    "category (from its end)",
-                    "line",
-                    "wp",
-                    "hit",
-                    "read hit",
-                    "write hit",
-                    "byte hit"
-                ],
-                &rows
-            )
-        );
+        let header = [
+            "window",
+            "requests",
+            "category (from its end)",
+            "line",
+            "wp",
+            "hit",
+            "read hit",
+            "write hit",
+            "byte hit",
+        ];
+        let windows = table_of(&header, &reca.windows, |w| {
+            vec![
+                w.index.to_string(),
+                w.requests.to_string(),
+                w.category.clone(),
+                iocache_core::units::format_byte_size(w.line_bytes),
+                w.write_policy.clone(),
+                format!("{:.4}", w.hit_ratio),
+                format!("{:.4}", w.read_hit_ratio),
+                format!("{:.4}", w.write_hit_ratio),
+                format!("{:.4}", w.byte_hit_ratio),
+            ]
+        });
+        let _ = write!(out, "{windows}");
     }
     if let Some(file) = series {
         let path = file.path.display().to_string();
@@ -195,19 +185,13 @@ fn series_text(path: &Path, report: &iocache_sim::SimReport) -> Result<String> {
             }
         }
     } else {
-        let runs: Vec<serde_json::Value> = report
-            .runs
-            .iter()
-            .map(|run| {
-                serde_json::json!({
-                    "policy": run.spec.policy.to_string(),
-                    "cache_size": run.spec.size.to_string(),
-                    "windows": run.reca.as_ref().map(|r| &r.windows),
-                    "events": run.reca.as_ref().map(|r| r.events.iter().map(ToString::to_string).collect::<Vec<_>>()),
-                })
+        let runs = runs_json(report, |run| {
+            serde_json::json!({
+                "windows": run.reca.as_ref().map(|r| &r.windows),
+                "events": run.reca.as_ref().map(|r| r.events.iter().map(ToString::to_string).collect::<Vec<_>>()),
             })
-            .collect();
-        serde_json::to_writer_pretty(&mut out, &serde_json::json!({ "runs": runs }))?;
+        });
+        serde_json::to_writer_pretty(&mut out, &runs)?;
         writeln!(out)?;
     }
     Ok(String::from_utf8(out)?)
@@ -286,21 +270,16 @@ pub fn print_trace(c: &RecaCharacterization) {
         }
         header.extend(FEATURE_NAMES);
         header.push("category");
-        let rows: Vec<Vec<String>> = c
-            .volumes
-            .iter()
-            .take(SHOWN)
-            .map(|v| {
-                let mut r = vec![v.volume.to_string()];
-                if processes {
-                    r.push(v.process.to_string());
-                }
-                r.extend(pct(&v.features));
-                r.push(v.category.clone());
-                r
-            })
-            .collect();
-        let _ = write!(out, "{}", table(&header, &rows));
+        let volumes = table_of(&header, c.volumes.iter().take(SHOWN), |v| {
+            let mut r = vec![v.volume.to_string()];
+            if processes {
+                r.push(v.process.to_string());
+            }
+            r.extend(pct(&v.features));
+            r.push(v.category.clone());
+            r
+        });
+        let _ = write!(out, "{volumes}");
     }
     let d: Vec<String> = c.distances.iter().map(|(n, d)| format!("{n} {d:.3}")).collect();
     let _ = writeln!(

@@ -23,7 +23,9 @@ use iocache_serving::running::lock;
 use iocache_serving::start::{Reach, StartMode};
 use iocache_serving::{Acknowledgement, ServeError};
 
-use crate::config::{parse_listen, Origin, ServeConfig, SizeText, VolumeText, DEFAULT_BACKEND_BYTES};
+use crate::config::{
+    parse_optional_listen, Origin, ServeConfig, SizeText, VolumeText, DEFAULT_BACKEND_BYTES,
+};
 
 const DEFAULT_DIR: &str = "iocache-data";
 
@@ -603,17 +605,9 @@ impl ServeArgs {
         crate::config::check(ServeConfig {
             origin: Origin::Flags,
             socket: Some(self.socket.unwrap_or_else(|| dir.join("iocache.sock"))),
-            listen: self
-                .listen
-                .as_deref()
-                .map(|l| parse_listen(l, "--listen"))
-                .transpose()?,
+            listen: parse_optional_listen(self.listen.as_deref(), "--listen")?,
             admin_socket: Some(self.admin_socket.unwrap_or_else(|| dir.join("admin.sock"))),
-            metrics: self
-                .metrics
-                .as_deref()
-                .map(|m| parse_listen(m, "--metrics"))
-                .transpose()?,
+            metrics: parse_optional_listen(self.metrics.as_deref(), "--metrics")?,
             pid_file: self.pid_file,
             socket_group: self.socket_group,
             max_connections_per_peer: self.max_connections_per_peer,

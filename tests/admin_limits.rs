@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{temp_dir, Process};
+use common::{temp_dir, Process, TestDir};
 
-/// A running `iocache serve` on its own directory, killed when dropped.
+/// A running `iocache serve` on its own directory, killed when dropped
+/// (and the directory removed, unless the test failed).
 struct Served {
     process: Process,
-    dir: PathBuf,
+    dir: TestDir,
 }
 
 impl Served {
@@ -58,6 +59,14 @@ impl Served {
         self.dir.join("admin.sock")
     }
 
+    /// A connection to its admin socket, and a handle of it to write on
+    /// from another thread.
+    fn admin_and_writer(&self) -> (UnixStream, UnixStream) {
+        let s = UnixStream::connect(self.admin()).unwrap();
+        let writer = s.try_clone().unwrap();
+        (s, writer)
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
@@ -93,14 +102,6 @@ impl Served {
     }
 }
 
-impl Drop for Served {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
 /// Reads one line from `s` within `limit`, returning it and how long it took.
 fn reply_within(s: &UnixStream, limit: Duration) -> (String, Duration) {
     let started = Instant::now();
@@ -117,8 +118,7 @@ fn reply_within(s: &UnixStream, limit: Duration) -> (String, Duration) {
 #[test]
 fn a_request_line_longer_than_the_limit_is_refused_without_reading_or_echoing_it() {
     let served = Served::start("long");
-    let s = UnixStream::connect(served.admin()).unwrap();
-    let mut writer = s.try_clone().unwrap();
+    let (s, mut writer) = served.admin_and_writer();
     // 4 MiB with no newline, from a thread: the server stops reading, so
     // the writes block once the socket buffers are full.
     let sender = std::thread::spawn(move || {
@@ -186,8 +186,7 @@ fn admin_connections_beyond_the_limit_get_a_short_error() {
 #[test]
 fn a_trickled_request_is_cut_at_the_deadline() {
     let served = Served::start("trickle");
-    let s = UnixStream::connect(served.admin()).unwrap();
-    let mut writer = s.try_clone().unwrap();
+    let (s, mut writer) = served.admin_and_writer();
     let trickle = std::thread::spawn(move || {
         for _ in 0..20 {
             if writer.write_all(b"s").is_err() {

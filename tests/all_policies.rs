@@ -3,15 +3,9 @@
 //! mode, and agrees with the others on what the trace contains.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn iocache(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("iocache runs")
-}
+mod common;
+use common::iocache;
 
 fn policy_names() -> Vec<String> {
     let out = iocache(&["policies"]);

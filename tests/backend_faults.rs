@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{have, temp_dir, Process};
+use common::{nbdkit_failing, temp_dir_with, Process};
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
@@ -33,29 +33,10 @@ fn stats(dir: &Path) -> serde_json::Value {
 
 #[test]
 fn a_failing_backend_gets_eio_loses_nothing_and_recovers() {
-    if !have("nbdkit") {
-        eprintln!("skipped: nbdkit is not installed");
+    let Some(dir) = temp_dir_with(&["nbdkit"], "eio") else {
         return;
-    }
-    let dir = temp_dir("eio");
-    let backend_img = dir.join("backend.img");
-    std::fs::File::create(&backend_img)
-        .unwrap()
-        .set_len(32 << 20)
-        .unwrap();
-    let inject = dir.join("inject");
-    let mut nbdkit = Process::spawn(
-        Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(dir.join("backend.sock"))
-            .args(["--filter=error", "file"])
-            .arg(&backend_img)
-            .arg("error-rate=100%")
-            .arg(format!("error-file={}", inject.display())),
-        &dir.join("nbdkit.log"),
-    );
-    nbdkit.wait_until("nbdkit listens", || dir.join("backend.sock").exists());
-    let backend_uri = format!("nbd+unix:///?socket={}", dir.join("backend.sock").display());
+    };
+    let (nbdkit, backend_uri, backend_img, inject) = nbdkit_failing(&dir, 32 << 20, "");
     // 64 MiB of cache: 2 shards of 8,192 lines, so the 64 lines written
     // below (one shard's span) all fit.
     let mut command = Command::new(env!("CARGO_BIN_EXE_iocache"));
@@ -137,5 +118,4 @@ fn a_failing_backend_gets_eio_loses_nothing_and_recovers() {
         on_backend[..256 << 10] == expected[..],
         "the backend holds every acknowledged write"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,7 +9,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{client, have, temp_dir, Process};
+use common::{
+    client, nbd_uri, nbdkit_file, root_and_installed, sparse_file, temp_dir, temp_dir_with, Process, TestDir,
+};
 use iocache_nbd::ConnectOptions;
 
 const MIB: u64 = 1 << 20;
@@ -31,19 +33,20 @@ fn backend(dir: &Path) -> std::path::PathBuf {
 }
 
 fn serve(dir: &Path, extra: &[&str]) -> Process {
-    let mut args = vec![
-        "--init",
-        "--backend",
-        "backend.img",
-        "--cache",
-        "cache.img",
-        "--cache-size",
-        "128MiB",
-        "--write-policy",
-        "wb",
-    ];
-    args.extend_from_slice(extra);
-    Process::serve(dir, &args, ConnectOptions::export(String::new()))
+    Process::serve_write_back(dir, &[&["--init"], extra].concat())
+}
+
+/// A test's directory (when every tool in `tools` is installed), its
+/// [`backend`], and a server of it with `extra`.
+fn backend_served(
+    tools: &[&str],
+    name: &str,
+    extra: &[&str],
+) -> Option<(TestDir, std::path::PathBuf, Process)> {
+    let dir = temp_dir_with(tools, name)?;
+    let path = backend(&dir);
+    let server = serve(&dir, extra);
+    Some((dir, path, server))
 }
 
 /// The reproduction: 64 MiB more written through the cache (dirty), a
@@ -84,9 +87,7 @@ fn a_trim_passed_down_frees_the_backend_and_writes_nothing_back() {
 
 #[test]
 fn a_trim_kept_in_the_cache_drops_dirty_lines_and_leaves_the_backend() {
-    let dir = temp_dir("trim-cache");
-    let path = backend(&dir);
-    let server = serve(&dir, &["--discard", "cache"]);
+    let (dir, path, server) = backend_served(&[], "trim-cache", &["--discard", "cache"]).unwrap();
     write_flush_trim(&dir);
     let mut c = client(&dir);
     let mut buf = vec![0u8; MIB as usize];
@@ -107,9 +108,7 @@ fn a_trim_kept_in_the_cache_drops_dirty_lines_and_leaves_the_backend() {
 
 #[test]
 fn an_ignored_trim_changes_nothing() {
-    let dir = temp_dir("trim-ignore");
-    let path = backend(&dir);
-    let server = serve(&dir, &["--discard", "ignore"]);
+    let (dir, path, server) = backend_served(&[], "trim-ignore", &["--discard", "ignore"]).unwrap();
     write_flush_trim(&dir);
     assert!(server.stop().success());
     // File systems may add a block or two of their own (extent trees).
@@ -122,17 +121,10 @@ fn an_ignored_trim_changes_nothing() {
 
 #[test]
 fn write_zeroes_through_qemu_io_reads_back_as_zeroes() {
-    if !have("qemu-io") {
-        eprintln!("skipped: needs qemu-io");
+    let Some((dir, path, server)) = backend_served(&["qemu-io"], "zeroes", &[]) else {
         return;
-    }
-    let dir = temp_dir("zeroes");
-    let path = backend(&dir);
-    let server = serve(&dir, &[]);
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    };
+    let uri = nbd_uri(&dir);
     // Dirty data, then zeroes over most of it (unaligned ends), with and
     // without leaving holes, then every byte checked.
     let out = Command::new("qemu-io")
@@ -171,18 +163,12 @@ fn write_zeroes_through_qemu_io_reads_back_as_zeroes() {
 
 #[test]
 fn fstrim_on_ext4_over_nbdfuse_frees_backend_blocks() {
-    let root = Command::new("id").arg("-u").output().unwrap();
-    if String::from_utf8_lossy(&root.stdout).trim() != "0"
-        || !have("nbdfuse")
-        || !have("mkfs.ext4")
-        || !have("fstrim")
-    {
-        eprintln!("skipped: needs root, nbdfuse, mkfs.ext4 and fstrim");
+    if !root_and_installed(&["nbdfuse", "mkfs.ext4", "fstrim"]) {
         return;
     }
     let dir = temp_dir("fstrim");
     let path = dir.join("backend.img");
-    std::fs::File::create(&path).unwrap().set_len(256 * MIB).unwrap();
+    sparse_file(&path, 256 * MIB);
     let server = serve(&dir, &[]);
     let fuse = common::FuseDisk::mount(&dir);
     let (disk, mnt) = (&fuse.disk, dir.join("mnt"));
@@ -268,21 +254,15 @@ fn nbd_cache_and_ctl_warm_read_a_range_into_the_cache() {
 
 #[test]
 fn copies_skip_the_backend_s_holes_but_not_dirty_data_in_them() {
-    if !common::have("nbdcopy") || !common::have("nbdinfo") {
-        eprintln!("skipped: needs nbdcopy and nbdinfo");
+    // The backend: 256 MiB, data in the first 64 MiB.
+    let Some((dir, path, server)) = backend_served(&["nbdcopy", "nbdinfo"], "block-status", &[]) else {
         return;
-    }
-    let dir = temp_dir("block-status");
-    let path = backend(&dir); // 256 MiB, data in the first 64 MiB
-    let server = serve(&dir, &[]);
+    };
     // Dirty data in a hole of the backend: only the cache has it.
     let mut c = client(&dir);
     c.write(200 * MIB, &vec![0x77u8; MIB as usize], false).unwrap();
     drop(c);
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(&dir);
     let map = Command::new("nbdinfo").args(["--map", &uri]).output().unwrap();
     let map = String::from_utf8_lossy(&map.stdout).to_string();
     assert!(map.contains("hole"), "holes reported:\n{map}");
@@ -311,23 +291,11 @@ fn copies_skip_the_backend_s_holes_but_not_dirty_data_in_them() {
 
 #[test]
 fn an_nbd_backend_s_holes_are_reported_too() {
-    if !common::have("nbdkit") || !common::have("nbdinfo") {
-        eprintln!("skipped: needs nbdkit and nbdinfo");
+    let Some(dir) = temp_dir_with(&["nbdkit", "nbdinfo"], "nbd-holes") else {
         return;
-    }
-    let dir = temp_dir("nbd-holes");
+    };
     backend(&dir); // 256 MiB, data in the first 64 MiB
-    let kit_socket = dir.join("kit.sock");
-    let mut kit = Process::spawn(
-        Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(&kit_socket)
-            .args(["file"])
-            .arg(dir.join("backend.img")),
-        &dir.join("nbdkit.log"),
-    );
-    kit.wait_until("nbdkit listens", || kit_socket.exists());
-    let backend_uri = format!("nbd+unix:///?socket={}", kit_socket.display());
+    let (kit, backend_uri) = nbdkit_file(&dir, &dir.join("backend.img"), &[], &[]);
     let server = Process::serve(
         &dir,
         &[
@@ -341,10 +309,7 @@ fn an_nbd_backend_s_holes_are_reported_too() {
         ],
         ConnectOptions::export(String::new()),
     );
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(&dir);
     let map = Command::new("nbdinfo").args(["--map", &uri]).output().unwrap();
     let map = String::from_utf8_lossy(&map.stdout).to_string();
     let lines: Vec<&str> = map.lines().collect();
@@ -359,21 +324,14 @@ fn an_nbd_backend_s_holes_are_reported_too() {
 
 #[test]
 fn fio_trims_through_its_nbd_engine() {
-    if !common::have("fio") {
-        eprintln!("skipped: needs fio");
+    let Some((dir, path, server)) = backend_served(&["fio"], "fio-trim", &[]) else {
         return;
-    }
-    let dir = temp_dir("fio-trim");
-    let path = backend(&dir);
-    let server = serve(&dir, &[]);
+    };
     let mut c = client(&dir);
     c.write(64 * MIB, &vec![0xa5u8; (16 * MIB) as usize], false)
         .unwrap();
     drop(c);
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(&dir);
     let out = Command::new("fio")
         .args([
             "--name=trim",

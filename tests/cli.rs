@@ -3,33 +3,30 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn iocache(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("iocache runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Runs `iocache args`, which must succeed.
-fn run_ok(args: &[&str]) -> Output {
-    let o = iocache(args);
-    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-    o
-}
+mod common;
+use common::{iocache, run_ok, stderr, stdout, temp_dir};
 
 /// Runs `iocache args`, which must succeed, and parses its stdout as JSON.
 fn run_json(args: &[&str]) -> serde_json::Value {
     let o = run_ok(args);
     serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", stdout(&o)))
+}
+
+/// Runs `iocache sim --trace TRACE ARGS`, which must succeed.
+fn sim_ok(trace: &str, args: &[&str]) -> Output {
+    run_ok(&[&["sim", "--trace", trace], args].concat())
+}
+
+/// Runs `iocache sim --trace TRACE ARGS --json -`, which must succeed, and
+/// parses its stdout as JSON.
+fn sim_json(trace: &str, args: &[&str]) -> serde_json::Value {
+    run_json(&[&["sim", "--trace", trace], args, &["--json", "-"]].concat())
+}
+
+/// Runs `iocache trace mrc TRACE ARGS --json -`, which must succeed, and
+/// parses its stdout as JSON.
+fn mrc_json(trace: &str, args: &[&str]) -> serde_json::Value {
+    run_json(&[&["trace", "mrc", trace], args, &["--json", "-"]].concat())
 }
 
 /// Runs `iocache args`, which must fail with an error saying each of `said`.
@@ -84,19 +81,17 @@ fn outputs_may_be_dev_null() {
 
 #[test]
 fn sim_json_has_the_documented_fields_for_every_combination() {
-    let json = run_json(&[
-        "sim",
-        "--trace",
+    let json = sim_json(
         SAMPLE,
-        "--policy",
-        "lru,arc",
-        "--cache-size",
-        "256,4MiB",
-        "--line-size",
-        "4KiB",
-        "--json",
-        "-",
-    ]);
+        &[
+            "--policy",
+            "lru,arc",
+            "--cache-size",
+            "256,4MiB",
+            "--line-size",
+            "4KiB",
+        ],
+    );
     assert_eq!(json["schema_version"], 2);
     assert_eq!(json["trace_records"], 20_000);
     let runs = json["runs"].as_array().unwrap();
@@ -138,7 +133,7 @@ fn sim_json_has_the_documented_fields_for_every_combination() {
 
 #[test]
 fn sim_prints_a_table_without_json() {
-    let o = run_ok(&["sim", "--trace", SAMPLE, "--policy", "arc", "--cache-size", "512"]);
+    let o = sim_ok(SAMPLE, &["--policy", "arc", "--cache-size", "512"]);
     let out = stdout(&o);
     assert!(out.contains("hit%") && out.contains("arc"), "{out}");
     assert!(
@@ -156,16 +151,7 @@ fn malformed_lines_are_reported_with_file_line_and_field() {
     let err = stderr(&o);
     assert!(err.contains("bad.csv:2") && err.contains("offset"), "{err}");
     assert!(err.contains("add --skip-bad-lines"), "{err}");
-    let o = run_ok(&[
-        "sim",
-        "--trace",
-        p,
-        "--format",
-        "tencent",
-        "--skip-bad-lines",
-        "--json",
-        "-",
-    ]);
+    let o = sim_ok(p, &["--format", "tencent", "--skip-bad-lines", "--json", "-"]);
     assert!(stderr(&o).contains("1 malformed line skipped"), "{}", stderr(&o));
     let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(json["skipped_lines"], 1);
@@ -229,29 +215,27 @@ fn an_empty_trace_is_an_error() {
 
 #[test]
 fn timing_reports_latency_and_writes_a_series() {
-    let dir = lab_dir("series");
+    let dir = temp_dir("series");
     let csv = dir.join("series.csv");
-    let json = run_json(&[
-        "sim",
-        "--trace",
+    let json = sim_json(
         SAMPLE,
-        "--policy",
-        "lru,arc",
-        "--cache-size",
-        "1024",
-        "--cache-device",
-        "optane",
-        "--backend-device",
-        "hdd",
-        "--closed-loop",
-        "4",
-        "--series-interval",
-        "100ms",
-        "--series",
-        csv.to_str().unwrap(),
-        "--json",
-        "-",
-    ]);
+        &[
+            "--policy",
+            "lru,arc",
+            "--cache-size",
+            "1024",
+            "--cache-device",
+            "optane",
+            "--backend-device",
+            "hdd",
+            "--closed-loop",
+            "4",
+            "--series-interval",
+            "100ms",
+            "--series",
+            csv.to_str().unwrap(),
+        ],
+    );
     for run in json["runs"].as_array().unwrap() {
         let t = &run["timing"];
         assert_eq!(t["requests"], 20_000, "{t}");
@@ -266,7 +250,7 @@ fn timing_reports_latency_and_writes_a_series() {
     assert!(lines.next().unwrap().starts_with("policy,cache_size,start_ns"));
     assert!(lines.clone().any(|l| l.starts_with("lru,1024,")) && lines.any(|l| l.starts_with("arc,1024,")));
     // Without timing flags there is no timing block.
-    let json = run_json(&["sim", "--trace", SAMPLE, "--cache-size", "64", "--json", "-"]);
+    let json = sim_json(SAMPLE, &["--cache-size", "64"]);
     assert!(json["runs"][0].get("timing").is_none());
     // Bad devices are named.
     fails_saying(
@@ -294,15 +278,7 @@ fn iocache_with_stdin(args: &[&str], input: &[u8]) -> Output {
 #[test]
 fn sizes_take_one_grammar_and_a_bare_number_is_a_line_count_only_in_sim() {
     // A bare --cache-size is lines in sim; a size with a unit is bytes.
-    let json = run_json(&[
-        "sim",
-        "--trace",
-        SAMPLE,
-        "--cache-size",
-        "64,1.5MiB",
-        "--json",
-        "-",
-    ]);
+    let json = sim_json(SAMPLE, &["--cache-size", "64,1.5MiB"]);
     assert_eq!(json["runs"][0]["cache_lines"], 64, "{json}");
     assert_eq!(json["runs"][1]["cache_lines"], 384, "{json}");
     // A line size without a unit is refused, saying how to write it.
@@ -376,7 +352,7 @@ fn errors_say_each_cause_once_and_the_way_out() {
 fn zstd_compress(data: &[u8]) -> Vec<u8> {
     // The binary's own dependency tree has zstd; the test shells out to the
     // command to stay independent of it.
-    let dir = lab_dir("zstd");
+    let dir = temp_dir("zstd");
     let plain = dir.join("in");
     std::fs::write(&plain, data).unwrap();
     let out = Command::new("zstd").args(["-q", "-f", "-c"]).arg(&plain).output();
@@ -395,7 +371,7 @@ fn a_trace_on_stdin_and_the_warmup_fraction_it_cannot_give() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let piped: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let from_file = run_json(&["sim", "--trace", SAMPLE, "--json", "-"]);
+    let from_file = sim_json(SAMPLE, &[]);
     assert_eq!(piped["runs"][0]["hits"], from_file["runs"][0]["hits"]);
     assert_eq!(piped["trace"], "stdin");
     let o = iocache_with_stdin(&["sim", "--trace", "-", "--warmup", "0.2"], &sample);
@@ -406,15 +382,7 @@ fn a_trace_on_stdin_and_the_warmup_fraction_it_cannot_give() {
 #[test]
 fn counts_read_as_english() {
     let one = temp_file("one.lis", "0 8 0 1\n");
-    let o = run_ok(&[
-        "sim",
-        "--trace",
-        one.to_str().unwrap(),
-        "--format",
-        "arc",
-        "--threads",
-        "1",
-    ]);
+    let o = sim_ok(one.to_str().unwrap(), &["--format", "arc", "--threads", "1"]);
     let out = stdout(&o);
     assert!(out.contains(": 1 request, 0 warmup, 1 run on 1 thread"), "{out}");
     let o = iocache(&[
@@ -469,17 +437,7 @@ fn log_levels_completions_and_man_pages() {
 
 #[test]
 fn trace_mrc_writes_the_documented_json_and_matches_sim() {
-    let json = run_json(&[
-        "trace",
-        "mrc",
-        SAMPLE,
-        "--sizes",
-        "64,1MiB",
-        "--method",
-        "exact,shards:0.5",
-        "--json",
-        "-",
-    ]);
+    let json = mrc_json(SAMPLE, &["--sizes", "64,1MiB", "--method", "exact,shards:0.5"]);
     let curves = json["curves"].as_array().unwrap();
     assert_eq!(curves.len(), 2);
     assert_eq!(curves[0]["method"], "exact");
@@ -493,17 +451,7 @@ fn trace_mrc_writes_the_documented_json_and_matches_sim() {
         curves[1]["max_error_vs_exact"].as_f64().unwrap(),
     );
     assert!(mean <= max, "the mean {mean} is at most the largest {max}");
-    let sim = run_json(&[
-        "sim",
-        "--trace",
-        SAMPLE,
-        "--policy",
-        "lru",
-        "--cache-size",
-        "64,256",
-        "--json",
-        "-",
-    ]);
+    let sim = sim_json(SAMPLE, &["--policy", "lru", "--cache-size", "64,256"]);
     for (point, run) in points.iter().zip(sim["runs"].as_array().unwrap()) {
         let miss = 1.0 - run["hits"].as_f64().unwrap() / run["accesses"].as_f64().unwrap();
         assert!(
@@ -516,7 +464,7 @@ fn trace_mrc_writes_the_documented_json_and_matches_sim() {
 
 #[test]
 fn gen_writes_a_trace_sim_reads_and_a_fio_job() {
-    let dir = lab_dir("gen");
+    let dir = temp_dir("gen");
     let trace = dir.join("zoned.csv.gz");
     let fio = dir.join("zoned.fio");
     run_ok(&[
@@ -530,15 +478,7 @@ fn gen_writes_a_trace_sim_reads_and_a_fio_job() {
     assert!(std::fs::read_to_string(&fio)
         .unwrap()
         .contains("random_distribution=zoned:85/10:15/90"));
-    let json = run_json(&[
-        "sim",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--cache-size",
-        "100MiB",
-        "--json",
-        "-",
-    ]);
+    let json = sim_json(trace.to_str().unwrap(), &["--cache-size", "100MiB"]);
     assert_eq!(json["format"], "msr");
     assert_eq!(json["trace_records"], 300_000);
     let again = iocache(&["gen", "examples/workloads/asplos-zoned.toml"]);
@@ -552,32 +492,21 @@ fn gen_writes_a_trace_sim_reads_and_a_fio_job() {
         "volume_size = \"1GiB\"\n[[phase]]\nrequests = 10\ndistribution = \"zipf\"\n",
     );
     fails_saying(&["gen", bad.to_str().unwrap()], &["phase 1", "zipf"]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `lab run`: shards merged equal one run, and a rerun runs only what is
 /// missing.
 #[test]
 fn lab_shards_merge_to_one_run_and_runs_resume() {
-    let dir = lab_dir("lab");
-    let experiment = write_experiment(&dir, "[[workload]]\nname = \"sample\"\ntrace = \"{trace}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"1MiB\", \"512\"]\nwrite_policy = [\"wb\", \"wt\"]\n", &sample_path());
+    let (dir, experiment) = sample_experiment("lab", "[[workload]]\nname = \"sample\"\ntrace = \"{trace}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"1MiB\", \"512\"]\nwrite_policy = [\"wb\", \"wt\"]\n");
     let e = experiment.to_str().unwrap();
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
     let strip = |file: &str| json_lines(std::path::Path::new(file));
     run_ok(&["lab", "run", e, "--out", &path("whole.jsonl"), "--threads", "1"]);
     let whole = strip(&path("whole.jsonl"));
     assert_eq!(whole.len(), 12);
+    run_shards(e, 3, &dir);
     for i in 0..3 {
-        let shard = format!("{i}/3");
-        run_ok(&[
-            "lab",
-            "run",
-            e,
-            "--shard",
-            &shard,
-            "--out",
-            &path(&format!("part{i}.jsonl")),
-        ]);
         assert_eq!(strip(&path(&format!("part{i}.jsonl"))).len(), 4);
     }
     run_ok(&[
@@ -624,7 +553,6 @@ fn lab_shards_merge_to_one_run_and_runs_resume() {
     let mut resumed = strip(&path("resumed.jsonl"));
     resumed.sort_by_key(|r| r["point"].as_u64());
     assert_eq!(resumed, whole);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The admission policies and the readahead are lab knobs: every point of
@@ -632,13 +560,11 @@ fn lab_shards_merge_to_one_run_and_runs_resume() {
 /// readahead points carry the fetch counts.
 #[test]
 fn lab_grids_admission_and_readahead_as_sim_runs_them() {
-    let dir = lab_dir("lab-admission");
-    let experiment = write_experiment(
-        &dir,
+    let (dir, experiment) = sample_experiment(
+        "lab-admission",
         "[[workload]]\nname = \"s\"\ntrace = \"{trace}\"\nformat = \"arc\"\n[grid]\ncache_size = [\"256\"]\n\
          promotion = [\"always\", \"second-hit\", \"random:0.5\", \"request-size:4KiB\"]\n\
          readahead = [\"off\", \"seq:min=8KiB\"]\n",
-        &sample_path(),
     );
     let rows = lab_run_rows(&experiment, &dir.join("r.jsonl"));
     assert_eq!(rows.len(), 8);
@@ -646,19 +572,17 @@ fn lab_grids_admission_and_readahead_as_sim_runs_them() {
     for row in &rows {
         let promotion = row["promotion"].as_str().unwrap();
         let readahead = row["readahead"].as_str().unwrap();
-        let sim = run_json(&[
-            "sim",
-            "--trace",
+        let sim = sim_json(
             SAMPLE,
-            "--cache-size",
-            "256",
-            "--promotion",
-            promotion,
-            "--readahead",
-            readahead,
-            "--json",
-            "-",
-        ]);
+            &[
+                "--cache-size",
+                "256",
+                "--promotion",
+                promotion,
+                "--readahead",
+                readahead,
+            ],
+        );
         let run = &sim["runs"][0];
         for key in ["hits", "promotions", "cache_write_bytes", "backend_read_bytes"] {
             assert_eq!(row[key], run[key], "{key} of {promotion} {readahead}");
@@ -674,7 +598,6 @@ fn lab_grids_admission_and_readahead_as_sim_runs_them() {
         fetched > 0,
         "the sample has sequential runs: readahead fetched something"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A generated trace over several volumes (MSR CSV, the disk number the
@@ -696,18 +619,12 @@ fn volumes_trace(dir: &std::path::Path) -> PathBuf {
 /// volume's requests alone.
 #[test]
 fn per_volume_curves_equal_each_volume_alone() {
-    let dir = lab_dir("mrc-volumes");
+    let dir = temp_dir("mrc-volumes");
     let trace = volumes_trace(&dir);
-    let all = run_json(&[
-        "trace",
-        "mrc",
+    let all = mrc_json(
         trace.to_str().unwrap(),
-        "--per-volume",
-        "--sizes",
-        "64,256,1024",
-        "--json",
-        "-",
-    ]);
+        &["--per-volume", "--sizes", "64,256,1024"],
+    );
     let volumes = all["volumes"].as_array().unwrap();
     assert_eq!(volumes.len(), 5);
     let text = std::fs::read_to_string(&trace).unwrap();
@@ -724,15 +641,7 @@ fn per_volume_curves_equal_each_volume_alone() {
         .filter(|l| l.split(',').nth(2) == Some("0"))
         .collect();
     std::fs::write(&alone, lines.join("\n") + "\n").unwrap();
-    let one = run_json(&[
-        "trace",
-        "mrc",
-        alone.to_str().unwrap(),
-        "--sizes",
-        "64,256,1024",
-        "--json",
-        "-",
-    ]);
+    let one = mrc_json(alone.to_str().unwrap(), &["--sizes", "64,256,1024"]);
     assert_eq!(volumes[0]["line_accesses"], one["line_accesses"]);
     assert_eq!(volumes[0]["curve"]["points"], one["curves"][0]["points"]);
     fails_saying(
@@ -746,7 +655,6 @@ fn per_volume_curves_equal_each_volume_alone() {
         ],
         &["--per-volume", "one --method"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `trace allocate`: the best split's predicted misses are what the
@@ -754,7 +662,7 @@ fn per_volume_curves_equal_each_volume_alone() {
 /// equal and proportional splits.
 #[test]
 fn allocation_by_curves_is_what_simulation_finds_and_beats_the_others() {
-    let dir = lab_dir("allocate");
+    let dir = temp_dir("allocate");
     let trace = volumes_trace(&dir);
     let r = run_json(&[
         "trace",
@@ -811,7 +719,6 @@ fn allocation_by_curves_is_what_simulation_finds_and_beats_the_others() {
         ],
         &["--cache-size 16", "fewer units"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Above 32 KiB lines `trace mrc`'s exact curve is a simulation of every
@@ -820,28 +727,8 @@ fn allocation_by_curves_is_what_simulation_finds_and_beats_the_others() {
 #[test]
 fn large_line_curves_equal_the_simulator() {
     for line in ["64KiB", "1MiB"] {
-        let mrc = run_json(&[
-            "trace",
-            "mrc",
-            SAMPLE,
-            "--line-size",
-            line,
-            "--sizes",
-            "4,32",
-            "--json",
-            "-",
-        ]);
-        let sim = run_json(&[
-            "sim",
-            "--trace",
-            SAMPLE,
-            "--line-size",
-            line,
-            "--cache-size",
-            "4,32",
-            "--json",
-            "-",
-        ]);
+        let mrc = mrc_json(SAMPLE, &["--line-size", line, "--sizes", "4,32"]);
+        let sim = sim_json(SAMPLE, &["--line-size", line, "--cache-size", "4,32"]);
         for (point, run) in mrc["curves"][0]["points"]
             .as_array()
             .unwrap()
@@ -875,11 +762,9 @@ fn large_line_curves_equal_the_simulator() {
 /// `iocache sim` at that many lines.
 #[test]
 fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
-    let dir = lab_dir("lab-share");
-    let experiment = write_experiment(
-        &dir,
+    let (dir, experiment) = sample_experiment(
+        "lab-share",
         "[[workload]]\nname = \"s\"\ntrace = \"{trace}\"\n[grid]\ncache_size = [\"10%\"]\n",
-        &sample_path(),
     );
     let row = lab_run_rows(&experiment, &dir.join("r.jsonl")).remove(0);
     let stats: serde_json::Value =
@@ -900,7 +785,7 @@ fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
     .unwrap();
     assert_eq!(row["hits"], sim["runs"][0]["hits"]);
     // `sim` takes the same share, sized the same way.
-    let share = run_json(&["sim", "--trace", SAMPLE, "--cache-size", "10%", "--json", "-"]);
+    let share = sim_json(SAMPLE, &["--cache-size", "10%"]);
     assert_eq!(share["runs"][0]["cache_lines"], lines);
     assert_eq!(share["runs"][0]["hits"], row["hits"]);
     fails_saying(
@@ -914,7 +799,6 @@ fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
     )
     .unwrap();
     fails_saying(&["lab", "run", bad.to_str().unwrap()], &["grid.cache_size"]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--report`: the page is written beside the usual output, checked before
@@ -923,19 +807,11 @@ fn lab_sizes_a_cache_as_a_share_of_the_footprint() {
 /// browser.)
 #[test]
 fn reports_are_written_where_asked() {
-    let dir = lab_dir("report");
+    let dir = temp_dir("report");
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
 
     // One size: the table, no curve against size.
-    let o = run_ok(&[
-        "sim",
-        "--trace",
-        SAMPLE,
-        "--cache-size",
-        "256",
-        "--report",
-        &path("one.html"),
-    ]);
+    let o = sim_ok(SAMPLE, &["--cache-size", "256", "--report", &path("one.html")]);
     assert!(stdout(&o).contains("lru"), "the table is still printed");
     let html = std::fs::read_to_string(path("one.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<table>"));
@@ -986,7 +862,6 @@ fn reports_are_written_where_asked() {
         ],
         &["no results"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An MSR trace of `n` requests over three disks, one request per
@@ -1017,6 +892,14 @@ fn sample_path() -> PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(SAMPLE)
 }
 
+/// A fresh directory for one test, and its experiment DIR/e.toml: `text`
+/// over the sample trace (see [`write_experiment`]).
+fn sample_experiment(name: &str, text: &str) -> (common::TestDir, PathBuf) {
+    let dir = temp_dir(name);
+    let experiment = write_experiment(&dir, text, &sample_path());
+    (dir, experiment)
+}
+
 /// Writes DIR/e.toml: `text` with `{trace}` replaced by `trace`'s path.
 fn write_experiment(dir: &std::path::Path, text: &str, trace: &std::path::Path) -> PathBuf {
     let path = dir.join("e.toml");
@@ -1024,8 +907,8 @@ fn write_experiment(dir: &std::path::Path, text: &str, trace: &std::path::Path) 
     path
 }
 
-/// `iocache lab run EXPERIMENT --out OUT`, and the rows it wrote.
-fn lab_run_rows(experiment: &std::path::Path, out: &std::path::Path) -> Vec<serde_json::Value> {
+/// `iocache lab run EXPERIMENT --out OUT`, which must succeed.
+fn lab_run(experiment: &std::path::Path, out: &std::path::Path) {
     run_ok(&[
         "lab",
         "run",
@@ -1033,19 +916,33 @@ fn lab_run_rows(experiment: &std::path::Path, out: &std::path::Path) -> Vec<serd
         "--out",
         out.to_str().unwrap(),
     ]);
+}
+
+/// `iocache lab run EXPERIMENT --shard I/N --out DIR/partI.jsonl` for each
+/// of the `n` shards, which must succeed.
+fn run_shards(experiment: &str, n: usize, dir: &std::path::Path) {
+    for i in 0..n {
+        let out = dir.join(format!("part{i}.jsonl"));
+        run_ok(&[
+            "lab",
+            "run",
+            experiment,
+            "--shard",
+            &format!("{i}/{n}"),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+    }
+}
+
+/// `iocache lab run EXPERIMENT --out OUT`, and the rows it wrote.
+fn lab_run_rows(experiment: &std::path::Path, out: &std::path::Path) -> Vec<serde_json::Value> {
+    lab_run(experiment, out);
     std::fs::read_to_string(out)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-/// A fresh empty directory for one test.
-fn lab_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iocache-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
@@ -1066,19 +963,13 @@ fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
 /// cache series.
 #[test]
 fn lab_grid_over_timing_adapt_and_restarts_equals_sim_alone() {
-    let dir = lab_dir("lab-knobs");
+    let dir = temp_dir("lab-knobs");
     let trace = three_volume_trace(&dir, 3000);
     let experiment = write_experiment(&dir, "per_volume = true\n[[workload]]\nname = \"three\"\ntrace = \"{trace}\"\n\n[grid]\ncache_size = [\"512\"]\n\
              cache_device = [\"optane\"]\nspeed = [1, 4]\nadapt = [\"none\", \"observe\", \"reca\"]\nreca_window = [500]\n\
              restart_every = [\"off\", \"700ms:persistence=dirty\"]\nwarmup = [\"0\", \"0.2\"]\n\n[series]\nevery = \"1000\"\n", &trace);
     let out = dir.join("r.jsonl");
-    run_ok(&[
-        "lab",
-        "run",
-        experiment.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    lab_run(&experiment, &out);
     let rows = json_lines(&out);
     assert_eq!(rows.len(), 24);
     let volumes = json_lines(&dir.join("r.volumes.jsonl"));
@@ -1158,14 +1049,13 @@ fn lab_grid_over_timing_adapt_and_restarts_equals_sim_alone() {
         assert_eq!(volumes.iter().filter(|r| r["point_id"] == *id).count(), 3);
         assert_eq!(mine(&series), *run["cache_series"].as_array().unwrap(), "{id}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Knob values that cannot run together are refused when the experiment
 /// is read, naming the knobs and values, before any workload is opened.
 #[test]
 fn lab_refuses_invalid_knob_combinations_at_load() {
-    let dir = lab_dir("lab-invalid");
+    let dir = temp_dir("lab-invalid");
     for (grid, message) in [
         (
             "adapt = [\"none\", \"lbica\"]",
@@ -1194,7 +1084,6 @@ fn lab_refuses_invalid_knob_combinations_at_load() {
         assert!(stderr(&o).contains(message), "{grid}: {}", stderr(&o));
         assert!(!stderr(&o).contains("no-such-trace"), "{}", stderr(&o));
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `sim --series-every` without timing: the windows add up to the run's
@@ -1202,26 +1091,24 @@ fn lab_refuses_invalid_knob_combinations_at_load() {
 /// and is refused when there is no series to write.
 #[test]
 fn sim_series_without_timing_and_per_volume_add_up() {
-    let dir = lab_dir("sim-series");
+    let dir = temp_dir("sim-series");
     let trace = three_volume_trace(&dir, 4000);
     let csv = dir.join("s.csv");
     let report = dir.join("s.html");
-    let sim = run_json(&[
-        "sim",
-        "--trace",
+    let sim = sim_json(
         trace.to_str().unwrap(),
-        "--cache-size",
-        "300",
-        "--series-every",
-        "500ms",
-        "--per-volume",
-        "--series",
-        csv.to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-        "--json",
-        "-",
-    ]);
+        &[
+            "--cache-size",
+            "300",
+            "--series-every",
+            "500ms",
+            "--per-volume",
+            "--series",
+            csv.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
     let run = &sim["runs"][0];
     assert!(run.get("timing").is_none());
     let windows: Vec<&serde_json::Value> = run["cache_series"]
@@ -1294,7 +1181,6 @@ fn sim_series_without_timing_and_per_volume_add_up() {
         ],
         &["--series-every"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// With the later knobs, a series and per-volume results, shards merged
@@ -1302,7 +1188,7 @@ fn sim_series_without_timing_and_per_volume_add_up() {
 /// shard's results to the whole.
 #[test]
 fn lab_shards_and_resumption_hold_with_the_new_knobs() {
-    let dir = lab_dir("lab-shards-knobs");
+    let dir = temp_dir("lab-shards-knobs");
     let trace = three_volume_trace(&dir, 2000);
     let experiment = write_experiment(&dir, "per_volume = true\n[[workload]]\nname = \"three\"\ntrace = \"{trace}\"\n\n[grid]\ncache_size = [\"128\", \"512\"]\n\
              timing = [false, true]\ncache_device = [\"optane\", \"nvme\"]\nadapt = [\"none\", \"reca\"]\nreca_window = [300]\n\
@@ -1318,18 +1204,7 @@ fn lab_shards_and_resumption_hold_with_the_new_knobs() {
         whole.iter().filter(|r| r.get("cache_device").is_none()).count(),
         8
     );
-    for i in 0..2 {
-        let shard = format!("{i}/2");
-        run_ok(&[
-            "lab",
-            "run",
-            e,
-            "--shard",
-            &shard,
-            "--out",
-            &s(&format!("part{i}.jsonl")),
-        ]);
-    }
+    run_shards(e, 2, &dir);
     run_ok(&[
         "lab",
         "merge",
@@ -1404,7 +1279,6 @@ fn lab_shards_and_resumption_hold_with_the_new_knobs() {
         page.contains("three: hit ratio over trace time (s)"),
         "the series is plotted"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The lines of a help text's `Commands:` section: each subcommand's name.
@@ -1501,7 +1375,7 @@ fn every_serve_flag_is_documented_and_every_documented_flag_exists() {
 /// run is refused before it starts, naming the conflict.
 #[test]
 fn every_sim_output_is_written_with_every_other() {
-    let dir = lab_dir("outputs");
+    let dir = temp_dir("outputs");
     let at = |name: &str| dir.join(name).display().to_string();
     let base = [
         "sim",
@@ -1580,7 +1454,6 @@ fn every_sim_output_is_written_with_every_other() {
         &["--reca-series", "needs --adapt reca"],
     );
     assert!(!dir.join("same.json").exists() && !dir.join("x.csv").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The JSON of an adaptive run carries the decisions the text prints: on
@@ -1588,7 +1461,7 @@ fn every_sim_output_is_written_with_every_other() {
 /// and the windows, and a load balancer's totals.
 #[test]
 fn adaptive_decisions_in_the_json_equal_the_text() {
-    let dir = lab_dir("decisions");
+    let dir = temp_dir("decisions");
     let trace = dir.join("phases.csv").display().to_string();
     run_ok(&["gen", "examples/workloads/reca-phases.toml", "-o", &trace]);
     let sim = [
@@ -1704,7 +1577,6 @@ fn adaptive_decisions_in_the_json_equal_the_text() {
     }
     assert_eq!(counted, rows.len() as u64);
     assert!(text.contains(&summary), "{summary} not in\n{text}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `lab run --shard auto` takes its slice from a Slurm array task or a
@@ -1712,12 +1584,7 @@ fn adaptive_decisions_in_the_json_equal_the_text() {
 /// it; the slices merged equal one run.
 #[test]
 fn lab_shards_come_from_slurm_and_kubernetes_environments() {
-    let dir = lab_dir("lab-auto");
-    let experiment = write_experiment(
-        &dir,
-        "[[workload]]\nname = \"sample\"\ntrace = \"{trace}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"512\"]\n",
-        &sample_path(),
-    );
+    let (dir, experiment) = sample_experiment("lab-auto", "[[workload]]\nname = \"sample\"\ntrace = \"{trace}\"\nformat = \"arc\"\n\n[grid]\npolicy = [\"lru\", \"arc\"]\ncache_size = [\"64\", \"512\"]\n");
     let e = experiment.to_str().unwrap();
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
     run_ok(&["lab", "run", e, "--out", &path("whole.jsonl"), "--threads", "1"]);
@@ -1772,29 +1639,26 @@ fn lab_shards_come_from_slurm_and_kubernetes_environments() {
         "{}",
         stderr(&o)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `sim --csv` writes one row per run, in the reading order and with the
 /// columns of `lab run --csv`, its numbers those of `--json`.
 #[test]
 fn sim_csv_has_a_row_per_run_with_the_lab_columns() {
-    let dir = lab_dir("sim-csv");
+    let dir = temp_dir("sim-csv");
     let csv = dir.join("runs.csv");
     let csv_text = csv.display().to_string();
-    let json = run_json(&[
-        "sim",
-        "--trace",
+    let json = sim_json(
         SAMPLE,
-        "--policy",
-        "lru,arc",
-        "--cache-size",
-        "256,1024",
-        "--csv",
-        &csv_text,
-        "--json",
-        "-",
-    ]);
+        &[
+            "--policy",
+            "lru,arc",
+            "--cache-size",
+            "256,1024",
+            "--csv",
+            &csv_text,
+        ],
+    );
     let text = std::fs::read_to_string(&csv).unwrap();
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
@@ -1820,7 +1684,6 @@ fn sim_csv_has_a_row_per_run_with_the_lab_columns() {
         &["sim", "--trace", SAMPLE, "--csv", "-"],
         &["--csv -: give a file name"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `trace mrc --method mini:RATE --policy P,Q`: at rate 1 a miniature
@@ -1828,19 +1691,17 @@ fn sim_csv_has_a_row_per_run_with_the_lab_columns() {
 /// LRU's is the exact curve); sampled, LRU's is compared with exact.
 #[test]
 fn miniature_curves_of_any_policy_equal_full_simulations_at_rate_one() {
-    let json = run_json(&[
-        "trace",
-        "mrc",
+    let json = mrc_json(
         SAMPLE,
-        "--method",
-        "exact,mini:1,mini:0.5",
-        "--policy",
-        "lru,arc,s3fifo",
-        "--sizes",
-        "64,1000,5000",
-        "--json",
-        "-",
-    ]);
+        &[
+            "--method",
+            "exact,mini:1,mini:0.5",
+            "--policy",
+            "lru,arc,s3fifo",
+            "--sizes",
+            "64,1000,5000",
+        ],
+    );
     let curves = json["curves"].as_array().unwrap();
     let curve = |method: &str| {
         curves
@@ -1853,17 +1714,7 @@ fn miniature_curves_of_any_policy_equal_full_simulations_at_rate_one() {
         assert_eq!(mini["policy"], policy);
         for point in mini["points"].as_array().unwrap() {
             let lines = point["cache_lines"].to_string();
-            let sim = run_json(&[
-                "sim",
-                "--trace",
-                SAMPLE,
-                "--policy",
-                policy,
-                "--cache-size",
-                &lines,
-                "--json",
-                "-",
-            ]);
+            let sim = sim_json(SAMPLE, &["--policy", policy, "--cache-size", &lines]);
             let miss = 1.0 - sim["runs"][0]["hit_ratio"].as_f64().unwrap();
             let got = point["miss_ratio"].as_f64().unwrap();
             assert!(
@@ -1886,8 +1737,7 @@ fn miniature_curves_of_any_policy_equal_full_simulations_at_rate_one() {
 /// changes write policies on its own, and beside write-through.
 #[test]
 fn ordered_write_back_names_what_it_is_not_combined_with() {
-    let dir = std::env::temp_dir().join(format!("iocache-cli-ordered-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("ordered");
     let backend = dir.join("b.img");
     let cache = dir.join("c.img");
     let base = [
@@ -1918,5 +1768,4 @@ fn ordered_write_back_names_what_it_is_not_combined_with() {
         &with(&["--write-policy", "wt"]),
         &["ordered_write_back with write_policy wt", "use wb or wo"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

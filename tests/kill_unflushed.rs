@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{client, have, temp_dir, Process};
-use iocache_nbd::ConnectOptions;
+use common::{client, nbd_uri, scrambled_file, temp_dir, temp_dir_with, Process};
 
 const BLOCK: u64 = 4096;
 const VOLUME: u64 = 64 << 20;
@@ -21,22 +20,11 @@ const INTERVAL: Duration = Duration::from_secs(1);
 const MARGIN: Duration = Duration::from_millis(1500);
 
 fn serve(dir: &Path, init: bool) -> Process {
-    let mut args = vec![
-        "--backend",
-        "backend.img",
-        "--backend-size",
-        "64MiB",
-        "--cache",
-        "cache.img",
-        "--cache-size",
-        "128MiB",
-        "--write-policy",
-        "wb",
-    ];
+    let mut args = vec!["--backend-size", "64MiB"];
     if init {
         args.push("--init");
     }
-    Process::serve(dir, &args, ConnectOptions::export(String::new()))
+    Process::serve_write_back(dir, &args)
 }
 
 /// What block `block` holds after write `round`: every 8 bytes name both.
@@ -116,27 +104,18 @@ fn writes_acknowledged_an_interval_before_a_kill_survive_it() {
         }
         drop(c);
         assert!(server.stop().success());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
 #[test]
 fn nbdcopy_without_flush_survives_a_kill_after_the_interval() {
-    if !have("nbdcopy") {
-        eprintln!("skipped: needs nbdcopy");
+    let Some(dir) = temp_dir_with(&["nbdcopy"], "kill-nbdcopy") else {
         return;
-    }
-    let dir = temp_dir("kill-nbdcopy");
+    };
     let source = dir.join("source.bin");
-    let data: Vec<u8> = (0..(32u32 << 20))
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
-        .collect();
-    std::fs::write(&source, &data).unwrap();
+    let data = scrambled_file(&source, 32 << 20, 11);
     let server = serve(&dir, true);
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(&dir);
     let out = std::process::Command::new("nbdcopy")
         .arg(&source)
         .arg(&uri)
@@ -154,5 +133,4 @@ fn nbdcopy_without_flush_survives_a_kill_after_the_interval() {
     assert!(got == data, "the copy did not survive the kill");
     drop(c);
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,18 +7,11 @@
 use std::process::Command;
 
 mod common;
-use common::have;
+use common::root_and_installed;
 
 #[test]
 fn ext4_survives_losing_the_cache_at_random_moments() {
-    let root = Command::new("id").arg("-u").output().unwrap();
-    if String::from_utf8_lossy(&root.stdout).trim() != "0"
-        || !have("nbdfuse")
-        || !have("mkfs.ext4")
-        || !have("e2fsck")
-        || !have("python3")
-    {
-        eprintln!("skipped: needs root, nbdfuse, mkfs.ext4, e2fsck and python3");
+    if !root_and_installed(&["nbdfuse", "mkfs.ext4", "e2fsck", "python3"]) {
         return;
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/ordered-cut-test.py");

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{ctl, have, temp_dir, Process};
+use common::{ctl, installed, nbd_uri, nbdkit_failing, temp_dir, temp_dir_with, Process, SHARED_CACHE};
 
 type Server = Process;
 
@@ -116,10 +116,7 @@ enum Job {
 /// One fio job over 16 MiB at `offset` in 4 KiB blocks; `rw` is its
 /// order (the `Write` job's for `Verify`, which reads in offset order).
 fn fio(dir: &Path, job: Job, rw: &str, offset: &str) -> Output {
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(dir);
     let mut cmd = Command::new("fio");
     cmd.args([
         "--name=reca",
@@ -161,11 +158,9 @@ fn fio(dir: &Path, job: Job, rw: &str, offset: &str) -> Output {
 
 #[test]
 fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "fio") else {
         return;
-    }
-    let dir = temp_dir("fio");
+    };
     let metrics = free_address();
     let server = start(&dir, &["--metrics", &metrics, "--reca-line-size", "next_start"]);
     // Before any window: ReCA runs, no category yet.
@@ -270,7 +265,6 @@ fn serve_adapt_reca_switches_category_under_fio_and_keeps_every_block() {
         );
     }
     assert!(log.contains("line size: 4KiB -> 128KiB pending"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 const NEXT_START: [&str; 2] = ["--reca-line-size", "next_start"];
@@ -280,11 +274,9 @@ const NEXT_START: [&str; 2] = ["--reca-line-size", "next_start"];
 /// wins. Every block survives both reformats.
 #[test]
 fn the_line_size_reca_chose_is_taken_at_the_next_start() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "line") else {
         return;
-    }
-    let dir = temp_dir("line");
+    };
     let server = start(&dir, &NEXT_START);
     fio(&dir, Job::Write, "write", "0");
     let r = wait_for(&dir, "large_file_generators");
@@ -331,7 +323,6 @@ fn the_line_size_reca_chose_is_taken_at_the_next_start() {
             "ReCA's line size 128KiB of the last run was chosen over a configured 4KiB; the configuration says 8KiB now",
         ],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `stats` as JSON: the first volume's entry.
@@ -361,11 +352,9 @@ fn wait_for_line_bytes(dir: &Path, line_bytes: u64) -> serde_json::Value {
 /// restart keeps the line size in force without formatting again.
 #[test]
 fn reca_changes_the_line_size_while_serving_and_keeps_every_block() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "live-line") else {
         return;
-    }
-    let dir = temp_dir("live-line");
+    };
     let server = start(&dir, &[]);
     // Sequential writes: large file generators, 128 KiB lines (the change
     // starts once a second window wanted them too).
@@ -414,7 +403,6 @@ fn reca_changes_the_line_size_while_serving_and_keeps_every_block() {
     );
     assert_eq!(log.matches("formatted a new cache").count(), 1, "{log}");
     assert!(!log.contains("WARN"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What block `block` holds after its `generation`-th write (0: never
@@ -520,7 +508,6 @@ fn line_size_changes_under_a_client_that_never_stops_lose_nothing() {
     stop(server);
     let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
     assert!(!log.contains("WARN"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The server is killed (SIGKILL) at a different moment of each round while
@@ -634,7 +621,6 @@ fn a_kill_during_a_line_size_change_loses_no_acknowledged_write() {
     }
     eprintln!("rounds killed before a change started, during one, after one: {killed:?}");
     assert!(killed[1] > 0, "no kill fell during a change: {killed:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Two volumes on one cache device, and a third attached while serving: a
@@ -645,32 +631,12 @@ fn a_kill_during_a_line_size_change_loses_no_acknowledged_write() {
 fn a_line_size_change_serves_every_volume_of_the_cache_on() {
     let dir = temp_dir("volumes");
     std::fs::create_dir_all(dir.join("data")).unwrap();
-    std::fs::write(
-        dir.join("iocache.toml"),
-        r#"
-[server]
-socket = "iocache-data/iocache.sock"
-admin_socket = "iocache-data/admin.sock"
-attach_dirs = ["data"]
-
-[[volume]]
-export = "one"
-backend = "data/one.img"
-backend_size = "32MiB"
-cache = "data/cache.img"
-cache_size = "8MiB"
-persistence = "dirty"
-adapt = "reca"
-reca_window = 1000
-
-[[volume]]
-export = "two"
-backend = "data/two.img"
-backend_size = "16MiB"
-cache = "data/cache.img"
-"#,
-    )
-    .unwrap();
+    // The kit's two volumes, on the Unix socket only, the first adapting.
+    let config = SHARED_CACHE.replace("listen = \"127.0.0.1:0\"\n", "").replace(
+        "persistence = \"dirty\"\n",
+        "persistence = \"dirty\"\nadapt = \"reca\"\nreca_window = 1000\n",
+    );
+    std::fs::write(dir.join("iocache.toml"), config).unwrap();
     let server = start_serving_config(&dir);
     let socket = dir.join("iocache-data/iocache.sock");
     let connect = |export: &str| Client::connect_unix(&socket, &ConnectOptions::export(export)).unwrap();
@@ -742,7 +708,6 @@ cache = "data/cache.img"
     // ReCA want 128 KiB lines once more).
     assert!(log.matches("while serving:").count() >= 2, "{log}");
     assert!(!log.contains("WARN"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `iocache serve --config iocache.toml` in `dir`.
@@ -756,31 +721,12 @@ fn start_serving_config(dir: &Path) -> Server {
 /// so; once the backend heals, the shutdown writes every line back.
 #[test]
 fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
-    if !have("nbdkit") {
-        eprintln!("SKIPPED: nbdkit is not installed");
+    if !installed(&["nbdkit"]) {
         return;
     }
     const BLOCKS: u64 = 1024;
     let dir = temp_dir("refused");
-    let backend_img = dir.join("backend.img");
-    std::fs::File::create(&backend_img)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
-    let inject = dir.join("inject");
-    let backend_sock = dir.join("backend.sock");
-    let mut nbdkit = Process::spawn(
-        Command::new("nbdkit")
-            .args(["-f", "-U"])
-            .arg(&backend_sock)
-            .args(["--filter=error", "file"])
-            .arg(&backend_img)
-            .arg("error-pwrite-rate=100%")
-            .arg(format!("error-pwrite-file={}", inject.display())),
-        &dir.join("nbdkit.log"),
-    );
-    nbdkit.wait_until("nbdkit listens", || backend_sock.exists());
-    let backend_uri = format!("nbd+unix:///?socket={}", backend_sock.display());
+    let (nbdkit, backend_uri, backend_img, inject) = nbdkit_failing(&dir, 64 << 20, "pwrite-");
     let server = spawn_server(
         &dir,
         &[
@@ -833,7 +779,6 @@ fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
         );
     }
     nbdkit.kill();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A line size whose lines and metadata would not fit the cache device
@@ -843,11 +788,9 @@ fn a_line_size_change_the_backend_refuses_leaves_the_cache_serving() {
 /// starts again.
 #[test]
 fn a_line_size_that_does_not_fit_the_device_is_refused_live_and_at_start() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "no-fit") else {
         return;
-    }
-    let dir = temp_dir("no-fit");
+    };
     let server = start(&dir, &["--line-size", "128KiB"]);
     // Random writes then random reads: 4 KiB lines wanted.
     fio(&dir, Job::Write, "randwrite", "32M");
@@ -873,5 +816,4 @@ fn a_line_size_that_does_not_fit_the_device_is_refused_live_and_at_start() {
         1,
         "said once: {log}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

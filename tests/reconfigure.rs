@@ -7,13 +7,14 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use iocache_nbd::ConnectOptions;
 
 mod common;
-use common::{check_flushed, ctl, fio_verify, have, set_until, temp_dir, write_flushing, Process};
+use common::{
+    check_flushed, ctl, fio_verify_while_setting, temp_dir, temp_dir_with, write_flushing_then_kill, Process,
+};
 
 /// `iocache serve` of a 64 MiB backend through an 8 MiB cache, with `extra`.
 fn start(dir: &Path, extra: &[&str]) -> Process {
@@ -35,26 +36,16 @@ const CHANGES: [&[&str]; 10] = [
     &["write_policy=wb", "policy=lru", "write_miss_bypass=false"],
 ];
 
-/// Applies `CHANGES` in turn until `stop`, returning how many were applied.
-fn switch_until(dir: &Path, stop: &AtomicBool) -> usize {
-    set_until(dir, stop, &CHANGES, Duration::from_millis(20))
-}
+/// How often a change of `CHANGES` is made.
+const PAUSE: Duration = Duration::from_millis(20);
 
 #[test]
 fn fio_verifies_while_every_knob_switches() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "fio") else {
         return;
-    }
-    let dir = temp_dir("fio");
+    };
     let server = start(&dir, &[]);
-    let stop = AtomicBool::new(false);
-    let ((passed, text), applied) = std::thread::scope(|s| {
-        let switcher = s.spawn(|| switch_until(&dir, &stop));
-        let fio = fio_verify(&dir, "32M");
-        stop.store(true, Ordering::Relaxed);
-        (fio, switcher.join().unwrap())
-    });
+    let (passed, text, applied) = fio_verify_while_setting(&dir, "32M", &CHANGES, PAUSE);
     assert!(passed, "{text}");
     assert!(
         applied >= CHANGES.len(),
@@ -63,7 +54,6 @@ fn fio_verifies_while_every_knob_switches() {
     let (ok, text) = ctl(&dir, &["get"]);
     assert!(ok && text.contains("in force"), "{text}");
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -71,26 +61,17 @@ fn kill_9_while_switching_loses_no_flushed_write_and_keeps_the_last_values() {
     let dir = temp_dir("kill");
     let server = start(&dir, &[]);
     let blocks = 2048u64; // 8 MiB of a 64 MiB volume
-    let stop = AtomicBool::new(false);
-    let mut durable = Vec::new();
-    std::thread::scope(|s| {
-        let switcher = s.spawn(|| switch_until(&dir, &stop));
-        durable = write_flushing(&dir, blocks, Duration::from_millis(1500)).flushed;
-        // Crash while the switcher is still at work.
-        server.kill();
-        stop.store(true, Ordering::Relaxed);
-        let _ = switcher.join();
-    });
+    let time = Duration::from_millis(1500);
+    // Crash while the switcher is still at work.
+    let (written, _) = write_flushing_then_kill(&dir, server, blocks, time, &CHANGES, PAUSE);
     // The last values set survive the crash (or the one before, had the
     // kill come between a change and its record: check they are coherent).
     let server = start(&dir, &[]);
     let (ok, settings) = ctl(&dir, &["get"]);
     assert!(ok, "{settings}");
-    check_flushed(&dir, &durable);
-    assert!(server.stop().success());
-    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    check_flushed(&dir, &written.flushed);
+    let log = server.stop_logged();
     assert!(log.contains("set write_policy="), "the changes are logged: {log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `stats` (text and JSON) names the replacement policy in force, as `ctl
@@ -118,5 +99,4 @@ fn stats_name_the_policy_in_force() {
     let text = stats(false);
     assert!(text.contains(", s3fifo policy, wb write policy"), "{text}");
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -13,30 +13,16 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::temp_dir;
+use common::{run_ok, skip_unless_ci, temp_dir};
 
 const SAMPLE: &str = "crates/iocache-sim/data/sample.lis";
 const BROWSERS: [&str; 2] = ["chromium-headless-shell", "chromium"];
-
-fn iocache(args: &[&str]) -> Output {
-    let o = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("iocache runs");
-    assert!(
-        o.status.success(),
-        "iocache {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
 
 /// The headless browser, or None after saying SKIPPED (failing under CI).
 fn browser() -> Option<&'static str> {
@@ -49,12 +35,7 @@ fn browser() -> Option<&'static str> {
             .is_ok_and(|s| s.success())
     });
     if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "needs {} (installed by scripts/test.sh), missing under CI",
-            BROWSERS.join(" or ")
-        );
-        eprintln!("SKIPPED: needs {}", BROWSERS.join(" or "));
+        skip_unless_ci(&BROWSERS.join(" or "));
     }
     found
 }
@@ -280,8 +261,8 @@ fn lab_report_renders_offline() {
     let results = dir.join("e.results.jsonl");
     let e = experiment.to_str().unwrap();
     let r = results.to_str().unwrap();
-    iocache(&["lab", "run", e, "--out", r, "--threads", "1"]);
-    iocache(&["lab", "report", r]);
+    run_ok(&["lab", "run", e, "--out", r, "--threads", "1"]);
+    run_ok(&["lab", "report", r]);
     let page = dir.join("e.results.html");
     // Hit, miss and byte hit ratio (no write-backs: the trace only reads).
     check_page(
@@ -295,7 +276,6 @@ fn lab_report_renders_offline() {
             "<table>",
         ],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -320,7 +300,7 @@ fn sim_report_renders_offline() {
     }
     std::fs::write(&trace, text).unwrap();
     let page = dir.join("sim.html");
-    iocache(&[
+    run_ok(&[
         "sim",
         "--trace",
         trace.to_str().unwrap(),
@@ -348,7 +328,6 @@ fn sim_report_renders_offline() {
             "s3fifo 1024",
         ],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -356,7 +335,7 @@ fn mrc_report_renders_offline() {
     let Some(browser) = browser() else { return };
     let dir = temp_dir("mrc");
     let page = dir.join("mrc.html");
-    iocache(&[
+    run_ok(&[
         "trace",
         "mrc",
         SAMPLE,
@@ -375,7 +354,6 @@ fn mrc_report_renders_offline() {
             "opt",
         ],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The checks can fail: a page with an external image is caught by the
@@ -401,5 +379,4 @@ fn an_external_request_is_caught() {
         "the proxy saw {:?}",
         loaded.requests
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

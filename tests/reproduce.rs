@@ -6,39 +6,44 @@
 //! was absent: see build.rs); the skip test runs everywhere.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 mod common;
-use common::temp_dir;
+use common::{iocache, run_ok, stderr, stdout, temp_dir};
 
-fn iocache(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("iocache runs")
-}
-
-/// `iocache lab reproduce NAME --quick [--traces TRACES] --out OUT`,
-/// which must succeed.
-fn reproduce_quick(name: &str, traces: Option<&Path>, out: &Path) -> Output {
+/// The arguments of `iocache lab reproduce NAME --quick [--traces TRACES]
+/// --out OUT`.
+fn quick_args<'a>(name: &'a str, traces: Option<&'a Path>, out: &'a Path) -> Vec<&'a str> {
     let mut args = vec!["lab", "reproduce", name, "--quick"];
     if let Some(traces) = traces {
         args.extend(["--traces", traces.to_str().unwrap()]);
     }
     args.extend(["--out", out.to_str().unwrap()]);
-    let o = iocache(&args);
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
+    args
+}
+
+/// `iocache lab reproduce NAME --quick ...` (see [`quick_args`]), which
+/// must succeed.
+fn reproduce_quick(name: &str, traces: Option<&Path>, out: &Path) -> Output {
+    run_ok(&quick_args(name, traces, out))
 }
 
 const OUTCOMES: [&str; 4] = ["reproduced", "partially", "not", "undecided"];
+
+/// The reproductions `all` runs.
+const IN_ALL: [&str; 9] = [
+    "arc-p2",
+    "asplos23",
+    "asplos23-flush",
+    "asplos23-lookup",
+    "asplos23-real",
+    "icpp22",
+    "systor14",
+    "reca",
+    "lbica",
+];
 
 /// Reads and checks one reproduction's directory; returns its verdict.
 fn check_dir(dir: &Path, name: &str) -> Value {
@@ -72,18 +77,8 @@ fn check_dir(dir: &Path, name: &str) -> Value {
 fn every_quick_reproduction_writes_figures_and_a_verdict() {
     let out = temp_dir("all");
     let o = reproduce_quick("all", None, &out);
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    for name in [
-        "arc-p2",
-        "asplos23",
-        "asplos23-flush",
-        "asplos23-lookup",
-        "asplos23-real",
-        "icpp22",
-        "systor14",
-        "reca",
-        "lbica",
-    ] {
+    let stdout = stdout(&o);
+    for name in IN_ALL {
         let verdict = check_dir(&out.join(name), name);
         assert!(
             !verdict["claims"].as_array().unwrap().is_empty(),
@@ -102,7 +97,6 @@ fn every_quick_reproduction_writes_figures_and_a_verdict() {
     // The fidelity check holds at the paper's size even in a quick run.
     let arc = check_dir(&out.join("arc-p2"), "arc-p2");
     assert_eq!(arc["outcome"], "reproduced", "{arc}");
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
@@ -110,29 +104,16 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
     let out = temp_dir("skip");
     let empty = temp_dir("empty-traces");
     // Nothing checked: said, written, and not a pass for a script.
-    let o = iocache(&[
-        "lab",
-        "reproduce",
-        "arc-p2",
-        "--quick",
-        "--traces",
-        empty.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = iocache(&quick_args("arc-p2", Some(&empty), &out));
     assert!(
         !o.status.success(),
         "a reproduction that checked nothing exited 0"
     );
+    assert!(stderr(&o).contains("checked nothing: arc-p2"), "{}", stderr(&o));
+    let said = stdout(&o);
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("checked nothing: arc-p2"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        stdout.contains("skipped") && stdout.contains("arc-P2.lis.zst"),
-        "{stdout}"
+        said.contains("skipped") && said.contains("arc-P2.lis.zst"),
+        "{said}"
     );
     let verdict = check_dir(&out.join("arc-p2"), "arc-p2");
     assert!(verdict["outcome"].is_null(), "{verdict}");
@@ -150,27 +131,13 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
 
     let o = iocache(&["lab", "reproduce", "list"]);
     assert!(o.status.success());
-    let list = String::from_utf8_lossy(&o.stdout);
-    for name in [
-        "arc-p2",
-        "asplos23",
-        "asplos23-flush",
-        "asplos23-lookup",
-        "asplos23-real",
-        "asplos23-live",
-        "icpp22",
-        "systor14",
-        "reca",
-        "lbica",
-        "all",
-    ] {
+    let list = stdout(&o);
+    for name in IN_ALL.into_iter().chain(["asplos23-live", "all"]) {
         assert!(list.contains(name), "{list}");
     }
     let o = iocache(&["lab", "reproduce", "nosuch"]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("known: arc-p2"));
-    let _ = std::fs::remove_dir_all(&out);
-    let _ = std::fs::remove_dir_all(&empty);
+    assert!(stderr(&o).contains("known: arc-p2"));
 }
 
 /// LBICA needs no trace (its bursts are generated): the quick run checks
@@ -212,5 +179,4 @@ fn lbica_compares_wb_sib_and_lbica_under_bursts() {
     for case in ["rr WB:", "mx SIB over WT:", "wi SIB over WO:", "hh LBICA:"] {
         assert!(setup.contains(case), "{setup}");
     }
-    let _ = std::fs::remove_dir_all(&out);
 }

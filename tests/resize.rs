@@ -6,14 +6,14 @@
 //! sizes set; sizes out of range are refused.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use iocache_nbd::ConnectOptions;
 
 mod common;
 use common::{
-    check_flushed, client, ctl, fio_verify, have, set_until, stats_json, temp_dir, write_flushing, Process,
+    check_flushed, client, ctl, fio_verify_while_setting, stats_json, temp_dir, temp_dir_with,
+    write_flushing_then_kill, Process,
 };
 
 /// `iocache serve` of a 64 MiB backend through an 8 MiB cache formatted
@@ -51,26 +51,16 @@ fn device(dir: &Path) -> serde_json::Value {
     stats_json(dir)["volumes"][0].clone()
 }
 
-/// Sets the sizes in turn until `stop`; returns how many were set.
-fn resize_until(dir: &Path, stop: &AtomicBool) -> usize {
-    set_until(dir, stop, &SIZES, Duration::from_millis(30))
-}
+/// How often a size of `SIZES` is set.
+const PAUSE: Duration = Duration::from_millis(30);
 
 #[test]
 fn fio_verifies_while_the_cache_grows_and_shrinks() {
-    if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed");
+    let Some(dir) = temp_dir_with(&["fio"], "resize-fio") else {
         return;
-    }
-    let dir = temp_dir("resize-fio");
+    };
     let server = start(&dir);
-    let stop = AtomicBool::new(false);
-    let ((passed, text), set) = std::thread::scope(|s| {
-        let resizer = s.spawn(|| resize_until(&dir, &stop));
-        let fio = fio_verify(&dir, "24M");
-        stop.store(true, Ordering::Relaxed);
-        (fio, resizer.join().unwrap())
-    });
+    let (passed, text, set) = fio_verify_while_setting(&dir, "24M", &SIZES, PAUSE);
     assert!(passed, "{text}");
     assert!(set >= SIZES.len(), "only {set} resizes while fio ran");
     let last = SIZES[(set - 1) % SIZES.len()];
@@ -81,7 +71,6 @@ fn fio_verifies_while_the_cache_grows_and_shrinks() {
         "{d:#}"
     );
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -124,10 +113,8 @@ fn a_growth_keeps_every_line_and_the_size_survives_a_restart() {
         ok && text.contains("cache_size") && text.contains("2MiB"),
         "{text}"
     );
-    assert!(server.stop().success());
-    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    let log = server.stop_logged();
     assert!(log.contains("set cache_size=2MiB"), "the change is logged: {log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -135,17 +122,9 @@ fn kill_9_while_resizing_loses_no_flushed_write() {
     let dir = temp_dir("resize-kill");
     let server = start(&dir);
     let blocks = 6144u64; // 24 MiB of the 64 MiB volume: more than the cache
-    let stop = AtomicBool::new(false);
-    let (written, killed_at) = std::thread::scope(|s| {
-        let resizer = s.spawn(|| resize_until(&dir, &stop));
-        let written = write_flushing(&dir, blocks, Duration::from_millis(4000));
-        // Crash while the resizer is still at work.
-        let killed_at = Instant::now();
-        server.kill();
-        stop.store(true, Ordering::Relaxed);
-        let _ = resizer.join();
-        (written, killed_at)
-    });
+    let time = Duration::from_millis(4000);
+    // Crash while the resizer is still at work.
+    let (written, killed_at) = write_flushing_then_kill(&dir, server, blocks, time, &SIZES, PAUSE);
     let server = start(&dir);
     let lines = device(&dir)["lines_in_service"].as_u64().unwrap();
     assert!(
@@ -160,7 +139,6 @@ fn kill_9_while_resizing_loses_no_flushed_write() {
         &written.acknowledged_before(killed_at - Duration::from_millis(2500)),
     );
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -192,5 +170,4 @@ fn a_smaller_cache_size_at_a_restart_keeps_the_lines_that_fit() {
     assert!(back == data, "data changed across the restart");
     drop(c);
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }

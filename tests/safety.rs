@@ -10,13 +10,13 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{have, temp_dir, Process};
+use common::{nbdkit_file, sparse_file, temp_dir, temp_dir_in, temp_dir_with, Process};
 
 /// The arguments of a server on the files of `dir` with its own sockets
 /// (`tag` tells two servers' sockets apart).
@@ -63,6 +63,12 @@ fn refused_saying(args: &[String], said: &[&str]) -> String {
         assert!(err.contains(s), "the error does not say {s:?}: {err}");
     }
     err
+}
+
+/// Server "a" with `flag value` must refuse to start saying `flag: value
+/// why`.
+fn refused_value(dir: &Path, flag: &str, value: &str, why: &str) {
+    refused_saying(&args_a(dir, &[flag, value]), &[&format!("{flag}: {value} {why}")]);
 }
 
 fn iocache() -> Command {
@@ -197,7 +203,6 @@ fn damaged_dirty_data_refuses_the_start_until_accepted() {
     }
     drop(client);
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The current superblock of a cache device's image.
@@ -338,7 +343,6 @@ fn a_second_server_on_the_same_files_is_refused_under_any_name() {
     drop(client);
     let out = first.stop();
     assert!(out.success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old failure: a second server's --socket or --admin-socket on the first's
@@ -394,7 +398,6 @@ fn socket_paths_never_take_a_live_socket_nor_delete_a_file() {
     assert!(first.stop().success());
     // A server's exit removes its own sockets (a stale one is replaced on the next start).
     assert!(!dir.join("nbd-a.sock").exists() && !dir.join("admin-a.sock").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `ctl attach` of a file another process serves is refused before the
@@ -427,7 +430,6 @@ fn a_socket_path_in_missing_directories_is_refused_and_creates_nothing() {
         Client::connect_unix(&socket, &ConnectOptions::default()).is_ok()
     });
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Flags that cannot do what they say are not passed over in silence: a
@@ -435,10 +437,7 @@ fn a_socket_path_in_missing_directories_is_refused_and_creates_nothing() {
 #[test]
 fn a_size_that_changes_nothing_is_said() {
     let dir = temp_dir("said");
-    std::fs::File::create(dir.join("backend.img"))
-        .unwrap()
-        .set_len(8 << 20)
-        .unwrap();
+    sparse_file(&dir.join("backend.img"), 8 << 20);
     let mut a = args_a(&dir, &[]);
     set_flag(&mut a, "--cache-size", "12MiB");
     a.push("--init".into());
@@ -453,7 +452,6 @@ fn a_size_that_changes_nothing_is_said() {
         log.contains("the cache (12MiB) is larger than the volumes it serves together (8MiB)"),
         "{log}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Mistakes that used to get a bare system error say what is wrong.
@@ -487,7 +485,6 @@ fn mistakes_are_named() {
     set_flag(&mut a, "--listen", "localhost:0");
     let server = Server::start(&dir, "c", &a);
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -514,7 +511,6 @@ fn attach_refuses_a_file_another_server_holds() {
     drop(client);
     assert!(a.stop().success());
     assert!(b.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old failure: the cache file deleted while the server ran, then a kill
@@ -549,7 +545,6 @@ fn a_missing_or_blank_cache_over_an_existing_backend_needs_init() {
     let server = Server::start(&dir, "a", &base);
     check_pattern(&mut server.client(), 16, 9);
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old failure: SIGTERM after the Unix socket file was removed hung
@@ -569,7 +564,6 @@ fn sigterm_stops_the_server_after_its_socket_file_was_removed() {
         "took {:?}",
         started.elapsed()
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old failure: one flipped byte in a dirty line's record, after a crash,
@@ -627,29 +621,6 @@ fn a_damaged_dirty_record_refuses_the_start_until_accepted() {
     // The damage was cleared: a plain start works.
     let server = Server::start(&dir, "a", &base);
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// An nbdkit file export of `image` on `socket`, ready when returned.
-fn nbdkit(socket: &Path, image: &Path) -> Child {
-    let mut child = Command::new("nbdkit")
-        .args(["-f", "-U"])
-        .arg(socket)
-        .arg("file")
-        .arg(image)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !socket.exists() {
-        assert!(child.try_wait().unwrap().is_none(), "nbdkit exited");
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "nbdkit did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
 }
 
 /// Old failure: SIGTERM with the NBD backend gone spun at 100 % CPU
@@ -658,29 +629,21 @@ fn nbdkit(socket: &Path, image: &Path) -> Child {
 /// non-zero, and the next start (backend back) writes them back.
 #[test]
 fn shutdown_with_the_backend_gone_is_bounded_and_keeps_the_dirty_lines() {
-    if !have("nbdkit") {
-        eprintln!("SKIPPED: nbdkit is not installed");
+    let Some(dir) = temp_dir_with(&["nbdkit"], "gone") else {
         return;
-    }
-    let dir = temp_dir("gone");
+    };
     let image = dir.join("backend.img");
-    std::fs::File::create(&image).unwrap().set_len(16 << 20).unwrap();
-    let kit_socket = dir.join("kit.sock");
-    let mut kit = nbdkit(&kit_socket, &image);
+    sparse_file(&image, 16 << 20);
+    let (kit, backend_uri) = nbdkit_file(&dir, &image, &[], &[]);
     let mut base = args(&dir, "a", "unused", "cache.img");
-    set_flag(
-        &mut base,
-        "--backend",
-        format!("nbd+unix:///?socket={}", kit_socket.display()),
-    );
+    set_flag(&mut base, "--backend", backend_uri);
     base.retain(|a| a != "--backend-size" && a != "16MiB");
     base.extend(["--write-policy".into(), "wb".into()]);
     let mut first = base.clone();
     first.push("--init".into());
     let server = Server::start(&dir, "a", &first);
     write_pattern(&mut server.client(), 32, 21);
-    kit.kill().unwrap();
-    kit.wait().unwrap();
+    kit.kill();
 
     let started = Instant::now();
     let out = server.stop();
@@ -694,15 +657,13 @@ fn shutdown_with_the_backend_gone_is_bounded_and_keeps_the_dirty_lines() {
 
     // The backend is back: the lines are served from the cache and written
     // back at the next shutdown.
-    let _ = std::fs::remove_file(&kit_socket);
-    let mut kit = nbdkit(&kit_socket, &image);
+    let _ = std::fs::remove_file(dir.join("backend.sock"));
+    let (kit, _) = nbdkit_file(&dir, &image, &[], &[]);
     let server = Server::start(&dir, "a", &base);
     check_pattern(&mut server.client(), 32, 21);
     assert!(server.stop().success());
     assert_holds_pattern(&std::fs::read(&image).unwrap(), 32, 21);
-    kit.kill().unwrap();
-    kit.wait().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    kit.kill();
 }
 
 /// Old failure: a volume whose backend is the server's own export
@@ -725,7 +686,6 @@ fn a_volume_cannot_be_its_own_backend() {
     let started = Instant::now();
     assert!(server.stop().success());
     assert!(started.elapsed() < Duration::from_secs(10));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old exposure: `serve` always opened TCP on 127.0.0.1:10809 beside the
@@ -800,7 +760,6 @@ fn the_defaults_expose_nothing_beyond_the_owner() {
             .any(|l| l.contains(" WARN ") && l.contains("listening on 0.0.0.0")),
         "{text}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old failure: a symbolic link planted in a shared working directory made
@@ -855,7 +814,6 @@ fn a_planted_link_or_a_shared_data_directory_is_refused() {
         std::fs::read(&victim).unwrap().iter().all(|&b| b == 0x77),
         "the target was written"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A block device is claimed with O_EXCL: a second server on the same
@@ -864,17 +822,13 @@ fn a_planted_link_or_a_shared_data_directory_is_refused() {
 #[test]
 fn a_block_device_is_claimed_exclusively() {
     let dir = temp_dir("loop");
-    std::fs::File::create(dir.join("c.img"))
-        .unwrap()
-        .set_len(32 << 20)
-        .unwrap();
+    sparse_file(&dir.join("c.img"), 32 << 20);
     let attached = Command::new("losetup")
         .args(["-f", "--show"])
         .arg(dir.join("c.img"))
         .output();
     let Some(out) = attached.ok().filter(|o| o.status.success()) else {
         eprintln!("SKIPPED: no loop device (needs root and losetup)");
-        let _ = std::fs::remove_dir_all(&dir);
         return;
     };
     let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -892,7 +846,6 @@ fn a_block_device_is_claimed_exclusively() {
     write_pattern(&mut first.client(), 8, 4);
     assert!(first.stop().success());
     let _ = Command::new("losetup").args(["-d", &device]).status();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Starts server "a" with `args`, writes `lines` lines from `seed` and
@@ -911,26 +864,18 @@ fn assert_serves(dir: &Path, args: &[String], lines: u64, seed: u8) {
 #[test]
 fn threads_per_connection_is_a_flag() {
     let dir = temp_dir("threads");
-    refused_saying(
-        &args_a(&dir, &["--threads-per-connection", "0"]),
-        &["--threads-per-connection: 0 is not between 1 and 64"],
-    );
+    refused_value(&dir, "--threads-per-connection", "0", "is not between 1 and 64");
     assert_serves(&dir, &args_a(&dir, &["--threads-per-connection", "1"]), 8, 3);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn poll_before_sleep_is_a_flag() {
     let dir = temp_dir("poll");
-    refused_saying(
-        &args_a(&dir, &["--poll-before-sleep-us", "5000"]),
-        &["--poll-before-sleep-us: 5000 is above 1000"],
-    );
+    refused_value(&dir, "--poll-before-sleep-us", "5000", "is above 1000");
     // Never polling, and polling: both serve.
     for us in ["0", "50"] {
         assert_serves(&dir, &args_a(&dir, &["--poll-before-sleep-us", us]), 8, 4);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--max-connections-per-peer` reaches the server: with 2, a third
@@ -940,10 +885,7 @@ fn poll_before_sleep_is_a_flag() {
 #[test]
 fn the_connection_limit_per_peer_is_a_flag() {
     let dir = temp_dir("perpeer");
-    refused_saying(
-        &args_a(&dir, &["--max-connections-per-peer", "0"]),
-        &["--max-connections-per-peer: 0 is not between 1 and 64"],
-    );
+    refused_value(&dir, "--max-connections-per-peer", "0", "is not between 1 and 64");
     let a = args_a(&dir, &["--max-connections-per-peer", "2"]);
     let server = Server::start(&dir, "a", &a);
     // The readiness probe's connection is gone before counting.
@@ -965,7 +907,6 @@ fn the_connection_limit_per_peer_is_a_flag() {
     server.client().read(0, &mut buf).unwrap();
     drop(first);
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The NBD socket is shared with a group only when asked (`--socket-group`):
@@ -1001,7 +942,6 @@ fn a_socket_group_shares_the_socket_with_that_group_only() {
         0o600
     );
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An operator truncates the cache file of a running server (on tmpfs,
@@ -1019,9 +959,7 @@ fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
     // Mapped (the default on tmpfs), then read and written with pread and
     // pwrite (`--no-map-cache`), where a truncated file reads short.
     for mapped in [true, false] {
-        let dir = shm.join(format!("iocache-own-truncated-{mapped}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = temp_dir_in(shm, &format!("truncated-{mapped}"));
         let mut a = args_a(&dir, &[]);
         if !mapped {
             a.push("--no-map-cache".into());
@@ -1031,7 +969,6 @@ fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
         if mapped && !log.contains("is in memory: mapped") {
             eprintln!("skipped: /dev/shm is not tmpfs here, the cache is not mapped: {log}");
             let _ = server.stop();
-            let _ = std::fs::remove_dir_all(&dir);
             return;
         }
         assert_eq!(log.contains("mapped"), mapped, "{log}");
@@ -1077,7 +1014,6 @@ fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
             log.contains("SIGBUS") || log.contains("truncated"),
             "the error names the cause: {log}"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -1144,7 +1080,6 @@ fn a_dirty_cache_is_refused_in_front_of_another_backend() {
         "the other backend's own data, not a clean line"
     );
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old failure: a record copy of all zeroes counted as "never written", so
@@ -1191,7 +1126,6 @@ fn zeroed_metadata_refuses_the_start() {
     let server = Server::start(&dir, "a", &base);
     check_pattern(&mut server.client(), 32, 21);
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `iocache ctl attach EXPORT BACKEND [--backend-size SIZE]` against
@@ -1295,7 +1229,6 @@ fn attach_never_leaves_its_directory() {
         4 << 20
     );
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old failure: `truncate -s 1M cache.img` under a running server made the
@@ -1317,17 +1250,10 @@ fn a_cache_file_truncated_while_serving_never_serves_zeroes() {
         if place == "shm" && !shm.is_dir() {
             continue;
         }
+        let name = format!("truncated-{write_policy}");
         let dir = match place {
-            "disk" => temp_dir(&format!("truncated-{write_policy}")),
-            _ => {
-                let d = shm.join(format!(
-                    "iocache-own-truncated-{write_policy}-{}",
-                    std::process::id()
-                ));
-                let _ = std::fs::remove_dir_all(&d);
-                std::fs::create_dir_all(&d).unwrap();
-                d
-            }
+            "disk" => temp_dir(&name),
+            _ => temp_dir_in(shm, &name),
         };
         let mut a = args_a(&dir, &["--write-policy", write_policy]);
         if !map {
@@ -1374,7 +1300,6 @@ fn a_cache_file_truncated_while_serving_never_serves_zeroes() {
             err.contains("truncated") && !err.contains("truncate -s"),
             "{place} {write_policy}: {err}"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -1400,5 +1325,4 @@ fn a_given_backend_id_is_the_identity_compared() {
     let server = Server::start(&dir, "a", &with("moved.img", "disk-7f3a"));
     check_pattern(&mut server.client(), 16, 40);
     assert!(server.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,13 +9,24 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{have, Process};
+use common::{
+    have, installed, root_and_installed, scrambled_file, temp_dir, temp_dir_with, Process, TestDir,
+    SHARED_CACHE,
+};
 
 struct Served {
     process: Process,
     dir: PathBuf,
     /// This run's log (stdout and stderr), one file per run.
     log: PathBuf,
+}
+
+/// A test's directory and a server started in it with `extra` (see
+/// [`Served::start`]), when every tool in `tools` is installed.
+fn serve_with(tools: &[&str], name: &str, extra: &[&str]) -> Option<(TestDir, Served)> {
+    let dir = temp_dir_with(tools, name)?;
+    let served = Served::start(&dir, extra);
+    Some((dir, served))
 }
 
 /// Runs of the test binary so far: each gets its own log file.
@@ -77,6 +88,13 @@ impl Served {
         let log = self.log.clone();
         let ok = self.process.stop().success();
         (ok, std::fs::read_to_string(log).unwrap_or_default())
+    }
+
+    /// SIGTERM; it must exit 0. Returns what it logged.
+    fn stop_ok(self) -> String {
+        let (ok, log) = self.stop();
+        assert!(ok, "serve did not exit 0: {log}");
+        log
     }
 
     /// SIGKILL (a crash); what it logged.
@@ -142,12 +160,6 @@ fn qemu_io(uri: &str, commands: &[String]) -> String {
     text
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iocache-serve-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
 /// Offsets and sizes that cross lines, shards and the cache's capacity.
 fn pattern_commands(verb: &str) -> Vec<String> {
     let cases: [(u64, u64); 8] = [
@@ -169,32 +181,25 @@ fn pattern_commands(verb: &str) -> Vec<String> {
 
 #[test]
 fn qemu_io_patterns_survive_a_restart() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some((dir, served)) = serve_with(&["qemu-io"], "restart", &[]) else {
         return;
-    }
-    let dir = temp_dir("restart");
-    let served = Served::start(&dir, &[]);
+    };
     let uri = served.uri();
     qemu_io(&uri, &pattern_commands("write"));
     // Read back twice: misses fill the cache, then hits.
     qemu_io(&uri, &pattern_commands("read"));
     qemu_io(&uri, &pattern_commands("read"));
-    let (ok, err) = served.stop();
-    assert!(ok, "serve did not exit 0: {err}");
+    let err = served.stop_ok();
     assert!(err.contains("writing back"), "{err}");
     // A fresh cache over the same backend still reads every pattern.
     let served = Served::start(&dir, &["--write-policy", "wt"]);
     qemu_io(&served.uri(), &pattern_commands("read"));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+    served.stop_ok();
 }
 
 #[test]
 fn fio_verifies_under_every_write_policy() {
-    if !have("fio") {
-        eprintln!("skipped: fio is not installed");
+    if !installed(&["fio"]) {
         return;
     }
     for wp in ["wb", "wt", "wi", "wa", "wo", "pt"] {
@@ -231,7 +236,6 @@ fn fio_verifies_under_every_write_policy() {
         assert!(!text.contains("verify: bad"), "{wp}: {text}");
         let (ok, err) = served.stop();
         assert!(ok, "{wp}: {err}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -288,9 +292,7 @@ fn nbdinfo_and_qemu_img_see_the_export() {
     } else {
         eprintln!("skipped: qemu-img is not installed");
     }
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+    served.stop_ok();
 }
 
 #[test]
@@ -313,29 +315,20 @@ fn bad_arguments_are_named() {
         // --backend-size says to create it.
         (vec!["serve", "--backend", "typo.img"], "--backend-size"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-            .args(&args)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = refused_in(&dir, &args);
         assert!(err.contains(needle), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "one line, each cause once: {err}");
     }
     assert!(!dir.join("typo.img").exists(), "the mistyped backend was created");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--read-only` (qemu-nbd -r, nbdkit -r): clients see a read-only export,
 /// writes fail with EPERM and change nothing; reads are cached as usual.
 #[test]
 fn a_read_only_export_refuses_writes() {
-    if !have("qemu-io") || !have("nbdinfo") {
-        eprintln!("skipped: qemu-io or nbdinfo is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io", "nbdinfo"], "read-only") else {
         return;
-    }
-    let dir = temp_dir("read-only");
+    };
     std::fs::create_dir_all(dir.join("iocache-data")).unwrap();
     let backend = dir.join("iocache-data/backend.img");
     std::fs::write(&backend, vec![0x5au8; 4 << 20]).unwrap();
@@ -376,36 +369,30 @@ fn a_read_only_export_refuses_writes() {
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success() && !text.contains("failed"), "{text}");
     }
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let data = std::fs::read(&backend).unwrap();
     assert!(data.iter().all(|&b| b == 0x5a), "the backend changed");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Restarts come back warm by default (persistence `all`): lines read
 /// before a clean stop are hits after the restart.
 #[test]
 fn a_restart_comes_back_warm_by_default() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "warm") else {
         return;
-    }
-    let dir = temp_dir("warm");
+    };
     let admin = dir.join("iocache-data/admin.sock");
     let served = Served::start(&dir, &[]);
     qemu_io(
         &served.uri(),
         &["write -P 0x33 0 1M".to_string(), "read -P 0x33 0 1M".to_string()],
     );
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let served = Served::start(&dir, &[]);
     let before = stats_json(&admin);
     qemu_io(&served.uri(), &["read -P 0x33 0 1M".to_string()]);
     let after = stats_json(&admin);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(
         err.contains("256 clean lines"),
         "the restart did not load the lines: {err}"
@@ -415,7 +402,6 @@ fn a_restart_comes_back_warm_by_default() {
         hits(&after) >= hits(&before) + 256,
         "not warm: {before} then {after}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// After `kill -9`, a clean line is loaded only if it still equals the
@@ -426,8 +412,7 @@ fn a_restart_comes_back_warm_by_default() {
 /// the clean lines unchecked instead.
 #[test]
 fn after_a_kill_clean_lines_are_checked_against_the_backend() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    if !installed(&["qemu-io"]) {
         return;
     }
     /// SIGKILL; what the server said.
@@ -464,14 +449,33 @@ fn after_a_kill_clean_lines_are_checked_against_the_backend() {
 
     let served = Served::start(&dir, &["--write-policy", "wt", "--clean-check-budget", "0s"]);
     qemu_io(&served.uri(), &["read -P 0x44 64K 4K".to_string()]);
-    let (ok, said) = served.stop();
-    assert!(ok, "{said}");
+    let said = served.stop_ok();
     let expected = "(0 checked against the backend; dropped: 0 older than it, 256 unchecked)";
     assert!(said.contains(expected), "`{expected}` not in: {said}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `iocache stats --json` against an admin socket.
+/// `iocache ARGS` run in `dir`, which must fail: its error.
+fn refused_in(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{args:?} succeeded: {err}");
+    err
+}
+
+/// `iocache stats` of the server with the admin socket `admin`, as text.
+fn stats_text(admin: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(["stats", "--admin-socket", admin.to_str().unwrap()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
 fn stats_json(admin: &Path) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
         .args(["stats", "--admin-socket", admin.to_str().unwrap(), "--json"])
@@ -490,9 +494,7 @@ fn run_ok(cmd: &mut Command) -> String {
 
 #[test]
 fn ext4_on_nbdfuse_and_a_loop_device_checks_clean() {
-    let root = Command::new("id").arg("-u").output().unwrap();
-    if String::from_utf8_lossy(&root.stdout).trim() != "0" || !have("nbdfuse") || !have("mkfs.ext4") {
-        eprintln!("skipped: needs root, nbdfuse and mkfs.ext4");
+    if !root_and_installed(&["nbdfuse", "mkfs.ext4"]) {
         return;
     }
     let dir = temp_dir("ext4");
@@ -505,10 +507,7 @@ fn ext4_on_nbdfuse_and_a_loop_device_checks_clean() {
     run_ok(Command::new("mkfs.ext4").args(["-q", "-F", disk_s]));
     run_ok(Command::new("mount").args(["-o", "loop", disk_s, mnt_s]));
     // Fill it: a large file and many small ones, past the cache's 8 MiB.
-    let big: Vec<u8> = (0..(20u32 << 20))
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
-    std::fs::write(mnt.join("big"), &big).unwrap();
+    let big = scrambled_file(&mnt.join("big"), 20 << 20, 13);
     for i in 0..200 {
         std::fs::write(
             mnt.join(format!("small-{i}")),
@@ -533,18 +532,14 @@ fn ext4_on_nbdfuse_and_a_loop_device_checks_clean() {
     );
     run_ok(Command::new("umount").arg(mnt_s));
     drop(fuse);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+    served.stop_ok();
 }
 
 #[test]
 fn a_backend_that_is_itself_an_nbdkit_export() {
-    if !have("nbdkit") || !have("qemu-io") {
-        eprintln!("skipped: needs nbdkit and qemu-io");
+    let Some(dir) = temp_dir_with(&["nbdkit", "qemu-io"], "nbdkit") else {
         return;
-    }
-    let dir = temp_dir("nbdkit");
+    };
     std::fs::create_dir_all(&dir).unwrap();
     let kit_socket = dir.join("nbdkit.sock");
     let mut nbdkit = Command::new("nbdkit")
@@ -572,23 +567,18 @@ fn a_backend_that_is_itself_an_nbdkit_export() {
         .collect();
     qemu_io(&served.uri(), &writes);
     qemu_io(&served.uri(), &reads);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     // Everything reached nbdkit: read it there directly.
     qemu_io(&backend, &reads);
     let _ = nbdkit.kill();
     let _ = nbdkit.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn stats_report_counters_and_latency() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some((dir, served)) = serve_with(&["qemu-io"], "stats", &[]) else {
         return;
-    }
-    let dir = temp_dir("stats");
-    let served = Served::start(&dir, &[]);
+    };
     qemu_io(&served.uri(), &pattern_commands("write"));
     qemu_io(&served.uri(), &pattern_commands("read"));
     let admin = dir.join("iocache-data/admin.sock");
@@ -606,11 +596,7 @@ fn stats_report_counters_and_latency() {
     assert!(v["latency"]["read"]["count"].as_u64().unwrap() >= 8, "{v}");
     assert!(v["latency"]["write"]["p99_us"].as_f64().unwrap() > 0.0, "{v}");
     // The readable form names the same things.
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["stats", "--admin-socket", admin.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stats_text(&admin);
     assert!(text.contains("occupancy") && text.contains("p99.99"), "{text}");
     // The engine's I/O accounting: the writes went to the cache (W), the
     // reads were hits (R); no load balancer runs.
@@ -622,21 +608,20 @@ fn stats_report_counters_and_latency() {
         text.contains("cache I/O  R ") && !text.contains("balance"),
         "{text}"
     );
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+    served.stop_ok();
 }
 
 /// `serve --adapt`: the controller runs, closes intervals and shows its
 /// last decision in `stats`; the data is served as without it.
 #[test]
 fn adapt_runs_a_load_balancer_shown_in_stats() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some((dir, served)) = serve_with(
+        &["qemu-io"],
+        "adapt",
+        &["--adapt", "lbica:hold=3", "--adapt-interval", "20ms"],
+    ) else {
         return;
-    }
-    let dir = temp_dir("adapt");
-    let served = Served::start(&dir, &["--adapt", "lbica:hold=3", "--adapt-interval", "20ms"]);
+    };
     qemu_io(&served.uri(), &pattern_commands("write"));
     qemu_io(&served.uri(), &pattern_commands("read"));
     std::thread::sleep(std::time::Duration::from_millis(100));
@@ -647,19 +632,13 @@ fn adapt_runs_a_load_balancer_shown_in_stats() {
     assert_eq!(b["spec"], "lbica:hold=3 every 20ms", "{b}");
     assert!(b["intervals"].as_u64().unwrap() >= 3, "{b}");
     assert!(b["last"]["cache"]["queued"].is_number(), "{b}");
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["stats", "--admin-socket", admin.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stats_text(&admin);
     assert!(
         text.contains("balance    lbica:hold=3 every 20ms") && text.contains("T_cache"),
         "{text}"
     );
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(err.contains("load balancer lbica:hold=3 every 20ms"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 const TWO_VOLUMES: &str = r#"
@@ -686,27 +665,33 @@ write_policy = "wt"
 lookup = "coarse"
 "#;
 
-/// Offsets and sizes within the smaller (32 MiB) volume, with one pattern byte.
-fn two_volume_commands(verb: &str, pattern: u8) -> Vec<String> {
+/// qemu-io commands `verb` with the pattern byte `pattern` at offsets and
+/// sizes within a volume of `size` bytes (16 MiB or more): in its first
+/// block, across sectors, within its first MiB, `at_5_mib` bytes from
+/// 5 MiB, and its last block.
+fn volume_commands(verb: &str, pattern: u8, size: u64, at_5_mib: u64) -> Vec<String> {
     [
         (0u64, 4096u64),
         (4096 + 512, 3 * 512),
         (1 << 20, 64 << 10),
-        (5 << 20, 3 << 20),
-        ((32 << 20) - 4096, 4096),
+        (5 << 20, at_5_mib),
+        (size - 4096, 4096),
     ]
     .iter()
     .map(|(offset, len)| format!("{verb} -P {pattern} {offset} {len}"))
     .collect()
 }
 
+/// [`volume_commands`] within the smaller (32 MiB) volume of TWO_VOLUMES.
+fn two_volume_commands(verb: &str, pattern: u8) -> Vec<String> {
+    volume_commands(verb, pattern, 32 << 20, 3 << 20)
+}
+
 #[test]
 fn a_config_file_serves_two_independent_volumes() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "config-two") else {
         return;
-    }
-    let dir = temp_dir("config-two");
+    };
     let served = Served::start_config(&dir, TWO_VOLUMES);
     let (fast, slow) = (served.uri_of("fast"), served.uri_of("slow"));
     // Different patterns at the same offsets: each export keeps its own.
@@ -743,8 +728,7 @@ fn a_config_file_serves_two_independent_volumes() {
         assert!(v["write_requests"].as_u64().unwrap() >= 5, "{v}");
         assert!(v["read_requests"].as_u64().unwrap() >= 5, "{v}");
     }
-    let (ok, err) = served.stop();
-    assert!(ok, "serve did not exit 0: {err}");
+    let err = served.stop_ok();
     assert!(err.contains("volume `fast`: writing back"), "{err}");
     assert!(err.contains("volume `slow`: writing back"), "{err}");
     // Every volume's dirty lines reached its own backend file.
@@ -757,7 +741,6 @@ fn a_config_file_serves_two_independent_volumes() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `iocache serve --config` on `toml` in `dir` and returns its stderr;
@@ -765,13 +748,7 @@ fn a_config_file_serves_two_independent_volumes() {
 /// exist, and a new cache over them is refused without it.
 fn config_error(dir: &Path, toml: &str) -> String {
     std::fs::write(dir.join("bad.toml"), toml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["serve", "--config", "bad.toml", "--init"])
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success(), "{toml}: {err}");
+    let err = refused_in(dir, &["serve", "--config", "bad.toml", "--init"]);
     assert!(err.contains("bad.toml"), "the file is not named: {err}");
     err
 }
@@ -780,43 +757,42 @@ fn config_error(dir: &Path, toml: &str) -> String {
 fn config_errors_name_the_file_the_volume_and_the_key() {
     let dir = temp_dir("config-bad");
     std::fs::create_dir_all(&dir).unwrap();
-    let unknown = TWO_VOLUMES.replace("lookup = \"coarse\"", "lookup = \"coarse\"\nreadahead_depth = 4");
-    let err = config_error(&dir, &unknown);
-    assert!(err.contains("unknown field `readahead_depth`"), "{err}");
-    let unknown_server = TWO_VOLUMES.replace("listen = ", "tcp = ");
-    let err = config_error(&dir, &unknown_server);
-    assert!(err.contains("`tcp`"), "{err}");
-    let err = config_error(&dir, &TWO_VOLUMES.replace("\"wt\"", "\"wz\""));
-    assert!(
-        err.contains("volume `slow`: write_policy") && err.contains("wz"),
-        "{err}"
-    );
-    let err = config_error(&dir, &TWO_VOLUMES.replace("\"slow\"", "\"fast\""));
-    assert!(
-        err.contains("volume `fast`: export") && err.contains("unique"),
-        "{err}"
-    );
-    let err = config_error(
-        &dir,
-        &TWO_VOLUMES.replace("cache = \"data/cache-slow.img\"\n", ""),
-    );
-    assert!(err.contains("missing field `cache`"), "{err}");
-    // Two volumes may share a cache device, but not disagree on its size.
-    let err = config_error(&dir, &TWO_VOLUMES.replace("cache-slow.img", "cache-fast.img"));
-    assert!(
-        err.contains("volumes `fast` and `slow`") && err.contains("cache_size"),
-        "{err}"
-    );
-    let err = config_error(&dir, &TWO_VOLUMES.replace("\"64KiB\"", "\"3000B\""));
-    assert!(
-        err.contains("volume `slow`: line_size") && err.contains("power of two"),
-        "{err}"
-    );
-    let no_listener = TWO_VOLUMES
-        .replace("socket = \"iocache-data/iocache.sock\"\n", "")
-        .replace("listen = \"127.0.0.1:0\"\n", "");
-    let err = config_error(&dir, &no_listener);
-    assert!(err.contains("no listener"), "{err}");
+    // Each case replaces `from` with `to`, in order: the backends an
+    // earlier case created exist for the later.
+    let no_listener = "socket = \"iocache-data/iocache.sock\"\nlisten = \"127.0.0.1:0\"\n";
+    let cases: [(&str, &str, &[&str]); 8] = [
+        (
+            "lookup = \"coarse\"",
+            "lookup = \"coarse\"\nreadahead_depth = 4",
+            &["unknown field `readahead_depth`"],
+        ),
+        ("listen = ", "tcp = ", &["`tcp`"]),
+        ("\"wt\"", "\"wz\"", &["volume `slow`: write_policy", "wz"]),
+        ("\"slow\"", "\"fast\"", &["volume `fast`: export", "unique"]),
+        (
+            "cache = \"data/cache-slow.img\"\n",
+            "",
+            &["missing field `cache`"],
+        ),
+        // Two volumes may share a cache device, but not disagree on its size.
+        (
+            "cache-slow.img",
+            "cache-fast.img",
+            &["volumes `fast` and `slow`", "cache_size"],
+        ),
+        (
+            "\"64KiB\"",
+            "\"3000B\"",
+            &["volume `slow`: line_size", "power of two"],
+        ),
+        (no_listener, "", &["no listener"]),
+    ];
+    for (from, to, needles) in cases {
+        let err = config_error(&dir, &TWO_VOLUMES.replace(from, to));
+        for needle in needles {
+            assert!(err.contains(needle), "{from:?} -> {to:?}: no {needle:?} in {err}");
+        }
+    }
     // Found when the devices are opened: a cache size beyond an existing cache file.
     std::fs::create_dir_all(dir.join("data")).unwrap();
     std::fs::write(dir.join("data/cache-fast.img"), vec![0u8; 1 << 20]).unwrap();
@@ -832,28 +808,22 @@ fn config_errors_name_the_file_the_volume_and_the_key() {
         "{err}"
     );
     // The file and the per-volume flags do not mix.
-    let out = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["serve", "--config", "bad.toml", "--write-policy", "wt"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_in(&dir, &["serve", "--config", "bad.toml", "--write-policy", "wt"]);
     assert!(
         err.contains("--config") && err.contains("--write-policy"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn sequential_cutoff_and_write_miss_bypass_are_configurable() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some((dir, served)) = serve_with(
+        &["qemu-io"],
+        "cutoff",
+        &["--seq-cutoff", "64KiB", "--write-miss-bypass"],
+    ) else {
         return;
-    }
-    let dir = temp_dir("cutoff");
-    let served = Served::start(&dir, &["--seq-cutoff", "64KiB", "--write-miss-bypass"]);
+    };
     // One sequential stream of 16 × 32 KiB: past 64 KiB its requests bypass the cache.
     let writes: Vec<String> = (0..16u64)
         .map(|i| format!("write -P 0x5a {} 32768", (8 << 20) + i * 32768))
@@ -864,25 +834,17 @@ fn sequential_cutoff_and_write_miss_bypass_are_configurable() {
     let json = stats_json(&admin);
     let v = &json["volumes"][0];
     assert!(v["seq_cutoff_requests"].as_u64().unwrap() >= 13, "{v}");
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+    served.stop_ok();
 }
 
 #[test]
 fn nbdcopy_into_and_out_of_the_export() {
-    if !have("nbdcopy") {
-        eprintln!("skipped: nbdcopy is not installed");
+    let Some((dir, served)) = serve_with(&["nbdcopy"], "nbdcopy", &[]) else {
         return;
-    }
-    let dir = temp_dir("nbdcopy");
-    let served = Served::start(&dir, &[]);
+    };
     let src = dir.join("src.img");
     // 64 MiB, the whole export: larger than the 2 MiB cache, so copying evicts throughout.
-    let data: Vec<u8> = (0..(64u32 << 20))
-        .map(|i| (i.wrapping_mul(0x9e37_79b1) >> 24) as u8)
-        .collect();
-    std::fs::write(&src, &data).unwrap();
+    let data = scrambled_file(&src, 64 << 20, 24);
     let uri = served.uri();
     run_ok(Command::new("nbdcopy").args([
         "--flush",
@@ -897,63 +859,28 @@ fn nbdcopy_into_and_out_of_the_export() {
         std::fs::read(&back).unwrap() == data,
         "nbdcopy round trip differs"
     );
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+    served.stop_ok();
 }
 
 #[test]
 fn batched_io_uring_reads_on_an_o_direct_cache() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
-        return;
-    }
-    let dir = temp_dir("uring");
     // 512-byte lines: every multi-sector hit is several cache reads, issued as one batch.
-    let served = Served::start(&dir, &["--line-size", "512B", "--direct", "--io-engine", "uring"]);
+    let Some((_dir, served)) = serve_with(
+        &["qemu-io"],
+        "uring",
+        &["--line-size", "512B", "--direct", "--io-engine", "uring"],
+    ) else {
+        return;
+    };
     qemu_io(&served.uri(), &pattern_commands("write"));
     qemu_io(&served.uri(), &pattern_commands("read"));
     qemu_io(&served.uri(), &pattern_commands("read"));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+    served.stop_ok();
 }
 
-/// Two volumes on one cache device (the keys of the cache written once).
-const SHARED_CACHE: &str = r#"
-[server]
-socket = "iocache-data/iocache.sock"
-listen = "127.0.0.1:0"
-admin_socket = "iocache-data/admin.sock"
-attach_dirs = ["data"]
-
-[[volume]]
-export = "one"
-backend = "data/one.img"
-backend_size = "32MiB"
-cache = "data/cache.img"
-cache_size = "8MiB"
-persistence = "dirty"
-
-[[volume]]
-export = "two"
-backend = "data/two.img"
-backend_size = "16MiB"
-cache = "data/cache.img"
-"#;
-
-/// Offsets and sizes within a 16 MiB volume.
+/// [`volume_commands`] within a 16 MiB volume.
 fn small_volume_commands(verb: &str, pattern: u8) -> Vec<String> {
-    [
-        (0u64, 4096u64),
-        (4096 + 512, 3 * 512),
-        (1 << 20, 64 << 10),
-        (5 << 20, 1 << 20),
-        ((16 << 20) - 4096, 4096),
-    ]
-    .iter()
-    .map(|(offset, len)| format!("{verb} -P {pattern} {offset} {len}"))
-    .collect()
+    volume_commands(verb, pattern, 16 << 20, 1 << 20)
 }
 
 /// `iocache ctl --admin-socket ADMIN ARGS...` run in the server's directory
@@ -990,11 +917,9 @@ fn nbdinfo_size(uri: &str) -> Option<u64> {
 
 #[test]
 fn volumes_share_a_cache_device_and_come_and_go_at_run_time() {
-    if !have("qemu-io") || !have("nbdinfo") {
-        eprintln!("skipped: needs qemu-io and nbdinfo");
+    let Some(dir) = temp_dir_with(&["qemu-io", "nbdinfo"], "shared-cache") else {
         return;
-    }
-    let dir = temp_dir("shared-cache");
+    };
     let served = Served::start_config(&dir, SHARED_CACHE);
     let admin = dir.join("iocache-data/admin.sock");
     let (one, two) = (served.uri_of("one"), served.uri_of("two"));
@@ -1134,8 +1059,7 @@ fn volumes_share_a_cache_device_and_come_and_go_at_run_time() {
     // Attached again, on the same file: the data is there.
     ctl_ok(&admin, &["attach", "two", "data/two.img"]);
     qemu_io(&two, &small_volume_commands("read", 0x32));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     for name in ["one", "two", "three"] {
         assert!(err.contains(&format!("volume `{name}`: writing back")), "{err}");
     }
@@ -1146,18 +1070,14 @@ fn volumes_share_a_cache_device_and_come_and_go_at_run_time() {
     qemu_io(&served.uri_of("one"), &small_volume_commands("read", 0x45));
     qemu_io(&served.uri_of("two"), &small_volume_commands("read", 0x32));
     assert_eq!(nbdinfo_size(&served.uri_of("three")), None);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+    served.stop_ok();
 }
 
 #[test]
 fn a_crash_keeps_every_volume_of_a_shared_cache() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "shared-crash") else {
         return;
-    }
-    let dir = temp_dir("shared-crash");
+    };
     let served = Served::start_config(&dir, SHARED_CACHE);
     let mut one = small_volume_commands("write", 0x51);
     one.push("flush".into());
@@ -1188,10 +1108,8 @@ fn a_crash_keeps_every_volume_of_a_shared_cache() {
     let served = Served::start_config(&dir, SHARED_CACHE);
     qemu_io(&served.uri_of("one"), &small_volume_commands("read", 0x51));
     qemu_io(&served.uri_of("two"), &small_volume_commands("read", 0x52));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     assert!(file_holds(&dir.join("data/two.img"), 5 << 20, 1 << 20, 0x52));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -1221,16 +1139,13 @@ fn volumes_sharing_a_cache_must_agree_on_its_keys() {
         err.contains("volume `two`: cache") && err.contains("backend"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "array") else {
         return;
-    }
-    let dir = temp_dir("array");
+    };
     let args = array_args("iocache-data/c1.img");
     let served = Served::spawn(&dir, &args);
     let mut writes = pattern_commands("write");
@@ -1255,14 +1170,12 @@ fn a_cache_array_keeps_every_write_when_a_device_is_lost_in_a_crash() {
     assert_eq!(array["lost_lines"], 0, "{array}");
     // Degraded, it still takes writes (written through: one device left).
     qemu_io(&served.uri(), &pattern_commands("write"));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(err.contains("running without it"), "{err}");
     // Every pattern is in the backend itself.
     let backend = dir.join("iocache-data/backend.img");
     assert!(file_holds(&backend, 5 << 20, 3 << 20, 0x15));
     assert!(file_holds(&backend, 4096, 4096, 0x11));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `serve` arguments for a cache array of iocache-data/c0.img and `member`.
@@ -1288,11 +1201,9 @@ fn array_args(member: &str) -> [&str; 11] {
 /// trusts it, and one naming the old file again does not.
 #[test]
 fn ctl_replace_member_swaps_a_cache_device_while_serving() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "replace-member") else {
         return;
-    }
-    let dir = temp_dir("replace-member");
+    };
     let args = array_args;
     let admin = dir.join("iocache-data/admin.sock");
     let served = Served::spawn(&dir, &args("iocache-data/c1.img"));
@@ -1334,8 +1245,7 @@ fn ctl_replace_member_swaps_a_cache_device_while_serving() {
     );
     qemu_io(&served.uri(), &pattern_commands("read"));
     qemu_io(&served.uri(), &writes);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(err.contains("replaced member 1"), "{err}");
     let c2 = std::fs::metadata(dir.join("iocache-data/c2.img")).unwrap();
     assert!(c2.len() > 0);
@@ -1352,10 +1262,8 @@ fn ctl_replace_member_swaps_a_cache_device_while_serving() {
     let array = &stats["volumes"][0]["array"];
     assert_eq!(array["members"][1]["state"], "failed", "{array}");
     qemu_io(&served.uri(), &pattern_commands("read"));
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(err.contains("was replaced by another device"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A loopback address with a port nothing listens on now.
@@ -1409,8 +1317,7 @@ fn the_metrics_endpoint_parses_and_moves_with_traffic() {
     let (_, after) = http_get(&address, "/metrics");
     let (status, _) = http_get(&address, "/nothing");
     assert!(status.contains("404"), "{status}");
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     let check = r#"
 import sys
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse
@@ -1459,7 +1366,6 @@ print("ok", len(after))
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old failure: the metrics endpoint served one connection at a time with
@@ -1510,9 +1416,7 @@ fn a_slow_metrics_client_holds_up_no_scrape() {
     );
     drop(slow);
     slow_writer.join().unwrap();
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+    served.stop_ok();
 }
 
 /// The service basics: a pid file while serving (gone after), `stats --csv`
@@ -1520,11 +1424,9 @@ fn a_slow_metrics_client_holds_up_no_scrape() {
 /// restart with a bigger cache that formats it anew and says so.
 #[test]
 fn pid_file_stats_watch_and_a_resize_at_restart() {
-    if !have("qemu-io") {
-        eprintln!("skipped: qemu-io is not installed");
+    let Some(dir) = temp_dir_with(&["qemu-io"], "service") else {
         return;
-    }
-    let dir = temp_dir("service");
+    };
     let admin = dir.join("iocache-data/admin.sock");
     let pid_file = dir.join("iocache.pid");
     let served = Served::start(&dir, &["--pid-file", pid_file.to_str().unwrap()]);
@@ -1601,18 +1503,11 @@ fn pid_file_stats_watch_and_a_resize_at_restart() {
         "{text}"
     );
 
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    served.stop_ok();
     assert!(!pid_file.exists(), "the pid file outlived the server");
 
     // A bigger cache than the device holds: refused with the way to grow it.
-    let refused = Command::new(env!("CARGO_BIN_EXE_iocache"))
-        .args(["serve", "--cache-size", "4MiB"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let err = String::from_utf8_lossy(&refused.stderr);
+    let err = refused_in(&dir, &["serve", "--cache-size", "4MiB"]);
     assert!(
         err.contains("truncate -s") && err.contains("Growing or shrinking"),
         "{err}"
@@ -1627,13 +1522,11 @@ fn pid_file_stats_watch_and_a_resize_at_restart() {
         .unwrap();
     let served = Served::start(&dir, &["--cache-size", "4MiB"]);
     qemu_io(&served.uri(), &["read -P 0x44 0 1M".to_string()]);
-    let (ok, err) = served.stop();
-    assert!(ok, "{err}");
+    let err = served.stop_ok();
     assert!(
         err.contains("had another geometry") && err.contains("formatted anew"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Old failure (`lab run`'s live points, one start in about 40 under
@@ -1733,12 +1626,11 @@ fn the_admin_socket_exists_before_the_nbd_socket() {
     send_sigterm(child.id());
     let (ok, err) = child.wait_with_output_timeout();
     assert!(ok, "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn ctl_attach_words_its_refusals_with_its_flags() {
-    let dir = common::temp_dir("attach-words");
+    let dir = temp_dir("attach-words");
     let server = common::Process::serve(
         &dir,
         &["--init", "--backend-size", "16MiB", "--cache-size", "8MiB"],

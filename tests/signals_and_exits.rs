@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{temp_dir, Process};
+use common::{client, temp_dir, temp_dir_with, Process};
 use iocache_nbd::{Client, ConnectOptions};
 
 fn iocache(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
@@ -18,24 +18,16 @@ fn iocache(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// The arguments of `iocache serve` for a new 16 MiB volume through an
+/// 8 MiB cache.
+const SMALL: [&str; 5] = ["--init", "--backend-size", "16MiB", "--cache-size", "8MiB"];
+
 #[test]
 fn sighup_stops_a_server_cleanly() {
     let dir = temp_dir("sighup");
-    let args = [
-        "--init",
-        "--backend-size",
-        "16MiB",
-        "--cache-size",
-        "8MiB",
-        "--write-policy",
-        "wb",
-    ];
+    let args = [&SMALL[..], &["--write-policy", "wb"]].concat();
     let server = Process::serve(&dir, &args, ConnectOptions::export(String::new()));
-    let mut c = Client::connect_unix(
-        &dir.join("iocache-data/iocache.sock"),
-        &ConnectOptions::export(String::new()),
-    )
-    .unwrap();
+    let mut c = client(&dir);
     c.write(0, &[7u8; 65536], false).unwrap();
     drop(c);
     assert!(Command::new("kill")
@@ -70,14 +62,8 @@ fn a_stdout_nobody_reads_stops_neither_a_server_nor_panics_a_command() {
     // The server's stdout: a pipe whose reader is gone before the banner.
     let mut child = Command::new(env!("CARGO_BIN_EXE_iocache"))
         .current_dir(&dir)
-        .args([
-            "serve",
-            "--init",
-            "--backend-size",
-            "16MiB",
-            "--cache-size",
-            "8MiB",
-        ])
+        .arg("serve")
+        .args(SMALL)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -175,11 +161,9 @@ fn exit_statuses_tell_configuration_errors_from_what_may_pass() {
 
 #[test]
 fn the_example_systemd_unit_verifies() {
-    if !common::have("systemd-analyze") {
-        eprintln!("skipped: needs systemd-analyze");
+    let Some(dir) = temp_dir_with(&["systemd-analyze"], "unit") else {
         return;
-    }
-    let dir = temp_dir("unit");
+    };
     let unit =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/iocache.service")).unwrap();
     assert!(
@@ -206,27 +190,19 @@ fn run_serves_for_the_life_of_one_command_and_returns_its_status() {
     let dir = temp_dir("captive");
     // Short flags as nbdkit and qemu-nbd users type them: -U socket, -e
     // export name, -P pid file, -t threads; the command sees the URI.
-    let out = iocache(
-        &dir,
-        &[
-            "serve",
-            "--init",
-            "--backend-size",
-            "16MiB",
-            "--cache-size",
-            "8MiB",
-            "-U",
-            "s.sock",
-            "-e",
-            "disk",
-            "-P",
-            "pid",
-            "-t",
-            "2",
-            "--run",
-            r#"case "$nbd" in nbd+unix:///disk?socket=/*/s.sock) [ "$uri" = "$nbd" ] && [ -s pid ] && exit 7;; esac; exit 1"#,
-        ],
-    );
+    let short_flags = [
+        "-U",
+        "s.sock",
+        "-e",
+        "disk",
+        "-P",
+        "pid",
+        "-t",
+        "2",
+        "--run",
+        r#"case "$nbd" in nbd+unix:///disk?socket=/*/s.sock) [ "$uri" = "$nbd" ] && [ -s pid ] && exit 7;; esac; exit 1"#,
+    ];
+    let out = iocache(&dir, &[&["serve"][..], &SMALL, &short_flags].concat());
     assert_eq!(
         out.status.code(),
         Some(7),

@@ -13,22 +13,43 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{have, temp_dir, Process};
+use common::{missing, skip_unless_ci, temp_dir, Process, TestDir};
 
 /// Whether every tool in `tools` is installed; if not, says SKIPPED (or,
 /// under CI, fails the test naming what is missing).
 fn need(tools: &[&str]) -> bool {
-    let missing: Vec<&str> = tools.iter().copied().filter(|t| !have(t)).collect();
-    if missing.is_empty() {
-        return true;
+    let missing = missing(tools);
+    if !missing.is_empty() {
+        skip_unless_ci(&missing.join(", "));
     }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "needs {} (installed by scripts/test.sh), missing under CI",
-        missing.join(", ")
-    );
-    eprintln!("SKIPPED: needs {}", missing.join(", "));
-    false
+    missing.is_empty()
+}
+
+/// A fresh directory for one test, when every tool in `tools` is
+/// installed (see [`need`]).
+fn dir_with(tools: &[&str], name: &str) -> Option<TestDir> {
+    need(tools).then(|| temp_dir(name))
+}
+
+/// DIR/pki made by [`make_pki`].
+fn pki_in(dir: &Path) -> PathBuf {
+    let pki = dir.join("pki");
+    make_pki(&pki);
+    pki
+}
+
+/// [`dir_with`], and DIR/pki made by [`make_pki`] in it.
+fn dir_with_pki(tools: &[&str], name: &str) -> Option<(TestDir, PathBuf)> {
+    let dir = dir_with(tools, name)?;
+    let pki = pki_in(&dir);
+    Some((dir, pki))
+}
+
+/// DIR/keys.psk holding one random key, for `alice`.
+fn alice_psk(dir: &Path) -> PathBuf {
+    let psk = dir.join("keys.psk");
+    write_psk(&psk, &format!("alice:{}\n", random_key()));
+    psk
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -146,6 +167,34 @@ impl Served {
         Served::start_serve(dir, &args)
     }
 
+    /// `nbds://` on its TCP port, for a client with the certificates in
+    /// `certs`.
+    fn certificates_uri(&self, certs: &Path) -> String {
+        format!(
+            "nbds://127.0.0.1:{}/?tls-certificates={}",
+            self.port,
+            certs.display()
+        )
+    }
+
+    /// `nbds://USER@` on its TCP port, for a client with the keys in `psk`.
+    fn psk_uri(&self, user: &str, psk: &Path) -> String {
+        format!(
+            "nbds://{user}@127.0.0.1:{}/?tls-psk-file={}",
+            self.port,
+            psk.display()
+        )
+    }
+
+    /// Starts a server requiring TLS with the certificates in `pki`, the
+    /// keys in the PSK file `psk` and the TLS arguments `extra`.
+    fn start_certificates_and_psk(dir: &Path, pki: &Path, psk: &Path, extra: &[&str]) -> Served {
+        let (pki, psk) = (pki.display().to_string(), psk.display().to_string());
+        let mut args = vec!["--tls", "require", "--tls-certificates", &pki, "--tls-psk", &psk];
+        args.extend_from_slice(extra);
+        Served::start_with(dir, &args)
+    }
+
     /// Starts `iocache serve ARGS` in `dir`; ready once its banner names
     /// the TCP port it listens on.
     fn start_serve(dir: &Path, args: &[&str]) -> Served {
@@ -243,12 +292,9 @@ fn qemu_io_with(creds: &str, server: &str, commands: &[&str]) -> Result<String, 
 
 #[test]
 fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
-    if !need(&["openssl", "nbdinfo", "qemu-io"]) {
+    let Some((dir, pki)) = dir_with_pki(&["openssl", "nbdinfo", "qemu-io"], "require") else {
         return;
-    }
-    let dir = temp_dir("require");
-    let pki = dir.join("pki");
-    make_pki(&pki);
+    };
     let served = Served::start(&dir, "require", &pki);
     let tcp = format!("127.0.0.1:{}", served.port);
     // The banner names the URIs that work: the TLS schemes only.
@@ -269,11 +315,11 @@ fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
     assert!(err.contains("requires TLS"), "{err}");
 
     // With TLS: served.
-    let certs = format!("tls-certificates={}", pki.display());
-    assert_served(&format!("nbds://{tcp}/?{certs}"));
+    assert_served(&served.certificates_uri(&pki));
     assert_served(&format!(
-        "nbds+unix:///?socket={}&{certs}&tls-hostname=localhost",
-        served.socket.display()
+        "nbds+unix:///?socket={}&tls-certificates={}&tls-hostname=localhost",
+        served.socket.display(),
+        pki.display()
     ));
     let server = inet(served.port);
     let out = qemu_io_tls(
@@ -290,24 +336,20 @@ fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
     // A client that does not trust the certificate is refused by itself.
     let other = dir.join("other-pki");
     make_pki(&other);
-    let err = nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", other.display())).unwrap_err();
+    let err = nbdinfo_size(&served.certificates_uri(&other)).unwrap_err();
     assert!(!err.is_empty());
     served.stop();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn tls_on_serves_both_and_bad_credentials_are_named() {
-    if !need(&["openssl", "nbdinfo"]) {
+    let Some((dir, pki)) = dir_with_pki(&["openssl", "nbdinfo"], "on") else {
         return;
-    }
-    let dir = temp_dir("on");
-    let pki = dir.join("pki");
-    make_pki(&pki);
+    };
     let served = Served::start(&dir, "on", &pki);
     let tcp = format!("127.0.0.1:{}", served.port);
     assert_served(&format!("nbd://{tcp}/"));
-    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", pki.display()));
+    assert_served(&served.certificates_uri(&pki));
     served.stop();
 
     // Credentials that are missing or do not match are named at start.
@@ -325,7 +367,6 @@ fn tls_on_serves_both_and_bad_credentials_are_named() {
         err.contains("server-key.pem") && err.contains("does not match"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Writes `lines` as a PSK file (mode 0600, as the server requires).
@@ -349,10 +390,9 @@ fn nbdcopy_head(uri: &str, len: usize) -> Vec<u8> {
 
 #[test]
 fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
-    if !need(&["openssl", "nbdinfo", "nbdcopy", "qemu-io"]) {
+    let Some(dir) = dir_with(&["openssl", "nbdinfo", "nbdcopy", "qemu-io"], "psk") else {
         return;
-    }
-    let dir = temp_dir("psk");
+    };
     let key = random_key();
     let psk = dir.join("keys.psk");
     write_psk(&psk, &format!("alice:{key}\ncarol:{}\n", random_key()));
@@ -369,7 +409,7 @@ fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
     // Plain clients are refused; PSK clients are served, on TCP and Unix.
     let err = nbdinfo_size(&format!("nbd://{tcp}/")).unwrap_err();
     assert!(err.contains("requires TLS"), "{err}");
-    let uri = format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display());
+    let uri = served.psk_uri("alice", &psk);
     assert_served(&uri);
     let creds = format!(
         "tls-creds-psk,id=tls0,endpoint=client,dir={},username=alice",
@@ -394,9 +434,9 @@ fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
     // are refused by the handshake, and the log says which.
     let wrong = dir.join("wrong.psk");
     write_psk(&wrong, &format!("alice:{}\nmallory:{key}\n", random_key()));
-    let err = nbdinfo_size(&format!("nbds://alice@{tcp}/?tls-psk-file={}", wrong.display())).unwrap_err();
+    let err = nbdinfo_size(&served.psk_uri("alice", &wrong)).unwrap_err();
     assert!(!err.is_empty());
-    let err = nbdinfo_size(&format!("nbds://mallory@{tcp}/?tls-psk-file={}", wrong.display())).unwrap_err();
+    let err = nbdinfo_size(&served.psk_uri("mallory", &wrong)).unwrap_err();
     assert!(!err.is_empty());
     let wrong_dir = dir.join("qemu-wrong");
     std::fs::create_dir_all(&wrong_dir).unwrap();
@@ -421,24 +461,11 @@ fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
     served.stop();
 
     // Certificates and PSK together: either kind of client is served.
-    let pki = dir.join("pki");
-    make_pki(&pki);
-    let served = Served::start_with(
-        &dir,
-        &[
-            "--tls",
-            "require",
-            "--tls-certificates",
-            &pki.display().to_string(),
-            "--tls-psk",
-            &psk.display().to_string(),
-        ],
-    );
-    let tcp = format!("127.0.0.1:{}", served.port);
-    assert_served(&format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display()));
-    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", pki.display()));
+    let pki = pki_in(&dir);
+    let served = Served::start_certificates_and_psk(&dir, &pki, &psk, &[]);
+    assert_served(&served.psk_uri("alice", &psk));
+    assert_served(&served.certificates_uri(&pki));
     served.stop();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -487,7 +514,6 @@ fn malformed_or_exposed_psk_files_are_refused_at_start() {
         err.contains("--tls-verify-peer needs --tls-certificates"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A client certificate signed by the CA in `ca_dir`, with the CA's
@@ -506,12 +532,9 @@ fn make_client_cert(dir: &Path, ca_dir: &Path) {
 
 #[test]
 fn verify_peer_requires_a_client_certificate_from_the_ca() {
-    if !need(&["openssl", "nbdinfo", "qemu-io"]) {
+    let Some((dir, pki)) = dir_with_pki(&["openssl", "nbdinfo", "qemu-io"], "verify-peer") else {
         return;
-    }
-    let dir = temp_dir("verify-peer");
-    let pki = dir.join("pki");
-    make_pki(&pki);
+    };
     // A client with a certificate from the server's CA; one with none (the
     // CA only, to trust the server); one with a certificate from another CA
     // of the same name (make_pki names every CA alike), which GnuTLS clients
@@ -528,21 +551,8 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
     std::fs::copy(pki.join("ca-cert.pem"), stranger.join("ca-cert.pem")).unwrap();
 
     // Clients with a key from the PSK file need no certificate.
-    let psk = dir.join("keys.psk");
-    write_psk(&psk, &format!("alice:{}\n", random_key()));
-    let served = Served::start_with(
-        &dir,
-        &[
-            "--tls",
-            "require",
-            "--tls-certificates",
-            &pki.display().to_string(),
-            "--tls-verify-peer",
-            "--tls-psk",
-            &psk.display().to_string(),
-        ],
-    );
-    let tcp = format!("127.0.0.1:{}", served.port);
+    let psk = alice_psk(&dir);
+    let served = Served::start_certificates_and_psk(&dir, &pki, &psk, &["--tls-verify-peer"]);
     let server = inet(served.port);
     let x509 = |d: &Path| format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", d.display());
 
@@ -554,14 +564,14 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
     )
     .unwrap();
     assert!(out.contains("read 4194304/4194304"), "{out}");
-    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", good.display()));
-    assert_served(&format!("nbds://alice@{tcp}/?tls-psk-file={}", psk.display()));
+    assert_served(&served.certificates_uri(&good));
+    assert_served(&served.psk_uri("alice", &psk));
     // Refused: no client certificate, or one from another CA.
     let err = qemu_io_with(&x509(&none), &server, &["read 0 4k"]).unwrap_err();
     assert!(!err.is_empty());
-    nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", none.display())).unwrap_err();
+    nbdinfo_size(&served.certificates_uri(&none)).unwrap_err();
     qemu_io_with(&x509(&stranger), &server, &["read 0 4k"]).unwrap_err();
-    nbdinfo_size(&format!("nbds://{tcp}/?tls-certificates={}", stranger.display())).unwrap_err();
+    nbdinfo_size(&served.certificates_uri(&stranger)).unwrap_err();
     let log = served.log_with(&["peer did not return a certificate", "certificate verify failed"]);
     assert!(log.contains("peer did not return a certificate"), "{log}");
     assert!(log.contains("certificate verify failed"), "{log}");
@@ -569,20 +579,16 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
 
     // Without --tls-verify-peer the anonymous client is served.
     let served = Served::start(&dir, "require", &pki);
-    let tcp = format!("127.0.0.1:{}", served.port);
-    assert_served(&format!("nbds://{tcp}/?tls-certificates={}", none.display()));
+    assert_served(&served.certificates_uri(&none));
     served.stop();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_config_file_takes_the_psk_file() {
-    if !need(&["nbdinfo", "openssl"]) {
+    let Some(dir) = dir_with(&["nbdinfo", "openssl"], "psk-config") else {
         return;
-    }
-    let dir = temp_dir("psk-config");
-    let psk = dir.join("keys.psk");
-    write_psk(&psk, &format!("alice:{}\n", random_key()));
+    };
+    let psk = alice_psk(&dir);
     std::fs::write(
         dir.join("iocache.toml"),
         format!(
@@ -598,7 +604,6 @@ fn a_config_file_takes_the_psk_file() {
     let tcp = format!("127.0.0.1:{}", served.port);
     assert_served(&format!("nbds://alice@{tcp}/psk?tls-psk-file={}", psk.display()));
     served.stop();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// TLS credentials without `--tls` serve plaintext, and the log says so.
@@ -614,5 +619,4 @@ fn credentials_without_tls_are_named_in_a_warning() {
         "{log}"
     );
     served.stop();
-    let _ = std::fs::remove_dir_all(&dir);
 }

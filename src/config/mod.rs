@@ -290,44 +290,35 @@ fn default_mirror_percent() -> u32 {
     25
 }
 
-fn default_persistence() -> String {
-    DEFAULT_PERSISTENCE.into()
-}
-
 /// Persistence when none is given: `all`, so a restart finds a warm cache
 /// (as dm-cache and Open CAS do); its cost is measured in
 /// docs/results/durability.md.
 pub const DEFAULT_PERSISTENCE: &str = "all";
 
-fn default_seq_cutoff() -> String {
-    "off".into()
-}
-
-fn default_fill() -> String {
-    "request".into()
-}
-
-fn default_io_engine() -> String {
-    "auto".into()
-}
-
 fn default_line_size() -> SizeText {
     SizeText("4KiB".into())
 }
-fn default_write_policy() -> String {
-    "wb".into()
+
+/// Serde's defaults of the keys whose default is a fixed string, one
+/// function each as `#[serde(default = "...")]` takes them.
+macro_rules! string_defaults {
+    ($($name:ident => $value:expr),* $(,)?) => {
+        $(fn $name() -> String {
+            $value.into()
+        })*
+    };
 }
-fn default_promotion() -> String {
-    "always".into()
-}
-fn default_policy() -> String {
-    "lru".into()
-}
-fn default_lookup() -> String {
-    "fine".into()
-}
-fn default_flush() -> String {
-    "nop".into()
+
+string_defaults! {
+    default_persistence => DEFAULT_PERSISTENCE,
+    default_seq_cutoff => "off",
+    default_fill => "request",
+    default_io_engine => "auto",
+    default_write_policy => "wb",
+    default_promotion => "always",
+    default_policy => "lru",
+    default_lookup => "fine",
+    default_flush => "nop",
 }
 
 /// A size: a string with a unit (`"128MiB"`) or, in TOML, an integer of bytes.
@@ -823,6 +814,11 @@ pub fn parse_listen(text: &str, name: &str) -> Result<SocketAddr> {
     }
 }
 
+/// [`parse_listen`] of an address that may be absent.
+pub fn parse_optional_listen(text: Option<&str>, name: &str) -> Result<Option<SocketAddr>> {
+    text.map(|t| parse_listen(t, name)).transpose()
+}
+
 /// Reads and validates a TOML configuration file.
 pub fn from_file(path: &Path) -> Result<ServeConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("--config {}", path.display()))?;
@@ -848,12 +844,7 @@ pub fn from_toml_str(text: &str, origin: &str) -> Result<ServeConfig> {
         })
         .unwrap_or_default();
     let o = Origin::File(origin.to_string());
-    let listen = file
-        .server
-        .listen
-        .as_deref()
-        .map(|t| parse_listen(t, &o.server_key("listen")))
-        .transpose()?;
+    let listen = parse_optional_listen(file.server.listen.as_deref(), &o.server_key("listen"))?;
     if file.server.socket.is_none() && listen.is_none() {
         bail!("{origin}: server: no listener: set server.socket (a Unix socket) and/or server.listen (ADDR:PORT)");
     }
@@ -879,12 +870,7 @@ pub fn from_toml_str(text: &str, origin: &str) -> Result<ServeConfig> {
         })
         .transpose()?
         .unwrap_or_default();
-    let metrics = file
-        .server
-        .metrics
-        .as_deref()
-        .map(|m| parse_listen(m, &o.server_key("metrics")))
-        .transpose()?;
+    let metrics = parse_optional_listen(file.server.metrics.as_deref(), &o.server_key("metrics"))?;
     check(ServeConfig {
         origin: o,
         socket: file.server.socket,

@@ -1,10 +1,10 @@
 //! The test kit shared by the binary's integration tests: fresh
-//! directories and tool detection. Each test file includes it with
+//! directories, tool detection and runs of the binary. Each test file includes it with
 //! `mod common;` and uses what it needs.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 /// The test binary's name without cargo's hash (`serve`, `tls`, ...), so
 /// that directories of different test files never meet.
@@ -24,11 +24,43 @@ pub fn temp_path_in(base: &Path, name: &str) -> PathBuf {
     dir
 }
 
-/// A fresh empty directory under the system's temporary directory.
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = temp_path_in(&std::env::temp_dir(), name);
+/// A test's directory: removed when the test passes, kept to look into
+/// when it fails (dropped while panicking).
+pub struct TestDir(PathBuf);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A fresh empty directory under the system's temporary directory, for
+/// one test.
+pub fn temp_dir(name: &str) -> TestDir {
+    temp_dir_in(&std::env::temp_dir(), name)
+}
+
+/// A fresh empty directory under `base` (see [`temp_path_in`]), for one
+/// test.
+pub fn temp_dir_in(base: &Path, name: &str) -> TestDir {
+    let dir = temp_path_in(base, name);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TestDir(dir)
 }
 
 /// A fresh empty directory in memory (`/dev/shm`), or under the system's
@@ -45,6 +77,56 @@ pub fn temp_dir_in_memory(name: &str) -> PathBuf {
     dir
 }
 
+/// `iocache ARGS` run in the repository's root, to its end.
+pub fn iocache(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iocache"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("iocache runs")
+}
+
+/// What a command printed on stdout.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// What a command printed on stderr.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `iocache args` (see [`iocache`]), which must succeed.
+pub fn run_ok(args: &[&str]) -> Output {
+    let o = iocache(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    o
+}
+
+/// A configuration of two volumes on one cache device (the keys of the
+/// cache written once), listening on TCP too.
+pub const SHARED_CACHE: &str = r#"
+[server]
+socket = "iocache-data/iocache.sock"
+listen = "127.0.0.1:0"
+admin_socket = "iocache-data/admin.sock"
+attach_dirs = ["data"]
+
+[[volume]]
+export = "one"
+backend = "data/one.img"
+backend_size = "32MiB"
+cache = "data/cache.img"
+cache_size = "8MiB"
+persistence = "dirty"
+
+[[volume]]
+export = "two"
+backend = "data/two.img"
+backend_size = "16MiB"
+cache = "data/cache.img"
+"#;
+
 /// Whether `tool` is on the PATH.
 pub fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -52,6 +134,49 @@ pub fn have(tool: &str) -> bool {
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// Says a test is SKIPPED for want of `what` and lets it pass, except
+/// under CI (`CI` set), where scripts/test.sh installs everything: there
+/// the test fails.
+pub fn skip_unless_ci(what: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "needs {what} (installed by scripts/test.sh), missing under CI"
+    );
+    eprintln!("SKIPPED: needs {what}");
+}
+
+/// The tools of `tools` that are not on the PATH.
+pub fn missing<'a>(tools: &[&'a str]) -> Vec<&'a str> {
+    tools.iter().copied().filter(|t| !have(t)).collect()
+}
+
+/// Whether every tool in `tools` is on the PATH; if not, says the test is
+/// skipped and what it needs.
+pub fn installed(tools: &[&str]) -> bool {
+    let missing = missing(tools);
+    if !missing.is_empty() {
+        eprintln!("SKIPPED: needs {}", missing.join(", "));
+    }
+    missing.is_empty()
+}
+
+/// A fresh directory (see [`temp_dir`]) for a test that needs every tool
+/// in `tools`; None, after saying the test is skipped, when one is missing.
+pub fn temp_dir_with(tools: &[&str], name: &str) -> Option<TestDir> {
+    installed(tools).then(|| temp_dir(name))
+}
+
+/// Whether the tests run as root (for loop devices and mounts) and every
+/// tool in `tools` is on the PATH; if not, says the test is skipped and why.
+pub fn root_and_installed(tools: &[&str]) -> bool {
+    let id = Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&id.stdout).trim() != "0" {
+        eprintln!("SKIPPED: needs root");
+        return false;
+    }
+    installed(tools)
 }
 
 /// A process a test runs (`iocache serve`, nbdkit): its stdout and stderr
@@ -98,6 +223,24 @@ impl Process {
             iocache_nbd::Client::connect_unix(&socket, &options).is_ok()
         });
         server
+    }
+
+    /// `iocache serve` in `dir` of DIR/backend.img through a 128 MiB
+    /// write-back cache in DIR/cache.img, with `extra` arguments, ready as
+    /// [`Process::serve`] has it for the default export.
+    pub fn serve_write_back(dir: &Path, extra: &[&str]) -> Process {
+        let mut args = vec![
+            "--backend",
+            "backend.img",
+            "--cache",
+            "cache.img",
+            "--cache-size",
+            "128MiB",
+            "--write-policy",
+            "wb",
+        ];
+        args.extend_from_slice(extra);
+        Process::serve(dir, &args, iocache_nbd::ConnectOptions::export(String::new()))
     }
 
     /// `iocache serve ARGS` in `dir` listening on TCP (`--listen
@@ -173,6 +316,15 @@ impl Process {
         self.wait()
     }
 
+    /// SIGTERM; it must exit 0. Returns what it logged.
+    pub fn stop_logged(self) -> String {
+        let log = self.log.clone();
+        let status = self.stop();
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(status.success(), "{status}:\n{text}");
+        text
+    }
+
     /// Its exit status once it exits on its own (30 s at most).
     pub fn wait(mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
@@ -207,6 +359,55 @@ impl Drop for Process {
             }
         }
     }
+}
+
+/// `len` bytes of a fixed scramble (each index through Knuth's
+/// multiplicative hash, shifted right by `shift`), written to `path` and
+/// returned, for copies to compare.
+pub fn scrambled_file(path: &Path, len: u32, shift: u32) -> Vec<u8> {
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> shift) as u8)
+        .collect();
+    std::fs::write(path, &data).unwrap();
+    data
+}
+
+/// A sparse file of `len` bytes at `path`.
+pub fn sparse_file(path: &Path, len: u64) {
+    std::fs::File::create(path).unwrap().set_len(len).unwrap();
+}
+
+/// nbdkit exporting the file `image` through `filters` (`--filter=error`)
+/// with the plugin parameters `params`, on DIR/backend.sock and logging to
+/// DIR/nbdkit.log: ready when returned, with the NBD URI of its export.
+pub fn nbdkit_file(dir: &Path, image: &Path, filters: &[&str], params: &[&str]) -> (Process, String) {
+    let socket = dir.join("backend.sock");
+    let mut nbdkit = Process::spawn(
+        Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(&socket)
+            .args(filters)
+            .arg("file")
+            .arg(image)
+            .args(params),
+        &dir.join("nbdkit.log"),
+    );
+    nbdkit.wait_until("nbdkit listens", || socket.exists());
+    (nbdkit, format!("nbd+unix:///?socket={}", socket.display()))
+}
+
+/// A backend that fails on demand: nbdkit (see [`nbdkit_file`]) exporting
+/// DIR/backend.img, a new sparse file of `len` bytes, through its `error`
+/// filter, which fails every `requests` (`""` for all, `"pwrite-"` for
+/// writes) while DIR/inject exists. Returns nbdkit, its URI, the image and
+/// the trigger file.
+pub fn nbdkit_failing(dir: &Path, len: u64, requests: &str) -> (Process, String, PathBuf, PathBuf) {
+    let (image, inject) = (dir.join("backend.img"), dir.join("inject"));
+    sparse_file(&image, len);
+    let rate = format!("error-{requests}rate=100%");
+    let trigger = format!("error-{requests}file={}", inject.display());
+    let (nbdkit, uri) = nbdkit_file(dir, &image, &["--filter=error"], &[&rate, &trigger]);
+    (nbdkit, uri, image, inject)
 }
 
 /// `iocache ctl ARGS` against the admin socket of a server run in `dir`
@@ -256,15 +457,63 @@ pub fn set_until(
     made
 }
 
+/// The NBD URI of the default export of a server run in `dir` (its
+/// socket at DIR/iocache-data/iocache.sock).
+pub fn nbd_uri(dir: &Path) -> String {
+    format!(
+        "nbd+unix:///?socket={}",
+        dir.join("iocache-data/iocache.sock").display()
+    )
+}
+
+/// [`fio_verify`] over `size` on the server run in `dir` while
+/// [`set_until`] makes `changes` in turn, one every `pause`: whether fio
+/// passed, what it printed, and how many changes were made while it ran.
+pub fn fio_verify_while_setting(
+    dir: &Path,
+    size: &str,
+    changes: &[&[&str]],
+    pause: std::time::Duration,
+) -> (bool, String, usize) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let setter = s.spawn(|| set_until(dir, &stop, changes, pause));
+        let (passed, text) = fio_verify(dir, size);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (passed, text, setter.join().unwrap())
+    })
+}
+
+/// [`write_flushing`] to the first `blocks` blocks for `time` while
+/// [`set_until`] makes `changes` in turn, one every `pause`, then `server`
+/// killed (SIGKILL) with the changes still going: what was written, and
+/// when the kill came.
+pub fn write_flushing_then_kill(
+    dir: &Path,
+    server: Process,
+    blocks: u64,
+    time: std::time::Duration,
+    changes: &[&[&str]],
+    pause: std::time::Duration,
+) -> (Written, std::time::Instant) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let setter = s.spawn(|| set_until(dir, &stop, changes, pause));
+        let written = write_flushing(dir, blocks, time);
+        let killed_at = std::time::Instant::now();
+        server.kill();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = setter.join();
+        (written, killed_at)
+    })
+}
+
 /// fio over NBD on the default export of a server run in `dir`: random
 /// 4 KiB reads and writes (half each) over `size`, QD 16, 30,000 I/Os,
 /// every block verified (crc32c). Returns whether it passed, and what it
 /// printed.
 pub fn fio_verify(dir: &Path, size: &str) -> (bool, String) {
-    let uri = format!(
-        "nbd+unix:///?socket={}",
-        dir.join("iocache-data/iocache.sock").display()
-    );
+    let uri = nbd_uri(dir);
     let out = Command::new("fio")
         .args([
             "--name=verify",
