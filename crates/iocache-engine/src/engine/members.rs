@@ -212,6 +212,29 @@ impl Inner {
         Ok((lines, mirrors))
     }
 
+    /// Runs `copy(first, end, buffer)` for each run of sectors set in
+    /// `sectors` (a line's bitmap), with a buffer of the run's length.
+    fn copy_runs(
+        &self,
+        sectors: &[u64],
+        mut copy: impl FnMut(u32, u32, &mut [u8]) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        let mut buf = vec![0u8; self.line_bytes as usize];
+        let mut result = Ok(());
+        bitmap::for_each_run(
+            sectors,
+            0,
+            (self.line_bytes / SECTOR_BYTES) as u32,
+            |a, b, set| {
+                if set && result.is_ok() {
+                    let len = (u64::from(b - a) * SECTOR_BYTES) as usize;
+                    result = copy(a, b, &mut buf[..len]);
+                }
+            },
+        );
+        result
+    }
+
     /// Tickets for `slot` of `shard` and for the line it holds (if any),
     /// taken now, as a request would: the requests decided before are done
     /// with both once they are served.
@@ -273,33 +296,21 @@ impl Inner {
                 }
                 dirty
             };
-            let mut buf = vec![0u8; self.line_bytes as usize];
-            let mut result = Ok(());
-            bitmap::for_each_run(&dirty, 0, sectors, |a, b, is_dirty| {
-                if !is_dirty || result.is_err() {
-                    return;
-                }
-                let (at, end) = (
-                    (u64::from(a) * SECTOR_BYTES) as usize,
-                    (u64::from(b) * SECTOR_BYTES) as usize,
-                );
-                let out = &mut buf[at..end];
+            self.copy_runs(&dirty, |a, b, out| {
+                let at = u64::from(a) * SECTOR_BYTES;
                 // From the mirror when there is one, without reading the
                 // backend.
-                let read = match array.mirror_state(global) {
-                    MirrorState::Mirrored(m) => {
-                        array.read_mirror(m, at as u64, out).map_err(EngineError::from)
-                    }
-                    _ => self.read_degraded(array, shard, slot, key, at as u32, out),
-                };
-                result = read.and_then(|()| Ok(array.write_rebuilt_primary(global, at as u64, out)?));
-                if result.is_ok() {
-                    // A write that failed with the old member left them
-                    // poisoned: what the slot holds now is the line's.
-                    self.unpoison(shard, slot, key, a, b);
+                match array.mirror_state(global) {
+                    MirrorState::Mirrored(m) => array.read_mirror(m, at, out)?,
+                    _ => self.read_degraded(array, shard, slot, key, at as u32, out)?,
                 }
-            });
-            result.map(|()| bitmap::any(&dirty))
+                array.write_rebuilt_primary(global, at, out)?;
+                // A write that failed with the old member left them
+                // poisoned: what the slot holds now is the line's.
+                self.unpoison(shard, slot, key, a, b);
+                Ok(())
+            })?;
+            Ok(bitmap::any(&dirty))
         })();
         if copied.is_ok() {
             array.rebuilt_primary(global);
@@ -345,25 +356,14 @@ impl Inner {
             if m != mirror {
                 return Ok(false);
             }
-            let mut buf = vec![0u8; self.line_bytes as usize];
-            let mut result = Ok(());
-            let sectors = (self.line_bytes / SECTOR_BYTES) as u32;
-            bitmap::for_each_run(&dirty, 0, sectors, |a, b, is_dirty| {
-                if !is_dirty || result.is_err() {
-                    return;
-                }
-                let (at, end) = (
-                    (u64::from(a) * SECTOR_BYTES) as usize,
-                    (u64::from(b) * SECTOR_BYTES) as usize,
-                );
-                result = self
-                    .slots
+            self.copy_runs(&dirty, |a, _, out| {
+                let at = u64::from(a) * SECTOR_BYTES;
+                self.slots
                     .dev
-                    .read_at(&mut buf[at..end], self.cache_offset(shard, slot, at as u32))
-                    .and_then(|()| array.write_mirror(mirror, at as u64, &buf[at..end]))
-                    .map_err(EngineError::from);
-            });
-            result.map(|()| true)
+                    .read_at(out, self.cache_offset(shard, slot, at as u32))?;
+                Ok(array.write_mirror(mirror, at, out)?)
+            })?;
+            Ok(true)
         })();
         if copied.is_ok() {
             array.rebuilt_mirror(mirror);
