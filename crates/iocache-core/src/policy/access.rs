@@ -505,12 +505,7 @@ mod tests {
             for (history, gate) in [(64, true), (1, true), (0, false), (2, false)] {
                 let mut d = Driver::new(Access::new(capacity, history, gate), capacity);
                 for _ in 0..1_500 {
-                    let line = rng.below(5 * capacity as u64);
-                    if rng.below(10) == 0 {
-                        d.remove(line);
-                    } else {
-                        d.access(line);
-                    }
+                    d.random_step(&mut rng, 5 * capacity as u64, 10);
                     d.policy.check();
                     assert_eq!(d.policy.resident(), d.resident_count());
                     assert!(d.policy.history_len().0 <= capacity * history as usize);

@@ -17,6 +17,7 @@ mod larc;
 mod lfu;
 pub mod list;
 mod lru;
+mod probation;
 mod reqblock;
 mod s3fifo;
 mod sieve;
@@ -208,6 +209,38 @@ pub trait ReplacementPolicy: Send {
         Ok(false)
     }
 }
+
+/// The miss methods of a policy that evicts one line at a time, for its
+/// `impl ReplacementPolicy`: both take the victim from the type's own
+/// `fn victim_for(&mut self, key: LineKey, need_victim: bool) -> Option<SlotId>`
+/// (`on_miss` pushes it, `on_miss_single` returns it), so the two answer
+/// alike.
+macro_rules! one_victim_per_miss {
+    () => {
+        #[inline(always)]
+        fn on_miss(
+            &mut self,
+            key: LineKey,
+            need_victim: bool,
+            _info: &AccessInfo,
+            victims: &mut Vec<SlotId>,
+        ) {
+            victims.extend(self.victim_for(key, need_victim));
+        }
+
+        #[inline(always)]
+        fn on_miss_single(
+            &mut self,
+            key: LineKey,
+            need_victim: bool,
+            _info: &AccessInfo,
+            _victims: &mut Vec<SlotId>,
+        ) -> Option<SlotId> {
+            self.victim_for(key, need_victim)
+        }
+    };
+}
+use one_victim_per_miss;
 
 /// Parameters given after a policy's name: `s3fifo:small=0.1:ghost=0.9`.
 #[derive(Clone, Debug, Default, PartialEq)]
