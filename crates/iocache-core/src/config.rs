@@ -36,6 +36,16 @@ pub enum WritePolicy {
 impl WritePolicy {
     pub const NAMES: &'static str = "wb, wt, wi, wa, wo, pt";
 
+    /// Every write policy, in the order of [`WritePolicy::NAMES`].
+    pub const ALL: [WritePolicy; 6] = [
+        WritePolicy::WriteBack,
+        WritePolicy::WriteThrough,
+        WritePolicy::WriteInvalidate,
+        WritePolicy::WriteAround,
+        WritePolicy::WriteOnly,
+        WritePolicy::PassThrough,
+    ];
+
     /// Whether a write under this policy may leave the cache's copy as the
     /// only one (write-back, write-only).
     pub fn keeps_dirty(self) -> bool {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{action, cache, Harness, WRITE_POLICIES};
+use common::{action, cache, Harness};
 use iocache_core::policy::{Access, AccessInfo, Clock, Fifo, Lfu, ReplacementPolicy, S3Fifo, Sieve, TwoQ};
 use iocache_core::{LineKey, OpList, PolicySpec, Promotion, Request, WritePolicy};
 use proptest::prelude::*;
@@ -183,7 +183,7 @@ fn every_policy_runs_a_mixed_workload_with_multi_line_requests() {
     for &name in POLICY_NAMES {
         let mut h = Harness::new(cache(16, 4096, |c| c.policy = name.parse().unwrap()));
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let policies = WRITE_POLICIES;
+        let policies = WritePolicy::ALL;
         for t in 0..1_500u64 {
             x ^= x << 13;
             x ^= x >> 7;

@@ -280,25 +280,8 @@ pub enum Action {
     Resize(u64),
 }
 
-/// Every write policy.
-pub const WRITE_POLICIES: [WritePolicy; 6] = [
-    WritePolicy::WriteBack,
-    WritePolicy::WriteThrough,
-    WritePolicy::WriteInvalidate,
-    WritePolicy::WriteAround,
-    WritePolicy::WriteOnly,
-    WritePolicy::PassThrough,
-];
-
 pub fn any_write_policy() -> impl Strategy<Value = WritePolicy> {
-    prop_oneof![
-        Just(WritePolicy::WriteBack),
-        Just(WritePolicy::WriteThrough),
-        Just(WritePolicy::WriteInvalidate),
-        Just(WritePolicy::WriteAround),
-        Just(WritePolicy::WriteOnly),
-        Just(WritePolicy::PassThrough),
-    ]
+    prop::sample::select(&WritePolicy::ALL[..])
 }
 
 /// Reads and writes over two volumes of `space_sectors` sectors, each up to
