@@ -59,10 +59,10 @@
 //! Cost per access: O(log capacity) for hits and admissions (heap), O(1)
 //! expected for the history (hash map and intrusive LRU list).
 
-use super::list::{Links, ListHead, NIL};
+use super::history::KeyHistory;
+use super::list::NIL;
 use super::{AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
-use crate::fasthash::FxHashMap;
 
 pub struct Access {
     capacity: usize,
@@ -76,18 +76,11 @@ pub struct Access {
     heap: Vec<SlotId>,
     /// Position of each slot in `heap`; `NIL` when not resident.
     heap_pos: Vec<u32>,
-    history_cap: usize,
-    hist_links: Links,
-    /// Head = most recently accessed.
-    hist_list: ListHead,
-    hist_key: Vec<LineKey>,
-    hist_count: Vec<u64>,
-    hist_free: Vec<u32>,
-    hist_index: FxHashMap<LineKey, u32>,
+    /// The access counts of non-resident lines.
+    history: KeyHistory<u64>,
     /// The count of the line `admit` just accepted, for `on_insert`.
     pending: Option<(LineKey, u64)>,
     rejected: u64,
-    forgotten: u64,
 }
 
 impl Access {
@@ -110,16 +103,9 @@ impl Access {
             slot_stamp: vec![0; capacity_lines],
             heap: Vec::with_capacity(capacity_lines),
             heap_pos: vec![NIL; capacity_lines],
-            history_cap,
-            hist_links: Links::new(0),
-            hist_list: ListHead::default(),
-            hist_key: Vec::new(),
-            hist_count: Vec::new(),
-            hist_free: Vec::new(),
-            hist_index: FxHashMap::default(),
+            history: KeyHistory::new(history_cap),
             pending: None,
             rejected: 0,
-            forgotten: 0,
         }
     }
 
@@ -130,12 +116,12 @@ impl Access {
 
     /// The remembered count of a non-resident line.
     pub fn history_count(&self, key: &LineKey) -> Option<u64> {
-        self.hist_index.get(key).map(|&h| self.hist_count[h as usize])
+        self.history.get(key).copied()
     }
 
     /// Lines remembered in the history, and its bound.
     pub fn history_len(&self) -> (usize, usize) {
-        (self.hist_list.len as usize, self.history_cap)
+        (self.history.len(), self.history.cap())
     }
 
     pub fn resident(&self) -> usize {
@@ -150,9 +136,8 @@ impl Access {
                 assert!(!self.less(s, self.heap[(i - 1) / 2]), "heap order");
             }
         }
-        assert_eq!(self.hist_index.len(), self.hist_list.len as usize);
-        assert!(self.hist_list.len as usize <= self.history_cap);
-        assert!(self.hist_key.len() <= self.history_cap);
+        self.history.check();
+        assert!(self.history.allocated() <= self.history.cap());
     }
 
     fn less(&self, a: SlotId, b: SlotId) -> bool {
@@ -222,52 +207,14 @@ impl Access {
 
     /// Takes `key` out of the history, returning its count (0 if unknown).
     fn take_history(&mut self, key: &LineKey) -> u64 {
-        match self.hist_index.remove(key) {
-            Some(h) => {
-                self.hist_links.unlink(&mut self.hist_list, h);
-                self.hist_free.push(h);
-                self.hist_count[h as usize]
-            }
-            None => 0,
-        }
+        self.history.take(key).unwrap_or(0)
     }
 
     /// Remembers `count` for the non-resident `key` as its most recent entry.
     fn remember(&mut self, key: LineKey, count: u64) {
-        if let Some(&h) = self.hist_index.get(&key) {
-            self.hist_count[h as usize] = count;
-            self.hist_links.move_to_head(&mut self.hist_list, h);
-            return;
+        if let Some(entry) = self.history.entry(key, count) {
+            *entry = count;
         }
-        if self.history_cap == 0 {
-            self.forgotten += 1;
-            return;
-        }
-        if self.hist_list.len as usize >= self.history_cap {
-            let oldest = self.hist_list.tail;
-            let old_key = self.hist_key[oldest as usize];
-            self.take_history(&old_key);
-            self.forgotten += 1;
-        }
-        let h = match self.hist_free.pop() {
-            Some(h) => {
-                self.hist_key[h as usize] = key;
-                self.hist_count[h as usize] = count;
-                h
-            }
-            None => {
-                self.hist_key.push(key);
-                self.hist_count.push(count);
-                let h = self.hist_key.len() - 1;
-                if h >= self.hist_links.nodes() {
-                    let grown = (2 * self.hist_links.nodes()).max(16).min(self.history_cap);
-                    self.hist_links.grow_to(grown.max(h + 1));
-                }
-                h as u32
-            }
-        };
-        self.hist_links.push_head(&mut self.hist_list, h);
-        self.hist_index.insert(key, h);
     }
 
     /// Puts `slot` (holding `key`, accessed `count` times) in the heap.
@@ -369,7 +316,7 @@ impl ReplacementPolicy for Access {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("admissions_refused", self.rejected),
-            ("history_forgotten", self.forgotten),
+            ("history_forgotten", self.history.forgotten()),
         ]
     }
 }

@@ -13,6 +13,7 @@ mod clock;
 mod fifo;
 mod ghost;
 mod groups;
+pub(crate) mod history;
 mod larc;
 mod lfu;
 pub mod list;

@@ -70,10 +70,12 @@ use super::table::{feature_of, EvictionRule};
 use crate::addr::{split_request_keys, LineKey, LineSize, Request, SlotId};
 use crate::error::CoreError;
 use crate::fasthash::{FxHashMap, FxHasher};
+use crate::policy::history::KeyHistory;
 use crate::policy::list::{Links, ListHead, NIL};
 use crate::policy::{AccessInfo, PolicyParams, ReplacementPolicy};
 
-/// Every parameter of the `reca` policy.
+/// Every parameter of the `reca` policy: first the six a category sets,
+/// then [`RECA_KEPT_PARAMS`].
 pub const RECA_PARAMS: &[&str] = &[
     "evict",
     "over",
@@ -92,17 +94,8 @@ pub const RECA_PARAMS: &[&str] = &[
 ];
 
 /// The parameters a category does not set (kept when the controller
-/// switches categories).
-pub const RECA_KEPT_PARAMS: [&str; 8] = [
-    "sets",
-    "lru_window",
-    "pages",
-    "history",
-    "stride",
-    "seq_size",
-    "streams",
-    "wait",
-];
+/// switches categories): those after the first six of [`RECA_PARAMS`].
+pub const RECA_KEPT_PARAMS: &[&str] = RECA_PARAMS.split_at(6).1;
 
 /// Priorities are kept as integers in thousandths of the table's units, so
 /// comparisons are exact.
@@ -210,15 +203,9 @@ pub struct RecaPolicy {
     /// Head: most recently used.
     lru: ListHead,
     resident: FxHashMap<LineKey, SlotId>,
-    hist_cap: usize,
-    hist_links: Links,
-    hist_list: ListHead,
-    hist_key: Vec<LineKey>,
-    hist_counts: Vec<Counts>,
-    hist_free: Vec<u32>,
-    hist_index: FxHashMap<LineKey, u32>,
+    /// The class counts of lines not resident.
+    history: KeyHistory<Counts>,
     rejected: u64,
-    forgotten: u64,
     neighbour_evictions: u64,
     reconfigurations: u64,
     classified_requests: u64,
@@ -230,7 +217,6 @@ impl RecaPolicy {
             volume: 0,
             line_index: 0,
         };
-        let hist_cap = Self::history_bound(capacity_lines, params.pages);
         RecaPolicy {
             capacity: capacity_lines,
             classifier: Classifier::new(params.classifier),
@@ -246,15 +232,8 @@ impl RecaPolicy {
             lru_links: Links::new(capacity_lines),
             lru: ListHead::default(),
             resident: FxHashMap::default(),
-            hist_cap,
-            hist_links: Links::new(0),
-            hist_list: ListHead::default(),
-            hist_key: Vec::new(),
-            hist_counts: Vec::new(),
-            hist_free: Vec::new(),
-            hist_index: FxHashMap::default(),
+            history: KeyHistory::new(Self::history_bound(capacity_lines, params.pages)),
             rejected: 0,
-            forgotten: 0,
             neighbour_evictions: 0,
             reconfigurations: 0,
             classified_requests: 0,
@@ -281,9 +260,7 @@ impl RecaPolicy {
 
     /// The priority of a line not resident but remembered, in thousandths.
     pub fn remembered_priority(&self, key: &LineKey) -> Option<u64> {
-        self.hist_index
-            .get(key)
-            .map(|&h| self.weigh(&self.hist_counts[h as usize]))
+        self.history.get(key).map(|counts| self.weigh(counts))
     }
 
     pub fn resident_count(&self) -> usize {
@@ -393,7 +370,7 @@ impl RecaPolicy {
                 *c /= 2;
             }
         }
-        for counts in &mut self.hist_counts {
+        for counts in self.history.values_mut() {
             for c in counts.iter_mut() {
                 *c /= 2;
             }
@@ -415,61 +392,15 @@ impl RecaPolicy {
     // ---- the history of lines not resident ----
 
     fn take_history(&mut self, key: &LineKey) -> Counts {
-        match self.hist_index.remove(key) {
-            Some(h) => {
-                self.hist_links.unlink(&mut self.hist_list, h);
-                self.hist_free.push(h);
-                self.hist_counts[h as usize]
-            }
-            None => [0; 7],
-        }
-    }
-
-    /// The history entry of `key`, created (most recent) if absent; `None`
-    /// when the history holds nothing.
-    fn history_entry(&mut self, key: LineKey) -> Option<u32> {
-        if let Some(&h) = self.hist_index.get(&key) {
-            self.hist_links.move_to_head(&mut self.hist_list, h);
-            return Some(h);
-        }
-        if self.hist_cap == 0 {
-            self.forgotten += 1;
-            return None;
-        }
-        while self.hist_list.len as usize >= self.hist_cap {
-            let oldest = self.hist_list.tail;
-            let old_key = self.hist_key[oldest as usize];
-            self.take_history(&old_key);
-            self.forgotten += 1;
-        }
-        let h = match self.hist_free.pop() {
-            Some(h) => {
-                self.hist_key[h as usize] = key;
-                self.hist_counts[h as usize] = [0; 7];
-                h
-            }
-            None => {
-                self.hist_key.push(key);
-                self.hist_counts.push([0; 7]);
-                let h = self.hist_key.len() - 1;
-                if h >= self.hist_links.nodes() {
-                    let grown = (2 * self.hist_links.nodes()).max(16).min(self.hist_cap);
-                    self.hist_links.grow_to(grown.max(h + 1));
-                }
-                h as u32
-            }
-        };
-        self.hist_links.push_head(&mut self.hist_list, h);
-        self.hist_index.insert(key, h);
-        Some(h)
+        self.history.take(key).unwrap_or([0; 7])
     }
 
     fn remember(&mut self, key: LineKey, counts: Counts) {
         if counts == [0; 7] {
             return;
         }
-        if let Some(h) = self.history_entry(key) {
-            self.hist_counts[h as usize] = counts;
+        if let Some(entry) = self.history.entry(key, [0; 7]) {
+            *entry = counts;
         }
     }
 
@@ -489,8 +420,7 @@ impl RecaPolicy {
                 }
                 self.slot_priority[slot as usize] = self.weigh(&self.slot_counts[slot as usize]);
                 self.reheap(slot);
-            } else if let Some(h) = self.history_entry(key) {
-                let counts = &mut self.hist_counts[h as usize];
+            } else if let Some(counts) = self.history.entry(key, [0; 7]) {
                 counts[feature] = counts[feature].saturating_add(1);
                 if c.class.overlapped {
                     counts[6] = counts[6].saturating_add(1);
@@ -648,13 +578,8 @@ impl ReplacementPolicy for RecaPolicy {
         if reweighed {
             self.age_counts();
         }
-        self.hist_cap = Self::history_bound(self.capacity, new.pages);
-        while self.hist_list.len as usize > self.hist_cap {
-            let oldest = self.hist_list.tail;
-            let old_key = self.hist_key[oldest as usize];
-            self.take_history(&old_key);
-            self.forgotten += 1;
-        }
+        self.history
+            .set_cap(Self::history_bound(self.capacity, new.pages));
         self.params = new;
         if rebuild {
             self.rebuild_heaps();
@@ -666,7 +591,7 @@ impl ReplacementPolicy for RecaPolicy {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("reca_rejected", self.rejected),
-            ("reca_forgotten", self.forgotten),
+            ("reca_forgotten", self.history.forgotten()),
             ("reca_neighbour_evictions", self.neighbour_evictions),
             ("reca_reconfigurations", self.reconfigurations),
             ("reca_classified_requests", self.classified_requests),
@@ -695,11 +620,10 @@ impl RecaPolicy {
         assert_eq!(in_heaps, self.resident.len());
         assert_eq!(self.lru.len as usize, self.resident.len());
         assert!(self.resident.len() <= self.capacity);
-        assert_eq!(self.hist_index.len(), self.hist_list.len as usize);
-        assert!(self.hist_list.len as usize <= self.hist_cap);
+        self.history.check();
         for (key, &slot) in &self.resident {
             assert_eq!(self.slot_key[slot as usize], *key);
-            assert!(!self.hist_index.contains_key(key));
+            assert!(!self.history.contains(key));
         }
     }
 }
