@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::{action, cache, Harness};
+use common::{action, any_inserting_write_policy, cache, model_cache, Harness};
 use iocache_core::policy::{AccessInfo, ClockMode, Larc, ReplacementPolicy, Smq, SmqParams};
-use iocache_core::{IoKind, LineKey, OpList, PolicySpec, Request, WritePolicy};
+use iocache_core::{IoKind, LineKey, OpList, PolicySpec, Request};
 use proptest::prelude::*;
 
 fn key(i: u64) -> LineKey {
@@ -668,19 +668,12 @@ proptest! {
         capacity in 1u64..8,
         line_shift in 0u32..5,
         spec in 0usize..FULL_CACHE_SPECS.len(),
-        start in prop_oneof![Just(WritePolicy::WriteBack), Just(WritePolicy::WriteThrough), Just(WritePolicy::WriteOnly)],
+        start in any_inserting_write_policy(),
         actions in prop::collection::vec(action(), 1..150),
     ) {
-        let c = cache(capacity, 512 << line_shift, |c| {
-            c.write_policy = start;
-            c.policy = FULL_CACHE_SPECS[spec].parse().unwrap();
-        });
-        let mut h = Harness::new(c);
-        for (t, a) in actions.into_iter().enumerate() {
-            let now = t as u64;
-            h.apply(a, now);
-        }
-        h.flush_all_and_check_backend();
+        let policy = FULL_CACHE_SPECS[spec].parse().unwrap();
+        let mut h = Harness::new(model_cache(capacity, line_shift, policy, start, false));
+        h.apply_all_and_flush(actions, 1, |_| Ok(()))?;
     }
 }
 

@@ -153,10 +153,7 @@ proptest! {
     ) {
         let spec: PolicySpec = spec.parse().unwrap();
         let mut h = Harness::new(cache(capacity, 512 << line_shift, |c| c.policy = spec));
-        for (t, a) in steps.into_iter().enumerate() {
-            h.apply(a, t as u64);
-        }
-        h.flush_all_and_check_backend();
+        h.apply_all_and_flush(steps, 1, |_| Ok(()))?;
     }
 
     /// Switching between any two categories under load (priorities,

@@ -223,10 +223,7 @@ proptest! {
         if counted {
             h.cache.count_volume_lines();
         }
-        for (t, a) in actions.into_iter().enumerate() {
-            h.apply(a, t as u64);
-        }
-        h.flush_all_and_check_backend();
+        h.apply_all_and_flush(actions, 1, |_| Ok(()))?;
     }
 
     /// Counted line totals always equal a scan of the slots (and the
