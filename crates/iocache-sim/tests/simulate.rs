@@ -1,32 +1,17 @@
 //! The simulation loop: thread count does not change results, warmup excludes
 //! what it should, and hand-checked counts on a tiny in-memory trace.
 
-use iocache_core::{LineSize, PolicySpec, WritePolicy};
-use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, RunSpec, SimOptions, SimReport};
-use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
+use iocache_core::{PolicySpec, WritePolicy};
+use iocache_sim::{simulate, CacheSize, RunSpec, SimOptions, SimReport};
+use iocache_trace::TraceFormat;
 
-fn reader(text: &str, format: TraceFormat) -> TraceReader {
-    TraceReader::from_reader(
-        "memory",
-        Box::new(std::io::Cursor::new(text.as_bytes().to_vec())),
-        Some(format),
-        ReaderOptions::default(),
-    )
-    .unwrap()
-}
+mod common;
+
+use common::memory_reader as reader;
 
 fn specs(policies: &[PolicySpec], sizes: &[u64], wp: WritePolicy) -> Vec<RunSpec> {
     let sizes: Vec<CacheSize> = sizes.iter().map(|&n| CacheSize::Lines(n)).collect();
-    combinations(
-        policies,
-        &sizes,
-        &[LineSize::new(4096).unwrap()],
-        &CacheSettings {
-            write_policy: wp,
-            ..CacheSettings::default()
-        },
-    )
-    .unwrap()
+    common::specs(policies, &sizes, 4096, wp)
 }
 
 fn run(text: &str, format: TraceFormat, specs: &[RunSpec], warmup: u64, threads: usize) -> SimReport {
