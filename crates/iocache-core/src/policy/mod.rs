@@ -262,17 +262,7 @@ impl PolicyParams {
         default: f64,
         range: std::ops::RangeInclusive<f64>,
     ) -> Result<f64, CoreError> {
-        let Some(text) = self.get(name) else {
-            return Ok(default);
-        };
-        match text.parse::<f64>() {
-            Ok(v) if range.contains(&v) => Ok(v),
-            _ => Err(self.bad(
-                name,
-                text,
-                &format!("a number from {} to {}", range.start(), range.end()),
-            )),
-        }
+        self.parsed_or(name, default, range, "a number")
     }
 
     /// An integer parameter, `default` when absent; must lie in `range`.
@@ -282,15 +272,27 @@ impl PolicyParams {
         default: u64,
         range: std::ops::RangeInclusive<u64>,
     ) -> Result<u64, CoreError> {
+        self.parsed_or(name, default, range, "an integer")
+    }
+
+    /// A parameter parsed as `T`, `default` when absent; must lie in
+    /// `range` (`what` names the kind of value in the error).
+    fn parsed_or<T: FromStr + PartialOrd + fmt::Display>(
+        &self,
+        name: &str,
+        default: T,
+        range: std::ops::RangeInclusive<T>,
+        what: &str,
+    ) -> Result<T, CoreError> {
         let Some(text) = self.get(name) else {
             return Ok(default);
         };
-        match text.parse::<u64>() {
+        match text.parse::<T>() {
             Ok(v) if range.contains(&v) => Ok(v),
             _ => Err(self.bad(
                 name,
                 text,
-                &format!("an integer from {} to {}", range.start(), range.end()),
+                &format!("{what} from {} to {}", range.start(), range.end()),
             )),
         }
     }
