@@ -61,6 +61,7 @@
 
 use super::history::KeyHistory;
 use super::list::NIL;
+use super::slot_heap::{self, SlotHeap, SlotOrder};
 use super::{AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
@@ -130,79 +131,37 @@ impl Access {
 
     /// Checks the heap order and positions (for tests).
     pub fn check(&self) {
-        for (i, &s) in self.heap.iter().enumerate() {
-            assert_eq!(self.heap_pos[s as usize], i as u32);
-            if i > 0 {
-                assert!(!self.less(s, self.heap[(i - 1) / 2]), "heap order");
-            }
-        }
+        slot_heap::check(&self.heap, &self.heap_pos, self.order());
         self.history.check();
         assert!(self.history.allocated() <= self.history.cap());
     }
 
+    fn order(&self) -> SlotOrder<'_> {
+        SlotOrder {
+            value: &self.slot_count,
+            stamp: &self.slot_stamp,
+        }
+    }
+
     fn less(&self, a: SlotId, b: SlotId) -> bool {
-        let (a, b) = (a as usize, b as usize);
-        (self.slot_count[a], self.slot_stamp[a]) < (self.slot_count[b], self.slot_stamp[b])
+        self.order().less(a, b)
     }
 
-    fn place(&mut self, i: usize, slot: SlotId) {
-        self.heap[i] = slot;
-        self.heap_pos[slot as usize] = i as u32;
-    }
-
-    fn sift_up(&mut self, mut i: usize) {
-        let slot = self.heap[i];
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            let p = self.heap[parent];
-            if !self.less(slot, p) {
-                break;
-            }
-            self.place(i, p);
-            i = parent;
+    /// The heap of resident slots, by count then stamp.
+    fn heap(&mut self) -> SlotHeap<'_> {
+        SlotHeap {
+            heap: &mut self.heap,
+            pos: &mut self.heap_pos,
+            order: SlotOrder {
+                value: &self.slot_count,
+                stamp: &self.slot_stamp,
+            },
         }
-        self.place(i, slot);
-    }
-
-    fn sift_down(&mut self, mut i: usize) {
-        let slot = self.heap[i];
-        let n = self.heap.len();
-        loop {
-            let left = 2 * i + 1;
-            if left >= n {
-                break;
-            }
-            let right = left + 1;
-            let child = if right < n && self.less(self.heap[right], self.heap[left]) {
-                right
-            } else {
-                left
-            };
-            let c = self.heap[child];
-            if !self.less(c, slot) {
-                break;
-            }
-            self.place(i, c);
-            i = child;
-        }
-        self.place(i, slot);
     }
 
     /// Removes `slot` from the heap; returns whether it was there.
     fn heap_remove(&mut self, slot: SlotId) -> bool {
-        let i = self.heap_pos[slot as usize];
-        if i == NIL {
-            return false;
-        }
-        self.heap_pos[slot as usize] = NIL;
-        let last = self.heap.pop().expect("a resident slot is in the heap");
-        let i = i as usize;
-        if last != slot {
-            self.place(i, last);
-            self.sift_down(i);
-            self.sift_up(self.heap_pos[last as usize] as usize);
-        }
-        true
+        self.heap().remove(slot)
     }
 
     /// Takes `key` out of the history, returning its count (0 if unknown).
@@ -222,10 +181,7 @@ impl Access {
         self.slot_key[slot as usize] = key;
         self.slot_count[slot as usize] = count;
         self.slot_stamp[slot as usize] = self.tick;
-        self.heap.push(slot);
-        let i = self.heap.len() - 1;
-        self.heap_pos[slot as usize] = i as u32;
-        self.sift_up(i);
+        self.heap().push(slot);
     }
 
     fn evict_min(&mut self) -> Option<SlotId> {
@@ -242,15 +198,14 @@ impl ReplacementPolicy for Access {
     }
 
     fn on_hit(&mut self, slot: SlotId, _info: &AccessInfo) {
-        let i = self.heap_pos[slot as usize];
-        if i == NIL {
+        if self.heap_pos[slot as usize] == NIL {
             debug_assert!(false, "hit on a slot Access does not hold");
             return;
         }
         self.tick += 1;
         self.slot_count[slot as usize] += 1;
         self.slot_stamp[slot as usize] = self.tick;
-        self.sift_down(i as usize);
+        self.heap().grew(slot);
     }
 
     fn admit(&mut self, key: LineKey, _info: &AccessInfo) -> Option<bool> {

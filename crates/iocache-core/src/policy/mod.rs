@@ -22,6 +22,7 @@ mod probation;
 mod reqblock;
 mod s3fifo;
 mod sieve;
+pub(crate) mod slot_heap;
 mod smq;
 #[cfg(test)]
 mod testing;

@@ -72,6 +72,7 @@ use crate::error::CoreError;
 use crate::fasthash::{FxHashMap, FxHasher};
 use crate::policy::history::KeyHistory;
 use crate::policy::list::{Links, ListHead, NIL};
+use crate::policy::slot_heap::{self, SlotHeap, SlotOrder};
 use crate::policy::{AccessInfo, PolicyParams, ReplacementPolicy};
 
 /// Every parameter of the `reca` policy: first the six a category sets,
@@ -284,79 +285,40 @@ impl RecaPolicy {
 
     // ---- heaps ----
 
+    fn order(&self) -> SlotOrder<'_> {
+        SlotOrder {
+            value: &self.slot_priority,
+            stamp: &self.slot_stamp,
+        }
+    }
+
     fn less(&self, a: SlotId, b: SlotId) -> bool {
-        let (a, b) = (a as usize, b as usize);
-        (self.slot_priority[a], self.slot_stamp[a]) < (self.slot_priority[b], self.slot_stamp[b])
+        self.order().less(a, b)
     }
 
-    fn place(&mut self, set: usize, i: usize, slot: SlotId) {
-        self.heaps[set][i] = slot;
-        self.heap_pos[slot as usize] = i as u32;
-    }
-
-    fn sift_up(&mut self, set: usize, mut i: usize) {
-        let slot = self.heaps[set][i];
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            let p = self.heaps[set][parent];
-            if !self.less(slot, p) {
-                break;
-            }
-            self.place(set, i, p);
-            i = parent;
+    /// The heap of `slot`'s set, by priority then stamp.
+    fn heap_of(&mut self, slot: SlotId) -> SlotHeap<'_> {
+        SlotHeap {
+            heap: &mut self.heaps[self.slot_set[slot as usize] as usize],
+            pos: &mut self.heap_pos,
+            order: SlotOrder {
+                value: &self.slot_priority,
+                stamp: &self.slot_stamp,
+            },
         }
-        self.place(set, i, slot);
-    }
-
-    fn sift_down(&mut self, set: usize, mut i: usize) {
-        let slot = self.heaps[set][i];
-        let n = self.heaps[set].len();
-        loop {
-            let left = 2 * i + 1;
-            if left >= n {
-                break;
-            }
-            let right = left + 1;
-            let child = if right < n && self.less(self.heaps[set][right], self.heaps[set][left]) {
-                right
-            } else {
-                left
-            };
-            let c = self.heaps[set][child];
-            if !self.less(c, slot) {
-                break;
-            }
-            self.place(set, i, c);
-            i = child;
-        }
-        self.place(set, i, slot);
     }
 
     /// Restores the heap order around `slot` after its key changed.
     fn reheap(&mut self, slot: SlotId) {
-        let set = self.slot_set[slot as usize] as usize;
-        let i = self.heap_pos[slot as usize] as usize;
-        self.sift_down(set, i);
-        self.sift_up(set, self.heap_pos[slot as usize] as usize);
+        self.heap_of(slot).reheap(slot);
     }
 
     fn heap_push(&mut self, slot: SlotId) {
-        let set = self.slot_set[slot as usize] as usize;
-        self.heaps[set].push(slot);
-        let i = self.heaps[set].len() - 1;
-        self.heap_pos[slot as usize] = i as u32;
-        self.sift_up(set, i);
+        self.heap_of(slot).push(slot);
     }
 
     fn heap_remove(&mut self, slot: SlotId) {
-        let set = self.slot_set[slot as usize] as usize;
-        let i = self.heap_pos[slot as usize] as usize;
-        self.heap_pos[slot as usize] = NIL;
-        let last = self.heaps[set].pop().expect("a resident slot is in its heap");
-        if last != slot {
-            self.place(set, i, last);
-            self.reheap(last);
-        }
+        self.heap_of(slot).remove(slot);
     }
 
     /// Halves every line's counts, resident or remembered (rounding down):
@@ -498,8 +460,7 @@ impl ReplacementPolicy for RecaPolicy {
         self.tick += 1;
         self.slot_stamp[slot as usize] = self.tick;
         self.lru_links.move_to_head(&mut self.lru, slot);
-        let set = self.slot_set[slot as usize] as usize;
-        self.sift_down(set, self.heap_pos[slot as usize] as usize);
+        self.heap_of(slot).grew(slot);
     }
 
     fn admit(&mut self, key: LineKey, _info: &AccessInfo) -> Option<bool> {
@@ -604,16 +565,13 @@ impl RecaPolicy {
     pub fn check(&self) {
         let mut in_heaps = 0;
         for (set, heap) in self.heaps.iter().enumerate() {
-            for (i, &s) in heap.iter().enumerate() {
-                assert_eq!(self.heap_pos[s as usize], i as u32);
+            slot_heap::check(heap, &self.heap_pos, self.order());
+            for &s in heap {
                 assert_eq!(self.slot_set[s as usize] as usize, set);
                 assert_eq!(
                     self.slot_priority[s as usize],
                     self.weigh(&self.slot_counts[s as usize])
                 );
-                if i > 0 {
-                    assert!(!self.less(s, heap[(i - 1) / 2]), "heap order");
-                }
             }
             in_heaps += heap.len();
         }
