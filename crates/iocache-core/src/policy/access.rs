@@ -137,26 +137,17 @@ impl Access {
     }
 
     fn order(&self) -> SlotOrder<'_> {
-        SlotOrder {
-            value: &self.slot_count,
-            stamp: &self.slot_stamp,
-        }
-    }
-
-    fn less(&self, a: SlotId, b: SlotId) -> bool {
-        self.order().less(a, b)
+        SlotOrder::new(&self.slot_count, &self.slot_stamp)
     }
 
     /// The heap of resident slots, by count then stamp.
     fn heap(&mut self) -> SlotHeap<'_> {
-        SlotHeap {
-            heap: &mut self.heap,
-            pos: &mut self.heap_pos,
-            order: SlotOrder {
-                value: &self.slot_count,
-                stamp: &self.slot_stamp,
-            },
-        }
+        SlotHeap::new(
+            &mut self.heap,
+            &mut self.heap_pos,
+            &self.slot_count,
+            &self.slot_stamp,
+        )
     }
 
     /// Removes `slot` from the heap; returns whether it was there.
@@ -261,7 +252,7 @@ impl ReplacementPolicy for Access {
     fn next_victims(&self) -> [Option<SlotId>; 2] {
         let first = self.heap.first().copied();
         let second = match (self.heap.get(1), self.heap.get(2)) {
-            (Some(&a), Some(&b)) => Some(if self.less(b, a) { b } else { a }),
+            (Some(&a), Some(&b)) => Some(if self.order().less(b, a) { b } else { a }),
             (Some(&a), None) => Some(a),
             _ => None,
         };

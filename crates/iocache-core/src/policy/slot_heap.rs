@@ -8,11 +8,15 @@ use crate::addr::SlotId;
 /// The order of the slots: by `value`, ties by `stamp`.
 #[derive(Clone, Copy)]
 pub(crate) struct SlotOrder<'a> {
-    pub value: &'a [u64],
-    pub stamp: &'a [u64],
+    value: &'a [u64],
+    stamp: &'a [u64],
 }
 
-impl SlotOrder<'_> {
+impl<'a> SlotOrder<'a> {
+    pub fn new(value: &'a [u64], stamp: &'a [u64]) -> Self {
+        SlotOrder { value, stamp }
+    }
+
     #[inline]
     pub fn less(&self, a: SlotId, b: SlotId) -> bool {
         let (a, b) = (a as usize, b as usize);
@@ -24,12 +28,20 @@ impl SlotOrder<'_> {
 /// index in `heap`, `NIL` when in no heap; several heaps may share
 /// `pos`).
 pub(crate) struct SlotHeap<'a> {
-    pub heap: &'a mut Vec<SlotId>,
-    pub pos: &'a mut [u32],
-    pub order: SlotOrder<'a>,
+    heap: &'a mut Vec<SlotId>,
+    pos: &'a mut [u32],
+    order: SlotOrder<'a>,
 }
 
-impl SlotHeap<'_> {
+impl<'a> SlotHeap<'a> {
+    pub fn new(heap: &'a mut Vec<SlotId>, pos: &'a mut [u32], value: &'a [u64], stamp: &'a [u64]) -> Self {
+        SlotHeap {
+            heap,
+            pos,
+            order: SlotOrder::new(value, stamp),
+        }
+    }
+
     fn place(&mut self, i: usize, slot: SlotId) {
         self.heap[i] = slot;
         self.pos[slot as usize] = i as u32;

@@ -286,26 +286,13 @@ impl RecaPolicy {
     // ---- heaps ----
 
     fn order(&self) -> SlotOrder<'_> {
-        SlotOrder {
-            value: &self.slot_priority,
-            stamp: &self.slot_stamp,
-        }
-    }
-
-    fn less(&self, a: SlotId, b: SlotId) -> bool {
-        self.order().less(a, b)
+        SlotOrder::new(&self.slot_priority, &self.slot_stamp)
     }
 
     /// The heap of `slot`'s set, by priority then stamp.
     fn heap_of(&mut self, slot: SlotId) -> SlotHeap<'_> {
-        SlotHeap {
-            heap: &mut self.heaps[self.slot_set[slot as usize] as usize],
-            pos: &mut self.heap_pos,
-            order: SlotOrder {
-                value: &self.slot_priority,
-                stamp: &self.slot_stamp,
-            },
-        }
+        let heap = &mut self.heaps[self.slot_set[slot as usize] as usize];
+        SlotHeap::new(heap, &mut self.heap_pos, &self.slot_priority, &self.slot_stamp)
     }
 
     /// Restores the heap order around `slot` after its key changed.
@@ -403,7 +390,7 @@ impl RecaPolicy {
                 self.heaps
                     .iter()
                     .filter_map(|h| h.first().copied())
-                    .reduce(|a, b| if self.less(b, a) { b } else { a })
+                    .reduce(|a, b| if self.order().less(b, a) { b } else { a })
             }
             EvictionRule::PriorityLru => {
                 let mut best: Option<SlotId> = None;
@@ -412,7 +399,7 @@ impl RecaPolicy {
                     if node == NIL {
                         break;
                     }
-                    if best.is_none_or(|b| self.less(node, b)) {
+                    if best.is_none_or(|b| self.order().less(node, b)) {
                         best = Some(node);
                     }
                     node = self.lru_links.prev(node);
