@@ -194,11 +194,10 @@ proptest! {
         c.write_policy = WritePolicy::WriteBack;
         c.inline_dirty_eviction = inline;
         let mut h = Harness::new(Cache::new(c).unwrap());
-        for (i, action) in actions.into_iter().enumerate() {
-            h.apply(action, i as u64 * 1000);
+        h.apply_all_and_flush(actions, 1000, |h| {
             prop_assert!(h.cache.resident_lines() <= h.cache.lines_in_service());
-        }
-        h.flush_all_and_check_backend();
+            Ok(())
+        })?;
     }
 }
 
