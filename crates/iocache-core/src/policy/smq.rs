@@ -1155,6 +1155,18 @@ mod tests {
         q.push(a, id);
     }
 
+    /// `n` entries (0 first) at `level` of a new queue with `top_levels`
+    /// levels holding `top_target` entries each, redistributed.
+    fn redistributed(n: u32, level: u8, top_levels: u32, top_target: u32) -> (MultiQueue, Arena) {
+        let mut a = arena(n, 0);
+        let mut q = MultiQueue::new(top_levels, top_target);
+        for id in 0..n {
+            put(&mut q, &mut a, id, level);
+        }
+        q.redistribute(&mut a);
+        (q, a)
+    }
+
     fn layout(q: &MultiQueue, a: &Arena) -> Vec<(usize, Vec<u32>)> {
         (0..LEVELS)
             .map(|l| (l, q.level_nodes(a, l)))
@@ -1238,12 +1250,7 @@ mod tests {
     #[test]
     fn redistribute_pushes_up_to_the_tail_as_mainline_does() {
         // Four entries at level 0 (oldest 0), 64 cache levels: targets 1,1,1,1,0...
-        let mut a = arena(4, 0);
-        let mut q = MultiQueue::new(0, 0);
-        for id in 0..4 {
-            put(&mut q, &mut a, id, 0);
-        }
-        q.redistribute(&mut a);
+        let (q, a) = redistributed(4, 0, 0, 0);
         // Level 0 [0,1,2,3] keeps 0 and appends 3, 2, 1 to level 1: [3, 2, 1].
         // Level 1 keeps 3 and appends 1, 2 to level 2: [1, 2]. Level 2 keeps 1
         // and appends 2 to level 3.
@@ -1256,21 +1263,11 @@ mod tests {
     #[test]
     fn redistribute_pulls_down_the_oldest_and_fills_the_top_levels() {
         // Three entries at level 9: targets 1,1,1 on levels 0-2 pull them down in order.
-        let mut a = arena(3, 0);
-        let mut q = MultiQueue::new(0, 0);
-        for id in 0..3 {
-            put(&mut q, &mut a, id, 9);
-        }
-        q.redistribute(&mut a);
+        let (q, a) = redistributed(3, 9, 0, 0);
         assert_eq!(layout(&q, &a), vec![(0, vec![0]), (1, vec![1]), (2, vec![2])]);
         // A hotspot-like queue: top 8 levels hold 2 entries (levels 56 and 57),
         // the remaining 1 goes to level 0. Entries 0, 1, 2 at level 0.
-        let mut a = arena(3, 0);
-        let mut q = MultiQueue::new(8, 2);
-        for id in 0..3 {
-            put(&mut q, &mut a, id, 0);
-        }
-        q.redistribute(&mut a);
+        let (q, a) = redistributed(3, 0, 8, 2);
         // Level 0 keeps 0, pushes 2 then 1: level 1 [2, 1]; every level up to 55
         // has target 0 and pushes both, reversing them each time: [1, 2] at even
         // levels, [2, 1] at odd ones, so level 56 receives 1 then 2 and keeps 1;
