@@ -27,7 +27,7 @@ impl Lru {
 
     /// The tail, when a victim is needed: LRU evicts one line at a time.
     #[inline(always)]
-    fn victim_for(&mut self, _key: LineKey, need_victim: bool) -> Option<SlotId> {
+    pub(super) fn victim_for(&mut self, _key: LineKey, need_victim: bool) -> Option<SlotId> {
         if !need_victim {
             return None;
         }
