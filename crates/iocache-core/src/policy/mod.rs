@@ -25,7 +25,7 @@ mod sieve;
 pub(crate) mod slot_heap;
 mod smq;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 mod twoq;
 mod vbbms;
 

@@ -577,6 +577,7 @@ impl RecaPolicy {
 mod tests {
     use super::*;
     use crate::addr::IoKind;
+    use crate::policy::testing::key;
     use proptest::prelude::*;
 
     #[derive(Clone, Debug)]
@@ -617,7 +618,6 @@ mod tests {
             let line = LineSize::new(4096).unwrap();
             let mut p = RecaPolicy::from_params(&params(first), capacity).unwrap();
             let mut slots: Vec<Option<u64>> = vec![None; capacity];
-            let key = |l: u64| LineKey { volume: 0, line_index: l };
             for (t, step) in steps.into_iter().enumerate() {
                 let t = t as u64;
                 match step {
@@ -670,10 +670,6 @@ mod tests {
         let mut p = RecaPolicy::from_params(spec.params(), 4).unwrap();
         let line = LineSize::new(4096).unwrap();
         let info = AccessInfo::read_at(0);
-        let key = |l: u64| LineKey {
-            volume: 0,
-            line_index: l,
-        };
         p.on_insert(0, key(0), &info);
         p.on_insert(1, key(1), &info);
         // Line 0 read, then line 1 read right after it: line 0 sequential (1).
@@ -696,10 +692,6 @@ mod tests {
         let mut p = RecaPolicy::from_params(spec("access=1/1/1").params(), 4).unwrap();
         let line = LineSize::new(4096).unwrap();
         let info = AccessInfo::read_at(0);
-        let key = |l: u64| LineKey {
-            volume: 0,
-            line_index: l,
-        };
         p.on_insert(0, key(0), &info);
         p.on_insert(1, key(100), &info);
         // Line 0 read three times, line 100 once, line 200 (not resident)
