@@ -569,6 +569,7 @@ impl FromStr for PolicySpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::testing::key;
 
     #[test]
     fn names_and_parameters_parse_and_print() {
@@ -593,10 +594,6 @@ mod tests {
     fn every_registered_policy_survives_a_one_line_cache() {
         for entry in POLICIES {
             let mut policy = (entry.build)(&PolicyParams::default(), 1).unwrap();
-            let key = |i| LineKey {
-                volume: 0,
-                line_index: i,
-            };
             let info = AccessInfo::read_at(0);
             let mut victims = Vec::new();
             policy.on_miss(key(0), false, &info, &mut victims);
