@@ -322,6 +322,13 @@ fn smq_demotes_clean_lines_before_dirty_ones() {
     assert_eq!(s.victim(), None); // the dirty line is never demoted
 }
 
+/// Forces ticks until tick `last` has run.
+fn tick_through(d: &mut Driver<Smq>, last: u64) {
+    while d.policy.ticks() < last {
+        d.policy.force_tick();
+    }
+}
+
 #[test]
 fn smq_writeback_sentinels_age_dirty_lines_over_ticks() {
     let mut d = Driver::new(manual_smq(2, 128), 2);
@@ -336,13 +343,9 @@ fn smq_writeback_sentinels_age_dirty_lines_over_ticks() {
     let q = d.slot_of(2).unwrap();
     // Writeback periods end at ticks 10 and 20, each moving the older set to the
     // tails: after 10, [S1, P, S0]; after 20, [P, S0, S1].
-    for _ in 2..=10 {
-        d.policy.force_tick();
-    }
+    tick_through(&mut d, 10);
     assert_eq!(d.policy.dirty_level_layout(0), vec![None, Some(p), None]);
-    for _ in 11..=20 {
-        d.policy.force_tick();
-    }
+    tick_through(&mut d, 20);
     assert_eq!(d.policy.dirty_level_layout(0), vec![Some(p), None, None]);
     assert_eq!(d.policy.dirty_level_layout(63), vec![Some(q), None, None]);
     // A hit lifts P to level 1, whose only nodes are sentinels: P goes behind
@@ -355,13 +358,9 @@ fn smq_writeback_sentinels_age_dirty_lines_over_ticks() {
     // sits lower.
     assert_eq!(d.victim(), Some(2));
     // P ages: ticks 30 and 40 bring it in front of both sentinels again.
-    for _ in 21..=30 {
-        d.policy.force_tick();
-    }
+    tick_through(&mut d, 30);
     assert_eq!(d.policy.dirty_level_layout(1), vec![None, Some(p), None]);
-    for _ in 31..=40 {
-        d.policy.force_tick();
-    }
+    tick_through(&mut d, 40);
     assert_eq!(d.policy.dirty_level_layout(1), vec![Some(p), None, None]);
     assert_eq!(d.policy.ticks(), 40);
     d.policy.check();
