@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use iocache_core::stats::ratio;
 use iocache_core::{Cache, CacheStats, Op, Request, VolumeId};
 use serde::Serialize;
 
@@ -107,14 +108,6 @@ impl Counts {
     }
     pub fn byte_hit_ratio(&self) -> f64 {
         ratio(self.hit_bytes, self.requested_bytes)
-    }
-}
-
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        0.0
-    } else {
-        a as f64 / b as f64
     }
 }
 
