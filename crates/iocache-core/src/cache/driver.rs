@@ -14,14 +14,7 @@ impl Cache {
             return false;
         };
         let end = end_sector.min(self.line.sectors());
-        bitmap::clear_range(self.valid_mut(slot), first_sector, end);
-        bitmap::clear_range(self.dirty_mut(slot), first_sector, end);
-        self.records[slot as usize].meta.generation += 1;
-        if bitmap::any(self.valid_of(slot)) {
-            if self.unmark_dirty_if_clean(slot) {
-                self.policy.on_clean(slot);
-            }
-        } else {
+        if !self.clear_sectors(slot, first_sector, end) {
             self.policy.on_remove(slot);
             self.unmark_dirty_if_clean(slot);
             self.note_unused(slot);
