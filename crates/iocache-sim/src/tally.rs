@@ -415,13 +415,7 @@ mod tests {
             let kind = if write { "Write" } else { "Read" };
             text += &format!("{ticks},host,{disk},{kind},{},4096,0\n", block * 4096);
         }
-        TraceReader::from_reader(
-            "test",
-            Box::new(std::io::Cursor::new(text.into_bytes())),
-            Some(TraceFormat::Msr),
-            ReaderOptions::default(),
-        )
-        .unwrap()
+        TraceReader::from_bytes("test", text, Some(TraceFormat::Msr), ReaderOptions::default()).unwrap()
     }
 
     fn spec(lines: u64) -> RunSpec {

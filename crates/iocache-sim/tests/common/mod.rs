@@ -9,13 +9,7 @@ use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 
 /// A reader of the trace `text`, held in memory and named "memory".
 pub fn memory_reader(text: impl AsRef<[u8]>, format: TraceFormat) -> TraceReader {
-    TraceReader::from_reader(
-        "memory",
-        Box::new(std::io::Cursor::new(text.as_ref().to_vec())),
-        Some(format),
-        ReaderOptions::default(),
-    )
-    .unwrap()
+    TraceReader::from_bytes("memory", text.as_ref(), Some(format), ReaderOptions::default()).unwrap()
 }
 
 /// One run of each of `policies` at each of `sizes`, with lines of
