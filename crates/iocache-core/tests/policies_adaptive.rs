@@ -691,9 +691,7 @@ fn smq_and_larc_run_a_skewed_random_workload_through_the_cache() {
         }));
         let mut state = 0x2545_f491_4f6c_dd1du64;
         for t in 0..20_000u64 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
+            common::xorshift(&mut state);
             let line = if state % 10 < 8 {
                 state / 10 % 410
             } else {

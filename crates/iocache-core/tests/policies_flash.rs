@@ -718,9 +718,7 @@ proptest! {
 fn cflru_matches_a_naive_model() {
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     let mut next = move |n: u64| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
+        common::xorshift(&mut rng);
         rng % n
     };
     for capacity in [1usize, 2, 3, 5, 8] {

@@ -175,9 +175,7 @@ fn every_policy_runs_a_mixed_workload_with_multi_line_requests() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let policies = WritePolicy::ALL;
         for t in 0..1_500u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            common::xorshift(&mut x);
             if t.is_multiple_of(250) {
                 h.cache
                     .set_write_policy(policies[(t / 250) as usize % policies.len()]);

@@ -234,12 +234,7 @@ fn a_shrunk_cache_ranks_lines_as_a_cache_built_that_small() {
     // A skewed mix: most reads to a hot tenth, the rest anywhere, so that
     // the policies' queue shares matter.
     let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = || common::xorshift(&mut seed);
     let requests: Vec<u64> = (0..60_000)
         .map(|_| match next() % 10 {
             0..=6 => next() % 300,

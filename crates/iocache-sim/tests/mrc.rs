@@ -19,12 +19,7 @@ fn reader(text: &str) -> TraceReader {
 /// sizes so that lines are often partly accessed.
 fn trace(requests: usize, span_sectors: u64, seed: u64) -> String {
     let mut state = seed | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = move || common::xorshift(&mut state);
     let mut out = String::new();
     for i in 0..requests {
         let r = next();

@@ -22,12 +22,7 @@ const REQUESTS: u64 = 60_000;
 /// Tencent format: `time_s,offset_sectors,size_sectors,write,volume`.
 fn phase_trace() -> String {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rand = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rand = move || common::xorshift(&mut x);
     let mut cursor = [0u64; 6];
     let mut out = String::new();
     for i in 0..REQUESTS {

@@ -33,9 +33,7 @@ fn random_trace(requests: usize) -> String {
     let mut state = 0x0123_4567_89ab_cdefu64;
     let mut out = String::new();
     for i in 0..requests {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
+        common::xorshift(&mut state);
         let offset = (state % 4096) * 8;
         let sectors = 8 * (1 + (state >> 20) % 4);
         let write = (state >> 40).is_multiple_of(3);

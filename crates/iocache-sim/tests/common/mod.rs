@@ -31,3 +31,12 @@ pub fn specs(
     )
     .unwrap()
 }
+
+/// One step of the xorshift generator the randomized tests draw from:
+/// advances `state` and returns it.
+pub fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
