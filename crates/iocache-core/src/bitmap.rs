@@ -7,18 +7,7 @@
 #[inline]
 fn word_mask(w: usize, start: u32, end: u32) -> u64 {
     let lo = (w as u32) * 64;
-    let s = start.max(lo) - lo;
-    let e = end.min(lo + 64) - lo;
-    if e <= s {
-        return 0;
-    }
-    let width = e - s;
-    let bits = if width == 64 {
-        u64::MAX
-    } else {
-        (1u64 << width) - 1
-    };
-    bits << s
+    single_word_mask(start.max(lo) - lo, end.min(lo + 64) - lo)
 }
 
 #[inline]

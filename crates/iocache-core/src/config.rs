@@ -36,6 +36,16 @@ pub enum WritePolicy {
 impl WritePolicy {
     pub const NAMES: &'static str = "wb, wt, wi, wa, wo, pt";
 
+    /// Every write policy, in the order of [`WritePolicy::NAMES`].
+    pub const ALL: [WritePolicy; 6] = [
+        WritePolicy::WriteBack,
+        WritePolicy::WriteThrough,
+        WritePolicy::WriteInvalidate,
+        WritePolicy::WriteAround,
+        WritePolicy::WriteOnly,
+        WritePolicy::PassThrough,
+    ];
+
     /// Whether a write under this policy may leave the cache's copy as the
     /// only one (write-back, write-only).
     pub fn keeps_dirty(self) -> bool {
@@ -183,6 +193,27 @@ impl fmt::Display for Promotion {
     }
 }
 
+/// The value of the one `key=value` parameter a promotion policy takes
+/// besides its positional ones, `default` when absent: each value is
+/// parsed as it comes (the last one given wins), and any other parameter
+/// is refused with `unknown`.
+fn keyed_param<'a, T>(
+    params: impl Iterator<Item = &'a str>,
+    key: &str,
+    default: T,
+    unknown: &dyn Fn(&str) -> CoreError,
+    mut parse: impl FnMut(&'a str) -> Result<T, CoreError>,
+) -> Result<T, CoreError> {
+    let mut value = default;
+    for param in params {
+        match param.split_once('=') {
+            Some((name, text)) if name == key => value = parse(text)?,
+            _ => return Err(unknown(param)),
+        }
+    }
+    Ok(value)
+}
+
 impl FromStr for Promotion {
     type Err = CoreError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -222,19 +253,13 @@ impl FromStr for Promotion {
                 if !(1..=1000).contains(&threshold) {
                     return Err(bad("the hit count N must be between 1 and 1000"));
                 }
-                let mut trigger_percent = 0;
-                for param in params {
-                    match param.split_once('=') {
-                        Some(("trigger", value)) => {
-                            trigger_percent = value
-                                .parse()
-                                .ok()
-                                .filter(|p| *p <= 100)
-                                .ok_or_else(|| bad("trigger must be a percentage from 0 to 100"))?;
-                        }
-                        _ => return Err(unknown(param)),
-                    }
-                }
+                let trigger_percent = keyed_param(params, "trigger", 0, &unknown, |value| {
+                    value
+                        .parse()
+                        .ok()
+                        .filter(|p| *p <= 100)
+                        .ok_or_else(|| bad("trigger must be a percentage from 0 to 100"))
+                })?;
                 Ok(Promotion::NHit {
                     threshold,
                     trigger_percent,
@@ -252,31 +277,19 @@ impl FromStr for Promotion {
                 if per_million == 0 {
                     return Err(bad("the probability must be at least 0.000001"));
                 }
-                let mut seed = 0;
-                for param in params {
-                    match param.split_once('=') {
-                        Some(("seed", n)) => {
-                            seed = n.parse().map_err(|_| bad("the seed must be an integer"))?
-                        }
-                        _ => return Err(unknown(param)),
-                    }
-                }
+                let seed = keyed_param(params, "seed", 0, &unknown, |n| {
+                    n.parse().map_err(|_| bad("the seed must be an integer"))
+                })?;
                 Ok(Promotion::Random { per_million, seed })
             }
             "second-hit" => {
-                let mut counters_per_line = Self::SECOND_HIT_COUNTERS_PER_LINE;
-                for param in params {
-                    match param.split_once('=') {
-                        Some(("counters", n)) => {
-                            counters_per_line = n
-                                .parse()
-                                .ok()
-                                .filter(|n| (1..=64).contains(n))
-                                .ok_or_else(|| bad("counters (per cache line) must be 1 to 64"))?
-                        }
-                        _ => return Err(unknown(param)),
-                    }
-                }
+                let default = Self::SECOND_HIT_COUNTERS_PER_LINE;
+                let counters_per_line = keyed_param(params, "counters", default, &unknown, |n| {
+                    n.parse()
+                        .ok()
+                        .filter(|n| (1..=64).contains(n))
+                        .ok_or_else(|| bad("counters (per cache line) must be 1 to 64"))
+                })?;
                 Ok(Promotion::SecondHit { counters_per_line })
             }
             "request-size" => Ok(Promotion::RequestSize {

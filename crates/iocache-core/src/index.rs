@@ -275,6 +275,8 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    use crate::policy::testing::XorShift;
+
     #[test]
     fn tables_are_sparse_within_their_memory_bound() {
         // (lines, entries): an eighth full up to 2M lines, a quarter up to
@@ -308,11 +310,9 @@ mod tests {
         let mut index = LineIndex::new(capacity);
         let mut keys: Vec<Option<LineKey>> = vec![None; capacity];
         let mut model: HashMap<LineKey, SlotId> = HashMap::new();
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15u64);
         for _ in 0..20_000 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
+            let state = rng.next();
             let key = LineKey {
                 volume: (state % 3) as u32,
                 line_index: (state >> 8) % 200,

@@ -177,18 +177,9 @@ pub fn resolve(
 mod tests {
     use super::*;
 
-    const ALL: [WritePolicy; 6] = [
-        WritePolicy::WriteBack,
-        WritePolicy::WriteThrough,
-        WritePolicy::WriteInvalidate,
-        WritePolicy::WriteAround,
-        WritePolicy::WriteOnly,
-        WritePolicy::PassThrough,
-    ];
-
     #[test]
     fn the_order_of_the_rules() {
-        for configured in ALL {
+        for configured in WritePolicy::ALL {
             let mut s = ModeSettings::new(configured);
             assert_eq!(
                 resolve(&s, None, None),
@@ -267,7 +258,7 @@ mod tests {
 
     #[test]
     fn a_balance_bypass_passes_through_but_never_drops_dirty_data() {
-        for configured in ALL {
+        for configured in WritePolicy::ALL {
             let mut s = ModeSettings::new(configured);
             s.controller = Some(WritePolicy::WriteOnly);
             let bypass = RequestFacts {

@@ -278,13 +278,7 @@ impl CountingBloom {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn key(i: u64) -> LineKey {
-        LineKey {
-            volume: 0,
-            line_index: i,
-        }
-    }
+    use crate::policy::testing::key;
 
     #[test]
     fn always_promotes() {

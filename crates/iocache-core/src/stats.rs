@@ -170,7 +170,9 @@ impl CacheStats {
     }
 }
 
-fn ratio(part: u64, whole: u64) -> f64 {
+/// `part / whole`, 0 when `whole` is 0 (a ratio of counters before any
+/// access).
+pub fn ratio(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
     } else {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{actions, cache, ops_of, read_backend, Action, Harness};
+use common::{actions, any_inserting_write_policy, cache, ops_of, read_backend, Action, Harness};
 use iocache_core::{AccessHints, Op, OpList, Request, WritePolicy};
 use proptest::prelude::*;
 
@@ -36,7 +36,7 @@ proptest! {
     fn bypassed_requests_never_read_stale_data_nor_lose_writes(
         capacity in 1u64..8,
         line_shift in 0u32..4,
-        configured in prop_oneof![Just(WritePolicy::WriteBack), Just(WritePolicy::WriteThrough), Just(WritePolicy::WriteOnly)],
+        configured in any_inserting_write_policy(),
         inline in any::<bool>(),
         steps in prop::collection::vec(step(), 1..150),
     ) {

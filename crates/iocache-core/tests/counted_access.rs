@@ -8,12 +8,11 @@
 
 use iocache_core::policy::POLICIES;
 use iocache_core::{
-    Cache, CacheConfig, FlushOrder, LineKey, LineSize, OpList, PolicySpec, Promotion, Request,
+    Cache, CacheConfig, FlushOrder, LineKey, LineSize, OpList, PolicySpec, Promotion, Request, WritePolicy,
 };
 use proptest::prelude::*;
 
 mod common;
-use common::WRITE_POLICIES;
 
 #[derive(Clone, Debug)]
 enum Step {
@@ -48,7 +47,7 @@ proptest! {
         policy in 0..POLICIES.len(),
         capacity in 1u64..48,
         line_shift in prop::sample::select(vec![0u32, 1, 3, 7]),
-        write_policy in prop::sample::select(&WRITE_POLICIES[..]),
+        write_policy in prop::sample::select(&WritePolicy::ALL[..]),
         nhit in any::<bool>(),
         inline_dirty_eviction in any::<bool>(),
         steps in prop::collection::vec(step(), 1..200),

@@ -131,9 +131,7 @@ fn cleaning_bypass_and_cutoff_never_lose_or_stale_data() {
     let mut state = 7u64;
     let mut requests = Vec::new();
     for t in 0..3000u64 {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
+        common::xorshift(&mut state);
         let sectors = 1 + state % 6;
         let start = if state.is_multiple_of(5) {
             (t % 64) * 2

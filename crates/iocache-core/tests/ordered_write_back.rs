@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 
 use iocache_core::{
-    Cache, CacheConfig, FlushOrder, FlushToken, IoKind, LineSize, Op, OpList, OrderedWait, PolicySpec,
-    Request, RestoredLine, SlotId, WritePolicy,
+    Cache, CacheConfig, FlushOrder, FlushToken, LineSize, Op, OpList, OrderedWait, PolicySpec, Request,
+    RestoredLine, SlotId, WritePolicy,
 };
 use proptest::prelude::*;
 
@@ -158,6 +158,14 @@ fn clean(cache: &mut Cache, model: &mut Model, lines: usize) {
     }
 }
 
+/// Writes back every epoch older than the current one, as the runtime
+/// does before a write goes to the backend.
+fn clean_older_epochs(cache: &mut Cache, model: &mut Model) {
+    while cache.oldest_dirty_epoch().is_some_and(|e| e < cache.epoch()) {
+        clean(cache, model, 8);
+    }
+}
+
 fn run_steps(steps: &[Step], inline_dirty_eviction: bool) -> Result<(Cache, Model), TestCaseError> {
     let mut cache = Cache::new(config(inline_dirty_eviction)).unwrap();
     let mut model = Model::new();
@@ -168,21 +176,12 @@ fn run_steps(steps: &[Step], inline_dirty_eviction: bool) -> Result<(Cache, Mode
             Step::Write { sector, sectors } => {
                 let sectors = sectors.min(VOLUME_SECTORS - sector);
                 version += 1;
-                let request = Request {
-                    volume: 0,
-                    offset_bytes: sector * 512,
-                    length_bytes: sectors * 512,
-                    kind: IoKind::Write,
-                    now_ns: version,
-                    process: 0,
-                };
+                let request = Request::write(0, sector * 512, sectors * 512, version);
                 cache.access(&request, &mut ops).unwrap();
                 // Without inline eviction, the runtime orders a write to
                 // the backend: every older epoch is written back first.
                 if ops.ops().iter().any(|op| matches!(op, Op::WriteBackend { .. })) {
-                    while cache.oldest_dirty_epoch().is_some_and(|e| e < cache.epoch()) {
-                        clean(&mut cache, &mut model, 8);
-                    }
+                    clean_older_epochs(&mut cache, &mut model);
                 }
                 model.run(ops.ops(), version);
                 model.wrote(cache.epoch(), version, sector, sectors);
@@ -216,14 +215,7 @@ proptest! {
                 Step::Write { sector, sectors } => {
                     let sectors = sectors.min(VOLUME_SECTORS - sector);
                     version += 1;
-                    let request = Request {
-                        volume: 0,
-                        offset_bytes: sector * 512,
-                        length_bytes: sectors * 512,
-                        kind: IoKind::Write,
-                        now_ns: version,
-                        process: 0,
-                    };
+                    let request = Request::write(0, sector * 512, sectors * 512, version);
                     let mut rounds = 0;
                     let mut to_backend = false;
                     while let Some(wait) = cache.ordered_write_waits(&request) {
@@ -231,9 +223,7 @@ proptest! {
                         prop_assert!(rounds < 100, "{wait:?} never ends");
                         if wait == OrderedWait::ToBackend {
                             // Every older epoch to the backend first.
-                            while cache.oldest_dirty_epoch().is_some_and(|e| e < cache.epoch()) {
-                                clean(&mut cache, &mut model, 8);
-                            }
+                            clean_older_epochs(&mut cache, &mut model);
                             to_backend = true;
                             break;
                         }
@@ -308,40 +298,19 @@ fn an_overwrite_of_an_older_epoch_writes_the_older_epochs_back_first() {
     let mut cache = Cache::new(config(false)).unwrap();
     let mut ops = OpList::new();
     let write = |cache: &mut Cache, ops: &mut OpList, line: u64| {
-        let request = Request {
-            volume: 0,
-            offset_bytes: line * SECTORS_PER_LINE * 512,
-            length_bytes: 512,
-            kind: IoKind::Write,
-            now_ns: 1,
-            process: 0,
-        };
+        let request = Request::write(0, line * SECTORS_PER_LINE * 512, 512, 1);
         cache.access(&request, ops).unwrap();
     };
     write(&mut cache, &mut ops, 0);
     cache.set_epoch(1);
     write(&mut cache, &mut ops, 1);
     assert_eq!(
-        cache.ordered_write_waits(&Request {
-            volume: 0,
-            offset_bytes: SECTORS_PER_LINE * 512,
-            length_bytes: 512,
-            kind: IoKind::Write,
-            now_ns: 1,
-            process: 0,
-        }),
+        cache.ordered_write_waits(&Request::write(0, SECTORS_PER_LINE * 512, 512, 1)),
         None,
         "a line of the current epoch is written over in place"
     );
     cache.set_epoch(2);
-    let line_one = Request {
-        volume: 0,
-        offset_bytes: SECTORS_PER_LINE * 512,
-        length_bytes: 512,
-        kind: IoKind::Write,
-        now_ns: 1,
-        process: 0,
-    };
+    let line_one = Request::write(0, SECTORS_PER_LINE * 512, 512, 1);
     assert_eq!(cache.ordered_write_waits(&line_one), Some(OrderedWait::Epoch(1)));
     write(&mut cache, &mut ops, 1);
     let backs: Vec<u64> = ops

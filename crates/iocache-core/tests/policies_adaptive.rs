@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::{action, cache, Harness};
+use common::{action, any_inserting_write_policy, cache, model_cache, Harness};
 use iocache_core::policy::{AccessInfo, ClockMode, Larc, ReplacementPolicy, Smq, SmqParams};
-use iocache_core::{IoKind, LineKey, OpList, PolicySpec, Request, WritePolicy};
+use iocache_core::{IoKind, LineKey, OpList, PolicySpec, Request};
 use proptest::prelude::*;
 
 fn key(i: u64) -> LineKey {
@@ -322,6 +322,13 @@ fn smq_demotes_clean_lines_before_dirty_ones() {
     assert_eq!(s.victim(), None); // the dirty line is never demoted
 }
 
+/// Forces ticks until tick `last` has run.
+fn tick_through(d: &mut Driver<Smq>, last: u64) {
+    while d.policy.ticks() < last {
+        d.policy.force_tick();
+    }
+}
+
 #[test]
 fn smq_writeback_sentinels_age_dirty_lines_over_ticks() {
     let mut d = Driver::new(manual_smq(2, 128), 2);
@@ -336,13 +343,9 @@ fn smq_writeback_sentinels_age_dirty_lines_over_ticks() {
     let q = d.slot_of(2).unwrap();
     // Writeback periods end at ticks 10 and 20, each moving the older set to the
     // tails: after 10, [S1, P, S0]; after 20, [P, S0, S1].
-    for _ in 2..=10 {
-        d.policy.force_tick();
-    }
+    tick_through(&mut d, 10);
     assert_eq!(d.policy.dirty_level_layout(0), vec![None, Some(p), None]);
-    for _ in 11..=20 {
-        d.policy.force_tick();
-    }
+    tick_through(&mut d, 20);
     assert_eq!(d.policy.dirty_level_layout(0), vec![Some(p), None, None]);
     assert_eq!(d.policy.dirty_level_layout(63), vec![Some(q), None, None]);
     // A hit lifts P to level 1, whose only nodes are sentinels: P goes behind
@@ -355,13 +358,9 @@ fn smq_writeback_sentinels_age_dirty_lines_over_ticks() {
     // sits lower.
     assert_eq!(d.victim(), Some(2));
     // P ages: ticks 30 and 40 bring it in front of both sentinels again.
-    for _ in 21..=30 {
-        d.policy.force_tick();
-    }
+    tick_through(&mut d, 30);
     assert_eq!(d.policy.dirty_level_layout(1), vec![None, Some(p), None]);
-    for _ in 31..=40 {
-        d.policy.force_tick();
-    }
+    tick_through(&mut d, 40);
     assert_eq!(d.policy.dirty_level_layout(1), vec![Some(p), None, None]);
     assert_eq!(d.policy.ticks(), 40);
     d.policy.check();
@@ -668,19 +667,12 @@ proptest! {
         capacity in 1u64..8,
         line_shift in 0u32..5,
         spec in 0usize..FULL_CACHE_SPECS.len(),
-        start in prop_oneof![Just(WritePolicy::WriteBack), Just(WritePolicy::WriteThrough), Just(WritePolicy::WriteOnly)],
+        start in any_inserting_write_policy(),
         actions in prop::collection::vec(action(), 1..150),
     ) {
-        let c = cache(capacity, 512 << line_shift, |c| {
-            c.write_policy = start;
-            c.policy = FULL_CACHE_SPECS[spec].parse().unwrap();
-        });
-        let mut h = Harness::new(c);
-        for (t, a) in actions.into_iter().enumerate() {
-            let now = t as u64;
-            h.apply(a, now);
-        }
-        h.flush_all_and_check_backend();
+        let policy = FULL_CACHE_SPECS[spec].parse().unwrap();
+        let mut h = Harness::new(model_cache(capacity, line_shift, policy, start, false));
+        h.apply_all_and_flush(actions, 1, |_| Ok(()))?;
     }
 }
 
@@ -699,9 +691,7 @@ fn smq_and_larc_run_a_skewed_random_workload_through_the_cache() {
         }));
         let mut state = 0x2545_f491_4f6c_dd1du64;
         for t in 0..20_000u64 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
+            common::xorshift(&mut state);
             let line = if state % 10 < 8 {
                 state / 10 % 410
             } else {

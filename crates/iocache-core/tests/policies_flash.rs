@@ -6,9 +6,9 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{actions, cache, Action, Harness};
+use common::{actions, cache, model_cache, Action, Harness};
 use iocache_core::policy::{AccessInfo, Bplru, Cflru, Region, ReplacementPolicy, ReqBlock, ReqList, Vbbms};
-use iocache_core::{IoKind, LineKey, PolicySpec, Request, WritePolicy};
+use iocache_core::{IoKind, LineKey, Request, WritePolicy};
 use proptest::prelude::*;
 
 fn key(line: u64) -> LineKey {
@@ -718,9 +718,7 @@ proptest! {
 fn cflru_matches_a_naive_model() {
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     let mut next = move |n: u64| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
+        common::xorshift(&mut rng);
         rng % n
     };
     for capacity in [1usize, 2, 3, 5, 8] {
@@ -770,18 +768,19 @@ const SPECS: [&str; 6] = [
 ];
 
 fn run_harness(spec: &str, capacity: u64, line_shift: u32, start: WritePolicy, actions: Vec<Action>) {
-    let c = cache(capacity, 512 << line_shift, |c| {
-        c.write_policy = start;
-        c.policy = spec.parse::<PolicySpec>().unwrap();
-    });
-    let mut h = Harness::new(c);
-    for (t, a) in actions.into_iter().enumerate() {
-        let now = t as u64 * 1000;
-        h.apply(a, now);
+    let mut h = Harness::new(model_cache(
+        capacity,
+        line_shift,
+        spec.parse().unwrap(),
+        start,
+        false,
+    ));
+    h.apply_all_and_flush(actions, 1000, |h| {
         let s = h.cache.stats();
         assert!(s.eviction_batches <= s.evictions);
-    }
-    h.flush_all_and_check_backend();
+        Ok(())
+    })
+    .unwrap();
 }
 
 proptest! {

@@ -7,9 +7,9 @@
 
 mod common;
 
-use common::{action, cache, Harness, WRITE_POLICIES};
+use common::{action, any_inserting_write_policy, cache, model_cache, Harness};
 use iocache_core::policy::{Access, AccessInfo, Clock, Fifo, Lfu, ReplacementPolicy, S3Fifo, Sieve, TwoQ};
-use iocache_core::{LineKey, OpList, PolicySpec, Promotion, Request, WritePolicy};
+use iocache_core::{LineKey, OpList, Request, WritePolicy};
 use proptest::prelude::*;
 
 /// Every policy of this set, with non-default parameters too.
@@ -48,24 +48,14 @@ proptest! {
         capacity in 1u64..10,
         line_shift in 0u32..4,
         nhit in any::<bool>(),
-        start in prop_oneof![Just(WritePolicy::WriteBack), Just(WritePolicy::WriteThrough), Just(WritePolicy::WriteOnly)],
+        start in any_inserting_write_policy(),
         actions in prop::collection::vec(action(), 1..120),
     ) {
-        let spec: PolicySpec = policy.parse().unwrap();
-        let c = cache(capacity, 512 << line_shift, |c| {
-            c.write_policy = start;
-            c.policy = spec;
-            if nhit {
-                c.promotion = Promotion::NHit { threshold: 2, trigger_percent: 0 };
-            }
-        });
-        let mut h = Harness::new(c);
-        for (t, a) in actions.into_iter().enumerate() {
-            let now = t as u64;
-            h.apply(a, now);
+        let mut h = Harness::new(model_cache(capacity, line_shift, policy.parse().unwrap(), start, nhit));
+        h.apply_all_and_flush(actions, 1, |h| {
             prop_assert!(h.cache.resident_lines() <= capacity);
-        }
-        h.flush_all_and_check_backend();
+            Ok(())
+        })?;
     }
 }
 
@@ -183,11 +173,9 @@ fn every_policy_runs_a_mixed_workload_with_multi_line_requests() {
     for &name in POLICY_NAMES {
         let mut h = Harness::new(cache(16, 4096, |c| c.policy = name.parse().unwrap()));
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let policies = WRITE_POLICIES;
+        let policies = WritePolicy::ALL;
         for t in 0..1_500u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            common::xorshift(&mut x);
             if t.is_multiple_of(250) {
                 h.cache
                     .set_write_policy(policies[(t / 250) as usize % policies.len()]);

@@ -153,10 +153,7 @@ proptest! {
     ) {
         let spec: PolicySpec = spec.parse().unwrap();
         let mut h = Harness::new(cache(capacity, 512 << line_shift, |c| c.policy = spec));
-        for (t, a) in steps.into_iter().enumerate() {
-            h.apply(a, t as u64);
-        }
-        h.flush_all_and_check_backend();
+        h.apply_all_and_flush(steps, 1, |_| Ok(()))?;
     }
 
     /// Switching between any two categories under load (priorities,
@@ -203,9 +200,7 @@ fn every_pair_of_categories_switches_without_loss() {
     let n = table.categories.len();
     let mut x = 0x1234_5678_9abc_def1u64;
     let mut step = |h: &mut Harness, t: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        common::xorshift(&mut x);
         let volume = (x % 2) as u32;
         let sector = (x >> 8) % 2048;
         let sectors = 1 + (x >> 24) % 64;
@@ -328,12 +323,7 @@ const CHANGE_AT: u64 = 52_500;
 fn two_phase_windows(params: RecaControllerParams) -> Vec<(u64, String, bool)> {
     let mut controller = RecaController::new(CategoryTable::builtin(), params);
     let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut rand = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rand = move || common::xorshift(&mut x);
     let mut windows = Vec::new();
     // Phase 1: 8 files of 64 MiB, each read or written front to back in 16
     // KiB requests, files interleaved at random.

@@ -2,9 +2,9 @@
 
 mod common;
 
-use common::{action, cache, Harness};
+use common::{action, any_inserting_write_policy, cache, model_cache, Harness};
 use iocache_core::policy::{AccessInfo, Arc, Lru, ReplacementPolicy};
-use iocache_core::{LineKey, OpList, PolicySpec, Promotion, Request, WritePolicy};
+use iocache_core::{LineKey, OpList, PolicySpec, Request};
 use proptest::prelude::*;
 
 fn key(i: u64) -> LineKey {
@@ -200,21 +200,11 @@ proptest! {
         line_shift in 0u32..5,
         arc in any::<bool>(),
         nhit in any::<bool>(),
-        start in prop_oneof![Just(WritePolicy::WriteBack), Just(WritePolicy::WriteThrough), Just(WritePolicy::WriteOnly)],
+        start in any_inserting_write_policy(),
         actions in prop::collection::vec(action(), 1..120),
     ) {
-        let c = cache(capacity, 512 << line_shift, |c| {
-            c.write_policy = start;
-            c.policy = if arc { PolicySpec::arc() } else { PolicySpec::lru() };
-            if nhit {
-                c.promotion = Promotion::NHit { threshold: 2, trigger_percent: 0 };
-            }
-        });
-        let mut h = Harness::new(c);
-        for (t, a) in actions.into_iter().enumerate() {
-            let now = t as u64;
-            h.apply(a, now);
-        }
-        h.flush_all_and_check_backend();
+        let policy = if arc { PolicySpec::arc() } else { PolicySpec::lru() };
+        let mut h = Harness::new(model_cache(capacity, line_shift, policy, start, nhit));
+        h.apply_all_and_flush(actions, 1, |_| Ok(()))?;
     }
 }

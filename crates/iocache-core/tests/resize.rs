@@ -26,6 +26,16 @@ fn touch(cache: &mut Cache, line: u64, write: bool, now: u64) {
     cache.access(&request, &mut OpList::new()).unwrap();
 }
 
+/// An LRU cache of `lines` lines with lines `0..filled` written in order
+/// (line `l` at time `l`), dirty where `dirty` says.
+fn lru_with(lines: u64, inline: bool, filled: u64, dirty: impl Fn(u64) -> bool) -> Cache {
+    let mut cache = lru(lines, inline);
+    for line in 0..filled {
+        touch(&mut cache, line, dirty(line), line);
+    }
+    cache
+}
+
 fn resident(cache: &Cache, line: u64) -> bool {
     cache
         .line_state(LineKey {
@@ -48,10 +58,7 @@ fn invalidated(ops: &OpList) -> Vec<u64> {
 
 #[test]
 fn shrinking_drops_the_least_recent_lines_and_growing_keeps_the_rest() {
-    let mut cache = lru(8, true);
-    for line in 0..8 {
-        touch(&mut cache, line, false, line);
-    }
+    let mut cache = lru_with(8, true, 8, |_| false);
     touch(&mut cache, 1, false, 10); // 1 is now the most recent
     let mut ops = OpList::new();
     let progress = cache.resize(4, 20, &mut ops).unwrap();
@@ -81,10 +88,7 @@ fn shrinking_drops_the_least_recent_lines_and_growing_keeps_the_rest() {
 
 #[test]
 fn free_slots_leave_before_any_line() {
-    let mut cache = lru(8, true);
-    for line in 0..3 {
-        touch(&mut cache, line, true, line);
-    }
+    let mut cache = lru_with(8, true, 3, |_| true);
     let mut ops = OpList::new();
     assert!(cache.resize(3, 10, &mut ops).unwrap().done());
     assert!(ops.ops().is_empty(), "no line left: {:?}", ops.ops());
@@ -95,10 +99,8 @@ fn free_slots_leave_before_any_line() {
 
 #[test]
 fn dirty_lines_leave_only_once_written_back() {
-    let mut cache = lru(6, false);
-    for line in 0..6 {
-        touch(&mut cache, line, line < 3, line); // 0, 1, 2 dirty and oldest
-    }
+    // Lines 0, 1, 2 dirty and oldest.
+    let mut cache = lru_with(6, false, 6, |line| line < 3);
     let mut ops = OpList::new();
     let progress = cache.resize(2, 10, &mut ops).unwrap();
     // The four least recent leave: 3 is clean and goes; 0, 1, 2 wait.
@@ -127,10 +129,7 @@ fn dirty_lines_leave_only_once_written_back() {
 
 #[test]
 fn a_line_rewritten_while_it_waits_is_kept_and_another_leaves() {
-    let mut cache = lru(4, false);
-    for line in 0..4 {
-        touch(&mut cache, line, true, line);
-    }
+    let mut cache = lru_with(4, false, 4, |_| true);
     let mut ops = OpList::new();
     let progress = cache.resize(3, 10, &mut ops).unwrap();
     assert_eq!(progress.dirty_leaving, 1); // line 0
@@ -194,20 +193,16 @@ proptest! {
         c.write_policy = WritePolicy::WriteBack;
         c.inline_dirty_eviction = inline;
         let mut h = Harness::new(Cache::new(c).unwrap());
-        for (i, action) in actions.into_iter().enumerate() {
-            h.apply(action, i as u64 * 1000);
+        h.apply_all_and_flush(actions, 1000, |h| {
             prop_assert!(h.cache.resident_lines() <= h.cache.lines_in_service());
-        }
-        h.flush_all_and_check_backend();
+            Ok(())
+        })?;
     }
 }
 
 #[test]
 fn one_call_takes_a_bounded_number_of_lines_out() {
-    let mut cache = lru(3000, true);
-    for line in 0..3000 {
-        touch(&mut cache, line, false, line);
-    }
+    let mut cache = lru_with(3000, true, 3000, |_| false);
     let mut ops = OpList::new();
     let first = cache.resize(100, 5000, &mut ops).unwrap();
     assert!(!first.done() && first.dirty_leaving == 0, "{first:?}");
@@ -239,12 +234,7 @@ fn a_shrunk_cache_ranks_lines_as_a_cache_built_that_small() {
     // A skewed mix: most reads to a hot tenth, the rest anywhere, so that
     // the policies' queue shares matter.
     let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = || common::xorshift(&mut seed);
     let requests: Vec<u64> = (0..60_000)
         .map(|_| match next() % 10 {
             0..=6 => next() % 300,

@@ -15,6 +15,18 @@ fn key(volume: u32, line_index: u64) -> LineKey {
     LineKey { volume, line_index }
 }
 
+/// The keys `ops` invalidate, in order; any other op fails the test with
+/// `expected` (what the ops should have been).
+fn invalidated_keys(ops: &OpList, expected: &str) -> Vec<LineKey> {
+    ops.ops()
+        .iter()
+        .map(|op| match op {
+            Op::Invalidate { key, .. } => *key,
+            other => panic!("{expected}: {other:?}"),
+        })
+        .collect()
+}
+
 #[test]
 fn discarded_lines_leave_dirty_or_not_and_a_flush_under_way_cleans_nothing() {
     let mut c = cache(8, 4096, |_| {});
@@ -30,14 +42,7 @@ fn discarded_lines_leave_dirty_or_not_and_a_flush_under_way_cleans_nothing() {
     assert_eq!(tokens[0].key, key(1, 0));
     let dropped = c.discard_lines(1, 0, 3, &mut ops);
     assert_eq!((dropped.lines, dropped.dirty), (3, 3));
-    let invalidated: Vec<LineKey> = ops
-        .ops()
-        .iter()
-        .map(|op| match op {
-            Op::Invalidate { key, .. } => *key,
-            other => panic!("a discard writes nothing back: {other:?}"),
-        })
-        .collect();
+    let invalidated = invalidated_keys(&ops, "a discard writes nothing back");
     assert_eq!(invalidated, vec![key(1, 0), key(1, 1), key(1, 2)]);
     assert!(
         !c.complete_flush(&tokens[0], true),
@@ -141,14 +146,7 @@ fn dropping_a_volume_s_clean_lines_keeps_its_dirty_ones_and_other_volumes() {
     );
     let mut ops = OpList::new();
     assert_eq!(c.drop_clean_lines(1, &mut ops), 4);
-    let dropped: Vec<LineKey> = ops
-        .ops()
-        .iter()
-        .map(|op| match op {
-            Op::Invalidate { key, .. } => *key,
-            other => panic!("only invalidations: {other:?}"),
-        })
-        .collect();
+    let dropped = invalidated_keys(&ops, "only invalidations");
     assert_eq!(dropped.len(), 4);
     assert!(dropped.iter().all(|k| k.volume == 1 && k.line_index < 4));
     assert_eq!(
@@ -223,10 +221,7 @@ proptest! {
         if counted {
             h.cache.count_volume_lines();
         }
-        for (t, a) in actions.into_iter().enumerate() {
-            h.apply(a, t as u64);
-        }
-        h.flush_all_and_check_backend();
+        h.apply_all_and_flush(actions, 1, |_| Ok(()))?;
     }
 
     /// Counted line totals always equal a scan of the slots (and the

@@ -39,6 +39,12 @@ fn uring_is_available_or_reports_why() {
     }
 }
 
+/// Submits `ops` through `engine` and checks that every one succeeded.
+fn submit_ok(engine: &dyn IoEngine, ops: &mut [IoRequest<'_>]) {
+    engine.submit(ops).unwrap();
+    assert!(ops.iter().all(|o| o.outcome().is_ok()), "{}", engine.name());
+}
+
 fn file(dir: &str, direct: bool) -> (TempPath, FileDevice) {
     new_file_device(dir, "engine", SIZE, direct)
 }
@@ -218,8 +224,7 @@ fn batches_larger_than_the_queue_and_concurrent_submitters() {
                             .enumerate()
                             .map(|(i, b)| IoRequest::write(dev.as_ref(), b, off(i as u64)))
                             .collect();
-                        engine.submit(&mut ops).unwrap();
-                        assert!(ops.iter().all(|o| o.outcome().is_ok()));
+                        submit_ok(engine.as_ref(), &mut ops);
                         drop(ops);
                         let mut back: Vec<AlignedBuf> =
                             (0..100).map(|_| AlignedBuf::zeroed(4096, 4096)).collect();
@@ -228,8 +233,7 @@ fn batches_larger_than_the_queue_and_concurrent_submitters() {
                             .enumerate()
                             .map(|(i, b)| IoRequest::read(dev.as_ref(), b, off(i as u64)))
                             .collect();
-                        engine.submit(&mut ops).unwrap();
-                        assert!(ops.iter().all(|o| o.outcome().is_ok()));
+                        submit_ok(engine.as_ref(), &mut ops);
                         drop(ops);
                         for (a, b) in bufs.iter().zip(&back) {
                             assert!(a[..] == b[..], "{}", engine.name());
@@ -260,8 +264,7 @@ fn uring_drives_aligned_file_requests_through_the_ring() {
         IoRequest::write(&f, &v[1..], 16384), // misaligned buffer: device path
         IoRequest::write(&m, &a, 0),          // no fd: memcpy
     ];
-    u.submit(&mut ops).unwrap();
-    assert!(ops.iter().all(|o| o.outcome().is_ok()));
+    submit_ok(&u, &mut ops);
     assert_eq!(
         u.stats(),
         UringStats {
@@ -289,8 +292,7 @@ fn uring_serves_cached_buffered_reads_without_the_ring() {
         IoRequest::read(&disk, &mut a, 4096),
         IoRequest::read(&shm, &mut b, 4096),
     ];
-    u.submit(&mut ops).unwrap();
-    assert!(ops.iter().all(|o| o.outcome().is_ok()));
+    submit_ok(&u, &mut ops);
     drop(ops);
     assert!(a == data && b == data);
     let st = u.stats();
@@ -307,7 +309,6 @@ fn empty_batches_and_empty_requests() {
         engine.submit(&mut []).unwrap();
         let (_p, f) = file(DISK_DIR, true);
         let mut ops = vec![IoRequest::read(&f, &mut [], 0), IoRequest::write(&m, &[], 100)];
-        engine.submit(&mut ops).unwrap();
-        assert!(ops.iter().all(|o| o.outcome().is_ok()), "{}", engine.name());
+        submit_ok(engine.as_ref(), &mut ops);
     }
 }

@@ -529,24 +529,16 @@ impl Superblock {
                 "expected 0 (clean) or 1 (running)".into(),
             )
         })?;
-        let volume_count = get_u16(bytes, off::VOLUME_COUNT) as usize;
-        if volume_count > MAX_VOLUMES {
-            return Err(field(
-                "volume_count",
-                &volume_count,
-                off::VOLUME_COUNT,
-                format!("at most {MAX_VOLUMES}"),
-            ));
-        }
-        let settings_len = get_u16(bytes, off::SETTINGS_LEN) as usize;
-        if settings_len > MAX_SETTINGS_BYTES {
-            return Err(field(
-                "settings_len",
-                &settings_len,
-                off::SETTINGS_LEN,
-                format!("at most {MAX_SETTINGS_BYTES}"),
-            ));
-        }
+        // A 16-bit count, refused above `max`.
+        let at_most = |name: &str, offset: usize, max: usize| -> Result<usize, FormatError> {
+            let value = get_u16(bytes, offset) as usize;
+            if value > max {
+                return Err(field(name, &value, offset, format!("at most {max}")));
+            }
+            Ok(value)
+        };
+        let volume_count = at_most("volume_count", off::VOLUME_COUNT, MAX_VOLUMES)?;
+        let settings_len = at_most("settings_len", off::SETTINGS_LEN, MAX_SETTINGS_BYTES)?;
 
         let mut volumes: Vec<VolumeEntry> = Vec::with_capacity(volume_count);
         let mut at_byte = off::VARIABLE;

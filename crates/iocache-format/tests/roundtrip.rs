@@ -7,6 +7,11 @@ use iocache_format::*;
 use proptest::prelude::*;
 
 /// A volume of size 0 with no backend identity.
+/// Why encoding `sb` fails (it must).
+fn encode_error(sb: &Superblock) -> String {
+    sb.encode().unwrap_err().to_string()
+}
+
 fn bare_volume(id: u32, name: impl Into<String>) -> VolumeEntry {
     VolumeEntry {
         id,
@@ -334,7 +339,7 @@ fn superblock_encode_rejects_what_decode_would() {
         ),
     ];
     for (bad, expected) in cases {
-        let err = bad.encode().unwrap_err().to_string();
+        let err = encode_error(&bad);
         assert!(err.contains(expected), "expected {expected:?} in {err:?}");
     }
     // 64 volumes with 30-byte names and identities fit beside 636 bytes of
@@ -360,23 +365,15 @@ fn superblock_encode_rejects_what_decode_would() {
         settings: "s".repeat(637),
         ..full
     };
-    assert!(over
-        .encode()
-        .unwrap_err()
-        .to_string()
-        .contains("volumes and settings"));
+    assert!(encode_error(&over).contains("volumes and settings"));
     // An identity needs version 3, and kind 0 is "none".
     let mut old = sample_superblock(1);
     old.format_version = 2;
     old.layout = Layout::for_slots_in_version(2, old.layout.line_bytes, old.layout.slots).unwrap();
-    assert!(old
-        .encode()
-        .unwrap_err()
-        .to_string()
-        .contains("has no identities"));
+    assert!(encode_error(&old).contains("has no identities"));
     let mut zero_kind = sample_superblock(1);
     zero_kind.volumes[0].identity = Some(VolumeIdentity { kind: 0, digest: 1 });
-    assert!(zero_kind.encode().unwrap_err().to_string().contains("kind 0"));
+    assert!(encode_error(&zero_kind).contains("kind 0"));
 }
 
 #[test]
@@ -460,7 +457,7 @@ fn a_superblock_whose_layout_does_not_match_its_version_is_refused() {
     // Version 4 has an intent log, older versions none.
     let mut sb = sample_superblock(3);
     sb.layout = Layout::for_slots_in_version(3, sb.layout.line_bytes, sb.layout.slots).unwrap();
-    assert!(sb.encode().unwrap_err().to_string().contains("has an intent log"));
+    assert!(encode_error(&sb).contains("has an intent log"));
     sb.format_version = 3;
     let bytes = sb.encode().unwrap();
     assert_eq!(Superblock::decode(&bytes, 0).unwrap(), sb);

@@ -31,7 +31,6 @@
 use std::fmt::Write as _;
 use std::str::FromStr;
 
-use iocache_core::balance::queue_mix::{characterize, GroupThresholds};
 use iocache_core::balance::{
     Action, Balancer, Decision, DeviceLoad, IntervalInputs, Lbica, LbicaConfig, QueueMix, RequestClass, Sib,
     SibConfig,
@@ -168,18 +167,7 @@ impl Balancer for Observer {
     }
 
     fn on_interval(&mut self, inputs: &IntervalInputs) -> Decision {
-        let shares = inputs.cache_mix.shares();
-        Decision {
-            interval: inputs.interval,
-            now_ns: inputs.now_ns,
-            cache_queue_time_ns: inputs.cache.queue_time_ns(),
-            backend_queue_time_ns: inputs.backend.queue_time_ns(),
-            shares,
-            bottleneck: inputs.cache.queue_time_ns() > inputs.backend.queue_time_ns(),
-            group: Some(characterize(&shares, &GroupThresholds::default())),
-            action: Action::default(),
-            changed: false,
-        }
+        Decision::observed(inputs, Action::default())
     }
 
     fn action(&self) -> Action {

@@ -11,6 +11,7 @@ use iocache_core::reca::{
     relayout, CategoryTable, Classified, Classifier, Features, RecaController, RecaControllerParams,
     RecaEvent, FEATURE_NAMES,
 };
+use iocache_core::stats::ratio;
 use iocache_core::{Cache, CacheStats, Request};
 use iocache_trace::TraceReader;
 use serde::Serialize;
@@ -207,14 +208,6 @@ pub(crate) struct RecaDriver {
     /// Whether line-size changes are applied (not with a timing model,
     /// whose slots have a fixed size).
     line_size_changes: bool,
-}
-
-fn ratio(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 / whole as f64
-    }
 }
 
 impl RecaDriver {

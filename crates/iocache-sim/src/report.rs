@@ -1,6 +1,7 @@
 //! Rendering simulation results: the stable JSON schema (documented in
 //! `docs/sim-json.md`) and the human-readable table.
 
+use iocache_core::stats::ratio;
 use serde::Serialize;
 
 use crate::run::{RunResult, SimReport};
@@ -112,14 +113,6 @@ pub fn csv_field(text: &str) -> String {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
         text.to_string()
-    }
-}
-
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        0.0
-    } else {
-        a as f64 / b as f64
     }
 }
 

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use iocache_core::stats::ratio;
 use iocache_core::{Cache, CacheStats, Op, Request, VolumeId};
 use serde::Serialize;
 
@@ -107,14 +108,6 @@ impl Counts {
     }
     pub fn byte_hit_ratio(&self) -> f64 {
         ratio(self.hit_bytes, self.requested_bytes)
-    }
-}
-
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        0.0
-    } else {
-        a as f64 / b as f64
     }
 }
 
@@ -422,13 +415,7 @@ mod tests {
             let kind = if write { "Write" } else { "Read" };
             text += &format!("{ticks},host,{disk},{kind},{},4096,0\n", block * 4096);
         }
-        TraceReader::from_reader(
-            "test",
-            Box::new(std::io::Cursor::new(text.into_bytes())),
-            Some(TraceFormat::Msr),
-            ReaderOptions::default(),
-        )
-        .unwrap()
+        TraceReader::from_bytes("test", text, Some(TraceFormat::Msr), ReaderOptions::default()).unwrap()
     }
 
     fn spec(lines: u64) -> RunSpec {

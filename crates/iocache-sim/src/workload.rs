@@ -539,9 +539,9 @@ impl Generator {
         let mut csv = Vec::new();
         self.write_msr(&mut csv)
             .map_err(|e| SimError::Spec(format!("{name}: {e}")))?;
-        Ok(iocache_trace::TraceReader::from_reader(
+        Ok(iocache_trace::TraceReader::from_bytes(
             name,
-            Box::new(std::io::Cursor::new(csv)),
+            csv,
             Some(iocache_trace::TraceFormat::Msr),
             iocache_trace::ReaderOptions::default(),
         )?)

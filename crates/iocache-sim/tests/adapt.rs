@@ -12,11 +12,12 @@ use iocache_core::{
 };
 use iocache_sim::burst::BurstSpec;
 use iocache_sim::timing::{ArrivalMode, DeviceSpec, Replay, TimingConfig, TimingModel};
-use iocache_sim::{
-    combinations, simulate, AdaptReport, AdaptSpec, Adapter, CacheSettings, CacheSize, SimOptions,
-    TimingSetup,
-};
-use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
+use iocache_sim::{simulate, AdaptReport, AdaptSpec, Adapter, CacheSize, SimOptions, TimingSetup};
+use iocache_trace::TraceFormat;
+
+mod common;
+
+use common::memory_reader;
 
 const LINE: u64 = 4096;
 const INTERVAL_NS: u64 = 50_000_000;
@@ -62,23 +63,13 @@ fn random_read_bursts() -> BurstSpec {
 fn simulate_with(spec: &BurstSpec, write_policy: WritePolicy, adapt: Option<&str>) -> iocache_sim::RunResult {
     let mut text = Vec::new();
     spec.write_disksim(&mut text).unwrap();
-    let mut reader = TraceReader::from_reader(
-        "burst",
-        Box::new(std::io::Cursor::new(text)),
-        Some(TraceFormat::Disksim),
-        ReaderOptions::default(),
-    )
-    .unwrap();
-    let specs = combinations(
+    let mut reader = memory_reader(text, TraceFormat::Disksim);
+    let specs = common::specs(
         &[PolicySpec::lru()],
         &[CacheSize::Lines(4096)],
-        &[LineSize::new(LINE).unwrap()],
-        &CacheSettings {
-            write_policy,
-            ..CacheSettings::default()
-        },
-    )
-    .unwrap();
+        LINE,
+        write_policy,
+    );
     let (cache, backend) = devices();
     let options = SimOptions {
         warmup_requests: spec.warm_requests(),

@@ -5,17 +5,13 @@
 
 use iocache_core::{LineSize, PolicySpec, WritePolicy};
 use iocache_sim::mrc::{miss_ratio_curves, MrcMethod, MrcReport};
-use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, SimOptions};
-use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
+use iocache_sim::{simulate, CacheSize, SimOptions};
+use iocache_trace::{TraceFormat, TraceReader};
+
+mod common;
 
 fn reader(text: &str) -> TraceReader {
-    TraceReader::from_reader(
-        "memory",
-        Box::new(std::io::Cursor::new(text.as_bytes().to_vec())),
-        Some(TraceFormat::Tencent),
-        ReaderOptions::default(),
-    )
-    .unwrap()
+    common::memory_reader(text, TraceFormat::Tencent)
 }
 
 /// A pseudo-random Tencent-format trace (offsets and sizes in sectors,
@@ -23,12 +19,7 @@ fn reader(text: &str) -> TraceReader {
 /// sizes so that lines are often partly accessed.
 fn trace(requests: usize, span_sectors: u64, seed: u64) -> String {
     let mut state = seed | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = move || common::xorshift(&mut state);
     let mut out = String::new();
     for i in 0..requests {
         let r = next();
@@ -63,16 +54,8 @@ fn curves(text: &str, line: u64, methods: &[MrcMethod], sizes: &[u64]) -> MrcRep
 
 /// Hits of the simulator's LRU (write-back, promotion always) per size.
 fn lru_hits(text: &str, line: u64, sizes: &[u64]) -> Vec<(u64, u64)> {
-    let specs = combinations(
-        &[PolicySpec::lru()],
-        &sizes.iter().map(|&n| CacheSize::Lines(n)).collect::<Vec<_>>(),
-        &[LineSize::new(line).unwrap()],
-        &CacheSettings {
-            write_policy: WritePolicy::WriteBack,
-            ..CacheSettings::default()
-        },
-    )
-    .unwrap();
+    let sizes: Vec<CacheSize> = sizes.iter().map(|&n| CacheSize::Lines(n)).collect();
+    let specs = common::specs(&[PolicySpec::lru()], &sizes, line, WritePolicy::WriteBack);
     let options = SimOptions {
         threads: 1,
         ..SimOptions::default()

@@ -6,10 +6,14 @@
 //! span the whole replay.
 
 use iocache_core::reca::{CategoryTable, RecaControllerParams};
-use iocache_core::{LineSize, PolicySpec, WritePolicy};
+use iocache_core::{PolicySpec, WritePolicy};
 use iocache_sim::reca::RecaOptions;
-use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, SimOptions};
-use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
+use iocache_sim::{simulate, CacheSize, SimOptions};
+use iocache_trace::TraceFormat;
+
+mod common;
+
+use common::memory_reader;
 
 const WINDOW: u64 = 4_000;
 const CHANGE_AT: u64 = 30_000;
@@ -18,12 +22,7 @@ const REQUESTS: u64 = 60_000;
 /// Tencent format: `time_s,offset_sectors,size_sectors,write,volume`.
 fn phase_trace() -> String {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rand = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rand = move || common::xorshift(&mut x);
     let mut cursor = [0u64; 6];
     let mut out = String::new();
     for i in 0..REQUESTS {
@@ -47,16 +46,12 @@ fn phase_trace() -> String {
 #[test]
 fn the_controller_follows_the_phases_and_counts_every_request() {
     let trace = phase_trace();
-    let specs = combinations(
+    let specs = common::specs(
         &[PolicySpec::lru()],
         &[CacheSize::Bytes(16 << 20)],
-        &[LineSize::new(4096).unwrap()],
-        &CacheSettings {
-            write_policy: WritePolicy::WriteBack,
-            ..CacheSettings::default()
-        },
-    )
-    .unwrap();
+        4096,
+        WritePolicy::WriteBack,
+    );
     let options = SimOptions {
         threads: 1,
         reca: Some(RecaOptions {
@@ -68,13 +63,7 @@ fn the_controller_follows_the_phases_and_counts_every_request() {
         }),
         ..SimOptions::default()
     };
-    let mut reader = TraceReader::from_reader(
-        "memory",
-        Box::new(std::io::Cursor::new(trace.into_bytes())),
-        Some(TraceFormat::Tencent),
-        ReaderOptions::default(),
-    )
-    .unwrap();
+    let mut reader = memory_reader(trace, TraceFormat::Tencent);
     let report = simulate(&mut reader, &specs, &options, &mut |_, _| {}).unwrap();
     let run = &report.runs[0];
     let reca = run.reca.as_ref().expect("reca ran");
@@ -144,13 +133,7 @@ fn many_readers_trace(anonymous: bool) -> String {
 #[test]
 fn each_process_of_a_blkparse_trace_is_a_stream_of_its_own() {
     let characterize = |anonymous: bool| {
-        let mut reader = TraceReader::from_reader(
-            "memory",
-            Box::new(std::io::Cursor::new(many_readers_trace(anonymous).into_bytes())),
-            Some(TraceFormat::BLKPARSE),
-            ReaderOptions::default(),
-        )
-        .unwrap();
+        let mut reader = memory_reader(many_readers_trace(anonymous), TraceFormat::BLKPARSE);
         iocache_sim::reca::reca_characterize(
             &mut reader,
             &CategoryTable::builtin(),

@@ -1,32 +1,17 @@
 //! The simulation loop: thread count does not change results, warmup excludes
 //! what it should, and hand-checked counts on a tiny in-memory trace.
 
-use iocache_core::{LineSize, PolicySpec, WritePolicy};
-use iocache_sim::{combinations, simulate, CacheSettings, CacheSize, RunSpec, SimOptions, SimReport};
-use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
+use iocache_core::{PolicySpec, WritePolicy};
+use iocache_sim::{simulate, CacheSize, RunSpec, SimOptions, SimReport};
+use iocache_trace::TraceFormat;
 
-fn reader(text: &str, format: TraceFormat) -> TraceReader {
-    TraceReader::from_reader(
-        "memory",
-        Box::new(std::io::Cursor::new(text.as_bytes().to_vec())),
-        Some(format),
-        ReaderOptions::default(),
-    )
-    .unwrap()
-}
+mod common;
+
+use common::memory_reader as reader;
 
 fn specs(policies: &[PolicySpec], sizes: &[u64], wp: WritePolicy) -> Vec<RunSpec> {
     let sizes: Vec<CacheSize> = sizes.iter().map(|&n| CacheSize::Lines(n)).collect();
-    combinations(
-        policies,
-        &sizes,
-        &[LineSize::new(4096).unwrap()],
-        &CacheSettings {
-            write_policy: wp,
-            ..CacheSettings::default()
-        },
-    )
-    .unwrap()
+    common::specs(policies, &sizes, 4096, wp)
 }
 
 fn run(text: &str, format: TraceFormat, specs: &[RunSpec], warmup: u64, threads: usize) -> SimReport {
@@ -48,9 +33,7 @@ fn random_trace(requests: usize) -> String {
     let mut state = 0x0123_4567_89ab_cdefu64;
     let mut out = String::new();
     for i in 0..requests {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
+        common::xorshift(&mut state);
         let offset = (state % 4096) * 8;
         let sectors = 8 * (1 + (state >> 20) % 4);
         let write = (state >> 40).is_multiple_of(3);
@@ -106,42 +89,29 @@ fn warmup_requests_are_not_counted() {
     assert_eq!(all_warmup.runs[0].stats.accesses, 0);
 }
 
+/// `text` through a 4-line LRU cache under `wp`, without warmup, on one thread.
+fn run_lru4(text: &str, format: TraceFormat, wp: WritePolicy) -> SimReport {
+    run(text, format, &specs(&[PolicySpec::lru()], &[4], wp), 0, 1)
+}
+
 #[test]
 fn write_policies_move_the_expected_bytes() {
     // Tencent: write 4 KiB to line 0 twice, then read it.
     let text = "0,0,8,1,0\n1,0,8,1,0\n2,0,8,0,0\n";
-    let wb = run(
-        text,
-        TraceFormat::Tencent,
-        &specs(&[PolicySpec::lru()], &[4], WritePolicy::WriteBack),
-        0,
-        1,
-    );
+    let wb = run_lru4(text, TraceFormat::Tencent, WritePolicy::WriteBack);
     let s = wb.runs[0].stats;
     assert_eq!(
         (s.backend_write_bytes, s.cache_write_bytes, s.cache_read_bytes),
         (0, 8192, 4096)
     );
     assert_eq!(wb.runs[0].dirty_lines_at_end, 1);
-    let wt = run(
-        text,
-        TraceFormat::Tencent,
-        &specs(&[PolicySpec::lru()], &[4], WritePolicy::WriteThrough),
-        0,
-        1,
-    );
+    let wt = run_lru4(text, TraceFormat::Tencent, WritePolicy::WriteThrough);
     let s = wt.runs[0].stats;
     assert_eq!(
         (s.backend_write_bytes, s.cache_write_bytes, s.read_hits),
         (8192, 8192, 1)
     );
-    let wa = run(
-        text,
-        TraceFormat::Tencent,
-        &specs(&[PolicySpec::lru()], &[4], WritePolicy::WriteAround),
-        0,
-        1,
-    );
+    let wa = run_lru4(text, TraceFormat::Tencent, WritePolicy::WriteAround);
     let s = wa.runs[0].stats;
     assert_eq!(
         (s.backend_write_bytes, s.backend_read_bytes, s.read_hits),
@@ -153,13 +123,7 @@ fn write_policies_move_the_expected_bytes() {
 fn unaligned_records_are_widened_to_sectors() {
     // MSR: a 100-byte read at byte 700 touches sector 1 only.
     let text = "128166385295514663,hm,0,Read,700,100,0\n";
-    let report = run(
-        text,
-        TraceFormat::Msr,
-        &specs(&[PolicySpec::lru()], &[4], WritePolicy::WriteBack),
-        0,
-        1,
-    );
+    let report = run_lru4(text, TraceFormat::Msr, WritePolicy::WriteBack);
     assert_eq!(report.runs[0].stats.requested_bytes, 512);
 }
 

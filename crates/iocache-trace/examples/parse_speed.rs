@@ -67,12 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     decoder.read_to_end(&mut text)?;
     let text_len = text.len();
     let start = Instant::now();
-    let reader = TraceReader::from_reader(
-        "memory",
-        Box::new(std::io::Cursor::new(text)),
-        Some(detected),
-        options,
-    )?;
+    let reader = TraceReader::from_bytes("memory", text, Some(detected), options)?;
     let (records, lines) = run(reader)?;
     let secs = start.elapsed().as_secs_f64();
     println!(

@@ -231,55 +231,60 @@ pub(crate) fn detect_format_bytes(first_lines: &[&[u8]]) -> Result<TraceFormat, 
 mod tests {
     use super::*;
 
+    /// Each case's lines and the format they are detected as.
+    fn check_detected(cases: &[(&[&str], TraceFormat)]) {
+        for &(lines, expected) in cases {
+            assert_eq!(detect_format(lines), Ok(expected), "{lines:?}");
+        }
+    }
+
     #[test]
     fn headers() {
-        assert_eq!(
-            detect_format(&["Timestamp,Response,IOType,LUN,Offset,Size", "1.0,0.1,R,0,0,512"]),
-            Ok(TraceFormat::Systor)
-        );
-        assert_eq!(
-            detect_format(&["version,time,op,size,lbn\r\n", "1,5633898,2a,512,42932745"]),
-            Ok(TraceFormat::VscsiCsv)
-        );
-        assert_eq!(
-            detect_format(&["", "fio version 3 iolog", "1 f add"]),
-            Ok(TraceFormat::Fio)
-        );
+        check_detected(&[
+            (
+                &["Timestamp,Response,IOType,LUN,Offset,Size", "1.0,0.1,R,0,0,512"],
+                TraceFormat::Systor,
+            ),
+            (
+                &["version,time,op,size,lbn\r\n", "1,5633898,2a,512,42932745"],
+                TraceFormat::VscsiCsv,
+            ),
+            (&["", "fio version 3 iolog", "1 f add"], TraceFormat::Fio),
+        ]);
     }
 
     #[test]
     fn shapes() {
-        assert_eq!(
-            detect_format(&["128166385295514663,hm,0,Write,9056014336,2048,2833"]),
-            Ok(TraceFormat::Msr)
-        );
-        assert_eq!(
-            detect_format(&["1538323200,4247200,128,1,1058", "1538323199,13896880,128,0,1063"]),
-            Ok(TraceFormat::Tencent)
-        );
-        assert_eq!(
-            detect_format(&["89312454701617 4892 syslogd 904265560 8 W 6 0 531e779e"]),
-            Ok(TraceFormat::Fiu)
-        );
-        assert_eq!(
-            detect_format(&["938513000 4 264719034 16 0", "13.19 30 0 5 1"]),
-            Ok(TraceFormat::Disksim)
-        );
-        assert_eq!(
-            detect_format(&["3050771 25 0 0", "2461851 8 0 1"]),
-            Ok(TraceFormat::Arc)
-        );
-        assert_eq!(
-            detect_format(&[
-                "  8,0    3        1     0.000000000   697  Q  WS 3417048 + 8 [kjournald]",
-                "  8,0    3        5     0.000004000   697  UT  N [kjournald] 1",
-                "",
-                "CPU0 (8,0):",
-                " Reads Queued:           0,        0KiB\t Writes Queued:           1,        4KiB",
-            ]),
-            Ok(TraceFormat::BLKPARSE)
-        );
-        assert_eq!(detect_format(&["# lbas", "12", "13", "0"]), Ok(TraceFormat::LBA));
+        check_detected(&[
+            (
+                &["128166385295514663,hm,0,Write,9056014336,2048,2833"],
+                TraceFormat::Msr,
+            ),
+            (
+                &["1538323200,4247200,128,1,1058", "1538323199,13896880,128,0,1063"],
+                TraceFormat::Tencent,
+            ),
+            (
+                &["89312454701617 4892 syslogd 904265560 8 W 6 0 531e779e"],
+                TraceFormat::Fiu,
+            ),
+            (
+                &["938513000 4 264719034 16 0", "13.19 30 0 5 1"],
+                TraceFormat::Disksim,
+            ),
+            (&["3050771 25 0 0", "2461851 8 0 1"], TraceFormat::Arc),
+            (
+                &[
+                    "  8,0    3        1     0.000000000   697  Q  WS 3417048 + 8 [kjournald]",
+                    "  8,0    3        5     0.000004000   697  UT  N [kjournald] 1",
+                    "",
+                    "CPU0 (8,0):",
+                    " Reads Queued:           0,        0KiB\t Writes Queued:           1,        4KiB",
+                ],
+                TraceFormat::BLKPARSE,
+            ),
+            (&["# lbas", "12", "13", "0"], TraceFormat::LBA),
+        ]);
     }
 
     #[test]

@@ -120,6 +120,22 @@ impl TraceReader {
         Ok(reader)
     }
 
+    /// Reads a trace held in memory, named `name` in messages (compressed
+    /// or not, as [`TraceReader::from_reader`] reads any stream).
+    pub fn from_bytes(
+        name: &str,
+        bytes: impl Into<Vec<u8>>,
+        format: Option<TraceFormat>,
+        options: ReaderOptions,
+    ) -> Result<Self, TraceError> {
+        Self::from_reader(
+            name,
+            Box::new(std::io::Cursor::new(bytes.into())),
+            format,
+            options,
+        )
+    }
+
     /// Reads a trace from any byte stream (stdin, memory, ...), named `name`
     /// in messages. Compression is sniffed as for files.
     pub fn from_reader(

@@ -37,13 +37,7 @@ fn bzip2(data: &[u8]) -> Vec<u8> {
 }
 
 fn read_all(bytes: Vec<u8>, format: Option<TraceFormat>) -> (Vec<TraceRecord>, TraceReader) {
-    let mut reader = TraceReader::from_reader(
-        "mem",
-        Box::new(Cursor::new(bytes)),
-        format,
-        ReaderOptions::default(),
-    )
-    .unwrap();
+    let mut reader = TraceReader::from_bytes("mem", bytes, format, ReaderOptions::default()).unwrap();
     let records = reader.by_ref().collect::<Result<Vec<_>, _>>().unwrap();
     (records, reader)
 }
@@ -113,29 +107,23 @@ fn truncated_compressed_streams_say_how_far_they_got() {
     for (name, compress) in [("gzip", gzip as Compressor), ("zstd", zstd), ("bzip2", bzip2)] {
         let mut packed = compress(text.as_bytes());
         packed.truncate(packed.len() * 3 / 4);
-        let mut reader = TraceReader::from_reader(
+        let mut reader = TraceReader::from_bytes(
             "cut.lis",
-            Box::new(Cursor::new(packed)),
+            packed,
             Some(TraceFormat::Arc),
             ReaderOptions::default(),
         )
         .unwrap();
         let read = reader.by_ref().take_while(Result::is_ok).count() as u64;
         assert!(read > 0 && read < 100_000, "{name}: {read}");
-        let message = TraceReader::from_reader(
-            "cut.lis",
-            Box::new(Cursor::new({
-                let mut p = compress(text.as_bytes());
-                p.truncate(p.len() * 3 / 4);
-                p
-            })),
-            Some(TraceFormat::Arc),
-            ReaderOptions::default(),
-        )
-        .unwrap()
-        .find_map(Result::err)
-        .expect("an error")
-        .to_string();
+        let mut cut = compress(text.as_bytes());
+        cut.truncate(cut.len() * 3 / 4);
+        let message =
+            TraceReader::from_bytes("cut.lis", cut, Some(TraceFormat::Arc), ReaderOptions::default())
+                .unwrap()
+                .find_map(Result::err)
+                .expect("an error")
+                .to_string();
         assert!(
             message.starts_with(&format!("cut.lis: truncated after {read} requests")),
             "{name}: {message}"
@@ -148,9 +136,9 @@ fn corrupt_compressed_stream_is_an_io_error() {
     let mut packed = gzip(TEXT.as_bytes());
     let mid = packed.len() / 2;
     packed.truncate(mid);
-    let mut reader = TraceReader::from_reader(
+    let mut reader = TraceReader::from_bytes(
         "broken.gz",
-        Box::new(Cursor::new(packed)),
+        packed,
         Some(TraceFormat::Systor),
         ReaderOptions::default(),
     )

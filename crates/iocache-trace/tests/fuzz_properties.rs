@@ -2,8 +2,6 @@
 //! the bytes, a reader never panics, never loops, reports errors with a line
 //! number inside the input, and in skip mode accounts for every line.
 
-use std::io::Cursor;
-
 use iocache_trace::{ReaderOptions, TraceError, TraceFormat, TraceReader, FORMAT_NAMES};
 use proptest::prelude::*;
 
@@ -13,12 +11,7 @@ fn formats() -> impl Iterator<Item = &'static str> {
 }
 
 fn reader(bytes: &[u8], format: Option<TraceFormat>, skip: bool) -> Result<TraceReader, TraceError> {
-    TraceReader::from_reader(
-        "fuzz",
-        Box::new(Cursor::new(bytes.to_vec())),
-        format,
-        ReaderOptions { skip_bad_lines: skip },
-    )
+    TraceReader::from_bytes("fuzz", bytes, format, ReaderOptions { skip_bad_lines: skip })
 }
 
 /// Lines made of the tokens trace formats are built from, so that many are almost valid.

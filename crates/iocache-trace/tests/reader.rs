@@ -2,17 +2,10 @@
 //! `from_reader`/`open`, error reporting and termination, skip mode, line
 //! numbering with CRLF and blank lines, over-long lines, and progress.
 
-use std::io::Cursor;
-
 use iocache_trace::{ReaderOptions, TraceError, TraceFormat, TraceReader, MAX_LINE_BYTES};
 
 fn open(text: &[u8], format: Option<TraceFormat>, skip: bool) -> Result<TraceReader, TraceError> {
-    TraceReader::from_reader(
-        "input",
-        Box::new(Cursor::new(text.to_vec())),
-        format,
-        ReaderOptions { skip_bad_lines: skip },
-    )
+    TraceReader::from_bytes("input", text, format, ReaderOptions { skip_bad_lines: skip })
 }
 
 #[test]

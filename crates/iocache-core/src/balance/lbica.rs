@@ -299,17 +299,7 @@ impl Balancer for Lbica {
             }
         };
         let action = self.action();
-        Decision {
-            interval: inputs.interval,
-            now_ns: inputs.now_ns,
-            cache_queue_time_ns: inputs.cache.queue_time_ns(),
-            backend_queue_time_ns: inputs.backend.queue_time_ns(),
-            shares,
-            bottleneck,
-            group,
-            action,
-            changed: action != before,
-        }
+        Decision::new(inputs, shares, bottleneck, group, action, action != before)
     }
 
     fn action(&self) -> Action {

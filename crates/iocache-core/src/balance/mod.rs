@@ -135,6 +135,42 @@ pub struct Decision {
     pub changed: bool,
 }
 
+impl Decision {
+    /// The decision of an interval: its number, time and queue times from
+    /// `inputs`, the rest as the controller found it.
+    pub fn new(
+        inputs: &IntervalInputs,
+        shares: MixShares,
+        bottleneck: bool,
+        group: Option<WorkloadGroup>,
+        action: Action,
+        changed: bool,
+    ) -> Decision {
+        Decision {
+            interval: inputs.interval,
+            now_ns: inputs.now_ns,
+            cache_queue_time_ns: inputs.cache.queue_time_ns(),
+            backend_queue_time_ns: inputs.backend.queue_time_ns(),
+            shares,
+            bottleneck,
+            group,
+            action,
+            changed,
+        }
+    }
+
+    /// What a controller that does not act on the interval reports: the
+    /// measurements (the cache is the bottleneck when its queue time is
+    /// the longer), the group the default thresholds give, and `action`
+    /// unchanged.
+    pub fn observed(inputs: &IntervalInputs, action: Action) -> Decision {
+        let shares = inputs.cache_mix.shares();
+        let bottleneck = inputs.cache.queue_time_ns() > inputs.backend.queue_time_ns();
+        let group = queue_mix::characterize(&shares, &queue_mix::GroupThresholds::default());
+        Decision::new(inputs, shares, bottleneck, Some(group), action, false)
+    }
+}
+
 /// A load balancer between the cache device and the backend, driven once
 /// per interval and asked once per request.
 pub trait Balancer: Send {

@@ -207,42 +207,55 @@ pub fn characterize(shares: &MixShares, thresholds: &GroupThresholds) -> Workloa
 mod tests {
     use super::*;
 
-    fn group(r: f64, w: f64, p: f64, e: f64) -> WorkloadGroup {
-        characterize(&MixShares::percent(r, w, p, e), &GroupThresholds::default())
+    /// Shares of R, W, P and E in percent.
+    type Percent = (f64, f64, f64, f64);
+
+    /// Each case's shares and the group they make.
+    fn check_groups(cases: &[(Percent, WorkloadGroup)]) {
+        for &((r, w, p, e), expected) in cases {
+            let got = characterize(&MixShares::percent(r, w, p, e), &GroupThresholds::default());
+            assert_eq!(got, expected, "R {r} W {w} P {p} E {e}");
+        }
     }
 
     #[test]
     fn the_papers_examples() {
-        // §IV-C: TPC-C at interval 3, random read.
-        assert_eq!(group(44.0, 2.2, 51.0, 2.8), WorkloadGroup::RandomRead);
-        // Mail server at interval 23, mixed.
-        assert_eq!(group(13.9, 70.4, 3.9, 11.8), WorkloadGroup::MixedReadWrite);
-        // Web server at interval 1, mixed.
-        assert_eq!(group(17.9, 63.8, 7.9, 10.4), WorkloadGroup::MixedReadWrite);
-        // Mail server at interval 134: about 90 % W and E.
-        assert_eq!(group(5.0, 60.0, 5.0, 30.0), WorkloadGroup::RandomWrite);
-        assert_eq!(group(5.0, 30.0, 5.0, 60.0), WorkloadGroup::SequentialWrite);
+        use WorkloadGroup::*;
+        check_groups(&[
+            // §IV-C: TPC-C at interval 3, random read.
+            ((44.0, 2.2, 51.0, 2.8), RandomRead),
+            // Mail server at interval 23, mixed.
+            ((13.9, 70.4, 3.9, 11.8), MixedReadWrite),
+            // Web server at interval 1, mixed.
+            ((17.9, 63.8, 7.9, 10.4), MixedReadWrite),
+            // Mail server at interval 134: about 90 % W and E.
+            ((5.0, 60.0, 5.0, 30.0), RandomWrite),
+            ((5.0, 30.0, 5.0, 60.0), SequentialWrite),
+        ]);
     }
 
     #[test]
     fn the_boundaries() {
-        assert_eq!(group(10.0, 5.0, 80.0, 5.0), WorkloadGroup::SequentialRead);
-        assert_eq!(group(25.0, 0.0, 75.0, 0.0), WorkloadGroup::SequentialRead);
-        assert_eq!(group(26.0, 0.0, 74.0, 0.0), WorkloadGroup::RandomRead);
-        // R+E and W+P majorities, and no majority at all.
-        assert_eq!(group(50.0, 0.0, 0.0, 50.0), WorkloadGroup::Unclassified);
-        assert_eq!(group(0.0, 50.0, 50.0, 0.0), WorkloadGroup::Unclassified);
-        assert_eq!(group(0.0, 0.0, 0.0, 0.0), WorkloadGroup::Unclassified);
-        // Mostly read hits: too few P or W for WO or RO to relieve the cache.
-        assert_eq!(group(95.0, 4.5, 0.5, 0.0), WorkloadGroup::Unclassified);
-        assert_eq!(group(70.0, 19.0, 11.0, 0.0), WorkloadGroup::Unclassified);
-        assert_eq!(group(70.0, 9.0, 21.0, 0.0), WorkloadGroup::RandomRead);
-        assert_eq!(group(70.0, 21.0, 9.0, 0.0), WorkloadGroup::MixedReadWrite);
-        // Writes alone: write-intensive, not mixed (R+W ties W+E).
-        assert_eq!(group(0.0, 100.0, 0.0, 0.0), WorkloadGroup::RandomWrite);
-        // A pair of exactly 60 % counts.
-        assert_eq!(group(30.0, 30.0, 20.0, 20.0), WorkloadGroup::MixedReadWrite);
-        assert_eq!(group(29.0, 30.0, 21.0, 20.0), WorkloadGroup::Unclassified);
+        use WorkloadGroup::*;
+        check_groups(&[
+            ((10.0, 5.0, 80.0, 5.0), SequentialRead),
+            ((25.0, 0.0, 75.0, 0.0), SequentialRead),
+            ((26.0, 0.0, 74.0, 0.0), RandomRead),
+            // R+E and W+P majorities, and no majority at all.
+            ((50.0, 0.0, 0.0, 50.0), Unclassified),
+            ((0.0, 50.0, 50.0, 0.0), Unclassified),
+            ((0.0, 0.0, 0.0, 0.0), Unclassified),
+            // Mostly read hits: too few P or W for WO or RO to relieve the cache.
+            ((95.0, 4.5, 0.5, 0.0), Unclassified),
+            ((70.0, 19.0, 11.0, 0.0), Unclassified),
+            ((70.0, 9.0, 21.0, 0.0), RandomRead),
+            ((70.0, 21.0, 9.0, 0.0), MixedReadWrite),
+            // Writes alone: write-intensive, not mixed (R+W ties W+E).
+            ((0.0, 100.0, 0.0, 0.0), RandomWrite),
+            // A pair of exactly 60 % counts.
+            ((30.0, 30.0, 20.0, 20.0), MixedReadWrite),
+            ((29.0, 30.0, 21.0, 20.0), Unclassified),
+        ]);
     }
 
     #[test]

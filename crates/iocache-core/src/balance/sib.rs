@@ -16,7 +16,6 @@
 //! change of write policy. The cache refuses the bypass of a request with
 //! dirty sectors (possible under WO), as for LBICA.
 
-use crate::balance::queue_mix::{characterize, GroupThresholds};
 use crate::balance::{bypass_with_margin, Action, Balancer, Decision, DeviceLoad, IntervalInputs};
 
 /// SIB's knob.
@@ -53,20 +52,7 @@ impl Balancer for Sib {
     /// SIB decides per request only; the interval's event reports the same
     /// measurements LBICA's does (the group for comparison, not acted on).
     fn on_interval(&mut self, inputs: &IntervalInputs) -> Decision {
-        let shares = inputs.cache_mix.shares();
-        let t_cache = inputs.cache.queue_time_ns();
-        let t_backend = inputs.backend.queue_time_ns();
-        Decision {
-            interval: inputs.interval,
-            now_ns: inputs.now_ns,
-            cache_queue_time_ns: t_cache,
-            backend_queue_time_ns: t_backend,
-            shares,
-            bottleneck: t_cache > t_backend,
-            group: Some(characterize(&shares, &GroupThresholds::default())),
-            action: self.action(),
-            changed: false,
-        }
+        Decision::observed(inputs, self.action())
     }
 
     fn action(&self) -> Action {

@@ -394,6 +394,24 @@ impl Cache {
         }
     }
 
+    /// Forgets sectors `[first, end)` of `slot` (valid and dirty), a new
+    /// generation of its data; a line still holding valid sectors that
+    /// became clean leaves the dirty list (the policy told). Says whether
+    /// the line still holds any valid sector: if not, the caller removes it.
+    #[inline]
+    pub(super) fn clear_sectors(&mut self, slot: SlotId, first: u32, end: u32) -> bool {
+        bitmap::clear_range(self.valid_mut(slot), first, end);
+        bitmap::clear_range(self.dirty_mut(slot), first, end);
+        self.records[slot as usize].meta.generation += 1;
+        if !bitmap::any(self.valid_of(slot)) {
+            return false;
+        }
+        if self.unmark_dirty_if_clean(slot) {
+            self.policy.on_clean(slot);
+        }
+        true
+    }
+
     /// Takes `slot` off the dirty list if it has no dirty sector left; says whether it did.
     #[inline]
     pub(super) fn unmark_dirty_if_clean(&mut self, slot: SlotId) -> bool {

@@ -14,14 +14,7 @@ impl Cache {
             return false;
         };
         let end = end_sector.min(self.line.sectors());
-        bitmap::clear_range(self.valid_mut(slot), first_sector, end);
-        bitmap::clear_range(self.dirty_mut(slot), first_sector, end);
-        self.records[slot as usize].meta.generation += 1;
-        if bitmap::any(self.valid_of(slot)) {
-            if self.unmark_dirty_if_clean(slot) {
-                self.policy.on_clean(slot);
-            }
-        } else {
+        if !self.clear_sectors(slot, first_sector, end) {
             self.policy.on_remove(slot);
             self.unmark_dirty_if_clean(slot);
             self.note_unused(slot);
@@ -209,6 +202,11 @@ impl Cache {
     /// hash-map update whenever a line enters or leaves the cache or its
     /// dirty list (the engine turns it on; the simulator does not).
     pub fn count_volume_lines(&mut self) {
+        self.volume_lines = Some(self.scan_volume_lines());
+    }
+
+    /// Resident and dirty lines per volume, counted over every slot.
+    fn scan_volume_lines(&self) -> FxHashMap<VolumeId, VolumeLines> {
         let mut counts: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
         for (s, meta) in self.records.iter().map(|r| &r.meta).enumerate() {
             if meta.resident {
@@ -217,7 +215,7 @@ impl Cache {
                 entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
             }
         }
-        self.volume_lines = Some(counts);
+        counts
     }
 
     /// How many lines of `volume` are resident, and how many of those dirty.
@@ -361,14 +359,7 @@ impl Cache {
         }
         assert_eq!(dirty, self.dirty_list.len as usize, "dirty list length");
         if let Some(counts) = &self.volume_lines {
-            let mut expected: FxHashMap<VolumeId, VolumeLines> = FxHashMap::default();
-            for (s, meta) in self.records.iter().map(|r| &r.meta).enumerate() {
-                if meta.resident {
-                    let entry = expected.entry(self.records[s].line.volume).or_default();
-                    entry.resident += 1;
-                    entry.dirty += u64::from(bitmap::any(self.dirty_of(s as SlotId)));
-                }
-            }
+            let expected = self.scan_volume_lines();
             for (volume, counted) in counts {
                 assert_eq!(
                     *counted,

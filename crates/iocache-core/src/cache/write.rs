@@ -104,14 +104,7 @@ impl Cache {
             }
             WritePolicy::WriteAround | WritePolicy::PassThrough => {
                 if let Some(slot) = found {
-                    bitmap::clear_range(self.valid_mut(slot), first, end);
-                    bitmap::clear_range(self.dirty_mut(slot), first, end);
-                    self.records[slot as usize].meta.generation += 1;
-                    if bitmap::any(self.valid_of(slot)) {
-                        if self.unmark_dirty_if_clean(slot) {
-                            self.policy.on_clean(slot);
-                        }
-                    } else {
+                    if !self.clear_sectors(slot, first, end) {
                         self.drop_line(slot, ops);
                     }
                 }

@@ -59,10 +59,11 @@
 //! Cost per access: O(log capacity) for hits and admissions (heap), O(1)
 //! expected for the history (hash map and intrusive LRU list).
 
-use super::list::{Links, ListHead, NIL};
+use super::history::KeyHistory;
+use super::list::NIL;
+use super::slot_heap::{self, SlotHeap, SlotOrder};
 use super::{AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
-use crate::fasthash::FxHashMap;
 
 pub struct Access {
     capacity: usize,
@@ -76,18 +77,11 @@ pub struct Access {
     heap: Vec<SlotId>,
     /// Position of each slot in `heap`; `NIL` when not resident.
     heap_pos: Vec<u32>,
-    history_cap: usize,
-    hist_links: Links,
-    /// Head = most recently accessed.
-    hist_list: ListHead,
-    hist_key: Vec<LineKey>,
-    hist_count: Vec<u64>,
-    hist_free: Vec<u32>,
-    hist_index: FxHashMap<LineKey, u32>,
+    /// The access counts of non-resident lines.
+    history: KeyHistory<u64>,
     /// The count of the line `admit` just accepted, for `on_insert`.
     pending: Option<(LineKey, u64)>,
     rejected: u64,
-    forgotten: u64,
 }
 
 impl Access {
@@ -110,16 +104,9 @@ impl Access {
             slot_stamp: vec![0; capacity_lines],
             heap: Vec::with_capacity(capacity_lines),
             heap_pos: vec![NIL; capacity_lines],
-            history_cap,
-            hist_links: Links::new(0),
-            hist_list: ListHead::default(),
-            hist_key: Vec::new(),
-            hist_count: Vec::new(),
-            hist_free: Vec::new(),
-            hist_index: FxHashMap::default(),
+            history: KeyHistory::new(history_cap),
             pending: None,
             rejected: 0,
-            forgotten: 0,
         }
     }
 
@@ -130,12 +117,12 @@ impl Access {
 
     /// The remembered count of a non-resident line.
     pub fn history_count(&self, key: &LineKey) -> Option<u64> {
-        self.hist_index.get(key).map(|&h| self.hist_count[h as usize])
+        self.history.get(key).copied()
     }
 
     /// Lines remembered in the history, and its bound.
     pub fn history_len(&self) -> (usize, usize) {
-        (self.hist_list.len as usize, self.history_cap)
+        (self.history.len(), self.history.cap())
     }
 
     pub fn resident(&self) -> usize {
@@ -144,130 +131,40 @@ impl Access {
 
     /// Checks the heap order and positions (for tests).
     pub fn check(&self) {
-        for (i, &s) in self.heap.iter().enumerate() {
-            assert_eq!(self.heap_pos[s as usize], i as u32);
-            if i > 0 {
-                assert!(!self.less(s, self.heap[(i - 1) / 2]), "heap order");
-            }
-        }
-        assert_eq!(self.hist_index.len(), self.hist_list.len as usize);
-        assert!(self.hist_list.len as usize <= self.history_cap);
-        assert!(self.hist_key.len() <= self.history_cap);
+        slot_heap::check(&self.heap, &self.heap_pos, self.order());
+        self.history.check();
+        assert!(self.history.allocated() <= self.history.cap());
     }
 
-    fn less(&self, a: SlotId, b: SlotId) -> bool {
-        let (a, b) = (a as usize, b as usize);
-        (self.slot_count[a], self.slot_stamp[a]) < (self.slot_count[b], self.slot_stamp[b])
+    fn order(&self) -> SlotOrder<'_> {
+        SlotOrder::new(&self.slot_count, &self.slot_stamp)
     }
 
-    fn place(&mut self, i: usize, slot: SlotId) {
-        self.heap[i] = slot;
-        self.heap_pos[slot as usize] = i as u32;
-    }
-
-    fn sift_up(&mut self, mut i: usize) {
-        let slot = self.heap[i];
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            let p = self.heap[parent];
-            if !self.less(slot, p) {
-                break;
-            }
-            self.place(i, p);
-            i = parent;
-        }
-        self.place(i, slot);
-    }
-
-    fn sift_down(&mut self, mut i: usize) {
-        let slot = self.heap[i];
-        let n = self.heap.len();
-        loop {
-            let left = 2 * i + 1;
-            if left >= n {
-                break;
-            }
-            let right = left + 1;
-            let child = if right < n && self.less(self.heap[right], self.heap[left]) {
-                right
-            } else {
-                left
-            };
-            let c = self.heap[child];
-            if !self.less(c, slot) {
-                break;
-            }
-            self.place(i, c);
-            i = child;
-        }
-        self.place(i, slot);
+    /// The heap of resident slots, by count then stamp.
+    fn heap(&mut self) -> SlotHeap<'_> {
+        SlotHeap::new(
+            &mut self.heap,
+            &mut self.heap_pos,
+            &self.slot_count,
+            &self.slot_stamp,
+        )
     }
 
     /// Removes `slot` from the heap; returns whether it was there.
     fn heap_remove(&mut self, slot: SlotId) -> bool {
-        let i = self.heap_pos[slot as usize];
-        if i == NIL {
-            return false;
-        }
-        self.heap_pos[slot as usize] = NIL;
-        let last = self.heap.pop().expect("a resident slot is in the heap");
-        let i = i as usize;
-        if last != slot {
-            self.place(i, last);
-            self.sift_down(i);
-            self.sift_up(self.heap_pos[last as usize] as usize);
-        }
-        true
+        self.heap().remove(slot)
     }
 
     /// Takes `key` out of the history, returning its count (0 if unknown).
     fn take_history(&mut self, key: &LineKey) -> u64 {
-        match self.hist_index.remove(key) {
-            Some(h) => {
-                self.hist_links.unlink(&mut self.hist_list, h);
-                self.hist_free.push(h);
-                self.hist_count[h as usize]
-            }
-            None => 0,
-        }
+        self.history.take(key).unwrap_or(0)
     }
 
     /// Remembers `count` for the non-resident `key` as its most recent entry.
     fn remember(&mut self, key: LineKey, count: u64) {
-        if let Some(&h) = self.hist_index.get(&key) {
-            self.hist_count[h as usize] = count;
-            self.hist_links.move_to_head(&mut self.hist_list, h);
-            return;
+        if let Some(entry) = self.history.entry(key, count) {
+            *entry = count;
         }
-        if self.history_cap == 0 {
-            self.forgotten += 1;
-            return;
-        }
-        if self.hist_list.len as usize >= self.history_cap {
-            let oldest = self.hist_list.tail;
-            let old_key = self.hist_key[oldest as usize];
-            self.take_history(&old_key);
-            self.forgotten += 1;
-        }
-        let h = match self.hist_free.pop() {
-            Some(h) => {
-                self.hist_key[h as usize] = key;
-                self.hist_count[h as usize] = count;
-                h
-            }
-            None => {
-                self.hist_key.push(key);
-                self.hist_count.push(count);
-                let h = self.hist_key.len() - 1;
-                if h >= self.hist_links.nodes() {
-                    let grown = (2 * self.hist_links.nodes()).max(16).min(self.history_cap);
-                    self.hist_links.grow_to(grown.max(h + 1));
-                }
-                h as u32
-            }
-        };
-        self.hist_links.push_head(&mut self.hist_list, h);
-        self.hist_index.insert(key, h);
     }
 
     /// Puts `slot` (holding `key`, accessed `count` times) in the heap.
@@ -275,10 +172,7 @@ impl Access {
         self.slot_key[slot as usize] = key;
         self.slot_count[slot as usize] = count;
         self.slot_stamp[slot as usize] = self.tick;
-        self.heap.push(slot);
-        let i = self.heap.len() - 1;
-        self.heap_pos[slot as usize] = i as u32;
-        self.sift_up(i);
+        self.heap().push(slot);
     }
 
     fn evict_min(&mut self) -> Option<SlotId> {
@@ -295,15 +189,14 @@ impl ReplacementPolicy for Access {
     }
 
     fn on_hit(&mut self, slot: SlotId, _info: &AccessInfo) {
-        let i = self.heap_pos[slot as usize];
-        if i == NIL {
+        if self.heap_pos[slot as usize] == NIL {
             debug_assert!(false, "hit on a slot Access does not hold");
             return;
         }
         self.tick += 1;
         self.slot_count[slot as usize] += 1;
         self.slot_stamp[slot as usize] = self.tick;
-        self.sift_down(i as usize);
+        self.heap().grew(slot);
     }
 
     fn admit(&mut self, key: LineKey, _info: &AccessInfo) -> Option<bool> {
@@ -359,7 +252,7 @@ impl ReplacementPolicy for Access {
     fn next_victims(&self) -> [Option<SlotId>; 2] {
         let first = self.heap.first().copied();
         let second = match (self.heap.get(1), self.heap.get(2)) {
-            (Some(&a), Some(&b)) => Some(if self.less(b, a) { b } else { a }),
+            (Some(&a), Some(&b)) => Some(if self.order().less(b, a) { b } else { a }),
             (Some(&a), None) => Some(a),
             _ => None,
         };
@@ -369,7 +262,7 @@ impl ReplacementPolicy for Access {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("admissions_refused", self.rejected),
-            ("history_forgotten", self.forgotten),
+            ("history_forgotten", self.history.forgotten()),
         ]
     }
 }
@@ -505,12 +398,7 @@ mod tests {
             for (history, gate) in [(64, true), (1, true), (0, false), (2, false)] {
                 let mut d = Driver::new(Access::new(capacity, history, gate), capacity);
                 for _ in 0..1_500 {
-                    let line = rng.below(5 * capacity as u64);
-                    if rng.below(10) == 0 {
-                        d.remove(line);
-                    } else {
-                        d.access(line);
-                    }
+                    d.random_step(&mut rng, 5 * capacity as u64, 10);
                     d.policy.check();
                     assert_eq!(d.policy.resident(), d.resident_count());
                     assert!(d.policy.history_len().0 <= capacity * history as usize);

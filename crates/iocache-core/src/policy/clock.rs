@@ -28,7 +28,7 @@
 //! second chance consumes a bit that a hit set).
 
 use super::list::{Links, ListHead, TailLookahead};
-use super::{AccessInfo, ReplacementPolicy};
+use super::{one_victim_per_miss, AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
 pub struct Clock {
@@ -76,6 +76,16 @@ impl Clock {
         v.reverse();
         v
     }
+
+    /// One victim at a time: the hand's.
+    #[inline]
+    fn victim_for(&mut self, _key: LineKey, need_victim: bool) -> Option<SlotId> {
+        if need_victim {
+            self.hand()
+        } else {
+            None
+        }
+    }
 }
 
 impl ReplacementPolicy for Clock {
@@ -93,28 +103,7 @@ impl ReplacementPolicy for Clock {
         self.referenced[slot as usize] = true;
     }
 
-    fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        // One copy of the miss's steps: `on_miss_single`'s.
-        if let Some(victim) = self.on_miss_single(key, need_victim, info, victims) {
-            victims.push(victim);
-        }
-    }
-
-    /// One victim at a time: the hand's.
-    #[inline]
-    fn on_miss_single(
-        &mut self,
-        _key: LineKey,
-        need_victim: bool,
-        _info: &AccessInfo,
-        _victims: &mut Vec<SlotId>,
-    ) -> Option<SlotId> {
-        if need_victim {
-            self.hand()
-        } else {
-            None
-        }
-    }
+    one_victim_per_miss!();
 
     /// The nodes the hand will reach (victims unless referenced by then).
     #[inline]

@@ -7,7 +7,7 @@
 //!
 //! An invalidated line (`on_remove`) simply leaves the queue.
 
-use super::{AccessInfo, Lru, ReplacementPolicy};
+use super::{one_victim_per_miss, AccessInfo, Lru, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
 /// LRU's queue without the move on a hit: admission order is eviction order.
@@ -26,6 +26,12 @@ impl Fifo {
     pub fn order(&self) -> Vec<SlotId> {
         self.queue.order()
     }
+
+    /// LRU's victim: its tail, the oldest admitted.
+    #[inline(always)]
+    fn victim_for(&mut self, key: LineKey, need_victim: bool) -> Option<SlotId> {
+        self.queue.victim_for(key, need_victim)
+    }
 }
 
 impl ReplacementPolicy for Fifo {
@@ -35,19 +41,7 @@ impl ReplacementPolicy for Fifo {
 
     fn on_hit(&mut self, _slot: SlotId, _info: &AccessInfo) {}
 
-    fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        self.queue.on_miss(key, need_victim, info, victims);
-    }
-
-    fn on_miss_single(
-        &mut self,
-        key: LineKey,
-        need_victim: bool,
-        info: &AccessInfo,
-        victims: &mut Vec<SlotId>,
-    ) -> Option<SlotId> {
-        self.queue.on_miss_single(key, need_victim, info, victims)
-    }
+    one_victim_per_miss!();
 
     fn on_insert(&mut self, slot: SlotId, key: LineKey, info: &AccessInfo) {
         self.queue.on_insert(slot, key, info);

@@ -98,15 +98,22 @@ impl Lfu {
                 (self.nodes.len() - 1) as u32
             }
         };
+        self.join(lower, id);
+        self.join(id, higher);
+        id
+    }
+
+    /// Makes `higher` follow `lower` in the count order (`NIL` for none:
+    /// `higher` becomes the lowest, or `lower` the highest).
+    fn join(&mut self, lower: u32, higher: u32) {
         if lower != NIL {
-            self.nodes[lower as usize].higher = id;
+            self.nodes[lower as usize].higher = higher;
         } else {
-            self.lowest = id;
+            self.lowest = higher;
         }
         if higher != NIL {
-            self.nodes[higher as usize].lower = id;
+            self.nodes[higher as usize].lower = lower;
         }
-        id
     }
 
     /// Unlinks `slot` from its node, freeing the node if it became empty.
@@ -119,14 +126,7 @@ impl Lfu {
         self.line_links.unlink(&mut self.nodes[n as usize].lines, slot);
         if self.nodes[n as usize].lines.len == 0 {
             let FreqNode { lower, higher, .. } = self.nodes[n as usize];
-            if lower != NIL {
-                self.nodes[lower as usize].higher = higher;
-            } else {
-                self.lowest = higher;
-            }
-            if higher != NIL {
-                self.nodes[higher as usize].lower = lower;
-            }
+            self.join(lower, higher);
             self.free_nodes.push(n);
         }
     }

@@ -1,7 +1,7 @@
 //! Least-recently-used replacement: one queue, hits move to the head, the tail is evicted.
 
 use super::list::{Links, ListHead, TailLookahead};
-use super::{AccessInfo, ReplacementPolicy};
+use super::{one_victim_per_miss, AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
 pub struct Lru {
@@ -24,6 +24,17 @@ impl Lru {
     pub fn order(&self) -> Vec<SlotId> {
         self.links.iter(&self.queue).collect()
     }
+
+    /// The tail, when a victim is needed: LRU evicts one line at a time.
+    #[inline(always)]
+    pub(super) fn victim_for(&mut self, _key: LineKey, need_victim: bool) -> Option<SlotId> {
+        if !need_victim {
+            return None;
+        }
+        let victim = self.links.pop_tail(&mut self.queue)?;
+        self.ahead.advance(&self.links, &self.queue, victim);
+        Some(victim)
+    }
 }
 
 impl ReplacementPolicy for Lru {
@@ -41,29 +52,7 @@ impl ReplacementPolicy for Lru {
         self.links.prefetch(slot);
     }
 
-    #[inline(always)]
-    fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        if let Some(victim) = self.on_miss_single(key, need_victim, info, victims) {
-            victims.push(victim);
-        }
-    }
-
-    /// The tail, when a victim is needed: LRU evicts one line at a time.
-    #[inline(always)]
-    fn on_miss_single(
-        &mut self,
-        _key: LineKey,
-        need_victim: bool,
-        _info: &AccessInfo,
-        _victims: &mut Vec<SlotId>,
-    ) -> Option<SlotId> {
-        if !need_victim {
-            return None;
-        }
-        let victim = self.links.pop_tail(&mut self.queue)?;
-        self.ahead.advance(&self.links, &self.queue, victim);
-        Some(victim)
-    }
+    one_victim_per_miss!();
 
     #[inline]
     fn on_insert(&mut self, slot: SlotId, _key: LineKey, _info: &AccessInfo) {

@@ -13,16 +13,19 @@ mod clock;
 mod fifo;
 mod ghost;
 mod groups;
+pub(crate) mod history;
 mod larc;
 mod lfu;
 pub mod list;
 mod lru;
+mod probation;
 mod reqblock;
 mod s3fifo;
 mod sieve;
+pub(crate) mod slot_heap;
 mod smq;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 mod twoq;
 mod vbbms;
 
@@ -209,6 +212,38 @@ pub trait ReplacementPolicy: Send {
     }
 }
 
+/// The miss methods of a policy that evicts one line at a time, for its
+/// `impl ReplacementPolicy`: both take the victim from the type's own
+/// `fn victim_for(&mut self, key: LineKey, need_victim: bool) -> Option<SlotId>`
+/// (`on_miss` pushes it, `on_miss_single` returns it), so the two answer
+/// alike.
+macro_rules! one_victim_per_miss {
+    () => {
+        #[inline(always)]
+        fn on_miss(
+            &mut self,
+            key: LineKey,
+            need_victim: bool,
+            _info: &AccessInfo,
+            victims: &mut Vec<SlotId>,
+        ) {
+            victims.extend(self.victim_for(key, need_victim));
+        }
+
+        #[inline(always)]
+        fn on_miss_single(
+            &mut self,
+            key: LineKey,
+            need_victim: bool,
+            _info: &AccessInfo,
+            _victims: &mut Vec<SlotId>,
+        ) -> Option<SlotId> {
+            self.victim_for(key, need_victim)
+        }
+    };
+}
+use one_victim_per_miss;
+
 /// Parameters given after a policy's name: `s3fifo:small=0.1:ghost=0.9`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicyParams {
@@ -228,17 +263,7 @@ impl PolicyParams {
         default: f64,
         range: std::ops::RangeInclusive<f64>,
     ) -> Result<f64, CoreError> {
-        let Some(text) = self.get(name) else {
-            return Ok(default);
-        };
-        match text.parse::<f64>() {
-            Ok(v) if range.contains(&v) => Ok(v),
-            _ => Err(self.bad(
-                name,
-                text,
-                &format!("a number from {} to {}", range.start(), range.end()),
-            )),
-        }
+        self.parsed_or(name, default, range, "a number")
     }
 
     /// An integer parameter, `default` when absent; must lie in `range`.
@@ -248,15 +273,27 @@ impl PolicyParams {
         default: u64,
         range: std::ops::RangeInclusive<u64>,
     ) -> Result<u64, CoreError> {
+        self.parsed_or(name, default, range, "an integer")
+    }
+
+    /// A parameter parsed as `T`, `default` when absent; must lie in
+    /// `range` (`what` names the kind of value in the error).
+    fn parsed_or<T: FromStr + PartialOrd + fmt::Display>(
+        &self,
+        name: &str,
+        default: T,
+        range: std::ops::RangeInclusive<T>,
+        what: &str,
+    ) -> Result<T, CoreError> {
         let Some(text) = self.get(name) else {
             return Ok(default);
         };
-        match text.parse::<u64>() {
+        match text.parse::<T>() {
             Ok(v) if range.contains(&v) => Ok(v),
             _ => Err(self.bad(
                 name,
                 text,
-                &format!("an integer from {} to {}", range.start(), range.end()),
+                &format!("{what} from {} to {}", range.start(), range.end()),
             )),
         }
     }
@@ -532,6 +569,7 @@ impl FromStr for PolicySpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::testing::key;
 
     #[test]
     fn names_and_parameters_parse_and_print() {
@@ -556,10 +594,6 @@ mod tests {
     fn every_registered_policy_survives_a_one_line_cache() {
         for entry in POLICIES {
             let mut policy = (entry.build)(&PolicyParams::default(), 1).unwrap();
-            let key = |i| LineKey {
-                volume: 0,
-                line_index: i,
-            };
             let info = AccessInfo::read_at(0);
             let mut victims = Vec::new();
             policy.on_miss(key(0), false, &info, &mut victims);

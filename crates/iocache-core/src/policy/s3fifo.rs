@@ -50,18 +50,10 @@
 //! Per-access cost: O(1) per hit; amortized O(1) per eviction (every move and
 //! reinsertion consumes counts that hits added).
 
-use super::ghost::GhostFifo;
-use super::list::{Links, ListHead, TailLookahead, NIL};
+use super::probation::{probation_queue_methods, OnProbationQueues, ProbationQueues, Queue};
 use super::{lines_of, AccessInfo, PolicyParams, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 use crate::error::CoreError;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Queue {
-    None,
-    Small,
-    Main,
-}
 
 pub struct S3Fifo {
     small_target: usize,
@@ -69,25 +61,11 @@ pub struct S3Fifo {
     /// when `None`).
     shares: (f64, Option<f64>),
     threshold: u8,
-    links: Links,
-    queue_of: Vec<Queue>,
     freq: Vec<u8>,
-    key_of: Vec<LineKey>,
-    small: ListHead,
-    main: ListHead,
-    ghost: GhostFifo,
-    /// Set by `on_miss` when the incoming key was in G: it enters M.
-    incoming_to_main: bool,
+    /// S is the probation queue, M the main queue, G the ghosts.
+    q: ProbationQueues,
     moved_to_main: u64,
-    ghost_hits: u64,
     reinsertions: u64,
-    /// The last victim evicted and the queue it left (for
-    /// `on_victim_kept`: G may be too small to tell).
-    last_victim: (SlotId, Queue),
-    /// S's and M's oldest lines, walked ahead of their evictions for
-    /// prefetching (hints only).
-    small_ahead: TailLookahead,
-    main_ahead: TailLookahead,
 }
 
 const FREQ_MAX: u8 = 3;
@@ -110,10 +88,6 @@ impl S3Fifo {
     /// `small` and `ghost` are fractions of `capacity_lines`; with no `ghost`,
     /// G holds as many keys as M's share of the cache.
     pub fn new(capacity_lines: usize, small: f64, threshold: u8, ghost: Option<f64>) -> Self {
-        let none = LineKey {
-            volume: 0,
-            line_index: 0,
-        };
         let small_target = lines_of(small, capacity_lines);
         let ghost_lines = match ghost {
             Some(g) => lines_of(g, capacity_lines),
@@ -123,42 +97,32 @@ impl S3Fifo {
             small_target,
             shares: (small, ghost),
             threshold,
-            links: Links::new(capacity_lines),
-            queue_of: vec![Queue::None; capacity_lines],
             freq: vec![0; capacity_lines],
-            key_of: vec![none; capacity_lines],
-            small: ListHead::default(),
-            main: ListHead::default(),
-            ghost: GhostFifo::new(ghost_lines),
-            incoming_to_main: false,
+            q: ProbationQueues::new(capacity_lines, ghost_lines),
             moved_to_main: 0,
-            ghost_hits: 0,
             reinsertions: 0,
-            last_victim: (NIL, Queue::None),
-            small_ahead: TailLookahead::default(),
-            main_ahead: TailLookahead::default(),
         }
     }
 
     /// Sizes of (S, M, G).
     pub fn queue_sizes(&self) -> (usize, usize, usize) {
-        (self.small.len as usize, self.main.len as usize, self.ghost.len())
+        self.q.sizes()
     }
 
     /// (S's target, G's capacity) in lines.
     pub fn limits(&self) -> (usize, usize) {
-        (self.small_target, self.ghost.limit())
+        (self.small_target, self.q.ghost.limit())
     }
 
     pub fn in_ghost(&self, key: &LineKey) -> bool {
-        self.ghost.contains(key)
+        self.q.ghost.contains(key)
     }
 
     /// Resident slots of S and of M, each from head (newest) to tail.
     pub fn queues(&self) -> (Vec<SlotId>, Vec<SlotId>) {
         (
-            self.links.iter(&self.small).collect(),
-            self.links.iter(&self.main).collect(),
+            self.q.links.iter(&self.q.probation).collect(),
+            self.q.links.iter(&self.q.main).collect(),
         )
     }
 
@@ -167,42 +131,42 @@ impl S3Fifo {
     }
 
     fn evict_small(&mut self) -> Option<SlotId> {
-        while let Some(t) = self.links.pop_tail(&mut self.small) {
-            self.small_ahead.advance(&self.links, &self.small, t);
+        while let Some(t) = self.q.pop_tail(Queue::Probation) {
             if self.freq[t as usize] > self.threshold {
                 self.freq[t as usize] = 0;
-                self.links.push_head(&mut self.main, t);
-                self.queue_of[t as usize] = Queue::Main;
+                self.q.push_head(Queue::Main, t);
                 self.moved_to_main += 1;
             } else {
-                self.queue_of[t as usize] = Queue::None;
-                self.ghost.push(self.key_of[t as usize]);
-                self.last_victim = (t, Queue::Small);
-                return Some(t);
+                return Some(self.q.evicted(t, Queue::Probation));
             }
         }
         None
     }
 
     fn evict_main(&mut self) -> Option<SlotId> {
-        while let Some(t) = self.links.pop_tail(&mut self.main) {
-            self.main_ahead.advance(&self.links, &self.main, t);
+        while let Some(t) = self.q.pop_tail(Queue::Main) {
             let f = &mut self.freq[t as usize];
             if *f > 0 {
                 *f -= 1;
-                self.links.push_head(&mut self.main, t);
+                self.q.push_head(Queue::Main, t);
                 self.reinsertions += 1;
             } else {
-                self.queue_of[t as usize] = Queue::None;
-                self.last_victim = (t, Queue::Main);
-                return Some(t);
+                return Some(self.q.evicted(t, Queue::Main));
             }
         }
         None
     }
+}
 
-    fn evict(&mut self) -> Option<SlotId> {
-        if self.small.len as usize >= self.small_target {
+impl OnProbationQueues for S3Fifo {
+    fn queues(&mut self) -> &mut ProbationQueues {
+        &mut self.q
+    }
+
+    /// From S while it is at or over its target, else from M; either
+    /// gives way to the other when it has no victim.
+    fn make_room(&mut self) -> Option<SlotId> {
+        if self.q.probation.len as usize >= self.small_target {
             if let Some(victim) = self.evict_small() {
                 return Some(victim);
             }
@@ -221,118 +185,30 @@ impl ReplacementPolicy for S3Fifo {
         *f = (*f + 1).min(FREQ_MAX);
     }
 
-    fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        // One copy of the miss's steps: `on_miss_single`'s.
-        if let Some(victim) = self.on_miss_single(key, need_victim, info, victims) {
-            victims.push(victim);
-        }
-    }
+    probation_queue_methods!();
 
-    /// One victim at a time, as `on_miss` picks it.
-    #[inline]
-    fn on_miss_single(
-        &mut self,
-        key: LineKey,
-        need_victim: bool,
-        _info: &AccessInfo,
-        _victims: &mut Vec<SlotId>,
-    ) -> Option<SlotId> {
-        self.incoming_to_main = self.ghost.take(&key);
-        self.ghost_hits += self.incoming_to_main as u64;
-        if need_victim {
-            self.evict()
-        } else {
-            None
-        }
-    }
-
-    /// The next lines of the queue `evict` will probably take from (S
+    /// The next lines of the queue `make_room` will probably take from (S
     /// while it is at or over its target), and, for S, where the soon
     /// one's key will go in G. Asked between a miss and its insertion:
     /// the incoming line is counted in the queue it is about to join.
     #[inline]
     fn next_victims(&self) -> [Option<SlotId>; 2] {
-        let small = self.small.len as usize + usize::from(!self.incoming_to_main);
-        let from_small = small >= self.small_target;
-        let ahead = if from_small {
-            &self.small_ahead
-        } else {
-            &self.main_ahead
-        };
-        let [soon, later] = ahead.upcoming();
-        if let Some(flag) = self.freq.get(later as usize) {
-            crate::prefetch::prefetch(flag);
-            crate::prefetch::prefetch_address(self.key_of.as_ptr().wrapping_add(later as usize) as usize);
-        }
-        self.ghost.prefetch_push(if from_small {
-            self.key_of.get(soon as usize)
-        } else {
-            None
-        });
-        ahead.next_victims()
-    }
-
-    /// Back to the head of the queue it left (S: its key, put in G by the
-    /// eviction, is taken out again). Its frequency is as it was.
-    fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
-        self.key_of[slot as usize] = key;
-        let (victim, queue) = self.last_victim;
-        debug_assert_eq!(
-            victim, slot,
-            "one victim per eviction, handed back before the next"
-        );
-        let from_small = queue == Queue::Small;
-        self.ghost.take(&key);
-        if from_small {
-            self.links.push_head(&mut self.small, slot);
-            self.queue_of[slot as usize] = Queue::Small;
-        } else {
-            self.links.push_head(&mut self.main, slot);
-            self.queue_of[slot as usize] = Queue::Main;
-        }
-    }
-
-    /// Evict again (G was looked up once, by `on_miss`).
-    fn on_miss_again(&mut self, _key: LineKey, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        victims.extend(self.evict());
-    }
-
-    /// G's index position a miss on the key looks up.
-    #[inline]
-    fn prefetch_key(&self, hash: u32) {
-        self.ghost.prefetch_key(hash);
-    }
-
-    /// The key of the ghost a miss will probably compare.
-    #[inline]
-    fn prefetch_miss(&self, hash: u32) {
-        self.ghost.prefetch_found(hash);
+        let small = self.q.probation.len as usize + usize::from(!self.q.incoming_to_main);
+        self.q.next_victims(small >= self.small_target, |later| {
+            if let Some(flag) = self.freq.get(later as usize) {
+                crate::prefetch::prefetch(flag);
+            }
+        })
     }
 
     fn on_insert(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
-        self.key_of[slot as usize] = key;
         self.freq[slot as usize] = 0;
-        if std::mem::take(&mut self.incoming_to_main) {
-            self.links.push_head(&mut self.main, slot);
-            self.queue_of[slot as usize] = Queue::Main;
-        } else {
-            self.links.push_head(&mut self.small, slot);
-            self.queue_of[slot as usize] = Queue::Small;
-        }
-    }
-
-    fn on_remove(&mut self, slot: SlotId) {
-        match self.queue_of[slot as usize] {
-            Queue::Small => self.links.unlink(&mut self.small, slot),
-            Queue::Main => self.links.unlink(&mut self.main, slot),
-            Queue::None => return,
-        }
-        self.queue_of[slot as usize] = Queue::None;
+        self.q.insert(slot, key);
     }
 
     fn set_lines_in_service(&mut self, lines: usize) {
         self.small_target = lines_of(self.shares.0, lines);
-        self.ghost.set_limit(match self.shares.1 {
+        self.q.ghost.set_limit(match self.shares.1 {
             Some(g) => lines_of(g, lines),
             None => lines - self.small_target,
         });
@@ -341,7 +217,7 @@ impl ReplacementPolicy for S3Fifo {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("moved_to_main", self.moved_to_main),
-            ("ghost_hits", self.ghost_hits),
+            ("ghost_hits", self.q.ghost_hits),
             ("main_reinsertions", self.reinsertions),
         ]
     }
@@ -524,12 +400,7 @@ mod tests {
                 let mut d = Driver::new(S3Fifo::new(capacity, small, threshold, ghost), capacity);
                 let (_, g) = d.policy.limits();
                 for _ in 0..1_500 {
-                    let line = rng.below(4 * capacity as u64);
-                    if rng.below(10) == 0 {
-                        d.remove(line);
-                    } else {
-                        d.access(line);
-                    }
+                    d.random_step(&mut rng, 4 * capacity as u64, 10);
                     let (s, m, gl) = d.policy.queue_sizes();
                     assert_eq!(s + m, d.resident_count());
                     assert!(gl <= g);
@@ -542,24 +413,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn a_kept_dirty_victim_goes_back_to_s_and_a_ghost_hit_still_enters_m() {
-        // Capacity 4, S's target 1, G of 3: 1-4 fill S; 5 sends 1 to G.
-        let mut d = Driver::new(S3Fifo::new(4, 0.25, 1, None), 4);
-        d.run(&[1, 2, 3, 4, 5]);
-        assert!(d.policy.in_ghost(&key(1)));
-        // 1 again: a G hit. S's oldest, 2, is dirty and kept; asked again
-        // the eviction takes 3.
-        d.miss_keeping(1, &[2]);
-        assert_eq!(d.evicted, vec![1, 3]);
-        assert_eq!(d.resident(), vec![1, 2, 4, 5]);
-        let queue_of = |line| d.policy.queue_of[d.slot_of(line).unwrap() as usize];
-        assert_eq!(queue_of(1), Queue::Main, "a ghost hit enters M");
-        assert_eq!(queue_of(2), Queue::Small, "the kept line is back in S");
-        assert!(!d.policy.in_ghost(&key(2)), "a resident line is no ghost");
-        assert!(d.policy.in_ghost(&key(3)));
-        assert_eq!(d.policy.queue_sizes(), (3, 1, 1));
     }
 }

@@ -1155,6 +1155,29 @@ mod tests {
         q.push(a, id);
     }
 
+    /// A queue without top levels holding `entries` (id, level), put in
+    /// order, over an arena of `real` lines and `sentinels` sentinels.
+    fn queue_with(real: u32, sentinels: u32, entries: &[(u32, u8)]) -> (MultiQueue, Arena) {
+        let mut a = arena(real, sentinels);
+        let mut q = MultiQueue::new(0, 0);
+        for &(id, level) in entries {
+            put(&mut q, &mut a, id, level);
+        }
+        (q, a)
+    }
+
+    /// `n` entries (0 first) at `level` of a new queue with `top_levels`
+    /// levels holding `top_target` entries each, redistributed.
+    fn redistributed(n: u32, level: u8, top_levels: u32, top_target: u32) -> (MultiQueue, Arena) {
+        let mut a = arena(n, 0);
+        let mut q = MultiQueue::new(top_levels, top_target);
+        for id in 0..n {
+            put(&mut q, &mut a, id, level);
+        }
+        q.redistribute(&mut a);
+        (q, a)
+    }
+
     fn layout(q: &MultiQueue, a: &Arena) -> Vec<(usize, Vec<u32>)> {
         (0..LEVELS)
             .map(|l| (l, q.level_nodes(a, l)))
@@ -1164,11 +1187,7 @@ mod tests {
 
     #[test]
     fn requeue_swaps_with_the_oldest_entry_above() {
-        let mut a = arena(3, 0);
-        let mut q = MultiQueue::new(0, 0);
-        put(&mut q, &mut a, 0, 0);
-        put(&mut q, &mut a, 1, 0);
-        put(&mut q, &mut a, 2, 1);
+        let (mut q, mut a) = queue_with(3, 0, &[(0, 0), (1, 0), (2, 1)]);
         // 0 rises to level 1; the oldest of level 1 (2) drops to level 0's tail.
         q.requeue(&mut a, 0, 1, None);
         assert_eq!(layout(&q, &a), vec![(0, vec![1, 2]), (1, vec![0])]);
@@ -1187,15 +1206,9 @@ mod tests {
     #[test]
     fn requeue_keeps_the_swapped_entry_in_its_age_class() {
         // Real 0..3; sentinels: older set 3 (level 0), 4 (level 1); newer set 5, 6.
-        let mut a = arena(3, 4);
-        let mut q = MultiQueue::new(0, 0);
-        put(&mut q, &mut a, 0, 0); // x
-        put(&mut q, &mut a, 3, 0);
-        put(&mut q, &mut a, 5, 0);
-        put(&mut q, &mut a, 4, 1);
-        put(&mut q, &mut a, 1, 1); // y: passed one sentinel
-        put(&mut q, &mut a, 6, 1);
-        put(&mut q, &mut a, 2, 1); // z
+        // x = 0 at level 0; y = 1 (passed one sentinel) and z = 2 at level 1.
+        let entries = [(0, 0), (3, 0), (5, 0), (4, 1), (1, 1), (6, 1), (2, 1)];
+        let (mut q, mut a) = queue_with(3, 4, &entries);
         assert_eq!(q.len, 3);
         // Level 0: [x, S3, S5]; level 1: [S4, y, S6, z]. x rises; y is the first
         // real entry of level 1 after one sentinel, so it goes in front of the
@@ -1220,13 +1233,8 @@ mod tests {
 
     #[test]
     fn peek_crosses_sentinels_only_when_asked() {
-        let mut a = arena(2, 2);
-        let mut q = MultiQueue::new(0, 0);
         // Level 0: [S2, 0]; level 5: [1, S3].
-        put(&mut q, &mut a, 2, 0);
-        put(&mut q, &mut a, 0, 0);
-        put(&mut q, &mut a, 1, 5);
-        put(&mut q, &mut a, 3, 5);
+        let (mut q, mut a) = queue_with(2, 2, &[(2, 0), (0, 0), (1, 5), (3, 5)]);
         assert_eq!(q.peek(&a, LEVELS, true), Some(0));
         assert_eq!(q.peek(&a, LEVELS, false), Some(1)); // level 0's oldest is a sentinel
         assert_eq!(q.peek(&a, 5, false), None); // level 5 is out of range
@@ -1238,12 +1246,7 @@ mod tests {
     #[test]
     fn redistribute_pushes_up_to_the_tail_as_mainline_does() {
         // Four entries at level 0 (oldest 0), 64 cache levels: targets 1,1,1,1,0...
-        let mut a = arena(4, 0);
-        let mut q = MultiQueue::new(0, 0);
-        for id in 0..4 {
-            put(&mut q, &mut a, id, 0);
-        }
-        q.redistribute(&mut a);
+        let (q, a) = redistributed(4, 0, 0, 0);
         // Level 0 [0,1,2,3] keeps 0 and appends 3, 2, 1 to level 1: [3, 2, 1].
         // Level 1 keeps 3 and appends 1, 2 to level 2: [1, 2]. Level 2 keeps 1
         // and appends 2 to level 3.
@@ -1256,21 +1259,11 @@ mod tests {
     #[test]
     fn redistribute_pulls_down_the_oldest_and_fills_the_top_levels() {
         // Three entries at level 9: targets 1,1,1 on levels 0-2 pull them down in order.
-        let mut a = arena(3, 0);
-        let mut q = MultiQueue::new(0, 0);
-        for id in 0..3 {
-            put(&mut q, &mut a, id, 9);
-        }
-        q.redistribute(&mut a);
+        let (q, a) = redistributed(3, 9, 0, 0);
         assert_eq!(layout(&q, &a), vec![(0, vec![0]), (1, vec![1]), (2, vec![2])]);
         // A hotspot-like queue: top 8 levels hold 2 entries (levels 56 and 57),
         // the remaining 1 goes to level 0. Entries 0, 1, 2 at level 0.
-        let mut a = arena(3, 0);
-        let mut q = MultiQueue::new(8, 2);
-        for id in 0..3 {
-            put(&mut q, &mut a, id, 0);
-        }
-        q.redistribute(&mut a);
+        let (q, a) = redistributed(3, 0, 8, 2);
         // Level 0 keeps 0, pushes 2 then 1: level 1 [2, 1]; every level up to 55
         // has target 0 and pushes both, reversing them each time: [1, 2] at even
         // levels, [2, 1] at odd ones, so level 56 receives 1 then 2 and keeps 1;

@@ -153,6 +153,17 @@ impl<P: ReplacementPolicy> Driver<P> {
     pub fn resident_count(&self) -> usize {
         self.slots.iter().flatten().count()
     }
+
+    /// One random step over lines `0..lines`: one in `remove_one_in`
+    /// removes the line (if resident), the others access it.
+    pub fn random_step(&mut self, rng: &mut XorShift, lines: u64, remove_one_in: u64) {
+        let line = rng.below(lines);
+        if rng.below(remove_one_in) == 0 {
+            self.remove(line);
+        } else {
+            self.access(line);
+        }
+    }
 }
 
 /// Drives a policy of each capacity from 1 to 7 lines (made by `make`)
@@ -169,12 +180,7 @@ pub fn churn<P: ReplacementPolicy>(
     for capacity in 1..8usize {
         let mut d = Driver::new(make(capacity), capacity);
         for _ in 0..steps {
-            let line = rng.below(3 * capacity as u64);
-            if rng.below(8) == 0 {
-                d.remove(line);
-            } else {
-                d.access(line);
-            }
+            d.random_step(&mut rng, 3 * capacity as u64, 8);
             check(&d, capacity);
         }
     }

@@ -34,39 +34,17 @@
 //!
 //! Memory: the slots' links plus Kout ghost keys with their index.
 
-use super::ghost::GhostFifo;
-use super::list::{Links, ListHead, TailLookahead, NIL};
+use super::probation::{probation_queue_methods, OnProbationQueues, ProbationQueues, Queue};
 use super::{lines_of, AccessInfo, PolicyParams, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 use crate::error::CoreError;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Queue {
-    None,
-    A1in,
-    Am,
-}
 
 pub struct TwoQ {
     kin: usize,
     /// `kin` and A1out's size as shares of the lines in service.
     shares: (f64, f64),
-    links: Links,
-    queue_of: Vec<Queue>,
-    key_of: Vec<LineKey>,
-    a1in: ListHead,
-    am: ListHead,
-    a1out: GhostFifo,
-    /// Set by `on_miss` when the incoming key was in A1out: it enters Am.
-    incoming_to_am: bool,
-    a1out_hits: u64,
-    /// The last victim reclaimed and the queue it left (for
-    /// `on_victim_kept`: A1out may be too small to tell).
-    last_victim: (SlotId, Queue),
-    /// A1in's and Am's oldest lines, walked ahead of their reclaims for
-    /// prefetching (hints only).
-    a1in_ahead: TailLookahead,
-    am_ahead: TailLookahead,
+    /// A1in is the probation queue, Am the main queue, A1out the ghosts.
+    q: ProbationQueues,
 }
 
 impl TwoQ {
@@ -80,61 +58,48 @@ impl TwoQ {
 
     /// A 2Q cache of `capacity_lines` with A1in and A1out sized as fractions of it.
     pub fn new(capacity_lines: usize, kin: f64, kout: f64) -> Self {
-        let none = LineKey {
-            volume: 0,
-            line_index: 0,
-        };
         TwoQ {
             kin: lines_of(kin, capacity_lines),
             shares: (kin, kout),
-            links: Links::new(capacity_lines),
-            queue_of: vec![Queue::None; capacity_lines],
-            key_of: vec![none; capacity_lines],
-            a1in: ListHead::default(),
-            am: ListHead::default(),
-            a1out: GhostFifo::new(lines_of(kout, capacity_lines)),
-            incoming_to_am: false,
-            a1out_hits: 0,
-            last_victim: (NIL, Queue::None),
-            a1in_ahead: TailLookahead::default(),
-            am_ahead: TailLookahead::default(),
+            q: ProbationQueues::new(capacity_lines, lines_of(kout, capacity_lines)),
         }
     }
 
     /// Sizes of (A1in, Am, A1out).
     pub fn queue_sizes(&self) -> (usize, usize, usize) {
-        (self.a1in.len as usize, self.am.len as usize, self.a1out.len())
+        self.q.sizes()
     }
 
     /// (Kin, Kout) in lines.
     pub fn limits(&self) -> (usize, usize) {
-        (self.kin, self.a1out.limit())
+        (self.kin, self.q.ghost.limit())
     }
 
     /// Whether `key` is remembered in A1out.
     pub fn in_a1out(&self, key: &LineKey) -> bool {
-        self.a1out.contains(key)
+        self.q.ghost.contains(key)
     }
 
     fn reclaim_from_a1in(&self) -> bool {
-        (self.a1in.len as usize > self.kin && self.a1in.len > 0) || self.am.len == 0
+        (self.q.probation.len as usize > self.kin && self.q.probation.len > 0) || self.q.main.len == 0
+    }
+}
+
+impl OnProbationQueues for TwoQ {
+    fn queues(&mut self) -> &mut ProbationQueues {
+        &mut self.q
     }
 
-    fn reclaim(&mut self) -> Option<SlotId> {
-        if self.reclaim_from_a1in() {
-            let slot = self.links.pop_tail(&mut self.a1in)?;
-            self.a1in_ahead.advance(&self.links, &self.a1in, slot);
-            self.queue_of[slot as usize] = Queue::None;
-            self.a1out.push(self.key_of[slot as usize]);
-            self.last_victim = (slot, Queue::A1in);
-            Some(slot)
+    /// The paper's `reclaimfor`: A1in's oldest while A1in is over Kin,
+    /// else Am's.
+    fn make_room(&mut self) -> Option<SlotId> {
+        let queue = if self.reclaim_from_a1in() {
+            Queue::Probation
         } else {
-            let slot = self.links.pop_tail(&mut self.am)?;
-            self.am_ahead.advance(&self.links, &self.am, slot);
-            self.queue_of[slot as usize] = Queue::None;
-            self.last_victim = (slot, Queue::Am);
-            Some(slot)
-        }
+            Queue::Main
+        };
+        let slot = self.q.pop_tail(queue)?;
+        Some(self.q.evicted(slot, queue))
     }
 }
 
@@ -144,133 +109,44 @@ impl ReplacementPolicy for TwoQ {
     }
 
     fn on_hit(&mut self, slot: SlotId, _info: &AccessInfo) {
-        match self.queue_of[slot as usize] {
-            Queue::Am => self.links.move_to_head(&mut self.am, slot),
-            Queue::A1in => {}
+        match self.q.queue_of[slot as usize] {
+            Queue::Main => self.q.links.move_to_head(&mut self.q.main, slot),
+            Queue::Probation => {}
             Queue::None => debug_assert!(false, "hit on a slot 2Q does not hold"),
         }
     }
 
-    fn on_miss(&mut self, key: LineKey, need_victim: bool, info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        // One copy of the miss's steps: `on_miss_single`'s.
-        if let Some(victim) = self.on_miss_single(key, need_victim, info, victims) {
-            victims.push(victim);
-        }
-    }
-
-    /// One victim at a time, as `on_miss` picks it.
-    #[inline]
-    fn on_miss_single(
-        &mut self,
-        key: LineKey,
-        need_victim: bool,
-        _info: &AccessInfo,
-        _victims: &mut Vec<SlotId>,
-    ) -> Option<SlotId> {
-        self.incoming_to_am = self.a1out.take(&key);
-        self.a1out_hits += self.incoming_to_am as u64;
-        if need_victim {
-            self.reclaim()
-        } else {
-            None
-        }
-    }
-
-    /// Back to the head of the queue it left (A1in: its key, put in A1out
-    /// by the reclaim, is taken out again).
-    fn on_victim_kept(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
-        self.key_of[slot as usize] = key;
-        let (victim, queue) = self.last_victim;
-        debug_assert_eq!(
-            victim, slot,
-            "one victim per reclaim, handed back before the next"
-        );
-        let from_a1in = queue == Queue::A1in;
-        self.a1out.take(&key);
-        if from_a1in {
-            self.links.push_head(&mut self.a1in, slot);
-            self.queue_of[slot as usize] = Queue::A1in;
-        } else {
-            self.links.push_head(&mut self.am, slot);
-            self.queue_of[slot as usize] = Queue::Am;
-        }
-    }
-
-    /// Reclaim again (A1out was looked up once, by `on_miss`).
-    fn on_miss_again(&mut self, _key: LineKey, _info: &AccessInfo, victims: &mut Vec<SlotId>) {
-        victims.extend(self.reclaim());
-    }
-
-    /// A1out's index position a miss on the key looks up.
-    #[inline]
-    fn prefetch_key(&self, hash: u32) {
-        self.a1out.prefetch_key(hash);
-    }
-
-    /// The key of the A1out entry a miss will probably compare.
-    #[inline]
-    fn prefetch_miss(&self, hash: u32) {
-        self.a1out.prefetch_found(hash);
-    }
+    probation_queue_methods!();
 
     fn on_insert(&mut self, slot: SlotId, key: LineKey, _info: &AccessInfo) {
-        self.key_of[slot as usize] = key;
-        if std::mem::take(&mut self.incoming_to_am) {
-            self.links.push_head(&mut self.am, slot);
-            self.queue_of[slot as usize] = Queue::Am;
-        } else {
-            self.links.push_head(&mut self.a1in, slot);
-            self.queue_of[slot as usize] = Queue::A1in;
-        }
+        self.q.insert(slot, key);
     }
 
-    fn on_remove(&mut self, slot: SlotId) {
-        match self.queue_of[slot as usize] {
-            Queue::A1in => self.links.unlink(&mut self.a1in, slot),
-            Queue::Am => self.links.unlink(&mut self.am, slot),
-            Queue::None => return,
-        }
-        self.queue_of[slot as usize] = Queue::None;
-    }
-
-    /// The next lines of the queue `reclaim` will probably take from, and,
+    /// The next lines of the queue `make_room` will probably take from, and,
     /// for A1in, where the soon one's key will go in A1out. Asked between
     /// a miss and its insertion, so the incoming line is counted in the
     /// queue it is about to join: otherwise, with A1in at Kin after the
     /// reclaim, the guess would be Am and the next reclaim take A1in (the
     /// guess was right for one reclaim in five on P2 that way).
     fn next_victims(&self) -> [Option<SlotId>; 2] {
-        let (a1in, am) = if self.incoming_to_am {
-            (self.a1in.len as usize, self.am.len as usize + 1)
+        let (a1in, am) = if self.q.incoming_to_main {
+            (self.q.probation.len as usize, self.q.main.len as usize + 1)
         } else {
-            (self.a1in.len as usize + 1, self.am.len as usize)
+            (self.q.probation.len as usize + 1, self.q.main.len as usize)
         };
         let from_a1in = a1in > self.kin || am == 0;
-        let ahead = if from_a1in {
-            &self.a1in_ahead
-        } else {
-            &self.am_ahead
-        };
-        let [soon, later] = ahead.upcoming();
-        if later != NIL {
-            crate::prefetch::prefetch_address(self.key_of.as_ptr().wrapping_add(later as usize) as usize);
-            crate::prefetch::prefetch_address(self.queue_of.as_ptr().wrapping_add(later as usize) as usize);
-        }
-        self.a1out.prefetch_push(if from_a1in {
-            self.key_of.get(soon as usize)
-        } else {
-            None
-        });
-        ahead.next_victims()
+        self.q.next_victims(from_a1in, |later| {
+            crate::prefetch::prefetch_address(self.q.queue_of.as_ptr().wrapping_add(later as usize) as usize);
+        })
     }
 
     fn set_lines_in_service(&mut self, lines: usize) {
         self.kin = lines_of(self.shares.0, lines);
-        self.a1out.set_limit(lines_of(self.shares.1, lines));
+        self.q.ghost.set_limit(lines_of(self.shares.1, lines));
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![("a1out_hits", self.a1out_hits)]
+        vec![("a1out_hits", self.q.ghost_hits)]
     }
 }
 
@@ -393,12 +269,7 @@ mod tests {
                 let mut d = Driver::new(TwoQ::new(capacity, kin, kout), capacity);
                 let (_, k_out) = d.policy.limits();
                 for _ in 0..1_500 {
-                    let line = rng.below(4 * capacity as u64);
-                    if rng.below(10) == 0 {
-                        d.remove(line);
-                    } else {
-                        d.access(line);
-                    }
+                    d.random_step(&mut rng, 4 * capacity as u64, 10);
                     let (a1in, am, a1out) = d.policy.queue_sizes();
                     assert_eq!(a1in + am, d.resident_count());
                     assert!(a1in + am <= capacity);
@@ -406,24 +277,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn a_kept_dirty_victim_goes_back_to_a1in_and_an_a1out_hit_still_enters_am() {
-        // Capacity 4: Kin = 1, Kout = 2. 1-4 fill A1in; 5 sends 1 to A1out.
-        let mut d = twoq(4);
-        d.run(&[1, 2, 3, 4, 5]);
-        assert!(d.policy.in_a1out(&key(1)));
-        // 1 again: an A1out hit. The reclaim names 2 (A1in's oldest), which
-        // is dirty and kept; asked again it names 3.
-        d.miss_keeping(1, &[2]);
-        assert_eq!(d.evicted, vec![1, 3]);
-        assert_eq!(d.resident(), vec![1, 2, 4, 5]);
-        let queue_of = |line| d.policy.queue_of[d.slot_of(line).unwrap() as usize];
-        assert_eq!(queue_of(1), Queue::Am, "an A1out hit enters Am");
-        assert_eq!(queue_of(2), Queue::A1in, "the kept line is back in A1in");
-        assert!(!d.policy.in_a1out(&key(2)), "a resident line is not in A1out");
-        assert!(d.policy.in_a1out(&key(3)));
-        assert_eq!(d.policy.queue_sizes(), (3, 1, 1));
     }
 }

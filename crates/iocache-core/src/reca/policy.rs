@@ -70,10 +70,13 @@ use super::table::{feature_of, EvictionRule};
 use crate::addr::{split_request_keys, LineKey, LineSize, Request, SlotId};
 use crate::error::CoreError;
 use crate::fasthash::{FxHashMap, FxHasher};
+use crate::policy::history::KeyHistory;
 use crate::policy::list::{Links, ListHead, NIL};
+use crate::policy::slot_heap::{self, SlotHeap, SlotOrder};
 use crate::policy::{AccessInfo, PolicyParams, ReplacementPolicy};
 
-/// Every parameter of the `reca` policy.
+/// Every parameter of the `reca` policy: first the six a category sets,
+/// then [`RECA_KEPT_PARAMS`].
 pub const RECA_PARAMS: &[&str] = &[
     "evict",
     "over",
@@ -92,17 +95,8 @@ pub const RECA_PARAMS: &[&str] = &[
 ];
 
 /// The parameters a category does not set (kept when the controller
-/// switches categories).
-pub const RECA_KEPT_PARAMS: [&str; 8] = [
-    "sets",
-    "lru_window",
-    "pages",
-    "history",
-    "stride",
-    "seq_size",
-    "streams",
-    "wait",
-];
+/// switches categories): those after the first six of [`RECA_PARAMS`].
+pub const RECA_KEPT_PARAMS: &[&str] = RECA_PARAMS.split_at(6).1;
 
 /// Priorities are kept as integers in thousandths of the table's units, so
 /// comparisons are exact.
@@ -210,15 +204,9 @@ pub struct RecaPolicy {
     /// Head: most recently used.
     lru: ListHead,
     resident: FxHashMap<LineKey, SlotId>,
-    hist_cap: usize,
-    hist_links: Links,
-    hist_list: ListHead,
-    hist_key: Vec<LineKey>,
-    hist_counts: Vec<Counts>,
-    hist_free: Vec<u32>,
-    hist_index: FxHashMap<LineKey, u32>,
+    /// The class counts of lines not resident.
+    history: KeyHistory<Counts>,
     rejected: u64,
-    forgotten: u64,
     neighbour_evictions: u64,
     reconfigurations: u64,
     classified_requests: u64,
@@ -230,7 +218,6 @@ impl RecaPolicy {
             volume: 0,
             line_index: 0,
         };
-        let hist_cap = Self::history_bound(capacity_lines, params.pages);
         RecaPolicy {
             capacity: capacity_lines,
             classifier: Classifier::new(params.classifier),
@@ -246,15 +233,8 @@ impl RecaPolicy {
             lru_links: Links::new(capacity_lines),
             lru: ListHead::default(),
             resident: FxHashMap::default(),
-            hist_cap,
-            hist_links: Links::new(0),
-            hist_list: ListHead::default(),
-            hist_key: Vec::new(),
-            hist_counts: Vec::new(),
-            hist_free: Vec::new(),
-            hist_index: FxHashMap::default(),
+            history: KeyHistory::new(Self::history_bound(capacity_lines, params.pages)),
             rejected: 0,
-            forgotten: 0,
             neighbour_evictions: 0,
             reconfigurations: 0,
             classified_requests: 0,
@@ -281,9 +261,7 @@ impl RecaPolicy {
 
     /// The priority of a line not resident but remembered, in thousandths.
     pub fn remembered_priority(&self, key: &LineKey) -> Option<u64> {
-        self.hist_index
-            .get(key)
-            .map(|&h| self.weigh(&self.hist_counts[h as usize]))
+        self.history.get(key).map(|counts| self.weigh(counts))
     }
 
     pub fn resident_count(&self) -> usize {
@@ -307,79 +285,27 @@ impl RecaPolicy {
 
     // ---- heaps ----
 
-    fn less(&self, a: SlotId, b: SlotId) -> bool {
-        let (a, b) = (a as usize, b as usize);
-        (self.slot_priority[a], self.slot_stamp[a]) < (self.slot_priority[b], self.slot_stamp[b])
+    fn order(&self) -> SlotOrder<'_> {
+        SlotOrder::new(&self.slot_priority, &self.slot_stamp)
     }
 
-    fn place(&mut self, set: usize, i: usize, slot: SlotId) {
-        self.heaps[set][i] = slot;
-        self.heap_pos[slot as usize] = i as u32;
-    }
-
-    fn sift_up(&mut self, set: usize, mut i: usize) {
-        let slot = self.heaps[set][i];
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            let p = self.heaps[set][parent];
-            if !self.less(slot, p) {
-                break;
-            }
-            self.place(set, i, p);
-            i = parent;
-        }
-        self.place(set, i, slot);
-    }
-
-    fn sift_down(&mut self, set: usize, mut i: usize) {
-        let slot = self.heaps[set][i];
-        let n = self.heaps[set].len();
-        loop {
-            let left = 2 * i + 1;
-            if left >= n {
-                break;
-            }
-            let right = left + 1;
-            let child = if right < n && self.less(self.heaps[set][right], self.heaps[set][left]) {
-                right
-            } else {
-                left
-            };
-            let c = self.heaps[set][child];
-            if !self.less(c, slot) {
-                break;
-            }
-            self.place(set, i, c);
-            i = child;
-        }
-        self.place(set, i, slot);
+    /// The heap of `slot`'s set, by priority then stamp.
+    fn heap_of(&mut self, slot: SlotId) -> SlotHeap<'_> {
+        let heap = &mut self.heaps[self.slot_set[slot as usize] as usize];
+        SlotHeap::new(heap, &mut self.heap_pos, &self.slot_priority, &self.slot_stamp)
     }
 
     /// Restores the heap order around `slot` after its key changed.
     fn reheap(&mut self, slot: SlotId) {
-        let set = self.slot_set[slot as usize] as usize;
-        let i = self.heap_pos[slot as usize] as usize;
-        self.sift_down(set, i);
-        self.sift_up(set, self.heap_pos[slot as usize] as usize);
+        self.heap_of(slot).reheap(slot);
     }
 
     fn heap_push(&mut self, slot: SlotId) {
-        let set = self.slot_set[slot as usize] as usize;
-        self.heaps[set].push(slot);
-        let i = self.heaps[set].len() - 1;
-        self.heap_pos[slot as usize] = i as u32;
-        self.sift_up(set, i);
+        self.heap_of(slot).push(slot);
     }
 
     fn heap_remove(&mut self, slot: SlotId) {
-        let set = self.slot_set[slot as usize] as usize;
-        let i = self.heap_pos[slot as usize] as usize;
-        self.heap_pos[slot as usize] = NIL;
-        let last = self.heaps[set].pop().expect("a resident slot is in its heap");
-        if last != slot {
-            self.place(set, i, last);
-            self.reheap(last);
-        }
+        self.heap_of(slot).remove(slot);
     }
 
     /// Halves every line's counts, resident or remembered (rounding down):
@@ -393,7 +319,7 @@ impl RecaPolicy {
                 *c /= 2;
             }
         }
-        for counts in &mut self.hist_counts {
+        for counts in self.history.values_mut() {
             for c in counts.iter_mut() {
                 *c /= 2;
             }
@@ -415,61 +341,15 @@ impl RecaPolicy {
     // ---- the history of lines not resident ----
 
     fn take_history(&mut self, key: &LineKey) -> Counts {
-        match self.hist_index.remove(key) {
-            Some(h) => {
-                self.hist_links.unlink(&mut self.hist_list, h);
-                self.hist_free.push(h);
-                self.hist_counts[h as usize]
-            }
-            None => [0; 7],
-        }
-    }
-
-    /// The history entry of `key`, created (most recent) if absent; `None`
-    /// when the history holds nothing.
-    fn history_entry(&mut self, key: LineKey) -> Option<u32> {
-        if let Some(&h) = self.hist_index.get(&key) {
-            self.hist_links.move_to_head(&mut self.hist_list, h);
-            return Some(h);
-        }
-        if self.hist_cap == 0 {
-            self.forgotten += 1;
-            return None;
-        }
-        while self.hist_list.len as usize >= self.hist_cap {
-            let oldest = self.hist_list.tail;
-            let old_key = self.hist_key[oldest as usize];
-            self.take_history(&old_key);
-            self.forgotten += 1;
-        }
-        let h = match self.hist_free.pop() {
-            Some(h) => {
-                self.hist_key[h as usize] = key;
-                self.hist_counts[h as usize] = [0; 7];
-                h
-            }
-            None => {
-                self.hist_key.push(key);
-                self.hist_counts.push([0; 7]);
-                let h = self.hist_key.len() - 1;
-                if h >= self.hist_links.nodes() {
-                    let grown = (2 * self.hist_links.nodes()).max(16).min(self.hist_cap);
-                    self.hist_links.grow_to(grown.max(h + 1));
-                }
-                h as u32
-            }
-        };
-        self.hist_links.push_head(&mut self.hist_list, h);
-        self.hist_index.insert(key, h);
-        Some(h)
+        self.history.take(key).unwrap_or([0; 7])
     }
 
     fn remember(&mut self, key: LineKey, counts: Counts) {
         if counts == [0; 7] {
             return;
         }
-        if let Some(h) = self.history_entry(key) {
-            self.hist_counts[h as usize] = counts;
+        if let Some(entry) = self.history.entry(key, [0; 7]) {
+            *entry = counts;
         }
     }
 
@@ -489,8 +369,7 @@ impl RecaPolicy {
                 }
                 self.slot_priority[slot as usize] = self.weigh(&self.slot_counts[slot as usize]);
                 self.reheap(slot);
-            } else if let Some(h) = self.history_entry(key) {
-                let counts = &mut self.hist_counts[h as usize];
+            } else if let Some(counts) = self.history.entry(key, [0; 7]) {
                 counts[feature] = counts[feature].saturating_add(1);
                 if c.class.overlapped {
                     counts[6] = counts[6].saturating_add(1);
@@ -511,7 +390,7 @@ impl RecaPolicy {
                 self.heaps
                     .iter()
                     .filter_map(|h| h.first().copied())
-                    .reduce(|a, b| if self.less(b, a) { b } else { a })
+                    .reduce(|a, b| if self.order().less(b, a) { b } else { a })
             }
             EvictionRule::PriorityLru => {
                 let mut best: Option<SlotId> = None;
@@ -520,7 +399,7 @@ impl RecaPolicy {
                     if node == NIL {
                         break;
                     }
-                    if best.is_none_or(|b| self.less(node, b)) {
+                    if best.is_none_or(|b| self.order().less(node, b)) {
                         best = Some(node);
                     }
                     node = self.lru_links.prev(node);
@@ -568,8 +447,7 @@ impl ReplacementPolicy for RecaPolicy {
         self.tick += 1;
         self.slot_stamp[slot as usize] = self.tick;
         self.lru_links.move_to_head(&mut self.lru, slot);
-        let set = self.slot_set[slot as usize] as usize;
-        self.sift_down(set, self.heap_pos[slot as usize] as usize);
+        self.heap_of(slot).grew(slot);
     }
 
     fn admit(&mut self, key: LineKey, _info: &AccessInfo) -> Option<bool> {
@@ -648,13 +526,8 @@ impl ReplacementPolicy for RecaPolicy {
         if reweighed {
             self.age_counts();
         }
-        self.hist_cap = Self::history_bound(self.capacity, new.pages);
-        while self.hist_list.len as usize > self.hist_cap {
-            let oldest = self.hist_list.tail;
-            let old_key = self.hist_key[oldest as usize];
-            self.take_history(&old_key);
-            self.forgotten += 1;
-        }
+        self.history
+            .set_cap(Self::history_bound(self.capacity, new.pages));
         self.params = new;
         if rebuild {
             self.rebuild_heaps();
@@ -666,7 +539,7 @@ impl ReplacementPolicy for RecaPolicy {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("reca_rejected", self.rejected),
-            ("reca_forgotten", self.forgotten),
+            ("reca_forgotten", self.history.forgotten()),
             ("reca_neighbour_evictions", self.neighbour_evictions),
             ("reca_reconfigurations", self.reconfigurations),
             ("reca_classified_requests", self.classified_requests),
@@ -679,27 +552,23 @@ impl RecaPolicy {
     pub fn check(&self) {
         let mut in_heaps = 0;
         for (set, heap) in self.heaps.iter().enumerate() {
-            for (i, &s) in heap.iter().enumerate() {
-                assert_eq!(self.heap_pos[s as usize], i as u32);
+            slot_heap::check(heap, &self.heap_pos, self.order());
+            for &s in heap {
                 assert_eq!(self.slot_set[s as usize] as usize, set);
                 assert_eq!(
                     self.slot_priority[s as usize],
                     self.weigh(&self.slot_counts[s as usize])
                 );
-                if i > 0 {
-                    assert!(!self.less(s, heap[(i - 1) / 2]), "heap order");
-                }
             }
             in_heaps += heap.len();
         }
         assert_eq!(in_heaps, self.resident.len());
         assert_eq!(self.lru.len as usize, self.resident.len());
         assert!(self.resident.len() <= self.capacity);
-        assert_eq!(self.hist_index.len(), self.hist_list.len as usize);
-        assert!(self.hist_list.len as usize <= self.hist_cap);
+        self.history.check();
         for (key, &slot) in &self.resident {
             assert_eq!(self.slot_key[slot as usize], *key);
-            assert!(!self.hist_index.contains_key(key));
+            assert!(!self.history.contains(key));
         }
     }
 }
@@ -708,6 +577,7 @@ impl RecaPolicy {
 mod tests {
     use super::*;
     use crate::addr::IoKind;
+    use crate::policy::testing::key;
     use proptest::prelude::*;
 
     #[derive(Clone, Debug)]
@@ -748,7 +618,6 @@ mod tests {
             let line = LineSize::new(4096).unwrap();
             let mut p = RecaPolicy::from_params(&params(first), capacity).unwrap();
             let mut slots: Vec<Option<u64>> = vec![None; capacity];
-            let key = |l: u64| LineKey { volume: 0, line_index: l };
             for (t, step) in steps.into_iter().enumerate() {
                 let t = t as u64;
                 match step {
@@ -801,10 +670,6 @@ mod tests {
         let mut p = RecaPolicy::from_params(spec.params(), 4).unwrap();
         let line = LineSize::new(4096).unwrap();
         let info = AccessInfo::read_at(0);
-        let key = |l: u64| LineKey {
-            volume: 0,
-            line_index: l,
-        };
         p.on_insert(0, key(0), &info);
         p.on_insert(1, key(1), &info);
         // Line 0 read, then line 1 read right after it: line 0 sequential (1).
@@ -827,10 +692,6 @@ mod tests {
         let mut p = RecaPolicy::from_params(spec("access=1/1/1").params(), 4).unwrap();
         let line = LineSize::new(4096).unwrap();
         let info = AccessInfo::read_at(0);
-        let key = |l: u64| LineKey {
-            volume: 0,
-            line_index: l,
-        };
         p.on_insert(0, key(0), &info);
         p.on_insert(1, key(100), &info);
         // Line 0 read three times, line 100 once, line 200 (not resident)

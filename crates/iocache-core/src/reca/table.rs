@@ -241,15 +241,9 @@ struct Draft {
     fields: Vec<(String, Value, usize)>,
 }
 
-const KEYS: [&str; 15] = [
-    "name",
-    "sequential_read",
-    "sequential_write",
-    "strided_read",
-    "strided_write",
-    "random_read",
-    "random_write",
-    "overlapped",
+/// A category's fields besides `name`, the [`FEATURE_NAMES`] and
+/// `neighbours`.
+const SETTING_KEYS: [&str; 7] = [
     "line_size",
     "write_policy",
     "eviction",
@@ -328,11 +322,19 @@ impl CategoryTable {
             let Some(draft) = drafts.last_mut() else {
                 return Err(err(n, key, "a field before the first [[category]]".into()));
             };
-            if !KEYS.contains(&key) && key != "neighbours" {
+            let known = key == "name"
+                || FEATURE_NAMES.contains(&key)
+                || SETTING_KEYS.contains(&key)
+                || key == "neighbours";
+            if !known {
                 return Err(err(
                     n,
                     key,
-                    format!("unknown field; the fields are {}, neighbours", KEYS.join(", ")),
+                    format!(
+                        "unknown field; the fields are name, {}, {}, neighbours",
+                        FEATURE_NAMES.join(", "),
+                        SETTING_KEYS.join(", ")
+                    ),
                 ));
             }
             if draft.fields.iter().any(|(k, _, _)| k == key) {

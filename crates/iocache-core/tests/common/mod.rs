@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use iocache_core::{
     AccessHints, Cache, CacheConfig, FlushOrder, FlushToken, IoKind, LineSize, Op, OpList, PolicySpec,
-    Request, WritePolicy, SECTOR_BYTES,
+    Promotion, Request, WritePolicy, SECTOR_BYTES,
 };
 use proptest::prelude::*;
 
@@ -15,6 +15,28 @@ pub fn cache(lines: u64, line_bytes: u64, config: impl FnOnce(&mut CacheConfig))
     let mut c = CacheConfig::new(lines, LineSize::new(line_bytes).unwrap(), PolicySpec::lru());
     config(&mut c);
     Cache::new(c).unwrap()
+}
+
+/// A cache for the data-model tests: `capacity` lines of
+/// `512 << line_shift` bytes under `policy`, starting in `start`, with
+/// N-hit promotion (on the second hit) when `nhit`.
+pub fn model_cache(
+    capacity: u64,
+    line_shift: u32,
+    policy: PolicySpec,
+    start: WritePolicy,
+    nhit: bool,
+) -> Cache {
+    cache(capacity, 512 << line_shift, |c| {
+        c.write_policy = start;
+        c.policy = policy;
+        if nhit {
+            c.promotion = Promotion::NHit {
+                threshold: 2,
+                trigger_percent: 0,
+            };
+        }
+    })
 }
 
 pub fn ops_of(cache: &mut Cache, request: Request) -> Vec<Op> {
@@ -232,6 +254,23 @@ impl Harness {
         }
     }
 
+    /// Applies `actions` in order, the `t`-th at `t × tick_ns`, with
+    /// `after_each` looking at the harness after each; then
+    /// [`Harness::flush_all_and_check_backend`].
+    pub fn apply_all_and_flush(
+        &mut self,
+        actions: Vec<Action>,
+        tick_ns: u64,
+        mut after_each: impl FnMut(&Harness) -> Result<(), TestCaseError>,
+    ) -> Result<(), TestCaseError> {
+        for (t, a) in actions.into_iter().enumerate() {
+            self.apply(a, t as u64 * tick_ns);
+            after_each(self)?;
+        }
+        self.flush_all_and_check_backend();
+        Ok(())
+    }
+
     /// Flushes every dirty line, then checks the backend holds every write.
     pub fn flush_all_and_check_backend(&mut self) {
         let mut tokens = Vec::new();
@@ -280,25 +319,18 @@ pub enum Action {
     Resize(u64),
 }
 
-/// Every write policy.
-pub const WRITE_POLICIES: [WritePolicy; 6] = [
-    WritePolicy::WriteBack,
-    WritePolicy::WriteThrough,
-    WritePolicy::WriteInvalidate,
-    WritePolicy::WriteAround,
-    WritePolicy::WriteOnly,
-    WritePolicy::PassThrough,
-];
-
-pub fn any_write_policy() -> impl Strategy<Value = WritePolicy> {
+/// A write policy the data-model tests start a cache in: one that inserts
+/// written lines (write-back, write-through, write-only).
+pub fn any_inserting_write_policy() -> impl Strategy<Value = WritePolicy> {
     prop_oneof![
         Just(WritePolicy::WriteBack),
         Just(WritePolicy::WriteThrough),
-        Just(WritePolicy::WriteInvalidate),
-        Just(WritePolicy::WriteAround),
-        Just(WritePolicy::WriteOnly),
-        Just(WritePolicy::PassThrough),
+        Just(WritePolicy::WriteOnly)
     ]
+}
+
+pub fn any_write_policy() -> impl Strategy<Value = WritePolicy> {
+    prop::sample::select(&WritePolicy::ALL[..])
 }
 
 /// Reads and writes over two volumes of `space_sectors` sectors, each up to
@@ -418,4 +450,13 @@ impl Harness {
             }
         }
     }
+}
+
+/// One step of the xorshift generator the randomized tests draw from:
+/// advances `state` and returns it.
+pub fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }

@@ -155,9 +155,9 @@ pub(crate) mod test_util {
     use crate::{ReaderOptions, TraceError, TraceFormat, TraceReader, TraceRecord};
 
     pub(crate) fn reader(format: TraceFormat, text: &str, skip_bad: bool) -> TraceReader {
-        TraceReader::from_reader(
+        TraceReader::from_bytes(
             "test",
-            Box::new(std::io::Cursor::new(text.as_bytes().to_vec())),
+            text,
             Some(format),
             ReaderOptions {
                 skip_bad_lines: skip_bad,
