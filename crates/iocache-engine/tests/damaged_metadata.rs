@@ -636,7 +636,7 @@ fn every_corruption_of_checksummed_dirty_data_is_refused() {
             .filter(|(_, l)| l.dirty && l.data_hash.is_none())
             .map(|(slot, _)| *slot)
             .collect();
-        let data_end = layout.line_offset(layout.slots);
+        let data_end = layout.line_offset(0) + layout.slots * layout.line_bytes;
         for _ in 0..400 {
             let offset = layout.line_offset(0) + rng.below(data_end - layout.line_offset(0));
             if unverified.contains(&((offset - layout.line_offset(0)) / layout.line_bytes)) {
