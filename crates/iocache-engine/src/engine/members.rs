@@ -302,7 +302,11 @@ impl Inner {
                 // backend.
                 match array.mirror_state(global) {
                     MirrorState::Mirrored(m) => array.read_mirror(m, at, out)?,
-                    _ => self.read_degraded(array, shard, slot, key, at as u32, out)?,
+                    MirrorState::Through => self.read_degraded(array, shard, slot, key, at as u32, out)?,
+                    // Dirty only by a write decided since these tickets,
+                    // which has not run (it takes a mirror when it does):
+                    // it writes these sectors itself.
+                    MirrorState::None => return Ok(()),
                 }
                 array.write_rebuilt_primary(global, at, out)?;
                 // A write that failed with the old member left them
