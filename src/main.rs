@@ -209,6 +209,10 @@ struct TimingArgs {
     /// Closed loop: keep N requests outstanding, ignoring trace times.
     #[arg(long, value_name = "N")]
     closed_loop: Option<u32>,
+    /// Bounded clients: trace times (divided by --speed), but at most N requests outstanding; a
+    /// request whose time has come waits for one to complete.
+    #[arg(long, value_name = "N", conflicts_with = "closed_loop")]
+    clients: Option<u32>,
     /// Time-series interval (e.g. 100ms, 1s).
     #[arg(long, value_name = "DURATION")]
     series_interval: Option<String>,
@@ -225,6 +229,7 @@ impl TimingArgs {
             || self.backend_device.is_some()
             || self.speed.is_some()
             || self.closed_loop.is_some()
+            || self.clients.is_some()
             || self.series_interval.is_some();
         if !wanted {
             return Ok(None);
@@ -232,9 +237,13 @@ impl TimingArgs {
         let device = |flag: &str, given: &Option<String>, default: &str| {
             parse_device(given.as_deref().unwrap_or(default)).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
         };
-        let arrivals = match (self.closed_loop, self.speed) {
-            (Some(n), _) => ArrivalMode::Closed { outstanding: n },
-            (None, speed) => ArrivalMode::Open {
+        let arrivals = match (self.closed_loop, self.clients, self.speed) {
+            (Some(n), _, _) => ArrivalMode::Closed { outstanding: n },
+            (None, Some(n), speed) => ArrivalMode::Clients {
+                speed: speed.unwrap_or(1.0),
+                outstanding: n,
+            },
+            (None, None, speed) => ArrivalMode::Open {
                 speed: speed.unwrap_or(1.0),
             },
         };

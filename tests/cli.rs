@@ -259,6 +259,39 @@ fn timing_reports_latency_and_writes_a_series() {
     );
 }
 
+/// `--clients N`: trace times, at most N outstanding. Replayed 1000× faster,
+/// the sample queues at the one disk open loop; with one client no request
+/// waits behind another, so its worst latency is far below the open loop's.
+#[test]
+fn clients_bound_what_is_outstanding_at_trace_time() {
+    let args = |extra: &[&'static str]| -> Vec<&'static str> {
+        [
+            &[
+                "--cache-size",
+                "1024",
+                "--cache-device",
+                "optane",
+                "--backend-device",
+                "hdd",
+                "--speed",
+                "1000",
+            ][..],
+            extra,
+        ]
+        .concat()
+    };
+    let open = sim_json(SAMPLE, &args(&[]));
+    let one = sim_json(SAMPLE, &args(&["--clients", "1"]));
+    let max = |j: &serde_json::Value| j["runs"][0]["timing"]["read"]["max_ns"].as_u64().unwrap();
+    assert_eq!(one["runs"][0]["timing"]["requests"], 20_000);
+    assert!(max(&one) * 10 < max(&open), "{} vs {}", max(&one), max(&open));
+    fails_saying(&["sim", "--trace", SAMPLE, "--clients", "0"], &["outstanding"]);
+    fails_saying(
+        &["sim", "--trace", SAMPLE, "--clients", "2", "--closed-loop", "2"],
+        &["--closed-loop"],
+    );
+}
+
 /// Runs `iocache args` with `input` on its stdin.
 fn iocache_with_stdin(args: &[&str], input: &[u8]) -> Output {
     use std::io::Write;

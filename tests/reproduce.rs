@@ -180,3 +180,43 @@ fn lbica_compares_wb_sib_and_lbica_under_bursts() {
         assert!(setup.contains(case), "{setup}");
     }
 }
+
+/// The paper's own setting (one SSD over one disk) and bounded clients:
+/// the six claims once per setting, each naming its setting, a Fig. 7 per
+/// setting, and every run's numbers in the setup.
+#[test]
+fn lbica_setting_checks_the_claims_over_one_disk_and_with_clients() {
+    let out = temp_dir("lbica-setting");
+    reproduce_quick("lbica-setting", None, &out);
+    let verdict = check_dir(&out.join("lbica-setting"), "lbica-setting");
+    let claims = verdict["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 18, "{verdict}");
+    for (i, setting) in [
+        "SSD over 128 disks, 32 clients",
+        "one SSD over one disk]",
+        "one SSD over one disk, 32 clients",
+    ]
+    .iter()
+    .enumerate()
+    {
+        for claim in &claims[i * 6..(i + 1) * 6] {
+            assert!(claim["claim"].as_str().unwrap().contains(setting), "{claim}");
+        }
+    }
+    let figures = verdict["figures"].to_string();
+    for key in ["128-disks-clients", "one-disk", "one-disk-clients"] {
+        assert!(
+            figures.contains(&format!("lbica-fig7-latency-{key}.svg")),
+            "{figures}"
+        );
+    }
+    let setup = verdict["setup"].to_string();
+    for case in [
+        "measured (one SSD over one disk): rr WB:",
+        "measured (one SSD over one disk, 32 clients): rr WB:",
+        "--clients 32",
+        "hh LBICA:",
+    ] {
+        assert!(setup.contains(case), "{setup}");
+    }
+}

@@ -196,6 +196,45 @@ fn closed_loop_obeys_littles_law() {
     assert!((mean - (n as u64 * s) as f64).abs() / mean < 0.001, "{mean}");
 }
 
+/// Bounded clients: a burst at one trace time is issued N at once, then one
+/// per completion (every latency N·s, not the open loop's growing queue);
+/// once the clients are free, requests arrive at trace time / speed.
+#[test]
+fn bounded_clients_keep_trace_time_but_cap_what_is_outstanding() {
+    let (n, s) = (2u32, 1000u64);
+    let mut m = fixed_model(1, s);
+    let mut replay = Replay::new(ArrivalMode::Clients {
+        speed: 2.0,
+        outstanding: n,
+    })
+    .unwrap();
+    let mut arrivals = Vec::new();
+    for _ in 0..10 {
+        let at = replay.next_arrival(&mut m, 3_000_000);
+        assert!(m.in_flight() < n as usize);
+        m.submit(at, IoKind::Read, &[read_cache(0)]);
+        arrivals.push(at);
+    }
+    assert_eq!(arrivals, [0, 0, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000]);
+    // 2 ms of trace time later at speed 2: 1 ms, long after the burst drained.
+    assert_eq!(replay.next_arrival(&mut m, 5_000_000), 1_000_000);
+    m.submit(1_000_000, IoKind::Read, &[read_cache(0)]);
+    let r = m.finish();
+    assert_eq!(r.requests, 11);
+    assert_eq!(r.read.max_ns, n as u64 * s);
+    // The same burst open loop: the tenth waits behind nine.
+    let mut m = fixed_model(1, s);
+    let mut replay = Replay::new(ArrivalMode::Open { speed: 2.0 }).unwrap();
+    for _ in 0..10 {
+        let at = replay.next_arrival(&mut m, 3_000_000);
+        m.submit(at, IoKind::Read, &[read_cache(0)]);
+    }
+    assert_eq!(m.finish().read.max_ns, 10 * s);
+    for (speed, outstanding) in [(0.0, 1), (f64::NAN, 1), (1.0, 0)] {
+        assert!(Replay::new(ArrivalMode::Clients { speed, outstanding }).is_err());
+    }
+}
+
 #[test]
 fn open_loop_divides_trace_time_by_the_speed() {
     let mut m = fixed_model(1, 10);

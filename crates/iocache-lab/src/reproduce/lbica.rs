@@ -48,6 +48,62 @@ const INTERVAL_NS: u64 = 100_000_000;
 /// quiet phases run at 1,000/s, the bursts at 20,000-25,000/s).
 const BURST_ARRIVALS_PER_S: f64 = 5_000.0;
 
+/// A device pair and arrival process the workloads run in: the main one
+/// (`key` empty: `lab reproduce lbica`), then those of `lab reproduce
+/// lbica-setting`: the 128 disks with bounded clients, and the paper's own
+/// pair (one SSD over one 7.2K disk, §IV-A) open loop and with them.
+struct Setting {
+    key: &'static str,
+    label: &'static str,
+    backend: &'static str,
+    /// At most this many requests outstanding (`ArrivalMode::Clients`),
+    /// else open loop at trace time.
+    clients: Option<u32>,
+}
+
+impl Setting {
+    fn arrivals(&self) -> ArrivalMode {
+        match self.clients {
+            Some(outstanding) => ArrivalMode::Clients {
+                speed: 1.0,
+                outstanding,
+            },
+            None => ArrivalMode::Open { speed: 1.0 },
+        }
+    }
+}
+
+/// Requests a setting with bounded clients keeps outstanding (as many as
+/// the live runs of docs/results/lbica.md keep in flight).
+const CLIENTS: u32 = 32;
+
+const SETTINGS: [Setting; 4] = [
+    Setting {
+        key: "",
+        label: "SSD over 128 disks",
+        backend: BACKEND_DEVICE,
+        clients: None,
+    },
+    Setting {
+        key: "128-disks-clients",
+        label: "SSD over 128 disks, 32 clients",
+        backend: BACKEND_DEVICE,
+        clients: Some(CLIENTS),
+    },
+    Setting {
+        key: "one-disk",
+        label: "one SSD over one disk",
+        backend: "hdd",
+        clients: None,
+    },
+    Setting {
+        key: "one-disk-clients",
+        label: "one SSD over one disk, 32 clients",
+        backend: "hdd",
+        clients: Some(CLIENTS),
+    },
+];
+
 /// One run's numbers.
 struct Outcome {
     timing: TimingReport,
@@ -100,13 +156,13 @@ fn reduction(ours: f64, base: f64) -> f64 {
     }
 }
 
-pub fn run(ctx: &Context) -> Result<Verdict> {
-    let mut verdict = Verdict::new(
-        "lbica",
-        "LBICA: a load balancer for I/O cache architectures (DATE'19), §IV, Figs. 4, 5 and 7",
-    );
-    let repeat = if ctx.quick { 2 } else { 5 };
-    let mut results: BTreeMap<(&str, &str), Outcome> = BTreeMap::new();
+/// Runs every workload under every configuration in one setting.
+fn run_setting(
+    ctx: &Context,
+    setting: &Setting,
+    repeat: u32,
+) -> Result<BTreeMap<(&'static str, &'static str), Outcome>> {
+    let mut results = BTreeMap::new();
     for (name, _, burst) in WORKLOADS {
         let spec = burst_spec(burst, repeat)?;
         let mut trace = Vec::new();
@@ -127,8 +183,8 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 warmup_requests: spec.warm_requests(),
                 timing: Some(TimingSetup {
                     cache: parse_device(CACHE_DEVICE)?,
-                    backend: parse_device(BACKEND_DEVICE)?,
-                    arrivals: ArrivalMode::Open { speed: 1.0 },
+                    backend: parse_device(setting.backend)?,
+                    arrivals: setting.arrivals(),
                     series_interval_ns: Some(INTERVAL_NS),
                 }),
                 adapt: Some(controller.parse()?),
@@ -150,6 +206,53 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             results.insert((name, label), Outcome { timing, adapt });
         }
     }
+    Ok(results)
+}
+
+pub fn run(ctx: &Context) -> Result<Verdict> {
+    let mut verdict = Verdict::new(
+        "lbica",
+        "LBICA: a load balancer for I/O cache architectures (DATE'19), §IV, Figs. 4, 5 and 7",
+    );
+    let repeat = describe(ctx, &mut verdict);
+    let setting = &SETTINGS[0];
+    let results = run_setting(ctx, setting, repeat)?;
+    claims(&mut verdict, setting, &results);
+    figures(ctx, &mut verdict, &results)?;
+    measured(&mut verdict, setting, &results);
+    Ok(verdict)
+}
+
+/// The same workloads and claims in the paper's own setting (§IV-A: one
+/// SSD over one 7.2K disk), open loop and with bounded clients, and over
+/// the 128 disks with bounded clients.
+pub fn run_settings(ctx: &Context) -> Result<Verdict> {
+    let mut verdict = Verdict::new(
+        "lbica-setting",
+        "LBICA (DATE'19), §IV, Figs. 4, 5 and 7, over one SSD and one disk and with bounded clients",
+    );
+    let repeat = describe(ctx, &mut verdict);
+    for setting in &SETTINGS[1..] {
+        let results = run_setting(ctx, setting, repeat)?;
+        verdict.setup.push(format!(
+            "{}: as above with --backend-device {}{}",
+            setting.label,
+            setting.backend,
+            setting.clients.map_or(String::new(), |n| format!(
+                " --clients {n} (trace times, at most {n} requests outstanding)"
+            ))
+        ));
+        claims(&mut verdict, setting, &results);
+        fig7(ctx, &mut verdict, setting, &results)?;
+        measured(&mut verdict, setting, &results);
+    }
+    Ok(verdict)
+}
+
+/// The workloads and the command, in the verdict's setup; returns how many
+/// times the burst cycle repeats.
+fn describe(ctx: &Context, verdict: &mut Verdict) -> u32 {
+    let repeat = if ctx.quick { 2 } else { 5 };
     verdict.setup.push(format!(
         "workloads (`iocache_sim::burst`, seed 1, as scripts/lbica-experiments.sh): a 64 MiB hot set read once (warm-up), then {repeat} times 2 s at 1,000 requests/s (70 % reads, 90 % hot) and a 1 s burst: {}; 4 KiB requests, Poisson arrivals, 16 GiB cold range",
         WORKLOADS
@@ -161,8 +264,25 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     verdict.setup.push(format!(
         "iocache sim --trace W.disksim --cache-size {CACHE_LINES} --warmup 256 --cache-device {CACHE_DEVICE} --backend-device {BACKEND_DEVICE} --series-interval 100ms, with --write-policy wb --adapt observe (WB), --write-policy wt|wo --adapt sib (SIB), --write-policy wb --adapt lbica (LBICA); burst intervals are those with more than {BURST_ARRIVALS_PER_S:.0} arrivals/s; load = the interval's largest queue time Q x L (Eq. 1)"
     ));
+    repeat
+}
+
+/// The paper's claims, checked on one setting's runs.
+fn claims(
+    verdict: &mut Verdict,
+    setting: &Setting,
+    results: &BTreeMap<(&'static str, &'static str), Outcome>,
+) {
     let get = |w: &'static str, c: &'static str| -> &Outcome { &results[&(w, c)] };
     let lat = |w: &'static str, c: &'static str| get(w, c).timing.all.mean_ns;
+    // The main setting's claims read as before; the others name theirs.
+    let said = |text: &str| {
+        if setting.key.is_empty() {
+            text.to_string()
+        } else {
+            format!("{text} [here: {}]", setting.label)
+        }
+    };
 
     // Figs. 4-5 / §IV-B observation 1: WB's cache is the bottleneck in bursts.
     let mut cache_bound = Tally::default();
@@ -173,27 +293,27 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     }
     verdict.push(Claim::new(
         "Figs. 4-5, §IV-B",
-        "a WB cache is the bottleneck in the burst intervals: its queue time exceeds the disks' (the paper: in all intervals)",
+        said("a WB cache is the bottleneck in the burst intervals: its queue time exceeds the disks' (the paper: in all intervals)"),
         format!("WB's largest cache queue time above the backend's in {cache_bound} burst intervals (all four workloads)"),
         cache_bound.most(),
     ));
 
     // Cache load (Eq. 1 queue time during bursts) against WB and SIB.
-    let load_cut = |base: &'static str| -> Vec<(String, f64)> {
+    // Workloads without a burst interval in either run (a replay that
+    // never reaches the burst rate) have no load to compare: left out.
+    let load_cut = |base: &'static str| -> Vec<(String, Option<f64>)> {
         WORKLOADS
             .iter()
             .map(|&(w, _, _)| {
-                (
-                    w.to_string(),
-                    reduction(
-                        burst_load(&get(w, "LBICA").adapt.rows).0,
-                        burst_load(&get(w, base).adapt.rows).0,
-                    ),
-                )
+                let (ours, theirs) = (&get(w, "LBICA").adapt.rows, &get(w, base).adapt.rows);
+                let cut = (burst_rows(ours).next().is_some() && burst_rows(theirs).next().is_some())
+                    .then(|| reduction(burst_load(ours).0, burst_load(theirs).0))
+                    .filter(|c| c.is_finite());
+                (w.to_string(), cut)
             })
             .collect()
     };
-    for (base, paper, source, said) in [
+    for (base, paper, source, text) in [
         (
             "WB",
             48.0,
@@ -208,14 +328,19 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         ),
     ] {
         let cuts = load_cut(base);
-        let avg = mean(&cuts.iter().map(|c| c.1).collect::<Vec<_>>());
+        let found: Vec<f64> = cuts.iter().filter_map(|c| c.1).collect();
+        let avg = if found.is_empty() { f64::NAN } else { mean(&found) };
         verdict.push(Claim::new(
             source,
-            said,
+            said(text),
             format!(
                 "mean cut of the burst intervals' largest cache queue time against {base}: {avg:.1} % ({})",
                 cuts.iter()
-                    .map(|(w, c)| format!("{w} {c:.1} %"))
+                    .map(|(w, c)| match c {
+                        Some(c) => format!("{w} {c:.1} %"),
+                        None =>
+                            format!("{w} none (no burst interval, or no cache queue in them under {base})"),
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
@@ -244,7 +369,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             .join(", ");
         verdict.push(Claim::new(
             "Fig. 7, §IV-D",
-            format!("LBICA lowers the mean latency against {base} by {paper_avg} % on average (up to {paper_max} %)"),
+            said(&format!("LBICA lowers the mean latency against {base} by {paper_avg} % on average (up to {paper_max} %)")),
             format!("mean cut {avg:.1} %: {detail}"),
             Check::effect(paper_avg, avg, 0.0, 1.0, Tolerance::either(2.0, 10.0)),
         ));
@@ -255,11 +380,49 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     }
     verdict.push(Claim::new(
         "Fig. 7",
-        "LBICA has the lowest mean latency of WB, SIB and LBICA on every burst workload",
+        said("LBICA has the lowest mean latency of WB, SIB and LBICA on every burst workload"),
         format!("LBICA below both WB and SIB over WT in {lowest} workloads (SIB over WO, which the paper also names, is in the table and figures)"),
         lowest.most(),
     ));
+}
 
+/// Fig. 7 (mean latency per workload) of a setting other than the main one.
+fn fig7(
+    ctx: &Context,
+    verdict: &mut Verdict,
+    setting: &Setting,
+    results: &BTreeMap<(&'static str, &'static str), Outcome>,
+) -> Result<()> {
+    let mut fig7 = Chart {
+        title: format!(
+            "Fig. 7, {}: mean latency per burst workload (1 rr, 2 mx, 3 wi, 4 hh)",
+            setting.label
+        ),
+        x: axis("workload", Scale::Linear, Ticks::Number),
+        y: axis("mean latency", Scale::Log, Ticks::Nanoseconds),
+        series: Vec::new(),
+    };
+    for (label, _, _) in CONFIGS {
+        fig7.series.push(series(
+            label,
+            WORKLOADS
+                .iter()
+                .enumerate()
+                .map(|(i, &(w, _, _))| ((i + 1) as f64, results[&(w, label)].timing.all.mean_ns))
+                .collect(),
+        ));
+    }
+    ctx.figure(verdict, &format!("lbica-fig7-latency-{}", setting.key), &fig7)
+}
+
+/// The figures of the main setting: Figs. 7, 4-5 and the latency over time.
+fn figures(
+    ctx: &Context,
+    verdict: &mut Verdict,
+    results: &BTreeMap<(&'static str, &'static str), Outcome>,
+) -> Result<()> {
+    let get = |w: &'static str, c: &'static str| -> &Outcome { &results[&(w, c)] };
+    let lat = |w: &'static str, c: &'static str| get(w, c).timing.all.mean_ns;
     // Figures: Fig. 7 (mean latency per workload), Figs. 4-5 (queue times
     // over time) and the mean latency over time, per workload.
     let mut fig7 = Chart {
@@ -278,7 +441,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 .collect(),
         ));
     }
-    ctx.figure(&mut verdict, "lbica-fig7-latency", &fig7)?;
+    ctx.figure(verdict, "lbica-fig7-latency", &fig7)?;
     for (w, what, _) in WORKLOADS {
         let mut load = Chart {
             title: format!("Figs. 4-5: largest queue time per 100 ms, {w} ({what})"),
@@ -303,7 +466,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                 ));
             }
         }
-        ctx.figure(&mut verdict, &format!("lbica-fig4-5-load-{w}"), &load)?;
+        ctx.figure(verdict, &format!("lbica-fig4-5-load-{w}"), &load)?;
         let mut latency = Chart {
             title: format!("Mean latency of the requests completed per 100 ms, {w} ({what})"),
             x: axis("time (s)", Scale::Linear, Ticks::Number),
@@ -329,15 +492,24 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                     .collect(),
             ));
         }
-        ctx.figure(&mut verdict, &format!("lbica-latency-{w}"), &latency)?;
+        ctx.figure(verdict, &format!("lbica-latency-{w}"), &latency)?;
     }
+    Ok(())
+}
+
+/// Every run's numbers of one setting, for the record.
+fn measured(
+    verdict: &mut Verdict,
+    setting: &Setting,
+    results: &BTreeMap<(&'static str, &'static str), Outcome>,
+) {
     let table: Vec<String> = WORKLOADS
         .iter()
         .flat_map(|&(w, _, _)| {
             CONFIGS.iter().map(move |&(c, _, _)| (w, c))
         })
         .map(|(w, c)| {
-            let o = get(w, c);
+            let o = &results[&(w, c)];
             let (tc, tb) = burst_load(&o.adapt.rows);
             format!(
                 "{w} {c}: mean {:.1} ms, p99 {:.1} ms, burst load cache {:.1} ms / backend {:.1} ms, {} switches, {} bypassed",
@@ -350,8 +522,13 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             )
         })
         .collect();
-    verdict.setup.push(format!("measured: {}", table.join("; ")));
-    Ok(verdict)
+    if setting.key.is_empty() {
+        verdict.setup.push(format!("measured: {}", table.join("; ")));
+    } else {
+        verdict
+            .setup
+            .push(format!("measured ({}): {}", setting.label, table.join("; ")));
+    }
 }
 
 #[cfg(test)]

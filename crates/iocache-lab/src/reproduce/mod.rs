@@ -117,6 +117,12 @@ pub const REPRODUCTIONS: &[Reproduction] = &[
         run: lbica::run,
         in_all: true,
     },
+    Reproduction {
+        name: "lbica-setting",
+        summary: "LBICA (DATE'19) Figs. 4, 5, 7 in the paper's setting: one SSD over one disk, open loop and with 32 clients, and 128 disks with 32 clients",
+        run: lbica::run_settings,
+        in_all: true,
+    },
 ];
 
 /// What a reproduction gets: where to write, how long to run, the traces.
