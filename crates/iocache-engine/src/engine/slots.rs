@@ -232,7 +232,9 @@ impl Inner {
 
     /// Reads what the cache device holds at `line_offset` of `slot` (not
     /// through the core: metadata work that needs the bytes as they lie).
-    /// On a cache array whose primary copy does not read, the mirror's.
+    /// On a cache array whose primary copy does not read, the mirror's, or
+    /// the backend's for a line whose dirty writes went there too. Call
+    /// without the shard's lock.
     pub(super) fn read_slot_bytes(
         &self,
         shard: usize,
@@ -250,7 +252,16 @@ impl Inner {
                 let global = self.shards[shard].base_slot + u64::from(slot);
                 match array.mirror_state(global) {
                     MirrorState::Mirrored(m) => Ok(array.read_mirror(m, u64::from(line_offset), out)?),
-                    MirrorState::Through | MirrorState::None => Err(e.into()),
+                    // Every dirty write of the line went to the backend
+                    // too, and its clean sectors are the backend's: the
+                    // backend holds what the slot does.
+                    MirrorState::Through => {
+                        let key = lock(&self.shards[shard].state).cache.key_in_slot(slot).ok_or(e)?;
+                        self.backend_of(key.volume)?
+                            .read_at(out, (key.line_index << self.line_shift) + u64::from(line_offset))
+                            .map_err(|e| self.backend_error(e))
+                    }
+                    MirrorState::None => Err(e.into()),
                 }
             }
             (None, Err(e)) => Err(e.into()),
