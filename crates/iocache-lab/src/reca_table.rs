@@ -195,6 +195,26 @@ mod tests {
         assert!(rows.iter().any(|r| r.nearest != r.category), "{}", render(&rows));
     }
 
+    /// The built-in table's vectors are the ones measured on the reference
+    /// workloads at `REFERENCE_REQUESTS` (in hundredths).
+    #[test]
+    fn the_builtin_vectors_are_the_measured_ones() {
+        let rows = derive(&CategoryTable::builtin(), REFERENCE_REQUESTS).unwrap();
+        for r in &rows {
+            let t = r.table.expect("every reference category is in the table");
+            let h = hundredths(&r.measured);
+            for (i, (m, v)) in h.iter().zip(t.0).enumerate() {
+                assert!(
+                    (f64::from(*m) / 100.0 - v).abs() < 1e-9,
+                    "{} {}: measured {m} hundredths, table {v:.3}\n{}",
+                    r.category,
+                    FEATURE_NAMES[i],
+                    render_toml(&rows)
+                );
+            }
+        }
+    }
+
     #[test]
     fn hundredths_keep_the_six_shares_summing_to_one() {
         let h = hundredths(&Features([0.787, 0.0, 0.197, 0.0, 0.016, 0.0, 0.004]));
