@@ -21,6 +21,22 @@ pub enum LabCommand {
     Report(ReportArgs),
     /// Re-run a seed paper's key findings (`lab reproduce list` names them): figures and a verdict.
     Reproduce(ReproduceArgs),
+    /// Measure ReCA's category vectors on one generated reference workload per category
+    /// (examples/workloads/reca-reference/) and print them beside the table's.
+    RecaTable(RecaTableArgs),
+}
+
+#[derive(Args)]
+pub struct RecaTableArgs {
+    /// Requests per reference workload.
+    #[arg(long, value_name = "N", default_value_t = iocache_lab::reca_table::REFERENCE_REQUESTS)]
+    requests: u64,
+    /// The category table to compare with (TOML; default: the built-in one).
+    #[arg(long, value_name = "FILE")]
+    reca_table: Option<PathBuf>,
+    /// Print the measured vectors as the table's TOML keys instead.
+    #[arg(long)]
+    toml: bool,
 }
 
 #[derive(Args)]
@@ -165,6 +181,25 @@ pub fn report(args: ReportArgs) -> Result<()> {
     let out = args.out.unwrap_or_else(|| args.results[0].with_extension("html"));
     let file = crate::args::OutputFile::check_path("--out", Some(&out))?.expect("a path");
     write_report(file, &iocache_lab::results::report(&args.results)?)
+}
+
+/// `iocache lab reca-table`.
+pub fn reca_table(args: RecaTableArgs) -> Result<()> {
+    use iocache_lab::reca_table::{derive, render, render_toml};
+    if args.requests == 0 {
+        bail!("--requests must be at least 1");
+    }
+    let (table, _) = iocache_sim::reca::read_table(args.reca_table.as_deref()).context("--reca-table")?;
+    let rows = derive(&table, args.requests)?;
+    print!(
+        "{}",
+        if args.toml {
+            render_toml(&rows)
+        } else {
+            render(&rows)
+        }
+    );
+    Ok(())
 }
 
 /// `iocache lab reproduce`.

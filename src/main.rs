@@ -317,6 +317,7 @@ fn main() {
             lab_cli::LabCommand::Merge(args) => lab_cli::merge(args),
             lab_cli::LabCommand::Report(args) => lab_cli::report(args),
             lab_cli::LabCommand::Reproduce(args) => lab_cli::reproduce(args),
+            lab_cli::LabCommand::RecaTable(args) => lab_cli::reca_table(args),
         },
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

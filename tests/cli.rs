@@ -1802,3 +1802,31 @@ fn ordered_write_back_names_what_it_is_not_combined_with() {
         &["ordered_write_back with write_policy wt", "use wb or wo"],
     );
 }
+
+/// `lab reca-table`: every category's reference workload measured and
+/// nearest its own category in the built-in table; `--toml` prints the
+/// table's keys, the six class shares summing to 1.
+#[test]
+fn lab_reca_table_measures_each_category_on_its_reference_workload() {
+    let text = stdout(&run_ok(&["lab", "reca-table", "--requests", "2000"]));
+    let measured: Vec<&str> = text
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("measured"))
+        .collect();
+    assert_eq!(measured.len(), 5, "{text}");
+    for line in measured {
+        let name = line.split_whitespace().next().unwrap();
+        // The nearest category is printed after the vector: its own.
+        assert!(line.contains(&format!("  {name} (")), "{text}");
+    }
+    let toml = stdout(&run_ok(&["lab", "reca-table", "--requests", "2000", "--toml"]));
+    for block in toml.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let shares: f64 = block
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("overlapped"))
+            .map(|l| l.split(" = ").nth(1).unwrap().parse::<f64>().unwrap())
+            .sum();
+        assert!((shares - 1.0).abs() < 1e-9, "{block}");
+    }
+    fails_saying(&["lab", "reca-table", "--requests", "0"], &["--requests"]);
+}

@@ -9,6 +9,8 @@
 //!   `trace mrc --report` (what is plotted and tabulated);
 //! - [`reproduce`]: the seed papers' findings re-run, with verdicts
 //!   computed from the numbers.
+//! - [`reca_table`]: ReCA's category vectors measured on generated
+//!   reference workloads (`lab reca-table`).
 //!
 //! Errors are [`LabError`]; they name the file and key, the tool or the
 //! step they come from, never a command-line flag.
@@ -16,6 +18,7 @@
 pub mod error;
 pub mod experiment;
 pub mod live;
+pub mod reca_table;
 pub mod reports;
 pub mod reproduce;
 pub mod results;

@@ -576,7 +576,7 @@ mod tests {
     fn the_nearest_category_is_the_one_at_least_euclidean_distance() {
         let t = CategoryTable::builtin();
         // Half random reads, half random writes: nearer random
-        // producer/consumers (0.45/0.40) than random consumers (0.75/0.10).
+        // producer/consumers (0.55/0.45) than random consumers (0.90/0.10).
         let mut v = Features::default();
         v.0[4] = 0.5;
         v.0[5] = 0.5;
