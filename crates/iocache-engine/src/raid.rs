@@ -960,6 +960,22 @@ impl CacheArray {
         len: u64,
         io: impl FnOnce(&dyn BlockDevice) -> Result<(), DeviceError>,
     ) -> Result<(), DeviceError> {
+        self.member_io_unless(member, kind, offset, len, || false, io)
+    }
+
+    /// [`CacheArray::member_io`], refused (without failing the member)
+    /// when `not_rebuilt` holds once the device is in hand: a replacement
+    /// is marked not rebuilt before it takes the member's place, so a
+    /// read that finds the new device also finds the mark.
+    fn member_io_unless(
+        &self,
+        member: usize,
+        kind: IoKind,
+        offset: u64,
+        len: u64,
+        not_rebuilt: impl Fn() -> bool,
+        io: impl FnOnce(&dyn BlockDevice) -> Result<(), DeviceError>,
+    ) -> Result<(), DeviceError> {
         let m = &self.members[member];
         let unavailable = || DeviceError::Io {
             device: m.name(),
@@ -973,6 +989,9 @@ impl CacheArray {
         };
         if m.failed.load(Ordering::Acquire) {
             return Err(unavailable());
+        }
+        if not_rebuilt() {
+            return Err(self.not_rebuilt(kind, offset, len));
         }
         io(&*dev).inspect_err(|e| self.fail_member(member, e))
     }
@@ -990,12 +1009,15 @@ impl CacheArray {
     /// Reads `buf` from `line_offset` of mirror slot `mirror`.
     pub fn read_mirror(&self, mirror: u32, line_offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
         let (member, offset) = self.mirror_location(mirror, line_offset);
-        if self.mirror_pending(mirror) {
-            return Err(self.not_rebuilt(IoKind::Read, offset, buf.len() as u64));
-        }
-        self.member_io(member, IoKind::Read, offset, buf.len() as u64, |d| {
-            d.read_at(buf, offset)
-        })?;
+        let len = buf.len() as u64;
+        self.member_io_unless(
+            member,
+            IoKind::Read,
+            offset,
+            len,
+            || self.mirror_pending(mirror),
+            |d| d.read_at(buf, offset),
+        )?;
         self.mirror_reads.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -1076,8 +1098,14 @@ impl BlockDevice for CacheArray {
             let chunk = &mut buf[range];
             let len = chunk.len() as u64;
             match member {
-                Some((_, slot)) if self.primary_pending(slot) => Err(self.not_rebuilt(IoKind::Read, at, len)),
-                Some((k, _)) => self.member_io(k, IoKind::Read, at, len, |d| d.read_at(chunk, at)),
+                Some((k, slot)) => self.member_io_unless(
+                    k,
+                    IoKind::Read,
+                    at,
+                    len,
+                    || self.primary_pending(slot),
+                    |d| d.read_at(chunk, at),
+                ),
                 None => {
                     // Metadata: any live member has it.
                     let mut last = None;

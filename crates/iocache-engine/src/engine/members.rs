@@ -197,12 +197,18 @@ impl Inner {
         // since its mirror's turn (and so skipped) must not be recorded
         // dirty, naming that mirror, once the mark below is gone.
         self.sync_records()?;
+        if array.member_failed(member) {
+            return Err(EngineError::Io(format!(
+                "the replacement of cache-array member {member} failed while it was rebuilt"
+            )));
+        }
         {
             // Every shard locked: no mirror is released while the unused
             // ones go back to the free list.
             let _shards: Vec<_> = self.shards.iter().map(|s| lock(&s.state)).collect();
             array.finish_rebuild(member)?;
         }
+        array.record_rebuilt(member)?;
         // What the evacuation of a failed member may have retired since.
         self.restore_member_slots(array, member);
         log::warn!(
@@ -253,60 +259,38 @@ impl Inner {
         (key, tickets)
     }
 
-    /// Rebuilds `slot`, a pending slot of the replacement: its line's dirty
-    /// sectors are copied from their other copy (the mirror, or the backend
-    /// for a line written through), its clean sectors forgotten (they are
-    /// read again from the backend when asked for), then the slot is
-    /// marked rebuilt. Returns whether dirty sectors were copied.
+    /// Rebuilds `slot`, a pending slot of the replacement: its line's valid
+    /// sectors are copied from where a degraded read finds them (clean ones
+    /// from the backend, dirty ones from the mirror, or the backend for a
+    /// line written through), then the slot is marked rebuilt. Returns
+    /// whether there was a line.
     fn rebuild_slot(&self, array: &CacheArray, shard: usize, slot: SlotId) -> Result<bool, EngineError> {
         let global = self.shards[shard].base_slot + u64::from(slot);
         let (key, tickets) = self.slot_tickets(shard, slot);
         self.wait_for_tickets(&tickets);
         let copied = (|| {
             let Some(key) = key else { return Ok(false) };
-            let sectors = (self.line_bytes / SECTOR_BYTES) as u32;
-            let dirty = {
-                let mut guard = lock(&self.shards[shard].state);
-                let state = &mut *guard;
-                let Some(snapshot) = state.cache.slot_snapshot(slot).filter(|s| s.key == key) else {
-                    // Gone since (decided after these tickets): what comes
-                    // next writes the slot itself.
-                    return Ok(false);
-                };
-                let (valid, dirty) = (snapshot.valid.to_vec(), snapshot.dirty.to_vec());
-                let mut clean_runs = Vec::new();
-                bitmap::for_each_run(&valid, 0, sectors, |a, b, is_valid| {
-                    if is_valid {
-                        bitmap::for_each_run(&dirty, a, b, |c, d, is_dirty| {
-                            if !is_dirty {
-                                clean_runs.push((c, d));
-                            }
-                        });
-                    }
-                });
-                for &(a, b) in &clean_runs {
-                    state.cache.forget_sectors(key, a, b);
-                    state.shadow.note_forget(slot, a, b);
-                }
-                drop(guard);
-                // Requests decided since, waiting behind these tickets, may
-                // read them from the slot: they read the backend instead.
-                for &(a, b) in &clean_runs {
-                    self.poison(shard, slot, key, a, b, true);
-                }
-                dirty
+            let valid = {
+                let state = lock(&self.shards[shard].state);
+                let snapshot = state.cache.slot_snapshot(slot).filter(|s| s.key == key);
+                snapshot.map(|s| s.valid.to_vec())
             };
-            self.copy_runs(&dirty, |a, b, out| {
+            // Gone since (decided after these tickets): what comes next
+            // writes the slot itself.
+            let Some(valid) = valid else { return Ok(false) };
+            self.copy_runs(&valid, |a, b, out| {
                 let at = u64::from(a) * SECTOR_BYTES;
-                // From the mirror when there is one, without reading the
-                // backend.
                 match array.mirror_state(global) {
-                    MirrorState::Mirrored(m) => array.read_mirror(m, at, out)?,
-                    MirrorState::Through => self.read_degraded(array, shard, slot, key, at as u32, out)?,
-                    // Dirty only by a write decided since these tickets,
-                    // which has not run (it takes a mirror when it does):
-                    // it writes these sectors itself.
-                    MirrorState::None => return Ok(()),
+                    MirrorState::Mirrored(_) | MirrorState::Through => {
+                        self.read_degraded(array, shard, slot, key, at as u32, out)?
+                    }
+                    // No mirror yet, so no dirty sector but those of a
+                    // write decided since these tickets, which has not run
+                    // and writes them itself: the rest is the backend's.
+                    MirrorState::None => self
+                        .backend_of(key.volume)?
+                        .read_at(out, (key.line_index << self.line_shift) + at)
+                        .map_err(|e| self.backend_error(e))?,
                 }
                 array.write_rebuilt_primary(global, at, out)?;
                 // A write that failed with the old member left them
@@ -314,7 +298,7 @@ impl Inner {
                 self.unpoison(shard, slot, key, a, b);
                 Ok(())
             })?;
-            Ok(bitmap::any(&dirty))
+            Ok(true)
         })();
         if copied.is_ok() {
             array.rebuilt_primary(global);

@@ -137,6 +137,11 @@ impl CacheArray {
             )));
         }
         self.check_member_size(name, &*device)?;
+        // A live member is out first, recorded in the headers: from the
+        // mark below until the headers name the new device, dirty writes
+        // skip its slots, and a restart that still names it must not
+        // trust them.
+        self.fail_member(i, &"retired by the operator: replaced");
         self.mark_member_pending(i);
         let installed = self.install(i, name, device, true);
         match &installed {
@@ -149,10 +154,17 @@ impl CacheArray {
     }
 
     /// The end of a rebuild of member `i` (every slot and mirror rebuilt):
-    /// the headers stop marking it, and its mirror slots that no line uses
-    /// are handed out again. Call with every engine shard locked, so that
+    /// the mark goes (the headers say so once [`CacheArray::record_rebuilt`]
+    /// writes them), and its mirror slots that no line uses are handed out
+    /// again. Call with every engine shard locked, so that
     /// no mirror is released meanwhile.
     pub fn finish_rebuild(&self, i: usize) -> Result<(), ArrayError> {
+        if self.is_failed(i) {
+            return Err(ArrayError::Invalid(format!(
+                "member {} failed while it was rebuilt",
+                self.members[i].name()
+            )));
+        }
         let left = self.pending();
         if left > 0 {
             return Err(ArrayError::Invalid(format!(
@@ -175,8 +187,15 @@ impl CacheArray {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .rebuilding_mask &= !(1 << i);
-        // Its own header first: alone at a restart, a stale one would have
-        // everything it holds rebuilt again, from members that may be gone.
+        Ok(())
+    }
+
+    /// Writes the headers once [`CacheArray::finish_rebuild`] is done (no
+    /// lock of the engine's held): member `i`'s own header first, since
+    /// alone at a restart a stale one would have everything it holds
+    /// rebuilt again, from members that may be gone. Until they are
+    /// written a restart rebuilds it again, which is safe.
+    pub fn record_rebuilt(&self, i: usize) -> Result<(), ArrayError> {
         self.write_headers_from(i)?;
         log::warn!("cache array: member {} rebuilt", self.members[i].name());
         Ok(())
@@ -281,6 +300,7 @@ mod tests {
             again.rebuilt_mirror(m);
         }
         again.finish_rebuild(1).unwrap();
+        again.record_rebuilt(1).unwrap();
         again.read_at(&mut b, data_at(1)).unwrap();
         drop(again);
         let done = CacheArray::open_or_create(restarted, 4096, 25).unwrap();
