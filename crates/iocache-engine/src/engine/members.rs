@@ -48,7 +48,7 @@ impl Engine {
     /// `old_name` (failed, or live: it is then retired by this) while
     /// requests are served. When every other member is live, the new
     /// device takes the place at once and is rebuilt from the other copies
-    /// (see the module doc), nothing written back; this returns when the
+    /// (see the module doc), without waiting for write-backs; this returns when the
     /// rebuild is done, and a restart before that resumes it. Otherwise a
     /// live member is retired, this waits until the cleaner has written
     /// back every dirty line that had a copy on the member, then puts the
