@@ -33,7 +33,7 @@ fn reproduce_quick(name: &str, traces: Option<&Path>, out: &Path) -> Output {
 const OUTCOMES: [&str; 4] = ["reproduced", "partially", "not", "undecided"];
 
 /// The reproductions `all` runs.
-const IN_ALL: [&str; 9] = [
+const IN_ALL: [&str; 10] = [
     "arc-p2",
     "asplos23",
     "asplos23-flush",
@@ -42,6 +42,7 @@ const IN_ALL: [&str; 9] = [
     "icpp22",
     "systor14",
     "reca",
+    "reca-policies",
     "lbica",
 ];
 
@@ -219,4 +220,32 @@ fn lbica_setting_checks_the_claims_over_one_disk_and_with_clients() {
     ] {
         assert!(setup.contains(case), "{setup}");
     }
+}
+
+/// ReCA's Figs. 13-15: seven claims, each naming its numbers; every
+/// category's response times in Fig. 15's claim; the figure written.
+#[test]
+fn reca_policies_compares_write_policies_lines_and_architectures() {
+    let out = temp_dir("reca-policies");
+    reproduce_quick("reca-policies", None, &out);
+    let verdict = check_dir(&out.join("reca-policies"), "reca-policies");
+    let claims = verdict["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 7, "{verdict}");
+    let all = verdict.to_string();
+    for category in [
+        "random_consumers",
+        "sequential_producer_consumers",
+        "random_producer_consumers",
+        "archival_consumers",
+        "large_file_generators",
+    ] {
+        assert!(claims[0]["ours"].as_str().unwrap().contains(category), "{all}");
+    }
+    assert!(!all.contains("NaN"), "{all}");
+    assert!(
+        verdict["figures"]
+            .to_string()
+            .contains("reca-fig15-architectures.svg"),
+        "{all}"
+    );
 }

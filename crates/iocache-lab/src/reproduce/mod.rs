@@ -21,6 +21,7 @@ mod icpp22;
 mod icpp22_pages;
 mod lbica;
 mod reca;
+mod reca_policies;
 mod systor14;
 pub mod verdict;
 
@@ -109,6 +110,12 @@ pub const REPRODUCTIONS: &[Reproduction] = &[
         name: "reca",
         summary: "ReCA (TPDS'18) Fig. 18: hit ratio with and without reconfiguration when the workload changes category",
         run: reca::run,
+        in_all: true,
+    },
+    Reproduction {
+        name: "reca-policies",
+        summary: "ReCA (TPDS'18) Figs. 13-15: per category's reference workload, write policies, 4/8 KiB lines and ReCA against LRU, LARC and Access, SSD over HDD timing: mean response time",
+        run: reca_policies::run,
         in_all: true,
     },
     Reproduction {
