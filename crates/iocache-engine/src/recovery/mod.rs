@@ -124,6 +124,23 @@ pub struct ProbableLine {
     pub dirty: bool,
 }
 
+impl ProbableLine {
+    /// Line `line_index` of volume `volume`, named as `superblock`'s
+    /// volume table names it.
+    fn named(superblock: &Superblock, volume: u32, line_index: u64, dirty: bool) -> ProbableLine {
+        ProbableLine {
+            volume,
+            volume_name: superblock
+                .volumes
+                .iter()
+                .find(|v| v.id == volume)
+                .map(|v| v.name.clone()),
+            line_index,
+            dirty,
+        }
+    }
+}
+
 /// A slot whose metadata cannot be trusted: a corrupt record copy that may
 /// have been its newest record (and may have described dirty data).
 #[derive(Clone, Debug, PartialEq, Eq)]
