@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use iocache_core::balance::{LbicaConfig, SibConfig};
 use iocache_core::{CacheConfig, LineSize, WritePolicy};
 use iocache_device::{BlockDevice, FaultDevice, MemDevice};
-use iocache_engine::{BalanceConfig, BalanceController, Engine, EngineConfig, Layout, Persistence};
+use iocache_engine::{BalanceConfig, BalanceController, Engine, EngineConfig, Persistence};
+
+mod common;
 
 const SECTOR: u64 = 512;
 const THREADS: u64 = 6;
@@ -32,12 +34,7 @@ struct Devices {
 
 impl Devices {
     fn new() -> Devices {
-        let layout = Layout::for_slots(4096, CACHE_LINES).unwrap();
-        let cache = Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes())));
-        let backend = Arc::new(FaultDevice::new(MemDevice::new(
-            "backend",
-            VOLUME_SECTORS * SECTOR,
-        )));
+        let (cache, backend) = common::fault_devices(4096, CACHE_LINES, VOLUME_SECTORS * SECTOR);
         cache.set_journal(false);
         backend.set_journal(false);
         Devices { cache, backend }

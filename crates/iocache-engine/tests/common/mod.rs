@@ -183,6 +183,25 @@ impl Model {
     }
 }
 
+/// A cache and a backend on memory devices that inject faults: the cache
+/// device big enough for `lines` lines of `line_bytes`, the backend of
+/// `backend_bytes`.
+pub fn fault_devices(
+    line_bytes: u64,
+    lines: u64,
+    backend_bytes: u64,
+) -> (
+    std::sync::Arc<iocache_device::FaultDevice<iocache_device::MemDevice>>,
+    std::sync::Arc<iocache_device::FaultDevice<iocache_device::MemDevice>>,
+) {
+    use iocache_device::{FaultDevice, MemDevice};
+    let layout = iocache_engine::Layout::for_slots(line_bytes, lines).unwrap();
+    (
+        std::sync::Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes()))),
+        std::sync::Arc::new(FaultDevice::new(MemDevice::new("backend", backend_bytes))),
+    )
+}
+
 /// An engine over `cache` and `backend`: fine lookup in two shards, with
 /// `persistence`.
 pub fn open_engine(
