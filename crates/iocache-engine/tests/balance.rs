@@ -20,6 +20,7 @@ use iocache_device::{BlockDevice, FaultDevice, MemDevice};
 use iocache_engine::{BalanceConfig, BalanceController, Engine, EngineConfig, Persistence};
 
 mod common;
+use common::{thread_pattern, write_owned_sectors, Rng};
 
 const SECTOR: u64 = 512;
 const THREADS: u64 = 6;
@@ -57,16 +58,6 @@ impl Devices {
     }
 }
 
-/// A sector's content: the writer thread and its write number, repeated.
-fn pattern(thread: u64, seq: u64) -> [u8; SECTOR as usize] {
-    let mut s = [0u8; SECTOR as usize];
-    let word = (thread << 48 | seq).to_le_bytes();
-    for chunk in s.chunks_mut(8) {
-        chunk.copy_from_slice(&word);
-    }
-    s
-}
-
 /// The workload's phases, by time since the start: what share of requests
 /// write, over how much of the volume, and whether this thread rests.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -97,13 +88,7 @@ const PHASE: Duration = Duration::from_millis(300);
 /// number of each sector it owns, 0 for none).
 fn workload(engine: &Engine, thread: u64, started: Instant, stop: &AtomicBool) -> Vec<u64> {
     let mut model = vec![0u64; VOLUME_SECTORS as usize];
-    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (thread + 1).wrapping_mul(0x1234_5678_9abc_def1);
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = Rng::for_thread(thread);
     let mut seq = 0;
     while !stop.load(Ordering::Relaxed) {
         let phase = PHASES[(started.elapsed().as_millis() / PHASE.as_millis()) as usize % PHASES.len()];
@@ -121,23 +106,25 @@ fn workload(engine: &Engine, thread: u64, started: Instant, stop: &AtomicBool) -
             }
         };
         seq += 1;
-        let r = next();
+        let r = rng.next();
         let first = (r >> 8) % (span_sectors - 8);
         let count = 1 + (r >> 40) % 8;
         if (r >> 20) % 100 < write_percent {
             // My sectors in [first, first + count), each its own request.
-            for sector in (first..first + count).filter(|s| s % THREADS == thread) {
-                engine
-                    .write(sector * SECTOR, &pattern(thread, seq), r % 13 == 0)
-                    .unwrap();
-                model[sector as usize] = seq;
-            }
+            write_owned_sectors(
+                engine,
+                (THREADS, thread),
+                first..first + count,
+                seq,
+                r.is_multiple_of(13),
+                &mut model,
+            );
         } else {
             let mut buf = vec![0u8; (count * SECTOR) as usize];
             engine.read(first * SECTOR, &mut buf).unwrap();
             check(thread, &model, first, &buf, "read");
         }
-        if r % 211 == 0 {
+        if r.is_multiple_of(211) {
             engine.flush().unwrap();
         }
     }
@@ -154,7 +141,7 @@ fn check(thread: u64, model: &[u64], first: u64, buf: &[u8], what: &str) {
         }
         let want = match model[sector as usize] {
             0 => [0u8; SECTOR as usize],
-            seq => pattern(thread, seq),
+            seq => thread_pattern(thread, seq),
         };
         assert!(
             got == want,
@@ -245,7 +232,7 @@ fn run(balance: BalanceConfig, switches_wanted: u64) -> (u64, u64) {
                 let (thread, seq) = latest[sector as usize];
                 let want = match seq {
                     0 => [0u8; SECTOR as usize],
-                    seq => pattern(thread, seq),
+                    seq => thread_pattern(thread, seq),
                 };
                 assert!(
                     got == want,
@@ -304,7 +291,7 @@ fn sib_bypassing_loses_nothing() {
 fn sib_learns_a_backend_the_cache_never_used() {
     const LINES: u64 = 24;
     let devices = Devices::new();
-    let data = |line: u64| pattern(line % THREADS, line + 1).repeat(8);
+    let data = |line: u64| thread_pattern(line % THREADS, line + 1).repeat(8);
     // A first run writes the lines; its shutdown writes them back and
     // leaves them cached and clean.
     let engine = devices.engine(None);

@@ -30,6 +30,40 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+    /// The RNG of client thread `thread` of a concurrent workload.
+    pub fn for_thread(thread: u64) -> Rng {
+        Rng(0x9e37_79b9_7f4a_7c15u64 ^ (thread + 1).wrapping_mul(0x1234_5678_9abc_def1))
+    }
+}
+
+/// A sector's content in a concurrent workload: the writer thread and its
+/// write number, repeated.
+pub fn thread_pattern(thread: u64, seq: u64) -> [u8; SECTOR as usize] {
+    let mut s = [0u8; SECTOR as usize];
+    let word = (thread << 48 | seq).to_le_bytes();
+    for chunk in s.chunks_mut(8) {
+        chunk.copy_from_slice(&word);
+    }
+    s
+}
+
+/// Writes write `seq` of thread `thread` of `threads`: each sector of
+/// `sectors` the thread owns (`sector % threads == thread`) as a request
+/// of its own (with FUA if `fua`), noted in `model`.
+pub fn write_owned_sectors(
+    engine: &iocache_engine::Engine,
+    (threads, thread): (u64, u64),
+    sectors: std::ops::Range<u64>,
+    seq: u64,
+    fua: bool,
+    model: &mut [u64],
+) {
+    for sector in sectors.filter(|s| s % threads == thread) {
+        engine
+            .write(sector * SECTOR, &thread_pattern(thread, seq), fua)
+            .unwrap();
+        model[sector as usize] = seq;
+    }
 }
 
 /// A sector's content: the write that stored it and the sector it belongs to.
