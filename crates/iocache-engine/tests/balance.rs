@@ -20,7 +20,7 @@ use iocache_device::{BlockDevice, FaultDevice, MemDevice};
 use iocache_engine::{BalanceConfig, BalanceController, Engine, EngineConfig, Persistence};
 
 mod common;
-use common::{thread_pattern, write_owned_sectors, Rng};
+use common::{owned_request, thread_pattern, Rng};
 
 const SECTOR: u64 = 512;
 const THREADS: u64 = 6;
@@ -107,21 +107,11 @@ fn workload(engine: &Engine, thread: u64, started: Instant, stop: &AtomicBool) -
         };
         seq += 1;
         let r = rng.next();
-        let first = (r >> 8) % (span_sectors - 8);
-        let count = 1 + (r >> 40) % 8;
-        if (r >> 20) % 100 < write_percent {
-            // My sectors in [first, first + count), each its own request.
-            write_owned_sectors(
-                engine,
-                (THREADS, thread),
-                first..first + count,
-                seq,
-                r.is_multiple_of(13),
-                &mut model,
-            );
-        } else {
-            let mut buf = vec![0u8; (count * SECTOR) as usize];
-            engine.read(first * SECTOR, &mut buf).unwrap();
+        // A write: my sectors among those drawn, each its own request.
+        let write = ((r >> 20) % 100 < write_percent).then_some(r.is_multiple_of(13));
+        if let Some((first, buf)) =
+            owned_request(engine, (THREADS, thread), r, span_sectors, write, seq, &mut model)
+        {
             check(thread, &model, first, &buf, "read");
         }
         if r.is_multiple_of(211) {

@@ -9,7 +9,7 @@ use iocache_device::{BlockDevice, MemDevice};
 use iocache_engine::{Engine, EngineConfig, IoMode, Layout, Lookup, Persistence};
 
 mod common;
-use common::{thread_pattern, write_owned_sectors, Rng};
+use common::{owned_request, thread_pattern, Rng};
 
 const SECTOR: u64 = 512;
 const THREADS: u64 = 4;
@@ -92,21 +92,18 @@ fn workload_while(
     while seq < steps || more() {
         seq += 1;
         let r = rng.next();
-        let first = (r >> 8) % (volume_sectors - 8);
-        let count = 1 + (r >> 40) % 8;
-        if r.is_multiple_of(3) {
-            // Write my sectors in [first, first + count) one by one (each a request).
-            write_owned_sectors(
-                engine,
-                (THREADS, thread),
-                first..first + count,
-                seq,
-                r.is_multiple_of(7),
-                &mut model,
-            );
-        } else {
-            let mut buf = vec![0u8; (count * SECTOR) as usize];
-            engine.read(first * SECTOR, &mut buf).unwrap();
+        // A write: my sectors among those drawn one by one (each a request).
+        let write = r.is_multiple_of(3).then_some(r.is_multiple_of(7));
+        if let Some((first, buf)) = owned_request(
+            engine,
+            (THREADS, thread),
+            r,
+            volume_sectors,
+            write,
+            seq,
+            &mut model,
+        ) {
+            let count = buf.len() as u64 / SECTOR;
             for (i, sector) in (first..first + count).enumerate() {
                 if sector % THREADS == thread && model[sector as usize] != 0 {
                     let got = &buf[i * SECTOR as usize..(i + 1) * SECTOR as usize];

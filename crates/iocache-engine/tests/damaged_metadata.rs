@@ -74,6 +74,23 @@ fn write_lines(engine: &Engine, lines: std::ops::Range<u64>, line_bytes: u64, sh
     }
 }
 
+/// A write-back cache of 64 lines of `line_bytes` (persistence `all`) over
+/// a backend of 256 lines, whose lines `lines` were written (each with its
+/// own content), then `stop` ran on the engine (a flush, a shutdown)
+/// before it was dropped. Returns the cache and its devices.
+fn lines_written_then(
+    line_bytes: u64,
+    lines: std::ops::Range<u64>,
+    stop: impl FnOnce(&Engine) -> Result<(), EngineError>,
+) -> (CacheConfig, Arc<MemDevice>, Arc<MemDevice>) {
+    let (cache, cache_dev, backend) = devices(line_bytes, 64, 256);
+    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
+    write_lines(&engine, lines, line_bytes, 0);
+    stop(&engine).unwrap();
+    drop(engine);
+    (cache, cache_dev, backend)
+}
+
 /// Line 5 of a cache of 16 lines of 4 KiB holds the backend's old data
 /// (0x5a); a write over it is flushed (acknowledged durable), then the
 /// engine crashes. Returns the line's size, the cache, its devices, and
@@ -683,11 +700,8 @@ fn every_corruption_of_checksummed_dirty_data_is_refused() {
 #[test]
 fn a_version_2_cache_is_written_back_and_formatted_anew_then_checked() {
     let line_bytes = 4096;
-    let (cache, cache_dev, backend) = devices(line_bytes, 64, 256);
-    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
-    write_lines(&engine, 0..16, line_bytes, 0);
-    engine.flush().unwrap();
-    drop(engine); // kill -9
+    // Flushed, then kill -9.
+    let (cache, cache_dev, backend) = lines_written_then(line_bytes, 0..16, Engine::flush);
 
     // Make it what a version 2 build leaves: its layout (no intent log),
     // empty records of sequence 0 never written, no identities.
@@ -796,11 +810,7 @@ fn a_version_2_cache_is_written_back_and_formatted_anew_then_checked() {
 #[test]
 fn a_format_interrupted_by_a_crash_formats_again() {
     let line_bytes = 4096;
-    let (cache, cache_dev, backend) = devices(line_bytes, 64, 256);
-    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
-    write_lines(&engine, 0..8, line_bytes, 0);
-    engine.shutdown().unwrap();
-    drop(engine);
+    let (cache, cache_dev, backend) = lines_written_then(line_bytes, 0..8, Engine::shutdown);
     // Line records after blank superblocks: refused.
     cache_dev.write_at(&vec![0u8; 2 * SUPERBLOCK_BYTES], 0).unwrap();
     let err = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend)
@@ -873,11 +883,7 @@ impl Hook for CrashAfterZeroingSuperblocks {
 #[test]
 fn a_start_over_interrupted_after_the_superblocks_went_formats_again() {
     let line_bytes = 4096;
-    let (cache, cache_dev, backend) = devices(line_bytes, 64, 256);
-    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
-    write_lines(&engine, 0..8, line_bytes, 0);
-    engine.flush().unwrap();
-    drop(engine);
+    let (_, cache_dev, backend) = lines_written_then(line_bytes, 0..8, Engine::flush);
     let other_geometry = config(line_bytes, 32);
     let crashing: Arc<dyn BlockDevice> = Arc::new(Hooked {
         inner: cache_dev.clone(),

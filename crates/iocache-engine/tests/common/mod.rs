@@ -47,6 +47,31 @@ pub fn thread_pattern(thread: u64, seq: u64) -> [u8; SECTOR as usize] {
     s
 }
 
+/// One request of thread `thread` of `threads` in a concurrent workload,
+/// placed by the random `r` among the first `span_sectors` sectors (1 to 8
+/// sectors): with `write` (`Some(fua)`), write `seq` of the sectors the
+/// thread owns there (see [`write_owned_sectors`]); else a read of them
+/// all, returned with its first sector for the caller to check.
+pub fn owned_request(
+    engine: &iocache_engine::Engine,
+    (threads, thread): (u64, u64),
+    r: u64,
+    span_sectors: u64,
+    write: Option<bool>,
+    seq: u64,
+    model: &mut [u64],
+) -> Option<(u64, Vec<u8>)> {
+    let first = (r >> 8) % (span_sectors - 8);
+    let count = 1 + (r >> 40) % 8;
+    if let Some(fua) = write {
+        write_owned_sectors(engine, (threads, thread), first..first + count, seq, fua, model);
+        return None;
+    }
+    let mut buf = vec![0u8; (count * SECTOR) as usize];
+    engine.read(first * SECTOR, &mut buf).unwrap();
+    Some((first, buf))
+}
+
 /// Writes write `seq` of thread `thread` of `threads`: each sector of
 /// `sectors` the thread owns (`sector % threads == thread`) as a request
 /// of its own (with FUA if `fua`), noted in `model`.
