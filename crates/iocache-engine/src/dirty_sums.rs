@@ -221,91 +221,107 @@ mod tests {
     use super::*;
     use iocache_format::{dirty_checksum, sector_checksums};
 
-    /// A reference: the line's bytes and dirty bits, and the checksum the
-    /// format defines over them.
-    fn reference(line: &[u8], dirty: u64) -> u64 {
-        dirty_checksum(line, &[dirty])
+    /// Slot 0 of a table of two 16-sector lines, with the line's bytes and
+    /// dirty bits as the engine holds them.
+    struct Line {
+        sums: DirtySums,
+        bytes: Vec<u8>,
+        dirty: u64,
     }
 
-    fn write(sums: &mut DirtySums, line: &mut [u8], dirty: &mut u64, first: u32, end: u32, byte: u8) {
-        let at = first as usize * 512..end as usize * 512;
-        line[at.clone()].fill(byte);
-        let per_sector: Vec<u64> = sector_checksums(first, &line[at]).collect();
-        sums.written(0, &[*dirty], first, &per_sector);
-        let mut bits = [*dirty];
-        set_range(&mut bits, first, end);
-        *dirty = bits[0];
+    impl Line {
+        fn new(fill: u8, dirty: u64) -> Line {
+            Line {
+                sums: DirtySums::new(2, 16, 1),
+                bytes: vec![fill; 16 * 512],
+                dirty,
+            }
+        }
+
+        /// Sectors `first..end` written with `byte`, and dirty.
+        fn write(&mut self, first: u32, end: u32, byte: u8) {
+            let at = first as usize * 512..end as usize * 512;
+            self.bytes[at.clone()].fill(byte);
+            let per_sector: Vec<u64> = sector_checksums(first, &self.bytes[at]).collect();
+            self.sums.written(0, &[self.dirty], first, &per_sector);
+            let mut bits = [self.dirty];
+            set_range(&mut bits, first, end);
+            self.dirty = bits[0];
+        }
+
+        /// What the sums say the dirty sectors' checksum is.
+        fn checksum(&self) -> Option<u64> {
+            self.sums.checksum(0, &[self.dirty])
+        }
+
+        /// A reference: the checksum the format defines over the line's
+        /// bytes and dirty bits.
+        fn reference(&self) -> u64 {
+            dirty_checksum(&self.bytes, &[self.dirty])
+        }
     }
 
     #[test]
     fn overlapping_writes_keep_the_checksum_known_and_right() {
-        let mut sums = DirtySums::new(2, 16, 1);
-        let mut line = vec![0u8; 16 * 512];
-        let mut dirty = 0u64;
-        write(&mut sums, &mut line, &mut dirty, 0, 4, 1);
-        write(&mut sums, &mut line, &mut dirty, 8, 12, 2);
-        write(&mut sums, &mut line, &mut dirty, 2, 10, 3); // overlaps both
-        write(&mut sums, &mut line, &mut dirty, 3, 4, 4); // inside
-        assert_eq!(sums.checksum(0, &[dirty]), Some(reference(&line, dirty)));
+        let mut line = Line::new(0, 0);
+        line.write(0, 4, 1);
+        line.write(8, 12, 2);
+        line.write(2, 10, 3); // overlaps both
+        line.write(3, 4, 4); // inside
+        assert_eq!(line.checksum(), Some(line.reference()));
         // Written back in part: the rest still counts.
-        sums.shrinking(0, &[dirty]);
-        let mut after = [dirty];
+        line.sums.shrinking(0, &[line.dirty]);
+        let mut after = [line.dirty];
         clear_range(&mut after, 0, 6);
-        dirty = after[0];
-        sums.cleaned(0, &[dirty]);
-        assert_eq!(sums.checksum(0, &[dirty]), Some(reference(&line, dirty)));
+        line.dirty = after[0];
+        line.sums.cleaned(0, &[line.dirty]);
+        assert_eq!(line.checksum(), Some(line.reference()));
         // All clean: nothing kept.
-        sums.shrinking(0, &[dirty]);
-        sums.cleaned(0, &[0]);
-        assert_eq!(sums.lines(), 0);
-        assert_eq!(sums.checksum(0, &[0]), Some(0));
+        line.sums.shrinking(0, &[line.dirty]);
+        line.sums.cleaned(0, &[0]);
+        assert_eq!(line.sums.lines(), 0);
+        assert_eq!(line.sums.checksum(0, &[0]), Some(0));
     }
 
     #[test]
     fn unseen_data_makes_the_checksum_unknown_until_rewritten() {
-        let mut sums = DirtySums::new(2, 16, 1);
-        let mut line = vec![0u8; 16 * 512];
-        let mut dirty = 0u64;
-        write(&mut sums, &mut line, &mut dirty, 0, 8, 1);
-        sums.unseen(0, &[dirty], 2, 4);
-        assert_eq!(sums.checksum(0, &[dirty]), None);
-        write(&mut sums, &mut line, &mut dirty, 0, 4, 5);
-        assert_eq!(sums.checksum(0, &[dirty]), Some(reference(&line, dirty)));
+        let mut line = Line::new(0, 0);
+        line.write(0, 8, 1);
+        line.sums.unseen(0, &[line.dirty], 2, 4);
+        assert_eq!(line.checksum(), None);
+        line.write(0, 4, 5);
+        assert_eq!(line.checksum(), Some(line.reference()));
     }
 
     #[test]
     fn restored_or_learned_terms_count_sector_by_sector() {
-        let mut sums = DirtySums::new(2, 16, 1);
-        let mut line = vec![3u8; 16 * 512];
-        let mut dirty = 0b1111u64;
-        let terms: Vec<u64> = sector_checksums(0, &line).collect();
-        sums.restored_terms(0, &terms);
-        assert_eq!(sums.term(0, 2), Some(terms[2]));
+        let mut line = Line::new(3, 0b1111);
+        let terms: Vec<u64> = sector_checksums(0, &line.bytes).collect();
+        line.sums.restored_terms(0, &terms);
+        assert_eq!(line.sums.term(0, 2), Some(terms[2]));
         // A write to part of it: the rest still counts, sector by sector.
-        write(&mut sums, &mut line, &mut dirty, 0, 2, 9);
-        assert_eq!(sums.checksum(0, &[dirty]), Some(reference(&line, dirty)));
+        line.write(0, 2, 9);
+        assert_eq!(line.checksum(), Some(line.reference()));
         // Unseen data, then read back.
-        sums.unseen(0, &[dirty], 1, 3);
-        assert_eq!(sums.checksum(0, &[dirty]), None);
-        assert_eq!(sums.term(0, 1), None);
-        let now: Vec<u64> = sector_checksums(0, &line).collect();
-        sums.learned(0, &[dirty], &now);
-        assert_eq!(sums.checksum(0, &[dirty]), Some(reference(&line, dirty)));
+        line.sums.unseen(0, &[line.dirty], 1, 3);
+        assert_eq!(line.checksum(), None);
+        assert_eq!(line.sums.term(0, 1), None);
+        let now: Vec<u64> = sector_checksums(0, &line.bytes).collect();
+        line.sums.learned(0, &[line.dirty], &now);
+        assert_eq!(line.checksum(), Some(line.reference()));
     }
 
     #[test]
     fn a_restored_total_holds_until_the_dirty_sectors_change() {
-        let mut sums = DirtySums::new(2, 16, 1);
-        let mut line = vec![7u8; 16 * 512];
-        let mut dirty = 0b1111u64;
-        sums.restored(0, reference(&line, dirty));
-        assert_eq!(sums.checksum(0, &[dirty]), Some(reference(&line, dirty)));
+        let mut line = Line::new(7, 0b1111);
+        line.sums.restored(0, line.reference());
+        assert_eq!(line.checksum(), Some(line.reference()));
         // A write to part of it: the other restored sectors were never seen.
-        write(&mut sums, &mut line, &mut dirty, 0, 2, 9);
-        assert_eq!(sums.checksum(0, &[dirty]), None);
-        write(&mut sums, &mut line, &mut dirty, 2, 4, 9);
-        assert_eq!(sums.checksum(0, &[dirty]), Some(reference(&line, dirty)));
+        line.write(0, 2, 9);
+        assert_eq!(line.checksum(), None);
+        line.write(2, 4, 9);
+        assert_eq!(line.checksum(), Some(line.reference()));
         // A line with dirty sectors this never saw: unknown.
-        assert_eq!(sums.checksum(1, &[1]), None);
+        assert_eq!(line.sums.checksum(1, &[1]), None);
     }
 }

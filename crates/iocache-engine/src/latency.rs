@@ -170,13 +170,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn percentiles_of_a_known_distribution() {
+    /// The percentiles of 1 µs, 2 µs, ... 10 ms, once each.
+    fn one_to_ten_thousand_microseconds() -> LatencyPercentiles {
         let h = LatencyHistogram::default();
         for ns in 1..=10_000u64 {
             h.record(ns * 1000);
         }
-        let p = h.percentiles();
+        h.percentiles()
+    }
+
+    #[test]
+    fn percentiles_of_a_known_distribution() {
+        let p = one_to_ten_thousand_microseconds();
         assert_eq!(p.count, 10_000);
         let close = |got: u64, want: u64| got >= want && got - want <= want / 16 + 1;
         assert!(close(p.p50_ns, 5_000_000), "{p:?}");
@@ -186,11 +191,7 @@ mod tests {
 
     #[test]
     fn sum_and_cumulative_counts_for_an_exported_histogram() {
-        let h = LatencyHistogram::default();
-        for ns in 1..=10_000u64 {
-            h.record(ns * 1000);
-        }
-        let p = h.percentiles();
+        let p = one_to_ten_thousand_microseconds();
         assert_eq!(p.sum_ns, 1000 * 10_000 * 10_001 / 2);
         // Cumulative, ending with every value by 10 ms... within a bucket.
         assert!(p.at_most.windows(2).all(|w| w[0] <= w[1]), "{p:?}");

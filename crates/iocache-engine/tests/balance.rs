@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 use iocache_core::balance::{LbicaConfig, SibConfig};
 use iocache_core::{CacheConfig, LineSize, WritePolicy};
 use iocache_device::{BlockDevice, FaultDevice, MemDevice};
-use iocache_engine::{BalanceConfig, BalanceController, Engine, EngineConfig, Layout, Persistence};
+use iocache_engine::{BalanceConfig, BalanceController, Engine, EngineConfig, Persistence};
+
+mod common;
+use common::{owned_request, thread_pattern, Rng};
 
 const SECTOR: u64 = 512;
 const THREADS: u64 = 6;
@@ -32,12 +35,7 @@ struct Devices {
 
 impl Devices {
     fn new() -> Devices {
-        let layout = Layout::for_slots(4096, CACHE_LINES).unwrap();
-        let cache = Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes())));
-        let backend = Arc::new(FaultDevice::new(MemDevice::new(
-            "backend",
-            VOLUME_SECTORS * SECTOR,
-        )));
+        let (cache, backend) = common::fault_devices(4096, CACHE_LINES, VOLUME_SECTORS * SECTOR);
         cache.set_journal(false);
         backend.set_journal(false);
         Devices { cache, backend }
@@ -58,16 +56,6 @@ impl Devices {
         )
         .unwrap()
     }
-}
-
-/// A sector's content: the writer thread and its write number, repeated.
-fn pattern(thread: u64, seq: u64) -> [u8; SECTOR as usize] {
-    let mut s = [0u8; SECTOR as usize];
-    let word = (thread << 48 | seq).to_le_bytes();
-    for chunk in s.chunks_mut(8) {
-        chunk.copy_from_slice(&word);
-    }
-    s
 }
 
 /// The workload's phases, by time since the start: what share of requests
@@ -100,13 +88,7 @@ const PHASE: Duration = Duration::from_millis(300);
 /// number of each sector it owns, 0 for none).
 fn workload(engine: &Engine, thread: u64, started: Instant, stop: &AtomicBool) -> Vec<u64> {
     let mut model = vec![0u64; VOLUME_SECTORS as usize];
-    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (thread + 1).wrapping_mul(0x1234_5678_9abc_def1);
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = Rng::for_thread(thread);
     let mut seq = 0;
     while !stop.load(Ordering::Relaxed) {
         let phase = PHASES[(started.elapsed().as_millis() / PHASE.as_millis()) as usize % PHASES.len()];
@@ -124,23 +106,15 @@ fn workload(engine: &Engine, thread: u64, started: Instant, stop: &AtomicBool) -
             }
         };
         seq += 1;
-        let r = next();
-        let first = (r >> 8) % (span_sectors - 8);
-        let count = 1 + (r >> 40) % 8;
-        if (r >> 20) % 100 < write_percent {
-            // My sectors in [first, first + count), each its own request.
-            for sector in (first..first + count).filter(|s| s % THREADS == thread) {
-                engine
-                    .write(sector * SECTOR, &pattern(thread, seq), r % 13 == 0)
-                    .unwrap();
-                model[sector as usize] = seq;
-            }
-        } else {
-            let mut buf = vec![0u8; (count * SECTOR) as usize];
-            engine.read(first * SECTOR, &mut buf).unwrap();
+        let r = rng.next();
+        // A write: my sectors among those drawn, each its own request.
+        let write = ((r >> 20) % 100 < write_percent).then_some(r.is_multiple_of(13));
+        if let Some((first, buf)) =
+            owned_request(engine, (THREADS, thread), r, span_sectors, write, seq, &mut model)
+        {
             check(thread, &model, first, &buf, "read");
         }
-        if r % 211 == 0 {
+        if r.is_multiple_of(211) {
             engine.flush().unwrap();
         }
     }
@@ -157,7 +131,7 @@ fn check(thread: u64, model: &[u64], first: u64, buf: &[u8], what: &str) {
         }
         let want = match model[sector as usize] {
             0 => [0u8; SECTOR as usize],
-            seq => pattern(thread, seq),
+            seq => thread_pattern(thread, seq),
         };
         assert!(
             got == want,
@@ -248,7 +222,7 @@ fn run(balance: BalanceConfig, switches_wanted: u64) -> (u64, u64) {
                 let (thread, seq) = latest[sector as usize];
                 let want = match seq {
                     0 => [0u8; SECTOR as usize],
-                    seq => pattern(thread, seq),
+                    seq => thread_pattern(thread, seq),
                 };
                 assert!(
                     got == want,
@@ -307,7 +281,7 @@ fn sib_bypassing_loses_nothing() {
 fn sib_learns_a_backend_the_cache_never_used() {
     const LINES: u64 = 24;
     let devices = Devices::new();
-    let data = |line: u64| pattern(line % THREADS, line + 1).repeat(8);
+    let data = |line: u64| thread_pattern(line % THREADS, line + 1).repeat(8);
     // A first run writes the lines; its shutdown writes them back and
     // leaves them cached and clean.
     let engine = devices.engine(None);

@@ -8,6 +8,9 @@ use iocache_core::{CacheConfig, LineSize, WritePolicy};
 use iocache_device::{BlockDevice, MemDevice};
 use iocache_engine::{Engine, EngineConfig, IoMode, Layout, Lookup, Persistence};
 
+mod common;
+use common::{owned_request, thread_pattern, Rng};
+
 const SECTOR: u64 = 512;
 const THREADS: u64 = 4;
 
@@ -47,16 +50,6 @@ fn engine(
     (Arc::new(engine), backend)
 }
 
-/// A sector's content: the writer thread and its write number, repeated.
-fn pattern(thread: u64, seq: u64) -> [u8; SECTOR as usize] {
-    let mut s = [0u8; SECTOR as usize];
-    let word = (thread << 48 | seq).to_le_bytes();
-    for chunk in s.chunks_mut(8) {
-        chunk.copy_from_slice(&word);
-    }
-    s
-}
-
 /// Every sector some thread wrote (`models[thread][sector]`, its last
 /// write number; 0: never written) holds that write on the backend; each
 /// thread writes the sectors `s` with `s % THREADS` equal to its number.
@@ -67,7 +60,11 @@ fn assert_backend_holds(backend: &MemDevice, models: &[Vec<u64>], run: &str) {
         let seq = models[owner as usize][s as usize];
         if seq != 0 {
             backend.read_at(&mut sector, s * SECTOR).unwrap();
-            assert_eq!(sector, pattern(owner, seq), "backend lost sector {s} ({run})");
+            assert_eq!(
+                sector,
+                thread_pattern(owner, seq),
+                "backend lost sector {s} ({run})"
+            );
         }
     }
 }
@@ -90,44 +87,35 @@ fn workload_while(
     // several sectors, so they touch lines and slots shared with other threads,
     // but a thread only writes (and checks) its own sectors.
     let mut model = vec![0u64; volume_sectors as usize];
-    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (thread + 1).wrapping_mul(0x1234_5678_9abc_def1);
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = Rng::for_thread(thread);
     let mut seq = 0u64;
     while seq < steps || more() {
         seq += 1;
-        let r = next();
-        let first = (r >> 8) % (volume_sectors - 8);
-        let count = 1 + (r >> 40) % 8;
-        if r % 3 == 0 {
-            // Write my sectors in [first, first + count) one by one (each a request).
-            for sector in first..first + count {
-                if sector % THREADS == thread {
-                    engine
-                        .write(sector * SECTOR, &pattern(thread, seq), r % 7 == 0)
-                        .unwrap();
-                    model[sector as usize] = seq;
-                }
-            }
-        } else {
-            let mut buf = vec![0u8; (count * SECTOR) as usize];
-            engine.read(first * SECTOR, &mut buf).unwrap();
+        let r = rng.next();
+        // A write: my sectors among those drawn one by one (each a request).
+        let write = r.is_multiple_of(3).then_some(r.is_multiple_of(7));
+        if let Some((first, buf)) = owned_request(
+            engine,
+            (THREADS, thread),
+            r,
+            volume_sectors,
+            write,
+            seq,
+            &mut model,
+        ) {
+            let count = buf.len() as u64 / SECTOR;
             for (i, sector) in (first..first + count).enumerate() {
                 if sector % THREADS == thread && model[sector as usize] != 0 {
                     let got = &buf[i * SECTOR as usize..(i + 1) * SECTOR as usize];
                     assert_eq!(
                         got,
-                        &pattern(thread, model[sector as usize])[..],
+                        &thread_pattern(thread, model[sector as usize])[..],
                         "thread {thread} read a stale sector {sector}"
                     );
                 }
             }
         }
-        if r % 97 == 0 {
+        if r.is_multiple_of(97) {
             engine.flush().unwrap();
         }
     }

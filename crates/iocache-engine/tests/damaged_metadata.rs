@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use iocache_core::{CacheConfig, LineSize, PolicySpec, WritePolicy};
 use iocache_device::{BlockDevice, MemDevice};
-use iocache_engine::{Engine, EngineConfig, EngineError, InitMode, Layout, Lookup, Persistence};
+use iocache_engine::{DamagedSlot, Engine, EngineConfig, EngineError, InitMode, Layout, Lookup, Persistence};
 use iocache_format::{load_metadata, Superblock, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS};
 
 mod common;
@@ -74,6 +74,23 @@ fn write_lines(engine: &Engine, lines: std::ops::Range<u64>, line_bytes: u64, sh
     }
 }
 
+/// A write-back cache of 64 lines of `line_bytes` (persistence `all`) over
+/// a backend of 256 lines, whose lines `lines` were written (each with its
+/// own content), then `stop` ran on the engine (a flush, a shutdown)
+/// before it was dropped. Returns the cache and its devices.
+fn lines_written_then(
+    line_bytes: u64,
+    lines: std::ops::Range<u64>,
+    stop: impl FnOnce(&Engine) -> Result<(), EngineError>,
+) -> (CacheConfig, Arc<MemDevice>, Arc<MemDevice>) {
+    let (cache, cache_dev, backend) = devices(line_bytes, 64, 256);
+    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
+    write_lines(&engine, lines, line_bytes, 0);
+    stop(&engine).unwrap();
+    drop(engine);
+    (cache, cache_dev, backend)
+}
+
 /// Line 5 of a cache of 16 lines of 4 KiB holds the backend's old data
 /// (0x5a); a write over it is flushed (acknowledged durable), then the
 /// engine crashes. Returns the line's size, the cache, its devices, and
@@ -92,6 +109,54 @@ fn crash_after_flushing_line_5(
     engine.flush().unwrap(); // acknowledged durable
     drop(engine); // crash
     (line_bytes, cache, cache_dev, backend, old)
+}
+
+/// A start of the crashed cache refused for damaged metadata naming one
+/// slot (`why`: the damage): that slot, all that is reported damaged, and
+/// the refusal's text.
+fn refused_naming_one_slot(
+    cache: &CacheConfig,
+    persistence: Persistence,
+    cache_dev: &Arc<MemDevice>,
+    backend: &Arc<MemDevice>,
+    why: &str,
+) -> (Vec<DamagedSlot>, String) {
+    let err = open(cache, persistence, InitMode::Load, cache_dev, backend)
+        .err()
+        .unwrap_or_else(|| panic!("{why} refuses the start"));
+    let EngineError::DamagedMetadata(damage) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(damage.slots.len(), 1, "{err}");
+    (damage.slots.clone(), err.to_string())
+}
+
+/// Starts the refused cache accepting the damage and reads line 5, then
+/// shuts down and starts again without accepting anything (the accepted
+/// damage was blanked, so this start is not refused). Returns the slots
+/// the accepting start reported, what line 5 held then, and the last engine.
+fn accept_damage_and_read_line_5(
+    cache: &CacheConfig,
+    persistence: Persistence,
+    cache_dev: &Arc<MemDevice>,
+    backend: &Arc<MemDevice>,
+) -> (Vec<DamagedSlot>, Vec<u8>, Engine) {
+    let line_bytes = cache.line_size.bytes();
+    let engine = open(
+        cache,
+        persistence,
+        InitMode::LoadAcceptingDamage,
+        cache_dev,
+        backend,
+    )
+    .unwrap();
+    let reported = engine.stats().recovery.damaged_slots;
+    let mut buf = vec![0u8; line_bytes as usize];
+    engine.read(5 * line_bytes, &mut buf).unwrap();
+    engine.shutdown().unwrap();
+    drop(engine);
+    let engine = open(cache, persistence, InitMode::Load, cache_dev, backend).unwrap();
+    (reported, buf, engine)
 }
 
 /// Which superblock copy is the newest valid one.
@@ -211,14 +276,14 @@ fn a_damaged_dirty_record_refuses_the_start_unless_acknowledged() {
         // A byte of the valid bitmap: the record still parses, its crc fails.
         flip_byte(&cache_dev, record_at + 40, 0x01);
 
-        let err = open(&cache, persistence, InitMode::Load, &cache_dev, &backend)
-            .err()
-            .expect("a damaged dirty record refuses the start");
-        let EngineError::DamagedMetadata(damage) = &err else {
-            panic!("{err}")
-        };
-        assert_eq!(damage.slots.len(), 1, "{err}");
-        let d = &damage.slots[0];
+        let (damaged, text) = refused_naming_one_slot(
+            &cache,
+            persistence,
+            &cache_dev,
+            &backend,
+            "a damaged dirty record",
+        );
+        let d = &damaged[0];
         assert_eq!((d.slot, d.device_offsets.as_slice()), (*slot, &[record_at][..]));
         let probably = d
             .probably
@@ -232,7 +297,6 @@ fn a_damaged_dirty_record_refuses_the_start_unless_acknowledged() {
             ),
             (Some("volume"), 5, true)
         );
-        let text = err.to_string();
         assert!(
             text.contains(&format!("slot {slot} (record at device offset {record_at}"))
                 && text.contains("probably dirty line 5 of volume `volume`"),
@@ -240,23 +304,11 @@ fn a_damaged_dirty_record_refuses_the_start_unless_acknowledged() {
         );
 
         // Acknowledged: starts, reports, serves no other line's data.
-        let engine = open(
-            &cache,
-            persistence,
-            InitMode::LoadAcceptingDamage,
-            &cache_dev,
-            &backend,
-        )
-        .unwrap();
-        let report = engine.stats().recovery;
-        assert_eq!(report.damaged_slots, damage.slots);
-        let mut buf = vec![0u8; line_bytes as usize];
-        engine.read(5 * line_bytes, &mut buf).unwrap();
+        let (reported, buf, engine) =
+            accept_damage_and_read_line_5(&cache, persistence, &cache_dev, &backend);
+        assert_eq!(reported, damaged);
         assert!(buf == new || buf == old, "line 5 holds foreign data");
-        engine.shutdown().unwrap();
-        drop(engine);
         // The damage was accepted once: a plain start works again.
-        let engine = open(&cache, persistence, InitMode::Load, &cache_dev, &backend).unwrap();
         assert!(engine.stats().recovery.damaged_slots.is_empty());
     }
 }
@@ -468,39 +520,21 @@ fn a_flipped_byte_in_flushed_dirty_data_refuses_the_start_naming_the_line() {
         assert!(line.data_hash.is_some(), "the dirty record carries a checksum");
         flip_byte(&cache_dev, layout.line_offset(slot) + 777, 0x10);
 
-        let err = open(&cache, persistence, InitMode::Load, &cache_dev, &backend)
-            .err()
-            .expect("damaged dirty data refuses the start");
-        let EngineError::DamagedMetadata(damage) = &err else {
-            panic!("{err}")
-        };
-        assert_eq!(damage.slots.len(), 1, "{err}");
-        assert_eq!(damage.slots[0].slot, slot);
-        let text = err.to_string();
+        let (damaged, text) =
+            refused_naming_one_slot(&cache, persistence, &cache_dev, &backend, "damaged dirty data");
+        assert_eq!(damaged[0].slot, slot);
         assert!(
             text.contains("does not match the checksum")
                 && text.contains("probably dirty line 5 of volume `volume`"),
             "{text}"
         );
 
-        let engine = open(
-            &cache,
-            persistence,
-            InitMode::LoadAcceptingDamage,
-            &cache_dev,
-            &backend,
-        )
-        .unwrap();
-        let mut buf = vec![0u8; line_bytes as usize];
-        engine.read(5 * line_bytes, &mut buf).unwrap();
+        let (_, mut buf, engine) = accept_damage_and_read_line_5(&cache, persistence, &cache_dev, &backend);
         assert!(
             buf == old,
             "{persistence}: line 5 must not serve the damaged data"
         );
-        engine.shutdown().unwrap();
-        drop(engine);
         // Accepted once: both record copies were blanked, a plain start works.
-        let engine = open(&cache, persistence, InitMode::Load, &cache_dev, &backend).unwrap();
         engine.read(5 * line_bytes, &mut buf).unwrap();
         assert!(buf == old);
     }
@@ -666,11 +700,8 @@ fn every_corruption_of_checksummed_dirty_data_is_refused() {
 #[test]
 fn a_version_2_cache_is_written_back_and_formatted_anew_then_checked() {
     let line_bytes = 4096;
-    let (cache, cache_dev, backend) = devices(line_bytes, 64, 256);
-    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
-    write_lines(&engine, 0..16, line_bytes, 0);
-    engine.flush().unwrap();
-    drop(engine); // kill -9
+    // Flushed, then kill -9.
+    let (cache, cache_dev, backend) = lines_written_then(line_bytes, 0..16, Engine::flush);
 
     // Make it what a version 2 build leaves: its layout (no intent log),
     // empty records of sequence 0 never written, no identities.
@@ -779,11 +810,7 @@ fn a_version_2_cache_is_written_back_and_formatted_anew_then_checked() {
 #[test]
 fn a_format_interrupted_by_a_crash_formats_again() {
     let line_bytes = 4096;
-    let (cache, cache_dev, backend) = devices(line_bytes, 64, 256);
-    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
-    write_lines(&engine, 0..8, line_bytes, 0);
-    engine.shutdown().unwrap();
-    drop(engine);
+    let (cache, cache_dev, backend) = lines_written_then(line_bytes, 0..8, Engine::shutdown);
     // Line records after blank superblocks: refused.
     cache_dev.write_at(&vec![0u8; 2 * SUPERBLOCK_BYTES], 0).unwrap();
     let err = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend)
@@ -856,11 +883,7 @@ impl Hook for CrashAfterZeroingSuperblocks {
 #[test]
 fn a_start_over_interrupted_after_the_superblocks_went_formats_again() {
     let line_bytes = 4096;
-    let (cache, cache_dev, backend) = devices(line_bytes, 64, 256);
-    let engine = open(&cache, Persistence::All, InitMode::Load, &cache_dev, &backend).unwrap();
-    write_lines(&engine, 0..8, line_bytes, 0);
-    engine.flush().unwrap();
-    drop(engine);
+    let (_, cache_dev, backend) = lines_written_then(line_bytes, 0..8, Engine::flush);
     let other_geometry = config(line_bytes, 32);
     let crashing: Arc<dyn BlockDevice> = Arc::new(Hooked {
         inner: cache_dev.clone(),

@@ -11,6 +11,8 @@ use iocache_core::{CacheConfig, LineSize, PolicySpec, WritePolicy};
 use iocache_device::{BlockDevice, FaultDevice, IoKind, MemDevice};
 use iocache_engine::{Engine, EngineConfig, Layout, Persistence};
 
+mod common;
+
 const SECTOR: u64 = 512;
 const VOLUME_SECTORS: u64 = 1024;
 
@@ -24,12 +26,7 @@ fn setup_with(wp: WritePolicy, lines: u64, flush: &str, persistence: Persistence
     let mut cache = CacheConfig::new(lines, LineSize::new(4096).unwrap(), PolicySpec::lru());
     cache.write_policy = wp;
     cache.cleaning = flush.parse().unwrap();
-    let layout = Layout::for_slots(4096, lines).unwrap();
-    let cache_dev = Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes())));
-    let backend = Arc::new(FaultDevice::new(MemDevice::new(
-        "backend",
-        VOLUME_SECTORS * SECTOR,
-    )));
+    let (cache_dev, backend) = common::fault_devices(4096, lines, VOLUME_SECTORS * SECTOR);
     let engine = Engine::new(
         EngineConfig {
             shards: 2,

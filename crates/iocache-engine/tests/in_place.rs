@@ -63,6 +63,16 @@ fn engine(mapped: bool) -> Option<(Engine, Option<ShmFile>)> {
     Some((Engine::new(config, Arc::new(dev), backend).unwrap(), Some(file)))
 }
 
+/// [`engine`] over a cache file mapped in memory, or `None` (said on
+/// stderr) where /dev/shm is not a memory filesystem.
+fn mapped_engine() -> Option<(Engine, ShmFile)> {
+    let mapped = engine(true).map(|(engine, file)| (engine, file.expect("a mapped cache has its file")));
+    if mapped.is_none() {
+        eprintln!("skipped: /dev/shm is not a memory filesystem here");
+    }
+    mapped
+}
+
 fn rand_tag() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -102,8 +112,7 @@ fn read(engine: &Engine, offset: u64, len: usize) -> (bool, Vec<u8>) {
 
 #[test]
 fn a_full_hit_in_memory_is_read_in_place_and_anything_else_is_copied() {
-    let Some((engine, _file)) = engine(true) else {
-        eprintln!("skipped: /dev/shm is not a memory filesystem here");
+    let Some((engine, _file)) = mapped_engine() else {
         return;
     };
     // Sequential lines (adjacent slots: one part) and scattered ones.
@@ -159,8 +168,7 @@ fn a_cache_not_in_memory_is_never_read_in_place() {
 /// what the reader sees never changes under it, and the write lands after.
 #[test]
 fn a_write_waits_for_the_reader_of_its_line() {
-    let Some((engine, _file)) = engine(true) else {
-        eprintln!("skipped: /dev/shm is not a memory filesystem here");
+    let Some((engine, _file)) = mapped_engine() else {
         return;
     };
     let engine = Arc::new(engine);
@@ -198,11 +206,10 @@ fn a_write_waits_for_the_reader_of_its_line() {
 /// place), and the read fails instead of passing for a success.
 #[test]
 fn a_fault_while_the_bytes_are_held_fails_the_read() {
-    let Some((engine, file)) = engine(true) else {
-        eprintln!("skipped: /dev/shm is not a memory filesystem here");
+    let Some((engine, file)) = mapped_engine() else {
         return;
     };
-    let path = file.as_ref().unwrap().0.clone();
+    let path = file.0.clone();
     engine
         .write(0, &pattern(0, 16 * LINE as usize, 1), false)
         .unwrap();

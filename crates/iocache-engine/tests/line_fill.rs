@@ -18,6 +18,11 @@ fn pattern(offset: u64) -> u8 {
     (offset / 512 * 13 % 251) as u8
 }
 
+/// The backend's initial bytes `offset..offset + length`.
+fn initial(offset: u64, length: u64) -> Vec<u8> {
+    (offset..offset + length).map(pattern).collect()
+}
+
 struct Setup {
     cache_dev: Arc<MemDevice>,
     backend: Arc<MemDevice>,
@@ -27,8 +32,7 @@ struct Setup {
 impl Setup {
     fn new(lines: u64) -> Setup {
         let backend = Arc::new(MemDevice::new("backend", VOLUME));
-        let data: Vec<u8> = (0..VOLUME).map(pattern).collect();
-        backend.write_at(&data, 0).unwrap();
+        backend.write_at(&initial(0, VOLUME), 0).unwrap();
         let layout = Layout::for_slots(LINE, lines).unwrap();
         Setup {
             cache_dev: Arc::new(MemDevice::new("cache", layout.device_bytes())),
@@ -48,17 +52,18 @@ impl Setup {
         };
         Engine::new(config, self.cache_dev.clone(), self.backend.clone()).unwrap()
     }
+
+    /// An engine filling whole lines over a freshly formatted cache.
+    fn format(&self, persistence: Persistence) -> Engine {
+        self.open(Fill::Line, persistence, InitMode::Format { discard_dirty: false })
+    }
 }
 
 #[test]
 fn unaligned_reads_and_writes_match_a_model_under_both_fills() {
     let setup = Setup::new(64);
-    let e = setup.open(
-        Fill::Line,
-        Persistence::None,
-        InitMode::Format { discard_dirty: false },
-    );
-    let mut model: Vec<u8> = (0..VOLUME).map(pattern).collect();
+    let e = setup.format(Persistence::None);
+    let mut model = initial(0, VOLUME);
     let mut state = 3u64;
     let mut next = |n: u64| {
         state = state
@@ -101,23 +106,16 @@ fn unaligned_reads_and_writes_match_a_model_under_both_fills() {
 fn a_line_fill_brings_in_the_rest_of_the_line_and_survives_a_restart() {
     let setup = Setup::new(64);
     {
-        let e = setup.open(
-            Fill::Line,
-            Persistence::All,
-            InitMode::Format { discard_dirty: false },
-        );
+        let e = setup.format(Persistence::All);
         let mut buf = vec![0u8; 512];
         e.read(LINE * 3 + 1024, &mut buf).unwrap();
-        assert_eq!(
-            buf,
-            (0..512).map(|b| pattern(LINE * 3 + 1024 + b)).collect::<Vec<_>>()
-        );
+        assert_eq!(buf, initial(LINE * 3 + 1024, 512));
         let before = e.stats().cache;
         // The rest of line 3 is cached: a read of all of it hits.
         let mut line = vec![0u8; LINE as usize];
         e.read(LINE * 3, &mut line).unwrap();
         assert_eq!(e.stats().cache.full_hits - before.full_hits, 1);
-        assert_eq!(line, (0..LINE).map(|b| pattern(LINE * 3 + b)).collect::<Vec<_>>());
+        assert_eq!(line, initial(LINE * 3, LINE));
         e.shutdown().unwrap();
     }
     let e = setup.open(Fill::Line, Persistence::All, InitMode::Load);
@@ -129,5 +127,5 @@ fn a_line_fill_brings_in_the_rest_of_the_line_and_survives_a_restart() {
         1,
         "the whole line came back"
     );
-    assert_eq!(line, (0..LINE).map(|b| pattern(LINE * 3 + b)).collect::<Vec<_>>());
+    assert_eq!(line, initial(LINE * 3, LINE));
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use iocache_core::{CacheConfig, CleaningPolicy, LineSize, PolicySpec, WritePolicy};
-use iocache_device::{BlockDevice, DeviceError, FaultDevice, MemDevice};
+use iocache_device::{BlockDevice, DeviceError, MemDevice};
 use iocache_engine::{Engine, Layout, Persistence};
 
 mod common;
@@ -83,12 +83,7 @@ fn cut_once(seed: u64) -> (usize, usize) {
         "nop",
     ][rng.below(3) as usize];
     let config = config(lines, cleaning);
-    let layout = Layout::for_slots(4096, lines).unwrap();
-    let cache = Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes())));
-    let backend = Arc::new(FaultDevice::new(MemDevice::new(
-        "backend",
-        VOLUME_SECTORS * SECTOR,
-    )));
+    let (cache, backend) = common::fault_devices(4096, lines, VOLUME_SECTORS * SECTOR);
     backend.set_journal(true);
     let persistence = [Persistence::None, Persistence::Dirty, Persistence::All][rng.below(3) as usize];
     let engine = open(&config, persistence, cache.clone(), backend.clone());
@@ -255,12 +250,7 @@ fn concurrent_clients_see_the_order_kept() {
             lines,
             ["aggressive:interval=1ms:batch=4", "nop"][rng.below(2) as usize],
         );
-        let layout = Layout::for_slots(4096, lines).unwrap();
-        let cache = Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes())));
-        let backend = Arc::new(FaultDevice::new(MemDevice::new(
-            "backend",
-            VOLUME_SECTORS * SECTOR,
-        )));
+        let (cache, backend) = common::fault_devices(4096, lines, VOLUME_SECTORS * SECTOR);
         let engine = open(&config, Persistence::Dirty, cache.clone(), backend.clone());
         const THREADS: u64 = 4;
         let region = VOLUME_SECTORS / THREADS;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use iocache_core::{CacheConfig, CleaningPolicy, LineSize, PolicySpec, WritePolicy};
 use iocache_device::{BlockDevice, FaultDevice, MemDevice, PowerCut};
-use iocache_engine::{Engine, EngineConfig, EngineError, InitMode, Layout, Lookup, Persistence};
+use iocache_engine::{Engine, EngineConfig, EngineError, InitMode, Lookup, Persistence};
 
 mod common;
 use common::{decode, random_power_cut, stamp, stamps, Model, Rng, SECTOR, VOLUME_SECTORS};
@@ -21,13 +21,10 @@ use common::{decode, random_power_cut, stamp, stamps, Model, Rng, SECTOR, VOLUME
 type Devices = (Arc<FaultDevice<MemDevice>>, Arc<FaultDevice<MemDevice>>);
 
 fn devices(config: &CacheConfig) -> Devices {
-    let layout = Layout::for_slots(config.line_size.bytes(), config.capacity_lines).unwrap();
-    (
-        Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes()))),
-        Arc::new(FaultDevice::new(MemDevice::new(
-            "backend",
-            VOLUME_SECTORS * SECTOR,
-        ))),
+    common::fault_devices(
+        config.line_size.bytes(),
+        config.capacity_lines,
+        VOLUME_SECTORS * SECTOR,
     )
 }
 
@@ -44,6 +41,13 @@ fn cut_power(devs: &Devices, cut: PowerCut) {
 fn read_sector(engine: &Engine, sector: u64) -> [u8; SECTOR as usize] {
     let mut buf = [0u8; SECTOR as usize];
     engine.read(sector * SECTOR, &mut buf).unwrap();
+    buf
+}
+
+/// Sector `sector` as the backend device holds it.
+fn backend_sector(devs: &Devices, sector: u64) -> [u8; SECTOR as usize] {
+    let mut buf = [0u8; SECTOR as usize];
+    devs.1.read_at(&mut buf, sector * SECTOR).unwrap();
     buf
 }
 
@@ -114,10 +118,8 @@ fn run_iteration(seed: u64, wp: WritePolicy, persistence: Persistence, line_byte
     drop(engine);
     cut_power(&devs, PowerCut::DropUnflushed);
     for sector in 0..VOLUME_SECTORS {
-        let mut buf = [0u8; SECTOR as usize];
-        devs.1.read_at(&mut buf, sector * SECTOR).unwrap();
         assert_eq!(
-            decode(&buf, sector),
+            decode(&backend_sector(&devs, sector), sector),
             Some(after[sector as usize]),
             "seed {seed}: backend sector {sector} after a clean shutdown"
         );
@@ -165,6 +167,18 @@ fn other_line_sizes_and_policies() {
         run_iteration(5000 + seed, WritePolicy::WriteThrough, Persistence::All, 4096);
         run_iteration(6000 + seed, WritePolicy::WriteOnly, Persistence::Dirty, 4096);
     }
+}
+
+/// Asserts that the named counters of the recovery report of a new
+/// `write_through_engine(devs, budget)` have the values given, naming the
+/// whole report when one differs; evaluates to the engine.
+macro_rules! restart_recovers {
+    ($devs:expr, $budget:expr, { $($field:ident: $want:expr),+ $(,)? }) => {{
+        let engine = write_through_engine($devs, $budget);
+        let recovery = engine.stats().recovery;
+        assert_eq!(($(recovery.$field,)+), ($($want,)+), "{recovery:?}");
+        engine
+    }};
 }
 
 /// A budget for comparing clean lines that never runs out.
@@ -230,17 +244,8 @@ fn crash_after_a_backend_write(devs: &Devices, budget: std::time::Duration) {
 fn after_a_crash_a_clean_line_older_than_the_backend_is_dropped() {
     let devs = write_through_devices();
     crash_after_a_backend_write(&devs, PATIENT);
-    let engine = write_through_engine(&devs, PATIENT);
-    let recovery = engine.stats().recovery;
-    assert_eq!(
-        (
-            recovery.checked_clean_lines,
-            recovery.stale_clean_lines,
-            recovery.clean_lines
-        ),
-        (3, 1, 3),
-        "{recovery:?}"
-    );
+    let engine =
+        restart_recovers!(&devs, PATIENT, { checked_clean_lines: 3, stale_clean_lines: 1, clean_lines: 3 });
     // The old data must never be served: before the check it was, until
     // the line was evicted, and then the new data was.
     for s in 0..32 {
@@ -250,17 +255,7 @@ fn after_a_crash_a_clean_line_older_than_the_backend_is_dropped() {
     // The dropped line's record was blanked at that start: another crash
     // finds the three others and nothing stale.
     drop(engine);
-    let engine = write_through_engine(&devs, PATIENT);
-    let recovery = engine.stats().recovery;
-    assert_eq!(
-        (
-            recovery.checked_clean_lines,
-            recovery.stale_clean_lines,
-            recovery.clean_lines
-        ),
-        (3, 0, 3),
-        "{recovery:?}"
-    );
+    restart_recovers!(&devs, PATIENT, { checked_clean_lines: 3, stale_clean_lines: 0, clean_lines: 3 });
 }
 
 /// The power-cut form of the same: a write-through write through the
@@ -277,13 +272,7 @@ fn a_power_cut_that_keeps_only_the_backend_s_write_serves_the_backend() {
     drop(engine);
     devs.1.flush().unwrap();
     cut_power(&devs, PowerCut::DropUnflushed);
-    let engine = write_through_engine(&devs, PATIENT);
-    let recovery = engine.stats().recovery;
-    assert_eq!(
-        (recovery.stale_clean_lines, recovery.clean_lines),
-        (1, 3),
-        "{recovery:?}"
-    );
+    let engine = restart_recovers!(&devs, PATIENT, { stale_clean_lines: 1, clean_lines: 3 });
     for s in 8..16 {
         assert_eq!(decode(&read_sector(&engine, s), s), Some(7), "sector {s}");
     }
@@ -293,17 +282,11 @@ fn a_power_cut_that_keeps_only_the_backend_s_write_serves_the_backend() {
 fn after_a_crash_clean_lines_left_unchecked_are_dropped() {
     let devs = write_through_devices();
     crash_after_a_backend_write(&devs, std::time::Duration::ZERO);
-    let engine = write_through_engine(&devs, std::time::Duration::ZERO);
-    let recovery = engine.stats().recovery;
-    assert_eq!(
-        (
-            recovery.checked_clean_lines,
-            recovery.unchecked_clean_lines,
-            recovery.clean_lines
-        ),
-        (0, 4, 0),
-        "{recovery:?}"
-    );
+    let engine = restart_recovers!(&devs, std::time::Duration::ZERO, {
+        checked_clean_lines: 0,
+        unchecked_clean_lines: 4,
+        clean_lines: 0,
+    });
     assert_eq!(decode(&read_sector(&engine, 9), 9), Some(7));
 }
 
@@ -314,17 +297,11 @@ fn after_a_clean_shutdown_clean_lines_are_loaded_unchecked() {
     read_lines_0_to_3(&engine);
     engine.shutdown().unwrap();
     drop(engine);
-    let engine = write_through_engine(&devs, std::time::Duration::ZERO);
-    let recovery = engine.stats().recovery;
-    assert_eq!(
-        (
-            recovery.clean_lines,
-            recovery.checked_clean_lines,
-            recovery.dropped_clean_lines
-        ),
-        (4, 0, 0),
-        "{recovery:?}"
-    );
+    restart_recovers!(&devs, std::time::Duration::ZERO, {
+        clean_lines: 4,
+        checked_clean_lines: 0,
+        dropped_clean_lines: 0,
+    });
 }
 
 /// A request still in progress when the shutdown's patience runs out (a
@@ -355,14 +332,7 @@ fn a_shutdown_with_a_request_still_in_progress_is_not_clean() {
         let found = decode(&read_sector(&engine, s), s);
         assert_eq!(
             found,
-            decode(
-                &{
-                    let mut b = [0u8; SECTOR as usize];
-                    devs.1.read_at(&mut b, s * SECTOR).unwrap();
-                    b
-                },
-                s
-            ),
+            decode(&backend_sector(&devs, s), s),
             "sector {s}: the cache and the backend disagree"
         );
     }

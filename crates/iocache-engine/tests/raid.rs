@@ -407,14 +407,19 @@ fn rng_delay(seed: u64) -> u64 {
     Rng::seeded(seed ^ 0x5eed).below(20)
 }
 
+/// `even` for even seeds, `odd` for odd ones: a test's iterations try both.
+fn by_parity(seed: u64, even: Persistence, odd: Persistence) -> Persistence {
+    if seed.is_multiple_of(2) {
+        even
+    } else {
+        odd
+    }
+}
+
 #[test]
 fn a_failed_member_is_replaced_while_serving() {
     for seed in 0..iterations() {
-        let persistence = if seed.is_multiple_of(2) {
-            Persistence::Dirty
-        } else {
-            Persistence::All
-        };
+        let persistence = by_parity(seed, Persistence::Dirty, Persistence::All);
         replace_run(300 + seed, 2 + (seed % 2) as usize, persistence, true, false);
     }
 }
@@ -450,15 +455,7 @@ fn iterations() -> u64 {
 #[test]
 fn losing_one_of_two_members_loses_no_write() {
     for seed in 0..iterations() {
-        live_run(
-            seed,
-            2,
-            if seed.is_multiple_of(2) {
-                Persistence::Dirty
-            } else {
-                Persistence::None
-            },
-        );
+        live_run(seed, 2, by_parity(seed, Persistence::Dirty, Persistence::None));
     }
 }
 
@@ -472,11 +469,7 @@ fn losing_one_of_three_members_keeps_mirroring() {
 #[test]
 fn a_crash_after_a_member_died_keeps_every_flushed_write() {
     for seed in 0..iterations() {
-        let persistence = if seed.is_multiple_of(2) {
-            Persistence::Dirty
-        } else {
-            Persistence::All
-        };
+        let persistence = by_parity(seed, Persistence::Dirty, Persistence::All);
         crash_run(200 + seed, 2 + (seed % 2) as usize, persistence);
     }
 }

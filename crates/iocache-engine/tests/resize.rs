@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use iocache_core::{CacheConfig, LineSize, PolicySpec, Setting, WritePolicy};
 use iocache_device::{BlockDevice, FaultDevice, MemDevice};
-use iocache_engine::{Engine, Layout, Persistence};
+use iocache_engine::{Engine, Persistence};
 
 mod common;
 use common::{count_from_env, Model, Rng, SECTOR, VOLUME_SECTORS};
@@ -25,14 +25,7 @@ fn config(lines_in_service: Option<u64>) -> CacheConfig {
 }
 
 fn devices() -> (Arc<FaultDevice<MemDevice>>, Arc<FaultDevice<MemDevice>>) {
-    let layout = Layout::for_slots(LINE, LINES).unwrap();
-    (
-        Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes()))),
-        Arc::new(FaultDevice::new(MemDevice::new(
-            "backend",
-            VOLUME_SECTORS * SECTOR,
-        ))),
-    )
+    common::fault_devices(LINE, LINES, VOLUME_SECTORS * SECTOR)
 }
 
 fn resize(engine: &Engine, lines: u64) {

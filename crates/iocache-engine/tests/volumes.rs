@@ -456,8 +456,29 @@ impl Disks {
         }
     }
 
+    /// A write-back cache of `lines` lines over backends named `names`,
+    /// and an engine in `persistence` serving those of `serving`.
+    fn serving(
+        lines: u64,
+        names: &[&str],
+        persistence: Persistence,
+        serving: &[&str],
+    ) -> (CacheConfig, Disks, Engine) {
+        let cache = cache_config(lines, WritePolicy::WriteBack);
+        let disks = Disks::new(&cache, names);
+        let engine = disks.open(&cache, persistence, serving).unwrap();
+        (cache, disks, engine)
+    }
+
     fn backend(&self, name: &str) -> Arc<FaultDevice<MemDevice>> {
         self.backends.iter().find(|(n, _)| n == name).unwrap().1.clone()
+    }
+
+    /// Sector `sector` as backend `name` holds it.
+    fn backend_sector(&self, name: &str, sector: u64) -> [u8; 512] {
+        let mut buf = [0u8; 512];
+        self.backend(name).read_at(&mut buf, sector * SECTOR).unwrap();
+        buf
     }
 
     fn open(
@@ -498,9 +519,7 @@ fn read_sector(engine: &Engine, volume: u32, sector: u64) -> [u8; 512] {
 fn a_restart_finds_every_volume_s_lines_by_name() {
     for persistence in [Persistence::Dirty, Persistence::All] {
         // Large enough for every line written: nothing is evicted.
-        let cache = cache_config(256, WritePolicy::WriteBack);
-        let disks = Disks::new(&cache, &["a", "b", "new"]);
-        let engine = disks.open(&cache, persistence, &["a", "b"]).unwrap();
+        let (cache, disks, engine) = Disks::serving(256, &["a", "b", "new"], persistence, &["a", "b"]);
         for sector in 0..40u64 {
             engine
                 .write_volume(0, sector * 8 * SECTOR, &stamp(0, 0, 1, sector * 8), false)
@@ -513,9 +532,11 @@ fn a_restart_finds_every_volume_s_lines_by_name() {
         // A crash: the engine is abandoned, unflushed writes are lost.
         drop(engine);
         disks.power_cut();
-        let mut buf = [0u8; 512];
-        disks.backend("a").read_at(&mut buf, 8 * SECTOR).unwrap();
-        assert_eq!(buf, [0u8; 512], "the data lives in the cache only");
+        assert_eq!(
+            disks.backend_sector("a", 8),
+            [0u8; 512],
+            "the data lives in the cache only"
+        );
 
         // Given in the other order, each volume keeps its id by name.
         let engine = disks.open(&cache, persistence, &["b", "a"]).unwrap();
@@ -548,8 +569,7 @@ fn a_restart_finds_every_volume_s_lines_by_name() {
         drop(engine);
         disks.power_cut();
         for sector in 0..40u64 {
-            disks.backend("b").read_at(&mut buf, sector * 8 * SECTOR).unwrap();
-            assert_eq!(buf, stamp(1, 0, 2, sector * 8));
+            assert_eq!(disks.backend_sector("b", sector * 8), stamp(1, 0, 2, sector * 8));
         }
         // Now `b` may stay away: it has no dirty line left.
         let engine = disks.open(&cache, persistence, &["a"]).unwrap();
@@ -561,9 +581,7 @@ fn a_restart_finds_every_volume_s_lines_by_name() {
 #[test]
 fn a_detached_volume_is_durable_and_never_resurrected() {
     for persistence in [Persistence::Dirty, Persistence::All, Persistence::None] {
-        let cache = cache_config(256, WritePolicy::WriteBack);
-        let disks = Disks::new(&cache, &["a", "b"]);
-        let engine = disks.open(&cache, persistence, &["a", "b"]).unwrap();
+        let (cache, disks, engine) = Disks::serving(256, &["a", "b"], persistence, &["a", "b"]);
         for sector in 0..30u64 {
             // Dirty lines of `a` (recorded by the FLUSH below), clean whole
             // lines of `a` (hashed in mode all), dirty lines of `b`.
@@ -583,11 +601,9 @@ fn a_detached_volume_is_durable_and_never_resurrected() {
         // The power goes right after the detach returned.
         drop(engine);
         disks.power_cut();
-        let mut buf = [0u8; 512];
         for sector in 0..30u64 {
-            disks.backend("a").read_at(&mut buf, sector * 8 * SECTOR).unwrap();
             assert_eq!(
-                buf,
+                disks.backend_sector("a", sector * 8),
                 stamp(0, 0, 1, sector * 8),
                 "{persistence}: detach made `a` durable"
             );
@@ -619,9 +635,7 @@ fn a_detached_volume_is_durable_and_never_resurrected() {
 
 #[test]
 fn a_detach_that_cannot_write_back_leaves_the_volume_serving() {
-    let cache = cache_config(256, WritePolicy::WriteBack);
-    let disks = Disks::new(&cache, &["a", "b"]);
-    let engine = disks.open(&cache, Persistence::Dirty, &["a", "b"]).unwrap();
+    let (_, disks, engine) = Disks::serving(256, &["a", "b"], Persistence::Dirty, &["a", "b"]);
     for sector in 0..20u64 {
         engine
             .write_volume(0, sector * 8 * SECTOR, &stamp(0, 0, 5, sector * 8), false)
@@ -643,17 +657,13 @@ fn a_detach_that_cannot_write_back_leaves_the_volume_serving() {
     );
     assert_eq!(read_sector(&engine, 0, 16), stamp(0, 0, 5, 16));
     engine.detach(0).unwrap();
-    let mut buf = [0u8; 512];
-    disks.backend("a").read_at(&mut buf, 16 * SECTOR).unwrap();
-    assert_eq!(buf, stamp(0, 0, 5, 16));
+    assert_eq!(disks.backend_sector("a", 16), stamp(0, 0, 5, 16));
     engine.shutdown().unwrap();
 }
 
 #[test]
 fn init_formats_for_every_volume() {
-    let cache = cache_config(16, WritePolicy::WriteBack);
-    let disks = Disks::new(&cache, &["a", "b"]);
-    let engine = disks.open(&cache, Persistence::Dirty, &["a", "b"]).unwrap();
+    let (cache, disks, engine) = Disks::serving(16, &["a", "b"], Persistence::Dirty, &["a", "b"]);
     engine.write_volume(1, 0, &[3u8; 512], true).unwrap();
     drop(engine);
     let cache_dev: Arc<dyn BlockDevice> = disks.cache.clone();

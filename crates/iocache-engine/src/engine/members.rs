@@ -12,10 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iocache_core::fasthash::FxHashMap;
-use iocache_core::{bitmap, SlotId, SECTOR_BYTES};
+use iocache_core::{bitmap, LineKey, SlotId, SECTOR_BYTES};
 use iocache_device::BlockDevice;
 
-use super::tickets::{Ticket, TicketKey};
 use super::{lock, Engine, EngineError, Inner};
 use crate::raid::{CacheArray, MirrorState};
 
@@ -241,22 +240,31 @@ impl Inner {
         result
     }
 
-    /// Tickets for `slot` of `shard` and for the line it holds (if any),
-    /// taken now, as a request would: the requests decided before are done
-    /// with both once they are served.
-    fn slot_tickets(&self, shard: usize, slot: SlotId) -> (Option<iocache_core::LineKey>, Vec<Ticket>) {
-        let mut state = lock(&self.shards[shard].state);
-        let key = state.cache.key_in_slot(slot);
+    /// Runs `copy` on the line `slot` of `shard` holds (if any) once the
+    /// requests decided before are done with the slot and the line: under
+    /// tickets for both, taken now as a request would. When the copy
+    /// succeeds, `rebuilt` runs before the tickets are released.
+    fn with_slot_tickets(
+        &self,
+        shard: usize,
+        slot: SlotId,
+        copy: impl FnOnce(Option<LineKey>) -> Result<bool, EngineError>,
+        rebuilt: impl FnOnce(),
+    ) -> Result<bool, EngineError> {
         let mut tickets = Vec::with_capacity(2);
-        for ticket_key in key
-            .map(TicketKey::Line)
-            .into_iter()
-            .chain([TicketKey::Slot(slot)])
-        {
-            let (ticket, _) = state.take_ticket(ticket_key);
-            tickets.push((shard, ticket_key, ticket));
+        let key = {
+            let mut state = lock(&self.shards[shard].state);
+            let key = state.cache.key_in_slot(slot);
+            state.take_slot_tickets(shard, slot, key, &mut tickets);
+            key
+        };
+        self.wait_for_tickets(&tickets);
+        let copied = copy(key);
+        if copied.is_ok() {
+            rebuilt();
         }
-        (key, tickets)
+        self.release_tickets(&tickets);
+        copied
     }
 
     /// Rebuilds `slot`, a pending slot of the replacement: its line's valid
@@ -266,9 +274,7 @@ impl Inner {
     /// whether there was a line.
     fn rebuild_slot(&self, array: &CacheArray, shard: usize, slot: SlotId) -> Result<bool, EngineError> {
         let global = self.shards[shard].base_slot + u64::from(slot);
-        let (key, tickets) = self.slot_tickets(shard, slot);
-        self.wait_for_tickets(&tickets);
-        let copied = (|| {
+        let copy = |key: Option<LineKey>| -> Result<bool, EngineError> {
             let Some(key) = key else { return Ok(false) };
             let valid = {
                 let state = lock(&self.shards[shard].state);
@@ -299,12 +305,8 @@ impl Inner {
                 Ok(())
             })?;
             Ok(true)
-        })();
-        if copied.is_ok() {
-            array.rebuilt_primary(global);
-        }
-        self.release_tickets(&tickets);
-        copied
+        };
+        self.with_slot_tickets(shard, slot, copy, || array.rebuilt_primary(global))
     }
 
     /// Copies the dirty sectors of the line whose mirror is `mirror` (a
@@ -328,9 +330,7 @@ impl Inner {
         };
         let shard = self.shards.partition_point(|s| s.base_slot <= global) - 1;
         let slot = (global - self.shards[shard].base_slot) as SlotId;
-        let (key, tickets) = self.slot_tickets(shard, slot);
-        self.wait_for_tickets(&tickets);
-        let copied = (|| {
+        let copy = |key: Option<LineKey>| -> Result<bool, EngineError> {
             let dirty = {
                 let state = lock(&self.shards[shard].state);
                 let snapshot = state.cache.slot_snapshot(slot).filter(|s| Some(s.key) == key);
@@ -352,11 +352,7 @@ impl Inner {
                 Ok(array.write_mirror(mirror, at, out)?)
             })?;
             Ok(true)
-        })();
-        if copied.is_ok() {
-            array.rebuilt_mirror(mirror);
-        }
-        self.release_tickets(&tickets);
-        copied
+        };
+        self.with_slot_tickets(shard, slot, copy, || array.rebuilt_mirror(mirror))
     }
 }

@@ -112,6 +112,26 @@ impl ShardState {
         }
     }
 
+    /// Takes the tickets of the line `key` (if any) and of `slot`, which
+    /// holds it, in that order, as a request does; pushes them on `tickets`
+    /// as `shard`'s.
+    pub(super) fn take_slot_tickets(
+        &mut self,
+        shard: usize,
+        slot: SlotId,
+        key: Option<LineKey>,
+        tickets: &mut Vec<Ticket>,
+    ) {
+        for ticket_key in key
+            .map(TicketKey::Line)
+            .into_iter()
+            .chain([TicketKey::Slot(slot)])
+        {
+            let (ticket, _) = self.take_ticket(ticket_key);
+            tickets.push((shard, ticket_key, ticket));
+        }
+    }
+
     /// The ticket `key` serves now (`default` for a line nobody queues on).
     pub(super) fn serving(&self, key: TicketKey, default: u64) -> u64 {
         match key {
@@ -142,10 +162,7 @@ impl DroppedSlots {
     /// Notes that `shard`'s decision just emptied `slot`, which held `key`:
     /// takes its tickets under the shard's lock (`state`), as requests do.
     pub(super) fn add(&mut self, state: &mut ShardState, shard: usize, slot: SlotId, key: LineKey) {
-        for key in [TicketKey::Line(key), TicketKey::Slot(slot)] {
-            let (ticket, _) = state.take_ticket(key);
-            self.tickets.push((shard, key, ticket));
-        }
+        state.take_slot_tickets(shard, slot, Some(key), &mut self.tickets);
         self.slots.push((shard, slot));
     }
 }

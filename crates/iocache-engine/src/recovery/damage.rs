@@ -40,16 +40,7 @@ pub(super) fn damaged_slots(
             .guess
             .as_ref()
             .filter(|g| g.line)
-            .map(|guess| ProbableLine {
-                volume: guess.volume,
-                volume_name: superblock
-                    .volumes
-                    .iter()
-                    .find(|v| v.id == guess.volume)
-                    .map(|v| v.name.clone()),
-                line_index: guess.line_index,
-                dirty: guess.dirty,
-            });
+            .map(|guess| ProbableLine::named(superblock, guess.volume, guess.line_index, guess.dirty));
         match out.last_mut() {
             Some(last) if last.slot == corrupt.slot => {
                 last.device_offsets.push(corrupt.device_offset);

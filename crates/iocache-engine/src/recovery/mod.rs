@@ -124,6 +124,23 @@ pub struct ProbableLine {
     pub dirty: bool,
 }
 
+impl ProbableLine {
+    /// Line `line_index` of volume `volume`, named as `superblock`'s
+    /// volume table names it.
+    fn named(superblock: &Superblock, volume: u32, line_index: u64, dirty: bool) -> ProbableLine {
+        ProbableLine {
+            volume,
+            volume_name: superblock
+                .volumes
+                .iter()
+                .find(|v| v.id == volume)
+                .map(|v| v.name.clone()),
+            line_index,
+            dirty,
+        }
+    }
+}
+
 /// A slot whose metadata cannot be trusted: a corrupt record copy that may
 /// have been its newest record (and may have described dirty data).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -963,6 +980,37 @@ mod tests {
         }
     }
 
+    /// A cache device for [`spec`]'s cache, and a backend for its volume.
+    fn devices() -> (Layout, MemDevice, MemDevice) {
+        let layout = Layout::for_slots(4096, 8).unwrap();
+        let dev = MemDevice::new("cache", layout.device_bytes());
+        let backend = MemDevice::new("backend", 1 << 20);
+        (layout, dev, backend)
+    }
+
+    /// Stages each `(slot, record)`, writes the records to `dev` and marks
+    /// them durable, as a barrier does; returns their sequences.
+    fn write_durable(
+        opened: &mut Opened,
+        dev: &MemDevice,
+        records: Vec<(u64, Option<LineRecord>)>,
+    ) -> Vec<u64> {
+        let staged: Vec<(u64, u8, u64)> = records
+            .into_iter()
+            .map(|(slot, record)| {
+                let (copy, sequence) = opened.writer.stage(slot, record).unwrap();
+                (slot, copy, sequence)
+            })
+            .collect();
+        for (offset, bytes) in opened.writer.take_writes() {
+            dev.write_at(bytes, offset).unwrap();
+        }
+        for &(slot, copy, sequence) in &staged {
+            opened.writer.durable(slot, copy, sequence);
+        }
+        staged.into_iter().map(|(_, _, sequence)| sequence).collect()
+    }
+
     fn dirty_line(line_index: u64, dirty: u64) -> Option<LineRecord> {
         Some(LineRecord {
             volume: 0,
@@ -978,22 +1026,18 @@ mod tests {
 
     #[test]
     fn a_line_in_two_slots_keeps_the_newer_and_writes_back_what_only_the_older_holds() {
-        let layout = Layout::for_slots(4096, 8).unwrap();
-        let dev = MemDevice::new("cache", layout.device_bytes());
-        let backend = MemDevice::new("backend", 1 << 20);
+        let (layout, dev, backend) = devices();
         let mut opened = open(&dev, &[&backend], &spec(), None).unwrap();
         assert!(!opened.report.loaded);
         // Line 5: sectors 0-1 dirty in slot 1 (older), sector 1-2 in slot 3 (newer).
         dev.write_at(&[0x11; 4096], layout.line_offset(1)).unwrap();
         dev.write_at(&[0x33; 4096], layout.line_offset(3)).unwrap();
-        let (c1, s1) = opened.writer.stage(1, dirty_line(5, 0b011)).unwrap();
-        let (c3, s3) = opened.writer.stage(3, dirty_line(5, 0b110)).unwrap();
-        assert!(s3 > s1);
-        for (offset, bytes) in opened.writer.take_writes() {
-            dev.write_at(bytes, offset).unwrap();
-        }
-        opened.writer.durable(1, c1, s1);
-        opened.writer.durable(3, c3, s3);
+        let sequences = write_durable(
+            &mut opened,
+            &dev,
+            vec![(1, dirty_line(5, 0b011)), (3, dirty_line(5, 0b110))],
+        );
+        assert!(sequences[1] > sequences[0]);
 
         let again = open(&dev, &[&backend], &spec(), None).unwrap();
         assert_eq!(again.lines.len(), 1, "one copy of line 5 is loaded");
@@ -1024,15 +1068,9 @@ mod tests {
 
     #[test]
     fn formatting_over_dirty_lines_is_refused_unless_forced() {
-        let layout = Layout::for_slots(4096, 8).unwrap();
-        let dev = MemDevice::new("cache", layout.device_bytes());
-        let backend = MemDevice::new("backend", 1 << 20);
+        let (_, dev, backend) = devices();
         let mut opened = open(&dev, &[&backend], &spec(), None).unwrap();
-        let (c, s) = opened.writer.stage(2, dirty_line(7, 1)).unwrap();
-        for (offset, bytes) in opened.writer.take_writes() {
-            dev.write_at(bytes, offset).unwrap();
-        }
-        opened.writer.durable(2, c, s);
+        write_durable(&mut opened, &dev, vec![(2, dirty_line(7, 1))]);
         let format = |discard_dirty| OpenSpec {
             init: InitMode::Format { discard_dirty },
             ..spec()
@@ -1049,9 +1087,7 @@ mod tests {
 
     #[test]
     fn a_damaged_superblock_is_refused_and_named() {
-        let layout = Layout::for_slots(4096, 8).unwrap();
-        let dev = MemDevice::new("cache", layout.device_bytes());
-        let backend = MemDevice::new("backend", 1 << 20);
+        let (_, dev, backend) = devices();
         open(&dev, &[&backend], &spec(), None).unwrap();
         dev.write_at(&[0xff; 16], 100).unwrap();
         let err = open(&dev, &[&backend], &spec(), None).err().expect("refused");
@@ -1082,11 +1118,8 @@ mod tests {
 
     #[test]
     fn dirty_lines_of_a_volume_no_longer_served_are_refused_by_name() {
-        let layout = Layout::for_slots(4096, 8).unwrap();
-        let dev = MemDevice::new("cache", layout.device_bytes());
-        let backend = MemDevice::new("backend", 1 << 20);
+        let (_, dev, backend) = devices();
         let mut opened = open(&dev, &[&backend], &spec(), None).unwrap();
-        let (c, s) = opened.writer.stage(2, dirty_line(7, 1)).unwrap();
         let clean = LineRecord {
             volume: 0,
             line_index: 9,
@@ -1097,12 +1130,7 @@ mod tests {
             mirror: None,
             epoch: None,
         };
-        let (c5, s5) = opened.writer.stage(5, Some(clean)).unwrap();
-        for (offset, bytes) in opened.writer.take_writes() {
-            dev.write_at(bytes, offset).unwrap();
-        }
-        opened.writer.durable(2, c, s);
-        opened.writer.durable(5, c5, s5);
+        write_durable(&mut opened, &dev, vec![(2, dirty_line(7, 1)), (5, Some(clean))]);
         // The export was renamed: its dirty line is not handed to another name.
         let renamed = OpenSpec {
             volumes: vec![("w".into(), 1 << 20)],

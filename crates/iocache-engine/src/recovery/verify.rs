@@ -169,16 +169,12 @@ pub(super) fn verify_dirty_checksums(
             // come back as the slot's record.
             device_offsets: vec![layout.record_offset(*slot, 0), layout.record_offset(*slot, 1)],
             problem: format!("dirty line: {problem}"),
-            probably: Some(ProbableLine {
-                volume: line.volume,
-                volume_name: superblock
-                    .volumes
-                    .iter()
-                    .find(|v| v.id == line.volume)
-                    .map(|v| v.name.clone()),
-                line_index: line.line_index,
-                dirty: true,
-            }),
+            probably: Some(ProbableLine::named(
+                superblock,
+                line.volume,
+                line.line_index,
+                true,
+            )),
         });
     }
     if check.unreadable > LOGGED_EXAMPLES || check.repaired_from_mirror > LOGGED_EXAMPLES {

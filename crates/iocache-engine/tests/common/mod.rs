@@ -30,6 +30,65 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+    /// The RNG of client thread `thread` of a concurrent workload.
+    pub fn for_thread(thread: u64) -> Rng {
+        Rng(0x9e37_79b9_7f4a_7c15u64 ^ (thread + 1).wrapping_mul(0x1234_5678_9abc_def1))
+    }
+}
+
+/// A sector's content in a concurrent workload: the writer thread and its
+/// write number, repeated.
+pub fn thread_pattern(thread: u64, seq: u64) -> [u8; SECTOR as usize] {
+    let mut s = [0u8; SECTOR as usize];
+    let word = (thread << 48 | seq).to_le_bytes();
+    for chunk in s.chunks_mut(8) {
+        chunk.copy_from_slice(&word);
+    }
+    s
+}
+
+/// One request of thread `thread` of `threads` in a concurrent workload,
+/// placed by the random `r` among the first `span_sectors` sectors (1 to 8
+/// sectors): with `write` (`Some(fua)`), write `seq` of the sectors the
+/// thread owns there (see [`write_owned_sectors`]); else a read of them
+/// all, returned with its first sector for the caller to check.
+pub fn owned_request(
+    engine: &iocache_engine::Engine,
+    (threads, thread): (u64, u64),
+    r: u64,
+    span_sectors: u64,
+    write: Option<bool>,
+    seq: u64,
+    model: &mut [u64],
+) -> Option<(u64, Vec<u8>)> {
+    let first = (r >> 8) % (span_sectors - 8);
+    let count = 1 + (r >> 40) % 8;
+    if let Some(fua) = write {
+        write_owned_sectors(engine, (threads, thread), first..first + count, seq, fua, model);
+        return None;
+    }
+    let mut buf = vec![0u8; (count * SECTOR) as usize];
+    engine.read(first * SECTOR, &mut buf).unwrap();
+    Some((first, buf))
+}
+
+/// Writes write `seq` of thread `thread` of `threads`: each sector of
+/// `sectors` the thread owns (`sector % threads == thread`) as a request
+/// of its own (with FUA if `fua`), noted in `model`.
+pub fn write_owned_sectors(
+    engine: &iocache_engine::Engine,
+    (threads, thread): (u64, u64),
+    sectors: std::ops::Range<u64>,
+    seq: u64,
+    fua: bool,
+    model: &mut [u64],
+) {
+    for sector in sectors.filter(|s| s % threads == thread) {
+        engine
+            .write(sector * SECTOR, &thread_pattern(thread, seq), fua)
+            .unwrap();
+        model[sector as usize] = seq;
+    }
 }
 
 /// A sector's content: the write that stored it and the sector it belongs to.
@@ -181,6 +240,25 @@ impl Model {
         let s = sector as usize;
         found == self.durable[s] || self.since[s].contains(&found)
     }
+}
+
+/// A cache and a backend on memory devices that inject faults: the cache
+/// device big enough for `lines` lines of `line_bytes`, the backend of
+/// `backend_bytes`.
+pub fn fault_devices(
+    line_bytes: u64,
+    lines: u64,
+    backend_bytes: u64,
+) -> (
+    std::sync::Arc<iocache_device::FaultDevice<iocache_device::MemDevice>>,
+    std::sync::Arc<iocache_device::FaultDevice<iocache_device::MemDevice>>,
+) {
+    use iocache_device::{FaultDevice, MemDevice};
+    let layout = iocache_engine::Layout::for_slots(line_bytes, lines).unwrap();
+    (
+        std::sync::Arc::new(FaultDevice::new(MemDevice::new("cache", layout.device_bytes()))),
+        std::sync::Arc::new(FaultDevice::new(MemDevice::new("backend", backend_bytes))),
+    )
 }
 
 /// An engine over `cache` and `backend`: fine lookup in two shards, with
