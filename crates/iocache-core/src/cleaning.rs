@@ -142,6 +142,7 @@ impl FromStr for CleaningPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::assert_refuses;
 
     #[test]
     fn cleaning_policies_parse_and_print() {
@@ -153,8 +154,9 @@ mod tests {
         let lazy: CleaningPolicy = "lazy:idle=1s:batch=8".parse().unwrap();
         assert_eq!(lazy.to_string(), "lazy:idle=1s:interval=20s:batch=8:stale=2m");
         assert_eq!(lazy.to_string().parse::<CleaningPolicy>().unwrap(), lazy);
-        assert!("lazy:batch=0".parse::<CleaningPolicy>().is_err());
-        assert!("aggressive:stale=1s".parse::<CleaningPolicy>().is_err());
-        assert!("eager".parse::<CleaningPolicy>().is_err());
+        assert_refuses(
+            str::parse::<CleaningPolicy>,
+            &["lazy:batch=0", "aggressive:stale=1s", "eager"],
+        );
     }
 }

@@ -484,12 +484,11 @@ impl CacheConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::{assert_refuses, assert_round_trips};
 
     #[test]
     fn write_policy_names_round_trip() {
-        for name in ["wb", "wt", "wi", "wa", "wo", "pt"] {
-            assert_eq!(name.parse::<WritePolicy>().unwrap().to_string(), name);
-        }
+        assert_round_trips::<WritePolicy>(&["wb", "wt", "wi", "wa", "wo", "pt"]);
         let err = "wx".parse::<WritePolicy>().unwrap_err().to_string();
         assert!(err.contains("wx") && err.contains("wb, wt"), "{err}");
     }
@@ -504,45 +503,45 @@ mod tests {
                 trigger_percent: 0
             }
         );
-        assert_eq!(
-            "nhit:4:trigger=80".parse::<Promotion>().unwrap().to_string(),
-            "nhit:4:trigger=80"
+        assert_refuses(
+            str::parse::<Promotion>,
+            &[
+                "nhit:x",
+                "nhit:0",
+                "nhit:3:trigger=101",
+                "nhit:3:foo=1",
+                "sometimes",
+                "nhitbogus",
+            ],
         );
-        assert!("nhit:x".parse::<Promotion>().is_err());
-        assert!("nhit:0".parse::<Promotion>().is_err());
-        assert!("nhit:3:trigger=101".parse::<Promotion>().is_err());
-        assert!("nhit:3:foo=1".parse::<Promotion>().is_err());
-        assert!("sometimes".parse::<Promotion>().is_err());
-        assert!("nhitbogus".parse::<Promotion>().is_err());
-        for text in [
+        assert_round_trips::<Promotion>(&[
+            "nhit:4:trigger=80",
             "random:0.1",
             "random:0.25:seed=7",
             "second-hit",
             "second-hit:counters=8",
             "request-size:64KiB",
             "write-rate:100MiB/s",
-        ] {
-            let p: Promotion = text.parse().unwrap();
-            assert_eq!(p.to_string(), text);
-        }
+        ]);
         assert_eq!(
             "write-rate:1MiB".parse::<Promotion>().unwrap(),
             Promotion::WriteRate {
                 bytes_per_sec: 1 << 20
             }
         );
-        for bad in [
-            "random:0",
-            "random:1.5",
-            "random",
-            "request-size",
-            "request-size:0",
-            "write-rate:x/s",
-            "second-hit:counters=0",
-            "random:0.1:x=1",
-        ] {
-            assert!(bad.parse::<Promotion>().is_err(), "{bad}");
-        }
+        assert_refuses(
+            str::parse::<Promotion>,
+            &[
+                "random:0",
+                "random:1.5",
+                "random",
+                "request-size",
+                "request-size:0",
+                "write-rate:x/s",
+                "second-hit:counters=0",
+                "random:0.1:x=1",
+            ],
+        );
         assert_eq!(
             "nhit".parse::<Promotion>().unwrap(),
             Promotion::NHit {

@@ -36,6 +36,8 @@ pub mod reca;
 pub mod seq_cutoff;
 pub mod setting;
 pub mod stats;
+#[cfg(test)]
+mod test_util;
 pub mod units;
 
 pub use addr::{

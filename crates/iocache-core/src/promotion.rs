@@ -280,6 +280,17 @@ mod tests {
     use super::*;
     use crate::policy::testing::key;
 
+    /// A promoter of N-hit promotion for a cache of `capacity_lines`.
+    fn nhit(threshold: u32, trigger_percent: u32, capacity_lines: u64) -> Promoter {
+        Promoter::new(
+            Promotion::NHit {
+                threshold,
+                trigger_percent,
+            },
+            capacity_lines,
+        )
+    }
+
     #[test]
     fn always_promotes() {
         let mut p = Promoter::new(Promotion::Always, 4);
@@ -289,11 +300,7 @@ mod tests {
 
     #[test]
     fn nhit_promotes_on_nth_miss() {
-        let nhit = Promotion::NHit {
-            threshold: 3,
-            trigger_percent: 0,
-        };
-        let mut p = Promoter::new(nhit, 4);
+        let mut p = nhit(3, 0, 4);
         assert!(!p.should_promote(key(1), 0));
         assert!(!p.should_promote(key(1), 0));
         assert!(p.should_promote(key(1), 0));
@@ -303,12 +310,8 @@ mod tests {
 
     #[test]
     fn nhit_history_is_bounded_and_forgets_oldest() {
-        let nhit = Promotion::NHit {
-            threshold: 2,
-            trigger_percent: 0,
-        };
         // 2 cache lines -> 4 history entries.
-        let mut p = Promoter::new(nhit, 2);
+        let mut p = nhit(2, 0, 2);
         for i in 0..4 {
             assert!(!p.should_promote(key(i), 0));
         }
@@ -320,11 +323,7 @@ mod tests {
 
     #[test]
     fn nhit_trigger_promotes_everything_below_occupancy() {
-        let nhit = Promotion::NHit {
-            threshold: 3,
-            trigger_percent: 50,
-        };
-        let mut p = Promoter::new(nhit, 10);
+        let mut p = nhit(3, 50, 10);
         assert!(p.should_promote(key(1), 4));
         assert!(!p.should_promote(key(1), 5));
     }

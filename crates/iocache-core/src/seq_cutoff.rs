@@ -208,6 +208,7 @@ impl SeqDetector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::{assert_refuses, assert_round_trips};
 
     #[test]
     fn parses() {
@@ -219,13 +220,8 @@ mod tests {
                 streams: 16
             }
         );
-        assert_eq!(
-            "4MiB:streams=2".parse::<SeqCutoff>().unwrap().to_string(),
-            "4MiB:streams=2"
-        );
-        assert!("0".parse::<SeqCutoff>().is_err());
-        assert!("1MiB:streams=0".parse::<SeqCutoff>().is_err());
-        assert!("1MiB:lanes=2".parse::<SeqCutoff>().is_err());
+        assert_round_trips::<SeqCutoff>(&["4MiB:streams=2"]);
+        assert_refuses(str::parse::<SeqCutoff>, &["0", "1MiB:streams=0", "1MiB:lanes=2"]);
     }
 
     #[test]

@@ -71,25 +71,26 @@ fn arc_follows_the_fast03_cases() {
     }
     assert_eq!(d.hits, 1);
     assert_eq!(d.policy.list_sizes(), (1, 1, 0, 0)); // T1=[2], T2=[1]
-                                                     // Case IV: a new line; T1's LRU (2) goes to B1.
-    d.access(3);
-    assert_eq!(d.policy.list_sizes(), (1, 1, 1, 0));
-    assert_eq!(d.resident(), vec![1, 3]);
-    // Case II: 2 is in B1: p grows to 1; |T1| = p so T2's LRU (1) goes to B2; 2 enters T2.
-    d.access(2);
-    assert_eq!(d.policy.target_t1(), 1.0);
-    assert_eq!(d.policy.list_sizes(), (1, 1, 0, 1));
-    assert_eq!(d.resident(), vec![2, 3]);
-    // Case III: 1 is in B2: p shrinks to 0; T1's LRU (3) goes to B1; 1 enters T2.
-    d.access(1);
-    assert_eq!(d.policy.target_t1(), 0.0);
-    assert_eq!(d.policy.list_sizes(), (0, 2, 1, 0));
-    assert_eq!(d.resident(), vec![1, 2]);
-    // Case II with T1 empty: p back to 1, T2's LRU (2) goes to B2, 3 enters T2.
-    d.access(3);
-    assert_eq!(d.policy.target_t1(), 1.0);
-    assert_eq!(d.policy.list_sizes(), (0, 2, 0, 1));
-    assert_eq!(d.resident(), vec![1, 3]);
+                                                     // Each step: the line accessed, then p (None: not checked), (|T1|, |T2|,
+                                                     // |B1|, |B2|) and the resident lines after it.
+    let steps = [
+        // Case IV: a new line; T1's LRU (2) goes to B1.
+        (3, None, (1, 1, 1, 0), [1, 3]),
+        // Case II: 2 is in B1: p grows to 1; |T1| = p so T2's LRU (1) goes to B2; 2 enters T2.
+        (2, Some(1.0), (1, 1, 0, 1), [2, 3]),
+        // Case III: 1 is in B2: p shrinks to 0; T1's LRU (3) goes to B1; 1 enters T2.
+        (1, Some(0.0), (0, 2, 1, 0), [1, 2]),
+        // Case II with T1 empty: p back to 1, T2's LRU (2) goes to B2, 3 enters T2.
+        (3, Some(1.0), (0, 2, 0, 1), [1, 3]),
+    ];
+    for (line, target_t1, sizes, resident) in steps {
+        d.access(line);
+        if let Some(p) = target_t1 {
+            assert_eq!(d.policy.target_t1(), p, "after {line}");
+        }
+        assert_eq!(d.policy.list_sizes(), sizes, "after {line}");
+        assert_eq!(d.resident(), resident, "after {line}");
+    }
     assert_eq!(d.hits, 1);
 }
 

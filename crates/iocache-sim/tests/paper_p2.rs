@@ -1,7 +1,8 @@
 //! Reproduces the ARC paper's Table IV on trace P2 (Megiddo & Modha, FAST'03):
 //! 512-byte pages, a cache of 32,768 pages: LRU 18.47 %, ARC 27.38 %.
 //! Runs when `../shared/traces` is present (it is in CI); compiled as
-//! ignored, with the reason, otherwise (see build.rs).
+//! ignored, with the reason, otherwise (see the build script,
+//! `../iocache-trace/build.rs`).
 
 use std::path::PathBuf;
 

@@ -146,6 +146,26 @@ pub(crate) fn split_sep<const N: usize>(line: &[u8], sep: u8) -> ([&[u8]; N], us
     (out, count)
 }
 
+/// The `N` comma-separated fields of a line of a CSV format with a header
+/// line, or `None` for a header line: one whose first field is `header`
+/// (any case), wherever it stands, so concatenated files work. A data line
+/// with another number of fields is an error naming the first missing field.
+#[inline]
+pub(crate) fn csv_fields<'a, const N: usize>(
+    line: &'a [u8],
+    header: &[u8],
+    names: &[&'static str; N],
+) -> Result<Option<[&'a [u8]; N]>, FieldError> {
+    let (f, n) = split_sep::<N>(line, b',');
+    if f[0].eq_ignore_ascii_case(header) {
+        return Ok(None);
+    }
+    if n != N {
+        return Err(field_count(names, n, "comma-separated"));
+    }
+    Ok(Some(f))
+}
+
 /// Splits `line` on runs of spaces and tabs. Returns the first `N` fields and
 /// the total number of fields (which may exceed `N`).
 #[inline]

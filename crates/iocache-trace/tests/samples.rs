@@ -46,6 +46,14 @@ fn read(name: &str) -> Summary {
     }
 }
 
+/// [`read`], checking the format detected and the number of records.
+fn read_as(name: &str, format: TraceFormat, records: usize) -> Summary {
+    let s = read(name);
+    assert_eq!(s.format, format, "{name}");
+    assert_eq!(s.records.len(), records, "{name}");
+    s
+}
+
 fn reads_writes(records: &[TraceRecord]) -> (usize, usize) {
     let reads = records.iter().filter(|r| r.kind == IoKind::Read).count();
     (reads, records.len() - reads)
@@ -68,9 +76,7 @@ macro_rules! sample_tests {
 
 sample_tests! {
     fn arc_p2() {
-        let s = read("arc-P2.lis.zst");
-        assert_eq!(s.format, TraceFormat::Arc);
-        assert_eq!(s.records.len(), 666_176);
+        let s = read_as("arc-P2.lis.zst", TraceFormat::Arc, 666_176);
         assert_eq!(s.ignored, 0);
         // README: 666,176 requests = 12,729,495 sector accesses.
         let sectors: u64 = s.records.iter().map(|r| r.length_bytes / 512).sum();
@@ -85,9 +91,7 @@ sample_tests! {
     }
 
     fn msr_hm0() {
-        let s = read("msr-hm0-sample.csv");
-        assert_eq!(s.format, TraceFormat::Msr);
-        assert_eq!(s.records.len(), 1_000);
+        let s = read_as("msr-hm0-sample.csv", TraceFormat::Msr, 1_000);
         assert_eq!(s.lines, 1_000);
         assert!(s.records.iter().all(|r| r.volume == 0));
         assert_eq!(
@@ -104,9 +108,7 @@ sample_tests! {
     }
 
     fn systor17() {
-        let s = read("systor17-sample.csv.gz");
-        assert_eq!(s.format, TraceFormat::Systor);
-        assert_eq!(s.records.len(), 999);
+        let s = read_as("systor17-sample.csv.gz", TraceFormat::Systor, 999);
         assert_eq!(s.lines, 1_000);
         assert_eq!(reads_writes(&s.records), (826, 173));
         assert_eq!(s.records[0].time_ns, 1_456_095_145_133_076_000);
@@ -116,9 +118,7 @@ sample_tests! {
     }
 
     fn tencent_cbs() {
-        let s = read("tencent-cbs-sample.csv.bz2");
-        assert_eq!(s.format, TraceFormat::Tencent);
-        assert_eq!(s.records.len(), 50_000);
+        let s = read_as("tencent-cbs-sample.csv.bz2", TraceFormat::Tencent, 50_000);
         assert_eq!(
             s.records[0],
             TraceRecord::new(
@@ -134,9 +134,7 @@ sample_tests! {
 
     fn mqsim_disksim() {
         for (name, count) in [("tpcc-small.disksim", 6_999), ("wsrch-small.disksim", 24_783)] {
-            let s = read(name);
-            assert_eq!(s.format, TraceFormat::Disksim, "{name}");
-            assert_eq!(s.records.len(), count, "{name}");
+            let s = read_as(name, TraceFormat::Disksim, count);
             println!("{name} reads/writes: {:?}", reads_writes(&s.records));
         }
         let s = read("tpcc-small.disksim");
@@ -147,10 +145,8 @@ sample_tests! {
     }
 
     fn cloudphysics() {
-        let s = read("cloudphysics-w106-sample.csv");
-        assert_eq!(s.format, TraceFormat::VscsiCsv);
         // 113,872 data lines, all opcodes 0x28 (read) or 0x2a (write).
-        assert_eq!(s.records.len(), 113_872);
+        let s = read_as("cloudphysics-w106-sample.csv", TraceFormat::VscsiCsv, 113_872);
         assert_eq!(s.ignored, 0);
         assert_eq!(reads_writes(&s.records), (46_974, 66_898));
         assert_eq!(

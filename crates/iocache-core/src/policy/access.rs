@@ -62,8 +62,9 @@
 use super::history::KeyHistory;
 use super::list::NIL;
 use super::slot_heap::{self, SlotHeap, SlotOrder};
-use super::{AccessInfo, ReplacementPolicy};
+use super::{AccessInfo, PolicyParams, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
+use crate::error::CoreError;
 
 pub struct Access {
     capacity: usize,
@@ -87,6 +88,14 @@ pub struct Access {
 impl Access {
     /// `history` is the bound on remembered non-resident lines, in multiples of
     /// the capacity; `gate` enables the count comparison on admission.
+    /// An access-count cache from its parameters (`history` 64 × the cache
+    /// and `gate` 1 when absent), as the registry builds it.
+    pub fn from_params(params: &PolicyParams, capacity_lines: usize) -> Result<Self, CoreError> {
+        let history = params.u64_or("history", 64, 0..=4096)?;
+        let gate = params.u64_or("gate", 1, 0..=1)? == 1;
+        Ok(Self::new(capacity_lines, history, gate))
+    }
+
     pub fn new(capacity_lines: usize, history: u64, gate: bool) -> Self {
         let none = LineKey {
             volume: 0,

@@ -42,8 +42,9 @@
 
 use super::groups::Groups;
 use super::list::{Links, ListHead, NIL};
-use super::{AccessInfo, ReplacementPolicy};
+use super::{AccessInfo, PolicyParams, ReplacementPolicy};
 use crate::addr::{IoKind, LineKey, SlotId};
+use crate::error::CoreError;
 use crate::index::LineIndex;
 
 /// No sequential pass in progress.
@@ -66,6 +67,13 @@ pub struct Bplru {
 }
 
 impl Bplru {
+    /// A BPLRU cache from its parameters (`block_pages` 64 when absent), as
+    /// the registry builds it.
+    pub fn from_params(params: &PolicyParams, capacity_lines: usize) -> Result<Self, CoreError> {
+        let block_pages = params.u64_or("block_pages", 64, 1..=1 << 20)?;
+        Ok(Self::new(capacity_lines, block_pages))
+    }
+
     pub fn new(capacity_lines: usize, block_pages: u64) -> Self {
         let blocks = capacity_lines + 1;
         let none = LineKey {

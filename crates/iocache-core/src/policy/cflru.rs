@@ -28,8 +28,9 @@
 use std::collections::BTreeSet;
 
 use super::list::{Links, ListHead, NIL};
-use super::{AccessInfo, ReplacementPolicy};
+use super::{AccessInfo, PolicyParams, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
+use crate::error::CoreError;
 
 pub struct Cflru {
     links: Links,
@@ -50,6 +51,13 @@ pub struct Cflru {
 }
 
 impl Cflru {
+    /// A CFLRU cache from its parameters (`window` 0.25 of the cache when
+    /// absent), as the registry builds it.
+    pub fn from_params(params: &PolicyParams, capacity_lines: usize) -> Result<Self, CoreError> {
+        let window = params.f64_or("window", 0.25, 0.0..=1.0)?;
+        Ok(Self::new(capacity_lines, window))
+    }
+
     pub fn new(capacity_lines: usize, window: f64) -> Self {
         let target = (capacity_lines as f64 * window).round() as u64;
         Cflru {

@@ -332,56 +332,55 @@ pub struct PolicyEntry {
     pub build: PolicyBuilder,
 }
 
+/// A [`PolicyEntry`] for a policy built by `new(lines)` when it takes no
+/// parameters, or else by `from_params(params, lines)`, which checks them.
+macro_rules! entry {
+    ($name:literal, $summary:expr, $policy:ty) => {
+        PolicyEntry {
+            name: $name,
+            params: &[],
+            summary: $summary,
+            build: |_, lines| Ok(Box::new(<$policy>::new(lines))),
+        }
+    };
+    ($name:literal, $params:expr, $summary:expr, $policy:ty) => {
+        PolicyEntry {
+            name: $name,
+            params: $params,
+            summary: $summary,
+            build: |p, lines| Ok(Box::new(<$policy>::from_params(p, lines)?)),
+        }
+    };
+}
+
 /// Every replacement policy, by name.
 pub static POLICIES: &[PolicyEntry] = &[
-    PolicyEntry {
-        name: "lru",
-        params: &[],
-        summary: "least recently used",
-        build: |_, lines| Ok(Box::new(Lru::new(lines))),
-    },
-    PolicyEntry {
-        name: "arc",
-        params: &[],
-        summary: "Adaptive Replacement Cache (Megiddo & Modha, FAST'03)",
-        build: |_, lines| Ok(Box::new(Arc::new(lines))),
-    },
-    PolicyEntry {
-        name: "fifo",
-        params: &[],
-        summary: "first in, first out",
-        build: |_, lines| Ok(Box::new(Fifo::new(lines))),
-    },
-    PolicyEntry {
-        name: "clock",
-        params: &[],
-        summary: "CLOCK / second chance (Corbató, 1968)",
-        build: |_, lines| Ok(Box::new(Clock::new(lines))),
-    },
-    PolicyEntry {
-        name: "lfu",
-        params: &[],
-        summary: "least frequently used among resident lines, O(1) (Shah, Mitra & Matani, 2010)",
-        build: |_, lines| Ok(Box::new(Lfu::new(lines))),
-    },
-    PolicyEntry {
-        name: "2q",
-        params: &["kin", "kout"],
-        summary: "2Q, full version (Johnson & Shasha, VLDB'94); kin=0.25 kout=0.5 of the cache",
-        build: |p, lines| Ok(Box::new(TwoQ::from_params(p, lines)?)),
-    },
-    PolicyEntry {
-        name: "sieve",
-        params: &[],
-        summary: "SIEVE (Zhang et al., NSDI'24)",
-        build: |_, lines| Ok(Box::new(Sieve::new(lines))),
-    },
-    PolicyEntry {
-        name: "s3fifo",
-        params: &["small", "threshold", "ghost"],
-        summary: "S3-FIFO (Yang et al., SOSP'23); small=0.1 threshold=1, ghost as large as M",
-        build: |p, lines| Ok(Box::new(S3Fifo::from_params(p, lines)?)),
-    },
+    entry!("lru", "least recently used", Lru),
+    entry!(
+        "arc",
+        "Adaptive Replacement Cache (Megiddo & Modha, FAST'03)",
+        Arc
+    ),
+    entry!("fifo", "first in, first out", Fifo),
+    entry!("clock", "CLOCK / second chance (Corbató, 1968)", Clock),
+    entry!(
+        "lfu",
+        "least frequently used among resident lines, O(1) (Shah, Mitra & Matani, 2010)",
+        Lfu
+    ),
+    entry!(
+        "2q",
+        &["kin", "kout"],
+        "2Q, full version (Johnson & Shasha, VLDB'94); kin=0.25 kout=0.5 of the cache",
+        TwoQ
+    ),
+    entry!("sieve", "SIEVE (Zhang et al., NSDI'24)", Sieve),
+    entry!(
+        "s3fifo",
+        &["small", "threshold", "ghost"],
+        "S3-FIFO (Yang et al., SOSP'23); small=0.1 threshold=1, ghost as large as M",
+        S3Fifo
+    ),
     PolicyEntry {
         name: "smq",
         params: smq::SMQ_PARAMS,
@@ -393,74 +392,48 @@ pub static POLICIES: &[PolicyEntry] = &[
             )?))
         },
     },
-    PolicyEntry {
-        name: "larc",
-        params: larc::LARC_PARAMS,
-        summary: "Lazy Adaptive Replacement Cache: admit on the second miss (Huang et al., MSST'13/TOS'16)",
-        build: |params, lines| Ok(Box::new(Larc::from_params(params, lines)?)),
-    },
-    PolicyEntry {
-        name: "access",
-        params: &["history", "gate"],
-        summary: "access-count baseline of ReCA (TPDS'18); history=64 x the cache, gate=1",
-        build: |p, lines| {
-            let history = p.u64_or("history", 64, 0..=4096)?;
-            let gate = p.u64_or("gate", 1, 0..=1)? == 1;
-            Ok(Box::new(Access::new(lines, history, gate)))
-        },
-    },
-    PolicyEntry {
-        name: "reca",
-        params: crate::reca::policy::RECA_PARAMS,
-        summary:
-            "ReCA's priority admission and eviction (TPDS'18 Algorithm 1); evict=priority|lru|priority_lru",
-        build: |p, lines| Ok(Box::new(crate::reca::RecaPolicy::from_params(p, lines)?)),
-    },
-    PolicyEntry {
-        name: "cflru",
-        params: &["window"],
-        summary: "Clean-First LRU (Park et al., CASES'06): clean pages first in the LRU window",
-        build: |p, lines| {
-            let window = p.f64_or("window", 0.25, 0.0..=1.0)?;
-            Ok(Box::new(Cflru::new(lines, window)))
-        },
-    },
-    PolicyEntry {
-        name: "bplru",
-        params: &["block_pages"],
-        summary: "Block Padding LRU (Kim & Ahn, FAST'08): flash-block LRU, padding, LRU compensation",
-        build: |p, lines| {
-            let block_pages = p.u64_or("block_pages", 64, 1..=1 << 20)?;
-            Ok(Box::new(Bplru::new(lines, block_pages)))
-        },
-    },
-    PolicyEntry {
-        name: "vbbms",
-        params: &["random", "random_vb", "seq_vb", "seq_threshold"],
-        summary: "VBBMS (Du et al., TCE'19): random/sequential regions of virtual blocks, LRU and FIFO",
-        build: |p, lines| {
-            let random = p.f64_or("random", 0.6, 0.0..=1.0)?;
-            let random_vb = p.u64_or("random_vb", 3, 1..=1 << 20)?;
-            let seq_vb = p.u64_or("seq_vb", 4, 1..=1 << 20)?;
-            let seq_threshold = p.u64_or("seq_threshold", 4, 1..=u32::MAX as u64)? as u32;
-            Ok(Box::new(Vbbms::new(
-                lines,
-                random,
-                random_vb,
-                seq_vb,
-                seq_threshold,
-            )))
-        },
-    },
-    PolicyEntry {
-        name: "reqblock",
-        params: &["delta"],
-        summary: "Req-block (Lin et al., ICPP'22): request blocks on IRL/SRL/DRL, Freq-based batch eviction",
-        build: |p, lines| {
-            let delta = p.u64_or("delta", 5, 1..=u32::MAX as u64)? as u32;
-            Ok(Box::new(ReqBlock::new(lines, delta)))
-        },
-    },
+    entry!(
+        "larc",
+        larc::LARC_PARAMS,
+        "Lazy Adaptive Replacement Cache: admit on the second miss (Huang et al., MSST'13/TOS'16)",
+        Larc
+    ),
+    entry!(
+        "access",
+        &["history", "gate"],
+        "access-count baseline of ReCA (TPDS'18); history=64 x the cache, gate=1",
+        Access
+    ),
+    entry!(
+        "reca",
+        crate::reca::policy::RECA_PARAMS,
+        "ReCA's priority admission and eviction (TPDS'18 Algorithm 1); evict=priority|lru|priority_lru",
+        crate::reca::RecaPolicy
+    ),
+    entry!(
+        "cflru",
+        &["window"],
+        "Clean-First LRU (Park et al., CASES'06): clean pages first in the LRU window",
+        Cflru
+    ),
+    entry!(
+        "bplru",
+        &["block_pages"],
+        "Block Padding LRU (Kim & Ahn, FAST'08): flash-block LRU, padding, LRU compensation",
+        Bplru
+    ),
+    entry!(
+        "vbbms",
+        &["random", "random_vb", "seq_vb", "seq_threshold"],
+        "VBBMS (Du et al., TCE'19): random/sequential regions of virtual blocks, LRU and FIFO",
+        Vbbms
+    ),
+    entry!(
+        "reqblock",
+        &["delta"],
+        "Req-block (Lin et al., ICPP'22): request blocks on IRL/SRL/DRL, Freq-based batch eviction",
+        ReqBlock
+    ),
 ];
 
 /// A replacement policy chosen by name, with its parameters.

@@ -56,8 +56,9 @@
 
 use super::groups::Groups;
 use super::list::{Links, ListHead, NIL};
-use super::{AccessInfo, ReplacementPolicy};
+use super::{AccessInfo, PolicyParams, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
+use crate::error::CoreError;
 
 /// Req-block's three lists.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -116,6 +117,13 @@ pub struct ReqBlock {
 }
 
 impl ReqBlock {
+    /// A Req-block cache from its parameters (`delta` 5 when absent), as the
+    /// registry builds it.
+    pub fn from_params(params: &PolicyParams, capacity_lines: usize) -> Result<Self, CoreError> {
+        let delta = params.u64_or("delta", 5, 1..=u32::MAX as u64)? as u32;
+        Ok(Self::new(capacity_lines, delta))
+    }
+
     pub fn new(capacity_lines: usize, delta: u32) -> Self {
         // Non-empty blocks never outnumber resident lines; one spare for safety.
         let blocks = capacity_lines + 1;

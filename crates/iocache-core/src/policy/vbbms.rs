@@ -40,8 +40,9 @@
 
 use super::groups::Groups;
 use super::list::{Links, ListHead, NIL};
-use super::{AccessInfo, ReplacementPolicy};
+use super::{AccessInfo, PolicyParams, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
+use crate::error::CoreError;
 use crate::index::LineIndex;
 
 /// VBBMS's two regions.
@@ -77,6 +78,22 @@ pub struct Vbbms {
 }
 
 impl Vbbms {
+    /// A VBBMS cache from its parameters (`random` 0.6, `random_vb` 3,
+    /// `seq_vb` 4 and `seq_threshold` 4 when absent), as the registry builds it.
+    pub fn from_params(params: &PolicyParams, capacity_lines: usize) -> Result<Self, CoreError> {
+        let random = params.f64_or("random", 0.6, 0.0..=1.0)?;
+        let random_vb = params.u64_or("random_vb", 3, 1..=1 << 20)?;
+        let seq_vb = params.u64_or("seq_vb", 4, 1..=1 << 20)?;
+        let seq_threshold = params.u64_or("seq_threshold", 4, 1..=u32::MAX as u64)? as u32;
+        Ok(Self::new(
+            capacity_lines,
+            random,
+            random_vb,
+            seq_vb,
+            seq_threshold,
+        ))
+    }
+
     pub fn new(
         capacity_lines: usize,
         random_share: f64,

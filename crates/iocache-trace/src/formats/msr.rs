@@ -9,7 +9,7 @@
 //! not validated. A header line starting with `Timestamp` is skipped.
 
 use super::{read_write, Outcome};
-use crate::bytes::{check_extent, field_count, split_sep, u64_field};
+use crate::bytes::{check_extent, csv_fields, u64_field};
 use crate::error::FieldError;
 use crate::intern::Interner;
 use crate::TraceRecord;
@@ -35,16 +35,9 @@ pub(crate) struct Msr {
 impl Msr {
     #[inline]
     pub(crate) fn parse(&mut self, line: &[u8]) -> Result<Outcome, FieldError> {
-        let (f, n) = split_sep::<7>(line, b',');
-        if n != 7 {
-            if f[0].eq_ignore_ascii_case(b"timestamp") {
-                return Ok(Outcome::Skip);
-            }
-            return Err(field_count(&FIELDS, n, "comma-separated"));
-        }
-        if f[0].eq_ignore_ascii_case(b"timestamp") {
+        let Some(f) = csv_fields(line, b"timestamp", &FIELDS)? else {
             return Ok(Outcome::Skip);
-        }
+        };
         let ticks = u64_field(f[0], "Timestamp")?;
         let kind = read_write(f[3], "Type")?;
         let offset = u64_field(f[4], "Offset")?;

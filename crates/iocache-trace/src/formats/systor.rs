@@ -9,7 +9,7 @@
 //! (`Timestamp`) wherever they appear, so concatenated files work.
 
 use super::{read_write, Outcome};
-use crate::bytes::{check_extent, field_count, fixed_field, split_sep, u32_field, u64_field};
+use crate::bytes::{check_extent, csv_fields, fixed_field, u32_field, u64_field};
 use crate::error::FieldError;
 use crate::TraceRecord;
 
@@ -21,13 +21,9 @@ pub(crate) struct Systor;
 impl Systor {
     #[inline]
     pub(crate) fn parse(&mut self, line: &[u8]) -> Result<Outcome, FieldError> {
-        let (f, n) = split_sep::<6>(line, b',');
-        if f[0].eq_ignore_ascii_case(b"timestamp") {
+        let Some(f) = csv_fields(line, b"timestamp", &FIELDS)? else {
             return Ok(Outcome::Skip);
-        }
-        if n != 6 {
-            return Err(field_count(&FIELDS, n, "comma-separated"));
-        }
+        };
         let time_ns = fixed_field(f[0], 9, "Timestamp", "seconds")?;
         let kind = read_write(f[2], "IOType")?;
         let volume = u32_field(f[3], "LUN")?;

@@ -11,9 +11,7 @@
 //! 512-byte sectors. `version` is not used. All records are volume 0.
 
 use super::{Outcome, SECTOR_BYTES};
-use crate::bytes::{
-    check_extent, field_count, fixed_field, parse_hex_u32, scale, show, split_sep, u64_field,
-};
+use crate::bytes::{check_extent, csv_fields, fixed_field, parse_hex_u32, scale, show, u64_field};
 use crate::error::FieldError;
 use crate::{IoKind, TraceRecord};
 
@@ -34,13 +32,9 @@ pub(crate) struct Vscsi;
 impl Vscsi {
     #[inline]
     pub(crate) fn parse(&mut self, line: &[u8]) -> Result<Outcome, FieldError> {
-        let (f, n) = split_sep::<5>(line, b',');
-        if f[0].eq_ignore_ascii_case(b"version") {
+        let Some(f) = csv_fields(line, b"version", &FIELDS)? else {
             return Ok(Outcome::Skip);
-        }
-        if n != 5 {
-            return Err(field_count(&FIELDS, n, "comma-separated"));
-        }
+        };
         let op = parse_hex_u32(f[2]).ok_or_else(|| {
             FieldError::new(
                 "op",
