@@ -8,7 +8,7 @@
 #
 # Usage: scripts/get-traces.sh [DIR]
 #        scripts/get-traces.sh --from DIR2 [DIR]   (copy from a local mirror)
-# Then rebuild (`touch crates/iocache-trace/build.rs crates/iocache-sim/build.rs`)
+# Then rebuild (`touch crates/iocache-trace/build.rs build.rs`: the first serves the trace and sim crates)
 # so the tests that read the samples are no longer compiled as ignored.
 set -euo pipefail
 cd "$(dirname "$0")/.."
