@@ -10,38 +10,18 @@
 //! ReCA here is each category's configuration held from the start (the
 //! controller's choice is what `reca` and `lab reca-table` check).
 
-use crate::error::{invalid, Result};
-use iocache_core::reca::{Category, CategoryTable};
+use crate::error::{invalid, Result, Within};
+use iocache_core::reca::{Category, CategoryTable, RecaControllerParams};
 use iocache_core::{Fill, LineSize, PolicySpec, WritePolicy};
 use iocache_report::{Chart, Scale, Ticks};
+use iocache_sim::reca::reca_characterize;
 use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
+use iocache_trace::{ReaderOptions, TraceReader};
 
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, closed_loop, gen_reader, series, workload, Context};
+use super::{axis, closed_loop, gen_reader, series, workload, Context, SAMPLE_TRACES};
+use crate::reca_table::REFERENCES;
 
-/// Each category's reference workload.
-const REFERENCE: [(&str, &str); 5] = [
-    (
-        "random_consumers",
-        include_str!("../../../../examples/workloads/reca-reference/random_consumers.toml"),
-    ),
-    (
-        "sequential_producer_consumers",
-        include_str!("../../../../examples/workloads/reca-reference/sequential_producer_consumers.toml"),
-    ),
-    (
-        "random_producer_consumers",
-        include_str!("../../../../examples/workloads/reca-reference/random_producer_consumers.toml"),
-    ),
-    (
-        "archival_consumers",
-        include_str!("../../../../examples/workloads/reca-reference/archival_consumers.toml"),
-    ),
-    (
-        "large_file_generators",
-        include_str!("../../../../examples/workloads/reca-reference/large_file_generators.toml"),
-    ),
-];
 /// The architectures ReCA is compared with (4 KiB lines, write-back).
 const BASELINES: [&str; 3] = ["lru", "larc", "access"];
 /// Fig. 13's write policies: write-back, write-through, read-only.
@@ -97,18 +77,17 @@ impl Measured {
     }
 }
 
-/// Runs every configuration over `text`'s workload (its requests cut to a
-/// fifth with `quick`) in one pass.
-fn measure(ctx: &Context, text: &str, configs: Vec<Config>) -> Result<(Measured, u64)> {
-    let mut spec = workload(text)?;
-    if ctx.quick {
-        for phase in &mut spec.phases {
-            phase.requests /= 5;
-        }
-    }
-    let footprint = crate::experiment::footprint_lines(gen_reader(&spec)?, LineSize::new(4096)?)?;
-    let cache_bytes = (footprint * 4096 / 5).next_multiple_of(8192).max(1 << 20);
-    let requests: u64 = spec.phases.iter().map(|p| p.requests).sum();
+/// Runs every configuration over the trace `open` reads (opened afresh
+/// for each pass: footprint, length, the runs) in one pass, with a cache
+/// of a fifth of the footprint in 4 KiB lines, in whole 128 KiB.
+fn measure(
+    ctx: &Context,
+    open: &dyn Fn() -> Result<TraceReader>,
+    configs: Vec<Config>,
+) -> Result<(Measured, u64)> {
+    let footprint = crate::experiment::footprint_lines(open()?, LineSize::new(4096)?)?;
+    let cache_bytes = (footprint * 4096 / 5).next_multiple_of(128 << 10);
+    let requests = open()?.count() as u64;
     let mut specs = Vec::new();
     for c in &configs {
         let line_size = LineSize::new(c.line)?;
@@ -133,7 +112,7 @@ fn measure(ctx: &Context, text: &str, configs: Vec<Config>) -> Result<(Measured,
         timing: Some(closed_loop(CACHE_DEVICE, BACKEND_DEVICE, OUTSTANDING, None)),
         ..SimOptions::default()
     };
-    let report = ctx.simulate_gen(&spec, &specs, options)?;
+    let report = ctx.simulate(&mut open()?, &specs, options)?;
     let mean_us = report
         .runs
         .iter()
@@ -168,6 +147,63 @@ fn configs_for(category: &Category) -> Result<Vec<Config>> {
     Ok(configs)
 }
 
+/// Fig. 15's comparison on every real trace at hand: ReCA configured for
+/// the category the classifier gives the whole trace, against LRU, LARC
+/// and Access (4 KiB, write-back).
+fn real_traces(ctx: &Context, verdict: &mut Verdict, table: &CategoryTable) -> Result<()> {
+    let wb = WritePolicy::WriteBack;
+    let traces = if ctx.quick {
+        &SAMPLE_TRACES[2..4]
+    } else {
+        &SAMPLE_TRACES[..]
+    };
+    let (mut held, mut cases, mut lines) = (0, 0, Vec::new());
+    for name in traces {
+        let Some(path) = ctx.trace(name, verdict, "Fig. 15 on a real trace") else {
+            continue;
+        };
+        let open = || TraceReader::open(&path, None, ReaderOptions::default()).at_file(&path);
+        let requests = open()?.count() as u64;
+        let params = RecaControllerParams {
+            window_requests: requests.max(1),
+            ..RecaControllerParams::default()
+        };
+        let seen = reca_characterize(&mut open()?, table, params).at_file(&path)?;
+        let category = table
+            .categories
+            .iter()
+            .find(|c| c.name == seen.category)
+            .ok_or_else(|| invalid!("{name}: classified as `{}`, not in the table", seen.category))?;
+        let mut configs: Vec<Config> = BASELINES
+            .iter()
+            .map(|b| Config::baseline(b, 4096, wb))
+            .collect::<Result<_>>()?;
+        configs.push(Config::reca(category, None, None));
+        let (m, cache_bytes) = measure(ctx, &open, configs)?;
+        let reca = m.of("reca", category.line_size.bytes(), category.write_policy);
+        let others: Vec<f64> = BASELINES.iter().map(|b| m.of(b, 4096, wb)).collect();
+        cases += 1;
+        held += usize::from(others.iter().all(|&o| reca < o));
+        lines.push(format!(
+            "{name} ({}, {} MiB cache): ReCA {reca:.0} µs, LRU {:.0}, LARC {:.0}, Access {:.0}",
+            seen.category,
+            cache_bytes >> 20,
+            others[0],
+            others[1],
+            others[2]
+        ));
+    }
+    if cases > 0 {
+        verdict.push(Claim::new(
+            "Fig. 15, on the real traces at hand",
+            "ReCA, configured for the category its classifier gives the whole trace, outperforms LRU, LARC and Access",
+            format!("lower mean response time than all three on {held} of {cases}: {}", lines.join("; ")),
+            Check::most(held, cases),
+        ));
+    }
+    Ok(())
+}
+
 /// `part` of `whole` as a claim's share, with the paper's "all".
 fn all_of(held: usize, cases: usize) -> Check {
     Check::Share {
@@ -193,13 +229,19 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
          (`reca:...` policy, line size, write policy), also with its write policy set to wb|wt|wa and its line size to 4|8 KiB"
     ));
     let mut rows = Vec::new();
-    for (name, text) in REFERENCE {
+    for (name, text) in REFERENCES {
         let category = table
             .categories
             .iter()
             .find(|c| c.name == name)
             .ok_or_else(|| invalid!("the built-in category table has no `{name}`"))?;
-        let (measured, cache_bytes) = measure(ctx, text, configs_for(category)?)?;
+        let mut spec = workload(text)?;
+        if ctx.quick {
+            for phase in &mut spec.phases {
+                phase.requests /= 5;
+            }
+        }
+        let (measured, cache_bytes) = measure(ctx, &|| gen_reader(&spec), configs_for(category)?)?;
         rows.push((name, category.clone(), measured, cache_bytes));
     }
     let cat_line = |c: &Category| c.line_size.bytes();
@@ -360,6 +402,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         format!("ReCA's mean response time lowest in {reca_best} of {cases14}"),
         Check::most(reca_best, cases14),
     ));
+    real_traces(ctx, &mut verdict, &table)?;
     verdict.skipped.push(
         "Fig. 16 (the priorities' sensitivity, positive and negative weights per parameter) and Fig. 17 (categories per process, several applications at once): not built; the paper's absolute response times (filebench on its own HDD/SSD pair) are not compared".into(),
     );
@@ -375,7 +418,7 @@ mod tests {
     #[test]
     fn every_category_runs_each_configuration_the_claims_read_once() {
         let table = CategoryTable::builtin();
-        for (name, _) in REFERENCE {
+        for (name, _) in REFERENCES {
             let category = table.categories.iter().find(|c| c.name == name).unwrap();
             let configs = configs_for(category).unwrap();
             let m = Measured {
