@@ -148,6 +148,21 @@ def check_files(root, log, pending):
     return p_max, too_new, unreadable
 
 
+def unmount_fully(mnt, image, problems):
+    """Unmounts the check mount and waits until no loop device holds
+    `image`: a copy taken (or checked) while the file system is still
+    mounted would be a harness fault, not the cache's. A busy unmount
+    (a loaded machine) is retried; if it never succeeds the cut fails
+    as the harness's."""
+    for _ in range(50):
+        if run("umount", mnt, check=False).returncode == 0 or not os.path.ismount(mnt):
+            held = run("losetup", "-j", image, check=False).stdout.strip()
+            if not held:
+                return
+        time.sleep(0.1)
+    problems.append(f"harness: {image} still mounted or on a loop device after 5 s")
+
+
 def cut(args, i, rng, work, backend):
     d = os.path.join(work, f"cut{i}")
     os.makedirs(d)
@@ -220,7 +235,7 @@ def cut(args, i, rng, work, backend):
                             f"{too_new[0]}")
         if unreadable:
             problems.append(f"{len(unreadable)} files cannot be read: {unreadable[0]}")
-        run("umount", check_mnt, check=False)
+        unmount_fully(check_mnt, copy, problems)
     fsck = run("e2fsck", "-fn", copy, check=False)
     if fsck.returncode != 0:
         problems.append(f"e2fsck -fn exit {fsck.returncode}: " + " | ".join(fsck.stdout.strip().splitlines()[-3:]))
