@@ -371,6 +371,13 @@ fn reca_changes_the_line_size_while_serving_and_keeps_every_block() {
         ),
         (Some(4096), Some(128 << 10))
     );
+    // The old cache's data was copied across (all of it: it is far below
+    // the bound), not read from the backend again.
+    let (kept, warm) = (
+        changes[0]["kept_bytes"].as_u64().unwrap(),
+        changes[0]["warm_bytes"].as_u64().unwrap(),
+    );
+    assert!(kept > 0 && kept == warm, "{s:#}");
     // The category carried over to the new engine (and stays in force).
     assert_eq!(s["reca"]["category"], "large_file_generators");
     fio(&dir, Job::Verify, "write", "0");
@@ -398,10 +405,22 @@ fn reca_changes_the_line_size_while_serving_and_keeps_every_block() {
             "line size 4KiB -> 128KiB while serving",
             "line size 128KiB -> 4KiB while serving",
             "warm-up done",
+            "(0B of it from the backend)",
             "loaded the cache on iocache-data/cache.img (shut down cleanly)",
         ],
     );
     assert_eq!(log.matches("formatted a new cache").count(), 1, "{log}");
+    // The fills came from the copies: the wrapper counted its answers.
+    let served: Vec<u64> = log
+        .lines()
+        .filter_map(|l| {
+            l.split(" fills of the warm-up were answered from the old cache's copies")
+                .next()
+                .filter(|_| l.contains("fills of the warm-up"))
+        })
+        .filter_map(|head| head.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert!(!served.is_empty() && served.iter().all(|&n| n > 0), "{log}");
     assert!(!log.contains("WARN"), "{log}");
 }
 

@@ -18,6 +18,7 @@ mod identity;
 mod mapped;
 mod mem;
 mod rng;
+mod staged;
 
 pub use aligned::AlignedBuf;
 pub use device::{
@@ -29,3 +30,4 @@ pub use fault::{FaultDevice, FaultStats, PowerCut, PowerCutReport, SECTOR};
 pub use file::{thread_stripe, DirectIo, FileDevice, OpenOptions};
 pub use identity::{DeviceIdentity, Identified, IdentityKind};
 pub use mem::MemDevice;
+pub use staged::Staged;

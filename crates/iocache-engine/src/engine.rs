@@ -72,7 +72,7 @@ pub use reca::{
     RECA_PERIOD, RECA_TICK,
 };
 pub use settings::KnobState;
-pub use succession::CachedRange;
+pub use succession::{CachedCopy, CachedRange};
 
 pub use volumes::{Volume, VolumeInfo, VolumeStats};
 

@@ -44,9 +44,9 @@ mod stripe;
 pub use engine::Zeroing;
 pub use engine::{
     formatted_lines, recorded_reca_line_size, ArrayEngineStats, BalanceConfig, BalanceController,
-    BalanceDecision, BalanceLoad, BalanceStats, CachedRange, DeviceQueueStats, Engine, EngineConfig,
-    EngineError, EngineStats, InPlace, IoMode, KnobState, Lookup, MemberReplacement, OrderedStats,
-    QueueClassStats, RecaSetup, RecaStatus, RecordedLineSize, Volume, VolumeInfo, VolumeStats,
+    BalanceDecision, BalanceLoad, BalanceStats, CachedCopy, CachedRange, DeviceQueueStats, Engine,
+    EngineConfig, EngineError, EngineStats, InPlace, IoMode, KnobState, Lookup, MemberReplacement,
+    OrderedStats, QueueClassStats, RecaSetup, RecaStatus, RecordedLineSize, Volume, VolumeInfo, VolumeStats,
     DEFAULT_CLEAN_CHECK_BUDGET, DEFAULT_COMMIT_INTERVAL, EVACUATION_PATIENCE, RECA_MAX_REQUESTS_PER_SECOND,
     RECA_PERIOD, RECA_TICK, RESIZE_PATIENCE, SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
 };

@@ -18,25 +18,35 @@
 //! 2. the cell is quiesced: every request inside the engine finishes, new
 //!    ones wait (the clients see a pause, measured and logged, not an
 //!    error);
-//! 3. the old engine writes back what was dirtied since step 1 and shuts
-//!    down (a failure here, e.g. a backend error, ends the attempt: the
-//!    old engine is opened again as it was and serves on, the dirty lines
-//!    still in its cache);
+//! 3. the old engine writes back what was dirtied since step 1, so every
+//!    line it holds is clean (its data is the backend's), keeps the copies
+//!    of its clean lines taken just before step 2 (straight from the cache
+//!    device while it served, up to the new cache's size, at most
+//!    [`KEEP_BYTES_MAX`] and [`KEEP_COPY_MAX`]) whose lines did not change
+//!    since, and shuts down (a failure here, e.g. a backend error,
+//!    ends the attempt: the old engine is opened again as it was and serves
+//!    on, the dirty lines still in its cache);
 //! 4. a new engine opens the same devices with the new line size: the start
 //!    path finds a clean superblock of another geometry and formats the
 //!    device for it (`recovery::start_over`, the same code as a restart with
 //!    another line size; a crash in between is a crash during a start);
 //!    the operator's knobs and ReCA (its table, parameters and category)
-//!    carry over; the exports' volume handles are renewed;
+//!    carry over; the exports' volume handles are renewed; each volume's
+//!    backend is seen through an [`iocache_device::Staged`] that answers
+//!    reads of the copied ranges from memory;
 //! 5. the requests go on, and a background thread reads the ranges the old
 //!    cache held through the new engine (`Engine::warm_with`: not shown to
-//!    ReCA), at most [`WARM_BYTES_PER_SECOND`], so the cached data comes
-//!    back from the backend without a burst.
+//!    ReCA): the copied ones at once (their fills come from memory: the
+//!    cache holds its data again without a backend read), the others at
+//!    most [`WARM_BYTES_PER_SECOND`] from the backend; then the copies go.
 //!
 //! No byte a client wrote is lost at any step: dirty data is on the backend
-//! (flushed) before the old engine lets go of it. What is not kept across
-//! the change is the placement of clean data in the cache (it is read again
-//! from the backend) and the engine's counters.
+//! (flushed) before the old engine lets go of it, and a crash after the
+//! format finds a cache of clean lines (or none) over a backend that has
+//! everything. A copy never answers for stale data: any write, discard or
+//! zeroing of the backend drops the copies it touches first. What is not
+//! kept across the change is the dirty state (the lines come back clean),
+//! the placement of the data on the device and the engine's counters.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,9 +56,10 @@ use crate::error::{refused, Result, ServeError, Within};
 use crate::EngineCell;
 use iocache_core::units::format_byte_size;
 use iocache_core::LineSize;
-use iocache_engine::{CachedRange, Engine, InitMode};
+use iocache_engine::{CachedCopy, CachedRange, Engine, InitMode};
 
-use crate::running::{lock, Running};
+use crate::running::{lock, CacheGroup, Running};
+use iocache_device::{BlockDevice, Staged};
 
 /// How often a cache's pending line size is looked at.
 const POLL: Duration = Duration::from_millis(10);
@@ -60,6 +71,12 @@ const PRE_DRAIN_ENOUGH_LINES: u64 = 256;
 const RETRY_AFTER: Duration = Duration::from_secs(30);
 /// The warm-up's read rate at most (the backend also serves the clients).
 pub const WARM_BYTES_PER_SECOND: u64 = 64 << 20;
+/// The old cache's data copied into memory across a change, at most; the
+/// rest is read again from the backend.
+pub const KEEP_BYTES_MAX: u64 = 1 << 30;
+/// How long copying the old cache's data (while it serves) may take, at
+/// most; the rest is read again from the backend.
+pub const KEEP_COPY_MAX: Duration = Duration::from_secs(2);
 
 /// What one change did, for the log and `iocache stats`.
 #[derive(Clone, Debug)]
@@ -75,6 +92,9 @@ pub struct Relayout {
     /// Ranges and bytes to read again (step 5).
     pub warm_ranges: usize,
     pub warm_bytes: u64,
+    /// Of those, the bytes copied from the old cache (step 3), which the
+    /// warm-up takes from memory.
+    pub kept_bytes: u64,
 }
 
 /// A pending line size seen by the watcher: since which window.
@@ -223,10 +243,16 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         old.restore_controller_policy(controller_before);
         return Err(refused!("writing the cleaned lines' records: {e}"));
     }
+    // The clean data the cache holds, copied while it serves; checked once
+    // the requests are held (a line changed since is not kept).
+    let new_cache_bytes = capacity_lines * wanted;
+    let copies = old.copy_cached(
+        new_cache_bytes.min(KEEP_BYTES_MAX),
+        Instant::now() + KEEP_COPY_MAX,
+    );
     // 2. No request inside the engine from here.
     let mut current = group.cell.quiesce();
     let paused_at = Instant::now();
-    let new_cache_bytes = capacity_lines * wanted;
     let warm = old.cached_ranges(new_cache_bytes);
     let volumes = old.volume_backends();
     let reca = old.reca_succession();
@@ -248,6 +274,19 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         }
     }
     let written_back_at = Instant::now();
+    let staged = stage_backends(group, &volumes);
+    let kept_bytes = keep(&old, copies, &volumes, &staged);
+    let named: Vec<(String, Arc<Staged>)> = volumes
+        .iter()
+        .zip(&staged)
+        .map(|((name, _), s)| (name.clone(), Arc::clone(s)))
+        .collect();
+    let volumes: Vec<(String, Arc<dyn BlockDevice>)> = volumes
+        .iter()
+        .zip(&staged)
+        .map(|((name, _), s)| (name.clone(), Arc::clone(s) as Arc<dyn BlockDevice>))
+        .collect();
+    let kept_at = Instant::now();
     let closed = old.shutdown();
     drop(old);
     let closed_at = Instant::now();
@@ -264,6 +303,10 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     let (engine, failure) = match opened {
         Ok(engine) => (engine, None),
         Err(e) => {
+            // No warm-up follows: the copies go now.
+            staged.iter().for_each(|s| {
+                s.release();
+            });
             // Serve on with the old geometry (the dirty lines, if any, are
             // found again on the device).
             let mut config = crate::start::engine_config(v, old_capacity_lines, InitMode::Load, None);
@@ -303,10 +346,12 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let held = format!(
         "requests held {:.1} ms ({dirty_meanwhile} lines dirtied meanwhile written back {:.1} ms, \
-         shutdown {:.1} ms, opening with the new line size {:.1} ms)",
+         {} of copied data kept {:.1} ms, shutdown {:.1} ms, opening with the new line size {:.1} ms)",
         ms(paused),
         ms(written_back_at - paused_at),
-        ms(closed_at - written_back_at),
+        format_byte_size(kept_bytes),
+        ms(kept_at - written_back_at),
+        ms(closed_at - kept_at),
         ms(paused.saturating_sub(closed_at - paused_at))
     );
     if let Some(e) = failure {
@@ -328,44 +373,124 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         paused,
         warm_ranges: warm.len(),
         warm_bytes,
+        kept_bytes,
     };
     log::info!(
         "cache {path}: line size {} -> {} while serving: {} dirty lines written back first, {held}, \
-         {} of {} ranges the old cache held to read again (at most {}/s)",
+         {} of {} ranges the old cache held to read again ({} from memory, the rest at most {}/s)",
         format_byte_size(old_line_bytes),
         format_byte_size(wanted),
         dirty_before,
         format_byte_size(warm_bytes),
         warm.len(),
+        format_byte_size(kept_bytes),
         format_byte_size(WARM_BYTES_PER_SECOND)
     );
     let stop = state.stop_flag();
     let cell = Arc::clone(&group.cell);
     let generation = cell.read().generation;
-    std::thread::Builder::new()
+    let copies = staged.clone();
+    let spawned = std::thread::Builder::new()
         .name("iocache-warm".into())
-        .spawn(move || warm_up(stop, &cell, generation, &warm, &path))
-        .within(|| "starting the warm-up thread".to_string())?;
+        .spawn(move || {
+            warm_up(stop, &cell, generation, &warm, &named, &path);
+            // Taken from the copies, the fills need them no longer, unless
+            // a later change replaced this engine: the wrappers and what
+            // they hold are that change's now, released by its warm-up.
+            if cell.read().generation == generation {
+                let served: u64 = staged.iter().map(|s| s.release()).sum();
+                log::info!(
+                    "cache {path}: {served} fills of the warm-up were answered from the old cache's copies"
+                );
+            }
+        });
+    if let Err(e) = spawned {
+        copies.iter().for_each(|s| {
+            s.release();
+        });
+        return Err(e).within(|| "starting the warm-up thread".to_string());
+    }
     Ok(Some(done))
 }
 
-/// Reads `ranges` through the engine of `generation` in `cell`, paced;
-/// stops when the server stops or the engine is replaced again.
-fn warm_up(stop: &AtomicBool, cell: &EngineCell, generation: u64, ranges: &[CachedRange], path: &str) {
+/// The wrappers the successor sees each volume's backend through, in the
+/// order of `volumes`: the cache's own from an earlier change when it is
+/// the backend already (wrappers do not nest), else a new one.
+fn stage_backends(group: &CacheGroup, volumes: &[(String, Arc<dyn BlockDevice>)]) -> Vec<Arc<Staged>> {
+    let mut known = lock(&group.staged);
+    let out: Vec<Arc<Staged>> = volumes
+        .iter()
+        .map(|(_, backend)| {
+            let same = |s: &&Arc<Staged>| std::ptr::addr_eq(Arc::as_ptr(*s), Arc::as_ptr(backend));
+            match known.iter().find(same) {
+                Some(s) => Arc::clone(s),
+                None => Arc::new(Staged::new(Arc::clone(backend))),
+            }
+        })
+        .collect();
+    *known = out.clone();
+    out
+}
+
+/// Stages the copies of the old engine's data whose lines are unchanged
+/// (every line clean now: the backend's data) in the wrappers of their
+/// volumes. Returns the bytes kept.
+fn keep(
+    old: &Engine,
+    copies: Vec<CachedCopy>,
+    volumes: &[(String, Arc<dyn BlockDevice>)],
+    staged: &[Arc<Staged>],
+) -> u64 {
+    let mut kept = 0u64;
+    for (range, data) in old.copies_unchanged(copies) {
+        if let Some(i) = volumes.iter().position(|(name, _)| **name == *range.volume) {
+            kept += data.len() as u64;
+            staged[i].stage(range.offset, data);
+        }
+    }
+    kept
+}
+
+/// Reads `ranges` through the engine of `generation` in `cell`: first
+/// those the copies in `staged` (by volume name) hold, at once (their
+/// fills come from memory), then the others, paced; stops when the server
+/// stops or the engine is replaced again.
+fn warm_up(
+    stop: &AtomicBool,
+    cell: &EngineCell,
+    generation: u64,
+    ranges: &[CachedRange],
+    staged: &[(String, Arc<Staged>)],
+    path: &str,
+) {
     let started = Instant::now();
+    let held = |r: &CachedRange| {
+        staged
+            .iter()
+            .any(|(name, s)| **name == *r.volume && s.holds(r.offset, r.length))
+    };
+    let (from_memory, from_backend): (Vec<&CachedRange>, Vec<&CachedRange>) =
+        ranges.iter().partition(|r| held(r));
     let mut buf = Vec::new();
-    let (mut read, mut failed) = (0u64, 0u64);
-    for range in ranges {
+    // Bytes read from the backend (paced) and in all.
+    let (mut read, mut total, mut failed) = (0u64, 0u64, 0u64);
+    for (paced, range) in from_memory
+        .into_iter()
+        .map(|r| (false, r))
+        .chain(from_backend.into_iter().map(|r| (true, r)))
+    {
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        // Paced: never ahead of the rate.
-        let due = Duration::from_secs_f64(read as f64 / WARM_BYTES_PER_SECOND as f64);
-        if let Some(wait) = due.checked_sub(started.elapsed()) {
-            std::thread::sleep(wait);
-        }
-        if stop.load(Ordering::SeqCst) {
-            return;
+        if paced {
+            // Never ahead of the rate.
+            let due = Duration::from_secs_f64(read as f64 / WARM_BYTES_PER_SECOND as f64);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
         }
         let current = cell.read();
         if current.generation != generation {
@@ -376,12 +501,18 @@ fn warm_up(stop: &AtomicBool, cell: &EngineCell, generation: u64, ranges: &[Cach
         };
         buf.resize(range.length as usize, 0);
         match current.engine.warm_with(volume, range.offset, &mut buf) {
-            Ok(()) => read += range.length,
+            Ok(()) => {
+                total += range.length;
+                if paced {
+                    read += range.length;
+                }
+            }
             Err(_) => failed += 1,
         }
     }
     log::info!(
-        "cache {path}: warm-up done: {} read again in {:.1} s{}",
+        "cache {path}: warm-up done: {} read again ({} of it from the backend) in {:.1} s{}",
+        format_byte_size(total),
         format_byte_size(read),
         started.elapsed().as_secs_f64(),
         if failed > 0 {

@@ -31,6 +31,9 @@ pub struct CacheGroup {
     pub config: CacheDeviceConfig,
     pub cache_bytes: u64,
     pub capacity_lines: u64,
+    /// The wrappers a line size change put around its volumes' backends
+    /// (reused by the next change: they do not nest).
+    pub staged: Mutex<Vec<Arc<iocache_device::Staged>>>,
 }
 
 impl CacheGroup {

@@ -273,6 +273,7 @@ fn open_cache_group(
         config: v.clone(),
         cache_bytes,
         capacity_lines,
+        staged: Default::default(),
     })
 }
 

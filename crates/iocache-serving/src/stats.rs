@@ -421,6 +421,10 @@ pub struct LineSizeChange {
     pub paused_ms: f64,
     pub warm_ranges: u64,
     pub warm_bytes: u64,
+    /// Of `warm_bytes`, those copied from the old cache (filled from
+    /// memory, not read from the backend again).
+    #[serde(default)]
+    pub kept_bytes: u64,
 }
 
 /// The NBD server: connections and what its limits did.
@@ -605,6 +609,7 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
             paused_ms: change.paused.as_secs_f64() * 1e3,
             warm_ranges: change.warm_ranges as u64,
             warm_bytes: change.warm_bytes,
+            kept_bytes: change.kept_bytes,
         })
         .collect();
     CacheDeviceSnapshot {

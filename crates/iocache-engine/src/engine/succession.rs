@@ -10,12 +10,26 @@
 //! ([`Engine::reca_succession`]), and the devices ([`Engine::cache_device`],
 //! [`Engine::volume_backends`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
-use iocache_core::{bitmap, WritePolicy};
+use iocache_core::{bitmap, LineKey, SlotId, VolumeId, WritePolicy};
 use iocache_device::BlockDevice;
 
-use super::{lock, Buffer, Engine, EngineError, Volume, SECTOR_BYTES};
+use super::{lock, Buffer, Engine, EngineError, Inner, ShardState, Volume, SECTOR_BYTES};
+
+/// A copy of a clean range the cache holds, taken while serving
+/// ([`Engine::copy_cached`]), and what must stay unchanged for it to be
+/// the backend's data still.
+pub struct CachedCopy {
+    pub range: CachedRange,
+    pub data: Vec<u8>,
+    shard: usize,
+    slot: SlotId,
+    key: LineKey,
+    generation: u64,
+}
 
 /// A range of a volume the cache holds (every sector valid), to read again
 /// through a successor.
@@ -34,41 +48,13 @@ impl Engine {
     /// keeps a share of each); runs of one line only (adjacent lines are
     /// separate ranges). Takes each shard's lock once.
     pub fn cached_ranges(&self, max_bytes: u64) -> Vec<CachedRange> {
-        let names: Vec<(iocache_core::VolumeId, Arc<str>)> = self
-            .volumes()
-            .into_iter()
-            .map(|v| (v.id, Arc::from(v.name.as_str())))
-            .collect();
-        let line_bytes = self.inner.line_bytes;
-        let sectors = (line_bytes / SECTOR_BYTES) as u32;
+        let names = self.volume_names();
         let mut per_shard: Vec<Vec<CachedRange>> = Vec::with_capacity(self.inner.shards.len());
         for shard in &self.inner.shards {
             let state = lock(&shard.state);
             let mut ranges = Vec::new();
-            // Lines of one volume mostly follow each other: look its name
-            // up again only when the volume changes.
-            let mut named: Option<(iocache_core::VolumeId, Arc<str>)> = None;
-            for slot in 0..state.cache.capacity_lines() {
-                let Some(snap) = state.cache.slot_snapshot(slot as iocache_core::SlotId) else {
-                    continue;
-                };
-                if named.as_ref().is_none_or(|(id, _)| *id != snap.key.volume) {
-                    named = names.iter().find(|(id, _)| *id == snap.key.volume).cloned();
-                }
-                let Some((_, volume)) = &named else {
-                    continue;
-                };
-                let base = snap.key.line_index * line_bytes;
-                bitmap::for_each_run(snap.valid, 0, sectors, |a, b, valid| {
-                    if valid {
-                        ranges.push(CachedRange {
-                            volume: Arc::clone(volume),
-                            offset: base + u64::from(a) * SECTOR_BYTES,
-                            length: u64::from(b - a) * SECTOR_BYTES,
-                        });
-                    }
-                });
-            }
+            self.inner
+                .each_cached_run(&state, &names, |range| ranges.push(range));
             per_shard.push(ranges);
         }
         // Round-robin over shards until the bound.
@@ -91,6 +77,105 @@ impl Engine {
                 return out;
             }
         }
+    }
+
+    /// The attached volumes' ids and names.
+    fn volume_names(&self) -> Vec<(VolumeId, Arc<str>)> {
+        self.volumes()
+            .into_iter()
+            .map(|v| (v.id, Arc::from(v.name.as_str())))
+            .collect()
+    }
+
+    /// Copies of the clean lines the cache holds, straight from the cache
+    /// device, slot by slot (each under its shard's lock, with no op on
+    /// it under way), up to `max_bytes` or until `deadline`, while the
+    /// engine serves. A copy is the backend's data as long as its line is
+    /// unchanged: [`Engine::copies_unchanged`] keeps only those. Copies
+    /// nothing after a cache-device error.
+    pub fn copy_cached(&self, max_bytes: u64, deadline: Instant) -> Vec<CachedCopy> {
+        let mut out = Vec::new();
+        if self.inner.health.io_errors.load(Ordering::Relaxed) > 0 || self.inner.content_lost() {
+            return out;
+        }
+        let names = self.volume_names();
+        let line_bytes = self.inner.line_bytes;
+        let sectors = (line_bytes / SECTOR_BYTES) as u32;
+        let mut bytes = 0u64;
+        let mut line = vec![0u8; line_bytes as usize];
+        for (i, shard) in self.inner.shards.iter().enumerate() {
+            let capacity = lock(&shard.state).cache.capacity_lines();
+            for slot in 0..capacity as SlotId {
+                if bytes >= max_bytes || Instant::now() >= deadline {
+                    return out;
+                }
+                let state = lock(&shard.state);
+                let Some(snap) = state.cache.slot_snapshot(slot) else {
+                    continue;
+                };
+                if bitmap::any(snap.dirty)
+                    || !state.slot_idle(slot, snap.key)
+                    || shard.poisoned.load(Ordering::Acquire) > 0
+                {
+                    continue;
+                }
+                let Some((_, volume)) = names.iter().find(|(id, _)| *id == snap.key.volume) else {
+                    continue;
+                };
+                let at = self.inner.cache_offset(i, slot, 0);
+                if self.inner.slots.dev.read_at(&mut line, at).is_err() {
+                    return out;
+                }
+                let base = snap.key.line_index * line_bytes;
+                bitmap::for_each_run(snap.valid, 0, sectors, |a, b, valid| {
+                    if valid {
+                        let (from, to) = (
+                            (a * SECTOR_BYTES as u32) as usize,
+                            (b * SECTOR_BYTES as u32) as usize,
+                        );
+                        bytes += (to - from) as u64;
+                        out.push(CachedCopy {
+                            range: CachedRange {
+                                volume: Arc::clone(volume),
+                                offset: base + from as u64,
+                                length: (to - from) as u64,
+                            },
+                            data: line[from..to].to_vec(),
+                            shard: i,
+                            slot,
+                            key: snap.key,
+                            generation: state.cache.slot_generation(slot),
+                        });
+                    }
+                });
+            }
+        }
+        out
+    }
+
+    /// Of `copies` ([`Engine::copy_cached`]), those whose line is unchanged
+    /// since (the same line in the same slot, nothing written, filled over,
+    /// dropped or moved), with their data: still the backend's data, as
+    /// long as nothing changes the lines (a caller holds the clients and has
+    /// written every dirty line back).
+    pub fn copies_unchanged(&self, copies: Vec<CachedCopy>) -> Vec<(CachedRange, Vec<u8>)> {
+        let mut out = Vec::with_capacity(copies.len());
+        let mut locked: Option<(usize, std::sync::MutexGuard<'_, ShardState>)> = None;
+        for copy in copies {
+            if locked.as_ref().is_none_or(|(i, _)| *i != copy.shard) {
+                locked = Some((copy.shard, lock(&self.inner.shards[copy.shard].state)));
+            }
+            let Some((_, state)) = &locked else { continue };
+            let unchanged = state.cache.slot_snapshot(copy.slot).is_some_and(|snap| {
+                snap.key == copy.key
+                    && !bitmap::any(snap.dirty)
+                    && state.cache.slot_generation(copy.slot) == copy.generation
+            });
+            if unchanged {
+                out.push((copy.range, copy.data));
+            }
+        }
+        out
     }
 
     /// Reads like [`Engine::read_with`] (a miss may bring the lines in, as
@@ -147,5 +232,43 @@ impl Engine {
                 Some((v.name, Arc::clone(handle.backend())))
             })
             .collect()
+    }
+}
+
+impl Inner {
+    /// Calls `f` with every run of valid sectors of a shard (locked:
+    /// `state`) of a volume in `names`, slot by slot.
+    fn each_cached_run(
+        &self,
+        state: &ShardState,
+        names: &[(VolumeId, Arc<str>)],
+        mut f: impl FnMut(CachedRange),
+    ) {
+        let line_bytes = self.line_bytes;
+        let sectors = (line_bytes / SECTOR_BYTES) as u32;
+        // Lines of one volume mostly follow each other: look its name up
+        // again only when the volume changes.
+        let mut named: Option<(VolumeId, Arc<str>)> = None;
+        for slot in 0..state.cache.capacity_lines() {
+            let Some(snap) = state.cache.slot_snapshot(slot as iocache_core::SlotId) else {
+                continue;
+            };
+            if named.as_ref().is_none_or(|(id, _)| *id != snap.key.volume) {
+                named = names.iter().find(|(id, _)| *id == snap.key.volume).cloned();
+            }
+            let Some((_, volume)) = &named else {
+                continue;
+            };
+            let base = snap.key.line_index * line_bytes;
+            bitmap::for_each_run(snap.valid, 0, sectors, |a, b, valid| {
+                if valid {
+                    f(CachedRange {
+                        volume: Arc::clone(volume),
+                        offset: base + u64::from(a) * SECTOR_BYTES,
+                        length: u64::from(b - a) * SECTOR_BYTES,
+                    });
+                }
+            });
+        }
     }
 }

@@ -94,6 +94,11 @@ impl SlotQueue {
         word >> 32
     }
 
+    /// Whether no ticket is outstanding (taken and not released).
+    fn idle(word: u64) -> bool {
+        word as u32 == (word >> 32) as u32
+    }
+
     fn release(word: &mut u64) {
         let serving = ((*word >> 32) as u32).wrapping_add(1);
         *word = (u64::from(serving) << 32) | (*word & u64::from(u32::MAX));
@@ -130,6 +135,12 @@ impl ShardState {
             let (ticket, _) = self.take_ticket(ticket_key);
             tickets.push((shard, ticket_key, ticket));
         }
+    }
+
+    /// Whether no op on `slot` is under way or queued, nor one that moves
+    /// `key` (its line) to or from the backend.
+    pub(super) fn slot_idle(&self, slot: SlotId, key: LineKey) -> bool {
+        SlotQueue::idle(self.cache.slot_driver_word(slot)) && !self.queues.is_queued(key)
     }
 
     /// The ticket `key` serves now (`default` for a line nobody queues on).
