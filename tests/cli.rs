@@ -213,6 +213,17 @@ fn an_empty_trace_is_an_error() {
     );
 }
 
+/// A timed simulation of a 1024-line cache on an Optane device before one
+/// HDD: the set-up of the timing tests below.
+const TIMED_OPTANE_OVER_HDD: [&str; 6] = [
+    "--cache-size",
+    "1024",
+    "--cache-device",
+    "optane",
+    "--backend-device",
+    "hdd",
+];
+
 #[test]
 fn timing_reports_latency_and_writes_a_series() {
     let dir = temp_dir("series");
@@ -220,21 +231,18 @@ fn timing_reports_latency_and_writes_a_series() {
     let json = sim_json(
         SAMPLE,
         &[
-            "--policy",
-            "lru,arc",
-            "--cache-size",
-            "1024",
-            "--cache-device",
-            "optane",
-            "--backend-device",
-            "hdd",
-            "--closed-loop",
-            "4",
-            "--series-interval",
-            "100ms",
-            "--series",
-            csv.to_str().unwrap(),
-        ],
+            &["--policy", "lru,arc"][..],
+            &TIMED_OPTANE_OVER_HDD,
+            &[
+                "--closed-loop",
+                "4",
+                "--series-interval",
+                "100ms",
+                "--series",
+                csv.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
     );
     for run in json["runs"].as_array().unwrap() {
         let t = &run["timing"];
@@ -265,20 +273,7 @@ fn timing_reports_latency_and_writes_a_series() {
 #[test]
 fn clients_bound_what_is_outstanding_at_trace_time() {
     let args = |extra: &[&'static str]| -> Vec<&'static str> {
-        [
-            &[
-                "--cache-size",
-                "1024",
-                "--cache-device",
-                "optane",
-                "--backend-device",
-                "hdd",
-                "--speed",
-                "1000",
-            ][..],
-            extra,
-        ]
-        .concat()
+        [&TIMED_OPTANE_OVER_HDD[..], &["--speed", "1000"], extra].concat()
     };
     let open = sim_json(SAMPLE, &args(&[]));
     let one = sim_json(SAMPLE, &args(&["--clients", "1"]));

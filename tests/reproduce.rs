@@ -11,7 +11,7 @@ use std::process::Output;
 use serde_json::Value;
 
 mod common;
-use common::{iocache, run_ok, stderr, stdout, temp_dir};
+use common::{iocache, run_ok, stderr, stdout, temp_dir, TestDir};
 
 /// The arguments of `iocache lab reproduce NAME --quick [--traces TRACES]
 /// --out OUT`.
@@ -68,6 +68,16 @@ fn check_dir(dir: &Path, name: &str) -> Value {
         assert!(md.contains(figure.as_str().unwrap()), "verdict.md links {figure}");
     }
     verdict
+}
+
+/// Runs one reproduction that needs no trace, quickly, in a directory of
+/// its own name; checks what it wrote and returns its verdict, with the
+/// directory (kept, as every test directory, when the test fails).
+fn quick_verdict(name: &str) -> (TestDir, Value) {
+    let out = temp_dir(name);
+    reproduce_quick(name, None, &out);
+    let verdict = check_dir(&out.join(name), name);
+    (out, verdict)
 }
 
 #[test]
@@ -147,9 +157,7 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
 /// paper and of the workloads' devices: docs/results/lbica.md).
 #[test]
 fn lbica_compares_wb_sib_and_lbica_under_bursts() {
-    let out = temp_dir("lbica");
-    reproduce_quick("lbica", None, &out);
-    let verdict = check_dir(&out.join("lbica"), "lbica");
+    let (_out, verdict) = quick_verdict("lbica");
     let claims = verdict["claims"].as_array().unwrap();
     assert_eq!(claims.len(), 6, "{verdict}");
     let figures: Vec<&str> = verdict["figures"]
@@ -187,9 +195,7 @@ fn lbica_compares_wb_sib_and_lbica_under_bursts() {
 /// setting, and every run's numbers in the setup.
 #[test]
 fn lbica_setting_checks_the_claims_over_one_disk_and_with_clients() {
-    let out = temp_dir("lbica-setting");
-    reproduce_quick("lbica-setting", None, &out);
-    let verdict = check_dir(&out.join("lbica-setting"), "lbica-setting");
+    let (_out, verdict) = quick_verdict("lbica-setting");
     let claims = verdict["claims"].as_array().unwrap();
     assert_eq!(claims.len(), 18, "{verdict}");
     for (i, setting) in [

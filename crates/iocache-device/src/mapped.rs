@@ -377,7 +377,17 @@ fn default_action(signal: libc::c_int) {
 mod tests {
     use super::*;
 
+    /// A file of `len` bytes in `/dev/shm`, or `None` (the test skipped,
+    /// and says so) where that is not tmpfs.
     fn shm_file(name: &str, len: u64) -> Option<(std::path::PathBuf, std::fs::File)> {
+        let file = shm_file_or_none(name, len);
+        if file.is_none() {
+            eprintln!("skipped: /dev/shm is not tmpfs here");
+        }
+        file
+    }
+
+    fn shm_file_or_none(name: &str, len: u64) -> Option<(std::path::PathBuf, std::fs::File)> {
         let path =
             std::path::Path::new("/dev/shm").join(format!("iocache-mapped-{name}-{}", std::process::id()));
         let file = std::fs::OpenOptions::new()
@@ -399,7 +409,6 @@ mod tests {
     fn copies_in_and_out_match_the_file() {
         use std::os::unix::fs::FileExt;
         let Some((path, file)) = shm_file("copies", 1 << 20) else {
-            eprintln!("skipped: /dev/shm is not tmpfs here");
             return;
         };
         let mapping = Mapping::new(&file, 1 << 20).unwrap();
@@ -426,7 +435,6 @@ mod tests {
     #[test]
     fn a_truncated_file_is_an_error_not_a_crash() {
         let Some((path, file)) = shm_file("truncated", 1 << 20) else {
-            eprintln!("skipped: /dev/shm is not tmpfs here");
             return;
         };
         let mapping = Mapping::new(&file, 1 << 20).unwrap();

@@ -367,8 +367,9 @@ pub struct EngineStats {
     pub ordered: Option<OrderedStats>,
 }
 
-/// Ordered write-back as the engine sees it (`engine/ordering.rs`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Ordered write-back as the engine sees it (`engine/ordering.rs`); a
+/// server reports it as it is (serialized).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OrderedStats {
     /// The flush epoch writes join now (one more per client FLUSH).
     pub epoch: u64,

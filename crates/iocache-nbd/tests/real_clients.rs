@@ -105,6 +105,16 @@ fn temp_file(tag: &str) -> std::path::PathBuf {
     temp_socket(tag).with_extension("img")
 }
 
+/// A file of `SIZE` pattern bytes (from `seed`) but for a run of zeroes,
+/// for a client to copy into an export; with its contents.
+fn source_file(tag: &str, seed: u64, zeroes: std::ops::Range<usize>) -> (std::path::PathBuf, Vec<u8>) {
+    let src = temp_file(tag);
+    let mut data = pattern(SIZE, seed);
+    data[zeroes].fill(0);
+    std::fs::write(&src, &data).unwrap();
+    (src, data)
+}
+
 #[test]
 fn qemu_io_writes_patterns_and_verifies_them() {
     let Some((export, server)) = serve_for("qemu-io") else {
@@ -170,10 +180,8 @@ fn qemu_img_convert_and_compare() {
     let Some((export, server)) = serve_for("qemu-img") else {
         return;
     };
-    let src = temp_file("qemu-img-src");
-    let mut data = pattern(SIZE, 42);
-    data[SIZE / 2..SIZE / 2 + (1 << 20)].fill(0); // a zero run to exercise write-zeroes
-    std::fs::write(&src, &data).unwrap();
+    // A zero run to exercise write-zeroes.
+    let (src, data) = source_file("qemu-img-src", 42, SIZE / 2..SIZE / 2 + (1 << 20));
     for uri in uris(&server, "") {
         export.write_zeroes_all();
         ok(Command::new("qemu-img")
@@ -247,11 +255,8 @@ fn nbdcopy_both_ways() {
     let Some((export, server)) = serve_for("nbdcopy") else {
         return;
     };
-    let src = temp_file("nbdcopy-src");
+    let (src, data) = source_file("nbdcopy-src", 7, 1 << 20..3 << 20);
     let dst = temp_file("nbdcopy-dst");
-    let mut data = pattern(SIZE, 7);
-    data[1 << 20..3 << 20].fill(0);
-    std::fs::write(&src, &data).unwrap();
     for uri in uris(&server, "disk") {
         export.write_zeroes_all();
         // nbdcopy pipelines many requests and, seeing CAN_MULTI_CONN, opens

@@ -166,18 +166,9 @@ pub struct CacheDeviceSnapshot {
 }
 
 /// Ordered write-back: the FLUSH epoch writes join, the epoch before which
-/// the backend holds everything, and the cost so far.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct OrderedSnapshot {
-    pub epoch: u64,
-    pub durable_before: u64,
-    /// FLUSH epochs the backend is behind the clients.
-    pub epochs_behind: u64,
-    /// Writes that waited for an older epoch to reach the backend, or for
-    /// room.
-    pub waits: u64,
-    pub backend_flushes: u64,
-}
+/// the backend holds everything, and the cost so far (the engine's own
+/// counters).
+pub type OrderedSnapshot = iocache_engine::OrderedStats;
 
 /// What opening the cache device found.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -427,45 +418,9 @@ pub struct LineSizeChange {
     pub kept_bytes: u64,
 }
 
-/// The NBD server: connections and what its limits did.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ServerSnapshot {
-    pub connections: u64,
-    pub active_connections: u64,
-    pub transmissions: u64,
-    pub requests: u64,
-    pub errors: u64,
-    pub served_inline: u64,
-    pub inflight_bytes: u64,
-    pub peak_inflight_bytes: u64,
-    pub refused_connections: u64,
-    pub refused_per_peer: u64,
-    pub evicted_connections: u64,
-    pub handshake_timeouts: u64,
-    pub tls_failures: u64,
-    pub spawn_failures: u64,
-}
-
-impl From<&iocache_nbd::ServerStats> for ServerSnapshot {
-    fn from(s: &iocache_nbd::ServerStats) -> ServerSnapshot {
-        ServerSnapshot {
-            connections: s.connections,
-            active_connections: s.active_connections,
-            transmissions: s.transmissions,
-            requests: s.requests,
-            errors: s.errors,
-            served_inline: s.served_inline,
-            inflight_bytes: s.inflight_bytes,
-            peak_inflight_bytes: s.peak_inflight_bytes,
-            refused_connections: s.refused_connections,
-            refused_per_peer: s.refused_per_peer,
-            evicted_connections: s.evicted_connections,
-            handshake_timeouts: s.handshake_timeouts,
-            tls_failures: s.tls_failures,
-            spawn_failures: s.spawn_failures,
-        }
-    }
-}
+/// The NBD server: connections and what its limits did (the server's own
+/// counters).
+pub type ServerSnapshot = iocache_nbd::ServerStats;
 
 impl Snapshot {
     /// Reads the engines and the server once: every volume, or the one
@@ -528,7 +483,7 @@ impl Snapshot {
         }
         Ok(Snapshot {
             volumes,
-            server: (&state.server_stats()).into(),
+            server: state.server_stats(),
             caches,
         })
     }
@@ -656,13 +611,7 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
         readahead_unused_lines: s.cache.prefetch_unused_lines,
         readahead_dropped_fills: s.readahead_dropped_fills,
         readahead_failed_fills: s.readahead_failed_fills,
-        ordered: s.ordered.as_ref().map(|o| OrderedSnapshot {
-            epoch: o.epoch,
-            durable_before: o.durable_before,
-            epochs_behind: o.epochs_behind,
-            waits: o.waits,
-            backend_flushes: o.backend_flushes,
-        }),
+        ordered: s.ordered.clone(),
         recovery: RecoverySnapshot {
             loaded: r.loaded,
             clean_shutdown: r.clean_shutdown,
@@ -726,5 +675,43 @@ mod tests {
         assert_eq!(back.device.promotions, 3);
         assert_eq!(back.device.balance_bypasses, (0, 0));
         assert_eq!(serde_json::to_value(&back).unwrap(), json);
+    }
+
+    /// The server's and ordered write-back's counters are the NBD server's
+    /// and the engine's own types; their JSON stays the admin socket's
+    /// schema, field for field and in order (queued replies not in it).
+    #[test]
+    fn server_and_ordered_counters_keep_their_json() {
+        let server = ServerSnapshot {
+            connections: 1,
+            served_inline: 2,
+            replies_queued: 3,
+            spawn_failures: 4,
+            ..ServerSnapshot::default()
+        };
+        let json = serde_json::to_string(&server).unwrap();
+        assert_eq!(
+            json,
+            "{\"connections\":1,\"active_connections\":0,\"transmissions\":0,\"requests\":0,\
+             \"errors\":0,\"served_inline\":2,\"inflight_bytes\":0,\"peak_inflight_bytes\":0,\
+             \"refused_connections\":0,\"refused_per_peer\":0,\"evicted_connections\":0,\
+             \"handshake_timeouts\":0,\"tls_failures\":0,\"spawn_failures\":4}"
+        );
+        let back: ServerSnapshot = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.replies_queued, 0);
+        assert_eq!(back.spawn_failures, 4);
+        let ordered = OrderedSnapshot {
+            epoch: 5,
+            durable_before: 4,
+            epochs_behind: 1,
+            waits: 2,
+            backend_flushes: 3,
+        };
+        let json = serde_json::to_string(&ordered).unwrap();
+        assert_eq!(
+            json,
+            "{\"epoch\":5,\"durable_before\":4,\"epochs_behind\":1,\"waits\":2,\"backend_flushes\":3}"
+        );
+        assert_eq!(serde_json::from_str::<OrderedSnapshot>(&json).unwrap(), ordered);
     }
 }

@@ -7,11 +7,11 @@
 
 use crate::error::Result;
 use iocache_core::{LineSize, PolicySpec};
-use iocache_report::{Chart, Scale, Ticks};
+use iocache_report::{Scale, Ticks};
 use iocache_sim::{combinations, CacheSettings, CacheSize, SimOptions};
 
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, series, Context};
+use super::{axis, chart, series, Context};
 
 /// The published hit ratios (%), Table IV, at 32,768 pages.
 const PAPER_PAGES: u64 = 32_768;
@@ -80,12 +80,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             Tolerance::points(2.0 * POINTS),
         ),
     ));
-    let mut chart = Chart {
-        title: "Trace P2: hit ratio against cache size (512 B pages)".into(),
-        x: axis("cache size (pages of 512 B)", Scale::Log, Ticks::Number),
-        y: axis("hit ratio", Scale::Linear, Ticks::Percent),
-        series: Vec::new(),
-    };
+    let mut chart = chart(
+        "Trace P2: hit ratio against cache size (512 B pages)",
+        axis("cache size (pages of 512 B)", Scale::Log, Ticks::Number),
+        axis("hit ratio", Scale::Linear, Ticks::Percent),
+    );
     for policy in ["lru", "arc"] {
         chart.series.push(series(
             format!("{} (ours)", policy.to_uppercase()),

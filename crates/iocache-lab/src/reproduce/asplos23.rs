@@ -12,13 +12,13 @@ use std::collections::BTreeMap;
 
 use crate::error::Result;
 use iocache_core::{Fill, LineSize, PolicySpec, Promotion};
-use iocache_report::{Chart, Scale, Ticks};
+use iocache_report::{Scale, Ticks};
 use iocache_sim::timing::TimingReport;
 use iocache_sim::workload::WorkloadSpec;
 use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions, SimReport};
 
 use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
-use super::{axis, closed_loop, one_phase_workload, series, Context};
+use super::{axis, chart, closed_loop, one_phase_workload, series, Context};
 
 /// The zoned setups: name, hit rate the zones aim at (%), fio's zones.
 const SETUPS: [(&str, u32, &str); 3] = [
@@ -292,12 +292,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     );
 
     // Figures.
-    let mut fig8 = Chart {
-        title: "Fig. 8: IOPS by promotion and hit rate (4 KiB lines)".into(),
-        x: axis("zoned hit-rate setup (%)", Scale::Linear, Ticks::Number),
-        y: axis("IOPS", Scale::Linear, Ticks::Number),
-        series: Vec::new(),
-    };
+    let mut fig8 = chart(
+        "Fig. 8: IOPS by promotion and hit rate (4 KiB lines)",
+        axis("zoned hit-rate setup (%)", Scale::Linear, Ticks::Number),
+        axis("IOPS", Scale::Linear, Ticks::Number),
+    );
     for d in DEVICES {
         for p in &promotions {
             fig8.series.push(series(
@@ -312,12 +311,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     ctx.figure(&mut verdict, "asplos23-fig8-iops", &fig8)?;
     for h in [25, 85] {
         for d in DEVICES {
-            let mut chart = Chart {
-                title: format!("Fig. 9: IOPS by line size, {d}, {h} % hit rate"),
-                x: axis("cache line size", Scale::Log, Ticks::Bytes),
-                y: axis("IOPS", Scale::Linear, Ticks::Number),
-                series: Vec::new(),
-            };
+            let mut chart = chart(
+                format!("Fig. 9: IOPS by line size, {d}, {h} % hit rate"),
+                axis("cache line size", Scale::Log, Ticks::Bytes),
+                axis("IOPS", Scale::Linear, Ticks::Number),
+            );
             for p in &promotions {
                 chart.series.push(series(
                     p.to_string(),
@@ -328,16 +326,15 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         }
     }
     for h in [25, 85] {
-        let mut chart = Chart {
-            title: format!("Fig. 10: read tail latency, {h} % hit rate (4 KiB lines)"),
-            x: axis(
+        let mut chart = chart(
+            format!("Fig. 10: read tail latency, {h} % hit rate (4 KiB lines)"),
+            axis(
                 "percentile (nines: 2 = p99, 4 = p99.99)",
                 Scale::Linear,
                 Ticks::Number,
             ),
-            y: axis("read latency", Scale::Log, Ticks::Nanoseconds),
-            series: Vec::new(),
-        };
+            axis("read latency", Scale::Log, Ticks::Nanoseconds),
+        );
         for d in DEVICES {
             for p in &promotions {
                 let Some(t) = results.get(&(d, h, p.to_string(), 4096)) else {

@@ -12,13 +12,13 @@ use std::collections::BTreeMap;
 
 use crate::error::Result;
 use iocache_core::{CleaningPolicy, LineSize};
-use iocache_report::{Chart, Scale, Ticks};
+use iocache_report::{Scale, Ticks};
 use iocache_sim::timing::TimingReport;
 use iocache_sim::CacheSettings;
 
 use super::asplos23::{lru_spec, simulate_each_device, BACKEND, DEVICES, OUTSTANDING};
 use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
-use super::{axis, one_phase_workload, series, Context};
+use super::{axis, chart, one_phase_workload, series, Context};
 
 /// The workloads: name, the hit rate the zones aim at (%), fio's zones.
 const SETUPS: [(&str, u32, &str); 2] = [
@@ -146,12 +146,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     // Figures: IOPS over time (Fig. 13), and the tails (Fig. 14).
     for (_, h, _) in SETUPS {
         for d in DEVICES {
-            let mut chart = Chart {
-                title: format!("Fig. 13: IOPS over time from an empty cache, {d}, {h} % hit rate"),
-                x: axis("time (s, replay clock)", Scale::Linear, Ticks::Number),
-                y: axis("IOPS", Scale::Linear, Ticks::Number),
-                series: Vec::new(),
-            };
+            let mut chart = chart(
+                format!("Fig. 13: IOPS over time from an empty cache, {d}, {h} % hit rate"),
+                axis("time (s, replay clock)", Scale::Linear, Ticks::Number),
+                axis("IOPS", Scale::Linear, Ticks::Number),
+            );
             for (f, _, _) in FLUSHES {
                 let Some(t) = get(d, h, f) else { continue };
                 let start = t.series.first().map_or(0, |r| r.start_ns);
@@ -167,12 +166,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         }
     }
     for kind in ["read", "write"] {
-        let mut chart = Chart {
-            title: format!("Fig. 14: {kind} tail latency by flushing (nines: 2 = p99, 4 = p99.99)"),
-            x: axis("percentile (nines)", Scale::Linear, Ticks::Number),
-            y: axis(&format!("{kind} latency"), Scale::Log, Ticks::Nanoseconds),
-            series: Vec::new(),
-        };
+        let mut chart = chart(
+            format!("Fig. 14: {kind} tail latency by flushing (nines: 2 = p99, 4 = p99.99)"),
+            axis("percentile (nines)", Scale::Linear, Ticks::Number),
+            axis(&format!("{kind} latency"), Scale::Log, Ticks::Nanoseconds),
+        );
         for (_, h, _) in SETUPS {
             for (f, _, _) in FLUSHES {
                 let Some(t) = get("optane", h, f) else { continue };

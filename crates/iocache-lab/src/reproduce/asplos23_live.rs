@@ -14,10 +14,10 @@
 use std::collections::BTreeMap;
 
 use crate::error::Result;
-use iocache_report::{Chart, Scale, Ticks};
+use iocache_report::{Scale, Ticks};
 
 use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
-use super::{axis, series, workload, Context};
+use super::{axis, chart, series, workload, Context};
 use crate::live::{self as lab_live, LiveSettings, Measured, ServeSetup};
 
 /// Hit-rate setup (%) and fio's zones: a tenth of the volume gets the share.
@@ -252,12 +252,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     }
 
     // Figures.
-    let mut fig8 = Chart {
-        title: "Fig. 8 live: IOPS by promotion and hit rate (4 KiB lines, iocache serve + fio)".into(),
-        x: axis("zoned hit-rate setup (%)", Scale::Linear, Ticks::Number),
-        y: axis("IOPS (median over rounds)", Scale::Linear, Ticks::Number),
-        series: Vec::new(),
-    };
+    let mut fig8 = chart(
+        "Fig. 8 live: IOPS by promotion and hit rate (4 KiB lines, iocache serve + fio)",
+        axis("zoned hit-rate setup (%)", Scale::Linear, Ticks::Number),
+        axis("IOPS (median over rounds)", Scale::Linear, Ticks::Number),
+    );
     for p in PROMOTIONS {
         fig8.series.push(series(
             p,
@@ -268,12 +267,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         ));
     }
     ctx.figure(&mut verdict, "asplos23-live-fig8-iops", &fig8)?;
-    let mut fig9 = Chart {
-        title: "Fig. 9 live: IOPS by line size, 85 % hit rate".into(),
-        x: axis("cache line size", Scale::Log, Ticks::Bytes),
-        y: axis("IOPS (median over rounds)", Scale::Linear, Ticks::Number),
-        series: Vec::new(),
-    };
+    let mut fig9 = chart(
+        "Fig. 9 live: IOPS by line size, 85 % hit rate",
+        axis("cache line size", Scale::Log, Ticks::Bytes),
+        axis("IOPS (median over rounds)", Scale::Linear, Ticks::Number),
+    );
     for p in ["always", "nhit:2"] {
         fig9.series.push(series(
             p,
@@ -285,20 +283,19 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     }
     ctx.figure(&mut verdict, "asplos23-live-fig9-hit85", &fig9)?;
     for h in [25, 85] {
-        let mut chart = Chart {
-            title: format!("Fig. 10 live: read tail latency, {h} % hit rate (4 KiB lines)"),
-            x: axis(
+        let mut chart = chart(
+            format!("Fig. 10 live: read tail latency, {h} % hit rate (4 KiB lines)"),
+            axis(
                 "percentile (nines: 2 = p99, 4 = p99.99)",
                 Scale::Linear,
                 Ticks::Number,
             ),
-            y: axis(
+            axis(
                 "read latency (median over rounds)",
                 Scale::Log,
                 Ticks::Nanoseconds,
             ),
-            series: Vec::new(),
-        };
+        );
         for p in PROMOTIONS {
             let k = (h, p, 4096);
             let at = |f: &dyn Fn(&Measured) -> f64| spread(&values(k, f)).0;

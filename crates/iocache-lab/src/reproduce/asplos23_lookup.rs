@@ -17,10 +17,10 @@ use crate::error::Result;
 use iocache_core::{CacheConfig, LineSize, PolicySpec};
 use iocache_device::MemDevice;
 use iocache_engine::{Engine, EngineConfig, InitMode, Layout, Lookup, Persistence};
-use iocache_report::{Chart, Scale, Ticks};
+use iocache_report::{Scale, Ticks};
 
 use super::verdict::{Check, Claim, Verdict};
-use super::{axis, series, Context};
+use super::{axis, chart, series, Context};
 
 const LOOKUPS: [&str; 3] = ["single", "coarse", "fine"];
 const THREADS: [usize; 4] = [1, 2, 4, 8];
@@ -189,14 +189,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     }
     // Figure: measured points, and Amdahl's law fitted to 1 and 2 threads
     // carried to 32 threads: a prediction, not a measurement.
-    let mut chart = Chart {
-        title: format!(
-            "Fig. 6: hit reads per second by lookup design ({cores} cores; dashed names: prediction)"
-        ),
-        x: axis("threads", Scale::Log, Ticks::Number),
-        y: axis("reads per second", Scale::Log, Ticks::Number),
-        series: Vec::new(),
-    };
+    let mut chart = chart(
+        format!("Fig. 6: hit reads per second by lookup design ({cores} cores; dashed names: prediction)"),
+        axis("threads", Scale::Log, Ticks::Number),
+        axis("reads per second", Scale::Log, Ticks::Number),
+    );
     let mut predictions = Vec::new();
     for (name, points) in &measured {
         chart.series.push(series(

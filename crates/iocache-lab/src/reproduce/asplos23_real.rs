@@ -9,13 +9,13 @@
 
 use crate::error::{Result, Within};
 use iocache_core::{CleaningPolicy, Fill, LineSize, PolicySpec, Promotion};
-use iocache_report::{Chart, Scale, Ticks};
+use iocache_report::{Scale, Ticks};
 
 use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
 use iocache_trace::{ReaderOptions, TraceReader};
 
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, closed_loop, series, Context, SAMPLE_TRACES};
+use super::{axis, chart, closed_loop, series, Context, SAMPLE_TRACES};
 
 const PROMOTIONS: [&str; 3] = ["always", "nhit:2", "nhit:4"];
 const LINES: [u64; 4] = [4096, 8192, 16_384, 32_768];
@@ -64,16 +64,15 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     ));
     let mut ratios = Vec::new();
     let (mut best_promotion, mut best_flush, mut best_line, mut cases) = (0, 0, 0, 0);
-    let mut chart = Chart {
-        title: "Fig. 15: IOPS of every configuration, per trace (sorted), Optane over SSD RAID-5".into(),
-        x: axis("configurations, worst to best", Scale::Linear, Ticks::Number),
-        y: axis(
+    let mut chart = chart(
+        "Fig. 15: IOPS of every configuration, per trace (sorted), Optane over SSD RAID-5",
+        axis("configurations, worst to best", Scale::Linear, Ticks::Number),
+        axis(
             "IOPS relative to the default (always, 4 KiB, lazy)",
             Scale::Log,
             Ticks::Number,
         ),
-        series: Vec::new(),
-    };
+    );
     for (name, path) in traces {
         let reader = TraceReader::open(&path, None, ReaderOptions::default()).at_file(&path)?;
         let footprint = crate::experiment::footprint_lines(reader, LineSize::new(4096)?)?;

@@ -14,13 +14,13 @@ use std::collections::BTreeMap;
 use crate::error::Result;
 use iocache_core::units::format_byte_size;
 use iocache_core::{LineSize, PolicySpec, WritePolicy};
-use iocache_report::{Chart, Scale, Ticks};
+use iocache_report::{Scale, Ticks};
 use iocache_sim::timing::{preset, ArrivalMode};
 use iocache_sim::{CacheSettings, CacheSize, RunResult, RunSpec, SimOptions, SimReport, TimingSetup};
 
 use super::icpp22_pages::{page_run, push_claims};
 use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
-use super::{axis, gen_reader, mean, series, workload, Context};
+use super::{axis, chart, gen_reader, mean, series, workload, Context};
 use crate::error::Within;
 use iocache_trace::{ReaderOptions, TraceReader};
 
@@ -304,16 +304,15 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let mut near_best = Tally::default();
     let mut best_deltas = Vec::new();
     let delta_size = *gen_sizes.last().expect("a size");
-    let mut fig7 = Chart {
-        title: format!(
+    let mut fig7 = chart(
+        format!(
             "Fig. 7: hit ratio against δ, normalised to δ = 1 ({} buffer; samples {})",
             format_byte_size(delta_size * 4096),
             format_byte_size(sample_sizes.last().expect("a size") * 4096)
         ),
-        x: axis("δ (pages)", Scale::Linear, Ticks::Number),
-        y: axis("hit ratio / hit ratio at δ = 1", Scale::Linear, Ticks::Number),
-        series: Vec::new(),
-    };
+        axis("δ (pages)", Scale::Linear, Ticks::Number),
+        axis("hit ratio / hit ratio at δ = 1", Scale::Linear, Ticks::Number),
+    );
     for (r, sizes) in &all {
         let s = *sizes.last().expect("a size");
         let h = |d: u32| r.get(&format!("reqblock:delta={d}"), s).map_or(f64::NAN, hit);
@@ -349,12 +348,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         .setup
         .push(format!("cases in the figures: {}", names.join("; ")));
     let metric_chart = |title: &str, y: iocache_report::Axis, metric: &dyn Fn(&RunResult) -> f64| {
-        let mut chart = Chart {
-            title: title.into(),
-            x: axis("case (see the list)", Scale::Linear, Ticks::Number),
+        let mut chart = chart(
+            title,
+            axis("case (see the list)", Scale::Linear, Ticks::Number),
             y,
-            series: Vec::new(),
-        };
+        );
         for p in POLICIES {
             chart.series.push(series(
                 p,

@@ -22,7 +22,7 @@ use iocache_sim::{AdaptReport, AdaptRow, CacheSettings, CacheSize, RunSpec, SimO
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 
 use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
-use super::{axis, mean, series, Context};
+use super::{axis, chart, mean, series, Context};
 
 /// The burst workloads (docs/results/lbica.md): name, what, the burst phase.
 const WORKLOADS: [(&str, &str, &str); 4] = [
@@ -386,22 +386,14 @@ fn claims(
     ));
 }
 
-/// Fig. 7 (mean latency per workload) of a setting other than the main one.
-fn fig7(
-    ctx: &Context,
-    verdict: &mut Verdict,
-    setting: &Setting,
-    results: &BTreeMap<(&'static str, &'static str), Outcome>,
-) -> Result<()> {
-    let mut fig7 = Chart {
-        title: format!(
-            "Fig. 7, {}: mean latency per burst workload (1 rr, 2 mx, 3 wi, 4 hh)",
-            setting.label
-        ),
-        x: axis("workload", Scale::Linear, Ticks::Number),
-        y: axis("mean latency", Scale::Log, Ticks::Nanoseconds),
-        series: Vec::new(),
-    };
+/// The Fig. 7 chart: one series per configuration, the mean latency of each
+/// burst workload (numbered 1 to 4).
+fn fig7_chart(title: String, results: &BTreeMap<(&'static str, &'static str), Outcome>) -> Chart {
+    let mut fig7 = chart(
+        title,
+        axis("workload", Scale::Linear, Ticks::Number),
+        axis("mean latency", Scale::Log, Ticks::Nanoseconds),
+    );
     for (label, _, _) in CONFIGS {
         fig7.series.push(series(
             label,
@@ -412,6 +404,23 @@ fn fig7(
                 .collect(),
         ));
     }
+    fig7
+}
+
+/// Fig. 7 (mean latency per workload) of a setting other than the main one.
+fn fig7(
+    ctx: &Context,
+    verdict: &mut Verdict,
+    setting: &Setting,
+    results: &BTreeMap<(&'static str, &'static str), Outcome>,
+) -> Result<()> {
+    let fig7 = fig7_chart(
+        format!(
+            "Fig. 7, {}: mean latency per burst workload (1 rr, 2 mx, 3 wi, 4 hh)",
+            setting.label
+        ),
+        results,
+    );
     ctx.figure(verdict, &format!("lbica-fig7-latency-{}", setting.key), &fig7)
 }
 
@@ -422,33 +431,19 @@ fn figures(
     results: &BTreeMap<(&'static str, &'static str), Outcome>,
 ) -> Result<()> {
     let get = |w: &'static str, c: &'static str| -> &Outcome { &results[&(w, c)] };
-    let lat = |w: &'static str, c: &'static str| get(w, c).timing.all.mean_ns;
     // Figures: Fig. 7 (mean latency per workload), Figs. 4-5 (queue times
     // over time) and the mean latency over time, per workload.
-    let mut fig7 = Chart {
-        title: "Fig. 7: mean latency per burst workload (1 rr, 2 mx, 3 wi, 4 hh)".into(),
-        x: axis("workload", Scale::Linear, Ticks::Number),
-        y: axis("mean latency", Scale::Log, Ticks::Nanoseconds),
-        series: Vec::new(),
-    };
-    for (label, _, _) in CONFIGS {
-        fig7.series.push(series(
-            label,
-            WORKLOADS
-                .iter()
-                .enumerate()
-                .map(|(i, &(w, _, _))| ((i + 1) as f64, lat(w, label)))
-                .collect(),
-        ));
-    }
+    let fig7 = fig7_chart(
+        "Fig. 7: mean latency per burst workload (1 rr, 2 mx, 3 wi, 4 hh)".into(),
+        results,
+    );
     ctx.figure(verdict, "lbica-fig7-latency", &fig7)?;
     for (w, what, _) in WORKLOADS {
-        let mut load = Chart {
-            title: format!("Figs. 4-5: largest queue time per 100 ms, {w} ({what})"),
-            x: axis("time (s)", Scale::Linear, Ticks::Number),
-            y: axis("largest queue time Q x L (ms)", Scale::Linear, Ticks::Number),
-            series: Vec::new(),
-        };
+        let mut load = chart(
+            format!("Figs. 4-5: largest queue time per 100 ms, {w} ({what})"),
+            axis("time (s)", Scale::Linear, Ticks::Number),
+            axis("largest queue time Q x L (ms)", Scale::Linear, Ticks::Number),
+        );
         for label in ["WB", "SIB over WT", "LBICA"] {
             let rows = &get(w, label).adapt.rows;
             for (device, pick) in [
@@ -467,12 +462,11 @@ fn figures(
             }
         }
         ctx.figure(verdict, &format!("lbica-fig4-5-load-{w}"), &load)?;
-        let mut latency = Chart {
-            title: format!("Mean latency of the requests completed per 100 ms, {w} ({what})"),
-            x: axis("time (s)", Scale::Linear, Ticks::Number),
-            y: axis("mean latency", Scale::Log, Ticks::Nanoseconds),
-            series: Vec::new(),
-        };
+        let mut latency = chart(
+            format!("Mean latency of the requests completed per 100 ms, {w} ({what})"),
+            axis("time (s)", Scale::Linear, Ticks::Number),
+            axis("mean latency", Scale::Log, Ticks::Nanoseconds),
+        );
         for (label, _, _) in CONFIGS {
             latency.series.push(series(
                 label,

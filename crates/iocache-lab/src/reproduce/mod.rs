@@ -259,6 +259,16 @@ pub fn axis(label: &str, scale: Scale, ticks: Ticks) -> Axis {
     }
 }
 
+/// A chart with its axes and no series yet (they are pushed one by one).
+pub fn chart(title: impl Into<String>, x: Axis, y: Axis) -> Chart {
+    Chart {
+        title: title.into(),
+        x,
+        y,
+        series: Vec::new(),
+    }
+}
+
 pub fn series(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
     Series {
         name: name.into(),

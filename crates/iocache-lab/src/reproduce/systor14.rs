@@ -17,13 +17,13 @@ use std::path::PathBuf;
 
 use crate::error::{Result, Within};
 use iocache_core::{Cache, LineKey, LineSize, Op, OpList, PolicySpec, Request, WritePolicy};
-use iocache_report::{Chart, Scale, Ticks};
+use iocache_report::{Scale, Ticks};
 use iocache_sim::workload::WorkloadSpec;
 use iocache_sim::{request_of, CacheSettings, CacheSize, RestartKeep, Restarts, RunSpec, SimOptions};
 use iocache_trace::{ReaderOptions, TraceReader};
 
 use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
-use super::{axis, gen_reader, series, workload, Context};
+use super::{axis, chart, gen_reader, series, workload, Context};
 
 /// Intervals of the load and working-set series.
 const INTERVALS: u64 = 40;
@@ -250,19 +250,17 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     let line = LineSize::new(4096)?;
     let mut below = Tally::default();
     let mut load_charts = Vec::new();
-    let mut wss_chart = Chart {
-        title: "Fig. 7: working set per interval and in total".into(),
-        x: axis("share of the trace's span", Scale::Linear, Ticks::Percent),
-        y: axis("working set (4 KiB lines)", Scale::Log, Ticks::Number),
-        series: Vec::new(),
-    };
+    let mut wss_chart = chart(
+        "Fig. 7: working set per interval and in total",
+        axis("share of the trace's span", Scale::Linear, Ticks::Percent),
+        axis("working set (4 KiB lines)", Scale::Log, Ticks::Number),
+    );
     let mut wss_ratios = Vec::new();
-    let mut persist_chart = Chart {
-        title: "Fig. 19: hit ratio against reboots per span (write-back, LRU)".into(),
-        x: axis("reboots per trace span", Scale::Log, Ticks::Number),
-        y: axis("hit ratio", Scale::Linear, Ticks::Percent),
-        series: Vec::new(),
-    };
+    let mut persist_chart = chart(
+        "Fig. 19: hit ratio against reboots per span (write-back, LRU)",
+        axis("reboots per trace span", Scale::Log, Ticks::Number),
+        axis("hit ratio", Scale::Linear, Ticks::Percent),
+    );
     let mut gaps = Vec::new();
     let mut ordered = Tally::default();
     let mut growing = Tally::default();
@@ -299,12 +297,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             },
         ));
         let frac = |i: usize| i as f64 / INTERVALS as f64;
-        let mut chart = Chart {
-            title: format!("Figs. 13-16: server load over time, {name}"),
-            x: axis("trace time (s)", Scale::Linear, Ticks::Number),
-            y: axis("backend 4 KiB blocks per interval", Scale::Linear, Ticks::Number),
-            series: Vec::new(),
-        };
+        let mut chart = chart(
+            format!("Figs. 13-16: server load over time, {name}"),
+            axis("trace time (s)", Scale::Linear, Ticks::Number),
+            axis("backend 4 KiB blocks per interval", Scale::Linear, Ticks::Number),
+        );
         for (label, counts) in [("write-through", &l.wt), ("write-back", &l.wb)] {
             chart.series.push(series(
                 label,

@@ -300,6 +300,7 @@ pub enum ServerError {
 
 /// Counters of a running server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ServerStats {
     /// Connections accepted (including those refused by the limit).
     pub connections: u64,
@@ -317,6 +318,8 @@ pub struct ServerStats {
     pub served_inline: u64,
     /// Replies (or their rest) the socket did not take at once, queued for
     /// their connection's writer thread (a client reading replies late).
+    /// Not serialized: the serving layer's stats JSON never carried it.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub replies_queued: u64,
     /// Payload bytes held now, all connections together.
     pub inflight_bytes: u64,
