@@ -76,8 +76,9 @@ def run_once(binary, mode, cache_size, seconds, window):
     pct = probe["clat_ns"].get("percentile", {})
     change = re.search(r"line size (\S+) -> (\S+) while serving: (\d+) dirty lines written back first, "
                        r"requests held ([\d.]+) ms \((\d+) lines dirtied meanwhile written back ([\d.]+) ms, "
+                       r"(?:\S+ of copied data kept [\d.]+ ms, )?"
                        r"shutdown ([\d.]+) ms, opening with the new line size ([\d.]+) ms\)", text)
-    warm = re.search(r"warm-up done: (\S+) read again in ([\d.]+) s", text)
+    warm = re.search(r"warm-up done: (\S+) read again(?: \(\S+ of it from the backend\))? in ([\d.]+) s", text)
     return {
         "mode": mode,
         "change": f"{change.group(1)} -> {change.group(2)}" if change else "none",
