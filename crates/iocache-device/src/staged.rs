@@ -201,6 +201,9 @@ impl BlockDevice for Staged {
     fn identity(&self) -> Option<DeviceIdentity> {
         self.inner.identity()
     }
+    fn check_intact(&self) -> Result<(), DeviceError> {
+        self.inner.check_intact()
+    }
 }
 
 #[cfg(test)]

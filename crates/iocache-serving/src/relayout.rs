@@ -237,12 +237,6 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         }
         dirty = left;
     }
-    // The records of the lines just cleaned, written while serving rather
-    // than by the shutdown's barrier.
-    if let Err(e) = old.flush() {
-        old.restore_controller_policy(controller_before);
-        return Err(refused!("writing the cleaned lines' records: {e}"));
-    }
     // The clean data the cache holds, copied while it serves; checked once
     // the requests are held (a line changed since is not kept).
     let new_cache_bytes = capacity_lines * wanted;
@@ -250,6 +244,13 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         new_cache_bytes.min(KEEP_BYTES_MAX),
         Instant::now() + KEEP_COPY_MAX,
     );
+    // The records of the lines just cleaned, and the backend's flush of
+    // what went through to it while the copy was taken, done while serving
+    // rather than by the shutdown's barrier.
+    if let Err(e) = old.flush() {
+        old.restore_controller_policy(controller_before);
+        return Err(refused!("writing the cleaned lines' records: {e}"));
+    }
     // 2. No request inside the engine from here.
     let mut current = group.cell.quiesce();
     let paused_at = Instant::now();
