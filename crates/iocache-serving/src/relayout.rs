@@ -276,16 +276,10 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     }
     let written_back_at = Instant::now();
     let staged = stage_backends(group, &volumes);
-    let kept_bytes = keep(&old, copies, &volumes, &staged);
-    let named: Vec<(String, Arc<Staged>)> = volumes
+    let kept_bytes = keep(&old, copies, &staged);
+    let volumes: Vec<(String, Arc<dyn BlockDevice>)> = staged
         .iter()
-        .zip(&staged)
-        .map(|((name, _), s)| (name.clone(), Arc::clone(s)))
-        .collect();
-    let volumes: Vec<(String, Arc<dyn BlockDevice>)> = volumes
-        .iter()
-        .zip(&staged)
-        .map(|((name, _), s)| (name.clone(), Arc::clone(s) as Arc<dyn BlockDevice>))
+        .map(|(name, s)| (name.clone(), Arc::clone(s) as Arc<dyn BlockDevice>))
         .collect();
     let kept_at = Instant::now();
     let closed = old.shutdown();
@@ -305,7 +299,7 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
         Ok(engine) => (engine, None),
         Err(e) => {
             // No warm-up follows: the copies go now.
-            staged.iter().for_each(|s| {
+            staged.iter().for_each(|(_, s)| {
                 s.release();
             });
             // Serve on with the old geometry (the dirty lines, if any, are
@@ -394,19 +388,19 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     let spawned = std::thread::Builder::new()
         .name("iocache-warm".into())
         .spawn(move || {
-            warm_up(stop, &cell, generation, &warm, &named, &path);
+            warm_up(stop, &cell, generation, &warm, &staged, &path);
             // Taken from the copies, the fills need them no longer, unless
             // a later change replaced this engine: the wrappers and what
             // they hold are that change's now, released by its warm-up.
             if cell.read().generation == generation {
-                let served: u64 = staged.iter().map(|s| s.release()).sum();
+                let served: u64 = staged.iter().map(|(_, s)| s.release()).sum();
                 log::info!(
                     "cache {path}: {served} fills of the warm-up were answered from the old cache's copies"
                 );
             }
         });
     if let Err(e) = spawned {
-        copies.iter().for_each(|s| {
+        copies.iter().for_each(|(_, s)| {
             s.release();
         });
         return Err(e).within(|| "starting the warm-up thread".to_string());
@@ -414,39 +408,38 @@ pub fn change_line_size(state: &Running, index: usize, wanted: u64) -> Result<Op
     Ok(Some(done))
 }
 
-/// The wrappers the successor sees each volume's backend through, in the
-/// order of `volumes`: the cache's own from an earlier change when it is
-/// the backend already (wrappers do not nest), else a new one.
-fn stage_backends(group: &CacheGroup, volumes: &[(String, Arc<dyn BlockDevice>)]) -> Vec<Arc<Staged>> {
+/// The wrappers the successor sees each volume's backend through, by
+/// volume name: the cache's own from an earlier change when it is the
+/// backend already (wrappers do not nest), else a new one.
+fn stage_backends(
+    group: &CacheGroup,
+    volumes: &[(String, Arc<dyn BlockDevice>)],
+) -> Vec<(String, Arc<Staged>)> {
     let mut known = lock(&group.staged);
-    let out: Vec<Arc<Staged>> = volumes
+    let out: Vec<(String, Arc<Staged>)> = volumes
         .iter()
-        .map(|(_, backend)| {
+        .map(|(name, backend)| {
             let same = |s: &&Arc<Staged>| std::ptr::addr_eq(Arc::as_ptr(*s), Arc::as_ptr(backend));
-            match known.iter().find(same) {
+            let staged = match known.iter().find(same) {
                 Some(s) => Arc::clone(s),
                 None => Arc::new(Staged::new(Arc::clone(backend))),
-            }
+            };
+            (name.clone(), staged)
         })
         .collect();
-    *known = out.clone();
+    *known = out.iter().map(|(_, s)| Arc::clone(s)).collect();
     out
 }
 
 /// Stages the copies of the old engine's data whose lines are unchanged
 /// (every line clean now: the backend's data) in the wrappers of their
 /// volumes. Returns the bytes kept.
-fn keep(
-    old: &Engine,
-    copies: Vec<CachedCopy>,
-    volumes: &[(String, Arc<dyn BlockDevice>)],
-    staged: &[Arc<Staged>],
-) -> u64 {
+fn keep(old: &Engine, copies: Vec<CachedCopy>, staged: &[(String, Arc<Staged>)]) -> u64 {
     let mut kept = 0u64;
     for (range, data) in old.copies_unchanged(copies) {
-        if let Some(i) = volumes.iter().position(|(name, _)| **name == *range.volume) {
+        if let Some((_, s)) = staged.iter().find(|(name, _)| **name == *range.volume) {
             kept += data.len() as u64;
-            staged[i].stage(range.offset, data);
+            s.stage(range.offset, data);
         }
     }
     kept

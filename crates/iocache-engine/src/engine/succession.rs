@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use iocache_core::{bitmap, LineKey, SlotId, VolumeId, WritePolicy};
+use iocache_core::{bitmap, LineKey, SlotId, SlotSnapshot, VolumeId, WritePolicy};
 use iocache_device::BlockDevice;
 
 use super::{lock, Buffer, Engine, EngineError, Inner, ShardState, Volume, SECTOR_BYTES};
@@ -100,7 +100,6 @@ impl Engine {
         }
         let names = self.volume_names();
         let line_bytes = self.inner.line_bytes;
-        let sectors = (line_bytes / SECTOR_BYTES) as u32;
         let mut bytes = 0u64;
         let mut line = vec![0u8; line_bytes as usize];
         for (i, shard) in self.inner.shards.iter().enumerate() {
@@ -126,27 +125,18 @@ impl Engine {
                 if self.inner.slots.dev.read_at(&mut line, at).is_err() {
                     return out;
                 }
-                let base = snap.key.line_index * line_bytes;
-                bitmap::for_each_run(snap.valid, 0, sectors, |a, b, valid| {
-                    if valid {
-                        let (from, to) = (
-                            (a * SECTOR_BYTES as u32) as usize,
-                            (b * SECTOR_BYTES as u32) as usize,
-                        );
-                        bytes += (to - from) as u64;
-                        out.push(CachedCopy {
-                            range: CachedRange {
-                                volume: Arc::clone(volume),
-                                offset: base + from as u64,
-                                length: (to - from) as u64,
-                            },
-                            data: line[from..to].to_vec(),
-                            shard: i,
-                            slot,
-                            key: snap.key,
-                            generation: state.cache.slot_generation(slot),
-                        });
-                    }
+                let generation = state.cache.slot_generation(slot);
+                valid_runs(&snap, volume, line_bytes, |range, from| {
+                    let from = from as usize;
+                    bytes += range.length;
+                    out.push(CachedCopy {
+                        data: line[from..from + range.length as usize].to_vec(),
+                        range,
+                        shard: i,
+                        slot,
+                        key: snap.key,
+                        generation,
+                    });
                 });
             }
         }
@@ -244,8 +234,6 @@ impl Inner {
         names: &[(VolumeId, Arc<str>)],
         mut f: impl FnMut(CachedRange),
     ) {
-        let line_bytes = self.line_bytes;
-        let sectors = (line_bytes / SECTOR_BYTES) as u32;
         // Lines of one volume mostly follow each other: look its name up
         // again only when the volume changes.
         let mut named: Option<(VolumeId, Arc<str>)> = None;
@@ -259,16 +247,31 @@ impl Inner {
             let Some((_, volume)) = &named else {
                 continue;
             };
-            let base = snap.key.line_index * line_bytes;
-            bitmap::for_each_run(snap.valid, 0, sectors, |a, b, valid| {
-                if valid {
-                    f(CachedRange {
-                        volume: Arc::clone(volume),
-                        offset: base + u64::from(a) * SECTOR_BYTES,
-                        length: u64::from(b - a) * SECTOR_BYTES,
-                    });
-                }
-            });
+            valid_runs(&snap, volume, self.line_bytes, |range, _| f(range));
         }
     }
+}
+
+/// Calls `f` with each run of valid sectors of the line `snap` (of
+/// `volume`, lines of `line_bytes`) as a range of the volume, and where
+/// the run starts in the line, in bytes.
+fn valid_runs(
+    snap: &SlotSnapshot<'_>,
+    volume: &Arc<str>,
+    line_bytes: u64,
+    mut f: impl FnMut(CachedRange, u64),
+) {
+    let base = snap.key.line_index * line_bytes;
+    let sectors = (line_bytes / SECTOR_BYTES) as u32;
+    bitmap::for_each_run(snap.valid, 0, sectors, |a, b, valid| {
+        if valid {
+            let from = u64::from(a) * SECTOR_BYTES;
+            let range = CachedRange {
+                volume: Arc::clone(volume),
+                offset: base + from,
+                length: u64::from(b - a) * SECTOR_BYTES,
+            };
+            f(range, from);
+        }
+    });
 }

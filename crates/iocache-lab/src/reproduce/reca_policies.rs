@@ -392,7 +392,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     }
     verdict.push(Claim::new(
         "Fig. 14a",
-        "on random consumers, 8 KiB lines outperform 4 KiB lines in every architecture (the paper: its applications use 8 KiB blocks; ours issue 30 % of 8 KiB requests)",
+        "on random consumers, 8 KiB lines outperform 4 KiB lines in every architecture (the paper: its applications use 8 KiB blocks; 30 % of ours are 8 KiB requests)",
         format!("8 KiB faster in {eight_wins} of 4: {}", lines14.join("; ")),
         all_of(eight_wins, 4),
     ));
