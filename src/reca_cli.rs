@@ -43,6 +43,11 @@ pub struct TableArgs {
     /// their length).
     #[arg(long, value_name = "N", default_value = "10")]
     reca_probes: u64,
+    /// Also characterize each process of the trace apart (the PID that
+    /// blkparse and FIU traces record) and give each its category's write
+    /// policy; the line size and the replacement stay the whole workload's.
+    #[arg(long)]
+    reca_per_process: bool,
 }
 
 impl TableArgs {
@@ -55,6 +60,7 @@ impl TableArgs {
         )?;
         let params = RecaControllerParams {
             probes_per_window: self.reca_probes,
+            per_process: self.reca_per_process,
             ..options.params
         };
         Ok((options.table, params))

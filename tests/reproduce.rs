@@ -33,7 +33,7 @@ fn reproduce_quick(name: &str, traces: Option<&Path>, out: &Path) -> Output {
 const OUTCOMES: [&str; 4] = ["reproduced", "partially", "not", "undecided"];
 
 /// The reproductions `all` runs.
-const IN_ALL: [&str; 10] = [
+const IN_ALL: [&str; 11] = [
     "arc-p2",
     "asplos23",
     "asplos23-flush",
@@ -43,6 +43,7 @@ const IN_ALL: [&str; 10] = [
     "systor14",
     "reca",
     "reca-policies",
+    "reca-processes",
     "lbica",
 ];
 
@@ -226,6 +227,35 @@ fn lbica_setting_checks_the_claims_over_one_disk_and_with_clients() {
     ] {
         assert!(setup.contains(case), "{setup}");
     }
+}
+
+/// ReCA's Fig. 17: four claims; every mix of two categories in the first,
+/// with the categories the per-process runs gave each process; the real
+/// traces listed as skipped (none records processes).
+#[test]
+fn reca_processes_compares_global_and_per_process_characterization() {
+    let out = temp_dir("reca-processes");
+    reproduce_quick("reca-processes", None, &out);
+    let verdict = check_dir(&out.join("reca-processes"), "reca-processes");
+    let claims = verdict["claims"].as_array().unwrap();
+    let all = verdict.to_string();
+    assert_eq!(claims.len(), 4, "{all}");
+    let mixes = claims[0]["ours"].as_str().unwrap();
+    assert_eq!(mixes.matches("(whole mix: ").count(), 10, "{mixes}");
+    assert!(
+        mixes.contains("archival_consumers + large_file_generators"),
+        "{mixes}"
+    );
+    assert!(
+        mixes.contains("process 2: (none) -> large_file_generators (write policy wb)"),
+        "{mixes}"
+    );
+    assert!(
+        verdict["skipped"].to_string().contains("records processes"),
+        "{all}"
+    );
+    assert!(!all.contains("NaN"), "{all}");
+    assert!(out.join("reca-processes/reca-fig17-processes.svg").is_file());
 }
 
 /// ReCA's Figs. 13-15: seven claims, each naming its numbers; every

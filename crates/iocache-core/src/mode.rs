@@ -11,7 +11,9 @@
 //!
 //! The order, first to last (a later rule sees what the earlier ones chose):
 //!
-//! 1. the configured policy, replaced by the controller's while it sets one;
+//! 1. the configured policy, replaced by the controller's while it sets one,
+//!    and for a request of a process the controller set a policy for (ReCA
+//!    characterizing each process on its own), by that process's;
 //! 2. pass-through while the cache device is failed;
 //! 3. pass-through for a request of a sequential stream past the cutoff,
 //!    and for a request a load balancer sends to the backend (LBICA's tail
@@ -96,6 +98,8 @@ impl ModeSettings {
 /// What the decision needs to know about one request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestFacts {
+    /// A controller's write policy for the process that issued the request.
+    pub process_policy: Option<WritePolicy>,
     /// The sequential-cutoff detector sent the request around the cache.
     pub sequential_bypass: bool,
     /// A load balancer sends the request to the backend, and none of its
@@ -136,6 +140,12 @@ pub fn resolve(
             cause: ModeCause::Configured,
         },
     };
+    if let Some(policy) = request.and_then(|r| r.process_policy) {
+        mode = EffectiveMode {
+            policy,
+            cause: ModeCause::Controller,
+        };
+    }
     if settings.cache_device_failed {
         mode = EffectiveMode {
             policy: WritePolicy::PassThrough,
@@ -222,6 +232,36 @@ mod tests {
     }
 
     #[test]
+    fn a_process_policy_replaces_the_cache_wide_one_for_its_requests_only() {
+        let mut s = ModeSettings::new(WritePolicy::WriteBack);
+        s.controller = Some(WritePolicy::WriteThrough);
+        let mine = RequestFacts {
+            process_policy: Some(WritePolicy::WriteAround),
+            ..RequestFacts::default()
+        };
+        let m = resolve(&s, Some(&mine), None);
+        assert_eq!(
+            (m.policy, m.cause),
+            (WritePolicy::WriteAround, ModeCause::Controller)
+        );
+        // Other requests keep the cache-wide controller's.
+        let other = resolve(&s, Some(&RequestFacts::default()), None);
+        assert_eq!(other.policy, WritePolicy::WriteThrough);
+        // A failed device and superseding dirty data still win.
+        s.cache_device_failed = true;
+        assert_eq!(resolve(&s, Some(&mine), None).cause, ModeCause::CacheDeviceFailed);
+        s.cache_device_failed = false;
+        let line = LineFacts {
+            supersedes_dirty: true,
+            ..LineFacts::default()
+        };
+        assert_eq!(
+            resolve(&s, Some(&mine), Some(&line)).cause,
+            ModeCause::DirtySupersede
+        );
+    }
+
+    #[test]
     fn the_dirty_cap_writes_through_only_new_dirty_lines() {
         let s = ModeSettings::new(WritePolicy::WriteBack);
         let at_cap = LineFacts {
@@ -283,6 +323,7 @@ mod tests {
             let both = RequestFacts {
                 sequential_bypass: true,
                 balance_bypass: true,
+                ..RequestFacts::default()
             };
             assert_eq!(resolve(&s, Some(&both), None).cause, ModeCause::SequentialCutoff);
         }

@@ -23,6 +23,35 @@ const RECA_SPECS: &[&str] = &[
     "reca:evict=priority:write=0/0/5:neighbours=1:history=2",
 ];
 
+#[test]
+fn a_process_policy_decides_for_that_process_alone() {
+    // Write-back cache-wide; process 7 is set to read-only caching (wa),
+    // process 8 to write-through: only process 9's write leaves a dirty line.
+    let mut c = cache(16, 4096, |c| {
+        c.write_policy = iocache_core::WritePolicy::WriteBack
+    });
+    c.set_process_policy(7, Some(iocache_core::WritePolicy::WriteAround));
+    c.set_process_policy(8, Some(iocache_core::WritePolicy::WriteThrough));
+    c.set_process_policy(0, Some(iocache_core::WritePolicy::WriteAround));
+    let mut ops = OpList::new();
+    for (i, process) in [7u32, 8, 9].into_iter().enumerate() {
+        let i = i as u64;
+        let w = Request::write(0, i * 4096, 4096, i).from_process(process);
+        c.access(&w, &mut ops).unwrap();
+    }
+    assert_eq!(c.dirty_lines(), 1);
+    // The wa write went around the cache, wa's and wt's to the backend.
+    assert_eq!(c.stats().bypassed_accesses, 1, "{:?}", c.stats());
+    assert_eq!(c.stats().backend_write_bytes, 8192, "{:?}", c.stats());
+    // Process 0 (none recorded) is never set apart; withdrawn, process 7
+    // writes back like the rest.
+    assert_eq!(c.process_policies().len(), 2);
+    c.set_process_policy(7, None);
+    c.access(&Request::write(0, 8 * 4096, 4096, 9).from_process(7), &mut ops)
+        .unwrap();
+    assert_eq!(c.dirty_lines(), 2);
+}
+
 fn key(i: u64) -> LineKey {
     LineKey {
         volume: 0,

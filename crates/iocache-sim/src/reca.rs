@@ -92,6 +92,11 @@ pub struct RecaWindowRow {
     pub features: [f64; 7],
     /// The category change made at the window's end, if it changed.
     pub change: Option<RecaChange>,
+    /// Per-process characterization: the processes whose category changed
+    /// at the window's end, one `process N: old -> new (write policy P)`
+    /// each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub process_changes: Vec<String>,
 }
 
 /// One category's distance from a window's workload vector.
@@ -187,6 +192,9 @@ pub struct RecaRun {
     pub windows: Vec<RecaWindowRow>,
     /// Windows whose category differed from the one before (the first included).
     pub category_changes: u64,
+    /// Per-process characterization: processes' category changes (a
+    /// process's first category and its forgetting included).
+    pub process_changes: u64,
     /// Caches rebuilt for a new line size.
     pub relayouts: u64,
     /// Bytes a runtime would copy between slots to rebuild them.
@@ -269,7 +277,15 @@ impl RecaDriver {
             byte_hit_ratio: w.byte_hit_ratio(),
             features: report.features.0,
             change: None,
+            process_changes: Vec::new(),
         });
+        if !report.processes.is_empty() {
+            let lines = self.controller.apply_processes(cache, &report.processes);
+            self.run.process_changes += lines.len() as u64;
+            if let Some(window) = self.run.windows.last_mut() {
+                window.process_changes = lines;
+            }
+        }
         let Some(mut event) = report.change else {
             return;
         };

@@ -296,6 +296,9 @@ pub struct Cache {
     /// What decides the effective write policy besides the request: the
     /// configured policy, a controller's, a failed cache device (`mode.rs`).
     mode: ModeSettings,
+    /// Write policies a controller set for single processes (ReCA's
+    /// per-process characterization); empty unless one did.
+    process_policies: FxHashMap<u32, WritePolicy>,
     /// What the decision knows about the request in progress.
     request_facts: RequestFacts,
     /// The write policy for the request in progress (`mode::resolve`).
@@ -383,6 +386,7 @@ impl Cache {
             filling_ahead: false,
             request_line_fill: false,
             mode: ModeSettings::new(config.write_policy),
+            process_policies: FxHashMap::default(),
             request_facts: RequestFacts::default(),
             request_policy: config.write_policy,
             seq: SeqDetector::new(config.seq_cutoff),
@@ -440,6 +444,27 @@ impl Cache {
     /// replaces the configured one until withdrawn (ReCA, LBICA).
     pub fn set_controller_policy(&mut self, policy: Option<WritePolicy>) {
         self.mode.controller = policy;
+    }
+
+    /// Sets (or, with `None`, withdraws) a controller's write policy for the
+    /// requests of `process` alone; it replaces the cache-wide one for them
+    /// ([`mode::resolve`]). Process 0 (none recorded) is never set apart.
+    pub fn set_process_policy(&mut self, process: u32, policy: Option<WritePolicy>) {
+        match policy {
+            Some(policy) if process != 0 => {
+                self.process_policies.insert(process, policy);
+            }
+            _ => {
+                self.process_policies.remove(&process);
+            }
+        }
+    }
+
+    /// The write policies set per process, by process.
+    pub fn process_policies(&self) -> Vec<(u32, WritePolicy)> {
+        let mut all: Vec<_> = self.process_policies.iter().map(|(&p, &w)| (p, w)).collect();
+        all.sort_unstable_by_key(|(process, _)| *process);
+        all
     }
 
     /// Marks the cache device failed (everything passes through; dirty
@@ -654,7 +679,12 @@ impl Cache {
         let ordered_write = !self.epochs.is_empty() && request.kind == IoKind::Write;
         let balance_bypass = hints.balance_bypass && !ordered_write && !self.touches_dirty_sectors(request);
         let sequential_bypass = self.seq.bypass(request) && !ordered_write;
+        let process_policy = match self.process_policies.is_empty() {
+            true => None,
+            false => self.process_policies.get(&request.process).copied(),
+        };
         self.request_facts = RequestFacts {
+            process_policy,
             sequential_bypass,
             balance_bypass,
         };

@@ -18,6 +18,18 @@
 //! (a change test on the running vector; without it a new phase runs a
 //! whole window, e.g. 100,000 requests, on the old phase's line size).
 //!
+//! Per process (`per_process`, TPDS'18 §6.4 and Fig. 17): the requests of
+//! each process (the `process` a request carries) are also counted apart,
+//! and at each window's end every process with enough classified requests
+//! gets the category nearest its own vector. The controller then sets that
+//! category's write policy for the process's requests alone
+//! (`Cache::set_process_policy`); the line size, the eviction rule and the
+//! priorities stay the cache-wide category's, since one cache has one
+//! layout and one replacement order. A process (nearly) silent for
+//! [`PROCESS_IDLE_WINDOWS`] windows is forgotten, and at most
+//! [`MAX_PROCESSES`] are followed (later ones follow the cache-wide
+//! category).
+//!
 //! Every category change is a [`RecaEvent`] (request number, time, old and
 //! new category, distance to every category, the vector, what changed).
 //! No I/O, no clock: time comes with each request. Memory: the classifier's
@@ -28,6 +40,7 @@ use super::table::{feature_of, Category, CategoryTable, Features};
 use crate::addr::{LineSize, Request};
 use crate::cache::Cache;
 use crate::error::CoreError;
+use crate::fasthash::FxHashMap;
 use crate::setting::Setting;
 use crate::units::format_byte_size;
 
@@ -41,6 +54,9 @@ pub struct RecaControllerParams {
     /// [`MIN_PROBE_REQUESTS`] long.
     pub probes_per_window: u64,
     pub classifier: ClassifierParams,
+    /// Characterize each process apart as well, and give each its
+    /// category's write policy (see the module doc).
+    pub per_process: bool,
 }
 
 /// How much nearer another category a probe must be than the category in
@@ -59,8 +75,34 @@ impl Default for RecaControllerParams {
             window_requests: 100_000,
             probes_per_window: 10,
             classifier: ClassifierParams::default(),
+            per_process: false,
         }
     }
+}
+
+/// Processes followed apart at the most (per-process characterization).
+pub const MAX_PROCESSES: usize = 1024;
+
+/// Windows in a row with too few classified requests to characterize it
+/// after which a process is forgotten, and its write policy withdrawn.
+pub const PROCESS_IDLE_WINDOWS: u32 = 4;
+
+/// A process's category change at a window's end (per-process
+/// characterization); `new` is `None` when the process was forgotten.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessChange {
+    pub process: u32,
+    pub old: Option<usize>,
+    pub new: Option<usize>,
+}
+
+/// One process's counts in the window in progress, and its category.
+#[derive(Clone, Copy, Default)]
+struct ProcessWindow {
+    counts: [u64; 7],
+    classified: u64,
+    category: Option<usize>,
+    idle_windows: u32,
 }
 
 /// One window's characterization.
@@ -82,6 +124,8 @@ pub struct WindowReport {
     /// The window was closed before its length by the change test; its
     /// vector is then that of the probes that found the change.
     pub early: bool,
+    /// Per-process characterization: the processes whose category changed.
+    pub processes: Vec<ProcessChange>,
 }
 
 /// A category change.
@@ -142,6 +186,8 @@ pub struct RecaController {
     candidate: Option<(usize, u32)>,
     /// Requests per probe; 0: no change test.
     probe_requests: u64,
+    /// Per-process characterization: each followed process's window.
+    processes: FxHashMap<u32, ProcessWindow>,
 }
 
 /// One probe's requests and class counts.
@@ -176,6 +222,7 @@ impl RecaController {
             last_probe: Probe::default(),
             candidate: None,
             probe_requests,
+            processes: FxHashMap::default(),
         }
     }
 
@@ -228,6 +275,15 @@ impl RecaController {
             }
             self.classified += 1;
             self.probe.classified += 1;
+            if self.params.per_process && c.process != 0 {
+                let room = self.processes.len() < MAX_PROCESSES;
+                if room || self.processes.contains_key(&c.process) {
+                    let p = self.processes.entry(c.process).or_default();
+                    p.counts[f] += 1;
+                    p.counts[6] += u64::from(c.class.overlapped);
+                    p.classified += 1;
+                }
+            }
         }
         if self.in_window < self.params.window_requests {
             return self.probe_changed(request.now_ns);
@@ -321,6 +377,7 @@ impl RecaController {
             distances,
             change,
             early: false,
+            processes: self.close_process_windows(),
         };
         self.windows += 1;
         self.counts = [0; 7];
@@ -330,6 +387,76 @@ impl RecaController {
         self.last_probe = Probe::default();
         self.candidate = None;
         report
+    }
+
+    /// The fewest classified requests that give a process a category at a
+    /// window's end: a twentieth of a window, at most a probe's minimum.
+    fn process_min_classified(&self) -> u64 {
+        (self.params.window_requests / 20).clamp(1, MIN_PROBE_REQUESTS)
+    }
+
+    /// At a window's end: each process with enough classified requests
+    /// takes its nearest category; processes idle too long are forgotten.
+    /// Returns the changes, by process.
+    fn close_process_windows(&mut self) -> Vec<ProcessChange> {
+        let min = self.process_min_classified();
+        let mut changes = Vec::new();
+        for (&process, p) in self.processes.iter_mut() {
+            let old = p.category;
+            if p.classified >= min {
+                let features = Features::from_counts(&p.counts, p.classified);
+                p.category = Some(self.table.nearest(&features).0);
+                p.idle_windows = 0;
+            } else {
+                p.idle_windows += 1;
+                if p.idle_windows >= PROCESS_IDLE_WINDOWS {
+                    p.category = None;
+                }
+            }
+            p.counts = [0; 7];
+            p.classified = 0;
+            if p.category != old {
+                changes.push(ProcessChange {
+                    process,
+                    old,
+                    new: p.category,
+                });
+            }
+        }
+        self.processes
+            .retain(|_, p| p.category.is_some() || p.idle_windows < PROCESS_IDLE_WINDOWS);
+        changes.sort_unstable_by_key(|c| c.process);
+        changes
+    }
+
+    /// The category of each followed process that has one, by process.
+    pub fn process_categories(&self) -> Vec<(u32, &Category)> {
+        let mut all: Vec<_> = (self.processes.iter())
+            .filter_map(|(&process, p)| Some((process, &self.table.categories[p.category?])))
+            .collect();
+        all.sort_unstable_by_key(|(process, _)| *process);
+        all
+    }
+
+    /// Gives each process in `changes` its new category's write policy in
+    /// `cache` (withdrawn for a forgotten process); one `process N: old ->
+    /// new` line per change.
+    pub fn apply_processes(&self, cache: &mut Cache, changes: &[ProcessChange]) -> Vec<String> {
+        let name = |c: Option<usize>| c.map_or("(none)", |i| self.table.categories[i].name.as_str());
+        changes
+            .iter()
+            .map(|change| {
+                let policy = change.new.map(|i| self.table.categories[i].write_policy);
+                cache.set_process_policy(change.process, policy);
+                format!(
+                    "process {}: {} -> {} (write policy {})",
+                    change.process,
+                    name(change.old),
+                    name(change.new),
+                    policy.map_or("of the cache".to_string(), |p| p.to_string())
+                )
+            })
+            .collect()
     }
 
     /// Configures `cache` for the current category at `now_ns`: its write
@@ -370,6 +497,7 @@ impl RecaController {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::WritePolicy;
 
     #[test]
     fn the_first_window_waits_until_a_request_is_classified() {
@@ -427,5 +555,87 @@ mod tests {
         // The first window classifies all but the 64 requests still queued.
         assert_eq!(reports[0].classified, 1000 - 64);
         assert!(reports[1].features.0[4] > 0.99, "{}", reports[1].features);
+    }
+
+    /// Process 1 reads at random, process 2 writes one file front to back,
+    /// one request each in turn, on one volume.
+    fn two_processes(c: &mut RecaController, from: u64, to: u64) -> Vec<WindowReport> {
+        let mut x: u64 = 7;
+        let mut reports = Vec::new();
+        for i in from..to {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let random = Request::read(0, ((x >> 20) % (1 << 20)) * 4096, 4096, 2 * i);
+            reports.extend(c.observe(&random.from_process(1)));
+            let sequential = Request::write(0, (1 << 40) + i * 65536, 65536, 2 * i + 1);
+            reports.extend(c.observe(&sequential.from_process(2)));
+        }
+        reports
+    }
+
+    #[test]
+    fn each_process_gets_the_write_policy_of_its_own_category() {
+        let params = RecaControllerParams {
+            window_requests: 1000,
+            per_process: true,
+            ..RecaControllerParams::default()
+        };
+        let mut c = RecaController::new(CategoryTable::builtin(), params);
+        let reports = two_processes(&mut c, 0, 1000);
+        let name = |i: Option<usize>| i.map(|i| c.table().categories[i].name.as_str());
+        let first = &reports[0].processes;
+        assert_eq!(first.len(), 2, "{first:?}");
+        assert_eq!(
+            (first[0].process, name(first[0].new)),
+            (1, Some("random_consumers"))
+        );
+        assert_eq!(
+            (first[1].process, name(first[1].new)),
+            (2, Some("large_file_generators"))
+        );
+        // Later windows change nothing while the processes keep their ways.
+        assert!(reports[1..].iter().all(|r| r.processes.is_empty()), "{reports:?}");
+        let config = crate::CacheConfig::new(64, LineSize::new(4096).unwrap(), crate::PolicySpec::lru());
+        let mut cache = Cache::new(config).unwrap();
+        let lines = c.apply_processes(&mut cache, first);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(
+            cache.process_policies(),
+            vec![(1, WritePolicy::WriteAround), (2, WritePolicy::WriteBack)]
+        );
+        // A process silent for PROCESS_IDLE_WINDOWS windows is forgotten.
+        let mut forgotten = Vec::new();
+        let mut x: u64 = 11;
+        for i in 0..u64::from(PROCESS_IDLE_WINDOWS) * 1000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = Request::read(0, ((x >> 20) % (1 << 20)) * 4096, 4096, 10_000 + i);
+            forgotten.extend(
+                c.observe(&r.from_process(1))
+                    .into_iter()
+                    .flat_map(|r| r.processes),
+            );
+        }
+        assert_eq!(
+            forgotten,
+            vec![ProcessChange {
+                process: 2,
+                old: first[1].new,
+                new: None
+            }]
+        );
+        c.apply_processes(&mut cache, &forgotten);
+        assert_eq!(cache.process_policies(), vec![(1, WritePolicy::WriteAround)]);
+        assert_eq!(c.process_categories().len(), 1);
+    }
+
+    #[test]
+    fn without_per_process_no_process_is_followed() {
+        let mut c = small(1000);
+        let reports = two_processes(&mut c, 0, 1000);
+        assert!(reports.iter().all(|r| r.processes.is_empty()));
+        assert!(c.process_categories().is_empty());
     }
 }

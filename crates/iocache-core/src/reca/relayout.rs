@@ -67,6 +67,9 @@ pub fn relayout(old: &Cache, line: LineSize, now_ns: u64) -> Result<Relayout, Co
     let mode = old.mode_settings();
     cache.set_controller_policy(mode.controller);
     cache.set_cache_device_failed(mode.cache_device_failed);
+    for (process, policy) in old.process_policies() {
+        cache.set_process_policy(process, Some(policy));
+    }
 
     let old_sectors = u64::from(old_line.sectors());
     let new_sectors = u64::from(line.sectors());

@@ -22,6 +22,7 @@ mod icpp22_pages;
 mod lbica;
 mod reca;
 mod reca_policies;
+mod reca_processes;
 mod systor14;
 pub mod verdict;
 
@@ -116,6 +117,12 @@ pub const REPRODUCTIONS: &[Reproduction] = &[
         name: "reca-policies",
         summary: "ReCA (TPDS'18) Figs. 13-15: per category's reference workload, write policies, 4/8 KiB lines and ReCA against LRU, LARC and Access, SSD over HDD timing: mean response time",
         run: reca_policies::run,
+        in_all: true,
+    },
+    Reproduction {
+        name: "reca-processes",
+        summary: "ReCA (TPDS'18) Fig. 17: mixes of two categories' reference workloads as two processes, global against per-process characterization, normalized to LARC, SSD over HDD timing",
+        run: reca_processes::run,
         in_all: true,
     },
     Reproduction {
