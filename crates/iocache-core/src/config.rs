@@ -83,11 +83,7 @@ impl WritePolicy {
     }
 }
 
-impl fmt::Display for WritePolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.short_name())
-    }
-}
+display_by_name!(WritePolicy, short_name);
 
 impl FromStr for WritePolicy {
     type Err = CoreError;

@@ -17,6 +17,19 @@
 //! assert_eq!(again.full_hits, 1);
 //! ```
 
+/// `Display` for a type with a `&'static str` name method (`name`,
+/// `short_name`): it prints that name, the text logs and reports show and
+/// the type's `FromStr`, where it has one, reads back.
+macro_rules! display_by_name {
+    ($type:ty, $name:ident) => {
+        impl std::fmt::Display for $type {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.$name())
+            }
+        }
+    };
+}
+
 pub mod addr;
 pub mod balance;
 pub mod bitmap;

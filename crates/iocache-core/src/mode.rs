@@ -63,11 +63,7 @@ impl ModeCause {
     }
 }
 
-impl std::fmt::Display for ModeCause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+display_by_name!(ModeCause, name);
 
 /// The policy in force and why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -820,38 +820,20 @@ pub fn mrc(report: &MrcReport) -> Report {
             series,
         ));
     }
-    let mut header = vec!["cache lines".to_string(), "cache size".to_string()];
-    header.extend(report.curves.iter().map(|c| format!("miss {}", c.method)));
+    let (mut header, mut rows) = report.miss_table();
     if exact.is_some() {
         header.extend(others.iter().map(|c| format!("{} − exact", c.method)));
-    }
-    let diffs: Vec<BTreeMap<u64, f64>> = others
-        .iter()
-        .map(|c| difference(c).into_iter().map(|(b, d)| (b as u64, d)).collect())
-        .collect();
-    let rows = report.curves[0]
-        .points
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let mut row = vec![
-                p.cache_lines.to_string(),
-                iocache_core::units::format_byte_size(p.cache_bytes),
-            ];
-            row.extend(report.curves.iter().map(|c| {
-                c.points
-                    .get(i)
-                    .map_or(String::new(), |p| format!("{:.4}", p.miss_ratio))
+        let diffs: Vec<BTreeMap<u64, f64>> = others
+            .iter()
+            .map(|c| difference(c).into_iter().map(|(b, d)| (b as u64, d)).collect())
+            .collect();
+        for (row, p) in rows.iter_mut().zip(&report.curves[0].points) {
+            row.extend(diffs.iter().map(|d| {
+                d.get(&p.cache_bytes)
+                    .map_or(String::new(), |v| format!("{v:+.4}"))
             }));
-            if exact.is_some() {
-                row.extend(diffs.iter().map(|d| {
-                    d.get(&p.cache_bytes)
-                        .map_or(String::new(), |v| format!("{v:+.4}"))
-                }));
-            }
-            row
-        })
-        .collect();
+        }
+    }
     blocks.push(Block::Table(Table {
         caption: Some("miss ratio at each size".into()),
         header,

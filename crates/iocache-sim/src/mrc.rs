@@ -203,9 +203,18 @@ impl MrcReport {
                 }
             );
         }
+        let (header, rows) = self.miss_table();
+        let header: Vec<&str> = header.iter().map(String::as_str).collect();
+        out + &crate::report::table(&header, &rows)
+    }
+
+    /// The miss ratios by cache size as a table: a header (cache lines,
+    /// cache size, one column per curve) and a row per size of the first
+    /// curve. The text report prints it; the lab's report adds columns.
+    pub fn miss_table(&self) -> (Vec<String>, Vec<Vec<String>>) {
         let mut header = vec!["cache lines".to_string(), "cache size".to_string()];
         header.extend(self.curves.iter().map(|c| format!("miss {}", c.method)));
-        let rows: Vec<Vec<String>> = self.curves[0]
+        let rows = self.curves[0]
             .points
             .iter()
             .enumerate()
@@ -214,16 +223,15 @@ impl MrcReport {
                     point.cache_lines.to_string(),
                     iocache_core::units::format_byte_size(point.cache_bytes),
                 ];
-                row.extend(
-                    self.curves
-                        .iter()
-                        .map(|c| format!("{:.4}", c.points[i].miss_ratio)),
-                );
+                row.extend(self.curves.iter().map(|c| {
+                    c.points
+                        .get(i)
+                        .map_or(String::new(), |p| format!("{:.4}", p.miss_ratio))
+                }));
                 row
             })
             .collect();
-        let header: Vec<&str> = header.iter().map(String::as_str).collect();
-        out + &crate::report::table(&header, &rows)
+        (header, rows)
     }
 }
 

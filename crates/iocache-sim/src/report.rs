@@ -14,12 +14,10 @@ pub struct JsonReport<'a> {
     pub schema_version: u32,
     pub trace: &'a str,
     pub format: String,
-    pub trace_records: u64,
-    pub warmup_requests: u64,
-    pub skipped_lines: u64,
-    pub ignored_records: u64,
-    pub threads: usize,
-    pub wall_seconds: f64,
+    /// The report's totals (`trace_records` to `wall_seconds`), its runs
+    /// left out: they follow as [`JsonRun`]s.
+    #[serde(flatten)]
+    pub totals: &'a SimReport,
     pub runs: Vec<JsonRun>,
 }
 
@@ -202,17 +200,12 @@ impl JsonRun {
 }
 
 impl<'a> JsonReport<'a> {
-    pub fn new(trace: &'a str, format: String, report: &SimReport) -> Self {
+    pub fn new(trace: &'a str, format: String, report: &'a SimReport) -> Self {
         JsonReport {
             schema_version: JSON_SCHEMA_VERSION,
             trace,
             format,
-            trace_records: report.trace_records,
-            warmup_requests: report.warmup_requests,
-            skipped_lines: report.skipped_lines,
-            ignored_records: report.ignored_records,
-            threads: report.threads,
-            wall_seconds: report.wall_seconds,
+            totals: report,
             runs: report.runs.iter().map(JsonRun::from_result).collect(),
         }
     }

@@ -238,8 +238,12 @@ pub struct RunResult {
     pub volumes: Vec<VolumeResult>,
 }
 
-#[derive(Clone, Debug)]
+/// The results of one simulation: every run, and the trace's totals.
+/// Serialized, it gives the totals of the JSON report
+/// ([`crate::report::JsonReport`]), which writes the runs itself.
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct SimReport {
+    #[serde(skip)]
     pub runs: Vec<RunResult>,
     /// Data records read from the trace.
     pub trace_records: u64,

@@ -36,8 +36,13 @@ fn bzip2(data: &[u8]) -> Vec<u8> {
     e.finish().unwrap()
 }
 
+/// A reader of `bytes` named `name`, with the default options.
+fn open(name: &str, bytes: Vec<u8>, format: Option<TraceFormat>) -> TraceReader {
+    TraceReader::from_bytes(name, bytes, format, ReaderOptions::default()).unwrap()
+}
+
 fn read_all(bytes: Vec<u8>, format: Option<TraceFormat>) -> (Vec<TraceRecord>, TraceReader) {
-    let mut reader = TraceReader::from_bytes("mem", bytes, format, ReaderOptions::default()).unwrap();
+    let mut reader = open("mem", bytes, format);
     let records = reader.by_ref().collect::<Result<Vec<_>, _>>().unwrap();
     (records, reader)
 }
@@ -107,23 +112,15 @@ fn truncated_compressed_streams_say_how_far_they_got() {
     for (name, compress) in [("gzip", gzip as Compressor), ("zstd", zstd), ("bzip2", bzip2)] {
         let mut packed = compress(text.as_bytes());
         packed.truncate(packed.len() * 3 / 4);
-        let mut reader = TraceReader::from_bytes(
-            "cut.lis",
-            packed,
-            Some(TraceFormat::Arc),
-            ReaderOptions::default(),
-        )
-        .unwrap();
+        let mut reader = open("cut.lis", packed, Some(TraceFormat::Arc));
         let read = reader.by_ref().take_while(Result::is_ok).count() as u64;
         assert!(read > 0 && read < 100_000, "{name}: {read}");
         let mut cut = compress(text.as_bytes());
         cut.truncate(cut.len() * 3 / 4);
-        let message =
-            TraceReader::from_bytes("cut.lis", cut, Some(TraceFormat::Arc), ReaderOptions::default())
-                .unwrap()
-                .find_map(Result::err)
-                .expect("an error")
-                .to_string();
+        let message = open("cut.lis", cut, Some(TraceFormat::Arc))
+            .find_map(Result::err)
+            .expect("an error")
+            .to_string();
         assert!(
             message.starts_with(&format!("cut.lis: truncated after {read} requests")),
             "{name}: {message}"
@@ -136,13 +133,7 @@ fn corrupt_compressed_stream_is_an_io_error() {
     let mut packed = gzip(TEXT.as_bytes());
     let mid = packed.len() / 2;
     packed.truncate(mid);
-    let mut reader = TraceReader::from_bytes(
-        "broken.gz",
-        packed,
-        Some(TraceFormat::Systor),
-        ReaderOptions::default(),
-    )
-    .unwrap();
+    let mut reader = open("broken.gz", packed, Some(TraceFormat::Systor));
     let err = reader.by_ref().find_map(Result::err).expect("an error");
     assert!(
         matches!(

@@ -27,8 +27,6 @@
 //! 3. Anything else (R+E or W+P majorities, which the paper says do not
 //!    occur, a queue of read hits, or no clear majority) is unclassified.
 
-use std::fmt;
-
 /// The class of one request in the cache device's queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RequestClass {
@@ -139,11 +137,7 @@ impl WorkloadGroup {
     }
 }
 
-impl fmt::Display for WorkloadGroup {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+display_by_name!(WorkloadGroup, name);
 
 /// Where one group ends and the next begins (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -53,9 +53,7 @@ impl Cache {
     /// as used (once).
     #[inline(always)]
     pub(super) fn note_use(&mut self, slot: SlotId) {
-        let meta = &mut self.records[slot as usize].meta;
-        if meta.prefetched {
-            meta.prefetched = false;
+        if self.take_prefetched(slot) {
             self.stats.prefetch_used_lines += 1;
         }
     }
@@ -64,11 +62,21 @@ impl Cache {
     /// nobody used it, it counts as unused.
     #[inline(always)]
     pub(super) fn note_unused(&mut self, slot: SlotId) {
-        let meta = &mut self.records[slot as usize].meta;
-        if meta.prefetched {
-            meta.prefetched = false;
+        if self.take_prefetched(slot) {
             self.stats.prefetch_unused_lines += 1;
         }
+    }
+
+    /// Clears `slot`'s readahead mark, so that a fetched line counts once,
+    /// used or unused; whether it was set.
+    #[inline(always)]
+    fn take_prefetched(&mut self, slot: SlotId) -> bool {
+        let meta = &mut self.records[slot as usize].meta;
+        let prefetched = meta.prefetched;
+        if prefetched {
+            meta.prefetched = false;
+        }
+        prefetched
     }
 
     /// The running count of fetched lines used and unused, for the

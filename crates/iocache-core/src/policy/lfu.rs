@@ -22,7 +22,7 @@
 //! Memory: one frequency node per distinct count among resident lines, so at
 //! most capacity + 1 nodes (one more while a hit moves a line).
 
-use super::list::{Links, ListHead, NIL};
+use super::list::{insert_reusing, Links, ListHead, NIL};
 use super::{AccessInfo, ReplacementPolicy};
 use crate::addr::{LineKey, SlotId};
 
@@ -88,16 +88,7 @@ impl Lfu {
             lower,
             higher,
         };
-        let id = match self.free_nodes.pop() {
-            Some(id) => {
-                self.nodes[id as usize] = node;
-                id
-            }
-            None => {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
-            }
-        };
+        let id = insert_reusing(&mut self.nodes, &mut self.free_nodes, node);
         self.join(lower, id);
         self.join(id, higher);
         id

@@ -5,6 +5,23 @@
 
 pub const NIL: u32 = u32::MAX;
 
+/// Stores `item` at an index `free` holds (one freed earlier), else after
+/// the last; returns its index. Structures of nodes over dense `u32`
+/// indices reuse freed nodes this way, so their arrays stop growing.
+#[inline]
+pub fn insert_reusing<T>(items: &mut Vec<T>, free: &mut Vec<u32>, item: T) -> u32 {
+    match free.pop() {
+        Some(i) => {
+            items[i as usize] = item;
+            i
+        }
+        None => {
+            items.push(item);
+            (items.len() - 1) as u32
+        }
+    }
+}
+
 /// Links for many nodes; each node belongs to at most one [`ListHead`] at a time.
 /// `[prev, next]` of each node side by side: one cache line per node touched.
 #[derive(Clone, Debug)]

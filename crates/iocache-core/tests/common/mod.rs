@@ -116,83 +116,94 @@ pub struct World {
 impl World {
     /// Executes `ops` in order for `request`, whose buffer holds one number per sector.
     pub fn execute(&mut self, request: &Request, ops: &[Op], buffer: &mut [u64]) {
-        let s = SECTOR_BYTES;
         for op in ops {
-            match *op {
-                Op::ReadCache {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    buffer_offset_bytes,
-                } => {
-                    for i in 0..(length_bytes as u64 / s) {
-                        let v = self.cache_sector(slot, line_offset_bytes as u64 / s + i);
-                        buffer[(buffer_offset_bytes / s + i) as usize] = v;
-                    }
-                }
-                Op::ReadBackend {
-                    volume,
-                    offset_bytes,
-                    length_bytes,
-                    buffer_offset_bytes,
-                } => {
-                    for i in 0..length_bytes / s {
-                        let v = self
-                            .backend
-                            .get(&(volume, offset_bytes / s + i))
-                            .copied()
-                            .unwrap_or(0);
-                        buffer[(buffer_offset_bytes / s + i) as usize] = v;
-                    }
-                }
-                Op::WriteCache {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    buffer_offset_bytes,
-                    ..
-                } => {
-                    for i in 0..(length_bytes as u64 / s) {
-                        let v = buffer[(buffer_offset_bytes / s + i) as usize];
-                        self.cache_device
-                            .insert((slot, line_offset_bytes as u64 / s + i), v);
-                    }
-                }
-                Op::WriteBackend {
-                    volume,
-                    offset_bytes,
-                    length_bytes,
-                    buffer_offset_bytes,
-                } => {
-                    for i in 0..length_bytes / s {
-                        let v = buffer[(buffer_offset_bytes / s + i) as usize];
-                        self.backend.insert((volume, offset_bytes / s + i), v);
-                    }
-                }
-                Op::WriteBack {
-                    slot,
-                    line_offset_bytes,
-                    length_bytes,
-                    volume,
-                    offset_bytes,
-                } => {
-                    for i in 0..(length_bytes as u64 / s) {
-                        let v = self.cache_sector(slot, line_offset_bytes as u64 / s + i);
-                        self.backend.insert((volume, offset_bytes / s + i), v);
-                    }
-                }
-                Op::Invalidate { .. } => {}
+            let Some((from, to, sectors)) = copy_of(op) else {
+                continue;
+            };
+            for i in 0..sectors {
+                let value = self.get(from, i, buffer);
+                self.set(to, i, value, buffer);
             }
         }
         let _ = request;
     }
 
-    fn cache_sector(&self, slot: u32, sector_in_line: u64) -> u64 {
-        self.cache_device
-            .get(&(slot, sector_in_line))
-            .copied()
-            .unwrap_or(0)
+    /// The number in sector `i` from `place` (0: never written).
+    fn get(&self, place: Place, i: u64, buffer: &[u64]) -> u64 {
+        let stored = match place {
+            Place::Slot(slot, first) => self.cache_device.get(&(slot, first + i)),
+            Place::Volume(volume, first) => self.backend.get(&(volume, first + i)),
+            Place::Buffer(first) => return buffer[(first + i) as usize],
+        };
+        stored.copied().unwrap_or(0)
     }
+
+    /// Stores `value` in sector `i` from `place`.
+    fn set(&mut self, place: Place, i: u64, value: u64, buffer: &mut [u64]) {
+        match place {
+            Place::Slot(slot, first) => {
+                self.cache_device.insert((slot, first + i), value);
+            }
+            Place::Volume(volume, first) => {
+                self.backend.insert((volume, first + i), value);
+            }
+            Place::Buffer(first) => buffer[(first + i) as usize] = value,
+        }
+    }
+}
+
+/// Where sectors are, counted from the first one an op touches: a slot
+/// of the cache device (from a sector of its line), a backend volume, or
+/// the request buffer.
+#[derive(Clone, Copy)]
+enum Place {
+    Slot(u32, u64),
+    Volume(u32, u64),
+    Buffer(u64),
+}
+
+/// What `op` copies, as every data op is a copy: from where, to where,
+/// and how many sectors; `None` for an invalidation, which moves no data.
+fn copy_of(op: &Op) -> Option<(Place, Place, u64)> {
+    let s = SECTOR_BYTES;
+    let slot = |slot: u32, line_offset: u32| Place::Slot(slot, line_offset as u64 / s);
+    let volume = |volume: u32, offset: u64| Place::Volume(volume, offset / s);
+    let buffer = |offset: u64| Place::Buffer(offset / s);
+    Some(match *op {
+        Op::ReadCache {
+            slot: id,
+            line_offset_bytes: at,
+            length_bytes: n,
+            buffer_offset_bytes: b,
+        } => (slot(id, at), buffer(b), n as u64 / s),
+        Op::WriteCache {
+            slot: id,
+            line_offset_bytes: at,
+            length_bytes: n,
+            buffer_offset_bytes: b,
+            ..
+        } => (buffer(b), slot(id, at), n as u64 / s),
+        Op::ReadBackend {
+            volume: v,
+            offset_bytes: at,
+            length_bytes: n,
+            buffer_offset_bytes: b,
+        } => (volume(v, at), buffer(b), n / s),
+        Op::WriteBackend {
+            volume: v,
+            offset_bytes: at,
+            length_bytes: n,
+            buffer_offset_bytes: b,
+        } => (buffer(b), volume(v, at), n / s),
+        Op::WriteBack {
+            slot: id,
+            line_offset_bytes: from,
+            length_bytes: n,
+            volume: v,
+            offset_bytes: to,
+        } => (slot(id, from), volume(v, to), n as u64 / s),
+        Op::Invalidate { .. } => return None,
+    })
 }
 
 /// A cache driven together with a data world and a reference of what each sector must hold.

@@ -58,6 +58,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use iocache_core::fasthash::FxHashMap;
+use iocache_core::policy::list::insert_reusing;
 use iocache_core::{IoKind, Op};
 
 use super::device::{Device, DeviceSpec, Dir};
@@ -498,16 +499,7 @@ impl TimingModel {
             bytes,
             ready: 0,
         };
-        let n = match self.free_nodes.pop() {
-            Some(n) => {
-                self.nodes[n as usize] = node;
-                n
-            }
-            None => {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
-            }
-        };
+        let n = insert_reusing(&mut self.nodes, &mut self.free_nodes, node);
         self.built.push(n);
         n
     }
@@ -521,16 +513,7 @@ impl TimingModel {
             to,
             next: self.nodes[from as usize].first_edge,
         };
-        let i = match self.free_edges.pop() {
-            Some(i) => {
-                self.edges[i as usize] = e;
-                i
-            }
-            None => {
-                self.edges.push(e);
-                (self.edges.len() - 1) as u32
-            }
-        };
+        let i = insert_reusing(&mut self.edges, &mut self.free_edges, e);
         self.nodes[from as usize].first_edge = i;
         self.nodes[to as usize].deps += 1;
     }
