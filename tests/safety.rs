@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use iocache_nbd::{Client, ConnectOptions};
 
 mod common;
-use common::{nbdkit_file, sparse_file, temp_dir, temp_dir_in, temp_dir_with, Process};
+use common::{nbdkit_file, set_file_len, sparse_file, temp_dir, temp_dir_in, temp_dir_with, Process};
 
 /// The arguments of a server on the files of `dir` with its own sockets
 /// (`tag` tells two servers' sockets apart).
@@ -223,16 +223,6 @@ fn assert_holds_pattern(data: &[u8], lines: usize, seed: u8) {
             "line {i} does not hold the pattern from {seed}"
         );
     }
-}
-
-/// Cuts the file at `path` to `len` bytes.
-fn truncate(path: &Path, len: u64) {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .unwrap()
-        .set_len(len)
-        .unwrap();
 }
 
 /// The TCP port a server's banner in `log` names.
@@ -974,7 +964,7 @@ fn a_cache_file_truncated_under_the_server_is_an_error_not_a_crash() {
         assert_eq!(log.contains("mapped"), mapped, "{log}");
         let mut client = server.client();
         write_pattern(&mut client, 64, 7);
-        truncate(&dir.join("cache.img"), 0);
+        set_file_len(&dir.join("cache.img"), 0);
         let mut buf = vec![0u8; 4096];
         let mut failed = 0;
         for i in 0..64u64 {
@@ -1264,7 +1254,7 @@ fn a_cache_file_truncated_while_serving_never_serves_zeroes() {
         // 200 lines of 4 KiB; cutting the file to 256 KiB loses most of
         // them (the metadata takes the first part of the file).
         write_pattern(&mut client, 200, 7);
-        truncate(&dir.join("cache.img"), 256 << 10);
+        set_file_len(&dir.join("cache.img"), 256 << 10);
         let mut buf = vec![0u8; 4096];
         let mut failed = 0;
         let mut check = |client: &mut Client, round: &str| {

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::{
-    have, installed, root_and_installed, scrambled_file, temp_dir, temp_dir_with, Process, TestDir,
-    SHARED_CACHE,
+    have, installed, root_and_installed, scrambled_file, set_file_len, temp_dir, temp_dir_with, Process,
+    TestDir, SHARED_CACHE,
 };
 
 struct Served {
@@ -1513,13 +1513,7 @@ fn pid_file_stats_watch_and_a_resize_at_restart() {
         "{err}"
     );
     // Grown as it says: formatted anew at the next start, logged, data kept.
-    let cache = dir.join("iocache-data/cache.img");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&cache)
-        .unwrap()
-        .set_len(8 << 20)
-        .unwrap();
+    set_file_len(&dir.join("iocache-data/cache.img"), 8 << 20);
     let served = Served::start(&dir, &["--cache-size", "4MiB"]);
     qemu_io(&served.uri(), &["read -P 0x44 0 1M".to_string()]);
     let err = served.stop_ok();

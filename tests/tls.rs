@@ -262,10 +262,22 @@ fn nbdinfo_size(uri: &str) -> Result<String, String> {
     }
 }
 
-/// qemu-io over TLS (x509 credentials from `pki`) against `server`.
-fn qemu_io_tls(server: &str, pki: &Path, commands: &[&str]) -> String {
-    let creds = format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", pki.display());
-    qemu_io_with(&creds, server, commands).unwrap()
+/// qemu's TLS credentials object (id `tls0`) for the x509 files in `pki`.
+fn x509_creds(pki: &Path) -> String {
+    format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", pki.display())
+}
+
+/// Writes 8 MiB of `pattern` with qemu-io through TLS (credentials object
+/// `creds`) on TCP, then reads it back through TLS on TCP and on the Unix
+/// socket: both listeners serve the same data.
+fn qemu_round_trip(served: &Served, creds: &str, pattern: u8) {
+    let write = format!("write -P {pattern:#04x} 0 8M");
+    let read = format!("read -P {pattern:#04x} 0 8M");
+    let out = qemu_io_with(creds, &inet(served.port), &[&write, "flush", &read]).unwrap();
+    assert!(out.contains("read 8388608/8388608"), "{out}");
+    let unix = format!("server.type=unix,server.path={}", served.socket.display());
+    let out = qemu_io_with(creds, &unix, &[&read]).unwrap();
+    assert!(out.contains("read 8388608/8388608"), "{out}");
 }
 
 /// qemu-io with the TLS credentials object `creds` (id `tls0`) against
@@ -321,17 +333,8 @@ fn tls_required_serves_nbdinfo_and_qemu_io_and_refuses_plain_clients() {
         served.socket.display(),
         pki.display()
     ));
-    let server = inet(served.port);
-    let out = qemu_io_tls(
-        &server,
-        &pki,
-        &["write -P 0x5c 0 8M", "flush", "read -P 0x5c 0 8M"],
-    );
-    assert!(out.contains("read 8388608/8388608"), "{out}");
     // Data written through TLS is read back through TLS on the Unix socket.
-    let server = format!("server.type=unix,server.path={}", served.socket.display());
-    let out = qemu_io_tls(&server, &pki, &["read -P 0x5c 0 8M"]);
-    assert!(out.contains("read 8388608/8388608"), "{out}");
+    qemu_round_trip(&served, &x509_creds(&pki), 0x5c);
 
     // A client that does not trust the certificate is refused by itself.
     let other = dir.join("other-pki");
@@ -415,17 +418,7 @@ fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
         "tls-creds-psk,id=tls0,endpoint=client,dir={},username=alice",
         qemu_dir.display()
     );
-    let server = inet(served.port);
-    let out = qemu_io_with(
-        &creds,
-        &server,
-        &["write -P 0x3a 0 8M", "flush", "read -P 0x3a 0 8M"],
-    )
-    .unwrap();
-    assert!(out.contains("read 8388608/8388608"), "{out}");
-    let unix = format!("server.type=unix,server.path={}", served.socket.display());
-    let out = qemu_io_with(&creds, &unix, &["read -P 0x3a 0 8M"]).unwrap();
-    assert!(out.contains("read 8388608/8388608"), "{out}");
+    qemu_round_trip(&served, &creds, 0x3a);
     // libnbd reads back, through PSK, what qemu wrote through PSK.
     let data = nbdcopy_head(&uri, 8 << 20);
     assert!(data.iter().all(|&b| b == 0x3a), "nbdcopy read other bytes");
@@ -445,7 +438,7 @@ fn psk_serves_nbdinfo_and_qemu_io_and_refuses_wrong_keys_and_identities() {
         "tls-creds-psk,id=tls0,endpoint=client,dir={},username=alice",
         wrong_dir.display()
     );
-    assert!(qemu_io_with(&creds, &server, &["read 0 4k"]).is_err());
+    assert!(qemu_io_with(&creds, &inet(served.port), &["read 0 4k"]).is_err());
     let log = served.log_with(&[
         "PSK identity `alice`: the client's key differs",
         "PSK identity `mallory` is not in",
@@ -554,11 +547,10 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
     let psk = alice_psk(&dir);
     let served = Served::start_certificates_and_psk(&dir, &pki, &psk, &["--tls-verify-peer"]);
     let server = inet(served.port);
-    let x509 = |d: &Path| format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", d.display());
 
     // Accepted: qemu-io and nbdinfo with a certificate from the CA.
     let out = qemu_io_with(
-        &x509(&good),
+        &x509_creds(&good),
         &server,
         &["write -P 0x77 0 4M", "read -P 0x77 0 4M"],
     )
@@ -567,10 +559,10 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
     assert_served(&served.certificates_uri(&good));
     assert_served(&served.psk_uri("alice", &psk));
     // Refused: no client certificate, or one from another CA.
-    let err = qemu_io_with(&x509(&none), &server, &["read 0 4k"]).unwrap_err();
+    let err = qemu_io_with(&x509_creds(&none), &server, &["read 0 4k"]).unwrap_err();
     assert!(!err.is_empty());
     nbdinfo_size(&served.certificates_uri(&none)).unwrap_err();
-    qemu_io_with(&x509(&stranger), &server, &["read 0 4k"]).unwrap_err();
+    qemu_io_with(&x509_creds(&stranger), &server, &["read 0 4k"]).unwrap_err();
     nbdinfo_size(&served.certificates_uri(&stranger)).unwrap_err();
     let log = served.log_with(&["peer did not return a certificate", "certificate verify failed"]);
     assert!(log.contains("peer did not return a certificate"), "{log}");

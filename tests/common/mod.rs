@@ -377,6 +377,17 @@ pub fn sparse_file(path: &Path, len: u64) {
     std::fs::File::create(path).unwrap().set_len(len).unwrap();
 }
 
+/// Cuts or grows the existing file at `path` to `len` bytes, keeping what
+/// it holds below that.
+pub fn set_file_len(path: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
 /// nbdkit exporting the file `image` through `filters` (`--filter=error`)
 /// with the plugin parameters `params`, on DIR/backend.sock and logging to
 /// DIR/nbdkit.log: ready when returned, with the NBD URI of its export.

@@ -194,54 +194,104 @@ pub fn is_aligned(ptr: *const u8, offset: u64, len: usize, alignment: usize) -> 
             && len.is_multiple_of(alignment))
 }
 
+/// Implements the named [`BlockDevice`] methods of a wrapper by passing
+/// them on unchanged to the device it wraps, so that each wrapper writes
+/// out only what it changes: `forward_block_device!(inner; flush, name)`
+/// for a field, `forward_block_device!(*; ...)` for a pointer.
+macro_rules! forward_block_device {
+    ($to:tt; $($method:ident),+ $(,)?) => {
+        $(crate::device::forward_block_device!(@method $to $method);)+
+    };
+    (@to $s:ident *) => { (**$s) };
+    (@to $s:ident $field:ident) => { $s.$field };
+    (@method $to:tt len_bytes) => {
+        fn len_bytes(&self) -> u64 {
+            crate::device::forward_block_device!(@to self $to).len_bytes()
+        }
+    };
+    (@method $to:tt read_at) => {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), crate::DeviceError> {
+            crate::device::forward_block_device!(@to self $to).read_at(buf, offset)
+        }
+    };
+    (@method $to:tt write_at) => {
+        fn write_at(&self, data: &[u8], offset: u64) -> Result<(), crate::DeviceError> {
+            crate::device::forward_block_device!(@to self $to).write_at(data, offset)
+        }
+    };
+    (@method $to:tt flush) => {
+        fn flush(&self) -> Result<(), crate::DeviceError> {
+            crate::device::forward_block_device!(@to self $to).flush()
+        }
+    };
+    (@method $to:tt discard) => {
+        fn discard(&self, offset: u64, len: u64) -> Result<(), crate::DeviceError> {
+            crate::device::forward_block_device!(@to self $to).discard(offset, len)
+        }
+    };
+    (@method $to:tt zeroes_fast) => {
+        fn zeroes_fast(&self) -> bool {
+            crate::device::forward_block_device!(@to self $to).zeroes_fast()
+        }
+    };
+    (@method $to:tt allocation) => {
+        fn allocation(&self, offset: u64, len: u64) -> Result<Vec<crate::Allocation>, crate::DeviceError> {
+            crate::device::forward_block_device!(@to self $to).allocation(offset, len)
+        }
+    };
+    (@method $to:tt write_zeroes) => {
+        fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), crate::DeviceError> {
+            crate::device::forward_block_device!(@to self $to).write_zeroes(offset, len, keep_allocated)
+        }
+    };
+    (@method $to:tt alignment) => {
+        fn alignment(&self) -> usize {
+            crate::device::forward_block_device!(@to self $to).alignment()
+        }
+    };
+    (@method $to:tt name) => {
+        fn name(&self) -> &str {
+            crate::device::forward_block_device!(@to self $to).name()
+        }
+    };
+    (@method $to:tt raw_target) => {
+        fn raw_target(&self) -> Option<crate::RawTarget> {
+            crate::device::forward_block_device!(@to self $to).raw_target()
+        }
+    };
+    (@method $to:tt identity) => {
+        fn identity(&self) -> Option<crate::DeviceIdentity> {
+            crate::device::forward_block_device!(@to self $to).identity()
+        }
+    };
+    (@method $to:tt check_intact) => {
+        fn check_intact(&self) -> Result<(), crate::DeviceError> {
+            crate::device::forward_block_device!(@to self $to).check_intact()
+        }
+    };
+    (@method $to:tt in_place) => {
+        unsafe fn in_place(&self, offset: u64, len: usize) -> Option<&[u8]> {
+            // SAFETY: the caller's promise, passed on.
+            unsafe { crate::device::forward_block_device!(@to self $to).in_place(offset, len) }
+        }
+    };
+    (@method $to:tt write_tearable_at) => {
+        fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), crate::DeviceError> {
+            crate::device::forward_block_device!(@to self $to).write_tearable_at(data, offset)
+        }
+    };
+    (@method $to:tt in_place_sound) => {
+        fn in_place_sound(&self) -> bool {
+            crate::device::forward_block_device!(@to self $to).in_place_sound()
+        }
+    };
+}
+pub(crate) use forward_block_device;
+
 impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
-    fn len_bytes(&self) -> u64 {
-        (**self).len_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
-        (**self).read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
-        (**self).write_at(data, offset)
-    }
-    fn flush(&self) -> Result<(), DeviceError> {
-        (**self).flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        (**self).discard(offset, len)
-    }
-    fn zeroes_fast(&self) -> bool {
-        (**self).zeroes_fast()
-    }
-    fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Allocation>, DeviceError> {
-        (**self).allocation(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), DeviceError> {
-        (**self).write_zeroes(offset, len, keep_allocated)
-    }
-    fn alignment(&self) -> usize {
-        (**self).alignment()
-    }
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn raw_target(&self) -> Option<RawTarget> {
-        (**self).raw_target()
-    }
-    fn identity(&self) -> Option<DeviceIdentity> {
-        (**self).identity()
-    }
-    fn check_intact(&self) -> Result<(), DeviceError> {
-        (**self).check_intact()
-    }
-    unsafe fn in_place(&self, offset: u64, len: usize) -> Option<&[u8]> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { (**self).in_place(offset, len) }
-    }
-    fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
-        (**self).write_tearable_at(data, offset)
-    }
-    fn in_place_sound(&self) -> bool {
-        (**self).in_place_sound()
-    }
+    forward_block_device!(*;
+        len_bytes, read_at, write_at, flush, discard, zeroes_fast, allocation, write_zeroes,
+        alignment, name, raw_target, identity, check_intact, in_place, write_tearable_at,
+        in_place_sound,
+    );
 }

@@ -415,9 +415,7 @@ impl<D: BlockDevice> FaultDevice<D> {
 }
 
 impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
-    fn len_bytes(&self) -> u64 {
-        self.inner.len_bytes()
-    }
+    crate::device::forward_block_device!(inner; len_bytes, alignment, name, identity, check_intact);
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         self.gate(IoKind::Read, offset, buf.len() as u64)?;
@@ -477,21 +475,5 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
             || self.inner.write_zeroes(offset, len, keep_allocated),
             || Ok(vec![0u8; len as usize]),
         )
-    }
-
-    fn alignment(&self) -> usize {
-        self.inner.alignment()
-    }
-
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn identity(&self) -> Option<crate::DeviceIdentity> {
-        self.inner.identity()
-    }
-
-    fn check_intact(&self) -> Result<(), DeviceError> {
-        self.inner.check_intact()
     }
 }

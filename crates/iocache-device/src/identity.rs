@@ -261,54 +261,12 @@ impl Identified {
 }
 
 impl crate::BlockDevice for Identified {
-    fn len_bytes(&self) -> u64 {
-        self.inner.len_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), crate::DeviceError> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), crate::DeviceError> {
-        self.inner.write_at(data, offset)
-    }
-    fn flush(&self) -> Result<(), crate::DeviceError> {
-        self.inner.flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> Result<(), crate::DeviceError> {
-        self.inner.discard(offset, len)
-    }
-    fn zeroes_fast(&self) -> bool {
-        self.inner.zeroes_fast()
-    }
-    fn allocation(&self, offset: u64, len: u64) -> Result<Vec<crate::Allocation>, crate::DeviceError> {
-        self.inner.allocation(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), crate::DeviceError> {
-        self.inner.write_zeroes(offset, len, keep_allocated)
-    }
-    fn alignment(&self) -> usize {
-        self.inner.alignment()
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn raw_target(&self) -> Option<crate::RawTarget> {
-        self.inner.raw_target()
-    }
-    unsafe fn in_place(&self, offset: u64, len: usize) -> Option<&[u8]> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.in_place(offset, len) }
-    }
-    fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), crate::DeviceError> {
-        self.inner.write_tearable_at(data, offset)
-    }
-    fn in_place_sound(&self) -> bool {
-        self.inner.in_place_sound()
-    }
+    crate::device::forward_block_device!(inner;
+        len_bytes, read_at, write_at, flush, discard, zeroes_fast, allocation, write_zeroes,
+        alignment, name, raw_target, in_place, write_tearable_at, in_place_sound, check_intact,
+    );
     fn identity(&self) -> Option<DeviceIdentity> {
         Some(self.identity.clone())
-    }
-    fn check_intact(&self) -> Result<(), crate::DeviceError> {
-        self.inner.check_intact()
     }
 }
 

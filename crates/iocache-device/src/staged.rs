@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::{Allocation, BlockDevice, DeviceError, DeviceIdentity, RawTarget};
+use crate::{BlockDevice, DeviceError, RawTarget};
 
 /// `inner` with copies of some of its ranges in memory (see the module
 /// doc). Without copies it passes everything through.
@@ -153,9 +153,9 @@ impl std::fmt::Debug for Staged {
 }
 
 impl BlockDevice for Staged {
-    fn len_bytes(&self) -> u64 {
-        self.inner.len_bytes()
-    }
+    crate::device::forward_block_device!(inner;
+        len_bytes, flush, zeroes_fast, allocation, alignment, name, identity, check_intact,
+    );
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         if self.read_copy(buf, offset) {
             return Ok(());
@@ -166,28 +166,13 @@ impl BlockDevice for Staged {
         self.before_change(offset, data.len() as u64);
         self.inner.write_at(data, offset)
     }
-    fn flush(&self) -> Result<(), DeviceError> {
-        self.inner.flush()
-    }
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.before_change(offset, len);
         self.inner.discard(offset, len)
     }
-    fn zeroes_fast(&self) -> bool {
-        self.inner.zeroes_fast()
-    }
     fn write_zeroes(&self, offset: u64, len: u64, keep_allocated: bool) -> Result<(), DeviceError> {
         self.before_change(offset, len);
         self.inner.write_zeroes(offset, len, keep_allocated)
-    }
-    fn allocation(&self, offset: u64, len: u64) -> Result<Vec<Allocation>, DeviceError> {
-        self.inner.allocation(offset, len)
-    }
-    fn alignment(&self) -> usize {
-        self.inner.alignment()
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
     }
     /// None while copies are held: an I/O engine driving the descriptor
     /// directly would pass by them (its writes would leave them stale).
@@ -197,12 +182,6 @@ impl BlockDevice for Staged {
         } else {
             self.inner.raw_target()
         }
-    }
-    fn identity(&self) -> Option<DeviceIdentity> {
-        self.inner.identity()
-    }
-    fn check_intact(&self) -> Result<(), DeviceError> {
-        self.inner.check_intact()
     }
 }
 

@@ -122,28 +122,42 @@ pub enum Lookup {
     Single,
 }
 
+impl Lookup {
+    /// Each lookup's name, for parsing and printing alike.
+    const NAMES: [(&'static str, Lookup); 3] = [
+        ("fine", Lookup::Fine),
+        ("coarse", Lookup::Coarse),
+        ("single", Lookup::Single),
+    ];
+}
+
 impl FromStr for Lookup {
     type Err = EngineError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "fine" => Ok(Lookup::Fine),
-            "coarse" => Ok(Lookup::Coarse),
-            "single" => Ok(Lookup::Single),
-            other => Err(EngineError::Config(format!(
-                "unknown lookup `{other}`; expected fine, coarse or single"
-            ))),
-        }
+        keyword(s, &Lookup::NAMES, "lookup", "fine, coarse or single")
     }
 }
 
 impl std::fmt::Display for Lookup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Lookup::Fine => "fine",
-            Lookup::Coarse => "coarse",
-            Lookup::Single => "single",
-        })
+        let (name, _) = Lookup::NAMES
+            .iter()
+            .find(|(_, l)| l == self)
+            .expect("every lookup is named");
+        f.write_str(name)
     }
+}
+
+/// The value `s` names in `table` (surrounding blanks ignored), or a
+/// configuration error naming `what` was asked for and what is `expected`:
+/// one lookup for every keyword setting of the engine.
+fn keyword<T: Copy>(s: &str, table: &[(&str, T)], what: &str, expected: &str) -> Result<T, EngineError> {
+    let s = s.trim();
+    table
+        .iter()
+        .find(|(name, _)| *name == s)
+        .map(|&(_, value)| value)
+        .ok_or_else(|| EngineError::Config(format!("unknown {what} `{s}`; expected {expected}")))
 }
 
 #[derive(Clone, Debug)]
@@ -229,13 +243,12 @@ pub enum IoMode {
 impl FromStr for IoMode {
     type Err = EngineError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "psync" => Ok(IoMode::Psync),
-            "uring" | "io_uring" => Ok(IoMode::Uring),
-            other => Err(EngineError::Config(format!(
-                "unknown I/O engine `{other}`; expected psync or uring"
-            ))),
-        }
+        let names = [
+            ("psync", IoMode::Psync),
+            ("uring", IoMode::Uring),
+            ("io_uring", IoMode::Uring),
+        ];
+        keyword(s, &names, "I/O engine", "psync or uring")
     }
 }
 

@@ -62,16 +62,21 @@ fn engine_config(cache: &CacheConfig, lookup: Lookup, persistence: Persistence) 
 }
 
 /// An engine over a new cache device for `cache`, serving two volumes
-/// (name, backend) in this order.
+/// (name, size in bytes) in this order, each on a new RAM backend; the
+/// backends are returned in the same order.
 fn two_volumes(
     config: EngineConfig,
     cache: &CacheConfig,
-    volumes: [(&str, &Arc<dyn BlockDevice>); 2],
-) -> Engine {
+    volumes: [(&str, u64); 2],
+) -> (Engine, [Arc<dyn BlockDevice>; 2]) {
+    let devices = volumes.map(|(name, bytes)| Arc::new(MemDevice::new(name, bytes)) as Arc<dyn BlockDevice>);
     let backends = volumes
-        .map(|(name, dev)| (name.to_string(), Arc::clone(dev)))
-        .into();
-    Engine::with_volumes(config, cache_device(cache), backends).unwrap()
+        .iter()
+        .zip(&devices)
+        .map(|((name, _), dev)| (name.to_string(), Arc::clone(dev)))
+        .collect();
+    let engine = Engine::with_volumes(config, cache_device(cache), backends).unwrap();
+    (engine, devices)
 }
 
 /// Writer `writer` of volume `volume` owns the sectors `s` with
@@ -179,13 +184,12 @@ fn two_volumes_share_a_cache_under_concurrent_io() {
         (Lookup::Fine, WritePolicy::WriteAround, Persistence::Dirty),
     ] {
         let cache = cache_config(48, wp);
-        let a: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("a", 2048 * SECTOR));
-        let b: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("b", 1024 * SECTOR));
-        let engine = Arc::new(two_volumes(
+        let (engine, [a, b]) = two_volumes(
             engine_config(&cache, lookup, persistence),
             &cache,
-            [("a", &a), ("b", &b)],
-        ));
+            [("a", 2048 * SECTOR), ("b", 1024 * SECTOR)],
+        );
+        let engine = Arc::new(engine);
         let ids: Vec<u32> = engine.volumes().iter().map(|v| v.id).collect();
         assert_eq!(ids, vec![0, 1]);
         assert_eq!(
@@ -236,12 +240,10 @@ fn two_volumes_share_a_cache_under_concurrent_io() {
 #[test]
 fn flushing_one_volume_writes_back_only_its_lines() {
     let cache = cache_config(64, WritePolicy::WriteBack);
-    let a: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("a", 1 << 20));
-    let b: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("b", 1 << 20));
-    let engine = two_volumes(
+    let (engine, [a, b]) = two_volumes(
         engine_config(&cache, Lookup::Fine, Persistence::Dirty),
         &cache,
-        [("a", &a), ("b", &b)],
+        [("a", 1 << 20), ("b", 1 << 20)],
     );
     for i in 0..10u64 {
         engine.write_volume(0, i * LINE, &[0xaa; 4096], false).unwrap();
@@ -280,13 +282,12 @@ fn detaching_a_volume_while_another_keeps_verifying() {
         // dirty lines all the time, so some of their write-backs are in
         // flight when a detach starts.
         let cache = cache_config(24, WritePolicy::WriteBack);
-        let b: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("b", 1024 * SECTOR));
-        let first: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("a", 1024 * SECTOR));
-        let engine = Arc::new(two_volumes(
+        let (engine, [b, first]) = two_volumes(
             engine_config(&cache, lookup, persistence),
             &cache,
-            [("b", &b), ("a", &first)],
-        ));
+            [("b", 1024 * SECTOR), ("a", 1024 * SECTOR)],
+        );
+        let engine = Arc::new(engine);
         let stop = Arc::new(AtomicBool::new(false));
         let survivors: Vec<_> = (0..2)
             .map(|writer| {

@@ -511,24 +511,14 @@ impl Superblock {
         if shards == 0 {
             return Err(field("shards", &shards, off::SHARDS, "at least one shard".into()));
         }
-        let code = bytes[off::PERSISTENCE];
-        let persistence = Persistence::from_code(code).ok_or_else(|| {
-            field(
-                "persistence",
-                &code,
-                off::PERSISTENCE,
-                "expected 0 (all), 1 (dirty) or 2 (none)".into(),
-            )
-        })?;
-        let code = bytes[off::STATE];
-        let state = ShutdownState::from_code(code).ok_or_else(|| {
-            field(
-                "state",
-                &code,
-                off::STATE,
-                "expected 0 (clean) or 1 (running)".into(),
-            )
-        })?;
+        // A one-byte code that names no value.
+        let unknown_code = |name: &str, offset: usize, expected: &str| {
+            field(name, &bytes[offset], offset, format!("expected {expected}"))
+        };
+        let persistence = Persistence::from_code(bytes[off::PERSISTENCE])
+            .ok_or_else(|| unknown_code("persistence", off::PERSISTENCE, "0 (all), 1 (dirty) or 2 (none)"))?;
+        let state = ShutdownState::from_code(bytes[off::STATE])
+            .ok_or_else(|| unknown_code("state", off::STATE, "0 (clean) or 1 (running)"))?;
         // A 16-bit count, refused above `max`.
         let at_most = |name: &str, offset: usize, max: usize| -> Result<usize, FormatError> {
             let value = get_u16(bytes, offset) as usize;

@@ -119,8 +119,7 @@ mod tests {
 
     #[test]
     fn a_server_that_takes_the_request_and_stays_silent_is_named_as_such() {
-        let dir = std::env::temp_dir().join(format!("iocache-admin-silent-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch_dir("admin-silent");
         let socket = dir.join("admin.sock");
         let _ = std::fs::remove_file(&socket);
         let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();

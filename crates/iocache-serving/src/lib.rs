@@ -46,3 +46,13 @@ pub use cell::{CurrentEngine, EngineCell};
 pub use error::{error_chain_text, Acknowledgement, Result, ServeError};
 pub use export::EngineExport;
 pub use nbd_backend::{NbdBackend, NBD_BACKEND_CONNECTIONS, NBD_BACKEND_REQUEST_TIMEOUT};
+
+/// A scratch directory for a unit test, emptied first, named after the
+/// test and this process so that concurrent runs do not meet.
+#[cfg(test)]
+pub(crate) fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("iocache-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -93,8 +93,7 @@ mod tests {
 
     #[test]
     fn a_pid_file_names_this_process_and_goes_away() {
-        let dir = std::env::temp_dir().join(format!("iocache-pid-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch_dir("pid");
         let path = dir.join("iocache.pid");
         // A stale file (no such process) is replaced.
         std::fs::write(&path, "999999999\n").unwrap();
@@ -114,8 +113,7 @@ mod tests {
 
     #[test]
     fn notify_reaches_the_socket_named_in_the_environment() {
-        let dir = std::env::temp_dir().join(format!("iocache-notify-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch_dir("notify");
         let path = dir.join("notify.sock");
         let receiver = UnixDatagram::bind(&path).unwrap();
         // SAFETY: no other thread of this test binary reads NOTIFY_SOCKET.
