@@ -141,6 +141,17 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
         .iter()
         .any(|s| s.as_str().unwrap().contains("sample")));
 
+    // So does LBICA, and its real-trace part is listed as skipped.
+    reproduce_quick("lbica", Some(&empty), &out);
+    let verdict = check_dir(&out.join("lbica"), "lbica");
+    assert_eq!(verdict["claims"].as_array().unwrap().len(), 6, "{verdict}");
+    assert!(
+        verdict["skipped"]
+            .to_string()
+            .contains("real traces (SSD over 128 disks)"),
+        "{verdict}"
+    );
+
     let o = iocache(&["lab", "reproduce", "list"]);
     assert!(o.status.success());
     let list = stdout(&o);
@@ -152,6 +163,25 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
     assert!(stderr(&o).contains("known: arc-p2"));
 }
 
+/// The claims a verdict checked on the real traces, each in threes (the
+/// cache's load against WB and against SIB, the mean latency) and after
+/// those on the generated workloads.
+fn real_trace_claims(verdict: &Value) -> usize {
+    let claims = verdict["claims"].as_array().unwrap();
+    let on_traces = claims
+        .iter()
+        .filter(|c| c["source"].as_str().unwrap().contains("on the real traces"))
+        .count();
+    assert_eq!(on_traces % 3, 0, "{verdict}");
+    for claim in &claims[claims.len() - on_traces..] {
+        assert!(
+            claim["source"].as_str().unwrap().contains("(not in the paper)"),
+            "{claim}"
+        );
+    }
+    on_traces
+}
+
 /// LBICA needs no trace (its bursts are generated): the quick run checks
 /// every claim, writes the latency and load figures, and the claim that a
 /// WB cache is the bottleneck during bursts holds (it is the premise of the
@@ -160,7 +190,10 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
 fn lbica_compares_wb_sib_and_lbica_under_bursts() {
     let (_out, verdict) = quick_verdict("lbica");
     let claims = verdict["claims"].as_array().unwrap();
-    assert_eq!(claims.len(), 6, "{verdict}");
+    // The six on the burst workloads, then three on the real traces when
+    // the samples are at hand.
+    let on_traces = real_trace_claims(&verdict);
+    assert_eq!(claims.len(), 6 + on_traces, "{verdict}");
     let figures: Vec<&str> = verdict["figures"]
         .as_array()
         .unwrap()
@@ -181,10 +214,10 @@ fn lbica_compares_wb_sib_and_lbica_under_bursts() {
     let setup = verdict["setup"]
         .as_array()
         .unwrap()
-        .last()
-        .unwrap()
-        .as_str()
-        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .find(|s| s.starts_with("measured: "))
+        .expect("the measured numbers")
         .to_string();
     for case in ["rr WB:", "mx SIB over WT:", "wi SIB over WO:", "hh LBICA:"] {
         assert!(setup.contains(case), "{setup}");
@@ -198,7 +231,10 @@ fn lbica_compares_wb_sib_and_lbica_under_bursts() {
 fn lbica_setting_checks_the_claims_over_one_disk_and_with_clients() {
     let (_out, verdict) = quick_verdict("lbica-setting");
     let claims = verdict["claims"].as_array().unwrap();
-    assert_eq!(claims.len(), 18, "{verdict}");
+    assert_eq!(claims.len(), 18 + real_trace_claims(&verdict), "{verdict}");
+    for claim in &claims[18..] {
+        assert!(claim["claim"].as_str().unwrap().contains("[here: "), "{claim}");
+    }
     for (i, setting) in [
         "SSD over 128 disks, 32 clients",
         "one SSD over one disk]",

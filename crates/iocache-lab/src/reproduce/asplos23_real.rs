@@ -6,30 +6,139 @@
 //! simulator's timing model (Optane over the SSD RAID-5 backend, closed
 //! loop) and reports, per trace, the best, the default (Open CAS's:
 //! always, 4 KiB lines, lazy flushing) and the worst configuration.
+//! Its way of running a trace ([`run_points`]) is also that of the
+//! real-trace parts of asplos23 and asplos23-flush.
 
-use crate::error::{Result, Within};
+use crate::error::{invalid, Result, Within};
 use iocache_core::{CleaningPolicy, Fill, LineSize, PolicySpec, Promotion};
 use iocache_report::{Scale, Ticks};
-
+use iocache_sim::timing::TimingReport;
 use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
-use iocache_trace::{ReaderOptions, TraceReader};
 
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, chart, closed_loop, series, Context, SAMPLE_TRACES};
+use super::{axis, chart, closed_loop, series, Context, TraceInput};
 
 const PROMOTIONS: [&str; 3] = ["always", "nhit:2", "nhit:4"];
 const LINES: [u64; 4] = [4096, 8192, 16_384, 32_768];
 /// Flushing: a name, the policy, and write-miss bypass (lazy's).
-const FLUSHES: [(&str, &str, bool); 3] = [
+pub(super) const FLUSHES: [(&str, &str, bool); 3] = [
     ("lazy", "lazy", true),
     ("aggr-128", "aggressive:interval=10ms:batch=128", false),
     ("aggr-1024", "aggressive:interval=10ms:batch=1024", false),
 ];
-const OUTSTANDING: u32 = 32;
+/// Requests outstanding in the closed loop a trace is replayed with.
+pub(super) const OUTSTANDING: u32 = 32;
+/// The backend every trace run is timed over.
+const BACKEND: &str = "ssd-raid5";
 
-/// One configuration's label.
-fn label(p: &str, l: u64, f: &str) -> String {
-    format!("{p} {}KiB {f}", l / 1024)
+/// One configuration of the grid: promotion, line size, flushing (a name
+/// in [`FLUSHES`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Point {
+    pub promotion: &'static str,
+    pub line: u64,
+    pub flush: &'static str,
+}
+
+impl Point {
+    pub const fn new(promotion: &'static str, line: u64, flush: &'static str) -> Point {
+        Point {
+            promotion,
+            line,
+            flush,
+        }
+    }
+
+    /// The label of the figures and claims (`nhit:2 8KiB lazy`).
+    pub fn label(&self) -> String {
+        format!("{} {}KiB {}", self.promotion, self.line / 1024, self.flush)
+    }
+
+    fn spec(&self, cache_bytes: u64) -> Result<RunSpec> {
+        let (_, cleaning, bypass) = FLUSHES
+            .iter()
+            .find(|f| f.0 == self.flush)
+            .copied()
+            .ok_or_else(|| invalid!("no flushing named `{}`", self.flush))?;
+        let line_size = LineSize::new(self.line)?;
+        Ok(RunSpec {
+            policy: PolicySpec::lru(),
+            size: CacheSize::Bytes(cache_bytes),
+            capacity_lines: CacheSize::Bytes(cache_bytes).lines(line_size)?.max(1),
+            line_size,
+            settings: CacheSettings {
+                promotion: self.promotion.parse::<Promotion>()?,
+                cleaning: cleaning.parse::<CleaningPolicy>()?,
+                write_miss_bypass: bypass,
+                fill: Fill::Line,
+                ..CacheSettings::default()
+            },
+        })
+    }
+}
+
+/// The points of one trace on one cache device: each point's timing
+/// (over the second half) and hit ratio.
+pub(super) struct TraceRun {
+    /// The cache: a tenth of the trace's footprint in 4 KiB lines, at least 1 MiB.
+    pub cache_bytes: u64,
+    pub results: Vec<(Point, Option<TimingReport>, f64)>,
+}
+
+impl TraceRun {
+    pub fn timing(&self, point: Point) -> Option<&TimingReport> {
+        self.results
+            .iter()
+            .find(|r| r.0 == point)
+            .and_then(|r| r.1.as_ref())
+    }
+
+    pub fn iops(&self, point: Point) -> f64 {
+        self.timing(point).map_or(f64::NAN, |t| t.iops)
+    }
+
+    pub fn hit_ratio(&self, point: Point) -> f64 {
+        self.results
+            .iter()
+            .find(|r| r.0 == point)
+            .map_or(f64::NAN, |r| r.2)
+    }
+}
+
+/// Runs `points` over the trace at `path` in one pass on the `device`
+/// cache preset over the SSD RAID-5 backend, closed loop, the first half
+/// warming the cache: the setting of this reproduction, shared with the
+/// real-trace parts of asplos23 and asplos23-flush.
+pub(super) fn run_points(
+    ctx: &Context,
+    input: &TraceInput,
+    points: &[Point],
+    device: &str,
+) -> Result<TraceRun> {
+    let facts = &input.facts;
+    let cache_bytes = (facts.footprint_lines * 4096 / 10).max(1 << 20);
+    let specs = points
+        .iter()
+        .map(|p| p.spec(cache_bytes))
+        .collect::<Result<Vec<_>>>()?;
+    let options = SimOptions {
+        warmup_requests: facts.requests / 2,
+        timing: Some(closed_loop(device, BACKEND, OUTSTANDING, None)),
+        ..SimOptions::default()
+    };
+    let report = ctx
+        .simulate(&mut input.reader()?, &specs, options)
+        .at_file(&input.path)?;
+    let results = report
+        .runs
+        .into_iter()
+        .zip(points)
+        .map(|(run, &p)| {
+            let hit_ratio = run.stats.hit_ratio();
+            (p, run.timing, hit_ratio)
+        })
+        .collect();
+    Ok(TraceRun { cache_bytes, results })
 }
 
 pub fn run(ctx: &Context) -> Result<Verdict> {
@@ -37,27 +146,17 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "asplos23-real",
         "Rearchitecting I/O caches for emerging fast storage devices (ASPLOS'23), §5.4, Fig. 15",
     );
-    let traces: Vec<_> = if ctx.quick {
-        &SAMPLE_TRACES[2..4]
-    } else {
-        &SAMPLE_TRACES[..]
-    }
-    .iter()
-    .filter_map(|t| {
-        ctx.trace(t, &mut verdict, "a real trace through the grid")
-            .map(|p| (*t, p))
-    })
-    .collect();
-    let grid: Vec<(&str, u64, &str, &str, bool)> = PROMOTIONS
+    let traces = ctx.sample_traces(&mut verdict, "a real trace through the grid");
+    let grid: Vec<Point> = PROMOTIONS
         .iter()
         .flat_map(|&p| {
             LINES
                 .iter()
-                .flat_map(move |&l| FLUSHES.iter().map(move |&(f, c, b)| (p, l, f, c, b)))
+                .flat_map(move |&l| FLUSHES.iter().map(move |&(f, _, _)| Point::new(p, l, f)))
         })
         .collect();
     verdict.setup.push(format!(
-        "per trace: iocache sim --trace T --policy lru --cache-size S (a tenth of the trace's footprint in 4 KiB lines, as bytes) --promotion {} --line-size {} --fill line --flush lazy --write-miss-bypass | aggressive:interval=10ms:batch=128|1024 --cache-device optane --backend-device ssd-raid5 --closed-loop {OUTSTANDING} --warmup 0.5: {} configurations",
+        "per trace: iocache sim --trace T --policy lru --cache-size S (a tenth of the trace's footprint in 4 KiB lines, as bytes) --promotion {} --line-size {} --fill line --flush lazy --write-miss-bypass | aggressive:interval=10ms:batch=128|1024 --cache-device optane --backend-device {BACKEND} --closed-loop {OUTSTANDING} --warmup 0.5: {} configurations",
         PROMOTIONS.join("|"),
         LINES.iter().map(|l| format!("{}KiB", l / 1024)).collect::<Vec<_>>().join(","),
         grid.len()
@@ -74,45 +173,12 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         ),
     );
     for (name, path) in traces {
-        let reader = TraceReader::open(&path, None, ReaderOptions::default()).at_file(&path)?;
-        let footprint = crate::experiment::footprint_lines(reader, LineSize::new(4096)?)?;
-        let cache_bytes = (footprint * 4096 / 10).max(1 << 20);
-        let mut specs = Vec::new();
-        for &(p, l, _, c, b) in &grid {
-            let line_size = LineSize::new(l)?;
-            specs.push(RunSpec {
-                policy: PolicySpec::lru(),
-                size: CacheSize::Bytes(cache_bytes),
-                capacity_lines: CacheSize::Bytes(cache_bytes).lines(line_size)?.max(1),
-                line_size,
-                settings: CacheSettings {
-                    promotion: p.parse::<Promotion>()?,
-                    cleaning: c.parse::<CleaningPolicy>()?,
-                    write_miss_bypass: b,
-                    fill: Fill::Line,
-                    ..CacheSettings::default()
-                },
-            });
-        }
-        let reader = TraceReader::open(&path, None, ReaderOptions::default()).at_file(&path)?;
-        let records = reader.count() as u64;
-        let options = SimOptions {
-            warmup_requests: records / 2,
-            timing: Some(closed_loop("optane", "ssd-raid5", OUTSTANDING, None)),
-            ..SimOptions::default()
-        };
-        let report = ctx.simulate_file(&path, &specs, options)?;
-        let mut measured: Vec<(String, f64, (&str, u64, &str))> = report
-            .runs
+        let input = TraceInput::open(&path, None)?;
+        let run = run_points(ctx, &input, &grid, "optane")?;
+        let (cache_bytes, records) = (run.cache_bytes, input.facts.requests);
+        let mut measured: Vec<(String, f64, (&str, u64, &str))> = grid
             .iter()
-            .zip(&grid)
-            .map(|(run, &(p, l, f, _, _))| {
-                (
-                    label(p, l, f),
-                    run.timing.as_ref().map_or(f64::NAN, |t| t.iops),
-                    (p, l, f),
-                )
-            })
+            .map(|p| (p.label(), run.iops(*p), (p.promotion, p.line, p.flush)))
             .collect();
         measured.sort_by(|a, b| a.1.total_cmp(&b.1));
         let default = measured

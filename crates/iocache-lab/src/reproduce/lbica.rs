@@ -9,11 +9,12 @@
 //! scripts/lbica-experiments.sh) through the simulator's timing model with
 //! `--adapt observe` (WB), `sib` over WT and WO, and `lbica`, and compares
 //! latency and the per-interval queue times (the paper's Eq. 1 load) of
-//! cache and backend during the bursts.
+//! cache and backend during the bursts; then the same on every real trace
+//! at hand that has timestamps, replayed at its own times.
 
 use std::collections::BTreeMap;
 
-use crate::error::{invalid, Result};
+use crate::error::{invalid, Result, Within};
 use iocache_core::{LineSize, PolicySpec};
 use iocache_report::{Chart, Scale, Ticks};
 use iocache_sim::burst::{BurstSpec, Phase};
@@ -22,7 +23,7 @@ use iocache_sim::{AdaptReport, AdaptRow, CacheSettings, CacheSize, RunSpec, SimO
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader};
 
 use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
-use super::{axis, chart, mean, series, Context};
+use super::{axis, chart, mean, series, Context, TraceInput};
 
 /// The burst workloads (docs/results/lbica.md): name, what, the burst phase.
 const WORKLOADS: [(&str, &str, &str); 4] = [
@@ -220,6 +221,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     claims(&mut verdict, setting, &results);
     figures(ctx, &mut verdict, &results)?;
     measured(&mut verdict, setting, &results);
+    real_traces(ctx, &mut verdict, setting, None)?;
     Ok(verdict)
 }
 
@@ -246,7 +248,242 @@ pub fn run_settings(ctx: &Context) -> Result<Verdict> {
         fig7(ctx, &mut verdict, setting, &results)?;
         measured(&mut verdict, setting, &results);
     }
+    for setting in &SETTINGS[1..] {
+        real_traces(ctx, &mut verdict, setting, Some(SETTING_TRACE_CAP))?;
+    }
     Ok(verdict)
+}
+
+/// Runs `config` (a row of [`CONFIGS`]) over a real trace at its own
+/// times in `setting`, with a cache of `cache_lines`, the first half
+/// warming the cache.
+fn run_trace(
+    ctx: &Context,
+    input: &TraceInput,
+    setting: &Setting,
+    config: (&str, &str, &str),
+    cache_lines: u64,
+) -> Result<Outcome> {
+    let (label, write_policy, controller) = config;
+    let run = RunSpec {
+        policy: PolicySpec::lru(),
+        size: CacheSize::Lines(cache_lines),
+        capacity_lines: cache_lines,
+        line_size: LineSize::new(4096)?,
+        settings: CacheSettings {
+            write_policy: write_policy.parse()?,
+            ..CacheSettings::default()
+        },
+    };
+    let options = SimOptions {
+        warmup_requests: input.facts.requests / 2,
+        timing: Some(TimingSetup {
+            cache: parse_device(CACHE_DEVICE)?,
+            backend: parse_device(setting.backend)?,
+            arrivals: setting.arrivals(),
+            series_interval_ns: Some(INTERVAL_NS),
+        }),
+        adapt: Some(controller.parse()?),
+        ..SimOptions::default()
+    };
+    let report = ctx
+        .simulate(&mut input.reader()?, &[run], options)
+        .at_file(&input.path)?;
+    let run = report.runs.into_iter().next().expect("one run");
+    match (run.timing, run.adapt) {
+        (Some(timing), Some(adapt)) => Ok(Outcome { timing, adapt }),
+        _ => Err(invalid!(
+            "{} {label}: the run has no timing or controller report",
+            input.path.display()
+        )),
+    }
+}
+
+/// A real trace's burst intervals, by their start: those from
+/// `measured_from_ns` (the end of the warm-up) in which WB's largest cache queue time exceeds the backend's,
+/// the paper's own test for a burst interval (§III-A, §IV-B: the cache
+/// queue's time above the disks').
+fn trace_bursts(wb_rows: &[AdaptRow], measured_from_ns: u64) -> Vec<u64> {
+    wb_rows
+        .iter()
+        .filter(|r| r.start_ns >= measured_from_ns && r.max_cache_queue_time_ns > r.max_backend_queue_time_ns)
+        .map(|r| r.start_ns)
+        .collect()
+}
+
+/// Mean over the intervals starting at `starts` (ascending) of a run's
+/// largest cache and backend queue times (Eq. 1), in ns.
+fn load_at(rows: &[AdaptRow], starts: &[u64]) -> (f64, f64) {
+    let rows: Vec<&AdaptRow> = rows
+        .iter()
+        .filter(|r| starts.binary_search(&r.start_ns).is_ok())
+        .collect();
+    (
+        mean(&rows.iter().map(|r| r.max_cache_queue_time_ns).collect::<Vec<_>>()),
+        mean(
+            &rows
+                .iter()
+                .map(|r| r.max_backend_queue_time_ns)
+                .collect::<Vec<_>>(),
+        ),
+    )
+}
+
+/// The requests of each real trace lbica-setting replays: one disk left
+/// alone falls far behind the longer samples, and the timing model's cost
+/// grows with its queue.
+const SETTING_TRACE_CAP: u64 = 20_000;
+
+/// Below this relative difference two loads or latencies count as equal.
+const MARGIN: f64 = 0.01;
+
+/// Figs. 4, 5 and 7's comparisons on every real trace with timestamps,
+/// replayed at its own times in `setting`: the cache's load in the burst
+/// intervals against WB and SIB over WT, and the mean latency.
+fn real_traces(ctx: &Context, verdict: &mut Verdict, setting: &Setting, cap: Option<u64>) -> Result<()> {
+    let traces = ctx.sample_traces(verdict, &format!("real traces ({})", setting.label));
+    if traces.is_empty() {
+        return Ok(());
+    }
+    verdict.setup.push(format!(
+        "real traces ({}): per trace T in ../shared/traces with timestamps{}: iocache sim --trace T --cache-size (a tenth of T's footprint in 4 KiB lines) --warmup 0.5 --cache-device {CACHE_DEVICE} --backend-device {}{} --series-interval 100ms with the four configurations above; burst intervals: those after the warm-up in which WB's largest cache queue time exceeds the backend's (the paper's test), each configuration's load the mean over the same intervals; an effect under {:.0} % counts as none",
+        setting.label,
+        cap.map_or(String::new(), |n| format!(" (its first {n} requests)")),
+        setting.backend,
+        setting.clients.map_or(String::new(), |n| format!(" --clients {n}")),
+        MARGIN * 100.0
+    ));
+    let said = |text: &str| {
+        if setting.key.is_empty() {
+            text.to_string()
+        } else {
+            format!("{text} [here: {}]", setting.label)
+        }
+    };
+    let (mut cut_wb, mut cut_sib, mut lowest) = (Tally::default(), Tally::default(), Tally::default());
+    let (mut said_wb, mut said_sib, mut said_lat, mut measured) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut untimed, mut calm) = (Vec::new(), Vec::new());
+    for (name, path) in traces {
+        let input = TraceInput::open(&path, cap)?;
+        let facts = &input.facts;
+        if !facts.timestamps {
+            untimed.push(format!("{name} ({} format)", facts.format));
+            continue;
+        }
+        let cache_lines = (facts.footprint_lines / 10).max(256);
+        let mut outcomes = BTreeMap::new();
+        for config in CONFIGS {
+            outcomes.insert(config.0, run_trace(ctx, &input, setting, config, cache_lines)?);
+        }
+        let wb = &outcomes["WB"];
+        let bursts = trace_bursts(&wb.adapt.rows, wb.timing.start_ns);
+        let loads: BTreeMap<&str, (f64, f64)> = outcomes
+            .iter()
+            .map(|(&c, o)| (c, load_at(&o.adapt.rows, &bursts)))
+            .collect();
+        let lat = |c: &str| outcomes[c].timing.all.mean_ns;
+        measured.push(format!(
+            "{name} ({}, {cache_lines} lines, {} burst intervals of {}): {}",
+            input.describe(),
+            bursts.len(),
+            outcomes["WB"].adapt.rows.len(),
+            CONFIGS
+                .iter()
+                .map(|&(c, _, _)| format!(
+                    "{c} mean {:.2} ms, burst load cache {:.2} ms / backend {:.2} ms, {} bypassed",
+                    lat(c) / 1e6,
+                    loads[c].0 / 1e6,
+                    loads[c].1 / 1e6,
+                    outcomes[c].adapt.bypassed
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        if bursts.is_empty() {
+            calm.push(name);
+            continue;
+        }
+        let (wb, sib, lbica) = (loads["WB"], loads["SIB over WT"], loads["LBICA"]);
+        cut_wb.count(lbica.0 < wb.0 * (1.0 - MARGIN));
+        cut_sib.count(lbica.0 < sib.0 * (1.0 - MARGIN));
+        lowest.count(
+            lat("LBICA") < lat("WB") * (1.0 - MARGIN) && lat("LBICA") < lat("SIB over WT") * (1.0 - MARGIN),
+        );
+        said_wb.push(format!(
+            "{name} {:.1} % ({} burst intervals, {} requests bypassed)",
+            reduction(lbica.0, wb.0),
+            bursts.len(),
+            outcomes["LBICA"].adapt.bypassed
+        ));
+        said_sib.push(format!(
+            "{name} {:.1} % (backend load LBICA {:.2} ms, SIB {:.2} ms)",
+            reduction(lbica.0, sib.0),
+            lbica.1 / 1e6,
+            sib.1 / 1e6
+        ));
+        said_lat.push(format!(
+            "{name} {:.2} / {:.2} / {:.2} ms",
+            lat("LBICA") / 1e6,
+            lat("WB") / 1e6,
+            lat("SIB over WT") / 1e6
+        ));
+    }
+    if !untimed.is_empty() {
+        verdict.skipped.push(format!(
+            "LBICA on the real traces ({}): {} without timestamps, so no bursts to replay",
+            setting.label,
+            untimed.join(", ")
+        ));
+    }
+    if !calm.is_empty() {
+        verdict.skipped.push(format!(
+            "LBICA's claims on the real traces ({}): no burst interval (WB's cache queue time never above the backend's after the warm-up) on {}; their numbers are in the setup",
+            setting.label,
+            calm.join(", ")
+        ));
+    }
+    if !measured.is_empty() {
+        verdict.setup.push(format!(
+            "measured on the real traces ({}): {}",
+            setting.label,
+            measured.join("; ")
+        ));
+    }
+    if lowest.cases == 0 {
+        return Ok(());
+    }
+    for (tally, source, text, ours) in [
+        (
+            cut_wb,
+            "§IV-C, on the real traces (not in the paper)",
+            "LBICA lowers the I/O cache's load in the burst intervals against WB on the real traces at hand",
+            format!(
+                "cut of the burst intervals' mean largest cache queue time against WB: {}",
+                said_wb.join(", ")
+            ),
+        ),
+        (
+            cut_sib,
+            "Figs. 4-5, on the real traces (not in the paper)",
+            "LBICA lowers the I/O cache's load in the burst intervals against SIB on the real traces at hand",
+            format!("the same against SIB over WT: {}", said_sib.join(", ")),
+        ),
+        (
+            lowest,
+            "Fig. 7, on the real traces (not in the paper)",
+            "LBICA has the lowest mean latency of WB, SIB and LBICA on the real traces at hand",
+            format!("mean latency LBICA / WB / SIB over WT: {}", said_lat.join(", ")),
+        ),
+    ] {
+        verdict.push(Claim::new(
+            source,
+            said(text),
+            format!("holds, by more than 1 %, on {tally} traces with burst intervals; {ours}"),
+            tally.most(),
+        ));
+    }
+    Ok(())
 }
 
 /// The workloads and the command, in the verdict's setup; returns how many
@@ -534,6 +771,38 @@ mod tests {
         assert!((reduction(70.0, 100.0) - 30.0).abs() < 1e-9);
         assert!(reduction(120.0, 100.0) < 0.0);
         assert!(reduction(1.0, 0.0).is_nan());
+    }
+
+    /// On a real trace the burst intervals are WB's, after the warm-up,
+    /// where its cache queue time exceeds the backend's; every run's load
+    /// is averaged over those same intervals.
+    #[test]
+    fn a_real_trace_s_bursts_are_where_wb_s_cache_queues_longer() {
+        let row = |start_ms: u64, cache_ms: f64, backend_ms: f64| AdaptRow {
+            start_ns: start_ms * 1_000_000,
+            end_ns: (start_ms + 100) * 1_000_000,
+            max_cache_queue_time_ns: cache_ms * 1e6,
+            max_backend_queue_time_ns: backend_ms * 1e6,
+            ..AdaptRow::default()
+        };
+        // Warm-up ends at 100 ms: the first interval is not counted.
+        let wb = [
+            row(0, 9.0, 1.0),
+            row(100, 5.0, 1.0),
+            row(200, 1.0, 2.0),
+            row(300, 4.0, 3.0),
+        ];
+        let bursts = trace_bursts(&wb, 100_000_000);
+        assert_eq!(bursts, [100_000_000, 300_000_000]);
+        assert_eq!(load_at(&wb, &bursts), (4.5e6, 2e6));
+        let other = [
+            row(0, 1.0, 1.0),
+            row(100, 2.0, 4.0),
+            row(200, 8.0, 8.0),
+            row(300, 1.0, 2.0),
+        ];
+        assert_eq!(load_at(&other, &bursts), (1.5e6, 3e6));
+        assert_eq!(load_at(&other, &[]), (0.0, 0.0));
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod reca_processes;
 mod systor14;
 pub mod verdict;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use iocache_report::{Axis, Chart, Scale, Series, Ticks};
@@ -170,6 +171,21 @@ impl Context<'_> {
                 None
             }
         }
+    }
+
+    /// The shared traces a reproduction's real-trace part runs on, by
+    /// name: all of [`SAMPLE_TRACES`], or two small ones with `--quick`;
+    /// each missing one is noted in `skipped` under `what`.
+    pub fn sample_traces(&self, verdict: &mut Verdict, what: &str) -> Vec<(&'static str, PathBuf)> {
+        let names = if self.quick {
+            &SAMPLE_TRACES[2..4]
+        } else {
+            &SAMPLE_TRACES[..]
+        };
+        names
+            .iter()
+            .filter_map(|t| self.trace(t, verdict, what).map(|p| (*t, p)))
+            .collect()
     }
 
     /// Runs `specs` over a trace file in one pass.
@@ -332,11 +348,159 @@ impl Reproduction {
     }
 }
 
+/// What a real-trace part needs to know about a trace before running it
+/// (one pass of `trace stats`): its length, its writes, whether it has
+/// timestamps, and its footprint, from which cache sizes are chosen.
+pub struct TraceFacts {
+    /// Requests replayed (the first ones when capped).
+    pub requests: u64,
+    /// Requests in the whole trace.
+    pub whole_requests: u64,
+    pub writes: u64,
+    /// Whether records carry real times (ARC's and LBA's number them).
+    pub timestamps: bool,
+    /// The format's name, for messages.
+    pub format: String,
+    /// Distinct 4 KiB lines touched by the requests replayed.
+    pub footprint_lines: u64,
+}
+
+/// A real trace to replay: the whole file, or its first requests, held in
+/// memory as DiskSim text (which keeps all the simulator reads of a
+/// request: time, volume, its sectors, read or write).
+pub struct TraceInput {
+    pub path: PathBuf,
+    first: Option<Vec<u8>>,
+    pub facts: TraceFacts,
+}
+
+impl TraceInput {
+    /// The trace at `path`, or its first `cap` requests when it has more.
+    pub fn open(path: &Path, cap: Option<u64>) -> Result<TraceInput> {
+        let open = || TraceReader::open(path, None, ReaderOptions::default()).at_file(path);
+        let stats = |reader: &mut TraceReader| {
+            iocache_sim::trace_stats::trace_stats(
+                reader,
+                iocache_core::LineSize::new(4096)?,
+                None,
+                &mut |_, _| {},
+            )
+            .at_file(path)
+        };
+        let mut reader = open()?;
+        let (timestamps, format) = (reader.format().has_timestamps(), reader.format().to_string());
+        let whole = stats(&mut reader)?;
+        let mut input = TraceInput {
+            path: path.to_path_buf(),
+            first: None,
+            facts: TraceFacts {
+                requests: whole.requests,
+                whole_requests: whole.requests,
+                writes: whole.write_requests,
+                timestamps,
+                format,
+                footprint_lines: whole.footprint_lines,
+            },
+        };
+        if let Some(cap) = cap.filter(|&c| c < whole.requests) {
+            let mut text = Vec::new();
+            for record in open()?.take(cap as usize) {
+                let r = iocache_sim::request_of(&record.at_file(path)?);
+                let kind = u8::from(r.kind == iocache_core::IoKind::Read);
+                writeln!(
+                    text,
+                    "{} {} {} {} {kind}",
+                    r.now_ns,
+                    r.volume,
+                    r.offset_bytes / 512,
+                    r.length_bytes / 512
+                )?;
+            }
+            input.first = Some(text);
+            let first = stats(&mut input.reader()?)?;
+            input.facts.requests = first.requests;
+            input.facts.writes = first.write_requests;
+            input.facts.footprint_lines = first.footprint_lines;
+        }
+        Ok(input)
+    }
+
+    /// A reader of the requests replayed.
+    pub fn reader(&self) -> Result<TraceReader> {
+        match &self.first {
+            None => TraceReader::open(&self.path, None, ReaderOptions::default()).at_file(&self.path),
+            Some(text) => TraceReader::from_bytes(
+                &self.path.display().to_string(),
+                text.clone(),
+                Some(iocache_trace::TraceFormat::Disksim),
+                ReaderOptions::default(),
+            )
+            .at_file(&self.path),
+        }
+    }
+
+    /// "N requests", or "the first N of M requests" when capped.
+    pub fn describe(&self) -> String {
+        if self.facts.requests < self.facts.whole_requests {
+            format!(
+                "the first {} of {} requests",
+                self.facts.requests, self.facts.whole_requests
+            )
+        } else {
+            format!("{} requests", self.facts.requests)
+        }
+    }
+}
+
 /// Mean of a list (0 when empty).
 pub fn mean(values: &[f64]) -> f64 {
     if values.is_empty() {
         0.0
     } else {
         values.iter().sum::<f64>() / values.len() as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A capped trace replays exactly what the simulator reads of the
+    /// whole trace's first requests, and its facts are those requests'.
+    #[test]
+    fn a_capped_trace_keeps_its_first_requests() {
+        let dir = std::env::temp_dir().join(format!("iocache-capped-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.csv");
+        std::fs::write(
+            &path,
+            "128166372003061629,hm,0,Read,7014609920,24576,41286\n\
+             128166372016382155,hm,0,Write,1317441536,8192,1963\n\
+             128166372026382245,hm,0,Write,3501,100,1000\n\
+             128166372036382245,hm,0,Read,7014609920,4096,1000\n",
+        )
+        .unwrap();
+        let whole = TraceInput::open(&path, None).unwrap();
+        assert_eq!((whole.facts.requests, whole.facts.whole_requests), (4, 4));
+        assert!(whole.facts.timestamps);
+        assert_eq!(whole.describe(), "4 requests");
+        let first = TraceInput::open(&path, Some(3)).unwrap();
+        assert_eq!((first.facts.requests, first.facts.whole_requests), (3, 4));
+        assert_eq!(first.facts.writes, 2);
+        // 24 KiB not on a 4 KiB boundary (7 lines), 8 KiB (2), one sector (1).
+        assert_eq!(first.facts.footprint_lines, 7 + 2 + 1);
+        assert_eq!(first.facts.format, "msr", "the trace's own format is named");
+        assert_eq!(first.describe(), "the first 3 of 4 requests");
+        let requests = |input: &TraceInput| -> Vec<_> {
+            input
+                .reader()
+                .unwrap()
+                .map(|r| iocache_sim::request_of(&r.unwrap()))
+                .collect()
+        };
+        assert_eq!(requests(&first), requests(&whole)[..3]);
+        // A cap above the length replays the file itself.
+        assert_eq!(TraceInput::open(&path, Some(10)).unwrap().facts.requests, 4);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
