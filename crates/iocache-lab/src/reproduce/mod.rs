@@ -22,6 +22,7 @@ mod icpp22_pages;
 mod lbica;
 mod reca;
 mod reca_policies;
+mod reca_setup;
 mod systor14;
 pub mod verdict;
 
