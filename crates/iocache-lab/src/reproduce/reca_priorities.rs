@@ -511,6 +511,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         weights.iter().map(|v| num(*v)).collect::<Vec<_>>().join(", "),
         neighbours.iter().map(|v| num(*v)).collect::<Vec<_>>().join(", "),
     ));
+    verdict.setup.push(format!(
+        "per real trace T: its first {cap} requests (an in-memory MSR CSV of them when T is longer, without the process ids \
+         some formats carry), classified as one window (iocache trace stats T --reca --reca-window (its length)), and the same \
+         sweep for that category, in the same setting"
+    ));
     let mut swept = Vec::new();
     for (name, text) in REFERENCES {
         let category = table
