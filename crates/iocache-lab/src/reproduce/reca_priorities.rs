@@ -251,8 +251,9 @@ fn sweep(
     })
 }
 
-/// The first `cap` requests of the trace at `path` as an in-memory MSR
-/// CSV reader (the trace's own reader when it is not longer).
+/// The first `cap` requests of the trace at `path` as MSR CSV text, for
+/// an in-memory reader; `None` when the trace is not longer (it is read
+/// as it is).
 fn capped(path: &Path, cap: u64) -> Result<Option<Vec<u8>>> {
     if open_trace(path)?.count() as u64 <= cap {
         return Ok(None);
