@@ -85,7 +85,7 @@ pub struct MergeArgs {
 
 #[derive(Args)]
 pub struct ReproduceArgs {
-    /// arc-p2, asplos23, asplos23-flush, asplos23-lookup, asplos23-real, asplos23-live, icpp22, systor14, reca, reca-policies, reca-processes, lbica, lbica-setting, all; `list` prints them.
+    /// arc-p2, asplos23, asplos23-flush, asplos23-lookup, asplos23-real, asplos23-live, icpp22, systor14, reca, reca-policies, reca-priorities, reca-processes, lbica, lbica-setting, all; `list` prints them.
     #[arg(value_name = "NAME")]
     name: String,
     /// Where to write each reproduction's directory (figures, verdict.md, verdict.json).

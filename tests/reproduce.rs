@@ -33,7 +33,7 @@ fn reproduce_quick(name: &str, traces: Option<&Path>, out: &Path) -> Output {
 const OUTCOMES: [&str; 4] = ["reproduced", "partially", "not", "undecided"];
 
 /// The reproductions `all` runs.
-const IN_ALL: [&str; 11] = [
+const IN_ALL: [&str; 13] = [
     "arc-p2",
     "asplos23",
     "asplos23-flush",
@@ -43,8 +43,10 @@ const IN_ALL: [&str; 11] = [
     "systor14",
     "reca",
     "reca-policies",
+    "reca-priorities",
     "reca-processes",
     "lbica",
+    "lbica-setting",
 ];
 
 /// Reads and checks one reproduction's directory; returns its verdict.
@@ -292,6 +294,42 @@ fn reca_processes_compares_global_and_per_process_characterization() {
     );
     assert!(!all.contains("NaN"), "{all}");
     assert!(out.join("reca-processes/reca-fig17-processes.svg").is_file());
+}
+
+/// ReCA's Fig. 16: two claims on the reference workloads (two more on the
+/// samples when at hand), a chart per category whose eviction reads
+/// priorities, and every sweep in `table.md`, the idle parameters named.
+#[test]
+fn reca_priorities_sweeps_each_categorys_weights() {
+    let out = temp_dir("reca-priorities");
+    reproduce_quick("reca-priorities", None, &out);
+    let dir = out.join("reca-priorities");
+    let verdict = check_dir(&dir, "reca-priorities");
+    let all = verdict.to_string();
+    let claims = verdict["claims"].as_array().unwrap();
+    let traces_absent = verdict["skipped"].to_string().contains("Fig. 16 on a real trace");
+    assert_eq!(claims.len(), if traces_absent { 2 } else { 4 }, "{all}");
+    for claim in claims {
+        assert!(claim["ours"].as_str().unwrap().contains(" of "), "{claim}");
+    }
+    let figures = verdict["figures"].to_string();
+    for category in [
+        "random_consumers",
+        "random_producer_consumers",
+        "archival_consumers",
+        "large_file_generators",
+    ] {
+        assert!(
+            figures.contains(&format!("reca-fig16-{category}.svg")),
+            "{figures}"
+        );
+    }
+    assert!(figures.contains("reca-fig16-neighbours.svg"), "{figures}");
+    let table = std::fs::read_to_string(dir.join("table.md")).expect("table.md");
+    assert!(table.contains("**sequential_producer_consumers**"), "{table}");
+    assert!(table.contains("lru eviction reads no priority"), "{table}");
+    assert!(table.contains("access_priority[random]"), "{table}");
+    assert!(!all.contains("NaN") && !table.contains("NaN"), "{all}");
 }
 
 /// ReCA's Figs. 13-15: seven claims, each naming its numbers; every

@@ -19,7 +19,9 @@
 //!   least recently used lines: recency and frequency, §3.3.4);
 //! - `over`, `access`, `read`, `write`: PRIORITY_CALC's weights (overlapped;
 //!   per access class sequential/strided/random; read and write per access
-//!   class, as §4.2 says the implementation does);
+//!   class, as §4.2 says the implementation does). A weight may be negative
+//!   (§6.3 tries negative values too): a line's priority is then below a
+//!   new line's 0, so such lines go first;
 //! - `neighbours`: also evict up to this many resident lines adjacent to a
 //!   victim on each side (large file generators, §3.3.5);
 //! - `sets`: priorities are compared within one of `sets` sets of lines
@@ -102,6 +104,17 @@ pub const RECA_KEPT_PARAMS: &[&str] = RECA_PARAMS.split_at(6).1;
 /// comparisons are exact.
 const PRIORITY_SCALE: f64 = 1000.0;
 
+/// A signed priority as the unsigned key the slot heaps order by: the sign
+/// bit flipped, so the order of the keys is the order of the priorities.
+fn key_of(priority: i64) -> u64 {
+    (priority as u64) ^ (1 << 63)
+}
+
+/// The priority a heap key stands for (the inverse of [`key_of`]).
+fn priority_of(key: u64) -> i64 {
+    (key ^ (1 << 63)) as i64
+}
+
 /// Counts per line: one per feature dimension (`table::FEATURE_NAMES`).
 type Counts = [u32; 7];
 
@@ -109,8 +122,9 @@ type Counts = [u32; 7];
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecaParams {
     pub rule: EvictionRule,
-    /// Weight of each count, in thousandths.
-    pub weights: [u64; 7],
+    /// Weight of each count, in thousandths (negative: the class lowers
+    /// a line's priority).
+    pub weights: [i64; 7],
     pub neighbours: u32,
     pub sets: u32,
     pub lru_window: u32,
@@ -125,7 +139,7 @@ fn triple(p: &PolicyParams, name: &str, default: [f64; 3]) -> Result<[f64; 3], C
     let bad = || CoreError::BadParameter {
         given: format!("{name}={text}"),
         reason: format!(
-            "`{name}` must be three numbers from 0 to 1000000 as A/B/C (sequential/strided/random)"
+            "`{name}` must be three numbers from -1000000 to 1000000 as A/B/C (sequential/strided/random)"
         ),
     };
     let parts: Vec<&str> = text.split('/').collect();
@@ -137,14 +151,14 @@ fn triple(p: &PolicyParams, name: &str, default: [f64; 3]) -> Result<[f64; 3], C
         *o = part
             .parse::<f64>()
             .ok()
-            .filter(|v| (0.0..=1e6).contains(v))
+            .filter(|v| (-1e6..=1e6).contains(v))
             .ok_or_else(bad)?;
     }
     Ok(out)
 }
 
-fn milli(v: f64) -> u64 {
-    (v * PRIORITY_SCALE).round() as u64
+fn milli(v: f64) -> i64 {
+    (v * PRIORITY_SCALE).round() as i64
 }
 
 impl RecaParams {
@@ -156,7 +170,7 @@ impl RecaParams {
                 reason: format!("`evict` must be one of {}", EvictionRule::NAMES),
             })?,
         };
-        let over = p.f64_or("over", 0.0, 0.0..=1e6)?;
+        let over = p.f64_or("over", 0.0, -1e6..=1e6)?;
         let access = triple(p, "access", [1.0; 3])?;
         let read = triple(p, "read", [0.0; 3])?;
         let write = triple(p, "write", [0.0; 3])?;
@@ -193,6 +207,7 @@ pub struct RecaPolicy {
     tick: u64,
     slot_key: Vec<LineKey>,
     slot_counts: Vec<Counts>,
+    /// Heap keys of the signed priorities ([`key_of`]).
     slot_priority: Vec<u64>,
     slot_stamp: Vec<u64>,
     slot_set: Vec<u32>,
@@ -255,23 +270,26 @@ impl RecaPolicy {
     }
 
     /// The priority of a resident line, in thousandths.
-    pub fn priority(&self, slot: SlotId) -> Option<u64> {
-        (self.heap_pos[slot as usize] != NIL).then(|| self.slot_priority[slot as usize])
+    pub fn priority(&self, slot: SlotId) -> Option<i64> {
+        (self.heap_pos[slot as usize] != NIL).then(|| priority_of(self.slot_priority[slot as usize]))
     }
 
     /// The priority of a line not resident but remembered, in thousandths.
-    pub fn remembered_priority(&self, key: &LineKey) -> Option<u64> {
-        self.history.get(key).map(|counts| self.weigh(counts))
+    pub fn remembered_priority(&self, key: &LineKey) -> Option<i64> {
+        self.history
+            .get(key)
+            .map(|counts| priority_of(self.weigh(counts)))
     }
 
     pub fn resident_count(&self) -> usize {
         self.resident.len()
     }
 
+    /// The heap key of a line with `counts` (see [`key_of`]).
     fn weigh(&self, counts: &Counts) -> u64 {
-        counts.iter().zip(self.params.weights).fold(0u64, |sum, (&c, w)| {
-            sum.saturating_add(u64::from(c).saturating_mul(w))
-        })
+        key_of(counts.iter().zip(self.params.weights).fold(0i64, |sum, (&c, w)| {
+            sum.saturating_add(i64::from(c).saturating_mul(w))
+        }))
     }
 
     fn set_of(&self, key: &LineKey) -> u32 {
@@ -457,7 +475,7 @@ impl ReplacementPolicy for RecaPolicy {
         let mine = self.remembered_priority(&key).unwrap_or(0);
         let admit = self
             .candidate(&key)
-            .is_none_or(|victim| self.slot_priority[victim as usize] < mine);
+            .is_none_or(|victim| priority_of(self.slot_priority[victim as usize]) < mine);
         if !admit {
             self.rejected += 1;
         }
@@ -587,12 +605,13 @@ mod tests {
         Reconfigure(usize),
     }
 
-    const SPECS: [&str; 5] = [
+    const SPECS: [&str; 6] = [
         "evict=priority",
         "evict=lru:neighbours=2",
         "evict=priority_lru:lru_window=3:over=2:read=1/0/3",
         "evict=priority:sets=4:pages=1:write=0/5/0",
         "evict=priority:history=2:stride=0",
+        "evict=priority:access=1/-1/2:write=0/0/-3:over=-1",
     ];
 
     fn params(i: usize) -> PolicyParams {
@@ -608,11 +627,11 @@ mod tests {
         #[test]
         fn the_bare_policy_stays_consistent(
             capacity in 1usize..8,
-            first in 0usize..5,
+            first in 0usize..SPECS.len(),
             steps in prop::collection::vec(prop_oneof![
                 8 => (0u64..24, any::<bool>()).prop_map(|(l, w)| Step::Access(l, w)),
                 1 => (0u64..24).prop_map(Step::Remove),
-                1 => (0usize..5).prop_map(Step::Reconfigure),
+                1 => (0usize..SPECS.len()).prop_map(Step::Reconfigure),
             ], 1..200),
         ) {
             let line = LineSize::new(4096).unwrap();
@@ -711,6 +730,29 @@ mod tests {
         assert_eq!(p.priority(0), Some(2000));
         assert_eq!(p.priority(1), Some(0));
         assert_eq!(p.remembered_priority(&key(200)), Some(2000));
+        p.check();
+    }
+
+    #[test]
+    fn a_negative_weight_puts_a_line_below_a_line_never_seen() {
+        let spec: crate::PolicySpec = "reca:history=1:access=1/1/1:write=0/0/-3".parse().unwrap();
+        let mut p = RecaPolicy::from_params(spec.params(), 2).unwrap();
+        let line = LineSize::new(4096).unwrap();
+        let info = AccessInfo::read_at(0);
+        p.on_insert(0, key(0), &info);
+        p.on_insert(1, key(100), &info);
+        // A random write to line 0 (1 - 3), a random read of line 100 (1).
+        p.on_request(&Request::write(0, 0, 4096, 0), line, &info);
+        p.on_request(&Request::read(0, 100 * 4096, 4096, 1), line, &info);
+        p.on_request(&Request::read(0, 300 * 4096, 4096, 2), line, &info);
+        assert_eq!(p.priority(0), Some(-2000));
+        assert_eq!(p.priority(1), Some(1000));
+        // A line never seen (priority 0) now displaces line 0, and only it.
+        assert_eq!(p.admit(key(500), &info), Some(true));
+        let mut victims = Vec::new();
+        p.on_miss(key(500), true, &info, &mut victims);
+        assert_eq!(victims, vec![0]);
+        assert_eq!(p.remembered_priority(&key(0)), Some(-2000));
         p.check();
     }
 }

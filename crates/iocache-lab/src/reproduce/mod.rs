@@ -23,6 +23,8 @@ mod lbica;
 mod reca;
 mod reca_policies;
 mod reca_processes;
+mod reca_priorities;
+mod reca_setup;
 mod systor14;
 pub mod verdict;
 
@@ -118,6 +120,12 @@ pub const REPRODUCTIONS: &[Reproduction] = &[
         name: "reca-policies",
         summary: "ReCA (TPDS'18) Figs. 13-15: per category's reference workload, write policies, 4/8 KiB lines and ReCA against LRU, LARC and Access, SSD over HDD timing: mean response time",
         run: reca_policies::run,
+        in_all: true,
+    },
+    Reproduction {
+        name: "reca-priorities",
+        summary: "ReCA (TPDS'18) Fig. 16: each category's priority weights, one at a time over negative and positive values, on its reference workload and the samples, SSD over HDD timing: mean response time",
+        run: reca_priorities::run,
         in_all: true,
     },
     Reproduction {

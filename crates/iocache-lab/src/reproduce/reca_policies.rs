@@ -10,16 +10,16 @@
 //! ReCA here is each category's configuration held from the start (the
 //! controller's choice is what `reca` and `lab reca-table` check).
 
-use crate::error::{invalid, Result, Within};
-use iocache_core::reca::{Category, CategoryTable, RecaControllerParams};
-use iocache_core::{Fill, LineSize, PolicySpec, WritePolicy};
+use crate::error::{invalid, Result};
+use iocache_core::reca::{Category, CategoryTable};
+use iocache_core::WritePolicy;
 use iocache_report::{Chart, Scale, Ticks};
-use iocache_sim::reca::reca_characterize;
-use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
-use iocache_trace::{ReaderOptions, TraceReader};
 
+use super::reca_setup::{
+    measure, open_trace, whole_trace_category, Config, BACKEND_DEVICE, CACHE_DEVICE, OUTSTANDING,
+};
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, closed_loop, gen_reader, series, workload, Context, SAMPLE_TRACES};
+use super::{axis, gen_reader, series, workload, Context, SAMPLE_TRACES};
 use crate::reca_table::REFERENCES;
 
 /// The architectures ReCA is compared with (4 KiB lines, write-back).
@@ -28,99 +28,6 @@ const BASELINES: [&str; 3] = ["lru", "larc", "access"];
 const WRITE_POLICIES: [&str; 3] = ["wb", "wt", "wa"];
 /// Fig. 14's line sizes.
 const LINES: [u64; 2] = [4096, 8192];
-const OUTSTANDING: u32 = 16;
-const CACHE_DEVICE: &str = "ssd";
-const BACKEND_DEVICE: &str = "hdd";
-
-/// One configuration: an architecture, its line size and write policy.
-#[derive(Clone, PartialEq)]
-struct Config {
-    arch: String,
-    policy: PolicySpec,
-    line: u64,
-    write_policy: WritePolicy,
-}
-
-impl Config {
-    fn baseline(name: &str, line: u64, write_policy: WritePolicy) -> Result<Config> {
-        Ok(Config {
-            arch: name.to_string(),
-            policy: name.parse::<PolicySpec>()?,
-            line,
-            write_policy,
-        })
-    }
-
-    /// ReCA as `category` configures it, with the line size or the write
-    /// policy changed when given.
-    fn reca(category: &Category, line: Option<u64>, write_policy: Option<WritePolicy>) -> Config {
-        Config {
-            arch: "reca".into(),
-            policy: category.policy_spec(None),
-            line: line.unwrap_or(category.line_size.bytes()),
-            write_policy: write_policy.unwrap_or(category.write_policy),
-        }
-    }
-}
-
-/// Mean response times (µs) of `configs` on one category's workload.
-struct Measured {
-    configs: Vec<Config>,
-    mean_us: Vec<f64>,
-}
-
-impl Measured {
-    fn of(&self, arch: &str, line: u64, write_policy: WritePolicy) -> f64 {
-        (self.configs.iter().zip(&self.mean_us))
-            .find(|(c, _)| c.arch == arch && c.line == line && c.write_policy == write_policy)
-            .map_or(f64::NAN, |(_, &m)| m)
-    }
-}
-
-/// Runs every configuration over the trace `open` reads (opened afresh
-/// for each pass: footprint, length, the runs) in one pass, with a cache
-/// of a fifth of the footprint in 4 KiB lines, in whole 128 KiB.
-fn measure(
-    ctx: &Context,
-    open: &dyn Fn() -> Result<TraceReader>,
-    configs: Vec<Config>,
-) -> Result<(Measured, u64)> {
-    let footprint = crate::experiment::footprint_lines(open()?, LineSize::new(4096)?)?;
-    let cache_bytes = (footprint * 4096 / 5).next_multiple_of(128 << 10);
-    let requests = open()?.count() as u64;
-    let mut specs = Vec::new();
-    for c in &configs {
-        let line_size = LineSize::new(c.line)?;
-        let size = CacheSize::Bytes(cache_bytes);
-        specs.push(RunSpec {
-            policy: c.policy.clone(),
-            size,
-            capacity_lines: size.lines(line_size)?.max(1),
-            line_size,
-            settings: CacheSettings {
-                write_policy: c.write_policy,
-                // A miss brings its whole line in, as the paper's cache
-                // (EnhanceIO's) does: what makes large lines pay on
-                // sequential categories.
-                fill: Fill::Line,
-                ..CacheSettings::default()
-            },
-        });
-    }
-    let options = SimOptions {
-        warmup_requests: requests / 2,
-        timing: Some(closed_loop(CACHE_DEVICE, BACKEND_DEVICE, OUTSTANDING, None)),
-        ..SimOptions::default()
-    };
-    let report = ctx.simulate(&mut open()?, &specs, options)?;
-    let mean_us = report
-        .runs
-        .iter()
-        .map(|run| run.timing.as_ref().map_or(f64::NAN, |t| t.all.mean_ns / 1e3))
-        .collect();
-    Ok((Measured { configs, mean_us }, cache_bytes))
-}
-
 /// The configurations every figure needs, for `category`, without repeats.
 fn configs_for(category: &Category) -> Result<Vec<Config>> {
     let wb = WritePolicy::WriteBack;
@@ -162,18 +69,8 @@ fn real_traces(ctx: &Context, verdict: &mut Verdict, table: &CategoryTable) -> R
         let Some(path) = ctx.trace(name, verdict, "Fig. 15 on a real trace") else {
             continue;
         };
-        let open = || TraceReader::open(&path, None, ReaderOptions::default()).at_file(&path);
-        let requests = open()?.count() as u64;
-        let params = RecaControllerParams {
-            window_requests: requests.max(1),
-            ..RecaControllerParams::default()
-        };
-        let seen = reca_characterize(&mut open()?, table, params).at_file(&path)?;
-        let category = table
-            .categories
-            .iter()
-            .find(|c| c.name == seen.category)
-            .ok_or_else(|| invalid!("{name}: classified as `{}`, not in the table", seen.category))?;
+        let open = || open_trace(&path);
+        let (seen, category) = whole_trace_category(&open, table, name)?;
         let mut configs: Vec<Config> = BASELINES
             .iter()
             .map(|b| Config::baseline(b, 4096, wb))
@@ -404,7 +301,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     ));
     real_traces(ctx, &mut verdict, &table)?;
     verdict.skipped.push(
-        "Fig. 16 (the priorities' sensitivity, positive and negative weights per parameter) and Fig. 17 (categories per process, several applications at once): not built; the paper's absolute response times (filebench on its own HDD/SSD pair) are not compared".into(),
+        "Fig. 16 (the priorities' sensitivity): `reca-priorities`; Fig. 17 (categories per process, several applications at once): not built; the paper's absolute response times (filebench on its own HDD/SSD pair) are not compared".into(),
     );
     Ok(verdict)
 }
@@ -412,6 +309,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reproduce::reca_setup::Measured;
 
     /// Every configuration a claim looks up is run, once: a missing one
     /// would read as NaN and lose every comparison silently.
