@@ -10,7 +10,7 @@
 //! ReCA here is each category's configuration held from the start (the
 //! controller's choice is what `reca` and `lab reca-table` check).
 
-use crate::error::{invalid, Result};
+use crate::error::Result;
 use iocache_core::reca::{Category, CategoryTable};
 use iocache_core::WritePolicy;
 use iocache_report::{Chart, Scale, Ticks};
@@ -19,7 +19,7 @@ use super::reca_setup::{
     measure, open_trace, whole_trace_category, Config, BACKEND_DEVICE, CACHE_DEVICE, OUTSTANDING,
 };
 use super::verdict::{Check, Claim, Tolerance, Verdict};
-use super::{axis, gen_reader, series, workload, Context, SAMPLE_TRACES};
+use super::{axis, gen_reader, series, Context, SAMPLE_TRACES};
 use crate::reca_table::REFERENCES;
 
 /// The architectures ReCA is compared with (4 KiB lines, write-back).
@@ -127,17 +127,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     ));
     let mut rows = Vec::new();
     for (name, text) in REFERENCES {
-        let category = table
-            .categories
-            .iter()
-            .find(|c| c.name == name)
-            .ok_or_else(|| invalid!("the built-in category table has no `{name}`"))?;
-        let mut spec = workload(text)?;
-        if ctx.quick {
-            for phase in &mut spec.phases {
-                phase.requests /= 5;
-            }
-        }
+        let (category, spec) = super::reca_setup::reference(&table, name, text, ctx.quick)?;
         let (measured, cache_bytes) = measure(ctx, &|| gen_reader(&spec), configs_for(category)?)?;
         rows.push((name, category.clone(), measured, cache_bytes));
     }

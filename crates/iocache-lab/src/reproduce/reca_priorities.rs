@@ -11,7 +11,7 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use crate::error::{invalid, Result, Within};
+use crate::error::{Result, Within};
 use iocache_core::reca::{Category, CategoryTable, EvictionRule};
 use iocache_report::{Scale, Ticks};
 use iocache_trace::{IoKind, ReaderOptions, TraceFormat, TraceReader};
@@ -20,7 +20,7 @@ use super::reca_setup::{
     measure, open_trace, whole_trace_category, Config, BACKEND_DEVICE, CACHE_DEVICE, OUTSTANDING,
 };
 use super::verdict::{Claim, Tally, Verdict};
-use super::{axis, chart, gen_reader, series, workload, Context, SAMPLE_TRACES};
+use super::{axis, chart, gen_reader, series, Context, SAMPLE_TRACES};
 use crate::reca_table::REFERENCES;
 
 /// The values a priority weight is tried at (the table's own is added):
@@ -519,17 +519,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     ));
     let mut swept = Vec::new();
     for (name, text) in REFERENCES {
-        let category = table
-            .categories
-            .iter()
-            .find(|c| c.name == name)
-            .ok_or_else(|| invalid!("the built-in category table has no `{name}`"))?;
-        let mut spec = workload(text)?;
-        if ctx.quick {
-            for phase in &mut spec.phases {
-                phase.requests /= 5;
-            }
-        }
+        let (category, spec) = super::reca_setup::reference(&table, name, text, ctx.quick)?;
         let open = || gen_reader(&spec);
         let (seen, _) = whole_trace_category(&open, &table, name)?;
         swept.push(sweep(ctx, &open, name, category, &seen.features)?);

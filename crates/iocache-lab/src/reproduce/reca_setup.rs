@@ -14,7 +14,7 @@ use iocache_sim::reca::{reca_characterize, RecaCharacterization};
 use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
 use iocache_trace::{ReaderOptions, TraceReader};
 
-use super::{closed_loop, Context};
+use super::{closed_loop, workload, Context};
 
 pub const OUTSTANDING: u32 = 16;
 pub const CACHE_DEVICE: &str = "ssd";
@@ -133,4 +133,24 @@ pub fn whole_trace_category<'t>(
         .find(|c| c.name == seen.category)
         .ok_or_else(|| invalid!("{name}: classified as `{}`, not in the table", seen.category))?;
     Ok((seen, category))
+}
+
+/// The built-in table's category `name` and its reference workload (the
+/// TOML `text`), a fifth as long with `quick`.
+pub fn reference<'t>(
+    table: &'t CategoryTable,
+    name: &str,
+    text: &str,
+    quick: bool,
+) -> Result<(&'t Category, iocache_sim::workload::WorkloadSpec)> {
+    let category = (table.categories.iter())
+        .find(|c| c.name == name)
+        .ok_or_else(|| invalid!("the built-in category table has no `{name}`"))?;
+    let mut spec = workload(text)?;
+    if quick {
+        for phase in &mut spec.phases {
+            phase.requests /= 5;
+        }
+    }
+    Ok((category, spec))
 }
