@@ -887,10 +887,14 @@ impl Engine {
     /// Whether a read of `length` bytes at `offset` of `volume` would now be
     /// served from the cache device alone: it spans at most
     /// [`QUICK_READ_MAX_LINES`] lines, each resident with every sector
-    /// valid, in shards with no poisoned line. A hint for a scheduler (the
-    /// NBD server serves such reads on the thread that read them instead of
-    /// waking another): it changes nothing, and the cache may change before
-    /// the read runs, which then only takes longer.
+    /// valid, in shards with no poisoned line, and no load balancer runs. A
+    /// hint for a scheduler (the NBD server serves such reads on the thread
+    /// that read them instead of waking another): it changes nothing, and
+    /// the cache may change before the read runs, which then only takes
+    /// longer. Under a load balancer no read is quick: served one at a time
+    /// per connection, hits would never queue at the cache device, and the
+    /// balancer, which measures that queue, would never see the cache as
+    /// the bottleneck (nor could a hit it sends to the backend be quick).
     pub fn read_would_hit(&self, volume: &Volume, offset: u64, length: u64) -> bool {
         let volume = volume.state();
         let Some(end) = offset.checked_add(length) else {
@@ -900,6 +904,9 @@ impl Engine {
             return false;
         }
         let inner = &*self.inner;
+        if inner.balance.is_some() {
+            return false;
+        }
         let first = offset >> inner.line_shift;
         let last = (end - 1) >> inner.line_shift;
         if last - first >= QUICK_READ_MAX_LINES {

@@ -277,6 +277,31 @@ fn sib_bypassing_loses_nothing() {
 /// nothing, so only the controller's probe can tell SIB how fast it is;
 /// once it knows, the saturated cache's tail goes to the backend, and
 /// every read still returns what was written.
+/// Under a load balancer no read is a quick hit (the NBD server's hint for
+/// serving it inline): hits must queue at the cache device for the
+/// balancer to see it as the bottleneck.
+#[test]
+fn no_read_is_quick_under_a_load_balancer() {
+    let devices = Devices::new();
+    for balance in [
+        None,
+        Some(BalanceConfig {
+            controller: BalanceController::Sib(SibConfig::default()),
+            interval_ns: 20_000_000,
+        }),
+    ] {
+        let balanced = balance.is_some();
+        let engine = devices.engine(balance);
+        engine.write(0, &[7u8; 4096], false).unwrap();
+        let mut buf = [0u8; 4096];
+        engine.read(0, &mut buf).unwrap();
+        assert_eq!(buf, [7u8; 4096]);
+        let volume = engine.default_volume();
+        assert_eq!(engine.read_would_hit(volume, 0, 4096), !balanced);
+        engine.shutdown().unwrap();
+    }
+}
+
 #[test]
 fn sib_learns_a_backend_the_cache_never_used() {
     const LINES: u64 = 24;
