@@ -157,6 +157,40 @@ fn reduction(ours: f64, base: f64) -> f64 {
     }
 }
 
+/// One configuration's run in `setting`: LRU over `cache_lines` 4 KiB
+/// lines with `write_policy`, under `controller`, on the setting's devices
+/// with a series every interval, the first `warmup_requests` warming.
+fn lbica_run(
+    setting: &Setting,
+    write_policy: &str,
+    controller: &str,
+    cache_lines: u64,
+    warmup_requests: u64,
+) -> Result<(RunSpec, SimOptions)> {
+    let run = RunSpec {
+        policy: PolicySpec::lru(),
+        size: CacheSize::Lines(cache_lines),
+        capacity_lines: cache_lines,
+        line_size: LineSize::new(4096)?,
+        settings: CacheSettings {
+            write_policy: write_policy.parse()?,
+            ..CacheSettings::default()
+        },
+    };
+    let options = SimOptions {
+        warmup_requests,
+        timing: Some(TimingSetup {
+            cache: parse_device(CACHE_DEVICE)?,
+            backend: parse_device(setting.backend)?,
+            arrivals: setting.arrivals(),
+            series_interval_ns: Some(INTERVAL_NS),
+        }),
+        adapt: Some(controller.parse()?),
+        ..SimOptions::default()
+    };
+    Ok((run, options))
+}
+
 /// Runs every workload under every configuration in one setting.
 fn run_setting(
     ctx: &Context,
@@ -169,28 +203,13 @@ fn run_setting(
         let mut trace = Vec::new();
         spec.write_disksim(&mut trace)?;
         for (label, write_policy, controller) in CONFIGS {
-            let line_size = LineSize::new(4096)?;
-            let run = RunSpec {
-                policy: PolicySpec::lru(),
-                size: CacheSize::Lines(CACHE_LINES),
-                capacity_lines: CACHE_LINES,
-                line_size,
-                settings: CacheSettings {
-                    write_policy: write_policy.parse()?,
-                    ..CacheSettings::default()
-                },
-            };
-            let options = SimOptions {
-                warmup_requests: spec.warm_requests(),
-                timing: Some(TimingSetup {
-                    cache: parse_device(CACHE_DEVICE)?,
-                    backend: parse_device(setting.backend)?,
-                    arrivals: setting.arrivals(),
-                    series_interval_ns: Some(INTERVAL_NS),
-                }),
-                adapt: Some(controller.parse()?),
-                ..SimOptions::default()
-            };
+            let (run, options) = lbica_run(
+                setting,
+                write_policy,
+                controller,
+                CACHE_LINES,
+                spec.warm_requests(),
+            )?;
             let mut reader = TraceReader::from_reader(
                 &format!("burst:{name}"),
                 Box::new(std::io::Cursor::new(trace.clone())),
@@ -265,27 +284,13 @@ fn run_trace(
     cache_lines: u64,
 ) -> Result<Outcome> {
     let (label, write_policy, controller) = config;
-    let run = RunSpec {
-        policy: PolicySpec::lru(),
-        size: CacheSize::Lines(cache_lines),
-        capacity_lines: cache_lines,
-        line_size: LineSize::new(4096)?,
-        settings: CacheSettings {
-            write_policy: write_policy.parse()?,
-            ..CacheSettings::default()
-        },
-    };
-    let options = SimOptions {
-        warmup_requests: input.facts.requests / 2,
-        timing: Some(TimingSetup {
-            cache: parse_device(CACHE_DEVICE)?,
-            backend: parse_device(setting.backend)?,
-            arrivals: setting.arrivals(),
-            series_interval_ns: Some(INTERVAL_NS),
-        }),
-        adapt: Some(controller.parse()?),
-        ..SimOptions::default()
-    };
+    let (run, options) = lbica_run(
+        setting,
+        write_policy,
+        controller,
+        cache_lines,
+        input.facts.requests / 2,
+    )?;
     let report = ctx
         .simulate(&mut input.reader()?, &[run], options)
         .at_file(&input.path)?;

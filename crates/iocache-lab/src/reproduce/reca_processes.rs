@@ -12,21 +12,21 @@
 //! replacement order; `iocache_core::reca::controller`). The paper does not
 //! say which parts its per-process caching sets apart.
 
-use crate::error::{invalid, Result};
+use crate::error::Result;
 use iocache_core::reca::{CategoryTable, RecaControllerParams};
-use iocache_core::{Fill, LineSize, PolicySpec, WritePolicy};
+use iocache_core::WritePolicy;
 use iocache_report::{Scale, Ticks};
-use iocache_sim::reca::{reca_characterize, RecaOptions};
-use iocache_sim::{CacheSettings, CacheSize, RunSpec, SimOptions};
+use iocache_sim::reca::RecaOptions;
+use iocache_sim::{RunSpec, SimOptions};
 use iocache_trace::{ReaderOptions, TraceFormat, TraceReader, TraceRecord};
 
+use super::reca_setup::{
+    cache_bytes_for, run_spec, whole_trace_category, Config, BACKEND_DEVICE, CACHE_DEVICE, OUTSTANDING,
+};
 use super::verdict::{Check, Claim, Tally, Tolerance, Verdict};
 use super::{axis, chart, closed_loop, gen_reader, series, workload, Context};
 use crate::reca_table::REFERENCES;
 
-const OUTSTANDING: u32 = 16;
-const CACHE_DEVICE: &str = "ssd";
-const BACKEND_DEVICE: &str = "hdd";
 /// Where the second process's data starts on the volume: past the
 /// reference workloads' 4 GiB volumes.
 const SECOND_OFFSET_BYTES: u64 = 8 << 30;
@@ -97,33 +97,11 @@ fn open(name: &str, text: &str) -> Result<TraceReader> {
 }
 
 fn run_mix(ctx: &Context, table: &CategoryTable, name: String, text: &str) -> Result<Mix> {
-    let requests = open(&name, text)?.count() as u64;
-    let whole = RecaControllerParams {
-        window_requests: requests.max(1),
-        ..RecaControllerParams::default()
-    };
-    let seen = reca_characterize(&mut open(&name, text)?, table, whole)?;
-    let category = (table.categories.iter())
-        .find(|c| c.name == seen.category)
-        .ok_or_else(|| invalid!("{name}: classified as `{}`, not in the table", seen.category))?;
-    let footprint = crate::experiment::footprint_lines(open(&name, text)?, LineSize::new(4096)?)?;
-    let cache_bytes = (footprint * 4096 / 5).next_multiple_of(128 << 10);
-    let spec = |policy: PolicySpec, line: u64, write_policy: WritePolicy| -> Result<RunSpec> {
-        let line_size = LineSize::new(line)?;
-        let size = CacheSize::Bytes(cache_bytes);
-        Ok(RunSpec {
-            policy,
-            size,
-            capacity_lines: size.lines(line_size)?.max(1),
-            line_size,
-            settings: CacheSettings {
-                write_policy,
-                fill: Fill::Line,
-                ..CacheSettings::default()
-            },
-        })
-    };
-    let mean_us = |specs: &[RunSpec], per_process: Option<bool>| -> Result<(f64, String)> {
+    let open = || open(&name, text);
+    let requests = open()?.count() as u64;
+    let (_, category) = whole_trace_category(&open, table, &name)?;
+    let cache_bytes = cache_bytes_for(open()?)?;
+    let mean_us = |spec: &RunSpec, per_process: Option<bool>| -> Result<(f64, String)> {
         let reca = per_process.map(|per_process| RecaOptions {
             table: table.clone(),
             params: RecaControllerParams {
@@ -138,7 +116,7 @@ fn run_mix(ctx: &Context, table: &CategoryTable, name: String, text: &str) -> Re
             reca,
             ..SimOptions::default()
         };
-        let report = ctx.simulate(&mut open(&name, text)?, specs, options)?;
+        let report = ctx.simulate(&mut open()?, std::slice::from_ref(spec), options)?;
         let run = &report.runs[0];
         let mean = run.timing.as_ref().map_or(f64::NAN, |t| t.all.mean_ns / 1e3);
         let changes = (run.reca.iter())
@@ -149,15 +127,14 @@ fn run_mix(ctx: &Context, table: &CategoryTable, name: String, text: &str) -> Re
             .join("; ");
         Ok((mean, changes))
     };
-    let larc = spec("larc".parse()?, 4096, WritePolicy::WriteBack)?;
-    let reca = spec(
-        category.policy_spec(None),
-        category.line_size.bytes(),
-        category.write_policy,
+    let larc = run_spec(
+        &Config::baseline("larc", 4096, WritePolicy::WriteBack)?,
+        cache_bytes,
     )?;
-    let (larc, _) = mean_us(&[larc], None)?;
-    let (global, _) = mean_us(std::slice::from_ref(&reca), Some(false))?;
-    let (per_process, process_categories) = mean_us(&[reca], Some(true))?;
+    let reca = run_spec(&Config::reca(category, None, None), cache_bytes)?;
+    let (larc, _) = mean_us(&larc, None)?;
+    let (global, _) = mean_us(&reca, Some(false))?;
+    let (per_process, process_categories) = mean_us(&reca, Some(true))?;
     Ok(Mix {
         name,
         category: category.name.clone(),

@@ -73,28 +73,11 @@ pub fn measure(
     open: &dyn Fn() -> Result<TraceReader>,
     configs: Vec<Config>,
 ) -> Result<(Measured, u64)> {
-    let footprint = crate::experiment::footprint_lines(open()?, LineSize::new(4096)?)?;
-    let cache_bytes = (footprint * 4096 / 5).next_multiple_of(128 << 10);
+    let cache_bytes = cache_bytes_for(open()?)?;
     let requests = open()?.count() as u64;
-    let mut specs = Vec::new();
-    for c in &configs {
-        let line_size = LineSize::new(c.line)?;
-        let size = CacheSize::Bytes(cache_bytes);
-        specs.push(RunSpec {
-            policy: c.policy.clone(),
-            size,
-            capacity_lines: size.lines(line_size)?.max(1),
-            line_size,
-            settings: CacheSettings {
-                write_policy: c.write_policy,
-                // A miss brings its whole line in, as the paper's cache
-                // (EnhanceIO's) does: what makes large lines pay on
-                // sequential categories.
-                fill: Fill::Line,
-                ..CacheSettings::default()
-            },
-        });
-    }
+    let specs = (configs.iter())
+        .map(|c| run_spec(c, cache_bytes))
+        .collect::<Result<Vec<_>>>()?;
     let options = SimOptions {
         warmup_requests: requests / 2,
         timing: Some(closed_loop(CACHE_DEVICE, BACKEND_DEVICE, OUTSTANDING, None)),
@@ -107,6 +90,33 @@ pub fn measure(
         .map(|run| run.timing.as_ref().map_or(f64::NAN, |t| t.all.mean_ns / 1e3))
         .collect();
     Ok((Measured { configs, mean_us }, cache_bytes))
+}
+
+/// A fifth of the footprint of the trace `reader` reads, in 4 KiB lines,
+/// rounded up to whole 128 KiB: the cache size of every ReCA reproduction.
+pub fn cache_bytes_for(reader: TraceReader) -> Result<u64> {
+    let footprint = crate::experiment::footprint_lines(reader, LineSize::new(4096)?)?;
+    Ok((footprint * 4096 / 5).next_multiple_of(128 << 10))
+}
+
+/// One configuration's run with a cache of `cache_bytes`.
+pub fn run_spec(c: &Config, cache_bytes: u64) -> Result<RunSpec> {
+    let line_size = LineSize::new(c.line)?;
+    let size = CacheSize::Bytes(cache_bytes);
+    Ok(RunSpec {
+        policy: c.policy.clone(),
+        size,
+        capacity_lines: size.lines(line_size)?.max(1),
+        line_size,
+        settings: CacheSettings {
+            write_policy: c.write_policy,
+            // A miss brings its whole line in, as the paper's cache
+            // (EnhanceIO's) does: what makes large lines pay on
+            // sequential categories.
+            fill: Fill::Line,
+            ..CacheSettings::default()
+        },
+    })
 }
 
 /// A trace file as a reader.
