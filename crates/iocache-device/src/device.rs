@@ -117,6 +117,16 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether a read of a few KiB completes in about the time of a memory
+    /// copy (RAM, a file mapped from tmpfs), so that a scheduler may run it
+    /// on the thread that received it rather than hand it to another. A
+    /// device that waits on hardware, a network or added latency says no,
+    /// the default: a read run inline there holds up every request queued
+    /// behind it on that thread.
+    fn reads_at_memory_speed(&self) -> bool {
+        false
+    }
+
     /// Checks that the device still holds all its bytes: a file truncated
     /// under it fails ([`DeviceError::Shrunk`]); the default, for devices
     /// that cannot shrink, passes. Cheap (one `fstat`): callers may check
@@ -285,6 +295,11 @@ macro_rules! forward_block_device {
             crate::device::forward_block_device!(@to self $to).in_place_sound()
         }
     };
+    (@method $to:tt reads_at_memory_speed) => {
+        fn reads_at_memory_speed(&self) -> bool {
+            crate::device::forward_block_device!(@to self $to).reads_at_memory_speed()
+        }
+    };
 }
 pub(crate) use forward_block_device;
 
@@ -292,6 +307,6 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     forward_block_device!(*;
         len_bytes, read_at, write_at, flush, discard, zeroes_fast, allocation, write_zeroes,
         alignment, name, raw_target, identity, check_intact, in_place, write_tearable_at,
-        in_place_sound,
+        in_place_sound, reads_at_memory_speed,
     );
 }

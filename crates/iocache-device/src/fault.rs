@@ -433,6 +433,11 @@ impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
         )
     }
 
+    /// As fast as the device it wraps, unless latency is added.
+    fn reads_at_memory_speed(&self) -> bool {
+        self.latency_ns.load(Ordering::Relaxed) == 0 && self.inner.reads_at_memory_speed()
+    }
+
     fn flush(&self) -> Result<(), DeviceError> {
         self.gate(IoKind::Flush, 0, 0)?;
         let mut j = self.journal.lock().unwrap();

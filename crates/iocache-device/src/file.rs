@@ -589,6 +589,11 @@ impl BlockDevice for FileDevice {
         self.mapping.as_ref().is_some_and(Mapping::sound)
     }
 
+    /// Mapped: the file lives in memory and reads copy out of the mapping.
+    fn reads_at_memory_speed(&self) -> bool {
+        self.mapping.is_some()
+    }
+
     fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
         // Whole blocks only: `write_at` reads, modifies and writes back a
         // partial block (direct I/O) under its stripe locks, which a copy

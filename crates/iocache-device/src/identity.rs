@@ -264,6 +264,7 @@ impl crate::BlockDevice for Identified {
     crate::device::forward_block_device!(inner;
         len_bytes, read_at, write_at, flush, discard, zeroes_fast, allocation, write_zeroes,
         alignment, name, raw_target, in_place, write_tearable_at, in_place_sound, check_intact,
+        reads_at_memory_speed,
     );
     fn identity(&self) -> Option<DeviceIdentity> {
         Some(self.identity.clone())

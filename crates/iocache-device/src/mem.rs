@@ -70,6 +70,10 @@ impl BlockDevice for MemDevice {
         self.len
     }
 
+    fn reads_at_memory_speed(&self) -> bool {
+        true
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         check_range(self, IoKind::Read, offset, buf.len() as u64)?;
         Self::for_each_chunk(offset, buf.len(), |c, within, r| {

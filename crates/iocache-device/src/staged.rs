@@ -155,6 +155,7 @@ impl std::fmt::Debug for Staged {
 impl BlockDevice for Staged {
     crate::device::forward_block_device!(inner;
         len_bytes, flush, zeroes_fast, allocation, alignment, name, identity, check_intact,
+        reads_at_memory_speed,
     );
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         if self.read_copy(buf, offset) {

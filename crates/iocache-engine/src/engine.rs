@@ -887,12 +887,16 @@ impl Engine {
     /// Whether a read of `length` bytes at `offset` of `volume` would now be
     /// served from the cache device alone: it spans at most
     /// [`QUICK_READ_MAX_LINES`] lines, each resident with every sector
-    /// valid, in shards with no poisoned line, and no load balancer runs. A
-    /// hint for a scheduler (the NBD server serves such reads on the thread
-    /// that read them instead of waking another): it changes nothing, and
-    /// the cache may change before the read runs, which then only takes
-    /// longer. Under a load balancer no read is quick: served one at a time
-    /// per connection, hits would never queue at the cache device, and the
+    /// valid, in shards with no poisoned line, on a cache device that reads
+    /// at memory speed ([`BlockDevice::reads_at_memory_speed`]), and no load
+    /// balancer runs. A hint for a scheduler (the NBD server serves such
+    /// reads on the thread that read them instead of waking another): it
+    /// changes nothing, and the cache may change before the read runs,
+    /// which then only takes longer. On a slower device (NVMe, an array of
+    /// them) a read served inline would hold up every request behind it on
+    /// its connection, so a client's hits would never overlap. Under a load
+    /// balancer no read is quick either: served one at a time per
+    /// connection, hits would never queue at the cache device, and the
     /// balancer, which measures that queue, would never see the cache as
     /// the bottleneck (nor could a hit it sends to the backend be quick).
     pub fn read_would_hit(&self, volume: &Volume, offset: u64, length: u64) -> bool {
@@ -904,7 +908,7 @@ impl Engine {
             return false;
         }
         let inner = &*self.inner;
-        if inner.balance.is_some() {
+        if inner.balance.is_some() || !inner.slots.dev.reads_at_memory_speed() {
             return false;
         }
         let first = offset >> inner.line_shift;

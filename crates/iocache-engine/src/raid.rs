@@ -1092,6 +1092,17 @@ impl BlockDevice for CacheArray {
         self.geometry.meta_bytes + self.geometry.slots() * self.geometry.line_bytes
     }
 
+    /// Every member in place reads at memory speed (a failed member's
+    /// reads go to the mirror, another member).
+    fn reads_at_memory_speed(&self) -> bool {
+        self.members.iter().all(|m| {
+            read(&m.device)
+                .device
+                .as_ref()
+                .is_none_or(|d| d.reads_at_memory_speed())
+        })
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         check_range(self, IoKind::Read, offset, buf.len() as u64)?;
         self.pieces(offset, buf.len() as u64, |member, at, range| {

@@ -766,3 +766,35 @@ fn a_read_would_hit_only_when_every_line_is_cached_in_full() {
     assert!(!engine.read_would_hit(&volume, u64::MAX - 10, 20));
     engine.shutdown().unwrap();
 }
+
+/// A cache device slower than memory (latency added, as an NVMe drive or a
+/// remote one has) makes no read quick, however well cached: served on the
+/// connection's own thread, each would hold up the requests behind it.
+#[test]
+fn no_read_is_quick_on_a_cache_device_slower_than_memory() {
+    let cache = cache_config(64, WritePolicy::WriteBack);
+    let device = Arc::new(FaultDevice::new(MemDevice::new(
+        "cache",
+        cache_device(&cache).len_bytes(),
+    )));
+    let a: Arc<dyn BlockDevice> = Arc::new(MemDevice::new("a", 1 << 20));
+    let engine = Engine::new(
+        engine_config(&cache, Lookup::Fine, Persistence::Dirty),
+        device.clone(),
+        a,
+    )
+    .unwrap();
+    let volume = engine.volume(0).unwrap();
+    engine.write(0, &vec![7u8; LINE as usize], false).unwrap();
+    assert!(engine.read_would_hit(&volume, 0, LINE));
+    device.set_latency(std::time::Duration::from_micros(50));
+    assert!(!engine.read_would_hit(&volume, 0, LINE));
+    // Still served from the cache, only not inline.
+    let mut buf = vec![0u8; LINE as usize];
+    engine.read(0, &mut buf).unwrap();
+    assert_eq!(buf, vec![7u8; LINE as usize]);
+    assert_eq!(engine.stats().cache.read_hits, 1);
+    device.set_latency(std::time::Duration::ZERO);
+    assert!(engine.read_would_hit(&volume, 0, LINE));
+    engine.shutdown().unwrap();
+}
