@@ -103,6 +103,9 @@ pub struct FileDevice {
     /// so every I/O goes through `read_at`/`write_at`, discards keep the
     /// pages, and flushes still `fdatasync` the file.
     mapping: Option<Mapping>,
+    /// The file lives on a filesystem that keeps data only in memory
+    /// (tmpfs, ramfs): reads are memory copies, mapped or not.
+    in_memory: bool,
     /// What the file or block device is (`identity.rs`), read at open.
     identity: DeviceIdentity,
 }
@@ -261,6 +264,7 @@ impl FileDevice {
             .beneath
             .as_ref()
             .map_or_else(|| path.to_path_buf(), |dir| dir.join(path));
+        let in_memory = !block_device && mapped::in_memory(&file);
         let files = reopen_stripes(file, &opts, &direct);
         Ok(FileDevice {
             files,
@@ -273,6 +277,7 @@ impl FileDevice {
             block_device,
             rmw_locks: (0..RMW_STRIPES).map(|_| Mutex::new(())).collect(),
             mapping: None,
+            in_memory,
             identity,
         })
     }
@@ -589,9 +594,8 @@ impl BlockDevice for FileDevice {
         self.mapping.as_ref().is_some_and(Mapping::sound)
     }
 
-    /// Mapped: the file lives in memory and reads copy out of the mapping.
     fn reads_at_memory_speed(&self) -> bool {
-        self.mapping.is_some()
+        self.in_memory
     }
 
     fn write_tearable_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {

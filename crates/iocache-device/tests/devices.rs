@@ -694,3 +694,20 @@ fn an_exclusive_open_refuses_a_second_opener_under_any_name() {
     let _ = std::fs::remove_file(&hard);
     let _ = std::fs::remove_file(&soft);
 }
+
+/// What reads at memory speed (a scheduler may serve it inline): RAM, a
+/// file on tmpfs; not a file on a disk, nor anything behind added latency.
+#[test]
+fn memory_speed_is_ram_and_tmpfs_without_added_latency() {
+    assert!(MemDevice::new("m", 4096).reads_at_memory_speed());
+    let (_shm, on_tmpfs) = open_file(TMPFS_DIR, false);
+    assert!(on_tmpfs.reads_at_memory_speed());
+    let (_disk, on_disk) = open_file(DISK_DIR, false);
+    assert!(!on_disk.reads_at_memory_speed());
+    let slow = fault(4096);
+    assert!(slow.reads_at_memory_speed());
+    slow.set_latency(Duration::from_micros(10));
+    assert!(!slow.reads_at_memory_speed());
+    let shared: Arc<dyn BlockDevice> = Arc::new(slow);
+    assert!(!shared.reads_at_memory_speed());
+}
