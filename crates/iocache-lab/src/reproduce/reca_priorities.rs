@@ -341,9 +341,14 @@ fn claims(verdict: &mut Verdict, swept: &[Swept], source: &str, scope: &str) {
             bests.push(format!("{}: {}", s.workload, moved.join(", ")));
         }
         for w in &s.sweeps {
-            near.count(w.own_near_best());
+            // A flat case (no value tried makes a difference) says nothing
+            // of which value is best: left out of the first claim's count.
+            if w.flat() {
+                flat += 1;
+            } else {
+                near.count(w.own_near_best());
+            }
             sensitive.count(w.sensitive());
-            flat += usize::from(w.flat());
             if !w.own_near_best() {
                 beaten.push(case_line(s, w));
             }
@@ -352,7 +357,7 @@ fn claims(verdict: &mut Verdict, swept: &[Swept], source: &str, scope: &str) {
             }
         }
     }
-    if near.cases == 0 {
+    if near.cases + flat == 0 {
         return;
     }
     let list = |v: &[String]| {
@@ -366,12 +371,14 @@ fn claims(verdict: &mut Verdict, swept: &[Swept], source: &str, scope: &str) {
         source,
         format!(
             "for each workload category and parameter the selected value performs best ({scope}: the table's value within {:.0} % of the best value tried, \
-             counted over every (workload, parameter) case that can act on at least {:.0} % of the requests)",
+             counted over every (workload, parameter) case that can act on at least {:.0} % of the requests and where some value tried changes performance \
+             by more than {:.0} %)",
             NEAR_BEST * 100.0,
-            MIN_SHARE * 100.0
+            MIN_SHARE * 100.0,
+            NEAR_BEST * 100.0
         ),
         format!(
-            "{near} ({flat} of them flat: no value tried changes performance by more than {:.0} %); clearly beaten: {}. \
+            "{near} ({flat} more cases left out as flat: no value tried changes performance by more than {:.0} %); clearly beaten: {}. \
              Every best value other than the table's: {}",
             NEAR_BEST * 100.0,
             list(&beaten),
@@ -610,6 +617,39 @@ mod tests {
         assert!(close.own_near_best() && close.sensitive());
         let beaten = sweep_of(&[(0.0, 1.02), (1.0, 1.0), (2.0, 1.0)], 1.0);
         assert!(!beaten.own_near_best() && !beaten.sensitive());
+    }
+
+    /// A flat case (no value tried matters) is left out of "the table's
+    /// value performs best", which it would hold for nothing.
+    #[test]
+    fn flat_cases_do_not_count_for_the_tables_value() {
+        let table = CategoryTable::builtin();
+        let swept = Swept {
+            workload: "w".into(),
+            category: table.categories[0].clone(),
+            sweeps: vec![
+                sweep_of(&[(-1.0, 1.0), (0.0, 1.0), (1.0, 1.0)], 1.0),
+                sweep_of(&[(-1.0, 1.0), (0.0, 1.004), (1.0, 1.0)], 1.0),
+                sweep_of(&[(0.0, 1.02), (1.0, 1.0), (2.0, 0.9)], 1.0),
+            ],
+            idle: Vec::new(),
+            own_us: 1.0,
+            cache_bytes: 1,
+        };
+        let mut verdict = Verdict::new("t", "t");
+        claims(&mut verdict, &[swept], "Fig. 16", "reference");
+        let best = &verdict.claims[0];
+        assert!(
+            best.ours.starts_with("0 of 1 (2 more cases left out as flat"),
+            "{}",
+            best.ours
+        );
+        assert_eq!(best.outcome, crate::reproduce::verdict::Outcome::Not);
+        assert!(
+            verdict.claims[1].ours.starts_with("1 of 3"),
+            "{}",
+            verdict.claims[1].ours
+        );
     }
 
     #[test]
