@@ -6,7 +6,6 @@ mod args;
 mod config;
 mod exit;
 mod gen_cli;
-mod huge_alloc;
 mod lab_cli;
 mod logging;
 mod mrc_cli;
@@ -18,7 +17,7 @@ mod signals;
 use iocache_core::units::count;
 
 #[global_allocator]
-static GLOBAL: huge_alloc::HugeTableAlloc = huge_alloc::HugeTableAlloc;
+static GLOBAL: iocache_sim::huge_alloc::HugeTableAlloc = iocache_sim::huge_alloc::HugeTableAlloc;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -284,13 +283,13 @@ struct TraceStatsArgs {
 fn main() {
     let cli = Cli::parse();
     // The offline commands' tables on huge pages; the server's memory
-    // stays as the system allocator gives it (huge_alloc.rs). Nothing of
+    // stays as the system allocator gives it (iocache_sim::huge_alloc). Nothing of
     // 1 MiB or more has been allocated yet.
     if matches!(
         cli.command,
         Command::Sim(_) | Command::Lab { .. } | Command::Trace { .. }
     ) {
-        huge_alloc::enable();
+        iocache_sim::huge_alloc::enable();
     }
     if let Err(e) = logging::init(cli.verbose, cli.quiet) {
         eprintln!("iocache: error: {e}");

@@ -8,6 +8,7 @@ pub mod adapt;
 pub mod allocate;
 pub mod burst;
 mod error;
+pub mod huge_alloc;
 pub mod mini;
 pub mod mrc;
 pub mod reca;

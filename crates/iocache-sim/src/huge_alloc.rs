@@ -1,4 +1,4 @@
-//! The binary's global allocator: the system allocator, with large
+//! A global allocator for the binary: the system allocator, with large
 //! allocations (the cache's slot records, line index and policy lists)
 //! placed on 2 MiB boundaries and marked for transparent huge pages once
 //! [`enable`] was called (by the offline commands, `sim`, `lab` and
