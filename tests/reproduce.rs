@@ -108,6 +108,15 @@ fn every_quick_reproduction_writes_figures_and_a_verdict() {
     }
     // The live one is not part of `all` (it needs fio and a quiet machine).
     assert!(!out.join("asplos23-live").exists());
+    // The lookup designs are also measured on the samples' own requests.
+    let lookup = check_dir(&out.join("asplos23-lookup"), "asplos23-lookup");
+    let on_traces = lookup["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["source"].as_str().unwrap().contains("on the real traces"))
+        .count();
+    assert_eq!(on_traces, 2, "{lookup}");
     // The fidelity check holds at the paper's size even in a quick run.
     let arc = check_dir(&out.join("arc-p2"), "arc-p2");
     assert_eq!(arc["outcome"], "reproduced", "{arc}");

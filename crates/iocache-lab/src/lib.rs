@@ -5,6 +5,7 @@
 //!   shards ([`experiment::run`]), one JSON line per point;
 //! - [`results`]: result files read back, merged, written as CSV and as a page;
 //! - [`live`]: the same points against a real `iocache serve` driven by fio;
+//! - [`replay`]: a real trace's requests replayed over NBD by our own client;
 //! - [`reports`]: the HTML reports of `lab report`, `sim --report` and
 //!   `trace mrc --report` (what is plotted and tabulated);
 //! - [`reproduce`]: the seed papers' findings re-run, with verdicts
@@ -19,6 +20,7 @@ pub mod error;
 pub mod experiment;
 pub mod live;
 pub mod reca_table;
+pub mod replay;
 pub mod reports;
 pub mod reproduce;
 pub mod results;

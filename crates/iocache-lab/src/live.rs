@@ -612,6 +612,141 @@ fn server_counts(admin: &Path) -> Result<(u64, u64, u64)> {
     ))
 }
 
+/// A running `iocache serve` of one live run, with its files: stopped
+/// (and its files removed) when dropped, the server first.
+struct Serving {
+    server: Guard,
+    _nbdkit: Option<Guard>,
+    socket: PathBuf,
+    admin: PathBuf,
+    log: PathBuf,
+    work: WorkDir,
+    _backend_work: Option<WorkDir>,
+}
+
+impl Serving {
+    /// A fresh server with `setup` in front of a backend of
+    /// `volume_bytes`, answering on its admin socket. `label` names the
+    /// run in errors.
+    fn start(
+        server_program: Server,
+        settings: &LiveSettings,
+        setup: &ServeSetup,
+        volume_bytes: u64,
+        label: &str,
+    ) -> Result<Serving> {
+        let work = WorkDir::new(&settings.dir, "iocache-live").within(|| "live.dir".to_string())?;
+        let backend_work = match &settings.backend_dir {
+            Some(dir) => {
+                Some(WorkDir::new(dir, "iocache-live-backend").within(|| "live.backend_dir".to_string())?)
+            }
+            None => None,
+        };
+        let backend_file = backend_work
+            .as_ref()
+            .map_or(work.path(), |d| d.path())
+            .join("backend.img");
+        let mut nbdkit = None;
+        let backend = match &settings.backend_delay {
+            None => backend_file.display().to_string(),
+            Some(delay) => {
+                let ms = delay_ms(delay)?;
+                std::fs::File::create(&backend_file)?.set_len(volume_bytes)?;
+                let socket = work.path().join("backend.sock");
+                let log = work.path().join("nbdkit.log");
+                let child = Command::new("nbdkit")
+                    .args(["-f", "-U"])
+                    .arg(&socket)
+                    .args(["--filter=delay", "file"])
+                    .arg(&backend_file)
+                    .args([format!("delay-read={ms}ms"), format!("delay-write={ms}ms")])
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(&log)?)
+                    .spawn()
+                    .map_err(|e| tool!("live.backend_delay needs nbdkit (apt-get install nbdkit): {e}"))?;
+                let mut guard = Guard {
+                    child: Some(child),
+                    what: "nbdkit (the delayed backend)".into(),
+                };
+                wait_socket(server_program.stop, &socket, &mut guard, &log)?;
+                nbdkit = Some(guard);
+                format!("nbd+unix:///?socket={}", socket.display())
+            }
+        };
+        let socket = work.path().join("nbd.sock");
+        let admin = work.path().join("admin.sock");
+        let log = work.path().join("serve.log");
+        let mut command = Command::new(server_program.program);
+        command
+            .arg("serve")
+            .args(["--backend", &backend])
+            .arg("--cache")
+            .arg(work.path().join("cache.img"))
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--admin-socket")
+            .arg(&admin)
+            .args(["--lookup", &settings.lookup, "--init"])
+            .args(setup.flags());
+        if settings.backend_delay.is_none() {
+            command.args(["--backend-size", &format!("{volume_bytes}B")]);
+        }
+        if let Some(slow) = &settings.slow_cache {
+            command.args(["--slow-cache", slow]);
+        }
+        if let Some(adapt) = settings.adapt.as_ref().filter(|_| setup.adapt.is_none()) {
+            command.args(["--adapt", adapt]);
+        }
+        command
+            .current_dir(work.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?);
+        let child = command.spawn().within(|| "starting iocache serve".to_string())?;
+        let mut server = Guard {
+            child: Some(child),
+            what: format!("iocache serve for {label}"),
+        };
+        wait_socket(server_program.stop, &socket, &mut server, &log)?;
+        wait_answering(server_program.stop, &admin, &mut server, &log)?;
+        Ok(Serving {
+            server,
+            _nbdkit: nbdkit,
+            socket,
+            admin,
+            log,
+            work,
+            _backend_work: backend_work,
+        })
+    }
+
+    /// The server's line hits, line accesses and promotions so far.
+    fn counts(&self) -> Result<(u64, u64, u64)> {
+        server_counts(&self.admin)
+    }
+
+    /// Stops the server. It writes dirty lines back as it stops: a
+    /// failure there is the run's failure too.
+    fn stop(mut self) -> Result<()> {
+        if let Some(status) = self.server.stop()?.filter(|s| !s.success()) {
+            return Err(tool!(
+                "{} exited with {status} when stopped:\n{}",
+                self.server.what,
+                tail(&self.log)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `measured` with the server's counts between `before` and `after`.
+fn with_counts(mut measured: Measured, before: (u64, u64, u64), after: (u64, u64, u64)) -> Measured {
+    measured.hits = after.0.saturating_sub(before.0);
+    measured.accesses = after.1.saturating_sub(before.1);
+    measured.promotions = after.2.saturating_sub(before.2);
+    measured
+}
+
 /// One live run: a fresh server with `setup` in front of a backend of
 /// `volume_bytes`, warmed and measured with the fio job of `spec`.
 /// `label` names the run in errors.
@@ -623,89 +758,17 @@ pub fn measure(
     label: &str,
 ) -> Result<Measured> {
     let volume_bytes = parse_byte_size(&spec.volume_size)?;
-    let work = WorkDir::new(&settings.dir, "iocache-live").within(|| "live.dir".to_string())?;
-    let backend_work = match &settings.backend_dir {
-        Some(dir) => {
-            Some(WorkDir::new(dir, "iocache-live-backend").within(|| "live.backend_dir".to_string())?)
-        }
-        None => None,
-    };
-    let backend_file = backend_work
-        .as_ref()
-        .map_or(work.path(), |d| d.path())
-        .join("backend.img");
-    let mut _nbdkit = None;
-    let backend = match &settings.backend_delay {
-        None => backend_file.display().to_string(),
-        Some(delay) => {
-            let ms = delay_ms(delay)?;
-            std::fs::File::create(&backend_file)?.set_len(volume_bytes)?;
-            let socket = work.path().join("backend.sock");
-            let log = work.path().join("nbdkit.log");
-            let child = Command::new("nbdkit")
-                .args(["-f", "-U"])
-                .arg(&socket)
-                .args(["--filter=delay", "file"])
-                .arg(&backend_file)
-                .args([format!("delay-read={ms}ms"), format!("delay-write={ms}ms")])
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log)?)
-                .spawn()
-                .map_err(|e| tool!("live.backend_delay needs nbdkit (apt-get install nbdkit): {e}"))?;
-            let mut guard = Guard {
-                child: Some(child),
-                what: "nbdkit (the delayed backend)".into(),
-            };
-            wait_socket(server_program.stop, &socket, &mut guard, &log)?;
-            _nbdkit = Some(guard);
-            format!("nbd+unix:///?socket={}", socket.display())
-        }
-    };
-    let socket = work.path().join("nbd.sock");
-    let admin = work.path().join("admin.sock");
-    let log = work.path().join("serve.log");
-    let mut command = Command::new(server_program.program);
-    command
-        .arg("serve")
-        .args(["--backend", &backend])
-        .arg("--cache")
-        .arg(work.path().join("cache.img"))
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--admin-socket")
-        .arg(&admin)
-        .args(["--lookup", &settings.lookup, "--init"])
-        .args(setup.flags());
-    if settings.backend_delay.is_none() {
-        command.args(["--backend-size", &format!("{volume_bytes}B")]);
-    }
-    if let Some(slow) = &settings.slow_cache {
-        command.args(["--slow-cache", slow]);
-    }
-    if let Some(adapt) = settings.adapt.as_ref().filter(|_| setup.adapt.is_none()) {
-        command.args(["--adapt", adapt]);
-    }
-    command
-        .current_dir(work.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?);
-    let child = command.spawn().within(|| "starting iocache serve".to_string())?;
-    let mut server = Guard {
-        child: Some(child),
-        what: format!("iocache serve for {label}"),
-    };
-    wait_socket(server_program.stop, &socket, &mut server, &log)?;
-    wait_answering(server_program.stop, &admin, &mut server, &log)?;
-    let uri = format!("nbd+unix:///iocache?socket={}", socket.display());
+    let serving = Serving::start(server_program, settings, setup, volume_bytes, label)?;
+    let work = serving.work.path();
+    let uri = format!("nbd+unix:///iocache?socket={}", serving.socket.display());
     let fio = |secs: u64, name: &str| -> Result<Option<Measured>> {
         if secs == 0 {
             return Ok(None);
         }
-        let job = work.path().join(format!("{name}.fio"));
+        let job = work.join(format!("{name}.fio"));
         std::fs::write(&job, fio_job(spec, &uri, secs, settings)?)?;
-        let output = work.path().join(format!("{name}.json"));
-        let errors = work.path().join(format!("{name}.err"));
+        let output = work.join(format!("{name}.json"));
+        let errors = work.join(format!("{name}.err"));
         let mut command = Command::new(&settings.fio);
         command
             .arg("--output-format=json+")
@@ -722,22 +785,48 @@ pub fn measure(
         Ok(Some(parse_fio(&text).within(|| format!("fio's {name} run"))?))
     };
     fio(seconds(&settings.warmup)?, "warmup")?;
-    let before = server_counts(&admin)?;
-    let mut measured = fio(seconds(&settings.duration)?, "measure")?.expect("duration ≥ 1 s");
-    let after = server_counts(&admin)?;
-    measured.hits = after.0.saturating_sub(before.0);
-    measured.accesses = after.1.saturating_sub(before.1);
-    measured.promotions = after.2.saturating_sub(before.2);
-    // The server writes dirty lines back as it stops: a failure there is
-    // the point's failure too.
-    if let Some(status) = server.stop()?.filter(|s| !s.success()) {
-        return Err(tool!(
-            "{} exited with {status} when stopped:\n{}",
-            server.what,
-            tail(&log)
-        ));
+    let before = serving.counts()?;
+    let measured = fio(seconds(&settings.duration)?, "measure")?.expect("duration ≥ 1 s");
+    let after = serving.counts()?;
+    serving.stop()?;
+    Ok(with_counts(measured, before, after))
+}
+
+/// One live run on a real trace: a fresh server with `setup` in front of
+/// a backend of the trace's span, its first `warmup` requests replayed
+/// unmeasured, then the rest measured, each time by `connections`
+/// connections of our own NBD client in a closed loop
+/// ([`crate::replay::replay_nbd`]). `settings.duration`, `warmup`,
+/// `iodepth` and `fio` do not apply. `label` names the run in errors.
+pub fn measure_trace(
+    server_program: Server,
+    settings: &LiveSettings,
+    setup: &ServeSetup,
+    trace: &crate::replay::TraceRequests,
+    warmup: usize,
+    connections: usize,
+    label: &str,
+) -> Result<Measured> {
+    let serving = Serving::start(server_program, settings, setup, trace.span_bytes, label)?;
+    let (first, rest) = trace.ios.split_at(warmup.min(trace.ios.len()));
+    let replay = |ios| {
+        crate::replay::replay_nbd(&serving.socket, "iocache", ios, connections, server_program.stop)
+            .within(|| format!("replaying the trace on {label}"))
+    };
+    if !first.is_empty() {
+        replay(first)?;
     }
-    Ok(measured)
+    let before = serving.counts()?;
+    let replayed = replay(rest)?;
+    let after = serving.counts()?;
+    serving.stop()?;
+    let measured = Measured {
+        read: replayed.read,
+        write: replayed.write,
+        seconds: replayed.seconds,
+        ..Measured::default()
+    };
+    Ok(with_counts(measured, before, after))
 }
 
 /// One point of an experiment to run live.
