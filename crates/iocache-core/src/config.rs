@@ -219,11 +219,12 @@ impl FromStr for Promotion {
         };
         let trimmed = s.trim();
         let (name, rest) = trimmed.split_once(':').unwrap_or((trimmed, ""));
-        let mut params = rest.split(':').filter(|p| !p.is_empty());
+        let given: Vec<&str> = rest.split(':').filter(|p| !p.is_empty()).collect();
+        let mut params = given.iter().copied();
         let unknown = |param: &str| bad(&format!("unknown parameter `{param}`"));
         // The one parameter of `request-size` and `write-rate`: a size
         // above 0 (a rate may end in `/s`).
-        let one_size = |params: &[&str], what: &str, example: &str| match params {
+        let one_size = |what: &str, example: &str| match given[..] {
             [] => Err(bad(&format!("give {what}: {example}"))),
             [text] => match parse_byte_size(text.strip_suffix("/s").unwrap_or(text)) {
                 Ok(0) => Err(bad(&format!("{what} must be above 0"))),
@@ -289,18 +290,10 @@ impl FromStr for Promotion {
                 Ok(Promotion::SecondHit { counters_per_line })
             }
             "request-size" => Ok(Promotion::RequestSize {
-                max_request_bytes: one_size(
-                    &params.collect::<Vec<_>>(),
-                    "the largest request admitted",
-                    "request-size:64KiB",
-                )?,
+                max_request_bytes: one_size("the largest request admitted", "request-size:64KiB")?,
             }),
             "write-rate" => Ok(Promotion::WriteRate {
-                bytes_per_sec: one_size(
-                    &params.collect::<Vec<_>>(),
-                    "the cache device's write budget",
-                    "write-rate:100MiB/s",
-                )?,
+                bytes_per_sec: one_size("the cache device's write budget", "write-rate:100MiB/s")?,
             }),
             _ => Err(CoreError::UnknownName {
                 what: "promotion policy",

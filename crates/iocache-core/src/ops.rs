@@ -167,111 +167,95 @@ impl OpSink for DiscardOps {
     fn clear(&mut self) {}
 }
 
-/// Extends `last` by `next` when they are the same kind of transfer and contiguous.
+impl Op {
+    /// The bytes the op moves (none for [`Op::Invalidate`]).
+    #[inline(always)]
+    pub fn length_bytes(&self) -> u64 {
+        match *self {
+            Op::ReadCache { length_bytes, .. }
+            | Op::WriteCache { length_bytes, .. }
+            | Op::WriteBack { length_bytes, .. } => u64::from(length_bytes),
+            Op::ReadBackend { length_bytes, .. } | Op::WriteBackend { length_bytes, .. } => length_bytes,
+            Op::Invalidate { .. } => 0,
+        }
+    }
+
+    /// The same op moved `by` bytes further along each range it names (in
+    /// the slot's line, on the backend, in the request buffer), and
+    /// `length` bytes long; `None` for an op that moves no data.
+    #[inline(always)]
+    fn shifted(&self, by: u64, length: u64) -> Option<Op> {
+        let mut op = *self;
+        // The range in the line, and the length (as wide as that range).
+        match &mut op {
+            Op::ReadCache {
+                line_offset_bytes: at,
+                length_bytes: len,
+                ..
+            }
+            | Op::WriteCache {
+                line_offset_bytes: at,
+                length_bytes: len,
+                ..
+            }
+            | Op::WriteBack {
+                line_offset_bytes: at,
+                length_bytes: len,
+                ..
+            } => {
+                *at += by as u32;
+                *len = length as u32;
+            }
+            Op::ReadBackend {
+                length_bytes: len, ..
+            }
+            | Op::WriteBackend {
+                length_bytes: len, ..
+            } => *len = length,
+            Op::Invalidate { .. } => return None,
+        }
+        // The range on the backend.
+        match &mut op {
+            Op::ReadBackend { offset_bytes: at, .. }
+            | Op::WriteBackend { offset_bytes: at, .. }
+            | Op::WriteBack { offset_bytes: at, .. } => *at += by,
+            Op::ReadCache { .. } | Op::WriteCache { .. } | Op::Invalidate { .. } => {}
+        }
+        // The range in the request buffer.
+        match &mut op {
+            Op::ReadCache {
+                buffer_offset_bytes: at,
+                ..
+            }
+            | Op::WriteCache {
+                buffer_offset_bytes: at,
+                ..
+            }
+            | Op::ReadBackend {
+                buffer_offset_bytes: at,
+                ..
+            }
+            | Op::WriteBackend {
+                buffer_offset_bytes: at,
+                ..
+            } => *at += by,
+            Op::WriteBack { .. } | Op::Invalidate { .. } => {}
+        }
+        Some(op)
+    }
+}
+
+/// Extends `last` by `next` when `next` is the same kind of transfer (same
+/// slot, volume and flags) and continues it on every range it names.
 #[inline(always)]
 fn merge(last: &mut Op, next: &Op) -> bool {
-    match (last, next) {
-        (
-            Op::ReadBackend {
-                volume,
-                offset_bytes,
-                length_bytes,
-                buffer_offset_bytes,
-            },
-            Op::ReadBackend {
-                volume: v2,
-                offset_bytes: o2,
-                length_bytes: l2,
-                buffer_offset_bytes: b2,
-            },
-        )
-        | (
-            Op::WriteBackend {
-                volume,
-                offset_bytes,
-                length_bytes,
-                buffer_offset_bytes,
-            },
-            Op::WriteBackend {
-                volume: v2,
-                offset_bytes: o2,
-                length_bytes: l2,
-                buffer_offset_bytes: b2,
-            },
-        ) if *volume == *v2
-            && *offset_bytes + *length_bytes == *o2
-            && *buffer_offset_bytes + *length_bytes == *b2 =>
-        {
-            *length_bytes += *l2;
-            true
-        }
-        (
-            Op::ReadCache {
-                slot,
-                line_offset_bytes,
-                length_bytes,
-                buffer_offset_bytes,
-            },
-            Op::ReadCache {
-                slot: s2,
-                line_offset_bytes: o2,
-                length_bytes: l2,
-                buffer_offset_bytes: b2,
-            },
-        ) if *slot == *s2
-            && *line_offset_bytes + *length_bytes == *o2
-            && *buffer_offset_bytes + *length_bytes as u64 == *b2 =>
-        {
-            *length_bytes += *l2;
-            true
-        }
-        (
-            Op::WriteCache {
-                slot,
-                line_offset_bytes,
-                length_bytes,
-                buffer_offset_bytes,
-                dirty,
-                fresh,
-            },
-            Op::WriteCache {
-                slot: s2,
-                line_offset_bytes: o2,
-                length_bytes: l2,
-                buffer_offset_bytes: b2,
-                dirty: d2,
-                fresh: f2,
-            },
-        ) if *slot == *s2
-            && *dirty == *d2
-            && *fresh == *f2
-            && *line_offset_bytes + *length_bytes == *o2
-            && *buffer_offset_bytes + *length_bytes as u64 == *b2 =>
-        {
-            *length_bytes += *l2;
-            true
-        }
-        (
-            Op::WriteBack {
-                slot,
-                line_offset_bytes,
-                length_bytes,
-                volume,
-                offset_bytes,
-            },
-            Op::WriteBack {
-                slot: s2,
-                line_offset_bytes: lo2,
-                length_bytes: l2,
-                volume: v2,
-                offset_bytes: o2,
-            },
-        ) if *slot == *s2
-            && *volume == *v2
-            && *line_offset_bytes + *length_bytes == *lo2
-            && *offset_bytes + *length_bytes as u64 == *o2 =>
-        {
-            *length_bytes += *l2;
+    if std::mem::discriminant(last) != std::mem::discriminant(next) {
+        return false;
+    }
+    let (own, more) = (last.length_bytes(), next.length_bytes());
+    match last.shifted(own, more) {
+        Some(continued) if continued == *next => {
+            *last = last.shifted(0, own + more).expect("a transfer");
             true
         }
         _ => false,

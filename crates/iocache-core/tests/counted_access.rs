@@ -39,21 +39,62 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+impl Step {
+    /// The request of a read or write step, at `now`.
+    fn request(&self, now: u64) -> Option<Request> {
+        match *self {
+            Step::Read {
+                offset_sectors,
+                sectors,
+            } => Some(Request::read(0, offset_sectors * 512, sectors * 512, now)),
+            Step::Write {
+                offset_sectors,
+                sectors,
+            } => Some(Request::write(0, offset_sectors * 512, sectors * 512, now)),
+            Step::Flush(_) => None,
+        }
+    }
+}
+
+/// A configuration of any registered policy, 1 to 47 lines of `512 << s`
+/// bytes for an `s` of `line_shifts`; with that `s`.
+fn any_config(line_shifts: Vec<u32>) -> impl Strategy<Value = (CacheConfig, u32)> {
+    (0..POLICIES.len(), 1u64..48, prop::sample::select(line_shifts)).prop_map(
+        |(policy, capacity, line_shift)| {
+            let spec: PolicySpec = POLICIES[policy].name.parse().unwrap();
+            (
+                CacheConfig::new(capacity, LineSize::new(512 << line_shift).unwrap(), spec),
+                line_shift,
+            )
+        },
+    )
+}
+
+/// `a` and `b` hold every line the steps can touch (lines of `512 <<
+/// line_shift` bytes) in the same state.
+fn same_lines(a: &Cache, b: &Cache, line_shift: u32) -> Result<(), TestCaseError> {
+    let lines_touched = (600 * 512) >> (9 + line_shift);
+    for line_index in 0..=lines_touched {
+        let key = LineKey {
+            volume: 0,
+            line_index,
+        };
+        prop_assert_eq!(a.line_state(key), b.line_state(key), "line {}", line_index);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(600))]
 
     #[test]
     fn counted_access_decides_as_access_does(
-        policy in 0..POLICIES.len(),
-        capacity in 1u64..48,
-        line_shift in prop::sample::select(vec![0u32, 1, 3, 7]),
+        (mut config, line_shift) in any_config(vec![0, 1, 3, 7]),
         write_policy in prop::sample::select(&WritePolicy::ALL[..]),
         nhit in any::<bool>(),
         inline_dirty_eviction in any::<bool>(),
         steps in prop::collection::vec(step(), 1..200),
     ) {
-        let spec: PolicySpec = POLICIES[policy].name.parse().unwrap();
-        let mut config = CacheConfig::new(capacity, LineSize::new(512 << line_shift).unwrap(), spec);
         config.write_policy = write_policy;
         config.inline_dirty_eviction = inline_dirty_eviction;
         if nhit {
@@ -64,19 +105,16 @@ proptest! {
         let (mut ops, mut tokens) = (OpList::new(), Vec::new());
         for (now, step) in steps.iter().enumerate() {
             let now = now as u64 * 1000;
-            let request = match *step {
-                Step::Read { offset_sectors, sectors } => Request::read(0, offset_sectors * 512, sectors * 512, now),
-                Step::Write { offset_sectors, sectors } => Request::write(0, offset_sectors * 512, sectors * 512, now),
-                Step::Flush(lines) => {
-                    for cache in [&mut full, &mut counted] {
-                        cache.begin_flush(FlushOrder::Oldest, lines, &mut ops, &mut tokens);
-                        for token in &tokens {
-                            cache.complete_flush(token, true);
-                        }
+            if let Step::Flush(lines) = *step {
+                for cache in [&mut full, &mut counted] {
+                    cache.begin_flush(FlushOrder::Oldest, lines, &mut ops, &mut tokens);
+                    for token in &tokens {
+                        cache.complete_flush(token, true);
                     }
-                    continue;
                 }
-            };
+                continue;
+            }
+            let request = step.request(now).expect("a read or a write");
             let a = full.access(&request, &mut ops).unwrap();
             let b = counted.access_counted(&request, Default::default()).unwrap();
             prop_assert_eq!(a, b, "summary of {:?}", request);
@@ -85,11 +123,7 @@ proptest! {
         prop_assert_eq!(full.policy_counters(), counted.policy_counters());
         prop_assert_eq!(full.resident_lines(), counted.resident_lines());
         prop_assert_eq!(full.dirty_lines(), counted.dirty_lines());
-        let lines_touched = (600 * 512) >> (9 + line_shift);
-        for line_index in 0..=lines_touched {
-            let key = LineKey { volume: 0, line_index };
-            prop_assert_eq!(full.line_state(key), counted.line_state(key), "line {}", line_index);
-        }
+        same_lines(&full, &counted, line_shift)?;
         counted.check_invariants();
     }
 }
@@ -135,25 +169,17 @@ proptest! {
     /// accepted without a panic.
     #[test]
     fn prefetch_ahead_changes_no_decision(
-        policy in 0..POLICIES.len(),
-        capacity in 1u64..48,
-        line_shift in prop::sample::select(vec![0u32, 3]),
+        (config, line_shift) in any_config(vec![0, 3]),
         steps in prop::collection::vec(step(), 1..150),
         odd_offset in any::<u64>(),
         odd_length in any::<u64>(),
     ) {
-        let spec: PolicySpec = POLICIES[policy].name.parse().unwrap();
-        let config = CacheConfig::new(capacity, LineSize::new(512 << line_shift).unwrap(), spec);
         let mut plain = Cache::new(config.clone()).unwrap();
         let mut hinted = Cache::new(config).unwrap();
         let requests: Vec<Request> = steps
             .iter()
             .enumerate()
-            .filter_map(|(now, step)| match *step {
-                Step::Read { offset_sectors, sectors } => Some(Request::read(0, offset_sectors * 512, sectors * 512, now as u64)),
-                Step::Write { offset_sectors, sectors } => Some(Request::write(0, offset_sectors * 512, sectors * 512, now as u64)),
-                Step::Flush(_) => None,
-            })
+            .filter_map(|(now, step)| step.request(now as u64))
             .collect();
         let odd = Request::read(7, odd_offset, odd_length, 0);
         for (at, request) in requests.iter().enumerate() {
@@ -167,10 +193,6 @@ proptest! {
             prop_assert_eq!(plain.stats(), hinted.stats(), "counters after {:?}", request);
         }
         prop_assert_eq!(plain.policy_counters(), hinted.policy_counters());
-        let lines_touched = (600 * 512) >> (9 + line_shift);
-        for line_index in 0..=lines_touched {
-            let key = LineKey { volume: 0, line_index };
-            prop_assert_eq!(plain.line_state(key), hinted.line_state(key), "line {}", line_index);
-        }
+        same_lines(&plain, &hinted, line_shift)?;
     }
 }

@@ -7,9 +7,10 @@
 
 mod common;
 
+use common::driver::{key, Driver};
 use common::{action, any_inserting_write_policy, cache, model_cache, Harness};
-use iocache_core::policy::{Access, AccessInfo, Clock, Fifo, Lfu, ReplacementPolicy, S3Fifo, Sieve, TwoQ};
-use iocache_core::{LineKey, OpList, Request, WritePolicy};
+use iocache_core::policy::{Access, Clock, Fifo, Lfu, S3Fifo, Sieve, TwoQ};
+use iocache_core::{OpList, Request, WritePolicy};
 use proptest::prelude::*;
 
 /// Every policy of this set, with non-default parameters too.
@@ -28,13 +29,6 @@ const POLICY_NAMES: &[&str] = &[
     "access:history=1",
     "access:gate=0:history=0",
 ];
-
-fn key(i: u64) -> LineKey {
-    LineKey {
-        volume: 0,
-        line_index: i,
-    }
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1500))]
@@ -192,81 +186,6 @@ fn every_policy_runs_a_mixed_workload_with_multi_line_requests() {
         }
         assert!(h.cache.resident_lines() <= 16, "{name}");
         h.flush_all_and_check_backend();
-    }
-}
-
-/// Drives a bare policy the way the cache does (admit, on_miss, on_insert,
-/// on_remove), with its own slot table, checking every victim is resident.
-struct Driver<P: ReplacementPolicy> {
-    policy: P,
-    slots: Vec<Option<u64>>,
-    free: Vec<u32>,
-    now: u64,
-}
-
-impl<P: ReplacementPolicy> Driver<P> {
-    fn new(policy: P, capacity: usize) -> Self {
-        Driver {
-            policy,
-            slots: vec![None; capacity],
-            free: (0..capacity as u32).rev().collect(),
-            now: 0,
-        }
-    }
-
-    fn slot_of(&self, line: u64) -> Option<u32> {
-        self.slots.iter().position(|s| *s == Some(line)).map(|s| s as u32)
-    }
-
-    fn access(&mut self, line: u64) {
-        self.now += 1;
-        let info = AccessInfo::read_at(self.now);
-        if let Some(slot) = self.slot_of(line) {
-            self.policy.on_hit(slot, &info);
-            return;
-        }
-        if self.policy.admit(key(line), &info) == Some(false) {
-            return;
-        }
-        let need = self.free.is_empty();
-        let mut victims = Vec::new();
-        self.policy.on_miss(key(line), need, &info, &mut victims);
-        assert!(need || victims.is_empty());
-        assert!(!need || !victims.is_empty(), "a needed victim was named");
-        for v in victims {
-            assert!(
-                self.slots[v as usize].take().is_some(),
-                "victim {v} is not resident"
-            );
-            self.free.push(v);
-        }
-        let slot = self.free.pop().unwrap();
-        self.slots[slot as usize] = Some(line);
-        self.policy.on_insert(slot, key(line), &info);
-    }
-
-    fn remove(&mut self, line: u64) {
-        if let Some(slot) = self.slot_of(line) {
-            self.policy.on_remove(slot);
-            self.slots[slot as usize] = None;
-            self.free.push(slot);
-        }
-    }
-
-    fn resident(&self) -> usize {
-        self.slots.iter().flatten().count()
-    }
-
-    /// Runs `ops` (line, invalidate?) and calls `check` after each.
-    fn run(&mut self, ops: &[(u64, bool)], check: impl Fn(&P, usize)) {
-        for &(line, invalidate) in ops {
-            if invalidate {
-                self.remove(line);
-            } else {
-                self.access(line);
-            }
-            check(&self.policy, self.resident());
-        }
     }
 }
 

@@ -85,6 +85,29 @@ pub struct LineRecord {
     pub epoch: Option<u32>,
 }
 
+impl LineRecord {
+    /// A line outside a cache array and ordered write-back (no mirror, no
+    /// epoch), dirty when a bit of `dirty_bits` is set.
+    pub fn new(
+        volume: u32,
+        line_index: u64,
+        data_hash: Option<u64>,
+        valid: Vec<u64>,
+        dirty_bits: Vec<u64>,
+    ) -> Self {
+        LineRecord {
+            volume,
+            line_index,
+            dirty: dirty_bits.iter().any(|&w| w != 0),
+            data_hash,
+            valid,
+            dirty_bits,
+            mirror: None,
+            epoch: None,
+        }
+    }
+}
+
 /// One record: a sequence number and what the slot holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {

@@ -15,16 +15,13 @@ fn sample_line(layout: &Layout) -> Record {
     let dirty_bits: Vec<u64> = valid.iter().map(|v| v & 0x0f0f_0f0f_0f0f_0f0f).collect();
     Record {
         sequence: 0x0102_0304_0506_0708,
-        line: Some(LineRecord {
-            volume: 42,
-            line_index: 123_456,
-            dirty: dirty_bits.iter().any(|&d| d != 0),
-            data_hash: Some(0xdead_beef_cafe_f00d),
+        line: Some(LineRecord::new(
+            42,
+            123_456,
+            Some(0xdead_beef_cafe_f00d),
             valid,
             dirty_bits,
-            mirror: None,
-            epoch: None,
-        }),
+        )),
     }
 }
 

@@ -96,29 +96,11 @@ fn records_of_every_line_size_round_trip_at_the_extremes() {
             },
             Record {
                 sequence: 2,
-                line: Some(LineRecord {
-                    volume: 0,
-                    line_index: 0,
-                    dirty: false,
-                    data_hash: None,
-                    valid: vec![0; words],
-                    dirty_bits: vec![0; words],
-                    mirror: None,
-                    epoch: None,
-                }),
+                line: Some(LineRecord::new(0, 0, None, vec![0; words], vec![0; words])),
             },
             Record {
                 sequence: 3,
-                line: Some(LineRecord {
-                    volume: 1,
-                    line_index: 5,
-                    dirty: false,
-                    data_hash: Some(0),
-                    valid: full.clone(),
-                    dirty_bits: vec![0; words],
-                    mirror: None,
-                    epoch: None,
-                }),
+                line: Some(LineRecord::new(1, 5, Some(0), full.clone(), vec![0; words])),
             },
         ];
         for record in cases {
@@ -137,16 +119,13 @@ fn record_bitmaps_are_little_endian_bits_per_sector() {
     let layout = Layout::for_slots(64 << 10, 1).unwrap(); // 128 sectors, 16 bitmap bytes
     let record = Record {
         sequence: 9,
-        line: Some(LineRecord {
-            volume: 3,
-            line_index: 4,
-            dirty: true,
-            data_hash: None,
-            valid: vec![1 | 1 << 9, 1 << 63],
-            dirty_bits: vec![1 << 9, 0],
-            mirror: None,
-            epoch: None,
-        }),
+        line: Some(LineRecord::new(
+            3,
+            4,
+            None,
+            vec![1 | 1 << 9, 1 << 63],
+            vec![1 << 9, 0],
+        )),
     };
     let bytes = encode(&record, &layout);
     assert_eq!(&bytes[..4], b"IOCR");
@@ -170,16 +149,7 @@ fn record_bitmaps_are_little_endian_bits_per_sector() {
 #[test]
 fn encode_record_rejects_broken_lines() {
     let layout = Layout::for_slots(4096, 4).unwrap(); // 8 sectors, one word
-    let good = LineRecord {
-        volume: 1,
-        line_index: 2,
-        dirty: true,
-        data_hash: None,
-        valid: vec![0b1111],
-        dirty_bits: vec![0b0011],
-        mirror: None,
-        epoch: None,
-    };
+    let good = LineRecord::new(1, 2, None, vec![0b1111], vec![0b0011]);
     let mut out = vec![0u8; 64];
     let try_encode = |line: LineRecord, out: &mut [u8]| {
         encode_record(

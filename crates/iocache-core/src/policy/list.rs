@@ -72,24 +72,28 @@ impl Links {
 
     #[inline]
     pub fn push_head(&mut self, list: &mut ListHead, node: u32) {
-        self.nodes[node as usize] = [NIL, list.head];
-        if list.head != NIL {
-            self.nodes[list.head as usize][PREV] = node;
-        } else {
-            list.tail = node;
-        }
-        list.head = node;
-        list.len += 1;
+        self.link(list, NIL, list.head, node);
     }
 
     pub fn push_tail(&mut self, list: &mut ListHead, node: u32) {
-        self.nodes[node as usize] = [list.tail, NIL];
-        if list.tail != NIL {
-            self.nodes[list.tail as usize][NEXT] = node;
+        self.link(list, list.tail, NIL, node);
+    }
+
+    /// Links `node` between `prev` and `next`, neighbours on `list` (`NIL`
+    /// past an end, which `node` then becomes).
+    #[inline(always)]
+    fn link(&mut self, list: &mut ListHead, prev: u32, next: u32, node: u32) {
+        self.nodes[node as usize] = [prev, next];
+        if prev != NIL {
+            self.nodes[prev as usize][NEXT] = node;
         } else {
             list.head = node;
         }
-        list.tail = node;
+        if next != NIL {
+            self.nodes[next as usize][PREV] = node;
+        } else {
+            list.tail = node;
+        }
         list.len += 1;
     }
 
@@ -121,15 +125,8 @@ impl Links {
     /// Links `node` just before `old` (toward the head); `old` must be on `list`.
     pub fn insert_before(&mut self, list: &mut ListHead, old: u32, node: u32) {
         let prev = self.nodes[old as usize][PREV];
-        self.nodes[node as usize] = [prev, old];
-        self.nodes[old as usize][PREV] = node;
-        if prev != NIL {
-            self.nodes[prev as usize][NEXT] = node;
-        } else {
-            debug_assert_eq!(list.head, old);
-            list.head = node;
-        }
-        list.len += 1;
+        debug_assert!(prev != NIL || list.head == old);
+        self.link(list, prev, old, node);
     }
 
     #[inline(always)]

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod driver;
+
 use std::collections::HashMap;
 
 use iocache_core::{

@@ -75,6 +75,12 @@ const BACKEND: u8 = 1;
 /// Where backend volume `v`'s offsets start in the backend device's address space.
 const VOLUME_STRIDE: u64 = 1 << 44;
 
+/// Where `offset` of `volume` lies in the one backend address space
+/// (volumes `VOLUME_STRIDE` apart).
+fn backend_address(volume: u32, offset: u64) -> u64 {
+    (volume as u64).wrapping_mul(VOLUME_STRIDE).wrapping_add(offset)
+}
+
 /// The devices and options of a [`TimingModel`].
 #[derive(Clone, Debug)]
 pub struct TimingConfig {
@@ -523,6 +529,23 @@ impl TimingModel {
         self.edge(prev, n);
     }
 
+    /// A node for `len` bytes of `slot`'s line from `offset`, after the
+    /// slot's last node.
+    fn slot_node(&mut self, dir: Dir, slot: u32, offset: u32, len: u32, visible: bool, request: u32) -> u32 {
+        let addr = slot as u64 * self.line_bytes + offset as u64;
+        let n = self.new_node(CACHE, dir, addr, len as u64, visible, request);
+        self.after_slot(slot, n);
+        n
+    }
+
+    /// A node for `len` bytes of the backend at `addr`, after the earlier
+    /// write-backs it overlaps.
+    fn backend_node(&mut self, dir: Dir, addr: u64, len: u64, visible: bool, request: u32) -> u32 {
+        let n = self.new_node(BACKEND, dir, addr, len, visible, request);
+        self.after_write_backs(addr, addr + len, n);
+        n
+    }
+
     /// Backend I/O `n` on `[a, b)` waits for overlapping earlier write-backs.
     fn after_write_backs(&mut self, a: u64, b: u64, n: u32) {
         for i in 0..self.write_backs.len() {
@@ -553,9 +576,6 @@ impl TimingModel {
         self.built.clear();
         let reading = kind == Some(IoKind::Read);
         let writing = kind == Some(IoKind::Write);
-        let line = self.line_bytes;
-        let backend =
-            |volume: u32, offset: u64| (volume as u64).wrapping_mul(VOLUME_STRIDE).wrapping_add(offset);
         let mut visible = 0u32;
         for op in ops {
             match *op {
@@ -565,10 +585,8 @@ impl TimingModel {
                     length_bytes,
                     ..
                 } => {
-                    let addr = slot as u64 * line + line_offset_bytes as u64;
-                    let n = self.new_node(CACHE, Dir::Read, addr, length_bytes as u64, reading, request);
+                    self.slot_node(Dir::Read, slot, line_offset_bytes, length_bytes, reading, request);
                     visible += reading as u32;
-                    self.after_slot(slot, n);
                 }
                 Op::WriteCache {
                     slot,
@@ -577,10 +595,15 @@ impl TimingModel {
                     buffer_offset_bytes,
                     ..
                 } => {
-                    let addr = slot as u64 * line + line_offset_bytes as u64;
-                    let n = self.new_node(CACHE, Dir::Write, addr, length_bytes as u64, writing, request);
+                    let n = self.slot_node(
+                        Dir::Write,
+                        slot,
+                        line_offset_bytes,
+                        length_bytes,
+                        writing,
+                        request,
+                    );
                     visible += writing as u32;
-                    self.after_slot(slot, n);
                     if reading {
                         let source = self.fill_source(buffer_offset_bytes);
                         self.edge(source, n);
@@ -592,10 +615,9 @@ impl TimingModel {
                     length_bytes,
                     buffer_offset_bytes,
                 } => {
-                    let addr = backend(volume, offset_bytes);
-                    let n = self.new_node(BACKEND, Dir::Read, addr, length_bytes, reading, request);
+                    let addr = backend_address(volume, offset_bytes);
+                    let n = self.backend_node(Dir::Read, addr, length_bytes, reading, request);
                     visible += reading as u32;
-                    self.after_write_backs(addr, addr + length_bytes, n);
                     self.backend_reads
                         .push((buffer_offset_bytes, buffer_offset_bytes + length_bytes, n));
                 }
@@ -605,10 +627,9 @@ impl TimingModel {
                     length_bytes,
                     ..
                 } => {
-                    let addr = backend(volume, offset_bytes);
-                    let n = self.new_node(BACKEND, Dir::Write, addr, length_bytes, writing, request);
+                    let addr = backend_address(volume, offset_bytes);
+                    self.backend_node(Dir::Write, addr, length_bytes, writing, request);
                     visible += writing as u32;
-                    self.after_write_backs(addr, addr + length_bytes, n);
                 }
                 Op::WriteBack {
                     slot,
@@ -618,10 +639,8 @@ impl TimingModel {
                     offset_bytes,
                 } => {
                     let len = length_bytes as u64;
-                    let addr = slot as u64 * line + line_offset_bytes as u64;
-                    let r = self.new_node(CACHE, Dir::Read, addr, len, false, request);
-                    self.after_slot(slot, r);
-                    let baddr = backend(volume, offset_bytes);
+                    let r = self.slot_node(Dir::Read, slot, line_offset_bytes, length_bytes, false, request);
+                    let baddr = backend_address(volume, offset_bytes);
                     let w = self.new_node(BACKEND, Dir::Write, baddr, len, false, request);
                     self.edge(r, w);
                     self.slot_last.insert(slot, w);
