@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 mod common;
-use common::{iocache, run_ok, stderr, stdout, temp_dir};
+use common::{iocache, json_strings, run_ok, stderr, stdout, temp_dir};
 
 /// Runs `iocache args`, which must succeed, and parses its stdout as JSON.
 fn run_json(args: &[&str]) -> serde_json::Value {
@@ -1541,12 +1541,7 @@ fn adaptive_decisions_in_the_json_equal_the_text() {
             event.contains(&format!(" {old} -> {} [", change["new"].as_str().unwrap())),
             "{event}"
         );
-        let said: Vec<&str> = change["changes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c.as_str().unwrap())
-            .collect();
+        let said = json_strings(&change["changes"]);
         assert!(
             event.ends_with(&format!("; {}", said.join("; "))),
             "{event} / {said:?}"

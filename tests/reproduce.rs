@@ -11,7 +11,7 @@ use std::process::Output;
 use serde_json::Value;
 
 mod common;
-use common::{iocache, run_ok, stderr, stdout, temp_dir, TestDir};
+use common::{iocache, json_strings, run_ok, stderr, stdout, temp_dir, TestDir};
 
 /// The arguments of `iocache lab reproduce NAME --quick [--traces TRACES]
 /// --out OUT`.
@@ -146,11 +146,9 @@ fn without_the_traces_the_reproductions_say_what_they_skipped() {
     reproduce_quick("icpp22", Some(&empty), &out);
     let verdict = check_dir(&out.join("icpp22"), "icpp22");
     assert!(!verdict["claims"].as_array().unwrap().is_empty());
-    assert!(verdict["skipped"]
-        .as_array()
-        .unwrap()
+    assert!(json_strings(&verdict["skipped"])
         .iter()
-        .any(|s| s.as_str().unwrap().contains("sample")));
+        .any(|s| s.contains("sample")));
 
     // So does LBICA, and its real-trace part is listed as skipped.
     reproduce_quick("lbica", Some(&empty), &out);
@@ -205,12 +203,7 @@ fn lbica_compares_wb_sib_and_lbica_under_bursts() {
     // the samples are at hand.
     let on_traces = real_trace_claims(&verdict);
     assert_eq!(claims.len(), 6 + on_traces, "{verdict}");
-    let figures: Vec<&str> = verdict["figures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f.as_str().unwrap())
-        .collect();
+    let figures = json_strings(&verdict["figures"]);
     for name in [
         "lbica-fig7-latency.svg",
         "lbica-fig4-5-load-rr.svg",
@@ -222,11 +215,8 @@ fn lbica_compares_wb_sib_and_lbica_under_bursts() {
     assert!(bottleneck["claim"].as_str().unwrap().contains("bottleneck"));
     assert_eq!(bottleneck["outcome"], "reproduced", "{bottleneck}");
     // The measured numbers are in the verdict, one entry per workload and configuration.
-    let setup = verdict["setup"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
+    let setup = json_strings(&verdict["setup"])
+        .into_iter()
         .find(|s| s.starts_with("measured: "))
         .expect("the measured numbers")
         .to_string();

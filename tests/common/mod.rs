@@ -447,6 +447,17 @@ pub fn stats_json(dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The strings of a JSON array of strings (a verdict's figures, a change's
+/// list), panicking on anything else.
+pub fn json_strings(array: &serde_json::Value) -> Vec<&str> {
+    array
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect()
+}
+
 /// `iocache ctl set` of each of `changes` (KEY=VALUE lists) in turn, one
 /// every `pause`, on the server run in `dir` until `stop`; each must
 /// succeed. Returns how many were made.

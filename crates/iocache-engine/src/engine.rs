@@ -42,7 +42,7 @@ mod barrier;
 mod cleaner;
 mod discard;
 mod execute;
-pub use discard::Zeroing;
+pub use discard::{BlockCommandStats, Zeroing};
 mod health_state;
 mod in_place;
 pub use in_place::InPlace;
@@ -364,18 +364,8 @@ pub struct EngineStats {
     pub balance: Option<BalanceStats>,
     /// Barriers run by the commit interval (`EngineConfig::commit_interval`).
     pub commits: u64,
-    /// Discard (TRIM) requests served.
-    pub discards: u64,
-    /// Zeroing requests served without zero buffers for their whole lines.
-    pub zeroings: u64,
-    /// Lines dropped by discards and zeroings.
-    pub dropped_lines: u64,
-    /// Of those, lines whose dirty data was discarded, never written back.
-    pub dropped_dirty_lines: u64,
-    /// Bytes asked to be read into the cache ([`Engine::warm_range`]:
-    /// NBD_CMD_CACHE, `ctl warm`), and those read so far.
-    pub warm_requested_bytes: u64,
-    pub warmed_bytes: u64,
+    /// Discards, zeroings and warming.
+    pub block_commands: BlockCommandStats,
     /// Ordered write-back's state, when it is on.
     pub ordered: Option<OrderedStats>,
 }
@@ -1077,20 +1067,7 @@ impl Engine {
                 .intent_flushes
                 .load(Ordering::Relaxed),
             commits: self.inner.metadata.commits(),
-            discards: self.inner.discard_counters.discards.load(Ordering::Relaxed),
-            zeroings: self.inner.discard_counters.zeroings.load(Ordering::Relaxed),
-            dropped_lines: self.inner.discard_counters.dropped_lines.load(Ordering::Relaxed),
-            dropped_dirty_lines: self
-                .inner
-                .discard_counters
-                .dropped_dirty_lines
-                .load(Ordering::Relaxed),
-            warm_requested_bytes: self
-                .inner
-                .discard_counters
-                .warm_requested_bytes
-                .load(Ordering::Relaxed),
-            warmed_bytes: self.inner.discard_counters.warmed_bytes.load(Ordering::Relaxed),
+            block_commands: self.inner.discard_counters.read(),
             intent_log_full: self
                 .inner
                 .metadata

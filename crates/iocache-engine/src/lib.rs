@@ -41,7 +41,6 @@ mod raid;
 mod recovery;
 mod stripe;
 
-pub use engine::Zeroing;
 pub use engine::{
     formatted_lines, recorded_reca_line_size, ArrayEngineStats, BalanceConfig, BalanceController,
     BalanceDecision, BalanceLoad, BalanceStats, CachedCopy, CachedRange, DeviceQueueStats, Engine,
@@ -50,6 +49,7 @@ pub use engine::{
     DEFAULT_CLEAN_CHECK_BUDGET, DEFAULT_COMMIT_INTERVAL, EVACUATION_PATIENCE, RECA_MAX_REQUESTS_PER_SECOND,
     RECA_PERIOD, RECA_TICK, RESIZE_PATIENCE, SHARD_SPAN_LINES, SHUTDOWN_WRITE_BACK_PATIENCE,
 };
+pub use engine::{BlockCommandStats, Zeroing};
 pub use iocache_format::{Layout, Persistence};
 pub use latency::{LatencyHistogram, LatencyPercentiles, LATENCY_BOUNDS_NS};
 pub use layout::LayoutError;

@@ -79,7 +79,13 @@ fn a_trim_drops_dirty_lines_and_never_writes_them_back() {
             .discard_with(engine.default_volume(), from, to - from, pass_down)
             .unwrap();
         let stats = engine.stats();
-        assert_eq!((stats.dropped_lines, stats.dropped_dirty_lines), (8, 8));
+        assert_eq!(
+            (
+                stats.block_commands.dropped_lines,
+                stats.block_commands.dropped_dirty_lines
+            ),
+            (8, 8)
+        );
         assert_eq!(stats.dirty_lines, 8, "the partial lines stay");
         // The lines wholly trimmed read as the backend has them now.
         let trimmed = if pass_down { 0x00 } else { 0x11 };
@@ -125,7 +131,13 @@ fn write_zeroes_drops_whole_lines_and_writes_only_the_partial_ones() {
         "only the two partial lines go through the cache: {cache_writes}"
     );
     let stats = engine.stats();
-    assert_eq!((stats.zeroings, stats.dropped_dirty_lines), (1, 28));
+    assert_eq!(
+        (
+            stats.block_commands.zeroings,
+            stats.block_commands.dropped_dirty_lines
+        ),
+        (1, 28)
+    );
     let got = read(&engine, 0, 40 * LINE);
     assert!(all(&got[..(from as usize)], 0x22));
     assert!(all(&got[from as usize..to as usize], 0x00));

@@ -491,13 +491,14 @@ impl Collector for EngineCollector {
                 ordered_behind.add(vec![c()], Level(o.epochs_behind as i64));
                 ordered_waits.add(vec![c()], Count(o.waits));
             }
-            discards.add(vec![c(), ("kind", "trim".into())], Count(s.discards));
-            discards.add(vec![c(), ("kind", "zero".into())], Count(s.zeroings));
+            let b = &s.block_commands;
+            discards.add(vec![c(), ("kind", "trim".into())], Count(b.discards));
+            discards.add(vec![c(), ("kind", "zero".into())], Count(b.zeroings));
             dropped.add(
                 vec![c(), ("dirty", "0".into())],
-                Count(s.dropped_lines - s.dropped_dirty_lines),
+                Count(b.dropped_lines - b.dropped_dirty_lines),
             );
-            dropped.add(vec![c(), ("dirty", "1".into())], Count(s.dropped_dirty_lines));
+            dropped.add(vec![c(), ("dirty", "1".into())], Count(b.dropped_dirty_lines));
             records.add(vec![c()], Count(s.records_written));
             intents.add(vec![c()], Count(s.intents_written));
             intent_flushes.add(vec![c()], Count(s.intent_flushes));

@@ -131,16 +131,10 @@ pub struct CacheDeviceSnapshot {
     pub records_written: u64,
     pub intents_written: u64,
     pub intent_flushes: u64,
-    /// Discard (TRIM) and zeroing requests, and the lines they dropped
-    /// (dirty ones discarded, never written back).
-    pub discards: u64,
-    pub zeroings: u64,
-    pub dropped_lines: u64,
-    pub dropped_dirty_lines: u64,
-    /// Bytes asked to be read into the cache (NBD_CMD_CACHE, `ctl warm`)
-    /// and those read so far.
-    pub warm_requested_bytes: u64,
-    pub warmed_bytes: u64,
+    /// Discard (TRIM) and zeroing requests, the lines they dropped, and
+    /// warming (the engine's own counters, their fields flattened in).
+    #[serde(flatten)]
+    pub block_commands: iocache_engine::BlockCommandStats,
     /// Readahead: fills run, lines they brought in, of those lines used
     /// and lines that left unused; fills dropped (queue full) and failed.
     pub readahead_fills: u64,
@@ -170,24 +164,9 @@ pub struct CacheDeviceSnapshot {
 /// counters).
 pub type OrderedSnapshot = iocache_engine::OrderedStats;
 
-/// What opening the cache device found.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct RecoverySnapshot {
-    pub loaded: bool,
-    pub clean_shutdown: bool,
-    pub dirty_lines: u64,
-    pub clean_lines: u64,
-    pub dropped_clean_lines: u64,
-    pub checked_clean_lines: u64,
-    pub stale_clean_lines: u64,
-    pub unchecked_clean_lines: u64,
-    pub verified_dirty_lines: u64,
-    pub verified_with_intents: u64,
-    pub repaired_from_mirror: u64,
-    pub corrupt_copies: u64,
-    pub duplicate_lines: u64,
-    pub written_back_lines: u64,
-}
+/// What opening the cache device found (the engine's own report, its
+/// counters serialized).
+pub type RecoverySnapshot = iocache_engine::RecoveryReport;
 
 /// The cache device: where, whose, and its totals.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -494,7 +473,6 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
     let engine = group.engine();
     let s = engine.stats();
     let c = &s.cache;
-    let r = &s.recovery;
     let effective = engine.effective_mode();
     let array = s.array.as_ref().map(|a| ArraySnapshot {
         members: a
@@ -599,12 +577,7 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
         records_written: s.records_written,
         intents_written: s.intents_written,
         intent_flushes: s.intent_flushes,
-        discards: s.discards,
-        zeroings: s.zeroings,
-        dropped_lines: s.dropped_lines,
-        dropped_dirty_lines: s.dropped_dirty_lines,
-        warm_requested_bytes: s.warm_requested_bytes,
-        warmed_bytes: s.warmed_bytes,
+        block_commands: s.block_commands.clone(),
         readahead_fills: s.cache.prefetch_requests,
         readahead_lines: s.cache.prefetched_lines,
         readahead_used_lines: s.cache.prefetch_used_lines,
@@ -612,22 +585,7 @@ fn cache_device(state: &Running, index: usize, group: &CacheGroup) -> CacheDevic
         readahead_dropped_fills: s.readahead_dropped_fills,
         readahead_failed_fills: s.readahead_failed_fills,
         ordered: s.ordered.clone(),
-        recovery: RecoverySnapshot {
-            loaded: r.loaded,
-            clean_shutdown: r.clean_shutdown,
-            dirty_lines: r.dirty_lines,
-            clean_lines: r.clean_lines,
-            dropped_clean_lines: r.dropped_clean_lines,
-            checked_clean_lines: r.checked_clean_lines,
-            stale_clean_lines: r.stale_clean_lines,
-            unchecked_clean_lines: r.unchecked_clean_lines,
-            verified_dirty_lines: r.verified_dirty_lines,
-            verified_with_intents: r.verified_with_intents,
-            repaired_from_mirror: r.repaired_from_mirror,
-            corrupt_copies: r.corrupt_copies,
-            duplicate_lines: r.duplicate_lines,
-            written_back_lines: r.written_back_lines,
-        },
+        recovery: s.recovery.clone(),
         cache: CacheSummary {
             path: group.path.display().to_string(),
             volumes: engine.volumes().into_iter().map(|v| v.name).collect(),
@@ -663,7 +621,23 @@ mod tests {
         v.device.cache.path = "/dev/shm/cache.img".into();
         v.device.balance_bypasses = (5, 6);
         v.latency.read.histogram.count = 9;
+        v.device.block_commands.discards = 2;
+        v.device.recovery.verified_dirty_lines = 4;
+        v.device.recovery.restored_settings = vec!["policy=arc".into()];
         let json = serde_json::to_value(&v).unwrap();
+        // The engine's discard counters sit beside the device's too, and
+        // its recovery report keeps only its counters, in their order.
+        assert_eq!(json["discards"], 2);
+        assert_eq!(json["recovery"]["verified_dirty_lines"], 4);
+        let recovery = serde_json::to_string(&v.device.recovery).unwrap();
+        assert_eq!(
+            recovery,
+            "{\"loaded\":false,\"clean_shutdown\":false,\"dirty_lines\":0,\"clean_lines\":0,\
+             \"dropped_clean_lines\":0,\"checked_clean_lines\":0,\"stale_clean_lines\":0,\
+             \"unchecked_clean_lines\":0,\"verified_dirty_lines\":4,\"verified_with_intents\":0,\
+             \"repaired_from_mirror\":0,\"corrupt_copies\":0,\"duplicate_lines\":0,\
+             \"written_back_lines\":0}"
+        );
         // The cache device's fields sit beside the volume's, as they always did.
         assert_eq!(json["promotions"], 3);
         assert_eq!(json["read_hits"], 7);
@@ -674,6 +648,8 @@ mod tests {
         let back: VolumeSnapshot = serde_json::from_value(json.clone()).unwrap();
         assert_eq!(back.device.promotions, 3);
         assert_eq!(back.device.balance_bypasses, (0, 0));
+        assert_eq!(back.device.block_commands.discards, 2);
+        assert!(back.device.recovery.restored_settings.is_empty());
         assert_eq!(serde_json::to_value(&back).unwrap(), json);
     }
 

@@ -120,10 +120,10 @@ pub fn render(snapshot: &Snapshot) -> String {
         put!(
             out,
             "  discards   {} trims, {} zeroings; {} lines dropped, {} of them dirty (never written back)",
-            d.discards,
-            d.zeroings,
-            d.dropped_lines,
-            d.dropped_dirty_lines
+            d.block_commands.discards,
+            d.block_commands.zeroings,
+            d.block_commands.dropped_lines,
+            d.block_commands.dropped_dirty_lines
         );
         if let Some(o) = &d.ordered {
             put!(
@@ -136,12 +136,12 @@ pub fn render(snapshot: &Snapshot) -> String {
                 o.backend_flushes
             );
         }
-        if d.warm_requested_bytes > 0 {
+        if d.block_commands.warm_requested_bytes > 0 {
             put!(
                 out,
                 "  warm-up    {} of {} read through the cache (NBD_CMD_CACHE, ctl warm)",
-                iocache_core::units::format_size_readably(d.warmed_bytes),
-                iocache_core::units::format_size_readably(d.warm_requested_bytes)
+                iocache_core::units::format_size_readably(d.block_commands.warmed_bytes),
+                iocache_core::units::format_size_readably(d.block_commands.warm_requested_bytes)
             );
         }
         if d.readahead_fills + d.readahead_dropped_fills > 0 {

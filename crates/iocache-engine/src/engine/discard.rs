@@ -42,6 +42,25 @@ pub struct Zeroing {
     pub fast_only: bool,
 }
 
+/// Discards, zeroings and warming (NBD's TRIM, WRITE_ZEROES and CACHE) as
+/// [`crate::EngineStats::block_commands`] reports them; a server reports
+/// them as they are (serialized).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BlockCommandStats {
+    /// Discard (TRIM) requests served.
+    pub discards: u64,
+    /// Zeroing requests served without zero buffers for their whole lines.
+    pub zeroings: u64,
+    /// Lines dropped by discards and zeroings.
+    pub dropped_lines: u64,
+    /// Of those, lines whose dirty data was discarded, never written back.
+    pub dropped_dirty_lines: u64,
+    /// Bytes asked to be read into the cache ([`Engine::warm_range`]:
+    /// NBD_CMD_CACHE, `ctl warm`), and those read so far.
+    pub warm_requested_bytes: u64,
+    pub warmed_bytes: u64,
+}
+
 /// Counters of discards and zeroings.
 #[derive(Default)]
 pub(super) struct DiscardCounters {
@@ -57,6 +76,20 @@ pub(super) struct DiscardCounters {
     /// those read so far.
     pub(super) warm_requested_bytes: AtomicU64,
     pub(super) warmed_bytes: AtomicU64,
+}
+
+impl DiscardCounters {
+    pub(super) fn read(&self) -> BlockCommandStats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        BlockCommandStats {
+            discards: load(&self.discards),
+            zeroings: load(&self.zeroings),
+            dropped_lines: load(&self.dropped_lines),
+            dropped_dirty_lines: load(&self.dropped_dirty_lines),
+            warm_requested_bytes: load(&self.warm_requested_bytes),
+            warmed_bytes: load(&self.warmed_bytes),
+        }
+    }
 }
 
 impl Engine {
@@ -153,10 +186,8 @@ impl Engine {
     /// data sent nowhere (NBD_CMD_CACHE, an operator's warm-up): lines the
     /// promotion policy admits on a miss come in, as a client's read would
     /// bring them (with `nhit`, a line needs its hits first). Not counted
-    /// as a client's request; counted in [`EngineStats::warmed_bytes`],
+    /// as a client's request; counted in [`BlockCommandStats::warmed_bytes`],
     /// chunk by chunk, so a long warm-up shows its progress.
-    ///
-    /// [`EngineStats::warmed_bytes`]: crate::EngineStats::warmed_bytes
     pub fn warm_range(&self, volume: &Volume, offset: u64, length: u64) -> Result<(), EngineError> {
         {
             let state = volume.state();

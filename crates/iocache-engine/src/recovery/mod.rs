@@ -282,8 +282,10 @@ impl RecoveredLine {
     }
 }
 
-/// What opening found and did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What opening found and did. A server reports its counters as they are
+/// (serialized, in this order: the admin socket's schema); the lists and
+/// descriptions after them are not part of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RecoveryReport {
     /// The device held a cache (rather than being blank or formatted now).
     pub loaded: bool,
@@ -309,47 +311,55 @@ pub struct RecoveryReport {
     /// is looked at between lines, so one backend read that hangs holds
     /// the start.
     pub unchecked_clean_lines: u64,
-    pub corrupt_copies: u64,
-    pub corrupt_examples: Vec<(u64, String)>,
     /// Dirty lines whose data was checked against their record's checksum
     /// and matched (lines recorded without one, by an older build or while
     /// a write was in flight, are not counted).
     pub verified_dirty_lines: u64,
-    /// Of those, lines on a cache array whose primary copy failed the check
-    /// and was rewritten from its mirror, which passed.
-    pub repaired_from_mirror: u64,
     /// Of those, lines whose record has intents tied to it (writes that were
     /// to land on checksummed dirty sectors before the next barrier): each
     /// sector held its old data or what an intent names.
     pub verified_with_intents: u64,
+    /// Of the verified lines, those on a cache array whose primary copy
+    /// failed the check and was rewritten from its mirror, which passed.
+    pub repaired_from_mirror: u64,
+    pub corrupt_copies: u64,
+    /// Lines found in two slots (the older record is dropped).
+    pub duplicate_lines: u64,
     /// Dirty lines written straight back to the backend at start-up: those
     /// of an earlier geometry, and older copies of a line that a crash left
     /// in two slots.
     pub written_back_lines: u64,
-    /// Lines found in two slots (the older record is dropped).
-    pub duplicate_lines: u64,
+    #[serde(skip)]
+    pub corrupt_examples: Vec<(u64, String)>,
     /// Knobs changed at run time before, brought back (`KEY=VALUE`).
+    #[serde(skip)]
     pub restored_settings: Vec<String>,
     /// Run-time changes not brought back, and why (the configuration
     /// changed since).
+    #[serde(skip)]
     pub dropped_settings: Vec<String>,
     /// A superblock copy is damaged (not valid, not blank): why. The cache
     /// is then treated as not shut down cleanly, whatever the valid copy says.
+    #[serde(skip)]
     pub damaged_superblock: Option<String>,
     /// Slots whose records are damaged where they may have described dirty
     /// data, started over with [`InitMode::LoadAcceptingDamage`] (without
     /// it, the start is refused with [`EngineError::DamagedMetadata`]).
+    #[serde(skip)]
     pub damaged_slots: Vec<DamagedSlot>,
     /// The cache had another geometry (line size, lines or shards): its
     /// dirty lines were written back and it was formatted anew. Says what
     /// it was and what it is now (e.g. `16384 lines of 4096 B in 4 shards`).
+    #[serde(skip)]
     pub geometry_changed: Option<(String, String)>,
     /// Volumes whose backend identity was recorded at this start (new
     /// volumes, and volumes of a cache that recorded none), and volumes
     /// bound anew to a backend whose identity differs (the acknowledged
     /// rebinding, or a volume that held no line): name and what happened.
+    #[serde(skip)]
     pub identity_changes: Vec<String>,
     /// The device was written in an older format version and upgraded.
+    #[serde(skip)]
     pub upgraded_from_version: Option<u32>,
 }
 
