@@ -14,6 +14,7 @@
 # Needs fio with the nbd engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/benchlib.sh
 seconds=${1:-8}
 bin=${IOCACHE:-${CARGO_TARGET_DIR:-target}/release/iocache}
 cache_delay=${CACHE_DELAY:-100us:servers=64}
@@ -23,14 +24,6 @@ bins=("$bin")
 [ -n "${BASELINE:-}" ] && bins+=("$BASELINE")
 dir=$(mktemp -d /dev/shm/slow-hits.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
-wait_for() {
-    for _ in $(seq 1 200); do
-        [ -S "$1" ] && return 0
-        sleep 0.05
-    done
-    echo "no socket $1" >&2
-    return 1
-}
 fio_run() { # RW SIZE [extra fio args...]
     local rw=$1 size=$2
     shift 2

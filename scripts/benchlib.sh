@@ -27,3 +27,14 @@ need_tools() {
         fi
     done
 }
+
+# wait_for SOCKET: waits up to 10 s for a Unix socket to appear (a server
+# started in the background); fails naming it otherwise.
+wait_for() {
+    for _ in $(seq 1 200); do
+        [ -S "$1" ] && return 0
+        sleep 0.05
+    done
+    echo "no socket $1" >&2
+    return 1
+}

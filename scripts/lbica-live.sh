@@ -14,6 +14,7 @@
 # Needs fio (with the nbd engine) and nbdkit (memory plugin, delay filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/benchlib.sh
 out=${1:-/tmp/lbica-live}
 seconds=${2:-20}
 bin=${IOCACHE:-${CARGO_TARGET_DIR:-target}/release/iocache}
@@ -25,14 +26,6 @@ mkdir -p "$out"
 dir=$(mktemp -d /dev/shm/lbica-live.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 
-wait_for() {
-    for _ in $(seq 1 200); do
-        [ -S "$1" ] && return 0
-        sleep 0.05
-    done
-    echo "no socket $1" >&2
-    return 1
-}
 
 fio_run() { # NAME RW SIZE [extra fio args...]
     local name=$1 rw=$2 size=$3

@@ -394,10 +394,10 @@ impl Drop for Guard {
 
 /// A directory of one run's files (cache, backend, sockets, logs),
 /// removed when dropped.
-struct WorkDir(PathBuf);
+pub(crate) struct WorkDir(PathBuf);
 
 impl WorkDir {
-    fn new(parent: &Path, prefix: &str) -> Result<WorkDir> {
+    pub(crate) fn new(parent: &Path, prefix: &str) -> Result<WorkDir> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path = parent.join(format!("{prefix}-{}-{n}", std::process::id()));
@@ -405,7 +405,7 @@ impl WorkDir {
         Ok(WorkDir(path))
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }

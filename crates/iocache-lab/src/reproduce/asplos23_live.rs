@@ -114,21 +114,7 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
                  [[phase]]\nname = \"hit{hit}\"\nrequests = 1000\nrate = 1000\nread_percent = 100\n\
                  distribution = \"{zones}\"\n"
             ))?;
-            let setup = ServeSetup {
-                policy: "lru".into(),
-                cache_bytes: CACHE_BYTES,
-                line_bytes: line,
-                write_policy: "wb".into(),
-                promotion: promotion.into(),
-                flush: "nop".into(),
-                write_miss_bypass: false,
-                seq_cutoff: "off".into(),
-                readahead: "off".into(),
-                fill: "line".into(),
-                adapt: None,
-                reca_window: None,
-                reca_table: None,
-            };
+            let setup = lru_setup(CACHE_BYTES, line, promotion, "nop", false);
             let label = format!(
                 "hit{hit} {promotion} {} KiB lines, round {}",
                 line / 1024,
@@ -403,21 +389,7 @@ fn real_traces(ctx: &Context, verdict: &mut Verdict) -> Result<()> {
                 TRACE_KEYS.iter().rev().collect()
             };
             for &(promotion, line) in order {
-                let setup = ServeSetup {
-                    policy: "lru".into(),
-                    cache_bytes,
-                    line_bytes: line,
-                    write_policy: "wb".into(),
-                    promotion: promotion.into(),
-                    flush: "lazy".into(),
-                    write_miss_bypass: true,
-                    seq_cutoff: "off".into(),
-                    readahead: "off".into(),
-                    fill: "line".into(),
-                    adapt: None,
-                    reca_window: None,
-                    reca_table: None,
-                };
+                let setup = lru_setup(cache_bytes, line, promotion, "lazy", true);
                 let label = format!(
                     "{name} {promotion} {} KiB lines, round {}",
                     line / 1024,
@@ -587,6 +559,33 @@ fn real_traces(ctx: &Context, verdict: &mut Verdict) -> Result<()> {
         .setup
         .push(format!("measured on the real traces: {}", rows.join("; ")));
     Ok(())
+}
+
+/// LRU write-back with whole-line fills and neither cutoff nor readahead,
+/// the setting of every run here: `line`-byte lines, `promotion`, the
+/// `flush` policy and, or not, the write-miss bypass.
+fn lru_setup(
+    cache_bytes: u64,
+    line: u64,
+    promotion: &str,
+    flush: &str,
+    write_miss_bypass: bool,
+) -> ServeSetup {
+    ServeSetup {
+        policy: "lru".into(),
+        cache_bytes,
+        line_bytes: line,
+        write_policy: "wb".into(),
+        promotion: promotion.into(),
+        flush: flush.into(),
+        write_miss_bypass,
+        seq_cutoff: "off".into(),
+        readahead: "off".into(),
+        fill: "line".into(),
+        adapt: None,
+        reca_window: None,
+        reca_table: None,
+    }
 }
 
 #[cfg(test)]

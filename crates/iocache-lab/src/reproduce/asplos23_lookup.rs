@@ -10,12 +10,13 @@
 //! prediction, labelled as one. The same claims are then checked on each
 //! real trace at hand, its own requests replayed on the engine.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::{Result, Within};
+use crate::error::Result;
+use crate::live::WorkDir;
 use crate::replay::{TraceIo, TraceRequests};
 use iocache_core::{CacheConfig, Fill, LineSize, PolicySpec};
 use iocache_device::{FileDevice, MemDevice, OpenOptions};
@@ -54,35 +55,41 @@ fn measure(lookup: Lookup, threads: usize, seconds: f64) -> Result<f64> {
             .read(at, &mut buf)
             .map_err(|e| crate::error::invalid!("warming: {e}"))?;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
+    Ok(run_for(threads, seconds, |t, stop| {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ ((t as u64 + 1) << 32);
+        let mut buf = vec![0u8; 4096];
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let block = state % (HOT_BYTES / 4096);
+            if engine.read(block * 4096, &mut buf).is_ok() {
+                n += 1;
+            }
+        }
+        n
+    }))
+}
+
+/// Runs `work(thread, stop)` on `threads` threads for `seconds`, each
+/// returning how many operations it completed once `stop` was set:
+/// operations per second over them all.
+fn run_for(threads: usize, seconds: f64, work: impl Fn(usize, &AtomicBool) -> u64 + Sync) -> f64 {
+    let stop = AtomicBool::new(false);
     let started = Instant::now();
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let (engine, stop, done) = (Arc::clone(&engine), Arc::clone(&stop), Arc::clone(&done));
-            std::thread::spawn(move || {
-                let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ ((t as u64 + 1) << 32);
-                let mut buf = vec![0u8; 4096];
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    let block = state % (HOT_BYTES / 4096);
-                    if engine.read(block * 4096, &mut buf).is_ok() {
-                        n += 1;
-                    }
-                }
-                done.fetch_add(n, Ordering::Relaxed);
+    let done: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (work, stop) = (&work, &stop);
+                s.spawn(move || work(t, stop))
             })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_secs_f64(seconds));
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        let _ = h.join();
-    }
-    Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+            .collect();
+        std::thread::sleep(Duration::from_secs_f64(seconds));
+        stop.store(true, Ordering::Relaxed);
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    });
+    done as f64 / started.elapsed().as_secs_f64()
 }
 
 /// Finding 1's first claim on a best-fine / best-single ratio: the
@@ -299,42 +306,23 @@ fn measure_trace(
     seconds: f64,
 ) -> Result<(f64, f64)> {
     let before = engine.stats().cache;
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
     let longest = ios.iter().map(|io| io.length).max().unwrap_or(0) as usize;
-    let started = Instant::now();
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let (engine, ios, stop, done) = (
-                Arc::clone(engine),
-                Arc::clone(ios),
-                Arc::clone(&stop),
-                Arc::clone(&done),
-            );
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; longest];
-                let (mut n, mut i) = (0u64, t % ios.len());
-                while !stop.load(Ordering::Relaxed) {
-                    let io = ios[i];
-                    let data = &mut buf[..io.length as usize];
-                    let ok = if io.write {
-                        engine.write(io.offset, data, false).is_ok()
-                    } else {
-                        engine.read(io.offset, data).is_ok()
-                    };
-                    n += u64::from(ok);
-                    i = (i + threads) % ios.len();
-                }
-                done.fetch_add(n, Ordering::Relaxed);
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_secs_f64(seconds));
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        let _ = h.join();
-    }
-    let rate = done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+    let rate = run_for(threads, seconds, |t, stop| {
+        let mut buf = vec![0u8; longest];
+        let (mut n, mut i) = (0u64, t % ios.len());
+        while !stop.load(Ordering::Relaxed) {
+            let io = ios[i];
+            let data = &mut buf[..io.length as usize];
+            let ok = if io.write {
+                engine.write(io.offset, data, false).is_ok()
+            } else {
+                engine.read(io.offset, data).is_ok()
+            };
+            n += u64::from(ok);
+            i = (i + threads) % ios.len();
+        }
+        n
+    });
     let during = engine.stats().cache.since(&before);
     let hits = if during.accesses == 0 {
         f64::NAN
@@ -371,7 +359,7 @@ fn real_traces(ctx: &Context, verdict: &mut Verdict, top: usize) -> Result<()> {
         "real traces: per trace, its first {TRACE_CAP} requests (all when fewer), reads and writes at their own addresses and sizes (volumes laid side by side), replayed on the engine in process: LRU, 4 KiB lines filled whole, write-back, no cleaning, persistence none, room for 1.5x the lines the requests touch, the cache in memory, the backend a sparse file in /dev/shm; one pass warms each engine, then {} threads replay the trace dealt out (thread t takes requests t, t+T, t+2T, ... and starts over at the end) for {seconds} s per point; {rounds} round(s), the designs alternated, each point the median round; requests/s counts trace requests completed",
         TRACE_THREADS.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
     ));
-    let work = WorkDir::new(shm)?;
+    let work = WorkDir::new(shm, "iocache-lookup")?;
     let (mut far_below_held, mut fine_scales) = (Tally::default(), Tally::default());
     let (mut ratios, mut rows) = (Vec::new(), Vec::new());
     for (name, path) in traces {
@@ -460,27 +448,6 @@ fn real_traces(ctx: &Context, verdict: &mut Verdict, top: usize) -> Result<()> {
         rows.join("; ")
     ));
     Ok(())
-}
-
-/// A directory of the backend files, removed when dropped.
-struct WorkDir(PathBuf);
-
-impl WorkDir {
-    fn new(parent: &Path) -> Result<WorkDir> {
-        let path = parent.join(format!("iocache-lookup-{}", std::process::id()));
-        std::fs::create_dir_all(&path).within(|| path.display().to_string())?;
-        Ok(WorkDir(path))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[cfg(test)]
