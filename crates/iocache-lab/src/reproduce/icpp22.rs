@@ -51,6 +51,33 @@ const OUTSTANDING: u32 = 8;
 /// samples: relative changes of them are noise, so they are left out.
 const HIT_FLOOR: f64 = 0.01;
 
+/// One workload of Fig. 7's "δ = 5 gives the best hit ratio".
+#[derive(Debug, PartialEq)]
+enum DeltaCase {
+    /// δ matters: whether δ = 5 is within 1 % of the best δ.
+    Counted(bool),
+    /// The best hit ratio is under [`HIT_FLOOR`]: a handful of hits, as
+    /// Fig. 9 leaves out.
+    FewHits,
+    /// Every δ tried gives hit ratios within 1 % of each other: δ = 5
+    /// would hold for nothing.
+    Flat,
+}
+
+/// Fig. 7's rule for one workload, from the hit ratio at each δ tried and
+/// at δ = 5.
+fn delta_case(hit_ratios: &[f64], at_five: f64) -> DeltaCase {
+    let best = hit_ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let worst = hit_ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    if best < HIT_FLOOR {
+        DeltaCase::FewHits
+    } else if best <= worst * 1.01 {
+        DeltaCase::Flat
+    } else {
+        DeltaCase::Counted(at_five >= best * 0.99)
+    }
+}
+
 /// One number of a run, compared between the policies.
 type Metric = fn(&RunResult) -> f64;
 
@@ -300,9 +327,11 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
             rel.against(paper, 5.0),
         ));
     }
-    // Fig. 7: δ = 5 best or within 1 % of the best δ.
+    // Fig. 7: δ = 5 best or within 1 % of the best δ, over the workloads
+    // where δ matters (see `delta_case`).
     let mut near_best = Tally::default();
     let mut best_deltas = Vec::new();
+    let mut left_out = Vec::new();
     let delta_size = *gen_sizes.last().expect("a size");
     let mut fig7 = chart(
         format!(
@@ -319,10 +348,19 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         if r.get("reqblock", s).is_none_or(|x| x.stats.evictions == 0) || h(1) <= 0.0 {
             continue;
         }
-        let best = DELTAS.iter().map(|&d| h(d)).fold(f64::NEG_INFINITY, f64::max);
+        let ratios: Vec<f64> = DELTAS.iter().map(|&d| h(d)).collect();
+        let best = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let best_d = DELTAS.iter().copied().find(|&d| h(d) == best).unwrap_or(0);
-        best_deltas.push(format!("{}: δ={best_d}", r.name));
-        near_best.count(h(5) >= best * 0.99);
+        match delta_case(&ratios, h(5)) {
+            DeltaCase::Counted(held) => {
+                best_deltas.push(format!("{}: δ={best_d}", r.name));
+                near_best.count(held);
+            }
+            DeltaCase::FewHits => {
+                left_out.push(format!("{} (hit ratio under {:.0} %)", r.name, HIT_FLOOR * 100.0))
+            }
+            DeltaCase::Flat => left_out.push(format!("{} (every δ within 1 %)", r.name)),
+        }
         fig7.series.push(series(
             r.name.clone(),
             DELTAS.iter().map(|&d| (d as f64, h(d) / h(1))).collect(),
@@ -332,8 +370,9 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         "Fig. 7",
         "δ = 5 gives the best hit ratio for most workloads",
         format!(
-            "δ = 5 within 1 % of the best δ in {near_best} workloads (best: {})",
-            best_deltas.join(", ")
+            "δ = 5 within 1 % of the best δ in {near_best} workloads where δ matters (best: {}); left out: {}",
+            best_deltas.join(", "),
+            if left_out.is_empty() { "none".to_string() } else { left_out.join(", ") }
         ),
         near_best.most(),
     ));
@@ -438,4 +477,19 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
         *sample_sizes.last().expect("a size"),
     )?;
     Ok(verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A workload where δ changes nothing, or with a handful of hits, is
+    /// not a case of δ = 5 being best.
+    #[test]
+    fn flat_and_hitless_workloads_are_left_out() {
+        assert_eq!(delta_case(&[0.3, 0.301, 0.302], 0.301), DeltaCase::Flat);
+        assert_eq!(delta_case(&[0.002, 0.004, 0.003], 0.003), DeltaCase::FewHits);
+        assert_eq!(delta_case(&[0.3, 0.4, 0.35], 0.399), DeltaCase::Counted(true));
+        assert_eq!(delta_case(&[0.3, 0.4, 0.35], 0.35), DeltaCase::Counted(false));
+    }
 }
