@@ -674,6 +674,11 @@ impl Cache {
             true => process::ProcessFacts::default(),
             false => self.process_facts(request),
         };
+        // Lines of the request not admitted so far (see `plan_extent_fill`).
+        let bypassed_before = match process.line_size {
+            Some(_) => self.stats.bypassed_accesses,
+            None => 0,
+        };
         self.request_facts = RequestFacts {
             process_policy: process.write_policy,
             sequential_bypass,
@@ -745,7 +750,8 @@ impl Cache {
             .line_size
             .filter(|l| l.bytes() > self.line.bytes() && request.kind == IoKind::Read)
         {
-            self.plan_extent_fill(request, extent, &summary);
+            let all_admitted = self.stats.bypassed_accesses == bypassed_before;
+            self.plan_extent_fill(request, extent, &summary, all_admitted);
         }
         Ok(summary)
     }

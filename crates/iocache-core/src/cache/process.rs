@@ -16,12 +16,14 @@ pub struct ProcessSettings {
     /// The line size the process's category wants (`None`: the cache's).
     /// The cache keeps its own lines; what changes is what a read of the
     /// process fills:
-    /// - larger than the cache's line: a read that misses a sector fills
-    ///   its own lines whole (as [`Fill::Line`]), and the rest of the
-    ///   aligned extents of this size that it touches is left for the
-    ///   driver to fetch as a readahead fill ([`Cache::take_extent_fill`],
-    ///   [`AccessHints::prefetch`]: admitted whatever the promotion
-    ///   policy says, counted in the `prefetch_*` counters);
+    /// - larger than the cache's line: a read fills its own lines whole
+    ///   (as [`Fill::Line`]); when it missed a sector and every line it
+    ///   missed was admitted, the rest of the aligned extents of this size
+    ///   that it touches is left for the driver to fetch as a readahead
+    ///   fill ([`Cache::take_extent_fill`], [`AccessHints::prefetch`]:
+    ///   admitted as the request's lines were, counted in the `prefetch_*`
+    ///   counters). The extent is admitted or not as a whole, as one large
+    ///   line would be; its lines are still evicted one by one;
     /// - smaller: its reads fill only the sectors they ask for, whatever
     ///   [`Fill`] says;
     /// - equal: as the cache is configured.
@@ -130,10 +132,18 @@ impl Cache {
     }
 
     /// After a read of a process whose line size is larger than the
-    /// cache's: the extents to fill, if the read missed and its policy
-    /// fills on read.
-    pub(super) fn plan_extent_fill(&mut self, request: &Request, extent: LineSize, summary: &AccessSummary) {
+    /// cache's: the extents to fill, if the read missed, its policy fills
+    /// on read, and every line it missed was admitted (`all_admitted`: the
+    /// extent is one large line, admitted or not as a whole).
+    pub(super) fn plan_extent_fill(
+        &mut self,
+        request: &Request,
+        extent: LineSize,
+        summary: &AccessSummary,
+        all_admitted: bool,
+    ) {
         if summary.misses + summary.partial_hits == 0
+            || !all_admitted
             || !self.request_policy.allocates_on_read()
             || self.request_policy == WritePolicy::PassThrough
         {
@@ -171,7 +181,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::CacheConfig;
+    use crate::config::{CacheConfig, Promotion};
 
     fn cache(line: u64, fill: Fill) -> Cache {
         let mut config = CacheConfig::new(64, LineSize::new(line).unwrap(), PolicySpec::lru());
@@ -230,6 +240,24 @@ mod tests {
             .unwrap();
         assert_eq!(c.take_extent_fill(), None);
         c.check_invariants();
+    }
+
+    #[test]
+    fn an_extent_is_filled_only_when_its_missed_lines_were_admitted() {
+        let mut c = cache(4096, Fill::Request);
+        c.set_promotion(Promotion::NHit {
+            threshold: 2,
+            trigger_percent: 0,
+        });
+        c.set_process_settings(1, Some(settings(32 << 10))).unwrap();
+        let mut ops = OpList::new();
+        let r = Request::read(0, 0, 4096, 0).from_process(1);
+        // First miss: not admitted, so neither is the rest of its extent.
+        c.access(&r, &mut ops).unwrap();
+        assert_eq!(c.take_extent_fill(), None);
+        // Second: admitted, and the extent with it.
+        c.access(&r, &mut ops).unwrap();
+        assert_eq!(c.take_extent_fill().map(|f| f.length_bytes), Some(32 << 10));
     }
 
     #[test]
