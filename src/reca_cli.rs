@@ -45,7 +45,9 @@ pub struct TableArgs {
     reca_probes: u64,
     /// Also characterize each process of the trace apart (the PID that
     /// blkparse and FIU traces record) and give each its category's write
-    /// policy; the line size and the replacement stay the whole workload's.
+    /// policy, its line size as what its reads fill, and (under `reca`) its
+    /// priorities; the cache's line size and eviction rule stay the whole
+    /// workload's.
     #[arg(long)]
     reca_per_process: bool,
 }

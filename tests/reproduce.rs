@@ -284,7 +284,7 @@ fn reca_processes_compares_global_and_per_process_characterization() {
         "{mixes}"
     );
     assert!(
-        mixes.contains("process 2: (none) -> large_file_generators (write policy wb)"),
+        mixes.contains("process 2: (none) -> large_file_generators (write policy wb, fills of 128KiB lines)"),
         "{mixes}"
     );
     assert!(

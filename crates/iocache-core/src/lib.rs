@@ -59,8 +59,8 @@ pub use addr::{
 };
 pub use balance::AccessHints;
 pub use cache::{
-    AccessSummary, Cache, DiscardedLines, FlushToken, LineOutcome, LineState, OrderedWait, ResizeProgress,
-    RestoredLine, SlotSnapshot, VolumeLines, RESIZE_STEP_LINES,
+    AccessSummary, Cache, DiscardedLines, FlushToken, LineOutcome, LineState, OrderedWait, ProcessSettings,
+    ResizeProgress, RestoredLine, SlotSnapshot, VolumeLines, RESIZE_STEP_LINES,
 };
 pub use cleaning::CleaningPolicy;
 pub use config::{CacheConfig, Fill, FlushOrder, Promotion, WritePolicy};

@@ -2,8 +2,9 @@
 //! and eviction on hand-computed sequences, the stale-read property under
 //! every eviction rule, reconfiguration between every pair of categories
 //! (and line-size changes by `relayout`) under load without losing a cached
-//! or dirty sector, and a workload whose phase changes being recognised
-//! within two windows.
+//! or dirty sector, processes of different categories at once (each with
+//! its own write policy, fills and priorities) without a stale read, and a
+//! workload whose phase changes being recognised within two windows.
 
 mod common;
 
@@ -214,6 +215,122 @@ proptest! {
             if let Some(line) = event.line_size {
                 prop_assert_eq!(line, want.line_size);
                 switch_line_size(&mut h, line, t);
+            }
+        }
+        h.flush_all_and_check_backend();
+    }
+}
+
+/// One step of [`per_process_settings_lose_nothing`].
+#[derive(Clone, Debug)]
+enum ProcessStep {
+    /// (process, write, first sector, sectors)
+    Io(u32, bool, u64, u64),
+    /// A process takes a category, or (`None`) is forgotten.
+    Category(u32, Option<usize>),
+    /// The cache's line size changes (`relayout`), to 512 << shift.
+    Relayout(u32),
+}
+
+/// Runs `request` of a process set apart or not: a read that fills whole
+/// lines gets a buffer from its first line's start; the extent fill the
+/// cache leaves is then fetched as a readahead fill. Every read returns the
+/// latest write.
+fn run_process_request(h: &mut Harness, request: Request) {
+    let mut ops = OpList::new();
+    if request.kind == iocache_core::IoKind::Write {
+        h.run(request);
+    } else {
+        let summary = h.cache.access(&request, &mut ops).unwrap();
+        let line = h.cache.line_size().bytes();
+        let origin = match summary.line_origin {
+            true => request.offset_bytes & !(line - 1),
+            false => request.offset_bytes,
+        };
+        let end = match summary.line_origin {
+            true => (request.offset_bytes + request.length_bytes).next_multiple_of(line),
+            false => request.offset_bytes + request.length_bytes,
+        };
+        let mut buffer = vec![0u64; ((end - origin) / SECTOR_BYTES) as usize];
+        h.world.execute(&request, ops.ops(), &mut buffer);
+        h.cache.check_invariants();
+        let skip = (request.offset_bytes - origin) / SECTOR_BYTES;
+        let first = request.offset_bytes / SECTOR_BYTES;
+        for i in 0..request.length_bytes / SECTOR_BYTES {
+            let want = h
+                .reference
+                .get(&(request.volume, first + i))
+                .copied()
+                .unwrap_or(0);
+            assert_eq!(
+                buffer[(skip + i) as usize],
+                want,
+                "stale read of sector {}",
+                first + i
+            );
+        }
+    }
+    if let Some(fill) = h.cache.take_extent_fill() {
+        assert_eq!(fill.process, request.process);
+        let prefetch = iocache_core::AccessHints {
+            prefetch: true,
+            ..Default::default()
+        };
+        // A fill returns no data: its buffer only carries what it reads.
+        h.cache.access_with(&fill, prefetch, &mut ops).unwrap();
+        let mut buffer = vec![0u64; (fill.length_bytes / SECTOR_BYTES) as usize];
+        h.world.execute(&fill, ops.ops(), &mut buffer);
+        h.cache.check_invariants();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Processes of different categories at once (write policy, line size
+    /// as fills, `reca` priorities set apart for each), processes
+    /// forgotten, and the cache's line size changed under them: every read
+    /// returns the latest write, the invariants hold, a relayout carries
+    /// every process's settings over, and a full flush loses nothing.
+    #[test]
+    fn per_process_settings_lose_nothing(
+        cache_wide in 0usize..5,
+        steps in prop::collection::vec(prop_oneof![
+            12 => (0u32..4, any::<bool>(), 0u64..2048, 1u64..40)
+                .prop_map(|(p, w, s, n)| ProcessStep::Io(p, w, s, n)),
+            2 => (1u32..4, prop::option::weighted(0.8, 0usize..5))
+                .prop_map(|(p, c)| ProcessStep::Category(p, c)),
+            1 => (2u32..8).prop_map(ProcessStep::Relayout),
+        ], 1..200),
+        fill_lines in any::<bool>(),
+    ) {
+        let table = CategoryTable::builtin();
+        let mut controller = RecaController::new(table.clone(), RecaControllerParams::default());
+        let mut h = Harness::new(cache(48, 4096, |c| {
+            c.fill = if fill_lines { iocache_core::Fill::Line } else { iocache_core::Fill::Request };
+        }));
+        let mut event = controller.set_category(cache_wide, 0, 0).unwrap();
+        controller.apply(&mut h.cache, &mut event, 0).unwrap();
+        for (t, step) in steps.into_iter().enumerate() {
+            let t = t as u64 + 1;
+            match step {
+                ProcessStep::Io(process, write, sector, n) => {
+                    let r = match write {
+                        true => Request::write(0, sector * 512, n * 512, t),
+                        false => Request::read(0, sector * 512, n * 512, t),
+                    };
+                    run_process_request(&mut h, r.from_process(process));
+                }
+                ProcessStep::Category(process, category) => {
+                    let settings = category
+                        .map(|i| RecaController::process_settings(&table.categories[i], &h.cache));
+                    h.cache.set_process_settings(process, settings).unwrap();
+                }
+                ProcessStep::Relayout(shift) => {
+                    let before = h.cache.process_settings();
+                    switch_line_size(&mut h, LineSize::new(512 << shift).unwrap(), t);
+                    prop_assert_eq!(h.cache.process_settings(), before);
+                }
             }
         }
         h.flush_all_and_check_backend();

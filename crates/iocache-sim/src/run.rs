@@ -430,6 +430,11 @@ impl Runner {
             if let Some(tally) = &mut self.tally {
                 tally.request(&request, &self.cache, self.ops.ops());
             }
+            // The extent a process's larger line size asks for (ReCA per
+            // process), fetched as a readahead fill is.
+            if let Some(fill) = self.cache.take_extent_fill() {
+                self.fetch_ahead(fill);
+            }
             if let Some(reca) = &mut self.reca {
                 reca.after_access(&mut self.cache, &request);
             }
@@ -494,8 +499,6 @@ impl Runner {
         }
     }
 
-    /// Runs the background cleaner at each wake-up due by `now_ns` (trace time).
-    /// The simulator has no devices, so every flush completes at once.
     /// Runs the readahead after `request`: the fill it asks for, at once
     /// (in the timing model, as background work).
     #[inline]
@@ -513,6 +516,13 @@ impl Runner {
         else {
             return;
         };
+        self.fetch_ahead(fill);
+    }
+
+    /// Fetches `fill` into the cache as a readahead fill, at once (in the
+    /// timing model, as background work).
+    #[inline(never)]
+    fn fetch_ahead(&mut self, fill: Request) {
         let hints = AccessHints {
             prefetch: true,
             ..AccessHints::default()
@@ -530,6 +540,8 @@ impl Runner {
         }
     }
 
+    /// Runs the background cleaner at each wake-up due by `now_ns` (trace time).
+    /// The simulator has no devices, so every flush completes at once.
     fn clean_until(&mut self, now_ns: u64) {
         while let Some(at) = self.cache.next_cleaning_ns() {
             if at > now_ns {

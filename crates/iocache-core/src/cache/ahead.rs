@@ -11,7 +11,7 @@ impl Cache {
     pub(super) fn fill_ahead<S: OpSink>(&mut self, request: &Request, ops: &mut S) -> AccessSummary {
         let mut summary = AccessSummary::default();
         self.stats.prefetch_requests += 1;
-        let policy = mode::resolve(&self.mode, None, None).policy;
+        let policy = self.fill_policy(request);
         if !policy.allocates_on_read() || policy == WritePolicy::PassThrough {
             ops.seal();
             return summary;

@@ -27,10 +27,12 @@ mod admit;
 mod ahead;
 mod driver;
 mod flush;
+mod process;
 mod read;
 mod resize;
 mod write;
 
+pub use process::ProcessSettings;
 pub use resize::{ResizeProgress, RESIZE_STEP_LINES};
 
 /// How one line access found the cache.
@@ -296,9 +298,12 @@ pub struct Cache {
     /// What decides the effective write policy besides the request: the
     /// configured policy, a controller's, a failed cache device (`mode.rs`).
     mode: ModeSettings,
-    /// Write policies a controller set for single processes (ReCA's
-    /// per-process characterization); empty unless one did.
-    process_policies: FxHashMap<u32, WritePolicy>,
+    /// What a controller set apart for single processes (ReCA's
+    /// per-process characterization, `process.rs`); empty unless one did.
+    processes: FxHashMap<u32, ProcessSettings>,
+    /// The extent fill the last request left for the driver
+    /// ([`Cache::take_extent_fill`]); only set while `processes` is not empty.
+    extent_fill: Option<Request>,
     /// What the decision knows about the request in progress.
     request_facts: RequestFacts,
     /// The write policy for the request in progress (`mode::resolve`).
@@ -386,7 +391,8 @@ impl Cache {
             filling_ahead: false,
             request_line_fill: false,
             mode: ModeSettings::new(config.write_policy),
-            process_policies: FxHashMap::default(),
+            processes: FxHashMap::default(),
+            extent_fill: None,
             request_facts: RequestFacts::default(),
             request_policy: config.write_policy,
             seq: SeqDetector::new(config.seq_cutoff),
@@ -444,27 +450,6 @@ impl Cache {
     /// replaces the configured one until withdrawn (ReCA, LBICA).
     pub fn set_controller_policy(&mut self, policy: Option<WritePolicy>) {
         self.mode.controller = policy;
-    }
-
-    /// Sets (or, with `None`, withdraws) a controller's write policy for the
-    /// requests of `process` alone; it replaces the cache-wide one for them
-    /// ([`mode::resolve`]). Process 0 (none recorded) is never set apart.
-    pub fn set_process_policy(&mut self, process: u32, policy: Option<WritePolicy>) {
-        match policy {
-            Some(policy) if process != 0 => {
-                self.process_policies.insert(process, policy);
-            }
-            _ => {
-                self.process_policies.remove(&process);
-            }
-        }
-    }
-
-    /// The write policies set per process, by process.
-    pub fn process_policies(&self) -> Vec<(u32, WritePolicy)> {
-        let mut all: Vec<_> = self.process_policies.iter().map(|(&p, &w)| (p, w)).collect();
-        all.sort_unstable_by_key(|(process, _)| *process);
-        all
     }
 
     /// Marks the cache device failed (everything passes through; dirty
@@ -548,6 +533,12 @@ impl Cache {
                     ..AccessInfo::read_at(now_ns)
                 },
             );
+        }
+        // The processes' parameters for a policy of the new one's name.
+        for (&process, settings) in &self.processes {
+            if let Some(own) = settings.policy.as_ref().filter(|own| own.name() == spec.name()) {
+                policy.set_process_params(process, Some(own.params()))?;
+            }
         }
         self.policy = policy;
         self.config.policy = spec;
@@ -679,12 +670,17 @@ impl Cache {
         let ordered_write = !self.epochs.is_empty() && request.kind == IoKind::Write;
         let balance_bypass = hints.balance_bypass && !ordered_write && !self.touches_dirty_sectors(request);
         let sequential_bypass = self.seq.bypass(request) && !ordered_write;
-        let process_policy = match self.process_policies.is_empty() {
-            true => None,
-            false => self.process_policies.get(&request.process).copied(),
+        let process = match self.processes.is_empty() {
+            true => process::ProcessFacts::default(),
+            false => self.process_facts(request),
+        };
+        // Lines of the request not admitted so far (see `plan_extent_fill`).
+        let bypassed_before = match process.line_size {
+            Some(_) => self.stats.bypassed_accesses,
+            None => 0,
         };
         self.request_facts = RequestFacts {
-            process_policy,
+            process_policy: process.write_policy,
             sequential_bypass,
             balance_bypass,
         };
@@ -711,7 +707,13 @@ impl Cache {
         // Reads that only count, on lines whose bitmaps are inline, under a
         // policy that fills on read: full hits and misses take the
         // counting path (`read_part_counted`), the rest `read_part`.
-        let line_fill = request.kind == IoKind::Read && self.config.fill == Fill::Line && !hints.request_fill;
+        // A process set apart with another line size than the cache's fills
+        // whole lines when its lines are larger, its sectors when smaller.
+        let fill_lines = match process.line_size {
+            None => self.config.fill == Fill::Line,
+            Some(line) => line.bytes() > self.line.bytes(),
+        };
+        let line_fill = request.kind == IoKind::Read && fill_lines && !hints.request_fill;
         self.request_line_fill = line_fill;
         let counted_reads = !S::KEEPS_OPS
             && request.kind == IoKind::Read
@@ -744,6 +746,13 @@ impl Cache {
         }
         ops.seal();
         summary.dirty_victims_kept = self.request_dirty_victims_kept;
+        if let Some(extent) = process
+            .line_size
+            .filter(|l| l.bytes() > self.line.bytes() && request.kind == IoKind::Read)
+        {
+            let all_admitted = self.stats.bypassed_accesses == bypassed_before;
+            self.plan_extent_fill(request, extent, &summary, all_admitted);
+        }
         Ok(summary)
     }
 

@@ -161,6 +161,9 @@ impl ReplacementPolicy for ActivePolicy {
     fn set_lines_in_service(&mut self, lines: usize) {
         forward!(self, p => p.set_lines_in_service(lines))
     }
+    fn set_process_params(&mut self, process: u32, params: Option<&PolicyParams>) -> Result<bool, CoreError> {
+        forward!(self, p => p.set_process_params(process, params))
+    }
 }
 
 #[cfg(test)]

@@ -210,6 +210,19 @@ pub trait ReplacementPolicy: Send {
     fn reconfigure(&mut self, _params: &PolicyParams) -> Result<bool, CoreError> {
         Ok(false)
     }
+
+    /// Parameters for the accesses of one process (with `None`, withdrawn):
+    /// a controller characterizing each process apart sets them
+    /// (`Cache::set_process_settings`). `Ok(true)` when taken, `Ok(false)`
+    /// when the policy has no per-process parameters (the default: the
+    /// process's accesses count as everyone's).
+    fn set_process_params(
+        &mut self,
+        _process: u32,
+        _params: Option<&PolicyParams>,
+    ) -> Result<bool, CoreError> {
+        Ok(false)
+    }
 }
 
 /// The miss methods of a policy that evicts one line at a time, for its

@@ -21,12 +21,18 @@
 //! Per process (`per_process`, TPDS'18 §6.4 and Fig. 17): the requests of
 //! each process (the `process` a request carries) are also counted apart,
 //! and at each window's end every process with enough classified requests
-//! gets the category nearest its own vector. The controller then sets that
-//! category's write policy for the process's requests alone
-//! (`Cache::set_process_policy`); the line size, the eviction rule and the
-//! priorities stay the cache-wide category's, since one cache has one
-//! layout and one replacement order. A process (nearly) silent for
-//! [`PROCESS_IDLE_WINDOWS`] windows is forgotten, and at most
+//! gets the category nearest its own vector. The controller then sets apart
+//! for the process's requests alone what one shared cache can honour of
+//! that category (`Cache::set_process_settings`, `ProcessSettings`): its
+//! write policy; its line size as what a read miss fills (the aligned
+//! extent of a larger line, only the sectors asked for with a smaller one;
+//! the cache keeps its own line size); and, when the cache runs `reca`, its
+//! priority weights for the lines the process's requests touch. The
+//! eviction rule, the neighbour eviction and the cache's line size stay the
+//! cache-wide category's: one cache has one layout and one replacement
+//! order. A process (nearly) silent for
+//! [`PROCESS_IDLE_WINDOWS`] windows is forgotten (all it had set apart
+//! withdrawn), and at most
 //! [`MAX_PROCESSES`] are followed (later ones follow the cache-wide
 //! category).
 //!
@@ -38,7 +44,7 @@
 use super::classify::{Classified, Classifier, ClassifierParams};
 use super::table::{feature_of, Category, CategoryTable, Features};
 use crate::addr::{LineSize, Request};
-use crate::cache::Cache;
+use crate::cache::{Cache, ProcessSettings};
 use crate::error::CoreError;
 use crate::fasthash::FxHashMap;
 use crate::setting::Setting;
@@ -54,8 +60,8 @@ pub struct RecaControllerParams {
     /// [`MIN_PROBE_REQUESTS`] long.
     pub probes_per_window: u64,
     pub classifier: ClassifierParams,
-    /// Characterize each process apart as well, and give each its
-    /// category's write policy (see the module doc).
+    /// Characterize each process apart as well, and give each what the
+    /// cache can set apart of its category (see the module doc).
     pub per_process: bool,
 }
 
@@ -438,22 +444,43 @@ impl RecaController {
         all
     }
 
-    /// Gives each process in `changes` its new category's write policy in
-    /// `cache` (withdrawn for a forgotten process); one `process N: old ->
-    /// new` line per change.
+    /// What `cache` sets apart for a process of `category`: its write
+    /// policy, its line size, and its `reca` parameters (see the module doc).
+    pub fn process_settings(category: &Category, cache: &Cache) -> ProcessSettings {
+        ProcessSettings {
+            write_policy: category.write_policy,
+            line_size: Some(category.line_size),
+            policy: Some(category.policy_spec(Some(&cache.config().policy))),
+        }
+    }
+
+    /// Gives each process in `changes` what `cache` can set apart of its
+    /// new category (all withdrawn for a forgotten process); one `process
+    /// N: old -> new (...)` line per change.
     pub fn apply_processes(&self, cache: &mut Cache, changes: &[ProcessChange]) -> Vec<String> {
         let name = |c: Option<usize>| c.map_or("(none)", |i| self.table.categories[i].name.as_str());
         changes
             .iter()
             .map(|change| {
-                let policy = change.new.map(|i| self.table.categories[i].write_policy);
-                cache.set_process_policy(change.process, policy);
+                let category = change.new.map(|i| &self.table.categories[i]);
+                let settings = category.map(|c| Self::process_settings(c, cache));
+                let what = match category {
+                    None => "the cache's settings".to_string(),
+                    Some(c) => format!(
+                        "write policy {}, fills of {} lines",
+                        c.write_policy,
+                        format_byte_size(c.line_size.bytes())
+                    ),
+                };
+                let result = cache.set_process_settings(change.process, settings);
                 format!(
-                    "process {}: {} -> {} (write policy {})",
+                    "process {}: {} -> {} ({what}){}",
                     change.process,
                     name(change.old),
                     name(change.new),
-                    policy.map_or("of the cache".to_string(), |p| p.to_string())
+                    // Categories were checked when the table was read; a
+                    // refusal is a bug, reported rather than stopping.
+                    result.map_or_else(|e| format!(" not applied: {e}"), |()| String::new())
                 )
             })
             .collect()
@@ -604,6 +631,18 @@ mod tests {
             cache.process_policies(),
             vec![(1, WritePolicy::WriteAround), (2, WritePolicy::WriteBack)]
         );
+        // Each process's line size and `reca` parameters are set apart too.
+        let settings = cache.process_settings();
+        let sizes: Vec<u64> = (settings.iter())
+            .map(|(_, s)| s.line_size.unwrap().bytes())
+            .collect();
+        assert_eq!(sizes, vec![4096, 128 << 10]);
+        let specs: Vec<String> = (settings.iter())
+            .map(|(_, s)| s.policy.as_ref().unwrap().to_string())
+            .collect();
+        assert!(specs[0].starts_with("reca:evict=priority:"), "{specs:?}");
+        assert!(specs[1].starts_with("reca:evict=priority_lru:"), "{specs:?}");
+        assert!(lines[1].contains("write policy wb, fills of 128"), "{lines:?}");
         // A process silent for PROCESS_IDLE_WINDOWS windows is forgotten.
         let mut forgotten = Vec::new();
         let mut x: u64 = 11;
@@ -628,6 +667,7 @@ mod tests {
         );
         c.apply_processes(&mut cache, &forgotten);
         assert_eq!(cache.process_policies(), vec![(1, WritePolicy::WriteAround)]);
+        assert_eq!(cache.process_settings().len(), 1, "all of process 2's withdrawn");
         assert_eq!(c.process_categories().len(), 1);
     }
 

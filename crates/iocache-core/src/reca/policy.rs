@@ -40,6 +40,19 @@
 //! the counts lets a new category recompute every priority as if it had
 //! been in force all along (after the aging below).
 //!
+//! Per process (`Cache::set_process_settings`, ReCA characterizing each
+//! process apart): a process may have its own category's weights
+//! (`set_process_params`; the eviction rule, neighbours and the rest stay
+//! the cache's, one replacement order for all). A request of such a
+//! process adds PRIORITY_CALC under its own weights to each line it
+//! touched, as the paper accumulates priorities, into a sum the line keeps
+//! besides its counts; requests of other processes are counted as above
+//! and follow the cache-wide category. A category change halves that sum
+//! with the counts; a process's own category change leaves what it added
+//! before as it was. The heaps' order is the same sum either way, updated
+//! where the counts are, so a request pays one map lookup more, and none
+//! while no process has weights of its own.
+//!
 //! Deviations, and why:
 //! - **Aging.** When the weights change (a new category) every count is
 //!   halved, rounding down. Without it a category change left the cache
@@ -115,8 +128,42 @@ fn priority_of(key: u64) -> i64 {
     (key ^ (1 << 63)) as i64
 }
 
-/// Counts per line: one per feature dimension (`table::FEATURE_NAMES`).
-type Counts = [u32; 7];
+/// What a line keeps of the requests that touched it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counts {
+    /// Per feature dimension (`table::FEATURE_NAMES`), the requests of
+    /// processes without weights of their own: weighed by the weights in
+    /// force.
+    classes: [u32; 7],
+    /// What the requests of processes with weights of their own added,
+    /// each weighed by its process's weights then (thousandths).
+    own: i64,
+}
+
+impl Counts {
+    /// One request of class `feature` (and overlapped or not) touched the
+    /// line; `own`: what its process's own weights give it, if it has any.
+    #[inline]
+    fn add(&mut self, feature: usize, overlapped: bool, own: Option<i64>) {
+        match own {
+            Some(own) => self.own = self.own.saturating_add(own),
+            None => {
+                self.classes[feature] = self.classes[feature].saturating_add(1);
+                if overlapped {
+                    self.classes[6] = self.classes[6].saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Halves everything (rounding toward zero).
+    fn age(&mut self) {
+        for c in &mut self.classes {
+            *c /= 2;
+        }
+        self.own /= 2;
+    }
+}
 
 /// The `reca` policy's parameters, parsed.
 #[derive(Clone, Debug, PartialEq)]
@@ -221,6 +268,9 @@ pub struct RecaPolicy {
     resident: FxHashMap<LineKey, SlotId>,
     /// The class counts of lines not resident.
     history: KeyHistory<Counts>,
+    /// Per process characterized apart, its category's weights (see
+    /// "Per process" in this file's documentation); empty unless set.
+    process_weights: FxHashMap<u32, [i64; 7]>,
     rejected: u64,
     neighbour_evictions: u64,
     reconfigurations: u64,
@@ -239,7 +289,7 @@ impl RecaPolicy {
             classified: Vec::new(),
             tick: 0,
             slot_key: vec![none; capacity_lines],
-            slot_counts: vec![[0; 7]; capacity_lines],
+            slot_counts: vec![Counts::default(); capacity_lines],
             slot_priority: vec![0; capacity_lines],
             slot_stamp: vec![0; capacity_lines],
             slot_set: vec![0; capacity_lines],
@@ -249,6 +299,7 @@ impl RecaPolicy {
             lru: ListHead::default(),
             resident: FxHashMap::default(),
             history: KeyHistory::new(Self::history_bound(capacity_lines, params.pages)),
+            process_weights: FxHashMap::default(),
             rejected: 0,
             neighbour_evictions: 0,
             reconfigurations: 0,
@@ -287,9 +338,11 @@ impl RecaPolicy {
 
     /// The heap key of a line with `counts` (see [`key_of`]).
     fn weigh(&self, counts: &Counts) -> u64 {
-        key_of(counts.iter().zip(self.params.weights).fold(0i64, |sum, (&c, w)| {
-            sum.saturating_add(i64::from(c).saturating_mul(w))
-        }))
+        key_of(
+            (counts.classes.iter().zip(self.params.weights)).fold(counts.own, |sum, (&c, w)| {
+                sum.saturating_add(i64::from(c).saturating_mul(w))
+            }),
+        )
     }
 
     fn set_of(&self, key: &LineKey) -> u32 {
@@ -333,14 +386,10 @@ impl RecaPolicy {
     /// documentation).
     fn age_counts(&mut self) {
         for &slot in self.resident.values() {
-            for c in &mut self.slot_counts[slot as usize] {
-                *c /= 2;
-            }
+            self.slot_counts[slot as usize].age();
         }
         for counts in self.history.values_mut() {
-            for c in counts.iter_mut() {
-                *c /= 2;
-            }
+            counts.age();
         }
     }
 
@@ -359,14 +408,14 @@ impl RecaPolicy {
     // ---- the history of lines not resident ----
 
     fn take_history(&mut self, key: &LineKey) -> Counts {
-        self.history.take(key).unwrap_or([0; 7])
+        self.history.take(key).unwrap_or_default()
     }
 
     fn remember(&mut self, key: LineKey, counts: Counts) {
-        if counts == [0; 7] {
+        if counts == Counts::default() {
             return;
         }
-        if let Some(entry) = self.history.entry(key, [0; 7]) {
+        if let Some(entry) = self.history.entry(key, Counts::default()) {
             *entry = counts;
         }
     }
@@ -377,21 +426,21 @@ impl RecaPolicy {
     /// adds its class to every line it touched.
     fn account(&mut self, c: &Classified, line: LineSize) {
         let feature = feature_of(&c.class);
+        let overlapped = c.class.overlapped;
+        // A process with weights of its own adds PRIORITY_CALC under them.
+        let own = match self.process_weights.is_empty() {
+            true => None,
+            false => (self.process_weights.get(&c.process))
+                .map(|w| w[feature].saturating_add(if overlapped { w[6] } else { 0 })),
+        };
         let request = Request::read(c.volume, c.offset_bytes, c.length_bytes, 0);
         for key in split_request_keys(&request, line) {
             if let Some(&slot) = self.resident.get(&key) {
-                let counts = &mut self.slot_counts[slot as usize];
-                counts[feature] = counts[feature].saturating_add(1);
-                if c.class.overlapped {
-                    counts[6] = counts[6].saturating_add(1);
-                }
+                self.slot_counts[slot as usize].add(feature, overlapped, own);
                 self.slot_priority[slot as usize] = self.weigh(&self.slot_counts[slot as usize]);
                 self.reheap(slot);
-            } else if let Some(counts) = self.history.entry(key, [0; 7]) {
-                counts[feature] = counts[feature].saturating_add(1);
-                if c.class.overlapped {
-                    counts[6] = counts[6].saturating_add(1);
-                }
+            } else if let Some(counts) = self.history.entry(key, Counts::default()) {
+                counts.add(feature, overlapped, own);
             }
         }
     }
@@ -551,6 +600,22 @@ impl ReplacementPolicy for RecaPolicy {
             self.rebuild_heaps();
         }
         self.reconfigurations += 1;
+        Ok(true)
+    }
+
+    /// Takes the weights of `params` (`over`, `access`, `read`, `write`;
+    /// the other parameters stay the cache's) for the requests of
+    /// `process`; what they added before stays.
+    fn set_process_params(&mut self, process: u32, params: Option<&PolicyParams>) -> Result<bool, CoreError> {
+        match params {
+            Some(params) => {
+                let weights = RecaParams::from_params(params)?.weights;
+                self.process_weights.insert(process, weights);
+            }
+            None => {
+                self.process_weights.remove(&process);
+            }
+        }
         Ok(true)
     }
 
@@ -730,6 +795,41 @@ mod tests {
         assert_eq!(p.priority(0), Some(2000));
         assert_eq!(p.priority(1), Some(0));
         assert_eq!(p.remembered_priority(&key(200)), Some(2000));
+        p.check();
+    }
+
+    #[test]
+    fn a_process_with_its_own_weights_weighs_only_its_own_requests() {
+        let spec = |s: &str| -> crate::PolicySpec { format!("reca:history=1:{s}").parse().unwrap() };
+        let mut p = RecaPolicy::from_params(spec("access=1/1/1").params(), 4).unwrap();
+        assert!(p
+            .set_process_params(7, Some(spec("access=5/5/5:read=2/2/2").params()))
+            .unwrap());
+        let line = LineSize::new(4096).unwrap();
+        let info = AccessInfo::read_at(0);
+        p.on_insert(0, key(0), &info);
+        p.on_insert(1, key(100), &info);
+        // Random reads (each process a stream of its own, classified at
+        // its next request): line 0 by process 7 (5 + 2), line 100 by
+        // process 8 (the cache's 1), line 200 (not resident) by process 7.
+        let reads = [(0u64, 7u32), (100, 8), (200, 7), (300, 8), (400, 7), (500, 8)];
+        for (i, (l, process)) in reads.into_iter().enumerate() {
+            let r = Request::read(0, l * 4096, 4096, i as u64).from_process(process);
+            p.on_request(&r, line, &info);
+        }
+        assert_eq!(p.priority(0), Some(7000));
+        assert_eq!(p.priority(1), Some(1000));
+        assert_eq!(p.remembered_priority(&key(200)), Some(7000));
+        // New cache-wide weights halve what process 7 added too, and
+        // weigh the others' counts anew.
+        assert!(p.reconfigure(spec("access=4/4/4").params()).unwrap());
+        assert_eq!(p.priority(0), Some(3500));
+        assert_eq!(p.priority(1), Some(0));
+        // Withdrawn: process 7's next request counts as everyone's.
+        assert!(p.set_process_params(7, None).unwrap());
+        p.on_request(&Request::read(0, 0, 4096, 10).from_process(7), line, &info);
+        p.on_request(&Request::read(0, 1 << 30, 4096, 11).from_process(7), line, &info);
+        assert_eq!(p.priority(0), Some(7500));
         p.check();
     }
 

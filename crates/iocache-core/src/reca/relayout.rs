@@ -21,7 +21,9 @@
 //! line's data from its old slot to its new one ([`Relayout::kept_sectors`]
 //! counts that copy), which nothing does yet. Statistics start at zero in the
 //! new cache, and the replacement policy is built afresh (told of every line
-//! as just inserted; a `reca` policy's priorities restart at zero). Call it
+//! as just inserted; a `reca` policy's priorities restart at zero); the
+//! controller's write policy and what it set apart per process
+//! ([`crate::ProcessSettings`]) are carried over. Call it
 //! with no flush in progress (tokens name old slots).
 
 use std::collections::BTreeMap;
@@ -67,8 +69,8 @@ pub fn relayout(old: &Cache, line: LineSize, now_ns: u64) -> Result<Relayout, Co
     let mode = old.mode_settings();
     cache.set_controller_policy(mode.controller);
     cache.set_cache_device_failed(mode.cache_device_failed);
-    for (process, policy) in old.process_policies() {
-        cache.set_process_policy(process, Some(policy));
+    for (process, settings) in old.process_settings() {
+        cache.set_process_settings(process, Some(settings))?;
     }
 
     let old_sectors = u64::from(old_line.sectors());

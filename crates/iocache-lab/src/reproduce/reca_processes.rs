@@ -7,7 +7,10 @@
 //! the SSD-over-HDD timing model of `reca-policies`.
 //!
 //! What "per process" changes here: each process gets its own category's
-//! write policy; the line size, the eviction rule and the priorities stay
+//! write policy, its line size as what its reads fill (a larger line's
+//! aligned extent, fetched as a readahead fill; only the sectors asked for
+//! with a smaller one) and its priority weights for the lines it touches;
+//! the cache's line size, the eviction rule and the neighbour eviction stay
 //! those of the whole mix's category (one cache, one layout, one
 //! replacement order; `iocache_core::reca::controller`). The paper does not
 //! say which parts its per-process caching sets apart.
