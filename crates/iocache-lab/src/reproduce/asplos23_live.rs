@@ -137,18 +137,8 @@ pub fn run(ctx: &Context) -> Result<Verdict> {
     };
     let iops = |hit, p, l| spread(&values((hit, p, l), &|m| m.iops())).0;
     let p9999 = |hit, p, l| spread(&values((hit, p, l), &|m| m.read.p99_99_ns as f64)).0;
-    let described = |k: Key, f: &dyn Fn(&Measured) -> f64, scale: f64, unit: &str| -> String {
-        let (median, min, max) = spread(&values(k, f));
-        if rounds > 1 {
-            format!(
-                "{:.0}{unit} ({:.0}-{:.0})",
-                median / scale,
-                min / scale,
-                max / scale
-            )
-        } else {
-            format!("{:.0}{unit}", median / scale)
-        }
+    let described = |k: Key, f: &dyn Fn(&Measured) -> f64, scale: f64, unit: &str| {
+        rounds_text(&values(k, f), scale, unit)
     };
     let iops_text = |k: Key| described(k, &|m| m.iops(), 1e3, "K");
     let hit_text = |k: Key| format!("{:.1} %", spread(&values(k, &|m| m.hit_ratio())).0 * 100.0);
@@ -431,19 +421,8 @@ fn real_traces(ctx: &Context, verdict: &mut Verdict) -> Result<()> {
         };
         let (iops_noise, tail_noise) = (noise_of(&iops_of), noise_of(&tail_of));
         let always = ("always", 4096);
-        let text = |k, f: &dyn Fn(&Measured) -> f64, scale: f64, unit: &str| {
-            let (median, min, max) = spread(&values(k, f));
-            if rounds > 1 {
-                format!(
-                    "{:.0}{unit} ({:.0}-{:.0})",
-                    median / scale,
-                    min / scale,
-                    max / scale
-                )
-            } else {
-                format!("{:.0}{unit}", median / scale)
-            }
-        };
+        let text =
+            |k, f: &dyn Fn(&Measured) -> f64, scale: f64, unit: &str| rounds_text(&values(k, f), scale, unit);
         let iops_text = |k| text(k, &iops_of, 1e3, "K");
         let hit_text = |k| format!("{:.1} %", median(k, &|m: &Measured| m.hit_ratio()) * 100.0);
         let noise_text = |n: f64| {
@@ -558,6 +537,22 @@ fn real_traces(ctx: &Context, verdict: &mut Verdict) -> Result<()> {
         .setup
         .push(format!("measured on the real traces: {}", rows.join("; ")));
     Ok(())
+}
+
+/// The rounds' median of `values` divided by `scale`, then `unit`, with
+/// their lowest and highest when there was more than one round.
+fn rounds_text(values: &[f64], scale: f64, unit: &str) -> String {
+    let (median, min, max) = spread(values);
+    if values.len() > 1 {
+        format!(
+            "{:.0}{unit} ({:.0}-{:.0})",
+            median / scale,
+            min / scale,
+            max / scale
+        )
+    } else {
+        format!("{:.0}{unit}", median / scale)
+    }
 }
 
 /// LRU write-back with whole-line fills and neither cutoff nor readahead,
